@@ -1,0 +1,42 @@
+# holdfast — make targets. `make demo` is the first command on a fresh machine, `make test` the second.
+GO      ?= go
+BIN     := bin/holdfast
+PKGS    := ./...
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: all build deps test lint bench demo fuzz clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+build:
+	$(GO) build -o $(BIN) ./cmd/holdfast
+
+lint:
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+# The whole suite against a real PostgreSQL, real systemd managers and real restic (testenv starts
+# private ones). CI=true turns a missing dependency into a failure instead of a skip.
+test: deps lint
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+# Figures are ratios against a baseline measured in the same run (see bench/).
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 30x -count 1 ./bench/
+
+# Runs each fuzz target for FUZZTIME (default 30s); the seed corpora run in `make test`.
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./journal/
+	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./journal/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMarker$$' -fuzztime $(FUZZTIME) ./runner/
+
+demo: deps build
+	@scripts/demo
+
+clean:
+	rm -rf bin .demo

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/reconcile"
+	"github.com/holdfast-backup/holdfast/runner"
+)
+
+func newMigrateCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Create or upgrade holdfast's database schema",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.dsn == "" {
+				return badInput("no database: set --dsn or HOLDFAST_DSN")
+			}
+			res, err := migrations.Apply(cmd.Context(), g.dsn)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "schema at version %d (%d applied now)\n", res.Current, len(res.Applied))
+			return nil
+		},
+	}
+}
+
+func newDaemonCmd(g *globals) *cobra.Command {
+	cfg := reconcile.Config{}
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "daemon",
+		Short: "Run the supervisor: spawn admitted runs and reconcile live ones",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if interval <= 0 {
+				return badInput("--sweep-interval must be positive")
+			}
+			ctx := cmd.Context()
+			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			if g.dsn == "" {
+				return badInput("no database: set --dsn or HOLDFAST_DSN")
+			}
+			if _, err := migrations.Apply(ctx, g.dsn); err != nil {
+				return err
+			}
+			st, err := g.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			rn, err := g.openRunner(ctx)
+			if err != nil {
+				return err
+			}
+			defer rn.Close()
+			if cfg.Binary == "" {
+				if cfg.Binary, err = os.Executable(); err != nil {
+					return fmt.Errorf("find holdfast's own executable: %w", err)
+				}
+			}
+			if cfg.ResticBinary == "" {
+				if cfg.ResticBinary, err = exec.LookPath("restic"); err != nil {
+					return badInput("restic not found in PATH: install it (apt-get install restic) or give --restic")
+				}
+			}
+			cfg.Store, cfg.Runner, cfg.StateDir, cfg.Logger = st, rn, g.stateDir, logger
+			rec, err := reconcile.New(cfg)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(g.stateDir, 0o755); err != nil {
+				return fmt.Errorf("state directory: %w", err)
+			}
+			logger.Info("holdfast daemon started", "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", interval)
+			wake := make(chan struct{}, 1)
+			go listen(ctx, st.Listen, wake, logger)
+			for {
+				// The first pass is the boot pass: it is an ordinary one.
+				stats, err := rec.Sweep(ctx)
+				if err != nil && ctx.Err() == nil {
+					logger.Error("sweep failed", "err", err)
+				} else if stats.Runs > 0 {
+					logger.Debug("sweep", "runs", stats.Runs, "errors", stats.Errors, "duration", stats.Duration, "journal_lag_bytes", stats.JournalLag)
+				}
+				select {
+				case <-ctx.Done():
+					logger.Info("holdfast daemon stopping; running backups continue in their units")
+					return nil
+				case <-wake:
+				case <-time.After(interval):
+				}
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&interval, "sweep-interval", 2*time.Second, "time between reconciler passes")
+	f.DurationVar(&cfg.SpawnGrace, "spawn-grace", 30*time.Second, "how long a spawned unit may take to appear")
+	f.IntVar(&cfg.MaxAttempts, "max-attempts", 5, "attempts a run may take before it fails")
+	f.StringVar(&cfg.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
+	f.StringVar(&cfg.Binary, "holdfast-binary", "", "holdfast executable the units run (default: this one)")
+	return cmd
+}
+
+// listen forwards notifications to wake, reconnecting after failures; the sweep interval is the
+// backstop while it is down.
+func listen(ctx context.Context, fn func(context.Context, func()) error, wake chan struct{}, logger *slog.Logger) {
+	for ctx.Err() == nil {
+		err := fn(ctx, func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		logger.Warn("listen for notifications failed; polling meanwhile", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func newExecCmd() *cobra.Command {
+	var runID, journalPath, engineName string
+	var attempt int
+	cmd := &cobra.Command{
+		Use:    "exec --run R --attempt N --journal FILE --engine restic -- COMMAND...",
+		Short:  "Run an engine inside a backup unit, writing its run journal (used by the daemon's units)",
+		Hidden: true,
+		Args:   cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			run, err := uuid.Parse(runID)
+			if err != nil {
+				return badInput("--run %q is not a run id", runID)
+			}
+			var parser engine.Parser
+			switch engineName {
+			case "restic":
+				parser = engine.Restic{}
+			case "command":
+				parser = engine.Command{}
+			default:
+				return badInput("unknown engine %q", engineName)
+			}
+			emit := func(string, any) error { return nil }
+			w, err := journal.Create(journalPath, run, attempt)
+			if err != nil {
+				// The backup matters more than its progress figures: run it without a journal.
+				fmt.Fprintf(os.Stderr, "holdfast exec: no run journal, progress will not be recorded: %v\n", err)
+			} else {
+				defer w.Close()
+				emit = w.Append
+			}
+			// The engine's signals are forwarded by engine.Exec; cobra's context must not kill it.
+			status, err := engine.Exec(context.WithoutCancel(cmd.Context()), engine.ExecConfig{
+				Argv: argv, Parser: parser, Emit: emit, Stderr: os.Stderr, Stdout: os.Stdout,
+			})
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "holdfast exec: %v\n", err)
+				return exitCodeError{127}
+			}
+			if w != nil {
+				if err := w.Close(); err != nil {
+					fmt.Fprintf(os.Stderr, "holdfast exec: close run journal: %v\n", err)
+				}
+			}
+			return exitCodeError{status}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&runID, "run", "", "run id")
+	f.IntVar(&attempt, "attempt", 0, "attempt number")
+	f.StringVar(&journalPath, "journal", "", "run journal file")
+	f.StringVar(&engineName, "engine", "restic", "engine: restic or command")
+	for _, name := range []string{"run", "attempt", "journal"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}
+
+func newMarkerCmd(g *globals) *cobra.Command {
+	var runID, unit string
+	var attempt int
+	cmd := &cobra.Command{
+		Use:    "marker --run R --attempt N --unit U",
+		Short:  "Write an attempt's exit marker from systemd's $SERVICE_RESULT, $EXIT_CODE, $EXIT_STATUS (ExecStopPost)",
+		Hidden: true,
+		Args:   exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			run, err := uuid.Parse(runID)
+			if err != nil {
+				return badInput("--run %q is not a run id", runID)
+			}
+			if attempt < 1 {
+				return badInput("--attempt must be at least 1")
+			}
+			m := runner.Marker{Run: run, Attempt: attempt, Unit: unit,
+				ServiceResult: os.Getenv("SERVICE_RESULT"), ExitCode: os.Getenv("EXIT_CODE"),
+				ExitStatus: os.Getenv("EXIT_STATUS"), At: time.Now().UTC()}
+			if m.ServiceResult == "" {
+				return badInput("SERVICE_RESULT is not set: this command runs as a unit's ExecStopPost")
+			}
+			if m.ExitCode == "exited" {
+				if _, err := strconv.Atoi(m.ExitStatus); err != nil {
+					return badInput("EXIT_STATUS %q is not a number", m.ExitStatus)
+				}
+			}
+			if err := runner.WriteMarker(g.stateDir, m); err != nil {
+				return err
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&runID, "run", "", "run id")
+	cmd.Flags().IntVar(&attempt, "attempt", 0, "attempt number")
+	cmd.Flags().StringVar(&unit, "unit", "", "unit name")
+	return cmd
+}
+

@@ -1,0 +1,125 @@
+// Command holdfast is a systemd-native backup supervisor: the daemon, the commands that run
+// inside each backup's transient unit (exec, marker), and the operator's CLI.
+//
+// Exit codes: 0 success; 1 an operational error (database or systemd unreachable, ...);
+// 2 invalid input or a request the current state refuses (nothing was changed);
+// for `run start --wait`: 3 partial, 4 failed, 5 stopped, 6 paused.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitError   = 1
+	exitInput   = 2
+	exitPartial = 3
+	exitFailed  = 4
+	exitStopped = 5
+	exitPaused  = 6
+)
+
+// inputError marks an error caused by the operator's input: exit 2.
+type inputError struct{ err error }
+
+func (e inputError) Error() string { return e.err.Error() }
+func (e inputError) Unwrap() error { return e.err }
+
+func badInput(format string, args ...any) error { return inputError{fmt.Errorf(format, args...)} }
+
+// exitError carries a specific exit code without a message (the command already reported).
+type exitCodeError struct{ code int }
+
+func (e exitCodeError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// globals are the settings every command shares.
+type globals struct {
+	dsn            string
+	systemd        string
+	systemdAddress string
+	stateDir       string
+	journalDir     string
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func (g *globals) openStore(ctx context.Context) (*store.Store, error) {
+	if g.dsn == "" {
+		return nil, badInput("no database: set --dsn or HOLDFAST_DSN (e.g. postgres:///holdfast?host=/run/postgresql)")
+	}
+	return store.Open(ctx, g.dsn)
+}
+
+func (g *globals) openRunner(ctx context.Context) (*runner.Runner, error) {
+	cfg := runner.Config{Manager: g.systemd, Address: g.systemdAddress}
+	if err := cfg.Validate(); err != nil {
+		return nil, inputError{err}
+	}
+	return runner.New(ctx, cfg)
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "holdfast",
+		Short:         "A systemd-native backup supervisor that never loses track of a backup",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.dsn, "dsn", os.Getenv("HOLDFAST_DSN"), "PostgreSQL connection string (env HOLDFAST_DSN)")
+	pf.StringVar(&g.systemd, "systemd", envOr("HOLDFAST_SYSTEMD", "system"), "systemd manager: system or user (env HOLDFAST_SYSTEMD)")
+	pf.StringVar(&g.systemdAddress, "systemd-address", os.Getenv("HOLDFAST_SYSTEMD_ADDRESS"), "D-Bus address of the manager's private socket (env HOLDFAST_SYSTEMD_ADDRESS)")
+	pf.StringVar(&g.stateDir, "state-dir", envOr("HOLDFAST_STATE_DIR", "/var/lib/holdfast"), "state directory for run journals and exit markers (env HOLDFAST_STATE_DIR)")
+	pf.StringVar(&g.journalDir, "journal-dir", os.Getenv("HOLDFAST_JOURNAL_DIR"), "journald directory `run logs` reads instead of the system journal (env HOLDFAST_JOURNAL_DIR)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
+	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newExecCmd(), newMarkerCmd(g), newJobCmd(g), newRunCmd(g))
+	return root
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	root := newRoot()
+	err := root.ExecuteContext(ctx)
+	stop()
+	os.Exit(exitCode(err))
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var code exitCodeError
+	if errors.As(err, &code) {
+		return code.code
+	}
+	fmt.Fprintln(os.Stderr, "holdfast: "+err.Error())
+	var conflict *store.ConflictError
+	var input inputError
+	switch {
+	case errors.As(err, &input), errors.As(err, &conflict),
+		errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrJobExists), errors.Is(err, store.ErrAmbiguous):
+		return exitInput
+	}
+	if isUsageError(err) {
+		return exitInput
+	}
+	return exitError
+}

@@ -1,0 +1,481 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+func newRunCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "run", Short: "Start, stop, list and inspect backup runs"}
+	cmd.AddCommand(newRunStartCmd(g), newRunStopCmd(g), newRunListCmd(g), newRunShowCmd(g), newRunLogsCmd(g))
+	return cmd
+}
+
+type attemptOut struct {
+	Attempt          int     `json:"attempt"`
+	Unit             string  `json:"unit"`
+	Host             string  `json:"host,omitempty"`
+	StartedAt        *string `json:"started_at"`
+	EndedAt          *string `json:"ended_at"`
+	ServiceResult    string  `json:"service_result"`
+	ExitCode         string  `json:"exit_code"`
+	ExitStatus       string  `json:"exit_status"`
+	QuarantineReason string  `json:"quarantine_reason,omitempty"`
+}
+
+type progressOut struct {
+	PercentDone float64 `json:"percent_done"`
+	FilesDone   int64   `json:"files_done"`
+	TotalFiles  int64   `json:"total_files"`
+	BytesDone   int64   `json:"bytes_done"`
+	TotalBytes  int64   `json:"total_bytes"`
+}
+
+type runOut struct {
+	ID              string       `json:"id"`
+	Job             string       `json:"job"`
+	Trigger         string       `json:"trigger"`
+	Status          string       `json:"status"`
+	Reason          string       `json:"reason"`
+	FailureClass    string       `json:"failure_class,omitempty"`
+	PausedReason    string       `json:"paused_reason,omitempty"`
+	StopRequestedAt *string      `json:"stop_requested_at"`
+	CreatedAt       string       `json:"created_at"`
+	StartedAt       *string      `json:"started_at"`
+	FinishedAt      *string      `json:"finished_at"`
+	SnapshotID      string       `json:"snapshot_id"`
+	BytesAdded      *int64       `json:"bytes_added"`
+	BytesProcessed  *int64       `json:"bytes_processed"`
+	FilesProcessed  *int64       `json:"files_processed"`
+	FilesSkipped    int64        `json:"files_skipped"`
+	Progress        *progressOut `json:"progress,omitempty"`
+	Attempts        []attemptOut `json:"attempts,omitempty"`
+}
+
+func timeStr(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := t.UTC().Format(time.RFC3339)
+	return &s
+}
+
+func runJSON(r store.Run, attempts []store.Attempt) runOut {
+	o := runOut{ID: r.ID.String(), Job: r.JobName, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason,
+		FailureClass: r.FailureClass, PausedReason: r.PausedReason, StopRequestedAt: timeStr(r.StopRequestedAt),
+		CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339), StartedAt: timeStr(r.StartedAt), FinishedAt: timeStr(r.FinishedAt),
+		SnapshotID: r.SnapshotID, BytesAdded: r.BytesAdded, BytesProcessed: r.BytesProcessed,
+		FilesProcessed: r.FilesProcessed, FilesSkipped: r.FilesSkipped}
+	for _, a := range attempts {
+		o.Attempts = append(o.Attempts, attemptOut{Attempt: a.No, Unit: a.Unit, Host: a.Host,
+			StartedAt: timeStr(a.StartedAt), EndedAt: timeStr(a.EndedAt), ServiceResult: a.ServiceResult,
+			ExitCode: a.ExitCode, ExitStatus: a.ExitStatus, QuarantineReason: a.QuarantineReason})
+	}
+	if n := len(attempts); n > 0 && store.Live(r.Status) {
+		if p := attempts[n-1].Progress; p != nil {
+			o.Progress = &progressOut{p.PercentDone, p.FilesDone, p.TotalFiles, p.BytesDone, p.TotalBytes}
+		}
+		if r.FilesSkipped == 0 {
+			o.FilesSkipped = attempts[n-1].ItemErrors
+		}
+	}
+	return o
+}
+
+func statusExit(status string) int {
+	switch status {
+	case store.StatusSucceeded:
+		return exitOK
+	case store.StatusPartial:
+		return exitPartial
+	case store.StatusStopped:
+		return exitStopped
+	case store.StatusPaused:
+		return exitPaused
+	}
+	return exitFailed
+}
+
+func newRunStartCmd(g *globals) *cobra.Command {
+	var wait, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "start JOB",
+		Short: "Start a run of a job now",
+		Long: "Start a run of a job now. The daemon spawns it as a transient systemd unit.\n" +
+			"With --wait, show progress and exit 0 only if the run succeeded (3 partial, 4 failed, 5 stopped, 6 paused).",
+		Args: exactArgs(1, "one job name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := job.ValidateName(args[0]); err != nil {
+				return inputError{err}
+			}
+			ctx := cmd.Context()
+			st, err := g.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			run, err := st.Admit(ctx, args[0], "manual")
+			if err != nil {
+				return err
+			}
+			if !wait {
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), runJSON(run, nil))
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s queued\n", run.ID, run.JobName)
+				return nil
+			}
+			if !asJSON {
+				fmt.Fprintf(cmd.ErrOrStderr(), "run %s of %s queued\n", run.ID, run.JobName)
+			}
+			final, attempts, err := waitRun(ctx, st, run.ID, progressWriter(cmd.ErrOrStderr(), asJSON))
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := writeJSON(cmd.OutOrStdout(), runJSON(final, attempts)); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "run %s %s: %s\n", final.ID, final.Status, final.Reason)
+			}
+			if code := statusExit(final.Status); code != exitOK {
+				return exitCodeError{code}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the run to end, showing progress")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
+	return cmd
+}
+
+// progressWriter returns where waitRun reports progress: a line redrawn in place on a terminal,
+// a line every few seconds elsewhere, nothing under --json.
+func progressWriter(w io.Writer, quiet bool) func(store.Run, *store.Progress) {
+	if quiet {
+		return func(store.Run, *store.Progress) {}
+	}
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if info, err := f.Stat(); err == nil && info.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	var last string
+	var lastAt time.Time
+	return func(r store.Run, p *store.Progress) {
+		line := r.Status
+		if p != nil {
+			line = fmt.Sprintf("%s %5.1f%%  %d/%d files  %s/%s", r.Status, p.PercentDone*100, p.FilesDone, p.TotalFiles,
+				engine.FormatBytes(p.BytesDone), engine.FormatBytes(p.TotalBytes))
+		}
+		switch {
+		case tty:
+			if line != last {
+				fmt.Fprintf(w, "\r\033[K%s", line)
+			}
+			if !store.Live(r.Status) {
+				fmt.Fprintln(w)
+			}
+		case line != last && (time.Since(lastAt) > 5*time.Second || !store.Live(r.Status)):
+			fmt.Fprintln(w, line)
+			lastAt = time.Now()
+		}
+		last = line
+	}
+}
+
+// waitRun polls the run until it is no longer live.
+func waitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(store.Run, *store.Progress)) (store.Run, []store.Attempt, error) {
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		run, err := st.RunByID(ctx, id)
+		if err != nil {
+			return store.Run{}, nil, err
+		}
+		attempts, err := st.Attempts(ctx, id)
+		if err != nil {
+			return store.Run{}, nil, err
+		}
+		var p *store.Progress
+		if n := len(attempts); n > 0 {
+			p = attempts[n-1].Progress
+		}
+		report(run, p)
+		if !store.Live(run.Status) {
+			return run, attempts, nil
+		}
+		select {
+		case <-ctx.Done():
+			return store.Run{}, nil, fmt.Errorf("stopped waiting for run %s (it goes on; see holdfast run show %s): %w", id, id, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func resolveRun(ctx context.Context, st *store.Store, arg string) (uuid.UUID, error) {
+	id, err := st.ResolveRun(ctx, arg)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	return id, nil
+}
+
+func newRunStopCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stop RUN",
+		Short: "Stop a queued or running run (it is never restarted)",
+		Args:  exactArgs(1, "one run id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			st, err := g.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			id, err := resolveRun(ctx, st, args[0])
+			if err != nil {
+				return err
+			}
+			// The intent is recorded first: if systemd does not take the request now, the
+			// daemon's next pass asks again.
+			if _, err := st.RequestStop(ctx, id); err != nil {
+				return err
+			}
+			attempts, err := st.Attempts(ctx, id)
+			if err != nil {
+				return err
+			}
+			live := attempts[len(attempts)-1]
+			if live.Unit != "" {
+				r, err := g.openRunner(ctx)
+				if err == nil {
+					err = r.Stop(ctx, live.Unit)
+					r.Close()
+				}
+				if err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: stop recorded, but systemd was not reached (%v); the daemon will stop the unit\n", err)
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s: stop requested\n", id)
+			return nil
+		},
+	}
+}
+
+func newRunListCmd(g *globals) *cobra.Command {
+	var jobName string
+	var limit int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List runs, newest first",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if jobName != "" {
+				if err := job.ValidateName(jobName); err != nil {
+					return inputError{err}
+				}
+			}
+			if limit < 1 {
+				return badInput("--limit must be at least 1")
+			}
+			st, err := g.openStore(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			runs, err := st.Runs(cmd.Context(), jobName, limit)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				out := make([]runOut, 0, len(runs))
+				for _, r := range runs {
+					out = append(out, runJSON(r, nil))
+				}
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "RUN\tJOB\tSTATUS\tCREATED\tADDED\tREASON")
+			for _, r := range runs {
+				added := "-"
+				if r.BytesAdded != nil {
+					added = engine.FormatBytes(*r.BytesAdded)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID.String()[:8], r.JobName, r.Status,
+					r.CreatedAt.Local().Format("2006-01-02 15:04:05"), added, truncate(r.Reason, 70))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&jobName, "job", "", "only runs of this job")
+	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many runs")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func newRunShowCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show RUN",
+		Short: "Show a run and its attempts",
+		Args:  exactArgs(1, "one run id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			st, err := g.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			id, err := resolveRun(ctx, st, args[0])
+			if err != nil {
+				return err
+			}
+			run, err := st.RunByID(ctx, id)
+			if err != nil {
+				return err
+			}
+			attempts, err := st.Attempts(ctx, id)
+			if err != nil {
+				return err
+			}
+			o := runJSON(run, attempts)
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), o)
+			}
+			printRun(cmd.OutOrStdout(), o)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printRun(w io.Writer, o runOut) {
+	opt := func(p *string) string {
+		if p == nil {
+			return "-"
+		}
+		return *p
+	}
+	num := func(p *int64, bytes bool) string {
+		switch {
+		case p == nil:
+			return "unknown"
+		case bytes:
+			return engine.FormatBytes(*p)
+		}
+		return fmt.Sprint(*p)
+	}
+	fmt.Fprintf(w, "run:       %s\njob:       %s\nstatus:    %s\nreason:    %s\n", o.ID, o.Job, o.Status, dash(o.Reason))
+	if o.FailureClass != "" {
+		fmt.Fprintf(w, "class:     %s\n", o.FailureClass)
+	}
+	fmt.Fprintf(w, "trigger:   %s\ncreated:   %s\nstarted:   %s\nfinished:  %s\n", o.Trigger, o.CreatedAt, opt(o.StartedAt), opt(o.FinishedAt))
+	if o.StopRequestedAt != nil {
+		fmt.Fprintf(w, "stop requested: %s\n", *o.StopRequestedAt)
+	}
+	fmt.Fprintf(w, "snapshot:  %s\nadded:     %s\nprocessed: %s files, %s\nskipped:   %d files\n",
+		dash(o.SnapshotID), num(o.BytesAdded, true), num(o.FilesProcessed, false), num(o.BytesProcessed, true), o.FilesSkipped)
+	if p := o.Progress; p != nil {
+		fmt.Fprintf(w, "progress:  %.1f%%  %d/%d files  %s/%s\n", p.PercentDone*100, p.FilesDone, p.TotalFiles,
+			engine.FormatBytes(p.BytesDone), engine.FormatBytes(p.TotalBytes))
+	}
+	for _, a := range o.Attempts {
+		ended := strings.TrimSpace(strings.Join([]string{a.ServiceResult, a.ExitCode, a.ExitStatus}, " "))
+		fmt.Fprintf(w, "attempt %d: unit %s, started %s, ended %s %s\n", a.Attempt, dash(a.Unit), opt(a.StartedAt), opt(a.EndedAt), ended)
+		if a.QuarantineReason != "" {
+			fmt.Fprintf(w, "  journal quarantined: %s\n", a.QuarantineReason)
+		}
+	}
+}
+
+func newRunLogsCmd(g *globals) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs RUN",
+		Short: "Show the journald logs of a run's units (wraps journalctl)",
+		Args:  exactArgs(1, "one run id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			st, err := g.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			id, err := resolveRun(ctx, st, args[0])
+			if err != nil {
+				return err
+			}
+			attempts, err := st.Attempts(ctx, id)
+			if err != nil {
+				return err
+			}
+			argv := journalctlArgv(g.journalDir, g.systemd, attempts, follow)
+			if argv == nil {
+				return badInput("run %s has not started a unit yet: no logs", id)
+			}
+			c := exec.CommandContext(ctx, argv[0], argv[1:]...)
+			c.Stdout, c.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if err := c.Run(); err != nil {
+				return fmt.Errorf("journalctl: %w", err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new entries")
+	return cmd
+}
+
+// journalctlArgv matches every unit of the run; entries of a user manager's units carry the
+// unit in _SYSTEMD_USER_UNIT on a regular host, in _SYSTEMD_UNIT when the manager is at the root.
+func journalctlArgv(dir, manager string, attempts []store.Attempt, follow bool) []string {
+	argv := []string{"journalctl", "--no-pager", "--output", "short-iso"}
+	if dir != "" {
+		argv = append(argv, "--directory", dir)
+	}
+	if follow {
+		argv = append(argv, "--follow")
+	}
+	n := 0
+	for _, a := range attempts {
+		if a.Unit == "" {
+			continue
+		}
+		if n > 0 {
+			argv = append(argv, "+")
+		}
+		argv = append(argv, "_SYSTEMD_UNIT="+a.Unit)
+		if manager == "user" {
+			argv = append(argv, "+", "_SYSTEMD_USER_UNIT="+a.Unit)
+		}
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	return argv
+}

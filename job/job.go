@@ -1,0 +1,109 @@
+// Package job validates backup job definitions before they reach the database, so that bad
+// input gets a one-line error that says what is wrong and what to do, and nothing is stored.
+package job
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidateName checks a job name: it becomes part of unit names, tags and paths.
+func ValidateName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("invalid job name %q: use 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// remoteRepository reports whether a restic repository string names a backend rather than a local path.
+func remoteRepository(repo string) bool {
+	for _, scheme := range []string{"sftp:", "rest:", "s3:", "b2:", "azure:", "gs:", "swift:", "rclone:"} {
+		if strings.HasPrefix(repo, scheme) {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate checks a job about to be created and normalizes its defaults.
+func Validate(j *store.Job) error {
+	if err := ValidateName(j.Name); err != nil {
+		return err
+	}
+	if j.Engine == "" {
+		j.Engine = "restic"
+	}
+	if j.Engine != "restic" && j.Engine != "command" {
+		return fmt.Errorf("unknown engine %q: use restic or command", j.Engine)
+	}
+	if j.Engine == "restic" {
+		if j.Repository == "" {
+			return errors.New("no repository: give --repo PATH (an absolute path) or a restic backend such as sftp:host:/path")
+		}
+		if !remoteRepository(j.Repository) && !filepath.IsAbs(j.Repository) {
+			return fmt.Errorf("repository %q is a relative path: give an absolute path", j.Repository)
+		}
+		if j.PasswordFile == "" {
+			return errors.New("no password file: give --password-file FILE (holdfast never stores the password itself)")
+		}
+		if !filepath.IsAbs(j.PasswordFile) {
+			return fmt.Errorf("password file %q is a relative path: give an absolute path", j.PasswordFile)
+		}
+		info, err := os.Stat(j.PasswordFile)
+		if err != nil {
+			return fmt.Errorf("password file %s: %w", j.PasswordFile, errors.Unwrap(err))
+		}
+		if !info.Mode().IsRegular() {
+			return fmt.Errorf("password file %s is not a regular file", j.PasswordFile)
+		}
+	}
+	if len(j.Paths) == 0 {
+		return errors.New("no paths to back up: give --path PATH at least once")
+	}
+	for _, p := range j.Paths {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("path %q is relative: give an absolute path", p)
+		}
+		if j.Engine == "restic" {
+			if _, err := os.Lstat(p); err != nil {
+				return fmt.Errorf("path %s: %w", p, errors.Unwrap(err))
+			}
+		}
+	}
+	for _, x := range j.Excludes {
+		if strings.TrimSpace(x) == "" {
+			return errors.New("empty --exclude pattern")
+		}
+	}
+	if j.User != "" {
+		if _, err := user.Lookup(j.User); err != nil {
+			return fmt.Errorf("user %q does not exist on this host", j.User)
+		}
+	}
+	if j.Group != "" {
+		if _, err := user.LookupGroup(j.Group); err != nil {
+			return fmt.Errorf("group %q does not exist on this host", j.Group)
+		}
+	}
+	if j.Nice != nil && (*j.Nice < -20 || *j.Nice > 19) {
+		return fmt.Errorf("nice %d is out of range: use -20..19", *j.Nice)
+	}
+	switch j.IOSchedulingClass {
+	case "", "realtime", "best-effort", "idle":
+	default:
+		return fmt.Errorf("unknown IO scheduling class %q: use realtime, best-effort or idle", j.IOSchedulingClass)
+	}
+	if j.RuntimeMax < 0 {
+		return fmt.Errorf("runtime limit %s is negative", j.RuntimeMax)
+	}
+	return nil
+}

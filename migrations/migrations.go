@@ -1,0 +1,61 @@
+// Package migrations holds holdfast's schema as embedded SQL files and applies them with goose.
+//
+// Apply is safe to call from several processes at once (every daemon calls it at start): goose
+// takes a PostgreSQL session advisory lock with holdfast's own id, so concurrent callers queue
+// instead of racing, and a migration already applied is skipped.
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// LockID is the advisory lock id taken while migrating: "holdfast" in ASCII, so it cannot collide
+// with goose's default id or another application's migrations in a shared database.
+const LockID int64 = 0x686f6c6466617374
+
+// Result reports what Apply did.
+type Result struct {
+	Applied []int64 // versions applied by this call
+	Current int64   // schema version after the call
+}
+
+// Apply brings the schema at dsn up to date.
+func Apply(ctx context.Context, dsn string) (Result, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return Result{}, fmt.Errorf("open database: %w", err)
+	}
+	defer db.Close()
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(LockID))
+	if err != nil {
+		return Result{}, fmt.Errorf("migration lock: %w", err)
+	}
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, fs.FS(files),
+		goose.WithSessionLocker(locker), goose.WithTableName("holdfast_schema_version"))
+	if err != nil {
+		return Result{}, fmt.Errorf("load migrations: %w", err)
+	}
+	results, err := provider.Up(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("apply migrations: %w", err)
+	}
+	var res Result
+	for _, r := range results {
+		res.Applied = append(res.Applied, r.Source.Version)
+	}
+	if res.Current, err = provider.GetDBVersion(ctx); err != nil {
+		return res, fmt.Errorf("read schema version: %w", err)
+	}
+	return res, nil
+}

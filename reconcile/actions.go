@@ -1,0 +1,283 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// JournalPath is where an attempt's run journal lives under the state directory.
+func JournalPath(stateDir string, run uuid.UUID, attempt int) string {
+	return filepath.Join(stateDir, "runs", run.String(), "a"+strconv.Itoa(attempt), "journal.jsonl")
+}
+
+// UnitSpec builds the transient unit of one attempt of a job. Exported so benchmarks and tests
+// start exactly what the daemon starts.
+func UnitSpec(cfg Config, job store.Job, run uuid.UUID, attempt int) runner.Spec {
+	name := runner.UnitName(job.Name, run, attempt)
+	ej := engineJob(cfg, job)
+	restic := engine.Restic{Binary: cfg.ResticBinary}
+	execArgv := []string{cfg.Binary, "exec",
+		"--run", run.String(), "--attempt", strconv.Itoa(attempt),
+		"--journal", JournalPath(cfg.StateDir, run, attempt),
+		"--engine", job.Engine, "--"}
+	spec := runner.Spec{
+		Name:        name,
+		Description: fmt.Sprintf("holdfast backup %s, run %s attempt %d", job.Name, run, attempt),
+		ExecStopPost: []string{cfg.Binary, "marker", "--state-dir", cfg.StateDir,
+			"--run", run.String(), "--attempt", strconv.Itoa(attempt), "--unit", name},
+		TimeoutStop:       2 * time.Minute,
+		RuntimeMax:        job.RuntimeMax,
+		User:              job.User,
+		Group:             job.Group,
+		Nice:              job.Nice,
+		IOSchedulingClass: job.IOSchedulingClass,
+		SyslogIdentifier:  "holdfast-" + job.Name,
+		LogExtraFields: map[string]string{
+			"HOLDFAST_JOB": job.Name, "HOLDFAST_RUN": run.String(), "HOLDFAST_ATTEMPT": strconv.Itoa(attempt),
+		},
+		WorkingDirectory: "/",
+	}
+	if job.Engine == "restic" {
+		spec.ExecStart = append(execArgv, restic.BackupArgv(ej, run)...)
+		spec.ExecStartPre = restic.UnlockArgv(ej)
+		// restic 0.14 leaves its lock behind on SIGTERM; on SIGINT it removes it and exits 130.
+		spec.KillSignal = syscall.SIGINT
+	} else {
+		spec.ExecStart = append(execArgv, job.Paths...)
+	}
+	return spec
+}
+
+func engineJob(cfg Config, job store.Job) engine.Job {
+	return engine.Job{Name: job.Name, Repository: job.Repository, PasswordFile: job.PasswordFile,
+		Paths: job.Paths, Excludes: job.Excludes, CacheDir: filepath.Join(cfg.StateDir, "cache", job.Name)}
+}
+
+// spawn claims the attempt's spawn, prepares its directories and starts its unit.
+func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun) error {
+	if l.Job == nil {
+		return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
+			reason: "the run's job was removed before the run could start"})
+	}
+	spec := UnitSpec(r.cfg, *l.Job, l.Run.ID, l.Attempt.No)
+	claimed, err := r.cfg.Store.ClaimSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host)
+	if err != nil || !claimed {
+		return err // not claimed: another daemon has it, or a stop arrived
+	}
+	if err := r.prepareDirs(*l.Job, l.Run.ID, l.Attempt.No); err != nil {
+		// The unit was not asked for: after the spawn grace the attempt reads as vanished and is restarted.
+		return fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err)
+	}
+	existed, err := r.cfg.Runner.Start(ctx, spec)
+	if err != nil {
+		if runner.Refused(err) {
+			return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
+				reason: "systemd refused to start the unit: " + err.Error()})
+		}
+		return err
+	}
+	r.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
+	return r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, r.cfg.now())
+}
+
+// prepareDirs creates the attempt's journal directory, owned by the job's user so `holdfast exec`
+// can write there, and the markers directory, which only the privileged ExecStopPost writes.
+func (r *Reconciler) prepareDirs(job store.Job, run uuid.UUID, attempt int) error {
+	if err := os.MkdirAll(filepath.Dir(runner.MarkerPath(r.cfg.StateDir, run, attempt)), 0o755); err != nil {
+		return err
+	}
+	journalDir := filepath.Dir(JournalPath(r.cfg.StateDir, run, attempt))
+	cacheDir := filepath.Join(r.cfg.StateDir, "cache", job.Name)
+	for _, dir := range []string{filepath.Dir(journalDir), journalDir, cacheDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	if job.User == "" {
+		return nil
+	}
+	u, err := user.Lookup(job.User)
+	if err != nil {
+		return fmt.Errorf("job user: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	for _, dir := range []string{journalDir, cacheDir} {
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishFromMarker closes a run whose unit left a readable marker.
+func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m runner.Marker, eng classifier) error {
+	a, err := r.cfg.Store.Attempt(ctx, l.Run.ID, l.Attempt.No)
+	if err != nil {
+		return err // nothing is closed on facts we could not read
+	}
+	ev := evidence(a)
+	v := outcome(m, ev, eng, l.Run.StopRequestedAt != nil, l.Run.PausedReason)
+	return r.finishAttempt(ctx, l, a, m, v)
+}
+
+// finish closes a run on a verdict reached without a readable marker.
+func (r *Reconciler) finish(ctx context.Context, l store.LiveRun, m runner.Marker, v verdict) error {
+	a, err := r.cfg.Store.Attempt(ctx, l.Run.ID, l.Attempt.No)
+	if err != nil {
+		return err
+	}
+	return r.finishAttempt(ctx, l, a, m, v)
+}
+
+func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store.Attempt, m runner.Marker, v verdict) error {
+	e := store.Ending{
+		RunID: l.Run.ID, Attempt: l.Attempt.No, At: r.cfg.now(),
+		Status: v.status, Reason: v.reason, FailureClass: v.class,
+		ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus,
+		FilesSkipped: a.ItemErrors,
+	}
+	if v.status == store.StatusPaused {
+		e.PausedReason = l.Run.PausedReason
+	}
+	// Absent is not zero: without the engine's summary the figures stay unknown.
+	if s := summary(a); s != nil {
+		e.SnapshotID = s.SnapshotID
+		e.BytesAdded, e.BytesProcessed, e.FilesProcessed = &s.DataAdded, &s.TotalBytesProcessed, &s.TotalFilesProcessed
+	}
+	done, err := r.cfg.Store.Finish(ctx, e)
+	if err != nil {
+		return err
+	}
+	if done {
+		r.cfg.Logger.Info("run finished", "run", l.Run.ID, "attempt", l.Attempt.No, "status", v.status, "reason", v.reason)
+	}
+	return nil
+}
+
+// restart ends the attempt and opens the next one, unless the run has used up its attempts.
+func (r *Reconciler) restart(ctx context.Context, l store.LiveRun, m runner.Marker) error {
+	if l.Attempt.No >= r.cfg.MaxAttempts {
+		return r.finish(ctx, l, m, verdict{status: store.StatusFailed, class: "transient",
+			reason: fmt.Sprintf("interrupted %d times (last: %s); giving up after %d attempts",
+				l.Attempt.No, interruption(m), r.cfg.MaxAttempts)})
+	}
+	moved, err := r.cfg.Store.Restart(ctx, l.Run.ID, l.Attempt.No, r.cfg.now(), m.ServiceResult, m.ExitCode, m.ExitStatus)
+	if err != nil {
+		return err
+	}
+	if moved {
+		r.cfg.Logger.Info("run restarted", "run", l.Run.ID, "after_attempt", l.Attempt.No, "cause", interruption(m))
+	}
+	return nil
+}
+
+func interruption(m runner.Marker) string {
+	if m.ServiceResult == "" {
+		return "the unit vanished without an exit marker"
+	}
+	return fmt.Sprintf("the engine was interrupted (%s %s %s)", m.ServiceResult, m.ExitCode, m.ExitStatus)
+}
+
+func summary(a store.Attempt) *engine.Summary {
+	if len(a.Summary) == 0 {
+		return nil
+	}
+	var s engine.Summary
+	if err := json.Unmarshal(a.Summary, &s); err != nil {
+		return nil
+	}
+	return &s
+}
+
+func evidence(a store.Attempt) engine.Evidence {
+	return engine.Evidence{Summary: summary(a), ItemErrors: a.ItemErrors, FirstItemError: a.FirstItemError, Fatal: a.Fatal}
+}
+
+// drain applies what the attempt's journal says since the stored cursor and returns the bytes
+// still unread. A journal that cannot be read is quarantined with its reason; the run goes on.
+func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (int64, error) {
+	if l.Attempt.QuarantinedAt != nil || l.Attempt.Unit == "" {
+		return 0, nil
+	}
+	path := JournalPath(r.cfg.StateDir, l.Run.ID, l.Attempt.No)
+	cursor := l.Attempt.Cursor
+	for {
+		events, next, err := journal.Read(path, cursor, l.Run.ID, l.Attempt.No, 0)
+		if len(events) > 0 {
+			applied, aerr := r.cfg.Store.ApplyJournal(ctx, l.Run.ID, l.Attempt.No, cursor, next, delta(events))
+			if aerr != nil {
+				return 0, aerr
+			}
+			if !applied {
+				return 0, nil // another pass moved the cursor; it owns this batch
+			}
+			cursor = next
+		}
+		if err != nil {
+			if errors.Is(err, journal.ErrNotYet) {
+				return 0, nil
+			}
+			if journal.Quarantine(err) {
+				r.cfg.Logger.Error("run journal quarantined; the run goes on without progress figures",
+					"run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
+				return 0, r.cfg.Store.Quarantine(ctx, l.Run.ID, l.Attempt.No, err.Error())
+			}
+			return 0, err
+		}
+		if len(events) == 0 {
+			size, err := journal.Size(path)
+			if err != nil {
+				return 0, nil
+			}
+			return max(0, size-cursor.Offset), nil
+		}
+	}
+}
+
+// delta folds a batch of journal events into what the projection gains.
+func delta(events []journal.Event) store.JournalDelta {
+	var d store.JournalDelta
+	for _, e := range events {
+		at := e.Time
+		d.LastEventAt = &at
+		switch e.Type {
+		case "progress":
+			var p engine.Progress
+			if json.Unmarshal(e.Payload, &p) == nil {
+				d.Progress = &store.Progress{PercentDone: p.PercentDone, FilesDone: p.FilesDone,
+					TotalFiles: p.TotalFiles, BytesDone: p.BytesDone, TotalBytes: p.TotalBytes}
+			}
+		case "item_error":
+			var ie engine.ItemError
+			if json.Unmarshal(e.Payload, &ie) == nil {
+				d.ItemErrors++
+				if d.FirstItemError == "" {
+					d.FirstItemError = ie.Item + ": " + ie.Message
+				}
+			}
+		case "fatal":
+			var f engine.Fatal
+			if json.Unmarshal(e.Payload, &f) == nil && d.Fatal == "" {
+				d.Fatal = f.Message
+			}
+		case "summary":
+			d.Summary = e.Payload
+		}
+	}
+	return d
+}

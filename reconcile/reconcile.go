@@ -1,0 +1,224 @@
+// Package reconcile is holdfast's sweep: for every live run it drains the run journal into
+// PostgreSQL, reads the exit marker, asks systemd whether the unit is still there, and, with the
+// recorded stop intent and paused reason, decides whether the run is spawned, left alone,
+// restarted or closed (the table in decide.go). The boot pass is an ordinary pass.
+//
+// One run's error never stops the sweep, every run has its own time budget per pass, and every
+// state change is a store write guarded by "this attempt is still live".
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// Config configures a Reconciler.
+type Config struct {
+	Store  *store.Store
+	Runner *runner.Runner
+	// StateDir holds markers and run journals; it must be the same path inside the units.
+	StateDir string
+	// Binary is the holdfast executable the units run (`holdfast exec`, `holdfast marker`).
+	Binary string
+	// ResticBinary is the restic executable the units run. Default "restic" resolved in PATH.
+	ResticBinary string
+	// Host is recorded on each attempt. Default os.Hostname().
+	Host string
+	// SpawnGrace is how long after a spawn claim a missing unit is still "not started yet".
+	SpawnGrace time.Duration
+	// RunBudget bounds the time one run may take in one pass.
+	RunBudget time.Duration
+	// MaxAttempts bounds restarts: a run whose units keep vanishing fails after this many attempts.
+	MaxAttempts int
+	Logger      *slog.Logger
+	// now is replaceable in tests.
+	now func() time.Time
+}
+
+// Validate fills in defaults and checks required fields.
+func (c *Config) Validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("reconcile: no store")
+	case c.Runner == nil:
+		return errors.New("reconcile: no runner")
+	case c.StateDir == "":
+		return errors.New("reconcile: no state directory")
+	case c.Binary == "":
+		return errors.New("reconcile: no holdfast binary")
+	}
+	if c.ResticBinary == "" {
+		c.ResticBinary = "restic"
+	}
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
+	}
+	if c.SpawnGrace <= 0 {
+		c.SpawnGrace = 30 * time.Second
+	}
+	if c.RunBudget <= 0 {
+		c.RunBudget = 30 * time.Second
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return nil
+}
+
+// Reconciler runs sweeps.
+type Reconciler struct {
+	cfg Config
+}
+
+// New validates cfg and returns a Reconciler.
+func New(cfg Config) (*Reconciler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Reconciler{cfg: cfg}, nil
+}
+
+// SweepStats reports one pass.
+type SweepStats struct {
+	Runs     int
+	Errors   int
+	Duration time.Duration
+	// JournalLag is the largest number of journal bytes not yet applied, over all live runs.
+	JournalLag int64
+}
+
+// Sweep reconciles every live run once.
+func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
+	start := time.Now()
+	live, err := r.cfg.Store.LiveRuns(ctx)
+	if err != nil {
+		return SweepStats{}, err
+	}
+	stats := SweepStats{Runs: len(live)}
+	for _, l := range live {
+		if err := ctx.Err(); err != nil {
+			return stats, err
+		}
+		runCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
+		lag, err := r.reconcile(runCtx, l)
+		cancel()
+		stats.JournalLag = max(stats.JournalLag, lag)
+		if err != nil {
+			stats.Errors++
+			r.cfg.Logger.Error("run could not be reconciled; the next pass tries again",
+				"run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
+		}
+	}
+	stats.Duration = time.Since(start)
+	return stats, nil
+}
+
+func (r *Reconciler) engineFor(job *store.Job) classifier {
+	if job != nil && job.Engine == "command" {
+		return engine.Command{}
+	}
+	return engine.Restic{Binary: r.cfg.ResticBinary}
+}
+
+// reconcile applies the decision table to one run and returns its journal lag.
+func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun) (int64, error) {
+	lag, drainErr := r.drain(ctx, l)
+	if drainErr != nil {
+		// The journal decides how fresh the numbers are, never the lifecycle.
+		r.cfg.Logger.Warn("run journal not drained this pass", "run", l.Run.ID, "attempt", l.Attempt.No, "err", drainErr)
+	}
+	f := facts{
+		unitRecorded:  l.Attempt.Unit != "",
+		stopRequested: l.Run.StopRequestedAt != nil,
+		pausedReason:  l.Run.PausedReason,
+	}
+	if l.Attempt.SpawnClaimedAt != nil {
+		f.sinceSpawn = r.cfg.now().Sub(*l.Attempt.SpawnClaimedAt)
+	}
+	eng := r.engineFor(l.Job)
+	marker, err := r.readMarker(l, &f, eng)
+	if err != nil {
+		return lag, err
+	}
+	act := decide(f, r.cfg.SpawnGrace)
+	if act == actAskSystemd {
+		alive, _, err := r.cfg.Runner.Alive(ctx, l.Attempt.Unit)
+		if err != nil {
+			return lag, err // "could not ask" is never "gone"
+		}
+		f.unit = unitGone
+		if alive {
+			f.unit = unitAlive
+			if l.Run.Status == store.StatusQueued {
+				if err := r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, r.cfg.now()); err != nil {
+					return lag, err
+				}
+			}
+		} else if marker, err = r.readMarker(l, &f, eng); err != nil {
+			// The unit may have ended between the first read and systemd's answer.
+			return lag, err
+		}
+		act = decide(f, r.cfg.SpawnGrace)
+	}
+	r.cfg.Logger.Debug("reconcile", "run", l.Run.ID, "attempt", l.Attempt.No, "action", act.String())
+	switch act {
+	case actNothing:
+		return lag, nil
+	case actSpawn:
+		return lag, r.spawn(ctx, l)
+	case actStopAgain:
+		return lag, r.cfg.Runner.Stop(ctx, l.Attempt.Unit)
+	case actFinish:
+		return lag, r.finishFromMarker(ctx, l, marker, eng)
+	case actFinishUnreadable:
+		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed,
+			reason: "exit marker unreadable: " + marker.ServiceResult})
+	case actFinishStopped:
+		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusStopped, reason: stoppedReason(f)})
+	case actFinishPaused:
+		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusPaused, reason: "paused: " + f.pausedReason})
+	case actRestart:
+		return lag, r.restart(ctx, l, marker)
+	}
+	return lag, fmt.Errorf("run %s: no handling for action %s", l.Run.ID, act)
+}
+
+func stoppedReason(f facts) string {
+	if !f.unitRecorded {
+		return "stopped by the operator before it was started"
+	}
+	return "stopped by the operator; the unit ended without an exit marker"
+}
+
+// readMarker reads the attempt's marker into f. For an unreadable marker it returns a Marker
+// whose ServiceResult carries the reason, so the ending can say what was wrong.
+func (r *Reconciler) readMarker(l store.LiveRun, f *facts, eng classifier) (runner.Marker, error) {
+	m, err := runner.ReadMarker(r.cfg.StateDir, l.Run.ID, l.Attempt.No)
+	switch {
+	case err == nil:
+		f.marker = markerReadable
+		f.interrupted = interrupted(m, eng)
+		return m, nil
+	case errors.Is(err, runner.ErrNoMarker):
+		f.marker = markerNone
+		return runner.Marker{}, nil
+	case errors.Is(err, runner.ErrMarkerUnreadable):
+		f.marker = markerUnreadable
+		return runner.Marker{ServiceResult: err.Error()}, nil
+	}
+	return runner.Marker{}, err // an I/O error may pass: decide nothing on it
+}

@@ -1,0 +1,143 @@
+package runner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Marker is the exit marker an attempt's ExecStopPost writes: how systemd saw the service end.
+// Present means the unit ended.
+type Marker struct {
+	Run           uuid.UUID `json:"run"`
+	Attempt       int       `json:"attempt"`
+	Unit          string    `json:"unit"`
+	ServiceResult string    `json:"service_result"` // $SERVICE_RESULT: success, exit-code, signal, timeout, oom-kill, core-dump, watchdog, ...
+	ExitCode      string    `json:"exit_code"`      // $EXIT_CODE: exited, killed, dumped ("" if the process never ran)
+	ExitStatus    string    `json:"exit_status"`    // $EXIT_STATUS: a number if exited, else a signal name
+	At            time.Time `json:"at"`
+}
+
+// maxMarker bounds what ReadMarker reads: a real marker is a few hundred bytes.
+const maxMarker = 64 << 10
+
+var (
+	// ErrNoMarker means the attempt's unit has not ended (or never ran): read again later.
+	ErrNoMarker = errors.New("no exit marker")
+	// ErrMarkerUnreadable means a marker exists but cannot be parsed or does not belong to the
+	// attempt. It was written atomically, so something outside holdfast changed it: re-reading
+	// will not repair it.
+	ErrMarkerUnreadable = errors.New("exit marker unreadable")
+)
+
+// MarkerPath is where the marker of an attempt lives under the state directory.
+func MarkerPath(stateDir string, run uuid.UUID, attempt int) string {
+	return filepath.Join(stateDir, "markers", run.String()+".a"+strconv.Itoa(attempt)+".json")
+}
+
+// WriteMarker writes m to its path atomically: a temporary file, fsync, rename, fsync of the
+// directory. A reader sees either no marker or the whole marker.
+func WriteMarker(stateDir string, m Marker) error {
+	path := MarkerPath(stateDir, m.Run, m.Attempt)
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write marker: %w", err)
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("write marker: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".marker-*")
+	if err != nil {
+		return fmt.Errorf("write marker: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // a no-op after the rename
+	if _, err := tmp.Write(append(data, '\n')); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write marker %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write marker %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write marker %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return fmt.Errorf("write marker %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write marker %s: %w", path, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("write marker %s: %w", path, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("write marker %s: sync directory: %w", path, err)
+	}
+	return nil
+}
+
+// ReadMarker reads the marker of an attempt. It returns ErrNoMarker if there is none,
+// an error wrapping ErrMarkerUnreadable if there is one that cannot be trusted, and any other
+// error (permissions, I/O) as it is: those may pass.
+func ReadMarker(stateDir string, run uuid.UUID, attempt int) (Marker, error) {
+	path := MarkerPath(stateDir, run, attempt)
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Marker{}, ErrNoMarker
+	}
+	if err != nil {
+		return Marker{}, fmt.Errorf("read marker: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxMarker+1))
+	if err != nil {
+		return Marker{}, fmt.Errorf("read marker %s: %w", path, err)
+	}
+	m, err := ParseMarker(data)
+	if err != nil {
+		return Marker{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if m.Run != run || m.Attempt != attempt {
+		return Marker{}, fmt.Errorf("%s: %w: it belongs to run %s attempt %d", path, ErrMarkerUnreadable, m.Run, m.Attempt)
+	}
+	return m, nil
+}
+
+// ParseMarker parses a marker's bytes. Every failure wraps ErrMarkerUnreadable.
+func ParseMarker(data []byte) (Marker, error) {
+	if len(data) > maxMarker {
+		return Marker{}, fmt.Errorf("%w: over %d bytes", ErrMarkerUnreadable, maxMarker)
+	}
+	var m Marker
+	if err := json.Unmarshal(data, &m); err != nil {
+		return Marker{}, fmt.Errorf("%w: %v", ErrMarkerUnreadable, err)
+	}
+	switch {
+	case m.Run == uuid.Nil:
+		return Marker{}, fmt.Errorf("%w: no run id", ErrMarkerUnreadable)
+	case m.Attempt < 1:
+		return Marker{}, fmt.Errorf("%w: attempt %d", ErrMarkerUnreadable, m.Attempt)
+	case m.ServiceResult == "":
+		return Marker{}, fmt.Errorf("%w: no service_result", ErrMarkerUnreadable)
+	case m.ExitCode != "" && m.ExitCode != "exited" && m.ExitCode != "killed" && m.ExitCode != "dumped":
+		return Marker{}, fmt.Errorf("%w: unknown exit_code %q", ErrMarkerUnreadable, m.ExitCode)
+	}
+	if m.ExitCode == "exited" {
+		if _, err := strconv.Atoi(m.ExitStatus); err != nil {
+			return Marker{}, fmt.Errorf("%w: exit_status %q is not a number", ErrMarkerUnreadable, m.ExitStatus)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,233 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/coreos/go-systemd/v22/unit"
+	"github.com/godbus/dbus/v5"
+	"github.com/google/uuid"
+)
+
+// MaxUnitName is systemd's limit on a unit name's length.
+const MaxUnitName = 255
+
+// UnitName is the name of the one unit an attempt may have: holdfast-<job>-<run>-a<N>.service.
+// The whole run id is kept, not a prefix: the name must never collide, across every run in the
+// history and every manager sharing one cgroup tree.
+func UnitName(job string, run uuid.UUID, attempt int) string {
+	name := "holdfast-" + unit.UnitNameEscape(job) + "-" + run.String() + "-a" + strconv.Itoa(attempt) + ".service"
+	if len(name) > MaxUnitName {
+		name = "holdfast-" + run.String() + "-a" + strconv.Itoa(attempt) + ".service"
+	}
+	return name
+}
+
+// Spec describes one transient service.
+type Spec struct {
+	Name        string
+	Description string
+	ExecStart   []string
+	// ExecStartPre runs before ExecStart; its failure is ignored (e.g. removing stale locks).
+	ExecStartPre []string
+	// ExecStopPost runs after the service ended, however it ended, with full privileges even when
+	// User is set, so it can write where the job's user cannot.
+	ExecStopPost      []string
+	KillSignal        syscall.Signal // 0 = systemd's default (SIGTERM)
+	TimeoutStop       time.Duration  // 0 = systemd's default
+	RuntimeMax        time.Duration  // 0 = no limit
+	User              string
+	Group             string
+	Nice              *int
+	IOSchedulingClass string // "", "realtime", "best-effort", "idle"
+	SyslogIdentifier  string
+	Environment       []string          // KEY=value
+	LogExtraFields    map[string]string // exported by the system manager; a user manager ignores them
+	WorkingDirectory  string
+}
+
+var ioClasses = map[string]int32{"realtime": 1, "best-effort": 2, "idle": 3}
+
+// escapeDollar keeps systemd from expanding $VAR in a command line it received as argv.
+func escapeDollar(argv []string) []string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = strings.ReplaceAll(a, "$", "$$")
+	}
+	return out
+}
+
+type execCommand struct {
+	Path          string
+	Argv          []string
+	IgnoreFailure bool
+}
+
+type execCommandEx struct {
+	Path  string
+	Argv  []string
+	Flags []string
+}
+
+func prop(name string, value any) sddbus.Property {
+	return sddbus.Property{Name: name, Value: dbus.MakeVariant(value)}
+}
+
+func (s Spec) properties() ([]sddbus.Property, error) {
+	if len(s.ExecStart) == 0 {
+		return nil, fmt.Errorf("unit %s: no ExecStart", s.Name)
+	}
+	start := escapeDollar(s.ExecStart)
+	props := []sddbus.Property{
+		sddbus.PropType("exec"),
+		sddbus.PropDescription(s.Description),
+		prop("ExecStart", []execCommand{{Path: start[0], Argv: start}}),
+		prop("KillMode", "mixed"),
+		// Failed units are collected too: the marker, not the unit, carries how it ended.
+		prop("CollectMode", "inactive-or-failed"),
+		prop("StandardOutput", "journal"),
+		prop("StandardError", "journal"),
+	}
+	if len(s.ExecStartPre) > 0 {
+		pre := escapeDollar(s.ExecStartPre)
+		props = append(props, prop("ExecStartPre", []execCommand{{Path: pre[0], Argv: pre, IgnoreFailure: true}}))
+	}
+	if len(s.ExecStopPost) > 0 {
+		post := escapeDollar(s.ExecStopPost)
+		props = append(props, prop("ExecStopPostEx", []execCommandEx{{Path: post[0], Argv: post, Flags: []string{"privileged"}}}))
+	}
+	if s.KillSignal != 0 {
+		props = append(props, prop("KillSignal", int32(s.KillSignal)))
+	}
+	if s.TimeoutStop > 0 {
+		props = append(props, prop("TimeoutStopUSec", uint64(s.TimeoutStop/time.Microsecond)))
+	}
+	if s.RuntimeMax > 0 {
+		props = append(props, prop("RuntimeMaxUSec", uint64(s.RuntimeMax/time.Microsecond)))
+	}
+	if s.User != "" {
+		props = append(props, prop("User", s.User))
+	}
+	if s.Group != "" {
+		props = append(props, prop("Group", s.Group))
+	}
+	if s.Nice != nil {
+		props = append(props, prop("Nice", int32(*s.Nice)))
+	}
+	if s.IOSchedulingClass != "" {
+		class, ok := ioClasses[s.IOSchedulingClass]
+		if !ok {
+			return nil, fmt.Errorf("unit %s: unknown IO scheduling class %q", s.Name, s.IOSchedulingClass)
+		}
+		props = append(props, prop("IOSchedulingClass", class))
+	}
+	if s.SyslogIdentifier != "" {
+		props = append(props, prop("SyslogIdentifier", s.SyslogIdentifier))
+	}
+	if len(s.Environment) > 0 {
+		props = append(props, prop("Environment", s.Environment))
+	}
+	if len(s.LogExtraFields) > 0 {
+		var fields [][]byte
+		for k, v := range s.LogExtraFields {
+			fields = append(fields, []byte(k+"="+v))
+		}
+		props = append(props, prop("LogExtraFields", fields))
+	}
+	if s.WorkingDirectory != "" {
+		props = append(props, prop("WorkingDirectory", s.WorkingDirectory))
+	}
+	return props, nil
+}
+
+// Start asks systemd to start the transient unit. It reports existed=true when a unit of that
+// name is already there: the attempt was started before (perhaps by a process that died before
+// it could record it), and nothing new was created.
+func (r *Runner) Start(ctx context.Context, s Spec) (existed bool, err error) {
+	props, err := s.properties()
+	if err != nil {
+		return false, err
+	}
+	err = r.call(ctx, func(c *sddbus.Conn) error {
+		// Buffered: go-systemd delivers the job result synchronously, and an unread channel
+		// would stall every later job on this connection.
+		done := make(chan string, 1)
+		_, err := c.StartTransientUnitContext(ctx, s.Name, "fail", props, done)
+		return err
+	})
+	if dbusErrorName(err) == "org.freedesktop.systemd1.UnitExists" {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("start unit %s: %w", s.Name, err)
+	}
+	return false, nil
+}
+
+// State is what systemd said about a unit.
+type State struct {
+	LoadState   string
+	ActiveState string
+	SubState    string
+}
+
+// Alive reports whether the unit is still there (starting, running, or stopping: its
+// ExecStopPost has not finished). A unit that is inactive, failed or unknown is not alive; after
+// garbage collection systemd cannot tell "ended" from "never existed". An error means systemd
+// could not be asked and says nothing about the unit.
+func (r *Runner) Alive(ctx context.Context, name string) (bool, State, error) {
+	var st State
+	err := r.call(ctx, func(c *sddbus.Conn) error {
+		units, err := c.ListUnitsByNamesContext(ctx, []string{name})
+		if err != nil {
+			return err
+		}
+		if len(units) != 1 {
+			return fmt.Errorf("systemd returned %d units for one name", len(units))
+		}
+		st = State{LoadState: units[0].LoadState, ActiveState: units[0].ActiveState, SubState: units[0].SubState}
+		return nil
+	})
+	if err != nil {
+		return false, State{}, fmt.Errorf("ask systemd about unit %s: %w", name, err)
+	}
+	switch st.ActiveState {
+	case "active", "activating", "deactivating", "reloading", "refreshing":
+		return true, st, nil
+	}
+	return false, st, nil
+}
+
+// Stop asks systemd to stop the unit (its KillSignal, then SIGKILL after TimeoutStop). Asking
+// again is harmless; a unit that is not loaded is already stopped.
+func (r *Runner) Stop(ctx context.Context, name string) error {
+	err := r.call(ctx, func(c *sddbus.Conn) error {
+		done := make(chan string, 1)
+		_, err := c.StopUnitContext(ctx, name, "replace", done)
+		return err
+	})
+	if dbusErrorName(err) == "org.freedesktop.systemd1.NoSuchUnit" {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stop unit %s: %w", name, err)
+	}
+	return nil
+}
+
+// ResetFailed clears a failed unit that was not garbage-collected, so its name can be used again.
+func (r *Runner) ResetFailed(ctx context.Context, name string) error {
+	err := r.call(ctx, func(c *sddbus.Conn) error { return c.ResetFailedUnitContext(ctx, name) })
+	if dbusErrorName(err) == "org.freedesktop.systemd1.NoSuchUnit" {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reset failed unit %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,571 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/journal"
+)
+
+// Run statuses (DESIGN.md §2).
+const (
+	StatusQueued    = "queued"
+	StatusRunning   = "running"
+	StatusSucceeded = "succeeded"
+	StatusPartial   = "partial"
+	StatusFailed    = "failed"
+	StatusStopped   = "stopped"
+	StatusPaused    = "paused"
+)
+
+// Live reports whether a run in this status still has (or will get) a process.
+func Live(status string) bool { return status == StatusQueued || status == StatusRunning }
+
+// Run is one logical backup of a job.
+type Run struct {
+	ID              uuid.UUID
+	JobName         string
+	Trigger         string
+	Status          string
+	PausedReason    string
+	StopRequestedAt *time.Time
+	CreatedAt       time.Time
+	StartedAt       *time.Time
+	FinishedAt      *time.Time
+	Reason          string
+	FailureClass    string
+	SnapshotID      string
+	BytesAdded      *int64
+	BytesProcessed  *int64
+	FilesProcessed  *int64
+	FilesSkipped    int64
+}
+
+// Progress is the newest progress report an attempt's journal made.
+type Progress struct {
+	PercentDone float64
+	FilesDone   int64
+	TotalFiles  int64
+	BytesDone   int64
+	TotalBytes  int64
+}
+
+// Attempt is one process of a run.
+type Attempt struct {
+	RunID            uuid.UUID
+	No               int
+	Unit             string // "" until a spawn was claimed
+	Host             string
+	CreatedAt        time.Time
+	SpawnClaimedAt   *time.Time
+	StartedAt        *time.Time
+	EndedAt          *time.Time
+	ServiceResult    string
+	ExitCode         string
+	ExitStatus       string
+	Cursor           journal.Cursor
+	QuarantinedAt    *time.Time
+	QuarantineReason string
+	LastEventAt      *time.Time
+	Progress         *Progress
+	ItemErrors       int64
+	FirstItemError   string
+	Fatal            string
+	Summary          json.RawMessage // the engine's own summary, as it reported it; nil if none yet
+}
+
+const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason, ''), r.stop_requested_at,
+	r.created_at, r.started_at, r.finished_at, r.reason, r.failure_class, coalesce(r.snapshot_id, ''),
+	r.bytes_added, r.bytes_processed, r.files_processed, r.files_skipped`
+
+func runDest(r *Run) []any {
+	return []any{&r.ID, &r.JobName, &r.Trigger, &r.Status, &r.PausedReason, &r.StopRequestedAt,
+		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Reason, &r.FailureClass, &r.SnapshotID,
+		&r.BytesAdded, &r.BytesProcessed, &r.FilesProcessed, &r.FilesSkipped}
+}
+
+const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, a.created_at, a.spawn_claimed_at,
+	a.started_at, a.ended_at, coalesce(a.service_result, ''), coalesce(a.exit_code, ''), coalesce(a.exit_status, ''),
+	a.journal_offset, a.journal_last_seq, a.journal_last_hash, a.quarantined_at, coalesce(a.quarantine_reason, ''),
+	a.last_event_at, a.percent_done, a.files_done, a.total_files, a.bytes_done, a.total_bytes,
+	a.item_errors, coalesce(a.first_item_error, ''), coalesce(a.fatal, ''), a.summary`
+
+type attemptScan struct {
+	a                                         Attempt
+	percent                                   *float64
+	filesDone, totalFiles, bytesDone, totalBy *int64
+}
+
+func (s *attemptScan) dest() []any {
+	a := &s.a
+	return []any{&a.RunID, &a.No, &a.Unit, &a.Host, &a.CreatedAt, &a.SpawnClaimedAt,
+		&a.StartedAt, &a.EndedAt, &a.ServiceResult, &a.ExitCode, &a.ExitStatus,
+		&a.Cursor.Offset, &a.Cursor.LastSeq, &a.Cursor.LastHash, &a.QuarantinedAt, &a.QuarantineReason,
+		&a.LastEventAt, &s.percent, &s.filesDone, &s.totalFiles, &s.bytesDone, &s.totalBy,
+		&a.ItemErrors, &a.FirstItemError, &a.Fatal, &a.Summary}
+}
+
+func (s *attemptScan) attempt() Attempt {
+	a := s.a
+	if s.percent != nil {
+		a.Progress = &Progress{PercentDone: *s.percent, FilesDone: deref(s.filesDone), TotalFiles: deref(s.totalFiles),
+			BytesDone: deref(s.bytesDone), TotalBytes: deref(s.totalBy)}
+	}
+	return a
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// Admit creates a queued run of the job with its first attempt, in one transaction, and notifies
+// the daemons. A job that already has a live run is refused: two backups of one job would race
+// for the same files and repository lock.
+func (s *Store) Admit(ctx context.Context, jobName, trigger string) (Run, error) {
+	var run Run
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var jobID int64
+		err := tx.QueryRow(ctx, `SELECT id FROM jobs WHERE name = $1 FOR UPDATE`, jobName).Scan(&jobID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("job %q: %w", jobName, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		var live uuid.UUID
+		err = tx.QueryRow(ctx, `SELECT id FROM runs WHERE job_id = $1 AND status IN ('queued', 'running') LIMIT 1`, jobID).Scan(&live)
+		if err == nil {
+			return &ConflictError{Msg: fmt.Sprintf("job %s already has a live run %s", jobName, live)}
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		id, err := uuid.NewRandom()
+		if err != nil {
+			return err
+		}
+		err = tx.QueryRow(ctx, `
+			INSERT INTO runs AS r (id, job_id, job_name, trigger) VALUES ($1, $2, $3, $4)
+			RETURNING `+runColumns, id, jobID, jobName, trigger).Scan(runDest(&run)...)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE jobs SET last_run_id = $1 WHERE id = $2`, id, jobID); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, id.String())
+		return err
+	})
+	if err != nil {
+		var conflict *ConflictError
+		if errors.As(err, &conflict) || errors.Is(err, ErrNotFound) {
+			return Run{}, err
+		}
+		return Run{}, fmt.Errorf("admit run of %s: %w", jobName, err)
+	}
+	return run, nil
+}
+
+// LiveRun is a live run with its live attempt and its job (nil if the job was removed).
+type LiveRun struct {
+	Run     Run
+	Attempt Attempt
+	Job     *Job
+}
+
+// LiveRuns lists every run in a live status with its live attempt, oldest first.
+func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+runColumns+`, `+attemptColumns+`, j.id IS NOT NULL, `+prefixed("j.", jobColumns)+`
+		FROM runs r
+		JOIN attempts a ON a.run_id = r.id AND a.ended_at IS NULL
+		LEFT JOIN jobs j ON j.id = r.job_id
+		WHERE r.status IN ('queued', 'running')
+		ORDER BY r.created_at`)
+	if err != nil {
+		return nil, fmt.Errorf("list live runs: %w", err)
+	}
+	defer rows.Close()
+	var out []LiveRun
+	for rows.Next() {
+		var l LiveRun
+		var as attemptScan
+		var hasJob bool
+		var j nullableJob
+		dest := append(runDest(&l.Run), as.dest()...)
+		dest = append(dest, &hasJob)
+		dest = append(dest, j.dest()...)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("list live runs: %w", err)
+		}
+		l.Attempt = as.attempt()
+		if hasJob {
+			job := j.job()
+			l.Job = &job
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list live runs: %w", err)
+	}
+	return out, nil
+}
+
+// nullableJob scans a LEFT JOINed job.
+type nullableJob struct {
+	id                                                 *int64
+	name, engine, repo, pwfile, user, group, ioc, last *string
+	paths, excludes                                    []string
+	nice                                               *int
+	runtimeMax                                         *time.Duration
+	createdAt                                          *time.Time
+	lastRun                                            *uuid.UUID
+}
+
+func (n *nullableJob) dest() []any {
+	return []any{&n.id, &n.name, &n.engine, &n.repo, &n.pwfile, &n.paths, &n.excludes, &n.user, &n.group,
+		&n.nice, &n.ioc, &n.runtimeMax, &n.createdAt, &n.last, &n.lastRun}
+}
+
+func (n *nullableJob) job() Job {
+	s := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	j := Job{Name: s(n.name), Engine: s(n.engine), Repository: s(n.repo), PasswordFile: s(n.pwfile),
+		Paths: n.paths, Excludes: n.excludes, User: s(n.user), Group: s(n.group), Nice: n.nice,
+		IOSchedulingClass: s(n.ioc), LastOutcome: s(n.last), LastRunID: n.lastRun}
+	if n.id != nil {
+		j.ID = *n.id
+	}
+	if n.runtimeMax != nil {
+		j.RuntimeMax = *n.runtimeMax
+	}
+	if n.createdAt != nil {
+		j.CreatedAt = *n.createdAt
+	}
+	return j
+}
+
+func prefixed(prefix, columns string) string {
+	parts := strings.Split(columns, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if strings.HasPrefix(p, "coalesce(") {
+			p = "coalesce(" + prefix + strings.TrimPrefix(p, "coalesce(")
+		} else {
+			p = prefix + p
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ClaimSpawn records the unit name and the spawn claim on a live attempt that has none, before
+// systemd is asked. It reports false if the attempt was claimed, ended, or its run was asked to
+// stop meanwhile; SKIP LOCKED lets several daemons race without waiting on each other.
+func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = now()
+		WHERE (run_id, attempt_no) IN (
+			SELECT a.run_id, a.attempt_no FROM attempts a JOIN runs r ON r.id = a.run_id
+			WHERE a.run_id = $1 AND a.attempt_no = $2 AND a.unit IS NULL AND a.ended_at IS NULL
+			  AND r.stop_requested_at IS NULL
+			FOR UPDATE OF a SKIP LOCKED)`, runID, attempt, unit, host)
+	if err != nil {
+		return false, fmt.Errorf("claim spawn of run %s attempt %d: %w", runID, attempt, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// MarkStarted records that systemd has the attempt's unit: the run becomes running.
+func (s *Store) MarkStarted(ctx context.Context, runID uuid.UUID, attempt int, at time.Time) error {
+	_, err := s.pool.Exec(ctx, `
+		WITH a AS (
+			UPDATE attempts SET started_at = coalesce(started_at, $3)
+			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL RETURNING run_id)
+		UPDATE runs SET status = 'running', started_at = coalesce(started_at, $3)
+		WHERE id IN (SELECT run_id FROM a) AND status = 'queued'`, runID, attempt, at)
+	if err != nil {
+		return fmt.Errorf("mark run %s attempt %d started: %w", runID, attempt, err)
+	}
+	return nil
+}
+
+// JournalDelta is what one drain of an attempt's journal adds to its projection.
+type JournalDelta struct {
+	LastEventAt    *time.Time
+	Progress       *Progress       // newest progress in the batch, if any
+	ItemErrors     int64           // item errors in the batch
+	FirstItemError string          // first item error of the batch
+	Fatal          string          // first fatal message of the batch
+	Summary        json.RawMessage // the engine's summary, if the batch had one
+}
+
+// ApplyJournal moves the attempt's cursor from from to to and applies delta, in one statement that
+// only matches while the cursor still stands at from: applying the same batch twice is a no-op.
+func (s *Store) ApplyJournal(ctx context.Context, runID uuid.UUID, attempt int, from, to journal.Cursor, d JournalDelta) (bool, error) {
+	var percent *float64
+	var filesDone, totalFiles, bytesDone, totalBytes *int64
+	if p := d.Progress; p != nil {
+		percent, filesDone, totalFiles, bytesDone, totalBytes = &p.PercentDone, &p.FilesDone, &p.TotalFiles, &p.BytesDone, &p.TotalBytes
+	}
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE attempts SET
+			journal_offset = $4, journal_last_seq = $5, journal_last_hash = $6,
+			last_event_at = coalesce($7, last_event_at),
+			percent_done = coalesce($8, percent_done), files_done = coalesce($9, files_done),
+			total_files = coalesce($10, total_files), bytes_done = coalesce($11, bytes_done),
+			total_bytes = coalesce($12, total_bytes),
+			item_errors = item_errors + $13,
+			first_item_error = coalesce(first_item_error, nullif($14, '')),
+			fatal = coalesce(fatal, nullif($15, '')),
+			summary = coalesce($16, summary)
+		WHERE run_id = $1 AND attempt_no = $2 AND journal_offset = $3 AND quarantined_at IS NULL`,
+		runID, attempt, from.Offset, to.Offset, to.LastSeq, to.LastHash, d.LastEventAt,
+		percent, filesDone, totalFiles, bytesDone, totalBytes, d.ItemErrors, d.FirstItemError, d.Fatal, nullJSON(d.Summary))
+	if err != nil {
+		return false, fmt.Errorf("apply journal of run %s attempt %d: %w", runID, attempt, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
+
+// Quarantine stops the projection of an attempt's journal, recording why. The run goes on.
+func (s *Store) Quarantine(ctx context.Context, runID uuid.UUID, attempt int, reason string) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE attempts SET quarantined_at = now(), quarantine_reason = $3
+		WHERE run_id = $1 AND attempt_no = $2 AND quarantined_at IS NULL`, runID, attempt, reason)
+	if err != nil {
+		return fmt.Errorf("quarantine journal of run %s attempt %d: %w", runID, attempt, err)
+	}
+	return nil
+}
+
+// Ending is how an attempt, and with it its run, ended.
+type Ending struct {
+	RunID          uuid.UUID
+	Attempt        int
+	At             time.Time
+	Status         string // a final status: succeeded, partial, failed, stopped, paused
+	Reason         string
+	FailureClass   string
+	PausedReason   string
+	ServiceResult  string
+	ExitCode       string
+	ExitStatus     string
+	SnapshotID     string
+	BytesAdded     *int64
+	BytesProcessed *int64
+	FilesProcessed *int64
+	FilesSkipped   int64
+}
+
+// Finish ends the attempt and its run in one statement guarded by "this attempt is still live";
+// it reports false (and changes nothing) if another pass already moved the run on.
+func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
+	if Live(e.Status) {
+		return false, fmt.Errorf("finish run %s: %q is not a final status", e.RunID, e.Status)
+	}
+	var finished int
+	err := s.pool.QueryRow(ctx, `
+		WITH a AS (
+			UPDATE attempts SET ended_at = $3, service_result = nullif($8, ''), exit_code = nullif($9, ''),
+				exit_status = nullif($10, '')
+			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL
+			RETURNING run_id),
+		r AS (
+			UPDATE runs SET status = $4, reason = $5, failure_class = $6, paused_reason = nullif($7, ''),
+				finished_at = $3, snapshot_id = nullif($11, ''), bytes_added = $12, bytes_processed = $13,
+				files_processed = $14, files_skipped = $15
+			WHERE id IN (SELECT run_id FROM a)
+			RETURNING id, job_id),
+		j AS (
+			UPDATE jobs SET last_outcome = $4
+			FROM r WHERE jobs.id = r.job_id AND jobs.last_run_id = r.id)
+		SELECT count(*) FROM r`,
+		e.RunID, e.Attempt, e.At, e.Status, e.Reason, e.FailureClass, e.PausedReason,
+		e.ServiceResult, e.ExitCode, e.ExitStatus, e.SnapshotID, e.BytesAdded, e.BytesProcessed,
+		e.FilesProcessed, e.FilesSkipped).Scan(&finished)
+	if err != nil {
+		return false, fmt.Errorf("finish run %s attempt %d: %w", e.RunID, e.Attempt, err)
+	}
+	return finished == 1, nil
+}
+
+// Restart ends the live attempt (guarded) with the marker fields it left, if any, and opens the
+// next one with no unit yet; the run goes back to queued. It reports false if the attempt was no
+// longer live.
+func (s *Store) Restart(ctx context.Context, runID uuid.UUID, attempt int, at time.Time, serviceResult, exitCode, exitStatus string) (bool, error) {
+	var moved bool
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			UPDATE attempts SET ended_at = $3, service_result = nullif($4, ''), exit_code = nullif($5, ''), exit_status = nullif($6, '')
+			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL`, runID, attempt, at, serviceResult, exitCode, exitStatus)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, $2)`, runID, attempt+1); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE runs SET status = 'queued' WHERE id = $1`, runID); err != nil {
+			return err
+		}
+		moved = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("restart run %s after attempt %d: %w", runID, attempt, err)
+	}
+	return moved, nil
+}
+
+// RequestStop records the operator's stop intent on a live run (idempotent) and notifies the
+// daemons. A finished run gets a ConflictError naming its status.
+func (s *Store) RequestStop(ctx context.Context, runID uuid.UUID) (Run, error) {
+	var run Run
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
+			UPDATE runs r SET stop_requested_at = coalesce(stop_requested_at, now())
+			WHERE id = $1 AND status IN ('queued', 'running')
+			RETURNING `+runColumns, runID).Scan(runDest(&run)...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			var status string
+			if err := tx.QueryRow(ctx, `SELECT status FROM runs WHERE id = $1`, runID).Scan(&status); err != nil {
+				if errors.Is(err, pgx.ErrNoRows) {
+					return fmt.Errorf("run %s: %w", runID, ErrNotFound)
+				}
+				return err
+			}
+			return &ConflictError{Msg: fmt.Sprintf("run %s is already %s; only a queued or running run can be stopped", runID, status)}
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, runID.String())
+		return err
+	})
+	if err != nil {
+		var conflict *ConflictError
+		if errors.As(err, &conflict) || errors.Is(err, ErrNotFound) {
+			return Run{}, err
+		}
+		return Run{}, fmt.Errorf("stop run %s: %w", runID, err)
+	}
+	return run, nil
+}
+
+// ResolveRun finds a run by its full id or a unique prefix of it (as `run list` prints).
+func (s *Store) ResolveRun(ctx context.Context, idOrPrefix string) (uuid.UUID, error) {
+	if id, err := uuid.Parse(idOrPrefix); err == nil {
+		return id, nil
+	}
+	prefix := strings.ToLower(idOrPrefix)
+	if len(prefix) < 4 || strings.Trim(prefix, "0123456789abcdef-") != "" {
+		return uuid.Nil, fmt.Errorf("run %q: %w", idOrPrefix, ErrNotFound)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id FROM runs WHERE id::text LIKE $1 || '%' LIMIT 2`, prefix)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("find run %s: %w", idOrPrefix, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("find run %s: %w", idOrPrefix, err)
+	}
+	switch len(ids) {
+	case 0:
+		return uuid.Nil, fmt.Errorf("run %q: %w", idOrPrefix, ErrNotFound)
+	case 1:
+		return ids[0], nil
+	}
+	return uuid.Nil, fmt.Errorf("run %q: %w: give more characters", idOrPrefix, ErrAmbiguous)
+}
+
+// RunByID returns a run or ErrNotFound.
+func (s *Store) RunByID(ctx context.Context, id uuid.UUID) (Run, error) {
+	var run Run
+	err := s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.id = $1`, id).Scan(runDest(&run)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Run{}, fmt.Errorf("run %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("read run %s: %w", id, err)
+	}
+	return run, nil
+}
+
+// Runs lists runs, newest first, optionally of one job.
+func (s *Store) Runs(ctx context.Context, jobName string, limit int) ([]Run, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+runColumns+` FROM runs r
+		WHERE $1 = '' OR r.job_name = $1
+		ORDER BY r.created_at DESC LIMIT $2`, jobName, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) {
+		var r Run
+		err := row.Scan(runDest(&r)...)
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	return runs, nil
+}
+
+// Attempts lists a run's attempts in order.
+func (s *Store) Attempts(ctx context.Context, runID uuid.UUID) ([]Attempt, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+attemptColumns+` FROM attempts a WHERE a.run_id = $1 ORDER BY a.attempt_no`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of run %s: %w", runID, err)
+	}
+	defer rows.Close()
+	var out []Attempt
+	for rows.Next() {
+		var as attemptScan
+		if err := rows.Scan(as.dest()...); err != nil {
+			return nil, fmt.Errorf("list attempts of run %s: %w", runID, err)
+		}
+		out = append(out, as.attempt())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list attempts of run %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// Attempt returns one attempt of a run.
+func (s *Store) Attempt(ctx context.Context, runID uuid.UUID, attempt int) (Attempt, error) {
+	var as attemptScan
+	err := s.pool.QueryRow(ctx, `SELECT `+attemptColumns+` FROM attempts a WHERE a.run_id = $1 AND a.attempt_no = $2`,
+		runID, attempt).Scan(as.dest()...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Attempt{}, fmt.Errorf("run %s attempt %d: %w", runID, attempt, ErrNotFound)
+	}
+	if err != nil {
+		return Attempt{}, fmt.Errorf("read run %s attempt %d: %w", runID, attempt, err)
+	}
+	return as.attempt(), nil
+}

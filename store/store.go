@@ -1,0 +1,94 @@
+// Package store is holdfast's only door to PostgreSQL: every statement the project runs lives
+// here, parameterized, and every multi-row change is one transaction or one guarded statement.
+//
+// Writes that end or advance an attempt are guarded by "this attempt is still the live one"
+// (ended_at IS NULL) or by the journal cursor they started from, and report whether they changed
+// anything: a caller acting on an old snapshot does nothing instead of overwriting newer facts.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// NotifyChannel is the LISTEN/NOTIFY channel that wakes daemons when a run is admitted or asked to stop.
+const NotifyChannel = "holdfast_runs"
+
+var (
+	ErrNotFound  = errors.New("not found")
+	ErrJobExists = errors.New("job already exists")
+	ErrAmbiguous = errors.New("ambiguous run id prefix")
+)
+
+// ConflictError says an operation does not apply to an object in its current state.
+type ConflictError struct{ Msg string }
+
+func (e *ConflictError) Error() string { return e.Msg }
+
+// Store holds a connection pool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// Open connects to the database at dsn and checks that it answers.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse database address: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Listen blocks, calling wake for each notification on NotifyChannel, until ctx ends or the
+// connection fails.
+func (s *Store) Listen(ctx context.Context, wake func()) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	for {
+		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			// The connection may be mid-wait; never hand it back to the pool in that state.
+			conn.Conn().Close(context.Background())
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		wake()
+	}
+}
+
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
+func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, pool, fn)
+}
+
+func durationToInterval(d time.Duration) *time.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return &d
+}
