@@ -1,0 +1,319 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	maxLine       = 1 << 20     // longer lines are cut
+	progressEvery = time.Second // at most one progress event per interval
+	maxWarnings   = 100         // warnings journaled per run; all reach stderr
+	maxFatalLines = 16          // continuation lines joined into a fatal event
+	// After the engine exited, its pipes may stay open in a process it left
+	// behind; reading stops once they have been idle this long.
+	drainGrace = 2 * time.Second
+)
+
+// ExecConfig describes one run of an engine.
+type ExecConfig struct {
+	Argv   []string
+	Env    []string // nil: this process's environment
+	Dir    string
+	Parser Parser                              // nil: Command{}
+	Emit   func(typ string, payload any) error // nil: events are dropped
+	Stderr io.Writer                           // gets every stderr line; nil: discarded
+	Stdout io.Writer                           // gets stdout lines that are not JSON; nil: discarded
+}
+
+// Exec runs cfg.Argv without a shell, stdin from /dev/null, and emits the
+// events its parser finds in the output, line by line. A SIGINT or SIGTERM
+// received by this process, and the end of ctx, are passed on to the engine
+// as SIGINT, each time. Exec returns the engine's exit status, 128+n if
+// signal n killed it, after emitting an "exit" event.
+//
+// Progress events are throttled to one a second; the latest one held back is
+// emitted before the summary and at the end. A "fatal" event absorbs the
+// plain stderr lines that follow it.
+//
+// If the command cannot be started, Exec returns -1 and an error. If Emit
+// fails, Exec reports it on Stderr, emits nothing more, lets the engine run
+// to its end, and returns its exit status together with the error.
+func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
+	if len(cfg.Argv) == 0 {
+		return -1, errors.New("engine: empty command line")
+	}
+	if err := ctx.Err(); err != nil {
+		return -1, fmt.Errorf("engine: start %s: %w", cfg.Argv[0], err)
+	}
+	if cfg.Parser == nil {
+		cfg.Parser = Command{}
+	}
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return -1, fmt.Errorf("engine: stdout pipe: %w", err)
+	}
+	defer outR.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outW.Close()
+		return -1, fmt.Errorf("engine: stderr pipe: %w", err)
+	}
+	defer errR.Close()
+
+	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
+	cmd.Env, cmd.Dir = cfg.Env, cfg.Dir
+	cmd.Stdout, cmd.Stderr = outW, errW
+
+	// Catch signals before the start: from here on, a stop must reach the
+	// engine instead of killing this process and leaving the engine behind.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		return -1, fmt.Errorf("engine: start %s: %w", cfg.Argv[0], err)
+	}
+
+	exited := make(chan struct{})
+	go forward(ctx, cmd.Process, sigs, exited)
+
+	lines := make(chan line)
+	readers := make(chan struct{}, 2)
+	for _, p := range []struct {
+		f      *os.File
+		stderr bool
+	}{{outR, false}, {errR, true}} {
+		go func() {
+			readLines(p.f, p.stderr, lines, exited)
+			readers <- struct{}{}
+		}()
+	}
+	go func() {
+		<-readers
+		<-readers
+		close(lines)
+	}()
+
+	waited := make(chan error, 1)
+	go func() {
+		err := cmd.Wait()
+		close(exited)
+		deadline := time.Now().Add(drainGrace)
+		outR.SetReadDeadline(deadline)
+		errR.SetReadDeadline(deadline)
+		waited <- err
+	}()
+
+	r := &run{cfg: cfg}
+	for l := range lines {
+		if l.stderr {
+			r.stderr(l.text)
+		} else {
+			r.stdout(l.text)
+		}
+	}
+	err = <-waited
+	if cmd.ProcessState == nil {
+		return -1, fmt.Errorf("engine: wait for %s: %w", cfg.Argv[0], err)
+	}
+	status, sig := exitStatus(cmd.ProcessState)
+	r.finish(status, sig)
+	return status, r.emitErr
+}
+
+// forward sends the engine a SIGINT for every signal and for the end of ctx.
+func forward(ctx context.Context, p *os.Process, sigs <-chan os.Signal, exited <-chan struct{}) {
+	done := ctx.Done()
+	for {
+		select {
+		case <-sigs:
+		case <-done:
+			done = nil
+		case <-exited:
+			return
+		}
+		p.Signal(os.Interrupt) // fails only if the engine has just exited
+	}
+}
+
+type line struct {
+	stderr bool
+	text   []byte
+}
+
+func readLines(f *os.File, stderr bool, out chan<- line, exited <-chan struct{}) {
+	br := bufio.NewReaderSize(f, maxLine)
+	for {
+		b, more, err := br.ReadLine()
+		if err != nil {
+			return
+		}
+		text := bytes.Clone(b)
+		for more && err == nil {
+			_, more, err = br.ReadLine()
+		}
+		out <- line{stderr, text}
+		if err != nil {
+			return
+		}
+		// The deadline set at exit counts idle time, not time spent waiting
+		// for the consumer: lines still in the pipe are never lost.
+		select {
+		case <-exited:
+			f.SetReadDeadline(time.Now().Add(drainGrace))
+		default:
+		}
+	}
+}
+
+// run holds what Exec remembers between lines.
+type run struct {
+	cfg          ExecConfig
+	lastProgress time.Time
+	progress     *Event // held back by the throttle
+	fatal        *Fatal // being joined with its continuation lines
+	fatalLines   int
+	sawFatal     bool
+	lastWarning  string
+	warnings     int
+	emitErr      error
+}
+
+func (r *run) stdout(b []byte) {
+	ev, ok := r.cfg.Parser.ParseStdout(b)
+	if !ok {
+		if r.cfg.Stdout != nil && !isJSON(b) {
+			writeLine(r.cfg.Stdout, b)
+		}
+		return
+	}
+	r.handle(ev)
+}
+
+func (r *run) stderr(b []byte) {
+	if r.cfg.Stderr != nil {
+		writeLine(r.cfg.Stderr, b)
+	}
+	ev, ok := r.cfg.Parser.ParseStderr(b)
+	if r.fatal != nil && !isJSON(b) && (!ok || ev.Type == TypeWarning) {
+		if text := strings.TrimSpace(escapes.ReplaceAllString(string(b), "")); text != "" && r.fatalLines < maxFatalLines {
+			r.fatal.Message += "\n" + text
+			r.fatalLines++
+		}
+		return
+	}
+	if ok {
+		r.flushFatal()
+		r.handle(ev)
+	}
+}
+
+func (r *run) handle(ev Event) {
+	switch ev.Type {
+	case TypeProgress:
+		if time.Since(r.lastProgress) < progressEvery {
+			r.progress = &ev
+			return
+		}
+		r.progress = nil
+		r.lastProgress = time.Now()
+	case TypeSummary:
+		r.flushProgress()
+	case TypeFatal:
+		r.sawFatal = true
+		if f, ok := ev.Payload.(Fatal); ok {
+			r.fatal, r.fatalLines = &f, 0
+			return
+		}
+	case TypeWarning:
+		if w, ok := ev.Payload.(Warning); ok {
+			r.lastWarning = w.Message
+		}
+		r.warnings++
+		switch {
+		case r.warnings == maxWarnings+1:
+			ev = Event{TypeWarning, Warning{Message: fmt.Sprintf("more than %d warnings: the rest are only in the unit's log", maxWarnings)}}
+		case r.warnings > maxWarnings:
+			return
+		}
+	}
+	r.emit(ev)
+}
+
+func (r *run) flushProgress() {
+	if r.progress != nil {
+		r.emit(*r.progress)
+		r.progress = nil
+	}
+}
+
+func (r *run) flushFatal() {
+	if r.fatal != nil {
+		r.emit(Event{TypeFatal, *r.fatal})
+		r.fatal = nil
+	}
+}
+
+func (r *run) finish(status int, sig string) {
+	r.flushProgress()
+	r.flushFatal()
+	if c, ok := r.cfg.Parser.(Concluder); ok && !r.sawFatal {
+		if ev, ok := c.Conclude(status, r.lastWarning); ok {
+			r.emit(ev)
+		}
+	}
+	r.emit(Event{TypeExit, Exit{ExitStatus: status, Signal: sig}})
+}
+
+func (r *run) emit(ev Event) {
+	if r.emitErr != nil || r.cfg.Emit == nil {
+		return
+	}
+	if err := r.cfg.Emit(ev.Type, ev.Payload); err != nil {
+		r.emitErr = fmt.Errorf("engine: journal %s event: %w", ev.Type, err)
+		if r.cfg.Stderr != nil {
+			fmt.Fprintf(r.cfg.Stderr, "holdfast: %v; no further events are journaled\n", r.emitErr)
+		}
+	}
+}
+
+func exitStatus(ps *os.ProcessState) (int, string) {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), signalName(int(ws.Signal()))
+	}
+	return ps.ExitCode(), ""
+}
+
+// signalName returns a signal's name, such as "SIGTERM".
+func signalName(n int) string {
+	if name := unix.SignalName(syscall.Signal(n)); name != "" {
+		return name
+	}
+	return fmt.Sprintf("signal %d", n)
+}
+
+func isJSON(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && b[0] == '{'
+}
+
+func writeLine(w io.Writer, b []byte) {
+	w.Write(append(b[:len(b):len(b)], '\n'))
+}

@@ -1,0 +1,364 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"syscall"
+
+	"github.com/google/uuid"
+)
+
+// Job is what an engine needs to know about a backup job.
+type Job struct {
+	Name         string   // validated elsewhere: [a-z0-9][a-z0-9._-]{0,62}
+	Repository   string   // restic repository (local path or URL)
+	PasswordFile string   // absolute path
+	Paths        []string // absolute paths
+	Excludes     []string // restic --exclude patterns
+	CacheDir     string   // optional restic --cache-dir ("" = --no-cache)
+}
+
+// JobTag is the restic tag that marks the snapshots of a job.
+func JobTag(name string) string { return "holdfast-job=" + name }
+
+// RunTag is the restic tag that marks the snapshot of a run.
+func RunTag(run uuid.UUID) string { return "holdfast-run=" + run.String() }
+
+// Restic builds restic command lines and reads restic's output (restic 0.14
+// and later). Its zero value runs "restic", looked up in PATH by the caller.
+type Restic struct {
+	Binary string
+}
+
+var _ interface {
+	Engine
+	Concluder
+} = Restic{}
+
+// global returns the program and the options every restic command needs.
+// Without a cache directory restic would try $HOME/.cache, which a service
+// user such as nobody (HOME=/nonexistent) cannot create.
+func (r Restic) global(j Job) []string {
+	bin := r.Binary
+	if bin == "" {
+		bin = "restic"
+	}
+	argv := []string{bin, "--repo", j.Repository, "--password-file", j.PasswordFile}
+	if j.CacheDir != "" {
+		return append(argv, "--cache-dir", j.CacheDir)
+	}
+	return append(argv, "--no-cache")
+}
+
+// BackupArgv returns the command line that backs up j's paths as a snapshot
+// tagged with the job and the run. The "--" keeps a path that starts with a
+// dash from being read as an option (restic 0.14 accepts it).
+func (r Restic) BackupArgv(j Job, run uuid.UUID) []string {
+	argv := append(r.global(j), "backup", "--json", "--tag", JobTag(j.Name), "--tag", RunTag(run))
+	for _, x := range j.Excludes {
+		argv = append(argv, "--exclude", x)
+	}
+	argv = append(argv, "--")
+	return append(argv, j.Paths...)
+}
+
+// UnlockArgv returns the command line that removes stale locks: locks of
+// processes that are gone, or older than 30 minutes. A live backup's lock
+// stays, so running it before a backup is safe.
+func (r Restic) UnlockArgv(j Job) []string {
+	return append(r.global(j), "unlock")
+}
+
+// SnapshotsArgv returns the command line that lists, as JSON, the snapshots
+// a run made: the repair channel for a run whose journal lost the summary.
+func (r Restic) SnapshotsArgv(j Job, run uuid.UUID) []string {
+	return append(r.global(j), "snapshots", "--json", "--tag", RunTag(run))
+}
+
+// resticMessage is one line of `restic backup --json`. Status lines omit
+// fields with zero values: absent reads as 0.
+type resticMessage struct {
+	MessageType string `json:"message_type"`
+
+	// status
+	SecondsElapsed float64 `json:"seconds_elapsed"`
+	PercentDone    float64 `json:"percent_done"`
+	TotalFiles     int64   `json:"total_files"`
+	FilesDone      int64   `json:"files_done"`
+	TotalBytes     int64   `json:"total_bytes"`
+	BytesDone      int64   `json:"bytes_done"`
+	ErrorCount     int64   `json:"error_count"`
+
+	// error
+	Error  json.RawMessage `json:"error"`
+	During string          `json:"during"`
+	Item   string          `json:"item"`
+
+	Summary
+}
+
+func decodeMessage(line []byte) (resticMessage, bool) {
+	var m resticMessage
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] != '{' {
+		return m, false
+	}
+	if err := json.Unmarshal(line, &m); err != nil {
+		return m, false
+	}
+	return m, true
+}
+
+// ParseStdout turns a "status" line into a progress event and a "summary"
+// line into a summary event.
+func (Restic) ParseStdout(line []byte) (Event, bool) {
+	m, ok := decodeMessage(line)
+	if !ok {
+		return Event{}, false
+	}
+	switch m.MessageType {
+	case "status":
+		return Event{TypeProgress, Progress{
+			PercentDone:    m.PercentDone,
+			FilesDone:      m.FilesDone,
+			TotalFiles:     m.TotalFiles,
+			BytesDone:      m.BytesDone,
+			TotalBytes:     m.TotalBytes,
+			ErrorCount:     m.ErrorCount,
+			SecondsElapsed: m.SecondsElapsed,
+		}}, true
+	case "summary":
+		return Event{TypeSummary, m.Summary}, true
+	}
+	return Event{}, false
+}
+
+var (
+	escapes = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
+	// A Go stack frame as printed by %+v: a function, or a tab-indented file:line.
+	stackFrame = regexp.MustCompile(`^(\t.*\.(go|s):\d+|[A-Za-z_][\w./-]*\.[\w.()*]+)$`)
+)
+
+const doesNotExist = " does not exist, skipping"
+
+// ParseStderr turns an "error" line into an item_error event, restic's final
+// error into a fatal event and other messages into warnings. Stack frames
+// (restic prints them below unexpected errors) and JSON it cannot read yield
+// nothing.
+func (Restic) ParseStderr(line []byte) (Event, bool) {
+	if m, ok := decodeMessage(line); ok {
+		if m.MessageType != "error" {
+			return Event{}, false
+		}
+		msg := clip(goError(m.Error))
+		if msg == "" {
+			msg = "restic gave no details"
+		}
+		return Event{TypeItemError, ItemError{Item: m.Item, During: m.During, Message: msg}}, true
+	}
+	raw := escapes.ReplaceAllString(string(line), "")
+	if isJSON(line) || stackFrame.MatchString(raw) {
+		return Event{}, false
+	}
+	s := clip(strings.TrimSpace(raw))
+	switch {
+	case s == "":
+		return Event{}, false
+	// restic prints fatal errors as they are wrapped: "Resolving password
+	// failed: Fatal: ...", and a lock conflict without the "Fatal:" prefix.
+	case strings.HasPrefix(s, "Fatal: "), strings.Contains(s, ": Fatal: "),
+		strings.HasPrefix(s, "unable to create lock in backend: "):
+		return Event{TypeFatal, Fatal{Message: s}}, true
+	// A path given on the command line that is missing is skipped with only
+	// this line and, if other paths exist, exit status 0: it must still count.
+	case strings.HasSuffix(s, doesNotExist):
+		item := strings.TrimSuffix(s, doesNotExist)
+		return Event{TypeItemError, ItemError{Item: item, During: "target", Message: "does not exist"}}, true
+	}
+	return Event{TypeWarning, Warning{Message: s}}, true
+}
+
+// clip cuts a message to 4 KiB: the rest is still in the unit's log.
+func clip(s string) string {
+	const limit = 4 << 10
+	if len(s) <= limit {
+		return s
+	}
+	return strings.ToValidUTF8(s[:limit], "") + " [cut]"
+}
+
+// goError renders an error as restic encodes it: restic 0.14 marshals the Go
+// error value itself, e.g. {"Op":"open","Path":"/d/c","Err":13} for an
+// *os.PathError and {} for errors without exported fields; later versions
+// write {"message":"..."}.
+func goError(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var errno uint64
+	if json.Unmarshal(raw, &errno) == nil {
+		return syscall.Errno(errno).Error()
+	}
+	var e struct {
+		Message string
+		Op      string
+		Path    string
+		Syscall string
+		Err     json.RawMessage
+	}
+	if json.Unmarshal(raw, &e) != nil {
+		return ""
+	}
+	inner := goError(e.Err)
+	switch {
+	case e.Message != "":
+		return e.Message
+	case e.Op != "":
+		return strings.TrimSpace(e.Op+" "+e.Path) + ": " + inner
+	case e.Syscall != "":
+		return e.Syscall + ": " + inner
+	}
+	return inner
+}
+
+// Conclude makes restic's last message the fatal error when restic exited 1
+// without a "Fatal:" line: unexpected errors are printed plainly, followed
+// by a stack trace.
+func (Restic) Conclude(exitStatus int, lastWarning string) (Event, bool) {
+	if exitStatus != 1 || lastWarning == "" {
+		return Event{}, false
+	}
+	return Event{TypeFatal, Fatal{Message: lastWarning}}, true
+}
+
+// Classify maps restic's exit status and what it said to an outcome. restic
+// 0.14 exits 0, 1, 3 or 130; 10, 11 and 12 come from later versions.
+func (Restic) Classify(ev Evidence) Outcome {
+	switch s := ev.ExitStatus; s {
+	case 0:
+		if ev.ItemErrors > 0 {
+			return partial(ev)
+		}
+		if ev.Summary == nil {
+			return Outcome{Status: Succeeded, Reason: "backup complete, but no summary was recorded"}
+		}
+		return Outcome{Status: Succeeded, Reason: fmt.Sprintf("backup complete: snapshot %s, %s, %s added",
+			ev.Summary.SnapshotID, plural(ev.Summary.TotalFilesProcessed, "file"), FormatBytes(ev.Summary.DataAdded))}
+	case 3:
+		return partial(ev)
+	case 130:
+		return Outcome{Status: Interrupted, Reason: "interrupted: restic stopped on SIGINT (exit status 130)"}
+	case 128 + int(syscall.SIGHUP), 128 + int(syscall.SIGTERM):
+		// restic 0.14 does not handle these signals: it dies mid-backup as on
+		// SIGINT, only without removing its lock (`restic unlock` will).
+		return Outcome{Status: Interrupted, Reason: fmt.Sprintf(
+			"interrupted: restic was killed by %s (exit status %d) and may have left a stale lock", signalName(s-128), s)}
+	case 1, 10, 11, 12:
+		return classifyFailure(s, ev.Fatal)
+	}
+	if ev.ExitStatus > 128 && ev.ExitStatus < 128+65 {
+		return Outcome{Status: Failed, Reason: fmt.Sprintf("restic was killed by %s (exit status %d)",
+			signalName(ev.ExitStatus-128), ev.ExitStatus)}
+	}
+	return Outcome{Status: Failed, Reason: withFatal(fmt.Sprintf("restic exited with status %d", ev.ExitStatus), ev.Fatal)}
+}
+
+func partial(ev Evidence) Outcome {
+	reason := "partial: restic could not read some source data"
+	if ev.ItemErrors > 0 {
+		reason = fmt.Sprintf("partial: %s skipped", plural(ev.ItemErrors, "item"))
+		if ev.FirstItemError != "" {
+			reason += ", first: " + ev.FirstItemError
+		}
+	}
+	if ev.Summary != nil {
+		reason += fmt.Sprintf(" (snapshot %s)", ev.Summary.SnapshotID)
+	} else {
+		reason += " (no summary recorded)"
+	}
+	return Outcome{Status: Partial, Reason: reason}
+}
+
+// networkTrouble are signs that a remote repository could not be reached,
+// which says nothing about whether it exists.
+var networkTrouble = []string{
+	"connection refused", "connection reset", "no such host", "i/o timeout",
+	"network is unreachable", "host is unreachable", "no route to host",
+	"temporary failure in name resolution", "server misbehaving",
+	"tls handshake timeout", "context deadline exceeded",
+	"500 internal server error", "502 bad gateway", "503 service unavailable", "504 gateway timeout",
+}
+
+func classifyFailure(status int, fatal string) Outcome {
+	msg := strings.ToLower(fatal)
+	has := func(subs ...string) bool {
+		for _, s := range subs {
+			if strings.Contains(msg, s) {
+				return true
+			}
+		}
+		return false
+	}
+	fail := func(c Class, why string) Outcome {
+		if fatal == "" {
+			why += fmt.Sprintf(" (restic exit status %d)", status)
+		} else {
+			why += " (restic: " + firstLine(fatal) + ")"
+		}
+		return Outcome{Status: Failed, Class: c, Reason: why}
+	}
+	switch {
+	case status == 12 || has("wrong password or no key found"):
+		return fail(Permanent, "repository password is wrong")
+	case has("resolving password failed"):
+		return fail(Permanent, "the repository password could not be read")
+	case status == 11 || has("unable to create lock", "repository is already locked"):
+		return fail(Transient, "repository is locked by another process")
+	case status != 10 && has(networkTrouble...):
+		return fail(Transient, "repository is unreachable")
+	case status == 10 || has("unable to open config file", "is there a repository"):
+		return fail(Permanent, "no repository at "+repositoryLocation(fatal))
+	case has("all target directories/files do not exist"):
+		return fail(Permanent, "none of the paths to back up exist")
+	case has("nothing to backup"):
+		return fail(Permanent, "no paths to back up")
+	}
+	// Anything else (backend I/O, a full disk, an internal error) is worth a
+	// bounded retry: a restic backup is safe to repeat, and a missed backup
+	// costs more than a repeated failure whose reason is on record.
+	if fatal == "" {
+		return fail(Transient, "restic failed without an error message")
+	}
+	return Outcome{Status: Failed, Class: Transient, Reason: "restic failed: " + firstLine(fatal)}
+}
+
+// repositoryLocation finds the line restic prints below "Is there a
+// repository at the following location?".
+func repositoryLocation(fatal string) string {
+	lines := strings.Split(fatal, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "Is there a repository") && i+1 < len(lines) && lines[i+1] != "" {
+			return lines[i+1]
+		}
+	}
+	return "the configured location"
+}
+
+func withFatal(reason, fatal string) string {
+	if fatal == "" {
+		return reason
+	}
+	return reason + ": " + firstLine(fatal)
+}
+
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
+}
