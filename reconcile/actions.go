@@ -256,26 +256,26 @@ func delta(events []journal.Event) store.JournalDelta {
 		at := e.Time
 		d.LastEventAt = &at
 		switch e.Type {
-		case "progress":
+		case engine.TypeProgress:
 			var p engine.Progress
 			if json.Unmarshal(e.Payload, &p) == nil {
 				d.Progress = &store.Progress{PercentDone: p.PercentDone, FilesDone: p.FilesDone,
 					TotalFiles: p.TotalFiles, BytesDone: p.BytesDone, TotalBytes: p.TotalBytes}
 			}
-		case "item_error":
+		case engine.TypeItemError:
 			var ie engine.ItemError
 			if json.Unmarshal(e.Payload, &ie) == nil {
 				d.ItemErrors++
 				if d.FirstItemError == "" {
-					d.FirstItemError = ie.Item + ": " + ie.Message
+					d.FirstItemError = ie.String()
 				}
 			}
-		case "fatal":
+		case engine.TypeFatal:
 			var f engine.Fatal
 			if json.Unmarshal(e.Payload, &f) == nil && d.Fatal == "" {
 				d.Fatal = f.Message
 			}
-		case "summary":
+		case engine.TypeSummary:
 			d.Summary = e.Payload
 		}
 	}

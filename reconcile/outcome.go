@@ -40,7 +40,7 @@ func interrupted(m runner.Marker, eng classifier) bool {
 		return true
 	case "exited":
 		status, _ := strconv.Atoi(m.ExitStatus)
-		return eng.Classify(engine.Evidence{ExitStatus: status}).Status == "interrupted"
+		return eng.Classify(engine.Evidence{ExitStatus: status}).Status == engine.Interrupted
 	}
 	return false
 }
@@ -84,7 +84,7 @@ func outcome(m runner.Marker, ev engine.Evidence, eng classifier, stopRequested 
 		}
 		ev.ExitStatus = status
 		o := eng.Classify(ev)
-		if o.Status == "interrupted" {
+		if o.Status == engine.Interrupted {
 			if stopRequested {
 				return verdict{status: store.StatusStopped, reason: "stopped by the operator: " + o.Reason}
 			}

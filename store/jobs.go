@@ -29,8 +29,9 @@ type Job struct {
 	LastRunID         *uuid.UUID
 }
 
-const jobColumns = `id, name, engine, repository, password_file, paths, excludes, run_as_user, run_as_group,
-	nice, io_scheduling_class, runtime_max, created_at, coalesce(last_outcome, ''), last_run_id`
+// jobColumns reads a job aliased as j.
+const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.paths, j.excludes, j.run_as_user,
+	j.run_as_group, j.nice, j.io_scheduling_class, j.runtime_max, j.created_at, coalesce(j.last_outcome, ''), j.last_run_id`
 
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
@@ -46,7 +47,7 @@ func scanJob(row pgx.Row) (Job, error) {
 // CreateJob inserts a job; the caller has validated it.
 func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
 	row := s.pool.QueryRow(ctx, `
-		INSERT INTO jobs (name, engine, repository, password_file, paths, excludes, run_as_user, run_as_group,
+		INSERT INTO jobs AS j (name, engine, repository, password_file, paths, excludes, run_as_user, run_as_group,
 			nice, io_scheduling_class, runtime_max)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 		RETURNING `+jobColumns,
@@ -64,7 +65,7 @@ func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
 
 // JobByName returns the named job or ErrNotFound.
 func (s *Store) JobByName(ctx context.Context, name string) (Job, error) {
-	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE name = $1`, name))
+	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.name = $1`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, fmt.Errorf("job %q: %w", name, ErrNotFound)
 	}
@@ -76,7 +77,7 @@ func (s *Store) JobByName(ctx context.Context, name string) (Job, error) {
 
 // Jobs lists all jobs by name.
 func (s *Store) Jobs(ctx context.Context) ([]Job, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs ORDER BY name`)
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs j ORDER BY j.name`)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}

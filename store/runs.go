@@ -189,7 +189,7 @@ type LiveRun struct {
 // LiveRuns lists every run in a live status with its live attempt, oldest first.
 func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT `+runColumns+`, `+attemptColumns+`, j.id IS NOT NULL, `+prefixed("j.", jobColumns)+`
+		SELECT `+runColumns+`, `+attemptColumns+`, j.id IS NOT NULL, `+jobColumns+`
 		FROM runs r
 		JOIN attempts a ON a.run_id = r.id AND a.ended_at IS NULL
 		LEFT JOIN jobs j ON j.id = r.job_id
@@ -260,20 +260,6 @@ func (n *nullableJob) job() Job {
 		j.CreatedAt = *n.createdAt
 	}
 	return j
-}
-
-func prefixed(prefix, columns string) string {
-	parts := strings.Split(columns, ",")
-	for i, p := range parts {
-		p = strings.TrimSpace(p)
-		if strings.HasPrefix(p, "coalesce(") {
-			p = "coalesce(" + prefix + strings.TrimPrefix(p, "coalesce(")
-		} else {
-			p = prefix + p
-		}
-		parts[i] = p
-	}
-	return strings.Join(parts, ", ")
 }
 
 // ClaimSpawn records the unit name and the spawn claim on a live attempt that has none, before

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -165,7 +166,15 @@ func newExecCmd() *cobra.Command {
 				fmt.Fprintf(os.Stderr, "holdfast exec: no run journal, progress will not be recorded: %v\n", err)
 			} else {
 				defer w.Close()
-				emit = w.Append
+				emit = func(typ string, payload any) error {
+					if typ == engine.TypeSummary {
+						// The engine's own figures also go to journald, where `run logs` shows them.
+						if b, err := json.Marshal(payload); err == nil {
+							fmt.Fprintf(os.Stderr, "holdfast: %s summary: %s\n", engineName, b)
+						}
+					}
+					return w.Append(typ, payload)
+				}
 			}
 			// The engine's signals are forwarded by engine.Exec; cobra's context must not kill it.
 			status, err := engine.Exec(context.WithoutCancel(cmd.Context()), engine.ExecConfig{

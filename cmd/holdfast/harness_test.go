@@ -1,0 +1,247 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.RunMain(m) }
+
+// world is one holdfast installation for one test: its own database, systemd manager, state
+// directory and daemon, all real.
+type world struct {
+	t     *testing.T
+	bin   string
+	dsn   string
+	mgr   *testenv.Manager
+	state string
+	dir   string // for repositories and sample data, reachable by units running as nobody
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := &world{t: t, bin: testenv.HoldfastBinary(t), dsn: testenv.Postgres(t), mgr: testenv.PrivateSystemd(t)}
+	w.dir = testenv.SharedDir(t)
+	w.state = filepath.Join(w.dir, "state")
+	w.mustRun("migrate")
+	return w
+}
+
+func (w *world) env() []string {
+	env := append(os.Environ(),
+		"HOLDFAST_DSN="+w.dsn,
+		"HOLDFAST_SYSTEMD=user",
+		"HOLDFAST_SYSTEMD_ADDRESS="+w.mgr.Address,
+		"HOLDFAST_STATE_DIR="+w.state,
+		"HOLDFAST_JOURNAL_DIR="+w.mgr.JournalDir,
+	)
+	return append(env, w.mgr.Env()...)
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run runs the holdfast CLI and returns what it printed and its exit code.
+func (w *world) run(args ...string) result {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, w.bin, args...)
+	cmd.Env = w.env()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	code := 0
+	if errors.As(err, &exitErr) {
+		code = exitErr.ExitCode()
+	} else if err != nil {
+		w.t.Fatalf("holdfast %s: %v", strings.Join(args, " "), err)
+	}
+	return result{stdout.String(), stderr.String(), code}
+}
+
+func (w *world) mustRun(args ...string) string {
+	w.t.Helper()
+	r := w.run(args...)
+	if r.code != 0 {
+		w.t.Fatalf("holdfast %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// daemon is a running `holdfast daemon`.
+type daemon struct {
+	cmd  *exec.Cmd
+	log  *bytes.Buffer
+	done chan struct{}
+}
+
+func (w *world) startDaemon() *daemon {
+	w.t.Helper()
+	cmd := exec.Command(w.bin, "daemon", "--sweep-interval", "250ms", "--spawn-grace", "10s")
+	cmd.Env = w.env()
+	d := &daemon{cmd: cmd, log: &bytes.Buffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = d.log, d.log // one writer: exec copies both through one pipe
+	if err := cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(d.done) }()
+	w.t.Cleanup(func() {
+		d.kill()
+		if w.t.Failed() {
+			w.t.Logf("daemon log:\n%s", d.log.String())
+		}
+	})
+	return d
+}
+
+// kill SIGKILLs the daemon, as a crash would.
+func (d *daemon) kill() {
+	_ = d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.done
+}
+
+// resticRepo creates a restic repository and its password file, readable by the job's user.
+func (w *world) resticRepo(name string) (repo, passwordFile string) {
+	w.t.Helper()
+	repo = filepath.Join(w.dir, name)
+	passwordFile = filepath.Join(w.dir, name+".password")
+	if err := os.WriteFile(passwordFile, []byte("correct horse battery staple\n"), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+	w.restic(repo, passwordFile, "init")
+	return repo, passwordFile
+}
+
+func (w *world) restic(repo, passwordFile string, args ...string) string {
+	w.t.Helper()
+	argv := append([]string{"--repo", repo, "--password-file", passwordFile, "--no-cache"}, args...)
+	out, err := exec.Command("restic", argv...).CombinedOutput()
+	if err != nil {
+		w.t.Fatalf("restic %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// openRepoToAll lets units running as another user read and write the repository.
+func openToAll(t *testing.T, root string) {
+	t.Helper()
+	err := filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		mode := os.FileMode(0o666)
+		if info.IsDir() {
+			mode = 0o777
+		}
+		return os.Chmod(p, mode)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sampleData writes files of random bytes, total about size bytes, under a new directory.
+func (w *world) sampleData(name string, files int, size int64) string {
+	w.t.Helper()
+	dir := filepath.Join(w.dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		w.t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for i := range files {
+		f, err := os.Create(filepath.Join(dir, "file-"+string(rune('a'+i%26))+"-"+strings.Repeat("x", i/26)))
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		for left := size / int64(files); left > 0; left -= int64(len(buf)) {
+			n := min(left, int64(len(buf)))
+			_, _ = rand.Read(buf[:n])
+			if _, err := f.Write(buf[:n]); err != nil {
+				w.t.Fatal(err)
+			}
+		}
+		if err := f.Chmod(0o644); err != nil {
+			w.t.Fatal(err)
+		}
+		f.Close()
+	}
+	return dir
+}
+
+type runJSON struct {
+	ID             string  `json:"id"`
+	Job            string  `json:"job"`
+	Status         string  `json:"status"`
+	Reason         string  `json:"reason"`
+	FailureClass   string  `json:"failure_class"`
+	SnapshotID     string  `json:"snapshot_id"`
+	BytesAdded     *int64  `json:"bytes_added"`
+	FilesProcessed *int64  `json:"files_processed"`
+	FilesSkipped   int64   `json:"files_skipped"`
+	StopRequested  *string `json:"stop_requested_at"`
+	Progress       *struct {
+		PercentDone float64 `json:"percent_done"`
+		BytesDone   int64   `json:"bytes_done"`
+	} `json:"progress"`
+	Attempts []struct {
+		Attempt          int    `json:"attempt"`
+		Unit             string `json:"unit"`
+		ServiceResult    string `json:"service_result"`
+		ExitCode         string `json:"exit_code"`
+		ExitStatus       string `json:"exit_status"`
+		QuarantineReason string `json:"quarantine_reason"`
+	} `json:"attempts"`
+}
+
+func (w *world) show(id string) runJSON {
+	w.t.Helper()
+	var r runJSON
+	if err := json.Unmarshal([]byte(w.mustRun("run", "show", id, "--json")), &r); err != nil {
+		w.t.Fatal(err)
+	}
+	return r
+}
+
+// startRun admits a run without waiting and returns its id.
+func (w *world) startRun(job string) string {
+	w.t.Helper()
+	var r runJSON
+	if err := json.Unmarshal([]byte(w.mustRun("run", "start", job, "--json")), &r); err != nil {
+		w.t.Fatal(err)
+	}
+	return r.ID
+}
+
+// waitRun polls until cond holds for the run, or fails the test.
+func (w *world) waitRun(id string, what string, cond func(runJSON) bool) runJSON {
+	w.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		r := w.show(id)
+		if cond(r) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("run %s: timed out waiting for %s; last: %+v", id, what, r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func ended(r runJSON) bool { return r.Status != "queued" && r.Status != "running" }
