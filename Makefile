@@ -26,7 +26,7 @@ test: deps lint
 
 # Figures are ratios against a baseline measured in the same run (see bench/).
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 30x -count 1 ./bench/
+	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./bench/
 
 # Runs each fuzz target for FUZZTIME (default 30s); the seed corpora run in `make test`.
 FUZZTIME ?= 30s

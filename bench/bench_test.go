@@ -1,0 +1,177 @@
+// Package bench measures holdfast against baselines taken in the same run, because these
+// machines are noisy: every figure is reported next to its baseline and as a ratio.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/reconcile"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.RunMain(m) }
+
+func waitActive(b *testing.B, r *runner.Runner, unit string) {
+	b.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		alive, st, err := r.Alive(context.Background(), unit)
+		if err == nil && alive && st.ActiveState == "active" {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("unit %s never became active (last %+v, %v)", unit, st, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func waitGone(b *testing.B, r *runner.Runner, unit string) {
+	b.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		alive, _, err := r.Alive(context.Background(), unit)
+		if err == nil && !alive {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("unit %s did not go away", unit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// BenchmarkStartLatency compares holdfast's start latency — a run admitted as `run start` admits
+// it, until its unit is active — with a raw StartTransientUnit of the same unit (same command,
+// same properties) measured alternately in the same run. Target: holdfast/raw <= 2.
+func BenchmarkStartLatency(b *testing.B) {
+	ctx := context.Background()
+	dsn := testenv.Postgres(b)
+	mgr := testenv.PrivateSystemd(b)
+	bin := testenv.HoldfastBinary(b)
+	dir := testenv.SharedDir(b)
+	state := filepath.Join(dir, "state")
+	if _, err := migrations.Apply(ctx, dsn); err != nil {
+		b.Fatal(err)
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	r, err := runner.New(ctx, runner.Config{Address: mgr.Address})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+
+	repo, pw, data := filepath.Join(dir, "repo"), filepath.Join(dir, "pw"), filepath.Join(dir, "data")
+	if err := os.WriteFile(pw, []byte("bench\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "f"), bytes.Repeat([]byte("x"), 1<<20), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if out, err := exec.Command("restic", "--repo", repo, "--password-file", pw, "init").CombinedOutput(); err != nil {
+		b.Fatalf("restic init: %v\n%s", err, out)
+	}
+	job, err := st.CreateJob(ctx, store.Job{Name: "bench", Engine: "restic", Repository: repo, PasswordFile: pw, Paths: []string{data}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	restic, err := exec.LookPath("restic")
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	daemon := exec.Command(bin, "daemon", "--sweep-interval", "200ms", "--spawn-grace", "30s")
+	daemon.Env = append(os.Environ(), "HOLDFAST_DSN="+dsn, "HOLDFAST_SYSTEMD_ADDRESS="+mgr.Address, "HOLDFAST_STATE_DIR="+state)
+	var daemonLog bytes.Buffer
+	daemon.Stdout, daemon.Stderr = &daemonLog, &daemonLog
+	if err := daemon.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		_ = daemon.Process.Kill()
+		_ = daemon.Wait()
+		if b.Failed() {
+			b.Logf("daemon log:\n%s", daemonLog.String())
+		}
+	}()
+	time.Sleep(500 * time.Millisecond) // the daemon's boot pass and LISTEN
+
+	cfg := reconcile.Config{StateDir: state, Binary: bin, ResticBinary: restic}
+	var raw, holdfast []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		// Raw: the very unit the daemon would start, started directly.
+		spec := reconcile.UnitSpec(cfg, job, uuid.New(), 1)
+		if err := os.MkdirAll(filepath.Dir(reconcile.JournalPath(state, uuid.New(), 1)), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := r.Start(ctx, spec); err != nil {
+			b.Fatal(err)
+		}
+		waitActive(b, r, spec.Name)
+		raw = append(raw, time.Since(start))
+		if err := r.Stop(ctx, spec.Name); err != nil {
+			b.Fatal(err)
+		}
+		waitGone(b, r, spec.Name)
+
+		// holdfast: admitted as `run start` does, spawned by the daemon on NOTIFY.
+		start = time.Now()
+		run, err := st.Admit(ctx, "bench", "manual")
+		if err != nil {
+			b.Fatal(err)
+		}
+		unit := runner.UnitName("bench", run.ID, 1)
+		waitActive(b, r, unit)
+		holdfast = append(holdfast, time.Since(start))
+		if _, err := st.RequestStop(ctx, run.ID); err != nil {
+			b.Fatal(err)
+		}
+		if err := r.Stop(ctx, unit); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			got, err := st.RunByID(ctx, run.ID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !store.Live(got.Status) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	b.StopTimer()
+	rawMed, hfMed := median(raw), median(holdfast)
+	b.ReportMetric(float64(rawMed.Microseconds())/1000, "raw-ms")
+	b.ReportMetric(float64(hfMed.Microseconds())/1000, "holdfast-ms")
+	b.ReportMetric(float64((hfMed-rawMed).Microseconds())/1000, "overhead-ms")
+	b.ReportMetric(float64(hfMed)/float64(rawMed), "holdfast/raw")
+	b.ReportMetric(0, "ns/op")
+}
