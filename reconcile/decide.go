@@ -23,7 +23,8 @@ const (
 // facts are the evidence about one live run in one pass (DESIGN.md §4).
 type facts struct {
 	marker        markerState
-	interrupted   bool // readable marker: the engine ended because a signal interrupted it
+	markerProblem string // for an unreadable marker: the error, starting "exit marker unreadable"
+	interrupted   bool   // readable marker: the engine ended because a signal interrupted it
 	unitRecorded  bool
 	unit          unitState
 	stopRequested bool

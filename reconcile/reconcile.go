@@ -186,7 +186,7 @@ func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun) (int64, err
 		return lag, r.finishFromMarker(ctx, l, marker, eng)
 	case actFinishUnreadable:
 		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed,
-			reason: "exit marker unreadable: " + marker.ServiceResult})
+			reason: f.markerProblem})
 	case actFinishStopped:
 		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusStopped, reason: stoppedReason(f)})
 	case actFinishPaused:
@@ -204,8 +204,7 @@ func stoppedReason(f facts) string {
 	return "stopped by the operator; the unit ended without an exit marker"
 }
 
-// readMarker reads the attempt's marker into f. For an unreadable marker it returns a Marker
-// whose ServiceResult carries the reason, so the ending can say what was wrong.
+// readMarker reads the attempt's marker into f.
 func (r *Reconciler) readMarker(l store.LiveRun, f *facts, eng classifier) (runner.Marker, error) {
 	m, err := runner.ReadMarker(r.cfg.StateDir, l.Run.ID, l.Attempt.No)
 	switch {
@@ -218,7 +217,8 @@ func (r *Reconciler) readMarker(l store.LiveRun, f *facts, eng classifier) (runn
 		return runner.Marker{}, nil
 	case errors.Is(err, runner.ErrMarkerUnreadable):
 		f.marker = markerUnreadable
-		return runner.Marker{ServiceResult: err.Error()}, nil
+		f.markerProblem = err.Error()
+		return runner.Marker{}, nil
 	}
 	return runner.Marker{}, err // an I/O error may pass: decide nothing on it
 }

@@ -107,10 +107,10 @@ func ReadMarker(stateDir string, run uuid.UUID, attempt int) (Marker, error) {
 	}
 	m, err := ParseMarker(data)
 	if err != nil {
-		return Marker{}, fmt.Errorf("%s: %w", path, err)
+		return Marker{}, fmt.Errorf("%w (%s)", err, path)
 	}
 	if m.Run != run || m.Attempt != attempt {
-		return Marker{}, fmt.Errorf("%s: %w: it belongs to run %s attempt %d", path, ErrMarkerUnreadable, m.Run, m.Attempt)
+		return Marker{}, fmt.Errorf("%w: it belongs to run %s attempt %d (%s)", ErrMarkerUnreadable, m.Run, m.Attempt, path)
 	}
 	return m, nil
 }

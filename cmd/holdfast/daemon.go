@@ -241,4 +241,3 @@ func newMarkerCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&unit, "unit", "", "unit name")
 	return cmd
 }
-
