@@ -4,7 +4,7 @@ BIN     := bin/holdfast
 PKGS    := ./...
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build deps test lint bench demo fuzz clean
+.PHONY: all build deps test lint bench demo fuzz man package clean
 
 all: build
 
@@ -35,8 +35,19 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./journal/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMarker$$' -fuzztime $(FUZZTIME) ./runner/
 
+# Man pages come from the CLI's own help; a clean environment keeps local settings out of them.
+man: build
+	env -i PATH="$$PATH" $(BIN) man man/
+
+NFPM := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+HOLDFAST_VERSION ?= 0.1.0
+package: build man
+	mkdir -p dist
+	HOLDFAST_VERSION=$(HOLDFAST_VERSION) $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager deb --target dist/
+	HOLDFAST_VERSION=$(HOLDFAST_VERSION) $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager rpm --target dist/
+
 demo: deps build
 	@scripts/demo
 
 clean:
-	rm -rf bin .demo
+	rm -rf bin dist man
