@@ -1,0 +1,623 @@
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	sdbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
+)
+
+const (
+	systemdPath  = "/lib/systemd/systemd"
+	journaldPath = "/lib/systemd/systemd-journald"
+
+	hostAddress = "unix:path=/run/systemd/private"
+
+	readyTimeout = 20 * time.Second
+	// exitTimeout exceeds the manager's DefaultTimeoutStopSec (90s), after
+	// which systemd kills a unit that ignores its stop signal.
+	exitTimeout    = 100 * time.Second
+	cleanupTimeout = 15 * time.Second
+)
+
+// managerScript runs inside a private mount namespace and becomes the
+// manager. $1 is the directory that holds the journal, the other arguments
+// are the manager's cgroups (see cgroup.go). A user manager refuses to
+// start without /run/systemd/system; the tmpfs keeps the manager's
+// /run/systemd (journald's sockets among it) apart from other managers, the
+// bind mount keeps its journal apart and readable from outside, also after
+// the manager is gone. journald's pid goes to fd 3; journald dies with the
+// manager (pdeathsig). Without --log-target a user manager logs nowhere.
+const managerScript = `set -eu
+journal=$1
+shift
+for cg in "$@"; do
+	echo "$$" >"$cg/cgroup.procs"
+done
+mount -t tmpfs -o mode=0755 tmpfs /run/systemd
+mkdir /run/systemd/system
+mount --bind "$journal" /run/log
+if [ -d /var/log/journal ]; then mount -t tmpfs -o mode=0755 tmpfs /var/log/journal; fi
+setpriv --pdeathsig TERM ` + journaldPath + ` </dev/null 3>&- &
+echo "$!" >&3
+exec 3>&-
+i=0
+while [ ! -S /run/systemd/journal/stdout ]; do
+	i=$((i + 1))
+	if [ "$i" -gt 1000 ]; then
+		echo "testenv: systemd-journald did not create its sockets" >&2
+		exit 1
+	fi
+	sleep 0.01
+done
+exec ` + systemdPath + ` --user --log-target=journal
+`
+
+// Manager is a running systemd manager that tests can launch transient
+// units on.
+//
+// A private manager is a `systemd --user` running as root, so units may
+// set User=. Its cgroup root is a subtree of its own: a unit's
+// ControlGroup reads /holdfast-testenv-<random>.slice/app.slice/<unit>.
+// In its journal, unit output carries _SYSTEMD_UNIT=<unit> and
+// SYSLOG_IDENTIFIER, the manager's own messages about a unit carry
+// USER_UNIT=<unit>. Lines of a process that exits at once can lack
+// _SYSTEMD_UNIT (journald reads the metadata too late), so match
+// SYSLOG_IDENTIFIER (set SyslogIdentifier=) where that matters.
+type Manager struct {
+	RuntimeDir string // XDG_RUNTIME_DIR of the manager ("" for the host's system manager)
+	Address    string // D-Bus address of the manager's private socket (peer to peer: no Hello)
+	JournalDir string // directory for journalctl --directory ("" = host journal); kept across Exit, Kill and Start
+	Private    bool   // true when testenv started it
+
+	dir     string         // holds RuntimeDir, the journal and the manager's output
+	logPath string         // the manager's and journald's stdout and stderr
+	cgroup  *cgroupSubtree // the manager's cgroup root
+
+	mu   sync.Mutex
+	inst *instance // nil while stopped
+}
+
+// instance is one run of a private manager.
+type instance struct {
+	proc     *child // unshare, which execs sh, which execs systemd: proc's pid is the manager's
+	journald int
+	cgroup   *cgroupSubtree
+}
+
+// live private managers, stopped by RunMain if a test leaked one
+var managers = struct {
+	sync.Mutex
+	set map[*Manager]struct{}
+}{set: make(map[*Manager]struct{})}
+
+// Systemd returns a systemd manager for the test. Normally that is a fresh
+// private `systemd --user` with its own journald (see PrivateSystemd). With
+// HOLDFAST_TEST_SYSTEMD=host it is the host's system manager if that is
+// usable (PID 1 is systemd and /run/systemd/private accepts connections).
+func Systemd(t testing.TB) *Manager {
+	t.Helper()
+	switch v := os.Getenv("HOLDFAST_TEST_SYSTEMD"); v {
+	case "":
+	case "host":
+		if err := hostUsable(); err != nil {
+			t.Logf("testenv: HOLDFAST_TEST_SYSTEMD=host, but the host's system manager is not usable (%v); starting a private one", err)
+			break
+		}
+		return &Manager{Address: hostAddress}
+	default:
+		t.Fatalf("testenv: HOLDFAST_TEST_SYSTEMD=%q: want empty or \"host\"", v)
+	}
+	return PrivateSystemd(t)
+}
+
+func hostUsable() error {
+	comm, err := os.ReadFile("/proc/1/comm")
+	if err != nil {
+		return err
+	}
+	if c := strings.TrimSpace(string(comm)); c != "systemd" {
+		return fmt.Errorf("PID 1 is %s, not systemd", c)
+	}
+	if fi, err := os.Stat("/run/systemd/system"); err != nil || !fi.IsDir() {
+		return errors.New("/run/systemd/system is not a directory")
+	}
+	conn, err := dialPrivate(context.Background(), hostAddress)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// PrivateSystemd starts a private `systemd --user` with its own journald in
+// its own mount namespace, for tests that kill or restart the manager. It is
+// stopped at t.Cleanup: gracefully, and killed if that does not work.
+// It needs root.
+func PrivateSystemd(t testing.TB) *Manager {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		unavailable(t, "a private systemd manager needs root (it mounts in a private mount namespace)")
+	}
+	for _, p := range []struct{ path, pkg string }{
+		{systemdPath, "systemd"},
+		{journaldPath, "systemd"},
+	} {
+		if _, err := os.Stat(p.path); err != nil {
+			unavailable(t, "%s not found: apt-get install %s", p.path, p.pkg)
+		}
+	}
+	for _, p := range []struct{ name, pkg string }{
+		{"unshare", "util-linux"},
+		{"setpriv", "util-linux"},
+		{"mount", "mount"},
+		{"systemctl", "systemd"},
+	} {
+		if _, err := exec.LookPath(p.name); err != nil {
+			unavailable(t, "%s not found in PATH: apt-get install %s", p.name, p.pkg)
+		}
+	}
+
+	cg, err := newCgroupSubtree()
+	if err != nil {
+		unavailable(t, "a private systemd manager needs cgroups: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "holdfast-systemd-*")
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	m := &Manager{
+		RuntimeDir: filepath.Join(dir, "rt"),
+		JournalDir: filepath.Join(dir, "log", "journal"),
+		Private:    true,
+		dir:        dir,
+		logPath:    filepath.Join(dir, "manager.log"),
+		cgroup:     cg,
+	}
+	m.Address = "unix:path=" + escapeAddress(filepath.Join(m.RuntimeDir, "systemd", "private"))
+	t.Cleanup(func() {
+		if err := m.teardown(); err != nil {
+			t.Errorf("testenv: stop systemd manager: %v", err)
+		}
+	})
+	if err := os.Mkdir(m.RuntimeDir, 0o700); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	if err := os.Mkdir(filepath.Dir(m.JournalDir), 0o755); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	if n := len(filepath.Join(m.RuntimeDir, "systemd", "private")); n > 100 {
+		t.Fatalf("testenv: runtime dir %s too long for unix sockets; set TMPDIR to a shorter path", m.RuntimeDir)
+	}
+
+	managers.Lock()
+	managers.set[m] = struct{}{}
+	managers.Unlock()
+
+	if err := m.start(); err != nil {
+		t.Fatalf("testenv: start systemd --user: %v%s", err, m.outputTail())
+	}
+	return m
+}
+
+// Env returns the environment entries a child process needs to reach the
+// manager with systemctl --user or the user bus.
+func (m *Manager) Env() []string {
+	if !m.Private {
+		return nil
+	}
+	env := []string{"XDG_RUNTIME_DIR=" + m.RuntimeDir}
+	if bus := filepath.Join(m.RuntimeDir, "bus"); exists(bus) {
+		env = append(env, "DBUS_SESSION_BUS_ADDRESS=unix:path="+escapeAddress(bus))
+	}
+	return env
+}
+
+// Dial connects go-systemd to the manager's private socket. As with
+// go-systemd's *Context constructors, ctx bounds the connection's life.
+// The caller closes the connection.
+func (m *Manager) Dial(ctx context.Context) (*sdbus.Conn, error) {
+	return sdbus.NewConnection(func() (*dbus.Conn, error) {
+		return dialPrivate(ctx, m.Address)
+	})
+}
+
+// Conn is Dial for a test: it fails the test on error and closes the
+// connection at t.Cleanup.
+func (m *Manager) Conn(t testing.TB) *sdbus.Conn {
+	t.Helper()
+	conn, err := m.Dial(context.Background())
+	if err != nil {
+		t.Fatalf("testenv: connect to systemd at %s: %v", m.Address, err)
+	}
+	t.Cleanup(conn.Close)
+	return conn
+}
+
+// Systemctl runs `systemctl --user args...` against the manager (plain
+// systemctl for the host's manager) and returns its combined output. It
+// fails the test if systemctl fails.
+func (m *Manager) Systemctl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := m.SystemctlErr(args...)
+	if err != nil {
+		t.Fatalf("testenv: %v\n%s", err, out)
+	}
+	return out
+}
+
+// SystemctlErr is Systemctl returning the error, e.g. for a non-zero exit
+// of `is-active`.
+func (m *Manager) SystemctlErr(args ...string) (string, error) {
+	argv := args
+	if m.Private {
+		argv = append([]string{"--user"}, args...)
+	}
+	cmd := exec.Command("systemctl", argv...)
+	cmd.Env = append(os.Environ(), m.Env()...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("systemctl %s: %w", strings.Join(argv, " "), err)
+	}
+	return string(out), nil
+}
+
+// Exit stops the manager gracefully, as `systemctl --user exit` does: its
+// units are stopped (ExecStopPost runs) and Exit waits until the manager
+// and its journald are gone.
+func (m *Manager) Exit(t testing.TB) {
+	t.Helper()
+	m.requirePrivate(t, "Exit")
+	if err := m.exit(exitTimeout); err != nil {
+		t.Fatalf("testenv: exit systemd manager: %v%s", err, m.outputTail())
+	}
+}
+
+// Kill simulates a power loss: the manager, its journald and every process
+// of its units get SIGKILL at once; nothing of the units' stop logic runs.
+func (m *Manager) Kill(t testing.TB) {
+	t.Helper()
+	m.requirePrivate(t, "Kill")
+	if err := m.kill(); err != nil {
+		t.Fatalf("testenv: kill systemd manager: %v", err)
+	}
+}
+
+// Start starts a new manager on the same RuntimeDir after Exit or Kill,
+// like a boot: the runtime directory starts out empty, so transient units
+// of the previous manager are gone. JournalDir keeps the old entries.
+func (m *Manager) Start(t testing.TB) {
+	t.Helper()
+	m.requirePrivate(t, "Start")
+	if err := m.start(); err != nil {
+		t.Fatalf("testenv: start systemd --user: %v%s", err, m.outputTail())
+	}
+}
+
+func (m *Manager) requirePrivate(t testing.TB, op string) {
+	t.Helper()
+	if !m.Private {
+		t.Fatalf("testenv: %s needs a private manager (PrivateSystemd), not the host's", op)
+	}
+}
+
+func (m *Manager) start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.inst != nil {
+		return errors.New("manager is already running")
+	}
+	// /run and the cgroup tree are empty after a boot; stale sockets and
+	// transient unit files of a killed manager would otherwise come back.
+	if err := clearDir(m.RuntimeDir); err != nil {
+		return err
+	}
+	if err := m.cgroup.remove(5 * time.Second); err != nil {
+		return err
+	}
+	if err := m.cgroup.create(); err != nil {
+		return err
+	}
+
+	logf, err := os.OpenFile(m.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer pr.Close()
+
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = "/root"
+	}
+	args := []string{"--mount", "--propagation", "private",
+		"sh", "-c", managerScript, "sh", filepath.Dir(m.JournalDir)}
+	cmd := exec.Command("unshare", append(args, m.cgroup.dirs...)...)
+	// A user manager hands its own environment to every unit, so keep it
+	// small and independent of the test's environment.
+	cmd.Env = []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + home,
+		"USER=root",
+		"LOGNAME=root",
+		"LANG=C.UTF-8",
+		"XDG_RUNTIME_DIR=" + m.RuntimeDir,
+	}
+	cmd.Dir = "/"
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.ExtraFiles = []*os.File{pw}
+	// SIGTERM makes a user manager start exit.target: units are stopped
+	// even when the test binary dies without cleanup.
+	proc, err := startChild(cmd, syscall.SIGTERM)
+	pw.Close()
+	if err != nil {
+		return err
+	}
+	inst := &instance{proc: proc, cgroup: m.cgroup}
+
+	line, _ := bufio.NewReader(pr).ReadString('\n') // EOF once the script closed fd 3 (or died)
+	inst.journald, err = strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		inst.stop()
+		return fmt.Errorf("manager script did not report journald's pid (%q)", line)
+	}
+
+	if err := waitReady(inst, m.Address, readyTimeout); err != nil {
+		inst.stop()
+		return err
+	}
+	m.inst = inst
+	return nil
+}
+
+// waitReady waits until the manager answers on its private socket and has
+// finished starting up.
+func waitReady(inst *instance, address string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var state string
+	var err error
+	for {
+		select {
+		case <-inst.proc.done:
+			return fmt.Errorf("manager exited during startup: %v", inst.proc.err)
+		default:
+		}
+		state, err = systemState(address)
+		if err == nil && (state == "running" || state == "degraded") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("manager not ready after %v: %w", timeout, err)
+			}
+			return fmt.Errorf("manager not ready after %v: state %q", timeout, state)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func systemState(address string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	conn, err := dialPrivate(ctx, address)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	v, err := conn.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1").
+		GetProperty("org.freedesktop.systemd1.Manager.SystemState")
+	if err != nil {
+		return "", err
+	}
+	s, _ := v.Value().(string)
+	return s, nil
+}
+
+// dialPrivate connects to a systemd private socket. It is peer to peer:
+// EXTERNAL auth with the uid, no Hello.
+func dialPrivate(ctx context.Context, address string) (*dbus.Conn, error) {
+	conn, err := dbus.Dial(address, dbus.WithContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.Auth([]dbus.Auth{dbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+func (m *Manager) exit(timeout time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	inst := m.inst
+	if inst == nil {
+		return errors.New("manager is not running")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := dialPrivate(ctx, m.Address)
+	if err != nil {
+		return err
+	}
+	// What `systemctl --user exit` does. The Manager.Exit method is not
+	// that: it leaves without stopping any unit, and often without replying.
+	err = conn.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1").
+		CallWithContext(ctx, "org.freedesktop.systemd1.Manager.StartUnit", 0, "exit.target", "replace-irreversibly").Err
+	conn.Close()
+	if err != nil {
+		return fmt.Errorf("start exit.target: %w", err)
+	}
+	if !inst.proc.wait(timeout) {
+		return fmt.Errorf("manager (pid %d) still running %v after Exit", inst.proc.pid(), timeout)
+	}
+	// journald got SIGTERM when the manager died.
+	if !waitGone(inst.journald, 5*time.Second) {
+		syscall.Kill(inst.journald, syscall.SIGKILL)
+		if !waitGone(inst.journald, 5*time.Second) {
+			return fmt.Errorf("journald (pid %d) survives SIGKILL", inst.journald)
+		}
+	}
+	m.inst = nil
+	// As at the end of a shutdown, whatever a unit left behind
+	// (KillMode=none, say) is killed.
+	return killAll(inst.cgroup.pids, inst.cgroup.kill)
+}
+
+func (m *Manager) kill() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.inst == nil {
+		return errors.New("manager is not running")
+	}
+	if err := m.inst.stop(); err != nil {
+		return err
+	}
+	m.inst = nil
+	return nil
+}
+
+// stop SIGKILLs the manager, journald and every process of the manager's
+// units: everything in the manager's cgroup subtree and, in case a process
+// left it, everything below the manager in the process tree (the user
+// manager is a child subreaper, so daemonized processes of its units are
+// its descendants too).
+func (inst *instance) stop() error {
+	pid := inst.proc.pid()
+	// Frozen, the manager can neither start, restart nor reap anything
+	// while its tree is killed, and orphans stay below it.
+	syscall.Kill(pid, syscall.SIGSTOP)
+	err := killAll(func() []int {
+		below, _ := descendants(pid)
+		return append(below, inst.cgroup.pids()...)
+	}, inst.cgroup.kill)
+	inst.proc.cmd.Process.Kill()
+	if !inst.proc.wait(10 * time.Second) {
+		return fmt.Errorf("manager %d survives SIGKILL", pid)
+	}
+	if inst.journald > 0 && !waitGone(inst.journald, 5*time.Second) {
+		return fmt.Errorf("journald %d survives SIGKILL", inst.journald)
+	}
+	return err
+}
+
+// killAll SIGKILLs the processes that list returns until it returns none;
+// first is a quicker way to kill them all, if any.
+func killAll(list func() []int, first func() bool) error {
+	first()
+	for i := 0; ; i++ {
+		pids := list()
+		if len(pids) == 0 {
+			return nil
+		}
+		if i == 1000 {
+			return fmt.Errorf("processes survive SIGKILL: %v", pids)
+		}
+		for _, p := range pids {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// teardown stops the manager (gracefully if it can) and removes its files.
+func (m *Manager) teardown() error {
+	managers.Lock()
+	delete(managers.set, m)
+	managers.Unlock()
+
+	var errs []error
+	m.mu.Lock()
+	running := m.inst != nil
+	m.mu.Unlock()
+	if running {
+		if err := m.exit(cleanupTimeout); err != nil {
+			if kerr := m.kill(); kerr != nil {
+				errs = append(errs, fmt.Errorf("graceful exit: %v; kill: %w", err, kerr))
+			}
+		}
+	}
+	if err := m.cgroup.remove(5 * time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(m.dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func stopLeakedManagers() error {
+	managers.Lock()
+	leaked := make([]*Manager, 0, len(managers.set))
+	for m := range managers.set {
+		leaked = append(leaked, m)
+	}
+	managers.Unlock()
+	var errs []error
+	for _, m := range leaked {
+		errs = append(errs, m.teardown())
+	}
+	return errors.Join(errs...)
+}
+
+// outputTail returns the end of the manager's stdout and stderr for error
+// messages.
+func (m *Manager) outputTail() string {
+	b, err := os.ReadFile(m.logPath)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	const max = 4096
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return "\nmanager output:\n" + string(b)
+}
+
+func clearDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// escapeAddress escapes a value for a D-Bus address.
+func escapeAddress(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_/.\\*", c) >= 0 {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02x", c)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,252 @@
+// Package testenv gives holdfast's tests their real dependencies: a
+// PostgreSQL server, a systemd manager that runs transient units, the built
+// holdfast binary and directories that units running as another user can
+// reach.
+//
+// The contract: tests use the real thing, never a fake. When a dependency
+// cannot be had (a binary is missing, the test does not run as root), the
+// test is skipped with the reason, unless the environment variable CI is
+// true, in which case it fails. Whatever testenv starts is stopped again: per
+// test at t.Cleanup (databases, systemd managers, directories), per test
+// binary in RunMain (the shared PostgreSQL server, the built binary), so a
+// package that uses Postgres or HoldfastBinary must call RunMain from its
+// TestMain:
+//
+//	func TestMain(m *testing.M) { testenv.RunMain(m) }
+//
+// Environment:
+//
+//	CI=true                 missing dependencies fail the test instead of skipping it
+//	HOLDFAST_TEST_DSN       use this PostgreSQL server instead of starting one
+//	HOLDFAST_TEST_SYSTEMD   "host": Systemd returns the host's system manager when usable
+//
+// Everything is private to one test binary (temporary directories, unix
+// sockets, random names), so several test binaries can run at once. Each
+// private systemd manager has its own mount namespace, journald and cgroup
+// subtree, so unit names need only be unique per manager. Servers and
+// managers also get a signal when the test binary dies without cleaning up
+// (a panic, -timeout), so they do not outlive it.
+package testenv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// runMainActive records that RunMain owns the process, so resources that
+// live as long as the test binary will be released.
+var runMainActive atomic.Bool
+
+// RunMain runs the tests, stops everything testenv started for the whole
+// test binary (the private PostgreSQL server, managers a test leaked) and
+// exits with the tests' exit code. Call it from TestMain.
+func RunMain(m *testing.M) {
+	runMainActive.Store(true)
+	code := m.Run()
+	if err := shutdown(); err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: shutdown: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func shutdown() error {
+	var errs []error
+	errs = append(errs, stopLeakedManagers())
+	errs = append(errs, stopPostgres())
+	if procDir.path != "" {
+		errs = append(errs, os.RemoveAll(procDir.path))
+	}
+	return errors.Join(errs...)
+}
+
+func requireRunMain(t testing.TB, what string) {
+	t.Helper()
+	if !runMainActive.Load() {
+		t.Fatalf("testenv: %s lives as long as the test binary; call testenv.RunMain(m) from TestMain so it is stopped", what)
+	}
+}
+
+// inCI reports whether missing dependencies must fail tests.
+func inCI() bool {
+	ci, _ := strconv.ParseBool(os.Getenv("CI"))
+	return ci
+}
+
+// unavailable ends a test whose real dependency cannot be had: a skip
+// locally, a failure under CI.
+func unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := "testenv: " + fmt.Sprintf(format, args...)
+	if inCI() {
+		t.Fatal(msg + " (CI=true, so this fails instead of skipping)")
+	}
+	t.Skip(msg)
+}
+
+// procDir is a world-traversable directory that lives as long as the test
+// binary (under RunMain); it holds the PostgreSQL server and the binary.
+var procDir struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func processDir() (string, error) {
+	procDir.once.Do(func() {
+		procDir.path, procDir.err = mkdirShared("", "holdfast-testenv-*")
+	})
+	return procDir.path, procDir.err
+}
+
+// mkdirShared creates a directory with mode 0755 and checks that every user
+// can reach it, so units running as User=nobody can use it.
+func mkdirShared(parent, pattern string) (string, error) {
+	dir, err := os.MkdirTemp(parent, pattern)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	if err := checkTraversable(filepath.Dir(dir)); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// checkTraversable reports an error if other users cannot search dir or one
+// of its parents.
+func checkTraversable(dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s (mode %v) is not traversable by other users; set TMPDIR to a directory that is", dir, fi.Mode().Perm())
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return nil
+		}
+		dir = parent
+	}
+}
+
+// SharedDir returns a new empty directory with mode 0755 that every user can
+// reach (unlike t.TempDir, whose parent is 0700). It is removed at t.Cleanup.
+// Use it for state directories, restic repositories and sample data that
+// units running as User=nobody must reach.
+func SharedDir(t testing.TB) string {
+	t.Helper()
+	dir, err := mkdirShared("", "holdfast-shared-*")
+	if err != nil {
+		t.Fatalf("testenv: shared dir: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("testenv: remove shared dir: %v", err)
+		}
+	})
+	return dir
+}
+
+var holdfastBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// HoldfastBinary builds ./cmd/holdfast once per test binary (a plain build,
+// without -race) into a directory every user can read and traverse, and
+// returns the binary's absolute path. The module root is found by walking up
+// from the working directory to go.mod.
+func HoldfastBinary(t testing.TB) string {
+	t.Helper()
+	requireRunMain(t, "HoldfastBinary's build directory")
+	holdfastBin.once.Do(func() {
+		holdfastBin.path, holdfastBin.err = buildHoldfast()
+	})
+	if holdfastBin.err != nil {
+		t.Fatalf("testenv: %v", holdfastBin.err)
+	}
+	return holdfastBin.path
+}
+
+func buildHoldfast() (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	goBin, err := goTool()
+	if err != nil {
+		return "", err
+	}
+	pdir, err := processDir()
+	if err != nil {
+		return "", fmt.Errorf("build holdfast: %w", err)
+	}
+	binDir := filepath.Join(pdir, "bin")
+	if err := os.Mkdir(binDir, 0o755); err != nil {
+		return "", fmt.Errorf("build holdfast: %w", err)
+	}
+	if err := os.Chmod(binDir, 0o755); err != nil { // umask
+		return "", fmt.Errorf("build holdfast: %w", err)
+	}
+	bin := filepath.Join(binDir, "holdfast")
+	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/holdfast")
+	cmd.Dir = root
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/holdfast in %s: %v\n%s", root, err, out.Bytes())
+	}
+	if err := os.Chmod(bin, 0o755); err != nil {
+		return "", fmt.Errorf("build holdfast: %w", err)
+	}
+	return bin, nil
+}
+
+func moduleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find module root: %w", err)
+	}
+	for dir := wd; ; {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("find module root: no go.mod above %s", wd)
+		}
+		dir = parent
+	}
+}
+
+// goTool finds the go command; go test puts its GOROOT/bin first in PATH.
+func goTool() (string, error) {
+	p, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("build holdfast: %w", err)
+	}
+	return p, nil
+}
