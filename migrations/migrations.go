@@ -1,8 +1,8 @@
 // Package migrations holds holdfast's schema as embedded SQL files and applies them with goose.
 //
-// Apply is safe to call from several processes at once (every daemon calls it at start): goose
-// takes a PostgreSQL session advisory lock with holdfast's own id, so concurrent callers queue
-// instead of racing, and a migration already applied is skipped.
+// Apply is safe to call from several processes at once (every daemon calls it at start): it holds
+// a PostgreSQL session advisory lock with holdfast's own id while goose runs, so concurrent callers
+// queue instead of racing, and a migration already applied is skipped.
 package migrations
 
 import (
@@ -14,7 +14,6 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/lock"
 )
 
 //go:embed *.sql
@@ -37,12 +36,18 @@ func Apply(ctx context.Context, dsn string) (Result, error) {
 		return Result{}, fmt.Errorf("open database: %w", err)
 	}
 	defer db.Close()
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(LockID))
+	// A blocking pg_advisory_lock hands over the moment the holder is done; goose's own
+	// locker polls every few seconds, which made every concurrent daemon start wait.
+	conn, err := db.Conn(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("migration lock: %w", err)
+		return Result{}, fmt.Errorf("open database: %w", err)
 	}
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, fs.FS(files),
-		goose.WithSessionLocker(locker), goose.WithTableName("holdfast_schema_version"))
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", LockID); err != nil {
+		return Result{}, fmt.Errorf("take migration lock: %w", err)
+	}
+	defer conn.ExecContext(context.Background(), "SELECT pg_advisory_unlock($1)", LockID) //nolint:errcheck // the session ends right after
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, fs.FS(files), goose.WithTableName("holdfast_schema_version"))
 	if err != nil {
 		return Result{}, fmt.Errorf("load migrations: %w", err)
 	}

@@ -1,0 +1,184 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.RunMain(m) }
+
+func open(t *testing.T) *store.Store {
+	t.Helper()
+	dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	// Several daemons start at once: the advisory lock makes them queue, and all succeed.
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = migrations.Apply(ctx, dsn) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent migrate: %v", err)
+		}
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
+func addJob(t *testing.T, st *store.Store, name string) store.Job {
+	t.Helper()
+	j, err := st.CreateJob(context.Background(), store.Job{Name: name, Engine: "restic", Repository: "/r",
+		PasswordFile: "/pw", Paths: []string{"/data"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func TestAdmitOneLiveRunPerJob(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	addJob(t, st, "a")
+	run, err := st.Admit(ctx, "a", "manual")
+	if err != nil || run.Status != store.StatusQueued {
+		t.Fatalf("admit: %+v, %v", run, err)
+	}
+	var conflict *store.ConflictError
+	if _, err := st.Admit(ctx, "a", "manual"); !errors.As(err, &conflict) {
+		t.Fatalf("second admit while live: err = %v, want a ConflictError", err)
+	}
+	if _, err := st.Admit(ctx, "nope", "manual"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("admit of an unknown job: err = %v", err)
+	}
+	if err := st.RemoveJob(ctx, "a"); !errors.As(err, &conflict) {
+		t.Fatalf("remove with a live run: err = %v, want a ConflictError", err)
+	}
+}
+
+// Guarded writes: a pass acting on an old snapshot changes nothing.
+func TestGuardedWrites(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	addJob(t, st, "g")
+	run, err := st.Admit(ctx, "g", "manual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two daemons claim the same spawn: exactly one wins.
+	var wins int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			ok, err := st.ClaimSpawn(ctx, run.ID, 1, "holdfast-g-"+run.ID.String()+"-a1.service", "h")
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Fatalf("%d claims won, want exactly 1", wins)
+	}
+
+	// The journal projection applies a batch once.
+	to := journal.Cursor{Offset: 100, LastSeq: 3, LastHash: "abc"}
+	d := store.JournalDelta{ItemErrors: 2, FirstItemError: "/x: denied"}
+	for i, want := range []bool{true, false} {
+		ok, err := st.ApplyJournal(ctx, run.ID, 1, journal.Cursor{}, to, d)
+		if err != nil || ok != want {
+			t.Fatalf("apply #%d: ok=%v err=%v, want %v", i+1, ok, err, want)
+		}
+	}
+	a, err := st.Attempt(ctx, run.ID, 1)
+	if err != nil || a.ItemErrors != 2 || a.Cursor != to {
+		t.Fatalf("after applying twice: %+v, %v; want 2 item errors and the new cursor", a, err)
+	}
+
+	end := store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusSucceeded, Reason: "ok",
+		ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}
+	for i, want := range []bool{true, false} {
+		ok, err := st.Finish(ctx, end)
+		if err != nil || ok != want {
+			t.Fatalf("finish #%d: ok=%v err=%v, want %v", i+1, ok, err, want)
+		}
+	}
+	// A restart of an attempt that already ended does nothing.
+	moved, err := st.Restart(ctx, run.ID, 1, time.Now(), "", "", "")
+	if err != nil || moved {
+		t.Fatalf("restart of an ended attempt: moved=%v err=%v", moved, err)
+	}
+	got, err := st.RunByID(ctx, run.ID)
+	if err != nil || got.Status != store.StatusSucceeded {
+		t.Fatalf("run = %+v, %v", got, err)
+	}
+	jobs, err := st.Jobs(ctx)
+	if err != nil || jobs[0].LastOutcome != store.StatusSucceeded {
+		t.Fatalf("job's last outcome: %+v, %v", jobs, err)
+	}
+}
+
+func TestRestartOpensNextAttempt(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	addJob(t, st, "r")
+	run, err := st.Admit(ctx, "r", "manual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := st.Restart(ctx, run.ID, 1, time.Now(), "", "", "")
+	if err != nil || !moved {
+		t.Fatalf("restart: moved=%v err=%v", moved, err)
+	}
+	live, err := st.LiveRuns(ctx)
+	if err != nil || len(live) != 1 || live[0].Attempt.No != 2 || live[0].Job == nil || live[0].Job.Name != "r" {
+		t.Fatalf("live runs after restart: %+v, %v", live, err)
+	}
+	// Stop before the new attempt spawned: no claim is possible any more.
+	if _, err := st.RequestStop(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := st.ClaimSpawn(ctx, run.ID, 2, "u", "h")
+	if err != nil || ok {
+		t.Fatalf("claim after a stop request: ok=%v err=%v, want false", ok, err)
+	}
+}
+
+func TestResolveRun(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	addJob(t, st, "p")
+	run, err := st.Admit(ctx, "p", "manual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arg := range []string{run.ID.String(), run.ID.String()[:8], run.ID.String()[:4]} {
+		if id, err := st.ResolveRun(ctx, arg); err != nil || id != run.ID {
+			t.Fatalf("resolve %q: %v, %v", arg, id, err)
+		}
+	}
+	for _, arg := range []string{"abc", "zzzzzzzz", "'; drop table runs; --", ""} {
+		if _, err := st.ResolveRun(ctx, arg); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("resolve %q: err = %v, want not found", arg, err)
+		}
+	}
+}
