@@ -434,7 +434,7 @@ func newRunLogsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			argv := journalctlArgv(g.journalDir, g.systemd, attempts, follow)
+			argv := journalctlArgv(g.journalDir, attempts, follow)
 			if argv == nil {
 				return badInput("run %s has not started a unit yet: no logs", id)
 			}
@@ -450,9 +450,10 @@ func newRunLogsCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// journalctlArgv matches every unit of the run; entries of a user manager's units carry the
-// unit in _SYSTEMD_USER_UNIT on a regular host, in _SYSTEMD_UNIT when the manager is at the root.
-func journalctlArgv(dir, manager string, attempts []store.Attempt, follow bool) []string {
+// journalctlArgv matches every unit of the run: what the unit's processes wrote (_SYSTEMD_UNIT,
+// or _SYSTEMD_USER_UNIT under a regular user manager) and what the manager said about the unit
+// (UNIT, USER_UNIT).
+func journalctlArgv(dir string, attempts []store.Attempt, follow bool) []string {
 	argv := []string{"journalctl", "--no-pager", "--output", "short-iso"}
 	if dir != "" {
 		argv = append(argv, "--directory", dir)
@@ -465,14 +466,13 @@ func journalctlArgv(dir, manager string, attempts []store.Attempt, follow bool) 
 		if a.Unit == "" {
 			continue
 		}
-		if n > 0 {
-			argv = append(argv, "+")
+		for _, field := range []string{"_SYSTEMD_UNIT", "_SYSTEMD_USER_UNIT", "UNIT", "USER_UNIT"} {
+			if n > 0 {
+				argv = append(argv, "+")
+			}
+			argv = append(argv, field+"="+a.Unit)
+			n++
 		}
-		argv = append(argv, "_SYSTEMD_UNIT="+a.Unit)
-		if manager == "user" {
-			argv = append(argv, "+", "_SYSTEMD_USER_UNIT="+a.Unit)
-		}
-		n++
 	}
 	if n == 0 {
 		return nil
