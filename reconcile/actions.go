@@ -132,7 +132,27 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m ru
 	}
 	ev := evidence(a)
 	v := outcome(m, ev, eng, l.Run.StopRequestedAt != nil, l.Run.PausedReason)
+	if ev.Summary == nil && (v.status == store.StatusSucceeded || v.status == store.StatusPartial) && l.Job != nil && l.Job.Engine == "restic" {
+		v.snapshotID, v.reason = r.repair(ctx, *l.Job, l.Run.ID, v.reason)
+	}
 	return r.finishAttempt(ctx, l, a, m, v)
+}
+
+// repair asks the repository which snapshot the run made, when the journal cannot say (it was
+// lost or quarantined). It is asked once, as the run ends; the byte figures stay unknown.
+func (r *Reconciler) repair(ctx context.Context, job store.Job, run uuid.UUID, reason string) (snapshotID, newReason string) {
+	ej := engineJob(r.cfg, job)
+	ej.CacheDir = "" // the job's cache belongs to the job's user, not to the daemon
+	snaps, err := engine.Restic{Binary: r.cfg.ResticBinary}.RunSnapshots(ctx, ej, run)
+	switch {
+	case err != nil:
+		r.cfg.Logger.Warn("repair channel failed", "run", run, "err", err)
+		return "", reason + "; the journal recorded no summary and the repository could not be asked"
+	case len(snaps) == 0:
+		return "", reason + "; the journal recorded no summary and the repository has no snapshot tagged with this run"
+	}
+	last := snaps[len(snaps)-1]
+	return last.ShortID, reason + fmt.Sprintf("; snapshot %s found in the repository by the run's tag (the journal recorded no summary; byte figures unknown)", last.ShortID)
 }
 
 // finish closes a run on a verdict reached without a readable marker.
@@ -154,6 +174,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 	if v.status == store.StatusPaused {
 		e.PausedReason = l.Run.PausedReason
 	}
+	e.SnapshotID = v.snapshotID
 	// Absent is not zero: without the engine's summary the figures stay unknown.
 	if s := summary(a); s != nil {
 		e.SnapshotID = s.SnapshotID

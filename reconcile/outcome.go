@@ -11,9 +11,10 @@ import (
 
 // verdict is how a run ends (or that it must restart), with the sentence that says why.
 type verdict struct {
-	status string
-	class  string
-	reason string
+	status     string
+	class      string
+	reason     string
+	snapshotID string // from the repair channel, when the journal had no summary
 }
 
 // systemdExitStatuses are the statuses systemd itself uses when it could not run the command

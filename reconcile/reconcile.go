@@ -109,12 +109,15 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 		return SweepStats{}, err
 	}
 	stats := SweepStats{Runs: len(live)}
+	// One question to systemd for the whole pass. It is asked before any marker is read: a unit
+	// reads as gone only after its ExecStopPost ended, so a marker it wrote is seen below.
+	states, statesErr := r.unitStates(ctx, live)
 	for _, l := range live {
 		if err := ctx.Err(); err != nil {
 			return stats, err
 		}
 		runCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
-		lag, err := r.reconcile(runCtx, l)
+		lag, err := r.reconcile(runCtx, l, states, statesErr)
 		cancel()
 		stats.JournalLag = max(stats.JournalLag, lag)
 		if err != nil {
@@ -127,6 +130,21 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	return stats, nil
 }
 
+func (r *Reconciler) unitStates(ctx context.Context, live []store.LiveRun) (map[string]runner.State, error) {
+	var names []string
+	for _, l := range live {
+		if l.Attempt.Unit != "" {
+			names = append(names, l.Attempt.Unit)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	askCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
+	defer cancel()
+	return r.cfg.Runner.States(askCtx, names)
+}
+
 func (r *Reconciler) engineFor(job *store.Job) classifier {
 	if job != nil && job.Engine == "command" {
 		return engine.Command{}
@@ -134,8 +152,9 @@ func (r *Reconciler) engineFor(job *store.Job) classifier {
 	return engine.Restic{Binary: r.cfg.ResticBinary}
 }
 
-// reconcile applies the decision table to one run and returns its journal lag.
-func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun) (int64, error) {
+// reconcile applies the decision table to one run and returns its journal lag. states is
+// systemd's answer for this pass, statesErr why there is none.
+func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun, states map[string]runner.State, statesErr error) (int64, error) {
 	lag, drainErr := r.drain(ctx, l)
 	if drainErr != nil {
 		// The journal decides how fresh the numbers are, never the lifecycle.
@@ -156,21 +175,26 @@ func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun) (int64, err
 	}
 	act := decide(f, r.cfg.SpawnGrace)
 	if act == actAskSystemd {
-		alive, _, err := r.cfg.Runner.Alive(ctx, l.Attempt.Unit)
-		if err != nil {
-			return lag, err // "could not ask" is never "gone"
+		if statesErr != nil {
+			return lag, statesErr // "could not ask" is never "gone"
+		}
+		st, ok := states[l.Attempt.Unit]
+		if !ok {
+			return lag, fmt.Errorf("systemd was not asked about unit %s", l.Attempt.Unit)
 		}
 		f.unit = unitGone
-		if alive {
+		if st.Alive() {
 			f.unit = unitAlive
 			if l.Run.Status == store.StatusQueued {
 				if err := r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, r.cfg.now()); err != nil {
 					return lag, err
 				}
 			}
-		} else if marker, err = r.readMarker(l, &f, eng); err != nil {
-			// The unit may have ended between the first read and systemd's answer.
-			return lag, err
+		} else if st.ActiveState == "failed" {
+			// A failed unit that was not collected: its name is ours alone, so free it.
+			if err := r.cfg.Runner.ResetFailed(ctx, l.Attempt.Unit); err != nil {
+				r.cfg.Logger.Warn("could not reset a failed unit", "unit", l.Attempt.Unit, "err", err)
+			}
 		}
 		act = decide(f, r.cfg.SpawnGrace)
 	}
@@ -185,8 +209,7 @@ func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun) (int64, err
 	case actFinish:
 		return lag, r.finishFromMarker(ctx, l, marker, eng)
 	case actFinishUnreadable:
-		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed,
-			reason: f.markerProblem})
+		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, reason: f.markerProblem})
 	case actFinishStopped:
 		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusStopped, reason: stoppedReason(f)})
 	case actFinishPaused:

@@ -176,31 +176,56 @@ type State struct {
 	SubState    string
 }
 
-// Alive reports whether the unit is still there (starting, running, or stopping: its
-// ExecStopPost has not finished). A unit that is inactive, failed or unknown is not alive; after
-// garbage collection systemd cannot tell "ended" from "never existed". An error means systemd
-// could not be asked and says nothing about the unit.
-func (r *Runner) Alive(ctx context.Context, name string) (bool, State, error) {
-	var st State
-	err := r.call(ctx, func(c *sddbus.Conn) error {
-		units, err := c.ListUnitsByNamesContext(ctx, []string{name})
-		if err != nil {
-			return err
-		}
-		if len(units) != 1 {
-			return fmt.Errorf("systemd returned %d units for one name", len(units))
-		}
-		st = State{LoadState: units[0].LoadState, ActiveState: units[0].ActiveState, SubState: units[0].SubState}
-		return nil
-	})
-	if err != nil {
-		return false, State{}, fmt.Errorf("ask systemd about unit %s: %w", name, err)
-	}
-	switch st.ActiveState {
+// Alive reports whether the state is one of a unit that is still there: starting, running, or
+// stopping (its ExecStopPost has not finished). Inactive, failed and unknown units are not alive;
+// after garbage collection systemd cannot tell "ended" from "never existed".
+func (s State) Alive() bool {
+	switch s.ActiveState {
 	case "active", "activating", "deactivating", "reloading", "refreshing":
-		return true, st, nil
+		return true
 	}
-	return false, st, nil
+	return false
+}
+
+// maxNamesPerCall bounds one ListUnitsByNames call so a large sweep stays far from D-Bus's
+// message size limit.
+const maxNamesPerCall = 512
+
+// States asks systemd about many units at once. An error means systemd could not be asked and
+// says nothing about any unit: never read it as "gone".
+func (r *Runner) States(ctx context.Context, names []string) (map[string]State, error) {
+	states := make(map[string]State, len(names))
+	for start := 0; start < len(names); start += maxNamesPerCall {
+		batch := names[start:min(start+maxNamesPerCall, len(names))]
+		err := r.call(ctx, func(c *sddbus.Conn) error {
+			units, err := c.ListUnitsByNamesContext(ctx, batch)
+			if err != nil {
+				return err
+			}
+			if len(units) != len(batch) {
+				return fmt.Errorf("systemd returned %d units for %d names", len(units), len(batch))
+			}
+			for _, u := range units {
+				states[u.Name] = State{LoadState: u.LoadState, ActiveState: u.ActiveState, SubState: u.SubState}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("ask systemd about %d units: %w", len(batch), err)
+		}
+	}
+	return states, nil
+}
+
+// Alive reports whether one unit is still there (see State.Alive). An error means systemd could
+// not be asked and says nothing about the unit.
+func (r *Runner) Alive(ctx context.Context, name string) (bool, State, error) {
+	states, err := r.States(ctx, []string{name})
+	if err != nil {
+		return false, State{}, err
+	}
+	st := states[name]
+	return st.Alive(), st, nil
 }
 
 // Stop asks systemd to stop the unit (its KillSignal, then SIGKILL after TimeoutStop). Asking

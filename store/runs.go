@@ -555,3 +555,61 @@ func (s *Store) Attempt(ctx context.Context, runID uuid.UUID, attempt int) (Atte
 	}
 	return as.attempt(), nil
 }
+
+// Resume continues a stopped or paused run as a new attempt: the run goes back to queued with
+// its stop intent and paused reason cleared. Any other status gets a ConflictError naming it.
+func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
+	var run Run
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var status string
+		var jobID *int64
+		err := tx.QueryRow(ctx, `SELECT status, job_id FROM runs WHERE id = $1 FOR UPDATE`, runID).Scan(&status, &jobID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("run %s: %w", runID, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if status != StatusStopped && status != StatusPaused {
+			return &ConflictError{Msg: fmt.Sprintf("run %s is %s; only a stopped or paused run can be resumed", runID, status)}
+		}
+		if jobID == nil {
+			return &ConflictError{Msg: fmt.Sprintf("run %s cannot be resumed: its job was removed", runID)}
+		}
+		// The job row lock serializes this with Admit's check for a live run.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE`, *jobID); err != nil {
+			return err
+		}
+		var live uuid.UUID
+		err = tx.QueryRow(ctx, `SELECT id FROM runs WHERE job_id = $1 AND status IN ('queued', 'running') LIMIT 1`, *jobID).Scan(&live)
+		if err == nil {
+			return &ConflictError{Msg: fmt.Sprintf("run %s cannot be resumed while the job has a live run %s", runID, live)}
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO attempts (run_id, attempt_no)
+			SELECT $1, max(attempt_no) + 1 FROM attempts WHERE run_id = $1`, runID); err != nil {
+			return err
+		}
+		err = tx.QueryRow(ctx, `
+			UPDATE runs r SET status = 'queued', stop_requested_at = NULL, paused_reason = NULL,
+				finished_at = NULL, reason = '', failure_class = ''
+			WHERE id = $1
+			RETURNING `+runColumns, runID).Scan(runDest(&run)...)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, runID.String())
+		return err
+	})
+	if err != nil {
+		var conflict *ConflictError
+		if errors.As(err, &conflict) || errors.Is(err, ErrNotFound) {
+			return Run{}, err
+		}
+		return Run{}, fmt.Errorf("resume run %s: %w", runID, err)
+	}
+	return run, nil
+}

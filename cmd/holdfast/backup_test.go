@@ -258,6 +258,11 @@ func TestCorruptJournalAndMarker(t *testing.T) {
 	if q := r.Attempts[0].QuarantineReason; !strings.Contains(q, "malformed") && !strings.Contains(q, "JSON") {
 		t.Fatalf("quarantine reason = %q, want one naming the malformed line", q)
 	}
+	// The summary came after the bad line, so the repair channel found the snapshot by its tag;
+	// the byte figures it cannot know stay unknown rather than zero.
+	if r.SnapshotID == "" || r.BytesAdded != nil || !strings.Contains(r.Reason, "found in the repository") {
+		t.Fatalf("run = %+v, want the snapshot from the repair channel and bytes_added unknown", r)
+	}
 
 	// Now a run whose marker is corrupted while no daemon watches.
 	d.kill()

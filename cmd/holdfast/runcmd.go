@@ -20,7 +20,7 @@ import (
 
 func newRunCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "run", Short: "Start, stop, list and inspect backup runs"}
-	cmd.AddCommand(newRunStartCmd(g), newRunStopCmd(g), newRunListCmd(g), newRunShowCmd(g), newRunLogsCmd(g))
+	cmd.AddCommand(newRunStartCmd(g), newRunStopCmd(g), newRunListCmd(g), newRunShowCmd(g), newRunLogsCmd(g), newRunResumeCmd(g))
 	return cmd
 }
 
@@ -273,6 +273,31 @@ func newRunStopCmd(g *globals) *cobra.Command {
 				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s: stop requested\n", id)
+			return nil
+		},
+	}
+}
+
+func newRunResumeCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume RUN",
+		Short: "Continue a stopped or paused run as a new attempt",
+		Args:  exactArgs(1, "one run id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			st, err := g.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			id, err := resolveRun(ctx, st, args[0])
+			if err != nil {
+				return err
+			}
+			if _, err := st.Resume(ctx, id); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s: resumed as a new attempt\n", id)
 			return nil
 		},
 	}
