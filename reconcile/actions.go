@@ -74,10 +74,12 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun) error {
 			reason: "the run's job was removed before the run could start"})
 	}
 	spec := UnitSpec(r.cfg, *l.Job, l.Run.ID, l.Attempt.No)
+	crash("spawn-before-claim")
 	claimed, err := r.cfg.Store.ClaimSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host)
 	if err != nil || !claimed {
 		return err // not claimed: another daemon has it, or a stop arrived
 	}
+	crash("spawn-claimed")
 	if err := r.prepareDirs(*l.Job, l.Run.ID, l.Attempt.No); err != nil {
 		// The unit was not asked for: after the spawn grace the attempt reads as vanished and is restarted.
 		return fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err)
@@ -88,8 +90,14 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun) error {
 			return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
 				reason: "systemd refused to start the unit: " + err.Error()})
 		}
+		// systemd could not be asked (a reboot, a restart of the manager): claim again next pass
+		// rather than wait out the spawn grace and count an attempt that never ran.
+		if rerr := r.cfg.Store.ReleaseSpawnClaim(context.WithoutCancel(ctx), l.Run.ID, l.Attempt.No, spec.Name); rerr != nil {
+			return errors.Join(err, rerr)
+		}
 		return err
 	}
+	crash("spawn-started")
 	r.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
 	return r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, r.cfg.now())
 }
@@ -122,6 +130,23 @@ func (r *Reconciler) prepareDirs(job store.Job, run uuid.UUID, attempt int) erro
 		}
 	}
 	return nil
+}
+
+// finishUnspawnedStop closes a run stopped before its attempt recorded a unit. A released spawn
+// claim is not proof that no unit exists (the start call may have reached systemd before it
+// failed), so systemd is asked about the attempt's derived unit name first.
+func (r *Reconciler) finishUnspawnedStop(ctx context.Context, l store.LiveRun) error {
+	if l.Job != nil {
+		name := runner.UnitName(l.Job.Name, l.Run.ID, l.Attempt.No)
+		alive, _, err := r.cfg.Runner.Alive(ctx, name)
+		if err != nil {
+			return err
+		}
+		if alive {
+			return r.cfg.Runner.Stop(ctx, name) // its marker ends the run on a later pass
+		}
+	}
+	return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusStopped, reason: "stopped by the operator before it was started"})
 }
 
 // finishFromMarker closes a run whose unit left a readable marker.
@@ -180,10 +205,12 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 		e.SnapshotID = s.SnapshotID
 		e.BytesAdded, e.BytesProcessed, e.FilesProcessed = &s.DataAdded, &s.TotalBytesProcessed, &s.TotalFilesProcessed
 	}
+	crash("finish-before")
 	done, err := r.cfg.Store.Finish(ctx, e)
 	if err != nil {
 		return err
 	}
+	crash("finish-after")
 	if done {
 		r.cfg.Logger.Info("run finished", "run", l.Run.ID, "attempt", l.Attempt.No, "status", v.status, "reason", v.reason)
 	}
@@ -197,10 +224,12 @@ func (r *Reconciler) restart(ctx context.Context, l store.LiveRun, m runner.Mark
 			reason: fmt.Sprintf("interrupted %d times (last: %s); giving up after %d attempts",
 				l.Attempt.No, interruption(m), r.cfg.MaxAttempts)})
 	}
+	crash("restart-before")
 	moved, err := r.cfg.Store.Restart(ctx, l.Run.ID, l.Attempt.No, r.cfg.now(), m.ServiceResult, m.ExitCode, m.ExitStatus)
 	if err != nil {
 		return err
 	}
+	crash("restart-after")
 	if moved {
 		r.cfg.Logger.Info("run restarted", "run", l.Run.ID, "after_attempt", l.Attempt.No, "cause", interruption(m))
 	}

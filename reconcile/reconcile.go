@@ -211,20 +211,17 @@ func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun, states map[
 	case actFinishUnreadable:
 		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, reason: f.markerProblem})
 	case actFinishStopped:
-		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusStopped, reason: stoppedReason(f)})
+		if !f.unitRecorded {
+			return lag, r.finishUnspawnedStop(ctx, l)
+		}
+		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusStopped,
+			reason: "stopped by the operator; the unit ended without an exit marker"})
 	case actFinishPaused:
 		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusPaused, reason: "paused: " + f.pausedReason})
 	case actRestart:
 		return lag, r.restart(ctx, l, marker)
 	}
 	return lag, fmt.Errorf("run %s: no handling for action %s", l.Run.ID, act)
-}
-
-func stoppedReason(f facts) string {
-	if !f.unitRecorded {
-		return "stopped by the operator before it was started"
-	}
-	return "stopped by the operator; the unit ended without an exit marker"
 }
 
 // readMarker reads the attempt's marker into f.

@@ -613,3 +613,17 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 	}
 	return run, nil
 }
+
+// ReleaseSpawnClaim gives back a spawn claim whose StartTransientUnit call could not reach
+// systemd, so the next pass claims the same attempt again. The unit name is derived from the
+// attempt, so if the call did reach systemd, the next start finds the unit instead of a twin.
+func (s *Store) ReleaseSpawnClaim(ctx context.Context, runID uuid.UUID, attempt int, unit string) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE attempts SET unit = NULL, host = '', spawn_claimed_at = NULL
+		WHERE run_id = $1 AND attempt_no = $2 AND unit = $3 AND ended_at IS NULL AND started_at IS NULL`,
+		runID, attempt, unit)
+	if err != nil {
+		return fmt.Errorf("release spawn claim of run %s attempt %d: %w", runID, attempt, err)
+	}
+	return nil
+}

@@ -39,6 +39,33 @@ func newMigrateCmd(g *globals) *cobra.Command {
 	}
 }
 
+func newCheckCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "check",
+		Short: "Check holdfast's invariants in the database (exit 1 if one is violated)",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := g.openStore(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			found, err := st.Violations(cmd.Context())
+			if err != nil {
+				return err
+			}
+			for _, v := range found {
+				fmt.Fprintln(cmd.OutOrStdout(), v)
+			}
+			if len(found) > 0 {
+				return fmt.Errorf("%d invariant violation(s)", len(found))
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "ok: no invariant is violated")
+			return nil
+		},
+	}
+}
+
 func newDaemonCmd(g *globals) *cobra.Command {
 	cfg := reconcile.Config{}
 	var interval time.Duration
@@ -111,6 +138,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.DurationVar(&interval, "sweep-interval", 2*time.Second, "time between reconciler passes")
 	f.DurationVar(&cfg.SpawnGrace, "spawn-grace", 30*time.Second, "how long a spawned unit may take to appear")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", 5, "attempts a run may take before it fails")
+	f.DurationVar(&cfg.RunBudget, "run-budget", 30*time.Second, "time one run may take in one pass")
 	f.StringVar(&cfg.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
 	f.StringVar(&cfg.Binary, "holdfast-binary", "", "holdfast executable the units run (default: this one)")
 	return cmd

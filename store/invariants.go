@@ -1,0 +1,60 @@
+package store
+
+import (
+	"context"
+	"fmt"
+)
+
+// invariants are statements that must return no rows (DESIGN.md §7). Each row found is a
+// violation, described by the query's single text column.
+var invariants = []struct{ name, query string }{
+	{"a run never has two live attempts", `
+		SELECT 'run ' || run_id || ' has ' || count(*) || ' live attempts'
+		FROM attempts WHERE ended_at IS NULL GROUP BY run_id HAVING count(*) > 1`},
+	{"a live run has its live attempt", `
+		SELECT 'run ' || r.id || ' is ' || r.status || ' without a live attempt'
+		FROM runs r WHERE r.status IN ('queued', 'running')
+		AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = r.id AND a.ended_at IS NULL)`},
+	{"a finished run has no live attempt", `
+		SELECT 'run ' || r.id || ' is ' || r.status || ' but attempt ' || a.attempt_no || ' is live'
+		FROM runs r JOIN attempts a ON a.run_id = r.id AND a.ended_at IS NULL
+		WHERE r.status NOT IN ('queued', 'running')`},
+	{"an attempt's unit is the one derived from it", `
+		SELECT 'attempt ' || run_id || '/' || attempt_no || ' has unit ' || unit
+		FROM attempts WHERE unit IS NOT NULL AND unit NOT LIKE '%' || run_id::text || '-a' || attempt_no || '.service'`},
+	{"attempts are numbered 1..n", `
+		SELECT 'run ' || run_id || ' has attempts up to ' || max(attempt_no) || ' but ' || count(*) || ' rows'
+		FROM attempts GROUP BY run_id HAVING max(attempt_no) <> count(*)`},
+	{"a run the operator stopped is never restarted", `
+		SELECT 'run ' || r.id || ' got attempt ' || a.attempt_no || ' after its stop request'
+		FROM runs r JOIN attempts a ON a.run_id = r.id
+		WHERE r.stop_requested_at IS NOT NULL AND a.created_at > r.stop_requested_at`},
+	{"a partial run is never counted as success", `
+		SELECT 'job ' || j.name || ' says succeeded but its last run ' || r.id || ' is ' || r.status
+		FROM jobs j JOIN runs r ON r.id = j.last_run_id
+		WHERE j.last_outcome = 'succeeded' AND r.status <> 'succeeded'`},
+}
+
+// Violations checks the invariants and describes every violation found; none is the answer.
+func (s *Store) Violations(ctx context.Context) ([]string, error) {
+	var found []string
+	for _, inv := range invariants {
+		rows, err := s.pool.Query(ctx, inv.query)
+		if err != nil {
+			return nil, fmt.Errorf("check %q: %w", inv.name, err)
+		}
+		for rows.Next() {
+			var what string
+			if err := rows.Scan(&what); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("check %q: %w", inv.name, err)
+			}
+			found = append(found, inv.name+": "+what)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("check %q: %w", inv.name, err)
+		}
+	}
+	return found, nil
+}
