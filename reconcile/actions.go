@@ -86,12 +86,12 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun) error {
 	}
 	existed, err := r.cfg.Runner.Start(ctx, spec)
 	if err != nil {
-		if runner.Refused(err) {
+		if runner.BadRequest(err) {
 			return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
 				reason: "systemd refused to start the unit: " + err.Error()})
 		}
-		// systemd could not be asked (a reboot, a restart of the manager): claim again next pass
-		// rather than wait out the spawn grace and count an attempt that never ran.
+		// systemd could not be asked, or refused for now (it is shutting down): claim again next
+		// pass rather than wait out the spawn grace and count an attempt that never ran.
 		if rerr := r.cfg.Store.ReleaseSpawnClaim(context.WithoutCancel(ctx), l.Run.ID, l.Attempt.No, spec.Name); rerr != nil {
 			return errors.Join(err, rerr)
 		}

@@ -168,9 +168,19 @@ func dbusErrorName(err error) string {
 	return ""
 }
 
-// Refused reports whether err is systemd's own answer refusing a request (bad property, bad
-// name...), as opposed to a failure to reach systemd at all.
-func Refused(err error) bool {
-	name := dbusErrorName(err)
-	return name != "" && name != "org.freedesktop.DBus.Error.NoReply" && name != "org.freedesktop.DBus.Error.Disconnected"
+// badRequests are systemd's answers that say the request itself is wrong: asking again with the
+// same request cannot succeed. Any other refusal (the manager is shutting down, a transaction
+// conflicts) may pass.
+var badRequests = map[string]bool{
+	"org.freedesktop.DBus.Error.InvalidArgs":      true,
+	"org.freedesktop.DBus.Error.UnknownProperty":  true,
+	"org.freedesktop.DBus.Error.PropertyReadOnly": true,
+	"org.freedesktop.DBus.Error.NotSupported":     true,
+	"org.freedesktop.DBus.Error.AccessDenied":     true,
+}
+
+// BadRequest reports whether err is systemd refusing the request as such (a bad property, a
+// forbidden call), as opposed to a refusal for now or a failure to reach systemd at all.
+func BadRequest(err error) bool {
+	return badRequests[dbusErrorName(err)]
 }

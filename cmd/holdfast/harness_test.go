@@ -22,8 +22,10 @@ func TestMain(m *testing.M) { testenv.RunMain(m) }
 // world is one holdfast installation for one test: its own database, systemd manager, state
 // directory and daemon, all real.
 type world struct {
-	t     *testing.T
-	bin   string
+	t          *testing.T
+	bin        string
+	spawnGrace string // the daemons' --spawn-grace
+	daemonEnv  []string
 	dsn   string
 	mgr   *testenv.Manager
 	state string
@@ -32,8 +34,16 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	w := &world{t: t, bin: testenv.HoldfastBinary(t), dsn: testenv.Postgres(t), mgr: testenv.PrivateSystemd(t)}
-	w.dir = testenv.SharedDir(t)
+	return newWorldWith(t, testenv.HoldfastBinary(t))
+}
+
+// newWorldWith uses the given holdfast binary (e.g. one built with crash points).
+func newWorldWith(t *testing.T, bin string) *world {
+	t.Helper()
+	// The directory first: cleanups run last-in first-out, so the manager and its units are gone
+	// before the files they use are removed.
+	w := &world{t: t, bin: bin, dir: testenv.SharedDir(t), dsn: testenv.Postgres(t), spawnGrace: "10s"}
+	w.mgr = testenv.PrivateSystemd(t)
 	w.state = filepath.Join(w.dir, "state")
 	w.mustRun("migrate")
 	return w
@@ -91,10 +101,11 @@ type daemon struct {
 	done chan struct{}
 }
 
-func (w *world) startDaemon() *daemon {
+func (w *world) startDaemon(args ...string) *daemon {
 	w.t.Helper()
-	cmd := exec.Command(w.bin, "daemon", "--sweep-interval", "250ms", "--spawn-grace", "10s")
-	cmd.Env = w.env()
+	args = append([]string{"daemon", "--sweep-interval", "250ms", "--spawn-grace", w.spawnGrace}, args...)
+	cmd := exec.Command(w.bin, args...)
+	cmd.Env = append(w.env(), w.daemonEnv...)
 	d := &daemon{cmd: cmd, log: &bytes.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = d.log, d.log // one writer: exec copies both through one pipe
 	if err := cmd.Start(); err != nil {
@@ -245,3 +256,37 @@ func (w *world) waitRun(id string, what string, cond func(runJSON) bool) runJSON
 }
 
 func ended(r runJSON) bool { return r.Status != "queued" && r.Status != "running" }
+
+// checkInvariants fails the test if `holdfast check` finds a violated invariant.
+func (w *world) checkInvariants() {
+	w.t.Helper()
+	if r := w.run("check"); r.code != 0 {
+		w.t.Fatalf("invariants violated:\n%s%s", r.stdout, r.stderr)
+	}
+}
+
+// staleLocksCleared runs `restic unlock` until no lock is left, as the next backup's
+// ExecStartPre would, and fails the test if one stays for a minute.
+func (w *world) staleLocksCleared(repo, pw string) {
+	w.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		w.restic(repo, pw, "unlock")
+		locks := strings.TrimSpace(w.restic(repo, pw, "list", "locks"))
+		if locks == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("a lock in %s is not stale to restic after a minute: %q", repo, locks)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// noLocks fails the test if restic left a lock in the repository.
+func (w *world) noLocks(repo, pw string) {
+	w.t.Helper()
+	if locks := strings.TrimSpace(w.restic(repo, pw, "list", "locks")); locks != "" {
+		w.t.Fatalf("restic left locks in %s: %q", repo, locks)
+	}
+}

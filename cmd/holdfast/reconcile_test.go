@@ -1,0 +1,294 @@
+package main_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/reconcile"
+)
+
+// inFlight adds n jobs, each with its own repository and size bytes of data, starts a run of
+// each and waits until every run has reported progress.
+func (w *world) inFlight(n int, size int64) (ids []string, repos [][2]string) {
+	w.t.Helper()
+	for i := range n {
+		name := fmt.Sprintf("job%d", i)
+		repo, pw := w.resticRepo("repo-" + name)
+		data := w.sampleData("data-"+name, 6, size)
+		w.mustRun("job", "add", name, "--repo", repo, "--password-file", pw, "--path", data)
+		repos = append(repos, [2]string{repo, pw})
+	}
+	for i := range n {
+		ids = append(ids, w.startRun(fmt.Sprintf("job%d", i)))
+	}
+	for _, id := range ids {
+		w.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil && r.Progress.BytesDone > 0 || ended(r) })
+	}
+	for _, id := range ids {
+		if r := w.show(id); ended(r) {
+			w.t.Fatalf("run %s ended before all %d were in flight: give them more data", id, n)
+		}
+	}
+	return ids, repos
+}
+
+// Graceful reboot: the manager stops every unit (restic gets SIGINT, exits 130, ExecStopPost
+// writes the marker), a new manager starts, and every run is restarted as attempt 2 and succeeds.
+func TestGracefulReboot(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.startDaemon()
+	ids, repos := w.inFlight(5, 300<<20)
+	w.mgr.Exit(t)
+	w.mgr.Start(t)
+	for i, id := range ids {
+		r := w.waitRun(id, "the end", ended)
+		if r.Status != "succeeded" || len(r.Attempts) != 2 {
+			t.Fatalf("run %d = %+v, want succeeded in attempt 2", i, r)
+		}
+		if a := r.Attempts[0]; a.ExitCode != "exited" || a.ExitStatus != "130" {
+			t.Fatalf("run %d attempt 1 ended %s %s %s, want exited 130 (SIGINT from the stopping manager)", i, a.ServiceResult, a.ExitCode, a.ExitStatus)
+		}
+		if r.Attempts[0].Unit == r.Attempts[1].Unit {
+			t.Fatalf("run %d: both attempts used unit %s", i, r.Attempts[0].Unit)
+		}
+		w.noLocks(repos[i][0], repos[i][1])
+	}
+	w.checkInvariants()
+}
+
+// Hard crash: the manager and every unit's process are SIGKILLed, no marker is written; after the
+// spawn grace every run is restarted and succeeds.
+func TestHardCrash(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.spawnGrace = "3s"
+	w.startDaemon()
+	ids, repos := w.inFlight(3, 300<<20)
+	w.mgr.Kill(t)
+	w.mgr.Start(t)
+	for i, id := range ids {
+		r := w.waitRun(id, "the end", ended)
+		if r.Status != "succeeded" || len(r.Attempts) != 2 {
+			t.Fatalf("run %d = %+v, want succeeded in attempt 2", i, r)
+		}
+		if a := r.Attempts[0]; a.ServiceResult != "" {
+			t.Fatalf("run %d attempt 1 has marker fields %+v after a power loss", i, a)
+		}
+		// restic was SIGKILLed and left its lock. A backup's lock is shared, so attempt 2 was not
+		// blocked by it, and `restic unlock` (each attempt's ExecStartPre) removes it once restic
+		// sees it stale: here, once PID 1 has reaped the killed process.
+		w.staleLocksCleared(repos[i][0], repos[i][1])
+	}
+	w.checkInvariants()
+}
+
+// A run stopped just before the manager exits ends stopped and is not restarted; a run stopped
+// before it was ever spawned ends stopped without a unit; a run stopped while systemd could not
+// be reached still ends stopped.
+func TestStopVersusReboot(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.spawnGrace = "3s"
+
+	// Stopped before any daemon spawned it.
+	repo, pw := w.resticRepo("repo")
+	data := w.sampleData("data", 4, 60<<20)
+	w.mustRun("job", "add", "early", "--repo", repo, "--password-file", pw, "--path", data)
+	early := w.startRun("early")
+	w.mustRun("run", "stop", early)
+	w.mustRun("job", "add", "late", "--repo", repo, "--password-file", pw, "--path", data)
+	w.mustRun("job", "add", "cut", "--repo", repo, "--password-file", pw, "--path", data)
+
+	w.startDaemon()
+	r := w.waitRun(early, "the end", ended)
+	if r.Status != "stopped" || len(r.Attempts) != 1 || r.Attempts[0].Unit != "" {
+		t.Fatalf("early = %+v, want stopped with no unit", r)
+	}
+
+	late := w.startRun("late")
+	cut := w.startRun("cut")
+	for _, id := range []string{late, cut} {
+		w.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+	}
+	// The operator stops one run, and the manager goes down right after.
+	w.mustRun("run", "stop", late)
+	w.mgr.Exit(t)
+	// The other is stopped while systemd cannot be reached: the intent alone must hold.
+	res := w.run("run", "stop", cut)
+	if res.code != 0 || !strings.Contains(res.stderr, "systemd was not reached") {
+		t.Fatalf("stop with the manager down: exit %d, %q", res.code, res.stderr)
+	}
+	w.mgr.Start(t)
+	for _, id := range []string{late, cut} {
+		r := w.waitRun(id, "the end", ended)
+		if r.Status != "stopped" || len(r.Attempts) != 1 {
+			t.Fatalf("run %s = %+v, want stopped in its one attempt (never restarted)", id, r)
+		}
+	}
+	w.checkInvariants()
+	w.noLocks(repo, pw)
+}
+
+// With the manager unreachable (frozen) for several passes, no run changes state; afterwards the
+// sweep goes on and every run ends normally, in its first attempt.
+func TestSystemdUnreachable(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.spawnGrace = "3s"
+	w.startDaemon("--run-budget", "1s")
+	ids, _ := w.inFlight(2, 60<<20)
+	before := map[string]runJSON{}
+	for _, id := range ids {
+		before[id] = w.show(id)
+	}
+	w.mgr.Freeze(t)
+	time.Sleep(5 * time.Second) // a budget of 1s per pass: several passes fail to ask
+	for _, id := range ids {
+		r := w.show(id)
+		if r.Status != before[id].Status || len(r.Attempts) != 1 {
+			w.mgr.Thaw(t)
+			t.Fatalf("run %s changed while systemd was unreachable: %+v -> %+v", id, before[id], r)
+		}
+	}
+	w.mgr.Thaw(t)
+	for _, id := range ids {
+		r := w.waitRun(id, "the end", ended)
+		if r.Status != "succeeded" || len(r.Attempts) != 1 {
+			t.Fatalf("run %s = %+v, want succeeded in attempt 1", id, r)
+		}
+	}
+	w.checkInvariants()
+}
+
+// A run over its runtime limit is stopped by systemd and ends failed, saying so; restic got
+// SIGINT and left no lock.
+func TestRuntimeLimit(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	data := w.sampleData("data", 8, 400<<20)
+	w.mustRun("job", "add", "slow", "--repo", repo, "--password-file", pw, "--path", data, "--runtime-max", "2s")
+	w.startDaemon()
+	r := w.waitRun(w.startRun("slow"), "the end", ended)
+	if r.Status != "failed" || !strings.Contains(r.Reason, "runtime limit") || len(r.Attempts) != 1 {
+		t.Fatalf("run = %+v, want failed for its runtime limit, not restarted", r)
+	}
+	if a := r.Attempts[0]; a.ServiceResult != "timeout" {
+		t.Fatalf("attempt ended %+v, want service result timeout", a)
+	}
+	w.noLocks(repo, pw)
+	w.checkInvariants()
+}
+
+// resume continues a stopped run as a new attempt; anything else is refused with its status.
+func TestResume(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	data := w.sampleData("data", 2, 1<<20)
+	w.mustRun("job", "add", "again", "--repo", repo, "--password-file", pw, "--path", data)
+	id := w.startRun("again")
+	w.mustRun("run", "stop", id)
+	w.startDaemon()
+	w.waitRun(id, "stopped", func(r runJSON) bool { return r.Status == "stopped" })
+	w.mustRun("run", "resume", id[:8])
+	r := w.waitRun(id, "the end", ended)
+	if r.Status != "succeeded" || len(r.Attempts) != 2 || r.StopRequested != nil {
+		t.Fatalf("resumed run = %+v, want succeeded in attempt 2", r)
+	}
+	res := w.run("run", "resume", id)
+	if res.code != 2 || !strings.Contains(res.stderr, "is succeeded") || !strings.Contains(res.stderr, "only a stopped or paused run") {
+		t.Fatalf("resume of a succeeded run: exit %d, %q", res.code, res.stderr)
+	}
+	w.checkInvariants()
+}
+
+var crashBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// crashBinary builds holdfast with its crash points compiled in.
+func crashBinary(t *testing.T) string {
+	t.Helper()
+	crashBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "holdfast-crash-*")
+		if err != nil {
+			crashBuild.err = err
+			return
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			crashBuild.err = err
+			return
+		}
+		crashBuild.path = filepath.Join(dir, "holdfast")
+		out, err := exec.Command("go", "build", "-tags", "holdfast_crashpoints", "-o", crashBuild.path, ".").CombinedOutput()
+		if err != nil {
+			crashBuild.err = fmt.Errorf("%v\n%s", err, out)
+		}
+	})
+	if crashBuild.err != nil {
+		t.Fatalf("build holdfast with crash points: %v", crashBuild.err)
+	}
+	return crashBuild.path
+}
+
+// The daemon is SIGKILLed at every crash point; after a new daemon starts, every run reaches
+// the right end, with no run holding two live attempts and no attempt two units.
+func TestDaemonCrashPoints(t *testing.T) {
+	bin := crashBinary(t)
+	t.Cleanup(func() { os.RemoveAll(filepath.Dir(bin)) })
+	for _, point := range reconcile.CrashPoints {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			w := newWorldWith(t, bin)
+			w.spawnGrace = "3s"
+			restart := strings.HasPrefix(point, "restart-")
+			size := int64(2 << 20)
+			if restart {
+				size = 120 << 20 // long enough to be interrupted
+			}
+			repo, pw := w.resticRepo("repo")
+			data := w.sampleData("data", 4, size)
+			w.mustRun("job", "add", "crashy", "--repo", repo, "--password-file", pw, "--path", data)
+			w.daemonEnv = []string{"HOLDFAST_CRASH_AT=" + point}
+			d := w.startDaemon()
+			id := w.startRun("crashy")
+			if restart {
+				// An interruption nobody asked for: restic gets SIGINT from outside holdfast.
+				r := w.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+				w.mgr.Systemctl(t, "kill", "--signal=SIGINT", r.Attempts[0].Unit)
+			}
+			select {
+			case <-d.done:
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("the daemon never reached crash point %s", point)
+			}
+			w.daemonEnv = nil
+			w.startDaemon()
+			r := w.waitRun(id, "the end", ended)
+			wantAttempts := 1
+			if restart || point == "spawn-claimed" {
+				wantAttempts = 2 // an interruption, or a claimed unit that never appeared
+			}
+			if r.Status != "succeeded" || len(r.Attempts) != wantAttempts {
+				t.Fatalf("after a crash at %s: run = %+v, want succeeded in %d attempt(s)", point, r, wantAttempts)
+			}
+			// One backup process made it to the end: one snapshot carries the run's tag.
+			out := w.restic(repo, pw, "snapshots", "--json", "--tag", "holdfast-run="+id)
+			if n := strings.Count(out, `"short_id"`); n != 1 {
+				t.Fatalf("after a crash at %s: %d snapshots of the run, want 1", point, n)
+			}
+			w.noLocks(repo, pw)
+			w.checkInvariants()
+		})
+	}
+}
