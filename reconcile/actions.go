@@ -69,18 +69,22 @@ func engineJob(cfg Config, job store.Job) engine.Job {
 
 // spawn claims the attempt's spawn, prepares its directories and starts its unit.
 func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun) error {
-	if l.Job == nil {
+	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
+	if errors.Is(err, store.ErrNotFound) || l.JobEngine == "" {
 		return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
 			reason: "the run's job was removed before the run could start"})
 	}
-	spec := UnitSpec(r.cfg, *l.Job, l.Run.ID, l.Attempt.No)
+	if err != nil {
+		return err
+	}
+	spec := UnitSpec(r.cfg, job, l.Run.ID, l.Attempt.No)
 	crash("spawn-before-claim")
 	claimed, err := r.cfg.Store.ClaimSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host)
 	if err != nil || !claimed {
 		return err // not claimed: another daemon has it, or a stop arrived
 	}
 	crash("spawn-claimed")
-	if err := r.prepareDirs(*l.Job, l.Run.ID, l.Attempt.No); err != nil {
+	if err := r.prepareDirs(job, l.Run.ID, l.Attempt.No); err != nil {
 		// The unit was not asked for: after the spawn grace the attempt reads as vanished and is restarted.
 		return fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err)
 	}
@@ -136,15 +140,13 @@ func (r *Reconciler) prepareDirs(job store.Job, run uuid.UUID, attempt int) erro
 // claim is not proof that no unit exists (the start call may have reached systemd before it
 // failed), so systemd is asked about the attempt's derived unit name first.
 func (r *Reconciler) finishUnspawnedStop(ctx context.Context, l store.LiveRun) error {
-	if l.Job != nil {
-		name := runner.UnitName(l.Job.Name, l.Run.ID, l.Attempt.No)
-		alive, _, err := r.cfg.Runner.Alive(ctx, name)
-		if err != nil {
-			return err
-		}
-		if alive {
-			return r.cfg.Runner.Stop(ctx, name) // its marker ends the run on a later pass
-		}
+	name := runner.UnitName(l.Run.JobName, l.Run.ID, l.Attempt.No)
+	alive, _, err := r.cfg.Runner.Alive(ctx, name)
+	if err != nil {
+		return err
+	}
+	if alive {
+		return r.cfg.Runner.Stop(ctx, name) // its marker ends the run on a later pass
 	}
 	return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusStopped, reason: "stopped by the operator before it was started"})
 }
@@ -157,8 +159,12 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m ru
 	}
 	ev := evidence(a)
 	v := outcome(m, ev, eng, l.Run.StopRequestedAt != nil, l.Run.PausedReason)
-	if ev.Summary == nil && (v.status == store.StatusSucceeded || v.status == store.StatusPartial) && l.Job != nil && l.Job.Engine == "restic" {
-		v.snapshotID, v.reason = r.repair(ctx, *l.Job, l.Run.ID, v.reason)
+	if ev.Summary == nil && (v.status == store.StatusSucceeded || v.status == store.StatusPartial) && l.JobEngine == "restic" {
+		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
+		if err != nil {
+			return err
+		}
+		v.snapshotID, v.reason = r.repair(ctx, job, l.Run.ID, v.reason)
 	}
 	return r.finishAttempt(ctx, l, a, m, v)
 }

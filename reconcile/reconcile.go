@@ -97,6 +97,8 @@ type SweepStats struct {
 	Runs     int
 	Errors   int
 	Duration time.Duration
+	// SystemdDuration is the part of Duration spent asking systemd about the units.
+	SystemdDuration time.Duration
 	// JournalLag is the largest number of journal bytes not yet applied, over all live runs.
 	JournalLag int64
 }
@@ -111,7 +113,9 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	stats := SweepStats{Runs: len(live)}
 	// One question to systemd for the whole pass. It is asked before any marker is read: a unit
 	// reads as gone only after its ExecStopPost ended, so a marker it wrote is seen below.
+	asked := time.Now()
 	states, statesErr := r.unitStates(ctx, live)
+	stats.SystemdDuration = time.Since(asked)
 	for _, l := range live {
 		if err := ctx.Err(); err != nil {
 			return stats, err
@@ -145,8 +149,8 @@ func (r *Reconciler) unitStates(ctx context.Context, live []store.LiveRun) (map[
 	return r.cfg.Runner.States(askCtx, names)
 }
 
-func (r *Reconciler) engineFor(job *store.Job) classifier {
-	if job != nil && job.Engine == "command" {
+func (r *Reconciler) engineFor(jobEngine string) classifier {
+	if jobEngine == "command" {
 		return engine.Command{}
 	}
 	return engine.Restic{Binary: r.cfg.ResticBinary}
@@ -168,7 +172,7 @@ func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun, states map[
 	if l.Attempt.SpawnClaimedAt != nil {
 		f.sinceSpawn = r.cfg.now().Sub(*l.Attempt.SpawnClaimedAt)
 	}
-	eng := r.engineFor(l.Job)
+	eng := r.engineFor(l.JobEngine)
 	marker, err := r.readMarker(l, &f, eng)
 	if err != nil {
 		return lag, err

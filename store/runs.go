@@ -179,19 +179,23 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger string) (Run, error)
 	return run, nil
 }
 
-// LiveRun is a live run with its live attempt and its job (nil if the job was removed).
+// LiveRun is a live run with its live attempt and its job's engine ("" if the job was removed).
+// The rest of the job is read only where it is needed (spawning), to keep the sweep's one
+// query small.
 type LiveRun struct {
-	Run     Run
-	Attempt Attempt
-	Job     *Job
+	Run       Run
+	Attempt   Attempt
+	JobEngine string
 }
 
 // LiveRuns lists every run in a live status with its live attempt, oldest first.
 func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT `+runColumns+`, `+attemptColumns+`, j.id IS NOT NULL, `+jobColumns+`
+		SELECT `+runColumns+`, `+attemptColumns+`, coalesce(j.engine, '')
 		FROM runs r
-		JOIN attempts a ON a.run_id = r.id AND a.ended_at IS NULL
+		-- A lateral subquery that cannot be flattened (OFFSET 0) stays one index lookup per run:
+		-- with statistics that lag behind a burst of admissions, a plain join went quadratic.
+		CROSS JOIN LATERAL (SELECT * FROM attempts WHERE run_id = r.id AND ended_at IS NULL OFFSET 0) a
 		LEFT JOIN jobs j ON j.id = r.job_id
 		WHERE r.status IN ('queued', 'running')
 		ORDER BY r.created_at`)
@@ -203,63 +207,17 @@ func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 	for rows.Next() {
 		var l LiveRun
 		var as attemptScan
-		var hasJob bool
-		var j nullableJob
 		dest := append(runDest(&l.Run), as.dest()...)
-		dest = append(dest, &hasJob)
-		dest = append(dest, j.dest()...)
-		if err := rows.Scan(dest...); err != nil {
+		if err := rows.Scan(append(dest, &l.JobEngine)...); err != nil {
 			return nil, fmt.Errorf("list live runs: %w", err)
 		}
 		l.Attempt = as.attempt()
-		if hasJob {
-			job := j.job()
-			l.Job = &job
-		}
 		out = append(out, l)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list live runs: %w", err)
 	}
 	return out, nil
-}
-
-// nullableJob scans a LEFT JOINed job.
-type nullableJob struct {
-	id                                                 *int64
-	name, engine, repo, pwfile, user, group, ioc, last *string
-	paths, excludes                                    []string
-	nice                                               *int
-	runtimeMax                                         *time.Duration
-	createdAt                                          *time.Time
-	lastRun                                            *uuid.UUID
-}
-
-func (n *nullableJob) dest() []any {
-	return []any{&n.id, &n.name, &n.engine, &n.repo, &n.pwfile, &n.paths, &n.excludes, &n.user, &n.group,
-		&n.nice, &n.ioc, &n.runtimeMax, &n.createdAt, &n.last, &n.lastRun}
-}
-
-func (n *nullableJob) job() Job {
-	s := func(p *string) string {
-		if p == nil {
-			return ""
-		}
-		return *p
-	}
-	j := Job{Name: s(n.name), Engine: s(n.engine), Repository: s(n.repo), PasswordFile: s(n.pwfile),
-		Paths: n.paths, Excludes: n.excludes, User: s(n.user), Group: s(n.group), Nice: n.nice,
-		IOSchedulingClass: s(n.ioc), LastOutcome: s(n.last), LastRunID: n.lastRun}
-	if n.id != nil {
-		j.ID = *n.id
-	}
-	if n.runtimeMax != nil {
-		j.RuntimeMax = *n.runtimeMax
-	}
-	if n.createdAt != nil {
-		j.CreatedAt = *n.createdAt
-	}
-	return j
 }
 
 // ClaimSpawn records the unit name and the spawn claim on a live attempt that has none, before

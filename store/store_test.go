@@ -150,7 +150,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 		t.Fatalf("restart: moved=%v err=%v", moved, err)
 	}
 	live, err := st.LiveRuns(ctx)
-	if err != nil || len(live) != 1 || live[0].Attempt.No != 2 || live[0].Job == nil || live[0].Job.Name != "r" {
+	if err != nil || len(live) != 1 || live[0].Attempt.No != 2 || live[0].JobEngine != "restic" {
 		t.Fatalf("live runs after restart: %+v, %v", live, err)
 	}
 	// Stop before the new attempt spawned: no claim is possible any more.

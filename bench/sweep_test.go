@@ -1,0 +1,181 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/reconcile"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+type sweepWorld struct {
+	st    *store.Store
+	r     *runner.Runner
+	rec   *reconcile.Reconciler
+	cfg   reconcile.Config
+	state string
+	jobs  int
+	// lastSystemd is how long the last sweep spent asking systemd.
+	lastSystemd time.Duration
+}
+
+func newSweepWorld(b *testing.B, spawnGrace time.Duration) *sweepWorld {
+	ctx := context.Background()
+	dir := testenv.SharedDir(b) // first: it is removed after the manager has stopped its units
+	dsn := testenv.Postgres(b)
+	mgr := testenv.PrivateSystemd(b)
+	if _, err := migrations.Apply(ctx, dsn); err != nil {
+		b.Fatal(err)
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(st.Close)
+	r, err := runner.New(ctx, runner.Config{Address: mgr.Address})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(r.Close)
+	w := &sweepWorld{st: st, r: r, state: filepath.Join(dir, "state")}
+	w.cfg = reconcile.Config{Store: st, Runner: r, StateDir: w.state,
+		Binary: testenv.HoldfastBinary(b), SpawnGrace: spawnGrace,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w.rec, err = reconcile.New(w.cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return w
+}
+
+// addCommandRuns admits n runs of new command-engine jobs running argv and records each as
+// spawned with the unit name the daemon would give it, without starting anything.
+func (w *sweepWorld) addCommandRuns(b *testing.B, n int, argv []string) []store.Run {
+	ctx := context.Background()
+	var runs []store.Run
+	for range n {
+		name := fmt.Sprintf("job%d", w.jobs)
+		w.jobs++
+		if _, err := w.st.CreateJob(ctx, store.Job{Name: name, Engine: "command", Repository: "-", PasswordFile: "-", Paths: argv}); err != nil {
+			b.Fatal(err)
+		}
+		run, err := w.st.Admit(ctx, name, "manual")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ok, err := w.st.ClaimSpawn(ctx, run.ID, 1, runner.UnitName(name, run.ID, 1), "bench"); err != nil || !ok {
+			b.Fatalf("claim: %v %v", ok, err)
+		}
+		runs = append(runs, run)
+	}
+	return runs
+}
+
+// addSleepingRuns adds n live runs whose real units run sleep.
+func (w *sweepWorld) addSleepingRuns(b *testing.B, n int) {
+	ctx := context.Background()
+	for _, run := range w.addCommandRuns(b, n, []string{"/bin/sleep", "3600"}) {
+		name := runner.UnitName(run.JobName, run.ID, 1)
+		if _, err := w.r.Start(ctx, runner.Spec{Name: name, ExecStart: []string{"/bin/sleep", "3600"}}); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.st.MarkStarted(ctx, run.ID, 1, time.Now()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func (w *sweepWorld) sweep(b *testing.B) reconcile.SweepStats {
+	stats, err := w.rec.Sweep(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.lastSystemd = stats.SystemdDuration
+	if stats.Errors > 0 {
+		b.Fatalf("%d runs could not be reconciled", stats.Errors)
+	}
+	return stats
+}
+
+// BenchmarkSweep times a sweep over 100 and then 1,000 live runs whose real units run sleep
+// (systemd is asked, journals and markers are read), and reports the time per run at both sizes:
+// per-run-1000/per-run-100 near 1 means the sweep grows linearly.
+func BenchmarkSweep(b *testing.B) {
+	w := newSweepWorld(b, time.Minute)
+	perRun := map[int]time.Duration{}
+	for _, size := range []int{100, 1000} {
+		w.addSleepingRuns(b, size-w.jobs)
+		w.sweep(b) // warm the pool and the connection
+		var durations []time.Duration
+		for range 5 {
+			stats := w.sweep(b)
+			if stats.Runs != size {
+				b.Fatalf("swept %d runs, want %d", stats.Runs, size)
+			}
+			durations = append(durations, stats.Duration)
+		}
+		d := median(durations)
+		perRun[size] = d / time.Duration(size)
+		b.ReportMetric(float64(d.Microseconds())/1000, fmt.Sprintf("ms/sweep-%d", size))
+		b.ReportMetric(float64(perRun[size].Microseconds()), fmt.Sprintf("µs/run-%d", size))
+		b.ReportMetric(float64(w.lastSystemd.Microseconds())/1000, fmt.Sprintf("ms/systemd-%d", size))
+	}
+	b.ReportMetric(float64(perRun[1000])/float64(perRun[100]), "per-run-1000/per-run-100")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkBootPass times the first pass after a reboot over 200 runs whose units vanished
+// without a marker (each is restarted as attempt 2), and the pass after it, which spawns the 200
+// new attempts as real units (a command that exits at once), against a sweep that changes nothing.
+func BenchmarkBootPass(b *testing.B) {
+	w := newSweepWorld(b, time.Millisecond)
+	w.addCommandRuns(b, 200, []string{"/bin/true"})
+	time.Sleep(10 * time.Millisecond) // past the spawn grace
+	boot := w.sweep(b)
+	live, err := w.st.LiveRuns(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range live {
+		if l.Attempt.No != 2 || l.Attempt.Unit != "" {
+			b.Fatalf("after the boot pass run %s is at attempt %d unit %q, want attempt 2 not yet spawned", l.Run.ID, l.Attempt.No, l.Attempt.Unit)
+		}
+	}
+	spawn := w.sweep(b)
+	live, err = w.st.LiveRuns(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range live {
+		if l.Attempt.Unit == "" {
+			b.Fatalf("run %s was not spawned", l.Run.ID)
+		}
+	}
+	// Baseline: as many StartTransientUnit calls of the very units the daemon starts.
+	job, err := w.st.JobByName(context.Background(), "job0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	for range 200 {
+		if _, err := w.r.Start(context.Background(), reconcile.UnitSpec(w.cfg, job, uuid.New(), 1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	raw := time.Since(start)
+	b.ReportMetric(float64(boot.Duration.Microseconds())/1000, "ms/boot-pass-200")
+	b.ReportMetric(float64(spawn.Duration.Microseconds())/1000, "ms/spawn-pass-200")
+	b.ReportMetric(float64(raw.Microseconds())/1000, "ms/raw-starts-200")
+	b.ReportMetric(float64(spawn.Duration)/float64(raw), "spawn-pass/raw-starts")
+	b.ReportMetric(0, "ns/op")
+}
