@@ -71,7 +71,7 @@ func main() {
 	start := time.Now()
 	d := &demo{keep: *keep}
 	err := d.run(ctx, dir, *bin)
-	if d.started {
+	if d.running() {
 		fmt.Println("\n==> stopping the holdfast daemon, the systemd manager and PostgreSQL")
 	}
 	err = errors.Join(err, d.teardown())
@@ -93,8 +93,7 @@ func main() {
 
 // demo is one run of the demo and what it started.
 type demo struct {
-	keep    bool
-	started bool // anything was started that teardown stops
+	keep bool
 
 	dir      string // the demo directory
 	bin      string // absolute path of the holdfast binary
@@ -189,7 +188,7 @@ func (d *demo) prepare(context.Context) error {
 	// A demo still running with --keep holds the lock: wiping would pull
 	// PostgreSQL's data from under it.
 	if err := syscall.Flock(int(d.lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		return fmt.Errorf("another holdfast-demo is using %s; stop it first: %w", d.dir, err)
+		return fmt.Errorf("another holdfast-demo is using %s (it holds a lock on %s); stop it first", d.dir, lockPath)
 	}
 	for _, e := range ents {
 		if e.Name() != lockName {
@@ -205,7 +204,6 @@ func (d *demo) prepare(context.Context) error {
 func (d *demo) startPostgres(ctx context.Context) error {
 	dir := filepath.Join(d.dir, "postgres")
 	fmt.Printf("==> starting a private PostgreSQL 15 in %s\n", dir)
-	d.started = true
 	pg, err := testenv.StartPostgresServer(dir)
 	if err != nil {
 		return err
@@ -489,7 +487,7 @@ holdfast run start %[1]s --wait        # another run: restic adds little this ti
 holdfast run list
 holdfast job show %[1]s
 holdfast run logs RUN                  # a prefix of the run id is enough
-systemctl --user list-units 'holdfast-*'
+systemctl --user list-units 'holdfast-*'   # the units of live runs
 psql "$HOLDFAST_DSN"
 restic --repo %[2]s --password-file %[3]s --no-cache snapshots
 tail -f %[4]s
@@ -503,6 +501,11 @@ tail -f %[4]s
 	case <-d.daemon.done:
 		return fmt.Errorf("holdfast daemon exited (%v); see %s", d.daemon.err, d.daemon.log)
 	}
+}
+
+// running reports whether teardown has anything to stop.
+func (d *demo) running() bool {
+	return d.pg != nil || d.mgr != nil || d.daemon != nil
 }
 
 // teardown stops what the demo started, the daemon first: it uses the

@@ -119,10 +119,12 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			for {
 				// The first pass is the boot pass: it is an ordinary one.
 				stats, err := rec.Sweep(ctx)
-				if err != nil && ctx.Err() == nil {
+				switch {
+				case err != nil && ctx.Err() == nil:
 					logger.Error("sweep failed", "err", err)
-				} else if stats.Runs > 0 {
-					logger.Debug("sweep", "runs", stats.Runs, "errors", stats.Errors, "duration", stats.Duration, "journal_lag_bytes", stats.JournalLag)
+				case stats.Errors > 0 || stats.Duration > time.Second:
+					logger.Warn("sweep", "runs", stats.Runs, "errors", stats.Errors, "duration", stats.Duration,
+						"systemd", stats.SystemdDuration, "journal_lag_bytes", stats.JournalLag)
 				}
 				select {
 				case <-ctx.Done():

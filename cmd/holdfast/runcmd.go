@@ -263,11 +263,15 @@ func newRunStopCmd(g *globals) *cobra.Command {
 			}
 			live := attempts[len(attempts)-1]
 			if live.Unit != "" {
-				r, err := g.openRunner(ctx)
+				// The intent is safe in the database; a manager that does not answer must not
+				// hang the operator's terminal.
+				askCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				r, err := g.openRunner(askCtx)
 				if err == nil {
-					err = r.Stop(ctx, live.Unit)
+					err = r.Stop(askCtx, live.Unit)
 					r.Close()
 				}
+				cancel()
 				if err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: stop recorded, but systemd was not reached (%v); the daemon will stop the unit\n", err)
 				}

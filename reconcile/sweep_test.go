@@ -1,0 +1,107 @@
+package reconcile_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+
+	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/reconcile"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.RunMain(m) }
+
+// A failed unit the manager did not collect, with no marker (its ExecStopPost never ran), is
+// reset so its name is free, and the run is restarted and then finishes in attempt 2.
+func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
+	ctx := context.Background()
+	dir := testenv.SharedDir(t)
+	dsn := testenv.Postgres(t)
+	mgr := testenv.PrivateSystemd(t)
+	if _, err := migrations.Apply(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r, err := runner.New(ctx, runner.Config{Address: mgr.Address})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rec, err := reconcile.New(reconcile.Config{Store: st, Runner: r, StateDir: filepath.Join(dir, "state"),
+		Binary: testenv.HoldfastBinary(t), SpawnGrace: time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateJob(ctx, store.Job{Name: "flaky", Engine: "command", Repository: "-", PasswordFile: "-",
+		Paths: []string{"/bin/true"}}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.Admit(ctx, "flaky", "manual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := runner.UnitName("flaky", run.ID, 1)
+	if ok, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "test"); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	// Started behind holdfast's back with systemd's default CollectMode and no ExecStopPost.
+	conn := mgr.Conn(t)
+	props := []sddbus.Property{sddbus.PropType("exec"), sddbus.PropExecStart([]string{"/bin/false"}, false)}
+	if _, err := conn.StartTransientUnitContext(ctx, unit, "replace", props, make(chan string, 1)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, state, err := r.Alive(ctx, unit)
+		if err == nil && state.ActiveState == "failed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("unit never failed: %+v %v", state, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	for time.Now().Before(deadline.Add(20 * time.Second)) {
+		stats, err := rec.Sweep(ctx)
+		if err != nil || stats.Errors > 0 {
+			t.Fatalf("sweep: %+v %v", stats, err)
+		}
+		got, err := st.RunByID(ctx, run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !store.Live(got.Status) {
+			attempts, err := st.Attempts(ctx, run.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != store.StatusSucceeded || len(attempts) != 2 {
+				t.Fatalf("run = %+v with %d attempts, want succeeded in attempt 2", got, len(attempts))
+			}
+			if _, state, err := r.Alive(ctx, unit); err != nil || state.LoadState != "not-found" {
+				t.Fatalf("the failed unit was not reset: %+v %v", state, err)
+			}
+			violations, err := st.Violations(ctx)
+			if err != nil || len(violations) > 0 {
+				t.Fatalf("invariants: %v %v", violations, err)
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the run never ended")
+}
