@@ -99,13 +99,12 @@ func (s *Store) RemoveJob(ctx context.Context, name string) error {
 		if err != nil {
 			return fmt.Errorf("remove job %s: %w", name, err)
 		}
-		var live uuid.UUID
-		err = tx.QueryRow(ctx, `SELECT id FROM runs WHERE job_id = $1 AND status IN ('queued', 'running') LIMIT 1`, id).Scan(&live)
-		if err == nil {
-			return &ConflictError{Msg: fmt.Sprintf("job %s has a live run %s: stop it first (holdfast run stop %s)", name, live, live)}
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		live, found, err := liveRunOf(ctx, tx, id)
+		if err != nil {
 			return fmt.Errorf("remove job %s: %w", name, err)
+		}
+		if found {
+			return &ConflictError{Msg: fmt.Sprintf("job %s has a live run %s: stop it first (holdfast run stop %s)", name, live, live)}
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, id); err != nil {
 			return fmt.Errorf("remove job %s: %w", name, err)

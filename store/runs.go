@@ -142,13 +142,12 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger string) (Run, error)
 		if err != nil {
 			return err
 		}
-		var live uuid.UUID
-		err = tx.QueryRow(ctx, `SELECT id FROM runs WHERE job_id = $1 AND status IN ('queued', 'running') LIMIT 1`, jobID).Scan(&live)
-		if err == nil {
-			return &ConflictError{Msg: fmt.Sprintf("job %s already has a live run %s", jobName, live)}
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		live, found, err := liveRunOf(ctx, tx, jobID)
+		if err != nil {
 			return err
+		}
+		if found {
+			return &ConflictError{Msg: fmt.Sprintf("job %s already has a live run %s", jobName, live)}
 		}
 		id, err := uuid.NewRandom()
 		if err != nil {
@@ -166,15 +165,10 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger string) (Run, error)
 		if _, err := tx.Exec(ctx, `UPDATE jobs SET last_run_id = $1 WHERE id = $2`, id, jobID); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, id.String())
-		return err
+		return notify(ctx, tx, id)
 	})
 	if err != nil {
-		var conflict *ConflictError
-		if errors.As(err, &conflict) || errors.Is(err, ErrNotFound) {
-			return Run{}, err
-		}
-		return Run{}, fmt.Errorf("admit run of %s: %w", jobName, err)
+		return Run{}, wrap(err, "admit run of %s", jobName)
 	}
 	return run, nil
 }
@@ -407,15 +401,10 @@ func (s *Store) RequestStop(ctx context.Context, runID uuid.UUID) (Run, error) {
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, runID.String())
-		return err
+		return notify(ctx, tx, runID)
 	})
 	if err != nil {
-		var conflict *ConflictError
-		if errors.As(err, &conflict) || errors.Is(err, ErrNotFound) {
-			return Run{}, err
-		}
-		return Run{}, fmt.Errorf("stop run %s: %w", runID, err)
+		return Run{}, wrap(err, "stop run %s", runID)
 	}
 	return run, nil
 }
@@ -538,13 +527,12 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE`, *jobID); err != nil {
 			return err
 		}
-		var live uuid.UUID
-		err = tx.QueryRow(ctx, `SELECT id FROM runs WHERE job_id = $1 AND status IN ('queued', 'running') LIMIT 1`, *jobID).Scan(&live)
-		if err == nil {
-			return &ConflictError{Msg: fmt.Sprintf("run %s cannot be resumed while the job has a live run %s", runID, live)}
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		live, found, err := liveRunOf(ctx, tx, *jobID)
+		if err != nil {
 			return err
+		}
+		if found {
+			return &ConflictError{Msg: fmt.Sprintf("run %s cannot be resumed while the job has a live run %s", runID, live)}
 		}
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO attempts (run_id, attempt_no)
@@ -559,15 +547,10 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, runID.String())
-		return err
+		return notify(ctx, tx, runID)
 	})
 	if err != nil {
-		var conflict *ConflictError
-		if errors.As(err, &conflict) || errors.Is(err, ErrNotFound) {
-			return Run{}, err
-		}
-		return Run{}, fmt.Errorf("resume run %s: %w", runID, err)
+		return Run{}, wrap(err, "resume run %s", runID)
 	}
 	return run, nil
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -84,6 +85,33 @@ func isUniqueViolation(err error) bool {
 
 func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, pool, fn)
+}
+
+// wrap adds context to err, except to the answers callers act on as they are: a conflict with
+// the current state, or something not found (those already name what they are about).
+func wrap(err error, format string, args ...any) error {
+	var conflict *ConflictError
+	if errors.As(err, &conflict) || errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}
+
+// notify wakes the daemons inside tx: the notification is delivered only if tx commits.
+func notify(ctx context.Context, tx pgx.Tx, runID uuid.UUID) error {
+	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, runID.String())
+	return err
+}
+
+// liveRunOf returns the job's live run, if it has one. Callers hold the job's row lock, which
+// serializes them with every other admission of the job.
+func liveRunOf(ctx context.Context, tx pgx.Tx, jobID int64) (uuid.UUID, bool, error) {
+	var live uuid.UUID
+	err := tx.QueryRow(ctx, `SELECT id FROM runs WHERE job_id = $1 AND status IN ('queued', 'running') LIMIT 1`, jobID).Scan(&live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return uuid.Nil, false, nil
+	}
+	return live, err == nil, err
 }
 
 func durationToInterval(d time.Duration) *time.Duration {

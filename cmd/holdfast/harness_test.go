@@ -26,10 +26,10 @@ type world struct {
 	bin        string
 	spawnGrace string // the daemons' --spawn-grace
 	daemonEnv  []string
-	dsn   string
-	mgr   *testenv.Manager
-	state string
-	dir   string // for repositories and sample data, reachable by units running as nobody
+	dsn        string
+	mgr        *testenv.Manager
+	state      string
+	dir        string // for repositories and sample data, reachable by units running as nobody
 }
 
 func newWorld(t *testing.T) *world {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -55,20 +56,17 @@ func newJobAddCmd(g *globals) *cobra.Command {
 			if err := job.Validate(&j); err != nil {
 				return inputError{err}
 			}
-			st, err := g.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			created, err := st.CreateJob(cmd.Context(), j)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), jobJSON(created))
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "job %s added: start a run with `holdfast run start %s`\n", created.Name, created.Name)
-			return nil
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				created, err := st.CreateJob(ctx, j)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), jobJSON(created))
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "job %s added: start a run with `holdfast run start %s`\n", created.Name, created.Name)
+				return nil
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -127,28 +125,25 @@ func newJobListCmd(g *globals) *cobra.Command {
 		Short: "List jobs",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := g.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			jobs, err := st.Jobs(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				out := make([]jobOut, 0, len(jobs))
-				for _, j := range jobs {
-					out = append(out, jobJSON(j))
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				jobs, err := st.Jobs(ctx)
+				if err != nil {
+					return err
 				}
-				return writeJSON(cmd.OutOrStdout(), out)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tENGINE\tREPOSITORY\tPATHS\tLAST OUTCOME")
-			for _, j := range jobs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Name, j.Engine, j.Repository, strings.Join(j.Paths, ","), dash(j.LastOutcome))
-			}
-			return tw.Flush()
+				if asJSON {
+					out := make([]jobOut, 0, len(jobs))
+					for _, j := range jobs {
+						out = append(out, jobJSON(j))
+					}
+					return writeJSON(cmd.OutOrStdout(), out)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tENGINE\tREPOSITORY\tPATHS\tLAST OUTCOME")
+				for _, j := range jobs {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Name, j.Engine, j.Repository, strings.Join(j.Paths, ","), dash(j.LastOutcome))
+				}
+				return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -172,32 +167,29 @@ func newJobShowCmd(g *globals) *cobra.Command {
 			if err := job.ValidateName(args[0]); err != nil {
 				return inputError{err}
 			}
-			st, err := g.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			j, err := st.JobByName(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), jobJSON(j))
-			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "job:           %s\nengine:        %s\nrepository:    %s\npassword file: %s\npaths:         %s\n",
-				j.Name, j.Engine, j.Repository, j.PasswordFile, strings.Join(j.Paths, " "))
-			if len(j.Excludes) > 0 {
-				fmt.Fprintf(w, "excludes:      %s\n", strings.Join(j.Excludes, " "))
-			}
-			if j.User != "" {
-				fmt.Fprintf(w, "runs as:       %s\n", j.User)
-			}
-			if j.RuntimeMax > 0 {
-				fmt.Fprintf(w, "runtime limit: %s\n", j.RuntimeMax)
-			}
-			fmt.Fprintf(w, "last outcome:  %s\n", dash(j.LastOutcome))
-			return nil
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				j, err := st.JobByName(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), jobJSON(j))
+				}
+				w := cmd.OutOrStdout()
+				fmt.Fprintf(w, "job:           %s\nengine:        %s\nrepository:    %s\npassword file: %s\npaths:         %s\n",
+					j.Name, j.Engine, j.Repository, j.PasswordFile, strings.Join(j.Paths, " "))
+				if len(j.Excludes) > 0 {
+					fmt.Fprintf(w, "excludes:      %s\n", strings.Join(j.Excludes, " "))
+				}
+				if j.User != "" {
+					fmt.Fprintf(w, "runs as:       %s\n", j.User)
+				}
+				if j.RuntimeMax > 0 {
+					fmt.Fprintf(w, "runtime limit: %s\n", j.RuntimeMax)
+				}
+				fmt.Fprintf(w, "last outcome:  %s\n", dash(j.LastOutcome))
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -213,16 +205,13 @@ func newJobRemoveCmd(g *globals) *cobra.Command {
 			if err := job.ValidateName(args[0]); err != nil {
 				return inputError{err}
 			}
-			st, err := g.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			if err := st.RemoveJob(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "job %s removed\n", args[0])
-			return nil
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				if err := st.RemoveJob(ctx, args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "job %s removed\n", args[0])
+				return nil
+			})
 		},
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-backup/holdfast/runner"
@@ -73,6 +74,27 @@ func (g *globals) openRunner(ctx context.Context) (*runner.Runner, error) {
 		return nil, inputError{err}
 	}
 	return runner.New(ctx, cfg)
+}
+
+// withStore runs fn with the database open for one command.
+func (g *globals) withStore(cmd *cobra.Command, fn func(context.Context, *store.Store) error) error {
+	st, err := g.openStore(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return fn(cmd.Context(), st)
+}
+
+// withRun also resolves the run arg names: a full id, or a unique prefix as `run list` prints.
+func (g *globals) withRun(cmd *cobra.Command, arg string, fn func(context.Context, *store.Store, uuid.UUID) error) error {
+	return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+		id, err := st.ResolveRun(ctx, arg)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, st, id)
+	})
 }
 
 func newRoot() *cobra.Command {

@@ -143,7 +143,7 @@ func TestSystemdUnreachable(t *testing.T) {
 	w := newWorld(t)
 	w.spawnGrace = "3s"
 	w.startDaemon("--run-budget", "1s")
-	ids, _ := w.inFlight(2, 60<<20)
+	ids, _ := w.inFlight(2, 200<<20)
 	before := map[string]runJSON{}
 	for _, id := range ids {
 		before[id] = w.show(id)

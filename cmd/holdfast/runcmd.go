@@ -121,41 +121,37 @@ func newRunStartCmd(g *globals) *cobra.Command {
 			if err := job.ValidateName(args[0]); err != nil {
 				return inputError{err}
 			}
-			ctx := cmd.Context()
-			st, err := g.openStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			run, err := st.Admit(ctx, args[0], "manual")
-			if err != nil {
-				return err
-			}
-			if !wait {
-				if asJSON {
-					return writeJSON(cmd.OutOrStdout(), runJSON(run, nil))
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s queued\n", run.ID, run.JobName)
-				return nil
-			}
-			if !asJSON {
-				fmt.Fprintf(cmd.ErrOrStderr(), "run %s of %s queued\n", run.ID, run.JobName)
-			}
-			final, attempts, err := waitRun(ctx, st, run.ID, progressWriter(cmd.ErrOrStderr(), asJSON))
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if err := writeJSON(cmd.OutOrStdout(), runJSON(final, attempts)); err != nil {
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				run, err := st.Admit(ctx, args[0], "manual")
+				if err != nil {
 					return err
 				}
-			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "run %s %s: %s\n", final.ID, final.Status, final.Reason)
-			}
-			if code := statusExit(final.Status); code != exitOK {
-				return exitCodeError{code}
-			}
-			return nil
+				if !wait {
+					if asJSON {
+						return writeJSON(cmd.OutOrStdout(), runJSON(run, nil))
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s queued\n", run.ID, run.JobName)
+					return nil
+				}
+				if !asJSON {
+					fmt.Fprintf(cmd.ErrOrStderr(), "run %s of %s queued\n", run.ID, run.JobName)
+				}
+				final, attempts, err := waitRun(ctx, st, run.ID, progressWriter(cmd.ErrOrStderr(), asJSON))
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					if err := writeJSON(cmd.OutOrStdout(), runJSON(final, attempts)); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "run %s %s: %s\n", final.ID, final.Status, final.Reason)
+				}
+				if code := statusExit(final.Status); code != exitOK {
+					return exitCodeError{code}
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the run to end, showing progress")
@@ -228,56 +224,40 @@ func waitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(sto
 	}
 }
 
-func resolveRun(ctx context.Context, st *store.Store, arg string) (uuid.UUID, error) {
-	id, err := st.ResolveRun(ctx, arg)
-	if err != nil {
-		return uuid.Nil, err
-	}
-	return id, nil
-}
-
 func newRunStopCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "stop RUN",
 		Short: "Stop a queued or running run (it is never restarted)",
 		Args:  exactArgs(1, "one run id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			st, err := g.openStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			id, err := resolveRun(ctx, st, args[0])
-			if err != nil {
-				return err
-			}
-			// The intent is recorded first: if systemd does not take the request now, the
-			// daemon's next pass asks again.
-			if _, err := st.RequestStop(ctx, id); err != nil {
-				return err
-			}
-			attempts, err := st.Attempts(ctx, id)
-			if err != nil {
-				return err
-			}
-			live := attempts[len(attempts)-1]
-			if live.Unit != "" {
-				// The intent is safe in the database; a manager that does not answer must not
-				// hang the operator's terminal.
-				askCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				r, err := g.openRunner(askCtx)
-				if err == nil {
-					err = r.Stop(askCtx, live.Unit)
-					r.Close()
+			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
+				// The intent is recorded first: if systemd does not take the request now, the
+				// daemon's next pass asks again.
+				if _, err := st.RequestStop(ctx, id); err != nil {
+					return err
 				}
-				cancel()
+				attempts, err := st.Attempts(ctx, id)
 				if err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: stop recorded, but systemd was not reached (%v); the daemon will stop the unit\n", err)
+					return err
 				}
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "run %s: stop requested\n", id)
-			return nil
+				live := attempts[len(attempts)-1]
+				if live.Unit != "" {
+					// The intent is safe in the database; a manager that does not answer must not
+					// hang the operator's terminal.
+					askCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					r, err := g.openRunner(askCtx)
+					if err == nil {
+						err = r.Stop(askCtx, live.Unit)
+						r.Close()
+					}
+					cancel()
+					if err != nil {
+						fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: stop recorded, but systemd was not reached (%v); the daemon will stop the unit\n", err)
+					}
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "run %s: stop requested\n", id)
+				return nil
+			})
 		},
 	}
 }
@@ -288,21 +268,13 @@ func newRunResumeCmd(g *globals) *cobra.Command {
 		Short: "Continue a stopped or paused run as a new attempt",
 		Args:  exactArgs(1, "one run id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			st, err := g.openStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			id, err := resolveRun(ctx, st, args[0])
-			if err != nil {
-				return err
-			}
-			if _, err := st.Resume(ctx, id); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "run %s: resumed as a new attempt\n", id)
-			return nil
+			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
+				if _, err := st.Resume(ctx, id); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "run %s: resumed as a new attempt\n", id)
+				return nil
+			})
 		},
 	}
 }
@@ -324,33 +296,30 @@ func newRunListCmd(g *globals) *cobra.Command {
 			if limit < 1 {
 				return badInput("--limit must be at least 1")
 			}
-			st, err := g.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			runs, err := st.Runs(cmd.Context(), jobName, limit)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				out := make([]runOut, 0, len(runs))
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				runs, err := st.Runs(ctx, jobName, limit)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					out := make([]runOut, 0, len(runs))
+					for _, r := range runs {
+						out = append(out, runJSON(r, nil))
+					}
+					return writeJSON(cmd.OutOrStdout(), out)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "RUN\tJOB\tSTATUS\tCREATED\tADDED\tREASON")
 				for _, r := range runs {
-					out = append(out, runJSON(r, nil))
+					added := "-"
+					if r.BytesAdded != nil {
+						added = engine.FormatBytes(*r.BytesAdded)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID.String()[:8], r.JobName, r.Status,
+						r.CreatedAt.Local().Format("2006-01-02 15:04:05"), added, truncate(r.Reason, 70))
 				}
-				return writeJSON(cmd.OutOrStdout(), out)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tJOB\tSTATUS\tCREATED\tADDED\tREASON")
-			for _, r := range runs {
-				added := "-"
-				if r.BytesAdded != nil {
-					added = engine.FormatBytes(*r.BytesAdded)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID.String()[:8], r.JobName, r.Status,
-					r.CreatedAt.Local().Format("2006-01-02 15:04:05"), added, truncate(r.Reason, 70))
-			}
-			return tw.Flush()
+				return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().StringVar(&jobName, "job", "", "only runs of this job")
@@ -373,30 +342,22 @@ func newRunShowCmd(g *globals) *cobra.Command {
 		Short: "Show a run and its attempts",
 		Args:  exactArgs(1, "one run id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			st, err := g.openStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			id, err := resolveRun(ctx, st, args[0])
-			if err != nil {
-				return err
-			}
-			run, err := st.RunByID(ctx, id)
-			if err != nil {
-				return err
-			}
-			attempts, err := st.Attempts(ctx, id)
-			if err != nil {
-				return err
-			}
-			o := runJSON(run, attempts)
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), o)
-			}
-			printRun(cmd.OutOrStdout(), o)
-			return nil
+			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
+				run, err := st.RunByID(ctx, id)
+				if err != nil {
+					return err
+				}
+				attempts, err := st.Attempts(ctx, id)
+				if err != nil {
+					return err
+				}
+				o := runJSON(run, attempts)
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), o)
+				}
+				printRun(cmd.OutOrStdout(), o)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -449,30 +410,22 @@ func newRunLogsCmd(g *globals) *cobra.Command {
 		Short: "Show the journald logs of a run's units (wraps journalctl)",
 		Args:  exactArgs(1, "one run id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			st, err := g.openStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			id, err := resolveRun(ctx, st, args[0])
-			if err != nil {
-				return err
-			}
-			attempts, err := st.Attempts(ctx, id)
-			if err != nil {
-				return err
-			}
-			argv := journalctlArgv(g.journalDir, attempts, follow)
-			if argv == nil {
-				return badInput("run %s has not started a unit yet: no logs", id)
-			}
-			c := exec.CommandContext(ctx, argv[0], argv[1:]...)
-			c.Stdout, c.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
-			if err := c.Run(); err != nil {
-				return fmt.Errorf("journalctl: %w", err)
-			}
-			return nil
+			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
+				attempts, err := st.Attempts(ctx, id)
+				if err != nil {
+					return err
+				}
+				argv := journalctlArgv(g.journalDir, attempts, follow)
+				if argv == nil {
+					return badInput("run %s has not started a unit yet: no logs", id)
+				}
+				c := exec.CommandContext(ctx, argv[0], argv[1:]...)
+				c.Stdout, c.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+				if err := c.Run(); err != nil {
+					return fmt.Errorf("journalctl: %w", err)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new entries")
