@@ -29,10 +29,9 @@ const pgReadyTimeout = 30 * time.Second
 // pgServer is the private server shared by the tests of one test binary.
 var pgServer struct {
 	once        sync.Once
-	adminDSN    string // DSN of its "postgres" database
+	srv         *PostgresServer
 	unavailable string // why there is no server to start
 	err         error
-	proc        *child
 }
 
 // Postgres returns the DSN of a fresh, empty database on a real PostgreSQL
@@ -40,8 +39,7 @@ var pgServer struct {
 //
 // If HOLDFAST_TEST_DSN is set, the database is created on the server it
 // names. Otherwise the test binary starts one private PostgreSQL 15 server
-// (as the postgres OS user when run as root, reachable only through a unix
-// socket, with fsync off), which RunMain stops.
+// (see StartPostgresServer), which RunMain stops.
 //
 // The DSN is a URL with the socket directory as host, e.g.
 // postgres://postgres@/holdfast_test_1a2b...?host=%2Ftmp%2F...&sslmode=disable
@@ -52,19 +50,19 @@ func Postgres(t testing.TB) string {
 		requireRunMain(t, "Postgres's private server")
 		pgServer.once.Do(startPostgres)
 		if pgServer.unavailable != "" {
-			unavailable(t, "%s", pgServer.unavailable)
+			unavailable(t, "%s (or set HOLDFAST_TEST_DSN)", pgServer.unavailable)
 		}
 		if pgServer.err != nil {
 			t.Fatalf("testenv: start PostgreSQL: %v", pgServer.err)
 		}
-		admin = pgServer.adminDSN
+		admin = pgServer.srv.DSN("postgres")
 	}
 
 	name := "holdfast_test_" + randomHex(8)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := pgExec(ctx, admin, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("testenv: create database: %v", err)
+	if err := createDatabase(ctx, admin, name); err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -91,6 +89,14 @@ func pgExec(ctx context.Context, dsn, sql string) error {
 	return err
 }
 
+// createDatabase creates database name on the server admin connects to.
+func createDatabase(ctx context.Context, admin, name string) error {
+	if err := pgExec(ctx, admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
 // withDatabase returns dsn (URL or keyword/value form) naming database db.
 func withDatabase(dsn, db string) (string, error) {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
@@ -113,60 +119,100 @@ func randomHex(n int) string {
 }
 
 func startPostgres() {
-	initdb := filepath.Join(PGBinDir, "initdb")
-	if _, err := os.Stat(initdb); err != nil {
-		pgServer.unavailable = fmt.Sprintf("initdb not found at %s: apt-get install postgresql-15 (or set HOLDFAST_TEST_DSN)", PGBinDir)
+	pdir, err := processDir()
+	if err != nil {
+		pgServer.err = err
 		return
 	}
-	// initdb refuses to run as root.
+	srv, err := StartPostgresServer(filepath.Join(pdir, "postgres"))
+	var u *unavailableError
+	switch {
+	case errors.As(err, &u):
+		pgServer.unavailable = u.msg
+	case err != nil:
+		pgServer.err = err
+	}
+	pgServer.srv = srv
+}
+
+// PostgresServer is a private PostgreSQL server started by
+// StartPostgresServer.
+type PostgresServer struct {
+	Dir string // holds the data directory, the server's log and its unix socket
+
+	mu   sync.Mutex
+	proc *child // nil once stopped
+}
+
+// StartPostgresServer starts a private PostgreSQL 15 server in dir and waits
+// until it accepts connections. dir is created if it does not exist; it
+// holds the data directory (data, made with initdb unless it exists), the
+// server's log (postgres.log) and its unix socket. The server listens on no
+// TCP port, trusts every local connection and runs with fsync off: it is for
+// tests and demos, never for data that matters.
+//
+// Run as root, the server runs as the postgres OS user (initdb refuses
+// root), so dir's parents must be traversable by that user. If the calling
+// process dies without Stop, the server gets SIGQUIT and exits.
+func StartPostgresServer(dir string) (*PostgresServer, error) {
+	if _, err := os.Stat(filepath.Join(PGBinDir, "initdb")); err != nil {
+		return nil, &unavailableError{fmt.Sprintf("initdb not found at %s: apt-get install postgresql-15", PGBinDir)}
+	}
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			pgServer.unavailable = fmt.Sprintf("running as root, but there is no postgres user to run PostgreSQL as: %v", err)
-			return
+			return nil, &unavailableError{fmt.Sprintf("running as root, but there is no postgres user to run PostgreSQL as: %v", err)}
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
-	pgServer.err = runPostgres(cred)
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	proc, err := runPostgres(dir, cred)
+	if err != nil {
+		return nil, err
+	}
+	return &PostgresServer{Dir: dir, proc: proc}, nil
 }
 
-func runPostgres(cred *syscall.Credential) error {
-	pdir, err := processDir()
-	if err != nil {
-		return err
-	}
-	dir := filepath.Join(pdir, "postgres")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return err
+func runPostgres(dir string, cred *syscall.Credential) (*child, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	if cred != nil {
+		if err := checkTraversable(filepath.Dir(dir)); err != nil {
+			return nil, fmt.Errorf("the postgres user cannot reach %s: %w", dir, err)
+		}
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	data := filepath.Join(dir, "data")
 	env := []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=" + dir}
 
-	initdb := exec.Command(filepath.Join(PGBinDir, "initdb"),
-		"--pgdata", data, "--username", "postgres", "--auth", "trust",
-		"--encoding", "UTF8", "--no-locale", "--no-sync")
-	initdb.Dir = dir
-	initdb.Env = env
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb: %v\n%s", err, out)
+	if !exists(filepath.Join(data, "PG_VERSION")) {
+		initdb := exec.Command(filepath.Join(PGBinDir, "initdb"),
+			"--pgdata", data, "--username", "postgres", "--auth", "trust",
+			"--encoding", "UTF8", "--no-locale", "--no-sync")
+		initdb.Dir = dir
+		initdb.Env = env
+		initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if out, err := initdb.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+		}
 	}
 
 	logPath := filepath.Join(dir, "postgres.log")
-	logf, err := os.Create(logPath)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer logf.Close()
 	// Run the server itself rather than pg_ctl: it stays our child, so it
@@ -187,45 +233,70 @@ func runPostgres(cred *syscall.Credential) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	proc, err := startChild(cmd, syscall.SIGQUIT)
 	if err != nil {
-		return fmt.Errorf("start postgres: %w", err)
+		return nil, fmt.Errorf("start postgres: %w", err)
 	}
-	pgServer.proc = proc
 
-	pgServer.adminDSN = (&url.URL{
-		Scheme:   "postgres",
-		User:     url.User("postgres"),
-		Path:     "/postgres",
-		RawQuery: url.Values{"host": {dir}, "sslmode": {"disable"}}.Encode(),
-	}).String()
+	admin := serverDSN(dir, "postgres")
 	deadline := time.Now().Add(pgReadyTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := pgExec(ctx, pgServer.adminDSN, "SELECT 1")
+		err := pgExec(ctx, admin, "SELECT 1")
 		cancel()
 		if err == nil {
-			return nil
+			return proc, nil
 		}
 		select {
 		case <-proc.done:
 			log, _ := os.ReadFile(logPath)
-			return fmt.Errorf("postgres exited: %v\n%s", proc.err, log)
+			return nil, fmt.Errorf("postgres exited: %v\n%s", proc.err, log)
 		default:
 		}
 		if time.Now().After(deadline) {
+			stopServer(proc)
 			log, _ := os.ReadFile(logPath)
-			return fmt.Errorf("postgres not accepting connections after %v: %v\n%s", pgReadyTimeout, err, log)
+			return nil, fmt.Errorf("postgres not accepting connections after %v: %v\n%s", pgReadyTimeout, err, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// stopPostgres stops the private server with a fast shutdown.
-func stopPostgres() error {
-	proc := pgServer.proc
+// serverDSN is the URL of database db on the server whose socket is in dir.
+func serverDSN(dir, db string) string {
+	return (&url.URL{
+		Scheme:   "postgres",
+		User:     url.User("postgres"),
+		Path:     "/" + db,
+		RawQuery: url.Values{"host": {dir}, "sslmode": {"disable"}}.Encode(),
+	}).String()
+}
+
+// DSN returns the connection URL of database db on the server, as the
+// postgres superuser through the unix socket, e.g.
+// postgres://postgres@/db?host=%2Ftmp%2F...&sslmode=disable
+func (s *PostgresServer) DSN(db string) string {
+	return serverDSN(s.Dir, db)
+}
+
+// CreateDatabase creates an empty database called name.
+func (s *PostgresServer) CreateDatabase(ctx context.Context, name string) error {
+	return createDatabase(ctx, s.DSN("postgres"), name)
+}
+
+// Stop stops the server with a fast shutdown (open connections are ended)
+// and waits for it to exit. Stopping a stopped server does nothing.
+func (s *PostgresServer) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	proc := s.proc
 	if proc == nil {
 		return nil
 	}
-	pgServer.proc = nil
+	s.proc = nil
+	return stopServer(proc)
+}
+
+// stopServer stops a postgres process with a fast shutdown.
+func stopServer(proc *child) error {
 	proc.cmd.Process.Signal(syscall.SIGINT)
 	if !proc.wait(20 * time.Second) {
 		proc.cmd.Process.Kill()
@@ -236,4 +307,12 @@ func stopPostgres() error {
 		return fmt.Errorf("postgres: %w", proc.err)
 	}
 	return nil
+}
+
+// stopPostgres stops the test binary's private server.
+func stopPostgres() error {
+	if pgServer.srv == nil {
+		return nil
+	}
+	return pgServer.srv.Stop()
 }

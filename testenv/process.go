@@ -23,11 +23,17 @@ type child struct {
 // test binary from leaving servers and managers behind. Pdeathsig fires
 // when the forking thread exits, so the fork happens on a thread locked to
 // a goroutine that lives until the child has been reaped.
+//
+// The child gets a process group of its own, so a Ctrl-C at the terminal
+// reaches only its owner, which can stop things in order (the demo stops its
+// daemon before the manager, the manager before PostgreSQL) rather than
+// having every process interrupted at once.
 func startChild(cmd *exec.Cmd, sig syscall.Signal) (*child, error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Pdeathsig = sig
+	cmd.SysProcAttr.Setpgid = true
 	c := &child{cmd: cmd, done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {

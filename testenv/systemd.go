@@ -142,20 +142,94 @@ func hostUsable() error {
 }
 
 // PrivateSystemd starts a private `systemd --user` with its own journald in
-// its own mount namespace, for tests that kill or restart the manager. It is
-// stopped at t.Cleanup: gracefully, and killed if that does not work.
-// It needs root.
+// its own mount namespace (see StartManager), for tests that kill or restart
+// the manager. It is stopped at t.Cleanup: gracefully, and killed if that
+// does not work. It needs root.
 func PrivateSystemd(t testing.TB) *Manager {
 	t.Helper()
+	dir, err := os.MkdirTemp("", "holdfast-systemd-*")
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	m, err := StartManager(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		var u *unavailableError
+		if errors.As(err, &u) {
+			unavailable(t, "%s", u.msg)
+		}
+		t.Fatalf("testenv: %v", err)
+	}
+	managers.Lock()
+	managers.set[m] = struct{}{}
+	managers.Unlock()
+	t.Cleanup(func() {
+		if err := m.teardown(); err != nil {
+			t.Errorf("testenv: stop systemd manager: %v", err)
+		}
+	})
+	return m
+}
+
+// StartManager starts a private `systemd --user` with its own journald, in
+// its own mount namespace and cgroup subtree, and waits until it is ready.
+// The manager runs as root, so its units may set User=. It keeps its runtime
+// directory (RuntimeDir), journal (JournalDir) and output in dir, which is
+// created if needed; the path must leave room for the unix sockets below it.
+// It needs root.
+//
+// Stop the manager with Close. If the calling process dies first, the
+// manager gets SIGTERM, which stops its units and then the manager.
+func StartManager(dir string) (*Manager, error) {
+	if err := checkPrivateManager(); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		RuntimeDir: filepath.Join(dir, "rt"),
+		JournalDir: filepath.Join(dir, "log", "journal"),
+		Private:    true,
+		dir:        dir,
+		logPath:    filepath.Join(dir, "manager.log"),
+	}
+	m.Address = "unix:path=" + escapeAddress(filepath.Join(m.RuntimeDir, "systemd", "private"))
+	if n := len(filepath.Join(m.RuntimeDir, "systemd", "private")); n > 100 {
+		return nil, fmt.Errorf("runtime dir %s too long for unix sockets; use a shorter directory (TMPDIR, in tests)", m.RuntimeDir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := mkdirMode(m.RuntimeDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := mkdirMode(filepath.Dir(m.JournalDir), 0o755); err != nil {
+		return nil, err
+	}
+	if m.cgroup, err = newCgroupSubtree(); err != nil {
+		return nil, &unavailableError{fmt.Sprintf("a private systemd manager needs cgroups: %v", err)}
+	}
+	if err := m.start(); err != nil {
+		err = fmt.Errorf("start systemd --user: %w%s", err, m.outputTail())
+		return nil, errors.Join(err, m.cgroup.remove(5*time.Second))
+	}
+	return m, nil
+}
+
+// checkPrivateManager returns an *unavailableError if this machine cannot
+// run a private manager.
+func checkPrivateManager() error {
 	if os.Geteuid() != 0 {
-		unavailable(t, "a private systemd manager needs root (it mounts in a private mount namespace)")
+		return &unavailableError{"a private systemd manager needs root (it mounts in a private mount namespace)"}
 	}
 	for _, p := range []struct{ path, pkg string }{
 		{systemdPath, "systemd"},
 		{journaldPath, "systemd"},
 	} {
 		if _, err := os.Stat(p.path); err != nil {
-			unavailable(t, "%s not found: apt-get install %s", p.path, p.pkg)
+			return &unavailableError{fmt.Sprintf("%s not found: apt-get install %s", p.path, p.pkg)}
 		}
 	}
 	for _, p := range []struct{ name, pkg string }{
@@ -165,50 +239,18 @@ func PrivateSystemd(t testing.TB) *Manager {
 		{"systemctl", "systemd"},
 	} {
 		if _, err := exec.LookPath(p.name); err != nil {
-			unavailable(t, "%s not found in PATH: apt-get install %s", p.name, p.pkg)
+			return &unavailableError{fmt.Sprintf("%s not found in PATH: apt-get install %s", p.name, p.pkg)}
 		}
 	}
+	return nil
+}
 
-	cg, err := newCgroupSubtree()
-	if err != nil {
-		unavailable(t, "a private systemd manager needs cgroups: %v", err)
+// mkdirMode creates dir with mode perm, or gives an existing dir that mode.
+func mkdirMode(dir string, perm os.FileMode) error {
+	if err := os.Mkdir(dir, perm); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
 	}
-	dir, err := os.MkdirTemp("", "holdfast-systemd-*")
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	m := &Manager{
-		RuntimeDir: filepath.Join(dir, "rt"),
-		JournalDir: filepath.Join(dir, "log", "journal"),
-		Private:    true,
-		dir:        dir,
-		logPath:    filepath.Join(dir, "manager.log"),
-		cgroup:     cg,
-	}
-	m.Address = "unix:path=" + escapeAddress(filepath.Join(m.RuntimeDir, "systemd", "private"))
-	t.Cleanup(func() {
-		if err := m.teardown(); err != nil {
-			t.Errorf("testenv: stop systemd manager: %v", err)
-		}
-	})
-	if err := os.Mkdir(m.RuntimeDir, 0o700); err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	if err := os.Mkdir(filepath.Dir(m.JournalDir), 0o755); err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	if n := len(filepath.Join(m.RuntimeDir, "systemd", "private")); n > 100 {
-		t.Fatalf("testenv: runtime dir %s too long for unix sockets; set TMPDIR to a shorter path", m.RuntimeDir)
-	}
-
-	managers.Lock()
-	managers.set[m] = struct{}{}
-	managers.Unlock()
-
-	if err := m.start(); err != nil {
-		t.Fatalf("testenv: start systemd --user: %v%s", err, m.outputTail())
-	}
-	return m
+	return os.Chmod(dir, perm)
 }
 
 // Env returns the environment entries a child process needs to reach the
@@ -536,12 +578,15 @@ func killAll(list func() []int, first func() bool) error {
 	}
 }
 
-// teardown stops the manager (gracefully if it can) and removes its files.
-func (m *Manager) teardown() error {
-	managers.Lock()
-	delete(managers.set, m)
-	managers.Unlock()
-
+// Close stops a private manager: gracefully, as Exit does (its units are
+// stopped, ExecStopPost runs), and as Kill does if that fails within 15s.
+// Then it removes the manager's cgroup subtree. The manager's directory stays,
+// with its journal. Closing a stopped manager only removes the subtree;
+// closing the host's manager does nothing.
+func (m *Manager) Close() error {
+	if !m.Private {
+		return nil
+	}
 	var errs []error
 	m.mu.Lock()
 	running := m.inst != nil
@@ -556,10 +601,15 @@ func (m *Manager) teardown() error {
 	if err := m.cgroup.remove(5 * time.Second); err != nil {
 		errs = append(errs, err)
 	}
-	if err := os.RemoveAll(m.dir); err != nil {
-		errs = append(errs, err)
-	}
 	return errors.Join(errs...)
+}
+
+// teardown closes a manager of PrivateSystemd and removes its files.
+func (m *Manager) teardown() error {
+	managers.Lock()
+	delete(managers.set, m)
+	managers.Unlock()
+	return errors.Join(m.Close(), os.RemoveAll(m.dir))
 }
 
 func stopLeakedManagers() error {

@@ -26,6 +26,11 @@
 // subtree, so unit names need only be unique per manager. Servers and
 // managers also get a signal when the test binary dies without cleaning up
 // (a panic, -timeout), so they do not outlive it.
+//
+// Programs other than tests (the demo, cmd/holdfast-demo) use the same
+// servers and managers through StartPostgresServer and StartManager, which
+// return errors instead of taking a testing.TB; the caller stops what they
+// start (PostgresServer.Stop, Manager.Close).
 package testenv
 
 import (
@@ -83,6 +88,13 @@ func inCI() bool {
 	return ci
 }
 
+// unavailableError says that a dependency cannot be had on this machine at
+// all (a binary or user is missing, no root), as opposed to failing to start:
+// the testing.TB entry points skip on it rather than fail.
+type unavailableError struct{ msg string }
+
+func (e *unavailableError) Error() string { return e.msg }
+
 // unavailable ends a test whose real dependency cannot be had: a skip
 // locally, a failure under CI.
 func unavailable(t testing.TB, format string, args ...any) {
@@ -122,7 +134,7 @@ func mkdirShared(parent, pattern string) (string, error) {
 	}
 	if err := checkTraversable(filepath.Dir(dir)); err != nil {
 		os.RemoveAll(dir)
-		return "", err
+		return "", fmt.Errorf("%w; set TMPDIR to a directory that is", err)
 	}
 	return dir, nil
 }
@@ -140,7 +152,7 @@ func checkTraversable(dir string) error {
 			return err
 		}
 		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("%s (mode %v) is not traversable by other users; set TMPDIR to a directory that is", dir, fi.Mode().Perm())
+			return fmt.Errorf("%s (mode %v) is not traversable by other users", dir, fi.Mode().Perm())
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {

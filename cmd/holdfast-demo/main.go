@@ -53,6 +53,7 @@ const (
 func main() {
 	bin := flag.String("holdfast", "./bin/holdfast", "holdfast binary to run")
 	keep := flag.Bool("keep", false, "leave everything running after the backup, until interrupted")
+	sampleMiB := flag.Int("sample-size", 300, "MiB of random sample data to back up")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "holdfast-demo: unexpected argument %q\n", flag.Arg(0))
@@ -65,11 +66,11 @@ func main() {
 
 	// The first Ctrl-C cancels ctx; further ones are swallowed until the
 	// teardown is done, so it cannot be cut short.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 
 	start := time.Now()
-	d := &demo{keep: *keep}
+	d := &demo{keep: *keep, sampleSize: int64(max(*sampleMiB, 1)) << 20}
 	err := d.run(ctx, dir, *bin)
 	if d.running() {
 		fmt.Println("\n==> stopping the holdfast daemon, the systemd manager and PostgreSQL")
@@ -93,7 +94,8 @@ func main() {
 
 // demo is one run of the demo and what it started.
 type demo struct {
-	keep bool
+	keep       bool
+	sampleSize int64
 
 	dir      string // the demo directory
 	bin      string // absolute path of the holdfast binary
@@ -129,7 +131,7 @@ func (d *demo) run(ctx context.Context, dir, bin string) error {
 		{"check prerequisites", d.check},
 		{"prepare " + d.dir, d.prepare},
 		{"start PostgreSQL", d.startPostgres},
-		{"start systemd --user", d.startManager},
+		{"start the systemd manager", d.startManager},
 		{"write sample data", d.writeSample},
 		{"restic init", d.initRepo},
 		{"holdfast migrate", d.cli("migrate")},
@@ -236,9 +238,9 @@ func (d *demo) startManager(context.Context) error {
 	return nil
 }
 
-// writeSample writes sampleFiles files of random data, about 300 MB in all,
-// enough for the backup to take a few seconds. Two of them match the job's
-// exclude pattern.
+// writeSample writes sampleFiles files of random data, about d.sampleSize
+// bytes in all: by default enough for the backup to take a few seconds.
+// Two small ones match the job's exclude pattern.
 func (d *demo) writeSample(ctx context.Context) error {
 	var seed [32]byte
 	crand.Read(seed[:])
@@ -252,7 +254,8 @@ func (d *demo) writeSample(ctx context.Context) error {
 			return err
 		}
 		name := filepath.Join([]string{"documents", "photos", "projects", "music"}[i%4], fmt.Sprintf("file-%02d.dat", i))
-		size := int64(4<<20 + sizes.IntN(7<<20))
+		avg := d.sampleSize / (sampleFiles - 2)
+		size := avg/2 + sizes.Int64N(avg+1) // avg ± 50%
 		if i%20 == 19 {
 			name = fmt.Sprintf("scratch-%02d.tmp", i)
 			size = 1 << 20
@@ -333,8 +336,8 @@ func (d *demo) newCmd(ctx context.Context, stdout io.Writer, argv ...string) *ex
 	cmd.Stdout, cmd.Stderr = stdout, os.Stderr
 	// Out of the terminal's process group, so that Ctrl-C reaches the demo
 	// alone, which passes it on: the step then reliably ends as interrupted,
-	// and the command as it would at the terminal.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// and the command as it would at the terminal. Pdeathsig: see startDaemon.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 10 * time.Second
 	return cmd

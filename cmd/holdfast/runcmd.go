@@ -174,6 +174,13 @@ func progressWriter(w io.Writer, quiet bool) func(store.Run, *store.Progress) {
 	var last string
 	var lastAt time.Time
 	return func(r store.Run, p *store.Progress) {
+		if !store.Live(r.Status) {
+			// The ending is printed by the caller, with the run's own figures.
+			if tty && last != "" {
+				fmt.Fprint(w, "\r\033[K")
+			}
+			return
+		}
 		line := r.Status
 		if p != nil {
 			line = fmt.Sprintf("%s %5.1f%%  %d/%d files  %s/%s", r.Status, p.PercentDone*100, p.FilesDone, p.TotalFiles,
@@ -184,10 +191,7 @@ func progressWriter(w io.Writer, quiet bool) func(store.Run, *store.Progress) {
 			if line != last {
 				fmt.Fprintf(w, "\r\033[K%s", line)
 			}
-			if !store.Live(r.Status) {
-				fmt.Fprintln(w)
-			}
-		case line != last && (time.Since(lastAt) > 5*time.Second || !store.Live(r.Status)):
+		case line != last && time.Since(lastAt) > 5*time.Second:
 			fmt.Fprintln(w, line)
 			lastAt = time.Now()
 		}
