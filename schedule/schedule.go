@@ -1,0 +1,252 @@
+// Package schedule decides when jobs run: cron expressions in an IANA time zone, intervals and
+// manual jobs; what to do with slots that were missed; maintenance windows; retry backoff.
+//
+// Cron expressions are evaluated on the wall clock of the job's zone and then placed on the
+// time line with ISC cron's rules for daylight saving time: a slot that falls in a skipped hour
+// runs right after the jump, and a slot in a repeated hour runs once, at its first occurrence.
+// Everything here is a pure function of its arguments.
+package schedule
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Schedule says when a job runs.
+type Schedule struct {
+	spec  string
+	zone  *time.Location
+	cron  cron.Schedule // evaluated on floating wall-clock time (UTC with the zone's wall fields)
+	every time.Duration
+}
+
+var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// MinInterval is the shortest @every interval accepted.
+const MinInterval = time.Second
+
+// Parse reads a schedule: a five-field cron expression ("0 2 * * *"), a descriptor ("@daily",
+// "@hourly", "@weekly", "@monthly", "@yearly"), an interval ("@every 6h"), or "" for a job that
+// only runs when started by hand. tz is an IANA zone name ("" means UTC).
+func Parse(spec, tz string) (Schedule, error) {
+	spec = strings.TrimSpace(spec)
+	zone, err := LoadZone(tz)
+	if err != nil {
+		return Schedule{}, err
+	}
+	s := Schedule{spec: spec, zone: zone}
+	switch {
+	case spec == "" || spec == "manual":
+		s.spec = ""
+		return s, nil
+	case strings.HasPrefix(spec, "@every"):
+		arg := strings.TrimSpace(strings.TrimPrefix(spec, "@every"))
+		d, err := time.ParseDuration(arg)
+		if err != nil {
+			return Schedule{}, fmt.Errorf("schedule %q: %q is not a duration: use e.g. @every 6h or @every 90m", spec, arg)
+		}
+		if d < MinInterval {
+			return Schedule{}, fmt.Errorf("schedule %q: the interval must be at least %s", spec, MinInterval)
+		}
+		s.every = d
+		return s, nil
+	}
+	c, err := parser.Parse(spec)
+	if err != nil {
+		return Schedule{}, fmt.Errorf("schedule %q: %v: use five fields (minute hour day-of-month month day-of-week), e.g. \"0 2 * * *\", or @daily, @every 6h", spec, err)
+	}
+	s.cron = c
+	return s, nil
+}
+
+// LoadZone loads an IANA time zone; "" is UTC.
+func LoadZone(tz string) (*time.Location, error) {
+	if tz == "" {
+		return time.UTC, nil
+	}
+	zone, err := time.LoadLocation(tz)
+	if err != nil || strings.EqualFold(tz, "local") {
+		return nil, fmt.Errorf("time zone %q is unknown: use an IANA name such as Europe/Berlin or America/New_York", tz)
+	}
+	return zone, nil
+}
+
+// String returns the schedule as given ("" for manual).
+func (s Schedule) String() string { return s.spec }
+
+// Zone is the schedule's time zone.
+func (s Schedule) Zone() *time.Location { return s.zone }
+
+// Manual reports whether the job only runs when started by hand.
+func (s Schedule) Manual() bool { return s.spec == "" }
+
+// Next returns the first slot strictly after t; ok is false for a manual schedule.
+func (s Schedule) Next(t time.Time) (next time.Time, ok bool) {
+	switch {
+	case s.Manual():
+		return time.Time{}, false
+	case s.every > 0:
+		return t.Truncate(time.Second).Add(s.every), true
+	}
+	wall := floating(t.In(s.zone))
+	for range 5000 { // bounded: every step moves the wall clock forward
+		wall = s.cron.Next(wall)
+		if wall.IsZero() {
+			return time.Time{}, false
+		}
+		if at, _ := place(wall, s.zone); at.After(t) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// floating is t's wall clock as a UTC time, where cron arithmetic has no DST.
+func floating(t time.Time) time.Time {
+	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+}
+
+// Placement says how a wall-clock slot landed on the time line.
+type Placement int
+
+const (
+	Exact    Placement = iota
+	Skipped            // the wall time did not exist: the slot runs right after the jump
+	Repeated           // the wall time happened twice: the slot runs at the first
+)
+
+// place puts a wall-clock time (floating) on the time line in zone.
+func place(wall time.Time, zone *time.Location) (time.Time, Placement) {
+	t := time.Date(wall.Year(), wall.Month(), wall.Day(), wall.Hour(), wall.Minute(), wall.Second(), 0, zone)
+	if !floating(t).Equal(wall) {
+		// In a gap: the jump is the bound of t's zone period nearest to t.
+		start, end := t.ZoneBounds()
+		jump := start
+		if !end.IsZero() && (start.IsZero() || end.Sub(t) < t.Sub(start)) {
+			jump = end
+		}
+		return jump, Skipped
+	}
+	// In an overlap the same wall time exists twice, an offset change apart: look both ways.
+	_, offset := t.Zone()
+	start, end := t.ZoneBounds()
+	if !end.IsZero() {
+		_, after := end.Zone()
+		if shift := time.Duration(offset-after) * time.Second; shift > 0 && floating(t.Add(shift)).Equal(wall) {
+			return t, Repeated
+		}
+	}
+	if !start.IsZero() {
+		_, before := start.Add(-time.Second).Zone()
+		if shift := time.Duration(before-offset) * time.Second; shift > 0 && floating(t.Add(-shift)).Equal(wall) {
+			return t.Add(-shift), Repeated
+		}
+	}
+	return t, Exact
+}
+
+// Slot is one start time of a schedule, for previews.
+type Slot struct {
+	At   time.Time
+	Note string // set where daylight saving time moved or merged the slot
+}
+
+// Preview lists the next n slots after t.
+func (s Schedule) Preview(t time.Time, n int) []Slot {
+	var slots []Slot
+	for len(slots) < n {
+		next, ok := s.Next(t)
+		if !ok {
+			break
+		}
+		slot := Slot{At: next}
+		if s.cron != nil {
+			slot.Note = s.dstNote(t, next)
+		}
+		slots = append(slots, slot)
+		t = next
+	}
+	return slots
+}
+
+// dstNote explains a slot that daylight saving time affected.
+func (s Schedule) dstNote(after, at time.Time) string {
+	wall := floating(after.In(s.zone))
+	for range 5000 {
+		wall = s.cron.Next(wall)
+		placed, how := place(wall, s.zone)
+		if !placed.Equal(at) {
+			if placed.After(at) {
+				return ""
+			}
+			continue
+		}
+		switch how {
+		case Skipped:
+			return fmt.Sprintf("DST: %s does not exist that day; runs right after the jump", wall.Format("15:04"))
+		case Repeated:
+			return fmt.Sprintf("DST: %s happens twice that day; runs once, at the first", wall.Format("15:04"))
+		}
+		return ""
+	}
+	return ""
+}
+
+// Decision is what admission does with a job whose slot is due.
+type Decision struct {
+	Run     bool      // admit a run now
+	Trigger string    // "schedule" or "catch-up"
+	Planned time.Time // the slot the run is admitted for
+	Missed  int       // slots skipped and not replayed
+	Next    time.Time // the job's next slot, from the planned times (no drift)
+}
+
+// ErrNotDue means the planned slot is still in the future.
+var ErrNotDue = errors.New("not due yet")
+
+// maxMissedCount bounds counting slots one by one; longer gaps of an interval are computed.
+const maxMissedCount = 100000
+
+// Due decides, at claim time, about a job whose next slot is planned. Slots up to now are due;
+// the newest runs if it is at most grace late, and every other due slot is missed: counted,
+// never replayed. If even the newest is older than grace (holdfast was down), all are missed,
+// and a job that opted into catch-up gets one run for them.
+func (s Schedule) Due(planned, now time.Time, grace time.Duration, catchUp bool) (Decision, error) {
+	if s.Manual() {
+		return Decision{}, errors.New("a manual schedule has no slots")
+	}
+	if planned.After(now) {
+		return Decision{}, ErrNotDue
+	}
+	last, count := planned, 1
+	if s.every > 0 {
+		steps := int(now.Sub(planned) / s.every)
+		last, count = planned.Add(time.Duration(steps)*s.every), steps+1
+	} else {
+		for count < maxMissedCount {
+			next, ok := s.Next(last)
+			if !ok || next.After(now) {
+				break
+			}
+			last, count = next, count+1
+		}
+	}
+	next, ok := s.Next(last)
+	if !ok {
+		return Decision{}, fmt.Errorf("schedule %q has no slot after %s", s.spec, last)
+	}
+	d := Decision{Planned: last, Next: next}
+	switch {
+	case now.Sub(last) <= grace:
+		d.Run, d.Trigger, d.Missed = true, "schedule", count-1
+	case catchUp:
+		d.Run, d.Trigger, d.Missed = true, "catch-up", count-1
+	default:
+		d.Missed = count
+	}
+	return d, nil
+}
