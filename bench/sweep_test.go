@@ -66,14 +66,14 @@ func (w *sweepWorld) addCommandRuns(b *testing.B, n int, argv []string) []store.
 	for range n {
 		name := fmt.Sprintf("job%d", w.jobs)
 		w.jobs++
-		if _, err := w.st.CreateJob(ctx, store.Job{Name: name, Engine: "command", Repository: "-", PasswordFile: "-", Paths: argv}); err != nil {
+		if _, err := w.st.CreateJob(ctx, store.Job{Name: name, Engine: "command", Repository: "-", PasswordFile: "-", Command: argv}); err != nil {
 			b.Fatal(err)
 		}
 		run, err := w.st.Admit(ctx, name, "manual")
 		if err != nil {
 			b.Fatal(err)
 		}
-		if ok, err := w.st.ClaimSpawn(ctx, run.ID, 1, runner.UnitName(name, run.ID, 1), "bench"); err != nil || !ok {
+		if ok, _, err := w.st.ClaimSpawn(ctx, run.ID, 1, runner.UnitName(name, run.ID, 1), "bench", store.Limits{}); err != nil || !ok {
 			b.Fatalf("claim: %v %v", ok, err)
 		}
 		runs = append(runs, run)

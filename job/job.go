@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
+	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -45,7 +47,15 @@ func Validate(j *store.Job) error {
 	if j.Engine != "restic" && j.Engine != "command" {
 		return fmt.Errorf("unknown engine %q: use restic or command", j.Engine)
 	}
+	if j.Engine == "command" {
+		if len(j.Command) == 0 || !filepath.IsAbs(j.Command[0]) {
+			return errors.New("a command job needs --command with an absolute program path first, e.g. --command /usr/local/bin/dump --command --all")
+		}
+	}
 	if j.Engine == "restic" {
+		if len(j.Command) > 0 {
+			return errors.New("--command is for --engine command; a restic job backs up --path")
+		}
 		if j.Repository == "" {
 			return errors.New("no repository: give --repo PATH (an absolute path) or a restic backend such as sftp:host:/path")
 		}
@@ -66,7 +76,7 @@ func Validate(j *store.Job) error {
 			return fmt.Errorf("password file %s is not a regular file", j.PasswordFile)
 		}
 	}
-	if len(j.Paths) == 0 {
+	if j.Engine == "restic" && len(j.Paths) == 0 {
 		return errors.New("no paths to back up: give --path PATH at least once")
 	}
 	for _, p := range j.Paths {
@@ -104,6 +114,33 @@ func Validate(j *store.Job) error {
 	}
 	if j.RuntimeMax < 0 {
 		return fmt.Errorf("runtime limit %s is negative", j.RuntimeMax)
+	}
+	return ValidateSchedule(j)
+}
+
+// ValidateSchedule checks the scheduling settings of a job.
+func ValidateSchedule(j *store.Job) error {
+	if _, err := schedule.Parse(j.Schedule, j.TimeZone); err != nil {
+		return err
+	}
+	for _, w := range j.Windows {
+		if _, err := schedule.ParseWindow(w); err != nil {
+			return err
+		}
+	}
+	if j.RetryMax < 0 || j.RetryMax > 100 {
+		return fmt.Errorf("--retry-max %d is out of range: use 0..100", j.RetryMax)
+	}
+	if j.RetryBackoff <= 0 {
+		j.RetryBackoff = time.Minute
+	}
+	if j.DependsOn != "" {
+		if err := ValidateName(j.DependsOn); err != nil {
+			return fmt.Errorf("--depends-on: %w", err)
+		}
+		if j.DependsOn == j.Name {
+			return fmt.Errorf("job %s cannot depend on itself", j.Name)
+		}
 	}
 	return nil
 }

@@ -57,7 +57,7 @@ func UnitSpec(cfg Config, job store.Job, run uuid.UUID, attempt int) runner.Spec
 		// restic 0.14 leaves its lock behind on SIGTERM; on SIGINT it removes it and exits 130.
 		spec.KillSignal = syscall.SIGINT
 	} else {
-		spec.ExecStart = append(execArgv, job.Paths...)
+		spec.ExecStart = append(execArgv, job.Command...)
 	}
 	return spec
 }
@@ -77,11 +77,27 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun) error {
 	if err != nil {
 		return err
 	}
+	wait, notBefore, end, err := r.gate(ctx, l, job)
+	if err != nil {
+		return err
+	}
+	if end != nil {
+		return r.finish(ctx, l, runner.Marker{}, *end)
+	}
+	if wait != "" {
+		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, wait, notBefore)
+	}
 	spec := UnitSpec(r.cfg, job, l.Run.ID, l.Attempt.No)
 	crash("spawn-before-claim")
-	claimed, err := r.cfg.Store.ClaimSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host)
-	if err != nil || !claimed {
-		return err // not claimed: another daemon has it, or a stop arrived
+	claimed, blocked, err := r.cfg.Store.ClaimSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
+	if err != nil {
+		return err
+	}
+	if blocked != "" {
+		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, blocked, nil)
+	}
+	if !claimed {
+		return nil // another daemon has it, or a stop arrived
 	}
 	crash("spawn-claimed")
 	if err := r.prepareDirs(job, l.Run.ID, l.Attempt.No); err != nil {
@@ -195,7 +211,7 @@ func (r *Reconciler) finish(ctx context.Context, l store.LiveRun, m runner.Marke
 	return r.finishAttempt(ctx, l, a, m, v)
 }
 
-func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store.Attempt, m runner.Marker, v verdict) error {
+func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store.Attempt, m runner.Marker, v verdict) (err error) {
 	e := store.Ending{
 		RunID: l.Run.ID, Attempt: l.Attempt.No, At: r.cfg.now(),
 		Status: v.status, Reason: v.reason, FailureClass: v.class,
@@ -212,6 +228,15 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 		e.BytesAdded, e.BytesProcessed, e.FilesProcessed = &s.DataAdded, &s.TotalBytesProcessed, &s.TotalFilesProcessed
 	}
 	crash("finish-before")
+	if v.status == store.StatusFailed && v.class == string(engine.Transient) {
+		if e.Retry, err = r.retryPlan(ctx, l); err != nil {
+			return err
+		}
+		if e.Retry != nil {
+			e.Reason += fmt.Sprintf("; retry %d as run %s at %s", e.Retry.Number, e.Retry.ID,
+				e.Retry.NotBefore.UTC().Format(time.RFC3339))
+		}
+	}
 	done, err := r.cfg.Store.Finish(ctx, e)
 	if err != nil {
 		return err

@@ -13,10 +13,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -38,7 +40,14 @@ type Config struct {
 	RunBudget time.Duration
 	// MaxAttempts bounds restarts: a run whose units keep vanishing fails after this many attempts.
 	MaxAttempts int
-	Logger      *slog.Logger
+	// Limits bound how many runs hold a unit at once.
+	Limits store.Limits
+	// Windows are global maintenance windows in WindowZone: no run starts inside one.
+	Windows    []schedule.Window
+	WindowZone *time.Location
+	// Workers is how many runs one pass reconciles at once. Default 8.
+	Workers int
+	Logger  *slog.Logger
 	// now is replaceable in tests.
 	now func() time.Time
 }
@@ -72,6 +81,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Workers <= 0 {
+		c.Workers = 8
+	}
+	if c.WindowZone == nil {
+		c.WindowZone = time.UTC
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -116,19 +131,34 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	asked := time.Now()
 	states, statesErr := r.unitStates(ctx, live)
 	stats.SystemdDuration = time.Since(asked)
+	// Runs are independent; a few at once keep one slow call (a spawn, a repair) from delaying
+	// the rest. Workers take runs in the snapshot's order, which is priority order.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, r.cfg.Workers)
 	for _, l := range live {
-		if err := ctx.Err(); err != nil {
-			return stats, err
+		if ctx.Err() != nil {
+			break
 		}
-		runCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
-		lag, err := r.reconcile(runCtx, l, states, statesErr)
-		cancel()
-		stats.JournalLag = max(stats.JournalLag, lag)
-		if err != nil {
-			stats.Errors++
-			r.cfg.Logger.Error("run could not be reconciled; the next pass tries again",
-				"run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
-		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			runCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
+			lag, err := r.reconcile(runCtx, l, states, statesErr)
+			cancel()
+			mu.Lock()
+			defer mu.Unlock()
+			stats.JournalLag = max(stats.JournalLag, lag)
+			if err != nil {
+				stats.Errors++
+				r.cfg.Logger.Error("run could not be reconciled; the next pass tries again",
+					"run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return stats, err
 	}
 	stats.Duration = time.Since(start)
 	return stats, nil

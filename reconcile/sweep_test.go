@@ -46,7 +46,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := st.CreateJob(ctx, store.Job{Name: "flaky", Engine: "command", Repository: "-", PasswordFile: "-",
-		Paths: []string{"/bin/true"}}); err != nil {
+		Command: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
 	}
 	run, err := st.Admit(ctx, "flaky", "manual")
@@ -54,7 +54,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := runner.UnitName("flaky", run.ID, 1)
-	if ok, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "test"); err != nil || !ok {
+	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "test", store.Limits{}); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	// Started behind holdfast's back with systemd's default CollectMode and no ExecStopPost.

@@ -27,32 +27,69 @@ type Job struct {
 	CreatedAt         time.Time
 	LastOutcome       string
 	LastRunID         *uuid.UUID
+
+	// Command is the argv of a "command" engine job.
+	Command []string
+	// Schedule is a cron expression, descriptor or @every interval; "" for manual only.
+	Schedule string
+	TimeZone string // IANA name; "" is UTC
+	// CatchUp runs once for the slots missed while holdfast was down instead of only counting them.
+	CatchUp      bool
+	NextRunAt    *time.Time
+	MissedSlots  int64 // slots never run (holdfast was down): counted, not replayed
+	OverlapSkips int64 // slots not run because the job's previous run was still live
+	LastSkipAt   *time.Time
+	LastSkipWhy  string
+	RetryMax     int           // automatic retries of a transient failure
+	RetryBackoff time.Duration // delay before the first retry, doubled for each next one
+	Windows      []string      // maintenance windows during which no run of the job starts
+	Priority     int           // higher first among runs waiting for a slot
+	DependsOn    string        // a job whose last run must have succeeded
 }
 
 // jobColumns reads a job aliased as j.
 const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.paths, j.excludes, j.run_as_user,
-	j.run_as_group, j.nice, j.io_scheduling_class, j.runtime_max, j.created_at, coalesce(j.last_outcome, ''), j.last_run_id`
+	j.run_as_group, j.nice, j.io_scheduling_class, j.runtime_max, j.created_at, coalesce(j.last_outcome, ''), j.last_run_id,
+	j.command, j.schedule, j.time_zone, j.catch_up, j.next_run_at, j.missed_slots, j.overlap_skips, j.last_skip_at,
+	coalesce(j.last_skip_why, ''), j.retry_max, j.retry_backoff, j.windows, j.priority, coalesce(j.depends_on, '')`
 
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
 	var runtimeMax *time.Duration
 	err := row.Scan(&j.ID, &j.Name, &j.Engine, &j.Repository, &j.PasswordFile, &j.Paths, &j.Excludes,
-		&j.User, &j.Group, &j.Nice, &j.IOSchedulingClass, &runtimeMax, &j.CreatedAt, &j.LastOutcome, &j.LastRunID)
+		&j.User, &j.Group, &j.Nice, &j.IOSchedulingClass, &runtimeMax, &j.CreatedAt, &j.LastOutcome, &j.LastRunID,
+		&j.Command, &j.Schedule, &j.TimeZone, &j.CatchUp, &j.NextRunAt, &j.MissedSlots, &j.OverlapSkips, &j.LastSkipAt,
+		&j.LastSkipWhy, &j.RetryMax, &j.RetryBackoff, &j.Windows, &j.Priority, &j.DependsOn)
 	if runtimeMax != nil {
 		j.RuntimeMax = *runtimeMax
 	}
 	return j, err
 }
 
+// jobSettings are the columns an operator sets, in the order of settingValues.
+const jobSettings = `engine, repository, password_file, paths, excludes, run_as_user, run_as_group,
+	nice, io_scheduling_class, runtime_max, command, schedule, time_zone, catch_up, next_run_at, retry_max,
+	retry_backoff, windows, priority, depends_on`
+
+func settingValues(j Job) []any {
+	return []any{j.Engine, j.Repository, j.PasswordFile, nonNil(j.Paths), nonNil(j.Excludes), j.User, j.Group,
+		j.Nice, j.IOSchedulingClass, durationToInterval(j.RuntimeMax), nonNil(j.Command), j.Schedule, j.TimeZone,
+		j.CatchUp, j.NextRunAt, j.RetryMax, j.RetryBackoff, nonNil(j.Windows), j.Priority, nullIfEmpty(j.DependsOn)}
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
 // CreateJob inserts a job; the caller has validated it.
 func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
 	row := s.pool.QueryRow(ctx, `
-		INSERT INTO jobs AS j (name, engine, repository, password_file, paths, excludes, run_as_user, run_as_group,
-			nice, io_scheduling_class, runtime_max)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-		RETURNING `+jobColumns,
-		j.Name, j.Engine, j.Repository, j.PasswordFile, j.Paths, nonNil(j.Excludes), j.User, j.Group,
-		j.Nice, j.IOSchedulingClass, durationToInterval(j.RuntimeMax))
+		INSERT INTO jobs AS j (name, `+jobSettings+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+		RETURNING `+jobColumns, append([]any{j.Name}, settingValues(j)...)...)
 	created, err := scanJob(row)
 	if isUniqueViolation(err) {
 		return Job{}, fmt.Errorf("job %q: %w", j.Name, ErrJobExists)
@@ -61,6 +98,38 @@ func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
 		return Job{}, fmt.Errorf("create job %s: %w", j.Name, err)
 	}
 	return created, nil
+}
+
+// UpdateJob changes a job's settings: edit receives the stored job and changes it in place;
+// validate checks the result. Both run inside the transaction that holds the job's row lock,
+// and the daemons are woken to pick up a new schedule.
+func (s *Store) UpdateJob(ctx context.Context, name string, edit func(*Job) error) (Job, error) {
+	var updated Job
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.name = $1 FOR UPDATE`, name))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("job %q: %w", name, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if err := edit(&j); err != nil {
+			return err
+		}
+		updated, err = scanJob(tx.QueryRow(ctx, `
+			UPDATE jobs AS j SET (`+jobSettings+`) = ($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+			WHERE j.id = $1
+			RETURNING `+jobColumns, append([]any{j.ID}, settingValues(j)...)...))
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, "job:"+name)
+		return err
+	})
+	if err != nil {
+		return Job{}, wrap(err, "update job %s", name)
+	}
+	return updated, nil
 }
 
 // JobByName returns the named job or ErrNotFound.

@@ -46,6 +46,12 @@ type Run struct {
 	BytesProcessed  *int64
 	FilesProcessed  *int64
 	FilesSkipped    int64
+	PlannedAt       *time.Time // the schedule slot the run was admitted for
+	NotBefore       *time.Time // the run is not spawned before this (a retry's delay, a window)
+	WaitingReason   string     // why a queued run is not spawned yet
+	RetryOf         *uuid.UUID
+	RetryNumber     int
+	RetriedBy       *uuid.UUID
 }
 
 // Progress is the newest progress report an attempt's journal made.
@@ -83,12 +89,14 @@ type Attempt struct {
 
 const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason, ''), r.stop_requested_at,
 	r.created_at, r.started_at, r.finished_at, r.reason, r.failure_class, coalesce(r.snapshot_id, ''),
-	r.bytes_added, r.bytes_processed, r.files_processed, r.files_skipped`
+	r.bytes_added, r.bytes_processed, r.files_processed, r.files_skipped,
+	r.planned_at, r.not_before, coalesce(r.waiting_reason, ''), r.retry_of, r.retry_number, r.retried_by`
 
 func runDest(r *Run) []any {
 	return []any{&r.ID, &r.JobName, &r.Trigger, &r.Status, &r.PausedReason, &r.StopRequestedAt,
 		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Reason, &r.FailureClass, &r.SnapshotID,
-		&r.BytesAdded, &r.BytesProcessed, &r.FilesProcessed, &r.FilesSkipped}
+		&r.BytesAdded, &r.BytesProcessed, &r.FilesProcessed, &r.FilesSkipped,
+		&r.PlannedAt, &r.NotBefore, &r.WaitingReason, &r.RetryOf, &r.RetryNumber, &r.RetriedBy}
 }
 
 const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, a.created_at, a.spawn_claimed_at,
@@ -182,7 +190,8 @@ type LiveRun struct {
 	JobEngine string
 }
 
-// LiveRuns lists every run in a live status with its live attempt, oldest first.
+// LiveRuns lists every run in a live status with its live attempt: higher job priority first,
+// then oldest first.
 func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+runColumns+`, `+attemptColumns+`, coalesce(j.engine, '')
@@ -192,7 +201,7 @@ func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 		CROSS JOIN LATERAL (SELECT * FROM attempts WHERE run_id = r.id AND ended_at IS NULL OFFSET 0) a
 		LEFT JOIN jobs j ON j.id = r.job_id
 		WHERE r.status IN ('queued', 'running')
-		ORDER BY r.created_at`)
+		ORDER BY coalesce(j.priority, 0) DESC, r.created_at`)
 	if err != nil {
 		return nil, fmt.Errorf("list live runs: %w", err)
 	}
@@ -214,21 +223,60 @@ func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 	return out, nil
 }
 
+// Limits bound how many attempts hold a unit at once (0: no bound).
+type Limits struct {
+	MaxRunning     int // across every host sharing the database
+	MaxRunningHost int // on the claiming host
+}
+
+// spawnLockID serializes limited claims across daemons ("holdfast spawn").
+const spawnLockID int64 = 0x686f6c6473706177
+
 // ClaimSpawn records the unit name and the spawn claim on a live attempt that has none, before
-// systemd is asked. It reports false if the attempt was claimed, ended, or its run was asked to
-// stop meanwhile; SKIP LOCKED lets several daemons race without waiting on each other.
-func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host string) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = now()
-		WHERE (run_id, attempt_no) IN (
-			SELECT a.run_id, a.attempt_no FROM attempts a JOIN runs r ON r.id = a.run_id
-			WHERE a.run_id = $1 AND a.attempt_no = $2 AND a.unit IS NULL AND a.ended_at IS NULL
-			  AND r.stop_requested_at IS NULL
-			FOR UPDATE OF a SKIP LOCKED)`, runID, attempt, unit, host)
+// systemd is asked. It reports claimed=false if the attempt was claimed, ended, or its run was
+// asked to stop meanwhile (SKIP LOCKED lets daemons race without waiting), and a reason when a
+// limit holds it back. With limits, claims are serialized so that two daemons cannot both take
+// the last free place.
+func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host string, limits Limits) (claimed bool, blocked string, err error) {
+	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		if limits.MaxRunning > 0 || limits.MaxRunningHost > 0 {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, spawnLockID); err != nil {
+				return err
+			}
+			var all, onHost int
+			if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE host = $1)
+				FROM attempts WHERE unit IS NOT NULL AND ended_at IS NULL`, host).Scan(&all, &onHost); err != nil {
+				return err
+			}
+			switch {
+			case limits.MaxRunning > 0 && all >= limits.MaxRunning:
+				blocked = fmt.Sprintf("waiting: %d runs hold a unit, the global limit is %d", all, limits.MaxRunning)
+				return nil
+			case limits.MaxRunningHost > 0 && onHost >= limits.MaxRunningHost:
+				blocked = fmt.Sprintf("waiting: %d runs hold a unit on %s, the host limit is %d", onHost, host, limits.MaxRunningHost)
+				return nil
+			}
+		}
+		tag, err := tx.Exec(ctx, `
+			UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = now()
+			WHERE (run_id, attempt_no) IN (
+				SELECT a.run_id, a.attempt_no FROM attempts a JOIN runs r ON r.id = a.run_id
+				WHERE a.run_id = $1 AND a.attempt_no = $2 AND a.unit IS NULL AND a.ended_at IS NULL
+				  AND r.stop_requested_at IS NULL
+				FOR UPDATE OF a SKIP LOCKED)`, runID, attempt, unit, host)
+		if err != nil {
+			return err
+		}
+		claimed = tag.RowsAffected() == 1
+		if claimed {
+			_, err = tx.Exec(ctx, `UPDATE runs SET waiting_reason = NULL WHERE id = $1 AND waiting_reason IS NOT NULL`, runID)
+		}
+		return err
+	})
 	if err != nil {
-		return false, fmt.Errorf("claim spawn of run %s attempt %d: %w", runID, attempt, err)
+		return false, "", fmt.Errorf("claim spawn of run %s attempt %d: %w", runID, attempt, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return claimed, blocked, nil
 }
 
 // MarkStarted records that systemd has the attempt's unit: the run becomes running.
@@ -318,6 +366,16 @@ type Ending struct {
 	BytesProcessed *int64
 	FilesProcessed *int64
 	FilesSkipped   int64
+	// Retry, if set, admits a retry of the failed run in the same transaction.
+	Retry *Retry
+}
+
+// Retry is a new run that repeats a run which failed for a transient reason.
+type Retry struct {
+	ID        uuid.UUID
+	Number    int       // 1 for the first retry
+	NotBefore time.Time // when it may start
+	Why       string    // shown while it waits
 }
 
 // Finish ends the attempt and its run in one statement guarded by "this attempt is still live";
@@ -327,25 +385,45 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 		return false, fmt.Errorf("finish run %s: %q is not a final status", e.RunID, e.Status)
 	}
 	var finished int
-	err := s.pool.QueryRow(ctx, `
-		WITH a AS (
-			UPDATE attempts SET ended_at = $3, service_result = nullif($8, ''), exit_code = nullif($9, ''),
-				exit_status = nullif($10, '')
-			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL
-			RETURNING run_id),
-		r AS (
-			UPDATE runs SET status = $4, reason = $5, failure_class = $6, paused_reason = nullif($7, ''),
-				finished_at = $3, snapshot_id = nullif($11, ''), bytes_added = $12, bytes_processed = $13,
-				files_processed = $14, files_skipped = $15
-			WHERE id IN (SELECT run_id FROM a)
-			RETURNING id, job_id),
-		j AS (
-			UPDATE jobs SET last_outcome = $4
-			FROM r WHERE jobs.id = r.job_id AND jobs.last_run_id = r.id)
-		SELECT count(*) FROM r`,
-		e.RunID, e.Attempt, e.At, e.Status, e.Reason, e.FailureClass, e.PausedReason,
-		e.ServiceResult, e.ExitCode, e.ExitStatus, e.SnapshotID, e.BytesAdded, e.BytesProcessed,
-		e.FilesProcessed, e.FilesSkipped).Scan(&finished)
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
+			WITH a AS (
+				UPDATE attempts SET ended_at = $3, service_result = nullif($8, ''), exit_code = nullif($9, ''),
+					exit_status = nullif($10, '')
+				WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL
+				RETURNING run_id),
+			r AS (
+				UPDATE runs SET status = $4, reason = $5, failure_class = $6, paused_reason = nullif($7, ''),
+					finished_at = $3, snapshot_id = nullif($11, ''), bytes_added = $12, bytes_processed = $13,
+					files_processed = $14, files_skipped = $15, waiting_reason = NULL
+				WHERE id IN (SELECT run_id FROM a)
+				RETURNING id, job_id),
+			j AS (
+				UPDATE jobs SET last_outcome = $4
+				FROM r WHERE jobs.id = r.job_id AND jobs.last_run_id = r.id)
+			SELECT count(*) FROM r`,
+			e.RunID, e.Attempt, e.At, e.Status, e.Reason, e.FailureClass, e.PausedReason,
+			e.ServiceResult, e.ExitCode, e.ExitStatus, e.SnapshotID, e.BytesAdded, e.BytesProcessed,
+			e.FilesProcessed, e.FilesSkipped).Scan(&finished)
+		if err != nil || finished != 1 || e.Retry == nil {
+			return err
+		}
+		rt := e.Retry
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO runs (id, job_id, job_name, trigger, retry_of, retry_number, not_before, waiting_reason)
+			SELECT $2, job_id, job_name, 'retry', id, $3, $4, $5 FROM runs WHERE id = $1`,
+			e.RunID, rt.ID, rt.Number, rt.NotBefore, rt.Why); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, rt.ID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE runs SET retried_by = $2 WHERE id = $1`, e.RunID, rt.ID); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE jobs SET last_run_id = $2 WHERE last_run_id = $1`, e.RunID, rt.ID)
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("finish run %s attempt %d: %w", e.RunID, e.Attempt, err)
 	}

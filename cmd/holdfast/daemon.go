@@ -18,6 +18,7 @@ import (
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/schedule"
 )
 
 func newMigrateCmd(g *globals) *cobra.Command {
@@ -68,7 +69,9 @@ func newCheckCmd(g *globals) *cobra.Command {
 
 func newDaemonCmd(g *globals) *cobra.Command {
 	cfg := reconcile.Config{}
-	var interval time.Duration
+	var interval, lateGrace time.Duration
+	var windows []string
+	var windowZone string
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "Run the supervisor: spawn admitted runs and reconcile live ones",
@@ -106,6 +109,16 @@ func newDaemonCmd(g *globals) *cobra.Command {
 				}
 			}
 			cfg.Store, cfg.Runner, cfg.StateDir, cfg.Logger = st, rn, g.stateDir, logger
+			if cfg.WindowZone, err = schedule.LoadZone(windowZone); err != nil {
+				return inputError{err}
+			}
+			for _, text := range windows {
+				w, err := schedule.ParseWindow(text)
+				if err != nil {
+					return inputError{err}
+				}
+				cfg.Windows = append(cfg.Windows, w)
+			}
 			rec, err := reconcile.New(cfg)
 			if err != nil {
 				return err
@@ -116,7 +129,11 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			logger.Info("holdfast daemon started", "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", interval)
 			wake := make(chan struct{}, 1)
 			go listen(ctx, st.Listen, wake, logger)
+			admitter := &schedule.Admitter{Store: st, Grace: lateGrace, Logger: logger}
 			for {
+				if _, err := admitter.AdmitDue(ctx, time.Now()); err != nil && ctx.Err() == nil {
+					logger.Error("admission of due jobs failed", "err", err)
+				}
 				// The first pass is the boot pass: it is an ordinary one.
 				stats, err := rec.Sweep(ctx)
 				switch {
@@ -126,12 +143,20 @@ func newDaemonCmd(g *globals) *cobra.Command {
 					logger.Warn("sweep", "runs", stats.Runs, "errors", stats.Errors, "duration", stats.Duration,
 						"systemd", stats.SystemdDuration, "journal_lag_bytes", stats.JournalLag)
 				}
+				// Sleep until the next pass or the earliest due slot, whichever comes first.
+				wait := interval
+				if next, err := st.NextDue(ctx); err == nil && next != nil {
+					wait = max(0, min(wait, time.Until(*next)))
+				}
+				timer := time.NewTimer(wait)
 				select {
 				case <-ctx.Done():
+					timer.Stop()
 					logger.Info("holdfast daemon stopping; running backups continue in their units")
 					return nil
 				case <-wake:
-				case <-time.After(interval):
+					timer.Stop()
+				case <-timer.C:
 				}
 			}
 		},
@@ -141,6 +166,12 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.SpawnGrace, "spawn-grace", 30*time.Second, "how long a spawned unit may take to appear")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", 5, "attempts a run may take before it fails")
 	f.DurationVar(&cfg.RunBudget, "run-budget", 30*time.Second, "time one run may take in one pass")
+	f.IntVar(&cfg.Limits.MaxRunning, "max-running", 0, "at most this many runs hold a unit at once, across all hosts (0: no limit)")
+	f.IntVar(&cfg.Limits.MaxRunningHost, "max-running-host", 0, "at most this many runs hold a unit at once on this host (0: no limit)")
+	f.StringArrayVar(&windows, "window", nil, "global maintenance window in which no run starts, e.g. \"Sat 01:00-05:00\" (repeatable)")
+	f.StringVar(&windowZone, "window-tz", "", "time zone of the global windows (IANA name; default UTC)")
+	f.DurationVar(&lateGrace, "late-grace", time.Minute, "how late a scheduled slot may still start; older slots are counted as missed")
+	f.IntVar(&cfg.Workers, "workers", 8, "runs reconciled at once in one pass")
 	f.StringVar(&cfg.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
 	f.StringVar(&cfg.Binary, "holdfast-binary", "", "holdfast executable the units run (default: this one)")
 	return cmd

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -36,26 +38,79 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 
 func newJobCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "job", Short: "Add, list, show and remove backup jobs"}
-	cmd.AddCommand(newJobAddCmd(g), newJobListCmd(g), newJobShowCmd(g), newJobRemoveCmd(g))
+	cmd.AddCommand(newJobAddCmd(g), newJobEditCmd(g), newJobListCmd(g), newJobShowCmd(g), newJobRemoveCmd(g))
 	return cmd
 }
 
+// jobFlags binds the settings an operator can give a job (add) or change (edit).
+type jobFlags struct {
+	job  store.Job
+	nice int
+}
+
+func (jf *jobFlags) bind(f *pflag.FlagSet) {
+	j := &jf.job
+	f.StringVar(&j.Repository, "repo", "", "restic repository (absolute path or backend URL)")
+	f.StringVar(&j.PasswordFile, "password-file", "", "file holding the repository password (absolute path)")
+	f.StringArrayVar(&j.Paths, "path", nil, "absolute path to back up (repeatable)")
+	f.StringArrayVar(&j.Excludes, "exclude", nil, "restic exclude pattern (repeatable)")
+	f.StringArrayVar(&j.Command, "command", nil, "with --engine command: the program and its arguments, one per flag")
+	f.StringVar(&j.User, "user", "", "run the backup as this user")
+	f.StringVar(&j.Group, "group", "", "run the backup as this group")
+	f.DurationVar(&j.RuntimeMax, "runtime-max", 0, "stop a run that takes longer than this (e.g. 6h)")
+	f.IntVar(&jf.nice, "nice", 0, "CPU niceness of the backup, -20..19")
+	f.StringVar(&j.IOSchedulingClass, "io-class", "", "IO scheduling class: realtime, best-effort or idle")
+	f.StringVar(&j.Engine, "engine", "restic", "backup engine: restic or command")
+	f.StringVar(&j.Schedule, "schedule", "", `when to run: cron ("0 2 * * *"), @daily, @every 6h; "" runs only by hand`)
+	f.StringVar(&j.TimeZone, "tz", "", "IANA time zone of the schedule and windows (default UTC)")
+	f.BoolVar(&j.CatchUp, "catch-up", false, "after downtime, run once for the missed slots instead of only counting them")
+	f.IntVar(&j.RetryMax, "retry-max", 0, "retries of a run that failed for a transient reason")
+	f.DurationVar(&j.RetryBackoff, "retry-backoff", time.Minute, "delay before the first retry; doubled for each next one")
+	f.StringArrayVar(&j.Windows, "window", nil, `maintenance window in which no run of the job starts, e.g. "Sat 01:00-05:00" (repeatable)`)
+	f.IntVar(&j.Priority, "priority", 0, "higher runs first when runs wait for a free place")
+	f.StringVar(&j.DependsOn, "depends-on", "", "a job whose last run must have succeeded before this one starts")
+}
+
+// apply copies the flags the operator gave onto j.
+func (jf *jobFlags) apply(f *pflag.FlagSet, j *store.Job) {
+	src := jf.job
+	set := map[string]func(){
+		"repo": func() { j.Repository = src.Repository }, "password-file": func() { j.PasswordFile = src.PasswordFile },
+		"path": func() { j.Paths = src.Paths }, "exclude": func() { j.Excludes = src.Excludes },
+		"command": func() { j.Command = src.Command }, "user": func() { j.User = src.User },
+		"group": func() { j.Group = src.Group }, "runtime-max": func() { j.RuntimeMax = src.RuntimeMax },
+		"nice": func() { n := jf.nice; j.Nice = &n }, "io-class": func() { j.IOSchedulingClass = src.IOSchedulingClass },
+		"engine": func() { j.Engine = src.Engine }, "schedule": func() { j.Schedule = src.Schedule },
+		"tz": func() { j.TimeZone = src.TimeZone }, "catch-up": func() { j.CatchUp = src.CatchUp },
+		"retry-max": func() { j.RetryMax = src.RetryMax }, "retry-backoff": func() { j.RetryBackoff = src.RetryBackoff },
+		"window": func() { j.Windows = src.Windows }, "priority": func() { j.Priority = src.Priority },
+		"depends-on": func() { j.DependsOn = src.DependsOn },
+	}
+	f.Visit(func(flag *pflag.Flag) {
+		if fn, ok := set[flag.Name]; ok {
+			fn()
+		}
+	})
+}
+
 func newJobAddCmd(g *globals) *cobra.Command {
-	var j store.Job
-	var nice int
+	var jf jobFlags
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "add NAME --repo REPO --password-file FILE --path PATH [--path PATH...]",
-		Short: "Add a restic backup job",
+		Short: "Add a backup job",
 		Args:  exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			j.Name = args[0]
-			if cmd.Flags().Changed("nice") {
-				j.Nice = &nice
-			}
+			j := store.Job{Name: args[0], RetryBackoff: time.Minute}
+			jf.apply(cmd.Flags(), &j)
 			if err := job.Validate(&j); err != nil {
 				return inputError{err}
 			}
+			next, err := schedule.FirstSlot(j.Schedule, j.TimeZone, time.Now())
+			if err != nil {
+				return inputError{err}
+			}
+			j.NextRunAt = next
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				created, err := st.CreateJob(ctx, j)
 				if err != nil {
@@ -64,24 +119,67 @@ func newJobAddCmd(g *globals) *cobra.Command {
 				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), jobJSON(created))
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "job %s added: start a run with `holdfast run start %s`\n", created.Name, created.Name)
+				fmt.Fprintf(cmd.OutOrStdout(), "job %s added: %s\n", created.Name, nextRunText(created))
 				return nil
 			})
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&j.Repository, "repo", "", "restic repository (absolute path or backend URL)")
-	f.StringVar(&j.PasswordFile, "password-file", "", "file holding the repository password (absolute path)")
-	f.StringArrayVar(&j.Paths, "path", nil, "absolute path to back up (repeatable)")
-	f.StringArrayVar(&j.Excludes, "exclude", nil, "restic exclude pattern (repeatable)")
-	f.StringVar(&j.User, "user", "", "run the backup as this user")
-	f.StringVar(&j.Group, "group", "", "run the backup as this group")
-	f.DurationVar(&j.RuntimeMax, "runtime-max", 0, "stop a run that takes longer than this (e.g. 6h)")
-	f.IntVar(&nice, "nice", 0, "CPU niceness of the backup, -20..19")
-	f.StringVar(&j.IOSchedulingClass, "io-class", "", "IO scheduling class: realtime, best-effort or idle")
-	f.StringVar(&j.Engine, "engine", "restic", "backup engine: restic or command")
-	f.BoolVar(&asJSON, "json", false, "print the job as JSON")
+	jf.bind(cmd.Flags())
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as JSON")
 	return cmd
+}
+
+func newJobEditCmd(g *globals) *cobra.Command {
+	var jf jobFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "edit NAME [flags of job add]",
+		Short: "Change a job's settings (only the flags given)",
+		Args:  exactArgs(1, "one job name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := job.ValidateName(args[0]); err != nil {
+				return inputError{err}
+			}
+			if cmd.Flags().NFlag() == 0 || (cmd.Flags().NFlag() == 1 && asJSON) {
+				return badInput("nothing to change: give the flags to change, e.g. --schedule \"0 3 * * *\"")
+			}
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				updated, err := st.UpdateJob(ctx, args[0], func(j *store.Job) error {
+					oldSchedule, oldZone := j.Schedule, j.TimeZone
+					jf.apply(cmd.Flags(), j)
+					if err := job.Validate(j); err != nil {
+						return inputError{err}
+					}
+					if j.Schedule != oldSchedule || j.TimeZone != oldZone {
+						next, err := schedule.FirstSlot(j.Schedule, j.TimeZone, time.Now())
+						if err != nil {
+							return inputError{err}
+						}
+						j.NextRunAt = next
+					}
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), jobJSON(updated))
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "job %s changed: %s\n", updated.Name, nextRunText(updated))
+				return nil
+			})
+		},
+	}
+	jf.bind(cmd.Flags())
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as JSON")
+	return cmd
+}
+
+func nextRunText(j store.Job) string {
+	if j.NextRunAt == nil {
+		return fmt.Sprintf("runs when started (holdfast run start %s)", j.Name)
+	}
+	return "next run at " + j.NextRunAt.Local().Format(time.RFC3339)
 }
 
 type jobOut struct {
@@ -99,6 +197,20 @@ type jobOut struct {
 	CreatedAt         string   `json:"created_at"`
 	LastOutcome       string   `json:"last_outcome,omitempty"`
 	LastRunID         string   `json:"last_run_id,omitempty"`
+	Command           []string `json:"command,omitempty"`
+	Schedule          string   `json:"schedule"`
+	TimeZone          string   `json:"time_zone,omitempty"`
+	CatchUp           bool     `json:"catch_up"`
+	NextRunAt         *string  `json:"next_run_at"`
+	MissedSlots       int64    `json:"missed_slots"`
+	OverlapSkips      int64    `json:"overlap_skips"`
+	LastSkipAt        *string  `json:"last_skip_at,omitempty"`
+	LastSkipWhy       string   `json:"last_skip_why,omitempty"`
+	RetryMax          int      `json:"retry_max"`
+	RetryBackoffSecs  float64  `json:"retry_backoff_seconds"`
+	Windows           []string `json:"windows"`
+	Priority          int      `json:"priority"`
+	DependsOn         string   `json:"depends_on,omitempty"`
 }
 
 func jobJSON(j store.Job) jobOut {
@@ -109,6 +221,10 @@ func jobJSON(j store.Job) jobOut {
 	if j.LastRunID != nil {
 		o.LastRunID = j.LastRunID.String()
 	}
+	o.Command, o.Schedule, o.TimeZone, o.CatchUp = j.Command, j.Schedule, j.TimeZone, j.CatchUp
+	o.NextRunAt, o.MissedSlots, o.OverlapSkips = timeStr(j.NextRunAt), j.MissedSlots, j.OverlapSkips
+	o.LastSkipAt, o.LastSkipWhy, o.RetryMax = timeStr(j.LastSkipAt), j.LastSkipWhy, j.RetryMax
+	o.RetryBackoffSecs, o.Windows, o.Priority, o.DependsOn = j.RetryBackoff.Seconds(), j.Windows, j.Priority, j.DependsOn
 	return o
 }
 
@@ -187,7 +303,40 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				if j.RuntimeMax > 0 {
 					fmt.Fprintf(w, "runtime limit: %s\n", j.RuntimeMax)
 				}
-				fmt.Fprintf(w, "last outcome:  %s\n", dash(j.LastOutcome))
+				if len(j.Command) > 0 {
+				fmt.Fprintf(w, "command:       %s\n", strings.Join(j.Command, " "))
+			}
+			sched := "manual (holdfast run start " + j.Name + ")"
+			if j.Schedule != "" {
+				sched = j.Schedule
+				if j.TimeZone != "" {
+					sched += " (" + j.TimeZone + ")"
+				}
+				if j.CatchUp {
+					sched += ", catch-up after downtime"
+				}
+			}
+			fmt.Fprintf(w, "schedule:      %s\n", sched)
+			if j.NextRunAt != nil {
+				fmt.Fprintf(w, "next run:      %s\n", j.NextRunAt.Local().Format(time.RFC3339))
+			}
+			fmt.Fprintf(w, "missed slots:  %d (holdfast down)   skipped slots: %d (previous run still live)\n", j.MissedSlots, j.OverlapSkips)
+			if j.LastSkipWhy != "" {
+				fmt.Fprintf(w, "last skip:     %s\n", j.LastSkipWhy)
+			}
+			if j.RetryMax > 0 {
+				fmt.Fprintf(w, "retries:       up to %d, first after %s, doubling\n", j.RetryMax, j.RetryBackoff)
+			}
+			if len(j.Windows) > 0 {
+				fmt.Fprintf(w, "windows:       %s\n", strings.Join(j.Windows, "; "))
+			}
+			if j.Priority != 0 {
+				fmt.Fprintf(w, "priority:      %d\n", j.Priority)
+			}
+			if j.DependsOn != "" {
+				fmt.Fprintf(w, "depends on:    %s (its last run must have succeeded)\n", j.DependsOn)
+			}
+			fmt.Fprintf(w, "last outcome:  %s\n", dash(j.LastOutcome))
 				return nil
 			})
 		},

@@ -62,6 +62,12 @@ type runOut struct {
 	FilesProcessed  *int64       `json:"files_processed"`
 	FilesSkipped    int64        `json:"files_skipped"`
 	Progress        *progressOut `json:"progress,omitempty"`
+	PlannedAt       *string      `json:"planned_at"`
+	NotBefore       *string      `json:"not_before,omitempty"`
+	WaitingReason   string       `json:"waiting_reason,omitempty"`
+	RetryOf         string       `json:"retry_of,omitempty"`
+	RetryNumber     int          `json:"retry_number,omitempty"`
+	RetriedBy       string       `json:"retried_by,omitempty"`
 	Attempts        []attemptOut `json:"attempts,omitempty"`
 }
 
@@ -78,7 +84,15 @@ func runJSON(r store.Run, attempts []store.Attempt) runOut {
 		FailureClass: r.FailureClass, PausedReason: r.PausedReason, StopRequestedAt: timeStr(r.StopRequestedAt),
 		CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339), StartedAt: timeStr(r.StartedAt), FinishedAt: timeStr(r.FinishedAt),
 		SnapshotID: r.SnapshotID, BytesAdded: r.BytesAdded, BytesProcessed: r.BytesProcessed,
-		FilesProcessed: r.FilesProcessed, FilesSkipped: r.FilesSkipped}
+		FilesProcessed: r.FilesProcessed, FilesSkipped: r.FilesSkipped,
+		PlannedAt: timeStr(r.PlannedAt), NotBefore: timeStr(r.NotBefore), WaitingReason: r.WaitingReason,
+		RetryNumber: r.RetryNumber}
+	if r.RetryOf != nil {
+		o.RetryOf = r.RetryOf.String()
+	}
+	if r.RetriedBy != nil {
+		o.RetriedBy = r.RetriedBy.String()
+	}
 	for _, a := range attempts {
 		o.Attempts = append(o.Attempts, attemptOut{Attempt: a.No, Unit: a.Unit, Host: a.Host,
 			StartedAt: timeStr(a.StartedAt), EndedAt: timeStr(a.EndedAt), ServiceResult: a.ServiceResult,
@@ -388,7 +402,20 @@ func printRun(w io.Writer, o runOut) {
 	if o.FailureClass != "" {
 		fmt.Fprintf(w, "class:     %s\n", o.FailureClass)
 	}
-	fmt.Fprintf(w, "trigger:   %s\ncreated:   %s\nstarted:   %s\nfinished:  %s\n", o.Trigger, o.CreatedAt, opt(o.StartedAt), opt(o.FinishedAt))
+	fmt.Fprintf(w, "trigger:   %s\n", o.Trigger)
+	if o.PlannedAt != nil {
+		fmt.Fprintf(w, "planned:   %s\n", *o.PlannedAt)
+	}
+	if o.RetryOf != "" {
+		fmt.Fprintf(w, "retry:     %d, of run %s\n", o.RetryNumber, o.RetryOf)
+	}
+	if o.WaitingReason != "" {
+		fmt.Fprintf(w, "waiting:   %s\n", o.WaitingReason)
+	}
+	if o.RetriedBy != "" {
+		fmt.Fprintf(w, "retried:   as run %s\n", o.RetriedBy)
+	}
+	fmt.Fprintf(w, "created:   %s\nstarted:   %s\nfinished:  %s\n", o.CreatedAt, opt(o.StartedAt), opt(o.FinishedAt))
 	if o.StopRequestedAt != nil {
 		fmt.Fprintf(w, "stop requested: %s\n", *o.StopRequestedAt)
 	}

@@ -1,0 +1,96 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// gate decides whether a queued attempt may be spawned now. It returns a reason to wait (and,
+// for a time-bound wait, when to look again), or a verdict that ends the run instead; neither
+// means go. Concurrency limits are checked where the spawn is claimed, in the same transaction.
+func (r *Reconciler) gate(ctx context.Context, l store.LiveRun, job store.Job) (wait string, notBefore *time.Time, end *verdict, err error) {
+	now := r.cfg.now()
+	if nb := l.Run.NotBefore; nb != nil && now.Before(*nb) {
+		return l.Run.WaitingReason, nil, nil, nil // already recorded when the time was set
+	}
+	// Maintenance windows: the job's own in its zone, then the global ones.
+	zone, err := schedule.LoadZone(job.TimeZone)
+	if err != nil {
+		zone = time.UTC
+	}
+	var windows []schedule.Window
+	for _, text := range job.Windows {
+		if w, err := schedule.ParseWindow(text); err == nil {
+			windows = append(windows, w)
+		}
+	}
+	if until, held := schedule.Allowed(now, windows, zone); held != "" {
+		return fmt.Sprintf("waiting: maintenance window %q of job %s until %s", held, job.Name, until.UTC().Format(time.RFC3339)), &until, nil, nil
+	}
+	if until, held := schedule.Allowed(now, r.cfg.Windows, r.cfg.WindowZone); held != "" {
+		return fmt.Sprintf("waiting: global maintenance window %q until %s", held, until.UTC().Format(time.RFC3339)), &until, nil, nil
+	}
+	// A prerequisite must have succeeded (partial is not enough), checked just before spawning.
+	if job.DependsOn != "" {
+		dep, err := r.cfg.Store.JobByName(ctx, job.DependsOn)
+		if errors.Is(err, store.ErrNotFound) {
+			return "", nil, &verdict{status: store.StatusFailed, class: "permanent",
+				reason: fmt.Sprintf("prerequisite job %s does not exist", job.DependsOn)}, nil
+		}
+		if err != nil {
+			return "", nil, nil, err
+		}
+		if dep.LastRunID != nil {
+			depRun, err := r.cfg.Store.RunByID(ctx, *dep.LastRunID)
+			if err != nil {
+				return "", nil, nil, err
+			}
+			if store.Live(depRun.Status) {
+				return fmt.Sprintf("waiting: prerequisite job %s is %s (run %s)", dep.Name, depRun.Status, depRun.ID), nil, nil, nil
+			}
+		}
+		if dep.LastOutcome != store.StatusSucceeded {
+			outcome := dep.LastOutcome
+			if outcome == "" {
+				outcome = "never run"
+			}
+			return "", nil, &verdict{status: store.StatusFailed, class: "permanent",
+				reason: fmt.Sprintf("prerequisite job %s has not succeeded (its last run: %s)", dep.Name, outcome)}, nil
+		}
+	}
+	return "", nil, nil, nil
+}
+
+// retryPlan returns the retry of a run that failed for a transient reason, or nil if its job
+// allows no more.
+func (r *Reconciler) retryPlan(ctx context.Context, l store.LiveRun) (*store.Retry, error) {
+	if l.JobEngine == "" {
+		return nil, nil
+	}
+	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	n := l.Run.RetryNumber + 1
+	if n > job.RetryMax {
+		return nil, nil
+	}
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return nil, err
+	}
+	at := r.cfg.now().Add(schedule.Backoff(job.RetryBackoff, time.Hour, n))
+	return &store.Retry{ID: id, Number: n, NotBefore: at,
+		Why: fmt.Sprintf("waiting: retry %d of %d after run %s failed for a transient reason, due at %s",
+			n, job.RetryMax, l.Run.ID, at.UTC().Format(time.RFC3339))}, nil
+}

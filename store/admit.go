@@ -1,0 +1,133 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// SlotDecision is what the scheduler decided about one due job.
+type SlotDecision struct {
+	Run     bool       // admit a run for Planned
+	Trigger string     // "schedule" or "catch-up"
+	Planned time.Time  // the slot
+	Missed  int        // slots skipped, never replayed
+	Next    *time.Time // the job's next slot; nil stops scheduling it
+	Why     string     // set when scheduling stopped: the reason
+}
+
+// Admitted reports what admission did with one due job.
+type Admitted struct {
+	Job       string
+	Run       *uuid.UUID // the run admitted, if any
+	Trigger   string
+	Planned   time.Time
+	Missed    int
+	Overlap   *uuid.UUID // the live run that made this slot be skipped
+	SkipWhy   string
+	NextRunAt *time.Time
+}
+
+// AdmitDue claims up to limit jobs whose next slot is due at now (FOR UPDATE SKIP LOCKED, so
+// daemons sharing the database take different jobs), asks decide about each, and in the same
+// transaction admits the runs, advances next_run_at and records skipped slots.
+func (s *Store) AdmitDue(ctx context.Context, now time.Time, limit int, decide func(Job) SlotDecision) ([]Admitted, error) {
+	var out []Admitted
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.next_run_at <= $1
+			ORDER BY j.next_run_at LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
+		if err != nil {
+			return err
+		}
+		jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) { return scanJob(r) })
+		if err != nil {
+			return err
+		}
+		for _, j := range jobs {
+			a, err := admitSlot(ctx, tx, j, decide(j), now)
+			if err != nil {
+				return fmt.Errorf("job %s: %w", j.Name, err)
+			}
+			out = append(out, a)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admit due jobs: %w", err)
+	}
+	return out, nil
+}
+
+func admitSlot(ctx context.Context, tx pgx.Tx, j Job, d SlotDecision, now time.Time) (Admitted, error) {
+	a := Admitted{Job: j.Name, Trigger: d.Trigger, Planned: d.Planned, Missed: d.Missed, NextRunAt: d.Next}
+	var skipWhy string
+	overlapSkips := 0
+	if d.Missed > 0 {
+		skipWhy = fmt.Sprintf("%d slot(s) up to %s missed while holdfast was not running; not replayed",
+			d.Missed, d.Planned.UTC().Format(time.RFC3339))
+	}
+	if d.Run {
+		live, found, err := liveRunOf(ctx, tx, j.ID)
+		if err != nil {
+			return a, err
+		}
+		if found {
+			a.Overlap = &live
+			overlapSkips = 1
+			skipWhy = fmt.Sprintf("slot %s skipped: the previous run %s is still live", d.Planned.UTC().Format(time.RFC3339), live)
+		} else {
+			id, err := uuid.NewRandom()
+			if err != nil {
+				return a, err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO runs (id, job_id, job_name, trigger, planned_at) VALUES ($1, $2, $3, $4, $5)`,
+				id, j.ID, j.Name, d.Trigger, d.Planned); err != nil {
+				return a, err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {
+				return a, err
+			}
+			if err := notify(ctx, tx, id); err != nil {
+				return a, err
+			}
+			a.Run = &id
+		}
+	}
+	if d.Next == nil && d.Why != "" {
+		skipWhy = "scheduling stopped: " + d.Why
+	}
+	a.SkipWhy = skipWhy
+	_, err := tx.Exec(ctx, `
+		UPDATE jobs SET next_run_at = $2, missed_slots = missed_slots + $3, overlap_skips = overlap_skips + $4,
+			last_run_id = coalesce($5, last_run_id),
+			last_skip_at = CASE WHEN $6 <> '' THEN $7 ELSE last_skip_at END,
+			last_skip_why = coalesce(nullif($6, ''), last_skip_why)
+		WHERE id = $1`, j.ID, d.Next, d.Missed, overlapSkips, a.Run, skipWhy, now)
+	return a, err
+}
+
+// NextDue returns the earliest next_run_at of any job (nil if no job is scheduled).
+func (s *Store) NextDue(ctx context.Context) (*time.Time, error) {
+	var next *time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT min(next_run_at) FROM jobs`).Scan(&next); err != nil {
+		return nil, fmt.Errorf("next due job: %w", err)
+	}
+	return next, nil
+}
+
+// SetWaiting records why a queued run is not spawned yet and, optionally, the earliest time it
+// may be. It writes only when something changed.
+func (s *Store) SetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE runs SET waiting_reason = nullif($2, ''), not_before = coalesce($3, not_before)
+		WHERE id = $1 AND status = 'queued'
+		  AND (waiting_reason IS DISTINCT FROM nullif($2, '') OR ($3::timestamptz IS NOT NULL AND not_before IS DISTINCT FROM $3))`,
+		runID, reason, notBefore)
+	if err != nil {
+		return fmt.Errorf("record why run %s waits: %w", runID, err)
+	}
+	return nil
+}
