@@ -1,0 +1,360 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type jobJSON struct {
+	Name         string  `json:"name"`
+	NextRunAt    *string `json:"next_run_at"`
+	MissedSlots  int64   `json:"missed_slots"`
+	OverlapSkips int64   `json:"overlap_skips"`
+	LastSkipWhy  string  `json:"last_skip_why"`
+	LastOutcome  string  `json:"last_outcome"`
+}
+
+type listedRun struct {
+	ID            string  `json:"id"`
+	Job           string  `json:"job"`
+	Status        string  `json:"status"`
+	Trigger       string  `json:"trigger"`
+	PlannedAt     *string `json:"planned_at"`
+	StartedAt     *string `json:"started_at"`
+	FinishedAt    *string `json:"finished_at"`
+	Reason        string  `json:"reason"`
+	FailureClass  string  `json:"failure_class"`
+	NotBefore     *string `json:"not_before"`
+	WaitingReason string  `json:"waiting_reason"`
+	RetryOf       string  `json:"retry_of"`
+	RetryNumber   int     `json:"retry_number"`
+	RetriedBy     string  `json:"retried_by"`
+	CreatedAt     string  `json:"created_at"`
+}
+
+func (w *world) runs(job string) []listedRun {
+	w.t.Helper()
+	var runs []listedRun
+	if err := json.Unmarshal([]byte(w.mustRun("run", "list", "--job", job, "--limit", "1000", "--json")), &runs); err != nil {
+		w.t.Fatal(err)
+	}
+	return runs
+}
+
+func (w *world) job(name string) jobJSON {
+	w.t.Helper()
+	var j jobJSON
+	if err := json.Unmarshal([]byte(w.mustRun("job", "show", name, "--json")), &j); err != nil {
+		w.t.Fatal(err)
+	}
+	return j
+}
+
+func parseTime(t *testing.T, s *string) time.Time {
+	t.Helper()
+	if s == nil {
+		t.Fatal("time missing")
+	}
+	v, err := time.Parse(time.RFC3339, *s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// An @every 2s job whose runs take 3s runs again and again, never overlapping itself; the slots
+// it could not run are recorded as skipped.
+func TestScheduleNoOverlap(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.mustRun("job", "add", "slow", "--engine", "command", "--command", "/bin/sleep", "--command", "3", "--schedule", "@every 2s")
+	w.startDaemon()
+	time.Sleep(13 * time.Second)
+	w.mustRun("job", "edit", "slow", "--schedule", "") // stop scheduling, let the last run end
+	deadline := time.Now().Add(time.Minute)
+	var runs []listedRun
+	for {
+		runs = w.runs("slow")
+		live := 0
+		for _, r := range runs {
+			if r.Status == "queued" || r.Status == "running" {
+				live++
+			}
+		}
+		if live == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(runs) < 2 {
+		t.Fatalf("%d runs in 13s, want at least 2", len(runs))
+	}
+	// Every run has its own attempt interval; none overlaps the next.
+	var spans [][2]time.Time
+	for _, r := range runs {
+		show := w.show(r.ID)
+		if show.Status != "succeeded" {
+			t.Fatalf("run %s = %+v, want succeeded", r.ID, show)
+		}
+		var full struct {
+			Attempts []struct {
+				StartedAt *string `json:"started_at"`
+				EndedAt   *string `json:"ended_at"`
+			} `json:"attempts"`
+		}
+		if err := json.Unmarshal([]byte(w.mustRun("run", "show", r.ID, "--json")), &full); err != nil {
+			t.Fatal(err)
+		}
+		a := full.Attempts[0]
+		spans = append(spans, [2]time.Time{parseTime(t, a.StartedAt), parseTime(t, a.EndedAt)})
+		if r.Trigger != "schedule" || r.PlannedAt == nil {
+			t.Fatalf("run %+v: want trigger schedule with planned_at", r)
+		}
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i][0].Before(spans[j][0]) })
+	for i := 1; i < len(spans); i++ {
+		if spans[i][0].Before(spans[i-1][1]) {
+			t.Fatalf("runs overlap: %v and %v", spans[i-1], spans[i])
+		}
+	}
+	j := w.job("slow")
+	if j.OverlapSkips == 0 || !strings.Contains(j.LastSkipWhy, "still live") {
+		t.Fatalf("job = %+v, want skipped slots recorded with the reason", j)
+	}
+	w.checkInvariants()
+}
+
+// Two daemons share one database: over more than 100 slots every slot is started exactly once.
+func TestTwoDaemonsEachSlotOnce(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	const jobs = 10
+	for i := range jobs {
+		w.mustRun("job", "add", fmt.Sprintf("tick%d", i), "--engine", "command", "--command", "/bin/true", "--schedule", "@every 1s")
+	}
+	w.startDaemon()
+	w.startDaemon()
+	time.Sleep(13 * time.Second)
+	for i := range jobs {
+		w.mustRun("job", "edit", fmt.Sprintf("tick%d", i), "--schedule", "")
+	}
+	total := 0
+	for i := range jobs {
+		name := fmt.Sprintf("tick%d", i)
+		runs := w.runs(name)
+		seen := map[string]bool{}
+		var planned []time.Time
+		for _, r := range runs {
+			if seen[*r.PlannedAt] {
+				t.Fatalf("%s: slot %s started twice", name, *r.PlannedAt)
+			}
+			seen[*r.PlannedAt] = true
+			planned = append(planned, parseTime(t, r.PlannedAt))
+		}
+		sort.Slice(planned, func(a, b int) bool { return planned[a].Before(planned[b]) })
+		j := w.job(name)
+		span := int(planned[len(planned)-1].Sub(planned[0])/time.Second) + 1
+		if got := len(planned) + int(j.OverlapSkips); got != span || j.MissedSlots != 0 {
+			t.Fatalf("%s: %d runs + %d skipped (previous run live) for %d slots, %d missed; want every slot accounted for",
+				name, len(planned), j.OverlapSkips, span, j.MissedSlots)
+		}
+		total += len(planned)
+	}
+	if total < 100 {
+		t.Fatalf("only %d slots ran, want at least 100", total)
+	}
+	t.Logf("%d slots ran once each across two daemons", total)
+	w.checkInvariants()
+}
+
+// lockRepo holds restic's exclusive lock on a local repository by stopping a prune right after
+// it took the lock; release lets the prune finish.
+func (w *world) lockRepo(repo, pw string) (release func()) {
+	w.t.Helper()
+	cmd := exec.Command("restic", "--repo", repo, "--password-file", pw, "--no-cache", "prune")
+	if err := cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if entries, _ := os.ReadDir(filepath.Join(repo, "locks")); len(entries) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatal("prune never took its lock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		w.t.Fatal(err)
+	}
+	released := false
+	release = func() {
+		if released {
+			return
+		}
+		released = true
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Wait()
+	}
+	w.t.Cleanup(release)
+	return release
+}
+
+// A transiently failing job (its repository is locked) is retried with growing delays and then
+// succeeds; a permanently failing one is not retried.
+func TestRetries(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	data := w.sampleData("data", 2, 4<<20)
+	w.restic(repo, pw, "backup", data) // something for prune to chew on
+	w.mustRun("job", "add", "locked", "--repo", repo, "--password-file", pw, "--path", data,
+		"--retry-max", "3", "--retry-backoff", "2s")
+	wrong := filepath.Join(w.dir, "wrong.pw")
+	if err := os.WriteFile(wrong, []byte("nope\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.mustRun("job", "add", "badpw", "--repo", repo, "--password-file", wrong, "--path", data, "--retry-max", "3", "--retry-backoff", "1s")
+	release := w.lockRepo(repo, pw)
+	w.startDaemon()
+	first := w.startRun("locked")
+	bad := w.startRun("badpw")
+
+	// Two failures while locked, then the lock goes and the third try succeeds.
+	r1 := w.waitRun(first, "the end", ended)
+	if r1.Status != "failed" || r1.FailureClass != "transient" {
+		t.Fatalf("first run = %+v, want failed, transient", r1)
+	}
+	var chain []listedRun
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		chain = w.runs("locked")
+		failed := 0
+		for _, r := range chain {
+			if r.Status == "failed" {
+				failed++
+			}
+		}
+		if failed >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no second failure: %+v", chain)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	release()
+	deadline = time.Now().Add(2 * time.Minute)
+	for {
+		chain = w.runs("locked")
+		if chain[0].Status == "succeeded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the retries never succeeded: %+v", chain)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Newest first: the success, then the failures it retried, each linked to the next.
+	sort.Slice(chain, func(a, b int) bool { return chain[a].CreatedAt < chain[b].CreatedAt })
+	if len(chain) != 3 || chain[1].Trigger != "retry" || chain[2].RetryNumber != 2 || chain[0].RetriedBy != chain[1].ID {
+		t.Fatalf("retry chain = %+v, want manual, retry 1, retry 2 linked in order", chain)
+	}
+	delay := func(i int) time.Duration {
+		return parseTime(t, chain[i].NotBefore).Sub(parseTime(t, chain[i-1].FinishedAt))
+	}
+	if d1, d2 := delay(1), delay(2); d1 < 1500*time.Millisecond || d2 < 3*time.Second || d2 <= d1 {
+		t.Fatalf("retry delays %s then %s, want about 2s then 4s (growing)", d1, d2)
+	}
+
+	rb := w.waitRun(bad, "the end", ended)
+	time.Sleep(3 * time.Second) // longer than its first retry would wait
+	if rb.Status != "failed" || rb.FailureClass != "permanent" || len(w.runs("badpw")) != 1 {
+		t.Fatalf("wrong password: %+v and %d runs, want one permanent failure, never retried", rb, len(w.runs("badpw")))
+	}
+	w.checkInvariants()
+}
+
+// 50 runs admitted at once with a global limit of 4 never have more than 4 units running, wait
+// with a visible reason, and all end.
+func TestGlobalLimit(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	const n = 50
+	for i := range n {
+		w.mustRun("job", "add", fmt.Sprintf("crowd%d", i), "--engine", "command", "--command", "/bin/sleep", "--command", "0.3")
+	}
+	for i := range n {
+		w.startRun(fmt.Sprintf("crowd%d", i))
+	}
+	w.startDaemon("--max-running", "4")
+	conn := w.mgr.Conn(t)
+	var most atomic.Int64
+	stop := make(chan struct{})
+	polled := make(chan error, 1)
+	go func() { // systemd's own count, sampled often
+		for {
+			select {
+			case <-stop:
+				polled <- nil
+				return
+			default:
+			}
+			units, err := conn.ListUnitsByPatternsContext(context.Background(),
+				[]string{"active", "activating", "deactivating", "reloading"}, []string{"holdfast-crowd*"})
+			if err != nil {
+				polled <- err
+				return
+			}
+			if c := int64(len(units)); c > most.Load() {
+				most.Store(c)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	sawWaiting := false
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		var all []listedRun
+		if err := json.Unmarshal([]byte(w.mustRun("run", "list", "--limit", "1000", "--json")), &all); err != nil {
+			t.Fatal(err)
+		}
+		done := 0
+		for _, r := range all {
+			sawWaiting = sawWaiting || strings.Contains(r.WaitingReason, "global limit is 4")
+			if r.Status == "succeeded" {
+				done++
+			}
+		}
+		if done == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d runs ended", done, n)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	close(stop)
+	if err := <-polled; err != nil {
+		t.Fatal(err)
+	}
+	if peak := most.Load(); peak > 4 {
+		t.Fatalf("%d units ran at once, the limit is 4", peak)
+	}
+	if !sawWaiting {
+		t.Fatal("no queued run said why it waited")
+	}
+	t.Logf("at most %d units at once", most.Load())
+	w.checkInvariants()
+}
