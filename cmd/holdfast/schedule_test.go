@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -177,38 +176,50 @@ func TestTwoDaemonsEachSlotOnce(t *testing.T) {
 	w.checkInvariants()
 }
 
-// lockRepo holds restic's exclusive lock on a local repository by stopping a prune right after
-// it took the lock; release lets the prune finish.
+// lockRepo leaves an exclusive restic lock in a local repository that no `restic unlock` takes
+// for stale: a prune on "another host" (its own UTS namespace) killed while it held the lock.
+// release removes it.
 func (w *world) lockRepo(repo, pw string) (release func()) {
 	w.t.Helper()
-	cmd := exec.Command("restic", "--repo", repo, "--password-file", pw, "--no-cache", "prune")
-	if err := cmd.Start(); err != nil {
-		w.t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if entries, _ := os.ReadDir(filepath.Join(repo, "locks")); len(entries) > 0 {
-			break
+	for try := 0; try < 5; try++ {
+		cmd := exec.Command("unshare", "--uts", "sh", "-c", `hostname elsewhere && exec restic --repo "$1" --password-file "$2" --no-cache prune`,
+			"sh", repo, pw)
+		if err := cmd.Start(); err != nil {
+			w.t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			w.t.Fatal("prune never took its lock")
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if lockFiles(repo) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				w.t.Fatal("prune never took its lock")
+			}
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		w.t.Fatal(err)
-	}
-	released := false
-	release = func() {
-		if released {
-			return
-		}
-		released = true
-		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		// The prune may have finished and removed its lock first: then try again.
+		if lockFiles(repo) > 0 {
+			release = func() { w.restic(repo, pw, "unlock", "--remove-all") }
+			return release
+		}
 	}
-	w.t.Cleanup(release)
-	return release
+	w.t.Fatal("could not leave a lock behind")
+	return nil
+}
+
+// lockFiles counts the finished lock files of a local repository; restic writes each under a
+// temporary name first, which counts for nothing.
+func lockFiles(repo string) int {
+	entries, _ := os.ReadDir(filepath.Join(repo, "locks"))
+	n := 0
+	for _, e := range entries {
+		if len(e.Name()) == 64 && strings.Trim(e.Name(), "0123456789abcdef") == "" {
+			n++
+		}
+	}
+	return n
 }
 
 // A transiently failing job (its repository is locked) is retried with growing delays and then
