@@ -27,7 +27,7 @@ test: deps lint
 # Figures are ratios against a baseline measured in the same run (see bench/).
 bench: deps
 	$(GO) test -run '^$$' -bench '^BenchmarkStartLatency$$' -benchtime 20x -count 1 ./bench/
-	$(GO) test -run '^$$' -bench '^Benchmark(Sweep|BootPass)$$' -benchtime 1x -count 1 ./bench/
+	$(GO) test -run '^$$' -bench '^Benchmark(Sweep|BootPass|Lateness)$$' -benchtime 1x -count 1 ./bench/
 
 # Runs each fuzz target for FUZZTIME (default 30s); the seed corpora run in `make test`.
 FUZZTIME ?= 30s

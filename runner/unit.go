@@ -154,10 +154,9 @@ func (r *Runner) Start(ctx context.Context, s Spec) (existed bool, err error) {
 		return false, err
 	}
 	err = r.call(ctx, func(c *sddbus.Conn) error {
-		// Buffered: go-systemd delivers the job result synchronously, and an unread channel
-		// would stall every later job on this connection.
-		done := make(chan string, 1)
-		_, err := c.StartTransientUnitContext(ctx, s.Name, "fail", props, done)
+		// No result channel: how the unit ends is read from its marker, never from the job
+		// result, and go-systemd serializes every call that registers a channel.
+		_, err := c.StartTransientUnitContext(ctx, s.Name, "fail", props, nil)
 		return err
 	})
 	if dbusErrorName(err) == "org.freedesktop.systemd1.UnitExists" {
@@ -232,8 +231,7 @@ func (r *Runner) Alive(ctx context.Context, name string) (bool, State, error) {
 // again is harmless; a unit that is not loaded is already stopped.
 func (r *Runner) Stop(ctx context.Context, name string) error {
 	err := r.call(ctx, func(c *sddbus.Conn) error {
-		done := make(chan string, 1)
-		_, err := c.StopUnitContext(ctx, name, "replace", done)
+		_, err := c.StopUnitContext(ctx, name, "replace", nil)
 		return err
 	})
 	if dbusErrorName(err) == "org.freedesktop.systemd1.NoSuchUnit" {

@@ -1,0 +1,167 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/reconcile"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+// mainStart asks systemd when the unit's main process started.
+func mainStart(b *testing.B, mgr *testenv.Manager, unit string) time.Time {
+	conn := mgr.Conn(b)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		p, err := conn.GetServicePropertyContext(context.Background(), unit, "ExecMainStartTimestamp")
+		if err == nil {
+			if us, ok := p.Value.Value().(uint64); ok && us > 0 {
+				return time.UnixMicro(int64(us))
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("unit %s never started (%v)", unit, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// BenchmarkLateness: 200 jobs due in the same second, admitted and spawned by a real daemon;
+// lateness is systemd's start of each unit's main process minus the planned slot. The baseline,
+// measured first in the same run, is 200 StartTransientUnit calls of the same units issued at
+// one instant, 8 at a time like the daemon's workers. Target: holdfast p99 <= 1s.
+func BenchmarkLateness(b *testing.B) {
+	const jobs = 200
+	ctx := context.Background()
+	dir := testenv.SharedDir(b)
+	dsn := testenv.Postgres(b)
+	mgr := testenv.PrivateSystemd(b)
+	bin := testenv.HoldfastBinary(b)
+	state := filepath.Join(dir, "state")
+	if _, err := migrations.Apply(ctx, dsn); err != nil {
+		b.Fatal(err)
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	r, err := runner.New(ctx, runner.Config{Address: mgr.Address})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+
+	// Baseline: the same 200 units started directly, 8 at a time, all at one instant, on a
+	// manager of its own so that neither phase pays for the other's units.
+	baseMgr := testenv.PrivateSystemd(b)
+	baseRunner, err := runner.New(ctx, runner.Config{Address: baseMgr.Address})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := reconcile.Config{StateDir: state, Binary: bin}
+	job := store.Job{Name: "due0", Engine: "command", Command: []string{"/bin/sleep", "600"}}
+	specs := make([]runner.Spec, jobs)
+	for i := range specs {
+		specs[i] = reconcile.UnitSpec(cfg, job, uuid.New(), 1)
+		specs[i].Name = fmt.Sprintf("raw-%d-%s", i, specs[i].Name)
+	}
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	next := make(chan runner.Spec)
+	for range 8 {
+		wg.Go(func() {
+			for spec := range next {
+				if _, err := baseRunner.Start(ctx, spec); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
+	for _, spec := range specs {
+		next <- spec
+	}
+	close(next)
+	wg.Wait()
+	var raw []time.Duration
+	for _, spec := range specs {
+		raw = append(raw, mainStart(b, baseMgr, spec.Name).Sub(t0))
+	}
+	baseRunner.Close()
+	baseMgr.Exit(b)
+
+	planned := time.Now().Add(4 * time.Second).Truncate(time.Second)
+	for i := range jobs {
+		if _, err := st.CreateJob(ctx, store.Job{Name: fmt.Sprintf("due%d", i), Engine: "command",
+			Command: []string{"/bin/sleep", "600"}, Schedule: "@every 1h", NextRunAt: &planned, RetryBackoff: time.Minute}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	daemon := exec.Command(bin, "daemon", "--sweep-interval", "1s", "--workers", "8")
+	daemon.Env = append(os.Environ(), "HOLDFAST_DSN="+dsn, "HOLDFAST_SYSTEMD_ADDRESS="+mgr.Address, "HOLDFAST_STATE_DIR="+state)
+	var log bytes.Buffer
+	daemon.Stdout, daemon.Stderr = &log, &log
+	if err := daemon.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		_ = daemon.Process.Kill()
+		_ = daemon.Wait()
+		if path := os.Getenv("HOLDFAST_BENCH_LOG"); path != "" {
+			_ = os.WriteFile(path, log.Bytes(), 0o644)
+		}
+		if b.Failed() {
+			b.Logf("daemon log:\n%s", log.String())
+		}
+	}()
+	var holdfast []time.Duration
+	for i := range jobs {
+		var run store.Run
+		deadline := time.Now().Add(time.Minute)
+		for {
+			runs, err := st.Runs(ctx, fmt.Sprintf("due%d", i), 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(runs) == 1 {
+				run = runs[0]
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("job due%d was never admitted", i)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		started := mainStart(b, mgr, runner.UnitName(run.JobName, run.ID, 1))
+		holdfast = append(holdfast, started.Sub(planned))
+	}
+	_ = daemon.Process.Kill()
+
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(percentile(holdfast, 0.5)), "p50-ms")
+	b.ReportMetric(ms(percentile(holdfast, 0.99)), "p99-ms")
+	b.ReportMetric(ms(slices.Max(holdfast)), "max-ms")
+	b.ReportMetric(ms(percentile(raw, 0.5)), "raw-p50-ms")
+	b.ReportMetric(ms(percentile(raw, 0.99)), "raw-p99-ms")
+	b.ReportMetric(float64(percentile(holdfast, 0.99))/float64(percentile(raw, 0.99)), "p99/raw-p99")
+	b.ReportMetric(0, "ns/op")
+}
