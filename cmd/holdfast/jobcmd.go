@@ -304,39 +304,39 @@ func newJobShowCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(w, "runtime limit: %s\n", j.RuntimeMax)
 				}
 				if len(j.Command) > 0 {
-				fmt.Fprintf(w, "command:       %s\n", strings.Join(j.Command, " "))
-			}
-			sched := "manual (holdfast run start " + j.Name + ")"
-			if j.Schedule != "" {
-				sched = j.Schedule
-				if j.TimeZone != "" {
-					sched += " (" + j.TimeZone + ")"
+					fmt.Fprintf(w, "command:       %s\n", strings.Join(j.Command, " "))
 				}
-				if j.CatchUp {
-					sched += ", catch-up after downtime"
+				sched := "manual (holdfast run start " + j.Name + ")"
+				if j.Schedule != "" {
+					sched = j.Schedule
+					if j.TimeZone != "" {
+						sched += " (" + j.TimeZone + ")"
+					}
+					if j.CatchUp {
+						sched += ", catch-up after downtime"
+					}
 				}
-			}
-			fmt.Fprintf(w, "schedule:      %s\n", sched)
-			if j.NextRunAt != nil {
-				fmt.Fprintf(w, "next run:      %s\n", j.NextRunAt.Local().Format(time.RFC3339))
-			}
-			fmt.Fprintf(w, "missed slots:  %d (holdfast down)   skipped slots: %d (previous run still live)\n", j.MissedSlots, j.OverlapSkips)
-			if j.LastSkipWhy != "" {
-				fmt.Fprintf(w, "last skip:     %s\n", j.LastSkipWhy)
-			}
-			if j.RetryMax > 0 {
-				fmt.Fprintf(w, "retries:       up to %d, first after %s, doubling\n", j.RetryMax, j.RetryBackoff)
-			}
-			if len(j.Windows) > 0 {
-				fmt.Fprintf(w, "windows:       %s\n", strings.Join(j.Windows, "; "))
-			}
-			if j.Priority != 0 {
-				fmt.Fprintf(w, "priority:      %d\n", j.Priority)
-			}
-			if j.DependsOn != "" {
-				fmt.Fprintf(w, "depends on:    %s (its last run must have succeeded)\n", j.DependsOn)
-			}
-			fmt.Fprintf(w, "last outcome:  %s\n", dash(j.LastOutcome))
+				fmt.Fprintf(w, "schedule:      %s\n", sched)
+				if j.NextRunAt != nil {
+					fmt.Fprintf(w, "next run:      %s\n", j.NextRunAt.Local().Format(time.RFC3339))
+				}
+				fmt.Fprintf(w, "missed slots:  %d (holdfast down)   skipped slots: %d (previous run still live)\n", j.MissedSlots, j.OverlapSkips)
+				if j.LastSkipWhy != "" {
+					fmt.Fprintf(w, "last skip:     %s\n", j.LastSkipWhy)
+				}
+				if j.RetryMax > 0 {
+					fmt.Fprintf(w, "retries:       up to %d, first after %s, doubling\n", j.RetryMax, j.RetryBackoff)
+				}
+				if len(j.Windows) > 0 {
+					fmt.Fprintf(w, "windows:       %s\n", strings.Join(j.Windows, "; "))
+				}
+				if j.Priority != 0 {
+					fmt.Fprintf(w, "priority:      %d\n", j.Priority)
+				}
+				if j.DependsOn != "" {
+					fmt.Fprintf(w, "depends on:    %s (its last run must have succeeded)\n", j.DependsOn)
+				}
+				fmt.Fprintf(w, "last outcome:  %s\n", dash(j.LastOutcome))
 				return nil
 			})
 		},
