@@ -126,7 +126,7 @@ func BenchmarkStartLatency(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		// Raw: the very unit the daemon would start, started directly.
-		spec := reconcile.UnitSpec(cfg, job, uuid.New(), 1)
+		spec := reconcile.UnitSpec(cfg, job, store.KindBackup, uuid.New(), 1)
 		if err := os.MkdirAll(filepath.Dir(reconcile.JournalPath(state, uuid.New(), 1)), 0o755); err != nil {
 			b.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func BenchmarkStartLatency(b *testing.B) {
 
 		// holdfast: admitted as `run start` does, spawned by the daemon on NOTIFY.
 		start = time.Now()
-		run, err := st.Admit(ctx, "bench", "manual")
+		run, err := st.Admit(ctx, "bench", "manual", store.KindBackup)
 		if err != nil {
 			b.Fatal(err)
 		}

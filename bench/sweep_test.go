@@ -69,7 +69,7 @@ func (w *sweepWorld) addCommandRuns(b *testing.B, n int, argv []string) []store.
 		if _, err := w.st.CreateJob(ctx, store.Job{Name: name, Engine: "command", Repository: "-", PasswordFile: "-", Command: argv}); err != nil {
 			b.Fatal(err)
 		}
-		run, err := w.st.Admit(ctx, name, "manual")
+		run, err := w.st.Admit(ctx, name, "manual", store.KindBackup)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -168,7 +168,7 @@ func BenchmarkBootPass(b *testing.B) {
 	}
 	start := time.Now()
 	for range 200 {
-		if _, err := w.r.Start(context.Background(), reconcile.UnitSpec(w.cfg, job, uuid.New(), 1)); err != nil {
+		if _, err := w.r.Start(context.Background(), reconcile.UnitSpec(w.cfg, job, store.KindBackup, uuid.New(), 1)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -72,6 +72,12 @@ func (r Restic) UnlockArgv(j Job) []string {
 	return append(r.global(j), "unlock")
 }
 
+// PruneArgv returns the command line that removes unreferenced data from the repository. It
+// takes restic's exclusive lock, so it must not overlap a backup of the same repository.
+func (r Restic) PruneArgv(j Job) []string {
+	return append(r.global(j), "prune")
+}
+
 // SnapshotsArgv returns the command line that lists, as JSON, the snapshots
 // a run made: the repair channel for a run whose journal lost the summary.
 func (r Restic) SnapshotsArgv(j Job, run uuid.UUID) []string {

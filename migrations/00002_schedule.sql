@@ -26,14 +26,16 @@ ALTER TABLE runs
     ADD COLUMN waiting_reason text,
     ADD COLUMN retry_of       uuid REFERENCES runs (id),
     ADD COLUMN retry_number   integer NOT NULL DEFAULT 0,
-    ADD COLUMN retried_by     uuid;
+    ADD COLUMN retried_by     uuid,
+    -- A prune needs its repository to itself; backups may share one.
+    ADD COLUMN kind           text NOT NULL DEFAULT 'backup' CHECK (kind IN ('backup', 'prune'));
 -- A slot is admitted once, however many daemons claim it.
 CREATE UNIQUE INDEX runs_one_per_slot ON runs (job_id, planned_at) WHERE planned_at IS NOT NULL;
 
 -- +goose Down
 DROP INDEX runs_one_per_slot;
 ALTER TABLE runs DROP COLUMN planned_at, DROP COLUMN not_before, DROP COLUMN waiting_reason,
-    DROP COLUMN retry_of, DROP COLUMN retry_number, DROP COLUMN retried_by;
+    DROP COLUMN retry_of, DROP COLUMN retry_number, DROP COLUMN retried_by, DROP COLUMN kind;
 DROP INDEX jobs_due;
 ALTER TABLE jobs DROP CONSTRAINT jobs_what_to_run;
 ALTER TABLE jobs ADD CONSTRAINT jobs_paths_check CHECK (cardinality(paths) > 0);

@@ -26,7 +26,7 @@ func JournalPath(stateDir string, run uuid.UUID, attempt int) string {
 
 // UnitSpec builds the transient unit of one attempt of a job. Exported so benchmarks and tests
 // start exactly what the daemon starts.
-func UnitSpec(cfg Config, job store.Job, run uuid.UUID, attempt int) runner.Spec {
+func UnitSpec(cfg Config, job store.Job, kind string, run uuid.UUID, attempt int) runner.Spec {
 	name := runner.UnitName(job.Name, run, attempt)
 	ej := engineJob(cfg, job)
 	restic := engine.Restic{Binary: cfg.ResticBinary}
@@ -36,7 +36,7 @@ func UnitSpec(cfg Config, job store.Job, run uuid.UUID, attempt int) runner.Spec
 		"--engine", job.Engine, "--"}
 	spec := runner.Spec{
 		Name:        name,
-		Description: fmt.Sprintf("holdfast backup %s, run %s attempt %d", job.Name, run, attempt),
+		Description: fmt.Sprintf("holdfast %s %s, run %s attempt %d", kind, job.Name, run, attempt),
 		ExecStopPost: []string{cfg.Binary, "marker", "--state-dir", cfg.StateDir,
 			"--run", run.String(), "--attempt", strconv.Itoa(attempt), "--unit", name},
 		TimeoutStop:       2 * time.Minute,
@@ -51,12 +51,17 @@ func UnitSpec(cfg Config, job store.Job, run uuid.UUID, attempt int) runner.Spec
 		},
 		WorkingDirectory: "/",
 	}
-	if job.Engine == "restic" {
+	switch {
+	case job.Engine == "restic" && kind == store.KindPrune:
+		spec.ExecStart = append(execArgv, restic.PruneArgv(ej)...)
+		spec.ExecStartPre = restic.UnlockArgv(ej)
+		spec.KillSignal = syscall.SIGINT
+	case job.Engine == "restic":
 		spec.ExecStart = append(execArgv, restic.BackupArgv(ej, run)...)
 		spec.ExecStartPre = restic.UnlockArgv(ej)
 		// restic 0.14 leaves its lock behind on SIGTERM; on SIGINT it removes it and exits 130.
 		spec.KillSignal = syscall.SIGINT
-	} else {
+	default:
 		spec.ExecStart = append(execArgv, job.Command...)
 	}
 	return spec
@@ -87,7 +92,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun) error {
 	if wait != "" {
 		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, wait, notBefore)
 	}
-	spec := UnitSpec(r.cfg, job, l.Run.ID, l.Attempt.No)
+	spec := UnitSpec(r.cfg, job, l.Run.Kind, l.Run.ID, l.Attempt.No)
 	crash("spawn-before-claim")
 	claimed, blocked, err := r.cfg.Store.ClaimSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
 	if err != nil {
@@ -175,6 +180,12 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m ru
 	}
 	ev := evidence(a)
 	v := outcome(m, ev, eng, l.Run.StopRequestedAt != nil, l.Run.PausedReason)
+	if l.Run.Kind == store.KindPrune {
+		if v.status == store.StatusSucceeded {
+			v.reason = "prune complete: data no snapshot refers to was removed"
+		}
+		return r.finishAttempt(ctx, l, a, m, v)
+	}
 	if ev.Summary == nil && (v.status == store.StatusSucceeded || v.status == store.StatusPartial) && l.JobEngine == "restic" {
 		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
 		if err != nil {

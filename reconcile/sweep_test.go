@@ -49,7 +49,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 		Command: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, "flaky", "manual")
+	run, err := st.Admit(ctx, "flaky", "manual", store.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,12 @@ const (
 	StatusPaused    = "paused"
 )
 
+// Run kinds.
+const (
+	KindBackup = "backup"
+	KindPrune  = "prune" // needs its repository to itself
+)
+
 // Live reports whether a run in this status still has (or will get) a process.
 func Live(status string) bool { return status == StatusQueued || status == StatusRunning }
 
@@ -52,6 +58,7 @@ type Run struct {
 	RetryOf         *uuid.UUID
 	RetryNumber     int
 	RetriedBy       *uuid.UUID
+	Kind            string // KindBackup or KindPrune
 }
 
 // Progress is the newest progress report an attempt's journal made.
@@ -90,13 +97,13 @@ type Attempt struct {
 const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason, ''), r.stop_requested_at,
 	r.created_at, r.started_at, r.finished_at, r.reason, r.failure_class, coalesce(r.snapshot_id, ''),
 	r.bytes_added, r.bytes_processed, r.files_processed, r.files_skipped,
-	r.planned_at, r.not_before, coalesce(r.waiting_reason, ''), r.retry_of, r.retry_number, r.retried_by`
+	r.planned_at, r.not_before, coalesce(r.waiting_reason, ''), r.retry_of, r.retry_number, r.retried_by, r.kind`
 
 func runDest(r *Run) []any {
 	return []any{&r.ID, &r.JobName, &r.Trigger, &r.Status, &r.PausedReason, &r.StopRequestedAt,
 		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Reason, &r.FailureClass, &r.SnapshotID,
 		&r.BytesAdded, &r.BytesProcessed, &r.FilesProcessed, &r.FilesSkipped,
-		&r.PlannedAt, &r.NotBefore, &r.WaitingReason, &r.RetryOf, &r.RetryNumber, &r.RetriedBy}
+		&r.PlannedAt, &r.NotBefore, &r.WaitingReason, &r.RetryOf, &r.RetryNumber, &r.RetriedBy, &r.Kind}
 }
 
 const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, a.created_at, a.spawn_claimed_at,
@@ -139,16 +146,20 @@ func deref(p *int64) int64 {
 // Admit creates a queued run of the job with its first attempt, in one transaction, and notifies
 // the daemons. A job that already has a live run is refused: two backups of one job would race
 // for the same files and repository lock.
-func (s *Store) Admit(ctx context.Context, jobName, trigger string) (Run, error) {
+func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (Run, error) {
 	var run Run
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var jobID int64
-		err := tx.QueryRow(ctx, `SELECT id FROM jobs WHERE name = $1 FOR UPDATE`, jobName).Scan(&jobID)
+		var engine string
+		err := tx.QueryRow(ctx, `SELECT id, engine FROM jobs WHERE name = $1 FOR UPDATE`, jobName).Scan(&jobID, &engine)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("job %q: %w", jobName, ErrNotFound)
 		}
 		if err != nil {
 			return err
+		}
+		if kind == KindPrune && engine != "restic" {
+			return &ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: only a restic repository can be pruned", jobName, engine)}
 		}
 		live, found, err := liveRunOf(ctx, tx, jobID)
 		if err != nil {
@@ -162,8 +173,8 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger string) (Run, error)
 			return err
 		}
 		err = tx.QueryRow(ctx, `
-			INSERT INTO runs AS r (id, job_id, job_name, trigger) VALUES ($1, $2, $3, $4)
-			RETURNING `+runColumns, id, jobID, jobName, trigger).Scan(runDest(&run)...)
+			INSERT INTO runs AS r (id, job_id, job_name, trigger, kind) VALUES ($1, $2, $3, $4, $5)
+			RETURNING `+runColumns, id, jobID, jobName, trigger, kind).Scan(runDest(&run)...)
 		if err != nil {
 			return err
 		}
@@ -234,15 +245,33 @@ const spawnLockID int64 = 0x686f6c6473706177
 
 // ClaimSpawn records the unit name and the spawn claim on a live attempt that has none, before
 // systemd is asked. It reports claimed=false if the attempt was claimed, ended, or its run was
-// asked to stop meanwhile (SKIP LOCKED lets daemons race without waiting), and a reason when a
-// limit holds it back. With limits, claims are serialized so that two daemons cannot both take
-// the last free place.
+// asked to stop meanwhile, and a reason when a limit or a busy repository holds it back.
 func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host string, limits Limits) (claimed bool, blocked string, err error) {
 	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		// Every claim is serialized: limits and repository exclusivity are both decided by
+		// what other claims hold, and two claims must not both see the last free place.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, spawnLockID); err != nil {
+			return err
+		}
+		// A prune needs the repository to itself; a backup waits for a prune of its repository.
+		var busyRun uuid.UUID
+		var busyKind string
+		err := tx.QueryRow(ctx, `
+			SELECT o.id, o.kind FROM runs me
+			JOIN jobs mj ON mj.id = me.job_id
+			JOIN jobs oj ON oj.repository = mj.repository
+			JOIN runs o ON o.job_id = oj.id AND o.id <> me.id
+			JOIN attempts oa ON oa.run_id = o.id AND oa.unit IS NOT NULL AND oa.ended_at IS NULL
+			WHERE me.id = $1 AND (me.kind = 'prune' OR o.kind = 'prune')
+			LIMIT 1`, runID).Scan(&busyRun, &busyKind)
+		if err == nil {
+			blocked = fmt.Sprintf("waiting: repository busy: %s run %s holds it", busyKind, busyRun)
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
 		if limits.MaxRunning > 0 || limits.MaxRunningHost > 0 {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, spawnLockID); err != nil {
-				return err
-			}
 			var all, onHost int
 			if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE host = $1)
 				FROM attempts WHERE unit IS NOT NULL AND ended_at IS NULL`, host).Scan(&all, &onHost); err != nil {

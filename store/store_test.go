@@ -53,15 +53,15 @@ func TestAdmitOneLiveRunPerJob(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
 	addJob(t, st, "a")
-	run, err := st.Admit(ctx, "a", "manual")
+	run, err := st.Admit(ctx, "a", "manual", store.KindBackup)
 	if err != nil || run.Status != store.StatusQueued {
 		t.Fatalf("admit: %+v, %v", run, err)
 	}
 	var conflict *store.ConflictError
-	if _, err := st.Admit(ctx, "a", "manual"); !errors.As(err, &conflict) {
+	if _, err := st.Admit(ctx, "a", "manual", store.KindBackup); !errors.As(err, &conflict) {
 		t.Fatalf("second admit while live: err = %v, want a ConflictError", err)
 	}
-	if _, err := st.Admit(ctx, "nope", "manual"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.Admit(ctx, "nope", "manual", store.KindBackup); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("admit of an unknown job: err = %v", err)
 	}
 	if err := st.RemoveJob(ctx, "a"); !errors.As(err, &conflict) {
@@ -74,7 +74,7 @@ func TestGuardedWrites(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
 	addJob(t, st, "g")
-	run, err := st.Admit(ctx, "g", "manual")
+	run, err := st.Admit(ctx, "g", "manual", store.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
 	addJob(t, st, "r")
-	run, err := st.Admit(ctx, "r", "manual")
+	run, err := st.Admit(ctx, "r", "manual", store.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestResolveRun(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
 	addJob(t, st, "p")
-	run, err := st.Admit(ctx, "p", "manual")
+	run, err := st.Admit(ctx, "p", "manual", store.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}

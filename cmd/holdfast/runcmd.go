@@ -47,6 +47,7 @@ type progressOut struct {
 type runOut struct {
 	ID              string       `json:"id"`
 	Job             string       `json:"job"`
+	Kind            string       `json:"kind"`
 	Trigger         string       `json:"trigger"`
 	Status          string       `json:"status"`
 	Reason          string       `json:"reason"`
@@ -80,7 +81,7 @@ func timeStr(t *time.Time) *string {
 }
 
 func runJSON(r store.Run, attempts []store.Attempt) runOut {
-	o := runOut{ID: r.ID.String(), Job: r.JobName, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason,
+	o := runOut{ID: r.ID.String(), Job: r.JobName, Kind: r.Kind, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason,
 		FailureClass: r.FailureClass, PausedReason: r.PausedReason, StopRequestedAt: timeStr(r.StopRequestedAt),
 		CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339), StartedAt: timeStr(r.StartedAt), FinishedAt: timeStr(r.FinishedAt),
 		SnapshotID: r.SnapshotID, BytesAdded: r.BytesAdded, BytesProcessed: r.BytesProcessed,
@@ -124,7 +125,7 @@ func statusExit(status string) int {
 }
 
 func newRunStartCmd(g *globals) *cobra.Command {
-	var wait, asJSON bool
+	var wait, asJSON, prune bool
 	cmd := &cobra.Command{
 		Use:   "start JOB",
 		Short: "Start a run of a job now",
@@ -136,7 +137,11 @@ func newRunStartCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				run, err := st.Admit(ctx, args[0], "manual")
+				kind := store.KindBackup
+				if prune {
+					kind = store.KindPrune
+				}
+				run, err := st.Admit(ctx, args[0], "manual", kind)
 				if err != nil {
 					return err
 				}
@@ -169,6 +174,7 @@ func newRunStartCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the run to end, showing progress")
+	cmd.Flags().BoolVar(&prune, "prune", false, "prune the job's repository instead of backing up (waits until no backup of it runs)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
 	return cmd
 }

@@ -1,0 +1,79 @@
+package main_test
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+type span struct {
+	run, kind  string
+	start, end time.Time
+}
+
+// A prune needs its repository to itself: it waits while backups of the repository run, and a
+// backup waits while it runs. Their units never overlap.
+func TestPruneIsExclusive(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	for _, name := range []string{"alpha", "beta", "gamma"} {
+		data := w.sampleData("data-"+name, 4, 150<<20)
+		w.mustRun("job", "add", name, "--repo", repo, "--password-file", pw, "--path", data)
+	}
+	w.mustRun("job", "add", "tidy", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-tidy", 1, 1<<10))
+	w.startDaemon()
+	a := w.startRun("alpha")
+	b := w.startRun("beta")
+	w.waitRun(a, "running", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+	var pruneOut runJSON
+	if err := json.Unmarshal([]byte(w.mustRun("run", "start", "tidy", "--prune", "--json")), &pruneOut); err != nil {
+		t.Fatal(err)
+	}
+	prune := pruneOut.ID
+	sawWaiting := false
+	w.waitRun(prune, "a wait or the end", func(r runJSON) bool {
+		for _, l := range w.runs("tidy") {
+			sawWaiting = sawWaiting || strings.Contains(l.WaitingReason, "repository busy")
+		}
+		return sawWaiting || ended(r)
+	})
+	g := w.startRun("gamma") // admitted while the prune waits or runs: it must not overlap it
+	var spans []span
+	for _, id := range []string{a, b, prune, g} {
+		r := w.waitRun(id, "the end", ended)
+		if r.Status != "succeeded" {
+			t.Fatalf("run %s = %+v, want succeeded", id, r)
+		}
+		var full struct {
+			Kind     string `json:"kind"`
+			Attempts []struct {
+				StartedAt *string `json:"started_at"`
+				EndedAt   *string `json:"ended_at"`
+			} `json:"attempts"`
+		}
+		if err := json.Unmarshal([]byte(w.mustRun("run", "show", id, "--json")), &full); err != nil {
+			t.Fatal(err)
+		}
+		at := full.Attempts[len(full.Attempts)-1]
+		spans = append(spans, span{id, full.Kind, parseTime(t, at.StartedAt), parseTime(t, at.EndedAt)})
+	}
+	if !sawWaiting {
+		t.Fatal("the prune never waited for the running backups")
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].start.Before(spans[j].start) })
+	for i, p := range spans {
+		if p.kind != "prune" {
+			continue
+		}
+		for j, o := range spans {
+			if i != j && o.start.Before(p.end) && p.start.Before(o.end) {
+				t.Fatalf("prune %v overlaps backup %v", p, o)
+			}
+		}
+	}
+	w.noLocks(repo, pw)
+	w.checkInvariants()
+}
