@@ -53,6 +53,59 @@ func waitGone(b *testing.B, r *runner.Runner, unit string) {
 	}
 }
 
+// benchEnv is one holdfast installation for a benchmark: a database with the schema, a private
+// systemd manager, the built binary and a state directory units can reach.
+type benchEnv struct {
+	dir, state, dsn, bin string
+	mgr                  *testenv.Manager
+	st                   *store.Store
+	r                    *runner.Runner
+}
+
+func newBenchEnv(b *testing.B) *benchEnv {
+	ctx := context.Background()
+	e := &benchEnv{dir: testenv.SharedDir(b)} // first: removed after the manager stopped its units
+	e.state = filepath.Join(e.dir, "state")
+	e.dsn = testenv.Postgres(b)
+	e.mgr = testenv.PrivateSystemd(b)
+	e.bin = testenv.HoldfastBinary(b)
+	if _, err := migrations.Apply(ctx, e.dsn); err != nil {
+		b.Fatal(err)
+	}
+	var err error
+	if e.st, err = store.Open(ctx, e.dsn); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(e.st.Close)
+	if e.r, err = runner.New(ctx, runner.Config{Address: e.mgr.Address}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(e.r.Close)
+	return e
+}
+
+// daemon starts `holdfast daemon` against the environment until the benchmark ends; its log is
+// written to $HOLDFAST_BENCH_LOG when that is set, and shown if the benchmark fails.
+func (e *benchEnv) daemon(b *testing.B, args ...string) {
+	cmd := exec.Command(e.bin, append([]string{"daemon"}, args...)...)
+	cmd.Env = append(os.Environ(), "HOLDFAST_DSN="+e.dsn, "HOLDFAST_SYSTEMD_ADDRESS="+e.mgr.Address, "HOLDFAST_STATE_DIR="+e.state)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if path := os.Getenv("HOLDFAST_BENCH_LOG"); path != "" {
+			_ = os.WriteFile(path, log.Bytes(), 0o644)
+		}
+		if b.Failed() {
+			b.Logf("daemon log:\n%s", log.String())
+		}
+	})
+}
+
 func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
@@ -64,24 +117,8 @@ func median(d []time.Duration) time.Duration {
 // same properties) measured alternately in the same run. Target: holdfast/raw <= 2.
 func BenchmarkStartLatency(b *testing.B) {
 	ctx := context.Background()
-	dsn := testenv.Postgres(b)
-	mgr := testenv.PrivateSystemd(b)
-	bin := testenv.HoldfastBinary(b)
-	dir := testenv.SharedDir(b)
-	state := filepath.Join(dir, "state")
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		b.Fatal(err)
-	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	r, err := runner.New(ctx, runner.Config{Address: mgr.Address})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
+	e := newBenchEnv(b)
+	dir, st, r, bin, state := e.dir, e.st, e.r, e.bin, e.state
 
 	repo, pw, data := filepath.Join(dir, "repo"), filepath.Join(dir, "pw"), filepath.Join(dir, "data")
 	if err := os.WriteFile(pw, []byte("bench\n"), 0o644); err != nil {
@@ -105,20 +142,7 @@ func BenchmarkStartLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	daemon := exec.Command(bin, "daemon", "--sweep-interval", "200ms", "--spawn-grace", "30s")
-	daemon.Env = append(os.Environ(), "HOLDFAST_DSN="+dsn, "HOLDFAST_SYSTEMD_ADDRESS="+mgr.Address, "HOLDFAST_STATE_DIR="+state)
-	var daemonLog bytes.Buffer
-	daemon.Stdout, daemon.Stderr = &daemonLog, &daemonLog
-	if err := daemon.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		_ = daemon.Process.Kill()
-		_ = daemon.Wait()
-		if b.Failed() {
-			b.Logf("daemon log:\n%s", daemonLog.String())
-		}
-	}()
+	e.daemon(b, "--sweep-interval", "200ms", "--spawn-grace", "30s")
 	time.Sleep(500 * time.Millisecond) // the daemon's boot pass and LISTEN
 
 	cfg := reconcile.Config{StateDir: state, Binary: bin, ResticBinary: restic}

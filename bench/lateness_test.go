@@ -1,12 +1,8 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -14,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -52,24 +47,8 @@ func mainStart(b *testing.B, mgr *testenv.Manager, unit string) time.Time {
 func BenchmarkLateness(b *testing.B) {
 	const jobs = 200
 	ctx := context.Background()
-	dir := testenv.SharedDir(b)
-	dsn := testenv.Postgres(b)
-	mgr := testenv.PrivateSystemd(b)
-	bin := testenv.HoldfastBinary(b)
-	state := filepath.Join(dir, "state")
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		b.Fatal(err)
-	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	r, err := runner.New(ctx, runner.Config{Address: mgr.Address})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
+	e := newBenchEnv(b)
+	st, mgr, bin, state := e.st, e.mgr, e.bin, e.state
 
 	// Baseline: the same 200 units started directly, 8 at a time, all at one instant, on a
 	// manager of its own so that neither phase pays for the other's units.
@@ -116,23 +95,7 @@ func BenchmarkLateness(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	daemon := exec.Command(bin, "daemon", "--sweep-interval", "1s", "--workers", "8")
-	daemon.Env = append(os.Environ(), "HOLDFAST_DSN="+dsn, "HOLDFAST_SYSTEMD_ADDRESS="+mgr.Address, "HOLDFAST_STATE_DIR="+state)
-	var log bytes.Buffer
-	daemon.Stdout, daemon.Stderr = &log, &log
-	if err := daemon.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		_ = daemon.Process.Kill()
-		_ = daemon.Wait()
-		if path := os.Getenv("HOLDFAST_BENCH_LOG"); path != "" {
-			_ = os.WriteFile(path, log.Bytes(), 0o644)
-		}
-		if b.Failed() {
-			b.Logf("daemon log:\n%s", log.String())
-		}
-	}()
+	e.daemon(b, "--sweep-interval", "1s", "--workers", "8")
 	var holdfast []time.Duration
 	for i := range jobs {
 		var run store.Run
@@ -154,7 +117,6 @@ func BenchmarkLateness(b *testing.B) {
 		started := mainStart(b, mgr, runner.UnitName(run.JobName, run.ID, 1))
 		holdfast = append(holdfast, started.Sub(planned))
 	}
-	_ = daemon.Process.Kill()
 
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ReportMetric(ms(percentile(holdfast, 0.5)), "p50-ms")

@@ -5,17 +5,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 type sweepWorld struct {
@@ -30,29 +27,12 @@ type sweepWorld struct {
 }
 
 func newSweepWorld(b *testing.B, spawnGrace time.Duration) *sweepWorld {
-	ctx := context.Background()
-	dir := testenv.SharedDir(b) // first: it is removed after the manager has stopped its units
-	dsn := testenv.Postgres(b)
-	mgr := testenv.PrivateSystemd(b)
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		b.Fatal(err)
-	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(st.Close)
-	r, err := runner.New(ctx, runner.Config{Address: mgr.Address})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(r.Close)
-	w := &sweepWorld{st: st, r: r, state: filepath.Join(dir, "state")}
-	w.cfg = reconcile.Config{Store: st, Runner: r, StateDir: w.state,
-		Binary: testenv.HoldfastBinary(b), SpawnGrace: spawnGrace,
+	e := newBenchEnv(b)
+	w := &sweepWorld{st: e.st, r: e.r, state: e.state}
+	w.cfg = reconcile.Config{Store: e.st, Runner: e.r, StateDir: e.state, Binary: e.bin, SpawnGrace: spawnGrace,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	w.rec, err = reconcile.New(w.cfg)
-	if err != nil {
+	var err error
+	if w.rec, err = reconcile.New(w.cfg); err != nil {
 		b.Fatal(err)
 	}
 	return w

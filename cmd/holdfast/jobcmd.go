@@ -217,7 +217,7 @@ func jobJSON(j store.Job) jobOut {
 	o := jobOut{Name: j.Name, Engine: j.Engine, Repository: j.Repository, PasswordFile: j.PasswordFile,
 		Paths: j.Paths, Excludes: j.Excludes, User: j.User, Group: j.Group, Nice: j.Nice,
 		IOSchedulingClass: j.IOSchedulingClass, RuntimeMaxSeconds: j.RuntimeMax.Seconds(),
-		CreatedAt: j.CreatedAt.UTC().Format(time.RFC3339), LastOutcome: j.LastOutcome}
+		CreatedAt: j.CreatedAt.UTC().Format(time.RFC3339Nano), LastOutcome: j.LastOutcome}
 	if j.LastRunID != nil {
 		o.LastRunID = j.LastRunID.String()
 	}

@@ -76,14 +76,14 @@ func timeStr(t *time.Time) *string {
 	if t == nil {
 		return nil
 	}
-	s := t.UTC().Format(time.RFC3339)
+	s := t.UTC().Format(time.RFC3339Nano)
 	return &s
 }
 
 func runJSON(r store.Run, attempts []store.Attempt) runOut {
 	o := runOut{ID: r.ID.String(), Job: r.JobName, Kind: r.Kind, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason,
 		FailureClass: r.FailureClass, PausedReason: r.PausedReason, StopRequestedAt: timeStr(r.StopRequestedAt),
-		CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339), StartedAt: timeStr(r.StartedAt), FinishedAt: timeStr(r.FinishedAt),
+		CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339Nano), StartedAt: timeStr(r.StartedAt), FinishedAt: timeStr(r.FinishedAt),
 		SnapshotID: r.SnapshotID, BytesAdded: r.BytesAdded, BytesProcessed: r.BytesProcessed,
 		FilesProcessed: r.FilesProcessed, FilesSkipped: r.FilesSkipped,
 		PlannedAt: timeStr(r.PlannedAt), NotBefore: timeStr(r.NotBefore), WaitingReason: r.WaitingReason,

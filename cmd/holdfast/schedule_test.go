@@ -64,7 +64,7 @@ func parseTime(t *testing.T, s *string) time.Time {
 	if s == nil {
 		t.Fatal("time missing")
 	}
-	v, err := time.Parse(time.RFC3339, *s)
+	v, err := time.Parse(time.RFC3339Nano, *s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,14 +278,17 @@ func TestRetries(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	// Newest first: the success, then the failures it retried, each linked to the next.
-	sort.Slice(chain, func(a, b int) bool { return chain[a].CreatedAt < chain[b].CreatedAt })
+	sort.Slice(chain, func(a, b int) bool {
+		return parseTime(t, &chain[a].CreatedAt).Before(parseTime(t, &chain[b].CreatedAt))
+	})
 	if len(chain) != 3 || chain[1].Trigger != "retry" || chain[2].RetryNumber != 2 || chain[0].RetriedBy != chain[1].ID {
 		t.Fatalf("retry chain = %+v, want manual, retry 1, retry 2 linked in order", chain)
 	}
 	delay := func(i int) time.Duration {
 		return parseTime(t, chain[i].NotBefore).Sub(parseTime(t, chain[i-1].FinishedAt))
 	}
-	if d1, d2 := delay(1), delay(2); d1 < 1500*time.Millisecond || d2 < 3*time.Second || d2 <= d1 {
+	// 2s and 4s, each moved by up to ±20% of jitter.
+	if d1, d2 := delay(1), delay(2); d1 < 1600*time.Millisecond || d1 > 2400*time.Millisecond || d2 < 3200*time.Millisecond || d2 > 4800*time.Millisecond {
 		t.Fatalf("retry delays %s then %s, want about 2s then 4s (growing)", d1, d2)
 	}
 
