@@ -131,32 +131,48 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	asked := time.Now()
 	states, statesErr := r.unitStates(ctx, live)
 	stats.SystemdDuration = time.Since(asked)
-	// Runs are independent; a few at once keep one slow call (a spawn, a repair) from delaying
-	// the rest. Workers take runs in the snapshot's order, which is priority order.
 	var mu sync.Mutex
+	one := func(l store.LiveRun) {
+		runCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
+		lag, err := r.reconcile(runCtx, l, states, statesErr)
+		cancel()
+		mu.Lock()
+		defer mu.Unlock()
+		stats.JournalLag = max(stats.JournalLag, lag)
+		if err != nil {
+			stats.Errors++
+			r.cfg.Logger.Error("run could not be reconciled; the next pass tries again",
+				"run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
+		}
+	}
+	// Runs are independent; a few at once keep one slow call (a spawn, a repair) from delaying
+	// the rest. But when places are limited, runs waiting for one claim it one by one in the
+	// snapshot's order, which is priority order.
+	limited := r.cfg.Limits.MaxRunning > 0 || r.cfg.Limits.MaxRunningHost > 0
+	var inOrder []store.LiveRun
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, r.cfg.Workers)
 	for _, l := range live {
 		if ctx.Err() != nil {
 			break
 		}
+		if limited && l.Attempt.Unit == "" {
+			inOrder = append(inOrder, l)
+			continue
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			runCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
-			lag, err := r.reconcile(runCtx, l, states, statesErr)
-			cancel()
-			mu.Lock()
-			defer mu.Unlock()
-			stats.JournalLag = max(stats.JournalLag, lag)
-			if err != nil {
-				stats.Errors++
-				r.cfg.Logger.Error("run could not be reconciled; the next pass tries again",
-					"run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
-			}
+			one(l)
 		})
 	}
 	wg.Wait()
+	for _, l := range inOrder {
+		if ctx.Err() != nil {
+			break
+		}
+		one(l)
+	}
 	if err := ctx.Err(); err != nil {
 		return stats, err
 	}

@@ -1,0 +1,81 @@
+package main_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A job that depends on another starts only if the other's last run succeeded: partial is not
+// enough, and the failure names the prerequisite.
+func TestDependency(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	data := w.sampleData("data", 2, 1<<20)
+	if err := os.WriteFile(filepath.Join(data, "secret"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	openToAll(t, repo)
+	w.mustRun("job", "add", "first", "--repo", repo, "--password-file", pw, "--path", data, "--user", "nobody")
+	w.mustRun("job", "add", "second", "--engine", "command", "--command", "/bin/true", "--depends-on", "first")
+	w.startDaemon()
+	if r := w.waitRun(w.startRun("first"), "the end", ended); r.Status != "partial" {
+		t.Fatalf("first = %+v, want partial (an unreadable file)", r)
+	}
+	r := w.waitRun(w.startRun("second"), "the end", ended)
+	if r.Status != "failed" || !strings.Contains(r.Reason, "prerequisite job first") || !strings.Contains(r.Reason, "partial") {
+		t.Fatalf("second after a partial first = %+v, want failed naming first and partial", r)
+	}
+	w.mustRun("job", "edit", "first", "--user", "")
+	if err := os.Chmod(filepath.Join(data, "secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := w.waitRun(w.startRun("first"), "the end", ended); r.Status != "succeeded" {
+		t.Fatalf("first = %+v, want succeeded", r)
+	}
+	if r := w.waitRun(w.startRun("second"), "the end", ended); r.Status != "succeeded" {
+		t.Fatalf("second after first succeeded = %+v, want succeeded", r)
+	}
+	w.checkInvariants()
+}
+
+// With one place free at a time, queued runs of higher priority start first.
+func TestPriority(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	for i := range 6 {
+		prio := "0"
+		if i%2 == 1 {
+			prio = "10"
+		}
+		w.mustRun("job", "add", fmt.Sprintf("p%d", i), "--engine", "command", "--command", "/bin/sleep", "--command", "0.2", "--priority", prio)
+	}
+	for i := range 6 {
+		w.startRun(fmt.Sprintf("p%d", i))
+	}
+	w.startDaemon("--max-running", "1")
+	type start struct {
+		job string
+		at  time.Time
+	}
+	var starts []start
+	for i := range 6 {
+		r := w.waitRun(w.runs(fmt.Sprintf("p%d", i))[0].ID, "the end", ended)
+		if r.Status != "succeeded" {
+			t.Fatalf("run = %+v", r)
+		}
+		starts = append(starts, start{fmt.Sprintf("p%d", i), parseTime(t, w.runs(fmt.Sprintf("p%d", i))[0].StartedAt)})
+	}
+	sort.Slice(starts, func(a, b int) bool { return starts[a].at.Before(starts[b].at) })
+	for k, s := range starts[:3] {
+		if n := s.job[1] - '0'; n%2 != 1 {
+			t.Fatalf("start %d was %s (priority 0) before all priority-10 runs: %+v", k, s.job, starts)
+		}
+	}
+	w.checkInvariants()
+}
