@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/runner"
@@ -51,19 +52,18 @@ func UnitSpec(cfg Config, job store.Job, kind string, run uuid.UUID, attempt int
 		},
 		WorkingDirectory: "/",
 	}
-	switch {
-	case job.Engine == "restic" && kind == store.KindPrune:
-		spec.ExecStart = append(execArgv, restic.PruneArgv(ej)...)
-		spec.ExecStartPre = restic.UnlockArgv(ej)
-		spec.KillSignal = syscall.SIGINT
-	case job.Engine == "restic":
-		spec.ExecStart = append(execArgv, restic.BackupArgv(ej, run)...)
-		spec.ExecStartPre = restic.UnlockArgv(ej)
-		// restic 0.14 leaves its lock behind on SIGTERM; on SIGINT it removes it and exits 130.
-		spec.KillSignal = syscall.SIGINT
-	default:
+	if job.Engine != "restic" {
 		spec.ExecStart = append(execArgv, job.Command...)
+		return spec
 	}
+	argv := restic.BackupArgv(ej, run)
+	if kind == store.KindPrune {
+		argv = restic.PruneArgv(ej)
+	}
+	spec.ExecStart = append(execArgv, argv...)
+	spec.ExecStartPre = restic.UnlockArgv(ej)
+	// restic 0.14 leaves its lock behind on SIGTERM; on SIGINT it removes it and exits 130.
+	spec.KillSignal = syscall.SIGINT
 	return spec
 }
 
@@ -105,9 +105,16 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun) error {
 		return nil // another daemon has it, or a stop arrived
 	}
 	crash("spawn-claimed")
+	// Until systemd has the unit, a failure gives the claim back: the next pass claims the same
+	// attempt again, rather than waiting out the spawn grace and counting an attempt that never ran.
+	release := func(err error) error {
+		if rerr := r.cfg.Store.ReleaseSpawnClaim(context.WithoutCancel(ctx), l.Run.ID, l.Attempt.No, spec.Name); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
 	if err := r.prepareDirs(job, l.Run.ID, l.Attempt.No); err != nil {
-		// The unit was not asked for: after the spawn grace the attempt reads as vanished and is restarted.
-		return fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err)
+		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err))
 	}
 	existed, err := r.cfg.Runner.Start(ctx, spec)
 	if err != nil {
@@ -115,12 +122,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun) error {
 			return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
 				reason: "systemd refused to start the unit: " + err.Error()})
 		}
-		// systemd could not be asked, or refused for now (it is shutting down): claim again next
-		// pass rather than wait out the spawn grace and count an attempt that never ran.
-		if rerr := r.cfg.Store.ReleaseSpawnClaim(context.WithoutCancel(ctx), l.Run.ID, l.Attempt.No, spec.Name); rerr != nil {
-			return errors.Join(err, rerr)
-		}
-		return err
+		return release(err) // systemd could not be asked, or refused for now (shutting down)
 	}
 	crash("spawn-started")
 	r.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
