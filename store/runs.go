@@ -240,20 +240,25 @@ type Limits struct {
 	MaxRunningHost int // on the claiming host
 }
 
-// spawnLockID serializes limited claims across daemons ("holdfast spawn").
-const spawnLockID int64 = 0x686f6c6473706177
+// spawnLockClass is the first key of the advisory locks that serialize spawn claims ("hfsp").
+const spawnLockClass int32 = 0x68667370
 
 // ClaimSpawn records the unit name and the spawn claim on a live attempt that has none, before
 // systemd is asked. It reports claimed=false if the attempt was claimed, ended, or its run was
 // asked to stop meanwhile, and a reason when a limit or a busy repository holds it back.
 func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host string, limits Limits) (claimed bool, blocked string, err error) {
 	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		// Every claim is serialized: limits and repository exclusivity are both decided by
-		// what other claims hold, and two claims must not both see the last free place.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, spawnLockID); err != nil {
+		// Claims that decide on what other claims hold are serialized, so that two of them never
+		// both see the last free place: all claims when limits are set, else the claims on one
+		// restic repository (a prune needs it to itself; a backup waits for its prune).
+		lock := `SELECT pg_advisory_xact_lock($1::int, hashtext(j.repository)) FROM runs r JOIN jobs j ON j.id = r.job_id
+			WHERE r.id = $2 AND j.engine = 'restic'`
+		if limits.MaxRunning > 0 || limits.MaxRunningHost > 0 {
+			lock = `SELECT pg_advisory_xact_lock($1::int, 0) WHERE $2::uuid IS NOT NULL`
+		}
+		if _, err := tx.Exec(ctx, lock, spawnLockClass, runID); err != nil {
 			return err
 		}
-		// A prune needs the repository to itself; a backup waits for a prune of its repository.
 		var busyRun uuid.UUID
 		var busyKind string
 		err := tx.QueryRow(ctx, `
