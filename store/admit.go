@@ -109,10 +109,14 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j Job, d SlotDecision, now time.T
 	return a, err
 }
 
-// NextDue returns the earliest next_run_at of any job (nil if no job is scheduled).
+// NextDue returns the earliest time the daemon has something to do without being told: a
+// job's next slot, or a queued run's not-before time (a retry's delay, a window's end). Nil
+// if there is none.
 func (s *Store) NextDue(ctx context.Context) (*time.Time, error) {
 	var next *time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT min(next_run_at) FROM jobs`).Scan(&next); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT least(
+			(SELECT min(next_run_at) FROM jobs),
+			(SELECT min(not_before) FROM runs WHERE status = 'queued' AND not_before > now()))`).Scan(&next); err != nil {
 		return nil, fmt.Errorf("next due job: %w", err)
 	}
 	return next, nil
