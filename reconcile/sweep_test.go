@@ -105,3 +105,74 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 	}
 	t.Fatal("the run never ended")
 }
+
+// Many runs reconciled by one pass's workers at once (run under -race): every run is spawned
+// once and finishes, and the invariants hold.
+func TestConcurrentSweep(t *testing.T) {
+	ctx := context.Background()
+	dir := testenv.SharedDir(t)
+	dsn := testenv.Postgres(t)
+	mgr := testenv.PrivateSystemd(t)
+	if _, err := migrations.Apply(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r, err := runner.New(ctx, runner.Config{Address: mgr.Address})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rec, err := reconcile.New(reconcile.Config{Store: st, Runner: r, StateDir: filepath.Join(dir, "state"),
+		Binary: testenv.HoldfastBinary(t), Workers: 8, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 24
+	for i := range n {
+		name := "many" + string(rune('a'+i))
+		if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: "command", Command: []string{"/bin/true"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Admit(ctx, name, "manual", store.KindBackup); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		stats, err := rec.Sweep(ctx)
+		if err != nil || stats.Errors > 0 {
+			t.Fatalf("sweep: %+v %v", stats, err)
+		}
+		if stats.Runs == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d runs still live", stats.Runs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	runs, err := st.Runs(ctx, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range runs {
+		attempts, err := st.Attempts(ctx, run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Status != store.StatusSucceeded || len(attempts) != 1 {
+			t.Fatalf("run %+v with %d attempts, want succeeded in one", run, len(attempts))
+		}
+	}
+	if len(runs) != n {
+		t.Fatalf("%d runs, want %d", len(runs), n)
+	}
+	violations, err := st.Violations(ctx)
+	if err != nil || len(violations) > 0 {
+		t.Fatalf("invariants: %v %v", violations, err)
+	}
+}
