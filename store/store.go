@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,6 +43,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse database address: %w", err)
+	}
+	// pgxpool's default (4 on two cores) would queue the sweep's 8 workers, admission and the
+	// LISTEN connection behind each other; pool_max_conns in the DSN still wins.
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = 12
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
