@@ -19,32 +19,46 @@ import (
 
 func TestMain(m *testing.M) { testenv.RunMain(m) }
 
+// sweepEnv is a real database, a private systemd manager and a reconciler over them.
+type sweepEnv struct {
+	st  *store.Store
+	r   *runner.Runner
+	mgr *testenv.Manager
+	rec *reconcile.Reconciler
+}
+
+func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
+	t.Helper()
+	ctx := context.Background()
+	dir := testenv.SharedDir(t) // first: removed after the manager stopped its units
+	dsn := testenv.Postgres(t)
+	e := sweepEnv{mgr: testenv.PrivateSystemd(t)}
+	if _, err := migrations.Apply(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if e.st, err = store.Open(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.st.Close)
+	if e.r, err = runner.New(ctx, runner.Config{Address: e.mgr.Address}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.r.Close)
+	cfg.Store, cfg.Runner, cfg.StateDir = e.st, e.r, filepath.Join(dir, "state")
+	cfg.Binary, cfg.Logger = testenv.HoldfastBinary(t), slog.New(slog.NewTextHandler(io.Discard, nil))
+	if e.rec, err = reconcile.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 // A failed unit the manager did not collect, with no marker (its ExecStopPost never ran), is
 // reset so its name is free, and the run is restarted and then finishes in attempt 2.
 func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 	ctx := context.Background()
-	dir := testenv.SharedDir(t)
-	dsn := testenv.Postgres(t)
-	mgr := testenv.PrivateSystemd(t)
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	r, err := runner.New(ctx, runner.Config{Address: mgr.Address})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	rec, err := reconcile.New(reconcile.Config{Store: st, Runner: r, StateDir: filepath.Join(dir, "state"),
-		Binary: testenv.HoldfastBinary(t), SpawnGrace: time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Millisecond})
+	st, r, mgr, rec := e.st, e.r, e.mgr, e.rec
 	if _, err := st.CreateJob(ctx, store.Job{Name: "flaky", Engine: "command", Repository: "-", PasswordFile: "-",
 		Command: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
@@ -110,27 +124,8 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 // once and finishes, and the invariants hold.
 func TestConcurrentSweep(t *testing.T) {
 	ctx := context.Background()
-	dir := testenv.SharedDir(t)
-	dsn := testenv.Postgres(t)
-	mgr := testenv.PrivateSystemd(t)
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	r, err := runner.New(ctx, runner.Config{Address: mgr.Address})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	rec, err := reconcile.New(reconcile.Config{Store: st, Runner: r, StateDir: filepath.Join(dir, "state"),
-		Binary: testenv.HoldfastBinary(t), Workers: 8, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newSweepEnv(t, reconcile.Config{Workers: 8})
+	st, rec := e.st, e.rec
 	const n = 24
 	for i := range n {
 		name := "many" + string(rune('a'+i))
