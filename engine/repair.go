@@ -29,11 +29,7 @@ func (r Restic) RunSnapshots(ctx context.Context, j Job, run uuid.UUID) ([]Snaps
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if i := strings.IndexByte(msg, '\n'); i >= 0 {
-			msg = msg[:i]
-		}
-		return nil, fmt.Errorf("restic snapshots for run %s: %w: %s", run, err, msg)
+		return nil, fmt.Errorf("restic snapshots for run %s: %w: %s", run, err, firstLine(strings.TrimSpace(stderr.String())))
 	}
 	var snaps []Snapshot
 	if err := json.Unmarshal(stdout.Bytes(), &snaps); err != nil {

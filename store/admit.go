@@ -90,7 +90,7 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j Job, d SlotDecision, now time.T
 			if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {
 				return a, err
 			}
-			if err := notify(ctx, tx, id); err != nil {
+			if err := notify(ctx, tx, id.String()); err != nil {
 				return a, err
 			}
 			a.Run = &id

@@ -123,8 +123,7 @@ func (s *Store) UpdateJob(ctx context.Context, name string, edit func(*Job) erro
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, "job:"+name)
-		return err
+		return notify(ctx, tx, "job:"+name)
 	})
 	if err != nil {
 		return Job{}, wrap(err, "update job %s", name)

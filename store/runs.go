@@ -184,7 +184,7 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (Run, 
 		if _, err := tx.Exec(ctx, `UPDATE jobs SET last_run_id = $1 WHERE id = $2`, id, jobID); err != nil {
 			return err
 		}
-		return notify(ctx, tx, id)
+		return notify(ctx, tx, id.String())
 	})
 	if err != nil {
 		return Run{}, wrap(err, "admit run of %s", jobName)
@@ -513,7 +513,7 @@ func (s *Store) RequestStop(ctx context.Context, runID uuid.UUID) (Run, error) {
 		if err != nil {
 			return err
 		}
-		return notify(ctx, tx, runID)
+		return notify(ctx, tx, runID.String())
 	})
 	if err != nil {
 		return Run{}, wrap(err, "stop run %s", runID)
@@ -659,7 +659,7 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 		if err != nil {
 			return err
 		}
-		return notify(ctx, tx, runID)
+		return notify(ctx, tx, runID.String())
 	})
 	if err != nil {
 		return Run{}, wrap(err, "resume run %s", runID)

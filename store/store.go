@@ -103,9 +103,10 @@ func wrap(err error, format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, err)...)
 }
 
-// notify wakes the daemons inside tx: the notification is delivered only if tx commits.
-func notify(ctx context.Context, tx pgx.Tx, runID uuid.UUID) error {
-	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, runID.String())
+// notify wakes the daemons inside tx: the notification is delivered only if tx commits. The
+// payload says what changed (a run id, or "job:<name>").
+func notify(ctx context.Context, tx pgx.Tx, payload string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, payload)
 	return err
 }
 

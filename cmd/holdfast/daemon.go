@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/store"
 )
 
 func newMigrateCmd(g *globals) *cobra.Command {
@@ -27,8 +28,8 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Short: "Create or upgrade holdfast's database schema",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if g.dsn == "" {
-				return badInput("no database: set --dsn or HOLDFAST_DSN")
+			if err := g.requireDSN(); err != nil {
+				return err
 			}
 			res, err := migrations.Apply(cmd.Context(), g.dsn)
 			if err != nil {
@@ -46,23 +47,20 @@ func newCheckCmd(g *globals) *cobra.Command {
 		Short: "Check holdfast's invariants in the database (exit 1 if one is violated)",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := g.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			found, err := st.Violations(cmd.Context())
-			if err != nil {
-				return err
-			}
-			for _, v := range found {
-				fmt.Fprintln(cmd.OutOrStdout(), v)
-			}
-			if len(found) > 0 {
-				return fmt.Errorf("%d invariant violation(s)", len(found))
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "ok: no invariant is violated")
-			return nil
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				found, err := st.Violations(ctx)
+				if err != nil {
+					return err
+				}
+				for _, v := range found {
+					fmt.Fprintln(cmd.OutOrStdout(), v)
+				}
+				if len(found) > 0 {
+					return fmt.Errorf("%d invariant violation(s)", len(found))
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), "ok: no invariant is violated")
+				return nil
+			})
 		},
 	}
 }
@@ -82,8 +80,8 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			}
 			ctx := cmd.Context()
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			if g.dsn == "" {
-				return badInput("no database: set --dsn or HOLDFAST_DSN")
+			if err := g.requireDSN(); err != nil {
+				return err
 			}
 			if _, err := migrations.Apply(ctx, g.dsn); err != nil {
 				return err

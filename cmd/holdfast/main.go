@@ -61,9 +61,17 @@ func envOr(key, def string) string {
 	return def
 }
 
-func (g *globals) openStore(ctx context.Context) (*store.Store, error) {
+// requireDSN refuses to go on without a database address.
+func (g *globals) requireDSN() error {
 	if g.dsn == "" {
-		return nil, badInput("no database: set --dsn or HOLDFAST_DSN (e.g. postgres:///holdfast?host=/run/postgresql)")
+		return badInput("no database: set --dsn or HOLDFAST_DSN (e.g. postgres:///holdfast?host=/run/postgresql)")
+	}
+	return nil
+}
+
+func (g *globals) openStore(ctx context.Context) (*store.Store, error) {
+	if err := g.requireDSN(); err != nil {
+		return nil, err
 	}
 	return store.Open(ctx, g.dsn)
 }

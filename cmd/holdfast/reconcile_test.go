@@ -99,7 +99,7 @@ func TestStopVersusReboot(t *testing.T) {
 
 	// Stopped before any daemon spawned it.
 	repo, pw := w.resticRepo("repo")
-	data := w.sampleData("data", 4, 60<<20)
+	data := w.sampleData("data", 4, 240<<20)
 	w.mustRun("job", "add", "early", "--repo", repo, "--password-file", pw, "--path", data)
 	early := w.startRun("early")
 	w.mustRun("run", "stop", early)
@@ -116,6 +116,11 @@ func TestStopVersusReboot(t *testing.T) {
 	cut := w.startRun("cut")
 	for _, id := range []string{late, cut} {
 		w.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+	}
+	for _, id := range []string{late, cut} {
+		if r := w.show(id); ended(r) {
+			t.Fatalf("run %s ended before the stop: give it more data", id)
+		}
 	}
 	// The operator stops one run, and the manager goes down right after.
 	w.mustRun("run", "stop", late)
