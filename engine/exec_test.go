@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/holdfast-backup/holdfast/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -377,9 +378,7 @@ func TestMain(m *testing.M) {
 // copies of one initialized once: `restic init` takes seconds.
 func newRepo(t *testing.T, dir string) Job {
 	t.Helper()
-	if _, err := exec.LookPath("restic"); err != nil {
-		t.Skip("restic not installed")
-	}
+	testenv.Restic(t)
 	template.once.Do(func() {
 		template.dir, template.err = os.MkdirTemp("", "holdfast-engine-")
 		if template.err != nil {

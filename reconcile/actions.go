@@ -73,8 +73,12 @@ func engineJob(cfg Config, job store.Job) engine.Job {
 }
 
 // spawn claims the attempt's spawn, prepares its directories and starts its unit.
-func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun) error {
-	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
+func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, jobs map[string]store.Job) error {
+	job, found := jobs[l.Run.JobName]
+	var err error
+	if !found {
+		job, err = r.cfg.Store.JobByName(ctx, l.Run.JobName)
+	}
 	if errors.Is(err, store.ErrNotFound) || l.JobEngine == "" {
 		return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
 			reason: "the run's job was removed before the run could start"})

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -131,10 +132,14 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	asked := time.Now()
 	states, statesErr := r.unitStates(ctx, live)
 	stats.SystemdDuration = time.Since(asked)
+	jobs, err := r.jobsToSpawn(ctx, live)
+	if err != nil {
+		return stats, err
+	}
 	var mu sync.Mutex
 	one := func(l store.LiveRun) {
 		runCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
-		lag, err := r.reconcile(runCtx, l, states, statesErr)
+		lag, err := r.reconcile(runCtx, l, jobs, states, statesErr)
 		cancel()
 		mu.Lock()
 		defer mu.Unlock()
@@ -180,6 +185,23 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	return stats, nil
 }
 
+// jobsToSpawn reads all jobs once for the pass, if any run waits for its unit: one query
+// instead of one per spawn, which counts when many runs are due at once.
+func (r *Reconciler) jobsToSpawn(ctx context.Context, live []store.LiveRun) (map[string]store.Job, error) {
+	if !slices.ContainsFunc(live, func(l store.LiveRun) bool { return l.Attempt.Unit == "" }) {
+		return nil, nil
+	}
+	list, err := r.cfg.Store.Jobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	jobs := make(map[string]store.Job, len(list))
+	for _, j := range list {
+		jobs[j.Name] = j
+	}
+	return jobs, nil
+}
+
 func (r *Reconciler) unitStates(ctx context.Context, live []store.LiveRun) (map[string]runner.State, error) {
 	var names []string
 	for _, l := range live {
@@ -202,9 +224,9 @@ func (r *Reconciler) engineFor(jobEngine string) classifier {
 	return engine.Restic{Binary: r.cfg.ResticBinary}
 }
 
-// reconcile applies the decision table to one run and returns its journal lag. states is
-// systemd's answer for this pass, statesErr why there is none.
-func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun, states map[string]runner.State, statesErr error) (int64, error) {
+// reconcile applies the decision table to one run and returns its journal lag. jobs are the jobs
+// as read for this pass, states is systemd's answer for this pass, statesErr why there is none.
+func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun, jobs map[string]store.Job, states map[string]runner.State, statesErr error) (int64, error) {
 	lag, drainErr := r.drain(ctx, l)
 	if drainErr != nil {
 		// The journal decides how fresh the numbers are, never the lifecycle.
@@ -253,7 +275,7 @@ func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun, states map[
 	case actNothing:
 		return lag, nil
 	case actSpawn:
-		return lag, r.spawn(ctx, l)
+		return lag, r.spawn(ctx, l, jobs)
 	case actStopAgain:
 		return lag, r.cfg.Runner.Stop(ctx, l.Attempt.Unit)
 	case actFinish:

@@ -247,68 +247,70 @@ const spawnLockClass int32 = 0x68667370
 // systemd is asked. It reports claimed=false if the attempt was claimed, ended, or its run was
 // asked to stop meanwhile, and a reason when a limit or a busy repository holds it back.
 func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host string, limits Limits) (claimed bool, blocked string, err error) {
-	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		// Claims that decide on what other claims hold are serialized, so that two of them never
-		// both see the last free place: all claims when limits are set, else the claims on one
-		// restic repository (a prune needs it to itself; a backup waits for its prune).
-		lock := `SELECT pg_advisory_xact_lock($1::int, hashtext(j.repository)) FROM runs r JOIN jobs j ON j.id = r.job_id
-			WHERE r.id = $2 AND j.engine = 'restic'`
-		if limits.MaxRunning > 0 || limits.MaxRunningHost > 0 {
-			lock = `SELECT pg_advisory_xact_lock($1::int, 0) WHERE $2::uuid IS NOT NULL`
-		}
-		if _, err := tx.Exec(ctx, lock, spawnLockClass, runID); err != nil {
-			return err
-		}
-		var busyRun uuid.UUID
-		var busyKind string
-		err := tx.QueryRow(ctx, `
+	// Claims that decide on what other claims hold are serialized, so that two of them never
+	// both see the last free place: all claims when limits are set, else the claims on one
+	// restic repository (a prune needs it to itself; a backup waits for its prune).
+	lock := `SELECT pg_advisory_xact_lock($1::int, hashtext(j.repository)) FROM runs r JOIN jobs j ON j.id = r.job_id
+		WHERE r.id = $2 AND j.engine = 'restic'`
+	limited := limits.MaxRunning > 0 || limits.MaxRunningHost > 0
+	if limited {
+		lock = `SELECT pg_advisory_xact_lock($1::int, 0) WHERE $2::uuid IS NOT NULL`
+	}
+	// Both statements go in one round trip, as one implicit transaction: the lock holds until
+	// it ends, and the claim, a statement of its own, sees every claim committed before the lock.
+	batch := &pgx.Batch{}
+	batch.Queue(lock, spawnLockClass, runID)
+	var busyRun *uuid.UUID
+	var busyKind *string
+	var all, onHost int
+	batch.Queue(`
+		WITH busy AS (
 			SELECT o.id, o.kind FROM runs me
 			JOIN jobs mj ON mj.id = me.job_id
 			JOIN jobs oj ON oj.repository = mj.repository
 			JOIN runs o ON o.job_id = oj.id AND o.id <> me.id
 			JOIN attempts oa ON oa.run_id = o.id AND oa.unit IS NOT NULL AND oa.ended_at IS NULL
 			WHERE me.id = $1 AND (me.kind = 'prune' OR o.kind = 'prune')
-			LIMIT 1`, runID).Scan(&busyRun, &busyKind)
-		if err == nil {
-			blocked = fmt.Sprintf("waiting: repository busy: %s run %s holds it", busyKind, busyRun)
-			return nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		if limits.MaxRunning > 0 || limits.MaxRunningHost > 0 {
-			var all, onHost int
-			if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE host = $1)
-				FROM attempts WHERE unit IS NOT NULL AND ended_at IS NULL`, host).Scan(&all, &onHost); err != nil {
-				return err
-			}
-			switch {
-			case limits.MaxRunning > 0 && all >= limits.MaxRunning:
-				blocked = fmt.Sprintf("waiting: %d runs hold a unit, the global limit is %d", all, limits.MaxRunning)
-				return nil
-			case limits.MaxRunningHost > 0 && onHost >= limits.MaxRunningHost:
-				blocked = fmt.Sprintf("waiting: %d runs hold a unit on %s, the host limit is %d", onHost, host, limits.MaxRunningHost)
-				return nil
-			}
-		}
-		tag, err := tx.Exec(ctx, `
+			LIMIT 1),
+		holding AS (
+			SELECT count(*) AS all_hosts, count(*) FILTER (WHERE host = $4) AS on_host
+			FROM attempts WHERE $5 AND unit IS NOT NULL AND ended_at IS NULL),
+		claim AS (
 			UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = now()
 			WHERE (run_id, attempt_no) IN (
 				SELECT a.run_id, a.attempt_no FROM attempts a JOIN runs r ON r.id = a.run_id
 				WHERE a.run_id = $1 AND a.attempt_no = $2 AND a.unit IS NULL AND a.ended_at IS NULL
 				  AND r.stop_requested_at IS NULL
-				FOR UPDATE OF a SKIP LOCKED)`, runID, attempt, unit, host)
-		if err != nil {
-			return err
-		}
-		claimed = tag.RowsAffected() == 1
-		if claimed {
-			_, err = tx.Exec(ctx, `UPDATE runs SET waiting_reason = NULL WHERE id = $1 AND waiting_reason IS NOT NULL`, runID)
-		}
-		return err
-	})
+				FOR UPDATE OF a SKIP LOCKED)
+			  AND NOT EXISTS (SELECT 1 FROM busy)
+			  AND ($6 = 0 OR (SELECT all_hosts FROM holding) < $6)
+			  AND ($7 = 0 OR (SELECT on_host FROM holding) < $7)
+			RETURNING run_id),
+		cleared AS (
+			UPDATE runs SET waiting_reason = NULL
+			WHERE id IN (SELECT run_id FROM claim) AND waiting_reason IS NOT NULL)
+		SELECT (SELECT id FROM busy), (SELECT kind FROM busy),
+			(SELECT all_hosts FROM holding), (SELECT on_host FROM holding), EXISTS (SELECT 1 FROM claim)`,
+		runID, attempt, unit, host, limited, limits.MaxRunning, limits.MaxRunningHost)
+	results := s.pool.SendBatch(ctx, batch)
+	_, err = results.Exec()
+	if err == nil {
+		err = results.QueryRow().Scan(&busyRun, &busyKind, &all, &onHost, &claimed)
+	}
+	if cerr := results.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return false, "", fmt.Errorf("claim spawn of run %s attempt %d: %w", runID, attempt, err)
+	}
+	switch {
+	case claimed:
+	case busyRun != nil:
+		blocked = fmt.Sprintf("waiting: repository busy: %s run %s holds it", *busyKind, *busyRun)
+	case limits.MaxRunning > 0 && all >= limits.MaxRunning:
+		blocked = fmt.Sprintf("waiting: %d runs hold a unit, the global limit is %d", all, limits.MaxRunning)
+	case limits.MaxRunningHost > 0 && onHost >= limits.MaxRunningHost:
+		blocked = fmt.Sprintf("waiting: %d runs hold a unit on %s, the host limit is %d", onHost, host, limits.MaxRunningHost)
 	}
 	return claimed, blocked, nil
 }

@@ -262,3 +262,14 @@ func goTool() (string, error) {
 	}
 	return p, nil
 }
+
+// Restic returns the path of the restic binary. Without one the test is skipped, or fails
+// under CI=true (scripts/install-deps installs it).
+func Restic(t testing.TB) string {
+	t.Helper()
+	path, err := exec.LookPath("restic")
+	if err != nil {
+		unavailable(t, "restic is not installed (apt-get install restic, or scripts/install-deps)")
+	}
+	return path
+}
