@@ -27,7 +27,7 @@ test: deps lint
 # Figures are ratios against a baseline measured in the same run (see bench/).
 bench: deps
 	$(GO) test -run '^$$' -bench '^BenchmarkStartLatency$$' -benchtime 20x -count 1 ./bench/
-	$(GO) test -run '^$$' -bench '^Benchmark(Sweep|BootPass|Lateness)$$' -benchtime 1x -count 1 ./bench/
+	$(GO) test -run '^$$' -bench '^Benchmark(Sweep|BootPass|Lateness|RetentionPlan)$$' -benchtime 1x -count 1 ./bench/
 
 # Runs each fuzz target for FUZZTIME (default 30s); the seed corpora run in `make test`.
 FUZZTIME ?= 30s
@@ -35,6 +35,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./journal/
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./journal/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMarker$$' -fuzztime $(FUZZTIME) ./runner/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseDuration$$' -fuzztime $(FUZZTIME) ./retention/
+	$(GO) test -run '^$$' -fuzz '^FuzzNew$$' -fuzztime $(FUZZTIME) ./retention/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseResticSnapshots$$' -fuzztime $(FUZZTIME) ./retention/
 
 # Man pages come from the CLI's own help; a clean environment keeps local settings out of them.
 man: build

@@ -150,7 +150,7 @@ func BenchmarkStartLatency(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		// Raw: the very unit the daemon would start, started directly.
-		spec := reconcile.UnitSpec(cfg, job, store.KindBackup, uuid.New(), 1)
+		spec := reconcile.UnitSpec(cfg, job, store.Run{ID: uuid.New(), Kind: store.KindBackup}, 1)
 		if err := os.MkdirAll(filepath.Dir(reconcile.JournalPath(state, uuid.New(), 1)), 0o755); err != nil {
 			b.Fatal(err)
 		}

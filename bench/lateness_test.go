@@ -61,7 +61,7 @@ func BenchmarkLateness(b *testing.B) {
 	job := store.Job{Name: "due0", Engine: "command", Command: []string{"/bin/sleep", "600"}}
 	specs := make([]runner.Spec, jobs)
 	for i := range specs {
-		specs[i] = reconcile.UnitSpec(cfg, job, store.KindBackup, uuid.New(), 1)
+		specs[i] = reconcile.UnitSpec(cfg, job, store.Run{ID: uuid.New(), Kind: store.KindBackup}, 1)
 		specs[i].Name = fmt.Sprintf("raw-%d-%s", i, specs[i].Name)
 	}
 	t0 := time.Now()

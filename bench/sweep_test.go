@@ -148,7 +148,7 @@ func BenchmarkBootPass(b *testing.B) {
 	}
 	start := time.Now()
 	for range 200 {
-		if _, err := w.r.Start(context.Background(), reconcile.UnitSpec(w.cfg, job, store.KindBackup, uuid.New(), 1)); err != nil {
+		if _, err := w.r.Start(context.Background(), reconcile.UnitSpec(w.cfg, job, store.Run{ID: uuid.New(), Kind: store.KindBackup}, 1)); err != nil {
 			b.Fatal(err)
 		}
 	}

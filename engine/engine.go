@@ -117,6 +117,7 @@ type Evidence struct {
 	ItemErrors     int64
 	FirstItemError string // ItemError.String of the first item error
 	Fatal          string
+	Operation      string // what the engine did: "" or "backup", "forget", "prune"
 }
 
 // Class says whether a failure is worth an automatic retry.

@@ -129,6 +129,8 @@ func TestParseStderr(t *testing.T) {
 			want: itemError("/d/x", "archival", "open /d/x: permission denied"), ok: true},
 		{literal: `{"message_type":"error","error":{"Op":"lstat","Path":"/d/y","Err":2},"during":"scan","item":"/d/y"}`,
 			want: itemError("/d/y", "scan", "lstat /d/y: no such file or directory"), ok: true},
+		{literal: `Ignoring "4c791751d384": no matching ID found for prefix "4c791751d384"`,
+			want: itemError("4c791751d384", "forget", "no such snapshot in the repository"), ok: true},
 		{literal: `{"message_type":"verbose_status","action":"new","item":"/d/z"}`},
 		{literal: `{"message_type":"error","error":{},"during":`}, // cut at 1 MiB
 		{literal: "   "},
@@ -180,6 +182,9 @@ func TestClassify(t *testing.T) {
 			Outcome{Succeeded, "", "backup complete: snapshot 4b925b96, 2 files, 1.9 MiB added"}},
 		{"success without summary", Evidence{ExitStatus: 0},
 			Outcome{Succeeded, "", "backup complete, but no summary was recorded"}},
+		{"forget", Evidence{ExitStatus: 0, Operation: "forget"}, Outcome{Succeeded, "", "forget complete"}},
+		{"forget of a vanished id", Evidence{ExitStatus: 0, Operation: "forget", ItemErrors: 1, FirstItemError: "4c791751: no such snapshot"},
+			Outcome{Partial, "", "partial: forget: 1 item not done, first: 4c791751: no such snapshot"}},
 		{"exit 0 with a skipped path", Evidence{ExitStatus: 0, Summary: sum, ItemErrors: 1, FirstItemError: "/data/gone: does not exist"},
 			Outcome{Partial, "", "partial: 1 item skipped, first: /data/gone: does not exist (snapshot 4b925b96)"}},
 		{"partial", Evidence{ExitStatus: 3, Summary: sum, ItemErrors: 1, FirstItemError: "/data/c: permission denied"},
@@ -278,6 +283,24 @@ func TestFormatBytes(t *testing.T) {
 	for _, tt := range tests {
 		if got := FormatBytes(tt.n); got != tt.want {
 			t.Errorf("FormatBytes(%d) = %q, want %q", tt.n, got, tt.want)
+		}
+	}
+}
+
+func TestParseSnapshots(t *testing.T) {
+	id := strings.Repeat("4c", 32)
+	snaps, err := ParseSnapshots([]byte(`[{"time":"2021-01-04T10:00:00Z","hostname":"h1","tags":["holdfast-job=a"],"paths":["/d"],"id":"` + id + `","short_id":"4c4c4c4c"}]`))
+	if err != nil || len(snaps) != 1 || snaps[0].ID != id || snaps[0].Hostname != "h1" || snaps[0].ShortID != "4c4c4c4c" {
+		t.Fatalf("ParseSnapshots = %+v, %v", snaps, err)
+	}
+	for in, want := range map[string]string{
+		`{}`:                                "not the JSON array",
+		`[{"id":"abc"}]`:                    `entry 1: id "abc" is not a full restic id`,
+		`[{"id":"` + id + `"}]`:             "snapshot 4c4c4c4c has no time",
+		`[{"group_key":{},"snapshots":[]}]`: "entry 1 is a group",
+	} {
+		if _, err := ParseSnapshots([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseSnapshots(%s) = %v, want an error with %q", in, err, want)
 		}
 	}
 }

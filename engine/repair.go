@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"strings"
 	"time"
 
@@ -14,26 +15,78 @@ import (
 
 // Snapshot is what the repository says about one snapshot.
 type Snapshot struct {
-	ID      string    `json:"id"`
-	ShortID string    `json:"short_id"`
-	Time    time.Time `json:"time"`
-	Paths   []string  `json:"paths"`
-	Tags    []string  `json:"tags"`
+	ID       string    `json:"id"`
+	ShortID  string    `json:"short_id"`
+	Time     time.Time `json:"time"`
+	Hostname string    `json:"hostname"`
+	Paths    []string  `json:"paths"`
+	Tags     []string  `json:"tags"`
+}
+
+// ParseSnapshots reads the output of `restic snapshots --json` (without --group-by). Every
+// snapshot must have a full id and a time: a listing that lacks them is refused whole, never
+// read in part.
+func ParseSnapshots(data []byte) ([]Snapshot, error) {
+	var raw []struct {
+		Snapshot
+		Group json.RawMessage `json:"snapshots"` // only in grouped output
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("not the JSON array restic snapshots --json prints: %w", err)
+	}
+	snaps := make([]Snapshot, len(raw))
+	for i, r := range raw {
+		switch {
+		case r.ID == "" && r.Group != nil:
+			return nil, fmt.Errorf("entry %d is a group: list the snapshots without --group-by", i+1)
+		case !fullID.MatchString(r.ID):
+			return nil, fmt.Errorf("entry %d: id %q is not a full restic id (64 hex digits)", i+1, r.ID)
+		case r.Time.IsZero():
+			return nil, fmt.Errorf("snapshot %.8s has no time", r.ID)
+		}
+		snaps[i] = r.Snapshot
+	}
+	return snaps, nil
+}
+
+var fullID = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// ListSnapshots asks the repository for all its snapshots. It takes no lock, so a prune holding
+// the repository does not make it wait or fail; a listing is a moment's view either way.
+func (r Restic) ListSnapshots(ctx context.Context, j Job) ([]Snapshot, error) {
+	out, err := r.output(ctx, append(r.global(j), "--no-lock", "snapshots", "--json"))
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots of %s: %w", j.Repository, err)
+	}
+	snaps, err := ParseSnapshots(out)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots of %s: %w", j.Repository, err)
+	}
+	return snaps, nil
+}
+
+// output runs a restic command without a shell and returns its stdout; a failure carries the
+// first line restic wrote to stderr.
+func (r Restic) output(ctx context.Context, argv []string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%w: %s", err, firstLine(strings.TrimSpace(stderr.String())))
+	}
+	return stdout.Bytes(), nil
 }
 
 // RunSnapshots is the repair channel: it asks the repository which snapshots carry the run's
 // tag, for when the run journal cannot say (lost, quarantined). It runs restic without a shell.
 func (r Restic) RunSnapshots(ctx context.Context, j Job, run uuid.UUID) ([]Snapshot, error) {
-	argv := r.SnapshotsArgv(j, run)
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("restic snapshots for run %s: %w: %s", run, err, firstLine(strings.TrimSpace(stderr.String())))
+	out, err := r.output(ctx, r.SnapshotsArgv(j, run))
+	if err != nil {
+		return nil, fmt.Errorf("restic snapshots for run %s: %w", run, err)
 	}
-	var snaps []Snapshot
-	if err := json.Unmarshal(stdout.Bytes(), &snaps); err != nil {
-		return nil, fmt.Errorf("restic snapshots for run %s: read its JSON: %w", run, err)
+	snaps, err := ParseSnapshots(out)
+	if err != nil {
+		return nil, fmt.Errorf("restic snapshots for run %s: %w", run, err)
 	}
 	return snaps, nil
 }

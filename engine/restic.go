@@ -21,11 +21,17 @@ type Job struct {
 	CacheDir     string   // optional restic --cache-dir ("" = --no-cache)
 }
 
+// The prefixes of the tags holdfast puts on the snapshots it makes.
+const (
+	JobTagPrefix = "holdfast-job="
+	RunTagPrefix = "holdfast-run="
+)
+
 // JobTag is the restic tag that marks the snapshots of a job.
-func JobTag(name string) string { return "holdfast-job=" + name }
+func JobTag(name string) string { return JobTagPrefix + name }
 
 // RunTag is the restic tag that marks the snapshot of a run.
-func RunTag(run uuid.UUID) string { return "holdfast-run=" + run.String() }
+func RunTag(run uuid.UUID) string { return RunTagPrefix + run.String() }
 
 // Restic builds restic command lines and reads restic's output (restic 0.14
 // and later). Its zero value runs "restic", looked up in PATH by the caller.
@@ -76,6 +82,13 @@ func (r Restic) UnlockArgv(j Job) []string {
 // takes restic's exclusive lock, so it must not overlap a backup of the same repository.
 func (r Restic) PruneArgv(j Job) []string {
 	return append(r.global(j), "prune")
+}
+
+// ForgetArgv returns the command line that removes exactly the given snapshots (full ids) from
+// the repository's index; their data stays until a prune. restic warns about an id it cannot
+// find and still exits 0: ParseStderr makes that warning an item error.
+func (r Restic) ForgetArgv(j Job, ids []string) []string {
+	return append(append(r.global(j), "forget"), ids...)
 }
 
 // SnapshotsArgv returns the command line that lists, as JSON, the snapshots
@@ -180,6 +193,9 @@ func (Restic) ParseStderr(line []byte) (Event, bool) {
 		return Event{TypeFatal, Fatal{Message: s}}, true
 	// A path given on the command line that is missing is skipped with only
 	// this line and, if other paths exist, exit status 0: it must still count.
+	case strings.HasPrefix(s, `Ignoring "`) && strings.Contains(s, "no matching ID found"):
+		item, _, _ := strings.Cut(strings.TrimPrefix(s, `Ignoring "`), `"`)
+		return Event{TypeItemError, ItemError{Item: item, During: "forget", Message: "no such snapshot in the repository"}}, true
 	case strings.HasSuffix(s, doesNotExist):
 		item := strings.TrimSuffix(s, doesNotExist)
 		return Event{TypeItemError, ItemError{Item: item, During: "target", Message: "does not exist"}}, true
@@ -252,6 +268,9 @@ func (Restic) Classify(ev Evidence) Outcome {
 		if ev.ItemErrors > 0 {
 			return partial(ev)
 		}
+		if ev.Operation != "" && ev.Operation != "backup" {
+			return Outcome{Status: Succeeded, Reason: ev.Operation + " complete"}
+		}
 		if ev.Summary == nil {
 			return Outcome{Status: Succeeded, Reason: "backup complete, but no summary was recorded"}
 		}
@@ -284,9 +303,15 @@ func partial(ev Evidence) Outcome {
 			reason += ", first: " + ev.FirstItemError
 		}
 	}
-	if ev.Summary != nil {
+	switch {
+	case ev.Operation != "" && ev.Operation != "backup":
+		reason = fmt.Sprintf("partial: %s: %s not done", ev.Operation, plural(ev.ItemErrors, "item"))
+		if ev.FirstItemError != "" {
+			reason += ", first: " + ev.FirstItemError
+		}
+	case ev.Summary != nil:
 		reason += fmt.Sprintf(" (snapshot %s)", ev.Summary.SnapshotID)
-	} else {
+	default:
 		reason += " (no summary recorded)"
 	}
 	return Outcome{Status: Partial, Reason: reason}

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,19 +28,19 @@ func JournalPath(stateDir string, run uuid.UUID, attempt int) string {
 
 // UnitSpec builds the transient unit of one attempt of a job. Exported so benchmarks and tests
 // start exactly what the daemon starts.
-func UnitSpec(cfg Config, job store.Job, kind string, run uuid.UUID, attempt int) runner.Spec {
-	name := runner.UnitName(job.Name, run, attempt)
+func UnitSpec(cfg Config, job store.Job, run store.Run, attempt int) runner.Spec {
+	name := runner.UnitName(job.Name, run.ID, attempt)
 	ej := engineJob(cfg, job)
 	restic := engine.Restic{Binary: cfg.ResticBinary}
 	execArgv := []string{cfg.Binary, "exec",
-		"--run", run.String(), "--attempt", strconv.Itoa(attempt),
-		"--journal", JournalPath(cfg.StateDir, run, attempt),
+		"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt),
+		"--journal", JournalPath(cfg.StateDir, run.ID, attempt),
 		"--engine", job.Engine, "--"}
 	spec := runner.Spec{
 		Name:        name,
-		Description: fmt.Sprintf("holdfast %s %s, run %s attempt %d", kind, job.Name, run, attempt),
+		Description: fmt.Sprintf("holdfast %s %s, run %s attempt %d", cmp.Or(run.Kind, store.KindBackup), job.Name, run.ID, attempt),
 		ExecStopPost: []string{cfg.Binary, "marker", "--state-dir", cfg.StateDir,
-			"--run", run.String(), "--attempt", strconv.Itoa(attempt), "--unit", name},
+			"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt), "--unit", name},
 		TimeoutStop:       2 * time.Minute,
 		RuntimeMax:        job.RuntimeMax,
 		User:              job.User,
@@ -48,7 +49,7 @@ func UnitSpec(cfg Config, job store.Job, kind string, run uuid.UUID, attempt int
 		IOSchedulingClass: job.IOSchedulingClass,
 		SyslogIdentifier:  "holdfast-" + job.Name,
 		LogExtraFields: map[string]string{
-			"HOLDFAST_JOB": job.Name, "HOLDFAST_RUN": run.String(), "HOLDFAST_ATTEMPT": strconv.Itoa(attempt),
+			"HOLDFAST_JOB": job.Name, "HOLDFAST_RUN": run.ID.String(), "HOLDFAST_ATTEMPT": strconv.Itoa(attempt),
 		},
 		WorkingDirectory: "/",
 	}
@@ -56,9 +57,12 @@ func UnitSpec(cfg Config, job store.Job, kind string, run uuid.UUID, attempt int
 		spec.ExecStart = append(execArgv, job.Command...)
 		return spec
 	}
-	argv := restic.BackupArgv(ej, run)
-	if kind == store.KindPrune {
+	argv := restic.BackupArgv(ej, run.ID)
+	switch run.Kind {
+	case store.KindPrune:
 		argv = restic.PruneArgv(ej)
+	case store.KindForget:
+		argv = restic.ForgetArgv(ej, run.ForgetIDs)
 	}
 	spec.ExecStart = append(execArgv, argv...)
 	spec.ExecStartPre = restic.UnlockArgv(ej)
@@ -96,7 +100,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, jobs map[string
 	if wait != "" {
 		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, wait, notBefore)
 	}
-	spec := UnitSpec(r.cfg, job, l.Run.Kind, l.Run.ID, l.Attempt.No)
+	spec := UnitSpec(r.cfg, job, l.Run, l.Attempt.No)
 	crash("spawn-before-claim")
 	claimed, blocked, err := r.cfg.Store.ClaimSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
 	if err != nil {
@@ -185,12 +189,23 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m ru
 		return err // nothing is closed on facts we could not read
 	}
 	ev := evidence(a)
+	ev.Operation = l.Run.Kind
 	v := outcome(m, ev, eng, l.Run.StopRequestedAt != nil, l.Run.PausedReason)
-	if l.Run.Kind == store.KindPrune {
+	switch l.Run.Kind {
+	case store.KindPrune:
 		if v.status == store.StatusSucceeded {
 			v.reason = "prune complete: data no snapshot refers to was removed"
 		}
 		return r.finishAttempt(ctx, l, a, m, v)
+	case store.KindForget:
+		if v.status == store.StatusSucceeded {
+			v.reason = fmt.Sprintf("forget complete: %d snapshot(s) of the retention plan removed; their data goes with the next prune", len(l.Run.ForgetIDs))
+		}
+		if err := r.finishAttempt(ctx, l, a, m, v); err != nil {
+			return err
+		}
+		r.refreshAfter(ctx, l)
+		return nil
 	}
 	if ev.Summary == nil && (v.status == store.StatusSucceeded || v.status == store.StatusPartial) && l.JobEngine == "restic" {
 		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
@@ -199,7 +214,28 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m ru
 		}
 		v.snapshotID, v.reason = r.repair(ctx, job, l.Run.ID, v.reason)
 	}
-	return r.finishAttempt(ctx, l, a, m, v)
+	if err := r.finishAttempt(ctx, l, a, m, v); err != nil {
+		return err
+	}
+	if v.status == store.StatusSucceeded || v.status == store.StatusPartial {
+		r.refreshAfter(ctx, l)
+	}
+	return nil
+}
+
+// refreshAfter reads the repository's snapshots again after a run changed them. A failure only
+// costs freshness: every plan reads the repository again before it decides.
+func (r *Reconciler) refreshAfter(ctx context.Context, l store.LiveRun) {
+	if l.JobEngine != "restic" {
+		return
+	}
+	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
+	if err == nil {
+		_, err = RefreshSnapshots(ctx, r.cfg.Store, r.cfg.ResticBinary, job)
+	}
+	if err != nil {
+		r.cfg.Logger.Warn("snapshot inventory not refreshed", "run", l.Run.ID, "err", err)
+	}
 }
 
 // repair asks the repository which snapshot the run made, when the journal cannot say (it was

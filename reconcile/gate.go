@@ -37,8 +37,20 @@ func (r *Reconciler) gate(ctx context.Context, l store.LiveRun, job store.Job) (
 	if until, held := schedule.Allowed(now, r.cfg.Windows, r.cfg.WindowZone); held != "" {
 		return fmt.Sprintf("waiting: global maintenance window %q until %s", held, until.UTC().Format(time.RFC3339)), &until, nil, nil
 	}
+	// A snapshot put under protection after its plan was recorded is still never deleted.
+	if l.Run.Kind == store.KindForget {
+		protected, err := r.cfg.Store.ProtectedAmong(ctx, job.Repository, l.Run.ForgetIDs, now)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		if len(protected) > 0 {
+			return "", nil, &verdict{status: store.StatusFailed, class: "permanent",
+				reason: fmt.Sprintf("%d snapshot(s) of the plan became protected after it was made (first: %.12s): nothing deleted; plan again",
+					len(protected), protected[0])}, nil
+		}
+	}
 	// A prerequisite must have succeeded (partial is not enough), checked just before spawning.
-	if job.DependsOn != "" {
+	if job.DependsOn != "" && l.Run.Kind == store.KindBackup {
 		dep, err := r.cfg.Store.JobByName(ctx, job.DependsOn)
 		if errors.Is(err, store.ErrNotFound) {
 			return "", nil, &verdict{status: store.StatusFailed, class: "permanent",

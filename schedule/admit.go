@@ -67,7 +67,25 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 			}
 		}
 		if len(batch) < 100 {
-			return admitted, nil
+			break
 		}
 	}
+	prunes, err := a.Store.AdmitDuePrunes(ctx, now, 100, func(j store.Job) *time.Time { return nextPrune(j, now) })
+	for _, p := range prunes {
+		if p.Run != nil {
+			admitted++
+			a.Logger.Info("prune admitted", "job", p.Job, "run", *p.Run, "planned", p.Planned, "next", p.NextSlot)
+		}
+	}
+	return admitted, err
+}
+
+// nextPrune is the job's next prune slot after now: prune slots missed while holdfast was down
+// are not replayed, one prune covers them.
+func nextPrune(j store.Job, now time.Time) *time.Time {
+	next, err := FirstSlot(j.PruneSchedule, j.TimeZone, now)
+	if err != nil {
+		return nil
+	}
+	return next
 }

@@ -109,6 +109,70 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j Job, d SlotDecision, now time.T
 	return a, err
 }
 
+// PruneAdmitted reports a prune admitted on its schedule, or a prune slot put off.
+type PruneAdmitted struct {
+	Job      string
+	Run      *uuid.UUID // nil: put off, see Waiting
+	Planned  time.Time
+	Waiting  *uuid.UUID // the job's live run the prune waits for; the slot stays due
+	NextSlot *time.Time
+}
+
+// AdmitDuePrunes claims up to limit jobs whose prune slot is due (FOR UPDATE SKIP LOCKED) and
+// admits a prune run for each, advancing next_prune_at with next. A job with a live run keeps
+// its slot due: the prune is put off, not dropped, and admitted once the job is free.
+func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, next func(Job) *time.Time) ([]PruneAdmitted, error) {
+	var out []PruneAdmitted
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.next_prune_at <= $1
+			ORDER BY j.next_prune_at LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
+		if err != nil {
+			return err
+		}
+		jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) { return scanJob(r) })
+		if err != nil {
+			return err
+		}
+		for _, j := range jobs {
+			a := PruneAdmitted{Job: j.Name, Planned: *j.NextPruneAt}
+			live, found, err := liveRunOf(ctx, tx, j.ID)
+			if err != nil {
+				return err
+			}
+			if found {
+				a.Waiting = &live
+				out = append(out, a)
+				continue
+			}
+			id, err := uuid.NewRandom()
+			if err != nil {
+				return err
+			}
+			// planned_at stays empty: the slot is the prune schedule's, not the backup schedule's.
+			if _, err := tx.Exec(ctx, `INSERT INTO runs (id, job_id, job_name, trigger, kind) VALUES ($1, $2, $3, 'schedule', 'prune')`,
+				id, j.ID, j.Name); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {
+				return err
+			}
+			a.Run, a.NextSlot = &id, next(j)
+			if _, err := tx.Exec(ctx, `UPDATE jobs SET next_prune_at = $2, last_run_id = $3 WHERE id = $1`, j.ID, a.NextSlot, id); err != nil {
+				return err
+			}
+			if err := notify(ctx, tx, id.String()); err != nil {
+				return err
+			}
+			out = append(out, a)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admit due prunes: %w", err)
+	}
+	return out, nil
+}
+
 // NextDue returns the earliest time the daemon has something to do without being told: a
 // job's next slot, or a queued run's not-before time (a retry's delay, a window's end). Nil
 // if there is none.
@@ -116,6 +180,8 @@ func (s *Store) NextDue(ctx context.Context) (*time.Time, error) {
 	var next *time.Time
 	if err := s.pool.QueryRow(ctx, `SELECT least(
 			(SELECT min(next_run_at) FROM jobs),
+			(SELECT min(next_prune_at) FROM jobs WHERE NOT EXISTS (SELECT 1 FROM runs r
+				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running'))),
 			(SELECT min(not_before) FROM runs WHERE status = 'queued' AND not_before > now()))`).Scan(&next); err != nil {
 		return nil, fmt.Errorf("next due job: %w", err)
 	}

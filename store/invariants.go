@@ -33,6 +33,26 @@ var invariants = []struct{ name, query string }{
 		SELECT 'job ' || j.name || ' says ' || coalesce(j.last_outcome, 'nothing') || ' but its last run ' || r.id || ' is ' || r.status
 		FROM jobs j JOIN runs r ON r.id = j.last_run_id
 		WHERE r.status NOT IN ('queued', 'running') AND j.last_outcome IS DISTINCT FROM r.status`},
+	{"retention never deletes a protected snapshot", `
+		SELECT 'plan ' || p.id || ' deletes snapshot ' || (d->>'snapshot_id') || ', which it called protected'
+		FROM retention_plans p, jsonb_array_elements(p.decisions) AS x(d)
+		WHERE (d->>'protected')::boolean AND d->>'snapshot_id' = ANY(p.delete_ids)
+		UNION ALL
+		SELECT 'forget run ' || r.id || ' deletes snapshot ' || s.id || ', under legal hold since ' || s.legal_hold_at
+		FROM runs r JOIN snapshots s ON s.id = ANY(r.forget_ids) AND s.legal_hold_at < r.created_at
+		WHERE r.kind = 'forget' AND r.status <> 'failed'`},
+	{"retention never deletes the newest snapshot of a job, nor one outside its scope", `
+		SELECT 'plan ' || p.id || ' deletes snapshot ' || (d->>'snapshot_id') || ' (' ||
+			CASE WHEN (d->>'outside_scope')::boolean THEN 'outside its scope' ELSE 'the newest of job ' || p.job_name END || ')'
+		FROM retention_plans p, jsonb_array_elements(p.decisions) WITH ORDINALITY AS x(d, n)
+		WHERE d->>'snapshot_id' = ANY(p.delete_ids)
+		  AND (coalesce((d->>'outside_scope')::boolean, false)
+		       OR n = (SELECT min(m) FROM jsonb_array_elements(p.decisions) WITH ORDINALITY AS y(e, m)
+		               WHERE NOT coalesce((e->>'outside_scope')::boolean, false)))`},
+	{"a forget run deletes exactly what its plan decided", `
+		SELECT 'forget run ' || r.id || ' deletes other snapshots than plan ' || p.id
+		FROM runs r JOIN retention_plans p ON p.id = r.plan_id
+		WHERE r.kind = 'forget' AND (r.forget_ids <> p.delete_ids OR p.run_id IS DISTINCT FROM r.id)`},
 }
 
 // Violations checks the invariants and describes every violation found; none is the answer.

@@ -1,9 +1,13 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,13 +49,25 @@ type Job struct {
 	Windows      []string      // maintenance windows during which no run of the job starts
 	Priority     int           // higher first among runs waiting for a slot
 	DependsOn    string        // a job whose last run must have succeeded
+
+	// Retention is the job's retention policy as package retention encodes it; nil: none set.
+	Retention json.RawMessage
+	// RetentionMaxDelete is the largest share of the job's snapshots one plan may delete
+	// without --force; RetentionMinKeep the fewest it may leave.
+	RetentionMaxDelete float64
+	RetentionMinKeep   int
+	// PruneSchedule is when the job's repository is pruned (a schedule like Schedule, in the
+	// same zone); "" never. NextPruneAt is its next slot.
+	PruneSchedule string
+	NextPruneAt   *time.Time
 }
 
 // jobColumns reads a job aliased as j.
 const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.paths, j.excludes, j.run_as_user,
 	j.run_as_group, j.nice, j.io_scheduling_class, j.runtime_max, j.created_at, coalesce(j.last_outcome, ''), j.last_run_id,
 	j.command, j.schedule, j.time_zone, j.catch_up, j.next_run_at, j.missed_slots, j.overlap_skips, j.last_skip_at,
-	coalesce(j.last_skip_why, ''), j.retry_max, j.retry_backoff, j.windows, j.priority, coalesce(j.depends_on, '')`
+	coalesce(j.last_skip_why, ''), j.retry_max, j.retry_backoff, j.windows, j.priority, coalesce(j.depends_on, ''),
+	j.retention, j.retention_max_delete, j.retention_min_keep, j.prune_schedule, j.next_prune_at`
 
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
@@ -59,7 +75,8 @@ func scanJob(row pgx.Row) (Job, error) {
 	err := row.Scan(&j.ID, &j.Name, &j.Engine, &j.Repository, &j.PasswordFile, &j.Paths, &j.Excludes,
 		&j.User, &j.Group, &j.Nice, &j.IOSchedulingClass, &runtimeMax, &j.CreatedAt, &j.LastOutcome, &j.LastRunID,
 		&j.Command, &j.Schedule, &j.TimeZone, &j.CatchUp, &j.NextRunAt, &j.MissedSlots, &j.OverlapSkips, &j.LastSkipAt,
-		&j.LastSkipWhy, &j.RetryMax, &j.RetryBackoff, &j.Windows, &j.Priority, &j.DependsOn)
+		&j.LastSkipWhy, &j.RetryMax, &j.RetryBackoff, &j.Windows, &j.Priority, &j.DependsOn,
+		&j.Retention, &j.RetentionMaxDelete, &j.RetentionMinKeep, &j.PruneSchedule, &j.NextPruneAt)
 	if runtimeMax != nil {
 		j.RuntimeMax = *runtimeMax
 	}
@@ -69,12 +86,36 @@ func scanJob(row pgx.Row) (Job, error) {
 // jobSettings are the columns an operator sets, in the order of settingValues.
 const jobSettings = `engine, repository, password_file, paths, excludes, run_as_user, run_as_group,
 	nice, io_scheduling_class, runtime_max, command, schedule, time_zone, catch_up, next_run_at, retry_max,
-	retry_backoff, windows, priority, depends_on`
+	retry_backoff, windows, priority, depends_on, retention, retention_max_delete, retention_min_keep,
+	prune_schedule, next_prune_at`
 
 func settingValues(j Job) []any {
 	return []any{j.Engine, j.Repository, j.PasswordFile, nonNil(j.Paths), nonNil(j.Excludes), j.User, j.Group,
 		j.Nice, j.IOSchedulingClass, durationToInterval(j.RuntimeMax), nonNil(j.Command), j.Schedule, j.TimeZone,
-		j.CatchUp, j.NextRunAt, j.RetryMax, j.RetryBackoff, nonNil(j.Windows), j.Priority, nullIfEmpty(j.DependsOn)}
+		j.CatchUp, j.NextRunAt, j.RetryMax, j.RetryBackoff, nonNil(j.Windows), j.Priority, nullIfEmpty(j.DependsOn),
+		nilIfEmpty(j.Retention), cmp.Or(j.RetentionMaxDelete, DefaultRetentionMaxDelete), j.RetentionMinKeep,
+		j.PruneSchedule, j.NextPruneAt}
+}
+
+// DefaultRetentionMaxDelete is the share of a job's snapshots one retention plan may delete
+// without --force when the job sets none.
+const DefaultRetentionMaxDelete = 0.5
+
+// settingParams returns n placeholders "$from, ..." for the settings.
+func settingParams(from int) string {
+	n := len(settingValues(Job{}))
+	params := make([]string, n)
+	for i := range params {
+		params[i] = "$" + strconv.Itoa(from+i)
+	}
+	return strings.Join(params, ", ")
+}
+
+func nilIfEmpty(raw json.RawMessage) any {
+	if len(raw) == 0 {
+		return nil
+	}
+	return raw
 }
 
 func nullIfEmpty(s string) *string {
@@ -88,7 +129,7 @@ func nullIfEmpty(s string) *string {
 func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
 	row := s.pool.QueryRow(ctx, `
 		INSERT INTO jobs AS j (name, `+jobSettings+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+		VALUES ($1, `+settingParams(2)+`)
 		RETURNING `+jobColumns, append([]any{j.Name}, settingValues(j)...)...)
 	created, err := scanJob(row)
 	if isUniqueViolation(err) {
@@ -117,7 +158,7 @@ func (s *Store) UpdateJob(ctx context.Context, name string, edit func(*Job) erro
 			return err
 		}
 		updated, err = scanJob(tx.QueryRow(ctx, `
-			UPDATE jobs AS j SET (`+jobSettings+`) = ($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+			UPDATE jobs AS j SET (`+jobSettings+`) = (`+settingParams(2)+`)
 			WHERE j.id = $1
 			RETURNING `+jobColumns, append([]any{j.ID}, settingValues(j)...)...))
 		if err != nil {

@@ -28,7 +28,8 @@ const (
 // Run kinds.
 const (
 	KindBackup = "backup"
-	KindPrune  = "prune" // needs its repository to itself
+	KindPrune  = "prune"  // needs its repository to itself
+	KindForget = "forget" // deletes a retention plan's snapshots; needs its repository to itself
 )
 
 // Live reports whether a run in this status still has (or will get) a process.
@@ -58,7 +59,9 @@ type Run struct {
 	RetryOf         *uuid.UUID
 	RetryNumber     int
 	RetriedBy       *uuid.UUID
-	Kind            string // KindBackup or KindPrune
+	Kind            string     // KindBackup, KindPrune or KindForget
+	ForgetIDs       []string   // the snapshots a forget run deletes
+	PlanID          *uuid.UUID // the retention plan a forget run applies
 }
 
 // Progress is the newest progress report an attempt's journal made.
@@ -97,13 +100,15 @@ type Attempt struct {
 const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason, ''), r.stop_requested_at,
 	r.created_at, r.started_at, r.finished_at, r.reason, r.failure_class, coalesce(r.snapshot_id, ''),
 	r.bytes_added, r.bytes_processed, r.files_processed, r.files_skipped,
-	r.planned_at, r.not_before, coalesce(r.waiting_reason, ''), r.retry_of, r.retry_number, r.retried_by, r.kind`
+	r.planned_at, r.not_before, coalesce(r.waiting_reason, ''), r.retry_of, r.retry_number, r.retried_by, r.kind,
+	r.forget_ids, r.plan_id`
 
 func runDest(r *Run) []any {
 	return []any{&r.ID, &r.JobName, &r.Trigger, &r.Status, &r.PausedReason, &r.StopRequestedAt,
 		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Reason, &r.FailureClass, &r.SnapshotID,
 		&r.BytesAdded, &r.BytesProcessed, &r.FilesProcessed, &r.FilesSkipped,
-		&r.PlannedAt, &r.NotBefore, &r.WaitingReason, &r.RetryOf, &r.RetryNumber, &r.RetriedBy, &r.Kind}
+		&r.PlannedAt, &r.NotBefore, &r.WaitingReason, &r.RetryOf, &r.RetryNumber, &r.RetriedBy, &r.Kind,
+		&r.ForgetIDs, &r.PlanID}
 }
 
 const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, a.created_at, a.spawn_claimed_at,
@@ -270,7 +275,7 @@ func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 			JOIN jobs oj ON oj.repository = mj.repository
 			JOIN runs o ON o.job_id = oj.id AND o.id <> me.id
 			JOIN attempts oa ON oa.run_id = o.id AND oa.unit IS NOT NULL AND oa.ended_at IS NULL
-			WHERE me.id = $1 AND (me.kind = 'prune' OR o.kind = 'prune')
+			WHERE me.id = $1 AND (me.kind <> 'backup' OR o.kind <> 'backup')
 			LIMIT 1),
 		holding AS (
 			SELECT count(*) AS all_hosts, count(*) FILTER (WHERE host = $4) AS on_host

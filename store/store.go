@@ -25,7 +25,7 @@ const NotifyChannel = "holdfast_runs"
 var (
 	ErrNotFound  = errors.New("not found")
 	ErrJobExists = errors.New("job already exists")
-	ErrAmbiguous = errors.New("ambiguous run id prefix")
+	ErrAmbiguous = errors.New("ambiguous id prefix")
 )
 
 // ConflictError says an operation does not apply to an object in its current state.

@@ -206,6 +206,7 @@ type runJSON struct {
 	FilesProcessed *int64  `json:"files_processed"`
 	FilesSkipped   int64   `json:"files_skipped"`
 	StopRequested  *string `json:"stop_requested_at"`
+	FinishedAt     *string `json:"finished_at"`
 	Progress       *struct {
 		PercentDone float64 `json:"percent_done"`
 		BytesDone   int64   `json:"bytes_done"`

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -44,8 +45,10 @@ func newJobCmd(g *globals) *cobra.Command {
 
 // jobFlags binds the settings an operator can give a job (add) or change (edit).
 type jobFlags struct {
-	job  store.Job
-	nice int
+	job    store.Job
+	nice   int
+	policy policyFlags
+	guard  guardFlags
 }
 
 func (jf *jobFlags) bind(f *pflag.FlagSet) {
@@ -69,10 +72,13 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.StringArrayVar(&j.Windows, "window", nil, `maintenance window in which no run of the job starts, e.g. "Sat 01:00-05:00" (repeatable)`)
 	f.IntVar(&j.Priority, "priority", 0, "higher runs first when runs wait for a free place")
 	f.StringVar(&j.DependsOn, "depends-on", "", "a job whose last run must have succeeded before this one starts")
+	f.StringVar(&j.PruneSchedule, "prune-schedule", "", `when to prune the repository (restic prune), a schedule like --schedule; "" never`)
+	jf.policy.bind(f)
+	jf.guard.bind(f)
 }
 
 // apply copies the flags the operator gave onto j.
-func (jf *jobFlags) apply(f *pflag.FlagSet, j *store.Job) {
+func (jf *jobFlags) apply(f *pflag.FlagSet, j *store.Job) error {
 	src := jf.job
 	set := map[string]func(){
 		"repo": func() { j.Repository = src.Repository }, "password-file": func() { j.PasswordFile = src.PasswordFile },
@@ -84,13 +90,14 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *store.Job) {
 		"tz": func() { j.TimeZone = src.TimeZone }, "catch-up": func() { j.CatchUp = src.CatchUp },
 		"retry-max": func() { j.RetryMax = src.RetryMax }, "retry-backoff": func() { j.RetryBackoff = src.RetryBackoff },
 		"window": func() { j.Windows = src.Windows }, "priority": func() { j.Priority = src.Priority },
-		"depends-on": func() { j.DependsOn = src.DependsOn },
+		"depends-on": func() { j.DependsOn = src.DependsOn }, "prune-schedule": func() { j.PruneSchedule = src.PruneSchedule },
 	}
 	f.Visit(func(flag *pflag.Flag) {
 		if fn, ok := set[flag.Name]; ok {
 			fn()
 		}
 	})
+	return applyRetention(f, &jf.policy, &jf.guard, j)
 }
 
 func newJobAddCmd(g *globals) *cobra.Command {
@@ -101,8 +108,10 @@ func newJobAddCmd(g *globals) *cobra.Command {
 		Short: "Add a backup job",
 		Args:  exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			j := store.Job{Name: args[0], RetryBackoff: time.Minute}
-			jf.apply(cmd.Flags(), &j)
+			j := store.Job{Name: args[0], RetryBackoff: time.Minute, RetentionMaxDelete: store.DefaultRetentionMaxDelete, RetentionMinKeep: 1}
+			if err := jf.apply(cmd.Flags(), &j); err != nil {
+				return err
+			}
 			if err := job.Validate(&j); err != nil {
 				return inputError{err}
 			}
@@ -111,6 +120,9 @@ func newJobAddCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			j.NextRunAt = next
+			if j.NextPruneAt, err = firstPrune(j); err != nil {
+				return err
+			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				created, err := st.CreateJob(ctx, j)
 				if err != nil {
@@ -145,8 +157,10 @@ func newJobEditCmd(g *globals) *cobra.Command {
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				updated, err := st.UpdateJob(ctx, args[0], func(j *store.Job) error {
-					oldSchedule, oldZone := j.Schedule, j.TimeZone
-					jf.apply(cmd.Flags(), j)
+					oldSchedule, oldZone, oldPrune := j.Schedule, j.TimeZone, j.PruneSchedule
+					if err := jf.apply(cmd.Flags(), j); err != nil {
+						return err
+					}
 					if err := job.Validate(j); err != nil {
 						return inputError{err}
 					}
@@ -156,6 +170,12 @@ func newJobEditCmd(g *globals) *cobra.Command {
 							return inputError{err}
 						}
 						j.NextRunAt = next
+					}
+					if j.PruneSchedule != oldPrune || j.TimeZone != oldZone {
+						var err error
+						if j.NextPruneAt, err = firstPrune(*j); err != nil {
+							return err
+						}
 					}
 					return nil
 				})
@@ -175,6 +195,21 @@ func newJobEditCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// firstPrune is the first prune slot of the job's prune schedule, nil for none.
+func firstPrune(j store.Job) (*time.Time, error) {
+	if j.PruneSchedule == "" {
+		return nil, nil
+	}
+	if j.Engine != "restic" {
+		return nil, badInput("--prune-schedule: job %s uses the %s engine; only restic repositories are pruned", j.Name, j.Engine)
+	}
+	next, err := schedule.FirstSlot(j.PruneSchedule, j.TimeZone, time.Now())
+	if err != nil {
+		return nil, badInput("--prune-schedule: %v", err)
+	}
+	return next, nil
+}
+
 func nextRunText(j store.Job) string {
 	if j.NextRunAt == nil {
 		return fmt.Sprintf("runs when started (holdfast run start %s)", j.Name)
@@ -183,34 +218,40 @@ func nextRunText(j store.Job) string {
 }
 
 type jobOut struct {
-	Name              string   `json:"name"`
-	Engine            string   `json:"engine"`
-	Repository        string   `json:"repository"`
-	PasswordFile      string   `json:"password_file"`
-	Paths             []string `json:"paths"`
-	Excludes          []string `json:"excludes"`
-	User              string   `json:"user,omitempty"`
-	Group             string   `json:"group,omitempty"`
-	Nice              *int     `json:"nice,omitempty"`
-	IOSchedulingClass string   `json:"io_scheduling_class,omitempty"`
-	RuntimeMaxSeconds float64  `json:"runtime_max_seconds,omitempty"`
-	CreatedAt         string   `json:"created_at"`
-	LastOutcome       string   `json:"last_outcome,omitempty"`
-	LastRunID         string   `json:"last_run_id,omitempty"`
-	Command           []string `json:"command,omitempty"`
-	Schedule          string   `json:"schedule"`
-	TimeZone          string   `json:"time_zone,omitempty"`
-	CatchUp           bool     `json:"catch_up"`
-	NextRunAt         *string  `json:"next_run_at"`
-	MissedSlots       int64    `json:"missed_slots"`
-	OverlapSkips      int64    `json:"overlap_skips"`
-	LastSkipAt        *string  `json:"last_skip_at,omitempty"`
-	LastSkipWhy       string   `json:"last_skip_why,omitempty"`
-	RetryMax          int      `json:"retry_max"`
-	RetryBackoffSecs  float64  `json:"retry_backoff_seconds"`
-	Windows           []string `json:"windows"`
-	Priority          int      `json:"priority"`
-	DependsOn         string   `json:"depends_on,omitempty"`
+	Name               string            `json:"name"`
+	Engine             string            `json:"engine"`
+	Repository         string            `json:"repository"`
+	PasswordFile       string            `json:"password_file"`
+	Paths              []string          `json:"paths"`
+	Excludes           []string          `json:"excludes"`
+	User               string            `json:"user,omitempty"`
+	Group              string            `json:"group,omitempty"`
+	Nice               *int              `json:"nice,omitempty"`
+	IOSchedulingClass  string            `json:"io_scheduling_class,omitempty"`
+	RuntimeMaxSeconds  float64           `json:"runtime_max_seconds,omitempty"`
+	CreatedAt          string            `json:"created_at"`
+	LastOutcome        string            `json:"last_outcome,omitempty"`
+	LastRunID          string            `json:"last_run_id,omitempty"`
+	Command            []string          `json:"command,omitempty"`
+	Schedule           string            `json:"schedule"`
+	TimeZone           string            `json:"time_zone,omitempty"`
+	CatchUp            bool              `json:"catch_up"`
+	NextRunAt          *string           `json:"next_run_at"`
+	MissedSlots        int64             `json:"missed_slots"`
+	OverlapSkips       int64             `json:"overlap_skips"`
+	LastSkipAt         *string           `json:"last_skip_at,omitempty"`
+	LastSkipWhy        string            `json:"last_skip_why,omitempty"`
+	RetryMax           int               `json:"retry_max"`
+	RetryBackoffSecs   float64           `json:"retry_backoff_seconds"`
+	Windows            []string          `json:"windows"`
+	Priority           int               `json:"priority"`
+	DependsOn          string            `json:"depends_on,omitempty"`
+	Retention          *retention.Policy `json:"retention"`
+	RetentionText      string            `json:"retention_text,omitempty"`
+	RetentionMaxDelete float64           `json:"retention_max_delete"`
+	RetentionMinKeep   int               `json:"retention_min_keep"`
+	PruneSchedule      string            `json:"prune_schedule"`
+	NextPruneAt        *string           `json:"next_prune_at"`
 }
 
 func jobJSON(j store.Job) jobOut {
@@ -225,6 +266,11 @@ func jobJSON(j store.Job) jobOut {
 	o.NextRunAt, o.MissedSlots, o.OverlapSkips = timeStr(j.NextRunAt), j.MissedSlots, j.OverlapSkips
 	o.LastSkipAt, o.LastSkipWhy, o.RetryMax = timeStr(j.LastSkipAt), j.LastSkipWhy, j.RetryMax
 	o.RetryBackoffSecs, o.Windows, o.Priority, o.DependsOn = j.RetryBackoff.Seconds(), j.Windows, j.Priority, j.DependsOn
+	if p, ok, err := jobPolicy(j); ok && err == nil {
+		o.Retention, o.RetentionText = &p, p.Describe()
+	}
+	o.RetentionMaxDelete, o.RetentionMinKeep = j.RetentionMaxDelete, j.RetentionMinKeep
+	o.PruneSchedule, o.NextPruneAt = j.PruneSchedule, timeStr(j.NextPruneAt)
 	return o
 }
 
@@ -335,6 +381,23 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				}
 				if j.DependsOn != "" {
 					fmt.Fprintf(w, "depends on:    %s (its last run must have succeeded)\n", j.DependsOn)
+				}
+				switch p, ok, err := jobPolicy(j); {
+				case err != nil:
+					fmt.Fprintf(w, "retention:     %v\n", err)
+				case ok:
+					fmt.Fprintf(w, "retention:     %s\n", p.Describe())
+					fmt.Fprintf(w, "guardrails:    a plan may delete at most %.0f%% of the snapshots and must leave at least %d (else --force)\n",
+						j.RetentionMaxDelete*100, j.RetentionMinKeep)
+				default:
+					fmt.Fprintf(w, "retention:     none: nothing is ever deleted (holdfast job edit %s --preset 30d)\n", j.Name)
+				}
+				if j.PruneSchedule != "" {
+					fmt.Fprintf(w, "prune:         %s", j.PruneSchedule)
+					if j.NextPruneAt != nil {
+						fmt.Fprintf(w, ", next at %s", j.NextPruneAt.Local().Format(time.RFC3339))
+					}
+					fmt.Fprintln(w)
 				}
 				fmt.Fprintf(w, "last outcome:  %s\n", dash(j.LastOutcome))
 				return nil

@@ -77,3 +77,67 @@ func TestPruneIsExclusive(t *testing.T) {
 	w.noLocks(repo, pw)
 	w.checkInvariants()
 }
+
+// A prune schedule admits prune runs on its own slots; a slot that comes while the job's backup
+// is live is put off until the backup has ended, never run beside it or dropped.
+func TestPruneSchedule(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	data := w.sampleData("data", 4, 150<<20)
+	w.mustRun("job", "add", "web", "--repo", repo, "--password-file", pw, "--path", data)
+	backup := w.startRun("web")
+	w.mustRun("job", "edit", "web", "--prune-schedule", "@every 1s")
+	w.startDaemon()
+	b := w.waitRun(backup, "the end", ended)
+	if b.Status != "succeeded" {
+		t.Fatalf("backup: %+v", b)
+	}
+	var prunes []listedRun
+	deadline := time.Now().Add(time.Minute)
+	for len(prunes) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute, %d scheduled prunes ended: %+v", len(prunes), w.runs("web"))
+		}
+		time.Sleep(200 * time.Millisecond)
+		prunes = prunes[:0]
+		for _, r := range w.runs("web") {
+			if r.ID != backup && ended(runJSON{Status: r.Status}) {
+				prunes = append(prunes, r)
+			}
+		}
+	}
+	bEnd := parseTime(t, w.show(backup).FinishedAt)
+	for _, p := range prunes {
+		var full struct {
+			Kind     string `json:"kind"`
+			Trigger  string `json:"trigger"`
+			Status   string `json:"status"`
+			Attempts []struct {
+				StartedAt *string `json:"started_at"`
+			} `json:"attempts"`
+		}
+		if err := json.Unmarshal([]byte(w.mustRun("run", "show", p.ID, "--json")), &full); err != nil {
+			t.Fatal(err)
+		}
+		if full.Kind != "prune" || full.Trigger != "schedule" || full.Status != "succeeded" {
+			t.Fatalf("scheduled prune %s: %+v", p.ID, full)
+		}
+		if start := parseTime(t, full.Attempts[0].StartedAt); start.Before(bEnd) {
+			t.Fatalf("prune %s started at %s, before the backup ended at %s", p.ID, start, bEnd)
+		}
+	}
+	if next := w.job("web").NextPruneAt; next == nil {
+		t.Fatal("the job has no next prune slot")
+	}
+	// No more prunes; the one that may be running ends before the repository is looked at.
+	w.mustRun("job", "edit", "web", "--prune-schedule", "")
+	if w.job("web").NextPruneAt != nil {
+		t.Fatal("an empty prune schedule left a next prune slot")
+	}
+	for _, r := range w.runs("web") {
+		w.waitRun(r.ID, "the end", ended)
+	}
+	w.noLocks(repo, pw)
+	w.checkInvariants()
+}

@@ -69,6 +69,8 @@ type runOut struct {
 	RetryOf         string       `json:"retry_of,omitempty"`
 	RetryNumber     int          `json:"retry_number,omitempty"`
 	RetriedBy       string       `json:"retried_by,omitempty"`
+	ForgetIDs       []string     `json:"forget_ids,omitempty"`
+	PlanID          string       `json:"plan_id,omitempty"`
 	Attempts        []attemptOut `json:"attempts,omitempty"`
 }
 
@@ -93,6 +95,10 @@ func runJSON(r store.Run, attempts []store.Attempt) runOut {
 	}
 	if r.RetriedBy != nil {
 		o.RetriedBy = r.RetriedBy.String()
+	}
+	o.ForgetIDs = r.ForgetIDs
+	if r.PlanID != nil {
+		o.PlanID = r.PlanID.String()
 	}
 	for _, a := range attempts {
 		o.Attempts = append(o.Attempts, attemptOut{Attempt: a.No, Unit: a.Unit, Host: a.Host,

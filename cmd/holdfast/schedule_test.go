@@ -17,6 +17,7 @@ import (
 type jobJSON struct {
 	Name         string  `json:"name"`
 	NextRunAt    *string `json:"next_run_at"`
+	NextPruneAt  *string `json:"next_prune_at"`
 	MissedSlots  int64   `json:"missed_slots"`
 	OverlapSkips int64   `json:"overlap_skips"`
 	LastSkipWhy  string  `json:"last_skip_why"`

@@ -1,0 +1,522 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/reconcile"
+	"github.com/holdfast-backup/holdfast/retention"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// policyFlags are the retention policy flags of job add/edit, retention plan/apply and simulate.
+type policyFlags struct {
+	preset                                  string
+	last, hourly, daily, weekly, monthly, y int
+	within, zone                            string
+}
+
+func (pf *policyFlags) bind(f *pflag.FlagSet) {
+	f.StringVar(&pf.preset, "preset", "", "retention preset: "+strings.Join(retention.PresetNames(), ", ")+" (each keeps the last snapshot too)")
+	f.IntVar(&pf.last, "keep-last", 0, "keep the newest N snapshots")
+	f.IntVar(&pf.hourly, "keep-hourly", 0, "keep the newest snapshot of each of the last N hours that have one")
+	f.IntVar(&pf.daily, "keep-daily", 0, "keep the newest snapshot of each of the last N days that have one")
+	f.IntVar(&pf.weekly, "keep-weekly", 0, "keep the newest snapshot of each of the last N ISO weeks that have one")
+	f.IntVar(&pf.monthly, "keep-monthly", 0, "keep the newest snapshot of each of the last N months that have one")
+	f.IntVar(&pf.y, "keep-yearly", 0, "keep the newest snapshot of each of the last N years that have one")
+	f.StringVar(&pf.within, "keep-within", "", "keep every snapshot younger than this (e.g. 36h, 7d, 2w)")
+	f.StringVar(&pf.zone, "retention-tz", "", "IANA time zone of the days, weeks, months and years (default UTC)")
+}
+
+// given reports whether any policy flag was set.
+func (pf *policyFlags) given(f *pflag.FlagSet) bool {
+	for _, name := range []string{"preset", "keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly", "keep-within", "retention-tz"} {
+		if f.Changed(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// policy returns base changed by the flags given: a preset replaces base, the other flags
+// change single rules. The result is validated.
+func (pf *policyFlags) policy(f *pflag.FlagSet, base retention.Policy) (retention.Policy, error) {
+	p := base
+	if f.Changed("preset") {
+		preset, err := retention.Preset(pf.preset)
+		if err != nil {
+			return p, inputError{err}
+		}
+		preset.TimeZone = p.TimeZone
+		p = preset
+	}
+	for name, set := range map[string]func(){
+		"keep-last": func() { p.KeepLast = pf.last }, "keep-hourly": func() { p.KeepHourly = pf.hourly },
+		"keep-daily": func() { p.KeepDaily = pf.daily }, "keep-weekly": func() { p.KeepWeekly = pf.weekly },
+		"keep-monthly": func() { p.KeepMonthly = pf.monthly }, "keep-yearly": func() { p.KeepYearly = pf.y },
+		"retention-tz": func() { p.TimeZone = pf.zone },
+	} {
+		if f.Changed(name) {
+			set()
+		}
+	}
+	if f.Changed("keep-within") {
+		d, err := retention.ParseDuration(pf.within)
+		if err != nil {
+			return p, inputError{fmt.Errorf("--keep-within: %w", err)}
+		}
+		p.KeepWithin = d
+	}
+	if err := p.Validate(); err != nil {
+		return p, inputError{err}
+	}
+	return p, nil
+}
+
+// jobPolicy decodes the job's stored policy; ok is false if it has none.
+func jobPolicy(j store.Job) (p retention.Policy, ok bool, err error) {
+	if len(j.Retention) == 0 {
+		return p, false, nil
+	}
+	if err := json.Unmarshal(j.Retention, &p); err != nil {
+		return p, false, fmt.Errorf("job %s: stored retention policy unreadable: %w", j.Name, err)
+	}
+	return p, true, nil
+}
+
+// guardFlags are a job's retention guardrails.
+type guardFlags struct {
+	maxDelete int // percent
+	minKeep   int
+}
+
+func (gf *guardFlags) bind(f *pflag.FlagSet) {
+	f.IntVar(&gf.maxDelete, "retention-max-delete", 50, "refuse a plan that deletes more than this percentage of the job's snapshots (without --force)")
+	f.IntVar(&gf.minKeep, "retention-min-keep", 1, "refuse a plan that leaves fewer snapshots than this (without --force)")
+}
+
+// applyRetention sets the policy and guardrail flags given onto j.
+func applyRetention(f *pflag.FlagSet, pf *policyFlags, gf *guardFlags, j *store.Job) error {
+	if pf.given(f) {
+		base, _, err := jobPolicy(*j)
+		if err != nil {
+			return err
+		}
+		p, err := pf.policy(f, base)
+		if err != nil {
+			return err
+		}
+		if j.Retention, err = json.Marshal(p); err != nil {
+			return err
+		}
+	}
+	if f.Changed("retention-max-delete") {
+		if gf.maxDelete < 1 || gf.maxDelete > 100 {
+			return badInput("--retention-max-delete %d: give a percentage from 1 to 100", gf.maxDelete)
+		}
+		j.RetentionMaxDelete = float64(gf.maxDelete) / 100
+	}
+	if f.Changed("retention-min-keep") {
+		if gf.minKeep < 0 {
+			return badInput("--retention-min-keep %d: give 0 or more", gf.minKeep)
+		}
+		j.RetentionMinKeep = gf.minKeep
+	}
+	return nil
+}
+
+func newRetentionCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "retention", Short: "Plan, apply and simulate retention policies"}
+	cmd.AddCommand(newRetentionPlanCmd(g, false), newRetentionPlanCmd(g, true), newRetentionSimulateCmd(), newRetentionHistoryCmd(g))
+	return cmd
+}
+
+// parseTime reads a time given on the command line: RFC 3339, or a date with an optional time
+// of day in the local zone.
+func parseTime(flag, s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"2006-01-02 15:04:05", "2006-01-02T15:04:05", "2006-01-02 15:04", "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.Local); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, badInput("%s %q: give a time like 2026-11-30T02:00:00Z or 2026-11-30 02:00", flag, s)
+}
+
+func actor() string {
+	if s := os.Getenv("SUDO_USER"); s != "" {
+		return s
+	}
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return fmt.Sprintf("uid %d", os.Getuid())
+}
+
+func resticBinary(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	path, err := exec.LookPath("restic")
+	if err != nil {
+		return "", badInput("restic not found in PATH: install it (apt-get install restic) or give --restic")
+	}
+	return path, nil
+}
+
+// planOut is a plan as `retention plan|apply|simulate --json` print it.
+type planOut struct {
+	retention.Plan
+	Job       string           `json:"job,omitempty"`
+	At        string           `json:"at"`
+	Policy    retention.Policy `json:"policy"`
+	Describe  string           `json:"policy_text"`
+	Guardrail string           `json:"guardrail,omitempty"` // why apply would refuse it; "" if it would not
+	PlanID    string           `json:"plan_id,omitempty"`
+	RunID     string           `json:"run_id,omitempty"`
+	Outcome   string           `json:"outcome,omitempty"`
+}
+
+func printPlan(w io.Writer, o planOut) {
+	if o.Job != "" {
+		fmt.Fprintf(w, "job %s, plan at %s\n", o.Job, o.At)
+	}
+	fmt.Fprintf(w, "policy: %s\n", o.Describe)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SNAPSHOT\tTIME\tDECISION\tREASON")
+	for _, d := range o.Decisions {
+		decision := "delete"
+		switch {
+		case d.OutsideScope:
+			decision = "outside"
+		case d.Protected:
+			decision = "protected"
+		case d.Keep:
+			decision = "keep"
+		}
+		fmt.Fprintf(tw, "%.8s\t%s\t%s\t%s\n", d.SnapshotID, d.Time.Local().Format("2006-01-02 15:04:05"), decision, d.Reason)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, o.Summary)
+	if o.Guardrail != "" {
+		fmt.Fprintln(w, "apply would refuse: "+o.Guardrail)
+	}
+}
+
+// planJob reads the job's repository again and plans its retention at at.
+func planJob(ctx context.Context, st *store.Store, restic string, j store.Job, p retention.Policy, at time.Time, host string) (retention.Plan, error) {
+	recorded, err := reconcile.RefreshSnapshots(ctx, st, restic, j)
+	if err != nil {
+		return retention.Plan{}, err
+	}
+	snaps := make([]retention.Snapshot, len(recorded))
+	for i, s := range recorded {
+		snaps[i] = retention.Snapshot{ID: s.ID, Time: s.Time, Host: s.Host, Tags: s.Tags, Paths: s.Paths,
+			LegalHold: s.LegalHoldAt != nil, ImmutableUntil: s.ImmutableUntil}
+		if s.BytesAdded != nil {
+			snaps[i].Bytes = *s.BytesAdded
+		}
+	}
+	return retention.New(p, snaps, retention.Options{At: at, WithinFrom: retention.WithinFromNow,
+		Scope: retention.Scope{Job: j.Name, Host: host}})
+}
+
+func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
+	var pf policyFlags
+	var asJSON, force, wait bool
+	var at, host, restic string
+	use, short := "plan JOB", "Show what the job's retention policy keeps and deletes, and why (changes nothing)"
+	if apply {
+		use, short = "apply JOB", "Delete the snapshots the job's retention plan deletes, as a transient unit"
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long: short + ".\nThe repository is read again first. Policy flags override the job's policy for this plan." +
+			"\nSnapshots under legal hold or immutable, the job's newest snapshot and snapshots without the job's" +
+			"\ntag and host are never deleted.",
+		Args: exactArgs(1, "one job name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := job.ValidateName(args[0]); err != nil {
+				return inputError{err}
+			}
+			planAt := time.Now()
+			if at != "" {
+				if apply {
+					return badInput("--at is for previews: retention apply plans at the present time")
+				}
+				var err error
+				if planAt, err = parseTime("--at", at); err != nil {
+					return err
+				}
+			}
+			if host == "" {
+				var err error
+				if host, err = os.Hostname(); err != nil {
+					return fmt.Errorf("host name: %w", err)
+				}
+			}
+			resticPath, err := resticBinary(restic)
+			if err != nil {
+				return err
+			}
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				j, err := st.JobByName(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if j.Engine != "restic" {
+					return badInput("job %s uses the %s engine: retention applies to restic repositories", j.Name, j.Engine)
+				}
+				p, ok, err := jobPolicy(j)
+				if err != nil {
+					return err
+				}
+				if p, err = pf.policy(cmd.Flags(), p); err != nil {
+					if !ok && !pf.given(cmd.Flags()) {
+						return badInput("job %s has no retention policy: set one (holdfast job edit %s --preset 30d) or give policy flags", j.Name, j.Name)
+					}
+					return err
+				}
+				plan, err := planJob(ctx, st, resticPath, j, p, planAt, host)
+				if err != nil {
+					return err
+				}
+				o := planOut{Plan: plan, Job: j.Name, At: planAt.UTC().Format(time.RFC3339), Policy: p, Describe: p.Describe()}
+				guard := retention.Guardrail{MaxDeleteShare: j.RetentionMaxDelete, MinKeep: j.RetentionMinKeep}
+				refusal := guard.Check(plan)
+				if refusal != nil {
+					o.Guardrail = refusal.Error()
+				}
+				if !apply {
+					if asJSON {
+						return writeJSON(cmd.OutOrStdout(), o)
+					}
+					printPlan(cmd.OutOrStdout(), o)
+					return nil
+				}
+				rec := store.Plan{JobName: j.Name, Repository: j.Repository, Actor: actor(), PlanAt: planAt,
+					Forced: force && refusal != nil, Outcome: store.PlanApplied, Summary: plan.Summary, DeleteIDs: plan.DeleteIDs()}
+				if rec.Policy, err = json.Marshal(p); err != nil {
+					return err
+				}
+				if rec.Decisions, err = json.Marshal(plan.Decisions); err != nil {
+					return err
+				}
+				if refusal != nil && !force {
+					rec.Outcome, rec.Refusal = store.PlanRefused, refusal.Error()
+				}
+				saved, err := st.RecordPlan(ctx, rec)
+				if err != nil {
+					return err
+				}
+				o.PlanID, o.Outcome = saved.ID.String(), saved.Outcome
+				if saved.RunID != nil {
+					o.RunID = saved.RunID.String()
+				}
+				if asJSON {
+					if err := writeJSON(cmd.OutOrStdout(), o); err != nil {
+						return err
+					}
+				} else {
+					printPlan(cmd.OutOrStdout(), o)
+				}
+				switch {
+				case saved.Outcome == store.PlanRefused:
+					return badInput("retention plan %s refused: %s", saved.ID, refusal)
+				case saved.RunID == nil:
+					if !asJSON {
+						fmt.Fprintf(cmd.OutOrStdout(), "plan %s recorded: nothing to delete\n", saved.ID)
+					}
+					return nil
+				}
+				if !asJSON {
+					fmt.Fprintf(cmd.OutOrStdout(), "plan %s applied: forget run %s deletes %d snapshot(s) (holdfast run show %s)\n",
+						saved.ID, saved.RunID, len(saved.DeleteIDs), saved.RunID)
+				}
+				if !wait {
+					return nil
+				}
+				final, _, err := waitRun(ctx, st, *saved.RunID, progressWriter(cmd.ErrOrStderr(), asJSON))
+				if err != nil {
+					return err
+				}
+				if !asJSON {
+					fmt.Fprintf(cmd.OutOrStdout(), "run %s %s: %s\n", final.ID, final.Status, final.Reason)
+				}
+				if code := statusExit(final.Status); code != exitOK {
+					return exitCodeError{code}
+				}
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	pf.bind(f)
+	f.StringVar(&host, "host", "", "the host whose snapshots are the job's (default: this host's name)")
+	f.StringVar(&restic, "restic", "", "restic executable (default: restic in PATH)")
+	f.BoolVar(&asJSON, "json", false, "print the plan as JSON")
+	if apply {
+		f.BoolVar(&force, "force", false, "apply a plan the guardrails refuse (too many deletions, too few left)")
+		f.BoolVar(&wait, "wait", false, "wait for the forget run to end")
+	} else {
+		f.StringVar(&at, "at", "", "plan as of this time (default now)")
+	}
+	return cmd
+}
+
+func newRetentionSimulateCmd() *cobra.Command {
+	var pf policyFlags
+	var file, at, withinFrom, host string
+	var tags []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "simulate --snapshots FILE --at T [policy flags]",
+		Short: "Plan a policy over a `restic snapshots --json` listing, to choose a policy (touches nothing)",
+		Long: "Plan a policy over a `restic snapshots --json` listing. All of it is one group unless --host or\n" +
+			"--tag narrow it; snapshots outside are listed as such. --within-from latest measures --keep-within\n" +
+			"from the newest snapshot, as restic forget does.",
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return badInput("--snapshots FILE is required: the output of restic snapshots --json")
+			}
+			planAt := time.Now()
+			if at != "" {
+				var err error
+				if planAt, err = parseTime("--at", at); err != nil {
+					return err
+				}
+			}
+			var from retention.WithinFrom
+			switch withinFrom {
+			case "now":
+				from = retention.WithinFromNow
+			case "latest":
+				from = retention.WithinFromLatest
+			default:
+				return badInput("--within-from %q: give now or latest", withinFrom)
+			}
+			if !pf.given(cmd.Flags()) {
+				return badInput("no policy: give --preset or --keep-* flags")
+			}
+			p, err := pf.policy(cmd.Flags(), retention.Policy{})
+			if err != nil {
+				return err
+			}
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return badInput("--snapshots: %v", err)
+			}
+			snaps, err := retention.ParseResticSnapshots(data)
+			if err != nil {
+				return badInput("--snapshots %s: %v", file, err)
+			}
+			plan, err := retention.New(p, snaps, retention.Options{At: planAt, WithinFrom: from,
+				Scope: retention.Scope{Host: host, Tags: tags}})
+			if err != nil {
+				return inputError{err}
+			}
+			o := planOut{Plan: plan, At: planAt.UTC().Format(time.RFC3339), Policy: p, Describe: p.Describe()}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), o)
+			}
+			printPlan(cmd.OutOrStdout(), o)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	pf.bind(f)
+	f.StringVar(&file, "snapshots", "", "file with the output of restic snapshots --json")
+	f.StringVar(&at, "at", "", "plan as of this time (default now)")
+	f.StringVar(&withinFrom, "within-from", "now", "measure --keep-within from now or from the latest snapshot")
+	f.StringVar(&host, "host", "", "only snapshots of this host are in the group")
+	f.StringArrayVar(&tags, "tag", nil, "only snapshots with this tag are in the group (repeatable: all of them)")
+	f.BoolVar(&asJSON, "json", false, "print the plan as JSON")
+	return cmd
+}
+
+type planRecordOut struct {
+	ID         string          `json:"id"`
+	Job        string          `json:"job"`
+	Repository string          `json:"repository"`
+	CreatedAt  string          `json:"created_at"`
+	Actor      string          `json:"actor"`
+	PlanAt     string          `json:"plan_at"`
+	Policy     json.RawMessage `json:"policy"`
+	Forced     bool            `json:"forced"`
+	Outcome    string          `json:"outcome"`
+	Refusal    string          `json:"refusal,omitempty"`
+	Summary    string          `json:"summary"`
+	DeleteIDs  []string        `json:"delete_ids"`
+	RunID      *string         `json:"run_id"`
+	Decisions  json.RawMessage `json:"decisions"`
+}
+
+func newRetentionHistoryCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "history [JOB]",
+		Short: "List the retention plans applied or refused: who, when, what, and each decision (--json)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := ""
+			if len(args) == 1 {
+				if err := job.ValidateName(args[0]); err != nil {
+					return inputError{err}
+				}
+				name = args[0]
+			}
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				plans, err := st.Plans(ctx, name, limit)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					out := make([]planRecordOut, 0, len(plans))
+					for _, p := range plans {
+						o := planRecordOut{ID: p.ID.String(), Job: p.JobName, Repository: p.Repository,
+							CreatedAt: p.CreatedAt.UTC().Format(time.RFC3339Nano), Actor: p.Actor,
+							PlanAt: p.PlanAt.UTC().Format(time.RFC3339Nano), Policy: p.Policy, Forced: p.Forced,
+							Outcome: p.Outcome, Refusal: p.Refusal, Summary: p.Summary, DeleteIDs: p.DeleteIDs, Decisions: p.Decisions}
+						if p.RunID != nil {
+							s := p.RunID.String()
+							o.RunID = &s
+						}
+						out = append(out, o)
+					}
+					return writeJSON(cmd.OutOrStdout(), out)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "PLAN\tJOB\tWHEN\tWHO\tOUTCOME\tSUMMARY")
+				for _, p := range plans {
+					outcome := p.Outcome
+					if p.Forced {
+						outcome += " (forced)"
+					}
+					fmt.Fprintf(tw, "%.8s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.JobName, p.CreatedAt.Local().Format("2006-01-02 15:04:05"),
+						p.Actor, outcome, p.Summary)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, with every decision")
+	cmd.Flags().IntVar(&limit, "limit", 50, "show at most this many plans")
+	return cmd
+}

@@ -1,0 +1,228 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Snapshot is one snapshot of a repository as holdfast last saw it, with its protections.
+type Snapshot struct {
+	Repository string
+	ID         string // restic's full id (64 hex digits)
+	Time       time.Time
+	Host       string
+	Tags       []string
+	Paths      []string
+	JobName    string     // from its holdfast-job tag; "" if it has none
+	RunID      *uuid.UUID // from its holdfast-run tag
+	// BytesAdded is what the run that made it added to the repository, if holdfast knows it:
+	// an estimate of what deleting it and pruning reclaims.
+	BytesAdded     *int64
+	FirstSeenAt    time.Time
+	SeenAt         time.Time
+	ForgottenAt    *time.Time // no longer in the repository's listing
+	LegalHoldAt    *time.Time
+	LegalHoldBy    string
+	LegalHoldWhy   string
+	ImmutableUntil *time.Time
+	ImmutableBy    string
+}
+
+// Protected reports whether no plan may delete the snapshot at t.
+func (s Snapshot) Protected(t time.Time) bool {
+	return s.LegalHoldAt != nil || (s.ImmutableUntil != nil && t.Before(*s.ImmutableUntil))
+}
+
+const snapshotColumns = `s.repository, s.id, s.time, s.host, s.tags, s.paths, coalesce(s.job_name, ''), s.run_id,
+	(SELECT r.bytes_added FROM runs r WHERE r.id = s.run_id), s.first_seen_at, s.seen_at, s.forgotten_at,
+	s.legal_hold_at, coalesce(s.legal_hold_by, ''), coalesce(s.legal_hold_why, ''), s.immutable_until,
+	coalesce(s.immutable_by, '')`
+
+func scanSnapshot(row pgx.Row) (Snapshot, error) {
+	var s Snapshot
+	err := row.Scan(&s.Repository, &s.ID, &s.Time, &s.Host, &s.Tags, &s.Paths, &s.JobName, &s.RunID,
+		&s.BytesAdded, &s.FirstSeenAt, &s.SeenAt, &s.ForgottenAt,
+		&s.LegalHoldAt, &s.LegalHoldBy, &s.LegalHoldWhy, &s.ImmutableUntil, &s.ImmutableBy)
+	return s, err
+}
+
+// SyncSnapshots records a listing of the repository that was asked for at listedAt: listed
+// snapshots are added or marked seen, and those missing from it are marked forgotten, unless a
+// newer listing saw them. Protections are never changed here.
+func (s *Store) SyncSnapshots(ctx context.Context, repository string, listedAt time.Time, listed []Snapshot) (added, forgotten int, err error) {
+	type row struct {
+		ID      string     `json:"id"`
+		Time    time.Time  `json:"time"`
+		Host    string     `json:"host"`
+		Tags    []string   `json:"tags"`
+		Paths   []string   `json:"paths"`
+		JobName *string    `json:"job_name"`
+		RunID   *uuid.UUID `json:"run_id"`
+	}
+	rows := make([]row, len(listed))
+	ids := make([]string, len(listed))
+	for i, l := range listed {
+		rows[i] = row{ID: l.ID, Time: l.Time, Host: l.Host, Tags: nonNil(l.Tags), Paths: nonNil(l.Paths),
+			JobName: nullIfEmpty(l.JobName), RunID: l.RunID}
+		ids[i] = l.ID
+	}
+	doc, err := json.Marshal(rows)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sync snapshots of %s: %w", repository, err)
+	}
+	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		// xmax = 0 tells an inserted row from an updated one.
+		r, err := tx.Query(ctx, `
+			INSERT INTO snapshots AS s (repository, id, time, host, tags, paths, job_name, run_id, first_seen_at, seen_at)
+			SELECT $1, x.id, x.time, x.host, coalesce(x.tags, '{}'), coalesce(x.paths, '{}'), x.job_name, x.run_id, $3, $3
+			FROM jsonb_to_recordset($2::jsonb) AS x(id text, time timestamptz, host text, tags text[], paths text[],
+				job_name text, run_id uuid)
+			ON CONFLICT (repository, id) DO UPDATE SET seen_at = greatest(s.seen_at, excluded.seen_at),
+				forgotten_at = NULL, tags = excluded.tags
+			RETURNING xmax = 0`, repository, doc, listedAt)
+		if err != nil {
+			return err
+		}
+		inserted, err := pgx.CollectRows(r, pgx.RowTo[bool])
+		if err != nil {
+			return err
+		}
+		for _, ins := range inserted {
+			if ins {
+				added++
+			}
+		}
+		tag, err := tx.Exec(ctx, `
+			UPDATE snapshots SET forgotten_at = $3
+			WHERE repository = $1 AND forgotten_at IS NULL AND seen_at < $3 AND NOT (id = ANY($2))`,
+			repository, ids, listedAt)
+		forgotten = int(tag.RowsAffected())
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("sync snapshots of %s: %w", repository, err)
+	}
+	return added, forgotten, nil
+}
+
+// Snapshots lists the snapshots of a repository that are still in it, newest first, whoever
+// made them. With repository "" it lists those of every repository.
+func (s *Store) Snapshots(ctx context.Context, repository string) ([]Snapshot, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+snapshotColumns+` FROM snapshots s
+		WHERE ($1 = '' OR s.repository = $1) AND s.forgotten_at IS NULL
+		ORDER BY s.time DESC, s.id`, repository)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	snaps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Snapshot, error) { return scanSnapshot(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	return snaps, nil
+}
+
+// snapshotByPrefix resolves an id prefix (validated by the caller: hex digits only) among the
+// snapshots still in their repository and locks the row.
+func snapshotByPrefix(ctx context.Context, tx pgx.Tx, prefix string) (Snapshot, error) {
+	rows, err := tx.Query(ctx, `SELECT `+snapshotColumns+` FROM snapshots s
+		WHERE s.id LIKE $1 || '%' AND s.forgotten_at IS NULL ORDER BY s.id LIMIT 2 FOR UPDATE`, prefix)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	snaps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Snapshot, error) { return scanSnapshot(r) })
+	if err != nil {
+		return Snapshot{}, err
+	}
+	switch len(snaps) {
+	case 0:
+		return Snapshot{}, fmt.Errorf("snapshot %s: %w (holdfast snapshot list --refresh JOB reads the repository again)", prefix, ErrNotFound)
+	case 1:
+		return snaps[0], nil
+	}
+	return Snapshot{}, fmt.Errorf("snapshot %s: %w: %s and %s both match; give more digits", prefix, ErrAmbiguous, snaps[0].ID[:12], snaps[1].ID[:12])
+}
+
+// HoldSnapshot puts a snapshot under legal hold: no plan deletes it until it is released.
+func (s *Store) HoldSnapshot(ctx context.Context, prefix, by, why string) (Snapshot, error) {
+	return s.protect(ctx, prefix, func(tx pgx.Tx, snap Snapshot) (pgx.Row, error) {
+		return tx.QueryRow(ctx, `UPDATE snapshots s SET legal_hold_at = coalesce(legal_hold_at, now()),
+			legal_hold_by = $3, legal_hold_why = nullif($4, '')
+			WHERE repository = $1 AND id = $2 RETURNING `+snapshotColumns, snap.Repository, snap.ID, by, why), nil
+	})
+}
+
+// ReleaseSnapshot lifts a snapshot's legal hold. Immutability, if any, stays.
+func (s *Store) ReleaseSnapshot(ctx context.Context, prefix string) (Snapshot, error) {
+	return s.protect(ctx, prefix, func(tx pgx.Tx, snap Snapshot) (pgx.Row, error) {
+		if snap.LegalHoldAt == nil {
+			return nil, &ConflictError{Msg: fmt.Sprintf("snapshot %s is not under legal hold", snap.ID[:12])}
+		}
+		return tx.QueryRow(ctx, `UPDATE snapshots s SET legal_hold_at = NULL, legal_hold_by = NULL, legal_hold_why = NULL
+			WHERE repository = $1 AND id = $2 RETURNING `+snapshotColumns, snap.Repository, snap.ID), nil
+	})
+}
+
+// LockSnapshot makes a snapshot immutable until the given time. Immutability can be extended,
+// never shortened: that is what makes it immutability.
+func (s *Store) LockSnapshot(ctx context.Context, prefix string, until time.Time, by string) (Snapshot, error) {
+	return s.protect(ctx, prefix, func(tx pgx.Tx, snap Snapshot) (pgx.Row, error) {
+		if snap.ImmutableUntil != nil && until.Before(*snap.ImmutableUntil) {
+			return nil, &ConflictError{Msg: fmt.Sprintf("snapshot %s is immutable until %s: immutability can be extended, not shortened",
+				snap.ID[:12], snap.ImmutableUntil.UTC().Format(time.RFC3339))}
+		}
+		return tx.QueryRow(ctx, `UPDATE snapshots s SET immutable_until = $3, immutable_by = $4
+			WHERE repository = $1 AND id = $2 RETURNING `+snapshotColumns, snap.Repository, snap.ID, until, by), nil
+	})
+}
+
+func (s *Store) protect(ctx context.Context, prefix string, change func(pgx.Tx, Snapshot) (pgx.Row, error)) (Snapshot, error) {
+	var out Snapshot
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		snap, err := snapshotByPrefix(ctx, tx, prefix)
+		if err != nil {
+			return err
+		}
+		row, err := change(tx, snap)
+		if err != nil {
+			return err
+		}
+		out, err = scanSnapshot(row)
+		return err
+	})
+	if err != nil {
+		return Snapshot{}, wrap(err, "protect snapshot %s", prefix)
+	}
+	return out, nil
+}
+
+// protectedAmong returns which of the ids are protected at t, locking their rows so that no
+// protection can be added or lifted until tx ends.
+func protectedAmong(ctx context.Context, tx pgx.Tx, repository string, ids []string, t time.Time) ([]string, error) {
+	rows, err := tx.Query(ctx, `SELECT id FROM snapshots
+		WHERE repository = $1 AND id = ANY($2)
+		  AND (legal_hold_at IS NOT NULL OR immutable_until > $3)
+		ORDER BY id FOR SHARE`, repository, ids, t)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// ProtectedAmong returns which of the ids of the repository are protected at t.
+func (s *Store) ProtectedAmong(ctx context.Context, repository string, ids []string, t time.Time) ([]string, error) {
+	var out []string
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = protectedAmong(ctx, tx, repository, ids, t)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("check protections in %s: %w", repository, err)
+	}
+	return out, nil
+}
