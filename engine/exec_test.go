@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/holdfast-backup/holdfast/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -21,6 +20,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // recorder is an Emit that keeps the events, as the run journal would.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -109,6 +110,39 @@ func TestRetentionApply(t *testing.T) {
 	before := w.resticSnapshots(repo, pw)
 	if len(before) != 40 {
 		t.Fatalf("the repository has %d snapshots, want 40", len(before))
+	}
+
+	// simulate, on the repository's own listing, keeps what restic forget keeps.
+	listing := filepath.Join(w.dir, "snapshots.json")
+	if err := os.WriteFile(listing, []byte(w.restic(repo, pw, "snapshots", "--json")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, policy := range [][]string{{"--keep-daily", "5", "--keep-weekly", "3"}, {"--keep-last", "4"}, {"--keep-within", "10d"},
+		{"--keep-monthly", "2", "--keep-hourly", "3"}} {
+		sim := w.plan(append([]string{"retention", "simulate", "--snapshots", listing, "--within-from", "latest",
+			"--host", host, "--tag", "holdfast-job=web", "--json"}, policy...)...)
+		var simKept []string
+		for _, d := range sim.Decisions {
+			if d.Keep && !d.OutsideScope {
+				simKept = append(simKept, d.SnapshotID)
+			}
+		}
+		var groups []struct {
+			Keep []resticSnapshot `json:"keep"`
+		}
+		out := w.restic(repo, pw, append([]string{"forget", "--dry-run", "--json", "--host", host, "--tag", "holdfast-job=web"}, policy...)...)
+		if err := json.Unmarshal([]byte(out), &groups); err != nil || len(groups) != 1 {
+			t.Fatalf("restic forget --dry-run %v: %v, %d groups\n%s", policy, err, len(groups), out)
+		}
+		var resticKept []string
+		for _, s := range groups[0].Keep {
+			resticKept = append(resticKept, s.ID)
+		}
+		slices.Sort(simKept)
+		slices.Sort(resticKept)
+		if !slices.Equal(simKept, resticKept) {
+			t.Errorf("%v: simulate keeps %d, restic forget keeps %d:\n%v\n%v", policy, len(simKept), len(resticKept), simKept, resticKept)
+		}
 	}
 
 	plan := w.plan("retention", "plan", "web", "--json")
