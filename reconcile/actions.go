@@ -17,6 +17,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -124,15 +125,28 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, jobs map[string
 	if err := r.prepareDirs(job, l.Run.ID, l.Attempt.No); err != nil {
 		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err))
 	}
+	// What a local repository holds before the backup starts: its growth is what the attempt
+	// added, for the runaway guard and for a settlement without restic's own figure.
+	if l.Run.Kind == store.KindBackup && job.Engine == "restic" {
+		if size, err := ledger.RepoSize(job.Repository); err == nil {
+			if err := r.cfg.Store.SetRepoBaseline(ctx, l.Run.ID, l.Attempt.No, size); err != nil {
+				return release(err)
+			}
+		} else if !errors.Is(err, ledger.ErrNotLocal) {
+			r.cfg.Logger.Warn("repository not measured; its growth will not be known", "run", l.Run.ID, "err", err)
+		}
+	}
 	existed, err := r.cfg.Runner.Start(ctx, spec)
 	if err != nil {
 		if runner.BadRequest(err) {
 			return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
-				reason: "systemd refused to start the unit: " + err.Error()})
+				reason: "systemd refused to start the unit: " + err.Error(), neverRan: true})
 		}
 		return release(err) // systemd could not be asked, or refused for now (shutting down)
 	}
 	crash("spawn-started")
+	l.Attempt.Unit = spec.Name
+	r.watch(l)
 	r.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
 	return r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, r.cfg.now())
 }
@@ -280,6 +294,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 		e.SnapshotID = s.SnapshotID
 		e.BytesAdded, e.BytesProcessed, e.FilesProcessed = &s.DataAdded, &s.TotalBytesProcessed, &s.TotalFilesProcessed
 	}
+	e.Settlement = r.settlement(ctx, l, a, !v.neverRan && ran(a, m))
 	crash("finish-before")
 	if v.status == store.StatusFailed && v.class == string(engine.Transient) {
 		if e.Retry, err = r.retryPlan(ctx, l); err != nil {
@@ -294,6 +309,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 	if err != nil {
 		return err
 	}
+	r.unwatch(l.Run.ID, l.Attempt.No)
 	crash("finish-after")
 	if done {
 		r.cfg.Logger.Info("run finished", "run", l.Run.ID, "attempt", l.Attempt.No, "status", v.status, "reason", v.reason)
@@ -308,13 +324,22 @@ func (r *Reconciler) restart(ctx context.Context, l store.LiveRun, m runner.Mark
 			reason: fmt.Sprintf("interrupted %d times (last: %s); giving up after %d attempts",
 				l.Attempt.No, interruption(m), r.cfg.MaxAttempts)})
 	}
+	a, err := r.cfg.Store.Attempt(ctx, l.Run.ID, l.Attempt.No)
+	if err != nil {
+		return err
+	}
+	settlement := r.settlement(ctx, l, a, ran(a, m))
 	crash("restart-before")
-	moved, err := r.cfg.Store.Restart(ctx, l.Run.ID, l.Attempt.No, r.cfg.now(), m.ServiceResult, m.ExitCode, m.ExitStatus)
+	moved, paused, err := r.cfg.Store.Restart(ctx, l.Run.ID, l.Attempt.No, r.cfg.now(), m.ServiceResult, m.ExitCode, m.ExitStatus, settlement)
 	if err != nil {
 		return err
 	}
 	crash("restart-after")
-	if moved {
+	r.unwatch(l.Run.ID, l.Attempt.No)
+	switch {
+	case moved && paused != "":
+		r.cfg.Logger.Warn("run not restarted", "run", l.Run.ID, "after_attempt", l.Attempt.No, "reason", paused)
+	case moved:
 		r.cfg.Logger.Info("run restarted", "run", l.Run.ID, "after_attempt", l.Attempt.No, "cause", interruption(m))
 	}
 	return nil

@@ -74,7 +74,7 @@ func decide(f facts, spawnGrace time.Duration) action {
 	// Spawned, no marker yet: systemd's word is needed ("could not ask" never gets here).
 	case f.unit == unitNotAsked:
 		return actAskSystemd
-	case f.unit == unitAlive && f.stopRequested:
+	case f.unit == unitAlive && (f.stopRequested || f.pausedReason != ""):
 		return actStopAgain // the first request may have been lost
 	case f.unit == unitAlive:
 		return actNothing

@@ -15,6 +15,7 @@ type verdict struct {
 	class      string
 	reason     string
 	snapshotID string // from the repair channel, when the journal had no summary
+	neverRan   bool   // systemd refused the unit: nothing ran, nothing was added
 }
 
 // systemdExitStatuses are the statuses systemd itself uses when it could not run the command
@@ -55,6 +56,9 @@ type classifier interface {
 // final status (DESIGN.md §6). It is only asked when decide chose actFinish, so an interruption
 // here always has a stop intent or a paused reason behind it.
 func outcome(m runner.Marker, ev engine.Evidence, eng classifier, stopRequested bool, pausedReason string) verdict {
+	if pausedReason == store.PausedRunCeiling {
+		return verdict{status: store.StatusPaused, reason: "paused (run_ceiling): the backup added more than its hold, so holdfast stopped it (SIGINT, restic unlocks); raise the job's --max-added and resume it"}
+	}
 	if pausedReason != "" {
 		return verdict{status: store.StatusPaused, reason: "paused: " + pausedReason}
 	}

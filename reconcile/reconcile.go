@@ -97,7 +97,8 @@ func (c *Config) Validate() error {
 
 // Reconciler runs sweeps.
 type Reconciler struct {
-	cfg Config
+	cfg      Config
+	watchers watchers
 }
 
 // New validates cfg and returns a Reconciler.
@@ -180,6 +181,11 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return stats, err
+	}
+	r.pruneWatchers(live)
+	if err := r.settleDeferred(ctx); err != nil {
+		stats.Errors++
+		r.cfg.Logger.Error("deferred settlements not retried", "err", err)
 	}
 	stats.Duration = time.Since(start)
 	return stats, nil
@@ -273,6 +279,9 @@ func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun, jobs map[st
 	r.cfg.Logger.Debug("reconcile", "run", l.Run.ID, "attempt", l.Attempt.No, "action", act.String())
 	switch act {
 	case actNothing:
+		if f.unit == unitAlive {
+			return lag, r.guard(ctx, l)
+		}
 		return lag, nil
 	case actSpawn:
 		return lag, r.spawn(ctx, l, jobs)

@@ -29,6 +29,7 @@ type Admitted struct {
 	Overlap   *uuid.UUID // the live run that made this slot be skipped
 	SkipWhy   string
 	NextRunAt *time.Time
+	Paused    string // the admitted run was paused at once: its account could not hold it
 }
 
 // AdmitDue claims up to limit jobs whose next slot is due at now (FOR UPDATE SKIP LOCKED, so
@@ -89,6 +90,17 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j Job, d SlotDecision, now time.T
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {
 				return a, err
+			}
+			// The run is the job's last before its hold is decided: a run paused at once is that.
+			if _, err := tx.Exec(ctx, `UPDATE jobs SET last_run_id = $2 WHERE id = $1`, j.ID, id); err != nil {
+				return a, err
+			}
+			paused, err := holdOrPause(ctx, tx, id, 1)
+			if err != nil {
+				return a, err
+			}
+			if paused {
+				a.Paused = "its account could not hold what the run needs: run paused (quota_exhausted or run_ceiling; see holdfast run show " + id.String() + ")"
 			}
 			if err := notify(ctx, tx, id.String()); err != nil {
 				return a, err

@@ -49,6 +49,39 @@ var invariants = []struct{ name, query string }{
 		  AND (coalesce((d->>'outside_scope')::boolean, false)
 		       OR n = (SELECT min(m) FROM jsonb_array_elements(p.decisions) WITH ORDINALITY AS y(e, m)
 		               WHERE NOT coalesce((e->>'outside_scope')::boolean, false)))`},
+	{"an account's balance is its grants less what was settled and is held, and never negative", `
+		SELECT 'account ' || a.name || ' has ' || (g.b - st.b - h.b) || ' bytes left'
+		FROM accounts a,
+			LATERAL (SELECT coalesce(sum(bytes), 0) AS b FROM ledger_entries WHERE account = a.name AND kind = 'grant') g,
+			LATERAL (SELECT coalesce(sum(bytes), 0) AS b FROM ledger_entries WHERE account = a.name AND kind = 'settle') st,
+			LATERAL (SELECT coalesce(sum(e.bytes), 0) AS b FROM ledger_entries e WHERE e.account = a.name AND e.kind = 'hold'
+				AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = e.id)) h
+		WHERE NOT a.unlimited AND g.b - st.b - h.b < 0`},
+	{"a hold is settled or released at most once, by an entry of its own account, run and attempt, for at most what it held", `
+		SELECT 'hold ' || h.id || ' is closed ' || count(*) || ' times'
+		FROM ledger_entries h JOIN ledger_entries c ON c.hold_id = h.id GROUP BY h.id HAVING count(*) > 1
+		UNION ALL
+		SELECT 'entry ' || c.id || ' (' || c.kind || ' of ' || c.bytes || ') closes hold ' || h.id || ' of ' || h.bytes || ' bytes'
+		FROM ledger_entries c JOIN ledger_entries h ON h.id = c.hold_id
+		WHERE h.kind <> 'hold' OR c.account <> h.account OR c.run_id <> h.run_id OR c.attempt_no <> h.attempt_no
+		   OR c.bytes > h.bytes OR (c.kind = 'release' AND c.bytes <> h.bytes)`},
+	{"no open hold on an ended attempt without a visible reason", `
+		SELECT 'run ' || a.run_id || ' attempt ' || a.attempt_no || ' ended with hold ' || h.id || ' open and no reason'
+		FROM ledger_entries h JOIN attempts a ON a.run_id = h.run_id AND a.attempt_no = h.attempt_no
+		WHERE h.kind = 'hold' AND a.ended_at IS NOT NULL AND a.settle_deferred IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)`},
+	{"a run never holds or is charged more than its budget, and a live backup holds for its live attempt", `
+		SELECT 'run ' || r.id || ' has held and been charged ' || sum(CASE WHEN c.kind = 'settle' THEN c.bytes
+			WHEN c.id IS NULL THEN h.bytes ELSE 0 END) || ' of a budget of ' || r.budget_bytes
+		FROM runs r JOIN ledger_entries h ON h.run_id = r.id AND h.kind = 'hold'
+		LEFT JOIN ledger_entries c ON c.hold_id = h.id
+		GROUP BY r.id, r.budget_bytes
+		HAVING sum(CASE WHEN c.kind = 'settle' THEN c.bytes WHEN c.id IS NULL THEN h.bytes ELSE 0 END) > r.budget_bytes
+		UNION ALL
+		SELECT 'live backup run ' || r.id || ' attempt ' || a.attempt_no || ' has no hold'
+		FROM runs r JOIN attempts a ON a.run_id = r.id AND a.ended_at IS NULL JOIN jobs j ON j.id = r.job_id
+		WHERE r.kind = 'backup' AND r.status IN ('queued', 'running')
+		  AND NOT EXISTS (SELECT 1 FROM ledger_entries h WHERE h.kind = 'hold' AND h.run_id = r.id AND h.attempt_no = a.attempt_no)`},
 	{"a forget run deletes exactly what its plan decided", `
 		SELECT 'forget run ' || r.id || ' deletes other snapshots than plan ' || p.id
 		FROM runs r JOIN retention_plans p ON p.id = r.plan_id

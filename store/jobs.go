@@ -60,6 +60,10 @@ type Job struct {
 	// same zone); "" never. NextPruneAt is its next slot.
 	PruneSchedule string
 	NextPruneAt   *time.Time
+	// Account is the ledger account the job's runs are charged to ("" is DefaultAccount);
+	// MaxAdded, if set, is what one run may add to the repository (its budget).
+	Account  string
+	MaxAdded *int64
 }
 
 // jobColumns reads a job aliased as j.
@@ -67,7 +71,7 @@ const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.pat
 	j.run_as_group, j.nice, j.io_scheduling_class, j.runtime_max, j.created_at, coalesce(j.last_outcome, ''), j.last_run_id,
 	j.command, j.schedule, j.time_zone, j.catch_up, j.next_run_at, j.missed_slots, j.overlap_skips, j.last_skip_at,
 	coalesce(j.last_skip_why, ''), j.retry_max, j.retry_backoff, j.windows, j.priority, coalesce(j.depends_on, ''),
-	j.retention, j.retention_max_delete, j.retention_min_keep, j.prune_schedule, j.next_prune_at`
+	j.retention, j.retention_max_delete, j.retention_min_keep, j.prune_schedule, j.next_prune_at, j.account, j.max_added`
 
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
@@ -76,7 +80,7 @@ func scanJob(row pgx.Row) (Job, error) {
 		&j.User, &j.Group, &j.Nice, &j.IOSchedulingClass, &runtimeMax, &j.CreatedAt, &j.LastOutcome, &j.LastRunID,
 		&j.Command, &j.Schedule, &j.TimeZone, &j.CatchUp, &j.NextRunAt, &j.MissedSlots, &j.OverlapSkips, &j.LastSkipAt,
 		&j.LastSkipWhy, &j.RetryMax, &j.RetryBackoff, &j.Windows, &j.Priority, &j.DependsOn,
-		&j.Retention, &j.RetentionMaxDelete, &j.RetentionMinKeep, &j.PruneSchedule, &j.NextPruneAt)
+		&j.Retention, &j.RetentionMaxDelete, &j.RetentionMinKeep, &j.PruneSchedule, &j.NextPruneAt, &j.Account, &j.MaxAdded)
 	if runtimeMax != nil {
 		j.RuntimeMax = *runtimeMax
 	}
@@ -87,14 +91,14 @@ func scanJob(row pgx.Row) (Job, error) {
 const jobSettings = `engine, repository, password_file, paths, excludes, run_as_user, run_as_group,
 	nice, io_scheduling_class, runtime_max, command, schedule, time_zone, catch_up, next_run_at, retry_max,
 	retry_backoff, windows, priority, depends_on, retention, retention_max_delete, retention_min_keep,
-	prune_schedule, next_prune_at`
+	prune_schedule, next_prune_at, account, max_added`
 
 func settingValues(j Job) []any {
 	return []any{j.Engine, j.Repository, j.PasswordFile, nonNil(j.Paths), nonNil(j.Excludes), j.User, j.Group,
 		j.Nice, j.IOSchedulingClass, durationToInterval(j.RuntimeMax), nonNil(j.Command), j.Schedule, j.TimeZone,
 		j.CatchUp, j.NextRunAt, j.RetryMax, j.RetryBackoff, nonNil(j.Windows), j.Priority, nullIfEmpty(j.DependsOn),
 		nilIfEmpty(j.Retention), cmp.Or(j.RetentionMaxDelete, DefaultRetentionMaxDelete), j.RetentionMinKeep,
-		j.PruneSchedule, j.NextPruneAt}
+		j.PruneSchedule, j.NextPruneAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded}
 }
 
 // DefaultRetentionMaxDelete is the share of a job's snapshots one retention plan may delete
@@ -135,6 +139,9 @@ func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
 	if isUniqueViolation(err) {
 		return Job{}, fmt.Errorf("job %q: %w", j.Name, ErrJobExists)
 	}
+	if err = unknownAccount(err, j.Account); errors.Is(err, ErrNotFound) {
+		return Job{}, err
+	}
 	if err != nil {
 		return Job{}, fmt.Errorf("create job %s: %w", j.Name, err)
 	}
@@ -162,7 +169,7 @@ func (s *Store) UpdateJob(ctx context.Context, name string, edit func(*Job) erro
 			WHERE j.id = $1
 			RETURNING `+jobColumns, append([]any{j.ID}, settingValues(j)...)...))
 		if err != nil {
-			return err
+			return unknownAccount(err, j.Account)
 		}
 		return notify(ctx, tx, "job:"+name)
 	})

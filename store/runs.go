@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/ledger"
 )
 
 // Run statuses (DESIGN.md §2).
@@ -62,6 +63,9 @@ type Run struct {
 	Kind            string     // KindBackup, KindPrune or KindForget
 	ForgetIDs       []string   // the snapshots a forget run deletes
 	PlanID          *uuid.UUID // the retention plan a forget run applies
+	BudgetBytes     *int64     // what the run may add over all its attempts
+	HeldBytes       int64      // its open holds
+	SettledBytes    int64      // what its attempts were charged
 }
 
 // Progress is the newest progress report an attempt's journal made.
@@ -95,27 +99,35 @@ type Attempt struct {
 	FirstItemError   string
 	Fatal            string
 	Summary          json.RawMessage // the engine's own summary, as it reported it; nil if none yet
+	RepoBytesBefore  *int64          // size of its local repository when it was spawned
+	SettleDeferred   string          // why its hold is still open after it ended
+	HoldBytes        *int64          // its hold, open or closed; nil if it has none
 }
 
 const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason, ''), r.stop_requested_at,
 	r.created_at, r.started_at, r.finished_at, r.reason, r.failure_class, coalesce(r.snapshot_id, ''),
 	r.bytes_added, r.bytes_processed, r.files_processed, r.files_skipped,
 	r.planned_at, r.not_before, coalesce(r.waiting_reason, ''), r.retry_of, r.retry_number, r.retried_by, r.kind,
-	r.forget_ids, r.plan_id`
+	r.forget_ids, r.plan_id, r.budget_bytes,
+	coalesce((SELECT sum(h.bytes) FROM ledger_entries h WHERE h.run_id = r.id AND h.kind = 'hold'
+		AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)), 0)::bigint,
+	coalesce((SELECT sum(e.bytes) FROM ledger_entries e WHERE e.run_id = r.id AND e.kind = 'settle'), 0)::bigint`
 
 func runDest(r *Run) []any {
 	return []any{&r.ID, &r.JobName, &r.Trigger, &r.Status, &r.PausedReason, &r.StopRequestedAt,
 		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Reason, &r.FailureClass, &r.SnapshotID,
 		&r.BytesAdded, &r.BytesProcessed, &r.FilesProcessed, &r.FilesSkipped,
 		&r.PlannedAt, &r.NotBefore, &r.WaitingReason, &r.RetryOf, &r.RetryNumber, &r.RetriedBy, &r.Kind,
-		&r.ForgetIDs, &r.PlanID}
+		&r.ForgetIDs, &r.PlanID, &r.BudgetBytes, &r.HeldBytes, &r.SettledBytes}
 }
 
 const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, a.created_at, a.spawn_claimed_at,
 	a.started_at, a.ended_at, coalesce(a.service_result, ''), coalesce(a.exit_code, ''), coalesce(a.exit_status, ''),
 	a.journal_offset, a.journal_last_seq, a.journal_last_hash, a.quarantined_at, coalesce(a.quarantine_reason, ''),
 	a.last_event_at, a.percent_done, a.files_done, a.total_files, a.bytes_done, a.total_bytes,
-	a.item_errors, coalesce(a.first_item_error, ''), coalesce(a.fatal, ''), a.summary`
+	a.item_errors, coalesce(a.first_item_error, ''), coalesce(a.fatal, ''), a.summary,
+	a.repo_bytes_before, coalesce(a.settle_deferred, ''),
+	(SELECT h.bytes FROM ledger_entries h WHERE h.kind = 'hold' AND h.run_id = a.run_id AND h.attempt_no = a.attempt_no)`
 
 type attemptScan struct {
 	a                                         Attempt
@@ -129,7 +141,8 @@ func (s *attemptScan) dest() []any {
 		&a.StartedAt, &a.EndedAt, &a.ServiceResult, &a.ExitCode, &a.ExitStatus,
 		&a.Cursor.Offset, &a.Cursor.LastSeq, &a.Cursor.LastHash, &a.QuarantinedAt, &a.QuarantineReason,
 		&a.LastEventAt, &s.percent, &s.filesDone, &s.totalFiles, &s.bytesDone, &s.totalBy,
-		&a.ItemErrors, &a.FirstItemError, &a.Fatal, &a.Summary}
+		&a.ItemErrors, &a.FirstItemError, &a.Fatal, &a.Summary,
+		&a.RepoBytesBefore, &a.SettleDeferred, &a.HoldBytes}
 }
 
 func (s *attemptScan) attempt() Attempt {
@@ -189,6 +202,12 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (Run, 
 		if _, err := tx.Exec(ctx, `UPDATE jobs SET last_run_id = $1 WHERE id = $2`, id, jobID); err != nil {
 			return err
 		}
+		if _, err := holdOrPause(ctx, tx, id, 1); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.id = $1`, id).Scan(runDest(&run)...); err != nil {
+			return err
+		}
 		return notify(ctx, tx, id.String())
 	})
 	if err != nil {
@@ -201,16 +220,17 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (Run, 
 // The rest of the job is read only where it is needed (spawning), to keep the sweep's one
 // query small.
 type LiveRun struct {
-	Run       Run
-	Attempt   Attempt
-	JobEngine string
+	Run           Run
+	Attempt       Attempt
+	JobEngine     string
+	JobRepository string
 }
 
 // LiveRuns lists every run in a live status with its live attempt: higher job priority first,
 // then oldest first.
 func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT `+runColumns+`, `+attemptColumns+`, coalesce(j.engine, '')
+		SELECT `+runColumns+`, `+attemptColumns+`, coalesce(j.engine, ''), coalesce(j.repository, '')
 		FROM runs r
 		-- A lateral subquery that cannot be flattened (OFFSET 0) stays one index lookup per run:
 		-- with statistics that lag behind a burst of admissions, a plain join went quadratic.
@@ -227,7 +247,7 @@ func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 		var l LiveRun
 		var as attemptScan
 		dest := append(runDest(&l.Run), as.dest()...)
-		if err := rows.Scan(append(dest, &l.JobEngine)...); err != nil {
+		if err := rows.Scan(append(dest, &l.JobEngine, &l.JobRepository)...); err != nil {
 			return nil, fmt.Errorf("list live runs: %w", err)
 		}
 		l.Attempt = as.attempt()
@@ -409,6 +429,8 @@ type Ending struct {
 	FilesSkipped   int64
 	// Retry, if set, admits a retry of the failed run in the same transaction.
 	Retry *Retry
+	// Settlement closes or defers the attempt's hold in the same transaction; nil leaves it.
+	Settlement *ledger.Settlement
 }
 
 // Retry is a new run that repeats a run which failed for a transient reason.
@@ -446,8 +468,14 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 			e.RunID, e.Attempt, e.At, e.Status, e.Reason, e.FailureClass, e.PausedReason,
 			e.ServiceResult, e.ExitCode, e.ExitStatus, e.SnapshotID, e.BytesAdded, e.BytesProcessed,
 			e.FilesProcessed, e.FilesSkipped).Scan(&finished)
-		if err != nil || finished != 1 || e.Retry == nil {
+		if err != nil || finished != 1 {
 			return err
+		}
+		if err := applySettlement(ctx, tx, e.RunID, e.Attempt, e.Settlement, "holdfast"); err != nil {
+			return err
+		}
+		if e.Retry == nil {
+			return nil
 		}
 		rt := e.Retry
 		if _, err := tx.Exec(ctx, `
@@ -462,7 +490,10 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 		if _, err := tx.Exec(ctx, `UPDATE runs SET retried_by = $2 WHERE id = $1`, e.RunID, rt.ID); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE jobs SET last_run_id = $2 WHERE last_run_id = $1`, e.RunID, rt.ID)
+		if _, err = tx.Exec(ctx, `UPDATE jobs SET last_run_id = $2 WHERE last_run_id = $1`, e.RunID, rt.ID); err != nil {
+			return err
+		}
+		_, err = holdOrPause(ctx, tx, rt.ID, 1)
 		return err
 	})
 	if err != nil {
@@ -471,31 +502,50 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 	return finished == 1, nil
 }
 
-// Restart ends the live attempt (guarded) with the marker fields it left, if any, and opens the
-// next one with no unit yet; the run goes back to queued. It reports false if the attempt was no
-// longer live.
-func (s *Store) Restart(ctx context.Context, runID uuid.UUID, attempt int, at time.Time, serviceResult, exitCode, exitStatus string) (bool, error) {
-	var moved bool
-	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+// Restart ends the live attempt (guarded) with the marker fields it left, if any, settles its
+// hold, and opens the next one with no unit yet and a hold of what is left of the run's budget;
+// the run goes back to queued. If the run may not hold more, it ends paused instead, with the
+// reason in paused. It reports false if the attempt was no longer live.
+func (s *Store) Restart(ctx context.Context, runID uuid.UUID, attempt int, at time.Time, serviceResult, exitCode, exitStatus string,
+	settlement *ledger.Settlement) (moved bool, paused string, err error) {
+	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE attempts SET ended_at = $3, service_result = nullif($4, ''), exit_code = nullif($5, ''), exit_status = nullif($6, '')
 			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL`, runID, attempt, at, serviceResult, exitCode, exitStatus)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
+		moved = true
+		if err := applySettlement(ctx, tx, runID, attempt, settlement, "holdfast"); err != nil {
+			return err
+		}
+		p, err := planHold(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		if p.pausedCode != "" {
+			paused = p.pausedText
+			_, err := tx.Exec(ctx, `
+				WITH r AS (
+					UPDATE runs SET status = 'paused', paused_reason = $2, reason = $3, finished_at = $4, waiting_reason = NULL
+					WHERE id = $1 RETURNING id, job_id)
+				UPDATE jobs SET last_outcome = 'paused' FROM r WHERE jobs.id = r.job_id AND jobs.last_run_id = r.id`,
+				runID, p.pausedCode, p.pausedText, at)
+			return err
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, $2)`, runID, attempt+1); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE runs SET status = 'queued' WHERE id = $1`, runID); err != nil {
+		if err := insertHold(ctx, tx, p, runID, attempt+1); err != nil {
 			return err
 		}
-		moved = true
-		return nil
+		_, err = tx.Exec(ctx, `UPDATE runs SET status = 'queued' WHERE id = $1`, runID)
+		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("restart run %s after attempt %d: %w", runID, attempt, err)
+		return false, "", fmt.Errorf("restart run %s after attempt %d: %w", runID, attempt, err)
 	}
-	return moved, nil
+	return moved, paused, nil
 }
 
 // RequestStop records the operator's stop intent on a live run (idempotent) and notifies the
@@ -653,9 +703,20 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 		if found {
 			return &ConflictError{Msg: fmt.Sprintf("run %s cannot be resumed while the job has a live run %s", runID, live)}
 		}
-		if _, err := tx.Exec(ctx, `
+		var next int
+		if err := tx.QueryRow(ctx, `
 			INSERT INTO attempts (run_id, attempt_no)
-			SELECT $1, max(attempt_no) + 1 FROM attempts WHERE run_id = $1`, runID); err != nil {
+			SELECT $1, max(attempt_no) + 1 FROM attempts WHERE run_id = $1 RETURNING attempt_no`, runID).Scan(&next); err != nil {
+			return err
+		}
+		p, err := planHold(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		if p.pausedCode != "" {
+			return &ConflictError{Msg: fmt.Sprintf("run %s cannot resume yet: %s", runID, strings.TrimPrefix(p.pausedText, "paused ("+p.pausedCode+"): "))}
+		}
+		if err := insertHold(ctx, tx, p, runID, next); err != nil {
 			return err
 		}
 		err = tx.QueryRow(ctx, `

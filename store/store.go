@@ -84,6 +84,16 @@ func (s *Store) Listen(ctx context.Context, wake func()) error {
 	}
 }
 
+// unknownAccount turns the violation of a job's account reference into a message that says
+// what to do; other errors pass unchanged.
+func unknownAccount(err error, account string) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" && pgErr.ConstraintName == "jobs_account_fkey" {
+		return fmt.Errorf("account %q: %w: add it first (holdfast account add %s --quota SIZE)", account, ErrNotFound, account)
+	}
+	return err
+}
+
 func isUniqueViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23505"

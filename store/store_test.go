@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
@@ -123,7 +124,7 @@ func TestGuardedWrites(t *testing.T) {
 		}
 	}
 	// A restart of an attempt that already ended does nothing.
-	moved, err := st.Restart(ctx, run.ID, 1, time.Now(), "", "", "")
+	moved, _, err := st.Restart(ctx, run.ID, 1, time.Now(), "", "", "", nil)
 	if err != nil || moved {
 		t.Fatalf("restart of an ended attempt: moved=%v err=%v", moved, err)
 	}
@@ -145,7 +146,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved, err := st.Restart(ctx, run.ID, 1, time.Now(), "", "", "")
+	moved, _, err := st.Restart(ctx, run.ID, 1, time.Now(), "", "", "", &ledger.Settlement{Release: true, Source: "it never ran"})
 	if err != nil || !moved {
 		t.Fatalf("restart: moved=%v err=%v", moved, err)
 	}

@@ -263,6 +263,12 @@ func TestCorruptJournalAndMarker(t *testing.T) {
 	if r.SnapshotID == "" || r.BytesAdded != nil || !strings.Contains(r.Reason, "found in the repository") {
 		t.Fatalf("run = %+v, want the snapshot from the repair channel and bytes_added unknown", r)
 	}
+	// Its charge is not restic's figure, which was lost, but the measured growth of its own
+	// repository, and says so: never zero, never the whole hold by default.
+	settle := w.ledger("default").entries(id, "settle")[1]
+	if r.HoldBytes != 0 || settle.Bytes <= 0 || r.SettledBytes != settle.Bytes || !strings.Contains(settle.Note, "measured growth") {
+		t.Fatalf("run %+v charged %+v, want the measured growth of its repository", r, settle)
+	}
 
 	// Now a run whose marker is corrupted while no daemon watches.
 	d.kill()

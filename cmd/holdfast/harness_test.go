@@ -199,7 +199,11 @@ type runJSON struct {
 	ID             string  `json:"id"`
 	Job            string  `json:"job"`
 	Status         string  `json:"status"`
+	PausedReason   string  `json:"paused_reason"`
 	Reason         string  `json:"reason"`
+	BudgetBytes    *int64  `json:"budget_bytes"`
+	HoldBytes      int64   `json:"hold_bytes"`
+	SettledBytes   int64   `json:"settled_bytes"`
 	FailureClass   string  `json:"failure_class"`
 	SnapshotID     string  `json:"snapshot_id"`
 	BytesAdded     *int64  `json:"bytes_added"`
@@ -218,6 +222,7 @@ type runJSON struct {
 		ExitCode         string `json:"exit_code"`
 		ExitStatus       string `json:"exit_status"`
 		QuarantineReason string `json:"quarantine_reason"`
+		SettleDeferred   string `json:"settle_deferred"`
 	} `json:"attempts"`
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
@@ -45,10 +46,11 @@ func newJobCmd(g *globals) *cobra.Command {
 
 // jobFlags binds the settings an operator can give a job (add) or change (edit).
 type jobFlags struct {
-	job    store.Job
-	nice   int
-	policy policyFlags
-	guard  guardFlags
+	job      store.Job
+	nice     int
+	maxAdded string
+	policy   policyFlags
+	guard    guardFlags
 }
 
 func (jf *jobFlags) bind(f *pflag.FlagSet) {
@@ -72,6 +74,8 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.StringArrayVar(&j.Windows, "window", nil, `maintenance window in which no run of the job starts, e.g. "Sat 01:00-05:00" (repeatable)`)
 	f.IntVar(&j.Priority, "priority", 0, "higher runs first when runs wait for a free place")
 	f.StringVar(&j.DependsOn, "depends-on", "", "a job whose last run must have succeeded before this one starts")
+	f.StringVar(&j.Account, "account", store.DefaultAccount, "the ledger account the job's runs are charged to")
+	f.StringVar(&jf.maxAdded, "max-added", "", `what one run may add to the repository, e.g. 5GiB ("" : estimated from the job's history)`)
 	f.StringVar(&j.PruneSchedule, "prune-schedule", "", `when to prune the repository (restic prune), a schedule like --schedule; "" never`)
 	jf.policy.bind(f)
 	jf.guard.bind(f)
@@ -91,12 +95,28 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *store.Job) error {
 		"retry-max": func() { j.RetryMax = src.RetryMax }, "retry-backoff": func() { j.RetryBackoff = src.RetryBackoff },
 		"window": func() { j.Windows = src.Windows }, "priority": func() { j.Priority = src.Priority },
 		"depends-on": func() { j.DependsOn = src.DependsOn }, "prune-schedule": func() { j.PruneSchedule = src.PruneSchedule },
+		"account": func() { j.Account = src.Account },
 	}
 	f.Visit(func(flag *pflag.Flag) {
 		if fn, ok := set[flag.Name]; ok {
 			fn()
 		}
 	})
+	if f.Changed("max-added") {
+		j.MaxAdded = nil
+		if jf.maxAdded != "" {
+			n, err := ledger.ParseSize(jf.maxAdded)
+			if err != nil {
+				return badInput("--max-added: %v", err)
+			}
+			j.MaxAdded = &n
+		}
+	}
+	if f.Changed("account") {
+		if err := job.ValidateName(j.Account); err != nil {
+			return badInput("--account %q: an account name is lower-case letters, digits, '.', '_' and '-'", j.Account)
+		}
+	}
 	return applyRetention(f, &jf.policy, &jf.guard, j)
 }
 
@@ -252,6 +272,8 @@ type jobOut struct {
 	RetentionMinKeep   int               `json:"retention_min_keep"`
 	PruneSchedule      string            `json:"prune_schedule"`
 	NextPruneAt        *string           `json:"next_prune_at"`
+	Account            string            `json:"account"`
+	MaxAddedBytes      *int64            `json:"max_added_bytes"`
 }
 
 func jobJSON(j store.Job) jobOut {
@@ -271,6 +293,7 @@ func jobJSON(j store.Job) jobOut {
 	}
 	o.RetentionMaxDelete, o.RetentionMinKeep = j.RetentionMaxDelete, j.RetentionMinKeep
 	o.PruneSchedule, o.NextPruneAt = j.PruneSchedule, timeStr(j.NextPruneAt)
+	o.Account, o.MaxAddedBytes = j.Account, j.MaxAdded
 	return o
 }
 
@@ -399,6 +422,11 @@ func newJobShowCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintln(w)
 				}
+				budget := "estimated from the job's recent runs"
+				if j.MaxAdded != nil {
+					budget = "at most " + ledger.FormatSize(*j.MaxAdded) + " per run"
+				}
+				fmt.Fprintf(w, "account:       %s (%s)\n", j.Account, budget)
 				fmt.Fprintf(w, "last outcome:  %s\n", dash(j.LastOutcome))
 				return nil
 			})

@@ -58,6 +58,7 @@ func TestGracefulReboot(t *testing.T) {
 		if r.Attempts[0].Unit == r.Attempts[1].Unit {
 			t.Fatalf("run %d: both attempts used unit %s", i, r.Attempts[0].Unit)
 		}
+		w.restartCharges(r)
 		w.noLocks(repos[i][0], repos[i][1])
 	}
 	w.checkInvariants()
@@ -85,6 +86,7 @@ func TestHardCrash(t *testing.T) {
 		// blocked by it, and `restic unlock` (each attempt's ExecStartPre) removes it once restic
 		// sees it stale: here, once PID 1 has reaped the killed process.
 		w.staleLocksCleared(repos[i][0], repos[i][1])
+		w.restartCharges(r)
 	}
 	w.checkInvariants()
 }

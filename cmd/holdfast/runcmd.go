@@ -34,6 +34,8 @@ type attemptOut struct {
 	ExitCode         string  `json:"exit_code"`
 	ExitStatus       string  `json:"exit_status"`
 	QuarantineReason string  `json:"quarantine_reason,omitempty"`
+	HoldBytes        *int64  `json:"hold_bytes"`
+	SettleDeferred   string  `json:"settle_deferred,omitempty"`
 }
 
 type progressOut struct {
@@ -69,6 +71,9 @@ type runOut struct {
 	RetryOf         string       `json:"retry_of,omitempty"`
 	RetryNumber     int          `json:"retry_number,omitempty"`
 	RetriedBy       string       `json:"retried_by,omitempty"`
+	BudgetBytes     *int64       `json:"budget_bytes"`
+	HoldBytes       int64        `json:"hold_bytes"`
+	SettledBytes    int64        `json:"settled_bytes"`
 	ForgetIDs       []string     `json:"forget_ids,omitempty"`
 	PlanID          string       `json:"plan_id,omitempty"`
 	Attempts        []attemptOut `json:"attempts,omitempty"`
@@ -97,13 +102,15 @@ func runJSON(r store.Run, attempts []store.Attempt) runOut {
 		o.RetriedBy = r.RetriedBy.String()
 	}
 	o.ForgetIDs = r.ForgetIDs
+	o.BudgetBytes, o.HoldBytes, o.SettledBytes = r.BudgetBytes, r.HeldBytes, r.SettledBytes
 	if r.PlanID != nil {
 		o.PlanID = r.PlanID.String()
 	}
 	for _, a := range attempts {
 		o.Attempts = append(o.Attempts, attemptOut{Attempt: a.No, Unit: a.Unit, Host: a.Host,
 			StartedAt: timeStr(a.StartedAt), EndedAt: timeStr(a.EndedAt), ServiceResult: a.ServiceResult,
-			ExitCode: a.ExitCode, ExitStatus: a.ExitStatus, QuarantineReason: a.QuarantineReason})
+			ExitCode: a.ExitCode, ExitStatus: a.ExitStatus, QuarantineReason: a.QuarantineReason,
+			HoldBytes: a.HoldBytes, SettleDeferred: a.SettleDeferred})
 	}
 	if n := len(attempts); n > 0 && store.Live(r.Status) {
 		if p := attempts[n-1].Progress; p != nil {
@@ -153,9 +160,17 @@ func newRunStartCmd(g *globals) *cobra.Command {
 				}
 				if !wait {
 					if asJSON {
-						return writeJSON(cmd.OutOrStdout(), runJSON(run, nil))
+						if err := writeJSON(cmd.OutOrStdout(), runJSON(run, nil)); err != nil {
+							return err
+						}
+					} else if run.Status == store.StatusPaused {
+						fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s %s\n", run.ID, run.JobName, run.Reason)
+					} else {
+						fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s queued\n", run.ID, run.JobName)
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s queued\n", run.ID, run.JobName)
+					if run.Status == store.StatusPaused {
+						return exitCodeError{exitPaused} // admitted, but its account could not hold it
+					}
 					return nil
 				}
 				if !asJSON {

@@ -1,0 +1,317 @@
+package main_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+type ledgerJSON struct {
+	Account      string      `json:"account"`
+	QuotaBytes   *int64      `json:"quota_bytes"`
+	BalanceBytes *int64      `json:"balance_bytes"`
+	SettledBytes int64       `json:"settled_bytes"`
+	HeldBytes    int64       `json:"held_bytes"`
+	OpenHolds    []holdJSON  `json:"open_holds"`
+	Deferred     []holdJSON  `json:"deferred"`
+	Entries      []entryJSON `json:"entries"`
+}
+
+type holdJSON struct {
+	RunID    string `json:"run_id"`
+	Attempt  int    `json:"attempt"`
+	Bytes    int64  `json:"bytes"`
+	Deferred string `json:"deferred"`
+}
+
+type entryJSON struct {
+	ID      int64   `json:"id"`
+	Kind    string  `json:"kind"`
+	Bytes   int64   `json:"bytes"`
+	RunID   *string `json:"run_id"`
+	Attempt *int    `json:"attempt"`
+	HoldID  *int64  `json:"hold_id"`
+	Actor   string  `json:"actor"`
+	Note    string  `json:"note"`
+}
+
+func (w *world) ledger(account string) ledgerJSON {
+	w.t.Helper()
+	var l ledgerJSON
+	if err := json.Unmarshal([]byte(w.mustRun("ledger", "show", account, "--json", "--limit", "1000")), &l); err != nil {
+		w.t.Fatal(err)
+	}
+	return l
+}
+
+// entries returns the run's ledger entries of one kind, by attempt.
+func (l ledgerJSON) entries(run, kind string) map[int]entryJSON {
+	out := map[int]entryJSON{}
+	for _, e := range l.Entries {
+		if e.Kind == kind && e.RunID != nil && *e.RunID == run {
+			out[*e.Attempt] = e
+		}
+	}
+	return out
+}
+
+// restartCharges checks a run restarted once: attempt 1 was settled at what it added (the
+// measured growth of its repository: restic printed no summary), attempt 2 held only what was
+// left of the run's budget and was settled at restic's own figure, and the run's charge is the
+// sum of the two.
+func (w *world) restartCharges(r runJSON) {
+	w.t.Helper()
+	l := w.ledger("default")
+	holds, settles := l.entries(r.ID, "hold"), l.entries(r.ID, "settle")
+	if len(holds) != 2 || len(settles) != 2 || r.HoldBytes != 0 || r.BudgetBytes == nil {
+		w.t.Fatalf("run %s: holds %+v, settles %+v, still held %d; want two of each and nothing held", r.ID, holds, settles, r.HoldBytes)
+	}
+	if !strings.Contains(settles[1].Note, "measured growth") || settles[1].Bytes <= 0 {
+		w.t.Fatalf("run %s attempt 1 settled %+v, want its measured growth", r.ID, settles[1])
+	}
+	if want := *r.BudgetBytes - settles[1].Bytes; holds[2].Bytes != want {
+		w.t.Fatalf("run %s attempt 2 held %d, want what was left of the budget: %d - %d = %d", r.ID, holds[2].Bytes,
+			*r.BudgetBytes, settles[1].Bytes, want)
+	}
+	if r.BytesAdded == nil || settles[2].Bytes != *r.BytesAdded || !strings.Contains(settles[2].Note, "data_added") {
+		w.t.Fatalf("run %s attempt 2 settled %+v, want restic's data_added %v", r.ID, settles[2], r.BytesAdded)
+	}
+	if r.SettledBytes != settles[1].Bytes+settles[2].Bytes {
+		w.t.Fatalf("run %s charged %d, want the sum of its attempts %d + %d", r.ID, r.SettledBytes, settles[1].Bytes, settles[2].Bytes)
+	}
+}
+
+// A job with a 10 MiB ceiling backing up 50 MiB of fresh random data is stopped by the runaway
+// guard and ends paused (run_ceiling) with its repository unlocked, charged at most its hold, with
+// the source of the figure said. Raising the ceiling lets it resume; it is then charged the sum of
+// what each attempt added.
+func TestRunawayGuard(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	data := w.sampleData("data", 5, 50<<20)
+	w.mustRun("account", "add", "team", "--quota", "1GiB")
+	w.mustRun("job", "add", "big", "--repo", repo, "--password-file", pw, "--path", data, "--account", "team", "--max-added", "10MiB")
+	w.startDaemon()
+	res := w.run("run", "start", "big", "--wait", "--json")
+	var r runJSON
+	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil {
+		t.Fatalf("run start --wait: exit %d, %v\n%s%s", res.code, err, res.stdout, res.stderr)
+	}
+	if res.code != 6 || r.Status != "paused" || r.PausedReason != "run_ceiling" {
+		t.Fatalf("run start --wait: exit %d, run %+v; want exit 6, paused (run_ceiling)", res.code, r)
+	}
+	w.noLocks(repo, pw)
+	l := w.ledger("team")
+	settle, ok := l.entries(r.ID, "settle")[1]
+	if !ok || r.HoldBytes != 0 || r.SettledBytes != settle.Bytes || settle.Bytes > 10<<20 || settle.Bytes <= 0 {
+		t.Fatalf("run %+v charged %+v, want a settlement of at most the 10 MiB hold", r, settle)
+	}
+	if !strings.Contains(settle.Note, "measured growth of the local repository") {
+		t.Fatalf("settlement note %q does not say where its figure comes from", settle.Note)
+	}
+	if *l.BalanceBytes != 1<<30-settle.Bytes || *l.QuotaBytes != 1<<30 {
+		t.Fatalf("account team: quota %d balance %d, want 1 GiB less the charge %d", *l.QuotaBytes, *l.BalanceBytes, settle.Bytes)
+	}
+
+	// Its budget is spent: it resumes only with a higher ceiling, and then holds only the rest.
+	if res := w.run("run", "resume", r.ID); res.code != 2 || !strings.Contains(res.stderr, "--max-added") {
+		t.Fatalf("resume with the budget spent: exit %d, %q; want exit 2 naming --max-added", res.code, res.stderr)
+	}
+	w.mustRun("job", "edit", "big", "--max-added", "200MiB")
+	w.mustRun("run", "resume", r.ID)
+	r = w.waitRun(r.ID, "the end", ended)
+	if r.Status != "succeeded" {
+		t.Fatalf("resumed run = %+v, want succeeded", r)
+	}
+	l = w.ledger("team")
+	holds, settles := l.entries(r.ID, "hold"), l.entries(r.ID, "settle")
+	if holds[2].Bytes != 200<<20-settles[1].Bytes || r.BytesAdded == nil || settles[2].Bytes != *r.BytesAdded ||
+		r.SettledBytes != settles[1].Bytes+settles[2].Bytes {
+		t.Fatalf("after resume: holds %+v settles %+v run %+v; want attempt 2 to hold the rest of 200 MiB and be charged restic's figure", holds, settles, r)
+	}
+	w.checkInvariants()
+}
+
+// Twenty runs admitted at once against an account that covers ten: exactly ten are queued, ten
+// are paused (quota_exhausted) with the numbers, and the balance never goes below zero.
+func TestQuotaAdmission(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	data := w.sampleData("data", 1, 64<<10)
+	w.mustRun("account", "add", "team", "--quota", "100MiB")
+	for i := range 20 {
+		w.mustRun("job", "add", fmt.Sprintf("j%d", i), "--repo", repo, "--password-file", pw, "--path", data,
+			"--account", "team", "--max-added", "10MiB")
+	}
+	codes := make([]int, 20)
+	outs := make([]string, 20)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			cmd := exec.Command(w.bin, "run", "start", fmt.Sprintf("j%d", i), "--json")
+			cmd.Env = w.env()
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			var exitErr *exec.ExitError
+			if errors.As(err, &exitErr) {
+				codes[i] = exitErr.ExitCode()
+			} else if err != nil {
+				codes[i] = -1
+			}
+			outs[i] = out.String()
+		})
+	}
+	wg.Wait()
+	var queued, paused []string
+	for i, code := range codes {
+		var r runJSON
+		if err := json.Unmarshal([]byte(outs[i]), &r); err != nil {
+			t.Fatalf("run start j%d: exit %d, %s", i, code, outs[i])
+		}
+		switch {
+		case code == 0 && r.Status == "queued":
+			queued = append(queued, r.ID)
+		case code == 6 && r.Status == "paused" && r.PausedReason == "quota_exhausted" && strings.Contains(r.Reason, "10 MiB"):
+			paused = append(paused, r.ID)
+		default:
+			t.Fatalf("run start j%d: exit %d, %+v", i, code, r)
+		}
+	}
+	if len(queued) != 10 || len(paused) != 10 {
+		t.Fatalf("%d queued and %d paused, want 10 and 10", len(queued), len(paused))
+	}
+	l := w.ledger("team")
+	if *l.BalanceBytes != 0 || l.HeldBytes != 100<<20 || len(l.OpenHolds) != 10 {
+		t.Fatalf("account team: balance %d, held %d, %d open holds; want 0, 100 MiB, 10", *l.BalanceBytes, l.HeldBytes, len(l.OpenHolds))
+	}
+	w.checkInvariants()
+
+	// The ten run and settle at what they added; a grant lets a paused one resume.
+	w.startDaemon()
+	var charged int64
+	for _, id := range queued {
+		r := w.waitRun(id, "the end", ended)
+		if r.Status != "succeeded" || r.BytesAdded == nil || r.SettledBytes != *r.BytesAdded {
+			t.Fatalf("run %+v, want succeeded and charged restic's figure", r)
+		}
+		charged += r.SettledBytes
+	}
+	l = w.ledger("team")
+	if l.HeldBytes != 0 || *l.BalanceBytes != 100<<20-charged {
+		t.Fatalf("account team after the runs: held %d, balance %d; want 0 and %d", l.HeldBytes, *l.BalanceBytes, 100<<20-charged)
+	}
+	w.mustRun("account", "grant", "team", "10MiB", "--why", "test")
+	w.mustRun("run", "resume", paused[0])
+	if r := w.waitRun(paused[0], "the end", ended); r.Status != "succeeded" {
+		t.Fatalf("resumed run = %+v", r)
+	}
+	w.checkInvariants()
+}
+
+// A run whose journal lost its summary while another run wrote to the same repository cannot be
+// charged from restic's figure nor from the repository's growth: its hold stays open, visible as
+// a deferral with the reason, until an operator settles it by hand, once.
+func TestLedgerDeferral(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	w.mustRun("job", "add", "big", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-big", 8, 200<<20))
+	w.mustRun("job", "add", "small", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-small", 1, 1<<20))
+	w.startDaemon()
+	big := w.startRun("big")
+	w.waitRun(big, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+	f, err := os.OpenFile(filepath.Join(w.state, "runs", big, "a1", "journal.jsonl"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("{this is not json\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	small := w.startRun("small")
+	if r := w.waitRun(small, "the end", ended); r.Status != "succeeded" || r.SettledBytes != *r.BytesAdded {
+		t.Fatalf("small run = %+v, want succeeded and charged restic's figure", r)
+	}
+	r := w.waitRun(big, "the end", ended)
+	if r.Status != "succeeded" {
+		t.Fatalf("big run = %+v, want succeeded", r)
+	}
+	if ended(runJSON{Status: w.show(small).Status}) && r.SettledBytes != 0 {
+		t.Fatalf("big run charged %d without a figure", r.SettledBytes)
+	}
+	l := w.ledger("default")
+	if len(l.Deferred) != 1 || l.Deferred[0].RunID != big || !strings.Contains(l.Deferred[0].Deferred, "wrote to the same repository") ||
+		r.HoldBytes != l.Deferred[0].Bytes || r.Attempts[0].SettleDeferred == "" {
+		t.Fatalf("deferred %+v, run %+v; want the big run's hold open with the reason", l.Deferred, r)
+	}
+	w.checkInvariants() // a deferral with a reason is no violation
+
+	w.mustRun("ledger", "settle", big, "--bytes", "150MiB", "--why", "restic stats before and after")
+	if res := w.run("ledger", "settle", big, "--bytes", "1MiB", "--why", "again"); res.code != 2 {
+		t.Fatalf("a second settlement: exit %d, %q; want exit 2", res.code, res.stderr)
+	}
+	r = w.show(big)
+	l = w.ledger("default")
+	settle := l.entries(big, "settle")[1]
+	if len(l.Deferred) != 0 || r.SettledBytes != 150<<20 || r.HoldBytes != 0 || !strings.Contains(settle.Note, "by hand") || settle.Actor == "" {
+		t.Fatalf("after settling by hand: deferred %+v, run %+v, entry %+v", l.Deferred, r, settle)
+	}
+	w.checkInvariants()
+}
+
+// Bad ledger input gets exit 2 and one line that says what to do, and changes nothing.
+func TestLedgerBadInput(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	data := w.sampleData("data", 1, 1<<10)
+	w.mustRun("account", "add", "team", "--quota", "1GiB")
+	w.mustRun("job", "add", "web", "--repo", repo, "--password-file", pw, "--path", data, "--account", "team")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"account", "add", "Team!", "--quota", "1GiB"}, "account name"},
+		{[]string{"account", "add", "other"}, "--quota is required"},
+		{[]string{"account", "add", "other", "--quota", "ten"}, `"ten"`},
+		{[]string{"account", "add", "other", "--quota", "1GiB", "--allowance", "1GiB", "--period", "fortnight"}, "--period"},
+		{[]string{"account", "add", "team", "--quota", "1GiB"}, "already exists"},
+		{[]string{"account", "grant", "nobody", "1GiB"}, "not found"},
+		{[]string{"account", "grant", "team", "0"}, "positive size"},
+		{[]string{"job", "add", "x", "--repo", repo, "--password-file", pw, "--path", data, "--account", "nobody"}, "holdfast account add nobody"},
+		{[]string{"job", "edit", "web", "--account", "nobody"}, "holdfast account add nobody"},
+		{[]string{"job", "edit", "web", "--max-added", "0"}, "positive size"},
+		{[]string{"ledger", "show", "nobody"}, "not found"},
+		{[]string{"ledger", "settle", "abcdef12"}, "--bytes and --why"},
+		{[]string{"ledger", "settle", "abcdef12", "--bytes", "lots", "--why", "x"}, "--bytes"},
+	} {
+		r := w.run(c.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 {
+			t.Errorf("holdfast %s: exit %d, stderr %q; want exit 2 and one line with %q", strings.Join(c.args, " "), r.code, r.stderr, c.want)
+		}
+	}
+	l := w.ledger("team")
+	if *l.QuotaBytes != 1<<30 || len(l.Entries) != 1 {
+		t.Fatalf("bad input changed the ledger: %+v", l)
+	}
+	var j struct {
+		Account       string `json:"account"`
+		MaxAddedBytes *int64 `json:"max_added_bytes"`
+	}
+	if err := json.Unmarshal([]byte(w.mustRun("job", "show", "web", "--json")), &j); err != nil || j.Account != "team" || j.MaxAddedBytes != nil {
+		t.Fatalf("bad input changed the job: %+v, %v", j, err)
+	}
+	if r := w.run("job", "show", "x"); r.code != 2 {
+		t.Fatal("a refused job add left a job behind")
+	}
+}

@@ -1,0 +1,111 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// settlement decides what the ended attempt a is charged against its hold, from the engine's
+// summary or the measured growth of its local repository; nil if it holds nothing.
+func (r *Reconciler) settlement(ctx context.Context, l store.LiveRun, a store.Attempt, spawned bool) *ledger.Settlement {
+	if a.HoldBytes == nil {
+		return nil
+	}
+	ev := ledger.Evidence{Spawned: spawned}
+	if s := summary(a); s != nil {
+		ev.DataAdded = &s.DataAdded
+	} else if spawned {
+		ev.Growth, ev.NoGrowth = r.growth(ctx, l, a)
+	}
+	st := ledger.Settle(*a.HoldBytes, ev)
+	return &st
+}
+
+// ran reports whether the attempt's unit may have run: its ExecStopPost left a marker, or
+// holdfast saw it started, or measured its repository just before starting it. An attempt with
+// none of these never reached systemd (a crash between the claim and the start), and its hold
+// comes back whole.
+func ran(a store.Attempt, m runner.Marker) bool {
+	if a.Unit == "" {
+		return false
+	}
+	return m.ServiceResult != "" || a.StartedAt != nil || a.RepoBytesBefore != nil
+}
+
+// growth is what the attempt's local repository grew by since it was spawned, if nothing else
+// wrote to it meanwhile; else why it is not known.
+func (r *Reconciler) growth(ctx context.Context, l store.LiveRun, a store.Attempt) (*int64, string) {
+	if _, local := ledger.Local(l.JobRepository); !local {
+		return nil, "the repository is not local, so its growth cannot be measured"
+	}
+	if a.RepoBytesBefore == nil {
+		return nil, "the repository was not measured when the attempt started"
+	}
+	other, err := r.cfg.Store.OtherWriter(ctx, a.RunID, a.No)
+	switch {
+	case err != nil:
+		return nil, "who else wrote to the repository could not be read: " + err.Error()
+	case other != nil:
+		return nil, fmt.Sprintf("run %s wrote to the same repository meanwhile, so its growth is not this attempt's alone", other)
+	}
+	size, err := ledger.RepoSize(l.JobRepository)
+	if err != nil {
+		return nil, "the repository could not be measured: " + err.Error()
+	}
+	grown := size - *a.RepoBytesBefore
+	return &grown, ""
+}
+
+// guard stops a running backup whose local repository grew by more than the attempt's hold: the
+// run is paused (run_ceiling) first, then its unit gets SIGINT, so restic removes its lock.
+func (r *Reconciler) guard(ctx context.Context, l store.LiveRun) error {
+	a := l.Attempt
+	if l.Run.Kind != store.KindBackup || a.HoldBytes == nil || a.RepoBytesBefore == nil {
+		return nil
+	}
+	r.watch(l) // after a daemon restart, the watch resumes here
+	grown, why := r.growth(ctx, l, a)
+	if grown == nil || *grown <= *a.HoldBytes {
+		if why != "" {
+			r.cfg.Logger.Debug("runaway guard cannot measure this run", "run", l.Run.ID, "why", why)
+		}
+		return nil
+	}
+	paused, err := r.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling)
+	if err != nil || !paused {
+		return err
+	}
+	r.cfg.Logger.Warn("runaway guard: the backup added more than its hold; stopping it", "run", l.Run.ID,
+		"hold", ledger.FormatSize(*a.HoldBytes), "added", ledger.FormatSize(*grown), "unit", a.Unit)
+	return r.cfg.Runner.Stop(ctx, a.Unit)
+}
+
+// settleDeferred tries again the settlements that found no figure when their attempt ended. A
+// figure can only come from the engine's summary here; the others stay open and visible until
+// an operator settles them (holdfast ledger settle).
+func (r *Reconciler) settleDeferred(ctx context.Context) error {
+	deferred, err := r.cfg.Store.DeferredSettlements(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range deferred {
+		if len(d.Summary) == 0 {
+			continue
+		}
+		var s engine.Summary
+		if err := json.Unmarshal(d.Summary, &s); err != nil {
+			continue
+		}
+		st := ledger.Settle(d.Hold, ledger.Evidence{Spawned: true, DataAdded: &s.DataAdded})
+		errs = append(errs, r.cfg.Store.SettleDeferred(ctx, d.RunID, d.Attempt, st))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,140 @@
+package reconcile
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// watchers follow the pack files running backups write into local repositories, so that the
+// runaway guard trips as a backup passes its hold, not only at the next pass: a fast backup
+// can add far more than its hold between two passes.
+type watchers struct {
+	mu     sync.Mutex
+	active map[watchKey]context.CancelFunc
+}
+
+type watchKey struct {
+	run     uuid.UUID
+	attempt int
+}
+
+// watch starts following the attempt's repository, unless it is followed already or is not a
+// local restic repository. It is safe to call on every pass.
+func (r *Reconciler) watch(l store.LiveRun) {
+	a := l.Attempt
+	dir, local := ledger.Local(l.JobRepository)
+	if l.Run.Kind != store.KindBackup || a.HoldBytes == nil || !local {
+		return
+	}
+	key := watchKey{l.Run.ID, a.No}
+	r.watchers.mu.Lock()
+	defer r.watchers.mu.Unlock()
+	if _, ok := r.watchers.active[key]; ok {
+		return
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		r.cfg.Logger.Warn("runaway guard: cannot watch the repository; it measures once per pass", "run", l.Run.ID, "err", err)
+		return
+	}
+	data := filepath.Join(dir, "data")
+	subdirs, _ := filepath.Glob(filepath.Join(data, "*"))
+	for _, d := range append([]string{data}, subdirs...) {
+		if err := w.Add(d); err != nil {
+			w.Close()
+			r.cfg.Logger.Warn("runaway guard: cannot watch the repository; it measures once per pass", "run", l.Run.ID, "err", err)
+			return
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if r.watchers.active == nil {
+		r.watchers.active = map[watchKey]context.CancelFunc{}
+	}
+	r.watchers.active[key] = cancel
+	go r.follow(ctx, w, l, *a.HoldBytes)
+}
+
+// unwatch stops following an attempt that ended.
+func (r *Reconciler) unwatch(run uuid.UUID, attempt int) {
+	r.watchers.mu.Lock()
+	defer r.watchers.mu.Unlock()
+	if cancel, ok := r.watchers.active[watchKey{run, attempt}]; ok {
+		cancel()
+		delete(r.watchers.active, watchKey{run, attempt})
+	}
+}
+
+// follow sums the sizes of the pack files written since it started; past the hold it pauses
+// the run (run_ceiling) and stops its unit, as the per-pass guard does. Files written by another
+// backup of the same repository count too: the pass's guard, which knows who else writes, is
+// the one that holds back there, so this one steps aside when it is not alone.
+func (r *Reconciler) follow(ctx context.Context, w *fsnotify.Watcher, l store.LiveRun, hold int64) {
+	defer w.Close()
+	sizes := map[string]int64{}
+	var total int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			r.cfg.Logger.Warn("runaway guard: watching the repository failed; it measures once per pass", "run", l.Run.ID, "err", err)
+			return
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			if !ev.Has(fsnotify.Create) && !ev.Has(fsnotify.Write) {
+				continue
+			}
+			info, err := os.Stat(ev.Name)
+			if err != nil || !info.Mode().IsRegular() {
+				continue
+			}
+			total += info.Size() - sizes[ev.Name]
+			sizes[ev.Name] = info.Size()
+			if total <= hold {
+				continue
+			}
+			if other, err := r.cfg.Store.OtherWriter(ctx, l.Run.ID, l.Attempt.No); err != nil || other != nil {
+				return
+			}
+			if paused, err := r.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling); err != nil || !paused {
+				return
+			}
+			r.cfg.Logger.Warn("runaway guard: the backup wrote more than its hold; stopping it", "run", l.Run.ID,
+				"hold", ledger.FormatSize(hold), "written", ledger.FormatSize(total), "unit", l.Attempt.Unit)
+			if err := r.cfg.Runner.Stop(ctx, l.Attempt.Unit); err != nil {
+				r.cfg.Logger.Warn("runaway guard: stop failed; the next pass asks again", "run", l.Run.ID, "err", err)
+			}
+			return
+		}
+	}
+}
+
+// pruneWatchers stops following attempts that are no longer live (ended by another daemon, or
+// by a pass that failed before it could unwatch them).
+func (r *Reconciler) pruneWatchers(live []store.LiveRun) {
+	keep := make(map[watchKey]bool, len(live))
+	for _, l := range live {
+		keep[watchKey{l.Run.ID, l.Attempt.No}] = true
+	}
+	r.watchers.mu.Lock()
+	defer r.watchers.mu.Unlock()
+	for key, cancel := range r.watchers.active {
+		if !keep[key] {
+			cancel()
+			delete(r.watchers.active, key)
+		}
+	}
+}

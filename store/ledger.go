@@ -1,0 +1,485 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/ledger"
+)
+
+// Ledger entry kinds.
+const (
+	EntryGrant   = "grant"
+	EntryHold    = "hold"
+	EntrySettle  = "settle"
+	EntryRelease = "release"
+)
+
+// Paused reasons the ledger gives a run.
+const (
+	PausedQuotaExhausted = "quota_exhausted" // its account could not hold what it needs
+	PausedRunCeiling     = "run_ceiling"     // it reached what it may add
+	// PausedSettlementDeferred: an earlier attempt's figure is unknown and its open hold leaves
+	// nothing of the run's budget; settling it by hand lets the run resume.
+	PausedSettlementDeferred = "settlement_deferred"
+)
+
+// DefaultAccount is the account of jobs that name none. It has no quota until given one.
+const DefaultAccount = "default"
+
+// Account is a ledger account with its sums.
+type Account struct {
+	Name            string
+	CreatedAt       time.Time
+	Unlimited       bool
+	AllowanceBytes  *int64 // per AllowancePeriod, on top of the quota
+	AllowancePeriod string // day, week or month
+	GrantedBytes    int64  // the quota: all grants
+	SettledBytes    int64
+	HeldBytes       int64 // open holds
+}
+
+// Balance is what the account can still hold: grants − settled − open holds.
+func (a Account) Balance() int64 { return a.GrantedBytes - a.SettledBytes - a.HeldBytes }
+
+// Entry is one ledger entry.
+type Entry struct {
+	ID        int64
+	Account   string
+	Kind      string
+	Bytes     int64
+	RunID     *uuid.UUID
+	Attempt   *int
+	HoldID    *int64
+	CreatedAt time.Time
+	Actor     string
+	Note      string
+}
+
+// OpenHold is a hold no settle or release has closed yet.
+type OpenHold struct {
+	Entry
+	JobName      string
+	AttemptEnded bool
+	Deferred     string // why it is still open after its attempt ended
+}
+
+const accountColumns = `a.name, a.created_at, a.unlimited, a.allowance_bytes, coalesce(a.allowance_period, ''),
+	coalesce((SELECT sum(bytes) FROM ledger_entries WHERE account = a.name AND kind = 'grant'), 0)::bigint,
+	coalesce((SELECT sum(bytes) FROM ledger_entries WHERE account = a.name AND kind = 'settle'), 0)::bigint,
+	coalesce((SELECT sum(h.bytes) FROM ledger_entries h WHERE h.account = a.name AND h.kind = 'hold'
+		AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)), 0)::bigint`
+
+func scanAccount(row pgx.Row) (Account, error) {
+	var a Account
+	err := row.Scan(&a.Name, &a.CreatedAt, &a.Unlimited, &a.AllowanceBytes, &a.AllowancePeriod,
+		&a.GrantedBytes, &a.SettledBytes, &a.HeldBytes)
+	return a, err
+}
+
+// CreateAccount adds an account with an initial grant of quota bytes (nil: no quota at all).
+func (s *Store) CreateAccount(ctx context.Context, name string, quota, allowance *int64, period, actor string) (Account, error) {
+	var out Account
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO accounts (name, unlimited, allowance_bytes, allowance_period)
+			VALUES ($1, $2, $3, nullif($4, ''))`, name, quota == nil, allowance, period)
+		if isUniqueViolation(err) {
+			return &ConflictError{Msg: fmt.Sprintf("account %s already exists (holdfast account grant %s SIZE adds to it)", name, name)}
+		}
+		if err != nil {
+			return err
+		}
+		if quota != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, actor, note)
+				VALUES ($1, 'grant', $2, $3, 'initial quota')`, name, *quota, actor); err != nil {
+				return err
+			}
+		}
+		out, err = scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, name))
+		return err
+	})
+	if err != nil {
+		return Account{}, wrap(err, "create account %s", name)
+	}
+	return out, nil
+}
+
+// Grant adds bytes to an account's quota. An account without a quota gets one.
+func (s *Store) Grant(ctx context.Context, name string, bytes int64, actor, note string) (Account, error) {
+	var out Account
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE accounts SET unlimited = false WHERE name = $1`, name)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("account %q: %w", name, ErrNotFound)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, actor, note) VALUES ($1, 'grant', $2, $3, $4)`,
+			name, bytes, actor, note); err != nil {
+			return err
+		}
+		out, err = scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, name))
+		return err
+	})
+	if err != nil {
+		return Account{}, wrap(err, "grant to account %s", name)
+	}
+	return out, nil
+}
+
+// Accounts lists the accounts with their sums; name "" lists all.
+func (s *Store) Accounts(ctx context.Context, name string) ([]Account, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE $1 = '' OR a.name = $1 ORDER BY a.name`, name)
+	if err != nil {
+		return nil, fmt.Errorf("list accounts: %w", err)
+	}
+	accounts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Account, error) { return scanAccount(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list accounts: %w", err)
+	}
+	if name != "" && len(accounts) == 0 {
+		return nil, fmt.Errorf("account %q: %w", name, ErrNotFound)
+	}
+	return accounts, nil
+}
+
+const entryColumns = `e.id, e.account, e.kind, e.bytes, e.run_id, e.attempt_no, e.hold_id, e.created_at, e.actor, e.note`
+
+func entryDest(e *Entry) []any {
+	return []any{&e.ID, &e.Account, &e.Kind, &e.Bytes, &e.RunID, &e.Attempt, &e.HoldID, &e.CreatedAt, &e.Actor, &e.Note}
+}
+
+// Entries lists an account's entries, newest first.
+func (s *Store) Entries(ctx context.Context, account string, limit int) ([]Entry, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+entryColumns+` FROM ledger_entries e WHERE e.account = $1
+		ORDER BY e.id DESC LIMIT $2`, account, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list ledger entries of %s: %w", account, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) {
+		var e Entry
+		return e, r.Scan(entryDest(&e)...)
+	})
+}
+
+// OpenHolds lists an account's open holds, oldest first.
+func (s *Store) OpenHolds(ctx context.Context, account string) ([]OpenHold, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+entryColumns+`, r.job_name, a.ended_at IS NOT NULL, coalesce(a.settle_deferred, '')
+		FROM ledger_entries e JOIN runs r ON r.id = e.run_id
+		JOIN attempts a ON a.run_id = e.run_id AND a.attempt_no = e.attempt_no
+		WHERE e.account = $1 AND e.kind = 'hold' AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = e.id)
+		ORDER BY e.id`, account)
+	if err != nil {
+		return nil, fmt.Errorf("list open holds of %s: %w", account, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (OpenHold, error) {
+		var h OpenHold
+		return h, r.Scan(append(entryDest(&h.Entry), &h.JobName, &h.AttemptEnded, &h.Deferred)...)
+	})
+}
+
+// holdPlan is what an attempt about to run may hold, or why it may not run.
+type holdPlan struct {
+	needed      bool // false: the run adds nothing (a prune or forget) and holds nothing
+	account     string
+	bytes       int64
+	why         string
+	pausedCode  string // set when the attempt may not run
+	pausedText  string
+	budgetWhy   string
+	budgetBytes int64
+}
+
+// planHold decides the hold of the run's next attempt, locking the account's row so that two
+// holds never both take the last of a balance. What earlier attempts were charged, and what
+// they still hold, counts against the run's budget: a run never spends its budget twice.
+func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error) {
+	var p holdPlan
+	var kind, engine string
+	var jobID int64
+	var maxAdded, budget *int64
+	err := tx.QueryRow(ctx, `SELECT r.kind, j.engine, j.id, j.account, j.max_added, r.budget_bytes
+		FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1`, runID).Scan(&kind, &engine, &jobID, &p.account, &maxAdded, &budget)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, nil // the job was removed: the run ends before it spawns
+	}
+	// Only restic backups add to a repository; prunes and forgets remove, commands have none.
+	if err != nil || kind != KindBackup || engine != "restic" {
+		return p, err
+	}
+	p.needed = true
+	var unlimited bool
+	var allowance *int64
+	var period string
+	if err := tx.QueryRow(ctx, `SELECT unlimited, allowance_bytes, coalesce(allowance_period, '') FROM accounts
+		WHERE name = $1 FOR UPDATE`, p.account).Scan(&unlimited, &allowance, &period); err != nil {
+		return p, err
+	}
+	// A job's ceiling is read at every hold: raising it lets a run paused at its ceiling resume.
+	if maxAdded != nil && (budget == nil || *budget != *maxAdded) {
+		budget = maxAdded
+		if _, err := tx.Exec(ctx, `UPDATE runs SET budget_bytes = $2 WHERE id = $1`, runID, *budget); err != nil {
+			return p, err
+		}
+	}
+	if budget == nil {
+		rows, err := tx.Query(ctx, `SELECT bytes_added FROM runs WHERE job_id = $1 AND kind = 'backup'
+			AND status IN ('succeeded', 'partial') AND bytes_added IS NOT NULL ORDER BY finished_at DESC LIMIT 5`, jobID)
+		if err != nil {
+			return p, err
+		}
+		recent, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return p, err
+		}
+		p.budgetBytes, p.budgetWhy = ledger.Budget(maxAdded, recent)
+		if _, err := tx.Exec(ctx, `UPDATE runs SET budget_bytes = $2 WHERE id = $1`, runID, p.budgetBytes); err != nil {
+			return p, err
+		}
+	} else {
+		p.budgetBytes, p.budgetWhy = *budget, "the run's budget"
+		if maxAdded != nil {
+			p.budgetWhy = "the job's ceiling (--max-added)"
+		}
+	}
+	var charged, open int64
+	if err := tx.QueryRow(ctx, `SELECT
+			coalesce((SELECT sum(bytes) FROM ledger_entries WHERE run_id = $1 AND kind = 'settle'), 0)::bigint,
+			coalesce((SELECT sum(h.bytes) FROM ledger_entries h WHERE h.run_id = $1 AND h.kind = 'hold'
+				AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)), 0)::bigint`, runID).Scan(&charged, &open); err != nil {
+		return p, err
+	}
+	p.bytes = p.budgetBytes - charged - open
+	if p.bytes <= 0 && open > 0 {
+		p.pausedCode = PausedSettlementDeferred
+		p.pausedText = fmt.Sprintf("paused (settlement_deferred): %s of the run's budget of %s is still held by an earlier attempt whose figure is unknown; settle it (holdfast ledger settle %s --bytes N --why ...) and resume the run",
+			ledger.FormatSize(open), ledger.FormatSize(p.budgetBytes), runID)
+		return p, nil
+	}
+	if p.bytes <= 0 {
+		p.pausedCode = PausedRunCeiling
+		p.pausedText = fmt.Sprintf("paused (run_ceiling): the run has used its budget of %s (%s); raise the job's --max-added and resume it",
+			ledger.FormatSize(p.budgetBytes), p.budgetWhy)
+		return p, nil
+	}
+	p.why = fmt.Sprintf("%s left of a budget of %s (%s)", ledger.FormatSize(p.bytes), ledger.FormatSize(p.budgetBytes), p.budgetWhy)
+	if !unlimited {
+		acct, err := scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, p.account))
+		if err != nil {
+			return p, err
+		}
+		balance := acct.Balance()
+		if balance < p.bytes {
+			p.pausedCode = PausedQuotaExhausted
+			p.pausedText = fmt.Sprintf("paused (quota_exhausted): account %s has %s left and the run needs %s (%s); grant more (holdfast account grant %s SIZE) and resume it (holdfast run resume %s)",
+				p.account, ledger.FormatSize(max(balance, 0)), ledger.FormatSize(p.bytes), p.why, p.account, runID)
+			return p, nil
+		}
+	}
+	if allowance != nil {
+		var used int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(CASE
+				WHEN e.kind = 'settle' THEN e.bytes
+				WHEN e.kind = 'hold' AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = e.id) THEN e.bytes
+				ELSE 0 END), 0)::bigint
+			FROM ledger_entries e WHERE e.account = $1 AND e.created_at >= date_trunc($2, now())`, p.account, period).Scan(&used); err != nil {
+			return p, err
+		}
+		if used+p.bytes > *allowance {
+			p.pausedCode = PausedQuotaExhausted
+			p.pausedText = fmt.Sprintf("paused (quota_exhausted): account %s has used %s of its allowance of %s this %s and the run needs %s; wait for the next %s or grant, then resume it (holdfast run resume %s)",
+				p.account, ledger.FormatSize(used), ledger.FormatSize(*allowance), period, ledger.FormatSize(p.bytes), period, runID)
+		}
+	}
+	return p, nil
+}
+
+func insertHold(ctx context.Context, tx pgx.Tx, p holdPlan, runID uuid.UUID, attempt int) error {
+	if !p.needed || p.pausedCode != "" {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, run_id, attempt_no, note)
+		VALUES ($1, 'hold', $2, $3, $4, $5)`, p.account, p.bytes, runID, attempt, p.why)
+	return err
+}
+
+// holdOrPause takes the hold of a new run's attempt, or, if the run may not have one, ends the
+// attempt and the run paused with the reason: the run exists, visible, and resumes when the
+// account allows it.
+func holdOrPause(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt int) (paused bool, err error) {
+	p, err := planHold(ctx, tx, runID)
+	if err != nil {
+		return false, err
+	}
+	if p.pausedCode == "" {
+		return false, insertHold(ctx, tx, p, runID, attempt)
+	}
+	return true, pauseNow(ctx, tx, runID, attempt, p.pausedCode, p.pausedText)
+}
+
+// pauseNow ends the attempt and its run paused, before anything was spawned.
+func pauseNow(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt int, code, text string) error {
+	if _, err := tx.Exec(ctx, `UPDATE attempts SET ended_at = now() WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL`,
+		runID, attempt); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `
+		WITH r AS (
+			UPDATE runs SET status = 'paused', paused_reason = $2, reason = $3, finished_at = now(), waiting_reason = NULL
+			WHERE id = $1 RETURNING id, job_id)
+		UPDATE jobs SET last_outcome = 'paused' FROM r WHERE jobs.id = r.job_id AND jobs.last_run_id = r.id`, runID, code, text)
+	return err
+}
+
+// applySettlement closes (or defers) the open hold of an ended attempt, inside the transaction
+// that ends it. An attempt without an open hold has nothing to settle.
+func applySettlement(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt int, st *ledger.Settlement, actor string) error {
+	var holdID, held int64
+	var account string
+	err := tx.QueryRow(ctx, `SELECT h.id, h.bytes, h.account FROM ledger_entries h
+		WHERE h.kind = 'hold' AND h.run_id = $1 AND h.attempt_no = $2
+		  AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)`, runID, attempt).Scan(&holdID, &held, &account)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		st = &ledger.Settlement{Deferred: "the attempt ended without a decision on its figure"}
+	}
+	switch {
+	case st.Deferred != "":
+		_, err = tx.Exec(ctx, `UPDATE attempts SET settle_deferred = $3 WHERE run_id = $1 AND attempt_no = $2`, runID, attempt, st.Deferred)
+	case st.Release:
+		_, err = tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, run_id, attempt_no, hold_id, actor, note)
+			VALUES ($1, 'release', $2, $3, $4, $5, $6, $7)`, account, held, runID, attempt, holdID, actor, st.Source)
+	default:
+		_, err = tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, run_id, attempt_no, hold_id, actor, note)
+			VALUES ($1, 'settle', $2, $3, $4, $5, $6, $7)`, account, min(st.Bytes, held), runID, attempt, holdID, actor, st.Source)
+		if err == nil {
+			_, err = tx.Exec(ctx, `UPDATE attempts SET settle_deferred = NULL WHERE run_id = $1 AND attempt_no = $2`, runID, attempt)
+		}
+	}
+	return err
+}
+
+// SettleByHand settles the run's open deferred hold at the operator's figure, recorded as such.
+func (s *Store) SettleByHand(ctx context.Context, runID uuid.UUID, bytes int64, actor, why string) (Entry, error) {
+	var out Entry
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var attempt int
+		var held int64
+		err := tx.QueryRow(ctx, `SELECT h.attempt_no, h.bytes FROM ledger_entries h
+			JOIN attempts a ON a.run_id = h.run_id AND a.attempt_no = h.attempt_no
+			WHERE h.kind = 'hold' AND h.run_id = $1 AND a.ended_at IS NOT NULL
+			  AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)
+			ORDER BY h.attempt_no LIMIT 1 FOR UPDATE OF a`, runID).Scan(&attempt, &held)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return &ConflictError{Msg: fmt.Sprintf("run %s has no open hold of an ended attempt to settle", runID)}
+		}
+		if err != nil {
+			return err
+		}
+		if bytes > held {
+			return &ConflictError{Msg: fmt.Sprintf("run %s attempt %d holds %s: it cannot be charged %s, more than it held",
+				runID, attempt, ledger.FormatSize(held), ledger.FormatSize(bytes))}
+		}
+		if err := applySettlement(ctx, tx, runID, attempt, &ledger.Settlement{Bytes: bytes, Source: "settled by hand: " + why}, actor); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT `+entryColumns+` FROM ledger_entries e WHERE e.kind = 'settle' AND e.run_id = $1 AND e.attempt_no = $2`,
+			runID, attempt).Scan(entryDest(&out)...)
+	})
+	if err != nil {
+		return Entry{}, wrap(err, "settle run %s", runID)
+	}
+	return out, nil
+}
+
+// RequestPause records a pause intent on a live run (the reconciler stops its unit); it reports
+// false if the run is no longer live or already has a stop or pause intent.
+func (s *Store) RequestPause(ctx context.Context, runID uuid.UUID, reason string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE runs SET paused_reason = $2
+		WHERE id = $1 AND status IN ('queued', 'running') AND paused_reason IS NULL AND stop_requested_at IS NULL`, runID, reason)
+	if err != nil {
+		return false, fmt.Errorf("pause run %s: %w", runID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// SetRepoBaseline records the size of the attempt's local repository as it was spawned.
+func (s *Store) SetRepoBaseline(ctx context.Context, runID uuid.UUID, attempt int, bytes int64) error {
+	_, err := s.pool.Exec(ctx, `UPDATE attempts SET repo_bytes_before = $3 WHERE run_id = $1 AND attempt_no = $2`, runID, attempt, bytes)
+	if err != nil {
+		return fmt.Errorf("record repository baseline of run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// OtherWriter returns a run whose attempt wrote to the same repository while this attempt ran
+// (from its spawn claim to its end, or to now), if any: then the repository's growth is not
+// this attempt's alone.
+func (s *Store) OtherWriter(ctx context.Context, runID uuid.UUID, attempt int) (*uuid.UUID, error) {
+	var other uuid.UUID
+	err := s.pool.QueryRow(ctx, `
+		SELECT o.run_id FROM attempts me
+		JOIN runs mr ON mr.id = me.run_id JOIN jobs mj ON mj.id = mr.job_id
+		JOIN jobs oj ON oj.repository = mj.repository JOIN runs orr ON orr.job_id = oj.id
+		JOIN attempts o ON o.run_id = orr.id
+		WHERE me.run_id = $1 AND me.attempt_no = $2 AND (o.run_id, o.attempt_no) <> (me.run_id, me.attempt_no)
+		  AND o.spawn_claimed_at IS NOT NULL AND me.spawn_claimed_at IS NOT NULL
+		  AND o.spawn_claimed_at < coalesce(me.ended_at, now())
+		  AND coalesce(o.ended_at, 'infinity') > me.spawn_claimed_at
+		LIMIT 1`, runID, attempt).Scan(&other)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find other writers of run %s's repository: %w", runID, err)
+	}
+	return &other, nil
+}
+
+// DeferredSettlement is an ended attempt whose hold is still open.
+type DeferredSettlement struct {
+	RunID    uuid.UUID
+	Attempt  int
+	JobName  string
+	Hold     int64
+	Summary  []byte
+	Deferred string
+}
+
+// DeferredSettlements lists ended attempts whose holds are still open, for the sweep to try again.
+func (s *Store) DeferredSettlements(ctx context.Context) ([]DeferredSettlement, error) {
+	rows, err := s.pool.Query(ctx, `SELECT a.run_id, a.attempt_no, r.job_name, h.bytes, a.summary, coalesce(a.settle_deferred, '')
+		FROM ledger_entries h JOIN attempts a ON a.run_id = h.run_id AND a.attempt_no = h.attempt_no
+		JOIN runs r ON r.id = a.run_id
+		WHERE h.kind = 'hold' AND a.ended_at IS NOT NULL
+		  AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)`)
+	if err != nil {
+		return nil, fmt.Errorf("list deferred settlements: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeferredSettlement, error) {
+		var d DeferredSettlement
+		return d, r.Scan(&d.RunID, &d.Attempt, &d.JobName, &d.Hold, &d.Summary, &d.Deferred)
+	})
+}
+
+// SettleDeferred settles a deferred attempt's hold once a figure turned up.
+func (s *Store) SettleDeferred(ctx context.Context, runID uuid.UUID, attempt int, st ledger.Settlement) error {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		return applySettlement(ctx, tx, runID, attempt, &st, "holdfast")
+	})
+	if err != nil {
+		return fmt.Errorf("settle run %s attempt %d: %w", runID, attempt, err)
+	}
+	return nil
+}
