@@ -455,7 +455,14 @@ func (d *demo) backup(ctx context.Context) error {
 	if err := d.holdfast(ctx, os.Stdout, "run", "show", id); err != nil {
 		return err
 	}
-	return d.logsTail(ctx, id)
+	if err := d.logsTail(ctx, id); err != nil {
+		return err
+	}
+	// What the run was charged, and what a retention policy would keep: nothing is deleted.
+	if err := d.holdfast(ctx, os.Stdout, "ledger", "show", "default", "--limit", "5"); err != nil {
+		return err
+	}
+	return d.holdfast(ctx, os.Stdout, "retention", "plan", jobName, "--preset", "7d")
 }
 
 // logsTail shows the last lines of the run's logs.
@@ -490,6 +497,8 @@ holdfast run start %[1]s --wait        # another run: restic adds little this ti
 holdfast run list
 holdfast job show %[1]s
 holdfast run logs RUN                  # a prefix of the run id is enough
+holdfast ledger show default           # holds and settlements
+holdfast retention plan %[1]s --preset gfs   # what a policy keeps, and why
 systemctl --user list-units 'holdfast-*'   # the units of live runs
 psql "$HOLDFAST_DSN"
 restic --repo %[2]s --password-file %[3]s --no-cache snapshots

@@ -315,3 +315,32 @@ func TestLedgerBadInput(t *testing.T) {
 		t.Fatal("a refused job add left a job behind")
 	}
 }
+
+// An account's allowance per period bounds what it holds and is charged in one period, on top
+// of its quota: a run that would pass it is paused (quota_exhausted) with the numbers.
+func TestAllowance(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	data := w.sampleData("data", 1, 1<<10)
+	w.mustRun("account", "add", "team", "--quota", "1GiB", "--allowance", "15MiB", "--period", "month")
+	for _, name := range []string{"a", "b"} {
+		w.mustRun("job", "add", name, "--repo", repo, "--password-file", pw, "--path", data, "--account", "team", "--max-added", "10MiB")
+	}
+	w.startRun("a")
+	r := w.run("run", "start", "b", "--json")
+	var run runJSON
+	if err := json.Unmarshal([]byte(r.stdout), &run); err != nil || r.code != 6 || run.PausedReason != "quota_exhausted" ||
+		!strings.Contains(run.Reason, "allowance of 15 MiB this month") {
+		t.Fatalf("second run: exit %d, %+v, %v; want paused (quota_exhausted) naming the allowance", r.code, run, err)
+	}
+	var a struct {
+		BalanceBytes   *int64 `json:"balance_bytes"`
+		AllowanceBytes *int64 `json:"allowance_bytes"`
+	}
+	if err := json.Unmarshal([]byte(w.mustRun("account", "show", "team", "--json")), &a); err != nil ||
+		*a.BalanceBytes != 1<<30-10<<20 || *a.AllowanceBytes != 15<<20 {
+		t.Fatalf("account team: %+v, %v", a, err)
+	}
+	w.checkInvariants()
+}

@@ -16,7 +16,10 @@ import (
 
 func newAccountCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "account", Short: "Ledger accounts: what the jobs charged to them may add to repositories"}
-	cmd.AddCommand(newAccountAddCmd(g), newAccountGrantCmd(g), newAccountListCmd(g))
+	show := newLedgerShowCmd(g)
+	show.Use, show.Short = "show NAME", "Show an account: quota, balance, open holds, deferred settlements, entries"
+	show.Args = exactArgs(1, "one account name")
+	cmd.AddCommand(newAccountAddCmd(g), newAccountGrantCmd(g), newAccountListCmd(g), show)
 	return cmd
 }
 
