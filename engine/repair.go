@@ -90,3 +90,22 @@ func (r Restic) RunSnapshots(ctx context.Context, j Job, run uuid.UUID) ([]Snaps
 	}
 	return snaps, nil
 }
+
+// RawDataSize is restic's measure of the data the given snapshots refer to, counted once
+// (`restic stats --mode raw-data`). With no snapshot it is 0: restic would count all of them.
+func (r Restic) RawDataSize(ctx context.Context, j Job, ids []string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	out, err := r.output(ctx, append(append(r.global(j), "--no-lock", "stats", "--json", "--mode", "raw-data"), ids...))
+	if err != nil {
+		return 0, fmt.Errorf("restic stats of %s: %w", j.Repository, err)
+	}
+	var stats struct {
+		TotalSize *int64 `json:"total_size"`
+	}
+	if err := json.Unmarshal(out, &stats); err != nil || stats.TotalSize == nil {
+		return 0, fmt.Errorf("restic stats of %s: no total_size in %q", j.Repository, firstLine(string(out)))
+	}
+	return *stats.TotalSize, nil
+}

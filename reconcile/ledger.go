@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/ledger"
@@ -23,6 +27,11 @@ func (r *Reconciler) settlement(ctx context.Context, l store.LiveRun, a store.At
 		ev.DataAdded = &s.DataAdded
 	} else if spawned {
 		ev.Growth, ev.NoGrowth = r.growth(ctx, l, a)
+		// A quarantined journal stopped being read before the attempt ended: its progress
+		// would undercount, so it is no figure.
+		if a.Progress != nil && a.QuarantinedAt == nil {
+			ev.Progress = &a.Progress.BytesDone
+		}
 	}
 	st := ledger.Settle(*a.HoldBytes, ev)
 	return &st
@@ -87,9 +96,10 @@ func (r *Reconciler) guard(ctx context.Context, l store.LiveRun) error {
 	return r.cfg.Runner.Stop(ctx, a.Unit)
 }
 
-// settleDeferred tries again the settlements that found no figure when their attempt ended. A
-// figure can only come from the engine's summary here; the others stay open and visible until
-// an operator settles them (holdfast ledger settle).
+// settleDeferred tries again the settlements that found no figure when their attempt ended:
+// from a summary recorded since, or through the repair channel, restic stats, for a run that
+// made a snapshot. restic is asked about one attempt at most every repairInterval. The others
+// stay open and visible until an operator settles them (holdfast ledger settle).
 func (r *Reconciler) settleDeferred(ctx context.Context) error {
 	deferred, err := r.cfg.Store.DeferredSettlements(ctx)
 	if err != nil {
@@ -97,15 +107,80 @@ func (r *Reconciler) settleDeferred(ctx context.Context) error {
 	}
 	var errs []error
 	for _, d := range deferred {
-		if len(d.Summary) == 0 {
-			continue
-		}
+		ev := ledger.Evidence{Spawned: true}
 		var s engine.Summary
-		if err := json.Unmarshal(d.Summary, &s); err != nil {
+		switch {
+		case len(d.Summary) > 0 && json.Unmarshal(d.Summary, &s) == nil:
+			ev.DataAdded = &s.DataAdded
+		case d.SnapshotID != "" && d.Engine == "restic" && r.repairDue(d.RunID, d.Attempt):
+			added, err := r.snapshotAdded(ctx, d)
+			if err != nil {
+				r.cfg.Logger.Warn("repair channel: restic stats failed; the settlement stays deferred", "run", d.RunID, "err", err)
+				continue
+			}
+			ev.SnapshotAdded = &added
+		default:
 			continue
 		}
-		st := ledger.Settle(d.Hold, ledger.Evidence{Spawned: true, DataAdded: &s.DataAdded})
-		errs = append(errs, r.cfg.Store.SettleDeferred(ctx, d.RunID, d.Attempt, st))
+		st := ledger.Settle(d.Hold, ev)
+		if err := r.cfg.Store.SettleDeferred(ctx, d.RunID, d.Attempt, st); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.cfg.Logger.Info("deferred settlement settled", "run", d.RunID, "attempt", d.Attempt,
+			"bytes", ledger.FormatSize(st.Bytes), "source", st.Source)
 	}
 	return errors.Join(errs...)
+}
+
+// repairInterval is how often restic is asked about one deferred settlement.
+const repairInterval = 10 * time.Minute
+
+func (r *Reconciler) repairDue(run uuid.UUID, attempt int) bool {
+	r.watchers.mu.Lock()
+	defer r.watchers.mu.Unlock()
+	key := watchKey{run, attempt}
+	if last, ok := r.repairAsked[key]; ok && time.Since(last) < repairInterval {
+		return false
+	}
+	if r.repairAsked == nil {
+		r.repairAsked = map[watchKey]time.Time{}
+	}
+	r.repairAsked[key] = time.Now()
+	return true
+}
+
+// snapshotAdded is what the run's snapshot added to the repository's earlier snapshots, as restic
+// counts data: the raw data of the snapshot with all earlier ones, less that of the earlier ones.
+func (r *Reconciler) snapshotAdded(ctx context.Context, d store.DeferredSettlement) (int64, error) {
+	restic := engine.Restic{Binary: r.cfg.ResticBinary}
+	j := engine.Job{Name: d.JobName, Repository: d.Repository, PasswordFile: d.Password}
+	snaps, err := restic.ListSnapshots(ctx, j)
+	if err != nil {
+		return 0, err
+	}
+	var made *engine.Snapshot
+	for i := range snaps {
+		if strings.HasPrefix(snaps[i].ID, d.SnapshotID) {
+			made = &snaps[i]
+		}
+	}
+	if made == nil {
+		return 0, fmt.Errorf("snapshot %s is no longer in the repository", d.SnapshotID)
+	}
+	var earlier []string
+	for _, s := range snaps {
+		if s.Time.Before(made.Time) {
+			earlier = append(earlier, s.ID)
+		}
+	}
+	before, err := restic.RawDataSize(ctx, j, earlier)
+	if err != nil {
+		return 0, err
+	}
+	with, err := restic.RawDataSize(ctx, j, append(earlier, made.ID))
+	if err != nil {
+		return 0, err
+	}
+	return with - before, nil
 }

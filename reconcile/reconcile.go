@@ -97,8 +97,9 @@ func (c *Config) Validate() error {
 
 // Reconciler runs sweeps.
 type Reconciler struct {
-	cfg      Config
-	watchers watchers
+	cfg         Config
+	watchers    watchers
+	repairAsked map[watchKey]time.Time // guarded by watchers.mu
 }
 
 // New validates cfg and returns a Reconciler.

@@ -449,19 +449,25 @@ func (s *Store) OtherWriter(ctx context.Context, runID uuid.UUID, attempt int) (
 
 // DeferredSettlement is an ended attempt whose hold is still open.
 type DeferredSettlement struct {
-	RunID    uuid.UUID
-	Attempt  int
-	JobName  string
-	Hold     int64
-	Summary  []byte
-	Deferred string
+	RunID      uuid.UUID
+	Attempt    int
+	JobName    string
+	Hold       int64
+	Summary    []byte
+	Deferred   string
+	SnapshotID string // the snapshot the run made, if it made one and this is its last attempt
+	Engine     string
+	Repository string
+	Password   string // the job's password file
 }
 
 // DeferredSettlements lists ended attempts whose holds are still open, for the sweep to try again.
 func (s *Store) DeferredSettlements(ctx context.Context) ([]DeferredSettlement, error) {
-	rows, err := s.pool.Query(ctx, `SELECT a.run_id, a.attempt_no, r.job_name, h.bytes, a.summary, coalesce(a.settle_deferred, '')
+	rows, err := s.pool.Query(ctx, `SELECT a.run_id, a.attempt_no, r.job_name, h.bytes, a.summary, coalesce(a.settle_deferred, ''),
+			CASE WHEN a.attempt_no = (SELECT max(attempt_no) FROM attempts WHERE run_id = r.id) THEN coalesce(r.snapshot_id, '') ELSE '' END,
+			coalesce(j.engine, ''), coalesce(j.repository, ''), coalesce(j.password_file, '')
 		FROM ledger_entries h JOIN attempts a ON a.run_id = h.run_id AND a.attempt_no = h.attempt_no
-		JOIN runs r ON r.id = a.run_id
+		JOIN runs r ON r.id = a.run_id LEFT JOIN jobs j ON j.id = r.job_id
 		WHERE h.kind = 'hold' AND a.ended_at IS NOT NULL
 		  AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)`)
 	if err != nil {
@@ -469,7 +475,8 @@ func (s *Store) DeferredSettlements(ctx context.Context) ([]DeferredSettlement, 
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeferredSettlement, error) {
 		var d DeferredSettlement
-		return d, r.Scan(&d.RunID, &d.Attempt, &d.JobName, &d.Hold, &d.Summary, &d.Deferred)
+		return d, r.Scan(&d.RunID, &d.Attempt, &d.JobName, &d.Hold, &d.Summary, &d.Deferred,
+			&d.SnapshotID, &d.Engine, &d.Repository, &d.Password)
 	})
 }
 

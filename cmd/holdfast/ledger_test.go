@@ -73,7 +73,8 @@ func (w *world) restartCharges(r runJSON) {
 	if len(holds) != 2 || len(settles) != 2 || r.HoldBytes != 0 || r.BudgetBytes == nil {
 		w.t.Fatalf("run %s: holds %+v, settles %+v, still held %d; want two of each and nothing held", r.ID, holds, settles, r.HoldBytes)
 	}
-	if !strings.Contains(settles[1].Note, "measured growth") || settles[1].Bytes <= 0 {
+	// What restic wrote before it was interrupted; nothing, if it had not written a pack yet.
+	if !strings.Contains(settles[1].Note, "measured growth") {
 		w.t.Fatalf("run %s attempt 1 settled %+v, want its measured growth", r.ID, settles[1])
 	}
 	if want := *r.BudgetBytes - settles[1].Bytes; holds[2].Bytes != want {
@@ -218,51 +219,78 @@ func TestQuotaAdmission(t *testing.T) {
 	w.checkInvariants()
 }
 
-// A run whose journal lost its summary while another run wrote to the same repository cannot be
-// charged from restic's figure nor from the repository's growth: its hold stays open, visible as
-// a deferral with the reason, until an operator settles it by hand, once.
+// corruptJournal appends a line that is not JSON to the run's journal: the daemon quarantines
+// it and reads no more of it, so the run's summary is lost.
+func (w *world) corruptJournal(run string) {
+	w.t.Helper()
+	f, err := os.OpenFile(filepath.Join(w.state, "runs", run, "a1", "journal.jsonl"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("{this is not json\n"); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// A run whose journal lost its summary while another run wrote to the same repository can be
+// charged neither from restic's figure nor from the repository's growth. If it made a snapshot,
+// the repair channel (restic stats) settles it on a later pass; if it made none, its hold stays
+// open, visible as a deferral with the reason, until an operator settles it by hand, once.
 func TestLedgerDeferral(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	w.mustRun("job", "add", "big", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-big", 8, 200<<20))
+	w.mustRun("job", "add", "bigger", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-bigger", 8, 600<<20))
 	w.mustRun("job", "add", "small", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-small", 1, 1<<20))
 	w.startDaemon()
+	alongside := func(run string) {
+		w.waitRun(run, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+		w.corruptJournal(run)
+		small := w.startRun("small")
+		w.waitRun(small, "running", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+		if r := w.show(run); ended(r) {
+			t.Fatalf("run %s ended before the small one started: give it more data", run)
+		}
+		if r := w.waitRun(small, "the end", ended); r.Status != "succeeded" || r.BytesAdded == nil || r.SettledBytes != *r.BytesAdded {
+			t.Fatalf("small run = %+v, want succeeded and charged restic's figure", r)
+		}
+	}
+
+	// It made a snapshot: restic stats says what that snapshot added.
 	big := w.startRun("big")
-	w.waitRun(big, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
-	f, err := os.OpenFile(filepath.Join(w.state, "runs", big, "a1", "journal.jsonl"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
+	alongside(big)
+	r := w.waitRun(big, "the end and its settlement", func(r runJSON) bool { return ended(r) && r.HoldBytes == 0 })
+	settle := w.ledger("default").entries(big, "settle")[1]
+	if r.Status != "succeeded" || r.SnapshotID == "" || !strings.Contains(settle.Note, "restic stats") ||
+		settle.Bytes < 190<<20 || r.SettledBytes != settle.Bytes {
+		t.Fatalf("big run %+v settled %+v; want its snapshot's ~200 MiB from restic stats", r, settle)
 	}
-	if _, err := f.WriteString("{this is not json\n"); err != nil {
-		t.Fatal(err)
+
+	// It made none (stopped): the hold stays open with the reason.
+	bigger := w.startRun("bigger")
+	alongside(bigger)
+	if r := w.show(bigger); ended(r) {
+		t.Fatalf("run %s ended before it could be stopped: give it more data", bigger)
 	}
-	f.Close()
-	small := w.startRun("small")
-	if r := w.waitRun(small, "the end", ended); r.Status != "succeeded" || r.SettledBytes != *r.BytesAdded {
-		t.Fatalf("small run = %+v, want succeeded and charged restic's figure", r)
-	}
-	r := w.waitRun(big, "the end", ended)
-	if r.Status != "succeeded" {
-		t.Fatalf("big run = %+v, want succeeded", r)
-	}
-	if ended(runJSON{Status: w.show(small).Status}) && r.SettledBytes != 0 {
-		t.Fatalf("big run charged %d without a figure", r.SettledBytes)
-	}
+	w.mustRun("run", "stop", bigger)
+	r = w.waitRun(bigger, "the end", ended)
 	l := w.ledger("default")
-	if len(l.Deferred) != 1 || l.Deferred[0].RunID != big || !strings.Contains(l.Deferred[0].Deferred, "wrote to the same repository") ||
+	if r.Status != "stopped" || len(l.Deferred) != 1 || l.Deferred[0].RunID != bigger || r.SettledBytes != 0 ||
+		!strings.Contains(l.Deferred[0].Deferred, "wrote to the same repository") ||
 		r.HoldBytes != l.Deferred[0].Bytes || r.Attempts[0].SettleDeferred == "" {
-		t.Fatalf("deferred %+v, run %+v; want the big run's hold open with the reason", l.Deferred, r)
+		t.Fatalf("deferred %+v, run %+v; want the stopped run's hold open with the reason", l.Deferred, r)
 	}
 	w.checkInvariants() // a deferral with a reason is no violation
 
-	w.mustRun("ledger", "settle", big, "--bytes", "150MiB", "--why", "restic stats before and after")
-	if res := w.run("ledger", "settle", big, "--bytes", "1MiB", "--why", "again"); res.code != 2 {
+	w.mustRun("ledger", "settle", bigger, "--bytes", "150MiB", "--why", "restic stats before and after")
+	if res := w.run("ledger", "settle", bigger, "--bytes", "1MiB", "--why", "again"); res.code != 2 {
 		t.Fatalf("a second settlement: exit %d, %q; want exit 2", res.code, res.stderr)
 	}
-	r = w.show(big)
+	r = w.show(bigger)
 	l = w.ledger("default")
-	settle := l.entries(big, "settle")[1]
+	settle = l.entries(bigger, "settle")[1]
 	if len(l.Deferred) != 0 || r.SettledBytes != 150<<20 || r.HoldBytes != 0 || !strings.Contains(settle.Note, "by hand") || settle.Actor == "" {
 		t.Fatalf("after settling by hand: deferred %+v, run %+v, entry %+v", l.Deferred, r, settle)
 	}
