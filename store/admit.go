@@ -38,12 +38,7 @@ type Admitted struct {
 func (s *Store) AdmitDue(ctx context.Context, now time.Time, limit int, decide func(Job) SlotDecision) ([]Admitted, error) {
 	var out []Admitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.next_run_at <= $1
-			ORDER BY j.next_run_at LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
-		if err != nil {
-			return err
-		}
-		jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) { return scanJob(r) })
+		jobs, err := claimDue(ctx, tx, "next_run_at", now, limit)
 		if err != nil {
 			return err
 		}
@@ -60,6 +55,20 @@ func (s *Store) AdmitDue(ctx context.Context, now time.Time, limit int, decide f
 		return nil, fmt.Errorf("admit due jobs: %w", err)
 	}
 	return out, nil
+}
+
+// claimDue locks up to limit jobs whose slot in the given column (next_run_at or next_prune_at)
+// is due, skipping jobs another daemon has locked, earliest first.
+func claimDue(ctx context.Context, tx pgx.Tx, column string, now time.Time, limit int) ([]Job, error) {
+	if column != "next_run_at" && column != "next_prune_at" {
+		return nil, fmt.Errorf("claim due jobs: no slot column %q", column)
+	}
+	rows, err := tx.Query(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.`+column+` <= $1
+		ORDER BY j.`+column+` LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) { return scanJob(r) })
 }
 
 func admitSlot(ctx context.Context, tx pgx.Tx, j Job, d SlotDecision, now time.Time) (Admitted, error) {
@@ -136,12 +145,7 @@ type PruneAdmitted struct {
 func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, next func(Job) *time.Time) ([]PruneAdmitted, error) {
 	var out []PruneAdmitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.next_prune_at <= $1
-			ORDER BY j.next_prune_at LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
-		if err != nil {
-			return err
-		}
-		jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) { return scanJob(r) })
+		jobs, err := claimDue(ctx, tx, "next_prune_at", now, limit)
 		if err != nil {
 			return err
 		}

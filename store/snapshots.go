@@ -33,11 +33,6 @@ type Snapshot struct {
 	ImmutableBy    string
 }
 
-// Protected reports whether no plan may delete the snapshot at t.
-func (s Snapshot) Protected(t time.Time) bool {
-	return s.LegalHoldAt != nil || (s.ImmutableUntil != nil && t.Before(*s.ImmutableUntil))
-}
-
 const snapshotColumns = `s.repository, s.id, s.time, s.host, s.tags, s.paths, coalesce(s.job_name, ''), s.run_id,
 	(SELECT r.bytes_added FROM runs r WHERE r.id = s.run_id), s.first_seen_at, s.seen_at, s.forgotten_at,
 	s.legal_hold_at, coalesce(s.legal_hold_by, ''), coalesce(s.legal_hold_why, ''), s.immutable_until,
