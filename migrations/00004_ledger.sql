@@ -49,6 +49,8 @@ ALTER TABLE jobs
 ALTER TABLE runs
     -- What the run may add over all its attempts, fixed at admission.
     ADD COLUMN budget_bytes bigint;
+-- A job's live run, its history for budget estimates, the other writers of a repository.
+CREATE INDEX runs_job ON runs (job_id, finished_at DESC);
 
 ALTER TABLE attempts
     -- Size of a local repository when the attempt was spawned: its growth is what the attempt added.
@@ -58,6 +60,7 @@ ALTER TABLE attempts
 
 -- +goose Down
 ALTER TABLE attempts DROP COLUMN repo_bytes_before, DROP COLUMN settle_deferred;
+DROP INDEX runs_job;
 ALTER TABLE runs DROP COLUMN budget_bytes;
 ALTER TABLE jobs DROP COLUMN account, DROP COLUMN max_added;
 DROP TABLE ledger_entries;

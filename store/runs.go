@@ -290,12 +290,11 @@ func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 	var all, onHost int
 	batch.Queue(`
 		WITH busy AS (
-			SELECT o.id, o.kind FROM runs me
-			JOIN jobs mj ON mj.id = me.job_id
-			JOIN jobs oj ON oj.repository = mj.repository
-			JOIN runs o ON o.job_id = oj.id AND o.id <> me.id
-			JOIN attempts oa ON oa.run_id = o.id AND oa.unit IS NOT NULL AND oa.ended_at IS NULL
-			WHERE me.id = $1 AND (me.kind <> 'backup' OR o.kind <> 'backup')
+			-- From the live attempts, which are few, never from the runs' history.
+			SELECT o.id, o.kind FROM runs me JOIN jobs mj ON mj.id = me.job_id,
+				attempts oa JOIN runs o ON o.id = oa.run_id JOIN jobs oj ON oj.id = o.job_id
+			WHERE me.id = $1 AND mj.engine = 'restic' AND oa.ended_at IS NULL AND oa.unit IS NOT NULL
+			  AND o.id <> me.id AND oj.repository = mj.repository AND (me.kind <> 'backup' OR o.kind <> 'backup')
 			LIMIT 1),
 		holding AS (
 			SELECT count(*) AS all_hosts, count(*) FILTER (WHERE host = $4) AS on_host
