@@ -131,6 +131,8 @@ func TestParseStderr(t *testing.T) {
 			want: itemError("/d/y", "scan", "lstat /d/y: no such file or directory"), ok: true},
 		{literal: `Ignoring "4c791751d384": no matching ID found for prefix "4c791751d384"`,
 			want: itemError("4c791751d384", "forget", "no such snapshot in the repository"), ok: true},
+		{literal: `Ignoring "4c791751", could not load snapshot: unexpected EOF`,
+			want: itemError("4c791751", "forget", "could not load snapshot: unexpected EOF"), ok: true},
 		{literal: `{"message_type":"verbose_status","action":"new","item":"/d/z"}`},
 		{literal: `{"message_type":"error","error":{},"during":`}, // cut at 1 MiB
 		{literal: "   "},

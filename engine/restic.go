@@ -193,9 +193,15 @@ func (Restic) ParseStderr(line []byte) (Event, bool) {
 		return Event{TypeFatal, Fatal{Message: s}}, true
 	// A path given on the command line that is missing is skipped with only
 	// this line and, if other paths exist, exit status 0: it must still count.
-	case strings.HasPrefix(s, `Ignoring "`) && strings.Contains(s, "no matching ID found"):
-		item, _, _ := strings.Cut(strings.TrimPrefix(s, `Ignoring "`), `"`)
-		return Event{TypeItemError, ItemError{Item: item, During: "forget", Message: "no such snapshot in the repository"}}, true
+	// forget names a snapshot it did not remove this way ("no matching ID found", "could not
+	// load snapshot") and still exits 0.
+	case strings.HasPrefix(s, `Ignoring "`):
+		item, rest, _ := strings.Cut(strings.TrimPrefix(s, `Ignoring "`), `"`)
+		msg := "no such snapshot in the repository"
+		if !strings.Contains(rest, "no matching ID found") {
+			msg = strings.TrimLeft(rest, ":, ")
+		}
+		return Event{TypeItemError, ItemError{Item: item, During: "forget", Message: msg}}, true
 	case strings.HasSuffix(s, doesNotExist):
 		item := strings.TrimSuffix(s, doesNotExist)
 		return Event{TypeItemError, ItemError{Item: item, During: "target", Message: "does not exist"}}, true

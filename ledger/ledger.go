@@ -66,9 +66,6 @@ type Evidence struct {
 	// SnapshotAdded is what the run's snapshot refers to that the repository's earlier snapshots
 	// do not (restic stats --mode raw-data, asked afterwards); nil if not asked or no snapshot.
 	SnapshotAdded *int64
-	// Progress is the bytes restic had read by its last progress report, from an intact journal:
-	// what an interrupted backup added at most of new data up to then. nil if there is none.
-	Progress *int64
 }
 
 // Settlement is what an ended attempt's hold becomes.
@@ -79,10 +76,11 @@ type Settlement struct {
 	Deferred string // non-empty: the hold stays open, and this is why
 }
 
-// Settle decides an ended attempt's charge against its hold. The engine's own figure wins;
-// then a measured growth; then the journal's last progress; else the hold stays open. A figure
-// above the hold is charged at the hold, and the source says so: nothing is ever charged beyond
-// what was held.
+// Settle decides an ended attempt's charge against its hold. The engine's own figure wins; then
+// a measured growth; then restic's account of what the run's snapshot added; else the hold stays
+// open. The journal's progress is no figure: it counts bytes read, unchanged files included. A
+// figure above the hold is charged at the hold, and the source says so: nothing is ever charged
+// beyond what was held.
 func Settle(hold int64, ev Evidence) Settlement {
 	charge := func(figure int64, source string) Settlement {
 		if figure > hold {
@@ -100,12 +98,6 @@ func Settle(hold int64, ev Evidence) Settlement {
 		return charge(*ev.Growth, "measured growth of the local repository")
 	case ev.SnapshotAdded != nil:
 		return charge(*ev.SnapshotAdded, "restic stats: the data its snapshot refers to that no earlier snapshot does")
-	case ev.Progress != nil:
-		why := ev.NoGrowth
-		if why == "" {
-			why = "its growth is not known"
-		}
-		return charge(*ev.Progress, "the journal's last progress report (bytes restic had read; "+why+")")
 	}
 	why := ev.NoGrowth
 	if why == "" {

@@ -57,6 +57,7 @@ ALTER TABLE attempts
     ADD COLUMN repo_bytes_before bigint,
     -- Why the attempt's hold is still open after it ended.
     ADD COLUMN settle_deferred   text;
+CREATE INDEX attempts_settle_deferred ON attempts (run_id) WHERE settle_deferred IS NOT NULL;
 
 -- +goose Down
 ALTER TABLE attempts DROP COLUMN repo_bytes_before, DROP COLUMN settle_deferred;

@@ -80,10 +80,10 @@ func (r *Reconciler) gate(ctx context.Context, l store.LiveRun, job store.Job) (
 	return "", nil, nil, nil
 }
 
-// retryPlan returns the retry of a run that failed for a transient reason, or nil if its job
-// allows no more.
+// retryPlan returns the retry of a backup that failed for a transient reason, or nil if its job
+// allows no more. A prune or forget is not retried: the next one is planned anew.
 func (r *Reconciler) retryPlan(ctx context.Context, l store.LiveRun) (*store.Retry, error) {
-	if l.JobEngine == "" {
+	if l.JobEngine == "" || l.Run.Kind != store.KindBackup {
 		return nil, nil
 	}
 	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)

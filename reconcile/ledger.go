@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -27,25 +26,21 @@ func (r *Reconciler) settlement(ctx context.Context, l store.LiveRun, a store.At
 		ev.DataAdded = &s.DataAdded
 	} else if spawned {
 		ev.Growth, ev.NoGrowth = r.growth(ctx, l, a)
-		// A quarantined journal stopped being read before the attempt ended: its progress
-		// would undercount, so it is no figure.
-		if a.Progress != nil && a.QuarantinedAt == nil {
-			ev.Progress = &a.Progress.BytesDone
-		}
 	}
 	st := ledger.Settle(*a.HoldBytes, ev)
 	return &st
 }
 
 // ran reports whether the attempt's unit may have run: its ExecStopPost left a marker, or
-// holdfast saw it started, or measured its repository just before starting it. An attempt with
+// holdfast saw it started or read its journal, or measured its repository just before starting
+// it. An attempt with
 // none of these never reached systemd (a crash between the claim and the start), and its hold
 // comes back whole.
 func ran(a store.Attempt, m runner.Marker) bool {
 	if a.Unit == "" {
 		return false
 	}
-	return m.ServiceResult != "" || a.StartedAt != nil || a.RepoBytesBefore != nil
+	return m.ServiceResult != "" || a.StartedAt != nil || a.RepoBytesBefore != nil || a.LastEventAt != nil
 }
 
 // growth is what the attempt's local repository grew by since it was spawned, if nothing else
@@ -96,10 +91,10 @@ func (r *Reconciler) guard(ctx context.Context, l store.LiveRun) error {
 	return r.cfg.Runner.Stop(ctx, a.Unit)
 }
 
-// settleDeferred tries again the settlements that found no figure when their attempt ended:
-// from a summary recorded since, or through the repair channel, restic stats, for a run that
-// made a snapshot. restic is asked about one attempt at most every repairInterval. The others
-// stay open and visible until an operator settles them (holdfast ledger settle).
+// settleDeferred tries again the settlements that found no figure when their attempt ended,
+// through the repair channel, restic stats, for a run that made a snapshot. restic is asked
+// about one attempt at most every repairInterval, within the run budget. The others stay open
+// and visible until an operator settles them (holdfast ledger settle).
 func (r *Reconciler) settleDeferred(ctx context.Context) error {
 	deferred, err := r.cfg.Store.DeferredSettlements(ctx)
 	if err != nil {
@@ -107,22 +102,17 @@ func (r *Reconciler) settleDeferred(ctx context.Context) error {
 	}
 	var errs []error
 	for _, d := range deferred {
-		ev := ledger.Evidence{Spawned: true}
-		var s engine.Summary
-		switch {
-		case len(d.Summary) > 0 && json.Unmarshal(d.Summary, &s) == nil:
-			ev.DataAdded = &s.DataAdded
-		case d.SnapshotID != "" && d.Engine == "restic" && r.repairDue(d.RunID, d.Attempt):
-			added, err := r.snapshotAdded(ctx, d)
-			if err != nil {
-				r.cfg.Logger.Warn("repair channel: restic stats failed; the settlement stays deferred", "run", d.RunID, "err", err)
-				continue
-			}
-			ev.SnapshotAdded = &added
-		default:
+		if d.SnapshotID == "" || d.Engine != "restic" || !r.repairDue(d.RunID, d.Attempt) {
 			continue
 		}
-		st := ledger.Settle(d.Hold, ev)
+		repairCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
+		added, err := r.snapshotAdded(repairCtx, d)
+		cancel()
+		if err != nil {
+			r.cfg.Logger.Warn("repair channel: restic stats failed; the settlement stays deferred", "run", d.RunID, "err", err)
+			continue
+		}
+		st := ledger.Settle(d.Hold, ledger.Evidence{Spawned: true, SnapshotAdded: &added})
 		if err := r.cfg.Store.SettleDeferred(ctx, d.RunID, d.Attempt, st); err != nil {
 			errs = append(errs, err)
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sync"
 
 	"github.com/fsnotify/fsnotify"
@@ -59,7 +60,10 @@ func (r *Reconciler) watch(l store.LiveRun) {
 		r.watchers.active = map[watchKey]context.CancelFunc{}
 	}
 	r.watchers.active[key] = cancel
-	go r.follow(ctx, w, l, *a.HoldBytes)
+	go func() {
+		r.follow(ctx, w, l, *a.HoldBytes)
+		r.unwatch(key.run, key.attempt) // a watch that gave up can be armed again by the next pass
+	}()
 }
 
 // unwatch stops following an attempt that ended.
@@ -72,13 +76,14 @@ func (r *Reconciler) unwatch(run uuid.UUID, attempt int) {
 	}
 }
 
-// follow sums the sizes of the pack files written since it started; past the hold it pauses
-// the run (run_ceiling) and stops its unit, as the per-pass guard does. Files written by another
-// backup of the same repository count too: the pass's guard, which knows who else writes, is
-// the one that holds back there, so this one steps aside when it is not alone.
+// follow sums the sizes of the pack files that appear since it started; past the hold it pauses
+// the run (run_ceiling) and stops its unit, as the per-pass guard does. restic writes a pack
+// under a temporary name and renames it when it is complete, so only the final names (64 hex
+// digits) count, once each. If another backup writes to the same repository it steps aside:
+// the growth is not this run's alone.
 func (r *Reconciler) follow(ctx context.Context, w *fsnotify.Watcher, l store.LiveRun, hold int64) {
 	defer w.Close()
-	sizes := map[string]int64{}
+	counted := map[string]bool{}
 	var total int64
 	for {
 		select {
@@ -94,22 +99,26 @@ func (r *Reconciler) follow(ctx context.Context, w *fsnotify.Watcher, l store.Li
 			if !ok {
 				return
 			}
-			if !ev.Has(fsnotify.Create) && !ev.Has(fsnotify.Write) {
+			if !ev.Has(fsnotify.Create) || counted[ev.Name] || !packName.MatchString(filepath.Base(ev.Name)) {
 				continue
 			}
 			info, err := os.Stat(ev.Name)
 			if err != nil || !info.Mode().IsRegular() {
 				continue
 			}
-			total += info.Size() - sizes[ev.Name]
-			sizes[ev.Name] = info.Size()
+			counted[ev.Name] = true
+			total += info.Size()
 			if total <= hold {
 				continue
 			}
 			if other, err := r.cfg.Store.OtherWriter(ctx, l.Run.ID, l.Attempt.No); err != nil || other != nil {
 				return
 			}
-			if paused, err := r.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling); err != nil || !paused {
+			paused, err := r.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling)
+			if err != nil {
+				r.cfg.Logger.Warn("runaway guard: the pause could not be recorded; the next pass measures again", "run", l.Run.ID, "err", err)
+			}
+			if !paused {
 				return
 			}
 			r.cfg.Logger.Warn("runaway guard: the backup wrote more than its hold; stopping it", "run", l.Run.ID,
@@ -121,6 +130,9 @@ func (r *Reconciler) follow(ctx context.Context, w *fsnotify.Watcher, l store.Li
 		}
 	}
 }
+
+// packName is the name of a complete pack file in a restic repository.
+var packName = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // pruneWatchers stops following attempts that are no longer live (ended by another daemon, or
 // by a pass that failed before it could unwatch them).

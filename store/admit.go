@@ -173,7 +173,7 @@ func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, ne
 				return err
 			}
 			a.Run, a.NextSlot = &id, next(j)
-			if _, err := tx.Exec(ctx, `UPDATE jobs SET next_prune_at = $2, last_run_id = $3 WHERE id = $1`, j.ID, a.NextSlot, id); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE jobs SET next_prune_at = $2 WHERE id = $1`, j.ID, a.NextSlot); err != nil {
 				return err
 			}
 			if err := notify(ctx, tx, id.String()); err != nil {

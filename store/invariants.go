@@ -80,7 +80,7 @@ var invariants = []struct{ name, query string }{
 		UNION ALL
 		SELECT 'live backup run ' || r.id || ' attempt ' || a.attempt_no || ' has no hold'
 		FROM runs r JOIN attempts a ON a.run_id = r.id AND a.ended_at IS NULL JOIN jobs j ON j.id = r.job_id
-		WHERE r.kind = 'backup' AND r.status IN ('queued', 'running')
+		WHERE r.kind = 'backup' AND j.engine = 'restic' AND r.status IN ('queued', 'running')
 		  AND NOT EXISTS (SELECT 1 FROM ledger_entries h WHERE h.kind = 'hold' AND h.run_id = r.id AND h.attempt_no = a.attempt_no)`},
 	{"a forget run deletes exactly what its plan decided", `
 		SELECT 'forget run ' || r.id || ' deletes other snapshots than plan ' || p.id

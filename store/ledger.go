@@ -109,16 +109,28 @@ func (s *Store) CreateAccount(ctx context.Context, name string, quota, allowance
 	return out, nil
 }
 
-// Grant adds bytes to an account's quota. An account without a quota gets one.
+// Grant adds bytes to an account's quota. An account without a quota gets one, on top of what it
+// already used: what it settled and holds is granted first, so its balance starts at bytes.
 func (s *Store) Grant(ctx context.Context, name string, bytes int64, actor, note string) (Account, error) {
 	var out Account
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE accounts SET unlimited = false WHERE name = $1`, name)
+		acct, err := scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1 FOR UPDATE`, name))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("account %q: %w", name, ErrNotFound)
+		}
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("account %q: %w", name, ErrNotFound)
+		if acct.Unlimited {
+			if _, err := tx.Exec(ctx, `UPDATE accounts SET unlimited = false WHERE name = $1`, name); err != nil {
+				return err
+			}
+			if used := acct.SettledBytes + acct.HeldBytes - acct.GrantedBytes; used > 0 {
+				if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, actor, note)
+					VALUES ($1, 'grant', $2, $3, 'what the account used before it had a quota')`, name, used, actor); err != nil {
+					return err
+				}
+			}
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, actor, note) VALUES ($1, 'grant', $2, $3, $4)`,
 			name, bytes, actor, note); err != nil {
@@ -221,11 +233,22 @@ func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error)
 		WHERE name = $1 FOR UPDATE`, p.account).Scan(&unlimited, &allowance, &period); err != nil {
 		return p, err
 	}
+	var charged, open int64
+	if err := tx.QueryRow(ctx, `SELECT
+			coalesce((SELECT sum(bytes) FROM ledger_entries WHERE run_id = $1 AND kind = 'settle'), 0)::bigint,
+			coalesce((SELECT sum(h.bytes) FROM ledger_entries h WHERE h.run_id = $1 AND h.kind = 'hold'
+				AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)), 0)::bigint`, runID).Scan(&charged, &open); err != nil {
+		return p, err
+	}
 	// A job's ceiling is read at every hold: raising it lets a run paused at its ceiling resume.
-	if maxAdded != nil && (budget == nil || *budget != *maxAdded) {
-		budget = maxAdded
-		if _, err := tx.Exec(ctx, `UPDATE runs SET budget_bytes = $2 WHERE id = $1`, runID, *budget); err != nil {
-			return p, err
+	// Lowering it never takes back what the run was charged or holds.
+	if maxAdded != nil {
+		ceiling := max(*maxAdded, charged+open)
+		if budget == nil || *budget != ceiling {
+			budget = &ceiling
+			if _, err := tx.Exec(ctx, `UPDATE runs SET budget_bytes = $2 WHERE id = $1`, runID, ceiling); err != nil {
+				return p, err
+			}
 		}
 	}
 	if budget == nil {
@@ -247,13 +270,6 @@ func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error)
 		if maxAdded != nil {
 			p.budgetWhy = "the job's ceiling (--max-added)"
 		}
-	}
-	var charged, open int64
-	if err := tx.QueryRow(ctx, `SELECT
-			coalesce((SELECT sum(bytes) FROM ledger_entries WHERE run_id = $1 AND kind = 'settle'), 0)::bigint,
-			coalesce((SELECT sum(h.bytes) FROM ledger_entries h WHERE h.run_id = $1 AND h.kind = 'hold'
-				AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)), 0)::bigint`, runID).Scan(&charged, &open); err != nil {
-		return p, err
 	}
 	p.bytes = p.budgetBytes - charged - open
 	if p.bytes <= 0 && open > 0 {
@@ -288,7 +304,8 @@ func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error)
 				WHEN e.kind = 'settle' THEN e.bytes
 				WHEN e.kind = 'hold' AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = e.id) THEN e.bytes
 				ELSE 0 END), 0)::bigint
-			FROM ledger_entries e WHERE e.account = $1 AND e.created_at >= date_trunc($2, now())`, p.account, period).Scan(&used); err != nil {
+			FROM ledger_entries e WHERE e.account = $1
+			  AND e.created_at >= date_trunc($2, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`, p.account, period).Scan(&used); err != nil {
 			return p, err
 		}
 		if used+p.bytes > *allowance {
@@ -337,6 +354,9 @@ func pauseNow(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt int, code
 	return err
 }
 
+// errHoldClosed means a hold was closed by someone else between reading and closing it.
+var errHoldClosed = errors.New("the hold was closed meanwhile")
+
 // applySettlement closes (or defers) the open hold of an ended attempt, inside the transaction
 // that ends it. An attempt without an open hold has nothing to settle.
 func applySettlement(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt int, st *ledger.Settlement, actor string) error {
@@ -354,19 +374,26 @@ func applySettlement(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt in
 	if st == nil {
 		st = &ledger.Settlement{Deferred: "the attempt ended without a decision on its figure"}
 	}
-	switch {
-	case st.Deferred != "":
+	if st.Deferred != "" {
 		_, err = tx.Exec(ctx, `UPDATE attempts SET settle_deferred = $3 WHERE run_id = $1 AND attempt_no = $2`, runID, attempt, st.Deferred)
-	case st.Release:
-		_, err = tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, run_id, attempt_no, hold_id, actor, note)
-			VALUES ($1, 'release', $2, $3, $4, $5, $6, $7)`, account, held, runID, attempt, holdID, actor, st.Source)
-	default:
-		_, err = tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, run_id, attempt_no, hold_id, actor, note)
-			VALUES ($1, 'settle', $2, $3, $4, $5, $6, $7)`, account, min(st.Bytes, held), runID, attempt, holdID, actor, st.Source)
-		if err == nil {
-			_, err = tx.Exec(ctx, `UPDATE attempts SET settle_deferred = NULL WHERE run_id = $1 AND attempt_no = $2`, runID, attempt)
-		}
+		return err
 	}
+	kind, bytes := "settle", min(st.Bytes, held)
+	if st.Release {
+		kind, bytes = "release", held
+	}
+	// Another pass or an operator may have closed the hold since it was read: the unique index
+	// refuses the second close, and this one then changes nothing.
+	tag, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, run_id, attempt_no, hold_id, actor, note)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (hold_id) WHERE hold_id IS NOT NULL DO NOTHING`, account, kind, bytes, runID, attempt, holdID, actor, st.Source)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return errHoldClosed
+	}
+	_, err = tx.Exec(ctx, `UPDATE attempts SET settle_deferred = NULL WHERE run_id = $1 AND attempt_no = $2`, runID, attempt)
 	return err
 }
 
@@ -391,7 +418,11 @@ func (s *Store) SettleByHand(ctx context.Context, runID uuid.UUID, bytes int64, 
 			return &ConflictError{Msg: fmt.Sprintf("run %s attempt %d holds %s: it cannot be charged %s, more than it held",
 				runID, attempt, ledger.FormatSize(held), ledger.FormatSize(bytes))}
 		}
-		if err := applySettlement(ctx, tx, runID, attempt, &ledger.Settlement{Bytes: bytes, Source: "settled by hand: " + why}, actor); err != nil {
+		err = applySettlement(ctx, tx, runID, attempt, &ledger.Settlement{Bytes: bytes, Source: "settled by hand: " + why}, actor)
+		if errors.Is(err, errHoldClosed) {
+			return &ConflictError{Msg: fmt.Sprintf("run %s attempt %d was settled meanwhile", runID, attempt)}
+		}
+		if err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, `SELECT `+entryColumns+` FROM ledger_entries e WHERE e.kind = 'settle' AND e.run_id = $1 AND e.attempt_no = $2`,
@@ -434,6 +465,7 @@ func (s *Store) OtherWriter(ctx context.Context, runID uuid.UUID, attempt int) (
 		JOIN jobs oj ON oj.repository = mj.repository JOIN runs orr ON orr.job_id = oj.id
 		JOIN attempts o ON o.run_id = orr.id
 		WHERE me.run_id = $1 AND me.attempt_no = $2 AND (o.run_id, o.attempt_no) <> (me.run_id, me.attempt_no)
+		  AND (orr.finished_at IS NULL OR orr.finished_at > me.spawn_claimed_at)
 		  AND o.spawn_claimed_at IS NOT NULL AND me.spawn_claimed_at IS NOT NULL
 		  AND o.spawn_claimed_at < coalesce(me.ended_at, now())
 		  AND coalesce(o.ended_at, 'infinity') > me.spawn_claimed_at
@@ -453,7 +485,6 @@ type DeferredSettlement struct {
 	Attempt    int
 	JobName    string
 	Hold       int64
-	Summary    []byte
 	Deferred   string
 	SnapshotID string // the snapshot the run made, if it made one and this is its last attempt
 	Engine     string
@@ -463,19 +494,19 @@ type DeferredSettlement struct {
 
 // DeferredSettlements lists ended attempts whose holds are still open, for the sweep to try again.
 func (s *Store) DeferredSettlements(ctx context.Context) ([]DeferredSettlement, error) {
-	rows, err := s.pool.Query(ctx, `SELECT a.run_id, a.attempt_no, r.job_name, h.bytes, a.summary, coalesce(a.settle_deferred, ''),
+	rows, err := s.pool.Query(ctx, `SELECT a.run_id, a.attempt_no, r.job_name, h.bytes, a.settle_deferred,
 			CASE WHEN a.attempt_no = (SELECT max(attempt_no) FROM attempts WHERE run_id = r.id) THEN coalesce(r.snapshot_id, '') ELSE '' END,
 			coalesce(j.engine, ''), coalesce(j.repository, ''), coalesce(j.password_file, '')
 		FROM ledger_entries h JOIN attempts a ON a.run_id = h.run_id AND a.attempt_no = h.attempt_no
 		JOIN runs r ON r.id = a.run_id LEFT JOIN jobs j ON j.id = r.job_id
-		WHERE h.kind = 'hold' AND a.ended_at IS NOT NULL
+		WHERE a.settle_deferred IS NOT NULL AND h.kind = 'hold'
 		  AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)`)
 	if err != nil {
 		return nil, fmt.Errorf("list deferred settlements: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeferredSettlement, error) {
 		var d DeferredSettlement
-		return d, r.Scan(&d.RunID, &d.Attempt, &d.JobName, &d.Hold, &d.Summary, &d.Deferred,
+		return d, r.Scan(&d.RunID, &d.Attempt, &d.JobName, &d.Hold, &d.Deferred,
 			&d.SnapshotID, &d.Engine, &d.Repository, &d.Password)
 	})
 }
@@ -483,7 +514,10 @@ func (s *Store) DeferredSettlements(ctx context.Context) ([]DeferredSettlement, 
 // SettleDeferred settles a deferred attempt's hold once a figure turned up.
 func (s *Store) SettleDeferred(ctx context.Context, runID uuid.UUID, attempt int, st ledger.Settlement) error {
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		return applySettlement(ctx, tx, runID, attempt, &st, "holdfast")
+		if err := applySettlement(ctx, tx, runID, attempt, &st, "holdfast"); !errors.Is(err, errHoldClosed) {
+			return err
+		}
+		return nil // settled by someone else meanwhile
 	})
 	if err != nil {
 		return fmt.Errorf("settle run %s attempt %d: %w", runID, attempt, err)

@@ -199,8 +199,11 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (Run, 
 		if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE jobs SET last_run_id = $1 WHERE id = $2`, id, jobID); err != nil {
-			return err
+		// A job's last run is its last backup, which dependencies read; a prune is not one.
+		if kind == KindBackup {
+			if _, err := tx.Exec(ctx, `UPDATE jobs SET last_run_id = $1 WHERE id = $2`, id, jobID); err != nil {
+				return err
+			}
 		}
 		if _, err := holdOrPause(ctx, tx, id, 1); err != nil {
 			return err
@@ -470,7 +473,7 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 		if err != nil || finished != 1 {
 			return err
 		}
-		if err := applySettlement(ctx, tx, e.RunID, e.Attempt, e.Settlement, "holdfast"); err != nil {
+		if err := applySettlement(ctx, tx, e.RunID, e.Attempt, e.Settlement, "holdfast"); err != nil && !errors.Is(err, errHoldClosed) {
 			return err
 		}
 		if e.Retry == nil {
@@ -515,7 +518,11 @@ func (s *Store) Restart(ctx context.Context, runID uuid.UUID, attempt int, at ti
 			return err
 		}
 		moved = true
-		if err := applySettlement(ctx, tx, runID, attempt, settlement, "holdfast"); err != nil {
+		if err := applySettlement(ctx, tx, runID, attempt, settlement, "holdfast"); err != nil && !errors.Is(err, errHoldClosed) {
+			return err
+		}
+		// The job's row before the account's, in the order admission takes them.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = (SELECT job_id FROM runs WHERE id = $1) FOR UPDATE`, runID); err != nil {
 			return err
 		}
 		p, err := planHold(ctx, tx, runID)
@@ -524,13 +531,7 @@ func (s *Store) Restart(ctx context.Context, runID uuid.UUID, attempt int, at ti
 		}
 		if p.pausedCode != "" {
 			paused = p.pausedText
-			_, err := tx.Exec(ctx, `
-				WITH r AS (
-					UPDATE runs SET status = 'paused', paused_reason = $2, reason = $3, finished_at = $4, waiting_reason = NULL
-					WHERE id = $1 RETURNING id, job_id)
-				UPDATE jobs SET last_outcome = 'paused' FROM r WHERE jobs.id = r.job_id AND jobs.last_run_id = r.id`,
-				runID, p.pausedCode, p.pausedText, at)
-			return err
+			return pauseNow(ctx, tx, runID, attempt, p.pausedCode, p.pausedText)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, $2)`, runID, attempt+1); err != nil {
 			return err

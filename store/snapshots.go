@@ -78,7 +78,8 @@ func (s *Store) SyncSnapshots(ctx context.Context, repository string, listedAt t
 			FROM jsonb_to_recordset($2::jsonb) AS x(id text, time timestamptz, host text, tags text[], paths text[],
 				job_name text, run_id uuid)
 			ON CONFLICT (repository, id) DO UPDATE SET seen_at = greatest(s.seen_at, excluded.seen_at),
-				forgotten_at = NULL, tags = excluded.tags
+				forgotten_at = CASE WHEN excluded.seen_at >= s.seen_at THEN NULL ELSE s.forgotten_at END,
+				tags = excluded.tags
 			RETURNING xmax = 0`, repository, doc, listedAt)
 		if err != nil {
 			return err
@@ -195,17 +196,24 @@ func (s *Store) protect(ctx context.Context, prefix string, change func(pgx.Tx, 
 	return out, nil
 }
 
-// protectedAmong returns which of the ids are protected at t, locking their rows so that no
+// protectedAmong returns which of the ids are protected at t, locking all their rows so that no
 // protection can be added or lifted until tx ends.
 func protectedAmong(ctx context.Context, tx pgx.Tx, repository string, ids []string, t time.Time) ([]string, error) {
-	rows, err := tx.Query(ctx, `SELECT id FROM snapshots
-		WHERE repository = $1 AND id = ANY($2)
-		  AND (legal_hold_at IS NOT NULL OR immutable_until > $3)
-		ORDER BY id FOR SHARE`, repository, ids, t)
+	rows, err := tx.Query(ctx, `SELECT id, legal_hold_at IS NOT NULL OR coalesce(immutable_until > $3, false) FROM snapshots
+		WHERE repository = $1 AND id = ANY($2) ORDER BY id FOR SHARE`, repository, ids, t)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	var protected []string
+	var id string
+	var isProtected bool
+	_, err = pgx.ForEachRow(rows, []any{&id, &isProtected}, func() error {
+		if isProtected {
+			protected = append(protected, id)
+		}
+		return nil
+	})
+	return protected, err
 }
 
 // ProtectedAmong returns which of the ids of the repository are protected at t.

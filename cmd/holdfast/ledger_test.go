@@ -372,3 +372,23 @@ func TestAllowance(t *testing.T) {
 	}
 	w.checkInvariants()
 }
+
+// Granting to the default account, which had no quota, starts its balance at the grant: what it
+// used before is not taken from it.
+func TestGrantToUnlimitedAccount(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	w.mustRun("job", "add", "web", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data", 2, 4<<20))
+	w.startDaemon()
+	r := w.waitRun(w.startRun("web"), "the end", ended)
+	if r.Status != "succeeded" || r.SettledBytes <= 0 {
+		t.Fatalf("run = %+v, want succeeded and charged", r)
+	}
+	w.mustRun("account", "grant", "default", "10MiB")
+	l := w.ledger("default")
+	if *l.BalanceBytes != 10<<20 || *l.QuotaBytes != 10<<20+r.SettledBytes {
+		t.Fatalf("default after a grant of 10 MiB: quota %d, balance %d; want a balance of 10 MiB", *l.QuotaBytes, *l.BalanceBytes)
+	}
+	w.checkInvariants()
+}
