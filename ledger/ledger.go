@@ -63,6 +63,9 @@ type Evidence struct {
 	// wrote to it meanwhile; nil otherwise, with NoGrowth saying why.
 	Growth   *int64
 	NoGrowth string
+	// UpperBound, when set, says why Growth is only an upper bound: another run wrote to the
+	// same repository meanwhile.
+	UpperBound string
 	// SnapshotAdded is what the run's snapshot refers to that the repository's earlier snapshots
 	// do not (restic stats --mode raw-data, asked afterwards); nil if not asked or no snapshot.
 	SnapshotAdded *int64
@@ -94,6 +97,8 @@ func Settle(hold int64, ev Evidence) Settlement {
 		return Settlement{Release: true, Source: "the attempt never ran"}
 	case ev.DataAdded != nil:
 		return charge(*ev.DataAdded, "restic's summary (data_added)")
+	case ev.Growth != nil && ev.UpperBound != "":
+		return charge(*ev.Growth, "measured growth of the local repository, an upper bound: "+ev.UpperBound)
 	case ev.Growth != nil:
 		return charge(*ev.Growth, "measured growth of the local repository")
 	case ev.SnapshotAdded != nil:

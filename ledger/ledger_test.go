@@ -71,6 +71,8 @@ func TestSettle(t *testing.T) {
 		{"restic's figure above the hold", Evidence{Spawned: true, DataAdded: p(50 << 20)}, Settlement{Bytes: hold}, "charged at the hold"},
 		{"measured growth", Evidence{Spawned: true, Growth: p(7 << 20)}, Settlement{Bytes: 7 << 20}, "measured growth"},
 		{"growth above the hold", Evidence{Spawned: true, Growth: p(12 << 20)}, Settlement{Bytes: hold}, "charged at the hold"},
+		{"shared growth, an upper bound", Evidence{Spawned: true, Growth: p(4 << 20), UpperBound: "run x wrote to it meanwhile"},
+			Settlement{Bytes: 4 << 20}, "an upper bound: run x"},
 		{"growth wins over restic stats", Evidence{Spawned: true, Growth: p(2 << 20), SnapshotAdded: p(6 << 20)}, Settlement{Bytes: 2 << 20}, "measured growth"},
 		{"restic stats", Evidence{Spawned: true, SnapshotAdded: p(6 << 20)}, Settlement{Bytes: 6 << 20}, "restic stats"},
 		{"nothing known: deferred, never zero", Evidence{Spawned: true, NoGrowth: "the repository is not local"},

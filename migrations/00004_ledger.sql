@@ -32,6 +32,10 @@ CREATE UNIQUE INDEX ledger_one_close_per_hold ON ledger_entries (hold_id) WHERE 
 CREATE UNIQUE INDEX ledger_one_hold_per_attempt ON ledger_entries (run_id, attempt_no) WHERE kind = 'hold';
 CREATE INDEX ledger_account ON ledger_entries (account, created_at);
 CREATE INDEX ledger_run ON ledger_entries (run_id) WHERE run_id IS NOT NULL;
+-- The holds no settle or release has closed yet.
+CREATE VIEW open_holds AS
+    SELECT h.* FROM ledger_entries h
+    WHERE h.kind = 'hold' AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id);
 
 -- +goose StatementBegin
 CREATE FUNCTION ledger_entries_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -64,6 +68,7 @@ ALTER TABLE attempts DROP COLUMN repo_bytes_before, DROP COLUMN settle_deferred;
 DROP INDEX runs_job;
 ALTER TABLE runs DROP COLUMN budget_bytes;
 ALTER TABLE jobs DROP COLUMN account, DROP COLUMN max_added;
+DROP VIEW open_holds;
 DROP TABLE ledger_entries;
 DROP FUNCTION ledger_entries_append_only;
 DROP TABLE accounts;

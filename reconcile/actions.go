@@ -294,7 +294,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 		e.SnapshotID = s.SnapshotID
 		e.BytesAdded, e.BytesProcessed, e.FilesProcessed = &s.DataAdded, &s.TotalBytesProcessed, &s.TotalFilesProcessed
 	}
-	e.Settlement = r.settlement(ctx, l, a, !v.neverRan && ran(a, m))
+	e.Settlement = r.settlement(ctx, l, a, !v.neverRan && ran(a, m), false)
 	crash("finish-before")
 	if v.status == store.StatusFailed && v.class == string(engine.Transient) {
 		if e.Retry, err = r.retryPlan(ctx, l); err != nil {
@@ -328,7 +328,7 @@ func (r *Reconciler) restart(ctx context.Context, l store.LiveRun, m runner.Mark
 	if err != nil {
 		return err
 	}
-	settlement := r.settlement(ctx, l, a, ran(a, m))
+	settlement := r.settlement(ctx, l, a, ran(a, m), true)
 	crash("restart-before")
 	moved, paused, err := r.cfg.Store.Restart(ctx, l.Run.ID, l.Attempt.No, r.cfg.now(), m.ServiceResult, m.ExitCode, m.ExitStatus, settlement)
 	if err != nil {

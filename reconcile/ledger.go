@@ -16,8 +16,11 @@ import (
 )
 
 // settlement decides what the ended attempt a is charged against its hold, from the engine's
-// summary or the measured growth of its local repository; nil if it holds nothing.
-func (r *Reconciler) settlement(ctx context.Context, l store.LiveRun, a store.Attempt, spawned bool) *ledger.Settlement {
+// summary or the measured growth of its local repository; nil if it holds nothing. Growth while
+// another run wrote to the repository is not this attempt's alone: at the end of a run the hold
+// then stays open until a better figure comes, but a restart cannot wait for one, so there it
+// is charged as an upper bound, which leaves the new attempt at least what is left.
+func (r *Reconciler) settlement(ctx context.Context, l store.LiveRun, a store.Attempt, spawned, restart bool) *ledger.Settlement {
 	if a.HoldBytes == nil {
 		return nil
 	}
@@ -25,7 +28,15 @@ func (r *Reconciler) settlement(ctx context.Context, l store.LiveRun, a store.At
 	if s := summary(a); s != nil {
 		ev.DataAdded = &s.DataAdded
 	} else if spawned {
-		ev.Growth, ev.NoGrowth = r.growth(ctx, l, a)
+		var shared *uuid.UUID
+		ev.Growth, shared, ev.NoGrowth = r.growth(ctx, l, a)
+		if shared != nil {
+			if restart {
+				ev.UpperBound = fmt.Sprintf("run %s wrote to it meanwhile", shared)
+			} else {
+				ev.Growth = nil
+			}
+		}
 	}
 	st := ledger.Settle(*a.HoldBytes, ev)
 	return &st
@@ -43,28 +54,28 @@ func ran(a store.Attempt, m runner.Marker) bool {
 	return m.ServiceResult != "" || a.StartedAt != nil || a.RepoBytesBefore != nil || a.LastEventAt != nil
 }
 
-// growth is what the attempt's local repository grew by since it was spawned, if nothing else
-// wrote to it meanwhile; else why it is not known.
-func (r *Reconciler) growth(ctx context.Context, l store.LiveRun, a store.Attempt) (*int64, string) {
+// growth is what the attempt's local repository grew by since it was spawned, with the run that
+// also wrote to it meanwhile, if one did; else why it is not known.
+func (r *Reconciler) growth(ctx context.Context, l store.LiveRun, a store.Attempt) (grown *int64, sharedWith *uuid.UUID, why string) {
 	if _, local := ledger.Local(l.JobRepository); !local {
-		return nil, "the repository is not local, so its growth cannot be measured"
+		return nil, nil, "the repository is not local, so its growth cannot be measured"
 	}
 	if a.RepoBytesBefore == nil {
-		return nil, "the repository was not measured when the attempt started"
+		return nil, nil, "the repository was not measured when the attempt started"
 	}
 	other, err := r.cfg.Store.OtherWriter(ctx, a.RunID, a.No)
-	switch {
-	case err != nil:
-		return nil, "who else wrote to the repository could not be read: " + err.Error()
-	case other != nil:
-		return nil, fmt.Sprintf("run %s wrote to the same repository meanwhile, so its growth is not this attempt's alone", other)
+	if err != nil {
+		return nil, nil, "who else wrote to the repository could not be read: " + err.Error()
 	}
 	size, err := ledger.RepoSize(l.JobRepository)
 	if err != nil {
-		return nil, "the repository could not be measured: " + err.Error()
+		return nil, nil, "the repository could not be measured: " + err.Error()
 	}
-	grown := size - *a.RepoBytesBefore
-	return &grown, ""
+	if other != nil {
+		why = fmt.Sprintf("run %s wrote to the same repository meanwhile, so its growth is not this attempt's alone", other)
+	}
+	n := size - *a.RepoBytesBefore
+	return &n, other, why
 }
 
 // guard stops a running backup whose local repository grew by more than the attempt's hold: the
@@ -75,8 +86,8 @@ func (r *Reconciler) guard(ctx context.Context, l store.LiveRun) error {
 		return nil
 	}
 	r.watch(l) // after a daemon restart, the watch resumes here
-	grown, why := r.growth(ctx, l, a)
-	if grown == nil || *grown <= *a.HoldBytes {
+	grown, shared, why := r.growth(ctx, l, a)
+	if grown == nil || shared != nil || *grown <= *a.HoldBytes {
 		if why != "" {
 			r.cfg.Logger.Debug("runaway guard cannot measure this run", "run", l.Run.ID, "why", why)
 		}

@@ -93,26 +93,12 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j Job, d SlotDecision, now time.T
 			if err != nil {
 				return a, err
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO runs (id, job_id, job_name, trigger, planned_at) VALUES ($1, $2, $3, $4, $5)`,
-				id, j.ID, j.Name, d.Trigger, d.Planned); err != nil {
-				return a, err
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {
-				return a, err
-			}
-			// The run is the job's last before its hold is decided: a run paused at once is that.
-			if _, err := tx.Exec(ctx, `UPDATE jobs SET last_run_id = $2 WHERE id = $1`, j.ID, id); err != nil {
-				return a, err
-			}
-			paused, err := holdOrPause(ctx, tx, id, 1)
+			paused, err := insertRun(ctx, tx, id, newRun{jobID: j.ID, jobName: j.Name, trigger: d.Trigger, plannedAt: &d.Planned})
 			if err != nil {
 				return a, err
 			}
 			if paused {
 				a.Paused = "its account could not hold what the run needs: run paused (quota_exhausted or run_ceiling; see holdfast run show " + id.String() + ")"
-			}
-			if err := notify(ctx, tx, id.String()); err != nil {
-				return a, err
 			}
 			a.Run = &id
 		}
@@ -165,18 +151,11 @@ func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, ne
 				return err
 			}
 			// planned_at stays empty: the slot is the prune schedule's, not the backup schedule's.
-			if _, err := tx.Exec(ctx, `INSERT INTO runs (id, job_id, job_name, trigger, kind) VALUES ($1, $2, $3, 'schedule', 'prune')`,
-				id, j.ID, j.Name); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {
+			if _, err := insertRun(ctx, tx, id, newRun{jobID: j.ID, jobName: j.Name, trigger: "schedule", kind: KindPrune}); err != nil {
 				return err
 			}
 			a.Run, a.NextSlot = &id, next(j)
 			if _, err := tx.Exec(ctx, `UPDATE jobs SET next_prune_at = $2 WHERE id = $1`, j.ID, a.NextSlot); err != nil {
-				return err
-			}
-			if err := notify(ctx, tx, id.String()); err != nil {
 				return err
 			}
 			out = append(out, a)

@@ -72,8 +72,7 @@ type OpenHold struct {
 const accountColumns = `a.name, a.created_at, a.unlimited, a.allowance_bytes, coalesce(a.allowance_period, ''),
 	coalesce((SELECT sum(bytes) FROM ledger_entries WHERE account = a.name AND kind = 'grant'), 0)::bigint,
 	coalesce((SELECT sum(bytes) FROM ledger_entries WHERE account = a.name AND kind = 'settle'), 0)::bigint,
-	coalesce((SELECT sum(h.bytes) FROM ledger_entries h WHERE h.account = a.name AND h.kind = 'hold'
-		AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)), 0)::bigint`
+	coalesce((SELECT sum(bytes) FROM open_holds WHERE account = a.name), 0)::bigint`
 
 func scanAccount(row pgx.Row) (Account, error) {
 	var a Account
@@ -183,9 +182,9 @@ func (s *Store) Entries(ctx context.Context, account string, limit int) ([]Entry
 // OpenHolds lists an account's open holds, oldest first.
 func (s *Store) OpenHolds(ctx context.Context, account string) ([]OpenHold, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+entryColumns+`, r.job_name, a.ended_at IS NOT NULL, coalesce(a.settle_deferred, '')
-		FROM ledger_entries e JOIN runs r ON r.id = e.run_id
+		FROM open_holds e JOIN runs r ON r.id = e.run_id
 		JOIN attempts a ON a.run_id = e.run_id AND a.attempt_no = e.attempt_no
-		WHERE e.account = $1 AND e.kind = 'hold' AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = e.id)
+		WHERE e.account = $1
 		ORDER BY e.id`, account)
 	if err != nil {
 		return nil, fmt.Errorf("list open holds of %s: %w", account, err)
@@ -236,8 +235,7 @@ func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error)
 	var charged, open int64
 	if err := tx.QueryRow(ctx, `SELECT
 			coalesce((SELECT sum(bytes) FROM ledger_entries WHERE run_id = $1 AND kind = 'settle'), 0)::bigint,
-			coalesce((SELECT sum(h.bytes) FROM ledger_entries h WHERE h.run_id = $1 AND h.kind = 'hold'
-				AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)), 0)::bigint`, runID).Scan(&charged, &open); err != nil {
+			coalesce((SELECT sum(bytes) FROM open_holds WHERE run_id = $1), 0)::bigint`, runID).Scan(&charged, &open); err != nil {
 		return p, err
 	}
 	// A job's ceiling is read at every hold: raising it lets a run paused at its ceiling resume.
@@ -300,12 +298,10 @@ func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error)
 	}
 	if allowance != nil {
 		var used int64
-		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(CASE
-				WHEN e.kind = 'settle' THEN e.bytes
-				WHEN e.kind = 'hold' AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = e.id) THEN e.bytes
-				ELSE 0 END), 0)::bigint
-			FROM ledger_entries e WHERE e.account = $1
-			  AND e.created_at >= date_trunc($2, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`, p.account, period).Scan(&used); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(bytes), 0)::bigint FROM (
+				SELECT bytes, created_at FROM ledger_entries WHERE account = $1 AND kind = 'settle'
+				UNION ALL SELECT bytes, created_at FROM open_holds WHERE account = $1) e
+			WHERE e.created_at >= date_trunc($2, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`, p.account, period).Scan(&used); err != nil {
 			return p, err
 		}
 		if used+p.bytes > *allowance {
@@ -362,9 +358,8 @@ var errHoldClosed = errors.New("the hold was closed meanwhile")
 func applySettlement(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt int, st *ledger.Settlement, actor string) error {
 	var holdID, held int64
 	var account string
-	err := tx.QueryRow(ctx, `SELECT h.id, h.bytes, h.account FROM ledger_entries h
-		WHERE h.kind = 'hold' AND h.run_id = $1 AND h.attempt_no = $2
-		  AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)`, runID, attempt).Scan(&holdID, &held, &account)
+	err := tx.QueryRow(ctx, `SELECT id, bytes, account FROM open_holds WHERE run_id = $1 AND attempt_no = $2`,
+		runID, attempt).Scan(&holdID, &held, &account)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -403,10 +398,9 @@ func (s *Store) SettleByHand(ctx context.Context, runID uuid.UUID, bytes int64, 
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var attempt int
 		var held int64
-		err := tx.QueryRow(ctx, `SELECT h.attempt_no, h.bytes FROM ledger_entries h
+		err := tx.QueryRow(ctx, `SELECT h.attempt_no, h.bytes FROM open_holds h
 			JOIN attempts a ON a.run_id = h.run_id AND a.attempt_no = h.attempt_no
-			WHERE h.kind = 'hold' AND h.run_id = $1 AND a.ended_at IS NOT NULL
-			  AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)
+			WHERE h.run_id = $1 AND a.ended_at IS NOT NULL
 			ORDER BY h.attempt_no LIMIT 1 FOR UPDATE OF a`, runID).Scan(&attempt, &held)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &ConflictError{Msg: fmt.Sprintf("run %s has no open hold of an ended attempt to settle", runID)}
@@ -497,10 +491,9 @@ func (s *Store) DeferredSettlements(ctx context.Context) ([]DeferredSettlement, 
 	rows, err := s.pool.Query(ctx, `SELECT a.run_id, a.attempt_no, r.job_name, h.bytes, a.settle_deferred,
 			CASE WHEN a.attempt_no = (SELECT max(attempt_no) FROM attempts WHERE run_id = r.id) THEN coalesce(r.snapshot_id, '') ELSE '' END,
 			coalesce(j.engine, ''), coalesce(j.repository, ''), coalesce(j.password_file, '')
-		FROM ledger_entries h JOIN attempts a ON a.run_id = h.run_id AND a.attempt_no = h.attempt_no
+		FROM open_holds h JOIN attempts a ON a.run_id = h.run_id AND a.attempt_no = h.attempt_no
 		JOIN runs r ON r.id = a.run_id LEFT JOIN jobs j ON j.id = r.job_id
-		WHERE a.settle_deferred IS NOT NULL AND h.kind = 'hold'
-		  AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)`)
+		WHERE a.settle_deferred IS NOT NULL`)
 	if err != nil {
 		return nil, fmt.Errorf("list deferred settlements: %w", err)
 	}

@@ -112,15 +112,9 @@ func admitForget(ctx context.Context, tx pgx.Tx, p Plan, planID uuid.UUID) (*uui
 	if err != nil {
 		return nil, err
 	}
-	// A forget run is not the job's last run: that stays the last backup, which dependencies read.
-	if _, err := tx.Exec(ctx, `INSERT INTO runs (id, job_id, job_name, trigger, kind, forget_ids, plan_id)
-		VALUES ($1, $2, $3, 'manual', 'forget', $4, $5)`, id, jobID, p.JobName, p.DeleteIDs, planID); err != nil {
-		return nil, err
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {
-		return nil, err
-	}
-	return &id, notify(ctx, tx, id.String())
+	_, err = insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: p.JobName, trigger: "manual", kind: KindForget,
+		forgetIDs: p.DeleteIDs, planID: &planID})
+	return &id, err
 }
 
 func shortIDs(ids []string) string {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,8 +110,7 @@ const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_rea
 	r.bytes_added, r.bytes_processed, r.files_processed, r.files_skipped,
 	r.planned_at, r.not_before, coalesce(r.waiting_reason, ''), r.retry_of, r.retry_number, r.retried_by, r.kind,
 	r.forget_ids, r.plan_id, r.budget_bytes,
-	coalesce((SELECT sum(h.bytes) FROM ledger_entries h WHERE h.run_id = r.id AND h.kind = 'hold'
-		AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)), 0)::bigint,
+	coalesce((SELECT sum(bytes) FROM open_holds WHERE run_id = r.id), 0)::bigint,
 	coalesce((SELECT sum(e.bytes) FROM ledger_entries e WHERE e.run_id = r.id AND e.kind = 'settle'), 0)::bigint`
 
 func runDest(r *Run) []any {
@@ -190,33 +190,57 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (Run, 
 		if err != nil {
 			return err
 		}
-		err = tx.QueryRow(ctx, `
-			INSERT INTO runs AS r (id, job_id, job_name, trigger, kind) VALUES ($1, $2, $3, $4, $5)
-			RETURNING `+runColumns, id, jobID, jobName, trigger, kind).Scan(runDest(&run)...)
-		if err != nil {
+		if _, err := insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: jobName, trigger: trigger, kind: kind}); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {
-			return err
-		}
-		// A job's last run is its last backup, which dependencies read; a prune is not one.
-		if kind == KindBackup {
-			if _, err := tx.Exec(ctx, `UPDATE jobs SET last_run_id = $1 WHERE id = $2`, id, jobID); err != nil {
-				return err
-			}
-		}
-		if _, err := holdOrPause(ctx, tx, id, 1); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.id = $1`, id).Scan(runDest(&run)...); err != nil {
-			return err
-		}
-		return notify(ctx, tx, id.String())
+		return tx.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.id = $1`, id).Scan(runDest(&run)...)
 	})
 	if err != nil {
 		return Run{}, wrap(err, "admit run of %s", jobName)
 	}
 	return run, nil
+}
+
+// newRun is a run to admit.
+type newRun struct {
+	jobID         int64
+	jobName       string
+	trigger       string
+	kind          string // "" is KindBackup
+	plannedAt     *time.Time
+	retryOf       *uuid.UUID
+	retryNumber   int
+	notBefore     *time.Time
+	waitingReason string
+	forgetIDs     []string
+	planID        *uuid.UUID
+}
+
+// insertRun admits a run inside tx: the run with its first attempt and, for a backup, its place
+// as the job's last run and its hold, or a pause at once if it may not have one (reported). The
+// daemons are notified when tx commits.
+func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused bool, err error) {
+	kind := cmp.Or(n.kind, KindBackup)
+	if _, err := tx.Exec(ctx, `INSERT INTO runs (id, job_id, job_name, trigger, kind, planned_at, retry_of, retry_number,
+			not_before, waiting_reason, forget_ids, plan_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''), $11, $12)`, id, n.jobID, n.jobName, n.trigger, kind,
+		n.plannedAt, n.retryOf, n.retryNumber, n.notBefore, n.waitingReason, nonNil(n.forgetIDs), n.planID); err != nil {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {
+		return false, err
+	}
+	// A job's last run is its last backup, which dependencies read; a prune or a forget is not
+	// one. It is the last run before its hold is decided: a run paused at once is that too.
+	if kind == KindBackup {
+		if _, err := tx.Exec(ctx, `UPDATE jobs SET last_run_id = $2 WHERE id = $1`, n.jobID, id); err != nil {
+			return false, err
+		}
+		if paused, err = holdOrPause(ctx, tx, id, 1); err != nil {
+			return false, err
+		}
+	}
+	return paused, notify(ctx, tx, id.String())
 }
 
 // LiveRun is a live run with its live attempt and its job's engine ("" if the job was removed).
@@ -480,22 +504,14 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 			return nil
 		}
 		rt := e.Retry
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO runs (id, job_id, job_name, trigger, retry_of, retry_number, not_before, waiting_reason)
-			SELECT $2, job_id, job_name, 'retry', id, $3, $4, $5 FROM runs WHERE id = $1`,
-			e.RunID, rt.ID, rt.Number, rt.NotBefore, rt.Why); err != nil {
+		n := newRun{trigger: "retry", retryOf: &e.RunID, retryNumber: rt.Number, notBefore: &rt.NotBefore, waitingReason: rt.Why}
+		if err := tx.QueryRow(ctx, `SELECT job_id, job_name FROM runs WHERE id = $1`, e.RunID).Scan(&n.jobID, &n.jobName); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, rt.ID); err != nil {
+		if _, err := insertRun(ctx, tx, rt.ID, n); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE runs SET retried_by = $2 WHERE id = $1`, e.RunID, rt.ID); err != nil {
-			return err
-		}
-		if _, err = tx.Exec(ctx, `UPDATE jobs SET last_run_id = $2 WHERE last_run_id = $1`, e.RunID, rt.ID); err != nil {
-			return err
-		}
-		_, err = holdOrPause(ctx, tx, rt.ID, 1)
+		_, err = tx.Exec(ctx, `UPDATE runs SET retried_by = $2 WHERE id = $1`, e.RunID, rt.ID)
 		return err
 	})
 	if err != nil {
