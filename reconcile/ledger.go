@@ -44,9 +44,8 @@ func (r *Reconciler) settlement(ctx context.Context, l store.LiveRun, a store.At
 
 // ran reports whether the attempt's unit may have run: its ExecStopPost left a marker, or
 // holdfast saw it started or read its journal, or measured its repository just before starting
-// it. An attempt with
-// none of these never reached systemd (a crash between the claim and the start), and its hold
-// comes back whole.
+// it. An attempt with none of these never reached systemd (a crash between the claim and the
+// start), and its hold comes back whole.
 func ran(a store.Attempt, m runner.Marker) bool {
 	if a.Unit == "" {
 		return false
@@ -111,6 +110,7 @@ func (r *Reconciler) settleDeferred(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.forgetRepairs(deferred)
 	var errs []error
 	for _, d := range deferred {
 		if d.SnapshotID == "" || d.Engine != "restic" || !r.repairDue(d.RunID, d.Attempt) {
@@ -149,6 +149,21 @@ func (r *Reconciler) repairDue(run uuid.UUID, attempt int) bool {
 	}
 	r.repairAsked[key] = time.Now()
 	return true
+}
+
+// forgetRepairs drops the repair times of attempts no longer deferred.
+func (r *Reconciler) forgetRepairs(deferred []store.DeferredSettlement) {
+	still := make(map[watchKey]bool, len(deferred))
+	for _, d := range deferred {
+		still[watchKey{d.RunID, d.Attempt}] = true
+	}
+	r.watchers.mu.Lock()
+	defer r.watchers.mu.Unlock()
+	for key := range r.repairAsked {
+		if !still[key] {
+			delete(r.repairAsked, key)
+		}
+	}
 }
 
 // snapshotAdded is what the run's snapshot added to the repository's earlier snapshots, as restic
