@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
 	"time"
 
@@ -101,10 +100,8 @@ func newDaemonCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("find holdfast's own executable: %w", err)
 				}
 			}
-			if cfg.ResticBinary == "" {
-				if cfg.ResticBinary, err = exec.LookPath("restic"); err != nil {
-					return badInput("restic not found in PATH: install it (apt-get install restic) or give --restic")
-				}
+			if cfg.ResticBinary, err = resticBinary(cfg.ResticBinary); err != nil {
+				return err
 			}
 			cfg.Store, cfg.Runner, cfg.StateDir, cfg.Logger = st, rn, g.stateDir, logger
 			if cfg.WindowZone, err = schedule.LoadZone(windowZone); err != nil {

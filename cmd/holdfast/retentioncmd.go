@@ -167,6 +167,7 @@ func actor() string {
 	return fmt.Sprintf("uid %d", os.Getuid())
 }
 
+// resticBinary is the restic a command runs: the one its --restic flag names, else restic in PATH.
 func resticBinary(flag string) (string, error) {
 	if flag != "" {
 		return flag, nil
