@@ -66,8 +66,11 @@ func (r Restic) ListSnapshots(ctx context.Context, j Job) ([]Snapshot, error) {
 }
 
 // output runs a restic command without a shell and returns its stdout; a failure carries the
-// first line restic wrote to stderr.
+// first line restic wrote to stderr. With r.Run set, that runs it instead.
 func (r Restic) output(ctx context.Context, argv []string) ([]byte, error) {
+	if r.Run != nil {
+		return r.Run(ctx, argv)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

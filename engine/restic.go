@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -37,6 +38,9 @@ func RunTag(run uuid.UUID) string { return RunTagPrefix + run.String() }
 // and later). Its zero value runs "restic", looked up in PATH by the caller.
 type Restic struct {
 	Binary string
+	// Run runs one of restic's query commands (snapshots, stats) and returns its stdout; nil
+	// runs it here, as this process. The daemon runs them as the job's user instead.
+	Run func(ctx context.Context, argv []string) ([]byte, error)
 }
 
 var _ interface {
@@ -52,7 +56,11 @@ func (r Restic) global(j Job) []string {
 	if bin == "" {
 		bin = "restic"
 	}
-	argv := []string{bin, "--repo", j.Repository, "--password-file", j.PasswordFile}
+	argv := []string{bin, "--repo", j.Repository}
+	if j.PasswordFile != "" {
+		// Without it, restic reads RESTIC_PASSWORD_FILE, which the unit's credentials provide.
+		argv = append(argv, "--password-file", j.PasswordFile)
+	}
 	if j.CacheDir != "" {
 		return append(argv, "--cache-dir", j.CacheDir)
 	}

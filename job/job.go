@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -62,6 +63,14 @@ func Validate(j *store.Job) error {
 		if !remoteRepository(j.Repository) && !filepath.IsAbs(j.Repository) {
 			return fmt.Errorf("repository %q is a relative path: give an absolute path", j.Repository)
 		}
+		if err := credentials.CheckRepository(j.Repository); err != nil {
+			return err
+		}
+		if j.EnvFile != "" {
+			if err := credentials.CheckFile("--env-file", j.EnvFile); err != nil {
+				return err
+			}
+		}
 		if j.PasswordFile == "" {
 			return errors.New("no password file: give --password-file FILE (holdfast never stores the password itself)")
 		}
@@ -75,6 +84,9 @@ func Validate(j *store.Job) error {
 		if !info.Mode().IsRegular() {
 			return fmt.Errorf("password file %s is not a regular file", j.PasswordFile)
 		}
+	}
+	if j.Engine != "restic" && j.EnvFile != "" {
+		return errors.New("--env-file is for restic jobs")
 	}
 	if j.Engine == "restic" && len(j.Paths) == 0 {
 		return errors.New("no paths to back up: give --path PATH at least once")

@@ -1,16 +1,12 @@
 package reconcile
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,61 +17,6 @@ import (
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
-
-// JournalPath is where an attempt's run journal lives under the state directory.
-func JournalPath(stateDir string, run uuid.UUID, attempt int) string {
-	return filepath.Join(stateDir, "runs", run.String(), "a"+strconv.Itoa(attempt), "journal.jsonl")
-}
-
-// UnitSpec builds the transient unit of one attempt of a job. Exported so benchmarks and tests
-// start exactly what the daemon starts.
-func UnitSpec(cfg Config, job store.Job, run store.Run, attempt int) runner.Spec {
-	name := runner.UnitName(job.Name, run.ID, attempt)
-	ej := engineJob(cfg, job)
-	restic := engine.Restic{Binary: cfg.ResticBinary}
-	execArgv := []string{cfg.Binary, "exec",
-		"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt),
-		"--journal", JournalPath(cfg.StateDir, run.ID, attempt),
-		"--engine", job.Engine, "--"}
-	spec := runner.Spec{
-		Name:        name,
-		Description: fmt.Sprintf("holdfast %s %s, run %s attempt %d", cmp.Or(run.Kind, store.KindBackup), job.Name, run.ID, attempt),
-		ExecStopPost: []string{cfg.Binary, "marker", "--state-dir", cfg.StateDir,
-			"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt), "--unit", name},
-		TimeoutStop:       2 * time.Minute,
-		RuntimeMax:        job.RuntimeMax,
-		User:              job.User,
-		Group:             job.Group,
-		Nice:              job.Nice,
-		IOSchedulingClass: job.IOSchedulingClass,
-		SyslogIdentifier:  "holdfast-" + job.Name,
-		LogExtraFields: map[string]string{
-			"HOLDFAST_JOB": job.Name, "HOLDFAST_RUN": run.ID.String(), "HOLDFAST_ATTEMPT": strconv.Itoa(attempt),
-		},
-		WorkingDirectory: "/",
-	}
-	if job.Engine != "restic" {
-		spec.ExecStart = append(execArgv, job.Command...)
-		return spec
-	}
-	argv := restic.BackupArgv(ej, run.ID)
-	switch run.Kind {
-	case store.KindPrune:
-		argv = restic.PruneArgv(ej)
-	case store.KindForget:
-		argv = restic.ForgetArgv(ej, run.ForgetIDs)
-	}
-	spec.ExecStart = append(execArgv, argv...)
-	spec.ExecStartPre = restic.UnlockArgv(ej)
-	// restic 0.14 leaves its lock behind on SIGTERM; on SIGINT it removes it and exits 130.
-	spec.KillSignal = syscall.SIGINT
-	return spec
-}
-
-func engineJob(cfg Config, job store.Job) engine.Job {
-	return engine.Job{Name: job.Name, Repository: job.Repository, PasswordFile: job.PasswordFile,
-		Paths: job.Paths, Excludes: job.Excludes, CacheDir: filepath.Join(cfg.StateDir, "cache", job.Name)}
-}
 
 // spawn claims the attempt's spawn, prepares its directories and starts its unit.
 func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, jobs map[string]store.Job) error {
@@ -151,34 +92,25 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, jobs map[string
 	return r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, r.cfg.now())
 }
 
-// prepareDirs creates the attempt's journal directory, owned by the job's user so `holdfast exec`
-// can write there, and the markers directory, which only the privileged ExecStopPost writes.
+// prepareDirs creates the attempt's journal directory and the job's cache, owned by the job's user
+// so its units can write there, and the markers directory, which only the privileged
+// ExecStopPost writes.
 func (r *Reconciler) prepareDirs(job store.Job, run uuid.UUID, attempt int) error {
 	if err := os.MkdirAll(filepath.Dir(runner.MarkerPath(r.cfg.StateDir, run, attempt)), 0o755); err != nil {
 		return err
 	}
-	journalDir := filepath.Dir(JournalPath(r.cfg.StateDir, run, attempt))
-	cacheDir := filepath.Join(r.cfg.StateDir, "cache", job.Name)
-	for _, dir := range []string{filepath.Dir(journalDir), journalDir, cacheDir} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-	}
-	if job.User == "" {
-		return nil
-	}
-	u, err := user.Lookup(job.User)
+	uid, gid, err := jobIdentity(job)
 	if err != nil {
-		return fmt.Errorf("job user: %w", err)
+		return err
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	for _, dir := range []string{journalDir, cacheDir} {
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return err
-		}
+	journalDir := filepath.Dir(JournalPath(r.cfg.StateDir, run, attempt))
+	if err := os.MkdirAll(filepath.Dir(journalDir), 0o755); err != nil {
+		return err
 	}
-	return nil
+	if err := ownedDir(journalDir, uid, gid, 0o755); err != nil {
+		return err
+	}
+	return prepareCache(r.cfg.StateDir, job)
 }
 
 // finishUnspawnedStop closes a run stopped before its attempt recorded a unit. A released spawn
@@ -245,7 +177,7 @@ func (r *Reconciler) refreshAfter(ctx context.Context, l store.LiveRun) {
 	}
 	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
 	if err == nil {
-		_, err = RefreshSnapshots(ctx, r.cfg.Store, r.cfg.ResticBinary, job)
+		_, err = RefreshSnapshots(ctx, r.cfg, job)
 	}
 	if err != nil {
 		r.cfg.Logger.Warn("snapshot inventory not refreshed", "run", l.Run.ID, "err", err)
@@ -255,9 +187,8 @@ func (r *Reconciler) refreshAfter(ctx context.Context, l store.LiveRun) {
 // repair asks the repository which snapshot the run made, when the journal cannot say (it was
 // lost or quarantined). It is asked once, as the run ends; the byte figures stay unknown.
 func (r *Reconciler) repair(ctx context.Context, job store.Job, run uuid.UUID, reason string) (snapshotID, newReason string) {
-	ej := engineJob(r.cfg, job)
-	ej.CacheDir = "" // the job's cache belongs to the job's user, not to the daemon
-	snaps, err := engine.Restic{Binary: r.cfg.ResticBinary}.RunSnapshots(ctx, ej, run)
+	restic, ej := JobRestic(r.cfg, job)
+	snaps, err := restic.RunSnapshots(ctx, ej, run)
 	switch {
 	case err != nil:
 		r.cfg.Logger.Warn("repair channel failed", "run", run, "err", err)

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -13,11 +14,15 @@ import (
 
 // RefreshSnapshots reads all snapshots of the job's repository, whoever made them, into the
 // inventory, and returns the repository's snapshots as recorded (with their protections).
-// restic runs without a cache: the job's cache belongs to the job's user.
-func RefreshSnapshots(ctx context.Context, st *store.Store, resticBinary string, job store.Job) ([]store.Snapshot, error) {
+// restic runs as the job's user (JobRestic); cfg needs Store, Runner, StateDir, Binary and
+// ResticBinary.
+func RefreshSnapshots(ctx context.Context, cfg Config, job store.Job) ([]store.Snapshot, error) {
 	listedAt := time.Now()
-	ej := engine.Job{Name: job.Name, Repository: job.Repository, PasswordFile: job.PasswordFile}
-	listed, err := engine.Restic{Binary: resticBinary}.ListSnapshots(ctx, ej)
+	if err := prepareCache(cfg.StateDir, job); err != nil {
+		return nil, fmt.Errorf("cache of job %s: %w", job.Name, err)
+	}
+	restic, ej := JobRestic(cfg, job)
+	listed, err := restic.ListSnapshots(ctx, ej)
 	if err != nil {
 		return nil, err
 	}
@@ -35,8 +40,8 @@ func RefreshSnapshots(ctx context.Context, st *store.Store, resticBinary string,
 			}
 		}
 	}
-	if _, _, err := st.SyncSnapshots(ctx, job.Repository, listedAt, snaps); err != nil {
+	if _, _, err := cfg.Store.SyncSnapshots(ctx, job.Repository, listedAt, snaps); err != nil {
 		return nil, err
 	}
-	return st.Snapshots(ctx, job.Repository)
+	return cfg.Store.Snapshots(ctx, job.Repository)
 }

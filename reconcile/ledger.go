@@ -169,8 +169,16 @@ func (r *Reconciler) forgetRepairs(deferred []store.DeferredSettlement) {
 // snapshotAdded is what the run's snapshot added to the repository's earlier snapshots, as restic
 // counts data: the raw data of the snapshot with all earlier ones, less that of the earlier ones.
 func (r *Reconciler) snapshotAdded(ctx context.Context, d store.DeferredSettlement) (int64, error) {
-	restic := engine.Restic{Binary: r.cfg.ResticBinary}
-	j := engine.Job{Name: d.JobName, Repository: d.Repository, PasswordFile: d.Password}
+	job, err := r.cfg.Store.JobByName(ctx, d.JobName)
+	if err != nil {
+		return 0, fmt.Errorf("job of run %s: %w", d.RunID, err)
+	}
+	// The repository the run wrote to, asked as the job's user.
+	job.Repository, job.PasswordFile = d.Repository, d.Password
+	if err := prepareCache(r.cfg.StateDir, job); err != nil {
+		return 0, err
+	}
+	restic, j := JobRestic(r.cfg, job)
 	snaps, err := restic.ListSnapshots(ctx, j)
 	if err != nil {
 		return 0, err

@@ -184,3 +184,7 @@ var badRequests = map[string]bool{
 func BadRequest(err error) bool {
 	return badRequests[dbusErrorName(err)]
 }
+
+// SystemManager reports whether the runner talks to the system manager, the only one that hands
+// credentials to a unit with User= (a user manager refuses: permission denied).
+func (r *Runner) SystemManager() bool { return r.cfg.Manager == "system" }

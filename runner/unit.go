@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,6 +29,15 @@ func UnitName(job string, run uuid.UUID, attempt int) string {
 	return name
 }
 
+// QueryUnitName is the name of a short unit that asks a tool about a job's repository.
+func QueryUnitName(job string, id uuid.UUID) string {
+	name := "holdfast-" + unit.UnitNameEscape(job) + "-query-" + id.String() + ".service"
+	if len(name) > MaxUnitName {
+		name = "holdfast-query-" + id.String() + ".service"
+	}
+	return name
+}
+
 // Spec describes one transient service.
 type Spec struct {
 	Name        string
@@ -49,6 +59,24 @@ type Spec struct {
 	Environment       []string          // KEY=value
 	LogExtraFields    map[string]string // exported by the system manager; a user manager ignores them
 	WorkingDirectory  string
+	// LoadCredentials are files systemd copies into the unit's $CREDENTIALS_DIRECTORY, readable
+	// by the unit's user alone. Only the names and paths are in the unit, never the content.
+	LoadCredentials []Credential
+	// EnvironmentFiles are read by the manager into the unit's environment.
+	EnvironmentFiles []string
+	// Sandbox confines the unit; nil leaves it unconfined.
+	Sandbox *Sandbox
+	// CollectFailed keeps a failed unit loaded until ResetFailed, so how it ended can be read
+	// from its properties (for Output); otherwise ended units are collected at once.
+	CollectFailed bool
+
+	stdout, stderr *os.File // set by Output
+}
+
+// Credential is one LoadCredential= entry: a name in the unit and the file systemd reads it from.
+type Credential struct {
+	Name string
+	Path string
 }
 
 var ioClasses = map[string]int32{"realtime": 1, "best-effort": 2, "idle": 3}
@@ -88,10 +116,16 @@ func (s Spec) properties() ([]sddbus.Property, error) {
 		sddbus.PropDescription(s.Description),
 		prop("ExecStart", []execCommand{{Path: start[0], Argv: start}}),
 		prop("KillMode", "mixed"),
+	}
+	if !s.CollectFailed {
 		// Failed units are collected too: the marker, not the unit, carries how it ended.
-		prop("CollectMode", "inactive-or-failed"),
-		prop("StandardOutput", "journal"),
-		prop("StandardError", "journal"),
+		props = append(props, prop("CollectMode", "inactive-or-failed"))
+	}
+	if s.stdout == nil {
+		props = append(props, prop("StandardOutput", "journal"), prop("StandardError", "journal"))
+	} else {
+		props = append(props, prop("StandardOutputFileDescriptor", dbus.UnixFD(s.stdout.Fd())),
+			prop("StandardErrorFileDescriptor", dbus.UnixFD(s.stderr.Fd())))
 	}
 	if len(s.ExecStartPre) > 0 {
 		pre := escapeDollar(s.ExecStartPre)
@@ -141,6 +175,30 @@ func (s Spec) properties() ([]sddbus.Property, error) {
 	}
 	if s.WorkingDirectory != "" {
 		props = append(props, prop("WorkingDirectory", s.WorkingDirectory))
+	}
+	if len(s.LoadCredentials) > 0 {
+		creds := make([]struct{ Name, Path string }, len(s.LoadCredentials))
+		for i, c := range s.LoadCredentials {
+			creds[i] = struct{ Name, Path string }{c.Name, c.Path}
+		}
+		props = append(props, prop("LoadCredential", creds))
+	}
+	if len(s.EnvironmentFiles) > 0 {
+		files := make([]struct {
+			Path     string
+			Optional bool
+		}, len(s.EnvironmentFiles))
+		for i, f := range s.EnvironmentFiles {
+			files[i].Path = f
+		}
+		props = append(props, prop("EnvironmentFiles", files))
+	}
+	if s.Sandbox != nil {
+		sp, err := s.Sandbox.properties(s.User != "")
+		if err != nil {
+			return nil, fmt.Errorf("unit %s: %w", s.Name, err)
+		}
+		props = append(props, sp...)
 	}
 	return props, nil
 }

@@ -16,11 +16,14 @@ import (
 
 // Job is a backup job as stored.
 type Job struct {
-	ID                int64
-	Name              string
-	Engine            string
-	Repository        string
-	PasswordFile      string
+	ID           int64
+	Name         string
+	Engine       string
+	Repository   string
+	PasswordFile string
+	// EnvFile is a file of KEY=VALUE lines for the engine's environment (remote backends'
+	// credentials), handed to the units as a credential; "" none.
+	EnvFile           string
 	Paths             []string
 	Excludes          []string
 	User              string
@@ -71,7 +74,7 @@ const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.pat
 	j.run_as_group, j.nice, j.io_scheduling_class, j.runtime_max, j.created_at, coalesce(j.last_outcome, ''), j.last_run_id,
 	j.command, j.schedule, j.time_zone, j.catch_up, j.next_run_at, j.missed_slots, j.overlap_skips, j.last_skip_at,
 	coalesce(j.last_skip_why, ''), j.retry_max, j.retry_backoff, j.windows, j.priority, coalesce(j.depends_on, ''),
-	j.retention, j.retention_max_delete, j.retention_min_keep, j.prune_schedule, j.next_prune_at, j.account, j.max_added`
+	j.retention, j.retention_max_delete, j.retention_min_keep, j.prune_schedule, j.next_prune_at, j.account, j.max_added, j.env_file`
 
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
@@ -80,7 +83,7 @@ func scanJob(row pgx.Row) (Job, error) {
 		&j.User, &j.Group, &j.Nice, &j.IOSchedulingClass, &runtimeMax, &j.CreatedAt, &j.LastOutcome, &j.LastRunID,
 		&j.Command, &j.Schedule, &j.TimeZone, &j.CatchUp, &j.NextRunAt, &j.MissedSlots, &j.OverlapSkips, &j.LastSkipAt,
 		&j.LastSkipWhy, &j.RetryMax, &j.RetryBackoff, &j.Windows, &j.Priority, &j.DependsOn,
-		&j.Retention, &j.RetentionMaxDelete, &j.RetentionMinKeep, &j.PruneSchedule, &j.NextPruneAt, &j.Account, &j.MaxAdded)
+		&j.Retention, &j.RetentionMaxDelete, &j.RetentionMinKeep, &j.PruneSchedule, &j.NextPruneAt, &j.Account, &j.MaxAdded, &j.EnvFile)
 	if runtimeMax != nil {
 		j.RuntimeMax = *runtimeMax
 	}
@@ -91,14 +94,14 @@ func scanJob(row pgx.Row) (Job, error) {
 const jobSettings = `engine, repository, password_file, paths, excludes, run_as_user, run_as_group,
 	nice, io_scheduling_class, runtime_max, command, schedule, time_zone, catch_up, next_run_at, retry_max,
 	retry_backoff, windows, priority, depends_on, retention, retention_max_delete, retention_min_keep,
-	prune_schedule, next_prune_at, account, max_added`
+	prune_schedule, next_prune_at, account, max_added, env_file`
 
 func settingValues(j Job) []any {
 	return []any{j.Engine, j.Repository, j.PasswordFile, nonNil(j.Paths), nonNil(j.Excludes), j.User, j.Group,
 		j.Nice, j.IOSchedulingClass, durationToInterval(j.RuntimeMax), nonNil(j.Command), j.Schedule, j.TimeZone,
 		j.CatchUp, j.NextRunAt, j.RetryMax, j.RetryBackoff, nonNil(j.Windows), j.Priority, nullIfEmpty(j.DependsOn),
 		nilIfEmpty(j.Retention), cmp.Or(j.RetentionMaxDelete, DefaultRetentionMaxDelete), j.RetentionMinKeep,
-		j.PruneSchedule, j.NextPruneAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded}
+		j.PruneSchedule, j.NextPruneAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded, j.EnvFile}
 }
 
 // DefaultRetentionMaxDelete is the share of a job's snapshots one retention plan may delete

@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/migrations"
@@ -193,9 +197,47 @@ func listen(ctx context.Context, fn func(context.Context, func()) error, wake ch
 	}
 }
 
+// credentialFlags are the flags by which a unit's command learns which credentials it was given.
+type credentialFlags struct{ password, env bool }
+
+func (c *credentialFlags) add(f *pflag.FlagSet) {
+	f.BoolVar(&c.password, "password-credential", false, "set RESTIC_PASSWORD_FILE to the unit's password credential")
+	f.BoolVar(&c.env, "env-credential", false, "add the variables of the unit's environment credential")
+}
+
+func (c credentialFlags) environ() ([]string, error) {
+	return credentials.Environ(os.Environ(), c.password, c.env)
+}
+
+// newCredexecCmd runs a command with the unit's credentials in its environment, in place of this
+// process (restic unlock before a backup, restic's queries as the job's user).
+func newCredexecCmd() *cobra.Command {
+	var creds credentialFlags
+	cmd := &cobra.Command{
+		Use:    "credexec [--password-credential] [--env-credential] -- COMMAND...",
+		Short:  "Run a command with the unit's credentials in its environment (used by the daemon's units)",
+		Hidden: true,
+		Args:   cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			env, err := creds.environ()
+			if err != nil {
+				return fmt.Errorf("credentials: %w", err)
+			}
+			path, err := exec.LookPath(argv[0])
+			if err != nil {
+				return fmt.Errorf("credexec: %w", err)
+			}
+			return syscall.Exec(path, argv, env)
+		},
+	}
+	creds.add(cmd.Flags())
+	return cmd
+}
+
 func newExecCmd() *cobra.Command {
 	var runID, journalPath, engineName string
 	var attempt int
+	var creds credentialFlags
 	cmd := &cobra.Command{
 		Use:    "exec --run R --attempt N --journal FILE --engine restic -- COMMAND...",
 		Short:  "Run an engine inside a backup unit, writing its run journal (used by the daemon's units)",
@@ -214,6 +256,12 @@ func newExecCmd() *cobra.Command {
 				parser = engine.Command{}
 			default:
 				return badInput("unknown engine %q", engineName)
+			}
+			env, err := creds.environ()
+			if err != nil {
+				// The engine cannot reach its repository without them: fail as it would.
+				fmt.Fprintf(os.Stderr, "holdfast exec: credentials: %v\n", err)
+				return exitCodeError{1}
 			}
 			emit := func(string, any) error { return nil }
 			w, err := journal.Create(journalPath, run, attempt)
@@ -234,7 +282,7 @@ func newExecCmd() *cobra.Command {
 			}
 			// The engine's signals are forwarded by engine.Exec; cobra's context must not kill it.
 			status, err := engine.Exec(context.WithoutCancel(cmd.Context()), engine.ExecConfig{
-				Argv: argv, Parser: parser, Emit: emit, Stderr: os.Stderr, Stdout: os.Stdout,
+				Argv: argv, Env: env, Parser: parser, Emit: emit, Stderr: os.Stderr, Stdout: os.Stdout,
 			})
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "holdfast exec: %v\n", err)
@@ -253,6 +301,7 @@ func newExecCmd() *cobra.Command {
 	f.IntVar(&attempt, "attempt", 0, "attempt number")
 	f.StringVar(&journalPath, "journal", "", "run journal file")
 	f.StringVar(&engineName, "engine", "restic", "engine: restic or command")
+	creds.add(f)
 	for _, name := range []string{"run", "attempt", "journal"} {
 		_ = cmd.MarkFlagRequired(name)
 	}

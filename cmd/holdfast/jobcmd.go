@@ -56,7 +56,8 @@ type jobFlags struct {
 func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	j := &jf.job
 	f.StringVar(&j.Repository, "repo", "", "restic repository (absolute path or backend URL)")
-	f.StringVar(&j.PasswordFile, "password-file", "", "file holding the repository password (absolute path)")
+	f.StringVar(&j.PasswordFile, "password-file", "", "file holding the repository password (absolute path; may be root's alone, mode 0600)")
+	f.StringVar(&j.EnvFile, "env-file", "", `file of KEY=VALUE lines for restic's environment, e.g. AWS_* or B2_* for a remote repository (absolute path, root's alone; "" none)`)
 	f.StringArrayVar(&j.Paths, "path", nil, "absolute path to back up (repeatable)")
 	f.StringArrayVar(&j.Excludes, "exclude", nil, "restic exclude pattern (repeatable)")
 	f.StringArrayVar(&j.Command, "command", nil, "with --engine command: the program and its arguments, one per flag")
@@ -86,7 +87,8 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *store.Job) error {
 	src := jf.job
 	set := map[string]func(){
 		"repo": func() { j.Repository = src.Repository }, "password-file": func() { j.PasswordFile = src.PasswordFile },
-		"path": func() { j.Paths = src.Paths }, "exclude": func() { j.Excludes = src.Excludes },
+		"env-file": func() { j.EnvFile = src.EnvFile },
+		"path":     func() { j.Paths = src.Paths }, "exclude": func() { j.Excludes = src.Excludes },
 		"command": func() { j.Command = src.Command }, "user": func() { j.User = src.User },
 		"group": func() { j.Group = src.Group }, "runtime-max": func() { j.RuntimeMax = src.RuntimeMax },
 		"nice": func() { n := jf.nice; j.Nice = &n }, "io-class": func() { j.IOSchedulingClass = src.IOSchedulingClass },
@@ -242,6 +244,7 @@ type jobOut struct {
 	Engine             string            `json:"engine"`
 	Repository         string            `json:"repository"`
 	PasswordFile       string            `json:"password_file"`
+	EnvFile            string            `json:"env_file,omitempty"`
 	Paths              []string          `json:"paths"`
 	Excludes           []string          `json:"excludes"`
 	User               string            `json:"user,omitempty"`
@@ -278,7 +281,7 @@ type jobOut struct {
 
 func jobJSON(j store.Job) jobOut {
 	o := jobOut{Name: j.Name, Engine: j.Engine, Repository: j.Repository, PasswordFile: j.PasswordFile,
-		Paths: j.Paths, Excludes: j.Excludes, User: j.User, Group: j.Group, Nice: j.Nice,
+		EnvFile: j.EnvFile, Paths: j.Paths, Excludes: j.Excludes, User: j.User, Group: j.Group, Nice: j.Nice,
 		IOSchedulingClass: j.IOSchedulingClass, RuntimeMaxSeconds: j.RuntimeMax.Seconds(),
 		CreatedAt: j.CreatedAt.UTC().Format(time.RFC3339Nano), LastOutcome: j.LastOutcome}
 	if j.LastRunID != nil {
@@ -363,6 +366,9 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				w := cmd.OutOrStdout()
 				fmt.Fprintf(w, "job:           %s\nengine:        %s\nrepository:    %s\npassword file: %s\npaths:         %s\n",
 					j.Name, j.Engine, j.Repository, j.PasswordFile, strings.Join(j.Paths, " "))
+				if j.EnvFile != "" {
+					fmt.Fprintf(w, "env file:      %s\n", j.EnvFile)
+				}
 				if len(j.Excludes) > 0 {
 					fmt.Fprintf(w, "excludes:      %s\n", strings.Join(j.Excludes, " "))
 				}

@@ -218,9 +218,25 @@ func printPlan(w io.Writer, o planOut) {
 	}
 }
 
+// refreshSnapshots reads the job's repository into the inventory, with restic running as the
+// job's user in a unit of its own, as the daemon runs it.
+func (g *globals) refreshSnapshots(ctx context.Context, st *store.Store, restic string, j store.Job) ([]store.Snapshot, error) {
+	rn, err := g.openRunner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer rn.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find holdfast's own executable: %w", err)
+	}
+	return reconcile.RefreshSnapshots(ctx, reconcile.Config{Store: st, Runner: rn, StateDir: g.stateDir,
+		Binary: self, ResticBinary: restic}, j)
+}
+
 // planJob reads the job's repository again and plans its retention at at.
-func planJob(ctx context.Context, st *store.Store, restic string, j store.Job, p retention.Policy, at time.Time, host string) (retention.Plan, error) {
-	recorded, err := reconcile.RefreshSnapshots(ctx, st, restic, j)
+func (g *globals) planJob(ctx context.Context, st *store.Store, restic string, j store.Job, p retention.Policy, at time.Time, host string) (retention.Plan, error) {
+	recorded, err := g.refreshSnapshots(ctx, st, restic, j)
 	if err != nil {
 		return retention.Plan{}, err
 	}
@@ -293,7 +309,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 					}
 					return err
 				}
-				plan, err := planJob(ctx, st, resticPath, j, p, planAt, host)
+				plan, err := g.planJob(ctx, st, resticPath, j, p, planAt, host)
 				if err != nil {
 					return err
 				}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
-	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -96,7 +95,7 @@ func newSnapshotListCmd(g *globals) *cobra.Command {
 						if err != nil {
 							return err
 						}
-						if snaps, err = reconcile.RefreshSnapshots(ctx, st, path, j); err != nil {
+						if snaps, err = g.refreshSnapshots(ctx, st, path, j); err != nil {
 							return err
 						}
 					}
