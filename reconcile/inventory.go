@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
@@ -18,9 +17,6 @@ import (
 // ResticBinary.
 func RefreshSnapshots(ctx context.Context, cfg Config, job store.Job) ([]store.Snapshot, error) {
 	listedAt := time.Now()
-	if err := prepareCache(cfg.StateDir, job); err != nil {
-		return nil, fmt.Errorf("cache of job %s: %w", job.Name, err)
-	}
 	restic, ej := JobRestic(cfg, job)
 	listed, err := restic.ListSnapshots(ctx, ej)
 	if err != nil {

@@ -175,9 +175,6 @@ func (r *Reconciler) snapshotAdded(ctx context.Context, d store.DeferredSettleme
 	}
 	// The repository the run wrote to, asked as the job's user.
 	job.Repository, job.PasswordFile = d.Repository, d.Password
-	if err := prepareCache(r.cfg.StateDir, job); err != nil {
-		return 0, err
-	}
 	restic, j := JobRestic(r.cfg, job)
 	snaps, err := restic.ListSnapshots(ctx, j)
 	if err != nil {

@@ -86,7 +86,8 @@ func jobIdentity(job store.Job) (uid, gid int, err error) {
 // jobUnit is what every unit touching a job's files shares, backups and restic queries alike: the
 // job's user, a sandbox in which only the job's repository, cache and journal are writable, and
 // its secrets as credentials. It also returns the engine's view of the job inside such a unit.
-func jobUnit(cfg Config, job store.Job, name string, writable ...string) (runner.Spec, engine.Job) {
+// The repository is writable only where the unit writes it (a backup, forget or prune).
+func jobUnit(cfg Config, job store.Job, name string, writesRepository bool, writable ...string) (runner.Spec, engine.Job) {
 	uid, _, err := jobIdentity(job)
 	if err != nil {
 		uid = -1 // the spawn fails on the missing user before this unit is started
@@ -122,7 +123,7 @@ func jobUnit(cfg Config, job store.Job, name string, writable ...string) (runner
 	}
 
 	rw := append([]string{ej.CacheDir}, writable...)
-	if dir, local := localRepository(job.Repository); local {
+	if dir, local := localRepository(job.Repository); local && writesRepository {
 		rw = append(rw, dir)
 	}
 	sandbox := &runner.Sandbox{ReadOnlySystem: true, ReadWritePaths: rw,
@@ -176,7 +177,7 @@ func anyUnderTmp(paths []string) bool {
 func UnitSpec(cfg Config, job store.Job, run store.Run, attempt int) runner.Spec {
 	name := runner.UnitName(job.Name, run.ID, attempt)
 	journalDir := filepath.Dir(JournalPath(cfg.StateDir, run.ID, attempt))
-	spec, ej := jobUnit(cfg, job, name, journalDir)
+	spec, ej := jobUnit(cfg, job, name, true, journalDir)
 	restic := engine.Restic{Binary: cfg.ResticBinary}
 	execArgv := []string{cfg.Binary, "exec",
 		"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt),
@@ -218,9 +219,12 @@ const maxQueryOutput = 64 << 20
 // their sizes): each command in a short unit of its own with the job's user, sandbox, cache and
 // credentials, never as root on files the job's user controls, its output bounded.
 func JobRestic(cfg Config, job store.Job) (engine.Restic, engine.Job) {
-	_, ej := jobUnit(cfg, job, "")
+	_, ej := jobUnit(cfg, job, "", false)
 	return engine.Restic{Binary: cfg.ResticBinary, Run: func(ctx context.Context, argv []string) ([]byte, error) {
-		spec, _ := jobUnit(cfg, job, runner.QueryUnitName(job.Name, uuid.New()))
+		if err := prepareCache(cfg.StateDir, job); err != nil {
+			return nil, fmt.Errorf("cache of job %s: %w", job.Name, err)
+		}
+		spec, _ := jobUnit(cfg, job, runner.QueryUnitName(job.Name, uuid.New()), false)
 		spec.Description = fmt.Sprintf("holdfast %s: restic %s", job.Name, argv[len(argv)-1])
 		spec.ExecStart = append(append(append([]string{cfg.Binary, "credexec"}, credentialArgs(spec)...), "--"), argv...)
 		res, err := cfg.Runner.Output(ctx, spec, maxQueryOutput)
@@ -228,15 +232,22 @@ func JobRestic(cfg Config, job store.Job) (engine.Restic, engine.Job) {
 			return nil, err
 		}
 		if res.ExitStatus != 0 || res.Killed {
-			return nil, fmt.Errorf("restic exited with status %d: %s", res.ExitStatus, printable(firstLine(string(res.Stderr))))
+			return nil, fmt.Errorf("restic exited with status %d: %s", res.ExitStatus, printable(fatalLine(string(res.Stderr))))
 		}
 		return res.Stdout, nil
 	}}, ej
 }
 
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
-	return line
+// fatalLine is the line of restic's standard error that says why it failed: its "Fatal:" line,
+// else its last (warnings, such as an unusable cache, come first).
+func fatalLine(stderr string) string {
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "Fatal:") {
+			return l
+		}
+	}
+	return lines[len(lines)-1]
 }
 
 // printable drops the control characters of text the job's user can influence, so it can go into

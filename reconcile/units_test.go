@@ -1,0 +1,95 @@
+package reconcile_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/reconcile"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+// restic's questions about a job's repository run as the job's user, in a unit of its own:
+// links the user put in the repository lead nowhere the user could not go itself, and root
+// writes nothing through them.
+func TestJobResticRunsAsTheJobsUser(t *testing.T) {
+	resticBin := testenv.Restic(t)
+	dir := testenv.SharedDir(t)
+	mgr := testenv.Systemd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rn, err := runner.New(ctx, runner.Config{Manager: "user", Address: mgr.Address})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rn.Close()
+
+	repo, pw := filepath.Join(dir, "repo"), filepath.Join(dir, "pw")
+	if err := os.WriteFile(pw, []byte("pw\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"init"}, {"backup", "--tag", "holdfast-run=" + uuid.Nil.String(), data}} {
+		cmd := exec.Command(resticBin, append([]string{"--repo", repo, "--password-file", pw, "--no-cache"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("restic %v: %v\n%s", args, err, out)
+		}
+	}
+	if err := exec.Command("chown", "-R", "nobody", repo).Run(); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := reconcile.Config{Runner: rn, StateDir: filepath.Join(dir, "state"), Binary: testenv.HoldfastBinary(t), ResticBinary: resticBin}
+	job := store.Job{Name: "links", Engine: "restic", Repository: repo, PasswordFile: pw, Paths: []string{data}, User: "nobody"}
+	restic, ej := reconcile.JobRestic(cfg, job)
+
+	// A lock-free question is answered, as nobody: the listing is the repository's.
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := restic.ListSnapshots(ctx, ej)
+	if err != nil || len(snaps) != 1 {
+		t.Fatalf("ListSnapshots = %d snapshots, %v; want 1", len(snaps), err)
+	}
+
+	// The user links the repository's locks/ to a directory of root's. restic, asked a question
+	// that takes a lock, must fail there as nobody; as root it would have written its lock there.
+	trap := filepath.Join(dir, "root-only")
+	if err := os.Mkdir(trap, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(trap, "keep"), []byte("root's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	locks := filepath.Join(repo, "locks")
+	if err := os.RemoveAll(locks); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(trap, locks); err != nil {
+		t.Fatal(err)
+	}
+	_, err = restic.RunSnapshots(ctx, ej, uuid.Nil)
+	if err == nil || !strings.Contains(err.Error(), "unable to create lock") && !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("RunSnapshots through a link to root's directory: err = %v, want a refused lock (did it run as root?)", err)
+	}
+	entries, err := os.ReadDir(trap)
+	if err != nil || len(entries) != 1 || entries[0].Name() != "keep" {
+		t.Fatalf("root's directory now holds %v (%v): something wrote through the user's link", entries, err)
+	}
+
+	// The cache is the user's own and per uid; none is left for root.
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, "cache", "0")); !os.IsNotExist(err) {
+		t.Fatalf("a root cache exists: %v", err)
+	}
+}
