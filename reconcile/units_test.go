@@ -63,8 +63,8 @@ func TestJobResticRunsAsTheJobsUser(t *testing.T) {
 		t.Fatalf("ListSnapshots = %d snapshots, %v; want 1", len(snaps), err)
 	}
 
-	// The user links the repository's locks/ to a directory of root's. restic, asked a question
-	// that takes a lock, must fail there as nobody; as root it would have written its lock there.
+	// The user links a subdirectory of its cache to a directory of root's: restic, as nobody,
+	// cannot write through it, and the question is still answered.
 	trap := filepath.Join(dir, "root-only")
 	if err := os.Mkdir(trap, 0o700); err != nil {
 		t.Fatal(err)
@@ -72,6 +72,23 @@ func TestJobResticRunsAsTheJobsUser(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(trap, "keep"), []byte("root's"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	caches, err := filepath.Glob(filepath.Join(ej.CacheDir, "*", "snapshots"))
+	if err != nil || len(caches) != 1 {
+		t.Fatalf("the job's cache has %v (%v), want one repository's snapshots/", caches, err)
+	}
+	if err := os.RemoveAll(caches[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(trap, caches[0]); err != nil {
+		t.Fatal(err)
+	}
+	if snaps, err := restic.ListSnapshots(ctx, ej); err != nil || len(snaps) != 1 {
+		t.Fatalf("ListSnapshots with a linked cache = %d snapshots, %v; want 1", len(snaps), err)
+	}
+	trapUntouched(t, trap)
+
+	// The user links the repository's locks/ to a directory of root's. restic, asked a question
+	// that takes a lock, must fail there as nobody; as root it would have written its lock there.
 	locks := filepath.Join(repo, "locks")
 	if err := os.RemoveAll(locks); err != nil {
 		t.Fatal(err)
@@ -83,13 +100,18 @@ func TestJobResticRunsAsTheJobsUser(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "unable to create lock") && !strings.Contains(err.Error(), "permission denied") {
 		t.Fatalf("RunSnapshots through a link to root's directory: err = %v, want a refused lock (did it run as root?)", err)
 	}
-	entries, err := os.ReadDir(trap)
-	if err != nil || len(entries) != 1 || entries[0].Name() != "keep" {
-		t.Fatalf("root's directory now holds %v (%v): something wrote through the user's link", entries, err)
-	}
+	trapUntouched(t, trap)
 
 	// The cache is the user's own and per uid; none is left for root.
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, "cache", "0")); !os.IsNotExist(err) {
 		t.Fatalf("a root cache exists: %v", err)
+	}
+}
+
+func trapUntouched(t *testing.T, trap string) {
+	t.Helper()
+	entries, err := os.ReadDir(trap)
+	if err != nil || len(entries) != 1 || entries[0].Name() != "keep" {
+		t.Fatalf("root's directory now holds %v (%v): something wrote through the user's link", entries, err)
 	}
 }

@@ -61,6 +61,8 @@ func (s Sandbox) properties(hasUser bool) ([]sddbus.Property, error) {
 		prop("RestrictAddressFamilies", allowList{true, []string{"AF_UNIX", "AF_INET", "AF_INET6"}}),
 		prop("SystemCallArchitectures", []string{"native"}),
 		prop("SystemCallFilter", allowList{true, []string{"@system-service"}}),
+		// A second assignment takes these groups out of the allow list again.
+		prop("SystemCallFilter", allowList{false, []string{"@privileged", "@resources"}}),
 		prop("SystemCallErrorNumber", int32(1)), // EPERM instead of killing the backup
 		prop("UMask", uint32(0o077)),
 		prop("KeyringMode", "private"),
