@@ -324,12 +324,20 @@ func TestBadInput(t *testing.T) {
 		{"unknown flag", []string{"job", "add", "x", "--colour", "red"}, "unknown flag"},
 		{"remove unknown job", []string{"job", "remove", "nosuchjob"}, "not found"},
 		{"bad duration", []string{"job", "add", "x", "--repo", repo, "--password-file", pw, "--path", data, "--runtime-max", "soon"}, "invalid argument"},
+		{"password in the repository URL", []string{"job", "add", "x", "--repo", "rest:https://u:hunter2@host/r", "--password-file", pw, "--path", data}, "carries a password"},
+		{"password in the URL on edit", []string{"job", "edit", "good", "--repo", "s3:https://key:hunter2@s3.example/b"}, "--env-file"},
+		{"relative env file", []string{"job", "add", "x", "--repo", repo, "--password-file", pw, "--path", data, "--env-file", "job.env"}, "relative"},
+		{"missing env file", []string{"job", "add", "x", "--repo", repo, "--password-file", pw, "--path", data, "--env-file", "/nonexistent/job.env"}, "--env-file"},
+		{"env file is a directory", []string{"job", "add", "x", "--repo", repo, "--password-file", pw, "--path", data, "--env-file", data}, "not a regular file"},
 	}
 	for _, tc := range cases {
 		res := w.run(tc.args...)
 		lines := strings.Split(strings.TrimSpace(res.stderr), "\n")
 		if res.code != 2 || len(lines) != 1 || !strings.Contains(res.stderr, tc.want) {
 			t.Errorf("%s: exit %d, stderr %q; want exit 2 and one line containing %q", tc.name, res.code, res.stderr, tc.want)
+		}
+		if strings.Contains(res.stderr, "hunter2") {
+			t.Errorf("%s: the message repeats the secret: %q", tc.name, res.stderr)
 		}
 		if strings.Contains(res.stderr, "panic") {
 			t.Errorf("%s: panicked", tc.name)
