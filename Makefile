@@ -38,6 +38,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDuration$$' -fuzztime $(FUZZTIME) ./retention/
 	$(GO) test -run '^$$' -fuzz '^FuzzNew$$' -fuzztime $(FUZZTIME) ./retention/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseResticSnapshots$$' -fuzztime $(FUZZTIME) ./retention/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSize$$' -fuzztime $(FUZZTIME) ./ledger/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEnv$$' -fuzztime $(FUZZTIME) ./credentials/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./schedule/
 
 # Man pages come from the CLI's own help; a clean environment keeps local settings out of them.
 man: build
