@@ -399,7 +399,9 @@ func crashGrant(t *testing.T, w *world, point string) {
 // resume is refused. One hold, one new attempt, and the run ends.
 func crashResume(t *testing.T, w *world, point string) {
 	w.mustRun("account", "add", "team", "--quota", "1MiB")
-	w.mustRun("job", "add", "capped", "--engine", "command", "--command", "/bin/true", "--account", "team", "--max-added", "10MiB")
+	repo, pw := w.resticRepo("repo")
+	w.mustRun("job", "add", "capped", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data", 1, 64<<10),
+		"--account", "team", "--max-added", "10MiB")
 	res := w.run("run", "start", "capped", "--json")
 	var r runJSON
 	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil || res.code != 6 || r.Status != "paused" {
@@ -426,12 +428,19 @@ func crashResume(t *testing.T, w *world, point string) {
 // crashSettle: `ledger settle` dies settling a deferred hold. Before its commit the hold is
 // still open and the command run again settles it; after it, a second settlement is refused.
 func crashSettle(t *testing.T, w *world, point string) {
-	w.mustRun("job", "add", "cmd", "--engine", "command", "--command", "/bin/true", "--max-added", "1MiB")
+	// A remote repository that does not answer: restic reports no figure, and there is no
+	// growth to measure, so the hold stays open until it is settled by hand.
+	pw := filepath.Join(w.dir, "pw")
+	if err := os.WriteFile(pw, []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.mustRun("job", "add", "far", "--repo", "rest:http://127.0.0.1:9/", "--password-file", pw,
+		"--path", w.sampleData("data", 1, 1<<10), "--max-added", "1MiB")
 	w.startDaemon()
-	id := w.startRun("cmd")
+	id := w.startRun("far")
 	r := w.waitRun(id, "the end", ended)
-	if l := w.ledger("default"); r.Status != "succeeded" || len(l.Deferred) != 1 {
-		t.Fatalf("run %+v, deferred %+v; want succeeded with its hold deferred (a command reports no figure)", r, l.Deferred)
+	if l := w.ledger("default"); r.Status != "failed" || len(l.Deferred) != 1 {
+		t.Fatalf("run %+v, deferred %+v; want failed with its hold deferred", r, l.Deferred)
 	}
 	w.crashCLI(point, "ledger", "settle", id, "--bytes", "1KiB", "--why", "counted")
 	if point == "settle-before-commit" {
