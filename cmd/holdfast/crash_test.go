@@ -60,7 +60,6 @@ var crashCases = map[string]crashCase{
 // fresh daemon, or the command run again, finishes the step once, and `holdfast check` passes.
 func TestCrashPoints(t *testing.T) {
 	bin := crashBinary(t)
-	t.Cleanup(func() { os.RemoveAll(filepath.Dir(bin)) })
 	for _, point := range crashpoint.Points {
 		c, ok := crashCases[point]
 		if !ok {
@@ -75,6 +74,25 @@ func TestCrashPoints(t *testing.T) {
 			w.checkInvariants()
 		})
 	}
+}
+
+// crashBinary builds holdfast with its crash points compiled in, removed when t ends.
+func crashBinary(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "holdfast-crash-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// Units run the binary as the job's user: the directory must be reachable by it.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "holdfast")
+	if out, err := exec.Command("go", "build", "-tags", "holdfast_crashpoints", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build holdfast with crash points: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // crashDaemon starts a daemon that dies at point.
@@ -120,7 +138,7 @@ func killedBy(t *testing.T, ps *os.ProcessState, what string) {
 	}
 }
 
-// mustFail runs a command that the current state refuses (exit 2) with a message containing want.
+// mustRefuse runs a command that the current state refuses (exit 2) with a message containing want.
 func (w *world) mustRefuse(want string, args ...string) {
 	w.t.Helper()
 	if r := w.run(args...); r.code != 2 || !strings.Contains(r.stderr, want) {
@@ -237,9 +255,13 @@ func crashPrune(t *testing.T, w *world, point string) {
 	}
 	w.startDaemon()
 	deadline := time.Now().Add(2 * time.Minute)
-	for len(w.runs("pr")) == 0 || w.runs("pr")[len(w.runs("pr"))-1].Status != "succeeded" {
+	for {
+		// Newest first: the last is the first prune admitted.
+		if runs = w.runs("pr"); len(runs) > 0 && runs[len(runs)-1].Status == "succeeded" {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the first prune never succeeded: %+v", w.runs("pr"))
+			t.Fatalf("the first prune never succeeded: %+v", runs)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -2,11 +2,7 @@ package main_test
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -220,35 +216,4 @@ func TestResume(t *testing.T) {
 		t.Fatalf("resume of a succeeded run: exit %d, %q", res.code, res.stderr)
 	}
 	w.checkInvariants()
-}
-
-var crashBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// crashBinary builds holdfast with its crash points compiled in.
-func crashBinary(t *testing.T) string {
-	t.Helper()
-	crashBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "holdfast-crash-*")
-		if err != nil {
-			crashBuild.err = err
-			return
-		}
-		if err := os.Chmod(dir, 0o755); err != nil {
-			crashBuild.err = err
-			return
-		}
-		crashBuild.path = filepath.Join(dir, "holdfast")
-		out, err := exec.Command("go", "build", "-tags", "holdfast_crashpoints", "-o", crashBuild.path, ".").CombinedOutput()
-		if err != nil {
-			crashBuild.err = fmt.Errorf("%v\n%s", err, out)
-		}
-	})
-	if crashBuild.err != nil {
-		t.Fatalf("build holdfast with crash points: %v", crashBuild.err)
-	}
-	return crashBuild.path
 }
