@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
@@ -43,7 +44,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, jobs map[string
 		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, wait, notBefore)
 	}
 	spec := UnitSpec(r.cfg, job, l.Run, l.Attempt.No)
-	crash("spawn-before-claim")
+	crashpoint.At("spawn-before-claim")
 	claimed, blocked, err := r.cfg.Store.ClaimSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
 	if err != nil {
 		return err
@@ -54,7 +55,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, jobs map[string
 	if !claimed {
 		return nil // another daemon has it, or a stop arrived
 	}
-	crash("spawn-claimed")
+	crashpoint.At("spawn-claimed")
 	// Until systemd has the unit, a failure gives the claim back: the next pass claims the same
 	// attempt again, rather than waiting out the spawn grace and counting an attempt that never ran.
 	release := func(err error) error {
@@ -85,7 +86,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, jobs map[string
 		}
 		return release(err) // systemd could not be asked, or refused for now (shutting down)
 	}
-	crash("spawn-started")
+	crashpoint.At("spawn-started")
 	l.Attempt.Unit = spec.Name
 	r.watch(l)
 	r.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
@@ -226,7 +227,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 		e.BytesAdded, e.BytesProcessed, e.FilesProcessed = &s.DataAdded, &s.TotalBytesProcessed, &s.TotalFilesProcessed
 	}
 	e.Settlement = r.settlement(ctx, l, a, !v.neverRan && ran(a, m), false)
-	crash("finish-before")
+	crashpoint.At("finish-before")
 	if v.status == store.StatusFailed && v.class == string(engine.Transient) {
 		if e.Retry, err = r.retryPlan(ctx, l); err != nil {
 			return err
@@ -241,7 +242,10 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 		return err
 	}
 	r.unwatch(l.Run.ID, l.Attempt.No)
-	crash("finish-after")
+	crashpoint.At("finish-after")
+	if done && e.Retry != nil {
+		crashpoint.At("retry-after")
+	}
 	if done {
 		r.cfg.Logger.Info("run finished", "run", l.Run.ID, "attempt", l.Attempt.No, "status", v.status, "reason", v.reason)
 	}
@@ -260,12 +264,12 @@ func (r *Reconciler) restart(ctx context.Context, l store.LiveRun, m runner.Mark
 		return err
 	}
 	settlement := r.settlement(ctx, l, a, ran(a, m), true)
-	crash("restart-before")
+	crashpoint.At("restart-before")
 	moved, paused, err := r.cfg.Store.Restart(ctx, l.Run.ID, l.Attempt.No, r.cfg.now(), m.ServiceResult, m.ExitCode, m.ExitStatus, settlement)
 	if err != nil {
 		return err
 	}
-	crash("restart-after")
+	crashpoint.At("restart-after")
 	r.unwatch(l.Run.ID, l.Attempt.No)
 	switch {
 	case moved && paused != "":
@@ -316,6 +320,7 @@ func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (int64, error) 
 			if !applied {
 				return 0, nil // another pass moved the cursor; it owns this batch
 			}
+			crashpoint.At("journal-applied")
 			cursor = next
 		}
 		if err != nil {
@@ -325,7 +330,12 @@ func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (int64, error) 
 			if journal.Quarantine(err) {
 				r.cfg.Logger.Error("run journal quarantined; the run goes on without progress figures",
 					"run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
-				return 0, r.cfg.Store.Quarantine(ctx, l.Run.ID, l.Attempt.No, err.Error())
+				crashpoint.At("quarantine-before")
+				if err := r.cfg.Store.Quarantine(ctx, l.Run.ID, l.Attempt.No, err.Error()); err != nil {
+					return 0, err
+				}
+				crashpoint.At("quarantine-after")
+				return 0, nil
 			}
 			return 0, err
 		}

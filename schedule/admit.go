@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -57,6 +58,7 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 		for _, s := range batch {
 			switch {
 			case s.Run != nil:
+				crashpoint.At("admit-slot-after")
 				admitted++
 				a.Logger.Info("run admitted", "job", s.Job, "run", *s.Run, "trigger", s.Trigger, "planned", s.Planned, "missed", s.Missed)
 			case s.SkipWhy != "":
@@ -73,6 +75,7 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 	prunes, err := a.Store.AdmitDuePrunes(ctx, now, 100, func(j store.Job) *time.Time { return nextPrune(j, now) })
 	for _, p := range prunes {
 		if p.Run != nil {
+			crashpoint.At("admit-prune-after")
 			admitted++
 			a.Logger.Info("prune admitted", "job", p.Job, "run", *p.Run, "planned", p.Planned, "next", p.NextSlot)
 		}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/crashpoint"
 )
 
 // SlotDecision is what the scheduler decided about one due job.
@@ -101,6 +103,7 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j Job, d SlotDecision, now time.T
 				a.Paused = "its account could not hold what the run needs: run paused (quota_exhausted or run_ceiling; see holdfast run show " + id.String() + ")"
 			}
 			a.Run = &id
+			crashpoint.At("admit-slot-before-commit")
 		}
 	}
 	if d.Next == nil && d.Why != "" {
@@ -158,6 +161,7 @@ func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, ne
 			if _, err := tx.Exec(ctx, `UPDATE jobs SET next_prune_at = $2 WHERE id = $1`, j.ID, a.NextSlot); err != nil {
 				return err
 			}
+			crashpoint.At("admit-prune-before-commit")
 			out = append(out, a)
 		}
 		return nil

@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/crashpoint"
 )
 
 // Job is a backup job as stored.
@@ -174,6 +176,7 @@ func (s *Store) UpdateJob(ctx context.Context, name string, edit func(*Job) erro
 		if err != nil {
 			return unknownAccount(err, j.Account)
 		}
+		crashpoint.At("job-edit-before-commit")
 		return notify(ctx, tx, "job:"+name)
 	})
 	if err != nil {
@@ -228,6 +231,7 @@ func (s *Store) RemoveJob(ctx context.Context, name string) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, id); err != nil {
 			return fmt.Errorf("remove job %s: %w", name, err)
 		}
+		crashpoint.At("job-remove-before-commit")
 		return nil
 	})
 }

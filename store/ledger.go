@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/ledger"
 )
 
@@ -135,12 +136,14 @@ func (s *Store) Grant(ctx context.Context, name string, bytes int64, actor, note
 			name, bytes, actor, note); err != nil {
 			return err
 		}
+		crashpoint.At("grant-before-commit")
 		out, err = scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, name))
 		return err
 	})
 	if err != nil {
 		return Account{}, wrap(err, "grant to account %s", name)
 	}
+	crashpoint.At("grant-after")
 	return out, nil
 }
 
@@ -419,12 +422,14 @@ func (s *Store) SettleByHand(ctx context.Context, runID uuid.UUID, bytes int64, 
 		if err != nil {
 			return err
 		}
+		crashpoint.At("settle-before-commit")
 		return tx.QueryRow(ctx, `SELECT `+entryColumns+` FROM ledger_entries e WHERE e.kind = 'settle' AND e.run_id = $1 AND e.attempt_no = $2`,
 			runID, attempt).Scan(entryDest(&out)...)
 	})
 	if err != nil {
 		return Entry{}, wrap(err, "settle run %s", runID)
 	}
+	crashpoint.At("settle-after")
 	return out, nil
 }
 

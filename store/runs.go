@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 )
@@ -193,11 +194,13 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (Run, 
 		if _, err := insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: jobName, trigger: trigger, kind: kind}); err != nil {
 			return err
 		}
+		crashpoint.At("run-start-before-commit")
 		return tx.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.id = $1`, id).Scan(runDest(&run)...)
 	})
 	if err != nil {
 		return Run{}, wrap(err, "admit run of %s", jobName)
 	}
+	crashpoint.At("run-start-after")
 	return run, nil
 }
 
@@ -511,8 +514,11 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 		if _, err := insertRun(ctx, tx, rt.ID, n); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE runs SET retried_by = $2 WHERE id = $1`, e.RunID, rt.ID)
-		return err
+		if _, err := tx.Exec(ctx, `UPDATE runs SET retried_by = $2 WHERE id = $1`, e.RunID, rt.ID); err != nil {
+			return err
+		}
+		crashpoint.At("retry-before-commit")
+		return nil
 	})
 	if err != nil {
 		return false, fmt.Errorf("finish run %s attempt %d: %w", e.RunID, e.Attempt, err)
@@ -743,11 +749,13 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 		if err != nil {
 			return err
 		}
+		crashpoint.At("resume-before-commit")
 		return notify(ctx, tx, runID.String())
 	})
 	if err != nil {
 		return Run{}, wrap(err, "resume run %s", runID)
 	}
+	crashpoint.At("resume-after")
 	return run, nil
 }
 

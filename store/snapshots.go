@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/crashpoint"
 )
 
 // Snapshot is one snapshot of a repository as holdfast last saw it, with its protections.
@@ -97,8 +99,12 @@ func (s *Store) SyncSnapshots(ctx context.Context, repository string, listedAt t
 			UPDATE snapshots SET forgotten_at = $3
 			WHERE repository = $1 AND forgotten_at IS NULL AND seen_at < $3 AND NOT (id = ANY($2))`,
 			repository, ids, listedAt)
+		if err != nil {
+			return err
+		}
 		forgotten = int(tag.RowsAffected())
-		return err
+		crashpoint.At("inventory-before-commit")
+		return nil
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("sync snapshots of %s: %w", repository, err)
@@ -187,12 +193,16 @@ func (s *Store) protect(ctx context.Context, prefix string, change func(pgx.Tx, 
 		if err != nil {
 			return err
 		}
-		out, err = scanSnapshot(row)
-		return err
+		if out, err = scanSnapshot(row); err != nil {
+			return err
+		}
+		crashpoint.At("protect-before-commit")
+		return nil
 	})
 	if err != nil {
 		return Snapshot{}, wrap(err, "protect snapshot %s", prefix)
 	}
+	crashpoint.At("protect-after")
 	return out, nil
 }
 

@@ -2,15 +2,9 @@ package main_test
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/holdfast-backup/holdfast/reconcile"
 )
 
 // inFlight adds n jobs, each with its own repository and size bytes of data, starts a run of
@@ -222,87 +216,4 @@ func TestResume(t *testing.T) {
 		t.Fatalf("resume of a succeeded run: exit %d, %q", res.code, res.stderr)
 	}
 	w.checkInvariants()
-}
-
-var crashBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// crashBinary builds holdfast with its crash points compiled in.
-func crashBinary(t *testing.T) string {
-	t.Helper()
-	crashBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "holdfast-crash-*")
-		if err != nil {
-			crashBuild.err = err
-			return
-		}
-		if err := os.Chmod(dir, 0o755); err != nil {
-			crashBuild.err = err
-			return
-		}
-		crashBuild.path = filepath.Join(dir, "holdfast")
-		out, err := exec.Command("go", "build", "-tags", "holdfast_crashpoints", "-o", crashBuild.path, ".").CombinedOutput()
-		if err != nil {
-			crashBuild.err = fmt.Errorf("%v\n%s", err, out)
-		}
-	})
-	if crashBuild.err != nil {
-		t.Fatalf("build holdfast with crash points: %v", crashBuild.err)
-	}
-	return crashBuild.path
-}
-
-// The daemon is SIGKILLed at every crash point; after a new daemon starts, every run reaches
-// the right end, with no run holding two live attempts and no attempt two units.
-func TestDaemonCrashPoints(t *testing.T) {
-	bin := crashBinary(t)
-	t.Cleanup(func() { os.RemoveAll(filepath.Dir(bin)) })
-	for _, point := range reconcile.CrashPoints {
-		t.Run(point, func(t *testing.T) {
-			t.Parallel()
-			w := newWorldWith(t, bin)
-			w.spawnGrace = "3s"
-			restart := strings.HasPrefix(point, "restart-")
-			size := int64(2 << 20)
-			if restart {
-				size = 120 << 20 // long enough to be interrupted
-			}
-			repo, pw := w.resticRepo("repo")
-			data := w.sampleData("data", 4, size)
-			w.mustRun("job", "add", "crashy", "--repo", repo, "--password-file", pw, "--path", data)
-			w.daemonEnv = []string{"HOLDFAST_CRASH_AT=" + point}
-			d := w.startDaemon()
-			id := w.startRun("crashy")
-			if restart {
-				// An interruption nobody asked for: restic gets SIGINT from outside holdfast.
-				r := w.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
-				w.mgr.Systemctl(t, "kill", "--signal=SIGINT", r.Attempts[0].Unit)
-			}
-			select {
-			case <-d.done:
-			case <-time.After(2 * time.Minute):
-				t.Fatalf("the daemon never reached crash point %s", point)
-			}
-			w.daemonEnv = nil
-			w.startDaemon()
-			r := w.waitRun(id, "the end", ended)
-			wantAttempts := 1
-			if restart || point == "spawn-claimed" {
-				wantAttempts = 2 // an interruption, or a claimed unit that never appeared
-			}
-			if r.Status != "succeeded" || len(r.Attempts) != wantAttempts {
-				t.Fatalf("after a crash at %s: run = %+v, want succeeded in %d attempt(s)", point, r, wantAttempts)
-			}
-			// One backup process made it to the end: one snapshot carries the run's tag.
-			out := w.restic(repo, pw, "snapshots", "--json", "--tag", "holdfast-run="+id)
-			if n := strings.Count(out, `"short_id"`); n != 1 {
-				t.Fatalf("after a crash at %s: %d snapshots of the run, want 1", point, n)
-			}
-			w.noLocks(repo, pw)
-			w.checkInvariants()
-		})
-	}
 }

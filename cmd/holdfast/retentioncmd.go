@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/retention"
@@ -337,10 +338,12 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 				if refusal != nil && !force {
 					rec.Outcome, rec.Refusal = store.PlanRefused, refusal.Error()
 				}
+				crashpoint.At("retention-apply-before")
 				saved, err := st.RecordPlan(ctx, rec)
 				if err != nil {
 					return err
 				}
+				crashpoint.At("retention-apply-after")
 				o.PlanID, o.Outcome = saved.ID.String(), saved.Outcome
 				if saved.RunID != nil {
 					o.RunID = saved.RunID.String()

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/store"
@@ -281,6 +282,7 @@ func newRunStopCmd(g *globals) *cobra.Command {
 				if _, err := st.RequestStop(ctx, id); err != nil {
 					return err
 				}
+				crashpoint.At("stop-recorded")
 				attempts, err := st.Attempts(ctx, id)
 				if err != nil {
 					return err
