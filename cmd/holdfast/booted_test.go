@@ -1,0 +1,362 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/testenv"
+	"github.com/holdfast-backup/holdfast/units"
+)
+
+// bootedWorld is holdfast installed on a booted host as an operator would: the binary in
+// /usr/bin, the shipped holdfast.service, tmpfiles.d snippet and environment file (with the DSN
+// of the test's own database, reached through the bind-mounted socket directory), the daemon
+// running as a system service of the host's PID 1.
+type bootedWorld struct {
+	t   *testing.T
+	h   *testenv.Host
+	dsn string
+}
+
+func newBootedWorld(t *testing.T) *bootedWorld {
+	t.Helper()
+	bin := testenv.HoldfastBinary(t)
+	h := testenv.BootedHostWith(t, testenv.HostConfig{Postgres: true})
+	b := &bootedWorld{t: t, h: h, dsn: testenv.Postgres(t)}
+	t.Logf("%s booted in %v", h.Name, h.BootDuration())
+
+	env, err := os.ReadFile(filepath.Join("..", "..", "units", "holdfast.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.CopyIn(t, bin, "/usr/bin/holdfast", 0o755)
+	h.Run(t, "mkdir", "-p", "/etc/holdfast", "/srv/data")
+	h.WriteFile(t, "/etc/holdfast/holdfast.env", append(env, "HOLDFAST_DSN="+b.dsn+"\n"...), 0o600)
+	h.WriteFile(t, "/etc/systemd/system/holdfast.service", []byte(units.Service), 0o644)
+	h.WriteFile(t, "/etc/tmpfiles.d/holdfast.conf", []byte(units.Tmpfiles), 0o644)
+	h.Run(t, "systemd-tmpfiles", "--create", "/etc/tmpfiles.d/holdfast.conf")
+	b.mustHoldfast("migrate")
+	h.Run(t, "systemctl", "daemon-reload")
+	h.Run(t, "systemctl", "start", "holdfast.service")
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := h.Output(context.Background(), "journalctl", "--no-pager", "-u", "holdfast.service")
+			t.Logf("holdfast.service:\n%s", out)
+		}
+	})
+	return b
+}
+
+// holdfast runs the CLI inside the host, as root, with only the DSN set.
+func (b *bootedWorld) holdfast(args ...string) result {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := b.h.Command(ctx, append([]string{"env", "HOLDFAST_DSN=" + b.dsn, "holdfast"}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	code := 0
+	if errors.As(err, &exitErr) {
+		code = exitErr.ExitCode()
+	} else if err != nil {
+		b.t.Fatalf("holdfast %s on %s: %v", strings.Join(args, " "), b.h.Name, err)
+	}
+	return result{stdout.String(), stderr.String(), code}
+}
+
+func (b *bootedWorld) mustHoldfast(args ...string) string {
+	b.t.Helper()
+	r := b.holdfast(args...)
+	if r.code != 0 {
+		b.t.Fatalf("holdfast %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+func (b *bootedWorld) show(id string) runJSON {
+	b.t.Helper()
+	var r runJSON
+	if err := json.Unmarshal([]byte(b.mustHoldfast("run", "show", id, "--json")), &r); err != nil {
+		b.t.Fatal(err)
+	}
+	return r
+}
+
+func (b *bootedWorld) startRun(job string) string {
+	b.t.Helper()
+	var r runJSON
+	if err := json.Unmarshal([]byte(b.mustHoldfast("run", "start", job, "--json")), &r); err != nil {
+		b.t.Fatal(err)
+	}
+	return r.ID
+}
+
+// waitRun polls until cond holds for the run.
+func (b *bootedWorld) waitRun(id, what string, cond func(runJSON) bool) runJSON {
+	b.t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		r := b.show(id)
+		if cond(r) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("run %s: timed out waiting for %s; last: %+v", id, what, r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// resticRepo initializes a repository at dir with the password file pw (both inside the host)
+// and gives it to nobody, the jobs' user.
+func (b *bootedWorld) resticRepo(dir, pw string) {
+	b.t.Helper()
+	b.h.Run(b.t, "restic", "--repo", dir, "--password-file", pw, "--no-cache", "init")
+	b.h.Run(b.t, "chown", "-R", "nobody:nogroup", dir)
+}
+
+// A restic job running as nobody backs up a directory through the daemon running as a system
+// service; the system manager tags the unit's journal lines with the run (LogExtraFields), and
+// the invariants hold.
+func TestBootedHostBackup(t *testing.T) {
+	t.Parallel()
+	b := newBootedWorld(t)
+	h := b.h
+	// Today the job's user reads the password file itself.
+	h.WriteFile(t, "/srv/pw", []byte("booted password\n"), 0o644)
+	b.resticRepo("/srv/repo", "/srv/pw")
+	h.Run(t, "dd", "if=/dev/urandom", "of=/srv/data/a", "bs=1M", "count=4", "status=none")
+	h.WriteFile(t, "/srv/data/b.txt", []byte("hello from a booted host\n"), 0o644)
+	b.mustHoldfast("job", "add", "booted", "--repo", "/srv/repo", "--password-file", "/srv/pw",
+		"--path", "/srv/data", "--user", "nobody")
+
+	id := b.startRun("booted")
+	r := b.waitRun(id, "the end", ended)
+	if r.Status != "succeeded" || r.SnapshotID == "" || len(r.Attempts) == 0 {
+		t.Fatalf("run %s: %s (%s), snapshot %q; want succeeded with a snapshot", id, r.Status, r.Reason, r.SnapshotID)
+	}
+	unit := r.Attempts[len(r.Attempts)-1].Unit
+
+	// journald may lag behind the unit's end.
+	var export string
+	if !eventually(time.Minute, func() bool {
+		out, _ := h.Output(context.Background(), "journalctl", "--no-pager", "-o", "export", "HOLDFAST_RUN="+id)
+		export = string(out)
+		return strings.Contains(export, "_SYSTEMD_UNIT="+unit+"\n")
+	}) {
+		t.Fatalf("journalctl HOLDFAST_RUN=%s finds no line of %s:\n%s", id, unit, export)
+	}
+	for _, field := range []string{"HOLDFAST_JOB=booted\n", "HOLDFAST_ATTEMPT=1\n"} {
+		if !strings.Contains(export, field) {
+			t.Fatalf("the run's journal lines lack %q:\n%s", field, export)
+		}
+	}
+	if logs := b.mustHoldfast("run", "logs", id); strings.TrimSpace(logs) == "" {
+		t.Fatal("run logs printed nothing")
+	}
+	if out := h.Run(t, "restic", "--repo", "/srv/repo", "--password-file", "/srv/pw", "--no-cache", "snapshots", "--json"); !strings.Contains(out, r.SnapshotID) {
+		t.Fatalf("snapshot %s not in the repository: %s", r.SnapshotID, out)
+	}
+	if c := b.holdfast("check"); c.code != 0 {
+		t.Fatalf("holdfast check: exit %d\n%s%s", c.code, c.stdout, c.stderr)
+	}
+}
+
+// eventually polls f until it returns true or d passes.
+func eventually(d time.Duration, f func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !f() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return true
+}
+
+// A --user nobody job whose password file and environment file are root's 0600 files succeeds,
+// and neither secret ever shows: not in a process's argv, a unit property, a database row, a
+// journal line or the output of job show, run show and run logs. The files reach the unit as
+// systemd credentials (LoadCredential=), which only the system manager hands to User=.
+func TestBootedHostSecrets(t *testing.T) {
+	t.Parallel()
+	b := newBootedWorld(t)
+	h := b.h
+	password := "pw-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-booted-secret"
+	awsSecret := "aws-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-booted-secret"
+	secrets := []string{password, awsSecret}
+	h.WriteFile(t, "/root/pw", []byte(password+"\n"), 0o600)
+	h.WriteFile(t, "/root/job.env", []byte("RESTIC_COMPRESSION=auto\nAWS_SECRET_ACCESS_KEY="+awsSecret+"\n"), 0o600)
+	b.resticRepo("/srv/repo", "/root/pw")
+	// Enough data that the unit lives for a while to be sampled.
+	h.Run(t, "dd", "if=/dev/urandom", "of=/srv/data/big", "bs=1M", "count=96", "status=none")
+	b.mustHoldfast("job", "add", "secret", "--repo", "/srv/repo", "--password-file", "/root/pw",
+		"--env-file", "/root/job.env", "--path", "/srv/data", "--user", "nobody")
+
+	leaks := newLeakLog(secrets)
+	// Every process on the machine (the host's are among them), sampled while the run lives.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var samples int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			samples++
+			names, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+			for _, name := range names {
+				argv, _ := os.ReadFile(name)
+				leaks.check("argv of "+filepath.Dir(name), string(argv))
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+
+	id := b.startRun("secret")
+	var propsWhileActive int
+	r := b.waitRun(id, "the end", func(r runJSON) bool {
+		if len(r.Attempts) > 0 && r.Attempts[0].Unit != "" && !ended(r) {
+			out, err := h.Output(context.Background(), "systemctl", "show", "--no-pager", r.Attempts[0].Unit)
+			if err == nil {
+				leaks.check("systemctl show "+r.Attempts[0].Unit, string(out))
+				if regexp.MustCompile(`(?m)^ActiveState=(active|activating)$`).Match(out) {
+					propsWhileActive++
+				}
+			}
+		}
+		return ended(r)
+	})
+	close(stop)
+	wg.Wait()
+	t.Logf("sampled every process's argv %d times; the unit's properties %d times while it ran", samples, propsWhileActive)
+	if r.Status != "succeeded" {
+		t.Fatalf("run %s: %s (%s), want succeeded", id, r.Status, r.Reason)
+	}
+	if propsWhileActive == 0 {
+		t.Fatal("never read the unit's properties while it ran; nothing was checked there")
+	}
+
+	dump, err := exec.Command("pg_dump", "--no-owner", "--dbname", b.dsn).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pg_dump: %v\n%s", err, dump)
+	}
+	leaks.check("pg_dump", string(dump))
+	journal := h.Run(t, "journalctl", "--no-pager", "-b", "-o", "export")
+	if !strings.Contains(journal, "HOLDFAST_RUN="+id) {
+		t.Fatal("the journal has no line of the run; nothing was checked there")
+	}
+	leaks.check("journalctl -o export -b", journal)
+	leaks.check("job show", b.mustHoldfast("job", "show", "secret"))
+	leaks.check("job show --json", b.mustHoldfast("job", "show", "secret", "--json"))
+	leaks.check("run show --json", b.mustHoldfast("run", "show", id, "--json"))
+	leaks.check("run logs", b.mustHoldfast("run", "logs", id))
+	if c := b.holdfast("check"); c.code != 0 {
+		t.Fatalf("holdfast check: exit %d\n%s%s", c.code, c.stdout, c.stderr)
+	}
+	leaks.report(t)
+}
+
+// leakLog collects where secrets were seen.
+type leakLog struct {
+	secrets []string
+	mu      sync.Mutex
+	seen    map[string]bool
+}
+
+func newLeakLog(secrets []string) *leakLog {
+	return &leakLog{secrets: secrets, seen: make(map[string]bool)}
+}
+
+func (l *leakLog) check(where, text string) {
+	for i, s := range l.secrets {
+		if strings.Contains(text, s) {
+			l.mu.Lock()
+			l.seen["secret "+strconv.Itoa(i+1)+" in "+where] = true
+			l.mu.Unlock()
+		}
+	}
+}
+
+func (l *leakLog) report(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.seen) > 0 {
+		var where []string
+		for w := range l.seen {
+			where = append(where, w)
+		}
+		t.Fatalf("secrets leaked (1 = password, 2 = env file): %s", strings.Join(where, "; "))
+	}
+}
+
+// exposureRE reads systemd-analyze security's summary line.
+var exposureRE = regexp.MustCompile(`(?m)^→ Overall exposure level for (\S+): ([0-9.]+) (\S+)`)
+
+// TestBootedHostSecurity prints `systemd-analyze security` of a backup unit exactly as the
+// daemon starts it: a restic job as nobody reading a 50 GiB sparse file keeps its unit running
+// while it is analysed, then the run is stopped. Run with -v to see the figure and the table.
+func TestBootedHostSecurity(t *testing.T) {
+	t.Parallel()
+	b := newBootedWorld(t)
+	h := b.h
+	h.WriteFile(t, "/srv/pw", []byte("booted password\n"), 0o644)
+	b.resticRepo("/srv/repo", "/srv/pw")
+	h.Run(t, "truncate", "-s", "50G", "/srv/data/sparse")
+	b.mustHoldfast("job", "add", "analysed", "--repo", "/srv/repo", "--password-file", "/srv/pw",
+		"--path", "/srv/data", "--user", "nobody")
+
+	id := b.startRun("analysed")
+	var unit string
+	r := b.waitRun(id, "a running unit", func(r runJSON) bool {
+		if len(r.Attempts) == 0 || r.Attempts[0].Unit == "" {
+			return ended(r)
+		}
+		unit = r.Attempts[0].Unit
+		out, _ := h.Output(context.Background(), "systemctl", "show", "-p", "ActiveState,SubState", unit)
+		return strings.Contains(string(out), "ActiveState=active\nSubState=running\n") || ended(r)
+	})
+	if ended(r) {
+		t.Fatalf("run %s ended (%s: %s) before its unit could be analysed", id, r.Status, r.Reason)
+	}
+	out, err := h.Output(context.Background(), "systemd-analyze", "security", "--no-pager", unit)
+	// systemd-analyze exits non-zero when the exposure passes --threshold (default 100: never).
+	if err != nil {
+		t.Fatalf("systemd-analyze security %s: %v\n%s", unit, err, out)
+	}
+	m := exposureRE.FindSubmatch(out)
+	if m == nil || string(m[1]) != unit {
+		t.Fatalf("no overall exposure for %s in:\n%s", unit, out)
+	}
+	if r := b.show(id); r.Status != "running" {
+		t.Fatalf("run %s is %s (%s) after the analysis; the figure may be of a unit that was ending", id, r.Status, r.Reason)
+	}
+	exposure, err := strconv.ParseFloat(string(m[2]), 64)
+	if err != nil || exposure < 0 || exposure > 10 {
+		t.Fatalf("exposure %q: not a figure 0..10", m[2])
+	}
+	t.Logf("systemd-analyze security %s:\n%s", unit, out)
+	t.Logf("backup unit exposure: %.1f %s", exposure, m[3])
+
+	b.mustHoldfast("run", "stop", id)
+	if r := b.waitRun(id, "the end", ended); r.Status != "stopped" {
+		t.Fatalf("run %s: %s (%s) after run stop, want stopped", id, r.Status, r.Reason)
+	}
+}
