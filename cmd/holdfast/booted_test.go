@@ -307,12 +307,15 @@ func (l *leakLog) report(t *testing.T) {
 	}
 }
 
+// maxExposure is the most systemd-analyze security may rate a backup unit (0 safe .. 10 unsafe).
+const maxExposure = 3.0
+
 // exposureRE reads systemd-analyze security's summary line.
 var exposureRE = regexp.MustCompile(`(?m)^→ Overall exposure level for (\S+): ([0-9.]+) (\S+)`)
 
 // TestBootedHostSecurity prints `systemd-analyze security` of a backup unit exactly as the
 // daemon starts it: a restic job as nobody reading a 50 GiB sparse file keeps its unit running
-// while it is analysed, then the run is stopped. Run with -v to see the figure and the table.
+// while it is analysed, then the run is stopped. Run with -v to see the figure and the table; above maxExposure it fails.
 func TestBootedHostSecurity(t *testing.T) {
 	t.Parallel()
 	b := newBootedWorld(t)
@@ -354,6 +357,9 @@ func TestBootedHostSecurity(t *testing.T) {
 	}
 	t.Logf("systemd-analyze security %s:\n%s", unit, out)
 	t.Logf("backup unit exposure: %.1f %s", exposure, m[3])
+	if exposure > maxExposure {
+		t.Errorf("backup unit exposure %.1f is above the target %.1f", exposure, maxExposure)
+	}
 
 	b.mustHoldfast("run", "stop", id)
 	if r := b.waitRun(id, "the end", ended); r.Status != "stopped" {
