@@ -768,3 +768,19 @@ func (s *Store) ReleaseSpawnClaim(ctx context.Context, runID uuid.UUID, attempt 
 	}
 	return nil
 }
+
+// EndedBefore returns those of ids whose runs ended (succeeded, partial, failed or stopped; a
+// paused run may resume) before t. Runs the database does not know are not returned.
+func (s *Store) EndedBefore(ctx context.Context, ids []uuid.UUID, t time.Time) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id FROM runs
+		WHERE id = ANY($1) AND finished_at < $2 AND status IN ('succeeded', 'partial', 'failed', 'stopped')`, ids, t)
+	if err != nil {
+		return nil, fmt.Errorf("runs ended before %s: %w", t.Format(time.RFC3339), err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("runs ended before %s: %w", t.Format(time.RFC3339), err)
+	}
+	return out, nil
+}
