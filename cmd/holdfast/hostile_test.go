@@ -214,3 +214,37 @@ func (w *world) with(t *testing.T) *world {
 	c.t = t
 	return &c
 }
+
+// TestTerminalEscapes: a file name with a terminal escape sequence, a carriage return and a
+// newline, unreadable to the job's user, ends up in the run's reason. Human output prints it
+// escaped, on its own line; JSON keeps it as it is.
+func TestTerminalEscapes(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	openToAll(t, repo)
+	data := w.sampleData("data", 2, 1<<16)
+	name := "evil\x1b]0;owned\x07\x1b[2J\rstatus:    succeeded\n\u202ex"
+	if err := os.WriteFile(filepath.Join(data, name), []byte("root only"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.mustRun("job", "add", "home", "--repo", repo, "--password-file", pw, "--path", data, "--user", "nobody")
+	w.startDaemon()
+	id := w.startRun("home")
+	r := w.waitRun(id, "the end", ended)
+	if r.Status != "partial" || !strings.Contains(r.Reason, name) {
+		t.Fatalf("run = %+v, want partial with the file named in the reason as it is (JSON)", r)
+	}
+	for _, args := range [][]string{{"run", "show", id}, {"run", "list"}, {"run", "list", "--job", "home"}} {
+		out := w.mustRun(args...)
+		if strings.ContainsAny(out, "\x1b\x07\r\u202e") {
+			t.Errorf("holdfast %s prints a control character:\n%q", strings.Join(args, " "), out)
+		}
+		if strings.Contains(out, "\nstatus:    succeeded") {
+			t.Errorf("holdfast %s lets the file name pose as a line:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	if out := w.mustRun("run", "show", id); !strings.Contains(out, `evil\x1b]0;owned\x07\x1b[2J\rstatus:    succeeded\n\u202ex`) {
+		t.Errorf("run show does not name the file escaped:\n%s", out)
+	}
+}
