@@ -369,8 +369,8 @@ func evidence(a store.Attempt) engine.Evidence {
 }
 
 // maxDrain bounds the journal bytes one pass applies for one run: a huge journal is taken in
-// over several passes instead of holding one.
-const maxDrain = 64 << 20
+// over several passes instead of holding one. A variable for tests.
+var maxDrain int64 = 64 << 20
 
 // maxText bounds a message from the journal (first item error, fatal message) kept in a text
 // column: the journal is the job user's, and a reason is one line for people.
