@@ -7,7 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/holdfast-backup/holdfast/journal"
 )
@@ -18,7 +21,14 @@ func FuzzParseLine(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line []byte) {
 		e, err := journal.ParseLine(line)
 		if err != nil {
+			// Reasons say where a line is wrong, never what it holds.
+			if strings.ContainsFunc(err.Error(), func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) {
+				t.Fatalf("reason %q holds a byte of the line", err)
+			}
 			return
+		}
+		if strings.ContainsRune(e.Type, 0) || bytes.Contains(e.Payload, []byte(`\u0000`)) && !bytes.Contains(e.Payload, []byte(`\\u0000`)) {
+			t.Fatalf("a NUL passed: %+v", e)
 		}
 		b, err := json.Marshal(e)
 		if err != nil {
@@ -64,7 +74,7 @@ func FuzzRead(f *testing.F) {
 
 		// From an arbitrary cursor.
 		c := journal.Cursor{Offset: offset, LastSeq: lastSeq, LastHash: lastHash}
-		evs, next, err := journal.Read(path, c, testRun, 1, maxBytes)
+		evs, next, err := journal.Read(src(path), c, testRun, 1, maxBytes)
 		checkRead(t, c, evs, next, err, size)
 
 		// From the start in batches of maxBytes, as the daemon does: the same
@@ -74,14 +84,14 @@ func FuzzRead(f *testing.F) {
 			cur journal.Cursor
 		)
 		for {
-			evs, next, err = journal.Read(path, cur, testRun, 1, maxBytes)
+			evs, next, err = journal.Read(src(path), cur, testRun, 1, maxBytes)
 			checkRead(t, cur, evs, next, err, size)
 			all, cur = append(all, evs...), next
 			if err != nil || len(evs) == 0 {
 				break
 			}
 		}
-		one, oneNext, oneErr := journal.Read(path, journal.Cursor{}, testRun, 1, size+1)
+		one, oneNext, oneErr := journal.Read(src(path), journal.Cursor{}, testRun, 1, size+1)
 		if len(one) != len(all) || oneNext != cur || journal.Quarantine(oneErr) != journal.Quarantine(err) || (oneErr == nil) != (err == nil) {
 			t.Fatalf("batches gave %d events to %+v (%v), one read %d events to %+v (%v)",
 				len(all), cur, err, len(one), oneNext, oneErr)

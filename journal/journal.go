@@ -33,12 +33,10 @@
 package journal
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -47,6 +45,13 @@ import (
 
 // MaxLine is the longest line, in bytes without its newline, that can be read.
 const MaxLine = 1 << 20
+
+// MaxEvents is the most lines one attempt's journal may have. Events are
+// folded into one row per attempt, so the limit bounds the work a journal can
+// cause rather than storage: restic reports progress about once a second and
+// one line per unreadable file, far below it. Past it the journal is
+// quarantined and the run goes on.
+const MaxEvents = 1_000_000
 
 // defaultMaxBytes is Read's batch size when the caller passes maxBytes <= 0.
 const defaultMaxBytes = 4 << 20
@@ -88,20 +93,19 @@ func Quarantine(err error) bool {
 }
 
 // Size returns the journal's current size in bytes, for lag = size - Offset.
-// It returns an error wrapping ErrNotYet if the journal does not exist.
-func Size(path string) (int64, error) {
-	fi, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, fmt.Errorf("size of journal %s: %w", path, ErrNotYet)
-	}
+// It follows no link and returns an error wrapping ErrNotYet if the journal
+// does not exist, and *CorruptError if it is not a regular file owned by
+// src.UID.
+func Size(src Source) (int64, error) {
+	n, err := statChecked(src)
 	if err != nil {
-		return 0, fmt.Errorf("size of journal %s: %w", path, err)
+		return 0, fmt.Errorf("size of journal %s: %w", src.Path(), err)
 	}
-	return fi.Size(), nil
+	return n, nil
 }
 
 // ParseLine parses and validates one line (without its newline) on its own:
-// UTF-8 JSON of the form of Event, at most MaxLine bytes, seq >= 1,
+// UTF-8 without NUL bytes, JSON of the form of Event, at most MaxLine bytes, seq >= 1,
 // attempt >= 1, run a valid uuid, non-empty type, a time, payload a JSON
 // object or absent (null counts as absent), prev "" on seq 1 and a SHA-256
 // hex digest after it. Checks that need the neighbouring lines are Read's.
@@ -109,14 +113,23 @@ func ParseLine(line []byte) (Event, error) {
 	if len(line) > MaxLine {
 		return Event{}, fmt.Errorf("line is %d bytes, over the 1 MiB limit", len(line))
 	}
+	// The line is the job user's: a reason says where it is wrong, never
+	// what it holds, so no byte of it reaches the database or a terminal.
+	if i := bytes.IndexByte(line, 0); i >= 0 {
+		return Event{}, fmt.Errorf("NUL byte at byte %d of the line", i)
+	}
 	// encoding/json would silently replace invalid bytes, and the writer never
 	// produces them.
-	if !utf8.Valid(line) {
-		return Event{}, errors.New("line is not valid UTF-8")
+	if i := invalidUTF8(line); i >= 0 {
+		return Event{}, fmt.Errorf("invalid UTF-8 at byte %d of the line", i)
+	}
+	// PostgreSQL stores no NUL in text or jsonb.
+	if i := escapedNUL(line); i >= 0 {
+		return Event{}, fmt.Errorf("escaped NUL (\\u0000) at byte %d of the line", i)
 	}
 	var e Event
 	if err := json.Unmarshal(line, &e); err != nil {
-		return Event{}, fmt.Errorf("malformed JSON: %s", clip(strings.TrimPrefix(err.Error(), "json: "), 200))
+		return Event{}, jsonError(err)
 	}
 	if string(e.Payload) == "null" {
 		e.Payload = nil
@@ -135,12 +148,66 @@ func ParseLine(line []byte) (Event, error) {
 	case e.Seq == 1 && e.Prev != "":
 		return Event{}, errors.New("seq 1 has a prev hash")
 	case e.Seq > 1 && !isHash(e.Prev):
-		return Event{}, fmt.Errorf("prev %q is not a lower-case hex SHA-256", clip(e.Prev, 70))
+		return Event{}, errors.New("prev is not a lower-case hex SHA-256")
 	}
 	if _, err := uuid.Parse(e.Run); err != nil {
-		return Event{}, fmt.Errorf("run %q is not a uuid", clip(e.Run, 40))
+		return Event{}, errors.New("run is not a uuid")
 	}
 	return e, nil
+}
+
+// jsonError says what is wrong with a line that is not the JSON of an Event
+// by position or field only: encoding/json's messages quote the offending
+// character or value.
+func jsonError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Errorf("malformed JSON at byte %d of the line", max(syn.Offset-1, 0))
+	case errors.As(err, &typ) && typ.Field != "":
+		return fmt.Errorf("malformed JSON: field %s has the wrong type (%s expected)", typ.Field, typ.Type)
+	case errors.As(err, &typ):
+		return fmt.Errorf("malformed JSON: not an object (%s expected)", typ.Type)
+	}
+	// time.Time's own parse errors quote the value.
+	return errors.New("malformed JSON: a field has an invalid value")
+}
+
+// escapedNUL returns the index of the first \u0000 escape in b, or -1. A
+// backslash before it that is itself escaped does not count.
+func escapedNUL(b []byte) int {
+	for from := 0; ; {
+		i := bytes.Index(b[from:], []byte(`\u0000`))
+		if i < 0 {
+			return -1
+		}
+		i += from
+		n := 0
+		for j := i; j >= 0 && b[j] == '\\'; j-- {
+			n++
+		}
+		if n%2 == 1 {
+			return i
+		}
+		from = i + 1
+	}
+}
+
+// invalidUTF8 returns the index of the first byte that is not valid UTF-8, or -1.
+func invalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		if b[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
 }
 
 func isHash(s string) bool {

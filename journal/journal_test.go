@@ -97,7 +97,7 @@ func cursorAfter(t testing.TB, path string, k int) journal.Cursor {
 	t.Helper()
 	var c journal.Cursor
 	for range k {
-		evs, next, err := journal.Read(path, c, testRun, 1, 1)
+		evs, next, err := journal.Read(src(path), c, testRun, 1, 1)
 		if err != nil || len(evs) != 1 {
 			t.Fatalf("cursorAfter: got %d events, %v", len(evs), err)
 		}
@@ -111,7 +111,7 @@ func readAll(t testing.TB, path string, c journal.Cursor, maxBytes int64) ([]jou
 	t.Helper()
 	var all []journal.Event
 	for {
-		evs, next, err := journal.Read(path, c, testRun, 1, maxBytes)
+		evs, next, err := journal.Read(src(path), c, testRun, 1, maxBytes)
 		if err != nil {
 			t.Fatalf("read from %+v: %v", c, err)
 		}
@@ -185,7 +185,7 @@ func TestRoundTrip(t *testing.T) {
 				all []journal.Event
 			)
 			for {
-				evs, next, err := journal.Read(path, c, testRun, 2, maxBytes)
+				evs, next, err := journal.Read(src(path), c, testRun, 2, maxBytes)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -257,7 +257,7 @@ func TestResume(t *testing.T) {
 			if len(all) != 5 || all[3].Type != "progress" || all[4].Type != "exit" {
 				t.Fatalf("got %d events: %+v", len(all), all)
 			}
-			if size, err := journal.Size(path); err != nil || size != c.Offset {
+			if size, err := journal.Size(src(path)); err != nil || size != c.Offset {
 				t.Errorf("size %d (%v), cursor at %d", size, err, c.Offset)
 			}
 		})
@@ -320,11 +320,11 @@ func TestIncompleteTail(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "journal.jsonl")
 			writeFile(t, path, whole[:head+cut])
 
-			evs, c, err := journal.Read(path, journal.Cursor{}, testRun, 1, 0)
+			evs, c, err := journal.Read(src(path), journal.Cursor{}, testRun, 1, 0)
 			if err != nil || len(evs) != 2 || c.Offset != int64(head) {
 				t.Fatalf("first read: %d events, cursor %+v, %v", len(evs), c, err)
 			}
-			evs, again, err := journal.Read(path, c, testRun, 1, 0)
+			evs, again, err := journal.Read(src(path), c, testRun, 1, 0)
 			if err != nil || len(evs) != 0 || again != c {
 				t.Fatalf("second read: %d events, cursor %+v, %v", len(evs), again, err)
 			}
@@ -337,7 +337,7 @@ func TestIncompleteTail(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.Close()
-			evs, c, err = journal.Read(path, c, testRun, 1, 0)
+			evs, c, err = journal.Read(src(path), c, testRun, 1, 0)
 			if err != nil || len(evs) != 1 || evs[0].Seq != 3 || c.Offset != int64(len(whole)) {
 				t.Fatalf("after completion: %+v, cursor %+v, %v", evs, c, err)
 			}
@@ -358,12 +358,12 @@ func TestLineLimit(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "complete.jsonl")
 	writeFile(t, path, join(ls))
-	if evs, _, err := journal.Read(path, journal.Cursor{}, testRun, 1, 0); err != nil || len(evs) != 2 {
+	if evs, _, err := journal.Read(src(path), journal.Cursor{}, testRun, 1, 0); err != nil || len(evs) != 2 {
 		t.Errorf("complete: %d events, %v", len(evs), err)
 	}
 	path = filepath.Join(dir, "incomplete.jsonl")
 	writeFile(t, path, append(join(ls[:1]), ls[1]...))
-	if evs, _, err := journal.Read(path, journal.Cursor{}, testRun, 1, 0); err != nil || len(evs) != 1 {
+	if evs, _, err := journal.Read(src(path), journal.Cursor{}, testRun, 1, 0); err != nil || len(evs) != 1 {
 		t.Errorf("incomplete: %d events, %v", len(evs), err)
 	}
 }
@@ -421,11 +421,12 @@ func TestCorrupt(t *testing.T) {
 		{"line after the cursor edited", rewrite(2, bytes.Replace(join(valid), []byte(`"files":2`), []byte(`"files":7`), 1)), 1, "hash chain broken at seq 4"},
 		{"line before the cursor edited", rewrite(3, bytes.Replace(join(valid), []byte(`"files":1`), []byte(`"files":1000`), 1)), 0, fmt.Sprintf("cursor at byte %d is not at the end of a line", off(3))},
 		{"cursor's journal replaced", rewrite(2, join(lines(t, 5, func(i int, e *journal.Event) { e.Type = "PROGRESS" }))), 0, "hash chain broken at seq 3"},
-		{"malformed json", from(0, replaced(1, `{"seq":2,`)), 1, fmt.Sprintf("line 2 at byte %d: malformed JSON: unexpected end of JSON input", off(1))},
-		{"wrong json type", from(0, replaced(1, `{"seq":"2"}`)), 1, fmt.Sprintf("line 2 at byte %d: malformed JSON: cannot unmarshal", off(1))},
+		{"malformed json", from(0, replaced(1, `{"seq":2,`)), 1, fmt.Sprintf("line 2 at byte %d: malformed JSON at byte", off(1))},
+		{"wrong json type", from(0, replaced(1, `{"seq":"2"}`)), 1, fmt.Sprintf("line 2 at byte %d: malformed JSON: field seq has the wrong type", off(1))},
 		{"not an object", from(0, replaced(1, `[1,2]`)), 1, "malformed JSON"},
 		{"empty line", from(0, replaced(1, ``)), 1, "malformed JSON"},
-		{"invalid utf-8", from(0, replaced(1, "{\"seq\":2,\"type\":\"\xff\"}")), 1, "not valid UTF-8"},
+		{"invalid utf-8", from(0, replaced(1, "{\"seq\":2,\"type\":\"\xff\"}")), 1, fmt.Sprintf("line 2 at byte %d: invalid UTF-8 at byte 17 of the line", off(1))},
+		{"NUL byte", from(0, replaced(1, "{\"seq\":2,\"type\":\"a\x00b\"}")), 1, fmt.Sprintf("line 2 at byte %d: NUL byte at byte 18 of the line", off(1))},
 		{"empty type", from(0, edited(1, func(e *journal.Event) { e.Type = "" })), 1, "type is empty"},
 		{"line over 1 MiB", from(0, join(big)), 1, fmt.Sprintf("line 2 at byte %d is over the 1 MiB limit", off(1))},
 		{"incomplete line over 1 MiB", from(0, append(join(big[:1]), big[1]...)), 1, fmt.Sprintf("line 2 at byte %d is over the 1 MiB limit", off(1))},
@@ -449,19 +450,19 @@ func TestCorrupt(t *testing.T) {
 				t.Fatal(err)
 			}
 			return journal.Cursor{}
-		}, 0, "journal is not a regular file but a directory"},
+		}, 0, "journal is a directory, not a regular file"},
 		{"named pipe", func(t *testing.T, path string) journal.Cursor {
 			if err := syscall.Mkfifo(path, 0o640); err != nil {
 				t.Skip(err)
 			}
 			return journal.Cursor{}
-		}, 0, "journal is not a regular file but a named pipe"},
+		}, 0, "journal is a named pipe, not a regular file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "journal.jsonl")
 			c := tt.setup(t, path)
-			evs, next, err := journal.Read(path, c, testRun, 1, 0)
+			evs, next, err := journal.Read(src(path), c, testRun, 1, 0)
 			var ce *journal.CorruptError
 			if !errors.As(err, &ce) {
 				t.Fatalf("got %v, want a *CorruptError", err)
@@ -488,7 +489,7 @@ func TestCorrupt(t *testing.T) {
 			}
 			// The events before the corruption are all there is: reading on
 			// from the returned cursor fails the same way.
-			evs, again, err := journal.Read(path, next, testRun, 1, 0)
+			evs, again, err := journal.Read(src(path), next, testRun, 1, 0)
 			if len(evs) != 0 || again != next || !journal.Quarantine(err) {
 				t.Errorf("reading on: %d events, %+v, %v", len(evs), again, err)
 			}
@@ -512,7 +513,7 @@ func TestReadIsBounded(t *testing.T) {
 	w.Close()
 
 	// The default batch stops at 4 MiB.
-	evs, mid, err := journal.Read(path, journal.Cursor{}, testRun, 1, 0)
+	evs, mid, err := journal.Read(src(path), journal.Cursor{}, testRun, 1, 0)
 	if err != nil || len(evs) == 0 || len(evs) == n || mid.Offset > 4<<20 {
 		t.Fatalf("default batch: %d events to %+v, %v", len(evs), mid, err)
 	}
@@ -521,7 +522,7 @@ func TestReadIsBounded(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	const reads = 20
 	for range reads {
-		if evs, _, err := journal.Read(path, mid, testRun, 1, 4096); err != nil || len(evs) != 3 {
+		if evs, _, err := journal.Read(src(path), mid, testRun, 1, 4096); err != nil || len(evs) != 3 {
 			t.Fatalf("small batch: %d events, %v", len(evs), err)
 		}
 	}
@@ -533,15 +534,15 @@ func TestReadIsBounded(t *testing.T) {
 
 func TestNotYet(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.jsonl")
-	evs, c, err := journal.Read(path, journal.Cursor{}, testRun, 1, 0)
+	evs, c, err := journal.Read(src(path), journal.Cursor{}, testRun, 1, 0)
 	if !errors.Is(err, journal.ErrNotYet) || journal.Quarantine(err) || len(evs) != 0 || c != (journal.Cursor{}) {
 		t.Errorf("Read: %d events, %+v, %v", len(evs), c, err)
 	}
-	if _, err := journal.Size(path); !errors.Is(err, journal.ErrNotYet) {
+	if _, err := journal.Size(src(path)); !errors.Is(err, journal.ErrNotYet) {
 		t.Errorf("Size: %v", err)
 	}
 	writeFile(t, path, []byte("{\n"))
-	if n, err := journal.Size(path); n != 2 || err != nil {
+	if n, err := journal.Size(src(path)); n != 2 || err != nil {
 		t.Errorf("Size = %d, %v", n, err)
 	}
 }
@@ -583,7 +584,7 @@ func TestParseLine(t *testing.T) {
 		{"null payload", `{"seq":1,"run":"` + testRun.String() + `","attempt":1,"type":"x","time":"2025-03-01T12:00:00Z","payload":null,"prev":""}`, ""},
 		{"unknown field", `{"seq":1,"run":"` + testRun.String() + `","attempt":1,"type":"x","time":"2025-03-01T12:00:00+02:00","host":"a","prev":""}`, ""},
 		{"empty", ``, "malformed JSON"},
-		{"garbage", `seq=1`, "malformed JSON: invalid character"},
+		{"garbage", `seq=1`, "malformed JSON at byte 0 of the line"},
 		{"trailing garbage", string(good[0]) + `x`, "malformed JSON"},
 		{"array", `[]`, "malformed JSON"},
 		{"null", `null`, "seq 0 is not positive"},
@@ -593,12 +594,15 @@ func TestParseLine(t *testing.T) {
 		{"no type", `{"seq":1,"attempt":1}`, "type is empty"},
 		{"no time", `{"seq":1,"attempt":1,"type":"x"}`, "time is missing"},
 		{"bad time", `{"seq":1,"attempt":1,"type":"x","time":"yesterday"}`, "malformed JSON"},
-		{"bad run", `{"seq":1,"attempt":1,"type":"x","time":"2025-03-01T12:00:00Z","run":"nope"}`, `run "nope" is not a uuid`},
+		{"bad run", `{"seq":1,"attempt":1,"type":"x","time":"2025-03-01T12:00:00Z","run":"nope"}`, `run is not a uuid`},
 		{"payload number", `{"seq":1,"attempt":1,"type":"x","time":"2025-03-01T12:00:00Z","payload":1}`, "payload is not a JSON object"},
 		{"prev on seq 1", `{"seq":1,"attempt":1,"type":"x","time":"2025-03-01T12:00:00Z","prev":"` + strings.Repeat("a", 64) + `"}`, "seq 1 has a prev hash"},
-		{"no prev on seq 2", `{"seq":2,"attempt":1,"type":"x","time":"2025-03-01T12:00:00Z"}`, `prev "" is not`},
+		{"no prev on seq 2", `{"seq":2,"attempt":1,"type":"x","time":"2025-03-01T12:00:00Z"}`, `prev is not a lower-case hex SHA-256`},
 		{"upper-case prev", `{"seq":2,"attempt":1,"type":"x","time":"2025-03-01T12:00:00Z","prev":"` + strings.Repeat("A", 64) + `"}`, "is not a lower-case hex SHA-256"},
-		{"invalid utf-8", "{\"seq\":1,\"type\":\"\xc3\"}", "not valid UTF-8"},
+		{"invalid utf-8", "{\"seq\":1,\"type\":\"\xc3\"}", "invalid UTF-8 at byte 17 of the line"},
+		{"NUL", "{\"seq\":1,\x00\"type\":\"x\"}", "NUL byte at byte 9 of the line"},
+		{"escaped NUL", `{"seq":1,"attempt":1,"type":"x","time":"2025-03-01T12:00:00Z","payload":{"m":"a\u0000"}}`, "escaped NUL (\\u0000) at byte 79 of the line"},
+		{"escaped backslash before u0000", `{"seq":1,"attempt":1,"type":"x\\u0000","time":"2025-03-01T12:00:00Z","run":"` + testRun.String() + `"}`, ""},
 		{"too long", `{"pad":"` + strings.Repeat("x", journal.MaxLine) + `"}`, "over the 1 MiB limit"},
 	}
 	for _, tt := range tests {
@@ -697,7 +701,7 @@ func TestAppendConcurrent(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("read %d events, want %d", seen, workers*each)
 		}
-		evs, next, err := journal.Read(path, c, testRun, 1, 512)
+		evs, next, err := journal.Read(src(path), c, testRun, 1, 512)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -768,12 +772,12 @@ func BenchmarkRead(b *testing.B) {
 		}
 	}
 	w.Close()
-	size, _ := journal.Size(path)
+	size, _ := journal.Size(src(path))
 	b.SetBytes(size)
 	for b.Loop() {
 		var c journal.Cursor
 		for got := 0; got < n; {
-			evs, next, err := journal.Read(path, c, testRun, 1, 256<<10)
+			evs, next, err := journal.Read(src(path), c, testRun, 1, 256<<10)
 			if err != nil || len(evs) == 0 {
 				b.Fatalf("%d events, %v", len(evs), err)
 			}
@@ -781,4 +785,9 @@ func BenchmarkRead(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)*n/b.Elapsed().Seconds(), "events/s")
+}
+
+// src names the journal at path as the daemon names one, owned by whoever runs the test.
+func src(path string) journal.Source {
+	return journal.Source{Dir: filepath.Dir(path), Name: filepath.Base(path), UID: os.Getuid()}
 }

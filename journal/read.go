@@ -7,9 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"syscall"
 
 	"github.com/google/uuid"
 )
@@ -47,17 +44,19 @@ func (c Cursor) valid() bool {
 // and c is the zero Cursor, and *CorruptError if the journal cannot be read
 // past the cursor returned: a line fails a check, the journal is shorter than
 // c or does not end a line just before c.Offset (truncated or replaced), is
-// missing although c is past its start, or is not a regular file, or c itself
-// is inconsistent. Other errors (permission, I/O) are transient.
-func Read(path string, c Cursor, run uuid.UUID, attempt int, maxBytes int64) ([]Event, Cursor, error) {
-	evs, next, err := read(path, c, run, attempt, maxBytes)
+// missing although c is past its start, is not a regular file owned by
+// src.UID (a link, a named pipe, a device, another user's file: refused
+// before a byte is read), has more than MaxEvents lines, or c itself is
+// inconsistent. Other errors (permission, I/O) are transient.
+func Read(src Source, c Cursor, run uuid.UUID, attempt int, maxBytes int64) ([]Event, Cursor, error) {
+	evs, next, err := read(src, c, run, attempt, maxBytes)
 	if err != nil {
-		err = fmt.Errorf("read journal %s: %w", path, err)
+		err = fmt.Errorf("read journal %s: %w", src.Path(), err)
 	}
 	return evs, next, err
 }
 
-func read(path string, c Cursor, run uuid.UUID, attempt int, maxBytes int64) ([]Event, Cursor, error) {
+func read(src Source, c Cursor, run uuid.UUID, attempt int, maxBytes int64) ([]Event, Cursor, error) {
 	if attempt < 1 {
 		return nil, c, fmt.Errorf("attempt %d is not positive", attempt)
 	}
@@ -65,10 +64,8 @@ func read(path string, c Cursor, run uuid.UUID, attempt int, maxBytes int64) ([]
 		return nil, c, corrupt(max(c.Offset, 0), "cursor (offset %d, seq %d, hash %q) is inconsistent",
 			c.Offset, c.LastSeq, clip(c.LastHash, 70))
 	}
-	// O_NONBLOCK so that a FIFO put in the journal's place cannot block the
-	// open; it changes nothing for a regular file.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if errors.Is(err, fs.ErrNotExist) {
+	f, err := openChecked(src, c.Offset)
+	if errors.Is(err, ErrNotYet) {
 		if c.Offset > 0 {
 			return nil, c, corrupt(c.Offset, "journal is missing but the cursor is at byte %d (deleted or replaced)", c.Offset)
 		}
@@ -81,9 +78,6 @@ func read(path string, c Cursor, run uuid.UUID, attempt int, maxBytes int64) ([]
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, c, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, c, corrupt(c.Offset, "journal is not a regular file but %s", kind(fi.Mode()))
 	}
 	return readFrom(f, fi.Size(), c, run, attempt, maxBytes)
 }
@@ -122,6 +116,9 @@ func readFrom(r io.ReaderAt, size int64, c Cursor, run uuid.UUID, attempt int, m
 			return evs, c, err
 		}
 		n := c.LastSeq + 1 // the line's number, if every line before it is good
+		if n > MaxEvents {
+			return evs, c, corrupt(c.Offset, "line %d at byte %d is past the limit of %d events per attempt", n, c.Offset, MaxEvents)
+		}
 		if len(line) > MaxLine {
 			return evs, c, corrupt(c.Offset, "line %d at byte %d is over the 1 MiB limit (more than %d bytes)", n, c.Offset, MaxLine)
 		}
@@ -182,18 +179,4 @@ func nextLine(br *bufio.Reader, buf []byte) (line []byte, complete bool, err err
 			return buf, false, err
 		}
 	}
-}
-
-func kind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	}
-	return "of mode " + m.String()
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -302,18 +303,36 @@ func evidence(a store.Attempt) engine.Evidence {
 	return engine.Evidence{Summary: summary(a), ItemErrors: a.ItemErrors, FirstItemError: a.FirstItemError, Fatal: a.Fatal}
 }
 
-// drain applies what the attempt's journal says since the stored cursor and returns the bytes
-// still unread. A journal that cannot be read is quarantined with its reason; the run goes on.
+// maxDrain bounds the journal bytes one pass applies for one run: a huge journal is taken in
+// over several passes instead of holding one. A variable for tests.
+var maxDrain int64 = 64 << 20
+
+// maxText bounds a message from the journal (first item error, fatal message) kept in a text
+// column: the journal is the job user's, and a reason is one line for people.
+const maxText = 1024
+
+// drain applies what the attempt's journal says since the stored cursor, at most maxDrain bytes,
+// and returns the bytes still unread. A journal that cannot be read, or whose events the database
+// cannot store, is quarantined with its reason; the run goes on.
 func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (int64, error) {
 	if l.Attempt.QuarantinedAt != nil || l.Attempt.Unit == "" {
 		return 0, nil
 	}
-	path := JournalPath(r.cfg.StateDir, l.Run.ID, l.Attempt.No)
+	uid, _, err := userIdentity(l.JobUser)
+	if err != nil {
+		return 0, fmt.Errorf("owner of the journal of run %s: %w", l.Run.ID, err)
+	}
+	src := JournalSource(r.cfg.StateDir, l.Run.ID, l.Attempt.No, uid)
 	cursor := l.Attempt.Cursor
-	for {
-		events, next, err := journal.Read(path, cursor, l.Run.ID, l.Attempt.No, 0)
+	for drained := int64(0); drained < maxDrain; {
+		events, next, err := journal.Read(src, cursor, l.Run.ID, l.Attempt.No, 0)
 		if len(events) > 0 {
 			applied, aerr := r.cfg.Store.ApplyJournal(ctx, l.Run.ID, l.Attempt.No, cursor, next, delta(events))
+			var refused *store.RefusedError
+			if errors.As(aerr, &refused) {
+				reason := fmt.Sprintf("lines %d to %d from byte %d: %v", cursor.LastSeq+1, next.LastSeq, cursor.Offset, refused)
+				return 0, r.quarantine(ctx, l, reason)
+			}
 			if aerr != nil {
 				return 0, aerr
 			}
@@ -321,32 +340,41 @@ func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (int64, error) 
 				return 0, nil // another pass moved the cursor; it owns this batch
 			}
 			crashpoint.At("journal-applied")
+			drained += next.Offset - cursor.Offset
 			cursor = next
 		}
 		if err != nil {
 			if errors.Is(err, journal.ErrNotYet) {
 				return 0, nil
 			}
-			if journal.Quarantine(err) {
-				r.cfg.Logger.Error("run journal quarantined; the run goes on without progress figures",
-					"run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
-				crashpoint.At("quarantine-before")
-				if err := r.cfg.Store.Quarantine(ctx, l.Run.ID, l.Attempt.No, err.Error()); err != nil {
-					return 0, err
-				}
-				crashpoint.At("quarantine-after")
-				return 0, nil
+			var ce *journal.CorruptError
+			if errors.As(err, &ce) {
+				return 0, r.quarantine(ctx, l, ce.Reason)
 			}
 			return 0, err
 		}
 		if len(events) == 0 {
-			size, err := journal.Size(path)
-			if err != nil {
-				return 0, nil
-			}
-			return max(0, size-cursor.Offset), nil
+			break
 		}
 	}
+	size, err := journal.Size(src)
+	if err != nil {
+		return 0, nil
+	}
+	return max(0, size-cursor.Offset), nil
+}
+
+// quarantine stops the projection of the attempt's journal for reason, which names what is wrong
+// and never quotes the journal.
+func (r *Reconciler) quarantine(ctx context.Context, l store.LiveRun, reason string) error {
+	r.cfg.Logger.Error("run journal quarantined; the run goes on without progress figures",
+		"run", l.Run.ID, "attempt", l.Attempt.No, "reason", reason)
+	crashpoint.At("quarantine-before")
+	if err := r.cfg.Store.Quarantine(ctx, l.Run.ID, l.Attempt.No, reason); err != nil {
+		return err
+	}
+	crashpoint.At("quarantine-after")
+	return nil
 }
 
 // delta folds a batch of journal events into what the projection gains.
@@ -367,17 +395,28 @@ func delta(events []journal.Event) store.JournalDelta {
 			if json.Unmarshal(e.Payload, &ie) == nil {
 				d.ItemErrors++
 				if d.FirstItemError == "" {
-					d.FirstItemError = ie.String()
+					d.FirstItemError = clipText(ie.String(), maxText)
 				}
 			}
 		case engine.TypeFatal:
 			var f engine.Fatal
 			if json.Unmarshal(e.Payload, &f) == nil && d.Fatal == "" {
-				d.Fatal = f.Message
+				d.Fatal = clipText(f.Message, maxText)
 			}
 		case engine.TypeSummary:
 			d.Summary = e.Payload
 		}
 	}
 	return d
+}
+
+// clipText shortens s to at most n bytes, at a rune boundary.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

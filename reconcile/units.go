@@ -19,6 +19,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -26,6 +27,13 @@ import (
 // JournalPath is where an attempt's run journal lives under the state directory.
 func JournalPath(stateDir string, run uuid.UUID, attempt int) string {
 	return filepath.Join(stateDir, "runs", run.String(), "a"+strconv.Itoa(attempt), "journal.jsonl")
+}
+
+// JournalSource is how the daemon opens an attempt's journal: below the state directory,
+// following no link, and only if uid (the job's user; 0 for root) owns it.
+func JournalSource(stateDir string, run uuid.UUID, attempt, uid int) journal.Source {
+	rel, _ := filepath.Rel(stateDir, JournalPath(stateDir, run, attempt))
+	return journal.Source{Dir: stateDir, Name: rel, UID: uid}
 }
 
 // CacheDir is the restic cache of a job under the identity it runs as. Keyed by uid, a job moved
@@ -67,15 +75,23 @@ func ownedDir(dir string, uid, gid int, perm os.FileMode) error {
 	return os.Chmod(dir, perm)
 }
 
-// jobIdentity resolves the uid and gid a job's units run as (root for a job without a user).
-func jobIdentity(job store.Job) (uid, gid int, err error) {
-	if job.User == "" {
+// jobIdentity resolves the uid and gid a job's units run as.
+func jobIdentity(job store.Job) (uid, gid int, err error) { return userIdentity(job.User) }
+
+// userIdentity resolves a job's user as systemd's User= does: root for "", a name, or a number
+// (which needs no entry; its group is then the same number).
+func userIdentity(name string) (uid, gid int, err error) {
+	if name == "" {
 		return 0, 0, nil
 	}
-	u, err := user.Lookup(job.User)
+	u, err := user.Lookup(name)
 	if err != nil {
-		if u, err = user.LookupId(job.User); err != nil {
-			return 0, 0, fmt.Errorf("job user %s does not exist on this host", job.User)
+		n, perr := strconv.ParseUint(name, 10, 32)
+		if perr != nil {
+			return 0, 0, fmt.Errorf("job user %s does not exist on this host", name)
+		}
+		if u, err = user.LookupId(name); err != nil {
+			return int(n), int(n), nil
 		}
 	}
 	uid, _ = strconv.Atoi(u.Uid)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -93,14 +94,24 @@ func WriteMarker(stateDir string, m Marker) error {
 // error (permissions, I/O) as it is: those may pass.
 func ReadMarker(stateDir string, run uuid.UUID, attempt int) (Marker, error) {
 	path := MarkerPath(stateDir, run, attempt)
-	f, err := os.Open(path)
+	// Only root writes the markers directory; still, what stands there is opened as data, never
+	// followed as a link nor opened as a terminal or a blocking pipe.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Marker{}, ErrNoMarker
+	}
+	if errors.Is(err, syscall.ELOOP) {
+		return Marker{}, fmt.Errorf("%w: it is a symbolic link (%s)", ErrMarkerUnreadable, path)
 	}
 	if err != nil {
 		return Marker{}, fmt.Errorf("read marker: %w", err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return Marker{}, fmt.Errorf("read marker %s: %w", path, err)
+	} else if !fi.Mode().IsRegular() {
+		return Marker{}, fmt.Errorf("%w: it is not a regular file (%s)", ErrMarkerUnreadable, path)
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxMarker+1))
 	if err != nil {
 		return Marker{}, fmt.Errorf("read marker %s: %w", path, err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,6 +71,42 @@ func TestMarkerUnreadable(t *testing.T) {
 			}
 			_, err := ReadMarker(dir, run, 1)
 			if !errors.Is(err, ErrMarkerUnreadable) {
+				t.Fatalf("err = %v, want ErrMarkerUnreadable", err)
+			}
+		})
+	}
+}
+
+// Something other than a regular file where the marker goes is unreadable, found without
+// following it or blocking on it.
+func TestMarkerNotAFile(t *testing.T) {
+	run := uuid.New()
+	good := `{"run":"` + run.String() + `","attempt":1,"service_result":"success","exit_code":"exited","exit_status":"0"}`
+	cases := []struct {
+		name  string
+		place func(t *testing.T, path string) error
+	}{
+		{"symlink to a good marker", func(t *testing.T, path string) error {
+			target := filepath.Join(t.TempDir(), "m.json")
+			if err := os.WriteFile(target, []byte(good), 0o644); err != nil {
+				return err
+			}
+			return os.Symlink(target, path)
+		}},
+		{"named pipe", func(t *testing.T, path string) error { return syscall.Mkfifo(path, 0o644) }},
+		{"directory", func(t *testing.T, path string) error { return os.Mkdir(path, 0o755) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := MarkerPath(dir, run, 1)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.place(t, path); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ReadMarker(dir, run, 1); !errors.Is(err, ErrMarkerUnreadable) {
 				t.Fatalf("err = %v, want ErrMarkerUnreadable", err)
 			}
 		})

@@ -254,13 +254,15 @@ type LiveRun struct {
 	Attempt       Attempt
 	JobEngine     string
 	JobRepository string
+	JobUser       string // the user the job's units run as; "" for root
 }
 
 // LiveRuns lists every run in a live status with its live attempt: higher job priority first,
 // then oldest first.
 func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT `+runColumns+`, `+attemptColumns+`, coalesce(j.engine, ''), coalesce(j.repository, '')
+		SELECT `+runColumns+`, `+attemptColumns+`, coalesce(j.engine, ''), coalesce(j.repository, ''),
+			coalesce(j.run_as_user, '')
 		FROM runs r
 		-- A lateral subquery that cannot be flattened (OFFSET 0) stays one index lookup per run:
 		-- with statistics that lag behind a burst of admissions, a plain join went quadratic.
@@ -277,7 +279,7 @@ func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 		var l LiveRun
 		var as attemptScan
 		dest := append(runDest(&l.Run), as.dest()...)
-		if err := rows.Scan(append(dest, &l.JobEngine, &l.JobRepository)...); err != nil {
+		if err := rows.Scan(append(dest, &l.JobEngine, &l.JobRepository, &l.JobUser)...); err != nil {
 			return nil, fmt.Errorf("list live runs: %w", err)
 		}
 		l.Attempt = as.attempt()
@@ -395,6 +397,8 @@ type JournalDelta struct {
 
 // ApplyJournal moves the attempt's cursor from from to to and applies delta, in one statement that
 // only matches while the cursor still stands at from: applying the same batch twice is a no-op.
+// An error wrapping *RefusedError means PostgreSQL cannot store what the batch holds: applying
+// it again fails again.
 func (s *Store) ApplyJournal(ctx context.Context, runID uuid.UUID, attempt int, from, to journal.Cursor, d JournalDelta) (bool, error) {
 	var percent *float64
 	var filesDone, totalFiles, bytesDone, totalBytes *int64
@@ -416,7 +420,7 @@ func (s *Store) ApplyJournal(ctx context.Context, runID uuid.UUID, attempt int, 
 		runID, attempt, from.Offset, to.Offset, to.LastSeq, to.LastHash, d.LastEventAt,
 		percent, filesDone, totalFiles, bytesDone, totalBytes, d.ItemErrors, d.FirstItemError, d.Fatal, nullJSON(d.Summary))
 	if err != nil {
-		return false, fmt.Errorf("apply journal of run %s attempt %d: %w", runID, attempt, err)
+		return false, fmt.Errorf("apply journal of run %s attempt %d: %w", runID, attempt, refused(err))
 	}
 	return tag.RowsAffected() == 1, nil
 }
@@ -771,4 +775,20 @@ func (s *Store) ReleaseSpawnClaim(ctx context.Context, runID uuid.UUID, attempt 
 		return fmt.Errorf("release spawn claim of run %s attempt %d: %w", runID, attempt, err)
 	}
 	return nil
+}
+
+// EndedBefore returns those of ids whose runs ended (succeeded, partial, failed or stopped; a
+// paused run may resume) before t. Runs the database does not know are not returned.
+func (s *Store) EndedBefore(ctx context.Context, ids []uuid.UUID, t time.Time) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id FROM runs
+		WHERE id = ANY($1) AND finished_at < $2 AND status IN ('succeeded', 'partial', 'failed', 'stopped')`, ids, t)
+	if err != nil {
+		return nil, fmt.Errorf("runs ended before %s: %w", t.Format(time.RFC3339), err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("runs ended before %s: %w", t.Format(time.RFC3339), err)
+	}
+	return out, nil
 }

@@ -28,6 +28,25 @@ var (
 	ErrAmbiguous = errors.New("ambiguous id prefix")
 )
 
+// RefusedError means PostgreSQL refused the values of a write (a data exception such as a NUL
+// in text, invalid UTF-8 or JSON, or a value too large): writing them again fails again. It
+// names the SQLSTATE only: PostgreSQL's message and detail may quote the values, which can be
+// hostile.
+type RefusedError struct{ Code string }
+
+func (e *RefusedError) Error() string {
+	return "the database cannot store the values (SQLSTATE " + e.Code + ")"
+}
+
+// refused turns a data exception into a *RefusedError; other errors pass unchanged.
+func refused(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || pgErr.Code == "54000") {
+		return &RefusedError{Code: pgErr.Code}
+	}
+	return err
+}
+
 // ConflictError says an operation does not apply to an object in its current state.
 type ConflictError struct{ Msg string }
 

@@ -2,10 +2,14 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
@@ -180,6 +184,79 @@ func TestResolveRun(t *testing.T) {
 	for _, arg := range []string{"abc", "zzzzzzzz", "'; drop table runs; --", ""} {
 		if _, err := st.ResolveRun(ctx, arg); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("resolve %q: err = %v, want not found", arg, err)
+		}
+	}
+}
+
+// What PostgreSQL cannot store comes back as a *RefusedError that quotes no value, so the caller
+// quarantines the journal instead of retrying the same batch on every pass.
+func TestApplyJournalRefused(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	addJob(t, st, "r")
+	run, err := st.Admit(ctx, "r", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: strings.Repeat("a", 64)}
+	tests := []struct {
+		name string
+		d    store.JournalDelta
+		code string
+	}{
+		{"NUL in text", store.JournalDelta{Fatal: "secret\x00"}, "22021"},
+		{"invalid UTF-8 in text", store.JournalDelta{FirstItemError: "secret\xff"}, "22021"},
+		{"escaped NUL in jsonb", store.JournalDelta{Summary: json.RawMessage(`{"m":"secret\u0000"}`)}, "22P05"},
+		{"number jsonb cannot hold", store.JournalDelta{Summary: json.RawMessage(`{"secret":1e1000000}`)}, "22003"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ok, err := st.ApplyJournal(ctx, run.ID, 1, journal.Cursor{}, to, tt.d)
+			var refused *store.RefusedError
+			if ok || !errors.As(err, &refused) {
+				t.Fatalf("ok=%v err=%v, want a *RefusedError", ok, err)
+			}
+			if refused.Code != tt.code || strings.Contains(err.Error(), "secret") {
+				t.Errorf("err = %v, want SQLSTATE %s and no value quoted", err, tt.code)
+			}
+		})
+	}
+	a, err := st.Attempt(ctx, run.ID, 1)
+	if err != nil || a.Cursor != (journal.Cursor{}) {
+		t.Fatalf("attempt after refused batches: %+v, %v; want the cursor where it was", a, err)
+	}
+}
+
+// EndedBefore returns only runs that ended, finally, before the time given.
+func TestEndedBefore(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	addJob(t, st, "e")
+	addJob(t, st, "l")
+	done, err := st.Admit(ctx, "e", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := st.Admit(ctx, "l", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Hour)
+	if ok, err := st.Finish(ctx, store.Ending{RunID: done.ID, Attempt: 1, At: at, Status: store.StatusSucceeded, Reason: "ok"}); !ok || err != nil {
+		t.Fatalf("finish: %v, %v", ok, err)
+	}
+	unknown := uuid.New()
+	ids := []uuid.UUID{done.ID, live.ID, unknown}
+	for _, tt := range []struct {
+		before time.Time
+		want   []uuid.UUID
+	}{
+		{at.Add(time.Minute), []uuid.UUID{done.ID}},
+		{at.Add(-time.Minute), nil},
+	} {
+		got, err := st.EndedBefore(ctx, ids, tt.before)
+		if err != nil || len(got) != len(tt.want) || len(got) == 1 && got[0] != tt.want[0] {
+			t.Errorf("EndedBefore(%s) = %v, %v; want %v", tt.before, got, err, tt.want)
 		}
 	}
 }

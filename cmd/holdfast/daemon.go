@@ -20,6 +20,7 @@ import (
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/reconcile"
+	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
@@ -73,6 +74,8 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	var interval, lateGrace time.Duration
 	var windows []string
 	var windowZone string
+	var keepRunFiles string
+	var cleanEvery time.Duration
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "Run the supervisor: spawn admitted runs and reconcile live ones",
@@ -80,6 +83,13 @@ func newDaemonCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval <= 0 {
 				return badInput("--sweep-interval must be positive")
+			}
+			keep, err := retention.ParseDuration(keepRunFiles)
+			if err != nil || keep <= 0 {
+				return badInput("--keep-run-files %q: give a positive duration such as 30d, 2w or 36h", keepRunFiles)
+			}
+			if cleanEvery <= 0 {
+				return badInput("--run-files-every must be positive")
 			}
 			ctx := cmd.Context()
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -129,6 +139,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			wake := make(chan struct{}, 1)
 			go listen(ctx, st.Listen, wake, logger)
 			admitter := &schedule.Admitter{Store: st, Grace: lateGrace, Logger: logger}
+			var cleaned time.Time
 			for {
 				if _, err := admitter.AdmitDue(ctx, time.Now()); err != nil && ctx.Err() == nil {
 					logger.Error("admission of due jobs failed", "err", err)
@@ -141,6 +152,16 @@ func newDaemonCmd(g *globals) *cobra.Command {
 				case stats.Errors > 0 || stats.Duration > time.Second:
 					logger.Warn("sweep", "runs", stats.Runs, "errors", stats.Errors, "duration", stats.Duration,
 						"systemd", stats.SystemdDuration, "journal_lag_bytes", stats.JournalLag)
+				}
+				if time.Since(cleaned) >= cleanEvery && ctx.Err() == nil {
+					cleaned = time.Now()
+					n, err := rec.RemoveRunFiles(ctx, keep)
+					if err != nil {
+						logger.Warn("run files not all removed; the next round tries again", "err", err)
+					}
+					if n > 0 {
+						logger.Info("journals and exit markers of ended runs removed", "runs", n, "ended_before", keep)
+					}
 				}
 				// Sleep until the next pass or the earliest due slot, whichever comes first.
 				wait := interval
@@ -173,6 +194,9 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.IntVar(&cfg.Workers, "workers", 8, "runs reconciled at once in one pass")
 	f.StringVar(&cfg.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
 	f.StringVar(&cfg.Binary, "holdfast-binary", "", "holdfast executable the units run (default: this one)")
+	f.StringVar(&keepRunFiles, "keep-run-files", "30d", "remove the journals and exit markers of runs that ended longer ago than this (the database keeps their facts)")
+	f.DurationVar(&cleanEvery, "run-files-every", time.Hour, "how often ended runs' files are looked for")
+	_ = f.MarkHidden("run-files-every") // for tests
 	return cmd
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/textsafe"
 )
 
 func isUsageError(err error) bool {
@@ -328,7 +329,7 @@ func newJobListCmd(g *globals) *cobra.Command {
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "NAME\tENGINE\tREPOSITORY\tPATHS\tLAST OUTCOME")
 				for _, j := range jobs {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Name, j.Engine, j.Repository, strings.Join(j.Paths, ","), dash(j.LastOutcome))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Name, j.Engine, textsafe.String(j.Repository), textsafe.String(strings.Join(j.Paths, ",")), dash(j.LastOutcome))
 				}
 				return tw.Flush()
 			})

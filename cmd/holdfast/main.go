@@ -19,6 +19,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/textsafe"
 )
 
 // Exit codes.
@@ -120,6 +121,14 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.stateDir, "state-dir", envOr("HOLDFAST_STATE_DIR", "/var/lib/holdfast"), "state directory for run journals and exit markers (env HOLDFAST_STATE_DIR)")
 	pf.StringVar(&g.journalDir, "journal-dir", os.Getenv("HOLDFAST_JOURNAL_DIR"), "journald directory `run logs` reads instead of the system journal (env HOLDFAST_JOURNAL_DIR)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
+	// Human output carries file names, restic's messages and reasons that the job's user or the
+	// repository wrote: escape what a terminal would act on. JSON is escaped by encoding/json.
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+		if f := cmd.Flags().Lookup("json"); f != nil && f.Value.String() == "true" {
+			return
+		}
+		cmd.SetOut(textsafe.NewWriter(cmd.OutOrStdout()))
+	}
 	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newExecCmd(), newCredexecCmd(), newMarkerCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd())
 	return root
 }
@@ -140,7 +149,7 @@ func exitCode(err error) int {
 	if errors.As(err, &code) {
 		return code.code
 	}
-	fmt.Fprintln(os.Stderr, "holdfast: "+err.Error())
+	fmt.Fprintln(textsafe.NewWriter(os.Stderr), "holdfast: "+err.Error())
 	var conflict *store.ConflictError
 	var input inputError
 	switch {

@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/textsafe"
 )
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -165,7 +166,7 @@ func newRunStartCmd(g *globals) *cobra.Command {
 							return err
 						}
 					} else if run.Status == store.StatusPaused {
-						fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s %s\n", run.ID, run.JobName, run.Reason)
+						fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s %s\n", run.ID, run.JobName, textsafe.String(run.Reason))
 					} else {
 						fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s queued\n", run.ID, run.JobName)
 					}
@@ -186,7 +187,7 @@ func newRunStartCmd(g *globals) *cobra.Command {
 						return err
 					}
 				} else {
-					fmt.Fprintf(cmd.OutOrStdout(), "run %s %s: %s\n", final.ID, final.Status, final.Reason)
+					fmt.Fprintf(cmd.OutOrStdout(), "run %s %s: %s\n", final.ID, final.Status, textsafe.String(final.Reason))
 				}
 				if code := statusExit(final.Status); code != exitOK {
 					return exitCodeError{code}
@@ -363,7 +364,7 @@ func newRunListCmd(g *globals) *cobra.Command {
 						added = engine.FormatBytes(*r.BytesAdded)
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID.String()[:8], r.JobName, r.Status,
-						r.CreatedAt.Local().Format("2006-01-02 15:04:05"), added, truncate(r.Reason, 70))
+						r.CreatedAt.Local().Format("2006-01-02 15:04:05"), added, truncate(textsafe.String(r.Reason), 70))
 				}
 				return tw.Flush()
 			})
@@ -427,7 +428,7 @@ func printRun(w io.Writer, o runOut) {
 		}
 		return fmt.Sprint(*p)
 	}
-	fmt.Fprintf(w, "run:       %s\njob:       %s\nstatus:    %s\nreason:    %s\n", o.ID, o.Job, o.Status, dash(o.Reason))
+	fmt.Fprintf(w, "run:       %s\njob:       %s\nstatus:    %s\nreason:    %s\n", o.ID, o.Job, o.Status, dash(textsafe.String(o.Reason)))
 	if o.FailureClass != "" {
 		fmt.Fprintf(w, "class:     %s\n", o.FailureClass)
 	}
@@ -439,7 +440,7 @@ func printRun(w io.Writer, o runOut) {
 		fmt.Fprintf(w, "retry:     %d, of run %s\n", o.RetryNumber, o.RetryOf)
 	}
 	if o.WaitingReason != "" {
-		fmt.Fprintf(w, "waiting:   %s\n", o.WaitingReason)
+		fmt.Fprintf(w, "waiting:   %s\n", textsafe.String(o.WaitingReason))
 	}
 	if o.RetriedBy != "" {
 		fmt.Fprintf(w, "retried:   as run %s\n", o.RetriedBy)
@@ -449,7 +450,7 @@ func printRun(w io.Writer, o runOut) {
 		fmt.Fprintf(w, "stop requested: %s\n", *o.StopRequestedAt)
 	}
 	fmt.Fprintf(w, "snapshot:  %s\nadded:     %s\nprocessed: %s files, %s\nskipped:   %d files\n",
-		dash(o.SnapshotID), num(o.BytesAdded, true), num(o.FilesProcessed, false), num(o.BytesProcessed, true), o.FilesSkipped)
+		dash(textsafe.String(o.SnapshotID)), num(o.BytesAdded, true), num(o.FilesProcessed, false), num(o.BytesProcessed, true), o.FilesSkipped)
 	if p := o.Progress; p != nil {
 		fmt.Fprintf(w, "progress:  %.1f%%  %d/%d files  %s/%s\n", p.PercentDone*100, p.FilesDone, p.TotalFiles,
 			engine.FormatBytes(p.BytesDone), engine.FormatBytes(p.TotalBytes))
@@ -458,7 +459,7 @@ func printRun(w io.Writer, o runOut) {
 		ended := strings.TrimSpace(strings.Join([]string{a.ServiceResult, a.ExitCode, a.ExitStatus}, " "))
 		fmt.Fprintf(w, "attempt %d: unit %s, started %s, ended %s %s\n", a.Attempt, dash(a.Unit), opt(a.StartedAt), opt(a.EndedAt), ended)
 		if a.QuarantineReason != "" {
-			fmt.Fprintf(w, "  journal quarantined: %s\n", a.QuarantineReason)
+			fmt.Fprintf(w, "  journal quarantined: %s\n", textsafe.String(a.QuarantineReason))
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/textsafe"
 )
 
 func newSnapshotCmd(g *globals) *cobra.Command {
@@ -121,7 +122,7 @@ func newSnapshotListCmd(g *globals) *cobra.Command {
 					if s.BytesAdded != nil {
 						added = engine.FormatBytes(*s.BytesAdded)
 					}
-					fmt.Fprintf(tw, "%.12s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Time.Local().Format("2006-01-02 15:04:05"), s.Host,
+					fmt.Fprintf(tw, "%.12s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Time.Local().Format("2006-01-02 15:04:05"), textsafe.String(s.Host),
 						dash(s.JobName), added, protection(s, now))
 				}
 				return tw.Flush()

@@ -1,0 +1,94 @@
+package reconcile
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+// One pass applies at most maxDrain bytes of a run's journal and reports the rest as lag; the
+// next pass goes on from there.
+func TestDrainIsBoundedPerPass(t *testing.T) {
+	ctx := context.Background()
+	dsn := testenv.Postgres(t)
+	if _, err := migrations.Apply(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	if _, err := st.CreateJob(ctx, store.Job{Name: "big", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.Admit(ctx, "big", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, "holdfast-big-"+run.ID.String()+"-a1.service", "h", store.Limits{}); !ok || err != nil {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+
+	state := t.TempDir()
+	path := filepath.Join(state, JournalSource(state, run.ID, 1, 0).Name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w, err := journal.Create(path, run.ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(old int64) { maxDrain = old }(maxDrain)
+	maxDrain = 8 << 20
+	const events = 20 // of about 1 MB each: more than maxDrain in all
+	pad := strings.Repeat("x", 1_000_000)
+	for range events {
+		if err := w.Append("progress", map[string]string{"pad": pad}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r := &Reconciler{cfg: Config{Store: st, StateDir: state, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}
+	live := func() store.LiveRun {
+		t.Helper()
+		ls, err := st.LiveRuns(ctx)
+		if err != nil || len(ls) != 1 {
+			t.Fatalf("live runs: %+v, %v", ls, err)
+		}
+		return ls[0]
+	}
+	lag, err := r.drain(ctx, live())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := live().Attempt.Cursor
+	if c.Offset < maxDrain || c.Offset > maxDrain+defaultBatch || lag != fi.Size()-c.Offset || lag <= 0 {
+		t.Fatalf("first pass: cursor %d, lag %d of %d bytes; want about %d applied and the rest as lag", c.Offset, lag, fi.Size(), maxDrain)
+	}
+	if lag, err = r.drain(ctx, live()); err != nil || lag != 0 {
+		t.Fatalf("second pass: lag %d, %v; want the rest applied", lag, err)
+	}
+	if a := live().Attempt; a.Cursor.LastSeq != events || a.QuarantinedAt != nil {
+		t.Fatalf("after two passes: %+v; want all %d events applied", a, events)
+	}
+}
+
+// defaultBatch is journal.Read's batch when given no size: one pass may overshoot maxDrain by it.
+const defaultBatch = 4 << 20
