@@ -81,22 +81,33 @@ func (s *PostgresServer) Restart(mode string) error {
 	return nil
 }
 
-// Freeze stops every process of the server (SIGSTOP to its process group): connections stay
-// open, and nothing on them is answered, as with a server whose host hangs. Thaw undoes it.
-func (s *PostgresServer) Freeze() error { return s.signalGroup(syscall.SIGSTOP) }
+// Freeze stops every process of the server (SIGSTOP): connections stay open, and nothing on
+// them is answered, as with a server whose host hangs. Thaw undoes it.
+func (s *PostgresServer) Freeze() error { return s.signalAll(syscall.SIGSTOP) }
 
 // Thaw resumes a server that Freeze stopped.
-func (s *PostgresServer) Thaw() error { return s.signalGroup(syscall.SIGCONT) }
+func (s *PostgresServer) Thaw() error { return s.signalAll(syscall.SIGCONT) }
 
-func (s *PostgresServer) signalGroup(sig syscall.Signal) error {
+// signalAll signals the postmaster first, so that it forks no new backend meanwhile, then each
+// of its processes: every backend is a process group of its own (setsid), so a signal to the
+// postmaster's group would reach only the postmaster.
+func (s *PostgresServer) signalAll(sig syscall.Signal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.proc == nil {
 		return errors.New("postgres: the server is stopped")
 	}
-	// startChild gave the server a process group of its own; its backends are in it.
-	if err := syscall.Kill(-s.proc.pid(), sig); err != nil {
+	if err := syscall.Kill(s.proc.pid(), sig); err != nil {
 		return fmt.Errorf("postgres: %v: %w", sig, err)
+	}
+	pids, err := descendants(s.proc.pid())
+	if err != nil {
+		return fmt.Errorf("postgres: %v: %w", sig, err)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("postgres: %v to %d: %w", sig, pid, err)
+		}
 	}
 	return nil
 }

@@ -49,8 +49,22 @@ func TestPrivatePostgresRestartAndFreeze(t *testing.T) {
 		t.Fatal("an unknown mode was accepted")
 	}
 
+	before, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close(ctx)
 	if err := srv.Freeze(); err != nil {
 		t.Fatal(err)
+	}
+	// A session opened before the freeze (its backend is a process group of its own) is
+	// frozen too.
+	shortCtx, cancel := context.WithTimeout(ctx, time.Second)
+	_, err = before.Exec(shortCtx, "SELECT 1")
+	cancel()
+	if err == nil {
+		srv.Thaw()
+		t.Fatal("a session of a frozen server answered")
 	}
 	start := time.Now()
 	if err := query(time.Second, "SELECT 1"); err == nil {

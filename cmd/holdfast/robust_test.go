@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -304,35 +305,29 @@ func TestPostgresFrozenWhileRunsLive(t *testing.T) {
 	}
 	thaw()
 	d.running(t, "while PostgreSQL was frozen")
-	if min := int(frozenFor / turn); len(failures) < min {
-		t.Fatalf("%d failed passes logged in %s frozen, want at least %d (one per %s): the loop froze", len(failures), frozenFor, min, turn)
+	if want := int(frozenFor / turn); len(failures) < want {
+		t.Fatalf("%d failed passes logged in %s frozen, want at least %d (one per %s): the loop froze", len(failures), frozenFor, want, turn)
 	}
-	last := frozenAt
+	last, longest := frozenAt, time.Duration(0)
 	var times []time.Time
 	for _, f := range failures {
 		times = append(times, f.at)
 	}
-	sortTimes(times)
+	slices.SortFunc(times, time.Time.Compare)
 	for _, at := range times {
-		if gap := at.Sub(last); gap > turn {
+		gap := at.Sub(last)
+		if gap > turn {
 			t.Fatalf("no pass ended for %s while PostgreSQL was frozen (from %s), want at most %s:\n%v", gap, last, turn, failures)
 		}
-		last = at
+		longest, last = max(longest, gap), at
 	}
-	t.Logf("frozen %s: %d failed passes logged, first after %s", frozenFor, len(failures), times[0].Sub(frozenAt))
+	t.Logf("frozen %s: %d failed passes logged, first after %s, at most %s apart", frozenFor, len(failures),
+		times[0].Sub(frozenAt), longest)
 	w.endedRight(ids)
 	// And the daemon works as before: a new run is admitted, spawned and settled.
 	w.endedRight(w.startAll([]string{"job0"}))
 	d.running(t, "after the thaw")
 	w.checkInvariants()
-}
-
-func sortTimes(ts []time.Time) {
-	for i := 1; i < len(ts); i++ {
-		for j := i; j > 0 && ts[j].Before(ts[j-1]); j-- {
-			ts[j], ts[j-1] = ts[j-1], ts[j]
-		}
-	}
 }
 
 // A due job that cannot be admitted (here: its slot was admitted before, as after a restore of
