@@ -60,7 +60,10 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, jobs map[string
 	// Until systemd has the unit, a failure gives the claim back: the next pass claims the same
 	// attempt again, rather than waiting out the spawn grace and counting an attempt that never ran.
 	release := func(err error) error {
-		if rerr := r.cfg.Store.ReleaseSpawnClaim(context.WithoutCancel(ctx), l.Run.ID, l.Attempt.No, spec.Name); rerr != nil {
+		// Even when the run's budget is spent, but bounded: the database may be what hangs.
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RunBudget)
+		defer cancel()
+		if rerr := r.cfg.Store.ReleaseSpawnClaim(relCtx, l.Run.ID, l.Attempt.No, spec.Name); rerr != nil {
 			return errors.Join(err, rerr)
 		}
 		return err

@@ -39,6 +39,10 @@ type Config struct {
 	SpawnGrace time.Duration
 	// RunBudget bounds the time one run may take in one pass.
 	RunBudget time.Duration
+	// PassTimeout bounds a whole pass, so a database or systemd that stops answering cannot
+	// hold the daemon's loop: the runs not reached go to the next pass. Default
+	// DefaultPassTimeout.
+	PassTimeout time.Duration
 	// MaxAttempts bounds restarts: a run whose units keep vanishing fails after this many attempts.
 	MaxAttempts int
 	// Limits bound how many runs hold a unit at once.
@@ -53,6 +57,9 @@ type Config struct {
 	now func() time.Time
 }
 
+// DefaultPassTimeout is Config.PassTimeout's default.
+const DefaultPassTimeout = 2 * time.Minute
+
 // Validate fills in defaults and checks required fields.
 func (c *Config) Validate() error {
 	switch {
@@ -64,6 +71,11 @@ func (c *Config) Validate() error {
 		return errors.New("reconcile: no state directory")
 	case c.Binary == "":
 		return errors.New("reconcile: no holdfast binary")
+	case c.PassTimeout < 0:
+		return fmt.Errorf("reconcile: pass timeout %s: want a positive duration", c.PassTimeout)
+	}
+	if c.PassTimeout == 0 {
+		c.PassTimeout = DefaultPassTimeout
 	}
 	if c.ResticBinary == "" {
 		c.ResticBinary = "restic"
@@ -121,9 +133,11 @@ type SweepStats struct {
 	JournalLag int64
 }
 
-// Sweep reconciles every live run once.
+// Sweep reconciles every live run once, within PassTimeout.
 func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.PassTimeout)
+	defer cancel()
 	live, err := r.cfg.Store.LiveRuns(ctx)
 	if err != nil {
 		return SweepStats{}, err

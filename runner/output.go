@@ -110,7 +110,7 @@ func (r *Runner) ended(ctx context.Context, name string, res *Result) (bool, err
 		return false, nil
 	}
 	var code, status int32
-	err = r.call(ctx, func(c *sddbus.Conn) error {
+	err = r.call(ctx, func(ctx context.Context, c *sddbus.Conn) error {
 		p, err := c.GetServicePropertyContext(ctx, name, "ExecMainCode")
 		if err != nil {
 			return err

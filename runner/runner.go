@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
@@ -27,7 +28,14 @@ type Config struct {
 	// Address is a D-Bus address of a manager's private socket, e.g.
 	// "unix:path=/run/user/1000/systemd/private". Optional.
 	Address string
+	// CallTimeout bounds each call to systemd, dial included, within the caller's own
+	// deadline. Default DefaultCallTimeout.
+	CallTimeout time.Duration
 }
+
+// DefaultCallTimeout is Config.CallTimeout's default: systemd answers in milliseconds, but a
+// manager busy re-executing or starting many units may take seconds.
+const DefaultCallTimeout = 30 * time.Second
 
 // Validate checks the config and fills in defaults.
 func (c *Config) Validate() error {
@@ -38,39 +46,86 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("systemd manager %q: want system or user", c.Manager)
 	}
+	switch {
+	case c.CallTimeout == 0:
+		c.CallTimeout = DefaultCallTimeout
+	case c.CallTimeout < 0:
+		return fmt.Errorf("systemd call timeout %s: want a positive duration", c.CallTimeout)
+	}
 	return nil
 }
 
 // Runner is a connection to one systemd manager that redials when the connection is lost.
+//
+// godbus closes a connection when the context it was dialed with ends, so connections are
+// dialed with the Runner's own context, which lasts until Close; the caller's context bounds
+// only the dial and each call.
 type Runner struct {
-	cfg  Config
-	mu   sync.Mutex
-	conn *sddbus.Conn
+	cfg    Config
+	life   context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	conn   *sddbus.Conn
+	end    context.CancelFunc // ends conn's context
 }
 
-// New validates cfg and connects.
+// New validates cfg and connects; ctx (and CallTimeout) bound the first dial only.
 func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	r := &Runner{cfg: cfg}
+	r.life, r.cancel = context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
+	defer cancel()
 	if _, err := r.connection(ctx); err != nil {
+		r.cancel()
 		return nil, err
 	}
 	return r, nil
 }
 
-// Close closes the connection.
+// Close closes the connection; later calls fail.
 func (r *Runner) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.cancel()
+	r.closeLocked()
+}
+
+func (r *Runner) closeLocked() {
 	if r.conn != nil {
 		r.conn.Close()
-		r.conn = nil
+		r.end()
+		r.conn, r.end = nil, nil
 	}
 }
 
-func (r *Runner) dial(ctx context.Context) (*sddbus.Conn, error) {
+// dial connects with a context that outlives ctx: ending ctx while the dial is under way
+// abandons it, ending ctx afterwards does nothing to the connection.
+func (r *Runner) dial(ctx context.Context) (*sddbus.Conn, context.CancelFunc, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("connect to systemd: %w", err)
+	}
+	dialCtx, cancel := context.WithCancel(r.life)
+	abandon := context.AfterFunc(ctx, cancel)
+	conn, err := r.dialWith(dialCtx)
+	if !abandon() || err != nil {
+		// ctx ended during the dial (which ended dialCtx and with it the connection), or the
+		// dial failed.
+		if conn != nil {
+			conn.Close()
+		}
+		cancel()
+		if err == nil {
+			err = fmt.Errorf("connect to systemd: %w", ctx.Err())
+		}
+		return nil, nil, err
+	}
+	return conn, cancel, nil
+}
+
+func (r *Runner) dialWith(ctx context.Context) (*sddbus.Conn, error) {
 	address := r.cfg.Address
 	if address == "" && r.cfg.Manager == "user" {
 		// The manager's own socket needs no session bus daemon; root-run and private managers
@@ -114,15 +169,15 @@ func (r *Runner) connection(ctx context.Context) (*sddbus.Conn, error) {
 	if r.conn != nil && r.conn.Connected() {
 		return r.conn, nil
 	}
-	if r.conn != nil {
-		r.conn.Close()
-		r.conn = nil
+	r.closeLocked()
+	if r.life.Err() != nil {
+		return nil, errors.New("connect to systemd: the runner is closed")
 	}
-	conn, err := r.dial(ctx)
+	conn, end, err := r.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r.conn = conn
+	r.conn, r.end = conn, end
 	return conn, nil
 }
 
@@ -130,20 +185,22 @@ func (r *Runner) drop(conn *sddbus.Conn) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.conn == conn {
-		r.conn.Close()
-		r.conn = nil
+		r.closeLocked()
 	}
 }
 
-// call runs fn on a live connection; if the connection turns out closed, it redials once and
-// runs fn again. Every fn here is safe to repeat: start is by name, stop and queries are idempotent.
-func (r *Runner) call(ctx context.Context, fn func(*sddbus.Conn) error) error {
+// call runs fn on a live connection, within CallTimeout; if the connection turns out closed, it
+// redials once and runs fn again. Every fn here is safe to repeat: start is by name, stop and
+// queries are idempotent.
+func (r *Runner) call(ctx context.Context, fn func(context.Context, *sddbus.Conn) error) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
 	for try := 0; ; try++ {
 		conn, err := r.connection(ctx)
 		if err != nil {
 			return err
 		}
-		err = fn(conn)
+		err = fn(ctx, conn)
 		if err == nil || try == 1 || !connectionLost(err, conn) {
 			return err
 		}

@@ -211,7 +211,7 @@ func (r *Runner) Start(ctx context.Context, s Spec) (existed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	err = r.call(ctx, func(c *sddbus.Conn) error {
+	err = r.call(ctx, func(ctx context.Context, c *sddbus.Conn) error {
 		// No result channel: how the unit ends is read from its marker, never from the job
 		// result, and go-systemd serializes every call that registers a channel.
 		_, err := c.StartTransientUnitContext(ctx, s.Name, "fail", props, nil)
@@ -254,7 +254,7 @@ func (r *Runner) States(ctx context.Context, names []string) (map[string]State, 
 	states := make(map[string]State, len(names))
 	for start := 0; start < len(names); start += maxNamesPerCall {
 		batch := names[start:min(start+maxNamesPerCall, len(names))]
-		err := r.call(ctx, func(c *sddbus.Conn) error {
+		err := r.call(ctx, func(ctx context.Context, c *sddbus.Conn) error {
 			units, err := c.ListUnitsByNamesContext(ctx, batch)
 			if err != nil {
 				return err
@@ -288,7 +288,7 @@ func (r *Runner) Alive(ctx context.Context, name string) (bool, State, error) {
 // Stop asks systemd to stop the unit (its KillSignal, then SIGKILL after TimeoutStop). Asking
 // again is harmless; a unit that is not loaded is already stopped.
 func (r *Runner) Stop(ctx context.Context, name string) error {
-	err := r.call(ctx, func(c *sddbus.Conn) error {
+	err := r.call(ctx, func(ctx context.Context, c *sddbus.Conn) error {
 		_, err := c.StopUnitContext(ctx, name, "replace", nil)
 		return err
 	})
@@ -303,7 +303,7 @@ func (r *Runner) Stop(ctx context.Context, name string) error {
 
 // ResetFailed clears a failed unit that was not garbage-collected, so its name can be used again.
 func (r *Runner) ResetFailed(ctx context.Context, name string) error {
-	err := r.call(ctx, func(c *sddbus.Conn) error { return c.ResetFailedUnitContext(ctx, name) })
+	err := r.call(ctx, func(ctx context.Context, c *sddbus.Conn) error { return c.ResetFailedUnitContext(ctx, name) })
 	if dbusErrorName(err) == "org.freedesktop.systemd1.NoSuchUnit" {
 		return nil
 	}

@@ -2,6 +2,8 @@ package schedule
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -45,18 +47,63 @@ type Admitter struct {
 	// Grace is how late a slot may still run; older slots are missed (counted, not replayed).
 	Grace  time.Duration
 	Logger *slog.Logger
+	// Timeout bounds one admission pass, so a database that stops answering cannot hold the
+	// daemon's loop. Default DefaultAdmitTimeout.
+	Timeout time.Duration
+	// SetAside is how long a job that could not be admitted is left alone before admission
+	// tries it again. Default DefaultSetAside.
+	SetAside time.Duration
 }
 
-// AdmitDue admits every due job's slot and reports how many runs it admitted.
+// Admitter defaults.
+const (
+	DefaultAdmitTimeout = time.Minute
+	DefaultSetAside     = time.Minute
+)
+
+// Validate fills in defaults and checks the admitter.
+func (a *Admitter) Validate() error {
+	switch {
+	case a.Store == nil:
+		return errors.New("admitter: no store")
+	case a.Timeout < 0:
+		return fmt.Errorf("admitter: timeout %s: want a positive duration", a.Timeout)
+	case a.SetAside < 0:
+		return fmt.Errorf("admitter: set-aside time %s: want a positive duration", a.SetAside)
+	}
+	if a.Timeout == 0 {
+		a.Timeout = DefaultAdmitTimeout
+	}
+	if a.SetAside == 0 {
+		a.SetAside = DefaultSetAside
+	}
+	if a.Logger == nil {
+		a.Logger = slog.Default()
+	}
+	return nil
+}
+
+// batchSize is how many due jobs one transaction claims.
+const batchSize = 100
+
+// AdmitDue admits every due job's slot and reports how many runs it admitted. A job that
+// cannot be admitted is logged and set aside (see store.AdmitDue); the others go on.
 func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
+	if err := a.Validate(); err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.Timeout)
+	defer cancel()
 	admitted := 0
 	for {
-		batch, err := a.Store.AdmitDue(ctx, now, 100, func(j store.Job) store.SlotDecision { return Decide(j, now, a.Grace) })
+		batch, err := a.Store.AdmitDue(ctx, now, batchSize, a.SetAside, func(j store.Job) store.SlotDecision { return Decide(j, now, a.Grace) })
 		if err != nil {
 			return admitted, err
 		}
 		for _, s := range batch {
 			switch {
+			case s.Failed != "":
+				a.Logger.Error("job set aside: its slot could not be admitted", "job", s.Job, "why", s.Failed)
 			case s.Run != nil:
 				crashpoint.At("admit-slot-after")
 				admitted++
@@ -68,13 +115,16 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 				a.Logger.Warn("slots missed", "job", s.Job, "missed", s.Missed, "why", s.SkipWhy)
 			}
 		}
-		if len(batch) < 100 {
+		if len(batch) < batchSize {
 			break
 		}
 	}
-	prunes, err := a.Store.AdmitDuePrunes(ctx, now, 100, func(j store.Job) *time.Time { return nextPrune(j, now) })
+	prunes, err := a.Store.AdmitDuePrunes(ctx, now, batchSize, a.SetAside, func(j store.Job) *time.Time { return nextPrune(j, now) })
 	for _, p := range prunes {
-		if p.Run != nil {
+		switch {
+		case p.Failed != "":
+			a.Logger.Error("job set aside: its prune could not be admitted", "job", p.Job, "why", p.Failed)
+		case p.Run != nil:
 			crashpoint.At("admit-prune-after")
 			admitted++
 			a.Logger.Info("prune admitted", "job", p.Job, "run", *p.Run, "planned", p.Planned, "next", p.NextSlot)

@@ -32,22 +32,40 @@ type Admitted struct {
 	SkipWhy   string
 	NextRunAt *time.Time
 	Paused    string // the admitted run was paused at once: its account could not hold it
+	// Failed says why the job could not be admitted; it is set aside until RetryAt.
+	Failed  string
+	RetryAt *time.Time
 }
 
 // AdmitDue claims up to limit jobs whose next slot is due at now (FOR UPDATE SKIP LOCKED, so
 // daemons sharing the database take different jobs), asks decide about each, and in the same
 // transaction admits the runs, advances next_run_at and records skipped slots.
-func (s *Store) AdmitDue(ctx context.Context, now time.Time, limit int, decide func(Job) SlotDecision) ([]Admitted, error) {
+//
+// Each job is admitted under its own savepoint: a job that cannot be (its row cannot be read,
+// a statement about it fails) is rolled back alone, and set aside for setAside with the error
+// recorded on it (Job.AdmissionError), so it neither blocks the others nor is claimed again
+// at once. Its slot stays as it was: once it can be admitted, missed slots are counted as usual.
+func (s *Store) AdmitDue(ctx context.Context, now time.Time, limit int, setAside time.Duration, decide func(Job) SlotDecision) ([]Admitted, error) {
 	var out []Admitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		jobs, err := claimDue(ctx, tx, "next_run_at", now, limit)
+		due, err := claimDue(ctx, tx, "next_run_at", now, limit)
 		if err != nil {
 			return err
 		}
-		for _, j := range jobs {
-			a, err := admitSlot(ctx, tx, j, decide(j), now)
+		for _, d := range due {
+			var a Admitted
+			err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+				j, err := readJob(ctx, sp, d.id)
+				if err != nil {
+					return err
+				}
+				a, err = admitSlot(ctx, sp, j, decide(j), now)
+				return err
+			})
 			if err != nil {
-				return fmt.Errorf("job %s: %w", j.Name, err)
+				if a, err = setJobAside(ctx, tx, d, now, setAside, err); err != nil {
+					return err
+				}
 			}
 			out = append(out, a)
 		}
@@ -59,18 +77,52 @@ func (s *Store) AdmitDue(ctx context.Context, now time.Time, limit int, decide f
 	return out, nil
 }
 
+// dueJob is a claimed job: only its id and name, which a broken row still has.
+type dueJob struct {
+	id   int64
+	name string
+}
+
 // claimDue locks up to limit jobs whose slot in the given column (next_run_at or next_prune_at)
-// is due, skipping jobs another daemon has locked, earliest first.
-func claimDue(ctx context.Context, tx pgx.Tx, column string, now time.Time, limit int) ([]Job, error) {
+// is due, skipping jobs another daemon has locked and jobs set aside, earliest first.
+func claimDue(ctx context.Context, tx pgx.Tx, column string, now time.Time, limit int) ([]dueJob, error) {
 	if column != "next_run_at" && column != "next_prune_at" {
 		return nil, fmt.Errorf("claim due jobs: no slot column %q", column)
 	}
-	rows, err := tx.Query(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.`+column+` <= $1
+	rows, err := tx.Query(ctx, `SELECT j.id, j.name FROM jobs j WHERE j.`+column+` <= $1
+		AND (j.admission_retry_at IS NULL OR j.admission_retry_at <= $1)
 		ORDER BY j.`+column+` LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) { return scanJob(r) })
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dueJob, error) {
+		var d dueJob
+		return d, r.Scan(&d.id, &d.name)
+	})
+}
+
+func readJob(ctx context.Context, tx pgx.Tx, id int64) (Job, error) {
+	j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.id = $1`, id))
+	if err != nil {
+		return Job{}, fmt.Errorf("read the job: %w", err)
+	}
+	return j, nil
+}
+
+// setJobAside records why a claimed job could not be admitted and keeps admission away from it
+// for a while. An error of the transaction itself (the context ended, the connection is gone)
+// is returned instead: nothing can be recorded then.
+func setJobAside(ctx context.Context, tx pgx.Tx, d dueJob, now time.Time, wait time.Duration, cause error) (Admitted, error) {
+	if ctx.Err() != nil || tx.Conn().IsClosed() {
+		return Admitted{}, fmt.Errorf("job %s: %w", d.name, cause)
+	}
+	retry := now.Add(wait)
+	why := fmt.Sprintf("admission failed: %v; set aside until %s", cause, retry.UTC().Format(time.RFC3339))
+	if _, err := tx.Exec(ctx, `UPDATE jobs SET admission_error = $2, admission_retry_at = $3 WHERE id = $1`,
+		d.id, why, retry); err != nil {
+		return Admitted{}, fmt.Errorf("job %s: %w (and setting it aside failed: %v)", d.name, cause, err)
+	}
+	return Admitted{Job: d.name, Failed: why, RetryAt: &retry}, nil
 }
 
 func admitSlot(ctx context.Context, tx pgx.Tx, j Job, d SlotDecision, now time.Time) (Admitted, error) {
@@ -114,7 +166,8 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j Job, d SlotDecision, now time.T
 		UPDATE jobs SET next_run_at = $2, missed_slots = missed_slots + $3, overlap_skips = overlap_skips + $4,
 			last_run_id = coalesce($5, last_run_id),
 			last_skip_at = CASE WHEN $6 <> '' THEN $7 ELSE last_skip_at END,
-			last_skip_why = coalesce(nullif($6, ''), last_skip_why)
+			last_skip_why = coalesce(nullif($6, ''), last_skip_why),
+			admission_error = NULL, admission_retry_at = NULL
 		WHERE id = $1`, j.ID, d.Next, d.Missed, overlapSkips, a.Run, skipWhy, now)
 	return a, err
 }
@@ -126,40 +179,37 @@ type PruneAdmitted struct {
 	Planned  time.Time
 	Waiting  *uuid.UUID // the job's live run the prune waits for; the slot stays due
 	NextSlot *time.Time
+	Failed   string // why the job could not be admitted; it is set aside until RetryAt
+	RetryAt  *time.Time
 }
 
 // AdmitDuePrunes claims up to limit jobs whose prune slot is due (FOR UPDATE SKIP LOCKED) and
 // admits a prune run for each, advancing next_prune_at with next. A job with a live run keeps
-// its slot due: the prune is put off, not dropped, and admitted once the job is free.
-func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, next func(Job) *time.Time) ([]PruneAdmitted, error) {
+// its slot due: the prune is put off, not dropped, and admitted once the job is free. As in
+// AdmitDue, a job that cannot be admitted is rolled back alone and set aside for setAside.
+func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, setAside time.Duration, next func(Job) *time.Time) ([]PruneAdmitted, error) {
 	var out []PruneAdmitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		jobs, err := claimDue(ctx, tx, "next_prune_at", now, limit)
+		due, err := claimDue(ctx, tx, "next_prune_at", now, limit)
 		if err != nil {
 			return err
 		}
-		for _, j := range jobs {
-			a := PruneAdmitted{Job: j.Name, Planned: *j.NextPruneAt}
-			live, found, err := liveRunOf(ctx, tx, j.ID)
+		for _, d := range due {
+			var a PruneAdmitted
+			err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+				j, err := readJob(ctx, sp, d.id)
+				if err != nil {
+					return err
+				}
+				a, err = admitPrune(ctx, sp, j, next)
+				return err
+			})
 			if err != nil {
-				return err
-			}
-			if found {
-				a.Waiting = &live
-				out = append(out, a)
-				continue
-			}
-			id, err := uuid.NewRandom()
-			if err != nil {
-				return err
-			}
-			// planned_at stays empty: the slot is the prune schedule's, not the backup schedule's.
-			if _, err := insertRun(ctx, tx, id, newRun{jobID: j.ID, jobName: j.Name, trigger: "schedule", kind: KindPrune}); err != nil {
-				return err
-			}
-			a.Run, a.NextSlot = &id, next(j)
-			if _, err := tx.Exec(ctx, `UPDATE jobs SET next_prune_at = $2 WHERE id = $1`, j.ID, a.NextSlot); err != nil {
-				return err
+				failed, err := setJobAside(ctx, tx, d, now, setAside, err)
+				if err != nil {
+					return err
+				}
+				a = PruneAdmitted{Job: d.name, Failed: failed.Failed, RetryAt: failed.RetryAt}
 			}
 			crashpoint.At("admit-prune-before-commit")
 			out = append(out, a)
@@ -172,14 +222,39 @@ func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, ne
 	return out, nil
 }
 
+func admitPrune(ctx context.Context, tx pgx.Tx, j Job, next func(Job) *time.Time) (PruneAdmitted, error) {
+	a := PruneAdmitted{Job: j.Name, Planned: *j.NextPruneAt}
+	live, found, err := liveRunOf(ctx, tx, j.ID)
+	if err != nil {
+		return a, err
+	}
+	if found {
+		a.Waiting = &live
+		return a, nil
+	}
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return a, err
+	}
+	// planned_at stays empty: the slot is the prune schedule's, not the backup schedule's.
+	if _, err := insertRun(ctx, tx, id, newRun{jobID: j.ID, jobName: j.Name, trigger: "schedule", kind: KindPrune}); err != nil {
+		return a, err
+	}
+	a.Run, a.NextSlot = &id, next(j)
+	_, err = tx.Exec(ctx, `UPDATE jobs SET next_prune_at = $2, admission_error = NULL, admission_retry_at = NULL
+		WHERE id = $1`, j.ID, a.NextSlot)
+	return a, err
+}
+
 // NextDue returns the earliest time the daemon has something to do without being told: a
 // job's next slot, or a queued run's not-before time (a retry's delay, a window's end). Nil
 // if there is none.
 func (s *Store) NextDue(ctx context.Context) (*time.Time, error) {
 	var next *time.Time
+	// A job set aside is due again at its retry time, not at its slot.
 	if err := s.pool.QueryRow(ctx, `SELECT least(
-			(SELECT min(next_run_at) FROM jobs),
-			(SELECT min(next_prune_at) FROM jobs WHERE NOT EXISTS (SELECT 1 FROM runs r
+			(SELECT min(CASE WHEN next_run_at IS NOT NULL THEN greatest(next_run_at, admission_retry_at) END) FROM jobs),
+			(SELECT min(CASE WHEN next_prune_at IS NOT NULL THEN greatest(next_prune_at, admission_retry_at) END) FROM jobs WHERE NOT EXISTS (SELECT 1 FROM runs r
 				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running'))),
 			(SELECT min(not_before) FROM runs WHERE status = 'queued' AND not_before > now()))`).Scan(&next); err != nil {
 		return nil, fmt.Errorf("next due job: %w", err)

@@ -69,6 +69,10 @@ type Job struct {
 	// MaxAdded, if set, is what one run may add to the repository (its budget).
 	Account  string
 	MaxAdded *int64
+	// AdmissionError says why the job's last admission failed; admission leaves the job aside
+	// until AdmissionRetryAt. Both are cleared by the next admission that succeeds.
+	AdmissionError   string
+	AdmissionRetryAt *time.Time
 }
 
 // jobColumns reads a job aliased as j.
@@ -76,7 +80,8 @@ const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.pat
 	j.run_as_group, j.nice, j.io_scheduling_class, j.runtime_max, j.created_at, coalesce(j.last_outcome, ''), j.last_run_id,
 	j.command, j.schedule, j.time_zone, j.catch_up, j.next_run_at, j.missed_slots, j.overlap_skips, j.last_skip_at,
 	coalesce(j.last_skip_why, ''), j.retry_max, j.retry_backoff, j.windows, j.priority, coalesce(j.depends_on, ''),
-	j.retention, j.retention_max_delete, j.retention_min_keep, j.prune_schedule, j.next_prune_at, j.account, j.max_added, j.env_file`
+	j.retention, j.retention_max_delete, j.retention_min_keep, j.prune_schedule, j.next_prune_at, j.account, j.max_added,
+	coalesce(j.admission_error, ''), j.admission_retry_at, j.env_file`
 
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
@@ -85,7 +90,8 @@ func scanJob(row pgx.Row) (Job, error) {
 		&j.User, &j.Group, &j.Nice, &j.IOSchedulingClass, &runtimeMax, &j.CreatedAt, &j.LastOutcome, &j.LastRunID,
 		&j.Command, &j.Schedule, &j.TimeZone, &j.CatchUp, &j.NextRunAt, &j.MissedSlots, &j.OverlapSkips, &j.LastSkipAt,
 		&j.LastSkipWhy, &j.RetryMax, &j.RetryBackoff, &j.Windows, &j.Priority, &j.DependsOn,
-		&j.Retention, &j.RetentionMaxDelete, &j.RetentionMinKeep, &j.PruneSchedule, &j.NextPruneAt, &j.Account, &j.MaxAdded, &j.EnvFile)
+		&j.Retention, &j.RetentionMaxDelete, &j.RetentionMinKeep, &j.PruneSchedule, &j.NextPruneAt, &j.Account, &j.MaxAdded,
+		&j.AdmissionError, &j.AdmissionRetryAt, &j.EnvFile)
 	if runtimeMax != nil {
 		j.RuntimeMax = *runtimeMax
 	}

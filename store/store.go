@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,8 +58,88 @@ type Store struct {
 	pool *pgxpool.Pool
 }
 
-// Open connects to the database at dsn and checks that it answers.
+// Config configures the pool of a long-lived process (the daemon): besides the database, the
+// bounds PostgreSQL puts on each of its statements, so a lock held by another session or a
+// stalled query cannot hold it forever. A server that does not answer at all cannot enforce
+// them: callers bound their own calls with contexts too.
+type Config struct {
+	DSN string
+	// StatementTimeout aborts a statement that runs longer (statement_timeout). Default
+	// DefaultStatementTimeout.
+	StatementTimeout time.Duration
+	// LockTimeout aborts a statement that waits longer for a lock (lock_timeout). Default
+	// DefaultLockTimeout.
+	LockTimeout time.Duration
+	// IdleInTransactionTimeout ends a session that stays idle this long inside a transaction
+	// (idle_in_transaction_session_timeout), releasing its locks. Default
+	// DefaultIdleInTransactionTimeout.
+	IdleInTransactionTimeout time.Duration
+	// ConnectTimeout bounds opening one connection. Default DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+}
+
+// Config defaults. Settings given in the DSN itself win over them.
+const (
+	DefaultStatementTimeout         = 30 * time.Second
+	DefaultLockTimeout              = 10 * time.Second
+	DefaultIdleInTransactionTimeout = time.Minute
+	DefaultConnectTimeout           = 10 * time.Second
+)
+
+// Validate fills in defaults and checks the config.
+func (c *Config) Validate() error {
+	if c.DSN == "" {
+		return errors.New("no database address")
+	}
+	for _, f := range []struct {
+		name string
+		d    *time.Duration
+		def  time.Duration
+	}{
+		{"statement timeout", &c.StatementTimeout, DefaultStatementTimeout},
+		{"lock timeout", &c.LockTimeout, DefaultLockTimeout},
+		{"idle-in-transaction timeout", &c.IdleInTransactionTimeout, DefaultIdleInTransactionTimeout},
+		{"connect timeout", &c.ConnectTimeout, DefaultConnectTimeout},
+	} {
+		switch {
+		case *f.d == 0:
+			*f.d = f.def
+		case *f.d < time.Millisecond:
+			return fmt.Errorf("database %s %s: want at least 1ms", f.name, *f.d)
+		}
+	}
+	return nil
+}
+
+// New validates cfg and connects with its bounds on every connection of the pool.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return open(ctx, cfg.DSN, func(pc *pgxpool.Config) {
+		params := pc.ConnConfig.RuntimeParams
+		for name, d := range map[string]time.Duration{
+			"statement_timeout":                   cfg.StatementTimeout,
+			"lock_timeout":                        cfg.LockTimeout,
+			"idle_in_transaction_session_timeout": cfg.IdleInTransactionTimeout,
+		} {
+			if _, set := params[name]; !set {
+				params[name] = strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+			}
+		}
+		if pc.ConnConfig.ConnectTimeout == 0 {
+			pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+		}
+	})
+}
+
+// Open connects to the database at dsn and checks that it answers, with the server's own
+// statement bounds (for short-lived commands; the daemon uses New).
 func Open(ctx context.Context, dsn string) (*Store, error) {
+	return open(ctx, dsn, nil)
+}
+
+func open(ctx context.Context, dsn string, configure func(*pgxpool.Config)) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse database address: %w", err)
@@ -67,6 +148,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	// LISTEN connection behind each other; pool_max_conns in the DSN still wins.
 	if !strings.Contains(dsn, "pool_max_conns") {
 		cfg.MaxConns = 12
+	}
+	if configure != nil {
+		configure(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -82,17 +166,25 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 // Close closes the pool.
 func (s *Store) Close() { s.pool.Close() }
 
+// listenSetupTimeout bounds acquiring the LISTEN connection and issuing LISTEN.
+const listenSetupTimeout = 30 * time.Second
+
 // Listen blocks, calling wake for each notification on NotifyChannel, until ctx ends or the
-// connection fails.
+// connection fails. It also calls wake once as soon as it listens: notifications sent while no
+// session listened (before, or while the server was restarting) are lost.
 func (s *Store) Listen(ctx context.Context, wake func()) error {
-	conn, err := s.pool.Acquire(ctx)
+	setup, cancel := context.WithTimeout(ctx, listenSetupTimeout)
+	defer cancel()
+	conn, err := s.pool.Acquire(setup)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+	if _, err := conn.Exec(setup, "LISTEN "+NotifyChannel); err != nil {
+		conn.Conn().Close(context.Background())
 		return fmt.Errorf("listen: %w", err)
 	}
+	wake()
 	for {
 		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
 			// The connection may be mid-wait; never hand it back to the pool in that state.

@@ -71,6 +71,7 @@ func newCheckCmd(g *globals) *cobra.Command {
 
 func newDaemonCmd(g *globals) *cobra.Command {
 	cfg := reconcile.Config{}
+	dbCfg := store.Config{}
 	var interval, lateGrace time.Duration
 	var windows []string
 	var windowZone string
@@ -91,15 +92,22 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if cleanEvery <= 0 {
 				return badInput("--run-files-every must be positive")
 			}
+			if cfg.PassTimeout < 0 {
+				return badInput("--pass-timeout must be positive")
+			}
 			ctx := cmd.Context()
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			if err := g.requireDSN(); err != nil {
 				return err
 			}
+			dbCfg.DSN = g.dsn
+			if err := dbCfg.Validate(); err != nil {
+				return inputError{err}
+			}
 			if _, err := migrations.Apply(ctx, g.dsn); err != nil {
 				return err
 			}
-			st, err := g.openStore(ctx)
+			st, err := store.New(ctx, dbCfg)
 			if err != nil {
 				return err
 			}
@@ -135,10 +143,14 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err := os.MkdirAll(g.stateDir, 0o755); err != nil {
 				return fmt.Errorf("state directory: %w", err)
 			}
-			logger.Info("holdfast daemon started", "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", interval)
+			admitter := &schedule.Admitter{Store: st, Grace: lateGrace, Logger: logger, Timeout: cfg.PassTimeout}
+			if err := admitter.Validate(); err != nil {
+				return err
+			}
+			logger.Info("holdfast daemon started", "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", interval,
+				"pass_timeout", cfg.PassTimeout, "statement_timeout", dbCfg.StatementTimeout)
 			wake := make(chan struct{}, 1)
 			go listen(ctx, st.Listen, wake, logger)
-			admitter := &schedule.Admitter{Store: st, Grace: lateGrace, Logger: logger}
 			var cleaned time.Time
 			for {
 				if _, err := admitter.AdmitDue(ctx, time.Now()); err != nil && ctx.Err() == nil {
@@ -163,11 +175,14 @@ func newDaemonCmd(g *globals) *cobra.Command {
 						logger.Info("journals and exit markers of ended runs removed", "runs", n, "ended_before", keep)
 					}
 				}
-				// Sleep until the next pass or the earliest due slot, whichever comes first.
+				// Sleep until the next pass or the earliest due slot, whichever comes first; never
+				// for nothing, should a due job stay due (another daemon holds it, say).
 				wait := interval
-				if next, err := st.NextDue(ctx); err == nil && next != nil {
-					wait = max(0, min(wait, time.Until(*next)))
+				nextCtx, cancel := context.WithTimeout(ctx, dbCfg.StatementTimeout)
+				if next, err := st.NextDue(nextCtx); err == nil && next != nil {
+					wait = max(minWait, min(wait, time.Until(*next)))
 				}
+				cancel()
 				timer := time.NewTimer(wait)
 				select {
 				case <-ctx.Done():
@@ -197,14 +212,26 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.StringVar(&keepRunFiles, "keep-run-files", "30d", "remove the journals and exit markers of runs that ended longer ago than this (the database keeps their facts)")
 	f.DurationVar(&cleanEvery, "run-files-every", time.Hour, "how often ended runs' files are looked for")
 	_ = f.MarkHidden("run-files-every") // for tests
+	f.DurationVar(&cfg.PassTimeout, "pass-timeout", reconcile.DefaultPassTimeout, "longest one admission pass or one sweep may take")
+	f.DurationVar(&dbCfg.StatementTimeout, "db-statement-timeout", store.DefaultStatementTimeout, "PostgreSQL's statement_timeout for the daemon's sessions")
+	f.DurationVar(&dbCfg.LockTimeout, "db-lock-timeout", store.DefaultLockTimeout, "PostgreSQL's lock_timeout for the daemon's sessions")
 	return cmd
 }
+
+// minWait is the shortest sleep between two passes.
+const minWait = 100 * time.Millisecond
 
 // listen forwards notifications to wake, reconnecting after failures; the sweep interval is the
 // backstop while it is down.
 func listen(ctx context.Context, fn func(context.Context, func()) error, wake chan struct{}, logger *slog.Logger) {
+	failed := false
 	for ctx.Err() == nil {
 		err := fn(ctx, func() {
+			if failed {
+				// fn wakes once when it listens again.
+				logger.Info("listening for notifications again")
+				failed = false
+			}
 			select {
 			case wake <- struct{}{}:
 			default:
@@ -213,6 +240,7 @@ func listen(ctx context.Context, fn func(context.Context, func()) error, wake ch
 		if ctx.Err() != nil {
 			return
 		}
+		failed = true
 		logger.Warn("listen for notifications failed; polling meanwhile", "err", err)
 		select {
 		case <-ctx.Done():

@@ -278,6 +278,8 @@ type jobOut struct {
 	NextPruneAt        *string           `json:"next_prune_at"`
 	Account            string            `json:"account"`
 	MaxAddedBytes      *int64            `json:"max_added_bytes"`
+	AdmissionError     string            `json:"admission_error,omitempty"`
+	AdmissionRetryAt   *string           `json:"admission_retry_at,omitempty"`
 }
 
 func jobJSON(j store.Job) jobOut {
@@ -298,6 +300,7 @@ func jobJSON(j store.Job) jobOut {
 	o.RetentionMaxDelete, o.RetentionMinKeep = j.RetentionMaxDelete, j.RetentionMinKeep
 	o.PruneSchedule, o.NextPruneAt = j.PruneSchedule, timeStr(j.NextPruneAt)
 	o.Account, o.MaxAddedBytes = j.Account, j.MaxAdded
+	o.AdmissionError, o.AdmissionRetryAt = j.AdmissionError, timeStr(j.AdmissionRetryAt)
 	return o
 }
 
@@ -399,6 +402,9 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "missed slots:  %d (holdfast down)   skipped slots: %d (previous run still live)\n", j.MissedSlots, j.OverlapSkips)
 				if j.LastSkipWhy != "" {
 					fmt.Fprintf(w, "last skip:     %s\n", j.LastSkipWhy)
+				}
+				if j.AdmissionError != "" {
+					fmt.Fprintf(w, "not admitted:  %s\n", j.AdmissionError)
 				}
 				if j.RetryMax > 0 {
 					fmt.Fprintf(w, "retries:       up to %d, first after %s, doubling\n", j.RetryMax, j.RetryBackoff)

@@ -1,0 +1,421 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+// newPrivateWorld is a world whose PostgreSQL is its own, so the test may restart or freeze it.
+func newPrivateWorld(t *testing.T) (*world, *testenv.PostgresServer) {
+	t.Helper()
+	srv, _ := testenv.PrivatePostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.CreateDatabase(ctx, "holdfast"); err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, bin: testenv.HoldfastBinary(t), dir: testenv.SharedDir(t), dsn: srv.DSN("holdfast"), spawnGrace: "10s"}
+	w.mgr = testenv.PrivateSystemd(t)
+	w.state = w.dir + "/state"
+	w.mustRun("migrate")
+	return w, srv
+}
+
+// logBuffer is a daemon's output, safe to read while the daemon writes it.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// watchedDaemon is a running `holdfast daemon` whose log the test reads as it goes.
+type watchedDaemon struct {
+	cmd  *exec.Cmd
+	log  *logBuffer
+	done chan struct{}
+}
+
+func (w *world) startWatchedDaemon(args ...string) *watchedDaemon {
+	w.t.Helper()
+	args = append([]string{"daemon", "--sweep-interval", "250ms", "--spawn-grace", w.spawnGrace}, args...)
+	cmd := exec.Command(w.bin, args...)
+	cmd.Env = w.env()
+	d := &watchedDaemon{cmd: cmd, log: &logBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = d.log, d.log
+	if err := cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(d.done) }()
+	w.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-d.done
+		if w.t.Failed() {
+			w.t.Logf("daemon log:\n%s", d.log.String())
+		}
+	})
+	return d
+}
+
+// running fails the test if the daemon has exited.
+func (d *watchedDaemon) running(t *testing.T, when string) {
+	t.Helper()
+	select {
+	case <-d.done:
+		t.Fatalf("the daemon exited %s: %v", when, d.cmd.ProcessState)
+	default:
+	}
+}
+
+// logLine is one line of the daemon's slog text output.
+type logLine struct {
+	at   time.Time
+	text string
+}
+
+var logTime = regexp.MustCompile(`^time=(\S+)`)
+
+// lines returns the daemon's log lines from offset on that contain every one of words.
+func (d *watchedDaemon) lines(offset int, words ...string) []logLine {
+	var out []logLine
+	for _, l := range strings.Split(d.log.String()[offset:], "\n") {
+		ok := l != ""
+		for _, w := range words {
+			ok = ok && strings.Contains(l, w)
+		}
+		if !ok {
+			continue
+		}
+		line := logLine{text: l}
+		if m := logTime.FindStringSubmatch(l); m != nil {
+			line.at, _ = time.Parse(time.RFC3339Nano, m[1])
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// troubledPasses returns the log lines from offset on that report a pass in trouble: a sweep
+// that failed, or a sweep in which some run could not be reconciled (one line per pass).
+func (d *watchedDaemon) troubledPasses(offset int) []logLine {
+	var out []logLine
+	for _, l := range d.lines(offset, "level=") {
+		switch {
+		case strings.Contains(l.text, `msg="sweep failed"`),
+			strings.Contains(l.text, "msg=sweep ") && !strings.Contains(l.text, " errors=0 "):
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// endedRight waits for each run to end and checks that it succeeded in its first attempt (its
+// unit was never disturbed) with restic's figures, settled once at restic's data_added with
+// nothing left held.
+func (w *world) endedRight(ids []string) {
+	w.t.Helper()
+	for _, id := range ids {
+		r := w.waitRun(id, "the end", ended)
+		if r.Status != "succeeded" || len(r.Attempts) != 1 || r.SnapshotID == "" || r.BytesAdded == nil || r.FilesProcessed == nil {
+			w.t.Fatalf("run %s = %+v, want succeeded in one attempt with restic's figures", id, r)
+		}
+		l := w.ledger("default")
+		holds, settles := l.entries(id, "hold"), l.entries(id, "settle")
+		if len(holds) != 1 || len(settles) != 1 || r.HoldBytes != 0 || settles[1].Bytes != *r.BytesAdded ||
+			!strings.Contains(settles[1].Note, "data_added") || r.SettledBytes != *r.BytesAdded {
+			w.t.Fatalf("run %s: holds %+v, settles %+v, still held %d, charged %d; want one hold settled at data_added %d",
+				id, holds, settles, r.HoldBytes, r.SettledBytes, *r.BytesAdded)
+		}
+	}
+}
+
+// startAll starts a run of each job and waits until every one has reported progress.
+func (w *world) startAll(jobs []string) []string {
+	w.t.Helper()
+	var ids []string
+	for _, j := range jobs {
+		ids = append(ids, w.startRun(j))
+	}
+	for _, id := range ids {
+		w.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil && r.Progress.BytesDone > 0 || ended(r) })
+	}
+	return ids
+}
+
+// PostgreSQL restarted, fast and then immediate, while backups run: the daemon stays up, listens
+// again, and every run ends succeeded with its figures and its settlement.
+func TestPostgresRestartWhileRunsLive(t *testing.T) {
+	t.Parallel()
+	w, srv := newPrivateWorld(t)
+	d := w.startWatchedDaemon("--db-statement-timeout", "5s", "--pass-timeout", "20s")
+	ids, _ := w.inFlight(3, 150<<20)
+	jobs := []string{"job0", "job1", "job2"}
+	for i, mode := range []string{testenv.Fast, testenv.Immediate} {
+		if i > 0 {
+			for _, j := range jobs {
+				w.sampleData("data-"+j, 6, 150<<20) // new content: a backup of the old is over at once
+			}
+			ids = w.startAll(jobs)
+		}
+		offset := len(d.log.String())
+		live := 0
+		for _, id := range ids {
+			if !ended(w.show(id)) {
+				live++
+			}
+		}
+		if live == 0 {
+			t.Fatalf("%s restart: no run was live any more; give them more data", mode)
+		}
+		if err := srv.Restart(mode); err != nil {
+			t.Fatal(err)
+		}
+		w.endedRight(ids)
+		d.running(t, "after the "+mode+" restart")
+		if relisten := d.lines(offset, "listening for notifications again"); len(relisten) == 0 {
+			t.Fatalf("after the %s restart the daemon did not listen for notifications again", mode)
+		}
+		w.checkInvariants()
+		troubled := d.troubledPasses(offset)
+		t.Logf("%s restart with %d runs live: all ended right; %d passes in trouble meanwhile", mode, live, len(troubled))
+		for _, l := range troubled {
+			t.Log(l.text)
+		}
+	}
+}
+
+// systemctl daemon-reexec while backups run: the units survive it, every run ends succeeded
+// with its charges settled, and the daemon reports no failure to ask systemd beyond the pass
+// during the re-exec.
+//
+// systemd 252 (Debian 12) writes a transient unit's ExecStopPostEx= into the unit's transient
+// file under that name, which its own parser does not know: a re-exec (or daemon-reload) drops
+// the privileged ExecStopPost of every running unit, so no marker is written when it ends. Such
+// a run is restarted ("vanished without an exit marker") and charged what each attempt added;
+// on a manager that keeps ExecStopPost, each run ends in its first attempt.
+func TestDaemonReexecWhileRunsLive(t *testing.T) {
+	t.Parallel()
+	w, _ := newPrivateWorld(t)
+	d := w.startWatchedDaemon()
+	ids, _ := w.inFlight(3, 150<<20)
+	offset := len(d.log.String())
+	w.mgr.Systemctl(t, "daemon-reexec")
+	dropsStopPost := false
+	for _, id := range ids {
+		r := w.waitRun(id, "the end", ended)
+		if len(r.Attempts) == 2 && !dropsStopPost {
+			dropsStopPost = w.managerDroppedStopPost()
+			if !dropsStopPost {
+				t.Fatalf("run %s restarted after daemon-reexec although the manager kept its ExecStopPost: %+v", id, r)
+			}
+			t.Logf("this manager drops ExecStopPostEx= at re-exec (systemd 252): runs that end after it leave no marker")
+		}
+		if len(r.Attempts) == 2 {
+			if r.Status != "succeeded" || !strings.Contains(r.Reason, "backup complete") {
+				t.Fatalf("run %s = %+v, want succeeded in its second attempt", id, r)
+			}
+			l := w.ledger("default")
+			holds, settles := l.entries(id, "hold"), l.entries(id, "settle")
+			if len(holds) != 2 || len(settles) != 2 || r.HoldBytes != 0 || r.BytesAdded == nil ||
+				settles[2].Bytes != *r.BytesAdded || r.SettledBytes != settles[1].Bytes+settles[2].Bytes {
+				t.Fatalf("run %s: holds %+v, settles %+v, still held %d, charged %d; want each attempt settled once and the run charged their sum",
+					id, holds, settles, r.HoldBytes, r.SettledBytes)
+			}
+			continue
+		}
+		w.endedRight([]string{id})
+	}
+	// Runs started after the re-exec are spawned over the new connection.
+	more := w.startAll([]string{"job0", "job1"})
+	w.endedRight(more)
+	d.running(t, "after daemon-reexec")
+	if troubled := d.troubledPasses(offset); len(troubled) > 1 {
+		t.Fatalf("%d passes in trouble after daemon-reexec, want at most the one during it:\n%v", len(troubled), troubled)
+	}
+	w.checkInvariants()
+}
+
+// managerDroppedStopPost reports whether the manager's journal says it ignored ExecStopPostEx=
+// when it loaded a transient unit again.
+func (w *world) managerDroppedStopPost() bool {
+	w.t.Helper()
+	out, err := exec.Command("journalctl", "--directory", w.mgr.JournalDir, "--no-pager", "-o", "cat").CombinedOutput()
+	if err != nil {
+		w.t.Fatalf("journalctl: %v\n%s", err, out)
+	}
+	return strings.Contains(string(out), "Unknown key 'ExecStopPostEx'")
+}
+
+// PostgreSQL frozen (every process SIGSTOPped) for several statement timeouts while backups
+// run: the daemon's loop keeps turning, each pass given up at its deadline and logged, and after
+// the thaw every run ends right.
+func TestPostgresFrozenWhileRunsLive(t *testing.T) {
+	t.Parallel()
+	w, srv := newPrivateWorld(t)
+	const passTimeout, statementTimeout = 2 * time.Second, time.Second
+	d := w.startWatchedDaemon("--db-statement-timeout", statementTimeout.String(), "--pass-timeout", passTimeout.String())
+	ids, _ := w.inFlight(3, 150<<20)
+	offset := len(d.log.String())
+	frozenAt := time.Now()
+	if err := srv.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	const frozenFor = 20 * time.Second
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			if err := srv.Thaw(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer thaw()
+	// One turn of the loop is at most an admission pass, a sweep and the next-due query, each
+	// cut at its deadline, plus the sweep interval; allow as much again for a loaded machine.
+	turn := 2 * (passTimeout + passTimeout + statementTimeout + 250*time.Millisecond)
+	var failures []logLine
+	for time.Since(frozenAt) < frozenFor {
+		failures = append(d.lines(offset, `msg="admission of due jobs failed"`), d.lines(offset, `msg="sweep failed"`)...)
+		time.Sleep(200 * time.Millisecond)
+	}
+	thaw()
+	d.running(t, "while PostgreSQL was frozen")
+	if want := int(frozenFor / turn); len(failures) < want {
+		t.Fatalf("%d failed passes logged in %s frozen, want at least %d (one per %s): the loop froze", len(failures), frozenFor, want, turn)
+	}
+	last, longest := frozenAt, time.Duration(0)
+	var times []time.Time
+	for _, f := range failures {
+		times = append(times, f.at)
+	}
+	slices.SortFunc(times, time.Time.Compare)
+	for _, at := range times {
+		gap := at.Sub(last)
+		if gap > turn {
+			t.Fatalf("no pass ended for %s while PostgreSQL was frozen (from %s), want at most %s:\n%v", gap, last, turn, failures)
+		}
+		longest, last = max(longest, gap), at
+	}
+	t.Logf("frozen %s: %d failed passes logged, first after %s, at most %s apart", frozenFor, len(failures),
+		times[0].Sub(frozenAt), longest)
+	w.endedRight(ids)
+	// And the daemon works as before: a new run is admitted, spawned and settled.
+	w.endedRight(w.startAll([]string{"job0"}))
+	d.running(t, "after the thaw")
+	w.checkInvariants()
+}
+
+// A due job that cannot be admitted (here: its slot was admitted before, as after a restore of
+// an older database) is set aside with its reason in `job show`, logged once, and the other
+// jobs' slots are admitted meanwhile; the daemon does not spin on it.
+func TestAdmissionSetsStuckJobAside(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	openToAll(t, repo)
+	data := w.sampleData("data", 2, 64<<10)
+	w.mustRun("job", "add", "stuck", "--repo", repo, "--password-file", pw, "--path", data, "--schedule", "@every 1h")
+	w.mustRun("job", "add", "busy", "--repo", repo, "--password-file", pw, "--path", data, "--schedule", "@every 3s")
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, w.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	slot := time.Now().Add(-time.Second).UTC().Truncate(time.Second)
+	if _, err := db.Exec(ctx, `UPDATE jobs SET next_run_at = $1 WHERE name = 'stuck'`, slot); err != nil {
+		t.Fatal(err)
+	}
+	d := w.startWatchedDaemon()
+	var first string
+	deadline := time.Now().Add(2 * time.Minute)
+	for first == "" {
+		if err := db.QueryRow(ctx, `SELECT coalesce(max(id::text), '') FROM runs WHERE job_name = 'stuck'`).Scan(&first); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stuck job's slot was never admitted")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	w.waitRun(first, "the end", ended)
+	// The slot goes back to one already admitted: every admission of it now fails.
+	if _, err := db.Exec(ctx, `UPDATE jobs SET next_run_at = $1 WHERE name = 'stuck'`, slot); err != nil {
+		t.Fatal(err)
+	}
+	offset := len(d.log.String())
+	busyRuns := func() int {
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM runs WHERE job_name = 'busy' AND status = 'succeeded'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := busyRuns()
+	busyFrom, cpuFrom := time.Now(), d.cpu(t)
+	deadline = time.Now().Add(2 * time.Minute)
+	for busyRuns() < before+3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the other job's slots were not admitted while one job was stuck (%d runs before, %d now)", before, busyRuns())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	aside := d.lines(offset, "job set aside", "job=stuck")
+	if len(aside) != 1 || !strings.Contains(aside[0].text, "runs_one_per_slot") {
+		t.Fatalf("the stuck job was logged %d times as set aside, want once, with the reason:\n%v", len(aside), aside)
+	}
+	if failed := d.lines(offset, "admission of due jobs failed"); len(failed) > 0 {
+		t.Fatalf("one stuck job failed the whole admission:\n%v", failed)
+	}
+	show := w.mustRun("job", "show", "stuck")
+	if !strings.Contains(show, "not admitted:") || !strings.Contains(show, "runs_one_per_slot") {
+		t.Fatalf("job show does not say why the job is not admitted:\n%s", show)
+	}
+	d.running(t, "with a stuck job")
+	// The daemon sleeps between passes instead of spinning on the job that stays due: it uses
+	// a small share of one core while the other job runs.
+	cpu, elapsed := d.cpu(t)-cpuFrom, time.Since(busyFrom)
+	if share := cpu.Seconds() / elapsed.Seconds(); share > 0.3 {
+		t.Fatalf("the daemon used %s of CPU in %s (%.0f%% of a core): it spins", cpu, elapsed, 100*share)
+	}
+	t.Logf("stuck job set aside; the daemon used %s of CPU in %s", cpu, elapsed)
+}
+
+// cpu is the CPU time the daemon has used so far.
+func (d *watchedDaemon) cpu(t *testing.T) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	// utime and stime, fields 14 and 15 of stat(5), in clock ticks of 1/100 s.
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}

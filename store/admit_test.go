@@ -1,0 +1,120 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+// A due job that cannot be admitted (its row cannot be read; its slot was admitted before) is
+// rolled back alone and set aside with its reason, while the others are admitted; it is not
+// claimed again, nor reported due, before its retry time, and once repaired it is admitted and
+// its reason cleared.
+func TestAdmitSetsBadJobsAside(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	if _, err := migrations.Apply(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	db, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close(context.Background()) })
+
+	now := time.Now().UTC().Truncate(time.Second)
+	slot := now.Add(-time.Second)
+	for _, name := range []string{"good", "unreadable", "admitted-before"} {
+		if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: "restic", Repository: "/r", PasswordFile: "/pw",
+			Paths: []string{"/data"}, Schedule: "@every 1h", NextRunAt: &slot}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The breakages an operator's hand or an old bug could leave behind.
+	if _, err := db.Exec(ctx, `UPDATE jobs SET windows = '{NULL}' WHERE name = 'unreadable'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO runs (id, job_id, job_name, trigger, status, planned_at)
+		SELECT gen_random_uuid(), id, name, 'schedule', 'succeeded', $1 FROM jobs WHERE name = 'admitted-before'`, slot); err != nil {
+		t.Fatal(err)
+	}
+	next := slot.Add(time.Hour)
+	decide := func(j store.Job) store.SlotDecision {
+		return store.SlotDecision{Run: true, Trigger: "schedule", Planned: *j.NextRunAt, Next: &next}
+	}
+	const aside = time.Minute
+
+	got, err := st.AdmitDue(ctx, now, 10, aside, decide)
+	if err != nil {
+		t.Fatalf("one bad job failed the whole admission: %v", err)
+	}
+	byJob := map[string]store.Admitted{}
+	for _, a := range got {
+		byJob[a.Job] = a
+	}
+	if a := byJob["good"]; a.Run == nil || a.Failed != "" {
+		t.Fatalf("good job: %+v, want admitted", a)
+	}
+	for name, want := range map[string]string{"unreadable": "read the job", "admitted-before": "runs_one_per_slot"} {
+		a := byJob[name]
+		if a.Run != nil || !strings.Contains(a.Failed, want) || a.RetryAt == nil || !a.RetryAt.Equal(now.Add(aside)) {
+			t.Fatalf("%s: %+v, want set aside until %s because of %q", name, a, now.Add(aside), want)
+		}
+	}
+	j, err := st.JobByName(ctx, "admitted-before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(j.AdmissionError, "runs_one_per_slot") || j.NextRunAt == nil || !j.NextRunAt.Equal(slot) {
+		t.Fatalf("job set aside: error %q, next run %v; want the error recorded and its slot kept", j.AdmissionError, j.NextRunAt)
+	}
+
+	// Not claimed again, and not due, before the retry time: a loop sleeping until the next due
+	// time does not spin on it.
+	if again, err := st.AdmitDue(ctx, now.Add(time.Second), 10, aside, decide); err != nil || len(again) != 0 {
+		t.Fatalf("second pass: %+v, %v; want nothing claimed", again, err)
+	}
+	due, err := st.NextDue(ctx)
+	if err != nil || due == nil || !due.Equal(now.Add(aside)) {
+		t.Fatalf("next due = %v, %v; want the retry time %s", due, err, now.Add(aside))
+	}
+
+	// Repaired, the job is admitted at its retry and its error cleared.
+	if _, err := db.Exec(ctx, `DELETE FROM runs WHERE job_name = 'admitted-before'`); err != nil {
+		t.Fatal(err)
+	}
+	later := now.Add(aside + time.Second)
+	got, err = st.AdmitDue(ctx, later, 10, aside, decide)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := false
+	for _, a := range got {
+		switch a.Job {
+		case "admitted-before":
+			admitted = a.Run != nil
+		case "unreadable":
+			if a.Failed == "" || !a.RetryAt.Equal(later.Add(aside)) {
+				t.Fatalf("unreadable job at its retry: %+v, want set aside again", a)
+			}
+		}
+	}
+	if !admitted {
+		t.Fatalf("the repaired job was not admitted at its retry: %+v", got)
+	}
+	if j, err = st.JobByName(ctx, "admitted-before"); err != nil || j.AdmissionError != "" || j.AdmissionRetryAt != nil {
+		t.Fatalf("repaired job: error %q, retry %v, %v; want both cleared", j.AdmissionError, j.AdmissionRetryAt, err)
+	}
+}
