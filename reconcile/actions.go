@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	jobdef "github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/runner"
@@ -101,6 +101,13 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, jobs map[string
 	if wait != "" {
 		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, wait, notBefore)
 	}
+	// A user or group removed from the host never comes back by itself: retrying would spin.
+	if missing, err := missingIdentity(job); err != nil {
+		return err
+	} else if missing != "" {
+		return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
+			reason: missing, neverRan: true})
+	}
 	spec := UnitSpec(r.cfg, job, l.Run, l.Attempt.No)
 	crash("spawn-before-claim")
 	claimed, blocked, err := r.cfg.Store.ClaimSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
@@ -167,7 +174,7 @@ func (r *Reconciler) prepareDirs(job store.Job, run uuid.UUID, attempt int) erro
 	if job.User == "" {
 		return nil
 	}
-	u, err := user.Lookup(job.User)
+	u, err := jobdef.LookupUser(job.User)
 	if err != nil {
 		return fmt.Errorf("job user: %w", err)
 	}
@@ -179,6 +186,26 @@ func (r *Reconciler) prepareDirs(job store.Job, run uuid.UUID, attempt int) erro
 		}
 	}
 	return nil
+}
+
+// missingIdentity returns the reason a job cannot run because its user or group does not exist
+// on this host, or "".
+func missingIdentity(job store.Job) (string, error) {
+	if job.User != "" {
+		if _, err := jobdef.LookupUser(job.User); errors.Is(err, jobdef.ErrUnknownUser) {
+			return fmt.Sprintf("job user %s does not exist on this host", job.User), nil
+		} else if err != nil {
+			return "", err
+		}
+	}
+	if job.Group != "" {
+		if _, err := jobdef.LookupGroup(job.Group); errors.Is(err, jobdef.ErrUnknownUser) {
+			return fmt.Sprintf("job group %s does not exist on this host", job.Group), nil
+		} else if err != nil {
+			return "", err
+		}
+	}
+	return "", nil
 }
 
 // finishUnspawnedStop closes a run stopped before its attempt recorded a unit. A released spawn

@@ -101,7 +101,7 @@ func (r *Reconciler) retryPlan(ctx context.Context, l store.LiveRun) (*store.Ret
 	if err != nil {
 		return nil, err
 	}
-	at := r.cfg.now().Add(schedule.Backoff(job.RetryBackoff, time.Hour, n))
+	at := r.cfg.now().Add(schedule.Backoff(job.RetryBackoff, schedule.MaxBackoff, n))
 	return &store.Retry{ID: id, Number: n, NotBefore: at,
 		Why: fmt.Sprintf("waiting: retry %d of %d after run %s failed for a transient reason, due at %s",
 			n, job.RetryMax, l.Run.ID, at.UTC().Format(time.RFC3339))}, nil

@@ -59,6 +59,12 @@ func Parse(spec, tz string) (Schedule, error) {
 	if err != nil {
 		return Schedule{}, fmt.Errorf("schedule %q: %v: use five fields (minute hour day-of-month month day-of-week), e.g. \"0 2 * * *\", or @daily, @every 6h", spec, err)
 	}
+	// robfig/cron looks five years ahead; from 2001 that reaches 29 February 2004, so a
+	// day-of-month and month that exist are found, and one that never exists (30 February,
+	// 31 April) is not.
+	if c.Next(time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
+		return Schedule{}, fmt.Errorf("schedule %q never fires: no month has that day (e.g. 30 February, 31 April); check the day-of-month and month fields", spec)
+	}
 	s.cron = c
 	return s, nil
 }
