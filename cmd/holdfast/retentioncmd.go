@@ -38,7 +38,7 @@ func (pf *policyFlags) bind(f *pflag.FlagSet) {
 	f.IntVar(&pf.weekly, "keep-weekly", 0, "keep the newest snapshot of each of the last N ISO weeks that have one")
 	f.IntVar(&pf.monthly, "keep-monthly", 0, "keep the newest snapshot of each of the last N months that have one")
 	f.IntVar(&pf.y, "keep-yearly", 0, "keep the newest snapshot of each of the last N years that have one")
-	f.StringVar(&pf.within, "keep-within", "", "keep every snapshot younger than this (e.g. 36h, 7d, 2w)")
+	f.StringVar(&pf.within, "keep-within", "", "keep every snapshot younger than this, read as restic does: y years, m months, d days, h hours (e.g. 36h, 7d, 6m, 1y)")
 	f.StringVar(&pf.zone, "retention-tz", "", "IANA time zone of the days, weeks, months and years (default UTC)")
 }
 
