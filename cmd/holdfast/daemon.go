@@ -145,6 +145,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&d.windows, "window", nil, "global maintenance window in which no run starts, e.g. \"Sat 01:00-05:00\" (repeatable)")
 	f.StringVar(&d.windowZone, "window-tz", "", "time zone of the global windows (IANA name; default UTC)")
 	f.DurationVar(&d.lateGrace, "late-grace", time.Minute, "how late a scheduled slot may still start; older slots are counted as missed")
+	f.DurationVar(&cfg.DependsWait, "depends-wait", reconcile.DefaultDependsWait, "how long a run waits for its prerequisite's next outcome when the prerequisite's last run did not succeed")
 	f.IntVar(&cfg.Workers, "workers", 8, "runs reconciled at once in one pass")
 	f.StringVar(&cfg.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
 	f.StringVar(&cfg.Binary, "holdfast-binary", "", "holdfast executable the units run (default: this one)")
@@ -177,7 +178,7 @@ func (d *daemonFlags) validate(g *globals, cfg *reconcile.Config) error {
 	for _, v := range []struct {
 		flag string
 		d    time.Duration
-	}{{"--sweep-interval", d.interval}, {"--spawn-grace", cfg.SpawnGrace}, {"--run-budget", cfg.RunBudget}} {
+	}{{"--sweep-interval", d.interval}, {"--spawn-grace", cfg.SpawnGrace}, {"--run-budget", cfg.RunBudget}, {"--depends-wait", cfg.DependsWait}} {
 		if v.d <= 0 {
 			return fmt.Errorf("%s %s must be positive, e.g. 2s", v.flag, v.d)
 		}
