@@ -535,6 +535,9 @@ func newRetentionHistoryCmd(g *globals) *cobra.Command {
 				}
 				name = args[0]
 			}
+			if limit < 1 {
+				return badInput("--limit %d: give at least 1", limit)
+			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				plans, err := st.Plans(ctx, name, limit)
 				if err != nil {
