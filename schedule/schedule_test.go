@@ -229,3 +229,27 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// Slots missed across daylight saving time are counted as they would have run: a wildcard job's
+// repeated hour twice, its skipped hour not at all.
+func TestDueCountsWildcardDST(t *testing.T) {
+	cases := []struct {
+		name, planned, now string
+		wantMissed         int
+	}{
+		// 00:00-00:45 EDT, 01:00-01:45 EDT, 01:00-01:45 EST, 02:00-02:45 EST; 03:00 EST runs.
+		{"fall back", "2026-11-01 00:00:00", "2026-11-01 03:00:30", 16},
+		// 00:00-01:45 EST; 02:00-02:45 do not exist; 03:00-03:45 EDT; 04:00 EDT runs.
+		{"spring forward", "2026-03-08 00:00:00", "2026-03-08 04:00:30", 12},
+	}
+	for _, tc := range cases {
+		s := mustParse(t, "*/15 * * * *", "America/New_York")
+		d, err := s.Due(at(t, "America/New_York", tc.planned), at(t, "America/New_York", tc.now), time.Minute, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Run || d.Missed != tc.wantMissed {
+			t.Errorf("%s: %+v, want a run and %d missed", tc.name, d, tc.wantMissed)
+		}
+	}
+}

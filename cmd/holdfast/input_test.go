@@ -104,6 +104,7 @@ func TestBadInputRefused(t *testing.T) {
 		want string
 	}{
 		{"relative --state-dir", []string{"--state-dir", "state", "job", "list"}, 2, `--state-dir "state" is a relative path`},
+		{"relative --journal-dir", []string{"--journal-dir", "journal", "run", "list"}, 2, `--journal-dir "journal" is a relative path`},
 		{"relative --restic", []string{"snapshot", "list", "good", "--refresh", "--restic", "bin/restic"}, 2, `--restic "bin/restic" is a relative path`},
 		{"missing --restic", []string{"retention", "apply", "good", "--restic", "/nonexistent/restic"}, 2, "--restic /nonexistent/restic: no such file or directory"},
 		{"--runtime-max under 1s", add("--runtime-max", "500ms"), 2, "--runtime-max 500ms is too short: give at least 1s"},
