@@ -176,11 +176,13 @@ func (d *daemonFlags) validate(g *globals, cfg *reconcile.Config) error {
 		return err
 	}
 	for _, v := range []struct {
-		flag string
-		d    time.Duration
-	}{{"--sweep-interval", d.interval}, {"--spawn-grace", cfg.SpawnGrace}, {"--run-budget", cfg.RunBudget}, {"--depends-wait", cfg.DependsWait}} {
+		flag    string
+		d       time.Duration
+		example string
+	}{{"--sweep-interval", d.interval, "2s"}, {"--spawn-grace", cfg.SpawnGrace, "30s"}, {"--run-budget", cfg.RunBudget, "30s"},
+		{"--depends-wait", cfg.DependsWait, "6h"}} {
 		if v.d <= 0 {
-			return fmt.Errorf("%s %s must be positive, e.g. 2s", v.flag, v.d)
+			return fmt.Errorf("%s %s must be positive, e.g. %s", v.flag, v.d, v.example)
 		}
 	}
 	if d.lateGrace < 0 {
