@@ -61,8 +61,14 @@ func Validate(j *store.Job) error {
 		if j.Repository == "" {
 			return errors.New("no repository: give --repo PATH (an absolute path) or a restic backend such as sftp:host:/path")
 		}
-		if dir := strings.TrimPrefix(j.Repository, "local:"); !remoteRepository(j.Repository) && !filepath.IsAbs(dir) {
-			return fmt.Errorf("repository %q is a relative path: give an absolute path (or local:/path)", j.Repository)
+		if !remoteRepository(j.Repository) {
+			dir := strings.TrimPrefix(j.Repository, "local:")
+			if !filepath.IsAbs(dir) {
+				return fmt.Errorf("repository %q is a relative path: give an absolute path (or local:/path)", j.Repository)
+			}
+			// One spelling per local repository ("local:/srv/r/" is "/srv/r" to restic): jobs
+			// sharing it are then seen to share it (busy repository, growth, protections).
+			j.Repository = filepath.Clean(dir)
 		}
 		if j.PasswordFile == "" {
 			return errors.New("no password file: give --password-file FILE (holdfast never stores the password itself)")

@@ -87,6 +87,12 @@ func TestValidateRefuses(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v, want nil", j, err)
 		}
 	}
+	for in, want := range map[string]string{"local:/srv/repo/": "/srv/repo", "/srv//repo": "/srv/repo", "sftp:host:/srv/repo/": "sftp:host:/srv/repo/"} {
+		j := store.Job{Name: "j", Repository: in, PasswordFile: "/pw", Paths: []string{"/data"}, RetryBackoff: time.Minute}
+		if err := Validate(&j); err != nil || j.Repository != want {
+			t.Errorf("Validate with --repo %s: repository %q, %v; want %q", in, j.Repository, err, want)
+		}
+	}
 }
 
 // CheckAccess asks the probe about the password file (a regular file) and every path, and names

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -195,9 +196,15 @@ func TestInputSystemdAndResticAccept(t *testing.T) {
 	repo, pw := w.resticRepo("repo")
 	openToAll(t, repo)
 	data := w.sampleData("data", 2, 1<<20)
-	w.mustRun("job", "add", "numeric", "--repo", "local:"+repo, "--password-file", pw, "--path", data,
+	w.mustRun("job", "add", "numeric", "--repo", "local:"+repo+"/", "--password-file", pw, "--path", data,
 		"--user", "65534", "--group", "65534", "--priority", "2147483647", "--runtime-max", "1s", "--retry-backoff", "1h")
 	w.mustRun("job", "edit", "numeric", "--runtime-max", "1h", "--keep-within", "6m", "--schedule", "0 0 29 2 *")
+	var j struct {
+		Repository string `json:"repository"`
+	}
+	if err := json.Unmarshal([]byte(w.mustRun("job", "show", "numeric", "--json")), &j); err != nil || j.Repository != repo {
+		t.Fatalf("repository stored as %q (%v), want %q: one spelling per local repository", j.Repository, err, repo)
+	}
 	show := w.mustRun("job", "show", "numeric")
 	if !strings.Contains(show, "from the last 6 months") {
 		t.Fatalf("job show does not read --keep-within 6m as six months:\n%s", show)
