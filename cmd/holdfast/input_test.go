@@ -178,7 +178,7 @@ func TestBadInputRefused(t *testing.T) {
 			if strings.Contains(msg, "panic") || strings.Contains(msg, "connect") {
 				t.Fatalf("holdfast %s: %q", strings.Join(tc.args, " "), msg)
 			}
-			if d := time.Since(start); d > 20*time.Second {
+			if d := time.Since(start); d > time.Minute {
 				t.Fatalf("holdfast %s took %s: did it wait for something?", strings.Join(tc.args, " "), d)
 			}
 		})
