@@ -5,8 +5,7 @@ package job
 import (
 	"errors"
 	"fmt"
-	"os"
-	"os/user"
+	"math"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,6 +15,9 @@ import (
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
 )
+
+// MinRuntimeMax is the shortest --runtime-max: systemd's RuntimeMaxSec= has to let the unit start.
+const MinRuntimeMax = time.Second
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
@@ -60,8 +62,14 @@ func Validate(j *store.Job) error {
 		if j.Repository == "" {
 			return errors.New("no repository: give --repo PATH (an absolute path) or a restic backend such as sftp:host:/path")
 		}
-		if !remoteRepository(j.Repository) && !filepath.IsAbs(j.Repository) {
-			return fmt.Errorf("repository %q is a relative path: give an absolute path", j.Repository)
+		if !remoteRepository(j.Repository) {
+			dir := strings.TrimPrefix(j.Repository, "local:")
+			if !filepath.IsAbs(dir) {
+				return fmt.Errorf("repository %q is a relative path: give an absolute path (or local:/path)", j.Repository)
+			}
+			// One spelling per local repository ("local:/srv/r/" is "/srv/r" to restic): jobs
+			// sharing it are then seen to share it (busy repository, growth, protections).
+			j.Repository = filepath.Clean(dir)
 		}
 		if err := credentials.CheckRepository(j.Repository); err != nil {
 			return err
@@ -77,13 +85,6 @@ func Validate(j *store.Job) error {
 		if !filepath.IsAbs(j.PasswordFile) {
 			return fmt.Errorf("password file %q is a relative path: give an absolute path", j.PasswordFile)
 		}
-		info, err := os.Stat(j.PasswordFile)
-		if err != nil {
-			return fmt.Errorf("password file %s: %w", j.PasswordFile, errors.Unwrap(err))
-		}
-		if !info.Mode().IsRegular() {
-			return fmt.Errorf("password file %s is not a regular file", j.PasswordFile)
-		}
 	}
 	if j.Engine != "restic" && j.EnvFile != "" {
 		return errors.New("--env-file is for restic jobs")
@@ -95,25 +96,28 @@ func Validate(j *store.Job) error {
 		if !filepath.IsAbs(p) {
 			return fmt.Errorf("path %q is relative: give an absolute path", p)
 		}
-		if j.Engine == "restic" {
-			if _, err := os.Lstat(p); err != nil {
-				return fmt.Errorf("path %s: %w", p, errors.Unwrap(err))
-			}
-		}
 	}
 	for _, x := range j.Excludes {
 		if strings.TrimSpace(x) == "" {
 			return errors.New("empty --exclude pattern")
 		}
 	}
+	for _, v := range []struct{ flag, value string }{{"--user", j.User}, {"--group", j.Group}} {
+		if v.value == "" {
+			continue
+		}
+		if err := ValidUserGroupName(v.value); err != nil {
+			return fmt.Errorf("%s %w", v.flag, err)
+		}
+	}
 	if j.User != "" {
-		if _, err := user.Lookup(j.User); err != nil {
-			return fmt.Errorf("user %q does not exist on this host", j.User)
+		if _, err := LookupUser(j.User); err != nil {
+			return fmt.Errorf("user %q does not exist on this host: create it or give another --user (%w)", j.User, err)
 		}
 	}
 	if j.Group != "" {
-		if _, err := user.LookupGroup(j.Group); err != nil {
-			return fmt.Errorf("group %q does not exist on this host", j.Group)
+		if _, err := LookupGroup(j.Group); err != nil {
+			return fmt.Errorf("group %q does not exist on this host: create it or give another --group (%w)", j.Group, err)
 		}
 	}
 	if j.Nice != nil && (*j.Nice < -20 || *j.Nice > 19) {
@@ -124,8 +128,11 @@ func Validate(j *store.Job) error {
 	default:
 		return fmt.Errorf("unknown IO scheduling class %q: use realtime, best-effort or idle", j.IOSchedulingClass)
 	}
-	if j.RuntimeMax < 0 {
-		return fmt.Errorf("runtime limit %s is negative", j.RuntimeMax)
+	if j.RuntimeMax != 0 && j.RuntimeMax < MinRuntimeMax {
+		return fmt.Errorf("--runtime-max %s is too short: give at least %s (e.g. 6h), or 0 for no limit", j.RuntimeMax, MinRuntimeMax)
+	}
+	if j.Priority < math.MinInt32 || j.Priority > math.MaxInt32 {
+		return fmt.Errorf("--priority %d is out of range: use %d..%d", j.Priority, math.MinInt32, math.MaxInt32)
 	}
 	return ValidateSchedule(j)
 }
@@ -144,7 +151,10 @@ func ValidateSchedule(j *store.Job) error {
 		return fmt.Errorf("--retry-max %d is out of range: use 0..100", j.RetryMax)
 	}
 	if j.RetryBackoff <= 0 {
-		j.RetryBackoff = time.Minute
+		return fmt.Errorf("--retry-backoff %s must be positive, e.g. 5m", j.RetryBackoff)
+	}
+	if j.RetryBackoff > schedule.MaxBackoff {
+		return fmt.Errorf("--retry-backoff %s is past the cap of %s (retries are never further apart): give at most %s", j.RetryBackoff, schedule.MaxBackoff, schedule.MaxBackoff)
 	}
 	if j.DependsOn != "" {
 		if err := ValidateName(j.DependsOn); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/engine"
+	jobdef "github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/runner"
@@ -43,6 +44,13 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, jobs map[string
 	}
 	if wait != "" {
 		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, wait, notBefore)
+	}
+	// A user or group removed from the host never comes back by itself: retrying would spin.
+	if missing, err := missingIdentity(job); err != nil {
+		return err
+	} else if missing != "" {
+		return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
+			reason: missing, neverRan: true})
 	}
 	spec := UnitSpec(r.cfg, job, l.Run, l.Attempt.No)
 	crashpoint.At("spawn-before-claim")
@@ -116,6 +124,26 @@ func (r *Reconciler) prepareDirs(job store.Job, run uuid.UUID, attempt int) erro
 		return err
 	}
 	return prepareCache(r.cfg.StateDir, job)
+}
+
+// missingIdentity returns the reason a job cannot run because its user or group does not exist
+// on this host, or "".
+func missingIdentity(job store.Job) (string, error) {
+	if job.User != "" {
+		if _, err := jobdef.LookupUser(job.User); errors.Is(err, jobdef.ErrUnknownUser) {
+			return fmt.Sprintf("job user %s does not exist on this host", job.User), nil
+		} else if err != nil {
+			return "", err
+		}
+	}
+	if job.Group != "" {
+		if _, err := jobdef.LookupGroup(job.Group); errors.Is(err, jobdef.ErrUnknownUser) {
+			return fmt.Sprintf("job group %s does not exist on this host", job.Group), nil
+		} else if err != nil {
+			return "", err
+		}
+	}
+	return "", nil
 }
 
 // finishUnspawnedStop closes a run stopped before its attempt recorded a unit. A released spawn

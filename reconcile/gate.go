@@ -51,33 +51,54 @@ func (r *Reconciler) gate(ctx context.Context, l store.LiveRun, job store.Job) (
 	}
 	// A prerequisite must have succeeded (partial is not enough), checked just before spawning.
 	if job.DependsOn != "" && l.Run.Kind == store.KindBackup {
-		dep, err := r.cfg.Store.JobByName(ctx, job.DependsOn)
-		if errors.Is(err, store.ErrNotFound) {
-			return "", nil, &verdict{status: store.StatusFailed, class: "permanent",
-				reason: fmt.Sprintf("prerequisite job %s does not exist", job.DependsOn)}, nil
-		}
+		return r.dependency(ctx, l, job, now)
+	}
+	return "", nil, nil, nil
+}
+
+// dependency decides about a run whose job depends on another. It goes if the prerequisite's
+// last run succeeded. While the prerequisite has a live run, or until it has an outcome newer
+// than this run (at most DependsWait after this run was queued), the run waits; a newer outcome
+// that is not success, or no outcome in time, fails it, naming the prerequisite and its outcome.
+func (r *Reconciler) dependency(ctx context.Context, l store.LiveRun, job store.Job, now time.Time) (wait string, notBefore *time.Time, end *verdict, err error) {
+	dep, err := r.cfg.Store.JobByName(ctx, job.DependsOn)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil, &verdict{status: store.StatusFailed, class: "permanent",
+			reason: fmt.Sprintf("prerequisite job %s does not exist", job.DependsOn)}, nil
+	}
+	if err != nil {
+		return "", nil, nil, err
+	}
+	var depRun *store.Run
+	if dep.LastRunID != nil {
+		run, err := r.cfg.Store.RunByID(ctx, *dep.LastRunID)
 		if err != nil {
 			return "", nil, nil, err
 		}
-		if dep.LastRunID != nil {
-			depRun, err := r.cfg.Store.RunByID(ctx, *dep.LastRunID)
-			if err != nil {
-				return "", nil, nil, err
-			}
-			if store.Live(depRun.Status) {
-				return fmt.Sprintf("waiting: prerequisite job %s is %s (run %s)", dep.Name, depRun.Status, depRun.ID), nil, nil, nil
-			}
-		}
-		if dep.LastOutcome != store.StatusSucceeded {
-			outcome := dep.LastOutcome
-			if outcome == "" {
-				outcome = "never run"
-			}
-			return "", nil, &verdict{status: store.StatusFailed, class: "permanent",
-				reason: fmt.Sprintf("prerequisite job %s has not succeeded (its last run: %s)", dep.Name, outcome)}, nil
-		}
+		depRun = &run
 	}
-	return "", nil, nil, nil
+	if depRun != nil && store.Live(depRun.Status) {
+		return fmt.Sprintf("waiting: prerequisite job %s is %s (run %s)", dep.Name, depRun.Status, depRun.ID), nil, nil, nil
+	}
+	if dep.LastOutcome == store.StatusSucceeded {
+		return "", nil, nil, nil
+	}
+	outcome := dep.LastOutcome
+	if outcome == "" {
+		outcome = "never run"
+	}
+	if depRun != nil && depRun.FinishedAt != nil && depRun.FinishedAt.After(l.Run.CreatedAt) {
+		return "", nil, &verdict{status: store.StatusFailed, class: "permanent",
+			reason: fmt.Sprintf("prerequisite job %s has not succeeded (its last run: %s, run %s)", dep.Name, outcome, depRun.ID)}, nil
+	}
+	deadline := l.Run.CreatedAt.Add(r.cfg.DependsWait)
+	if !now.Before(deadline) {
+		return "", nil, &verdict{status: store.StatusFailed, class: "permanent",
+			reason: fmt.Sprintf("prerequisite job %s has not succeeded (its last run: %s) and had no new outcome within %s of this run being queued",
+				dep.Name, outcome, r.cfg.DependsWait)}, nil
+	}
+	return fmt.Sprintf("waiting: prerequisite job %s has not succeeded (its last run: %s); waiting for its next outcome until %s",
+		dep.Name, outcome, deadline.UTC().Format(time.RFC3339)), nil, nil, nil
 }
 
 // retryPlan returns the retry of a backup that failed for a transient reason, or nil if its job
@@ -101,7 +122,7 @@ func (r *Reconciler) retryPlan(ctx context.Context, l store.LiveRun) (*store.Ret
 	if err != nil {
 		return nil, err
 	}
-	at := r.cfg.now().Add(schedule.Backoff(job.RetryBackoff, time.Hour, n))
+	at := r.cfg.now().Add(schedule.Backoff(job.RetryBackoff, schedule.MaxBackoff, n))
 	return &store.Retry{ID: id, Number: n, NotBefore: at,
 		Why: fmt.Sprintf("waiting: retry %d of %d after run %s failed for a transient reason, due at %s",
 			n, job.RetryMax, l.Run.ID, at.UTC().Format(time.RFC3339))}, nil

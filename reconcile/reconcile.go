@@ -23,6 +23,10 @@ import (
 	"github.com/holdfast-backup/holdfast/store"
 )
 
+// DefaultDependsWait is how long a run waits for its prerequisite's next outcome by default:
+// long enough for a nightly prerequisite that failed to be retried or run by hand.
+const DefaultDependsWait = 6 * time.Hour
+
 // Config configures a Reconciler.
 type Config struct {
 	Store  *store.Store
@@ -50,6 +54,9 @@ type Config struct {
 	// Windows are global maintenance windows in WindowZone: no run starts inside one.
 	Windows    []schedule.Window
 	WindowZone *time.Location
+	// DependsWait bounds how long a run waits for its prerequisite's next outcome when the
+	// prerequisite's last run did not succeed, counted from when the run was queued. Default 6h.
+	DependsWait time.Duration
 	// Workers is how many runs one pass reconciles at once. Default 8.
 	Workers int
 	Logger  *slog.Logger
@@ -94,6 +101,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.DependsWait <= 0 {
+		c.DependsWait = DefaultDependsWait
 	}
 	if c.Workers <= 0 {
 		c.Workers = 8

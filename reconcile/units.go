@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/journal"
+	jobdef "github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -78,21 +78,14 @@ func ownedDir(dir string, uid, gid int, perm os.FileMode) error {
 // jobIdentity resolves the uid and gid a job's units run as.
 func jobIdentity(job store.Job) (uid, gid int, err error) { return userIdentity(job.User) }
 
-// userIdentity resolves a job's user as systemd's User= does: root for "", a name, or a number
-// (which needs no entry; its group is then the same number).
+// userIdentity resolves a job's user as systemd's User= does (a name or a number): root for "".
 func userIdentity(name string) (uid, gid int, err error) {
 	if name == "" {
 		return 0, 0, nil
 	}
-	u, err := user.Lookup(name)
+	u, err := jobdef.LookupUser(name)
 	if err != nil {
-		n, perr := strconv.ParseUint(name, 10, 32)
-		if perr != nil {
-			return 0, 0, fmt.Errorf("job user %s does not exist on this host", name)
-		}
-		if u, err = user.LookupId(name); err != nil {
-			return int(n), int(n), nil
-		}
+		return 0, 0, fmt.Errorf("job user %s: %w", name, err)
 	}
 	uid, _ = strconv.Atoi(u.Uid)
 	gid, _ = strconv.Atoi(u.Gid)

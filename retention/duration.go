@@ -1,132 +1,159 @@
 package retention
 
 import (
-	"errors"
+	"encoding/json"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
 )
 
-const (
-	day  = 24 * time.Hour
-	week = 7 * day
-)
-
-// ParseDuration parses a retention duration: a Go duration ("36h", "90m"),
-// whole days ("7d") and weeks ("2w"), or a combination ("1w3d12h"). A day is
-// 24 hours. Unlike restic, "m" means minutes and there is no month or year
-// unit. Zero ("0", "0d") is accepted; signs, spaces and empty strings are not.
-func ParseDuration(s string) (time.Duration, error) {
-	if s == "" {
-		return 0, fmt.Errorf("empty duration: give one such as 7d, 2w or 36h")
-	}
-	if s[0] == '-' {
-		return 0, fmt.Errorf("duration %q is negative: give one such as 7d, 2w or 36h", s)
-	}
-	if s == "0" {
-		return 0, nil
-	}
-	var total time.Duration
-	for rest := s; rest != ""; {
-		n := strings.IndexFunc(rest, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
-		if n <= 0 {
-			return 0, badDuration(s)
-		}
-		num := rest[:n]
-		rest = rest[n:]
-		u := strings.IndexFunc(rest, func(r rune) bool { return (r >= '0' && r <= '9') || r == '.' })
-		if u < 0 {
-			u = len(rest)
-		}
-		unit := rest[:u]
-		rest = rest[u:]
-
-		var part time.Duration
-		switch unit {
-		case "d", "w":
-			v, err := strconv.ParseUint(num, 10, 63)
-			switch {
-			case errors.Is(err, strconv.ErrRange):
-				return 0, fmt.Errorf("duration %q is too long", s)
-			case err != nil && strings.Contains(num, "."):
-				return 0, fmt.Errorf("invalid duration %q: days and weeks must be whole numbers, e.g. 1d12h instead of 1.5d", s)
-			case err != nil:
-				return 0, badDuration(s)
-			}
-			size := day
-			if unit == "w" {
-				size = week
-			}
-			if v > uint64(math.MaxInt64/size) {
-				return 0, fmt.Errorf("duration %q is too long", s)
-			}
-			part = time.Duration(v) * size
-		case "":
-			return 0, badDuration(s)
-		default:
-			var err error
-			if part, err = time.ParseDuration(num + unit); err != nil {
-				// time.ParseDuration reports an overflow as an invalid duration.
-				if _, ferr := strconv.ParseFloat(num, 64); ferr == nil && goUnit(unit) {
-					return 0, fmt.Errorf("duration %q is too long", s)
-				}
-				return 0, badDuration(s)
-			}
-		}
-		if total > math.MaxInt64-part {
-			return 0, fmt.Errorf("duration %q is too long", s)
-		}
-		total += part
-	}
-	return total, nil
+// Duration is a keep-within duration as restic 0.14 reads it: whole years, months, days and
+// hours, counted back on the calendar from a reference time (time.AddDate), not a fixed number
+// of seconds. "6m" is six months, as it is to restic and to anyone copying a restic policy.
+type Duration struct {
+	Years  int `json:"years,omitempty"`
+	Months int `json:"months,omitempty"`
+	Days   int `json:"days,omitempty"`
+	Hours  int `json:"hours,omitempty"`
 }
 
-func goUnit(u string) bool {
-	switch u {
-	case "ns", "us", "µs", "μs", "ms", "s", "m", "h":
-		return true
+// IsZero reports whether d is no duration at all (the keep-within rule is off).
+func (d Duration) IsZero() bool { return d == Duration{} }
+
+// negative reports whether any part of d is below zero.
+func (d Duration) negative() bool { return d.Years < 0 || d.Months < 0 || d.Days < 0 || d.Hours < 0 }
+
+// Before returns the time d before t, as restic computes it: t.AddDate(-y, -m, -d) minus the
+// hours, in t's own location.
+func (d Duration) Before(t time.Time) time.Time {
+	return t.AddDate(-d.Years, -d.Months, -d.Days).Add(-time.Duration(d.Hours) * time.Hour)
+}
+
+// maxDurationPart bounds each number so that the calendar arithmetic cannot overflow.
+const maxDurationPart = 1_000_000
+
+// ParseDuration parses a keep-within duration the way restic 0.14 does: numbers followed by y
+// (years), m (months), d (days) or h (hours), e.g. "7d", "6m", "1y6m", "36h". Unlike restic,
+// which overwrites a repeated unit, accepts signs and panics on huge numbers, a repeated unit,
+// a sign, an empty string and a number past 1,000,000 are refused.
+func ParseDuration(s string) (Duration, error) {
+	if s == "" {
+		return Duration{}, fmt.Errorf("empty duration: give one such as 7d, 6m (six months) or 1y")
 	}
-	return false
+	var d Duration
+	seen := map[byte]bool{}
+	for rest := s; rest != ""; {
+		n := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+		switch {
+		case n == 0 && rest[0] == '-':
+			return Duration{}, fmt.Errorf("duration %q is negative: give one such as 7d, 6m (six months) or 1y", s)
+		case n == 0:
+			return Duration{}, badDuration(s)
+		case n < 0:
+			return Duration{}, fmt.Errorf("invalid duration %q: the number %s has no unit; give y (years), m (months), d (days) or h (hours)", s, rest)
+		}
+		v, err := strconv.Atoi(rest[:n])
+		if err != nil || v > maxDurationPart {
+			return Duration{}, fmt.Errorf("duration %q is too long: each number may be at most %d", s, maxDurationPart)
+		}
+		unit := rest[n]
+		rest = rest[n+1:]
+		if seen[unit] {
+			return Duration{}, fmt.Errorf("invalid duration %q: the unit %c appears twice", s, unit)
+		}
+		seen[unit] = true
+		switch unit {
+		case 'y':
+			d.Years = v
+		case 'm':
+			d.Months = v
+		case 'd':
+			d.Days = v
+		case 'h':
+			d.Hours = v
+		case 'w':
+			return Duration{}, fmt.Errorf("invalid duration %q: restic has no weeks; give days, e.g. 14d", s)
+		default:
+			return Duration{}, badDuration(s)
+		}
+	}
+	return d, nil
 }
 
 func badDuration(s string) error {
-	return fmt.Errorf("invalid duration %q: use whole days (7d), weeks (2w) or Go units (36h, 90m), or combine them as in 1w3d12h", s)
+	return fmt.Errorf("invalid duration %q: give whole years (y), months (m), days (d) and hours (h) as restic does, e.g. 7d, 36h, 6m (six months) or 1y6m", s)
 }
 
-// FormatDuration writes d the way ParseDuration reads it: whole weeks from
-// two weeks up as "2w", other whole days as "7d", the rest as days followed
-// by Go units ("1d12h", "36m", "1h30m0.5s"). ParseDuration(FormatDuration(d))
-// == d for every d >= 0.
-func FormatDuration(d time.Duration) string {
-	if d == 0 {
-		return "0s"
-	}
+// FormatDuration writes d the way ParseDuration and restic read it ("1y6m", "7d", "36h"); the
+// zero duration is "0h". ParseDuration(FormatDuration(d)) == d for every non-zero d that
+// ParseDuration can return.
+func FormatDuration(d Duration) string {
 	var b []byte
-	u := uint64(d)
-	if d < 0 {
-		b = append(b, '-')
-		u = -u // correct for math.MinInt64 too
-	}
-	days, rem := u/uint64(day), time.Duration(u%uint64(day))
-	if rem == 0 {
-		if days%7 == 0 && days >= 14 {
-			return string(strconv.AppendUint(b, days/7, 10)) + "w"
+	for _, p := range []struct {
+		n    int
+		unit byte
+	}{{d.Years, 'y'}, {d.Months, 'm'}, {d.Days, 'd'}, {d.Hours, 'h'}} {
+		if p.n != 0 {
+			b = append(strconv.AppendInt(b, int64(p.n), 10), p.unit)
 		}
-		return string(strconv.AppendUint(b, days, 10)) + "d"
 	}
-	if days > 0 {
-		b = append(strconv.AppendUint(b, days, 10), 'd')
-	}
-	if h := rem / time.Hour; h > 0 {
-		b = append(strconv.AppendInt(b, int64(h), 10), 'h')
-	}
-	if m := rem % time.Hour / time.Minute; m > 0 {
-		b = append(strconv.AppendInt(b, int64(m), 10), 'm')
-	}
-	if s := rem % time.Minute; s > 0 {
-		b = append(b, s.String()...)
+	if len(b) == 0 {
+		return "0h"
 	}
 	return string(b)
+}
+
+// Words says d in English: "1 year 6 months", "36 hours".
+func (d Duration) Words() string {
+	var parts []string
+	for _, p := range []struct {
+		n           int
+		one, plural string
+	}{{d.Years, "year", "years"}, {d.Months, "month", "months"}, {d.Days, "day", "days"}, {d.Hours, "hour", "hours"}} {
+		switch {
+		case p.n == 1:
+			parts = append(parts, "1 "+p.one)
+		case p.n != 0:
+			parts = append(parts, strconv.Itoa(p.n)+" "+p.plural)
+		}
+	}
+	if len(parts) == 0 {
+		return "0 hours"
+	}
+	return strings.Join(parts, " ")
+}
+
+// MarshalJSON writes d as restic writes it: "1y6m".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(FormatDuration(d)) }
+
+// UnmarshalJSON reads "1y6m", or a number of nanoseconds as policies stored before durations
+// were calendar ones: those become days and hours, rounded up to whole hours (keep more).
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		if s == "0h" {
+			*d = Duration{}
+			return nil
+		}
+		v, err := ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*d = v
+		return nil
+	}
+	var ns int64
+	if err := json.Unmarshal(b, &ns); err != nil {
+		return fmt.Errorf("keep-within %s is neither a duration such as \"7d\" nor a number", b)
+	}
+	if ns < 0 {
+		return fmt.Errorf("keep-within %d is negative", ns)
+	}
+	hours := ns / int64(time.Hour)
+	if ns%int64(time.Hour) != 0 {
+		hours++
+	}
+	*d = Duration{Days: int(hours / 24), Hours: int(hours % 24)}
+	return nil
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func FuzzParseDuration(f *testing.F) {
-	for _, s := range []string{"7d", "2w", "36h", "1w3d12h", "1.5h", "-1d", "", "0", "1y", "99999999999999999999w"} {
+	for _, s := range []string{"7d", "2w", "36h", "1y6m", "6m", "1.5h", "-1d", "", "0", "1y", "99999999999999999999d", "1d1d"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -22,7 +22,7 @@ func FuzzParseDuration(f *testing.F) {
 			}
 			return
 		}
-		if d < 0 {
+		if d.negative() {
 			t.Fatalf("ParseDuration(%q) = %v, negative", s, d)
 		}
 		back, err := ParseDuration(FormatDuration(d))
@@ -38,13 +38,13 @@ func FuzzParseDuration(f *testing.F) {
 func FuzzNew(f *testing.F) {
 	f.Add(int8(1), int8(0), int8(30), int8(8), int8(12), int8(7), uint32(0), false, uint8(0), uint8(1),
 		[]byte("\x00\x00\x00\x10\x00\x00\x00\x00\x05\xa0\x01\x00\x00\x01\x00\x00\x04\x00"))
-	f.Add(int8(0), int8(3), int8(0), int8(2), int8(0), int8(0), uint32(60*24*7), true, uint8(2), uint8(3),
+	f.Add(int8(0), int8(3), int8(0), int8(2), int8(0), int8(0), uint32(24*7), true, uint8(2), uint8(3),
 		[]byte("\x80\x00\x00\x10\x00\x00\x00\x00\x05\xa0\x02\x01\x00\x00\x05\xa0\x08\x02"))
-	f.Fuzz(func(t *testing.T, last, hourly, daily, weekly, monthly, yearly int8, withinMinutes uint32, fromLatest bool, zone, scope uint8, data []byte) {
+	f.Fuzz(func(t *testing.T, last, hourly, daily, weekly, monthly, yearly int8, withinHours uint32, fromLatest bool, zone, scope uint8, data []byte) {
 		p := Policy{
 			KeepLast: int(last), KeepHourly: int(hourly), KeepDaily: int(daily), KeepWeekly: int(weekly),
 			KeepMonthly: int(monthly), KeepYearly: int(yearly),
-			KeepWithin: time.Duration(withinMinutes) * time.Minute,
+			KeepWithin: Duration{Hours: int(withinHours % 100000)},
 			TimeZone:   zones[int(zone)%len(zones)],
 		}
 		at := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
@@ -131,7 +131,7 @@ func FuzzParseResticSnapshots(f *testing.F) {
 			}
 		}
 		opt := Options{At: time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC), WithinFrom: WithinFromLatest}
-		p := Policy{KeepWithin: day, KeepDaily: 2}
+		p := Policy{KeepWithin: Duration{Days: 1}, KeepDaily: 2}
 		if plan, err := New(p, snaps, opt); err == nil {
 			if err := checkPlan(p, snaps, opt, plan); err != nil {
 				t.Fatal(err)

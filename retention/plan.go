@@ -148,7 +148,7 @@ func New(p Policy, snaps []Snapshot, opt Options) (Plan, error) {
 	}
 
 	r := newRules(p, loc)
-	if p.KeepWithin > 0 {
+	if !p.KeepWithin.IsZero() {
 		ref, measurable := at, true
 		if opt.WithinFrom == WithinFromLatest {
 			measurable = false
@@ -315,7 +315,7 @@ func newRules(p Policy, loc *time.Location) *rules {
 	}
 }
 
-func (r *rules) setWithin(d time.Duration, ref time.Time, measurable bool, from WithinFrom) {
+func (r *rules) setWithin(d Duration, ref time.Time, measurable bool, from WithinFrom) {
 	r.within = true
 	if !measurable {
 		// Every snapshot is after the reference time: nothing is old enough to
@@ -324,7 +324,7 @@ func (r *rules) setWithin(d time.Duration, ref time.Time, measurable bool, from 
 		r.withinBy = "within " + FormatDuration(d) + ": every snapshot is newer than the plan time, so none is too old"
 		return
 	}
-	r.cutoff = ref.Add(-d)
+	r.cutoff = d.Before(ref)
 	what := "the plan time "
 	if from == WithinFromLatest {
 		what = "the newest snapshot "

@@ -80,7 +80,7 @@ func TestNewRules(t *testing.T) {
 		},
 		{
 			name: "within from now is strict",
-			p:    Policy{KeepWithin: 7 * day},
+			p:    Policy{KeepWithin: Duration{Days: 7}},
 			at:   "2026-11-28T12:00:00Z",
 			// exactly 7d before At is not "within", as in restic
 			times: []string{"2026-11-27T12:00:00Z", "2026-11-21T12:00:01Z", "2026-11-21T12:00:00Z", "2026-11-20T12:00:00Z"},
@@ -91,7 +91,7 @@ func TestNewRules(t *testing.T) {
 		},
 		{
 			name:  "within from latest",
-			p:     Policy{KeepWithin: 2 * day},
+			p:     Policy{KeepWithin: Duration{Days: 2}},
 			at:    "2026-11-28T12:00:00Z",
 			from:  WithinFromLatest,
 			times: []string{"2026-11-20T12:00:00Z", "2026-11-18T12:00:01Z", "2026-11-18T12:00:00Z"},
@@ -102,7 +102,7 @@ func TestNewRules(t *testing.T) {
 		},
 		{
 			name:  "within from latest ignores snapshots after the plan time",
-			p:     Policy{KeepWithin: day},
+			p:     Policy{KeepWithin: Duration{Days: 1}},
 			at:    "2026-11-28T12:00:00Z",
 			from:  WithinFromLatest,
 			times: []string{"2026-12-30T00:00:00Z", "2026-11-28T00:00:00Z", "2026-11-27T00:00:01Z", "2026-11-26T00:00:00Z"},
@@ -110,7 +110,7 @@ func TestNewRules(t *testing.T) {
 		},
 		{
 			name:  "within from latest with every snapshot after the plan time keeps all",
-			p:     Policy{KeepWithin: day},
+			p:     Policy{KeepWithin: Duration{Days: 1}},
 			at:    "2026-11-28T12:00:00Z",
 			from:  WithinFromLatest,
 			times: []string{"2026-12-30T00:00:00Z", "2026-12-01T00:00:00Z"},
@@ -224,7 +224,7 @@ func TestNewRules(t *testing.T) {
 		},
 		{
 			name: "outage: preset 7d after three weeks without a backup keeps the last one",
-			p:    Policy{KeepWithin: 7 * day, KeepLast: 1},
+			p:    Policy{KeepWithin: Duration{Days: 7}, KeepLast: 1},
 			at:   "2026-11-28T12:00:00Z",
 			times: []string{
 				"2026-11-07T02:00:00Z", "2026-11-06T02:00:00Z", "2026-11-05T02:00:00Z",
@@ -234,7 +234,7 @@ func TestNewRules(t *testing.T) {
 		},
 		{
 			name:    "the newest is kept even if no rule keeps it",
-			p:       Policy{KeepWithin: day},
+			p:       Policy{KeepWithin: Duration{Days: 1}},
 			at:      "2026-11-28T12:00:00Z",
 			times:   []string{"2026-11-07T02:00:00Z", "2026-11-06T02:00:00Z"},
 			keep:    []string{"2026-11-07T02:00:00Z"},
@@ -371,7 +371,7 @@ func TestNewScope(t *testing.T) {
 		{ID: "a2", Time: at.Add(-6 * time.Hour), Host: "h1", Tags: []string{job("a"), "x"}},
 		{ID: "a3", Time: at.Add(-7 * time.Hour), Host: "h1", Tags: []string{job("a"), "x"}},
 	}
-	p := Policy{KeepWithin: time.Minute}
+	p := Policy{KeepWithin: Duration{Hours: 1}}
 	tests := []struct {
 		scope   Scope
 		reasons map[string]string

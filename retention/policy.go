@@ -34,9 +34,9 @@ import (
 // Policy says which snapshots to keep. Every rule that is zero is off; a
 // policy whose rules are all off keeps nothing and is invalid.
 type Policy struct {
-	// KeepWithin keeps every snapshot younger than this, measured back from the
-	// plan's reference time (see WithinFrom).
-	KeepWithin time.Duration `json:"keep_within,omitempty"`
+	// KeepWithin keeps every snapshot younger than this, measured back on the
+	// calendar from the plan's reference time (see WithinFrom), as restic does.
+	KeepWithin Duration `json:"keep_within,omitzero"`
 	// KeepLast keeps the n newest snapshots.
 	KeepLast int `json:"keep_last,omitempty"`
 	// KeepHourly … KeepYearly keep the newest snapshot of each of the n newest
@@ -65,14 +65,14 @@ func (p Policy) Validate() error {
 
 // check validates p and returns its time zone, loaded once.
 func (p Policy) check() (*time.Location, error) {
-	keeps := p.KeepWithin > 0
+	keeps := !p.KeepWithin.IsZero()
 	for _, r := range p.counts() {
 		if r.n < 0 {
 			return nil, fmt.Errorf("retention policy has --keep-%s %d: give 0 or more", r.flag, r.n)
 		}
 		keeps = keeps || r.n > 0
 	}
-	if p.KeepWithin < 0 {
+	if p.KeepWithin.negative() {
 		return nil, fmt.Errorf("retention policy has --keep-within %s: give a positive duration such as 7d, or leave it out", FormatDuration(p.KeepWithin))
 	}
 	loc := time.UTC
@@ -116,8 +116,8 @@ func (p Policy) Describe() string {
 		return "Invalid: " + err.Error() + "."
 	}
 	var parts []string
-	if p.KeepWithin > 0 {
-		parts = append(parts, "every snapshot from the last "+FormatDuration(p.KeepWithin))
+	if !p.KeepWithin.IsZero() {
+		parts = append(parts, "every snapshot from the last "+p.KeepWithin.Words())
 	}
 	if p.KeepLast > 0 {
 		parts = append(parts, "the newest "+strconv.Itoa(p.KeepLast))
@@ -183,11 +183,11 @@ var presets = []struct {
 	name string
 	p    Policy
 }{
-	{"7d", Policy{KeepWithin: 7 * day, KeepLast: 1}},
-	{"14d", Policy{KeepWithin: 14 * day, KeepLast: 1}},
-	{"30d", Policy{KeepWithin: 30 * day, KeepLast: 1}},
-	{"90d", Policy{KeepWithin: 90 * day, KeepLast: 1}},
-	{"1y", Policy{KeepWithin: 365 * day, KeepLast: 1}},
+	{"7d", Policy{KeepWithin: Duration{Days: 7}, KeepLast: 1}},
+	{"14d", Policy{KeepWithin: Duration{Days: 14}, KeepLast: 1}},
+	{"30d", Policy{KeepWithin: Duration{Days: 30}, KeepLast: 1}},
+	{"90d", Policy{KeepWithin: Duration{Days: 90}, KeepLast: 1}},
+	{"1y", Policy{KeepWithin: Duration{Years: 1}, KeepLast: 1}},
 	{"gfs", Policy{KeepLast: 1, KeepDaily: 30, KeepWeekly: 8, KeepMonthly: 12, KeepYearly: 7}},
 }
 

@@ -13,7 +13,7 @@ func TestValidate(t *testing.T) {
 		want string // substring of the error; "" = valid
 	}{
 		{"last", Policy{KeepLast: 1}, ""},
-		{"within", Policy{KeepWithin: time.Hour}, ""},
+		{"within", Policy{KeepWithin: Duration{Hours: 1}}, ""},
 		{"yearly only", Policy{KeepYearly: 3}, ""},
 		{"zone", Policy{KeepDaily: 7, TimeZone: "Europe/Berlin"}, ""},
 		{"utc", Policy{KeepDaily: 7, TimeZone: "UTC"}, ""},
@@ -25,7 +25,7 @@ func TestValidate(t *testing.T) {
 		{"negative weekly", Policy{KeepWeekly: -4}, "--keep-weekly -4"},
 		{"negative monthly", Policy{KeepMonthly: -5}, "--keep-monthly -5"},
 		{"negative yearly", Policy{KeepYearly: -6}, "--keep-yearly -6"},
-		{"negative within", Policy{KeepWithin: -36 * time.Hour, KeepLast: 1}, "--keep-within -1d12h: give a positive duration"},
+		{"negative within", Policy{KeepWithin: Duration{Hours: -36}, KeepLast: 1}, "--keep-within -36h: give a positive duration"},
 		{"unknown zone", Policy{KeepLast: 1, TimeZone: "Mars/Olympus_Mons"}, `time zone "Mars/Olympus_Mons" is unknown: give an IANA name`},
 		{"local zone", Policy{KeepLast: 1, TimeZone: "Local"}, `time zone "Local" is unknown`},
 		{"path zone", Policy{KeepLast: 1, TimeZone: "../../etc/passwd"}, `time zone "../../etc/passwd" is unknown`},
@@ -57,7 +57,7 @@ func TestIsZero(t *testing.T) {
 	if !(Policy{}).IsZero() {
 		t.Error("Policy{}.IsZero() = false")
 	}
-	for _, p := range []Policy{{KeepLast: 1}, {TimeZone: "UTC"}, {KeepWithin: 1}, {KeepYearly: -1}} {
+	for _, p := range []Policy{{KeepLast: 1}, {TimeZone: "UTC"}, {KeepWithin: Duration{Hours: 1}}, {KeepYearly: -1}} {
 		if p.IsZero() {
 			t.Errorf("%+v.IsZero() = true", p)
 		}
@@ -70,11 +70,11 @@ func TestDescribe(t *testing.T) {
 		p    Policy
 		want string
 	}{
-		{Policy{KeepWithin: 7 * day, KeepLast: 1, KeepDaily: 30, KeepWeekly: 8, KeepMonthly: 12, KeepYearly: 7, TimeZone: "Europe/Berlin"},
-			"Keeps every snapshot from the last 7d, the newest 1, and the newest of each of 30 days, 8 ISO weeks, 12 months and 7 years (calendar in Europe/Berlin)."},
+		{Policy{KeepWithin: Duration{Days: 7}, KeepLast: 1, KeepDaily: 30, KeepWeekly: 8, KeepMonthly: 12, KeepYearly: 7, TimeZone: "Europe/Berlin"},
+			"Keeps every snapshot from the last 7 days, the newest 1, and the newest of each of 30 days, 8 ISO weeks, 12 months and 7 years (calendar in Europe/Berlin)."},
 		{Policy{KeepLast: 3}, "Keeps the newest 3."},
-		{Policy{KeepWithin: 36 * time.Hour}, "Keeps every snapshot from the last 1d12h."},
-		{Policy{KeepWithin: 14 * day, KeepLast: 1}, "Keeps every snapshot from the last 2w and the newest 1."},
+		{Policy{KeepWithin: Duration{Hours: 36}}, "Keeps every snapshot from the last 36 hours."},
+		{Policy{KeepWithin: Duration{Days: 14}, KeepLast: 1}, "Keeps every snapshot from the last 14 days and the newest 1."},
 		{Policy{KeepHourly: 1, KeepDaily: 1}, "Keeps the newest of each of 1 hour and 1 day (calendar in UTC)."},
 		{gfs, "Keeps the newest 1 and the newest of each of 30 days, 8 ISO weeks, 12 months and 7 years (calendar in UTC)."},
 		{Policy{}, "Invalid: retention policy keeps nothing: give at least one of --keep-last, --keep-within, --keep-hourly, --keep-daily, --keep-weekly, --keep-monthly, --keep-yearly, or --preset."},
@@ -88,11 +88,11 @@ func TestDescribe(t *testing.T) {
 
 func TestPreset(t *testing.T) {
 	want := map[string]Policy{
-		"7d":  {KeepWithin: 7 * day, KeepLast: 1},
-		"14d": {KeepWithin: 14 * day, KeepLast: 1},
-		"30d": {KeepWithin: 30 * day, KeepLast: 1},
-		"90d": {KeepWithin: 90 * day, KeepLast: 1},
-		"1y":  {KeepWithin: 365 * day, KeepLast: 1},
+		"7d":  {KeepWithin: Duration{Days: 7}, KeepLast: 1},
+		"14d": {KeepWithin: Duration{Days: 14}, KeepLast: 1},
+		"30d": {KeepWithin: Duration{Days: 30}, KeepLast: 1},
+		"90d": {KeepWithin: Duration{Days: 90}, KeepLast: 1},
+		"1y":  {KeepWithin: Duration{Years: 1}, KeepLast: 1},
 		"gfs": {KeepLast: 1, KeepDaily: 30, KeepWeekly: 8, KeepMonthly: 12, KeepYearly: 7},
 	}
 	names := PresetNames()

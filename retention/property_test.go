@@ -160,7 +160,7 @@ func referenceKeep(p Policy, snaps []Snapshot, opt Options) map[string]bool {
 	for i := 0; i < p.KeepLast && i < len(list); i++ {
 		keep[list[i].ID] = true
 	}
-	if p.KeepWithin > 0 {
+	if !p.KeepWithin.IsZero() {
 		var ref *time.Time
 		if opt.WithinFrom == WithinFromNow {
 			ref = &opt.At
@@ -173,7 +173,7 @@ func referenceKeep(p Policy, snaps []Snapshot, opt Options) map[string]bool {
 			}
 		}
 		for _, s := range list {
-			if ref == nil || s.Time.After(ref.Add(-p.KeepWithin)) {
+			if ref == nil || s.Time.After(p.KeepWithin.Before(*ref)) {
 				keep[s.ID] = true
 			}
 		}
@@ -224,7 +224,10 @@ func randomCase(rng *rand.Rand) (Policy, []Snapshot, Options) {
 		KeepMonthly: count(), KeepYearly: count(), TimeZone: zones[rng.IntN(len(zones))],
 	}
 	if rng.IntN(2) == 0 {
-		p.KeepWithin = time.Duration(1+rng.IntN(90*24)) * time.Hour
+		p.KeepWithin = Duration{Months: rng.IntN(3), Days: rng.IntN(30), Hours: rng.IntN(24)}
+		if p.KeepWithin.IsZero() {
+			p.KeepWithin.Hours = 1
+		}
 	}
 	if rng.IntN(40) == 0 {
 		p.KeepDaily = -1

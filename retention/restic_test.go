@@ -2,7 +2,6 @@ package retention
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +21,9 @@ import (
 // 0.14 keys weeks by ISO year and week as we do, so weekly policies may cross
 // the year boundary. No two times are equal: restic orders equal times by
 // the order it lists them in, we by id. 2026-01-25 07:00 and 2026-02-14 07:00
-// lie exactly 30 and 10 days before the newest: keep-within drops them. The
+// lie exactly 30 and 10 days before the newest, 2026-01-24, 2025-08-24 and
+// 2025-02-24 07:00 exactly one month, six months and a year: keep-within
+// drops them. The
 // snapshot of 2099 is in the future: restic measures keep-within from the
 // newest snapshot that is not, and so do we with WithinFromLatest and At now.
 var comparisonTimes = []string{
@@ -38,6 +39,7 @@ var comparisonTimes = []string{
 	"2026-02-05 20:00:00", "2026-02-06 08:00:00", "2026-02-20 08:00:00", "2026-02-21 08:00:00",
 	"2026-02-22 08:00:00", "2026-02-22 08:40:00", "2026-02-23 08:00:00", "2026-02-23 09:15:00",
 	"2026-02-23 10:20:00", "2026-02-24 07:00:00", "2099-01-01 00:00:00",
+	"2026-01-24 07:00:00", "2025-08-24 07:00:00", "2025-02-24 07:00:00",
 }
 
 // TestResticForgetAgrees checks that for the rules restic has, a plan keeps
@@ -99,9 +101,13 @@ func TestResticForgetAgrees(t *testing.T) {
 		{KeepWeekly: 10}, // reaches back across the turn of the year
 		{KeepMonthly: 6},
 		{KeepYearly: 2},
-		{KeepWithin: 30 * day},
-		{KeepWithin: 10 * day, KeepLast: 3},
-		{KeepWithin: 36 * time.Hour, KeepHourly: 3, KeepDaily: 3},
+		{KeepWithin: Duration{Days: 30}},
+		{KeepWithin: Duration{Days: 10}, KeepLast: 3},
+		{KeepWithin: Duration{Hours: 36}, KeepHourly: 3, KeepDaily: 3},
+		{KeepWithin: Duration{Months: 1}},
+		{KeepWithin: Duration{Months: 6}}, // six months, never six minutes
+		{KeepWithin: Duration{Years: 1}},
+		{KeepWithin: Duration{Years: 1, Months: 1, Days: 2, Hours: 3}, KeepLast: 2},
 		{KeepLast: 1, KeepDaily: 7, KeepWeekly: 5, KeepMonthly: 12, KeepYearly: 3},
 		{KeepLast: 2, KeepDaily: 30, KeepWeekly: 8, KeepMonthly: 12, KeepYearly: 7},
 	}
@@ -154,14 +160,8 @@ func resticFlags(p Policy) []string {
 			flags = append(flags, "--keep-"+r.flag, strconv.Itoa(r.n))
 		}
 	}
-	if p.KeepWithin > 0 {
-		// restic's own duration: whole days and hours, no weeks
-		days, hours := p.KeepWithin/day, p.KeepWithin%day/time.Hour
-		w := fmt.Sprintf("%dd", days)
-		if hours > 0 {
-			w += fmt.Sprintf("%dh", hours)
-		}
-		flags = append(flags, "--keep-within", w)
+	if !p.KeepWithin.IsZero() {
+		flags = append(flags, "--keep-within", FormatDuration(p.KeepWithin))
 	}
 	return flags
 }

@@ -2,8 +2,11 @@
 // manual jobs; what to do with slots that were missed; maintenance windows; retry backoff.
 //
 // Cron expressions are evaluated on the wall clock of the job's zone and then placed on the
-// time line with ISC cron's rules for daylight saving time: a slot that falls in a skipped hour
-// runs right after the jump, and a slot in a repeated hour runs once, at its first occurrence.
+// time line with ISC cron's rules for daylight saving time. A job at a fixed time: a slot that
+// falls in a skipped hour runs right after the jump, and a slot in a repeated hour runs once, at
+// its first occurrence. A job with '*' in its minute or hour field ("*/15 * * * *", "30 * * * *",
+// @hourly) is not moved: it follows the new wall clock, so its slots in a skipped hour do not run
+// and those in a repeated hour run again.
 // Everything here is a pure function of its arguments.
 package schedule
 
@@ -22,6 +25,9 @@ type Schedule struct {
 	zone  *time.Location
 	cron  cron.Schedule // evaluated on floating wall-clock time (UTC with the zone's wall fields)
 	every time.Duration
+	// wildcard: the minute or hour field starts with '*' (or @hourly), which cron(8) does not
+	// move across daylight saving time.
+	wildcard bool
 }
 
 var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
@@ -59,8 +65,25 @@ func Parse(spec, tz string) (Schedule, error) {
 	if err != nil {
 		return Schedule{}, fmt.Errorf("schedule %q: %v: use five fields (minute hour day-of-month month day-of-week), e.g. \"0 2 * * *\", or @daily, @every 6h", spec, err)
 	}
+	// robfig/cron looks five years ahead; from 2001 that reaches 29 February 2004, so a
+	// day-of-month and month that exist are found, and one that never exists (30 February,
+	// 31 April) is not.
+	if c.Next(time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
+		return Schedule{}, fmt.Errorf("schedule %q never fires: no month has that day (e.g. 30 February, 31 April); check the day-of-month and month fields", spec)
+	}
 	s.cron = c
+	s.wildcard = wildcardSpec(spec)
 	return s, nil
+}
+
+// wildcardSpec reports whether cron(8) would flag the expression's minute or hour field as a
+// wildcard (MIN_STAR, HR_STAR): the field starts with '*', as in "*/15" or "*".
+func wildcardSpec(spec string) bool {
+	if spec == "@hourly" {
+		return true
+	}
+	fields := strings.Fields(spec)
+	return len(fields) == 5 && (strings.HasPrefix(fields[0], "*") || strings.HasPrefix(fields[1], "*"))
 }
 
 // LoadZone loads an IANA time zone; "" is UTC.
@@ -92,17 +115,83 @@ func (s Schedule) Next(t time.Time) (next time.Time, ok bool) {
 	case s.every > 0:
 		return t.Truncate(time.Second).Add(s.every), true
 	}
+	c, ok := s.next(t)
+	return c.at, ok
+}
+
+// dstSlack is more than any daylight saving shift: in a repeated hour the next slot can have an
+// earlier wall time than t, so the search starts this far back on the wall clock.
+const dstSlack = 3 * time.Hour
+
+// candidate is one cron slot placed on the time line.
+type candidate struct {
+	at       time.Time
+	wall     time.Time // the slot's wall-clock time (floating)
+	how      Placement
+	wildcard bool
+	second   bool        // the second occurrence of a repeated wall time (wildcard jobs)
+	dropped  []time.Time // wall times of a wildcard job's slots in a skipped hour, before at
+}
+
+// next finds the first placed slot after t, and what daylight saving time did on the way.
+func (s Schedule) next(t time.Time) (candidate, bool) {
+	// Without a zone transition soon after t, wall clock and time line run in step: the first
+	// slot found is the answer. Near one, a slot with an earlier wall time than t's can still be
+	// ahead (a repeated hour), so the search starts dstSlack back and takes the earliest instant.
+	_, transition := t.In(s.zone).ZoneBounds()
+	near := !transition.IsZero() && transition.Sub(t) <= dstSlack
 	wall := floating(t.In(s.zone))
+	if near {
+		wall = wall.Add(-dstSlack)
+	}
+	type gap struct{ wall, jump time.Time }
+	var gaps []gap
+	var best candidate
+	found := false
 	for range 5000 { // bounded: every step moves the wall clock forward
 		wall = s.cron.Next(wall)
 		if wall.IsZero() {
-			return time.Time{}, false
+			break
 		}
-		if at, _ := place(wall, s.zone); at.After(t) {
-			return at, true
+		if found && (transition.IsZero() || transition.After(best.at) || wall.Sub(best.wall) > dstSlack) {
+			break
+		}
+		at, how := place(wall, s.zone)
+		ats := []time.Time{at}
+		switch {
+		case how == Skipped && s.wildcard:
+			// cron(8): a job with * in its minute or hour field follows the new wall clock, so
+			// its slots in a skipped hour do not run...
+			if at.After(t) {
+				gaps = append(gaps, gap{wall, at})
+			}
+			continue
+		case how == Repeated && s.wildcard:
+			// ... and in a repeated hour they run again.
+			ats = append(ats, secondOccurrence(at, wall, s.zone))
+		}
+		for i, a := range ats {
+			if a.After(t) && (!found || a.Before(best.at)) {
+				best, found = candidate{at: a, wall: wall, how: how, wildcard: s.wildcard, second: i == 1}, true
+			}
 		}
 	}
-	return time.Time{}, false
+	for _, g := range gaps {
+		if found && !g.jump.After(best.at) {
+			best.dropped = append(best.dropped, g.wall)
+		}
+	}
+	return best, found
+}
+
+// secondOccurrence is the later instant of a wall time that happens twice, given the first.
+func secondOccurrence(first, wall time.Time, zone *time.Location) time.Time {
+	for _, shift := range []time.Duration{30 * time.Minute, time.Hour, 2 * time.Hour} {
+		if later := first.Add(shift); floating(later.In(zone)).Equal(wall) {
+			return later
+		}
+	}
+	return first
 }
 
 // floating is t's wall clock as a UTC time, where cron arithmetic has no DST.
@@ -159,41 +248,46 @@ type Slot struct {
 func (s Schedule) Preview(t time.Time, n int) []Slot {
 	var slots []Slot
 	for len(slots) < n {
-		next, ok := s.Next(t)
+		if s.cron == nil {
+			next, ok := s.Next(t)
+			if !ok {
+				break
+			}
+			slots = append(slots, Slot{At: next})
+			t = next
+			continue
+		}
+		c, ok := s.next(t)
 		if !ok {
 			break
 		}
-		slot := Slot{At: next}
-		if s.cron != nil {
-			slot.Note = s.dstNote(t, next)
-		}
-		slots = append(slots, slot)
-		t = next
+		slots = append(slots, Slot{At: c.at, Note: c.note()})
+		t = c.at
 	}
 	return slots
 }
 
-// dstNote explains a slot that daylight saving time affected.
-func (s Schedule) dstNote(after, at time.Time) string {
-	wall := floating(after.In(s.zone))
-	for range 5000 {
-		wall = s.cron.Next(wall)
-		placed, how := place(wall, s.zone)
-		if !placed.Equal(at) {
-			if placed.After(at) {
-				return ""
-			}
-			continue
+// note explains a slot that daylight saving time moved, repeated, or that follows dropped ones.
+func (c candidate) note() string {
+	var notes []string
+	if len(c.dropped) > 0 {
+		span := c.dropped[0].Format("15:04")
+		if len(c.dropped) > 1 {
+			span += "-" + c.dropped[len(c.dropped)-1].Format("15:04")
 		}
-		switch how {
-		case Skipped:
-			return fmt.Sprintf("DST: %s does not exist that day; runs right after the jump", wall.Format("15:04"))
-		case Repeated:
-			return fmt.Sprintf("DST: %s happens twice that day; runs once, at the first", wall.Format("15:04"))
-		}
-		return ""
+		notes = append(notes, fmt.Sprintf("DST: %s does not exist that day; those %d slot(s) do not run (the job follows the wall clock)", span, len(c.dropped)))
 	}
-	return ""
+	switch {
+	case c.how == Skipped:
+		notes = append(notes, fmt.Sprintf("DST: %s does not exist that day; runs right after the jump", c.wall.Format("15:04")))
+	case c.how == Repeated && c.second:
+		notes = append(notes, fmt.Sprintf("DST: %s happens twice that day; runs again (the job follows the wall clock)", c.wall.Format("15:04")))
+	case c.how == Repeated && c.wildcard:
+		notes = append(notes, fmt.Sprintf("DST: %s happens twice that day; runs at both", c.wall.Format("15:04")))
+	case c.how == Repeated:
+		notes = append(notes, fmt.Sprintf("DST: %s happens twice that day; runs once, at the first", c.wall.Format("15:04")))
+	}
+	return strings.Join(notes, "; ")
 }
 
 // Decision is what admission does with a job whose slot is due.

@@ -28,8 +28,10 @@ func at(t *testing.T, tz, value string) time.Time {
 	return v
 }
 
-// Next across daylight saving time: a slot in a skipped hour runs right after the jump; a slot
-// in a repeated hour runs once, at its first occurrence.
+// Next across daylight saving time, as cron(8) does it. A job at a fixed time: a slot in a skipped
+// hour runs right after the jump, a slot in a repeated hour runs once, at its first occurrence. A
+// job with * in its minute or hour field follows the wall clock: its slots in a skipped hour do
+// not run, and in a repeated hour they run again.
 func TestNextAcrossDST(t *testing.T) {
 	cases := []struct {
 		name, spec, tz, after string
@@ -39,10 +41,30 @@ func TestNextAcrossDST(t *testing.T) {
 			[]string{"2026-03-08 03:00 EDT", "2026-03-09 02:30 EDT"}},
 		{"new york, fall back runs 01:30 once", "30 1 * * *", "America/New_York", "2026-10-31 12:00:00",
 			[]string{"2026-11-01 01:30 EDT", "2026-11-02 01:30 EST"}},
-		{"new york, every 30 minutes through the repeated hour", "*/30 * * * *", "America/New_York", "2026-11-01 00:45:00",
-			[]string{"2026-11-01 01:00 EDT", "2026-11-01 01:30 EDT", "2026-11-01 02:00 EST"}},
-		{"new york, every 15 minutes through the skipped hour", "*/15 * * * *", "America/New_York", "2026-03-08 01:40:00",
+		{"new york, every 30 minutes through the repeated hour runs it twice", "*/30 * * * *", "America/New_York", "2026-11-01 00:45:00",
+			[]string{"2026-11-01 01:00 EDT", "2026-11-01 01:30 EDT", "2026-11-01 01:00 EST", "2026-11-01 01:30 EST", "2026-11-01 02:00 EST"}},
+		{"new york, every 15 minutes through the repeated hour runs it twice", "*/15 * * * *", "America/New_York", "2026-11-01 01:40:00",
+			[]string{"2026-11-01 01:45 EDT", "2026-11-01 01:00 EST", "2026-11-01 01:15 EST", "2026-11-01 01:30 EST", "2026-11-01 01:45 EST", "2026-11-01 02:00 EST"}},
+		{"new york, every 15 minutes through the skipped hour drops it", "*/15 * * * *", "America/New_York", "2026-03-08 01:40:00",
 			[]string{"2026-03-08 01:45 EST", "2026-03-08 03:00 EDT", "2026-03-08 03:15 EDT"}},
+		{"new york, half past every hour drops 02:30", "30 * * * *", "America/New_York", "2026-03-08 00:00:00",
+			[]string{"2026-03-08 00:30 EST", "2026-03-08 01:30 EST", "2026-03-08 03:30 EDT"}},
+		{"new york, half past every hour runs 01:30 twice", "30 * * * *", "America/New_York", "2026-11-01 00:00:00",
+			[]string{"2026-11-01 00:30 EDT", "2026-11-01 01:30 EDT", "2026-11-01 01:30 EST", "2026-11-01 02:30 EST"}},
+		{"new york, @hourly follows the wall clock", "@hourly", "America/New_York", "2026-11-01 00:30:00",
+			[]string{"2026-11-01 01:00 EDT", "2026-11-01 01:00 EST", "2026-11-01 02:00 EST"}},
+		{"new york, 02:00 runs right after the jump", "0 2 * * *", "America/New_York", "2026-03-07 12:00:00",
+			[]string{"2026-03-08 03:00 EDT", "2026-03-09 02:00 EDT"}},
+		{"berlin, every 15 minutes drops 02:00-02:45", "*/15 * * * *", "Europe/Berlin", "2026-03-29 01:40:00",
+			[]string{"2026-03-29 01:45 CET", "2026-03-29 03:00 CEST"}},
+		{"berlin, half past every hour runs 02:30 twice", "30 * * * *", "Europe/Berlin", "2026-10-25 01:00:00",
+			[]string{"2026-10-25 01:30 CEST", "2026-10-25 02:30 CEST", "2026-10-25 02:30 CET", "2026-10-25 03:30 CET"}},
+		{"berlin, 02:00 in the repeated hour runs once", "0 2 * * *", "Europe/Berlin", "2026-10-24 12:00:00",
+			[]string{"2026-10-25 02:00 CEST", "2026-10-26 02:00 CET"}},
+		{"sao paulo 2018, every 30 minutes drops the skipped midnight hour", "*/30 * * * *", "America/Sao_Paulo", "2018-11-03 23:10:00",
+			[]string{"2018-11-03 23:30 -03", "2018-11-04 01:00 -02"}},
+		{"sao paulo 2019, half past every hour runs 23:30 twice", "30 * * * *", "America/Sao_Paulo", "2019-02-16 22:00:00",
+			[]string{"2019-02-16 22:30 -02", "2019-02-16 23:30 -02", "2019-02-16 23:30 -03", "2019-02-17 00:30 -03"}},
 		{"berlin, spring forward skips 02:00", "0 2 * * *", "Europe/Berlin", "2026-03-28 12:00:00",
 			[]string{"2026-03-29 03:00 CEST", "2026-03-30 02:00 CEST"}},
 		{"berlin, fall back runs 02:30 once", "30 2 * * *", "Europe/Berlin", "2026-10-24 12:00:00",
@@ -76,15 +98,43 @@ func TestNextAcrossDST(t *testing.T) {
 }
 
 func TestPreviewMarksDST(t *testing.T) {
-	s := mustParse(t, "30 2 * * *", "America/New_York")
-	slots := s.Preview(at(t, "America/New_York", "2026-03-06 12:00:00"), 3)
-	if len(slots) != 3 || slots[0].Note != "" || !strings.Contains(slots[1].Note, "does not exist") || slots[2].Note != "" {
-		t.Fatalf("preview = %+v, want the second slot marked", slots)
+	cases := []struct {
+		spec, after string
+		n           int
+		notes       []string // per slot: a part of its note, "" for none
+	}{
+		{"30 2 * * *", "2026-03-06 12:00:00", 3, []string{"", "02:30 does not exist that day; runs right after the jump", ""}},
+		{"30 1 * * *", "2026-10-31 12:00:00", 2, []string{"01:30 happens twice that day; runs once, at the first", ""}},
+		{"*/15 * * * *", "2026-03-08 01:40:00", 2, []string{"", "02:00-02:45 does not exist that day; those 4 slot(s) do not run"}},
+		{"30 * * * *", "2026-03-08 01:00:00", 2, []string{"", "02:30 does not exist that day; those 1 slot(s) do not run"}},
+		{"30 * * * *", "2026-11-01 01:00:00", 3, []string{"01:30 happens twice that day; runs at both", "01:30 happens twice that day; runs again", ""}},
 	}
-	s = mustParse(t, "30 1 * * *", "America/New_York")
-	slots = s.Preview(at(t, "America/New_York", "2026-10-31 12:00:00"), 1)
-	if !strings.Contains(slots[0].Note, "happens twice") {
-		t.Fatalf("preview = %+v, want the repeated hour marked", slots)
+	for _, tc := range cases {
+		s := mustParse(t, tc.spec, "America/New_York")
+		slots := s.Preview(at(t, "America/New_York", tc.after), tc.n)
+		if len(slots) != tc.n {
+			t.Fatalf("%s: preview = %+v, want %d slots", tc.spec, slots, tc.n)
+		}
+		for i, want := range tc.notes {
+			if (want == "") != (slots[i].Note == "") || !strings.Contains(slots[i].Note, want) {
+				t.Errorf("%s after %s: slot %d (%s) note %q, want %q", tc.spec, tc.after, i, slots[i].At.In(s.Zone()).Format("15:04 MST"), slots[i].Note, want)
+			}
+		}
+	}
+}
+
+// A cron expression whose day never exists is refused: it would never run.
+func TestParseRefusesNeverFiring(t *testing.T) {
+	for _, spec := range []string{"0 2 30 2 *", "0 0 31 4 *", "0 0 31 2,4,6,9,11 *", "0 0 30,31 2 *"} {
+		if _, err := Parse(spec, ""); err == nil || !strings.Contains(err.Error(), "never fires") {
+			t.Errorf("Parse(%q) = %v, want never fires", spec, err)
+		}
+	}
+	// 29 February fires every four years, and 31 in a month that has it fires.
+	for _, spec := range []string{"0 0 29 2 *", "0 0 31 * *", "0 0 30 2 1", "0 0 31 1-4 *"} {
+		if _, err := Parse(spec, ""); err != nil {
+			t.Errorf("Parse(%q) = %v, want it accepted", spec, err)
+		}
 	}
 }
 
@@ -178,4 +228,28 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Next(%s) = %s, not after", start, next)
 		}
 	})
+}
+
+// Slots missed across daylight saving time are counted as they would have run: a wildcard job's
+// repeated hour twice, its skipped hour not at all.
+func TestDueCountsWildcardDST(t *testing.T) {
+	cases := []struct {
+		name, planned, now string
+		wantMissed         int
+	}{
+		// 00:00-00:45 EDT, 01:00-01:45 EDT, 01:00-01:45 EST, 02:00-02:45 EST; 03:00 EST runs.
+		{"fall back", "2026-11-01 00:00:00", "2026-11-01 03:00:30", 16},
+		// 00:00-01:45 EST; 02:00-02:45 do not exist; 03:00-03:45 EDT; 04:00 EDT runs.
+		{"spring forward", "2026-03-08 00:00:00", "2026-03-08 04:00:30", 12},
+	}
+	for _, tc := range cases {
+		s := mustParse(t, "*/15 * * * *", "America/New_York")
+		d, err := s.Due(at(t, "America/New_York", tc.planned), at(t, "America/New_York", tc.now), time.Minute, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Run || d.Missed != tc.wantMissed {
+			t.Errorf("%s: %+v, want a run and %d missed", tc.name, d, tc.wantMissed)
+		}
+	}
 }

@@ -134,6 +134,9 @@ func Allowed(t time.Time, windows []Window, zone *time.Location) (time.Time, str
 	return t, held
 }
 
+// MaxBackoff caps the delay before a retry: retries are never further apart than this.
+const MaxBackoff = time.Hour
+
 // Backoff is the delay before retry n (1-based): base doubled for each earlier retry, capped at
 // max, then moved by up to ±20% so that jobs that failed together do not retry together.
 func Backoff(base, max time.Duration, n int) time.Duration {

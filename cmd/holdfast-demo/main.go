@@ -63,6 +63,10 @@ func main() {
 	if dir == "" {
 		dir = "/tmp/holdfast-demo"
 	}
+	// holdfast refuses a relative --state-dir, and units do not run in this directory.
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
 
 	// The first Ctrl-C cancels ctx; further ones are swallowed until the
 	// teardown is done, so it cannot be cut short.

@@ -200,6 +200,7 @@ type runJSON struct {
 	Job            string  `json:"job"`
 	Status         string  `json:"status"`
 	PausedReason   string  `json:"paused_reason"`
+	WaitingReason  string  `json:"waiting_reason"`
 	Reason         string  `json:"reason"`
 	BudgetBytes    *int64  `json:"budget_bytes"`
 	HoldBytes      int64   `json:"hold_bytes"`

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -141,10 +144,10 @@ func TestHostileJournal(t *testing.T) {
 func TestKeepRunFiles(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	for _, bad := range []string{"0", "-1d", "soon", ""} {
+	for _, bad := range []string{"0", "-1d", "soon", "", "3s", "2w"} {
 		r := w.run("daemon", "--keep-run-files", bad)
-		if r.code != 2 || !strings.Contains(r.stderr, "--keep-run-files") || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 {
-			t.Errorf("daemon --keep-run-files %q: exit %d, %q; want exit 2 and one line naming the flag", bad, r.code, r.stderr)
+		if r.code != 78 || !strings.Contains(r.stderr, "--keep-run-files") || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 {
+			t.Errorf("daemon --keep-run-files %q: exit %d, %q; want exit 78 and one line naming the flag", bad, r.code, r.stderr)
 		}
 	}
 
@@ -162,7 +165,7 @@ func TestKeepRunFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.mustRun("job", "add", "planter", "--engine", "command", "--user", "nobody", "--command", "/bin/sh", "--command", script)
-	w.startDaemon("--keep-run-files", "3s", "--run-files-every", "500ms")
+	w.startDaemon("--keep-run-files", "1h", "--run-files-every", "500ms")
 	id := w.startRun("planter")
 	r := w.waitRun(id, "the end", ended)
 	if r.Status != "succeeded" {
@@ -175,6 +178,17 @@ func TestKeepRunFiles(t *testing.T) {
 	markers, _ := filepath.Glob(filepath.Join(w.state, "markers", id+".a*.json"))
 	if len(markers) != 1 {
 		t.Fatalf("markers = %v, want the run's one", markers)
+	}
+	// The run ended two hours ago, as far as the database knows: past --keep-run-files.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := pgx.Connect(ctx, w.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	if _, err := db.Exec(ctx, `UPDATE runs SET finished_at = finished_at - interval '2 hours' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {

@@ -138,6 +138,9 @@ func newJobAddCmd(g *globals) *cobra.Command {
 			if err := job.Validate(&j); err != nil {
 				return inputError{err}
 			}
+			if err := job.CheckAccess(j, probeAs); err != nil {
+				return inputError{err}
+			}
 			next, err := schedule.FirstSlot(j.Schedule, j.TimeZone, time.Now())
 			if err != nil {
 				return inputError{err}
@@ -187,6 +190,11 @@ func newJobEditCmd(g *globals) *cobra.Command {
 					if err := job.Validate(j); err != nil {
 						return inputError{err}
 					}
+					if accessChanged(cmd.Flags()) {
+						if err := job.CheckAccess(*j, probeAs); err != nil {
+							return inputError{err}
+						}
+					}
 					if j.Schedule != oldSchedule || j.TimeZone != oldZone {
 						next, err := schedule.FirstSlot(j.Schedule, j.TimeZone, time.Now())
 						if err != nil {
@@ -216,6 +224,16 @@ func newJobEditCmd(g *globals) *cobra.Command {
 	jf.bind(cmd.Flags())
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as JSON")
 	return cmd
+}
+
+// accessChanged reports whether an edit changes what the job's user must be able to read.
+func accessChanged(f *pflag.FlagSet) bool {
+	for _, name := range []string{"user", "group", "password-file", "path", "engine"} {
+		if f.Changed(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // firstPrune is the first prune slot of the job's prune schedule, nil for none.

@@ -231,6 +231,9 @@ func newLedgerShowCmd(g *globals) *cobra.Command {
 				}
 				name = args[0]
 			}
+			if limit < 1 {
+				return badInput("--limit %d: give at least 1", limit)
+			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				accounts, err := st.Accounts(ctx, name)
 				if err != nil {

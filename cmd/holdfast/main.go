@@ -3,7 +3,8 @@
 //
 // Exit codes: 0 success; 1 an operational error (database or systemd unreachable, ...);
 // 2 invalid input or a request the current state refuses (nothing was changed);
-// for `run start --wait`: 3 partial, 4 failed, 5 stopped, 6 paused.
+// for `run start --wait`: 3 partial, 4 failed, 5 stopped, 6 paused; the daemon exits 78 for a bad
+// configuration, which its service unit does not restart on.
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/google/uuid"
@@ -31,6 +33,7 @@ const (
 	exitFailed  = 4
 	exitStopped = 5
 	exitPaused  = 6
+	exitConfig  = 78 // sysexits' EX_CONFIG; units/holdfast.service: RestartPreventExitStatus=78
 )
 
 // inputError marks an error caused by the operator's input: exit 2.
@@ -40,6 +43,12 @@ func (e inputError) Error() string { return e.err.Error() }
 func (e inputError) Unwrap() error { return e.err }
 
 func badInput(format string, args ...any) error { return inputError{fmt.Errorf(format, args...)} }
+
+// configError marks a bad daemon configuration: exit 78, and systemd does not restart the daemon.
+type configError struct{ err error }
+
+func (e configError) Error() string { return e.err.Error() }
+func (e configError) Unwrap() error { return e.err }
 
 // exitError carries a specific exit code without a message (the command already reported).
 type exitCodeError struct{ code int }
@@ -60,6 +69,17 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// validate checks the shared settings before any command uses them.
+func (g *globals) validate() error {
+	if !filepath.IsAbs(g.stateDir) {
+		return badInput("--state-dir %q is a relative path: give an absolute path such as /var/lib/holdfast", g.stateDir)
+	}
+	if g.journalDir != "" && !filepath.IsAbs(g.journalDir) {
+		return badInput("--journal-dir %q is a relative path: give an absolute path", g.journalDir)
+	}
+	return nil
 }
 
 // requireDSN refuses to go on without a database address.
@@ -120,6 +140,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.systemdAddress, "systemd-address", os.Getenv("HOLDFAST_SYSTEMD_ADDRESS"), "D-Bus address of the manager's private socket (env HOLDFAST_SYSTEMD_ADDRESS)")
 	pf.StringVar(&g.stateDir, "state-dir", envOr("HOLDFAST_STATE_DIR", "/var/lib/holdfast"), "state directory for run journals and exit markers (env HOLDFAST_STATE_DIR)")
 	pf.StringVar(&g.journalDir, "journal-dir", os.Getenv("HOLDFAST_JOURNAL_DIR"), "journald directory `run logs` reads instead of the system journal (env HOLDFAST_JOURNAL_DIR)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.validate() }
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
 	// Human output carries file names, restic's messages and reasons that the job's user or the
 	// repository wrote: escape what a terminal would act on. JSON is escaped by encoding/json.
@@ -129,7 +150,7 @@ func newRoot() *cobra.Command {
 		}
 		cmd.SetOut(textsafe.NewWriter(cmd.OutOrStdout()))
 	}
-	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newExecCmd(), newCredexecCmd(), newMarkerCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd())
+	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newExecCmd(), newCredexecCmd(), newMarkerCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd(), newProbeReadCmd())
 	return root
 }
 
@@ -152,7 +173,10 @@ func exitCode(err error) int {
 	fmt.Fprintln(textsafe.NewWriter(os.Stderr), "holdfast: "+err.Error())
 	var conflict *store.ConflictError
 	var input inputError
+	var config configError
 	switch {
+	case errors.As(err, &config):
+		return exitConfig
 	case errors.As(err, &input), errors.As(err, &conflict),
 		errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrJobExists), errors.Is(err, store.ErrAmbiguous):
 		return exitInput

@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -37,7 +39,7 @@ func (pf *policyFlags) bind(f *pflag.FlagSet) {
 	f.IntVar(&pf.weekly, "keep-weekly", 0, "keep the newest snapshot of each of the last N ISO weeks that have one")
 	f.IntVar(&pf.monthly, "keep-monthly", 0, "keep the newest snapshot of each of the last N months that have one")
 	f.IntVar(&pf.y, "keep-yearly", 0, "keep the newest snapshot of each of the last N years that have one")
-	f.StringVar(&pf.within, "keep-within", "", "keep every snapshot younger than this (e.g. 36h, 7d, 2w)")
+	f.StringVar(&pf.within, "keep-within", "", "keep every snapshot younger than this, read as restic does: y years, m months, d days, h hours (e.g. 36h, 7d, 6m, 1y)")
 	f.StringVar(&pf.zone, "retention-tz", "", "IANA time zone of the days, weeks, months and years (default UTC)")
 }
 
@@ -171,13 +173,28 @@ func actor() string {
 // resticBinary is the restic a command runs: the one its --restic flag names, else restic in PATH.
 func resticBinary(flag string) (string, error) {
 	if flag != "" {
-		return flag, nil
+		return flag, checkExecutable("--restic", flag)
 	}
 	path, err := exec.LookPath("restic")
 	if err != nil {
 		return "", badInput("restic not found in PATH: install it (apt-get install restic) or give --restic")
 	}
 	return path, nil
+}
+
+// checkExecutable refuses a program flag that is not an absolute path to an executable regular file.
+func checkExecutable(flag, path string) error {
+	if !filepath.IsAbs(path) {
+		return badInput("%s %q is a relative path: give an absolute path such as /usr/bin/restic", flag, path)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return badInput("%s %s: %v: give the path of an installed executable", flag, path, reason(err))
+	}
+	if !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
+		return badInput("%s %s is not an executable file: give the path of an installed executable", flag, path)
+	}
+	return nil
 }
 
 // planOut is a plan as `retention plan|apply|simulate --json` print it.
@@ -438,9 +455,9 @@ func newRetentionSimulateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			data, err := os.ReadFile(file)
+			data, err := readListing(file, maxListing)
 			if err != nil {
-				return badInput("--snapshots: %v", err)
+				return err
 			}
 			snaps, err := retention.ParseResticSnapshots(data)
 			if err != nil {
@@ -468,6 +485,41 @@ func newRetentionSimulateCmd() *cobra.Command {
 	f.StringArrayVar(&tags, "tag", nil, "only snapshots with this tag are in the group (repeatable: all of them)")
 	f.BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	return cmd
+}
+
+// maxListing bounds a `restic snapshots --json` file that simulate reads: about 100,000 snapshots.
+const maxListing = 64 << 20
+
+// readListing reads an operator's listing file: a regular file (following a link is fine; a FIFO
+// or device, which could block or never end, is refused) of at most limit bytes.
+func readListing(path string, limit int64) ([]byte, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, badInput("--snapshots %s: %v: give the file restic snapshots --json wrote", path, reason(err))
+	}
+	if !info.Mode().IsRegular() {
+		return nil, badInput("--snapshots %s is not a regular file: save restic snapshots --json to a file first", path)
+	}
+	if info.Size() > limit {
+		return nil, badInput("--snapshots %s is %d bytes, more than the %d a listing may have", path, info.Size(), limit)
+	}
+	// O_NONBLOCK: if the path became a FIFO after the check, opening it must not wait for a writer.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, badInput("--snapshots %s: %v", path, reason(err))
+	}
+	defer f.Close()
+	if info, err = f.Stat(); err != nil || !info.Mode().IsRegular() {
+		return nil, badInput("--snapshots %s is not a regular file: save restic snapshots --json to a file first", path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, badInput("--snapshots %s: %v", path, reason(err))
+	}
+	if int64(len(data)) > limit {
+		return nil, badInput("--snapshots %s is more than the %d bytes a listing may have", path, limit)
+	}
+	return data, nil
 }
 
 type planRecordOut struct {
@@ -501,6 +553,9 @@ func newRetentionHistoryCmd(g *globals) *cobra.Command {
 					return inputError{err}
 				}
 				name = args[0]
+			}
+			if limit < 1 {
+				return badInput("--limit %d: give at least 1", limit)
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				plans, err := st.Plans(ctx, name, limit)

@@ -1,0 +1,63 @@
+package job
+
+import (
+	"fmt"
+
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// Probe checks, as the given identity, that each path can be read: a regular file opened, a
+// directory listed, a symbolic link seen. It returns one entry per path: "" if it can be read,
+// else why not ("permission denied"). It must do so as that identity (a process with its
+// credentials), never by opening the user's paths as root.
+type Probe func(id Identity, paths []Access) ([]string, error)
+
+// Access is one path a probe checks.
+type Access struct {
+	Path    string
+	Regular bool // it must be a regular file (not a directory, FIFO or device)
+}
+
+// CheckAccess checks that the job's user can read what its backup reads: the password file and
+// every path. Run it after Validate.
+func CheckAccess(j store.Job, probe Probe) error {
+	if j.Engine != "restic" {
+		return nil
+	}
+	id, err := ResolveIdentity(j.User, j.Group)
+	if err != nil {
+		return err
+	}
+	var want []Access
+	if passwordFileReadByJobUser(j) {
+		want = append(want, Access{Path: j.PasswordFile, Regular: true})
+	}
+	for _, p := range j.Paths {
+		want = append(want, Access{Path: p})
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	why, err := probe(id, want)
+	if err != nil {
+		return fmt.Errorf("check the job's files as user %s: %w", id, err)
+	}
+	for i, w := range want {
+		if i >= len(why) || why[i] == "" {
+			continue
+		}
+		what := "path"
+		if w.Regular {
+			what = "password file"
+		}
+		return fmt.Errorf("%s %s cannot be read by user %s: %s; make it readable by that user (or give another --user)", what, w.Path, id, why[i])
+	}
+	return nil
+}
+
+// passwordFileReadByJobUser reports whether the job's unit reads the password file with the
+// job's own identity, so that identity must be able to read it. This is the one place to change
+// when the file reaches the unit another way (as a credential systemd reads as root).
+func passwordFileReadByJobUser(j store.Job) bool {
+	return j.PasswordFile != ""
+}

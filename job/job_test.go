@@ -1,0 +1,125 @@
+package job
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// Names and ids as systemd's valid_user_group_name (relaxed, numeric allowed) reads them.
+func TestValidUserGroupName(t *testing.T) {
+	for _, ok := range []string{"backup", "nobody", "0", "65534", "4294967294", "Backup.Team", "svc-1", "_x", "domain\\user", "ünï"} {
+		if err := ValidUserGroupName(ok); err != nil {
+			t.Errorf("ValidUserGroupName(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"", " x", "x ", "a:b", "a/b", "a\nb", "a\x7fb", "\xff", "65535", "4294967295", "4294967296", "0123", "-1", "-12", ".", ".."} {
+		err := ValidUserGroupName(bad)
+		if err == nil || !strings.Contains(err.Error(), "systemd accepts") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("ValidUserGroupName(%q) = %v, want a one-line refusal", bad, err)
+		}
+	}
+}
+
+func TestLookupNumeric(t *testing.T) {
+	u, err := LookupUser("0")
+	if err != nil || u.Username != "root" {
+		t.Fatalf("LookupUser(0) = %v, %v; want root", u, err)
+	}
+	if _, err := LookupUser("4000000000"); !errors.Is(err, ErrUnknownUser) {
+		t.Fatalf("LookupUser(4000000000) = %v, want ErrUnknownUser", err)
+	}
+	if _, err := LookupGroup("no-such-group-here"); !errors.Is(err, ErrUnknownUser) {
+		t.Fatalf("LookupGroup(no-such-group-here) = %v, want ErrUnknownUser", err)
+	}
+	id, err := ResolveIdentity("", "0")
+	if err != nil || id.UID != 0 || id.GID != 0 || id.String() != "root" {
+		t.Fatalf("ResolveIdentity(\"\", 0) = %+v, %v", id, err)
+	}
+}
+
+func TestValidateRefuses(t *testing.T) {
+	base := func() store.Job {
+		return store.Job{Name: "j", Engine: "command", Command: []string{"/bin/true"}, RetryBackoff: time.Minute}
+	}
+	cases := []struct {
+		name string
+		edit func(*store.Job)
+		want string
+	}{
+		{"runtime under 1s", func(j *store.Job) { j.RuntimeMax = 999 * time.Millisecond }, "--runtime-max 999ms is too short"},
+		{"negative runtime", func(j *store.Job) { j.RuntimeMax = -time.Second }, "is too short"},
+		{"zero backoff", func(j *store.Job) { j.RetryBackoff = 0 }, "--retry-backoff 0s must be positive"},
+		{"negative backoff", func(j *store.Job) { j.RetryBackoff = -time.Minute }, "must be positive"},
+		{"backoff past the cap", func(j *store.Job) { j.RetryBackoff = time.Hour + time.Second }, "past the cap of 1h0m0s"},
+		{"priority past 32 bits", func(j *store.Job) { j.Priority = 1 << 31 }, "--priority 2147483648 is out of range"},
+		{"schedule never fires", func(j *store.Job) { j.Schedule = "0 2 30 2 *" }, "never fires"},
+		{"relative local: repository", func(j *store.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "local:repo", "/pw", []string{"/data"}
+		}, "is a relative path"},
+		{"user name systemd refuses", func(j *store.Job) { j.User = "a:b" }, "--user \"a:b\" is not a user or group name"},
+		{"unknown numeric group", func(j *store.Job) { j.Group = "4000000000" }, `group "4000000000" does not exist on this host`},
+	}
+	for _, tc := range cases {
+		j := base()
+		tc.edit(&j)
+		err := Validate(&j)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	for _, edit := range []func(*store.Job){
+		func(j *store.Job) { j.RuntimeMax = time.Second },
+		func(j *store.Job) { j.RetryBackoff = time.Hour },
+		func(j *store.Job) { j.Priority = -1 << 31 },
+		func(j *store.Job) { j.User, j.Group = "0", "0" },
+		func(j *store.Job) { j.Schedule = "0 0 29 2 *" },
+		func(j *store.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "local:/srv/repo", "/pw", []string{"/data"}
+		},
+	} {
+		j := base()
+		edit(&j)
+		if err := Validate(&j); err != nil {
+			t.Errorf("Validate(%+v) = %v, want nil", j, err)
+		}
+	}
+	for in, want := range map[string]string{"local:/srv/repo/": "/srv/repo", "/srv//repo": "/srv/repo", "sftp:host:/srv/repo/": "sftp:host:/srv/repo/"} {
+		j := store.Job{Name: "j", Repository: in, PasswordFile: "/pw", Paths: []string{"/data"}, RetryBackoff: time.Minute}
+		if err := Validate(&j); err != nil || j.Repository != want {
+			t.Errorf("Validate with --repo %s: repository %q, %v; want %q", in, j.Repository, err, want)
+		}
+	}
+}
+
+// CheckAccess asks the probe about the password file (a regular file) and every path, and names
+// the first one the job's user cannot read.
+func TestCheckAccess(t *testing.T) {
+	j := store.Job{Name: "j", Engine: "restic", Repository: "/r", PasswordFile: "/pw", Paths: []string{"/a", "/b"}, User: "0"}
+	var asked []Access
+	probe := func(id Identity, want []Access) ([]string, error) {
+		if id.UID != 0 || id.Name != "0" {
+			t.Fatalf("probe as %+v, want uid 0", id)
+		}
+		asked = want
+		return []string{"", "", "permission denied"}, nil
+	}
+	err := CheckAccess(j, probe)
+	if err == nil || err.Error() != "path /b cannot be read by user 0: permission denied; make it readable by that user (or give another --user)" {
+		t.Fatalf("CheckAccess = %v", err)
+	}
+	if len(asked) != 3 || asked[0] != (Access{Path: "/pw", Regular: true}) || asked[1].Regular || asked[2].Path != "/b" {
+		t.Fatalf("asked %+v", asked)
+	}
+	probe = func(Identity, []Access) ([]string, error) { return []string{"it is not a regular file", "", ""}, nil }
+	if err := CheckAccess(j, probe); err == nil || !strings.HasPrefix(err.Error(), "password file /pw cannot be read by user 0: it is not a regular file") {
+		t.Fatalf("CheckAccess = %v", err)
+	}
+	j.Engine = "command"
+	if err := CheckAccess(j, func(Identity, []Access) ([]string, error) { t.Fatal("probed a command job"); return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+}
