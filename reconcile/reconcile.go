@@ -48,9 +48,17 @@ type Config struct {
 	WindowZone *time.Location
 	// Workers is how many runs one pass reconciles at once. Default 8.
 	Workers int
-	Logger  *slog.Logger
+	// AllowUsers are the users jobs may run as: user names or numeric uids, or AnyUser.
+	// Default DefaultAllowUsers. A run of a job whose user is not among them ends failed.
+	AllowUsers []string
+	// AllowCommandJobs lets runs of command jobs start; without it they end failed.
+	// Default DefaultAllowCommandJobs.
+	AllowCommandJobs bool
+	Logger           *slog.Logger
 	// now is replaceable in tests.
 	now func() time.Time
+	// allowedUIDs is AllowUsers resolved; nil allows every user.
+	allowedUIDs map[uint32]bool
 }
 
 // Validate fills in defaults and checks required fields.
@@ -92,7 +100,7 @@ func (c *Config) Validate() error {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	return nil
+	return c.ValidatePolicy()
 }
 
 // Reconciler runs sweeps.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -68,7 +69,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	cfg := reconcile.Config{}
 	var interval, lateGrace time.Duration
 	var windows []string
-	var windowZone string
+	var windowZone, allowUsers string
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "Run the supervisor: spawn admitted runs and reconcile live ones",
@@ -76,6 +77,10 @@ func newDaemonCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval <= 0 {
 				return badInput("--sweep-interval must be positive")
+			}
+			cfg.AllowUsers = strings.Split(allowUsers, ",")
+			if err := cfg.ValidatePolicy(); err != nil {
+				return inputError{err}
 			}
 			ctx := cmd.Context()
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -121,7 +126,8 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err := os.MkdirAll(g.stateDir, 0o755); err != nil {
 				return fmt.Errorf("state directory: %w", err)
 			}
-			logger.Info("holdfast daemon started", "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", interval)
+			logger.Info("holdfast daemon started", "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", interval,
+				"allow_users", allowUsers, "allow_command_jobs", cfg.AllowCommandJobs)
 			wake := make(chan struct{}, 1)
 			go listen(ctx, st.Listen, wake, logger)
 			admitter := &schedule.Admitter{Store: st, Grace: lateGrace, Logger: logger}
@@ -169,6 +175,14 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.IntVar(&cfg.Workers, "workers", 8, "runs reconciled at once in one pass")
 	f.StringVar(&cfg.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
 	f.StringVar(&cfg.Binary, "holdfast-binary", "", "holdfast executable the units run (default: this one)")
+	f.StringVar(&allowUsers, "allow-users", envOr("HOLDFAST_ALLOW_USERS", reconcile.DefaultAllowUsers),
+		"users jobs may run as: comma-separated names or uids, or * for every user, root included (env HOLDFAST_ALLOW_USERS)")
+	commandJobs := reconcile.DefaultAllowCommandJobs
+	if v, err := strconv.ParseBool(os.Getenv("HOLDFAST_ALLOW_COMMAND_JOBS")); err == nil {
+		commandJobs = v
+	}
+	f.BoolVar(&cfg.AllowCommandJobs, "allow-command-jobs", commandJobs,
+		"let command jobs run: they run any program as their user, as root without --user (env HOLDFAST_ALLOW_COMMAND_JOBS=true)")
 	return cmd
 }
 
