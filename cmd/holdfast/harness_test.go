@@ -226,6 +226,7 @@ type runJSON struct {
 		ExitStatus       string `json:"exit_status"`
 		QuarantineReason string `json:"quarantine_reason"`
 		SettleDeferred   string `json:"settle_deferred"`
+		Settlement       string `json:"settlement"`
 	} `json:"attempts"`
 }
 
