@@ -109,7 +109,12 @@ func TestRepositoryLinksNotMeasured(t *testing.T) {
 			name := make([]byte, 32)
 			_, _ = rand.Read(name)
 			_, _ = rand.Read(buf)
-			if err := os.WriteFile(filepath.Join(big, hex.EncodeToString(name)), buf, 0o644); err != nil {
+			// As restic writes a pack: under a temporary name, renamed once complete.
+			tmp := filepath.Join(big, "tmp-pack")
+			if err := os.WriteFile(tmp, buf, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(big, hex.EncodeToString(name))); err != nil {
 				t.Fatal(err)
 			}
 		}
