@@ -77,6 +77,7 @@ esac
 	if !ok || settle.Bytes < grown-4096 || settle.Bytes > grown+4096 || r.SettledBytes != settle.Bytes {
 		t.Fatalf("run %s charged %+v, want the measured growth %d", r.ID, settle, grown)
 	}
+	t.Logf("the repository grew by %d bytes, the journal claimed 0; charged %d: %s", grown, settle.Bytes, settle.Note)
 	if !strings.Contains(settle.Note, "measured growth of the local repository; the run reported less (data_added 0 B)") {
 		t.Fatalf("settlement note %q, want it to say the measured growth was charged over the run's lower claim", settle.Note)
 	}
@@ -163,6 +164,7 @@ esac
 	if !ok || settle.Bytes != max(grown, 0) || settle.Bytes > 1<<20 || !strings.Contains(settle.Note, "measured growth") {
 		t.Fatalf("run %+v charged %+v, want the growth of its own repository (%d), nothing of the 56 MiB behind its links", r, settle, grown)
 	}
+	t.Logf("run %s; charged %d: %s", r.Status, settle.Bytes, settle.Note)
 	if n := repoSize(t, repo); n > 1<<20 {
 		t.Fatalf("the repository measures %s, want only its own files", strconv.FormatInt(n, 10))
 	}
