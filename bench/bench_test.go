@@ -87,7 +87,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 // daemon starts `holdfast daemon` against the environment until the benchmark ends; its log is
 // written to $HOLDFAST_BENCH_LOG when that is set, and shown if the benchmark fails.
 func (e *benchEnv) daemon(b *testing.B, args ...string) {
-	cmd := exec.Command(e.bin, append([]string{"daemon"}, args...)...)
+	cmd := exec.Command(e.bin, append([]string{"daemon", "--allow-command-jobs"}, args...)...) // the benchmarks run command jobs
 	cmd.Env = append(os.Environ(), "HOLDFAST_DSN="+e.dsn, "HOLDFAST_SYSTEMD_ADDRESS="+e.mgr.Address, "HOLDFAST_STATE_DIR="+e.state)
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log

@@ -57,7 +57,7 @@ func BenchmarkLateness(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := reconcile.Config{StateDir: state, Binary: bin}
+	cfg := reconcile.Config{StateDir: state, Binary: bin, AllowCommandJobs: true}
 	job := store.Job{Name: "due0", Engine: "command", Command: []string{"/bin/sleep", "600"}}
 	specs := make([]runner.Spec, jobs)
 	for i := range specs {

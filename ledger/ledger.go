@@ -13,10 +13,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/dustin/go-humanize"
+	"golang.org/x/sys/unix"
 )
 
 // Budget estimates, when a job sets no ceiling of its own.
@@ -54,13 +56,16 @@ func Budget(maxAdded *int64, recentAdded []int64) (bytes int64, why string) {
 	return max(2*most, MinEstimate), fmt.Sprintf("no ceiling: twice the most the last %d run(s) added", len(recentAdded))
 }
 
-// Evidence is what is known about what an ended attempt added.
+// Evidence is what is known about what an ended attempt added. The run's own figures are claims:
+// the journal that carries them is written by the job's user. What holdfast measured itself is
+// not.
 type Evidence struct {
 	Spawned bool // its unit was started; an attempt that never ran added nothing
-	// DataAdded is the engine's own figure (restic's summary data_added); nil if it printed none.
+	// DataAdded is the engine's own figure (restic's summary data_added, relayed by the run's
+	// journal); nil if it printed none.
 	DataAdded *int64
-	// Growth is the measured growth of a local repository over the attempt, when no other run
-	// wrote to it meanwhile; nil otherwise, with NoGrowth saying why.
+	// Growth is the measured growth of a local repository over the attempt; nil if it is not
+	// known, with NoGrowth saying why.
 	Growth   *int64
 	NoGrowth string
 	// UpperBound, when set, says why Growth is only an upper bound: another run wrote to the
@@ -79,28 +84,50 @@ type Settlement struct {
 	Deferred string // non-empty: the hold stays open, and this is why
 }
 
-// Settle decides an ended attempt's charge against its hold. The engine's own figure wins; then
-// a measured growth; then restic's account of what the run's snapshot added; else the hold stays
-// open. The journal's progress is no figure: it counts bytes read, unchanged files included. A
-// figure above the hold is charged at the hold, and the source says so: nothing is ever charged
-// beyond what was held.
+// Settle decides an ended attempt's charge against its hold. A measured growth of the attempt's
+// own is a floor: with the run's reported figure too, the higher of the two is charged, so a
+// forged journal cannot charge less than the repository grew. Without a growth of its own, the
+// run's figure is charged as reported, and the source says it was not verified; then a growth
+// shared with another run, as an upper bound; then restic's account of what the run's snapshot
+// added; else the hold stays open. A charge is never below the run's own claim. The journal's
+// progress is no figure: it counts bytes read, unchanged files included. A figure above the hold
+// is charged at the hold, and the source says so: nothing is ever charged beyond what was held.
 func Settle(hold int64, ev Evidence) Settlement {
 	charge := func(figure int64, source string) Settlement {
 		if figure > hold {
 			return Settlement{Bytes: hold, Source: fmt.Sprintf("%s: %s, more than the hold; charged at the hold",
-				source, humanize.IBytes(uint64(figure)))}
+				source, FormatSize(figure))}
 		}
 		return Settlement{Bytes: max(figure, 0), Source: source}
 	}
+	const claim = "restic's summary (data_added), reported by the run"
 	switch {
 	case !ev.Spawned:
 		return Settlement{Release: true, Source: "the attempt never ran"}
-	case ev.DataAdded != nil:
-		return charge(*ev.DataAdded, "restic's summary (data_added)")
-	case ev.Growth != nil && ev.UpperBound != "":
-		return charge(*ev.Growth, "measured growth of the local repository, an upper bound: "+ev.UpperBound)
-	case ev.Growth != nil:
+	case ev.Growth != nil && ev.UpperBound == "" && ev.DataAdded != nil:
+		grown, claimed := max(*ev.Growth, 0), max(*ev.DataAdded, 0)
+		if grown > claimed {
+			return charge(grown, fmt.Sprintf("measured growth of the local repository; the run reported less (data_added %s)",
+				FormatSize(claimed)))
+		}
+		than := "lower"
+		if grown == claimed {
+			than = "the same"
+		}
+		return charge(claimed, fmt.Sprintf("%s; the measured growth of the local repository (%s) is %s", claim, FormatSize(grown), than))
+	case ev.Growth != nil && ev.UpperBound == "":
 		return charge(*ev.Growth, "measured growth of the local repository")
+	case ev.DataAdded != nil:
+		why := ev.NoGrowth
+		if ev.UpperBound != "" {
+			why = ev.UpperBound
+		}
+		if why == "" {
+			why = "nothing measured the repository"
+		}
+		return charge(*ev.DataAdded, claim+", not verified: "+why)
+	case ev.Growth != nil:
+		return charge(*ev.Growth, "measured growth of the local repository, an upper bound: "+ev.UpperBound)
 	case ev.SnapshotAdded != nil:
 		return charge(*ev.SnapshotAdded, "restic stats: the data its snapshot refers to that no earlier snapshot does")
 	}
@@ -122,35 +149,91 @@ func Local(repository string) (dir string, ok bool) {
 // ErrNotLocal means a repository is not a local directory, so it cannot be measured.
 var ErrNotLocal = errors.New("the repository is not a local directory")
 
-// RepoSize is the size of a local repository: the sum of its files' sizes. Files that vanish
-// while it walks (restic removes temporary files) are skipped.
+// RepoSize is the size of a local repository: the sum of the sizes of the regular files under
+// it. The repository belongs to the job's user and root measures it, so no symbolic link is ever
+// followed, the repository itself included (that is an error): a link to elsewhere counts
+// nothing and what it points to is never read. Directories are opened relative to their parent,
+// so a directory swapped for a link while it walks is skipped too. Files that vanish while it
+// walks (restic removes temporary files) are skipped.
 func RepoSize(repository string) (int64, error) {
 	dir, ok := Local(repository)
 	if !ok {
 		return 0, ErrNotLocal
 	}
-	var size int64
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && path != dir {
-				return nil
-			}
-			return err
-		}
-		if d.Type().IsRegular() {
-			info, err := d.Info()
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			size += info.Size()
-		}
-		return nil
-	})
+	fd, err := OpenDir(-1, dir)
 	if err != nil {
 		return 0, fmt.Errorf("measure repository %s: %w", dir, err)
+	}
+	size, err := dirSize(fd, ".", maxDepth)
+	if err != nil {
+		return 0, fmt.Errorf("measure repository %s: %w", dir, err)
+	}
+	return size, nil
+}
+
+// maxDepth bounds how deep RepoSize descends. restic's files lie at most two directories down
+// (data/ab/<pack>); a deeper tree is not restic's, and following it would only let the job's user
+// spend the daemon's file descriptors.
+const maxDepth = 8
+
+// OpenDir opens the directory name (relative to dirfd, or absolute with dirfd -1) for reading,
+// refusing a symbolic link as its last component. The caller closes the descriptor.
+func OpenDir(dirfd int, name string) (int, error) {
+	if dirfd < 0 {
+		dirfd = unix.AT_FDCWD
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		var st unix.Stat_t
+		if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return -1, fmt.Errorf("%s is a symbolic link, which holdfast does not follow", name)
+		}
+	}
+	if err != nil {
+		return -1, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	return fd, nil
+}
+
+// dirSize sums the regular files under the open directory fd (rel within the repository), which
+// it closes.
+func dirSize(fd int, rel string, depth int) (int64, error) {
+	d := os.NewFile(uintptr(fd), "")
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return 0, &fs.PathError{Op: "read", Path: rel, Err: err}
+	}
+	var size int64
+	for _, name := range names {
+		var st unix.Stat_t
+		err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return 0, &fs.PathError{Op: "stat", Path: filepath.Join(rel, name), Err: err}
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			size += st.Size
+		case unix.S_IFDIR:
+			if depth == 0 {
+				continue
+			}
+			child, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+				continue // gone, or replaced by a link or a file since it was seen
+			}
+			if err != nil {
+				return 0, &fs.PathError{Op: "open", Path: filepath.Join(rel, name), Err: err}
+			}
+			n, err := dirSize(child, filepath.Join(rel, name), depth-1)
+			if err != nil {
+				return 0, err
+			}
+			size += n
+		}
 	}
 	return size, nil
 }

@@ -16,6 +16,9 @@ import (
 // for a time-bound wait, when to look again), or a verdict that ends the run instead; neither
 // means go. Concurrency limits are checked where the spawn is claimed, in the same transaction.
 func (r *Reconciler) gate(ctx context.Context, l store.LiveRun, job store.Job) (wait string, notBefore *time.Time, end *verdict, err error) {
+	if refusal := r.policyRefusal(job); refusal != "" {
+		return "", nil, &verdict{status: store.StatusFailed, class: "permanent", reason: refusal}, nil
+	}
 	now := r.cfg.now()
 	if nb := l.Run.NotBefore; nb != nil && now.Before(*nb) {
 		return l.Run.WaitingReason, nil, nil, nil // already recorded when the time was set

@@ -16,10 +16,12 @@ import (
 )
 
 // settlement decides what the ended attempt a is charged against its hold, from the engine's
-// summary or the measured growth of its local repository; nil if it holds nothing. Growth while
-// another run wrote to the repository is not this attempt's alone: at the end of a run the hold
-// then stays open until a better figure comes, but a restart cannot wait for one, so there it
-// is charged as an upper bound, which leaves the new attempt at least what is left.
+// summary and the measured growth of its local repository; nil if it holds nothing. The summary
+// comes through the journal, which the job's user can write, so the growth is measured even when
+// there is one: it is the floor of the charge. Growth while another run wrote to the repository
+// is not this attempt's alone: at the end of a run the hold then stays open until a better
+// figure comes (unless the run reported one), but a restart cannot wait for one, so there it is
+// charged as an upper bound, which leaves the new attempt at least what is left.
 func (r *Reconciler) settlement(ctx context.Context, l store.LiveRun, a store.Attempt, spawned, restart bool) *ledger.Settlement {
 	if a.HoldBytes == nil {
 		return nil
@@ -27,7 +29,8 @@ func (r *Reconciler) settlement(ctx context.Context, l store.LiveRun, a store.At
 	ev := ledger.Evidence{Spawned: spawned}
 	if s := summary(a); s != nil {
 		ev.DataAdded = &s.DataAdded
-	} else if spawned {
+	}
+	if spawned {
 		var shared *uuid.UUID
 		ev.Growth, shared, ev.NoGrowth = r.growth(ctx, l, a)
 		if shared != nil {

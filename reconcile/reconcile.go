@@ -59,9 +59,17 @@ type Config struct {
 	DependsWait time.Duration
 	// Workers is how many runs one pass reconciles at once. Default 8.
 	Workers int
-	Logger  *slog.Logger
+	// AllowUsers are the users jobs may run as: user names or numeric uids, or AnyUser.
+	// Default DefaultAllowUsers. A run of a job whose user is not among them ends failed.
+	AllowUsers []string
+	// AllowCommandJobs lets runs of command jobs start; without it they end failed.
+	// Default DefaultAllowCommandJobs.
+	AllowCommandJobs bool
+	Logger           *slog.Logger
 	// now is replaceable in tests.
 	now func() time.Time
+	// allowedUIDs is AllowUsers resolved; nil allows every user.
+	allowedUIDs map[uint32]bool
 }
 
 // DefaultPassTimeout is Config.PassTimeout's default.
@@ -114,7 +122,7 @@ func (c *Config) Validate() error {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	return nil
+	return c.ValidatePolicy()
 }
 
 // Reconciler runs sweeps.

@@ -57,7 +57,7 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 // reset so its name is free, and the run is restarted and then finishes in attempt 2.
 func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 	ctx := context.Background()
-	e := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Millisecond})
+	e := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Millisecond, AllowCommandJobs: true})
 	st, r, mgr, rec := e.st, e.r, e.mgr, e.rec
 	if _, err := st.CreateJob(ctx, store.Job{Name: "flaky", Engine: "command", Repository: "-", PasswordFile: "-",
 		Command: []string{"/bin/true"}}); err != nil {
@@ -124,7 +124,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 // once and finishes, and the invariants hold.
 func TestConcurrentSweep(t *testing.T) {
 	ctx := context.Background()
-	e := newSweepEnv(t, reconcile.Config{Workers: 8})
+	e := newSweepEnv(t, reconcile.Config{Workers: 8, AllowCommandJobs: true})
 	st, rec := e.st, e.rec
 	const n = 24
 	for i := range n {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/journal"
 	jobdef "github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )

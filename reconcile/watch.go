@@ -5,10 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"sync"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/store"
@@ -41,19 +43,10 @@ func (r *Reconciler) watch(l store.LiveRun) {
 	if _, ok := r.watchers.active[key]; ok {
 		return
 	}
-	w, err := fsnotify.NewWatcher()
+	w, data, subdirs, err := watchData(dir)
 	if err != nil {
 		r.cfg.Logger.Warn("runaway guard: cannot watch the repository; it measures once per pass", "run", l.Run.ID, "err", err)
 		return
-	}
-	data := filepath.Join(dir, "data")
-	subdirs, _ := filepath.Glob(filepath.Join(data, "*"))
-	for _, d := range append([]string{data}, subdirs...) {
-		if err := w.Add(d); err != nil {
-			w.Close()
-			r.cfg.Logger.Warn("runaway guard: cannot watch the repository; it measures once per pass", "run", l.Run.ID, "err", err)
-			return
-		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if r.watchers.active == nil {
@@ -61,9 +54,66 @@ func (r *Reconciler) watch(l store.LiveRun) {
 	}
 	r.watchers.active[key] = cancel
 	go func() {
-		r.follow(ctx, w, l, *a.HoldBytes)
+		defer unix.Close(data)
+		r.follow(ctx, w, data, subdirs, l, *a.HoldBytes)
 		r.unwatch(key.run, key.attempt) // a watch that gave up can be armed again by the next pass
 	}()
+}
+
+// watchData starts a watcher on the repository's data directory and its subdirectories, none of
+// them reached through a symbolic link: the repository belongs to the job's user, and inotify
+// follows links, which fsnotify cannot turn off. So each directory is opened without following
+// links, relative to its parent, and watched through its descriptor in /proc/self/fd. It returns
+// the data directory's descriptor, which the caller closes, and the subdirectory each watch name
+// stands for.
+func watchData(repo string) (w *fsnotify.Watcher, data int, subdirs map[string]string, err error) {
+	root, err := ledger.OpenDir(-1, repo)
+	if err != nil {
+		return nil, -1, nil, err
+	}
+	defer unix.Close(root)
+	if data, err = ledger.OpenDir(root, "data"); err != nil {
+		return nil, -1, nil, err
+	}
+	names, err := dirNames(data)
+	if err != nil {
+		unix.Close(data)
+		return nil, -1, nil, err
+	}
+	if w, err = fsnotify.NewWatcher(); err != nil {
+		unix.Close(data)
+		return nil, -1, nil, err
+	}
+	subdirs = map[string]string{}
+	var opened []int
+	defer func() {
+		for _, fd := range opened {
+			unix.Close(fd) // a watch outlives the descriptor it was added through
+		}
+	}()
+	add := func(fd int, sub string) error {
+		name := "/proc/self/fd/" + strconv.Itoa(fd)
+		subdirs[name] = sub
+		return w.Add(name)
+	}
+	if err := add(data, ""); err != nil {
+		w.Close()
+		unix.Close(data)
+		return nil, -1, nil, err
+	}
+	for _, name := range names {
+		fd, err := ledger.OpenDir(data, name)
+		if err != nil {
+			continue // not a directory, or a link: restic writes no pack there
+		}
+		opened = append(opened, fd)
+		if err := add(fd, name); err != nil {
+			w.Close()
+			unix.Close(data)
+			return nil, -1, nil, err
+		}
+	}
+	return w, data, subdirs, nil
 }
 
 // unwatch stops following an attempt that ended.
@@ -81,7 +131,7 @@ func (r *Reconciler) unwatch(run uuid.UUID, attempt int) {
 // under a temporary name and renames it when it is complete, so only the final names (64 hex
 // digits) count, once each. If another backup writes to the same repository it steps aside:
 // the growth is not this run's alone.
-func (r *Reconciler) follow(ctx context.Context, w *fsnotify.Watcher, l store.LiveRun, hold int64) {
+func (r *Reconciler) follow(ctx context.Context, w *fsnotify.Watcher, data int, subdirs map[string]string, l store.LiveRun, hold int64) {
 	defer w.Close()
 	counted := map[string]bool{}
 	var total int64
@@ -102,12 +152,16 @@ func (r *Reconciler) follow(ctx context.Context, w *fsnotify.Watcher, l store.Li
 			if !ev.Has(fsnotify.Create) || counted[ev.Name] || !packName.MatchString(filepath.Base(ev.Name)) {
 				continue
 			}
-			info, err := os.Stat(ev.Name)
-			if err != nil || !info.Mode().IsRegular() {
+			sub, ok := subdirs[filepath.Dir(ev.Name)]
+			if !ok {
+				continue
+			}
+			size, ok := packSize(data, sub, filepath.Base(ev.Name))
+			if !ok {
 				continue
 			}
 			counted[ev.Name] = true
-			total += info.Size()
+			total += size
 			if total <= hold {
 				continue
 			}
@@ -129,6 +183,36 @@ func (r *Reconciler) follow(ctx context.Context, w *fsnotify.Watcher, l store.Li
 			return
 		}
 	}
+}
+
+// dirNames lists the open directory fd, leaving fd open.
+func dirNames(fd int) ([]string, error) {
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), "data")
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// packSize is the size of the pack file name in the data directory's subdirectory sub, if it is a
+// regular file reached without following a link.
+func packSize(data int, sub, name string) (int64, bool) {
+	dir := data
+	if sub != "" {
+		fd, err := ledger.OpenDir(data, sub)
+		if err != nil {
+			return 0, false
+		}
+		defer unix.Close(fd)
+		dir = fd
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return 0, false
+	}
+	return st.Size, true
 }
 
 // packName is the name of a complete pack file in a restic repository.

@@ -104,6 +104,7 @@ type Attempt struct {
 	RepoBytesBefore  *int64          // size of its local repository when it was spawned
 	SettleDeferred   string          // why its hold is still open after it ended
 	HoldBytes        *int64          // its hold, open or closed; nil if it has none
+	Settlement       string          // where the figure that closed its hold came from; "" while open
 }
 
 const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason, ''), r.stop_requested_at,
@@ -128,7 +129,9 @@ const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, a.
 	a.last_event_at, a.percent_done, a.files_done, a.total_files, a.bytes_done, a.total_bytes,
 	a.item_errors, coalesce(a.first_item_error, ''), coalesce(a.fatal, ''), a.summary,
 	a.repo_bytes_before, coalesce(a.settle_deferred, ''),
-	(SELECT h.bytes FROM ledger_entries h WHERE h.kind = 'hold' AND h.run_id = a.run_id AND h.attempt_no = a.attempt_no)`
+	(SELECT h.bytes FROM ledger_entries h WHERE h.kind = 'hold' AND h.run_id = a.run_id AND h.attempt_no = a.attempt_no),
+	coalesce((SELECT c.note FROM ledger_entries c
+		WHERE c.kind IN ('settle', 'release') AND c.run_id = a.run_id AND c.attempt_no = a.attempt_no), '')`
 
 type attemptScan struct {
 	a                                         Attempt
@@ -143,7 +146,7 @@ func (s *attemptScan) dest() []any {
 		&a.Cursor.Offset, &a.Cursor.LastSeq, &a.Cursor.LastHash, &a.QuarantinedAt, &a.QuarantineReason,
 		&a.LastEventAt, &s.percent, &s.filesDone, &s.totalFiles, &s.bytesDone, &s.totalBy,
 		&a.ItemErrors, &a.FirstItemError, &a.Fatal, &a.Summary,
-		&a.RepoBytesBefore, &a.SettleDeferred, &a.HoldBytes}
+		&a.RepoBytesBefore, &a.SettleDeferred, &a.HoldBytes, &a.Settlement}
 }
 
 func (s *attemptScan) attempt() Attempt {

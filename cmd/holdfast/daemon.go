@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -116,7 +117,8 @@ func newDaemonCmd(g *globals) *cobra.Command {
 				return err
 			}
 			logger.Info("holdfast daemon started", "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", d.interval,
-				"pass_timeout", cfg.PassTimeout, "statement_timeout", dbCfg.StatementTimeout)
+				"pass_timeout", cfg.PassTimeout, "allow_users", d.allowUsers, "allow_command_jobs", cfg.AllowCommandJobs,
+				"statement_timeout", dbCfg.StatementTimeout)
 			wake := make(chan struct{}, 1)
 			go listen(ctx, st.Listen, wake, logger)
 			var cleaned time.Time
@@ -184,6 +186,14 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.PassTimeout, "pass-timeout", reconcile.DefaultPassTimeout, "longest one admission pass or one sweep may take")
 	f.DurationVar(&dbCfg.StatementTimeout, "db-statement-timeout", store.DefaultStatementTimeout, "PostgreSQL's statement_timeout for the daemon's sessions")
 	f.DurationVar(&dbCfg.LockTimeout, "db-lock-timeout", store.DefaultLockTimeout, "PostgreSQL's lock_timeout for the daemon's sessions")
+	f.StringVar(&d.allowUsers, "allow-users", envOr("HOLDFAST_ALLOW_USERS", reconcile.DefaultAllowUsers),
+		"users jobs may run as: comma-separated names or uids, or * for every user, root included (env HOLDFAST_ALLOW_USERS)")
+	commandJobs := reconcile.DefaultAllowCommandJobs
+	if v, err := strconv.ParseBool(os.Getenv("HOLDFAST_ALLOW_COMMAND_JOBS")); err == nil {
+		commandJobs = v
+	}
+	f.BoolVar(&cfg.AllowCommandJobs, "allow-command-jobs", commandJobs,
+		"let command jobs run: they run any program as their user, as root without --user (env HOLDFAST_ALLOW_COMMAND_JOBS=true)")
 	// The daemon's bad settings, flags included, exit 78 rather than 2 (see configError).
 	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
 		if err := g.validate(); err != nil {
@@ -200,6 +210,7 @@ type daemonFlags struct {
 	interval, lateGrace time.Duration
 	windows             []string
 	windowZone          string
+	allowUsers          string
 	keepRunFilesText    string
 	keepRunFiles        retention.Duration // parsed from keepRunFilesText by validate
 	cleanEvery          time.Duration
@@ -232,6 +243,10 @@ func (d *daemonFlags) validate(g *globals, cfg *reconcile.Config) error {
 	}
 	if cfg.PassTimeout < 0 {
 		return errors.New("--pass-timeout must be positive")
+	}
+	cfg.AllowUsers = strings.Split(d.allowUsers, ",")
+	if err := cfg.ValidatePolicy(); err != nil {
+		return err
 	}
 	if d.lateGrace < 0 {
 		return fmt.Errorf("--late-grace %s is negative: give 0 or more, e.g. 1m", d.lateGrace)

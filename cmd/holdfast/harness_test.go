@@ -26,10 +26,12 @@ type world struct {
 	bin        string
 	spawnGrace string // the daemons' --spawn-grace
 	daemonEnv  []string
-	dsn        string
-	mgr        *testenv.Manager
-	state      string
-	dir        string // for repositories and sample data, reachable by units running as nobody
+	// daemonFlags are given to every daemon of the world: by default, command jobs may run.
+	daemonFlags []string
+	dsn         string
+	mgr         *testenv.Manager
+	state       string
+	dir         string // for repositories and sample data, reachable by units running as nobody
 }
 
 func newWorld(t *testing.T) *world {
@@ -42,7 +44,8 @@ func newWorldWith(t *testing.T, bin string) *world {
 	t.Helper()
 	// The directory first: cleanups run last-in first-out, so the manager and its units are gone
 	// before the files they use are removed.
-	w := &world{t: t, bin: bin, dir: testenv.SharedDir(t), dsn: testenv.Postgres(t), spawnGrace: "10s"}
+	w := &world{t: t, bin: bin, dir: testenv.SharedDir(t), dsn: testenv.Postgres(t), spawnGrace: "10s",
+		daemonFlags: []string{"--allow-command-jobs"}}
 	w.mgr = testenv.PrivateSystemd(t)
 	w.state = filepath.Join(w.dir, "state")
 	w.mustRun("migrate")
@@ -103,7 +106,7 @@ type daemon struct {
 
 func (w *world) startDaemon(args ...string) *daemon {
 	w.t.Helper()
-	args = append([]string{"daemon", "--sweep-interval", "250ms", "--spawn-grace", w.spawnGrace}, args...)
+	args = append(append([]string{"daemon", "--sweep-interval", "250ms", "--spawn-grace", w.spawnGrace}, w.daemonFlags...), args...)
 	cmd := exec.Command(w.bin, args...)
 	cmd.Env = append(w.env(), w.daemonEnv...)
 	d := &daemon{cmd: cmd, log: &bytes.Buffer{}, done: make(chan struct{})}
@@ -224,6 +227,7 @@ type runJSON struct {
 		ExitStatus       string `json:"exit_status"`
 		QuarantineReason string `json:"quarantine_reason"`
 		SettleDeferred   string `json:"settle_deferred"`
+		Settlement       string `json:"settlement"`
 	} `json:"attempts"`
 }
 

@@ -38,6 +38,7 @@ type attemptOut struct {
 	QuarantineReason string  `json:"quarantine_reason,omitempty"`
 	HoldBytes        *int64  `json:"hold_bytes"`
 	SettleDeferred   string  `json:"settle_deferred,omitempty"`
+	Settlement       string  `json:"settlement,omitempty"`
 }
 
 type progressOut struct {
@@ -112,7 +113,7 @@ func runJSON(r store.Run, attempts []store.Attempt) runOut {
 		o.Attempts = append(o.Attempts, attemptOut{Attempt: a.No, Unit: a.Unit, Host: a.Host,
 			StartedAt: timeStr(a.StartedAt), EndedAt: timeStr(a.EndedAt), ServiceResult: a.ServiceResult,
 			ExitCode: a.ExitCode, ExitStatus: a.ExitStatus, QuarantineReason: a.QuarantineReason,
-			HoldBytes: a.HoldBytes, SettleDeferred: a.SettleDeferred})
+			HoldBytes: a.HoldBytes, SettleDeferred: a.SettleDeferred, Settlement: a.Settlement})
 	}
 	if n := len(attempts); n > 0 && store.Live(r.Status) {
 		if p := attempts[n-1].Progress; p != nil {
@@ -460,6 +461,12 @@ func printRun(w io.Writer, o runOut) {
 		fmt.Fprintf(w, "attempt %d: unit %s, started %s, ended %s %s\n", a.Attempt, dash(a.Unit), opt(a.StartedAt), opt(a.EndedAt), ended)
 		if a.QuarantineReason != "" {
 			fmt.Fprintf(w, "  journal quarantined: %s\n", textsafe.String(a.QuarantineReason))
+		}
+		switch {
+		case a.Settlement != "":
+			fmt.Fprintf(w, "  charged from: %s\n", a.Settlement)
+		case a.SettleDeferred != "":
+			fmt.Fprintf(w, "  settlement deferred: %s\n", a.SettleDeferred)
 		}
 	}
 }
