@@ -28,9 +28,9 @@ func TestDaemonPolicy(t *testing.T) {
 		{"4294967295", "not a valid user"},
 	} {
 		r := w.run("daemon", "--allow-users", c.args)
-		if r.code != 2 || !strings.Contains(r.stderr, "--allow-users") || !strings.Contains(r.stderr, c.want) ||
+		if r.code != 78 || !strings.Contains(r.stderr, "--allow-users") || !strings.Contains(r.stderr, c.want) ||
 			strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 {
-			t.Errorf("daemon --allow-users %q: exit %d, stderr %q; want exit 2 and one line with %q", c.args, r.code, r.stderr, c.want)
+			t.Errorf("daemon --allow-users %q: exit %d, stderr %q; want exit 78 (bad configuration) and one line with %q", c.args, r.code, r.stderr, c.want)
 		}
 	}
 
