@@ -3,6 +3,7 @@ package job
 import (
 	"fmt"
 
+	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -19,8 +20,10 @@ type Access struct {
 }
 
 // CheckAccess checks that the job's user can read what its backup reads: the password file and
-// every path. Run it after Validate.
-func CheckAccess(j store.Job, probe Probe) error {
+// every path. With viaCredentials (the daemon's system manager hands the password file to the
+// unit as a credential, read by systemd as root), the password file need not be readable by the
+// job's user, only a regular file. Run it after Validate.
+func CheckAccess(j store.Job, probe Probe, viaCredentials bool) error {
 	if j.Engine != "restic" {
 		return nil
 	}
@@ -29,8 +32,13 @@ func CheckAccess(j store.Job, probe Probe) error {
 		return err
 	}
 	var want []Access
-	if passwordFileReadByJobUser(j) {
+	switch {
+	case passwordFileReadByJobUser(j, viaCredentials):
 		want = append(want, Access{Path: j.PasswordFile, Regular: true})
+	case j.PasswordFile != "":
+		if err := credentials.CheckFile("--password-file", j.PasswordFile); err != nil {
+			return err
+		}
 	}
 	for _, p := range j.Paths {
 		want = append(want, Access{Path: p})
@@ -56,8 +64,8 @@ func CheckAccess(j store.Job, probe Probe) error {
 }
 
 // passwordFileReadByJobUser reports whether the job's unit reads the password file with the
-// job's own identity, so that identity must be able to read it. This is the one place to change
-// when the file reaches the unit another way (as a credential systemd reads as root).
-func passwordFileReadByJobUser(j store.Job) bool {
-	return j.PasswordFile != ""
+// job's own identity, so that identity must be able to read it: unless it reaches the unit as a
+// credential, which systemd reads as root.
+func passwordFileReadByJobUser(j store.Job, viaCredentials bool) bool {
+	return j.PasswordFile != "" && !viaCredentials
 }

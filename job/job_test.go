@@ -107,7 +107,7 @@ func TestCheckAccess(t *testing.T) {
 		asked = want
 		return []string{"", "", "permission denied"}, nil
 	}
-	err := CheckAccess(j, probe)
+	err := CheckAccess(j, probe, false)
 	if err == nil || err.Error() != "path /b cannot be read by user 0: permission denied; make it readable by that user (or give another --user)" {
 		t.Fatalf("CheckAccess = %v", err)
 	}
@@ -115,11 +115,11 @@ func TestCheckAccess(t *testing.T) {
 		t.Fatalf("asked %+v", asked)
 	}
 	probe = func(Identity, []Access) ([]string, error) { return []string{"it is not a regular file", "", ""}, nil }
-	if err := CheckAccess(j, probe); err == nil || !strings.HasPrefix(err.Error(), "password file /pw cannot be read by user 0: it is not a regular file") {
+	if err := CheckAccess(j, probe, false); err == nil || !strings.HasPrefix(err.Error(), "password file /pw cannot be read by user 0: it is not a regular file") {
 		t.Fatalf("CheckAccess = %v", err)
 	}
 	j.Engine = "command"
-	if err := CheckAccess(j, func(Identity, []Access) ([]string, error) { t.Fatal("probed a command job"); return nil, nil }); err != nil {
+	if err := CheckAccess(j, func(Identity, []Access) ([]string, error) { t.Fatal("probed a command job"); return nil, nil }, false); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -244,4 +244,5 @@ func BadRequest(err error) bool {
 
 // SystemManager reports whether the runner talks to the system manager, the only one that hands
 // credentials to a unit with User= (a user manager refuses: permission denied).
-func (r *Runner) SystemManager() bool { return r.cfg.Manager == "system" }
+// A manager named by its address is not known to be the system manager.
+func (r *Runner) SystemManager() bool { return r.cfg.Address == "" && r.cfg.Manager == "system" }

@@ -138,7 +138,7 @@ func newJobAddCmd(g *globals) *cobra.Command {
 			if err := job.Validate(&j); err != nil {
 				return inputError{err}
 			}
-			if err := job.CheckAccess(j, probeAs); err != nil {
+			if err := job.CheckAccess(j, probeAs, g.credentials()); err != nil {
 				return inputError{err}
 			}
 			next, err := schedule.FirstSlot(j.Schedule, j.TimeZone, time.Now())
@@ -191,7 +191,7 @@ func newJobEditCmd(g *globals) *cobra.Command {
 						return inputError{err}
 					}
 					if accessChanged(cmd.Flags()) {
-						if err := job.CheckAccess(*j, probeAs); err != nil {
+						if err := job.CheckAccess(*j, probeAs, g.credentials()); err != nil {
 							return inputError{err}
 						}
 					}

@@ -97,6 +97,12 @@ func (g *globals) openStore(ctx context.Context) (*store.Store, error) {
 	return store.Open(ctx, g.dsn)
 }
 
+// credentials reports whether the daemon's units get the job's secrets as systemd credentials:
+// only the system manager hands them out (see package credentials).
+func (g *globals) credentials() bool {
+	return g.systemdAddress == "" && (g.systemd == "" || g.systemd == "system")
+}
+
 func (g *globals) openRunner(ctx context.Context) (*runner.Runner, error) {
 	cfg := runner.Config{Manager: g.systemd, Address: g.systemdAddress}
 	if err := cfg.Validate(); err != nil {
