@@ -57,7 +57,7 @@ func TestArgv(t *testing.T) {
 			"--exclude", "*.tmp", "--exclude", "-x", "--", "/data", "/-odd"}},
 		{"unlock", Restic{}.UnlockArgv(job), cat(common, []string{"unlock"})},
 		{"snapshots", Restic{}.SnapshotsArgv(job, run), cat(common, []string{
-			"snapshots", "--json", "--tag", "holdfast-run=6f1c1f8e-3d0a-4a44-9d7e-0b3c2f0f5a11"})},
+			"--no-lock", "snapshots", "--json", "--tag", "holdfast-run=6f1c1f8e-3d0a-4a44-9d7e-0b3c2f0f5a11"})},
 	}
 	for _, tt := range tests {
 		if !reflect.DeepEqual(tt.got, tt.want) {

@@ -102,7 +102,7 @@ func (r Restic) ForgetArgv(j Job, ids []string) []string {
 // SnapshotsArgv returns the command line that lists, as JSON, the snapshots
 // a run made: the repair channel for a run whose journal lost the summary.
 func (r Restic) SnapshotsArgv(j Job, run uuid.UUID) []string {
-	return append(r.global(j), "snapshots", "--json", "--tag", RunTag(run))
+	return append(r.global(j), "--no-lock", "snapshots", "--json", "--tag", RunTag(run))
 }
 
 // resticMessage is one line of `restic backup --json`. Status lines omit

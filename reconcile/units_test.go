@@ -18,8 +18,8 @@ import (
 )
 
 // restic's questions about a job's repository run as the job's user, in a unit of its own:
-// links the user put in the repository lead nowhere the user could not go itself, and root
-// writes nothing through them.
+// links the user put in its cache lead nowhere the user could not go itself, root writes nothing
+// through them, and what only root may read stays unread.
 func TestJobResticRunsAsTheJobsUser(t *testing.T) {
 	resticBin := testenv.Restic(t)
 	dir := testenv.SharedDir(t)
@@ -87,18 +87,17 @@ func TestJobResticRunsAsTheJobsUser(t *testing.T) {
 	}
 	trapUntouched(t, trap)
 
-	// The user links the repository's locks/ to a directory of root's. restic, asked a question
-	// that takes a lock, must fail there as nobody; as root it would have written its lock there.
-	locks := filepath.Join(repo, "locks")
-	if err := os.RemoveAll(locks); err != nil {
+	// Only the job's user's reach counts: a repository file root alone may read stops restic,
+	// where restic run as root would have read it.
+	config := filepath.Join(repo, "config")
+	if err := os.Chown(config, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(trap, locks); err != nil {
+	if err := os.Chmod(config, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = restic.RunSnapshots(ctx, ej, uuid.Nil)
-	if err == nil || !strings.Contains(err.Error(), "unable to create lock") && !strings.Contains(err.Error(), "permission denied") {
-		t.Fatalf("RunSnapshots through a link to root's directory: err = %v, want a refused lock (did it run as root?)", err)
+	if _, err := restic.RunSnapshots(ctx, ej, uuid.Nil); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("RunSnapshots with a config only root can read: err = %v, want permission denied (did it run as root?)", err)
 	}
 	trapUntouched(t, trap)
 
