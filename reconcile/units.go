@@ -192,7 +192,7 @@ func UnitSpec(cfg Config, job store.Job, run store.Run, attempt int) runner.Spec
 		"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt),
 		"--journal", JournalPath(cfg.StateDir, run.ID, attempt),
 		"--engine", job.Engine}
-	execArgv = append(append(execArgv, credentialArgs(spec)...), "--")
+	execArgv = append(execArgv, credentialArgs(spec)...)
 	spec.Description = fmt.Sprintf("holdfast %s %s, run %s attempt %d", cmp.Or(run.Kind, store.KindBackup), job.Name, run.ID, attempt)
 	spec.ExecStopPost = []string{cfg.Binary, "marker", "--state-dir", cfg.StateDir,
 		"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt), "--unit", name}
@@ -203,7 +203,7 @@ func UnitSpec(cfg Config, job store.Job, run store.Run, attempt int) runner.Spec
 		"HOLDFAST_JOB": job.Name, "HOLDFAST_RUN": run.ID.String(), "HOLDFAST_ATTEMPT": strconv.Itoa(attempt),
 	}
 	if job.Engine != "restic" {
-		spec.ExecStart = append(execArgv, job.Command...)
+		spec.ExecStart = append(append(execArgv, "--"), job.Command...)
 		return spec
 	}
 	argv := restic.BackupArgv(ej, run.ID)
@@ -213,9 +213,12 @@ func UnitSpec(cfg Config, job store.Job, run store.Run, attempt int) runner.Spec
 	case store.KindForget:
 		argv = restic.ForgetArgv(ej, run.ForgetIDs)
 	}
-	spec.ExecStart = append(execArgv, argv...)
-	spec.ExecStartPre = append(append([]string{cfg.Binary, "credexec"}, credentialArgs(spec)...), "--")
-	spec.ExecStartPre = append(spec.ExecStartPre, restic.UnlockArgv(ej)...)
+	// Stale locks go first, in the unit's own identity and sandbox: `restic unlock` removes only
+	// locks of processes that are gone (or older than 30 minutes), never a live backup's.
+	for _, arg := range restic.UnlockArgv(ej) {
+		execArgv = append(execArgv, "--before", arg)
+	}
+	spec.ExecStart = append(append(execArgv, "--"), argv...)
 	// restic 0.14 leaves its lock behind on SIGTERM; on SIGINT it removes it and exits 130.
 	spec.KillSignal = syscall.SIGINT
 	return spec

@@ -43,8 +43,6 @@ type Spec struct {
 	Name        string
 	Description string
 	ExecStart   []string
-	// ExecStartPre runs before ExecStart; its failure is ignored (e.g. removing stale locks).
-	ExecStartPre []string
 	// ExecStopPost runs after the service ended, however it ended, with full privileges even when
 	// User is set, so it can write where the job's user cannot.
 	ExecStopPost      []string
@@ -96,12 +94,6 @@ type execCommand struct {
 	IgnoreFailure bool
 }
 
-type execCommandEx struct {
-	Path  string
-	Argv  []string
-	Flags []string
-}
-
 func prop(name string, value any) sddbus.Property {
 	return sddbus.Property{Name: name, Value: dbus.MakeVariant(value)}
 }
@@ -127,13 +119,14 @@ func (s Spec) properties() ([]sddbus.Property, error) {
 		props = append(props, prop("StandardOutputFileDescriptor", dbus.UnixFD(s.stdout.Fd())),
 			prop("StandardErrorFileDescriptor", dbus.UnixFD(s.stderr.Fd())))
 	}
-	if len(s.ExecStartPre) > 0 {
-		pre := escapeDollar(s.ExecStartPre)
-		props = append(props, prop("ExecStartPre", []execCommand{{Path: pre[0], Argv: pre, IgnoreFailure: true}}))
-	}
 	if len(s.ExecStopPost) > 0 {
+		// PermissionsStartOnly keeps User= and the sandbox to ExecStart, so ExecStopPost runs
+		// with full privileges. The "+" flag of ExecStopPostEx would say the same, but systemd
+		// 252 writes it into the transient unit file as a key it cannot read back: a re-exec or
+		// reload then drops the command from every running unit.
 		post := escapeDollar(s.ExecStopPost)
-		props = append(props, prop("ExecStopPostEx", []execCommandEx{{Path: post[0], Argv: post, Flags: []string{"privileged"}}}))
+		props = append(props, prop("PermissionsStartOnly", true),
+			prop("ExecStopPost", []execCommand{{Path: post[0], Argv: post}}))
 	}
 	if s.KillSignal != 0 {
 		props = append(props, prop("KillSignal", int32(s.KillSignal)))

@@ -356,6 +356,7 @@ func newExecCmd() *cobra.Command {
 	var runID, journalPath, engineName string
 	var attempt int
 	var creds credentialFlags
+	var before []string
 	cmd := &cobra.Command{
 		Use:    "exec --run R --attempt N --journal FILE --engine restic -- COMMAND...",
 		Short:  "Run an engine inside a backup unit, writing its run journal (used by the daemon's units)",
@@ -380,6 +381,14 @@ func newExecCmd() *cobra.Command {
 				// The engine cannot reach its repository without them: fail as it would.
 				fmt.Fprintf(os.Stderr, "holdfast exec: credentials: %v\n", err)
 				return exitCodeError{1}
+			}
+			if len(before) > 0 {
+				// Its failure is not the engine's: the engine's own run says what went wrong.
+				cmd := exec.Command(before[0], before[1:]...)
+				cmd.Env, cmd.Stdout, cmd.Stderr = env, os.Stderr, os.Stderr
+				if err := cmd.Run(); err != nil {
+					fmt.Fprintf(os.Stderr, "holdfast exec: %s: %v\n", before[0], err)
+				}
 			}
 			emit := func(string, any) error { return nil }
 			w, err := journal.Create(journalPath, run, attempt)
@@ -419,6 +428,7 @@ func newExecCmd() *cobra.Command {
 	f.IntVar(&attempt, "attempt", 0, "attempt number")
 	f.StringVar(&journalPath, "journal", "", "run journal file")
 	f.StringVar(&engineName, "engine", "restic", "engine: restic or command")
+	f.StringArrayVar(&before, "before", nil, "a command to run first, one argument per flag; its failure is ignored")
 	creds.add(f)
 	for _, name := range []string{"run", "attempt", "journal"} {
 		_ = cmd.MarkFlagRequired(name)
