@@ -20,9 +20,10 @@ lint:
 	$(GO) run $(STATICCHECK) $(PKGS)
 
 # The whole suite against a real PostgreSQL, real systemd managers and real restic (testenv starts
-# private ones). CI=true turns a missing dependency into a failure instead of a skip.
+# private ones). CI=true turns a missing dependency into a failure instead of a skip. Scenario
+# tests mostly wait on systemd and restic, so four run at once even on two cores.
 test: deps lint
-	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	$(GO) test -race -count=1 -parallel 4 -timeout 30m $(PKGS)
 
 # Figures are ratios against a baseline measured in the same run (see bench/).
 bench: deps
