@@ -536,7 +536,8 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 // Restart ends the live attempt (guarded) with the marker fields it left, if any, settles its
 // hold, and opens the next one with no unit yet and a hold of what is left of the run's budget;
 // the run goes back to queued. If the run may not hold more, it ends paused instead, with the
-// reason in paused. It reports false if the attempt was no longer live.
+// reason in paused. It reports false, changing nothing, if the attempt was no longer live or a
+// stop was requested meanwhile.
 func (s *Store) Restart(ctx context.Context, runID uuid.UUID, attempt int, at time.Time, serviceResult, exitCode, exitStatus string,
 	settlement *ledger.Settlement) (moved bool, paused string, err error) {
 	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
@@ -545,6 +546,15 @@ func (s *Store) Restart(ctx context.Context, runID uuid.UUID, attempt int, at ti
 			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL`, runID, attempt, at, serviceResult, exitCode, exitStatus)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
+		}
+		// The decision to restart was taken on facts read before this transaction: a stop asked
+		// for since then wins, and the next pass decides again with it in view.
+		var stopRequested bool
+		if err := tx.QueryRow(ctx, `SELECT stop_requested_at IS NOT NULL FROM runs WHERE id = $1 FOR UPDATE`, runID).Scan(&stopRequested); err != nil {
+			return err
+		}
+		if stopRequested {
+			return errStopRequested
 		}
 		moved = true
 		if err := applySettlement(ctx, tx, runID, attempt, settlement, "holdfast"); err != nil && !errors.Is(err, errHoldClosed) {
@@ -571,11 +581,17 @@ func (s *Store) Restart(ctx context.Context, runID uuid.UUID, attempt int, at ti
 		_, err = tx.Exec(ctx, `UPDATE runs SET status = 'queued' WHERE id = $1`, runID)
 		return err
 	})
+	if errors.Is(err, errStopRequested) {
+		return false, "", nil
+	}
 	if err != nil {
 		return false, "", fmt.Errorf("restart run %s after attempt %d: %w", runID, attempt, err)
 	}
 	return moved, paused, nil
 }
+
+// errStopRequested rolls back a restart that a stop request overtook.
+var errStopRequested = errors.New("a stop was requested")
 
 // RequestStop records the operator's stop intent on a live run (idempotent) and notifies the
 // daemons. A finished run gets a ConflictError naming its status.
