@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -383,11 +384,8 @@ func newExecCmd() *cobra.Command {
 				return exitCodeError{1}
 			}
 			if len(before) > 0 {
-				// Its failure is not the engine's: the engine's own run says what went wrong.
-				cmd := exec.Command(before[0], before[1:]...)
-				cmd.Env, cmd.Stdout, cmd.Stderr = env, os.Stderr, os.Stderr
-				if err := cmd.Run(); err != nil {
-					fmt.Fprintf(os.Stderr, "holdfast exec: %s: %v\n", before[0], err)
+				if status, stopped := runBefore(before, env); stopped {
+					return exitCodeError{status}
 				}
 			}
 			emit := func(string, any) error { return nil }
@@ -434,6 +432,35 @@ func newExecCmd() *cobra.Command {
 		_ = cmd.MarkFlagRequired(name)
 	}
 	return cmd
+}
+
+// runBefore runs the command that goes before the engine. Its failure is not the engine's: the
+// engine's own run says what went wrong. A stop that arrives meanwhile is passed on to it as
+// SIGINT, and then the engine is not started: stopped is true, with the status to exit with.
+func runBefore(argv, env []string) (status int, stopped bool) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "holdfast exec: %s: %v\n", argv[0], err)
+		return 0, false
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for {
+		select {
+		case <-sigs:
+			stopped = true
+			_ = cmd.Process.Signal(syscall.SIGINT)
+		case err := <-done:
+			if err != nil && !stopped {
+				fmt.Fprintf(os.Stderr, "holdfast exec: %s: %v\n", argv[0], err)
+			}
+			return 128 + int(syscall.SIGINT), stopped
+		}
+	}
 }
 
 func newMarkerCmd(g *globals) *cobra.Command {

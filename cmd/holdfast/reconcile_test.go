@@ -201,7 +201,7 @@ func TestRuntimeLimit(t *testing.T) {
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 8, 400<<20)
-	w.mustRun("job", "add", "slow", "--repo", repo, "--password-file", pw, "--path", data, "--runtime-max", "2s")
+	w.mustRun("job", "add", "slow", "--repo", repo, "--password-file", pw, "--path", data, "--runtime-max", "4s")
 	w.startDaemon()
 	r := w.waitRun(w.startRun("slow"), "the end", ended)
 	if r.Status != "failed" || !strings.Contains(r.Reason, "runtime limit") || len(r.Attempts) != 1 {
