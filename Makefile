@@ -30,18 +30,19 @@ bench: deps
 	$(GO) test -run '^$$' -bench '^BenchmarkStartLatency$$' -benchtime 20x -count 1 ./bench/
 	$(GO) test -run '^$$' -bench '^Benchmark(Sweep|BootPass|Lateness|RetentionPlan)$$' -benchtime 1x -count 1 ./bench/
 
-# Runs each fuzz target for FUZZTIME (default 30s); the seed corpora run in `make test`.
+# Runs each fuzz target for FUZZTIME (default 30s); the seed corpora run in `make test`. No test
+# timeout: go test's default of 10m would end a 10m fuzzing run as a failure.
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./journal/
-	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./journal/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseMarker$$' -fuzztime $(FUZZTIME) ./runner/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseDuration$$' -fuzztime $(FUZZTIME) ./retention/
-	$(GO) test -run '^$$' -fuzz '^FuzzNew$$' -fuzztime $(FUZZTIME) ./retention/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseResticSnapshots$$' -fuzztime $(FUZZTIME) ./retention/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseSize$$' -fuzztime $(FUZZTIME) ./ledger/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseEnv$$' -fuzztime $(FUZZTIME) ./credentials/
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./schedule/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) -timeout 0 ./journal/
+	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) -timeout 0 ./journal/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMarker$$' -fuzztime $(FUZZTIME) -timeout 0 ./runner/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseDuration$$' -fuzztime $(FUZZTIME) -timeout 0 ./retention/
+	$(GO) test -run '^$$' -fuzz '^FuzzNew$$' -fuzztime $(FUZZTIME) -timeout 0 ./retention/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseResticSnapshots$$' -fuzztime $(FUZZTIME) -timeout 0 ./retention/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSize$$' -fuzztime $(FUZZTIME) -timeout 0 ./ledger/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEnv$$' -fuzztime $(FUZZTIME) -timeout 0 ./credentials/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -timeout 0 ./schedule/
 
 # Man pages come from the CLI's own help; a clean environment keeps local settings out of them.
 man: build
