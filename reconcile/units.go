@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode"
 
 	"github.com/google/uuid"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/textsafe"
 )
 
 // JournalPath is where an attempt's run journal lives under the state directory.
@@ -244,7 +244,7 @@ func JobRestic(cfg Config, job store.Job) (engine.Restic, engine.Job) {
 			return nil, err
 		}
 		if res.ExitStatus != 0 || res.Killed {
-			return nil, fmt.Errorf("restic exited with status %d: %s", res.ExitStatus, printable(fatalLine(string(res.Stderr))))
+			return nil, fmt.Errorf("restic exited with status %d: %s", res.ExitStatus, textsafe.String(fatalLine(string(res.Stderr))))
 		}
 		return res.Stdout, nil
 	}}, ej
@@ -262,13 +262,3 @@ func fatalLine(stderr string) string {
 	return lines[len(lines)-1]
 }
 
-// printable drops the control characters of text the job's user can influence, so it can go into
-// a log line or a reason.
-func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || r == unicode.ReplacementChar {
-			return -1
-		}
-		return r
-	}, s)
-}
