@@ -261,4 +261,3 @@ func fatalLine(stderr string) string {
 	}
 	return lines[len(lines)-1]
 }
-
