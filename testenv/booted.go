@@ -193,15 +193,11 @@ func checkBooted() error {
 func postgresSocketDir(t testing.TB) (string, error) {
 	admin := os.Getenv("HOLDFAST_TEST_DSN")
 	if admin == "" {
-		requireRunMain(t, "Postgres's private server")
-		pgServer.once.Do(startPostgres)
-		if pgServer.unavailable != "" {
-			unavailable(t, "%s (or set HOLDFAST_TEST_DSN)", pgServer.unavailable)
+		srv, err := privatePostgres(t)
+		if err != nil {
+			return "", err
 		}
-		if pgServer.err != nil {
-			return "", fmt.Errorf("start PostgreSQL: %w", pgServer.err)
-		}
-		return pgServer.srv.Dir, nil
+		return srv.Dir, nil
 	}
 	if u, err := url.Parse(admin); err == nil && strings.HasPrefix(u.Query().Get("host"), "/") {
 		return u.Query().Get("host"), nil

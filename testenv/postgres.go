@@ -47,15 +47,11 @@ func Postgres(t testing.TB) string {
 	t.Helper()
 	admin := os.Getenv("HOLDFAST_TEST_DSN")
 	if admin == "" {
-		requireRunMain(t, "Postgres's private server")
-		pgServer.once.Do(startPostgres)
-		if pgServer.unavailable != "" {
-			unavailable(t, "%s (or set HOLDFAST_TEST_DSN)", pgServer.unavailable)
+		srv, err := privatePostgres(t)
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
 		}
-		if pgServer.err != nil {
-			t.Fatalf("testenv: start PostgreSQL: %v", pgServer.err)
-		}
-		admin = pgServer.srv.DSN("postgres")
+		admin = srv.DSN("postgres")
 	}
 
 	name := "holdfast_test_" + randomHex(8)
@@ -77,6 +73,20 @@ func Postgres(t testing.TB) string {
 		t.Fatalf("testenv: %v", err)
 	}
 	return dsn
+}
+
+// privatePostgres starts the test binary's own PostgreSQL server once and returns it; a machine
+// that cannot run one skips the test (fails it under CI=true).
+func privatePostgres(t testing.TB) (*PostgresServer, error) {
+	requireRunMain(t, "Postgres's private server")
+	pgServer.once.Do(startPostgres)
+	if pgServer.unavailable != "" {
+		unavailable(t, "%s (or set HOLDFAST_TEST_DSN)", pgServer.unavailable)
+	}
+	if pgServer.err != nil {
+		return nil, fmt.Errorf("start PostgreSQL: %w", pgServer.err)
+	}
+	return pgServer.srv, nil
 }
 
 func pgExec(ctx context.Context, dsn, sql string) error {
