@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	jobdef "github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
@@ -132,7 +133,7 @@ func jobUnit(cfg Config, job store.Job, name string, writesRepository bool, writ
 	}
 
 	rw := append([]string{ej.CacheDir}, writable...)
-	if dir, local := localRepository(job.Repository); local && writesRepository {
+	if dir, local := ledger.Local(job.Repository); local && writesRepository {
 		rw = append(rw, dir)
 	}
 	sandbox := &runner.Sandbox{ReadOnlySystem: true, ReadWritePaths: rw,
@@ -162,11 +163,6 @@ func credentialArgs(spec runner.Spec) []string {
 		}
 	}
 	return args
-}
-
-func localRepository(repo string) (string, bool) {
-	dir := strings.TrimPrefix(repo, "local:")
-	return dir, filepath.IsAbs(dir)
 }
 
 // anyUnderTmp reports whether a path lies in /tmp or /var/tmp, which a private /tmp would hide.
