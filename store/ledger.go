@@ -114,7 +114,7 @@ func (s *Store) CreateAccount(ctx context.Context, name string, quota, allowance
 func (s *Store) Grant(ctx context.Context, name string, bytes int64, actor, note string) (Account, error) {
 	var out Account
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		acct, err := scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1 FOR UPDATE`, name))
+		acct, err := scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1 FOR NO KEY UPDATE`, name))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("account %q: %w", name, ErrNotFound)
 		}
@@ -231,8 +231,11 @@ func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error)
 	var unlimited bool
 	var allowance *int64
 	var period string
+	// NO KEY UPDATE: it serializes hold decisions yet does not wait on the key-share lock a
+	// settlement's insert in the same transaction (or a concurrent one) holds on this row;
+	// FOR UPDATE would, and two restarts sharing an account would deadlock.
 	if err := tx.QueryRow(ctx, `SELECT unlimited, allowance_bytes, coalesce(allowance_period, '') FROM accounts
-		WHERE name = $1 FOR UPDATE`, p.account).Scan(&unlimited, &allowance, &period); err != nil {
+		WHERE name = $1 FOR NO KEY UPDATE`, p.account).Scan(&unlimited, &allowance, &period); err != nil {
 		return p, err
 	}
 	var charged, open int64

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"context"
 	"encoding/json"
 	"errors"
@@ -257,6 +258,43 @@ func TestEndedBefore(t *testing.T) {
 		got, err := st.EndedBefore(ctx, ids, tt.before)
 		if err != nil || len(got) != len(tt.want) || len(got) == 1 && got[0] != tt.want[0] {
 			t.Errorf("EndedBefore(%s) = %v, %v; want %v", tt.before, got, err, tt.want)
+		}
+	}
+}
+
+// Restarts of runs that share an account run at once in a sweep: each settles the ended
+// attempt's hold and takes the next one, and none may deadlock on the account's row.
+func TestConcurrentRestartsShareAnAccount(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	var runs []store.Run
+	for i := range 6 {
+		name := fmt.Sprintf("c%d", i)
+		addJob(t, st, name)
+		run, err := st.Admit(ctx, name, "manual", store.KindBackup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, run)
+	}
+	for attempt := 1; attempt <= 4; attempt++ {
+		var wg sync.WaitGroup
+		errs := make([]error, len(runs))
+		for i, run := range runs {
+			wg.Go(func() {
+				moved, _, err := st.Restart(ctx, run.ID, attempt, time.Now(), "exit-code", "exited", "130",
+					&ledger.Settlement{Bytes: 1 << 20, Source: "measured growth"})
+				if err == nil && !moved {
+					err = fmt.Errorf("attempt %d was not moved on", attempt)
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("restart run %d after attempt %d: %v", i, attempt, err)
+			}
 		}
 	}
 }

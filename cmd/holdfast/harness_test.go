@@ -253,7 +253,7 @@ func (w *world) startRun(job string) string {
 // waitRun polls until cond holds for the run, or fails the test.
 func (w *world) waitRun(id string, what string, cond func(runJSON) bool) runJSON {
 	w.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		r := w.show(id)
 		if cond(r) {

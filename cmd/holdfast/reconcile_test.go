@@ -40,7 +40,7 @@ func TestGracefulReboot(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.startDaemon()
-	ids, repos := w.inFlight(5, 300<<20)
+	ids, repos := w.inFlight(5, 160<<20)
 	w.mgr.Exit(t)
 	w.mgr.Start(t)
 	for i, id := range ids {
@@ -67,7 +67,7 @@ func TestHardCrash(t *testing.T) {
 	w := newWorld(t)
 	w.spawnGrace = "3s"
 	w.startDaemon()
-	ids, repos := w.inFlight(3, 300<<20)
+	ids, repos := w.inFlight(3, 200<<20)
 	w.mgr.Kill(t)
 	w.mgr.Start(t)
 	for i, id := range ids {
