@@ -145,7 +145,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.systemd, "systemd", envOr("HOLDFAST_SYSTEMD", "system"), "systemd manager: system or user (env HOLDFAST_SYSTEMD)")
 	pf.StringVar(&g.systemdAddress, "systemd-address", os.Getenv("HOLDFAST_SYSTEMD_ADDRESS"), "D-Bus address of the manager's private socket (env HOLDFAST_SYSTEMD_ADDRESS)")
 	pf.StringVar(&g.stateDir, "state-dir", envOr("HOLDFAST_STATE_DIR", "/var/lib/holdfast"), "state directory for run journals and exit markers (env HOLDFAST_STATE_DIR)")
-	pf.StringVar(&g.journalDir, "journal-dir", os.Getenv("HOLDFAST_JOURNAL_DIR"), "journald directory `run logs` reads instead of the system journal (env HOLDFAST_JOURNAL_DIR)")
+	pf.StringVar(&g.journalDir, "journal-dir", os.Getenv("HOLDFAST_JOURNAL_DIR"), "journald directory that 'run logs' reads instead of the system journal (env HOLDFAST_JOURNAL_DIR)")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.validate() }
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
 	// Human output carries file names, restic's messages and reasons that the job's user or the
