@@ -20,7 +20,7 @@ const (
 	unitGone
 )
 
-// facts are the evidence about one live run in one pass (DESIGN.md §4).
+// facts are the evidence about one live run in one pass (see docs/ARCHITECTURE.md, Evidence).
 type facts struct {
 	marker        markerState
 	markerProblem string // for an unreadable marker: the error, starting "exit marker unreadable"
@@ -52,8 +52,9 @@ var actionNames = [...]string{"nothing", "spawn", "finish", "finish-unreadable",
 
 func (a action) String() string { return actionNames[a] }
 
-// decide is the reconciler's decision table (DESIGN.md §5), read top to bottom; the first row
-// that matches wins. It is called after the journal was drained and the paused reason re-read.
+// decide is the reconciler's decision table (see docs/ARCHITECTURE.md, The decision table), read
+// top to bottom; the first row that matches wins. It is called after the journal was drained and
+// the paused reason re-read.
 func decide(f facts, spawnGrace time.Duration) action {
 	switch {
 	// The unit ended and said how.

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// Each row of DESIGN.md §5, in order, plus the cases that must not fall through to a worse row.
+// Each row of the decision table (docs/ARCHITECTURE.md, The decision table), in order, plus the
+// cases that must not fall through to a worse row.
 func TestDecide(t *testing.T) {
 	const grace = 30 * time.Second
 	late := grace + time.Second

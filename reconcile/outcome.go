@@ -53,8 +53,8 @@ type classifier interface {
 }
 
 // outcome maps a readable marker, the attempt's projected evidence and the run's intents to a
-// final status (DESIGN.md §6). It is only asked when decide chose actFinish, so an interruption
-// here always has a stop intent or a paused reason behind it.
+// final status (see docs/ARCHITECTURE.md, Outcome mapping). It is only asked when decide chose
+// actFinish, so an interruption here always has a stop intent or a paused reason behind it.
 func outcome(m runner.Marker, ev engine.Evidence, eng classifier, stopRequested bool, pausedReason string) verdict {
 	if pausedReason == store.PausedRunCeiling {
 		return verdict{status: store.StatusPaused, reason: "paused (run_ceiling): the backup added more than its hold, so holdfast stopped it (SIGINT, restic unlocks); raise the job's --max-added and resume it"}

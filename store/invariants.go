@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// invariants are statements that must return no rows (DESIGN.md §7). Each row found is a
-// violation, described by the query's single text column.
+// invariants are statements that must return no rows (see docs/ARCHITECTURE.md, Invariants).
+// Each row found is a violation, described by the query's single text column.
 var invariants = []struct{ name, query string }{
 	{"a run never has two live attempts", `
 		SELECT 'run ' || run_id || ' has ' || count(*) || ' live attempts'

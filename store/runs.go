@@ -17,7 +17,7 @@ import (
 	"github.com/holdfast-backup/holdfast/ledger"
 )
 
-// Run statuses (DESIGN.md §2).
+// Run statuses (see docs/ARCHITECTURE.md, Data model).
 const (
 	StatusQueued    = "queued"
 	StatusRunning   = "running"
