@@ -304,7 +304,8 @@ func (r *Reconciler) gather(ctx context.Context, l *store.LiveRun, jobs map[stri
 		queuedAt:      l.Run.CreatedAt,
 	}
 	if l.Attempt.SpawnClaimedAt != nil {
-		f.sinceSpawn = r.cfg.now().Sub(*l.Attempt.SpawnClaimedAt)
+		// Both on the database's clock: the daemon's may differ from it.
+		f.sinceSpawn = l.ReadAt.Sub(*l.Attempt.SpawnClaimedAt)
 	}
 	if err := r.readMarker(*l, &f, r.engineFor(l.JobEngine)); err != nil {
 		return f, store.Job{}, err
