@@ -24,7 +24,13 @@ import (
 // spawn claims the attempt's spawn, prepares its directories and starts its unit. decide let it
 // go; the concurrency limits are decided by the claim.
 func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job) error {
-	spec := UnitSpec(r.cfg, job, l.Run, l.Attempt.No)
+	spec, unlock, err := AttemptSpec(ctx, r.cfg, job, l.Run, l.Attempt.No)
+	if err != nil {
+		return err
+	}
+	if unlock != "" {
+		r.cfg.Logger.Info("stale restic locks are removed first", "run", l.Run.ID, "attempt", l.Attempt.No, "why", unlock)
+	}
 	crashpoint.At("spawn-before-claim")
 	claimed, blocked, err := r.cfg.Store.ClaimSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
 	if err != nil {
