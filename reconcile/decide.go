@@ -26,9 +26,10 @@ const (
 	unitGone
 )
 
-// facts are the evidence about one live run in one pass, read before anything is decided (see
-// gather). Facts that only matter before a spawn are read in the order of the table's rows and
-// only until one of them holds the run back: rows below that one are never reached.
+// facts are the evidence about one live run in one pass, all read before anything is decided
+// (gather). Only what a row can reach is read: nothing for a journal to quarantine, no systemd
+// answer for a marker, the facts before a spawn only for an attempt without a unit, and nothing
+// more about a removed job.
 type facts struct {
 	// journalProblem says why the attempt's journal cannot be read or stored; "" if it drained.
 	journalProblem string
