@@ -21,38 +21,16 @@ import (
 	"github.com/holdfast-backup/holdfast/store"
 )
 
-// spawn claims the attempt's spawn, prepares its directories and starts its unit.
-func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, jobs map[string]store.Job) error {
-	job, found := jobs[l.Run.JobName]
-	var err error
-	if !found {
-		job, err = r.cfg.Store.JobByName(ctx, l.Run.JobName)
-	}
-	if errors.Is(err, store.ErrNotFound) || l.JobEngine == "" {
-		return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
-			reason: "the run's job was removed before the run could start"})
-	}
+// spawn claims the attempt's spawn, prepares its directories and starts its unit. decide let it
+// go; the concurrency limits are decided by the claim.
+func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job) error {
+	spec, unlock, err := AttemptSpec(ctx, r.cfg, job, l.Run, l.Attempt.No)
 	if err != nil {
 		return err
 	}
-	wait, notBefore, end, err := r.gate(ctx, l, job)
-	if err != nil {
-		return err
+	if unlock != "" {
+		r.cfg.Logger.Info("stale restic locks are removed first", "run", l.Run.ID, "attempt", l.Attempt.No, "why", unlock)
 	}
-	if end != nil {
-		return r.finish(ctx, l, runner.Marker{}, *end)
-	}
-	if wait != "" {
-		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, wait, notBefore)
-	}
-	// A user or group removed from the host never comes back by itself: retrying would spin.
-	if missing, err := missingIdentity(job); err != nil {
-		return err
-	} else if missing != "" {
-		return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
-			reason: missing, neverRan: true})
-	}
-	spec := UnitSpec(r.cfg, job, l.Run, l.Attempt.No)
 	crashpoint.At("spawn-before-claim")
 	claimed, blocked, err := r.cfg.Store.ClaimSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
 	if err != nil {
@@ -144,21 +122,6 @@ func missingIdentity(job store.Job) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-// finishUnspawnedStop closes a run stopped before its attempt recorded a unit. A released spawn
-// claim is not proof that no unit exists (the start call may have reached systemd before it
-// failed), so systemd is asked about the attempt's derived unit name first.
-func (r *Reconciler) finishUnspawnedStop(ctx context.Context, l store.LiveRun) error {
-	name := runner.UnitName(l.Run.JobName, l.Run.ID, l.Attempt.No)
-	alive, _, err := r.cfg.Runner.Alive(ctx, name)
-	if err != nil {
-		return err
-	}
-	if alive {
-		return r.cfg.Runner.Stop(ctx, name) // its marker ends the run on a later pass
-	}
-	return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusStopped, reason: "stopped by the operator before it was started"})
 }
 
 // finishFromMarker closes a run whose unit left a readable marker.
@@ -284,13 +247,8 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 	return nil
 }
 
-// restart ends the attempt and opens the next one, unless the run has used up its attempts.
+// restart ends the attempt and opens the next one.
 func (r *Reconciler) restart(ctx context.Context, l store.LiveRun, m runner.Marker) error {
-	if l.Attempt.No >= r.cfg.MaxAttempts {
-		return r.finish(ctx, l, m, verdict{status: store.StatusFailed, class: "transient",
-			reason: fmt.Sprintf("interrupted %d times (last: %s); giving up after %d attempts",
-				l.Attempt.No, interruption(m), r.cfg.MaxAttempts)})
-	}
 	a, err := r.cfg.Store.Attempt(ctx, l.Run.ID, l.Attempt.No)
 	if err != nil {
 		return err
@@ -343,15 +301,15 @@ var maxDrain int64 = 64 << 20
 const maxText = 1024
 
 // drain applies what the attempt's journal says since the stored cursor, at most maxDrain bytes,
-// and returns the bytes still unread. A journal that cannot be read, or whose events the database
-// cannot store, is quarantined with its reason; the run goes on.
-func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (int64, error) {
+// and returns the bytes still unread. For a journal that cannot be read, or whose events the
+// database cannot store, it returns why instead: decide quarantines it; the run goes on.
+func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (lag int64, problem string, err error) {
 	if l.Attempt.QuarantinedAt != nil || l.Attempt.Unit == "" {
-		return 0, nil
+		return 0, "", nil
 	}
 	uid, _, err := userIdentity(l.JobUser)
 	if err != nil {
-		return 0, fmt.Errorf("owner of the journal of run %s: %w", l.Run.ID, err)
+		return 0, "", fmt.Errorf("owner of the journal of run %s: %w", l.Run.ID, err)
 	}
 	src := JournalSource(r.cfg.StateDir, l.Run.ID, l.Attempt.No, uid)
 	cursor := l.Attempt.Cursor
@@ -361,14 +319,13 @@ func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (int64, error) 
 			applied, aerr := r.cfg.Store.ApplyJournal(ctx, l.Run.ID, l.Attempt.No, cursor, next, delta(events))
 			var refused *store.RefusedError
 			if errors.As(aerr, &refused) {
-				reason := fmt.Sprintf("lines %d to %d from byte %d: %v", cursor.LastSeq+1, next.LastSeq, cursor.Offset, refused)
-				return 0, r.quarantine(ctx, l, reason)
+				return 0, fmt.Sprintf("lines %d to %d from byte %d: %v", cursor.LastSeq+1, next.LastSeq, cursor.Offset, refused), nil
 			}
 			if aerr != nil {
-				return 0, aerr
+				return 0, "", aerr
 			}
 			if !applied {
-				return 0, nil // another pass moved the cursor; it owns this batch
+				return 0, "", nil // another pass moved the cursor; it owns this batch
 			}
 			crashpoint.At("journal-applied")
 			drained += next.Offset - cursor.Offset
@@ -376,13 +333,13 @@ func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (int64, error) 
 		}
 		if err != nil {
 			if errors.Is(err, journal.ErrNotYet) {
-				return 0, nil
+				return 0, "", nil
 			}
 			var ce *journal.CorruptError
 			if errors.As(err, &ce) {
-				return 0, r.quarantine(ctx, l, ce.Reason)
+				return 0, ce.Reason, nil
 			}
-			return 0, err
+			return 0, "", err
 		}
 		if len(events) == 0 {
 			break
@@ -390,9 +347,9 @@ func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (int64, error) 
 	}
 	size, err := journal.Size(src)
 	if err != nil {
-		return 0, nil
+		return 0, "", nil
 	}
-	return max(0, size-cursor.Offset), nil
+	return max(0, size-cursor.Offset), "", nil
 }
 
 // quarantine stops the projection of the attempt's journal for reason, which names what is wrong

@@ -12,17 +12,27 @@ import (
 	"github.com/holdfast-backup/holdfast/store"
 )
 
-// gate decides whether a queued attempt may be spawned now. It returns a reason to wait (and,
-// for a time-bound wait, when to look again), or a verdict that ends the run instead; neither
-// means go. Concurrency limits are checked where the spawn is claimed, in the same transaction.
-func (r *Reconciler) gate(ctx context.Context, l store.LiveRun, job store.Job) (wait string, notBefore *time.Time, end *verdict, err error) {
-	if refusal := r.policyRefusal(job); refusal != "" {
-		return "", nil, &verdict{status: store.StatusFailed, class: "permanent", reason: refusal}, nil
+// spawnFacts reads what decides whether a queued attempt may be spawned now into f, and returns
+// its job. jobs are the jobs as read for this pass. Nothing else is read about a removed job.
+func (r *Reconciler) spawnFacts(ctx context.Context, l store.LiveRun, jobs map[string]store.Job, f *facts) (store.Job, error) {
+	job, found := jobs[l.Run.JobName]
+	if !found {
+		var err error
+		job, err = r.cfg.Store.JobByName(ctx, l.Run.JobName)
+		if errors.Is(err, store.ErrNotFound) {
+			f.jobMissing = true
+			return job, nil
+		}
+		if err != nil {
+			return job, err
+		}
 	}
-	now := r.cfg.now()
-	if nb := l.Run.NotBefore; nb != nil && now.Before(*nb) {
-		return l.Run.WaitingReason, nil, nil, nil // already recorded when the time was set
+	if l.JobEngine == "" {
+		f.jobMissing = true // a job of the same name was added since: it is not this run's
+		return job, nil
 	}
+	f.refusal = r.policyRefusal(job)
+	f.notBefore = l.Run.NotBefore
 	// Maintenance windows: the job's own in its zone, then the global ones.
 	zone, err := schedule.LoadZone(job.TimeZone)
 	if err != nil {
@@ -34,74 +44,45 @@ func (r *Reconciler) gate(ctx context.Context, l store.LiveRun, job store.Job) (
 			windows = append(windows, w)
 		}
 	}
-	if until, held := schedule.Allowed(now, windows, zone); held != "" {
-		return fmt.Sprintf("waiting: maintenance window %q of job %s until %s", held, job.Name, until.UTC().Format(time.RFC3339)), &until, nil, nil
+	if until, name := schedule.Allowed(f.now, windows, zone); name != "" {
+		f.window = &held{name: name, job: job.Name, until: until}
 	}
-	if until, held := schedule.Allowed(now, r.cfg.Windows, r.cfg.WindowZone); held != "" {
-		return fmt.Sprintf("waiting: global maintenance window %q until %s", held, until.UTC().Format(time.RFC3339)), &until, nil, nil
+	if until, name := schedule.Allowed(f.now, r.cfg.Windows, r.cfg.WindowZone); name != "" {
+		f.globalWindow = &held{name: name, until: until}
 	}
-	// A snapshot put under protection after its plan was recorded is still never deleted.
 	if l.Run.Kind == store.KindForget {
-		protected, err := r.cfg.Store.ProtectedAmong(ctx, job.Repository, l.Run.ForgetIDs, now)
-		if err != nil {
-			return "", nil, nil, err
-		}
-		if len(protected) > 0 {
-			return "", nil, &verdict{status: store.StatusFailed, class: "permanent",
-				reason: fmt.Sprintf("%d snapshot(s) of the plan became protected after it was made (first: %.12s): nothing deleted; plan again",
-					len(protected), protected[0])}, nil
+		if f.protected, err = r.cfg.Store.ProtectedAmong(ctx, job.Repository, l.Run.ForgetIDs, f.now); err != nil {
+			return job, err
 		}
 	}
-	// A prerequisite must have succeeded (partial is not enough), checked just before spawning.
 	if job.DependsOn != "" && l.Run.Kind == store.KindBackup {
-		return r.dependency(ctx, l, job, now)
+		if f.prereq, err = r.prerequisite(ctx, job.DependsOn); err != nil {
+			return job, err
+		}
 	}
-	return "", nil, nil, nil
+	f.identityMissing, err = missingIdentity(job)
+	return job, err
 }
 
-// dependency decides about a run whose job depends on another. It goes if the prerequisite's
-// last run succeeded. While the prerequisite has a live run, or until it has an outcome newer
-// than this run (at most DependsWait after this run was queued), the run waits; a newer outcome
-// that is not success, or no outcome in time, fails it, naming the prerequisite and its outcome.
-func (r *Reconciler) dependency(ctx context.Context, l store.LiveRun, job store.Job, now time.Time) (wait string, notBefore *time.Time, end *verdict, err error) {
-	dep, err := r.cfg.Store.JobByName(ctx, job.DependsOn)
+// prerequisite reads what is known about the job named name, which a job depends on.
+func (r *Reconciler) prerequisite(ctx context.Context, name string) (*prereq, error) {
+	p := &prereq{name: name}
+	dep, err := r.cfg.Store.JobByName(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return "", nil, &verdict{status: store.StatusFailed, class: "permanent",
-			reason: fmt.Sprintf("prerequisite job %s does not exist", job.DependsOn)}, nil
+		return p, nil
 	}
 	if err != nil {
-		return "", nil, nil, err
+		return nil, err
 	}
-	var depRun *store.Run
+	p.exists, p.lastOutcome = true, dep.LastOutcome
 	if dep.LastRunID != nil {
 		run, err := r.cfg.Store.RunByID(ctx, *dep.LastRunID)
 		if err != nil {
-			return "", nil, nil, err
+			return nil, err
 		}
-		depRun = &run
+		p.lastRun = &run
 	}
-	if depRun != nil && store.Live(depRun.Status) {
-		return fmt.Sprintf("waiting: prerequisite job %s is %s (run %s)", dep.Name, depRun.Status, depRun.ID), nil, nil, nil
-	}
-	if dep.LastOutcome == store.StatusSucceeded {
-		return "", nil, nil, nil
-	}
-	outcome := dep.LastOutcome
-	if outcome == "" {
-		outcome = "never run"
-	}
-	if depRun != nil && depRun.FinishedAt != nil && depRun.FinishedAt.After(l.Run.CreatedAt) {
-		return "", nil, &verdict{status: store.StatusFailed, class: "permanent",
-			reason: fmt.Sprintf("prerequisite job %s has not succeeded (its last run: %s, run %s)", dep.Name, outcome, depRun.ID)}, nil
-	}
-	deadline := l.Run.CreatedAt.Add(r.cfg.DependsWait)
-	if !now.Before(deadline) {
-		return "", nil, &verdict{status: store.StatusFailed, class: "permanent",
-			reason: fmt.Sprintf("prerequisite job %s has not succeeded (its last run: %s) and had no new outcome within %s of this run being queued",
-				dep.Name, outcome, r.cfg.DependsWait)}, nil
-	}
-	return fmt.Sprintf("waiting: prerequisite job %s has not succeeded (its last run: %s); waiting for its next outcome until %s",
-		dep.Name, outcome, deadline.UTC().Format(time.RFC3339)), nil, nil, nil
+	return p, nil
 }
 
 // retryPlan returns the retry of a backup that failed for a transient reason, or nil if its job

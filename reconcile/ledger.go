@@ -80,14 +80,14 @@ func (r *Reconciler) growth(ctx context.Context, l store.LiveRun, a store.Attemp
 	return &n, other, why
 }
 
-// guard stops a running backup whose local repository grew by more than the attempt's hold: the
-// run is paused (run_ceiling) first, then its unit gets SIGINT, so restic removes its lock.
-func (r *Reconciler) guard(ctx context.Context, l store.LiveRun) error {
+// measureRunaway measures a live backup's local repository against the attempt's hold: the
+// growth past the hold, or nil if it is within it or cannot be told (not local, not measured
+// when spawned, or another run wrote to it meanwhile).
+func (r *Reconciler) measureRunaway(ctx context.Context, l store.LiveRun) *runaway {
 	a := l.Attempt
 	if l.Run.Kind != store.KindBackup || a.HoldBytes == nil || a.RepoBytesBefore == nil {
 		return nil
 	}
-	r.watch(l) // after a daemon restart, the watch resumes here
 	grown, shared, why := r.growth(ctx, l, a)
 	if grown == nil || shared != nil || *grown <= *a.HoldBytes {
 		if why != "" {
@@ -95,13 +95,19 @@ func (r *Reconciler) guard(ctx context.Context, l store.LiveRun) error {
 		}
 		return nil
 	}
+	return &runaway{hold: *a.HoldBytes, grown: *grown}
+}
+
+// pauseRunaway stops a running backup that added more than its hold: the run is paused
+// (run_ceiling) first, then its unit gets SIGINT, so restic removes its lock.
+func (r *Reconciler) pauseRunaway(ctx context.Context, l store.LiveRun, g runaway) error {
 	paused, err := r.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling)
 	if err != nil || !paused {
 		return err
 	}
 	r.cfg.Logger.Warn("runaway guard: the backup added more than its hold; stopping it", "run", l.Run.ID,
-		"hold", ledger.FormatSize(*a.HoldBytes), "added", ledger.FormatSize(*grown), "unit", a.Unit)
-	return r.cfg.Runner.Stop(ctx, a.Unit)
+		"hold", ledger.FormatSize(g.hold), "added", ledger.FormatSize(g.grown), "unit", l.Attempt.Unit)
+	return r.cfg.Runner.Stop(ctx, l.Attempt.Unit)
 }
 
 // settleDeferred tries again the settlements that found no figure when their attempt ended,

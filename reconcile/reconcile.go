@@ -263,96 +263,144 @@ func (r *Reconciler) engineFor(jobEngine string) classifier {
 	return engine.Restic{Binary: r.cfg.ResticBinary}
 }
 
-// reconcile applies the decision table to one run and returns its journal lag. jobs are the jobs
-// as read for this pass, states is systemd's answer for this pass, statesErr why there is none.
+// reconcile drains the run's journal, gathers the facts, decides once and carries the decision
+// out; it returns the run's journal lag. jobs are the jobs as read for this pass, states is
+// systemd's answer for this pass, statesErr why there is none.
 func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun, jobs map[string]store.Job, states map[string]runner.State, statesErr error) (int64, error) {
-	lag, drainErr := r.drain(ctx, l)
+	lag, problem, drainErr := r.drain(ctx, l)
 	if drainErr != nil {
 		// The journal decides how fresh the numbers are, never the lifecycle.
 		r.cfg.Logger.Warn("run journal not drained this pass", "run", l.Run.ID, "attempt", l.Attempt.No, "err", drainErr)
 	}
+	f := facts{journalProblem: problem}
+	var job store.Job
+	if problem == "" { // the quarantine comes first; nothing else is read for it
+		var err error
+		if f, job, err = r.gather(ctx, &l, jobs, states, statesErr); err != nil {
+			return lag, err
+		}
+	}
+	d := decide(f, r.rules())
+	r.cfg.Logger.Debug("reconcile", "run", l.Run.ID, "attempt", l.Attempt.No, "action", d.act.String(), "row", d.row)
+	return lag, r.carryOut(ctx, l, f, job, d)
+}
+
+func (r *Reconciler) rules() rules {
+	return rules{spawnGrace: r.cfg.SpawnGrace, dependsWait: r.cfg.DependsWait, maxAttempts: r.cfg.MaxAttempts}
+}
+
+// gather reads the facts about one live run: the marker, our intents, systemd's answer, and
+// before a spawn what may hold it back. It changes nothing, except l's intents, which it reads
+// again for a readable marker. It returns the run's job where a spawn needs it.
+func (r *Reconciler) gather(ctx context.Context, l *store.LiveRun, jobs map[string]store.Job, states map[string]runner.State, statesErr error) (facts, store.Job, error) {
 	f := facts{
+		attempt:       l.Attempt.No,
+		queued:        l.Run.Status == store.StatusQueued,
 		unitRecorded:  l.Attempt.Unit != "",
+		unitName:      l.Attempt.Unit,
 		stopRequested: l.Run.StopRequestedAt != nil,
 		pausedReason:  l.Run.PausedReason,
+		now:           r.cfg.now(),
+		queuedAt:      l.Run.CreatedAt,
 	}
 	if l.Attempt.SpawnClaimedAt != nil {
-		f.sinceSpawn = r.cfg.now().Sub(*l.Attempt.SpawnClaimedAt)
+		// Both on the database's clock: the daemon's may differ from it.
+		f.sinceSpawn = l.ReadAt.Sub(*l.Attempt.SpawnClaimedAt)
 	}
-	eng := r.engineFor(l.JobEngine)
-	marker, err := r.readMarker(l, &f, eng)
-	if err != nil {
-		return lag, err
+	if err := r.readMarker(*l, &f, r.engineFor(l.JobEngine)); err != nil {
+		return f, store.Job{}, err
 	}
-	act := decide(f, r.cfg.SpawnGrace)
-	if act == actAskSystemd {
+	switch {
+	case f.marker == markerReadable:
+		run, err := r.cfg.Store.RunByID(ctx, l.Run.ID)
+		if err != nil {
+			return f, store.Job{}, err // nothing is closed on intents we could not read
+		}
+		l.Run.StopRequestedAt, l.Run.PausedReason = run.StopRequestedAt, run.PausedReason
+		f.stopRequested, f.pausedReason = run.StopRequestedAt != nil, run.PausedReason
+	case f.marker == markerUnreadable:
+	case f.unitRecorded:
 		if statesErr != nil {
-			return lag, statesErr // "could not ask" is never "gone"
+			return f, store.Job{}, statesErr // "could not ask" is never "gone"
 		}
 		st, ok := states[l.Attempt.Unit]
 		if !ok {
-			return lag, fmt.Errorf("systemd was not asked about unit %s", l.Attempt.Unit)
+			return f, store.Job{}, fmt.Errorf("systemd was not asked about unit %s", l.Attempt.Unit)
 		}
 		f.unit = unitGone
+		f.unitFailed = st.ActiveState == "failed"
 		if st.Alive() {
+			f.unit, f.unitFailed = unitAlive, false
+			if !f.stopRequested && f.pausedReason == "" {
+				f.runaway = r.measureRunaway(ctx, *l)
+			}
+		}
+	case f.stopRequested:
+		f.unitName = runner.UnitName(l.Run.JobName, l.Run.ID, l.Attempt.No)
+		alive, _, err := r.cfg.Runner.Alive(ctx, f.unitName)
+		if err != nil {
+			return f, store.Job{}, err
+		}
+		f.unit = unitGone
+		if alive {
 			f.unit = unitAlive
-			if l.Run.Status == store.StatusQueued {
-				if err := r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, r.cfg.now()); err != nil {
-					return lag, err
-				}
-			}
-		} else if st.ActiveState == "failed" {
-			// A failed unit that was not collected: its name is ours alone, so free it.
-			if err := r.cfg.Runner.ResetFailed(ctx, l.Attempt.Unit); err != nil {
-				r.cfg.Logger.Warn("could not reset a failed unit", "unit", l.Attempt.Unit, "err", err)
-			}
 		}
-		act = decide(f, r.cfg.SpawnGrace)
+	default:
+		job, err := r.spawnFacts(ctx, *l, jobs, &f)
+		return f, job, err
 	}
-	r.cfg.Logger.Debug("reconcile", "run", l.Run.ID, "attempt", l.Attempt.No, "action", act.String())
-	switch act {
+	return f, store.Job{}, nil
+}
+
+// carryOut does what d says about the run. Every state change in it is a store write guarded
+// by "this attempt is still live".
+func (r *Reconciler) carryOut(ctx context.Context, l store.LiveRun, f facts, job store.Job, d decision) error {
+	switch d.act {
 	case actNothing:
-		if f.unit == unitAlive {
-			return lag, r.guard(ctx, l)
-		}
-		return lag, nil
+		return nil
+	case actQuarantine:
+		return r.quarantine(ctx, l, d.why)
 	case actSpawn:
-		return lag, r.spawn(ctx, l, jobs)
-	case actStopAgain:
-		return lag, r.cfg.Runner.Stop(ctx, l.Attempt.Unit)
+		return r.spawn(ctx, l, job)
+	case actWait:
+		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, d.why, d.until)
 	case actFinish:
-		return lag, r.finishFromMarker(ctx, l, marker, eng)
-	case actFinishUnreadable:
-		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, reason: f.markerProblem})
-	case actFinishStopped:
-		if !f.unitRecorded {
-			return lag, r.finishUnspawnedStop(ctx, l)
-		}
-		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusStopped,
-			reason: "stopped by the operator; the unit ended without an exit marker"})
-	case actFinishPaused:
-		return lag, r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusPaused, reason: "paused: " + f.pausedReason})
+		return r.finishFromMarker(ctx, l, f.ended, r.engineFor(l.JobEngine))
+	case actEnd:
+		return r.finish(ctx, l, f.ended, d.end)
+	case actStop:
+		return r.cfg.Runner.Stop(ctx, f.unitName)
+	case actMarkRunning:
+		return r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, r.cfg.now())
+	case actPauseRunaway:
+		return r.pauseRunaway(ctx, l, *f.runaway)
+	case actWatch:
+		r.watch(l)
+		return nil
+	case actResetFailed:
+		return r.cfg.Runner.ResetFailed(ctx, l.Attempt.Unit)
 	case actRestart:
-		return lag, r.restart(ctx, l, marker)
+		return r.restart(ctx, l, f.ended)
 	}
-	return lag, fmt.Errorf("run %s: no handling for action %s", l.Run.ID, act)
+	return fmt.Errorf("run %s: no handling for action %s", l.Run.ID, d.act)
 }
 
 // readMarker reads the attempt's marker into f.
-func (r *Reconciler) readMarker(l store.LiveRun, f *facts, eng classifier) (runner.Marker, error) {
+func (r *Reconciler) readMarker(l store.LiveRun, f *facts, eng classifier) error {
 	m, err := runner.ReadMarker(r.cfg.StateDir, l.Run.ID, l.Attempt.No)
 	switch {
 	case err == nil:
 		f.marker = markerReadable
+		f.ended = m
 		f.interrupted = interrupted(m, eng)
-		return m, nil
+		return nil
 	case errors.Is(err, runner.ErrNoMarker):
 		f.marker = markerNone
-		return runner.Marker{}, nil
+		return nil
 	case errors.Is(err, runner.ErrMarkerUnreadable):
 		f.marker = markerUnreadable
 		f.markerProblem = err.Error()
-		return runner.Marker{}, nil
+		return nil
 	}
-	return runner.Marker{}, err // an I/O error may pass: decide nothing on it
+	return err // an I/O error may pass: decide nothing on it
 }

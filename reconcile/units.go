@@ -177,9 +177,49 @@ func anyUnderTmp(paths []string) bool {
 	return false
 }
 
-// UnitSpec builds the transient unit of one attempt of a job. Exported so benchmarks and tests
-// start exactly what the daemon starts.
+// AttemptSpec builds the transient unit of one attempt of a job as the daemon starts it: restic
+// removes stale locks first only where the repository's history says one may be left (see
+// staleLock), and why is that reason ("" if none). Exported so tests start what the daemon starts.
+func AttemptSpec(ctx context.Context, cfg Config, job store.Job, run store.Run, attempt int) (spec runner.Spec, why string, err error) {
+	if job.Engine == "restic" {
+		endings, err := cfg.Store.EndingsSinceLastStart(ctx, job.Repository)
+		if err != nil {
+			return runner.Spec{}, "", err
+		}
+		why = staleLock(endings)
+	}
+	return unitSpec(cfg, job, run, attempt, why != ""), why, nil
+}
+
+// UnitSpec builds the transient unit of one attempt of a job whose repository holds no lock that
+// may be stale, as the daemon starts it after clean endings. Exported so benchmarks start it.
 func UnitSpec(cfg Config, job store.Job, run store.Run, attempt int) runner.Spec {
+	return unitSpec(cfg, job, run, attempt, false)
+}
+
+// staleLock says why a repository may hold a lock that no live restic owns, from how the attempts
+// on it ended since the last one started (whose `restic unlock` ran after them): one ended without
+// restic's own cleanup. "" if none did. restic removes its lock when it exits, with an error too,
+// and on SIGINT (130); killed by a signal, with no marker (a power loss, a vanished unit), or
+// exiting 11 (it could not lock: the lock it met may be stale), it may have left one.
+func staleLock(endings []store.AttemptEnd) string {
+	for _, e := range endings {
+		if e.ServiceResult == "" {
+			return fmt.Sprintf("attempt %d of run %s ended without an exit marker", e.Attempt, e.RunID)
+		}
+		if e.ExitCode != "exited" {
+			return fmt.Sprintf("attempt %d of run %s ended %s %s (%s)", e.Attempt, e.RunID, e.ExitCode, e.ExitStatus, e.ServiceResult)
+		}
+		switch e.ExitStatus {
+		case "0", "1", "3", "10", "12", "130":
+			continue
+		}
+		return fmt.Sprintf("attempt %d of run %s exited %s (%s)", e.Attempt, e.RunID, e.ExitStatus, e.ServiceResult)
+	}
+	return ""
+}
+
+func unitSpec(cfg Config, job store.Job, run store.Run, attempt int, unlock bool) runner.Spec {
 	name := runner.UnitName(job.Name, run.ID, attempt)
 	journalDir := filepath.Dir(JournalPath(cfg.StateDir, run.ID, attempt))
 	spec, ej := jobUnit(cfg, job, name, true, journalDir)
@@ -211,8 +251,10 @@ func UnitSpec(cfg Config, job store.Job, run store.Run, attempt int) runner.Spec
 	}
 	// Stale locks go first, in the unit's own identity and sandbox: `restic unlock` removes only
 	// locks of processes that are gone (or older than 30 minutes), never a live backup's.
-	for _, arg := range restic.UnlockArgv(ej) {
-		execArgv = append(execArgv, "--before", arg)
+	if unlock {
+		for _, arg := range restic.UnlockArgv(ej) {
+			execArgv = append(execArgv, "--before", arg)
+		}
 	}
 	spec.ExecStart = append(append(execArgv, "--"), argv...)
 	// restic 0.14 leaves its lock behind on SIGTERM; on SIGINT it removes it and exits 130.

@@ -258,6 +258,9 @@ type LiveRun struct {
 	JobEngine     string
 	JobRepository string
 	JobUser       string // the user the job's units run as; "" for root
+	// ReadAt is the database's clock when the run was read. Times the database stamped (the
+	// spawn claim) are measured against it, never against the daemon's clock.
+	ReadAt time.Time
 }
 
 // LiveRuns lists every run in a live status with its live attempt: higher job priority first,
@@ -265,7 +268,7 @@ type LiveRun struct {
 func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+runColumns+`, `+attemptColumns+`, coalesce(j.engine, ''), coalesce(j.repository, ''),
-			coalesce(j.run_as_user, '')
+			coalesce(j.run_as_user, ''), now()
 		FROM runs r
 		-- A lateral subquery that cannot be flattened (OFFSET 0) stays one index lookup per run:
 		-- with statistics that lag behind a burst of admissions, a plain join went quadratic.
@@ -282,7 +285,7 @@ func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 		var l LiveRun
 		var as attemptScan
 		dest := append(runDest(&l.Run), as.dest()...)
-		if err := rows.Scan(append(dest, &l.JobEngine, &l.JobRepository, &l.JobUser)...); err != nil {
+		if err := rows.Scan(append(dest, &l.JobEngine, &l.JobRepository, &l.JobUser, &l.ReadAt)...); err != nil {
 			return nil, fmt.Errorf("list live runs: %w", err)
 		}
 		l.Attempt = as.attempt()

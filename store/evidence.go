@@ -1,0 +1,49 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// AttemptEnd is how an attempt ended, as its exit marker said: its fields are "" when it left
+// none (its unit vanished, or it was never started).
+type AttemptEnd struct {
+	RunID         uuid.UUID
+	Attempt       int
+	EndedAt       time.Time
+	ServiceResult string
+	ExitCode      string
+	ExitStatus    string
+}
+
+// EndingsSinceLastStart returns the attempts of restic jobs on repository that ended after the
+// last start of any attempt on it, oldest first: the endings no unit on that repository has run
+// after. Attempts that never had a unit are left out: they ran nothing.
+func (s *Store) EndingsSinceLastStart(ctx context.Context, repository string) ([]AttemptEnd, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH on_repo AS (
+			SELECT a.run_id, a.attempt_no, a.started_at, a.ended_at, a.service_result, a.exit_code, a.exit_status
+			FROM jobs j JOIN runs r ON r.job_id = j.id JOIN attempts a ON a.run_id = r.id
+			WHERE j.engine = 'restic' AND j.repository = $1 AND a.unit IS NOT NULL)
+		SELECT run_id, attempt_no, ended_at, coalesce(service_result, ''), coalesce(exit_code, ''), coalesce(exit_status, '')
+		FROM on_repo
+		WHERE ended_at IS NOT NULL
+		  AND ended_at >= coalesce((SELECT max(started_at) FROM on_repo), '-infinity')
+		ORDER BY ended_at`, repository)
+	if err != nil {
+		return nil, fmt.Errorf("endings on repository %s: %w", repository, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AttemptEnd, error) {
+		var e AttemptEnd
+		err := row.Scan(&e.RunID, &e.Attempt, &e.EndedAt, &e.ServiceResult, &e.ExitCode, &e.ExitStatus)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("endings on repository %s: %w", repository, err)
+	}
+	return out, nil
+}
