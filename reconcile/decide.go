@@ -26,8 +26,8 @@ const (
 	unitGone
 )
 
-// facts are the evidence about one live run in one pass (docs/ARCHITECTURE.md, Evidence), all read before anything is decided
-// (gather). Only what a row can reach is read: nothing for a journal to quarantine, no systemd
+// facts are the evidence about one live run in one pass (docs/ARCHITECTURE.md, Evidence), all
+// read before anything is decided (gather). Only what a row can reach is read: nothing for a journal to quarantine, no systemd
 // answer for a marker, the facts before a spawn only for an attempt without a unit, and nothing
 // more about a removed job.
 type facts struct {
@@ -137,8 +137,8 @@ func wait(row, why string, until *time.Time) decision {
 
 func quarantine(row, why string) decision { return decision{row: row, act: actQuarantine, why: why} }
 
-// decide is the reconciler's decision table (docs/ARCHITECTURE.md, The decision table), read top to bottom; the first row that matches wins.
-// It is pure and called once per run per pass, after the journal was drained.
+// decide is the reconciler's decision table (docs/ARCHITECTURE.md, The decision table), read top
+// to bottom; the first row that matches wins. It is pure and called once per run per pass, after the journal was drained.
 func decide(f facts, p rules) decision {
 	dep := f.prereq
 	interruptedAlone := f.interrupted && !f.stopRequested && f.pausedReason == ""
