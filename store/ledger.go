@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/ledger"
 )
 
@@ -215,16 +216,16 @@ type holdPlan struct {
 // they still hold, counts against the run's budget: a run never spends its budget twice.
 func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error) {
 	var p holdPlan
-	var kind, engine string
+	var kind, jobEngine string
 	var jobID int64
 	var maxAdded, budget *int64
 	err := tx.QueryRow(ctx, `SELECT r.kind, j.engine, j.id, j.account, j.max_added, r.budget_bytes
-		FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1`, runID).Scan(&kind, &engine, &jobID, &p.account, &maxAdded, &budget)
+		FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1`, runID).Scan(&kind, &jobEngine, &jobID, &p.account, &maxAdded, &budget)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return p, nil // the job was removed: the run ends before it spawns
 	}
 	// Only restic backups add to a repository; prunes and forgets remove, commands have none.
-	if err != nil || kind != KindBackup || engine != "restic" {
+	if err != nil || kind != KindBackup || jobEngine != engine.NameRestic {
 		return p, err
 	}
 	p.needed = true

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 )
@@ -172,16 +173,16 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (Run, 
 	var run Run
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var jobID int64
-		var engine string
-		err := tx.QueryRow(ctx, `SELECT id, engine FROM jobs WHERE name = $1 FOR UPDATE`, jobName).Scan(&jobID, &engine)
+		var jobEngine string
+		err := tx.QueryRow(ctx, `SELECT id, engine FROM jobs WHERE name = $1 FOR UPDATE`, jobName).Scan(&jobID, &jobEngine)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("job %q: %w", jobName, ErrNotFound)
 		}
 		if err != nil {
 			return err
 		}
-		if kind == KindPrune && engine != "restic" {
-			return &ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: only a restic repository can be pruned", jobName, engine)}
+		if kind == KindPrune && jobEngine != engine.NameRestic {
+			return &ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: only a restic repository can be pruned", jobName, jobEngine)}
 		}
 		live, found, err := liveRunOf(ctx, tx, jobID)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/retention"
@@ -67,7 +68,7 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.DurationVar(&j.RuntimeMax, "runtime-max", 0, "stop a run that takes longer than this (e.g. 6h)")
 	f.IntVar(&jf.nice, "nice", 0, "CPU niceness of the backup, -20..19")
 	f.StringVar(&j.IOSchedulingClass, "io-class", "", "IO scheduling class: realtime, best-effort or idle")
-	f.StringVar(&j.Engine, "engine", "restic", "backup engine: restic or command")
+	f.StringVar(&j.Engine, "engine", engine.NameRestic, "backup engine: "+engine.NameRestic+" or "+engine.NameCommand)
 	f.StringVar(&j.Schedule, "schedule", "", `when to run: cron ("0 2 * * *"), @daily, @every 6h; "" runs only by hand`)
 	f.StringVar(&j.TimeZone, "tz", "", "IANA time zone of the schedule and windows (default UTC)")
 	f.BoolVar(&j.CatchUp, "catch-up", false, "after downtime, run once for the missed slots instead of only counting them")
@@ -241,7 +242,7 @@ func firstPrune(j store.Job) (*time.Time, error) {
 	if j.PruneSchedule == "" {
 		return nil, nil
 	}
-	if j.Engine != "restic" {
+	if j.Engine != engine.NameRestic {
 		return nil, badInput("--prune-schedule: job %s uses the %s engine; only restic repositories are pruned", j.Name, j.Engine)
 	}
 	next, err := schedule.FirstSlot(j.PruneSchedule, j.TimeZone, time.Now())

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/retention"
@@ -314,7 +315,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if j.Engine != "restic" {
+				if j.Engine != engine.NameRestic {
 					return badInput("job %s uses the %s engine: retention applies to restic repositories", j.Name, j.Engine)
 				}
 				p, ok, err := jobPolicy(j)
