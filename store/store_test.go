@@ -129,7 +129,7 @@ func TestGuardedWrites(t *testing.T) {
 		}
 	}
 	// A restart of an attempt that already ended does nothing.
-	moved, _, err := st.Restart(ctx, run.ID, 1, time.Now(), "", "", "", nil)
+	moved, _, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now()})
 	if err != nil || moved {
 		t.Fatalf("restart of an ended attempt: moved=%v err=%v", moved, err)
 	}
@@ -151,7 +151,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved, _, err := st.Restart(ctx, run.ID, 1, time.Now(), "", "", "", &ledger.Settlement{Release: true, Source: "it never ran"})
+	moved, _, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(), Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
 	if err != nil || !moved {
 		t.Fatalf("restart: moved=%v err=%v", moved, err)
 	}
@@ -282,8 +282,9 @@ func TestConcurrentRestartsShareAnAccount(t *testing.T) {
 		errs := make([]error, len(runs))
 		for i, run := range runs {
 			wg.Go(func() {
-				moved, _, err := st.Restart(ctx, run.ID, attempt, time.Now(), "exit-code", "exited", "130",
-					&ledger.Settlement{Bytes: 1 << 20, Source: "measured growth"})
+				moved, _, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: attempt, At: time.Now(),
+					ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130",
+					Settlement: &ledger.Settlement{Bytes: 1 << 20, Source: "measured growth"}})
 				if err == nil && !moved {
 					err = fmt.Errorf("attempt %d was not moved on", attempt)
 				}

@@ -248,12 +248,9 @@ func newLedgerShowCmd(g *globals) *cobra.Command {
 					}
 					for _, h := range holds {
 						oh := hold{EntryID: h.ID, RunID: h.RunID.String(), Job: h.JobName, Attempt: *h.Attempt, Bytes: h.Bytes,
-							HeldAt: h.CreatedAt.UTC().Format(time.RFC3339Nano), Deferred: h.Deferred}
-						if h.AttemptEnded {
-							if oh.Deferred == "" {
-								oh.Deferred = "the attempt ended; its settlement is being decided"
-							}
-							oh.Deferred = "deferred: " + oh.Deferred
+							HeldAt: h.CreatedAt.UTC().Format(time.RFC3339Nano)}
+						var deferred bool
+						if oh.Deferred, deferred = ledger.Deferral(h.AttemptEnded, h.Deferred); deferred {
 							o.Deferred = append(o.Deferred, oh)
 						} else {
 							o.OpenHolds = append(o.OpenHolds, oh)
