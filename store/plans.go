@@ -114,7 +114,7 @@ func admitForget(ctx context.Context, tx pgx.Tx, p Plan, planID uuid.UUID) (*uui
 	if err != nil {
 		return nil, err
 	}
-	_, err = insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: p.JobName, trigger: "manual", kind: KindForget,
+	_, err = insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: p.JobName, trigger: TriggerManual, kind: KindForget,
 		forgetIDs: p.DeleteIDs, planID: &planID})
 	return &id, err
 }

@@ -36,6 +36,14 @@ const (
 	KindForget = "forget" // deletes a retention plan's snapshots; needs its repository to itself
 )
 
+// Run triggers: what admitted a run.
+const (
+	TriggerManual   = "manual"   // an operator: run start, retention apply
+	TriggerSchedule = "schedule" // its job's schedule (or prune schedule), on time
+	TriggerCatchUp  = "catch-up" // its job's schedule, once for the slots missed while down
+	TriggerRetry    = "retry"    // a retry of a run that failed for a transient reason
+)
+
 // Live reports whether a run in this status still has (or will get) a process.
 func Live(status string) bool { return status == StatusQueued || status == StatusRunning }
 
@@ -515,7 +523,7 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 			return nil
 		}
 		rt := e.Retry
-		n := newRun{trigger: "retry", retryOf: &e.RunID, retryNumber: rt.Number, notBefore: &rt.NotBefore, waitingReason: rt.Why}
+		n := newRun{trigger: TriggerRetry, retryOf: &e.RunID, retryNumber: rt.Number, notBefore: &rt.NotBefore, waitingReason: rt.Why}
 		if err := tx.QueryRow(ctx, `SELECT job_id, job_name FROM runs WHERE id = $1`, e.RunID).Scan(&n.jobID, &n.jobName); err != nil {
 			return err
 		}
