@@ -1,6 +1,9 @@
 package ledger
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Paused reasons the ledger gives a run that may not hold what its next attempt needs.
 const (
@@ -113,4 +116,20 @@ func Deferral(attemptEnded bool, reason string) (why string, deferred bool) {
 		reason = "the attempt ended; its settlement is being decided"
 	}
 	return "deferred: " + reason, true
+}
+
+// ParseAllowance reads an account's allowance as operators give it: a size per period (day,
+// week or month, in UTC), or neither; nil for none.
+func ParseAllowance(size, period string) (*int64, error) {
+	if size == "" && period == "" {
+		return nil, nil
+	}
+	if size == "" || (period != "day" && period != "week" && period != "month") {
+		return nil, errors.New("--allowance SIZE goes with --period day, week or month")
+	}
+	n, err := ParseSize(size)
+	if err != nil {
+		return nil, fmt.Errorf("--allowance: %w", err)
+	}
+	return &n, nil
 }

@@ -134,3 +134,32 @@ func TestDeferral(t *testing.T) {
 		}
 	}
 }
+
+func TestParseAllowance(t *testing.T) {
+	for _, c := range []struct {
+		size, period string
+		want         int64 // 0: none
+		err          string
+	}{
+		{"", "", 0, ""},
+		{"10GiB", "day", 10 << 30, ""},
+		{"1MiB", "week", 1 << 20, ""},
+		{"5GB", "month", 5_000_000_000, ""},
+		{"10GiB", "", 0, "--allowance SIZE goes with --period day, week or month"},
+		{"", "day", 0, "--allowance SIZE goes with --period day, week or month"},
+		{"10GiB", "year", 0, "--allowance SIZE goes with --period day, week or month"},
+		{"lots", "day", 0, "--allowance: size \"lots\": give a positive size"},
+	} {
+		got, err := ParseAllowance(c.size, c.period)
+		switch {
+		case c.err != "":
+			if err == nil || !strings.HasPrefix(err.Error(), c.err) {
+				t.Errorf("ParseAllowance(%q, %q) = %v, want %q", c.size, c.period, err, c.err)
+			}
+		case err != nil:
+			t.Errorf("ParseAllowance(%q, %q): %v", c.size, c.period, err)
+		case c.want == 0 && got != nil, c.want != 0 && (got == nil || *got != c.want):
+			t.Errorf("ParseAllowance(%q, %q) = %v, want %d", c.size, c.period, got, c.want)
+		}
+	}
+}

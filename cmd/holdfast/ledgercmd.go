@@ -114,16 +114,9 @@ func newAccountAddCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return badInput("--quota: %v", err)
 			}
-			var allow *int64
-			if allowance != "" || period != "" {
-				if allowance == "" || (period != "day" && period != "week" && period != "month") {
-					return badInput("--allowance SIZE goes with --period day, week or month")
-				}
-				n, err := ledger.ParseSize(allowance)
-				if err != nil {
-					return badInput("--allowance: %v", err)
-				}
-				allow = &n
+			allow, err := ledger.ParseAllowance(allowance, period)
+			if err != nil {
+				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				a, err := st.CreateAccount(ctx, args[0], &q, allow, period, actor())
