@@ -81,12 +81,22 @@ func scanAccount(row pgx.Row) (Account, error) {
 	return a, err
 }
 
-// CreateAccount adds an account with an initial grant of quota bytes (nil: no quota at all).
-func (s *Store) CreateAccount(ctx context.Context, name string, quota, allowance *int64, period, actor string) (Account, error) {
+// NewAccount is an account to add.
+type NewAccount struct {
+	Name      string
+	Quota     *int64 // its initial grant; nil: no quota at all
+	Allowance *int64 // per Period, on top of the quota; nil for none
+	Period    string // day, week or month
+	Actor     string // who adds it
+}
+
+// CreateAccount adds an account with an initial grant of its quota.
+func (s *Store) CreateAccount(ctx context.Context, a NewAccount) (Account, error) {
+	name, quota, actor := a.Name, a.Quota, a.Actor
 	var out Account
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO accounts (name, unlimited, allowance_bytes, allowance_period)
-			VALUES ($1, $2, $3, nullif($4, ''))`, name, quota == nil, allowance, period)
+			VALUES ($1, $2, $3, nullif($4, ''))`, name, quota == nil, a.Allowance, a.Period)
 		if isUniqueViolation(err) {
 			return &ConflictError{Msg: fmt.Sprintf("account %s already exists (holdfast account grant %s SIZE adds to it)", name, name)}
 		}

@@ -119,7 +119,7 @@ func newAccountAddCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				a, err := st.CreateAccount(ctx, args[0], &q, allow, period, actor())
+				a, err := st.CreateAccount(ctx, store.NewAccount{Name: args[0], Quota: &q, Allowance: allow, Period: period, Actor: actor()})
 				if err != nil {
 					return err
 				}
