@@ -43,46 +43,30 @@ func (pf *policyFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&pf.zone, "retention-tz", "", "IANA time zone of the days, weeks, months and years (default UTC)")
 }
 
-// given reports whether any policy flag was set.
-func (pf *policyFlags) given(f *pflag.FlagSet) bool {
-	for _, name := range []string{"preset", "keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly", "keep-within", "retention-tz"} {
-		if f.Changed(name) {
-			return true
-		}
-	}
-	return false
-}
-
-// policy returns base changed by the flags given: a preset replaces base, the other flags
-// change single rules. The result is validated.
-func (pf *policyFlags) policy(f *pflag.FlagSet, base retention.Policy) (retention.Policy, error) {
-	p := base
-	if f.Changed("preset") {
-		preset, err := retention.Preset(pf.preset)
-		if err != nil {
-			return p, inputError{err}
-		}
-		preset.TimeZone = p.TimeZone
-		p = preset
-	}
+// change is the policy change the flags given make.
+func (pf *policyFlags) change(f *pflag.FlagSet) retention.Change {
+	var c retention.Change
 	for name, set := range map[string]func(){
-		"keep-last": func() { p.KeepLast = pf.last }, "keep-hourly": func() { p.KeepHourly = pf.hourly },
-		"keep-daily": func() { p.KeepDaily = pf.daily }, "keep-weekly": func() { p.KeepWeekly = pf.weekly },
-		"keep-monthly": func() { p.KeepMonthly = pf.monthly }, "keep-yearly": func() { p.KeepYearly = pf.y },
-		"retention-tz": func() { p.TimeZone = pf.zone },
+		"preset": func() { c.Preset = &pf.preset }, "keep-within": func() { c.KeepWithin = &pf.within },
+		"keep-last": func() { c.KeepLast = &pf.last }, "keep-hourly": func() { c.KeepHourly = &pf.hourly },
+		"keep-daily": func() { c.KeepDaily = &pf.daily }, "keep-weekly": func() { c.KeepWeekly = &pf.weekly },
+		"keep-monthly": func() { c.KeepMonthly = &pf.monthly }, "keep-yearly": func() { c.KeepYearly = &pf.y },
+		"retention-tz": func() { c.TimeZone = &pf.zone },
 	} {
 		if f.Changed(name) {
 			set()
 		}
 	}
-	if f.Changed("keep-within") {
-		d, err := retention.ParseDuration(pf.within)
-		if err != nil {
-			return p, inputError{fmt.Errorf("--keep-within: %w", err)}
-		}
-		p.KeepWithin = d
-	}
-	if err := p.Validate(); err != nil {
+	return c
+}
+
+// given reports whether any policy flag was set.
+func (pf *policyFlags) given(f *pflag.FlagSet) bool { return pf.change(f) != retention.Change{} }
+
+// policy returns base changed by the flags given (see retention.Change), validated.
+func (pf *policyFlags) policy(f *pflag.FlagSet, base retention.Policy) (retention.Policy, error) {
+	p, err := pf.change(f).Apply(base)
+	if err != nil {
 		return p, inputError{err}
 	}
 	return p, nil
