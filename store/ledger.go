@@ -207,6 +207,43 @@ func (s *Store) OpenHolds(ctx context.Context, account string) ([]OpenHold, erro
 	})
 }
 
+// AccountLedger is an account with its open holds, told apart by ledger.Deferral, and its
+// latest entries.
+type AccountLedger struct {
+	Account
+	Held     []OpenHold // holds of attempts not ended yet
+	Deferred []OpenHold // holds of ended attempts; Deferred says why each is still open
+	Entries  []Entry    // newest first
+}
+
+// Ledgers reads the ledgers of the accounts (name "" for all), with at most limit entries each.
+func (s *Store) Ledgers(ctx context.Context, name string, limit int) ([]AccountLedger, error) {
+	accounts, err := s.Accounts(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]AccountLedger, len(accounts))
+	for i, a := range accounts {
+		out[i].Account = a
+		holds, err := s.OpenHolds(ctx, a.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range holds {
+			var deferred bool
+			if h.Deferred, deferred = ledger.Deferral(h.AttemptEnded, h.Deferred); deferred {
+				out[i].Deferred = append(out[i].Deferred, h)
+			} else {
+				out[i].Held = append(out[i].Held, h)
+			}
+		}
+		if out[i].Entries, err = s.Entries(ctx, a.Name, limit); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // holdPlan is what an attempt about to run may hold, or why it may not run.
 type holdPlan struct {
 	needed  bool // false: the run adds nothing (a prune or forget) and holds nothing

@@ -299,3 +299,50 @@ func TestConcurrentRestartsShareAnAccount(t *testing.T) {
 		}
 	}
 }
+
+// A ledger tells the holds of running attempts from those of ended ones whose figure is unknown.
+func TestLedgersTellDeferredHolds(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	quota, most := int64(1<<30), int64(1<<20)
+	if _, err := st.CreateAccount(ctx, store.NewAccount{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: "restic", Repository: "/r/" + name, PasswordFile: "/pw",
+			Paths: []string{"/data"}, Account: "team", MaxAdded: &most}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running, err := st.Admit(ctx, "a", store.TriggerManual, store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, err := st.Admit(ctx, "b", store.TriggerManual, store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its figure unknown, the ended attempt's hold stays open and takes all of the run's budget.
+	moved, paused, err := st.Restart(ctx, store.Restarting{RunID: ended.ID, Attempt: 1, At: time.Now(),
+		Settlement: &ledger.Settlement{Deferred: "no figure"}})
+	if err != nil || !moved || !strings.HasPrefix(paused, "paused (settlement_deferred)") {
+		t.Fatalf("restart: moved=%v paused=%q err=%v", moved, paused, err)
+	}
+	ledgers, err := st.Ledgers(ctx, "team", 10)
+	if err != nil || len(ledgers) != 1 {
+		t.Fatalf("Ledgers = %+v, %v", ledgers, err)
+	}
+	l := ledgers[0]
+	if len(l.Held) != 1 || l.Held[0].RunID == nil || *l.Held[0].RunID != running.ID || l.Held[0].Deferred != "" {
+		t.Errorf("held: %+v", l.Held)
+	}
+	if len(l.Deferred) != 1 || *l.Deferred[0].RunID != ended.ID || l.Deferred[0].Deferred != "deferred: no figure" {
+		t.Errorf("deferred: %+v", l.Deferred)
+	}
+	if len(l.Entries) != 3 || l.Account.HeldBytes != 2*most {
+		t.Errorf("entries %+v, held %d; want the grant and two holds of %d", l.Entries, l.Account.HeldBytes, most)
+	}
+	if _, err := st.Ledgers(ctx, "nobody", 10); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Ledgers of an unknown account: %v", err)
+	}
+}

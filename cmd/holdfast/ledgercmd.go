@@ -228,32 +228,24 @@ func newLedgerShowCmd(g *globals) *cobra.Command {
 				return badInput("--limit %d: give at least 1", limit)
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				accounts, err := st.Accounts(ctx, name)
+				ledgers, err := st.Ledgers(ctx, name, limit)
 				if err != nil {
 					return err
 				}
-				out := make([]accountOut, 0, len(accounts))
-				for _, a := range accounts {
-					o := accountJSON(a)
-					holds, err := st.OpenHolds(ctx, a.Name)
-					if err != nil {
-						return err
+				holdJSON := func(h store.OpenHold) hold {
+					return hold{EntryID: h.ID, RunID: h.RunID.String(), Job: h.JobName, Attempt: *h.Attempt, Bytes: h.Bytes,
+						HeldAt: h.CreatedAt.UTC().Format(time.RFC3339Nano), Deferred: h.Deferred}
+				}
+				out := make([]accountOut, 0, len(ledgers))
+				for _, l := range ledgers {
+					o := accountJSON(l.Account)
+					for _, h := range l.Held {
+						o.OpenHolds = append(o.OpenHolds, holdJSON(h))
 					}
-					for _, h := range holds {
-						oh := hold{EntryID: h.ID, RunID: h.RunID.String(), Job: h.JobName, Attempt: *h.Attempt, Bytes: h.Bytes,
-							HeldAt: h.CreatedAt.UTC().Format(time.RFC3339Nano)}
-						var deferred bool
-						if oh.Deferred, deferred = ledger.Deferral(h.AttemptEnded, h.Deferred); deferred {
-							o.Deferred = append(o.Deferred, oh)
-						} else {
-							o.OpenHolds = append(o.OpenHolds, oh)
-						}
+					for _, h := range l.Deferred {
+						o.Deferred = append(o.Deferred, holdJSON(h))
 					}
-					entries, err := st.Entries(ctx, a.Name, limit)
-					if err != nil {
-						return err
-					}
-					for _, e := range entries {
+					for _, e := range l.Entries {
 						o.Entries = append(o.Entries, entryJSON(e))
 					}
 					out = append(out, o)
@@ -269,7 +261,7 @@ func newLedgerShowCmd(g *globals) *cobra.Command {
 					if i > 0 {
 						fmt.Fprintln(w)
 					}
-					fmt.Fprintf(w, "account %s: %s\n", o.Account, quotaText(accounts[i]))
+					fmt.Fprintf(w, "account %s: %s\n", o.Account, quotaText(ledgers[i].Account))
 					for _, h := range o.OpenHolds {
 						fmt.Fprintf(w, "  held      %-10s run %.8s attempt %d (%s)\n", ledger.FormatSize(h.Bytes), h.RunID, h.Attempt, h.Job)
 					}
