@@ -31,6 +31,12 @@ import (
 	"strings"
 )
 
+// Engine names, as a job's engine setting spells them.
+const (
+	NameRestic  = "restic"  // restic backs up the job's paths to its repository
+	NameCommand = "command" // the job's own command; holdfast only supervises it
+)
+
 // Journal event types.
 const (
 	TypeProgress  = "progress"

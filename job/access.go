@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/holdfast-backup/holdfast/credentials"
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -24,7 +25,7 @@ type Access struct {
 // unit as a credential, read by systemd as root), the password file need not be readable by the
 // job's user, only a regular file. Run it after Validate.
 func CheckAccess(j store.Job, probe Probe, viaCredentials bool) error {
-	if j.Engine != "restic" {
+	if j.Engine != engine.NameRestic {
 		return nil
 	}
 	id, err := ResolveIdentity(j.User, j.Group)

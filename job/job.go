@@ -1,5 +1,7 @@
 // Package job validates backup job definitions before they reach the database, so that bad
-// input gets a one-line error that says what is wrong and what to do, and nothing is stored.
+// input gets a one-line error that says what is wrong and what to do, and nothing is stored. It
+// also states a new job's defaults (New), the first slots of its schedules (Slots), its stored
+// retention policy and guardrail, and checks its files as the job's user (CheckAccess, ProbeAs).
 package job
 
 import (
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/credentials"
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -45,17 +48,17 @@ func Validate(j *store.Job) error {
 		return err
 	}
 	if j.Engine == "" {
-		j.Engine = "restic"
+		j.Engine = engine.NameRestic
 	}
-	if j.Engine != "restic" && j.Engine != "command" {
+	if j.Engine != engine.NameRestic && j.Engine != engine.NameCommand {
 		return fmt.Errorf("unknown engine %q: use restic or command", j.Engine)
 	}
-	if j.Engine == "command" {
+	if j.Engine == engine.NameCommand {
 		if len(j.Command) == 0 || !filepath.IsAbs(j.Command[0]) {
 			return errors.New("a command job needs --command with an absolute program path first, e.g. --command /usr/local/bin/dump --command --all")
 		}
 	}
-	if j.Engine == "restic" {
+	if j.Engine == engine.NameRestic {
 		if len(j.Command) > 0 {
 			return errors.New("--command is for --engine command; a restic job backs up --path")
 		}
@@ -86,10 +89,10 @@ func Validate(j *store.Job) error {
 			return fmt.Errorf("password file %q is a relative path: give an absolute path", j.PasswordFile)
 		}
 	}
-	if j.Engine != "restic" && j.EnvFile != "" {
+	if j.Engine != engine.NameRestic && j.EnvFile != "" {
 		return errors.New("--env-file is for restic jobs")
 	}
-	if j.Engine == "restic" && len(j.Paths) == 0 {
+	if j.Engine == engine.NameRestic && len(j.Paths) == 0 {
 		return errors.New("no paths to back up: give --path PATH at least once")
 	}
 	for _, p := range j.Paths {

@@ -1,8 +1,8 @@
 // Package ledger decides the figures of holdfast's storage accounting: how much a run may add to
-// its repository (its budget, held at admission), and what an attempt is charged when it ends.
-// It is pure: package store writes its answers as ledger entries in the same transactions that
-// admit, restart and finish runs, so an entry and the lifecycle change it belongs to are never
-// apart.
+// its repository (its budget), what each attempt holds of it or why the run pauses instead
+// (DecideHold), and what an attempt is charged when it ends. It is pure: package store reads the
+// facts and writes its answers as ledger entries in the same transactions that admit, restart and
+// finish runs, so an entry and the lifecycle change it belongs to are never apart.
 //
 // Absent is not zero: an attempt whose added bytes cannot be known is never settled at 0, nor
 // silently at its whole hold. Its hold stays open with the reason (a deferral), until a figure

@@ -255,7 +255,8 @@ func (r *Reconciler) restart(ctx context.Context, l store.LiveRun, m runner.Mark
 	}
 	settlement := r.settlement(ctx, l, a, ran(a, m), true)
 	crashpoint.At("restart-before")
-	moved, paused, err := r.cfg.Store.Restart(ctx, l.Run.ID, l.Attempt.No, r.cfg.now(), m.ServiceResult, m.ExitCode, m.ExitStatus, settlement)
+	moved, paused, err := r.cfg.Store.Restart(ctx, store.Restarting{RunID: l.Run.ID, Attempt: l.Attempt.No, At: r.cfg.now(),
+		ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus, Settlement: settlement})
 	if err != nil {
 		return err
 	}

@@ -122,7 +122,7 @@ func (r *Reconciler) settleDeferred(ctx context.Context) error {
 	r.forgetRepairs(deferred)
 	var errs []error
 	for _, d := range deferred {
-		if d.SnapshotID == "" || d.Engine != "restic" || !r.repairDue(d.RunID, d.Attempt) {
+		if d.SnapshotID == "" || d.Engine != engine.NameRestic || !r.repairDue(d.RunID, d.Attempt) {
 			continue
 		}
 		repairCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)

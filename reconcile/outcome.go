@@ -64,9 +64,9 @@ func outcome(m runner.Marker, ev engine.Evidence, eng classifier, stopRequested 
 	}
 	switch m.ServiceResult {
 	case "timeout":
-		return verdict{status: store.StatusFailed, class: "transient", reason: "the run reached its runtime limit (RuntimeMaxSec) and was stopped by systemd"}
+		return verdict{status: store.StatusFailed, class: string(engine.Transient), reason: "the run reached its runtime limit (RuntimeMaxSec) and was stopped by systemd"}
 	case "oom-kill":
-		return verdict{status: store.StatusFailed, class: "transient", reason: "the engine was killed by the kernel's out-of-memory killer"}
+		return verdict{status: store.StatusFailed, class: string(engine.Transient), reason: "the engine was killed by the kernel's out-of-memory killer"}
 	case "core-dump":
 		return verdict{status: store.StatusFailed, reason: fmt.Sprintf("the engine crashed (signal %s, core dumped)", m.ExitStatus)}
 	case "watchdog":

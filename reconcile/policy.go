@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -72,7 +73,7 @@ func resolveUser(name string) (uint32, error) {
 // checked where a run is about to be spawned, so a job written to the database by anyone is
 // held to the policy of the host that would run it.
 func (r *Reconciler) policyRefusal(job store.Job) string {
-	if job.Engine == "command" && !r.cfg.AllowCommandJobs {
+	if job.Engine == engine.NameCommand && !r.cfg.AllowCommandJobs {
 		return fmt.Sprintf("refused by this daemon's policy: job %s is a command job (it runs any program, as %s), and command jobs are not allowed here; start the daemon with --allow-command-jobs to allow them",
 			job.Name, userOrRoot(job.User))
 	}

@@ -17,8 +17,30 @@ type Guardrail struct {
 	MinKeep int
 }
 
-// DefaultMaxDeleteShare is the share Guardrail allows when MaxDeleteShare is zero.
-const DefaultMaxDeleteShare = 0.5
+// Guardrail defaults: a job's, unless it sets its own.
+const (
+	// DefaultMaxDeleteShare is the share Guardrail allows when MaxDeleteShare is zero.
+	DefaultMaxDeleteShare = 0.5
+	// DefaultMinKeep is how many in-scope snapshots a job's plans must leave.
+	DefaultMinKeep = 1
+)
+
+// MaxDeleteShare reads a guardrail's largest share to delete as operators give it: a
+// percentage from 1 to 100.
+func MaxDeleteShare(percent int) (float64, error) {
+	if percent < 1 || percent > 100 {
+		return 0, fmt.Errorf("--retention-max-delete %d: give a percentage from 1 to 100", percent)
+	}
+	return float64(percent) / 100, nil
+}
+
+// CheckMinKeep refuses a negative guardrail minimum.
+func CheckMinKeep(n int) error {
+	if n < 0 {
+		return fmt.Errorf("--retention-min-keep %d: give 0 or more", n)
+	}
+	return nil
+}
 
 // RefusedError is the error of a plan a Guardrail refuses.
 type RefusedError struct {

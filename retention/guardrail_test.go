@@ -59,3 +59,31 @@ func TestGuardrailOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+func TestGuardrailSettings(t *testing.T) {
+	for _, c := range []struct {
+		percent int
+		want    float64
+		err     string
+	}{
+		{1, 0.01, ""}, {50, DefaultMaxDeleteShare, ""}, {100, 1, ""},
+		{0, 0, "--retention-max-delete 0: give a percentage from 1 to 100"},
+		{101, 0, "--retention-max-delete 101: give a percentage from 1 to 100"},
+		{-5, 0, "--retention-max-delete -5: give a percentage from 1 to 100"},
+	} {
+		got, err := MaxDeleteShare(c.percent)
+		if (err == nil) != (c.err == "") || (err != nil && err.Error() != c.err) || got != c.want {
+			t.Errorf("MaxDeleteShare(%d) = %v, %v; want %v, %q", c.percent, got, err, c.want, c.err)
+		}
+	}
+	for _, c := range []struct {
+		n   int
+		err string
+	}{
+		{0, ""}, {DefaultMinKeep, ""}, {1000, ""}, {-1, "--retention-min-keep -1: give 0 or more"},
+	} {
+		if err := CheckMinKeep(c.n); (err == nil) != (c.err == "") || (err != nil && err.Error() != c.err) {
+			t.Errorf("CheckMinKeep(%d) = %v, want %q", c.n, err, c.err)
+		}
+	}
+}

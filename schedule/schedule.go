@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/holdfast-backup/holdfast/store"
 )
 
 // Schedule says when a job runs.
@@ -293,7 +295,7 @@ func (c candidate) note() string {
 // Decision is what admission does with a job whose slot is due.
 type Decision struct {
 	Run     bool      // admit a run now
-	Trigger string    // "schedule" or "catch-up"
+	Trigger string    // store.TriggerSchedule or store.TriggerCatchUp
 	Planned time.Time // the slot the run is admitted for
 	Missed  int       // slots skipped and not replayed
 	Next    time.Time // the job's next slot, from the planned times (no drift)
@@ -336,9 +338,9 @@ func (s Schedule) Due(planned, now time.Time, grace time.Duration, catchUp bool)
 	d := Decision{Planned: last, Next: next}
 	switch {
 	case now.Sub(last) <= grace:
-		d.Run, d.Trigger, d.Missed = true, "schedule", count-1
+		d.Run, d.Trigger, d.Missed = true, store.TriggerSchedule, count-1
 	case catchUp:
-		d.Run, d.Trigger, d.Missed = true, "catch-up", count-1
+		d.Run, d.Trigger, d.Missed = true, store.TriggerCatchUp, count-1
 	default:
 		d.Missed = count
 	}

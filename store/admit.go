@@ -14,7 +14,7 @@ import (
 // SlotDecision is what the scheduler decided about one due job.
 type SlotDecision struct {
 	Run     bool       // admit a run for Planned
-	Trigger string     // "schedule" or "catch-up"
+	Trigger string     // TriggerSchedule or TriggerCatchUp
 	Planned time.Time  // the slot
 	Missed  int        // slots skipped, never replayed
 	Next    *time.Time // the job's next slot; nil stops scheduling it
@@ -237,7 +237,7 @@ func admitPrune(ctx context.Context, tx pgx.Tx, j Job, next func(Job) *time.Time
 		return a, err
 	}
 	// planned_at stays empty: the slot is the prune schedule's, not the backup schedule's.
-	if _, err := insertRun(ctx, tx, id, newRun{jobID: j.ID, jobName: j.Name, trigger: "schedule", kind: KindPrune}); err != nil {
+	if _, err := insertRun(ctx, tx, id, newRun{jobID: j.ID, jobName: j.Name, trigger: TriggerSchedule, kind: KindPrune}); err != nil {
 		return a, err
 	}
 	a.Run, a.NextSlot = &id, next(j)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/retention"
 )
 
 // Job is a backup job as stored.
@@ -108,13 +109,9 @@ func settingValues(j Job) []any {
 	return []any{j.Engine, j.Repository, j.PasswordFile, nonNil(j.Paths), nonNil(j.Excludes), j.User, j.Group,
 		j.Nice, j.IOSchedulingClass, durationToInterval(j.RuntimeMax), nonNil(j.Command), j.Schedule, j.TimeZone,
 		j.CatchUp, j.NextRunAt, j.RetryMax, j.RetryBackoff, nonNil(j.Windows), j.Priority, nullIfEmpty(j.DependsOn),
-		nilIfEmpty(j.Retention), cmp.Or(j.RetentionMaxDelete, DefaultRetentionMaxDelete), j.RetentionMinKeep,
+		nilIfEmpty(j.Retention), cmp.Or(j.RetentionMaxDelete, retention.DefaultMaxDeleteShare), j.RetentionMinKeep,
 		j.PruneSchedule, j.NextPruneAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded, j.EnvFile}
 }
-
-// DefaultRetentionMaxDelete is the share of a job's snapshots one retention plan may delete
-// without --force when the job sets none.
-const DefaultRetentionMaxDelete = 0.5
 
 // settingParams returns n placeholders "$from, ..." for the settings.
 func settingParams(from int) string {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/ledger"
 )
 
@@ -21,13 +22,11 @@ const (
 	EntryRelease = "release"
 )
 
-// Paused reasons the ledger gives a run.
+// Paused reasons the ledger gives a run (see package ledger).
 const (
-	PausedQuotaExhausted = "quota_exhausted" // its account could not hold what it needs
-	PausedRunCeiling     = "run_ceiling"     // it reached what it may add
-	// PausedSettlementDeferred: an earlier attempt's figure is unknown and its open hold leaves
-	// nothing of the run's budget; settling it by hand lets the run resume.
-	PausedSettlementDeferred = "settlement_deferred"
+	PausedQuotaExhausted     = ledger.PausedQuotaExhausted
+	PausedRunCeiling         = ledger.PausedRunCeiling
+	PausedSettlementDeferred = ledger.PausedSettlementDeferred
 )
 
 // DefaultAccount is the account of jobs that name none. It has no quota until given one.
@@ -82,12 +81,22 @@ func scanAccount(row pgx.Row) (Account, error) {
 	return a, err
 }
 
-// CreateAccount adds an account with an initial grant of quota bytes (nil: no quota at all).
-func (s *Store) CreateAccount(ctx context.Context, name string, quota, allowance *int64, period, actor string) (Account, error) {
+// NewAccount is an account to add.
+type NewAccount struct {
+	Name      string
+	Quota     *int64 // its initial grant; nil: no quota at all
+	Allowance *int64 // per Period, on top of the quota; nil for none
+	Period    string // day, week or month
+	Actor     string // who adds it
+}
+
+// CreateAccount adds an account with an initial grant of its quota.
+func (s *Store) CreateAccount(ctx context.Context, a NewAccount) (Account, error) {
+	name, quota, actor := a.Name, a.Quota, a.Actor
 	var out Account
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO accounts (name, unlimited, allowance_bytes, allowance_period)
-			VALUES ($1, $2, $3, nullif($4, ''))`, name, quota == nil, allowance, period)
+			VALUES ($1, $2, $3, nullif($4, ''))`, name, quota == nil, a.Allowance, a.Period)
 		if isUniqueViolation(err) {
 			return &ConflictError{Msg: fmt.Sprintf("account %s already exists (holdfast account grant %s SIZE adds to it)", name, name)}
 		}
@@ -198,133 +207,120 @@ func (s *Store) OpenHolds(ctx context.Context, account string) ([]OpenHold, erro
 	})
 }
 
-// holdPlan is what an attempt about to run may hold, or why it may not run.
-type holdPlan struct {
-	needed      bool // false: the run adds nothing (a prune or forget) and holds nothing
-	account     string
-	bytes       int64
-	why         string
-	pausedCode  string // set when the attempt may not run
-	pausedText  string
-	budgetWhy   string
-	budgetBytes int64
+// AccountLedger is an account with its open holds, told apart by ledger.Deferral, and its
+// latest entries.
+type AccountLedger struct {
+	Account
+	Held     []OpenHold // holds of attempts not ended yet
+	Deferred []OpenHold // holds of ended attempts; Deferred says why each is still open
+	Entries  []Entry    // newest first
 }
 
-// planHold decides the hold of the run's next attempt, locking the account's row so that two
-// holds never both take the last of a balance. What earlier attempts were charged, and what
-// they still hold, counts against the run's budget: a run never spends its budget twice.
+// Ledgers reads the ledgers of the accounts (name "" for all), with at most limit entries each.
+func (s *Store) Ledgers(ctx context.Context, name string, limit int) ([]AccountLedger, error) {
+	accounts, err := s.Accounts(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]AccountLedger, len(accounts))
+	for i, a := range accounts {
+		out[i].Account = a
+		holds, err := s.OpenHolds(ctx, a.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range holds {
+			var deferred bool
+			if h.Deferred, deferred = ledger.Deferral(h.AttemptEnded, h.Deferred); deferred {
+				out[i].Deferred = append(out[i].Deferred, h)
+			} else {
+				out[i].Held = append(out[i].Held, h)
+			}
+		}
+		if out[i].Entries, err = s.Entries(ctx, a.Name, limit); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// holdPlan is what an attempt about to run may hold, or why it may not run.
+type holdPlan struct {
+	needed  bool // false: the run adds nothing (a prune or forget) and holds nothing
+	account string
+	ledger.Hold
+}
+
+// planHold reads the facts of the hold of the run's next attempt, locking the account's row so
+// that two holds never both take the last of a balance, lets package ledger decide it, and
+// records the run's budget if it changed.
 func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error) {
 	var p holdPlan
-	var kind, engine string
+	var kind, jobEngine string
 	var jobID int64
-	var maxAdded, budget *int64
+	f := ledger.HoldFacts{Run: runID.String()}
 	err := tx.QueryRow(ctx, `SELECT r.kind, j.engine, j.id, j.account, j.max_added, r.budget_bytes
-		FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1`, runID).Scan(&kind, &engine, &jobID, &p.account, &maxAdded, &budget)
+		FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1`, runID).Scan(&kind, &jobEngine, &jobID, &p.account, &f.MaxAdded, &f.Budget)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return p, nil // the job was removed: the run ends before it spawns
 	}
 	// Only restic backups add to a repository; prunes and forgets remove, commands have none.
-	if err != nil || kind != KindBackup || engine != "restic" {
+	if err != nil || kind != KindBackup || jobEngine != engine.NameRestic {
 		return p, err
 	}
-	p.needed = true
-	var unlimited bool
-	var allowance *int64
-	var period string
+	p.needed, f.Account = true, p.account
 	// NO KEY UPDATE: it serializes hold decisions yet does not wait on the key-share lock a
 	// settlement's insert in the same transaction (or a concurrent one) holds on this row;
 	// FOR UPDATE would, and two restarts sharing an account would deadlock.
 	if err := tx.QueryRow(ctx, `SELECT unlimited, allowance_bytes, coalesce(allowance_period, '') FROM accounts
-		WHERE name = $1 FOR NO KEY UPDATE`, p.account).Scan(&unlimited, &allowance, &period); err != nil {
+		WHERE name = $1 FOR NO KEY UPDATE`, p.account).Scan(&f.Unlimited, &f.Allowance, &f.Period); err != nil {
 		return p, err
 	}
-	var charged, open int64
 	if err := tx.QueryRow(ctx, `SELECT
 			coalesce((SELECT sum(bytes) FROM ledger_entries WHERE run_id = $1 AND kind = 'settle'), 0)::bigint,
-			coalesce((SELECT sum(bytes) FROM open_holds WHERE run_id = $1), 0)::bigint`, runID).Scan(&charged, &open); err != nil {
+			coalesce((SELECT sum(bytes) FROM open_holds WHERE run_id = $1), 0)::bigint`, runID).Scan(&f.Charged, &f.Open); err != nil {
 		return p, err
 	}
-	// A job's ceiling is read at every hold: raising it lets a run paused at its ceiling resume.
-	// Lowering it never takes back what the run was charged or holds.
-	if maxAdded != nil {
-		ceiling := max(*maxAdded, charged+open)
-		if budget == nil || *budget != ceiling {
-			budget = &ceiling
-			if _, err := tx.Exec(ctx, `UPDATE runs SET budget_bytes = $2 WHERE id = $1`, runID, ceiling); err != nil {
-				return p, err
-			}
-		}
-	}
-	if budget == nil {
+	if f.NeedsHistory() {
 		rows, err := tx.Query(ctx, `SELECT bytes_added FROM runs WHERE job_id = $1 AND kind = 'backup'
 			AND status IN ('succeeded', 'partial') AND bytes_added IS NOT NULL ORDER BY finished_at DESC LIMIT 5`, jobID)
 		if err != nil {
 			return p, err
 		}
-		recent, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
+		if f.Recent, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
 			return p, err
 		}
-		p.budgetBytes, p.budgetWhy = ledger.Budget(maxAdded, recent)
-		if _, err := tx.Exec(ctx, `UPDATE runs SET budget_bytes = $2 WHERE id = $1`, runID, p.budgetBytes); err != nil {
-			return p, err
-		}
-	} else {
-		p.budgetBytes, p.budgetWhy = *budget, "the run's budget"
-		if maxAdded != nil {
-			p.budgetWhy = "the job's ceiling (--max-added)"
-		}
 	}
-	p.bytes = p.budgetBytes - charged - open
-	if p.bytes <= 0 && open > 0 {
-		p.pausedCode = PausedSettlementDeferred
-		p.pausedText = fmt.Sprintf("paused (settlement_deferred): %s of the run's budget of %s is still held by an earlier attempt whose figure is unknown; settle it (holdfast ledger settle %s --bytes N --why ...) and resume the run",
-			ledger.FormatSize(open), ledger.FormatSize(p.budgetBytes), runID)
-		return p, nil
-	}
-	if p.bytes <= 0 {
-		p.pausedCode = PausedRunCeiling
-		p.pausedText = fmt.Sprintf("paused (run_ceiling): the run has used its budget of %s (%s); raise the job's --max-added and resume it",
-			ledger.FormatSize(p.budgetBytes), p.budgetWhy)
-		return p, nil
-	}
-	p.why = fmt.Sprintf("%s left of a budget of %s (%s)", ledger.FormatSize(p.bytes), ledger.FormatSize(p.budgetBytes), p.budgetWhy)
-	if !unlimited {
+	if !f.Unlimited {
 		acct, err := scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, p.account))
 		if err != nil {
 			return p, err
 		}
-		balance := acct.Balance()
-		if balance < p.bytes {
-			p.pausedCode = PausedQuotaExhausted
-			p.pausedText = fmt.Sprintf("paused (quota_exhausted): account %s has %s left and the run needs %s (%s); grant more (holdfast account grant %s SIZE) and resume it (holdfast run resume %s)",
-				p.account, ledger.FormatSize(max(balance, 0)), ledger.FormatSize(p.bytes), p.why, p.account, runID)
-			return p, nil
-		}
+		f.Balance = acct.Balance()
 	}
-	if allowance != nil {
-		var used int64
+	if f.Allowance != nil {
 		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(bytes), 0)::bigint FROM (
 				SELECT bytes, created_at FROM ledger_entries WHERE account = $1 AND kind = 'settle'
 				UNION ALL SELECT bytes, created_at FROM open_holds WHERE account = $1) e
-			WHERE e.created_at >= date_trunc($2, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`, p.account, period).Scan(&used); err != nil {
+			WHERE e.created_at >= date_trunc($2, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`, p.account, f.Period).Scan(&f.Used); err != nil {
 			return p, err
 		}
-		if used+p.bytes > *allowance {
-			p.pausedCode = PausedQuotaExhausted
-			p.pausedText = fmt.Sprintf("paused (quota_exhausted): account %s has used %s of its allowance of %s this %s and the run needs %s; wait for the next %s or grant, then resume it (holdfast run resume %s)",
-				p.account, ledger.FormatSize(used), ledger.FormatSize(*allowance), period, ledger.FormatSize(p.bytes), period, runID)
+	}
+	p.Hold = ledger.DecideHold(f)
+	if p.BudgetChanged {
+		if _, err := tx.Exec(ctx, `UPDATE runs SET budget_bytes = $2 WHERE id = $1`, runID, p.Budget); err != nil {
+			return p, err
 		}
 	}
 	return p, nil
 }
 
 func insertHold(ctx context.Context, tx pgx.Tx, p holdPlan, runID uuid.UUID, attempt int) error {
-	if !p.needed || p.pausedCode != "" {
+	if !p.needed || p.Paused != "" {
 		return nil
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, run_id, attempt_no, note)
-		VALUES ($1, 'hold', $2, $3, $4, $5)`, p.account, p.bytes, runID, attempt, p.why)
+		VALUES ($1, 'hold', $2, $3, $4, $5)`, p.account, p.Bytes, runID, attempt, p.Why)
 	return err
 }
 
@@ -336,10 +332,10 @@ func holdOrPause(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt int) (
 	if err != nil {
 		return false, err
 	}
-	if p.pausedCode == "" {
+	if p.Paused == "" {
 		return false, insertHold(ctx, tx, p, runID, attempt)
 	}
-	return true, pauseNow(ctx, tx, runID, attempt, p.pausedCode, p.pausedText)
+	return true, pauseNow(ctx, tx, runID, attempt, p.Paused, p.Reason)
 }
 
 // pauseNow ends the attempt and its run paused, before anything was spawned.

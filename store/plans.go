@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/engine"
 )
 
 // Retention plan outcomes.
@@ -82,16 +84,16 @@ func (s *Store) RecordPlan(ctx context.Context, p Plan) (Plan, error) {
 
 func admitForget(ctx context.Context, tx pgx.Tx, p Plan, planID uuid.UUID) (*uuid.UUID, error) {
 	var jobID int64
-	var engine, repository string
+	var jobEngine, repository string
 	err := tx.QueryRow(ctx, `SELECT id, engine, repository FROM jobs WHERE name = $1 FOR UPDATE`, p.JobName).
-		Scan(&jobID, &engine, &repository)
+		Scan(&jobID, &jobEngine, &repository)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("job %q: %w", p.JobName, ErrNotFound)
 		}
 		return nil, err
 	}
-	if engine != "restic" || repository != p.Repository {
+	if jobEngine != engine.NameRestic || repository != p.Repository {
 		return nil, &ConflictError{Msg: fmt.Sprintf("job %s no longer backs up to %s: plan again", p.JobName, p.Repository)}
 	}
 	live, found, err := liveRunOf(ctx, tx, jobID)
@@ -112,7 +114,7 @@ func admitForget(ctx context.Context, tx pgx.Tx, p Plan, planID uuid.UUID) (*uui
 	if err != nil {
 		return nil, err
 	}
-	_, err = insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: p.JobName, trigger: "manual", kind: KindForget,
+	_, err = insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: p.JobName, trigger: TriggerManual, kind: KindForget,
 		forgetIDs: p.DeleteIDs, planID: &planID})
 	return &id, err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 )
@@ -33,6 +34,14 @@ const (
 	KindBackup = "backup"
 	KindPrune  = "prune"  // needs its repository to itself
 	KindForget = "forget" // deletes a retention plan's snapshots; needs its repository to itself
+)
+
+// Run triggers: what admitted a run.
+const (
+	TriggerManual   = "manual"   // an operator: run start, retention apply
+	TriggerSchedule = "schedule" // its job's schedule (or prune schedule), on time
+	TriggerCatchUp  = "catch-up" // its job's schedule, once for the slots missed while down
+	TriggerRetry    = "retry"    // a retry of a run that failed for a transient reason
 )
 
 // Live reports whether a run in this status still has (or will get) a process.
@@ -172,16 +181,16 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (Run, 
 	var run Run
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var jobID int64
-		var engine string
-		err := tx.QueryRow(ctx, `SELECT id, engine FROM jobs WHERE name = $1 FOR UPDATE`, jobName).Scan(&jobID, &engine)
+		var jobEngine string
+		err := tx.QueryRow(ctx, `SELECT id, engine FROM jobs WHERE name = $1 FOR UPDATE`, jobName).Scan(&jobID, &jobEngine)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("job %q: %w", jobName, ErrNotFound)
 		}
 		if err != nil {
 			return err
 		}
-		if kind == KindPrune && engine != "restic" {
-			return &ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: only a restic repository can be pruned", jobName, engine)}
+		if kind == KindPrune && jobEngine != engine.NameRestic {
+			return &ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: only a restic repository can be pruned", jobName, jobEngine)}
 		}
 		live, found, err := liveRunOf(ctx, tx, jobID)
 		if err != nil {
@@ -517,7 +526,7 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 			return nil
 		}
 		rt := e.Retry
-		n := newRun{trigger: "retry", retryOf: &e.RunID, retryNumber: rt.Number, notBefore: &rt.NotBefore, waitingReason: rt.Why}
+		n := newRun{trigger: TriggerRetry, retryOf: &e.RunID, retryNumber: rt.Number, notBefore: &rt.NotBefore, waitingReason: rt.Why}
 		if err := tx.QueryRow(ctx, `SELECT job_id, job_name FROM runs WHERE id = $1`, e.RunID).Scan(&n.jobID, &n.jobName); err != nil {
 			return err
 		}
@@ -536,17 +545,30 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 	return finished == 1, nil
 }
 
+// Restarting is an attempt that ended without ending its run, as Restart records it.
+type Restarting struct {
+	RunID   uuid.UUID
+	Attempt int
+	At      time.Time
+	// The marker fields the attempt's unit left, "" if none.
+	ServiceResult string
+	ExitCode      string
+	ExitStatus    string
+	// Settlement closes or defers the attempt's hold; nil leaves it.
+	Settlement *ledger.Settlement
+}
+
 // Restart ends the live attempt (guarded) with the marker fields it left, if any, settles its
 // hold, and opens the next one with no unit yet and a hold of what is left of the run's budget;
 // the run goes back to queued. If the run may not hold more, it ends paused instead, with the
 // reason in paused. It reports false, changing nothing, if the attempt was no longer live or a
 // stop was requested meanwhile.
-func (s *Store) Restart(ctx context.Context, runID uuid.UUID, attempt int, at time.Time, serviceResult, exitCode, exitStatus string,
-	settlement *ledger.Settlement) (moved bool, paused string, err error) {
+func (s *Store) Restart(ctx context.Context, r Restarting) (moved bool, paused string, err error) {
+	runID, attempt := r.RunID, r.Attempt
 	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE attempts SET ended_at = $3, service_result = nullif($4, ''), exit_code = nullif($5, ''), exit_status = nullif($6, '')
-			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL`, runID, attempt, at, serviceResult, exitCode, exitStatus)
+			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL`, runID, attempt, r.At, r.ServiceResult, r.ExitCode, r.ExitStatus)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
@@ -560,7 +582,7 @@ func (s *Store) Restart(ctx context.Context, runID uuid.UUID, attempt int, at ti
 			return errStopRequested
 		}
 		moved = true
-		if err := applySettlement(ctx, tx, runID, attempt, settlement, "holdfast"); err != nil && !errors.Is(err, errHoldClosed) {
+		if err := applySettlement(ctx, tx, runID, attempt, r.Settlement, "holdfast"); err != nil && !errors.Is(err, errHoldClosed) {
 			return err
 		}
 		// The job's row before the account's, in the order admission takes them.
@@ -571,9 +593,9 @@ func (s *Store) Restart(ctx context.Context, runID uuid.UUID, attempt int, at ti
 		if err != nil {
 			return err
 		}
-		if p.pausedCode != "" {
-			paused = p.pausedText
-			return pauseNow(ctx, tx, runID, attempt, p.pausedCode, p.pausedText)
+		if p.Paused != "" {
+			paused = p.Reason
+			return pauseNow(ctx, tx, runID, attempt, p.Paused, p.Reason)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, $2)`, runID, attempt+1); err != nil {
 			return err
@@ -761,8 +783,8 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 		if err != nil {
 			return err
 		}
-		if p.pausedCode != "" {
-			return &ConflictError{Msg: fmt.Sprintf("run %s cannot resume yet: %s", runID, strings.TrimPrefix(p.pausedText, "paused ("+p.pausedCode+"): "))}
+		if p.Paused != "" {
+			return &ConflictError{Msg: fmt.Sprintf("run %s cannot resume yet: %s", runID, strings.TrimPrefix(p.Reason, "paused ("+p.Paused+"): "))}
 		}
 		if err := insertHold(ctx, tx, p, runID, next); err != nil {
 			return err

@@ -129,7 +129,7 @@ func TestGuardedWrites(t *testing.T) {
 		}
 	}
 	// A restart of an attempt that already ended does nothing.
-	moved, _, err := st.Restart(ctx, run.ID, 1, time.Now(), "", "", "", nil)
+	moved, _, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now()})
 	if err != nil || moved {
 		t.Fatalf("restart of an ended attempt: moved=%v err=%v", moved, err)
 	}
@@ -151,7 +151,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved, _, err := st.Restart(ctx, run.ID, 1, time.Now(), "", "", "", &ledger.Settlement{Release: true, Source: "it never ran"})
+	moved, _, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(), Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
 	if err != nil || !moved {
 		t.Fatalf("restart: moved=%v err=%v", moved, err)
 	}
@@ -282,8 +282,9 @@ func TestConcurrentRestartsShareAnAccount(t *testing.T) {
 		errs := make([]error, len(runs))
 		for i, run := range runs {
 			wg.Go(func() {
-				moved, _, err := st.Restart(ctx, run.ID, attempt, time.Now(), "exit-code", "exited", "130",
-					&ledger.Settlement{Bytes: 1 << 20, Source: "measured growth"})
+				moved, _, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: attempt, At: time.Now(),
+					ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130",
+					Settlement: &ledger.Settlement{Bytes: 1 << 20, Source: "measured growth"}})
 				if err == nil && !moved {
 					err = fmt.Errorf("attempt %d was not moved on", attempt)
 				}
@@ -296,5 +297,52 @@ func TestConcurrentRestartsShareAnAccount(t *testing.T) {
 				t.Fatalf("restart run %d after attempt %d: %v", i, attempt, err)
 			}
 		}
+	}
+}
+
+// A ledger tells the holds of running attempts from those of ended ones whose figure is unknown.
+func TestLedgersTellDeferredHolds(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	quota, most := int64(1<<30), int64(1<<20)
+	if _, err := st.CreateAccount(ctx, store.NewAccount{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: "restic", Repository: "/r/" + name, PasswordFile: "/pw",
+			Paths: []string{"/data"}, Account: "team", MaxAdded: &most}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running, err := st.Admit(ctx, "a", store.TriggerManual, store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, err := st.Admit(ctx, "b", store.TriggerManual, store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its figure unknown, the ended attempt's hold stays open and takes all of the run's budget.
+	moved, paused, err := st.Restart(ctx, store.Restarting{RunID: ended.ID, Attempt: 1, At: time.Now(),
+		Settlement: &ledger.Settlement{Deferred: "no figure"}})
+	if err != nil || !moved || !strings.HasPrefix(paused, "paused (settlement_deferred)") {
+		t.Fatalf("restart: moved=%v paused=%q err=%v", moved, paused, err)
+	}
+	ledgers, err := st.Ledgers(ctx, "team", 10)
+	if err != nil || len(ledgers) != 1 {
+		t.Fatalf("Ledgers = %+v, %v", ledgers, err)
+	}
+	l := ledgers[0]
+	if len(l.Held) != 1 || l.Held[0].RunID == nil || *l.Held[0].RunID != running.ID || l.Held[0].Deferred != "" {
+		t.Errorf("held: %+v", l.Held)
+	}
+	if len(l.Deferred) != 1 || *l.Deferred[0].RunID != ended.ID || l.Deferred[0].Deferred != "deferred: no figure" {
+		t.Errorf("deferred: %+v", l.Deferred)
+	}
+	if len(l.Entries) != 3 || l.Account.HeldBytes != 2*most {
+		t.Errorf("entries %+v, held %d; want the grant and two holds of %d", l.Entries, l.Account.HeldBytes, most)
+	}
+	if _, err := st.Ledgers(ctx, "nobody", 10); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Ledgers of an unknown account: %v", err)
 	}
 }

@@ -12,10 +12,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/retention"
-	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
 )
@@ -67,12 +67,12 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.DurationVar(&j.RuntimeMax, "runtime-max", 0, "stop a run that takes longer than this (e.g. 6h)")
 	f.IntVar(&jf.nice, "nice", 0, "CPU niceness of the backup, -20..19")
 	f.StringVar(&j.IOSchedulingClass, "io-class", "", "IO scheduling class: realtime, best-effort or idle")
-	f.StringVar(&j.Engine, "engine", "restic", "backup engine: restic or command")
+	f.StringVar(&j.Engine, "engine", engine.NameRestic, "backup engine: "+engine.NameRestic+" or "+engine.NameCommand)
 	f.StringVar(&j.Schedule, "schedule", "", `when to run: cron ("0 2 * * *"), @daily, @every 6h; "" runs only by hand`)
 	f.StringVar(&j.TimeZone, "tz", "", "IANA time zone of the schedule and windows (default UTC)")
 	f.BoolVar(&j.CatchUp, "catch-up", false, "after downtime, run once for the missed slots instead of only counting them")
 	f.IntVar(&j.RetryMax, "retry-max", 0, "retries of a run that failed for a transient reason")
-	f.DurationVar(&j.RetryBackoff, "retry-backoff", time.Minute, "delay before the first retry; doubled for each next one")
+	f.DurationVar(&j.RetryBackoff, "retry-backoff", job.DefaultRetryBackoff, "delay before the first retry; doubled for each next one")
 	f.StringArrayVar(&j.Windows, "window", nil, `maintenance window in which no run of the job starts, e.g. "Sat 01:00-05:00" (repeatable)`)
 	f.IntVar(&j.Priority, "priority", 0, "higher runs first when runs wait for a free place")
 	f.StringVar(&j.DependsOn, "depends-on", "", "a job whose last run must have succeeded before this one starts")
@@ -131,7 +131,7 @@ func newJobAddCmd(g *globals) *cobra.Command {
 		Short: "Add a backup job",
 		Args:  exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			j := store.Job{Name: args[0], RetryBackoff: time.Minute, RetentionMaxDelete: store.DefaultRetentionMaxDelete, RetentionMinKeep: 1}
+			j := job.New(args[0])
 			if err := jf.apply(cmd.Flags(), &j); err != nil {
 				return err
 			}
@@ -141,13 +141,8 @@ func newJobAddCmd(g *globals) *cobra.Command {
 			if err := job.CheckAccess(j, probeAs, g.credentials()); err != nil {
 				return inputError{err}
 			}
-			next, err := schedule.FirstSlot(j.Schedule, j.TimeZone, time.Now())
-			if err != nil {
+			if err := job.Slots(&j, nil, time.Now()); err != nil {
 				return inputError{err}
-			}
-			j.NextRunAt = next
-			if j.NextPruneAt, err = firstPrune(j); err != nil {
-				return err
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				created, err := st.CreateJob(ctx, j)
@@ -183,7 +178,7 @@ func newJobEditCmd(g *globals) *cobra.Command {
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				updated, err := st.UpdateJob(ctx, args[0], func(j *store.Job) error {
-					oldSchedule, oldZone, oldPrune := j.Schedule, j.TimeZone, j.PruneSchedule
+					before := *j
 					if err := jf.apply(cmd.Flags(), j); err != nil {
 						return err
 					}
@@ -195,18 +190,8 @@ func newJobEditCmd(g *globals) *cobra.Command {
 							return inputError{err}
 						}
 					}
-					if j.Schedule != oldSchedule || j.TimeZone != oldZone {
-						next, err := schedule.FirstSlot(j.Schedule, j.TimeZone, time.Now())
-						if err != nil {
-							return inputError{err}
-						}
-						j.NextRunAt = next
-					}
-					if j.PruneSchedule != oldPrune || j.TimeZone != oldZone {
-						var err error
-						if j.NextPruneAt, err = firstPrune(*j); err != nil {
-							return err
-						}
+					if err := job.Slots(j, &before, time.Now()); err != nil {
+						return inputError{err}
 					}
 					return nil
 				})
@@ -234,21 +219,6 @@ func accessChanged(f *pflag.FlagSet) bool {
 		}
 	}
 	return false
-}
-
-// firstPrune is the first prune slot of the job's prune schedule, nil for none.
-func firstPrune(j store.Job) (*time.Time, error) {
-	if j.PruneSchedule == "" {
-		return nil, nil
-	}
-	if j.Engine != "restic" {
-		return nil, badInput("--prune-schedule: job %s uses the %s engine; only restic repositories are pruned", j.Name, j.Engine)
-	}
-	next, err := schedule.FirstSlot(j.PruneSchedule, j.TimeZone, time.Now())
-	if err != nil {
-		return nil, badInput("--prune-schedule: %v", err)
-	}
-	return next, nil
 }
 
 func nextRunText(j store.Job) string {
@@ -312,7 +282,7 @@ func jobJSON(j store.Job) jobOut {
 	o.NextRunAt, o.MissedSlots, o.OverlapSkips = timeStr(j.NextRunAt), j.MissedSlots, j.OverlapSkips
 	o.LastSkipAt, o.LastSkipWhy, o.RetryMax = timeStr(j.LastSkipAt), j.LastSkipWhy, j.RetryMax
 	o.RetryBackoffSecs, o.Windows, o.Priority, o.DependsOn = j.RetryBackoff.Seconds(), j.Windows, j.Priority, j.DependsOn
-	if p, ok, err := jobPolicy(j); ok && err == nil {
+	if p, ok, err := job.Policy(j); ok && err == nil {
 		o.Retention, o.RetentionText = &p, p.Describe()
 	}
 	o.RetentionMaxDelete, o.RetentionMinKeep = j.RetentionMaxDelete, j.RetentionMinKeep
@@ -436,7 +406,7 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				if j.DependsOn != "" {
 					fmt.Fprintf(w, "depends on:    %s (its last run must have succeeded)\n", j.DependsOn)
 				}
-				switch p, ok, err := jobPolicy(j); {
+				switch p, ok, err := job.Policy(j); {
 				case err != nil:
 					fmt.Fprintf(w, "retention:     %v\n", err)
 				case ok:

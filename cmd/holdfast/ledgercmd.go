@@ -114,19 +114,12 @@ func newAccountAddCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return badInput("--quota: %v", err)
 			}
-			var allow *int64
-			if allowance != "" || period != "" {
-				if allowance == "" || (period != "day" && period != "week" && period != "month") {
-					return badInput("--allowance SIZE goes with --period day, week or month")
-				}
-				n, err := ledger.ParseSize(allowance)
-				if err != nil {
-					return badInput("--allowance: %v", err)
-				}
-				allow = &n
+			allow, err := ledger.ParseAllowance(allowance, period)
+			if err != nil {
+				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				a, err := st.CreateAccount(ctx, args[0], &q, allow, period, actor())
+				a, err := st.CreateAccount(ctx, store.NewAccount{Name: args[0], Quota: &q, Allowance: allow, Period: period, Actor: actor()})
 				if err != nil {
 					return err
 				}
@@ -235,35 +228,24 @@ func newLedgerShowCmd(g *globals) *cobra.Command {
 				return badInput("--limit %d: give at least 1", limit)
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				accounts, err := st.Accounts(ctx, name)
+				ledgers, err := st.Ledgers(ctx, name, limit)
 				if err != nil {
 					return err
 				}
-				out := make([]accountOut, 0, len(accounts))
-				for _, a := range accounts {
-					o := accountJSON(a)
-					holds, err := st.OpenHolds(ctx, a.Name)
-					if err != nil {
-						return err
+				holdJSON := func(h store.OpenHold) hold {
+					return hold{EntryID: h.ID, RunID: h.RunID.String(), Job: h.JobName, Attempt: *h.Attempt, Bytes: h.Bytes,
+						HeldAt: h.CreatedAt.UTC().Format(time.RFC3339Nano), Deferred: h.Deferred}
+				}
+				out := make([]accountOut, 0, len(ledgers))
+				for _, l := range ledgers {
+					o := accountJSON(l.Account)
+					for _, h := range l.Held {
+						o.OpenHolds = append(o.OpenHolds, holdJSON(h))
 					}
-					for _, h := range holds {
-						oh := hold{EntryID: h.ID, RunID: h.RunID.String(), Job: h.JobName, Attempt: *h.Attempt, Bytes: h.Bytes,
-							HeldAt: h.CreatedAt.UTC().Format(time.RFC3339Nano), Deferred: h.Deferred}
-						if h.AttemptEnded {
-							if oh.Deferred == "" {
-								oh.Deferred = "the attempt ended; its settlement is being decided"
-							}
-							oh.Deferred = "deferred: " + oh.Deferred
-							o.Deferred = append(o.Deferred, oh)
-						} else {
-							o.OpenHolds = append(o.OpenHolds, oh)
-						}
+					for _, h := range l.Deferred {
+						o.Deferred = append(o.Deferred, holdJSON(h))
 					}
-					entries, err := st.Entries(ctx, a.Name, limit)
-					if err != nil {
-						return err
-					}
-					for _, e := range entries {
+					for _, e := range l.Entries {
 						o.Entries = append(o.Entries, entryJSON(e))
 					}
 					out = append(out, o)
@@ -279,7 +261,7 @@ func newLedgerShowCmd(g *globals) *cobra.Command {
 					if i > 0 {
 						fmt.Fprintln(w)
 					}
-					fmt.Fprintf(w, "account %s: %s\n", o.Account, quotaText(accounts[i]))
+					fmt.Fprintf(w, "account %s: %s\n", o.Account, quotaText(ledgers[i].Account))
 					for _, h := range o.OpenHolds {
 						fmt.Fprintf(w, "  held      %-10s run %.8s attempt %d (%s)\n", ledger.FormatSize(h.Bytes), h.RunID, h.Attempt, h.Job)
 					}

@@ -1,100 +1,25 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-backup/holdfast/job"
 )
 
-// probeAs checks paths as a job's identity: holdfast runs itself again with that identity's
-// credentials (`holdfast probe-read`), so the kernel decides with the user's permissions and root
-// never opens the user's paths. When holdfast already runs as that user, it checks in-process.
+// probeAs checks paths as a job's identity, with holdfast's own `probe-read` (see job.ProbeAs).
 func probeAs(id job.Identity, want []job.Access) ([]string, error) {
-	if uint32(os.Geteuid()) == id.UID {
-		return probeHere(want), nil
-	}
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("only root can check files as user %s: run holdfast as root", id)
-	}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find holdfast's own executable: %w", err)
 	}
-	in, err := json.Marshal(want)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, self, "probe-read")
-	cmd.Dir, cmd.Env = "/", []string{}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: id.UID, Gid: id.GID, Groups: id.Groups}}
-	cmd.Stdin = bytes.NewReader(in)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("probe as user %s: %w: %s", id, err, bytes.TrimSpace(stderr.Bytes()))
-	}
-	var why []string
-	if err := json.Unmarshal(stdout.Bytes(), &why); err != nil || len(why) != len(want) {
-		return nil, fmt.Errorf("probe as user %s: unexpected answer %q", id, stdout.Bytes())
-	}
-	return why, nil
-}
-
-// probeHere checks the paths with this process's own credentials.
-func probeHere(want []job.Access) []string {
-	why := make([]string, len(want))
-	for i, w := range want {
-		why[i] = readable(w)
-	}
-	return why
-}
-
-// readable says why the process cannot read w, or "". It never blocks on a FIFO (O_NONBLOCK)
-// and never acquires a terminal (O_NOCTTY).
-func readable(w job.Access) string {
-	info, err := os.Lstat(w.Path)
-	if err != nil {
-		return reason(err)
-	}
-	if !w.Regular && info.Mode()&os.ModeSymlink != 0 {
-		return "" // restic stores the link itself
-	}
-	fd, err := syscall.Open(w.Path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return reason(err)
-	}
-	f := os.NewFile(uintptr(fd), w.Path)
-	defer f.Close()
-	info, err = f.Stat()
-	if err != nil {
-		return reason(err)
-	}
-	switch {
-	case w.Regular && !info.Mode().IsRegular():
-		return "it is not a regular file"
-	case info.IsDir():
-		if _, err := f.Readdirnames(1); err != nil && !errors.Is(err, io.EOF) {
-			return reason(err)
-		}
-	case info.Mode().IsRegular():
-		if _, err := f.Read(make([]byte, 1)); err != nil && !errors.Is(err, io.EOF) {
-			return reason(err)
-		}
-	}
-	return ""
+	return job.ProbeAs([]string{self, "probe-read"})(id, want)
 }
 
 // reason is an error's cause without the path it names (the caller's message names it).
@@ -121,7 +46,7 @@ func newProbeReadCmd() *cobra.Command {
 			if err := json.NewDecoder(io.LimitReader(cmd.InOrStdin(), 1<<20)).Decode(&want); err != nil {
 				return badInput("probe-read: %v", err)
 			}
-			return json.NewEncoder(cmd.OutOrStdout()).Encode(probeHere(want))
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(job.Readable(want))
 		},
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/forget"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/retention"
@@ -43,60 +43,33 @@ func (pf *policyFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&pf.zone, "retention-tz", "", "IANA time zone of the days, weeks, months and years (default UTC)")
 }
 
-// given reports whether any policy flag was set.
-func (pf *policyFlags) given(f *pflag.FlagSet) bool {
-	for _, name := range []string{"preset", "keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly", "keep-within", "retention-tz"} {
-		if f.Changed(name) {
-			return true
-		}
-	}
-	return false
-}
-
-// policy returns base changed by the flags given: a preset replaces base, the other flags
-// change single rules. The result is validated.
-func (pf *policyFlags) policy(f *pflag.FlagSet, base retention.Policy) (retention.Policy, error) {
-	p := base
-	if f.Changed("preset") {
-		preset, err := retention.Preset(pf.preset)
-		if err != nil {
-			return p, inputError{err}
-		}
-		preset.TimeZone = p.TimeZone
-		p = preset
-	}
+// change is the policy change the flags given make.
+func (pf *policyFlags) change(f *pflag.FlagSet) retention.Change {
+	var c retention.Change
 	for name, set := range map[string]func(){
-		"keep-last": func() { p.KeepLast = pf.last }, "keep-hourly": func() { p.KeepHourly = pf.hourly },
-		"keep-daily": func() { p.KeepDaily = pf.daily }, "keep-weekly": func() { p.KeepWeekly = pf.weekly },
-		"keep-monthly": func() { p.KeepMonthly = pf.monthly }, "keep-yearly": func() { p.KeepYearly = pf.y },
-		"retention-tz": func() { p.TimeZone = pf.zone },
+		"preset": func() { c.Preset = &pf.preset }, "keep-within": func() { c.KeepWithin = &pf.within },
+		"keep-last": func() { c.KeepLast = &pf.last }, "keep-hourly": func() { c.KeepHourly = &pf.hourly },
+		"keep-daily": func() { c.KeepDaily = &pf.daily }, "keep-weekly": func() { c.KeepWeekly = &pf.weekly },
+		"keep-monthly": func() { c.KeepMonthly = &pf.monthly }, "keep-yearly": func() { c.KeepYearly = &pf.y },
+		"retention-tz": func() { c.TimeZone = &pf.zone },
 	} {
 		if f.Changed(name) {
 			set()
 		}
 	}
-	if f.Changed("keep-within") {
-		d, err := retention.ParseDuration(pf.within)
-		if err != nil {
-			return p, inputError{fmt.Errorf("--keep-within: %w", err)}
-		}
-		p.KeepWithin = d
-	}
-	if err := p.Validate(); err != nil {
+	return c
+}
+
+// given reports whether any policy flag was set.
+func (pf *policyFlags) given(f *pflag.FlagSet) bool { return pf.change(f) != retention.Change{} }
+
+// policy returns base changed by the flags given (see retention.Change), validated.
+func (pf *policyFlags) policy(f *pflag.FlagSet, base retention.Policy) (retention.Policy, error) {
+	p, err := pf.change(f).Apply(base)
+	if err != nil {
 		return p, inputError{err}
 	}
 	return p, nil
-}
-
-// jobPolicy decodes the job's stored policy; ok is false if it has none.
-func jobPolicy(j store.Job) (p retention.Policy, ok bool, err error) {
-	if len(j.Retention) == 0 {
-		return p, false, nil
-	}
-	if err := json.Unmarshal(j.Retention, &p); err != nil {
-		return p, false, fmt.Errorf("job %s: stored retention policy unreadable: %w", j.Name, err)
-	}
-	return p, true, nil
 }
 
 // guardFlags are a job's retention guardrails.
@@ -106,14 +79,14 @@ type guardFlags struct {
 }
 
 func (gf *guardFlags) bind(f *pflag.FlagSet) {
-	f.IntVar(&gf.maxDelete, "retention-max-delete", 50, "refuse a plan that deletes more than this percentage of the job's snapshots (without --force)")
-	f.IntVar(&gf.minKeep, "retention-min-keep", 1, "refuse a plan that leaves fewer snapshots than this (without --force)")
+	f.IntVar(&gf.maxDelete, "retention-max-delete", int(retention.DefaultMaxDeleteShare*100), "refuse a plan that deletes more than this percentage of the job's snapshots (without --force)")
+	f.IntVar(&gf.minKeep, "retention-min-keep", retention.DefaultMinKeep, "refuse a plan that leaves fewer snapshots than this (without --force)")
 }
 
 // applyRetention sets the policy and guardrail flags given onto j.
 func applyRetention(f *pflag.FlagSet, pf *policyFlags, gf *guardFlags, j *store.Job) error {
 	if pf.given(f) {
-		base, _, err := jobPolicy(*j)
+		base, _, err := job.Policy(*j)
 		if err != nil {
 			return err
 		}
@@ -126,14 +99,15 @@ func applyRetention(f *pflag.FlagSet, pf *policyFlags, gf *guardFlags, j *store.
 		}
 	}
 	if f.Changed("retention-max-delete") {
-		if gf.maxDelete < 1 || gf.maxDelete > 100 {
-			return badInput("--retention-max-delete %d: give a percentage from 1 to 100", gf.maxDelete)
+		share, err := retention.MaxDeleteShare(gf.maxDelete)
+		if err != nil {
+			return inputError{err}
 		}
-		j.RetentionMaxDelete = float64(gf.maxDelete) / 100
+		j.RetentionMaxDelete = share
 	}
 	if f.Changed("retention-min-keep") {
-		if gf.minKeep < 0 {
-			return badInput("--retention-min-keep %d: give 0 or more", gf.minKeep)
+		if err := retention.CheckMinKeep(gf.minKeep); err != nil {
+			return inputError{err}
 		}
 		j.RetentionMinKeep = gf.minKeep
 	}
@@ -252,24 +226,6 @@ func (g *globals) refreshSnapshots(ctx context.Context, st *store.Store, restic 
 		Binary: self, ResticBinary: restic}, j)
 }
 
-// planJob reads the job's repository again and plans its retention at at.
-func (g *globals) planJob(ctx context.Context, st *store.Store, restic string, j store.Job, p retention.Policy, at time.Time, host string) (retention.Plan, error) {
-	recorded, err := g.refreshSnapshots(ctx, st, restic, j)
-	if err != nil {
-		return retention.Plan{}, err
-	}
-	snaps := make([]retention.Snapshot, len(recorded))
-	for i, s := range recorded {
-		snaps[i] = retention.Snapshot{ID: s.ID, Time: s.Time, Host: s.Host, Tags: s.Tags, Paths: s.Paths,
-			LegalHold: s.LegalHoldAt != nil, ImmutableUntil: s.ImmutableUntil}
-		if s.BytesAdded != nil {
-			snaps[i].Bytes = *s.BytesAdded
-		}
-	}
-	return retention.New(p, snaps, retention.Options{At: at, WithinFrom: retention.WithinFromNow,
-		Scope: retention.Scope{Job: j.Name, Host: host}})
-}
-
 func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 	var pf policyFlags
 	var asJSON, force, wait bool
@@ -310,32 +266,18 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 				return err
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				j, err := st.JobByName(ctx, args[0])
+				pl, err := forget.Plan(ctx, st, forget.Request{Job: args[0], At: planAt, Host: host,
+					Policy:      func(p retention.Policy) (retention.Policy, error) { return pf.policy(cmd.Flags(), p) },
+					PolicyGiven: pf.given(cmd.Flags()),
+					Read: func(ctx context.Context, j store.Job) ([]store.Snapshot, error) {
+						return g.refreshSnapshots(ctx, st, resticPath, j)
+					}})
 				if err != nil {
 					return err
 				}
-				if j.Engine != "restic" {
-					return badInput("job %s uses the %s engine: retention applies to restic repositories", j.Name, j.Engine)
-				}
-				p, ok, err := jobPolicy(j)
-				if err != nil {
-					return err
-				}
-				if p, err = pf.policy(cmd.Flags(), p); err != nil {
-					if !ok && !pf.given(cmd.Flags()) {
-						return badInput("job %s has no retention policy: set one (holdfast job edit %s --preset 30d) or give policy flags", j.Name, j.Name)
-					}
-					return err
-				}
-				plan, err := g.planJob(ctx, st, resticPath, j, p, planAt, host)
-				if err != nil {
-					return err
-				}
-				o := planOut{Plan: plan, Job: j.Name, At: planAt.UTC().Format(time.RFC3339), Policy: p, Describe: p.Describe()}
-				guard := retention.Guardrail{MaxDeleteShare: j.RetentionMaxDelete, MinKeep: j.RetentionMinKeep}
-				refusal := guard.Check(plan)
-				if refusal != nil {
-					o.Guardrail = refusal.Error()
+				o := planOut{Plan: pl.Plan, Job: pl.Job.Name, At: planAt.UTC().Format(time.RFC3339), Policy: pl.Policy, Describe: pl.Policy.Describe()}
+				if pl.Refusal != nil {
+					o.Guardrail = pl.Refusal.Error()
 				}
 				if !apply {
 					if asJSON {
@@ -344,23 +286,10 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 					printPlan(cmd.OutOrStdout(), o)
 					return nil
 				}
-				rec := store.Plan{JobName: j.Name, Repository: j.Repository, Actor: actor(), PlanAt: planAt,
-					Forced: force && refusal != nil, Outcome: store.PlanApplied, Summary: plan.Summary, DeleteIDs: plan.DeleteIDs()}
-				if rec.Policy, err = json.Marshal(p); err != nil {
-					return err
-				}
-				if rec.Decisions, err = json.Marshal(plan.Decisions); err != nil {
-					return err
-				}
-				if refusal != nil && !force {
-					rec.Outcome, rec.Refusal = store.PlanRefused, refusal.Error()
-				}
-				crashpoint.At("retention-apply-before")
-				saved, err := st.RecordPlan(ctx, rec)
+				saved, err := forget.Apply(ctx, st, pl, actor(), force)
 				if err != nil {
 					return err
 				}
-				crashpoint.At("retention-apply-after")
 				o.PlanID, o.Outcome = saved.ID.String(), saved.Outcome
 				if saved.RunID != nil {
 					o.RunID = saved.RunID.String()
@@ -374,7 +303,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 				}
 				switch {
 				case saved.Outcome == store.PlanRefused:
-					return badInput("retention plan %s refused: %s", saved.ID, refusal)
+					return badInput("retention plan %s refused: %s", saved.ID, pl.Refusal)
 				case saved.RunID == nil:
 					if !asJSON {
 						fmt.Fprintf(cmd.OutOrStdout(), "plan %s recorded: nothing to delete\n", saved.ID)

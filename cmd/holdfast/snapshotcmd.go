@@ -87,7 +87,7 @@ func newSnapshotListCmd(g *globals) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					if j.Engine != "restic" {
+					if j.Engine != engine.NameRestic {
 						return badInput("job %s uses the %s engine: it has no restic snapshots", j.Name, j.Engine)
 					}
 					repository = j.Repository

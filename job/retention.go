@@ -1,0 +1,25 @@
+package job
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/holdfast-backup/holdfast/retention"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// Policy decodes the job's stored retention policy; ok is false if it has none.
+func Policy(j store.Job) (p retention.Policy, ok bool, err error) {
+	if len(j.Retention) == 0 {
+		return p, false, nil
+	}
+	if err := json.Unmarshal(j.Retention, &p); err != nil {
+		return p, false, fmt.Errorf("job %s: stored retention policy unreadable: %w", j.Name, err)
+	}
+	return p, true, nil
+}
+
+// Guardrail is what the job's retention plans may delete without --force.
+func Guardrail(j store.Job) retention.Guardrail {
+	return retention.Guardrail{MaxDeleteShare: j.RetentionMaxDelete, MinKeep: j.RetentionMinKeep}
+}

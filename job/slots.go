@@ -1,0 +1,57 @@
+package job
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/retention"
+	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// DefaultRetryBackoff is the delay before a job's first retry when it gives none.
+const DefaultRetryBackoff = time.Minute
+
+// New is a job named name with the defaults of the settings an operator may leave out.
+func New(name string) store.Job {
+	return store.Job{Name: name, RetryBackoff: DefaultRetryBackoff,
+		RetentionMaxDelete: retention.DefaultMaxDeleteShare, RetentionMinKeep: retention.DefaultMinKeep}
+}
+
+// Slots sets the first slots of the job's schedules as of now: its next run and its next prune.
+// For an edit, before is the job as it was, and only a slot whose schedule (or time zone)
+// changed is set again; for a new job, before is nil. Run it after Validate.
+func Slots(j *store.Job, before *store.Job, now time.Time) error {
+	zoneChanged := before != nil && j.TimeZone != before.TimeZone
+	if before == nil || zoneChanged || j.Schedule != before.Schedule {
+		next, err := schedule.FirstSlot(j.Schedule, j.TimeZone, now)
+		if err != nil {
+			return err
+		}
+		j.NextRunAt = next
+	}
+	if before == nil || zoneChanged || j.PruneSchedule != before.PruneSchedule {
+		next, err := firstPrune(*j, now)
+		if err != nil {
+			return err
+		}
+		j.NextPruneAt = next
+	}
+	return nil
+}
+
+// firstPrune is the first slot of the job's prune schedule, nil for none.
+func firstPrune(j store.Job, now time.Time) (*time.Time, error) {
+	if j.PruneSchedule == "" {
+		return nil, nil
+	}
+	if j.Engine != engine.NameRestic {
+		return nil, fmt.Errorf("--prune-schedule: job %s uses the %s engine; only restic repositories are pruned", j.Name, j.Engine)
+	}
+	next, err := schedule.FirstSlot(j.PruneSchedule, j.TimeZone, now)
+	if err != nil {
+		return nil, fmt.Errorf("--prune-schedule: %w", err)
+	}
+	return next, nil
+}

@@ -1,0 +1,165 @@
+package ledger
+
+import (
+	"strings"
+	"testing"
+)
+
+func ptr(n int64) *int64 { return &n }
+
+func TestDecideHold(t *testing.T) {
+	const run = "0b8c2a6e-0000-4000-8000-000000000001"
+	for _, c := range []struct {
+		name          string
+		f             HoldFacts
+		budget        int64
+		budgetChanged bool
+		bytes         int64
+		paused        string
+		why           []string // each in Why, or in Reason when paused
+	}{
+		{name: "no ceiling, no history: the default estimate, recorded",
+			f:      HoldFacts{Unlimited: true},
+			budget: DefaultEstimate, budgetChanged: true, bytes: DefaultEstimate,
+			why: []string{"1.0 GiB left of a budget of 1.0 GiB", "the default estimate"}},
+		{name: "no ceiling: twice the most recent runs added",
+			f:      HoldFacts{Unlimited: true, Recent: []int64{10 << 20, 40 << 20}},
+			budget: 80 << 20, budgetChanged: true, bytes: 80 << 20,
+			why: []string{"twice the most the last 2 run(s) added"}},
+		{name: "the run's recorded budget, less what it was charged and holds",
+			f:      HoldFacts{Unlimited: true, Budget: ptr(100 << 20), Charged: 30 << 20, Open: 20 << 20},
+			budget: 100 << 20, bytes: 50 << 20,
+			why: []string{"50 MiB left of a budget of 100 MiB (the run's budget)"}},
+		{name: "the job's ceiling becomes the budget",
+			f:      HoldFacts{Unlimited: true, MaxAdded: ptr(64 << 20)},
+			budget: 64 << 20, budgetChanged: true, bytes: 64 << 20,
+			why: []string{"the job's ceiling (--max-added)"}},
+		{name: "an unchanged ceiling is not recorded again",
+			f:      HoldFacts{Unlimited: true, MaxAdded: ptr(64 << 20), Budget: ptr(64 << 20)},
+			budget: 64 << 20, bytes: 64 << 20},
+		{name: "a lowered ceiling never takes back what was charged or held",
+			f:      HoldFacts{Unlimited: true, MaxAdded: ptr(10 << 20), Budget: ptr(64 << 20), Charged: 20 << 20, Open: 0},
+			budget: 20 << 20, budgetChanged: true, paused: PausedRunCeiling,
+			why: []string{"paused (run_ceiling): the run has used its budget of 20 MiB (the job's ceiling (--max-added)); raise the job's --max-added"}},
+		{name: "the budget used up",
+			f:      HoldFacts{Unlimited: true, Budget: ptr(10 << 20), Charged: 10 << 20},
+			budget: 10 << 20, paused: PausedRunCeiling,
+			why: []string{"(the run's budget)"}},
+		{name: "an earlier attempt's open hold takes the rest",
+			f:      HoldFacts{Run: run, Unlimited: true, Budget: ptr(10 << 20), Charged: 4 << 20, Open: 6 << 20},
+			budget: 10 << 20, paused: PausedSettlementDeferred,
+			why: []string{"paused (settlement_deferred): 6.0 MiB of the run's budget of 10 MiB", "holdfast ledger settle " + run}},
+		{name: "the account's balance is enough",
+			f:      HoldFacts{Account: "team", Budget: ptr(10 << 20), Balance: 10 << 20},
+			budget: 10 << 20, bytes: 10 << 20},
+		{name: "the account's balance is short",
+			f:      HoldFacts{Run: run, Account: "team", Budget: ptr(10 << 20), Balance: 5 << 20},
+			budget: 10 << 20, bytes: 10 << 20, paused: PausedQuotaExhausted,
+			why: []string{"paused (quota_exhausted): account team has 5.0 MiB left and the run needs 10 MiB (10 MiB left of a budget of 10 MiB (the run's budget))",
+				"holdfast account grant team SIZE", "holdfast run resume " + run}},
+		{name: "a negative balance reads as nothing left",
+			f:      HoldFacts{Account: "team", Budget: ptr(10 << 20), Balance: -3},
+			budget: 10 << 20, bytes: 10 << 20, paused: PausedQuotaExhausted,
+			why: []string{"has 0 B left"}},
+		{name: "an unlimited account ignores its balance",
+			f:      HoldFacts{Account: "team", Unlimited: true, Budget: ptr(10 << 20), Balance: -1},
+			budget: 10 << 20, bytes: 10 << 20},
+		{name: "the allowance of the period is enough",
+			f:      HoldFacts{Account: "team", Unlimited: true, Budget: ptr(10 << 20), Allowance: ptr(20 << 20), Period: "day", Used: 10 << 20},
+			budget: 10 << 20, bytes: 10 << 20},
+		{name: "the allowance of the period is used up",
+			f:      HoldFacts{Run: run, Account: "team", Unlimited: true, Budget: ptr(10 << 20), Allowance: ptr(20 << 20), Period: "week", Used: 11 << 20},
+			budget: 10 << 20, bytes: 10 << 20, paused: PausedQuotaExhausted,
+			why: []string{"account team has used 11 MiB of its allowance of 20 MiB this week and the run needs 10 MiB; wait for the next week"}},
+		{name: "the quota is checked before the allowance",
+			f:      HoldFacts{Account: "team", Budget: ptr(10 << 20), Balance: 1, Allowance: ptr(1), Period: "day"},
+			budget: 10 << 20, bytes: 10 << 20, paused: PausedQuotaExhausted,
+			why: []string{"has 1 B left"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := DecideHold(c.f)
+			if h.Budget != c.budget || h.BudgetChanged != c.budgetChanged || h.Paused != c.paused {
+				t.Fatalf("DecideHold = budget %d (changed %v), paused %q; want %d (%v), %q: %+v",
+					h.Budget, h.BudgetChanged, h.Paused, c.budget, c.budgetChanged, c.paused, h)
+			}
+			if c.paused == "" && h.Bytes != c.bytes {
+				t.Errorf("hold %d, want %d", h.Bytes, c.bytes)
+			}
+			text := h.Why
+			if c.paused != "" {
+				text = h.Reason
+				if !strings.HasPrefix(text, "paused ("+c.paused+"): ") {
+					t.Errorf("reason %q does not start with its code", text)
+				}
+			}
+			for _, w := range c.why {
+				if !strings.Contains(text, w) {
+					t.Errorf("%q does not say %q", text, w)
+				}
+			}
+		})
+	}
+}
+
+func TestNeedsHistory(t *testing.T) {
+	for _, c := range []struct {
+		f    HoldFacts
+		want bool
+	}{
+		{HoldFacts{}, true},
+		{HoldFacts{MaxAdded: ptr(1)}, false},
+		{HoldFacts{Budget: ptr(1)}, false},
+	} {
+		if got := c.f.NeedsHistory(); got != c.want {
+			t.Errorf("%+v.NeedsHistory() = %v, want %v", c.f, got, c.want)
+		}
+	}
+}
+
+func TestDeferral(t *testing.T) {
+	for _, c := range []struct {
+		ended    bool
+		reason   string
+		why      string
+		deferred bool
+	}{
+		{false, "", "", false},
+		{false, "odd", "odd", false},
+		{true, "", "deferred: the attempt ended; its settlement is being decided", true},
+		{true, "restic reported no data_added", "deferred: restic reported no data_added", true},
+	} {
+		why, deferred := Deferral(c.ended, c.reason)
+		if why != c.why || deferred != c.deferred {
+			t.Errorf("Deferral(%v, %q) = %q, %v; want %q, %v", c.ended, c.reason, why, deferred, c.why, c.deferred)
+		}
+	}
+}
+
+func TestParseAllowance(t *testing.T) {
+	for _, c := range []struct {
+		size, period string
+		want         int64 // 0: none
+		err          string
+	}{
+		{"", "", 0, ""},
+		{"10GiB", "day", 10 << 30, ""},
+		{"1MiB", "week", 1 << 20, ""},
+		{"5GB", "month", 5_000_000_000, ""},
+		{"10GiB", "", 0, "--allowance SIZE goes with --period day, week or month"},
+		{"", "day", 0, "--allowance SIZE goes with --period day, week or month"},
+		{"10GiB", "year", 0, "--allowance SIZE goes with --period day, week or month"},
+		{"lots", "day", 0, "--allowance: size \"lots\": give a positive size"},
+	} {
+		got, err := ParseAllowance(c.size, c.period)
+		switch {
+		case c.err != "":
+			if err == nil || !strings.HasPrefix(err.Error(), c.err) {
+				t.Errorf("ParseAllowance(%q, %q) = %v, want %q", c.size, c.period, err, c.err)
+			}
+		case err != nil:
+			t.Errorf("ParseAllowance(%q, %q): %v", c.size, c.period, err)
+		case c.want == 0 && got != nil, c.want != 0 && (got == nil || *got != c.want):
+			t.Errorf("ParseAllowance(%q, %q) = %v, want %d", c.size, c.period, got, c.want)
+		}
+	}
+}
