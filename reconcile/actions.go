@@ -59,7 +59,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job) 
 	}
 	// What a local repository holds before the backup starts: its growth is what the attempt
 	// added, for the runaway guard and for a settlement without restic's own figure.
-	if l.Run.Kind == store.KindBackup && job.Engine == "restic" {
+	if l.Run.Kind == store.KindBackup && job.Engine == engine.NameRestic {
 		if size, err := ledger.RepoSize(job.Repository); err == nil {
 			if err := r.cfg.Store.SetRepoBaseline(ctx, l.Run.ID, l.Attempt.No, size); err != nil {
 				return release(err)
@@ -149,7 +149,7 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m ru
 		r.refreshAfter(ctx, l)
 		return nil
 	}
-	if ev.Summary == nil && (v.status == store.StatusSucceeded || v.status == store.StatusPartial) && l.JobEngine == "restic" {
+	if ev.Summary == nil && (v.status == store.StatusSucceeded || v.status == store.StatusPartial) && l.JobEngine == engine.NameRestic {
 		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
 		if err != nil {
 			return err
@@ -168,7 +168,7 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m ru
 // refreshAfter reads the repository's snapshots again after a run changed them. A failure only
 // costs freshness: every plan reads the repository again before it decides.
 func (r *Reconciler) refreshAfter(ctx context.Context, l store.LiveRun) {
-	if l.JobEngine != "restic" {
+	if l.JobEngine != engine.NameRestic {
 		return
 	}
 	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)

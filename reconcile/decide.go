@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -154,7 +155,7 @@ func decide(f facts, p rules) decision {
 	// The unit ended and said how. An interruption nobody asked for is a reboot or someone
 	// else's stop: the run goes on, unless it has used up its attempts.
 	case f.marker == markerReadable && interruptedAlone && lastAttempt:
-		return end("marker: interrupted, last attempt", store.StatusFailed, "transient", giveUp())
+		return end("marker: interrupted, last attempt", store.StatusFailed, string(engine.Transient), giveUp())
 	case f.marker == markerReadable && interruptedAlone:
 		return do("marker: interrupted", actRestart)
 	case f.marker == markerReadable:
@@ -233,7 +234,7 @@ func decide(f facts, p rules) decision {
 	case f.pausedReason != "":
 		return end("gone, paused", store.StatusPaused, "", "paused: "+f.pausedReason)
 	case lastAttempt:
-		return end("gone, last attempt", store.StatusFailed, "transient", giveUp())
+		return end("gone, last attempt", store.StatusFailed, string(engine.Transient), giveUp())
 	default:
 		return do("gone", actRestart) // no marker: a crash or a power loss
 	}

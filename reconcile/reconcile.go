@@ -257,7 +257,7 @@ func (r *Reconciler) unitStates(ctx context.Context, live []store.LiveRun) (map[
 }
 
 func (r *Reconciler) engineFor(jobEngine string) classifier {
-	if jobEngine == "command" {
+	if jobEngine == engine.NameCommand {
 		return engine.Command{}
 	}
 	return engine.Restic{Binary: r.cfg.ResticBinary}

@@ -112,7 +112,7 @@ func jobUnit(cfg Config, job store.Job, name string, writesRepository bool, writ
 		SyslogIdentifier: "holdfast-" + job.Name,
 		WorkingDirectory: "/",
 	}
-	if job.Engine == "command" {
+	if job.Engine == engine.NameCommand {
 		return spec, ej
 	}
 
@@ -181,7 +181,7 @@ func anyUnderTmp(paths []string) bool {
 // removes stale locks first only where the repository's history says one may be left (see
 // staleLock), and why is that reason ("" if none). Exported so tests start what the daemon starts.
 func AttemptSpec(ctx context.Context, cfg Config, job store.Job, run store.Run, attempt int) (spec runner.Spec, why string, err error) {
-	if job.Engine == "restic" {
+	if job.Engine == engine.NameRestic {
 		endings, err := cfg.Store.EndingsSinceLastStart(ctx, job.Repository)
 		if err != nil {
 			return runner.Spec{}, "", err
@@ -238,7 +238,7 @@ func unitSpec(cfg Config, job store.Job, run store.Run, attempt int, unlock bool
 	spec.LogExtraFields = map[string]string{
 		"HOLDFAST_JOB": job.Name, "HOLDFAST_RUN": run.ID.String(), "HOLDFAST_ATTEMPT": strconv.Itoa(attempt),
 	}
-	if job.Engine != "restic" {
+	if job.Engine != engine.NameRestic {
 		spec.ExecStart = append(append(execArgv, "--"), job.Command...)
 		return spec
 	}

@@ -182,7 +182,8 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	released := ledger.Settlement{Release: true, Source: "test"}
 	restart := func(run store.Run, attempt int, m runner.Marker) {
 		t.Helper()
-		if ok, paused, err := st.Restart(ctx, run.ID, attempt, tick(), m.ServiceResult, m.ExitCode, m.ExitStatus, &released); !ok || paused != "" || err != nil {
+		if ok, paused, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: attempt, At: tick(),
+			ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus, Settlement: &released}); !ok || paused != "" || err != nil {
 			t.Fatalf("restart: %v %q %v", ok, paused, err)
 		}
 	}
