@@ -507,6 +507,9 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 		if err != nil || finished != 1 {
 			return err
 		}
+		if err := notifyEnded(ctx, tx, e.RunID); err != nil {
+			return err
+		}
 		if err := applySettlement(ctx, tx, e.RunID, e.Attempt, e.Settlement, "holdfast"); err != nil && !errors.Is(err, errHoldClosed) {
 			return err
 		}
@@ -570,6 +573,9 @@ func (s *Store) Restart(ctx context.Context, runID uuid.UUID, attempt int, at ti
 		}
 		if p.pausedCode != "" {
 			paused = p.pausedText
+			if err := notifyEnded(ctx, tx, runID); err != nil {
+				return err
+			}
 			return pauseNow(ctx, tx, runID, attempt, p.pausedCode, p.pausedText)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, $2)`, runID, attempt+1); err != nil {

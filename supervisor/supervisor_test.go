@@ -105,7 +105,12 @@ func TestUnitEndWakesSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		r := e.waitEnded(t, run.ID.String(), 10*time.Second)
+		waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		r, _, err := supervisor.WaitRun(waitCtx, e.st, run.ID, func(store.Run, *store.Progress) {})
+		cancel()
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
 		if r.Status != store.StatusSucceeded {
 			t.Fatalf("run %d: %s (%s), want succeeded", i, r.Status, r.Reason)
 		}
@@ -224,5 +229,68 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Validate: %v, want an error with %q", err, c.want)
 			}
 		})
+	}
+}
+
+// WaitRun returns as soon as the run's end is recorded, well before its next poll, reporting
+// each reading; a context that ends first ends the wait, not the run.
+func TestWaitRun(t *testing.T) {
+	ctx := context.Background()
+	dsn := testenv.Postgres(t)
+	if _, err := migrations.Apply(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.CreateJob(ctx, store.Job{Name: "w", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.Admit(ctx, "w", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, _, err = supervisor.WaitRun(short, st, run.ID, func(store.Run, *store.Progress) {})
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "it goes on; see holdfast run show "+run.ID.String()) {
+		t.Fatalf("wait cut short: %v", err)
+	}
+
+	type result struct {
+		run      store.Run
+		err      error
+		readings int
+		at       time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		n := 0
+		r, _, err := supervisor.WaitRun(ctx, st, run.ID, func(store.Run, *store.Progress) { n++ })
+		done <- result{r, err, n, time.Now()}
+	}()
+	// Past the first readings (at once, and once listening), and well before the poll.
+	time.Sleep(supervisor.WaitPoll / 4)
+	ended := time.Now()
+	if ok, err := st.Finish(ctx, store.Ending{RunID: run.ID, Attempt: 1, At: ended, Status: store.StatusFailed,
+		Reason: "ended by the test"}); err != nil || !ok {
+		t.Fatalf("finish: %v %v", ok, err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.run.Status != store.StatusFailed {
+			t.Fatalf("WaitRun: %+v, %v; want the failed run", r.run, r.err)
+		}
+		if lag := r.at.Sub(ended); lag >= supervisor.WaitPoll/2 {
+			t.Fatalf("WaitRun returned %s after the end: it polled instead of listening", lag)
+		}
+		if r.readings < 2 || r.readings > 4 {
+			t.Fatalf("%d readings, want the first ones and the final one", r.readings)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitRun did not return")
 	}
 }

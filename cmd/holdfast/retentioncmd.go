@@ -369,7 +369,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 				if !wait {
 					return nil
 				}
-				final, _, err := waitRun(ctx, st, *saved.RunID, progressWriter(cmd.ErrOrStderr(), asJSON))
+				final, _, err := supervisor.WaitRun(ctx, st, *saved.RunID, progressWriter(cmd.ErrOrStderr(), asJSON))
 				if err != nil {
 					return err
 				}
