@@ -103,22 +103,29 @@ func (s *Supervisor) sweep(ctx context.Context) {
 	}
 }
 
-// admit turns due slots into runs, then sleeps until the earliest due slot, the next interval
+// admit turns due slots into runs, then sleeps until the earliest due time, the next interval
 // or a notification, whichever comes first. A pass that admitted runs wakes the sweep, which
-// spawns them.
+// spawns them; so does a pass at a due time that admitted none, since that time may be a
+// queued run's not-before (a retry's delay): the run then starts at it, not at the next interval.
 func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
+	var dueAt, wokeFor time.Time
 	for {
 		n, err := a.AdmitDue(ctx, time.Now())
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("admission of due jobs failed", "err", err)
 		}
-		if n > 0 {
+		// Once per due time: a job that stays due (another daemon holds it) must not make the
+		// sweep run at every short sleep.
+		if n > 0 || !dueAt.IsZero() && !dueAt.Equal(wokeFor) && !time.Now().Before(dueAt) {
 			s.sweepWake.wake()
+			wokeFor = dueAt
 		}
 		wait := s.cfg.SweepInterval
+		dueAt = time.Time{}
 		nextCtx, cancel := context.WithTimeout(ctx, s.cfg.Database.StatementTimeout)
-		if next, err := s.cfg.Store.NextDue(nextCtx); err == nil && next != nil {
-			wait = max(minWait, min(wait, time.Until(*next)))
+		if next, err := s.cfg.Store.NextDue(nextCtx); err == nil && next != nil && time.Until(*next) < wait {
+			dueAt = *next
+			wait = max(minWait, time.Until(*next))
 		}
 		cancel()
 		if !sleep(ctx, wait, s.admitWake) {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -293,4 +295,42 @@ func TestWaitRun(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("WaitRun did not return")
 	}
+}
+
+// A queued run that may not start before a time (a retry's delay) starts at that time, not at
+// the next interval: admission, asleep until then, wakes the sweep.
+func TestNotBeforeWakesSweep(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.cfg.SweepInterval = time.Hour
+	e.job(t, "retried", "/bin/true")
+	first, err := e.st.Admit(ctx, "retried", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry := store.Retry{ID: uuid.New(), Number: 1, NotBefore: time.Now().Add(2 * time.Second), Why: "waiting: a retry"}
+	if ok, err := e.st.Finish(ctx, store.Ending{RunID: first.ID, Attempt: 1, At: time.Now(), Status: store.StatusFailed,
+		Reason: "failed by the test", FailureClass: "transient", Retry: &retry}); err != nil || !ok {
+		t.Fatalf("finish: %v %v", ok, err)
+	}
+	sup, err := supervisor.New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Stop()
+	r := e.waitEnded(t, retry.ID.String(), 15*time.Second)
+	attempts, err := e.st.Attempts(ctx, retry.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != store.StatusSucceeded || len(attempts) != 1 || attempts[0].SpawnClaimedAt == nil {
+		t.Fatalf("retry %s (%s) with %+v, want succeeded", r.Status, r.Reason, attempts)
+	}
+	if at := *attempts[0].SpawnClaimedAt; at.Before(retry.NotBefore) || at.After(retry.NotBefore.Add(2*time.Second)) {
+		t.Fatalf("retry spawned at %s, want at its not-before %s", at, retry.NotBefore)
+	}
+	t.Logf("retry spawned %s after its not-before", attempts[0].SpawnClaimedAt.Sub(retry.NotBefore).Round(time.Millisecond))
 }
