@@ -234,7 +234,7 @@ func New(cfg Config) (*Supervisor, error) {
 	s.services = []Service{
 		// Listening first: a run admitted while the other services start still wakes them.
 		&loop{name: "notifications", run: s.listen},
-		&markerWatch{stateDir: cfg.StateDir, wake: s.sweepWake, logger: cfg.Logger},
+		&markerWatch{stateDir: cfg.StateDir, runner: cfg.Runner, wake: s.sweepWake, logger: cfg.Logger},
 		&loop{name: "sweep", run: s.sweep},
 		&loop{name: "admission", run: func(ctx context.Context) { s.admit(ctx, admitter) }},
 		&loop{name: "run files", run: s.removeRunFiles},

@@ -108,7 +108,7 @@ func TestUnitEndWakesSweep(t *testing.T) {
 		}
 		start := time.Now()
 		waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		r, _, err := supervisor.WaitRun(waitCtx, e.st, run.ID, func(store.Run, *store.Progress) {})
+		r, attempts, err := supervisor.WaitRun(waitCtx, e.st, run.ID, func(store.Run, *store.Progress) {})
 		cancel()
 		if err != nil {
 			t.Fatalf("run %d: %v", i, err)
@@ -117,6 +117,11 @@ func TestUnitEndWakesSweep(t *testing.T) {
 			t.Fatalf("run %d: %s (%s), want succeeded", i, r.Status, r.Reason)
 		}
 		t.Logf("run %d: admitted to recorded final in %s", i, time.Since(start).Round(time.Millisecond))
+		if mk, err := runner.ReadMarker(e.cfg.StateDir, run.ID, 1); err == nil && len(attempts) == 1 && attempts[0].SpawnClaimedAt != nil && attempts[0].EndedAt != nil {
+			a := attempts[0]
+			t.Logf("  claimed +%s, marker +%s, ended +%s", a.SpawnClaimedAt.Sub(start).Round(time.Millisecond),
+				mk.At.Sub(start).Round(time.Millisecond), a.EndedAt.Sub(start).Round(time.Millisecond))
+		}
 	}
 	violations, err := e.st.Violations(ctx)
 	if err != nil || len(violations) > 0 {
