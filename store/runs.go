@@ -584,8 +584,11 @@ func (s *Store) Restart(ctx context.Context, runID uuid.UUID, attempt int, at ti
 		if err := insertHold(ctx, tx, p, runID, attempt+1); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE runs SET status = 'queued' WHERE id = $1`, runID)
-		return err
+		if _, err := tx.Exec(ctx, `UPDATE runs SET status = 'queued' WHERE id = $1`, runID); err != nil {
+			return err
+		}
+		// Queued again: the daemons spawn the next attempt now, not at their next interval.
+		return notify(ctx, tx, runID.String())
 	})
 	if errors.Is(err, errStopRequested) {
 		return false, "", nil
