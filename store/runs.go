@@ -519,6 +519,9 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 		if err != nil || finished != 1 {
 			return err
 		}
+		if err := notifyEnded(ctx, tx, e.RunID); err != nil {
+			return err
+		}
 		if err := applySettlement(ctx, tx, e.RunID, e.Attempt, e.Settlement, "holdfast"); err != nil && !errors.Is(err, errHoldClosed) {
 			return err
 		}
@@ -595,6 +598,9 @@ func (s *Store) Restart(ctx context.Context, r Restarting) (moved bool, paused s
 		}
 		if p.Paused != "" {
 			paused = p.Reason
+			if err := notifyEnded(ctx, tx, runID); err != nil {
+				return err
+			}
 			return pauseNow(ctx, tx, runID, attempt, p.Paused, p.Reason)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, $2)`, runID, attempt+1); err != nil {
@@ -603,8 +609,11 @@ func (s *Store) Restart(ctx context.Context, r Restarting) (moved bool, paused s
 		if err := insertHold(ctx, tx, p, runID, attempt+1); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE runs SET status = 'queued' WHERE id = $1`, runID)
-		return err
+		if _, err := tx.Exec(ctx, `UPDATE runs SET status = 'queued' WHERE id = $1`, runID); err != nil {
+			return err
+		}
+		// Queued again: the daemons spawn the next attempt now, not at their next interval.
+		return notify(ctx, tx, runID.String())
 	})
 	if errors.Is(err, errStopRequested) {
 		return false, "", nil

@@ -166,33 +166,11 @@ func open(ctx context.Context, dsn string, configure func(*pgxpool.Config)) (*St
 // Close closes the pool.
 func (s *Store) Close() { s.pool.Close() }
 
-// listenSetupTimeout bounds acquiring the LISTEN connection and issuing LISTEN.
-const listenSetupTimeout = 30 * time.Second
-
 // Listen blocks, calling wake for each notification on NotifyChannel, until ctx ends or the
 // connection fails. It also calls wake once as soon as it listens: notifications sent while no
 // session listened (before, or while the server was restarting) are lost.
 func (s *Store) Listen(ctx context.Context, wake func()) error {
-	setup, cancel := context.WithTimeout(ctx, listenSetupTimeout)
-	defer cancel()
-	conn, err := s.pool.Acquire(setup)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(setup, "LISTEN "+NotifyChannel); err != nil {
-		conn.Conn().Close(context.Background())
-		return fmt.Errorf("listen: %w", err)
-	}
-	wake()
-	for {
-		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
-			// The connection may be mid-wait; never hand it back to the pool in that state.
-			conn.Conn().Close(context.Background())
-			return fmt.Errorf("wait for notification: %w", err)
-		}
-		wake()
-	}
+	return s.listen(ctx, NotifyChannel, func(string) { wake() })
 }
 
 // unknownAccount turns the violation of a job's account reference into a message that says

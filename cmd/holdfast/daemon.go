@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -22,11 +21,9 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/migrations"
-	"github.com/holdfast-backup/holdfast/reconcile"
-	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/runner"
-	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/supervisor"
 )
 
 func newMigrateCmd(g *globals) *cobra.Command {
@@ -73,9 +70,8 @@ func newCheckCmd(g *globals) *cobra.Command {
 }
 
 func newDaemonCmd(g *globals) *cobra.Command {
-	cfg := reconcile.Config{}
-	dbCfg := store.Config{}
-	var d daemonFlags
+	cfg := supervisor.Defaults()
+	var allowUsers string
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "Run the supervisor: spawn admitted runs and reconcile live ones",
@@ -85,111 +81,68 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			// Every setting is checked before PostgreSQL or systemd is asked anything: a bad
 			// configuration exits 78, which the service unit does not restart on.
-			if err := d.validate(g, &cfg); err != nil {
+			if err := g.requireDSN(); err != nil {
 				return configError{err}
 			}
-			dbCfg.DSN = g.dsn
-			if err := dbCfg.Validate(); err != nil {
-				return inputError{err}
+			cfg.Database.DSN, cfg.StateDir, cfg.Logger = g.dsn, g.stateDir, logger
+			cfg.Systemd = runner.Config{Manager: g.systemd, Address: g.systemdAddress}
+			cfg.AllowUsers = strings.Split(allowUsers, ",")
+			if err := cfg.Validate(); err != nil {
+				return configError{err}
 			}
 			if _, err := migrations.Apply(ctx, g.dsn); err != nil {
 				return err
 			}
-			st, err := store.New(ctx, dbCfg)
+			st, err := store.New(ctx, cfg.Database)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			rn, err := runner.New(ctx, runner.Config{Manager: g.systemd, Address: g.systemdAddress})
+			rn, err := runner.New(ctx, cfg.Systemd)
 			if err != nil {
 				return err
 			}
 			defer rn.Close()
-			cfg.Store, cfg.Runner, cfg.StateDir, cfg.Logger = st, rn, g.stateDir, logger
-			rec, err := reconcile.New(cfg)
+			cfg.Store, cfg.Runner = st, rn
+			sup, err := supervisor.New(cfg)
 			if err != nil {
 				return err
 			}
-			if err := os.MkdirAll(g.stateDir, 0o755); err != nil {
-				return fmt.Errorf("state directory: %w", err)
-			}
-			admitter := &schedule.Admitter{Store: st, Grace: d.lateGrace, Logger: logger, Timeout: cfg.PassTimeout}
-			if err := admitter.Validate(); err != nil {
+			if err := sup.Start(ctx); err != nil {
 				return err
 			}
-			logger.Info("holdfast daemon started", "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", d.interval,
-				"pass_timeout", cfg.PassTimeout, "allow_users", d.allowUsers, "allow_command_jobs", cfg.AllowCommandJobs,
-				"statement_timeout", dbCfg.StatementTimeout)
-			wake := make(chan struct{}, 1)
-			go listen(ctx, st.Listen, wake, logger)
-			var cleaned time.Time
-			for {
-				if _, err := admitter.AdmitDue(ctx, time.Now()); err != nil && ctx.Err() == nil {
-					logger.Error("admission of due jobs failed", "err", err)
-				}
-				// The first pass is the boot pass: it is an ordinary one.
-				stats, err := rec.Sweep(ctx)
-				switch {
-				case err != nil && ctx.Err() == nil:
-					logger.Error("sweep failed", "err", err)
-				case stats.Errors > 0 || stats.Duration > time.Second:
-					logger.Warn("sweep", "runs", stats.Runs, "errors", stats.Errors, "duration", stats.Duration,
-						"systemd", stats.SystemdDuration, "journal_lag_bytes", stats.JournalLag)
-				}
-				if time.Since(cleaned) >= d.cleanEvery && ctx.Err() == nil {
-					cleaned = time.Now()
-					n, err := rec.RemoveRunFiles(ctx, time.Since(d.keepRunFiles.Before(time.Now())))
-					if err != nil {
-						logger.Warn("run files not all removed; the next round tries again", "err", err)
-					}
-					if n > 0 {
-						logger.Info("journals and exit markers of ended runs removed", "runs", n, "ended_before", d.keepRunFilesText)
-					}
-				}
-				// Sleep until the next pass or the earliest due slot, whichever comes first; never
-				// for nothing, should a due job stay due (another daemon holds it, say).
-				wait := d.interval
-				nextCtx, cancel := context.WithTimeout(ctx, dbCfg.StatementTimeout)
-				if next, err := st.NextDue(nextCtx); err == nil && next != nil {
-					wait = max(minWait, min(wait, time.Until(*next)))
-				}
-				cancel()
-				timer := time.NewTimer(wait)
-				select {
-				case <-ctx.Done():
-					timer.Stop()
-					logger.Info("holdfast daemon stopping; running backups continue in their units")
-					return nil
-				case <-wake:
-					timer.Stop()
-				case <-timer.C:
-				}
-			}
+			logger.Info("holdfast daemon started", "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", cfg.SweepInterval,
+				"pass_timeout", cfg.PassTimeout, "allow_users", allowUsers, "allow_command_jobs", cfg.AllowCommandJobs,
+				"statement_timeout", cfg.Database.StatementTimeout)
+			<-ctx.Done()
+			logger.Info("holdfast daemon stopping; running backups continue in their units")
+			sup.Stop()
+			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&d.interval, "sweep-interval", 2*time.Second, "time between reconciler passes")
-	f.DurationVar(&cfg.SpawnGrace, "spawn-grace", 30*time.Second, "how long a spawned unit may take to appear")
-	f.IntVar(&cfg.MaxAttempts, "max-attempts", 5, "attempts a run may take before it fails")
-	f.DurationVar(&cfg.RunBudget, "run-budget", 30*time.Second, "time one run may take in one pass")
+	f.DurationVar(&cfg.SweepInterval, "sweep-interval", supervisor.DefaultSweepInterval, "time between reconciler passes")
+	f.DurationVar(&cfg.SpawnGrace, "spawn-grace", supervisor.DefaultSpawnGrace, "how long a spawned unit may take to appear")
+	f.IntVar(&cfg.MaxAttempts, "max-attempts", supervisor.DefaultMaxAttempts, "attempts a run may take before it fails")
+	f.DurationVar(&cfg.RunBudget, "run-budget", supervisor.DefaultRunBudget, "time one run may take in one pass")
 	f.IntVar(&cfg.Limits.MaxRunning, "max-running", 0, "at most this many runs hold a unit at once, across all hosts (0: no limit)")
 	f.IntVar(&cfg.Limits.MaxRunningHost, "max-running-host", 0, "at most this many runs hold a unit at once on this host (0: no limit)")
-	f.StringArrayVar(&d.windows, "window", nil, "global maintenance window in which no run starts, e.g. \"Sat 01:00-05:00\" (repeatable)")
-	f.StringVar(&d.windowZone, "window-tz", "", "time zone of the global windows (IANA name; default UTC)")
-	f.DurationVar(&d.lateGrace, "late-grace", time.Minute, "how late a scheduled slot may still start; older slots are counted as missed")
-	f.DurationVar(&cfg.DependsWait, "depends-wait", reconcile.DefaultDependsWait, "how long a run waits for its prerequisite's next outcome when the prerequisite's last run did not succeed")
-	f.IntVar(&cfg.Workers, "workers", 8, "runs reconciled at once in one pass")
+	f.StringArrayVar(&cfg.Windows, "window", nil, "global maintenance window in which no run starts, e.g. \"Sat 01:00-05:00\" (repeatable)")
+	f.StringVar(&cfg.WindowZone, "window-tz", "", "time zone of the global windows (IANA name; default UTC)")
+	f.DurationVar(&cfg.LateGrace, "late-grace", supervisor.DefaultLateGrace, "how late a scheduled slot may still start; older slots are counted as missed")
+	f.DurationVar(&cfg.DependsWait, "depends-wait", supervisor.DefaultDependsWait, "how long a run waits for its prerequisite's next outcome when the prerequisite's last run did not succeed")
+	f.IntVar(&cfg.Workers, "workers", supervisor.DefaultWorkers, "runs reconciled at once in one pass")
 	f.StringVar(&cfg.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
 	f.StringVar(&cfg.Binary, "holdfast-binary", "", "holdfast executable the units run (default: this one)")
-	f.StringVar(&d.keepRunFilesText, "keep-run-files", "30d", "remove the journals and exit markers of runs that ended longer ago than this (the database keeps their facts)")
-	f.DurationVar(&d.cleanEvery, "run-files-every", time.Hour, "how often ended runs' files are looked for")
+	f.StringVar(&cfg.KeepRunFiles, "keep-run-files", supervisor.DefaultKeepRunFiles, "remove the journals and exit markers of runs that ended longer ago than this (the database keeps their facts)")
+	f.DurationVar(&cfg.RunFilesEvery, "run-files-every", supervisor.DefaultRunFilesEvery, "how often ended runs' files are looked for")
 	_ = f.MarkHidden("run-files-every") // for tests
-	f.DurationVar(&cfg.PassTimeout, "pass-timeout", reconcile.DefaultPassTimeout, "longest one admission pass or one sweep may take")
-	f.DurationVar(&dbCfg.StatementTimeout, "db-statement-timeout", store.DefaultStatementTimeout, "PostgreSQL's statement_timeout for the daemon's sessions")
-	f.DurationVar(&dbCfg.LockTimeout, "db-lock-timeout", store.DefaultLockTimeout, "PostgreSQL's lock_timeout for the daemon's sessions")
-	f.StringVar(&d.allowUsers, "allow-users", envOr("HOLDFAST_ALLOW_USERS", reconcile.DefaultAllowUsers),
+	f.DurationVar(&cfg.PassTimeout, "pass-timeout", supervisor.DefaultPassTimeout, "longest one admission pass or one sweep may take")
+	f.DurationVar(&cfg.Database.StatementTimeout, "db-statement-timeout", store.DefaultStatementTimeout, "PostgreSQL's statement_timeout for the daemon's sessions")
+	f.DurationVar(&cfg.Database.LockTimeout, "db-lock-timeout", store.DefaultLockTimeout, "PostgreSQL's lock_timeout for the daemon's sessions")
+	f.StringVar(&allowUsers, "allow-users", envOr("HOLDFAST_ALLOW_USERS", supervisor.DefaultAllowUsers),
 		"users jobs may run as: comma-separated names or uids, or * for every user, root included (env HOLDFAST_ALLOW_USERS)")
-	commandJobs := reconcile.DefaultAllowCommandJobs
+	commandJobs := supervisor.DefaultAllowCommandJobs
 	if v, err := strconv.ParseBool(os.Getenv("HOLDFAST_ALLOW_COMMAND_JOBS")); err == nil {
 		commandJobs = v
 	}
@@ -204,116 +157,6 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return configError{err} })
 	return cmd
-}
-
-// daemonFlags are the daemon's settings that are not reconcile.Config fields.
-type daemonFlags struct {
-	interval, lateGrace time.Duration
-	windows             []string
-	windowZone          string
-	allowUsers          string
-	keepRunFilesText    string
-	keepRunFiles        retention.Duration // parsed from keepRunFilesText by validate
-	cleanEvery          time.Duration
-}
-
-// validate checks every daemon setting and fills cfg's binaries and windows, touching nothing.
-func (d *daemonFlags) validate(g *globals, cfg *reconcile.Config) error {
-	if err := g.requireDSN(); err != nil {
-		return err
-	}
-	if err := (&runner.Config{Manager: g.systemd, Address: g.systemdAddress}).Validate(); err != nil {
-		return err
-	}
-	for _, v := range []struct {
-		flag    string
-		d       time.Duration
-		example string
-	}{{"--sweep-interval", d.interval, "2s"}, {"--spawn-grace", cfg.SpawnGrace, "30s"}, {"--run-budget", cfg.RunBudget, "30s"},
-		{"--depends-wait", cfg.DependsWait, "6h"}} {
-		if v.d <= 0 {
-			return fmt.Errorf("%s %s must be positive, e.g. %s", v.flag, v.d, v.example)
-		}
-	}
-	var err error
-	if d.keepRunFiles, err = retention.ParseDuration(d.keepRunFilesText); err != nil || d.keepRunFiles.IsZero() {
-		return fmt.Errorf("--keep-run-files %q: give a positive duration such as 30d, 2m or 36h", d.keepRunFilesText)
-	}
-	if d.cleanEvery <= 0 {
-		return errors.New("--run-files-every must be positive")
-	}
-	if cfg.PassTimeout < 0 {
-		return errors.New("--pass-timeout must be positive")
-	}
-	cfg.AllowUsers = strings.Split(d.allowUsers, ",")
-	if err := cfg.ValidatePolicy(); err != nil {
-		return err
-	}
-	if d.lateGrace < 0 {
-		return fmt.Errorf("--late-grace %s is negative: give 0 or more, e.g. 1m", d.lateGrace)
-	}
-	for _, v := range []struct {
-		flag string
-		n    int
-		min  int
-	}{{"--max-attempts", cfg.MaxAttempts, 1}, {"--workers", cfg.Workers, 1},
-		{"--max-running", cfg.Limits.MaxRunning, 0}, {"--max-running-host", cfg.Limits.MaxRunningHost, 0}} {
-		if v.n < v.min {
-			return fmt.Errorf("%s %d is out of range: give at least %d", v.flag, v.n, v.min)
-		}
-	}
-	if cfg.Binary == "" {
-		if cfg.Binary, err = os.Executable(); err != nil {
-			return fmt.Errorf("find holdfast's own executable: %w", err)
-		}
-	} else if err := checkExecutable("--holdfast-binary", cfg.Binary); err != nil {
-		return err
-	}
-	if cfg.ResticBinary, err = resticBinary(cfg.ResticBinary); err != nil {
-		return err
-	}
-	if cfg.WindowZone, err = schedule.LoadZone(d.windowZone); err != nil {
-		return fmt.Errorf("--window-tz: %w", err)
-	}
-	for _, text := range d.windows {
-		w, err := schedule.ParseWindow(text)
-		if err != nil {
-			return err
-		}
-		cfg.Windows = append(cfg.Windows, w)
-	}
-	return nil
-}
-
-// minWait is the shortest sleep between two passes.
-const minWait = 100 * time.Millisecond
-
-// listen forwards notifications to wake, reconnecting after failures; the sweep interval is the
-// backstop while it is down.
-func listen(ctx context.Context, fn func(context.Context, func()) error, wake chan struct{}, logger *slog.Logger) {
-	failed := false
-	for ctx.Err() == nil {
-		err := fn(ctx, func() {
-			if failed {
-				// fn wakes once when it listens again.
-				logger.Info("listening for notifications again")
-				failed = false
-			}
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		})
-		if ctx.Err() != nil {
-			return
-		}
-		failed = true
-		logger.Warn("listen for notifications failed; polling meanwhile", "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(2 * time.Second):
-		}
-	}
 }
 
 // credentialFlags are the flags by which a unit's command learns which credentials it was given.

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/user"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -22,6 +20,7 @@ import (
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/supervisor"
 )
 
 // policyFlags are the retention policy flags of job add/edit, retention plan/apply and simulate.
@@ -146,29 +145,11 @@ func actor() string {
 
 // resticBinary is the restic a command runs: the one its --restic flag names, else restic in PATH.
 func resticBinary(flag string) (string, error) {
-	if flag != "" {
-		return flag, checkExecutable("--restic", flag)
-	}
-	path, err := exec.LookPath("restic")
+	path, err := supervisor.ResticBinary(flag)
 	if err != nil {
-		return "", badInput("restic not found in PATH: install it (apt-get install restic) or give --restic")
+		return "", inputError{err}
 	}
 	return path, nil
-}
-
-// checkExecutable refuses a program flag that is not an absolute path to an executable regular file.
-func checkExecutable(flag, path string) error {
-	if !filepath.IsAbs(path) {
-		return badInput("%s %q is a relative path: give an absolute path such as /usr/bin/restic", flag, path)
-	}
-	info, err := os.Stat(path)
-	if err != nil {
-		return badInput("%s %s: %v: give the path of an installed executable", flag, path, reason(err))
-	}
-	if !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
-		return badInput("%s %s is not an executable file: give the path of an installed executable", flag, path)
-	}
-	return nil
 }
 
 // planOut is a plan as `retention plan|apply|simulate --json` print it.
@@ -317,7 +298,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 				if !wait {
 					return nil
 				}
-				final, _, err := waitRun(ctx, st, *saved.RunID, progressWriter(cmd.ErrOrStderr(), asJSON))
+				final, _, err := supervisor.WaitRun(ctx, st, *saved.RunID, progressWriter(cmd.ErrOrStderr(), asJSON))
 				if err != nil {
 					return err
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/supervisor"
 	"github.com/holdfast-backup/holdfast/textsafe"
 )
 
@@ -179,7 +180,7 @@ func newRunStartCmd(g *globals) *cobra.Command {
 				if !asJSON {
 					fmt.Fprintf(cmd.ErrOrStderr(), "run %s of %s queued\n", run.ID, run.JobName)
 				}
-				final, attempts, err := waitRun(ctx, st, run.ID, progressWriter(cmd.ErrOrStderr(), asJSON))
+				final, attempts, err := supervisor.WaitRun(ctx, st, run.ID, progressWriter(cmd.ErrOrStderr(), asJSON))
 				if err != nil {
 					return err
 				}
@@ -203,7 +204,7 @@ func newRunStartCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// progressWriter returns where waitRun reports progress: a line redrawn in place on a terminal,
+// progressWriter returns where supervisor.WaitRun reports progress: a line redrawn in place on a terminal,
 // a line every few seconds elsewhere, nothing under --json.
 func progressWriter(w io.Writer, quiet bool) func(store.Run, *store.Progress) {
 	if quiet {
@@ -240,35 +241,6 @@ func progressWriter(w io.Writer, quiet bool) func(store.Run, *store.Progress) {
 			lastAt = time.Now()
 		}
 		last = line
-	}
-}
-
-// waitRun polls the run until it is no longer live.
-func waitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(store.Run, *store.Progress)) (store.Run, []store.Attempt, error) {
-	tick := time.NewTicker(300 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		run, err := st.RunByID(ctx, id)
-		if err != nil {
-			return store.Run{}, nil, err
-		}
-		attempts, err := st.Attempts(ctx, id)
-		if err != nil {
-			return store.Run{}, nil, err
-		}
-		var p *store.Progress
-		if n := len(attempts); n > 0 {
-			p = attempts[n-1].Progress
-		}
-		report(run, p)
-		if !store.Live(run.Status) {
-			return run, attempts, nil
-		}
-		select {
-		case <-ctx.Done():
-			return store.Run{}, nil, fmt.Errorf("stopped waiting for run %s (it goes on; see holdfast run show %s): %w", id, id, ctx.Err())
-		case <-tick.C:
-		}
 	}
 }
 

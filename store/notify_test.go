@@ -1,0 +1,126 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// listenEnds collects the run ends announced on store.EndedChannel, once listening.
+func listenEnds(t *testing.T, st *store.Store) <-chan uuid.UUID {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ends := make(chan uuid.UUID, 16)
+	listening := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = st.ListenRunEnds(ctx, func(run uuid.UUID) {
+			if run == uuid.Nil {
+				close(listening)
+				return
+			}
+			ends <- run
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-listening:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not listening")
+	}
+	return ends
+}
+
+func expectEnd(t *testing.T, ends <-chan uuid.UUID, want uuid.UUID, what string) {
+	t.Helper()
+	select {
+	case got := <-ends:
+		if got != want {
+			t.Fatalf("%s: announced %s, want %s", what, got, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no end announced", what)
+	}
+}
+
+func expectNoEnd(t *testing.T, ends <-chan uuid.UUID, what string) {
+	t.Helper()
+	select {
+	case got := <-ends:
+		t.Fatalf("%s: announced %s as ended", what, got)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// A run's end is announced when it is recorded (Finish, or a restart that pauses the run), and
+// only then: a restart that queues the next attempt, or a finish that changed nothing, is not one.
+func TestRunEndsAnnounced(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	ends := listenEnds(t, st)
+	wakes := make(chan struct{}, 16)
+	listenCtx, cancel := context.WithCancel(ctx)
+	listened := make(chan struct{})
+	go func() {
+		defer close(listened)
+		_ = st.Listen(listenCtx, func() { wakes <- struct{}{} })
+	}()
+	defer func() { cancel(); <-listened }()
+	woken := func(what string) {
+		t.Helper()
+		select {
+		case <-wakes:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the daemons were not woken", what)
+		}
+	}
+	woken("listening")
+
+	addJob(t, st, "fin")
+	run, err := st.Admit(ctx, "fin", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken("admission")
+	moved, _, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
+		Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
+	if err != nil || !moved {
+		t.Fatalf("restart: moved=%v err=%v", moved, err)
+	}
+	expectNoEnd(t, ends, "restart")
+	woken("restart") // the daemons spawn the next attempt at once
+	finish := store.Ending{RunID: run.ID, Attempt: 2, At: time.Now(), Status: store.StatusFailed, Reason: "test",
+		Settlement: &ledger.Settlement{Release: true, Source: "test"}}
+	if ok, err := st.Finish(ctx, finish); err != nil || !ok {
+		t.Fatalf("finish: %v %v", ok, err)
+	}
+	expectEnd(t, ends, run.ID, "finish")
+	if ok, err := st.Finish(ctx, finish); err != nil || ok {
+		t.Fatalf("second finish: %v %v, want nothing changed", ok, err)
+	}
+	expectNoEnd(t, ends, "second finish")
+
+	// A job's ceiling used up by the first attempt: the restart pauses the run.
+	limit := int64(1 << 20)
+	if _, err := st.CreateJob(ctx, store.Job{Name: "ceiling", Engine: "restic", Repository: "/r", PasswordFile: "/pw",
+		Paths: []string{"/data"}, MaxAdded: &limit}); err != nil {
+		t.Fatal(err)
+	}
+	run, err = st.Admit(ctx, "ceiling", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, paused, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
+		ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130",
+		Settlement: &ledger.Settlement{Bytes: 2 * limit, Source: "measured growth"}})
+	if err != nil || !moved || paused == "" {
+		t.Fatalf("restart past the ceiling: moved=%v paused=%q err=%v, want paused", moved, paused, err)
+	}
+	expectEnd(t, ends, run.ID, "restart that paused")
+}

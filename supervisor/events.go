@@ -1,0 +1,151 @@
+package supervisor
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/runner"
+)
+
+const (
+	// rewatchAfter is how long the unit-end watch waits before it tries again after a failure;
+	// the sweep interval is the backstop meanwhile.
+	rewatchAfter = 30 * time.Second
+	// goneEvery is how often systemd is asked whether units that wrote their marker are gone.
+	goneEvery = 20 * time.Millisecond
+	// goneWithin bounds that wait: past it the sweep is woken anyway, as its interval would.
+	goneWithin = 3 * time.Second
+	// maxPending bounds the ends waiting to be settled; past it an end wakes the sweep at once.
+	maxPending = 4096
+)
+
+// markerWatch is the unit-end service: each exit marker written wakes the sweep, which closes
+// the run at once instead of at its next interval (see runner.MarkerWatch for why markers).
+//
+// The marker is written inside the unit's ExecStopPost, a moment before systemd lets the unit
+// go. The sweep is woken once systemd says the unit is gone: a run closed earlier would free
+// its place under --max-running while its unit still counts as deactivating.
+type markerWatch struct {
+	stateDir string
+	runner   *runner.Runner
+	wake     wakeup
+	logger   *slog.Logger
+	loop     loop
+}
+
+func (m *markerWatch) Name() string { return "unit ends" }
+
+// Start puts the watch in place before it returns, so a unit that ends afterwards is seen. A
+// watch that cannot be set up is not fatal: the sweep's interval notices ends meanwhile.
+func (m *markerWatch) Start(ctx context.Context) error {
+	if m.loop.running() {
+		return nil
+	}
+	first, err := runner.WatchMarkers(m.stateDir)
+	if err != nil {
+		m.logger.Warn("unit ends are noticed at the sweep interval until the exit markers can be watched", "err", err)
+	}
+	m.loop.name = m.Name()
+	m.loop.run = func(ctx context.Context) { m.run(ctx, first) }
+	if err := m.loop.Start(ctx); err != nil {
+		if first != nil {
+			first.Close()
+		}
+		return err
+	}
+	return nil
+}
+
+func (m *markerWatch) Stop() { m.loop.Stop() }
+
+func (m *markerWatch) run(ctx context.Context, w *runner.MarkerWatch) {
+	ended := make(chan string, maxPending)
+	var wg sync.WaitGroup
+	wg.Go(func() { m.settle(ctx, ended) })
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		if w == nil {
+			if !sleep(ctx, rewatchAfter, nil) {
+				return
+			}
+			var err error
+			if w, err = runner.WatchMarkers(m.stateDir); err != nil {
+				m.logger.Warn("exit markers still cannot be watched", "err", err)
+				continue
+			}
+			m.logger.Info("watching exit markers again")
+			m.wake.wake() // markers written while nothing watched
+		}
+		err := w.Run(ctx, func(run uuid.UUID, attempt int) {
+			mk, err := runner.ReadMarker(m.stateDir, run, attempt)
+			if err != nil || mk.Unit == "" {
+				m.wake.wake() // the sweep judges a marker it cannot read
+				return
+			}
+			select {
+			case ended <- mk.Unit:
+			default:
+				m.wake.wake()
+			}
+		})
+		w = nil
+		if ctx.Err() != nil {
+			return
+		}
+		m.logger.Warn("watching exit markers failed; unit ends are noticed at the sweep interval meanwhile", "err", err)
+	}
+}
+
+// settle wakes the sweep as soon as systemd says a unit whose marker appeared is gone, or once
+// goneWithin passed for it.
+func (m *markerWatch) settle(ctx context.Context, ended <-chan string) {
+	pending := map[string]time.Time{} // unit: when to stop waiting for it
+	// The timer runs only while something is pending: an idle daemon is not woken for nothing.
+	timer := time.NewTimer(goneEvery)
+	timer.Stop()
+	defer timer.Stop()
+	var due <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case unit := <-ended:
+			if _, ok := pending[unit]; !ok {
+				pending[unit] = time.Now().Add(goneWithin)
+			}
+			if due == nil {
+				timer.Reset(goneEvery)
+				due = timer.C
+			}
+			continue
+		case <-due:
+			due = nil
+		}
+		names := make([]string, 0, len(pending))
+		for name := range pending {
+			names = append(names, name)
+		}
+		askCtx, cancel := context.WithTimeout(ctx, goneWithin)
+		states, err := m.runner.States(askCtx, names)
+		cancel()
+		settled := false
+		for _, name := range names {
+			// "Could not ask" waits, up to the deadline: it never reads as gone.
+			if err == nil && !states[name].Alive() || !time.Now().Before(pending[name]) {
+				delete(pending, name)
+				settled = true
+			}
+		}
+		if settled {
+			m.wake.wake()
+		}
+		if len(pending) > 0 {
+			timer.Reset(goneEvery)
+			due = timer.C
+		}
+	}
+}

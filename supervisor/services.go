@@ -1,0 +1,178 @@
+package supervisor
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/schedule"
+)
+
+// wakeup asks a service to run a pass now; asks that come while one is pending are one ask.
+type wakeup chan struct{}
+
+func newWakeup() wakeup { return make(wakeup, 1) }
+
+func (w wakeup) wake() {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+}
+
+// loop is a service that runs one function in its own goroutine until Stop (or the context
+// given to Start) ends it.
+type loop struct {
+	name string
+	run  func(ctx context.Context)
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (l *loop) Name() string { return l.name }
+
+// running reports whether the loop was started and not stopped.
+func (l *loop) running() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.done != nil
+}
+
+// Start runs the loop; it does nothing if the loop runs already.
+func (l *loop) Start(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done != nil {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ctx, l.cancel = context.WithCancel(ctx)
+	done := make(chan struct{})
+	l.done = done
+	go func() {
+		defer close(done)
+		l.run(ctx)
+	}()
+	return nil
+}
+
+// Stop ends the loop and waits until its goroutine returned.
+func (l *loop) Stop() {
+	l.mu.Lock()
+	cancel, done := l.cancel, l.done
+	l.cancel, l.done = nil, nil
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// sleep waits for d, a wake-up or the end of ctx, and reports whether ctx is still alive.
+func sleep(ctx context.Context, d time.Duration, w wakeup) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-w:
+	case <-timer.C:
+	}
+	return true
+}
+
+// sweep runs the reconciler's pass at once (the boot pass is an ordinary one), then every
+// SweepInterval or as soon as something wakes it.
+func (s *Supervisor) sweep(ctx context.Context) {
+	for {
+		stats, err := s.rec.Sweep(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.cfg.Logger.Error("sweep failed", "err", err)
+		case stats.Errors > 0 || stats.Duration > time.Second:
+			s.cfg.Logger.Warn("sweep", "runs", stats.Runs, "errors", stats.Errors, "duration", stats.Duration,
+				"systemd", stats.SystemdDuration, "journal_lag_bytes", stats.JournalLag)
+		}
+		if !sleep(ctx, s.cfg.SweepInterval, s.sweepWake) {
+			return
+		}
+	}
+}
+
+// admit turns due slots into runs, then sleeps until the earliest due time, the next interval
+// or a notification, whichever comes first. A pass that admitted runs wakes the sweep, which
+// spawns them; so does a pass at a due time that admitted none, since that time may be a
+// queued run's not-before (a retry's delay): the run then starts at it, not at the next interval.
+func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
+	var dueAt, wokeFor time.Time
+	for {
+		n, err := a.AdmitDue(ctx, time.Now())
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Error("admission of due jobs failed", "err", err)
+		}
+		// Once per due time: a job that stays due (another daemon holds it) must not make the
+		// sweep run at every short sleep.
+		if n > 0 || !dueAt.IsZero() && !dueAt.Equal(wokeFor) && !time.Now().Before(dueAt) {
+			s.sweepWake.wake()
+			wokeFor = dueAt
+		}
+		wait := s.cfg.SweepInterval
+		dueAt = time.Time{}
+		nextCtx, cancel := context.WithTimeout(ctx, s.cfg.Database.StatementTimeout)
+		if next, err := s.cfg.Store.NextDue(nextCtx); err == nil && next != nil && time.Until(*next) < wait {
+			dueAt = *next
+			wait = max(minWait, time.Until(*next))
+		}
+		cancel()
+		if !sleep(ctx, wait, s.admitWake) {
+			return
+		}
+	}
+}
+
+// listen wakes admission and the sweep on every notification, listening again after a
+// failure; the sweep interval is the backstop while it does not listen.
+func (s *Supervisor) listen(ctx context.Context) {
+	failed := false
+	for ctx.Err() == nil {
+		err := s.cfg.Store.Listen(ctx, func() {
+			if failed {
+				// Listen wakes once when it listens again.
+				s.cfg.Logger.Info("listening for notifications again")
+				failed = false
+			}
+			s.admitWake.wake()
+			s.sweepWake.wake()
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		failed = true
+		s.cfg.Logger.Warn("listen for notifications failed; polling meanwhile", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(relistenAfter):
+		}
+	}
+}
+
+// removeRunFiles removes the journals and exit markers of runs that ended more than
+// KeepRunFiles ago, at once and then every RunFilesEvery.
+func (s *Supervisor) removeRunFiles(ctx context.Context) {
+	for {
+		n, err := s.rec.RemoveRunFiles(ctx, time.Since(s.cfg.keepRunFiles.Before(time.Now())))
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("run files not all removed; the next round tries again", "err", err)
+		}
+		if n > 0 {
+			s.cfg.Logger.Info("journals and exit markers of ended runs removed", "runs", n, "ended_before", s.cfg.KeepRunFiles)
+		}
+		if !sleep(ctx, s.cfg.RunFilesEvery, nil) {
+			return
+		}
+	}
+}

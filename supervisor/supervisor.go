@@ -1,0 +1,275 @@
+// Package supervisor is holdfast's daemon as a set of services, each with Start and Stop:
+// admission (due jobs become runs), the sweep (the reconciler's pass over every live run), the
+// notification listener (PostgreSQL wakes admission and the sweep), the unit-end watch (a unit's
+// exit marker wakes the sweep at once) and the removal of old run files.
+//
+// Events only wake the sweep earlier: the sweep on its interval stays the safety net, so a lost
+// notification or a missed file event costs latency, never correctness. Stop ends the services
+// and the daemon's own watches; running backups go on in their units.
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/reconcile"
+	"github.com/holdfast-backup/holdfast/retention"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// The daemon's defaults, each stated here once; Defaults returns a Config with all of them.
+const (
+	DefaultSweepInterval    = 2 * time.Second
+	DefaultSpawnGrace       = 30 * time.Second
+	DefaultRunBudget        = 30 * time.Second
+	DefaultMaxAttempts      = 5
+	DefaultWorkers          = 8
+	DefaultLateGrace        = time.Minute
+	DefaultKeepRunFiles     = "30d"
+	DefaultRunFilesEvery    = time.Hour
+	DefaultPassTimeout      = reconcile.DefaultPassTimeout
+	DefaultDependsWait      = reconcile.DefaultDependsWait
+	DefaultAllowUsers       = reconcile.DefaultAllowUsers
+	DefaultAllowCommandJobs = reconcile.DefaultAllowCommandJobs
+)
+
+// minWait is the shortest sleep of admission between two passes, should a due job stay due
+// (another daemon holds it, say).
+const minWait = 100 * time.Millisecond
+
+// relistenAfter is how long the notification listener waits before it listens again after a
+// failure; the sweep interval is the backstop meanwhile.
+const relistenAfter = 2 * time.Second
+
+// Config configures a Supervisor. Start from Defaults: Validate refuses a zero where zero means
+// nothing sensible (an interval, a count). Each setting names the daemon's flag for it, and
+// Validate's errors name the flag too.
+type Config struct {
+	// Store and Runner are the daemon's connections; New requires them, Validate does not look
+	// at them (it runs before anything is connected).
+	Store  *store.Store
+	Runner *runner.Runner
+	// Database and Systemd are the settings the daemon connects with; Validate checks them.
+	Database store.Config
+	Systemd  runner.Config
+	// StateDir holds markers and run journals (--state-dir).
+	StateDir string
+	// Binary is the holdfast executable the units run (--holdfast-binary); default this one.
+	Binary string
+	// ResticBinary is the restic the units run (--restic); default restic in PATH.
+	ResticBinary string
+	// Host is recorded on each attempt; default the host name.
+	Host string
+
+	SweepInterval time.Duration // --sweep-interval: time between passes when nothing wakes the sweep
+	SpawnGrace    time.Duration // --spawn-grace: how long a spawned unit may take to appear
+	RunBudget     time.Duration // --run-budget: time one run may take in one pass
+	PassTimeout   time.Duration // --pass-timeout: longest admission pass or sweep; 0 is DefaultPassTimeout
+	LateGrace     time.Duration // --late-grace: how late a slot may still start; older ones are missed
+	DependsWait   time.Duration // --depends-wait: how long a run waits for a prerequisite's next outcome
+	MaxAttempts   int           // --max-attempts
+	Workers       int           // --workers: runs reconciled at once in one pass
+	Limits        store.Limits  // --max-running, --max-running-host (0: no limit)
+	Windows       []string      // --window: global maintenance windows, e.g. "Sat 01:00-05:00"
+	WindowZone    string        // --window-tz: IANA zone of the windows; "" is UTC
+	// AllowUsers are the users jobs may run as (--allow-users): names, uids, or reconcile.AnyUser.
+	AllowUsers       []string
+	AllowCommandJobs bool // --allow-command-jobs
+	// KeepRunFiles is how long the journals and markers of ended runs stay (--keep-run-files),
+	// a retention duration such as 30d.
+	KeepRunFiles  string
+	RunFilesEvery time.Duration // --run-files-every: how often old run files are looked for
+
+	Logger *slog.Logger
+
+	// Filled in by Validate.
+	keepRunFiles retention.Duration
+	windows      []schedule.Window
+	zone         *time.Location
+}
+
+// Defaults returns a Config with every default.
+func Defaults() Config {
+	return Config{
+		SweepInterval: DefaultSweepInterval, SpawnGrace: DefaultSpawnGrace, RunBudget: DefaultRunBudget,
+		PassTimeout: DefaultPassTimeout, LateGrace: DefaultLateGrace, DependsWait: DefaultDependsWait,
+		MaxAttempts: DefaultMaxAttempts, Workers: DefaultWorkers, AllowUsers: []string{DefaultAllowUsers},
+		AllowCommandJobs: DefaultAllowCommandJobs, KeepRunFiles: DefaultKeepRunFiles, RunFilesEvery: DefaultRunFilesEvery,
+	}
+}
+
+// Validate checks every setting and resolves the binaries, windows and users, touching nothing:
+// a daemon refuses a bad configuration before it asks PostgreSQL or systemd anything.
+func (c *Config) Validate() error {
+	if err := c.Systemd.Validate(); err != nil {
+		return err
+	}
+	if err := c.Database.Validate(); err != nil {
+		return err
+	}
+	for _, v := range []struct {
+		flag    string
+		d       time.Duration
+		example string
+	}{{"--sweep-interval", c.SweepInterval, "2s"}, {"--spawn-grace", c.SpawnGrace, "30s"}, {"--run-budget", c.RunBudget, "30s"},
+		{"--depends-wait", c.DependsWait, "6h"}} {
+		if v.d <= 0 {
+			return fmt.Errorf("%s %s must be positive, e.g. %s", v.flag, v.d, v.example)
+		}
+	}
+	var err error
+	if c.keepRunFiles, err = retention.ParseDuration(c.KeepRunFiles); err != nil || c.keepRunFiles.IsZero() {
+		return fmt.Errorf("--keep-run-files %q: give a positive duration such as 30d, 2m or 36h", c.KeepRunFiles)
+	}
+	if c.RunFilesEvery <= 0 {
+		return errors.New("--run-files-every must be positive")
+	}
+	switch {
+	case c.PassTimeout < 0:
+		return errors.New("--pass-timeout must be positive")
+	case c.PassTimeout == 0:
+		c.PassTimeout = DefaultPassTimeout
+	}
+	if len(c.AllowUsers) == 0 {
+		c.AllowUsers = []string{DefaultAllowUsers}
+	}
+	policy := reconcile.Config{AllowUsers: c.AllowUsers}
+	if err := policy.ValidatePolicy(); err != nil {
+		return err
+	}
+	if c.LateGrace < 0 {
+		return fmt.Errorf("--late-grace %s is negative: give 0 or more, e.g. 1m", c.LateGrace)
+	}
+	for _, v := range []struct {
+		flag string
+		n    int
+		min  int
+	}{{"--max-attempts", c.MaxAttempts, 1}, {"--workers", c.Workers, 1},
+		{"--max-running", c.Limits.MaxRunning, 0}, {"--max-running-host", c.Limits.MaxRunningHost, 0}} {
+		if v.n < v.min {
+			return fmt.Errorf("%s %d is out of range: give at least %d", v.flag, v.n, v.min)
+		}
+	}
+	if c.Binary == "" {
+		if c.Binary, err = os.Executable(); err != nil {
+			return fmt.Errorf("find holdfast's own executable: %w", err)
+		}
+	} else if err := CheckExecutable("--holdfast-binary", c.Binary); err != nil {
+		return err
+	}
+	if c.ResticBinary, err = ResticBinary(c.ResticBinary); err != nil {
+		return err
+	}
+	if c.zone, err = schedule.LoadZone(c.WindowZone); err != nil {
+		return fmt.Errorf("--window-tz: %w", err)
+	}
+	c.windows = c.windows[:0]
+	for _, text := range c.Windows {
+		w, err := schedule.ParseWindow(text)
+		if err != nil {
+			return err
+		}
+		c.windows = append(c.windows, w)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// reconcileConfig is the reconciler's part of a validated c.
+func (c *Config) reconcileConfig() reconcile.Config {
+	return reconcile.Config{
+		Store: c.Store, Runner: c.Runner, StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary,
+		Host: c.Host, SpawnGrace: c.SpawnGrace, RunBudget: c.RunBudget, PassTimeout: c.PassTimeout,
+		MaxAttempts: c.MaxAttempts, Limits: c.Limits, Windows: c.windows, WindowZone: c.zone,
+		DependsWait: c.DependsWait, Workers: c.Workers, AllowUsers: c.AllowUsers,
+		AllowCommandJobs: c.AllowCommandJobs, Logger: c.Logger,
+	}
+}
+
+// Service is one part of the daemon. Start returns once the service works (or failed to start);
+// Stop returns once it has stopped. Both may be called more than once.
+type Service interface {
+	Name() string
+	Start(ctx context.Context) error
+	Stop()
+}
+
+// Supervisor is the daemon: its services, started in order and stopped in reverse.
+type Supervisor struct {
+	cfg       Config
+	rec       *reconcile.Reconciler
+	services  []Service
+	sweepWake wakeup
+	admitWake wakeup
+}
+
+// New validates cfg and builds the services; nothing runs before Start.
+func New(cfg Config) (*Supervisor, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("supervisor: no store")
+	case cfg.Runner == nil:
+		return nil, errors.New("supervisor: no runner")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rec, err := reconcile.New(cfg.reconcileConfig())
+	if err != nil {
+		return nil, err
+	}
+	admitter := &schedule.Admitter{Store: cfg.Store, Grace: cfg.LateGrace, Logger: cfg.Logger, Timeout: cfg.PassTimeout}
+	if err := admitter.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Supervisor{cfg: cfg, rec: rec, sweepWake: newWakeup(), admitWake: newWakeup()}
+	s.services = []Service{
+		// Listening first: a run admitted while the other services start still wakes them.
+		&loop{name: "notifications", run: s.listen},
+		&markerWatch{stateDir: cfg.StateDir, runner: cfg.Runner, wake: s.sweepWake, logger: cfg.Logger},
+		&loop{name: "sweep", run: s.sweep},
+		&loop{name: "admission", run: func(ctx context.Context) { s.admit(ctx, admitter) }},
+		&loop{name: "run files", run: s.removeRunFiles},
+	}
+	return s, nil
+}
+
+// Services are the supervisor's services, in start order.
+func (s *Supervisor) Services() []Service { return s.services }
+
+// Start makes the state directory and starts every service; if one fails to start, those
+// already started are stopped again.
+func (s *Supervisor) Start(ctx context.Context) error {
+	if err := os.MkdirAll(s.cfg.StateDir, 0o755); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	for i, svc := range s.services {
+		if err := svc.Start(ctx); err != nil {
+			for j := i - 1; j >= 0; j-- {
+				s.services[j].Stop()
+			}
+			return fmt.Errorf("start %s: %w", svc.Name(), err)
+		}
+	}
+	return nil
+}
+
+// Stop stops every service, in reverse order, and the reconciler's repository watches. Units
+// keep running: the next daemon's first pass picks them up.
+func (s *Supervisor) Stop() {
+	for i := len(s.services) - 1; i >= 0; i-- {
+		s.services[i].Stop()
+	}
+	s.rec.StopWatching()
+}
+
+// WakeSweep asks for a sweep now (coalesced with any already asked for).
+func (s *Supervisor) WakeSweep() { s.sweepWake.wake() }

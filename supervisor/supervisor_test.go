@@ -1,0 +1,341 @@
+package supervisor_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/supervisor"
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.RunMain(m) }
+
+// env is a real database and a private systemd manager, with a supervisor config over them.
+type env struct {
+	st  *store.Store
+	cfg supervisor.Config
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	ctx := context.Background()
+	dir := testenv.SharedDir(t) // first: removed after the manager stopped its units
+	dsn := testenv.Postgres(t)
+	mgr := testenv.PrivateSystemd(t)
+	if _, err := migrations.Apply(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	cfg := supervisor.Defaults()
+	cfg.Database = store.Config{DSN: dsn}
+	cfg.Systemd = runner.Config{Address: mgr.Address}
+	st, err := store.New(ctx, cfg.Database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	rn, err := runner.New(ctx, cfg.Systemd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rn.Close)
+	cfg.Store, cfg.Runner, cfg.StateDir = st, rn, filepath.Join(dir, "state")
+	cfg.Binary, cfg.ResticBinary = testenv.HoldfastBinary(t), testenv.Restic(t)
+	cfg.AllowCommandJobs = true
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	return env{st: st, cfg: cfg}
+}
+
+func (e env) job(t *testing.T, name string, argv ...string) {
+	t.Helper()
+	if _, err := e.st.CreateJob(context.Background(), store.Job{Name: name, Engine: "command", Command: argv}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitEnded polls the record (the test's own view, not the daemon's) until the run is final.
+func (e env) waitEnded(t *testing.T, id string, within time.Duration) store.Run {
+	t.Helper()
+	run, err := e.st.ResolveRun(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(within)
+	for {
+		r, err := e.st.RunByID(context.Background(), run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !store.Live(r.Status) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s still %s after %s", id, r.Status, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// With an hour between passes, a run is spawned because its admission notifies, and recorded
+// final within seconds because its unit's exit marker wakes the sweep: no interval is waited for.
+func TestUnitEndWakesSweep(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.cfg.SweepInterval = time.Hour
+	sup, err := supervisor.New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Stop()
+	e.job(t, "quick", "/bin/sleep", "0.3")
+	for i := range 3 {
+		run, err := e.st.Admit(ctx, "quick", "manual", store.KindBackup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		r, attempts, err := supervisor.WaitRun(waitCtx, e.st, run.ID, func(store.Run, *store.Progress) {})
+		cancel()
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if r.Status != store.StatusSucceeded {
+			t.Fatalf("run %d: %s (%s), want succeeded", i, r.Status, r.Reason)
+		}
+		t.Logf("run %d: admitted to recorded final in %s", i, time.Since(start).Round(time.Millisecond))
+		if mk, err := runner.ReadMarker(e.cfg.StateDir, run.ID, 1); err == nil && len(attempts) == 1 && attempts[0].SpawnClaimedAt != nil && attempts[0].EndedAt != nil {
+			a := attempts[0]
+			t.Logf("  claimed +%s, marker +%s, ended +%s", a.SpawnClaimedAt.Sub(start).Round(time.Millisecond),
+				mk.At.Sub(start).Round(time.Millisecond), a.EndedAt.Sub(start).Round(time.Millisecond))
+		}
+	}
+	violations, err := e.st.Violations(ctx)
+	if err != nil || len(violations) > 0 {
+		t.Fatalf("invariants: %v %v", violations, err)
+	}
+}
+
+// Start and Stop may be called more than once; after Stop no service acts (an admitted run stays
+// queued with no unit), and a new Start picks the run up.
+func TestStartStop(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.cfg.SweepInterval = 50 * time.Millisecond
+	sup, err := supervisor.New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, svc := range sup.Services() {
+		names = append(names, svc.Name())
+	}
+	if got, want := strings.Join(names, ","), "notifications,unit ends,sweep,admission,run files"; got != want {
+		t.Fatalf("services %s, want %s", got, want)
+	}
+	sup.Stop() // never started: nothing to do
+	for range 2 {
+		if err := sup.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopped := make(chan struct{})
+	go func() { sup.Stop(); sup.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not return")
+	}
+	e.job(t, "later", "/bin/true")
+	run, err := e.st.Admit(ctx, "later", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // six intervals
+	attempts, err := e.st.Attempts(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(attempts) != 1 || attempts[0].Unit != "" {
+		t.Fatalf("a stopped supervisor spawned the run: %+v", attempts)
+	}
+	if err := sup.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Stop()
+	if r := e.waitEnded(t, run.ID.String(), 10*time.Second); r.Status != store.StatusSucceeded {
+		t.Fatalf("run %s (%s), want succeeded", r.Status, r.Reason)
+	}
+	// A context that ends stops the services too; Stop then only waits for them.
+	ctx2, cancel := context.WithCancel(ctx)
+	sup.Stop()
+	if err := sup.Start(ctx2); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	sup.Stop()
+}
+
+// Validate refuses each bad setting with the message the daemon prints (it exits 78 on it).
+func TestValidate(t *testing.T) {
+	plain := filepath.Join(t.TempDir(), "plain")
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*supervisor.Config)
+		want string
+	}{
+		{"defaults", func(*supervisor.Config) {}, ""},
+		{"zero sweep interval", func(c *supervisor.Config) { c.SweepInterval = 0 }, "--sweep-interval 0s must be positive"},
+		{"negative spawn grace", func(c *supervisor.Config) { c.SpawnGrace = -time.Second }, "--spawn-grace -1s must be positive"},
+		{"zero run budget", func(c *supervisor.Config) { c.RunBudget = 0 }, "--run-budget 0s must be positive"},
+		{"zero depends wait", func(c *supervisor.Config) { c.DependsWait = 0 }, "--depends-wait 0s must be positive"},
+		{"keep run files zero", func(c *supervisor.Config) { c.KeepRunFiles = "0d" }, `--keep-run-files "0d": give a positive duration`},
+		{"keep run files bad", func(c *supervisor.Config) { c.KeepRunFiles = "soon" }, `--keep-run-files "soon"`},
+		{"run files every zero", func(c *supervisor.Config) { c.RunFilesEvery = 0 }, "--run-files-every must be positive"},
+		{"negative pass timeout", func(c *supervisor.Config) { c.PassTimeout = -time.Second }, "--pass-timeout must be positive"},
+		{"unknown user", func(c *supervisor.Config) { c.AllowUsers = []string{"no-such-user-here"} }, "--allow-users"},
+		{"negative late grace", func(c *supervisor.Config) { c.LateGrace = -time.Minute }, "--late-grace -1m0s is negative"},
+		{"zero workers", func(c *supervisor.Config) { c.Workers = 0 }, "--workers 0 is out of range"},
+		{"zero attempts", func(c *supervisor.Config) { c.MaxAttempts = 0 }, "--max-attempts 0 is out of range"},
+		{"negative max running", func(c *supervisor.Config) { c.Limits.MaxRunning = -1 }, "--max-running -1 is out of range"},
+		{"negative max running host", func(c *supervisor.Config) { c.Limits.MaxRunningHost = -1 }, "--max-running-host -1 is out of range"},
+		{"relative binary", func(c *supervisor.Config) { c.Binary = "holdfast" }, `--holdfast-binary "holdfast" is a relative path`},
+		{"missing restic", func(c *supervisor.Config) { c.ResticBinary = "/nonexistent/restic" }, "--restic /nonexistent/restic: no such file or directory"},
+		{"restic not executable", func(c *supervisor.Config) { c.ResticBinary = plain }, "is not an executable file"},
+		{"bad window", func(c *supervisor.Config) { c.Windows = []string{"Someday 25:00-26:00"} }, "Someday"},
+		{"unknown zone", func(c *supervisor.Config) { c.WindowZone = "Mars/Olympus" }, "--window-tz"},
+		{"unknown manager", func(c *supervisor.Config) { c.Systemd.Manager = "pid1" }, "pid1"},
+		{"statement timeout under 1ms", func(c *supervisor.Config) { c.Database.StatementTimeout = time.Microsecond }, "statement timeout"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := supervisor.Defaults()
+			cfg.Database.DSN = "postgres:///unused"
+			cfg.Binary, cfg.ResticBinary = "/bin/true", "/bin/true"
+			c.edit(&cfg)
+			err := cfg.Validate()
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("Validate: %v, want an error with %q", err, c.want)
+			}
+		})
+	}
+}
+
+// WaitRun returns as soon as the run's end is recorded, well before its next poll, reporting
+// each reading; a context that ends first ends the wait, not the run.
+func TestWaitRun(t *testing.T) {
+	ctx := context.Background()
+	dsn := testenv.Postgres(t)
+	if _, err := migrations.Apply(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.CreateJob(ctx, store.Job{Name: "w", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.Admit(ctx, "w", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, _, err = supervisor.WaitRun(short, st, run.ID, func(store.Run, *store.Progress) {})
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "it goes on; see holdfast run show "+run.ID.String()) {
+		t.Fatalf("wait cut short: %v", err)
+	}
+
+	type result struct {
+		run      store.Run
+		err      error
+		readings int
+		at       time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		n := 0
+		r, _, err := supervisor.WaitRun(ctx, st, run.ID, func(store.Run, *store.Progress) { n++ })
+		done <- result{r, err, n, time.Now()}
+	}()
+	// Past the first readings (at once, and once listening), and well before the poll.
+	time.Sleep(supervisor.WaitPoll / 4)
+	ended := time.Now()
+	if ok, err := st.Finish(ctx, store.Ending{RunID: run.ID, Attempt: 1, At: ended, Status: store.StatusFailed,
+		Reason: "ended by the test"}); err != nil || !ok {
+		t.Fatalf("finish: %v %v", ok, err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.run.Status != store.StatusFailed {
+			t.Fatalf("WaitRun: %+v, %v; want the failed run", r.run, r.err)
+		}
+		if lag := r.at.Sub(ended); lag >= supervisor.WaitPoll/2 {
+			t.Fatalf("WaitRun returned %s after the end: it polled instead of listening", lag)
+		}
+		if r.readings < 2 || r.readings > 4 {
+			t.Fatalf("%d readings, want the first ones and the final one", r.readings)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitRun did not return")
+	}
+}
+
+// A queued run that may not start before a time (a retry's delay) starts at that time, not at
+// the next interval: admission, asleep until then, wakes the sweep.
+func TestNotBeforeWakesSweep(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.cfg.SweepInterval = time.Hour
+	e.job(t, "retried", "/bin/true")
+	first, err := e.st.Admit(ctx, "retried", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry := store.Retry{ID: uuid.New(), Number: 1, NotBefore: time.Now().Add(2 * time.Second), Why: "waiting: a retry"}
+	if ok, err := e.st.Finish(ctx, store.Ending{RunID: first.ID, Attempt: 1, At: time.Now(), Status: store.StatusFailed,
+		Reason: "failed by the test", FailureClass: "transient", Retry: &retry}); err != nil || !ok {
+		t.Fatalf("finish: %v %v", ok, err)
+	}
+	sup, err := supervisor.New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Stop()
+	r := e.waitEnded(t, retry.ID.String(), 15*time.Second)
+	attempts, err := e.st.Attempts(ctx, retry.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != store.StatusSucceeded || len(attempts) != 1 || attempts[0].SpawnClaimedAt == nil {
+		t.Fatalf("retry %s (%s) with %+v, want succeeded", r.Status, r.Reason, attempts)
+	}
+	if at := *attempts[0].SpawnClaimedAt; at.Before(retry.NotBefore) || at.After(retry.NotBefore.Add(2*time.Second)) {
+		t.Fatalf("retry spawned at %s, want at its not-before %s", at, retry.NotBefore)
+	}
+	t.Logf("retry spawned %s after its not-before", attempts[0].SpawnClaimedAt.Sub(retry.NotBefore).Round(time.Millisecond))
+}

@@ -1,0 +1,62 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// WaitPoll is how often WaitRun reads a run that did not end: for its progress, and as the
+// backstop should the announcement of its end be lost.
+const WaitPoll = time.Second
+
+// WaitRun follows the run until its record is final and returns it with its attempts. It reads
+// the run as soon as its end is announced (store.ListenRunEnds) and otherwise every WaitPoll,
+// calling report with each reading, the final one included. When ctx ends first the run goes
+// on; the error says where to find it.
+func WaitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(store.Run, *store.Progress)) (store.Run, []store.Attempt, error) {
+	ended := newWakeup()
+	listenCtx, cancel := context.WithCancel(ctx)
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		for listenCtx.Err() == nil {
+			// Nil is "listening now": anything may have ended meanwhile.
+			_ = st.ListenRunEnds(listenCtx, func(run uuid.UUID) {
+				if run == id || run == uuid.Nil {
+					ended.wake()
+				}
+			})
+			sleep(listenCtx, relistenAfter, nil)
+		}
+	}()
+	defer func() {
+		cancel()
+		<-listening
+	}()
+	for {
+		run, err := st.RunByID(ctx, id)
+		if err != nil {
+			return store.Run{}, nil, err
+		}
+		attempts, err := st.Attempts(ctx, id)
+		if err != nil {
+			return store.Run{}, nil, err
+		}
+		var p *store.Progress
+		if n := len(attempts); n > 0 {
+			p = attempts[n-1].Progress
+		}
+		report(run, p)
+		if !store.Live(run.Status) {
+			return run, attempts, nil
+		}
+		if !sleep(ctx, WaitPoll, ended) {
+			return store.Run{}, nil, fmt.Errorf("stopped waiting for run %s (it goes on; see holdfast run show %s): %w", id, id, ctx.Err())
+		}
+	}
+}
