@@ -169,6 +169,17 @@ type Engine interface {
 	Classify(Evidence) Outcome
 }
 
+// ByName returns the engine a job names; resticBinary is the restic its classification may ask.
+func ByName(name, resticBinary string) (Engine, error) {
+	switch name {
+	case NameRestic:
+		return Restic{Binary: resticBinary}, nil
+	case NameCommand:
+		return Command{}, nil
+	}
+	return nil, fmt.Errorf("unknown engine %q: give %s or %s", name, NameRestic, NameCommand)
+}
+
 // FormatBytes formats n in IEC units with one decimal, e.g. "1.9 MiB".
 func FormatBytes(n int64) string {
 	if n < 1024 {

@@ -35,7 +35,7 @@ type Config struct {
 	StateDir string
 	// Binary is the holdfast executable the units run (`holdfast exec`, `holdfast marker`).
 	Binary string
-	// ResticBinary is the restic executable the units run. Default "restic" resolved in PATH.
+	// ResticBinary is the restic executable the units run. Default DefaultResticBinary.
 	ResticBinary string
 	// Host is recorded on each attempt. Default os.Hostname().
 	Host string
@@ -57,7 +57,7 @@ type Config struct {
 	// DependsWait bounds how long a run waits for its prerequisite's next outcome when the
 	// prerequisite's last run did not succeed, counted from when the run was queued. Default 6h.
 	DependsWait time.Duration
-	// Workers is how many runs one pass reconciles at once. Default 8.
+	// Workers is how many runs one pass reconciles at once. Default DefaultWorkers.
 	Workers int
 	// AllowUsers are the users jobs may run as: user names or numeric uids, or AnyUser.
 	// Default DefaultAllowUsers. A run of a job whose user is not among them ends failed.
@@ -72,8 +72,15 @@ type Config struct {
 	allowedUIDs map[uint32]bool
 }
 
-// DefaultPassTimeout is Config.PassTimeout's default.
-const DefaultPassTimeout = 2 * time.Minute
+// Config's defaults, each stated once; the daemon's flags default to them.
+const (
+	DefaultPassTimeout  = 2 * time.Minute
+	DefaultSpawnGrace   = 30 * time.Second
+	DefaultRunBudget    = 30 * time.Second
+	DefaultMaxAttempts  = 5
+	DefaultWorkers      = 8
+	DefaultResticBinary = "restic" // resolved in PATH
+)
 
 // Validate fills in defaults and checks required fields.
 func (c *Config) Validate() error {
@@ -93,19 +100,19 @@ func (c *Config) Validate() error {
 		c.PassTimeout = DefaultPassTimeout
 	}
 	if c.ResticBinary == "" {
-		c.ResticBinary = "restic"
+		c.ResticBinary = DefaultResticBinary
 	}
 	if c.Host == "" {
 		c.Host, _ = os.Hostname()
 	}
 	if c.SpawnGrace <= 0 {
-		c.SpawnGrace = 30 * time.Second
+		c.SpawnGrace = DefaultSpawnGrace
 	}
 	if c.RunBudget <= 0 {
-		c.RunBudget = 30 * time.Second
+		c.RunBudget = DefaultRunBudget
 	}
 	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 5
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -114,7 +121,7 @@ func (c *Config) Validate() error {
 		c.DependsWait = DefaultDependsWait
 	}
 	if c.Workers <= 0 {
-		c.Workers = 8
+		c.Workers = DefaultWorkers
 	}
 	if c.WindowZone == nil {
 		c.WindowZone = time.UTC

@@ -26,10 +26,10 @@ import (
 // The daemon's defaults, each stated here once; Defaults returns a Config with all of them.
 const (
 	DefaultSweepInterval    = 2 * time.Second
-	DefaultSpawnGrace       = 30 * time.Second
-	DefaultRunBudget        = 30 * time.Second
-	DefaultMaxAttempts      = 5
-	DefaultWorkers          = 8
+	DefaultSpawnGrace       = reconcile.DefaultSpawnGrace
+	DefaultRunBudget        = reconcile.DefaultRunBudget
+	DefaultMaxAttempts      = reconcile.DefaultMaxAttempts
+	DefaultWorkers          = reconcile.DefaultWorkers
 	DefaultLateGrace        = time.Minute
 	DefaultKeepRunFiles     = "30d"
 	DefaultRunFilesEvery    = time.Hour

@@ -211,14 +211,9 @@ func newExecCmd() *cobra.Command {
 			if err != nil {
 				return badInput("--run %q is not a run id", runID)
 			}
-			var parser engine.Parser
-			switch engineName {
-			case "restic":
-				parser = engine.Restic{}
-			case "command":
-				parser = engine.Command{}
-			default:
-				return badInput("unknown engine %q", engineName)
+			parser, err := engine.ByName(engineName, "")
+			if err != nil {
+				return inputError{err}
 			}
 			env, err := creds.environ()
 			if err != nil {
@@ -268,7 +263,7 @@ func newExecCmd() *cobra.Command {
 	f.StringVar(&runID, "run", "", "run id")
 	f.IntVar(&attempt, "attempt", 0, "attempt number")
 	f.StringVar(&journalPath, "journal", "", "run journal file")
-	f.StringVar(&engineName, "engine", "restic", "engine: restic or command")
+	f.StringVar(&engineName, "engine", engine.NameRestic, "engine: restic or command")
 	f.StringArrayVar(&before, "before", nil, "a command to run first, one argument per flag; its failure is ignored")
 	creds.add(f)
 	for _, name := range []string{"run", "attempt", "journal"} {
