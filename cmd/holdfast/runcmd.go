@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/store"
@@ -251,30 +250,12 @@ func newRunStopCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(1, "one run id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
-				// The intent is recorded first: if systemd does not take the request now, the
-				// daemon's next pass asks again.
-				if _, err := st.RequestStop(ctx, id); err != nil {
-					return err
-				}
-				crashpoint.At("stop-recorded")
-				attempts, err := st.Attempts(ctx, id)
+				unreached, err := supervisor.StopRun(ctx, st, g.openRunner, id)
 				if err != nil {
 					return err
 				}
-				live := attempts[len(attempts)-1]
-				if live.Unit != "" {
-					// The intent is safe in the database; a manager that does not answer must not
-					// hang the operator's terminal.
-					askCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-					r, err := g.openRunner(askCtx)
-					if err == nil {
-						err = r.Stop(askCtx, live.Unit)
-						r.Close()
-					}
-					cancel()
-					if err != nil {
-						fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: stop recorded, but systemd was not reached (%v); the daemon will stop the unit\n", err)
-					}
+				if unreached != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: stop recorded, but systemd was not reached (%v); the daemon will stop the unit\n", unreached)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "run %s: stop requested\n", id)
 				return nil

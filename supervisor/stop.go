@@ -1,0 +1,43 @@
+package supervisor
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// StopAskTimeout bounds how long StopRun waits for systemd: the intent is already safe in the
+// database, and a manager that does not answer must not hang the operator's terminal.
+const StopAskTimeout = 10 * time.Second
+
+// StopRun records the operator's stop intent on a queued or running run, then asks systemd to
+// stop its unit, if it has one. The intent is recorded first, so that if systemd does not take
+// the request the daemon's next pass asks again: unreached says why systemd was not reached,
+// and the stop still stands. err is set only if the intent could not be recorded.
+func StopRun(ctx context.Context, st *store.Store, openRunner func(context.Context) (*runner.Runner, error), id uuid.UUID) (unreached, err error) {
+	if _, err := st.RequestStop(ctx, id); err != nil {
+		return nil, err
+	}
+	crashpoint.At("stop-recorded")
+	attempts, err := st.Attempts(ctx, id)
+	if err != nil || len(attempts) == 0 {
+		return nil, err
+	}
+	live := attempts[len(attempts)-1]
+	if live.Unit == "" {
+		return nil, nil
+	}
+	askCtx, cancel := context.WithTimeout(ctx, StopAskTimeout)
+	defer cancel()
+	r, err := openRunner(askCtx)
+	if err != nil {
+		return err, nil
+	}
+	defer r.Close()
+	return r.Stop(askCtx, live.Unit), nil
+}
