@@ -317,3 +317,33 @@ func isJSON(b []byte) bool {
 func writeLine(w io.Writer, b []byte) {
 	w.Write(append(b[:len(b):len(b)], '\n'))
 }
+
+// RunBefore runs the command that goes before the engine, with its output on stderr. Its failure
+// is not the engine's: the engine's own run says what went wrong. A stop that arrives meanwhile
+// is passed on to it as SIGINT, and then the engine is not started: stopped is true, with the
+// status to exit with.
+func RunBefore(argv, env []string) (status int, stopped bool) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "holdfast exec: %s: %v\n", argv[0], err)
+		return 0, false
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for {
+		select {
+		case <-sigs:
+			stopped = true
+			_ = cmd.Process.Signal(syscall.SIGINT)
+		case err := <-done:
+			if err != nil && !stopped {
+				fmt.Fprintf(os.Stderr, "holdfast exec: %s: %v\n", argv[0], err)
+			}
+			return 128 + int(syscall.SIGINT), stopped
+		}
+	}
+}

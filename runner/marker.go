@@ -152,3 +152,21 @@ func ParseMarker(data []byte) (Marker, error) {
 	}
 	return m, nil
 }
+
+// MarkerFromEnv builds the marker of an attempt's unit from the variables systemd gives its
+// ExecStopPost ($SERVICE_RESULT, $EXIT_CODE, $EXIT_STATUS), refusing what systemd never sets.
+func MarkerFromEnv(run uuid.UUID, attempt int, unit string, getenv func(string) string, at time.Time) (Marker, error) {
+	m := Marker{Run: run, Attempt: attempt, Unit: unit, ServiceResult: getenv("SERVICE_RESULT"),
+		ExitCode: getenv("EXIT_CODE"), ExitStatus: getenv("EXIT_STATUS"), At: at.UTC()}
+	switch {
+	case attempt < 1:
+		return Marker{}, errors.New("--attempt must be at least 1")
+	case m.ServiceResult == "":
+		return Marker{}, errors.New("SERVICE_RESULT is not set: this command runs as a unit's ExecStopPost")
+	case m.ExitCode == "exited":
+		if _, err := strconv.Atoi(m.ExitStatus); err != nil {
+			return Marker{}, fmt.Errorf("EXIT_STATUS %q is not a number", m.ExitStatus)
+		}
+	}
+	return m, nil
+}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -222,7 +221,7 @@ func newExecCmd() *cobra.Command {
 				return exitCodeError{1}
 			}
 			if len(before) > 0 {
-				if status, stopped := runBefore(before, env); stopped {
+				if status, stopped := engine.RunBefore(before, env); stopped {
 					return exitCodeError{status}
 				}
 			}
@@ -272,35 +271,6 @@ func newExecCmd() *cobra.Command {
 	return cmd
 }
 
-// runBefore runs the command that goes before the engine. Its failure is not the engine's: the
-// engine's own run says what went wrong. A stop that arrives meanwhile is passed on to it as
-// SIGINT, and then the engine is not started: stopped is true, with the status to exit with.
-func runBefore(argv, env []string) (status int, stopped bool) {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env, cmd.Stdout, cmd.Stderr = env, os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "holdfast exec: %s: %v\n", argv[0], err)
-		return 0, false
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	for {
-		select {
-		case <-sigs:
-			stopped = true
-			_ = cmd.Process.Signal(syscall.SIGINT)
-		case err := <-done:
-			if err != nil && !stopped {
-				fmt.Fprintf(os.Stderr, "holdfast exec: %s: %v\n", argv[0], err)
-			}
-			return 128 + int(syscall.SIGINT), stopped
-		}
-	}
-}
-
 func newMarkerCmd(g *globals) *cobra.Command {
 	var runID, unit string
 	var attempt int
@@ -314,19 +284,9 @@ func newMarkerCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return badInput("--run %q is not a run id", runID)
 			}
-			if attempt < 1 {
-				return badInput("--attempt must be at least 1")
-			}
-			m := runner.Marker{Run: run, Attempt: attempt, Unit: unit,
-				ServiceResult: os.Getenv("SERVICE_RESULT"), ExitCode: os.Getenv("EXIT_CODE"),
-				ExitStatus: os.Getenv("EXIT_STATUS"), At: time.Now().UTC()}
-			if m.ServiceResult == "" {
-				return badInput("SERVICE_RESULT is not set: this command runs as a unit's ExecStopPost")
-			}
-			if m.ExitCode == "exited" {
-				if _, err := strconv.Atoi(m.ExitStatus); err != nil {
-					return badInput("EXIT_STATUS %q is not a number", m.ExitStatus)
-				}
+			m, err := runner.MarkerFromEnv(run, attempt, unit, os.Getenv, time.Now())
+			if err != nil {
+				return inputError{err}
 			}
 			if err := runner.WriteMarker(g.stateDir, m); err != nil {
 				return err
