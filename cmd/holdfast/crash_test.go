@@ -59,6 +59,7 @@ var crashCases = map[string]crashCase{
 // holdfast is SIGKILLed at every crash point, the daemon or the command that writes there; a
 // fresh daemon, or the command run again, finishes the step once, and `holdfast check` passes.
 func TestCrashPoints(t *testing.T) {
+	t.Parallel() // its cases share the pool with the other tests instead of running alone
 	bin := crashBinary(t)
 	for _, point := range crashpoint.Points {
 		c, ok := crashCases[point]
@@ -175,7 +176,8 @@ func crashRunPath(t *testing.T, w *world, point string) {
 	restart := strings.HasPrefix(point, "restart-")
 	size := int64(2 << 20)
 	if restart {
-		size = 120 << 20 // long enough to be interrupted
+		size = slowData // long enough to be interrupted
+		w.slowBackups()
 	}
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 4, size)

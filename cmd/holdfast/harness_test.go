@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,6 +129,27 @@ func (w *world) startDaemon(args ...string) *daemon {
 func (d *daemon) kill() {
 	_ = d.cmd.Process.Signal(syscall.SIGKILL)
 	<-d.done
+}
+
+// Backups that must stay in flight while a test acts on them (stops, reboots, restarts) run
+// through slowRestic over a few MiB: restic's own --limit-upload keeps each in flight for
+// seconds whatever the machine's load, at little CPU, where fast data would need hundreds of MiB.
+const (
+	slowKiBps = 512     // what a slow restic writes to its repository per second
+	slowData  = 8 << 20 // in flight for about 16s
+)
+
+// slowBackups makes every daemon of the world run restic as slowRestic.
+func (w *world) slowBackups() {
+	w.t.Helper()
+	w.daemonFlags = append(w.daemonFlags, "--restic", w.slowRestic())
+}
+
+// slowRestic returns the real restic, run with --limit-upload slowKiBps.
+func (w *world) slowRestic() string {
+	w.t.Helper()
+	return w.script("slow-restic", "#!/bin/sh\nexec REAL --limit-upload KIBPS \"$@\"\n",
+		"REAL", realRestic(w.t), "KIBPS", strconv.Itoa(slowKiBps))
 }
 
 // resticRepo creates a restic repository and its password file, readable by the job's user.
