@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -32,7 +36,8 @@ type world struct {
 	dsn         string
 	mgr         *testenv.Manager
 	state       string
-	dir         string // for repositories and sample data, reachable by units running as nobody
+	dir         string       // for repositories and sample data, reachable by units running as nobody
+	st          *store.Store // the test's own reader of the database, opened by the first waitRun
 }
 
 func newWorld(t *testing.T) *world {
@@ -272,20 +277,67 @@ func (w *world) startRun(job string) string {
 	return r.ID
 }
 
-// waitRun polls until cond holds for the run, or fails the test.
+// waitRun polls until cond holds for the run as `run show --json` shows it, or fails the test.
+// The command is run when the run's record changed, as the store reads it in this process, or
+// a second after the last time: each `run show` is a process and a database connection, and
+// ten a second in every waiting test cost the machine more than the tests' own work.
 func (w *world) waitRun(id string, what string, cond func(runJSON) bool) runJSON {
 	w.t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
+	var seen string
+	var shown time.Time
+	var r runJSON
 	for {
-		r := w.show(id)
-		if cond(r) {
-			return r
+		if fp := w.runFingerprint(id); fp == "" || fp != seen || time.Since(shown) >= time.Second {
+			seen, shown = fp, time.Now()
+			if r = w.show(id); cond(r) {
+				return r
+			}
 		}
 		if time.Now().After(deadline) {
 			w.t.Fatalf("run %s: timed out waiting for %s; last: %+v", id, what, r)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// runFingerprint is the run's record and its attempts' as the store reads them, progress only
+// as whether there is some; "" if they could not be read.
+func (w *world) runFingerprint(id string) string {
+	uid, err := uuid.Parse(id)
+	if err != nil {
+		return ""
+	}
+	if w.st == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if w.st, err = store.Open(ctx, w.dsn); err != nil {
+			return ""
+		}
+		w.t.Cleanup(w.st.Close)
+	}
+	// A database that is restarted or frozen under the test answers late or not at all.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	run, err := w.st.RunByID(ctx, uid)
+	if err != nil {
+		return ""
+	}
+	attempts, err := w.st.Attempts(ctx, uid)
+	if err != nil {
+		return ""
+	}
+	for i, a := range attempts {
+		if a.Progress != nil {
+			attempts[i].Progress = &store.Progress{BytesDone: min(a.Progress.BytesDone, 1)}
+		}
+		attempts[i].Cursor, attempts[i].LastEventAt = journal.Cursor{}, nil
+	}
+	fp, err := json.Marshal([]any{run, attempts})
+	if err != nil {
+		return ""
+	}
+	return string(fp)
 }
 
 func ended(r runJSON) bool { return r.Status != "queued" && r.Status != "running" }
