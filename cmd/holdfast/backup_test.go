@@ -169,6 +169,7 @@ func TestStopRunningBackup(t *testing.T) {
 	data := w.sampleData("data", 8, slowData)
 	w.mustRun("job", "add", "big", "--repo", repo, "--password-file", pw, "--path", data)
 	w.slowBackups()
+	w.backupRate(stuckKiBps)
 	w.startDaemon()
 	id := w.startRun("big")
 	w.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil && r.Progress.BytesDone > 0 || ended(r) })

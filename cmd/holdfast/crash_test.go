@@ -178,6 +178,7 @@ func crashRunPath(t *testing.T, w *world, point string) {
 	if restart {
 		size = slowData // long enough to be interrupted
 		w.slowBackups()
+		w.backupRate(stuckKiBps)
 	}
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 4, size)
@@ -187,6 +188,7 @@ func crashRunPath(t *testing.T, w *world, point string) {
 	if restart {
 		// An interruption nobody asked for: restic gets SIGINT from outside holdfast.
 		r := w.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+		w.backupRate(0) // the attempt after the interruption
 		w.mgr.Systemctl(t, "kill", "--signal=SIGINT", r.Attempts[0].Unit)
 	}
 	w.crashed(d, point)

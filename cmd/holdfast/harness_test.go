@@ -140,21 +140,42 @@ func (d *daemon) kill() {
 // through slowRestic over a few MiB: restic's own --limit-upload keeps each in flight for
 // seconds whatever the machine's load, at little CPU, where fast data would need hundreds of MiB.
 const (
-	slowKiBps = 512     // what a slow restic writes to its repository per second
-	slowData  = 8 << 20 // in flight for about 16s
+	slowKiBps  = 512 // a backup that ends by itself: slowData takes about 16s
+	stuckKiBps = 16  // a backup the test interrupts: slowData would take over 8 minutes
+	slowData   = 8 << 20
 )
 
-// slowBackups makes every daemon of the world run restic as slowRestic.
+// slowBackups makes every daemon of the world run restic as slowRestic, at slowKiBps.
 func (w *world) slowBackups() {
 	w.t.Helper()
 	w.daemonFlags = append(w.daemonFlags, "--restic", w.slowRestic())
+	w.backupRate(slowKiBps)
 }
 
-// slowRestic returns the real restic, run with --limit-upload slowKiBps.
+// backupRate sets what each restic started from now on by slowRestic may write to its
+// repository per second; 0 lifts the limit (for the attempts after an interruption).
+func (w *world) backupRate(kibps int) {
+	w.t.Helper()
+	path := filepath.Join(w.dir, "restic-rate")
+	if kibps == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			w.t.Fatal(err)
+		}
+		return
+	}
+	if err := os.WriteFile(path, []byte(strconv.Itoa(kibps)), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// slowRestic returns the real restic, run with --limit-upload at the rate backupRate set when
+// it starts, read as the job's user inside the unit.
 func (w *world) slowRestic() string {
 	w.t.Helper()
-	return w.script("slow-restic", "#!/bin/sh\nexec REAL --limit-upload KIBPS \"$@\"\n",
-		"REAL", realRestic(w.t), "KIBPS", strconv.Itoa(slowKiBps))
+	return w.script("slow-restic", `#!/bin/sh
+rate=$(cat RATE 2>/dev/null)
+exec REAL ${rate:+--limit-upload "$rate"} "$@"
+`, "REAL", realRestic(w.t), "RATE", filepath.Join(w.dir, "restic-rate"))
 }
 
 // resticRepo creates a restic repository and its password file, readable by the job's user.

@@ -40,8 +40,10 @@ func TestGracefulReboot(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.slowBackups()
+	w.backupRate(stuckKiBps)
 	w.startDaemon()
 	ids, repos := w.inFlight(5)
+	w.backupRate(0) // the attempts after the reboot
 	w.mgr.Exit(t)
 	w.mgr.Start(t)
 	for i, id := range ids {
@@ -68,8 +70,10 @@ func TestHardCrash(t *testing.T) {
 	w := newWorld(t)
 	w.spawnGrace = "3s"
 	w.slowBackups()
+	w.backupRate(stuckKiBps)
 	w.startDaemon()
 	ids, repos := w.inFlight(3)
+	w.backupRate(0) // the attempts after the crash
 	w.mgr.Kill(t)
 	w.mgr.Start(t)
 	for i, id := range ids {
@@ -107,6 +111,7 @@ func TestStopVersusReboot(t *testing.T) {
 	w.mustRun("job", "add", "cut", "--repo", repo, "--password-file", pw, "--path", data)
 
 	w.slowBackups()
+	w.backupRate(stuckKiBps) // every run here is stopped
 	w.startDaemon()
 	r := w.waitRun(early, "the end", ended)
 	if r.Status != "stopped" || len(r.Attempts) != 1 || r.Attempts[0].Unit != "" {
@@ -207,6 +212,7 @@ func TestRuntimeLimit(t *testing.T) {
 	data := w.sampleData("data", 8, slowData)
 	w.mustRun("job", "add", "slow", "--repo", repo, "--password-file", pw, "--path", data, "--runtime-max", "4s")
 	w.slowBackups()
+	w.backupRate(stuckKiBps)
 	w.startDaemon()
 	r := w.waitRun(w.startRun("slow"), "the end", ended)
 	if r.Status != "failed" || !strings.Contains(r.Reason, "runtime limit") || len(r.Attempts) != 1 {
