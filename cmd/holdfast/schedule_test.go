@@ -332,12 +332,12 @@ func TestRetries(t *testing.T) {
 	w.checkInvariants()
 }
 
-// 50 runs admitted at once with a global limit of 4 never have more than 4 units running, wait
+// 24 runs admitted at once with a global limit of 4 never have more than 4 units running, wait
 // with a visible reason, and all end.
 func TestGlobalLimit(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	const n = 50
+	const n = 24
 	for i := range n {
 		w.mustRun("job", "add", fmt.Sprintf("crowd%d", i), "--engine", "command", "--command", "/bin/sleep", "--command", "0.3")
 	}
