@@ -322,6 +322,22 @@ func (w *world) waitRun(id string, what string, cond func(runJSON) bool) runJSON
 	}
 }
 
+// store is the test's own reader of the world's database, opened on first use; nil if it
+// cannot be opened now.
+func (w *world) store() *store.Store {
+	if w.st == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st, err := store.Open(ctx, w.dsn)
+		if err != nil {
+			return nil
+		}
+		w.st = st
+		w.t.Cleanup(st.Close)
+	}
+	return w.st
+}
+
 // runFingerprint is the run's record and its attempts' as the store reads them, progress only
 // as whether there is some; "" if they could not be read.
 func (w *world) runFingerprint(id string) string {
@@ -329,13 +345,8 @@ func (w *world) runFingerprint(id string) string {
 	if err != nil {
 		return ""
 	}
-	if w.st == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if w.st, err = store.Open(ctx, w.dsn); err != nil {
-			return ""
-		}
-		w.t.Cleanup(w.st.Close)
+	if w.store() == nil {
+		return ""
 	}
 	// A database that is restarted or frozen under the test answers late or not at all.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
