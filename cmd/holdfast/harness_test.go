@@ -38,7 +38,7 @@ type world struct {
 	mgr         *testenv.Manager
 	state       string
 	dir         string       // for repositories and sample data, reachable by units running as nobody
-	st          *store.Store // the test's own reader of the database, opened by the first waitRun
+	st          *store.Store // the test's own reader of the database: see store
 }
 
 func newWorld(t *testing.T) *world {
