@@ -243,8 +243,10 @@ func TestLedgerDeferral(t *testing.T) {
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	w.mustRun("job", "add", "big", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-big", 8, slowData))
-	// bigger outlives a whole run of small, and is stopped before it ends.
-	w.mustRun("job", "add", "bigger", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-bigger", 8, 4*slowData))
+	// bigger outlives a whole run of small, and is stopped before it ends. It stays under restic's
+	// 16 MiB packs: a slow restic with two packs in upload keeps its unlock, after the stop,
+	// waiting for the backend until one of them is written.
+	w.mustRun("job", "add", "bigger", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-bigger", 8, 3*slowData/2))
 	w.mustRun("job", "add", "small", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-small", 1, 1<<20))
 	w.slowBackups()
 	w.startDaemon()
