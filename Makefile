@@ -29,6 +29,7 @@ test: deps lint
 bench: deps
 	$(GO) test -run '^$$' -bench '^BenchmarkStartLatency$$' -benchtime 20x -count 1 ./bench/
 	$(GO) test -run '^$$' -bench '^Benchmark(Sweep|BootPass|Lateness|RetentionPlan)$$' -benchtime 1x -count 1 ./bench/
+	$(GO) test -run '^$$' -bench '^Benchmark(BackupSmall|BackupLarge|Idle)$$' -benchtime 1x -count 1 -timeout 30m ./bench/
 
 # Runs each fuzz target for FUZZTIME (default 30s); the seed corpora run in `make test`. No test
 # timeout: go test's default of 10m would end a 10m fuzzing run as a failure.

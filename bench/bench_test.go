@@ -84,11 +84,16 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	return e
 }
 
+// env is the environment of holdfast commands and daemons against this installation.
+func (e *benchEnv) env() []string {
+	return append(os.Environ(), "HOLDFAST_DSN="+e.dsn, "HOLDFAST_SYSTEMD_ADDRESS="+e.mgr.Address, "HOLDFAST_STATE_DIR="+e.state)
+}
+
 // daemon starts `holdfast daemon` against the environment until the benchmark ends; its log is
 // written to $HOLDFAST_BENCH_LOG when that is set, and shown if the benchmark fails.
-func (e *benchEnv) daemon(b *testing.B, args ...string) {
+func (e *benchEnv) daemon(b *testing.B, args ...string) *exec.Cmd {
 	cmd := exec.Command(e.bin, append([]string{"daemon", "--allow-command-jobs"}, args...)...) // the benchmarks run command jobs
-	cmd.Env = append(os.Environ(), "HOLDFAST_DSN="+e.dsn, "HOLDFAST_SYSTEMD_ADDRESS="+e.mgr.Address, "HOLDFAST_STATE_DIR="+e.state)
+	cmd.Env = e.env()
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -104,6 +109,7 @@ func (e *benchEnv) daemon(b *testing.B, args ...string) {
 			b.Logf("daemon log:\n%s", log.String())
 		}
 	})
+	return cmd
 }
 
 func median(d []time.Duration) time.Duration {

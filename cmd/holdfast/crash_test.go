@@ -7,12 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/store"
 )
 
 // crashCase puts a world at one crash point and proves the recovery: what the killed process
@@ -59,6 +61,7 @@ var crashCases = map[string]crashCase{
 // holdfast is SIGKILLed at every crash point, the daemon or the command that writes there; a
 // fresh daemon, or the command run again, finishes the step once, and `holdfast check` passes.
 func TestCrashPoints(t *testing.T) {
+	t.Parallel() // its cases share the pool with the other tests instead of running alone
 	bin := crashBinary(t)
 	for _, point := range crashpoint.Points {
 		c, ok := crashCases[point]
@@ -151,21 +154,32 @@ func (w *world) waitNoLive(job string) []listedRun {
 	w.t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		runs := w.runs(job)
-		live := 0
-		for _, r := range runs {
-			if r.Status == "queued" || r.Status == "running" {
-				live++
+		// The store, read in this process, says when it is worth running `run list`.
+		if st := w.store(); st != nil && !w.anyLive(st, job) {
+			runs := w.runs(job)
+			live := 0
+			for _, r := range runs {
+				if r.Status == "queued" || r.Status == "running" {
+					live++
+				}
+			}
+			if live == 0 {
+				return runs
 			}
 		}
-		if live == 0 {
-			return runs
-		}
 		if time.Now().After(deadline) {
-			w.t.Fatalf("job %s still has live runs: %+v", job, runs)
+			w.t.Fatalf("job %s still has live runs: %+v", job, w.runs(job))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// anyLive reports whether the job has a queued or running run, or its runs could not be read.
+func (w *world) anyLive(st *store.Store, job string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	runs, err := st.Runs(ctx, job, 1000)
+	return err != nil || slices.ContainsFunc(runs, func(r store.Run) bool { return store.Live(r.Status) })
 }
 
 // crashRunPath: a backup's own steps (spawn, journal, finish, restart). Every run reaches the
@@ -175,7 +189,9 @@ func crashRunPath(t *testing.T, w *world, point string) {
 	restart := strings.HasPrefix(point, "restart-")
 	size := int64(2 << 20)
 	if restart {
-		size = 120 << 20 // long enough to be interrupted
+		size = slowData // long enough to be interrupted
+		w.slowBackups()
+		w.backupRate(stuckKiBps)
 	}
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 4, size)
@@ -185,6 +201,7 @@ func crashRunPath(t *testing.T, w *world, point string) {
 	if restart {
 		// An interruption nobody asked for: restic gets SIGINT from outside holdfast.
 		r := w.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+		w.backupRate(0) // the attempt after the interruption
 		w.mgr.Systemctl(t, "kill", "--signal=SIGINT", r.Attempts[0].Unit)
 	}
 	w.crashed(d, point)

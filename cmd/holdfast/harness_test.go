@@ -6,14 +6,20 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -31,7 +37,8 @@ type world struct {
 	dsn         string
 	mgr         *testenv.Manager
 	state       string
-	dir         string // for repositories and sample data, reachable by units running as nobody
+	dir         string       // for repositories and sample data, reachable by units running as nobody
+	st          *store.Store // the test's own reader of the database: see store
 }
 
 func newWorld(t *testing.T) *world {
@@ -130,6 +137,48 @@ func (d *daemon) kill() {
 	<-d.done
 }
 
+// Backups that must stay in flight while a test acts on them (stops, reboots, restarts) run
+// through slowRestic over a few MiB: restic's own --limit-upload keeps each in flight for
+// seconds whatever the machine's load, at little CPU, where fast data would need hundreds of MiB.
+const (
+	slowKiBps  = 512 // a backup that ends by itself: slowData takes about 16s
+	stuckKiBps = 16  // a backup the test interrupts: slowData would take over 8 minutes
+	slowData   = 8 << 20
+)
+
+// slowBackups makes every daemon of the world run restic as slowRestic, at slowKiBps.
+func (w *world) slowBackups() {
+	w.t.Helper()
+	w.daemonFlags = append(w.daemonFlags, "--restic", w.slowRestic())
+	w.backupRate(slowKiBps)
+}
+
+// backupRate sets what each restic started from now on by slowRestic may write to its
+// repository per second; 0 lifts the limit (for the attempts after an interruption).
+func (w *world) backupRate(kibps int) {
+	w.t.Helper()
+	path := filepath.Join(w.dir, "restic-rate")
+	if kibps == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			w.t.Fatal(err)
+		}
+		return
+	}
+	if err := os.WriteFile(path, []byte(strconv.Itoa(kibps)), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// slowRestic returns the real restic, run with --limit-upload at the rate backupRate set when
+// it starts, read as the job's user inside the unit.
+func (w *world) slowRestic() string {
+	w.t.Helper()
+	return w.script("slow-restic", `#!/bin/sh
+rate=$(cat RATE 2>/dev/null)
+exec REAL ${rate:+--limit-upload "$rate"} "$@"
+`, "REAL", realRestic(w.t), "RATE", filepath.Join(w.dir, "restic-rate"))
+}
+
 // resticRepo creates a restic repository and its password file, readable by the job's user.
 func (w *world) resticRepo(name string) (repo, passwordFile string) {
 	w.t.Helper()
@@ -138,8 +187,42 @@ func (w *world) resticRepo(name string) (repo, passwordFile string) {
 	if err := os.WriteFile(passwordFile, []byte("correct horse battery staple\n"), 0o644); err != nil {
 		w.t.Fatal(err)
 	}
-	w.restic(repo, passwordFile, "init")
+	if err := copyResticRepo(repo); err != nil {
+		w.t.Fatal(err)
+	}
 	return repo, passwordFile
+}
+
+// copyResticRepo lays out at dir the empty repository of testdata/restic-repo, as `restic init`
+// lays one out (modes too). Its key costs restic milliseconds to derive where one of `restic
+// init` costs a fifth of a second of CPU, in every restic command of every test (see
+// testdata/rewrap-restic-key.py); the repositories of a test binary share its master key.
+func copyResticRepo(dir string) error {
+	const template = "testdata/restic-repo"
+	for _, sub := range []string{"", "data", "index", "keys", "locks", "snapshots"} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
+			return err
+		}
+	}
+	for i := range 256 {
+		if err := os.Mkdir(filepath.Join(dir, "data", fmt.Sprintf("%02x", i)), 0o700); err != nil {
+			return err
+		}
+	}
+	keys, err := os.ReadDir(filepath.Join(template, "keys"))
+	if err != nil {
+		return err
+	}
+	for _, f := range append([]string{"config"}, "keys/"+keys[0].Name()) {
+		b, err := os.ReadFile(filepath.Join(template, f))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o400); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (w *world) restic(repo, passwordFile string, args ...string) string {
@@ -250,20 +333,78 @@ func (w *world) startRun(job string) string {
 	return r.ID
 }
 
-// waitRun polls until cond holds for the run, or fails the test.
+// waitRun polls until cond holds for the run as `run show --json` shows it, or fails the test.
+// The command is run when the run's record changed, as the store reads it in this process, or
+// a second after the last time: each `run show` is a process and a database connection, and
+// ten a second in every waiting test cost the machine more than the tests' own work.
 func (w *world) waitRun(id string, what string, cond func(runJSON) bool) runJSON {
 	w.t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
+	var seen string
+	var shown time.Time
+	var r runJSON
 	for {
-		r := w.show(id)
-		if cond(r) {
-			return r
+		if fp := w.runFingerprint(id); fp == "" || fp != seen || time.Since(shown) >= time.Second {
+			seen, shown = fp, time.Now()
+			if r = w.show(id); cond(r) {
+				return r
+			}
 		}
 		if time.Now().After(deadline) {
 			w.t.Fatalf("run %s: timed out waiting for %s; last: %+v", id, what, r)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// store is the test's own reader of the world's database, opened on first use; nil if it
+// cannot be opened now.
+func (w *world) store() *store.Store {
+	if w.st == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st, err := store.Open(ctx, w.dsn)
+		if err != nil {
+			return nil
+		}
+		w.st = st
+		w.t.Cleanup(st.Close)
+	}
+	return w.st
+}
+
+// runFingerprint is the run's record and its attempts' as the store reads them, progress only
+// as whether there is some; "" if they could not be read.
+func (w *world) runFingerprint(id string) string {
+	uid, err := uuid.Parse(id)
+	if err != nil {
+		return ""
+	}
+	if w.store() == nil {
+		return ""
+	}
+	// A database that is restarted or frozen under the test answers late or not at all.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	run, err := w.st.RunByID(ctx, uid)
+	if err != nil {
+		return ""
+	}
+	attempts, err := w.st.Attempts(ctx, uid)
+	if err != nil {
+		return ""
+	}
+	for i, a := range attempts {
+		if a.Progress != nil {
+			attempts[i].Progress = &store.Progress{BytesDone: min(a.Progress.BytesDone, 1)}
+		}
+		attempts[i].Cursor, attempts[i].LastEventAt = journal.Cursor{}, nil
+	}
+	fp, err := json.Marshal([]any{run, attempts})
+	if err != nil {
+		return ""
+	}
+	return string(fp)
 }
 
 func ended(r runJSON) bool { return r.Status != "queued" && r.Status != "running" }

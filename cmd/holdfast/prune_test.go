@@ -20,10 +20,11 @@ func TestPruneIsExclusive(t *testing.T) {
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	for _, name := range []string{"alpha", "beta", "gamma"} {
-		data := w.sampleData("data-"+name, 4, 150<<20)
+		data := w.sampleData("data-"+name, 4, slowData)
 		w.mustRun("job", "add", name, "--repo", repo, "--password-file", pw, "--path", data)
 	}
 	w.mustRun("job", "add", "tidy", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-tidy", 1, 1<<10))
+	w.slowBackups()
 	w.startDaemon()
 	a := w.startRun("alpha")
 	b := w.startRun("beta")
@@ -84,10 +85,11 @@ func TestPruneSchedule(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
-	data := w.sampleData("data", 4, 150<<20)
+	data := w.sampleData("data", 4, slowData)
 	w.mustRun("job", "add", "web", "--repo", repo, "--password-file", pw, "--path", data)
 	backup := w.startRun("web")
 	w.mustRun("job", "edit", "web", "--prune-schedule", "@every 1s")
+	w.slowBackups()
 	w.startDaemon()
 	b := w.waitRun(backup, "the end", ended)
 	if b.Status != "succeeded" {

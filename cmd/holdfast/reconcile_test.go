@@ -9,14 +9,14 @@ import (
 	"time"
 )
 
-// inFlight adds n jobs, each with its own repository and size bytes of data, starts a run of
-// each and waits until every run has reported progress.
-func (w *world) inFlight(n int, size int64) (ids []string, repos [][2]string) {
+// inFlight adds n jobs, each with its own repository and slowData bytes of data, starts a run of
+// each and waits until every run has reported progress. The world's daemons run slowBackups.
+func (w *world) inFlight(n int) (ids []string, repos [][2]string) {
 	w.t.Helper()
 	for i := range n {
 		name := fmt.Sprintf("job%d", i)
 		repo, pw := w.resticRepo("repo-" + name)
-		data := w.sampleData("data-"+name, 6, size)
+		data := w.sampleData("data-"+name, 6, slowData)
 		w.mustRun("job", "add", name, "--repo", repo, "--password-file", pw, "--path", data)
 		repos = append(repos, [2]string{repo, pw})
 	}
@@ -39,8 +39,11 @@ func (w *world) inFlight(n int, size int64) (ids []string, repos [][2]string) {
 func TestGracefulReboot(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
+	w.slowBackups()
+	w.backupRate(stuckKiBps)
 	w.startDaemon()
-	ids, repos := w.inFlight(5, 160<<20)
+	ids, repos := w.inFlight(5)
+	w.backupRate(0) // the attempts after the reboot
 	w.mgr.Exit(t)
 	w.mgr.Start(t)
 	for i, id := range ids {
@@ -66,8 +69,11 @@ func TestHardCrash(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.spawnGrace = "3s"
+	w.slowBackups()
+	w.backupRate(stuckKiBps)
 	w.startDaemon()
-	ids, repos := w.inFlight(3, 200<<20)
+	ids, repos := w.inFlight(3)
+	w.backupRate(0) // the attempts after the crash
 	w.mgr.Kill(t)
 	w.mgr.Start(t)
 	for i, id := range ids {
@@ -97,13 +103,15 @@ func TestStopVersusReboot(t *testing.T) {
 
 	// Stopped before any daemon spawned it.
 	repo, pw := w.resticRepo("repo")
-	data := w.sampleData("data", 4, 240<<20)
+	data := w.sampleData("data", 4, slowData)
 	w.mustRun("job", "add", "early", "--repo", repo, "--password-file", pw, "--path", data)
 	early := w.startRun("early")
 	w.mustRun("run", "stop", early)
 	w.mustRun("job", "add", "late", "--repo", repo, "--password-file", pw, "--path", data)
 	w.mustRun("job", "add", "cut", "--repo", repo, "--password-file", pw, "--path", data)
 
+	w.slowBackups()
+	w.backupRate(stuckKiBps) // every run here is stopped
 	w.startDaemon()
 	r := w.waitRun(early, "the end", ended)
 	if r.Status != "stopped" || len(r.Attempts) != 1 || r.Attempts[0].Unit != "" {
@@ -152,8 +160,9 @@ func TestSystemdUnreachable(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.spawnGrace = "3s"
+	w.slowBackups()
 	w.startDaemon("--run-budget", "1s")
-	ids, _ := w.inFlight(2, 200<<20)
+	ids, _ := w.inFlight(2)
 	before := map[string]runJSON{}
 	for _, id := range ids {
 		before[id] = w.show(id)
@@ -200,8 +209,10 @@ func TestRuntimeLimit(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
-	data := w.sampleData("data", 8, 400<<20)
+	data := w.sampleData("data", 8, slowData)
 	w.mustRun("job", "add", "slow", "--repo", repo, "--password-file", pw, "--path", data, "--runtime-max", "4s")
+	w.slowBackups()
+	w.backupRate(stuckKiBps)
 	w.startDaemon()
 	r := w.waitRun(w.startRun("slow"), "the end", ended)
 	if r.Status != "failed" || !strings.Contains(r.Reason, "runtime limit") || len(r.Attempts) != 1 {

@@ -2,12 +2,14 @@ package main_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -85,12 +87,13 @@ func TestRetentionApply(t *testing.T) {
 	// Snapshots as holdfast's backups tag them, at chosen times: job web every 1-3 days for ~3
 	// months and a few within the last day; job db; web's tag on another host; and an untagged one.
 	now := time.Now().UTC()
+	var backups [][]string
 	backup := func(at time.Time, host string, tags ...string) {
 		args := []string{"backup", "--time", at.Format("2006-01-02 15:04:05"), "--host", host}
 		for _, tag := range tags {
 			args = append(args, "--tag", tag)
 		}
-		w.resticTZ(repo, pw, append(args, data)...)
+		backups = append(backups, append(args, data))
 	}
 	var webTimes []time.Time
 	for _, h := range []int{2, 7, 20} {
@@ -107,6 +110,7 @@ func TestRetentionApply(t *testing.T) {
 	}
 	backup(now.Add(-60*24*time.Hour), "elsewhere", "holdfast-job=web")
 	backup(now.Add(-61*24*time.Hour), host, "made-by-hand")
+	w.resticTZAll(repo, pw, backups)
 	before := w.resticSnapshots(repo, pw)
 	if len(before) != 40 {
 		t.Fatalf("the repository has %d snapshots, want 40", len(before))
@@ -232,6 +236,34 @@ func (w *world) resticTZ(repo, passwordFile string, args ...string) {
 	cmd.Env = append(os.Environ(), "TZ=UTC")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		w.t.Fatalf("restic %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// resticTZAll runs restic in UTC once for each command line, four at a time: backups of one
+// repository share its lock, and each waits mostly on restic's key derivation.
+func (w *world) resticTZAll(repo, passwordFile string, commands [][]string) {
+	w.t.Helper()
+	errs := make([]error, len(commands))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i := range next {
+				cmd := exec.Command("restic", append([]string{"--repo", repo, "--password-file", passwordFile, "--no-cache"}, commands[i]...)...)
+				cmd.Env = append(os.Environ(), "TZ=UTC")
+				if out, err := cmd.CombinedOutput(); err != nil {
+					errs[i] = fmt.Errorf("restic %s: %v\n%s", strings.Join(commands[i], " "), err, out)
+				}
+			}
+		})
+	}
+	for i := range commands {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		w.t.Fatal(err)
 	}
 }
 

@@ -62,7 +62,7 @@ type watchedDaemon struct {
 
 func (w *world) startWatchedDaemon(args ...string) *watchedDaemon {
 	w.t.Helper()
-	args = append([]string{"daemon", "--sweep-interval", "250ms", "--spawn-grace", w.spawnGrace}, args...)
+	args = append(append([]string{"daemon", "--sweep-interval", "250ms", "--spawn-grace", w.spawnGrace}, w.daemonFlags...), args...)
 	cmd := exec.Command(w.bin, args...)
 	cmd.Env = w.env()
 	d := &watchedDaemon{cmd: cmd, log: &logBuffer{}, done: make(chan struct{})}
@@ -173,13 +173,14 @@ func (w *world) startAll(jobs []string) []string {
 func TestPostgresRestartWhileRunsLive(t *testing.T) {
 	t.Parallel()
 	w, srv := newPrivateWorld(t)
+	w.slowBackups()
 	d := w.startWatchedDaemon("--db-statement-timeout", "5s", "--pass-timeout", "20s")
-	ids, _ := w.inFlight(3, 150<<20)
+	ids, _ := w.inFlight(3)
 	jobs := []string{"job0", "job1", "job2"}
 	for i, mode := range []string{testenv.Fast, testenv.Immediate} {
 		if i > 0 {
 			for _, j := range jobs {
-				w.sampleData("data-"+j, 6, 150<<20) // new content: a backup of the old is over at once
+				w.sampleData("data-"+j, 6, slowData) // new content: a backup of the old is over at once
 			}
 			ids = w.startAll(jobs)
 		}
@@ -217,8 +218,9 @@ func TestPostgresRestartWhileRunsLive(t *testing.T) {
 func TestDaemonReexecWhileRunsLive(t *testing.T) {
 	t.Parallel()
 	w, _ := newPrivateWorld(t)
+	w.slowBackups()
 	d := w.startWatchedDaemon()
-	ids, _ := w.inFlight(3, 150<<20)
+	ids, _ := w.inFlight(3)
 	offset := len(d.log.String())
 	w.mgr.Systemctl(t, "daemon-reexec")
 	w.endedRight(ids) // each in its first attempt
@@ -259,8 +261,9 @@ func TestPostgresFrozenWhileRunsLive(t *testing.T) {
 	t.Parallel()
 	w, srv := newPrivateWorld(t)
 	const passTimeout, statementTimeout = 2 * time.Second, time.Second
+	w.slowBackups()
 	d := w.startWatchedDaemon("--db-statement-timeout", statementTimeout.String(), "--pass-timeout", passTimeout.String())
-	ids, _ := w.inFlight(3, 150<<20)
+	ids, _ := w.inFlight(3)
 	offset := len(d.log.String())
 	frozenAt := time.Now()
 	if err := srv.Freeze(); err != nil {

@@ -1,8 +1,12 @@
 package main_test
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,22 +16,34 @@ import (
 func TestMaintenanceWindow(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
+	// Windows have whole minutes; the daemon's zone is one whose clock is offset from UTC by the
+	// seconds that make a minute of it end 20s from now, so the test waits 20s, not up to 80.
 	now := time.Now().UTC()
-	from := now.Truncate(time.Minute)
-	to := from.Add(time.Minute)
-	if to.Sub(now) < 20*time.Second {
-		to = to.Add(time.Minute)
-	}
-	window := fmt.Sprintf("daily %s-%s", from.Format("15:04"), to.Format("15:04"))
+	to := now.Add(20 * time.Second).Truncate(time.Second)
+	offset := int((60 - to.Unix()%60) % 60)
+	zone := time.FixedZone("WIN", offset)
+	from := to.Add(-time.Minute)
+	window := fmt.Sprintf("daily %s-%s", from.In(zone).Format("15:04"), to.In(zone).Format("15:04"))
+	w.daemonEnv = []string{"ZONEINFO=" + w.zoneinfo("Test/Window", offset)}
 	w.mustRun("job", "add", "quiet", "--engine", "command", "--command", "/bin/true")
-	w.startDaemon("--window", window)
+	w.startDaemon("--window", window, "--window-tz", "Test/Window")
 	id := w.startRun("quiet")
-	time.Sleep(3 * time.Second)
 	var r listedRun
-	for _, run := range w.runs("quiet") {
-		if run.ID == id {
-			r = run
+	for deadline := time.Now().Add(time.Minute); r.WaitingReason == ""; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run never said why it waited: %+v", r)
 		}
+		for _, run := range w.runs("quiet") {
+			if run.ID == id {
+				r = run
+			}
+		}
+		if ended(runJSON{Status: r.Status}) {
+			break
+		}
+	}
+	if time.Now().After(to) {
+		t.Fatalf("the window %q ended before the daemon looked at the run: a loaded machine", window)
 	}
 	if r.Status != "queued" || !strings.Contains(r.WaitingReason, "maintenance window") || r.NotBefore == nil || !parseTime(t, r.NotBefore).Equal(to) {
 		t.Fatalf("run during %q = %+v, want queued until %s with the window named", window, r, to)
@@ -49,4 +65,29 @@ func TestMaintenanceWindow(t *testing.T) {
 		t.Fatalf("the run started at %s, inside the window that ended at %s", started, to)
 	}
 	w.checkInvariants()
+}
+
+// zoneinfo writes a time zone database for $ZONEINFO holding one zone, name, offset seconds
+// east of UTC with no transitions (a TZif version 1 file), and returns its directory.
+func (w *world) zoneinfo(name string, offset int) string {
+	w.t.Helper()
+	var b bytes.Buffer
+	b.WriteString("TZif\x00")
+	b.Write(make([]byte, 15))
+	// isutcnt, isstdcnt, leapcnt, timecnt, typecnt, charcnt: one type, its 4-byte name.
+	for _, n := range []uint32{0, 0, 0, 0, 1, 4} {
+		_ = binary.Write(&b, binary.BigEndian, n)
+	}
+	_ = binary.Write(&b, binary.BigEndian, int32(offset))
+	b.Write([]byte{0, 0}) // not daylight saving time; name at index 0
+	b.WriteString("WIN\x00")
+	dir := filepath.Join(w.dir, "zoneinfo")
+	path := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+	return dir
 }

@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// writeData fills dir with files of fresh pseudo-random bytes, size in all: incompressible, and
+// new to every repository, so each backup of it uploads all of it.
+func writeData(b *testing.B, dir string, files int, size int64, seed uint64) {
+	b.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16), byte(seed >> 24)})
+	buf := make([]byte, 1<<20)
+	for i := range files {
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("f%03d", i)), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for left := size / int64(files); left > 0; left -= int64(len(buf)) {
+			n := min(left, int64(len(buf)))
+			_, _ = rng.Read(buf[:n])
+			if _, err := f.Write(buf[:n]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// backupPair measures n backups of fresh data of the given size each way: restic alone, with
+// the very command line a run's unit gets (into a repository and cache of its own), and
+// `holdfast run start --wait` against a real daemon with its default settings, from the
+// command's start to its exit. The two alternate, over the same bytes, so noise hits both.
+func backupPair(b *testing.B, n, files int, size int64) (restic, holdfast []time.Duration) {
+	ctx := context.Background()
+	e := newBenchEnv(b)
+	resticBin, err := exec.LookPath("restic")
+	if err != nil {
+		b.Fatal(err)
+	}
+	pw, data := filepath.Join(e.dir, "pw"), filepath.Join(e.dir, "data")
+	if err := os.WriteFile(pw, []byte("bench\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	rawRepo, hfRepo := filepath.Join(e.dir, "repo-restic"), filepath.Join(e.dir, "repo-holdfast")
+	for _, repo := range []string{rawRepo, hfRepo} {
+		if out, err := exec.Command(resticBin, "--repo", repo, "--password-file", pw, "init").CombinedOutput(); err != nil {
+			b.Fatalf("restic init: %v\n%s", err, out)
+		}
+	}
+	// A budget above what the runs add: the default (1 GiB) would pause the large one.
+	budget := 2*int64(n)*size + 1<<30
+	if _, err := e.st.CreateJob(ctx, store.Job{Name: "bench", Engine: "restic", Repository: hfRepo, PasswordFile: pw, Paths: []string{data},
+		MaxAdded: &budget}); err != nil {
+		b.Fatal(err)
+	}
+	raw := engine.Restic{Binary: resticBin}.BackupArgv(engine.Job{Name: "bench", Repository: rawRepo, PasswordFile: pw,
+		Paths: []string{data}, CacheDir: filepath.Join(e.dir, "cache-restic")}, uuid.New())
+	e.daemon(b)
+	time.Sleep(time.Second) // the daemon's boot pass and LISTEN
+
+	b.ResetTimer()
+	for i := range n {
+		writeData(b, data, files, size, uint64(i))
+		start := time.Now()
+		if out, err := exec.Command(raw[0], raw[1:]...).CombinedOutput(); err != nil {
+			b.Fatalf("restic backup: %v\n%s", err, lastLines(out))
+		}
+		restic = append(restic, time.Since(start))
+
+		start = time.Now()
+		cmd := exec.Command(e.bin, "run", "start", "bench", "--wait", "--json")
+		cmd.Env = e.env()
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		holdfast = append(holdfast, time.Since(start))
+		var run struct {
+			Status     string `json:"status"`
+			BytesAdded *int64 `json:"bytes_added"`
+		}
+		if err != nil || json.Unmarshal(stdout.Bytes(), &run) != nil || run.Status != "succeeded" || run.BytesAdded == nil || *run.BytesAdded < size*9/10 {
+			b.Fatalf("holdfast run start --wait: %v, run %+v\n%s\n%s", err, run, stdout.Bytes(), lastLines(stderr.Bytes()))
+		}
+	}
+	b.StopTimer()
+	return restic, holdfast
+}
+
+func lastLines(out []byte) []byte {
+	if len(out) > 2000 {
+		return out[len(out)-2000:]
+	}
+	return out
+}
+
+func reportPair(b *testing.B, restic, holdfast []time.Duration) {
+	r, h := median(restic), median(holdfast)
+	b.ReportMetric(float64(r.Microseconds())/1000, "restic-ms")
+	b.ReportMetric(float64(h.Microseconds())/1000, "holdfast-ms")
+	b.ReportMetric(float64(h)/float64(r), "holdfast/restic")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkBackupSmall: a 1 MB backup through `holdfast run start --wait` against restic alone,
+// medians of 5. Target: holdfast/restic <= 1.5 (goal 1.2).
+func BenchmarkBackupSmall(b *testing.B) {
+	restic, holdfast := backupPair(b, 5, 1, 1<<20)
+	reportPair(b, restic, holdfast)
+}
+
+// BenchmarkBackupLarge: a 1 GB backup (16 files), holdfast against restic alone, medians of 3
+// (about 10s each on two cores); HOLDFAST_BENCH_LARGE_RUNS asks for another number. Target:
+// holdfast/restic <= 1.05 (goal 1.02).
+func BenchmarkBackupLarge(b *testing.B) {
+	n := 3
+	if v := os.Getenv("HOLDFAST_BENCH_LARGE_RUNS"); v != "" {
+		if _, err := fmt.Sscan(v, &n); err != nil || n < 1 {
+			b.Fatalf("HOLDFAST_BENCH_LARGE_RUNS=%q: want a positive number", v)
+		}
+	}
+	restic, holdfast := backupPair(b, n, 16, 1<<30)
+	reportPair(b, restic, holdfast)
+}
