@@ -56,7 +56,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 	}
 	const aside = time.Minute
 
-	got, err := st.AdmitDue(ctx, now, 10, aside, decide)
+	got, err := st.AdmitDue(ctx, now, now, 10, aside, decide)
 	if err != nil {
 		t.Fatalf("one bad job failed the whole admission: %v", err)
 	}
@@ -83,10 +83,10 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 
 	// Not claimed again, and not due, before the retry time: a loop sleeping until the next due
 	// time does not spin on it.
-	if again, err := st.AdmitDue(ctx, now.Add(time.Second), 10, aside, decide); err != nil || len(again) != 0 {
+	if again, err := st.AdmitDue(ctx, now.Add(time.Second), now.Add(time.Second), 10, aside, decide); err != nil || len(again) != 0 {
 		t.Fatalf("second pass: %+v, %v; want nothing claimed", again, err)
 	}
-	due, err := st.NextDue(ctx)
+	due, err := st.NextDue(ctx, 0)
 	if err != nil || due == nil || !due.Equal(now.Add(aside)) {
 		t.Fatalf("next due = %v, %v; want the retry time %s", due, err, now.Add(aside))
 	}
@@ -96,7 +96,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	later := now.Add(aside + time.Second)
-	got, err = st.AdmitDue(ctx, later, 10, aside, decide)
+	got, err = st.AdmitDue(ctx, later, later, 10, aside, decide)
 	if err != nil {
 		t.Fatal(err)
 	}

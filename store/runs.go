@@ -96,6 +96,7 @@ type Attempt struct {
 	Host             string
 	CreatedAt        time.Time
 	SpawnClaimedAt   *time.Time
+	ArmedFor         *time.Time // a transient timer starts its unit at this time; nil: started at the claim
 	StartedAt        *time.Time
 	EndedAt          *time.Time
 	ServiceResult    string
@@ -132,7 +133,7 @@ func runDest(r *Run) []any {
 		&r.ForgetIDs, &r.PlanID, &r.BudgetBytes, &r.HeldBytes, &r.SettledBytes}
 }
 
-const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, a.created_at, a.spawn_claimed_at,
+const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, a.created_at, a.spawn_claimed_at, a.armed_for,
 	a.started_at, a.ended_at, coalesce(a.service_result, ''), coalesce(a.exit_code, ''), coalesce(a.exit_status, ''),
 	a.journal_offset, a.journal_last_seq, a.journal_last_hash, a.quarantined_at, coalesce(a.quarantine_reason, ''),
 	a.last_event_at, a.percent_done, a.files_done, a.total_files, a.bytes_done, a.total_bytes,
@@ -150,7 +151,7 @@ type attemptScan struct {
 
 func (s *attemptScan) dest() []any {
 	a := &s.a
-	return []any{&a.RunID, &a.No, &a.Unit, &a.Host, &a.CreatedAt, &a.SpawnClaimedAt,
+	return []any{&a.RunID, &a.No, &a.Unit, &a.Host, &a.CreatedAt, &a.SpawnClaimedAt, &a.ArmedFor,
 		&a.StartedAt, &a.EndedAt, &a.ServiceResult, &a.ExitCode, &a.ExitStatus,
 		&a.Cursor.Offset, &a.Cursor.LastSeq, &a.Cursor.LastHash, &a.QuarantinedAt, &a.QuarantineReason,
 		&a.LastEventAt, &s.percent, &s.filesDone, &s.totalFiles, &s.bytesDone, &s.totalBy,
@@ -384,6 +385,18 @@ func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 		blocked = fmt.Sprintf("waiting: %d runs hold a unit on %s, the host limit is %d", onHost, host, limits.MaxRunningHost)
 	}
 	return claimed, blocked, nil
+}
+
+// ArmSpawn records, after its spawn claim and before systemd is asked, that the attempt's unit is
+// started by a timer at at: until then, a service that is not there yet is not gone.
+func (s *Store) ArmSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit string, at time.Time) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE attempts SET armed_for = $4
+		WHERE run_id = $1 AND attempt_no = $2 AND unit = $3 AND ended_at IS NULL`, runID, attempt, unit, at)
+	if err != nil {
+		return fmt.Errorf("arm run %s attempt %d: %w", runID, attempt, err)
+	}
+	return nil
 }
 
 // MarkStarted records that systemd has the attempt's unit: the run becomes running.
@@ -821,7 +834,7 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 // attempt, so if the call did reach systemd, the next start finds the unit instead of a twin.
 func (s *Store) ReleaseSpawnClaim(ctx context.Context, runID uuid.UUID, attempt int, unit string) error {
 	_, err := s.pool.Exec(ctx, `
-		UPDATE attempts SET unit = NULL, host = '', spawn_claimed_at = NULL
+		UPDATE attempts SET unit = NULL, host = '', spawn_claimed_at = NULL, armed_for = NULL
 		WHERE run_id = $1 AND attempt_no = $2 AND unit = $3 AND ended_at IS NULL AND started_at IS NULL`,
 		runID, attempt, unit)
 	if err != nil {
