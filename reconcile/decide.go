@@ -52,12 +52,12 @@ type facts struct {
 	// unit is systemd's answer: about the recorded unit, or, for a stop before any unit was
 	// recorded, about the unit name the attempt would have had.
 	unit       unitState
-	unitFailed bool          // the unit is gone but its manager keeps it as "failed"
+	unitFailed bool // the unit is gone but its manager keeps it as "failed"
 	// sinceSpawn is the time since the spawn claim, or since the slot of an armed attempt if
 	// that is later (negative before it), on the database's clock.
 	sinceSpawn time.Duration
-	armed      bool // a transient timer starts the unit at its slot (runner.Arm)
-	runaway    *runaway      // a live backup grew past its hold
+	armed      bool     // a transient timer starts the unit at its slot (runner.Arm)
+	runaway    *runaway // a live backup grew past its hold
 
 	// Before a spawn.
 	jobMissing      bool

@@ -79,13 +79,13 @@ type Config struct {
 	// StartLead (--start-lead) is how long before its time a run is admitted (a scheduled slot)
 	// and prepared, so that systemd starts it at that time from a transient timer; 0 admits and
 	// starts runs when their time has come.
-	StartLead time.Duration
-	DependsWait   time.Duration // --depends-wait: how long a run waits for a prerequisite's next outcome
-	MaxAttempts   int           // --max-attempts
-	Workers       int           // --workers: runs reconciled at once in one pass
-	Limits        store.Limits  // --max-running, --max-running-host (0: no limit)
-	Windows       []string      // --window: global maintenance windows, e.g. "Sat 01:00-05:00"
-	WindowZone    string        // --window-tz: IANA zone of the windows; "" is UTC
+	StartLead   time.Duration
+	DependsWait time.Duration // --depends-wait: how long a run waits for a prerequisite's next outcome
+	MaxAttempts int           // --max-attempts
+	Workers     int           // --workers: runs reconciled at once in one pass
+	Limits      store.Limits  // --max-running, --max-running-host (0: no limit)
+	Windows     []string      // --window: global maintenance windows, e.g. "Sat 01:00-05:00"
+	WindowZone  string        // --window-tz: IANA zone of the windows; "" is UTC
 	// AllowUsers are the users jobs may run as (--allow-users): names, uids, or reconcile.AnyUser.
 	AllowUsers       []string
 	AllowCommandJobs bool // --allow-command-jobs
