@@ -395,6 +395,9 @@ func (r *Reconciler) carryOut(ctx context.Context, l store.LiveRun, f facts, job
 	case actWait:
 		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, d.why, d.until)
 	case actFinish:
+		if err := r.markArmedStarted(ctx, l, f); err != nil {
+			return err
+		}
 		return r.finishFromMarker(ctx, l, f.ended, r.engineFor(l.JobEngine))
 	case actEnd:
 		return r.finish(ctx, l, f.ended, d.end)
@@ -415,9 +418,21 @@ func (r *Reconciler) carryOut(ctx context.Context, l store.LiveRun, f facts, job
 	case actResetFailed:
 		return r.cfg.Runner.ResetFailed(ctx, l.Attempt.Unit)
 	case actRestart:
+		if err := r.markArmedStarted(ctx, l, f); err != nil {
+			return err
+		}
 		return r.restart(ctx, l, f.ended)
 	}
 	return fmt.Errorf("run %s: no handling for action %s", l.Run.ID, d.act)
+}
+
+// markArmedStarted records the start of an armed unit that ended before any pass saw it alive:
+// its marker proves it ran, and its timer started it at its slot.
+func (r *Reconciler) markArmedStarted(ctx context.Context, l store.LiveRun, f facts) error {
+	if !f.armed || !f.queued || f.marker != markerReadable {
+		return nil
+	}
+	return r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, *l.Attempt.ArmedFor)
 }
 
 // readMarker reads the attempt's marker into f.
