@@ -184,7 +184,11 @@ func tableCases() []tableCase {
 			f:   armed(facts{unit: unitGone, pausedReason: store.PausedQuotaExhausted}),
 			row: "armed, paused", act: actDisarm, status: store.StatusPaused, reason: store.PausedQuotaExhausted},
 		{name: "armed, its time passed, within the grace from it",
-			f:   func() facts { f := armed(facts{unit: unitGone, stopRequested: true}); f.sinceSpawn = time.Second; return f }(),
+			f: func() facts {
+				f := armed(facts{unit: unitGone, stopRequested: true})
+				f.sinceSpawn = time.Second
+				return f
+			}(),
 			row: "gone, within spawn grace", act: actNothing},
 		{name: "armed and started, stop: the timer and the unit are stopped",
 			f:   armed(facts{unit: unitAlive, stopRequested: true}),
