@@ -98,8 +98,9 @@ func TestScheduledStartsOnTime(t *testing.T) {
 
 	// The main process's start, read while the unit is there (it goes once it has ended).
 	var started time.Time
-	for deadline := slot.Add(5 * time.Second); started.IsZero(); time.Sleep(10 * time.Millisecond) {
-		p, err := e.mgr.Conn(t).GetServicePropertyContext(ctx, a.Unit, "ExecMainStartTimestamp")
+	conn := e.mgr.Conn(t)
+	for deadline := slot.Add(5 * time.Second); started.IsZero(); time.Sleep(20 * time.Millisecond) {
+		p, err := conn.GetServicePropertyContext(ctx, a.Unit, "ExecMainStartTimestamp")
 		if err != nil {
 			t.Fatal(err)
 		}
