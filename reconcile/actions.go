@@ -33,7 +33,13 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 		r.cfg.Logger.Info("stale restic locks are removed first", "run", l.Run.ID, "attempt", l.Attempt.No, "why", unlock)
 	}
 	crashpoint.At("spawn-before-claim")
-	claimed, blocked, err := r.cfg.Store.ClaimSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
+	claim := r.cfg.Store.ClaimSpawn
+	if at != nil {
+		claim = func(ctx context.Context, run uuid.UUID, attempt int, unit, host string, limits store.Limits) (bool, string, error) {
+			return r.cfg.Store.ClaimArmedSpawn(ctx, run, attempt, unit, host, limits, *at)
+		}
+	}
+	claimed, blocked, err := claim(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
 	if err != nil {
 		return err
 	}
@@ -54,11 +60,6 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 			return errors.Join(err, rerr)
 		}
 		return err
-	}
-	if at != nil {
-		if err := r.cfg.Store.ArmSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, *at); err != nil {
-			return release(err)
-		}
 	}
 	if err := r.prepareDirs(job, l.Run.ID, l.Attempt.No); err != nil {
 		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err))

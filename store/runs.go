@@ -320,6 +320,16 @@ const spawnLockClass int32 = 0x68667370
 // systemd is asked. It reports claimed=false if the attempt was claimed, ended, or its run was
 // asked to stop meanwhile, and a reason when a limit or a busy repository holds it back.
 func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host string, limits Limits) (claimed bool, blocked string, err error) {
+	return s.claimSpawn(ctx, runID, attempt, unit, host, limits, nil)
+}
+
+// ClaimArmedSpawn is ClaimSpawn for an attempt whose unit a timer starts at at (runner.Arm): it
+// records armed_for with the claim, so that until then a service not there yet is not gone.
+func (s *Store) ClaimArmedSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host string, limits Limits, at time.Time) (claimed bool, blocked string, err error) {
+	return s.claimSpawn(ctx, runID, attempt, unit, host, limits, &at)
+}
+
+func (s *Store) claimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host string, limits Limits, armedFor *time.Time) (claimed bool, blocked string, err error) {
 	// Claims that decide on what other claims hold are serialized, so that two of them never
 	// both see the last free place: all claims when limits are set, else the claims on one
 	// restic repository (a prune needs it to itself; a backup waits for its prune).
@@ -348,7 +358,7 @@ func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 			SELECT count(*) AS all_hosts, count(*) FILTER (WHERE host = $4) AS on_host
 			FROM attempts WHERE $5 AND unit IS NOT NULL AND ended_at IS NULL),
 		claim AS (
-			UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = now()
+			UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = now(), armed_for = $8
 			WHERE (run_id, attempt_no) IN (
 				SELECT a.run_id, a.attempt_no FROM attempts a JOIN runs r ON r.id = a.run_id
 				WHERE a.run_id = $1 AND a.attempt_no = $2 AND a.unit IS NULL AND a.ended_at IS NULL
@@ -363,7 +373,7 @@ func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 			WHERE id IN (SELECT run_id FROM claim) AND waiting_reason IS NOT NULL)
 		SELECT (SELECT id FROM busy), (SELECT kind FROM busy),
 			(SELECT all_hosts FROM holding), (SELECT on_host FROM holding), EXISTS (SELECT 1 FROM claim)`,
-		runID, attempt, unit, host, limited, limits.MaxRunning, limits.MaxRunningHost)
+		runID, attempt, unit, host, limited, limits.MaxRunning, limits.MaxRunningHost, armedFor)
 	results := s.pool.SendBatch(ctx, batch)
 	_, err = results.Exec()
 	if err == nil {
@@ -385,18 +395,6 @@ func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 		blocked = fmt.Sprintf("waiting: %d runs hold a unit on %s, the host limit is %d", onHost, host, limits.MaxRunningHost)
 	}
 	return claimed, blocked, nil
-}
-
-// ArmSpawn records, after its spawn claim and before systemd is asked, that the attempt's unit is
-// started by a timer at at: until then, a service that is not there yet is not gone.
-func (s *Store) ArmSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit string, at time.Time) error {
-	_, err := s.pool.Exec(ctx, `
-		UPDATE attempts SET armed_for = $4
-		WHERE run_id = $1 AND attempt_no = $2 AND unit = $3 AND ended_at IS NULL`, runID, attempt, unit, at)
-	if err != nil {
-		return fmt.Errorf("arm run %s attempt %d: %w", runID, attempt, err)
-	}
-	return nil
 }
 
 // MarkStarted records that systemd has the attempt's unit: the run becomes running.
