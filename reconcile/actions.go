@@ -21,9 +21,10 @@ import (
 	"github.com/holdfast-backup/holdfast/store"
 )
 
-// spawn claims the attempt's spawn, prepares its directories and starts its unit. decide let it
-// go; the concurrency limits are decided by the claim.
-func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job) error {
+// spawn claims the attempt's spawn, prepares its directories and starts its unit, or, with at,
+// arms it so that systemd starts it at at. decide let it go; the concurrency limits are decided
+// by the claim.
+func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, at *time.Time) error {
 	spec, unlock, err := AttemptSpec(ctx, r.cfg, job, l.Run, l.Attempt.No)
 	if err != nil {
 		return err
@@ -32,7 +33,13 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job) 
 		r.cfg.Logger.Info("stale restic locks are removed first", "run", l.Run.ID, "attempt", l.Attempt.No, "why", unlock)
 	}
 	crashpoint.At("spawn-before-claim")
-	claimed, blocked, err := r.cfg.Store.ClaimSpawn(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
+	claim := r.cfg.Store.ClaimSpawn
+	if at != nil {
+		claim = func(ctx context.Context, run uuid.UUID, attempt int, unit, host string, limits store.Limits) (bool, string, error) {
+			return r.cfg.Store.ClaimArmedSpawn(ctx, run, attempt, unit, host, limits, *at)
+		}
+	}
+	claimed, blocked, err := claim(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
 	if err != nil {
 		return err
 	}
@@ -68,6 +75,9 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job) 
 			r.cfg.Logger.Warn("repository not measured; its growth will not be known", "run", l.Run.ID, "err", err)
 		}
 	}
+	if at != nil {
+		return r.arm(ctx, l, spec, *at, release)
+	}
 	existed, err := r.cfg.Runner.Start(ctx, spec)
 	if err != nil {
 		if runner.BadRequest(err) {
@@ -81,6 +91,35 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job) 
 	r.watch(l)
 	r.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
 	return r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, r.cfg.now())
+}
+
+// arm has systemd start the claimed attempt's unit at at. The run stays queued until the unit
+// is there: a later pass marks it running. A manager that refuses the timer gets no more timers
+// from this daemon, and the attempt is started at its time like any other.
+func (r *Reconciler) arm(ctx context.Context, l store.LiveRun, spec runner.Spec, at time.Time, release func(error) error) error {
+	existed, err := r.cfg.Runner.Arm(ctx, spec, at)
+	if err != nil {
+		if runner.BadRequest(err) && !r.armRefused.Swap(true) {
+			r.cfg.Logger.Warn("systemd refused a transient timer; runs start at their time instead", "run", l.Run.ID, "err", err)
+		}
+		return release(err)
+	}
+	crashpoint.At("spawn-armed")
+	l.Attempt.Unit = spec.Name
+	r.watch(l)
+	r.cfg.Logger.Info("run armed", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "at", at, "existed", existed)
+	return nil
+}
+
+// disarm stops an armed attempt's timer, then its service, and closes the run with v. The
+// service is stopped too in case the timer elapsed meanwhile: then it is ended, not left.
+func (r *Reconciler) disarm(ctx context.Context, l store.LiveRun, f facts, v verdict) error {
+	for _, name := range []string{runner.TimerName(f.unitName), f.unitName} {
+		if err := r.cfg.Runner.Stop(ctx, name); err != nil {
+			return err // nothing is closed while the timer may still start it
+		}
+	}
+	return r.finish(ctx, l, f.ended, v)
 }
 
 // prepareDirs creates the attempt's journal directory and the job's cache, owned by the job's user

@@ -52,9 +52,12 @@ type facts struct {
 	// unit is systemd's answer: about the recorded unit, or, for a stop before any unit was
 	// recorded, about the unit name the attempt would have had.
 	unit       unitState
-	unitFailed bool          // the unit is gone but its manager keeps it as "failed"
-	sinceSpawn time.Duration // since the spawn claim, on the database's clock
-	runaway    *runaway      // a live backup grew past its hold
+	unitFailed bool // the unit is gone but its manager keeps it as "failed"
+	// sinceSpawn is the time since the spawn claim, or since the slot of an armed attempt if
+	// that is later (negative before it), on the database's clock.
+	sinceSpawn time.Duration
+	armed      bool     // a transient timer starts the unit at its slot (runner.Arm)
+	runaway    *runaway // a live backup grew past its hold
 
 	// Before a spawn.
 	jobMissing      bool
@@ -91,7 +94,14 @@ type rules struct {
 	spawnGrace  time.Duration
 	dependsWait time.Duration
 	maxAttempts int
+	// startLead is how long before its not-before time a ready run is armed; 0 never arms.
+	startLead time.Duration
 }
+
+// ArmMargin is the least time before its not-before time a run is armed: a calendar instant
+// that passes before systemd has armed the timer never elapses. A run closer to its time is
+// started at it, as any other.
+const ArmMargin = time.Second
 
 // action is what the pass does about a run.
 type action int
@@ -109,11 +119,13 @@ const (
 	actWatch               // nothing changes; keep the runaway watch on the repository armed
 	actResetFailed         // free a failed unit's name at its manager
 	actRestart             // settle the attempt and open the next one
+	actArm                 // claim the attempt and arm its unit's timer for the not-before time
+	actDisarm              // stop an armed unit's timer and service, then close the run with the verdict
 	numActions
 )
 
 var actionNames = [...]string{"nothing", "quarantine", "spawn", "wait", "finish", "end", "stop",
-	"mark-running", "pause-runaway", "watch", "reset-failed", "restart"}
+	"mark-running", "pause-runaway", "watch", "reset-failed", "restart", "arm", "disarm"}
 
 func (a action) String() string { return actionNames[a] }
 
@@ -144,6 +156,12 @@ func decide(f facts, p rules) decision {
 	dep := f.prereq
 	interruptedAlone := f.interrupted && !f.stopRequested && f.pausedReason == ""
 	lastAttempt := f.attempt >= p.maxAttempts
+	// A run whose time is a little ahead is prepared now and started by systemd at its time.
+	armable := false
+	if f.notBefore != nil && p.startLead > 0 {
+		ahead := f.notBefore.Sub(f.now)
+		armable = ahead > ArmMargin && ahead <= p.startLead
+	}
 	giveUp := func() string {
 		return fmt.Sprintf("interrupted %d times (last: %s); giving up after %d attempts", f.attempt, interruption(f.ended), p.maxAttempts)
 	}
@@ -177,7 +195,7 @@ func decide(f facts, p rules) decision {
 		return end("unspawned, job removed", store.StatusFailed, "permanent", "the run's job was removed before the run could start")
 	case !f.unitRecorded && f.refusal != "":
 		return end("unspawned, refused by policy", store.StatusFailed, "permanent", f.refusal)
-	case !f.unitRecorded && f.notBefore != nil && f.now.Before(*f.notBefore):
+	case !f.unitRecorded && f.notBefore != nil && f.now.Before(*f.notBefore) && !armable:
 		return do("unspawned, not before", actNothing) // its reason was recorded with the time
 	case !f.unitRecorded && f.window != nil:
 		return wait("unspawned, job window", fmt.Sprintf("waiting: maintenance window %q of job %s until %s",
@@ -213,6 +231,9 @@ func decide(f facts, p rules) decision {
 		d := end("unspawned, identity missing", store.StatusFailed, "permanent", f.identityMissing)
 		d.end.neverRan = true
 		return d
+	// Windows were judged at its time, and limits are judged by the claim, as for a start now.
+	case !f.unitRecorded && armable:
+		return do("unspawned, arm ahead", actArm)
 	case !f.unitRecorded:
 		return do("unspawned", actSpawn)
 
@@ -227,6 +248,19 @@ func decide(f facts, p rules) decision {
 		return do("alive", actWatch) // after a daemon restart, the watch resumes here
 	case f.unitFailed:
 		return do("gone, failed", actResetFailed) // its name is ours alone; the next pass decides
+	// Armed, and its time has not come: a stop or a pause disarms it. Should the timer elapse
+	// meanwhile, the stop of the service that follows the timer's still ends the service. From
+	// its time on, the spawn grace counts as for any other start.
+	case f.armed && f.sinceSpawn < 0 && f.stopRequested:
+		d := end("armed, stop", store.StatusStopped, "", "stopped by the operator before it was started")
+		d.act, d.end.neverRan = actDisarm, true
+		return d
+	case f.armed && f.sinceSpawn < 0 && f.pausedReason != "":
+		d := end("armed, paused", store.StatusPaused, "", "paused before it was started: "+f.pausedReason)
+		d.act, d.end.neverRan = actDisarm, true
+		return d
+	case f.armed && f.sinceSpawn < 0:
+		return do("armed, before its time", actNothing) // systemd starts it at its slot
 	case f.sinceSpawn < p.spawnGrace:
 		return do("gone, within spawn grace", actNothing) // systemd may not have got to it yet
 	case f.stopRequested:

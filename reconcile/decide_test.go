@@ -17,7 +17,7 @@ import (
 )
 
 var (
-	testRules = rules{spawnGrace: 30 * time.Second, dependsWait: 6 * time.Hour, maxAttempts: 3}
+	testRules = rules{spawnGrace: 30 * time.Second, dependsWait: 6 * time.Hour, maxAttempts: 3, startLead: 10 * time.Second}
 	t0        = time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 )
 
@@ -50,6 +50,13 @@ func tableCases() []tableCase {
 		return &store.Run{ID: uuid.MustParse("00000000-0000-0000-0000-0000000000d1"), Status: status, FinishedAt: finished}
 	}
 	afterQueued, beforeQueued := t0.Add(-time.Minute), t0.Add(-8*time.Hour)
+	soon, tooSoon := t0.Add(5*time.Second), t0.Add(ArmMargin/2)
+	// armed are the facts of an attempt armed for a slot the database's clock has not reached.
+	armed := func(f facts) facts {
+		f = spawned(f)
+		f.armed, f.queued, f.sinceSpawn = true, true, -5*time.Second
+		return f
+	}
 	killed := runner.Marker{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "KILL"}
 	return []tableCase{
 		{name: "a journal that cannot be read is quarantined before anything else",
@@ -104,6 +111,15 @@ func tableCases() []tableCase {
 		{name: "a retry's delay not yet over",
 			f:   unspawned(facts{notBefore: &later, window: &held{name: "nights", job: "j", until: later}}),
 			row: "unspawned, not before", act: actNothing},
+		{name: "not before, too close to its time to arm: started at it",
+			f:   unspawned(facts{notBefore: &tooSoon}),
+			row: "unspawned, not before", act: actNothing},
+		{name: "not before, within the start lead: armed",
+			f:   unspawned(facts{notBefore: &soon}),
+			row: "unspawned, arm ahead", act: actArm},
+		{name: "within the start lead, but a job window: waits like any start",
+			f:   unspawned(facts{notBefore: &soon, window: &held{name: "nights", job: "j", until: later}}),
+			row: "unspawned, job window", act: actWait, reason: "nights"},
 		{name: "job window",
 			f:   unspawned(facts{window: &held{name: "office", job: "docs", until: later}, globalWindow: &held{name: "g", until: later}}),
 			row: "unspawned, job window", act: actWait, reason: `maintenance window "office" of job docs until 2026-12-01T04:00:00Z`},
@@ -158,6 +174,28 @@ func tableCases() []tableCase {
 		{name: "alive",
 			f:   spawned(facts{unit: unitAlive, attempt: 9}),
 			row: "alive", act: actWatch},
+		{name: "armed, its time not come: waiting, not gone",
+			f:   armed(facts{unit: unitGone}),
+			row: "armed, before its time", act: actNothing},
+		{name: "armed, stop before its time: disarmed",
+			f:   armed(facts{unit: unitGone, stopRequested: true}),
+			row: "armed, stop", act: actDisarm, status: store.StatusStopped, reason: "before it was started"},
+		{name: "armed, paused before its time: disarmed",
+			f:   armed(facts{unit: unitGone, pausedReason: store.PausedQuotaExhausted}),
+			row: "armed, paused", act: actDisarm, status: store.StatusPaused, reason: store.PausedQuotaExhausted},
+		{name: "armed, its time passed, within the grace from it",
+			f: func() facts {
+				f := armed(facts{unit: unitGone, stopRequested: true})
+				f.sinceSpawn = time.Second
+				return f
+			}(),
+			row: "gone, within spawn grace", act: actNothing},
+		{name: "armed and started, stop: the timer and the unit are stopped",
+			f:   armed(facts{unit: unitAlive, stopRequested: true}),
+			row: "alive, stop or pause", act: actStop},
+		{name: "armed and started, not yet marked running",
+			f:   armed(facts{unit: unitAlive}),
+			row: "alive, not marked running", act: actMarkRunning},
 		{name: "gone, left failed by its manager",
 			f:   spawned(facts{unit: unitGone, unitFailed: true}),
 			row: "gone, failed", act: actResetFailed},
@@ -198,13 +236,13 @@ func TestDecide(t *testing.T) {
 				t.Fatalf("verdict %+v, want status %s", d.end, tc.status)
 			}
 			got := d.why
-			if d.act == actEnd {
+			if d.act == actEnd || d.act == actDisarm {
 				got = d.end.reason
 			}
 			if !strings.Contains(got, tc.reason) {
 				t.Fatalf("reason %q, want it to contain %q", got, tc.reason)
 			}
-			if (d.act == actWait || d.act == actQuarantine || d.act == actEnd) && got == "" {
+			if (d.act == actWait || d.act == actQuarantine || d.act == actEnd || d.act == actDisarm) && got == "" {
 				t.Fatalf("%s without a reason", d.act)
 			}
 		})

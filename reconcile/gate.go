@@ -44,10 +44,15 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l store.LiveRun, jobs map[s
 			windows = append(windows, w)
 		}
 	}
-	if until, name := schedule.Allowed(f.now, windows, zone); name != "" {
+	// At the run's own time, if that is ahead: an armed run starts then, not now.
+	at := f.now
+	if f.notBefore != nil && f.notBefore.After(at) {
+		at = *f.notBefore
+	}
+	if until, name := schedule.Allowed(at, windows, zone); name != "" {
 		f.window = &held{name: name, job: job.Name, until: until}
 	}
-	if until, name := schedule.Allowed(f.now, r.cfg.Windows, r.cfg.WindowZone); name != "" {
+	if until, name := schedule.Allowed(at, r.cfg.Windows, r.cfg.WindowZone); name != "" {
 		f.globalWindow = &held{name: name, until: until}
 	}
 	if l.Run.Kind == store.KindForget {

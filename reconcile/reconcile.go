@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/holdfast-backup/holdfast/engine"
@@ -65,7 +66,11 @@ type Config struct {
 	// AllowCommandJobs lets runs of command jobs start; without it they end failed.
 	// Default DefaultAllowCommandJobs.
 	AllowCommandJobs bool
-	Logger           *slog.Logger
+	// StartLead is how long before its not-before time (a scheduled run's slot, a retry's
+	// delay) a ready run is claimed, prepared and armed, so that systemd starts its unit at that
+	// time from a transient timer (runner.Arm); 0 starts every run when its time has come.
+	StartLead time.Duration
+	Logger    *slog.Logger
 	// now is replaceable in tests.
 	now func() time.Time
 	// allowedUIDs is AllowUsers resolved; nil allows every user.
@@ -95,6 +100,8 @@ func (c *Config) Validate() error {
 		return errors.New("reconcile: no holdfast binary")
 	case c.PassTimeout < 0:
 		return fmt.Errorf("reconcile: pass timeout %s: want a positive duration", c.PassTimeout)
+	case c.StartLead < 0:
+		return fmt.Errorf("reconcile: start lead %s: want 0 or a positive duration", c.StartLead)
 	}
 	if c.PassTimeout == 0 {
 		c.PassTimeout = DefaultPassTimeout
@@ -137,6 +144,8 @@ type Reconciler struct {
 	cfg         Config
 	watchers    watchers
 	repairAsked map[watchKey]time.Time // guarded by watchers.mu
+	// armRefused is set once systemd refused a transient timer: runs then start at their time.
+	armRefused atomic.Bool
 }
 
 // New validates cfg and returns a Reconciler.
@@ -293,7 +302,11 @@ func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun, jobs map[st
 }
 
 func (r *Reconciler) rules() rules {
-	return rules{spawnGrace: r.cfg.SpawnGrace, dependsWait: r.cfg.DependsWait, maxAttempts: r.cfg.MaxAttempts}
+	p := rules{spawnGrace: r.cfg.SpawnGrace, dependsWait: r.cfg.DependsWait, maxAttempts: r.cfg.MaxAttempts, startLead: r.cfg.StartLead}
+	if r.armRefused.Load() {
+		p.startLead = 0 // this manager cannot arm: every run starts at its time
+	}
+	return p
 }
 
 // gather reads the facts about one live run: the marker, our intents, systemd's answer, and
@@ -311,9 +324,15 @@ func (r *Reconciler) gather(ctx context.Context, l *store.LiveRun, jobs map[stri
 		queuedAt:      l.Run.CreatedAt,
 	}
 	if l.Attempt.SpawnClaimedAt != nil {
-		// Both on the database's clock: the daemon's may differ from it.
-		f.sinceSpawn = l.ReadAt.Sub(*l.Attempt.SpawnClaimedAt)
+		// On the database's clock: the daemon's may differ from it. An armed unit is not started
+		// before its slot, so it cannot be missed before that either.
+		from := *l.Attempt.SpawnClaimedAt
+		if a := l.Attempt.ArmedFor; a != nil && a.After(from) {
+			from = *a
+		}
+		f.sinceSpawn = l.ReadAt.Sub(from)
 	}
+	f.armed = l.Attempt.ArmedFor != nil
 	if err := r.readMarker(*l, &f, r.engineFor(l.JobEngine)); err != nil {
 		return f, store.Job{}, err
 	}
@@ -368,14 +387,26 @@ func (r *Reconciler) carryOut(ctx context.Context, l store.LiveRun, f facts, job
 	case actQuarantine:
 		return r.quarantine(ctx, l, d.why)
 	case actSpawn:
-		return r.spawn(ctx, l, job)
+		return r.spawn(ctx, l, job, nil)
+	case actArm:
+		return r.spawn(ctx, l, job, f.notBefore)
+	case actDisarm:
+		return r.disarm(ctx, l, f, d.end)
 	case actWait:
 		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, d.why, d.until)
 	case actFinish:
+		if err := r.markArmedStarted(ctx, l, f); err != nil {
+			return err
+		}
 		return r.finishFromMarker(ctx, l, f.ended, r.engineFor(l.JobEngine))
 	case actEnd:
 		return r.finish(ctx, l, f.ended, d.end)
 	case actStop:
+		if f.armed { // its timer may still be there
+			if err := r.cfg.Runner.Stop(ctx, runner.TimerName(f.unitName)); err != nil {
+				return err
+			}
+		}
 		return r.cfg.Runner.Stop(ctx, f.unitName)
 	case actMarkRunning:
 		return r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, r.cfg.now())
@@ -387,9 +418,21 @@ func (r *Reconciler) carryOut(ctx context.Context, l store.LiveRun, f facts, job
 	case actResetFailed:
 		return r.cfg.Runner.ResetFailed(ctx, l.Attempt.Unit)
 	case actRestart:
+		if err := r.markArmedStarted(ctx, l, f); err != nil {
+			return err
+		}
 		return r.restart(ctx, l, f.ended)
 	}
 	return fmt.Errorf("run %s: no handling for action %s", l.Run.ID, d.act)
+}
+
+// markArmedStarted records the start of an armed unit that ended before any pass saw it alive:
+// its marker proves it ran, and its timer started it at its slot.
+func (r *Reconciler) markArmedStarted(ctx context.Context, l store.LiveRun, f facts) error {
+	if !f.armed || !f.queued || f.marker != markerReadable {
+		return nil
+	}
+	return r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, *l.Attempt.ArmedFor)
 }
 
 // readMarker reads the attempt's marker into f.

@@ -219,6 +219,46 @@ func (r *Runner) Start(ctx context.Context, s Spec) (existed bool, err error) {
 	return false, nil
 }
 
+// TimerName is the name of the transient timer that starts the service named service (see Arm).
+func TimerName(service string) string {
+	return strings.TrimSuffix(service, ".service") + ".timer"
+}
+
+// Arm asks systemd to start the transient service s at at, from a transient timer of its own
+// (TimerName(s.Name)): one call creates both, the service loaded and not started until the timer
+// elapses, so nothing is left to do at at but the start itself. The timer goes away once it has
+// elapsed. at must be ahead: a calendar time already past never elapses. existed is as in Start.
+func (r *Runner) Arm(ctx context.Context, s Spec, at time.Time) (existed bool, err error) {
+	props, err := s.properties()
+	if err != nil {
+		return false, err
+	}
+	timer := TimerName(s.Name)
+	timerProps := []sddbus.Property{
+		prop("Description", "start of "+s.Name),
+		prop("TimersCalendar", []struct{ Base, Spec string }{{"OnCalendar", CalendarAt(at)}}),
+		prop("AccuracyUSec", uint64(1)), // systemd's default of a minute would coalesce starts late
+		prop("RemainAfterElapse", false),
+	}
+	err = r.call(ctx, func(ctx context.Context, c *sddbus.Conn) error {
+		_, err := c.StartTransientUnitAux(ctx, timer, "fail", timerProps,
+			[]sddbus.PropertyCollection{{Name: s.Name, Properties: props}}, nil)
+		return err
+	})
+	if dbusErrorName(err) == "org.freedesktop.systemd1.UnitExists" {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("arm unit %s at %s: %w", s.Name, at.UTC().Format(time.RFC3339Nano), err)
+	}
+	return false, nil
+}
+
+// CalendarAt is at as a systemd calendar event of one instant, to the microsecond, in UTC.
+func CalendarAt(at time.Time) string {
+	return at.UTC().Format("2006-01-02 15:04:05.000000") + " UTC"
+}
+
 // State is what systemd said about a unit.
 type State struct {
 	LoadState   string

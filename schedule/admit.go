@@ -11,7 +11,8 @@ import (
 	"github.com/holdfast-backup/holdfast/store"
 )
 
-// Decide is the scheduler's answer for one due job, in the store's terms.
+// Decide is the scheduler's answer for one due job, in the store's terms. A slot still ahead of
+// now (admitted ahead) is decided as at its own time: it is run, nothing is missed.
 func Decide(j store.Job, now time.Time, grace time.Duration) store.SlotDecision {
 	s, err := Parse(j.Schedule, j.TimeZone)
 	if err != nil || s.Manual() || j.NextRunAt == nil {
@@ -21,7 +22,11 @@ func Decide(j store.Job, now time.Time, grace time.Duration) store.SlotDecision 
 		}
 		return store.SlotDecision{Why: why}
 	}
-	d, err := s.Due(*j.NextRunAt, now, grace, j.CatchUp)
+	at := now
+	if j.NextRunAt.After(now) {
+		at = *j.NextRunAt
+	}
+	d, err := s.Due(*j.NextRunAt, at, grace, j.CatchUp)
 	if err != nil {
 		return store.SlotDecision{Why: err.Error()}
 	}
@@ -53,6 +58,9 @@ type Admitter struct {
 	// SetAside is how long a job that could not be admitted is left alone before admission
 	// tries it again. Default DefaultSetAside.
 	SetAside time.Duration
+	// Lead is how long before its slot a scheduled run is admitted, so that it can be prepared
+	// and start at the slot itself; 0 admits a slot at its time.
+	Lead time.Duration
 }
 
 // Admitter defaults.
@@ -70,6 +78,8 @@ func (a *Admitter) Validate() error {
 		return fmt.Errorf("admitter: timeout %s: want a positive duration", a.Timeout)
 	case a.SetAside < 0:
 		return fmt.Errorf("admitter: set-aside time %s: want a positive duration", a.SetAside)
+	case a.Lead < 0:
+		return fmt.Errorf("admitter: lead %s: want 0 or a positive duration", a.Lead)
 	}
 	if a.Timeout == 0 {
 		a.Timeout = DefaultAdmitTimeout
@@ -96,7 +106,7 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 	defer cancel()
 	admitted := 0
 	for {
-		batch, err := a.Store.AdmitDue(ctx, now, batchSize, a.SetAside, func(j store.Job) store.SlotDecision { return Decide(j, now, a.Grace) })
+		batch, err := a.Store.AdmitDue(ctx, now, now.Add(a.Lead), batchSize, a.SetAside, func(j store.Job) store.SlotDecision { return Decide(j, now, a.Grace) })
 		if err != nil {
 			return admitted, err
 		}

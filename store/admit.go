@@ -41,14 +41,18 @@ type Admitted struct {
 // daemons sharing the database take different jobs), asks decide about each, and in the same
 // transaction admits the runs, advances next_run_at and records skipped slots.
 //
+// A slot up to horizon (after now) is admitted ahead, so the run can be prepared before its
+// time: the run is queued with its slot as not_before. Only a job without a live run is admitted
+// ahead; a job with one is decided at its slot, as an overlap or not.
+//
 // Each job is admitted under its own savepoint: a job that cannot be (its row cannot be read,
 // a statement about it fails) is rolled back alone, and set aside for setAside with the error
 // recorded on it (Job.AdmissionError), so it neither blocks the others nor is claimed again
 // at once. Its slot stays as it was: once it can be admitted, missed slots are counted as usual.
-func (s *Store) AdmitDue(ctx context.Context, now time.Time, limit int, setAside time.Duration, decide func(Job) SlotDecision) ([]Admitted, error) {
+func (s *Store) AdmitDue(ctx context.Context, now, horizon time.Time, limit int, setAside time.Duration, decide func(Job) SlotDecision) ([]Admitted, error) {
 	var out []Admitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		due, err := claimDue(ctx, tx, "next_run_at", now, limit)
+		due, err := claimDue(ctx, tx, "next_run_at", now, horizon, limit)
 		if err != nil {
 			return err
 		}
@@ -84,14 +88,17 @@ type dueJob struct {
 }
 
 // claimDue locks up to limit jobs whose slot in the given column (next_run_at or next_prune_at)
-// is due, skipping jobs another daemon has locked and jobs set aside, earliest first.
-func claimDue(ctx context.Context, tx pgx.Tx, column string, now time.Time, limit int) ([]dueJob, error) {
+// is due, or due by horizon for a job without a live run, skipping jobs another daemon has
+// locked and jobs set aside, earliest first.
+func claimDue(ctx context.Context, tx pgx.Tx, column string, now, horizon time.Time, limit int) ([]dueJob, error) {
 	if column != "next_run_at" && column != "next_prune_at" {
 		return nil, fmt.Errorf("claim due jobs: no slot column %q", column)
 	}
-	rows, err := tx.Query(ctx, `SELECT j.id, j.name FROM jobs j WHERE j.`+column+` <= $1
+	rows, err := tx.Query(ctx, `SELECT j.id, j.name FROM jobs j
+		WHERE (j.`+column+` <= $1 OR j.`+column+` <= $2 AND NOT EXISTS (SELECT 1 FROM runs r
+			WHERE r.job_id = j.id AND r.status IN ('queued', 'running')))
 		AND (j.admission_retry_at IS NULL OR j.admission_retry_at <= $1)
-		ORDER BY j.`+column+` LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
+		ORDER BY j.`+column+` LIMIT $3 FOR UPDATE SKIP LOCKED`, now, horizon, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -138,6 +145,9 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j Job, d SlotDecision, now time.T
 		if err != nil {
 			return a, err
 		}
+		if found && d.Planned.After(now) {
+			return Admitted{Job: j.Name}, nil // a run came meanwhile: the slot is decided at its time
+		}
 		if found {
 			a.Overlap = &live
 			overlapSkips = 1
@@ -147,7 +157,11 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j Job, d SlotDecision, now time.T
 			if err != nil {
 				return a, err
 			}
-			paused, err := insertRun(ctx, tx, id, newRun{jobID: j.ID, jobName: j.Name, trigger: d.Trigger, plannedAt: &d.Planned})
+			n := newRun{jobID: j.ID, jobName: j.Name, trigger: d.Trigger, plannedAt: &d.Planned}
+			if d.Planned.After(now) {
+				n.notBefore = &d.Planned // admitted ahead: it starts at its slot
+			}
+			paused, err := insertRun(ctx, tx, id, n)
 			if err != nil {
 				return a, err
 			}
@@ -190,7 +204,7 @@ type PruneAdmitted struct {
 func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, setAside time.Duration, next func(Job) *time.Time) ([]PruneAdmitted, error) {
 	var out []PruneAdmitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		due, err := claimDue(ctx, tx, "next_prune_at", now, limit)
+		due, err := claimDue(ctx, tx, "next_prune_at", now, now, limit)
 		if err != nil {
 			return err
 		}
@@ -247,16 +261,22 @@ func admitPrune(ctx context.Context, tx pgx.Tx, j Job, next func(Job) *time.Time
 }
 
 // NextDue returns the earliest time the daemon has something to do without being told: a
-// job's next slot, or a queued run's not-before time (a retry's delay, a window's end). Nil
-// if there is none.
-func (s *Store) NextDue(ctx context.Context) (*time.Time, error) {
+// job's next slot, or a queued run's not-before time (a retry's delay, a window's end, the slot
+// of a run admitted ahead), each lead earlier where the daemon prepares it ahead: a slot of a
+// job without a live run, and a queued run without a unit. Nil if there is none.
+func (s *Store) NextDue(ctx context.Context, lead time.Duration) (*time.Time, error) {
 	var next *time.Time
 	// A job set aside is due again at its retry time, not at its slot.
 	if err := s.pool.QueryRow(ctx, `SELECT least(
-			(SELECT min(CASE WHEN next_run_at IS NOT NULL THEN greatest(next_run_at, admission_retry_at) END) FROM jobs),
+			(SELECT min(CASE WHEN next_run_at IS NOT NULL THEN greatest(next_run_at - CASE WHEN EXISTS (SELECT 1 FROM runs r
+				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running')) THEN interval '0' ELSE $1 * interval '1 microsecond' END,
+				admission_retry_at) END) FROM jobs),
 			(SELECT min(CASE WHEN next_prune_at IS NOT NULL THEN greatest(next_prune_at, admission_retry_at) END) FROM jobs WHERE NOT EXISTS (SELECT 1 FROM runs r
 				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running'))),
-			(SELECT min(not_before) FROM runs WHERE status = 'queued' AND not_before > now()))`).Scan(&next); err != nil {
+			(SELECT min(CASE WHEN a.unit IS NULL AND r.not_before - $1 * interval '1 microsecond' > now()
+					THEN r.not_before - $1 * interval '1 microsecond' ELSE r.not_before END)
+				FROM runs r JOIN attempts a ON a.run_id = r.id AND a.ended_at IS NULL
+				WHERE r.status = 'queued' AND r.not_before > now()))`, lead.Microseconds()).Scan(&next); err != nil {
 		return nil, fmt.Errorf("next due job: %w", err)
 	}
 	return next, nil

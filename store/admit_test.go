@@ -56,7 +56,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 	}
 	const aside = time.Minute
 
-	got, err := st.AdmitDue(ctx, now, 10, aside, decide)
+	got, err := st.AdmitDue(ctx, now, now, 10, aside, decide)
 	if err != nil {
 		t.Fatalf("one bad job failed the whole admission: %v", err)
 	}
@@ -83,10 +83,10 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 
 	// Not claimed again, and not due, before the retry time: a loop sleeping until the next due
 	// time does not spin on it.
-	if again, err := st.AdmitDue(ctx, now.Add(time.Second), 10, aside, decide); err != nil || len(again) != 0 {
+	if again, err := st.AdmitDue(ctx, now.Add(time.Second), now.Add(time.Second), 10, aside, decide); err != nil || len(again) != 0 {
 		t.Fatalf("second pass: %+v, %v; want nothing claimed", again, err)
 	}
-	due, err := st.NextDue(ctx)
+	due, err := st.NextDue(ctx, 0)
 	if err != nil || due == nil || !due.Equal(now.Add(aside)) {
 		t.Fatalf("next due = %v, %v; want the retry time %s", due, err, now.Add(aside))
 	}
@@ -96,7 +96,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	later := now.Add(aside + time.Second)
-	got, err = st.AdmitDue(ctx, later, 10, aside, decide)
+	got, err = st.AdmitDue(ctx, later, later, 10, aside, decide)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,5 +116,68 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 	}
 	if j, err = st.JobByName(ctx, "admitted-before"); err != nil || j.AdmissionError != "" || j.AdmissionRetryAt != nil {
 		t.Fatalf("repaired job: error %q, retry %v, %v; want both cleared", j.AdmissionError, j.AdmissionRetryAt, err)
+	}
+}
+
+// A slot within the horizon is admitted ahead, queued until the slot itself, only for a job
+// without a live run; a job with one is left to be decided at its slot. NextDue reports a slot
+// the lead ahead of it only where it can be admitted ahead, and a queued run's time the lead
+// ahead while it has no unit.
+func TestAdmitAhead(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	if _, err := migrations.Apply(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+
+	now := time.Now().UTC().Truncate(time.Second)
+	slot, lead := now.Add(30*time.Minute), 40*time.Minute
+	for _, name := range []string{"free", "busy"} {
+		if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: "command", Command: []string{"/bin/true"},
+			Schedule: "@every 1h", NextRunAt: &slot}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Admit(ctx, "busy", "manual", store.KindBackup); err != nil {
+		t.Fatal(err)
+	}
+	if due, err := st.NextDue(ctx, lead); err != nil || due == nil || !due.Equal(slot.Add(-lead)) {
+		t.Fatalf("next due = %v, %v; want the free job's slot a lead ahead, %s", due, err, slot.Add(-lead))
+	}
+	next := slot.Add(time.Hour)
+	got, err := st.AdmitDue(ctx, now, now.Add(lead), 10, time.Minute, func(j store.Job) store.SlotDecision {
+		return store.SlotDecision{Run: true, Trigger: store.TriggerSchedule, Planned: *j.NextRunAt, Next: &next}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Job != "free" || got[0].Run == nil {
+		t.Fatalf("admitted %+v, want the free job's run only", got)
+	}
+	run, err := st.RunByID(ctx, *got[0].Run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != store.StatusQueued || run.NotBefore == nil || !run.NotBefore.Equal(slot) || run.PlannedAt == nil || !run.PlannedAt.Equal(slot) {
+		t.Fatalf("run admitted ahead: %s, not before %v, planned %v; want queued until its slot %s", run.Status, run.NotBefore, run.PlannedAt, slot)
+	}
+	busy, err := st.JobByName(ctx, "busy")
+	if err != nil || busy.NextRunAt == nil || !busy.NextRunAt.Equal(slot) || busy.OverlapSkips != 0 {
+		t.Fatalf("busy job: %+v, %v; want its slot kept, not skipped ahead of time", busy, err)
+	}
+	// The busy job is due at its slot. The queued run, without a unit, is due a lead before its
+	// time, or at its time once that lead has passed (it is being prepared).
+	if due, err := st.NextDue(ctx, 10*time.Minute); err != nil || due == nil || !due.Equal(slot.Add(-10*time.Minute)) {
+		t.Fatalf("next due = %v, %v; want %s", due, err, slot.Add(-10*time.Minute))
+	}
+	for _, l := range []time.Duration{lead, 0} {
+		if due, err := st.NextDue(ctx, l); err != nil || due == nil || !due.Equal(slot) {
+			t.Fatalf("next due with a lead of %s = %v, %v; want the slot %s", l, due, err, slot)
+		}
 	}
 }

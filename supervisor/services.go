@@ -123,7 +123,7 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 		wait := s.cfg.SweepInterval
 		dueAt = time.Time{}
 		nextCtx, cancel := context.WithTimeout(ctx, s.cfg.Database.StatementTimeout)
-		if next, err := s.cfg.Store.NextDue(nextCtx); err == nil && next != nil && time.Until(*next) < wait {
+		if next, err := s.cfg.Store.NextDue(nextCtx, s.cfg.StartLead); err == nil && next != nil && time.Until(*next) < wait {
 			dueAt = *next
 			wait = max(minWait, time.Until(*next))
 		}

@@ -39,5 +39,11 @@ func StopRun(ctx context.Context, st *store.Store, openRunner func(context.Conte
 		return err, nil
 	}
 	defer r.Close()
+	if live.ArmedFor != nil {
+		// Its timer first, so that it cannot start the service once that is stopped.
+		if err := r.Stop(askCtx, runner.TimerName(live.Unit)); err != nil {
+			return err, nil
+		}
+	}
 	return r.Stop(askCtx, live.Unit), nil
 }

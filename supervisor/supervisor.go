@@ -37,6 +37,10 @@ const (
 	DefaultDependsWait      = reconcile.DefaultDependsWait
 	DefaultAllowUsers       = reconcile.DefaultAllowUsers
 	DefaultAllowCommandJobs = reconcile.DefaultAllowCommandJobs
+	// DefaultStartLead is how long before its slot a scheduled run is admitted and armed: ample
+	// for a burst of slots to be prepared, short enough that limits and windows decided then
+	// still hold at the slot.
+	DefaultStartLead = 10 * time.Second
 )
 
 // minWait is the shortest sleep of admission between two passes, should a due job stay due
@@ -72,12 +76,16 @@ type Config struct {
 	RunBudget     time.Duration // --run-budget: time one run may take in one pass
 	PassTimeout   time.Duration // --pass-timeout: longest admission pass or sweep; 0 is DefaultPassTimeout
 	LateGrace     time.Duration // --late-grace: how late a slot may still start; older ones are missed
-	DependsWait   time.Duration // --depends-wait: how long a run waits for a prerequisite's next outcome
-	MaxAttempts   int           // --max-attempts
-	Workers       int           // --workers: runs reconciled at once in one pass
-	Limits        store.Limits  // --max-running, --max-running-host (0: no limit)
-	Windows       []string      // --window: global maintenance windows, e.g. "Sat 01:00-05:00"
-	WindowZone    string        // --window-tz: IANA zone of the windows; "" is UTC
+	// StartLead (--start-lead) is how long before its time a run is admitted (a scheduled slot)
+	// and prepared, so that systemd starts it at that time from a transient timer; 0 admits and
+	// starts runs when their time has come.
+	StartLead   time.Duration
+	DependsWait time.Duration // --depends-wait: how long a run waits for a prerequisite's next outcome
+	MaxAttempts int           // --max-attempts
+	Workers     int           // --workers: runs reconciled at once in one pass
+	Limits      store.Limits  // --max-running, --max-running-host (0: no limit)
+	Windows     []string      // --window: global maintenance windows, e.g. "Sat 01:00-05:00"
+	WindowZone  string        // --window-tz: IANA zone of the windows; "" is UTC
 	// AllowUsers are the users jobs may run as (--allow-users): names, uids, or reconcile.AnyUser.
 	AllowUsers       []string
 	AllowCommandJobs bool // --allow-command-jobs
@@ -98,7 +106,7 @@ type Config struct {
 func Defaults() Config {
 	return Config{
 		SweepInterval: DefaultSweepInterval, SpawnGrace: DefaultSpawnGrace, RunBudget: DefaultRunBudget,
-		PassTimeout: DefaultPassTimeout, LateGrace: DefaultLateGrace, DependsWait: DefaultDependsWait,
+		PassTimeout: DefaultPassTimeout, LateGrace: DefaultLateGrace, StartLead: DefaultStartLead, DependsWait: DefaultDependsWait,
 		MaxAttempts: DefaultMaxAttempts, Workers: DefaultWorkers, AllowUsers: []string{DefaultAllowUsers},
 		AllowCommandJobs: DefaultAllowCommandJobs, KeepRunFiles: DefaultKeepRunFiles, RunFilesEvery: DefaultRunFilesEvery,
 	}
@@ -146,6 +154,9 @@ func (c *Config) Validate() error {
 	if c.LateGrace < 0 {
 		return fmt.Errorf("--late-grace %s is negative: give 0 or more, e.g. 1m", c.LateGrace)
 	}
+	if c.StartLead < 0 {
+		return fmt.Errorf("--start-lead %s is negative: give 0 or more, e.g. 10s", c.StartLead)
+	}
 	for _, v := range []struct {
 		flag string
 		n    int
@@ -190,7 +201,7 @@ func (c *Config) reconcileConfig() reconcile.Config {
 		Host: c.Host, SpawnGrace: c.SpawnGrace, RunBudget: c.RunBudget, PassTimeout: c.PassTimeout,
 		MaxAttempts: c.MaxAttempts, Limits: c.Limits, Windows: c.windows, WindowZone: c.zone,
 		DependsWait: c.DependsWait, Workers: c.Workers, AllowUsers: c.AllowUsers,
-		AllowCommandJobs: c.AllowCommandJobs, Logger: c.Logger,
+		AllowCommandJobs: c.AllowCommandJobs, StartLead: c.StartLead, Logger: c.Logger,
 	}
 }
 
@@ -226,7 +237,8 @@ func New(cfg Config) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
-	admitter := &schedule.Admitter{Store: cfg.Store, Grace: cfg.LateGrace, Logger: cfg.Logger, Timeout: cfg.PassTimeout}
+	admitter := &schedule.Admitter{Store: cfg.Store, Grace: cfg.LateGrace, Logger: cfg.Logger, Timeout: cfg.PassTimeout,
+		Lead: cfg.StartLead}
 	if err := admitter.Validate(); err != nil {
 		return nil, err
 	}

@@ -24,6 +24,7 @@ func TestMain(m *testing.M) { testenv.RunMain(m) }
 // env is a real database and a private systemd manager, with a supervisor config over them.
 type env struct {
 	st  *store.Store
+	mgr *testenv.Manager
 	cfg supervisor.Config
 }
 
@@ -53,7 +54,7 @@ func newEnv(t *testing.T) env {
 	cfg.Binary, cfg.ResticBinary = testenv.HoldfastBinary(t), testenv.Restic(t)
 	cfg.AllowCommandJobs = true
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	return env{st: st, cfg: cfg}
+	return env{st: st, mgr: mgr, cfg: cfg}
 }
 
 func (e env) job(t *testing.T, name string, argv ...string) {
@@ -308,6 +309,7 @@ func TestNotBeforeWakesSweep(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	e.cfg.SweepInterval = time.Hour
+	e.cfg.StartLead = 0 // started at its time, not armed ahead (TestScheduledStartsOnTime)
 	e.job(t, "retried", "/bin/true")
 	first, err := e.st.Admit(ctx, "retried", "manual", store.KindBackup)
 	if err != nil {
