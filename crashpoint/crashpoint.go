@@ -18,6 +18,7 @@
 //	spawn-before-claim         daemon: admitted, nothing recorded by the daemon yet
 //	spawn-claimed              daemon: unit name and spawn claim recorded, systemd not asked
 //	spawn-started              daemon: unit started, run not yet marked running
+//	spawn-armed                daemon: a scheduled unit's timer armed by systemd, nothing recorded after
 //	journal-applied            daemon: a journal batch and its cursor committed, the rest unread
 //	quarantine-before          daemon: a journal found unreadable, quarantine not recorded
 //	quarantine-after           daemon: quarantine recorded
@@ -54,6 +55,7 @@ var Points = []string{
 	"spawn-before-claim",
 	"spawn-claimed",
 	"spawn-started",
+	"spawn-armed",
 	"journal-applied",
 	"quarantine-before",
 	"quarantine-after",

@@ -57,7 +57,9 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 // reset so its name is free, and the run is restarted and then finishes in attempt 2.
 func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 	ctx := context.Background()
-	e := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Millisecond, AllowCommandJobs: true})
+	// A grace long enough that attempt 2's unit, started under load, is never taken for gone
+	// before its marker is written.
+	e := newSweepEnv(t, reconcile.Config{SpawnGrace: 3 * time.Second, AllowCommandJobs: true})
 	st, r, mgr, rec := e.st, e.r, e.mgr, e.rec
 	if _, err := st.CreateJob(ctx, store.Job{Name: "flaky", Engine: "command", Repository: "-", PasswordFile: "-",
 		Command: []string{"/bin/true"}}); err != nil {

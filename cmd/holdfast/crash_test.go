@@ -33,6 +33,7 @@ var crashCases = map[string]crashCase{
 	"spawn-before-claim":        crashRunPath,
 	"spawn-claimed":             crashRunPath,
 	"spawn-started":             crashRunPath,
+	"spawn-armed":               crashArmed,
 	"journal-applied":           crashRunPath,
 	"quarantine-before":         crashQuarantine,
 	"quarantine-after":          crashQuarantine,
@@ -223,6 +224,32 @@ func crashRunPath(t *testing.T, w *world, point string) {
 		t.Fatalf("%d snapshots of the run, want 1", n)
 	}
 	w.noLocks(repo, pw)
+}
+
+// crashArmed: the daemon dies just after systemd armed the timer of a run admitted ahead of its
+// slot. systemd starts the unit at the slot all the same; a fresh daemon follows it, and the run
+// succeeds in its one attempt.
+func crashArmed(t *testing.T, w *world, point string) {
+	w.mustRun("job", "add", "tick", "--engine", "command", "--command", "/bin/true", "--schedule", "@every 5s")
+	first := parseTime(t, w.job("tick").NextRunAt)
+	d := w.crashDaemon(point)
+	w.crashed(d, point)
+	var id string
+	for _, r := range w.runs("tick") {
+		if r.PlannedAt != nil && parseTime(t, r.PlannedAt).Equal(first) {
+			id = r.ID
+		}
+	}
+	if id == "" {
+		t.Fatalf("after the crash: no run of the slot %s: %+v", first, w.runs("tick"))
+	}
+	w.startDaemon()
+	r := w.waitRun(id, "the end", ended)
+	if r.Status != "succeeded" || len(r.Attempts) != 1 {
+		t.Fatalf("run = %+v, want succeeded in its one armed attempt", r)
+	}
+	w.mustRun("job", "edit", "tick", "--schedule", "")
+	w.waitNoLive("tick")
 }
 
 // crashSlot: the daemon dies admitting a scheduled slot. The slot runs once: never lost, never
