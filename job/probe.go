@@ -65,38 +65,39 @@ func Readable(want []Access) []string {
 func readable(w Access) string {
 	info, err := os.Lstat(w.Path)
 	if err != nil {
-		return cause(err)
+		return Cause(err)
 	}
 	if !w.Regular && info.Mode()&os.ModeSymlink != 0 {
 		return "" // restic stores the link itself
 	}
 	fd, err := syscall.Open(w.Path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return cause(err)
+		return Cause(err)
 	}
 	f := os.NewFile(uintptr(fd), w.Path)
 	defer f.Close()
 	info, err = f.Stat()
 	if err != nil {
-		return cause(err)
+		return Cause(err)
 	}
 	switch {
 	case w.Regular && !info.Mode().IsRegular():
 		return "it is not a regular file"
 	case info.IsDir():
 		if _, err := f.Readdirnames(1); err != nil && !errors.Is(err, io.EOF) {
-			return cause(err)
+			return Cause(err)
 		}
 	case info.Mode().IsRegular():
 		if _, err := f.Read(make([]byte, 1)); err != nil && !errors.Is(err, io.EOF) {
-			return cause(err)
+			return Cause(err)
 		}
 	}
 	return ""
 }
 
-// cause is an error's cause without the path it names (the caller's message names it).
-func cause(err error) string {
+// Cause is an error's cause without the path it names, the system's short word for it ("no such
+// file or directory"): the caller's message names the path.
+func Cause(err error) string {
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		err = pe.Err

@@ -6,7 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
+
+	"github.com/holdfast-backup/holdfast/job"
 )
 
 // CheckExecutable refuses a program setting that is not an absolute path to an executable
@@ -17,7 +18,7 @@ func CheckExecutable(flag, path string) error {
 	}
 	info, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("%s %s: %s: give the path of an installed executable", flag, path, reason(err))
+		return fmt.Errorf("%s %s: %s: give the path of an installed executable", flag, path, job.Cause(err))
 	}
 	if !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
 		return fmt.Errorf("%s %s is not an executable file: give the path of an installed executable", flag, path)
@@ -36,17 +37,4 @@ func ResticBinary(given string) (string, error) {
 		return "", errors.New("restic not found in PATH: install it (apt-get install restic) or give --restic")
 	}
 	return path, nil
-}
-
-// reason is the system's short word for err ("no such file or directory"), without the path.
-func reason(err error) string {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return errno.Error()
-	}
-	return err.Error()
 }

@@ -2,11 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -20,19 +18,6 @@ func probeAs(id job.Identity, want []job.Access) ([]string, error) {
 		return nil, fmt.Errorf("find holdfast's own executable: %w", err)
 	}
 	return job.ProbeAs([]string{self, "probe-read"})(id, want)
-}
-
-// reason is an error's cause without the path it names (the caller's message names it).
-func reason(err error) string {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return errno.Error()
-	}
-	return err.Error()
 }
 
 func newProbeReadCmd() *cobra.Command {
