@@ -38,7 +38,10 @@ type facts struct {
 	marker        markerState
 	markerProblem string        // for an unreadable marker: the error, starting "exit marker unreadable"
 	ended         runner.Marker // a readable marker's fields
-	interrupted   bool          // readable marker: the engine ended because a signal interrupted it
+	// stopping: a readable marker's unit is still alive at systemd (its ExecStopPost is ending),
+	// as far as the pass's answer from systemd says.
+	stopping    bool
+	interrupted bool // readable marker: the engine ended because a signal interrupted it
 
 	// Our own intents, the strongest evidence. Read again for a readable marker: a pause or a
 	// stop recorded while the unit was ending must not be taken for a reboot.
@@ -172,6 +175,10 @@ func decide(f facts, p rules) decision {
 
 	// The unit ended and said how. An interruption nobody asked for is a reboot or someone
 	// else's stop: the run goes on, unless it has used up its attempts.
+	// The place a run holds under the limits is freed when its unit is gone, not when the
+	// marker is written: closing it now would let the next run start beside it.
+	case f.marker == markerReadable && f.stopping:
+		return do("marker, unit still stopping", actNothing)
 	case f.marker == markerReadable && interruptedAlone && lastAttempt:
 		return end("marker: interrupted, last attempt", store.StatusFailed, string(engine.Transient), giveUp())
 	case f.marker == markerReadable && interruptedAlone:

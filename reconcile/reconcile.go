@@ -344,6 +344,9 @@ func (r *Reconciler) gather(ctx context.Context, l *store.LiveRun, jobs map[stri
 		}
 		l.Run.StopRequestedAt, l.Run.PausedReason = run.StopRequestedAt, run.PausedReason
 		f.stopRequested, f.pausedReason = run.StopRequestedAt != nil, run.PausedReason
+		if st, ok := states[l.Attempt.Unit]; ok && statesErr == nil && st.Alive() {
+			f.stopping = true
+		}
 	case f.marker == markerUnreadable:
 	case f.unitRecorded:
 		if statesErr != nil {
