@@ -263,7 +263,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 	e.Settlement = r.settlement(ctx, l, a, !v.neverRan && ran(a, m), false)
 	crashpoint.At("finish-before")
 	if v.status == store.StatusFailed && v.class == string(engine.Transient) {
-		if e.Retry, err = r.retryPlan(ctx, l); err != nil {
+		if e.Retry, err = r.retryPlan(ctx, l, e.At); err != nil { // the backoff counts from the recorded end
 			return err
 		}
 		if e.Retry != nil {

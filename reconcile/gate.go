@@ -92,7 +92,7 @@ func (r *Reconciler) prerequisite(ctx context.Context, name string) (*prereq, er
 
 // retryPlan returns the retry of a backup that failed for a transient reason, or nil if its job
 // allows no more. A prune or forget is not retried: the next one is planned anew.
-func (r *Reconciler) retryPlan(ctx context.Context, l store.LiveRun) (*store.Retry, error) {
+func (r *Reconciler) retryPlan(ctx context.Context, l store.LiveRun, failedAt time.Time) (*store.Retry, error) {
 	if l.JobEngine == "" || l.Run.Kind != store.KindBackup {
 		return nil, nil
 	}
@@ -111,7 +111,7 @@ func (r *Reconciler) retryPlan(ctx context.Context, l store.LiveRun) (*store.Ret
 	if err != nil {
 		return nil, err
 	}
-	at := r.cfg.now().Add(schedule.Backoff(job.RetryBackoff, schedule.MaxBackoff, n))
+	at := failedAt.Add(schedule.Backoff(job.RetryBackoff, schedule.MaxBackoff, n))
 	return &store.Retry{ID: id, Number: n, NotBefore: at,
 		Why: fmt.Sprintf("waiting: retry %d of %d after run %s failed for a transient reason, due at %s",
 			n, job.RetryMax, l.Run.ID, at.UTC().Format(time.RFC3339))}, nil
