@@ -11,9 +11,9 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/forget"
-	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -21,16 +21,7 @@ func TestMain(m *testing.M) { testenv.RunMain(m) }
 
 func open(t *testing.T) *store.Store {
 	t.Helper()
-	dsn := testenv.Postgres(t)
-	ctx := context.Background()
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st, _ := storetest.Open(t)
 	return st
 }
 

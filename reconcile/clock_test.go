@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/testenv"
+	"github.com/holdfast-backup/holdfast/storetest"
 )
 
 // The spawn grace is measured on one clock, the database's, which stamped the spawn claim: a
@@ -18,15 +17,7 @@ import (
 // for ever on one whose unit vanished.
 func TestSpawnGraceOnTheDatabasesClock(t *testing.T) {
 	ctx := context.Background()
-	dsn := testenv.Postgres(t)
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st, _ := storetest.Open(t)
 	if _, err := st.CreateJob(ctx, store.Job{Name: "skew", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
 	}

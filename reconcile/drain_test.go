@@ -10,24 +10,15 @@ import (
 	"testing"
 
 	"github.com/holdfast-backup/holdfast/journal"
-	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/testenv"
+	"github.com/holdfast-backup/holdfast/storetest"
 )
 
 // One pass applies at most maxDrain bytes of a run's journal and reports the rest as lag; the
 // next pass goes on from there.
 func TestDrainIsBoundedPerPass(t *testing.T) {
 	ctx := context.Background()
-	dsn := testenv.Postgres(t)
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st, _ := storetest.Open(t)
 	if _, err := st.CreateJob(ctx, store.Job{Name: "big", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
 	}

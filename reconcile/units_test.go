@@ -13,10 +13,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/ledger"
-	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -123,15 +123,7 @@ func trapUntouched(t *testing.T, trap string) {
 // marker (a power loss) or one that met a lock (exit 11) there is, until a later unit has run.
 func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	ctx := context.Background()
-	dsn := testenv.Postgres(t)
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st, _ := storetest.Open(t)
 	dir := t.TempDir()
 	cfg := reconcile.Config{Store: st, StateDir: filepath.Join(dir, "state"), Binary: "/usr/bin/holdfast", ResticBinary: "restic"}
 	repo := filepath.Join(dir, "repo")

@@ -8,9 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/testenv"
+	"github.com/holdfast-backup/holdfast/storetest"
 )
 
 // A due job that cannot be admitted (its row cannot be read; its slot was admitted before) is
@@ -18,16 +17,8 @@ import (
 // claimed again, nor reported due, before its retry time, and once repaired it is admitted and
 // its reason cleared.
 func TestAdmitSetsBadJobsAside(t *testing.T) {
-	dsn := testenv.Postgres(t)
+	st, dsn := storetest.Open(t)
 	ctx := context.Background()
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
 	db, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -124,16 +115,8 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 // the lead ahead of it only where it can be admitted ahead, and a queued run's time the lead
 // ahead while it has no unit.
 func TestAdmitAhead(t *testing.T) {
-	dsn := testenv.Postgres(t)
+	st, _ := storetest.Open(t)
 	ctx := context.Background()
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
 
 	now := time.Now().UTC().Truncate(time.Second)
 	slot, lead := now.Add(30*time.Minute), 40*time.Minute

@@ -15,6 +15,7 @@ import (
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/storetest"
 	"github.com/holdfast-backup/holdfast/supervisor"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -244,15 +245,7 @@ func TestValidate(t *testing.T) {
 // each reading; a context that ends first ends the wait, not the run.
 func TestWaitRun(t *testing.T) {
 	ctx := context.Background()
-	dsn := testenv.Postgres(t)
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, _ := storetest.Open(t)
 	if _, err := st.CreateJob(ctx, store.Job{Name: "w", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,30 @@
+// Package storetest gives tests a store on a fresh database of the private PostgreSQL that
+// testenv starts. It is apart from testenv because testenv is imported by the tests of packages
+// that store itself imports.
+package storetest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+// Open opens a store on a fresh database with every migration applied, closed when the test
+// ends, and returns the database's DSN too.
+func Open(t testing.TB) (*store.Store, string) {
+	t.Helper()
+	ctx := context.Background()
+	dsn := testenv.Postgres(t)
+	if _, err := migrations.Apply(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st, dsn
+}
