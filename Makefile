@@ -2,6 +2,7 @@
 GO      ?= go
 BIN     := bin/holdfast
 PKGS    := ./...
+MODULE  := github.com/holdfast-backup/holdfast
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: all build deps test lint bench demo fuzz man package clean
@@ -20,10 +21,16 @@ lint:
 	$(GO) run $(STATICCHECK) $(PKGS)
 
 # The whole suite against a real PostgreSQL, real systemd managers and real restic (testenv starts
-# private ones). CI=true turns a missing dependency into a failure instead of a skip. Scenario
-# tests mostly wait on systemd and restic, so four run at once even on two cores.
+# private ones). CI=true turns a missing dependency into a failure instead of a skip. The packages
+# run with the race detector; cmd/holdfast's tests only drive the holdfast binary (built without
+# it) in processes of their own, and run beside them without it. Scenario tests mostly wait on
+# systemd and restic, so six run at once even on two cores.
+SCENARIOS := ./cmd/holdfast/
 test: deps lint
-	$(GO) test -race -count=1 -parallel 4 -timeout 30m $(PKGS)
+	@$(GO) test -count=1 -parallel 6 -timeout 30m $(SCENARIOS) & scenarios=$$!; \
+	$(GO) test -race -count=1 -parallel 4 -timeout 30m $$($(GO) list $(PKGS) | grep -vx '$(MODULE)/cmd/holdfast'); packages=$$?; \
+	wait $$scenarios; scenarios=$$?; \
+	[ $$packages -eq 0 ] && [ $$scenarios -eq 0 ]
 
 # Figures are ratios against a baseline measured in the same run (see bench/).
 bench: deps

@@ -16,6 +16,7 @@ import (
 // daemon whose clock is hours off neither restarts a run the moment it was claimed nor waits
 // for ever on one whose unit vanished.
 func TestSpawnGraceOnTheDatabasesClock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st, _ := storetest.Open(t)
 	if _, err := st.CreateJob(ctx, store.Job{Name: "skew", Engine: "command", Command: []string{"/bin/true"}}); err != nil {

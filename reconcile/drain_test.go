@@ -17,6 +17,7 @@ import (
 // One pass applies at most maxDrain bytes of a run's journal and reports the rest as lag; the
 // next pass goes on from there.
 func TestDrainIsBoundedPerPass(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st, _ := storetest.Open(t)
 	if _, err := st.CreateJob(ctx, store.Job{Name: "big", Engine: "command", Command: []string{"/bin/true"}}); err != nil {

@@ -10,10 +10,10 @@ import (
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 
-	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -31,11 +31,8 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 	t.Helper()
 	ctx := context.Background()
 	dir := testenv.SharedDir(t) // first: removed after the manager stopped its units
-	dsn := testenv.Postgres(t)
+	dsn := storetest.Migrated(t)
 	e := sweepEnv{mgr: testenv.PrivateSystemd(t)}
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
 	var err error
 	if e.st, err = store.Open(ctx, dsn); err != nil {
 		t.Fatal(err)
@@ -56,6 +53,7 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 // A failed unit the manager did not collect, with no marker (its ExecStopPost never ran), is
 // reset so its name is free, and the run is restarted and then finishes in attempt 2.
 func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	// A grace long enough that attempt 2's unit, started under load, is never taken for gone
 	// before its marker is written.
@@ -125,6 +123,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 // Many runs reconciled by one pass's workers at once (run under -race): every run is spawned
 // once and finishes, and the invariants hold.
 func TestConcurrentSweep(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSweepEnv(t, reconcile.Config{Workers: 8, AllowCommandJobs: true})
 	st, rec := e.st, e.rec

@@ -16,15 +16,21 @@ import (
 // ends, and returns the database's DSN too.
 func Open(t testing.TB) (*store.Store, string) {
 	t.Helper()
-	ctx := context.Background()
-	dsn := testenv.Postgres(t)
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, dsn)
+	dsn := Migrated(t)
+	st, err := store.Open(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
 	return st, dsn
+}
+
+// Migrated returns the DSN of a fresh database with every migration applied, dropped when the
+// test ends: a copy of one the test binary migrated once.
+func Migrated(t testing.TB) string {
+	t.Helper()
+	return testenv.PostgresFrom(t, "migrated", func(ctx context.Context, dsn string) error {
+		_, err := migrations.Apply(ctx, dsn)
+		return err
+	})
 }

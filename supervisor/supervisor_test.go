@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
@@ -33,11 +32,8 @@ func newEnv(t *testing.T) env {
 	t.Helper()
 	ctx := context.Background()
 	dir := testenv.SharedDir(t) // first: removed after the manager stopped its units
-	dsn := testenv.Postgres(t)
+	dsn := storetest.Migrated(t)
 	mgr := testenv.PrivateSystemd(t)
-	if _, err := migrations.Apply(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
 	cfg := supervisor.Defaults()
 	cfg.Database = store.Config{DSN: dsn}
 	cfg.Systemd = runner.Config{Address: mgr.Address}

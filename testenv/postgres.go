@@ -45,19 +45,89 @@ var pgServer struct {
 // postgres://postgres@/holdfast_test_1a2b...?host=%2Ftmp%2F...&sslmode=disable
 func Postgres(t testing.TB) string {
 	t.Helper()
-	admin := os.Getenv("HOLDFAST_TEST_DSN")
-	if admin == "" {
-		srv, err := privatePostgres(t)
-		if err != nil {
-			t.Fatalf("testenv: %v", err)
-		}
-		admin = srv.DSN("postgres")
-	}
+	return newDatabase(t, adminDSN(t), "")
+}
 
+// adminDSN is the DSN of the maintenance database of the server Postgres uses.
+func adminDSN(t testing.TB) string {
+	t.Helper()
+	if admin := os.Getenv("HOLDFAST_TEST_DSN"); admin != "" {
+		return admin
+	}
+	srv, err := privatePostgres(t)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return srv.DSN("postgres")
+}
+
+// templates are the prepared databases of PostgresFrom, by key, made once per test binary.
+var templates struct {
+	mu    sync.Mutex
+	names map[string]string
+	admin string // the server they are on, for their removal at shutdown
+}
+
+// PostgresFrom is Postgres, with the database a copy of one that prepare made once per test
+// binary under key: a schema every test needs is laid out once, and each test's copy costs the
+// server a file copy instead of the statements. A failed prepare fails the test and is tried
+// again by the next one.
+func PostgresFrom(t testing.TB, key string, prepare func(ctx context.Context, dsn string) error) string {
+	t.Helper()
+	admin := adminDSN(t)
+	templates.mu.Lock()
+	name, ok := templates.names[key]
+	if !ok {
+		name = "holdfast_template_" + randomHex(8)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		err := createDatabase(ctx, admin, name, "")
+		if err == nil {
+			var dsn string
+			if dsn, err = withDatabase(admin, name); err == nil {
+				err = prepare(ctx, dsn)
+			}
+			if err != nil {
+				err = errors.Join(err, pgExec(ctx, admin, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"))
+			}
+		}
+		cancel()
+		if err != nil {
+			templates.mu.Unlock()
+			t.Fatalf("testenv: template database %s: %v", key, err)
+		}
+		if templates.names == nil {
+			templates.names = map[string]string{}
+		}
+		templates.names[key], templates.admin = name, admin
+	}
+	templates.mu.Unlock()
+	return newDatabase(t, admin, name)
+}
+
+// dropTemplates removes PostgresFrom's templates from a server the test binary did not start.
+func dropTemplates() error {
+	templates.mu.Lock()
+	defer templates.mu.Unlock()
+	if len(templates.names) == 0 || os.Getenv("HOLDFAST_TEST_DSN") == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	for _, name := range templates.names {
+		errs = append(errs, pgExec(ctx, templates.admin, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"))
+	}
+	return errors.Join(errs...)
+}
+
+// newDatabase creates a database on the server admin names, a copy of template unless that is
+// empty, dropped at t.Cleanup, and returns its DSN.
+func newDatabase(t testing.TB, admin, template string) string {
+	t.Helper()
 	name := "holdfast_test_" + randomHex(8)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := createDatabase(ctx, admin, name); err != nil {
+	if err := createDatabase(ctx, admin, name, template); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	t.Cleanup(func() {
@@ -99,9 +169,14 @@ func pgExec(ctx context.Context, dsn, sql string) error {
 	return err
 }
 
-// createDatabase creates database name on the server admin connects to.
-func createDatabase(ctx context.Context, admin, name string) error {
-	if err := pgExec(ctx, admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+// createDatabase creates database name on the server admin connects to, a copy of template
+// if one is given.
+func createDatabase(ctx context.Context, admin, name, template string) error {
+	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if template != "" {
+		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+	}
+	if err := pgExec(ctx, admin, sql); err != nil {
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	return nil
@@ -235,6 +310,8 @@ func runPostgres(dir string, cred *syscall.Credential) (*child, error) {
 		"-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off",
 		"-c", "max_connections=300",
+		// Test databases live for seconds: vacuuming them only costs every test CPU.
+		"-c", "autovacuum=off",
 	)
 	cmd.Dir = dir
 	cmd.Env = env
@@ -289,7 +366,7 @@ func (s *PostgresServer) DSN(db string) string {
 
 // CreateDatabase creates an empty database called name.
 func (s *PostgresServer) CreateDatabase(ctx context.Context, name string) error {
-	return createDatabase(ctx, s.DSN("postgres"), name)
+	return createDatabase(ctx, s.DSN("postgres"), name, "")
 }
 
 // Stop stops the server with a fast shutdown (open connections are ended)

@@ -68,6 +68,7 @@ func RunMain(m *testing.M) {
 func shutdown() error {
 	var errs []error
 	errs = append(errs, stopLeakedManagers())
+	errs = append(errs, dropTemplates())
 	errs = append(errs, stopPostgres())
 	if procDir.path != "" {
 		errs = append(errs, os.RemoveAll(procDir.path))

@@ -253,9 +253,10 @@ func crashArmed(t *testing.T, w *world, point string) {
 }
 
 // crashSlot: the daemon dies admitting a scheduled slot. The slot runs once: never lost, never
-// admitted twice, and later slots each once.
+// admitted twice, and later slots each once. The period outlasts a restart on a loaded machine:
+// a slot that a later one overtook while no daemon ran is missed by design, not lost.
 func crashSlot(t *testing.T, w *world, point string) {
-	w.mustRun("job", "add", "tick", "--engine", "command", "--command", "/bin/true", "--schedule", "@every 3s")
+	w.mustRun("job", "add", "tick", "--engine", "command", "--command", "/bin/true", "--schedule", "@every 10s")
 	first := parseTime(t, w.job("tick").NextRunAt)
 	d := w.crashDaemon(point)
 	w.crashed(d, point)
@@ -264,13 +265,7 @@ func crashSlot(t *testing.T, w *world, point string) {
 		t.Fatalf("after the crash: %d runs, want %d", len(runs), want)
 	}
 	w.startDaemon()
-	deadline := time.Now().Add(2 * time.Minute)
-	for len(w.runs("tick")) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no second slot admitted: %+v", w.runs("tick"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	w.waitRuns("tick", "a second slot admitted", func(runs []listedRun) bool { return len(runs) >= 2 })
 	w.mustRun("job", "edit", "tick", "--schedule", "")
 	runs = w.waitNoLive("tick")
 	planned := map[time.Time]bool{}

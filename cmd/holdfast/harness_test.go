@@ -20,6 +20,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -51,11 +52,11 @@ func newWorldWith(t *testing.T, bin string) *world {
 	t.Helper()
 	// The directory first: cleanups run last-in first-out, so the manager and its units are gone
 	// before the files they use are removed.
-	w := &world{t: t, bin: bin, dir: testenv.SharedDir(t), dsn: testenv.Postgres(t), spawnGrace: "10s",
+	// The schema comes migrated: newPrivateWorld's and the booted host's tests run `migrate`.
+	w := &world{t: t, bin: bin, dir: testenv.SharedDir(t), dsn: storetest.Migrated(t), spawnGrace: "10s",
 		daemonFlags: []string{"--allow-command-jobs"}}
 	w.mgr = testenv.PrivateSystemd(t)
 	w.state = filepath.Join(w.dir, "state")
-	w.mustRun("migrate")
 	return w
 }
 
@@ -113,7 +114,7 @@ type daemon struct {
 
 func (w *world) startDaemon(args ...string) *daemon {
 	w.t.Helper()
-	args = append(append([]string{"daemon", "--sweep-interval", "250ms", "--spawn-grace", w.spawnGrace}, w.daemonFlags...), args...)
+	args = append(append([]string{"daemon", "--spawn-grace", w.spawnGrace}, w.daemonFlags...), args...)
 	cmd := exec.Command(w.bin, args...)
 	cmd.Env = append(w.env(), w.daemonEnv...)
 	d := &daemon{cmd: cmd, log: &bytes.Buffer{}, done: make(chan struct{})}
@@ -141,8 +142,8 @@ func (d *daemon) kill() {
 // through slowRestic over a few MiB: restic's own --limit-upload keeps each in flight for
 // seconds whatever the machine's load, at little CPU, where fast data would need hundreds of MiB.
 const (
-	slowKiBps  = 512 // a backup that ends by itself: slowData takes about 16s
-	stuckKiBps = 16  // a backup the test interrupts: slowData would take over 8 minutes
+	slowKiBps  = 1024 // a backup that ends by itself: slowData takes about 8s
+	stuckKiBps = 16   // a backup the test interrupts: slowData would take over 8 minutes
 	slowData   = 8 << 20
 )
 
@@ -335,8 +336,8 @@ func (w *world) startRun(job string) string {
 
 // waitRun polls until cond holds for the run as `run show --json` shows it, or fails the test.
 // The command is run when the run's record changed, as the store reads it in this process, or
-// a second after the last time: each `run show` is a process and a database connection, and
-// ten a second in every waiting test cost the machine more than the tests' own work.
+// five seconds after the last time: each `run show` is a process and a database connection,
+// and the machine's two cores are shared by four waiting tests.
 func (w *world) waitRun(id string, what string, cond func(runJSON) bool) runJSON {
 	w.t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
@@ -344,7 +345,7 @@ func (w *world) waitRun(id string, what string, cond func(runJSON) bool) runJSON
 	var shown time.Time
 	var r runJSON
 	for {
-		if fp := w.runFingerprint(id); fp == "" || fp != seen || time.Since(shown) >= time.Second {
+		if fp := w.runFingerprint(id); fp == "" || fp != seen || time.Since(shown) >= 5*time.Second {
 			seen, shown = fp, time.Now()
 			if r = w.show(id); cond(r) {
 				return r
@@ -353,7 +354,7 @@ func (w *world) waitRun(id string, what string, cond func(runJSON) bool) runJSON
 		if time.Now().After(deadline) {
 			w.t.Fatalf("run %s: timed out waiting for %s; last: %+v", id, what, r)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

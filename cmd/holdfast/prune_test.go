@@ -96,19 +96,15 @@ func TestPruneSchedule(t *testing.T) {
 		t.Fatalf("backup: %+v", b)
 	}
 	var prunes []listedRun
-	deadline := time.Now().Add(time.Minute)
-	for len(prunes) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after a minute, %d scheduled prunes ended: %+v", len(prunes), w.runs("web"))
-		}
-		time.Sleep(200 * time.Millisecond)
+	w.waitRuns("web", "two scheduled prunes ended", func(runs []listedRun) bool {
 		prunes = prunes[:0]
-		for _, r := range w.runs("web") {
+		for _, r := range runs {
 			if r.ID != backup && ended(runJSON{Status: r.Status}) {
 				prunes = append(prunes, r)
 			}
 		}
-	}
+		return len(prunes) >= 2
+	})
 	bEnd := parseTime(t, w.show(backup).FinishedAt)
 	for _, p := range prunes {
 		var full struct {

@@ -62,7 +62,7 @@ type watchedDaemon struct {
 
 func (w *world) startWatchedDaemon(args ...string) *watchedDaemon {
 	w.t.Helper()
-	args = append(append([]string{"daemon", "--sweep-interval", "250ms", "--spawn-grace", w.spawnGrace}, w.daemonFlags...), args...)
+	args = append(append([]string{"daemon", "--spawn-grace", w.spawnGrace}, w.daemonFlags...), args...)
 	cmd := exec.Command(w.bin, args...)
 	cmd.Env = w.env()
 	d := &watchedDaemon{cmd: cmd, log: &logBuffer{}, done: make(chan struct{})}

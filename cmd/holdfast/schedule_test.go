@@ -51,6 +51,59 @@ func (w *world) runs(job string) []listedRun {
 	return runs
 }
 
+// waitRuns polls until cond holds for the job's runs as `run list --json` lists them, or fails
+// the test. As in waitRun, the command runs when the store's view of the runs changed, or five
+// seconds after the last time.
+func (w *world) waitRuns(job, what string, cond func([]listedRun) bool) []listedRun {
+	w.t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	var seen string
+	var listed time.Time
+	var runs []listedRun
+	for {
+		if fp := w.runsFingerprint(job); fp == "" || fp != seen || time.Since(listed) >= 5*time.Second {
+			seen, listed = fp, time.Now()
+			if runs = w.runs(job); cond(runs) {
+				return runs
+			}
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("job %s: timed out waiting for %s; runs: %+v", job, what, runs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// runsFingerprint is the job's runs as the store reads them; "" if they could not be read.
+func (w *world) runsFingerprint(job string) string {
+	st := w.store()
+	if st == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	runs, err := st.Runs(ctx, job, 1000)
+	if err != nil {
+		return ""
+	}
+	fp, err := json.Marshal(runs)
+	if err != nil {
+		return ""
+	}
+	return string(fp)
+}
+
+// count is how many of runs have the status.
+func count(runs []listedRun, status string) int {
+	n := 0
+	for _, r := range runs {
+		if r.Status == status {
+			n++
+		}
+	}
+	return n
+}
+
 func (w *world) job(name string) jobJSON {
 	w.t.Helper()
 	var j jobJSON
@@ -81,38 +134,11 @@ func TestScheduleNoOverlap(t *testing.T) {
 	w.startDaemon()
 	// Until two runs ended and a slot was skipped for a live run: then runs followed each other
 	// and met a slot while one was live.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		succeeded := 0
-		for _, r := range w.runs("slow") {
-			if r.Status == "succeeded" {
-				succeeded++
-			}
-		}
-		if succeeded >= 2 && w.job("slow").OverlapSkips > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after a minute, %d runs succeeded and job = %+v; want 2 and a skipped slot", succeeded, w.job("slow"))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	w.waitRuns("slow", "two successes and a skipped slot", func(runs []listedRun) bool {
+		return count(runs, "succeeded") >= 2 && w.job("slow").OverlapSkips > 0
+	})
 	w.mustRun("job", "edit", "slow", "--schedule", "") // stop scheduling, let the last run end
-	deadline = time.Now().Add(time.Minute)
-	var runs []listedRun
-	for {
-		runs = w.runs("slow")
-		live := 0
-		for _, r := range runs {
-			if r.Status == "queued" || r.Status == "running" {
-				live++
-			}
-		}
-		if live == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	runs := w.waitNoLive("slow")
 	if len(runs) < 2 {
 		t.Fatalf("%d runs, want at least 2", len(runs))
 	}
@@ -283,36 +309,9 @@ func TestRetries(t *testing.T) {
 	if r1.Status != "failed" || r1.FailureClass != "transient" {
 		t.Fatalf("first run = %+v, want failed, transient", r1)
 	}
-	var chain []listedRun
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		chain = w.runs("locked")
-		failed := 0
-		for _, r := range chain {
-			if r.Status == "failed" {
-				failed++
-			}
-		}
-		if failed >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no second failure: %+v", chain)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	w.waitRuns("locked", "a second failure", func(chain []listedRun) bool { return count(chain, "failed") >= 2 })
 	release()
-	deadline = time.Now().Add(2 * time.Minute)
-	for {
-		chain = w.runs("locked")
-		if chain[0].Status == "succeeded" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the retries never succeeded: %+v", chain)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	chain := w.waitRuns("locked", "a retry's success", func(chain []listedRun) bool { return chain[0].Status == "succeeded" })
 	// Newest first: the success, then the failures it retried, each linked to the next.
 	sort.Slice(chain, func(a, b int) bool {
 		return parseTime(t, &chain[a].CreatedAt).Before(parseTime(t, &chain[b].CreatedAt))

@@ -29,19 +29,14 @@ func TestMaintenanceWindow(t *testing.T) {
 	w.startDaemon("--window", window, "--window-tz", "Test/Window")
 	id := w.startRun("quiet")
 	var r listedRun
-	for deadline := time.Now().Add(time.Minute); r.WaitingReason == ""; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the run never said why it waited: %+v", r)
-		}
-		for _, run := range w.runs("quiet") {
+	w.waitRuns("quiet", "the run to say why it waits", func(runs []listedRun) bool {
+		for _, run := range runs {
 			if run.ID == id {
 				r = run
 			}
 		}
-		if ended(runJSON{Status: r.Status}) {
-			break
-		}
-	}
+		return r.WaitingReason != "" || ended(runJSON{Status: r.Status})
+	})
 	if time.Now().After(to) {
 		t.Fatalf("the window %q ended before the daemon looked at the run: a loaded machine", window)
 	}
