@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
@@ -60,6 +62,12 @@ type Config struct {
 	DependsWait time.Duration
 	// Workers is how many runs one pass reconciles at once. Default DefaultWorkers.
 	Workers int
+	// SpawnWorkers is how many spawns the spawning service carries out at once. Default
+	// DefaultSpawnWorkers.
+	SpawnWorkers int
+	// SpawnHook, if set, is called by each spawn before its claim; for tests, which hold a
+	// spawn with it.
+	SpawnHook func(ctx context.Context, run uuid.UUID)
 	// AllowUsers are the users jobs may run as: user names or numeric uids, or AnyUser.
 	// Default DefaultAllowUsers. A run of a job whose user is not among them ends failed.
 	AllowUsers []string
@@ -130,6 +138,9 @@ func (c *Config) Validate() error {
 	if c.Workers <= 0 {
 		c.Workers = DefaultWorkers
 	}
+	if c.SpawnWorkers <= 0 {
+		c.SpawnWorkers = DefaultSpawnWorkers
+	}
 	if c.WindowZone == nil {
 		c.WindowZone = time.UTC
 	}
@@ -141,9 +152,14 @@ func (c *Config) Validate() error {
 
 // Reconciler runs sweeps.
 type Reconciler struct {
-	cfg         Config
-	watchers    watchers
-	repairAsked map[watchKey]time.Time // guarded by watchers.mu
+	cfg Config
+	// The services Sweep hands its decisions to (services.go).
+	spawner *Spawner
+	repairs *RepairChannel
+	runaway *RunawayWatch
+
+	repairMu    sync.Mutex
+	repairAsked map[attemptKey]time.Time // guarded by repairMu
 	// armRefused is set once systemd refused a transient timer: runs then start at their time.
 	armRefused atomic.Bool
 }
@@ -153,7 +169,9 @@ func New(cfg Config) (*Reconciler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Reconciler{cfg: cfg}, nil
+	r := &Reconciler{cfg: cfg}
+	r.newServices()
+	return r, nil
 }
 
 // SweepStats reports one pass.
@@ -231,7 +249,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	if err := ctx.Err(); err != nil {
 		return stats, err
 	}
-	r.pruneWatchers(live)
+	r.runaway.prune(live)
 	if err := r.settleDeferred(ctx); err != nil {
 		stats.Errors++
 		r.cfg.Logger.Error("deferred settlements not retried", "err", err)
@@ -390,9 +408,9 @@ func (r *Reconciler) carryOut(ctx context.Context, l store.LiveRun, f facts, job
 	case actQuarantine:
 		return r.quarantine(ctx, l, d.why)
 	case actSpawn:
-		return r.spawn(ctx, l, job, nil)
+		return r.handSpawn(ctx, l, job, nil)
 	case actArm:
-		return r.spawn(ctx, l, job, f.notBefore)
+		return r.handSpawn(ctx, l, job, f.notBefore)
 	case actDisarm:
 		return r.disarm(ctx, l, f, d.end)
 	case actWait:
@@ -416,7 +434,7 @@ func (r *Reconciler) carryOut(ctx context.Context, l store.LiveRun, f facts, job
 	case actPauseRunaway:
 		return r.pauseRunaway(ctx, l, *f.runaway)
 	case actWatch:
-		r.watch(l)
+		r.runaway.watch(l)
 		return nil
 	case actResetFailed:
 		return r.cfg.Runner.ResetFailed(ctx, l.Attempt.Unit)
