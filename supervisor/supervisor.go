@@ -94,9 +94,9 @@ type Config struct {
 	// SpawnWorkers is how many runs the spawning service starts at once; 0 is
 	// DefaultSpawnWorkers.
 	SpawnWorkers int
-	Limits      store.Limits  // --max-running, --max-running-host (0: no limit)
-	Windows     []string      // --window: global maintenance windows, e.g. "Sat 01:00-05:00"
-	WindowZone  string        // --window-tz: IANA zone of the windows; "" is UTC
+	Limits       store.Limits // --max-running, --max-running-host (0: no limit)
+	Windows      []string     // --window: global maintenance windows, e.g. "Sat 01:00-05:00"
+	WindowZone   string       // --window-tz: IANA zone of the windows; "" is UTC
 	// AllowUsers are the users jobs may run as (--allow-users): names, uids, or reconcile.AnyUser.
 	AllowUsers       []string
 	AllowCommandJobs bool // --allow-command-jobs
