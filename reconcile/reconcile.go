@@ -5,6 +5,12 @@
 //
 // One run's error never stops the sweep, every run has its own time budget per pass, and every
 // state change is a store write guarded by "this attempt is still live".
+//
+// The sweep decides; three services carry out what takes long or outlives a pass (services.go,
+// watch.go): the Spawner claims and starts units, the RepairChannel asks the repository for a
+// snapshot the journal did not record and then ends the run, and the RunawayWatch follows the
+// repositories of running backups. The sweep hands work over and never waits for it. While they
+// are not started (a Reconciler used alone, as in its tests) Sweep spawns and repairs inline.
 package reconcile
 
 import (
@@ -218,9 +224,9 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 				"run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
 		}
 	}
-	// Runs are independent; a few at once keep one slow call (a spawn, a repair) from delaying
-	// the rest. But when places are limited, runs waiting for one claim it one by one in the
-	// snapshot's order, which is priority order.
+	// Runs are independent; a few at once keep one slow call from delaying the rest. But when
+	// places are limited, runs waiting for one are handed to the spawner one by one in the
+	// snapshot's order, which is priority order, and claim in that order.
 	limited := r.cfg.Limits.MaxRunning > 0 || r.cfg.Limits.MaxRunningHost > 0
 	var inOrder []store.LiveRun
 	var wg sync.WaitGroup
