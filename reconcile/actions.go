@@ -23,8 +23,8 @@ import (
 
 // spawn claims the attempt's spawn, prepares its directories and starts its unit, or, with at,
 // arms it so that systemd starts it at at. decide let it go; the concurrency limits are decided
-// by the claim.
-func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, at *time.Time) error {
+// by the claim. claimed is called once the claim was answered (the spawner's order, services.go).
+func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, at *time.Time, claimed func()) error {
 	spec, unlock, err := AttemptSpec(ctx, r.cfg, job, l.Run, l.Attempt.No)
 	if err != nil {
 		return err
@@ -39,14 +39,15 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 			return r.cfg.Store.ClaimArmedSpawn(ctx, run, attempt, unit, host, limits, *at)
 		}
 	}
-	claimed, blocked, err := claim(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
+	got, blocked, err := claim(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
+	claimed()
 	if err != nil {
 		return err
 	}
 	if blocked != "" {
 		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, blocked, nil)
 	}
-	if !claimed {
+	if !got {
 		return nil // another daemon has it, or a stop arrived
 	}
 	crashpoint.At("spawn-claimed")
@@ -88,7 +89,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 	}
 	crashpoint.At("spawn-started")
 	l.Attempt.Unit = spec.Name
-	r.watch(l)
+	r.runaway.watch(l)
 	r.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
 	return r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, r.cfg.now())
 }
@@ -106,7 +107,7 @@ func (r *Reconciler) arm(ctx context.Context, l store.LiveRun, spec runner.Spec,
 	}
 	crashpoint.At("spawn-armed")
 	l.Attempt.Unit = spec.Name
-	r.watch(l)
+	r.runaway.watch(l)
 	r.cfg.Logger.Info("run armed", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "at", at, "existed", existed)
 	return nil
 }
@@ -189,12 +190,29 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m ru
 		return nil
 	}
 	if ev.Summary == nil && (v.status == store.StatusSucceeded || v.status == store.StatusPartial) && l.JobEngine == engine.NameRestic {
-		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
-		if err != nil {
-			return err
-		}
-		v.snapshotID, v.reason = r.repair(ctx, job, l.Run.ID, v.reason)
+		// The run stays live, its marker in place, until the repair closed it: a repair not
+		// carried out (a stop, a crash) is queued again by the next pass.
+		return r.repairs.submit(ctx, attemptKey{l.Run.ID, l.Attempt.No}, func(ctx context.Context, _ func()) error {
+			return r.repairAndFinish(ctx, l, a, m, v)
+		})
 	}
+	return r.finishBackup(ctx, l, a, m, v)
+}
+
+// repairAndFinish closes a run whose journal recorded no summary, with what the repository says
+// about the run's snapshot (repair).
+func (r *Reconciler) repairAndFinish(ctx context.Context, l store.LiveRun, a store.Attempt, m runner.Marker, v verdict) error {
+	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
+	if err != nil {
+		return err
+	}
+	v.snapshotID, v.reason = r.repair(ctx, job, l.Run.ID, v.reason)
+	return r.finishBackup(ctx, l, a, m, v)
+}
+
+// finishBackup closes a backup run with v and, if it made a snapshot, refreshes the
+// repository's inventory.
+func (r *Reconciler) finishBackup(ctx context.Context, l store.LiveRun, a store.Attempt, m runner.Marker, v verdict) error {
 	if err := r.finishAttempt(ctx, l, a, m, v); err != nil {
 		return err
 	}
@@ -275,7 +293,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 	if err != nil {
 		return err
 	}
-	r.unwatch(l.Run.ID, l.Attempt.No)
+	r.runaway.unwatch(l.Run.ID, l.Attempt.No)
 	crashpoint.At("finish-after")
 	if done && e.Retry != nil {
 		crashpoint.At("retry-after")
@@ -300,7 +318,7 @@ func (r *Reconciler) restart(ctx context.Context, l store.LiveRun, m runner.Mark
 		return err
 	}
 	crashpoint.At("restart-after")
-	r.unwatch(l.Run.ID, l.Attempt.No)
+	r.runaway.unwatch(l.Run.ID, l.Attempt.No)
 	switch {
 	case moved && paused != "":
 		r.cfg.Logger.Warn("run not restarted", "run", l.Run.ID, "after_attempt", l.Attempt.No, "reason", paused)

@@ -147,14 +147,14 @@ func (r *Reconciler) settleDeferred(ctx context.Context) error {
 const repairInterval = 10 * time.Minute
 
 func (r *Reconciler) repairDue(run uuid.UUID, attempt int) bool {
-	r.watchers.mu.Lock()
-	defer r.watchers.mu.Unlock()
-	key := watchKey{run, attempt}
+	r.repairMu.Lock()
+	defer r.repairMu.Unlock()
+	key := attemptKey{run, attempt}
 	if last, ok := r.repairAsked[key]; ok && time.Since(last) < repairInterval {
 		return false
 	}
 	if r.repairAsked == nil {
-		r.repairAsked = map[watchKey]time.Time{}
+		r.repairAsked = map[attemptKey]time.Time{}
 	}
 	r.repairAsked[key] = time.Now()
 	return true
@@ -162,12 +162,12 @@ func (r *Reconciler) repairDue(run uuid.UUID, attempt int) bool {
 
 // forgetRepairs drops the repair times of attempts no longer deferred.
 func (r *Reconciler) forgetRepairs(deferred []store.DeferredSettlement) {
-	still := make(map[watchKey]bool, len(deferred))
+	still := make(map[attemptKey]bool, len(deferred))
 	for _, d := range deferred {
-		still[watchKey{d.RunID, d.Attempt}] = true
+		still[attemptKey{d.RunID, d.Attempt}] = true
 	}
-	r.watchers.mu.Lock()
-	defer r.watchers.mu.Unlock()
+	r.repairMu.Lock()
+	defer r.repairMu.Unlock()
 	for key := range r.repairAsked {
 		if !still[key] {
 			delete(r.repairAsked, key)

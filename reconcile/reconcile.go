@@ -5,6 +5,12 @@
 //
 // One run's error never stops the sweep, every run has its own time budget per pass, and every
 // state change is a store write guarded by "this attempt is still live".
+//
+// The sweep decides; three services carry out what takes long or outlives a pass (services.go,
+// watch.go): the Spawner claims and starts units, the RepairChannel asks the repository for a
+// snapshot the journal did not record and then ends the run, and the RunawayWatch follows the
+// repositories of running backups. The sweep hands work over and never waits for it. While they
+// are not started (a Reconciler used alone, as in its tests) Sweep spawns and repairs inline.
 package reconcile
 
 import (
@@ -17,6 +23,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/runner"
@@ -60,6 +68,12 @@ type Config struct {
 	DependsWait time.Duration
 	// Workers is how many runs one pass reconciles at once. Default DefaultWorkers.
 	Workers int
+	// SpawnWorkers is how many spawns the spawning service carries out at once. Default
+	// DefaultSpawnWorkers.
+	SpawnWorkers int
+	// SpawnHook, if set, is called by each spawn before its claim; for tests, which hold a
+	// spawn with it.
+	SpawnHook func(ctx context.Context, run uuid.UUID)
 	// AllowUsers are the users jobs may run as: user names or numeric uids, or AnyUser.
 	// Default DefaultAllowUsers. A run of a job whose user is not among them ends failed.
 	AllowUsers []string
@@ -130,6 +144,9 @@ func (c *Config) Validate() error {
 	if c.Workers <= 0 {
 		c.Workers = DefaultWorkers
 	}
+	if c.SpawnWorkers <= 0 {
+		c.SpawnWorkers = DefaultSpawnWorkers
+	}
 	if c.WindowZone == nil {
 		c.WindowZone = time.UTC
 	}
@@ -141,9 +158,14 @@ func (c *Config) Validate() error {
 
 // Reconciler runs sweeps.
 type Reconciler struct {
-	cfg         Config
-	watchers    watchers
-	repairAsked map[watchKey]time.Time // guarded by watchers.mu
+	cfg Config
+	// The services Sweep hands its decisions to (services.go).
+	spawner *Spawner
+	repairs *RepairChannel
+	runaway *RunawayWatch
+
+	repairMu    sync.Mutex
+	repairAsked map[attemptKey]time.Time // guarded by repairMu
 	// armRefused is set once systemd refused a transient timer: runs then start at their time.
 	armRefused atomic.Bool
 }
@@ -153,7 +175,9 @@ func New(cfg Config) (*Reconciler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Reconciler{cfg: cfg}, nil
+	r := &Reconciler{cfg: cfg}
+	r.newServices()
+	return r, nil
 }
 
 // SweepStats reports one pass.
@@ -200,9 +224,9 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 				"run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
 		}
 	}
-	// Runs are independent; a few at once keep one slow call (a spawn, a repair) from delaying
-	// the rest. But when places are limited, runs waiting for one claim it one by one in the
-	// snapshot's order, which is priority order.
+	// Runs are independent; a few at once keep one slow call from delaying the rest. But when
+	// places are limited, runs waiting for one are handed to the spawner one by one in the
+	// snapshot's order, which is priority order, and claim in that order.
 	limited := r.cfg.Limits.MaxRunning > 0 || r.cfg.Limits.MaxRunningHost > 0
 	var inOrder []store.LiveRun
 	var wg sync.WaitGroup
@@ -231,7 +255,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	if err := ctx.Err(); err != nil {
 		return stats, err
 	}
-	r.pruneWatchers(live)
+	r.runaway.prune(live)
 	if err := r.settleDeferred(ctx); err != nil {
 		stats.Errors++
 		r.cfg.Logger.Error("deferred settlements not retried", "err", err)
@@ -390,9 +414,9 @@ func (r *Reconciler) carryOut(ctx context.Context, l store.LiveRun, f facts, job
 	case actQuarantine:
 		return r.quarantine(ctx, l, d.why)
 	case actSpawn:
-		return r.spawn(ctx, l, job, nil)
+		return r.handSpawn(ctx, l, job, nil)
 	case actArm:
-		return r.spawn(ctx, l, job, f.notBefore)
+		return r.handSpawn(ctx, l, job, f.notBefore)
 	case actDisarm:
 		return r.disarm(ctx, l, f, d.end)
 	case actWait:
@@ -416,7 +440,7 @@ func (r *Reconciler) carryOut(ctx context.Context, l store.LiveRun, f facts, job
 	case actPauseRunaway:
 		return r.pauseRunaway(ctx, l, *f.runaway)
 	case actWatch:
-		r.watch(l)
+		r.runaway.watch(l)
 		return nil
 	case actResetFailed:
 		return r.cfg.Runner.ResetFailed(ctx, l.Attempt.Unit)

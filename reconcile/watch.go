@@ -16,48 +16,98 @@ import (
 	"github.com/holdfast-backup/holdfast/store"
 )
 
-// watchers follow the pack files running backups write into local repositories, so that the
-// runaway guard trips as a backup passes its hold, not only at the next pass: a fast backup
-// can add far more than its hold between two passes.
-type watchers struct {
+// RunawayWatch is the runaway watch service: it follows the pack files running backups write
+// into local repositories, so that the runaway guard trips as a backup passes its hold, not
+// only at the next pass: a fast backup can add far more than its hold between two passes. The
+// sweep tells it which attempts are live; it owns the watches' lifetime. Stop ends every watch
+// and waits for them: the next daemon's first pass arms them again for the attempts still
+// live. Not started, its watches live until their attempt ends (a Reconciler used alone).
+type RunawayWatch struct {
+	rec    *Reconciler
+	life   sync.Mutex // serializes Start and Stop
 	mu     sync.Mutex
-	active map[watchKey]context.CancelFunc
+	base   context.Context // the watches' parent; nil when not started
+	cancel context.CancelFunc
+	active map[attemptKey]context.CancelFunc
+	// stopping refuses new watches while Stop waits for the others.
+	stopping bool
+	wg       sync.WaitGroup
 }
 
-type watchKey struct {
-	run     uuid.UUID
-	attempt int
+// Name is the service's name.
+func (w *RunawayWatch) Name() string { return "runaway watch" }
+
+// Start lets the sweep's watches live until Stop, or until ctx ends.
+func (w *RunawayWatch) Start(ctx context.Context) error {
+	w.life.Lock()
+	defer w.life.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.base != nil {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	w.base, w.cancel = context.WithCancel(ctx)
+	return nil
+}
+
+// Stop ends every watch and waits until each has let go of its repository.
+func (w *RunawayWatch) Stop() {
+	w.life.Lock()
+	defer w.life.Unlock()
+	w.mu.Lock()
+	cancel := w.cancel
+	w.base, w.cancel, w.stopping = nil, nil, true
+	for key, stop := range w.active {
+		stop()
+		delete(w.active, key)
+	}
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	w.wg.Wait()
+	w.mu.Lock()
+	w.stopping = false
+	w.mu.Unlock()
 }
 
 // watch starts following the attempt's repository, unless it is followed already or is not a
 // local restic repository. It is safe to call on every pass.
-func (r *Reconciler) watch(l store.LiveRun) {
+func (w *RunawayWatch) watch(l store.LiveRun) {
+	r := w.rec
 	a := l.Attempt
 	dir, local := ledger.Local(l.JobRepository)
 	if l.Run.Kind != store.KindBackup || a.HoldBytes == nil || !local {
 		return
 	}
-	key := watchKey{l.Run.ID, a.No}
-	r.watchers.mu.Lock()
-	defer r.watchers.mu.Unlock()
-	if _, ok := r.watchers.active[key]; ok {
+	key := attemptKey{l.Run.ID, a.No}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.active[key]; ok || w.stopping {
 		return
 	}
-	w, data, subdirs, err := watchData(dir)
+	fw, data, subdirs, err := watchData(dir)
 	if err != nil {
 		r.cfg.Logger.Warn("runaway guard: cannot watch the repository; it measures once per pass", "run", l.Run.ID, "err", err)
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if r.watchers.active == nil {
-		r.watchers.active = map[watchKey]context.CancelFunc{}
+	base := w.base
+	if base == nil {
+		base = context.Background()
 	}
-	r.watchers.active[key] = cancel
-	go func() {
+	ctx, cancel := context.WithCancel(base)
+	if w.active == nil {
+		w.active = map[attemptKey]context.CancelFunc{}
+	}
+	w.active[key] = cancel
+	w.wg.Go(func() {
 		defer unix.Close(data)
-		r.follow(ctx, w, data, subdirs, l, *a.HoldBytes)
-		r.unwatch(key.run, key.attempt) // a watch that gave up can be armed again by the next pass
-	}()
+		r.follow(ctx, fw, data, subdirs, l, *a.HoldBytes)
+		w.unwatch(key.run, key.attempt) // a watch that gave up can be armed again by the next pass
+	})
 }
 
 // watchData starts a watcher on the repository's data directory and its subdirectories, none of
@@ -117,12 +167,12 @@ func watchData(repo string) (w *fsnotify.Watcher, data int, subdirs map[string]s
 }
 
 // unwatch stops following an attempt that ended.
-func (r *Reconciler) unwatch(run uuid.UUID, attempt int) {
-	r.watchers.mu.Lock()
-	defer r.watchers.mu.Unlock()
-	if cancel, ok := r.watchers.active[watchKey{run, attempt}]; ok {
+func (w *RunawayWatch) unwatch(run uuid.UUID, attempt int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cancel, ok := w.active[attemptKey{run, attempt}]; ok {
 		cancel()
-		delete(r.watchers.active, watchKey{run, attempt})
+		delete(w.active, attemptKey{run, attempt})
 	}
 }
 
@@ -218,19 +268,19 @@ func packSize(data int, sub, name string) (int64, bool) {
 // packName is the name of a complete pack file in a restic repository.
 var packName = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// pruneWatchers stops following attempts that are no longer live (ended by another daemon, or
-// by a pass that failed before it could unwatch them).
-func (r *Reconciler) pruneWatchers(live []store.LiveRun) {
-	keep := make(map[watchKey]bool, len(live))
+// prune stops following attempts that are no longer live (ended by another daemon, or by a
+// pass that failed before it could unwatch them).
+func (w *RunawayWatch) prune(live []store.LiveRun) {
+	keep := make(map[attemptKey]bool, len(live))
 	for _, l := range live {
-		keep[watchKey{l.Run.ID, l.Attempt.No}] = true
+		keep[attemptKey{l.Run.ID, l.Attempt.No}] = true
 	}
-	r.watchers.mu.Lock()
-	defer r.watchers.mu.Unlock()
-	for key, cancel := range r.watchers.active {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for key, cancel := range w.active {
 		if !keep[key] {
 			cancel()
-			delete(r.watchers.active, key)
+			delete(w.active, key)
 		}
 	}
 }

@@ -1,11 +1,16 @@
 // Package supervisor is holdfast's daemon as a set of services, each with Start and Stop:
-// admission (due jobs become runs), the sweep (the reconciler's pass over every live run), the
-// notification listener (PostgreSQL wakes admission and the sweep), the unit-end watch (a unit's
-// exit marker wakes the sweep at once) and the removal of old run files.
+// admission (due jobs become runs), the sweep (the reconciler's pass over every live run, which
+// decides), and the services that carry its decisions out or wake it: spawning (claim and
+// start a run's unit), the repair channel (ask the repository for a snapshot the journal did
+// not record, then close the run), the runaway watch (follow the repositories of running
+// backups), the notification listener (PostgreSQL wakes admission and the sweep), the unit-end
+// watch (a unit's exit marker wakes the sweep at once) and the removal of old run files.
 //
 // Events only wake the sweep earlier: the sweep on its interval stays the safety net, so a lost
-// notification or a missed file event costs latency, never correctness. Stop ends the services
-// and the daemon's own watches; running backups go on in their units.
+// notification or a missed file event costs latency, never correctness. Work handed to a
+// service and not done when it stops is found again by the next sweep, from the records and
+// the marker. Stop ends the services, after waiting for the spawns and repairs begun; running
+// backups go on in their units.
 package supervisor
 
 import (
@@ -15,6 +20,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/retention"
@@ -30,6 +37,7 @@ const (
 	DefaultRunBudget        = reconcile.DefaultRunBudget
 	DefaultMaxAttempts      = reconcile.DefaultMaxAttempts
 	DefaultWorkers          = reconcile.DefaultWorkers
+	DefaultSpawnWorkers     = reconcile.DefaultSpawnWorkers
 	DefaultLateGrace        = time.Minute
 	DefaultKeepRunFiles     = "30d"
 	DefaultRunFilesEvery    = time.Hour
@@ -83,9 +91,12 @@ type Config struct {
 	DependsWait time.Duration // --depends-wait: how long a run waits for a prerequisite's next outcome
 	MaxAttempts int           // --max-attempts
 	Workers     int           // --workers: runs reconciled at once in one pass
-	Limits      store.Limits  // --max-running, --max-running-host (0: no limit)
-	Windows     []string      // --window: global maintenance windows, e.g. "Sat 01:00-05:00"
-	WindowZone  string        // --window-tz: IANA zone of the windows; "" is UTC
+	// SpawnWorkers is how many runs the spawning service starts at once; 0 is
+	// DefaultSpawnWorkers.
+	SpawnWorkers int
+	Limits       store.Limits // --max-running, --max-running-host (0: no limit)
+	Windows      []string     // --window: global maintenance windows, e.g. "Sat 01:00-05:00"
+	WindowZone   string       // --window-tz: IANA zone of the windows; "" is UTC
 	// AllowUsers are the users jobs may run as (--allow-users): names, uids, or reconcile.AnyUser.
 	AllowUsers       []string
 	AllowCommandJobs bool // --allow-command-jobs
@@ -98,6 +109,7 @@ type Config struct {
 
 	// Filled in by Validate.
 	keepRunFiles retention.Duration
+	spawnHook    func(context.Context, uuid.UUID) // export_test.go
 	windows      []schedule.Window
 	zone         *time.Location
 }
@@ -107,7 +119,7 @@ func Defaults() Config {
 	return Config{
 		SweepInterval: DefaultSweepInterval, SpawnGrace: DefaultSpawnGrace, RunBudget: DefaultRunBudget,
 		PassTimeout: DefaultPassTimeout, LateGrace: DefaultLateGrace, StartLead: DefaultStartLead, DependsWait: DefaultDependsWait,
-		MaxAttempts: DefaultMaxAttempts, Workers: DefaultWorkers, AllowUsers: []string{DefaultAllowUsers},
+		MaxAttempts: DefaultMaxAttempts, Workers: DefaultWorkers, SpawnWorkers: DefaultSpawnWorkers, AllowUsers: []string{DefaultAllowUsers},
 		AllowCommandJobs: DefaultAllowCommandJobs, KeepRunFiles: DefaultKeepRunFiles, RunFilesEvery: DefaultRunFilesEvery,
 	}
 }
@@ -143,6 +155,12 @@ func (c *Config) Validate() error {
 		return errors.New("--pass-timeout must be positive")
 	case c.PassTimeout == 0:
 		c.PassTimeout = DefaultPassTimeout
+	}
+	switch {
+	case c.SpawnWorkers < 0:
+		return fmt.Errorf("spawn workers %d is out of range: give at least 1", c.SpawnWorkers)
+	case c.SpawnWorkers == 0:
+		c.SpawnWorkers = DefaultSpawnWorkers
 	}
 	if len(c.AllowUsers) == 0 {
 		c.AllowUsers = []string{DefaultAllowUsers}
@@ -200,7 +218,7 @@ func (c *Config) reconcileConfig() reconcile.Config {
 		Store: c.Store, Runner: c.Runner, StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary,
 		Host: c.Host, SpawnGrace: c.SpawnGrace, RunBudget: c.RunBudget, PassTimeout: c.PassTimeout,
 		MaxAttempts: c.MaxAttempts, Limits: c.Limits, Windows: c.windows, WindowZone: c.zone,
-		DependsWait: c.DependsWait, Workers: c.Workers, AllowUsers: c.AllowUsers,
+		DependsWait: c.DependsWait, Workers: c.Workers, SpawnWorkers: c.SpawnWorkers, SpawnHook: c.spawnHook, AllowUsers: c.AllowUsers,
 		AllowCommandJobs: c.AllowCommandJobs, StartLead: c.StartLead, Logger: c.Logger,
 	}
 }
@@ -247,6 +265,10 @@ func New(cfg Config) (*Supervisor, error) {
 		// Listening first: a run admitted while the other services start still wakes them.
 		&loop{name: "notifications", run: s.listen},
 		&markerWatch{stateDir: cfg.StateDir, runner: cfg.Runner, wake: s.sweepWake, logger: cfg.Logger},
+		// Those the sweep hands work to run before it and stop after it.
+		rec.RunawayWatch(),
+		rec.Spawner(),
+		rec.RepairChannel(),
 		&loop{name: "sweep", run: s.sweep},
 		&loop{name: "admission", run: func(ctx context.Context) { s.admit(ctx, admitter) }},
 		&loop{name: "run files", run: s.removeRunFiles},
@@ -274,13 +296,12 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops every service, in reverse order, and the reconciler's repository watches. Units
-// keep running: the next daemon's first pass picks them up.
+// Stop stops every service, in reverse order. Units keep running: the next daemon's first pass
+// picks them up.
 func (s *Supervisor) Stop() {
 	for i := len(s.services) - 1; i >= 0; i-- {
 		s.services[i].Stop()
 	}
-	s.rec.StopWatching()
 }
 
 // WakeSweep asks for a sweep now (coalesced with any already asked for).

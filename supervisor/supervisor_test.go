@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,7 +143,7 @@ func TestStartStop(t *testing.T) {
 	for _, svc := range sup.Services() {
 		names = append(names, svc.Name())
 	}
-	if got, want := strings.Join(names, ","), "notifications,unit ends,sweep,admission,run files"; got != want {
+	if got, want := strings.Join(names, ","), "notifications,unit ends,runaway watch,spawning,repairs,sweep,admission,run files"; got != want {
 		t.Fatalf("services %s, want %s", got, want)
 	}
 	sup.Stop() // never started: nothing to do
@@ -329,4 +331,90 @@ func TestNotBeforeWakesSweep(t *testing.T) {
 		t.Fatalf("retry spawned at %s, want at its not-before %s", at, retry.NotBefore)
 	}
 	t.Logf("retry spawned %s after its not-before", attempts[0].SpawnClaimedAt.Sub(retry.NotBefore).Round(time.Millisecond))
+}
+
+// The sweep hands a spawn over and goes on: while one run's spawn is held, another run is
+// spawned and its end recorded, and the held run is not handed over twice. Stop waits for the
+// spawn begun, which then completes; a new Start finishes the run.
+func TestSpawnDoesNotBlockSweep(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.cfg.SweepInterval = 50 * time.Millisecond
+	e.job(t, "held", "/bin/true")
+	e.job(t, "free", "/bin/true")
+	held, err := e.st.Admit(ctx, "held", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	entered, release := make(chan struct{}), make(chan struct{})
+	letGo := sync.OnceFunc(func() { close(release) })
+	supervisor.SetSpawnHook(&e.cfg, func(ctx context.Context, run uuid.UUID) {
+		if run != held.ID {
+			return
+		}
+		if calls.Add(1) == 1 {
+			close(entered)
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	})
+	sup, err := supervisor.New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Stop()
+	defer letGo() // first: a failure lets the spawn go before Stop waits for it
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held run was not handed to the spawner")
+	}
+	free, err := e.st.Admit(ctx, "free", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := e.waitEnded(t, free.ID.String(), 10*time.Second); r.Status != store.StatusSucceeded {
+		t.Fatalf("free run %s (%s), want succeeded", r.Status, r.Reason)
+	}
+
+	stopped := make(chan struct{})
+	go func() { sup.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while a spawn was held")
+	case <-time.After(300 * time.Millisecond):
+	}
+	letGo()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not return after the spawn was let go")
+	}
+	attempts, err := e.st.Attempts(ctx, held.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(attempts) != 1 || attempts[0].Unit == "" {
+		t.Fatalf("the spawn begun before Stop did not complete: %+v", attempts)
+	}
+
+	if err := sup.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.waitEnded(t, held.ID.String(), 10*time.Second); r.Status != store.StatusSucceeded {
+		t.Fatalf("held run %s (%s), want succeeded", r.Status, r.Reason)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the held run was spawned %d times, want once", n)
+	}
+	violations, err := e.st.Violations(ctx)
+	if err != nil || len(violations) > 0 {
+		t.Fatalf("invariants: %v %v", violations, err)
+	}
 }
