@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -351,8 +352,8 @@ func evidence(a store.Attempt) engine.Evidence {
 }
 
 // maxDrain bounds the journal bytes one pass applies for one run: a huge journal is taken in
-// over several passes instead of holding one. A variable for tests.
-var maxDrain int64 = 64 << 20
+// over several passes instead of holding one.
+const maxDrain int64 = 64 << 20
 
 // maxText bounds a message from the journal (first item error, fatal message) kept in a text
 // column: the journal is the job user's, and a reason is one line for people.
@@ -371,7 +372,8 @@ func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (lag int64, pro
 	}
 	src := JournalSource(r.cfg.StateDir, l.Run.ID, l.Attempt.No, uid)
 	cursor := l.Attempt.Cursor
-	for drained := int64(0); drained < maxDrain; {
+	limit := cmp.Or(r.drainLimit, maxDrain)
+	for drained := int64(0); drained < limit; {
 		events, next, err := journal.Read(src, cursor, l.Run.ID, l.Attempt.No, 0)
 		if len(events) > 0 {
 			applied, aerr := r.cfg.Store.ApplyJournal(ctx, l.Run.ID, l.Attempt.No, cursor, next, delta(events))

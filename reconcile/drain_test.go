@@ -14,7 +14,7 @@ import (
 	"github.com/holdfast-backup/holdfast/storetest"
 )
 
-// One pass applies at most maxDrain bytes of a run's journal and reports the rest as lag; the
+// One pass applies at most its drain limit's bytes of a run's journal and reports the rest as lag; the
 // next pass goes on from there.
 func TestDrainIsBoundedPerPass(t *testing.T) {
 	t.Parallel()
@@ -40,9 +40,8 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func(old int64) { maxDrain = old }(maxDrain)
-	maxDrain = 8 << 20
-	const events = 20 // of about 1 MB each: more than maxDrain in all
+	const limit = 8 << 20
+	const events = 20 // of about 1 MB each: more than limit in all
 	pad := strings.Repeat("x", 1_000_000)
 	for range events {
 		if err := w.Append("progress", map[string]string{"pad": pad}); err != nil {
@@ -57,7 +56,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := &Reconciler{cfg: Config{Store: st, StateDir: state, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}
+	r := &Reconciler{cfg: Config{Store: st, StateDir: state, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, drainLimit: limit}
 	live := func() store.LiveRun {
 		t.Helper()
 		ls, err := st.LiveRuns(ctx)
@@ -71,8 +70,8 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := live().Attempt.Cursor
-	if c.Offset < maxDrain || c.Offset > maxDrain+defaultBatch || lag != fi.Size()-c.Offset || lag <= 0 {
-		t.Fatalf("first pass: cursor %d, lag %d of %d bytes; want about %d applied and the rest as lag", c.Offset, lag, fi.Size(), maxDrain)
+	if c.Offset < limit || c.Offset > limit+defaultBatch || lag != fi.Size()-c.Offset || lag <= 0 {
+		t.Fatalf("first pass: cursor %d, lag %d of %d bytes; want about %d applied and the rest as lag", c.Offset, lag, fi.Size(), limit)
 	}
 	if lag, _, err = r.drain(ctx, live()); err != nil || lag != 0 {
 		t.Fatalf("second pass: lag %d, %v; want the rest applied", lag, err)

@@ -168,6 +168,7 @@ type Reconciler struct {
 	repairAsked map[attemptKey]time.Time // guarded by repairMu
 	// armRefused is set once systemd refused a transient timer: runs then start at their time.
 	armRefused atomic.Bool
+	drainLimit int64 // maxDrain unless a test sets it
 }
 
 // New validates cfg and returns a Reconciler.
