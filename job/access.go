@@ -2,6 +2,7 @@ package job
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
@@ -18,6 +19,14 @@ type Probe func(id Identity, paths []Access) ([]string, error)
 type Access struct {
 	Path    string
 	Regular bool // it must be a regular file (not a directory, FIFO or device)
+}
+
+// AccessChanged reports whether an edit from before to after changes what CheckAccess checks:
+// the identity, the engine, the password file or the paths. Other edits are not probed again,
+// so a path the user lost since does not block, say, a change of schedule.
+func AccessChanged(before, after store.Job) bool {
+	return before.User != after.User || before.Group != after.Group || before.Engine != after.Engine ||
+		before.PasswordFile != after.PasswordFile || !slices.Equal(before.Paths, after.Paths)
 }
 
 // CheckAccess checks that the job's user can read what its backup reads: the password file and

@@ -2,6 +2,7 @@ package job
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,5 +122,30 @@ func TestCheckAccess(t *testing.T) {
 	j.Engine = "command"
 	if err := CheckAccess(j, func(Identity, []Access) ([]string, error) { t.Fatal("probed a command job"); return nil, nil }, false); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestAccessChanged(t *testing.T) {
+	base := store.Job{Engine: "restic", User: "u", Group: "g", PasswordFile: "/pw", Paths: []string{"/a", "/b"}, Schedule: "@daily"}
+	for _, tc := range []struct {
+		name string
+		edit func(j *store.Job)
+		want bool
+	}{
+		{"schedule only", func(j *store.Job) { j.Schedule = "@hourly" }, false},
+		{"same paths again", func(j *store.Job) { j.Paths = []string{"/a", "/b"} }, false},
+		{"user", func(j *store.Job) { j.User = "v" }, true},
+		{"group", func(j *store.Job) { j.Group = "" }, true},
+		{"engine", func(j *store.Job) { j.Engine = "command" }, true},
+		{"password file", func(j *store.Job) { j.PasswordFile = "/pw2" }, true},
+		{"a path more", func(j *store.Job) { j.Paths = append(j.Paths, "/c") }, true},
+		{"paths reordered", func(j *store.Job) { j.Paths = []string{"/b", "/a"} }, true},
+	} {
+		after := base
+		after.Paths = slices.Clone(base.Paths)
+		tc.edit(&after)
+		if got := AccessChanged(base, after); got != tc.want {
+			t.Errorf("%s: AccessChanged = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

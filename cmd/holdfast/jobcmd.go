@@ -185,7 +185,7 @@ func newJobEditCmd(g *globals) *cobra.Command {
 					if err := job.Validate(j); err != nil {
 						return inputError{err}
 					}
-					if accessChanged(cmd.Flags()) {
+					if job.AccessChanged(before, *j) {
 						if err := job.CheckAccess(*j, probeAs, g.credentials()); err != nil {
 							return inputError{err}
 						}
@@ -209,16 +209,6 @@ func newJobEditCmd(g *globals) *cobra.Command {
 	jf.bind(cmd.Flags())
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as JSON")
 	return cmd
-}
-
-// accessChanged reports whether an edit changes what the job's user must be able to read.
-func accessChanged(f *pflag.FlagSet) bool {
-	for _, name := range []string{"user", "group", "password-file", "path", "engine"} {
-		if f.Changed(name) {
-			return true
-		}
-	}
-	return false
 }
 
 func nextRunText(j store.Job) string {
