@@ -48,6 +48,9 @@ type ExecConfig struct {
 // emitted before the summary and at the end. A "fatal" event absorbs the
 // plain stderr lines that follow it.
 //
+// A ctx that ended before the start is a stop that came first: the engine is
+// not started, and Exec returns 130 as if SIGINT had ended it at once.
+//
 // If the command cannot be started, Exec returns -1 and an error. If Emit
 // fails, Exec reports it on Stderr, emits nothing more, lets the engine run
 // to its end, and returns its exit status together with the error.
@@ -55,11 +58,13 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 	if len(cfg.Argv) == 0 {
 		return -1, errors.New("engine: empty command line")
 	}
-	if err := ctx.Err(); err != nil {
-		return -1, fmt.Errorf("engine: start %s: %w", cfg.Argv[0], err)
-	}
 	if cfg.Parser == nil {
 		cfg.Parser = Command{}
+	}
+	if ctx.Err() != nil {
+		r := &run{cfg: cfg}
+		r.finish(128+int(syscall.SIGINT), signalName(int(syscall.SIGINT)))
+		return 128 + int(syscall.SIGINT), r.emitErr
 	}
 
 	outR, outW, err := os.Pipe()
@@ -320,26 +325,33 @@ func writeLine(w io.Writer, b []byte) {
 
 // RunBefore runs the command that goes before the engine, with its output on stderr. Its failure
 // is not the engine's: the engine's own run says what went wrong. A stop that arrives meanwhile
-// is passed on to it as SIGINT, and then the engine is not started: stopped is true, with the
-// status to exit with.
-func RunBefore(argv, env []string) (status int, stopped bool) {
+// (a signal, or the end of ctx) is passed on to it as SIGINT, and then the engine is not started:
+// stopped is true, with the status to exit with. A stop that came first starts nothing.
+func RunBefore(ctx context.Context, argv, env []string) (status int, stopped bool) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	if ctx.Err() != nil {
+		return 128 + int(syscall.SIGINT), true
+	}
+	done := ctx.Done()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "holdfast exec: %s: %v\n", argv[0], err)
 		return 0, false
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
 	for {
 		select {
 		case <-sigs:
 			stopped = true
 			_ = cmd.Process.Signal(syscall.SIGINT)
-		case err := <-done:
+		case <-done:
+			done, stopped = nil, true
+			_ = cmd.Process.Signal(syscall.SIGINT)
+		case err := <-waited:
 			if err != nil && !stopped {
 				fmt.Fprintf(os.Stderr, "holdfast exec: %s: %v\n", argv[0], err)
 			}

@@ -261,6 +261,39 @@ func TestExecContextEndSendsSIGINT(t *testing.T) {
 	checkExit(t, &rec, Exit{ExitStatus: 130, Signal: "SIGINT"})
 }
 
+// A stop that came before the start (the context ended already) starts nothing: the run ends
+// as one SIGINT ended at once. RunBefore, likewise, runs nothing.
+func TestExecStoppedBeforeStart(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	started := filepath.Join(t.TempDir(), "started")
+	var rec recorder
+	status, err := Exec(ctx, ExecConfig{Argv: []string{"touch", started}, Emit: rec.emit})
+	if err != nil || status != 130 {
+		t.Fatalf("Exec = %d, %v; want 130", status, err)
+	}
+	checkExit(t, &rec, Exit{ExitStatus: 130, Signal: "SIGINT"})
+	if status, stopped := RunBefore(ctx, []string{"touch", started}, nil); !stopped || status != 130 {
+		t.Fatalf("RunBefore = %d, %v; want 130, stopped", status, stopped)
+	}
+	if _, err := os.Stat(started); !os.IsNotExist(err) {
+		t.Fatalf("the command ran after the stop: %v", err)
+	}
+}
+
+// The end of ctx while the command before the engine runs is passed on to it as SIGINT.
+func TestRunBeforeContextEndSendsSIGINT(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if status, stopped := RunBefore(ctx, []string{"sleep", "10"}, nil); !stopped || status != 130 {
+		t.Fatalf("RunBefore = %d, %v; want 130, stopped", status, stopped)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("RunBefore took %v", d)
+	}
+}
+
 // notifier is a Writer that closes ch at the first write.
 type notifier struct {
 	once sync.Once

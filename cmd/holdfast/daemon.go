@@ -222,7 +222,7 @@ func newExecCmd() *cobra.Command {
 				return exitCodeError{1}
 			}
 			if len(before) > 0 {
-				if status, stopped := engine.RunBefore(before, env); stopped {
+				if status, stopped := engine.RunBefore(cmd.Context(), before, env); stopped {
 					return exitCodeError{status}
 				}
 			}
@@ -243,8 +243,9 @@ func newExecCmd() *cobra.Command {
 					return w.Append(typ, payload)
 				}
 			}
-			// The engine's signals are forwarded by engine.Exec; cobra's context must not kill it.
-			status, err := engine.Exec(context.WithoutCancel(cmd.Context()), engine.ExecConfig{
+			// The context ends at the unit's stop signal, however early it came (main catches it
+			// from the start): Exec passes it on to the engine, or starts none if it came first.
+			status, err := engine.Exec(cmd.Context(), engine.ExecConfig{
 				Argv: argv, Env: env, Parser: parser, Emit: emit, Stderr: os.Stderr, Stdout: os.Stdout,
 			})
 			if err != nil {

@@ -142,8 +142,8 @@ func (d *daemon) kill() {
 // through slowRestic over a few MiB: restic's own --limit-upload keeps each in flight for
 // seconds whatever the machine's load, at little CPU, where fast data would need hundreds of MiB.
 const (
-	slowKiBps  = 1024 // a backup that ends by itself: slowData takes about 8s
-	stuckKiBps = 16   // a backup the test interrupts: slowData would take over 8 minutes
+	slowKiBps  = 512 // a backup that ends by itself: slowData takes about 16s
+	stuckKiBps = 16  // a backup the test interrupts: slowData would take over 8 minutes
 	slowData   = 8 << 20
 )
 

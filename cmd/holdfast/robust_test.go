@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -403,4 +405,72 @@ func (d *watchedDaemon) cpu(t *testing.T) time.Duration {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// `holdfast exec` stopped while it prepares the engine, as a unit stopped right after it was
+// started is: the stop is not lost, the engine is never started, and exec ends at once with 130.
+// Its environment credential is a FIFO here, which holds exec in its preparation until the test
+// writes the credential, after the SIGTERM.
+func TestExecStoppedWhilePreparing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	credDir := filepath.Join(dir, "credentials")
+	if err := os.Mkdir(credDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(credDir, credentials.Env)
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	started := filepath.Join(dir, "engine-started")
+	cmd := exec.Command(testenv.HoldfastBinary(t), "exec", "--run", "00000000-0000-0000-0000-000000000001", "--attempt", "1",
+		"--journal", filepath.Join(dir, "journal"), "--engine", "command", "--env-credential", "--",
+		"/bin/sh", "-c", `touch "$0"; exec sleep 600`, started)
+	cmd.Env = append(os.Environ(), credentials.DirVariable+"="+credDir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = exec.Command("pkill", "-KILL", "-P", strconv.Itoa(cmd.Process.Pid)).Run()
+		_ = cmd.Process.Kill()
+	})
+	// Blocked opening the FIFO: main has long caught SIGTERM, exec has not started the engine.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if openingFIFO(cmd.Process.Pid) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("holdfast exec never opened its credential")
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fifo, []byte("A=1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("holdfast exec still runs 30s after its SIGTERM: the stop was lost and the engine runs")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Fatalf("holdfast exec stopped while preparing: exit status %d, want 130", code)
+	}
+	if _, err := os.Stat(started); !os.IsNotExist(err) {
+		t.Fatalf("the engine was started after the stop: %v", err)
+	}
+}
+
+// openingFIFO reports whether a thread of process pid waits in open(2) for a FIFO's other end.
+func openingFIFO(pid int) bool {
+	wchans, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/wchan", pid))
+	for _, path := range wchans {
+		if w, _ := os.ReadFile(path); strings.Contains(string(w), "wait_for_partner") {
+			return true
+		}
+	}
+	return false
 }
