@@ -71,14 +71,7 @@ func TestScheduledStartsOnTime(t *testing.T) {
 	slot := time.Now().Add(6 * time.Second).Truncate(time.Millisecond)
 	e.scheduleAt(t, "ontime", slot, "/bin/sleep", "3")
 	e.scheduleAt(t, "called-off", slot, "/bin/sleep", "30")
-	sup, err := supervisor.New(e.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sup.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer sup.Stop()
+	e.start(t)
 
 	run, a := e.waitArmed(t, "ontime", slot)
 	off, offAttempt := e.waitArmed(t, "called-off", slot)

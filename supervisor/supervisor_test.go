@@ -30,6 +30,20 @@ type env struct {
 	cfg supervisor.Config
 }
 
+// start builds a supervisor of e.cfg and starts it; it is stopped when the test ends.
+func (e env) start(t *testing.T) *supervisor.Supervisor {
+	t.Helper()
+	sup, err := supervisor.New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sup.Stop)
+	return sup
+}
+
 func newEnv(t *testing.T) env {
 	t.Helper()
 	ctx := context.Background()
@@ -92,14 +106,7 @@ func TestUnitEndWakesSweep(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	e.cfg.SweepInterval = time.Hour
-	sup, err := supervisor.New(e.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sup.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer sup.Stop()
+	e.start(t)
 	e.job(t, "quick", "/bin/sleep", "0.3")
 	for i := range 3 {
 		run, err := e.st.Admit(ctx, "quick", "manual", store.KindBackup)
@@ -311,14 +318,7 @@ func TestNotBeforeWakesSweep(t *testing.T) {
 		Reason: "failed by the test", FailureClass: "transient", Retry: &retry}); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
-	sup, err := supervisor.New(e.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sup.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer sup.Stop()
+	e.start(t)
 	r := e.waitEnded(t, retry.ID.String(), 15*time.Second)
 	attempts, err := e.st.Attempts(ctx, retry.ID)
 	if err != nil {
@@ -361,15 +361,8 @@ func TestSpawnDoesNotBlockSweep(t *testing.T) {
 		case <-ctx.Done():
 		}
 	})
-	sup, err := supervisor.New(e.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sup.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer sup.Stop()
-	defer letGo() // first: a failure lets the spawn go before Stop waits for it
+	sup := e.start(t)
+	defer letGo() // before the cleanup: a failure lets the spawn go before Stop waits for it
 	select {
 	case <-entered:
 	case <-time.After(10 * time.Second):

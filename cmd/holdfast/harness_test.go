@@ -335,24 +335,30 @@ func (w *world) startRun(job string) string {
 }
 
 // waitRun polls until cond holds for the run as `run show --json` shows it, or fails the test.
-// The command is run when the run's record changed, as the store reads it in this process, or
-// five seconds after the last time: each `run show` is a process and a database connection,
-// and the machine's two cores are shared by four waiting tests.
 func (w *world) waitRun(id string, what string, cond func(runJSON) bool) runJSON {
+	w.t.Helper()
+	return await(w, "run "+id+": "+what, func() string { return w.runFingerprint(id) }, func() runJSON { return w.show(id) }, cond)
+}
+
+// await polls until cond holds for what show (a holdfast command) prints, or fails the test
+// after three minutes. show runs when fingerprint (the store's view of the same records, read
+// in this process) changed, or five seconds after the last time: each command is a process and
+// a database connection, and the machine's two cores are shared by six waiting tests.
+func await[T any](w *world, what string, fingerprint func() string, show func() T, cond func(T) bool) T {
 	w.t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	var seen string
 	var shown time.Time
-	var r runJSON
+	var last T
 	for {
-		if fp := w.runFingerprint(id); fp == "" || fp != seen || time.Since(shown) >= 5*time.Second {
+		if fp := fingerprint(); fp == "" || fp != seen || time.Since(shown) >= 5*time.Second {
 			seen, shown = fp, time.Now()
-			if r = w.show(id); cond(r) {
-				return r
+			if last = show(); cond(last) {
+				return last
 			}
 		}
 		if time.Now().After(deadline) {
-			w.t.Fatalf("run %s: timed out waiting for %s; last: %+v", id, what, r)
+			w.t.Fatalf("%s: timed out; last: %+v", what, last)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -52,26 +52,10 @@ func (w *world) runs(job string) []listedRun {
 }
 
 // waitRuns polls until cond holds for the job's runs as `run list --json` lists them, or fails
-// the test. As in waitRun, the command runs when the store's view of the runs changed, or five
-// seconds after the last time.
+// the test.
 func (w *world) waitRuns(job, what string, cond func([]listedRun) bool) []listedRun {
 	w.t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	var seen string
-	var listed time.Time
-	var runs []listedRun
-	for {
-		if fp := w.runsFingerprint(job); fp == "" || fp != seen || time.Since(listed) >= 5*time.Second {
-			seen, listed = fp, time.Now()
-			if runs = w.runs(job); cond(runs) {
-				return runs
-			}
-		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("job %s: timed out waiting for %s; runs: %+v", job, what, runs)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return await(w, "job "+job+": "+what, func() string { return w.runsFingerprint(job) }, func() []listedRun { return w.runs(job) }, cond)
 }
 
 // runsFingerprint is the job's runs as the store reads them; "" if they could not be read.
