@@ -19,13 +19,7 @@ func TestSpawnGraceOnTheDatabasesClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, _ := storetest.Open(t)
-	if _, err := st.CreateJob(ctx, store.Job{Name: "skew", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
-		t.Fatal(err)
-	}
-	run, err := st.Admit(ctx, "skew", "manual", store.KindBackup)
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := storetest.ManualRun(t, st, "skew")
 	unit := runner.UnitName("skew", run.ID, 1)
 	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h", store.Limits{}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)

@@ -38,6 +38,12 @@ func spawned(f facts) facts {
 	return f
 }
 
+// justSpawned are f a second after the spawn claim (or the armed time): within any spawn grace.
+func justSpawned(f facts) facts {
+	f.sinceSpawn = time.Second
+	return f
+}
+
 // unspawned are the facts of a queued run whose attempt has no unit yet.
 func unspawned(f facts) facts {
 	f.queued, f.attempt, f.now, f.queuedAt = true, max(f.attempt, 1), t0, t0.Add(-time.Hour)
@@ -187,11 +193,7 @@ func tableCases() []tableCase {
 			f:   armed(facts{unit: unitGone, pausedReason: store.PausedQuotaExhausted}),
 			row: "armed, paused", act: actDisarm, status: store.StatusPaused, reason: store.PausedQuotaExhausted},
 		{name: "armed, its time passed, within the grace from it",
-			f: func() facts {
-				f := armed(facts{unit: unitGone, stopRequested: true})
-				f.sinceSpawn = time.Second
-				return f
-			}(),
+			f:   justSpawned(armed(facts{unit: unitGone, stopRequested: true})),
 			row: "gone, within spawn grace", act: actNothing},
 		{name: "armed and started, stop: the timer and the unit are stopped",
 			f:   armed(facts{unit: unitAlive, stopRequested: true}),
@@ -203,14 +205,10 @@ func tableCases() []tableCase {
 			f:   spawned(facts{unit: unitGone, unitFailed: true}),
 			row: "gone, failed", act: actResetFailed},
 		{name: "gone within grace",
-			f:   func() facts { f := spawned(facts{unit: unitGone}); f.sinceSpawn = time.Second; return f }(),
+			f:   justSpawned(spawned(facts{unit: unitGone})),
 			row: "gone, within spawn grace", act: actNothing},
 		{name: "gone within grace, stop intent: still wait",
-			f: func() facts {
-				f := spawned(facts{unit: unitGone, stopRequested: true})
-				f.sinceSpawn = time.Second
-				return f
-			}(),
+			f:   justSpawned(spawned(facts{unit: unitGone, stopRequested: true})),
 			row: "gone, within spawn grace", act: actNothing},
 		{name: "gone, stop intent",
 			f:   spawned(facts{unit: unitGone, stopRequested: true, attempt: 3}),

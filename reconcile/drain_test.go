@@ -20,13 +20,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, _ := storetest.Open(t)
-	if _, err := st.CreateJob(ctx, store.Job{Name: "big", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
-		t.Fatal(err)
-	}
-	run, err := st.Admit(ctx, "big", "manual", store.KindBackup)
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := storetest.ManualRun(t, st, "big")
 	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, "holdfast-big-"+run.ID.String()+"-a1.service", "h", store.Limits{}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}

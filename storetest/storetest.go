@@ -34,3 +34,18 @@ func Migrated(t testing.TB) string {
 		return err
 	})
 }
+
+// ManualRun adds a command job (/bin/true) named name and admits a manual backup run of it, as
+// `holdfast run start` does.
+func ManualRun(t testing.TB, st *store.Store, name string) store.Run {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: "command", Command: []string{"/bin/true"}}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.Admit(ctx, name, "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
+}

@@ -251,16 +251,10 @@ func TestValidate(t *testing.T) {
 func TestWaitRun(t *testing.T) {
 	ctx := context.Background()
 	st, _ := storetest.Open(t)
-	if _, err := st.CreateJob(ctx, store.Job{Name: "w", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
-		t.Fatal(err)
-	}
-	run, err := st.Admit(ctx, "w", "manual", store.KindBackup)
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := storetest.ManualRun(t, st, "w")
 
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, _, err = supervisor.WaitRun(short, st, run.ID, func(store.Run, *store.Progress) {})
+	_, _, err := supervisor.WaitRun(short, st, run.ID, func(store.Run, *store.Progress) {})
 	cancel()
 	if err == nil || !strings.Contains(err.Error(), "it goes on; see holdfast run show "+run.ID.String()) {
 		t.Fatalf("wait cut short: %v", err)
