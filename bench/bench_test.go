@@ -112,9 +112,13 @@ func (e *benchEnv) daemon(b *testing.B, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// median is the middle value, or the mean of the two middle ones.
 func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
 	return s[len(s)/2]
 }
 

@@ -224,16 +224,26 @@ func (r *Reconciler) finishBackup(ctx context.Context, l store.LiveRun, a store.
 }
 
 // refreshAfter reads the repository's snapshots again after a run changed them. A failure only
-// costs freshness: every plan reads the repository again before it decides.
+// costs freshness: every plan reads the repository again before it decides. It is the repair
+// channel's work, not the pass's: asking restic costs a unit and the derivation of the
+// repository's key (most of a second), which the runs behind this one need not wait for.
 func (r *Reconciler) refreshAfter(ctx context.Context, l store.LiveRun) {
 	if l.JobEngine != engine.NameRestic {
 		return
 	}
-	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
-	if err == nil {
-		_, err = RefreshSnapshots(ctx, r.cfg, job)
+	// Its own key: the attempt's repair may be the very task that asks for this refresh.
+	key := attemptKey{l.Run.ID, -l.Attempt.No}
+	refresh := func(ctx context.Context, _ func()) error {
+		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
+		if err == nil {
+			_, err = RefreshSnapshots(ctx, r.cfg, job)
+		}
+		if err != nil {
+			r.cfg.Logger.Warn("snapshot inventory not refreshed", "run", l.Run.ID, "err", err)
+		}
+		return nil // no pass tries again: the next plan or --refresh reads the repository
 	}
-	if err != nil {
+	if err := r.repairs.submit(ctx, key, refresh); err != nil {
 		r.cfg.Logger.Warn("snapshot inventory not refreshed", "run", l.Run.ID, "err", err)
 	}
 }

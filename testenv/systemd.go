@@ -392,6 +392,7 @@ func (m *Manager) start() error {
 	cmd := exec.Command("unshare", append(args, m.cgroup.dirs...)...)
 	// A user manager hands its own environment to every unit, so keep it
 	// small and independent of the test's environment.
+	noGenerators := filepath.Join(m.dir, "no-generators") // absent: systemd finds none there
 	cmd.Env = []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=" + home,
@@ -399,6 +400,10 @@ func (m *Manager) start() error {
 		"LOGNAME=root",
 		"LANG=C.UTF-8",
 		"XDG_RUNTIME_DIR=" + m.RuntimeDir,
+		// No generators: the host's (xdg-autostart, environment.d, gpg-agent) are no concern of
+		// the tests, and run at every start and reload.
+		"SYSTEMD_GENERATOR_PATH=" + noGenerators,
+		"SYSTEMD_ENVIRONMENT_GENERATOR_PATH=" + noGenerators,
 	}
 	cmd.Dir = "/"
 	cmd.Stdout = logf

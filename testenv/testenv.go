@@ -69,6 +69,7 @@ func shutdown() error {
 	var errs []error
 	errs = append(errs, stopLeakedManagers())
 	errs = append(errs, dropTemplates())
+	closeAdminPools()
 	errs = append(errs, stopPostgres())
 	if procDir.path != "" {
 		errs = append(errs, os.RemoveAll(procDir.path))

@@ -176,7 +176,7 @@ func TestStopRunningBackup(t *testing.T) {
 	if out := w.mustRun("run", "stop", id[:8]); !strings.Contains(out, "stop requested") {
 		t.Fatalf("run stop printed %q", out)
 	}
-	r := w.waitRun(id, "the end", ended)
+	r := w.waitEnd(id)
 	if r.Status != "stopped" || r.StopRequested == nil {
 		t.Fatalf("run = %+v, want stopped", r)
 	}
@@ -227,7 +227,7 @@ func TestDaemonKilledMidRun(t *testing.T) {
 		t.Fatalf("with no daemon the run is %s; nothing should have changed it", r.Status)
 	}
 	w.startDaemon()
-	r = w.waitRun(id, "the end", ended)
+	r = w.waitEnd(id)
 	if r.Status != "succeeded" || len(r.Attempts) != 1 {
 		t.Fatalf("run = %+v, want succeeded in its one attempt", r)
 	}
@@ -255,7 +255,7 @@ func TestCorruptJournalAndMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	r := w.waitRun(id, "the end", ended)
+	r := w.waitEnd(id)
 	if r.Status != "succeeded" {
 		t.Fatalf("run = %+v, want succeeded: a journal that cannot be read stops the projection, not the run", r)
 	}
@@ -295,7 +295,7 @@ func TestCorruptJournalAndMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.startDaemon()
-	r = w.waitRun(id2, "the end", ended)
+	r = w.waitEnd(id2)
 	if r.Status != "failed" || !strings.Contains(r.Reason, "exit marker unreadable") {
 		t.Fatalf("run = %+v, want failed with 'exit marker unreadable'", r)
 	}

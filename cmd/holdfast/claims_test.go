@@ -63,7 +63,7 @@ esac
 	w.mustRun("job", "add", "forged", "--repo", repo, "--password-file", pw, "--path", data, "--user", "nobody")
 	before := repoSize(t, repo)
 	w.startDaemon("--restic", forger)
-	r := w.waitRun(w.startRun("forged"), "the end", ended)
+	r := w.waitEnd(w.startRun("forged"))
 	grown := repoSize(t, repo) - before
 	if r.Status != "succeeded" || r.BytesAdded == nil || *r.BytesAdded != 0 {
 		t.Fatalf("run = %+v, want succeeded with the forged bytes_added 0 in its journal", r)
@@ -155,7 +155,7 @@ esac
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := w.waitRun(id, "the end", ended)
+	r := w.waitEnd(id)
 	if r.Status == "paused" || r.PausedReason != "" {
 		t.Fatalf("run = %+v: stopped for files behind links, which are not its repository's", r)
 	}

@@ -207,7 +207,7 @@ func crashRunPath(t *testing.T, w *world, point string) {
 	}
 	w.crashed(d, point)
 	w.startDaemon()
-	r := w.waitRun(id, "the end", ended)
+	r := w.waitEnd(id)
 	wantAttempts := 1
 	if restart || point == "spawn-claimed" {
 		wantAttempts = 2 // an interruption, or a claimed unit that never appeared
@@ -223,7 +223,7 @@ func crashRunPath(t *testing.T, w *world, point string) {
 	if n := strings.Count(out, `"short_id"`); n != 1 {
 		t.Fatalf("%d snapshots of the run, want 1", n)
 	}
-	w.noLocks(repo, pw)
+	w.noLocks(repo)
 }
 
 // crashArmed: the daemon dies just after systemd armed the timer of a run admitted ahead of its
@@ -244,7 +244,7 @@ func crashArmed(t *testing.T, w *world, point string) {
 		t.Fatalf("after the crash: no run of the slot %s: %+v", first, w.runs("tick"))
 	}
 	w.startDaemon()
-	r := w.waitRun(id, "the end", ended)
+	r := w.waitEnd(id)
 	if r.Status != "succeeded" || len(r.Attempts) != 1 {
 		t.Fatalf("run = %+v, want succeeded in its one armed attempt", r)
 	}
@@ -310,7 +310,7 @@ func crashPrune(t *testing.T, w *world, point string) {
 			t.Fatalf("prune run %+v, want succeeded", r)
 		}
 	}
-	w.noLocks(repo, pw)
+	w.noLocks(repo)
 }
 
 // crashRunStart: `run start` dies admitting the run. Run again, it admits the run, or finds it
@@ -344,7 +344,7 @@ func crashStop(t *testing.T, w *world, point string) {
 	id := w.startRun("long")
 	w.waitRun(id, "running", func(r runJSON) bool { return r.Status == "running" || ended(r) })
 	w.crashCLI(point, "run", "stop", id)
-	r := w.waitRun(id, "the end", ended)
+	r := w.waitEnd(id)
 	if r.Status != "stopped" || len(r.Attempts) != 1 || r.StopRequested == nil {
 		t.Fatalf("run = %+v, want stopped in its one attempt", r)
 	}
@@ -371,7 +371,7 @@ func crashQuarantine(t *testing.T, w *world, point string) {
 	w.corruptJournal(id)
 	w.crashed(d, point)
 	w.startDaemon()
-	r := w.waitRun(id, "the end", ended)
+	r := w.waitEnd(id)
 	if r.Status != "succeeded" || len(r.Attempts) != 1 || r.Attempts[0].QuarantineReason == "" {
 		t.Fatalf("run = %+v, want succeeded in one attempt, its journal quarantined with a reason", r)
 	}
@@ -400,7 +400,7 @@ func crashRetry(t *testing.T, w *world, point string) {
 		retry.Trigger != "retry" || retry.RetryOf != first || retry.Status != "succeeded" {
 		t.Fatalf("runs %+v, want %s failed (transient) and retried once, successfully", runs, first)
 	}
-	w.noLocks(repo, pw)
+	w.noLocks(repo)
 }
 
 // crashInventory: the daemon dies writing the repository's snapshot listing after a backup.
@@ -412,7 +412,7 @@ func crashInventory(t *testing.T, w *world, point string) {
 	id := w.startRun("inv")
 	w.crashed(d, point)
 	w.startDaemon()
-	if r := w.waitRun(id, "the end", ended); r.Status != "succeeded" || len(r.Attempts) != 1 {
+	if r := w.waitEnd(id); r.Status != "succeeded" || len(r.Attempts) != 1 {
 		t.Fatalf("run = %+v, want succeeded in one attempt", r)
 	}
 	var snaps []snapshotOut
@@ -479,7 +479,7 @@ func crashResume(t *testing.T, w *world, point string) {
 		w.mustRefuse("only a stopped or paused run", "run", "resume", r.ID)
 	}
 	w.startDaemon()
-	end := w.waitRun(r.ID, "the end", ended)
+	end := w.waitEnd(r.ID)
 	holds := w.ledger("team").entries(r.ID, "hold")
 	if end.Status != "succeeded" || len(end.Attempts) != 2 || len(holds) != 1 || holds[2].Bytes != 10<<20 {
 		t.Fatalf("run %+v, holds %+v; want succeeded in attempt 2, which held 10MiB once", end, holds)
@@ -499,7 +499,7 @@ func crashSettle(t *testing.T, w *world, point string) {
 		"--path", w.sampleData("data", 1, 1<<10), "--max-added", "1MiB")
 	w.startDaemon()
 	id := w.startRun("far")
-	r := w.waitRun(id, "the end", ended)
+	r := w.waitEnd(id)
 	if l := w.ledger("default"); r.Status != "failed" || len(l.Deferred) != 1 {
 		t.Fatalf("run %+v, deferred %+v; want failed with its hold deferred", r, l.Deferred)
 	}
@@ -568,7 +568,7 @@ func crashRetention(t *testing.T, w *world, point string) {
 	if left := w.resticSnapshots(repo, pw); len(left) != 1 {
 		t.Fatalf("%d snapshots left, want the newest", len(left))
 	}
-	w.noLocks(repo, pw)
+	w.noLocks(repo)
 }
 
 // crashProtect: `snapshot hold` dies putting a snapshot under legal hold. Before its commit the

@@ -70,16 +70,20 @@ func newCheckCmd(g *globals) *cobra.Command {
 
 func newDaemonCmd(g *globals) *cobra.Command {
 	cfg := supervisor.Defaults()
-	var allowUsers string
+	var allowUsers, logLevel string
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "Run the supervisor: spawn admitted runs and reconcile live ones",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			// Every setting is checked before PostgreSQL or systemd is asked anything: a bad
 			// configuration exits 78, which the service unit does not restart on.
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return configError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
+			}
+			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			if err := g.requireDSN(); err != nil {
 				return configError{err}
 			}
@@ -120,6 +124,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&logLevel, "log-level", envOr("HOLDFAST_LOG_LEVEL", "info"), "debug (each run's decision in each pass), info, warn or error (env HOLDFAST_LOG_LEVEL)")
 	f.DurationVar(&cfg.SweepInterval, "sweep-interval", supervisor.DefaultSweepInterval, "time between reconciler passes")
 	f.DurationVar(&cfg.SpawnGrace, "spawn-grace", supervisor.DefaultSpawnGrace, "how long a spawned unit may take to appear")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", supervisor.DefaultMaxAttempts, "attempts a run may take before it fails")

@@ -340,6 +340,48 @@ func (w *world) waitRun(id string, what string, cond func(runJSON) bool) runJSON
 	return await(w, "run "+id+": "+what, func() string { return w.runFingerprint(id) }, func() runJSON { return w.show(id) }, cond)
 }
 
+// waitEnd waits until the run is final and returns it as `run show --json` shows it. The store,
+// read in this process, says when: `run show` runs once the record is final, or every five
+// seconds while the store cannot be read (a database restarted or frozen under the test).
+func (w *world) waitEnd(id string) runJSON {
+	w.t.Helper()
+	uid, err := uuid.Parse(id)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	var shown time.Time
+	var last runJSON
+	for {
+		live, err := w.storeLive(uid)
+		if err == nil && !live || err != nil && time.Since(shown) >= 5*time.Second {
+			shown = time.Now()
+			if last = w.show(id); ended(last) {
+				return last
+			}
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("run %s: the end: timed out; last: %+v", id, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// storeLive reports whether the store reads the run as queued or running.
+func (w *world) storeLive(id uuid.UUID) (bool, error) {
+	st := w.store()
+	if st == nil {
+		return false, errors.New("no store")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	run, err := st.RunByID(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	return store.Live(run.Status), nil
+}
+
 // await polls until cond holds for what show (a holdfast command) prints, or fails the test
 // after three minutes. show runs when fingerprint (the store's view of the same records, read
 // in this process) changed, or five seconds after the last time: each command is a process and
@@ -443,9 +485,11 @@ func (w *world) staleLocksCleared(repo, pw string) {
 }
 
 // noLocks fails the test if restic left a lock in the repository.
-func (w *world) noLocks(repo, pw string) {
+// noLocks fails the test if the local repository holds a lock file: what `restic list locks`
+// lists, read without starting restic.
+func (w *world) noLocks(repo string) {
 	w.t.Helper()
-	if locks := strings.TrimSpace(w.restic(repo, pw, "list", "locks")); locks != "" {
-		w.t.Fatalf("restic left locks in %s: %q", repo, locks)
+	if n := lockFiles(repo); n > 0 {
+		w.t.Fatalf("restic left %d lock(s) in %s", n, repo)
 	}
 }

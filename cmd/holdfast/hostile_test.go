@@ -86,7 +86,7 @@ func TestHostileJournal(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			w := w.with(t)
-			r := w.waitRun(ids[c.name], "the end", ended)
+			r := w.waitEnd(ids[c.name])
 			if r.Status != "succeeded" {
 				t.Errorf("run = %+v, want succeeded: the command exited 0, and a journal says how fresh the numbers are, never how the run ends", r)
 			}
@@ -115,7 +115,7 @@ func TestHostileJournal(t *testing.T) {
 	default:
 	}
 	w.mustRun("job", "add", "after", "--engine", "command", "--user", "nobody", "--command", "/bin/true")
-	if r := w.waitRun(w.startRun("after"), "the end", ended); r.Status != "succeeded" || r.Attempts[0].QuarantineReason != "" {
+	if r := w.waitEnd(w.startRun("after")); r.Status != "succeeded" || r.Attempts[0].QuarantineReason != "" {
 		t.Fatalf("run after the hostile ones = %+v, want succeeded with its journal read", r)
 	}
 	w.checkInvariants()
@@ -167,7 +167,7 @@ func TestKeepRunFiles(t *testing.T) {
 	w.mustRun("job", "add", "planter", "--engine", "command", "--user", "nobody", "--command", "/bin/sh", "--command", script)
 	w.startDaemon("--keep-run-files", "1h", "--run-files-every", "500ms")
 	id := w.startRun("planter")
-	r := w.waitRun(id, "the end", ended)
+	r := w.waitEnd(id)
 	if r.Status != "succeeded" {
 		t.Fatalf("run = %+v, want succeeded", r)
 	}
@@ -245,7 +245,7 @@ func TestTerminalEscapes(t *testing.T) {
 	w.mustRun("job", "add", "home", "--repo", repo, "--password-file", pw, "--path", data, "--user", "nobody")
 	w.startDaemon()
 	id := w.startRun("home")
-	r := w.waitRun(id, "the end", ended)
+	r := w.waitEnd(id)
 	if r.Status != "partial" || !strings.Contains(r.Reason, name) {
 		t.Fatalf("run = %+v, want partial with the file named in the reason as it is (JSON)", r)
 	}

@@ -162,6 +162,7 @@ func TestBadInputRefused(t *testing.T) {
 		{"daemon: bad --window", daemon("--window", "Someday 25:00-26:00"), 78, "Someday"},
 		{"daemon: unknown --window-tz", daemon("--window-tz", "Mars/Olympus"), 78, "Mars/Olympus"},
 		{"daemon: unknown --systemd", daemon("--systemd", "pid1"), 78, "pid1"},
+		{"daemon: unknown --log-level", daemon("--log-level", "loud"), 78, `--log-level "loud": want debug, info, warn or error`},
 		{"daemon: unknown flag", daemon("--frobnicate"), 78, "unknown flag"},
 		{"daemon: not a duration", daemon("--sweep-interval", "soon"), 78, "soon"},
 	}
@@ -210,7 +211,7 @@ func TestInputSystemdAndResticAccept(t *testing.T) {
 		t.Fatalf("job show does not read --keep-within 6m as six months:\n%s", show)
 	}
 	w.startDaemon()
-	r := w.waitRun(w.startRun("numeric"), "the end", ended)
+	r := w.waitEnd(w.startRun("numeric"))
 	if r.Status != "succeeded" || r.BytesAdded == nil {
 		t.Fatalf("run of a job with --user 65534 and a local: repository = %+v, want succeeded", r)
 	}
@@ -242,7 +243,7 @@ func TestDeletedJobUserFailsTheRun(t *testing.T) {
 	deleted = true
 	w.startDaemon()
 	id := w.startRun("orphan")
-	r := w.waitRun(id, "the end", ended)
+	r := w.waitEnd(id)
 	want := "job user " + name + " does not exist on this host"
 	if r.Status != "failed" || r.FailureClass != "permanent" || r.Reason != want {
 		t.Fatalf("run = %+v, want failed, permanent, %q", r, want)

@@ -109,7 +109,7 @@ func TestRunawayGuard(t *testing.T) {
 	if res.code != 6 || r.Status != "paused" || r.PausedReason != "run_ceiling" {
 		t.Fatalf("run start --wait: exit %d, run %+v; want exit 6, paused (run_ceiling)", res.code, r)
 	}
-	w.noLocks(repo, pw)
+	w.noLocks(repo)
 	l := w.ledger("team")
 	settle, ok := l.entries(r.ID, "settle")[1]
 	if !ok || r.HoldBytes != 0 || r.SettledBytes != settle.Bytes || settle.Bytes > 10<<20 || settle.Bytes <= 0 {
@@ -128,7 +128,7 @@ func TestRunawayGuard(t *testing.T) {
 	}
 	w.mustRun("job", "edit", "big", "--max-added", "200MiB")
 	w.mustRun("run", "resume", r.ID)
-	r = w.waitRun(r.ID, "the end", ended)
+	r = w.waitEnd(r.ID)
 	if r.Status != "succeeded" {
 		t.Fatalf("resumed run = %+v, want succeeded", r)
 	}
@@ -202,7 +202,7 @@ func TestQuotaAdmission(t *testing.T) {
 	w.startDaemon()
 	var charged int64
 	for _, id := range queued {
-		r := w.waitRun(id, "the end", ended)
+		r := w.waitEnd(id)
 		if r.Status != "succeeded" || r.BytesAdded == nil || r.SettledBytes < *r.BytesAdded {
 			t.Fatalf("run %+v, want succeeded and charged at least restic's figure", r)
 		}
@@ -214,7 +214,7 @@ func TestQuotaAdmission(t *testing.T) {
 	}
 	w.mustRun("account", "grant", "team", "10MiB", "--why", "test")
 	w.mustRun("run", "resume", paused[0])
-	if r := w.waitRun(paused[0], "the end", ended); r.Status != "succeeded" {
+	if r := w.waitEnd(paused[0]); r.Status != "succeeded" {
 		t.Fatalf("resumed run = %+v", r)
 	}
 	w.checkInvariants()
@@ -258,7 +258,7 @@ func TestLedgerDeferral(t *testing.T) {
 		if r := w.show(run); ended(r) {
 			t.Fatalf("run %s ended before the small one started: give it more data", run)
 		}
-		if r := w.waitRun(small, "the end", ended); r.Status != "succeeded" || r.BytesAdded == nil || r.SettledBytes != *r.BytesAdded {
+		if r := w.waitEnd(small); r.Status != "succeeded" || r.BytesAdded == nil || r.SettledBytes != *r.BytesAdded {
 			t.Fatalf("small run = %+v, want succeeded and charged restic's figure", r)
 		}
 	}
@@ -280,7 +280,7 @@ func TestLedgerDeferral(t *testing.T) {
 		t.Fatalf("run %s ended before it could be stopped: give it more data", bigger)
 	}
 	w.mustRun("run", "stop", bigger)
-	r = w.waitRun(bigger, "the end", ended)
+	r = w.waitEnd(bigger)
 	l := w.ledger("default")
 	if r.Status != "stopped" || len(l.Deferred) != 1 || l.Deferred[0].RunID != bigger || r.SettledBytes != 0 ||
 		!strings.Contains(l.Deferred[0].Deferred, "wrote to the same repository") ||
@@ -386,7 +386,7 @@ func TestGrantToUnlimitedAccount(t *testing.T) {
 	repo, pw := w.resticRepo("repo")
 	w.mustRun("job", "add", "web", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data", 2, 4<<20))
 	w.startDaemon()
-	r := w.waitRun(w.startRun("web"), "the end", ended)
+	r := w.waitEnd(w.startRun("web"))
 	if r.Status != "succeeded" || r.SettledBytes <= 0 {
 		t.Fatalf("run = %+v, want succeeded and charged", r)
 	}

@@ -32,10 +32,10 @@ func TestDependency(t *testing.T) {
 	if r.Status != "queued" || !strings.Contains(r.WaitingReason, "never run") {
 		t.Fatalf("second before first ran = %+v, want queued, waiting for first", r)
 	}
-	if r := w.waitRun(w.startRun("first"), "the end", ended); r.Status != "partial" {
+	if r := w.waitEnd(w.startRun("first")); r.Status != "partial" {
 		t.Fatalf("first = %+v, want partial (an unreadable file)", r)
 	}
-	r = w.waitRun(second, "the end", ended)
+	r = w.waitEnd(second)
 	if r.Status != "failed" || !strings.Contains(r.Reason, "prerequisite job first") || !strings.Contains(r.Reason, "partial") {
 		t.Fatalf("second after a partial first = %+v, want failed naming first and partial", r)
 	}
@@ -50,14 +50,14 @@ func TestDependency(t *testing.T) {
 	if r.Status != "queued" {
 		t.Fatalf("second after a partial first = %+v, want queued", r)
 	}
-	if r := w.waitRun(w.startRun("first"), "the end", ended); r.Status != "succeeded" {
+	if r := w.waitEnd(w.startRun("first")); r.Status != "succeeded" {
 		t.Fatalf("first = %+v, want succeeded", r)
 	}
-	if r := w.waitRun(second, "the end", ended); r.Status != "succeeded" {
+	if r := w.waitEnd(second); r.Status != "succeeded" {
 		t.Fatalf("second after first succeeded = %+v, want succeeded", r)
 	}
 	// first's last run succeeded: second goes at once.
-	if r := w.waitRun(w.startRun("second"), "the end", ended); r.Status != "succeeded" {
+	if r := w.waitEnd(w.startRun("second")); r.Status != "succeeded" {
 		t.Fatalf("second after first succeeded = %+v, want succeeded", r)
 	}
 	w.checkInvariants()
@@ -72,7 +72,7 @@ func TestDependencyWaitIsBounded(t *testing.T) {
 	w.startDaemon("--depends-wait", "3s")
 	queued := time.Now()
 	id := w.startRun("after")
-	r := w.waitRun(id, "the end", ended)
+	r := w.waitEnd(id)
 	if r.Status != "failed" || r.FailureClass != "permanent" || !strings.Contains(r.Reason, "prerequisite job idle") ||
 		!strings.Contains(r.Reason, "never run") || !strings.Contains(r.Reason, "within 3s") {
 		t.Fatalf("after = %+v, want failed naming idle, never run and the 3s bound", r)
@@ -104,7 +104,7 @@ func TestPriority(t *testing.T) {
 	}
 	var starts []start
 	for i := range 6 {
-		r := w.waitRun(w.runs(fmt.Sprintf("p%d", i))[0].ID, "the end", ended)
+		r := w.waitEnd(w.runs(fmt.Sprintf("p%d", i))[0].ID)
 		if r.Status != "succeeded" {
 			t.Fatalf("run = %+v", r)
 		}

@@ -36,7 +36,7 @@ func TestDaemonPolicy(t *testing.T) {
 
 	refused := func(id, rule string, held bool) {
 		t.Helper()
-		r := w.waitRun(id, "the end", ended)
+		r := w.waitEnd(id)
 		if r.Status != "failed" || r.FailureClass != "permanent" || !strings.Contains(r.Reason, "refused by this daemon's policy") ||
 			!strings.Contains(r.Reason, rule) || r.HoldBytes != 0 || r.SettledBytes != 0 || r.Attempts[0].Unit != "" {
 			t.Fatalf("run = %+v, want failed (permanent) naming %s, never started, its hold released", r, rule)
@@ -48,7 +48,7 @@ func TestDaemonPolicy(t *testing.T) {
 	d := w.startDaemon("--allow-users", "65534")
 	refused(w.startRun("as-root"), "job as-root runs as root (it names no --user) (uid 0), which --allow-users (65534) does not include", true)
 	refused(w.startRun("cmd"), "start the daemon with --allow-command-jobs", false) // a command job holds nothing
-	if r := w.waitRun(w.startRun("as-nobody"), "the end", ended); r.Status != "succeeded" {
+	if r := w.waitEnd(w.startRun("as-nobody")); r.Status != "succeeded" {
 		t.Fatalf("run of a job as nobody under --allow-users 65534 = %+v, want succeeded", r)
 	}
 	w.checkInvariants()
@@ -56,7 +56,7 @@ func TestDaemonPolicy(t *testing.T) {
 	d.kill()
 	w.startDaemon("--allow-users", "nobody,root", "--allow-command-jobs")
 	for _, job := range []string{"cmd", "as-root"} {
-		if r := w.waitRun(w.startRun(job), "the end", ended); r.Status != "succeeded" {
+		if r := w.waitEnd(w.startRun(job)); r.Status != "succeeded" {
 			t.Fatalf("run of %s under a daemon that allows it = %+v, want succeeded", job, r)
 		}
 	}

@@ -44,7 +44,7 @@ func TestPruneIsExclusive(t *testing.T) {
 	g := w.startRun("gamma") // admitted while the prune waits or runs: it must not overlap it
 	var spans []span
 	for _, id := range []string{a, b, prune, g} {
-		r := w.waitRun(id, "the end", ended)
+		r := w.waitEnd(id)
 		if r.Status != "succeeded" {
 			t.Fatalf("run %s = %+v, want succeeded", id, r)
 		}
@@ -75,7 +75,7 @@ func TestPruneIsExclusive(t *testing.T) {
 			}
 		}
 	}
-	w.noLocks(repo, pw)
+	w.noLocks(repo)
 	w.checkInvariants()
 }
 
@@ -91,7 +91,7 @@ func TestPruneSchedule(t *testing.T) {
 	w.mustRun("job", "edit", "web", "--prune-schedule", "@every 1s")
 	w.slowBackups()
 	w.startDaemon()
-	b := w.waitRun(backup, "the end", ended)
+	b := w.waitEnd(backup)
 	if b.Status != "succeeded" {
 		t.Fatalf("backup: %+v", b)
 	}
@@ -134,8 +134,8 @@ func TestPruneSchedule(t *testing.T) {
 		t.Fatal("an empty prune schedule left a next prune slot")
 	}
 	for _, r := range w.runs("web") {
-		w.waitRun(r.ID, "the end", ended)
+		w.waitEnd(r.ID)
 	}
-	w.noLocks(repo, pw)
+	w.noLocks(repo)
 	w.checkInvariants()
 }

@@ -47,7 +47,7 @@ func TestGracefulReboot(t *testing.T) {
 	w.mgr.Exit(t)
 	w.mgr.Start(t)
 	for i, id := range ids {
-		r := w.waitRun(id, "the end", ended)
+		r := w.waitEnd(id)
 		if r.Status != "succeeded" || len(r.Attempts) != 2 {
 			t.Fatalf("run %d = %+v, want succeeded in attempt 2", i, r)
 		}
@@ -58,7 +58,7 @@ func TestGracefulReboot(t *testing.T) {
 			t.Fatalf("run %d: both attempts used unit %s", i, r.Attempts[0].Unit)
 		}
 		w.restartCharges(r)
-		w.noLocks(repos[i][0], repos[i][1])
+		w.noLocks(repos[i][0])
 	}
 	w.checkInvariants()
 }
@@ -77,7 +77,7 @@ func TestHardCrash(t *testing.T) {
 	w.mgr.Kill(t)
 	w.mgr.Start(t)
 	for i, id := range ids {
-		r := w.waitRun(id, "the end", ended)
+		r := w.waitEnd(id)
 		if r.Status != "succeeded" || len(r.Attempts) != 2 {
 			t.Fatalf("run %d = %+v, want succeeded in attempt 2", i, r)
 		}
@@ -113,7 +113,7 @@ func TestStopVersusReboot(t *testing.T) {
 	w.slowBackups()
 	w.backupRate(stuckKiBps) // every run here is stopped
 	w.startDaemon()
-	r := w.waitRun(early, "the end", ended)
+	r := w.waitEnd(early)
 	if r.Status != "stopped" || len(r.Attempts) != 1 || r.Attempts[0].Unit != "" {
 		t.Fatalf("early = %+v, want stopped with no unit", r)
 	}
@@ -137,12 +137,12 @@ func TestStopVersusReboot(t *testing.T) {
 		t.Fatalf("stop with the manager down: exit %d, %q", res.code, res.stderr)
 	}
 	w.mgr.Start(t)
-	if r := w.waitRun(late, "the end", ended); r.Status != "stopped" || len(r.Attempts) != 1 {
+	if r := w.waitEnd(late); r.Status != "stopped" || len(r.Attempts) != 1 {
 		t.Fatalf("run %s = %+v, want stopped in its one attempt (never restarted)", late, r)
 	}
 	// cut was interrupted by the manager's exit before its stop was asked for, so a pass may
 	// have opened attempt 2 in between: that attempt must never have been given a unit.
-	r = w.waitRun(cut, "the end", ended)
+	r = w.waitEnd(cut)
 	if r.Status != "stopped" || len(r.Attempts) > 2 || (len(r.Attempts) == 2 && r.Attempts[1].Unit != "") {
 		t.Fatalf("run %s = %+v, want stopped, with no unit after the stop", cut, r)
 	}
@@ -151,7 +151,7 @@ func TestStopVersusReboot(t *testing.T) {
 		t.Fatalf("stop with the manager down said %q, want that systemd was not reached", res.stderr)
 	}
 	w.checkInvariants()
-	w.noLocks(repo, pw)
+	w.noLocks(repo)
 }
 
 // With the manager unreachable (frozen) for several passes, no run changes state; afterwards the
@@ -195,7 +195,7 @@ func TestSystemdUnreachable(t *testing.T) {
 	}
 	w.mgr.Thaw(t)
 	for _, id := range ids {
-		r := w.waitRun(id, "the end", ended)
+		r := w.waitEnd(id)
 		if r.Status != "succeeded" || len(r.Attempts) != 1 {
 			t.Fatalf("run %s = %+v, want succeeded in attempt 1", id, r)
 		}
@@ -214,14 +214,14 @@ func TestRuntimeLimit(t *testing.T) {
 	w.slowBackups()
 	w.backupRate(stuckKiBps)
 	w.startDaemon()
-	r := w.waitRun(w.startRun("slow"), "the end", ended)
+	r := w.waitEnd(w.startRun("slow"))
 	if r.Status != "failed" || !strings.Contains(r.Reason, "runtime limit") || len(r.Attempts) != 1 {
 		t.Fatalf("run = %+v, want failed for its runtime limit, not restarted", r)
 	}
 	if a := r.Attempts[0]; a.ServiceResult != "timeout" {
 		t.Fatalf("attempt ended %+v, want service result timeout", a)
 	}
-	w.noLocks(repo, pw)
+	w.noLocks(repo)
 	w.checkInvariants()
 }
 
@@ -237,7 +237,7 @@ func TestResume(t *testing.T) {
 	w.startDaemon()
 	w.waitRun(id, "stopped", func(r runJSON) bool { return r.Status == "stopped" })
 	w.mustRun("run", "resume", id[:8])
-	r := w.waitRun(id, "the end", ended)
+	r := w.waitEnd(id)
 	if r.Status != "succeeded" || len(r.Attempts) != 2 || r.StopRequested != nil {
 		t.Fatalf("resumed run = %+v, want succeeded in attempt 2", r)
 	}

@@ -192,7 +192,7 @@ func TestRetentionApply(t *testing.T) {
 	gone := applied.deletable()[len(applied.deletable())-1]
 	w.restic(repo, pw, "forget", gone)
 	w.startDaemon()
-	run := w.waitRun(applied.RunID, "the end", ended)
+	run := w.waitEnd(applied.RunID)
 	if run.Status != "partial" || !strings.Contains(run.Reason, gone[:8]) {
 		t.Fatalf("forget run with a vanished id = %s: %s; want partial naming %s", run.Status, run.Reason, gone[:8])
 	}
@@ -225,7 +225,7 @@ func TestRetentionApply(t *testing.T) {
 		len(history[0].Decisions) != 40 || history[0].Actor == "" {
 		t.Fatalf("plan history: %+v", history)
 	}
-	w.noLocks(repo, pw)
+	w.noLocks(repo)
 	w.checkInvariants()
 }
 

@@ -141,7 +141,7 @@ func (d *watchedDaemon) troubledPasses(offset int) []logLine {
 func (w *world) endedRight(ids []string) {
 	w.t.Helper()
 	for _, id := range ids {
-		r := w.waitRun(id, "the end", ended)
+		r := w.waitEnd(id)
 		if r.Status != "succeeded" || len(r.Attempts) != 1 || r.SnapshotID == "" || r.BytesAdded == nil || r.FilesProcessed == nil {
 			w.t.Fatalf("run %s = %+v, want succeeded in one attempt with restic's figures", id, r)
 		}
@@ -350,7 +350,7 @@ func TestAdmissionSetsStuckJobAside(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	w.waitRun(first, "the end", ended)
+	w.waitEnd(first)
 	// The slot goes back to one already admitted: every admission of it now fails.
 	if _, err := db.Exec(ctx, `UPDATE jobs SET next_run_at = $1 WHERE name = 'stuck'`, slot); err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func TestMaintenanceWindow(t *testing.T) {
 	if r.Status != "queued" || !strings.Contains(r.WaitingReason, "maintenance window") || r.NotBefore == nil || !parseTime(t, r.NotBefore).Equal(to) {
 		t.Fatalf("run during %q = %+v, want queued until %s with the window named", window, r, to)
 	}
-	done := w.waitRun(id, "the end", ended)
+	done := w.waitEnd(id)
 	if done.Status != "succeeded" || len(done.Attempts) != 1 {
 		t.Fatalf("run = %+v, want succeeded after the window", done)
 	}
