@@ -1,14 +1,18 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
+	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/google/uuid"
 	"golang.org/x/sys/unix"
 
@@ -89,7 +93,7 @@ func (w *RunawayWatch) watch(l store.LiveRun) {
 	if _, ok := w.active[key]; ok || w.stopping {
 		return
 	}
-	fw, data, subdirs, err := watchData(dir)
+	fw, data, err := watchData(dir)
 	if err != nil {
 		r.cfg.Logger.Warn("runaway guard: cannot watch the repository; it measures once per pass", "run", l.Run.ID, "err", err)
 		return
@@ -105,65 +109,107 @@ func (w *RunawayWatch) watch(l store.LiveRun) {
 	w.active[key] = cancel
 	w.wg.Go(func() {
 		defer unix.Close(data)
-		r.follow(ctx, fw, data, subdirs, l, *a.HoldBytes)
+		r.follow(ctx, fw, data, l, *a.HoldBytes)
 		w.unwatch(key.run, key.attempt) // a watch that gave up can be armed again by the next pass
 	})
 }
 
-// watchData starts a watcher on the repository's data directory and its subdirectories, none of
-// them reached through a symbolic link: the repository belongs to the job's user, and inotify
-// follows links, which fsnotify cannot turn off. So each directory is opened without following
-// links, relative to its parent, and watched through its descriptor in /proc/self/fd. It returns
-// the data directory's descriptor, which the caller closes, and the subdirectory each watch name
-// stands for.
-func watchData(repo string) (w *fsnotify.Watcher, data int, subdirs map[string]string, err error) {
+// packWatch is an inotify watch on a repository's data directory and its subdirectories, for the
+// names pack files take when complete: restic renames each pack into place (IN_MOVED_TO), and
+// IN_CREATE covers one written under its final name. Only those: fsnotify would also ask for
+// IN_MODIFY, an event for each write restic makes, which costs a gigabyte's backup seconds.
+type packWatch struct {
+	file    *os.File         // the inotify descriptor, read through the runtime's poller
+	subdirs map[int32]string // watch descriptor: its subdirectory of data ("" for data itself)
+}
+
+// watchData starts a packWatch on the repository's data directory and its subdirectories, none
+// of them reached through a symbolic link: the repository belongs to the job's user, and inotify
+// follows links. So each directory is opened without following links, relative to its parent,
+// and watched through its descriptor in /proc/self/fd. It returns the data directory's
+// descriptor, which the caller closes.
+func watchData(repo string) (w *packWatch, data int, err error) {
 	root, err := ledger.OpenDir(-1, repo)
 	if err != nil {
-		return nil, -1, nil, err
+		return nil, -1, err
 	}
 	defer unix.Close(root)
 	if data, err = ledger.OpenDir(root, "data"); err != nil {
-		return nil, -1, nil, err
+		return nil, -1, err
 	}
 	names, err := dirNames(data)
 	if err != nil {
 		unix.Close(data)
-		return nil, -1, nil, err
+		return nil, -1, err
 	}
-	if w, err = fsnotify.NewWatcher(); err != nil {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
 		unix.Close(data)
-		return nil, -1, nil, err
+		return nil, -1, fmt.Errorf("inotify: %w", err)
 	}
-	subdirs = map[string]string{}
-	var opened []int
-	defer func() {
-		for _, fd := range opened {
-			unix.Close(fd) // a watch outlives the descriptor it was added through
+	w = &packWatch{file: os.NewFile(uintptr(fd), "inotify"), subdirs: map[int32]string{}}
+	add := func(dir int, sub string) error {
+		wd, err := unix.InotifyAddWatch(fd, "/proc/self/fd/"+strconv.Itoa(dir), unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_ONLYDIR)
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", filepath.Join("data", sub), err)
 		}
-	}()
-	add := func(fd int, sub string) error {
-		name := "/proc/self/fd/" + strconv.Itoa(fd)
-		subdirs[name] = sub
-		return w.Add(name)
+		w.subdirs[int32(wd)] = sub
+		return nil
 	}
 	if err := add(data, ""); err != nil {
-		w.Close()
+		w.file.Close()
 		unix.Close(data)
-		return nil, -1, nil, err
+		return nil, -1, err
 	}
 	for _, name := range names {
-		fd, err := ledger.OpenDir(data, name)
+		sub, err := ledger.OpenDir(data, name)
 		if err != nil {
 			continue // not a directory, or a link: restic writes no pack there
 		}
-		opened = append(opened, fd)
-		if err := add(fd, name); err != nil {
-			w.Close()
+		err = add(sub, name)
+		unix.Close(sub) // a watch outlives the descriptor it was added through
+		if err != nil {
+			w.file.Close()
 			unix.Close(data)
-			return nil, -1, nil, err
+			return nil, -1, err
 		}
 	}
-	return w, data, subdirs, nil
+	return w, data, nil
+}
+
+// run calls found with the subdirectory and name of each entry that appears, until ctx ends
+// (nil) or the watch fails.
+func (w *packWatch) run(ctx context.Context, found func(sub, name string) (more bool)) error {
+	defer w.file.Close()
+	stop := context.AfterFunc(ctx, func() { _ = w.file.SetReadDeadline(time.Now()) })
+	defer stop()
+	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
+	for {
+		n, err := w.file.Read(buf)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read inotify events: %w", err)
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			wd := int32(binary.NativeEndian.Uint32(buf[off:]))
+			mask := binary.NativeEndian.Uint32(buf[off+4:])
+			size := int(binary.NativeEndian.Uint32(buf[off+12:]))
+			name := buf[off+unix.SizeofInotifyEvent : min(n, off+unix.SizeofInotifyEvent+size)]
+			off += unix.SizeofInotifyEvent + size
+			if mask&unix.IN_Q_OVERFLOW != 0 {
+				return errors.New("inotify event queue overflowed")
+			}
+			sub, ok := w.subdirs[wd]
+			if !ok {
+				continue
+			}
+			if !found(sub, string(bytes.TrimRight(name, "\x00"))) {
+				return nil
+			}
+		}
+	}
 }
 
 // unwatch stops following an attempt that ended.
@@ -181,57 +227,42 @@ func (w *RunawayWatch) unwatch(run uuid.UUID, attempt int) {
 // under a temporary name and renames it when it is complete, so only the final names (64 hex
 // digits) count, once each. If another backup writes to the same repository it steps aside:
 // the growth is not this run's alone.
-func (r *Reconciler) follow(ctx context.Context, w *fsnotify.Watcher, data int, subdirs map[string]string, l store.LiveRun, hold int64) {
-	defer w.Close()
+func (r *Reconciler) follow(ctx context.Context, w *packWatch, data int, l store.LiveRun, hold int64) {
 	counted := map[string]bool{}
 	var total int64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case err, ok := <-w.Errors:
-			if !ok {
-				return
-			}
-			r.cfg.Logger.Warn("runaway guard: watching the repository failed; it measures once per pass", "run", l.Run.ID, "err", err)
-			return
-		case ev, ok := <-w.Events:
-			if !ok {
-				return
-			}
-			if !ev.Has(fsnotify.Create) || counted[ev.Name] || !packName.MatchString(filepath.Base(ev.Name)) {
-				continue
-			}
-			sub, ok := subdirs[filepath.Dir(ev.Name)]
-			if !ok {
-				continue
-			}
-			size, ok := packSize(data, sub, filepath.Base(ev.Name))
-			if !ok {
-				continue
-			}
-			counted[ev.Name] = true
-			total += size
-			if total <= hold {
-				continue
-			}
-			if other, err := r.cfg.Store.OtherWriter(ctx, l.Run.ID, l.Attempt.No); err != nil || other != nil {
-				return
-			}
-			paused, err := r.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling)
-			if err != nil {
-				r.cfg.Logger.Warn("runaway guard: the pause could not be recorded; the next pass measures again", "run", l.Run.ID, "err", err)
-			}
-			if !paused {
-				return
-			}
-			r.cfg.Logger.Warn("runaway guard: the backup wrote more than its hold; stopping it", "run", l.Run.ID,
-				"hold", ledger.FormatSize(hold), "written", ledger.FormatSize(total), "unit", l.Attempt.Unit)
-			if err := r.cfg.Runner.Stop(ctx, l.Attempt.Unit); err != nil {
-				r.cfg.Logger.Warn("runaway guard: stop failed; the next pass asks again", "run", l.Run.ID, "err", err)
-			}
-			return
+	err := w.run(ctx, func(sub, name string) bool {
+		key := filepath.Join(sub, name)
+		if counted[key] || !packName.MatchString(name) {
+			return true
 		}
+		size, ok := packSize(data, sub, name)
+		if !ok {
+			return true
+		}
+		counted[key] = true
+		total += size
+		if total <= hold {
+			return true
+		}
+		if other, err := r.cfg.Store.OtherWriter(ctx, l.Run.ID, l.Attempt.No); err != nil || other != nil {
+			return false
+		}
+		paused, err := r.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling)
+		if err != nil {
+			r.cfg.Logger.Warn("runaway guard: the pause could not be recorded; the next pass measures again", "run", l.Run.ID, "err", err)
+		}
+		if !paused {
+			return false
+		}
+		r.cfg.Logger.Warn("runaway guard: the backup wrote more than its hold; stopping it", "run", l.Run.ID,
+			"hold", ledger.FormatSize(hold), "written", ledger.FormatSize(total), "unit", l.Attempt.Unit)
+		if err := r.cfg.Runner.Stop(ctx, l.Attempt.Unit); err != nil {
+			r.cfg.Logger.Warn("runaway guard: stop failed; the next pass asks again", "run", l.Run.ID, "err", err)
+		}
+		return false
+	})
+	if err != nil {
+		r.cfg.Logger.Warn("runaway guard: watching the repository failed; it measures once per pass", "run", l.Run.ID, "err", err)
 	}
 }
 
