@@ -19,6 +19,14 @@ lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
+# Every package whose code runs goroutines or guards state with a lock is in RACE (see test).
+	@for d in $$($(GO) list -f '{{.Dir}}' $(PKGS)); do \
+		pkg=./$${d#$(CURDIR)/}/; files=$$(ls $$d/*.go | grep -v '_test\.go$$'); \
+		if [ -n "$$files" ] && grep -qE '^\s+go [A-Za-z_.(]|\.Go\(|sync\.(Mutex|RWMutex|WaitGroup|Once)' $$files \
+			&& ! echo ' $(RACE) $(SCENARIOS) ' | grep -qF " $$pkg "; then \
+			echo "$$pkg runs goroutines or guards state with a lock: add it to RACE in the Makefile"; exit 1; \
+		fi; \
+	done
 
 # The whole suite against a real PostgreSQL, real systemd managers and real restic (testenv starts
 # private ones). CI=true turns a missing dependency into a failure instead of a skip. The packages
