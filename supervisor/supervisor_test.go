@@ -259,6 +259,13 @@ func TestWaitRun(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "it goes on; see holdfast run show "+run.ID.String()) {
 		t.Fatalf("wait cut short: %v", err)
 	}
+	// Ended before the first read: the same, not a failed read.
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := supervisor.WaitRun(gone, st, run.ID, func(store.Run, *store.Progress) {}); err == nil ||
+		!strings.Contains(err.Error(), "it goes on; see holdfast run show "+run.ID.String()) {
+		t.Fatalf("wait ended before it began: %v", err)
+	}
 
 	type result struct {
 		run      store.Run

@@ -38,14 +38,21 @@ func WaitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(sto
 		cancel()
 		<-listening
 	}()
+	// A context that ends during a read ends the wait all the same, not the run.
+	cutShort := func(err error) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped waiting for run %s (it goes on; see holdfast run show %s): %w", id, id, ctx.Err())
+		}
+		return err
+	}
 	for {
 		run, err := st.RunByID(ctx, id)
 		if err != nil {
-			return store.Run{}, nil, err
+			return store.Run{}, nil, cutShort(err)
 		}
 		attempts, err := st.Attempts(ctx, id)
 		if err != nil {
-			return store.Run{}, nil, err
+			return store.Run{}, nil, cutShort(err)
 		}
 		var p *store.Progress
 		if n := len(attempts); n > 0 {
@@ -56,7 +63,7 @@ func WaitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(sto
 			return run, attempts, nil
 		}
 		if !sleep(ctx, WaitPoll, ended) {
-			return store.Run{}, nil, fmt.Errorf("stopped waiting for run %s (it goes on; see holdfast run show %s): %w", id, id, ctx.Err())
+			return store.Run{}, nil, cutShort(ctx.Err())
 		}
 	}
 }
