@@ -81,14 +81,14 @@ func PostgresFrom(t testing.TB, key string, prepare func(ctx context.Context, ds
 	if !ok {
 		name = "holdfast_template_" + randomHex(8)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		err := createDatabase(ctx, admin, name, "")
+		err := createDatabase(ctx, adminExec, admin, name, "")
 		if err == nil {
 			var dsn string
 			if dsn, err = withDatabase(admin, name); err == nil {
 				err = prepare(ctx, dsn)
 			}
 			if err != nil {
-				err = errors.Join(err, adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"))
+				err = errors.Join(err, dropDatabase(ctx, admin, name))
 			}
 		}
 		cancel()
@@ -116,7 +116,7 @@ func dropTemplates() error {
 	defer cancel()
 	var errs []error
 	for _, name := range templates.names {
-		errs = append(errs, adminExec(ctx, templates.admin, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"))
+		errs = append(errs, dropDatabase(ctx, templates.admin, name))
 	}
 	return errors.Join(errs...)
 }
@@ -128,14 +128,13 @@ func newDatabase(t testing.TB, admin, template string) string {
 	name := "holdfast_test_" + randomHex(8)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := createDatabase(ctx, admin, name, template); err != nil {
+	if err := createDatabase(ctx, adminExec, admin, name, template); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		// FORCE: a test that leaked a connection must not keep its database.
-		if err := adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		if err := dropDatabase(ctx, admin, name); err != nil {
 			t.Errorf("testenv: drop database: %v", err)
 		}
 	})
@@ -212,19 +211,25 @@ func closeAdminPools() {
 	}
 }
 
-// createDatabase creates database name on the server admin connects to, a copy of template
-// if one is given.
-func createDatabase(ctx context.Context, admin, name, template string) error {
+// createDatabase creates database name through exec (adminExec for the tests' databases,
+// pgExec for a server's one) on the server admin connects to, a copy of template if one is given.
+func createDatabase(ctx context.Context, exec func(ctx context.Context, dsn, sql string) error, admin, name, template string) error {
 	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
 	if template != "" {
 		// FILE_COPY copies the template's files instead of writing each block through the WAL:
 		// half the CPU for a database of a few megabytes.
 		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize() + " STRATEGY FILE_COPY"
 	}
-	if err := adminExec(ctx, admin, sql); err != nil {
+	if err := exec(ctx, admin, sql); err != nil {
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	return nil
+}
+
+// dropDatabase drops database name on the server admin connects to. FORCE: a test that leaked a
+// connection must not keep its database.
+func dropDatabase(ctx context.Context, admin, name string) error {
+	return adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 }
 
 // withDatabase returns dsn (URL or keyword/value form) naming database db.
@@ -411,7 +416,8 @@ func (s *PostgresServer) DSN(db string) string {
 
 // CreateDatabase creates an empty database called name.
 func (s *PostgresServer) CreateDatabase(ctx context.Context, name string) error {
-	return createDatabase(ctx, s.DSN("postgres"), name, "")
+	// Once per server: a connection of its own, not a pool left open on a server that may stop.
+	return createDatabase(ctx, pgExec, s.DSN("postgres"), name, "")
 }
 
 // Stop stops the server with a fast shutdown (open connections are ended)

@@ -156,7 +156,7 @@ func (w *world) waitNoLive(job string) []listedRun {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		// The store, read in this process, says when it is worth running `run list`.
-		if st := w.store(); st != nil && !w.anyLive(st, job) {
+		if !w.anyLive(job) {
 			runs := w.runs(job)
 			live := 0
 			for _, r := range runs {
@@ -177,21 +177,13 @@ func (w *world) waitNoLive(job string) []listedRun {
 
 // firstRunSucceeded reports whether the store reads the job's first run as succeeded.
 func (w *world) firstRunSucceeded(job string) bool {
-	st := w.store()
-	if st == nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	runs, err := st.Runs(ctx, job, 1000)
+	runs, err := w.storeRuns(job)
 	return err == nil && len(runs) > 0 && runs[len(runs)-1].Status == store.StatusSucceeded
 }
 
 // anyLive reports whether the job has a queued or running run, or its runs could not be read.
-func (w *world) anyLive(st *store.Store, job string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	runs, err := st.Runs(ctx, job, 1000)
+func (w *world) anyLive(job string) bool {
+	runs, err := w.storeRuns(job)
 	return err != nil || slices.ContainsFunc(runs, func(r store.Run) bool { return store.Live(r.Status) })
 }
 

@@ -367,11 +367,26 @@ func (w *world) waitEnd(id string) runJSON {
 	}
 }
 
+// errNoStore is the test's own reader of the database failing to open.
+var errNoStore = errors.New("the database cannot be opened now")
+
+// storeRuns reads the job's runs ("" for every job's), newest first, as the store does in this
+// process: a `run list` is a process and a database connection each time.
+func (w *world) storeRuns(job string) ([]store.Run, error) {
+	st := w.store()
+	if st == nil {
+		return nil, errNoStore
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return st.Runs(ctx, job, 1000)
+}
+
 // storeLive reports whether the store reads the run as queued or running.
 func (w *world) storeLive(id uuid.UUID) (bool, error) {
 	st := w.store()
 	if st == nil {
-		return false, errors.New("no store")
+		return false, errNoStore
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -484,7 +499,6 @@ func (w *world) staleLocksCleared(repo, pw string) {
 	}
 }
 
-// noLocks fails the test if restic left a lock in the repository.
 // noLocks fails the test if the local repository holds a lock file: what `restic list locks`
 // lists, read without starting restic.
 func (w *world) noLocks(repo string) {

@@ -63,13 +63,7 @@ func (w *world) waitRuns(job, what string, cond func([]listedRun) bool) []listed
 
 // runsFingerprint is the job's runs as the store reads them; "" if they could not be read.
 func (w *world) runsFingerprint(job string) string {
-	st := w.store()
-	if st == nil {
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	runs, err := st.Runs(ctx, job, 1000)
+	runs, err := w.storeRuns(job)
 	if err != nil {
 		return ""
 	}
@@ -179,14 +173,8 @@ func TestTwoDaemonsEachSlotOnce(t *testing.T) {
 	// Until 50 slots ran (a loaded machine runs fewer a second), for a minute at most. The
 	// store, read in this process, counts: ten `run list` a second would take CPU from the daemons.
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
-		ran := 0
-		for i := range jobs {
-			if st := w.store(); st != nil {
-				runs, _ := st.Runs(context.Background(), fmt.Sprintf("tick%d", i), 1000)
-				ran += len(runs)
-			}
-		}
-		if ran >= 50 {
+		runs, _ := w.storeRuns("") // the ten jobs are the world's only ones
+		if len(runs) >= 50 {
 			break
 		}
 	}
@@ -365,13 +353,11 @@ func TestGlobalLimit(t *testing.T) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		done := 0
-		if st := w.store(); st != nil {
-			runs, _ := st.Runs(context.Background(), "", 1000)
-			for _, r := range runs {
-				sawWaiting = sawWaiting || strings.Contains(r.WaitingReason, "global limit is 4")
-				if r.Status == store.StatusSucceeded {
-					done++
-				}
+		runs, _ := w.storeRuns("")
+		for _, r := range runs {
+			sawWaiting = sawWaiting || strings.Contains(r.WaitingReason, "global limit is 4")
+			if r.Status == store.StatusSucceeded {
+				done++
 			}
 		}
 		if done == n {
