@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
 	"github.com/holdfast-backup/holdfast/units"
 )
@@ -27,6 +28,7 @@ type bootedWorld struct {
 	t   *testing.T
 	h   *testenv.Host
 	dsn string
+	st  *store.Store // the test's own reader of the database, as world's
 }
 
 func newBootedWorld(t *testing.T) *bootedWorld {
@@ -34,6 +36,12 @@ func newBootedWorld(t *testing.T) *bootedWorld {
 	bin := testenv.HoldfastBinary(t)
 	h := testenv.BootedHostWith(t, testenv.HostConfig{Postgres: true})
 	b := &bootedWorld{t: t, h: h, dsn: testenv.Postgres(t)}
+	st, err := store.Open(context.Background(), b.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	b.st = st
 	t.Logf("%s booted in %v", h.Name, h.BootDuration())
 
 	env, err := os.ReadFile(filepath.Join("..", "..", "units", "holdfast.env"))
@@ -104,20 +112,11 @@ func (b *bootedWorld) startRun(job string) string {
 	return r.ID
 }
 
-// waitRun polls until cond holds for the run.
+// waitRun polls until cond holds for the run as `run show --json` inside the host shows it,
+// running that command only when the store's view of the run changed (see await).
 func (b *bootedWorld) waitRun(id, what string, cond func(runJSON) bool) runJSON {
 	b.t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		r := b.show(id)
-		if cond(r) {
-			return r
-		}
-		if time.Now().After(deadline) {
-			b.t.Fatalf("run %s: timed out waiting for %s; last: %+v", id, what, r)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return await(b.t, "run "+id+": "+what, func() string { return runFingerprint(b.st, id) }, func() runJSON { return b.show(id) }, cond)
 }
 
 // resticRepo initializes a repository at dir with the password file pw (both inside the host)

@@ -337,7 +337,7 @@ func (w *world) startRun(job string) string {
 // waitRun polls until cond holds for the run as `run show --json` shows it, or fails the test.
 func (w *world) waitRun(id string, what string, cond func(runJSON) bool) runJSON {
 	w.t.Helper()
-	return await(w, "run "+id+": "+what, func() string { return w.runFingerprint(id) }, func() runJSON { return w.show(id) }, cond)
+	return await(w.t, "run "+id+": "+what, func() string { return w.runFingerprint(id) }, func() runJSON { return w.show(id) }, cond)
 }
 
 // waitEnd waits until the run is final and returns it as `run show --json` shows it. The store,
@@ -401,8 +401,8 @@ func (w *world) storeLive(id uuid.UUID) (bool, error) {
 // after three minutes. show runs when fingerprint (the store's view of the same records, read
 // in this process) changed, or five seconds after the last time: each command is a process and
 // a database connection, and the machine's two cores are shared by six waiting tests.
-func await[T any](w *world, what string, fingerprint func() string, show func() T, cond func(T) bool) T {
-	w.t.Helper()
+func await[T any](t *testing.T, what string, fingerprint func() string, show func() T, cond func(T) bool) T {
+	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	var seen string
 	var shown time.Time
@@ -415,7 +415,7 @@ func await[T any](w *world, what string, fingerprint func() string, show func() 
 			}
 		}
 		if time.Now().After(deadline) {
-			w.t.Fatalf("%s: timed out; last: %+v", what, last)
+			t.Fatalf("%s: timed out; last: %+v", what, last)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -440,21 +440,26 @@ func (w *world) store() *store.Store {
 // runFingerprint is the run's record and its attempts' as the store reads them, progress only
 // as whether there is some; "" if they could not be read.
 func (w *world) runFingerprint(id string) string {
-	uid, err := uuid.Parse(id)
-	if err != nil {
+	if w.store() == nil {
 		return ""
 	}
-	if w.store() == nil {
+	return runFingerprint(w.st, id)
+}
+
+// runFingerprint is the run's record and its attempts' as st reads them ("" if it cannot).
+func runFingerprint(st *store.Store, id string) string {
+	uid, err := uuid.Parse(id)
+	if err != nil {
 		return ""
 	}
 	// A database that is restarted or frozen under the test answers late or not at all.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	run, err := w.st.RunByID(ctx, uid)
+	run, err := st.RunByID(ctx, uid)
 	if err != nil {
 		return ""
 	}
-	attempts, err := w.st.Attempts(ctx, uid)
+	attempts, err := st.Attempts(ctx, uid)
 	if err != nil {
 		return ""
 	}

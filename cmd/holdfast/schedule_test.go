@@ -58,7 +58,7 @@ func (w *world) runs(job string) []listedRun {
 // the test.
 func (w *world) waitRuns(job, what string, cond func([]listedRun) bool) []listedRun {
 	w.t.Helper()
-	return await(w, "job "+job+": "+what, func() string { return w.runsFingerprint(job) }, func() []listedRun { return w.runs(job) }, cond)
+	return await(w.t, "job "+job+": "+what, func() string { return w.runsFingerprint(job) }, func() []listedRun { return w.runs(job) }, cond)
 }
 
 // runsFingerprint is the job's runs as the store reads them; "" if they could not be read.
