@@ -1,13 +1,10 @@
 package main_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
-	"time"
 )
 
 // A job that depends on another starts only if the other's last run succeeded: otherwise it waits
@@ -59,62 +56,6 @@ func TestDependency(t *testing.T) {
 	// first's last run succeeded: second goes at once.
 	if r := w.waitEnd(w.startRun("second")); r.Status != "succeeded" {
 		t.Fatalf("second after first succeeded = %+v, want succeeded", r)
-	}
-	w.checkInvariants()
-}
-
-// A run waits for its prerequisite's next outcome at most --depends-wait, then fails naming it.
-func TestDependencyWaitIsBounded(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t)
-	w.mustRun("job", "add", "idle", "--engine", "command", "--command", "/bin/true")
-	w.mustRun("job", "add", "after", "--engine", "command", "--command", "/bin/true", "--depends-on", "idle")
-	w.startDaemon("--depends-wait", "3s")
-	queued := time.Now()
-	id := w.startRun("after")
-	r := w.waitEnd(id)
-	if r.Status != "failed" || r.FailureClass != "permanent" || !strings.Contains(r.Reason, "prerequisite job idle") ||
-		!strings.Contains(r.Reason, "never run") || !strings.Contains(r.Reason, "within 3s") {
-		t.Fatalf("after = %+v, want failed naming idle, never run and the 3s bound", r)
-	}
-	if waited := time.Since(queued); waited < 3*time.Second {
-		t.Fatalf("failed after %s, before the 3s bound", waited)
-	}
-	w.checkInvariants()
-}
-
-// With one place free at a time, queued runs of higher priority start first.
-func TestPriority(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t)
-	for i := range 6 {
-		prio := "0"
-		if i%2 == 1 {
-			prio = "10"
-		}
-		w.mustRun("job", "add", fmt.Sprintf("p%d", i), "--engine", "command", "--command", "/bin/sleep", "--command", "0.2", "--priority", prio)
-	}
-	for i := range 6 {
-		w.startRun(fmt.Sprintf("p%d", i))
-	}
-	w.startDaemon("--max-running", "1")
-	type start struct {
-		job string
-		at  time.Time
-	}
-	var starts []start
-	for i := range 6 {
-		r := w.waitEnd(w.runs(fmt.Sprintf("p%d", i))[0].ID)
-		if r.Status != "succeeded" {
-			t.Fatalf("run = %+v", r)
-		}
-		starts = append(starts, start{fmt.Sprintf("p%d", i), parseTime(t, w.runs(fmt.Sprintf("p%d", i))[0].StartedAt)})
-	}
-	sort.Slice(starts, func(a, b int) bool { return starts[a].at.Before(starts[b].at) })
-	for k, s := range starts[:3] {
-		if n := s.job[1] - '0'; n%2 != 1 {
-			t.Fatalf("start %d was %s (priority 0) before all priority-10 runs: %+v", k, s.job, starts)
-		}
 	}
 	w.checkInvariants()
 }

@@ -1,20 +1,14 @@
 package main_test
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 type jobJSON struct {
@@ -104,113 +98,6 @@ func parseTime(t *testing.T, s *string) time.Time {
 		t.Fatal(err)
 	}
 	return v
-}
-
-// An @every 2s job whose runs take 3s runs again and again, never overlapping itself; the slots
-// it could not run are recorded as skipped.
-func TestScheduleNoOverlap(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t)
-	w.mustRun("job", "add", "slow", "--engine", "command", "--command", "/bin/sleep", "--command", "3", "--schedule", "@every 2s")
-	w.startDaemon()
-	// Until two runs ended and a slot was skipped for a live run: then runs followed each other
-	// and met a slot while one was live.
-	w.waitRuns("slow", "two successes and a skipped slot", func(runs []listedRun) bool {
-		return count(runs, "succeeded") >= 2 && w.job("slow").OverlapSkips > 0
-	})
-	w.mustRun("job", "edit", "slow", "--schedule", "") // stop scheduling, let the last run end
-	runs := w.waitNoLive("slow")
-	if len(runs) < 2 {
-		t.Fatalf("%d runs, want at least 2", len(runs))
-	}
-	// Every run has its own attempt interval; none overlaps the next.
-	var spans [][2]time.Time
-	for _, r := range runs {
-		show := w.show(r.ID)
-		if show.Status != "succeeded" {
-			t.Fatalf("run %s = %+v, want succeeded", r.ID, show)
-		}
-		var full struct {
-			Attempts []struct {
-				StartedAt *string `json:"started_at"`
-				EndedAt   *string `json:"ended_at"`
-			} `json:"attempts"`
-		}
-		if err := json.Unmarshal([]byte(w.mustRun("run", "show", r.ID, "--json")), &full); err != nil {
-			t.Fatal(err)
-		}
-		a := full.Attempts[0]
-		spans = append(spans, [2]time.Time{parseTime(t, a.StartedAt), parseTime(t, a.EndedAt)})
-		if r.Trigger != "schedule" || r.PlannedAt == nil {
-			t.Fatalf("run %+v: want trigger schedule with planned_at", r)
-		}
-	}
-	sort.Slice(spans, func(i, j int) bool { return spans[i][0].Before(spans[j][0]) })
-	for i := 1; i < len(spans); i++ {
-		if spans[i][0].Before(spans[i-1][1]) {
-			t.Fatalf("runs overlap: %v and %v", spans[i-1], spans[i])
-		}
-	}
-	j := w.job("slow")
-	if j.OverlapSkips == 0 || !strings.Contains(j.LastSkipWhy, "still live") {
-		t.Fatalf("job = %+v, want skipped slots recorded with the reason", j)
-	}
-	w.checkInvariants()
-}
-
-// Two daemons share one database: over more than 100 slots every slot is started exactly once.
-//
-// Not parallel: a slot a second per job needs much of the machine, or most slots are skipped
-// or missed and the two daemons are hardly ever tested against each other.
-func TestTwoDaemonsEachSlotOnce(t *testing.T) {
-	w := newWorld(t)
-	const jobs = 10
-	for i := range jobs {
-		w.mustRun("job", "add", fmt.Sprintf("tick%d", i), "--engine", "command", "--command", "/bin/true", "--schedule", "@every 1s")
-	}
-	w.startDaemon()
-	w.startDaemon()
-	// Until 50 slots ran (a loaded machine runs fewer a second), for a minute at most. The
-	// store, read in this process, counts: ten `run list` a second would take CPU from the daemons.
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
-		runs, _ := w.storeRuns("") // the ten jobs are the world's only ones
-		if len(runs) >= 50 {
-			break
-		}
-	}
-	for i := range jobs {
-		w.mustRun("job", "edit", fmt.Sprintf("tick%d", i), "--schedule", "")
-	}
-	total := 0
-	for i := range jobs {
-		name := fmt.Sprintf("tick%d", i)
-		runs := w.runs(name)
-		seen := map[string]bool{}
-		var planned []time.Time
-		for _, r := range runs {
-			if seen[*r.PlannedAt] {
-				t.Fatalf("%s: slot %s started twice", name, *r.PlannedAt)
-			}
-			seen[*r.PlannedAt] = true
-			planned = append(planned, parseTime(t, r.PlannedAt))
-		}
-		sort.Slice(planned, func(a, b int) bool { return planned[a].Before(planned[b]) })
-		j := w.job(name)
-		span := int(planned[len(planned)-1].Sub(planned[0])/time.Second) + 1
-		// Every slot between the first and the last run is run, skipped or counted missed (a
-		// loaded machine can leave an admission pass late by more than a slot); skips and misses
-		// may also fall outside that span. No slot ran twice (seen, above).
-		if got := len(planned) + int(j.OverlapSkips) + int(j.MissedSlots); got < span {
-			t.Fatalf("%s: %d runs + %d skipped (previous run live) for %d slots, %d missed; want every slot accounted for",
-				name, len(planned), j.OverlapSkips, span, j.MissedSlots)
-		}
-		total += len(planned)
-	}
-	if total < 50 {
-		t.Fatalf("only %d slots ran, want at least 50", total)
-	}
-	t.Logf("%d slots ran once each across two daemons", total)
-	w.checkInvariants()
 }
 
 // lockRepo leaves an exclusive restic lock in a local repository that no `restic unlock` takes
@@ -307,84 +194,5 @@ func TestRetries(t *testing.T) {
 	if rb.Status != "failed" || rb.FailureClass != "permanent" || len(w.runs("badpw")) != 1 {
 		t.Fatalf("wrong password: %+v and %d runs, want one permanent failure, never retried", rb, len(w.runs("badpw")))
 	}
-	w.checkInvariants()
-}
-
-// 24 runs admitted at once with a global limit of 4 never have more than 4 units running, wait
-// with a visible reason, and all end.
-func TestGlobalLimit(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t)
-	const n = 24
-	for i := range n {
-		w.mustRun("job", "add", fmt.Sprintf("crowd%d", i), "--engine", "command", "--command", "/bin/sleep", "--command", "0.3")
-	}
-	for i := range n {
-		w.startRun(fmt.Sprintf("crowd%d", i))
-	}
-	w.startDaemon("--max-running", "4")
-	conn := w.mgr.Conn(t)
-	var most atomic.Int64
-	stop := make(chan struct{})
-	polled := make(chan error, 1)
-	go func() { // systemd's own count, sampled often
-		for {
-			select {
-			case <-stop:
-				polled <- nil
-				return
-			default:
-			}
-			units, err := conn.ListUnitsByPatternsContext(context.Background(),
-				[]string{"active", "activating", "deactivating", "reloading"}, []string{"holdfast-crowd*"})
-			if err != nil {
-				polled <- err
-				return
-			}
-			if c := int64(len(units)); c > most.Load() {
-				most.Store(c)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
-	// The store, read in this process, is polled: a `run list` every few hundred milliseconds
-	// would take CPU from the daemon. `run list` shows the end.
-	sawWaiting := false
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		done := 0
-		runs, _ := w.storeRuns("")
-		for _, r := range runs {
-			sawWaiting = sawWaiting || strings.Contains(r.WaitingReason, "global limit is 4")
-			if r.Status == store.StatusSucceeded {
-				done++
-			}
-		}
-		if done == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d runs ended", done, n)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	var all []listedRun
-	if err := json.Unmarshal([]byte(w.mustRun("run", "list", "--limit", "1000", "--json")), &all); err != nil {
-		t.Fatal(err)
-	}
-	if len(all) != n || slices.ContainsFunc(all, func(r listedRun) bool { return r.Status != "succeeded" }) {
-		t.Fatalf("run list shows %+v, want %d runs, all succeeded", all, n)
-	}
-	close(stop)
-	if err := <-polled; err != nil {
-		t.Fatal(err)
-	}
-	if peak := most.Load(); peak > 4 {
-		t.Fatalf("%d units ran at once, the limit is 4", peak)
-	}
-	if !sawWaiting {
-		t.Fatal("no queued run said why it waited")
-	}
-	t.Logf("at most %d units at once", most.Load())
 	w.checkInvariants()
 }

@@ -1,0 +1,349 @@
+package supervisor_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// The rules that order runs (priority, the global limit, dependencies, no overlap of a job
+// with itself) are shown here with the daemon in process: jobs and runs are set up through the
+// store, units are real (systemd, the exec wrapper, the exit marker), and nothing else starts a
+// process. cmd/holdfast's tests keep what only the binary shows.
+
+// admit admits a manual backup run of job.
+func (e env) admit(t *testing.T, job string) store.Run {
+	t.Helper()
+	run, err := e.st.Admit(context.Background(), job, "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+// createJob creates j, failing the test on error.
+func (e env) createJob(t *testing.T, j store.Job) {
+	t.Helper()
+	if _, err := e.st.CreateJob(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// attemptSpan is when the run's first attempt's main process started and ended.
+func (e env) attemptSpan(t *testing.T, run store.Run) (started, ended time.Time) {
+	t.Helper()
+	attempts, err := e.st.Attempts(context.Background(), run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(attempts) == 0 || attempts[0].StartedAt == nil || attempts[0].EndedAt == nil {
+		t.Fatalf("run %s: attempts %+v, want a first attempt that started and ended", run.ID, attempts)
+	}
+	return *attempts[0].StartedAt, *attempts[0].EndedAt
+}
+
+func (e env) checkInvariants(t *testing.T) {
+	t.Helper()
+	violations, err := e.st.Violations(context.Background())
+	if err != nil || len(violations) > 0 {
+		t.Fatalf("invariants: %v %v", violations, err)
+	}
+}
+
+// With one place free at a time, queued runs of higher priority start first.
+func TestPriority(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.cfg.Limits.MaxRunning = 1
+	var runs []store.Run
+	for i := range 6 {
+		name := fmt.Sprintf("p%d", i)
+		e.createJob(t, store.Job{Name: name, Engine: "command", Command: []string{"/bin/sleep", "0.2"}, Priority: 10 * (i % 2)})
+		runs = append(runs, e.admit(t, name))
+	}
+	e.start(t)
+	type start struct {
+		job string
+		at  time.Time
+	}
+	var starts []start
+	for _, run := range runs {
+		if r := e.waitEnded(t, run.ID.String(), time.Minute); r.Status != store.StatusSucceeded {
+			t.Fatalf("run of %s: %s (%s), want succeeded", run.JobName, r.Status, r.Reason)
+		}
+		at, _ := e.attemptSpan(t, run)
+		starts = append(starts, start{run.JobName, at})
+	}
+	sort.Slice(starts, func(a, b int) bool { return starts[a].at.Before(starts[b].at) })
+	for k, s := range starts[:3] {
+		if n := s.job[1] - '0'; n%2 != 1 {
+			t.Fatalf("start %d was %s (priority 0) before all priority-10 runs: %+v", k, s.job, starts)
+		}
+	}
+	e.checkInvariants(t)
+}
+
+// 24 runs admitted at once with a global limit of 4 never have more than 4 units running (as
+// systemd counts them, sampled every 10 ms), wait with a visible reason, and all end.
+func TestGlobalLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.cfg.Limits.MaxRunning = 4
+	const n = 24
+	for i := range n {
+		name := fmt.Sprintf("crowd%d", i)
+		e.createJob(t, store.Job{Name: name, Engine: "command", Command: []string{"/bin/sleep", "0.3"}})
+		e.admit(t, name)
+	}
+	e.start(t)
+	conn := e.mgr.Conn(t)
+	var most atomic.Int64
+	stop, polled := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				polled <- nil
+				return
+			default:
+			}
+			units, err := conn.ListUnitsByPatternsContext(context.Background(),
+				[]string{"active", "activating", "deactivating", "reloading"}, []string{"holdfast-crowd*"})
+			if err != nil {
+				polled <- err
+				return
+			}
+			if c := int64(len(units)); c > most.Load() {
+				most.Store(c)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	sawWaiting := false
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		all, err := e.st.Runs(context.Background(), "", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := 0
+		for _, r := range all {
+			sawWaiting = sawWaiting || strings.Contains(r.WaitingReason, "global limit is 4")
+			if !store.Live(r.Status) {
+				done++
+			}
+		}
+		if done == n {
+			if i := slices.IndexFunc(all, func(r store.Run) bool { return r.Status != store.StatusSucceeded }); i >= 0 {
+				t.Fatalf("run %+v, want every run succeeded", all[i])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d runs ended", done, n)
+		}
+	}
+	close(stop)
+	if err := <-polled; err != nil {
+		t.Fatal(err)
+	}
+	if peak := most.Load(); peak > 4 || peak == 0 {
+		t.Fatalf("%d units ran at once, want between 1 and the limit of 4", peak)
+	}
+	if !sawWaiting {
+		t.Fatal("no queued run said why it waited")
+	}
+	t.Logf("at most %d units at once", most.Load())
+	e.checkInvariants(t)
+}
+
+// A run waits for its prerequisite's next outcome at most DependsWait, then fails naming it.
+func TestDependencyWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.cfg.DependsWait = 2 * time.Second
+	e.createJob(t, store.Job{Name: "idle", Engine: "command", Command: []string{"/bin/true"}})
+	e.createJob(t, store.Job{Name: "after", Engine: "command", Command: []string{"/bin/true"}, DependsOn: "idle"})
+	e.start(t)
+	queued := time.Now()
+	run := e.admit(t, "after")
+	r := e.waitEnded(t, run.ID.String(), time.Minute)
+	if r.Status != store.StatusFailed || r.FailureClass != "permanent" || !strings.Contains(r.Reason, "prerequisite job idle") ||
+		!strings.Contains(r.Reason, "never run") || !strings.Contains(r.Reason, "within 2s") {
+		t.Fatalf("after: %s (%s, %s), want failed, permanent, naming idle, never run and the 2s bound", r.Status, r.FailureClass, r.Reason)
+	}
+	if waited := time.Since(queued); waited < 2*time.Second {
+		t.Fatalf("failed after %s, before the 2s bound", waited)
+	}
+	if attempts, err := e.st.Attempts(context.Background(), run.ID); err != nil || len(attempts) != 1 || attempts[0].Unit != "" {
+		t.Fatalf("attempts %+v (%v), want one that never started a unit", attempts, err)
+	}
+	e.checkInvariants(t)
+}
+
+// scheduleEvery gives a new command job the schedule, its first slot a moment from now.
+func (e env) scheduleEvery(t *testing.T, name, schedule string, argv ...string) {
+	t.Helper()
+	e.createJob(t, store.Job{Name: name, Engine: "command", Command: argv, Schedule: schedule})
+	first := time.Now().Add(time.Second).Truncate(time.Second)
+	if _, err := e.st.UpdateJob(context.Background(), name, func(j *store.Job) error { j.NextRunAt = &first; return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An @every 2s job whose runs take 3s runs again and again, never overlapping itself; the slots
+// it could not run are recorded as skipped, with the reason.
+func TestScheduleNoOverlap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	e.scheduleEvery(t, "slow", "@every 2s", "/bin/sleep", "3")
+	e.start(t)
+	// Until two runs ended and a slot was skipped for a live run: then runs followed each other
+	// and met a slot while one was live.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		runs, err := e.st.Runs(ctx, "slow", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := e.st.JobByName(ctx, "slow")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended := slices.DeleteFunc(runs, func(r store.Run) bool { return store.Live(r.Status) })
+		if len(ended) >= 2 && j.OverlapSkips > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no two ended runs and a skipped slot: job %+v, runs %+v", j, runs)
+		}
+	}
+	// No more slots; the last run ends.
+	if _, err := e.st.UpdateJob(ctx, "slow", func(j *store.Job) error { j.Schedule, j.NextRunAt = "", nil; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var runs []store.Run
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		var err error
+		if runs, err = e.st.Runs(ctx, "slow", 100); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(runs, func(r store.Run) bool { return store.Live(r.Status) }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs still live a minute after the schedule was removed: %+v", runs)
+		}
+	}
+	var spans [][2]time.Time
+	for _, r := range runs {
+		if r.Status != store.StatusSucceeded || r.Trigger != "schedule" || r.PlannedAt == nil {
+			t.Fatalf("run %+v, want succeeded, triggered by the schedule at a planned slot", r)
+		}
+		started, ended := e.attemptSpan(t, r)
+		spans = append(spans, [2]time.Time{started, ended})
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i][0].Before(spans[j][0]) })
+	for i := 1; i < len(spans); i++ {
+		if spans[i][0].Before(spans[i-1][1]) {
+			t.Fatalf("runs overlap: %v and %v", spans[i-1], spans[i])
+		}
+	}
+	j, err := e.st.JobByName(ctx, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.OverlapSkips == 0 || !strings.Contains(j.LastSkipWhy, "still live") {
+		t.Fatalf("job %+v, want skipped slots recorded with the reason", j)
+	}
+	e.checkInvariants(t)
+}
+
+// Two supervisors, each with its own connections, share one database: over at least 50 slots
+// every slot is started exactly once, and every slot between a job's first and last run is
+// run, skipped or counted missed.
+//
+// Not parallel: a slot a second per job needs much of the machine, or most slots are skipped
+// or missed and the two supervisors are hardly ever tested against each other.
+func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	const jobs = 10
+	for i := range jobs {
+		e.scheduleEvery(t, fmt.Sprintf("tick%d", i), "@every 1s", "/bin/true")
+	}
+	e.start(t)
+	other := e
+	st, err := store.New(ctx, e.cfg.Database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	rn, err := runner.New(ctx, e.cfg.Systemd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rn.Close)
+	other.cfg.Store, other.cfg.Runner = st, rn
+	other.start(t)
+
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		runs, err := e.st.Runs(ctx, "", 1000) // the ten jobs are the only ones
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) >= 50 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for i := range jobs {
+		if _, err := e.st.UpdateJob(ctx, fmt.Sprintf("tick%d", i), func(j *store.Job) error { j.Schedule, j.NextRunAt = "", nil; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := 0
+	for i := range jobs {
+		name := fmt.Sprintf("tick%d", i)
+		runs, err := e.st.Runs(ctx, name, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[time.Time]bool{}
+		var planned []time.Time
+		for _, r := range runs {
+			if r.PlannedAt == nil || seen[*r.PlannedAt] {
+				t.Fatalf("%s: run %+v: slot started twice, or a run of no slot", name, r)
+			}
+			seen[*r.PlannedAt] = true
+			planned = append(planned, *r.PlannedAt)
+		}
+		if len(planned) == 0 {
+			t.Fatalf("%s: no slot ran", name)
+		}
+		slices.SortFunc(planned, func(a, b time.Time) int { return a.Compare(b) })
+		j, err := e.st.JobByName(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A loaded machine can leave an admission pass late by more than a slot: such slots are
+		// counted missed. Skips and misses may also fall outside the span.
+		span := int(planned[len(planned)-1].Sub(planned[0])/time.Second) + 1
+		if got := len(planned) + int(j.OverlapSkips) + int(j.MissedSlots); got < span {
+			t.Fatalf("%s: %d runs + %d skipped (previous run live) for %d slots, %d missed; want every slot accounted for",
+				name, len(planned), j.OverlapSkips, span, j.MissedSlots)
+		}
+		total += len(planned)
+	}
+	if total < 50 {
+		t.Fatalf("only %d slots ran, want at least 50", total)
+	}
+	t.Logf("%d slots ran once each across two supervisors", total)
+	e.checkInvariants(t)
+}
