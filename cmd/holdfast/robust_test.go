@@ -448,6 +448,16 @@ func TestExecStoppedWhilePreparing(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	// The Go runtime hands a signal on to the program a moment after the kernel delivered it:
+	// a stop in the same instant as the engine's start reaches the engine instead (it is
+	// stopped at once). The case here is a stop that came first, so the credential is written
+	// only well after the signal was taken.
+	for deadline := time.Now().Add(time.Minute); signalPending(cmd.Process.Pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("holdfast exec never took its SIGTERM")
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
 	if err := os.WriteFile(fifo, []byte("A=1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -462,6 +472,20 @@ func TestExecStoppedWhilePreparing(t *testing.T) {
 	if _, err := os.Stat(started); !os.IsNotExist(err) {
 		t.Fatalf("the engine was started after the stop: %v", err)
 	}
+}
+
+// signalPending reports whether process pid has a signal the kernel has not delivered yet.
+func signalPending(pid int) bool {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && (k == "SigPnd" || k == "ShdPnd") && strings.Trim(strings.TrimSpace(v), "0") != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // openingFIFO reports whether a thread of process pid waits in open(2) for a FIFO's other end.
