@@ -141,22 +141,23 @@ func TestRunawayGuard(t *testing.T) {
 	w.checkInvariants()
 }
 
-// Twenty runs admitted at once against an account that covers ten: exactly ten are queued, ten
-// are paused (quota_exhausted) with the numbers, and the balance never goes below zero.
+// Eight runs admitted at once against an account that covers four: exactly four are queued,
+// four are paused (quota_exhausted) with the numbers, and the balance never goes below zero.
 func TestQuotaAdmission(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
+	const runs = 8
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 1, 64<<10)
-	w.mustRun("account", "add", "team", "--quota", "100MiB")
-	for i := range 20 {
+	w.mustRun("account", "add", "team", "--quota", "40MiB")
+	for i := range runs {
 		w.mustRun("job", "add", fmt.Sprintf("j%d", i), "--repo", repo, "--password-file", pw, "--path", data,
 			"--account", "team", "--max-added", "10MiB")
 	}
-	codes := make([]int, 20)
-	outs := make([]string, 20)
+	codes := make([]int, runs)
+	outs := make([]string, runs)
 	var wg sync.WaitGroup
-	for i := range 20 {
+	for i := range runs {
 		wg.Go(func() {
 			cmd := exec.Command(w.bin, "run", "start", fmt.Sprintf("j%d", i), "--json")
 			cmd.Env = w.env()
@@ -188,16 +189,16 @@ func TestQuotaAdmission(t *testing.T) {
 			t.Fatalf("run start j%d: exit %d, %+v", i, code, r)
 		}
 	}
-	if len(queued) != 10 || len(paused) != 10 {
-		t.Fatalf("%d queued and %d paused, want 10 and 10", len(queued), len(paused))
+	if len(queued) != runs/2 || len(paused) != runs/2 {
+		t.Fatalf("%d queued and %d paused, want %d each", len(queued), len(paused), runs/2)
 	}
 	l := w.ledger("team")
-	if *l.BalanceBytes != 0 || l.HeldBytes != 100<<20 || len(l.OpenHolds) != 10 {
-		t.Fatalf("account team: balance %d, held %d, %d open holds; want 0, 100 MiB, 10", *l.BalanceBytes, l.HeldBytes, len(l.OpenHolds))
+	if *l.BalanceBytes != 0 || l.HeldBytes != 40<<20 || len(l.OpenHolds) != runs/2 {
+		t.Fatalf("account team: balance %d, held %d, %d open holds; want 0, 40 MiB, %d", *l.BalanceBytes, l.HeldBytes, len(l.OpenHolds), runs/2)
 	}
 	w.checkInvariants()
 
-	// The ten run and settle at what they added (restic's figure, or the measured growth of the
+	// The four run and settle at what they added (restic's figure, or the measured growth of the
 	// repository where that is higher); a grant lets a paused one resume.
 	w.startDaemon()
 	var charged int64
@@ -209,8 +210,8 @@ func TestQuotaAdmission(t *testing.T) {
 		charged += r.SettledBytes
 	}
 	l = w.ledger("team")
-	if l.HeldBytes != 0 || *l.BalanceBytes != 100<<20-charged {
-		t.Fatalf("account team after the runs: held %d, balance %d; want 0 and %d", l.HeldBytes, *l.BalanceBytes, 100<<20-charged)
+	if l.HeldBytes != 0 || *l.BalanceBytes != 40<<20-charged {
+		t.Fatalf("account team after the runs: held %d, balance %d; want 0 and %d", l.HeldBytes, *l.BalanceBytes, 40<<20-charged)
 	}
 	w.mustRun("account", "grant", "team", "10MiB", "--why", "test")
 	w.mustRun("run", "resume", paused[0])
