@@ -250,6 +250,7 @@ func newExecCmd() *cobra.Command {
 			}
 			// The context ends at the unit's stop signal, however early it came (main catches it
 			// from the start): Exec passes it on to the engine, or starts none if it came first.
+			// One the runtime hands on only as the engine starts reaches the engine, at once.
 			status, err := engine.Exec(cmd.Context(), engine.ExecConfig{
 				Argv: argv, Env: env, Parser: parser, Emit: emit, Stderr: os.Stderr, Stdout: os.Stdout,
 			})
