@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/testenv"
@@ -408,7 +409,8 @@ func (d *watchedDaemon) cpu(t *testing.T) time.Duration {
 }
 
 // `holdfast exec` stopped while it prepares the engine, as a unit stopped right after it was
-// started is: the stop is not lost, the engine is never started, and exec ends at once with 130.
+// started is: the stop is not lost, the engine is never started (not even for an instant), and
+// exec ends at once with 130.
 // Its environment credential is a FIFO here, which holds exec in its preparation until the test
 // writes the credential, after the SIGTERM.
 func TestExecStoppedWhilePreparing(t *testing.T) {
@@ -422,10 +424,22 @@ func TestExecStoppedWhilePreparing(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	started := filepath.Join(dir, "engine-started")
+	// The engine is a script: the kernel opens it to start it, which an inotify watch sees even
+	// if the stop then ends the engine before its first command.
+	engineScript := filepath.Join(dir, "engine")
+	if err := os.WriteFile(engineScript, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(watch)
+	if _, err := unix.InotifyAddWatch(watch, engineScript, unix.IN_OPEN); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(testenv.HoldfastBinary(t), "exec", "--run", "00000000-0000-0000-0000-000000000001", "--attempt", "1",
-		"--journal", filepath.Join(dir, "journal"), "--engine", "command", "--env-credential", "--",
-		"/bin/sh", "-c", `touch "$0"; exec sleep 600`, started)
+		"--journal", filepath.Join(dir, "journal"), "--engine", "command", "--env-credential", "--", engineScript)
 	cmd.Env = append(os.Environ(), credentials.DirVariable+"="+credDir)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -469,8 +483,9 @@ func TestExecStoppedWhilePreparing(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != 130 {
 		t.Fatalf("holdfast exec stopped while preparing: exit status %d, want 130", code)
 	}
-	if _, err := os.Stat(started); !os.IsNotExist(err) {
-		t.Fatalf("the engine was started after the stop: %v", err)
+	events := make([]byte, 4096)
+	if n, err := unix.Read(watch, events); n > 0 || err != unix.EAGAIN {
+		t.Fatalf("the engine was started after the stop (its script was opened: %d bytes of events, %v)", n, err)
 	}
 }
 
