@@ -50,14 +50,6 @@ func (e env) attemptSpan(t *testing.T, run store.Run) (started, ended time.Time)
 	return *attempts[0].StartedAt, *attempts[0].EndedAt
 }
 
-func (e env) checkInvariants(t *testing.T) {
-	t.Helper()
-	violations, err := e.st.Violations(context.Background())
-	if err != nil || len(violations) > 0 {
-		t.Fatalf("invariants: %v %v", violations, err)
-	}
-}
-
 // With one place free at a time, queued runs of higher priority start first.
 func TestPriority(t *testing.T) {
 	t.Parallel()

@@ -100,6 +100,15 @@ func (e env) waitEnded(t *testing.T, id string, within time.Duration) store.Run 
 	}
 }
 
+// checkInvariants fails the test if a store invariant is violated (what `holdfast check` runs).
+func (e env) checkInvariants(t *testing.T) {
+	t.Helper()
+	violations, err := e.st.Violations(context.Background())
+	if err != nil || len(violations) > 0 {
+		t.Fatalf("invariants: %v %v", violations, err)
+	}
+}
+
 // With an hour between passes, a run is spawned because its admission notifies, and recorded
 // final within seconds because its unit's exit marker wakes the sweep: no interval is waited for.
 func TestUnitEndWakesSweep(t *testing.T) {
@@ -130,10 +139,7 @@ func TestUnitEndWakesSweep(t *testing.T) {
 				mk.At.Sub(start).Round(time.Millisecond), a.EndedAt.Sub(start).Round(time.Millisecond))
 		}
 	}
-	violations, err := e.st.Violations(ctx)
-	if err != nil || len(violations) > 0 {
-		t.Fatalf("invariants: %v %v", violations, err)
-	}
+	e.checkInvariants(t)
 }
 
 // Start and Stop may be called more than once; after Stop no service acts (an admitted run stays
@@ -407,8 +413,5 @@ func TestSpawnDoesNotBlockSweep(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("the held run was spawned %d times, want once", n)
 	}
-	violations, err := e.st.Violations(ctx)
-	if err != nil || len(violations) > 0 {
-		t.Fatalf("invariants: %v %v", violations, err)
-	}
+	e.checkInvariants(t)
 }
