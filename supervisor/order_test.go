@@ -15,9 +15,10 @@ import (
 )
 
 // The rules that order runs (priority, the global limit, dependencies, no overlap of a job
-// with itself) are shown here with the daemon in process: jobs and runs are set up through the
-// store, units are real (systemd, the exec wrapper, the exit marker), and nothing else starts a
-// process. cmd/holdfast's tests keep what only the binary shows.
+// with itself, each slot once under two supervisors) are shown here with the daemon in process:
+// jobs and runs are set up through the store, units are real (systemd, the exec wrapper, the
+// exit marker), and nothing else starts a process. cmd/holdfast's tests keep what only the
+// binary shows.
 
 // admit admits a manual backup run of job.
 func (e env) admit(t *testing.T, job string) store.Run {
