@@ -11,18 +11,6 @@ import (
 	"github.com/holdfast-backup/holdfast/supervisor"
 )
 
-// scheduleAt gives a new command job one slot at slot.
-func (e env) scheduleAt(t *testing.T, name string, slot time.Time, argv ...string) {
-	t.Helper()
-	ctx := context.Background()
-	if _, err := e.st.CreateJob(ctx, store.Job{Name: name, Engine: "command", Command: argv, Schedule: "@every 1h"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.st.UpdateJob(ctx, name, func(j *store.Job) error { j.NextRunAt = &slot; return nil }); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // waitArmed polls the record until the job's run has an attempt armed for slot, which must
 // happen before the slot.
 func (e env) waitArmed(t *testing.T, job string, slot time.Time) (store.Run, store.Attempt) {
@@ -69,8 +57,8 @@ func TestScheduledStartsOnTime(t *testing.T) {
 	e := newEnv(t)
 	e.cfg.SpawnGrace = 5 * time.Second // should a loaded machine's pass reach the stop only after the slot
 	slot := time.Now().Add(6 * time.Second).Truncate(time.Millisecond)
-	e.scheduleAt(t, "ontime", slot, "/bin/sleep", "3")
-	e.scheduleAt(t, "called-off", slot, "/bin/sleep", "30")
+	e.scheduled(t, "ontime", "@every 1h", slot, "/bin/sleep", "3")
+	e.scheduled(t, "called-off", "@every 1h", slot, "/bin/sleep", "30")
 	e.start(t)
 
 	run, a := e.waitArmed(t, "ontime", slot)

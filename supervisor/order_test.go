@@ -20,24 +20,6 @@ import (
 // exit marker), and nothing else starts a process. cmd/holdfast's tests keep what only the
 // binary shows.
 
-// admit admits a manual backup run of job.
-func (e env) admit(t *testing.T, job string) store.Run {
-	t.Helper()
-	run, err := e.st.Admit(context.Background(), job, "manual", store.KindBackup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return run
-}
-
-// createJob creates j, failing the test on error.
-func (e env) createJob(t *testing.T, j store.Job) {
-	t.Helper()
-	if _, err := e.st.CreateJob(context.Background(), j); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // attemptSpan is when the run's first attempt's main process started and ended.
 func (e env) attemptSpan(t *testing.T, run store.Run) (started, ended time.Time) {
 	t.Helper()
@@ -181,23 +163,13 @@ func TestDependencyWaitIsBounded(t *testing.T) {
 	e.checkInvariants(t)
 }
 
-// scheduleEvery gives a new command job the schedule, its first slot a moment from now.
-func (e env) scheduleEvery(t *testing.T, name, schedule string, argv ...string) {
-	t.Helper()
-	e.createJob(t, store.Job{Name: name, Engine: "command", Command: argv, Schedule: schedule})
-	first := time.Now().Add(time.Second).Truncate(time.Second)
-	if _, err := e.st.UpdateJob(context.Background(), name, func(j *store.Job) error { j.NextRunAt = &first; return nil }); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // An @every 2s job whose runs take 3s runs again and again, never overlapping itself; the slots
 // it could not run are recorded as skipped, with the reason.
 func TestScheduleNoOverlap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
-	e.scheduleEvery(t, "slow", "@every 2s", "/bin/sleep", "3")
+	e.scheduled(t, "slow", "@every 2s", nextSecond(), "/bin/sleep", "3")
 	e.start(t)
 	// Until two runs ended and a slot was skipped for a live run: then runs followed each other
 	// and met a slot while one was live.
@@ -270,7 +242,7 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 	e := newEnv(t)
 	const jobs = 10
 	for i := range jobs {
-		e.scheduleEvery(t, fmt.Sprintf("tick%d", i), "@every 1s", "/bin/true")
+		e.scheduled(t, fmt.Sprintf("tick%d", i), "@every 1s", nextSecond(), "/bin/true")
 	}
 	e.start(t)
 	other := e

@@ -70,11 +70,40 @@ func newEnv(t *testing.T) env {
 	return env{st: st, mgr: mgr, cfg: cfg}
 }
 
+// job creates a command job running argv.
 func (e env) job(t *testing.T, name string, argv ...string) {
 	t.Helper()
-	if _, err := e.st.CreateJob(context.Background(), store.Job{Name: name, Engine: "command", Command: argv}); err != nil {
+	e.createJob(t, store.Job{Name: name, Engine: "command", Command: argv})
+}
+
+// createJob creates j, failing the test on error.
+func (e env) createJob(t *testing.T, j store.Job) {
+	t.Helper()
+	if _, err := e.st.CreateJob(context.Background(), j); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// scheduled creates a command job on schedule whose first slot is first.
+func (e env) scheduled(t *testing.T, name, schedule string, first time.Time, argv ...string) {
+	t.Helper()
+	e.createJob(t, store.Job{Name: name, Engine: "command", Command: argv, Schedule: schedule})
+	if _, err := e.st.UpdateJob(context.Background(), name, func(j *store.Job) error { j.NextRunAt = &first; return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nextSecond is the start of the coming second: a first slot a moment from now.
+func nextSecond() time.Time { return time.Now().Add(time.Second).Truncate(time.Second) }
+
+// admit admits a manual backup run of job.
+func (e env) admit(t *testing.T, job string) store.Run {
+	t.Helper()
+	run, err := e.st.Admit(context.Background(), job, "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
 }
 
 // waitEnded polls the record (the test's own view, not the daemon's) until the run is final.
@@ -118,10 +147,7 @@ func TestUnitEndWakesSweep(t *testing.T) {
 	e.start(t)
 	e.job(t, "quick", "/bin/sleep", "0.3")
 	for i := range 3 {
-		run, err := e.st.Admit(ctx, "quick", "manual", store.KindBackup)
-		if err != nil {
-			t.Fatal(err)
-		}
+		run := e.admit(t, "quick")
 		start := time.Now()
 		waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		r, attempts, err := supervisor.WaitRun(waitCtx, e.st, run.ID, func(store.Run, *store.Progress) {})
@@ -173,10 +199,7 @@ func TestStartStop(t *testing.T) {
 		t.Fatal("Stop did not return")
 	}
 	e.job(t, "later", "/bin/true")
-	run, err := e.st.Admit(ctx, "later", "manual", store.KindBackup)
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := e.admit(t, "later")
 	time.Sleep(300 * time.Millisecond) // six intervals
 	attempts, err := e.st.Attempts(ctx, run.ID)
 	if err != nil {
@@ -316,10 +339,7 @@ func TestNotBeforeWakesSweep(t *testing.T) {
 	e.cfg.SweepInterval = time.Hour
 	e.cfg.StartLead = 0 // started at its time, not armed ahead (TestScheduledStartsOnTime)
 	e.job(t, "retried", "/bin/true")
-	first, err := e.st.Admit(ctx, "retried", "manual", store.KindBackup)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := e.admit(t, "retried")
 	retry := store.Retry{ID: uuid.New(), Number: 1, NotBefore: time.Now().Add(2 * time.Second), Why: "waiting: a retry"}
 	if ok, err := e.st.Finish(ctx, store.Ending{RunID: first.ID, Attempt: 1, At: time.Now(), Status: store.StatusFailed,
 		Reason: "failed by the test", FailureClass: "transient", Retry: &retry}); err != nil || !ok {
@@ -349,10 +369,7 @@ func TestSpawnDoesNotBlockSweep(t *testing.T) {
 	e.cfg.SweepInterval = 50 * time.Millisecond
 	e.job(t, "held", "/bin/true")
 	e.job(t, "free", "/bin/true")
-	held, err := e.st.Admit(ctx, "held", "manual", store.KindBackup)
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := e.admit(t, "held")
 	var calls atomic.Int32
 	entered, release := make(chan struct{}), make(chan struct{})
 	letGo := sync.OnceFunc(func() { close(release) })
@@ -375,10 +392,7 @@ func TestSpawnDoesNotBlockSweep(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the held run was not handed to the spawner")
 	}
-	free, err := e.st.Admit(ctx, "free", "manual", store.KindBackup)
-	if err != nil {
-		t.Fatal(err)
-	}
+	free := e.admit(t, "free")
 	if r := e.waitEnded(t, free.ID.String(), 10*time.Second); r.Status != store.StatusSucceeded {
 		t.Fatalf("free run %s (%s), want succeeded", r.Status, r.Reason)
 	}
