@@ -303,13 +303,21 @@ func TestWaitRun(t *testing.T) {
 		at       time.Time
 	}
 	done := make(chan result, 1)
+	read := make(chan struct{}, 8)
 	go func() {
 		n := 0
-		r, _, err := supervisor.WaitRun(ctx, st, run.ID, func(store.Run, *store.Progress) { n++ })
+		r, _, err := supervisor.WaitRun(ctx, st, run.ID, func(store.Run, *store.Progress) { n++; read <- struct{}{} })
 		done <- result{r, err, n, time.Now()}
 	}()
-	// Past the first readings (at once, and once listening), and well before the poll.
-	time.Sleep(supervisor.WaitPoll / 4)
+	// Past the first readings (at once, and once listening), so the next poll is a full
+	// WaitPoll away: only the announcement can end the wait sooner.
+	for i := 0; i < 2; i++ {
+		select {
+		case <-read:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("WaitRun made %d readings in 10s, want the first one and the one once listening", i)
+		}
+	}
 	ended := time.Now()
 	if ok, err := st.Finish(ctx, store.Ending{RunID: run.ID, Attempt: 1, At: ended, Status: store.StatusFailed,
 		Reason: "ended by the test"}); err != nil || !ok {
@@ -323,8 +331,8 @@ func TestWaitRun(t *testing.T) {
 		if lag := r.at.Sub(ended); lag >= supervisor.WaitPoll/2 {
 			t.Fatalf("WaitRun returned %s after the end: it polled instead of listening", lag)
 		}
-		if r.readings < 2 || r.readings > 4 {
-			t.Fatalf("%d readings, want the first ones and the final one", r.readings)
+		if r.readings != 3 {
+			t.Fatalf("%d readings, want the first, the one once listening and the final one", r.readings)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("WaitRun did not return")
