@@ -16,6 +16,7 @@ import (
 func TestBackupSucceeds(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
+	w.binaryCLI = true // the whole path as an operator takes it: the binary, its environment, its exit code
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 12, 6<<20)
 	w.mustRun("job", "add", "docs", "--repo", repo, "--password-file", pw, "--path", data, "--exclude", "*.tmp")
@@ -305,6 +306,7 @@ func TestCorruptJournalAndMarker(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
+	w.binaryCLI = true // the exit codes as the process returns them
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 1, 1024)
 	w.mustRun("job", "add", "good", "--repo", repo, "--password-file", pw, "--path", data)

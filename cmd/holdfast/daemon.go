@@ -83,7 +83,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return configError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
 			}
-			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			if err := g.requireDSN(); err != nil {
 				return configError{err}
 			}
@@ -124,7 +124,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&logLevel, "log-level", envOr("HOLDFAST_LOG_LEVEL", "info"), "debug (each run's decision in each pass), info, warn or error (env HOLDFAST_LOG_LEVEL)")
+	f.StringVar(&logLevel, "log-level", g.envOr("HOLDFAST_LOG_LEVEL", "info"), "debug (each run's decision in each pass), info, warn or error (env HOLDFAST_LOG_LEVEL)")
 	f.DurationVar(&cfg.SweepInterval, "sweep-interval", supervisor.DefaultSweepInterval, "time between reconciler passes")
 	f.DurationVar(&cfg.SpawnGrace, "spawn-grace", supervisor.DefaultSpawnGrace, "how long a spawned unit may take to appear")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", supervisor.DefaultMaxAttempts, "attempts a run may take before it fails")
@@ -145,10 +145,10 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.PassTimeout, "pass-timeout", supervisor.DefaultPassTimeout, "longest one admission pass or one sweep may take")
 	f.DurationVar(&cfg.Database.StatementTimeout, "db-statement-timeout", store.DefaultStatementTimeout, "PostgreSQL's statement_timeout for the daemon's sessions")
 	f.DurationVar(&cfg.Database.LockTimeout, "db-lock-timeout", store.DefaultLockTimeout, "PostgreSQL's lock_timeout for the daemon's sessions")
-	f.StringVar(&allowUsers, "allow-users", envOr("HOLDFAST_ALLOW_USERS", supervisor.DefaultAllowUsers),
+	f.StringVar(&allowUsers, "allow-users", g.envOr("HOLDFAST_ALLOW_USERS", supervisor.DefaultAllowUsers),
 		"users jobs may run as: comma-separated names or uids, or * for every user, root included (env HOLDFAST_ALLOW_USERS)")
 	commandJobs := supervisor.DefaultAllowCommandJobs
-	if v, err := strconv.ParseBool(os.Getenv("HOLDFAST_ALLOW_COMMAND_JOBS")); err == nil {
+	if v, err := strconv.ParseBool(g.env.getenv("HOLDFAST_ALLOW_COMMAND_JOBS")); err == nil {
 		commandJobs = v
 	}
 	f.BoolVar(&cfg.AllowCommandJobs, "allow-command-jobs", commandJobs,

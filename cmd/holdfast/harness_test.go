@@ -12,12 +12,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	holdfast "github.com/holdfast-backup/holdfast/cmd/holdfast"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
@@ -38,8 +40,10 @@ type world struct {
 	dsn         string
 	mgr         *testenv.Manager
 	state       string
-	dir         string       // for repositories and sample data, reachable by units running as nobody
-	st          *store.Store // the test's own reader of the database: see store
+	dir         string    // for repositories and sample data, reachable by units running as nobody
+	pool        *testPool // the test's own pool for the database: see store
+	// binaryCLI runs every command through the binary rather than in the test's process.
+	binaryCLI bool
 }
 
 func newWorld(t *testing.T) *world {
@@ -54,7 +58,7 @@ func newWorldWith(t *testing.T, bin string) *world {
 	// before the files they use are removed.
 	// The schema comes migrated: newPrivateWorld's and the booted host's tests run `migrate`.
 	w := &world{t: t, bin: bin, dir: testenv.SharedDir(t), dsn: storetest.Migrated(t), spawnGrace: "10s",
-		daemonFlags: []string{"--allow-command-jobs"}}
+		daemonFlags: []string{"--allow-command-jobs"}, pool: &testPool{t: t}}
 	w.mgr = testenv.PrivateSystemd(t)
 	w.state = filepath.Join(w.dir, "state")
 	return w
@@ -76,8 +80,46 @@ type result struct {
 	code           int
 }
 
-// run runs the holdfast CLI and returns what it printed and its exit code.
+// run runs a holdfast command and returns what it printed and its exit code. It runs in the
+// test's process, as the binary's main runs it, with the world's environment and the test's own
+// database pool: a process and a database connection per command were a third of this package's
+// CPU. The daemon, the units and binaryCLI worlds run the binary.
 func (w *world) run(args ...string) result {
+	w.t.Helper()
+	if w.binaryCLI {
+		return w.runBinary(args...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env := w.env()
+	getenv := func(key string) string {
+		for i := len(env) - 1; i >= 0; i-- { // the last setting wins, as in a process
+			if k, v, _ := strings.Cut(env[i], "="); k == key {
+				return v
+			}
+		}
+		return ""
+	}
+	var stdout, stderr bytes.Buffer
+	code := holdfast.Execute(ctx, w.bin, args, getenv, &stdout, &stderr, w.openStore)
+	return result{stdout.String(), stderr.String(), code}
+}
+
+// openStore gives a command run in the test's process the test's own pool for the world's
+// database, and a pool of its own for any other.
+func (w *world) openStore(ctx context.Context, dsn string) (*store.Store, func(), error) {
+	if st := w.store(); dsn == w.dsn && st != nil {
+		return st, func() {}, nil
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, st.Close, nil
+}
+
+// runBinary runs the holdfast binary and returns what it printed and its exit code.
+func (w *world) runBinary(args ...string) result {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -421,29 +463,40 @@ func await[T any](t *testing.T, what string, fingerprint func() string, show fun
 	}
 }
 
-// store is the test's own reader of the world's database, opened on first use; nil if it
+// testPool is a world's own pool for its database, shared by its subtests' copies of it.
+type testPool struct {
+	t  *testing.T // the world's test: the pool is closed when it ends
+	mu sync.Mutex
+	st *store.Store
+}
+
+// store is the test's own pool for the world's database, opened on first use; nil if it
 // cannot be opened now.
 func (w *world) store() *store.Store {
-	if w.st == nil {
+	p := w.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.st == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		st, err := store.Open(ctx, w.dsn)
 		if err != nil {
 			return nil
 		}
-		w.st = st
-		w.t.Cleanup(st.Close)
+		p.st = st
+		p.t.Cleanup(st.Close)
 	}
-	return w.st
+	return p.st
 }
 
 // runFingerprint is the run's record and its attempts' as the store reads them, progress only
 // as whether there is some; "" if they could not be read.
 func (w *world) runFingerprint(id string) string {
-	if w.store() == nil {
+	st := w.store()
+	if st == nil {
 		return ""
 	}
-	return runFingerprint(w.st, id)
+	return runFingerprint(st, id)
 }
 
 // runFingerprint is the run's record and its attempts' as st reads them ("" if it cannot).

@@ -13,7 +13,7 @@ import (
 // quotes a command that way prints as "--journal-dir run logs" in the help.
 func TestHelpValueNames(t *testing.T) {
 	t.Parallel()
-	root := newRoot()
+	root := newRoot(processEnvironment())
 	var walk func(*cobra.Command)
 	walk = func(cmd *cobra.Command) {
 		check := func(f *pflag.Flag) {

@@ -138,7 +138,7 @@ func newJobAddCmd(g *globals) *cobra.Command {
 			if err := job.Validate(&j); err != nil {
 				return inputError{err}
 			}
-			if err := job.CheckAccess(j, probeAs, g.credentials()); err != nil {
+			if err := job.CheckAccess(j, g.probeAs, g.credentials()); err != nil {
 				return inputError{err}
 			}
 			if err := job.Slots(&j, nil, time.Now()); err != nil {
@@ -186,7 +186,7 @@ func newJobEditCmd(g *globals) *cobra.Command {
 						return inputError{err}
 					}
 					if job.AccessChanged(before, *j) {
-						if err := job.CheckAccess(*j, probeAs, g.credentials()); err != nil {
+						if err := job.CheckAccess(*j, g.probeAs, g.credentials()); err != nil {
 							return inputError{err}
 						}
 					}

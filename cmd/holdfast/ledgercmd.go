@@ -119,7 +119,7 @@ func newAccountAddCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				a, err := st.CreateAccount(ctx, store.NewAccount{Name: args[0], Quota: &q, Allowance: allow, Period: period, Actor: actor()})
+				a, err := st.CreateAccount(ctx, store.NewAccount{Name: args[0], Quota: &q, Allowance: allow, Period: period, Actor: g.actor()})
 				if err != nil {
 					return err
 				}
@@ -154,7 +154,7 @@ func newAccountGrantCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				a, err := st.Grant(ctx, args[0], n, actor(), why)
+				a, err := st.Grant(ctx, args[0], n, g.actor(), why)
 				if err != nil {
 					return err
 				}
@@ -307,7 +307,7 @@ func newLedgerSettleCmd(g *globals) *cobra.Command {
 				return badInput("--bytes: %v", err)
 			}
 			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
-				e, err := st.SettleByHand(ctx, id, n, actor(), why)
+				e, err := st.SettleByHand(ctx, id, n, g.actor(), why)
 				if err != nil {
 					return err
 				}

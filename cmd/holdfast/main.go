@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -62,10 +63,33 @@ type globals struct {
 	systemdAddress string
 	stateDir       string
 	journalDir     string
+	env            environment
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
+// environment is what one invocation reads and writes besides its arguments: the process's own
+// in main; the scenario tests run commands in their process with their own (export_test.go).
+type environment struct {
+	getenv         func(string) string
+	stdout, stderr io.Writer
+	// openStore opens the database a command uses and returns how to release it.
+	openStore func(ctx context.Context, dsn string) (*store.Store, func(), error)
+	// executable is the holdfast binary that runs its helpers (probe-read, units).
+	executable func() (string, error)
+}
+
+func processEnvironment() environment {
+	return environment{getenv: os.Getenv, stdout: os.Stdout, stderr: os.Stderr, executable: os.Executable,
+		openStore: func(ctx context.Context, dsn string) (*store.Store, func(), error) {
+			st, err := store.Open(ctx, dsn)
+			if err != nil {
+				return nil, nil, err
+			}
+			return st, st.Close, nil
+		}}
+}
+
+func (g *globals) envOr(key, def string) string {
+	if v := g.env.getenv(key); v != "" {
 		return v
 	}
 	return def
@@ -90,11 +114,11 @@ func (g *globals) requireDSN() error {
 	return nil
 }
 
-func (g *globals) openStore(ctx context.Context) (*store.Store, error) {
+func (g *globals) openStore(ctx context.Context) (*store.Store, func(), error) {
 	if err := g.requireDSN(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return store.Open(ctx, g.dsn)
+	return g.env.openStore(ctx, g.dsn)
 }
 
 // credentials reports whether the daemon's units get the job's secrets as systemd credentials:
@@ -113,11 +137,11 @@ func (g *globals) openRunner(ctx context.Context) (*runner.Runner, error) {
 
 // withStore runs fn with the database open for one command.
 func (g *globals) withStore(cmd *cobra.Command, fn func(context.Context, *store.Store) error) error {
-	st, err := g.openStore(cmd.Context())
+	st, release, err := g.openStore(cmd.Context())
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer release()
 	return fn(cmd.Context(), st)
 }
 
@@ -132,8 +156,8 @@ func (g *globals) withRun(cmd *cobra.Command, arg string, fn func(context.Contex
 	})
 }
 
-func newRoot() *cobra.Command {
-	g := &globals{}
+func newRoot(env environment) *cobra.Command {
+	g := &globals{env: env}
 	root := &cobra.Command{
 		Use:           "holdfast",
 		Short:         "A systemd-native backup supervisor that never loses track of a backup",
@@ -141,11 +165,11 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.dsn, "dsn", os.Getenv("HOLDFAST_DSN"), "PostgreSQL connection string (env HOLDFAST_DSN)")
-	pf.StringVar(&g.systemd, "systemd", envOr("HOLDFAST_SYSTEMD", "system"), "systemd manager: system or user (env HOLDFAST_SYSTEMD)")
-	pf.StringVar(&g.systemdAddress, "systemd-address", os.Getenv("HOLDFAST_SYSTEMD_ADDRESS"), "D-Bus address of the manager's private socket (env HOLDFAST_SYSTEMD_ADDRESS)")
-	pf.StringVar(&g.stateDir, "state-dir", envOr("HOLDFAST_STATE_DIR", "/var/lib/holdfast"), "state directory for run journals and exit markers (env HOLDFAST_STATE_DIR)")
-	pf.StringVar(&g.journalDir, "journal-dir", os.Getenv("HOLDFAST_JOURNAL_DIR"), "journald directory that 'run logs' reads instead of the system journal (env HOLDFAST_JOURNAL_DIR)")
+	pf.StringVar(&g.dsn, "dsn", env.getenv("HOLDFAST_DSN"), "PostgreSQL connection string (env HOLDFAST_DSN)")
+	pf.StringVar(&g.systemd, "systemd", g.envOr("HOLDFAST_SYSTEMD", "system"), "systemd manager: system or user (env HOLDFAST_SYSTEMD)")
+	pf.StringVar(&g.systemdAddress, "systemd-address", env.getenv("HOLDFAST_SYSTEMD_ADDRESS"), "D-Bus address of the manager's private socket (env HOLDFAST_SYSTEMD_ADDRESS)")
+	pf.StringVar(&g.stateDir, "state-dir", g.envOr("HOLDFAST_STATE_DIR", "/var/lib/holdfast"), "state directory for run journals and exit markers (env HOLDFAST_STATE_DIR)")
+	pf.StringVar(&g.journalDir, "journal-dir", env.getenv("HOLDFAST_JOURNAL_DIR"), "journald directory that 'run logs' reads instead of the system journal (env HOLDFAST_JOURNAL_DIR)")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.validate() }
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
 	// Human output carries file names, restic's messages and reasons that the job's user or the
@@ -156,19 +180,27 @@ func newRoot() *cobra.Command {
 		}
 		cmd.SetOut(textsafe.NewWriter(cmd.OutOrStdout()))
 	}
+	root.SetOut(env.stdout)
+	root.SetErr(env.stderr)
 	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newExecCmd(), newCredexecCmd(), newMarkerCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd(), newProbeReadCmd())
 	return root
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	root := newRoot()
-	err := root.ExecuteContext(ctx)
+	code := execute(ctx, os.Args[1:], processEnvironment())
 	stop()
-	os.Exit(exitCode(err))
+	os.Exit(code)
 }
 
-func exitCode(err error) int {
+// execute runs one command line and returns its exit code.
+func execute(ctx context.Context, args []string, env environment) int {
+	root := newRoot(env)
+	root.SetArgs(args)
+	return exitCode(root.ExecuteContext(ctx), env.stderr)
+}
+
+func exitCode(err error, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
@@ -176,7 +208,7 @@ func exitCode(err error) int {
 	if errors.As(err, &code) {
 		return code.code
 	}
-	fmt.Fprintln(textsafe.NewWriter(os.Stderr), "holdfast: "+err.Error())
+	fmt.Fprintln(textsafe.NewWriter(stderr), "holdfast: "+err.Error())
 	var conflict *store.ConflictError
 	var input inputError
 	var config configError

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -12,8 +11,8 @@ import (
 )
 
 // probeAs checks paths as a job's identity, with holdfast's own `probe-read` (see job.ProbeAs).
-func probeAs(id job.Identity, want []job.Access) ([]string, error) {
-	self, err := os.Executable()
+func (g *globals) probeAs(id job.Identity, want []job.Access) ([]string, error) {
+	self, err := g.env.executable()
 	if err != nil {
 		return nil, fmt.Errorf("find holdfast's own executable: %w", err)
 	}

@@ -133,8 +133,9 @@ func parseTime(flag, s string) (time.Time, error) {
 	return time.Time{}, badInput("%s %q: give a time like 2026-11-30T02:00:00Z or 2026-11-30 02:00", flag, s)
 }
 
-func actor() string {
-	if s := os.Getenv("SUDO_USER"); s != "" {
+// actor names who asked: the user sudo ran the command for, else the current user.
+func (g *globals) actor() string {
+	if s := g.env.getenv("SUDO_USER"); s != "" {
 		return s
 	}
 	if u, err := user.Current(); err == nil {
@@ -199,7 +200,7 @@ func (g *globals) refreshSnapshots(ctx context.Context, st *store.Store, restic 
 		return nil, err
 	}
 	defer rn.Close()
-	self, err := os.Executable()
+	self, err := g.env.executable()
 	if err != nil {
 		return nil, fmt.Errorf("find holdfast's own executable: %w", err)
 	}
@@ -267,7 +268,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 					printPlan(cmd.OutOrStdout(), o)
 					return nil
 				}
-				saved, err := forget.Apply(ctx, st, pl, actor(), force)
+				saved, err := forget.Apply(ctx, st, pl, g.actor(), force)
 				if err != nil {
 					return err
 				}

@@ -174,7 +174,7 @@ func newSnapshotHoldCmd(g *globals) *cobra.Command {
 	var why string
 	cmd := snapshotChange(g, "hold ID", "Put a snapshot under legal hold: no retention plan deletes it until it is released",
 		func(ctx context.Context, st *store.Store, id string) (store.Snapshot, error) {
-			return st.HoldSnapshot(ctx, id, actor(), why)
+			return st.HoldSnapshot(ctx, id, g.actor(), why)
 		},
 		func(s store.Snapshot) string { return fmt.Sprintf("snapshot %.12s is under legal hold", s.ID) })
 	cmd.Flags().StringVar(&why, "why", "", "the reason, kept with the hold")
@@ -203,7 +203,7 @@ func newSnapshotLockCmd(g *globals) *cobra.Command {
 			if !t.After(time.Now()) {
 				return store.Snapshot{}, badInput("--until %s is not in the future", until)
 			}
-			return st.LockSnapshot(ctx, id, t, actor())
+			return st.LockSnapshot(ctx, id, t, g.actor())
 		},
 		func(s store.Snapshot) string {
 			return fmt.Sprintf("snapshot %.12s is immutable until %s", s.ID, s.ImmutableUntil.Local().Format(time.RFC3339))
