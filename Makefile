@@ -34,17 +34,21 @@ lint:
 # The whole suite against a real PostgreSQL, real systemd managers and real restic (testenv starts
 # private ones). CI=true turns a missing dependency into a failure instead of a skip. The packages
 # whose code runs goroutines (RACE) run with the race detector, the others without it: it finds
-# nothing where nothing runs concurrently and only costs CPU. cmd/holdfast's tests drive the
-# holdfast binary (built without it) in processes of their own, beside the packages. Scenario
-# tests mostly wait on systemd and restic, so six run at once even on two cores.
+# nothing where nothing runs concurrently and only costs CPU. cmd/holdfast's scenario tests run
+# beside the packages, with the daemon and the units as holdfast processes (the binary is built
+# once, without it, where units running as nobody can reach it: testenv.BinaryEnv); they mostly
+# wait on systemd and restic, so six run at once even on two cores.
 SCENARIOS := ./cmd/holdfast/
 RACE      := ./cmd/holdfast-demo/ ./engine/ ./journal/ ./reconcile/ ./runner/ ./supervisor/ ./testenv/
 test: deps lint
-	@$(GO) test -count=1 -parallel 6 -timeout 30m $(SCENARIOS) & scenarios=$$!; \
+	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) build -o $$bindir/holdfast ./cmd/holdfast || exit 1; \
+	export HOLDFAST_TEST_BINARY=$$bindir/holdfast; \
+	$(GO) test -count=1 -parallel 6 -timeout 30m $(SCENARIOS) & scenarios=$$!; \
 	$(GO) test -race -count=1 -parallel 4 -timeout 30m $(RACE); packages=$$?; \
 	$(GO) test -count=1 -parallel 4 -timeout 30m $$($(GO) list $(PKGS) | grep -vxF $(foreach p,$(SCENARIOS) $(RACE),-e $(MODULE)/$(p:./%/=%))) \
 		|| packages=1; \
 	wait $$scenarios; scenarios=$$?; \
+	rm -rf $$bindir; \
 	[ $$packages -eq 0 ] && [ $$scenarios -eq 0 ]
 
 # Figures are ratios against a baseline measured in the same run (see bench/).

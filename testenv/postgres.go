@@ -333,14 +333,8 @@ func runPostgres(dir string, cred *syscall.Credential) (*child, error) {
 	env := []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=" + dir}
 
 	if !exists(filepath.Join(data, "PG_VERSION")) {
-		initdb := exec.Command(filepath.Join(PGBinDir, "initdb"),
-			"--pgdata", data, "--username", "postgres", "--auth", "trust",
-			"--encoding", "UTF8", "--no-locale", "--no-sync")
-		initdb.Dir = dir
-		initdb.Env = env
-		initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		if out, err := initdb.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+		if err := initData(data, env, cred); err != nil {
+			return nil, err
 		}
 	}
 
@@ -453,4 +447,82 @@ func stopPostgres() error {
 		return nil
 	}
 	return pgServer.srv.Stop()
+}
+
+// initData lays out a new data directory at data: a copy of one that initdb made once for every
+// test binary on the machine, as initdb costs over a second of CPU and a copy milliseconds.
+func initData(data string, env []string, cred *syscall.Credential) error {
+	tmpl, err := initdbTemplate(env, cred)
+	if err != nil {
+		return err
+	}
+	if out, err := exec.Command("cp", "-a", "--", tmpl, data).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy the initdb template %s: %v\n%s", tmpl, err, out)
+	}
+	return nil
+}
+
+// initdbTemplate returns the shared data directory initdb made, making it first if there is none
+// for this initdb and owner. It is made aside and renamed into place, so a test binary never
+// copies one half made; of two made at once, the first renamed is kept.
+func initdbTemplate(env []string, cred *syscall.Credential) (string, error) {
+	fi, err := os.Stat(filepath.Join(PGBinDir, "initdb"))
+	if err != nil {
+		return "", err
+	}
+	uid := os.Geteuid()
+	if cred != nil {
+		uid = int(cred.Uid)
+	}
+	tmpl := filepath.Join(os.TempDir(), fmt.Sprintf("holdfast-initdb-%d-%d-%d", fi.Size(), fi.ModTime().UnixNano(), uid))
+	if ok, err := ownedDir(tmpl, uid); ok || err != nil {
+		return tmpl, err
+	}
+	work, err := os.MkdirTemp("", "holdfast-initdb-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(work)
+	if err := os.Chmod(work, 0o755); err != nil {
+		return "", err
+	}
+	if cred != nil {
+		if err := os.Chown(work, int(cred.Uid), int(cred.Gid)); err != nil {
+			return "", err
+		}
+	}
+	data := filepath.Join(work, "data")
+	initdb := exec.Command(filepath.Join(PGBinDir, "initdb"),
+		"--pgdata", data, "--username", "postgres", "--auth", "trust",
+		"--encoding", "UTF8", "--no-locale", "--no-sync")
+	initdb.Dir = work
+	initdb.Env = env
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	if err := os.Rename(data, tmpl); err != nil {
+		if ok, _ := ownedDir(tmpl, uid); !ok {
+			return "", fmt.Errorf("initdb template: %w", err)
+		}
+	}
+	return tmpl, nil
+}
+
+// ownedDir reports whether path is a data directory made by initdb for uid: a directory, not a
+// link, owned by uid and closed to everyone else (as initdb leaves it), so that no other user
+// of a shared temporary directory can have planted it.
+func ownedDir(path string, uid int) (bool, error) {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != uid || fi.Mode().Perm()&0o077 != 0 {
+		return false, fmt.Errorf("%s is not a data directory initdb made for uid %d: remove it", path, uid)
+	}
+	return exists(filepath.Join(path, "PG_VERSION")), nil
 }

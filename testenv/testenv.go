@@ -188,20 +188,44 @@ var holdfastBin struct {
 	err  error
 }
 
+// BinaryEnv names a holdfast binary already built from this tree, which HoldfastBinary returns
+// instead of building one: `make test` builds it once for every test binary.
+const BinaryEnv = "HOLDFAST_TEST_BINARY"
+
 // HoldfastBinary builds ./cmd/holdfast once per test binary (a plain build,
 // without -race) into a directory every user can read and traverse, and
 // returns the binary's absolute path. The module root is found by walking up
-// from the working directory to go.mod.
+// from the working directory to go.mod. With BinaryEnv set it returns that
+// binary instead.
 func HoldfastBinary(t testing.TB) string {
 	t.Helper()
 	requireRunMain(t, "HoldfastBinary's build directory")
 	holdfastBin.once.Do(func() {
+		if bin := os.Getenv(BinaryEnv); bin != "" {
+			holdfastBin.path, holdfastBin.err = bin, prebuilt(bin)
+			return
+		}
 		holdfastBin.path, holdfastBin.err = buildHoldfast()
 	})
 	if holdfastBin.err != nil {
 		t.Fatalf("testenv: %v", holdfastBin.err)
 	}
 	return holdfastBin.path
+}
+
+// prebuilt checks that bin, given in BinaryEnv, is an absolute path to an executable file.
+func prebuilt(bin string) error {
+	if !filepath.IsAbs(bin) {
+		return fmt.Errorf("%s=%q: give an absolute path", BinaryEnv, bin)
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		return fmt.Errorf("%s: %w", BinaryEnv, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o005 != 0o005 {
+		return fmt.Errorf("%s=%s: not a file every user may run (mode %s)", BinaryEnv, bin, fi.Mode())
+	}
+	return nil
 }
 
 func buildHoldfast() (string, error) {
