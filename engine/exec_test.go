@@ -295,20 +295,44 @@ func TestRunBeforeContextEndSendsSIGINT(t *testing.T) {
 }
 
 // notifier is a Writer that closes ch at the first write.
-type notifier struct {
-	once sync.Once
-	ch   chan struct{}
+// lines hands on each line written to it.
+type lines struct {
+	mu   sync.Mutex
+	part []byte
+	ch   chan string
 }
 
-func (n *notifier) Write(b []byte) (int, error) {
-	n.once.Do(func() { close(n.ch) })
-	return len(b), nil
+func (l *lines) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.part = append(l.part, b...)
+	for {
+		i := bytes.IndexByte(l.part, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		l.ch <- string(l.part[:i])
+		l.part = l.part[i+1:]
+	}
+}
+
+func (l *lines) await(t *testing.T, want, what string) {
+	t.Helper()
+	select {
+	case got := <-l.ch:
+		if got != want {
+			t.Fatalf("the command printed %q, want %q", got, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(what)
+	}
 }
 
 func TestExecForwardsSignals(t *testing.T) {
-	// The shell counts SIGINTs; it exits 5 after the second.
-	script := `n=0; trap 'n=$((n+1))' INT; echo ready; while [ $n -lt 2 ]; do sleep 0.05; done; exit 5`
-	ready := &notifier{ch: make(chan struct{})}
+	// The shell counts SIGINTs aloud and exits 5 after the second. Each signal is sent once
+	// the one before was counted: two at once may reach the shell as one.
+	script := `n=0; trap 'n=$((n+1)); echo "got $n"' INT; echo ready; while [ $n -lt 2 ]; do sleep 0.05; done; exit 5`
+	out := &lines{ch: make(chan string, 8)}
 	var rec recorder
 	type result struct {
 		status int
@@ -316,25 +340,21 @@ func TestExecForwardsSignals(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		status, err := Exec(context.Background(), ExecConfig{Argv: []string{"sh", "-c", script}, Emit: rec.emit, Stdout: ready})
+		status, err := Exec(context.Background(), ExecConfig{Argv: []string{"sh", "-c", script}, Emit: rec.emit, Stdout: out})
 		done <- result{status, err}
 	}()
-	select {
-	case <-ready.ch:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the command did not start")
-	}
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
-		syscall.Kill(os.Getpid(), sig)
-		time.Sleep(200 * time.Millisecond)
-	}
+	out.await(t, "ready", "the command did not start")
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	out.await(t, "got 1", "SIGTERM did not reach the command as a SIGINT")
+	syscall.Kill(os.Getpid(), syscall.SIGINT)
+	out.await(t, "got 2", "SIGINT did not reach the command")
 	select {
 	case r := <-done:
 		if r.err != nil || r.status != 5 {
 			t.Fatalf("Exec = %d, %v; want 5", r.status, r.err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the command did not get two SIGINTs")
+		t.Fatal("the command did not exit after two SIGINTs")
 	}
 	checkExit(t, &rec, Exit{ExitStatus: 5})
 }
