@@ -1,8 +1,9 @@
 // Package migrations holds holdfast's schema as embedded SQL files and applies them with goose.
 //
-// Apply is safe to call from several processes at once (every daemon calls it at start): it holds
-// a PostgreSQL session advisory lock with holdfast's own id while goose runs, so concurrent callers
-// queue instead of racing, and a migration already applied is skipped.
+// Apply is safe to call from several processes at once (every daemon whose schema is behind calls
+// it at start, through ApplyPending): it holds a PostgreSQL session advisory lock with holdfast's
+// own id while goose runs, so concurrent callers queue instead of racing, and a migration already
+// applied is skipped.
 package migrations
 
 import (
@@ -18,6 +19,9 @@ import (
 
 //go:embed *.sql
 var files embed.FS
+
+// VersionTable is the table in which goose records the versions applied.
+const VersionTable = "holdfast_schema_version"
 
 // LockID is the advisory lock id taken while migrating: "holdfast" in ASCII, so it cannot collide
 // with goose's default id or another application's migrations in a shared database.
@@ -47,7 +51,7 @@ func Apply(ctx context.Context, dsn string) (Result, error) {
 		return Result{}, fmt.Errorf("take migration lock: %w", err)
 	}
 	defer conn.ExecContext(context.Background(), "SELECT pg_advisory_unlock($1)", LockID) //nolint:errcheck // the session ends right after
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, fs.FS(files), goose.WithTableName("holdfast_schema_version"))
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, fs.FS(files), goose.WithTableName(VersionTable))
 	if err != nil {
 		return Result{}, fmt.Errorf("load migrations: %w", err)
 	}
@@ -63,4 +67,30 @@ func Apply(ctx context.Context, dsn string) (Result, error) {
 		return res, fmt.Errorf("read schema version: %w", err)
 	}
 	return res, nil
+}
+
+// ApplyPending applies the migrations as Apply does, unless applied (the versions the database
+// records, as store.AppliedMigrations reads them through a pool already open) holds every one
+// embedded here: Apply opens connections of its own, which a daemon start paid for nothing.
+func ApplyPending(ctx context.Context, dsn string, applied []int64) (Result, error) {
+	entries, err := fs.ReadDir(files, ".")
+	if err != nil {
+		return Result{}, fmt.Errorf("load migrations: %w", err)
+	}
+	done := make(map[int64]bool, len(applied))
+	for _, v := range applied {
+		done[v] = true
+	}
+	var latest int64
+	for _, e := range entries {
+		v, err := goose.NumericComponent(e.Name())
+		if err != nil {
+			return Result{}, fmt.Errorf("load migrations: %w", err)
+		}
+		if !done[v] {
+			return Apply(ctx, dsn)
+		}
+		latest = max(latest, v)
+	}
+	return Result{Current: latest}, nil
 }

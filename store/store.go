@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/holdfast-backup/holdfast/migrations"
 )
 
 // NotifyChannel is the LISTEN/NOTIFY channel that wakes daemons when a run is admitted or asked to stop.
@@ -161,6 +163,25 @@ func open(ctx context.Context, dsn string, configure func(*pgxpool.Config)) (*St
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
 	return &Store{pool: pool}, nil
+}
+
+// AppliedMigrations returns the schema versions recorded as applied (migrations.VersionTable);
+// none when the table does not exist yet.
+func (s *Store) AppliedMigrations(ctx context.Context) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, "SELECT version_id FROM "+pgx.Identifier{migrations.VersionTable}.Sanitize()+
+		" WHERE is_applied AND version_id > 0")
+	var versions []int64
+	if err == nil {
+		versions, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: never migrated
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read schema versions: %w", err)
+	}
+	return versions, nil
 }
 
 // Close closes the pool.

@@ -346,3 +346,33 @@ func TestLedgersTellDeferredHolds(t *testing.T) {
 		t.Errorf("Ledgers of an unknown account: %v", err)
 	}
 }
+
+// A daemon reads the applied versions through its pool and migrates only when one is missing:
+// on a current schema ApplyPending never connects (an address that cannot work proves it).
+func TestAppliedMigrations(t *testing.T) {
+	ctx := context.Background()
+	dsn := testenv.Postgres(t)
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if got, err := st.AppliedMigrations(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("never migrated: %v, %v; want none", got, err)
+	}
+	res, err := migrations.ApplyPending(ctx, dsn, nil)
+	if err != nil || len(res.Applied) == 0 {
+		t.Fatalf("ApplyPending on an empty database: %+v, %v; want every migration applied", res, err)
+	}
+	applied, err := st.AppliedMigrations(ctx)
+	if err != nil || fmt.Sprint(applied) != fmt.Sprint(res.Applied) {
+		t.Fatalf("AppliedMigrations = %v, %v; want %v", applied, err, res.Applied)
+	}
+	const unreachable = "postgres:///none?host=/nonexistent"
+	if cur, err := migrations.ApplyPending(ctx, unreachable, applied); err != nil || cur.Current != res.Current || len(cur.Applied) != 0 {
+		t.Fatalf("ApplyPending on a current schema: %+v, %v; want version %d and nothing done", cur, err, res.Current)
+	}
+	if _, err := migrations.ApplyPending(ctx, unreachable, applied[1:]); err == nil {
+		t.Fatal("ApplyPending with a version missing did not migrate")
+	}
+}

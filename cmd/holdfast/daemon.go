@@ -93,14 +93,18 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err := cfg.Validate(); err != nil {
 				return configError{err}
 			}
-			if _, err := migrations.Apply(ctx, g.dsn); err != nil {
-				return err
-			}
 			st, err := store.New(ctx, cfg.Database)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
+			applied, err := st.AppliedMigrations(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := migrations.ApplyPending(ctx, g.dsn, applied); err != nil {
+				return err
+			}
 			rn, err := runner.New(ctx, cfg.Systemd)
 			if err != nil {
 				return err
