@@ -108,8 +108,10 @@ func (w *world) run(args ...string) result {
 // openStore gives a command run in the test's process the test's own pool for the world's
 // database, and a pool of its own for any other.
 func (w *world) openStore(ctx context.Context, dsn string) (*store.Store, func(), error) {
-	if st := w.store(); dsn == w.dsn && st != nil {
-		return st, func() {}, nil
+	if dsn == w.dsn {
+		if st := w.store(); st != nil {
+			return st, func() {}, nil
+		}
 	}
 	st, err := store.Open(ctx, dsn)
 	if err != nil {
