@@ -330,8 +330,10 @@ func (l *lines) await(t *testing.T, want, what string) {
 
 func TestExecForwardsSignals(t *testing.T) {
 	// The shell counts SIGINTs aloud and exits 5 after the second. Each signal is sent once
-	// the one before was counted: two at once may reach the shell as one.
-	script := `n=0; trap 'n=$((n+1)); echo "got $n"' INT; echo ready; while [ $n -lt 2 ]; do sleep 0.05; done; exit 5`
+	// the one before was counted: two at once may reach the shell as one. It gives up after
+	// 30s, so a failed run leaves no shell behind.
+	script := `n=0; i=0; trap 'n=$((n+1)); echo "got $n"' INT; echo ready
+while [ $n -lt 2 ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; [ $n -ge 2 ] && exit 5; exit 9`
 	out := &lines{ch: make(chan string, 8)}
 	var rec recorder
 	type result struct {
