@@ -14,3 +14,6 @@ func Execute(ctx context.Context, binary string, args []string, getenv func(stri
 	return execute(ctx, args, environment{getenv: getenv, stdout: stdout, stderr: stderr, openStore: openStore,
 		executable: func() (string, error) { return binary, nil }})
 }
+
+// OpenOwnStore opens a pool of the command's own, as the binary does.
+var OpenOwnStore = openOwnStore

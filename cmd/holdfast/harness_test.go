@@ -113,11 +113,7 @@ func (w *world) openStore(ctx context.Context, dsn string) (*store.Store, func()
 			return st, func() {}, nil
 		}
 	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		return nil, nil, err
-	}
-	return st, st.Close, nil
+	return holdfast.OpenOwnStore(ctx, dsn)
 }
 
 // runBinary runs the holdfast binary and returns what it printed and its exit code.

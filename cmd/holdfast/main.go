@@ -79,13 +79,16 @@ type environment struct {
 
 func processEnvironment() environment {
 	return environment{getenv: os.Getenv, stdout: os.Stdout, stderr: os.Stderr, executable: os.Executable,
-		openStore: func(ctx context.Context, dsn string) (*store.Store, func(), error) {
-			st, err := store.Open(ctx, dsn)
-			if err != nil {
-				return nil, nil, err
-			}
-			return st, st.Close, nil
-		}}
+		openStore: openOwnStore}
+}
+
+// openOwnStore opens a pool for one command, closed when it is released.
+func openOwnStore(ctx context.Context, dsn string) (*store.Store, func(), error) {
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, st.Close, nil
 }
 
 func (g *globals) envOr(key, def string) string {
