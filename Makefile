@@ -37,15 +37,18 @@ lint:
 # nothing where nothing runs concurrently and only costs CPU. cmd/holdfast's scenario tests run
 # beside the packages, with the daemon and the units as holdfast processes (the binary is built
 # once, without it, where units running as nobody can reach it: testenv.BinaryEnv); they mostly
-# wait on systemd and restic, so six run at once even on two cores.
+# wait on systemd and restic, so six run at once even on two cores. scripts/gotest runs the
+# tests as go test does, but links a test binary again only when its code changed; go run keeps
+# the holdfast executable it links in the build cache, go build would link it every time.
 SCENARIOS := ./cmd/holdfast/
 RACE      := ./cmd/holdfast-demo/ ./engine/ ./journal/ ./reconcile/ ./runner/ ./supervisor/ ./testenv/
 test: deps lint
-	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) build -o $$bindir/holdfast ./cmd/holdfast || exit 1; \
+	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) run -exec cp ./cmd/holdfast $$bindir/holdfast \
+		&& chmod 755 $$bindir/holdfast || exit 1; \
 	export HOLDFAST_TEST_BINARY=$$bindir/holdfast; \
-	$(GO) test -count=1 -parallel 6 -timeout 30m $(SCENARIOS) & scenarios=$$!; \
-	$(GO) test -race -count=1 -parallel 4 -timeout 30m $(RACE); packages=$$?; \
-	$(GO) test -count=1 -parallel 4 -timeout 30m $$($(GO) list $(PKGS) | grep -vxF $(foreach p,$(SCENARIOS) $(RACE),-e $(MODULE)/$(p:./%/=%))) \
+	scripts/gotest -parallel 6 -jobs 1 $(SCENARIOS) & scenarios=$$!; \
+	scripts/gotest -race -parallel 4 $(RACE); packages=$$?; \
+	scripts/gotest -parallel 4 $$($(GO) list $(PKGS) | grep -vxF $(foreach p,$(SCENARIOS) $(RACE),-e $(MODULE)/$(p:./%/=%))) \
 		|| packages=1; \
 	wait $$scenarios; scenarios=$$?; \
 	rm -rf $$bindir; \

@@ -34,13 +34,13 @@
 package testenv
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -229,14 +229,6 @@ func prebuilt(bin string) error {
 }
 
 func buildHoldfast() (string, error) {
-	root, err := moduleRoot()
-	if err != nil {
-		return "", err
-	}
-	goBin, err := goTool()
-	if err != nil {
-		return "", err
-	}
 	pdir, err := processDir()
 	if err != nil {
 		return "", fmt.Errorf("build holdfast: %w", err)
@@ -249,18 +241,36 @@ func buildHoldfast() (string, error) {
 		return "", fmt.Errorf("build holdfast: %w", err)
 	}
 	bin := filepath.Join(binDir, "holdfast")
-	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/holdfast")
-	cmd.Dir = root
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/holdfast in %s: %v\n%s", root, err, out.Bytes())
-	}
-	if err := os.Chmod(bin, 0o755); err != nil {
-		return "", fmt.Errorf("build holdfast: %w", err)
+	if err := BuildCommand("./cmd/holdfast", bin); err != nil {
+		return "", err
 	}
 	return bin, nil
+}
+
+// BuildCommand builds the main package pkg ("./cmd/holdfast": relative to the module root) with
+// the build tags given and copies the executable to dst, which every user may run. It asks go
+// run for the executable: go run keeps what it linked in the build cache, where go build links
+// again every time (about 2.4 s of CPU here).
+func BuildCommand(pkg, dst string, tags ...string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	goBin, err := goTool()
+	if err != nil {
+		return err
+	}
+	args := []string{"run"}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	// go run hands -exec's program the executable's path before its own arguments: cp copies it.
+	cmd := exec.Command(goBin, append(args, "-exec", "cp", pkg, dst)...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s in %s: %v\n%s", pkg, root, err, out)
+	}
+	return os.Chmod(dst, 0o755) // umask
 }
 
 func moduleRoot() (string, error) {

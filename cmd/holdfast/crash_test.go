@@ -15,6 +15,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // crashCase puts a world at one crash point and proves the recovery: what the killed process
@@ -93,8 +94,8 @@ func crashBinary(t *testing.T) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "holdfast")
-	if out, err := exec.Command("go", "build", "-tags", "holdfast_crashpoints", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build holdfast with crash points: %v\n%s", err, out)
+	if err := testenv.BuildCommand("./cmd/holdfast", bin, "holdfast_crashpoints"); err != nil {
+		t.Fatalf("build holdfast with crash points: %v", err)
 	}
 	return bin
 }
