@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -89,7 +90,9 @@ func sleep(ctx context.Context, d time.Duration, w wakeup) bool {
 // SweepInterval or as soon as something wakes it.
 func (s *Supervisor) sweep(ctx context.Context) {
 	for {
+		s.progress.passBegins(time.Now())
 		stats, err := s.rec.Sweep(ctx)
+		s.progress.passEnds(time.Now(), stats.Runs, err)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			s.cfg.Logger.Error("sweep failed", "err", err)
@@ -123,11 +126,15 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 		wait := s.cfg.SweepInterval
 		dueAt = time.Time{}
 		nextCtx, cancel := context.WithTimeout(ctx, s.cfg.Database.StatementTimeout)
-		if next, err := s.cfg.Store.NextDue(nextCtx, s.cfg.StartLead); err == nil && next != nil && time.Until(*next) < wait {
+		next, nextErr := s.cfg.Store.NextDue(nextCtx, s.cfg.StartLead)
+		if nextErr == nil && next != nil && time.Until(*next) < wait {
 			dueAt = *next
 			wait = max(minWait, time.Until(*next))
 		}
 		cancel()
+		if ctx.Err() == nil {
+			s.progress.admitted(errors.Join(err, nextErr))
+		}
 		if !sleep(ctx, wait, s.admitWake) {
 			return
 		}

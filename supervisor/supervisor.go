@@ -4,7 +4,8 @@
 // start a run's unit), the repair channel (ask the repository for a snapshot the journal did
 // not record, then close the run), the runaway watch (follow the repositories of running
 // backups), the notification listener (PostgreSQL wakes admission and the sweep), the unit-end
-// watch (a unit's exit marker wakes the sweep at once) and the removal of old run files.
+// watch (a unit's exit marker wakes the sweep at once), the removal of old run files and, under a
+// service manager that asks for them, its notifications (ready, status, watchdog, stopping).
 //
 // Events only wake the sweep earlier: the sweep on its interval stays the safety net, so a lost
 // notification or a missed file event costs latency, never correctness. Work handed to a
@@ -238,6 +239,7 @@ type Supervisor struct {
 	services  []Service
 	sweepWake wakeup
 	admitWake wakeup
+	progress  *progress // what the sweep and admission last did, for the service manager
 }
 
 // New validates cfg and builds the services; nothing runs before Start.
@@ -260,7 +262,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if err := admitter.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Supervisor{cfg: cfg, rec: rec, sweepWake: newWakeup(), admitWake: newWakeup()}
+	s := &Supervisor{cfg: cfg, rec: rec, sweepWake: newWakeup(), admitWake: newWakeup(), progress: newProgress()}
 	s.services = []Service{
 		// Listening first: a run admitted while the other services start still wakes them.
 		&loop{name: "notifications", run: s.listen},
@@ -272,6 +274,14 @@ func New(cfg Config) (*Supervisor, error) {
 		&loop{name: "sweep", run: s.sweep},
 		&loop{name: "admission", run: func(ctx context.Context) { s.admit(ctx, admitter) }},
 		&loop{name: "run files", run: s.removeRunFiles},
+	}
+	if os.Getenv("NOTIFY_SOCKET") != "" {
+		// Last: stopped first, so the service manager hears at once that the daemon stops.
+		n, err := newNotifier(s.progress, cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.services = append(s.services, n)
 	}
 	return s, nil
 }

@@ -365,3 +365,80 @@ func TestBootedHostSecurity(t *testing.T) {
 		t.Fatalf("run %s: %s (%s) after run stop, want stopped", id, r.Status, r.Reason)
 	}
 }
+
+// serviceProps reads properties of holdfast.service from the host's system manager.
+func (b *bootedWorld) serviceProps(names ...string) map[string]string {
+	b.t.Helper()
+	out := b.h.Run(b.t, "systemctl", "show", "holdfast.service", "--property", strings.Join(names, ","))
+	props := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			props[k] = v
+		}
+	}
+	return props
+}
+
+// The daemon is a Type=notify service: systemd learns when it is ready and what it does (its
+// status line), and restarts it through the watchdog when it stops answering (here frozen with
+// SIGSTOP), within the watchdog period, while the run it supervised goes on untouched in its unit
+// and ends in its first attempt.
+func TestBootedHostWatchdog(t *testing.T) {
+	t.Parallel()
+	b := newBootedWorld(t)
+	h := b.h
+	// The shipped period is 30s; a shorter one keeps the test short. Command jobs for a run that
+	// lasts without using the CPU.
+	const watchdog = 10 * time.Second
+	h.Run(t, "mkdir", "-p", "/etc/systemd/system/holdfast.service.d")
+	h.WriteFile(t, "/etc/systemd/system/holdfast.service.d/test.conf",
+		[]byte("[Service]\nWatchdogSec=10\nEnvironment=HOLDFAST_ALLOW_COMMAND_JOBS=true\n"), 0o644)
+	h.Run(t, "systemctl", "daemon-reload")
+	h.Run(t, "systemctl", "restart", "holdfast.service")
+
+	p := b.serviceProps("Type", "WatchdogUSec", "StatusText", "ActiveState", "NRestarts")
+	if p["Type"] != "notify" || p["WatchdogUSec"] != "10s" || p["ActiveState"] != "active" {
+		t.Fatalf("holdfast.service: %v; want Type=notify, a 10s watchdog, active", p)
+	}
+	if !strings.Contains(p["StatusText"], "live run(s)") {
+		t.Fatalf("holdfast.service status %q, want the daemon's status line", p["StatusText"])
+	}
+	b.mustHoldfast("job", "add", "long", "--engine", "command", "--command", "/bin/sleep", "--command", "40")
+	id := b.startRun("long")
+	b.waitRun(id, "running", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+	if !eventually(30*time.Second, func() bool {
+		return strings.HasPrefix(b.serviceProps("StatusText")["StatusText"], "1 live run(s)")
+	}) {
+		t.Fatalf("the status never showed the live run: %v", b.serviceProps("StatusText"))
+	}
+
+	before := b.serviceProps("MainPID", "NRestarts")
+	h.Run(t, "systemctl", "kill", "--kill-who=main", "--signal=SIGSTOP", "holdfast.service")
+	frozen := time.Now()
+	var after map[string]string
+	if !eventually(watchdog+time.Minute, func() bool {
+		after = b.serviceProps("MainPID", "NRestarts", "ActiveState")
+		return after["MainPID"] != before["MainPID"] && after["MainPID"] != "0" && after["ActiveState"] == "active"
+	}) {
+		t.Fatalf("a frozen daemon was not restarted: before %v, now %v", before, after)
+	}
+	// The watchdog's period, systemd's RestartSec=5s and the new daemon's first pass.
+	if took := time.Since(frozen); took > watchdog+15*time.Second {
+		t.Fatalf("the frozen daemon was restarted only after %s", took)
+	}
+	t.Logf("frozen daemon restarted after %s: %v -> %v", time.Since(frozen).Round(time.Second), before, after)
+	if after["NRestarts"] == before["NRestarts"] {
+		t.Fatalf("NRestarts stayed %s", after["NRestarts"])
+	}
+	if log := h.Run(t, "journalctl", "--no-pager", "-u", "holdfast.service"); !strings.Contains(log, "Watchdog timeout") {
+		t.Fatalf("the journal does not say the watchdog restarted the daemon:\n%s", log)
+	}
+
+	r := b.waitRun(id, "the end", ended)
+	if r.Status != "succeeded" || len(r.Attempts) != 1 {
+		t.Fatalf("run %s: %s (%s) in %d attempt(s); want succeeded in its first", id, r.Status, r.Reason, len(r.Attempts))
+	}
+	if c := b.holdfast("check"); c.code != 0 {
+		t.Fatalf("holdfast check: exit %d\n%s%s", c.code, c.stdout, c.stderr)
+	}
+}

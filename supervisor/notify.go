@@ -1,0 +1,183 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// progress is what the sweep and admission last did, for the service manager: whether a pass
+// is under way and since when, when the last one ended, and what they found.
+type progress struct {
+	mu        sync.Mutex
+	passFrom  time.Time // the start of the pass under way; zero between passes
+	passEnded time.Time // zero before the first pass ended
+	liveRuns  int
+	sweepErr  error         // of the last pass
+	admitErr  error         // of the last admission pass
+	nextDue   *time.Time    // the earliest slot or queued run's time
+	firstPass chan struct{} // closed once the first pass ended
+}
+
+func newProgress() *progress { return &progress{firstPass: make(chan struct{})} }
+
+func (p *progress) passBegins(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.passFrom = now
+}
+
+func (p *progress) passEnds(now time.Time, liveRuns int, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.passEnded.IsZero() {
+		close(p.firstPass)
+	}
+	p.passFrom, p.passEnded, p.sweepErr = time.Time{}, now, err
+	if err == nil {
+		p.liveRuns = liveRuns
+	}
+}
+
+func (p *progress) admitted(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.admitErr = err
+}
+
+func (p *progress) due(next *time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.nextDue = next
+}
+
+// pulse reports whether the sweep keeps its rhythm at now: a pass under way for no longer than
+// passTimeout allows, or the last one ended no longer ago than the interval between passes
+// allows. Either with a slack of one interval and a few seconds for a loaded machine.
+func (p *progress) pulse(now time.Time, interval, passTimeout time.Duration) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	slack := interval + 5*time.Second
+	switch {
+	case !p.passFrom.IsZero():
+		return now.Sub(p.passFrom) <= passTimeout+slack
+	case !p.passEnded.IsZero():
+		return now.Sub(p.passEnded) <= interval+slack
+	}
+	return false
+}
+
+// status is the one line `systemctl status holdfast` shows.
+func (p *progress) status() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d live run(s)", p.liveRuns)
+	if p.nextDue != nil {
+		fmt.Fprintf(&b, "; next due %s", p.nextDue.UTC().Format("2006-01-02 15:04:05Z"))
+	} else {
+		b.WriteString("; nothing scheduled")
+	}
+	if p.sweepErr != nil {
+		fmt.Fprintf(&b, "; sweep failing: %v", p.sweepErr)
+	}
+	if p.admitErr != nil {
+		fmt.Fprintf(&b, "; admission failing: %v", p.admitErr)
+	}
+	return strings.Join(strings.Fields(b.String()), " ") // one line, whatever an error says
+}
+
+// notifier tells the service manager that started the daemon how it is (sd_notify(3)), when
+// that manager asked for it (NOTIFY_SOCKET): READY=1 once the first pass ended, STATUS= kept
+// current, WATCHDOG=1 only while the sweep keeps its rhythm (so systemd restarts a wedged or
+// frozen daemon), STOPPING=1 when it stops.
+type notifier struct {
+	progress    *progress
+	store       *store.Store  // asked for the next due slot
+	interval    time.Duration // the sweep's
+	passTimeout time.Duration
+	watchdog    time.Duration // WatchdogSec; 0 without a watchdog
+	logger      *slog.Logger
+	loop
+}
+
+func newNotifier(p *progress, cfg Config) (*notifier, error) {
+	watchdog, err := daemon.SdWatchdogEnabled(false)
+	if err != nil {
+		return nil, fmt.Errorf("read the service manager's watchdog setting: %w", err)
+	}
+	n := &notifier{progress: p, store: cfg.Store, interval: cfg.SweepInterval, passTimeout: cfg.PassTimeout, watchdog: watchdog,
+		logger: cfg.Logger}
+	n.loop = loop{name: "service manager notifications", run: n.run}
+	return n, nil
+}
+
+func (n *notifier) run(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-n.progress.firstPass:
+	}
+	n.readDue(ctx)
+	status := n.progress.status()
+	n.send("READY=1\nSTATUS=" + status)
+	n.logger.Info("told the service manager the daemon is ready", "watchdog", n.watchdog)
+	tick := n.interval
+	if n.watchdog > 0 {
+		// systemd's advice: ping at half the period at least; a quarter leaves room for a late tick.
+		tick = min(tick, n.watchdog/4)
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-ticker.C:
+			n.readDue(ctx)
+			var msg []string
+			if n.watchdog > 0 && n.progress.pulse(now, n.interval, n.passTimeout) {
+				msg = append(msg, "WATCHDOG=1")
+			}
+			if s := n.progress.status(); s != status {
+				status = s
+				msg = append(msg, "STATUS="+s)
+			}
+			if len(msg) > 0 {
+				n.send(strings.Join(msg, "\n"))
+			}
+		}
+	}
+}
+
+// readDue reads the next due time for the status: the slot itself, not the earlier moment
+// admission acts on it.
+func (n *notifier) readDue(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, n.interval)
+	defer cancel()
+	if next, err := n.store.NextDue(ctx, 0); err == nil {
+		n.progress.due(next)
+	}
+}
+
+// Stop ends the loop and says the daemon is stopping.
+func (n *notifier) Stop() {
+	if !n.running() {
+		return
+	}
+	n.loop.Stop()
+	n.send("STOPPING=1\nSTATUS=stopping; running backups continue in their units")
+}
+
+func (n *notifier) send(state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		n.logger.Warn("service manager notification not sent", "err", err)
+	}
+}

@@ -1,0 +1,62 @@
+package supervisor
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// The watchdog is pinged only while the sweep keeps its rhythm: a pass under way within its
+// timeout, or the last pass ended within the interval, each with slack.
+func TestPulse(t *testing.T) {
+	const interval, passTimeout = 2 * time.Second, time.Minute
+	slack := interval + 5*time.Second
+	t0 := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name      string
+		passFrom  time.Time
+		passEnded time.Time
+		now       time.Time
+		want      bool
+	}{
+		{"before the first pass", time.Time{}, time.Time{}, t0, false},
+		{"first pass under way", t0, time.Time{}, t0.Add(time.Second), true},
+		{"pass under way up to its timeout and slack", t0, time.Time{}, t0.Add(passTimeout + slack), true},
+		{"pass under way past its timeout and slack", t0, time.Time{}, t0.Add(passTimeout + slack + time.Millisecond), false},
+		{"between passes", time.Time{}, t0, t0.Add(interval), true},
+		{"between passes up to the slack", time.Time{}, t0, t0.Add(interval + slack), true},
+		{"no pass begun after the slack", time.Time{}, t0, t0.Add(interval + slack + time.Millisecond), false},
+		{"a pass under way counts from its start", t0.Add(time.Hour), t0, t0.Add(time.Hour + time.Second), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newProgress()
+			p.passFrom, p.passEnded = tt.passFrom, tt.passEnded
+			if got := p.pulse(tt.now, interval, passTimeout); got != tt.want {
+				t.Fatalf("pulse = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// The status is one line: live runs, the next due slot, and the errors of the last passes.
+func TestStatus(t *testing.T) {
+	p := newProgress()
+	if got, want := p.status(), "0 live run(s); nothing scheduled"; got != want {
+		t.Fatalf("status = %q, want %q", got, want)
+	}
+	due := time.Date(2026, 12, 2, 3, 4, 5, 0, time.FixedZone("CET", 3600))
+	p.passEnds(time.Now(), 3, nil)
+	p.due(&due)
+	p.admitted(nil)
+	if got, want := p.status(), "3 live run(s); next due 2026-12-02 02:04:05Z"; got != want {
+		t.Fatalf("status = %q, want %q", got, want)
+	}
+	p.passEnds(time.Now(), 0, errors.New("connect to database:\n  refused"))
+	p.due(nil)
+	p.admitted(errors.New("admit: timeout"))
+	got := p.status()
+	if want := "3 live run(s); nothing scheduled; sweep failing: connect to database: refused; admission failing: admit: timeout"; got != want {
+		t.Fatalf("status = %q, want %q (a failed pass keeps the last count)", got, want)
+	}
+}
