@@ -3,6 +3,7 @@ GO      ?= go
 BIN     := bin/holdfast
 PKGS    := ./...
 MODULE  := github.com/holdfast-backup/holdfast
+HOLDFAST_VERSION ?= 0.1.0
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Without -trimpath the checkout's directory is part of every package's build cache key, so each
 # fresh clone compiled and vetted every package again (about 60 s of CPU in `make test`).
@@ -16,7 +17,7 @@ deps:
 	@scripts/install-deps
 
 build:
-	$(GO) build -o $(BIN) ./cmd/holdfast
+	$(GO) build -ldflags "-X main.version=$(HOLDFAST_VERSION)" -o $(BIN) ./cmd/holdfast
 
 lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
@@ -79,7 +80,6 @@ man: build
 	env -i PATH="$$PATH" $(BIN) man man/
 
 NFPM := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
-HOLDFAST_VERSION ?= 0.1.0
 package: build man
 	mkdir -p dist
 	HOLDFAST_VERSION=$(HOLDFAST_VERSION) $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager deb --target dist/

@@ -40,7 +40,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -248,10 +247,10 @@ func buildHoldfast() (string, error) {
 }
 
 // BuildCommand builds the main package pkg ("./cmd/holdfast": relative to the module root) with
-// the build tags given and copies the executable to dst, which every user may run. It asks go
-// run for the executable: go run keeps what it linked in the build cache, where go build links
-// again every time (about 2.4 s of CPU here).
-func BuildCommand(pkg, dst string, tags ...string) error {
+// the go build flags given ("-tags", "x") and copies the executable to dst, which every user may
+// run. It asks go run for the executable: go run keeps what it linked in the build cache, where
+// go build links again every time (about 2.4 s of CPU here).
+func BuildCommand(pkg, dst string, buildFlags ...string) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
@@ -260,10 +259,7 @@ func BuildCommand(pkg, dst string, tags ...string) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"run"}
-	if len(tags) > 0 {
-		args = append(args, "-tags", strings.Join(tags, ","))
-	}
+	args := append([]string{"run"}, buildFlags...)
 	// go run hands -exec's program the executable's path before its own arguments: cp copies it.
 	cmd := exec.Command(goBin, append(args, "-exec", "cp", pkg, dst)...)
 	cmd.Dir = root

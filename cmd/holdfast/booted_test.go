@@ -34,16 +34,8 @@ type bootedWorld struct {
 func newBootedWorld(t *testing.T) *bootedWorld {
 	t.Helper()
 	bin := testenv.HoldfastBinary(t)
-	h := testenv.BootedHostWith(t, testenv.HostConfig{Postgres: true})
-	b := &bootedWorld{t: t, h: h, dsn: testenv.Postgres(t)}
-	st, err := store.Open(context.Background(), b.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	b.st = st
-	t.Logf("%s booted in %v", h.Name, h.BootDuration())
-
+	b := bootHost(t)
+	h := b.h
 	env, err := os.ReadFile(filepath.Join("..", "..", "units", "holdfast.env"))
 	if err != nil {
 		t.Fatal(err)
@@ -57,6 +49,21 @@ func newBootedWorld(t *testing.T) *bootedWorld {
 	b.mustHoldfast("migrate")
 	h.Run(t, "systemctl", "daemon-reload")
 	h.Run(t, "systemctl", "start", "holdfast.service")
+	return b
+}
+
+// bootHost boots a host that reaches the test's own database, with nothing of holdfast on it.
+func bootHost(t *testing.T) *bootedWorld {
+	t.Helper()
+	h := testenv.BootedHostWith(t, testenv.HostConfig{Postgres: true})
+	b := &bootedWorld{t: t, h: h, dsn: testenv.Postgres(t)}
+	st, err := store.Open(context.Background(), b.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	b.st = st
+	t.Logf("%s booted in %v", h.Name, h.BootDuration())
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := h.Output(context.Background(), "journalctl", "--no-pager", "-u", "holdfast.service")

@@ -94,7 +94,7 @@ func crashBinary(t *testing.T) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "holdfast")
-	if err := testenv.BuildCommand("./cmd/holdfast", bin, "holdfast_crashpoints"); err != nil {
+	if err := testenv.BuildCommand("./cmd/holdfast", bin, "-tags", "holdfast_crashpoints"); err != nil {
 		t.Fatalf("build holdfast with crash points: %v", err)
 	}
 	return bin

@@ -118,7 +118,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err := sup.Start(ctx); err != nil {
 				return err
 			}
-			logger.Info("holdfast daemon started", "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", cfg.SweepInterval,
+			logger.Info("holdfast daemon started", "version", version, "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", cfg.SweepInterval,
 				"pass_timeout", cfg.PassTimeout, "allow_users", allowUsers, "allow_command_jobs", cfg.AllowCommandJobs,
 				"statement_timeout", cfg.Database.StatementTimeout)
 			<-ctx.Done()

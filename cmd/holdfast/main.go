@@ -159,10 +159,15 @@ func (g *globals) withRun(cmd *cobra.Command, arg string, fn func(context.Contex
 	})
 }
 
+// version is the release this binary was built as: `make build` sets it from HOLDFAST_VERSION
+// (-ldflags "-X main.version=...").
+var version = "dev"
+
 func newRoot(env environment) *cobra.Command {
 	g := &globals{env: env}
 	root := &cobra.Command{
 		Use:           "holdfast",
+		Version:       version,
 		Short:         "A systemd-native backup supervisor that never loses track of a backup",
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -1,0 +1,157 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+// debPackage builds holdfast's .deb at version as `make package` does (nfpm with
+// packaging/nfpm.yaml, the same nfpm), from this tree's binary built as that version, its man
+// pages, units and maintainer scripts, and returns the package's path.
+func debPackage(t *testing.T, version string) string {
+	t.Helper()
+	makefile, err := os.ReadFile(filepath.Join("..", "..", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^NFPM := (\S+)$`).FindSubmatch(makefile)
+	if m == nil {
+		t.Fatal("the Makefile names no NFPM")
+	}
+	// The layout nfpm.yaml's paths are relative to.
+	stage := t.TempDir()
+	for _, dir := range []string{"bin", "units", "packaging", "dist"} {
+		if err := os.Mkdir(filepath.Join(stage, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(stage, "bin", "holdfast")
+	if err := testenv.BuildCommand("./cmd/holdfast", bin, "-ldflags", "-X main.version="+version); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"units", "packaging"} {
+		if out, err := exec.Command("cp", "-R", filepath.Join("..", "..", dir)+"/.", filepath.Join(stage, dir)).CombinedOutput(); err != nil {
+			t.Fatalf("copy %s: %v\n%s", dir, err, out)
+		}
+	}
+	run := func(name string, args []string, env ...string) {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir, cmd.Env = stage, append(os.Environ(), env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+	}
+	run(bin, []string{"man", "man"})
+	run("go", []string{"run", string(m[1]), "package", "--config", "packaging/nfpm.yaml", "--packager", "deb", "--target", "dist/"},
+		"HOLDFAST_VERSION="+version)
+	debs, err := filepath.Glob(filepath.Join(stage, "dist", "*.deb"))
+	if err != nil || len(debs) != 1 {
+		t.Fatalf("nfpm made %v (%v), want one .deb", debs, err)
+	}
+	return debs[0]
+}
+
+// isActive is what `systemctl is-active` says of unit inside the host.
+func (b *bootedWorld) isActive(unit string) string {
+	out, _ := b.h.Output(context.Background(), "systemctl", "is-active", unit)
+	return strings.TrimSpace(string(out))
+}
+
+// The package installed with dpkg as an operator would: its files where they belong, with their
+// owners and modes, and nothing started before the database is configured. Upgraded while a run
+// is live, the daemon runs the new version and the run ends in its first attempt, recorded once.
+// Removed, the daemon stops, a live run's unit goes on, and configuration and state stay; only a
+// purge removes them.
+func TestBootedHostPackage(t *testing.T) {
+	t.Parallel()
+	debA, debB := debPackage(t, "1.0.0"), debPackage(t, "1.0.1")
+	b := bootHost(t)
+	h := b.h
+	h.CopyIn(t, debA, "/root/holdfast_1.0.0.deb", 0o644)
+	h.CopyIn(t, debB, "/root/holdfast_1.0.1.deb", 0o644)
+	h.Run(t, "dpkg", "-i", "/root/holdfast_1.0.0.deb")
+
+	for _, f := range []struct{ path, want string }{
+		{"/usr/bin/holdfast", "root root 755 regular file"},
+		{"/etc/holdfast/holdfast.env", "root root 600 regular file"},
+		{"/lib/systemd/system/holdfast.service", "root root 644 regular file"},
+		{"/usr/lib/tmpfiles.d/holdfast.conf", "root root 644 regular file"},
+		{"/usr/share/man/man1/holdfast.1", "root root 644 regular file"},
+		{"/usr/share/doc/holdfast/copyright", "root root 644 regular file"},
+		{"/var/lib/holdfast", "root root 755 directory"},
+		{"/var/lib/holdfast/markers", "root root 755 directory"},
+	} {
+		if got := strings.TrimSpace(h.Run(t, "stat", "-c", "%U %G %a %F", f.path)); got != f.want {
+			t.Errorf("%s: %s, want %s", f.path, got, f.want)
+		}
+	}
+	if s := b.isActive("holdfast.service"); s != "inactive" {
+		t.Fatalf("holdfast.service is %s after a first install, want inactive until the database is configured", s)
+	}
+
+	// Configured by hand as the operator would (the DSN, the schema), then enabled and started.
+	env := h.Run(t, "cat", "/etc/holdfast/holdfast.env")
+	h.WriteFile(t, "/etc/holdfast/holdfast.env", []byte(env+"HOLDFAST_DSN="+b.dsn+"\nHOLDFAST_ALLOW_COMMAND_JOBS=true\n"), 0o600)
+	b.mustHoldfast("migrate")
+	h.Run(t, "systemctl", "enable", "--now", "holdfast.service")
+	before := b.serviceProps("MainPID", "ActiveState")
+	if before["ActiveState"] != "active" {
+		t.Fatalf("holdfast.service after enable --now: %v", before)
+	}
+	b.mustHoldfast("job", "add", "long", "--engine", "command", "--command", "/bin/sleep", "--command", "20")
+	id := b.startRun("long")
+	b.waitRun(id, "running", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+
+	h.Run(t, "dpkg", "-i", "/root/holdfast_1.0.1.deb")
+	after := b.serviceProps("MainPID", "ActiveState")
+	if after["ActiveState"] != "active" || after["MainPID"] == before["MainPID"] {
+		t.Fatalf("after the upgrade: %v (before %v); want the daemon restarted", after, before)
+	}
+	if v := strings.TrimSpace(b.mustHoldfast("--version")); v != "holdfast version 1.0.1" {
+		t.Fatalf("installed: %q, want 1.0.1", v)
+	}
+	started := h.Run(t, "journalctl", "--no-pager", "-o", "cat", "-u", "holdfast.service", "_PID="+after["MainPID"])
+	if !strings.Contains(started, `msg="holdfast daemon started" version=1.0.1`) {
+		t.Fatalf("the daemon's journal (pid %s) does not say it runs 1.0.1:\n%s", after["MainPID"], started)
+	}
+	r := b.waitRun(id, "the end", ended)
+	if r.Status != "succeeded" || len(r.Attempts) != 1 {
+		t.Fatalf("run %s over the upgrade: %s (%s) in %d attempt(s); want succeeded in its first", id, r.Status, r.Reason, len(r.Attempts))
+	}
+	var runs []runJSON
+	if err := json.Unmarshal([]byte(b.mustHoldfast("run", "list", "--job", "long", "--json")), &runs); err != nil || len(runs) != 1 {
+		t.Fatalf("job long has %d run(s) (%v), want the one", len(runs), err)
+	}
+	if c := b.holdfast("check"); c.code != 0 {
+		t.Fatalf("holdfast check: exit %d\n%s%s", c.code, c.stdout, c.stderr)
+	}
+
+	// Removal stops the daemon and leaves a live run's unit running; configuration and state stay.
+	id = b.startRun("long")
+	unit := b.waitRun(id, "running", func(r runJSON) bool { return r.Status == "running" && len(r.Attempts) > 0 || ended(r) }).Attempts[0].Unit
+	h.Run(t, "dpkg", "-r", "holdfast")
+	if s := b.isActive("holdfast.service"); s == "active" {
+		t.Fatal("holdfast.service still active after the package was removed")
+	}
+	if s := b.isActive(unit); s != "active" {
+		t.Fatalf("the run's unit %s is %s after the package was removed, want active", unit, s)
+	}
+	h.Run(t, "test", "-f", "/etc/holdfast/holdfast.env")
+	h.Run(t, "test", "-d", "/var/lib/holdfast/runs")
+	// Only a purge removes them.
+	h.Run(t, "dpkg", "-P", "holdfast")
+	for _, path := range []string{"/etc/holdfast", "/var/lib/holdfast"} {
+		if _, err := h.Output(context.Background(), "test", "-e", path); err == nil {
+			t.Errorf("%s is left after a purge", path)
+		}
+	}
+}
