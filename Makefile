@@ -79,11 +79,9 @@ fuzz:
 man: build
 	env -i PATH="$$PATH" $(BIN) man man/
 
-NFPM := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
-package: build man
-	mkdir -p dist
-	HOLDFAST_VERSION=$(HOLDFAST_VERSION) $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager deb --target dist/
-	HOLDFAST_VERSION=$(HOLDFAST_VERSION) $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager rpm --target dist/
+# The .deb and .rpm in dist/ (packaging/build: nfpm, with the binary built as HOLDFAST_VERSION).
+package:
+	packaging/build $(HOLDFAST_VERSION) dist
 
 demo: deps build
 	@scripts/demo

@@ -305,3 +305,14 @@ func Restic(t testing.TB) string {
 	}
 	return path
 }
+
+// Lintian returns the path of lintian, which checks the .deb. Without it the test is skipped, or
+// fails under CI=true (scripts/install-deps installs it).
+func Lintian(t testing.TB) string {
+	t.Helper()
+	path, err := exec.LookPath("lintian")
+	if err != nil {
+		unavailable(t, "lintian is not installed (apt-get install lintian, or scripts/install-deps)")
+	}
+	return path
+}

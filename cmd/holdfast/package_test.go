@@ -3,59 +3,26 @@ package main_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
-// debPackage builds holdfast's .deb at version as `make package` does (nfpm with
-// packaging/nfpm.yaml, the same nfpm), from this tree's binary built as that version, its man
-// pages, units and maintainer scripts, and returns the package's path.
+// debPackage builds holdfast's .deb at version as `make package` does (packaging/build) and
+// returns its path.
 func debPackage(t *testing.T, version string) string {
 	t.Helper()
-	makefile, err := os.ReadFile(filepath.Join("..", "..", "Makefile"))
-	if err != nil {
-		t.Fatal(err)
+	out := t.TempDir()
+	cmd := exec.Command(filepath.Join("..", "..", "packaging", "build"), version, out, "deb")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("packaging/build %s: %v\n%s", version, err, b)
 	}
-	m := regexp.MustCompile(`(?m)^NFPM := (\S+)$`).FindSubmatch(makefile)
-	if m == nil {
-		t.Fatal("the Makefile names no NFPM")
-	}
-	// The layout nfpm.yaml's paths are relative to.
-	stage := t.TempDir()
-	for _, dir := range []string{"bin", "units", "packaging", "dist"} {
-		if err := os.Mkdir(filepath.Join(stage, dir), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bin := filepath.Join(stage, "bin", "holdfast")
-	if err := testenv.BuildCommand("./cmd/holdfast", bin, "-ldflags", "-X main.version="+version); err != nil {
-		t.Fatal(err)
-	}
-	for _, dir := range []string{"units", "packaging"} {
-		if out, err := exec.Command("cp", "-R", filepath.Join("..", "..", dir)+"/.", filepath.Join(stage, dir)).CombinedOutput(); err != nil {
-			t.Fatalf("copy %s: %v\n%s", dir, err, out)
-		}
-	}
-	run := func(name string, args []string, env ...string) {
-		t.Helper()
-		cmd := exec.Command(name, args...)
-		cmd.Dir, cmd.Env = stage, append(os.Environ(), env...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-	}
-	run(bin, []string{"man", "man"})
-	run("go", []string{"run", string(m[1]), "package", "--config", "packaging/nfpm.yaml", "--packager", "deb", "--target", "dist/"},
-		"HOLDFAST_VERSION="+version)
-	debs, err := filepath.Glob(filepath.Join(stage, "dist", "*.deb"))
+	debs, err := filepath.Glob(filepath.Join(out, "*.deb"))
 	if err != nil || len(debs) != 1 {
-		t.Fatalf("nfpm made %v (%v), want one .deb", debs, err)
+		t.Fatalf("packaging/build made %v (%v), want one .deb", debs, err)
 	}
 	return debs[0]
 }
@@ -74,6 +41,11 @@ func (b *bootedWorld) isActive(unit string) string {
 func TestBootedHostPackage(t *testing.T) {
 	t.Parallel()
 	debA, debB := debPackage(t, "1.0.0"), debPackage(t, "1.0.1")
+	lintian := testenv.Lintian(t)
+	// Clean: no error, no warning; the one override (the environment file's mode) says why.
+	if out, err := exec.Command(lintian, "--fail-on", "error,warning", debA).CombinedOutput(); err != nil {
+		t.Fatalf("lintian %s: %v\n%s", filepath.Base(debA), err, out)
+	}
 	b := bootHost(t)
 	h := b.h
 	h.CopyIn(t, debA, "/root/holdfast_1.0.0.deb", 0o644)
@@ -85,7 +57,8 @@ func TestBootedHostPackage(t *testing.T) {
 		{"/etc/holdfast/holdfast.env", "root root 600 regular file"},
 		{"/lib/systemd/system/holdfast.service", "root root 644 regular file"},
 		{"/usr/lib/tmpfiles.d/holdfast.conf", "root root 644 regular file"},
-		{"/usr/share/man/man1/holdfast.1", "root root 644 regular file"},
+		{"/usr/share/man/man1/holdfast.1.gz", "root root 644 regular file"},
+		{"/usr/share/doc/holdfast/changelog.gz", "root root 644 regular file"},
 		{"/usr/share/doc/holdfast/copyright", "root root 644 regular file"},
 		{"/var/lib/holdfast", "root root 755 directory"},
 		{"/var/lib/holdfast/markers", "root root 755 directory"},
