@@ -170,6 +170,13 @@ func TestBootedHostBackup(t *testing.T) {
 			t.Fatalf("the run's journal lines lack %q:\n%s", field, export)
 		}
 	}
+	// The daemon's own lines about the run, as journal fields with priorities.
+	daemonLines := h.Run(t, "journalctl", "--no-pager", "-o", "export", "-u", "holdfast.service", "HOLDFAST_RUN="+id)
+	for _, want := range []string{"MESSAGE=run spawned run=" + id, "MESSAGE=run finished run=" + id, "PRIORITY=6\n", "HOLDFAST_ATTEMPT=1\n"} {
+		if !strings.Contains(daemonLines, want) {
+			t.Fatalf("journalctl -u holdfast HOLDFAST_RUN=%s lacks %q:\n%s", id, want, daemonLines)
+		}
+	}
 	if logs := b.mustHoldfast("run", "logs", id); strings.TrimSpace(logs) == "" {
 		t.Fatal("run logs printed nothing")
 	}

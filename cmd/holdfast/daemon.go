@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -83,7 +84,12 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return configError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
 			}
-			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			var handler slog.Handler = slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})
+			if g.env.stderr == os.Stderr && journallog.ToJournal() {
+				// Under systemd: journal fields (HOLDFAST_RUN=...) and priorities, not a text line.
+				handler = journallog.NewHandler(level)
+			}
+			logger := slog.New(handler)
 			if err := g.requireDSN(); err != nil {
 				return configError{err}
 			}
