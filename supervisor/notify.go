@@ -23,6 +23,7 @@ type progress struct {
 	sweepErr  error         // of the last pass
 	admitErr  error         // of the last admission pass
 	nextDue   *time.Time    // the earliest slot or queued run's time
+	dueRead   bool          // whether nextDue was read at all
 	firstPass chan struct{} // closed once the first pass ended
 }
 
@@ -55,7 +56,7 @@ func (p *progress) admitted(err error) {
 func (p *progress) due(next *time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.nextDue = next
+	p.nextDue, p.dueRead = next, true
 }
 
 // pulse reports whether the sweep keeps its rhythm at now: a pass under way for no longer than
@@ -80,9 +81,12 @@ func (p *progress) status() string {
 	defer p.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d live run(s)", p.liveRuns)
-	if p.nextDue != nil {
+	switch {
+	case !p.dueRead:
+		b.WriteString("; next due not read yet")
+	case p.nextDue != nil:
 		fmt.Fprintf(&b, "; next due %s", p.nextDue.UTC().Format("2006-01-02 15:04:05Z"))
-	} else {
+	default:
 		b.WriteString("; nothing scheduled")
 	}
 	if p.sweepErr != nil {
@@ -141,17 +145,14 @@ func (n *notifier) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-ticker.C:
-			n.readDue(ctx)
-			var msg []string
+			// The ping first: the status's database question must not delay it.
 			if n.watchdog > 0 && n.progress.pulse(now, n.interval, n.passTimeout) {
-				msg = append(msg, "WATCHDOG=1")
+				n.send("WATCHDOG=1")
 			}
+			n.readDue(ctx)
 			if s := n.progress.status(); s != status {
 				status = s
-				msg = append(msg, "STATUS="+s)
-			}
-			if len(msg) > 0 {
-				n.send(strings.Join(msg, "\n"))
+				n.send("STATUS=" + s)
 			}
 		}
 	}
@@ -159,13 +160,17 @@ func (n *notifier) run(ctx context.Context) {
 
 // readDue reads the next due time for the status: the slot itself, not the earlier moment
 // admission acts on it.
+// A failed read keeps the last answer: it says nothing of the schedule.
 func (n *notifier) readDue(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, n.interval)
+	ctx, cancel := context.WithTimeout(ctx, dueReadTimeout)
 	defer cancel()
 	if next, err := n.store.NextDue(ctx, 0); err == nil {
 		n.progress.due(next)
 	}
 }
+
+// dueReadTimeout bounds the status's question for the next due slot.
+const dueReadTimeout = 5 * time.Second
 
 // Stop ends the loop and says the daemon is stopping.
 func (n *notifier) Stop() {

@@ -42,6 +42,10 @@ func TestPulse(t *testing.T) {
 // The status is one line: live runs, the next due slot, and the errors of the last passes.
 func TestStatus(t *testing.T) {
 	p := newProgress()
+	if got, want := p.status(), "0 live run(s); next due not read yet"; got != want {
+		t.Fatalf("status = %q, want %q", got, want)
+	}
+	p.due(nil)
 	if got, want := p.status(), "0 live run(s); nothing scheduled"; got != want {
 		t.Fatalf("status = %q, want %q", got, want)
 	}
