@@ -320,7 +320,8 @@ func (l *leakLog) report(t *testing.T) {
 	}
 }
 
-// maxExposure is the most systemd-analyze security may rate a backup unit (0 safe .. 10 unsafe).
+// maxExposure is the most systemd-analyze security may rate a backup unit or the daemon's own
+// (0 safe .. 10 unsafe).
 const maxExposure = 3.0
 
 // exposureRE reads systemd-analyze security's summary line.
@@ -372,6 +373,19 @@ func TestBootedHostSecurity(t *testing.T) {
 	t.Logf("backup unit exposure: %.1f %s", exposure, m[3])
 	if exposure > maxExposure {
 		t.Errorf("backup unit exposure %.1f is above the target %.1f", exposure, maxExposure)
+	}
+
+	// The daemon's own unit, as the package ships it.
+	out, err = h.Output(context.Background(), "systemd-analyze", "security", "--no-pager", "holdfast.service")
+	if err != nil {
+		t.Fatalf("systemd-analyze security holdfast.service: %v\n%s", err, out)
+	}
+	if m = exposureRE.FindSubmatch(out); m == nil || string(m[1]) != "holdfast.service" {
+		t.Fatalf("no overall exposure for holdfast.service in:\n%s", out)
+	}
+	t.Logf("systemd-analyze security holdfast.service:\n%s", out)
+	if daemon, err := strconv.ParseFloat(string(m[2]), 64); err != nil || daemon > maxExposure {
+		t.Errorf("holdfast.service exposure %s is above the target %.1f", m[2], maxExposure)
 	}
 
 	b.mustHoldfast("run", "stop", id)

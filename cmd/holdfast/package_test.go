@@ -93,7 +93,7 @@ func TestBootedHostPackage(t *testing.T) {
 		t.Fatalf("installed: %q, want 1.0.1", v)
 	}
 	started := h.Run(t, "journalctl", "--no-pager", "-o", "cat", "-u", "holdfast.service", "_PID="+after["MainPID"])
-	if !strings.Contains(started, `msg="holdfast daemon started" version=1.0.1`) {
+	if !strings.Contains(started, "holdfast daemon started version=1.0.1 ") {
 		t.Fatalf("the daemon's journal (pid %s) does not say it runs 1.0.1:\n%s", after["MainPID"], started)
 	}
 	r := b.waitRun(id, "the end", ended)
