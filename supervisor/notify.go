@@ -159,8 +159,7 @@ func (n *notifier) run(ctx context.Context) {
 }
 
 // readDue reads the next due time for the status: the slot itself, not the earlier moment
-// admission acts on it.
-// A failed read keeps the last answer: it says nothing of the schedule.
+// admission acts on it. A failed read keeps the last answer: it says nothing of the schedule.
 func (n *notifier) readDue(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, dueReadTimeout)
 	defer cancel()

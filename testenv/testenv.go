@@ -299,20 +299,22 @@ func goTool() (string, error) {
 // under CI=true (scripts/install-deps installs it).
 func Restic(t testing.TB) string {
 	t.Helper()
-	path, err := exec.LookPath("restic")
-	if err != nil {
-		unavailable(t, "restic is not installed (apt-get install restic, or scripts/install-deps)")
-	}
-	return path
+	return installed(t, "restic")
 }
 
-// Lintian returns the path of lintian, which checks the .deb. Without it the test is skipped, or
-// fails under CI=true (scripts/install-deps installs it).
+// Lintian returns the path of lintian, which checks the .deb; as Restic.
 func Lintian(t testing.TB) string {
 	t.Helper()
-	path, err := exec.LookPath("lintian")
+	return installed(t, "lintian")
+}
+
+// installed returns the path of the program name, which the Debian package of the same name
+// provides.
+func installed(t testing.TB, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
 	if err != nil {
-		unavailable(t, "lintian is not installed (apt-get install lintian, or scripts/install-deps)")
+		unavailable(t, "%s is not installed (apt-get install %s, or scripts/install-deps)", name, name)
 	}
 	return path
 }
