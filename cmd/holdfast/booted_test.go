@@ -177,8 +177,8 @@ func TestBootedHostBackup(t *testing.T) {
 			t.Fatalf("journalctl -u holdfast HOLDFAST_RUN=%s lacks %q:\n%s", id, want, daemonLines)
 		}
 	}
-	if logs := b.mustHoldfast("run", "logs", id); strings.TrimSpace(logs) == "" {
-		t.Fatal("run logs printed nothing")
+	if logs := b.mustHoldfast("run", "logs", id); !strings.Contains(logs, "run finished run="+id) {
+		t.Fatalf("run logs lacks the daemon's line about the run's end:\n%s", logs)
 	}
 	if out := h.Run(t, "restic", "--repo", "/srv/repo", "--password-file", "/srv/pw", "--no-cache", "snapshots", "--json"); !strings.Contains(out, r.SnapshotID) {
 		t.Fatalf("snapshot %s not in the repository: %s", r.SnapshotID, out)

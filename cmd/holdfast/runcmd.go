@@ -15,6 +15,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/supervisor"
 	"github.com/holdfast-backup/holdfast/textsafe"
@@ -428,7 +429,7 @@ func newRunLogsCmd(g *globals) *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
 		Use:   "logs RUN",
-		Short: "Show the journald logs of a run's units (wraps journalctl)",
+		Short: "Show the journald logs of a run: its units' and the daemon's lines about it (wraps journalctl)",
 		Args:  exactArgs(1, "one run id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
@@ -436,7 +437,7 @@ func newRunLogsCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				argv := journalctlArgv(g.journalDir, attempts, follow)
+				argv := journalctlArgv(g.journalDir, id, attempts, follow)
 				if argv == nil {
 					return badInput("run %s has not started a unit yet: no logs", id)
 				}
@@ -455,8 +456,9 @@ func newRunLogsCmd(g *globals) *cobra.Command {
 
 // journalctlArgv matches every unit of the run: what the unit's processes wrote (_SYSTEMD_UNIT,
 // or _SYSTEMD_USER_UNIT under a regular user manager) and what the manager said about the unit
-// (UNIT, USER_UNIT).
-func journalctlArgv(dir string, attempts []store.Attempt, follow bool) []string {
+// (UNIT, USER_UNIT); and every line with the run's field (HOLDFAST_RUN): the daemon's about the
+// run, under systemd (journallog), and the units' on the system manager (LogExtraFields).
+func journalctlArgv(dir string, run uuid.UUID, attempts []store.Attempt, follow bool) []string {
 	argv := []string{"journalctl", "--no-pager", "--output", "short-iso"}
 	if dir != "" {
 		argv = append(argv, "--directory", dir)
@@ -480,5 +482,5 @@ func journalctlArgv(dir string, attempts []store.Attempt, follow bool) []string 
 	if n == 0 {
 		return nil
 	}
-	return argv
+	return append(argv, "+", journallog.FieldName("run")+"="+run.String())
 }
