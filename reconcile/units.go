@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	jobdef "github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -235,8 +236,10 @@ func unitSpec(cfg Config, job store.Job, run store.Run, attempt int, unlock bool
 	spec.TimeoutStop = 2 * time.Minute
 	spec.RuntimeMax = job.RuntimeMax
 	spec.IOSchedulingClass = job.IOSchedulingClass
+	// The fields the daemon's own lines about the run carry under systemd (its log keys).
 	spec.LogExtraFields = map[string]string{
-		"HOLDFAST_JOB": job.Name, "HOLDFAST_RUN": run.ID.String(), "HOLDFAST_ATTEMPT": strconv.Itoa(attempt),
+		journallog.FieldName("job"): job.Name, journallog.FieldName("run"): run.ID.String(),
+		journallog.FieldName("attempt"): strconv.Itoa(attempt),
 	}
 	if job.Engine != engine.NameRestic {
 		spec.ExecStart = append(append(execArgv, "--"), job.Command...)
