@@ -53,7 +53,7 @@ func (w *sweepWorld) addCommandRuns(b *testing.B, n int, argv []string) []store.
 		if err != nil {
 			b.Fatal(err)
 		}
-		if ok, _, err := w.st.ClaimSpawn(ctx, run.ID, 1, runner.UnitName(name, run.ID, 1), "bench", store.Limits{}); err != nil || !ok {
+		if ok, _, err := w.st.ClaimSpawn(ctx, run.ID, 1, runner.UnitName(name, run.ID, 1), "bench", "", store.Limits{}); err != nil || !ok {
 			b.Fatalf("claim: %v %v", ok, err)
 		}
 		runs = append(runs, run)

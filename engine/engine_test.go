@@ -35,6 +35,8 @@ func TestArgv(t *testing.T) {
 	}
 	cached := job
 	cached.CacheDir = "/var/cache/holdfast"
+	limited := job
+	limited.LimitUpload = 2048
 	common := []string{"restic", "--repo", "/srv/restic", "--password-file", "/etc/holdfast/docs.pw", "--no-cache"}
 	cat := func(parts ...[]string) []string {
 		var all []string
@@ -56,6 +58,10 @@ func TestArgv(t *testing.T) {
 			"backup", "--json", "--tag", "holdfast-job=docs", "--tag", "holdfast-run=6f1c1f8e-3d0a-4a44-9d7e-0b3c2f0f5a11",
 			"--exclude", "*.tmp", "--exclude", "-x", "--", "/data", "/-odd"}},
 		{"unlock", Restic{}.UnlockArgv(job), cat(common, []string{"unlock"})},
+		{"backup with an upload limit", Restic{}.BackupArgv(limited, run), cat(common[:len(common)-1], []string{
+			"--limit-upload", "2048", "--no-cache",
+			"backup", "--json", "--tag", "holdfast-job=docs", "--tag", "holdfast-run=6f1c1f8e-3d0a-4a44-9d7e-0b3c2f0f5a11",
+			"--exclude", "*.tmp", "--exclude", "-x", "--", "/data", "/-odd"})},
 		{"snapshots", Restic{}.SnapshotsArgv(job, run), cat(common, []string{
 			"--no-lock", "snapshots", "--json", "--tag", "holdfast-run=6f1c1f8e-3d0a-4a44-9d7e-0b3c2f0f5a11"})},
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -20,6 +21,7 @@ type Job struct {
 	Paths        []string // absolute paths
 	Excludes     []string // restic --exclude patterns
 	CacheDir     string   // optional restic --cache-dir ("" = --no-cache)
+	LimitUpload  int      // restic --limit-upload in KiB/s; 0 = none
 }
 
 // The prefixes of the tags holdfast puts on the snapshots it makes.
@@ -60,6 +62,9 @@ func (r Restic) global(j Job) []string {
 	if j.PasswordFile != "" {
 		// Without it, restic reads RESTIC_PASSWORD_FILE, which the unit's credentials provide.
 		argv = append(argv, "--password-file", j.PasswordFile)
+	}
+	if j.LimitUpload > 0 {
+		argv = append(argv, "--limit-upload", strconv.Itoa(j.LimitUpload))
 	}
 	if j.CacheDir != "" {
 		return append(argv, "--cache-dir", j.CacheDir)

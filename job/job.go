@@ -134,6 +134,12 @@ func Validate(j *store.Job) error {
 	if j.RuntimeMax != 0 && j.RuntimeMax < MinRuntimeMax {
 		return fmt.Errorf("--runtime-max %s is too short: give at least %s (e.g. 6h), or 0 for no limit", j.RuntimeMax, MinRuntimeMax)
 	}
+	if j.LimitUploadKiB < 0 || j.LimitUploadKiB > math.MaxInt32 {
+		return fmt.Errorf("--limit-upload %d is out of range: give a rate in KiB/s (e.g. 10240 for 10 MiB/s), or 0 for no limit", j.LimitUploadKiB)
+	}
+	if j.LimitUploadKiB > 0 && j.Engine == engine.NameCommand {
+		return errors.New("--limit-upload is restic's: a command job cannot have one; drop it")
+	}
 	if j.Priority < math.MinInt32 || j.Priority > math.MaxInt32 {
 		return fmt.Errorf("--priority %d is out of range: use %d..%d", j.Priority, math.MinInt32, math.MaxInt32)
 	}

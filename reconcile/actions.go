@@ -36,11 +36,11 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 	crashpoint.At("spawn-before-claim")
 	claim := r.cfg.Store.ClaimSpawn
 	if at != nil {
-		claim = func(ctx context.Context, run uuid.UUID, attempt int, unit, host string, limits store.Limits) (bool, string, error) {
-			return r.cfg.Store.ClaimArmedSpawn(ctx, run, attempt, unit, host, limits, *at)
+		claim = func(ctx context.Context, run uuid.UUID, attempt int, unit, host, boot string, limits store.Limits) (bool, string, error) {
+			return r.cfg.Store.ClaimArmedSpawn(ctx, run, attempt, unit, host, boot, limits, *at)
 		}
 	}
-	got, blocked, err := claim(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.Limits)
+	got, blocked, err := claim(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.BootID, r.cfg.Limits)
 	claimed()
 	if err != nil {
 		return err

@@ -59,8 +59,11 @@ type facts struct {
 	// sinceSpawn is the time since the spawn claim, or since the slot of an armed attempt if
 	// that is later (negative before it), on the database's clock.
 	sinceSpawn time.Duration
-	armed      bool     // a transient timer starts the unit at its slot (runner.Arm)
-	runaway    *runaway // a live backup grew past its hold
+	armed      bool // a transient timer starts the unit at its slot (runner.Arm)
+	// earlierBoot: the unit was asked of this host's manager in an earlier boot, so it cannot
+	// still be on its way, nor its timer still armed.
+	earlierBoot bool
+	runaway     *runaway // a live backup grew past its hold
 
 	// Before a spawn.
 	jobMissing      bool
@@ -266,9 +269,9 @@ func decide(f facts, p rules) decision {
 		d := end("armed, paused", store.StatusPaused, "", "paused before it was started: "+f.pausedReason)
 		d.act, d.end.neverRan = actDisarm, true
 		return d
-	case f.armed && f.sinceSpawn < 0:
+	case f.armed && f.sinceSpawn < 0 && !f.earlierBoot:
 		return do("armed, before its time", actNothing) // systemd starts it at its slot
-	case f.sinceSpawn < p.spawnGrace:
+	case f.sinceSpawn < p.spawnGrace && !f.earlierBoot:
 		return do("gone, within spawn grace", actNothing) // systemd may not have got to it yet
 	case f.stopRequested:
 		return end("gone, stop", store.StatusStopped, "", "stopped by the operator; the unit ended without an exit marker")

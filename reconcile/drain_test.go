@@ -21,7 +21,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 	ctx := context.Background()
 	st, _ := storetest.Open(t)
 	run := storetest.ManualRun(t, st, "big")
-	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, "holdfast-big-"+run.ID.String()+"-a1.service", "h", store.Limits{}); !ok || err != nil {
+	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, "holdfast-big-"+run.ID.String()+"-a1.service", "h", "", store.Limits{}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
 

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,10 @@ type Config struct {
 	ResticBinary string
 	// Host is recorded on each attempt. Default os.Hostname().
 	Host string
+	// BootID is the host's current boot, recorded on each attempt: a unit of this host's
+	// earlier boot is gone for good. Default the kernel's boot id ("" if it cannot be read:
+	// then a run a reboot interrupted waits out the spawn grace).
+	BootID string
 	// SpawnGrace is how long after a spawn claim a missing unit is still "not started yet".
 	SpawnGrace time.Duration
 	// RunBudget bounds the time one run may take in one pass.
@@ -101,6 +106,9 @@ const (
 	DefaultResticBinary = "restic" // resolved in PATH
 )
 
+// bootIDFile is where the kernel tells its boot id; systemd-nspawn gives each container boot its own.
+const bootIDFile = "/proc/sys/kernel/random/boot_id"
+
 // Validate fills in defaults and checks required fields.
 func (c *Config) Validate() error {
 	switch {
@@ -137,6 +145,13 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.BootID == "" {
+		id, err := os.ReadFile(bootIDFile)
+		if err != nil {
+			c.Logger.Warn("boot id unknown: runs a reboot interrupts will wait out the spawn grace", "err", err)
+		}
+		c.BootID = strings.TrimSpace(string(id))
 	}
 	if c.DependsWait <= 0 {
 		c.DependsWait = DefaultDependsWait
@@ -358,6 +373,7 @@ func (r *Reconciler) gather(ctx context.Context, l *store.LiveRun, jobs map[stri
 		f.sinceSpawn = l.ReadAt.Sub(from)
 	}
 	f.armed = l.Attempt.ArmedFor != nil
+	f.earlierBoot = l.Attempt.BootID != "" && l.Attempt.Host == r.cfg.Host && l.Attempt.BootID != r.cfg.BootID
 	if err := r.readMarker(*l, &f, r.engineFor(l.JobEngine)); err != nil {
 		return f, store.Job{}, err
 	}

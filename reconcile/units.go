@@ -103,7 +103,7 @@ func jobUnit(cfg Config, job store.Job, name string, writesRepository bool, writ
 	if err != nil {
 		uid = -1 // the spawn fails on the missing user before this unit is started
 	}
-	ej := engine.Job{Name: job.Name, Repository: job.Repository, Paths: job.Paths, Excludes: job.Excludes,
+	ej := engine.Job{Name: job.Name, Repository: job.Repository, Paths: job.Paths, Excludes: job.Excludes, LimitUpload: job.LimitUploadKiB,
 		CacheDir: CacheDir(cfg.StateDir, uid, job.Name)}
 	spec := runner.Spec{
 		Name:             name,

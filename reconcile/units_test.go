@@ -173,7 +173,7 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	// start claims and starts an attempt, as a spawn does.
 	start := func(jobName string, run store.Run, attempt int) {
 		t.Helper()
-		if ok, blocked, err := st.ClaimSpawn(ctx, run.ID, attempt, runner.UnitName(jobName, run.ID, attempt), "h", store.Limits{}); !ok || err != nil {
+		if ok, blocked, err := st.ClaimSpawn(ctx, run.ID, attempt, runner.UnitName(jobName, run.ID, attempt), "h", "", store.Limits{}); !ok || err != nil {
 			t.Fatalf("claim: %v %q %v", ok, blocked, err)
 		}
 		if err := st.MarkStarted(ctx, run.ID, attempt, tick()); err != nil {

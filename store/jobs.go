@@ -34,6 +34,7 @@ type Job struct {
 	Nice              *int
 	IOSchedulingClass string
 	RuntimeMax        time.Duration // 0 = no limit
+	LimitUploadKiB    int           // restic's --limit-upload in KiB/s; 0 = none
 	CreatedAt         time.Time
 	LastOutcome       string
 	LastRunID         *uuid.UUID
@@ -82,7 +83,7 @@ const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.pat
 	j.command, j.schedule, j.time_zone, j.catch_up, j.next_run_at, j.missed_slots, j.overlap_skips, j.last_skip_at,
 	coalesce(j.last_skip_why, ''), j.retry_max, j.retry_backoff, j.windows, j.priority, coalesce(j.depends_on, ''),
 	j.retention, j.retention_max_delete, j.retention_min_keep, j.prune_schedule, j.next_prune_at, j.account, j.max_added,
-	coalesce(j.admission_error, ''), j.admission_retry_at, j.env_file`
+	coalesce(j.admission_error, ''), j.admission_retry_at, j.env_file, j.limit_upload_kib`
 
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
@@ -92,7 +93,7 @@ func scanJob(row pgx.Row) (Job, error) {
 		&j.Command, &j.Schedule, &j.TimeZone, &j.CatchUp, &j.NextRunAt, &j.MissedSlots, &j.OverlapSkips, &j.LastSkipAt,
 		&j.LastSkipWhy, &j.RetryMax, &j.RetryBackoff, &j.Windows, &j.Priority, &j.DependsOn,
 		&j.Retention, &j.RetentionMaxDelete, &j.RetentionMinKeep, &j.PruneSchedule, &j.NextPruneAt, &j.Account, &j.MaxAdded,
-		&j.AdmissionError, &j.AdmissionRetryAt, &j.EnvFile)
+		&j.AdmissionError, &j.AdmissionRetryAt, &j.EnvFile, &j.LimitUploadKiB)
 	if runtimeMax != nil {
 		j.RuntimeMax = *runtimeMax
 	}
@@ -103,14 +104,14 @@ func scanJob(row pgx.Row) (Job, error) {
 const jobSettings = `engine, repository, password_file, paths, excludes, run_as_user, run_as_group,
 	nice, io_scheduling_class, runtime_max, command, schedule, time_zone, catch_up, next_run_at, retry_max,
 	retry_backoff, windows, priority, depends_on, retention, retention_max_delete, retention_min_keep,
-	prune_schedule, next_prune_at, account, max_added, env_file`
+	prune_schedule, next_prune_at, account, max_added, env_file, limit_upload_kib`
 
 func settingValues(j Job) []any {
 	return []any{j.Engine, j.Repository, j.PasswordFile, nonNil(j.Paths), nonNil(j.Excludes), j.User, j.Group,
 		j.Nice, j.IOSchedulingClass, durationToInterval(j.RuntimeMax), nonNil(j.Command), j.Schedule, j.TimeZone,
 		j.CatchUp, j.NextRunAt, j.RetryMax, j.RetryBackoff, nonNil(j.Windows), j.Priority, nullIfEmpty(j.DependsOn),
 		nilIfEmpty(j.Retention), cmp.Or(j.RetentionMaxDelete, retention.DefaultMaxDeleteShare), j.RetentionMinKeep,
-		j.PruneSchedule, j.NextPruneAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded, j.EnvFile}
+		j.PruneSchedule, j.NextPruneAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded, j.EnvFile, j.LimitUploadKiB}
 }
 
 // settingParams returns n placeholders "$from, ..." for the settings.

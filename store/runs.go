@@ -94,6 +94,7 @@ type Attempt struct {
 	No               int
 	Unit             string // "" until a spawn was claimed
 	Host             string
+	BootID           string // the boot of Host when the spawn was claimed; "" if unknown
 	CreatedAt        time.Time
 	SpawnClaimedAt   *time.Time
 	ArmedFor         *time.Time // a transient timer starts its unit at this time; nil: started at the claim
@@ -133,7 +134,7 @@ func runDest(r *Run) []any {
 		&r.ForgetIDs, &r.PlanID, &r.BudgetBytes, &r.HeldBytes, &r.SettledBytes}
 }
 
-const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, a.created_at, a.spawn_claimed_at, a.armed_for,
+const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, coalesce(a.boot_id, ''), a.created_at, a.spawn_claimed_at, a.armed_for,
 	a.started_at, a.ended_at, coalesce(a.service_result, ''), coalesce(a.exit_code, ''), coalesce(a.exit_status, ''),
 	a.journal_offset, a.journal_last_seq, a.journal_last_hash, a.quarantined_at, coalesce(a.quarantine_reason, ''),
 	a.last_event_at, a.percent_done, a.files_done, a.total_files, a.bytes_done, a.total_bytes,
@@ -151,7 +152,7 @@ type attemptScan struct {
 
 func (s *attemptScan) dest() []any {
 	a := &s.a
-	return []any{&a.RunID, &a.No, &a.Unit, &a.Host, &a.CreatedAt, &a.SpawnClaimedAt, &a.ArmedFor,
+	return []any{&a.RunID, &a.No, &a.Unit, &a.Host, &a.BootID, &a.CreatedAt, &a.SpawnClaimedAt, &a.ArmedFor,
 		&a.StartedAt, &a.EndedAt, &a.ServiceResult, &a.ExitCode, &a.ExitStatus,
 		&a.Cursor.Offset, &a.Cursor.LastSeq, &a.Cursor.LastHash, &a.QuarantinedAt, &a.QuarantineReason,
 		&a.LastEventAt, &s.percent, &s.filesDone, &s.totalFiles, &s.bytesDone, &s.totalBy,
@@ -318,18 +319,19 @@ const spawnLockClass int32 = 0x68667370
 
 // ClaimSpawn records the unit name and the spawn claim on a live attempt that has none, before
 // systemd is asked. It reports claimed=false if the attempt was claimed, ended, or its run was
-// asked to stop meanwhile, and a reason when a limit or a busy repository holds it back.
-func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host string, limits Limits) (claimed bool, blocked string, err error) {
-	return s.claimSpawn(ctx, runID, attempt, unit, host, limits, nil)
+// asked to stop meanwhile, and a reason when a limit or a busy repository holds it back. boot is
+// the host's current boot id, recorded with the claim ("" if unknown).
+func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host, boot string, limits Limits) (claimed bool, blocked string, err error) {
+	return s.claimSpawn(ctx, runID, attempt, unit, host, boot, limits, nil)
 }
 
 // ClaimArmedSpawn is ClaimSpawn for an attempt whose unit a timer starts at at (runner.Arm): it
 // records armed_for with the claim, so that until then a service not there yet is not gone.
-func (s *Store) ClaimArmedSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host string, limits Limits, at time.Time) (claimed bool, blocked string, err error) {
-	return s.claimSpawn(ctx, runID, attempt, unit, host, limits, &at)
+func (s *Store) ClaimArmedSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host, boot string, limits Limits, at time.Time) (claimed bool, blocked string, err error) {
+	return s.claimSpawn(ctx, runID, attempt, unit, host, boot, limits, &at)
 }
 
-func (s *Store) claimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host string, limits Limits, armedFor *time.Time) (claimed bool, blocked string, err error) {
+func (s *Store) claimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host, boot string, limits Limits, armedFor *time.Time) (claimed bool, blocked string, err error) {
 	// Claims that decide on what other claims hold are serialized, so that two of them never
 	// both see the last free place: all claims when limits are set, else the claims on one
 	// restic repository (a prune needs it to itself; a backup waits for its prune).
@@ -358,7 +360,7 @@ func (s *Store) claimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 			SELECT count(*) AS all_hosts, count(*) FILTER (WHERE host = $4) AS on_host
 			FROM attempts WHERE $5 AND unit IS NOT NULL AND ended_at IS NULL),
 		claim AS (
-			UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = now(), armed_for = $8
+			UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = now(), armed_for = $8, boot_id = nullif($9, '')
 			WHERE (run_id, attempt_no) IN (
 				SELECT a.run_id, a.attempt_no FROM attempts a JOIN runs r ON r.id = a.run_id
 				WHERE a.run_id = $1 AND a.attempt_no = $2 AND a.unit IS NULL AND a.ended_at IS NULL
@@ -373,7 +375,7 @@ func (s *Store) claimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 			WHERE id IN (SELECT run_id FROM claim) AND waiting_reason IS NOT NULL)
 		SELECT (SELECT id FROM busy), (SELECT kind FROM busy),
 			(SELECT all_hosts FROM holding), (SELECT on_host FROM holding), EXISTS (SELECT 1 FROM claim)`,
-		runID, attempt, unit, host, limited, limits.MaxRunning, limits.MaxRunningHost, armedFor)
+		runID, attempt, unit, host, limited, limits.MaxRunning, limits.MaxRunningHost, armedFor, boot)
 	results := s.pool.SendBatch(ctx, batch)
 	_, err = results.Exec()
 	if err == nil {
@@ -832,7 +834,7 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 // attempt, so if the call did reach systemd, the next start finds the unit instead of a twin.
 func (s *Store) ReleaseSpawnClaim(ctx context.Context, runID uuid.UUID, attempt int, unit string) error {
 	_, err := s.pool.Exec(ctx, `
-		UPDATE attempts SET unit = NULL, host = '', spawn_claimed_at = NULL, armed_for = NULL
+		UPDATE attempts SET unit = NULL, host = '', spawn_claimed_at = NULL, armed_for = NULL, boot_id = NULL
 		WHERE run_id = $1 AND attempt_no = $2 AND unit = $3 AND ended_at IS NULL AND started_at IS NULL`,
 		runID, attempt, unit)
 	if err != nil {

@@ -90,7 +90,7 @@ func TestGuardedWrites(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, "holdfast-g-"+run.ID.String()+"-a1.service", "h", store.Limits{})
+			ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, "holdfast-g-"+run.ID.String()+"-a1.service", "h", "", store.Limits{})
 			if err != nil {
 				t.Error(err)
 			}
@@ -163,7 +163,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	if _, err := st.RequestStop(ctx, run.ID); err != nil {
 		t.Fatal(err)
 	}
-	ok, _, err := st.ClaimSpawn(ctx, run.ID, 2, "u", "h", store.Limits{})
+	ok, _, err := st.ClaimSpawn(ctx, run.ID, 2, "u", "h", "", store.Limits{})
 	if err != nil || ok {
 		t.Fatalf("claim after a stop request: ok=%v err=%v, want false", ok, err)
 	}

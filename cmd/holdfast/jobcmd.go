@@ -66,6 +66,7 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&j.Group, "group", "", "run the backup as this group")
 	f.DurationVar(&j.RuntimeMax, "runtime-max", 0, "stop a run that takes longer than this (e.g. 6h)")
 	f.IntVar(&jf.nice, "nice", 0, "CPU niceness of the backup, -20..19")
+	f.IntVar(&j.LimitUploadKiB, "limit-upload", 0, "limit what restic writes to the repository to this many KiB/s (restic --limit-upload); 0 no limit")
 	f.StringVar(&j.IOSchedulingClass, "io-class", "", "IO scheduling class: realtime, best-effort or idle")
 	f.StringVar(&j.Engine, "engine", engine.NameRestic, "backup engine: "+engine.NameRestic+" or "+engine.NameCommand)
 	f.StringVar(&j.Schedule, "schedule", "", `when to run: cron ("0 2 * * *"), @daily, @every 6h; "" runs only by hand`)
@@ -98,7 +99,7 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *store.Job) error {
 		"retry-max": func() { j.RetryMax = src.RetryMax }, "retry-backoff": func() { j.RetryBackoff = src.RetryBackoff },
 		"window": func() { j.Windows = src.Windows }, "priority": func() { j.Priority = src.Priority },
 		"depends-on": func() { j.DependsOn = src.DependsOn }, "prune-schedule": func() { j.PruneSchedule = src.PruneSchedule },
-		"account": func() { j.Account = src.Account },
+		"account": func() { j.Account = src.Account }, "limit-upload": func() { j.LimitUploadKiB = src.LimitUploadKiB },
 	}
 	f.Visit(func(flag *pflag.Flag) {
 		if fn, ok := set[flag.Name]; ok {
@@ -231,6 +232,7 @@ type jobOut struct {
 	Nice               *int              `json:"nice,omitempty"`
 	IOSchedulingClass  string            `json:"io_scheduling_class,omitempty"`
 	RuntimeMaxSeconds  float64           `json:"runtime_max_seconds,omitempty"`
+	LimitUploadKiB     int               `json:"limit_upload_kib,omitempty"`
 	CreatedAt          string            `json:"created_at"`
 	LastOutcome        string            `json:"last_outcome,omitempty"`
 	LastRunID          string            `json:"last_run_id,omitempty"`
@@ -263,7 +265,7 @@ type jobOut struct {
 func jobJSON(j store.Job) jobOut {
 	o := jobOut{Name: j.Name, Engine: j.Engine, Repository: j.Repository, PasswordFile: j.PasswordFile,
 		EnvFile: j.EnvFile, Paths: j.Paths, Excludes: j.Excludes, User: j.User, Group: j.Group, Nice: j.Nice,
-		IOSchedulingClass: j.IOSchedulingClass, RuntimeMaxSeconds: j.RuntimeMax.Seconds(),
+		IOSchedulingClass: j.IOSchedulingClass, RuntimeMaxSeconds: j.RuntimeMax.Seconds(), LimitUploadKiB: j.LimitUploadKiB,
 		CreatedAt: j.CreatedAt.UTC().Format(time.RFC3339Nano), LastOutcome: j.LastOutcome}
 	if j.LastRunID != nil {
 		o.LastRunID = j.LastRunID.String()
@@ -359,6 +361,9 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				}
 				if j.RuntimeMax > 0 {
 					fmt.Fprintf(w, "runtime limit: %s\n", j.RuntimeMax)
+				}
+				if j.LimitUploadKiB > 0 {
+					fmt.Fprintf(w, "upload limit:  %d KiB/s\n", j.LimitUploadKiB)
 				}
 				if len(j.Command) > 0 {
 					fmt.Fprintf(w, "command:       %s\n", strings.Join(j.Command, " "))

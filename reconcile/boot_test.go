@@ -1,0 +1,68 @@
+package reconcile
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/storetest"
+)
+
+// A unit claimed in an earlier boot of the same host is gone for good: its run restarts at once
+// instead of waiting out the spawn grace. The boot recorded with the claim is compared only
+// with the same host's.
+func TestEarlierBootSkipsSpawnGrace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := storetest.Open(t)
+	run := storetest.ManualRun(t, st, "boot")
+	unit := runner.UnitName("boot", run.ID, 1)
+	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h", "boot-1", store.Limits{}); !ok || err != nil {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	ls, err := st.LiveRuns(ctx)
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("live runs: %+v, %v", ls, err)
+	}
+	if got := ls[0].Attempt.BootID; got != "boot-1" {
+		t.Fatalf("the attempt's boot: %q, want boot-1", got)
+	}
+	gone := map[string]runner.State{unit: {LoadState: "not-found", ActiveState: "inactive", SubState: "dead"}}
+
+	for _, tc := range []struct {
+		name, host, boot string
+		row              string
+	}{
+		{"same boot: systemd may not have got to it yet", "h", "boot-1", "gone, within spawn grace"},
+		{"the host rebooted since the claim", "h", "boot-2", "gone"},
+		{"another host's boot says nothing of this one", "other", "boot-2", "gone, within spawn grace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Reconciler{cfg: Config{Store: st, StateDir: t.TempDir(), SpawnGrace: time.Hour, MaxAttempts: 5,
+				Host: tc.host, BootID: tc.boot, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now}}
+			l := ls[0]
+			f, _, err := r.gather(ctx, &l, nil, gone, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := decide(f, r.rules()); d.row != tc.row {
+				t.Fatalf("row %q, want %q", d.row, tc.row)
+			}
+		})
+	}
+}
+
+// The default boot id is the kernel's, the same for every reconciler of one boot.
+func TestBootIDDefault(t *testing.T) {
+	c := Config{Store: &store.Store{}, Runner: &runner.Runner{}, StateDir: t.TempDir(), Binary: "/bin/true"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.BootID) != 36 {
+		t.Fatalf("boot id %q, want the kernel's (a UUID)", c.BootID)
+	}
+}
