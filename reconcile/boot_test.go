@@ -4,6 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,13 +59,21 @@ func TestEarlierBootSkipsSpawnGrace(t *testing.T) {
 	}
 }
 
-// The default boot id is the kernel's, the same for every reconciler of one boot.
+// The default boot id is the kernel's and its PID 1's start, the same for every reconciler of
+// one boot.
 func TestBootIDDefault(t *testing.T) {
 	c := Config{Store: &store.Store{}, Runner: &runner.Runner{}, StateDir: t.TempDir(), Binary: "/bin/true"}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if len(c.BootID) != 36 {
-		t.Fatalf("boot id %q, want the kernel's (a UUID)", c.BootID)
+	kernel, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^` + strings.TrimSpace(string(kernel)) + `\+[0-9]+$`).MatchString(c.BootID) {
+		t.Fatalf("boot id %q, want the kernel's, + and PID 1's start", c.BootID)
+	}
+	if again, err := CurrentBoot(); err != nil || again != c.BootID {
+		t.Fatalf("boot id read again: %q, %v; want %q", again, err, c.BootID)
 	}
 }

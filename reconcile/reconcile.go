@@ -14,6 +14,7 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -50,8 +51,8 @@ type Config struct {
 	// Host is recorded on each attempt. Default os.Hostname().
 	Host string
 	// BootID is the host's current boot, recorded on each attempt: a unit of this host's
-	// earlier boot is gone for good. Default the kernel's boot id ("" if it cannot be read:
-	// then a run a reboot interrupted waits out the spawn grace).
+	// earlier boot is gone for good. Default CurrentBoot ("" if it cannot be read: then a run a
+	// reboot interrupted waits out the spawn grace).
 	BootID string
 	// SpawnGrace is how long after a spawn claim a missing unit is still "not started yet".
 	SpawnGrace time.Duration
@@ -106,8 +107,26 @@ const (
 	DefaultResticBinary = "restic" // resolved in PATH
 )
 
-// bootIDFile is where the kernel tells its boot id; systemd-nspawn gives each container boot its own.
-const bootIDFile = "/proc/sys/kernel/random/boot_id"
+// CurrentBoot identifies this boot of the host: the kernel's boot id, and when its PID 1 started
+// (in clock ticks since the kernel's boot), since a container rebooting keeps the kernel's. A
+// re-exec of PID 1 keeps both; a restart of the daemon too.
+func CurrentBoot() (string, error) {
+	kernel, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", err
+	}
+	stat, err := os.ReadFile("/proc/1/stat")
+	if err != nil {
+		return "", err
+	}
+	// Field 22 is the start time; the fields from 3 on follow the command name's last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	fields := strings.Fields(string(stat[i+1:]))
+	if i < 0 || len(fields) < 20 {
+		return "", fmt.Errorf("/proc/1/stat: unexpected %q", stat)
+	}
+	return strings.TrimSpace(string(kernel)) + "+" + fields[19], nil
+}
 
 // Validate fills in defaults and checks required fields.
 func (c *Config) Validate() error {
@@ -147,11 +166,10 @@ func (c *Config) Validate() error {
 		c.Logger = slog.Default()
 	}
 	if c.BootID == "" {
-		id, err := os.ReadFile(bootIDFile)
-		if err != nil {
+		var err error
+		if c.BootID, err = CurrentBoot(); err != nil {
 			c.Logger.Warn("boot id unknown: runs a reboot interrupts will wait out the spawn grace", "err", err)
 		}
-		c.BootID = strings.TrimSpace(string(id))
 	}
 	if c.DependsWait <= 0 {
 		c.DependsWait = DefaultDependsWait

@@ -188,6 +188,11 @@ func AttemptSpec(ctx context.Context, cfg Config, job store.Job, run store.Run, 
 			return runner.Spec{}, "", err
 		}
 		why = staleLock(endings)
+		if why == "" && attempt > 1 {
+			// A restart follows an interruption: a reboot's stop has been seen to leave restic's
+			// lock behind although restic exited 130, as after a SIGINT it honoured.
+			why = fmt.Sprintf("attempt %d of run %s was interrupted", attempt-1, run.ID)
+		}
 	}
 	return unitSpec(cfg, job, run, attempt, why != ""), why, nil
 }

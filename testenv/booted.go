@@ -46,10 +46,10 @@ const (
 // is never used.
 var (
 	imageSuite    = "bookworm"
-	imagePackages = []string{"systemd", "systemd-sysv", "dbus", "libpam-systemd", "restic"}
+	imagePackages = []string{"systemd", "systemd-sysv", "dbus", "libpam-systemd", "restic", "postgresql"}
 	// imageSteps names what buildImage does after debootstrap; bump it when
 	// that changes.
-	imageSteps = "v1: no hostname, empty machine-id, apt caches removed"
+	imageSteps = "v2: no hostname, empty machine-id, apt caches removed, root 0755 while built"
 )
 
 // bootScript runs in a private mount namespace: it moves itself into the
@@ -73,21 +73,25 @@ type HostConfig struct {
 	// Postgres makes the test binary's PostgreSQL server reachable inside the
 	// host at the same DSNs as outside, so Postgres(t) databases can be used
 	// by holdfast inside. A private server's socket directory is
-	// bind-mounted at its own path: one server for every host, no port to
-	// share on the network the containers have in common with the machine,
-	// and nothing to install or start per boot. A TCP server named by
-	// HOLDFAST_TEST_DSN is reached through that shared network.
+	// bind-mounted at its own path: one server for every host, reached
+	// without a network, nothing to install or start per boot. A TCP server named by
+	// HOLDFAST_TEST_DSN is reached through the machine's network, which the host then shares.
 	Postgres bool
 }
+
+// A host has a network of its own (loopback only), where its own PostgreSQL (the image's, as
+// `apt install postgresql` leaves it) listens on the usual port. Sharing the machine's network,
+// every host's server would take the same port: there the image's server is masked.
 
 // Host is a booted Debian 12 container, see BootedHost.
 type Host struct {
 	Name string // machine name and host name
 
-	image  string
-	dir    string // upper, work and merged directories, the console log
-	binds  []string
-	cgroup *cgroupSubtree
+	image        string
+	dir          string // upper, work and merged directories, the console log
+	binds        []string
+	shareNetwork bool // the machine's network, for a TCP server of HOLDFAST_TEST_DSN
+	cgroup       *cgroupSubtree
 
 	mu       sync.Mutex
 	proc     *child // systemd-nspawn; nil while powered off
@@ -140,10 +144,20 @@ func BootedHostWith(t testing.TB, cfg HostConfig) *Host {
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	h := &Host{Name: "hf-" + randomHex(5), image: image, dir: dir, binds: binds}
+	h := &Host{Name: "hf-" + randomHex(5), image: image, dir: dir, binds: binds,
+		shareNetwork: cfg.Postgres && os.Getenv("HOLDFAST_TEST_DSN") != ""}
 	for _, d := range []string{"upper", "work", "merged"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatalf("testenv: %v", err)
+		}
+	}
+	if h.shareNetwork {
+		units := filepath.Join(dir, "upper", "etc", "systemd", "system")
+		if err := os.MkdirAll(units, 0o755); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		if err := os.Symlink("/dev/null", filepath.Join(units, "postgresql@.service")); err != nil {
+			t.Fatalf("testenv: mask the host's PostgreSQL: %v", err)
 		}
 	}
 	if h.cgroup, err = newCgroupSubtree(); err != nil {
@@ -264,11 +278,13 @@ func ensureImage() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := buildImage(tmp); err != nil {
+	// The image's root as it will be, before debootstrap: its packages' scripts run as their
+	// system users too (postgresql makes its main cluster as postgres).
+	if err := os.Chmod(tmp, 0o755); err != nil {
 		os.RemoveAll(tmp)
 		return "", err
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	if err := buildImage(tmp); err != nil {
 		os.RemoveAll(tmp)
 		return "", err
 	}
@@ -375,6 +391,9 @@ func (h *Host) boot() error {
 		"--register=no", "--keep-unit", "-M", h.Name, "--console=read-only")
 	for _, b := range h.binds {
 		args = append(args, "--bind="+b)
+	}
+	if !h.shareNetwork {
+		args = append(args, "--private-network")
 	}
 	cmd := exec.Command("unshare", args...)
 	cmd.Env = []string{hostPath, "LC_ALL=C"}

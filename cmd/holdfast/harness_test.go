@@ -346,6 +346,8 @@ type runJSON struct {
 	Attempts []struct {
 		Attempt          int    `json:"attempt"`
 		Unit             string `json:"unit"`
+		BootID           string `json:"boot_id"`
+		SpawnedAt        string `json:"spawned_at"`
 		ServiceResult    string `json:"service_result"`
 		ExitCode         string `json:"exit_code"`
 		ExitStatus       string `json:"exit_status"`

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/setup"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
 )
@@ -77,8 +79,18 @@ type environment struct {
 	executable func() (string, error)
 }
 
+// processEnvironment is the process's own, over the settings of the daemon's environment file
+// where this process may read it (root, on a host set up with holdfast setup): the CLI then talks
+// to the daemon's database with nothing exported. HOLDFAST_ENV_FILE names another file.
 func processEnvironment() environment {
-	return environment{getenv: os.Getenv, stdout: os.Stdout, stderr: os.Stderr, executable: os.Executable,
+	file, _ := setup.ReadEnv(cmp.Or(os.Getenv("HOLDFAST_ENV_FILE"), setup.DefaultEnvFile))
+	getenv := func(key string) string {
+		if v, ok := os.LookupEnv(key); ok {
+			return v
+		}
+		return file[key]
+	}
+	return environment{getenv: getenv, stdout: os.Stdout, stderr: os.Stderr, executable: os.Executable,
 		openStore: openOwnStore}
 }
 
@@ -190,7 +202,8 @@ func newRoot(env environment) *cobra.Command {
 	}
 	root.SetOut(env.stdout)
 	root.SetErr(env.stderr)
-	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newExecCmd(), newCredexecCmd(), newMarkerCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd(), newProbeReadCmd())
+	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newExecCmd(), newCredexecCmd(), newMarkerCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd(), newProbeReadCmd(),
+		newSetupCmd(g), newSetupDatabaseCmd())
 	return root
 }
 

@@ -31,6 +31,8 @@ type attemptOut struct {
 	Attempt          int     `json:"attempt"`
 	Unit             string  `json:"unit"`
 	Host             string  `json:"host,omitempty"`
+	BootID           string  `json:"boot_id,omitempty"`
+	SpawnedAt        *string `json:"spawned_at"` // the spawn claim, just before systemd was asked
 	StartedAt        *string `json:"started_at"`
 	EndedAt          *string `json:"ended_at"`
 	ServiceResult    string  `json:"service_result"`
@@ -111,8 +113,8 @@ func runJSON(r store.Run, attempts []store.Attempt) runOut {
 		o.PlanID = r.PlanID.String()
 	}
 	for _, a := range attempts {
-		o.Attempts = append(o.Attempts, attemptOut{Attempt: a.No, Unit: a.Unit, Host: a.Host,
-			StartedAt: timeStr(a.StartedAt), EndedAt: timeStr(a.EndedAt), ServiceResult: a.ServiceResult,
+		o.Attempts = append(o.Attempts, attemptOut{Attempt: a.No, Unit: a.Unit, Host: a.Host, BootID: a.BootID,
+			SpawnedAt: timeStr(a.SpawnClaimedAt), StartedAt: timeStr(a.StartedAt), EndedAt: timeStr(a.EndedAt), ServiceResult: a.ServiceResult,
 			ExitCode: a.ExitCode, ExitStatus: a.ExitStatus, QuarantineReason: a.QuarantineReason,
 			HoldBytes: a.HoldBytes, SettleDeferred: a.SettleDeferred, Settlement: a.Settlement})
 	}

@@ -1,0 +1,195 @@
+package main_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+// holdfast installed on a booted host with the README's two commands, `apt install
+// ./holdfast_*.deb postgresql` and `holdfast setup`, and nothing else: the CLI as root needs no
+// environment, the service tells systemd what it does, a backup as the system user backup with a
+// root-only password file succeeds and journald files its lines under its run. Then the host
+// reboots, gracefully and by a power loss, with three backups in flight, one of them stopped by
+// the operator: each time the interrupted two are restarted as new attempts within 5 s of the
+// daemon's start and succeed, the stopped one stays stopped, no restic lock is left and the
+// invariants hold.
+func TestBootedHostInstall(t *testing.T) {
+	t.Parallel()
+	deb := debPackage(t, "1.0.0")
+	h := testenv.BootedHost(t)
+	b := &bootedWorld{t: t, h: h}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := h.Output(context.Background(), "journalctl", "--no-pager", "-b", "-u", "holdfast.service")
+			t.Logf("holdfast.service:\n%s", out)
+		}
+	})
+	h.CopyIn(t, deb, "/root/holdfast_1.0.0_amd64.deb", 0o644)
+	h.Run(t, "apt", "install", "--yes", "/root/holdfast_1.0.0_amd64.deb", "postgresql")
+	// Nothing runs before the database is configured, nor at the next boot.
+	if out, _ := h.Output(context.Background(), "systemctl", "is-enabled", "holdfast.service"); strings.TrimSpace(string(out)) != "disabled" {
+		t.Fatalf("holdfast.service is %s after the install, want disabled until holdfast setup", out)
+	}
+
+	out := b.mustHoldfast("setup")
+	t.Logf("holdfast setup:\n%s", out)
+	for _, want := range []string{"database: role holdfast created, database holdfast created", "schema: ", "service: holdfast.service enabled and started"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("holdfast setup says:\n%s\nwant %q", out, want)
+		}
+	}
+	if got := strings.TrimSpace(h.Run(t, "stat", "-c", "%U %G %a", "/etc/holdfast/holdfast.env")); got != "root root 600" {
+		t.Fatalf("/etc/holdfast/holdfast.env: %s, want root root 600", got)
+	}
+	env := h.Run(t, "cat", "/etc/holdfast/holdfast.env")
+	p := b.serviceProps("Type", "WatchdogUSec", "StatusText", "ActiveState", "MainPID")
+	if p["Type"] != "notify" || p["WatchdogUSec"] != "30s" || p["StatusText"] == "" || p["ActiveState"] != "active" {
+		t.Fatalf("holdfast.service after setup: %v; want Type=notify, a 30s watchdog, a status, active", p)
+	}
+	if s := b.isActive("holdfast.service"); s != "active" {
+		t.Fatalf("systemctl is-active holdfast: %s", s)
+	}
+	// Again: nothing changes.
+	again := b.mustHoldfast("setup")
+	for _, want := range []string{"database: HOLDFAST_DSN in /etc/holdfast/holdfast.env answers", "schema: current", "service: holdfast.service enabled and active"} {
+		if !strings.Contains(again, want) {
+			t.Fatalf("holdfast setup, again, says:\n%s\nwant %q", again, want)
+		}
+	}
+	if h.Run(t, "cat", "/etc/holdfast/holdfast.env") != env || b.serviceProps("MainPID")["MainPID"] != p["MainPID"] {
+		t.Fatal("holdfast setup, run again, changed the environment file or restarted the daemon")
+	}
+
+	// A backup of /srv/data as the system user backup; the password file is root's alone.
+	h.Run(t, "mkdir", "-p", "/srv/data", "/srv/backup")
+	h.WriteFile(t, "/etc/holdfast/srv.pw", []byte("srv password\n"), 0o600)
+	h.Run(t, "dd", "if=/dev/urandom", "of=/srv/data/a", "bs=1M", "count=4", "status=none")
+	h.WriteFile(t, "/srv/data/b.txt", []byte("hello from an installed host\n"), 0o644)
+	b.resticRepoAs("/srv/backup/srv", "/etc/holdfast/srv.pw", "backup")
+	b.mustHoldfast("job", "add", "srv", "--repo", "/srv/backup/srv", "--password-file", "/etc/holdfast/srv.pw",
+		"--path", "/srv/data", "--user", "backup")
+	id := b.startRun("srv")
+	r := b.waitRun(id, "the end", ended)
+	if r.Status != "succeeded" || r.SnapshotID == "" {
+		t.Fatalf("run %s: %s (%s), snapshot %q; want succeeded with a snapshot", id, r.Status, r.Reason, r.SnapshotID)
+	}
+	b.journalHasRun(id, r.Attempts[len(r.Attempts)-1].Unit, "srv")
+
+	// Three backups in flight, slowed by an upload limit rather than by work for the CPU.
+	jobs := []string{"one", "two", "three"}
+	for _, j := range jobs {
+		h.Run(t, "mkdir", "-p", "/srv/"+j)
+		b.resticRepoAs("/srv/backup/"+j, "/etc/holdfast/srv.pw", "backup")
+		b.mustHoldfast("job", "add", j, "--repo", "/srv/backup/"+j, "--password-file", "/etc/holdfast/srv.pw",
+			"--path", "/srv/"+j, "--user", "backup", "--limit-upload", "256")
+	}
+	for _, round := range []struct {
+		name   string
+		reboot func(testing.TB)
+	}{{"graceful reboot", h.Reboot}, {"power loss", h.PowerLoss}} {
+		ids := map[string]string{}
+		for _, j := range jobs {
+			// New data each round: the repository holds the last round's.
+			h.Run(t, "dd", "if=/dev/urandom", "of=/srv/"+j+"/data", "bs=1M", "count=6", "status=none")
+			ids[j] = b.startRun(j)
+		}
+		for _, j := range jobs {
+			b.waitRun(ids[j], "running", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+		}
+		b.mustHoldfast("run", "stop", ids["three"])
+		if r := b.waitRun(ids["three"], "stopped", ended); r.Status != "stopped" {
+			t.Fatalf("%s: run three: %s (%s), want stopped", round.name, r.Status, r.Reason)
+		}
+		for _, j := range jobs[:2] {
+			if r := b.show(ids[j]); r.Status != "running" {
+				t.Fatalf("%s: run %s is %s (%s) before the reboot; the backups end too soon", round.name, j, r.Status, r.Reason)
+			}
+		}
+		round.reboot(t)
+		started := b.daemonStarted()
+		for _, j := range jobs[:2] {
+			r := b.waitRun(ids[j], "the end", ended)
+			if r.Status != "succeeded" || len(r.Attempts) != 2 {
+				t.Fatalf("%s: run %s: %s (%s) in %d attempt(s); want succeeded in a second attempt", round.name, j, r.Status, r.Reason, len(r.Attempts))
+			}
+			spawned, err := time.Parse(time.RFC3339Nano, r.Attempts[1].SpawnedAt)
+			if err != nil {
+				t.Fatalf("attempt 2 of run %s: spawned_at %q: %v", j, r.Attempts[1].SpawnedAt, err)
+			}
+			after := spawned.Sub(started)
+			t.Logf("%s: run %s restarted %s after the daemon started (attempt 1: %s %s)", round.name, j,
+				after.Round(time.Millisecond), r.Attempts[0].ServiceResult, r.Attempts[0].ExitStatus)
+			if after > 5*time.Second {
+				t.Errorf("%s: run %s restarted %s after the daemon started, want within 5s", round.name, j, after)
+			}
+			if r.Attempts[0].BootID == "" || r.Attempts[0].BootID == r.Attempts[1].BootID {
+				t.Errorf("%s: run %s: attempts of boots %q and %q, want two boots", round.name, j, r.Attempts[0].BootID, r.Attempts[1].BootID)
+			}
+		}
+		if r := b.show(ids["three"]); r.Status != "stopped" || len(r.Attempts) != 1 {
+			t.Fatalf("%s: run three: %s in %d attempt(s), want stopped in its one", round.name, r.Status, len(r.Attempts))
+		}
+		for _, j := range jobs {
+			locks := h.Run(t, "restic", "--repo", "/srv/backup/"+j, "--password-file", "/etc/holdfast/srv.pw", "--no-cache", "list", "locks", "--no-lock")
+			if strings.TrimSpace(locks) != "" {
+				t.Errorf("%s: repository %s keeps locks: %s", round.name, j, locks)
+			}
+		}
+		if c := b.holdfast("check"); c.code != 0 {
+			t.Fatalf("%s: holdfast check: exit %d\n%s%s", round.name, c.code, c.stdout, c.stderr)
+		}
+	}
+}
+
+// resticRepoAs initializes a repository at dir with the password file pw and gives it to user.
+func (b *bootedWorld) resticRepoAs(dir, pw, user string) {
+	b.t.Helper()
+	b.h.Run(b.t, "restic", "--repo", dir, "--password-file", pw, "--no-cache", "init")
+	b.h.Run(b.t, "chown", "-R", user+":", dir)
+}
+
+// daemonStarted is when the running daemon's process started, as its manager recorded it.
+func (b *bootedWorld) daemonStarted() time.Time {
+	b.t.Helper()
+	out := b.h.Run(b.t, "systemctl", "show", "holdfast.service", "--property", "ExecMainStartTimestamp", "--timestamp", "us+utc")
+	v := strings.TrimPrefix(strings.TrimSpace(out), "ExecMainStartTimestamp=")
+	at, err := time.Parse("Mon 2006-01-02 15:04:05.000000 MST", v)
+	if err != nil {
+		b.t.Fatalf("holdfast.service start: %q: %v", v, err)
+	}
+	return at
+}
+
+// journalHasRun checks that journald files the unit's lines and the daemon's under the run.
+func (b *bootedWorld) journalHasRun(id, unit, job string) {
+	t, h := b.t, b.h
+	t.Helper()
+	// journald may lag behind the unit's end.
+	var export string
+	if !eventually(time.Minute, func() bool {
+		out, _ := h.Output(context.Background(), "journalctl", "--no-pager", "-o", "export", "HOLDFAST_RUN="+id)
+		export = string(out)
+		return strings.Contains(export, "_SYSTEMD_UNIT="+unit+"\n")
+	}) {
+		t.Fatalf("journalctl HOLDFAST_RUN=%s finds no line of %s:\n%s", id, unit, export)
+	}
+	for _, field := range []string{"HOLDFAST_JOB=" + job + "\n", "HOLDFAST_ATTEMPT=1\n"} {
+		if !strings.Contains(export, field) {
+			t.Fatalf("the run's journal lines lack %q:\n%s", field, export)
+		}
+	}
+	// The daemon's own lines about the run, as journal fields with priorities.
+	daemonLines := h.Run(t, "journalctl", "--no-pager", "-o", "export", "-u", "holdfast.service", "HOLDFAST_RUN="+id)
+	for _, want := range []string{"MESSAGE=run spawned run=" + id, "MESSAGE=run finished run=" + id, "PRIORITY=6\n", "HOLDFAST_ATTEMPT=1\n"} {
+		if !strings.Contains(daemonLines, want) {
+			t.Fatalf("journalctl -u holdfast HOLDFAST_RUN=%s lacks %q:\n%s", id, want, daemonLines)
+		}
+	}
+	if logs := b.mustHoldfast("run", "logs", id); !strings.Contains(logs, "run finished run="+id) {
+		t.Fatalf("run logs lacks the daemon's line about the run's end:\n%s", logs)
+	}
+}

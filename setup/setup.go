@@ -1,0 +1,293 @@
+// Package setup installs holdfast on a host whose package put its files in place: a role and a
+// database on the local PostgreSQL, the address in the daemon's environment file, the schema,
+// and the service enabled and started. Each step first looks at what is there, so running it
+// again changes nothing.
+package setup
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	sdbus "github.com/coreos/go-systemd/v22/dbus"
+
+	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// Defaults, each stated once.
+const (
+	DefaultEnvFile    = "/etc/holdfast/holdfast.env"
+	DefaultRole       = "holdfast"
+	DefaultDatabase   = "holdfast"
+	DefaultService    = "holdfast.service"
+	DefaultSocketDir  = "/var/run/postgresql"
+	DefaultSuperuser  = "postgres"
+	ProvisionCommand  = "setup-database" // the hidden command the superuser's process runs
+	passwordBytes     = 24
+	dsnKey            = "HOLDFAST_DSN"
+	serviceStartState = "active"
+)
+
+// Config configures Run.
+type Config struct {
+	// EnvFile is the daemon's environment file (EnvironmentFile= of its unit). Default
+	// DefaultEnvFile.
+	EnvFile string
+	// DSN, if set, is the database to use instead of a role and database on the local server.
+	DSN string
+	// Role and Database are made on the local server. Defaults DefaultRole, DefaultDatabase.
+	Role, Database string
+	// SocketDir is where the local server's socket is; Superuser the system user (and role) that
+	// may create roles through it by peer authentication. Defaults DefaultSocketDir,
+	// DefaultSuperuser.
+	SocketDir, Superuser string
+	// Executable is the holdfast binary the superuser's process runs (ProvisionCommand).
+	Executable string
+	// Service is the daemon's unit. Default DefaultService. NoService leaves it alone.
+	Service   string
+	NoService bool
+	Out       io.Writer
+}
+
+func (c *Config) validate() error {
+	for _, d := range []struct {
+		field *string
+		def   string
+	}{{&c.EnvFile, DefaultEnvFile}, {&c.Role, DefaultRole}, {&c.Database, DefaultDatabase},
+		{&c.SocketDir, DefaultSocketDir}, {&c.Superuser, DefaultSuperuser}, {&c.Service, DefaultService}} {
+		if *d.field == "" {
+			*d.field = d.def
+		}
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	if !filepath.IsAbs(c.EnvFile) {
+		return fmt.Errorf("environment file %q is a relative path: give an absolute path", c.EnvFile)
+	}
+	return nil
+}
+
+// Run sets holdfast up and says on Out what it did, a line per step.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	env, err := ReadEnv(cfg.EnvFile)
+	if err != nil {
+		return fmt.Errorf("read %s: %w (reinstall the package, or create it)", cfg.EnvFile, err)
+	}
+	dsn, changed, err := database(ctx, cfg, env[dsnKey])
+	if err != nil {
+		return err
+	}
+	res, err := migrations.Apply(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if len(res.Applied) > 0 {
+		fmt.Fprintf(cfg.Out, "schema: %d migration(s) applied, now at version %d\n", len(res.Applied), res.Current)
+	} else {
+		fmt.Fprintf(cfg.Out, "schema: current (version %d)\n", res.Current)
+	}
+	if cfg.NoService {
+		return nil
+	}
+	return service(ctx, cfg, changed)
+}
+
+// database makes sure the environment file names a database that answers, and returns its
+// address and whether the file changed.
+func database(ctx context.Context, cfg Config, configured string) (string, bool, error) {
+	if cfg.DSN != "" && cfg.DSN != configured {
+		if err := ping(ctx, cfg.DSN); err != nil {
+			return "", false, fmt.Errorf("the database given: %w", err)
+		}
+		if err := SetEnv(cfg.EnvFile, dsnKey, cfg.DSN); err != nil {
+			return "", false, fmt.Errorf("write %s: %w", cfg.EnvFile, err)
+		}
+		fmt.Fprintf(cfg.Out, "database: the address given, written to %s\n", cfg.EnvFile)
+		return cfg.DSN, true, nil
+	}
+	if configured != "" {
+		if err := ping(ctx, configured); err != nil {
+			return "", false, fmt.Errorf("%s in %s: %w (fix it, or remove the line to set up the local server)", dsnKey, cfg.EnvFile, err)
+		}
+		fmt.Fprintf(cfg.Out, "database: %s in %s answers\n", dsnKey, cfg.EnvFile)
+		return configured, false, nil
+	}
+	port, err := localPort(cfg.SocketDir)
+	if err != nil {
+		return "", false, err
+	}
+	password, err := newPassword()
+	if err != nil {
+		return "", false, err
+	}
+	p, err := provision(ctx, cfg, port, password)
+	if err != nil {
+		return "", false, err
+	}
+	// Over TCP with the password: the daemon runs as root, whom peer authentication would
+	// map to no role of its own.
+	dsn := (&url.URL{Scheme: "postgres", User: url.UserPassword(cfg.Role, password),
+		Host: "localhost:" + strconv.Itoa(port), Path: "/" + cfg.Database}).String()
+	if err := ping(ctx, dsn); err != nil {
+		return "", false, fmt.Errorf("the new role cannot connect over TCP to localhost:%d: %w (pg_hba.conf must allow it a password login)", port, err)
+	}
+	if err := SetEnv(cfg.EnvFile, dsnKey, dsn); err != nil {
+		return "", false, fmt.Errorf("write %s: %w", cfg.EnvFile, err)
+	}
+	made := map[bool]string{true: "created", false: "found"}
+	fmt.Fprintf(cfg.Out, "database: role %s %s, database %s %s on the local PostgreSQL (port %d); the address is in %s\n",
+		cfg.Role, made[p.CreatedRole], cfg.Database, made[p.CreatedDatabase], port, cfg.EnvFile)
+	return dsn, true, nil
+}
+
+func ping(ctx context.Context, dsn string) error {
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	st.Close()
+	return nil
+}
+
+// localPort finds the local server's socket and so its port (Debian's clusters each have one).
+func localPort(dir string) (int, error) {
+	socks, _ := filepath.Glob(filepath.Join(dir, ".s.PGSQL.*"))
+	sort.Strings(socks)
+	for _, s := range socks {
+		if port, err := strconv.Atoi(strings.TrimPrefix(filepath.Ext(s), ".")); err == nil {
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("no PostgreSQL server has its socket in %s: install and start one (apt install postgresql), or give --dsn", dir)
+}
+
+func newPassword() (string, error) {
+	b := make([]byte, passwordBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// Provision is what the superuser's process is asked (ProvisionCommand), on its standard input.
+type Provision struct {
+	AdminDSN, Role, Database, Password string
+}
+
+// provision has a process of the server's superuser make the role and the database: peer
+// authentication lets that system user in through the socket, and the password travels on a
+// pipe, never in an argument.
+func provision(ctx context.Context, cfg Config, port int, password string) (store.Provisioned, error) {
+	var p store.Provisioned
+	su, err := user.Lookup(cfg.Superuser)
+	if err != nil {
+		return p, fmt.Errorf("system user %s: %w (is PostgreSQL installed?)", cfg.Superuser, err)
+	}
+	uid, _ := strconv.ParseUint(su.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(su.Gid, 10, 32)
+	admin := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres", cfg.SocketDir, port, cfg.Superuser)
+	in, err := json.Marshal(Provision{AdminDSN: admin, Role: cfg.Role, Database: cfg.Database, Password: password})
+	if err != nil {
+		return p, err
+	}
+	cmd := exec.CommandContext(ctx, cfg.Executable, ProvisionCommand)
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	cmd.Stdin = bytes.NewReader(in)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return p, fmt.Errorf("make role %s and database %s as %s: %v: %s", cfg.Role, cfg.Database, cfg.Superuser, err, strings.TrimSpace(stderr.String()))
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &p); err != nil {
+		return p, fmt.Errorf("answer of %s: %w", ProvisionCommand, err)
+	}
+	return p, nil
+}
+
+// RunProvision is ProvisionCommand: it reads a Provision on in and writes store.Provisioned.
+func RunProvision(ctx context.Context, in io.Reader, out io.Writer) error {
+	var req Provision
+	if err := json.NewDecoder(io.LimitReader(in, 1<<16)).Decode(&req); err != nil {
+		return fmt.Errorf("read the request: %w", err)
+	}
+	p, err := store.ProvisionDatabase(ctx, req.AdminDSN, req.Role, req.Database, req.Password)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(out).Encode(p)
+}
+
+// service enables the daemon's unit and starts it, or restarts it when its database changed.
+func service(ctx context.Context, cfg Config, restart bool) error {
+	conn, err := sdbus.NewSystemConnectionContext(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to systemd: %w", err)
+	}
+	defer conn.Close()
+	props, err := conn.GetUnitPropertiesContext(ctx, cfg.Service)
+	if err != nil {
+		return fmt.Errorf("unit %s: %w", cfg.Service, err)
+	}
+	if props["LoadState"] != "loaded" {
+		return fmt.Errorf("unit %s is %v: reinstall the package", cfg.Service, props["LoadState"])
+	}
+	var did []string
+	if props["UnitFileState"] != "enabled" {
+		if _, _, err := conn.EnableUnitFilesContext(ctx, []string{cfg.Service}, false, false); err != nil {
+			return fmt.Errorf("enable %s: %w", cfg.Service, err)
+		}
+		if err := conn.ReloadContext(ctx); err != nil {
+			return fmt.Errorf("reload systemd: %w", err)
+		}
+		did = append(did, "enabled")
+	}
+	start := conn.StartUnitContext
+	verb := "started"
+	switch {
+	case props["ActiveState"] != serviceStartState:
+	case restart:
+		start, verb = conn.RestartUnitContext, "restarted for the new database"
+	default:
+		start = nil
+	}
+	if start != nil {
+		done := make(chan string, 1)
+		if _, err := start(ctx, cfg.Service, "replace", done); err != nil {
+			return fmt.Errorf("start %s: %w", cfg.Service, err)
+		}
+		select {
+		case result := <-done:
+			if result != "done" {
+				return fmt.Errorf("start %s: %s (journalctl -u %s says why)", cfg.Service, result, cfg.Service)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		did = append(did, verb)
+	}
+	if len(did) == 0 {
+		fmt.Fprintf(cfg.Out, "service: %s enabled and active\n", cfg.Service)
+	} else {
+		fmt.Fprintf(cfg.Out, "service: %s %s\n", cfg.Service, strings.Join(did, " and "))
+	}
+	return nil
+}
