@@ -1,52 +1,31 @@
 package setup
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
+
+	"github.com/holdfast-backup/holdfast/credentials"
 )
 
-// envKey is what systemd accepts as a variable name in an EnvironmentFile=.
-var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// ParseEnv reads the assignments of an environment file as systemd's EnvironmentFile= does for
-// the simple forms holdfast writes: KEY=VALUE lines, # and ; comments, blank lines, a value in
-// single or double quotes. A line systemd would ignore (no "=", a bad name) is ignored here too,
-// so the CLI sees the settings the daemon runs with.
-func ParseEnv(data []byte) map[string]string {
-	env := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' || line[0] == ';' {
-			continue
-		}
-		key, value, ok := strings.Cut(line, "=")
-		key = strings.TrimSpace(key)
-		if !ok || !envKey.MatchString(key) {
-			continue
-		}
-		value = strings.TrimSpace(value)
-		if n := len(value); n >= 2 && (value[0] == '"' || value[0] == '\'') && value[n-1] == value[0] {
-			value = value[1 : n-1]
-		}
-		env[key] = value
-	}
-	return env
-}
-
-// ReadEnv reads the environment file at path (see ParseEnv).
+// ReadEnv reads the assignments of the environment file at path (credentials.ParseEnv's syntax,
+// which holdfast's own file keeps to).
 func ReadEnv(path string) (map[string]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return ParseEnv(data), nil
+	vars, err := credentials.ParseEnv(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	env := make(map[string]string, len(vars))
+	for _, kv := range vars {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	return env, nil
 }
 
 // SetEnv sets key to value in the environment file at path, keeping every other line: it

@@ -62,7 +62,8 @@ type Config struct {
 	Out       io.Writer
 }
 
-func (c *Config) validate() error {
+// Validate fills in defaults and checks the configuration; Run calls it too.
+func (c *Config) Validate() error {
 	for _, d := range []struct {
 		field *string
 		def   string
@@ -83,12 +84,12 @@ func (c *Config) validate() error {
 
 // Run sets holdfast up and says on Out what it did, a line per step.
 func Run(ctx context.Context, cfg Config) error {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	env, err := ReadEnv(cfg.EnvFile)
 	if err != nil {
-		return fmt.Errorf("read %s: %w (reinstall the package, or create it)", cfg.EnvFile, err)
+		return fmt.Errorf("%w (fix it, or reinstall the package)", err)
 	}
 	dsn, changed, err := database(ctx, cfg, env[dsnKey])
 	if err != nil {

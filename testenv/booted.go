@@ -46,7 +46,7 @@ const (
 // is never used.
 var (
 	imageSuite    = "bookworm"
-	imagePackages = []string{"systemd", "systemd-sysv", "dbus", "libpam-systemd", "restic", "postgresql"}
+	imagePackages = []string{"systemd", "systemd-sysv", "dbus", "libpam-systemd", "restic", "postgresql", "acl"}
 	// imageSteps names what buildImage does after debootstrap; bump it when
 	// that changes.
 	imageSteps = "v2: no hostname, empty machine-id, apt caches removed, root 0755 while built"

@@ -308,6 +308,12 @@ func Lintian(t testing.TB) string {
 	return installed(t, "lintian")
 }
 
+// Rpmlint returns the path of rpmlint, which checks the .rpm; as Restic.
+func Rpmlint(t testing.TB) string {
+	t.Helper()
+	return installed(t, "rpmlint")
+}
+
 // installed returns the path of the program name, which the Debian package of the same name
 // provides.
 func installed(t testing.TB, name string) string {

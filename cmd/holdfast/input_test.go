@@ -111,6 +111,7 @@ func TestBadInputRefused(t *testing.T) {
 		{"--runtime-max under 1s", add("--runtime-max", "500ms"), 2, "--runtime-max 500ms is too short: give at least 1s"},
 		{"negative --runtime-max", add("--runtime-max", "-1h"), 2, "--runtime-max -1h0m0s is too short"},
 		{"negative --limit-upload", add("--limit-upload", "-1"), 2, "--limit-upload -1 is out of range: give a rate in KiB/s"},
+		{"setup: relative --env-file", []string{"setup", "--env-file", "etc/holdfast.env"}, 2, `environment file "etc/holdfast.env" is a relative path`},
 		{"negative --retry-backoff", add("--retry-backoff", "-5m"), 2, "--retry-backoff -5m0s must be positive"},
 		{"zero --retry-backoff", add("--retry-backoff", "0"), 2, "--retry-backoff 0s must be positive"},
 		{"--retry-backoff past the cap", add("--retry-backoff", "2h"), 2, "past the cap of 1h0m0s"},

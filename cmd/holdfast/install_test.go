@@ -2,6 +2,8 @@ package main_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,13 +31,19 @@ func TestBootedHostInstall(t *testing.T) {
 		}
 	})
 	h.CopyIn(t, deb, "/root/holdfast_1.0.0_amd64.deb", 0o644)
-	h.Run(t, "apt", "install", "--yes", "/root/holdfast_1.0.0_amd64.deb", "postgresql")
+	// The README's commands, as written; apt asks nothing (an operator would answer yes).
+	h.WriteFile(t, "/etc/apt/apt.conf.d/90yes", []byte("APT::Get::Assume-Yes \"true\";\n"), 0o644)
+	install := readmeBlock(t, "## Install on a server")
+	if len(install) != 2 || !strings.HasPrefix(install[1], "holdfast setup") {
+		t.Fatalf("the README's install commands: %q, want apt install and holdfast setup", install)
+	}
+	h.Run(t, "sh", "-c", "cd /root && "+install[0])
 	// Nothing runs before the database is configured, nor at the next boot.
 	if out, _ := h.Output(context.Background(), "systemctl", "is-enabled", "holdfast.service"); strings.TrimSpace(string(out)) != "disabled" {
 		t.Fatalf("holdfast.service is %s after the install, want disabled until holdfast setup", out)
 	}
 
-	out := b.mustHoldfast("setup")
+	out := h.Run(t, "sh", "-c", install[1])
 	t.Logf("holdfast setup:\n%s", out)
 	for _, want := range []string{"database: role holdfast created, database holdfast created", "schema: ", "service: holdfast.service enabled and started"} {
 		if !strings.Contains(out, want) {
@@ -78,6 +86,23 @@ func TestBootedHostInstall(t *testing.T) {
 		t.Fatalf("run %s: %s (%s), snapshot %q; want succeeded with a snapshot", id, r.Status, r.Reason, r.SnapshotID)
 	}
 	b.journalHasRun(id, r.Attempts[len(r.Attempts)-1].Unit, "srv")
+
+	// The README's backup of /home as a dedicated system user; each home is its owner's alone.
+	h.Run(t, "useradd", "--create-home", "alice")
+	h.WriteFile(t, "/home/alice/notes.txt", []byte("alice's notes\n"), 0o600)
+	h.Run(t, "chown", "alice:alice", "/home/alice/notes.txt")
+	h.Run(t, "chmod", "0700", "/home/alice")
+	home := readmeBlock(t, "Backing up `/home` as a dedicated system user")
+	if len(home) == 0 || !strings.HasPrefix(home[len(home)-1], "holdfast run start home --wait") {
+		t.Fatalf("the README's /home commands: %q", home)
+	}
+	for _, line := range home {
+		h.Run(t, "sh", "-c", line)
+	}
+	ls := h.Run(t, "restic", "--repo", "/srv/backup/home", "--password-file", "/etc/holdfast/home.pw", "--no-cache", "ls", "latest")
+	if !strings.Contains(ls, "/home/alice/notes.txt") {
+		t.Fatalf("the snapshot of /home lacks alice's notes:\n%s", ls)
+	}
 
 	// Three backups in flight, slowed by an upload limit rather than by work for the CPU.
 	jobs := []string{"one", "two", "three"}
@@ -143,6 +168,34 @@ func TestBootedHostInstall(t *testing.T) {
 			t.Fatalf("%s: holdfast check: exit %d\n%s%s", round.name, c.code, c.stdout, c.stderr)
 		}
 	}
+}
+
+// readmeBlock returns the commands of the README's first sh block after the line that starts
+// with heading, a continued line joined into one.
+func readmeBlock(t *testing.T, heading string) []string {
+	t.Helper()
+	text, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	in, found := false, false
+	for _, line := range strings.Split(string(text), "\n") {
+		switch {
+		case !found:
+			found = strings.HasPrefix(line, heading)
+		case !in && line == "```sh":
+			in = true
+		case in && line == "```":
+			return cmds
+		case in && len(cmds) > 0 && strings.HasSuffix(cmds[len(cmds)-1], "\\"):
+			cmds[len(cmds)-1] = strings.TrimSuffix(cmds[len(cmds)-1], "\\") + strings.TrimSpace(line)
+		case in && strings.TrimSpace(line) != "":
+			cmds = append(cmds, line)
+		}
+	}
+	t.Fatalf("README.md has no sh block after %q", heading)
+	return nil
 }
 
 // resticRepoAs initializes a repository at dir with the password file pw and gives it to user.

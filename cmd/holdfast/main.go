@@ -124,7 +124,7 @@ func (g *globals) validate() error {
 // requireDSN refuses to go on without a database address.
 func (g *globals) requireDSN() error {
 	if g.dsn == "" {
-		return badInput("no database: set --dsn or HOLDFAST_DSN (e.g. postgres:///holdfast?host=/run/postgresql)")
+		return badInput("no database: set --dsn or HOLDFAST_DSN (e.g. postgres:///holdfast?host=/run/postgresql), or as root run holdfast setup, which writes it into %s", setup.DefaultEnvFile)
 	}
 	return nil
 }

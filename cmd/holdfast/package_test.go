@@ -15,16 +15,49 @@ import (
 // returns its path.
 func debPackage(t *testing.T, version string) string {
 	t.Helper()
+	return buildPackage(t, version, "deb")
+}
+
+func buildPackage(t *testing.T, version, format string) string {
+	t.Helper()
 	out := t.TempDir()
-	cmd := exec.Command(filepath.Join("..", "..", "packaging", "build"), version, out, "deb")
+	cmd := exec.Command(filepath.Join("..", "..", "packaging", "build"), version, out, format)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("packaging/build %s: %v\n%s", version, err, b)
+		t.Fatalf("packaging/build %s %s: %v\n%s", version, format, err, b)
 	}
-	debs, err := filepath.Glob(filepath.Join(out, "*.deb"))
-	if err != nil || len(debs) != 1 {
-		t.Fatalf("packaging/build made %v (%v), want one .deb", debs, err)
+	pkgs, err := filepath.Glob(filepath.Join(out, "*."+format))
+	if err != nil || len(pkgs) != 1 {
+		t.Fatalf("packaging/build made %v (%v), want one .%s", pkgs, err, format)
 	}
-	return debs[0]
+	return pkgs[0]
+}
+
+// The .rpm passes rpmlint with no error (its filters, each with a reason, are in
+// packaging/rpm/holdfast.rpmlintrc); the man pages are its documentation, the changelog is rpm's
+// own, and the environment file is root's alone.
+func TestRPMPackage(t *testing.T) {
+	t.Parallel()
+	rpm := buildPackage(t, "1.0.0", "rpm")
+	out, err := exec.Command(testenv.Rpmlint(t), "-r", filepath.Join("..", "..", "packaging", "rpm", "holdfast.rpmlintrc"), rpm).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), " 0 errors,") {
+		t.Fatalf("rpmlint %s: %v\n%s", filepath.Base(rpm), err, out)
+	}
+	query := func(format string) string {
+		out, err := exec.Command("rpm", "-qp", "--qf", format, rpm).Output()
+		if err != nil {
+			t.Fatalf("rpm -qp --qf %q: %v", format, err)
+		}
+		return string(out)
+	}
+	if docs := query(`[%{FILEFLAGS:fflags} %{FILENAMES}\n]`); !strings.Contains(docs, "d /usr/share/man/man1/holdfast.1.gz\n") {
+		t.Fatalf("holdfast.1.gz is not documentation in the .rpm:\n%s", docs)
+	}
+	if env := query(`[%{FILEMODES:perms} %{FILEUSERNAME} %{FILENAMES}\n]`); !strings.Contains(env, "-rw------- root /etc/holdfast/holdfast.env\n") {
+		t.Fatalf("the environment file in the .rpm:\n%s", env)
+	}
+	if log := query(`%{CHANGELOGNAME}`); !strings.Contains(log, "holdfast developers") {
+		t.Fatalf("the .rpm's changelog: %q", log)
+	}
 }
 
 // isActive is what `systemctl is-active` says of unit inside the host.

@@ -23,6 +23,9 @@ address instead, for a database elsewhere.`,
 		Example: "  apt install ./holdfast_*.deb postgresql\n  holdfast setup",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return inputError{err}
+			}
 			if os.Geteuid() != 0 {
 				return badInput("setup needs root: run it with sudo")
 			}
