@@ -67,8 +67,8 @@ func (b *bootedWorld) isActive(unit string) string {
 }
 
 // The package installed with dpkg as an operator would: its files where they belong, with their
-// owners and modes, and nothing started before the database is configured. Upgraded while a run
-// is live, the daemon runs the new version and the run ends in its first attempt, recorded once.
+// owners and modes, and nothing started before the database is configured. Upgraded while a
+// restic backup is live, the daemon runs the new version and the run ends in its first attempt, recorded once.
 // Removed, the daemon stops, a live run's unit goes on, and configuration and state stay; only a
 // purge removes them.
 func TestBootedHostPackage(t *testing.T) {
@@ -106,14 +106,20 @@ func TestBootedHostPackage(t *testing.T) {
 
 	// Configured by hand as the operator would (the DSN, the schema), then enabled and started.
 	env := h.Run(t, "cat", "/etc/holdfast/holdfast.env")
-	h.WriteFile(t, "/etc/holdfast/holdfast.env", []byte(env+"HOLDFAST_DSN="+b.dsn+"\nHOLDFAST_ALLOW_COMMAND_JOBS=true\n"), 0o600)
+	h.WriteFile(t, "/etc/holdfast/holdfast.env", []byte(env+"HOLDFAST_DSN="+b.dsn+"\n"), 0o600)
 	b.mustHoldfast("migrate")
 	h.Run(t, "systemctl", "enable", "--now", "holdfast.service")
 	before := b.serviceProps("MainPID", "ActiveState")
 	if before["ActiveState"] != "active" {
 		t.Fatalf("holdfast.service after enable --now: %v", before)
 	}
-	b.mustHoldfast("job", "add", "long", "--engine", "command", "--command", "/bin/sleep", "--command", "20")
+	// A restic backup that lasts (6 MiB at 256 KiB/s) while using little CPU.
+	h.Run(t, "mkdir", "-p", "/srv/data")
+	h.Run(t, "dd", "if=/dev/urandom", "of=/srv/data/a", "bs=1M", "count=6", "status=none")
+	h.WriteFile(t, "/root/pw", []byte("package password\n"), 0o600)
+	b.resticRepoAs("/srv/repo", "/root/pw", "nobody")
+	b.mustHoldfast("job", "add", "long", "--repo", "/srv/repo", "--password-file", "/root/pw", "--path", "/srv/data",
+		"--user", "nobody", "--limit-upload", "256")
 	id := b.startRun("long")
 	b.waitRun(id, "running", func(r runJSON) bool { return r.Status == "running" || ended(r) })
 
@@ -142,6 +148,7 @@ func TestBootedHostPackage(t *testing.T) {
 	}
 
 	// Removal stops the daemon and leaves a live run's unit running; configuration and state stay.
+	h.Run(t, "dd", "if=/dev/urandom", "of=/srv/data/a", "bs=1M", "count=6", "status=none")
 	id = b.startRun("long")
 	unit := b.waitRun(id, "running", func(r runJSON) bool { return r.Status == "running" && len(r.Attempts) > 0 || ended(r) }).Attempts[0].Unit
 	h.Run(t, "dpkg", "-r", "holdfast")
