@@ -235,6 +235,7 @@ func (d *demo) startManager(context.Context) error {
 		"HOLDFAST_SYSTEMD_ADDRESS="+mgr.Address,
 		"HOLDFAST_STATE_DIR="+filepath.Join(d.dir, "state"),
 		"HOLDFAST_JOURNAL_DIR="+mgr.JournalDir,
+		"HOLDFAST_ENV_FILE=/dev/null", // not the settings of a holdfast installed on this machine
 	)
 	// mgr.Env lets systemctl --user reach the manager.
 	d.exports = append(d.exports, mgr.Env()...)

@@ -71,6 +71,7 @@ func (w *world) env() []string {
 		"HOLDFAST_SYSTEMD_ADDRESS="+w.mgr.Address,
 		"HOLDFAST_STATE_DIR="+w.state,
 		"HOLDFAST_JOURNAL_DIR="+w.mgr.JournalDir,
+		"HOLDFAST_ENV_FILE=/dev/null", // not an installed holdfast's settings
 	)
 	return append(env, w.mgr.Env()...)
 }

@@ -11,16 +11,11 @@ import (
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
-// holdfast installed on a booted host with the README's two commands, `apt install
-// ./holdfast_*.deb postgresql` and `holdfast setup`, and nothing else: the CLI as root needs no
-// environment, the service tells systemd what it does, a backup as the system user backup with a
-// root-only password file succeeds and journald files its lines under its run. Then the host
-// reboots, gracefully and by a power loss, with three backups in flight, one of them stopped by
-// the operator: each time the interrupted two are restarted as new attempts within 5 s of the
-// daemon's start and succeed, the stopped one stays stopped, no restic lock is left and the
-// invariants hold.
-func TestBootedHostInstall(t *testing.T) {
-	t.Parallel()
+// installedHost boots a host and installs holdfast on it with the README's two commands,
+// `apt install ./holdfast_*.deb postgresql` and `holdfast setup`, and nothing else. It returns
+// what setup printed.
+func installedHost(t *testing.T) (*bootedWorld, string) {
+	t.Helper()
 	deb := debPackage(t, "1.0.0")
 	h := testenv.BootedHost(t)
 	b := &bootedWorld{t: t, h: h}
@@ -42,8 +37,17 @@ func TestBootedHostInstall(t *testing.T) {
 	if out, _ := h.Output(context.Background(), "systemctl", "is-enabled", "holdfast.service"); strings.TrimSpace(string(out)) != "disabled" {
 		t.Fatalf("holdfast.service is %s after the install, want disabled until holdfast setup", out)
 	}
+	return b, h.Run(t, "sh", "-c", install[1])
+}
 
-	out := h.Run(t, "sh", "-c", install[1])
+// holdfast installed on a booted host as the README says: the CLI as root needs no environment,
+// the service tells systemd what it does, setup run again changes nothing, a backup as the system
+// user backup with a root-only password file succeeds and journald files its lines under its run,
+// and the README's backup of /home as a dedicated system user works as written.
+func TestBootedHostInstall(t *testing.T) {
+	t.Parallel()
+	b, out := installedHost(t)
+	h := b.h
 	t.Logf("holdfast setup:\n%s", out)
 	for _, want := range []string{"database: role holdfast created, database holdfast created", "schema: ", "service: holdfast.service enabled and started"} {
 		if !strings.Contains(out, want) {
@@ -86,6 +90,9 @@ func TestBootedHostInstall(t *testing.T) {
 		t.Fatalf("run %s: %s (%s), snapshot %q; want succeeded with a snapshot", id, r.Status, r.Reason, r.SnapshotID)
 	}
 	b.journalHasRun(id, r.Attempts[len(r.Attempts)-1].Unit, "srv")
+	if c := b.holdfast("check"); c.code != 0 {
+		t.Fatalf("holdfast check: exit %d\n%s%s", c.code, c.stdout, c.stderr)
+	}
 
 	// The README's backup of /home as a dedicated system user; each home is its owner's alone.
 	h.Run(t, "useradd", "--create-home", "alice")
@@ -103,70 +110,83 @@ func TestBootedHostInstall(t *testing.T) {
 	if !strings.Contains(ls, "/home/alice/notes.txt") {
 		t.Fatalf("the snapshot of /home lacks alice's notes:\n%s", ls)
 	}
+}
 
-	// Three backups in flight, slowed by an upload limit rather than by work for the CPU.
-	jobs := []string{"one", "two", "three"}
-	for _, j := range jobs {
-		h.Run(t, "mkdir", "-p", "/srv/"+j)
-		b.resticRepoAs("/srv/backup/"+j, "/etc/holdfast/srv.pw", "backup")
-		b.mustHoldfast("job", "add", j, "--repo", "/srv/backup/"+j, "--password-file", "/etc/holdfast/srv.pw",
-			"--path", "/srv/"+j, "--user", "backup", "--limit-upload", "256")
-	}
+// A host where holdfast was installed as the README says reboots, gracefully and, on another
+// host at the same time, by a power loss, with three backups in flight, one of them stopped by the
+// operator: after the boot the interrupted two are restarted as new attempts within 5 s of the
+// daemon's start and succeed, the stopped one stays stopped, no restic lock is left and the
+// invariants hold.
+func TestBootedHostReboot(t *testing.T) {
+	t.Parallel()
 	for _, round := range []struct {
 		name   string
-		reboot func(testing.TB)
-	}{{"graceful reboot", h.Reboot}, {"power loss", h.PowerLoss}} {
-		ids := map[string]string{}
-		for _, j := range jobs {
-			// New data each round: the repository holds the last round's.
-			h.Run(t, "dd", "if=/dev/urandom", "of=/srv/"+j+"/data", "bs=1M", "count=6", "status=none")
-			ids[j] = b.startRun(j)
-		}
-		for _, j := range jobs {
-			b.waitRun(ids[j], "running", func(r runJSON) bool { return r.Status == "running" || ended(r) })
-		}
-		b.mustHoldfast("run", "stop", ids["three"])
-		if r := b.waitRun(ids["three"], "stopped", ended); r.Status != "stopped" {
-			t.Fatalf("%s: run three: %s (%s), want stopped", round.name, r.Status, r.Reason)
-		}
-		for _, j := range jobs[:2] {
-			if r := b.show(ids[j]); r.Status != "running" {
-				t.Fatalf("%s: run %s is %s (%s) before the reboot; the backups end too soon", round.name, j, r.Status, r.Reason)
+		reboot func(*testenv.Host, testing.TB)
+	}{{"graceful reboot", (*testenv.Host).Reboot}, {"power loss", (*testenv.Host).PowerLoss}} {
+		t.Run(round.name, func(t *testing.T) {
+			t.Parallel()
+			b, _ := installedHost(t)
+			h := b.h
+			h.Run(t, "mkdir", "-p", "/srv/backup")
+			h.WriteFile(t, "/etc/holdfast/srv.pw", []byte("srv password\n"), 0o600)
+			// Three backups in flight, slowed by an upload limit (6 MiB at 256 KiB/s) rather than
+			// by work for the CPU.
+			jobs := []string{"one", "two", "three"}
+			ids := map[string]string{}
+			for _, j := range jobs {
+				h.Run(t, "mkdir", "-p", "/srv/"+j)
+				h.Run(t, "dd", "if=/dev/urandom", "of=/srv/"+j+"/data", "bs=1M", "count=6", "status=none")
+				b.resticRepoAs("/srv/backup/"+j, "/etc/holdfast/srv.pw", "backup")
+				b.mustHoldfast("job", "add", j, "--repo", "/srv/backup/"+j, "--password-file", "/etc/holdfast/srv.pw",
+					"--path", "/srv/"+j, "--user", "backup", "--limit-upload", "256")
+				ids[j] = b.startRun(j)
 			}
-		}
-		round.reboot(t)
-		started := b.daemonStarted()
-		for _, j := range jobs[:2] {
-			r := b.waitRun(ids[j], "the end", ended)
-			if r.Status != "succeeded" || len(r.Attempts) != 2 {
-				t.Fatalf("%s: run %s: %s (%s) in %d attempt(s); want succeeded in a second attempt", round.name, j, r.Status, r.Reason, len(r.Attempts))
+			for _, j := range jobs {
+				b.waitRun(ids[j], "running", func(r runJSON) bool { return r.Status == "running" || ended(r) })
 			}
-			spawned, err := time.Parse(time.RFC3339Nano, r.Attempts[1].SpawnedAt)
-			if err != nil {
-				t.Fatalf("attempt 2 of run %s: spawned_at %q: %v", j, r.Attempts[1].SpawnedAt, err)
+			b.mustHoldfast("run", "stop", ids["three"])
+			if r := b.waitRun(ids["three"], "stopped", ended); r.Status != "stopped" {
+				t.Fatalf("run three: %s (%s), want stopped", r.Status, r.Reason)
 			}
-			after := spawned.Sub(started)
-			t.Logf("%s: run %s restarted %s after the daemon started (attempt 1: %s %s)", round.name, j,
-				after.Round(time.Millisecond), r.Attempts[0].ServiceResult, r.Attempts[0].ExitStatus)
-			if after > 5*time.Second {
-				t.Errorf("%s: run %s restarted %s after the daemon started, want within 5s", round.name, j, after)
+			for _, j := range jobs[:2] {
+				if r := b.show(ids[j]); r.Status != "running" {
+					t.Fatalf("run %s is %s (%s) before the reboot; the backups end too soon", j, r.Status, r.Reason)
+				}
 			}
-			if r.Attempts[0].BootID == "" || r.Attempts[0].BootID == r.Attempts[1].BootID {
-				t.Errorf("%s: run %s: attempts of boots %q and %q, want two boots", round.name, j, r.Attempts[0].BootID, r.Attempts[1].BootID)
+			round.reboot(h, t)
+			started := b.daemonStarted()
+			for _, j := range jobs[:2] {
+				r := b.waitRun(ids[j], "the end", ended)
+				if r.Status != "succeeded" || len(r.Attempts) != 2 {
+					t.Fatalf("run %s: %s (%s) in %d attempt(s); want succeeded in a second attempt", j, r.Status, r.Reason, len(r.Attempts))
+				}
+				spawned, err := time.Parse(time.RFC3339Nano, r.Attempts[1].SpawnedAt)
+				if err != nil {
+					t.Fatalf("attempt 2 of run %s: spawned_at %q: %v", j, r.Attempts[1].SpawnedAt, err)
+				}
+				after := spawned.Sub(started)
+				t.Logf("run %s restarted %s after the daemon started (attempt 1: %s %s)", j,
+					after.Round(time.Millisecond), r.Attempts[0].ServiceResult, r.Attempts[0].ExitStatus)
+				if after > 5*time.Second {
+					t.Errorf("run %s restarted %s after the daemon started, want within 5s", j, after)
+				}
+				if r.Attempts[0].BootID == "" || r.Attempts[0].BootID == r.Attempts[1].BootID {
+					t.Errorf("run %s: attempts of boots %q and %q, want two boots", j, r.Attempts[0].BootID, r.Attempts[1].BootID)
+				}
 			}
-		}
-		if r := b.show(ids["three"]); r.Status != "stopped" || len(r.Attempts) != 1 {
-			t.Fatalf("%s: run three: %s in %d attempt(s), want stopped in its one", round.name, r.Status, len(r.Attempts))
-		}
-		for _, j := range jobs {
-			locks := h.Run(t, "restic", "--repo", "/srv/backup/"+j, "--password-file", "/etc/holdfast/srv.pw", "--no-cache", "list", "locks", "--no-lock")
-			if strings.TrimSpace(locks) != "" {
-				t.Errorf("%s: repository %s keeps locks: %s", round.name, j, locks)
+			if r := b.show(ids["three"]); r.Status != "stopped" || len(r.Attempts) != 1 {
+				t.Fatalf("run three: %s in %d attempt(s), want stopped in its one", r.Status, len(r.Attempts))
 			}
-		}
-		if c := b.holdfast("check"); c.code != 0 {
-			t.Fatalf("%s: holdfast check: exit %d\n%s%s", round.name, c.code, c.stdout, c.stderr)
-		}
+			for _, j := range jobs {
+				locks := h.Run(t, "restic", "--repo", "/srv/backup/"+j, "--password-file", "/etc/holdfast/srv.pw", "--no-cache", "list", "locks", "--no-lock")
+				if strings.TrimSpace(locks) != "" {
+					t.Errorf("repository %s keeps locks: %s", j, locks)
+				}
+			}
+			if c := b.holdfast("check"); c.code != 0 {
+				t.Fatalf("holdfast check: exit %d\n%s%s", c.code, c.stdout, c.stderr)
+			}
+		})
 	}
 }
 
