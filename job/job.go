@@ -140,6 +140,15 @@ func Validate(j *store.Job) error {
 	if j.LimitUploadKiB > 0 && j.Engine == engine.NameCommand {
 		return errors.New("--limit-upload is restic's: a command job cannot have one; drop it")
 	}
+	if j.AlertAfter < 0 || j.ExpectEvery < 0 {
+		return fmt.Errorf("--alert-after %s, --expect-every %s: give a positive duration (e.g. 2h, 168h), or 0 for the default", j.AlertAfter, j.ExpectEvery)
+	}
+	if j.AlertFailures < 0 || j.AlertFailures > 1000 {
+		return fmt.Errorf("--alert-failures %d is out of range: give 0..1000 (0: failures alone never make the job overdue)", j.AlertFailures)
+	}
+	if j.ExpectEvery > 0 && j.Schedule != "" {
+		return errors.New("--expect-every is for a job without --schedule; a scheduled job is overdue by its slots (--alert-after)")
+	}
 	if j.Priority < math.MinInt32 || j.Priority > math.MaxInt32 {
 		return fmt.Errorf("--priority %d is out of range: use %d..%d", j.Priority, math.MinInt32, math.MaxInt32)
 	}

@@ -13,9 +13,12 @@ import (
 // DefaultRetryBackoff is the delay before a job's first retry when it gives none.
 const DefaultRetryBackoff = time.Minute
 
+// DefaultAlertFailures is how many runs in a row that did not succeed make a job overdue.
+const DefaultAlertFailures = 2
+
 // New is a job named name with the defaults of the settings an operator may leave out.
 func New(name string) store.Job {
-	return store.Job{Name: name, RetryBackoff: DefaultRetryBackoff,
+	return store.Job{Name: name, RetryBackoff: DefaultRetryBackoff, AlertFailures: DefaultAlertFailures,
 		RetentionMaxDelete: retention.DefaultMaxDeleteShare, RetentionMinKeep: retention.DefaultMinKeep}
 }
 

@@ -516,3 +516,6 @@ func (r *Reconciler) readMarker(l store.LiveRun, f *facts, eng classifier) error
 	}
 	return err // an I/O error may pass: decide nothing on it
 }
+
+// Host is the host name the reconciler records on attempts (Config.Host after its default).
+func (r *Reconciler) Host() string { return r.cfg.Host }

@@ -71,6 +71,15 @@ type Job struct {
 	// MaxAdded, if set, is what one run may add to the repository (its budget).
 	Account  string
 	MaxAdded *int64
+	// AlertAfter is the grace after a slot before a job without a success since is overdue (0:
+	// one period of its schedule); AlertFailures how many runs in a row not succeeded make it
+	// overdue (0: none do); ExpectEvery how often a manual job is expected to succeed (0: never
+	// overdue for time). OverdueSince and OverdueReason are the current episode (nil: none).
+	AlertAfter    time.Duration
+	AlertFailures int
+	ExpectEvery   time.Duration
+	OverdueSince  *time.Time
+	OverdueReason string
 	// AdmissionError says why the job's last admission failed; admission leaves the job aside
 	// until AdmissionRetryAt. Both are cleared by the next admission that succeeds.
 	AdmissionError   string
@@ -83,19 +92,26 @@ const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.pat
 	j.command, j.schedule, j.time_zone, j.catch_up, j.next_run_at, j.missed_slots, j.overlap_skips, j.last_skip_at,
 	coalesce(j.last_skip_why, ''), j.retry_max, j.retry_backoff, j.windows, j.priority, coalesce(j.depends_on, ''),
 	j.retention, j.retention_max_delete, j.retention_min_keep, j.prune_schedule, j.next_prune_at, j.account, j.max_added,
-	coalesce(j.admission_error, ''), j.admission_retry_at, j.env_file, j.limit_upload_kib`
+	coalesce(j.admission_error, ''), j.admission_retry_at, j.env_file, j.limit_upload_kib,
+	j.alert_after, j.alert_failures, j.expect_every, j.overdue_since, coalesce(j.overdue_reason, '')`
 
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
-	var runtimeMax *time.Duration
+	var runtimeMax, alertAfter, expectEvery *time.Duration
 	err := row.Scan(&j.ID, &j.Name, &j.Engine, &j.Repository, &j.PasswordFile, &j.Paths, &j.Excludes,
 		&j.User, &j.Group, &j.Nice, &j.IOSchedulingClass, &runtimeMax, &j.CreatedAt, &j.LastOutcome, &j.LastRunID,
 		&j.Command, &j.Schedule, &j.TimeZone, &j.CatchUp, &j.NextRunAt, &j.MissedSlots, &j.OverlapSkips, &j.LastSkipAt,
 		&j.LastSkipWhy, &j.RetryMax, &j.RetryBackoff, &j.Windows, &j.Priority, &j.DependsOn,
 		&j.Retention, &j.RetentionMaxDelete, &j.RetentionMinKeep, &j.PruneSchedule, &j.NextPruneAt, &j.Account, &j.MaxAdded,
-		&j.AdmissionError, &j.AdmissionRetryAt, &j.EnvFile, &j.LimitUploadKiB)
-	if runtimeMax != nil {
-		j.RuntimeMax = *runtimeMax
+		&j.AdmissionError, &j.AdmissionRetryAt, &j.EnvFile, &j.LimitUploadKiB,
+		&alertAfter, &j.AlertFailures, &expectEvery, &j.OverdueSince, &j.OverdueReason)
+	for _, d := range []struct {
+		to   *time.Duration
+		from *time.Duration
+	}{{&j.RuntimeMax, runtimeMax}, {&j.AlertAfter, alertAfter}, {&j.ExpectEvery, expectEvery}} {
+		if d.from != nil {
+			*d.to = *d.from
+		}
 	}
 	return j, err
 }
@@ -104,14 +120,16 @@ func scanJob(row pgx.Row) (Job, error) {
 const jobSettings = `engine, repository, password_file, paths, excludes, run_as_user, run_as_group,
 	nice, io_scheduling_class, runtime_max, command, schedule, time_zone, catch_up, next_run_at, retry_max,
 	retry_backoff, windows, priority, depends_on, retention, retention_max_delete, retention_min_keep,
-	prune_schedule, next_prune_at, account, max_added, env_file, limit_upload_kib`
+	prune_schedule, next_prune_at, account, max_added, env_file, limit_upload_kib,
+	alert_after, alert_failures, expect_every`
 
 func settingValues(j Job) []any {
 	return []any{j.Engine, j.Repository, j.PasswordFile, nonNil(j.Paths), nonNil(j.Excludes), j.User, j.Group,
 		j.Nice, j.IOSchedulingClass, durationToInterval(j.RuntimeMax), nonNil(j.Command), j.Schedule, j.TimeZone,
 		j.CatchUp, j.NextRunAt, j.RetryMax, j.RetryBackoff, nonNil(j.Windows), j.Priority, nullIfEmpty(j.DependsOn),
 		nilIfEmpty(j.Retention), cmp.Or(j.RetentionMaxDelete, retention.DefaultMaxDeleteShare), j.RetentionMinKeep,
-		j.PruneSchedule, j.NextPruneAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded, j.EnvFile, j.LimitUploadKiB}
+		j.PruneSchedule, j.NextPruneAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded, j.EnvFile, j.LimitUploadKiB,
+		durationToInterval(j.AlertAfter), j.AlertFailures, durationToInterval(j.ExpectEvery)}
 }
 
 // settingParams returns n placeholders "$from, ..." for the settings.

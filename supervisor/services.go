@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/watch"
 )
 
 // wakeup asks a service to run a pass now; asks that come while one is pending are one ask.
@@ -163,6 +164,22 @@ func (s *Supervisor) listen(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-time.After(relistenAfter):
+		}
+	}
+}
+
+// watch judges every job overdue or not, at once and then every WatchInterval (each pass
+// bounded by the pass timeout).
+func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
+	for {
+		passCtx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
+		err := w.Pass(passCtx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("watch pass failed; the next one tries again", "err", err)
+		}
+		if !sleep(ctx, s.cfg.WatchInterval, nil) {
+			return
 		}
 	}
 }

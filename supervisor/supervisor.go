@@ -29,6 +29,7 @@ import (
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/watch"
 )
 
 // The daemon's defaults, each stated here once; Defaults returns a Config with all of them.
@@ -42,6 +43,7 @@ const (
 	DefaultLateGrace        = time.Minute
 	DefaultKeepRunFiles     = "30d"
 	DefaultRunFilesEvery    = time.Hour
+	DefaultWatchInterval    = 5 * time.Second
 	DefaultPassTimeout      = reconcile.DefaultPassTimeout
 	DefaultDependsWait      = reconcile.DefaultDependsWait
 	DefaultAllowUsers       = reconcile.DefaultAllowUsers
@@ -105,6 +107,7 @@ type Config struct {
 	// a retention duration such as 30d.
 	KeepRunFiles  string
 	RunFilesEvery time.Duration // --run-files-every: how often old run files are looked for
+	WatchInterval time.Duration // --watch-interval: how often jobs are judged overdue or not
 
 	Logger *slog.Logger
 
@@ -122,6 +125,7 @@ func Defaults() Config {
 		PassTimeout: DefaultPassTimeout, LateGrace: DefaultLateGrace, StartLead: DefaultStartLead, DependsWait: DefaultDependsWait,
 		MaxAttempts: DefaultMaxAttempts, Workers: DefaultWorkers, SpawnWorkers: DefaultSpawnWorkers, AllowUsers: []string{DefaultAllowUsers},
 		AllowCommandJobs: DefaultAllowCommandJobs, KeepRunFiles: DefaultKeepRunFiles, RunFilesEvery: DefaultRunFilesEvery,
+		WatchInterval: DefaultWatchInterval,
 	}
 }
 
@@ -139,7 +143,7 @@ func (c *Config) Validate() error {
 		d       time.Duration
 		example string
 	}{{"--sweep-interval", c.SweepInterval, "2s"}, {"--spawn-grace", c.SpawnGrace, "30s"}, {"--run-budget", c.RunBudget, "30s"},
-		{"--depends-wait", c.DependsWait, "6h"}} {
+		{"--depends-wait", c.DependsWait, "6h"}, {"--watch-interval", c.WatchInterval, "5s"}} {
 		if v.d <= 0 {
 			return fmt.Errorf("%s %s must be positive, e.g. %s", v.flag, v.d, v.example)
 		}
@@ -262,6 +266,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if err := admitter.Validate(); err != nil {
 		return nil, err
 	}
+	watcher := &watch.Watcher{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger}
 	s := &Supervisor{cfg: cfg, rec: rec, sweepWake: newWakeup(), admitWake: newWakeup(), progress: newProgress()}
 	s.services = []Service{
 		// Listening first: a run admitted while the other services start still wakes them.
@@ -274,6 +279,7 @@ func New(cfg Config) (*Supervisor, error) {
 		&loop{name: "sweep", run: s.sweep},
 		&loop{name: "admission", run: func(ctx context.Context) { s.admit(ctx, admitter) }},
 		&loop{name: "run files", run: s.removeRunFiles},
+		&loop{name: "watch", run: func(ctx context.Context) { s.watch(ctx, watcher) }},
 	}
 	if os.Getenv("NOTIFY_SOCKET") != "" {
 		// Last: stopped first, so the service manager hears at once that the daemon stops.

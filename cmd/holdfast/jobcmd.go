@@ -66,6 +66,9 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&j.Group, "group", "", "run the backup as this group")
 	f.DurationVar(&j.RuntimeMax, "runtime-max", 0, "stop a run that takes longer than this (e.g. 6h)")
 	f.IntVar(&jf.nice, "nice", 0, "CPU niceness of the backup, -20..19")
+	f.DurationVar(&j.AlertAfter, "alert-after", 0, "a scheduled job with no success this long after a slot is overdue (default: one period of its schedule)")
+	f.IntVar(&j.AlertFailures, "alert-failures", job.DefaultAlertFailures, "this many runs in a row that did not succeed make the job overdue (0: never)")
+	f.DurationVar(&j.ExpectEvery, "expect-every", 0, "a job without --schedule is overdue without a success this often (e.g. 168h; 0: never)")
 	f.IntVar(&j.LimitUploadKiB, "limit-upload", 0, "limit what restic writes to the repository to this many KiB/s (restic --limit-upload); 0 no limit")
 	f.StringVar(&j.IOSchedulingClass, "io-class", "", "IO scheduling class: realtime, best-effort or idle")
 	f.StringVar(&j.Engine, "engine", engine.NameRestic, "backup engine: "+engine.NameRestic+" or "+engine.NameCommand)
@@ -100,6 +103,8 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *store.Job) error {
 		"window": func() { j.Windows = src.Windows }, "priority": func() { j.Priority = src.Priority },
 		"depends-on": func() { j.DependsOn = src.DependsOn }, "prune-schedule": func() { j.PruneSchedule = src.PruneSchedule },
 		"account": func() { j.Account = src.Account }, "limit-upload": func() { j.LimitUploadKiB = src.LimitUploadKiB },
+		"alert-after": func() { j.AlertAfter = src.AlertAfter }, "alert-failures": func() { j.AlertFailures = src.AlertFailures },
+		"expect-every": func() { j.ExpectEvery = src.ExpectEvery },
 	}
 	f.Visit(func(flag *pflag.Flag) {
 		if fn, ok := set[flag.Name]; ok {
@@ -233,6 +238,11 @@ type jobOut struct {
 	IOSchedulingClass  string            `json:"io_scheduling_class,omitempty"`
 	RuntimeMaxSeconds  float64           `json:"runtime_max_seconds,omitempty"`
 	LimitUploadKiB     int               `json:"limit_upload_kib,omitempty"`
+	AlertAfterSeconds  float64           `json:"alert_after_seconds,omitempty"`
+	AlertFailures      int               `json:"alert_failures"`
+	ExpectEverySeconds float64           `json:"expect_every_seconds,omitempty"`
+	OverdueSince       *string           `json:"overdue_since"`
+	OverdueReason      string            `json:"overdue_reason,omitempty"`
 	CreatedAt          string            `json:"created_at"`
 	LastOutcome        string            `json:"last_outcome,omitempty"`
 	LastRunID          string            `json:"last_run_id,omitempty"`
@@ -266,6 +276,8 @@ func jobJSON(j store.Job) jobOut {
 	o := jobOut{Name: j.Name, Engine: j.Engine, Repository: j.Repository, PasswordFile: j.PasswordFile,
 		EnvFile: j.EnvFile, Paths: j.Paths, Excludes: j.Excludes, User: j.User, Group: j.Group, Nice: j.Nice,
 		IOSchedulingClass: j.IOSchedulingClass, RuntimeMaxSeconds: j.RuntimeMax.Seconds(), LimitUploadKiB: j.LimitUploadKiB,
+		AlertAfterSeconds: j.AlertAfter.Seconds(), AlertFailures: j.AlertFailures, ExpectEverySeconds: j.ExpectEvery.Seconds(),
+		OverdueSince: timeStr(j.OverdueSince), OverdueReason: j.OverdueReason,
 		CreatedAt: j.CreatedAt.UTC().Format(time.RFC3339Nano), LastOutcome: j.LastOutcome}
 	if j.LastRunID != nil {
 		o.LastRunID = j.LastRunID.String()
@@ -361,6 +373,9 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				}
 				if j.RuntimeMax > 0 {
 					fmt.Fprintf(w, "runtime limit: %s\n", j.RuntimeMax)
+				}
+				if j.OverdueSince != nil {
+					fmt.Fprintf(w, "OVERDUE:       since %s: %s\n", j.OverdueSince.UTC().Format(time.RFC3339), j.OverdueReason)
 				}
 				if j.LimitUploadKiB > 0 {
 					fmt.Fprintf(w, "upload limit:  %d KiB/s\n", j.LimitUploadKiB)

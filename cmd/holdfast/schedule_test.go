@@ -19,6 +19,9 @@ type jobJSON struct {
 	OverlapSkips int64   `json:"overlap_skips"`
 	LastSkipWhy  string  `json:"last_skip_why"`
 	LastOutcome  string  `json:"last_outcome"`
+	// The watching side.
+	OverdueSince  *string `json:"overdue_since"`
+	OverdueReason string  `json:"overdue_reason"`
 }
 
 type listedRun struct {

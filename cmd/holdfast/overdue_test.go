@@ -1,0 +1,70 @@
+package main_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// An @every 3s job whose runs fail becomes overdue; two daemons watch it, and the episode is
+// recorded once, with one "overdue" event. When its runs succeed again it recovers, once. Each
+// run's start and end are events too.
+func TestOverdueOnceWithTwoDaemons(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.mustRun("job", "add", "flaky", "--engine", "command", "--command", "/bin/false", "--schedule", "@every 3s")
+	w.startDaemon("--watch-interval", "500ms")
+	w.startDaemon("--watch-interval", "500ms")
+
+	waitJob := func(what string, cond func(jobJSON) bool) jobJSON {
+		t.Helper()
+		return await(t, "job flaky: "+what, func() string { return strings.Join(w.eventNames("flaky"), ",") },
+			func() jobJSON { return w.job("flaky") }, cond)
+	}
+	j := waitJob("overdue", func(j jobJSON) bool { return j.OverdueSince != nil })
+	t.Logf("overdue since %s: %s", *j.OverdueSince, j.OverdueReason)
+	if !strings.Contains(j.OverdueReason, "did not succeed") && !strings.Contains(j.OverdueReason, "no successful run") {
+		t.Fatalf("overdue for %q", j.OverdueReason)
+	}
+	if show := w.mustRun("job", "show", "flaky"); !strings.Contains(show, "OVERDUE:") {
+		t.Fatalf("job show does not say the job is overdue:\n%s", show)
+	}
+	// Both daemons judge it many times meanwhile.
+	time.Sleep(2 * time.Second)
+	w.mustRun("job", "edit", "flaky", "--command", "/bin/true")
+	waitJob("recovered", func(j jobJSON) bool { return j.OverdueSince == nil })
+	time.Sleep(2 * time.Second)
+
+	count := map[string]int{}
+	for _, e := range w.eventNames("flaky") {
+		count[e]++
+	}
+	if count["overdue"] != 1 || count["recovered"] != 1 {
+		t.Fatalf("events %v: want one overdue and one recovered", count)
+	}
+	if count["started"] == 0 || count["failed"] == 0 || count["succeeded"] == 0 || count["started"] < count["failed"]+count["succeeded"]-1 {
+		t.Fatalf("events %v: want each run's start and its end", count)
+	}
+	w.checkInvariants()
+}
+
+// eventNames are the names of the job's events in the outbox, oldest first.
+func (w *world) eventNames(job string) []string {
+	w.t.Helper()
+	st := w.store()
+	if st == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	events, err := st.Events(ctx, job, 0, 10000)
+	if err != nil {
+		return nil
+	}
+	names := make([]string, len(events))
+	for i, e := range events {
+		names[i] = e.Event
+	}
+	return names
+}

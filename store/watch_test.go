@@ -1,0 +1,105 @@
+package store_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/storetest"
+)
+
+// An overdue episode is recorded once, with one event, however many daemons mark it at once; so
+// is its end. A run's start and end are events too, written by the statement that changed it.
+func TestOverdueEpisodeAndEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := storetest.Open(t)
+	if _, err := st.CreateJob(ctx, store.Job{Name: "late", Engine: "command", Command: []string{"/bin/true"}, AlertFailures: 2}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.Admit(ctx, "late", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
+
+	race := func(fn func() (bool, error)) int {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		won := 0
+		for i := 0; i < 4; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ok, err := fn()
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					mu.Lock()
+					won++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		return won
+	}
+	if won := race(func() (bool, error) { return st.MarkOverdue(ctx, "late", since, "no success", "h") }); won != 1 {
+		t.Fatalf("%d daemons marked the job overdue, want 1", won)
+	}
+	facts, err := st.WatchFacts(ctx)
+	if err != nil || len(facts) != 1 {
+		t.Fatalf("watch facts: %+v, %v", facts, err)
+	}
+	if j := facts[0].Job; j.OverdueSince == nil || !j.OverdueSince.Equal(since) || j.OverdueReason != "no success" {
+		t.Fatalf("job after marking: overdue since %v (%q)", j.OverdueSince, j.OverdueReason)
+	}
+	if won := race(func() (bool, error) { return st.ClearOverdue(ctx, "late", "a run succeeded", "h") }); won != 1 {
+		t.Fatalf("%d daemons cleared the episode, want 1", won)
+	}
+
+	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, "u", "h", "", store.Limits{}); !ok || err != nil {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	if err := st.MarkStarted(ctx, run.ID, 1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.Finish(ctx, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusFailed,
+		Reason: "exit 1", ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1"}); !ok || err != nil {
+		t.Fatalf("finish: %v %v", ok, err)
+	}
+	events, err := st.Events(ctx, "late", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range events {
+		got = append(got, e.Event)
+	}
+	if want := []string{"overdue", "recovered", "started", "failed"}; !equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	failed := events[3]
+	if failed.Run == nil || *failed.Run != run.ID || failed.Attempt == nil || *failed.Attempt != 1 || failed.Host != "h" || failed.Reason != "exit 1" {
+		t.Fatalf("the failed event: %+v", failed)
+	}
+	facts, err = st.WatchFacts(ctx)
+	if err != nil || len(facts[0].Recent) != 1 || facts[0].Recent[0] != store.StatusFailed || facts[0].LastSuccess != nil {
+		t.Fatalf("watch facts after a failure: %+v, %v", facts, err)
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,117 @@
+// Package watch decides when a backup is not happening: a job is overdue when no run of it
+// succeeded since its deadline (its slot plus a grace, or a manual job's expected interval), or
+// when its last runs did not succeed. Judge is the decision, pure; Watcher is the daemons'
+// service that records each episode once, whichever daemon notices first, with its event in the
+// outbox (docs/ARCHITECTURE.md, Watching).
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// Verdict is whether a job is overdue, since when and why.
+type Verdict struct {
+	Overdue bool
+	Since   time.Time
+	Reason  string
+}
+
+// Judge decides about one job as of now (the database's clock, f.ReadAt).
+func Judge(f store.WatchFacts, now time.Time) (Verdict, error) {
+	j := f.Job
+	from := j.CreatedAt
+	if f.LastSuccess != nil && f.LastSuccess.After(from) {
+		from = *f.LastSuccess
+	}
+	since := "its creation"
+	if f.LastSuccess != nil {
+		since = "the last success at " + f.LastSuccess.UTC().Format(time.RFC3339)
+	}
+	sched, err := schedule.Parse(j.Schedule, j.TimeZone)
+	if err != nil {
+		return Verdict{}, fmt.Errorf("job %s: %w", j.Name, err)
+	}
+	if slot, ok := sched.Next(from); ok {
+		grace := j.AlertAfter
+		if grace <= 0 {
+			if after, ok := sched.Next(slot); ok {
+				grace = after.Sub(slot)
+			}
+		}
+		if deadline := slot.Add(grace); !now.Before(deadline) {
+			return Verdict{true, deadline, fmt.Sprintf("no successful run for the slot of %s or later, %s after it (since %s)",
+				slot.UTC().Format(time.RFC3339), grace, since)}, nil
+		}
+	} else if j.ExpectEvery > 0 {
+		if deadline := from.Add(j.ExpectEvery); !now.Before(deadline) {
+			return Verdict{true, deadline, fmt.Sprintf("no successful run for %s (expected every %s, since %s)",
+				now.Sub(from).Round(time.Second), j.ExpectEvery, since)}, nil
+		}
+	}
+	if n := j.AlertFailures; n > 0 && len(f.Recent) >= n && f.RecentEnd != nil && !contains(f.Recent[:n], store.StatusSucceeded) {
+		return Verdict{true, *f.RecentEnd, fmt.Sprintf("the last %d runs did not succeed (%s)", n, strings.Join(f.Recent[:n], ", "))}, nil
+	}
+	return Verdict{}, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Watcher records overdue episodes: at most one "overdue" event per episode, then one
+// "recovered", however many daemons watch.
+type Watcher struct {
+	Store  *store.Store
+	Host   string
+	Logger *slog.Logger
+}
+
+// Pass judges every job once and records what changed. It goes on past a job it cannot judge.
+func (w *Watcher) Pass(ctx context.Context) error {
+	facts, err := w.Store.WatchFacts(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range facts {
+		v, err := Judge(f, f.ReadAt)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		switch {
+		case v.Overdue && f.Job.OverdueSince == nil:
+			marked, err := w.Store.MarkOverdue(ctx, f.Job.Name, v.Since, v.Reason, w.Host)
+			if err != nil {
+				errs = append(errs, err)
+			} else if marked {
+				w.Logger.Warn("job overdue", "job", f.Job.Name, "since", v.Since, "why", v.Reason)
+			}
+		case !v.Overdue && f.Job.OverdueSince != nil:
+			why := "no longer overdue under the job's settings"
+			if f.LastSuccess != nil && f.LastSuccess.After(*f.Job.OverdueSince) {
+				why = "a run succeeded at " + f.LastSuccess.UTC().Format(time.RFC3339)
+			}
+			cleared, err := w.Store.ClearOverdue(ctx, f.Job.Name, why, w.Host)
+			if err != nil {
+				errs = append(errs, err)
+			} else if cleared {
+				w.Logger.Info("job recovered", "job", f.Job.Name, "overdue_since", *f.Job.OverdueSince)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
