@@ -30,11 +30,17 @@ func TestOverdueOnceWithTwoDaemons(t *testing.T) {
 	if show := w.mustRun("job", "show", "flaky"); !strings.Contains(show, "OVERDUE:") {
 		t.Fatalf("job show does not say the job is overdue:\n%s", show)
 	}
+	if r := w.run("status"); r.code != 2 || !strings.Contains(r.stdout, "CRITICAL") || !strings.Contains(r.stdout, "overdue: ") {
+		t.Fatalf("status of an overdue job: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	// Both daemons judge it many times meanwhile.
 	time.Sleep(2 * time.Second)
 	w.mustRun("job", "edit", "flaky", "--command", "/bin/true")
 	waitJob("recovered", func(j jobJSON) bool { return j.OverdueSince == nil })
 	time.Sleep(2 * time.Second)
+	if r := w.run("status"); r.code != 0 {
+		t.Fatalf("status after the recovery: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 
 	count := map[string]int{}
 	for _, e := range w.eventNames("flaky") {

@@ -1,0 +1,147 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// State is a status report's verdict, ordered: the worst one found is the report's.
+type State int
+
+// The states, with the exit codes monitoring plugins give them.
+const (
+	OK       State = 0
+	Warning  State = 1
+	Critical State = 2
+	Unknown  State = 3
+)
+
+func (s State) String() string { return [...]string{"ok", "warning", "critical", "unknown"}[s] }
+
+// NearQuota is the share of an account's quota in use from which status warns.
+const NearQuota = 0.9
+
+// Report is everything `holdfast status` shows.
+type Report struct {
+	State    State
+	At       time.Time // the database's clock
+	Jobs     []JobStatus
+	Live     []LiveStatus
+	Accounts []AccountStatus
+}
+
+// JobStatus is one job's line.
+type JobStatus struct {
+	Name          string
+	State         State
+	LastOutcome   string
+	LastSuccess   *time.Time
+	NextRun       *time.Time
+	OverdueSince  *time.Time
+	OverdueReason string
+	Note          string // why the state is not ok
+}
+
+// LiveStatus is one live run's line.
+type LiveStatus struct {
+	Run      uuid.UUID
+	Job      string
+	Status   string
+	Attempt  int
+	Started  *time.Time
+	Progress *store.Progress
+	ETA      *time.Duration // from its progress so far; nil without one
+}
+
+// AccountStatus is one account with a quota.
+type AccountStatus struct {
+	Name                   string
+	State                  State
+	Granted, Settled, Held int64
+	UsedShare              float64
+}
+
+// Status reads the report. An error means the state is Unknown.
+func Status(ctx context.Context, st *store.Store) (Report, error) {
+	facts, err := st.WatchFacts(ctx)
+	if err != nil {
+		return Report{State: Unknown}, err
+	}
+	live, err := st.LiveRuns(ctx)
+	if err != nil {
+		return Report{State: Unknown}, err
+	}
+	accounts, err := st.Accounts(ctx, "")
+	if err != nil {
+		return Report{State: Unknown}, err
+	}
+	r := Report{}
+	for _, f := range facts {
+		r.At = f.ReadAt
+		j := JobStatus{Name: f.Job.Name, LastOutcome: f.Job.LastOutcome, LastSuccess: f.LastSuccess,
+			NextRun: f.Job.NextRunAt, OverdueSince: f.Job.OverdueSince, OverdueReason: f.Job.OverdueReason}
+		// Judged here too, so that a status with no daemon running still sees a missed backup.
+		v, err := Judge(f, f.ReadAt)
+		switch {
+		case f.Job.OverdueSince != nil:
+			j.State, j.Note = Critical, "overdue: "+f.Job.OverdueReason
+		case err != nil:
+			j.State, j.Note = Warning, err.Error()
+		case v.Overdue:
+			j.State, j.Note = Critical, "overdue (no daemon recorded it yet): "+v.Reason
+			j.OverdueSince, j.OverdueReason = &v.Since, v.Reason
+		case f.Job.LastOutcome != "" && f.Job.LastOutcome != store.StatusSucceeded:
+			j.State, j.Note = Warning, "last run "+f.Job.LastOutcome
+		}
+		r.State = max(r.State, j.State)
+		r.Jobs = append(r.Jobs, j)
+	}
+	for _, l := range live {
+		if r.At.IsZero() {
+			r.At = l.ReadAt
+		}
+		s := LiveStatus{Run: l.Run.ID, Job: l.Run.JobName, Status: l.Run.Status, Attempt: l.Attempt.No,
+			Started: l.Attempt.StartedAt, Progress: l.Attempt.Progress}
+		if p := l.Attempt.Progress; p != nil && p.PercentDone > 0 && p.PercentDone < 1 && l.Attempt.StartedAt != nil {
+			elapsed := l.ReadAt.Sub(*l.Attempt.StartedAt)
+			eta := time.Duration(float64(elapsed) * (1 - p.PercentDone) / p.PercentDone).Round(time.Second)
+			s.ETA = &eta
+		}
+		r.Live = append(r.Live, s)
+	}
+	for _, a := range accounts {
+		if a.Unlimited || a.GrantedBytes <= 0 {
+			continue
+		}
+		s := AccountStatus{Name: a.Name, Granted: a.GrantedBytes, Settled: a.SettledBytes, Held: a.HeldBytes,
+			UsedShare: float64(a.SettledBytes+a.HeldBytes) / float64(a.GrantedBytes)}
+		if s.UsedShare >= NearQuota {
+			s.State = Warning
+		}
+		r.State = max(r.State, s.State)
+		r.Accounts = append(r.Accounts, s)
+	}
+	return r, nil
+}
+
+// Age says how long before now t was, for humans ("never" for nil).
+func Age(t *time.Time, now time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	d := now.Sub(*t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%.1fh ago", d.Hours())
+	}
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
