@@ -140,6 +140,14 @@ func Validate(j *store.Job) error {
 	if j.LimitUploadKiB > 0 && j.Engine == engine.NameCommand {
 		return errors.New("--limit-upload is restic's: a command job cannot have one; drop it")
 	}
+	if j.StallAfter < 0 || j.StallAfter > 0 && j.StallAfter < time.Second {
+		return fmt.Errorf("--stall-after %s: give at least 1s (e.g. 15m), or 0 for the default of %s", j.StallAfter, store.DefaultStallAfter)
+	}
+	switch j.StallAction {
+	case "", store.StallAlert, store.StallStop:
+	default:
+		return fmt.Errorf("--stall-action %q: use %s (an event) or %s (an event, and the run is stopped)", j.StallAction, store.StallAlert, store.StallStop)
+	}
 	if j.AlertAfter < 0 || j.ExpectEvery < 0 {
 		return fmt.Errorf("--alert-after %s, --expect-every %s: give a positive duration (e.g. 2h, 168h), or 0 for the default", j.AlertAfter, j.ExpectEvery)
 	}

@@ -19,6 +19,7 @@ const DefaultAlertFailures = 2
 // New is a job named name with the defaults of the settings an operator may leave out.
 func New(name string) store.Job {
 	return store.Job{Name: name, RetryBackoff: DefaultRetryBackoff, AlertFailures: DefaultAlertFailures,
+		StallAfter: store.DefaultStallAfter, StallAction: store.StallAlert,
 		RetentionMaxDelete: retention.DefaultMaxDeleteShare, RetentionMinKeep: retention.DefaultMinKeep}
 }
 

@@ -173,7 +173,7 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m ru
 	}
 	ev := evidence(a)
 	ev.Operation = l.Run.Kind
-	v := outcome(m, ev, eng, l.Run.StopRequestedAt != nil, l.Run.PausedReason)
+	v := outcome(m, ev, eng, l.Run.StopRequestedAt != nil, l.Run.StopReason, l.Run.PausedReason)
 	switch l.Run.Kind {
 	case store.KindPrune:
 		if v.status == store.StatusSucceeded {

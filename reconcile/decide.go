@@ -46,6 +46,7 @@ type facts struct {
 	// Our own intents, the strongest evidence. Read again for a readable marker: a pause or a
 	// stop recorded while the unit was ending must not be taken for a reboot.
 	stopRequested bool
+	stopReason    string // why the stop was asked for; "" the operator asked
 	pausedReason  string
 
 	attempt      int    // the live attempt's number
@@ -197,7 +198,7 @@ func decide(f facts, p rules) decision {
 	case !f.unitRecorded && f.stopRequested && f.unit == unitAlive:
 		return do("unspawned, stop, unit alive", actStop) // its marker ends the run on a later pass
 	case !f.unitRecorded && f.stopRequested:
-		return end("unspawned, stop", store.StatusStopped, "", "stopped by the operator before it was started")
+		return end("unspawned, stop", store.StatusStopped, "", stoppedBy(f.stopReason)+" before it was started")
 
 	// Never spawned: may it start now? Concurrency limits are not rows: they are decided in the
 	// spawn claim's own transaction, where no other claim can take the last place meanwhile.
@@ -262,7 +263,7 @@ func decide(f facts, p rules) decision {
 	// meanwhile, the stop of the service that follows the timer's still ends the service. From
 	// its time on, the spawn grace counts as for any other start.
 	case f.armed && f.sinceSpawn < 0 && f.stopRequested:
-		d := end("armed, stop", store.StatusStopped, "", "stopped by the operator before it was started")
+		d := end("armed, stop", store.StatusStopped, "", stoppedBy(f.stopReason)+" before it was started")
 		d.act, d.end.neverRan = actDisarm, true
 		return d
 	case f.armed && f.sinceSpawn < 0 && f.pausedReason != "":
@@ -274,7 +275,7 @@ func decide(f facts, p rules) decision {
 	case f.sinceSpawn < p.spawnGrace && !f.earlierBoot:
 		return do("gone, within spawn grace", actNothing) // systemd may not have got to it yet
 	case f.stopRequested:
-		return end("gone, stop", store.StatusStopped, "", "stopped by the operator; the unit ended without an exit marker")
+		return end("gone, stop", store.StatusStopped, "", stoppedBy(f.stopReason)+"; the unit ended without an exit marker")
 	case f.pausedReason != "":
 		return end("gone, paused", store.StatusPaused, "", "paused: "+f.pausedReason)
 	case lastAttempt:
@@ -282,6 +283,14 @@ func decide(f facts, p rules) decision {
 	default:
 		return do("gone", actRestart) // no marker: a crash or a power loss
 	}
+}
+
+// stoppedBy says who asked for a stop: the operator, or holdfast for reason (a stall).
+func stoppedBy(reason string) string {
+	if reason == "" {
+		return "stopped by the operator"
+	}
+	return "stopped by holdfast (" + reason + ")"
 }
 
 // endedSince reports whether the prerequisite's last run ended after t.

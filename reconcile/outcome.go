@@ -55,7 +55,7 @@ type classifier interface {
 // outcome maps a readable marker, the attempt's projected evidence and the run's intents to a
 // final status (see docs/ARCHITECTURE.md, Outcome mapping). It is only asked when decide chose
 // actFinish, so an interruption here always has a stop intent or a paused reason behind it.
-func outcome(m runner.Marker, ev engine.Evidence, eng classifier, stopRequested bool, pausedReason string) verdict {
+func outcome(m runner.Marker, ev engine.Evidence, eng classifier, stopRequested bool, stopReason, pausedReason string) verdict {
 	if pausedReason == store.PausedRunCeiling {
 		return verdict{status: store.StatusPaused, reason: "paused (run_ceiling): the backup added more than its hold, so holdfast stopped it (SIGINT, restic unlocks); raise the job's --max-added and resume it"}
 	}
@@ -75,7 +75,7 @@ func outcome(m runner.Marker, ev engine.Evidence, eng classifier, stopRequested 
 	switch m.ExitCode {
 	case "killed", "dumped":
 		if stopRequested {
-			return verdict{status: store.StatusStopped, reason: fmt.Sprintf("stopped by the operator (engine ended by SIG%s)", m.ExitStatus)}
+			return verdict{status: store.StatusStopped, reason: fmt.Sprintf("%s (engine ended by SIG%s)", stoppedBy(stopReason), m.ExitStatus)}
 		}
 		return verdict{status: store.StatusFailed, reason: fmt.Sprintf("the engine was killed by SIG%s", m.ExitStatus)}
 	case "exited":
@@ -91,7 +91,7 @@ func outcome(m runner.Marker, ev engine.Evidence, eng classifier, stopRequested 
 		o := eng.Classify(ev)
 		if o.Status == engine.Interrupted {
 			if stopRequested {
-				return verdict{status: store.StatusStopped, reason: "stopped by the operator: " + o.Reason}
+				return verdict{status: store.StatusStopped, reason: stoppedBy(stopReason) + ": " + o.Reason}
 			}
 			// decide restarts these; reaching here means the table and this mapping disagree.
 			return verdict{status: store.StatusFailed, reason: "interrupted without a stop request: " + o.Reason}
@@ -99,7 +99,7 @@ func outcome(m runner.Marker, ev engine.Evidence, eng classifier, stopRequested 
 		return verdict{status: o.Status, class: string(o.Class), reason: o.Reason}
 	}
 	if stopRequested {
-		return verdict{status: store.StatusStopped, reason: "stopped by the operator before the engine ran"}
+		return verdict{status: store.StatusStopped, reason: stoppedBy(stopReason) + " before the engine ran"}
 	}
 	return verdict{status: store.StatusFailed, reason: fmt.Sprintf("the unit ended without running the engine (%s)", m.ServiceResult)}
 }

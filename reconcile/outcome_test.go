@@ -45,7 +45,7 @@ func TestOutcome(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			v := outcome(tc.m, tc.ev, restic, tc.stopRequested, tc.paused)
+			v := outcome(tc.m, tc.ev, restic, tc.stopRequested, "", tc.paused)
 			if v.status != tc.wantStatus || v.class != tc.wantClass || !strings.Contains(v.reason, tc.wantReason) {
 				t.Fatalf("outcome = %+v, want status %s class %q reason containing %q", v, tc.wantStatus, tc.wantClass, tc.wantReason)
 			}

@@ -377,6 +377,7 @@ func (r *Reconciler) gather(ctx context.Context, l *store.LiveRun, jobs map[stri
 		unitRecorded:  l.Attempt.Unit != "",
 		unitName:      l.Attempt.Unit,
 		stopRequested: l.Run.StopRequestedAt != nil,
+		stopReason:    l.Run.StopReason,
 		pausedReason:  l.Run.PausedReason,
 		now:           r.cfg.now(),
 		queuedAt:      l.Run.CreatedAt,
@@ -401,8 +402,8 @@ func (r *Reconciler) gather(ctx context.Context, l *store.LiveRun, jobs map[stri
 		if err != nil {
 			return f, store.Job{}, err // nothing is closed on intents we could not read
 		}
-		l.Run.StopRequestedAt, l.Run.PausedReason = run.StopRequestedAt, run.PausedReason
-		f.stopRequested, f.pausedReason = run.StopRequestedAt != nil, run.PausedReason
+		l.Run.StopRequestedAt, l.Run.StopReason, l.Run.PausedReason = run.StopRequestedAt, run.StopReason, run.PausedReason
+		f.stopRequested, f.stopReason, f.pausedReason = run.StopRequestedAt != nil, run.StopReason, run.PausedReason
 		if st, ok := states[l.Attempt.Unit]; ok && statesErr == nil && st.Alive() {
 			f.stopping = true
 		}

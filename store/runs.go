@@ -55,6 +55,7 @@ type Run struct {
 	Status          string
 	PausedReason    string
 	StopRequestedAt *time.Time
+	StopReason      string // why a stop was asked for other than by the operator ("" the operator)
 	CreatedAt       time.Time
 	StartedAt       *time.Time
 	FinishedAt      *time.Time
@@ -114,11 +115,12 @@ type Attempt struct {
 	Summary          json.RawMessage // the engine's own summary, as it reported it; nil if none yet
 	RepoBytesBefore  *int64          // size of its local repository when it was spawned
 	SettleDeferred   string          // why its hold is still open after it ended
+	StalledAt        *time.Time      // when its progress was found standing still past the job's stall_after
 	HoldBytes        *int64          // its hold, open or closed; nil if it has none
 	Settlement       string          // where the figure that closed its hold came from; "" while open
 }
 
-const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason, ''), r.stop_requested_at,
+const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason, ''), r.stop_requested_at, coalesce(r.stop_reason, ''),
 	r.created_at, r.started_at, r.finished_at, r.reason, r.failure_class, coalesce(r.snapshot_id, ''),
 	r.bytes_added, r.bytes_processed, r.files_processed, r.files_skipped,
 	r.planned_at, r.not_before, coalesce(r.waiting_reason, ''), r.retry_of, r.retry_number, r.retried_by, r.kind,
@@ -127,7 +129,7 @@ const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_rea
 	coalesce((SELECT sum(e.bytes) FROM ledger_entries e WHERE e.run_id = r.id AND e.kind = 'settle'), 0)::bigint`
 
 func runDest(r *Run) []any {
-	return []any{&r.ID, &r.JobName, &r.Trigger, &r.Status, &r.PausedReason, &r.StopRequestedAt,
+	return []any{&r.ID, &r.JobName, &r.Trigger, &r.Status, &r.PausedReason, &r.StopRequestedAt, &r.StopReason,
 		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Reason, &r.FailureClass, &r.SnapshotID,
 		&r.BytesAdded, &r.BytesProcessed, &r.FilesProcessed, &r.FilesSkipped,
 		&r.PlannedAt, &r.NotBefore, &r.WaitingReason, &r.RetryOf, &r.RetryNumber, &r.RetriedBy, &r.Kind,
@@ -139,7 +141,7 @@ const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, co
 	a.journal_offset, a.journal_last_seq, a.journal_last_hash, a.quarantined_at, coalesce(a.quarantine_reason, ''),
 	a.last_event_at, a.percent_done, a.files_done, a.total_files, a.bytes_done, a.total_bytes,
 	a.item_errors, coalesce(a.first_item_error, ''), coalesce(a.fatal, ''), a.summary,
-	a.repo_bytes_before, coalesce(a.settle_deferred, ''),
+	a.repo_bytes_before, coalesce(a.settle_deferred, ''), a.stalled_at,
 	(SELECT h.bytes FROM ledger_entries h WHERE h.kind = 'hold' AND h.run_id = a.run_id AND h.attempt_no = a.attempt_no),
 	coalesce((SELECT c.note FROM ledger_entries c
 		WHERE c.kind IN ('settle', 'release') AND c.run_id = a.run_id AND c.attempt_no = a.attempt_no), '')`
@@ -157,7 +159,7 @@ func (s *attemptScan) dest() []any {
 		&a.Cursor.Offset, &a.Cursor.LastSeq, &a.Cursor.LastHash, &a.QuarantinedAt, &a.QuarantineReason,
 		&a.LastEventAt, &s.percent, &s.filesDone, &s.totalFiles, &s.bytesDone, &s.totalBy,
 		&a.ItemErrors, &a.FirstItemError, &a.Fatal, &a.Summary,
-		&a.RepoBytesBefore, &a.SettleDeferred, &a.HoldBytes, &a.Settlement}
+		&a.RepoBytesBefore, &a.SettleDeferred, &a.StalledAt, &a.HoldBytes, &a.Settlement}
 }
 
 func (s *attemptScan) attempt() Attempt {
@@ -437,6 +439,9 @@ func (s *Store) ApplyJournal(ctx context.Context, runID uuid.UUID, attempt int, 
 		UPDATE attempts SET
 			journal_offset = $4, journal_last_seq = $5, journal_last_hash = $6,
 			last_event_at = coalesce($7, last_event_at),
+			-- The stall clock: it restarts only when the figures move, not at every status line.
+			progress_changed_at = CASE WHEN $8::float8 IS NOT NULL AND (percent_done, files_done, bytes_done)
+				IS DISTINCT FROM ($8::float8, $9::bigint, $11::bigint) THEN now() ELSE progress_changed_at END,
 			percent_done = coalesce($8, percent_done), files_done = coalesce($9, files_done),
 			total_files = coalesce($10, total_files), bytes_done = coalesce($11, bytes_done),
 			total_bytes = coalesce($12, total_bytes),
@@ -812,7 +817,7 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 			return err
 		}
 		err = tx.QueryRow(ctx, `
-			UPDATE runs r SET status = 'queued', stop_requested_at = NULL, paused_reason = NULL,
+			UPDATE runs r SET status = 'queued', stop_requested_at = NULL, stop_reason = NULL, paused_reason = NULL,
 				finished_at = NULL, reason = '', failure_class = ''
 			WHERE id = $1
 			RETURNING `+runColumns, runID).Scan(runDest(&run)...)

@@ -137,3 +137,69 @@ func (s *Store) Events(ctx context.Context, job string, after int64, limit int) 
 	}
 	return events, nil
 }
+
+// Stall is a live attempt whose progress has stood still past its job's StallAfter.
+type Stall struct {
+	Run         uuid.UUID
+	Attempt     int
+	Job         string
+	StallAfter  time.Duration
+	StallAction string
+	Since       time.Time // when its figures last moved (or it started)
+}
+
+// Stalls lists the running attempts, not yet marked stalled nor asked to stop or pause, whose
+// progress figures have not moved for their job's stall_after (on the database's clock).
+func (s *Store) Stalls(ctx context.Context) ([]Stall, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT a.run_id, a.attempt_no, r.job_name, j.stall_after, j.stall_action, coalesce(a.progress_changed_at, a.started_at)
+		FROM attempts a JOIN runs r ON r.id = a.run_id JOIN jobs j ON j.id = r.job_id
+		WHERE r.status = 'running' AND a.ended_at IS NULL AND a.started_at IS NOT NULL AND a.stalled_at IS NULL
+		  AND r.stop_requested_at IS NULL AND r.paused_reason IS NULL
+		  AND coalesce(a.progress_changed_at, a.started_at) < now() - j.stall_after
+		ORDER BY a.run_id`)
+	if err != nil {
+		return nil, fmt.Errorf("read stalled runs: %w", err)
+	}
+	stalls, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Stall, error) {
+		var st Stall
+		err := row.Scan(&st.Run, &st.Attempt, &st.Job, &st.StallAfter, &st.StallAction, &st.Since)
+		return st, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read stalled runs: %w", err)
+	}
+	return stalls, nil
+}
+
+// MarkStalled records that the attempt stalled, with its "stalled" event, and with StallStop asks
+// its run to stop for reason, all in one statement and once: marked is false if it was marked
+// already or ended meanwhile. stopped reports whether the stop was asked for.
+func (s *Store) MarkStalled(ctx context.Context, st Stall, reason, host string) (marked, stopped bool, err error) {
+	err = s.pool.QueryRow(ctx, `
+		WITH marked AS (
+			UPDATE attempts SET stalled_at = now()
+			WHERE run_id = $1 AND attempt_no = $2 AND stalled_at IS NULL AND ended_at IS NULL
+			RETURNING run_id, attempt_no, host),
+		event AS (
+			INSERT INTO events (event, job_name, run_id, attempt, status, reason, host, details)
+			SELECT 'stalled', $3, run_id, attempt_no, 'running', $4, coalesce(nullif(host, ''), $6),
+				jsonb_build_object('stall_action', $5::text, 'progress_since', $7::timestamptz)
+			FROM marked RETURNING run_id),
+		stop AS (
+			UPDATE runs SET stop_requested_at = coalesce(stop_requested_at, now()), stop_reason = coalesce(stop_reason, $4)
+			WHERE $5 = 'stop' AND id IN (SELECT run_id FROM event) AND status IN ('queued', 'running')
+			RETURNING id)
+		SELECT EXISTS (SELECT 1 FROM marked), EXISTS (SELECT 1 FROM stop)`,
+		st.Run, st.Attempt, st.Job, reason, st.StallAction, host, st.Since).Scan(&marked, &stopped)
+	if err != nil {
+		return false, false, fmt.Errorf("mark run %s attempt %d stalled: %w", st.Run, st.Attempt, err)
+	}
+	if stopped {
+		// The daemons stop it at once rather than at their next sweep.
+		if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, st.Run.String()); err != nil {
+			return marked, stopped, fmt.Errorf("notify the stop of run %s: %w", st.Run, err)
+		}
+	}
+	return marked, stopped, nil
+}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
 )
@@ -102,4 +103,57 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// The stall clock restarts when the progress figures move, and only then: status lines with the
+// same figures leave a hung run stalled.
+func TestStallClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := storetest.Open(t)
+	if _, err := st.CreateJob(ctx, store.Job{Name: "slow", Engine: "command", Command: []string{"/bin/true"}, StallAfter: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.Admit(ctx, "slow", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, "u", "h", "", store.Limits{}); !ok || err != nil {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	if err := st.MarkStarted(ctx, run.ID, 1, time.Now().Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	stalled := func() bool {
+		t.Helper()
+		stalls, err := st.Stalls(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(stalls) == 1 && stalls[0].Run == run.ID
+	}
+	var seq int64
+	progress := func(percent float64) {
+		t.Helper()
+		from := journal.Cursor{Offset: seq * 10, LastSeq: seq}
+		seq++
+		to := journal.Cursor{Offset: seq * 10, LastSeq: seq}
+		now := time.Now()
+		p := store.Progress{PercentDone: percent, BytesDone: int64(percent * 1000)}
+		if ok, err := st.ApplyJournal(ctx, run.ID, 1, from, to, store.JournalDelta{LastEventAt: &now, Progress: &p}); !ok || err != nil {
+			t.Fatalf("apply journal: %v %v", ok, err)
+		}
+	}
+	if !stalled() {
+		t.Fatal("started a minute ago with no progress: not stalled")
+	}
+	progress(0.1)
+	if stalled() {
+		t.Fatal("stalled right after its figures moved")
+	}
+	time.Sleep(1100 * time.Millisecond)
+	progress(0.1) // a status line, the same figures
+	if !stalled() {
+		t.Fatal("not stalled although its figures stood still past stall_after")
+	}
 }

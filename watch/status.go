@@ -56,6 +56,8 @@ type LiveStatus struct {
 	Started  *time.Time
 	Progress *store.Progress
 	ETA      *time.Duration // from its progress so far; nil without one
+	Stalled  *time.Time     // when it was found stalled
+	State    State
 }
 
 // AccountStatus is one account with a quota.
@@ -106,7 +108,11 @@ func Status(ctx context.Context, st *store.Store) (Report, error) {
 			r.At = l.ReadAt
 		}
 		s := LiveStatus{Run: l.Run.ID, Job: l.Run.JobName, Status: l.Run.Status, Attempt: l.Attempt.No,
-			Started: l.Attempt.StartedAt, Progress: l.Attempt.Progress}
+			Started: l.Attempt.StartedAt, Progress: l.Attempt.Progress, Stalled: l.Attempt.StalledAt}
+		if s.Stalled != nil {
+			s.State = Critical
+		}
+		r.State = max(r.State, s.State)
 		if p := l.Attempt.Progress; p != nil && p.PercentDone > 0 && p.PercentDone < 1 && l.Attempt.StartedAt != nil {
 			elapsed := l.ReadAt.Sub(*l.Attempt.StartedAt)
 			eta := time.Duration(float64(elapsed) * (1 - p.PercentDone) / p.PercentDone).Round(time.Second)

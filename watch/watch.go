@@ -79,8 +79,37 @@ type Watcher struct {
 	Logger *slog.Logger
 }
 
-// Pass judges every job once and records what changed. It goes on past a job it cannot judge.
+// Pass judges every job once and records what changed, then marks the stalled runs. It goes
+// on past a job or a run it cannot handle.
 func (w *Watcher) Pass(ctx context.Context) error {
+	return errors.Join(w.overdue(ctx), w.stalls(ctx))
+}
+
+// stalls marks each run whose progress stood still past its job's stall_after, once, and asks
+// it to stop where the job says so: the decision table then stops it as any stop.
+func (w *Watcher) stalls(ctx context.Context) error {
+	stalls, err := w.Store.Stalls(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, st := range stalls {
+		reason := fmt.Sprintf("stalled: no progress for %s, since %s", st.StallAfter, st.Since.UTC().Format(time.RFC3339))
+		marked, stopped, err := w.Store.MarkStalled(ctx, st, reason, w.Host)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case stopped:
+			w.Logger.Warn("run stalled; stopping it", "run", st.Run, "job", st.Job, "attempt", st.Attempt, "why", reason)
+		case marked:
+			w.Logger.Warn("run stalled", "run", st.Run, "job", st.Job, "attempt", st.Attempt, "why", reason)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// overdue judges every job and records each change of its overdue episode.
+func (w *Watcher) overdue(ctx context.Context) error {
 	facts, err := w.Store.WatchFacts(ctx)
 	if err != nil {
 		return err

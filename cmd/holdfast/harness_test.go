@@ -349,6 +349,7 @@ type runJSON struct {
 		Unit             string `json:"unit"`
 		BootID           string `json:"boot_id"`
 		SpawnedAt        string `json:"spawned_at"`
+		StalledAt        string `json:"stalled_at"`
 		ServiceResult    string `json:"service_result"`
 		ExitCode         string `json:"exit_code"`
 		ExitStatus       string `json:"exit_status"`

@@ -69,6 +69,8 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.DurationVar(&j.AlertAfter, "alert-after", 0, "a scheduled job with no success this long after a slot is overdue (default: one period of its schedule)")
 	f.IntVar(&j.AlertFailures, "alert-failures", job.DefaultAlertFailures, "this many runs in a row that did not succeed make the job overdue (0: never)")
 	f.DurationVar(&j.ExpectEvery, "expect-every", 0, "a job without --schedule is overdue without a success this often (e.g. 168h; 0: never)")
+	f.DurationVar(&j.StallAfter, "stall-after", store.DefaultStallAfter, "a live run whose progress stands still this long is stalled (an event)")
+	f.StringVar(&j.StallAction, "stall-action", store.StallAlert, "what a stall does besides its event: alert, or stop the run")
 	f.IntVar(&j.LimitUploadKiB, "limit-upload", 0, "limit what restic writes to the repository to this many KiB/s (restic --limit-upload); 0 no limit")
 	f.StringVar(&j.IOSchedulingClass, "io-class", "", "IO scheduling class: realtime, best-effort or idle")
 	f.StringVar(&j.Engine, "engine", engine.NameRestic, "backup engine: "+engine.NameRestic+" or "+engine.NameCommand)
@@ -104,7 +106,8 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *store.Job) error {
 		"depends-on": func() { j.DependsOn = src.DependsOn }, "prune-schedule": func() { j.PruneSchedule = src.PruneSchedule },
 		"account": func() { j.Account = src.Account }, "limit-upload": func() { j.LimitUploadKiB = src.LimitUploadKiB },
 		"alert-after": func() { j.AlertAfter = src.AlertAfter }, "alert-failures": func() { j.AlertFailures = src.AlertFailures },
-		"expect-every": func() { j.ExpectEvery = src.ExpectEvery },
+		"expect-every": func() { j.ExpectEvery = src.ExpectEvery }, "stall-after": func() { j.StallAfter = src.StallAfter },
+		"stall-action": func() { j.StallAction = src.StallAction },
 	}
 	f.Visit(func(flag *pflag.Flag) {
 		if fn, ok := set[flag.Name]; ok {
@@ -241,6 +244,8 @@ type jobOut struct {
 	AlertAfterSeconds  float64           `json:"alert_after_seconds,omitempty"`
 	AlertFailures      int               `json:"alert_failures"`
 	ExpectEverySeconds float64           `json:"expect_every_seconds,omitempty"`
+	StallAfterSeconds  float64           `json:"stall_after_seconds"`
+	StallAction        string            `json:"stall_action"`
 	OverdueSince       *string           `json:"overdue_since"`
 	OverdueReason      string            `json:"overdue_reason,omitempty"`
 	CreatedAt          string            `json:"created_at"`
@@ -278,6 +283,7 @@ func jobJSON(j store.Job) jobOut {
 		IOSchedulingClass: j.IOSchedulingClass, RuntimeMaxSeconds: j.RuntimeMax.Seconds(), LimitUploadKiB: j.LimitUploadKiB,
 		AlertAfterSeconds: j.AlertAfter.Seconds(), AlertFailures: j.AlertFailures, ExpectEverySeconds: j.ExpectEvery.Seconds(),
 		OverdueSince: timeStr(j.OverdueSince), OverdueReason: j.OverdueReason,
+		StallAfterSeconds: j.StallAfter.Seconds(), StallAction: j.StallAction,
 		CreatedAt: j.CreatedAt.UTC().Format(time.RFC3339Nano), LastOutcome: j.LastOutcome}
 	if j.LastRunID != nil {
 		o.LastRunID = j.LastRunID.String()

@@ -33,6 +33,7 @@ type attemptOut struct {
 	Host             string  `json:"host,omitempty"`
 	BootID           string  `json:"boot_id,omitempty"`
 	SpawnedAt        *string `json:"spawned_at"` // the spawn claim, just before systemd was asked
+	StalledAt        *string `json:"stalled_at,omitempty"`
 	StartedAt        *string `json:"started_at"`
 	EndedAt          *string `json:"ended_at"`
 	ServiceResult    string  `json:"service_result"`
@@ -114,7 +115,7 @@ func runJSON(r store.Run, attempts []store.Attempt) runOut {
 	}
 	for _, a := range attempts {
 		o.Attempts = append(o.Attempts, attemptOut{Attempt: a.No, Unit: a.Unit, Host: a.Host, BootID: a.BootID,
-			SpawnedAt: timeStr(a.SpawnClaimedAt), StartedAt: timeStr(a.StartedAt), EndedAt: timeStr(a.EndedAt), ServiceResult: a.ServiceResult,
+			SpawnedAt: timeStr(a.SpawnClaimedAt), StalledAt: timeStr(a.StalledAt), StartedAt: timeStr(a.StartedAt), EndedAt: timeStr(a.EndedAt), ServiceResult: a.ServiceResult,
 			ExitCode: a.ExitCode, ExitStatus: a.ExitStatus, QuarantineReason: a.QuarantineReason,
 			HoldBytes: a.HoldBytes, SettleDeferred: a.SettleDeferred, Settlement: a.Settlement})
 	}

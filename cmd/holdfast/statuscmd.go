@@ -34,6 +34,8 @@ type statusLiveOut struct {
 	StartedAt  *string      `json:"started_at"`
 	Progress   *progressOut `json:"progress"`
 	ETASeconds *float64     `json:"eta_seconds"`
+	State      string       `json:"state"`
+	StalledAt  *string      `json:"stalled_at"`
 }
 
 type statusAccountOut struct {
@@ -116,7 +118,8 @@ func statusJSON(r watch.Report) statusOut {
 			OverdueReason: j.OverdueReason, Note: j.Note})
 	}
 	for _, l := range r.Live {
-		s := statusLiveOut{Run: l.Run.String(), Job: l.Job, Status: l.Status, Attempt: l.Attempt, StartedAt: timeStr(l.Started)}
+		s := statusLiveOut{Run: l.Run.String(), Job: l.Job, Status: l.Status, Attempt: l.Attempt, StartedAt: timeStr(l.Started),
+			State: l.State.String(), StalledAt: timeStr(l.Stalled)}
 		if p := l.Progress; p != nil {
 			s.Progress = &progressOut{p.PercentDone, p.FilesDone, p.TotalFiles, p.BytesDone, p.TotalBytes}
 		}
@@ -149,7 +152,7 @@ func printStatus(w io.Writer, r watch.Report) {
 		}
 	}
 	if len(r.Live) > 0 {
-		fmt.Fprintln(tw, "\nLIVE RUN\tJOB\tSTATUS\tATTEMPT\tPROGRESS\tETA")
+		fmt.Fprintln(tw, "\nLIVE RUN\tJOB\tSTATUS\tATTEMPT\tPROGRESS\tETA\tNOTE")
 		for _, l := range r.Live {
 			progress, eta := "-", "-"
 			if p := l.Progress; p != nil {
@@ -158,7 +161,11 @@ func printStatus(w io.Writer, r watch.Report) {
 			if l.ETA != nil {
 				eta = l.ETA.String()
 			}
-			fmt.Fprintf(tw, "%.8s\t%s\t%s\t%d\t%s\t%s\n", l.Run, l.Job, l.Status, l.Attempt, progress, eta)
+			note := ""
+			if l.Stalled != nil {
+				note = "STALLED since " + l.Stalled.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%.8s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.Run, l.Job, l.Status, l.Attempt, progress, eta, note)
 		}
 	}
 	if len(r.Accounts) > 0 {
