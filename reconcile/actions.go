@@ -311,6 +311,9 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 	}
 	if done {
 		r.cfg.Logger.Info("run finished", "run", l.Run.ID, "attempt", l.Attempt.No, "status", v.status, "reason", v.reason)
+		if r.cfg.Observer != nil {
+			r.cfg.Observer.RunEnded(l.Run, v.status, e.At)
+		}
 	}
 	return nil
 }

@@ -90,11 +90,18 @@ type Config struct {
 	// delay) a ready run is claimed, prepared and armed, so that systemd starts its unit at that
 	// time from a transient timer (runner.Arm); 0 starts every run when its time has come.
 	StartLead time.Duration
-	Logger    *slog.Logger
+	// Observer hears of each run this reconciler closes (metrics); nil hears nothing.
+	Observer Observer
+	Logger   *slog.Logger
 	// now is replaceable in tests.
 	now func() time.Time
 	// allowedUIDs is AllowUsers resolved; nil allows every user.
 	allowedUIDs map[uint32]bool
+}
+
+// Observer hears of the runs a reconciler closes, once each.
+type Observer interface {
+	RunEnded(run store.Run, status string, at time.Time)
 }
 
 // Config's defaults, each stated once; the daemon's flags default to them.

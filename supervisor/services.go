@@ -3,6 +3,10 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -94,6 +98,9 @@ func (s *Supervisor) sweep(ctx context.Context) {
 		s.progress.passBegins(time.Now())
 		stats, err := s.rec.Sweep(ctx)
 		s.progress.passEnds(time.Now(), stats.Runs, err)
+		if s.metrics != nil && err == nil {
+			s.metrics.SweepTook(stats.Duration)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			s.cfg.Logger.Error("sweep failed", "err", err)
@@ -199,4 +206,54 @@ func (s *Supervisor) removeRunFiles(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// httpService serves the daemon's HTTP endpoints (/metrics). Start binds the address, so a bad
+// or taken one stops the daemon from starting; Stop shuts the server down.
+type httpService struct {
+	addr    string
+	handler http.Handler
+	logger  *slog.Logger
+
+	mu     sync.Mutex
+	server *http.Server
+	done   chan struct{}
+}
+
+func (h *httpService) Name() string { return "http " + h.addr }
+
+func (h *httpService) Start(context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.server != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", h.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", h.addr, err)
+	}
+	h.server = &http.Server{Handler: h.handler, ReadHeaderTimeout: 10 * time.Second}
+	h.done = make(chan struct{})
+	go func(srv *http.Server, done chan struct{}) {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			h.logger.Error("http server ended", "addr", h.addr, "err", err)
+		}
+	}(h.server, h.done)
+	h.logger.Info("serving metrics", "addr", ln.Addr().String())
+	return nil
+}
+
+func (h *httpService) Stop() {
+	h.mu.Lock()
+	srv, done := h.server, h.done
+	h.server, h.done = nil, nil
+	h.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+	<-done
 }

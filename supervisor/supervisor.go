@@ -19,11 +19,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/metrics"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/runner"
@@ -108,6 +110,10 @@ type Config struct {
 	KeepRunFiles  string
 	RunFilesEvery time.Duration // --run-files-every: how often old run files are looked for
 	WatchInterval time.Duration // --watch-interval: how often jobs are judged overdue or not
+	// Listen is the address the daemon serves /metrics on (--listen), e.g. 127.0.0.1:9750;
+	// "" serves nothing. Version is the build the metrics name.
+	Listen  string
+	Version string
 
 	Logger *slog.Logger
 
@@ -218,13 +224,13 @@ func (c *Config) Validate() error {
 }
 
 // reconcileConfig is the reconciler's part of a validated c.
-func (c *Config) reconcileConfig() reconcile.Config {
+func (c *Config) reconcileConfig(observer reconcile.Observer) reconcile.Config {
 	return reconcile.Config{
 		Store: c.Store, Runner: c.Runner, StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary,
 		Host: c.Host, SpawnGrace: c.SpawnGrace, RunBudget: c.RunBudget, PassTimeout: c.PassTimeout,
 		MaxAttempts: c.MaxAttempts, Limits: c.Limits, Windows: c.windows, WindowZone: c.zone,
 		DependsWait: c.DependsWait, Workers: c.Workers, SpawnWorkers: c.SpawnWorkers, SpawnHook: c.spawnHook, AllowUsers: c.AllowUsers,
-		AllowCommandJobs: c.AllowCommandJobs, StartLead: c.StartLead, Logger: c.Logger,
+		AllowCommandJobs: c.AllowCommandJobs, StartLead: c.StartLead, Observer: observer, Logger: c.Logger,
 	}
 }
 
@@ -240,6 +246,7 @@ type Service interface {
 type Supervisor struct {
 	cfg       Config
 	rec       *reconcile.Reconciler
+	metrics   *metrics.Metrics // nil without --listen
 	services  []Service
 	sweepWake wakeup
 	admitWake wakeup
@@ -257,7 +264,13 @@ func New(cfg Config) (*Supervisor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	rec, err := reconcile.New(cfg.reconcileConfig())
+	var m *metrics.Metrics
+	var observer reconcile.Observer
+	if cfg.Listen != "" {
+		m = metrics.New(metrics.Config{Store: cfg.Store, Version: cfg.Version, Logger: cfg.Logger})
+		observer = m
+	}
+	rec, err := reconcile.New(cfg.reconcileConfig(observer))
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +280,7 @@ func New(cfg Config) (*Supervisor, error) {
 		return nil, err
 	}
 	watcher := &watch.Watcher{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger}
-	s := &Supervisor{cfg: cfg, rec: rec, sweepWake: newWakeup(), admitWake: newWakeup(), progress: newProgress()}
+	s := &Supervisor{cfg: cfg, rec: rec, metrics: m, sweepWake: newWakeup(), admitWake: newWakeup(), progress: newProgress()}
 	s.services = []Service{
 		// Listening first: a run admitted while the other services start still wakes them.
 		&loop{name: "notifications", run: s.listen},
@@ -280,6 +293,11 @@ func New(cfg Config) (*Supervisor, error) {
 		&loop{name: "admission", run: func(ctx context.Context) { s.admit(ctx, admitter) }},
 		&loop{name: "run files", run: s.removeRunFiles},
 		&loop{name: "watch", run: func(ctx context.Context) { s.watch(ctx, watcher) }},
+	}
+	if m != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m.Handler())
+		s.services = append(s.services, &httpService{addr: cfg.Listen, handler: mux, logger: cfg.Logger})
 	}
 	if os.Getenv("NOTIFY_SOCKET") != "" {
 		// Last: stopped first, so the service manager hears at once that the daemon stops.

@@ -93,7 +93,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err := g.requireDSN(); err != nil {
 				return configError{err}
 			}
-			cfg.Database.DSN, cfg.StateDir, cfg.Logger = g.dsn, g.stateDir, logger
+			cfg.Database.DSN, cfg.StateDir, cfg.Logger, cfg.Version = g.dsn, g.stateDir, logger, version
 			cfg.Systemd = runner.Config{Manager: g.systemd, Address: g.systemdAddress}
 			cfg.AllowUsers = strings.Split(allowUsers, ",")
 			if err := cfg.Validate(); err != nil {
@@ -152,6 +152,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.KeepRunFiles, "keep-run-files", supervisor.DefaultKeepRunFiles, "remove the journals and exit markers of runs that ended longer ago than this (the database keeps their facts)")
 	f.DurationVar(&cfg.RunFilesEvery, "run-files-every", supervisor.DefaultRunFilesEvery, "how often ended runs' files are looked for")
 	_ = f.MarkHidden("run-files-every") // for tests
+	f.StringVar(&cfg.Listen, "listen", g.env.getenv("HOLDFAST_LISTEN"), "serve Prometheus metrics on this address at /metrics, e.g. 127.0.0.1:9750 (env HOLDFAST_LISTEN; \"\" none)")
 	f.DurationVar(&cfg.WatchInterval, "watch-interval", supervisor.DefaultWatchInterval, "how often jobs are judged overdue or not")
 	f.DurationVar(&cfg.PassTimeout, "pass-timeout", supervisor.DefaultPassTimeout, "longest one admission pass or one sweep may take")
 	f.DurationVar(&cfg.Database.StatementTimeout, "db-statement-timeout", store.DefaultStatementTimeout, "PostgreSQL's statement_timeout for the daemon's sessions")

@@ -1,0 +1,146 @@
+package main_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// The daemon's /metrics, scraped and parsed with Prometheus's own text parser: each job's and
+// account's figures are the database's, and the histograms count the runs this daemon closed.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	w.mustRun("account", "add", "team", "--quota", "10GiB")
+	w.mustRun("job", "add", "good", "--engine", "command", "--command", "/bin/true", "--account", "team")
+	w.mustRun("job", "add", "bad", "--engine", "command", "--command", "/bin/false", "--alert-failures", "1")
+	w.startDaemon("--listen", addr, "--watch-interval", "500ms")
+	good, bad := w.startRun("good"), w.startRun("bad")
+	w.waitEnd(good)
+	w.waitEnd(bad)
+	waitJob := func(name string, cond func(jobJSON) bool) {
+		t.Helper()
+		await(t, "job "+name, func() string { return "" }, func() jobJSON { return w.job(name) }, cond)
+	}
+	waitJob("bad", func(j jobJSON) bool { return j.OverdueSince != nil })
+
+	families := scrape(t, "http://"+addr+"/metrics")
+	gauge := func(name string, labels ...string) float64 {
+		t.Helper()
+		f, ok := families[name]
+		if !ok {
+			t.Fatalf("no metric %s", name)
+		}
+		for _, m := range f.Metric {
+			if matches(m, labels) {
+				if m.Gauge != nil {
+					return m.Gauge.GetValue()
+				}
+				if m.Histogram != nil {
+					return float64(m.Histogram.GetSampleCount())
+				}
+			}
+		}
+		t.Fatalf("no %s%v", name, labels)
+		return 0
+	}
+	st := w.store()
+	ctx := context.Background()
+	facts, err := st.Figures(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range facts.Jobs {
+		if j.LastRunEnd == nil || gauge("holdfast_job_last_run_timestamp_seconds", "job", j.Name) != float64(j.LastRunEnd.UnixNano())/1e9 {
+			t.Errorf("job %s: last run %v, metric %v", j.Name, j.LastRunEnd, gauge("holdfast_job_last_run_timestamp_seconds", "job", j.Name))
+		}
+	}
+	goodRun := w.show(good)
+	finished, _ := time.Parse(time.RFC3339Nano, *goodRun.FinishedAt)
+	if got := gauge("holdfast_job_last_success_timestamp_seconds", "job", "good"); got != float64(finished.UnixNano())/1e9 {
+		t.Errorf("good's last success: metric %v, run ended %s", got, finished)
+	}
+	if _, ok := families["holdfast_job_last_success_timestamp_seconds"]; ok {
+		for _, m := range families["holdfast_job_last_success_timestamp_seconds"].Metric {
+			if matches(m, []string{"job", "bad"}) {
+				t.Error("bad never succeeded, yet has a last success")
+			}
+		}
+	}
+	if gauge("holdfast_job_overdue", "job", "bad") != 1 || gauge("holdfast_job_overdue", "job", "good") != 0 {
+		t.Error("holdfast_job_overdue: want bad 1 and good 0")
+	}
+	if gauge("holdfast_runs_live", "status", "running") != 0 || gauge("holdfast_runs_live", "status", "queued") != 0 {
+		t.Error("holdfast_runs_live: want none")
+	}
+	if got := gauge("holdfast_account_quota_bytes", "account", "team"); got != 10<<30 {
+		t.Errorf("team's quota: %v", got)
+	}
+	var team float64
+	for _, a := range facts.Accounts {
+		if a.Name == "team" {
+			team = float64(a.Balance())
+		}
+	}
+	if got := gauge("holdfast_account_balance_bytes", "account", "team"); got != team {
+		t.Errorf("team's balance: metric %v, database %v", got, team)
+	}
+	if n := gauge("holdfast_run_duration_seconds", "kind", "backup", "status", "succeeded"); n != 1 {
+		t.Errorf("run duration histogram holds %v succeeded runs, want 1", n)
+	}
+	if n := gauge("holdfast_run_duration_seconds", "kind", "backup", "status", "failed"); n != 1 {
+		t.Errorf("run duration histogram holds %v failed runs, want 1", n)
+	}
+	if gauge("holdfast_sweep_duration_seconds") == 0 {
+		t.Error("no sweep observed")
+	}
+	if gauge("holdfast_database_up") != 1 || gauge("holdfast_build_info", "version", "dev") != 1 {
+		t.Error("holdfast_database_up or holdfast_build_info missing")
+	}
+}
+
+func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	return families
+}
+
+// matches reports whether m carries every name/value pair of labels.
+func matches(m *dto.Metric, labels []string) bool {
+	for i := 0; i+1 < len(labels); i += 2 {
+		found := false
+		for _, l := range m.Label {
+			if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}

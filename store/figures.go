@@ -1,0 +1,66 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// JobFigures are one job's figures for metrics.
+type JobFigures struct {
+	Name           string
+	LastSuccess    *time.Time // when its last succeeded run ended
+	LastRunEnd     *time.Time // when its last run ended, however
+	LastBytesAdded *int64     // what its last ended backup added, if known
+	Overdue        bool
+	Snapshots      int64 // in holdfast's inventory of its repository, not forgotten
+}
+
+// Figures are what every daemon's metrics read from the database at a scrape, so that all of
+// them answer the same.
+type Figures struct {
+	Jobs     []JobFigures
+	Live     map[string]int64 // live runs by status
+	Accounts []Account
+}
+
+// Figures reads the figures.
+func (s *Store) Figures(ctx context.Context) (Figures, error) {
+	f := Figures{Live: map[string]int64{StatusQueued: 0, StatusRunning: 0}}
+	rows, err := s.pool.Query(ctx, `
+		SELECT j.name,
+			(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded'),
+			last.finished_at, last.bytes_added, j.overdue_since IS NOT NULL,
+			(SELECT count(*) FROM snapshots s WHERE s.job_name = j.name AND s.forgotten_at IS NULL)
+		FROM jobs j LEFT JOIN LATERAL (
+			SELECT r.finished_at, r.bytes_added FROM runs r
+			WHERE r.job_id = j.id AND r.finished_at IS NOT NULL AND r.kind = 'backup'
+			ORDER BY r.finished_at DESC LIMIT 1) last ON true
+		ORDER BY j.name`)
+	if err != nil {
+		return f, fmt.Errorf("read job figures: %w", err)
+	}
+	f.Jobs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (JobFigures, error) {
+		var j JobFigures
+		err := row.Scan(&j.Name, &j.LastSuccess, &j.LastRunEnd, &j.LastBytesAdded, &j.Overdue, &j.Snapshots)
+		return j, err
+	})
+	if err != nil {
+		return f, fmt.Errorf("read job figures: %w", err)
+	}
+	rows, err = s.pool.Query(ctx, `SELECT status, count(*) FROM runs WHERE status IN ('queued', 'running') GROUP BY status`)
+	if err != nil {
+		return f, fmt.Errorf("count live runs: %w", err)
+	}
+	var status string
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error { f.Live[status] = n; return nil }); err != nil {
+		return f, fmt.Errorf("count live runs: %w", err)
+	}
+	if f.Accounts, err = s.Accounts(ctx, ""); err != nil {
+		return f, err
+	}
+	return f, nil
+}
