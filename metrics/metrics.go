@@ -111,12 +111,14 @@ var (
 	descLive        = prometheus.NewDesc("holdfast_runs_live", "Runs queued or running, by status.", []string{"status"}, nil)
 	descQuota       = prometheus.NewDesc("holdfast_account_quota_bytes", "The account's quota: all its grants, in bytes (absent for an unlimited account).", labelsAccount, nil)
 	descBalance     = prometheus.NewDesc("holdfast_account_balance_bytes", "What the account can still hold: grants minus settled minus held, in bytes.", labelsAccount, nil)
+	descPending     = prometheus.NewDesc("holdfast_notifications_pending", "Deliveries of events to notification targets waiting to be sent (the queue).", nil, nil)
+	descFailed      = prometheus.NewDesc("holdfast_notifications_failed", "Deliveries of events kept as failed after their last try.", nil, nil)
 	descHeld        = prometheus.NewDesc("holdfast_account_held_bytes", "The account's open holds of live runs, in bytes.", labelsAccount, nil)
 )
 
 func (d *database) Describe(ch chan<- *prometheus.Desc) {
 	for _, desc := range []*prometheus.Desc{descUp, descLastSuccess, descLastRun, descOverdue, descBytesAdded, descSnapshots,
-		descLive, descQuota, descBalance, descHeld} {
+		descLive, descQuota, descBalance, descHeld, descPending, descFailed} {
 		ch <- desc
 	}
 }
@@ -151,6 +153,8 @@ func (d *database) Collect(ch chan<- prometheus.Metric) {
 		gauge(descOverdue, overdue, j.Name)
 		gauge(descSnapshots, float64(j.Snapshots), j.Name)
 	}
+	gauge(descPending, float64(f.DeliveriesPending))
+	gauge(descFailed, float64(f.DeliveriesFailed))
 	for status, n := range f.Live {
 		gauge(descLive, float64(n), status)
 	}

@@ -24,6 +24,8 @@ type Figures struct {
 	Jobs     []JobFigures
 	Live     map[string]int64 // live runs by status
 	Accounts []Account
+	// Deliveries of notifications waiting to be sent, and kept as failed.
+	DeliveriesPending, DeliveriesFailed int64
 }
 
 // Figures reads the figures.
@@ -60,6 +62,9 @@ func (s *Store) Figures(ctx context.Context) (Figures, error) {
 		return f, fmt.Errorf("count live runs: %w", err)
 	}
 	if f.Accounts, err = s.Accounts(ctx, ""); err != nil {
+		return f, err
+	}
+	if f.DeliveriesPending, f.DeliveriesFailed, err = s.DeliveryCounts(ctx); err != nil {
 		return f, err
 	}
 	return f, nil

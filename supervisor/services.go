@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/watch"
 )
@@ -187,6 +188,38 @@ func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 		}
 		if !sleep(ctx, s.cfg.WatchInterval, nil) {
 			return
+		}
+	}
+}
+
+// deliverInterval is how often due deliveries are looked for when no notification wakes the
+// delivery service: retries fall due without one.
+const deliverInterval = 2 * time.Second
+
+// deliver sends the due notifications at once, then whenever a delivery is made or falls due.
+func (s *Supervisor) deliver(ctx context.Context, d *notify.Deliverer) {
+	for {
+		if _, err := d.Pass(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("notification delivery failed; the next pass tries again", "err", err)
+		}
+		if !sleep(ctx, deliverInterval, s.deliverWake) {
+			return
+		}
+	}
+}
+
+// listenDeliveries wakes the delivery service for each delivery made, listening again after a
+// failure; the interval is the backstop.
+func (s *Supervisor) listenDeliveries(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := s.cfg.Store.ListenDeliveries(ctx, s.deliverWake.wake)
+		if ctx.Err() != nil {
+			return
+		}
+		s.cfg.Logger.Warn("listen for deliveries failed; polling meanwhile", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(relistenAfter):
 		}
 	}
 }

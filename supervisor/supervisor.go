@@ -26,6 +26,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/metrics"
+	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/runner"
@@ -114,6 +115,8 @@ type Config struct {
 	// "" serves nothing. Version is the build the metrics name.
 	Listen  string
 	Version string
+	// Notify configures the delivery of notifications (its Store and Logger are the daemon's).
+	Notify notify.Config
 
 	Logger *slog.Logger
 
@@ -244,13 +247,14 @@ type Service interface {
 
 // Supervisor is the daemon: its services, started in order and stopped in reverse.
 type Supervisor struct {
-	cfg       Config
-	rec       *reconcile.Reconciler
-	metrics   *metrics.Metrics // nil without --listen
-	services  []Service
-	sweepWake wakeup
-	admitWake wakeup
-	progress  *progress // what the sweep and admission last did, for the service manager
+	cfg         Config
+	rec         *reconcile.Reconciler
+	metrics     *metrics.Metrics // nil without --listen
+	services    []Service
+	sweepWake   wakeup
+	admitWake   wakeup
+	deliverWake wakeup
+	progress    *progress // what the sweep and admission last did, for the service manager
 }
 
 // New validates cfg and builds the services; nothing runs before Start.
@@ -279,8 +283,14 @@ func New(cfg Config) (*Supervisor, error) {
 	if err := admitter.Validate(); err != nil {
 		return nil, err
 	}
+	ncfg := cfg.Notify
+	ncfg.Store, ncfg.Logger = cfg.Store, cfg.Logger
+	deliverer, err := notify.New(ncfg)
+	if err != nil {
+		return nil, err
+	}
 	watcher := &watch.Watcher{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger}
-	s := &Supervisor{cfg: cfg, rec: rec, metrics: m, sweepWake: newWakeup(), admitWake: newWakeup(), progress: newProgress()}
+	s := &Supervisor{cfg: cfg, rec: rec, metrics: m, sweepWake: newWakeup(), admitWake: newWakeup(), deliverWake: newWakeup(), progress: newProgress()}
 	s.services = []Service{
 		// Listening first: a run admitted while the other services start still wakes them.
 		&loop{name: "notifications", run: s.listen},
@@ -293,6 +303,8 @@ func New(cfg Config) (*Supervisor, error) {
 		&loop{name: "admission", run: func(ctx context.Context) { s.admit(ctx, admitter) }},
 		&loop{name: "run files", run: s.removeRunFiles},
 		&loop{name: "watch", run: func(ctx context.Context) { s.watch(ctx, watcher) }},
+		&loop{name: "deliveries listener", run: s.listenDeliveries},
+		&loop{name: "delivery", run: func(ctx context.Context) { s.deliver(ctx, deliverer) }},
 	}
 	if m != nil {
 		mux := http.NewServeMux()

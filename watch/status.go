@@ -33,6 +33,8 @@ type Report struct {
 	Jobs     []JobStatus
 	Live     []LiveStatus
 	Accounts []AccountStatus
+	// FailedDeliveries are notifications kept as failed (a warning): `holdfast notify log`.
+	FailedDeliveries int64
 }
 
 // JobStatus is one job's line.
@@ -82,7 +84,14 @@ func Status(ctx context.Context, st *store.Store) (Report, error) {
 	if err != nil {
 		return Report{State: Unknown}, err
 	}
-	r := Report{}
+	_, failed, err := st.DeliveryCounts(ctx)
+	if err != nil {
+		return Report{State: Unknown}, err
+	}
+	r := Report{FailedDeliveries: failed}
+	if failed > 0 {
+		r.State = Warning
+	}
 	for _, f := range facts {
 		r.At = f.ReadAt
 		j := JobStatus{Name: f.Job.Name, LastOutcome: f.Job.LastOutcome, LastSuccess: f.LastSuccess,

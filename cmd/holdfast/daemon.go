@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/supervisor"
@@ -94,6 +95,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 				return configError{err}
 			}
 			cfg.Database.DSN, cfg.StateDir, cfg.Logger, cfg.Version = g.dsn, g.stateDir, logger, version
+			cfg.Notify.JournalDir = g.journalDir
 			cfg.Systemd = runner.Config{Manager: g.systemd, Address: g.systemdAddress}
 			cfg.AllowUsers = strings.Split(allowUsers, ",")
 			if err := cfg.Validate(); err != nil {
@@ -153,6 +155,10 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.RunFilesEvery, "run-files-every", supervisor.DefaultRunFilesEvery, "how often ended runs' files are looked for")
 	_ = f.MarkHidden("run-files-every") // for tests
 	f.StringVar(&cfg.Listen, "listen", g.env.getenv("HOLDFAST_LISTEN"), "serve Prometheus metrics on this address at /metrics, e.g. 127.0.0.1:9750 (env HOLDFAST_LISTEN; \"\" none)")
+	f.DurationVar(&cfg.Notify.Backoff, "notify-backoff", notify.DefaultBackoff, "delay before a failed notification is tried again; doubled for each next try")
+	f.IntVar(&cfg.Notify.MaxTries, "notify-max-tries", notify.DefaultMaxTries, "tries of a notification before it is kept as failed")
+	f.DurationVar(&cfg.Notify.Timeout, "notify-timeout", notify.DefaultTimeout, "longest send of one notification")
+	f.DurationVar(&cfg.Notify.Lease, "notify-lease", notify.DefaultLease, "how long a notification being sent is this daemon's (longer than --notify-timeout)")
 	f.DurationVar(&cfg.WatchInterval, "watch-interval", supervisor.DefaultWatchInterval, "how often jobs are judged overdue or not")
 	f.DurationVar(&cfg.PassTimeout, "pass-timeout", supervisor.DefaultPassTimeout, "longest one admission pass or one sweep may take")
 	f.DurationVar(&cfg.Database.StatementTimeout, "db-statement-timeout", store.DefaultStatementTimeout, "PostgreSQL's statement_timeout for the daemon's sessions")

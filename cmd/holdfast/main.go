@@ -203,7 +203,7 @@ func newRoot(env environment) *cobra.Command {
 	root.SetOut(env.stdout)
 	root.SetErr(env.stderr)
 	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newExecCmd(), newCredexecCmd(), newMarkerCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd(), newProbeReadCmd(),
-		newSetupCmd(g), newSetupDatabaseCmd(), newStatusCmd(g))
+		newSetupCmd(g), newSetupDatabaseCmd(), newStatusCmd(g), newNotifyCmd(g))
 	return root
 }
 
@@ -237,7 +237,8 @@ func exitCode(err error, stderr io.Writer) int {
 	case errors.As(err, &config):
 		return exitConfig
 	case errors.As(err, &input), errors.As(err, &conflict),
-		errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrJobExists), errors.Is(err, store.ErrAmbiguous):
+		errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrJobExists), errors.Is(err, store.ErrAmbiguous),
+		errors.Is(err, store.ErrTargetExists):
 		return exitInput
 	}
 	if isUsageError(err) {

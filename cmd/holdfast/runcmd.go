@@ -440,7 +440,7 @@ func newRunLogsCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				argv := journalctlArgv(g.journalDir, id, attempts, follow)
+				argv := journallog.RunArgv(g.journalDir, id, units(attempts), follow, 0)
 				if argv == nil {
 					return badInput("run %s has not started a unit yet: no logs", id)
 				}
@@ -457,33 +457,13 @@ func newRunLogsCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// journalctlArgv matches every unit of the run: what the unit's processes wrote (_SYSTEMD_UNIT,
-// or _SYSTEMD_USER_UNIT under a regular user manager) and what the manager said about the unit
-// (UNIT, USER_UNIT); and every line with the run's field (HOLDFAST_RUN): the daemon's about the
-// run, under systemd (journallog), and the units' on the system manager (LogExtraFields).
-func journalctlArgv(dir string, run uuid.UUID, attempts []store.Attempt, follow bool) []string {
-	argv := []string{"journalctl", "--no-pager", "--output", "short-iso"}
-	if dir != "" {
-		argv = append(argv, "--directory", dir)
-	}
-	if follow {
-		argv = append(argv, "--follow")
-	}
-	n := 0
+// units are the attempts' unit names, those that have one.
+func units(attempts []store.Attempt) []string {
+	var names []string
 	for _, a := range attempts {
-		if a.Unit == "" {
-			continue
-		}
-		for _, field := range []string{"_SYSTEMD_UNIT", "_SYSTEMD_USER_UNIT", "UNIT", "USER_UNIT"} {
-			if n > 0 {
-				argv = append(argv, "+")
-			}
-			argv = append(argv, field+"="+a.Unit)
-			n++
+		if a.Unit != "" {
+			names = append(names, a.Unit)
 		}
 	}
-	if n == 0 {
-		return nil
-	}
-	return append(argv, "+", journallog.FieldName("run")+"="+run.String())
+	return names
 }

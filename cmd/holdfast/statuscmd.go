@@ -54,6 +54,8 @@ type statusOut struct {
 	Jobs     []statusJobOut     `json:"jobs"`
 	Live     []statusLiveOut    `json:"live_runs"`
 	Accounts []statusAccountOut `json:"accounts"`
+	// Notifications kept as failed: holdfast notify log.
+	FailedDeliveries int64 `json:"failed_deliveries"`
 }
 
 // statusTimeout bounds reading the status, connecting included.
@@ -108,7 +110,7 @@ quota or more), 2 critical (a job is overdue), 3 unknown (the database cannot be
 }
 
 func statusJSON(r watch.Report) statusOut {
-	o := statusOut{State: r.State.String(), Jobs: []statusJobOut{}, Live: []statusLiveOut{}, Accounts: []statusAccountOut{}}
+	o := statusOut{State: r.State.String(), FailedDeliveries: r.FailedDeliveries, Jobs: []statusJobOut{}, Live: []statusLiveOut{}, Accounts: []statusAccountOut{}}
 	if !r.At.IsZero() {
 		o.At = timeStr(&r.At)
 	}
@@ -176,4 +178,7 @@ func printStatus(w io.Writer, r watch.Report) {
 		}
 	}
 	tw.Flush()
+	if r.FailedDeliveries > 0 {
+		fmt.Fprintf(w, "\n%d notification(s) failed for good: holdfast notify log\n", r.FailedDeliveries)
+	}
 }

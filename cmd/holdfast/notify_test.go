@@ -1,0 +1,211 @@
+package main_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/notify"
+)
+
+// receiver is a local HTTP server that records each request; while failing is set it answers 503.
+type receiver struct {
+	*httptest.Server
+	failing atomic.Bool
+	mu      sync.Mutex
+	got     []received
+}
+
+type received struct {
+	path, rawQuery, body string
+	header               http.Header
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.got = append(r.got, received{req.URL.Path, req.URL.RawQuery, string(body), req.Header.Clone()})
+		r.mu.Unlock()
+		if r.failing.Load() {
+			http.Error(w, "not now", http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *receiver) requests() []received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]received(nil), r.got...)
+}
+
+// webhookEvents are the events a webhook receiver accepted, by idempotency key (each once, as a
+// receiver deduplicates), checking every request's signature and key against its body.
+func webhookEvents(t *testing.T, r *receiver, key []byte) map[string]map[string]any {
+	t.Helper()
+	events := map[string]map[string]any{}
+	for _, req := range r.requests() {
+		if got, want := req.header.Get(notify.HeaderSignature), notify.Sign(key, []byte(req.body)); got != want {
+			t.Fatalf("webhook signature %q, want %q for %s", got, want, req.body)
+		}
+		var e map[string]any
+		if err := json.Unmarshal([]byte(req.body), &e); err != nil {
+			t.Fatalf("webhook body: %v: %s", err, req.body)
+		}
+		if req.header.Get(notify.HeaderIdempotency) != e["id"] || req.header.Get(notify.HeaderEvent) != e["event"] {
+			t.Fatalf("webhook headers %v do not match the body %s", req.header, req.body)
+		}
+		events[e["id"].(string)] = e
+	}
+	return events
+}
+
+// notifyFlags make retries quick, and a send that a killed daemon held free again soon.
+var notifyFlags = []string{"--notify-backoff", "200ms", "--notify-max-tries", "3", "--notify-timeout", "1s", "--notify-lease", "2s"}
+
+// Every outcome of a run reaches a signed webhook and a healthchecks check with the run's ids;
+// a daemon killed before it delivered an event delivers it after its restart, each key arriving
+// once after deduplication; a receiver that keeps failing is tried again, then kept as failed,
+// and status and notify log say so.
+func TestNotifications(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	keyFile := filepath.Join(w.dir, "hook.key")
+	if err := os.WriteFile(keyFile, []byte("hook secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("hook secret")
+	hook, hc, broken := newReceiver(t), newReceiver(t), newReceiver(t)
+	broken.failing.Store(true)
+	w.mustRun("notify", "add", "hook", "--webhook", hook.URL+"/hooks/secret-path", "--secret-file", keyFile,
+		"--events", "started,succeeded,failed,stopped")
+	w.mustRun("notify", "add", "hc", "--healthchecks", hc.URL+"/ping/check-uuid", "--events", "started,succeeded,failed")
+	if list := w.mustRun("notify", "list"); strings.Contains(list, "secret-path") || strings.Contains(list, "check-uuid") {
+		t.Fatalf("notify list shows a URL's secret path:\n%s", list)
+	}
+	if out := w.mustRun("notify", "test", "hook"); !strings.Contains(out, "delivered") || len(hook.requests()) != 1 {
+		t.Fatalf("notify test: %s; the receiver got %d request(s)", out, len(hook.requests()))
+	}
+	testKey := hook.requests()[0].header.Get(notify.HeaderIdempotency)
+	for _, j := range []struct{ name, program string }{{"ok", "/bin/true"}, {"bad", "/bin/false"}} {
+		w.mustRun("job", "add", j.name, "--engine", "command", "--command", j.program)
+	}
+	w.mustRun("job", "add", "long", "--engine", "command", "--command", "/bin/sleep", "--command", "60")
+	w.mustRun("notify", "add", "broken", "--webhook", broken.URL+"/x", "--job", "ok", "--events", "succeeded")
+
+	daemon := w.startDaemon(notifyFlags...)
+	ok, bad, long := w.startRun("ok"), w.startRun("bad"), w.startRun("long")
+	w.waitEnd(ok)
+	w.waitEnd(bad)
+	w.waitRun(long, "running", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+	w.mustRun("run", "stop", long)
+	w.waitEnd(long)
+
+	want := map[string]string{ok: "succeeded", bad: "failed", long: "stopped"}
+	if !eventually(time.Minute, func() bool { return len(webhookEvents(t, hook, key)) == 1+6 }) {
+		t.Fatalf("the webhook got %d distinct events, want the test's and 6", len(webhookEvents(t, hook, key)))
+	}
+	ends := map[string]string{}
+	starts := 0
+	for id, e := range webhookEvents(t, hook, key) {
+		if id == testKey {
+			continue
+		}
+		run, _ := e["run"].(string)
+		switch e["event"] {
+		case "started":
+			starts++
+		default:
+			ends[run] = e["event"].(string)
+			if e["status"] != e["event"] || e["attempt"] != 1.0 || e["job"] == "" || e["at"] == "" {
+				t.Errorf("event %v: want its status, attempt 1, job and time", e)
+			}
+		}
+	}
+	if starts != 3 || len(ends) != 3 || ends[ok] != want[ok] || ends[bad] != want[bad] || ends[long] != want[long] {
+		t.Fatalf("the webhook got %d starts and ends %v, want 3 starts and %v", starts, ends, want)
+	}
+	// healthchecks: /start for each run, success for ok, /fail for bad (stopped is not asked for).
+	if !eventually(time.Minute, func() bool { return len(hc.requests()) == 5 }) {
+		t.Fatalf("the check got %d pings, want 5: %+v", len(hc.requests()), hc.requests())
+	}
+	pings := map[string]int{}
+	for _, p := range hc.requests() {
+		pings[p.path+"?"+p.rawQuery]++
+	}
+	for _, p := range []string{"/ping/check-uuid?rid=" + ok, "/ping/check-uuid/fail?rid=" + bad, "/ping/check-uuid/start?rid=" + long} {
+		if pings[p] != 1 {
+			t.Errorf("the check got %v, want one %s", pings, p)
+		}
+	}
+
+	// A run ends while the webhook fails; the daemon dies before it could deliver; a new one
+	// delivers once the webhook answers.
+	hook.failing.Store(true)
+	again := w.startRun("ok")
+	w.waitEnd(again)
+	if !eventually(time.Minute, func() bool {
+		for _, r := range hook.requests() {
+			if strings.Contains(r.body, again) && strings.Contains(r.body, `"succeeded"`) {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("the end of the run was never tried while the webhook failed")
+	}
+	daemon.kill()
+	hook.failing.Store(false)
+	w.startDaemon(notifyFlags...)
+	var delivered bool
+	if !eventually(time.Minute, func() bool {
+		events := webhookEvents(t, hook, key)
+		for _, e := range events {
+			if e["run"] == again && e["event"] == "succeeded" {
+				delivered = true
+			}
+		}
+		return delivered
+	}) {
+		t.Fatal("the restarted daemon never delivered the event the killed one could not")
+	}
+
+	// The broken target: tried three times, then kept as failed.
+	var log []struct {
+		Target    string `json:"target"`
+		State     string `json:"state"`
+		LastError string `json:"last_error"`
+		Tries     int    `json:"tries"`
+	}
+	if !eventually(time.Minute, func() bool {
+		_ = json.Unmarshal([]byte(w.mustRun("notify", "log", "--target", "broken", "--json")), &log)
+		return len(log) == 2 && log[0].State == "failed" && log[1].State == "failed"
+	}) {
+		t.Fatalf("notify log of broken: %+v; want its two events failed", log)
+	}
+	if log[0].Tries != 3 || !strings.Contains(log[0].LastError, "503") || strings.Contains(log[0].LastError, "/x") {
+		t.Fatalf("notify log of broken: %+v; want 3 tries and a 503 without the URL's path", log)
+	}
+	if tries := len(broken.requests()); tries != 6 {
+		t.Fatalf("the broken receiver got %d requests, want 3 for each of 2 events", tries)
+	}
+	s := w.run("status", "--json")
+	var report struct {
+		FailedDeliveries int64 `json:"failed_deliveries"`
+	}
+	if err := json.Unmarshal([]byte(s.stdout), &report); err != nil || report.FailedDeliveries != 2 || s.code == 0 {
+		t.Fatalf("status with 2 failed deliveries: exit %d, %s", s.code, s.stdout)
+	}
+	w.checkInvariants()
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/holdfast-backup/holdfast/notify"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+func newNotifyCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "notify", Short: "Notification targets: webhooks, healthchecks.io checks, commands; and their delivery log"}
+	cmd.AddCommand(newNotifyAddCmd(g), newNotifyListCmd(g), newNotifyRemoveCmd(g), newNotifyTestCmd(g), newNotifyLogCmd(g))
+	return cmd
+}
+
+type targetOut struct {
+	Name       string   `json:"name"`
+	Kind       string   `json:"kind"`
+	Where      string   `json:"where"` // the URL's scheme and host, or the program: never a secret
+	SecretFile string   `json:"secret_file,omitempty"`
+	Job        string   `json:"job,omitempty"`
+	Events     []string `json:"events"`
+	CreatedAt  string   `json:"created_at"`
+}
+
+func targetJSON(t store.Target) targetOut {
+	where := notify.Redact(t.URL)
+	if t.Kind == store.TargetCommand {
+		where = t.Command[0]
+	}
+	return targetOut{Name: t.Name, Kind: t.Kind, Where: where, SecretFile: t.SecretFile, Job: t.Job, Events: t.Events,
+		CreatedAt: t.CreatedAt.UTC().Format(time.RFC3339)}
+}
+
+func newNotifyAddCmd(g *globals) *cobra.Command {
+	var t store.Target
+	var webhook, healthchecks, events string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "add NAME (--webhook URL [--secret-file F] | --healthchecks URL | --command PROG [--command ARG]...)",
+		Short: "Add a notification target; events from now on are delivered to it",
+		Example: `  holdfast notify add ops --webhook https://hooks.example.com/holdfast --secret-file /etc/holdfast/hook.key
+  holdfast notify add nightly-check --healthchecks https://hc-ping.com/UUID --job nightly --events started,succeeded,failed
+  holdfast notify add mail --command /usr/local/bin/holdfast-mail --events failed,overdue,stalled`,
+		Args: exactArgs(1, "one target name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t.Name = args[0]
+			given := 0
+			for _, k := range []struct {
+				set  bool
+				kind string
+				url  string
+			}{{webhook != "", store.TargetWebhook, webhook}, {healthchecks != "", store.TargetHealthchecks, healthchecks},
+				{len(t.Command) > 0, store.TargetCommand, ""}} {
+				if k.set {
+					given++
+					t.Kind, t.URL = k.kind, k.url
+				}
+			}
+			if given != 1 {
+				return badInput("give exactly one of --webhook URL, --healthchecks URL or --command PROGRAM")
+			}
+			if events != "" {
+				t.Events = strings.Split(events, ",")
+			}
+			if err := notify.ValidateTarget(&t); err != nil {
+				return inputError{err}
+			}
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				if t.Job != "" {
+					if _, err := st.JobByName(ctx, t.Job); err != nil {
+						return err
+					}
+				}
+				if err := st.AddTarget(ctx, t); err != nil {
+					return err
+				}
+				added, err := st.Targets(ctx, t.Name)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(targetJSON(added[0]))
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "notification target %s added: %s to %s (events %s)\n", t.Name, t.Kind,
+					targetJSON(added[0]).Where, strings.Join(added[0].Events, ","))
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&webhook, "webhook", "", "POST each event as JSON to this URL")
+	f.StringVar(&t.SecretFile, "secret-file", "", "with --webhook: sign each request with HMAC-SHA256 under the key in this file (X-Holdfast-Signature)")
+	f.StringVar(&healthchecks, "healthchecks", "", "ping this healthchecks.io check URL: /start, success, /fail, the run id as rid")
+	f.StringArrayVar(&t.Command, "command", nil, "run this program (absolute path; then its arguments, one per flag) with the event as JSON on stdin")
+	f.StringVar(&t.Job, "job", "", "only this job's events")
+	f.StringVar(&events, "events", "", "comma-separated: "+strings.Join(notify.Events, ",")+" (default: all but started)")
+	f.BoolVar(&asJSON, "json", false, "print the target as JSON")
+	return cmd
+}
+
+func newNotifyListCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the notification targets (URLs shown without their path: it may be a secret)",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				targets, err := st.Targets(ctx, "")
+				if err != nil {
+					return err
+				}
+				out := []targetOut{}
+				for _, t := range targets {
+					out = append(out, targetJSON(t))
+				}
+				if asJSON {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "TARGET\tKIND\tWHERE\tJOB\tEVENTS")
+				for _, t := range out {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Kind, t.Where, cmp.Or(t.Job, "every job"), strings.Join(t.Events, ","))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the targets as JSON")
+	return cmd
+}
+
+func newNotifyRemoveCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Remove a notification target and its deliveries",
+		Args:  exactArgs(1, "one target name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				if err := st.RemoveTarget(ctx, args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "notification target %s removed\n", args[0])
+				return nil
+			})
+		},
+	}
+}
+
+func newNotifyTestCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "test NAME",
+		Short: "Send a test event to a target now, from this process (exit 1 if it fails)",
+		Args:  exactArgs(1, "one target name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				targets, err := st.Targets(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				d, err := notify.New(notify.Config{Store: st, JournalDir: g.journalDir})
+				if err != nil {
+					return err
+				}
+				t := targets[0]
+				e := store.Event{ID: uuid.New(), Event: "succeeded", Job: cmp.Or(t.Job, "holdfast-test"), Status: "succeeded",
+					Reason: "a test event from holdfast notify test", At: time.Now(), Details: json.RawMessage(`{"test":true}`)}
+				if err := d.Send(ctx, t, e); err != nil {
+					return fmt.Errorf("notification target %s: %w", t.Name, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "notification target %s: test event %s delivered\n", t.Name, e.ID)
+				return nil
+			})
+		},
+	}
+}
+
+type deliveryOut struct {
+	EventID     string  `json:"event_id"`
+	Event       string  `json:"event"`
+	Job         string  `json:"job"`
+	Run         *string `json:"run"`
+	At          string  `json:"at"`
+	Target      string  `json:"target"`
+	State       string  `json:"state"`
+	Tries       int     `json:"tries"`
+	NextAt      *string `json:"next_at"`
+	LastError   string  `json:"last_error,omitempty"`
+	DeliveredAt *string `json:"delivered_at"`
+}
+
+func newNotifyLogCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	var target string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "log",
+		Short: "Show the deliveries of events to targets, newest first: delivered, pending (with the next try) or failed",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit <= 0 {
+				return badInput("--limit %d: give a positive number", limit)
+			}
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				if target != "" {
+					if _, err := st.Targets(ctx, target); err != nil {
+						return err
+					}
+				}
+				ds, err := st.Deliveries(ctx, target, limit)
+				if err != nil {
+					return err
+				}
+				out := []deliveryOut{}
+				for _, d := range ds {
+					o := deliveryOut{EventID: d.Event.ID.String(), Event: d.Event.Event, Job: d.Event.Job,
+						At: d.Event.At.UTC().Format(time.RFC3339Nano), Target: d.Target.Name, State: d.State, Tries: d.Tries,
+						LastError: d.LastError, DeliveredAt: timeStr(d.DeliveredAt)}
+					if d.Event.Run != nil {
+						id := d.Event.Run.String()
+						o.Run = &id
+					}
+					if d.State == "pending" {
+						o.NextAt = timeStr(&d.NextAt)
+					}
+					out = append(out, o)
+				}
+				if asJSON {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "AT\tTARGET\tEVENT\tJOB\tRUN\tSTATE\tTRIES\tLAST ERROR")
+				for _, o := range out {
+					run := "-"
+					if o.Run != nil {
+						run = (*o.Run)[:8]
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", o.At, o.Target, o.Event, o.Job, run, o.State, o.Tries, o.LastError)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print the deliveries as JSON")
+	f.StringVar(&target, "target", "", "only this target's deliveries")
+	f.IntVar(&limit, "limit", 50, "at most this many deliveries")
+	return cmd
+}

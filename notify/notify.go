@@ -1,0 +1,353 @@
+// Package notify delivers the outbox's events to the operator's targets: a webhook (a JSON POST
+// signed with HMAC-SHA256), a healthchecks.io check (its ping protocol), or a command (the event
+// as JSON on its standard input). Each delivery is claimed by one daemon for a lease, sent at
+// least once with the event's id as the idempotency key (receivers deduplicate), tried again
+// with a growing delay, and kept as failed after MaxTries.
+package notify
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/credentials"
+	"github.com/holdfast-backup/holdfast/journallog"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/textsafe"
+)
+
+// Events are the events a target can ask for; DefaultEvents those it gets when it names none.
+var (
+	Events        = []string{"started", "succeeded", "partial", "failed", "stopped", "paused", "overdue", "recovered", "stalled"}
+	DefaultEvents = Events[1:]
+)
+
+// Headers a webhook request carries.
+const (
+	HeaderSignature   = "X-Holdfast-Signature" // "sha256=" and the hex HMAC-SHA256 of the body
+	HeaderEvent       = "X-Holdfast-Event"
+	HeaderIdempotency = "Idempotency-Key" // the event's id
+)
+
+// Payload is the JSON an event is sent as: the fields every event has, then its details.
+func Payload(e store.Event) ([]byte, error) {
+	fields := map[string]any{}
+	if len(e.Details) > 0 {
+		if err := json.Unmarshal(e.Details, &fields); err != nil {
+			return nil, fmt.Errorf("details of event %s: %w", e.ID, err)
+		}
+	}
+	fields["id"], fields["event"], fields["job"], fields["status"] = e.ID.String(), e.Event, e.Job, e.Status
+	fields["reason"], fields["at"], fields["host"] = e.Reason, e.At.UTC().Format(time.RFC3339Nano), e.Host
+	fields["run"], fields["attempt"] = nil, nil
+	if e.Run != nil {
+		fields["run"] = e.Run.String()
+	}
+	if e.Attempt != nil {
+		fields["attempt"] = *e.Attempt
+	}
+	return json.Marshal(fields)
+}
+
+// Sign is the signature header's value for body with key.
+func Sign(key, body []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// Config configures a Deliverer.
+type Config struct {
+	Store *store.Store
+	// JournalDir is the journal directory a healthchecks body's log tail is read from ("" the
+	// system journal).
+	JournalDir string
+	// Lease is how long a claimed delivery is this daemon's; Timeout bounds one send. MaxTries
+	// is how many tries a delivery gets before it is kept as failed; Backoff the delay after the
+	// first failed try, doubled after each next one up to MaxBackoff.
+	Lease, Timeout, Backoff, MaxBackoff time.Duration
+	MaxTries                            int
+	Logger                              *slog.Logger
+	client                              *http.Client
+}
+
+// Defaults, each stated once.
+const (
+	DefaultLease      = 2 * time.Minute
+	DefaultTimeout    = 30 * time.Second
+	DefaultBackoff    = 5 * time.Second
+	DefaultMaxBackoff = 10 * time.Minute
+	DefaultMaxTries   = 8
+	claimBatch        = 16
+	logTailLines      = 50
+	maxBodyRead       = 64 << 10
+)
+
+// Deliverer sends due deliveries.
+type Deliverer struct{ cfg Config }
+
+// New validates cfg and fills in its defaults.
+func New(cfg Config) (*Deliverer, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("notify: no store")
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.Lease, DefaultLease}, {&cfg.Timeout, DefaultTimeout}, {&cfg.Backoff, DefaultBackoff}, {&cfg.MaxBackoff, DefaultMaxBackoff}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	if cfg.MaxTries <= 0 {
+		cfg.MaxTries = DefaultMaxTries
+	}
+	if cfg.Lease <= cfg.Timeout {
+		return nil, fmt.Errorf("notify: lease %s must be longer than a send's timeout %s", cfg.Lease, cfg.Timeout)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.client = &http.Client{Timeout: cfg.Timeout}
+	return &Deliverer{cfg: cfg}, nil
+}
+
+// Pass sends what is due, batch by batch, and reports how many it delivered.
+func (d *Deliverer) Pass(ctx context.Context) (int, error) {
+	delivered := 0
+	for {
+		batch, err := d.cfg.Store.ClaimDeliveries(ctx, claimBatch, d.cfg.Lease)
+		if err != nil || len(batch) == 0 {
+			return delivered, err
+		}
+		for _, dl := range batch {
+			sendErr := d.Send(ctx, dl.Target, dl.Event)
+			if sendErr == nil {
+				if err := d.cfg.Store.DeliveryDone(ctx, dl.Event.ID, dl.Target.Name); err != nil {
+					return delivered, err
+				}
+				delivered++
+				continue
+			}
+			giveUp := dl.Tries >= d.cfg.MaxTries
+			next := time.Now().Add(min(d.cfg.Backoff<<min(dl.Tries-1, 20), d.cfg.MaxBackoff))
+			why := textsafe.String(sendErr.Error())
+			if err := d.cfg.Store.DeliveryFailed(ctx, dl.Event.ID, dl.Target.Name, why, next, giveUp); err != nil {
+				return delivered, err
+			}
+			if giveUp {
+				d.cfg.Logger.Error("notification failed for good", "target", dl.Target.Name, "event", dl.Event.Event,
+					"event_id", dl.Event.ID, "tries", dl.Tries, "err", why)
+			} else {
+				d.cfg.Logger.Warn("notification failed; trying again", "target", dl.Target.Name, "event", dl.Event.Event,
+					"event_id", dl.Event.ID, "tries", dl.Tries, "next", next, "err", why)
+			}
+		}
+	}
+}
+
+// Send sends one event to one target, once.
+func (d *Deliverer) Send(ctx context.Context, t store.Target, e store.Event) error {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	switch t.Kind {
+	case store.TargetWebhook:
+		return d.webhook(ctx, t, e)
+	case store.TargetHealthchecks:
+		return d.healthchecks(ctx, t, e)
+	case store.TargetCommand:
+		return command(ctx, t, e)
+	}
+	return fmt.Errorf("target %s: unknown kind %q", t.Name, t.Kind)
+}
+
+func (d *Deliverer) webhook(ctx context.Context, t store.Target, e store.Event) error {
+	body, err := Payload(e)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderEvent, e.Event)
+	req.Header.Set(HeaderIdempotency, e.ID.String())
+	if t.SecretFile != "" {
+		key, err := os.ReadFile(t.SecretFile)
+		if err != nil {
+			return fmt.Errorf("secret file: %w", err)
+		}
+		req.Header.Set(HeaderSignature, Sign(bytes.TrimSpace(key), body))
+	}
+	return d.do(req)
+}
+
+// healthchecks pings as healthchecks.io expects: /start when a run starts, the check's URL on
+// success, /fail otherwise, with the run's id as rid and the run's log tail as the body. Events
+// without a run (overdue, recovered) ping /fail and the URL.
+func (d *Deliverer) healthchecks(ctx context.Context, t store.Target, e store.Event) error {
+	suffix := "/fail"
+	switch e.Event {
+	case "started":
+		suffix = "/start"
+	case "succeeded", "recovered":
+		suffix = ""
+	}
+	u, err := url.Parse(strings.TrimSuffix(t.URL, "/") + suffix)
+	if err != nil {
+		return err
+	}
+	if e.Run != nil {
+		q := u.Query()
+		q.Set("rid", e.Run.String())
+		u.RawQuery = q.Encode()
+	}
+	body := fmt.Sprintf("holdfast: %s %s: %s\n", e.Job, e.Event, e.Reason)
+	if e.Run != nil && e.Event != "started" {
+		body += d.logTail(ctx, e)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+	return d.do(req)
+}
+
+// logTail is the last lines of the run's journal lines, or nothing if they cannot be read.
+func (d *Deliverer) logTail(ctx context.Context, e store.Event) string {
+	attempts, err := d.cfg.Store.Attempts(ctx, *e.Run)
+	if err != nil {
+		return ""
+	}
+	var units []string
+	for _, a := range attempts {
+		if a.Unit != "" {
+			units = append(units, a.Unit)
+		}
+	}
+	argv := journallog.RunArgv(d.cfg.JournalDir, *e.Run, units, false, logTailLines)
+	if argv == nil {
+		return ""
+	}
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
+	if err != nil {
+		return ""
+	}
+	return textsafe.String(string(out))
+}
+
+func (d *Deliverer) do(req *http.Request) error {
+	resp, err := d.cfg.client.Do(req)
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = redact(ue.URL) // kept in the delivery log: the URL may be the secret
+	}
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBodyRead))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("%s %s: %s", req.Method, redact(req.URL.String()), resp.Status)
+	}
+	return nil
+}
+
+// command runs the target's program with the event as JSON on its standard input.
+func command(ctx context.Context, t store.Target, e store.Event) error {
+	body, err := Payload(e)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, t.Command[0], t.Command[1:]...)
+	cmd.Stdin = bytes.NewReader(body)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOLDFAST_EVENT=" + e.Event, "HOLDFAST_EVENT_ID=" + e.ID.String()}
+	cmd.Dir = "/"
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %v: %s", t.Command[0], err, strings.TrimSpace(lastLine(stderr.String())))
+	}
+	return nil
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// Redact keeps a URL's scheme and host: the path and query of a webhook or a check may be its
+// secret (a Slack webhook, a healthchecks ping URL).
+func Redact(raw string) string { return redact(raw) }
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(a URL)"
+	}
+	if u.Path == "" && u.RawQuery == "" {
+		return u.Scheme + "://" + u.Host
+	}
+	return u.Scheme + "://" + u.Host + "/…"
+}
+
+var targetName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidateTarget checks a target before it is stored, and gives it the default events.
+func ValidateTarget(t *store.Target) error {
+	if !targetName.MatchString(t.Name) {
+		return fmt.Errorf("invalid target name %q: use 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit", t.Name)
+	}
+	switch t.Kind {
+	case store.TargetWebhook, store.TargetHealthchecks:
+		u, err := url.Parse(t.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--%s: give an http:// or https:// URL", t.Kind)
+		}
+	case store.TargetCommand:
+		if len(t.Command) == 0 || !filepath.IsAbs(t.Command[0]) {
+			return errors.New("--command: give the program as an absolute path, then its arguments, one per --command")
+		}
+	default:
+		return errors.New("give one of --webhook URL, --healthchecks URL or --command PROGRAM")
+	}
+	if t.SecretFile != "" {
+		if t.Kind != store.TargetWebhook {
+			return errors.New("--secret-file signs webhook requests: give it with --webhook")
+		}
+		if err := credentials.CheckFile("--secret-file", t.SecretFile); err != nil {
+			return err
+		}
+	}
+	if len(t.Events) == 0 {
+		t.Events = DefaultEvents
+	}
+	for _, e := range t.Events {
+		if !slices.Contains(Events, e) {
+			return fmt.Errorf("unknown event %q: use some of %s", e, strings.Join(Events, ","))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DeliveriesChannel is the LISTEN/NOTIFY channel on which a new delivery is announced.
+const DeliveriesChannel = "holdfast_deliveries"
+
+// The kinds of notification target.
+const (
+	TargetWebhook      = "webhook"
+	TargetHealthchecks = "healthchecks"
+	TargetCommand      = "command"
+)
+
+// ErrTargetExists is returned when a notification target of that name exists.
+var ErrTargetExists = errors.New("a notification target of that name exists")
+
+// Target is where events are sent.
+type Target struct {
+	Name       string
+	Kind       string
+	URL        string   // webhook, healthchecks
+	SecretFile string   // webhook: the HMAC key's file, root's
+	Command    []string // command: argv
+	Job        string   // "" every job
+	Events     []string
+	CreatedAt  time.Time
+}
+
+const targetColumns = `name, kind, url, secret_file, command, coalesce(job_name, ''), events, created_at`
+
+func scanTarget(row pgx.CollectableRow) (Target, error) {
+	var t Target
+	err := row.Scan(&t.Name, &t.Kind, &t.URL, &t.SecretFile, &t.Command, &t.Job, &t.Events, &t.CreatedAt)
+	return t, err
+}
+
+// AddTarget stores a target; events from now on that match it are delivered to it.
+func (s *Store) AddTarget(ctx context.Context, t Target) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO notify_targets (name, kind, url, secret_file, command, job_name, events)
+		VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7)`, t.Name, t.Kind, t.URL, t.SecretFile, nonNil(t.Command), t.Job, t.Events)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return fmt.Errorf("notification target %s: %w", t.Name, ErrTargetExists)
+	}
+	if err != nil {
+		return fmt.Errorf("add notification target %s: %w", t.Name, err)
+	}
+	return nil
+}
+
+// Targets lists the targets, or the one named (ErrNotFound if there is none).
+func (s *Store) Targets(ctx context.Context, name string) ([]Target, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+targetColumns+` FROM notify_targets WHERE $1 = '' OR name = $1 ORDER BY name`, name)
+	if err != nil {
+		return nil, fmt.Errorf("list notification targets: %w", err)
+	}
+	targets, err := pgx.CollectRows(rows, scanTarget)
+	if err != nil {
+		return nil, fmt.Errorf("list notification targets: %w", err)
+	}
+	if name != "" && len(targets) == 0 {
+		return nil, fmt.Errorf("notification target %s: %w", name, ErrNotFound)
+	}
+	return targets, nil
+}
+
+// RemoveTarget removes a target and its deliveries.
+func (s *Store) RemoveTarget(ctx context.Context, name string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM notify_targets WHERE name = $1`, name)
+	if err != nil {
+		return fmt.Errorf("remove notification target %s: %w", name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("notification target %s: %w", name, ErrNotFound)
+	}
+	return nil
+}
+
+// Delivery is one event for one target.
+type Delivery struct {
+	Event       Event
+	Target      Target
+	State       string
+	Tries       int // including the one under way, for a claimed delivery
+	NextAt      time.Time
+	LastError   string
+	DeliveredAt *time.Time
+}
+
+// ClaimDeliveries takes up to limit due deliveries for this daemon until lease has passed: no
+// other daemon sends them meanwhile. A daemon that dies holding them leaves them to be claimed
+// again after the lease: at least once, never lost.
+func (s *Store) ClaimDeliveries(ctx context.Context, limit int, lease time.Duration) ([]Delivery, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH claimed AS (
+			UPDATE deliveries d SET claimed_until = now() + $2::interval, tries = tries + 1
+			WHERE (d.event_id, d.target) IN (
+				SELECT event_id, target FROM deliveries
+				WHERE state = 'pending' AND next_at <= now() AND (claimed_until IS NULL OR claimed_until < now())
+				ORDER BY next_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+			RETURNING d.*)
+		SELECT e.id, e.seq, e.event, e.job_name, e.run_id, e.attempt, e.status, e.reason, e.at, e.host, e.details,
+			t.name, t.kind, t.url, t.secret_file, t.command, coalesce(t.job_name, ''), t.events, t.created_at,
+			c.state, c.tries, c.next_at, coalesce(c.last_error, ''), c.delivered_at
+		FROM claimed c JOIN events e ON e.id = c.event_id JOIN notify_targets t ON t.name = c.target
+		ORDER BY e.seq`, limit, lease)
+	if err != nil {
+		return nil, fmt.Errorf("claim deliveries: %w", err)
+	}
+	return pgx.CollectRows(rows, scanDelivery)
+}
+
+func scanDelivery(row pgx.CollectableRow) (Delivery, error) {
+	var d Delivery
+	e, t := &d.Event, &d.Target
+	err := row.Scan(&e.ID, &e.Seq, &e.Event, &e.Job, &e.Run, &e.Attempt, &e.Status, &e.Reason, &e.At, &e.Host, &e.Details,
+		&t.Name, &t.Kind, &t.URL, &t.SecretFile, &t.Command, &t.Job, &t.Events, &t.CreatedAt,
+		&d.State, &d.Tries, &d.NextAt, &d.LastError, &d.DeliveredAt)
+	return d, err
+}
+
+// DeliveryDone records a delivery as delivered.
+func (s *Store) DeliveryDone(ctx context.Context, event uuid.UUID, target string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE deliveries SET state = 'delivered', delivered_at = now(), claimed_until = NULL, last_error = NULL
+		WHERE event_id = $1 AND target = $2 AND state = 'pending'`, event, target)
+	if err != nil {
+		return fmt.Errorf("record delivery of event %s to %s: %w", event, target, err)
+	}
+	return nil
+}
+
+// DeliveryFailed records a failed try: the delivery is tried again at next, or, when giveUp, kept
+// as failed.
+func (s *Store) DeliveryFailed(ctx context.Context, event uuid.UUID, target, why string, next time.Time, giveUp bool) error {
+	_, err := s.pool.Exec(ctx, `UPDATE deliveries SET last_error = $3, claimed_until = NULL, next_at = $4,
+			state = CASE WHEN $5 THEN 'failed' ELSE 'pending' END
+		WHERE event_id = $1 AND target = $2 AND state = 'pending'`, event, target, why, next, giveUp)
+	if err != nil {
+		return fmt.Errorf("record failed delivery of event %s to %s: %w", event, target, err)
+	}
+	return nil
+}
+
+// Deliveries lists deliveries, newest event first: of one target ("" all), at most limit.
+func (s *Store) Deliveries(ctx context.Context, target string, limit int) ([]Delivery, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT e.id, e.seq, e.event, e.job_name, e.run_id, e.attempt, e.status, e.reason, e.at, e.host, e.details,
+			t.name, t.kind, t.url, t.secret_file, t.command, coalesce(t.job_name, ''), t.events, t.created_at,
+			c.state, c.tries, c.next_at, coalesce(c.last_error, ''), c.delivered_at
+		FROM deliveries c JOIN events e ON e.id = c.event_id JOIN notify_targets t ON t.name = c.target
+		WHERE $1 = '' OR c.target = $1
+		ORDER BY e.seq DESC, c.target LIMIT $2`, target, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	return pgx.CollectRows(rows, scanDelivery)
+}
+
+// DeliveryCounts counts the deliveries pending and failed, for status and metrics.
+func (s *Store) DeliveryCounts(ctx context.Context) (pending, failed int64, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed')
+		FROM deliveries`).Scan(&pending, &failed)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count deliveries: %w", err)
+	}
+	return pending, failed, nil
+}
+
+// ListenDeliveries blocks, calling fn whenever a delivery is made, until ctx ends or the
+// connection fails; it calls fn once as soon as it listens.
+func (s *Store) ListenDeliveries(ctx context.Context, fn func()) error {
+	return s.listen(ctx, DeliveriesChannel, func(string) { fn() })
+}
