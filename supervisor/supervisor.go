@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -33,6 +34,7 @@ import (
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/watch"
+	"github.com/holdfast-backup/holdfast/web"
 )
 
 // The daemon's defaults, each stated here once; Defaults returns a Config with all of them.
@@ -111,10 +113,14 @@ type Config struct {
 	KeepRunFiles  string
 	RunFilesEvery time.Duration // --run-files-every: how often old run files are looked for
 	WatchInterval time.Duration // --watch-interval: how often jobs are judged overdue or not
-	// Listen is the address the daemon serves /metrics on (--listen), e.g. 127.0.0.1:9750;
-	// "" serves nothing. Version is the build the metrics name.
-	Listen  string
-	Version string
+	// Listen is the address the daemon serves /metrics and the dashboard on (--listen), e.g.
+	// 127.0.0.1:9750; "" serves nothing. A non-loopback address needs WebAuthFile
+	// (--web-auth-file, see web.Auth). Version is the build the metrics name; JournalDir the
+	// journal the dashboard reads log tails from ("" the system's).
+	Listen      string
+	WebAuthFile string
+	Version     string
+	JournalDir  string
 	// Notify configures the delivery of notifications (its Store and Logger are the daemon's).
 	Notify notify.Config
 
@@ -220,6 +226,15 @@ func (c *Config) Validate() error {
 		}
 		c.windows = append(c.windows, w)
 	}
+	if c.Listen != "" {
+		host, _, err := net.SplitHostPort(c.Listen)
+		if err != nil {
+			return fmt.Errorf("--listen %q: want HOST:PORT, e.g. 127.0.0.1:9750", c.Listen)
+		}
+		if ip := net.ParseIP(host); c.WebAuthFile == "" && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Errorf("--listen %s is reachable from elsewhere: give --web-auth-file with a bearer token or basic-auth users, or listen on 127.0.0.1", c.Listen)
+		}
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -307,9 +322,20 @@ func New(cfg Config) (*Supervisor, error) {
 		&loop{name: "delivery", run: func(ctx context.Context) { s.deliver(ctx, deliverer) }},
 	}
 	if m != nil {
+		dashboard, err := web.Handler(web.Config{Store: cfg.Store, JournalDir: cfg.JournalDir, Host: rec.Host(), Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", m.Handler())
-		s.services = append(s.services, &httpService{addr: cfg.Listen, handler: mux, logger: cfg.Logger})
+		mux.Handle("/", dashboard)
+		var handler http.Handler = mux
+		if cfg.WebAuthFile != "" {
+			if handler, err = web.Auth(cfg.WebAuthFile, mux); err != nil {
+				return nil, err
+			}
+		}
+		s.services = append(s.services, &httpService{addr: cfg.Listen, handler: handler, logger: cfg.Logger})
 	}
 	if os.Getenv("NOTIFY_SOCKET") != "" {
 		// Last: stopped first, so the service manager hears at once that the daemon stops.

@@ -308,6 +308,12 @@ func Lintian(t testing.TB) string {
 	return installed(t, "lintian")
 }
 
+// Chromium returns the path of Debian's chromium, for the dashboard's browser test; as Restic.
+func Chromium(t testing.TB) string {
+	t.Helper()
+	return installed(t, "chromium")
+}
+
 // Rpmlint returns the path of rpmlint, which checks the .rpm; as Restic.
 func Rpmlint(t testing.TB) string {
 	t.Helper()

@@ -95,7 +95,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 				return configError{err}
 			}
 			cfg.Database.DSN, cfg.StateDir, cfg.Logger, cfg.Version = g.dsn, g.stateDir, logger, version
-			cfg.Notify.JournalDir = g.journalDir
+			cfg.Notify.JournalDir, cfg.JournalDir = g.journalDir, g.journalDir
 			cfg.Systemd = runner.Config{Manager: g.systemd, Address: g.systemdAddress}
 			cfg.AllowUsers = strings.Split(allowUsers, ",")
 			if err := cfg.Validate(); err != nil {
@@ -154,7 +154,8 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.KeepRunFiles, "keep-run-files", supervisor.DefaultKeepRunFiles, "remove the journals and exit markers of runs that ended longer ago than this (the database keeps their facts)")
 	f.DurationVar(&cfg.RunFilesEvery, "run-files-every", supervisor.DefaultRunFilesEvery, "how often ended runs' files are looked for")
 	_ = f.MarkHidden("run-files-every") // for tests
-	f.StringVar(&cfg.Listen, "listen", g.env.getenv("HOLDFAST_LISTEN"), "serve Prometheus metrics on this address at /metrics, e.g. 127.0.0.1:9750 (env HOLDFAST_LISTEN; \"\" none)")
+	f.StringVar(&cfg.Listen, "listen", g.env.getenv("HOLDFAST_LISTEN"), "serve Prometheus metrics at /metrics and the dashboard at / on this address, e.g. 127.0.0.1:9750 (env HOLDFAST_LISTEN; \"\" none)")
+	f.StringVar(&cfg.WebAuthFile, "web-auth-file", g.env.getenv("HOLDFAST_WEB_AUTH_FILE"), "file of \"bearer TOKEN\" and \"basic USER PASSWORD\" lines guarding --listen (needed off localhost; env HOLDFAST_WEB_AUTH_FILE)")
 	f.DurationVar(&cfg.Notify.Backoff, "notify-backoff", notify.DefaultBackoff, "delay before a failed notification is tried again; doubled for each next try")
 	f.IntVar(&cfg.Notify.MaxTries, "notify-max-tries", notify.DefaultMaxTries, "tries of a notification before it is kept as failed")
 	f.DurationVar(&cfg.Notify.Timeout, "notify-timeout", notify.DefaultTimeout, "longest send of one notification")

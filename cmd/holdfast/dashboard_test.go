@@ -1,0 +1,174 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+// The dashboard in headless Chromium: every page renders with no console error, no exception
+// and no blocked request; a running backup's progress moves on its page without a reload; a
+// job's retention plan shows a reason per snapshot; on a phone's screen too. The screenshots are
+// kept in $HOLDFAST_SCREENSHOT_DIR (default a directory under the system's temporary one).
+func TestDashboard(t *testing.T) {
+	t.Parallel()
+	chromium := testenv.Chromium(t)
+	w := newWorld(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	repo, pw := w.resticRepo("repo")
+	data := w.sampleData("data", 8, slowData)
+	w.mustRun("job", "add", "docs", "--repo", repo, "--password-file", pw, "--path", data, "--keep-last", "1", "--max-added", "1GiB")
+	w.mustRun("account", "add", "team", "--quota", "1GiB")
+	d := w.startDaemon("--listen", addr)
+	for i := 0; i < 2; i++ {
+		if r := w.waitEnd(w.startRun("docs")); r.Status != "succeeded" {
+			t.Fatalf("backup %d: %s (%s)", i+1, r.Status, r.Reason)
+		}
+	}
+	w.mustRun("retention", "plan", "docs") // reads the repository into the inventory
+	// The next backup is slow enough to be watched: more data than restic reads ahead of its
+	// uploads, which are limited.
+	w.sampleData(filepath.Join("data", "more"), 6, 48<<20)
+	d.kill()
+	w.slowBackups()
+	w.backupRate(4096)
+	w.startDaemon("--listen", addr)
+	live := w.startRun("docs")
+
+	shots := os.Getenv("HOLDFAST_SCREENSHOT_DIR")
+	if shots == "" {
+		shots = filepath.Join(os.TempDir(), "holdfast-dashboard")
+	}
+	if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	var mu sync.Mutex
+	var problems []string
+	if err := chromedp.Listen(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch e := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			if e.Type == runtime.ConsoleAPICalledTypeError || e.Type == runtime.ConsoleAPICalledTypeWarning {
+				problems = append(problems, fmt.Sprintf("console %s: %d argument(s)", e.Type, len(e.Args)))
+			}
+		case *runtime.EventExceptionThrown:
+			problems = append(problems, "exception: "+e.ExceptionDetails.Text)
+		case *log.EventEntryAdded:
+			if e.Entry.Level == log.EntryLevelError || e.Entry.Level == log.EntryLevelWarning {
+				problems = append(problems, fmt.Sprintf("log %s: %s %s", e.Entry.Level, e.Entry.Text, e.Entry.URL))
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	step := func(timeout time.Duration) context.Context {
+		c, cancel := context.WithTimeout(ctx, timeout)
+		t.Cleanup(cancel)
+		return c
+	}
+	base := "http://" + addr
+	screenshot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(step(30*time.Second), chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	visit := func(path, shot, wantText string) string {
+		t.Helper()
+		c := step(30 * time.Second)
+		if err := chromedp.Do(c, chromedp.Navigate(base+path), chromedp.WaitReady(chromedp.CSS("main"))); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		body, err := chromedp.Run(c, chromedp.Text(chromedp.CSS("main")))
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		screenshot(shot)
+		if !strings.Contains(body, wantText) {
+			t.Fatalf("%s lacks %q:\n%s", path, wantText, body)
+		}
+		return body
+	}
+
+	// Live progress: the page is loaded once and its figures move.
+	visit("/runs/"+live, "run-live", "Attempts")
+	if _, err := chromedp.Run(step(10*time.Second), chromedp.Evaluate[bool](`window.__loadedOnce = true`)); err != nil {
+		t.Fatal(err)
+	}
+	// What the page shows of the run, read from the page as it is now.
+	shown := func() string {
+		t.Helper()
+		text, err := chromedp.Run(step(10*time.Second), chromedp.Evaluate[string](
+			`document.getElementById("run-status").textContent + " " + document.getElementById("run-percent").textContent`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return text
+	}
+	first := shown()
+	var later string
+	if !eventually(90*time.Second, func() bool { later = shown(); return later != first && !strings.HasSuffix(later, " -") }) {
+		t.Fatalf("the run page still shows %q", first)
+	}
+	if !eventually(90*time.Second, func() bool { later = shown(); return strings.HasPrefix(later, "succeeded ") }) {
+		t.Fatalf("the run page shows %q, never its end", later)
+	}
+	if once, err := chromedp.Run(step(10*time.Second), chromedp.Evaluate[bool](`window.__loadedOnce === true`)); err != nil || !once {
+		t.Fatalf("the run page reloaded to show its progress (%v)", err)
+	}
+	t.Logf("the run page went from %q to %q without a reload", first, later)
+	screenshot("run-live-later")
+	w.waitEnd(live)
+
+	visit("/", "jobs", "docs")
+	visit("/runs", "runs", "succeeded")
+	visit("/jobs/docs", "job", "Retention plan")
+	plan := visit("/jobs/docs/plan", "plan", "keep")
+	if !strings.Contains(plan, "delete") || !strings.Contains(plan, "last 1") {
+		t.Fatalf("the plan page does not show a kept and a deleted snapshot with their reasons:\n%s", plan)
+	}
+	visit("/accounts", "accounts", "team")
+	visit("/accounts/default", "ledger", "Ledger")
+	// A phone's screen.
+	if err := chromedp.Do(step(10*time.Second), chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile)); err != nil {
+		t.Fatal(err)
+	}
+	visit("/", "jobs-phone", "docs")
+	visit("/jobs/docs/plan", "plan-phone", "keep")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Fatalf("the browser reported:\n%s", strings.Join(problems, "\n"))
+	}
+	t.Logf("screenshots in %s", shots)
+}

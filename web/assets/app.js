@@ -1,0 +1,35 @@
+// Live progress of a run, without reloading: the page names its run in data-run.
+(function () {
+  var el = document.querySelector("[data-run]");
+  if (!el) return;
+  var id = el.getAttribute("data-run");
+  function size(n) {
+    var units = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return (i ? n.toFixed(1) : n) + " " + units[i];
+  }
+  function set(name, text) {
+    var n = document.getElementById(name);
+    if (n) n.textContent = text;
+  }
+  function poll() {
+    fetch("/api/runs/" + id, { headers: { Accept: "application/json" } })
+      .then(function (r) { return r.json(); })
+      .then(function (r) {
+        set("run-status", r.status);
+        set("run-reason", r.reason || "");
+        if (r.progress) {
+          var pct = (r.progress.percent_done * 100).toFixed(1) + "%";
+          set("run-percent", pct);
+          set("run-bytes", size(r.progress.bytes_done) + " / " + size(r.progress.total_bytes) + ", " +
+            r.progress.files_done + " / " + r.progress.total_files + " files");
+          var bar = document.getElementById("run-bar");
+          if (bar) bar.value = r.progress.percent_done;
+        }
+        set("run-eta", r.eta_seconds == null ? "" : Math.round(r.eta_seconds) + "s left");
+        if (r.live) setTimeout(poll, 1000);
+      })
+      .catch(function () { setTimeout(poll, 5000); });
+  }
+  poll();
+})();

@@ -1,0 +1,397 @@
+// Package web is holdfast's read-only dashboard: the jobs and their state, runs with live
+// progress and their log tail, a job's retention plan with a reason per snapshot, the accounts
+// and their ledger. Pages are html/template with embedded assets and make no request elsewhere;
+// the daemon serves them beside /metrics, on localhost unless an auth file guards them.
+package web
+
+import (
+	"bufio"
+	"context"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/forget"
+	"github.com/holdfast-backup/holdfast/journallog"
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/retention"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/textsafe"
+	"github.com/holdfast-backup/holdfast/watch"
+)
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed assets
+var assets embed.FS
+
+// Config configures the dashboard.
+type Config struct {
+	Store *store.Store
+	// JournalDir is the journal directory run pages read their log tail from ("" the system's).
+	JournalDir string
+	// Host is whose snapshots a retention plan covers. Default the host name.
+	Host   string
+	Logger *slog.Logger
+}
+
+const (
+	pageTimeout = 15 * time.Second
+	logLines    = 100
+	runsShown   = 100
+	entries     = 100
+)
+
+// Handler serves the dashboard's pages, its assets and /api/runs/{id}.
+func Handler(cfg Config) (http.Handler, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("web: no store")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Host == "" {
+		cfg.Host, _ = os.Hostname()
+	}
+	pages := map[string]*template.Template{}
+	for _, name := range []string{"jobs", "job", "runs", "run", "plan", "accounts"} {
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/runs.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("web: template %s: %w", name, err)
+		}
+		pages[name] = t
+	}
+	static, err := fs.Sub(assets, "assets")
+	if err != nil {
+		return nil, err
+	}
+	s := &server{cfg: cfg, pages: pages}
+	mux := http.NewServeMux()
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /{$}", s.jobs)
+	mux.HandleFunc("GET /jobs/{name}", s.job)
+	mux.HandleFunc("GET /jobs/{name}/plan", s.plan)
+	mux.HandleFunc("GET /runs", s.runs)
+	mux.HandleFunc("GET /runs/{id}", s.run)
+	mux.HandleFunc("GET /api/runs/{id}", s.apiRun)
+	mux.HandleFunc("GET /accounts", s.accounts)
+	mux.HandleFunc("GET /accounts/{name}", s.accounts)
+	return mux, nil
+}
+
+var funcs = template.FuncMap{
+	"age": func(t *time.Time) string { return watch.Age(t, time.Now()) },
+	"when": func(t any, none string) string {
+		switch v := t.(type) {
+		case time.Time:
+			return v.UTC().Format("2006-01-02 15:04:05Z")
+		case *time.Time:
+			if v != nil {
+				return v.UTC().Format("2006-01-02 15:04:05Z")
+			}
+		}
+		return none
+	},
+	"short": func(id any) string {
+		switch v := id.(type) {
+		case uuid.UUID:
+			return v.String()[:8]
+		case *uuid.UUID:
+			if v != nil {
+				return v.String()[:8]
+			}
+		}
+		return ""
+	},
+	"percent": func(p float64) string { return fmt.Sprintf("%.1f%%", p*100) },
+	"size":    ledger.FormatSize,
+}
+
+type server struct {
+	cfg   Config
+	pages map[string]*template.Template
+}
+
+// page is what every template gets, plus its own fields.
+type page struct {
+	Title string
+	At    string
+}
+
+func (s *server) render(w http.ResponseWriter, name string, data any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:")
+	if err := s.pages[name].ExecuteTemplate(w, name+".html", data); err != nil {
+		s.cfg.Logger.Warn("dashboard page failed", "page", name, "err", err)
+	}
+}
+
+func (s *server) fail(w http.ResponseWriter, err error) {
+	status := http.StatusInternalServerError
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrAmbiguous) {
+		status = http.StatusNotFound
+	}
+	http.Error(w, textsafe.String(err.Error()), status)
+}
+
+func now() string { return time.Now().UTC().Format("2006-01-02 15:04:05Z") }
+
+func (s *server) jobs(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	report, err := watch.Status(ctx, s.cfg.Store)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.render(w, "jobs", struct {
+		page
+		Report watch.Report
+	}{page{"Jobs", now()}, report})
+}
+
+func (s *server) job(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	j, err := s.cfg.Store.JobByName(ctx, r.PathValue("name"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	runs, err := s.cfg.Store.Runs(ctx, j.Name, runsShown)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.render(w, "job", struct {
+		page
+		Job  store.Job
+		Runs []store.Run
+	}{page{"Job " + j.Name, now()}, j, runs})
+}
+
+func (s *server) runs(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	runs, err := s.cfg.Store.Runs(ctx, r.URL.Query().Get("job"), runsShown)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.render(w, "runs", struct {
+		page
+		Runs []store.Run
+	}{page{"Runs", now()}, runs})
+}
+
+func (s *server) runByPath(ctx context.Context, r *http.Request) (store.Run, []store.Attempt, error) {
+	id, err := s.cfg.Store.ResolveRun(ctx, r.PathValue("id"))
+	if err != nil {
+		return store.Run{}, nil, err
+	}
+	run, err := s.cfg.Store.RunByID(ctx, id)
+	if err != nil {
+		return store.Run{}, nil, err
+	}
+	attempts, err := s.cfg.Store.Attempts(ctx, id)
+	return run, attempts, err
+}
+
+func (s *server) run(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	run, attempts, err := s.runByPath(ctx, r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.render(w, "run", struct {
+		page
+		Run      store.Run
+		Attempts []store.Attempt
+		Log      string
+	}{page{"Run " + run.ID.String(), now()}, run, attempts, s.logTail(ctx, run.ID, attempts)})
+}
+
+// logTail is the run's last journal lines, escaped for a terminal's sake too; "" if none.
+func (s *server) logTail(ctx context.Context, run uuid.UUID, attempts []store.Attempt) string {
+	var units []string
+	for _, a := range attempts {
+		if a.Unit != "" {
+			units = append(units, a.Unit)
+		}
+	}
+	argv := journallog.RunArgv(s.cfg.JournalDir, run, units, false, logLines)
+	if argv == nil {
+		return ""
+	}
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
+	if err != nil {
+		return ""
+	}
+	return textsafe.String(string(out))
+}
+
+type apiProgress struct {
+	PercentDone float64 `json:"percent_done"`
+	FilesDone   int64   `json:"files_done"`
+	TotalFiles  int64   `json:"total_files"`
+	BytesDone   int64   `json:"bytes_done"`
+	TotalBytes  int64   `json:"total_bytes"`
+}
+
+func (s *server) apiRun(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	run, attempts, err := s.runByPath(ctx, r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	out := struct {
+		ID         string       `json:"id"`
+		Status     string       `json:"status"`
+		Reason     string       `json:"reason"`
+		Live       bool         `json:"live"`
+		Attempts   int          `json:"attempts"`
+		Progress   *apiProgress `json:"progress"`
+		ETASeconds *float64     `json:"eta_seconds"`
+	}{ID: run.ID.String(), Status: run.Status, Reason: run.Reason, Live: store.Live(run.Status), Attempts: len(attempts)}
+	if n := len(attempts); n > 0 {
+		a := attempts[n-1]
+		if p := a.Progress; p != nil {
+			out.Progress = &apiProgress{p.PercentDone, p.FilesDone, p.TotalFiles, p.BytesDone, p.TotalBytes}
+			if out.Live && p.PercentDone > 0 && p.PercentDone < 1 && a.StartedAt != nil {
+				eta := time.Since(*a.StartedAt).Seconds() * (1 - p.PercentDone) / p.PercentDone
+				out.ETASeconds = &eta
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func (s *server) plan(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	name := r.PathValue("name")
+	data := struct {
+		page
+		Job       string
+		Plan      retention.Plan
+		Refusal   string
+		PlanError string
+	}{page: page{"Retention plan of " + name, now()}, Job: name}
+	pl, err := forget.Plan(ctx, s.cfg.Store, forget.Request{Job: name, At: time.Now(), Host: s.cfg.Host,
+		Read: func(ctx context.Context, j store.Job) ([]store.Snapshot, error) {
+			return s.cfg.Store.Snapshots(ctx, j.Repository)
+		}})
+	var conflict *store.ConflictError
+	switch {
+	case errors.As(err, &conflict):
+		data.PlanError = conflict.Error()
+	case err != nil:
+		s.fail(w, err)
+		return
+	default:
+		data.Plan = pl.Plan
+		if pl.Refusal != nil {
+			data.Refusal = pl.Refusal.Error()
+		}
+	}
+	s.render(w, "plan", data)
+}
+
+func (s *server) accounts(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	name := r.PathValue("name")
+	accounts, err := s.cfg.Store.Accounts(ctx, name)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if name != "" && len(accounts) == 0 {
+		s.fail(w, fmt.Errorf("account %s: %w", name, store.ErrNotFound))
+		return
+	}
+	var list []store.Entry
+	if name != "" {
+		if list, err = s.cfg.Store.Entries(ctx, name, entries); err != nil {
+			s.fail(w, err)
+			return
+		}
+	}
+	title := "Accounts"
+	if name != "" {
+		title = "Account " + name
+	}
+	s.render(w, "accounts", struct {
+		page
+		Accounts []store.Account
+		Entries  []store.Entry
+	}{page{title, now()}, accounts, list})
+}
+
+// Auth guards a handler with the credentials in an auth file: lines "bearer TOKEN" or "basic
+// USER PASSWORD", # comments. A request needs one of them.
+func Auth(path string, next http.Handler) (http.Handler, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("web auth file: %w", err)
+	}
+	defer f.Close()
+	var tokens [][]byte
+	users := map[string][]byte{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		fields := strings.Fields(sc.Text())
+		switch {
+		case len(fields) == 0 || strings.HasPrefix(fields[0], "#"):
+		case fields[0] == "bearer" && len(fields) == 2:
+			tokens = append(tokens, []byte(fields[1]))
+		case fields[0] == "basic" && len(fields) == 3:
+			users[fields[1]] = []byte(fields[2])
+		default:
+			return nil, fmt.Errorf("web auth file %s line %d: want \"bearer TOKEN\" or \"basic USER PASSWORD\"", path, n)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("web auth file: %w", err)
+	}
+	if len(tokens) == 0 && len(users) == 0 {
+		return nil, fmt.Errorf("web auth file %s holds no credentials", path)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			for _, t := range tokens {
+				if subtle.ConstantTimeCompare([]byte(token), t) == 1 {
+					next.ServeHTTP(w, r)
+					return
+				}
+			}
+		}
+		if user, pass, ok := r.BasicAuth(); ok {
+			if want, known := users[user]; known && subtle.ConstantTimeCompare([]byte(pass), want) == 1 {
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		w.Header().Set("WWW-Authenticate", `Basic realm="holdfast"`)
+		http.Error(w, "authentication required", http.StatusUnauthorized)
+	}), nil
+}
