@@ -139,6 +139,9 @@ func TestBootedHostReboot(t *testing.T) {
 				b.resticRepoAs("/srv/backup/"+j, "/etc/holdfast/srv.pw", "backup")
 				b.mustHoldfast("job", "add", j, "--repo", "/srv/backup/"+j, "--password-file", "/etc/holdfast/srv.pw",
 					"--path", "/srv/"+j, "--user", "backup", "--limit-upload", "256")
+			}
+			// All three at once: setting a job up takes seconds on a loaded machine.
+			for _, j := range jobs {
 				ids[j] = b.startRun(j)
 			}
 			for _, j := range jobs {
