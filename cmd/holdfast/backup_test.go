@@ -106,6 +106,8 @@ func TestBackupPartialAsUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.mustRun("job", "add", "home", "--repo", repo, "--password-file", pw, "--path", data, "--user", "nobody")
+	hook := newReceiver(t)
+	w.mustRun("notify", "add", "hook", "--webhook", hook.URL, "--events", "partial")
 	w.startDaemon()
 
 	res := w.run("run", "start", "home", "--wait", "--json")
@@ -121,6 +123,15 @@ func TestBackupPartialAsUser(t *testing.T) {
 	}
 	if r.SnapshotID == "" {
 		t.Fatalf("a partial restic backup still makes a snapshot; run has none: %+v", r)
+	}
+	// The webhook hears of it, with the run and its snapshot.
+	if !eventually(time.Minute, func() bool { return len(hook.requests()) > 0 }) {
+		t.Fatal("the webhook never heard of the partial run")
+	}
+	var e map[string]any
+	if err := json.Unmarshal([]byte(hook.requests()[0].body), &e); err != nil || e["event"] != "partial" || e["run"] != r.ID ||
+		e["snapshot_id"] != r.SnapshotID {
+		t.Fatalf("the webhook got %s (%v); want the partial run %s with its snapshot %s", hook.requests()[0].body, err, r.ID, r.SnapshotID)
 	}
 	var jobs []struct {
 		LastOutcome string `json:"last_outcome"`

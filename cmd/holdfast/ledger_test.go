@@ -109,6 +109,10 @@ func TestRunawayGuard(t *testing.T) {
 	if res.code != 6 || r.Status != "paused" || r.PausedReason != "run_ceiling" {
 		t.Fatalf("run start --wait: exit %d, run %+v; want exit 6, paused (run_ceiling)", res.code, r)
 	}
+	// The pause is an event of the outbox, with its reason.
+	if got := strings.Join(w.eventNames("big"), ","); got != "started,paused" {
+		t.Fatalf("events of big: %s, want started,paused", got)
+	}
 	w.noLocks(repo)
 	l := w.ledger("team")
 	settle, ok := l.entries(r.ID, "settle")[1]
