@@ -1,9 +1,13 @@
 package journallog
 
 import (
+	"context"
+	"os/exec"
 	"strconv"
 
 	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/textsafe"
 )
 
 // RunArgv is the journalctl command line that shows a run's lines: what its units' processes
@@ -37,4 +41,18 @@ func RunArgv(dir string, run uuid.UUID, units []string, follow bool, lines int) 
 		return nil
 	}
 	return append(argv, "+", FieldName("run")+"="+run.String())
+}
+
+// RunTail is the last lines of a run's journal lines (RunArgv), escaped for a terminal; "" when
+// the run has no unit or journalctl cannot read them.
+func RunTail(ctx context.Context, dir string, run uuid.UUID, units []string, lines int) string {
+	argv := RunArgv(dir, run, units, false, lines)
+	if argv == nil {
+		return ""
+	}
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
+	if err != nil {
+		return ""
+	}
+	return textsafe.String(string(out))
 }

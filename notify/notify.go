@@ -237,21 +237,7 @@ func (d *Deliverer) logTail(ctx context.Context, e store.Event) string {
 	if err != nil {
 		return ""
 	}
-	var units []string
-	for _, a := range attempts {
-		if a.Unit != "" {
-			units = append(units, a.Unit)
-		}
-	}
-	argv := journallog.RunArgv(d.cfg.JournalDir, *e.Run, units, false, logTailLines)
-	if argv == nil {
-		return ""
-	}
-	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
-	if err != nil {
-		return ""
-	}
-	return textsafe.String(string(out))
+	return journallog.RunTail(ctx, d.cfg.JournalDir, *e.Run, store.UnitNames(attempts), logTailLines)
 }
 
 func (d *Deliverer) do(req *http.Request) error {

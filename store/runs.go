@@ -89,6 +89,17 @@ type Progress struct {
 	TotalBytes  int64
 }
 
+// UnitNames are the units of the attempts that have one.
+func UnitNames(attempts []Attempt) []string {
+	var names []string
+	for _, a := range attempts {
+		if a.Unit != "" {
+			names = append(names, a.Unit)
+		}
+	}
+	return names
+}
+
 // Attempt is one process of a run.
 type Attempt struct {
 	RunID            uuid.UUID

@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"time"
 
@@ -223,26 +222,8 @@ func (s *server) run(w http.ResponseWriter, r *http.Request) {
 		Run      store.Run
 		Attempts []store.Attempt
 		Log      string
-	}{page{"Run " + run.ID.String(), now()}, run, attempts, s.logTail(ctx, run.ID, attempts)})
-}
-
-// logTail is the run's last journal lines, escaped for a terminal's sake too; "" if none.
-func (s *server) logTail(ctx context.Context, run uuid.UUID, attempts []store.Attempt) string {
-	var units []string
-	for _, a := range attempts {
-		if a.Unit != "" {
-			units = append(units, a.Unit)
-		}
-	}
-	argv := journallog.RunArgv(s.cfg.JournalDir, run, units, false, logLines)
-	if argv == nil {
-		return ""
-	}
-	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
-	if err != nil {
-		return ""
-	}
-	return textsafe.String(string(out))
+	}{page{"Run " + run.ID.String(), now()}, run, attempts,
+		journallog.RunTail(ctx, s.cfg.JournalDir, run.ID, store.UnitNames(attempts), logLines)})
 }
 
 type apiProgress struct {

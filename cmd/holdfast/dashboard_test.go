@@ -3,7 +3,6 @@ package main_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,12 +25,7 @@ func TestDashboard(t *testing.T) {
 	t.Parallel()
 	chromium := testenv.Chromium(t)
 	w := newWorld(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 8, slowData)
 	w.mustRun("job", "add", "docs", "--repo", repo, "--password-file", pw, "--path", data, "--keep-last", "1", "--max-added", "1GiB")

@@ -17,12 +17,7 @@ import (
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	w.mustRun("account", "add", "team", "--quota", "10GiB")
 	w.mustRun("job", "add", "good", "--engine", "command", "--command", "/bin/true", "--account", "team")
 	w.mustRun("job", "add", "bad", "--engine", "command", "--command", "/bin/false", "--alert-failures", "1")
@@ -143,4 +138,15 @@ func matches(m *dto.Metric, labels []string) bool {
 		}
 	}
 	return true
+}
+
+// freeAddr is a loopback address with a port free now, for a daemon's --listen.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

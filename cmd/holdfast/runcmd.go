@@ -440,7 +440,7 @@ func newRunLogsCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				argv := journallog.RunArgv(g.journalDir, id, units(attempts), follow, 0)
+				argv := journallog.RunArgv(g.journalDir, id, store.UnitNames(attempts), follow, 0)
 				if argv == nil {
 					return badInput("run %s has not started a unit yet: no logs", id)
 				}
@@ -455,15 +455,4 @@ func newRunLogsCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new entries")
 	return cmd
-}
-
-// units are the attempts' unit names, those that have one.
-func units(attempts []store.Attempt) []string {
-	var names []string
-	for _, a := range attempts {
-		if a.Unit != "" {
-			names = append(names, a.Unit)
-		}
-	}
-	return names
 }
