@@ -323,6 +323,22 @@ func writeLine(w io.Writer, b []byte) {
 	w.Write(append(b[:len(b):len(b)], '\n'))
 }
 
+// RunAfterInterrupt runs the command that follows an engine a signal interrupted (restic
+// unlock), with its output on stderr, for at most timeout. Signals meanwhile are swallowed: the
+// unit is already stopping, and the command is what leaves the repository clean.
+func RunAfterInterrupt(argv, env []string, timeout time.Duration) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "holdfast exec: %s after the interruption: %v\n", argv[0], err)
+	}
+}
+
 // RunBefore runs the command that goes before the engine, with its output on stderr. Its failure
 // is not the engine's: the engine's own run says what went wrong. A stop that arrives meanwhile
 // (a signal, or the end of ctx) is passed on to it as SIGINT, and then the engine is not started:

@@ -258,11 +258,13 @@ func unitSpec(cfg Config, job store.Job, run store.Run, attempt int, unlock bool
 		argv = restic.ForgetArgv(ej, run.ForgetIDs)
 	}
 	// Stale locks go first, in the unit's own identity and sandbox: `restic unlock` removes only
-	// locks of processes that are gone (or older than 30 minutes), never a live backup's.
-	if unlock {
-		for _, arg := range restic.UnlockArgv(ej) {
+	// locks of processes that are gone (or older than 30 minutes), never a live backup's. And
+	// after a signal interrupted restic: restic 0.14 exiting 130 has been seen to leave its lock.
+	for _, arg := range restic.UnlockArgv(ej) {
+		if unlock {
 			execArgv = append(execArgv, "--before", arg)
 		}
+		execArgv = append(execArgv, "--after-interrupt", arg)
 	}
 	spec.ExecStart = append(append(execArgv, "--"), argv...)
 	// restic 0.14 leaves its lock behind on SIGTERM; on SIGINT it removes it and exits 130.

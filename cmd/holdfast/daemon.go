@@ -220,11 +220,15 @@ func newCredexecCmd() *cobra.Command {
 	return cmd
 }
 
+// afterInterruptTimeout bounds the command after an interrupted engine; the unit's stop timeout
+// (2 min) is longer.
+const afterInterruptTimeout = time.Minute
+
 func newExecCmd() *cobra.Command {
 	var runID, journalPath, engineName string
 	var attempt int
 	var creds credentialFlags
-	var before []string
+	var before, afterInterrupt []string
 	cmd := &cobra.Command{
 		Use:    "exec --run R --attempt N --journal FILE --engine restic -- COMMAND...",
 		Short:  "Run an engine inside a backup unit, writing its run journal (used by the daemon's units)",
@@ -282,6 +286,9 @@ func newExecCmd() *cobra.Command {
 					fmt.Fprintf(os.Stderr, "holdfast exec: close run journal: %v\n", err)
 				}
 			}
+			if len(afterInterrupt) > 0 && (status == 128+int(syscall.SIGINT) || status == 128+int(syscall.SIGTERM)) {
+				engine.RunAfterInterrupt(afterInterrupt, env, afterInterruptTimeout)
+			}
 			return exitCodeError{status}
 		},
 	}
@@ -291,6 +298,7 @@ func newExecCmd() *cobra.Command {
 	f.StringVar(&journalPath, "journal", "", "run journal file")
 	f.StringVar(&engineName, "engine", engine.NameRestic, "engine: restic or command")
 	f.StringArrayVar(&before, "before", nil, "a command to run first, one argument per flag; its failure is ignored")
+	f.StringArrayVar(&afterInterrupt, "after-interrupt", nil, "a command to run when a signal interrupted the engine (restic unlock), one argument per flag")
 	creds.add(f)
 	for _, name := range []string{"run", "attempt", "journal"} {
 		_ = cmd.MarkFlagRequired(name)

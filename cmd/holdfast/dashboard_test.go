@@ -42,7 +42,10 @@ func TestDashboard(t *testing.T) {
 	w.sampleData(filepath.Join("data", "more"), 6, 48<<20)
 	d.kill()
 	w.slowBackups()
-	w.backupRate(4096)
+	w.backupRate(2048)
+	// The run waits for a prerequisite the test lets succeed once the page is open.
+	w.mustRun("job", "add", "gate", "--engine", "command", "--command", "/bin/true")
+	w.mustRun("job", "edit", "docs", "--depends-on", "gate")
 	w.startDaemon("--listen", addr)
 	live := w.startRun("docs")
 
@@ -114,8 +117,10 @@ func TestDashboard(t *testing.T) {
 		return body
 	}
 
-	// Live progress: the page is loaded once and its figures move.
-	visit("/runs/"+live, "run-live", "Attempts")
+	// Live progress: the page is loaded once, while the run is queued, and its figures move.
+	w.waitRun(live, "waiting", func(r runJSON) bool { return r.WaitingReason != "" || ended(r) })
+	visit("/runs/"+live, "run-queued", "waiting: prerequisite job gate")
+	w.startRun("gate")
 	if _, err := chromedp.Run(step(10*time.Second), chromedp.Evaluate[bool](`window.__loadedOnce = true`)); err != nil {
 		t.Fatal(err)
 	}
@@ -131,17 +136,22 @@ func TestDashboard(t *testing.T) {
 	}
 	first := shown()
 	var later string
-	if !eventually(90*time.Second, func() bool { later = shown(); return later != first && !strings.HasSuffix(later, " -") }) {
-		t.Fatalf("the run page still shows %q", first)
+	var running string
+	if !eventually(90*time.Second, func() bool {
+		running = shown()
+		return strings.HasPrefix(running, "running ") && !strings.HasSuffix(running, " -")
+	}) {
+		t.Fatalf("the run page never showed the running backup's progress; it shows %q", running)
 	}
+	screenshot("run-live")
 	if !eventually(90*time.Second, func() bool { later = shown(); return strings.HasPrefix(later, "succeeded ") }) {
 		t.Fatalf("the run page shows %q, never its end", later)
 	}
 	if once, err := chromedp.Run(step(10*time.Second), chromedp.Evaluate[bool](`window.__loadedOnce === true`)); err != nil || !once {
 		t.Fatalf("the run page reloaded to show its progress (%v)", err)
 	}
-	t.Logf("the run page went from %q to %q without a reload", first, later)
-	screenshot("run-live-later")
+	t.Logf("the run page went from %q to %q to %q without a reload", first, running, later)
+	screenshot("run-ended")
 	w.waitEnd(live)
 
 	visit("/", "jobs", "docs")
