@@ -94,7 +94,6 @@ const (
 	DefaultBackoff    = 5 * time.Second
 	DefaultMaxBackoff = 10 * time.Minute
 	DefaultMaxTries   = 8
-	claimBatch        = 16
 	logTailLines      = 50
 	maxBodyRead       = 64 << 10
 )
@@ -132,7 +131,9 @@ func New(cfg Config) (*Deliverer, error) {
 func (d *Deliverer) Pass(ctx context.Context) (int, error) {
 	delivered := 0
 	for {
-		batch, err := d.cfg.Store.ClaimDeliveries(ctx, claimBatch, d.cfg.Lease)
+		// No more than can be sent, one after the other, within the lease: a delivery whose lease
+		// ran out under way could be claimed and sent by another daemon too.
+		batch, err := d.cfg.Store.ClaimDeliveries(ctx, max(1, int(d.cfg.Lease/d.cfg.Timeout)-1), d.cfg.Lease)
 		if err != nil || len(batch) == 0 {
 			return delivered, err
 		}
