@@ -226,6 +226,9 @@ func (c *Config) Validate() error {
 		}
 		c.windows = append(c.windows, w)
 	}
+	if n := c.Notify; n.Lease > 0 && n.Timeout > 0 && n.Lease <= n.Timeout {
+		return fmt.Errorf("--notify-lease %s must be longer than --notify-timeout %s", n.Lease, n.Timeout)
+	}
 	if c.Listen != "" {
 		host, _, err := net.SplitHostPort(c.Listen)
 		if err != nil {

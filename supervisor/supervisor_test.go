@@ -241,6 +241,8 @@ func TestValidate(t *testing.T) {
 		{"negative spawn grace", func(c *supervisor.Config) { c.SpawnGrace = -time.Second }, "--spawn-grace -1s must be positive"},
 		{"listen off localhost without auth", func(c *supervisor.Config) { c.Listen = "0.0.0.0:9750" }, "--listen 0.0.0.0:9750 is reachable from elsewhere: give --web-auth-file"},
 		{"listen without a port", func(c *supervisor.Config) { c.Listen = "localhost" }, `--listen "localhost": want HOST:PORT`},
+		{"notify lease within a send", func(c *supervisor.Config) { c.Notify.Lease, c.Notify.Timeout = time.Second, 2*time.Second },
+			"--notify-lease 1s must be longer than --notify-timeout 2s"},
 		{"zero run budget", func(c *supervisor.Config) { c.RunBudget = 0 }, "--run-budget 0s must be positive"},
 		{"zero depends wait", func(c *supervisor.Config) { c.DependsWait = 0 }, "--depends-wait 0s must be positive"},
 		{"keep run files zero", func(c *supervisor.Config) { c.KeepRunFiles = "0d" }, `--keep-run-files "0d": give a positive duration`},
