@@ -245,7 +245,7 @@ func (d *Deliverer) do(req *http.Request) error {
 	resp, err := d.cfg.client.Do(req)
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		ue.URL = redact(ue.URL) // kept in the delivery log: the URL may be the secret
+		ue.URL = Redact(ue.URL) // kept in the delivery log: the URL may be the secret
 	}
 	if err != nil {
 		return err
@@ -253,7 +253,7 @@ func (d *Deliverer) do(req *http.Request) error {
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBodyRead))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("%s %s: %s", req.Method, redact(req.URL.String()), resp.Status)
+		return fmt.Errorf("%s %s: %s", req.Method, Redact(req.URL.String()), resp.Status)
 	}
 	return nil
 }
@@ -287,9 +287,7 @@ func lastLine(s string) string {
 
 // Redact keeps a URL's scheme and host: the path and query of a webhook or a check may be its
 // secret (a Slack webhook, a healthchecks ping URL).
-func Redact(raw string) string { return redact(raw) }
-
-func redact(raw string) string {
+func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
 		return "(a URL)"

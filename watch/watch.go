@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,19 +57,10 @@ func Judge(f store.WatchFacts, now time.Time) (Verdict, error) {
 				now.Sub(from).Round(time.Second), j.ExpectEvery, since)}, nil
 		}
 	}
-	if n := j.AlertFailures; n > 0 && len(f.Recent) >= n && f.RecentEnd != nil && !contains(f.Recent[:n], store.StatusSucceeded) {
+	if n := j.AlertFailures; n > 0 && len(f.Recent) >= n && f.RecentEnd != nil && !slices.Contains(f.Recent[:n], store.StatusSucceeded) {
 		return Verdict{true, *f.RecentEnd, fmt.Sprintf("the last %d runs did not succeed (%s)", n, strings.Join(f.Recent[:n], ", "))}, nil
 	}
 	return Verdict{}, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Watcher records overdue episodes: at most one "overdue" event per episode, then one

@@ -53,6 +53,14 @@ type progressOut struct {
 	TotalBytes  int64   `json:"total_bytes"`
 }
 
+// progressJSON is an attempt's progress as the CLI prints it; nil without one.
+func progressJSON(p *store.Progress) *progressOut {
+	if p == nil {
+		return nil
+	}
+	return &progressOut{p.PercentDone, p.FilesDone, p.TotalFiles, p.BytesDone, p.TotalBytes}
+}
+
 type runOut struct {
 	ID              string       `json:"id"`
 	Job             string       `json:"job"`
@@ -120,9 +128,7 @@ func runJSON(r store.Run, attempts []store.Attempt) runOut {
 			HoldBytes: a.HoldBytes, SettleDeferred: a.SettleDeferred, Settlement: a.Settlement})
 	}
 	if n := len(attempts); n > 0 && store.Live(r.Status) {
-		if p := attempts[n-1].Progress; p != nil {
-			o.Progress = &progressOut{p.PercentDone, p.FilesDone, p.TotalFiles, p.BytesDone, p.TotalBytes}
-		}
+		o.Progress = progressJSON(attempts[n-1].Progress)
 		if r.FilesSkipped == 0 {
 			o.FilesSkipped = attempts[n-1].ItemErrors
 		}

@@ -121,10 +121,7 @@ func statusJSON(r watch.Report) statusOut {
 	}
 	for _, l := range r.Live {
 		s := statusLiveOut{Run: l.Run.String(), Job: l.Job, Status: l.Status, Attempt: l.Attempt, StartedAt: timeStr(l.Started),
-			State: l.State.String(), StalledAt: timeStr(l.Stalled)}
-		if p := l.Progress; p != nil {
-			s.Progress = &progressOut{p.PercentDone, p.FilesDone, p.TotalFiles, p.BytesDone, p.TotalBytes}
-		}
+			State: l.State.String(), StalledAt: timeStr(l.Stalled), Progress: progressJSON(l.Progress)}
 		if l.ETA != nil {
 			secs := l.ETA.Seconds()
 			s.ETASeconds = &secs
