@@ -30,7 +30,7 @@ func newSweepWorld(b *testing.B, spawnGrace time.Duration) *sweepWorld {
 	e := newBenchEnv(b)
 	w := &sweepWorld{st: e.st, r: e.r, state: e.state}
 	w.cfg = reconcile.Config{AllowCommandJobs: true, Store: e.st, Runner: e.r, StateDir: e.state, Binary: e.bin, SpawnGrace: spawnGrace,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Host: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	var err error
 	if w.rec, err = reconcile.New(w.cfg); err != nil {
 		b.Fatal(err)
@@ -122,7 +122,7 @@ func BenchmarkBootPass(b *testing.B) {
 	w.addCommandRuns(b, 200, []string{"/bin/true"})
 	time.Sleep(10 * time.Millisecond) // past the spawn grace
 	boot := w.sweep(b)
-	live, err := w.st.LiveRuns(context.Background())
+	live, err := w.st.LiveRuns(context.Background(), "")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func BenchmarkBootPass(b *testing.B) {
 		}
 	}
 	spawn := w.sweep(b)
-	live, err = w.st.LiveRuns(context.Background())
+	live, err = w.st.LiveRuns(context.Background(), "")
 	if err != nil {
 		b.Fatal(err)
 	}

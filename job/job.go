@@ -32,6 +32,16 @@ func ValidateName(name string) error {
 	return nil
 }
 
+var hostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// ValidateHost checks a host name (--host): it names the daemon's row and pins jobs.
+func ValidateHost(name string) error {
+	if !hostRE.MatchString(name) {
+		return fmt.Errorf("invalid host name %q: use 1-63 characters of A-Z, a-z, 0-9, '.', '_' or '-', starting with a letter or digit (the machine's host name, or HOLDFAST_HOST)", name)
+	}
+	return nil
+}
+
 // remoteRepository reports whether a restic repository string names a backend rather than a local path.
 func remoteRepository(repo string) bool {
 	for _, scheme := range []string{"sftp:", "rest:", "s3:", "b2:", "azure:", "gs:", "swift:", "rclone:"} {
@@ -44,6 +54,11 @@ func remoteRepository(repo string) bool {
 
 // Validate checks a job about to be created and normalizes its defaults.
 func Validate(j *store.Job) error {
+	if j.Host != "" {
+		if err := ValidateHost(j.Host); err != nil {
+			return err
+		}
+	}
 	if err := ValidateName(j.Name); err != nil {
 		return err
 	}

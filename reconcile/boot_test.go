@@ -27,7 +27,7 @@ func TestEarlierBootSkipsSpawnGrace(t *testing.T) {
 	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h", "boot-1", store.Limits{}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
-	ls, err := st.LiveRuns(ctx)
+	ls, err := st.LiveRuns(ctx, "")
 	if err != nil || len(ls) != 1 {
 		t.Fatalf("live runs: %+v, %v", ls, err)
 	}

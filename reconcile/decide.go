@@ -304,3 +304,14 @@ func (p *prereq) outcome() string {
 	}
 	return p.lastOutcome
 }
+
+// decideTakeOver is the table for a run of an any-host job whose host lost its lease more than
+// the takeover grace ago (docs/ARCHITECTURE.md, Several hosts). Its unit cannot be asked about:
+// the run goes on in a new attempt on a live host, unless it reached its last attempt. A stop
+// intent, read again in the takeover's transaction, ends it stopped instead.
+func decideTakeOver(attempt int, p rules) (giveUp string) {
+	if attempt >= p.maxAttempts {
+		return fmt.Sprintf("its host lost its lease during attempt %d; giving up after %d attempts", attempt, p.maxAttempts)
+	}
+	return ""
+}

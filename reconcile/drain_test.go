@@ -53,7 +53,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 	r := &Reconciler{cfg: Config{Store: st, StateDir: state, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, drainLimit: limit}
 	live := func() store.LiveRun {
 		t.Helper()
-		ls, err := st.LiveRuns(ctx)
+		ls, err := st.LiveRuns(ctx, "")
 		if err != nil || len(ls) != 1 {
 			t.Fatalf("live runs: %+v, %v", ls, err)
 		}

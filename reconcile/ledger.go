@@ -115,7 +115,7 @@ func (r *Reconciler) pauseRunaway(ctx context.Context, l store.LiveRun, g runawa
 // about one attempt at most every repairInterval, within the run budget. The others stay open
 // and visible until an operator settles them (holdfast ledger settle).
 func (r *Reconciler) settleDeferred(ctx context.Context) error {
-	deferred, err := r.cfg.Store.DeferredSettlements(ctx)
+	deferred, err := r.cfg.Store.DeferredSettlements(ctx, r.cfg.Host)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@
 package reconcile
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -48,8 +47,12 @@ type Config struct {
 	Binary string
 	// ResticBinary is the restic executable the units run. Default DefaultResticBinary.
 	ResticBinary string
-	// Host is recorded on each attempt. Default os.Hostname().
+	// Host is this daemon's host: recorded on each attempt it claims, and the only host whose
+	// attempts it reconciles. Default os.Hostname().
 	Host string
+	// TakeoverGrace is how long after another host's lease expired this daemon takes over that
+	// host's runs of any-host jobs. Default DefaultTakeoverGrace.
+	TakeoverGrace time.Duration
 	// BootID is the host's current boot, recorded on each attempt: a unit of this host's
 	// earlier boot is gone for good. Default CurrentBoot ("" if it cannot be read: then a run a
 	// reboot interrupted waits out the spawn grace).
@@ -122,17 +125,11 @@ func CurrentBoot() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	stat, err := os.ReadFile("/proc/1/stat")
-	if err != nil {
-		return "", err
+	start := processStart(1)
+	if start == "" {
+		return "", errors.New("/proc/1/stat: no start time")
 	}
-	// Field 22 is the start time; the fields from 3 on follow the command name's last ')'.
-	i := bytes.LastIndexByte(stat, ')')
-	fields := strings.Fields(string(stat[i+1:]))
-	if i < 0 || len(fields) < 20 {
-		return "", fmt.Errorf("/proc/1/stat: unexpected %q", stat)
-	}
-	return strings.TrimSpace(string(kernel)) + "+" + fields[19], nil
+	return strings.TrimSpace(string(kernel)) + "+" + start, nil
 }
 
 // Validate fills in defaults and checks required fields.
@@ -159,6 +156,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Host == "" {
 		c.Host, _ = os.Hostname()
+	}
+	if c.TakeoverGrace <= 0 {
+		c.TakeoverGrace = DefaultTakeoverGrace
 	}
 	if c.SpawnGrace <= 0 {
 		c.SpawnGrace = DefaultSpawnGrace
@@ -237,7 +237,11 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PassTimeout)
 	defer cancel()
-	live, err := r.cfg.Store.LiveRuns(ctx)
+	// Runs of hosts that lost their lease are taken over first, so this pass may spawn them.
+	if err := r.takeOver(ctx); err != nil {
+		r.cfg.Logger.Error("runs of hosts that lost their lease not taken over; the next pass tries again", "err", err)
+	}
+	live, err := r.cfg.Store.LiveRuns(ctx, r.cfg.Host)
 	if err != nil {
 		return SweepStats{}, err
 	}
@@ -297,6 +301,10 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 		return stats, err
 	}
 	r.runaway.prune(live)
+	if err := r.stopSuperseded(ctx); err != nil {
+		stats.Errors++
+		r.cfg.Logger.Error("units of superseded attempts not stopped; the next pass tries again", "err", err)
+	}
 	if err := r.settleDeferred(ctx); err != nil {
 		stats.Errors++
 		r.cfg.Logger.Error("deferred settlements not retried", "err", err)

@@ -68,7 +68,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := runner.UnitName("flaky", run.ID, 1)
-	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "test", "", store.Limits{}); err != nil || !ok {
+	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, rec.Host(), "", store.Limits{}); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	// Started behind holdfast's back with systemd's default CollectMode and no ExecStopPost.

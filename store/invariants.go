@@ -86,6 +86,19 @@ var invariants = []struct{ name, query string }{
 		SELECT 'forget run ' || r.id || ' deletes other snapshots than plan ' || p.id
 		FROM runs r JOIN retention_plans p ON p.id = r.plan_id
 		WHERE r.kind = 'forget' AND (r.forget_ids <> p.delete_ids OR p.run_id IS DISTINCT FROM r.id)`},
+	// A pinned job's run waits for its host (its waiting reason says so); an any-host job's run
+	// is taken over once a live host's grace has passed, with a pass's worth of slack.
+	{"every live attempt's host is alive, or its run waits for that host, or it is taken over", `
+		SELECT 'run ' || a.run_id || ' attempt ' || a.attempt_no || ' of any-host job ' || j.name || ' is live on host ' ||
+			h.name || ', down since ' || h.lease_until || ', and live host ' || min(o.name) || ' has not taken it over'
+		FROM attempts a JOIN runs r ON r.id = a.run_id JOIN jobs j ON j.id = r.job_id JOIN hosts h ON h.name = a.host
+		JOIN hosts o ON o.name <> h.name AND o.lease_until > now()
+			AND greatest(h.lease_until, o.started_at) + o.takeover_grace + interval '30 seconds' < now()
+		WHERE a.ended_at IS NULL AND j.host IS NULL AND h.lease_until <= now()
+		GROUP BY a.run_id, a.attempt_no, j.name, h.name, h.lease_until
+		UNION ALL
+		SELECT 'run ' || run_id || ' attempt ' || attempt_no || ' was superseded by host ' || superseded_by || ' but is live'
+		FROM attempts WHERE superseded_at IS NOT NULL AND ended_at IS NULL`},
 }
 
 // Violations checks the invariants and describes every violation found; none is the answer.

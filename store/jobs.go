@@ -88,9 +88,12 @@ type Job struct {
 	AlertFailures int
 	// StallAfter is how long a live run's progress may stand still before it is stalled (0:
 	// DefaultStallAfter); StallAction what then happens besides the event: StallAlert or StallStop.
-	StallAfter    time.Duration
-	StallAction   string
-	ExpectEvery   time.Duration
+	StallAfter  time.Duration
+	StallAction string
+	ExpectEvery time.Duration
+	// Host pins the job to the host of that name: only its daemon runs it, since its paths and
+	// repository are there. "" means any host may run it.
+	Host          string
 	OverdueSince  *time.Time
 	OverdueReason string
 	// AdmissionError says why the job's last admission failed; admission leaves the job aside
@@ -106,7 +109,8 @@ const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.pat
 	coalesce(j.last_skip_why, ''), j.retry_max, j.retry_backoff, j.windows, j.priority, coalesce(j.depends_on, ''),
 	j.retention, j.retention_max_delete, j.retention_min_keep, j.prune_schedule, j.next_prune_at, j.account, j.max_added,
 	coalesce(j.admission_error, ''), j.admission_retry_at, j.env_file, j.limit_upload_kib,
-	j.alert_after, j.alert_failures, j.expect_every, j.overdue_since, coalesce(j.overdue_reason, ''), j.stall_after, j.stall_action`
+	j.alert_after, j.alert_failures, j.expect_every, j.overdue_since, coalesce(j.overdue_reason, ''), j.stall_after, j.stall_action,
+	coalesce(j.host, '')`
 
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
@@ -117,7 +121,8 @@ func scanJob(row pgx.Row) (Job, error) {
 		&j.LastSkipWhy, &j.RetryMax, &j.RetryBackoff, &j.Windows, &j.Priority, &j.DependsOn,
 		&j.Retention, &j.RetentionMaxDelete, &j.RetentionMinKeep, &j.PruneSchedule, &j.NextPruneAt, &j.Account, &j.MaxAdded,
 		&j.AdmissionError, &j.AdmissionRetryAt, &j.EnvFile, &j.LimitUploadKiB,
-		&alertAfter, &j.AlertFailures, &expectEvery, &j.OverdueSince, &j.OverdueReason, &j.StallAfter, &j.StallAction)
+		&alertAfter, &j.AlertFailures, &expectEvery, &j.OverdueSince, &j.OverdueReason, &j.StallAfter, &j.StallAction,
+		&j.Host)
 	for _, d := range []struct {
 		to   *time.Duration
 		from *time.Duration
@@ -134,7 +139,7 @@ const jobSettings = `engine, repository, password_file, paths, excludes, run_as_
 	nice, io_scheduling_class, runtime_max, command, schedule, time_zone, catch_up, next_run_at, retry_max,
 	retry_backoff, windows, priority, depends_on, retention, retention_max_delete, retention_min_keep,
 	prune_schedule, next_prune_at, account, max_added, env_file, limit_upload_kib,
-	alert_after, alert_failures, expect_every, stall_after, stall_action`
+	alert_after, alert_failures, expect_every, stall_after, stall_action, host`
 
 func settingValues(j Job) []any {
 	return []any{j.Engine, j.Repository, j.PasswordFile, nonNil(j.Paths), nonNil(j.Excludes), j.User, j.Group,
@@ -143,7 +148,7 @@ func settingValues(j Job) []any {
 		nilIfEmpty(j.Retention), cmp.Or(j.RetentionMaxDelete, retention.DefaultMaxDeleteShare), j.RetentionMinKeep,
 		j.PruneSchedule, j.NextPruneAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded, j.EnvFile, j.LimitUploadKiB,
 		durationToInterval(j.AlertAfter), j.AlertFailures, durationToInterval(j.ExpectEvery),
-		cmp.Or(j.StallAfter, DefaultStallAfter), cmp.Or(j.StallAction, StallAlert)}
+		cmp.Or(j.StallAfter, DefaultStallAfter), cmp.Or(j.StallAction, StallAlert), nullIfEmpty(j.Host)}
 }
 
 // settingParams returns n placeholders "$from, ..." for the settings.

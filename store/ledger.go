@@ -445,7 +445,8 @@ func (s *Store) RequestPause(ctx context.Context, runID uuid.UUID, reason string
 
 // SetRepoBaseline records the size of the attempt's local repository as it was spawned.
 func (s *Store) SetRepoBaseline(ctx context.Context, runID uuid.UUID, attempt int, bytes int64) error {
-	_, err := s.pool.Exec(ctx, `UPDATE attempts SET repo_bytes_before = $3 WHERE run_id = $1 AND attempt_no = $2`, runID, attempt, bytes)
+	_, err := s.pool.Exec(ctx, `UPDATE attempts SET repo_bytes_before = $3 WHERE run_id = $1 AND attempt_no = $2
+		AND holdfast_lease_current(host, lease_generation)`, runID, attempt, bytes)
 	if err != nil {
 		return fmt.Errorf("record repository baseline of run %s: %w", runID, err)
 	}
@@ -490,14 +491,15 @@ type DeferredSettlement struct {
 	Password   string // the job's password file
 }
 
-// DeferredSettlements lists ended attempts whose holds are still open, for the sweep to try again.
-func (s *Store) DeferredSettlements(ctx context.Context) ([]DeferredSettlement, error) {
+// DeferredSettlements lists ended attempts whose holds are still open, for the sweep of host to try
+// again: those of jobs pinned to host or of any-host jobs ("" lists all).
+func (s *Store) DeferredSettlements(ctx context.Context, host string) ([]DeferredSettlement, error) {
 	rows, err := s.pool.Query(ctx, `SELECT a.run_id, a.attempt_no, r.job_name, h.bytes, a.settle_deferred,
 			CASE WHEN a.attempt_no = (SELECT max(attempt_no) FROM attempts WHERE run_id = r.id) THEN coalesce(r.snapshot_id, '') ELSE '' END,
 			coalesce(j.engine, ''), coalesce(j.repository, ''), coalesce(j.password_file, '')
 		FROM open_holds h JOIN attempts a ON a.run_id = h.run_id AND a.attempt_no = h.attempt_no
 		JOIN runs r ON r.id = a.run_id LEFT JOIN jobs j ON j.id = r.job_id
-		WHERE a.settle_deferred IS NOT NULL`)
+		WHERE a.settle_deferred IS NOT NULL AND ($1 = '' OR j.host IS NULL OR j.host = $1)`, host)
 	if err != nil {
 		return nil, fmt.Errorf("list deferred settlements: %w", err)
 	}

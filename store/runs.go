@@ -134,10 +134,23 @@ type Attempt struct {
 const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason, ''), r.stop_requested_at, coalesce(r.stop_reason, ''),
 	r.created_at, r.started_at, r.finished_at, r.reason, r.failure_class, coalesce(r.snapshot_id, ''),
 	r.bytes_added, r.bytes_processed, r.files_processed, r.files_skipped,
-	r.planned_at, r.not_before, coalesce(r.waiting_reason, ''), r.retry_of, r.retry_number, r.retried_by, r.kind,
+	r.planned_at, r.not_before, coalesce(` + hostNote + `, r.waiting_reason, ''), r.retry_of, r.retry_number, r.retried_by, r.kind,
 	r.forget_ids, r.plan_id, r.budget_bytes,
 	coalesce((SELECT sum(bytes) FROM open_holds WHERE run_id = r.id), 0)::bigint,
 	coalesce((SELECT sum(e.bytes) FROM ledger_entries e WHERE e.run_id = r.id AND e.kind = 'settle'), 0)::bigint`
+
+// hostNote says why a live run waits on its host, which outranks any other waiting reason: the
+// host that holds its attempt, or the host its job is pinned to, is down or draining.
+const hostNote = `(SELECT CASE
+		WHEN h.name IS NULL THEN 'waiting: host ' || j.host || ' has never run a holdfast daemon'
+		WHEN h.lease_until <= now() THEN 'waiting: host ' || h.name || ' is down since ' ||
+			to_char(h.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+		ELSE 'waiting: host ' || h.name || ' is draining' END
+	FROM attempts la LEFT JOIN jobs j ON j.id = r.job_id
+	LEFT JOIN hosts h ON h.name = coalesce(nullif(la.host, ''), j.host)
+	WHERE la.run_id = r.id AND la.ended_at IS NULL AND r.status IN ('queued', 'running')
+	  AND coalesce(nullif(la.host, ''), j.host) IS NOT NULL
+	  AND ((h.name IS NULL AND la.host = '') OR h.lease_until <= now() OR (la.unit IS NULL AND h.draining_since IS NOT NULL)))`
 
 func runDest(r *Run) []any {
 	return []any{&r.ID, &r.JobName, &r.Trigger, &r.Status, &r.PausedReason, &r.StopRequestedAt, &r.StopReason,
@@ -287,9 +300,19 @@ type LiveRun struct {
 	ReadAt time.Time
 }
 
-// LiveRuns lists every run in a live status with its live attempt: higher job priority first,
-// then oldest first.
-func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
+// LiveRuns lists the runs in a live status with their live attempt that the daemon of host
+// reconciles: higher job priority first, then oldest first. Those are the runs whose attempt
+// host holds, and those not spawned yet that host may run: its job is any-host or pinned to
+// host (or removed), and host is not draining. host "" lists every live run.
+func (s *Store) LiveRuns(ctx context.Context, host string) ([]LiveRun, error) {
+	return s.liveRuns(ctx, "live runs", `
+		AND ($1 = '' OR a.host = $1 OR (a.host = '' AND a.unit IS NULL AND (j.host IS NULL OR j.host = $1)
+			AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $1 AND h.draining_since IS NOT NULL)))`, host)
+}
+
+// liveRuns lists the live runs that match filter, a constant condition on r, a and j with
+// args as its parameters.
+func (s *Store) liveRuns(ctx context.Context, what, filter string, args ...any) ([]LiveRun, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+runColumns+`, `+attemptColumns+`, coalesce(j.engine, ''), coalesce(j.repository, ''),
 			coalesce(j.run_as_user, ''), now()
@@ -298,10 +321,10 @@ func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 		-- with statistics that lag behind a burst of admissions, a plain join went quadratic.
 		CROSS JOIN LATERAL (SELECT * FROM attempts WHERE run_id = r.id AND ended_at IS NULL OFFSET 0) a
 		LEFT JOIN jobs j ON j.id = r.job_id
-		WHERE r.status IN ('queued', 'running')
-		ORDER BY coalesce(j.priority, 0) DESC, r.created_at`)
+		WHERE r.status IN ('queued', 'running') `+filter+`
+		ORDER BY coalesce(j.priority, 0) DESC, r.created_at`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list live runs: %w", err)
+		return nil, fmt.Errorf("list %s: %w", what, err)
 	}
 	defer rows.Close()
 	var out []LiveRun
@@ -310,13 +333,13 @@ func (s *Store) LiveRuns(ctx context.Context) ([]LiveRun, error) {
 		var as attemptScan
 		dest := append(runDest(&l.Run), as.dest()...)
 		if err := rows.Scan(append(dest, &l.JobEngine, &l.JobRepository, &l.JobUser, &l.ReadAt)...); err != nil {
-			return nil, fmt.Errorf("list live runs: %w", err)
+			return nil, fmt.Errorf("list %s: %w", what, err)
 		}
 		l.Attempt = as.attempt()
 		out = append(out, l)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list live runs: %w", err)
+		return nil, fmt.Errorf("list %s: %w", what, err)
 	}
 	return out, nil
 }
@@ -373,12 +396,17 @@ func (s *Store) claimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 			SELECT count(*) AS all_hosts, count(*) FILTER (WHERE host = $4) AS on_host
 			FROM attempts WHERE $5 AND unit IS NOT NULL AND ended_at IS NULL),
 		claim AS (
-			UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = now(), armed_for = $8, boot_id = nullif($9, '')
+			UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = now(), armed_for = $8, boot_id = nullif($9, ''),
+				lease_generation = (SELECT generation FROM hosts WHERE name = $4)
 			WHERE (run_id, attempt_no) IN (
 				SELECT a.run_id, a.attempt_no FROM attempts a JOIN runs r ON r.id = a.run_id
 				WHERE a.run_id = $1 AND a.attempt_no = $2 AND a.unit IS NULL AND a.ended_at IS NULL
 				  AND r.stop_requested_at IS NULL
+				  -- A job pinned elsewhere is not this host's to run.
+				  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = r.job_id AND j.host IS NOT NULL AND j.host <> $4)
 				FOR UPDATE OF a SKIP LOCKED)
+			  -- A host with a row claims only under its current lease, and not while draining.
+			  AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $4 AND (h.lease_until <= now() OR h.draining_since IS NOT NULL))
 			  AND NOT EXISTS (SELECT 1 FROM busy)
 			  AND ($6 = 0 OR (SELECT all_hosts FROM holding) < $6)
 			  AND ($7 = 0 OR (SELECT on_host FROM holding) < $7)
@@ -417,7 +445,7 @@ func (s *Store) MarkStarted(ctx context.Context, runID uuid.UUID, attempt int, a
 	_, err := s.pool.Exec(ctx, `
 		WITH a AS (
 			UPDATE attempts SET started_at = coalesce(started_at, $3)
-			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL RETURNING run_id)
+			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL AND holdfast_lease_current(host, lease_generation) RETURNING run_id)
 		UPDATE runs SET status = 'running', started_at = coalesce(started_at, $3)
 		WHERE id IN (SELECT run_id FROM a) AND status = 'queued'`, runID, attempt, at)
 	if err != nil {
@@ -460,7 +488,8 @@ func (s *Store) ApplyJournal(ctx context.Context, runID uuid.UUID, attempt int, 
 			first_item_error = coalesce(first_item_error, nullif($14, '')),
 			fatal = coalesce(fatal, nullif($15, '')),
 			summary = coalesce($16, summary)
-		WHERE run_id = $1 AND attempt_no = $2 AND journal_offset = $3 AND quarantined_at IS NULL`,
+		WHERE run_id = $1 AND attempt_no = $2 AND journal_offset = $3 AND quarantined_at IS NULL
+		  AND ended_at IS NULL AND holdfast_lease_current(host, lease_generation)`,
 		runID, attempt, from.Offset, to.Offset, to.LastSeq, to.LastHash, d.LastEventAt,
 		percent, filesDone, totalFiles, bytesDone, totalBytes, d.ItemErrors, d.FirstItemError, d.Fatal, nullJSON(d.Summary))
 	if err != nil {
@@ -480,7 +509,7 @@ func nullJSON(b json.RawMessage) any {
 func (s *Store) Quarantine(ctx context.Context, runID uuid.UUID, attempt int, reason string) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE attempts SET quarantined_at = now(), quarantine_reason = $3
-		WHERE run_id = $1 AND attempt_no = $2 AND quarantined_at IS NULL`, runID, attempt, reason)
+		WHERE run_id = $1 AND attempt_no = $2 AND quarantined_at IS NULL AND holdfast_lease_current(host, lease_generation)`, runID, attempt, reason)
 	if err != nil {
 		return fmt.Errorf("quarantine journal of run %s attempt %d: %w", runID, attempt, err)
 	}
@@ -530,7 +559,7 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 			WITH a AS (
 				UPDATE attempts SET ended_at = $3, service_result = nullif($8, ''), exit_code = nullif($9, ''),
 					exit_status = nullif($10, '')
-				WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL
+				WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL AND holdfast_lease_current(host, lease_generation)
 				RETURNING run_id),
 			r AS (
 				UPDATE runs SET status = $4, reason = $5, failure_class = $6, paused_reason = nullif($7, ''),
@@ -600,7 +629,7 @@ func (s *Store) Restart(ctx context.Context, r Restarting) (moved bool, paused s
 	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE attempts SET ended_at = $3, service_result = nullif($4, ''), exit_code = nullif($5, ''), exit_status = nullif($6, '')
-			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL`, runID, attempt, r.At, r.ServiceResult, r.ExitCode, r.ExitStatus)
+			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL AND holdfast_lease_current(host, lease_generation)`, runID, attempt, r.At, r.ServiceResult, r.ExitCode, r.ExitStatus)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
@@ -617,32 +646,8 @@ func (s *Store) Restart(ctx context.Context, r Restarting) (moved bool, paused s
 		if err := applySettlement(ctx, tx, runID, attempt, r.Settlement, "holdfast"); err != nil && !errors.Is(err, errHoldClosed) {
 			return err
 		}
-		// The job's row before the account's, in the order admission takes them.
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = (SELECT job_id FROM runs WHERE id = $1) FOR UPDATE`, runID); err != nil {
-			return err
-		}
-		p, err := planHold(ctx, tx, runID)
-		if err != nil {
-			return err
-		}
-		if p.Paused != "" {
-			paused = p.Reason
-			if err := notifyEnded(ctx, tx, runID); err != nil {
-				return err
-			}
-			return pauseNow(ctx, tx, runID, attempt, p.Paused, p.Reason)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, $2)`, runID, attempt+1); err != nil {
-			return err
-		}
-		if err := insertHold(ctx, tx, p, runID, attempt+1); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE runs SET status = 'queued' WHERE id = $1`, runID); err != nil {
-			return err
-		}
-		// Queued again: the daemons spawn the next attempt now, not at their next interval.
-		return notify(ctx, tx, runID.String())
+		paused, err = openNextAttempt(ctx, tx, runID, attempt)
+		return err
 	})
 	if errors.Is(err, errStopRequested) {
 		return false, "", nil
@@ -651,6 +656,38 @@ func (s *Store) Restart(ctx context.Context, r Restarting) (moved bool, paused s
 		return false, "", fmt.Errorf("restart run %s after attempt %d: %w", runID, attempt, err)
 	}
 	return moved, paused, nil
+}
+
+// openNextAttempt opens attempt+1 of the run, with no unit yet and a hold of what is left of its
+// budget, and queues the run again; if the run may not hold more, it ends paused instead, and
+// paused is the reason. The caller ended attempt in tx.
+func openNextAttempt(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt int) (paused string, err error) {
+	// The job's row before the account's, in the order admission takes them.
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = (SELECT job_id FROM runs WHERE id = $1) FOR UPDATE`, runID); err != nil {
+		return "", err
+	}
+	p, err := planHold(ctx, tx, runID)
+	if err != nil {
+		return "", err
+	}
+	if p.Paused != "" {
+		paused = p.Reason
+		if err := notifyEnded(ctx, tx, runID); err != nil {
+			return "", err
+		}
+		return paused, pauseNow(ctx, tx, runID, attempt, p.Paused, p.Reason)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, $2)`, runID, attempt+1); err != nil {
+		return "", err
+	}
+	if err := insertHold(ctx, tx, p, runID, attempt+1); err != nil {
+		return "", err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE runs SET status = 'queued' WHERE id = $1`, runID); err != nil {
+		return "", err
+	}
+	// Queued again: the daemons spawn the next attempt now, not at their next interval.
+	return "", notify(ctx, tx, runID.String())
 }
 
 // errStopRequested rolls back a restart that a stop request overtook.
@@ -850,8 +887,9 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 // attempt, so if the call did reach systemd, the next start finds the unit instead of a twin.
 func (s *Store) ReleaseSpawnClaim(ctx context.Context, runID uuid.UUID, attempt int, unit string) error {
 	_, err := s.pool.Exec(ctx, `
-		UPDATE attempts SET unit = NULL, host = '', spawn_claimed_at = NULL, armed_for = NULL, boot_id = NULL
-		WHERE run_id = $1 AND attempt_no = $2 AND unit = $3 AND ended_at IS NULL AND started_at IS NULL`,
+		UPDATE attempts SET unit = NULL, host = '', spawn_claimed_at = NULL, armed_for = NULL, boot_id = NULL, lease_generation = NULL
+		WHERE run_id = $1 AND attempt_no = $2 AND unit = $3 AND ended_at IS NULL AND started_at IS NULL
+		  AND holdfast_lease_current(host, lease_generation)`,
 		runID, attempt, unit)
 	if err != nil {
 		return fmt.Errorf("release spawn claim of run %s attempt %d: %w", runID, attempt, err)

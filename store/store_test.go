@@ -155,7 +155,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	if err != nil || !moved {
 		t.Fatalf("restart: moved=%v err=%v", moved, err)
 	}
-	live, err := st.LiveRuns(ctx)
+	live, err := st.LiveRuns(ctx, "")
 	if err != nil || len(live) != 1 || live[0].Attempt.No != 2 || live[0].JobEngine != "restic" {
 		t.Fatalf("live runs after restart: %+v, %v", live, err)
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/metrics"
 	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/reconcile"
@@ -57,6 +58,10 @@ const (
 	// for a burst of slots to be prepared, short enough that limits and windows decided then
 	// still hold at the slot.
 	DefaultStartLead = 10 * time.Second
+	// DefaultLease is how long a host's lease lasts unless renewed: a host is seen down this
+	// long after its daemon stopped answering.
+	DefaultLease         = 10 * time.Second
+	DefaultTakeoverGrace = reconcile.DefaultTakeoverGrace
 )
 
 // minWait is the shortest sleep of admission between two passes, should a due job stay due
@@ -84,8 +89,13 @@ type Config struct {
 	Binary string
 	// ResticBinary is the restic the units run (--restic); default restic in PATH.
 	ResticBinary string
-	// Host is recorded on each attempt; default the host name.
+	// Host is this daemon's host (--host): it holds the host's lease, reconciles only the host's
+	// attempts, and runs the jobs pinned to it and any-host jobs; default the host name.
 	Host string
+	// Lease is how long the host's lease lasts unless renewed (--lease); TakeoverGrace how long
+	// after another host's lease expired its any-host runs are taken over (--takeover-grace).
+	Lease         time.Duration
+	TakeoverGrace time.Duration
 
 	SweepInterval time.Duration // --sweep-interval: time between passes when nothing wakes the sweep
 	SpawnGrace    time.Duration // --spawn-grace: how long a spawned unit may take to appear
@@ -140,7 +150,7 @@ func Defaults() Config {
 		PassTimeout: DefaultPassTimeout, LateGrace: DefaultLateGrace, StartLead: DefaultStartLead, DependsWait: DefaultDependsWait,
 		MaxAttempts: DefaultMaxAttempts, Workers: DefaultWorkers, SpawnWorkers: DefaultSpawnWorkers, AllowUsers: []string{DefaultAllowUsers},
 		AllowCommandJobs: DefaultAllowCommandJobs, KeepRunFiles: DefaultKeepRunFiles, RunFilesEvery: DefaultRunFilesEvery,
-		WatchInterval: DefaultWatchInterval,
+		WatchInterval: DefaultWatchInterval, Lease: DefaultLease, TakeoverGrace: DefaultTakeoverGrace,
 	}
 }
 
@@ -158,10 +168,20 @@ func (c *Config) Validate() error {
 		d       time.Duration
 		example string
 	}{{"--sweep-interval", c.SweepInterval, "2s"}, {"--spawn-grace", c.SpawnGrace, "30s"}, {"--run-budget", c.RunBudget, "30s"},
-		{"--depends-wait", c.DependsWait, "6h"}, {"--watch-interval", c.WatchInterval, "5s"}} {
+		{"--depends-wait", c.DependsWait, "6h"}, {"--watch-interval", c.WatchInterval, "5s"},
+		{"--lease", c.Lease, "10s"}, {"--takeover-grace", c.TakeoverGrace, "30s"}} {
 		if v.d <= 0 {
 			return fmt.Errorf("%s %s must be positive, e.g. %s", v.flag, v.d, v.example)
 		}
+	}
+	if c.Lease < 300*time.Millisecond {
+		return fmt.Errorf("--lease %s is too short to renew: give at least 300ms, e.g. 10s", c.Lease)
+	}
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
+	}
+	if err := job.ValidateHost(c.Host); err != nil {
+		return fmt.Errorf("--host: %w", err)
 	}
 	var err error
 	if c.keepRunFiles, err = retention.ParseDuration(c.KeepRunFiles); err != nil || c.keepRunFiles.IsZero() {
@@ -248,7 +268,7 @@ func (c *Config) Validate() error {
 func (c *Config) reconcileConfig(observer reconcile.Observer) reconcile.Config {
 	return reconcile.Config{
 		Store: c.Store, Runner: c.Runner, StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary,
-		Host: c.Host, SpawnGrace: c.SpawnGrace, RunBudget: c.RunBudget, PassTimeout: c.PassTimeout,
+		Host: c.Host, TakeoverGrace: c.TakeoverGrace, SpawnGrace: c.SpawnGrace, RunBudget: c.RunBudget, PassTimeout: c.PassTimeout,
 		MaxAttempts: c.MaxAttempts, Limits: c.Limits, Windows: c.windows, WindowZone: c.zone,
 		DependsWait: c.DependsWait, Workers: c.Workers, SpawnWorkers: c.SpawnWorkers, SpawnHook: c.spawnHook, AllowUsers: c.AllowUsers,
 		AllowCommandJobs: c.AllowCommandJobs, StartLead: c.StartLead, Observer: observer, Logger: c.Logger,
@@ -309,8 +329,13 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	watcher := &watch.Watcher{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger}
 	s := &Supervisor{cfg: cfg, rec: rec, metrics: m, sweepWake: newWakeup(), admitWake: newWakeup(), deliverWake: newWakeup(), progress: newProgress()}
+	lease := &hostLease{store: cfg.Store, logger: cfg.Logger, regained: s.sweepWake.wake, req: store.LeaseRequest{
+		Host: cfg.Host, Holder: reconcile.LeaseHolder(), Version: cfg.Version, Duration: cfg.Lease, Grace: cfg.TakeoverGrace,
+		HolderGone: reconcile.HolderGone}}
 	s.services = []Service{
-		// Listening first: a run admitted while the other services start still wakes them.
+		// The lease first: every write about the host's attempts is fenced by it.
+		lease,
+		// Listening next: a run admitted while the other services start still wakes them.
 		&loop{name: "notifications", run: s.listen},
 		&markerWatch{stateDir: cfg.StateDir, runner: cfg.Runner, wake: s.sweepWake, logger: cfg.Logger},
 		// Those the sweep hands work to run before it and stop after it.

@@ -76,7 +76,7 @@ func Status(ctx context.Context, st *store.Store) (Report, error) {
 	if err != nil {
 		return Report{State: Unknown}, err
 	}
-	live, err := st.LiveRuns(ctx)
+	live, err := st.LiveRuns(ctx, "")
 	if err != nil {
 		return Report{State: Unknown}, err
 	}

@@ -126,7 +126,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err := sup.Start(ctx); err != nil {
 				return err
 			}
-			logger.Info("holdfast daemon started", "version", version, "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", cfg.SweepInterval,
+			logger.Info("holdfast daemon started", "version", version, "host", cfg.Host, "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", cfg.SweepInterval,
 				"pass_timeout", cfg.PassTimeout, "allow_users", allowUsers, "allow_command_jobs", cfg.AllowCommandJobs,
 				"statement_timeout", cfg.Database.StatementTimeout)
 			<-ctx.Done()
@@ -141,6 +141,9 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.SpawnGrace, "spawn-grace", supervisor.DefaultSpawnGrace, "how long a spawned unit may take to appear")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", supervisor.DefaultMaxAttempts, "attempts a run may take before it fails")
 	f.DurationVar(&cfg.RunBudget, "run-budget", supervisor.DefaultRunBudget, "time one run may take in one pass")
+	f.StringVar(&cfg.Host, "host", g.env.getenv("HOLDFAST_HOST"), "this daemon's host among those sharing the database: it runs the jobs pinned to it and any-host jobs (env HOLDFAST_HOST; default the host name)")
+	f.DurationVar(&cfg.Lease, "lease", supervisor.DefaultLease, "how long the host's lease lasts unless the daemon renews it; a host is seen down this long after its daemon stopped")
+	f.DurationVar(&cfg.TakeoverGrace, "takeover-grace", supervisor.DefaultTakeoverGrace, "how long after another host's lease expired its runs of any-host jobs are taken over here")
 	f.IntVar(&cfg.Limits.MaxRunning, "max-running", 0, "at most this many runs hold a unit at once, across all hosts (0: no limit)")
 	f.IntVar(&cfg.Limits.MaxRunningHost, "max-running-host", 0, "at most this many runs hold a unit at once on this host (0: no limit)")
 	f.StringArrayVar(&cfg.Windows, "window", nil, "global maintenance window in which no run starts, e.g. \"Sat 01:00-05:00\" (repeatable)")

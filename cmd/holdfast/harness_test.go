@@ -155,9 +155,16 @@ type daemon struct {
 
 func (w *world) startDaemon(args ...string) *daemon {
 	w.t.Helper()
+	return w.startDaemonEnv(nil, args...)
+}
+
+// startDaemonEnv starts a daemon with env over the world's environment (another host's manager
+// and state directory, say).
+func (w *world) startDaemonEnv(env []string, args ...string) *daemon {
+	w.t.Helper()
 	args = append(append([]string{"daemon", "--spawn-grace", w.spawnGrace}, w.daemonFlags...), args...)
 	cmd := exec.Command(w.bin, args...)
-	cmd.Env = append(w.env(), w.daemonEnv...)
+	cmd.Env = append(append(w.env(), w.daemonEnv...), env...)
 	d := &daemon{cmd: cmd, log: &bytes.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = d.log, d.log // one writer: exec copies both through one pipe
 	if err := cmd.Start(); err != nil {
@@ -170,7 +177,50 @@ func (w *world) startDaemon(args ...string) *daemon {
 			w.t.Logf("daemon log:\n%s", d.log.String())
 		}
 	})
+	w.awaitLease(d, daemonHost(append(cmd.Env, args...)))
 	return d
+}
+
+// daemonHost is the host a daemon started with env and args goes by: --host, HOLDFAST_HOST or
+// the host name.
+func daemonHost(envAndArgs []string) string {
+	host, _ := os.Hostname()
+	for i, v := range envAndArgs {
+		if h, ok := strings.CutPrefix(v, "HOLDFAST_HOST="); ok {
+			host = h
+		}
+		if v == "--host" && i+1 < len(envAndArgs) {
+			host = envAndArgs[i+1]
+		}
+	}
+	return host
+}
+
+// awaitLease returns once the daemon holds its host's lease (or has exited), as `run start
+// --wait` needs a live daemon able to take the run.
+func (w *world) awaitLease(d *daemon, host string) {
+	w.t.Helper()
+	mine := fmt.Sprintf("/%d/", d.cmd.Process.Pid)
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case <-d.done:
+			return
+		default:
+		}
+		var hosts []store.Host
+		if st := w.store(); st != nil {
+			hosts, _ = st.Hosts(context.Background()) // a test may have stopped PostgreSQL: wait
+		}
+		for _, h := range hosts {
+			if h.Name == host && h.Alive && strings.Contains(h.Holder, mine) {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.kill()
+	w.t.Fatalf("daemon on host %s did not take its lease within a minute:\n%s", host, d.log.String())
 }
 
 // kill SIGKILLs the daemon, as a crash would.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -50,6 +51,7 @@ type jobFlags struct {
 	job      store.Job
 	nice     int
 	maxAdded string
+	anyHost  bool
 	policy   policyFlags
 	guard    guardFlags
 }
@@ -84,6 +86,8 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&j.DependsOn, "depends-on", "", "a job whose last run must have succeeded before this one starts")
 	f.StringVar(&j.Account, "account", store.DefaultAccount, "the ledger account the job's runs are charged to")
 	f.StringVar(&jf.maxAdded, "max-added", "", `what one run may add to the repository, e.g. 5GiB ("" : estimated from the job's history)`)
+	f.StringVar(&j.Host, "host", "", "pin the job to this host: only its daemon runs it (default for a new job: this host, HOLDFAST_HOST or the host name)")
+	f.BoolVar(&jf.anyHost, "any-host", false, "let any host's daemon run the job: its paths and repository must be reachable from every host")
 	f.StringVar(&j.PruneSchedule, "prune-schedule", "", `when to prune the repository (restic prune), a schedule like --schedule; "" never`)
 	jf.policy.bind(f)
 	jf.guard.bind(f)
@@ -108,6 +112,19 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *store.Job) error {
 		"alert-after": func() { j.AlertAfter = src.AlertAfter }, "alert-failures": func() { j.AlertFailures = src.AlertFailures },
 		"expect-every": func() { j.ExpectEvery = src.ExpectEvery }, "stall-after": func() { j.StallAfter = src.StallAfter },
 		"stall-action": func() { j.StallAction = src.StallAction },
+		"host":         func() { j.Host = src.Host }, "any-host": func() {
+			if jf.anyHost {
+				j.Host = ""
+			}
+		},
+	}
+	if f.Changed("host") && f.Changed("any-host") {
+		return badInput("--host and --any-host contradict each other: give one")
+	}
+	if f.Changed("host") {
+		if err := job.ValidateHost(src.Host); err != nil {
+			return inputError{err}
+		}
 	}
 	f.Visit(func(flag *pflag.Flag) {
 		if fn, ok := set[flag.Name]; ok {
@@ -141,6 +158,8 @@ func newJobAddCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			j := job.New(args[0])
+			// Local paths exist where the job is added: it runs there unless said otherwise.
+			j.Host = g.host()
 			if err := jf.apply(cmd.Flags(), &j); err != nil {
 				return err
 			}
@@ -271,6 +290,8 @@ type jobOut struct {
 	RetentionMinKeep   int               `json:"retention_min_keep"`
 	PruneSchedule      string            `json:"prune_schedule"`
 	NextPruneAt        *string           `json:"next_prune_at"`
+	Host               string            `json:"host"`
+	AnyHost            bool              `json:"any_host"`
 	Account            string            `json:"account"`
 	MaxAddedBytes      *int64            `json:"max_added_bytes"`
 	AdmissionError     string            `json:"admission_error,omitempty"`
@@ -298,6 +319,7 @@ func jobJSON(j store.Job) jobOut {
 	o.RetentionMaxDelete, o.RetentionMinKeep = j.RetentionMaxDelete, j.RetentionMinKeep
 	o.PruneSchedule, o.NextPruneAt = j.PruneSchedule, timeStr(j.NextPruneAt)
 	o.Account, o.MaxAddedBytes = j.Account, j.MaxAdded
+	o.Host, o.AnyHost = j.Host, j.Host == ""
 	o.AdmissionError, o.AdmissionRetryAt = j.AdmissionError, timeStr(j.AdmissionRetryAt)
 	return o
 }
@@ -328,9 +350,10 @@ func newJobListCmd(g *globals) *cobra.Command {
 					return writeJSON(cmd.OutOrStdout(), out)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "NAME\tENGINE\tREPOSITORY\tPATHS\tLAST OUTCOME")
+				fmt.Fprintln(tw, "NAME\tENGINE\tHOST\tREPOSITORY\tPATHS\tLAST OUTCOME")
 				for _, j := range jobs {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Name, j.Engine, textsafe.String(j.Repository), textsafe.String(strings.Join(j.Paths, ",")), dash(j.LastOutcome))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Engine, cmp.Or(j.Host, "any"), textsafe.String(j.Repository),
+						textsafe.String(strings.Join(j.Paths, ",")), dash(j.LastOutcome))
 				}
 				return tw.Flush()
 			})
@@ -376,6 +399,11 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				}
 				if j.User != "" {
 					fmt.Fprintf(w, "runs as:       %s\n", j.User)
+				}
+				if j.Host != "" {
+					fmt.Fprintf(w, "host:          %s (pinned)\n", j.Host)
+				} else {
+					fmt.Fprintf(w, "host:          any\n")
 				}
 				if j.RuntimeMax > 0 {
 					fmt.Fprintf(w, "runtime limit: %s\n", j.RuntimeMax)

@@ -37,6 +37,8 @@ const (
 	exitStopped = 5
 	exitPaused  = 6
 	exitConfig  = 78 // sysexits' EX_CONFIG; units/holdfast.service: RestartPreventExitStatus=78
+	// exitUnavailable (sysexits' EX_UNAVAILABLE): no live daemon can take the run.
+	exitUnavailable = 69
 )
 
 // inputError marks an error caused by the operator's input: exit 2.
@@ -55,6 +57,10 @@ func (e configError) Unwrap() error { return e.err }
 
 // exitError carries a specific exit code without a message (the command already reported).
 type exitCodeError struct{ code int }
+
+// unavailableError is a command that cannot be carried out because no live daemon could act on
+// it; it exits exitUnavailable.
+type unavailableError struct{ error }
 
 func (e exitCodeError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
@@ -101,6 +107,16 @@ func openOwnStore(ctx context.Context, dsn string) (*store.Store, func(), error)
 		return nil, nil, err
 	}
 	return st, st.Close, nil
+}
+
+// host is the name this machine goes by among holdfast's hosts: HOLDFAST_HOST, else the host
+// name. Jobs added here are pinned to it unless told otherwise.
+func (g *globals) host() string {
+	if h := g.env.getenv("HOLDFAST_HOST"); h != "" {
+		return h
+	}
+	h, _ := os.Hostname()
+	return h
 }
 
 func (g *globals) envOr(key, def string) string {
@@ -203,7 +219,7 @@ func newRoot(env environment) *cobra.Command {
 	root.SetOut(env.stdout)
 	root.SetErr(env.stderr)
 	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newExecCmd(), newCredexecCmd(), newMarkerCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd(), newProbeReadCmd(),
-		newSetupCmd(g), newSetupDatabaseCmd(), newStatusCmd(g), newNotifyCmd(g))
+		newSetupCmd(g), newSetupDatabaseCmd(), newStatusCmd(g), newNotifyCmd(g), newHostCmd(g))
 	return root
 }
 
@@ -233,9 +249,12 @@ func exitCode(err error, stderr io.Writer) int {
 	var conflict *store.ConflictError
 	var input inputError
 	var config configError
+	var unavailable unavailableError
 	switch {
 	case errors.As(err, &config):
 		return exitConfig
+	case errors.As(err, &unavailable):
+		return exitUnavailable
 	case errors.As(err, &input), errors.As(err, &conflict),
 		errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrJobExists), errors.Is(err, store.ErrAmbiguous),
 		errors.Is(err, store.ErrTargetExists):

@@ -15,7 +15,7 @@ func TestOverdueOnceWithTwoDaemons(t *testing.T) {
 	w := newWorld(t)
 	w.mustRun("job", "add", "flaky", "--engine", "command", "--command", "/bin/false", "--schedule", "@every 3s")
 	w.startDaemon("--watch-interval", "500ms")
-	w.startDaemon("--watch-interval", "500ms")
+	w.startDaemon("--watch-interval", "500ms", "--host", "second") // each daemon holds its own host's lease
 
 	waitJob := func(what string, cond func(jobJSON) bool) jobJSON {
 		t.Helper()

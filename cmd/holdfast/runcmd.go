@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -167,9 +168,20 @@ func newRunStartCmd(g *globals) *cobra.Command {
 				if prune {
 					kind = store.KindPrune
 				}
+				// Waiting for a run that no daemon can take would wait for ever: say so now.
+				able, err := st.RunnableBy(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if len(able.Hosts) == 0 && wait {
+					return unavailableError{errors.New(able.Why + "; nothing was queued")}
+				}
 				run, err := st.Admit(ctx, args[0], "manual", kind)
 				if err != nil {
 					return err
+				}
+				if len(able.Hosts) == 0 && run.Status != store.StatusPaused {
+					fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: warning: %s; the run waits until then\n", able.Why)
 				}
 				if !wait {
 					if asJSON {
@@ -445,6 +457,14 @@ func newRunLogsCmd(g *globals) *cobra.Command {
 				attempts, err := st.Attempts(ctx, id)
 				if err != nil {
 					return err
+				}
+				// Each unit logged to the journal of the host that ran it.
+				here := g.host()
+				for _, a := range attempts {
+					if a.Host != "" && a.Host != here {
+						fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: attempt %d ran on host %s: its lines are in that host's journal (holdfast run logs %s, there)\n",
+							a.No, a.Host, id)
+					}
 				}
 				argv := journallog.RunArgv(g.journalDir, id, store.UnitNames(attempts), follow, 0)
 				if argv == nil {

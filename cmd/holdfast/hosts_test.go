@@ -1,0 +1,360 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+// cluster is hosts sharing one database, as machines would: each host has its own systemd
+// manager, state directory and daemon (with its own --host). The world's CLI runs as h1's.
+type cluster struct {
+	w     *world
+	hosts map[string]*clusterHost
+}
+
+type clusterHost struct {
+	name  string
+	mgr   *testenv.Manager
+	state string
+	d     *daemon
+}
+
+// The cluster's daemons see a host down 2s after its daemon stopped answering, and take its
+// any-host runs over 2s after that.
+const (
+	clusterLease = 2 * time.Second
+	clusterGrace = 2 * time.Second
+)
+
+func newCluster(t *testing.T, names ...string) *cluster {
+	t.Helper()
+	w := newWorld(t)
+	w.spawnGrace = "3s" // a daemon that asked its own manager about another host's unit would restart it soon
+	c := &cluster{w: w, hosts: map[string]*clusterHost{}}
+	for i, name := range names {
+		h := &clusterHost{name: name, mgr: w.mgr, state: w.state}
+		if i > 0 {
+			h.mgr = testenv.PrivateSystemd(t)
+			h.state = filepath.Join(w.dir, "state-"+name)
+		}
+		c.hosts[name] = h
+	}
+	return c
+}
+
+// start starts the host's daemon and waits until it holds its lease.
+func (c *cluster) start(name string, args ...string) {
+	c.w.t.Helper()
+	h := c.hosts[name]
+	env := append([]string{"HOLDFAST_SYSTEMD_ADDRESS=" + h.mgr.Address, "HOLDFAST_STATE_DIR=" + h.state,
+		"HOLDFAST_JOURNAL_DIR=" + h.mgr.JournalDir}, h.mgr.Env()...)
+	args = append([]string{"--host", name, "--lease", clusterLease.String(), "--takeover-grace", clusterGrace.String(),
+		"--sweep-interval", "500ms"}, args...)
+	h.d = c.w.startDaemonEnv(env, args...)
+}
+
+// ranOn returns the hosts whose state directory holds the exit marker of the run's attempt.
+func (c *cluster) ranOn(id string, attempt int) []string {
+	var on []string
+	for name, h := range c.hosts {
+		if _, err := os.Stat(filepath.Join(h.state, "markers", fmt.Sprintf("%s.a%d.json", id, attempt))); err == nil {
+			on = append(on, name)
+		}
+	}
+	return on
+}
+
+type attemptHost struct {
+	Attempt int    `json:"attempt"`
+	Host    string `json:"host"`
+	Unit    string `json:"unit"`
+	Spawned string `json:"spawned_at"`
+	Ended   string `json:"ended_at"`
+	Result  string `json:"service_result"`
+}
+
+// attemptHosts reads the run's attempts with the hosts that claimed them.
+func (c *cluster) attemptHosts(id string) []attemptHost {
+	c.w.t.Helper()
+	var out struct {
+		Attempts []attemptHost `json:"attempts"`
+	}
+	if err := json.Unmarshal([]byte(c.w.mustRun("run", "show", id, "--json")), &out); err != nil {
+		c.w.t.Fatal(err)
+	}
+	return out.Attempts
+}
+
+// Scenario 1: over more than 100 slots, runs of pinned jobs run only on their host, and each
+// slot of an any-host job runs once, on one host.
+func TestHostsPinnedAndAnyHostSlots(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "h1", "h2", "h3")
+	w := c.w
+	// Before any daemon runs, waiting for a run would wait for ever: it is refused at once.
+	w.mustRun("job", "add", "early", "--engine", "command", "--command", "/bin/true")
+	r := w.run("run", "start", "--wait", "early")
+	if r.code != 69 || !strings.Contains(r.stderr, "no holdfast daemon") || !strings.Contains(r.stderr, "nothing was queued") {
+		t.Fatalf("run start --wait with no daemon: exit %d, %q; want 69 saying no daemon runs", r.code, r.stderr)
+	}
+	if runs, err := w.storeRuns("early"); err != nil || len(runs) != 0 {
+		t.Fatalf("a refused start queued runs: %+v %v", runs, err)
+	}
+
+	const every = time.Second
+	var pinned, anyHost []string
+	for i, host := range []string{"h1", "h2", "h3"} {
+		for _, kind := range []string{"pinned", "any"} {
+			name := fmt.Sprintf("%s-%d", kind, i+1)
+			log := filepath.Join(w.dir, name+".log")
+			args := []string{"job", "add", name, "--engine", "command", "--schedule", "@every " + every.String(),
+				"--command", "/bin/sh", "--command", "-c", "--command", "echo ran >> " + log}
+			if kind == "pinned" {
+				pinned = append(pinned, name)
+				args = append(args, "--host", host)
+			} else {
+				anyHost = append(anyHost, name)
+				args = append(args, "--any-host")
+			}
+			w.mustRun(args...)
+		}
+	}
+	for _, host := range []string{"h1", "h2", "h3"} {
+		c.start(host)
+	}
+	var hosts []struct {
+		Name  string `json:"name"`
+		Alive bool   `json:"alive"`
+	}
+	if err := json.Unmarshal([]byte(w.mustRun("host", "list", "--json")), &hosts); err != nil || len(hosts) != 3 {
+		t.Fatalf("host list: %+v %v", hosts, err)
+	}
+	for _, h := range hosts {
+		if !h.Alive {
+			t.Fatalf("host %s is not alive after its daemon started", h.Name)
+		}
+	}
+
+	// Enough slots that each kind of job has more than 100 runs.
+	deadline := time.Now().Add(3 * time.Minute)
+	count := func(jobs []string) (n int) {
+		for _, j := range jobs {
+			runs, err := w.storeRuns(j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range runs {
+				if r.Status == "succeeded" {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	for count(pinned) < 100 || count(anyHost) < 100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 3 minutes: %d pinned and %d any-host runs succeeded, want 100 of each", count(pinned), count(anyHost))
+		}
+		time.Sleep(time.Second)
+	}
+	for _, j := range []string{"pinned-1", "pinned-2", "pinned-3", "any-1", "any-2", "any-3"} {
+		w.mustRun("job", "edit", j, "--schedule", "")
+	}
+	for _, d := range c.hosts {
+		d.d.kill() // nothing more starts; the runs left live are not counted
+	}
+
+	ranOn := map[string]int{}
+	for i, j := range append(append([]string{}, pinned...), anyHost...) {
+		runs, err := w.storeRuns(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		execs, _ := os.ReadFile(filepath.Join(w.dir, j+".log"))
+		finished := 0
+		for _, r := range runs {
+			if r.Status == "queued" || r.Status == "running" {
+				continue
+			}
+			if r.Status != "succeeded" {
+				t.Fatalf("run %s of %s is %s: %s", r.ID, j, r.Status, r.Reason)
+			}
+			finished++
+			attempts := c.attemptHosts(r.ID.String())
+			on := c.ranOn(r.ID.String(), 1)
+			if len(attempts) != 1 || len(on) != 1 || on[0] != attempts[0].Host {
+				t.Fatalf("run %s of %s: attempts %+v, its unit's marker on hosts %v; want one attempt, run where it was claimed", r.ID, j, attempts, on)
+			}
+			if want := fmt.Sprintf("h%d", i+1); i < len(pinned) && attempts[0].Host != want {
+				t.Fatalf("run %s of %s, pinned to %s, ran on %s", r.ID, j, want, attempts[0].Host)
+			}
+			ranOn[attempts[0].Host]++
+		}
+		// Each slot ran its command once: as many executions as finished runs, and the one run
+		// a job may have had live when the daemons were killed.
+		if n := strings.Count(string(execs), "ran\n"); n < finished || n > finished+1 {
+			t.Fatalf("job %s: %d executions for %d finished runs", j, n, finished)
+		}
+	}
+	t.Logf("runs per host: %v", ranOn)
+	w.checkInvariants()
+}
+
+// Scenarios 2 to 4: two live hosts never touch each other's runs; a host killed hard has its
+// any-host run taken over and its pinned run restarted when it returns; a daemon frozen by a
+// partition records nothing for the attempt taken over from it, and stops its unit.
+func TestHostsFailover(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "h1", "h2", "h3")
+	w := c.w
+	repo, pw := w.resticRepo("repo")
+	// Each job backs up data of its own: data already in the repository would take no time.
+	for _, job := range []struct{ name, host string }{{"on-h1", "h1"}, {"on-h2", "h2"}, {"on-h3", "h3"}, {"roam", ""}} {
+		data := w.sampleData("data-"+job.name, 8, slowData)
+		args := []string{"job", "add", job.name, "--repo", repo, "--password-file", pw, "--path", data}
+		if job.host == "" {
+			args = append(args, "--any-host")
+		} else {
+			args = append(args, "--host", job.host)
+		}
+		w.mustRun(args...)
+	}
+	w.slowBackups() // about 16s a backup: long enough to outlast three spawn graces
+	for _, host := range []string{"h1", "h2", "h3"} {
+		c.start(host)
+	}
+
+	// 2. h1 and h2 each run a backup, for three spawn graces: neither touches the other's.
+	// A stop asked from h1's CLI is carried out by h2's daemon, which holds the run.
+	one, two := w.startRun("on-h1"), w.startRun("on-h2")
+	for _, id := range []string{one, two} {
+		w.waitRun(id, "the backup to run", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+	}
+	time.Sleep(3 * 3 * time.Second)
+	for id, host := range map[string]string{one: "h1", two: "h2"} {
+		r := w.show(id)
+		a := c.attemptHosts(id)
+		if r.Status != "running" || len(a) != 1 || a[0].Host != host || r.Attempts[0].QuarantineReason != "" {
+			t.Fatalf("run %s on %s after 3 spawn graces: %+v %+v", id, host, r, a)
+		}
+	}
+	w.mustRun("run", "stop", two)
+	if r := w.waitEnd(two); r.Status != "stopped" || len(r.Attempts) != 1 {
+		t.Fatalf("run stopped from another host: %+v", r)
+	}
+	if r := w.waitEnd(one); r.Status != "succeeded" || len(r.Attempts) != 1 {
+		t.Fatalf("run on h1: %+v", r)
+	}
+	w.checkInvariants()
+
+	// 3. h3 runs the any-host job and its pinned job; it loses power (manager and daemon).
+	w.backupRate(stuckKiBps)
+	w.mustRun("host", "drain", "h1")
+	w.mustRun("host", "drain", "h2")
+	roam, pinned := w.startRun("roam"), w.startRun("on-h3")
+	for _, id := range []string{roam, pinned} {
+		w.waitRun(id, "the backup to run on h3", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+	}
+	w.mustRun("host", "undrain", "h1")
+	w.mustRun("host", "undrain", "h2")
+	w.backupRate(0)
+	h3 := c.hosts["h3"]
+	h3.d.kill()
+	h3.mgr.Kill(t)
+	killed := time.Now()
+	r := w.waitRun(roam, "the any-host run to go on elsewhere", func(r runJSON) bool { return len(r.Attempts) > 1 || ended(r) })
+	a := c.attemptHosts(roam)
+	if len(a) != 2 || a[0].Host != "h3" {
+		t.Fatalf("any-host run after h3 died: %+v %+v", r, a)
+	}
+	w.waitRun(roam, "its second attempt to start", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+	a = c.attemptHosts(roam)
+	if a[1].Host == "h3" || a[1].Spawned == "" {
+		t.Fatalf("second attempt of the any-host run: %+v", a[1])
+	}
+	spawned, err := time.Parse(time.RFC3339Nano, a[1].Spawned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took, bound := spawned.Sub(killed), clusterLease+clusterGrace+5*time.Second; took > bound {
+		t.Fatalf("the any-host run went on %s after its host died, want within %s", took, bound)
+	}
+	if r := w.show(pinned); r.Status != "running" || !strings.Contains(r.WaitingReason, "host h3 is down since") {
+		t.Fatalf("pinned run of the dead host: %+v, want it waiting for h3 with that reason", r)
+	}
+	if r := w.waitEnd(roam); r.Status != "succeeded" {
+		t.Fatalf("the any-host run taken over: %+v", r)
+	}
+	if r := w.show(pinned); len(r.Attempts) != 1 {
+		t.Fatalf("pinned run of the dead host moved: %+v", r)
+	}
+	w.checkInvariants()
+	h3.mgr.Start(t)
+	c.start("h3")
+	if r := w.waitEnd(pinned); r.Status != "succeeded" || len(r.Attempts) != 2 {
+		t.Fatalf("pinned run after its host came back: %+v, want succeeded in a second attempt", r)
+	}
+	if a := c.attemptHosts(pinned); a[1].Host != "h3" {
+		t.Fatalf("pinned run restarted on %s", a[1].Host)
+	}
+	w.checkInvariants()
+
+	// 4. A partition: h2's daemon freezes while its unit of the any-host job runs on. The run is
+	// taken over; the daemon, back, records nothing for its attempt and stops its unit.
+	w.backupRate(stuckKiBps)
+	w.sampleData("data-roam", 8, slowData) // new contents, for a backup that takes its time
+	w.mustRun("host", "drain", "h1")
+	w.mustRun("host", "drain", "h3")
+	part := w.startRun("roam")
+	w.waitRun(part, "the backup to run on h2", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+	w.mustRun("host", "undrain", "h1")
+	w.mustRun("host", "undrain", "h3")
+	first := c.attemptHosts(part)[0]
+	if first.Host != "h2" {
+		t.Fatalf("partition run started on %s, want h2", first.Host)
+	}
+	h2 := c.hosts["h2"]
+	if err := h2.d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	w.backupRate(0)
+	w.waitRun(part, "the run to be taken over", func(r runJSON) bool { return len(r.Attempts) > 1 || ended(r) })
+	w.waitRun(part, "its second attempt to start", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+	units, err := h2.mgr.Conn(t).ListUnitsByNamesContext(context.Background(), []string{first.Unit})
+	if err != nil || len(units) != 1 || units[0].ActiveState != "active" || len(c.ranOn(part, 1)) != 0 {
+		t.Fatalf("the superseded unit %s while its daemon is frozen: %+v %v, marker on %v; want it still running",
+			first.Unit, units, err, c.ranOn(part, 1))
+	}
+	if err := h2.d.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if r := w.waitEnd(part); r.Status != "succeeded" || len(r.Attempts) != 2 {
+		t.Fatalf("run taken over in a partition: %+v", r)
+	}
+	// The frozen daemon stops its superseded unit, whose marker then appears on h2.
+	deadline := time.Now().Add(time.Minute)
+	for len(c.ranOn(part, 1)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the superseded unit %s was not stopped within a minute of its daemon's return", first.Unit)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	a = c.attemptHosts(part)
+	if a[0].Result != "" || a[1].Host == "h2" {
+		t.Fatalf("attempts of the run taken over: %+v; the superseded one must have nothing recorded", a)
+	}
+	if snaps := w.restic(repo, pw, "snapshots", "--json", "--tag", "holdfast-run="+part); strings.Count(snaps, `"id"`) != 1 {
+		t.Fatalf("run taken over has snapshots %s, want exactly one", snaps)
+	}
+	w.noLocks(repo)
+	w.checkInvariants()
+}

@@ -1,0 +1,384 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/ledger"
+)
+
+// Host is a host's row: the daemon that holds its lease, and what runs there.
+type Host struct {
+	Name          string
+	Version       string
+	Generation    int64 // goes up each time a daemon takes the lease anew
+	Holder        string
+	LeaseUntil    time.Time
+	HeartbeatAt   time.Time
+	StartedAt     time.Time
+	TakeoverGrace time.Duration
+	DrainingSince *time.Time
+	Alive         bool // its lease has not expired
+	LiveRuns      int  // live attempts that hold a unit there
+	PinnedJobs    int
+	ReadAt        time.Time // the database's clock when the row was read
+}
+
+// Lease is a daemon's hold on its host's row: writes about the attempts it claims are fenced
+// by Generation (docs/ARCHITECTURE.md, Several hosts).
+type Lease struct {
+	Host       string
+	Holder     string
+	Generation int64
+	Until      time.Time
+}
+
+// LeaseRequest asks for a host's lease.
+type LeaseRequest struct {
+	Host    string
+	Holder  string // who asks: see reconcile.LeaseHolder
+	Version string
+	// Duration is how long the lease lasts unless renewed; Grace is how long after another
+	// host's lease expired this daemon waits before taking over its any-host runs (recorded
+	// for holdfast check).
+	Duration, Grace time.Duration
+	// HolderGone reports whether the process that holds an unexpired lease is certainly gone
+	// (on this machine, this boot, its process dead): then the lease is taken at once.
+	HolderGone func(holder string) bool
+}
+
+// LeaseHeldError means another live daemon holds the host's lease.
+type LeaseHeldError struct {
+	Host   string
+	Holder string
+	Until  time.Time
+}
+
+func (e *LeaseHeldError) Error() string {
+	return fmt.Sprintf("host %s is held by another daemon (%s) until %s: give each daemon its own --host",
+		e.Host, e.Holder, e.Until.UTC().Format(time.RFC3339))
+}
+
+// ErrLeaseLost means the lease expired or another daemon took it: the daemon must take it again
+// (AcquireLease) before it writes anything about its attempts.
+var ErrLeaseLost = errors.New("host lease lost")
+
+// AcquireLease takes the host's lease for req.Holder, creating the host's row if needed. It
+// succeeds when the lease is free, expired, already req.Holder's, or held by a process
+// req.HolderGone says is gone. The generation goes up, and the host's live attempts, those no
+// other host took over meanwhile, are adopted under it in the same transaction.
+func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, error) {
+	l := Lease{Host: req.Host, Holder: req.Holder}
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var holder string
+		var until time.Time
+		var current bool
+		err := tx.QueryRow(ctx, `SELECT holder, lease_until, lease_until > now() FROM hosts WHERE name = $1 FOR UPDATE`,
+			req.Host).Scan(&holder, &until, &current)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return tx.QueryRow(ctx, `
+				INSERT INTO hosts (name, version, holder, lease_until, takeover_grace)
+				VALUES ($1, $2, $3, now() + $4::interval, $5::interval)
+				RETURNING generation, lease_until`,
+				req.Host, req.Version, req.Holder, req.Duration, req.Grace).Scan(&l.Generation, &l.Until)
+		case err != nil:
+			return err
+		case current && holder != req.Holder && (req.HolderGone == nil || !req.HolderGone(holder)):
+			return &LeaseHeldError{Host: req.Host, Holder: holder, Until: until}
+		}
+		err = tx.QueryRow(ctx, `
+			UPDATE hosts SET generation = generation + 1, holder = $2, version = $3,
+				lease_until = now() + $4::interval, heartbeat_at = now(), takeover_grace = $5::interval,
+				started_at = CASE WHEN holder = $2 THEN started_at ELSE now() END
+			WHERE name = $1 RETURNING generation, lease_until`,
+			req.Host, req.Holder, req.Version, req.Duration, req.Grace).Scan(&l.Generation, &l.Until)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE attempts SET lease_generation = $2 WHERE host = $1 AND ended_at IS NULL`,
+			req.Host, l.Generation)
+		return err
+	})
+	if err != nil {
+		var held *LeaseHeldError
+		if errors.As(err, &held) {
+			return Lease{}, err
+		}
+		return Lease{}, fmt.Errorf("take the lease of host %s: %w", req.Host, err)
+	}
+	return l, nil
+}
+
+// RenewLease extends a lease that has not expired for d; ErrLeaseLost if it expired or another
+// daemon holds it now.
+func (s *Store) RenewLease(ctx context.Context, l Lease, d time.Duration) (Lease, error) {
+	err := s.pool.QueryRow(ctx, `
+		UPDATE hosts SET lease_until = now() + $4::interval, heartbeat_at = now()
+		WHERE name = $1 AND holder = $2 AND generation = $3 AND lease_until > now()
+		RETURNING lease_until`, l.Host, l.Holder, l.Generation, d).Scan(&l.Until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return l, fmt.Errorf("renew the lease of host %s: %w", l.Host, ErrLeaseLost)
+	}
+	if err != nil {
+		return l, fmt.Errorf("renew the lease of host %s: %w", l.Host, err)
+	}
+	return l, nil
+}
+
+// ReleaseLease ends a lease at once (a daemon stopping cleanly): the host shows as down, and its
+// any-host runs are taken over after the grace unless it comes back.
+func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE hosts SET lease_until = now()
+		WHERE name = $1 AND holder = $2 AND generation = $3 AND lease_until > now()`, l.Host, l.Holder, l.Generation)
+	if err != nil {
+		return fmt.Errorf("release the lease of host %s: %w", l.Host, err)
+	}
+	return nil
+}
+
+const hostColumns = `h.name, h.version, h.generation, h.holder, h.lease_until, h.heartbeat_at, h.started_at,
+	h.takeover_grace, h.draining_since, h.lease_until > now(),
+	(SELECT count(*) FROM attempts a WHERE a.host = h.name AND a.ended_at IS NULL AND a.unit IS NOT NULL),
+	(SELECT count(*) FROM jobs j WHERE j.host = h.name), now()`
+
+func hostDest(h *Host) []any {
+	return []any{&h.Name, &h.Version, &h.Generation, &h.Holder, &h.LeaseUntil, &h.HeartbeatAt, &h.StartedAt,
+		&h.TakeoverGrace, &h.DrainingSince, &h.Alive, &h.LiveRuns, &h.PinnedJobs, &h.ReadAt}
+}
+
+// Hosts lists the hosts by name.
+func (s *Store) Hosts(ctx context.Context) ([]Host, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+hostColumns+` FROM hosts h ORDER BY h.name`)
+	if err != nil {
+		return nil, fmt.Errorf("list hosts: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Host, error) {
+		var h Host
+		err := row.Scan(hostDest(&h)...)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list hosts: %w", err)
+	}
+	return out, nil
+}
+
+// DrainHost sets (drain) or clears whether the host takes new runs. Runs it already holds go on.
+func (s *Store) DrainHost(ctx context.Context, name string, drain bool) (Host, error) {
+	var h Host
+	err := s.pool.QueryRow(ctx, `
+		UPDATE hosts h SET draining_since = CASE WHEN $2 THEN coalesce(draining_since, now()) END
+		WHERE name = $1 RETURNING `+hostColumns, name, drain).Scan(hostDest(&h)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Host{}, fmt.Errorf("host %q: %w: holdfast host list shows the hosts", name, ErrNotFound)
+	}
+	if err != nil {
+		return Host{}, fmt.Errorf("drain host %s: %w", name, err)
+	}
+	return h, nil
+}
+
+// ForgetHost removes a host's row. It refuses while a daemon holds its lease, while it holds
+// live runs, and while jobs are pinned to it.
+func (s *Store) ForgetHost(ctx context.Context, name string) error {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var h Host
+		err := tx.QueryRow(ctx, `SELECT `+hostColumns+` FROM hosts h WHERE h.name = $1 FOR UPDATE`, name).Scan(hostDest(&h)...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("host %q: %w: holdfast host list shows the hosts", name, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		var live int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM attempts WHERE host = $1 AND ended_at IS NULL`, name).Scan(&live); err != nil {
+			return err
+		}
+		switch {
+		case h.Alive:
+			return &ConflictError{Msg: fmt.Sprintf("host %s has a live daemon (its lease runs until %s): stop holdfast there first",
+				name, h.LeaseUntil.UTC().Format(time.RFC3339))}
+		case live > 0:
+			return &ConflictError{Msg: fmt.Sprintf("host %s still has %d live runs: wait for them, or stop them (holdfast run stop ID) and let its daemon end them", name, live)}
+		case h.PinnedJobs > 0:
+			return &ConflictError{Msg: fmt.Sprintf("%d jobs are pinned to host %s: pin them elsewhere first (holdfast job edit NAME --host OTHER, or --any-host)", h.PinnedJobs, name)}
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM hosts WHERE name = $1`, name)
+		return err
+	})
+	return wrap(err, "forget host %s", name)
+}
+
+// Runnable says which live hosts may run a job now: the job's pinned host, if it has one,
+// and the live hosts that are not draining.
+type Runnable struct {
+	Pinned string   // "" for an any-host job
+	Hosts  []string // live, not draining, and allowed to run the job
+	// Why says why no host can run it, when Hosts is empty.
+	Why string
+}
+
+// RunnableBy returns which live hosts may run the job now.
+func (s *Store) RunnableBy(ctx context.Context, job string) (Runnable, error) {
+	var r Runnable
+	var pinned *string
+	err := s.pool.QueryRow(ctx, `SELECT host FROM jobs WHERE name = $1`, job).Scan(&pinned)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, fmt.Errorf("job %q: %w", job, ErrNotFound)
+	}
+	if err != nil {
+		return r, fmt.Errorf("hosts for job %s: %w", job, err)
+	}
+	if pinned != nil {
+		r.Pinned = *pinned
+	}
+	hosts, err := s.Hosts(ctx)
+	if err != nil {
+		return r, err
+	}
+	var down []string
+	for _, h := range hosts {
+		if r.Pinned != "" && h.Name != r.Pinned {
+			continue
+		}
+		switch {
+		case !h.Alive:
+			down = append(down, fmt.Sprintf("host %s is down since %s", h.Name, h.LeaseUntil.UTC().Format(time.RFC3339)))
+		case h.DrainingSince != nil:
+			down = append(down, fmt.Sprintf("host %s is draining (holdfast host undrain %s)", h.Name, h.Name))
+		default:
+			r.Hosts = append(r.Hosts, h.Name)
+		}
+	}
+	switch {
+	case len(r.Hosts) > 0:
+	case r.Pinned != "" && len(down) == 0:
+		r.Why = fmt.Sprintf("job %s is pinned to host %s, where no holdfast daemon has ever run: start it there (systemctl start holdfast), or pin the job elsewhere (holdfast job edit %s --host NAME, or --any-host)", job, r.Pinned, job)
+	case len(down) == 0:
+		r.Why = "no holdfast daemon is running: start one (systemctl start holdfast, or holdfast daemon)"
+	case r.Pinned != "":
+		r.Why = fmt.Sprintf("job %s is pinned to host %s, and %s: start holdfast there (systemctl start holdfast)", job, r.Pinned,
+			strings.TrimPrefix(down[0], "host "+r.Pinned+" "))
+	default:
+		r.Why = "no live holdfast daemon can run job " + job + ": " + strings.Join(down, "; ") + ": start holdfast on one (systemctl start holdfast)"
+	}
+	return r, nil
+}
+
+// Orphans lists the live runs of any-host jobs whose attempt is held by another host whose
+// lease expired more than grace ago: those this host may take over.
+func (s *Store) Orphans(ctx context.Context, host string, grace time.Duration) ([]LiveRun, error) {
+	return s.liveRuns(ctx, "orphans", `
+		AND a.host <> $1 AND a.host <> '' AND j.id IS NOT NULL AND j.host IS NULL
+		AND EXISTS (SELECT 1 FROM hosts h WHERE h.name = a.host AND h.lease_until + $2::interval < now())`,
+		host, grace)
+}
+
+// TakeOver is a run that another host takes over from a host whose lease expired.
+type TakeOver struct {
+	RunID   uuid.UUID
+	Attempt int
+	From    string        // the host whose lease expired
+	By      string        // the host taking over
+	Grace   time.Duration // From's lease must have expired at least this long ago
+	// GiveUp, if set, ends the run failed (transient) with this reason instead of opening the
+	// next attempt (the run reached --max-attempts).
+	GiveUp string
+	// Settlement closes or defers the superseded attempt's hold; nil leaves it.
+	Settlement *ledger.Settlement
+}
+
+// TakeOverRun supersedes the attempt and opens the next one with no unit, for any live host to
+// spawn; with a stop intent the run ends stopped instead, and with GiveUp failed. The host's
+// row is locked first, so a daemon that takes its lease again either adopts the attempt before
+// or finds it superseded. It reports false, changing nothing, when the host's lease is current
+// again or the attempt is no longer live.
+func (s *Store) TakeOverRun(ctx context.Context, t TakeOver) (bool, error) {
+	var done bool
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var since time.Time
+		// Only a host under its own current lease takes over, so a daemon back from a partition
+		// takes nothing before it holds its lease again.
+		err := tx.QueryRow(ctx, `
+			SELECT lease_until FROM hosts WHERE name = $1 AND lease_until + $2::interval < now()
+			  AND NOT EXISTS (SELECT 1 FROM hosts b WHERE b.name = $3 AND b.lease_until <= now())
+			FOR UPDATE`, t.From, t.Grace, t.By).Scan(&since)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `
+			UPDATE attempts SET ended_at = now(), superseded_at = now(), superseded_by = $4
+			WHERE run_id = $1 AND attempt_no = $2 AND host = $3 AND ended_at IS NULL
+			  AND EXISTS (SELECT 1 FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1 AND j.host IS NULL)`,
+			t.RunID, t.Attempt, t.From, t.By)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		done = true
+		var stopRequested bool
+		if err := tx.QueryRow(ctx, `SELECT stop_requested_at IS NOT NULL FROM runs WHERE id = $1 FOR UPDATE`, t.RunID).Scan(&stopRequested); err != nil {
+			return err
+		}
+		if err := applySettlement(ctx, tx, t.RunID, t.Attempt, t.Settlement, "holdfast"); err != nil && !errors.Is(err, errHoldClosed) {
+			return err
+		}
+		lost := fmt.Sprintf("host %s lost its lease at %s", t.From, since.UTC().Format(time.RFC3339))
+		if stopRequested || t.GiveUp != "" {
+			status, class, reason := StatusStopped, "", "stopped: "+lost+" while the run was there; its unit is stopped when that host comes back"
+			if !stopRequested {
+				status, class, reason = StatusFailed, "transient", t.GiveUp
+			}
+			if _, err := tx.Exec(ctx, `
+				WITH r AS (
+					UPDATE runs SET status = $2, reason = $3, failure_class = $4, finished_at = now(), waiting_reason = NULL
+					WHERE id = $1 RETURNING id, job_id)
+				UPDATE jobs SET last_outcome = $2 FROM r WHERE jobs.id = r.job_id AND jobs.last_run_id = r.id`,
+				t.RunID, status, reason, class); err != nil {
+				return err
+			}
+			return notifyEnded(ctx, tx, t.RunID)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE runs SET waiting_reason = $2 WHERE id = $1`,
+			t.RunID, fmt.Sprintf("taken over by host %s: %s", t.By, lost)); err != nil {
+			return err
+		}
+		_, err = openNextAttempt(ctx, tx, t.RunID, t.Attempt)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("take over run %s from host %s: %w", t.RunID, t.From, err)
+	}
+	return done, nil
+}
+
+// Superseded returns the units of this host's attempts that another host took over in the last
+// within: their units may still be running here, and are stopped.
+func (s *Store) Superseded(ctx context.Context, host string, within time.Duration) ([]Attempt, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+attemptColumns+` FROM attempts a
+		WHERE a.host = $1 AND a.superseded_at > now() - $2::interval AND a.unit IS NOT NULL
+		ORDER BY a.superseded_at`, host, within)
+	if err != nil {
+		return nil, fmt.Errorf("superseded attempts of host %s: %w", host, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
+		var as attemptScan
+		err := row.Scan(as.dest()...)
+		return as.attempt(), err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("superseded attempts of host %s: %w", host, err)
+	}
+	return out, nil
+}

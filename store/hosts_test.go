@@ -1,0 +1,154 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+func lease(t *testing.T, st *store.Store, host, holder string, d time.Duration) store.Lease {
+	t.Helper()
+	l, err := st.AcquireLease(context.Background(), store.LeaseRequest{Host: host, Holder: holder, Duration: d, Grace: time.Second})
+	if err != nil {
+		t.Fatalf("lease of %s for %s: %v", host, holder, err)
+	}
+	return l
+}
+
+// A host whose lease lapsed can write nothing about its attempt; another host takes the run of
+// an any-host job over, and the first, holding its lease again, still cannot touch the superseded
+// attempt, which it finds among those whose units it must stop.
+func TestLeaseFenceAndTakeOver(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	h1 := lease(t, st, "h1", "p1", 400*time.Millisecond)
+	lease(t, st, "h2", "p2", time.Hour)
+
+	// A second daemon of the same name is refused while the lease is current, unless the holder
+	// is known to be gone.
+	req := store.LeaseRequest{Host: "h1", Holder: "p9", Duration: time.Second}
+	var held *store.LeaseHeldError
+	if _, err := st.AcquireLease(ctx, req); !errors.As(err, &held) || held.Holder != "p1" {
+		t.Fatalf("second holder: %v, want a LeaseHeldError naming p1", err)
+	}
+
+	addJob(t, st, "any") // no host: any host may run it
+	run, err := st.Admit(ctx, "any", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := "holdfast-any-" + run.ID.String() + "-a1.service"
+	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h1", "", store.Limits{}); err != nil || !ok {
+		t.Fatalf("claim on h1: %v %v", ok, err)
+	}
+	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 0 {
+		t.Fatalf("h2 lists h1's run: %+v %v", live, err)
+	}
+	if err := st.MarkStarted(ctx, run.ID, 1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+
+	time.Sleep(500 * time.Millisecond) // h1's lease lapses
+	to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}
+	if ok, err := st.ApplyJournal(ctx, run.ID, 1, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
+		t.Fatalf("journal applied under a lapsed lease: %v %v", ok, err)
+	}
+	if ok, err := st.Finish(ctx, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusSucceeded}); err != nil || ok {
+		t.Fatalf("finished under a lapsed lease: %v %v", ok, err)
+	}
+	if _, err := st.RenewLease(ctx, h1, time.Second); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("renew of a lapsed lease: %v, want ErrLeaseLost", err)
+	}
+	if got, err := st.RunByID(ctx, run.ID); err != nil || !strings.Contains(got.WaitingReason, "host h1 is down since") {
+		t.Fatalf("waiting reason of a run on a down host: %q %v", got.WaitingReason, err)
+	}
+
+	orphans, err := st.Orphans(ctx, "h2", 0)
+	if err != nil || len(orphans) != 1 || orphans[0].Run.ID != run.ID {
+		t.Fatalf("orphans seen by h2: %+v %v", orphans, err)
+	}
+	take := store.TakeOver{RunID: run.ID, Attempt: 1, From: "h1", By: "h2",
+		Settlement: &ledger.Settlement{Bytes: 1, Source: "measured growth of the local repository, an upper bound"}}
+	for i, want := range []bool{true, false} {
+		if done, err := st.TakeOverRun(ctx, take); err != nil || done != want {
+			t.Fatalf("take over #%d: %v %v, want %v", i+1, done, err, want)
+		}
+	}
+	attempts, err := st.Attempts(ctx, run.ID)
+	if err != nil || len(attempts) != 2 || attempts[0].EndedAt == nil || attempts[1].Unit != "" {
+		t.Fatalf("attempts after the takeover: %+v %v", attempts, err)
+	}
+	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 1 || live[0].Attempt.No != 2 {
+		t.Fatalf("h2's live runs after the takeover: %+v %v", live, err)
+	}
+
+	// h1 comes back: it takes its lease again, and still cannot finish the superseded attempt.
+	lease(t, st, "h1", "p1", time.Hour)
+	if ok, err := st.Finish(ctx, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusSucceeded}); err != nil || ok {
+		t.Fatalf("superseded attempt finished: %v %v", ok, err)
+	}
+	sup, err := st.Superseded(ctx, "h1", time.Hour)
+	if err != nil || len(sup) != 1 || sup[0].Unit != unit {
+		t.Fatalf("superseded attempts of h1: %+v %v", sup, err)
+	}
+	if v, err := st.Violations(ctx); err != nil || len(v) != 0 {
+		t.Fatalf("violations: %v %v", v, err)
+	}
+}
+
+// A pinned job runs only on its host, and a draining host claims nothing new.
+func TestPinnedJobsAndDrain(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	lease(t, st, "h1", "p1", time.Hour)
+	lease(t, st, "h2", "p2", time.Hour)
+	if _, err := st.CreateJob(ctx, store.Job{Name: "pinned", Engine: "restic", Repository: "/r", PasswordFile: "/pw",
+		Paths: []string{"/data"}, Host: "h1"}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.Admit(ctx, "pinned", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := "holdfast-pinned-" + run.ID.String() + "-a1.service"
+	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 0 {
+		t.Fatalf("h2 lists a run pinned to h1: %+v %v", live, err)
+	}
+	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h2", "", store.Limits{}); err != nil || ok {
+		t.Fatalf("h2 claimed a run pinned to h1: %v %v", ok, err)
+	}
+	if _, err := st.DrainHost(ctx, "h1", true); err != nil {
+		t.Fatal(err)
+	}
+	if live, err := st.LiveRuns(ctx, "h1"); err != nil || len(live) != 0 {
+		t.Fatalf("a draining host lists a run to spawn: %+v %v", live, err)
+	}
+	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h1", "", store.Limits{}); err != nil || ok {
+		t.Fatalf("a draining host claimed: %v %v", ok, err)
+	}
+	if got, err := st.RunByID(ctx, run.ID); err != nil || got.WaitingReason != "waiting: host h1 is draining" {
+		t.Fatalf("waiting reason: %q %v", got.WaitingReason, err)
+	}
+	if able, err := st.RunnableBy(ctx, "pinned"); err != nil || len(able.Hosts) != 0 || !strings.Contains(able.Why, "draining") {
+		t.Fatalf("runnable: %+v %v", able, err)
+	}
+	if _, err := st.DrainHost(ctx, "h1", false); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h1", "", store.Limits{}); err != nil || !ok {
+		t.Fatalf("h1 could not claim its pinned run: %v %v", ok, err)
+	}
+	var conflict *store.ConflictError
+	if err := st.ForgetHost(ctx, "h1"); !errors.As(err, &conflict) {
+		t.Fatalf("forget a live host: %v, want a conflict", err)
+	}
+	if err := st.ForgetHost(ctx, "nowhere"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("forget an unknown host: %v", err)
+	}
+}
