@@ -114,11 +114,13 @@ var (
 	descPending     = prometheus.NewDesc("holdfast_notifications_pending", "Deliveries of events to notification targets waiting to be sent (the queue).", nil, nil)
 	descFailed      = prometheus.NewDesc("holdfast_notifications_failed", "Deliveries of events kept as failed after their last try.", nil, nil)
 	descHeld        = prometheus.NewDesc("holdfast_account_held_bytes", "The account's open holds of live runs, in bytes.", labelsAccount, nil)
+	descHostUp      = prometheus.NewDesc("holdfast_host_up", "Whether the host's daemon holds its lease (1) or the host is down (0).", []string{"host"}, nil)
+	descHeartbeat   = prometheus.NewDesc("holdfast_host_heartbeat_timestamp_seconds", "When the host's daemon last renewed its lease (Unix time).", []string{"host"}, nil)
 )
 
 func (d *database) Describe(ch chan<- *prometheus.Desc) {
 	for _, desc := range []*prometheus.Desc{descUp, descLastSuccess, descLastRun, descOverdue, descBytesAdded, descSnapshots,
-		descLive, descQuota, descBalance, descHeld, descPending, descFailed} {
+		descLive, descQuota, descBalance, descHeld, descPending, descFailed, descHostUp, descHeartbeat} {
 		ch <- desc
 	}
 }
@@ -127,6 +129,10 @@ func (d *database) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ScrapeTimeout)
 	defer cancel()
 	f, err := d.cfg.Store.Figures(ctx)
+	var hosts []store.Host
+	if err == nil {
+		hosts, err = d.cfg.Store.Hosts(ctx)
+	}
 	if err != nil {
 		d.cfg.Logger.Warn("metrics: the database could not be read", "err", err)
 		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0)
@@ -164,6 +170,14 @@ func (d *database) Collect(ch chan<- prometheus.Metric) {
 			gauge(descBalance, float64(a.Balance()), a.Name)
 		}
 		gauge(descHeld, float64(a.HeldBytes), a.Name)
+	}
+	for _, h := range hosts {
+		up := 0.0
+		if h.Alive {
+			up = 1
+		}
+		gauge(descHostUp, up, h.Name)
+		gauge(descHeartbeat, unix(h.HeartbeatAt), h.Name)
 	}
 }
 

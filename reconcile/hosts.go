@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -20,6 +22,9 @@ const DefaultTakeoverGrace = 30 * time.Second
 // supersededWithin is how far back a daemon looks for its attempts that another host took over:
 // their units may still run here after a partition, and are stopped.
 const supersededWithin = 24 * time.Hour
+
+// unlockKey offsets the repair channel's key of a superseded attempt's unlock.
+const unlockKey = -1 << 20
 
 // takeOver takes over the any-host runs of hosts whose lease expired more than the takeover
 // grace ago: each goes on in a new attempt that any live host may spawn (decideTakeOver).
@@ -48,7 +53,9 @@ func (r *Reconciler) takeOver(ctx context.Context) error {
 
 // stopSuperseded stops this host's units of attempts another host took over: back from a
 // partition, the daemon records nothing for them (the fence refuses it) and ends their units,
-// with SIGINT for restic so that it removes its lock.
+// with SIGINT for restic so that it removes its lock. Once such a unit is gone, restic unlock
+// runs once (as the job's user, in a query unit) on its repository: a unit that died with its
+// host (a power loss) left a lock that only this host can tell is stale.
 func (r *Reconciler) stopSuperseded(ctx context.Context) error {
 	list, err := r.cfg.Store.Superseded(ctx, r.cfg.Host, supersededWithin)
 	if err != nil || len(list) == 0 {
@@ -62,16 +69,61 @@ func (r *Reconciler) stopSuperseded(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, name := range names {
-		if !states[name].Alive() {
-			continue
+	for _, a := range list {
+		alive := false
+		for _, name := range []string{a.Unit, runner.TimerName(a.Unit)} {
+			if !states[name].Alive() {
+				continue
+			}
+			alive = true
+			r.cfg.Logger.Warn("stopping the unit of an attempt another host took over", "unit", name, "run", a.RunID, "attempt", a.No)
+			if err := r.cfg.Runner.Stop(ctx, name); err != nil {
+				return fmt.Errorf("stop superseded unit %s: %w", name, err)
+			}
 		}
-		r.cfg.Logger.Warn("stopping the unit of an attempt another host took over", "unit", name)
-		if err := r.cfg.Runner.Stop(ctx, name); err != nil {
-			return fmt.Errorf("stop superseded unit %s: %w", name, err)
+		if !alive {
+			r.unlockSuperseded(ctx, a)
 		}
 	}
 	return nil
+}
+
+// unlockSuperseded has the repair channel run restic unlock, once per daemon, for a superseded
+// attempt of a restic job whose unit is gone: as the job's user, in a unit that may write the
+// repository. Once: a failure is logged, and the next attempt on the repository from this host
+// unlocks first anyway (its ending was unclean).
+func (r *Reconciler) unlockSuperseded(ctx context.Context, a store.SupersededAttempt) {
+	// A key of its own, apart from the attempt's repair (+n) and inventory refresh (-n).
+	key := attemptKey{a.RunID, unlockKey - a.No}
+	r.repairMu.Lock()
+	done := r.unlocked[key]
+	r.unlocked[key] = true
+	r.repairMu.Unlock()
+	if done {
+		return
+	}
+	unlock := func(ctx context.Context, _ func()) error {
+		job, err := r.cfg.Store.JobByName(ctx, a.JobName)
+		if errors.Is(err, store.ErrNotFound) || err == nil && job.Engine != engine.NameRestic {
+			return nil
+		}
+		if err == nil {
+			restic, ej := jobRestic(r.cfg, job, true)
+			_, err = restic.Run(ctx, restic.UnlockArgv(ej))
+		}
+		if err != nil {
+			r.cfg.Logger.Warn("restic unlock after a superseded attempt failed", "run", a.RunID, "attempt", a.No, "err", err)
+			return nil
+		}
+		r.cfg.Logger.Info("stale restic locks removed after a superseded attempt", "run", a.RunID, "attempt", a.No, "job", a.JobName)
+		return nil
+	}
+	if err := r.repairs.submit(ctx, key, unlock); err != nil {
+		r.cfg.Logger.Warn("restic unlock after a superseded attempt not handed over", "run", a.RunID, "err", err)
+		r.repairMu.Lock()
+		delete(r.unlocked, key) // the next pass hands it over again
+		r.repairMu.Unlock()
+	}
 }
 
 // LeaseHolder names this process as the holder of a host's lease: the machine, the boot, and

@@ -206,6 +206,7 @@ type Reconciler struct {
 
 	repairMu    sync.Mutex
 	repairAsked map[attemptKey]time.Time // guarded by repairMu
+	unlocked    map[attemptKey]bool      // superseded attempts whose repository was unlocked; guarded by repairMu
 	// armRefused is set once systemd refused a transient timer: runs then start at their time.
 	armRefused atomic.Bool
 	drainLimit int64 // maxDrain unless a test sets it
@@ -216,7 +217,7 @@ func New(cfg Config) (*Reconciler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Reconciler{cfg: cfg}
+	r := &Reconciler{cfg: cfg, unlocked: map[attemptKey]bool{}}
 	r.newServices()
 	return r, nil
 }

@@ -279,12 +279,17 @@ const maxQueryOutput = 64 << 20
 // their sizes): each command in a short unit of its own with the job's user, sandbox, cache and
 // credentials, never as root on files the job's user controls, its output bounded.
 func JobRestic(cfg Config, job store.Job) (engine.Restic, engine.Job) {
-	_, ej := jobUnit(cfg, job, "", false)
+	return jobRestic(cfg, job, false)
+}
+
+// jobRestic is JobRestic, in units that may write the repository if writes (restic unlock).
+func jobRestic(cfg Config, job store.Job, writes bool) (engine.Restic, engine.Job) {
+	_, ej := jobUnit(cfg, job, "", writes)
 	return engine.Restic{Binary: cfg.ResticBinary, Run: func(ctx context.Context, argv []string) ([]byte, error) {
 		if err := prepareCache(cfg.StateDir, job); err != nil {
 			return nil, fmt.Errorf("cache of job %s: %w", job.Name, err)
 		}
-		spec, _ := jobUnit(cfg, job, runner.QueryUnitName(job.Name, uuid.New()), false)
+		spec, _ := jobUnit(cfg, job, runner.QueryUnitName(job.Name, uuid.New()), writes)
 		spec.Description = fmt.Sprintf("holdfast %s: restic %s", job.Name, argv[len(argv)-1])
 		spec.ExecStart = append(append(append([]string{cfg.Binary, "credexec"}, credentialArgs(spec)...), "--"), argv...)
 		res, err := cfg.Runner.Output(ctx, spec, maxQueryOutput)

@@ -362,20 +362,27 @@ func (s *Store) TakeOverRun(ctx context.Context, t TakeOver) (bool, error) {
 	return done, nil
 }
 
-// Superseded returns the units of this host's attempts that another host took over in the last
-// within: their units may still be running here, and are stopped.
-func (s *Store) Superseded(ctx context.Context, host string, within time.Duration) ([]Attempt, error) {
+// SupersededAttempt is an attempt of this host that another host took over, with its job.
+type SupersededAttempt struct {
+	Attempt
+	JobName string
+}
+
+// Superseded returns this host's attempts that another host took over in the last within: their
+// units may still be running here, and are stopped.
+func (s *Store) Superseded(ctx context.Context, host string, within time.Duration) ([]SupersededAttempt, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT `+attemptColumns+` FROM attempts a
+		SELECT `+attemptColumns+`, r.job_name FROM attempts a JOIN runs r ON r.id = a.run_id
 		WHERE a.host = $1 AND a.superseded_at > now() - $2::interval AND a.unit IS NOT NULL
 		ORDER BY a.superseded_at`, host, within)
 	if err != nil {
 		return nil, fmt.Errorf("superseded attempts of host %s: %w", host, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SupersededAttempt, error) {
 		var as attemptScan
-		err := row.Scan(as.dest()...)
-		return as.attempt(), err
+		var job string
+		err := row.Scan(append(as.dest(), &job)...)
+		return SupersededAttempt{Attempt: as.attempt(), JobName: job}, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("superseded attempts of host %s: %w", host, err)

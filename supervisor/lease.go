@@ -23,7 +23,13 @@ type hostLease struct {
 
 	mu    sync.Mutex
 	lease store.Lease // guarded by mu
-	loop  loop
+	loop  loop        // runs renew
+}
+
+func newHostLease(st *store.Store, req store.LeaseRequest, logger *slog.Logger, regained func()) *hostLease {
+	h := &hostLease{store: st, req: req, logger: logger, regained: regained}
+	h.loop = loop{name: h.Name(), run: h.renew}
+	return h
 }
 
 func (h *hostLease) Name() string { return "host lease" }
@@ -31,6 +37,9 @@ func (h *hostLease) Name() string { return "host lease" }
 // Start takes the lease. Another daemon's current lease is waited out for up to two lease
 // lengths, since a daemon of the same name elsewhere may be stopping; then Start fails.
 func (h *hostLease) Start(ctx context.Context) error {
+	if h.loop.running() {
+		return nil
+	}
 	deadline := time.Now().Add(2 * h.req.Duration)
 	for {
 		lease, err := h.store.AcquireLease(ctx, h.req)
@@ -52,7 +61,6 @@ func (h *hostLease) Start(ctx context.Context) error {
 		h.logger.Info("host lease taken", "host", lease.Host, "generation", lease.Generation)
 		break
 	}
-	h.loop = loop{name: h.Name(), run: h.renew}
 	return h.loop.Start(ctx)
 }
 

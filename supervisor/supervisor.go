@@ -329,9 +329,8 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	watcher := &watch.Watcher{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger}
 	s := &Supervisor{cfg: cfg, rec: rec, metrics: m, sweepWake: newWakeup(), admitWake: newWakeup(), deliverWake: newWakeup(), progress: newProgress()}
-	lease := &hostLease{store: cfg.Store, logger: cfg.Logger, regained: s.sweepWake.wake, req: store.LeaseRequest{
-		Host: cfg.Host, Holder: reconcile.LeaseHolder(), Version: cfg.Version, Duration: cfg.Lease, Grace: cfg.TakeoverGrace,
-		HolderGone: reconcile.HolderGone}}
+	lease := newHostLease(cfg.Store, store.LeaseRequest{Host: cfg.Host, Holder: reconcile.LeaseHolder(), Version: cfg.Version,
+		Duration: cfg.Lease, Grace: cfg.TakeoverGrace, HolderGone: reconcile.HolderGone}, cfg.Logger, s.sweepWake.wake)
 	s.services = []Service{
 		// The lease first: every write about the host's attempts is fenced by it.
 		lease,

@@ -77,6 +77,9 @@ type HostConfig struct {
 	// without a network, nothing to install or start per boot. A TCP server named by
 	// HOLDFAST_TEST_DSN is reached through the machine's network, which the host then shares.
 	Postgres bool
+	// Binds are directories of the machine bound into the host at the same path, read-write:
+	// storage that several hosts share, as a network file system would be.
+	Binds []string
 }
 
 // A host has a network of its own (loopback only), where its own PostgreSQL (the image's, as
@@ -144,6 +147,7 @@ func BootedHostWith(t testing.TB, cfg HostConfig) *Host {
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
+	binds = append(binds, cfg.Binds...)
 	h := &Host{Name: "hf-" + randomHex(5), image: image, dir: dir, binds: binds,
 		shareNetwork: cfg.Postgres && os.Getenv("HOLDFAST_TEST_DSN") != ""}
 	for _, d := range []string{"upper", "work", "merged"} {
@@ -610,6 +614,22 @@ func (h *Host) PowerLoss(t testing.TB) {
 	if err := h.kill(); err != nil {
 		t.Fatalf("testenv: power loss of %s: %v", h.Name, err)
 	}
+	if err := h.boot(); err != nil {
+		t.Fatalf("testenv: boot %s again: %v", h.Name, err)
+	}
+}
+
+// PowerOff kills the host's PID 1, as PowerLoss does, and leaves it off until Boot.
+func (h *Host) PowerOff(t testing.TB) {
+	t.Helper()
+	if err := h.kill(); err != nil {
+		t.Fatalf("testenv: power off %s: %v", h.Name, err)
+	}
+}
+
+// Boot boots a host that PowerOff left off, on the same files.
+func (h *Host) Boot(t testing.TB) {
+	t.Helper()
 	if err := h.boot(); err != nil {
 		t.Fatalf("testenv: boot %s again: %v", h.Name, err)
 	}

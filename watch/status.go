@@ -33,6 +33,7 @@ type Report struct {
 	Jobs     []JobStatus
 	Live     []LiveStatus
 	Accounts []AccountStatus
+	Hosts    []HostStatus
 	// FailedDeliveries are notifications kept as failed (a warning): `holdfast notify log`.
 	FailedDeliveries int64
 }
@@ -62,6 +63,14 @@ type LiveStatus struct {
 	State    State
 }
 
+// HostStatus is one host whose daemon shares the database. A down host is critical while it
+// holds live runs or has jobs pinned to it (they cannot run), a warning otherwise (forget it).
+type HostStatus struct {
+	Name  string
+	State State
+	Note  string // "down since …", "draining"; "" when alive
+}
+
 // AccountStatus is one account with a quota.
 type AccountStatus struct {
 	Name                   string
@@ -81,6 +90,10 @@ func Status(ctx context.Context, st *store.Store) (Report, error) {
 		return Report{State: Unknown}, err
 	}
 	accounts, err := st.Accounts(ctx, "")
+	if err != nil {
+		return Report{State: Unknown}, err
+	}
+	hosts, err := st.Hosts(ctx)
 	if err != nil {
 		return Report{State: Unknown}, err
 	}
@@ -128,6 +141,21 @@ func Status(ctx context.Context, st *store.Store) (Report, error) {
 			s.ETA = &eta
 		}
 		r.Live = append(r.Live, s)
+	}
+	for _, h := range hosts {
+		s := HostStatus{Name: h.Name}
+		switch {
+		case !h.Alive && (h.LiveRuns > 0 || h.PinnedJobs > 0):
+			s.State, s.Note = Critical, fmt.Sprintf("down since %s, with %d live runs and %d pinned jobs",
+				h.LeaseUntil.UTC().Format(time.RFC3339), h.LiveRuns, h.PinnedJobs)
+		case !h.Alive:
+			s.State, s.Note = Warning, fmt.Sprintf("down since %s (holdfast host forget %s, if it is gone for good)",
+				h.LeaseUntil.UTC().Format(time.RFC3339), h.Name)
+		case h.DrainingSince != nil:
+			s.Note = "draining"
+		}
+		r.State = max(r.State, s.State)
+		r.Hosts = append(r.Hosts, s)
 	}
 	for _, a := range accounts {
 		if a.Unlimited || a.GrantedBytes <= 0 {

@@ -33,30 +33,47 @@ type bootedWorld struct {
 
 func newBootedWorld(t *testing.T) *bootedWorld {
 	t.Helper()
-	bin := testenv.HoldfastBinary(t)
 	b := bootHost(t)
-	h := b.h
+	b.install()
+	return b
+}
+
+// install installs holdfast's binary, unit, tmpfiles.d snippet and environment file (with the
+// world's DSN) as the package does, migrates, and starts the service with the daemon's args.
+func (b *bootedWorld) install(daemonArgs ...string) {
+	t, h := b.t, b.h
+	t.Helper()
 	env, err := os.ReadFile(filepath.Join("..", "..", "units", "holdfast.env"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.CopyIn(t, bin, "/usr/bin/holdfast", 0o755)
+	h.CopyIn(t, testenv.HoldfastBinary(t), "/usr/bin/holdfast", 0o755)
 	h.Run(t, "mkdir", "-p", "/etc/holdfast", "/srv/data")
 	h.WriteFile(t, "/etc/holdfast/holdfast.env", append(env, "HOLDFAST_DSN="+b.dsn+"\n"...), 0o600)
 	h.WriteFile(t, "/etc/systemd/system/holdfast.service", []byte(units.Service), 0o644)
+	if len(daemonArgs) > 0 { // a drop-in, as an operator gives the daemon flags
+		h.Run(t, "mkdir", "-p", "/etc/systemd/system/holdfast.service.d")
+		h.WriteFile(t, "/etc/systemd/system/holdfast.service.d/flags.conf",
+			[]byte("[Service]\nExecStart=\nExecStart=/usr/bin/holdfast daemon "+strings.Join(daemonArgs, " ")+"\n"), 0o644)
+	}
 	h.WriteFile(t, "/etc/tmpfiles.d/holdfast.conf", []byte(units.Tmpfiles), 0o644)
 	h.Run(t, "systemd-tmpfiles", "--create", "/etc/tmpfiles.d/holdfast.conf")
 	b.mustHoldfast("migrate")
 	h.Run(t, "systemctl", "daemon-reload")
 	h.Run(t, "systemctl", "start", "holdfast.service")
-	return b
 }
 
 // bootHost boots a host that reaches the test's own database, with nothing of holdfast on it.
 func bootHost(t *testing.T) *bootedWorld {
 	t.Helper()
-	h := testenv.BootedHostWith(t, testenv.HostConfig{Postgres: true})
-	b := &bootedWorld{t: t, h: h, dsn: testenv.Postgres(t)}
+	return bootHostWith(t, testenv.Postgres(t), testenv.HostConfig{Postgres: true})
+}
+
+// bootHostWith is bootHost on the database at dsn, with cfg.
+func bootHostWith(t *testing.T, dsn string, cfg testenv.HostConfig) *bootedWorld {
+	t.Helper()
+	h := testenv.BootedHostWith(t, cfg)
+	b := &bootedWorld{t: t, h: h, dsn: dsn}
 	st, err := store.Open(context.Background(), b.dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -73,6 +73,15 @@ func (c *cluster) ranOn(id string, attempt int) []string {
 	return on
 }
 
+// waitBackup waits until the run's restic backup reports progress: its unit may run restic
+// unlock first, and a rate changed before restic backup started would apply to it.
+func (w *world) waitBackup(id string) {
+	w.t.Helper()
+	if r := w.waitRun(id, "the backup's progress", func(r runJSON) bool { return r.Progress != nil || ended(r) }); ended(r) {
+		w.t.Fatalf("run %s ended before the test could act on it: %+v", id, r)
+	}
+}
+
 type attemptHost struct {
 	Attempt int    `json:"attempt"`
 	Host    string `json:"host"`
@@ -262,7 +271,7 @@ func TestHostsFailover(t *testing.T) {
 	w.mustRun("host", "drain", "h2")
 	roam, pinned := w.startRun("roam"), w.startRun("on-h3")
 	for _, id := range []string{roam, pinned} {
-		w.waitRun(id, "the backup to run on h3", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+		w.waitBackup(id)
 	}
 	w.mustRun("host", "undrain", "h1")
 	w.mustRun("host", "undrain", "h2")
@@ -315,7 +324,7 @@ func TestHostsFailover(t *testing.T) {
 	w.mustRun("host", "drain", "h1")
 	w.mustRun("host", "drain", "h3")
 	part := w.startRun("roam")
-	w.waitRun(part, "the backup to run on h2", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+	w.waitBackup(part)
 	w.mustRun("host", "undrain", "h1")
 	w.mustRun("host", "undrain", "h3")
 	first := c.attemptHosts(part)[0]
@@ -356,5 +365,9 @@ func TestHostsFailover(t *testing.T) {
 		t.Fatalf("run taken over has snapshots %s, want exactly one", snaps)
 	}
 	w.noLocks(repo)
+	// h1's CLI says where the journal of the attempt that ran elsewhere is.
+	if r := w.run("run", "logs", part); !strings.Contains(r.stderr, "attempt 1 ran on host h2") {
+		t.Fatalf("run logs on h1 of a run whose first attempt ran on h2: exit %d, %q", r.code, r.stderr)
+	}
 	w.checkInvariants()
 }

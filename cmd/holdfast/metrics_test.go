@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -103,6 +104,10 @@ func TestMetrics(t *testing.T) {
 	}
 	if gauge("holdfast_database_up") != 1 || gauge("holdfast_build_info", "version", "dev") != 1 {
 		t.Error("holdfast_database_up or holdfast_build_info missing")
+	}
+	host, _ := os.Hostname()
+	if gauge("holdfast_host_up", "host", host) != 1 || gauge("holdfast_host_heartbeat_timestamp_seconds", "host", host) == 0 {
+		t.Errorf("holdfast_host_up or its heartbeat for %s missing", host)
 	}
 }
 

@@ -47,6 +47,12 @@ type statusAccountOut struct {
 	UsedShare    float64 `json:"used_share"`
 }
 
+type statusHostOut struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
+	Note  string `json:"note,omitempty"`
+}
+
 type statusOut struct {
 	State    string             `json:"state"`
 	Error    string             `json:"error,omitempty"`
@@ -54,6 +60,7 @@ type statusOut struct {
 	Jobs     []statusJobOut     `json:"jobs"`
 	Live     []statusLiveOut    `json:"live_runs"`
 	Accounts []statusAccountOut `json:"accounts"`
+	Hosts    []statusHostOut    `json:"hosts"`
 	// Notifications kept as failed: holdfast notify log.
 	FailedDeliveries int64 `json:"failed_deliveries"`
 }
@@ -68,7 +75,8 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Short: "One screen: each job's last outcome and success, overdue jobs, live runs, accounts near their quota",
 		Long: `One screen of how the backups are doing. The exit status is what monitoring plugins
 expect: 0 all well, 1 warning (a job's last run did not succeed, an account uses 90% of its
-quota or more), 2 critical (a job is overdue), 3 unknown (the database cannot be read).`,
+quota or more, a host is down with nothing of its own), 2 critical (a job is overdue, a host is
+down with live runs or pinned jobs), 3 unknown (the database cannot be read).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Any failure to read is UNKNOWN (3), as monitoring plugins report it, never a hang.
@@ -110,7 +118,8 @@ quota or more), 2 critical (a job is overdue), 3 unknown (the database cannot be
 }
 
 func statusJSON(r watch.Report) statusOut {
-	o := statusOut{State: r.State.String(), FailedDeliveries: r.FailedDeliveries, Jobs: []statusJobOut{}, Live: []statusLiveOut{}, Accounts: []statusAccountOut{}}
+	o := statusOut{State: r.State.String(), FailedDeliveries: r.FailedDeliveries, Jobs: []statusJobOut{}, Live: []statusLiveOut{}, Accounts: []statusAccountOut{},
+		Hosts: []statusHostOut{}}
 	if !r.At.IsZero() {
 		o.At = timeStr(&r.At)
 	}
@@ -127,6 +136,9 @@ func statusJSON(r watch.Report) statusOut {
 			s.ETASeconds = &secs
 		}
 		o.Live = append(o.Live, s)
+	}
+	for _, h := range r.Hosts {
+		o.Hosts = append(o.Hosts, statusHostOut{Name: h.Name, State: h.State.String(), Note: h.Note})
 	}
 	for _, a := range r.Accounts {
 		o.Accounts = append(o.Accounts, statusAccountOut{Name: a.Name, State: a.State.String(), GrantedBytes: a.Granted,
@@ -172,6 +184,12 @@ func printStatus(w io.Writer, r watch.Report) {
 		for _, a := range r.Accounts {
 			fmt.Fprintf(tw, "%s\t%s\t%.0f%% (%s settled, %s held)\t%s\n", a.Name, a.State, a.UsedShare*100,
 				ledger.FormatSize(a.Settled), ledger.FormatSize(a.Held), ledger.FormatSize(a.Granted))
+		}
+	}
+	if len(r.Hosts) > 1 || len(r.Hosts) == 1 && r.Hosts[0].State != watch.OK {
+		fmt.Fprintln(tw, "\nHOST\tSTATE\tNOTE")
+		for _, h := range r.Hosts {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", h.Name, h.State, h.Note)
 		}
 	}
 	tw.Flush()
