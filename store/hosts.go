@@ -244,29 +244,33 @@ func (s *Store) RunnableBy(ctx context.Context, job string) (Runnable, error) {
 	if err != nil {
 		return r, err
 	}
-	var down []string
+	var down []string // "host h1 is down since …", per host that cannot take the run
+	var pinnedState string
 	for _, h := range hosts {
 		if r.Pinned != "" && h.Name != r.Pinned {
 			continue
 		}
+		state := ""
 		switch {
 		case !h.Alive:
-			down = append(down, fmt.Sprintf("host %s is down since %s", h.Name, h.LeaseUntil.UTC().Format(time.RFC3339)))
+			state = "down since " + h.LeaseUntil.UTC().Format(time.RFC3339)
 		case h.DrainingSince != nil:
-			down = append(down, fmt.Sprintf("host %s is draining (holdfast host undrain %s)", h.Name, h.Name))
+			state = "draining (holdfast host undrain " + h.Name + ")"
 		default:
 			r.Hosts = append(r.Hosts, h.Name)
+			continue
 		}
+		down = append(down, "host "+h.Name+" is "+state)
+		pinnedState = state
 	}
 	switch {
 	case len(r.Hosts) > 0:
-	case r.Pinned != "" && len(down) == 0:
+	case r.Pinned != "" && pinnedState == "":
 		r.Why = fmt.Sprintf("job %s is pinned to host %s, where no holdfast daemon has ever run: start it there (systemctl start holdfast), or pin the job elsewhere (holdfast job edit %s --host NAME, or --any-host)", job, r.Pinned, job)
+	case r.Pinned != "":
+		r.Why = fmt.Sprintf("job %s is pinned to host %s, which is %s: start holdfast there (systemctl start holdfast), or pin the job elsewhere (holdfast job edit %s --host NAME, or --any-host)", job, r.Pinned, pinnedState, job)
 	case len(down) == 0:
 		r.Why = "no holdfast daemon is running: start one (systemctl start holdfast, or holdfast daemon)"
-	case r.Pinned != "":
-		r.Why = fmt.Sprintf("job %s is pinned to host %s, and %s: start holdfast there (systemctl start holdfast)", job, r.Pinned,
-			strings.TrimPrefix(down[0], "host "+r.Pinned+" "))
 	default:
 		r.Why = "no live holdfast daemon can run job " + job + ": " + strings.Join(down, "; ") + ": start holdfast on one (systemctl start holdfast)"
 	}
