@@ -10,6 +10,7 @@ import (
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 func lease(t *testing.T, st *store.Store, host, holder string, d time.Duration) store.Lease {
@@ -151,4 +152,30 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	if err := st.ForgetHost(ctx, "nowhere"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("forget an unknown host: %v", err)
 	}
+}
+
+// The daemon's pool refuses a server that does not accept writes (a standby, or a primary
+// demoted by a failover), so that with several hosts in its DSN it goes on to the primary;
+// a DSN that says otherwise is followed.
+func TestNewWantsAWritableServer(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	readOnly := dsn + sep + "options=-c%20default_transaction_read_only%3Don"
+	ctx := context.Background()
+	if st, err := store.New(ctx, store.Config{DSN: readOnly}); err == nil {
+		st.Close()
+		t.Fatal("the daemon's pool connected to a read-only server")
+	}
+	st, err := store.New(ctx, store.Config{DSN: readOnly + "&target_session_attrs=any"})
+	if err != nil {
+		t.Fatalf("target_session_attrs=any in the DSN: %v", err)
+	}
+	st.Close()
+	if st, err = store.New(ctx, store.Config{DSN: dsn}); err != nil {
+		t.Fatalf("a writable server: %v", err)
+	}
+	st.Close()
 }

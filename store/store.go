@@ -113,7 +113,8 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// New validates cfg and connects with its bounds on every connection of the pool.
+// New validates cfg and connects with its bounds on every connection of the pool, to a server
+// that accepts writes (target_session_attrs=read-write, unless the DSN says otherwise).
 func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -131,6 +132,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		if pc.ConnConfig.ConnectTimeout == 0 {
 			pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+		}
+		// The daemon writes: a server that is (or became, after a failover) a read-only standby
+		// is refused, and with several hosts in the DSN the next one is tried.
+		if !strings.Contains(cfg.DSN, "target_session_attrs") {
+			pc.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
 		}
 	})
 }

@@ -67,9 +67,9 @@ func TestScheduledStartsOnTime(t *testing.T) {
 		t.Fatalf("before the slot: want the timer waiting and the service not started")
 	}
 	t.Logf("armed %s before the slot", time.Until(slot).Round(time.Millisecond))
-	unreached, err := supervisor.StopRun(ctx, e.st, func(ctx context.Context) (*runner.Runner, error) {
+	_, unreached, err := supervisor.StopRun(ctx, e.st, func(ctx context.Context) (*runner.Runner, error) {
 		return runner.New(ctx, e.cfg.Systemd)
-	}, off.ID)
+	}, off.ID, offAttempt.Host)
 	if err != nil || unreached != nil {
 		t.Fatalf("stop: %v %v", unreached, err)
 	}

@@ -16,20 +16,27 @@ import (
 const StopAskTimeout = 10 * time.Second
 
 // StopRun records the operator's stop intent on a queued or running run, then asks systemd to
-// stop its unit, if it has one. The intent is recorded first, so that if systemd does not take
-// the request the daemon's next pass asks again: unreached says why systemd was not reached,
-// and the stop still stands. err is set only if the intent could not be recorded.
-func StopRun(ctx context.Context, st *store.Store, openRunner func(context.Context) (*runner.Runner, error), id uuid.UUID) (unreached, err error) {
-	if _, err := st.RequestStop(ctx, id); err != nil {
-		return nil, err
+// stop its unit, if it has one on this host (host; another host's daemon stops its own). The
+// intent is recorded first, so that if systemd does not take the request the daemon's next
+// pass asks again: unreached says why systemd was not reached, and the stop still stands. err
+// is set only if the intent could not be recorded. run is the run as the stop left it.
+func StopRun(ctx context.Context, st *store.Store, openRunner func(context.Context) (*runner.Runner, error), id uuid.UUID, host string) (run store.Run, unreached, err error) {
+	run, err = st.RequestStop(ctx, id)
+	if err != nil {
+		return run, nil, err
 	}
+	unreached, err = stopUnit(ctx, st, openRunner, id, host)
+	return run, unreached, err
+}
+
+func stopUnit(ctx context.Context, st *store.Store, openRunner func(context.Context) (*runner.Runner, error), id uuid.UUID, host string) (unreached, err error) {
 	crashpoint.At("stop-recorded")
 	attempts, err := st.Attempts(ctx, id)
 	if err != nil || len(attempts) == 0 {
 		return nil, err
 	}
 	live := attempts[len(attempts)-1]
-	if live.Unit == "" {
+	if live.Unit == "" || live.Host != host {
 		return nil, nil
 	}
 	askCtx, cancel := context.WithTimeout(ctx, StopAskTimeout)

@@ -272,7 +272,7 @@ func newRunStopCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(1, "one run id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
-				unreached, err := supervisor.StopRun(ctx, st, g.openRunner, id)
+				run, unreached, err := supervisor.StopRun(ctx, st, g.openRunner, id, g.host())
 				if err != nil {
 					return err
 				}
@@ -280,6 +280,10 @@ func newRunStopCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: stop recorded, but systemd was not reached (%v); the daemon will stop the unit\n", unreached)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "run %s: stop requested\n", id)
+				if strings.Contains(run.WaitingReason, "host ") {
+					// Only the daemon of the host that holds the run can end it.
+					fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: %s; that host's daemon stops the run when it is back\n", textsafe.String(run.WaitingReason))
+				}
 				return nil
 			})
 		},
