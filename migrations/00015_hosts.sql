@@ -13,8 +13,16 @@ CREATE TABLE hosts (
     started_at     timestamptz NOT NULL DEFAULT now(),
     takeover_grace interval NOT NULL DEFAULT '30 seconds',
     draining_since timestamptz,
+    -- Set when the host_down event went out (once per episode); cleared, with a host_back
+    -- event, when a daemon takes the host's lease again.
+    down_noticed_at timestamptz,
     created_at     timestamptz NOT NULL DEFAULT now()
 );
+
+-- A host going down and coming back are events too; they name no job (job_name '').
+ALTER TABLE events DROP CONSTRAINT events_event_check;
+ALTER TABLE events ADD CONSTRAINT events_event_check CHECK (event IN ('started', 'succeeded', 'partial', 'failed',
+    'stopped', 'paused', 'overdue', 'recovered', 'stalled', 'host_down', 'host_back'));
 
 -- NULL: any host may run the job (its paths and repository are reachable from all of them).
 ALTER TABLE jobs ADD COLUMN host text;
@@ -47,6 +55,10 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
+DELETE FROM events WHERE event IN ('host_down', 'host_back');
+ALTER TABLE events DROP CONSTRAINT events_event_check;
+ALTER TABLE events ADD CONSTRAINT events_event_check CHECK (event IN ('started', 'succeeded', 'partial', 'failed',
+    'stopped', 'paused', 'overdue', 'recovered', 'stalled'));
 DROP FUNCTION holdfast_lease_current(text, bigint);
 DROP INDEX attempts_live_host;
 DROP INDEX attempts_superseded;

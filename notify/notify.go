@@ -34,7 +34,8 @@ import (
 
 // Events are the events a target can ask for; DefaultEvents those it gets when it names none.
 var (
-	Events        = []string{"started", "succeeded", "partial", "failed", "stopped", "paused", "overdue", "recovered", "stalled"}
+	Events = []string{"started", "succeeded", "partial", "failed", "stopped", "paused", "overdue", "recovered", "stalled",
+		"host_down", "host_back"}
 	DefaultEvents = Events[1:]
 )
 
@@ -202,13 +203,13 @@ func (d *Deliverer) webhook(ctx context.Context, t store.Target, e store.Event) 
 
 // healthchecks pings as healthchecks.io expects: /start when a run starts, the check's URL on
 // success, /fail otherwise, with the run's id as rid and the run's log tail as the body. Events
-// without a run (overdue, recovered) ping /fail and the URL.
+// without a run (overdue, recovered, host_down, host_back) ping /fail and the URL.
 func (d *Deliverer) healthchecks(ctx context.Context, t store.Target, e store.Event) error {
 	suffix := "/fail"
 	switch e.Event {
 	case "started":
 		suffix = "/start"
-	case "succeeded", "recovered":
+	case "succeeded", "recovered", "host_back":
 		suffix = ""
 	}
 	u, err := url.Parse(strings.TrimSuffix(t.URL, "/") + suffix)
@@ -220,7 +221,11 @@ func (d *Deliverer) healthchecks(ctx context.Context, t store.Target, e store.Ev
 		q.Set("rid", e.Run.String())
 		u.RawQuery = q.Encode()
 	}
-	body := fmt.Sprintf("holdfast: %s %s: %s\n", e.Job, e.Event, e.Reason)
+	about := e.Job
+	if about == "" {
+		about = "host " + e.Host
+	}
+	body := fmt.Sprintf("holdfast: %s %s: %s\n", about, e.Event, e.Reason)
 	if e.Run != nil && e.Event != "started" {
 		body += d.logTail(ctx, e)
 	}

@@ -30,6 +30,13 @@ const unlockKey = -1 << 20
 // grace ago: each goes on in a new attempt that any live host may spawn (decideTakeOver).
 // The superseded attempt is settled as a restart would be, from what this host can measure.
 func (r *Reconciler) takeOver(ctx context.Context) error {
+	down, err := r.cfg.Store.NoticeDownHosts(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
+	if err != nil {
+		return err
+	}
+	for _, h := range down {
+		r.cfg.Logger.Warn("host down: its lease expired", "down_host", h)
+	}
 	orphans, err := r.cfg.Store.Orphans(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
 	if err != nil {
 		return err

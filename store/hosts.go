@@ -104,6 +104,15 @@ func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, erro
 		}
 		_, err = tx.Exec(ctx, `UPDATE attempts SET lease_generation = $2 WHERE host = $1 AND ended_at IS NULL`,
 			req.Host, l.Generation)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
+			WITH back AS (
+				UPDATE hosts SET down_noticed_at = NULL WHERE name = $1 AND down_noticed_at IS NOT NULL
+				RETURNING name, down_noticed_at)
+			INSERT INTO events (event, job_name, reason, host)
+			SELECT 'host_back', '', 'host ' || name || ' is back: its daemon holds its lease again', name FROM back`, req.Host)
 		return err
 	})
 	if err != nil {
@@ -275,6 +284,32 @@ func (s *Store) RunnableBy(ctx context.Context, job string) (Runnable, error) {
 		r.Why = "no live holdfast daemon can run job " + job + ": " + strings.Join(down, "; ") + ": start holdfast on one (systemctl start holdfast)"
 	}
 	return r, nil
+}
+
+// NoticeDownHosts records a host_down event, once per episode, for each other host whose lease
+// expired more than grace ago, and returns their names.
+func (s *Store) NoticeDownHosts(ctx context.Context, by string, grace time.Duration) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH down AS (
+			UPDATE hosts h SET down_noticed_at = now()
+			WHERE h.down_noticed_at IS NULL AND h.lease_until + $2::interval < now() AND h.name <> $1
+			RETURNING h.name, h.lease_until,
+				(SELECT count(*) FROM attempts a WHERE a.host = h.name AND a.ended_at IS NULL AND a.unit IS NOT NULL) AS live,
+				(SELECT count(*) FROM jobs j WHERE j.host = h.name) AS pinned)
+		INSERT INTO events (event, job_name, reason, host, details)
+		SELECT 'host_down', '', 'host ' || name || ' is down since ' ||
+				to_char(lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ': ' || live ||
+				' live runs (those of any-host jobs are taken over), ' || pinned || ' pinned jobs wait for it',
+			name, jsonb_build_object('lease_until', lease_until, 'live_runs', live, 'pinned_jobs', pinned, 'noticed_by', $1::text)
+		FROM down RETURNING host`, by, grace)
+	if err != nil {
+		return nil, fmt.Errorf("notice down hosts: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("notice down hosts: %w", err)
+	}
+	return names, nil
 }
 
 // Orphans lists the live runs of any-host jobs whose attempt is held by another host whose

@@ -365,6 +365,20 @@ func TestHostsFailover(t *testing.T) {
 		t.Fatalf("run taken over has snapshots %s, want exactly one", snaps)
 	}
 	w.noLocks(repo)
+	// Each host that went down made one host_down event, and one host_back when it returned.
+	events, err := w.store().Events(context.Background(), "", 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, e := range events {
+		if strings.HasPrefix(e.Event, "host_") {
+			seen[e.Event+" "+e.Host]++
+		}
+	}
+	if want := map[string]int{"host_down h3": 1, "host_back h3": 1, "host_down h2": 1, "host_back h2": 1}; fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("host events: %v, want %v", seen, want)
+	}
 	// h1's CLI says where the journal of the attempt that ran elsewhere is.
 	if r := w.run("run", "logs", part); !strings.Contains(r.stderr, "attempt 1 ran on host h2") {
 		t.Fatalf("run logs on h1 of a run whose first attempt ran on h2: exit %d, %q", r.code, r.stderr)
