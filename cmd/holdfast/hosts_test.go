@@ -216,6 +216,50 @@ func TestHostsPinnedAndAnyHostSlots(t *testing.T) {
 	}
 	t.Logf("runs per host: %v", ranOn)
 	w.checkInvariants()
+
+	// Once their leases expired, the hosts show down.
+	deadline = time.Now().Add(10 * clusterLease)
+	for strings.Contains(w.mustRun("host", "list", "--json"), `"alive": true`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("hosts still alive %s after their daemons were killed:\n%s", 10*clusterLease, w.mustRun("host", "list"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if out := w.mustRun("host", "list"); strings.Count(out, "down since") != 3 {
+		t.Fatalf("host list after the daemons were killed:\n%s", out)
+	}
+
+	// Pinning is edited, and bad host names are refused with what to do, changing nothing.
+	var job struct {
+		Host    string `json:"host"`
+		AnyHost bool   `json:"any_host"`
+	}
+	for _, c := range []struct {
+		args    []string
+		host    string
+		anyHost bool
+	}{{[]string{"--any-host"}, "", true}, {[]string{"--host", "h2"}, "h2", false}} {
+		if err := json.Unmarshal([]byte(w.mustRun(append([]string{"job", "edit", "pinned-1", "--json"}, c.args...)...)), &job); err != nil ||
+			job.Host != c.host || job.AnyHost != c.anyHost {
+			t.Fatalf("job edit %v: %+v %v", c.args, job, err)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"job", "edit", "pinned-1", "--host", "bad host"}, `invalid host name "bad host"`},
+		{[]string{"job", "edit", "pinned-1", "--host", "h1", "--any-host"}, "contradict"},
+		{[]string{"host", "drain", "nowhere"}, `host "nowhere": not found`},
+		{[]string{"host", "forget", "h2"}, "pinned to host h2"},
+	} {
+		if r := w.run(c.args...); r.code != 2 || !strings.Contains(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("holdfast %s: exit %d, %q; want exit 2 and one line saying %q", strings.Join(c.args, " "), r.code, r.stderr, c.want)
+		}
+	}
+	if out := w.mustRun("job", "show", "pinned-1"); !strings.Contains(out, "host:          h2 (pinned)") {
+		t.Fatalf("job show after the refused edits:\n%s", out)
+	}
 }
 
 // Scenarios 2 to 4: two live hosts never touch each other's runs; a host killed hard has its
