@@ -75,7 +75,10 @@ type facts struct {
 	protected       []string   // snapshots of a forget's plan that became protected since
 	prereq          *prereq    // the job's prerequisite, for a backup of a job that has one
 	identityMissing string     // why the job's user or group cannot be found on this host
-	now, queuedAt   time.Time
+	// elsewhere: the job is any-host and another live host may run it, so what this host
+	// refuses (its policy, a user it lacks) is not the run's end.
+	elsewhere     bool
+	now, queuedAt time.Time
 }
 
 // runaway is a live backup's measured growth past its hold.
@@ -204,6 +207,8 @@ func decide(f facts, p rules) decision {
 	// spawn claim's own transaction, where no other claim can take the last place meanwhile.
 	case !f.unitRecorded && f.jobMissing:
 		return end("unspawned, job removed", store.StatusFailed, "permanent", "the run's job was removed before the run could start")
+	case !f.unitRecorded && f.refusal != "" && f.elsewhere:
+		return wait("unspawned, refused here, any host", "waiting for another host: "+f.refusal, nil)
 	case !f.unitRecorded && f.refusal != "":
 		return end("unspawned, refused by policy", store.StatusFailed, "permanent", f.refusal)
 	case !f.unitRecorded && f.notBefore != nil && f.now.Before(*f.notBefore) && !armable:
@@ -238,6 +243,8 @@ func decide(f facts, p rules) decision {
 		return wait("unspawned, prerequisite not succeeded", fmt.Sprintf("waiting: prerequisite job %s has not succeeded (its last run: %s); waiting for its next outcome until %s",
 			dep.name, dep.outcome(), f.queuedAt.Add(p.dependsWait).UTC().Format(time.RFC3339)), nil)
 	// A user or group removed from the host never comes back by itself: retrying would spin.
+	case !f.unitRecorded && f.identityMissing != "" && f.elsewhere:
+		return wait("unspawned, identity missing here, any host", "waiting for another host: "+f.identityMissing, nil)
 	case !f.unitRecorded && f.identityMissing != "":
 		d := end("unspawned, identity missing", store.StatusFailed, "permanent", f.identityMissing)
 		d.end.neverRan = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -65,8 +66,19 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l store.LiveRun, jobs map[s
 			return job, err
 		}
 	}
-	f.identityMissing, err = missingIdentity(job)
-	return job, err
+	if f.identityMissing, err = missingIdentity(job); err != nil {
+		return job, err
+	}
+	// Asked only when this host refuses: whether another live host (draining ones too: a drain
+	// ends) may run an any-host job.
+	if (f.refusal != "" || f.identityMissing != "") && job.Host == "" {
+		hosts, err := r.cfg.Store.Hosts(ctx)
+		if err != nil {
+			return job, err
+		}
+		f.elsewhere = slices.ContainsFunc(hosts, func(h store.Host) bool { return h.Alive && h.Name != r.cfg.Host })
+	}
+	return job, nil
 }
 
 // prerequisite reads what is known about the job named name, which a job depends on.

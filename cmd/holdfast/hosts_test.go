@@ -429,3 +429,34 @@ func TestHostsFailover(t *testing.T) {
 	}
 	w.checkInvariants()
 }
+
+// A host whose policy refuses a run of an any-host job leaves it to the others instead of
+// failing it; a run of a job pinned to it still fails, with the refusal.
+func TestHostsPolicyRefusalLeavesAnyHostRuns(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "h1", "h2")
+	w := c.w
+	w.mustRun("job", "add", "anywhere", "--engine", "command", "--command", "/bin/true", "--any-host")
+	w.mustRun("job", "add", "here", "--engine", "command", "--command", "/bin/true", "--host", "h1")
+	c.start("h1", "--allow-command-jobs=false")
+	c.start("h2")
+	w.mustRun("host", "drain", "h2")
+	id := w.startRun("anywhere")
+	r := w.waitRun(id, "h1 to leave it to another host", func(r runJSON) bool {
+		return strings.Contains(r.WaitingReason, "waiting for another host") || ended(r)
+	})
+	if ended(r) || !strings.Contains(r.WaitingReason, "command jobs") {
+		t.Fatalf("run of an any-host job h1 refuses: %+v", r)
+	}
+	w.mustRun("host", "undrain", "h2")
+	if r := w.waitEnd(id); r.Status != "succeeded" {
+		t.Fatalf("run of the any-host job after h2's drain ended: %+v", r)
+	}
+	if a := c.attemptHosts(id); len(a) != 1 || a[0].Host != "h2" {
+		t.Fatalf("attempts: %+v, want one, on h2", a)
+	}
+	if r := w.waitEnd(w.startRun("here")); r.Status != "failed" || !strings.Contains(r.Reason, "command jobs") {
+		t.Fatalf("run of a job pinned to the refusing host: %+v", r)
+	}
+	w.checkInvariants()
+}
