@@ -179,3 +179,39 @@ func TestNewWantsAWritableServer(t *testing.T) {
 	}
 	st.Close()
 }
+
+// --max-running-host holds on each host, --max-running across all of them.
+func TestLimitsAcrossHosts(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	lease(t, st, "h1", "p1", time.Hour)
+	lease(t, st, "h2", "p2", time.Hour)
+	limits := store.Limits{MaxRunning: 2, MaxRunningHost: 1}
+	claim := func(job, host string) (bool, string) {
+		t.Helper()
+		addJob(t, st, job)
+		run, err := st.Admit(ctx, job, "manual", store.KindBackup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, blocked, err := st.ClaimSpawn(ctx, run.ID, 1, "holdfast-"+job+"-"+run.ID.String()+"-a1.service", host, "", limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok, blocked
+	}
+	for _, c := range []struct {
+		job, host string
+		ok        bool
+		blocked   string
+	}{
+		{"a", "h1", true, ""},
+		{"b", "h1", false, "on h1, the host limit is 1"},
+		{"c", "h2", true, ""},
+		{"d", "h2", false, "the global limit is 2"},
+	} {
+		if ok, blocked := claim(c.job, c.host); ok != c.ok || !strings.Contains(blocked, c.blocked) {
+			t.Fatalf("claim of %s on %s: %v %q, want %v %q", c.job, c.host, ok, blocked, c.ok, c.blocked)
+		}
+	}
+}
