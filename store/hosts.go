@@ -76,21 +76,22 @@ var ErrLeaseLost = errors.New("host lease lost")
 func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	l := Lease{Host: req.Host, Holder: req.Holder}
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		// A new host's row starts with an expired lease, so that daemons starting at once for
+		// one name queue on its row lock instead of racing to insert it.
+		_, err := tx.Exec(ctx, `INSERT INTO hosts (name, lease_until, generation) VALUES ($1, now(), 0) ON CONFLICT (name) DO NOTHING`,
+			req.Host)
+		if err != nil {
+			return err
+		}
 		var holder string
 		var until time.Time
 		var current bool
-		err := tx.QueryRow(ctx, `SELECT holder, lease_until, lease_until > now() FROM hosts WHERE name = $1 FOR UPDATE`,
+		err = tx.QueryRow(ctx, `SELECT holder, lease_until, lease_until > now() FROM hosts WHERE name = $1 FOR UPDATE`,
 			req.Host).Scan(&holder, &until, &current)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return tx.QueryRow(ctx, `
-				INSERT INTO hosts (name, version, holder, lease_until, takeover_grace)
-				VALUES ($1, $2, $3, now() + $4::interval, $5::interval)
-				RETURNING generation, lease_until`,
-				req.Host, req.Version, req.Holder, req.Duration, req.Grace).Scan(&l.Generation, &l.Until)
-		case err != nil:
+		if err != nil {
 			return err
-		case current && holder != req.Holder && (req.HolderGone == nil || !req.HolderGone(holder)):
+		}
+		if current && holder != req.Holder && (req.HolderGone == nil || !req.HolderGone(holder)) {
 			return &LeaseHeldError{Host: req.Host, Holder: holder, Until: until}
 		}
 		err = tx.QueryRow(ctx, `

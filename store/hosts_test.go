@@ -13,9 +13,11 @@ import (
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
+// lease takes the host's lease for holder, taking it from any other holder.
 func lease(t *testing.T, st *store.Store, host, holder string, d time.Duration) store.Lease {
 	t.Helper()
-	l, err := st.AcquireLease(context.Background(), store.LeaseRequest{Host: host, Holder: holder, Duration: d, Grace: time.Second})
+	l, err := st.AcquireLease(context.Background(), store.LeaseRequest{Host: host, Holder: holder, Duration: d, Grace: time.Second,
+		HolderGone: func(string) bool { return true }})
 	if err != nil {
 		t.Fatalf("lease of %s for %s: %v", host, holder, err)
 	}
@@ -28,7 +30,7 @@ func lease(t *testing.T, st *store.Store, host, holder string, d time.Duration) 
 func TestLeaseFenceAndTakeOver(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
-	h1 := lease(t, st, "h1", "p1", 400*time.Millisecond)
+	lease(t, st, "h1", "p1", time.Hour)
 	lease(t, st, "h2", "p2", time.Hour)
 
 	// A second daemon of the same name is refused while the lease is current, unless the holder
@@ -38,6 +40,11 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	if _, err := st.AcquireLease(ctx, req); !errors.As(err, &held) || held.Holder != "p1" {
 		t.Fatalf("second holder: %v, want a LeaseHeldError naming p1", err)
 	}
+	req.HolderGone = func(holder string) bool { return holder == "p1" }
+	if l, err := st.AcquireLease(ctx, req); err != nil || l.Holder != "p9" {
+		t.Fatalf("lease of a holder that is gone: %+v %v", l, err)
+	}
+	lease(t, st, "h1", "p1", time.Hour) // p1 back, once p9 is gone
 
 	addJob(t, st, "any") // no host: any host may run it
 	run, err := st.Admit(ctx, "any", "manual", store.KindBackup)
@@ -55,7 +62,9 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	time.Sleep(500 * time.Millisecond) // h1's lease lapses
+	// Taken again on a short lease (the attempt is adopted under the new generation), which lapses.
+	h1 := lease(t, st, "h1", "p1", 300*time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
 	to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}
 	if ok, err := st.ApplyJournal(ctx, run.ID, 1, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
 		t.Fatalf("journal applied under a lapsed lease: %v %v", ok, err)
