@@ -58,11 +58,11 @@ func (e configError) Unwrap() error { return e.err }
 // exitError carries a specific exit code without a message (the command already reported).
 type exitCodeError struct{ code int }
 
+func (e exitCodeError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
 // unavailableError is a command that cannot be carried out because no live daemon could act on
 // it; it exits exitUnavailable.
 type unavailableError struct{ error }
-
-func (e exitCodeError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 // globals are the settings every command shares.
 type globals struct {

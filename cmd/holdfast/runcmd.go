@@ -157,7 +157,8 @@ func newRunStartCmd(g *globals) *cobra.Command {
 		Use:   "start JOB",
 		Short: "Start a run of a job now",
 		Long: "Start a run of a job now. The daemon spawns it as a transient systemd unit.\n" +
-			"With --wait, show progress and exit 0 only if the run succeeded (3 partial, 4 failed, 5 stopped, 6 paused).",
+			"With --wait, show progress and exit 0 only if the run succeeded (3 partial, 4 failed, 5 stopped, 6 paused);\n" +
+			"exit 69 at once, queueing nothing, if no live daemon can run the job (none runs, or its host is down or draining).",
 		Args: exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := job.ValidateName(args[0]); err != nil {
