@@ -129,6 +129,8 @@ type Attempt struct {
 	StalledAt        *time.Time      // when its progress was found standing still past the job's stall_after
 	HoldBytes        *int64          // its hold, open or closed; nil if it has none
 	Settlement       string          // where the figure that closed its hold came from; "" while open
+	SupersededAt     *time.Time      // when another host took the run over from this attempt
+	SupersededBy     string          // the host that took it over
 }
 
 const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason, ''), r.stop_requested_at, coalesce(r.stop_reason, ''),
@@ -168,7 +170,8 @@ const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, co
 	a.repo_bytes_before, coalesce(a.settle_deferred, ''), a.stalled_at,
 	(SELECT h.bytes FROM ledger_entries h WHERE h.kind = 'hold' AND h.run_id = a.run_id AND h.attempt_no = a.attempt_no),
 	coalesce((SELECT c.note FROM ledger_entries c
-		WHERE c.kind IN ('settle', 'release') AND c.run_id = a.run_id AND c.attempt_no = a.attempt_no), '')`
+		WHERE c.kind IN ('settle', 'release') AND c.run_id = a.run_id AND c.attempt_no = a.attempt_no), ''),
+	a.superseded_at, coalesce(a.superseded_by, '')`
 
 type attemptScan struct {
 	a                                         Attempt
@@ -183,7 +186,7 @@ func (s *attemptScan) dest() []any {
 		&a.Cursor.Offset, &a.Cursor.LastSeq, &a.Cursor.LastHash, &a.QuarantinedAt, &a.QuarantineReason,
 		&a.LastEventAt, &s.percent, &s.filesDone, &s.totalFiles, &s.bytesDone, &s.totalBy,
 		&a.ItemErrors, &a.FirstItemError, &a.Fatal, &a.Summary,
-		&a.RepoBytesBefore, &a.SettleDeferred, &a.StalledAt, &a.HoldBytes, &a.Settlement}
+		&a.RepoBytesBefore, &a.SettleDeferred, &a.StalledAt, &a.HoldBytes, &a.Settlement, &a.SupersededAt, &a.SupersededBy}
 }
 
 func (s *attemptScan) attempt() Attempt {

@@ -154,7 +154,10 @@ func TestDashboard(t *testing.T) {
 	screenshot("run-ended")
 	w.waitEnd(live)
 
-	visit("/", "jobs", "docs")
+	host, _ := os.Hostname()
+	if jobs := visit("/", "jobs", "docs"); !strings.Contains(jobs, "Hosts") || !strings.Contains(jobs, host) {
+		t.Fatalf("the jobs page does not list host %s:\n%s", host, jobs)
+	}
 	visit("/runs", "runs", "succeeded")
 	visit("/jobs/docs", "job", "Retention plan")
 	plan := visit("/jobs/docs/plan", "plan", "keep")

@@ -89,6 +89,8 @@ type attemptHost struct {
 	Spawned string `json:"spawned_at"`
 	Ended   string `json:"ended_at"`
 	Result  string `json:"service_result"`
+	// SupersededBy is the host that took the run over from this attempt.
+	SupersededBy string `json:"superseded_by"`
 }
 
 // attemptHosts reads the run's attempts with the hosts that claimed them.
@@ -403,8 +405,12 @@ func TestHostsFailover(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	a = c.attemptHosts(part)
-	if a[0].Result != "" || a[1].Host == "h2" {
+	// Any live host may take the run over, and any may spawn its next attempt.
+	if a[0].Result != "" || a[1].Host == "h2" || a[0].SupersededBy == "" || a[0].SupersededBy == "h2" {
 		t.Fatalf("attempts of the run taken over: %+v; the superseded one must have nothing recorded", a)
+	}
+	if out := w.mustRun("run", "show", part); !strings.Contains(out, "taken over by host "+a[0].SupersededBy) {
+		t.Fatalf("run show of the run taken over:\n%s", out)
 	}
 	if snaps := w.restic(repo, pw, "snapshots", "--json", "--tag", "holdfast-run="+part); strings.Count(snaps, `"id"`) != 1 {
 		t.Fatalf("run taken over has snapshots %s, want exactly one", snaps)

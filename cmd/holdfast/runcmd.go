@@ -44,6 +44,8 @@ type attemptOut struct {
 	HoldBytes        *int64  `json:"hold_bytes"`
 	SettleDeferred   string  `json:"settle_deferred,omitempty"`
 	Settlement       string  `json:"settlement,omitempty"`
+	SupersededAt     *string `json:"superseded_at,omitempty"` // another host took the run over
+	SupersededBy     string  `json:"superseded_by,omitempty"`
 }
 
 type progressOut struct {
@@ -126,7 +128,8 @@ func runJSON(r store.Run, attempts []store.Attempt) runOut {
 		o.Attempts = append(o.Attempts, attemptOut{Attempt: a.No, Unit: a.Unit, Host: a.Host, BootID: a.BootID,
 			SpawnedAt: timeStr(a.SpawnClaimedAt), StalledAt: timeStr(a.StalledAt), StartedAt: timeStr(a.StartedAt), EndedAt: timeStr(a.EndedAt), ServiceResult: a.ServiceResult,
 			ExitCode: a.ExitCode, ExitStatus: a.ExitStatus, QuarantineReason: a.QuarantineReason,
-			HoldBytes: a.HoldBytes, SettleDeferred: a.SettleDeferred, Settlement: a.Settlement})
+			HoldBytes: a.HoldBytes, SettleDeferred: a.SettleDeferred, Settlement: a.Settlement,
+			SupersededAt: timeStr(a.SupersededAt), SupersededBy: a.SupersededBy})
 	}
 	if n := len(attempts); n > 0 && store.Live(r.Status) {
 		o.Progress = progressJSON(attempts[n-1].Progress)
@@ -438,7 +441,11 @@ func printRun(w io.Writer, o runOut) {
 	}
 	for _, a := range o.Attempts {
 		ended := strings.TrimSpace(strings.Join([]string{a.ServiceResult, a.ExitCode, a.ExitStatus}, " "))
-		fmt.Fprintf(w, "attempt %d: unit %s, started %s, ended %s %s\n", a.Attempt, dash(a.Unit), opt(a.StartedAt), opt(a.EndedAt), ended)
+		fmt.Fprintf(w, "attempt %d: unit %s on %s, started %s, ended %s %s\n", a.Attempt, dash(a.Unit), dash(a.Host),
+			opt(a.StartedAt), opt(a.EndedAt), ended)
+		if a.SupersededAt != nil {
+			fmt.Fprintf(w, "  taken over by host %s at %s: its host had lost its lease\n", a.SupersededBy, *a.SupersededAt)
+		}
 		if a.QuarantineReason != "" {
 			fmt.Fprintf(w, "  journal quarantined: %s\n", textsafe.String(a.QuarantineReason))
 		}
