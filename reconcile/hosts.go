@@ -30,11 +30,16 @@ const unlockKey = -1 << 20
 // grace ago: each goes on in a new attempt that any live host may spawn (decideTakeOver).
 // The superseded attempt is settled as a restart would be, from what this host can measure.
 func (r *Reconciler) takeOver(ctx context.Context) error {
-	down, err := r.cfg.Store.NoticeDownHosts(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
+	// A read of the few hosts' rows each pass; the live runs are read again only when one is down.
+	down, err := r.cfg.Store.DownHosts(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
+	if err != nil || len(down) == 0 {
+		return err
+	}
+	noticed, err := r.cfg.Store.NoticeDownHosts(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
 	if err != nil {
 		return err
 	}
-	for _, h := range down {
+	for _, h := range noticed {
 		r.cfg.Logger.Warn("host down: its lease expired", "down_host", h)
 	}
 	orphans, err := r.cfg.Store.Orphans(ctx, r.cfg.Host, r.cfg.TakeoverGrace)

@@ -287,6 +287,19 @@ func (s *Store) RunnableBy(ctx context.Context, job string) (Runnable, error) {
 	return r, nil
 }
 
+// DownHosts returns the other hosts whose lease expired more than grace ago.
+func (s *Store) DownHosts(ctx context.Context, me string, grace time.Duration) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT name FROM hosts WHERE lease_until + $2::interval < now() AND name <> $1`, me, grace)
+	if err != nil {
+		return nil, fmt.Errorf("down hosts: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("down hosts: %w", err)
+	}
+	return names, nil
+}
+
 // NoticeDownHosts records a host_down event, once per episode, for each other host whose lease
 // expired more than grace ago, and returns their names.
 func (s *Store) NoticeDownHosts(ctx context.Context, by string, grace time.Duration) ([]string, error) {

@@ -79,6 +79,9 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 		t.Fatalf("waiting reason of a run on a down host: %q %v", got.WaitingReason, err)
 	}
 
+	if down, err := st.DownHosts(ctx, "h2", 0); err != nil || len(down) != 1 || down[0] != "h1" {
+		t.Fatalf("down hosts seen by h2: %v %v", down, err)
+	}
 	orphans, err := st.Orphans(ctx, "h2", 0)
 	if err != nil || len(orphans) != 1 || orphans[0].Run.ID != run.ID {
 		t.Fatalf("orphans seen by h2: %+v %v", orphans, err)
