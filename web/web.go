@@ -80,14 +80,14 @@ func Handler(cfg Config) (http.Handler, error) {
 	s := &server{cfg: cfg, pages: pages}
 	mux := http.NewServeMux()
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
-	mux.HandleFunc("GET /{$}", s.jobs)
-	mux.HandleFunc("GET /jobs/{name}", s.job)
-	mux.HandleFunc("GET /jobs/{name}/plan", s.plan)
-	mux.HandleFunc("GET /runs", s.runs)
-	mux.HandleFunc("GET /runs/{id}", s.run)
+	mux.HandleFunc("GET /{$}", s.show("jobs", s.jobs))
+	mux.HandleFunc("GET /jobs/{name}", s.show("job", s.job))
+	mux.HandleFunc("GET /jobs/{name}/plan", s.show("plan", s.plan))
+	mux.HandleFunc("GET /runs", s.show("runs", s.runs))
+	mux.HandleFunc("GET /runs/{id}", s.show("run", s.run))
 	mux.HandleFunc("GET /api/runs/{id}", s.apiRun)
-	mux.HandleFunc("GET /accounts", s.accounts)
-	mux.HandleFunc("GET /accounts/{name}", s.accounts)
+	mux.HandleFunc("GET /accounts", s.show("accounts", s.accounts))
+	mux.HandleFunc("GET /accounts/{name}", s.show("accounts", s.accounts))
 	return mux, nil
 }
 
@@ -148,52 +148,57 @@ func (s *server) fail(w http.ResponseWriter, err error) {
 
 func now() string { return time.Now().UTC().Format("2006-01-02 15:04:05Z") }
 
-func (s *server) jobs(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-	defer cancel()
-	report, err := watch.Status(ctx, s.cfg.Store)
-	if err != nil {
-		s.fail(w, err)
-		return
+// show serves the page name: load reads what it shows within pageTimeout, and an error it
+// returns is the response instead.
+func (s *server) show(name string, load func(ctx context.Context, r *http.Request) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+		defer cancel()
+		data, err := load(ctx, r)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		s.render(w, name, data)
 	}
-	s.render(w, "jobs", struct {
-		page
-		Report watch.Report
-	}{page{"Jobs", now()}, report})
 }
 
-func (s *server) job(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-	defer cancel()
+func (s *server) jobs(ctx context.Context, _ *http.Request) (any, error) {
+	report, err := watch.Status(ctx, s.cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		page
+		Report watch.Report
+	}{page{"Jobs", now()}, report}, nil
+}
+
+func (s *server) job(ctx context.Context, r *http.Request) (any, error) {
 	j, err := s.cfg.Store.JobByName(ctx, r.PathValue("name"))
 	if err != nil {
-		s.fail(w, err)
-		return
+		return nil, err
 	}
 	runs, err := s.cfg.Store.Runs(ctx, j.Name, runsShown)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return nil, err
 	}
-	s.render(w, "job", struct {
+	return struct {
 		page
 		Job  store.Job
 		Runs []store.Run
-	}{page{"Job " + j.Name, now()}, j, runs})
+	}{page{"Job " + j.Name, now()}, j, runs}, nil
 }
 
-func (s *server) runs(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-	defer cancel()
+func (s *server) runs(ctx context.Context, r *http.Request) (any, error) {
 	runs, err := s.cfg.Store.Runs(ctx, r.URL.Query().Get("job"), runsShown)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return nil, err
 	}
-	s.render(w, "runs", struct {
+	return struct {
 		page
 		Runs []store.Run
-	}{page{"Runs", now()}, runs})
+	}{page{"Runs", now()}, runs}, nil
 }
 
 func (s *server) runByPath(ctx context.Context, r *http.Request) (store.Run, []store.Attempt, error) {
@@ -209,21 +214,18 @@ func (s *server) runByPath(ctx context.Context, r *http.Request) (store.Run, []s
 	return run, attempts, err
 }
 
-func (s *server) run(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-	defer cancel()
+func (s *server) run(ctx context.Context, r *http.Request) (any, error) {
 	run, attempts, err := s.runByPath(ctx, r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return nil, err
 	}
-	s.render(w, "run", struct {
+	return struct {
 		page
 		Run      store.Run
 		Attempts []store.Attempt
 		Log      string
 	}{page{"Run " + run.ID.String(), now()}, run, attempts,
-		journallog.RunTail(ctx, s.cfg.JournalDir, run.ID, store.UnitNames(attempts), logLines)})
+		journallog.RunTail(ctx, s.cfg.JournalDir, run.ID, store.UnitNames(attempts), logLines)}, nil
 }
 
 type apiProgress struct {
@@ -266,9 +268,7 @@ func (s *server) apiRun(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
-func (s *server) plan(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-	defer cancel()
+func (s *server) plan(ctx context.Context, r *http.Request) (any, error) {
 	name := r.PathValue("name")
 	data := struct {
 		page
@@ -286,46 +286,40 @@ func (s *server) plan(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &conflict):
 		data.PlanError = conflict.Error()
 	case err != nil:
-		s.fail(w, err)
-		return
+		return nil, err
 	default:
 		data.Plan = pl.Plan
 		if pl.Refusal != nil {
 			data.Refusal = pl.Refusal.Error()
 		}
 	}
-	s.render(w, "plan", data)
+	return data, nil
 }
 
-func (s *server) accounts(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-	defer cancel()
+func (s *server) accounts(ctx context.Context, r *http.Request) (any, error) {
 	name := r.PathValue("name")
 	accounts, err := s.cfg.Store.Accounts(ctx, name)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return nil, err
 	}
 	if name != "" && len(accounts) == 0 {
-		s.fail(w, fmt.Errorf("account %s: %w", name, store.ErrNotFound))
-		return
+		return nil, fmt.Errorf("account %s: %w", name, store.ErrNotFound)
 	}
 	var list []store.Entry
 	if name != "" {
 		if list, err = s.cfg.Store.Entries(ctx, name, entries); err != nil {
-			s.fail(w, err)
-			return
+			return nil, err
 		}
 	}
 	title := "Accounts"
 	if name != "" {
 		title = "Account " + name
 	}
-	s.render(w, "accounts", struct {
+	return struct {
 		page
 		Accounts []store.Account
 		Entries  []store.Entry
-	}{page{title, now()}, accounts, list})
+	}{page{title, now()}, accounts, list}, nil
 }
 
 // Auth guards a handler with the credentials in an auth file: lines "bearer TOKEN" or "basic
