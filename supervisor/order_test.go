@@ -231,9 +231,9 @@ func TestScheduleNoOverlap(t *testing.T) {
 	e.checkInvariants(t)
 }
 
-// Two supervisors, each with its own connections, share one database: over at least 50 slots
-// every slot is started exactly once, and every slot between a job's first and last run is
-// run, skipped or counted missed.
+// Two supervisors of two hosts, each with its own connections, share one database and the jobs
+// run on any host: over at least 50 slots every slot is started exactly once, and every slot
+// between a job's first and last run is run, skipped or counted missed.
 //
 // Not parallel: a slot a second per job needs much of the machine, or most slots are skipped
 // or missed and the two supervisors are hardly ever tested against each other.
@@ -256,7 +256,9 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rn.Close)
-	other.cfg.Store, other.cfg.Runner = st, rn
+	// Another host's daemon: two supervisors of one host name in one process are one lease
+	// holder, and would take the lease from each other.
+	other.cfg.Store, other.cfg.Runner, other.cfg.Host = st, rn, "other-host"
 	other.start(t)
 
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
@@ -273,7 +275,7 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	total := 0
+	total, byHost := 0, map[string]int{}
 	for i := range jobs {
 		name := fmt.Sprintf("tick%d", i)
 		runs, err := e.st.Runs(ctx, name, 1000)
@@ -288,6 +290,13 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 			}
 			seen[*r.PlannedAt] = true
 			planned = append(planned, *r.PlannedAt)
+			attempts, err := e.st.Attempts(ctx, r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range attempts {
+				byHost[a.Host]++
+			}
 		}
 		if len(planned) == 0 {
 			t.Fatalf("%s: no slot ran", name)
@@ -309,6 +318,9 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 	if total < 50 {
 		t.Fatalf("only %d slots ran, want at least 50", total)
 	}
-	t.Logf("%d slots ran once each across two supervisors", total)
+	if len(byHost) != 2 {
+		t.Fatalf("attempts by host %v, want both supervisors to have run slots", byHost)
+	}
+	t.Logf("%d slots ran once each across two supervisors; attempts by host: %v", total, byHost)
 	e.checkInvariants(t)
 }
