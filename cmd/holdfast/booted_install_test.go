@@ -156,7 +156,13 @@ func TestBootedHostReboot(t *testing.T) {
 					t.Fatalf("run %s is %s (%s) before the reboot; the backups end too soon", j, r.Status, r.Reason)
 				}
 			}
+			// The daemon knows its own lease of the boot before as gone by the machine id: a
+			// fresh id at each boot would make it wait the lease out.
+			machineID := h.Run(t, "cat", "/etc/machine-id")
 			round.reboot(h, t)
+			if after := h.Run(t, "cat", "/etc/machine-id"); after != machineID || strings.TrimSpace(after) == "" {
+				t.Errorf("machine id %q before the reboot and %q after, want one id kept", machineID, after)
+			}
 			started := b.daemonStarted()
 			for _, j := range jobs[:2] {
 				r := b.waitRun(ids[j], "the end", ended)
