@@ -142,6 +142,24 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	if live, err := st.LiveRuns(ctx, "h1"); err != nil || len(live) != 0 {
 		t.Fatalf("a draining host lists a run to spawn: %+v %v", live, err)
 	}
+	// A run it was asked to stop is its to end.
+	if _, err := st.CreateJob(ctx, store.Job{Name: "stopped", Engine: "restic", Repository: "/r2", PasswordFile: "/pw",
+		Paths: []string{"/data"}, Host: "h1"}); err != nil {
+		t.Fatal(err)
+	}
+	stopped, err := st.Admit(ctx, "stopped", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RequestStop(ctx, stopped.ID); err != nil {
+		t.Fatal(err)
+	}
+	if live, err := st.LiveRuns(ctx, "h1"); err != nil || len(live) != 1 || live[0].Run.ID != stopped.ID {
+		t.Fatalf("a draining host lists %+v (%v), want only the run asked to stop", live, err)
+	}
+	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 0 {
+		t.Fatalf("h2 lists runs pinned to h1: %+v %v", live, err)
+	}
 	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h1", "", store.Limits{}); err != nil || ok {
 		t.Fatalf("a draining host claimed: %v %v", ok, err)
 	}

@@ -310,7 +310,9 @@ type LiveRun struct {
 func (s *Store) LiveRuns(ctx context.Context, host string) ([]LiveRun, error) {
 	return s.liveRuns(ctx, "live runs", `
 		AND ($1 = '' OR a.host = $1 OR (a.host = '' AND a.unit IS NULL AND (j.host IS NULL OR j.host = $1)
-			AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $1 AND h.draining_since IS NOT NULL)))`, host)
+			-- A draining host spawns nothing, but still ends the runs it was asked to stop.
+			AND (r.stop_requested_at IS NOT NULL
+				OR NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $1 AND h.draining_since IS NOT NULL))))`, host)
 }
 
 // liveRuns lists the live runs that match filter, a constant condition on r, a and j with

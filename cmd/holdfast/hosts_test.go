@@ -465,5 +465,12 @@ func TestHostsPolicyRefusalLeavesAnyHostRuns(t *testing.T) {
 	if r := w.waitEnd(w.startRun("here")); r.Status != "failed" || !strings.Contains(r.Reason, "command jobs") {
 		t.Fatalf("run of a job pinned to the refusing host: %+v", r)
 	}
+	// A draining host starts nothing, but ends a run of its own that the operator stops.
+	w.mustRun("host", "drain", "h1")
+	queued := w.startRun("here")
+	w.mustRun("run", "stop", queued)
+	if r := w.waitEnd(queued); r.Status != "stopped" || len(r.Attempts) != 1 || r.Attempts[0].Unit != "" {
+		t.Fatalf("run stopped while its host drains: %+v", r)
+	}
 	w.checkInvariants()
 }
