@@ -30,6 +30,18 @@ type Host struct {
 	ReadAt        time.Time // the database's clock when the row was read
 }
 
+// State is the host's state in a word or a few, as every listing words it: "alive",
+// "draining", or "down since" when its lease expired.
+func (h Host) State() string {
+	switch {
+	case !h.Alive:
+		return "down since " + h.LeaseUntil.UTC().Format(time.RFC3339)
+	case h.DrainingSince != nil:
+		return "draining"
+	}
+	return "alive"
+}
+
 // Lease is a daemon's hold on its host's row: writes about the attempts it claims are fenced
 // by Generation (docs/ARCHITECTURE.md, Several hosts).
 type Lease struct {
@@ -260,13 +272,11 @@ func (s *Store) RunnableBy(ctx context.Context, job string) (Runnable, error) {
 		if r.Pinned != "" && h.Name != r.Pinned {
 			continue
 		}
-		state := ""
+		state := h.State()
 		switch {
-		case !h.Alive:
-			state = "down since " + h.LeaseUntil.UTC().Format(time.RFC3339)
-		case h.DrainingSince != nil:
-			state = "draining (holdfast host undrain " + h.Name + ")"
-		default:
+		case h.Alive && h.DrainingSince != nil:
+			state += " (holdfast host undrain " + h.Name + ")"
+		case h.Alive:
 			r.Hosts = append(r.Hosts, h.Name)
 			continue
 		}

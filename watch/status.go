@@ -146,13 +146,11 @@ func Status(ctx context.Context, st *store.Store) (Report, error) {
 		s := HostStatus{Name: h.Name}
 		switch {
 		case !h.Alive && (h.LiveRuns > 0 || h.PinnedJobs > 0):
-			s.State, s.Note = Critical, fmt.Sprintf("down since %s, with %d live runs and %d pinned jobs",
-				h.LeaseUntil.UTC().Format(time.RFC3339), h.LiveRuns, h.PinnedJobs)
+			s.State, s.Note = Critical, fmt.Sprintf("%s, with %d live runs and %d pinned jobs", h.State(), h.LiveRuns, h.PinnedJobs)
 		case !h.Alive:
-			s.State, s.Note = Warning, fmt.Sprintf("down since %s (holdfast host forget %s, if it is gone for good)",
-				h.LeaseUntil.UTC().Format(time.RFC3339), h.Name)
+			s.State, s.Note = Warning, fmt.Sprintf("%s (holdfast host forget %s, if it is gone for good)", h.State(), h.Name)
 		case h.DrainingSince != nil:
-			s.Note = "draining"
+			s.Note = h.State()
 		}
 		r.State = max(r.State, s.State)
 		r.Hosts = append(r.Hosts, s)

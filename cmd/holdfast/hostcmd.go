@@ -39,17 +39,6 @@ func hostJSON(h store.Host) hostOut {
 		LiveRuns: h.LiveRuns, PinnedJobs: h.PinnedJobs}
 }
 
-// hostState is a host's state in a word or a few: alive, draining, or down since when.
-func hostState(h store.Host) string {
-	switch {
-	case !h.Alive:
-		return "down since " + h.LeaseUntil.UTC().Format(time.RFC3339)
-	case h.DrainingSince != nil:
-		return "draining"
-	}
-	return "alive"
-}
-
 func newHostListCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -72,7 +61,7 @@ func newHostListCmd(g *globals) *cobra.Command {
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "HOST\tSTATE\tVERSION\tLAST HEARTBEAT\tLIVE RUNS\tPINNED JOBS")
 				for _, h := range hosts {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%d\t%d\n", h.Name, hostState(h), h.Version,
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%d\t%d\n", h.Name, h.State(), h.Version,
 						h.ReadAt.Sub(h.HeartbeatAt).Round(time.Second), h.LiveRuns, h.PinnedJobs)
 				}
 				return tw.Flush()
