@@ -54,24 +54,25 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 	crashpoint.At("spawn-claimed")
 	// Until systemd has the unit, a failure gives the claim back: the next pass claims the same
 	// attempt again, rather than waiting out the spawn grace and counting an attempt that never ran.
-	release := func(err error) error {
+	// After systemd was asked (mayExist), the unit may exist even though the call failed.
+	release := func(err error, mayExist bool) error {
 		// Even when the run's budget is spent, but bounded: the database may be what hangs.
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RunBudget)
 		defer cancel()
-		if rerr := r.cfg.Store.ReleaseSpawnClaim(relCtx, l.Run.ID, l.Attempt.No, spec.Name); rerr != nil {
+		if rerr := r.cfg.Store.ReleaseSpawnClaim(relCtx, l.Run.ID, l.Attempt.No, spec.Name, mayExist); rerr != nil {
 			return errors.Join(err, rerr)
 		}
 		return err
 	}
 	if err := r.prepareDirs(job, l.Run.ID, l.Attempt.No); err != nil {
-		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err))
+		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err), false)
 	}
 	// What a local repository holds before the backup starts: its growth is what the attempt
 	// added, for the runaway guard and for a settlement without restic's own figure.
 	if l.Run.Kind == store.KindBackup && job.Engine == engine.NameRestic {
 		if size, err := ledger.RepoSize(job.Repository); err == nil {
 			if err := r.cfg.Store.SetRepoBaseline(ctx, l.Run.ID, l.Attempt.No, size); err != nil {
-				return release(err)
+				return release(err, false)
 			}
 		} else if !errors.Is(err, ledger.ErrNotLocal) {
 			r.cfg.Logger.Warn("repository not measured; its growth will not be known", "run", l.Run.ID, "err", err)
@@ -86,7 +87,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 			return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
 				reason: "systemd refused to start the unit: " + err.Error(), neverRan: true})
 		}
-		return release(err) // systemd could not be asked, or refused for now (shutting down)
+		return release(err, true) // systemd could not be asked, or refused for now (shutting down)
 	}
 	crashpoint.At("spawn-started")
 	l.Attempt.Unit = spec.Name
@@ -98,13 +99,13 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 // arm has systemd start the claimed attempt's unit at at. The run stays queued until the unit
 // is there: a later pass marks it running. A manager that refuses the timer gets no more timers
 // from this daemon, and the attempt is started at its time like any other.
-func (r *Reconciler) arm(ctx context.Context, l store.LiveRun, spec runner.Spec, at time.Time, release func(error) error) error {
+func (r *Reconciler) arm(ctx context.Context, l store.LiveRun, spec runner.Spec, at time.Time, release func(error, bool) error) error {
 	existed, err := r.cfg.Runner.Arm(ctx, spec, at)
 	if err != nil {
 		if runner.BadRequest(err) && !r.armRefused.Swap(true) {
 			r.cfg.Logger.Warn("systemd refused a transient timer; runs start at their time instead", "run", l.Run.ID, "err", err)
 		}
-		return release(err)
+		return release(err, true)
 	}
 	crashpoint.At("spawn-armed")
 	l.Attempt.Unit = spec.Name

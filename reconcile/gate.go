@@ -70,8 +70,8 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l store.LiveRun, jobs map[s
 		return job, err
 	}
 	// Asked only when this host refuses: whether another live host (draining ones too: a drain
-	// ends) may run an any-host job.
-	if (f.refusal != "" || f.identityMissing != "") && job.Host == "" {
+	// ends) may run an any-host job. An attempt this host kept after a failed start is its own.
+	if (f.refusal != "" || f.identityMissing != "") && job.Host == "" && l.Attempt.Host == "" {
 		hosts, err := r.cfg.Store.Hosts(ctx)
 		if err != nil {
 			return job, err

@@ -74,8 +74,11 @@ func (r *Reconciler) stopSuperseded(ctx context.Context) error {
 		return err
 	}
 	names := make([]string, 0, 2*len(list))
-	for _, a := range list {
-		names = append(names, a.Unit, runner.TimerName(a.Unit))
+	for i, a := range list {
+		if a.Unit == "" { // a claim given back after a start that may have reached systemd
+			list[i].Unit = runner.UnitName(a.JobName, a.RunID, a.No)
+		}
+		names = append(names, list[i].Unit, runner.TimerName(list[i].Unit))
 	}
 	states, err := r.cfg.Runner.States(ctx, names)
 	if err != nil {

@@ -436,7 +436,7 @@ type SupersededAttempt struct {
 func (s *Store) Superseded(ctx context.Context, host string, within time.Duration) ([]SupersededAttempt, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+attemptColumns+`, r.job_name FROM attempts a JOIN runs r ON r.id = a.run_id
-		WHERE a.host = $1 AND a.superseded_at > now() - $2::interval AND a.unit IS NOT NULL
+		WHERE a.host = $1 AND a.superseded_at > now() - $2::interval
 		ORDER BY a.superseded_at`, host, within)
 	if err != nil {
 		return nil, fmt.Errorf("superseded attempts of host %s: %w", host, err)

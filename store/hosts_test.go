@@ -115,6 +115,72 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	}
 }
 
+// A spawn claim given back before systemd was asked goes to any host; one given back after a
+// failed start stays its host's, since only that host's systemd may have the unit. If that host
+// goes down, the attempt is taken over, and the host back finds it among those to stop.
+func TestReleasedSpawnClaim(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	lease(t, st, "h1", "p1", time.Hour)
+	lease(t, st, "h2", "p2", time.Hour)
+	addJob(t, st, "any")
+	run, err := st.Admit(ctx, "any", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := "holdfast-any-" + run.ID.String() + "-a1.service"
+	claim := func(host string, want bool) {
+		t.Helper()
+		if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, host, "", store.Limits{}); err != nil || ok != want {
+			t.Fatalf("claim on %s: %v %v, want %v", host, ok, err, want)
+		}
+	}
+	lists := func(host string, want bool) {
+		t.Helper()
+		live, err := st.LiveRuns(ctx, host)
+		if err != nil || (len(live) == 1) != want {
+			t.Fatalf("live runs of %s: %+v %v, want the run listed: %v", host, live, err, want)
+		}
+	}
+	claim("h1", true)
+	if err := st.ReleaseSpawnClaim(ctx, run.ID, 1, unit, false); err != nil {
+		t.Fatal(err)
+	}
+	lists("h2", true)
+	claim("h2", true)
+	if err := st.ReleaseSpawnClaim(ctx, run.ID, 1, unit, true); err != nil {
+		t.Fatal(err)
+	}
+	lists("h1", false)
+	claim("h1", false)
+	lists("h2", true)
+	claim("h2", true)
+	if err := st.ReleaseSpawnClaim(ctx, run.ID, 1, unit, true); err != nil {
+		t.Fatal(err)
+	}
+
+	lease(t, st, "h2", "p2", 300*time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
+	if got, err := st.RunByID(ctx, run.ID); err != nil || !strings.Contains(got.WaitingReason, "host h2 is down since") {
+		t.Fatalf("waiting reason of the run kept by a down host: %q %v", got.WaitingReason, err)
+	}
+	orphans, err := st.Orphans(ctx, "h1", 0)
+	if err != nil || len(orphans) != 1 || orphans[0].Run.ID != run.ID {
+		t.Fatalf("orphans seen by h1: %+v %v", orphans, err)
+	}
+	if done, err := st.TakeOverRun(ctx, store.TakeOver{RunID: run.ID, Attempt: 1, From: "h2", By: "h1",
+		Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}}); err != nil || !done {
+		t.Fatalf("take over: %v %v", done, err)
+	}
+	lease(t, st, "h2", "p2", time.Hour)
+	if sup, err := st.Superseded(ctx, "h2", time.Hour); err != nil || len(sup) != 1 || sup[0].Unit != "" || sup[0].No != 1 {
+		t.Fatalf("superseded attempts of h2: %+v %v, want attempt 1 with no unit recorded", sup, err)
+	}
+	if v, err := st.Violations(ctx); err != nil || len(v) != 0 {
+		t.Fatalf("violations: %v %v", v, err)
+	}
+}
+
 // A pinned job runs only on its host, and a draining host claims nothing new.
 func TestPinnedJobsAndDrain(t *testing.T) {
 	st := open(t)

@@ -407,6 +407,8 @@ func (s *Store) claimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 				SELECT a.run_id, a.attempt_no FROM attempts a JOIN runs r ON r.id = a.run_id
 				WHERE a.run_id = $1 AND a.attempt_no = $2 AND a.unit IS NULL AND a.ended_at IS NULL
 				  AND r.stop_requested_at IS NULL
+				  -- An attempt kept by the host whose start failed is that host's (ReleaseSpawnClaim).
+				  AND a.host IN ('', $4)
 				  -- A job pinned elsewhere is not this host's to run.
 				  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = r.job_id AND j.host IS NOT NULL AND j.host <> $4)
 				FOR UPDATE OF a SKIP LOCKED)
@@ -887,15 +889,19 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 	return run, nil
 }
 
-// ReleaseSpawnClaim gives back a spawn claim whose StartTransientUnit call could not reach
-// systemd, so the next pass claims the same attempt again. The unit name is derived from the
-// attempt, so if the call did reach systemd, the next start finds the unit instead of a twin.
-func (s *Store) ReleaseSpawnClaim(ctx context.Context, runID uuid.UUID, attempt int, unit string) error {
+// ReleaseSpawnClaim gives back a spawn claim whose unit systemd was not asked for, or whose
+// start failed, so that the next pass claims the same attempt again. The unit name is derived
+// from the attempt, so if a failed call did reach systemd, the next start finds the unit instead
+// of a twin. For that, with mayExist the attempt stays the claiming host's: another host's
+// systemd would not have the unit, and would start a twin.
+func (s *Store) ReleaseSpawnClaim(ctx context.Context, runID uuid.UUID, attempt int, unit string, mayExist bool) error {
 	_, err := s.pool.Exec(ctx, `
-		UPDATE attempts SET unit = NULL, host = '', spawn_claimed_at = NULL, armed_for = NULL, boot_id = NULL, lease_generation = NULL
+		UPDATE attempts SET unit = NULL, spawn_claimed_at = NULL, armed_for = NULL, boot_id = NULL,
+			host = CASE WHEN $4 THEN host ELSE '' END,
+			lease_generation = CASE WHEN $4 THEN lease_generation END
 		WHERE run_id = $1 AND attempt_no = $2 AND unit = $3 AND ended_at IS NULL AND started_at IS NULL
 		  AND holdfast_lease_current(host, lease_generation)`,
-		runID, attempt, unit)
+		runID, attempt, unit, mayExist)
 	if err != nil {
 		return fmt.Errorf("release spawn claim of run %s attempt %d: %w", runID, attempt, err)
 	}

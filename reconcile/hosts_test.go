@@ -1,0 +1,82 @@
+package reconcile_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/reconcile"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// A start that failed after it reached systemd leaves a unit the database does not name. The
+// attempt stays its host's; when another host takes it over, the host back stops that unit,
+// found by the name the attempt gives it.
+func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSweepEnv(t, reconcile.Config{Host: "h1", AllowCommandJobs: true})
+	st, r, rec := e.st, e.r, e.rec
+	take := func(host string, d time.Duration) {
+		t.Helper()
+		if _, err := st.AcquireLease(ctx, store.LeaseRequest{Host: host, Holder: "test", Duration: d,
+			HolderGone: func(string) bool { return true }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take("h1", time.Hour)
+	take("h2", time.Hour)
+	if _, err := st.CreateJob(ctx, store.Job{Name: "any", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.Admit(ctx, "any", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := runner.UnitName("any", run.ID, 1)
+	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h1", "", store.Limits{}); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	props := []sddbus.Property{sddbus.PropType("exec"), sddbus.PropExecStart([]string{"/bin/sleep", "300"}, false)}
+	if _, err := e.mgr.Conn(t).StartTransientUnitContext(ctx, unit, "replace", props, make(chan string, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ReleaseSpawnClaim(ctx, run.ID, 1, unit, true); err != nil {
+		t.Fatal(err)
+	}
+
+	// h1 goes down; h2 takes the run over.
+	take("h1", 200*time.Millisecond)
+	time.Sleep(400 * time.Millisecond)
+	if done, err := st.TakeOverRun(ctx, store.TakeOver{RunID: run.ID, Attempt: 1, From: "h1", By: "h2",
+		Settlement: &ledger.Settlement{Release: true, Source: "test"}}); err != nil || !done {
+		t.Fatalf("take over: %v %v", done, err)
+	}
+	take("h1", time.Hour)
+	if alive, _, err := r.Alive(ctx, unit); err != nil || !alive {
+		t.Fatalf("the unit before h1's sweep: alive %v, %v", alive, err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if stats, err := rec.Sweep(ctx); err != nil || stats.Errors > 0 {
+			t.Fatalf("sweep: %+v %v", stats, err)
+		}
+		alive, _, err := r.Alive(ctx, unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !alive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the superseded attempt's unit is still alive")
+		}
+	}
+	attempts, err := st.Attempts(ctx, run.ID)
+	if err != nil || len(attempts) != 2 || attempts[0].SupersededBy != "h2" || attempts[0].Unit != "" {
+		t.Fatalf("attempts: %+v %v, want the first, with no unit recorded, superseded by h2", attempts, err)
+	}
+}
