@@ -7,13 +7,15 @@
 // its first occurrence. A job with '*' in its minute or hour field ("*/15 * * * *", "30 * * * *",
 // @hourly) is not moved: it follows the new wall clock, so its slots in a skipped hour do not run
 // and those in a repeated hour run again.
-// Everything here is a pure function of its arguments.
+// Everything here is a pure function of its arguments (Parse and LoadZone remember their
+// answers, which does not change them).
 package schedule
 
 import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -41,6 +43,38 @@ const MinInterval = time.Second
 // "@hourly", "@weekly", "@monthly", "@yearly"), an interval ("@every 6h"), or "" for a job that
 // only runs when started by hand. tz is an IANA zone name ("" means UTC).
 func Parse(spec, tz string) (Schedule, error) {
+	key := [2]string{spec, tz}
+	parsed.Lock()
+	s, ok := parsed.m[key]
+	parsed.Unlock()
+	if ok {
+		return s, nil
+	}
+	s, err := parse(spec, tz)
+	if err != nil {
+		return Schedule{}, err
+	}
+	parsed.Lock()
+	if len(parsed.m) >= rememberMax {
+		clear(parsed.m)
+	}
+	parsed.m[key] = s
+	parsed.Unlock()
+	return s, nil
+}
+
+// rememberMax bounds the schedules and zones remembered; past it they are forgotten at once.
+const rememberMax = 4096
+
+// parsed remembers Parse's schedules: the daemons judge every job's schedule at each watch
+// pass, and parsing a cron expression in a zone costs tens of microseconds. A Schedule is
+// never changed once made, so one value serves every caller.
+var parsed = struct {
+	sync.Mutex
+	m map[[2]string]Schedule
+}{m: map[[2]string]Schedule{}}
+
+func parse(spec, tz string) (Schedule, error) {
 	spec = strings.TrimSpace(spec)
 	zone, err := LoadZone(tz)
 	if err != nil {
@@ -93,12 +127,31 @@ func LoadZone(tz string) (*time.Location, error) {
 	if tz == "" {
 		return time.UTC, nil
 	}
+	zones.Lock()
+	zone, ok := zones.m[tz]
+	zones.Unlock()
+	if ok {
+		return zone, nil
+	}
 	zone, err := time.LoadLocation(tz)
 	if err != nil || strings.EqualFold(tz, "local") {
 		return nil, fmt.Errorf("time zone %q is unknown: use an IANA name such as Europe/Berlin or America/New_York", tz)
 	}
+	zones.Lock()
+	if len(zones.m) >= rememberMax {
+		clear(zones.m)
+	}
+	zones.m[tz] = zone
+	zones.Unlock()
 	return zone, nil
 }
+
+// zones remembers the zones loaded: time.LoadLocation reads the zone's file each time. A zone
+// file changed on disk is read again when the daemon restarts.
+var zones = struct {
+	sync.Mutex
+	m map[string]*time.Location
+}{m: map[string]*time.Location{}}
 
 // String returns the schedule as given ("" for manual).
 func (s Schedule) String() string { return s.spec }

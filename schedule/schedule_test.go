@@ -1,7 +1,9 @@
 package schedule
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -251,5 +253,40 @@ func TestDueCountsWildcardDST(t *testing.T) {
 		if !d.Run || d.Missed != tc.wantMissed {
 			t.Errorf("%s: %+v, want a run and %d missed", tc.name, d, tc.wantMissed)
 		}
+	}
+}
+
+// Parse remembers its schedules: callers on several goroutines (admission, the watch) get the
+// same answers as a first parse, and an error is never remembered as a schedule.
+func TestParseRemembersAcrossGoroutines(t *testing.T) {
+	specs := [][2]string{{"0 3 * * *", "Europe/Berlin"}, {"@every 6h", ""}, {"*/15 * * * *", "America/New_York"}, {"@daily", "Asia/Tokyo"}}
+	from := time.Date(2026, 3, 29, 0, 0, 0, 0, time.UTC)
+	want := make([]time.Time, len(specs))
+	for i, s := range specs {
+		sched, err := parse(s[0], s[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i], _ = sched.Next(from)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 8*len(specs))
+	for range 8 {
+		wg.Go(func() {
+			for i, s := range specs {
+				sched, err := Parse(s[0], s[1])
+				if got, _ := sched.Next(from); err != nil || !got.Equal(want[i]) {
+					errs <- fmt.Sprintf("%s in %q: next %s (%v), want %s", s[0], s[1], got, err, want[i])
+				}
+				if _, err := Parse("61 * * * *", s[1]); err == nil {
+					errs <- "an invalid expression parsed once it was asked for again"
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }

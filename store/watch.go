@@ -10,9 +10,23 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// WatchJob is what the watch reads of a job's own row.
+type WatchJob struct {
+	Name               string
+	CreatedAt          time.Time
+	Schedule, TimeZone string
+	AlertAfter         time.Duration
+	AlertFailures      int
+	ExpectEvery        time.Duration
+	OverdueSince       *time.Time
+	OverdueReason      string
+	LastOutcome        string
+	NextRunAt          *time.Time
+}
+
 // WatchFacts is what deciding whether a job is overdue reads of it.
 type WatchFacts struct {
-	Job         Job
+	Job         WatchJob
 	LastSuccess *time.Time // when its last succeeded run ended
 	// Recent are the statuses of its last ended runs, newest first, as many as AlertFailures.
 	Recent    []string
@@ -20,9 +34,11 @@ type WatchFacts struct {
 	ReadAt    time.Time  // the database's now() when they were read
 }
 
-// WatchFacts reads the facts of every job.
+// WatchFacts reads the facts of every job. The daemons read them every --watch-interval, so
+// only what the watch needs is read.
 func (s *Store) WatchFacts(ctx context.Context) ([]WatchFacts, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+`,
+	rows, err := s.pool.Query(ctx, `SELECT j.name, j.created_at, j.schedule, j.time_zone, j.alert_after, j.alert_failures,
+		j.expect_every, j.overdue_since, coalesce(j.overdue_reason, ''), coalesce(j.last_outcome, ''), j.next_run_at,
 		(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded'),
 		coalesce((SELECT array_agg(status ORDER BY finished_at DESC) FROM (
 			SELECT r.status, r.finished_at FROM runs r
@@ -38,13 +54,19 @@ func (s *Store) WatchFacts(ctx context.Context) ([]WatchFacts, error) {
 	var all []WatchFacts
 	for rows.Next() {
 		var f WatchFacts
-		var extra [4]any
-		extra[0], extra[1], extra[2], extra[3] = &f.LastSuccess, &f.Recent, &f.RecentEnd, &f.ReadAt
-		j, err := scanJob(rowWithExtra{rows, extra[:]})
-		if err != nil {
+		j := &f.Job
+		var alertAfter, expectEvery *time.Duration
+		if err := rows.Scan(&j.Name, &j.CreatedAt, &j.Schedule, &j.TimeZone, &alertAfter, &j.AlertFailures,
+			&expectEvery, &j.OverdueSince, &j.OverdueReason, &j.LastOutcome, &j.NextRunAt,
+			&f.LastSuccess, &f.Recent, &f.RecentEnd, &f.ReadAt); err != nil {
 			return nil, fmt.Errorf("read jobs to watch: %w", err)
 		}
-		f.Job = j
+		if alertAfter != nil {
+			j.AlertAfter = *alertAfter
+		}
+		if expectEvery != nil {
+			j.ExpectEvery = *expectEvery
+		}
 		all = append(all, f)
 	}
 	if err := rows.Err(); err != nil {
@@ -52,14 +74,6 @@ func (s *Store) WatchFacts(ctx context.Context) ([]WatchFacts, error) {
 	}
 	return all, nil
 }
-
-// rowWithExtra scans a job's columns and then extra destinations from the same row.
-type rowWithExtra struct {
-	row   pgx.Row
-	extra []any
-}
-
-func (r rowWithExtra) Scan(dest ...any) error { return r.row.Scan(append(dest, r.extra...)...) }
 
 // MarkOverdue starts an overdue episode of job: it records since and reason and writes the
 // "overdue" event, in one statement. It reports false, writing nothing, when the job is overdue

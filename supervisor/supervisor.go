@@ -40,16 +40,17 @@ import (
 
 // The daemon's defaults, each stated here once; Defaults returns a Config with all of them.
 const (
-	DefaultSweepInterval    = 2 * time.Second
-	DefaultSpawnGrace       = reconcile.DefaultSpawnGrace
-	DefaultRunBudget        = reconcile.DefaultRunBudget
-	DefaultMaxAttempts      = reconcile.DefaultMaxAttempts
-	DefaultWorkers          = reconcile.DefaultWorkers
-	DefaultSpawnWorkers     = reconcile.DefaultSpawnWorkers
-	DefaultLateGrace        = time.Minute
-	DefaultKeepRunFiles     = "30d"
-	DefaultRunFilesEvery    = time.Hour
-	DefaultWatchInterval    = 5 * time.Second
+	DefaultSweepInterval = 2 * time.Second
+	DefaultSpawnGrace    = reconcile.DefaultSpawnGrace
+	DefaultRunBudget     = reconcile.DefaultRunBudget
+	DefaultMaxAttempts   = reconcile.DefaultMaxAttempts
+	DefaultWorkers       = reconcile.DefaultWorkers
+	DefaultSpawnWorkers  = reconcile.DefaultSpawnWorkers
+	DefaultLateGrace     = time.Minute
+	DefaultKeepRunFiles  = "30d"
+	DefaultRunFilesEvery = time.Hour
+	// Each watch pass reads every job; deadlines and stalls are minutes apart, not seconds.
+	DefaultWatchInterval    = 15 * time.Second
 	DefaultPassTimeout      = reconcile.DefaultPassTimeout
 	DefaultDependsWait      = reconcile.DefaultDependsWait
 	DefaultAllowUsers       = reconcile.DefaultAllowUsers
@@ -168,7 +169,7 @@ func (c *Config) Validate() error {
 		d       time.Duration
 		example string
 	}{{"--sweep-interval", c.SweepInterval, "2s"}, {"--spawn-grace", c.SpawnGrace, "30s"}, {"--run-budget", c.RunBudget, "30s"},
-		{"--depends-wait", c.DependsWait, "6h"}, {"--watch-interval", c.WatchInterval, "5s"},
+		{"--depends-wait", c.DependsWait, "6h"}, {"--watch-interval", c.WatchInterval, "15s"},
 		{"--lease", c.Lease, "10s"}, {"--takeover-grace", c.TakeoverGrace, "30s"}} {
 		if v.d <= 0 {
 			return fmt.Errorf("%s %s must be positive, e.g. %s", v.flag, v.d, v.example)

@@ -27,40 +27,81 @@ type Verdict struct {
 
 // Judge decides about one job as of now (the database's clock, f.ReadAt).
 func Judge(f store.WatchFacts, now time.Time) (Verdict, error) {
-	j := f.Job
-	from := j.CreatedAt
-	if f.LastSuccess != nil && f.LastSuccess.After(from) {
-		from = *f.LastSuccess
+	from := since(f)
+	e, err := expect(f.Job, from)
+	if err != nil {
+		return Verdict{}, err
 	}
-	since := "its creation"
-	if f.LastSuccess != nil {
-		since = "the last success at " + f.LastSuccess.UTC().Format(time.RFC3339)
+	return judge(f, now, from, e), nil
+}
+
+// since is the instant a job must have succeeded again after: its last success, or its creation.
+func since(f store.WatchFacts) time.Time {
+	if f.LastSuccess != nil && f.LastSuccess.After(f.Job.CreatedAt) {
+		return *f.LastSuccess
 	}
+	return f.Job.CreatedAt
+}
+
+// expectation is what a job's schedule and settings say about when it must succeed after
+// from: by its first slot after from plus a grace, or, for a manual job, within every.
+type expectation struct {
+	slot  time.Time // zero for a manual job
+	grace time.Duration
+	every time.Duration // a manual job's --expect-every; 0 expects nothing
+}
+
+// expect reads the job's expectation. It depends only on the job's schedule, zone and alert
+// settings and on from, so a Watcher keeps it while they stay the same (cron's next slot in a
+// zone costs microseconds, and every job is judged every pass).
+func expect(j store.WatchJob, from time.Time) (expectation, error) {
 	sched, err := schedule.Parse(j.Schedule, j.TimeZone)
 	if err != nil {
-		return Verdict{}, fmt.Errorf("job %s: %w", j.Name, err)
+		return expectation{}, fmt.Errorf("job %s: %w", j.Name, err)
 	}
-	if slot, ok := sched.Next(from); ok {
-		grace := j.AlertAfter
-		if grace <= 0 {
-			if after, ok := sched.Next(slot); ok {
-				grace = after.Sub(slot)
-			}
+	slot, ok := sched.Next(from)
+	if !ok {
+		return expectation{every: j.ExpectEvery}, nil
+	}
+	grace := j.AlertAfter
+	if grace <= 0 {
+		if after, ok := sched.Next(slot); ok {
+			grace = after.Sub(slot)
 		}
-		if deadline := slot.Add(grace); !now.Before(deadline) {
+	}
+	return expectation{slot: slot, grace: grace}, nil
+}
+
+func judge(f store.WatchFacts, now, from time.Time, e expectation) Verdict {
+	j := f.Job
+	after := "its creation"
+	if f.LastSuccess != nil {
+		after = "the last success at " + f.LastSuccess.UTC().Format(time.RFC3339)
+	}
+	switch {
+	case !e.slot.IsZero():
+		if deadline := e.slot.Add(e.grace); !now.Before(deadline) {
 			return Verdict{true, deadline, fmt.Sprintf("no successful run for the slot of %s or later, %s after it (since %s)",
-				slot.UTC().Format(time.RFC3339), grace, since)}, nil
+				e.slot.UTC().Format(time.RFC3339), e.grace, after)}
 		}
-	} else if j.ExpectEvery > 0 {
-		if deadline := from.Add(j.ExpectEvery); !now.Before(deadline) {
+	case e.every > 0:
+		if deadline := from.Add(e.every); !now.Before(deadline) {
 			return Verdict{true, deadline, fmt.Sprintf("no successful run for %s (expected every %s, since %s)",
-				now.Sub(from).Round(time.Second), j.ExpectEvery, since)}, nil
+				now.Sub(from).Round(time.Second), e.every, after)}
 		}
 	}
 	if n := j.AlertFailures; n > 0 && len(f.Recent) >= n && f.RecentEnd != nil && !slices.Contains(f.Recent[:n], store.StatusSucceeded) {
-		return Verdict{true, *f.RecentEnd, fmt.Sprintf("the last %d runs did not succeed (%s)", n, strings.Join(f.Recent[:n], ", "))}, nil
+		return Verdict{true, *f.RecentEnd, fmt.Sprintf("the last %d runs did not succeed (%s)", n, strings.Join(f.Recent[:n], ", "))}
 	}
-	return Verdict{}, nil
+	return Verdict{}
+}
+
+// expected is a job's expectation as a Watcher keeps it, with what it was read from.
+type expected struct {
+	schedule, zone    string
+	from              time.Time
+	alertAfter, every time.Duration
+	e                 expectation
 }
 
 // Watcher records overdue episodes: at most one "overdue" event per episode, then one
@@ -69,6 +110,8 @@ type Watcher struct {
 	Store  *store.Store
 	Host   string
 	Logger *slog.Logger
+
+	expected map[string]expected // by job name, from the last pass; only its passes use it
 }
 
 // Pass judges every job once and records what changed, then marks the stalled runs. It goes
@@ -107,12 +150,21 @@ func (w *Watcher) overdue(ctx context.Context) error {
 		return err
 	}
 	var errs []error
+	kept := make(map[string]expected, len(facts))
 	for _, f := range facts {
-		v, err := Judge(f, f.ReadAt)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		j, from := f.Job, since(f)
+		x, ok := w.expected[j.Name]
+		if !ok || x.schedule != j.Schedule || x.zone != j.TimeZone || !x.from.Equal(from) ||
+			x.alertAfter != j.AlertAfter || x.every != j.ExpectEvery {
+			e, err := expect(j, from)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			x = expected{schedule: j.Schedule, zone: j.TimeZone, from: from, alertAfter: j.AlertAfter, every: j.ExpectEvery, e: e}
 		}
+		kept[j.Name] = x
+		v := judge(f, f.ReadAt, from, x.e)
 		switch {
 		case v.Overdue && f.Job.OverdueSince == nil:
 			marked, err := w.Store.MarkOverdue(ctx, f.Job.Name, v.Since, v.Reason, w.Host)
@@ -134,5 +186,6 @@ func (w *Watcher) overdue(ctx context.Context) error {
 			}
 		}
 	}
+	w.expected = kept
 	return errors.Join(errs...)
 }

@@ -11,7 +11,7 @@ import (
 func TestJudge(t *testing.T) {
 	created := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) *time.Time { t := created.Add(d); return &t }
-	daily := store.Job{Name: "d", Schedule: "0 2 * * *", CreatedAt: created, AlertFailures: 2}
+	daily := store.WatchJob{Name: "d", Schedule: "0 2 * * *", CreatedAt: created, AlertFailures: 2}
 	for _, tc := range []struct {
 		name    string
 		f       store.WatchFacts
@@ -25,19 +25,19 @@ func TestJudge(t *testing.T) {
 			"no successful run for the slot of 2026-12-01T02:00:00Z or later, 24h0m0s after it (since its creation)"},
 		{"daily, succeeded at the slot", store.WatchFacts{Job: daily, LastSuccess: at(2*time.Hour + time.Minute),
 			Recent: []string{"succeeded"}, RecentEnd: at(2*time.Hour + time.Minute)}, 27 * time.Hour, false, 0, ""},
-		{"daily, --alert-after 3h", store.WatchFacts{Job: func() store.Job { j := daily; j.AlertAfter = 3 * time.Hour; return j }()},
+		{"daily, --alert-after 3h", store.WatchFacts{Job: func() store.WatchJob { j := daily; j.AlertAfter = 3 * time.Hour; return j }()},
 			5 * time.Hour, true, 5 * time.Hour, "3h0m0s after it"},
 		{"the last two runs failed", store.WatchFacts{Job: daily, LastSuccess: at(time.Hour),
 			Recent: []string{"failed", "partial"}, RecentEnd: at(90 * time.Minute)}, 2 * time.Hour, true, 90 * time.Minute,
 			"the last 2 runs did not succeed (failed, partial)"},
 		{"one failure is not yet two", store.WatchFacts{Job: daily, LastSuccess: at(time.Hour),
 			Recent: []string{"failed", "succeeded"}, RecentEnd: at(90 * time.Minute)}, 2 * time.Hour, false, 0, ""},
-		{"--alert-failures 0: failures alone never", store.WatchFacts{Job: func() store.Job { j := daily; j.AlertFailures = 0; return j }(),
+		{"--alert-failures 0: failures alone never", store.WatchFacts{Job: func() store.WatchJob { j := daily; j.AlertFailures = 0; return j }(),
 			LastSuccess: at(time.Hour), Recent: nil, RecentEnd: at(90 * time.Minute)}, 2 * time.Hour, false, 0, ""},
-		{"manual, no expectation", store.WatchFacts{Job: store.Job{Name: "m", CreatedAt: created}}, 1000 * time.Hour, false, 0, ""},
-		{"manual, --expect-every 168h passed", store.WatchFacts{Job: store.Job{Name: "m", CreatedAt: created, ExpectEvery: 168 * time.Hour},
+		{"manual, no expectation", store.WatchFacts{Job: store.WatchJob{Name: "m", CreatedAt: created}}, 1000 * time.Hour, false, 0, ""},
+		{"manual, --expect-every 168h passed", store.WatchFacts{Job: store.WatchJob{Name: "m", CreatedAt: created, ExpectEvery: 168 * time.Hour},
 			LastSuccess: at(time.Hour)}, 170 * time.Hour, true, 169 * time.Hour, "expected every 168h0m0s"},
-		{"@every 3s, failing since its creation", store.WatchFacts{Job: store.Job{Name: "e", Schedule: "@every 3s", CreatedAt: created}},
+		{"@every 3s, failing since its creation", store.WatchFacts{Job: store.WatchJob{Name: "e", Schedule: "@every 3s", CreatedAt: created}},
 			6 * time.Second, true, 6 * time.Second, "3s after it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,7 +50,7 @@ func TestJudge(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Judge(store.WatchFacts{Job: store.Job{Name: "bad", Schedule: "not a schedule"}}, created); err == nil {
+	if _, err := Judge(store.WatchFacts{Job: store.WatchJob{Name: "bad", Schedule: "not a schedule"}}, created); err == nil {
 		t.Fatal("a job with a schedule that does not parse was judged")
 	}
 }
