@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -318,8 +319,8 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 	if total < 50 {
 		t.Fatalf("only %d slots ran, want at least 50", total)
 	}
-	if len(byHost) != 2 {
-		t.Fatalf("attempts by host %v, want both supervisors to have run slots", byHost)
+	if hostname, _ := os.Hostname(); byHost[hostname] == 0 || byHost["other-host"] == 0 {
+		t.Fatalf("attempts by host %v, want both supervisors (%s, other-host) to have run slots", byHost, hostname)
 	}
 	t.Logf("%d slots ran once each across two supervisors; attempts by host: %v", total, byHost)
 	e.checkInvariants(t)

@@ -19,6 +19,10 @@ const WaitPoll = time.Second
 // calling report with each reading, the final one included. When ctx ends first the run goes
 // on; the error says where to find it.
 func WaitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(store.Run, *store.Progress)) (store.Run, []store.Attempt, error) {
+	return waitRun(ctx, st, id, report, WaitPoll)
+}
+
+func waitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(store.Run, *store.Progress), poll time.Duration) (store.Run, []store.Attempt, error) {
 	ended := newWakeup()
 	listenCtx, cancel := context.WithCancel(ctx)
 	listening := make(chan struct{})
@@ -62,7 +66,7 @@ func WaitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(sto
 		if !store.Live(run.Status) {
 			return run, attempts, nil
 		}
-		if !sleep(ctx, WaitPoll, ended) {
+		if !sleep(ctx, poll, ended) {
 			return store.Run{}, nil, cutShort(ctx.Err())
 		}
 	}
