@@ -43,36 +43,43 @@ const MinInterval = time.Second
 // "@hourly", "@weekly", "@monthly", "@yearly"), an interval ("@every 6h"), or "" for a job that
 // only runs when started by hand. tz is an IANA zone name ("" means UTC).
 func Parse(spec, tz string) (Schedule, error) {
-	key := [2]string{spec, tz}
-	parsed.Lock()
-	s, ok := parsed.m[key]
-	parsed.Unlock()
-	if ok {
-		return s, nil
-	}
-	s, err := parse(spec, tz)
-	if err != nil {
-		return Schedule{}, err
-	}
-	parsed.Lock()
-	if len(parsed.m) >= rememberMax {
-		clear(parsed.m)
-	}
-	parsed.m[key] = s
-	parsed.Unlock()
-	return s, nil
+	return parsed.get([2]string{spec, tz}, func() (Schedule, error) { return parse(spec, tz) })
 }
-
-// rememberMax bounds the schedules and zones remembered; past it they are forgotten at once.
-const rememberMax = 4096
 
 // parsed remembers Parse's schedules: the daemons judge every job's schedule at each watch
 // pass, and parsing a cron expression in a zone costs tens of microseconds. A Schedule is
 // never changed once made, so one value serves every caller.
-var parsed = struct {
-	sync.Mutex
-	m map[[2]string]Schedule
-}{m: map[[2]string]Schedule{}}
+var parsed = memo[[2]string, Schedule]{m: map[[2]string]Schedule{}}
+
+// memo remembers the answers of a function that always answers the same for a key, errors
+// excepted, up to rememberMax of them; past that it forgets them all at once.
+type memo[K comparable, V any] struct {
+	mu sync.Mutex
+	m  map[K]V
+}
+
+const rememberMax = 4096
+
+// get returns the answer for key, asking answer when it is not remembered.
+func (c *memo[K, V]) get(key K, answer func() (V, error)) (V, error) {
+	c.mu.Lock()
+	v, ok := c.m[key]
+	c.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	v, err := answer()
+	if err != nil {
+		return v, err
+	}
+	c.mu.Lock()
+	if len(c.m) >= rememberMax {
+		clear(c.m)
+	}
+	c.m[key] = v
+	c.mu.Unlock()
+	return v, nil
+}
 
 func parse(spec, tz string) (Schedule, error) {
 	spec = strings.TrimSpace(spec)
@@ -127,31 +134,18 @@ func LoadZone(tz string) (*time.Location, error) {
 	if tz == "" {
 		return time.UTC, nil
 	}
-	zones.Lock()
-	zone, ok := zones.m[tz]
-	zones.Unlock()
-	if ok {
+	return zones.get(tz, func() (*time.Location, error) {
+		zone, err := time.LoadLocation(tz)
+		if err != nil || strings.EqualFold(tz, "local") {
+			return nil, fmt.Errorf("time zone %q is unknown: use an IANA name such as Europe/Berlin or America/New_York", tz)
+		}
 		return zone, nil
-	}
-	zone, err := time.LoadLocation(tz)
-	if err != nil || strings.EqualFold(tz, "local") {
-		return nil, fmt.Errorf("time zone %q is unknown: use an IANA name such as Europe/Berlin or America/New_York", tz)
-	}
-	zones.Lock()
-	if len(zones.m) >= rememberMax {
-		clear(zones.m)
-	}
-	zones.m[tz] = zone
-	zones.Unlock()
-	return zone, nil
+	})
 }
 
 // zones remembers the zones loaded: time.LoadLocation reads the zone's file each time. A zone
 // file changed on disk is read again when the daemon restarts.
-var zones = struct {
-	sync.Mutex
-	m map[string]*time.Location
-}{m: map[string]*time.Location{}}
+var zones = memo[string, *time.Location]{m: map[string]*time.Location{}}
 
 // String returns the schedule as given ("" for manual).
 func (s Schedule) String() string { return s.spec }
