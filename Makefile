@@ -83,8 +83,10 @@ man: build
 package:
 	packaging/build $(HOLDFAST_VERSION) dist
 
+# DEMOFLAGS go to holdfast-demo, e.g. DEMOFLAGS="--sample-size 20" or DEMOFLAGS=--keep.
+DEMOFLAGS ?=
 demo: deps build
-	@scripts/demo
+	@scripts/demo $(DEMOFLAGS)
 
 clean:
 	rm -rf bin dist man

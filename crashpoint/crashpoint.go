@@ -25,7 +25,7 @@
 //	stop-recorded              run stop: the stop intent committed, systemd not asked
 //	finish-before              daemon: marker read, ending not written
 //	retry-before-commit        daemon: ending and retry run written, not committed
-//	finish-after               daemon: ending written
+//	finish-after               daemon: ending written (with a backup's snapshot in the inventory)
 //	retry-after                daemon: ending and retry run committed
 //	inventory-before-commit    daemon or CLI: the repository's snapshot listing written, not committed
 //	restart-before             daemon: interruption seen, next attempt not opened

@@ -72,11 +72,17 @@ func (r Restic) global(j Job) []string {
 	return append(argv, "--no-cache")
 }
 
+// BackupTags are the tags, in order, of the snapshot a backup of j for run makes.
+func BackupTags(j Job, run uuid.UUID) []string { return []string{JobTag(j.Name), RunTag(run)} }
+
 // BackupArgv returns the command line that backs up j's paths as a snapshot
-// tagged with the job and the run. The "--" keeps a path that starts with a
+// tagged with the job and the run (BackupTags). The "--" keeps a path that starts with a
 // dash from being read as an option (restic 0.14 accepts it).
 func (r Restic) BackupArgv(j Job, run uuid.UUID) []string {
-	argv := append(r.global(j), "backup", "--json", "--tag", JobTag(j.Name), "--tag", RunTag(run))
+	argv := append(r.global(j), "backup", "--json")
+	for _, tag := range BackupTags(j, run) {
+		argv = append(argv, "--tag", tag)
+	}
 	for _, x := range j.Excludes {
 		argv = append(argv, "--exclude", x)
 	}

@@ -208,26 +208,34 @@ func (r *Reconciler) repairAndFinish(ctx context.Context, l store.LiveRun, a sto
 	if err != nil {
 		return err
 	}
-	v.snapshotID, v.reason = r.repair(ctx, job, l.Run.ID, v.reason)
+	v.snapshotID, v.snapshot, v.reason = r.repair(ctx, job, l.Run.ID, v.reason)
 	return r.finishBackup(ctx, l, a, m, v)
 }
 
-// finishBackup closes a backup run with v and, if it made a snapshot, refreshes the
-// repository's inventory.
+// finishBackup closes a backup run with v. A restic backup that succeeded or was partial made a
+// snapshot: it enters the inventory with the ending, in its transaction, from the backup's own
+// summary (or from the repair channel's listing, already in v). The repository is not listed
+// again after a backup: that costs a unit and restic's key derivation (most of a second), and
+// every retention plan and `snapshot list --refresh` lists it first anyway.
 func (r *Reconciler) finishBackup(ctx context.Context, l store.LiveRun, a store.Attempt, m runner.Marker, v verdict) error {
-	if err := r.finishAttempt(ctx, l, a, m, v); err != nil {
-		return err
+	made := v.status == store.StatusSucceeded || v.status == store.StatusPartial
+	if s := summary(a); v.snapshot == nil && made && l.JobEngine == engine.NameRestic && s != nil && s.SnapshotID != "" {
+		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
+		switch {
+		case errors.Is(err, store.ErrNotFound): // removed: no inventory row; a listing finds the snapshot
+		case err != nil:
+			return err // nothing is closed on facts we could not read
+		default:
+			v.snapshot = summarySnapshot(job, l.Run.ID, a, s.SnapshotID, r.hostname, r.cfg.now())
+		}
 	}
-	if v.status == store.StatusSucceeded || v.status == store.StatusPartial {
-		r.refreshAfter(ctx, l)
-	}
-	return nil
+	return r.finishAttempt(ctx, l, a, m, v)
 }
 
-// refreshAfter reads the repository's snapshots again after a run changed them. A failure only
-// costs freshness: every plan reads the repository again before it decides. It is the repair
-// channel's work, not the pass's: asking restic costs a unit and the derivation of the
-// repository's key (most of a second), which the runs behind this one need not wait for.
+// refreshAfter reads the repository's snapshots again after a forget run changed them. A
+// failure only costs freshness: every plan reads the repository again before it decides. It is
+// the repair channel's work, not the pass's: asking restic costs a unit and the derivation of
+// the repository's key (most of a second), which the runs behind this one need not wait for.
 func (r *Reconciler) refreshAfter(ctx context.Context, l store.LiveRun) {
 	if l.JobEngine != engine.NameRestic {
 		return
@@ -250,19 +258,21 @@ func (r *Reconciler) refreshAfter(ctx context.Context, l store.LiveRun) {
 }
 
 // repair asks the repository which snapshot the run made, when the journal cannot say (it was
-// lost or quarantined). It is asked once, as the run ends; the byte figures stay unknown.
-func (r *Reconciler) repair(ctx context.Context, job store.Job, run uuid.UUID, reason string) (snapshotID, newReason string) {
+// lost or quarantined). It is asked once, as the run ends; the byte figures stay unknown. The
+// snapshot found is returned as restic listed it, for the inventory.
+func (r *Reconciler) repair(ctx context.Context, job store.Job, run uuid.UUID, reason string) (snapshotID string, snap *store.Snapshot, newReason string) {
 	restic, ej := JobRestic(r.cfg, job)
 	snaps, err := restic.RunSnapshots(ctx, ej, run)
 	switch {
 	case err != nil:
 		r.cfg.Logger.Warn("repair channel failed", "run", run, "err", err)
-		return "", reason + "; the journal recorded no summary and the repository could not be asked"
+		return "", nil, reason + "; the journal recorded no summary and the repository could not be asked"
 	case len(snaps) == 0:
-		return "", reason + "; the journal recorded no summary and the repository has no snapshot tagged with this run"
+		return "", nil, reason + "; the journal recorded no summary and the repository has no snapshot tagged with this run"
 	}
 	last := snaps[len(snaps)-1]
-	return last.ShortID, reason + fmt.Sprintf("; snapshot %s found in the repository by the run's tag (the journal recorded no summary; byte figures unknown)", last.ShortID)
+	listed := listedSnapshot(job.Repository, last)
+	return last.ShortID, &listed, reason + fmt.Sprintf("; snapshot %s found in the repository by the run's tag (the journal recorded no summary; byte figures unknown)", last.ShortID)
 }
 
 // finish closes a run on a verdict reached without a readable marker.
@@ -284,7 +294,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 	if v.status == store.StatusPaused {
 		e.PausedReason = l.Run.PausedReason
 	}
-	e.SnapshotID = v.snapshotID
+	e.SnapshotID, e.Snapshot = v.snapshotID, v.snapshot
 	// Absent is not zero: without the engine's summary the figures stay unknown.
 	if s := summary(a); s != nil {
 		e.SnapshotID = s.SnapshotID

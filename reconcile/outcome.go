@@ -16,6 +16,9 @@ type verdict struct {
 	reason     string
 	snapshotID string // from the repair channel, when the journal had no summary
 	neverRan   bool   // systemd refused the unit: nothing ran, nothing was added
+	// snapshot is the run's snapshot for the inventory, recorded with the ending: from the
+	// repair channel's listing, or from the backup's summary (finishBackup).
+	snapshot *store.Snapshot
 }
 
 // systemdExitStatuses are the statuses systemd itself uses when it could not run the command

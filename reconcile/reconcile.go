@@ -209,6 +209,9 @@ type Reconciler struct {
 	unlocked    map[attemptKey]bool      // superseded attempts whose repository was unlocked; guarded by repairMu
 	// armRefused is set once systemd refused a transient timer: runs then start at their time.
 	armRefused atomic.Bool
+	// hostname is this machine's host name (os.Hostname), which restic records on the snapshots
+	// its units make here; cfg.Host may be another name.
+	hostname   string
 	drainLimit int64 // maxDrain unless a test sets it
 }
 
@@ -218,6 +221,7 @@ func New(cfg Config) (*Reconciler, error) {
 		return nil, err
 	}
 	r := &Reconciler{cfg: cfg, unlocked: map[attemptKey]bool{}}
+	r.hostname, _ = os.Hostname()
 	r.newServices()
 	return r, nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,8 +14,11 @@ import (
 
 // A queue not started carries a task out in its caller. Started, it drops a task for an attempt
 // already queued or being carried out, and its Stop waits for the task begun and drops those
-// not begun.
-func TestQueue(t *testing.T) {
+// not begun. In a bubble (testing/synctest), so that the test sees Stop waiting for the task
+// begun, with nothing else left to do, before it lets the task end.
+func TestQueue(t *testing.T) { synctest.Test(t, testQueue) }
+
+func testQueue(t *testing.T) {
 	q := &queue{name: "test", workers: 1, size: 4, budget: time.Minute, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx := context.Background()
 	var ran atomic.Int32
@@ -48,10 +52,13 @@ func TestQueue(t *testing.T) {
 	}
 	stopped := make(chan struct{})
 	go func() { q.Stop(); close(stopped) }()
+	// Every goroutine is blocked for good: the worker in the task begun, Stop waiting for it
+	// (its cancel is done, so the worker takes no other task once this one ends).
+	synctest.Wait()
 	select {
 	case <-stopped:
 		t.Fatal("Stop returned while a task was being carried out")
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	close(release)
 	<-stopped

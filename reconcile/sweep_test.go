@@ -9,6 +9,7 @@ import (
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
@@ -21,6 +22,7 @@ func TestMain(m *testing.M) { testenv.RunMain(m) }
 
 // sweepEnv is a real database, a private systemd manager and a reconciler over them.
 type sweepEnv struct {
+	dsn string
 	st  *store.Store
 	r   *runner.Runner
 	mgr *testenv.Manager
@@ -32,7 +34,7 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 	ctx := context.Background()
 	dir := testenv.SharedDir(t) // first: removed after the manager stopped its units
 	dsn := storetest.Migrated(t)
-	e := sweepEnv{mgr: testenv.PrivateSystemd(t)}
+	e := sweepEnv{dsn: dsn, mgr: testenv.PrivateSystemd(t)}
 	var err error
 	if e.st, err = store.Open(ctx, dsn); err != nil {
 		t.Fatal(err)
@@ -51,13 +53,14 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 }
 
 // A failed unit the manager did not collect, with no marker (its ExecStopPost never ran), is
-// reset so its name is free, and the run is restarted and then finishes in attempt 2.
+// reset so its name is free, and the run is restarted once its spawn grace is over and then
+// finishes in attempt 2.
 func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// A grace long enough that attempt 2's unit, started under load, is never taken for gone
-	// before its marker is written.
-	e := newSweepEnv(t, reconcile.Config{SpawnGrace: 3 * time.Second, AllowCommandJobs: true})
+	// before its marker is written; attempt 1's is over, its claim dated back past it.
+	e := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Hour, AllowCommandJobs: true})
 	st, r, mgr, rec := e.st, e.r, e.mgr, e.rec
 	if _, err := st.CreateJob(ctx, store.Job{Name: "flaky", Engine: "command", Repository: "-", PasswordFile: "-",
 		Command: []string{"/bin/true"}}); err != nil {
@@ -71,13 +74,22 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, rec.Host(), "", store.Limits{}); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
+	db, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	if _, err := db.Exec(ctx, `UPDATE attempts SET spawn_claimed_at = spawn_claimed_at - interval '2 hours'
+		WHERE run_id = $1 AND attempt_no = 1`, run.ID); err != nil {
+		t.Fatal(err)
+	}
 	// Started behind holdfast's back with systemd's default CollectMode and no ExecStopPost.
 	conn := mgr.Conn(t)
 	props := []sddbus.Property{sddbus.PropType("exec"), sddbus.PropExecStart([]string{"/bin/false"}, false)}
 	if _, err := conn.StartTransientUnitContext(ctx, unit, "replace", props, make(chan string, 1)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		_, state, err := r.Alive(ctx, unit)
 		if err == nil && state.ActiveState == "failed" {
@@ -89,7 +101,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	for time.Now().Before(deadline.Add(20 * time.Second)) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
 		stats, err := rec.Sweep(ctx)
 		if err != nil || stats.Errors > 0 {
 			t.Fatalf("sweep: %+v %v", stats, err)

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -25,61 +26,155 @@ func mainStart(t *testing.T, m *testenv.Manager, unit string) time.Time {
 	return time.UnixMicro(int64(us))
 }
 
-// An armed service is loaded but not started until its timer's instant, then starts at it; a
-// stop of the timer and the service before that instant leaves neither, and nothing started.
+// timerUSec reads a timestamp of a timer (µs since the epoch; 0 for never).
+func timerUSec(t *testing.T, m *testenv.Manager, timer, prop string) uint64 {
+	t.Helper()
+	p, err := m.Conn(t).GetUnitTypePropertyContext(context.Background(), timer, "Timer", prop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	us, _ := p.Value.Value().(uint64)
+	return us
+}
+
+// triggeredBy is what systemd says triggers the unit (its TriggeredBy dependencies).
+func triggeredBy(t *testing.T, m *testenv.Manager, unit string) []string {
+	t.Helper()
+	p, err := m.Conn(t).GetUnitPropertyContext(context.Background(), unit, "TriggeredBy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := p.Value.Value().([]string)
+	return names
+}
+
+// armAhead arms s for margin from now and, before that instant, reads what an armed unit must
+// show: the service loaded and not started, its timer waiting to elapse at the instant, to the
+// microsecond, with an accuracy of 1µs. It returns the instant, and false if any of that was
+// read only once the instant had come (a loaded machine): the unit is then stopped again.
+func armAhead(t *testing.T, m *testenv.Manager, r *runner.Runner, s runner.Spec, margin time.Duration) (time.Time, bool) {
+	t.Helper()
+	ctx := context.Background()
+	at := time.Now().Add(margin).Truncate(time.Microsecond)
+	timer := runner.TimerName(s.Name)
+	if existed, err := r.Arm(ctx, s, at); err != nil || existed {
+		t.Fatalf("arm %s: existed=%v err=%v", s.Name, existed, err)
+	}
+	if existed, err := r.Arm(ctx, s, at); err != nil || !existed {
+		t.Fatalf("arm again: existed=%v err=%v; want existed", existed, err)
+	}
+	// The call returns once the timer's start job is queued, not done.
+	var timerState runner.State
+	for {
+		alive, st, err := r.Alive(ctx, timer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if timerState = st; alive && st.SubState == "waiting" {
+			break
+		}
+		if !time.Now().Before(at) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	serviceAlive, serviceState, err := r.Alive(ctx, s.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, accuracy := timerUSec(t, m, timer, "NextElapseUSecRealtime"), timerUSec(t, m, timer, "AccuracyUSec")
+	if !time.Now().Before(at) {
+		t.Logf("armed %s ahead, but read its state only after its instant: again, further ahead", margin)
+		for _, name := range []string{timer, s.Name} {
+			if err := r.Stop(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return at, false
+	}
+	// All read before the instant.
+	if timerState.SubState != "waiting" {
+		t.Fatalf("timer of %s before its instant: %+v; want waiting", s.Name, timerState)
+	}
+	if serviceAlive || mainStart(t, m, s.Name) != (time.Time{}) {
+		t.Fatalf("%s before its time: alive=%v %+v; want loaded, not started", s.Name, serviceAlive, serviceState)
+	}
+	if next != uint64(at.UnixMicro()) || accuracy != 1 {
+		t.Fatalf("timer of %s elapses at %s with an accuracy of %dµs; want %s, 1µs", s.Name,
+			time.UnixMicro(int64(next)).UTC(), accuracy, at.UTC())
+	}
+	return at, true
+}
+
+// An armed service is loaded but not started until its timer's instant; then its timer starts
+// it, never before the instant. A stop of the timer and the service before that instant leaves
+// neither, and nothing started. How late after the instant is bench's (BenchmarkLateness).
 func TestArm(t *testing.T) {
 	m := testenv.Systemd(t)
 	r := connect(t, m)
 	ctx := context.Background()
 	spec := func(job string) runner.Spec {
-		return runner.Spec{Name: runner.UnitName(job, uuid.New(), 1), ExecStart: []string{"/bin/sleep", "30"}}
+		return runner.Spec{Name: runner.UnitName(job, uuid.New(), 1), ExecStart: []string{"/bin/sleep", "1000"}}
 	}
-	at := time.Now().Add(2 * time.Second)
-	started, stopped := spec("armed"), spec("disarmed")
-	for _, s := range []runner.Spec{started, stopped} {
-		if existed, err := r.Arm(ctx, s, at); err != nil || existed {
-			t.Fatalf("arm %s: existed=%v err=%v", s.Name, existed, err)
-		}
-	}
-	if existed, err := r.Arm(ctx, started, at); err != nil || !existed {
-		t.Fatalf("arm again: existed=%v err=%v; want existed", existed, err)
-	}
-	for _, s := range []runner.Spec{started, stopped} {
-		if alive, st, err := r.Alive(ctx, s.Name); err != nil || alive {
-			t.Fatalf("%s before its time: alive=%v %+v %v; want loaded, not started", s.Name, alive, st, err)
-		}
-		// The call returns once the timer's start job is queued, not done.
-		waitFor(t, "the timer to wait", func() bool {
-			alive, st, err := r.Alive(ctx, runner.TimerName(s.Name))
-			if err != nil || !alive {
-				t.Logf("timer of %s: %+v %v", s.Name, st, err)
-			}
-			return err == nil && alive && st.SubState == "waiting"
-		})
+
+	// An hour ahead: its stop is always before its instant.
+	stopped := spec("disarmed")
+	if _, ok := armAhead(t, m, r, stopped, time.Hour); !ok {
+		t.Fatal("an instant an hour ahead came before its timer was read")
 	}
 	for _, name := range []string{runner.TimerName(stopped.Name), stopped.Name} {
 		if err := r.Stop(ctx, name); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the armed service", func() bool { alive, _, _ := r.Alive(ctx, started.Name); return alive })
-	got := mainStart(t, m, started.Name)
-	if late := got.Sub(at); late < 0 || late > time.Second {
-		t.Fatalf("started %s after its instant; want within [0, 1s]", late)
-	}
-	t.Logf("started %s after its instant", got.Sub(at))
-	time.Sleep(500 * time.Millisecond)
 	for _, name := range []string{runner.TimerName(stopped.Name), stopped.Name} {
-		if alive, st, err := r.Alive(ctx, name); err != nil || alive {
-			t.Fatalf("%s after the instant: alive=%v %+v %v; want gone", name, alive, st, err)
+		waitFor(t, name+" to go", func() bool {
+			alive, _, err := r.Alive(ctx, name)
+			return err == nil && !alive
+		})
+	}
+	if got := mainStart(t, m, stopped.Name); !got.IsZero() {
+		t.Fatalf("the disarmed service started at %s", got)
+	}
+
+	// A few seconds ahead, and further should a loaded machine let the instant come before the
+	// timer was seen waiting for it.
+	var started runner.Spec
+	var at time.Time
+	for margin := 3 * time.Second; ; margin *= 2 {
+		started = spec("armed")
+		var ok bool
+		if at, ok = armAhead(t, m, r, started, margin); ok {
+			break
+		}
+		if margin > time.Minute {
+			t.Fatalf("not armed %s ahead of its instant", margin)
 		}
 	}
+	timer := runner.TimerName(started.Name)
+	waitFor(t, "the armed service", func() bool { alive, _, _ := r.Alive(ctx, started.Name); return alive })
+	var got time.Time
+	waitFor(t, "its main process", func() bool { got = mainStart(t, m, started.Name); return !got.IsZero() })
+	// Its timer started it: the timer elapsed at the instant or after, and the service started
+	// after that.
+	trigger := time.UnixMicro(int64(timerUSec(t, m, timer, "LastTriggerUSec")))
+	if by := triggeredBy(t, m, started.Name); !slices.Contains(by, timer) {
+		t.Fatalf("%s is triggered by %v, want its timer %s", started.Name, by, timer)
+	}
+	if trigger.Before(at) || got.Before(trigger) {
+		t.Fatalf("timer elapsed at %s, service started at %s; want both at or after the instant %s, the start after the elapse",
+			trigger.UTC(), got.UTC(), at.UTC())
+	}
+	t.Logf("started %s after its instant", got.Sub(at))
 	// The timer stays while its service runs, and goes with it.
+	if alive, _, err := r.Alive(ctx, timer); err != nil || !alive {
+		t.Fatalf("the elapsed timer is gone while its service runs: %v", err)
+	}
 	if err := r.Stop(ctx, started.Name); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the elapsed timer to go", func() bool {
-		alive, _, err := r.Alive(ctx, runner.TimerName(started.Name))
+		alive, _, err := r.Alive(ctx, timer)
 		return err == nil && !alive
 	})
 }

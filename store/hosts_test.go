@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -247,6 +248,20 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	}
 	if err := st.ForgetHost(ctx, "nowhere"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("forget an unknown host: %v", err)
+	}
+	// A host whose daemon is gone, with no run or job on it, is forgotten, once its lease lapsed.
+	lease(t, st, "h3", "p3", time.Millisecond)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		err := st.ForgetHost(ctx, "h3")
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &conflict) || time.Now().After(deadline) {
+			t.Fatalf("forget a host whose lease lapsed: %v", err)
+		}
+	}
+	if hosts, err := st.Hosts(ctx); err != nil || slices.ContainsFunc(hosts, func(h store.Host) bool { return h.Name == "h3" }) {
+		t.Fatalf("hosts after forgetting h3: %+v %v", hosts, err)
 	}
 }
 

@@ -544,6 +544,10 @@ type Ending struct {
 	Retry *Retry
 	// Settlement closes or defers the attempt's hold in the same transaction; nil leaves it.
 	Settlement *ledger.Settlement
+	// Snapshot, if set, is the snapshot the run made, added to the inventory in the same
+	// transaction if the ending applies (see recordSnapshot): from the backup's summary
+	// (SourceSummary) or from the repair channel's listing (SourceListing).
+	Snapshot *Snapshot
 }
 
 // Retry is a new run that repeats a run which failed for a transient reason.
@@ -555,7 +559,9 @@ type Retry struct {
 }
 
 // Finish ends the attempt and its run in one statement guarded by "this attempt is still live";
-// it reports false (and changes nothing) if another pass already moved the run on.
+// it reports false (and changes nothing) if another pass already moved the run on. The
+// settlement, the run's snapshot and the retry are written in the same transaction, only if
+// the ending applied.
 func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 	if Live(e.Status) {
 		return false, fmt.Errorf("finish run %s: %q is not a final status", e.RunID, e.Status)
@@ -588,6 +594,9 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 			return err
 		}
 		if err := applySettlement(ctx, tx, e.RunID, e.Attempt, e.Settlement, "holdfast"); err != nil && !errors.Is(err, errHoldClosed) {
+			return err
+		}
+		if err := recordSnapshot(ctx, tx, e.Snapshot, e.At); err != nil {
 			return err
 		}
 		if e.Retry == nil {

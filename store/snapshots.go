@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,7 +17,7 @@ import (
 // Snapshot is one snapshot of a repository as holdfast last saw it, with its protections.
 type Snapshot struct {
 	Repository string
-	ID         string // restic's full id (64 hex digits)
+	ID         string // restic's full id (64 hex digits); a row from a summary may have its short id
 	Time       time.Time
 	Host       string
 	Tags       []string
@@ -33,24 +35,65 @@ type Snapshot struct {
 	LegalHoldWhy   string
 	ImmutableUntil *time.Time
 	ImmutableBy    string
+	// Source says where the row's facts come from: SourceListing or SourceSummary.
+	Source string
 }
+
+// Where an inventory row came from.
+const (
+	// SourceListing: restic listed the snapshot (a full listing, or the repair channel's
+	// listing of a run's snapshot); its facts are restic's.
+	SourceListing = "listing"
+	// SourceSummary: a backup's own summary, recorded with the run's ending. The id is the
+	// summary's (maybe restic 0.14's short id); time, host, tags and paths are what holdfast
+	// knows of how it ran restic. The next listing completes the row (SyncSnapshots).
+	SourceSummary = "summary"
+)
+
+// summaryID is the shape of a snapshot id a summary may give (8 to 64 lower-case hex digits);
+// listedID that of a listed one (restic's full id).
+var (
+	summaryID = regexp.MustCompile(`^[0-9a-f]{8,64}$`)
+	listedID  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// inventoryLockClass is the first key of the advisory locks that serialize the writes of one
+// repository's inventory ("hfin"): a listing and a run's ending never both miss each other's
+// row of the same snapshot.
+const inventoryLockClass int32 = 0x6866696e
+
+func lockInventory(ctx context.Context, tx pgx.Tx, repository string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int, hashtext($2))`, inventoryLockClass, repository)
+	return err
+}
+
+// shortID is how a message names a snapshot: its first 12 digits, or all of a shorter id.
+func shortID(id string) string { return id[:min(12, len(id))] }
 
 const snapshotColumns = `s.repository, s.id, s.time, s.host, s.tags, s.paths, coalesce(s.job_name, ''), s.run_id,
 	(SELECT r.bytes_added FROM runs r WHERE r.id = s.run_id), s.first_seen_at, s.seen_at, s.forgotten_at,
 	s.legal_hold_at, coalesce(s.legal_hold_by, ''), coalesce(s.legal_hold_why, ''), s.immutable_until,
-	coalesce(s.immutable_by, '')`
+	coalesce(s.immutable_by, ''), s.source`
 
 func scanSnapshot(row pgx.Row) (Snapshot, error) {
 	var s Snapshot
 	err := row.Scan(&s.Repository, &s.ID, &s.Time, &s.Host, &s.Tags, &s.Paths, &s.JobName, &s.RunID,
 		&s.BytesAdded, &s.FirstSeenAt, &s.SeenAt, &s.ForgottenAt,
-		&s.LegalHoldAt, &s.LegalHoldBy, &s.LegalHoldWhy, &s.ImmutableUntil, &s.ImmutableBy)
+		&s.LegalHoldAt, &s.LegalHoldBy, &s.LegalHoldWhy, &s.ImmutableUntil, &s.ImmutableBy, &s.Source)
 	return s, err
 }
 
 // SyncSnapshots records a listing of the repository that was asked for at listedAt: listed
 // snapshots are added or marked seen, and those missing from it are marked forgotten, unless a
-// newer listing saw them. Protections are never changed here.
+// newer listing saw them (or a run's ending recorded them after listedAt). Protections are never
+// changed here.
+//
+// A row recorded from a backup's summary (SourceSummary) is completed by the listing: its facts
+// become restic's (time, host, tags, paths, and the job and run of its tags) and its source
+// SourceListing. One with a short id is completed in place, its id becoming the full id, keeping
+// its protections and first_seen_at, if exactly one listed id starts with it and that snapshot
+// carries the row's run tag; otherwise it is not merged into anything, and, absent from the
+// listing, it is marked forgotten like any other.
 func (s *Store) SyncSnapshots(ctx context.Context, repository string, listedAt time.Time, listed []Snapshot) (added, forgotten int, err error) {
 	type row struct {
 		ID      string     `json:"id"`
@@ -73,15 +116,43 @@ func (s *Store) SyncSnapshots(ctx context.Context, repository string, listedAt t
 		return 0, 0, fmt.Errorf("sync snapshots of %s: %w", repository, err)
 	}
 	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockInventory(ctx, tx, repository); err != nil {
+			return err
+		}
+		// Short ids from summaries first, so that the listing's rows below find them completed
+		// rather than adding a second row of the same snapshot. The ids are hex digits only
+		// (the table's check), so LIKE reads them literally.
+		if _, err := tx.Exec(ctx, `
+			WITH listed AS (SELECT x.id, x.run_id FROM jsonb_to_recordset($2::jsonb) AS x(id text, run_id uuid)),
+			m AS (
+				SELECT s.id AS short, min(l.id) AS full_id
+				FROM snapshots s JOIN listed l ON l.id LIKE s.id || '%'
+				WHERE s.repository = $1 AND s.source = 'summary' AND length(s.id) < 64
+				GROUP BY s.id, s.run_id
+				HAVING count(*) = 1 AND bool_and(l.run_id = s.run_id)),
+			one AS (SELECT * FROM m WHERE (SELECT count(*) FROM m o WHERE o.full_id = m.full_id) = 1)
+			UPDATE snapshots s SET id = one.full_id
+			FROM one WHERE s.repository = $1 AND s.id = one.short
+				AND NOT EXISTS (SELECT 1 FROM snapshots o WHERE o.repository = $1 AND o.id = one.full_id)`,
+			repository, doc); err != nil {
+			return err
+		}
 		// xmax = 0 tells an inserted row from an updated one.
 		r, err := tx.Query(ctx, `
-			INSERT INTO snapshots AS s (repository, id, time, host, tags, paths, job_name, run_id, first_seen_at, seen_at)
-			SELECT $1, x.id, x.time, x.host, coalesce(x.tags, '{}'), coalesce(x.paths, '{}'), x.job_name, x.run_id, $3, $3
+			INSERT INTO snapshots AS s (repository, id, time, host, tags, paths, job_name, run_id, first_seen_at, seen_at, source)
+			SELECT $1, x.id, x.time, x.host, coalesce(x.tags, '{}'), coalesce(x.paths, '{}'), x.job_name, x.run_id, $3, $3, 'listing'
 			FROM jsonb_to_recordset($2::jsonb) AS x(id text, time timestamptz, host text, tags text[], paths text[],
 				job_name text, run_id uuid)
 			ON CONFLICT (repository, id) DO UPDATE SET seen_at = greatest(s.seen_at, excluded.seen_at),
 				forgotten_at = CASE WHEN excluded.seen_at >= s.seen_at THEN NULL ELSE s.forgotten_at END,
-				tags = excluded.tags
+				tags = excluded.tags,
+				-- A row from a summary takes restic's own facts; a listed row keeps them.
+				time = CASE WHEN s.source = 'summary' THEN excluded.time ELSE s.time END,
+				host = CASE WHEN s.source = 'summary' THEN excluded.host ELSE s.host END,
+				paths = CASE WHEN s.source = 'summary' THEN excluded.paths ELSE s.paths END,
+				job_name = CASE WHEN s.source = 'summary' THEN excluded.job_name ELSE s.job_name END,
+				run_id = CASE WHEN s.source = 'summary' THEN excluded.run_id ELSE s.run_id END,
+				source = 'listing'
 			RETURNING xmax = 0`, repository, doc, listedAt)
 		if err != nil {
 			return err
@@ -110,6 +181,43 @@ func (s *Store) SyncSnapshots(ctx context.Context, repository string, listedAt t
 		return 0, 0, fmt.Errorf("sync snapshots of %s: %w", repository, err)
 	}
 	return added, forgotten, nil
+}
+
+// recordSnapshot adds the snapshot a run made to the inventory, inside the transaction that
+// ends the run (Finish), seen at at. Its id may come from the run's journal, which the job's
+// user can write: an id that is not 8 to 64 hex digits (64 for a listed one) records nothing,
+// and the row is only ever added, never merged into or written over an existing one. Nothing is
+// added either if a row of the repository already has that id, starts with it or is its start:
+// that is the same snapshot already known (a listing came first), or an id that names no
+// snapshot of this run, which the next listing sorts out.
+func recordSnapshot(ctx context.Context, tx pgx.Tx, snap *Snapshot, at time.Time) error {
+	if snap == nil || snap.Repository == "" {
+		return nil
+	}
+	valid := summaryID
+	if snap.Source != SourceSummary {
+		valid = listedID
+	}
+	if !valid.MatchString(snap.ID) {
+		return nil
+	}
+	source := cmp.Or(snap.Source, SourceListing)
+	if err := lockInventory(ctx, tx, snap.Repository); err != nil {
+		return err
+	}
+	// The shorter ids this one starts with, as far as a summary may shorten one.
+	var prefixes []string
+	for n := 8; n < len(snap.ID); n++ {
+		prefixes = append(prefixes, snap.ID[:n])
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO snapshots (repository, id, time, host, tags, paths, job_name, run_id, first_seen_at, seen_at, source)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10
+		WHERE NOT EXISTS (SELECT 1 FROM snapshots s WHERE s.repository = $1 AND (s.id LIKE $2 || '%' OR s.id = ANY($11)))
+		ON CONFLICT (repository, id) DO NOTHING`,
+		snap.Repository, snap.ID, snap.Time, snap.Host, nonNil(snap.Tags), nonNil(snap.Paths), nullIfEmpty(snap.JobName),
+		snap.RunID, at, source, prefixes)
+	return err
 }
 
 // Snapshots lists the snapshots of a repository that are still in it, newest first, whoever
@@ -146,7 +254,7 @@ func snapshotByPrefix(ctx context.Context, tx pgx.Tx, prefix string) (Snapshot, 
 	case 1:
 		return snaps[0], nil
 	}
-	return Snapshot{}, fmt.Errorf("snapshot %s: %w: %s and %s both match; give more digits", prefix, ErrAmbiguous, snaps[0].ID[:12], snaps[1].ID[:12])
+	return Snapshot{}, fmt.Errorf("snapshot %s: %w: %s and %s both match; give more digits", prefix, ErrAmbiguous, shortID(snaps[0].ID), shortID(snaps[1].ID))
 }
 
 // HoldSnapshot puts a snapshot under legal hold: no plan deletes it until it is released.
@@ -162,7 +270,7 @@ func (s *Store) HoldSnapshot(ctx context.Context, prefix, by, why string) (Snaps
 func (s *Store) ReleaseSnapshot(ctx context.Context, prefix string) (Snapshot, error) {
 	return s.protect(ctx, prefix, func(tx pgx.Tx, snap Snapshot) (pgx.Row, error) {
 		if snap.LegalHoldAt == nil {
-			return nil, &ConflictError{Msg: fmt.Sprintf("snapshot %s is not under legal hold", snap.ID[:12])}
+			return nil, &ConflictError{Msg: fmt.Sprintf("snapshot %s is not under legal hold", shortID(snap.ID))}
 		}
 		return tx.QueryRow(ctx, `UPDATE snapshots s SET legal_hold_at = NULL, legal_hold_by = NULL, legal_hold_why = NULL
 			WHERE repository = $1 AND id = $2 RETURNING `+snapshotColumns, snap.Repository, snap.ID), nil
@@ -175,7 +283,7 @@ func (s *Store) LockSnapshot(ctx context.Context, prefix string, until time.Time
 	return s.protect(ctx, prefix, func(tx pgx.Tx, snap Snapshot) (pgx.Row, error) {
 		if snap.ImmutableUntil != nil && until.Before(*snap.ImmutableUntil) {
 			return nil, &ConflictError{Msg: fmt.Sprintf("snapshot %s is immutable until %s: immutability can be extended, not shortened",
-				snap.ID[:12], snap.ImmutableUntil.UTC().Format(time.RFC3339))}
+				shortID(snap.ID), snap.ImmutableUntil.UTC().Format(time.RFC3339))}
 		}
 		return tx.QueryRow(ctx, `UPDATE snapshots s SET immutable_until = $3, immutable_by = $4
 			WHERE repository = $1 AND id = $2 RETURNING `+snapshotColumns, snap.Repository, snap.ID, until, by), nil

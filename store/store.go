@@ -222,6 +222,9 @@ func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error 
 // wrap adds context to err, except to the answers callers act on as they are: a conflict with
 // the current state, or something not found (those already name what they are about).
 func wrap(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
 	var conflict *ConflictError
 	if errors.As(err, &conflict) || errors.Is(err, ErrNotFound) {
 		return err

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
@@ -106,12 +108,13 @@ func equal(a, b []string) bool {
 }
 
 // The stall clock restarts when the progress figures move, and only then: status lines with the
-// same figures leave a hung run stalled.
+// same figures leave a hung run stalled. Standing still past stall_after is made by dating the
+// last change back, never by waiting.
 func TestStallClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _ := storetest.Open(t)
-	if _, err := st.CreateJob(ctx, store.Job{Name: "slow", Engine: "command", Command: []string{"/bin/true"}, StallAfter: time.Second}); err != nil {
+	st, dsn := storetest.Open(t)
+	if _, err := st.CreateJob(ctx, store.Job{Name: "slow", Engine: "command", Command: []string{"/bin/true"}, StallAfter: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	run, err := st.Admit(ctx, "slow", "manual", store.KindBackup)
@@ -121,9 +124,14 @@ func TestStallClock(t *testing.T) {
 	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, "u", "h", "", store.Limits{}); !ok || err != nil {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
-	if err := st.MarkStarted(ctx, run.ID, 1, time.Now().Add(-time.Minute)); err != nil {
+	if err := st.MarkStarted(ctx, run.ID, 1, time.Now().Add(-2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
+	db, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
 	stalled := func() bool {
 		t.Helper()
 		stalls, err := st.Stalls(ctx)
@@ -145,15 +153,26 @@ func TestStallClock(t *testing.T) {
 		}
 	}
 	if !stalled() {
-		t.Fatal("started a minute ago with no progress: not stalled")
+		t.Fatal("started two hours ago with no progress: not stalled")
 	}
 	progress(0.1)
 	if stalled() {
 		t.Fatal("stalled right after its figures moved")
 	}
-	time.Sleep(1100 * time.Millisecond)
-	progress(0.1) // a status line, the same figures
+	// The figures last moved two hours ago.
+	if tag, err := db.Exec(ctx, `UPDATE attempts SET progress_changed_at = progress_changed_at - interval '2 hours'
+		WHERE run_id = $1 AND attempt_no = 1`, run.ID); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("date the last change back: %v %v", tag, err)
+	}
 	if !stalled() {
 		t.Fatal("not stalled although its figures stood still past stall_after")
+	}
+	progress(0.1) // a status line, the same figures
+	if !stalled() {
+		t.Fatal("a status line with the same figures restarted the stall clock")
+	}
+	progress(0.2)
+	if stalled() {
+		t.Fatal("stalled right after its figures moved again")
 	}
 }

@@ -133,12 +133,7 @@ func (n *notifier) run(ctx context.Context) {
 	status := n.progress.status()
 	n.send("READY=1\nSTATUS=" + status)
 	n.logger.Info("told the service manager the daemon is ready", "watchdog", n.watchdog)
-	tick := n.interval
-	if n.watchdog > 0 {
-		// systemd's advice: ping at half the period at least; a quarter leaves room for a late tick.
-		tick = min(tick, n.watchdog/4)
-	}
-	ticker := time.NewTicker(tick)
+	ticker := time.NewTicker(pingEvery(n.interval, n.watchdog))
 	defer ticker.Stop()
 	for {
 		select {
@@ -156,6 +151,16 @@ func (n *notifier) run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// pingEvery is how often the notifier looks at the sweep's rhythm and the status: every sweep
+// interval, and under a watchdog (period watchdog, 0 without one) at a quarter of its period at
+// least. systemd's advice is half the period at least; a quarter leaves room for a late tick.
+func pingEvery(interval, watchdog time.Duration) time.Duration {
+	if watchdog > 0 {
+		return min(interval, watchdog/4)
+	}
+	return interval
 }
 
 // readDue reads the next due time for the status: the slot itself, not the earlier moment

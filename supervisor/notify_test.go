@@ -77,13 +77,10 @@ func TestServiceManagerNotifications(t *testing.T) {
 	if !strings.Contains(ready, "next due "+slot.UTC().Format("2006-01-02 15:04:05Z")) {
 		next(t, msgs, "STATUS=0 live run(s); next due "+slot.UTC().Format("2006-01-02 15:04:05Z"), 30*time.Second)
 	}
-	// Pings at a quarter of the period while the sweep goes on.
-	start := time.Now()
+	// Pings while the sweep goes on. How often is pingEvery's (TestPingEvery): a quarter of
+	// the period here; this test asks only that they come.
 	for range 3 {
-		next(t, msgs, "WATCHDOG=1", 2*time.Second)
-	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Fatalf("three watchdog pings took %s; the period is 2s", took)
+		next(t, msgs, "WATCHDOG=1", time.Minute)
 	}
 	e.job(t, "long", "/bin/sleep", "30")
 	e.admit(t, "long")
@@ -91,7 +88,7 @@ func TestServiceManagerNotifications(t *testing.T) {
 	next(t, msgs, "STATUS=1 live run(s)", 30*time.Second)
 
 	sup.Stop()
-	next(t, msgs, "STOPPING=1", 10*time.Second)
+	next(t, msgs, "STOPPING=1", time.Minute)
 	// Stopped: no more pings.
 	select {
 	case m := <-msgs:

@@ -64,3 +64,23 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("status = %q, want %q (a failed pass keeps the last count)", got, want)
 	}
 }
+
+// The notifier wakes every sweep interval, and under a watchdog at a quarter of its period if
+// that is sooner: three pings at least within every period, however the sweep is set.
+func TestPingEvery(t *testing.T) {
+	for _, c := range []struct {
+		interval, watchdog, want time.Duration
+	}{
+		{2 * time.Second, 0, 2 * time.Second},                             // no watchdog: the interval
+		{200 * time.Millisecond, 2 * time.Second, 200 * time.Millisecond}, // the interval is sooner
+		{2 * time.Second, 2 * time.Second, 500 * time.Millisecond},        // a quarter of the period
+		{time.Hour, 3 * time.Minute, 45 * time.Second},
+	} {
+		if got := pingEvery(c.interval, c.watchdog); got != c.want {
+			t.Errorf("pingEvery(%s, %s) = %s, want %s", c.interval, c.watchdog, got, c.want)
+		}
+		if c.watchdog > 0 && 3*pingEvery(c.interval, c.watchdog) >= c.watchdog {
+			t.Errorf("pingEvery(%s, %s): fewer than three pings a period", c.interval, c.watchdog)
+		}
+	}
+}

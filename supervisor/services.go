@@ -185,6 +185,8 @@ func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("watch pass failed; the next one tries again", "err", err)
+		} else if err == nil {
+			s.cfg.Logger.Debug("watch pass") // each judgement of every job, for --log-level debug
 		}
 		if !sleep(ctx, s.cfg.WatchInterval, nil) {
 			return

@@ -2,6 +2,7 @@ package testenv_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -66,13 +67,10 @@ func TestPrivatePostgresRestartAndFreeze(t *testing.T) {
 		srv.Thaw()
 		t.Fatal("a session of a frozen server answered")
 	}
-	start := time.Now()
-	if err := query(time.Second, "SELECT 1"); err == nil {
+	// It gives up by its own deadline: the server does not answer at all, not with an error.
+	if err := query(time.Second, "SELECT 1"); !errors.Is(err, context.DeadlineExceeded) {
 		srv.Thaw()
-		t.Fatal("a frozen server answered")
-	}
-	if waited := time.Since(start); waited > 5*time.Second {
-		t.Errorf("the query on a frozen server took %s to give up, want about its 1s deadline", waited)
+		t.Fatalf("a query on a frozen server: %v, want its deadline exceeded", err)
 	}
 	if err := srv.Thaw(); err != nil {
 		t.Fatal(err)

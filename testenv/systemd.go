@@ -81,6 +81,9 @@ type Manager struct {
 	Address    string // D-Bus address of the manager's private socket (peer to peer: no Hello)
 	JournalDir string // directory for journalctl --directory ("" = host journal); kept across Exit, Kill and Start
 	Private    bool   // true when testenv started it
+	// Shared is true for the manager of SharedSystemd, which other tests use at the same time:
+	// what would stop, kill, freeze or re-execute it is refused.
+	Shared bool
 
 	dir     string         // holds RuntimeDir, the journal and the manager's output
 	logPath string         // the manager's and journald's stdout and stderr
@@ -169,6 +172,78 @@ func PrivateSystemd(t testing.TB) *Manager {
 		}
 	})
 	return m
+}
+
+// shared is the manager of SharedSystemd, started once per test binary.
+var shared struct {
+	once sync.Once
+	m    *Manager
+	err  error
+}
+
+// SharedSystemd returns a private `systemd --user` that every test of the test binary shares,
+// started at the first call and stopped by RunMain: for tests that only start and stop their own
+// units, which saves each a manager and a journald of its own. Unit names are unique across
+// tests (they carry run ids), so the tests do not meet; a test stops its units itself when it
+// ends (StopUnits). Exit, Kill, Start, Freeze and systemctl verbs that act on the manager are
+// refused on it: a test that needs them uses PrivateSystemd.
+func SharedSystemd(t testing.TB) *Manager {
+	t.Helper()
+	requireRunMain(t, "the shared systemd manager")
+	shared.once.Do(func() {
+		var dir string
+		if dir, shared.err = processDir(); shared.err != nil {
+			return
+		}
+		if shared.m, shared.err = StartManager(filepath.Join(dir, "systemd")); shared.err != nil {
+			return
+		}
+		shared.m.Shared = true
+		managers.Lock()
+		managers.set[shared.m] = struct{}{} // stopped at shutdown with the leaked ones
+		managers.Unlock()
+	})
+	if shared.err != nil {
+		var u *unavailableError
+		if errors.As(shared.err, &u) {
+			unavailable(t, "%s", u.msg)
+		}
+		t.Fatalf("testenv: shared systemd manager: %v", shared.err)
+	}
+	return shared.m
+}
+
+// StopUnits kills and stops the named units and forgets their failures, for a test that ends
+// on a shared manager; units that are not loaded are skipped.
+func (m *Manager) StopUnits(ctx context.Context, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	conn, err := m.Dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var errs []error
+	for _, name := range names {
+		conn.KillUnitWithTarget(ctx, name, sdbus.All, int32(syscall.SIGKILL))
+		done := make(chan string, 1)
+		if _, err := conn.StopUnitContext(ctx, name, "replace", done); err != nil {
+			var dbusErr dbus.Error
+			if errors.As(err, &dbusErr) && dbusErr.Name == "org.freedesktop.systemd1.NoSuchUnit" {
+				continue
+			}
+			errs = append(errs, fmt.Errorf("stop %s: %w", name, err))
+			continue
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return errors.Join(append(errs, ctx.Err())...)
+		}
+		_ = conn.ResetFailedUnitContext(ctx, name) // not failed, or already collected
+	}
+	return errors.Join(errs...)
 }
 
 // StartManager starts a private `systemd --user` with its own journald, in
@@ -302,6 +377,14 @@ func (m *Manager) Systemctl(t testing.TB, args ...string) string {
 // SystemctlErr is Systemctl returning the error, e.g. for a non-zero exit
 // of `is-active`.
 func (m *Manager) SystemctlErr(args ...string) (string, error) {
+	if m.Shared {
+		for _, a := range args {
+			switch a {
+			case "daemon-reexec", "daemon-reload", "exit", "halt", "poweroff", "reboot", "kexec", "isolate", "switch-root":
+				return "", fmt.Errorf("testenv: systemctl %s would act on the manager other tests share (SharedSystemd); use PrivateSystemd", a)
+			}
+		}
+	}
 	argv := args
 	if m.Private {
 		argv = append([]string{"--user"}, args...)
@@ -351,6 +434,9 @@ func (m *Manager) requirePrivate(t testing.TB, op string) {
 	t.Helper()
 	if !m.Private {
 		t.Fatalf("testenv: %s needs a private manager (PrivateSystemd), not the host's", op)
+	}
+	if m.Shared {
+		t.Fatalf("testenv: %s would act on the manager other tests share (SharedSystemd); use PrivateSystemd", op)
 	}
 }
 

@@ -8,9 +8,9 @@
 // test is skipped with the reason, unless the environment variable CI is
 // true, in which case it fails. Whatever testenv starts is stopped again: per
 // test at t.Cleanup (databases, systemd managers, directories), per test
-// binary in RunMain (the shared PostgreSQL server, the built binary), so a
-// package that uses Postgres or HoldfastBinary must call RunMain from its
-// TestMain:
+// binary in RunMain (the shared PostgreSQL server, the shared systemd manager,
+// the built binary), so a package that uses Postgres, SharedSystemd or
+// HoldfastBinary must call RunMain from its TestMain:
 //
 //	func TestMain(m *testing.M) { testenv.RunMain(m) }
 //

@@ -32,10 +32,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -49,6 +51,12 @@ const (
 	logLines    = 15
 	lockName    = ".holdfast-demo" // marks a directory as the demo's, and locks it while a demo runs
 )
+
+// The demo's children get a parent-death signal (Pdeathsig), which Linux sends when the thread
+// that forked them ends, not the process. Go ends threads (one whose goroutine exited locked to
+// it, as testenv's do), so the main goroutine, which starts every child, keeps the main thread,
+// which lives as long as the process.
+func init() { runtime.LockOSThread() }
 
 func main() {
 	bin := flag.String("holdfast", "./bin/holdfast", "holdfast binary to run")
@@ -350,13 +358,20 @@ func (d *demo) newCmd(ctx context.Context, stdout io.Writer, argv ...string) *ex
 
 // daemon is the `holdfast daemon` running in the background.
 type daemon struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{} // closed when it has exited
-	err  error         // its exit, once done is closed
+	cmd    *exec.Cmd
+	log    string
+	notify *net.UnixConn // the daemon's NOTIFY_SOCKET, read as a service manager would
+	done   chan struct{} // closed when it has exited
+	err    error         // its exit, once done is closed
 }
 
-func (d *demo) startDaemon(context.Context) error {
+// readyTimeout bounds the wait for the daemon's first pass: generous, for a loaded machine.
+const readyTimeout = 2 * time.Minute
+
+// startDaemon starts the daemon and returns once it says READY=1 (sd_notify(3)): by then it
+// holds its host's lease and has ended its first pass, so `run start --wait` finds a live
+// daemon. A daemon that exits first is reported with its log's last line.
+func (d *demo) startDaemon(ctx context.Context) error {
 	argv := []string{"holdfast", "daemon", "--sweep-interval", "1s"}
 	logPath := filepath.Join(d.dir, "daemon.log")
 	fmt.Printf("\n$ %s >%s 2>&1 &\n", shellJoin(argv), shellQuote(logPath))
@@ -365,30 +380,96 @@ func (d *demo) startDaemon(context.Context) error {
 		return err
 	}
 	defer logf.Close()
+	sock := filepath.Join(d.dir, "daemon.notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		return fmt.Errorf("notify socket: %w", err)
+	}
 	cmd := exec.Command(d.bin, argv[1:]...)
-	cmd.Env = d.env
+	cmd.Env = append(d.env, "NOTIFY_SOCKET="+sock)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Out of the terminal's process group: Ctrl-C reaches the demo,
 		// which stops the daemon before the services it uses.
 		Setpgid: true,
-		// Should the demo be killed, the daemon goes too. Go ends a thread
-		// only with a locked goroutine, so this fires when the demo dies.
+		// Should the demo be killed, the daemon goes too (see init).
 		Pdeathsig: syscall.SIGTERM,
 	}
 	if err := cmd.Start(); err != nil {
+		notify.Close()
 		return err
 	}
-	d.daemon = &daemon{cmd: cmd, log: logPath, done: make(chan struct{})}
+	dm := &daemon{cmd: cmd, log: logPath, notify: notify, done: make(chan struct{})}
+	d.daemon = dm
 	go func() {
-		d.daemon.err = cmd.Wait()
-		close(d.daemon.done)
+		dm.err = cmd.Wait()
+		close(dm.done)
 	}()
-	return nil
+	ready := make(chan string, 1)
+	go dm.readNotifications(ready)
+	timer := time.NewTimer(readyTimeout)
+	defer timer.Stop()
+	select {
+	case status := <-ready:
+		fmt.Printf("==> the daemon is ready: %s\n", status)
+		return nil
+	case <-dm.done:
+		return dm.exited()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return fmt.Errorf("holdfast daemon not ready after %v; its last log line: %s", readyTimeout, lastLine(dm.log))
+	}
+}
+
+// readNotifications reads the daemon's notifications until the socket is closed, sending the
+// status that came with READY=1 on ready. It keeps reading after that: a receiver that stops
+// would in the end block the daemon's next notification.
+func (dm *daemon) readNotifications(ready chan<- string) {
+	buf := make([]byte, 4096)
+	for {
+		n, err := dm.notify.Read(buf)
+		if err != nil {
+			return
+		}
+		var isReady bool
+		var status string
+		for _, line := range strings.Split(string(buf[:n]), "\n") {
+			isReady = isReady || line == "READY=1"
+			if s, ok := strings.CutPrefix(line, "STATUS="); ok {
+				status = s
+			}
+		}
+		if isReady {
+			select {
+			case ready <- status:
+			default:
+			}
+		}
+	}
+}
+
+// exited describes the daemon's exit, with the last line of its log.
+func (dm *daemon) exited() error {
+	return fmt.Errorf("holdfast daemon exited (%v); its last log line: %s", dm.err, lastLine(dm.log))
+}
+
+// lastLine returns the last non-empty line of the file at path.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if last := lines[len(lines)-1]; last != "" {
+		return last
+	}
+	return "(the log is empty)"
 }
 
 // stop ends the daemon with SIGTERM, as systemd would.
 func (dm *daemon) stop() error {
+	defer dm.notify.Close()
 	select {
 	case <-dm.done:
 		return nil // its exit was reported when it happened
@@ -421,7 +502,7 @@ func (d *demo) backup(ctx context.Context) error {
 	go func() {
 		select {
 		case <-d.daemon.done:
-			cancel(fmt.Errorf("holdfast daemon exited (%v); see %s", d.daemon.err, d.daemon.log))
+			cancel(d.daemon.exited())
 		case <-ctx.Done():
 		}
 	}()
@@ -516,7 +597,7 @@ tail -f %[4]s
 		fmt.Println()
 		return nil
 	case <-d.daemon.done:
-		return fmt.Errorf("holdfast daemon exited (%v); see %s", d.daemon.err, d.daemon.log)
+		return d.daemon.exited()
 	}
 }
 

@@ -55,7 +55,7 @@ func TestBackupSucceeds(t *testing.T) {
 
 	// run logs reads journald: the unit's output, including restic's summary line as printed.
 	var logs string
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		logs = w.mustRun("run", "logs", r.ID)
 		if strings.Contains(logs, "summary:") || time.Now().After(deadline) {
@@ -256,6 +256,8 @@ func TestCorruptJournalAndMarker(t *testing.T) {
 	w.slowBackups()
 	d := w.startDaemon()
 
+	// Its summary is held back until the line that cannot be read is in its journal.
+	release := w.holdBackups()
 	id := w.startRun("noisy")
 	w.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
 	journalPath := filepath.Join(w.state, "runs", id, "a1", "journal.jsonl")
@@ -267,6 +269,7 @@ func TestCorruptJournalAndMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
+	release()
 	r := w.waitEnd(id)
 	if r.Status != "succeeded" {
 		t.Fatalf("run = %+v, want succeeded: a journal that cannot be read stops the projection, not the run", r)
@@ -287,12 +290,15 @@ func TestCorruptJournalAndMarker(t *testing.T) {
 	}
 
 	// Now a run whose marker is corrupted while no daemon watches.
+	// Held until its daemon is gone: the unit ends, and writes its marker, unwatched.
 	d.kill()
+	release = w.holdBackups()
 	id2 := w.startRun("noisy")
 	marker := filepath.Join(w.state, "markers", id2+".a1.json")
 	d = w.startDaemon()
 	w.waitRun(id2, "running", func(r runJSON) bool { return r.Status == "running" || ended(r) })
 	d.kill()
+	release()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if _, err := os.Stat(marker); err == nil {

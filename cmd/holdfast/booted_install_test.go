@@ -43,7 +43,8 @@ func installedHost(t *testing.T) (*bootedWorld, string) {
 // holdfast installed on a booted host as the README says: the CLI as root needs no environment,
 // the service tells systemd what it does, setup run again changes nothing, a backup as the system
 // user backup with a root-only password file succeeds and journald files its lines under its run,
-// and the README's backup of /home as a dedicated system user works as written.
+// the README's backup of /home as a dedicated system user works as written, and so do the
+// README's other examples after it (readmeExamples).
 func TestBootedHostInstall(t *testing.T) {
 	t.Parallel()
 	b, out := installedHost(t)
@@ -110,13 +111,17 @@ func TestBootedHostInstall(t *testing.T) {
 	if !strings.Contains(ls, "/home/alice/notes.txt") {
 		t.Fatalf("the snapshot of /home lacks alice's notes:\n%s", ls)
 	}
+
+	// On from there, the README's other examples, as written.
+	readmeExamples(t, b)
 }
 
 // A host where holdfast was installed as the README says reboots, gracefully and, on another
 // host at the same time, by a power loss, with three backups in flight, one of them stopped by the
-// operator: after the boot the interrupted two are restarted as new attempts within 5 s of the
-// daemon's start and succeed, the stopped one stays stopped, no restic lock is left and the
-// invariants hold.
+// operator: after the boot the interrupted two are restarted as new attempts and succeed, though
+// the daemon's lease and spawn grace are an hour (it neither waits its own lease of the boot
+// before out nor the units of that boot to appear), the stopped one stays stopped, no restic lock
+// is left and the invariants hold.
 func TestBootedHostReboot(t *testing.T) {
 	t.Parallel()
 	for _, round := range []struct {
@@ -127,10 +132,18 @@ func TestBootedHostReboot(t *testing.T) {
 			t.Parallel()
 			b, _ := installedHost(t)
 			h := b.h
+			// An hour's lease and spawn grace, far past every wait here: a run restarted within
+			// them was restarted because the daemon knew its lease of the boot before for its own
+			// (the machine id) and the attempts for an earlier boot's, not because one ran out.
+			h.Run(t, "mkdir", "-p", "/etc/systemd/system/holdfast.service.d")
+			h.WriteFile(t, "/etc/systemd/system/holdfast.service.d/test.conf",
+				[]byte("[Service]\nExecStart=\nExecStart=/usr/bin/holdfast daemon --lease 1h --spawn-grace 1h\n"), 0o644)
+			h.Run(t, "systemctl", "daemon-reload")
+			h.Run(t, "systemctl", "restart", "holdfast.service")
 			h.Run(t, "mkdir", "-p", "/srv/backup")
 			h.WriteFile(t, "/etc/holdfast/srv.pw", []byte("srv password\n"), 0o600)
-			// Three backups in flight, slowed by an upload limit (6 MiB at 256 KiB/s) rather than
-			// by work for the CPU.
+			// Three backups in flight, slowed by an upload limit (6 MiB at 4 KiB/s: 25 minutes)
+			// rather than by work for the CPU, until the reboot or the stop ends them.
 			jobs := []string{"one", "two", "three"}
 			ids := map[string]string{}
 			for _, j := range jobs {
@@ -138,7 +151,7 @@ func TestBootedHostReboot(t *testing.T) {
 				h.Run(t, "dd", "if=/dev/urandom", "of=/srv/"+j+"/data", "bs=1M", "count=6", "status=none")
 				b.resticRepoAs("/srv/backup/"+j, "/etc/holdfast/srv.pw", "backup")
 				b.mustHoldfast("job", "add", j, "--repo", "/srv/backup/"+j, "--password-file", "/etc/holdfast/srv.pw",
-					"--path", "/srv/"+j, "--user", "backup", "--limit-upload", "256")
+					"--path", "/srv/"+j, "--user", "backup", "--limit-upload", "4")
 			}
 			// All three at once: setting a job up takes seconds on a loaded machine.
 			for _, j := range jobs {
@@ -153,8 +166,9 @@ func TestBootedHostReboot(t *testing.T) {
 			}
 			for _, j := range jobs[:2] {
 				if r := b.show(ids[j]); r.Status != "running" {
-					t.Fatalf("run %s is %s (%s) before the reboot; the backups end too soon", j, r.Status, r.Reason)
+					t.Fatalf("run %s is %s (%s) before the reboot, want running", j, r.Status, r.Reason)
 				}
+				b.mustHoldfast("job", "edit", j, "--limit-upload", "0") // the attempts after the boot
 			}
 			// The daemon knows its own lease of the boot before as gone by the machine id: a
 			// fresh id at each boot would make it wait the lease out.
@@ -163,22 +177,12 @@ func TestBootedHostReboot(t *testing.T) {
 			if after := h.Run(t, "cat", "/etc/machine-id"); after != machineID || strings.TrimSpace(after) == "" {
 				t.Errorf("machine id %q before the reboot and %q after, want one id kept", machineID, after)
 			}
-			started := b.daemonStarted()
 			for _, j := range jobs[:2] {
 				r := b.waitRun(ids[j], "the end", ended)
 				if r.Status != "succeeded" || len(r.Attempts) != 2 {
 					t.Fatalf("run %s: %s (%s) in %d attempt(s); want succeeded in a second attempt", j, r.Status, r.Reason, len(r.Attempts))
 				}
-				spawned, err := time.Parse(time.RFC3339Nano, r.Attempts[1].SpawnedAt)
-				if err != nil {
-					t.Fatalf("attempt 2 of run %s: spawned_at %q: %v", j, r.Attempts[1].SpawnedAt, err)
-				}
-				after := spawned.Sub(started)
-				t.Logf("run %s restarted %s after the daemon started (attempt 1: %s %s)", j,
-					after.Round(time.Millisecond), r.Attempts[0].ServiceResult, r.Attempts[0].ExitStatus)
-				if after > 5*time.Second {
-					t.Errorf("run %s restarted %s after the daemon started, want within 5s", j, after)
-				}
+				t.Logf("run %s restarted (attempt 1: %s %s)", j, r.Attempts[0].ServiceResult, r.Attempts[0].ExitStatus)
 				if r.Attempts[0].BootID == "" || r.Attempts[0].BootID == r.Attempts[1].BootID {
 					t.Errorf("run %s: attempts of boots %q and %q, want two boots", j, r.Attempts[0].BootID, r.Attempts[1].BootID)
 				}
@@ -232,18 +236,6 @@ func (b *bootedWorld) resticRepoAs(dir, pw, user string) {
 	b.t.Helper()
 	b.h.Run(b.t, "restic", "--repo", dir, "--password-file", pw, "--no-cache", "init")
 	b.h.Run(b.t, "chown", "-R", user+":", dir)
-}
-
-// daemonStarted is when the running daemon's process started, as its manager recorded it.
-func (b *bootedWorld) daemonStarted() time.Time {
-	b.t.Helper()
-	out := b.h.Run(b.t, "systemctl", "show", "holdfast.service", "--property", "ExecMainStartTimestamp", "--timestamp", "us+utc")
-	v := strings.TrimPrefix(strings.TrimSpace(out), "ExecMainStartTimestamp=")
-	at, err := time.Parse("Mon 2006-01-02 15:04:05.000000 MST", v)
-	if err != nil {
-		b.t.Fatalf("holdfast.service start: %q: %v", v, err)
-	}
-	return at
 }
 
 // journalHasRun checks that journald files the unit's lines and the daemon's under the run.

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
@@ -258,10 +260,20 @@ func crashArmed(t *testing.T, w *world, point string) {
 }
 
 // crashSlot: the daemon dies admitting a scheduled slot. The slot runs once: never lost, never
-// admitted twice, and later slots each once. The period outlasts a restart on a loaded machine:
-// a slot that a later one overtook while no daemon ran is missed by design, not lost.
+// admitted twice, and later slots each once. The period outlasts a restart on a loaded machine;
+// a slot that a later one overtook while no daemon ran is missed by design, and counted so.
 func crashSlot(t *testing.T, w *world, point string) {
-	w.mustRun("job", "add", "tick", "--engine", "command", "--command", "/bin/true", "--schedule", "@every 10s")
+	w.mustRun("job", "add", "tick", "--engine", "command", "--command", "/bin/true", "--schedule", "@every 30s")
+	// The first slot now, not a period from now.
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, w.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	if _, err := db.Exec(ctx, `UPDATE jobs SET next_run_at = date_trunc('second', now()) + interval '1 second' WHERE name = 'tick'`); err != nil {
+		t.Fatal(err)
+	}
 	first := parseTime(t, w.job("tick").NextRunAt)
 	d := w.crashDaemon(point)
 	w.crashed(d, point)
@@ -281,8 +293,8 @@ func crashSlot(t *testing.T, w *world, point string) {
 		}
 		planned[at] = true
 	}
-	if !planned[first] {
-		t.Fatalf("runs %+v: the slot %s the daemon died admitting never ran", runs, first)
+	if !planned[first] && w.job("tick").MissedSlots == 0 {
+		t.Fatalf("runs %+v: the slot %s the daemon died admitting never ran, nor was it counted missed", runs, first)
 	}
 }
 
@@ -362,7 +374,10 @@ func crashStop(t *testing.T, w *world, point string) {
 // crashQuarantine: the daemon dies as it quarantines an unreadable journal. The next daemon
 // quarantines it (once) and the run still ends right.
 func crashQuarantine(t *testing.T, w *world, point string) {
-	w.mustRun("job", "add", "q", "--engine", "command", "--command", "/bin/sleep", "--command", "4")
+	// The command runs until the test has corrupted its journal.
+	goOn := filepath.Join(w.dir, "go-on")
+	w.mustRun("job", "add", "q", "--engine", "command", "--command", "/bin/sh", "--command", "-c",
+		"--command", "while [ ! -e "+goOn+" ]; do sleep 0.1; done")
 	d := w.crashDaemon(point)
 	id := w.startRun("q")
 	journal := filepath.Join(w.state, "runs", id, "a1", "journal.jsonl")
@@ -377,6 +392,9 @@ func crashQuarantine(t *testing.T, w *world, point string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	w.corruptJournal(id)
+	if err := os.WriteFile(goOn, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	w.crashed(d, point)
 	w.startDaemon()
 	r := w.waitEnd(id)
@@ -411,24 +429,39 @@ func crashRetry(t *testing.T, w *world, point string) {
 	w.noLocks(repo)
 }
 
-// crashInventory: the daemon dies writing the repository's snapshot listing after a backup.
-// The run is finished; the next refresh records its snapshot once.
+// crashInventory: `snapshot list --refresh` dies writing the repository's listing. The backup
+// before it put its snapshot in the inventory from its own summary, with its ending (no listing
+// runs after a backup). Before the commit nothing of the listing is written: the row is still
+// the summary's; the command run again completes that row in place, once.
 func crashInventory(t *testing.T, w *world, point string) {
 	repo, pw := w.resticRepo("repo")
 	w.mustRun("job", "add", "inv", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data", 1, 64<<10))
-	d := w.crashDaemon(point)
-	id := w.startRun("inv")
-	w.crashed(d, point)
 	w.startDaemon()
+	id := w.startRun("inv")
 	if r := w.waitEnd(id); r.Status != "succeeded" || len(r.Attempts) != 1 {
 		t.Fatalf("run = %+v, want succeeded in one attempt", r)
 	}
-	var snaps []snapshotOut
-	if err := json.Unmarshal([]byte(w.mustRun("snapshot", "list", "inv", "--refresh", "--json")), &snaps); err != nil {
-		t.Fatal(err)
+	list := func(args ...string) []snapshotOut {
+		t.Helper()
+		var snaps []snapshotOut
+		if err := json.Unmarshal([]byte(w.mustRun(append([]string{"snapshot", "list", "inv", "--json"}, args...)...)), &snaps); err != nil {
+			t.Fatal(err)
+		}
+		if len(snaps) != 1 || snaps[0].RunID == nil || *snaps[0].RunID != id {
+			t.Fatalf("inventory %+v, want the run's one snapshot", snaps)
+		}
+		return snaps
 	}
-	if len(snaps) != 1 || snaps[0].RunID == nil || *snaps[0].RunID != id {
-		t.Fatalf("inventory %+v, want the run's one snapshot", snaps)
+	before := list()
+	if before[0].Source != "summary" {
+		t.Fatalf("inventory %+v after the backup, want the row from its summary", before)
+	}
+	w.crashCLI(point, "snapshot", "list", "inv", "--refresh")
+	if after := list(); after[0].ID != before[0].ID || after[0].Source != before[0].Source {
+		t.Fatalf("after the crash: inventory %+v, want %+v unchanged", after, before)
+	}
+	if done := list("--refresh"); done[0].Source != "listing" || len(done[0].ID) != 64 || !strings.HasPrefix(done[0].ID, before[0].ID) {
+		t.Fatalf("inventory %+v after the listing, want the summary's row %s completed", done, before[0].ID)
 	}
 }
 
@@ -437,6 +470,7 @@ type snapshotOut struct {
 	RunID     *string `json:"run_id"`
 	LegalHold bool    `json:"legal_hold"`
 	HoldAt    *string `json:"legal_hold_at"`
+	Source    string  `json:"source"`
 }
 
 // crashGrant: `account grant` dies granting. Before its commit nothing was granted and the

@@ -21,6 +21,7 @@ import (
 
 	holdfast "github.com/holdfast-backup/holdfast/cmd/holdfast"
 	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
@@ -54,14 +55,62 @@ func newWorld(t *testing.T) *world {
 // newWorldWith uses the given holdfast binary (e.g. one built with crash points).
 func newWorldWith(t *testing.T, bin string) *world {
 	t.Helper()
+	return newWorldOn(t, bin, testenv.SharedSystemd)
+}
+
+// newWorldOwnManager is a world with a systemd manager of its own, for a test that stops, kills,
+// freezes or re-executes it; the others share one (testenv.SharedSystemd).
+func newWorldOwnManager(t *testing.T) *world {
+	t.Helper()
+	return newWorldOn(t, testenv.HoldfastBinary(t), testenv.PrivateSystemd)
+}
+
+func newWorldOn(t *testing.T, bin string, manager func(testing.TB) *testenv.Manager) *world {
+	t.Helper()
 	// The directory first: cleanups run last-in first-out, so the manager and its units are gone
 	// before the files they use are removed.
 	// The schema comes migrated: newPrivateWorld's and the booted host's tests run `migrate`.
 	w := &world{t: t, bin: bin, dir: testenv.SharedDir(t), dsn: storetest.Migrated(t), spawnGrace: "10s",
 		daemonFlags: []string{"--allow-command-jobs"}, pool: &testPool{t: t}}
-	w.mgr = testenv.PrivateSystemd(t)
+	w.mgr = manager(t)
+	if w.mgr.Shared {
+		// After the daemons (their cleanups come later, so run first), before the files go.
+		t.Cleanup(w.stopUnits)
+	}
 	w.state = filepath.Join(w.dir, "state")
 	return w
+}
+
+// stopUnits stops what is left of the world's units on a shared manager: the units and timers of
+// every attempt in its database.
+func (w *world) stopUnits() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := store.Open(ctx, w.dsn) // the test's own pool is closed by now
+	if err != nil {
+		w.t.Errorf("stop the world's units: %v", err)
+		return
+	}
+	defer st.Close()
+	runs, err := st.Runs(ctx, "", 1<<20)
+	if err != nil {
+		w.t.Errorf("stop the world's units: %v", err)
+		return
+	}
+	var units []string
+	for _, r := range runs {
+		attempts, err := st.Attempts(ctx, r.ID)
+		if err != nil {
+			w.t.Errorf("stop the world's units: %v", err)
+			return
+		}
+		for _, u := range store.UnitNames(attempts) {
+			units = append(units, u, runner.TimerName(u))
+		}
+	}
+	if err := w.mgr.StopUnits(ctx, units); err != nil {
+		w.t.Errorf("stop the world's units: %v", err)
+	}
 }
 
 func (w *world) env() []string {
@@ -262,13 +311,59 @@ func (w *world) backupRate(kibps int) {
 }
 
 // slowRestic returns the real restic, run with --limit-upload at the rate backupRate set when
-// it starts, read as the job's user inside the unit.
+// it starts, read as the job's user inside the unit. A backup started while holdBackups holds
+// them has restic's summary line held back (restic has ended; its run is still in flight: its
+// journal has no summary, its unit is active) until the hold is released or the unit is
+// stopped; it then exits with restic's status. SIGINT or SIGTERM (holdfast exec passes the
+// unit's stop on as SIGINT) goes on to restic.
 func (w *world) slowRestic() string {
 	w.t.Helper()
 	return w.script("slow-restic", `#!/bin/sh
 rate=$(cat RATE 2>/dev/null)
-exec REAL ${rate:+--limit-upload "$rate"} "$@"
-`, "REAL", realRestic(w.t), "RATE", filepath.Join(w.dir, "restic-rate"))
+case " $* " in
+*" backup "*) [ -e HOLD ] || exec REAL ${rate:+--limit-upload "$rate"} "$@" ;;
+*) exec REAL ${rate:+--limit-upload "$rate"} "$@" ;;
+esac
+out=$(mktemp -d) && mkfifo "$out/stdout" || exit 1
+REAL ${rate:+--limit-upload "$rate"} "$@" > "$out/stdout" &
+pid=$!
+trap 'kill -INT $pid 2>/dev/null; stopped=1' INT TERM
+exec 3< "$out/stdout"
+while :; do
+	if IFS= read -r line <&3; then
+		case $line in *'"message_type":"summary"'*)
+			while [ -z "$stopped" ] && [ -e HOLD ]; do sleep 0.1; done ;;
+		esac
+		printf '%s\n' "$line"
+	elif [ -n "$stopped" ] && kill -0 $pid 2>/dev/null; then
+		continue # a read cut by the stop: restic says the rest
+	else
+		break
+	fi
+done
+wait $pid
+status=$?
+while kill -0 $pid 2>/dev/null; do wait $pid; status=$?; done
+rm -rf "$out"
+exit $status
+`, "REAL", realRestic(w.t), "RATE", filepath.Join(w.dir, "restic-rate"), "HOLD", filepath.Join(w.dir, "restic-hold"))
+}
+
+// holdBackups holds back the summary of every backup that slowRestic starts from now on, until
+// release: a run the test needs in flight across some disruption is then in flight, by cause,
+// however fast restic was, and still ends by itself, with restic's figures.
+func (w *world) holdBackups() (release func()) {
+	w.t.Helper()
+	path := filepath.Join(w.dir, "restic-hold")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+	return func() {
+		w.t.Helper()
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			w.t.Fatal(err)
+		}
+	}
 }
 
 // resticRepo creates a restic repository and its password file, readable by the job's user.

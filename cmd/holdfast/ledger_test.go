@@ -256,22 +256,28 @@ func TestLedgerDeferral(t *testing.T) {
 	w.mustRun("job", "add", "small", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-small", 1, 1<<20))
 	w.slowBackups()
 	w.startDaemon()
-	alongside := func(run string) {
+	// run is in flight, by cause (its summary held back, or crawling), while small runs: once
+	// small is running, then is what the run needs to end.
+	alongside := func(run string, beforeSmall, smallRunning func()) {
 		w.waitRun(run, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
 		w.corruptJournal(run)
+		beforeSmall()
 		small := w.startRun("small")
 		w.waitRun(small, "running", func(r runJSON) bool { return r.Status == "running" || ended(r) })
 		if r := w.show(run); ended(r) {
-			t.Fatalf("run %s ended before the small one started: give it more data", run)
+			t.Fatalf("run %s ended before the small one started, though it was held or crawling: %+v", run, r)
 		}
+		smallRunning()
 		if r := w.waitEnd(small); r.Status != "succeeded" || r.BytesAdded == nil || r.SettledBytes != *r.BytesAdded {
 			t.Fatalf("small run = %+v, want succeeded and charged restic's figure", r)
 		}
 	}
 
-	// It made a snapshot: restic stats says what that snapshot added.
+	// It made a snapshot: restic stats says what that snapshot added. Its summary, held back
+	// until small runs, comes after the line that cannot be read.
+	release := w.holdBackups()
 	big := w.startRun("big")
-	alongside(big)
+	alongside(big, func() {}, release)
 	r := w.waitRun(big, "the end and its settlement", func(r runJSON) bool { return ended(r) && r.HoldBytes == 0 })
 	settle := w.ledger("default").entries(big, "settle")[1]
 	if r.Status != "succeeded" || r.SnapshotID == "" || !strings.Contains(settle.Note, "restic stats") ||
@@ -279,11 +285,12 @@ func TestLedgerDeferral(t *testing.T) {
 		t.Fatalf("big run %+v settled %+v; want its snapshot's ~%d MiB from restic stats", r, settle, slowData>>20)
 	}
 
-	// It made none (stopped): the hold stays open with the reason.
+	// It made none (stopped): the hold stays open with the reason. It crawls until the stop.
+	w.backupRate(stuckKiBps)
 	bigger := w.startRun("bigger")
-	alongside(bigger)
+	alongside(bigger, func() { w.backupRate(slowKiBps) }, func() {})
 	if r := w.show(bigger); ended(r) {
-		t.Fatalf("run %s ended before it could be stopped: give it more data", bigger)
+		t.Fatalf("run %s ended before it could be stopped, though it crawls: %+v", bigger, r)
 	}
 	w.mustRun("run", "stop", bigger)
 	r = w.waitEnd(bigger)

@@ -223,8 +223,16 @@ func newRoot(env environment) *cobra.Command {
 	return root
 }
 
+// stopAckVariable names a file that main creates once it has taken a SIGINT or SIGTERM (the
+// command's context has ended): a test hook, by which a scenario test knows the stop came
+// before what it does next. Unset, nothing is written.
+const stopAckVariable = "HOLDFAST_TEST_STOP_ACK"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if path := os.Getenv(stopAckVariable); path != "" {
+		context.AfterFunc(ctx, func() { _ = os.WriteFile(path, nil, 0o600) })
+	}
 	code := execute(ctx, os.Args[1:], processEnvironment())
 	stop()
 	os.Exit(code)

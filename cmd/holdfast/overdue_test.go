@@ -14,8 +14,26 @@ func TestOverdueOnceWithTwoDaemons(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.mustRun("job", "add", "flaky", "--engine", "command", "--command", "/bin/false", "--schedule", "@every 3s")
-	w.startDaemon("--watch-interval", "500ms")
-	w.startDaemon("--watch-interval", "500ms", "--host", "second") // each daemon holds its own host's lease
+	// Each logs its watch passes (--log-level debug).
+	daemons := []*watchedDaemon{
+		w.startWatchedDaemon("--watch-interval", "500ms", "--log-level", "debug"),
+		w.startWatchedDaemon("--watch-interval", "500ms", "--log-level", "debug", "--host", "second"), // each daemon holds its own host's lease
+	}
+	// judged waits until each daemon has ended n more watch passes, each of which judged the job.
+	judged := func(n int) {
+		t.Helper()
+		var offsets []int
+		for _, d := range daemons {
+			offsets = append(offsets, len(d.log.String()))
+		}
+		for i, d := range daemons {
+			for deadline := time.Now().Add(2 * time.Minute); len(d.lines(offsets[i], `msg="watch pass"`)) < n; time.Sleep(100 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("daemon %d ended %d watch passes in 2 minutes, want %d", i+1, len(d.lines(offsets[i], `msg="watch pass"`)), n)
+				}
+			}
+		}
+	}
 
 	waitJob := func(what string, cond func(jobJSON) bool) jobJSON {
 		t.Helper()
@@ -33,11 +51,11 @@ func TestOverdueOnceWithTwoDaemons(t *testing.T) {
 	if r := w.run("status"); r.code != 2 || !strings.Contains(r.stdout, "CRITICAL") || !strings.Contains(r.stdout, "overdue: ") {
 		t.Fatalf("status of an overdue job: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	// Both daemons judge it many times meanwhile.
-	time.Sleep(2 * time.Second)
+	// Both daemons judge it several times meanwhile.
+	judged(3)
 	w.mustRun("job", "edit", "flaky", "--command", "/bin/true")
 	waitJob("recovered", func(j jobJSON) bool { return j.OverdueSince == nil })
-	time.Sleep(2 * time.Second)
+	judged(3)
 	if r := w.run("status"); r.code != 0 {
 		t.Fatalf("status after the recovery: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}

@@ -148,7 +148,9 @@ func TestBootedHostPackage(t *testing.T) {
 	}
 
 	// Removal stops the daemon and leaves a live run's unit running; configuration and state stay.
+	// This run crawls (6 MiB at 4 KiB/s: 25 minutes): its unit is live when it is looked at.
 	h.Run(t, "dd", "if=/dev/urandom", "of=/srv/data/a", "bs=1M", "count=6", "status=none")
+	b.mustHoldfast("job", "edit", "long", "--limit-upload", "4")
 	id = b.startRun("long")
 	unit := b.waitRun(id, "running", func(r runJSON) bool { return r.Status == "running" && len(r.Attempts) > 0 || ended(r) }).Attempts[0].Unit
 	h.Run(t, "dpkg", "-r", "holdfast")

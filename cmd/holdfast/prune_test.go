@@ -48,10 +48,12 @@ func TestPruneIsExclusive(t *testing.T) {
 		if r.Status != "succeeded" {
 			t.Fatalf("run %s = %+v, want succeeded", id, r)
 		}
+		// From its spawn claim (just before systemd was asked; a short unit may have ended
+		// before the daemon saw it start) to its end.
 		var full struct {
 			Kind     string `json:"kind"`
 			Attempts []struct {
-				StartedAt *string `json:"started_at"`
+				SpawnedAt *string `json:"spawned_at"`
 				EndedAt   *string `json:"ended_at"`
 			} `json:"attempts"`
 		}
@@ -59,7 +61,7 @@ func TestPruneIsExclusive(t *testing.T) {
 			t.Fatal(err)
 		}
 		at := full.Attempts[len(full.Attempts)-1]
-		spans = append(spans, span{id, full.Kind, parseTime(t, at.StartedAt), parseTime(t, at.EndedAt)})
+		spans = append(spans, span{id, full.Kind, parseTime(t, at.SpawnedAt), parseTime(t, at.EndedAt)})
 	}
 	if !sawWaiting {
 		t.Fatal("the prune never waited for the running backups")
@@ -112,7 +114,7 @@ func TestPruneSchedule(t *testing.T) {
 			Trigger  string `json:"trigger"`
 			Status   string `json:"status"`
 			Attempts []struct {
-				StartedAt *string `json:"started_at"`
+				SpawnedAt *string `json:"spawned_at"` // the claim, just before systemd was asked
 			} `json:"attempts"`
 		}
 		if err := json.Unmarshal([]byte(w.mustRun("run", "show", p.ID, "--json")), &full); err != nil {
@@ -121,7 +123,7 @@ func TestPruneSchedule(t *testing.T) {
 		if full.Kind != "prune" || full.Trigger != "schedule" || full.Status != "succeeded" {
 			t.Fatalf("scheduled prune %s: %+v", p.ID, full)
 		}
-		if start := parseTime(t, full.Attempts[0].StartedAt); start.Before(bEnd) {
+		if start := parseTime(t, full.Attempts[0].SpawnedAt); start.Before(bEnd) {
 			t.Fatalf("prune %s started at %s, before the backup ended at %s", p.ID, start, bEnd)
 		}
 	}

@@ -10,7 +10,8 @@ import (
 )
 
 // inFlight adds n jobs, each with its own repository and slowData bytes of data, starts a run of
-// each and waits until every run has reported progress. The world's daemons run slowBackups.
+// each and waits until every run has reported progress. The world's daemons run slowBackups, and
+// the runs stay in flight by cause: held (holdBackups) or at stuckKiBps.
 func (w *world) inFlight(n int) (ids []string, repos [][2]string) {
 	w.t.Helper()
 	for i := range n {
@@ -28,7 +29,7 @@ func (w *world) inFlight(n int) (ids []string, repos [][2]string) {
 	}
 	for _, id := range ids {
 		if r := w.show(id); ended(r) {
-			w.t.Fatalf("run %s ended before all %d were in flight: give them more data", id, n)
+			w.t.Fatalf("run %s ended before all %d were in flight: hold them (holdBackups) or run them at stuckKiBps", id, n)
 		}
 	}
 	return ids, repos
@@ -38,7 +39,7 @@ func (w *world) inFlight(n int) (ids []string, repos [][2]string) {
 // writes the marker), a new manager starts, and every run is restarted as attempt 2 and succeeds.
 func TestGracefulReboot(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newWorldOwnManager(t) // it stops or freezes its manager
 	w.slowBackups()
 	w.backupRate(stuckKiBps)
 	w.startDaemon()
@@ -67,7 +68,7 @@ func TestGracefulReboot(t *testing.T) {
 // spawn grace every run is restarted and succeeds.
 func TestHardCrash(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newWorldOwnManager(t) // it stops or freezes its manager
 	w.spawnGrace = "3s"
 	w.slowBackups()
 	w.backupRate(stuckKiBps)
@@ -98,7 +99,7 @@ func TestHardCrash(t *testing.T) {
 // be reached still ends stopped.
 func TestStopVersusReboot(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newWorldOwnManager(t) // it stops or freezes its manager
 	w.spawnGrace = "3s"
 
 	// Stopped before any daemon spawned it.
@@ -158,15 +159,17 @@ func TestStopVersusReboot(t *testing.T) {
 // sweep goes on and every run ends normally, in its first attempt.
 func TestSystemdUnreachable(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newWorldOwnManager(t) // it stops or freezes its manager
 	w.spawnGrace = "3s"
 	w.slowBackups()
-	w.startDaemon("--run-budget", "1s")
+	d := w.startWatchedDaemon("--run-budget", "1s")
+	release := w.holdBackups() // no unit ends before the thaw
 	ids, _ := w.inFlight(2)
 	before := map[string]runJSON{}
 	for _, id := range ids {
 		before[id] = w.show(id)
 	}
+	offset := len(d.log.String())
 	w.mgr.Freeze(t)
 	// A unit that ended just before the freeze left its marker, and its run may end on it; no
 	// marker can be written while the manager is frozen, so every other run must stay as it was.
@@ -180,9 +183,15 @@ func TestSystemdUnreachable(t *testing.T) {
 	}
 	if unmarked == 0 {
 		w.mgr.Thaw(t)
-		t.Fatal("every run ended before systemd was frozen: give them more data")
+		t.Fatal("every run ended before systemd was frozen, though their backups were held")
 	}
-	time.Sleep(5 * time.Second) // a budget of 1s per pass: several passes fail to ask
+	// A budget of 1s per pass: several passes fail to ask, each in trouble.
+	for deadline := time.Now().Add(2 * time.Minute); len(d.troubledPasses(offset)) < 3; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			w.mgr.Thaw(t)
+			t.Fatalf("%d passes in trouble in 2 minutes with systemd frozen, want 3", len(d.troubledPasses(offset)))
+		}
+	}
 	for _, id := range ids {
 		r := w.show(id)
 		if _, watched := before[id]; !watched {
@@ -194,6 +203,7 @@ func TestSystemdUnreachable(t *testing.T) {
 		}
 	}
 	w.mgr.Thaw(t)
+	release()
 	for _, id := range ids {
 		r := w.waitEnd(id)
 		if r.Status != "succeeded" || len(r.Attempts) != 1 {

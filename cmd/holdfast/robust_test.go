@@ -178,6 +178,8 @@ func TestPostgresRestartWhileRunsLive(t *testing.T) {
 	w, srv := newPrivateWorld(t)
 	w.slowBackups()
 	d := w.startWatchedDaemon("--db-statement-timeout", "5s", "--pass-timeout", "20s")
+	// Each round's backups are held in their units until PostgreSQL is back: live across it.
+	release := w.holdBackups()
 	ids, _ := w.inFlight(3)
 	jobs := []string{"job0", "job1", "job2"}
 	for i, mode := range []string{testenv.Fast, testenv.Immediate} {
@@ -185,6 +187,7 @@ func TestPostgresRestartWhileRunsLive(t *testing.T) {
 			for _, j := range jobs {
 				w.sampleData("data-"+j, 6, slowData) // new content: a backup of the old is over at once
 			}
+			release = w.holdBackups()
 			ids = w.startAll(jobs)
 		}
 		offset := len(d.log.String())
@@ -194,12 +197,13 @@ func TestPostgresRestartWhileRunsLive(t *testing.T) {
 				live++
 			}
 		}
-		if live == 0 {
-			t.Fatalf("%s restart: no run was live any more; give them more data", mode)
+		if live != len(ids) {
+			t.Fatalf("%s restart: %d of %d runs live while their backups are held", mode, live, len(ids))
 		}
 		if err := srv.Restart(mode); err != nil {
 			t.Fatal(err)
 		}
+		release()
 		w.endedRight(ids)
 		d.running(t, "after the "+mode+" restart")
 		if relisten := d.lines(offset, "listening for notifications again"); len(relisten) == 0 {
@@ -223,9 +227,17 @@ func TestDaemonReexecWhileRunsLive(t *testing.T) {
 	w, _ := newPrivateWorld(t)
 	w.slowBackups()
 	d := w.startWatchedDaemon()
+	release := w.holdBackups() // the units are live across the re-exec
 	ids, _ := w.inFlight(3)
-	offset := len(d.log.String())
 	w.mgr.Systemctl(t, "daemon-reexec")
+	// The manager answers a new connection: from here on, a pass that cannot ask it is a failure
+	// of the daemon's, not the re-exec's. One pass may have begun before this answer, on the
+	// connection the re-exec broke.
+	if _, err := w.mgr.Conn(t).ListUnitsByNamesContext(context.Background(), []string{"holdfast-none.service"}); err != nil {
+		t.Fatalf("the manager does not answer after daemon-reexec: %v", err)
+	}
+	offset := len(d.log.String())
+	release()
 	w.endedRight(ids) // each in its first attempt
 	if unknown := w.managerUnknownKeys(); unknown != "" {
 		t.Fatalf("the manager did not understand a unit setting holdfast wrote: %s", unknown)
@@ -235,7 +247,7 @@ func TestDaemonReexecWhileRunsLive(t *testing.T) {
 	w.endedRight(more)
 	d.running(t, "after daemon-reexec")
 	if troubled := d.troubledPasses(offset); len(troubled) > 1 {
-		t.Fatalf("%d passes in trouble after daemon-reexec, want at most the one during it:\n%v", len(troubled), troubled)
+		t.Fatalf("%d passes in trouble after the manager answered again, want at most the one begun before:\n%v", len(troubled), troubled)
 	}
 	w.checkInvariants()
 }
@@ -266,13 +278,12 @@ func TestPostgresFrozenWhileRunsLive(t *testing.T) {
 	const passTimeout, statementTimeout = 2 * time.Second, time.Second
 	w.slowBackups()
 	d := w.startWatchedDaemon("--db-statement-timeout", statementTimeout.String(), "--pass-timeout", passTimeout.String())
+	release := w.holdBackups() // the units are live until after the thaw
 	ids, _ := w.inFlight(3)
 	offset := len(d.log.String())
-	frozenAt := time.Now()
 	if err := srv.Freeze(); err != nil {
 		t.Fatal(err)
 	}
-	const frozenFor = 20 * time.Second
 	thawed := false
 	thaw := func() {
 		if !thawed {
@@ -283,34 +294,31 @@ func TestPostgresFrozenWhileRunsLive(t *testing.T) {
 		}
 	}
 	defer thaw()
-	// One turn of the loop is at most an admission pass, a sweep and the next-due query, each
-	// cut at its deadline, plus the sweep interval; allow as much again for a loaded machine.
-	turn := 2 * (passTimeout + passTimeout + statementTimeout + 250*time.Millisecond)
-	var failures []logLine
-	for time.Since(frozenAt) < frozenFor {
-		failures = append(d.lines(offset, `msg="admission of due jobs failed"`), d.lines(offset, `msg="sweep failed"`)...)
-		time.Sleep(200 * time.Millisecond)
+	// A loop stuck in one pass logs one failure at most: two of the admission loop's and two of
+	// the sweep's show each turning, each pass given up at its deadline, however slowly the
+	// machine runs them.
+	var admissions, sweeps, failures []logLine
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		admissions, sweeps = d.lines(offset, `msg="admission of due jobs failed"`), d.lines(offset, `msg="sweep failed"`)
+		failures = append(admissions, sweeps...)
+		if len(admissions) >= 2 && len(sweeps) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			thaw()
+			t.Fatalf("%d failed admission passes and %d failed sweeps logged in 2 minutes with PostgreSQL frozen, want 2 of each: a loop froze:\n%v",
+				len(admissions), len(sweeps), failures)
+		}
 	}
 	thaw()
 	d.running(t, "while PostgreSQL was frozen")
-	if want := int(frozenFor / turn); len(failures) < want {
-		t.Fatalf("%d failed passes logged in %s frozen, want at least %d (one per %s): the loop froze", len(failures), frozenFor, want, turn)
-	}
-	last, longest := frozenAt, time.Duration(0)
-	var times []time.Time
 	for _, f := range failures {
-		times = append(times, f.at)
-	}
-	slices.SortFunc(times, time.Time.Compare)
-	for _, at := range times {
-		gap := at.Sub(last)
-		if gap > turn {
-			t.Fatalf("no pass ended for %s while PostgreSQL was frozen (from %s), want at most %s:\n%v", gap, last, turn, failures)
+		if !strings.Contains(f.text, "deadline exceeded") && !strings.Contains(f.text, "statement timeout") {
+			t.Fatalf("a pass failed for another reason than its deadline while PostgreSQL was frozen:\n%s", f.text)
 		}
-		longest, last = max(longest, gap), at
 	}
-	t.Logf("frozen %s: %d failed passes logged, first after %s, at most %s apart", frozenFor, len(failures),
-		times[0].Sub(frozenAt), longest)
+	t.Logf("PostgreSQL frozen: %d failed passes logged, each at its deadline", len(failures))
+	release()
 	w.endedRight(ids)
 	// And the daemon works as before: a new run is admitted, spawned and settled.
 	w.endedRight(w.startAll([]string{"job0"}))
@@ -363,7 +371,6 @@ func TestAdmissionSetsStuckJobAside(t *testing.T) {
 		return n
 	}
 	before := busyRuns()
-	busyFrom, cpuFrom := time.Now(), d.cpu(t)
 	deadline = time.Now().Add(2 * time.Minute)
 	for busyRuns() < before+3 {
 		if time.Now().After(deadline) {
@@ -371,9 +378,22 @@ func TestAdmissionSetsStuckJobAside(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// Once until the time it was set aside for: then admission tries it again, and may log it
+	// again, on a machine slow enough that the other job's slots took that long.
 	aside := d.lines(offset, "job set aside", "job=stuck")
-	if len(aside) != 1 || !strings.Contains(aside[0].text, "runs_one_per_slot") {
-		t.Fatalf("the stuck job was logged %d times as set aside, want once, with the reason:\n%v", len(aside), aside)
+	if len(aside) == 0 || !strings.Contains(aside[0].text, "runs_one_per_slot") {
+		t.Fatalf("the stuck job was not logged as set aside with the reason:\n%v", aside)
+	}
+	m := regexp.MustCompile(`set aside until ([0-9TZ:+-]+)`).FindStringSubmatch(aside[0].text)
+	if m == nil {
+		t.Fatalf("the set-aside line does not say until when: %s", aside[0].text)
+	}
+	until, err := time.Parse(time.RFC3339, m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(slices.DeleteFunc(aside, func(l logLine) bool { return !l.at.Before(until) })); n != 1 {
+		t.Fatalf("the stuck job was logged %d times as set aside before %s, want once:\n%v", n, m[1], aside)
 	}
 	if failed := d.lines(offset, "admission of due jobs failed"); len(failed) > 0 {
 		t.Fatalf("one stuck job failed the whole admission:\n%v", failed)
@@ -383,27 +403,16 @@ func TestAdmissionSetsStuckJobAside(t *testing.T) {
 		t.Fatalf("job show does not say why the job is not admitted:\n%s", show)
 	}
 	d.running(t, "with a stuck job")
-	// The daemon sleeps between passes instead of spinning on the job that stays due: it uses
-	// a small share of one core while the other job runs.
-	cpu, elapsed := d.cpu(t)-cpuFrom, time.Since(busyFrom)
-	if share := cpu.Seconds() / elapsed.Seconds(); share > 0.3 {
-		t.Fatalf("the daemon used %s of CPU in %s (%.0f%% of a core): it spins", cpu, elapsed, 100*share)
-	}
-	t.Logf("stuck job set aside; the daemon used %s of CPU in %s", cpu, elapsed)
-}
-
-// cpu is the CPU time the daemon has used so far.
-func (d *watchedDaemon) cpu(t *testing.T) time.Duration {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
-	if err != nil {
+	// The daemon does not spin on the job that stays due: the job is set aside until a time still
+	// to come, which admission skips and the next-due time waits for, while its slot stays due.
+	// (What the daemon costs while idle is a figure for bench/, not a bound here.)
+	var later, due bool
+	if err := db.QueryRow(ctx, `SELECT admission_retry_at > now(), next_run_at <= now() FROM jobs WHERE name = 'stuck'`).Scan(&later, &due); err != nil {
 		t.Fatal(err)
 	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	// utime and stime, fields 14 and 15 of stat(5), in clock ticks of 1/100 s.
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	if !later || !due {
+		t.Fatalf("the stuck job: set aside until a time to come %v, its slot due %v; want both", later, due)
+	}
 }
 
 // `holdfast exec` stopped while it prepares the engine, as a unit stopped right after it was
@@ -438,7 +447,10 @@ func TestExecStoppedWhilePreparing(t *testing.T) {
 	}
 	cmd := exec.Command(testenv.HoldfastBinary(t), "exec", "--run", "00000000-0000-0000-0000-000000000001", "--attempt", "1",
 		"--journal", filepath.Join(dir, "journal"), "--engine", "command", "--env-credential", "--", engineScript)
-	cmd.Env = append(os.Environ(), credentials.DirVariable+"="+credDir)
+	// main writes stopAck once its context ended at the SIGTERM (HOLDFAST_TEST_STOP_ACK, a test
+	// hook of cmd/holdfast/main.go).
+	stopAck := filepath.Join(dir, "stop-ack")
+	cmd.Env = append(os.Environ(), credentials.DirVariable+"="+credDir, "HOLDFAST_TEST_STOP_ACK="+stopAck)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -463,13 +475,15 @@ func TestExecStoppedWhilePreparing(t *testing.T) {
 	// The Go runtime hands a signal on to the program a moment after the kernel delivered it:
 	// a stop in the same instant as the engine's start reaches the engine instead (it is
 	// stopped at once). The case here is a stop that came first, so the credential is written
-	// only well after the signal was taken.
-	for deadline := time.Now().Add(time.Minute); signalPending(cmd.Process.Pid); time.Sleep(10 * time.Millisecond) {
+	// only once the program took the signal.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(stopAck); err == nil {
+			break
+		}
 		if time.Now().After(deadline) {
 			t.Fatal("holdfast exec never took its SIGTERM")
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
 	if err := os.WriteFile(fifo, []byte("A=1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -485,20 +499,6 @@ func TestExecStoppedWhilePreparing(t *testing.T) {
 	if n, err := unix.Read(watch, events); n > 0 || err != unix.EAGAIN {
 		t.Fatalf("the engine was started after the stop (its script was opened: %d bytes of events, %v)", n, err)
 	}
-}
-
-// signalPending reports whether process pid has a signal the kernel has not delivered yet.
-func signalPending(pid int) bool {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && (k == "SigPnd" || k == "ShdPnd") && strings.Trim(strings.TrimSpace(v), "0") != "" {
-			return true
-		}
-	}
-	return false
 }
 
 // openingFIFO reports whether a thread of process pid waits in open(2) for a FIFO's other end.

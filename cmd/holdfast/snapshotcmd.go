@@ -38,13 +38,17 @@ type snapshotOut struct {
 	ImmutableUntil *string  `json:"immutable_until,omitempty"`
 	ImmutableBy    string   `json:"immutable_by,omitempty"`
 	SeenAt         string   `json:"seen_at"`
+	// Source is where the row came from: "listing" (restic listed it) or "summary" (a backup's
+	// summary, until the next listing completes it; its id may be restic's short id).
+	Source string `json:"source"`
 }
 
 func snapshotJSON(s store.Snapshot) snapshotOut {
 	o := snapshotOut{ID: s.ID, Repository: s.Repository, Time: s.Time.UTC().Format(time.RFC3339Nano), Host: s.Host,
 		Tags: s.Tags, Paths: s.Paths, Job: s.JobName, BytesAdded: s.BytesAdded, LegalHold: s.LegalHoldAt != nil,
 		LegalHoldAt: timeStr(s.LegalHoldAt), LegalHoldBy: s.LegalHoldBy, LegalHoldWhy: s.LegalHoldWhy,
-		ImmutableUntil: timeStr(s.ImmutableUntil), ImmutableBy: s.ImmutableBy, SeenAt: s.SeenAt.UTC().Format(time.RFC3339Nano)}
+		ImmutableUntil: timeStr(s.ImmutableUntil), ImmutableBy: s.ImmutableBy, SeenAt: s.SeenAt.UTC().Format(time.RFC3339Nano),
+		Source: s.Source}
 	if s.RunID != nil {
 		id := s.RunID.String()
 		o.RunID = &id
