@@ -98,6 +98,12 @@ func (r *Reconciler) prerequisite(ctx context.Context, name string) (*prereq, er
 			return nil, err
 		}
 		p.lastRun = &run
+		// The run is read after the job: if it ended meanwhile, the job's last outcome read
+		// before may be older than the ending (the two are written together), so the run's
+		// own status is the outcome.
+		if !store.Live(run.Status) {
+			p.lastOutcome = run.Status
+		}
 	}
 	return p, nil
 }

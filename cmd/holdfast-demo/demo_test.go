@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,11 +74,12 @@ func TestMakeDemo(t *testing.T) {
 	if code == 0 {
 		t.Fatalf("make demo with a daemon that exits: exit 0\n%s", out)
 	}
-	// The demo's last line, before make's own.
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	last := lines[len(lines)-1]
-	if strings.HasPrefix(last, "make: ") && len(lines) > 1 {
-		last = lines[len(lines)-2]
+	// The demo's last line, before make's own ("make: ***", "make[1]: ***" when nested).
+	var last string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if !makeLine.MatchString(line) {
+			last = line
+		}
 	}
 	if want := "holdfast daemon exited (exit status 1); its last log line: fake daemon: refusing to start"; !strings.Contains(last, want) {
 		t.Fatalf("make demo with a daemon that exits ends with %q, want it to contain %q\n%s", last, want, out)
@@ -87,6 +89,8 @@ func TestMakeDemo(t *testing.T) {
 	}
 	noProcessUses(t, dir)
 }
+
+var makeLine = regexp.MustCompile(`^make(\[[0-9]+\])?: `)
 
 // makeDemo runs `make demo` in root with the demo directory dir and DEMOFLAGS flags, and returns
 // what it printed (stdout and stderr together) and its exit code.
