@@ -5,6 +5,10 @@
 // level becomes PRIORITY, and MESSAGE keeps the attributes as key=value so `journalctl -u
 // holdfast` reads as the text log does. `journalctl HOLDFAST_RUN=<id>` then finds the daemon's
 // lines about a run beside the run's own output.
+//
+// It also reads a run's log tail back (RunTail, RunLogs), for the dashboard, the healthchecks
+// body and `run logs`: not by such fields, which any local user can write, but by those journald
+// sets itself (Match), and bounded.
 package journallog
 
 import (
