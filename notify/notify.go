@@ -1,6 +1,7 @@
 // Package notify delivers the outbox's events to the operator's targets: a webhook (a JSON POST
 // signed with HMAC-SHA256), a healthchecks.io check (its ping protocol), or a command (the event
-// as JSON on its standard input). Each delivery is claimed by one daemon for a lease, sent at
+// as JSON on its standard input; run only where the daemon allows it, as an unprivileged user).
+// Redirects are not followed. Each delivery is claimed by one daemon for a lease, sent at
 // least once with the event's id as the idempotency key (receivers deduplicate), tried again
 // with a growing delay, and kept as failed after MaxTries.
 package notify
@@ -20,10 +21,13 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/holdfast-backup/holdfast/credentials"
@@ -84,8 +88,15 @@ type Config struct {
 	// first failed try, doubled after each next one up to MaxBackoff.
 	Lease, Timeout, Backoff, MaxBackoff time.Duration
 	MaxTries                            int
-	Logger                              *slog.Logger
-	client                              *http.Client
+	// AllowCommands lets command targets run (--allow-notify-commands): whoever can write the
+	// database names their program, so by default a delivery to one fails, saying so.
+	// CommandUser is the user they run as (--notify-command-user, DefaultCommandUser).
+	AllowCommands bool
+	CommandUser   string
+	Logger        *slog.Logger
+	client        *http.Client
+	credential    *syscall.Credential // CommandUser's, nil for this process's own
+	waitDelay     time.Duration
 }
 
 // Defaults, each stated once.
@@ -95,9 +106,51 @@ const (
 	DefaultBackoff    = 5 * time.Second
 	DefaultMaxBackoff = 10 * time.Minute
 	DefaultMaxTries   = 8
-	logTailLines      = 50
-	maxBodyRead       = 64 << 10
+	// DefaultCommandUser is the user command targets run as: never root unless the operator
+	// says so.
+	DefaultCommandUser = "nobody"
+	logTailLines       = 50
+	maxBodyRead        = 64 << 10
+	maxStderr          = 4 << 10
+	// maxWaitDelay bounds how long a command's end waits for a process it left holding its
+	// standard error (or that ignores the kill at its timeout).
+	maxWaitDelay = 2 * time.Second
 )
+
+// ErrCommandsRefused is the failure of a delivery to a command target on a host whose daemon
+// does not run them.
+var ErrCommandsRefused = errors.New("refused: this host's daemon runs no command targets " +
+	"(allow them with holdfast daemon --allow-notify-commands, HOLDFAST_ALLOW_NOTIFY_COMMANDS=true; they run as --notify-command-user, default nobody)")
+
+// CommandCredential resolves the user a command target runs as: a name or a uid, with its
+// primary and supplementary groups. It is nil when that is this process's own user.
+func CommandCredential(name string) (*syscall.Credential, error) {
+	if name == "" {
+		name = DefaultCommandUser
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		if u, err = user.LookupId(name); err != nil {
+			return nil, fmt.Errorf("--notify-command-user %q: no such user", name)
+		}
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("--notify-command-user %q: uid %s gid %s", name, u.Uid, u.Gid)
+	}
+	if int(uid) == os.Geteuid() && int(gid) == os.Getegid() {
+		return nil, nil
+	}
+	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+	groups, _ := u.GroupIds()
+	for _, g := range groups {
+		if n, err := strconv.ParseUint(g, 10, 32); err == nil && n != gid {
+			cred.Groups = append(cred.Groups, uint32(n))
+		}
+	}
+	return cred, nil
+}
 
 // Deliverer sends due deliveries.
 type Deliverer struct{ cfg Config }
@@ -124,7 +177,19 @@ func New(cfg Config) (*Deliverer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	cfg.client = &http.Client{Timeout: cfg.Timeout}
+	if cfg.AllowCommands {
+		cred, err := CommandCredential(cfg.CommandUser)
+		if err != nil {
+			return nil, err
+		}
+		cfg.credential = cred
+	}
+	// The lease outlasts the send, its wait for a command's leftovers included.
+	cfg.waitDelay = max(time.Millisecond, min(maxWaitDelay, (cfg.Lease-cfg.Timeout)/2))
+	// A redirect is not followed: it would take the body and its signature to wherever the
+	// receiver (or whoever answers in its name) points, https or not. A 3xx is a failed try.
+	cfg.client = &http.Client{Timeout: cfg.Timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return &Deliverer{cfg: cfg}, nil
 }
 
@@ -134,7 +199,7 @@ func (d *Deliverer) Pass(ctx context.Context) (int, error) {
 	for {
 		// No more than can be sent, one after the other, within the lease: a delivery whose lease
 		// ran out under way could be claimed and sent by another daemon too.
-		batch, err := d.cfg.Store.ClaimDeliveries(ctx, max(1, int(d.cfg.Lease/d.cfg.Timeout)-1), d.cfg.Lease)
+		batch, err := d.cfg.Store.ClaimDeliveries(ctx, max(1, int(d.cfg.Lease/(d.cfg.Timeout+d.cfg.waitDelay))-1), d.cfg.Lease)
 		if err != nil || len(batch) == 0 {
 			return delivered, err
 		}
@@ -174,7 +239,7 @@ func (d *Deliverer) Send(ctx context.Context, t store.Target, e store.Event) err
 	case store.TargetHealthchecks:
 		return d.healthchecks(ctx, t, e)
 	case store.TargetCommand:
-		return command(ctx, t, e)
+		return d.command(ctx, t, e)
 	}
 	return fmt.Errorf("target %s: unknown kind %q", t.Name, t.Kind)
 }
@@ -192,11 +257,15 @@ func (d *Deliverer) webhook(ctx context.Context, t store.Target, e store.Event) 
 	req.Header.Set(HeaderEvent, e.Event)
 	req.Header.Set(HeaderIdempotency, e.ID.String())
 	if t.SecretFile != "" {
-		key, err := os.ReadFile(t.SecretFile)
+		// Read as root at every send, from a path whoever writes the database chose.
+		key, err := credentials.ReadSecret(t.SecretFile)
 		if err != nil {
 			return fmt.Errorf("secret file: %w", err)
 		}
-		req.Header.Set(HeaderSignature, Sign(bytes.TrimSpace(key), body))
+		if key = bytes.TrimSpace(key); len(key) == 0 {
+			return fmt.Errorf("secret file %s is empty", t.SecretFile)
+		}
+		req.Header.Set(HeaderSignature, Sign(key, body))
 	}
 	return d.do(req)
 }
@@ -237,13 +306,21 @@ func (d *Deliverer) healthchecks(ctx context.Context, t store.Target, e store.Ev
 	return d.do(req)
 }
 
-// logTail is the last lines of the run's journal lines, or nothing if they cannot be read.
+// logTail is the last lines of the run's journal lines (trusted sources only, bounded), a note
+// if too many tails are being read at once, or nothing if they cannot be read.
 func (d *Deliverer) logTail(ctx context.Context, e store.Event) string {
 	attempts, err := d.cfg.Store.Attempts(ctx, *e.Run)
 	if err != nil {
 		return ""
 	}
-	return journallog.RunTail(ctx, d.cfg.JournalDir, *e.Run, store.UnitNames(attempts), logTailLines)
+	tail, err := journallog.RunTail(ctx, d.cfg.JournalDir, *e.Run, store.UnitNames(attempts), logTailLines)
+	if errors.Is(err, journallog.ErrBusy) {
+		return "(no log tail: " + err.Error() + ")\n"
+	}
+	if tail == "" {
+		return ""
+	}
+	return tail + "\n"
 }
 
 func (d *Deliverer) do(req *http.Request) error {
@@ -257,29 +334,60 @@ func (d *Deliverer) do(req *http.Request) error {
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBodyRead))
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		return fmt.Errorf("%s %s: %s: redirects are not followed (give the target's final URL)", req.Method, Redact(req.URL.String()), resp.Status)
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return fmt.Errorf("%s %s: %s", req.Method, Redact(req.URL.String()), resp.Status)
 	}
 	return nil
 }
 
-// command runs the target's program with the event as JSON on its standard input.
-func command(ctx context.Context, t store.Target, e store.Event) error {
+// command runs the target's program with the event as JSON on its standard input, if this
+// daemon allows command targets, as CommandUser, in a process group of its own that is killed
+// at the send's timeout; a process it leaves holding its standard error is waited for no longer
+// than waitDelay.
+func (d *Deliverer) command(ctx context.Context, t store.Target, e store.Event) error {
+	if !d.cfg.AllowCommands {
+		return ErrCommandsRefused
+	}
 	body, err := Payload(e)
 	if err != nil {
 		return err
 	}
 	cmd := exec.CommandContext(ctx, t.Command[0], t.Command[1:]...)
 	cmd.Stdin = bytes.NewReader(body)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/",
 		"HOLDFAST_EVENT=" + e.Event, "HOLDFAST_EVENT_ID=" + e.ID.String()}
 	cmd.Dir = "/"
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s: %v: %s", t.Command[0], err, strings.TrimSpace(lastLine(stderr.String())))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: d.cfg.credential}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = d.cfg.waitDelay
+	stderr := &tailBuffer{max: maxStderr}
+	cmd.Stderr = stderr
+	err = cmd.Run()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// It exited 0; something it started kept its standard error open.
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %v: %s", t.Command[0], err, strings.TrimSpace(lastLine(string(stderr.b))))
 	}
 	return nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
 }
 
 func lastLine(s string) string {
@@ -329,6 +437,9 @@ func ValidateTarget(t *store.Target) error {
 		}
 		if err := credentials.CheckFile("--secret-file", t.SecretFile); err != nil {
 			return err
+		}
+		if err := credentials.CheckSecret(t.SecretFile); err != nil {
+			return fmt.Errorf("--secret-file: %w", err)
 		}
 	}
 	if len(t.Events) == 0 {

@@ -1,13 +1,12 @@
 // Package web is holdfast's read-only dashboard: the jobs and their state, runs with live
 // progress and their log tail, a job's retention plan with a reason per snapshot, the accounts
 // and their ledger. Pages are html/template with embedded assets and make no request elsewhere;
-// the daemon serves them beside /metrics, on localhost unless an auth file guards them.
+// the daemon serves them beside /metrics, behind a Guard: the Host check, credentials always,
+// and a bound on the requests served at once.
 package web
 
 import (
-	"bufio"
 	"context"
-	"crypto/subtle"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -17,7 +16,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -132,7 +130,7 @@ type page struct {
 
 func (s *server) render(w http.ResponseWriter, name string, data any) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:")
+	w.Header().Set("Content-Security-Policy", contentSecurityPolicy)
 	if err := s.pages[name].ExecuteTemplate(w, name+".html", data); err != nil {
 		s.cfg.Logger.Warn("dashboard page failed", "page", name, "err", err)
 	}
@@ -142,6 +140,10 @@ func (s *server) fail(w http.ResponseWriter, err error) {
 	status := http.StatusInternalServerError
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrAmbiguous) {
 		status = http.StatusNotFound
+	}
+	if errors.Is(err, journallog.ErrBusy) {
+		status = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "5")
 	}
 	http.Error(w, textsafe.String(err.Error()), status)
 }
@@ -219,13 +221,18 @@ func (s *server) run(ctx context.Context, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Trusted sources only, bounded; ErrBusy (503) when too many tails are being read at once.
+	// Any other error is noted at the end of what could be read.
+	tail, err := journallog.RunTail(ctx, s.cfg.JournalDir, run.ID, store.UnitNames(attempts), logLines)
+	if errors.Is(err, journallog.ErrBusy) {
+		return nil, err
+	}
 	return struct {
 		page
 		Run      store.Run
 		Attempts []store.Attempt
 		Log      string
-	}{page{"Run " + run.ID.String(), now()}, run, attempts,
-		journallog.RunTail(ctx, s.cfg.JournalDir, run.ID, store.UnitNames(attempts), logLines)}, nil
+	}{page{"Run " + run.ID.String(), now()}, run, attempts, tail}, nil
 }
 
 type apiProgress struct {
@@ -320,53 +327,4 @@ func (s *server) accounts(ctx context.Context, r *http.Request) (any, error) {
 		Accounts []store.Account
 		Entries  []store.Entry
 	}{page{title, now()}, accounts, list}, nil
-}
-
-// Auth guards a handler with the credentials in an auth file: lines "bearer TOKEN" or "basic
-// USER PASSWORD", # comments. A request needs one of them.
-func Auth(path string, next http.Handler) (http.Handler, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("web auth file: %w", err)
-	}
-	defer f.Close()
-	var tokens [][]byte
-	users := map[string][]byte{}
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		fields := strings.Fields(sc.Text())
-		switch {
-		case len(fields) == 0 || strings.HasPrefix(fields[0], "#"):
-		case fields[0] == "bearer" && len(fields) == 2:
-			tokens = append(tokens, []byte(fields[1]))
-		case fields[0] == "basic" && len(fields) == 3:
-			users[fields[1]] = []byte(fields[2])
-		default:
-			return nil, fmt.Errorf("web auth file %s line %d: want \"bearer TOKEN\" or \"basic USER PASSWORD\"", path, n)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("web auth file: %w", err)
-	}
-	if len(tokens) == 0 && len(users) == 0 {
-		return nil, fmt.Errorf("web auth file %s holds no credentials", path)
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-			for _, t := range tokens {
-				if subtle.ConstantTimeCompare([]byte(token), t) == 1 {
-					next.ServeHTTP(w, r)
-					return
-				}
-			}
-		}
-		if user, pass, ok := r.BasicAuth(); ok {
-			if want, known := users[user]; known && subtle.ConstantTimeCompare([]byte(pass), want) == 1 {
-				next.ServeHTTP(w, r)
-				return
-			}
-		}
-		w.Header().Set("WWW-Authenticate", `Basic realm="holdfast"`)
-		http.Error(w, "authentication required", http.StatusUnauthorized)
-	}), nil
 }

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -19,7 +21,9 @@ import (
 
 // The dashboard in headless Chromium: every page renders with no console error, no exception
 // and no blocked request; a running backup's progress moves on its page without a reload; a
-// job's retention plan shows a reason per snapshot; on a phone's screen too. The screenshots are
+// job's retention plan shows a reason per snapshot; on a phone's screen too. The browser logs in
+// as an operator would at its prompt: basic auth, with the token of the auth file as the
+// password; without it a page is 401. The screenshots are
 // kept in $HOLDFAST_SCREENSHOT_DIR (default a directory under the system's temporary one).
 func TestDashboard(t *testing.T) {
 	t.Parallel()
@@ -30,7 +34,8 @@ func TestDashboard(t *testing.T) {
 	data := w.sampleData("data", 8, slowData)
 	w.mustRun("job", "add", "docs", "--repo", repo, "--password-file", pw, "--path", data, "--keep-last", "1", "--max-added", "1GiB")
 	w.mustRun("account", "add", "team", "--quota", "1GiB")
-	d := w.startDaemon("--listen", addr)
+	auth := webAuthFile(t)
+	d := w.startDaemon("--listen", addr, "--web-auth-file", auth)
 	for i := 0; i < 2; i++ {
 		if r := w.waitEnd(w.startRun("docs")); r.Status != "succeeded" {
 			t.Fatalf("backup %d: %s (%s)", i+1, r.Status, r.Reason)
@@ -46,7 +51,7 @@ func TestDashboard(t *testing.T) {
 	// The run waits for a prerequisite the test lets succeed once the page is open.
 	w.mustRun("job", "add", "gate", "--engine", "command", "--command", "/bin/true")
 	w.mustRun("job", "edit", "docs", "--depends-on", "gate")
-	w.startDaemon("--listen", addr)
+	w.startDaemon("--listen", addr, "--web-auth-file", auth)
 	// Its summary is held back until the page has shown it running: it runs as long as that takes.
 	release := w.holdBackups()
 	live := w.startRun("docs")
@@ -92,6 +97,18 @@ func TestDashboard(t *testing.T) {
 		return c
 	}
 	base := "http://" + addr
+	// Before logging in: refused, and no page may frame the dashboard.
+	if resp := webGet(t, base+"/", "", ""); resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Basic ") {
+		t.Fatalf("the dashboard without credentials: %s %v, want 401 with a login prompt", resp.Status, resp.Header)
+	}
+	login := "Basic " + base64.StdEncoding.EncodeToString([]byte("operator:"+webToken))
+	if _, err := chromedp.Call(step(10*time.Second), network.Enable, network.EnableParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(step(10*time.Second), network.SetExtraHTTPHeaders,
+		network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": login}}); err != nil {
+		t.Fatal(err)
+	}
 	screenshot := func(name string) {
 		t.Helper()
 		png, err := chromedp.Run(step(30*time.Second), chromedp.FullScreenshot(100))

@@ -2,9 +2,12 @@ package main_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +18,8 @@ import (
 
 // The daemon's /metrics, scraped and parsed with Prometheus's own text parser: each job's and
 // account's figures are the database's, and the histograms count the runs this daemon closed.
+// Without credentials /metrics, the dashboard and its API answer 401, on localhost too; with
+// them but another site's name in Host (DNS rebinding), 421.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -22,10 +27,35 @@ func TestMetrics(t *testing.T) {
 	w.mustRun("account", "add", "team", "--quota", "10GiB")
 	w.mustRun("job", "add", "good", "--engine", "command", "--command", "/bin/true", "--account", "team")
 	w.mustRun("job", "add", "bad", "--engine", "command", "--command", "/bin/false", "--alert-failures", "1")
-	w.startDaemon("--listen", addr, "--watch-interval", "500ms")
+	w.startDaemon("--listen", addr, "--watch-interval", "500ms", "--web-auth-file", webAuthFile(t))
 	good, bad := w.startRun("good"), w.startRun("bad")
 	w.waitEnd(good)
 	w.waitEnd(bad)
+	for _, path := range []string{"/metrics", "/", "/runs", "/runs/" + good, "/api/runs/" + good, "/api/runs/" + good[:8],
+		"/jobs/good", "/accounts/team", "/static/app.js"} {
+		for _, c := range []struct {
+			what  string
+			host  string
+			token string
+			want  int
+		}{
+			{"no credentials", "", "", http.StatusUnauthorized},
+			{"no credentials, as localhost", "localhost", "", http.StatusUnauthorized},
+			{"a wrong token", "", "Bearer " + webToken[:len(webToken)-1] + "x", http.StatusUnauthorized},
+			{"another site's name", "attacker.example", "Bearer " + webToken, http.StatusMisdirectedRequest},
+			{"another site's name on this port", "attacker.example:" + addr[strings.LastIndex(addr, ":")+1:], "Bearer " + webToken, http.StatusMisdirectedRequest},
+			{"the token", "", "Bearer " + webToken, http.StatusOK},
+			{"the token as localhost", "localhost", "Bearer " + webToken, http.StatusOK},
+		} {
+			resp := webGet(t, "http://"+addr+path, c.host, c.token)
+			if resp.StatusCode != c.want {
+				t.Errorf("GET %s, %s: %s, want %d", path, c.what, resp.Status, c.want)
+			}
+			if !strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+				t.Errorf("GET %s, %s: headers %v lack frame-ancestors 'none' or nosniff", path, c.what, resp.Header)
+			}
+		}
+	}
 	waitJob := func(name string, cond func(jobJSON) bool) {
 		t.Helper()
 		await(t, "job "+name, func() string { return "" }, func() jobJSON { return w.job(name) }, cond)
@@ -111,9 +141,86 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// A daemon asked to listen without credentials, or off localhost without TLS, does not start:
+// one line says why and how to make them, and it exits 78 (a configuration error, not retried).
+func TestListenNeedsCredentials(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	for _, c := range []struct {
+		what string
+		args []string
+		want string
+	}{
+		{"no auth file", []string{"--listen", freeAddr(t), "--web-auth-file="},
+			"serves only with credentials, and no --web-auth-file is given nor /etc/holdfast/web.auth there: run holdfast setup, or (umask 077; echo \"bearer $(head -c 24 /dev/urandom | base64)\" >/etc/holdfast/web.auth)"},
+		{"an auth file others can read", []string{"--listen", freeAddr(t), "--web-auth-file", openAuthFile(t)}, "has mode 0644"},
+		{"off localhost without TLS", []string{"--listen", "0.0.0.0:0", "--web-auth-file", webAuthFile(t)},
+			"--listen 0.0.0.0:0 is reachable from elsewhere: give --tls-cert and --tls-key"},
+	} {
+		r := w.runBinary(append([]string{"daemon"}, c.args...)...)
+		if r.code != 78 || !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("daemon with %s: exit %d, stderr %q; want 78 and one line with %q", c.what, r.code, r.stderr, c.want)
+		}
+	}
+}
+
+// webToken is the bearer token of the test daemons' auth files (webAuthFile).
+const webToken = "holdfast-test-token-4f6b0c1e9a"
+
+// webAuthFile is an auth file holding webToken: root's, 0600, as holdfast setup makes it.
+func webAuthFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "web.auth")
+	if err := os.WriteFile(path, []byte("bearer "+webToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// openAuthFile is an auth file its group and others may read.
+func openAuthFile(t *testing.T) string {
+	t.Helper()
+	path := webAuthFile(t)
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// webGet GETs url with the Host header host ("" the URL's) and the Authorization header auth
+// ("" none), and returns the response with its body read.
+func webGet(t *testing.T, url, host, auth string) *http.Response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// scrape reads the metrics at url with the test daemons' token.
 func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+webToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -208,4 +209,88 @@ func TestNotifications(t *testing.T) {
 		t.Fatalf("status with 2 failed deliveries: exit %d, %s", s.code, s.stdout)
 	}
 	w.checkInvariants()
+}
+
+// The host's policy over notifications, against a real daemon and database. Under the default
+// policy a command target's program does not run at delivery: the delivery fails, saying why,
+// in notify log. A webhook that answers with a redirect is not followed: the place it points to
+// receives nothing, and the try fails with the redirect's status. A daemon allowed to run
+// command targets runs them as nobody.
+func TestNotificationPolicy(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	proofs := filepath.Join(w.dir, "proofs")
+	if err := os.Mkdir(proofs, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(proofs, 0o777); err != nil { // nobody writes here
+		t.Fatal(err)
+	}
+	refusedProof := filepath.Join(proofs, "refused-ran")
+	w.mustRun("notify", "add", "sh", "--command", "/bin/sh", "--command", "-c", "--command", "id -u >"+refusedProof, "--events", "succeeded")
+	stolen := newReceiver(t)
+	redirecting := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		http.Redirect(rw, r, stolen.URL+"/stolen", http.StatusTemporaryRedirect)
+	}))
+	defer redirecting.Close()
+	keyFile := filepath.Join(w.dir, "hook.key")
+	if err := os.WriteFile(keyFile, []byte("hook secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.mustRun("notify", "add", "moved", "--webhook", redirecting.URL+"/hook", "--secret-file", keyFile, "--events", "succeeded")
+	w.mustRun("job", "add", "ok", "--engine", "command", "--command", "/bin/true")
+
+	daemon := w.startDaemon(notifyFlags...)
+	w.waitEnd(w.startRun("ok"))
+	type logEntry struct {
+		Target    string `json:"target"`
+		State     string `json:"state"`
+		LastError string `json:"last_error"`
+		Tries     int    `json:"tries"`
+	}
+	failedFor := func(target string) logEntry {
+		t.Helper()
+		var log []logEntry
+		if !eventually(time.Minute, func() bool {
+			_ = json.Unmarshal([]byte(w.mustRun("notify", "log", "--target", target, "--json")), &log)
+			return len(log) == 1 && log[0].State == "failed"
+		}) {
+			t.Fatalf("notify log of %s: %+v; want its one delivery failed", target, log)
+		}
+		return log[0]
+	}
+	if got := failedFor("sh"); got.Tries != 3 || !strings.Contains(got.LastError, "refused") || !strings.Contains(got.LastError, "--allow-notify-commands") {
+		t.Fatalf("the command target's delivery: %+v; want 3 tries refused, naming --allow-notify-commands", got)
+	}
+	if _, err := os.Stat(refusedProof); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused command ran: %v", err)
+	}
+	if got := failedFor("moved"); !strings.Contains(got.LastError, "307") || !strings.Contains(got.LastError, "redirects are not followed") {
+		t.Fatalf("the redirecting webhook's delivery: %+v; want failed on its 307", got)
+	}
+	if got := stolen.requests(); len(got) != 0 {
+		t.Fatalf("the redirect's destination received %d request(s): %+v", len(got), got)
+	}
+
+	// Allowed, a command target runs as nobody, not as the daemon's root.
+	daemon.kill()
+	w.mustRun("notify", "remove", "sh")
+	allowedProof := filepath.Join(proofs, "allowed-ran")
+	w.mustRun("notify", "add", "allowed", "--command", "/bin/sh", "--command", "-c", "--command", "id -u >"+allowedProof, "--events", "succeeded")
+	w.startDaemon(append([]string{"--allow-notify-commands"}, notifyFlags...)...)
+	w.waitEnd(w.startRun("ok"))
+	var uid []byte
+	if !eventually(time.Minute, func() bool {
+		var err error
+		uid, err = os.ReadFile(allowedProof)
+		return err == nil && len(uid) > 0
+	}) {
+		t.Fatal("the allowed command target never ran")
+	}
+	if strings.TrimSpace(string(uid)) != "65534" {
+		t.Fatalf("the command target ran as uid %s, want nobody's 65534", uid)
+	}
+	if _, err := os.Stat(refusedProof); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused command ran later: %v", err)
+	}
 }

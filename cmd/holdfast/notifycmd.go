@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -93,6 +95,10 @@ func newNotifyAddCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "notification target %s added: %s to %s (events %s)\n", t.Name, t.Kind,
 					targetJSON(added[0]).Where, strings.Join(added[0].Events, ","))
+				if t.Kind == store.TargetCommand {
+					fmt.Fprintln(cmd.ErrOrStderr(), "note: a daemon runs command targets only with --allow-notify-commands "+
+						"(HOLDFAST_ALLOW_NOTIFY_COMMANDS=true), as its --notify-command-user (default nobody); elsewhere their deliveries fail, saying so")
+				}
 				return nil
 			})
 		},
@@ -161,14 +167,21 @@ func newNotifyTestCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "test NAME",
 		Short: "Send a test event to a target now, from this process (exit 1 if it fails)",
-		Args:  exactArgs(1, "one target name"),
+		Long: "Send a test event to a target now, from this process (exit 1 if it fails). A command target's program runs " +
+			"as the daemon's default --notify-command-user (nobody) when this is root, else as you.",
+		Args: exactArgs(1, "one target name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				targets, err := st.Targets(ctx, args[0])
 				if err != nil {
 					return err
 				}
-				d, err := notify.New(notify.Config{Store: st, JournalDir: g.journalDir})
+				// Asked for by name: a command target runs, as the daemon would run it.
+				commandUser := notify.DefaultCommandUser
+				if os.Geteuid() != 0 {
+					commandUser = strconv.Itoa(os.Geteuid())
+				}
+				d, err := notify.New(notify.Config{Store: st, JournalDir: g.journalDir, AllowCommands: true, CommandUser: commandUser})
 				if err != nil {
 					return err
 				}

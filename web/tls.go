@@ -1,0 +1,129 @@
+package web
+
+import (
+	"bytes"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxPEM bounds a certificate chain or key file.
+const maxPEM = 1 << 20
+
+// TLSConfig serves the certificate and key in certFile and keyFile (PEM), read now, so that a
+// bad pair stops the daemon, and again at a handshake after either file changed (a renewal):
+// a pair that then fails to load is logged and the last good one kept. The files are the
+// operator's: links are followed (certbot's live/ directory is links), but each must be a
+// regular file, read without blocking and bounded, and the key must not be readable by others.
+func TLSConfig(certFile, keyFile string, logger *slog.Logger) (*tls.Config, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	r := &certReloader{certFile: certFile, keyFile: keyFile, logger: logger}
+	if err := r.load(); err != nil {
+		return nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.get}, nil
+}
+
+type certReloader struct {
+	certFile, keyFile string
+	logger            *slog.Logger
+
+	mu      sync.Mutex
+	cert    *tls.Certificate
+	stamp   [2]time.Time
+	checked time.Time
+}
+
+func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if time.Since(r.checked) > time.Second {
+		r.checked = time.Now()
+		if s, err := r.stamps(); err == nil && s != r.stamp {
+			if err := r.loadLocked(); err != nil {
+				r.logger.Error("the changed TLS certificate or key does not load; serving the last good one", "err", err)
+				r.stamp = s // once per change
+			} else {
+				r.logger.Info("TLS certificate reloaded", "cert", r.certFile)
+			}
+		}
+	}
+	return r.cert, nil
+}
+
+func (r *certReloader) stamps() ([2]time.Time, error) {
+	var s [2]time.Time
+	for i, p := range []string{r.certFile, r.keyFile} {
+		info, err := os.Stat(p)
+		if err != nil {
+			return s, err
+		}
+		s[i] = info.ModTime()
+	}
+	return s, nil
+}
+
+func (r *certReloader) load() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.checked = time.Now()
+	return r.loadLocked()
+}
+
+func (r *certReloader) loadLocked() error {
+	s, err := r.stamps()
+	if err != nil {
+		return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+	}
+	certPEM, err := readPEM(r.certFile, false)
+	if err != nil {
+		return fmt.Errorf("--tls-cert: %w", err)
+	}
+	keyPEM, err := readPEM(r.keyFile, true)
+	if err != nil {
+		return fmt.Errorf("--tls-key: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("--tls-cert %s with --tls-key %s: %w", r.certFile, r.keyFile, err)
+	}
+	r.cert, r.stamp = &cert, s
+	return nil
+}
+
+// readPEM reads a regular file without blocking on a FIFO or a device, at most maxPEM bytes; a
+// key must not be readable or writable by others.
+func readPEM(path string, key bool) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if key && st.Mode&0o007 != 0 {
+		return nil, fmt.Errorf("%s has mode %04o: a private key must not be open to others (chmod 0600 %s)", path, st.Mode&0o777, path)
+	}
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(f, maxPEM+1)); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if buf.Len() > maxPEM {
+		return nil, fmt.Errorf("%s is larger than %d MiB", path, maxPEM>>20)
+	}
+	return buf.Bytes(), nil
+}
