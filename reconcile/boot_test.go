@@ -24,7 +24,7 @@ func TestEarlierBootSkipsSpawnGrace(t *testing.T) {
 	st, _ := storetest.Open(t)
 	run := storetest.ManualRun(t, st, "boot")
 	unit := runner.UnitName("boot", run.ID, 1)
-	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h", "boot-1", store.Limits{}); !ok || err != nil {
+	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 1, unit, "boot-1", store.Limits{}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
 	ls, err := st.LiveRuns(ctx, "")

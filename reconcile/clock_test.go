@@ -21,7 +21,7 @@ func TestSpawnGraceOnTheDatabasesClock(t *testing.T) {
 	st, _ := storetest.Open(t)
 	run := storetest.ManualRun(t, st, "skew")
 	unit := runner.UnitName("skew", run.ID, 1)
-	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h", "", store.Limits{}); !ok || err != nil {
+	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 1, unit, "", store.Limits{}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
 	ls, err := st.LiveRuns(ctx, "")

@@ -21,7 +21,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 	ctx := context.Background()
 	st, _ := storetest.Open(t)
 	run := storetest.ManualRun(t, st, "big")
-	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, "holdfast-big-"+run.ID.String()+"-a1.service", "h", "", store.Limits{}); !ok || err != nil {
+	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 1, "holdfast-big-"+run.ID.String()+"-a1.service", "", store.Limits{}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
 
@@ -50,7 +50,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := &Reconciler{cfg: Config{Store: st, StateDir: state, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, drainLimit: limit}
+	r := &Reconciler{cfg: Config{Store: st, StateDir: state, Host: "h", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, drainLimit: limit}
 	live := func() store.LiveRun {
 		t.Helper()
 		ls, err := st.LiveRuns(ctx, "")

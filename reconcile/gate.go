@@ -110,7 +110,7 @@ func (r *Reconciler) prerequisite(ctx context.Context, name string) (*prereq, er
 
 // retryPlan returns the retry of a backup that failed for a transient reason, or nil if its job
 // allows no more. A prune or forget is not retried: the next one is planned anew.
-func (r *Reconciler) retryPlan(ctx context.Context, l store.LiveRun, failedAt time.Time) (*store.Retry, error) {
+func (r *Reconciler) retryPlan(ctx context.Context, l store.LiveRun) (*store.Retry, error) {
 	if l.JobEngine == "" || l.Run.Kind != store.KindBackup {
 		return nil, nil
 	}
@@ -129,8 +129,8 @@ func (r *Reconciler) retryPlan(ctx context.Context, l store.LiveRun, failedAt ti
 	if err != nil {
 		return nil, err
 	}
-	at := failedAt.Add(schedule.Backoff(job.RetryBackoff, schedule.MaxBackoff, n))
-	return &store.Retry{ID: id, Number: n, NotBefore: at,
-		Why: fmt.Sprintf("waiting: retry %d of %d after run %s failed for a transient reason, due at %s",
-			n, job.RetryMax, l.Run.ID, at.UTC().Format(time.RFC3339))}, nil
+	// Due a backoff after the failed run's end as the database records it (store.Finish), on
+	// the database's clock: the host's clock may be off.
+	return &store.Retry{ID: id, Number: n, Delay: schedule.Backoff(job.RetryBackoff, schedule.MaxBackoff, n),
+		Why: fmt.Sprintf("waiting: retry %d of %d after run %s failed for a transient reason", n, job.RetryMax, l.Run.ID)}, nil
 }

@@ -48,10 +48,10 @@ func (r *Reconciler) takeOver(ctx context.Context) error {
 	}
 	for _, l := range orphans {
 		a := l.Attempt
-		t := store.TakeOver{RunID: l.Run.ID, Attempt: a.No, From: a.Host, By: r.cfg.Host, Grace: r.cfg.TakeoverGrace,
+		t := store.TakeOver{RunID: l.Run.ID, Attempt: a.No, From: a.Host, Grace: r.cfg.TakeoverGrace,
 			GiveUp: decideTakeOver(a.No, r.rules())}
 		t.Settlement = r.settlement(ctx, l, a, ran(a, runner.Marker{}), true)
-		done, err := r.cfg.Store.TakeOverRun(ctx, t)
+		done, err := r.cfg.Store.TakeOverRun(ctx, r.fence(), t)
 		if err != nil {
 			return err
 		}
@@ -118,6 +118,14 @@ func (r *Reconciler) unlockSuperseded(ctx context.Context, a store.SupersededAtt
 		return
 	}
 	unlock := func(ctx context.Context, _ func()) error {
+		if !r.acting() {
+			// Not without the lease: a daemon of the same host name elsewhere holds it, and
+			// restic here would take that daemon's live locks for stale ones.
+			r.repairMu.Lock()
+			delete(r.unlocked, key) // the next pass under the lease hands it over again
+			r.repairMu.Unlock()
+			return nil
+		}
 		job, err := r.cfg.Store.JobByName(ctx, a.JobName)
 		if errors.Is(err, store.ErrNotFound) || err == nil && job.Engine != engine.NameRestic {
 			return nil

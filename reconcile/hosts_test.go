@@ -19,17 +19,21 @@ import (
 func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newSweepEnv(t, reconcile.Config{Host: "h1", AllowCommandJobs: true})
+	var h1 store.Lease // the lease h1's reconciler writes under
+	e := newSweepEnv(t, reconcile.Config{Host: "h1", AllowCommandJobs: true,
+		Lease: func() (store.Lease, bool) { return h1, true }})
 	st, r, rec := e.st, e.r, e.rec
-	take := func(host string, d time.Duration) {
+	take := func(host string, d time.Duration) store.Lease {
 		t.Helper()
-		if _, err := st.AcquireLease(ctx, store.LeaseRequest{Host: host, Holder: "test", Duration: d,
-			HolderGone: func(string) bool { return true }}); err != nil {
+		l, err := st.AcquireLease(ctx, store.LeaseRequest{Host: host, Holder: "test-" + host, Duration: d,
+			HolderGone: func(string) bool { return true }})
+		if err != nil {
 			t.Fatal(err)
 		}
+		return l
 	}
-	take("h1", time.Hour)
-	take("h2", time.Hour)
+	h1 = take("h1", time.Hour)
+	h2 := take("h2", time.Hour)
 	if _, err := st.CreateJob(ctx, store.Job{Name: "any", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -38,25 +42,25 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := runner.UnitName("any", run.ID, 1)
-	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h1", "", store.Limits{}); err != nil || !ok {
+	if ok, _, err := st.ClaimSpawn(ctx, h1, run.ID, 1, unit, "", store.Limits{}); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	props := []sddbus.Property{sddbus.PropType("exec"), sddbus.PropExecStart([]string{"/bin/sleep", "300"}, false)}
 	if _, err := e.mgr.Conn(t).StartTransientUnitContext(ctx, unit, "replace", props, make(chan string, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.ReleaseSpawnClaim(ctx, run.ID, 1, unit, true); err != nil {
+	if err := st.ReleaseSpawnClaim(ctx, h1, run.ID, 1, unit, true); err != nil {
 		t.Fatal(err)
 	}
 
 	// h1 goes down; h2 takes the run over.
 	take("h1", 200*time.Millisecond)
 	time.Sleep(400 * time.Millisecond)
-	if done, err := st.TakeOverRun(ctx, store.TakeOver{RunID: run.ID, Attempt: 1, From: "h1", By: "h2",
+	if done, err := st.TakeOverRun(ctx, h2, store.TakeOver{RunID: run.ID, Attempt: 1, From: "h1",
 		Settlement: &ledger.Settlement{Release: true, Source: "test"}}); err != nil || !done {
 		t.Fatalf("take over: %v %v", done, err)
 	}
-	take("h1", time.Hour)
+	h1 = take("h1", time.Hour)
 	if alive, _, err := r.Alive(ctx, unit); err != nil || !alive {
 		t.Fatalf("the unit before h1's sweep: alive %v, %v", alive, err)
 	}

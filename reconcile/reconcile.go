@@ -53,6 +53,13 @@ type Config struct {
 	// TakeoverGrace is how long after another host's lease expired this daemon takes over that
 	// host's runs of any-host jobs. Default DefaultTakeoverGrace.
 	TakeoverGrace time.Duration
+	// Lease, if set, is the host's lease as the daemon holds it now, and whether it holds it
+	// (it took or renewed it less than a lease length ago and no other holder took it). Every
+	// write about an attempt, every spawn claim and every takeover carries it (the fence, see
+	// store.Lease); while it is not held the reconciler stands by: Sweep does nothing and returns
+	// ErrNoLease, and no spawn, repair or runaway stop is carried out. Nil: the reconciler
+	// holds no lease (used alone, as in its tests) and writes as Host without one.
+	Lease func() (store.Lease, bool)
 	// BootID is the host's current boot, recorded on each attempt: a unit of this host's
 	// earlier boot is gone for good. Default CurrentBoot ("" if it cannot be read: then a run a
 	// reboot interrupted waits out the spawn grace).
@@ -196,6 +203,30 @@ func (c *Config) Validate() error {
 	return c.ValidatePolicy()
 }
 
+// ErrNoLease is what Sweep returns while the daemon does not hold its host's lease.
+var ErrNoLease = errors.New("the host's lease is not held: standing by until this daemon takes it again")
+
+// fence is the lease r writes under now (see Config.Lease).
+func (r *Reconciler) fence() store.Lease {
+	if r.cfg.Lease == nil {
+		return store.Lease{Host: r.cfg.Host}
+	}
+	l, _ := r.cfg.Lease()
+	if l.Host != r.cfg.Host { // not taken yet: no lease
+		return store.Lease{Host: r.cfg.Host}
+	}
+	return l
+}
+
+// acting reports whether r may act now: it holds its host's lease, or it was given none to hold.
+func (r *Reconciler) acting() bool {
+	if r.cfg.Lease == nil {
+		return true
+	}
+	l, held := r.cfg.Lease()
+	return held && l.Host == r.cfg.Host
+}
+
 // Reconciler runs sweeps.
 type Reconciler struct {
 	cfg Config
@@ -237,8 +268,12 @@ type SweepStats struct {
 	JournalLag int64
 }
 
-// Sweep reconciles every live run once, within PassTimeout.
+// Sweep reconciles every live run once, within PassTimeout. Without the host's lease it does
+// nothing and returns ErrNoLease; a lease lost during the pass ends it with the runs not reached.
 func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
+	if !r.acting() {
+		return SweepStats{}, ErrNoLease
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PassTimeout)
 	defer cancel()
@@ -282,7 +317,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, r.cfg.Workers)
 	for _, l := range live {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !r.acting() {
 			break
 		}
 		if limited && l.Attempt.Unit == "" {
@@ -297,13 +332,16 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	}
 	wg.Wait()
 	for _, l := range inOrder {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !r.acting() {
 			break
 		}
 		one(l)
 	}
 	if err := ctx.Err(); err != nil {
 		return stats, err
+	}
+	if !r.acting() {
+		return stats, ErrNoLease
 	}
 	r.runaway.prune(live)
 	if err := r.stopSuperseded(ctx); err != nil {
@@ -399,8 +437,10 @@ func (r *Reconciler) gather(ctx context.Context, l *store.LiveRun, jobs map[stri
 		stopRequested: l.Run.StopRequestedAt != nil,
 		stopReason:    l.Run.StopReason,
 		pausedReason:  l.Run.PausedReason,
-		now:           r.cfg.now(),
-		queuedAt:      l.Run.CreatedAt,
+		// The database's clock: a retry's not-before and the time the run was queued are on it,
+		// and the host's clock may be off.
+		now:      l.Now(),
+		queuedAt: l.Run.CreatedAt,
 	}
 	if l.Attempt.SpawnClaimedAt != nil {
 		// On the database's clock: the daemon's may differ from it. An armed unit is not started
@@ -492,7 +532,7 @@ func (r *Reconciler) carryOut(ctx context.Context, l store.LiveRun, f facts, job
 		}
 		return r.cfg.Runner.Stop(ctx, f.unitName)
 	case actMarkRunning:
-		return r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, r.cfg.now())
+		return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Run.ID, l.Attempt.No, time.Time{}) // on the database's clock
 	case actPauseRunaway:
 		return r.pauseRunaway(ctx, l, *f.runaway)
 	case actWatch:
@@ -515,7 +555,7 @@ func (r *Reconciler) markArmedStarted(ctx context.Context, l store.LiveRun, f fa
 	if !f.armed || !f.queued || f.marker != markerReadable {
 		return nil
 	}
-	return r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, *l.Attempt.ArmedFor)
+	return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Run.ID, l.Attempt.No, *l.Attempt.ArmedFor)
 }
 
 // readMarker reads the attempt's marker into f.

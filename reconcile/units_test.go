@@ -174,16 +174,16 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	// start claims and starts an attempt, as a spawn does.
 	start := func(jobName string, run store.Run, attempt int) {
 		t.Helper()
-		if ok, blocked, err := st.ClaimSpawn(ctx, run.ID, attempt, runner.UnitName(jobName, run.ID, attempt), "h", "", store.Limits{}); !ok || err != nil {
+		if ok, blocked, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, attempt, runner.UnitName(jobName, run.ID, attempt), "", store.Limits{}); !ok || err != nil {
 			t.Fatalf("claim: %v %q %v", ok, blocked, err)
 		}
-		if err := st.MarkStarted(ctx, run.ID, attempt, tick()); err != nil {
+		if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, run.ID, attempt, tick()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	finish := func(run store.Run, attempt int, m runner.Marker, status string) {
 		t.Helper()
-		if ok, err := st.Finish(ctx, store.Ending{RunID: run.ID, Attempt: attempt, At: tick(), Status: status, Reason: "test",
+		if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: attempt, At: tick(), Status: status, Reason: "test",
 			ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus}); !ok || err != nil {
 			t.Fatalf("finish: %v %v", ok, err)
 		}
@@ -191,7 +191,7 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	released := ledger.Settlement{Release: true, Source: "test"}
 	restart := func(run store.Run, attempt int, m runner.Marker) {
 		t.Helper()
-		if ok, paused, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: attempt, At: tick(),
+		if ok, paused, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: attempt, At: tick(),
 			ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus, Settlement: &released}); !ok || paused != "" || err != nil {
 			t.Fatalf("restart: %v %q %v", ok, paused, err)
 		}

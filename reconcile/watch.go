@@ -241,7 +241,7 @@ func (r *Reconciler) follow(ctx context.Context, w *packWatch, data int, l store
 		}
 		counted[key] = true
 		total += size
-		if total <= hold {
+		if total <= hold || !r.acting() { // without the lease it counts on, and acts once it holds it again
 			return true
 		}
 		if other, err := r.cfg.Store.OtherWriter(ctx, l.Run.ID, l.Attempt.No); err != nil || other != nil {

@@ -42,13 +42,34 @@ func (h Host) State() string {
 	return "alive"
 }
 
-// Lease is a daemon's hold on its host's row: writes about the attempts it claims are fenced
-// by Generation (docs/ARCHITECTURE.md, Several hosts).
+// Lease is a daemon's hold on its host's row, and who writes: every write about an attempt and
+// every spawn claim takes the writer's Lease, and applies only while it is its host's current
+// one (docs/ARCHITECTURE.md, Several hosts): the same Holder, in the same Generation, not
+// expired on the database's clock, and the attempt is unclaimed or was claimed (or adopted) by
+// that host in that generation. A writer that lost the lease, to another holder or by letting
+// it lapse, changes nothing, whatever generation the attempt carries. A Lease with only a Host
+// (no Holder) is none, as a reconciler used alone writes: it applies only for a host no
+// daemon ever held a lease for, and only to attempts claimed without one.
 type Lease struct {
 	Host       string
 	Holder     string
 	Generation int64
 	Until      time.Time
+}
+
+// fenced is the fence of a write about an attempt (of the table attempts, unaliased), with the
+// writer's host, holder and generation as the statement's parameters $n, $n+1 and $n+2.
+func fenced(n int) string {
+	return fmt.Sprintf("holdfast_fence(host, lease_generation, $%d, $%d, $%d)", n, n+1, n+2)
+}
+
+// stamp is t as a statement's parameter: NULL for the zero time, which the statement replaces
+// by the database's now().
+func stamp(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // LeaseRequest asks for a host's lease.
@@ -86,6 +107,9 @@ var ErrLeaseLost = errors.New("host lease lost")
 // req.HolderGone says is gone. The generation goes up, and the host's live attempts, those no
 // other host took over meanwhile, are adopted under it in the same transaction.
 func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, error) {
+	if req.Holder == "" {
+		return Lease{}, fmt.Errorf("take the lease of host %s: no holder named", req.Host)
+	}
 	l := Lease{Host: req.Host, Holder: req.Holder}
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		// A new host's row starts with an expired lease, so that daemons starting at once for
@@ -350,7 +374,6 @@ type TakeOver struct {
 	RunID   uuid.UUID
 	Attempt int
 	From    string        // the host whose lease expired
-	By      string        // the host taking over
 	Grace   time.Duration // From's lease must have expired at least this long ago
 	// GiveUp, if set, ends the run failed (transient) with this reason instead of opening the
 	// next attempt (the run reached --max-attempts).
@@ -360,20 +383,21 @@ type TakeOver struct {
 }
 
 // TakeOverRun supersedes the attempt and opens the next one with no unit, for any live host to
-// spawn; with a stop intent the run ends stopped instead, and with GiveUp failed. The host's
-// row is locked first, so a daemon that takes its lease again either adopts the attempt before
-// or finds it superseded. It reports false, changing nothing, when the host's lease is current
-// again or the attempt is no longer live.
-func (s *Store) TakeOverRun(ctx context.Context, t TakeOver) (bool, error) {
+// spawn; with a stop intent the run ends stopped instead, and with GiveUp failed. w is the
+// lease of the host taking over: only its current holder takes over (the fence, see Lease).
+// The down host's row is locked first, so a daemon that takes its lease again either adopts
+// the attempt before or finds it superseded. It reports false, changing nothing, when the
+// host's lease is current again, the attempt is no longer live, or w is not current.
+func (s *Store) TakeOverRun(ctx context.Context, w Lease, t TakeOver) (bool, error) {
 	var done bool
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var since time.Time
 		// Only a host under its own current lease takes over, so a daemon back from a partition
-		// takes nothing before it holds its lease again.
+		// takes nothing before it holds its lease again, nor one whose lease another took.
 		err := tx.QueryRow(ctx, `
 			SELECT lease_until FROM hosts WHERE name = $1 AND lease_until + $2::interval < now()
-			  AND NOT EXISTS (SELECT 1 FROM hosts b WHERE b.name = $3 AND b.lease_until <= now())
-			FOR UPDATE`, t.From, t.Grace, t.By).Scan(&since)
+			  AND name <> $3 AND holdfast_fence('', NULL, $3, $4, $5)
+			FOR UPDATE`, t.From, t.Grace, w.Host, w.Holder, w.Generation).Scan(&since)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -384,7 +408,7 @@ func (s *Store) TakeOverRun(ctx context.Context, t TakeOver) (bool, error) {
 			UPDATE attempts SET ended_at = now(), superseded_at = now(), superseded_by = $4
 			WHERE run_id = $1 AND attempt_no = $2 AND host = $3 AND ended_at IS NULL
 			  AND EXISTS (SELECT 1 FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1 AND j.host IS NULL)`,
-			t.RunID, t.Attempt, t.From, t.By)
+			t.RunID, t.Attempt, t.From, w.Host)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
@@ -413,7 +437,7 @@ func (s *Store) TakeOverRun(ctx context.Context, t TakeOver) (bool, error) {
 			return notifyEnded(ctx, tx, t.RunID)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE runs SET waiting_reason = $2 WHERE id = $1`,
-			t.RunID, fmt.Sprintf("taken over by host %s: %s", t.By, lost)); err != nil {
+			t.RunID, fmt.Sprintf("taken over by host %s: %s", w.Host, lost)); err != nil {
 			return err
 		}
 		_, err = openNextAttempt(ctx, tx, t.RunID, t.Attempt)

@@ -32,7 +32,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
 	lease(t, st, "h1", "p1", time.Hour)
-	lease(t, st, "h2", "p2", time.Hour)
+	h2 := lease(t, st, "h2", "p2", time.Hour)
 
 	// A second daemon of the same name is refused while the lease is current, unless the holder
 	// is known to be gone.
@@ -45,7 +45,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	if l, err := st.AcquireLease(ctx, req); err != nil || l.Holder != "p9" {
 		t.Fatalf("lease of a holder that is gone: %+v %v", l, err)
 	}
-	lease(t, st, "h1", "p1", time.Hour) // p1 back, once p9 is gone
+	h1 := lease(t, st, "h1", "p1", time.Hour) // p1 back, once p9 is gone
 
 	addJob(t, st, "any") // no host: any host may run it
 	run, err := st.Admit(ctx, "any", "manual", store.KindBackup)
@@ -53,24 +53,24 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := "holdfast-any-" + run.ID.String() + "-a1.service"
-	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h1", "", store.Limits{}); err != nil || !ok {
+	if ok, _, err := st.ClaimSpawn(ctx, h1, run.ID, 1, unit, "", store.Limits{}); err != nil || !ok {
 		t.Fatalf("claim on h1: %v %v", ok, err)
 	}
 	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 0 {
 		t.Fatalf("h2 lists h1's run: %+v %v", live, err)
 	}
-	if err := st.MarkStarted(ctx, run.ID, 1, time.Now()); err != nil {
+	if err := st.MarkStarted(ctx, h1, run.ID, 1, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 
 	// Taken again on a short lease (the attempt is adopted under the new generation), which lapses.
-	h1 := lease(t, st, "h1", "p1", 300*time.Millisecond)
+	h1 = lease(t, st, "h1", "p1", 300*time.Millisecond)
 	time.Sleep(500 * time.Millisecond)
 	to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}
-	if ok, err := st.ApplyJournal(ctx, run.ID, 1, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
+	if ok, err := st.ApplyJournal(ctx, h1, run.ID, 1, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
 		t.Fatalf("journal applied under a lapsed lease: %v %v", ok, err)
 	}
-	if ok, err := st.Finish(ctx, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusSucceeded}); err != nil || ok {
+	if ok, err := st.Finish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusSucceeded}); err != nil || ok {
 		t.Fatalf("finished under a lapsed lease: %v %v", ok, err)
 	}
 	if _, err := st.RenewLease(ctx, h1, time.Second); !errors.Is(err, store.ErrLeaseLost) {
@@ -87,10 +87,14 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	if err != nil || len(orphans) != 1 || orphans[0].Run.ID != run.ID {
 		t.Fatalf("orphans seen by h2: %+v %v", orphans, err)
 	}
-	take := store.TakeOver{RunID: run.ID, Attempt: 1, From: "h1", By: "h2",
+	take := store.TakeOver{RunID: run.ID, Attempt: 1, From: "h1",
 		Settlement: &ledger.Settlement{Bytes: 1, Source: "measured growth of the local repository, an upper bound"}}
+	// Only under the taker's current lease: not as a holder of h2 that is not p2.
+	if done, err := st.TakeOverRun(ctx, store.Lease{Host: "h2", Holder: "p9", Generation: h2.Generation}, take); err != nil || done {
+		t.Fatalf("take over by a holder of h2 that is not its lease's: %v %v", done, err)
+	}
 	for i, want := range []bool{true, false} {
-		if done, err := st.TakeOverRun(ctx, take); err != nil || done != want {
+		if done, err := st.TakeOverRun(ctx, h2, take); err != nil || done != want {
 			t.Fatalf("take over #%d: %v %v, want %v", i+1, done, err, want)
 		}
 	}
@@ -103,8 +107,8 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	}
 
 	// h1 comes back: it takes its lease again, and still cannot finish the superseded attempt.
-	lease(t, st, "h1", "p1", time.Hour)
-	if ok, err := st.Finish(ctx, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusSucceeded}); err != nil || ok {
+	h1 = lease(t, st, "h1", "p1", time.Hour)
+	if ok, err := st.Finish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusSucceeded}); err != nil || ok {
 		t.Fatalf("superseded attempt finished: %v %v", ok, err)
 	}
 	sup, err := st.Superseded(ctx, "h1", time.Hour)
@@ -122,8 +126,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 func TestReleasedSpawnClaim(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
-	lease(t, st, "h1", "p1", time.Hour)
-	lease(t, st, "h2", "p2", time.Hour)
+	leases := map[string]store.Lease{"h1": lease(t, st, "h1", "p1", time.Hour), "h2": lease(t, st, "h2", "p2", time.Hour)}
 	addJob(t, st, "any")
 	run, err := st.Admit(ctx, "any", "manual", store.KindBackup)
 	if err != nil {
@@ -132,7 +135,7 @@ func TestReleasedSpawnClaim(t *testing.T) {
 	unit := "holdfast-any-" + run.ID.String() + "-a1.service"
 	claim := func(host string, want bool) {
 		t.Helper()
-		if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, host, "", store.Limits{}); err != nil || ok != want {
+		if ok, _, err := st.ClaimSpawn(ctx, leases[host], run.ID, 1, unit, "", store.Limits{}); err != nil || ok != want {
 			t.Fatalf("claim on %s: %v %v, want %v", host, ok, err, want)
 		}
 	}
@@ -144,19 +147,19 @@ func TestReleasedSpawnClaim(t *testing.T) {
 		}
 	}
 	claim("h1", true)
-	if err := st.ReleaseSpawnClaim(ctx, run.ID, 1, unit, false); err != nil {
+	if err := st.ReleaseSpawnClaim(ctx, leases["h1"], run.ID, 1, unit, false); err != nil {
 		t.Fatal(err)
 	}
 	lists("h2", true)
 	claim("h2", true)
-	if err := st.ReleaseSpawnClaim(ctx, run.ID, 1, unit, true); err != nil {
+	if err := st.ReleaseSpawnClaim(ctx, leases["h2"], run.ID, 1, unit, true); err != nil {
 		t.Fatal(err)
 	}
 	lists("h1", false)
 	claim("h1", false)
 	lists("h2", true)
 	claim("h2", true)
-	if err := st.ReleaseSpawnClaim(ctx, run.ID, 1, unit, true); err != nil {
+	if err := st.ReleaseSpawnClaim(ctx, leases["h2"], run.ID, 1, unit, true); err != nil {
 		t.Fatal(err)
 	}
 
@@ -169,7 +172,7 @@ func TestReleasedSpawnClaim(t *testing.T) {
 	if err != nil || len(orphans) != 1 || orphans[0].Run.ID != run.ID {
 		t.Fatalf("orphans seen by h1: %+v %v", orphans, err)
 	}
-	if done, err := st.TakeOverRun(ctx, store.TakeOver{RunID: run.ID, Attempt: 1, From: "h2", By: "h1",
+	if done, err := st.TakeOverRun(ctx, leases["h1"], store.TakeOver{RunID: run.ID, Attempt: 1, From: "h2",
 		Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}}); err != nil || !done {
 		t.Fatalf("take over: %v %v", done, err)
 	}
@@ -186,8 +189,7 @@ func TestReleasedSpawnClaim(t *testing.T) {
 func TestPinnedJobsAndDrain(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
-	lease(t, st, "h1", "p1", time.Hour)
-	lease(t, st, "h2", "p2", time.Hour)
+	h1, h2 := lease(t, st, "h1", "p1", time.Hour), lease(t, st, "h2", "p2", time.Hour)
 	if _, err := st.CreateJob(ctx, store.Job{Name: "pinned", Engine: "restic", Repository: "/r", PasswordFile: "/pw",
 		Paths: []string{"/data"}, Host: "h1"}); err != nil {
 		t.Fatal(err)
@@ -200,7 +202,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 0 {
 		t.Fatalf("h2 lists a run pinned to h1: %+v %v", live, err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h2", "", store.Limits{}); err != nil || ok {
+	if ok, _, err := st.ClaimSpawn(ctx, h2, run.ID, 1, unit, "", store.Limits{}); err != nil || ok {
 		t.Fatalf("h2 claimed a run pinned to h1: %v %v", ok, err)
 	}
 	if _, err := st.DrainHost(ctx, "h1", true); err != nil {
@@ -227,7 +229,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 0 {
 		t.Fatalf("h2 lists runs pinned to h1: %+v %v", live, err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h1", "", store.Limits{}); err != nil || ok {
+	if ok, _, err := st.ClaimSpawn(ctx, h1, run.ID, 1, unit, "", store.Limits{}); err != nil || ok {
 		t.Fatalf("a draining host claimed: %v %v", ok, err)
 	}
 	if got, err := st.RunByID(ctx, run.ID); err != nil || got.WaitingReason != "waiting: host h1 is draining" {
@@ -239,7 +241,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	if _, err := st.DrainHost(ctx, "h1", false); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, unit, "h1", "", store.Limits{}); err != nil || !ok {
+	if ok, _, err := st.ClaimSpawn(ctx, h1, run.ID, 1, unit, "", store.Limits{}); err != nil || !ok {
 		t.Fatalf("h1 could not claim its pinned run: %v %v", ok, err)
 	}
 	var conflict *store.ConflictError
@@ -295,8 +297,7 @@ func TestNewWantsAWritableServer(t *testing.T) {
 func TestLimitsAcrossHosts(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
-	lease(t, st, "h1", "p1", time.Hour)
-	lease(t, st, "h2", "p2", time.Hour)
+	leases := map[string]store.Lease{"h1": lease(t, st, "h1", "p1", time.Hour), "h2": lease(t, st, "h2", "p2", time.Hour)}
 	limits := store.Limits{MaxRunning: 2, MaxRunningHost: 1}
 	claim := func(job, host string) (bool, string) {
 		t.Helper()
@@ -305,7 +306,7 @@ func TestLimitsAcrossHosts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok, blocked, err := st.ClaimSpawn(ctx, run.ID, 1, "holdfast-"+job+"-"+run.ID.String()+"-a1.service", host, "", limits)
+		ok, blocked, err := st.ClaimSpawn(ctx, leases[host], run.ID, 1, "holdfast-"+job+"-"+run.ID.String()+"-a1.service", "", limits)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -324,5 +325,96 @@ func TestLimitsAcrossHosts(t *testing.T) {
 		if ok, blocked := claim(c.job, c.host); ok != c.ok || !strings.Contains(blocked, c.blocked) {
 			t.Fatalf("claim of %s on %s: %v %q, want %v %q", c.job, c.host, ok, blocked, c.ok, c.blocked)
 		}
+	}
+}
+
+// The fence names its writer (issue 25): holder A claims a spawn under generation 1, its lease
+// lapses, and holder B of the same host name takes generation 2, which adopts the attempt. A's
+// start, journal, finish, restart and release are refused, and so is its claim of another run,
+// though the attempt now carries the host's current generation; B's writes apply.
+func TestStaleHolderIsFenced(t *testing.T) {
+	st := open(t)
+	ctx := context.Background()
+	a := lease(t, st, "h", "A", 300*time.Millisecond)
+	addJob(t, st, "j")
+	run, err := st.Admit(ctx, "j", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := "holdfast-j-" + run.ID.String() + "-a1.service"
+	if ok, _, err := st.ClaimSpawn(ctx, a, run.ID, 1, unit, "", store.Limits{}); err != nil || !ok {
+		t.Fatalf("A's claim: %v %v", ok, err)
+	}
+	time.Sleep(500 * time.Millisecond) // A's lease lapses
+	b := lease(t, st, "h", "B", time.Hour)
+	if b.Generation != a.Generation+1 {
+		t.Fatalf("generations: A %d, B %d", a.Generation, b.Generation)
+	}
+	if got, err := st.Attempt(ctx, run.ID, 1); err != nil || got.Host != "h" {
+		t.Fatalf("attempt after B took the lease: %+v %v", got, err)
+	}
+
+	// A, and writers that name no lease or a lease that is not B's, change nothing.
+	for _, w := range []store.Lease{a, {Host: "h"}, {Host: "h", Holder: "A", Generation: b.Generation}} {
+		if err := st.MarkStarted(ctx, w, run.ID, 1, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetRepoBaseline(ctx, w, run.ID, 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}
+		if ok, err := st.ApplyJournal(ctx, w, run.ID, 1, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
+			t.Fatalf("journal applied by %+v: %v %v", w, ok, err)
+		}
+		if err := st.Quarantine(ctx, w, run.ID, 1, "by a stale writer"); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := st.Finish(ctx, w, store.Ending{RunID: run.ID, Attempt: 1, Status: store.StatusSucceeded, Reason: "stale"}); err != nil || ok {
+			t.Fatalf("finished by %+v: %v %v", w, ok, err)
+		}
+		if moved, _, err := st.Restart(ctx, w, store.Restarting{RunID: run.ID, Attempt: 1}); err != nil || moved {
+			t.Fatalf("restarted by %+v: %v %v", w, moved, err)
+		}
+		if err := st.ReleaseSpawnClaim(ctx, w, run.ID, 1, unit, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.RunByID(ctx, run.ID)
+	if err != nil || got.Status != store.StatusQueued || got.StartedAt != nil {
+		t.Fatalf("run after the stale writes: %s started %v (%v), want queued, never started", got.Status, got.StartedAt, err)
+	}
+	attempt, err := st.Attempt(ctx, run.ID, 1)
+	if err != nil || attempt.StartedAt != nil || attempt.EndedAt != nil || attempt.Unit != unit || attempt.ItemErrors != 0 ||
+		attempt.QuarantinedAt != nil || attempt.RepoBytesBefore != nil {
+		t.Fatalf("attempt after the stale writes: %+v %v", attempt, err)
+	}
+	addJob(t, st, "k")
+	next, err := st.Admit(ctx, "k", "manual", store.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextUnit := "holdfast-k-" + next.ID.String() + "-a1.service"
+	if ok, blocked, err := st.ClaimSpawn(ctx, a, next.ID, 1, nextUnit, "", store.Limits{}); err != nil || ok || blocked != "" {
+		t.Fatalf("A's claim of another run: %v %q %v", ok, blocked, err)
+	}
+	if got, err := st.Attempt(ctx, next.ID, 1); err != nil || got.Unit != "" || got.Host != "" {
+		t.Fatalf("attempt A claimed under a lease it lost: %+v %v", got, err)
+	}
+
+	// B holds the lease: its writes apply.
+	if err := st.MarkStarted(ctx, b, run.ID, 1, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.Finish(ctx, b, store.Ending{RunID: run.ID, Attempt: 1, Status: store.StatusSucceeded, Reason: "ok"}); err != nil || !ok {
+		t.Fatalf("B's finish: %v %v", ok, err)
+	}
+	if ok, _, err := st.ClaimSpawn(ctx, b, next.ID, 1, nextUnit, "", store.Limits{}); err != nil || !ok {
+		t.Fatalf("B's claim: %v %v", ok, err)
+	}
+	if got, err := st.RunByID(ctx, run.ID); err != nil || got.Status != store.StatusSucceeded || got.Reason != "ok" {
+		t.Fatalf("run after B's writes: %s %q %v", got.Status, got.Reason, err)
+	}
+	if v, err := st.Violations(ctx); err != nil || len(v) != 0 {
+		t.Fatalf("violations: %v %v", v, err)
 	}
 }

@@ -443,10 +443,11 @@ func (s *Store) RequestPause(ctx context.Context, runID uuid.UUID, reason string
 	return tag.RowsAffected() == 1, nil
 }
 
-// SetRepoBaseline records the size of the attempt's local repository as it was spawned.
-func (s *Store) SetRepoBaseline(ctx context.Context, runID uuid.UUID, attempt int, bytes int64) error {
+// SetRepoBaseline records the size of the attempt's local repository as it was spawned. Fenced
+// by w.
+func (s *Store) SetRepoBaseline(ctx context.Context, w Lease, runID uuid.UUID, attempt int, bytes int64) error {
 	_, err := s.pool.Exec(ctx, `UPDATE attempts SET repo_bytes_before = $3 WHERE run_id = $1 AND attempt_no = $2
-		AND holdfast_lease_current(host, lease_generation)`, runID, attempt, bytes)
+		AND `+fenced(4), runID, attempt, bytes, w.Host, w.Holder, w.Generation)
 	if err != nil {
 		return fmt.Errorf("record repository baseline of run %s: %w", runID, err)
 	}

@@ -63,7 +63,7 @@ func expectNoEnd(t *testing.T, st *store.Store, ends <-chan uuid.UUID, what stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := st.Finish(ctx, store.Ending{RunID: fence.ID, Attempt: 1, At: time.Now(), Status: store.StatusFailed,
+	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: fence.ID, Attempt: 1, At: time.Now(), Status: store.StatusFailed,
 		Reason: "the fence"}); err != nil || !ok {
 		t.Fatalf("%s: finish the fence: %v %v", what, ok, err)
 	}
@@ -112,7 +112,7 @@ func TestRunEndsAnnounced(t *testing.T) {
 		t.Fatal(err)
 	}
 	woken("admission")
-	moved, _, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
+	moved, _, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
 		Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
 	if err != nil || !moved {
 		t.Fatalf("restart: moved=%v err=%v", moved, err)
@@ -121,11 +121,11 @@ func TestRunEndsAnnounced(t *testing.T) {
 	expectNoEnd(t, st, ends, "restart")
 	finish := store.Ending{RunID: run.ID, Attempt: 2, At: time.Now(), Status: store.StatusFailed, Reason: "test",
 		Settlement: &ledger.Settlement{Release: true, Source: "test"}}
-	if ok, err := st.Finish(ctx, finish); err != nil || !ok {
+	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, finish); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	expectEnd(t, ends, run.ID, "finish")
-	if ok, err := st.Finish(ctx, finish); err != nil || ok {
+	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, finish); err != nil || ok {
 		t.Fatalf("second finish: %v %v, want nothing changed", ok, err)
 	}
 	expectNoEnd(t, st, ends, "second finish")
@@ -140,7 +140,7 @@ func TestRunEndsAnnounced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved, paused, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
+	moved, paused, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
 		ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130",
 		Settlement: &ledger.Settlement{Bytes: 2 * limit, Source: "measured growth"}})
 	if err != nil || !moved || paused == "" {

@@ -301,6 +301,19 @@ type LiveRun struct {
 	// ReadAt is the database's clock when the run was read. Times the database stamped (the
 	// spawn claim) are measured against it, never against the daemon's clock.
 	ReadAt time.Time
+	// readHere is this host's clock (its monotonic reading) as the run was asked for.
+	readHere time.Time
+}
+
+// Now is the database's clock now, as far as the daemon tells without asking: ReadAt, plus the
+// time passed here since the run was read, counted on this host's monotonic clock whatever its
+// wall clock says. What is compared with times the database stamped (a retry's not-before, the
+// time a run was queued) is compared with Now, not with the host's clock.
+func (l LiveRun) Now() time.Time {
+	if l.readHere.IsZero() {
+		return l.ReadAt
+	}
+	return l.ReadAt.Add(time.Since(l.readHere))
 }
 
 // LiveRuns lists the runs in a live status with their live attempt that the daemon of host
@@ -318,6 +331,7 @@ func (s *Store) LiveRuns(ctx context.Context, host string) ([]LiveRun, error) {
 // liveRuns lists the live runs that match filter, a constant condition on r, a and j with
 // args as its parameters.
 func (s *Store) liveRuns(ctx context.Context, what, filter string, args ...any) ([]LiveRun, error) {
+	asked := time.Now()
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+runColumns+`, `+attemptColumns+`, coalesce(j.engine, ''), coalesce(j.repository, ''),
 			coalesce(j.run_as_user, ''), now()
@@ -341,6 +355,7 @@ func (s *Store) liveRuns(ctx context.Context, what, filter string, args ...any) 
 			return nil, fmt.Errorf("list %s: %w", what, err)
 		}
 		l.Attempt = as.attempt()
+		l.readHere = asked
 		out = append(out, l)
 	}
 	if err := rows.Err(); err != nil {
@@ -359,20 +374,22 @@ type Limits struct {
 const spawnLockClass int32 = 0x68667370
 
 // ClaimSpawn records the unit name and the spawn claim on a live attempt that has none, before
-// systemd is asked. It reports claimed=false if the attempt was claimed, ended, or its run was
-// asked to stop meanwhile, and a reason when a limit or a busy repository holds it back. boot is
+// systemd is asked, for w's host under w (the fence: see Lease). It reports claimed=false if
+// the attempt was claimed, ended, or its run was asked to stop meanwhile, or if w is not its
+// host's current lease, and a reason when a limit or a busy repository holds it back. boot is
 // the host's current boot id, recorded with the claim ("" if unknown).
-func (s *Store) ClaimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host, boot string, limits Limits) (claimed bool, blocked string, err error) {
-	return s.claimSpawn(ctx, runID, attempt, unit, host, boot, limits, nil)
+func (s *Store) ClaimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attempt int, unit, boot string, limits Limits) (claimed bool, blocked string, err error) {
+	return s.claimSpawn(ctx, w, runID, attempt, unit, boot, limits, nil)
 }
 
 // ClaimArmedSpawn is ClaimSpawn for an attempt whose unit a timer starts at at (runner.Arm): it
 // records armed_for with the claim, so that until then a service not there yet is not gone.
-func (s *Store) ClaimArmedSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host, boot string, limits Limits, at time.Time) (claimed bool, blocked string, err error) {
-	return s.claimSpawn(ctx, runID, attempt, unit, host, boot, limits, &at)
+func (s *Store) ClaimArmedSpawn(ctx context.Context, w Lease, runID uuid.UUID, attempt int, unit, boot string, limits Limits, at time.Time) (claimed bool, blocked string, err error) {
+	return s.claimSpawn(ctx, w, runID, attempt, unit, boot, limits, &at)
 }
 
-func (s *Store) claimSpawn(ctx context.Context, runID uuid.UUID, attempt int, unit, host, boot string, limits Limits, armedFor *time.Time) (claimed bool, blocked string, err error) {
+func (s *Store) claimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attempt int, unit, boot string, limits Limits, armedFor *time.Time) (claimed bool, blocked string, err error) {
+	host := w.Host
 	// Claims that decide on what other claims hold are serialized, so that two of them never
 	// both see the last free place: all claims when limits are set, else the claims on one
 	// restic repository (a prune needs it to itself; a backup waits for its prune).
@@ -402,7 +419,7 @@ func (s *Store) claimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 			FROM attempts WHERE $5 AND unit IS NOT NULL AND ended_at IS NULL),
 		claim AS (
 			UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = now(), armed_for = $8, boot_id = nullif($9, ''),
-				lease_generation = (SELECT generation FROM hosts WHERE name = $4)
+				lease_generation = nullif($11::bigint, 0)
 			WHERE (run_id, attempt_no) IN (
 				SELECT a.run_id, a.attempt_no FROM attempts a JOIN runs r ON r.id = a.run_id
 				WHERE a.run_id = $1 AND a.attempt_no = $2 AND a.unit IS NULL AND a.ended_at IS NULL
@@ -411,9 +428,11 @@ func (s *Store) claimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 				  AND a.host IN ('', $4)
 				  -- A job pinned elsewhere is not this host's to run.
 				  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = r.job_id AND j.host IS NOT NULL AND j.host <> $4)
+				  -- The fence: only the holder of the host's current lease claims.
+				  AND holdfast_fence(a.host, a.lease_generation, $4, $10, $11)
 				FOR UPDATE OF a SKIP LOCKED)
-			  -- A host with a row claims only under its current lease, and not while draining.
-			  AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $4 AND (h.lease_until <= now() OR h.draining_since IS NOT NULL))
+			  -- Not while the host drains.
+			  AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $4 AND h.draining_since IS NOT NULL)
 			  AND NOT EXISTS (SELECT 1 FROM busy)
 			  AND ($6 = 0 OR (SELECT all_hosts FROM holding) < $6)
 			  AND ($7 = 0 OR (SELECT on_host FROM holding) < $7)
@@ -423,7 +442,7 @@ func (s *Store) claimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 			WHERE id IN (SELECT run_id FROM claim) AND waiting_reason IS NOT NULL)
 		SELECT (SELECT id FROM busy), (SELECT kind FROM busy),
 			(SELECT all_hosts FROM holding), (SELECT on_host FROM holding), EXISTS (SELECT 1 FROM claim)`,
-		runID, attempt, unit, host, limited, limits.MaxRunning, limits.MaxRunningHost, armedFor, boot)
+		runID, attempt, unit, host, limited, limits.MaxRunning, limits.MaxRunningHost, armedFor, boot, w.Holder, w.Generation)
 	results := s.pool.SendBatch(ctx, batch)
 	_, err = results.Exec()
 	if err == nil {
@@ -447,14 +466,16 @@ func (s *Store) claimSpawn(ctx context.Context, runID uuid.UUID, attempt int, un
 	return claimed, blocked, nil
 }
 
-// MarkStarted records that systemd has the attempt's unit: the run becomes running.
-func (s *Store) MarkStarted(ctx context.Context, runID uuid.UUID, attempt int, at time.Time) error {
+// MarkStarted records that systemd has the attempt's unit: the run becomes running. at is when
+// it started; zero, what a daemon gives, stamps the database's clock, the one stalls are judged
+// on (a host's clock may be off). Fenced by w.
+func (s *Store) MarkStarted(ctx context.Context, w Lease, runID uuid.UUID, attempt int, at time.Time) error {
 	_, err := s.pool.Exec(ctx, `
 		WITH a AS (
-			UPDATE attempts SET started_at = coalesce(started_at, $3)
-			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL AND holdfast_lease_current(host, lease_generation) RETURNING run_id)
-		UPDATE runs SET status = 'running', started_at = coalesce(started_at, $3)
-		WHERE id IN (SELECT run_id FROM a) AND status = 'queued'`, runID, attempt, at)
+			UPDATE attempts SET started_at = coalesce(started_at, $3, now())
+			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL AND `+fenced(4)+` RETURNING run_id)
+		UPDATE runs SET status = 'running', started_at = coalesce(started_at, $3, now())
+		WHERE id IN (SELECT run_id FROM a) AND status = 'queued'`, runID, attempt, stamp(at), w.Host, w.Holder, w.Generation)
 	if err != nil {
 		return fmt.Errorf("mark run %s attempt %d started: %w", runID, attempt, err)
 	}
@@ -474,8 +495,8 @@ type JournalDelta struct {
 // ApplyJournal moves the attempt's cursor from from to to and applies delta, in one statement that
 // only matches while the cursor still stands at from: applying the same batch twice is a no-op.
 // An error wrapping *RefusedError means PostgreSQL cannot store what the batch holds: applying
-// it again fails again.
-func (s *Store) ApplyJournal(ctx context.Context, runID uuid.UUID, attempt int, from, to journal.Cursor, d JournalDelta) (bool, error) {
+// it again fails again. Fenced by w.
+func (s *Store) ApplyJournal(ctx context.Context, w Lease, runID uuid.UUID, attempt int, from, to journal.Cursor, d JournalDelta) (bool, error) {
 	var percent *float64
 	var filesDone, totalFiles, bytesDone, totalBytes *int64
 	if p := d.Progress; p != nil {
@@ -496,9 +517,10 @@ func (s *Store) ApplyJournal(ctx context.Context, runID uuid.UUID, attempt int, 
 			fatal = coalesce(fatal, nullif($15, '')),
 			summary = coalesce($16, summary)
 		WHERE run_id = $1 AND attempt_no = $2 AND journal_offset = $3 AND quarantined_at IS NULL
-		  AND ended_at IS NULL AND holdfast_lease_current(host, lease_generation)`,
+		  AND ended_at IS NULL AND `+fenced(17),
 		runID, attempt, from.Offset, to.Offset, to.LastSeq, to.LastHash, d.LastEventAt,
-		percent, filesDone, totalFiles, bytesDone, totalBytes, d.ItemErrors, d.FirstItemError, d.Fatal, nullJSON(d.Summary))
+		percent, filesDone, totalFiles, bytesDone, totalBytes, d.ItemErrors, d.FirstItemError, d.Fatal, nullJSON(d.Summary),
+		w.Host, w.Holder, w.Generation)
 	if err != nil {
 		return false, fmt.Errorf("apply journal of run %s attempt %d: %w", runID, attempt, refused(err))
 	}
@@ -513,10 +535,12 @@ func nullJSON(b json.RawMessage) any {
 }
 
 // Quarantine stops the projection of an attempt's journal, recording why. The run goes on.
-func (s *Store) Quarantine(ctx context.Context, runID uuid.UUID, attempt int, reason string) error {
+// Fenced by w.
+func (s *Store) Quarantine(ctx context.Context, w Lease, runID uuid.UUID, attempt int, reason string) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE attempts SET quarantined_at = now(), quarantine_reason = $3
-		WHERE run_id = $1 AND attempt_no = $2 AND quarantined_at IS NULL AND holdfast_lease_current(host, lease_generation)`, runID, attempt, reason)
+		WHERE run_id = $1 AND attempt_no = $2 AND quarantined_at IS NULL AND `+fenced(4), runID, attempt, reason,
+		w.Host, w.Holder, w.Generation)
 	if err != nil {
 		return fmt.Errorf("quarantine journal of run %s attempt %d: %w", runID, attempt, err)
 	}
@@ -525,8 +549,11 @@ func (s *Store) Quarantine(ctx context.Context, runID uuid.UUID, attempt int, re
 
 // Ending is how an attempt, and with it its run, ended.
 type Ending struct {
-	RunID          uuid.UUID
-	Attempt        int
+	RunID   uuid.UUID
+	Attempt int
+	// At is when the attempt and its run ended; zero, what a daemon gives, stamps the
+	// database's clock, on which every other time of the run is compared (a host's clock may
+	// be off).
 	At             time.Time
 	Status         string // a final status: succeeded, partial, failed, stopped, paused
 	Reason         string
@@ -552,27 +579,46 @@ type Ending struct {
 
 // Retry is a new run that repeats a run which failed for a transient reason.
 type Retry struct {
-	ID        uuid.UUID
-	Number    int       // 1 for the first retry
-	NotBefore time.Time // when it may start
-	Why       string    // shown while it waits
+	ID     uuid.UUID
+	Number int           // 1 for the first retry
+	Delay  time.Duration // after the failed run's end, on the database's clock
+	// Why is shown while it waits; Finish adds ", due at" its time.
+	Why string
+	// NotBefore is when it may start: the failed run's end plus Delay. Finish sets it.
+	NotBefore time.Time
 }
 
-// Finish ends the attempt and its run in one statement guarded by "this attempt is still live";
-// it reports false (and changes nothing) if another pass already moved the run on. The
-// settlement, the run's snapshot and the retry are written in the same transaction, only if
-// the ending applied.
-func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
+// Finish ends the attempt and its run in one statement guarded by "this attempt is still live"
+// and fenced by w; it reports false (and changes nothing) if another pass already moved the run
+// on, or w is not the current lease of the attempt's host. The settlement, the run's snapshot
+// and the retry are written in the same transaction, only if the ending applied; with a retry,
+// the run's reason names it and when it is due.
+func (s *Store) Finish(ctx context.Context, w Lease, e Ending) (bool, error) {
 	if Live(e.Status) {
 		return false, fmt.Errorf("finish run %s: %q is not a final status", e.RunID, e.Status)
 	}
 	var finished int
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		// The ending as recorded: the transaction's now(), unless the caller gave a time.
+		at := e.At
+		if at.IsZero() {
+			if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&at); err != nil {
+				return err
+			}
+		}
+		reason := e.Reason
+		var due string
+		if rt := e.Retry; rt != nil {
+			// From the ending on the database's clock, so the retry is due on that clock.
+			rt.NotBefore = at.Add(rt.Delay)
+			due = rt.NotBefore.UTC().Format(time.RFC3339)
+			reason += fmt.Sprintf("; retry %d as run %s at %s", rt.Number, rt.ID, due)
+		}
 		err := tx.QueryRow(ctx, `
 			WITH a AS (
 				UPDATE attempts SET ended_at = $3, service_result = nullif($8, ''), exit_code = nullif($9, ''),
 					exit_status = nullif($10, '')
-				WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL AND holdfast_lease_current(host, lease_generation)
+				WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL AND `+fenced(16)+`
 				RETURNING run_id),
 			r AS (
 				UPDATE runs SET status = $4, reason = $5, failure_class = $6, paused_reason = nullif($7, ''),
@@ -584,9 +630,9 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 				UPDATE jobs SET last_outcome = $4
 				FROM r WHERE jobs.id = r.job_id AND jobs.last_run_id = r.id)
 			SELECT count(*) FROM r`,
-			e.RunID, e.Attempt, e.At, e.Status, e.Reason, e.FailureClass, e.PausedReason,
+			e.RunID, e.Attempt, at, e.Status, reason, e.FailureClass, e.PausedReason,
 			e.ServiceResult, e.ExitCode, e.ExitStatus, e.SnapshotID, e.BytesAdded, e.BytesProcessed,
-			e.FilesProcessed, e.FilesSkipped).Scan(&finished)
+			e.FilesProcessed, e.FilesSkipped, w.Host, w.Holder, w.Generation).Scan(&finished)
 		if err != nil || finished != 1 {
 			return err
 		}
@@ -596,14 +642,15 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 		if err := applySettlement(ctx, tx, e.RunID, e.Attempt, e.Settlement, "holdfast"); err != nil && !errors.Is(err, errHoldClosed) {
 			return err
 		}
-		if err := recordSnapshot(ctx, tx, e.Snapshot, e.At); err != nil {
+		if err := recordSnapshot(ctx, tx, e.Snapshot, at); err != nil {
 			return err
 		}
 		if e.Retry == nil {
 			return nil
 		}
 		rt := e.Retry
-		n := newRun{trigger: TriggerRetry, retryOf: &e.RunID, retryNumber: rt.Number, notBefore: &rt.NotBefore, waitingReason: rt.Why}
+		n := newRun{trigger: TriggerRetry, retryOf: &e.RunID, retryNumber: rt.Number, notBefore: &rt.NotBefore,
+			waitingReason: rt.Why + ", due at " + due}
 		if err := tx.QueryRow(ctx, `SELECT job_id, job_name FROM runs WHERE id = $1`, e.RunID).Scan(&n.jobID, &n.jobName); err != nil {
 			return err
 		}
@@ -626,7 +673,7 @@ func (s *Store) Finish(ctx context.Context, e Ending) (bool, error) {
 type Restarting struct {
 	RunID   uuid.UUID
 	Attempt int
-	At      time.Time
+	At      time.Time // when the attempt ended; zero stamps the database's clock (see Ending.At)
 	// The marker fields the attempt's unit left, "" if none.
 	ServiceResult string
 	ExitCode      string
@@ -635,17 +682,18 @@ type Restarting struct {
 	Settlement *ledger.Settlement
 }
 
-// Restart ends the live attempt (guarded) with the marker fields it left, if any, settles its
+// Restart ends the live attempt (guarded, and fenced by w) with the marker fields it left, if any, settles its
 // hold, and opens the next one with no unit yet and a hold of what is left of the run's budget;
 // the run goes back to queued. If the run may not hold more, it ends paused instead, with the
 // reason in paused. It reports false, changing nothing, if the attempt was no longer live or a
 // stop was requested meanwhile.
-func (s *Store) Restart(ctx context.Context, r Restarting) (moved bool, paused string, err error) {
+func (s *Store) Restart(ctx context.Context, w Lease, r Restarting) (moved bool, paused string, err error) {
 	runID, attempt := r.RunID, r.Attempt
 	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
-			UPDATE attempts SET ended_at = $3, service_result = nullif($4, ''), exit_code = nullif($5, ''), exit_status = nullif($6, '')
-			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL AND holdfast_lease_current(host, lease_generation)`, runID, attempt, r.At, r.ServiceResult, r.ExitCode, r.ExitStatus)
+			UPDATE attempts SET ended_at = coalesce($3, now()), service_result = nullif($4, ''), exit_code = nullif($5, ''), exit_status = nullif($6, '')
+			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL AND `+fenced(7), runID, attempt, stamp(r.At),
+			r.ServiceResult, r.ExitCode, r.ExitStatus, w.Host, w.Holder, w.Generation)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
@@ -739,16 +787,46 @@ func (s *Store) RequestStop(ctx context.Context, runID uuid.UUID) (Run, error) {
 	return run, nil
 }
 
+// RunIDRange is the range of the ids that start with prefix as `run list` prints them (lower or
+// upper case, with the dashes where an id has them): the lowest and the highest such id. A
+// prefix of fewer than 4 characters, or one no id's text starts with, has none.
+func RunIDRange(prefix string) (lo, hi uuid.UUID, ok bool) {
+	const layout = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+	prefix = strings.ToLower(prefix)
+	if len(prefix) < 4 || len(prefix) > len(layout) {
+		return uuid.Nil, uuid.Nil, false
+	}
+	low, high := []byte(layout), []byte(layout)
+	for i := range layout {
+		switch {
+		case layout[i] == '-':
+			if i < len(prefix) && prefix[i] != '-' {
+				return uuid.Nil, uuid.Nil, false
+			}
+		case i < len(prefix):
+			if c := prefix[i]; c >= '0' && c <= '9' || c >= 'a' && c <= 'f' {
+				low[i], high[i] = c, c
+			} else {
+				return uuid.Nil, uuid.Nil, false
+			}
+		default:
+			low[i], high[i] = '0', 'f'
+		}
+	}
+	return uuid.MustParse(string(low)), uuid.MustParse(string(high)), true
+}
+
 // ResolveRun finds a run by its full id or a unique prefix of it (as `run list` prints).
 func (s *Store) ResolveRun(ctx context.Context, idOrPrefix string) (uuid.UUID, error) {
 	if id, err := uuid.Parse(idOrPrefix); err == nil {
 		return id, nil
 	}
-	prefix := strings.ToLower(idOrPrefix)
-	if len(prefix) < 4 || strings.Trim(prefix, "0123456789abcdef-") != "" {
+	lo, hi, ok := RunIDRange(idOrPrefix)
+	if !ok {
 		return uuid.Nil, fmt.Errorf("run %q: %w", idOrPrefix, ErrNotFound)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT id FROM runs WHERE id::text LIKE $1 || '%' LIMIT 2`, prefix)
+	// A range of the primary key's index, not a LIKE over every id's text.
+	rows, err := s.pool.Query(ctx, `SELECT id FROM runs WHERE id BETWEEN $1 AND $2 ORDER BY id LIMIT 2`, lo, hi)
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("find run %s: %w", idOrPrefix, err)
 	}
@@ -902,15 +980,15 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 // start failed, so that the next pass claims the same attempt again. The unit name is derived
 // from the attempt, so if a failed call did reach systemd, the next start finds the unit instead
 // of a twin. For that, with mayExist the attempt stays the claiming host's: another host's
-// systemd would not have the unit, and would start a twin.
-func (s *Store) ReleaseSpawnClaim(ctx context.Context, runID uuid.UUID, attempt int, unit string, mayExist bool) error {
+// systemd would not have the unit, and would start a twin. Fenced by w.
+func (s *Store) ReleaseSpawnClaim(ctx context.Context, w Lease, runID uuid.UUID, attempt int, unit string, mayExist bool) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE attempts SET unit = NULL, spawn_claimed_at = NULL, armed_for = NULL, boot_id = NULL,
 			host = CASE WHEN $4 THEN host ELSE '' END,
 			lease_generation = CASE WHEN $4 THEN lease_generation END
 		WHERE run_id = $1 AND attempt_no = $2 AND unit = $3 AND ended_at IS NULL AND started_at IS NULL
-		  AND holdfast_lease_current(host, lease_generation)`,
-		runID, attempt, unit, mayExist)
+		  AND `+fenced(5),
+		runID, attempt, unit, mayExist, w.Host, w.Holder, w.Generation)
 	if err != nil {
 		return fmt.Errorf("release spawn claim of run %s attempt %d: %w", runID, attempt, err)
 	}

@@ -30,7 +30,7 @@ func finishBackup(t *testing.T, st *store.Store, job string, snap func(run uuid.
 		e.Snapshot = snap(run.ID)
 		e.SnapshotID = e.Snapshot.ID
 	}
-	if ok, err := st.Finish(ctx, e); err != nil || !ok {
+	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, e); err != nil || !ok {
 		t.Fatalf("finish: ok=%v err=%v", ok, err)
 	}
 	return run, at
@@ -253,12 +253,12 @@ func TestSummarySnapshotAmbiguousAndLate(t *testing.T) {
 	}
 	e := store.Ending{RunID: next.ID, Attempt: 1, At: time.Now(), Status: store.StatusSucceeded, Reason: "ok",
 		SnapshotID: "feedface", Snapshot: fromSummary("a", "feedface", time.Now())(next.ID)}
-	if ok, err := st.Finish(ctx, e); err != nil || !ok {
+	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, e); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	// An ending that does not apply (the attempt ended already) records nothing.
 	e.Snapshot.ID = "0badc0de"
-	if ok, err := st.Finish(ctx, e); err != nil || ok {
+	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, e); err != nil || ok {
 		t.Fatalf("second finish: %v %v; want it refused", ok, err)
 	}
 	snaps := inventory(t, st)

@@ -90,7 +90,7 @@ func TestGuardedWrites(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, "holdfast-g-"+run.ID.String()+"-a1.service", "h", "", store.Limits{})
+			ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 1, "holdfast-g-"+run.ID.String()+"-a1.service", "", store.Limits{})
 			if err != nil {
 				t.Error(err)
 			}
@@ -110,7 +110,7 @@ func TestGuardedWrites(t *testing.T) {
 	to := journal.Cursor{Offset: 100, LastSeq: 3, LastHash: "abc"}
 	d := store.JournalDelta{ItemErrors: 2, FirstItemError: "/x: denied"}
 	for i, want := range []bool{true, false} {
-		ok, err := st.ApplyJournal(ctx, run.ID, 1, journal.Cursor{}, to, d)
+		ok, err := st.ApplyJournal(ctx, store.Lease{Host: "h"}, run.ID, 1, journal.Cursor{}, to, d)
 		if err != nil || ok != want {
 			t.Fatalf("apply #%d: ok=%v err=%v, want %v", i+1, ok, err, want)
 		}
@@ -123,13 +123,13 @@ func TestGuardedWrites(t *testing.T) {
 	end := store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusSucceeded, Reason: "ok",
 		ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}
 	for i, want := range []bool{true, false} {
-		ok, err := st.Finish(ctx, end)
+		ok, err := st.Finish(ctx, store.Lease{Host: "h"}, end)
 		if err != nil || ok != want {
 			t.Fatalf("finish #%d: ok=%v err=%v, want %v", i+1, ok, err, want)
 		}
 	}
 	// A restart of an attempt that already ended does nothing.
-	moved, _, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now()})
+	moved, _, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now()})
 	if err != nil || moved {
 		t.Fatalf("restart of an ended attempt: moved=%v err=%v", moved, err)
 	}
@@ -151,7 +151,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved, _, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(), Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
+	moved, _, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(), Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
 	if err != nil || !moved {
 		t.Fatalf("restart: moved=%v err=%v", moved, err)
 	}
@@ -163,7 +163,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	if _, err := st.RequestStop(ctx, run.ID); err != nil {
 		t.Fatal(err)
 	}
-	ok, _, err := st.ClaimSpawn(ctx, run.ID, 2, "u", "h", "", store.Limits{})
+	ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 2, "u", "", store.Limits{})
 	if err != nil || ok {
 		t.Fatalf("claim after a stop request: ok=%v err=%v, want false", ok, err)
 	}
@@ -212,7 +212,7 @@ func TestApplyJournalRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ok, err := st.ApplyJournal(ctx, run.ID, 1, journal.Cursor{}, to, tt.d)
+			ok, err := st.ApplyJournal(ctx, store.Lease{Host: "h"}, run.ID, 1, journal.Cursor{}, to, tt.d)
 			var refused *store.RefusedError
 			if ok || !errors.As(err, &refused) {
 				t.Fatalf("ok=%v err=%v, want a *RefusedError", ok, err)
@@ -243,7 +243,7 @@ func TestEndedBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Now().Add(-time.Hour)
-	if ok, err := st.Finish(ctx, store.Ending{RunID: done.ID, Attempt: 1, At: at, Status: store.StatusSucceeded, Reason: "ok"}); !ok || err != nil {
+	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: done.ID, Attempt: 1, At: at, Status: store.StatusSucceeded, Reason: "ok"}); !ok || err != nil {
 		t.Fatalf("finish: %v, %v", ok, err)
 	}
 	unknown := uuid.New()
@@ -282,7 +282,7 @@ func TestConcurrentRestartsShareAnAccount(t *testing.T) {
 		errs := make([]error, len(runs))
 		for i, run := range runs {
 			wg.Go(func() {
-				moved, _, err := st.Restart(ctx, store.Restarting{RunID: run.ID, Attempt: attempt, At: time.Now(),
+				moved, _, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: attempt, At: time.Now(),
 					ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130",
 					Settlement: &ledger.Settlement{Bytes: 1 << 20, Source: "measured growth"}})
 				if err == nil && !moved {
@@ -323,7 +323,7 @@ func TestLedgersTellDeferredHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Its figure unknown, the ended attempt's hold stays open and takes all of the run's budget.
-	moved, paused, err := st.Restart(ctx, store.Restarting{RunID: ended.ID, Attempt: 1, At: time.Now(),
+	moved, paused, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: ended.ID, Attempt: 1, At: time.Now(),
 		Settlement: &ledger.Settlement{Deferred: "no figure"}})
 	if err != nil || !moved || !strings.HasPrefix(paused, "paused (settlement_deferred)") {
 		t.Fatalf("restart: moved=%v paused=%q err=%v", moved, paused, err)

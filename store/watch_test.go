@@ -64,13 +64,13 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 		t.Fatalf("%d daemons cleared the episode, want 1", won)
 	}
 
-	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, "u", "h", "", store.Limits{}); !ok || err != nil {
+	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 1, "u", "", store.Limits{}); !ok || err != nil {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
-	if err := st.MarkStarted(ctx, run.ID, 1, time.Now()); err != nil {
+	if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, run.ID, 1, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := st.Finish(ctx, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusFailed,
+	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusFailed,
 		Reason: "exit 1", ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1"}); !ok || err != nil {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
@@ -121,10 +121,10 @@ func TestStallClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, run.ID, 1, "u", "h", "", store.Limits{}); !ok || err != nil {
+	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 1, "u", "", store.Limits{}); !ok || err != nil {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
-	if err := st.MarkStarted(ctx, run.ID, 1, time.Now().Add(-2*time.Hour)); err != nil {
+	if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, run.ID, 1, time.Now().Add(-2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	db, err := pgx.Connect(ctx, dsn)
@@ -148,7 +148,7 @@ func TestStallClock(t *testing.T) {
 		to := journal.Cursor{Offset: seq * 10, LastSeq: seq}
 		now := time.Now()
 		p := store.Progress{PercentDone: percent, BytesDone: int64(percent * 1000)}
-		if ok, err := st.ApplyJournal(ctx, run.ID, 1, from, to, store.JournalDelta{LastEventAt: &now, Progress: &p}); !ok || err != nil {
+		if ok, err := st.ApplyJournal(ctx, store.Lease{Host: "h"}, run.ID, 1, from, to, store.JournalDelta{LastEventAt: &now, Progress: &p}); !ok || err != nil {
 			t.Fatalf("apply journal: %v %v", ok, err)
 		}
 	}

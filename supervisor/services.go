@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/notify"
+	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/watch"
 )
@@ -103,6 +105,7 @@ func (s *Supervisor) sweep(ctx context.Context) {
 			s.metrics.SweepTook(stats.Duration)
 		}
 		switch {
+		case errors.Is(err, reconcile.ErrNoLease): // the lease service logs when it stands by
 		case err != nil && ctx.Err() == nil:
 			s.cfg.Logger.Error("sweep failed", "err", err)
 		case stats.Errors > 0 || stats.Duration > time.Second:
@@ -122,6 +125,12 @@ func (s *Supervisor) sweep(ctx context.Context) {
 func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 	var dueAt, wokeFor time.Time
 	for {
+		if !s.acting() { // stands by without the host's lease
+			if !sleep(ctx, s.cfg.SweepInterval, s.admitWake) {
+				return
+			}
+			continue
+		}
 		n, err := a.AdmitDue(ctx, time.Now())
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("admission of due jobs failed", "err", err)
@@ -180,6 +189,12 @@ func (s *Supervisor) listen(ctx context.Context) {
 // bounded by the pass timeout).
 func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 	for {
+		if !s.acting() { // stands by without the host's lease
+			if !sleep(ctx, s.cfg.SweepInterval, nil) {
+				return
+			}
+			continue
+		}
 		passCtx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
 		err := w.Pass(passCtx)
 		cancel()
@@ -201,6 +216,12 @@ const deliverInterval = 2 * time.Second
 // deliver sends the due notifications at once, then whenever a delivery is made or falls due.
 func (s *Supervisor) deliver(ctx context.Context, d *notify.Deliverer) {
 	for {
+		if !s.acting() { // stands by without the host's lease
+			if !sleep(ctx, deliverInterval, s.deliverWake) {
+				return
+			}
+			continue
+		}
 		if _, err := d.Pass(ctx); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("notification delivery failed; the next pass tries again", "err", err)
 		}
@@ -243,11 +264,13 @@ func (s *Supervisor) removeRunFiles(ctx context.Context) {
 	}
 }
 
-// httpService serves the daemon's HTTP endpoints (/metrics). Start binds the address, so a bad
-// or taken one stops the daemon from starting; Stop shuts the server down.
+// httpService serves the daemon's HTTP endpoints (/metrics, the dashboard), over TLS when tls
+// is set. Start binds the address, so a bad or taken one stops the daemon from starting; Stop
+// shuts the server down.
 type httpService struct {
 	addr    string
 	handler http.Handler
+	tls     *tls.Config
 	logger  *slog.Logger
 
 	mu     sync.Mutex
@@ -267,16 +290,44 @@ func (h *httpService) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", h.addr, err)
 	}
-	h.server = &http.Server{Handler: h.handler, ReadHeaderTimeout: 10 * time.Second}
+	h.server = newHTTPServer(h.handler, h.tls, h.logger)
 	h.done = make(chan struct{})
+	scheme := "http"
+	if h.tls != nil {
+		scheme = "https"
+	}
 	go func(srv *http.Server, done chan struct{}) {
 		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if srv.TLSConfig != nil {
+			err = srv.ServeTLS(ln, "", "") // the certificate comes from TLSConfig
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			h.logger.Error("http server ended", "addr", h.addr, "err", err)
 		}
 	}(h.server, h.done)
-	h.logger.Info("serving metrics", "addr", ln.Addr().String())
+	h.logger.Info("serving metrics and the dashboard", "addr", ln.Addr().String(), "scheme", scheme)
 	return nil
+}
+
+// The web server's bounds: requests have no body, a page reads within 15s (web), and a
+// client that keeps a connection idle or sends huge headers costs little.
+const (
+	httpReadHeaderTimeout = 10 * time.Second
+	httpReadTimeout       = 30 * time.Second
+	httpWriteTimeout      = 60 * time.Second
+	httpIdleTimeout       = 2 * time.Minute
+	httpMaxHeaderBytes    = 16 << 10
+)
+
+// newHTTPServer is the server of handler; its own errors (a failed TLS handshake, a bad request
+// line) are logger's at debug level: any scanner causes them.
+func newHTTPServer(handler http.Handler, tlsConfig *tls.Config, logger *slog.Logger) *http.Server {
+	return &http.Server{Handler: handler, TLSConfig: tlsConfig, ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout: httpReadTimeout, WriteTimeout: httpWriteTimeout, IdleTimeout: httpIdleTimeout,
+		MaxHeaderBytes: httpMaxHeaderBytes, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
 }
 
 func (h *httpService) Stop() {

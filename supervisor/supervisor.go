@@ -16,6 +16,7 @@ package supervisor
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -125,21 +126,30 @@ type Config struct {
 	RunFilesEvery time.Duration // --run-files-every: how often old run files are looked for
 	WatchInterval time.Duration // --watch-interval: how often jobs are judged overdue or not
 	// Listen is the address the daemon serves /metrics and the dashboard on (--listen), e.g.
-	// 127.0.0.1:9750; "" serves nothing. A non-loopback address needs WebAuthFile
-	// (--web-auth-file, see web.Auth). Version is the build the metrics name; JournalDir the
-	// journal the dashboard reads log tails from ("" the system's).
-	Listen      string
-	WebAuthFile string
-	Version     string
-	JournalDir  string
+	// 127.0.0.1:9750; "" serves nothing. It needs WebAuthFile (--web-auth-file, see
+	// web.LoadAuth): every request needs its credentials. A request's Host must be the
+	// listener's (web.HostsFor) or one of WebHosts (--web-host). A non-loopback address needs
+	// TLSCert and TLSKey (--tls-cert, --tls-key). Version is the build the metrics name;
+	// JournalDir the journal the dashboard reads log tails from ("" the system's).
+	Listen          string
+	WebAuthFile     string
+	WebHosts        []string
+	TLSCert, TLSKey string
+	Version         string
+	JournalDir      string
 	// Notify configures the delivery of notifications (its Store and Logger are the daemon's).
 	Notify notify.Config
 
 	Logger *slog.Logger
 
 	// Filled in by Validate.
+	webAuth      *web.Credentials
+	webHosts     *web.Hosts
+	tlsConfig    *tls.Config
 	keepRunFiles retention.Duration
 	spawnHook    func(context.Context, uuid.UUID) // export_test.go
+	leaseHolder  string                           // export_test.go; "" is reconcile.LeaseHolder()
+	holderGone   func(string) bool                // export_test.go; nil is reconcile.HolderGone
 	windows      []schedule.Window
 	zone         *time.Location
 }
@@ -250,26 +260,58 @@ func (c *Config) Validate() error {
 	if n := c.Notify; n.Lease > 0 && n.Timeout > 0 && n.Lease <= n.Timeout {
 		return fmt.Errorf("--notify-lease %s must be longer than --notify-timeout %s", n.Lease, n.Timeout)
 	}
-	if c.Listen != "" {
-		host, _, err := net.SplitHostPort(c.Listen)
-		if err != nil {
-			return fmt.Errorf("--listen %q: want HOST:PORT, e.g. 127.0.0.1:9750", c.Listen)
-		}
-		if ip := net.ParseIP(host); c.WebAuthFile == "" && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return fmt.Errorf("--listen %s is reachable from elsewhere: give --web-auth-file with a bearer token or basic-auth users, or listen on 127.0.0.1", c.Listen)
+	if c.Notify.AllowCommands {
+		if _, err := notify.CommandCredential(c.Notify.CommandUser); err != nil {
+			return err
 		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Listen != "" {
+		if err := c.validateListen(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// reconcileConfig is the reconciler's part of a validated c.
-func (c *Config) reconcileConfig(observer reconcile.Observer) reconcile.Config {
+// validateListen checks what guards the listener and loads it: the credentials, the host
+// names, the certificate.
+func (c *Config) validateListen() error {
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: want HOST:PORT, e.g. 127.0.0.1:9750", c.Listen)
+	}
+	if c.WebAuthFile == "" {
+		return fmt.Errorf("--listen %s serves only with credentials, and no --web-auth-file is given nor %s there: run holdfast setup, "+
+			`or (umask 077; echo "bearer $(head -c 24 /dev/urandom | base64)" >%s)`, c.Listen, web.DefaultAuthFile, web.DefaultAuthFile)
+	}
+	if c.webAuth, err = web.LoadAuth(c.WebAuthFile); err != nil {
+		return fmt.Errorf("--web-auth-file: %w", err)
+	}
+	if c.webHosts, err = web.HostsFor(c.Listen, c.WebHosts); err != nil {
+		return fmt.Errorf("--web-host: %w", err)
+	}
+	switch {
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return errors.New("--tls-cert and --tls-key go together: give both, or neither")
+	case c.TLSCert != "":
+		if c.tlsConfig, err = web.TLSConfig(c.TLSCert, c.TLSKey, c.Logger); err != nil {
+			return err
+		}
+	case !web.IsLoopback(host):
+		return fmt.Errorf("--listen %s is reachable from elsewhere: give --tls-cert and --tls-key (the credentials would cross the network in clear), "+
+			"or listen on 127.0.0.1 behind a reverse proxy that terminates TLS", c.Listen)
+	}
+	return nil
+}
+
+// reconcileConfig is the reconciler's part of a validated c; lease is the daemon's host lease.
+func (c *Config) reconcileConfig(observer reconcile.Observer, lease func() (store.Lease, bool)) reconcile.Config {
 	return reconcile.Config{
 		Store: c.Store, Runner: c.Runner, StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary,
-		Host: c.Host, TakeoverGrace: c.TakeoverGrace, SpawnGrace: c.SpawnGrace, RunBudget: c.RunBudget, PassTimeout: c.PassTimeout,
+		Host: c.Host, Lease: lease, TakeoverGrace: c.TakeoverGrace, SpawnGrace: c.SpawnGrace, RunBudget: c.RunBudget, PassTimeout: c.PassTimeout,
 		MaxAttempts: c.MaxAttempts, Limits: c.Limits, Windows: c.windows, WindowZone: c.zone,
 		DependsWait: c.DependsWait, Workers: c.Workers, SpawnWorkers: c.SpawnWorkers, SpawnHook: c.spawnHook, AllowUsers: c.AllowUsers,
 		AllowCommandJobs: c.AllowCommandJobs, StartLead: c.StartLead, Observer: observer, Logger: c.Logger,
@@ -288,6 +330,8 @@ type Service interface {
 type Supervisor struct {
 	cfg         Config
 	rec         *reconcile.Reconciler
+	lease       *hostLease
+	failed      chan error       // the one error the daemon stops for (ErrLeaseTaken)
 	metrics     *metrics.Metrics // nil without --listen
 	services    []Service
 	sweepWake   wakeup
@@ -313,7 +357,23 @@ func New(cfg Config) (*Supervisor, error) {
 		m = metrics.New(metrics.Config{Store: cfg.Store, Version: cfg.Version, Logger: cfg.Logger})
 		observer = m
 	}
-	rec, err := reconcile.New(cfg.reconcileConfig(observer))
+	sweepWake, failed := newWakeup(), make(chan error, 1)
+	holder, gone := cfg.leaseHolder, cfg.holderGone
+	if holder == "" {
+		holder = reconcile.LeaseHolder()
+	}
+	if gone == nil {
+		gone = reconcile.HolderGone
+	}
+	lease := newHostLease(cfg.Store, store.LeaseRequest{Host: cfg.Host, Holder: holder, Version: cfg.Version,
+		Duration: cfg.Lease, Grace: cfg.TakeoverGrace, HolderGone: gone}, cfg.Logger, sweepWake.wake,
+		func(err error) {
+			select {
+			case failed <- err:
+			default:
+			}
+		})
+	rec, err := reconcile.New(cfg.reconcileConfig(observer, lease.current))
 	if err != nil {
 		return nil, err
 	}
@@ -329,11 +389,11 @@ func New(cfg Config) (*Supervisor, error) {
 		return nil, err
 	}
 	watcher := &watch.Watcher{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger}
-	s := &Supervisor{cfg: cfg, rec: rec, metrics: m, sweepWake: newWakeup(), admitWake: newWakeup(), deliverWake: newWakeup(), progress: newProgress()}
-	lease := newHostLease(cfg.Store, store.LeaseRequest{Host: cfg.Host, Holder: reconcile.LeaseHolder(), Version: cfg.Version,
-		Duration: cfg.Lease, Grace: cfg.TakeoverGrace, HolderGone: reconcile.HolderGone}, cfg.Logger, s.sweepWake.wake)
+	s := &Supervisor{cfg: cfg, rec: rec, lease: lease, failed: failed, metrics: m, sweepWake: sweepWake, admitWake: newWakeup(),
+		deliverWake: newWakeup(), progress: newProgress()}
 	s.services = []Service{
-		// The lease first: every write about the host's attempts is fenced by it.
+		// The lease first: every write about the host's attempts is fenced by it, and the
+		// services that act stand by while it is not held.
 		lease,
 		// Listening next: a run admitted while the other services start still wakes them.
 		&loop{name: "notifications", run: s.listen},
@@ -357,13 +417,10 @@ func New(cfg Config) (*Supervisor, error) {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", m.Handler())
 		mux.Handle("/", dashboard)
-		var handler http.Handler = mux
-		if cfg.WebAuthFile != "" {
-			if handler, err = web.Auth(cfg.WebAuthFile, mux); err != nil {
-				return nil, err
-			}
-		}
-		s.services = append(s.services, &httpService{addr: cfg.Listen, handler: handler, logger: cfg.Logger})
+		// Every request, /metrics and the assets included: the Host check, the credentials, and
+		// a bound on those served at once (they share the daemon's pool, see web.Guard).
+		handler := web.Guard{Auth: cfg.webAuth, Hosts: cfg.webHosts}.Handler(mux)
+		s.services = append(s.services, &httpService{addr: cfg.Listen, handler: handler, tls: cfg.tlsConfig, logger: cfg.Logger})
 	}
 	if os.Getenv("NOTIFY_SOCKET") != "" {
 		// Last: stopped first, so the service manager hears at once that the daemon stops.
@@ -406,3 +463,15 @@ func (s *Supervisor) Stop() {
 
 // WakeSweep asks for a sweep now (coalesced with any already asked for).
 func (s *Supervisor) WakeSweep() { s.sweepWake.wake() }
+
+// Failed delivers the error the daemon must stop for, once: another live daemon took the
+// host's lease (ErrLeaseTaken). By then every acting service stands by; the caller stops the
+// supervisor and exits with the error.
+func (s *Supervisor) Failed() <-chan error { return s.failed }
+
+// acting reports whether the services that act (spawn, sweep, admission, takeover, watch,
+// delivery) may: the daemon holds its host's lease. While it does not, they stand by.
+func (s *Supervisor) acting() bool {
+	_, held := s.lease.current()
+	return held
+}

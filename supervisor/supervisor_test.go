@@ -264,6 +264,10 @@ func TestValidate(t *testing.T) {
 	if err := os.WriteFile(plain, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	authFile := filepath.Join(t.TempDir(), "web.auth")
+	if err := os.WriteFile(authFile, []byte("bearer s3cret-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name string
 		edit func(*supervisor.Config)
@@ -272,7 +276,23 @@ func TestValidate(t *testing.T) {
 		{"defaults", func(*supervisor.Config) {}, ""},
 		{"zero sweep interval", func(c *supervisor.Config) { c.SweepInterval = 0 }, "--sweep-interval 0s must be positive"},
 		{"negative spawn grace", func(c *supervisor.Config) { c.SpawnGrace = -time.Second }, "--spawn-grace -1s must be positive"},
-		{"listen off localhost without auth", func(c *supervisor.Config) { c.Listen = "0.0.0.0:9750" }, "--listen 0.0.0.0:9750 is reachable from elsewhere: give --web-auth-file"},
+		{"listen without credentials", func(c *supervisor.Config) { c.Listen = "127.0.0.1:9750" },
+			"--listen 127.0.0.1:9750 serves only with credentials, and no --web-auth-file is given nor /etc/holdfast/web.auth there: run holdfast setup"},
+		{"listen with credentials", func(c *supervisor.Config) { c.Listen, c.WebAuthFile = "127.0.0.1:9750", authFile }, ""},
+		{"an auth file others read", func(c *supervisor.Config) { c.Listen, c.WebAuthFile = "127.0.0.1:9750", plain }, "has mode 0644"},
+		{"listen off localhost without TLS", func(c *supervisor.Config) { c.Listen, c.WebAuthFile = "0.0.0.0:9750", authFile },
+			"--listen 0.0.0.0:9750 is reachable from elsewhere: give --tls-cert and --tls-key"},
+		{"a certificate without its key", func(c *supervisor.Config) { c.Listen, c.WebAuthFile, c.TLSCert = "0.0.0.0:9750", authFile, plain },
+			"--tls-cert and --tls-key go together"},
+		{"a certificate that is none", func(c *supervisor.Config) {
+			c.Listen, c.WebAuthFile, c.TLSCert, c.TLSKey = "0.0.0.0:9750", authFile, plain, authFile
+		}, "--tls-cert"},
+		{"a bad web host", func(c *supervisor.Config) {
+			c.Listen, c.WebAuthFile, c.WebHosts = "127.0.0.1:9750", authFile, []string{"a/b"}
+		}, "--web-host"},
+		{"notify commands as nobody", func(c *supervisor.Config) { c.Notify.AllowCommands = true }, ""},
+		{"notify commands as an unknown user", func(c *supervisor.Config) { c.Notify.AllowCommands, c.Notify.CommandUser = true, "no-such-user-here" },
+			`--notify-command-user "no-such-user-here": no such user`},
 		{"listen without a port", func(c *supervisor.Config) { c.Listen = "localhost" }, `--listen "localhost": want HOST:PORT`},
 		{"notify lease within a send", func(c *supervisor.Config) { c.Notify.Lease, c.Notify.Timeout = time.Second, 2*time.Second },
 			"--notify-lease 1s must be longer than --notify-timeout 2s"},
@@ -356,7 +376,7 @@ func TestWaitRun(t *testing.T) {
 		}
 	}
 	ended := time.Now()
-	if ok, err := st.Finish(ctx, store.Ending{RunID: run.ID, Attempt: 1, At: ended, Status: store.StatusFailed,
+	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: ended, Status: store.StatusFailed,
 		Reason: "ended by the test"}); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
@@ -405,8 +425,8 @@ func TestNotBeforeWakesSweep(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no pass handed the first run over")
 	}
-	retry := store.Retry{ID: uuid.New(), Number: 1, NotBefore: time.Now().Add(2 * time.Second), Why: "waiting: a retry"}
-	if ok, err := e.st.Finish(ctx, store.Ending{RunID: first.ID, Attempt: 1, At: time.Now(), Status: store.StatusFailed,
+	retry := store.Retry{ID: uuid.New(), Number: 1, Delay: 2 * time.Second, Why: "waiting: a retry"} // Finish sets its NotBefore
+	if ok, err := e.st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: first.ID, Attempt: 1, At: time.Now(), Status: store.StatusFailed,
 		Reason: "failed by the test", FailureClass: "transient", Retry: &retry}); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}

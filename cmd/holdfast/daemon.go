@@ -25,6 +25,7 @@ import (
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/supervisor"
+	"github.com/holdfast-backup/holdfast/web"
 )
 
 func newMigrateCmd(g *globals) *cobra.Command {
@@ -98,6 +99,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			cfg.Notify.JournalDir, cfg.JournalDir = g.journalDir, g.journalDir
 			cfg.Systemd = runner.Config{Manager: g.systemd, Address: g.systemdAddress}
 			cfg.AllowUsers = strings.Split(allowUsers, ",")
+			cfg.WebAuthFile = webAuthFile(cfg.Listen, cfg.WebAuthFile, cmd.Flags().Changed("web-auth-file"))
 			if err := cfg.Validate(); err != nil {
 				return configError{err}
 			}
@@ -128,8 +130,18 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			}
 			logger.Info("holdfast daemon started", "version", version, "host", cfg.Host, "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", cfg.SweepInterval,
 				"pass_timeout", cfg.PassTimeout, "allow_users", allowUsers, "allow_command_jobs", cfg.AllowCommandJobs,
+				"allow_notify_commands", cfg.Notify.AllowCommands, "listen", cfg.Listen, "tls", cfg.TLSCert != "",
 				"statement_timeout", cfg.Database.StatementTimeout)
-			<-ctx.Done()
+			select {
+			case <-ctx.Done():
+			case err := <-sup.Failed():
+				// Another daemon took this host's lease (supervisor.ErrLeaseTaken): exit 1, so
+				// that systemd shows the failure and restarts this one, which then waits for
+				// the lease as at any start.
+				logger.Error("holdfast daemon stopping; running backups continue in their units", "err", err)
+				sup.Stop()
+				return err
+			}
 			logger.Info("holdfast daemon stopping; running backups continue in their units")
 			sup.Stop()
 			return nil
@@ -158,11 +170,22 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.RunFilesEvery, "run-files-every", supervisor.DefaultRunFilesEvery, "how often ended runs' files are looked for")
 	_ = f.MarkHidden("run-files-every") // for tests
 	f.StringVar(&cfg.Listen, "listen", g.env.getenv("HOLDFAST_LISTEN"), "serve Prometheus metrics at /metrics and the dashboard at / on this address, e.g. 127.0.0.1:9750 (env HOLDFAST_LISTEN; \"\" none)")
-	f.StringVar(&cfg.WebAuthFile, "web-auth-file", g.env.getenv("HOLDFAST_WEB_AUTH_FILE"), "file of \"bearer TOKEN\" and \"basic USER PASSWORD\" lines guarding --listen (needed off localhost; env HOLDFAST_WEB_AUTH_FILE)")
+	f.StringVar(&cfg.WebAuthFile, "web-auth-file", g.env.getenv("HOLDFAST_WEB_AUTH_FILE"), "file of \"bearer TOKEN\" and \"basic USER PASSWORD\" lines (root's, mode 0600, secrets of 16 characters or more) that every request to --listen needs (env HOLDFAST_WEB_AUTH_FILE; default "+web.DefaultAuthFile+" if it exists, which holdfast setup writes)")
+	f.StringArrayVar(&cfg.WebHosts, "web-host", splitList(g.env.getenv("HOLDFAST_WEB_HOST")), "a host name requests to --listen may give besides the listener's own (a reverse proxy's, the machine's DNS name; repeatable; env HOLDFAST_WEB_HOST, comma-separated)")
+	f.StringVar(&cfg.TLSCert, "tls-cert", g.env.getenv("HOLDFAST_TLS_CERT"), "serve --listen over TLS with this PEM certificate chain, reloaded when it changes; needed off localhost (env HOLDFAST_TLS_CERT)")
+	f.StringVar(&cfg.TLSKey, "tls-key", g.env.getenv("HOLDFAST_TLS_KEY"), "the PEM private key of --tls-cert (env HOLDFAST_TLS_KEY)")
 	f.DurationVar(&cfg.Notify.Backoff, "notify-backoff", notify.DefaultBackoff, "delay before a failed notification is tried again; doubled for each next try")
 	f.IntVar(&cfg.Notify.MaxTries, "notify-max-tries", notify.DefaultMaxTries, "tries of a notification before it is kept as failed")
 	f.DurationVar(&cfg.Notify.Timeout, "notify-timeout", notify.DefaultTimeout, "longest send of one notification")
 	f.DurationVar(&cfg.Notify.Lease, "notify-lease", notify.DefaultLease, "how long a notification being sent is this daemon's (longer than --notify-timeout)")
+	notifyCommands := false
+	if v, err := strconv.ParseBool(g.env.getenv("HOLDFAST_ALLOW_NOTIFY_COMMANDS")); err == nil {
+		notifyCommands = v
+	}
+	f.BoolVar(&cfg.Notify.AllowCommands, "allow-notify-commands", notifyCommands,
+		"run command notification targets (whoever can write the database names their program; env HOLDFAST_ALLOW_NOTIFY_COMMANDS=true)")
+	f.StringVar(&cfg.Notify.CommandUser, "notify-command-user", g.envOr("HOLDFAST_NOTIFY_COMMAND_USER", notify.DefaultCommandUser),
+		"user command notification targets run as (env HOLDFAST_NOTIFY_COMMAND_USER)")
 	f.DurationVar(&cfg.WatchInterval, "watch-interval", supervisor.DefaultWatchInterval, "how often jobs are judged overdue or not")
 	f.DurationVar(&cfg.PassTimeout, "pass-timeout", supervisor.DefaultPassTimeout, "longest one admission pass or one sweep may take")
 	f.DurationVar(&cfg.Database.StatementTimeout, "db-statement-timeout", store.DefaultStatementTimeout, "PostgreSQL's statement_timeout for the daemon's sessions")
@@ -184,6 +207,29 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return configError{err} })
 	return cmd
+}
+
+// webAuthFile is the daemon's auth file: the one given (flag or environment), or, when it
+// listens and none was given, web.DefaultAuthFile if that exists (holdfast setup writes it).
+func webAuthFile(listen, given string, flagGiven bool) string {
+	if given != "" || flagGiven || listen == "" {
+		return given
+	}
+	if _, err := os.Lstat(web.DefaultAuthFile); err == nil {
+		return web.DefaultAuthFile
+	}
+	return ""
+}
+
+// splitList splits a comma-separated setting, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // credentialFlags are the flags by which a unit's command learns which credentials it was given.

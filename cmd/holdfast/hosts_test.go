@@ -65,7 +65,7 @@ func (c *cluster) start(name string, args ...string) {
 		"HOLDFAST_JOURNAL_DIR=" + h.mgr.JournalDir}, h.mgr.Env()...)
 	addr := freeAddr(c.w.t)
 	args = append([]string{"--host", name, "--lease", clusterLease.String(), "--takeover-grace", clusterGrace.String(),
-		"--sweep-interval", "500ms", "--listen", addr}, args...)
+		"--sweep-interval", "500ms", "--listen", addr, "--web-auth-file", webAuthFile(c.w.t)}, args...)
 	h.d = c.w.startDaemonEnv(env, args...)
 	h.metrics = "http://" + addr + "/metrics"
 }
