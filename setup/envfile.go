@@ -83,5 +83,52 @@ func SetEnv(path, key, value string) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	// The rename is durable once the directory's entry is.
+	return syncDir(filepath.Dir(path))
+}
+
+// writeNew creates path with data, root's (when run as root), mode 0600, unless it exists
+// (os.ErrExist): written and synced aside, then linked into place, so that the name appears
+// complete or not at all and never replaces a file that came meanwhile; then the directory is
+// synced.
+func writeNew(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, ".holdfast-new-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	err = tmp.Chmod(0o600)
+	if err == nil && os.Geteuid() == 0 {
+		err = tmp.Chown(0, 0)
+	}
+	if err == nil {
+		_, err = tmp.Write(data)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir flushes the directory dir's entries to disk.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
@@ -23,22 +24,25 @@ import (
 
 	sdbus "github.com/coreos/go-systemd/v22/dbus"
 
+	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
 // Defaults, each stated once.
 const (
-	DefaultEnvFile    = "/etc/holdfast/holdfast.env"
-	DefaultRole       = "holdfast"
-	DefaultDatabase   = "holdfast"
-	DefaultService    = "holdfast.service"
-	DefaultSocketDir  = "/var/run/postgresql"
-	DefaultSuperuser  = "postgres"
-	ProvisionCommand  = "setup-database" // the hidden command the superuser's process runs
-	passwordBytes     = 24
-	dsnKey            = "HOLDFAST_DSN"
-	serviceStartState = "active"
+	DefaultEnvFile     = "/etc/holdfast/holdfast.env"
+	DefaultWebAuthFile = "/etc/holdfast/web.auth" // the daemon's --web-auth-file default
+	DefaultRole        = "holdfast"
+	DefaultDatabase    = "holdfast"
+	DefaultService     = "holdfast.service"
+	DefaultSocketDir   = "/var/run/postgresql"
+	DefaultSuperuser   = "postgres"
+	ProvisionCommand   = "setup-database" // the hidden command the superuser's process runs
+	passwordBytes      = 24
+	webTokenBytes      = 32 // 43 URL-safe characters
+	dsnKey             = "HOLDFAST_DSN"
+	serviceStartState  = "active"
 )
 
 // Config configures Run.
@@ -46,8 +50,15 @@ type Config struct {
 	// EnvFile is the daemon's environment file (EnvironmentFile= of its unit). Default
 	// DefaultEnvFile.
 	EnvFile string
-	// DSN, if set, is the database to use instead of a role and database on the local server.
+	// DSN, if set, is the database to use instead of a role and database on the local server
+	// (DSNFrom reads it from where it was given).
 	DSN string
+	// RotatePassword gives the local role a new password even though it exists (other hosts
+	// that log in as it then need the new address). Without it an existing role is left alone.
+	RotatePassword bool
+	// WebAuthFile is the daemon's listener's credentials, made with a new bearer token if there
+	// is none. Default DefaultWebAuthFile.
+	WebAuthFile string
 	// Role and Database are made on the local server. Defaults DefaultRole, DefaultDatabase.
 	Role, Database string
 	// SocketDir is where the local server's socket is; Superuser the system user (and role) that
@@ -68,7 +79,8 @@ func (c *Config) Validate() error {
 		field *string
 		def   string
 	}{{&c.EnvFile, DefaultEnvFile}, {&c.Role, DefaultRole}, {&c.Database, DefaultDatabase},
-		{&c.SocketDir, DefaultSocketDir}, {&c.Superuser, DefaultSuperuser}, {&c.Service, DefaultService}} {
+		{&c.SocketDir, DefaultSocketDir}, {&c.Superuser, DefaultSuperuser}, {&c.Service, DefaultService},
+		{&c.WebAuthFile, DefaultWebAuthFile}} {
 		if *d.field == "" {
 			*d.field = d.def
 		}
@@ -78,6 +90,15 @@ func (c *Config) Validate() error {
 	}
 	if !filepath.IsAbs(c.EnvFile) {
 		return fmt.Errorf("environment file %q is a relative path: give an absolute path", c.EnvFile)
+	}
+	if !filepath.IsAbs(c.WebAuthFile) {
+		return fmt.Errorf("web auth file %q is a relative path: give an absolute path", c.WebAuthFile)
+	}
+	if err := store.CheckRoleName(c.Role, c.Superuser); err != nil {
+		return err
+	}
+	if c.RotatePassword && c.DSN != "" {
+		return fmt.Errorf("--rotate-password gives the local role a new password; with a database given (--dsn) there is none to rotate")
 	}
 	return nil
 }
@@ -104,6 +125,9 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		fmt.Fprintf(cfg.Out, "schema: current (version %d)\n", res.Current)
 	}
+	if err := webAuth(cfg); err != nil {
+		return err
+	}
 	if cfg.NoService {
 		return nil
 	}
@@ -123,7 +147,10 @@ func database(ctx context.Context, cfg Config, configured string) (string, bool,
 		fmt.Fprintf(cfg.Out, "database: the address given, written to %s\n", cfg.EnvFile)
 		return cfg.DSN, true, nil
 	}
-	if configured != "" {
+	if configured != "" && cfg.RotatePassword && !cfg.localRole(configured) {
+		return "", false, fmt.Errorf("--rotate-password gives the local role %s a new password, but %s in %s names another database: change the password on its server, then give the new address (--dsn-file)", cfg.Role, dsnKey, cfg.EnvFile)
+	}
+	if configured != "" && !cfg.RotatePassword {
 		if err := ping(ctx, configured); err != nil {
 			return "", false, fmt.Errorf("%s in %s: %w (fix it, or remove the line to set up the local server)", dsnKey, cfg.EnvFile, err)
 		}
@@ -138,9 +165,19 @@ func database(ctx context.Context, cfg Config, configured string) (string, bool,
 	if err != nil {
 		return "", false, err
 	}
-	p, err := provision(ctx, cfg, port, password)
+	// The server is given the password's verifier, made here: the password itself goes only
+	// into the environment file.
+	verifier, err := ScramVerifier(password)
 	if err != nil {
 		return "", false, err
+	}
+	p, err := provision(ctx, cfg, port, verifier)
+	if err != nil {
+		return "", false, err
+	}
+	if p.RoleFound && !p.RotatedPassword {
+		return "", false, fmt.Errorf("role %s exists on the local PostgreSQL and its password is not in %s: it was left alone, as another host may log in with it; "+
+			"give --rotate-password to give it a new one (whoever logs in as it then needs the new address), or its address with --dsn-file", cfg.Role, cfg.EnvFile)
 	}
 	// Over TCP with the password: the daemon runs as root, whom peer authentication would
 	// map to no role of its own.
@@ -153,8 +190,12 @@ func database(ctx context.Context, cfg Config, configured string) (string, bool,
 		return "", false, fmt.Errorf("write %s: %w", cfg.EnvFile, err)
 	}
 	made := map[bool]string{true: "created", false: "found"}
+	role := made[p.CreatedRole]
+	if p.RotatedPassword {
+		role = "found and given a new password (--rotate-password; whoever else logs in as it needs the new address)"
+	}
 	fmt.Fprintf(cfg.Out, "database: role %s %s, database %s %s on the local PostgreSQL (port %d); the address is in %s\n",
-		cfg.Role, made[p.CreatedRole], cfg.Database, made[p.CreatedDatabase], port, cfg.EnvFile)
+		cfg.Role, role, cfg.Database, made[p.CreatedDatabase], port, cfg.EnvFile)
 	return dsn, true, nil
 }
 
@@ -187,15 +228,17 @@ func newPassword() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// Provision is what the superuser's process is asked (ProvisionCommand), on its standard input.
+// Provision is what the superuser's process is asked (ProvisionCommand), on its standard input:
+// the password's SCRAM verifier, never the password.
 type Provision struct {
-	AdminDSN, Role, Database, Password string
+	AdminDSN, Role, Database, Verifier string
+	Rotate                             bool
 }
 
 // provision has a process of the server's superuser make the role and the database: peer
-// authentication lets that system user in through the socket, and the password travels on a
+// authentication lets that system user in through the socket, and the verifier travels on a
 // pipe, never in an argument.
-func provision(ctx context.Context, cfg Config, port int, password string) (store.Provisioned, error) {
+func provision(ctx context.Context, cfg Config, port int, verifier string) (store.Provisioned, error) {
 	var p store.Provisioned
 	su, err := user.Lookup(cfg.Superuser)
 	if err != nil {
@@ -204,7 +247,7 @@ func provision(ctx context.Context, cfg Config, port int, password string) (stor
 	uid, _ := strconv.ParseUint(su.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(su.Gid, 10, 32)
 	admin := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres", cfg.SocketDir, port, cfg.Superuser)
-	in, err := json.Marshal(Provision{AdminDSN: admin, Role: cfg.Role, Database: cfg.Database, Password: password})
+	in, err := json.Marshal(Provision{AdminDSN: admin, Role: cfg.Role, Database: cfg.Database, Verifier: verifier, Rotate: cfg.RotatePassword})
 	if err != nil {
 		return p, err
 	}
@@ -230,11 +273,52 @@ func RunProvision(ctx context.Context, in io.Reader, out io.Writer) error {
 	if err := json.NewDecoder(io.LimitReader(in, 1<<16)).Decode(&req); err != nil {
 		return fmt.Errorf("read the request: %w", err)
 	}
-	p, err := store.ProvisionDatabase(ctx, req.AdminDSN, req.Role, req.Database, req.Password)
+	p, err := store.ProvisionDatabase(ctx, req.AdminDSN, req.Role, req.Database, req.Verifier, req.Rotate)
 	if err != nil {
 		return err
 	}
 	return json.NewEncoder(out).Encode(p)
+}
+
+// localRole reports whether dsn is the address setup writes for the local role: the role and
+// database of cfg on localhost.
+func (c Config) localRole(dsn string) bool {
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.User == nil {
+		return false
+	}
+	return u.User.Username() == c.Role && u.Hostname() == "localhost" && u.Path == "/"+c.Database
+}
+
+// webAuth makes sure the daemon's listener has credentials: a new file of one line, "bearer" and
+// a random token, root's, mode 0600, unless there is one, which is left as it is (the daemon
+// reads it as credentials.ReadSecret does: an unfit one is refused here already).
+func webAuth(cfg Config) error {
+	path := cfg.WebAuthFile
+	if _, err := os.Lstat(path); err == nil {
+		if err := credentials.CheckSecret(path); err != nil {
+			return fmt.Errorf("web: %w: the daemon's listener would refuse it (fix it, or remove it and run holdfast setup again for a new one)", err)
+		}
+		fmt.Fprintf(cfg.Out, "web: %s present, left as it is\n", path)
+		return nil
+	} else if !os.IsNotExist(err) {
+		return fmt.Errorf("web: %w", err)
+	}
+	token := make([]byte, webTokenBytes)
+	if _, err := rand.Read(token); err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("web: %w", err)
+	}
+	// Written aside and linked into place: the name appears complete or not at all, and a file
+	// that came meanwhile is never overwritten.
+	if err := writeNew(path, []byte("bearer "+base64.RawURLEncoding.EncodeToString(token)+"\n")); err != nil {
+		return fmt.Errorf("web: write %s: %w", path, err)
+	}
+	fmt.Fprintf(cfg.Out, "web: %s created (a bearer token for the dashboard and /metrics, root's, mode 0600)\n", path)
+	return nil
 }
 
 // service enables the daemon's unit and starts it, or restarts it when its database changed.

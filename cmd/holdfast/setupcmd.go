@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -10,6 +11,7 @@ import (
 
 func newSetupCmd(g *globals) *cobra.Command {
 	cfg := setup.Config{}
+	var dsnFile string
 	cmd := &cobra.Command{
 		Use:   "setup",
 		Short: "Set holdfast up on this host: its database, the schema, the service (run again: changes nothing)",
@@ -17,20 +19,35 @@ func newSetupCmd(g *globals) *cobra.Command {
 
 Without a database in the environment file, it creates a role and a database on the local
 PostgreSQL (through its socket, as the postgres user), writes their address with a new password
-into the environment file (mode 0600), applies the schema, and enables and starts the service.
-Each step looks first at what is there: run again, it changes nothing. With --dsn it writes that
-address instead, for a database elsewhere.`,
-		Example: "  apt install ./holdfast_*.deb postgresql\n  holdfast setup",
+into the environment file (mode 0600), applies the schema, creates the dashboard's and
+/metrics' credentials (--web-auth-file, a bearer token, mode 0600) if there are none, and
+enables and starts the service. Each step looks first at what is there: run again, it changes
+nothing. The server is given the password's SCRAM-SHA-256 verifier, computed here, never the
+password.
+
+A role that exists already keeps its password (another host may log in with it): setup then
+stops and says so, unless --rotate-password asks for a new one. The server's superuser and
+PostgreSQL's reserved roles (pg_*) are refused as --role.
+
+For a database elsewhere give its address: --dsn-file FILE (the address alone, one line) or
+--dsn - (read from standard input) keep it out of the command line, which every user of the
+host sees in ps; --dsn ADDRESS works too.`,
+		Example: "  apt install ./holdfast_*.deb postgresql\n  holdfast setup\n  holdfast setup --dsn-file /root/holdfast.dsn\n  holdfast setup --dsn - <<<\"$DSN\"",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			dsn, err := setup.DSNFrom(g.dsn, cmd.Flag("dsn").Changed, dsnFile, cmd.InOrStdin())
+			if err != nil {
+				return inputError{err}
+			}
+			cfg.DSN = dsn
 			if err := cfg.Validate(); err != nil {
 				return inputError{err}
 			}
 			if os.Geteuid() != 0 {
 				return badInput("setup needs root: run it with sudo")
 			}
-			if cmd.Flag("dsn").Changed {
-				cfg.DSN = g.dsn
+			if cmd.Flag("dsn").Changed && g.dsn != setup.StdinDSN {
+				fmt.Fprintln(cmd.ErrOrStderr(), "note: an address given with --dsn on the command line is seen by every user of this host (ps); --dsn-file FILE or --dsn - keep it out")
 			}
 			exe, err := g.env.executable()
 			if err != nil {
@@ -42,6 +59,9 @@ address instead, for a database elsewhere.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.EnvFile, "env-file", setup.DefaultEnvFile, "the daemon's environment file, where the database's address goes")
+	f.StringVar(&dsnFile, "dsn-file", "", "a file holding the address of a database elsewhere, alone on one line (--dsn - reads it from standard input)")
+	f.BoolVar(&cfg.RotatePassword, "rotate-password", false, "give the local role a new password even though it exists (whoever else logs in as it needs the new address)")
+	f.StringVar(&cfg.WebAuthFile, "web-auth-file", setup.DefaultWebAuthFile, "the daemon's listener's credentials, created with a bearer token if missing")
 	f.StringVar(&cfg.Role, "role", setup.DefaultRole, "the role to create on the local PostgreSQL")
 	f.StringVar(&cfg.Database, "database", setup.DefaultDatabase, "the database to create on the local PostgreSQL")
 	f.StringVar(&cfg.Service, "service", setup.DefaultService, "the daemon's systemd unit")

@@ -1,0 +1,58 @@
+package setup
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+)
+
+// maxDSN bounds an address read from a file or standard input.
+const maxDSN = 16 << 10
+
+// StdinDSN is the --dsn value that means "read the address from standard input".
+const StdinDSN = "-"
+
+// DSNFrom returns the address of a database given to setup in one of three ways: arg as it is
+// (given, from --dsn on the command line, which every user of the host sees in ps), arg
+// StdinDSN ("--dsn -": the address is read from stdin), or the file at file (--dsn-file), which
+// holds the address alone on one line. An error never quotes what was read.
+func DSNFrom(arg string, given bool, file string, stdin io.Reader) (string, error) {
+	var from string
+	var r io.Reader
+	switch {
+	case given && file != "":
+		return "", fmt.Errorf("give the address with --dsn or with --dsn-file, not both")
+	case file != "":
+		f, err := os.Open(file)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		from, r = file, f
+	case given && arg == StdinDSN:
+		from, r = "standard input", stdin
+	case given:
+		if arg == "" {
+			return "", fmt.Errorf("--dsn is empty: give the address of the database")
+		}
+		return arg, nil
+	default:
+		return "", nil
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxDSN+1))
+	if err != nil {
+		return "", fmt.Errorf("read the address from %s: %w", from, err)
+	}
+	if len(data) > maxDSN {
+		return "", fmt.Errorf("%s holds more than %d KiB: it should hold the database's address alone", from, maxDSN>>10)
+	}
+	dsn := string(bytes.TrimSpace(data))
+	switch {
+	case dsn == "":
+		return "", fmt.Errorf("%s holds no address", from)
+	case bytes.ContainsAny([]byte(dsn), "\n\r"):
+		return "", fmt.Errorf("%s holds more than one line: it should hold the database's address alone", from)
+	}
+	return dsn, nil
+}
