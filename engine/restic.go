@@ -300,7 +300,7 @@ func (Restic) Classify(ev Evidence) Outcome {
 			return Outcome{Status: Succeeded, Reason: "backup complete, but no summary was recorded"}
 		}
 		return Outcome{Status: Succeeded, Reason: fmt.Sprintf("backup complete: snapshot %s, %s, %s added",
-			ev.Summary.SnapshotID, plural(ev.Summary.TotalFilesProcessed, "file"), FormatBytes(ev.Summary.DataAdded))}
+			snapshotName(ev.Summary.SnapshotID), plural(ev.Summary.TotalFilesProcessed, "file"), FormatBytes(ev.Summary.DataAdded))}
 	case 3:
 		return partial(ev)
 	case 130:
@@ -320,6 +320,15 @@ func (Restic) Classify(ev Evidence) Outcome {
 	return Outcome{Status: Failed, Reason: withFatal(fmt.Sprintf("restic exited with status %d", ev.ExitStatus), ev.Fatal)}
 }
 
+// snapshotName names a summary's snapshot in a reason; a summary whose id was not taken (the
+// daemon takes only restic's form of one) has none.
+func snapshotName(id string) string {
+	if id == "" {
+		return "of no recorded id"
+	}
+	return id
+}
+
 func partial(ev Evidence) Outcome {
 	reason := "partial: restic could not read some source data"
 	if ev.ItemErrors > 0 {
@@ -335,7 +344,7 @@ func partial(ev Evidence) Outcome {
 			reason += ", first: " + ev.FirstItemError
 		}
 	case ev.Summary != nil:
-		reason += fmt.Sprintf(" (snapshot %s)", ev.Summary.SnapshotID)
+		reason += fmt.Sprintf(" (snapshot %s)", snapshotName(ev.Summary.SnapshotID))
 	default:
 		reason += " (no summary recorded)"
 	}

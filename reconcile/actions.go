@@ -34,13 +34,18 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 		r.cfg.Logger.Info("stale restic locks are removed first", "run", l.Run.ID, "attempt", l.Attempt.No, "why", unlock)
 	}
 	crashpoint.At("spawn-before-claim")
+	if !r.acting() { // the next pass, under the lease again, hands it over again
+		claimed()
+		return nil
+	}
 	claim := r.cfg.Store.ClaimSpawn
 	if at != nil {
-		claim = func(ctx context.Context, run uuid.UUID, attempt int, unit, host, boot string, limits store.Limits) (bool, string, error) {
-			return r.cfg.Store.ClaimArmedSpawn(ctx, run, attempt, unit, host, boot, limits, *at)
+		claim = func(ctx context.Context, w store.Lease, run uuid.UUID, attempt int, unit, boot string, limits store.Limits) (bool, string, error) {
+			return r.cfg.Store.ClaimArmedSpawn(ctx, w, run, attempt, unit, boot, limits, *at)
 		}
 	}
-	got, blocked, err := claim(ctx, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.Host, r.cfg.BootID, r.cfg.Limits)
+	fence := r.fence()
+	got, blocked, err := claim(ctx, fence, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.BootID, r.cfg.Limits)
 	claimed()
 	if err != nil {
 		return err
@@ -59,7 +64,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 		// Even when the run's budget is spent, but bounded: the database may be what hangs.
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RunBudget)
 		defer cancel()
-		if rerr := r.cfg.Store.ReleaseSpawnClaim(relCtx, l.Run.ID, l.Attempt.No, spec.Name, mayExist); rerr != nil {
+		if rerr := r.cfg.Store.ReleaseSpawnClaim(relCtx, r.fence(), l.Run.ID, l.Attempt.No, spec.Name, mayExist); rerr != nil {
 			return errors.Join(err, rerr)
 		}
 		return err
@@ -71,12 +76,17 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 	// added, for the runaway guard and for a settlement without restic's own figure.
 	if l.Run.Kind == store.KindBackup && job.Engine == engine.NameRestic {
 		if size, err := ledger.RepoSize(job.Repository); err == nil {
-			if err := r.cfg.Store.SetRepoBaseline(ctx, l.Run.ID, l.Attempt.No, size); err != nil {
+			if err := r.cfg.Store.SetRepoBaseline(ctx, fence, l.Run.ID, l.Attempt.No, size); err != nil {
 				return release(err, false)
 			}
 		} else if !errors.Is(err, ledger.ErrNotLocal) {
 			r.cfg.Logger.Warn("repository not measured; its growth will not be known", "run", l.Run.ID, "err", err)
 		}
+	}
+	// The lease may have been lost since the claim: then systemd is not asked; the claim is given
+	// back if the lease is ours again by then, else its next holder judges the attempt.
+	if !r.acting() {
+		return release(fmt.Errorf("run %s attempt %d not started: %w", l.Run.ID, l.Attempt.No, ErrNoLease), false)
 	}
 	if at != nil {
 		return r.arm(ctx, l, spec, *at, release)
@@ -93,7 +103,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 	l.Attempt.Unit = spec.Name
 	r.runaway.watch(l)
 	r.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
-	return r.cfg.Store.MarkStarted(ctx, l.Run.ID, l.Attempt.No, r.cfg.now())
+	return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Run.ID, l.Attempt.No, time.Time{}) // on the database's clock
 }
 
 // arm has systemd start the claimed attempt's unit at at. The run stays queued until the unit
@@ -195,6 +205,9 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m ru
 		// The run stays live, its marker in place, until the repair closed it: a repair not
 		// carried out (a stop, a crash) is queued again by the next pass.
 		return r.repairs.submit(ctx, attemptKey{l.Run.ID, l.Attempt.No}, func(ctx context.Context, _ func()) error {
+			if !r.acting() {
+				return nil // the next pass under the lease queues it again
+			}
 			return r.repairAndFinish(ctx, l, a, m, v)
 		})
 	}
@@ -226,7 +239,7 @@ func (r *Reconciler) finishBackup(ctx context.Context, l store.LiveRun, a store.
 		case err != nil:
 			return err // nothing is closed on facts we could not read
 		default:
-			v.snapshot = summarySnapshot(job, l.Run.ID, a, s.SnapshotID, r.hostname, r.cfg.now())
+			v.snapshot = summarySnapshot(job, l.Run.ID, a, s.SnapshotID, r.hostname, l.Now())
 		}
 	}
 	return r.finishAttempt(ctx, l, a, m, v)
@@ -285,8 +298,10 @@ func (r *Reconciler) finish(ctx context.Context, l store.LiveRun, m runner.Marke
 }
 
 func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store.Attempt, m runner.Marker, v verdict) (err error) {
+	// No At: the database stamps the ending on its own clock, which the retry's delay, stalls and
+	// other writers' spans are measured on.
 	e := store.Ending{
-		RunID: l.Run.ID, Attempt: l.Attempt.No, At: r.cfg.now(),
+		RunID: l.Run.ID, Attempt: l.Attempt.No,
 		Status: v.status, Reason: v.reason, FailureClass: v.class,
 		ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus,
 		FilesSkipped: a.ItemErrors,
@@ -296,22 +311,20 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 	}
 	e.SnapshotID, e.Snapshot = v.snapshotID, v.snapshot
 	// Absent is not zero: without the engine's summary the figures stay unknown.
-	if s := summary(a); s != nil {
+	if s, note := checkedSummary(a); s != nil {
 		e.SnapshotID = s.SnapshotID
+		e.Reason += note
 		e.BytesAdded, e.BytesProcessed, e.FilesProcessed = &s.DataAdded, &s.TotalBytesProcessed, &s.TotalFilesProcessed
 	}
 	e.Settlement = r.settlement(ctx, l, a, !v.neverRan && ran(a, m), false)
 	crashpoint.At("finish-before")
 	if v.status == store.StatusFailed && v.class == string(engine.Transient) {
-		if e.Retry, err = r.retryPlan(ctx, l, e.At); err != nil { // the backoff counts from the recorded end
+		// The backoff counts from the recorded end; Finish adds the retry to the reason.
+		if e.Retry, err = r.retryPlan(ctx, l); err != nil {
 			return err
 		}
-		if e.Retry != nil {
-			e.Reason += fmt.Sprintf("; retry %d as run %s at %s", e.Retry.Number, e.Retry.ID,
-				e.Retry.NotBefore.UTC().Format(time.RFC3339))
-		}
 	}
-	done, err := r.cfg.Store.Finish(ctx, e)
+	done, err := r.cfg.Store.Finish(ctx, r.fence(), e)
 	if err != nil {
 		return err
 	}
@@ -323,7 +336,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 	if done {
 		r.cfg.Logger.Info("run finished", "run", l.Run.ID, "attempt", l.Attempt.No, "status", v.status, "reason", v.reason)
 		if r.cfg.Observer != nil {
-			r.cfg.Observer.RunEnded(l.Run, v.status, e.At)
+			r.cfg.Observer.RunEnded(l.Run, v.status, l.Now())
 		}
 	}
 	return nil
@@ -337,7 +350,7 @@ func (r *Reconciler) restart(ctx context.Context, l store.LiveRun, m runner.Mark
 	}
 	settlement := r.settlement(ctx, l, a, ran(a, m), true)
 	crashpoint.At("restart-before")
-	moved, paused, err := r.cfg.Store.Restart(ctx, store.Restarting{RunID: l.Run.ID, Attempt: l.Attempt.No, At: r.cfg.now(),
+	moved, paused, err := r.cfg.Store.Restart(ctx, r.fence(), store.Restarting{RunID: l.Run.ID, Attempt: l.Attempt.No,
 		ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus, Settlement: settlement})
 	if err != nil {
 		return err
@@ -360,15 +373,10 @@ func interruption(m runner.Marker) string {
 	return fmt.Sprintf("the engine was interrupted (%s %s %s)", m.ServiceResult, m.ExitCode, m.ExitStatus)
 }
 
+// summary is the attempt's summary, its snapshot id checked (checkedSummary).
 func summary(a store.Attempt) *engine.Summary {
-	if len(a.Summary) == 0 {
-		return nil
-	}
-	var s engine.Summary
-	if err := json.Unmarshal(a.Summary, &s); err != nil {
-		return nil
-	}
-	return &s
+	s, _ := checkedSummary(a)
+	return s
 }
 
 func evidence(a store.Attempt) engine.Evidence {
@@ -400,7 +408,7 @@ func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (lag int64, pro
 	for drained := int64(0); drained < limit; {
 		events, next, err := journal.Read(src, cursor, l.Run.ID, l.Attempt.No, 0)
 		if len(events) > 0 {
-			applied, aerr := r.cfg.Store.ApplyJournal(ctx, l.Run.ID, l.Attempt.No, cursor, next, delta(events))
+			applied, aerr := r.cfg.Store.ApplyJournal(ctx, r.fence(), l.Run.ID, l.Attempt.No, cursor, next, delta(events))
 			var refused *store.RefusedError
 			if errors.As(aerr, &refused) {
 				return 0, fmt.Sprintf("lines %d to %d from byte %d: %v", cursor.LastSeq+1, next.LastSeq, cursor.Offset, refused), nil
@@ -442,7 +450,7 @@ func (r *Reconciler) quarantine(ctx context.Context, l store.LiveRun, reason str
 	r.cfg.Logger.Error("run journal quarantined; the run goes on without progress figures",
 		"run", l.Run.ID, "attempt", l.Attempt.No, "reason", reason)
 	crashpoint.At("quarantine-before")
-	if err := r.cfg.Store.Quarantine(ctx, l.Run.ID, l.Attempt.No, reason); err != nil {
+	if err := r.cfg.Store.Quarantine(ctx, r.fence(), l.Run.ID, l.Attempt.No, reason); err != nil {
 		return err
 	}
 	crashpoint.At("quarantine-after")
@@ -476,7 +484,7 @@ func delta(events []journal.Event) store.JournalDelta {
 				d.Fatal = clipText(f.Message, maxText)
 			}
 		case engine.TypeSummary:
-			d.Summary = e.Payload
+			d.Summary = storedSummary(e.Payload)
 		}
 	}
 	return d

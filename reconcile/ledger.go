@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -122,7 +121,9 @@ func (r *Reconciler) settleDeferred(ctx context.Context) error {
 	r.forgetRepairs(deferred)
 	var errs []error
 	for _, d := range deferred {
-		if d.SnapshotID == "" || d.Engine != engine.NameRestic || !r.repairDue(d.RunID, d.Attempt) {
+		// A run's snapshot id is restic's form of one (validSnapshotID) or none: an older row's
+		// id that is not (one character matches any snapshot) asks nothing.
+		if !validSnapshotID(d.SnapshotID) || d.Engine != engine.NameRestic || !r.repairDue(d.RunID, d.Attempt) {
 			continue
 		}
 		repairCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
@@ -189,14 +190,9 @@ func (r *Reconciler) snapshotAdded(ctx context.Context, d store.DeferredSettleme
 	if err != nil {
 		return 0, err
 	}
-	var made *engine.Snapshot
-	for i := range snaps {
-		if strings.HasPrefix(snaps[i].ID, d.SnapshotID) {
-			made = &snaps[i]
-		}
-	}
-	if made == nil {
-		return 0, fmt.Errorf("snapshot %s is no longer in the repository", d.SnapshotID)
+	made, err := findSnapshot(snaps, d.SnapshotID)
+	if err != nil {
+		return 0, err
 	}
 	var earlier []string
 	for _, s := range snaps {

@@ -103,6 +103,7 @@ func TestBootedHostPackage(t *testing.T) {
 	if s := b.isActive("holdfast.service"); s != "inactive" {
 		t.Fatalf("holdfast.service is %s after a first install, want inactive until the database is configured", s)
 	}
+	maintainerScriptsFollowNoLink(t, b)
 
 	// Configured by hand as the operator would (the DSN, the schema), then enabled and started.
 	env := h.Run(t, "cat", "/etc/holdfast/holdfast.env")
@@ -169,4 +170,40 @@ func TestBootedHostPackage(t *testing.T) {
 			t.Errorf("%s is left after a purge", path)
 		}
 	}
+}
+
+// maintainerScriptsFollowNoLink runs the installed .deb's postinst and the .rpm's post script
+// with the environment file replaced by a link to a file of another user's: the link and what it
+// names are left as they are, and the script says so. A regular file left open is made root's,
+// mode 0600. The host is left with the environment file it had.
+func maintainerScriptsFollowNoLink(t *testing.T, b *bootedWorld) {
+	t.Helper()
+	h := b.h
+	const env = "/etc/holdfast/holdfast.env"
+	h.CopyIn(t, filepath.Join("..", "..", "packaging", "rpm", "post"), "/root/rpm-post", 0o755)
+	h.Run(t, "cp", "-a", env, "/root/env.kept")
+	for _, script := range [][]string{
+		{"/var/lib/dpkg/info/holdfast.postinst", "configure", "1.0.0"},
+		{"/root/rpm-post", "2"},
+	} {
+		name := filepath.Base(script[0])
+		h.Run(t, "sh", "-c", "printf 'HOLDFAST_X=1\\n' >/root/victim && chown nobody:nogroup /root/victim && chmod 0644 /root/victim && ln -sfn /root/victim "+env)
+		out := h.Run(t, script...)
+		if !strings.Contains(out, env+" is a symbolic link: left as it is") {
+			t.Errorf("%s with a link at %s says:\n%s\nwant that the link is left as it is", name, env, out)
+		}
+		if got := strings.TrimSpace(h.Run(t, "stat", "-c", "%U %G %a", "/root/victim")); got != "nobody nogroup 644" {
+			t.Errorf("%s followed the link at %s: what it names is now %s, want nobody nogroup 644", name, env, got)
+		}
+		if got := strings.TrimSpace(h.Run(t, "stat", "-c", "%F", env)); got != "symbolic link" {
+			t.Errorf("%s replaced the link at %s: it is a %s", name, env, got)
+		}
+		// An open regular file there is made root's alone.
+		h.Run(t, "sh", "-c", "rm "+env+" && cp /root/victim "+env+" && chown nobody:nogroup "+env+" && chmod 0644 "+env)
+		h.Run(t, script...)
+		if got := strings.TrimSpace(h.Run(t, "stat", "-c", "%U %G %a %F", env)); got != "root root 600 regular file" {
+			t.Errorf("%s left the open file at %s %s, want root root 600 regular file", name, env, got)
+		}
+	}
+	h.Run(t, "sh", "-c", "rm -f /root/victim /root/rpm-post && mv /root/env.kept "+env)
 }

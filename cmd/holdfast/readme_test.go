@@ -86,9 +86,25 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 		t.Fatalf("the webhook received %+v after notify test; want one signed test event", got)
 	}
 	b.waitService()
-	metrics := httpGet(t, h.PID1(), "http://127.0.0.1:9750/metrics")
+	// The listener answers with the token of the host's auth file, and without it 401.
+	if mode := strings.TrimSpace(h.Run(t, "stat", "-c", "%U %a %F", "/etc/holdfast/web.auth")); mode != "root 600 regular file" {
+		t.Fatalf("/etc/holdfast/web.auth: %s, want root 600 regular file", mode)
+	}
+	var token string
+	for _, line := range strings.Split(h.Run(t, "cat", "/etc/holdfast/web.auth"), "\n") {
+		if f := strings.Fields(line); token == "" && len(f) == 2 && f[0] == "bearer" {
+			token = f[1]
+		}
+	}
+	if token == "" {
+		t.Fatal("/etc/holdfast/web.auth holds no bearer token")
+	}
+	metrics := httpGet(t, h.PID1(), "http://127.0.0.1:9750/metrics", "Bearer "+token, http.StatusOK)
 	if !strings.Contains(metrics, "holdfast_job_snapshots") {
 		t.Fatalf("/metrics after the watching examples:\n%.2000s", metrics)
+	}
+	for _, path := range []string{"/metrics", "/", "/api/runs/" + bulk} {
+		httpGet(t, h.PID1(), "http://127.0.0.1:9750"+path, "", http.StatusUnauthorized)
 	}
 
 	// Retention: three snapshots of home; the oldest held and locked, so the plan deletes one.
@@ -232,9 +248,9 @@ func (b *bootedWorld) waitService() {
 	}
 }
 
-// httpGet GETs url in the network of the host whose PID 1 is pid1, retrying for a minute until
-// it answers 200.
-func httpGet(t *testing.T, pid1 int, url string) string {
+// httpGet GETs url with the Authorization header auth ("" none) in the network of the host
+// whose PID 1 is pid1, retrying for a minute until it answers status, and returns the body.
+func httpGet(t *testing.T, pid1 int, url, auth string, status int) string {
 	t.Helper()
 	client := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
@@ -247,17 +263,25 @@ func httpGet(t *testing.T, pid1 int, url string) string {
 	}}
 	defer client.CloseIdleConnections()
 	var body string
+	var code int
 	if !eventually(time.Minute, func() bool {
-		resp, err := client.Get(url)
+		req, err := http.NewRequest("GET", url, nil)
+		if err != nil {
+			return false
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			return false
 		}
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
-		body = string(b)
-		return err == nil && resp.StatusCode == http.StatusOK
+		body, code = string(b), resp.StatusCode
+		return err == nil && resp.StatusCode == status
 	}) {
-		t.Fatalf("GET %s: no 200 within a minute; last body %q", url, body)
+		t.Fatalf("GET %s: no %d within a minute; last %d %q", url, status, code, body)
 	}
 	return body
 }
