@@ -16,7 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // writeData fills dir with files of fresh pseudo-random bytes, size in all: incompressible, and
@@ -70,7 +70,7 @@ func backupPair(b *testing.B, n, files int, size int64) (restic, holdfast []time
 	}
 	// A budget above what the runs add: the default (1 GiB) would pause the large one.
 	budget := 2*int64(n)*size + 1<<30
-	if _, err := e.st.CreateJob(ctx, store.Job{Name: "bench", Engine: "restic", Repository: hfRepo, PasswordFile: pw, Paths: []string{data},
+	if _, err := e.st.CreateJob(ctx, model.Job{Name: "bench", Engine: "restic", Repository: hfRepo, PasswordFile: pw, Paths: []string{data},
 		MaxAdded: &budget}); err != nil {
 		b.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -143,7 +144,7 @@ func BenchmarkStartLatency(b *testing.B) {
 	if out, err := exec.Command("restic", "--repo", repo, "--password-file", pw, "init").CombinedOutput(); err != nil {
 		b.Fatalf("restic init: %v\n%s", err, out)
 	}
-	job, err := st.CreateJob(ctx, store.Job{Name: "bench", Engine: "restic", Repository: repo, PasswordFile: pw, Paths: []string{data}})
+	job, err := st.CreateJob(ctx, model.Job{Name: "bench", Engine: "restic", Repository: repo, PasswordFile: pw, Paths: []string{data}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func BenchmarkStartLatency(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		// Raw: the very unit the daemon would start, started directly.
-		spec := reconcile.UnitSpec(cfg, job, store.Run{ID: uuid.New(), Kind: store.KindBackup}, 1)
+		spec := reconcile.UnitSpec(cfg, job, model.Run{ID: uuid.New(), Kind: model.KindBackup}, 1)
 		if err := os.MkdirAll(filepath.Dir(reconcile.JournalPath(state, uuid.New(), 1)), 0o755); err != nil {
 			b.Fatal(err)
 		}
@@ -177,7 +178,7 @@ func BenchmarkStartLatency(b *testing.B) {
 
 		// holdfast: admitted as `run start` does, spawned by the daemon on NOTIFY.
 		start = time.Now()
-		run, err := st.Admit(ctx, "bench", "manual", store.KindBackup)
+		run, err := st.Admit(ctx, "bench", "manual", model.KindBackup)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -195,7 +196,7 @@ func BenchmarkStartLatency(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if !store.Live(got.Status) {
+			if !model.Live(got.Status) {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // idleWindow is how long the idle daemon is watched: long enough that the kernel's tick
@@ -29,7 +29,7 @@ func BenchmarkIdle(b *testing.B) {
 	later := time.Now().Add(time.Hour)
 	for i := range jobs {
 		next := later.Add(time.Duration(i) * time.Second)
-		j := store.Job{Name: fmt.Sprintf("idle%d", i), Engine: "command", Command: []string{"/bin/true"},
+		j := model.Job{Name: fmt.Sprintf("idle%d", i), Engine: "command", Command: []string{"/bin/true"},
 			Schedule: "@every 2h", NextRunAt: &next}
 		if i%2 == 1 {
 			j.Schedule, j.TimeZone = fmt.Sprintf("%d %d * * *", i%60, i%24), "Europe/Berlin"

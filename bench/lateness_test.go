@@ -3,17 +3,18 @@ package bench
 import (
 	"context"
 	"fmt"
-	sdbus "github.com/coreos/go-systemd/v22/dbus"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	sdbus "github.com/coreos/go-systemd/v22/dbus"
+
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
-	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -58,10 +59,10 @@ func BenchmarkLateness(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg := reconcile.Config{StateDir: state, Binary: bin, AllowCommandJobs: true}
-	job := store.Job{Name: "due0", Engine: "command", Command: []string{"/bin/sleep", "600"}}
+	job := model.Job{Name: "due0", Engine: "command", Command: []string{"/bin/sleep", "600"}}
 	specs := make([]runner.Spec, jobs)
 	for i := range specs {
-		specs[i] = reconcile.UnitSpec(cfg, job, store.Run{ID: uuid.New(), Kind: store.KindBackup}, 1)
+		specs[i] = reconcile.UnitSpec(cfg, job, model.Run{ID: uuid.New(), Kind: model.KindBackup}, 1)
 		specs[i].Name = fmt.Sprintf("raw-%d-%s", i, specs[i].Name)
 	}
 	t0 := time.Now()
@@ -91,7 +92,7 @@ func BenchmarkLateness(b *testing.B) {
 
 	// The jobs and the daemon are ready first; then every job gets the same slot, a few seconds on.
 	for i := range jobs {
-		if _, err := st.CreateJob(ctx, store.Job{Name: fmt.Sprintf("due%d", i), Engine: "command",
+		if _, err := st.CreateJob(ctx, model.Job{Name: fmt.Sprintf("due%d", i), Engine: "command",
 			Command: []string{"/bin/sleep", "600"}, Schedule: "@every 1h", RetryBackoff: time.Minute}); err != nil {
 			b.Fatal(err)
 		}
@@ -100,7 +101,7 @@ func BenchmarkLateness(b *testing.B) {
 	time.Sleep(time.Second)
 	planned := time.Now().Add(4 * time.Second).Truncate(time.Second)
 	for i := range jobs {
-		if _, err := st.UpdateJob(ctx, fmt.Sprintf("due%d", i), func(j *store.Job) error {
+		if _, err := st.UpdateJob(ctx, fmt.Sprintf("due%d", i), func(j *model.Job) error {
 			j.NextRunAt = &planned
 			return nil
 		}); err != nil {
@@ -112,13 +113,13 @@ func BenchmarkLateness(b *testing.B) {
 	}
 	// Nothing asks the manager or polls hard while the daemon spawns: the measurement waits,
 	// with one query every 100 ms, until every run is running, then reads the start times.
-	var runs []store.Run
+	var runs []model.Run
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		var err error
 		if runs, err = st.Runs(ctx, "", 2*jobs); err != nil {
 			b.Fatal(err)
 		}
-		if len(runs) == jobs && !slices.ContainsFunc(runs, func(r store.Run) bool { return r.StartedAt == nil }) {
+		if len(runs) == jobs && !slices.ContainsFunc(runs, func(r model.Run) bool { return r.StartedAt == nil }) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -40,16 +41,16 @@ func newSweepWorld(b *testing.B, spawnGrace time.Duration) *sweepWorld {
 
 // addCommandRuns admits n runs of new command-engine jobs running argv and records each as
 // spawned with the unit name the daemon would give it, without starting anything.
-func (w *sweepWorld) addCommandRuns(b *testing.B, n int, argv []string) []store.Run {
+func (w *sweepWorld) addCommandRuns(b *testing.B, n int, argv []string) []model.Run {
 	ctx := context.Background()
-	var runs []store.Run
+	var runs []model.Run
 	for range n {
 		name := fmt.Sprintf("job%d", w.jobs)
 		w.jobs++
-		if _, err := w.st.CreateJob(ctx, store.Job{Name: name, Engine: "command", Repository: "-", PasswordFile: "-", Command: argv}); err != nil {
+		if _, err := w.st.CreateJob(ctx, model.Job{Name: name, Engine: "command", Repository: "-", PasswordFile: "-", Command: argv}); err != nil {
 			b.Fatal(err)
 		}
-		run, err := w.st.Admit(ctx, name, "manual", store.KindBackup)
+		run, err := w.st.Admit(ctx, name, "manual", model.KindBackup)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -148,7 +149,7 @@ func BenchmarkBootPass(b *testing.B) {
 	}
 	start := time.Now()
 	for range 200 {
-		if _, err := w.r.Start(context.Background(), reconcile.UnitSpec(w.cfg, job, store.Run{ID: uuid.New(), Kind: store.KindBackup}, 1)); err != nil {
+		if _, err := w.r.Start(context.Background(), reconcile.UnitSpec(w.cfg, job, model.Run{ID: uuid.New(), Kind: model.KindBackup}, 1)); err != nil {
 			b.Fatal(err)
 		}
 	}

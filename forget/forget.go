@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -30,12 +31,12 @@ type Request struct {
 	PolicyGiven bool
 	// Read reads the job's repository again into the inventory and returns its snapshots
 	// (restic runs as the job's user, in a unit of its own).
-	Read func(context.Context, store.Job) ([]store.Snapshot, error)
+	Read func(context.Context, model.Job) ([]store.Snapshot, error)
 }
 
 // Planned is a plan with what it was made from.
 type Planned struct {
-	Job    store.Job
+	Job    model.Job
 	Policy retention.Policy
 	At     time.Time
 	Plan   retention.Plan

@@ -11,6 +11,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/forget"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
@@ -40,7 +41,7 @@ func snapshots(job string, n int) []store.Snapshot {
 func TestPlanAndApply(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
-	add := func(j store.Job) {
+	add := func(j model.Job) {
 		t.Helper()
 		if _, err := st.CreateJob(ctx, j); err != nil {
 			t.Fatal(err)
@@ -53,17 +54,17 @@ func TestPlanAndApply(t *testing.T) {
 		}
 		return raw
 	}
-	add(store.Job{Name: "dump", Engine: engine.NameCommand, Command: []string{"/bin/true"}})
-	add(store.Job{Name: "bare", Engine: engine.NameRestic, Repository: "/r/bare", PasswordFile: "/pw", Paths: []string{"/data"}})
-	add(store.Job{Name: "web", Engine: engine.NameRestic, Repository: "/r/web", PasswordFile: "/pw", Paths: []string{"/data"},
+	add(model.Job{Name: "dump", Engine: engine.NameCommand, Command: []string{"/bin/true"}})
+	add(model.Job{Name: "bare", Engine: engine.NameRestic, Repository: "/r/bare", PasswordFile: "/pw", Paths: []string{"/data"}})
+	add(model.Job{Name: "web", Engine: engine.NameRestic, Repository: "/r/web", PasswordFile: "/pw", Paths: []string{"/data"},
 		Retention: last(10), RetentionMinKeep: 1})
-	add(store.Job{Name: "db", Engine: engine.NameRestic, Repository: "/r/db", PasswordFile: "/pw", Paths: []string{"/data"},
+	add(model.Job{Name: "db", Engine: engine.NameRestic, Repository: "/r/db", PasswordFile: "/pw", Paths: []string{"/data"},
 		Retention: last(2), RetentionMinKeep: 1})
-	add(store.Job{Name: "logs", Engine: engine.NameRestic, Repository: "/r/logs", PasswordFile: "/pw", Paths: []string{"/data"},
+	add(model.Job{Name: "logs", Engine: engine.NameRestic, Repository: "/r/logs", PasswordFile: "/pw", Paths: []string{"/data"},
 		Retention: last(2), RetentionMinKeep: 1})
 
-	read := func(n int) func(context.Context, store.Job) ([]store.Snapshot, error) {
-		return func(_ context.Context, j store.Job) ([]store.Snapshot, error) { return snapshots(j.Name, n), nil }
+	read := func(n int) func(context.Context, model.Job) ([]store.Snapshot, error) {
+		return func(_ context.Context, j model.Job) ([]store.Snapshot, error) { return snapshots(j.Name, n), nil }
 	}
 	keepLast := func(n int) func(retention.Policy) (retention.Policy, error) {
 		return func(p retention.Policy) (retention.Policy, error) { p.KeepLast = n; return p, p.Validate() }

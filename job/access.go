@@ -6,7 +6,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // Probe checks, as the given identity, that each path can be read: a regular file opened, a
@@ -24,7 +24,7 @@ type Access struct {
 // AccessChanged reports whether an edit from before to after changes what CheckAccess checks:
 // the identity, the engine, the password file or the paths. Other edits are not probed again,
 // so a path the user lost since does not block, say, a change of schedule.
-func AccessChanged(before, after store.Job) bool {
+func AccessChanged(before, after model.Job) bool {
 	return before.User != after.User || before.Group != after.Group || before.Engine != after.Engine ||
 		before.PasswordFile != after.PasswordFile || !slices.Equal(before.Paths, after.Paths)
 }
@@ -33,7 +33,7 @@ func AccessChanged(before, after store.Job) bool {
 // every path. With viaCredentials (the daemon's system manager hands the password file to the
 // unit as a credential, read by systemd as root), the password file need not be readable by the
 // job's user, only a regular file. Run it after Validate.
-func CheckAccess(j store.Job, probe Probe, viaCredentials bool) error {
+func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 	if j.Engine != engine.NameRestic {
 		return nil
 	}
@@ -76,6 +76,6 @@ func CheckAccess(j store.Job, probe Probe, viaCredentials bool) error {
 // passwordFileReadByJobUser reports whether the job's unit reads the password file with the
 // job's own identity, so that identity must be able to read it: unless it reaches the unit as a
 // credential, which systemd reads as root.
-func passwordFileReadByJobUser(j store.Job, viaCredentials bool) bool {
+func passwordFileReadByJobUser(j model.Job, viaCredentials bool) bool {
 	return j.PasswordFile != "" && !viaCredentials
 }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/schedule"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // MinRuntimeMax is the shortest --runtime-max: systemd's RuntimeMaxSec= has to let the unit start.
@@ -53,7 +53,7 @@ func remoteRepository(repo string) bool {
 }
 
 // Validate checks a job about to be created and normalizes its defaults.
-func Validate(j *store.Job) error {
+func Validate(j *model.Job) error {
 	if j.Host != "" {
 		if err := ValidateHost(j.Host); err != nil {
 			return err
@@ -156,12 +156,12 @@ func Validate(j *store.Job) error {
 		return errors.New("--limit-upload is restic's: a command job cannot have one; drop it")
 	}
 	if j.StallAfter < 0 || j.StallAfter > 0 && j.StallAfter < time.Second {
-		return fmt.Errorf("--stall-after %s: give at least 1s (e.g. 15m), or 0 for the default of %s", j.StallAfter, store.DefaultStallAfter)
+		return fmt.Errorf("--stall-after %s: give at least 1s (e.g. 15m), or 0 for the default of %s", j.StallAfter, model.DefaultStallAfter)
 	}
 	switch j.StallAction {
-	case "", store.StallAlert, store.StallStop:
+	case "", model.StallAlert, model.StallStop:
 	default:
-		return fmt.Errorf("--stall-action %q: use %s (an event) or %s (an event, and the run is stopped)", j.StallAction, store.StallAlert, store.StallStop)
+		return fmt.Errorf("--stall-action %q: use %s (an event) or %s (an event, and the run is stopped)", j.StallAction, model.StallAlert, model.StallStop)
 	}
 	if j.AlertAfter < 0 || j.ExpectEvery < 0 {
 		return fmt.Errorf("--alert-after %s, --expect-every %s: give a positive duration (e.g. 2h, 168h), or 0 for the default", j.AlertAfter, j.ExpectEvery)
@@ -179,7 +179,7 @@ func Validate(j *store.Job) error {
 }
 
 // ValidateSchedule checks the scheduling settings of a job.
-func ValidateSchedule(j *store.Job) error {
+func ValidateSchedule(j *model.Job) error {
 	if _, err := schedule.Parse(j.Schedule, j.TimeZone); err != nil {
 		return err
 	}

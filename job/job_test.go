@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // Names and ids as systemd's valid_user_group_name (relaxed, numeric allowed) reads them.
@@ -43,26 +43,26 @@ func TestLookupNumeric(t *testing.T) {
 }
 
 func TestValidateRefuses(t *testing.T) {
-	base := func() store.Job {
-		return store.Job{Name: "j", Engine: "command", Command: []string{"/bin/true"}, RetryBackoff: time.Minute}
+	base := func() model.Job {
+		return model.Job{Name: "j", Engine: "command", Command: []string{"/bin/true"}, RetryBackoff: time.Minute}
 	}
 	cases := []struct {
 		name string
-		edit func(*store.Job)
+		edit func(*model.Job)
 		want string
 	}{
-		{"runtime under 1s", func(j *store.Job) { j.RuntimeMax = 999 * time.Millisecond }, "--runtime-max 999ms is too short"},
-		{"negative runtime", func(j *store.Job) { j.RuntimeMax = -time.Second }, "is too short"},
-		{"zero backoff", func(j *store.Job) { j.RetryBackoff = 0 }, "--retry-backoff 0s must be positive"},
-		{"negative backoff", func(j *store.Job) { j.RetryBackoff = -time.Minute }, "must be positive"},
-		{"backoff past the cap", func(j *store.Job) { j.RetryBackoff = time.Hour + time.Second }, "past the cap of 1h0m0s"},
-		{"priority past 32 bits", func(j *store.Job) { j.Priority = 1 << 31 }, "--priority 2147483648 is out of range"},
-		{"schedule never fires", func(j *store.Job) { j.Schedule = "0 2 30 2 *" }, "never fires"},
-		{"relative local: repository", func(j *store.Job) {
+		{"runtime under 1s", func(j *model.Job) { j.RuntimeMax = 999 * time.Millisecond }, "--runtime-max 999ms is too short"},
+		{"negative runtime", func(j *model.Job) { j.RuntimeMax = -time.Second }, "is too short"},
+		{"zero backoff", func(j *model.Job) { j.RetryBackoff = 0 }, "--retry-backoff 0s must be positive"},
+		{"negative backoff", func(j *model.Job) { j.RetryBackoff = -time.Minute }, "must be positive"},
+		{"backoff past the cap", func(j *model.Job) { j.RetryBackoff = time.Hour + time.Second }, "past the cap of 1h0m0s"},
+		{"priority past 32 bits", func(j *model.Job) { j.Priority = 1 << 31 }, "--priority 2147483648 is out of range"},
+		{"schedule never fires", func(j *model.Job) { j.Schedule = "0 2 30 2 *" }, "never fires"},
+		{"relative local: repository", func(j *model.Job) {
 			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "local:repo", "/pw", []string{"/data"}
 		}, "is a relative path"},
-		{"user name systemd refuses", func(j *store.Job) { j.User = "a:b" }, "--user \"a:b\" is not a user or group name"},
-		{"unknown numeric group", func(j *store.Job) { j.Group = "4000000000" }, `group "4000000000" does not exist on this host`},
+		{"user name systemd refuses", func(j *model.Job) { j.User = "a:b" }, "--user \"a:b\" is not a user or group name"},
+		{"unknown numeric group", func(j *model.Job) { j.Group = "4000000000" }, `group "4000000000" does not exist on this host`},
 	}
 	for _, tc := range cases {
 		j := base()
@@ -72,13 +72,13 @@ func TestValidateRefuses(t *testing.T) {
 			t.Errorf("%s: Validate = %v, want %q", tc.name, err, tc.want)
 		}
 	}
-	for _, edit := range []func(*store.Job){
-		func(j *store.Job) { j.RuntimeMax = time.Second },
-		func(j *store.Job) { j.RetryBackoff = time.Hour },
-		func(j *store.Job) { j.Priority = -1 << 31 },
-		func(j *store.Job) { j.User, j.Group = "0", "0" },
-		func(j *store.Job) { j.Schedule = "0 0 29 2 *" },
-		func(j *store.Job) {
+	for _, edit := range []func(*model.Job){
+		func(j *model.Job) { j.RuntimeMax = time.Second },
+		func(j *model.Job) { j.RetryBackoff = time.Hour },
+		func(j *model.Job) { j.Priority = -1 << 31 },
+		func(j *model.Job) { j.User, j.Group = "0", "0" },
+		func(j *model.Job) { j.Schedule = "0 0 29 2 *" },
+		func(j *model.Job) {
 			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "local:/srv/repo", "/pw", []string{"/data"}
 		},
 	} {
@@ -89,7 +89,7 @@ func TestValidateRefuses(t *testing.T) {
 		}
 	}
 	for in, want := range map[string]string{"local:/srv/repo/": "/srv/repo", "/srv//repo": "/srv/repo", "sftp:host:/srv/repo/": "sftp:host:/srv/repo/"} {
-		j := store.Job{Name: "j", Repository: in, PasswordFile: "/pw", Paths: []string{"/data"}, RetryBackoff: time.Minute}
+		j := model.Job{Name: "j", Repository: in, PasswordFile: "/pw", Paths: []string{"/data"}, RetryBackoff: time.Minute}
 		if err := Validate(&j); err != nil || j.Repository != want {
 			t.Errorf("Validate with --repo %s: repository %q, %v; want %q", in, j.Repository, err, want)
 		}
@@ -99,7 +99,7 @@ func TestValidateRefuses(t *testing.T) {
 // CheckAccess asks the probe about the password file (a regular file) and every path, and names
 // the first one the job's user cannot read.
 func TestCheckAccess(t *testing.T) {
-	j := store.Job{Name: "j", Engine: "restic", Repository: "/r", PasswordFile: "/pw", Paths: []string{"/a", "/b"}, User: "0"}
+	j := model.Job{Name: "j", Engine: "restic", Repository: "/r", PasswordFile: "/pw", Paths: []string{"/a", "/b"}, User: "0"}
 	var asked []Access
 	probe := func(id Identity, want []Access) ([]string, error) {
 		if id.UID != 0 || id.Name != "0" {
@@ -126,20 +126,20 @@ func TestCheckAccess(t *testing.T) {
 }
 
 func TestAccessChanged(t *testing.T) {
-	base := store.Job{Engine: "restic", User: "u", Group: "g", PasswordFile: "/pw", Paths: []string{"/a", "/b"}, Schedule: "@daily"}
+	base := model.Job{Engine: "restic", User: "u", Group: "g", PasswordFile: "/pw", Paths: []string{"/a", "/b"}, Schedule: "@daily"}
 	for _, tc := range []struct {
 		name string
-		edit func(j *store.Job)
+		edit func(j *model.Job)
 		want bool
 	}{
-		{"schedule only", func(j *store.Job) { j.Schedule = "@hourly" }, false},
-		{"same paths again", func(j *store.Job) { j.Paths = []string{"/a", "/b"} }, false},
-		{"user", func(j *store.Job) { j.User = "v" }, true},
-		{"group", func(j *store.Job) { j.Group = "" }, true},
-		{"engine", func(j *store.Job) { j.Engine = "command" }, true},
-		{"password file", func(j *store.Job) { j.PasswordFile = "/pw2" }, true},
-		{"a path more", func(j *store.Job) { j.Paths = append(j.Paths, "/c") }, true},
-		{"paths reordered", func(j *store.Job) { j.Paths = []string{"/b", "/a"} }, true},
+		{"schedule only", func(j *model.Job) { j.Schedule = "@hourly" }, false},
+		{"same paths again", func(j *model.Job) { j.Paths = []string{"/a", "/b"} }, false},
+		{"user", func(j *model.Job) { j.User = "v" }, true},
+		{"group", func(j *model.Job) { j.Group = "" }, true},
+		{"engine", func(j *model.Job) { j.Engine = "command" }, true},
+		{"password file", func(j *model.Job) { j.PasswordFile = "/pw2" }, true},
+		{"a path more", func(j *model.Job) { j.Paths = append(j.Paths, "/c") }, true},
+		{"paths reordered", func(j *model.Job) { j.Paths = []string{"/b", "/a"} }, true},
 	} {
 		after := base
 		after.Paths = slices.Clone(base.Paths)

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // Policy decodes the job's stored retention policy; ok is false if it has none.
-func Policy(j store.Job) (p retention.Policy, ok bool, err error) {
+func Policy(j model.Job) (p retention.Policy, ok bool, err error) {
 	if len(j.Retention) == 0 {
 		return p, false, nil
 	}
@@ -20,6 +20,6 @@ func Policy(j store.Job) (p retention.Policy, ok bool, err error) {
 }
 
 // Guardrail is what the job's retention plans may delete without --force.
-func Guardrail(j store.Job) retention.Guardrail {
+func Guardrail(j model.Job) retention.Guardrail {
 	return retention.Guardrail{MaxDeleteShare: j.RetentionMaxDelete, MinKeep: j.RetentionMinKeep}
 }

@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/schedule"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // DefaultRetryBackoff is the delay before a job's first retry when it gives none.
@@ -17,16 +17,16 @@ const DefaultRetryBackoff = time.Minute
 const DefaultAlertFailures = 2
 
 // New is a job named name with the defaults of the settings an operator may leave out.
-func New(name string) store.Job {
-	return store.Job{Name: name, RetryBackoff: DefaultRetryBackoff, AlertFailures: DefaultAlertFailures,
-		StallAfter: store.DefaultStallAfter, StallAction: store.StallAlert,
+func New(name string) model.Job {
+	return model.Job{Name: name, RetryBackoff: DefaultRetryBackoff, AlertFailures: DefaultAlertFailures,
+		StallAfter: model.DefaultStallAfter, StallAction: model.StallAlert,
 		RetentionMaxDelete: retention.DefaultMaxDeleteShare, RetentionMinKeep: retention.DefaultMinKeep}
 }
 
 // Slots sets the first slots of the job's schedules as of now: its next run and its next prune.
 // For an edit, before is the job as it was, and only a slot whose schedule (or time zone)
 // changed is set again; for a new job, before is nil. Run it after Validate.
-func Slots(j *store.Job, before *store.Job, now time.Time) error {
+func Slots(j *model.Job, before *model.Job, now time.Time) error {
 	zoneChanged := before != nil && j.TimeZone != before.TimeZone
 	if before == nil || zoneChanged || j.Schedule != before.Schedule {
 		next, err := schedule.FirstSlot(j.Schedule, j.TimeZone, now)
@@ -46,7 +46,7 @@ func Slots(j *store.Job, before *store.Job, now time.Time) error {
 }
 
 // firstPrune is the first slot of the job's prune schedule, nil for none.
-func firstPrune(j store.Job, now time.Time) (*time.Time, error) {
+func firstPrune(j model.Job, now time.Time) (*time.Time, error) {
 	if j.PruneSchedule == "" {
 		return nil, nil
 	}

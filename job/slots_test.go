@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 func TestNewDefaults(t *testing.T) {
@@ -29,14 +29,14 @@ func TestSlots(t *testing.T) {
 		return &t
 	}
 	old := at("2020-01-01T00:00:00Z")
-	restic := func(sched, tz, prune string) store.Job {
-		return store.Job{Name: "web", Engine: engine.NameRestic, Schedule: sched, TimeZone: tz, PruneSchedule: prune,
+	restic := func(sched, tz, prune string) model.Job {
+		return model.Job{Name: "web", Engine: engine.NameRestic, Schedule: sched, TimeZone: tz, PruneSchedule: prune,
 			NextRunAt: old, NextPruneAt: old}
 	}
 	for _, c := range []struct {
 		name      string
-		j         store.Job
-		before    *store.Job
+		j         model.Job
+		before    *model.Job
 		next      *time.Time
 		nextPrune *time.Time
 		err       string
@@ -57,7 +57,7 @@ func TestSlots(t *testing.T) {
 			before: ptrJob(restic("0 13 * * *", "", "0 14 * * *")), next: at("2026-03-29T04:00:00Z"), nextPrune: at("2026-03-29T05:00:00Z")},
 		{name: "edit, schedule made manual", j: restic("", "", ""),
 			before: ptrJob(restic("@daily", "", "")), next: nil, nextPrune: old},
-		{name: "a command job is not pruned", j: store.Job{Name: "dump", Engine: engine.NameCommand, PruneSchedule: "@weekly"},
+		{name: "a command job is not pruned", j: model.Job{Name: "dump", Engine: engine.NameCommand, PruneSchedule: "@weekly"},
 			err: "--prune-schedule: job dump uses the command engine; only restic repositories are pruned"},
 		{name: "a bad prune schedule", j: restic("", "", "every sunday"), err: "--prune-schedule: schedule \"every sunday\""},
 		{name: "a bad schedule", j: restic("@every 1ms", "", ""), err: "the interval must be at least"},
@@ -81,7 +81,7 @@ func TestSlots(t *testing.T) {
 	}
 }
 
-func ptrJob(j store.Job) *store.Job { return &j }
+func ptrJob(j model.Job) *model.Job { return &j }
 
 func sameTime(a, b *time.Time) bool {
 	if a == nil || b == nil {
@@ -106,7 +106,7 @@ func TestPolicyAndGuardrail(t *testing.T) {
 		{"stored", raw, true, ""},
 		{"unreadable", []byte("{"), false, "job web: stored retention policy unreadable"},
 	} {
-		got, ok, err := Policy(store.Job{Name: "web", Retention: c.stored})
+		got, ok, err := Policy(model.Job{Name: "web", Retention: c.stored})
 		if ok != c.ok || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
 			t.Errorf("%s: Policy = %v, %v; want %v, %q", c.name, ok, err, c.ok, c.err)
 		}
@@ -114,7 +114,7 @@ func TestPolicyAndGuardrail(t *testing.T) {
 			t.Errorf("%s: Policy = %+v, want %+v", c.name, got, p)
 		}
 	}
-	g := Guardrail(store.Job{RetentionMaxDelete: 0.25, RetentionMinKeep: 4})
+	g := Guardrail(model.Job{RetentionMaxDelete: 0.25, RetentionMinKeep: 4})
 	if g.MaxDeleteShare != 0.25 || g.MinKeep != 4 {
 		t.Errorf("Guardrail = %+v", g)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -81,7 +82,7 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // RunEnded observes a run this daemon closed at at (reconcile.Observer).
-func (m *Metrics) RunEnded(run store.Run, status string, at time.Time) {
+func (m *Metrics) RunEnded(run model.Run, status string, at time.Time) {
 	started := run.CreatedAt
 	if run.StartedAt != nil {
 		started = *run.StartedAt

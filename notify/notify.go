@@ -32,6 +32,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/journallog"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
 )
@@ -313,7 +314,7 @@ func (d *Deliverer) logTail(ctx context.Context, e store.Event) string {
 	if err != nil {
 		return ""
 	}
-	tail, err := journallog.RunTail(ctx, d.cfg.JournalDir, *e.Run, store.UnitNames(attempts), logTailLines)
+	tail, err := journallog.RunTail(ctx, d.cfg.JournalDir, *e.Run, model.UnitNames(attempts), logTailLines)
 	if errors.Is(err, journallog.ErrBusy) {
 		return "(no log tail: " + err.Error() + ")\n"
 	}

@@ -18,6 +18,7 @@ import (
 	jobdef "github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -25,7 +26,7 @@ import (
 // spawn claims the attempt's spawn, prepares its directories and starts its unit, or, with at,
 // arms it so that systemd starts it at at. decide let it go; the concurrency limits are decided
 // by the claim. claimed is called once the claim was answered (the spawner's order, services.go).
-func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, at *time.Time, claimed func()) error {
+func (r *Reconciler) spawn(ctx context.Context, l model.LiveRun, job model.Job, at *time.Time, claimed func()) error {
 	spec, unlock, err := AttemptSpec(ctx, r.cfg, job, l.Run, l.Attempt.No)
 	if err != nil {
 		return err
@@ -74,7 +75,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 	}
 	// What a local repository holds before the backup starts: its growth is what the attempt
 	// added, for the runaway guard and for a settlement without restic's own figure.
-	if l.Run.Kind == store.KindBackup && job.Engine == engine.NameRestic {
+	if l.Run.Kind == model.KindBackup && job.Engine == engine.NameRestic {
 		if size, err := ledger.RepoSize(job.Repository); err == nil {
 			if err := r.cfg.Store.SetRepoBaseline(ctx, fence, l.Run.ID, l.Attempt.No, size); err != nil {
 				return release(err, false)
@@ -94,7 +95,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 	existed, err := r.cfg.Runner.Start(ctx, spec)
 	if err != nil {
 		if runner.BadRequest(err) {
-			return r.finish(ctx, l, runner.Marker{}, verdict{status: store.StatusFailed, class: "permanent",
+			return r.finish(ctx, l, runner.Marker{}, verdict{status: model.StatusFailed, class: "permanent",
 				reason: "systemd refused to start the unit: " + err.Error(), neverRan: true})
 		}
 		return release(err, true) // systemd could not be asked, or refused for now (shutting down)
@@ -109,7 +110,7 @@ func (r *Reconciler) spawn(ctx context.Context, l store.LiveRun, job store.Job, 
 // arm has systemd start the claimed attempt's unit at at. The run stays queued until the unit
 // is there: a later pass marks it running. A manager that refuses the timer gets no more timers
 // from this daemon, and the attempt is started at its time like any other.
-func (r *Reconciler) arm(ctx context.Context, l store.LiveRun, spec runner.Spec, at time.Time, release func(error, bool) error) error {
+func (r *Reconciler) arm(ctx context.Context, l model.LiveRun, spec runner.Spec, at time.Time, release func(error, bool) error) error {
 	existed, err := r.cfg.Runner.Arm(ctx, spec, at)
 	if err != nil {
 		if runner.BadRequest(err) && !r.armRefused.Swap(true) {
@@ -126,7 +127,7 @@ func (r *Reconciler) arm(ctx context.Context, l store.LiveRun, spec runner.Spec,
 
 // disarm stops an armed attempt's timer, then its service, and closes the run with v. The
 // service is stopped too in case the timer elapsed meanwhile: then it is ended, not left.
-func (r *Reconciler) disarm(ctx context.Context, l store.LiveRun, f facts, v verdict) error {
+func (r *Reconciler) disarm(ctx context.Context, l model.LiveRun, f facts, v verdict) error {
 	for _, name := range []string{runner.TimerName(f.unitName), f.unitName} {
 		if err := r.cfg.Runner.Stop(ctx, name); err != nil {
 			return err // nothing is closed while the timer may still start it
@@ -138,7 +139,7 @@ func (r *Reconciler) disarm(ctx context.Context, l store.LiveRun, f facts, v ver
 // prepareDirs creates the attempt's journal directory and the job's cache, owned by the job's user
 // so its units can write there, and the markers directory, which only the privileged
 // ExecStopPost writes.
-func (r *Reconciler) prepareDirs(job store.Job, run uuid.UUID, attempt int) error {
+func (r *Reconciler) prepareDirs(job model.Job, run uuid.UUID, attempt int) error {
 	if err := os.MkdirAll(filepath.Dir(runner.MarkerPath(r.cfg.StateDir, run, attempt)), 0o755); err != nil {
 		return err
 	}
@@ -158,7 +159,7 @@ func (r *Reconciler) prepareDirs(job store.Job, run uuid.UUID, attempt int) erro
 
 // missingIdentity returns the reason a job cannot run because its user or group does not exist
 // on this host, or "".
-func missingIdentity(job store.Job) (string, error) {
+func missingIdentity(job model.Job) (string, error) {
 	if job.User != "" {
 		if _, err := jobdef.LookupUser(job.User); errors.Is(err, jobdef.ErrUnknownUser) {
 			return fmt.Sprintf("job user %s does not exist on this host", job.User), nil
@@ -177,7 +178,7 @@ func missingIdentity(job store.Job) (string, error) {
 }
 
 // finishFromMarker closes a run whose unit left a readable marker.
-func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m runner.Marker, eng classifier) error {
+func (r *Reconciler) finishFromMarker(ctx context.Context, l model.LiveRun, m runner.Marker, eng classifier) error {
 	a, err := r.cfg.Store.Attempt(ctx, l.Run.ID, l.Attempt.No)
 	if err != nil {
 		return err // nothing is closed on facts we could not read
@@ -186,13 +187,13 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m ru
 	ev.Operation = l.Run.Kind
 	v := outcome(m, ev, eng, l.Run.StopRequestedAt != nil, l.Run.StopReason, l.Run.PausedReason)
 	switch l.Run.Kind {
-	case store.KindPrune:
-		if v.status == store.StatusSucceeded {
+	case model.KindPrune:
+		if v.status == model.StatusSucceeded {
 			v.reason = "prune complete: data no snapshot refers to was removed"
 		}
 		return r.finishAttempt(ctx, l, a, m, v)
-	case store.KindForget:
-		if v.status == store.StatusSucceeded {
+	case model.KindForget:
+		if v.status == model.StatusSucceeded {
 			v.reason = fmt.Sprintf("forget complete: %d snapshot(s) of the retention plan removed; their data goes with the next prune", len(l.Run.ForgetIDs))
 		}
 		if err := r.finishAttempt(ctx, l, a, m, v); err != nil {
@@ -201,7 +202,7 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m ru
 		r.refreshAfter(ctx, l)
 		return nil
 	}
-	if ev.Summary == nil && (v.status == store.StatusSucceeded || v.status == store.StatusPartial) && l.JobEngine == engine.NameRestic {
+	if ev.Summary == nil && (v.status == model.StatusSucceeded || v.status == model.StatusPartial) && l.JobEngine == engine.NameRestic {
 		// The run stays live, its marker in place, until the repair closed it: a repair not
 		// carried out (a stop, a crash) is queued again by the next pass.
 		return r.repairs.submit(ctx, attemptKey{l.Run.ID, l.Attempt.No}, func(ctx context.Context, _ func()) error {
@@ -216,7 +217,7 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l store.LiveRun, m ru
 
 // repairAndFinish closes a run whose journal recorded no summary, with what the repository says
 // about the run's snapshot (repair).
-func (r *Reconciler) repairAndFinish(ctx context.Context, l store.LiveRun, a store.Attempt, m runner.Marker, v verdict) error {
+func (r *Reconciler) repairAndFinish(ctx context.Context, l model.LiveRun, a model.Attempt, m runner.Marker, v verdict) error {
 	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
 	if err != nil {
 		return err
@@ -230,8 +231,8 @@ func (r *Reconciler) repairAndFinish(ctx context.Context, l store.LiveRun, a sto
 // summary (or from the repair channel's listing, already in v). The repository is not listed
 // again after a backup: that costs a unit and restic's key derivation (most of a second), and
 // every retention plan and `snapshot list --refresh` lists it first anyway.
-func (r *Reconciler) finishBackup(ctx context.Context, l store.LiveRun, a store.Attempt, m runner.Marker, v verdict) error {
-	made := v.status == store.StatusSucceeded || v.status == store.StatusPartial
+func (r *Reconciler) finishBackup(ctx context.Context, l model.LiveRun, a model.Attempt, m runner.Marker, v verdict) error {
+	made := v.status == model.StatusSucceeded || v.status == model.StatusPartial
 	if s := summary(a); v.snapshot == nil && made && l.JobEngine == engine.NameRestic && s != nil && s.SnapshotID != "" {
 		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
 		switch {
@@ -249,7 +250,7 @@ func (r *Reconciler) finishBackup(ctx context.Context, l store.LiveRun, a store.
 // failure only costs freshness: every plan reads the repository again before it decides. It is
 // the repair channel's work, not the pass's: asking restic costs a unit and the derivation of
 // the repository's key (most of a second), which the runs behind this one need not wait for.
-func (r *Reconciler) refreshAfter(ctx context.Context, l store.LiveRun) {
+func (r *Reconciler) refreshAfter(ctx context.Context, l model.LiveRun) {
 	if l.JobEngine != engine.NameRestic {
 		return
 	}
@@ -273,7 +274,7 @@ func (r *Reconciler) refreshAfter(ctx context.Context, l store.LiveRun) {
 // repair asks the repository which snapshot the run made, when the journal cannot say (it was
 // lost or quarantined). It is asked once, as the run ends; the byte figures stay unknown. The
 // snapshot found is returned as restic listed it, for the inventory.
-func (r *Reconciler) repair(ctx context.Context, job store.Job, run uuid.UUID, reason string) (snapshotID string, snap *store.Snapshot, newReason string) {
+func (r *Reconciler) repair(ctx context.Context, job model.Job, run uuid.UUID, reason string) (snapshotID string, snap *store.Snapshot, newReason string) {
 	restic, ej := JobRestic(r.cfg, job)
 	snaps, err := restic.RunSnapshots(ctx, ej, run)
 	switch {
@@ -289,7 +290,7 @@ func (r *Reconciler) repair(ctx context.Context, job store.Job, run uuid.UUID, r
 }
 
 // finish closes a run on a verdict reached without a readable marker.
-func (r *Reconciler) finish(ctx context.Context, l store.LiveRun, m runner.Marker, v verdict) error {
+func (r *Reconciler) finish(ctx context.Context, l model.LiveRun, m runner.Marker, v verdict) error {
 	a, err := r.cfg.Store.Attempt(ctx, l.Run.ID, l.Attempt.No)
 	if err != nil {
 		return err
@@ -297,7 +298,7 @@ func (r *Reconciler) finish(ctx context.Context, l store.LiveRun, m runner.Marke
 	return r.finishAttempt(ctx, l, a, m, v)
 }
 
-func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store.Attempt, m runner.Marker, v verdict) (err error) {
+func (r *Reconciler) finishAttempt(ctx context.Context, l model.LiveRun, a model.Attempt, m runner.Marker, v verdict) (err error) {
 	// No At: the database stamps the ending on its own clock, which the retry's delay, stalls and
 	// other writers' spans are measured on.
 	e := store.Ending{
@@ -306,7 +307,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 		ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus,
 		FilesSkipped: a.ItemErrors,
 	}
-	if v.status == store.StatusPaused {
+	if v.status == model.StatusPaused {
 		e.PausedReason = l.Run.PausedReason
 	}
 	e.SnapshotID, e.Snapshot = v.snapshotID, v.snapshot
@@ -318,7 +319,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 	}
 	e.Settlement = r.settlement(ctx, l, a, !v.neverRan && ran(a, m), false)
 	crashpoint.At("finish-before")
-	if v.status == store.StatusFailed && v.class == string(engine.Transient) {
+	if v.status == model.StatusFailed && v.class == string(engine.Transient) {
 		// The backoff counts from the recorded end; Finish adds the retry to the reason.
 		if e.Retry, err = r.retryPlan(ctx, l); err != nil {
 			return err
@@ -343,7 +344,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l store.LiveRun, a store
 }
 
 // restart ends the attempt and opens the next one.
-func (r *Reconciler) restart(ctx context.Context, l store.LiveRun, m runner.Marker) error {
+func (r *Reconciler) restart(ctx context.Context, l model.LiveRun, m runner.Marker) error {
 	a, err := r.cfg.Store.Attempt(ctx, l.Run.ID, l.Attempt.No)
 	if err != nil {
 		return err
@@ -374,12 +375,12 @@ func interruption(m runner.Marker) string {
 }
 
 // summary is the attempt's summary, its snapshot id checked (checkedSummary).
-func summary(a store.Attempt) *engine.Summary {
+func summary(a model.Attempt) *engine.Summary {
 	s, _ := checkedSummary(a)
 	return s
 }
 
-func evidence(a store.Attempt) engine.Evidence {
+func evidence(a model.Attempt) engine.Evidence {
 	return engine.Evidence{Summary: summary(a), ItemErrors: a.ItemErrors, FirstItemError: a.FirstItemError, Fatal: a.Fatal}
 }
 
@@ -394,7 +395,7 @@ const maxText = 1024
 // drain applies what the attempt's journal says since the stored cursor, at most maxDrain bytes,
 // and returns the bytes still unread. For a journal that cannot be read, or whose events the
 // database cannot store, it returns why instead: decide quarantines it; the run goes on.
-func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (lag int64, problem string, err error) {
+func (r *Reconciler) drain(ctx context.Context, l model.LiveRun) (lag int64, problem string, err error) {
 	if l.Attempt.QuarantinedAt != nil || l.Attempt.Unit == "" {
 		return 0, "", nil
 	}
@@ -446,7 +447,7 @@ func (r *Reconciler) drain(ctx context.Context, l store.LiveRun) (lag int64, pro
 
 // quarantine stops the projection of the attempt's journal for reason, which names what is wrong
 // and never quotes the journal.
-func (r *Reconciler) quarantine(ctx context.Context, l store.LiveRun, reason string) error {
+func (r *Reconciler) quarantine(ctx context.Context, l model.LiveRun, reason string) error {
 	r.cfg.Logger.Error("run journal quarantined; the run goes on without progress figures",
 		"run", l.Run.ID, "attempt", l.Attempt.No, "reason", reason)
 	crashpoint.At("quarantine-before")
@@ -467,7 +468,7 @@ func delta(events []journal.Event) store.JournalDelta {
 		case engine.TypeProgress:
 			var p engine.Progress
 			if json.Unmarshal(e.Payload, &p) == nil {
-				d.Progress = &store.Progress{PercentDone: p.PercentDone, FilesDone: p.FilesDone,
+				d.Progress = &model.Progress{PercentDone: p.PercentDone, FilesDone: p.FilesDone,
 					TotalFiles: p.TotalFiles, BytesDone: p.BytesDone, TotalBytes: p.TotalBytes}
 			}
 		case engine.TypeItemError:

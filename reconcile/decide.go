@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // markerState is what reading the exit marker found.
@@ -95,7 +95,7 @@ type held struct {
 type prereq struct {
 	name        string
 	exists      bool
-	lastRun     *store.Run // its last run, if it has one
+	lastRun     *model.Run // its last run, if it has one
 	lastOutcome string
 }
 
@@ -187,30 +187,30 @@ func decide(f facts, p rules) decision {
 	case f.marker == markerReadable && f.stopping:
 		return do("marker, unit still stopping", actNothing)
 	case f.marker == markerReadable && interruptedAlone && lastAttempt:
-		return end("marker: interrupted, last attempt", store.StatusFailed, string(engine.Transient), giveUp())
+		return end("marker: interrupted, last attempt", model.StatusFailed, string(engine.Transient), giveUp())
 	case f.marker == markerReadable && interruptedAlone:
 		return do("marker: interrupted", actRestart)
 	case f.marker == markerReadable:
 		return do("marker", actFinish)
 	// Something outside holdfast changed the marker: re-reading never repairs it.
 	case f.marker == markerUnreadable:
-		return end("marker unreadable", store.StatusFailed, "", f.markerProblem)
+		return end("marker unreadable", model.StatusFailed, "", f.markerProblem)
 
 	// Never spawned, and the operator asked to stop. A released spawn claim is no proof that no
 	// unit exists (the start call may have reached systemd before it failed).
 	case !f.unitRecorded && f.stopRequested && f.unit == unitAlive:
 		return do("unspawned, stop, unit alive", actStop) // its marker ends the run on a later pass
 	case !f.unitRecorded && f.stopRequested:
-		return end("unspawned, stop", store.StatusStopped, "", stoppedBy(f.stopReason)+" before it was started")
+		return end("unspawned, stop", model.StatusStopped, "", stoppedBy(f.stopReason)+" before it was started")
 
 	// Never spawned: may it start now? Concurrency limits are not rows: they are decided in the
 	// spawn claim's own transaction, where no other claim can take the last place meanwhile.
 	case !f.unitRecorded && f.jobMissing:
-		return end("unspawned, job removed", store.StatusFailed, "permanent", "the run's job was removed before the run could start")
+		return end("unspawned, job removed", model.StatusFailed, "permanent", "the run's job was removed before the run could start")
 	case !f.unitRecorded && f.refusal != "" && f.elsewhere:
 		return wait("unspawned, refused here, any host", "waiting for another host: "+f.refusal, nil)
 	case !f.unitRecorded && f.refusal != "":
-		return end("unspawned, refused by policy", store.StatusFailed, "permanent", f.refusal)
+		return end("unspawned, refused by policy", model.StatusFailed, "permanent", f.refusal)
 	case !f.unitRecorded && f.notBefore != nil && f.now.Before(*f.notBefore) && !armable:
 		return do("unspawned, not before", actNothing) // its reason was recorded with the time
 	case !f.unitRecorded && f.window != nil:
@@ -221,32 +221,32 @@ func decide(f facts, p rules) decision {
 			f.globalWindow.name, f.globalWindow.until.UTC().Format(time.RFC3339)), &f.globalWindow.until)
 	// A snapshot put under protection after its plan was recorded is still never deleted.
 	case !f.unitRecorded && len(f.protected) > 0:
-		return end("unspawned, forget of protected snapshots", store.StatusFailed, "permanent",
+		return end("unspawned, forget of protected snapshots", model.StatusFailed, "permanent",
 			fmt.Sprintf("%d snapshot(s) of the plan became protected after it was made (first: %.12s): nothing deleted; plan again",
 				len(f.protected), f.protected[0]))
 	// A prerequisite must have succeeded (partial is not enough). The run waits while it runs,
 	// or for its next outcome, at most DependsWait after this run was queued.
 	case !f.unitRecorded && dep != nil && !dep.exists:
-		return end("unspawned, prerequisite missing", store.StatusFailed, "permanent",
+		return end("unspawned, prerequisite missing", model.StatusFailed, "permanent",
 			fmt.Sprintf("prerequisite job %s does not exist", dep.name))
-	case !f.unitRecorded && dep != nil && dep.lastRun != nil && store.Live(dep.lastRun.Status):
+	case !f.unitRecorded && dep != nil && dep.lastRun != nil && model.Live(dep.lastRun.Status):
 		return wait("unspawned, prerequisite running", fmt.Sprintf("waiting: prerequisite job %s is %s (run %s)",
 			dep.name, dep.lastRun.Status, dep.lastRun.ID), nil)
-	case !f.unitRecorded && dep != nil && dep.lastOutcome != store.StatusSucceeded && dep.endedSince(f.queuedAt):
-		return end("unspawned, prerequisite failed since", store.StatusFailed, "permanent",
+	case !f.unitRecorded && dep != nil && dep.lastOutcome != model.StatusSucceeded && dep.endedSince(f.queuedAt):
+		return end("unspawned, prerequisite failed since", model.StatusFailed, "permanent",
 			fmt.Sprintf("prerequisite job %s has not succeeded (its last run: %s, run %s)", dep.name, dep.outcome(), dep.lastRun.ID))
-	case !f.unitRecorded && dep != nil && dep.lastOutcome != store.StatusSucceeded && !f.now.Before(f.queuedAt.Add(p.dependsWait)):
-		return end("unspawned, prerequisite wait over", store.StatusFailed, "permanent",
+	case !f.unitRecorded && dep != nil && dep.lastOutcome != model.StatusSucceeded && !f.now.Before(f.queuedAt.Add(p.dependsWait)):
+		return end("unspawned, prerequisite wait over", model.StatusFailed, "permanent",
 			fmt.Sprintf("prerequisite job %s has not succeeded (its last run: %s) and had no new outcome within %s of this run being queued",
 				dep.name, dep.outcome(), p.dependsWait))
-	case !f.unitRecorded && dep != nil && dep.lastOutcome != store.StatusSucceeded:
+	case !f.unitRecorded && dep != nil && dep.lastOutcome != model.StatusSucceeded:
 		return wait("unspawned, prerequisite not succeeded", fmt.Sprintf("waiting: prerequisite job %s has not succeeded (its last run: %s); waiting for its next outcome until %s",
 			dep.name, dep.outcome(), f.queuedAt.Add(p.dependsWait).UTC().Format(time.RFC3339)), nil)
 	// A user or group removed from the host never comes back by itself: retrying would spin.
 	case !f.unitRecorded && f.identityMissing != "" && f.elsewhere:
 		return wait("unspawned, identity missing here, any host", "waiting for another host: "+f.identityMissing, nil)
 	case !f.unitRecorded && f.identityMissing != "":
-		d := end("unspawned, identity missing", store.StatusFailed, "permanent", f.identityMissing)
+		d := end("unspawned, identity missing", model.StatusFailed, "permanent", f.identityMissing)
 		d.end.neverRan = true
 		return d
 	// Windows were judged at its time, and limits are judged by the claim, as for a start now.
@@ -270,11 +270,11 @@ func decide(f facts, p rules) decision {
 	// meanwhile, the stop of the service that follows the timer's still ends the service. From
 	// its time on, the spawn grace counts as for any other start.
 	case f.armed && f.sinceSpawn < 0 && f.stopRequested:
-		d := end("armed, stop", store.StatusStopped, "", stoppedBy(f.stopReason)+" before it was started")
+		d := end("armed, stop", model.StatusStopped, "", stoppedBy(f.stopReason)+" before it was started")
 		d.act, d.end.neverRan = actDisarm, true
 		return d
 	case f.armed && f.sinceSpawn < 0 && f.pausedReason != "":
-		d := end("armed, paused", store.StatusPaused, "", "paused before it was started: "+f.pausedReason)
+		d := end("armed, paused", model.StatusPaused, "", "paused before it was started: "+f.pausedReason)
 		d.act, d.end.neverRan = actDisarm, true
 		return d
 	case f.armed && f.sinceSpawn < 0 && !f.earlierBoot:
@@ -282,11 +282,11 @@ func decide(f facts, p rules) decision {
 	case f.sinceSpawn < p.spawnGrace && !f.earlierBoot:
 		return do("gone, within spawn grace", actNothing) // systemd may not have got to it yet
 	case f.stopRequested:
-		return end("gone, stop", store.StatusStopped, "", stoppedBy(f.stopReason)+"; the unit ended without an exit marker")
+		return end("gone, stop", model.StatusStopped, "", stoppedBy(f.stopReason)+"; the unit ended without an exit marker")
 	case f.pausedReason != "":
-		return end("gone, paused", store.StatusPaused, "", "paused: "+f.pausedReason)
+		return end("gone, paused", model.StatusPaused, "", "paused: "+f.pausedReason)
 	case lastAttempt:
-		return end("gone, last attempt", store.StatusFailed, string(engine.Transient), giveUp())
+		return end("gone, last attempt", model.StatusFailed, string(engine.Transient), giveUp())
 	default:
 		return do("gone", actRestart) // no marker: a crash or a power loss
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -52,8 +53,8 @@ func unspawned(f facts) facts {
 
 func tableCases() []tableCase {
 	later := t0.Add(time.Hour)
-	depRun := func(status string, finished *time.Time) *store.Run {
-		return &store.Run{ID: uuid.MustParse("00000000-0000-0000-0000-0000000000d1"), Status: status, FinishedAt: finished}
+	depRun := func(status string, finished *time.Time) *model.Run {
+		return &model.Run{ID: uuid.MustParse("00000000-0000-0000-0000-0000000000d1"), Status: status, FinishedAt: finished}
 	}
 	afterQueued, beforeQueued := t0.Add(-time.Minute), t0.Add(-8*time.Hour)
 	soon, tooSoon := t0.Add(5*time.Second), t0.Add(ArmMargin/2)
@@ -75,7 +76,7 @@ func tableCases() []tableCase {
 			row: "marker: interrupted", act: actRestart},
 		{name: "marker, interrupted, last attempt",
 			f:   spawned(facts{marker: markerReadable, interrupted: true, ended: killed, attempt: 3}),
-			row: "marker: interrupted, last attempt", act: actEnd, status: store.StatusFailed, reason: "giving up after 3 attempts"},
+			row: "marker: interrupted, last attempt", act: actEnd, status: model.StatusFailed, reason: "giving up after 3 attempts"},
 		{name: "marker, its unit still stopping: the place is not freed yet",
 			f:   spawned(facts{marker: markerReadable, stopping: true, ended: runner.Marker{ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}}),
 			row: "marker, unit still stopping", act: actNothing},
@@ -93,10 +94,10 @@ func tableCases() []tableCase {
 			row: "marker", act: actFinish},
 		{name: "marker unreadable",
 			f:   spawned(facts{marker: markerUnreadable, markerProblem: "exit marker unreadable: bad json"}),
-			row: "marker unreadable", act: actEnd, status: store.StatusFailed, reason: "exit marker unreadable"},
+			row: "marker unreadable", act: actEnd, status: model.StatusFailed, reason: "exit marker unreadable"},
 		{name: "marker unreadable wins over a stop intent",
 			f:   spawned(facts{marker: markerUnreadable, markerProblem: "exit marker unreadable: x", stopRequested: true}),
-			row: "marker unreadable", act: actEnd, status: store.StatusFailed},
+			row: "marker unreadable", act: actEnd, status: model.StatusFailed},
 
 		// Never spawned.
 		{name: "stop before spawn, yet the derived unit is alive",
@@ -104,16 +105,16 @@ func tableCases() []tableCase {
 			row: "unspawned, stop, unit alive", act: actStop},
 		{name: "stop before spawn",
 			f:   unspawned(facts{stopRequested: true, unit: unitGone}),
-			row: "unspawned, stop", act: actEnd, status: store.StatusStopped, reason: "before it was started"},
+			row: "unspawned, stop", act: actEnd, status: model.StatusStopped, reason: "before it was started"},
 		{name: "stop before spawn wins over a removed job",
 			f:   unspawned(facts{stopRequested: true, unit: unitGone, jobMissing: true}),
-			row: "unspawned, stop", act: actEnd, status: store.StatusStopped},
+			row: "unspawned, stop", act: actEnd, status: model.StatusStopped},
 		{name: "job removed",
 			f:   unspawned(facts{jobMissing: true}),
-			row: "unspawned, job removed", act: actEnd, status: store.StatusFailed, reason: "job was removed"},
+			row: "unspawned, job removed", act: actEnd, status: model.StatusFailed, reason: "job was removed"},
 		{name: "refused by the daemon's policy",
 			f:   unspawned(facts{refusal: "refused by this daemon's policy: command jobs"}),
-			row: "unspawned, refused by policy", act: actEnd, status: store.StatusFailed, reason: "refused by this daemon's policy"},
+			row: "unspawned, refused by policy", act: actEnd, status: model.StatusFailed, reason: "refused by this daemon's policy"},
 		{name: "refused here, but another host may run the any-host job",
 			f:   unspawned(facts{refusal: "refused by this daemon's policy: command jobs", elsewhere: true}),
 			row: "unspawned, refused here, any host", act: actWait, reason: "waiting for another host"},
@@ -140,32 +141,32 @@ func tableCases() []tableCase {
 			row: "unspawned, global window", act: actWait, reason: `global maintenance window "backup-freeze"`},
 		{name: "forget of snapshots protected since the plan",
 			f:   unspawned(facts{protected: []string{"0123456789abcdef"}}),
-			row: "unspawned, forget of protected snapshots", act: actEnd, status: store.StatusFailed, reason: "1 snapshot(s) of the plan became protected after it was made (first: 0123456789ab)"},
+			row: "unspawned, forget of protected snapshots", act: actEnd, status: model.StatusFailed, reason: "1 snapshot(s) of the plan became protected after it was made (first: 0123456789ab)"},
 		{name: "prerequisite missing",
 			f:   unspawned(facts{prereq: &prereq{name: "db"}}),
-			row: "unspawned, prerequisite missing", act: actEnd, status: store.StatusFailed, reason: "prerequisite job db does not exist"},
+			row: "unspawned, prerequisite missing", act: actEnd, status: model.StatusFailed, reason: "prerequisite job db does not exist"},
 		{name: "prerequisite running",
-			f:   unspawned(facts{prereq: &prereq{name: "db", exists: true, lastRun: depRun(store.StatusRunning, nil), lastOutcome: store.StatusSucceeded}}),
+			f:   unspawned(facts{prereq: &prereq{name: "db", exists: true, lastRun: depRun(model.StatusRunning, nil), lastOutcome: model.StatusSucceeded}}),
 			row: "unspawned, prerequisite running", act: actWait, reason: "prerequisite job db is running"},
 		{name: "prerequisite failed after this run was queued",
-			f:   unspawned(facts{prereq: &prereq{name: "db", exists: true, lastRun: depRun(store.StatusPartial, &afterQueued), lastOutcome: store.StatusPartial}}),
-			row: "unspawned, prerequisite failed since", act: actEnd, status: store.StatusFailed, reason: "its last run: partial"},
+			f:   unspawned(facts{prereq: &prereq{name: "db", exists: true, lastRun: depRun(model.StatusPartial, &afterQueued), lastOutcome: model.StatusPartial}}),
+			row: "unspawned, prerequisite failed since", act: actEnd, status: model.StatusFailed, reason: "its last run: partial"},
 		{name: "prerequisite not succeeded, wait over",
 			f: func() facts {
-				f := unspawned(facts{prereq: &prereq{name: "db", exists: true, lastRun: depRun(store.StatusFailed, &beforeQueued), lastOutcome: store.StatusFailed}})
+				f := unspawned(facts{prereq: &prereq{name: "db", exists: true, lastRun: depRun(model.StatusFailed, &beforeQueued), lastOutcome: model.StatusFailed}})
 				f.queuedAt = t0.Add(-7 * time.Hour)
 				return f
 			}(),
-			row: "unspawned, prerequisite wait over", act: actEnd, status: store.StatusFailed, reason: "no new outcome within 6h0m0s"},
+			row: "unspawned, prerequisite wait over", act: actEnd, status: model.StatusFailed, reason: "no new outcome within 6h0m0s"},
 		{name: "prerequisite never ran: wait for it",
 			f:   unspawned(facts{prereq: &prereq{name: "db", exists: true}}),
 			row: "unspawned, prerequisite not succeeded", act: actWait, reason: "its last run: never run"},
 		{name: "prerequisite succeeded: go",
-			f:   unspawned(facts{prereq: &prereq{name: "db", exists: true, lastRun: depRun(store.StatusSucceeded, &afterQueued), lastOutcome: store.StatusSucceeded}}),
+			f:   unspawned(facts{prereq: &prereq{name: "db", exists: true, lastRun: depRun(model.StatusSucceeded, &afterQueued), lastOutcome: model.StatusSucceeded}}),
 			row: "unspawned", act: actSpawn},
 		{name: "user missing on this host",
 			f:   unspawned(facts{identityMissing: "job user backup does not exist on this host"}),
-			row: "unspawned, identity missing", act: actEnd, status: store.StatusFailed, reason: "does not exist"},
+			row: "unspawned, identity missing", act: actEnd, status: model.StatusFailed, reason: "does not exist"},
 		{name: "user missing here, but another host may run the any-host job",
 			f:   unspawned(facts{identityMissing: "job user backup does not exist on this host", elsewhere: true}),
 			row: "unspawned, identity missing here, any host", act: actWait, reason: "does not exist"},
@@ -194,10 +195,10 @@ func tableCases() []tableCase {
 			row: "armed, before its time", act: actNothing},
 		{name: "armed, stop before its time: disarmed",
 			f:   armed(facts{unit: unitGone, stopRequested: true}),
-			row: "armed, stop", act: actDisarm, status: store.StatusStopped, reason: "before it was started"},
+			row: "armed, stop", act: actDisarm, status: model.StatusStopped, reason: "before it was started"},
 		{name: "armed, paused before its time: disarmed",
 			f:   armed(facts{unit: unitGone, pausedReason: store.PausedQuotaExhausted}),
-			row: "armed, paused", act: actDisarm, status: store.StatusPaused, reason: store.PausedQuotaExhausted},
+			row: "armed, paused", act: actDisarm, status: model.StatusPaused, reason: store.PausedQuotaExhausted},
 		{name: "armed, its time passed, within the grace from it",
 			f:   justSpawned(armed(facts{unit: unitGone, stopRequested: true})),
 			row: "gone, within spawn grace", act: actNothing},
@@ -218,7 +219,7 @@ func tableCases() []tableCase {
 			row: "gone", act: actRestart},
 		{name: "gone, claimed in an earlier boot, stop intent: stopped at once",
 			f:   justSpawned(spawned(facts{unit: unitGone, earlierBoot: true, stopRequested: true})),
-			row: "gone, stop", act: actEnd, status: store.StatusStopped, reason: "without an exit marker"},
+			row: "gone, stop", act: actEnd, status: model.StatusStopped, reason: "without an exit marker"},
 		{name: "armed in an earlier boot, its time not come: the timer is gone with that boot",
 			f:   armed(facts{unit: unitGone, earlierBoot: true}),
 			row: "gone", act: actRestart},
@@ -227,16 +228,16 @@ func tableCases() []tableCase {
 			row: "gone, within spawn grace", act: actNothing},
 		{name: "gone, stop intent",
 			f:   spawned(facts{unit: unitGone, stopRequested: true, attempt: 3}),
-			row: "gone, stop", act: actEnd, status: store.StatusStopped, reason: "without an exit marker"},
+			row: "gone, stop", act: actEnd, status: model.StatusStopped, reason: "without an exit marker"},
 		{name: "gone, stop asked by holdfast for a stall",
 			f:   spawned(facts{unit: unitGone, stopRequested: true, stopReason: "stalled: no progress for 15m0s"}),
-			row: "gone, stop", act: actEnd, status: store.StatusStopped, reason: "stopped by holdfast (stalled: no progress for 15m0s); the unit ended"},
+			row: "gone, stop", act: actEnd, status: model.StatusStopped, reason: "stopped by holdfast (stalled: no progress for 15m0s); the unit ended"},
 		{name: "gone, paused reason",
 			f:   spawned(facts{unit: unitGone, pausedReason: store.PausedQuotaExhausted}),
-			row: "gone, paused", act: actEnd, status: store.StatusPaused, reason: "paused: " + store.PausedQuotaExhausted},
+			row: "gone, paused", act: actEnd, status: model.StatusPaused, reason: "paused: " + store.PausedQuotaExhausted},
 		{name: "gone, last attempt",
 			f:   spawned(facts{unit: unitGone, attempt: 3}),
-			row: "gone, last attempt", act: actEnd, status: store.StatusFailed, reason: "the unit vanished without an exit marker"},
+			row: "gone, last attempt", act: actEnd, status: model.StatusFailed, reason: "the unit vanished without an exit marker"},
 		{name: "gone: a crash or a power loss",
 			f:   spawned(facts{unit: unitGone, attempt: 2}),
 			row: "gone", act: actRestart},

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
 )
@@ -51,7 +52,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 	}
 
 	r := &Reconciler{cfg: Config{Store: st, StateDir: state, Host: "h", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, drainLimit: limit}
-	live := func() store.LiveRun {
+	live := func() model.LiveRun {
 		t.Helper()
 		ls, err := st.LiveRuns(ctx, "")
 		if err != nil || len(ls) != 1 {

@@ -9,13 +9,14 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
 // spawnFacts reads what decides whether a queued attempt may be spawned now into f, and returns
 // its job. jobs are the jobs as read for this pass. Nothing else is read about a removed job.
-func (r *Reconciler) spawnFacts(ctx context.Context, l store.LiveRun, jobs map[string]store.Job, f *facts) (store.Job, error) {
+func (r *Reconciler) spawnFacts(ctx context.Context, l model.LiveRun, jobs map[string]model.Job, f *facts) (model.Job, error) {
 	job, found := jobs[l.Run.JobName]
 	if !found {
 		var err error
@@ -56,12 +57,12 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l store.LiveRun, jobs map[s
 	if until, name := schedule.Allowed(at, r.cfg.Windows, r.cfg.WindowZone); name != "" {
 		f.globalWindow = &held{name: name, until: until}
 	}
-	if l.Run.Kind == store.KindForget {
+	if l.Run.Kind == model.KindForget {
 		if f.protected, err = r.cfg.Store.ProtectedAmong(ctx, job.Repository, l.Run.ForgetIDs, f.now); err != nil {
 			return job, err
 		}
 	}
-	if job.DependsOn != "" && l.Run.Kind == store.KindBackup {
+	if job.DependsOn != "" && l.Run.Kind == model.KindBackup {
 		if f.prereq, err = r.prerequisite(ctx, job.DependsOn); err != nil {
 			return job, err
 		}
@@ -101,7 +102,7 @@ func (r *Reconciler) prerequisite(ctx context.Context, name string) (*prereq, er
 		// The run is read after the job: if it ended meanwhile, the job's last outcome read
 		// before may be older than the ending (the two are written together), so the run's
 		// own status is the outcome.
-		if !store.Live(run.Status) {
+		if !model.Live(run.Status) {
 			p.lastOutcome = run.Status
 		}
 	}
@@ -110,8 +111,8 @@ func (r *Reconciler) prerequisite(ctx context.Context, name string) (*prereq, er
 
 // retryPlan returns the retry of a backup that failed for a transient reason, or nil if its job
 // allows no more. A prune or forget is not retried: the next one is planned anew.
-func (r *Reconciler) retryPlan(ctx context.Context, l store.LiveRun) (*store.Retry, error) {
-	if l.JobEngine == "" || l.Run.Kind != store.KindBackup {
+func (r *Reconciler) retryPlan(ctx context.Context, l model.LiveRun) (*store.Retry, error) {
+	if l.JobEngine == "" || l.Run.Kind != model.KindBackup {
 		return nil, nil
 	}
 	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)

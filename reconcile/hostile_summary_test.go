@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -71,11 +72,11 @@ exec REAL "$@"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.CreateJob(ctx, store.Job{Name: "hostile", Engine: "restic", Repository: repo, PasswordFile: pw,
+	if _, err := st.CreateJob(ctx, model.Job{Name: "hostile", Engine: "restic", Repository: repo, PasswordFile: pw,
 		Paths: []string{filepath.Join(dir, "data")}}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, "hostile", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "hostile", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ exec REAL "$@"
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !store.Live(got.Status) {
+		if !model.Live(got.Status) {
 			run = got
 			break
 		}
@@ -96,7 +97,7 @@ exec REAL "$@"
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if run.Status != store.StatusSucceeded || run.SnapshotID != "" {
+	if run.Status != model.StatusSucceeded || run.SnapshotID != "" {
 		t.Fatalf("run %s (%.300s), snapshot %.40q; want succeeded (restic exited 0) with no snapshot id", run.Status, run.Reason, run.SnapshotID)
 	}
 	if !strings.Contains(run.Reason, `the journal's summary named as its snapshot "4b925b96zzzzzzzz…", which is not 8 to 64 hex digits`) || len(run.Reason) > 400 {

@@ -8,6 +8,7 @@ import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -34,10 +35,10 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 	}
 	h1 = take("h1", time.Hour)
 	h2 := take("h2", time.Hour)
-	if _, err := st.CreateJob(ctx, store.Job{Name: "any", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
+	if _, err := st.CreateJob(ctx, model.Job{Name: "any", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, "any", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "any", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -17,7 +18,7 @@ import (
 // inventory, and returns the repository's snapshots as recorded (with their protections).
 // restic runs as the job's user (JobRestic); cfg needs Store, Runner, StateDir, Binary and
 // ResticBinary.
-func RefreshSnapshots(ctx context.Context, cfg Config, job store.Job) ([]store.Snapshot, error) {
+func RefreshSnapshots(ctx context.Context, cfg Config, job model.Job) ([]store.Snapshot, error) {
 	listedAt := time.Now()
 	restic, ej := JobRestic(cfg, job)
 	listed, err := restic.ListSnapshots(ctx, ej)
@@ -59,7 +60,7 @@ func listedSnapshot(repository string, l engine.Snapshot) store.Snapshot {
 // at the start of its backup. Only the id is restic's, and the journal it came from is the
 // job's user's: the store checks its shape and only ever adds the row (store.Finish). The next
 // listing puts restic's own facts in (store.SyncSnapshots).
-func summarySnapshot(job store.Job, run uuid.UUID, a store.Attempt, id, host string, now time.Time) *store.Snapshot {
+func summarySnapshot(job model.Job, run uuid.UUID, a model.Attempt, id, host string, now time.Time) *store.Snapshot {
 	paths := make([]string, len(job.Paths))
 	for i, p := range job.Paths {
 		paths[i] = filepath.Clean(p)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -74,10 +75,10 @@ exec REAL "$@"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.CreateJob(ctx, store.Job{Name: "inv", Engine: "restic", Repository: repo, PasswordFile: pw, Paths: paths}); err != nil {
+	if _, err := st.CreateJob(ctx, model.Job{Name: "inv", Engine: "restic", Repository: repo, PasswordFile: pw, Paths: paths}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, "inv", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "inv", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ exec REAL "$@"
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !store.Live(got.Status) {
+		if !model.Live(got.Status) {
 			run = got
 			break
 		}
@@ -101,7 +102,7 @@ exec REAL "$@"
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if run.Status != store.StatusSucceeded || run.SnapshotID == "" {
+	if run.Status != model.StatusSucceeded || run.SnapshotID == "" {
 		t.Fatalf("run = %+v, want succeeded with a snapshot", run)
 	}
 	calls, err := os.ReadFile(filepath.Join(reconcile.CacheDir(cfg.StateDir, 0, "inv"), "restic-calls"))

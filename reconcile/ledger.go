@@ -10,6 +10,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -21,7 +22,7 @@ import (
 // is not this attempt's alone: at the end of a run the hold then stays open until a better
 // figure comes (unless the run reported one), but a restart cannot wait for one, so there it is
 // charged as an upper bound, which leaves the new attempt at least what is left.
-func (r *Reconciler) settlement(ctx context.Context, l store.LiveRun, a store.Attempt, spawned, restart bool) *ledger.Settlement {
+func (r *Reconciler) settlement(ctx context.Context, l model.LiveRun, a model.Attempt, spawned, restart bool) *ledger.Settlement {
 	if a.HoldBytes == nil {
 		return nil
 	}
@@ -48,7 +49,7 @@ func (r *Reconciler) settlement(ctx context.Context, l store.LiveRun, a store.At
 // holdfast saw it started or read its journal, or measured its repository just before starting
 // it. An attempt with none of these never reached systemd (a crash between the claim and the
 // start), and its hold comes back whole.
-func ran(a store.Attempt, m runner.Marker) bool {
+func ran(a model.Attempt, m runner.Marker) bool {
 	if a.Unit == "" {
 		return false
 	}
@@ -57,7 +58,7 @@ func ran(a store.Attempt, m runner.Marker) bool {
 
 // growth is what the attempt's local repository grew by since it was spawned, with the run that
 // also wrote to it meanwhile, if one did; else why it is not known.
-func (r *Reconciler) growth(ctx context.Context, l store.LiveRun, a store.Attempt) (grown *int64, sharedWith *uuid.UUID, why string) {
+func (r *Reconciler) growth(ctx context.Context, l model.LiveRun, a model.Attempt) (grown *int64, sharedWith *uuid.UUID, why string) {
 	if _, local := ledger.Local(l.JobRepository); !local {
 		return nil, nil, "the repository is not local, so its growth cannot be measured"
 	}
@@ -82,9 +83,9 @@ func (r *Reconciler) growth(ctx context.Context, l store.LiveRun, a store.Attemp
 // measureRunaway measures a live backup's local repository against the attempt's hold: the
 // growth past the hold, or nil if it is within it or cannot be told (not local, not measured
 // when spawned, or another run wrote to it meanwhile).
-func (r *Reconciler) measureRunaway(ctx context.Context, l store.LiveRun) *runaway {
+func (r *Reconciler) measureRunaway(ctx context.Context, l model.LiveRun) *runaway {
 	a := l.Attempt
-	if l.Run.Kind != store.KindBackup || a.HoldBytes == nil || a.RepoBytesBefore == nil {
+	if l.Run.Kind != model.KindBackup || a.HoldBytes == nil || a.RepoBytesBefore == nil {
 		return nil
 	}
 	grown, shared, why := r.growth(ctx, l, a)
@@ -99,7 +100,7 @@ func (r *Reconciler) measureRunaway(ctx context.Context, l store.LiveRun) *runaw
 
 // pauseRunaway stops a running backup that added more than its hold: the run is paused
 // (run_ceiling) first, then its unit gets SIGINT, so restic removes its lock.
-func (r *Reconciler) pauseRunaway(ctx context.Context, l store.LiveRun, g runaway) error {
+func (r *Reconciler) pauseRunaway(ctx context.Context, l model.LiveRun, g runaway) error {
 	paused, err := r.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling)
 	if err != nil || !paused {
 		return err

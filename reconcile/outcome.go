@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -60,49 +61,49 @@ type classifier interface {
 // actFinish, so an interruption here always has a stop intent or a paused reason behind it.
 func outcome(m runner.Marker, ev engine.Evidence, eng classifier, stopRequested bool, stopReason, pausedReason string) verdict {
 	if pausedReason == store.PausedRunCeiling {
-		return verdict{status: store.StatusPaused, reason: "paused (run_ceiling): the backup added more than its hold, so holdfast stopped it (SIGINT, restic unlocks); raise the job's --max-added and resume it"}
+		return verdict{status: model.StatusPaused, reason: "paused (run_ceiling): the backup added more than its hold, so holdfast stopped it (SIGINT, restic unlocks); raise the job's --max-added and resume it"}
 	}
 	if pausedReason != "" {
-		return verdict{status: store.StatusPaused, reason: "paused: " + pausedReason}
+		return verdict{status: model.StatusPaused, reason: "paused: " + pausedReason}
 	}
 	switch m.ServiceResult {
 	case "timeout":
-		return verdict{status: store.StatusFailed, class: string(engine.Transient), reason: "the run reached its runtime limit (RuntimeMaxSec) and was stopped by systemd"}
+		return verdict{status: model.StatusFailed, class: string(engine.Transient), reason: "the run reached its runtime limit (RuntimeMaxSec) and was stopped by systemd"}
 	case "oom-kill":
-		return verdict{status: store.StatusFailed, class: string(engine.Transient), reason: "the engine was killed by the kernel's out-of-memory killer"}
+		return verdict{status: model.StatusFailed, class: string(engine.Transient), reason: "the engine was killed by the kernel's out-of-memory killer"}
 	case "core-dump":
-		return verdict{status: store.StatusFailed, reason: fmt.Sprintf("the engine crashed (signal %s, core dumped)", m.ExitStatus)}
+		return verdict{status: model.StatusFailed, reason: fmt.Sprintf("the engine crashed (signal %s, core dumped)", m.ExitStatus)}
 	case "watchdog":
-		return verdict{status: store.StatusFailed, reason: "systemd's watchdog killed the engine"}
+		return verdict{status: model.StatusFailed, reason: "systemd's watchdog killed the engine"}
 	}
 	switch m.ExitCode {
 	case "killed", "dumped":
 		if stopRequested {
-			return verdict{status: store.StatusStopped, reason: fmt.Sprintf("%s (engine ended by SIG%s)", stoppedBy(stopReason), m.ExitStatus)}
+			return verdict{status: model.StatusStopped, reason: fmt.Sprintf("%s (engine ended by SIG%s)", stoppedBy(stopReason), m.ExitStatus)}
 		}
-		return verdict{status: store.StatusFailed, reason: fmt.Sprintf("the engine was killed by SIG%s", m.ExitStatus)}
+		return verdict{status: model.StatusFailed, reason: fmt.Sprintf("the engine was killed by SIG%s", m.ExitStatus)}
 	case "exited":
 		status, err := strconv.Atoi(m.ExitStatus)
 		if err != nil {
-			return verdict{status: store.StatusFailed, reason: fmt.Sprintf("exit status %q is not a number", m.ExitStatus)}
+			return verdict{status: model.StatusFailed, reason: fmt.Sprintf("exit status %q is not a number", m.ExitStatus)}
 		}
 		if what, ok := systemdExitStatuses[status]; ok && ev.Summary == nil {
-			return verdict{status: store.StatusFailed, class: "permanent",
+			return verdict{status: model.StatusFailed, class: "permanent",
 				reason: fmt.Sprintf("systemd could not start the engine: exit %d/%s", status, what)}
 		}
 		ev.ExitStatus = status
 		o := eng.Classify(ev)
 		if o.Status == engine.Interrupted {
 			if stopRequested {
-				return verdict{status: store.StatusStopped, reason: stoppedBy(stopReason) + ": " + o.Reason}
+				return verdict{status: model.StatusStopped, reason: stoppedBy(stopReason) + ": " + o.Reason}
 			}
 			// decide restarts these; reaching here means the table and this mapping disagree.
-			return verdict{status: store.StatusFailed, reason: "interrupted without a stop request: " + o.Reason}
+			return verdict{status: model.StatusFailed, reason: "interrupted without a stop request: " + o.Reason}
 		}
 		return verdict{status: o.Status, class: string(o.Class), reason: o.Reason}
 	}
 	if stopRequested {
-		return verdict{status: store.StatusStopped, reason: stoppedBy(stopReason) + " before the engine ran"}
+		return verdict{status: model.StatusStopped, reason: stoppedBy(stopReason) + " before the engine ran"}
 	}
-	return verdict{status: store.StatusFailed, reason: fmt.Sprintf("the unit ended without running the engine (%s)", m.ServiceResult)}
+	return verdict{status: model.StatusFailed, reason: fmt.Sprintf("the unit ended without running the engine (%s)", m.ServiceResult)}
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // The daemon's policy on who jobs run as, by default. Whoever can write holdfast's database
@@ -72,7 +72,7 @@ func resolveUser(name string) (uint32, error) {
 // policyRefusal says why the daemon's policy forbids a run of job, or "" if it allows it. It is
 // checked where a run is about to be spawned, so a job written to the database by anyone is
 // held to the policy of the host that would run it.
-func (r *Reconciler) policyRefusal(job store.Job) string {
+func (r *Reconciler) policyRefusal(job model.Job) string {
 	if job.Engine == engine.NameCommand && !r.cfg.AllowCommandJobs {
 		return fmt.Sprintf("refused by this daemon's policy: job %s is a command job (it runs any program, as %s), and command jobs are not allowed here; start the daemon with --allow-command-jobs to allow them",
 			job.Name, userOrRoot(job.User))

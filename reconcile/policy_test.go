@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 func TestPolicy(t *testing.T) {
@@ -12,20 +12,20 @@ func TestPolicy(t *testing.T) {
 		name   string
 		users  []string
 		cmds   bool
-		job    store.Job
+		job    model.Job
 		refuse string // "" allowed; else a part of the reason
 	}{
-		{"default: root allowed", nil, false, store.Job{Name: "j", Engine: "restic"}, ""},
-		{"default: any user", nil, false, store.Job{Name: "j", Engine: "restic", User: "nobody"}, ""},
-		{"default: no command jobs", nil, false, store.Job{Name: "j", Engine: "command", User: "nobody"}, "--allow-command-jobs"},
-		{"command jobs allowed", nil, true, store.Job{Name: "j", Engine: "command"}, ""},
-		{"command job outside the users", []string{"nobody"}, true, store.Job{Name: "j", Engine: "command"}, "runs as root (it names no --user) (uid 0), which --allow-users (nobody) does not include"},
-		{"listed by name", []string{"root", "nobody"}, false, store.Job{Name: "j", Engine: "restic", User: "nobody"}, ""},
-		{"listed by uid", []string{"65534"}, false, store.Job{Name: "j", Engine: "restic", User: "nobody"}, ""},
-		{"a uid job user", []string{"nobody"}, false, store.Job{Name: "j", Engine: "restic", User: "65534"}, ""},
-		{"root not listed", []string{"65534"}, false, store.Job{Name: "j", Engine: "restic"}, "--allow-users (65534) does not include"},
-		{"a deleted user", []string{"nobody"}, false, store.Job{Name: "j", Engine: "restic", User: "no-such-user"}, `user "no-such-user" does not exist on this host`},
-		{"every user, spelled out", []string{"nobody", AnyUser}, false, store.Job{Name: "j", Engine: "restic", User: "root"}, ""},
+		{"default: root allowed", nil, false, model.Job{Name: "j", Engine: "restic"}, ""},
+		{"default: any user", nil, false, model.Job{Name: "j", Engine: "restic", User: "nobody"}, ""},
+		{"default: no command jobs", nil, false, model.Job{Name: "j", Engine: "command", User: "nobody"}, "--allow-command-jobs"},
+		{"command jobs allowed", nil, true, model.Job{Name: "j", Engine: "command"}, ""},
+		{"command job outside the users", []string{"nobody"}, true, model.Job{Name: "j", Engine: "command"}, "runs as root (it names no --user) (uid 0), which --allow-users (nobody) does not include"},
+		{"listed by name", []string{"root", "nobody"}, false, model.Job{Name: "j", Engine: "restic", User: "nobody"}, ""},
+		{"listed by uid", []string{"65534"}, false, model.Job{Name: "j", Engine: "restic", User: "nobody"}, ""},
+		{"a uid job user", []string{"nobody"}, false, model.Job{Name: "j", Engine: "restic", User: "65534"}, ""},
+		{"root not listed", []string{"65534"}, false, model.Job{Name: "j", Engine: "restic"}, "--allow-users (65534) does not include"},
+		{"a deleted user", []string{"nobody"}, false, model.Job{Name: "j", Engine: "restic", User: "no-such-user"}, `user "no-such-user" does not exist on this host`},
+		{"every user, spelled out", []string{"nobody", AnyUser}, false, model.Job{Name: "j", Engine: "restic", User: "root"}, ""},
 	} {
 		cfg := Config{AllowUsers: c.users, AllowCommandJobs: c.cmds}
 		if err := cfg.ValidatePolicy(); err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
@@ -111,7 +112,7 @@ type Config struct {
 
 // Observer hears of the runs a reconciler closes, once each.
 type Observer interface {
-	RunEnded(run store.Run, status string, at time.Time)
+	RunEnded(run model.Run, status string, at time.Time)
 }
 
 // Config's defaults, each stated once; the daemon's flags default to them.
@@ -296,7 +297,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 		return stats, err
 	}
 	var mu sync.Mutex
-	one := func(l store.LiveRun) {
+	one := func(l model.LiveRun) {
 		runCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
 		lag, err := r.reconcile(runCtx, l, jobs, states, statesErr)
 		cancel()
@@ -313,7 +314,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	// places are limited, runs waiting for one are handed to the spawner one by one in the
 	// snapshot's order, which is priority order, and claim in that order.
 	limited := r.cfg.Limits.MaxRunning > 0 || r.cfg.Limits.MaxRunningHost > 0
-	var inOrder []store.LiveRun
+	var inOrder []model.LiveRun
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, r.cfg.Workers)
 	for _, l := range live {
@@ -358,22 +359,22 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 
 // jobsToSpawn reads all jobs once for the pass, if any run waits for its unit: one query
 // instead of one per spawn, which counts when many runs are due at once.
-func (r *Reconciler) jobsToSpawn(ctx context.Context, live []store.LiveRun) (map[string]store.Job, error) {
-	if !slices.ContainsFunc(live, func(l store.LiveRun) bool { return l.Attempt.Unit == "" }) {
+func (r *Reconciler) jobsToSpawn(ctx context.Context, live []model.LiveRun) (map[string]model.Job, error) {
+	if !slices.ContainsFunc(live, func(l model.LiveRun) bool { return l.Attempt.Unit == "" }) {
 		return nil, nil
 	}
 	list, err := r.cfg.Store.Jobs(ctx)
 	if err != nil {
 		return nil, err
 	}
-	jobs := make(map[string]store.Job, len(list))
+	jobs := make(map[string]model.Job, len(list))
 	for _, j := range list {
 		jobs[j.Name] = j
 	}
 	return jobs, nil
 }
 
-func (r *Reconciler) unitStates(ctx context.Context, live []store.LiveRun) (map[string]runner.State, error) {
+func (r *Reconciler) unitStates(ctx context.Context, live []model.LiveRun) (map[string]runner.State, error) {
 	var names []string
 	for _, l := range live {
 		if l.Attempt.Unit != "" {
@@ -398,14 +399,14 @@ func (r *Reconciler) engineFor(jobEngine string) classifier {
 // reconcile drains the run's journal, gathers the facts, decides once and carries the decision
 // out; it returns the run's journal lag. jobs are the jobs as read for this pass, states is
 // systemd's answer for this pass, statesErr why there is none.
-func (r *Reconciler) reconcile(ctx context.Context, l store.LiveRun, jobs map[string]store.Job, states map[string]runner.State, statesErr error) (int64, error) {
+func (r *Reconciler) reconcile(ctx context.Context, l model.LiveRun, jobs map[string]model.Job, states map[string]runner.State, statesErr error) (int64, error) {
 	lag, problem, drainErr := r.drain(ctx, l)
 	if drainErr != nil {
 		// The journal decides how fresh the numbers are, never the lifecycle.
 		r.cfg.Logger.Warn("run journal not drained this pass", "run", l.Run.ID, "attempt", l.Attempt.No, "err", drainErr)
 	}
 	f := facts{journalProblem: problem}
-	var job store.Job
+	var job model.Job
 	if problem == "" { // the quarantine comes first; nothing else is read for it
 		var err error
 		if f, job, err = r.gather(ctx, &l, jobs, states, statesErr); err != nil {
@@ -428,10 +429,10 @@ func (r *Reconciler) rules() rules {
 // gather reads the facts about one live run: the marker, our intents, systemd's answer, and
 // before a spawn what may hold it back. It changes nothing, except l's intents, which it reads
 // again for a readable marker. It returns the run's job where a spawn needs it.
-func (r *Reconciler) gather(ctx context.Context, l *store.LiveRun, jobs map[string]store.Job, states map[string]runner.State, statesErr error) (facts, store.Job, error) {
+func (r *Reconciler) gather(ctx context.Context, l *model.LiveRun, jobs map[string]model.Job, states map[string]runner.State, statesErr error) (facts, model.Job, error) {
 	f := facts{
 		attempt:       l.Attempt.No,
-		queued:        l.Run.Status == store.StatusQueued,
+		queued:        l.Run.Status == model.StatusQueued,
 		unitRecorded:  l.Attempt.Unit != "",
 		unitName:      l.Attempt.Unit,
 		stopRequested: l.Run.StopRequestedAt != nil,
@@ -454,13 +455,13 @@ func (r *Reconciler) gather(ctx context.Context, l *store.LiveRun, jobs map[stri
 	f.armed = l.Attempt.ArmedFor != nil
 	f.earlierBoot = l.Attempt.BootID != "" && l.Attempt.Host == r.cfg.Host && l.Attempt.BootID != r.cfg.BootID
 	if err := r.readMarker(*l, &f, r.engineFor(l.JobEngine)); err != nil {
-		return f, store.Job{}, err
+		return f, model.Job{}, err
 	}
 	switch {
 	case f.marker == markerReadable:
 		run, err := r.cfg.Store.RunByID(ctx, l.Run.ID)
 		if err != nil {
-			return f, store.Job{}, err // nothing is closed on intents we could not read
+			return f, model.Job{}, err // nothing is closed on intents we could not read
 		}
 		l.Run.StopRequestedAt, l.Run.StopReason, l.Run.PausedReason = run.StopRequestedAt, run.StopReason, run.PausedReason
 		f.stopRequested, f.stopReason, f.pausedReason = run.StopRequestedAt != nil, run.StopReason, run.PausedReason
@@ -470,11 +471,11 @@ func (r *Reconciler) gather(ctx context.Context, l *store.LiveRun, jobs map[stri
 	case f.marker == markerUnreadable:
 	case f.unitRecorded:
 		if statesErr != nil {
-			return f, store.Job{}, statesErr // "could not ask" is never "gone"
+			return f, model.Job{}, statesErr // "could not ask" is never "gone"
 		}
 		st, ok := states[l.Attempt.Unit]
 		if !ok {
-			return f, store.Job{}, fmt.Errorf("systemd was not asked about unit %s", l.Attempt.Unit)
+			return f, model.Job{}, fmt.Errorf("systemd was not asked about unit %s", l.Attempt.Unit)
 		}
 		f.unit = unitGone
 		f.unitFailed = st.ActiveState == "failed"
@@ -488,7 +489,7 @@ func (r *Reconciler) gather(ctx context.Context, l *store.LiveRun, jobs map[stri
 		f.unitName = runner.UnitName(l.Run.JobName, l.Run.ID, l.Attempt.No)
 		alive, _, err := r.cfg.Runner.Alive(ctx, f.unitName)
 		if err != nil {
-			return f, store.Job{}, err
+			return f, model.Job{}, err
 		}
 		f.unit = unitGone
 		if alive {
@@ -498,12 +499,12 @@ func (r *Reconciler) gather(ctx context.Context, l *store.LiveRun, jobs map[stri
 		job, err := r.spawnFacts(ctx, *l, jobs, &f)
 		return f, job, err
 	}
-	return f, store.Job{}, nil
+	return f, model.Job{}, nil
 }
 
 // carryOut does what d says about the run. Every state change in it is a store write guarded
 // by "this attempt is still live".
-func (r *Reconciler) carryOut(ctx context.Context, l store.LiveRun, f facts, job store.Job, d decision) error {
+func (r *Reconciler) carryOut(ctx context.Context, l model.LiveRun, f facts, job model.Job, d decision) error {
 	switch d.act {
 	case actNothing:
 		return nil
@@ -551,7 +552,7 @@ func (r *Reconciler) carryOut(ctx context.Context, l store.LiveRun, f facts, job
 
 // markArmedStarted records the start of an armed unit that ended before any pass saw it alive:
 // its marker proves it ran, and its timer started it at its slot.
-func (r *Reconciler) markArmedStarted(ctx context.Context, l store.LiveRun, f facts) error {
+func (r *Reconciler) markArmedStarted(ctx context.Context, l model.LiveRun, f facts) error {
 	if !f.armed || !f.queued || f.marker != markerReadable {
 		return nil
 	}
@@ -559,7 +560,7 @@ func (r *Reconciler) markArmedStarted(ctx context.Context, l store.LiveRun, f fa
 }
 
 // readMarker reads the attempt's marker into f.
-func (r *Reconciler) readMarker(l store.LiveRun, f *facts, eng classifier) error {
+func (r *Reconciler) readMarker(l model.LiveRun, f *facts, eng classifier) error {
 	m, err := runner.ReadMarker(r.cfg.StateDir, l.Run.ID, l.Attempt.No)
 	switch {
 	case err == nil:

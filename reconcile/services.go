@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // The services' sizes, each stated once.
@@ -194,7 +193,7 @@ func (r *Reconciler) RepairChannel() *RepairChannel { return r.repairs }
 func (r *Reconciler) RunawayWatch() *RunawayWatch { return r.runaway }
 
 // handSpawn hands a run the table decided to spawn (at nil) or arm to the spawner.
-func (r *Reconciler) handSpawn(ctx context.Context, l store.LiveRun, job store.Job, at *time.Time) error {
+func (r *Reconciler) handSpawn(ctx context.Context, l model.LiveRun, job model.Job, at *time.Time) error {
 	return r.spawner.submit(ctx, attemptKey{l.Run.ID, l.Attempt.No}, func(ctx context.Context, claimed func()) error {
 		if r.cfg.SpawnHook != nil {
 			r.cfg.SpawnHook(ctx, l.Run.ID)

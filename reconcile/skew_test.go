@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
@@ -55,15 +56,15 @@ func TestHostClockSkew(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := []string{"behind", "ontime", "ahead"}[i]
-			if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: engine.NameCommand, Command: []string{"/bin/true"},
-				StallAfter: time.Hour, StallAction: store.StallStop, RetryMax: 1, RetryBackoff: backoff}); err != nil {
+			if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: engine.NameCommand, Command: []string{"/bin/true"},
+				StallAfter: time.Hour, StallAction: model.StallStop, RetryMax: 1, RetryBackoff: backoff}); err != nil {
 				t.Fatal(err)
 			}
 			r := &Reconciler{cfg: Config{Store: st, StateDir: t.TempDir(), Host: "h", SpawnGrace: time.Minute, MaxAttempts: 5,
 				AllowCommandJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WindowZone: time.UTC,
 				now: func() time.Time { return time.Now().Add(tc.skew) }}, unlocked: map[attemptKey]bool{}}
 			r.newServices()
-			live := func(id string) store.LiveRun {
+			live := func(id string) model.LiveRun {
 				t.Helper()
 				ls, err := st.LiveRuns(ctx, "h")
 				if err != nil {
@@ -75,9 +76,9 @@ func TestHostClockSkew(t *testing.T) {
 					}
 				}
 				t.Fatalf("run %s is not live", id)
-				return store.LiveRun{}
+				return model.LiveRun{}
 			}
-			run, err := st.Admit(ctx, name, "manual", store.KindBackup)
+			run, err := st.Admit(ctx, name, "manual", model.KindBackup)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +88,7 @@ func TestHostClockSkew(t *testing.T) {
 
 			// A pass finds the unit alive and marks the run running.
 			from := dbNow(t)
-			if err := r.carryOut(ctx, live(run.ID.String()), facts{}, store.Job{}, decision{act: actMarkRunning}); err != nil {
+			if err := r.carryOut(ctx, live(run.ID.String()), facts{}, model.Job{}, decision{act: actMarkRunning}); err != nil {
 				t.Fatal(err)
 			}
 			to := dbNow(t)
@@ -109,12 +110,12 @@ func TestHostClockSkew(t *testing.T) {
 			// It fails for a transient reason: the retry is due a backoff after the recorded end.
 			from = dbNow(t)
 			if err := r.finishAttempt(ctx, live(run.ID.String()), a, runner.Marker{},
-				verdict{status: store.StatusFailed, class: string(engine.Transient), reason: "failed by the test"}); err != nil {
+				verdict{status: model.StatusFailed, class: string(engine.Transient), reason: "failed by the test"}); err != nil {
 				t.Fatal(err)
 			}
 			to = dbNow(t)
 			failed, err := st.RunByID(ctx, run.ID)
-			if err != nil || failed.Status != store.StatusFailed || failed.FinishedAt == nil || failed.RetriedBy == nil {
+			if err != nil || failed.Status != model.StatusFailed || failed.FinishedAt == nil || failed.RetriedBy == nil {
 				t.Fatalf("failed run: %+v %v", failed, err)
 			}
 			within(t, "finished", *failed.FinishedAt, from, to)

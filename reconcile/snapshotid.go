@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // The snapshot id of a backup's summary comes through the journal, which the job's user can
@@ -49,7 +49,7 @@ func storedSummary(payload json.RawMessage) json.RawMessage {
 
 // checkedSummary is the attempt's summary with a snapshot id that is not restic's taken out, and
 // then a note for the run's reason saying so; nil if it recorded none (or none readable).
-func checkedSummary(a store.Attempt) (*engine.Summary, string) {
+func checkedSummary(a model.Attempt) (*engine.Summary, string) {
 	if len(a.Summary) == 0 {
 		return nil, ""
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // The snapshot id of a journal's summary is taken only in restic's form, 8 to 64 hex digits;
@@ -40,7 +40,7 @@ func TestSummarySnapshotID(t *testing.T) {
 			if len(stored) > maxSummary {
 				t.Fatalf("the attempt keeps a summary of %d bytes, want at most %d", len(stored), maxSummary)
 			}
-			s, note := checkedSummary(store.Attempt{Summary: stored})
+			s, note := checkedSummary(model.Attempt{Summary: stored})
 			if s == nil || s.DataAdded != 42 || s.TotalFilesProcessed != 3 {
 				t.Fatalf("summary %+v; want its figures kept", s)
 			}

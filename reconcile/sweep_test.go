@@ -11,6 +11,7 @@ import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -62,11 +63,11 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 	// before its marker is written; attempt 1's is over, its claim dated back past it.
 	e := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Hour, AllowCommandJobs: true})
 	st, r, mgr, rec := e.st, e.r, e.mgr, e.rec
-	if _, err := st.CreateJob(ctx, store.Job{Name: "flaky", Engine: "command", Repository: "-", PasswordFile: "-",
+	if _, err := st.CreateJob(ctx, model.Job{Name: "flaky", Engine: "command", Repository: "-", PasswordFile: "-",
 		Command: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, "flaky", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "flaky", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,12 +111,12 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !store.Live(got.Status) {
+		if !model.Live(got.Status) {
 			attempts, err := st.Attempts(ctx, run.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Status != store.StatusSucceeded || len(attempts) != 2 {
+			if got.Status != model.StatusSucceeded || len(attempts) != 2 {
 				t.Fatalf("run = %+v with %d attempts, want succeeded in attempt 2", got, len(attempts))
 			}
 			if _, state, err := r.Alive(ctx, unit); err != nil || state.LoadState != "not-found" {
@@ -142,10 +143,10 @@ func TestConcurrentSweep(t *testing.T) {
 	const n = 24
 	for i := range n {
 		name := "many" + string(rune('a'+i))
-		if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: "command", Command: []string{"/bin/true"}}); err != nil {
+		if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "command", Command: []string{"/bin/true"}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Admit(ctx, name, "manual", store.KindBackup); err != nil {
+		if _, err := st.Admit(ctx, name, "manual", model.KindBackup); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -172,7 +173,7 @@ func TestConcurrentSweep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if run.Status != store.StatusSucceeded || len(attempts) != 1 {
+		if run.Status != model.StatusSucceeded || len(attempts) != 1 {
 			t.Fatalf("run %+v with %d attempts, want succeeded in one", run, len(attempts))
 		}
 	}

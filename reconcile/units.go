@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
@@ -46,7 +47,7 @@ func CacheDir(stateDir string, uid int, job string) string {
 
 // prepareCache makes the job's cache directory for the identity it runs as: the cache root and
 // the per-uid directories are root's, the job's own directory is its user's alone.
-func prepareCache(stateDir string, job store.Job) error {
+func prepareCache(stateDir string, job model.Job) error {
 	uid, gid, err := jobIdentity(job)
 	if err != nil {
 		return err
@@ -78,7 +79,7 @@ func ownedDir(dir string, uid, gid int, perm os.FileMode) error {
 }
 
 // jobIdentity resolves the uid and gid a job's units run as.
-func jobIdentity(job store.Job) (uid, gid int, err error) { return userIdentity(job.User) }
+func jobIdentity(job model.Job) (uid, gid int, err error) { return userIdentity(job.User) }
 
 // userIdentity resolves a job's user as systemd's User= does (a name or a number): root for "".
 func userIdentity(name string) (uid, gid int, err error) {
@@ -98,7 +99,7 @@ func userIdentity(name string) (uid, gid int, err error) {
 // job's user, a sandbox in which only the job's repository, cache and journal are writable, and
 // its secrets as credentials. It also returns the engine's view of the job inside such a unit.
 // The repository is writable only where the unit writes it (a backup, forget or prune).
-func jobUnit(cfg Config, job store.Job, name string, writesRepository bool, writable ...string) (runner.Spec, engine.Job) {
+func jobUnit(cfg Config, job model.Job, name string, writesRepository bool, writable ...string) (runner.Spec, engine.Job) {
 	uid, _, err := jobIdentity(job)
 	if err != nil {
 		uid = -1 // the spawn fails on the missing user before this unit is started
@@ -181,7 +182,7 @@ func anyUnderTmp(paths []string) bool {
 // AttemptSpec builds the transient unit of one attempt of a job as the daemon starts it: restic
 // removes stale locks first only where the repository's history says one may be left (see
 // staleLock), and why is that reason ("" if none). Exported so tests start what the daemon starts.
-func AttemptSpec(ctx context.Context, cfg Config, job store.Job, run store.Run, attempt int) (spec runner.Spec, why string, err error) {
+func AttemptSpec(ctx context.Context, cfg Config, job model.Job, run model.Run, attempt int) (spec runner.Spec, why string, err error) {
 	if job.Engine == engine.NameRestic {
 		endings, err := cfg.Store.EndingsSinceLastStart(ctx, job.Repository)
 		if err != nil {
@@ -199,7 +200,7 @@ func AttemptSpec(ctx context.Context, cfg Config, job store.Job, run store.Run, 
 
 // UnitSpec builds the transient unit of one attempt of a job whose repository holds no lock that
 // may be stale, as the daemon starts it after clean endings. Exported so benchmarks start it.
-func UnitSpec(cfg Config, job store.Job, run store.Run, attempt int) runner.Spec {
+func UnitSpec(cfg Config, job model.Job, run model.Run, attempt int) runner.Spec {
 	return unitSpec(cfg, job, run, attempt, false)
 }
 
@@ -225,7 +226,7 @@ func staleLock(endings []store.AttemptEnd) string {
 	return ""
 }
 
-func unitSpec(cfg Config, job store.Job, run store.Run, attempt int, unlock bool) runner.Spec {
+func unitSpec(cfg Config, job model.Job, run model.Run, attempt int, unlock bool) runner.Spec {
 	name := runner.UnitName(job.Name, run.ID, attempt)
 	journalDir := filepath.Dir(JournalPath(cfg.StateDir, run.ID, attempt))
 	spec, ej := jobUnit(cfg, job, name, true, journalDir)
@@ -235,7 +236,7 @@ func unitSpec(cfg Config, job store.Job, run store.Run, attempt int, unlock bool
 		"--journal", JournalPath(cfg.StateDir, run.ID, attempt),
 		"--engine", job.Engine}
 	execArgv = append(execArgv, credentialArgs(spec)...)
-	spec.Description = fmt.Sprintf("holdfast %s %s, run %s attempt %d", cmp.Or(run.Kind, store.KindBackup), job.Name, run.ID, attempt)
+	spec.Description = fmt.Sprintf("holdfast %s %s, run %s attempt %d", cmp.Or(run.Kind, model.KindBackup), job.Name, run.ID, attempt)
 	spec.ExecStopPost = []string{cfg.Binary, "marker", "--state-dir", cfg.StateDir,
 		"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt), "--unit", name}
 	spec.TimeoutStop = 2 * time.Minute
@@ -252,9 +253,9 @@ func unitSpec(cfg Config, job store.Job, run store.Run, attempt int, unlock bool
 	}
 	argv := restic.BackupArgv(ej, run.ID)
 	switch run.Kind {
-	case store.KindPrune:
+	case model.KindPrune:
 		argv = restic.PruneArgv(ej)
-	case store.KindForget:
+	case model.KindForget:
 		argv = restic.ForgetArgv(ej, run.ForgetIDs)
 	}
 	// Stale locks go first, in the unit's own identity and sandbox: `restic unlock` removes only
@@ -278,12 +279,12 @@ const maxQueryOutput = 64 << 20
 // JobRestic returns restic as it runs for questions about a job's repository (its snapshots,
 // their sizes): each command in a short unit of its own with the job's user, sandbox, cache and
 // credentials, never as root on files the job's user controls, its output bounded.
-func JobRestic(cfg Config, job store.Job) (engine.Restic, engine.Job) {
+func JobRestic(cfg Config, job model.Job) (engine.Restic, engine.Job) {
 	return jobRestic(cfg, job, false)
 }
 
 // jobRestic is JobRestic, in units that may write the repository if writes (restic unlock).
-func jobRestic(cfg Config, job store.Job, writes bool) (engine.Restic, engine.Job) {
+func jobRestic(cfg Config, job model.Job, writes bool) (engine.Restic, engine.Job) {
 	_, ej := jobUnit(cfg, job, "", writes)
 	return engine.Restic{Binary: cfg.ResticBinary, Run: func(ctx context.Context, argv []string) ([]byte, error) {
 		if err := prepareCache(cfg.StateDir, job); err != nil {

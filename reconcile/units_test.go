@@ -14,6 +14,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -63,7 +64,7 @@ func TestJobResticRunsAsTheJobsUser(t *testing.T) {
 		if err := exec.Command("chown", "-R", "nobody", repo).Run(); err != nil {
 			t.Fatal(err)
 		}
-		job := store.Job{Name: name, Engine: "restic", Repository: repo, PasswordFile: pw, Paths: []string{data}, User: "nobody"}
+		job := model.Job{Name: name, Engine: "restic", Repository: repo, PasswordFile: pw, Paths: []string{data}, User: "nobody"}
 		restic, ej := reconcile.JobRestic(cfg, job)
 		// A lock-free question is answered, as nobody: the listing is the repository's.
 		if snaps, err := restic.ListSnapshots(ctx, ej); err != nil || len(snaps) != 1 {
@@ -145,17 +146,17 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	cfg := reconcile.Config{Store: st, StateDir: filepath.Join(dir, "state"), Binary: "/usr/bin/holdfast", ResticBinary: "restic"}
 	repo := filepath.Join(dir, "repo")
 	for _, name := range []string{"a", "b"} { // two jobs sharing one repository
-		if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: "restic", Repository: repo, PasswordFile: "/pw", Paths: []string{"/srv"}}); err != nil {
+		if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "restic", Repository: repo, PasswordFile: "/pw", Paths: []string{"/srv"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.CreateJob(ctx, store.Job{Name: "elsewhere", Engine: "restic", Repository: repo + "2", PasswordFile: "/pw", Paths: []string{"/srv"}}); err != nil {
+	if _, err := st.CreateJob(ctx, model.Job{Name: "elsewhere", Engine: "restic", Repository: repo + "2", PasswordFile: "/pw", Paths: []string{"/srv"}}); err != nil {
 		t.Fatal(err)
 	}
 	clock := time.Now()
 	tick := func() time.Time { clock = clock.Add(time.Second); return clock }
 	// spec is the unit the next attempt of run on job gets, and why it unlocks.
-	spec := func(jobName string, run store.Run, attempt int) (bool, string) {
+	spec := func(jobName string, run model.Run, attempt int) (bool, string) {
 		t.Helper()
 		job, err := st.JobByName(ctx, jobName)
 		if err != nil {
@@ -172,7 +173,7 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 		return unlocks, why
 	}
 	// start claims and starts an attempt, as a spawn does.
-	start := func(jobName string, run store.Run, attempt int) {
+	start := func(jobName string, run model.Run, attempt int) {
 		t.Helper()
 		if ok, blocked, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, attempt, runner.UnitName(jobName, run.ID, attempt), "", store.Limits{}); !ok || err != nil {
 			t.Fatalf("claim: %v %q %v", ok, blocked, err)
@@ -181,7 +182,7 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	finish := func(run store.Run, attempt int, m runner.Marker, status string) {
+	finish := func(run model.Run, attempt int, m runner.Marker, status string) {
 		t.Helper()
 		if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: attempt, At: tick(), Status: status, Reason: "test",
 			ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus}); !ok || err != nil {
@@ -189,22 +190,22 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 		}
 	}
 	released := ledger.Settlement{Release: true, Source: "test"}
-	restart := func(run store.Run, attempt int, m runner.Marker) {
+	restart := func(run model.Run, attempt int, m runner.Marker) {
 		t.Helper()
 		if ok, paused, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: attempt, At: tick(),
 			ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus, Settlement: &released}); !ok || paused != "" || err != nil {
 			t.Fatalf("restart: %v %q %v", ok, paused, err)
 		}
 	}
-	admit := func(jobName string) store.Run {
+	admit := func(jobName string) model.Run {
 		t.Helper()
-		run, err := st.Admit(ctx, jobName, "manual", store.KindBackup)
+		run, err := st.Admit(ctx, jobName, "manual", model.KindBackup)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return run
 	}
-	mustUnlock := func(want bool, jobName string, run store.Run, attempt int, about string) {
+	mustUnlock := func(want bool, jobName string, run model.Run, attempt int, about string) {
 		t.Helper()
 		if got, why := spec(jobName, run, attempt); got != want {
 			t.Fatalf("%s: unlock = %v (%q), want %v", about, got, why, want)
@@ -214,7 +215,7 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	r1 := admit("a")
 	mustUnlock(false, "a", r1, 1, "a repository with no history")
 	start("a", r1, 1)
-	finish(r1, 1, runner.Marker{ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}, store.StatusSucceeded)
+	finish(r1, 1, runner.Marker{ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}, model.StatusSucceeded)
 
 	r2 := admit("a")
 	mustUnlock(false, "a", r2, 1, "after a clean end")
@@ -241,11 +242,11 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	restart(r2, 3, runner.Marker{})
 	mustUnlock(true, "a", r2, 4, "after an attempt that left no marker")
 	start("a", r2, 4)
-	finish(r2, 4, runner.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "3"}, store.StatusPartial)
+	finish(r2, 4, runner.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "3"}, model.StatusPartial)
 
 	// A run that could not lock met a lock that may be stale.
 	start("b", r3, 1)
-	finish(r3, 1, runner.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "11"}, store.StatusFailed)
+	finish(r3, 1, runner.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "11"}, model.StatusFailed)
 	r5 := admit("a")
 	mustUnlock(true, "a", r5, 1, "after exit 11")
 }

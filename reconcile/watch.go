@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -80,11 +81,11 @@ func (w *RunawayWatch) Stop() {
 
 // watch starts following the attempt's repository, unless it is followed already or is not a
 // local restic repository. It is safe to call on every pass.
-func (w *RunawayWatch) watch(l store.LiveRun) {
+func (w *RunawayWatch) watch(l model.LiveRun) {
 	r := w.rec
 	a := l.Attempt
 	dir, local := ledger.Local(l.JobRepository)
-	if l.Run.Kind != store.KindBackup || a.HoldBytes == nil || !local {
+	if l.Run.Kind != model.KindBackup || a.HoldBytes == nil || !local {
 		return
 	}
 	key := attemptKey{l.Run.ID, a.No}
@@ -227,7 +228,7 @@ func (w *RunawayWatch) unwatch(run uuid.UUID, attempt int) {
 // under a temporary name and renames it when it is complete, so only the final names (64 hex
 // digits) count, once each. If another backup writes to the same repository it steps aside:
 // the growth is not this run's alone.
-func (r *Reconciler) follow(ctx context.Context, w *packWatch, data int, l store.LiveRun, hold int64) {
+func (r *Reconciler) follow(ctx context.Context, w *packWatch, data int, l model.LiveRun, hold int64) {
 	counted := map[string]bool{}
 	var total int64
 	err := w.run(ctx, func(sub, name string) bool {
@@ -301,7 +302,7 @@ var packName = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // prune stops following attempts that are no longer live (ended by another daemon, or by a
 // pass that failed before it could unwatch them).
-func (w *RunawayWatch) prune(live []store.LiveRun) {
+func (w *RunawayWatch) prune(live []model.LiveRun) {
 	keep := make(map[attemptKey]bool, len(live))
 	for _, l := range live {
 		keep[attemptKey{l.Run.ID, l.Attempt.No}] = true

@@ -8,19 +8,20 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
 // Decide is the scheduler's answer for one due job, in the store's terms. A slot still ahead of
 // now (admitted ahead) is decided as at its own time: it is run, nothing is missed.
-func Decide(j store.Job, now time.Time, grace time.Duration) store.SlotDecision {
+func Decide(j model.Job, now time.Time, grace time.Duration) model.SlotDecision {
 	s, err := Parse(j.Schedule, j.TimeZone)
 	if err != nil || s.Manual() || j.NextRunAt == nil {
 		why := "the job has no schedule"
 		if err != nil {
 			why = err.Error()
 		}
-		return store.SlotDecision{Why: why}
+		return model.SlotDecision{Why: why}
 	}
 	at := now
 	if j.NextRunAt.After(now) {
@@ -28,9 +29,9 @@ func Decide(j store.Job, now time.Time, grace time.Duration) store.SlotDecision 
 	}
 	d, err := s.Due(*j.NextRunAt, at, grace, j.CatchUp)
 	if err != nil {
-		return store.SlotDecision{Why: err.Error()}
+		return model.SlotDecision{Why: err.Error()}
 	}
-	return store.SlotDecision{Run: d.Run, Trigger: d.Trigger, Planned: d.Planned, Missed: d.Missed, Next: &d.Next}
+	return model.SlotDecision{Run: d.Run, Trigger: d.Trigger, Planned: d.Planned, Missed: d.Missed, Next: &d.Next}
 }
 
 // FirstSlot is the first slot of a new or changed schedule: the first one after now.
@@ -106,7 +107,7 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 	defer cancel()
 	admitted := 0
 	for {
-		batch, err := a.Store.AdmitDue(ctx, now, now.Add(a.Lead), batchSize, a.SetAside, func(j store.Job) store.SlotDecision { return Decide(j, now, a.Grace) })
+		batch, err := a.Store.AdmitDue(ctx, now, now.Add(a.Lead), batchSize, a.SetAside, func(j model.Job) model.SlotDecision { return Decide(j, now, a.Grace) })
 		if err != nil {
 			return admitted, err
 		}
@@ -129,7 +130,7 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 			break
 		}
 	}
-	prunes, err := a.Store.AdmitDuePrunes(ctx, now, batchSize, a.SetAside, func(j store.Job) *time.Time { return nextPrune(j, now) })
+	prunes, err := a.Store.AdmitDuePrunes(ctx, now, batchSize, a.SetAside, func(j model.Job) *time.Time { return nextPrune(j, now) })
 	for _, p := range prunes {
 		switch {
 		case p.Failed != "":
@@ -145,7 +146,7 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 
 // nextPrune is the job's next prune slot after now: prune slots missed while holdfast was down
 // are not replayed, one prune covers them.
-func nextPrune(j store.Job, now time.Time) *time.Time {
+func nextPrune(j model.Job, now time.Time) *time.Time {
 	next, err := FirstSlot(j.PruneSchedule, j.TimeZone, now)
 	if err != nil {
 		return nil

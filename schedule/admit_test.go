@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // A slot admitted ahead of now is decided as at its own time: run on schedule, nothing missed,
@@ -23,12 +23,12 @@ func TestDecideAhead(t *testing.T) {
 		{"past its late grace", now.Add(-150 * time.Second), false, 1, now.Add(-150 * time.Second)},
 	} {
 		slot := tc.slot
-		d := Decide(store.Job{Schedule: "@every 1h", NextRunAt: &slot}, now, time.Minute)
+		d := Decide(model.Job{Schedule: "@every 1h", NextRunAt: &slot}, now, time.Minute)
 		if d.Run != tc.run || d.Missed != tc.missed || !d.Planned.Equal(tc.planned) || d.Next == nil || !d.Next.Equal(slot.Add(time.Hour)) {
 			t.Fatalf("%s: %+v, want run %v, %d missed, planned %s, next an hour after the slot", tc.name, d, tc.run, tc.missed, tc.planned)
 		}
-		if tc.run && d.Trigger != store.TriggerSchedule {
-			t.Fatalf("%s: trigger %q, want %q", tc.name, d.Trigger, store.TriggerSchedule)
+		if tc.run && d.Trigger != model.TriggerSchedule {
+			t.Fatalf("%s: trigger %q, want %q", tc.name, d.Trigger, model.TriggerSchedule)
 		}
 	}
 }

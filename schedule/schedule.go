@@ -18,9 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/robfig/cron/v3"
-
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // Schedule says when a job runs.
@@ -385,9 +384,9 @@ func (s Schedule) Due(planned, now time.Time, grace time.Duration, catchUp bool)
 	d := Decision{Planned: last, Next: next}
 	switch {
 	case now.Sub(last) <= grace:
-		d.Run, d.Trigger, d.Missed = true, store.TriggerSchedule, count-1
+		d.Run, d.Trigger, d.Missed = true, model.TriggerSchedule, count-1
 	case catchUp:
-		d.Run, d.Trigger, d.Missed = true, store.TriggerCatchUp, count-1
+		d.Run, d.Trigger, d.Missed = true, model.TriggerCatchUp, count-1
 	default:
 		d.Missed = count
 	}

@@ -9,17 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/model"
 )
-
-// SlotDecision is what the scheduler decided about one due job.
-type SlotDecision struct {
-	Run     bool       // admit a run for Planned
-	Trigger string     // TriggerSchedule or TriggerCatchUp
-	Planned time.Time  // the slot
-	Missed  int        // slots skipped, never replayed
-	Next    *time.Time // the job's next slot; nil stops scheduling it
-	Why     string     // set when scheduling stopped: the reason
-}
 
 // Admitted reports what admission did with one due job.
 type Admitted struct {
@@ -49,7 +40,7 @@ type Admitted struct {
 // a statement about it fails) is rolled back alone, and set aside for setAside with the error
 // recorded on it (Job.AdmissionError), so it neither blocks the others nor is claimed again
 // at once. Its slot stays as it was: once it can be admitted, missed slots are counted as usual.
-func (s *Store) AdmitDue(ctx context.Context, now, horizon time.Time, limit int, setAside time.Duration, decide func(Job) SlotDecision) ([]Admitted, error) {
+func (s *Store) AdmitDue(ctx context.Context, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]Admitted, error) {
 	var out []Admitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		due, err := claimDue(ctx, tx, "next_run_at", now, horizon, limit)
@@ -108,10 +99,10 @@ func claimDue(ctx context.Context, tx pgx.Tx, column string, now, horizon time.T
 	})
 }
 
-func readJob(ctx context.Context, tx pgx.Tx, id int64) (Job, error) {
+func readJob(ctx context.Context, tx pgx.Tx, id int64) (model.Job, error) {
 	j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.id = $1`, id))
 	if err != nil {
-		return Job{}, fmt.Errorf("read the job: %w", err)
+		return model.Job{}, fmt.Errorf("read the job: %w", err)
 	}
 	return j, nil
 }
@@ -132,7 +123,7 @@ func setJobAside(ctx context.Context, tx pgx.Tx, d dueJob, now time.Time, wait t
 	return Admitted{Job: d.name, Failed: why, RetryAt: &retry}, nil
 }
 
-func admitSlot(ctx context.Context, tx pgx.Tx, j Job, d SlotDecision, now time.Time) (Admitted, error) {
+func admitSlot(ctx context.Context, tx pgx.Tx, j model.Job, d model.SlotDecision, now time.Time) (Admitted, error) {
 	a := Admitted{Job: j.Name, Trigger: d.Trigger, Planned: d.Planned, Missed: d.Missed, NextRunAt: d.Next}
 	var skipWhy string
 	overlapSkips := 0
@@ -201,7 +192,7 @@ type PruneAdmitted struct {
 // admits a prune run for each, advancing next_prune_at with next. A job with a live run keeps
 // its slot due: the prune is put off, not dropped, and admitted once the job is free. As in
 // AdmitDue, a job that cannot be admitted is rolled back alone and set aside for setAside.
-func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, setAside time.Duration, next func(Job) *time.Time) ([]PruneAdmitted, error) {
+func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]PruneAdmitted, error) {
 	var out []PruneAdmitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		due, err := claimDue(ctx, tx, "next_prune_at", now, now, limit)
@@ -236,7 +227,7 @@ func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, se
 	return out, nil
 }
 
-func admitPrune(ctx context.Context, tx pgx.Tx, j Job, next func(Job) *time.Time) (PruneAdmitted, error) {
+func admitPrune(ctx context.Context, tx pgx.Tx, j model.Job, next func(model.Job) *time.Time) (PruneAdmitted, error) {
 	a := PruneAdmitted{Job: j.Name, Planned: *j.NextPruneAt}
 	live, found, err := liveRunOf(ctx, tx, j.ID)
 	if err != nil {
@@ -251,7 +242,7 @@ func admitPrune(ctx context.Context, tx pgx.Tx, j Job, next func(Job) *time.Time
 		return a, err
 	}
 	// planned_at stays empty: the slot is the prune schedule's, not the backup schedule's.
-	if _, err := insertRun(ctx, tx, id, newRun{jobID: j.ID, jobName: j.Name, trigger: TriggerSchedule, kind: KindPrune}); err != nil {
+	if _, err := insertRun(ctx, tx, id, newRun{jobID: j.ID, jobName: j.Name, trigger: model.TriggerSchedule, kind: model.KindPrune}); err != nil {
 		return a, err
 	}
 	a.Run, a.NextSlot = &id, next(j)

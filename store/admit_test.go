@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
 )
@@ -28,7 +29,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
 	slot := now.Add(-time.Second)
 	for _, name := range []string{"good", "unreadable", "admitted-before"} {
-		if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: "restic", Repository: "/r", PasswordFile: "/pw",
+		if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "restic", Repository: "/r", PasswordFile: "/pw",
 			Paths: []string{"/data"}, Schedule: "@every 1h", NextRunAt: &slot}); err != nil {
 			t.Fatal(err)
 		}
@@ -42,8 +43,8 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := slot.Add(time.Hour)
-	decide := func(j store.Job) store.SlotDecision {
-		return store.SlotDecision{Run: true, Trigger: "schedule", Planned: *j.NextRunAt, Next: &next}
+	decide := func(j model.Job) model.SlotDecision {
+		return model.SlotDecision{Run: true, Trigger: "schedule", Planned: *j.NextRunAt, Next: &next}
 	}
 	const aside = time.Minute
 
@@ -121,20 +122,20 @@ func TestAdmitAhead(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
 	slot, lead := now.Add(30*time.Minute), 40*time.Minute
 	for _, name := range []string{"free", "busy"} {
-		if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: "command", Command: []string{"/bin/true"},
+		if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "command", Command: []string{"/bin/true"},
 			Schedule: "@every 1h", NextRunAt: &slot}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.Admit(ctx, "busy", "manual", store.KindBackup); err != nil {
+	if _, err := st.Admit(ctx, "busy", "manual", model.KindBackup); err != nil {
 		t.Fatal(err)
 	}
 	if due, err := st.NextDue(ctx, lead); err != nil || due == nil || !due.Equal(slot.Add(-lead)) {
 		t.Fatalf("next due = %v, %v; want the free job's slot a lead ahead, %s", due, err, slot.Add(-lead))
 	}
 	next := slot.Add(time.Hour)
-	got, err := st.AdmitDue(ctx, now, now.Add(lead), 10, time.Minute, func(j store.Job) store.SlotDecision {
-		return store.SlotDecision{Run: true, Trigger: store.TriggerSchedule, Planned: *j.NextRunAt, Next: &next}
+	got, err := st.AdmitDue(ctx, now, now.Add(lead), 10, time.Minute, func(j model.Job) model.SlotDecision {
+		return model.SlotDecision{Run: true, Trigger: model.TriggerSchedule, Planned: *j.NextRunAt, Next: &next}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +147,7 @@ func TestAdmitAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if run.Status != store.StatusQueued || run.NotBefore == nil || !run.NotBefore.Equal(slot) || run.PlannedAt == nil || !run.PlannedAt.Equal(slot) {
+	if run.Status != model.StatusQueued || run.NotBefore == nil || !run.NotBefore.Equal(slot) || run.PlannedAt == nil || !run.PlannedAt.Equal(slot) {
 		t.Fatalf("run admitted ahead: %s, not before %v, planned %v; want queued until its slot %s", run.Status, run.NotBefore, run.PlannedAt, slot)
 	}
 	busy, err := st.JobByName(ctx, "busy")

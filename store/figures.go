@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -30,7 +31,7 @@ type Figures struct {
 
 // Figures reads the figures.
 func (s *Store) Figures(ctx context.Context) (Figures, error) {
-	f := Figures{Live: map[string]int64{StatusQueued: 0, StatusRunning: 0}}
+	f := Figures{Live: map[string]int64{model.StatusQueued: 0, model.StatusRunning: 0}}
 	rows, err := s.pool.Query(ctx, `
 		SELECT j.name,
 			(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded'),

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // Host is a host's row: the daemon that holds its lease, and what runs there.
@@ -362,7 +363,7 @@ func (s *Store) NoticeDownHosts(ctx context.Context, by string, grace time.Durat
 
 // Orphans lists the live runs of any-host jobs whose attempt is held by another host whose
 // lease expired more than grace ago: those this host may take over.
-func (s *Store) Orphans(ctx context.Context, host string, grace time.Duration) ([]LiveRun, error) {
+func (s *Store) Orphans(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error) {
 	return s.liveRuns(ctx, "orphans", `
 		AND a.host <> $1 AND a.host <> '' AND j.id IS NOT NULL AND j.host IS NULL
 		AND EXISTS (SELECT 1 FROM hosts h WHERE h.name = a.host AND h.lease_until + $2::interval < now())`,
@@ -422,9 +423,9 @@ func (s *Store) TakeOverRun(ctx context.Context, w Lease, t TakeOver) (bool, err
 		}
 		lost := fmt.Sprintf("host %s lost its lease at %s", t.From, since.UTC().Format(time.RFC3339))
 		if stopRequested || t.GiveUp != "" {
-			status, class, reason := StatusStopped, "", "stopped: "+lost+" while the run was there; its unit is stopped when that host comes back"
+			status, class, reason := model.StatusStopped, "", "stopped: "+lost+" while the run was there; its unit is stopped when that host comes back"
 			if !stopRequested {
-				status, class, reason = StatusFailed, "transient", t.GiveUp
+				status, class, reason = model.StatusFailed, "transient", t.GiveUp
 			}
 			if _, err := tx.Exec(ctx, `
 				WITH r AS (
@@ -451,7 +452,7 @@ func (s *Store) TakeOverRun(ctx context.Context, w Lease, t TakeOver) (bool, err
 
 // SupersededAttempt is an attempt of this host that another host took over, with its job.
 type SupersededAttempt struct {
-	Attempt
+	model.Attempt
 	JobName string
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -48,7 +49,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	h1 := lease(t, st, "h1", "p1", time.Hour) // p1 back, once p9 is gone
 
 	addJob(t, st, "any") // no host: any host may run it
-	run, err := st.Admit(ctx, "any", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "any", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	if ok, err := st.ApplyJournal(ctx, h1, run.ID, 1, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
 		t.Fatalf("journal applied under a lapsed lease: %v %v", ok, err)
 	}
-	if ok, err := st.Finish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusSucceeded}); err != nil || ok {
+	if ok, err := st.Finish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded}); err != nil || ok {
 		t.Fatalf("finished under a lapsed lease: %v %v", ok, err)
 	}
 	if _, err := st.RenewLease(ctx, h1, time.Second); !errors.Is(err, store.ErrLeaseLost) {
@@ -108,7 +109,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 
 	// h1 comes back: it takes its lease again, and still cannot finish the superseded attempt.
 	h1 = lease(t, st, "h1", "p1", time.Hour)
-	if ok, err := st.Finish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusSucceeded}); err != nil || ok {
+	if ok, err := st.Finish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded}); err != nil || ok {
 		t.Fatalf("superseded attempt finished: %v %v", ok, err)
 	}
 	sup, err := st.Superseded(ctx, "h1", time.Hour)
@@ -128,7 +129,7 @@ func TestReleasedSpawnClaim(t *testing.T) {
 	ctx := context.Background()
 	leases := map[string]store.Lease{"h1": lease(t, st, "h1", "p1", time.Hour), "h2": lease(t, st, "h2", "p2", time.Hour)}
 	addJob(t, st, "any")
-	run, err := st.Admit(ctx, "any", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "any", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,11 +191,11 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
 	h1, h2 := lease(t, st, "h1", "p1", time.Hour), lease(t, st, "h2", "p2", time.Hour)
-	if _, err := st.CreateJob(ctx, store.Job{Name: "pinned", Engine: "restic", Repository: "/r", PasswordFile: "/pw",
+	if _, err := st.CreateJob(ctx, model.Job{Name: "pinned", Engine: "restic", Repository: "/r", PasswordFile: "/pw",
 		Paths: []string{"/data"}, Host: "h1"}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, "pinned", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "pinned", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,11 +213,11 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 		t.Fatalf("a draining host lists a run to spawn: %+v %v", live, err)
 	}
 	// A run it was asked to stop is its to end.
-	if _, err := st.CreateJob(ctx, store.Job{Name: "stopped", Engine: "restic", Repository: "/r2", PasswordFile: "/pw",
+	if _, err := st.CreateJob(ctx, model.Job{Name: "stopped", Engine: "restic", Repository: "/r2", PasswordFile: "/pw",
 		Paths: []string{"/data"}, Host: "h1"}); err != nil {
 		t.Fatal(err)
 	}
-	stopped, err := st.Admit(ctx, "stopped", "manual", store.KindBackup)
+	stopped, err := st.Admit(ctx, "stopped", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +303,7 @@ func TestLimitsAcrossHosts(t *testing.T) {
 	claim := func(job, host string) (bool, string) {
 		t.Helper()
 		addJob(t, st, job)
-		run, err := st.Admit(ctx, job, "manual", store.KindBackup)
+		run, err := st.Admit(ctx, job, "manual", model.KindBackup)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -337,7 +338,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 	ctx := context.Background()
 	a := lease(t, st, "h", "A", 300*time.Millisecond)
 	addJob(t, st, "j")
-	run, err := st.Admit(ctx, "j", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "j", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +370,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 		if err := st.Quarantine(ctx, w, run.ID, 1, "by a stale writer"); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := st.Finish(ctx, w, store.Ending{RunID: run.ID, Attempt: 1, Status: store.StatusSucceeded, Reason: "stale"}); err != nil || ok {
+		if ok, err := st.Finish(ctx, w, store.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "stale"}); err != nil || ok {
 			t.Fatalf("finished by %+v: %v %v", w, ok, err)
 		}
 		if moved, _, err := st.Restart(ctx, w, store.Restarting{RunID: run.ID, Attempt: 1}); err != nil || moved {
@@ -380,7 +381,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 		}
 	}
 	got, err := st.RunByID(ctx, run.ID)
-	if err != nil || got.Status != store.StatusQueued || got.StartedAt != nil {
+	if err != nil || got.Status != model.StatusQueued || got.StartedAt != nil {
 		t.Fatalf("run after the stale writes: %s started %v (%v), want queued, never started", got.Status, got.StartedAt, err)
 	}
 	attempt, err := st.Attempt(ctx, run.ID, 1)
@@ -389,7 +390,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 		t.Fatalf("attempt after the stale writes: %+v %v", attempt, err)
 	}
 	addJob(t, st, "k")
-	next, err := st.Admit(ctx, "k", "manual", store.KindBackup)
+	next, err := st.Admit(ctx, "k", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,13 +406,13 @@ func TestStaleHolderIsFenced(t *testing.T) {
 	if err := st.MarkStarted(ctx, b, run.ID, 1, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := st.Finish(ctx, b, store.Ending{RunID: run.ID, Attempt: 1, Status: store.StatusSucceeded, Reason: "ok"}); err != nil || !ok {
+	if ok, err := st.Finish(ctx, b, store.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"}); err != nil || !ok {
 		t.Fatalf("B's finish: %v %v", ok, err)
 	}
 	if ok, _, err := st.ClaimSpawn(ctx, b, next.ID, 1, nextUnit, "", store.Limits{}); err != nil || !ok {
 		t.Fatalf("B's claim: %v %v", ok, err)
 	}
-	if got, err := st.RunByID(ctx, run.ID); err != nil || got.Status != store.StatusSucceeded || got.Reason != "ok" {
+	if got, err := st.RunByID(ctx, run.ID); err != nil || got.Status != model.StatusSucceeded || got.Reason != "ok" {
 		t.Fatalf("run after B's writes: %s %q %v", got.Status, got.Reason, err)
 	}
 	if v, err := st.Violations(ctx); err != nil || len(v) != 0 {

@@ -10,97 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 )
-
-// DefaultStallAfter is how long a live run's progress may stand still before it is stalled.
-const DefaultStallAfter = 15 * time.Minute
-
-// What happens to a stalled run besides its event.
-const (
-	StallAlert = "alert" // nothing more
-	StallStop  = "stop"  // it is asked to stop, with the stall as the reason
-)
-
-// Job is a backup job as stored.
-type Job struct {
-	ID           int64
-	Name         string
-	Engine       string
-	Repository   string
-	PasswordFile string
-	// EnvFile is a file of KEY=VALUE lines for the engine's environment (remote backends'
-	// credentials), handed to the units as a credential; "" none.
-	EnvFile           string
-	Paths             []string
-	Excludes          []string
-	User              string
-	Group             string
-	Nice              *int
-	IOSchedulingClass string
-	RuntimeMax        time.Duration // 0 = no limit
-	LimitUploadKiB    int           // restic's --limit-upload in KiB/s; 0 = none
-	CreatedAt         time.Time
-	LastOutcome       string
-	LastRunID         *uuid.UUID
-
-	// Command is the argv of a "command" engine job.
-	Command []string
-	// Schedule is a cron expression, descriptor or @every interval; "" for manual only.
-	Schedule string
-	TimeZone string // IANA name; "" is UTC
-	// CatchUp runs once for the slots missed while holdfast was down instead of only counting them.
-	CatchUp      bool
-	NextRunAt    *time.Time
-	MissedSlots  int64 // slots never run (holdfast was down): counted, not replayed
-	OverlapSkips int64 // slots not run because the job's previous run was still live
-	LastSkipAt   *time.Time
-	LastSkipWhy  string
-	RetryMax     int           // automatic retries of a transient failure
-	RetryBackoff time.Duration // delay before the first retry, doubled for each next one
-	Windows      []string      // maintenance windows during which no run of the job starts
-	Priority     int           // higher first among runs waiting for a slot
-	DependsOn    string        // a job whose last run must have succeeded
-
-	// Retention is the job's retention policy as package retention encodes it; nil: none set.
-	Retention json.RawMessage
-	// RetentionMaxDelete is the largest share of the job's snapshots one plan may delete
-	// without --force; RetentionMinKeep the fewest it may leave.
-	RetentionMaxDelete float64
-	RetentionMinKeep   int
-	// PruneSchedule is when the job's repository is pruned (a schedule like Schedule, in the
-	// same zone); "" never. NextPruneAt is its next slot.
-	PruneSchedule string
-	NextPruneAt   *time.Time
-	// Account is the ledger account the job's runs are charged to ("" is DefaultAccount);
-	// MaxAdded, if set, is what one run may add to the repository (its budget).
-	Account  string
-	MaxAdded *int64
-	// AlertAfter is the grace after a slot before a job without a success since is overdue (0:
-	// one period of its schedule); AlertFailures how many runs in a row not succeeded make it
-	// overdue (0: none do); ExpectEvery how often a manual job is expected to succeed (0: never
-	// overdue for time). OverdueSince and OverdueReason are the current episode (nil: none).
-	AlertAfter    time.Duration
-	AlertFailures int
-	// StallAfter is how long a live run's progress may stand still before it is stalled (0:
-	// DefaultStallAfter); StallAction what then happens besides the event: StallAlert or StallStop.
-	StallAfter  time.Duration
-	StallAction string
-	ExpectEvery time.Duration
-	// Host pins the job to the host of that name: only its daemon runs it, since its paths and
-	// repository are there. "" means any host may run it.
-	Host          string
-	OverdueSince  *time.Time
-	OverdueReason string
-	// AdmissionError says why the job's last admission failed; admission leaves the job aside
-	// until AdmissionRetryAt. Both are cleared by the next admission that succeeds.
-	AdmissionError   string
-	AdmissionRetryAt *time.Time
-}
 
 // jobColumns reads a job aliased as j.
 const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.paths, j.excludes, j.run_as_user,
@@ -112,8 +27,8 @@ const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.pat
 	j.alert_after, j.alert_failures, j.expect_every, j.overdue_since, coalesce(j.overdue_reason, ''), j.stall_after, j.stall_action,
 	coalesce(j.host, '')`
 
-func scanJob(row pgx.Row) (Job, error) {
-	var j Job
+func scanJob(row pgx.Row) (model.Job, error) {
+	var j model.Job
 	var runtimeMax, alertAfter, expectEvery *time.Duration
 	err := row.Scan(&j.ID, &j.Name, &j.Engine, &j.Repository, &j.PasswordFile, &j.Paths, &j.Excludes,
 		&j.User, &j.Group, &j.Nice, &j.IOSchedulingClass, &runtimeMax, &j.CreatedAt, &j.LastOutcome, &j.LastRunID,
@@ -141,19 +56,19 @@ const jobSettings = `engine, repository, password_file, paths, excludes, run_as_
 	prune_schedule, next_prune_at, account, max_added, env_file, limit_upload_kib,
 	alert_after, alert_failures, expect_every, stall_after, stall_action, host`
 
-func settingValues(j Job) []any {
+func settingValues(j model.Job) []any {
 	return []any{j.Engine, j.Repository, j.PasswordFile, nonNil(j.Paths), nonNil(j.Excludes), j.User, j.Group,
 		j.Nice, j.IOSchedulingClass, durationToInterval(j.RuntimeMax), nonNil(j.Command), j.Schedule, j.TimeZone,
 		j.CatchUp, j.NextRunAt, j.RetryMax, j.RetryBackoff, nonNil(j.Windows), j.Priority, nullIfEmpty(j.DependsOn),
 		nilIfEmpty(j.Retention), cmp.Or(j.RetentionMaxDelete, retention.DefaultMaxDeleteShare), j.RetentionMinKeep,
 		j.PruneSchedule, j.NextPruneAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded, j.EnvFile, j.LimitUploadKiB,
 		durationToInterval(j.AlertAfter), j.AlertFailures, durationToInterval(j.ExpectEvery),
-		cmp.Or(j.StallAfter, DefaultStallAfter), cmp.Or(j.StallAction, StallAlert), nullIfEmpty(j.Host)}
+		cmp.Or(j.StallAfter, model.DefaultStallAfter), cmp.Or(j.StallAction, model.StallAlert), nullIfEmpty(j.Host)}
 }
 
 // settingParams returns n placeholders "$from, ..." for the settings.
 func settingParams(from int) string {
-	n := len(settingValues(Job{}))
+	n := len(settingValues(model.Job{}))
 	params := make([]string, n)
 	for i := range params {
 		params[i] = "$" + strconv.Itoa(from+i)
@@ -176,20 +91,20 @@ func nullIfEmpty(s string) *string {
 }
 
 // CreateJob inserts a job; the caller has validated it.
-func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
+func (s *Store) CreateJob(ctx context.Context, j model.Job) (model.Job, error) {
 	row := s.pool.QueryRow(ctx, `
 		INSERT INTO jobs AS j (name, `+jobSettings+`)
 		VALUES ($1, `+settingParams(2)+`)
 		RETURNING `+jobColumns, append([]any{j.Name}, settingValues(j)...)...)
 	created, err := scanJob(row)
 	if isUniqueViolation(err) {
-		return Job{}, fmt.Errorf("job %q: %w", j.Name, ErrJobExists)
+		return model.Job{}, fmt.Errorf("job %q: %w", j.Name, ErrJobExists)
 	}
 	if err = unknownAccount(err, j.Account); errors.Is(err, ErrNotFound) {
-		return Job{}, err
+		return model.Job{}, err
 	}
 	if err != nil {
-		return Job{}, fmt.Errorf("create job %s: %w", j.Name, err)
+		return model.Job{}, fmt.Errorf("create job %s: %w", j.Name, err)
 	}
 	return created, nil
 }
@@ -197,8 +112,8 @@ func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
 // UpdateJob changes a job's settings: edit receives the stored job and changes it in place;
 // validate checks the result. Both run inside the transaction that holds the job's row lock,
 // and the daemons are woken to pick up a new schedule.
-func (s *Store) UpdateJob(ctx context.Context, name string, edit func(*Job) error) (Job, error) {
-	var updated Job
+func (s *Store) UpdateJob(ctx context.Context, name string, edit func(*model.Job) error) (model.Job, error) {
+	var updated model.Job
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.name = $1 FOR UPDATE`, name))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -221,30 +136,30 @@ func (s *Store) UpdateJob(ctx context.Context, name string, edit func(*Job) erro
 		return notify(ctx, tx, "job:"+name)
 	})
 	if err != nil {
-		return Job{}, wrap(err, "update job %s", name)
+		return model.Job{}, wrap(err, "update job %s", name)
 	}
 	return updated, nil
 }
 
 // JobByName returns the named job or ErrNotFound.
-func (s *Store) JobByName(ctx context.Context, name string) (Job, error) {
+func (s *Store) JobByName(ctx context.Context, name string) (model.Job, error) {
 	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.name = $1`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Job{}, fmt.Errorf("job %q: %w", name, ErrNotFound)
+		return model.Job{}, fmt.Errorf("job %q: %w", name, ErrNotFound)
 	}
 	if err != nil {
-		return Job{}, fmt.Errorf("read job %s: %w", name, err)
+		return model.Job{}, fmt.Errorf("read job %s: %w", name, err)
 	}
 	return j, nil
 }
 
 // Jobs lists all jobs by name.
-func (s *Store) Jobs(ctx context.Context) ([]Job, error) {
+func (s *Store) Jobs(ctx context.Context) ([]model.Job, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs j ORDER BY j.name`)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
-	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) { return scanJob(r) })
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Job, error) { return scanJob(r) })
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}

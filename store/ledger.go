@@ -12,6 +12,7 @@ import (
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // Ledger entry kinds.
@@ -265,7 +266,7 @@ func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error)
 		return p, nil // the job was removed: the run ends before it spawns
 	}
 	// Only restic backups add to a repository; prunes and forgets remove, commands have none.
-	if err != nil || kind != KindBackup || jobEngine != engine.NameRestic {
+	if err != nil || kind != model.KindBackup || jobEngine != engine.NameRestic {
 		return p, err
 	}
 	p.needed, f.Account = true, p.account

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -56,14 +57,14 @@ func expectNoEnd(t *testing.T, st *store.Store, ends <-chan uuid.UUID, what stri
 	t.Helper()
 	ctx := context.Background()
 	name := "fence-" + uuid.NewString()[:8]
-	if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: "command", Command: []string{"/bin/true"}}); err != nil {
+	if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "command", Command: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
 	}
-	fence, err := st.Admit(ctx, name, "manual", store.KindBackup)
+	fence, err := st.Admit(ctx, name, "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: fence.ID, Attempt: 1, At: time.Now(), Status: store.StatusFailed,
+	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: fence.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
 		Reason: "the fence"}); err != nil || !ok {
 		t.Fatalf("%s: finish the fence: %v %v", what, ok, err)
 	}
@@ -107,7 +108,7 @@ func TestRunEndsAnnounced(t *testing.T) {
 	woken("listening")
 
 	addJob(t, st, "fin")
-	run, err := st.Admit(ctx, "fin", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "fin", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestRunEndsAnnounced(t *testing.T) {
 	}
 	woken("restart") // the daemons spawn the next attempt at once (before a fence's admission wakes them)
 	expectNoEnd(t, st, ends, "restart")
-	finish := store.Ending{RunID: run.ID, Attempt: 2, At: time.Now(), Status: store.StatusFailed, Reason: "test",
+	finish := store.Ending{RunID: run.ID, Attempt: 2, At: time.Now(), Status: model.StatusFailed, Reason: "test",
 		Settlement: &ledger.Settlement{Release: true, Source: "test"}}
 	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, finish); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
@@ -132,11 +133,11 @@ func TestRunEndsAnnounced(t *testing.T) {
 
 	// A job's ceiling used up by the first attempt: the restart pauses the run.
 	limit := int64(1 << 20)
-	if _, err := st.CreateJob(ctx, store.Job{Name: "ceiling", Engine: "restic", Repository: "/r", PasswordFile: "/pw",
+	if _, err := st.CreateJob(ctx, model.Job{Name: "ceiling", Engine: "restic", Repository: "/r", PasswordFile: "/pw",
 		Paths: []string{"/data"}, MaxAdded: &limit}); err != nil {
 		t.Fatal(err)
 	}
-	run, err = st.Admit(ctx, "ceiling", "manual", store.KindBackup)
+	run, err = st.Admit(ctx, "ceiling", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}

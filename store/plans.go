@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // Retention plan outcomes.
@@ -114,7 +115,7 @@ func admitForget(ctx context.Context, tx pgx.Tx, p Plan, planID uuid.UUID) (*uui
 	if err != nil {
 		return nil, err
 	}
-	_, err = insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: p.JobName, trigger: TriggerManual, kind: KindForget,
+	_, err = insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: p.JobName, trigger: model.TriggerManual, kind: model.KindForget,
 		forgetIDs: p.DeleteIDs, planID: &planID})
 	return &id, err
 }

@@ -16,122 +16,8 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 )
-
-// Run statuses (see docs/ARCHITECTURE.md, Data model).
-const (
-	StatusQueued    = "queued"
-	StatusRunning   = "running"
-	StatusSucceeded = "succeeded"
-	StatusPartial   = "partial"
-	StatusFailed    = "failed"
-	StatusStopped   = "stopped"
-	StatusPaused    = "paused"
-)
-
-// Run kinds.
-const (
-	KindBackup = "backup"
-	KindPrune  = "prune"  // needs its repository to itself
-	KindForget = "forget" // deletes a retention plan's snapshots; needs its repository to itself
-)
-
-// Run triggers: what admitted a run.
-const (
-	TriggerManual   = "manual"   // an operator: run start, retention apply
-	TriggerSchedule = "schedule" // its job's schedule (or prune schedule), on time
-	TriggerCatchUp  = "catch-up" // its job's schedule, once for the slots missed while down
-	TriggerRetry    = "retry"    // a retry of a run that failed for a transient reason
-)
-
-// Live reports whether a run in this status still has (or will get) a process.
-func Live(status string) bool { return status == StatusQueued || status == StatusRunning }
-
-// Run is one logical backup of a job.
-type Run struct {
-	ID              uuid.UUID
-	JobName         string
-	Trigger         string
-	Status          string
-	PausedReason    string
-	StopRequestedAt *time.Time
-	StopReason      string // why a stop was asked for other than by the operator ("" the operator)
-	CreatedAt       time.Time
-	StartedAt       *time.Time
-	FinishedAt      *time.Time
-	Reason          string
-	FailureClass    string
-	SnapshotID      string
-	BytesAdded      *int64
-	BytesProcessed  *int64
-	FilesProcessed  *int64
-	FilesSkipped    int64
-	PlannedAt       *time.Time // the schedule slot the run was admitted for
-	NotBefore       *time.Time // the run is not spawned before this (a retry's delay, a window)
-	WaitingReason   string     // why a queued run is not spawned yet
-	RetryOf         *uuid.UUID
-	RetryNumber     int
-	RetriedBy       *uuid.UUID
-	Kind            string     // KindBackup, KindPrune or KindForget
-	ForgetIDs       []string   // the snapshots a forget run deletes
-	PlanID          *uuid.UUID // the retention plan a forget run applies
-	BudgetBytes     *int64     // what the run may add over all its attempts
-	HeldBytes       int64      // its open holds
-	SettledBytes    int64      // what its attempts were charged
-}
-
-// Progress is the newest progress report an attempt's journal made.
-type Progress struct {
-	PercentDone float64
-	FilesDone   int64
-	TotalFiles  int64
-	BytesDone   int64
-	TotalBytes  int64
-}
-
-// UnitNames are the units of the attempts that have one.
-func UnitNames(attempts []Attempt) []string {
-	var names []string
-	for _, a := range attempts {
-		if a.Unit != "" {
-			names = append(names, a.Unit)
-		}
-	}
-	return names
-}
-
-// Attempt is one process of a run.
-type Attempt struct {
-	RunID            uuid.UUID
-	No               int
-	Unit             string // "" until a spawn was claimed
-	Host             string
-	BootID           string // the boot of Host when the spawn was claimed; "" if unknown
-	CreatedAt        time.Time
-	SpawnClaimedAt   *time.Time
-	ArmedFor         *time.Time // a transient timer starts its unit at this time; nil: started at the claim
-	StartedAt        *time.Time
-	EndedAt          *time.Time
-	ServiceResult    string
-	ExitCode         string
-	ExitStatus       string
-	Cursor           journal.Cursor
-	QuarantinedAt    *time.Time
-	QuarantineReason string
-	LastEventAt      *time.Time
-	Progress         *Progress
-	ItemErrors       int64
-	FirstItemError   string
-	Fatal            string
-	Summary          json.RawMessage // the engine's own summary, as it reported it; nil if none yet
-	RepoBytesBefore  *int64          // size of its local repository when it was spawned
-	SettleDeferred   string          // why its hold is still open after it ended
-	StalledAt        *time.Time      // when its progress was found standing still past the job's stall_after
-	HoldBytes        *int64          // its hold, open or closed; nil if it has none
-	Settlement       string          // where the figure that closed its hold came from; "" while open
-	SupersededAt     *time.Time      // when another host took the run over from this attempt
-	SupersededBy     string          // the host that took it over
-}
 
 const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason, ''), r.stop_requested_at, coalesce(r.stop_reason, ''),
 	r.created_at, r.started_at, r.finished_at, r.reason, r.failure_class, coalesce(r.snapshot_id, ''),
@@ -154,7 +40,7 @@ const hostNote = `(SELECT CASE
 	  AND coalesce(nullif(la.host, ''), j.host) IS NOT NULL
 	  AND ((h.name IS NULL AND la.host = '') OR h.lease_until <= now() OR (la.unit IS NULL AND h.draining_since IS NOT NULL)))`
 
-func runDest(r *Run) []any {
+func runDest(r *model.Run) []any {
 	return []any{&r.ID, &r.JobName, &r.Trigger, &r.Status, &r.PausedReason, &r.StopRequestedAt, &r.StopReason,
 		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Reason, &r.FailureClass, &r.SnapshotID,
 		&r.BytesAdded, &r.BytesProcessed, &r.FilesProcessed, &r.FilesSkipped,
@@ -174,7 +60,7 @@ const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, co
 	a.superseded_at, coalesce(a.superseded_by, '')`
 
 type attemptScan struct {
-	a                                         Attempt
+	a                                         model.Attempt
 	percent                                   *float64
 	filesDone, totalFiles, bytesDone, totalBy *int64
 }
@@ -189,10 +75,10 @@ func (s *attemptScan) dest() []any {
 		&a.RepoBytesBefore, &a.SettleDeferred, &a.StalledAt, &a.HoldBytes, &a.Settlement, &a.SupersededAt, &a.SupersededBy}
 }
 
-func (s *attemptScan) attempt() Attempt {
+func (s *attemptScan) attempt() model.Attempt {
 	a := s.a
 	if s.percent != nil {
-		a.Progress = &Progress{PercentDone: *s.percent, FilesDone: deref(s.filesDone), TotalFiles: deref(s.totalFiles),
+		a.Progress = &model.Progress{PercentDone: *s.percent, FilesDone: deref(s.filesDone), TotalFiles: deref(s.totalFiles),
 			BytesDone: deref(s.bytesDone), TotalBytes: deref(s.totalBy)}
 	}
 	return a
@@ -208,8 +94,8 @@ func deref(p *int64) int64 {
 // Admit creates a queued run of the job with its first attempt, in one transaction, and notifies
 // the daemons. A job that already has a live run is refused: two backups of one job would race
 // for the same files and repository lock.
-func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (Run, error) {
-	var run Run
+func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (model.Run, error) {
+	var run model.Run
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var jobID int64
 		var jobEngine string
@@ -220,7 +106,7 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (Run, 
 		if err != nil {
 			return err
 		}
-		if kind == KindPrune && jobEngine != engine.NameRestic {
+		if kind == model.KindPrune && jobEngine != engine.NameRestic {
 			return &ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: only a restic repository can be pruned", jobName, jobEngine)}
 		}
 		live, found, err := liveRunOf(ctx, tx, jobID)
@@ -241,7 +127,7 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (Run, 
 		return tx.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.id = $1`, id).Scan(runDest(&run)...)
 	})
 	if err != nil {
-		return Run{}, wrap(err, "admit run of %s", jobName)
+		return model.Run{}, wrap(err, "admit run of %s", jobName)
 	}
 	crashpoint.At("run-start-after")
 	return run, nil
@@ -266,7 +152,7 @@ type newRun struct {
 // as the job's last run and its hold, or a pause at once if it may not have one (reported). The
 // daemons are notified when tx commits.
 func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused bool, err error) {
-	kind := cmp.Or(n.kind, KindBackup)
+	kind := cmp.Or(n.kind, model.KindBackup)
 	if _, err := tx.Exec(ctx, `INSERT INTO runs (id, job_id, job_name, trigger, kind, planned_at, retry_of, retry_number,
 			not_before, waiting_reason, forget_ids, plan_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''), $11, $12)`, id, n.jobID, n.jobName, n.trigger, kind,
@@ -278,7 +164,7 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 	}
 	// A job's last run is its last backup, which dependencies read; a prune or a forget is not
 	// one. It is the last run before its hold is decided: a run paused at once is that too.
-	if kind == KindBackup {
+	if kind == model.KindBackup {
 		if _, err := tx.Exec(ctx, `UPDATE jobs SET last_run_id = $2 WHERE id = $1`, n.jobID, id); err != nil {
 			return false, err
 		}
@@ -289,38 +175,11 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 	return paused, notify(ctx, tx, id.String())
 }
 
-// LiveRun is a live run with its live attempt and its job's engine ("" if the job was removed).
-// The rest of the job is read only where it is needed (spawning), to keep the sweep's one
-// query small.
-type LiveRun struct {
-	Run           Run
-	Attempt       Attempt
-	JobEngine     string
-	JobRepository string
-	JobUser       string // the user the job's units run as; "" for root
-	// ReadAt is the database's clock when the run was read. Times the database stamped (the
-	// spawn claim) are measured against it, never against the daemon's clock.
-	ReadAt time.Time
-	// readHere is this host's clock (its monotonic reading) as the run was asked for.
-	readHere time.Time
-}
-
-// Now is the database's clock now, as far as the daemon tells without asking: ReadAt, plus the
-// time passed here since the run was read, counted on this host's monotonic clock whatever its
-// wall clock says. What is compared with times the database stamped (a retry's not-before, the
-// time a run was queued) is compared with Now, not with the host's clock.
-func (l LiveRun) Now() time.Time {
-	if l.readHere.IsZero() {
-		return l.ReadAt
-	}
-	return l.ReadAt.Add(time.Since(l.readHere))
-}
-
 // LiveRuns lists the runs in a live status with their live attempt that the daemon of host
 // reconciles: higher job priority first, then oldest first. Those are the runs whose attempt
 // host holds, and those not spawned yet that host may run: its job is any-host or pinned to
 // host (or removed), and host is not draining. host "" lists every live run.
-func (s *Store) LiveRuns(ctx context.Context, host string) ([]LiveRun, error) {
+func (s *Store) LiveRuns(ctx context.Context, host string) ([]model.LiveRun, error) {
 	return s.liveRuns(ctx, "live runs", `
 		AND ($1 = '' OR a.host = $1 OR (a.host = '' AND a.unit IS NULL AND (j.host IS NULL OR j.host = $1)
 			-- A draining host spawns nothing, but still ends the runs it was asked to stop.
@@ -330,7 +189,7 @@ func (s *Store) LiveRuns(ctx context.Context, host string) ([]LiveRun, error) {
 
 // liveRuns lists the live runs that match filter, a constant condition on r, a and j with
 // args as its parameters.
-func (s *Store) liveRuns(ctx context.Context, what, filter string, args ...any) ([]LiveRun, error) {
+func (s *Store) liveRuns(ctx context.Context, what, filter string, args ...any) ([]model.LiveRun, error) {
 	asked := time.Now()
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+runColumns+`, `+attemptColumns+`, coalesce(j.engine, ''), coalesce(j.repository, ''),
@@ -346,16 +205,16 @@ func (s *Store) liveRuns(ctx context.Context, what, filter string, args ...any) 
 		return nil, fmt.Errorf("list %s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []LiveRun
+	var out []model.LiveRun
 	for rows.Next() {
-		var l LiveRun
+		var l model.LiveRun
 		var as attemptScan
 		dest := append(runDest(&l.Run), as.dest()...)
 		if err := rows.Scan(append(dest, &l.JobEngine, &l.JobRepository, &l.JobUser, &l.ReadAt)...); err != nil {
 			return nil, fmt.Errorf("list %s: %w", what, err)
 		}
 		l.Attempt = as.attempt()
-		l.readHere = asked
+		l.ReadHere = asked
 		out = append(out, l)
 	}
 	if err := rows.Err(); err != nil {
@@ -485,7 +344,7 @@ func (s *Store) MarkStarted(ctx context.Context, w Lease, runID uuid.UUID, attem
 // JournalDelta is what one drain of an attempt's journal adds to its projection.
 type JournalDelta struct {
 	LastEventAt    *time.Time
-	Progress       *Progress       // newest progress in the batch, if any
+	Progress       *model.Progress // newest progress in the batch, if any
 	ItemErrors     int64           // item errors in the batch
 	FirstItemError string          // first item error of the batch
 	Fatal          string          // first fatal message of the batch
@@ -594,7 +453,7 @@ type Retry struct {
 // and the retry are written in the same transaction, only if the ending applied; with a retry,
 // the run's reason names it and when it is due.
 func (s *Store) Finish(ctx context.Context, w Lease, e Ending) (bool, error) {
-	if Live(e.Status) {
+	if model.Live(e.Status) {
 		return false, fmt.Errorf("finish run %s: %q is not a final status", e.RunID, e.Status)
 	}
 	var finished int
@@ -649,7 +508,7 @@ func (s *Store) Finish(ctx context.Context, w Lease, e Ending) (bool, error) {
 			return nil
 		}
 		rt := e.Retry
-		n := newRun{trigger: TriggerRetry, retryOf: &e.RunID, retryNumber: rt.Number, notBefore: &rt.NotBefore,
+		n := newRun{trigger: model.TriggerRetry, retryOf: &e.RunID, retryNumber: rt.Number, notBefore: &rt.NotBefore,
 			waitingReason: rt.Why + ", due at " + due}
 		if err := tx.QueryRow(ctx, `SELECT job_id, job_name FROM runs WHERE id = $1`, e.RunID).Scan(&n.jobID, &n.jobName); err != nil {
 			return err
@@ -759,8 +618,8 @@ var errStopRequested = errors.New("a stop was requested")
 
 // RequestStop records the operator's stop intent on a live run (idempotent) and notifies the
 // daemons. A finished run gets a ConflictError naming its status.
-func (s *Store) RequestStop(ctx context.Context, runID uuid.UUID) (Run, error) {
-	var run Run
+func (s *Store) RequestStop(ctx context.Context, runID uuid.UUID) (model.Run, error) {
+	var run model.Run
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `
 			UPDATE runs r SET stop_requested_at = coalesce(stop_requested_at, now())
@@ -782,7 +641,7 @@ func (s *Store) RequestStop(ctx context.Context, runID uuid.UUID) (Run, error) {
 		return notify(ctx, tx, runID.String())
 	})
 	if err != nil {
-		return Run{}, wrap(err, "stop run %s", runID)
+		return model.Run{}, wrap(err, "stop run %s", runID)
 	}
 	return run, nil
 }
@@ -844,20 +703,20 @@ func (s *Store) ResolveRun(ctx context.Context, idOrPrefix string) (uuid.UUID, e
 }
 
 // RunByID returns a run or ErrNotFound.
-func (s *Store) RunByID(ctx context.Context, id uuid.UUID) (Run, error) {
-	var run Run
+func (s *Store) RunByID(ctx context.Context, id uuid.UUID) (model.Run, error) {
+	var run model.Run
 	err := s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.id = $1`, id).Scan(runDest(&run)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Run{}, fmt.Errorf("run %s: %w", id, ErrNotFound)
+		return model.Run{}, fmt.Errorf("run %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return Run{}, fmt.Errorf("read run %s: %w", id, err)
+		return model.Run{}, fmt.Errorf("read run %s: %w", id, err)
 	}
 	return run, nil
 }
 
 // Runs lists runs, newest first, optionally of one job.
-func (s *Store) Runs(ctx context.Context, jobName string, limit int) ([]Run, error) {
+func (s *Store) Runs(ctx context.Context, jobName string, limit int) ([]model.Run, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+runColumns+` FROM runs r
 		WHERE $1 = '' OR r.job_name = $1
@@ -865,8 +724,8 @@ func (s *Store) Runs(ctx context.Context, jobName string, limit int) ([]Run, err
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) {
-		var r Run
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (model.Run, error) {
+		var r model.Run
 		err := row.Scan(runDest(&r)...)
 		return r, err
 	})
@@ -877,13 +736,13 @@ func (s *Store) Runs(ctx context.Context, jobName string, limit int) ([]Run, err
 }
 
 // Attempts lists a run's attempts in order.
-func (s *Store) Attempts(ctx context.Context, runID uuid.UUID) ([]Attempt, error) {
+func (s *Store) Attempts(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+attemptColumns+` FROM attempts a WHERE a.run_id = $1 ORDER BY a.attempt_no`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of run %s: %w", runID, err)
 	}
 	defer rows.Close()
-	var out []Attempt
+	var out []model.Attempt
 	for rows.Next() {
 		var as attemptScan
 		if err := rows.Scan(as.dest()...); err != nil {
@@ -898,23 +757,23 @@ func (s *Store) Attempts(ctx context.Context, runID uuid.UUID) ([]Attempt, error
 }
 
 // Attempt returns one attempt of a run.
-func (s *Store) Attempt(ctx context.Context, runID uuid.UUID, attempt int) (Attempt, error) {
+func (s *Store) Attempt(ctx context.Context, runID uuid.UUID, attempt int) (model.Attempt, error) {
 	var as attemptScan
 	err := s.pool.QueryRow(ctx, `SELECT `+attemptColumns+` FROM attempts a WHERE a.run_id = $1 AND a.attempt_no = $2`,
 		runID, attempt).Scan(as.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Attempt{}, fmt.Errorf("run %s attempt %d: %w", runID, attempt, ErrNotFound)
+		return model.Attempt{}, fmt.Errorf("run %s attempt %d: %w", runID, attempt, ErrNotFound)
 	}
 	if err != nil {
-		return Attempt{}, fmt.Errorf("read run %s attempt %d: %w", runID, attempt, err)
+		return model.Attempt{}, fmt.Errorf("read run %s attempt %d: %w", runID, attempt, err)
 	}
 	return as.attempt(), nil
 }
 
 // Resume continues a stopped or paused run as a new attempt: the run goes back to queued with
 // its stop intent and paused reason cleared. Any other status gets a ConflictError naming it.
-func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
-	var run Run
+func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (model.Run, error) {
+	var run model.Run
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var status string
 		var jobID *int64
@@ -925,7 +784,7 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 		if err != nil {
 			return err
 		}
-		if status != StatusStopped && status != StatusPaused {
+		if status != model.StatusStopped && status != model.StatusPaused {
 			return &ConflictError{Msg: fmt.Sprintf("run %s is %s; only a stopped or paused run can be resumed", runID, status)}
 		}
 		if jobID == nil {
@@ -970,7 +829,7 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (Run, error) {
 		return notify(ctx, tx, runID.String())
 	})
 	if err != nil {
-		return Run{}, wrap(err, "resume run %s", runID)
+		return model.Run{}, wrap(err, "resume run %s", runID)
 	}
 	crashpoint.At("resume-after")
 	return run, nil

@@ -10,21 +10,22 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
 // finishBackup admits a run of job (a restic job of repository "/r", see addJob) and ends it
 // succeeded with snap as the inventory row its summary gave (nil: none), as the reconciler
 // ends a backup. It returns the run and the time of its ending.
-func finishBackup(t *testing.T, st *store.Store, job string, snap func(run uuid.UUID) *store.Snapshot) (store.Run, time.Time) {
+func finishBackup(t *testing.T, st *store.Store, job string, snap func(run uuid.UUID) *store.Snapshot) (model.Run, time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	run, err := st.Admit(ctx, job, "manual", store.KindBackup)
+	run, err := st.Admit(ctx, job, "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	at := time.Now().Truncate(time.Microsecond)
-	e := store.Ending{RunID: run.ID, Attempt: 1, At: at, Status: store.StatusSucceeded, Reason: "ok",
+	e := store.Ending{RunID: run.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok",
 		ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}
 	if snap != nil {
 		e.Snapshot = snap(run.ID)
@@ -172,7 +173,7 @@ func TestSummarySnapshotBadID(t *testing.T) {
 	for _, id := range []string{"c1ae9b", "C1AE9BA1", "c1ae9ba1'; DROP TABLE snapshots; --", "../../etc/passwd", "c1ae9ba1%",
 		strings.Repeat("a", 65), "c1ae9ba1\n"} {
 		run, _ := finishBackup(t, st, "b", fromSummary("b", id, time.Now()))
-		if got, err := st.RunByID(ctx, run.ID); err != nil || got.Status != store.StatusSucceeded || got.SnapshotID != id {
+		if got, err := st.RunByID(ctx, run.ID); err != nil || got.Status != model.StatusSucceeded || got.SnapshotID != id {
 			t.Fatalf("run with summary id %q = %+v, %v; want succeeded with the id on record", id, got, err)
 		}
 	}
@@ -242,7 +243,7 @@ func TestSummarySnapshotAmbiguousAndLate(t *testing.T) {
 	}
 
 	// The listing of the next run's snapshot commits before the run's ending.
-	next, err := st.Admit(ctx, "a", "manual", store.KindBackup)
+	next, err := st.Admit(ctx, "a", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +252,7 @@ func TestSummarySnapshotAmbiguousAndLate(t *testing.T) {
 		listed(two, "a", run.ID, time.Now()), listed(full, "a", next.ID, time.Now())}); err != nil {
 		t.Fatal(err)
 	}
-	e := store.Ending{RunID: next.ID, Attempt: 1, At: time.Now(), Status: store.StatusSucceeded, Reason: "ok",
+	e := store.Ending{RunID: next.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded, Reason: "ok",
 		SnapshotID: "feedface", Snapshot: fromSummary("a", "feedface", time.Now())(next.ID)}
 	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, e); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)

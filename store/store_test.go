@@ -15,6 +15,7 @@ import (
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -45,9 +46,9 @@ func open(t *testing.T) *store.Store {
 	return st
 }
 
-func addJob(t *testing.T, st *store.Store, name string) store.Job {
+func addJob(t *testing.T, st *store.Store, name string) model.Job {
 	t.Helper()
-	j, err := st.CreateJob(context.Background(), store.Job{Name: name, Engine: "restic", Repository: "/r",
+	j, err := st.CreateJob(context.Background(), model.Job{Name: name, Engine: "restic", Repository: "/r",
 		PasswordFile: "/pw", Paths: []string{"/data"}})
 	if err != nil {
 		t.Fatal(err)
@@ -59,15 +60,15 @@ func TestAdmitOneLiveRunPerJob(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
 	addJob(t, st, "a")
-	run, err := st.Admit(ctx, "a", "manual", store.KindBackup)
-	if err != nil || run.Status != store.StatusQueued {
+	run, err := st.Admit(ctx, "a", "manual", model.KindBackup)
+	if err != nil || run.Status != model.StatusQueued {
 		t.Fatalf("admit: %+v, %v", run, err)
 	}
 	var conflict *store.ConflictError
-	if _, err := st.Admit(ctx, "a", "manual", store.KindBackup); !errors.As(err, &conflict) {
+	if _, err := st.Admit(ctx, "a", "manual", model.KindBackup); !errors.As(err, &conflict) {
 		t.Fatalf("second admit while live: err = %v, want a ConflictError", err)
 	}
-	if _, err := st.Admit(ctx, "nope", "manual", store.KindBackup); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.Admit(ctx, "nope", "manual", model.KindBackup); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("admit of an unknown job: err = %v", err)
 	}
 	if err := st.RemoveJob(ctx, "a"); !errors.As(err, &conflict) {
@@ -80,7 +81,7 @@ func TestGuardedWrites(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
 	addJob(t, st, "g")
-	run, err := st.Admit(ctx, "g", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "g", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestGuardedWrites(t *testing.T) {
 		t.Fatalf("after applying twice: %+v, %v; want 2 item errors and the new cursor", a, err)
 	}
 
-	end := store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusSucceeded, Reason: "ok",
+	end := store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded, Reason: "ok",
 		ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}
 	for i, want := range []bool{true, false} {
 		ok, err := st.Finish(ctx, store.Lease{Host: "h"}, end)
@@ -134,11 +135,11 @@ func TestGuardedWrites(t *testing.T) {
 		t.Fatalf("restart of an ended attempt: moved=%v err=%v", moved, err)
 	}
 	got, err := st.RunByID(ctx, run.ID)
-	if err != nil || got.Status != store.StatusSucceeded {
+	if err != nil || got.Status != model.StatusSucceeded {
 		t.Fatalf("run = %+v, %v", got, err)
 	}
 	jobs, err := st.Jobs(ctx)
-	if err != nil || jobs[0].LastOutcome != store.StatusSucceeded {
+	if err != nil || jobs[0].LastOutcome != model.StatusSucceeded {
 		t.Fatalf("job's last outcome: %+v, %v", jobs, err)
 	}
 }
@@ -147,7 +148,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
 	addJob(t, st, "r")
-	run, err := st.Admit(ctx, "r", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "r", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestResolveRun(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
 	addJob(t, st, "p")
-	run, err := st.Admit(ctx, "p", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "p", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestApplyJournalRefused(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
 	addJob(t, st, "r")
-	run, err := st.Admit(ctx, "r", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "r", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,16 +235,16 @@ func TestEndedBefore(t *testing.T) {
 	ctx := context.Background()
 	addJob(t, st, "e")
 	addJob(t, st, "l")
-	done, err := st.Admit(ctx, "e", "manual", store.KindBackup)
+	done, err := st.Admit(ctx, "e", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, err := st.Admit(ctx, "l", "manual", store.KindBackup)
+	live, err := st.Admit(ctx, "l", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	at := time.Now().Add(-time.Hour)
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: done.ID, Attempt: 1, At: at, Status: store.StatusSucceeded, Reason: "ok"}); !ok || err != nil {
+	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: done.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok"}); !ok || err != nil {
 		t.Fatalf("finish: %v, %v", ok, err)
 	}
 	unknown := uuid.New()
@@ -267,11 +268,11 @@ func TestEndedBefore(t *testing.T) {
 func TestConcurrentRestartsShareAnAccount(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
-	var runs []store.Run
+	var runs []model.Run
 	for i := range 6 {
 		name := fmt.Sprintf("c%d", i)
 		addJob(t, st, name)
-		run, err := st.Admit(ctx, name, "manual", store.KindBackup)
+		run, err := st.Admit(ctx, name, "manual", model.KindBackup)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,16 +310,16 @@ func TestLedgersTellDeferredHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"a", "b"} {
-		if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: "restic", Repository: "/r/" + name, PasswordFile: "/pw",
+		if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "restic", Repository: "/r/" + name, PasswordFile: "/pw",
 			Paths: []string{"/data"}, Account: "team", MaxAdded: &most}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	running, err := st.Admit(ctx, "a", store.TriggerManual, store.KindBackup)
+	running, err := st.Admit(ctx, "a", model.TriggerManual, model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ended, err := st.Admit(ctx, "b", store.TriggerManual, store.KindBackup)
+	ended, err := st.Admit(ctx, "b", model.TriggerManual, model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}

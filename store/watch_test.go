@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
 )
@@ -19,10 +20,10 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, _ := storetest.Open(t)
-	if _, err := st.CreateJob(ctx, store.Job{Name: "late", Engine: "command", Command: []string{"/bin/true"}, AlertFailures: 2}); err != nil {
+	if _, err := st.CreateJob(ctx, model.Job{Name: "late", Engine: "command", Command: []string{"/bin/true"}, AlertFailures: 2}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, "late", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "late", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 	if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, run.ID, 1, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: store.StatusFailed,
+	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
 		Reason: "exit 1", ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1"}); !ok || err != nil {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
@@ -90,7 +91,7 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 		t.Fatalf("the failed event: %+v", failed)
 	}
 	facts, err = st.WatchFacts(ctx)
-	if err != nil || len(facts[0].Recent) != 1 || facts[0].Recent[0] != store.StatusFailed || facts[0].LastSuccess != nil {
+	if err != nil || len(facts[0].Recent) != 1 || facts[0].Recent[0] != model.StatusFailed || facts[0].LastSuccess != nil {
 		t.Fatalf("watch facts after a failure: %+v, %v", facts, err)
 	}
 }
@@ -114,10 +115,10 @@ func TestStallClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, dsn := storetest.Open(t)
-	if _, err := st.CreateJob(ctx, store.Job{Name: "slow", Engine: "command", Command: []string{"/bin/true"}, StallAfter: time.Hour}); err != nil {
+	if _, err := st.CreateJob(ctx, model.Job{Name: "slow", Engine: "command", Command: []string{"/bin/true"}, StallAfter: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, "slow", "manual", store.KindBackup)
+	run, err := st.Admit(ctx, "slow", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestStallClock(t *testing.T) {
 		seq++
 		to := journal.Cursor{Offset: seq * 10, LastSeq: seq}
 		now := time.Now()
-		p := store.Progress{PercentDone: percent, BytesDone: int64(percent * 1000)}
+		p := model.Progress{PercentDone: percent, BytesDone: int64(percent * 1000)}
 		if ok, err := st.ApplyJournal(ctx, store.Lease{Host: "h"}, run.ID, 1, from, to, store.JournalDelta{LastEventAt: &now, Progress: &p}); !ok || err != nil {
 			t.Fatalf("apply journal: %v %v", ok, err)
 		}

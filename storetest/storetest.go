@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -37,13 +38,13 @@ func Migrated(t testing.TB) string {
 
 // ManualRun adds a command job (/bin/true) named name and admits a manual backup run of it, as
 // `holdfast run start` does.
-func ManualRun(t testing.TB, st *store.Store, name string) store.Run {
+func ManualRun(t testing.TB, st *store.Store, name string) model.Run {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := st.CreateJob(ctx, store.Job{Name: name, Engine: "command", Command: []string{"/bin/true"}}); err != nil {
+	if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "command", Command: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, name, "manual", store.KindBackup)
+	run, err := st.Admit(ctx, name, "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -20,6 +21,6 @@ func SetLeaseHolder(c *Config, holder string, gone func(string) bool) {
 }
 
 // WaitRunPolling is WaitRun reading the run every poll instead of every WaitPoll.
-func WaitRunPolling(ctx context.Context, st *store.Store, id uuid.UUID, report func(store.Run, *store.Progress), poll time.Duration) (store.Run, []store.Attempt, error) {
+func WaitRunPolling(ctx context.Context, st *store.Store, id uuid.UUID, report func(model.Run, *model.Progress), poll time.Duration) (model.Run, []model.Attempt, error) {
 	return waitRun(ctx, st, id, report, poll)
 }

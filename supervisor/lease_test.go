@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/supervisor"
 )
 
@@ -93,7 +93,7 @@ func TestLeaseTakenByAnotherDaemon(t *testing.T) {
 	a := build("A", func(string) bool { return false }, &logA)
 	genA := generation()
 	before := e.admit(t, "before")
-	if r := e.waitEnded(t, before.ID.String(), time.Minute); r.Status != store.StatusSucceeded || !spawnedBy("A", before.ID) {
+	if r := e.waitEnded(t, before.ID.String(), time.Minute); r.Status != model.StatusSucceeded || !spawnedBy("A", before.ID) {
 		t.Fatalf("A's run: %s (%s), spawned by A: %v", r.Status, r.Reason, spawnedBy("A", before.ID))
 	}
 
@@ -117,7 +117,7 @@ func TestLeaseTakenByAnotherDaemon(t *testing.T) {
 
 	// A is still running (its caller has not stopped it yet): it stands by, and B runs the next run.
 	after := e.admit(t, "after")
-	if r := e.waitEnded(t, after.ID.String(), time.Minute); r.Status != store.StatusSucceeded {
+	if r := e.waitEnded(t, after.ID.String(), time.Minute); r.Status != model.StatusSucceeded {
 		t.Fatalf("B's run: %s (%s)", r.Status, r.Reason)
 	}
 	if spawnedBy("A", after.ID) || !spawnedBy("B", after.ID) {

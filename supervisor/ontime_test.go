@@ -12,15 +12,15 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
-	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/supervisor"
 )
 
 // waitArmed polls the record until the job's run has an attempt claimed and armed for slot.
 // ok is false if that was not so before the slot came (on a loaded machine, admission or the
 // spawn came too late to arm it): such a run is started at its time, not by a timer.
-func (e env) waitArmed(t *testing.T, job string, slot time.Time) (run store.Run, a store.Attempt, ok bool) {
+func (e env) waitArmed(t *testing.T, job string, slot time.Time) (run model.Run, a model.Attempt, ok bool) {
 	t.Helper()
 	ctx := context.Background()
 	for {
@@ -37,7 +37,7 @@ func (e env) waitArmed(t *testing.T, job string, slot time.Time) (run store.Run,
 				t.Fatal(err)
 			}
 			if a := attempts[0]; a.Unit != "" && a.ArmedFor != nil {
-				if !a.ArmedFor.Equal(slot) || runs[0].PlannedAt == nil || !runs[0].PlannedAt.Equal(slot) || runs[0].Status != store.StatusQueued {
+				if !a.ArmedFor.Equal(slot) || runs[0].PlannedAt == nil || !runs[0].PlannedAt.Equal(slot) || runs[0].Status != model.StatusQueued {
 					t.Fatalf("run %+v armed for %s, want queued, planned and armed for the slot %s", runs[0], a.ArmedFor, slot)
 				}
 				// Claimed and armed before the slot, on the record's clock.
@@ -49,9 +49,9 @@ func (e env) waitArmed(t *testing.T, job string, slot time.Time) (run store.Run,
 		if !time.Now().Before(slot) {
 			t.Logf("job %s: no run armed before its slot (runs: %+v)", job, runs)
 			if len(runs) == 1 {
-				return runs[0], store.Attempt{}, false
+				return runs[0], model.Attempt{}, false
 			}
-			return store.Run{}, store.Attempt{}, false
+			return model.Run{}, model.Attempt{}, false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -60,7 +60,7 @@ func (e env) waitArmed(t *testing.T, job string, slot time.Time) (run store.Run,
 // timerWaiting reads, before slot, that the armed attempt's timer waits to elapse at slot (to
 // the microsecond) and that its service is loaded and not started. ok is false if that could be
 // read only once the slot had come (a loaded machine).
-func (e env) timerWaiting(t *testing.T, a store.Attempt, slot time.Time) (ok bool) {
+func (e env) timerWaiting(t *testing.T, a model.Attempt, slot time.Time) (ok bool) {
 	t.Helper()
 	ctx := context.Background()
 	timer := runner.TimerName(a.Unit)
@@ -132,8 +132,8 @@ func TestScheduledStartsOnTime(t *testing.T) {
 	}
 
 	// Twenty seconds ahead; further, should a loaded machine's setup let the slot come first.
-	var run store.Run
-	var a store.Attempt
+	var run model.Run
+	var a model.Attempt
 	var slot time.Time
 	for i, margin := 0, 20*time.Second; ; i, margin = i+1, 2*margin {
 		job := fmt.Sprintf("ontime%d", i)
@@ -195,13 +195,13 @@ func TestScheduledStartsOnTime(t *testing.T) {
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.waitEnded(t, run.ID.String(), time.Minute); r.Status != store.StatusSucceeded || r.StartedAt == nil {
+	if r := e.waitEnded(t, run.ID.String(), time.Minute); r.Status != model.StatusSucceeded || r.StartedAt == nil {
 		t.Fatalf("run %s (%s), started %v; want succeeded", r.Status, r.Reason, r.StartedAt)
 	}
 
 	// The stopped run's service never started, and its timer is gone.
 	r := e.waitEnded(t, off.ID.String(), time.Minute)
-	if r.Status != store.StatusStopped || !strings.Contains(r.Reason, "stopped by the operator before it was started") {
+	if r.Status != model.StatusStopped || !strings.Contains(r.Reason, "stopped by the operator before it was started") {
 		t.Fatalf("stopped run: %s (%s), want stopped by the operator before it was started", r.Status, r.Reason)
 	}
 	t.Logf("stopped run: %s", r.Reason)

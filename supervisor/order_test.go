@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -27,7 +28,7 @@ import (
 // attemptSpan is when the run's first attempt's spawn was claimed and when it ended: the span in
 // which it held its place. (Its start may stay unrecorded: a sweep can finish a short run from
 // its marker before the spawn marked it started.)
-func (e env) attemptSpan(t *testing.T, run store.Run) (claimed, ended time.Time) {
+func (e env) attemptSpan(t *testing.T, run model.Run) (claimed, ended time.Time) {
 	t.Helper()
 	attempts, err := e.st.Attempts(context.Background(), run.ID)
 	if err != nil {
@@ -45,10 +46,10 @@ func TestPriority(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.cfg.Limits.MaxRunning = 1
-	var runs []store.Run
+	var runs []model.Run
 	for i := range 6 {
 		name := fmt.Sprintf("p%d", i)
-		e.createJob(t, store.Job{Name: name, Engine: "command", Command: []string{"/bin/sleep", "0.2"}, Priority: 10 * (i % 2)})
+		e.createJob(t, model.Job{Name: name, Engine: "command", Command: []string{"/bin/sleep", "0.2"}, Priority: 10 * (i % 2)})
 		runs = append(runs, e.admit(t, name))
 	}
 	e.start(t)
@@ -58,7 +59,7 @@ func TestPriority(t *testing.T) {
 	}
 	var starts []start
 	for _, run := range runs {
-		if r := e.waitEnded(t, run.ID.String(), time.Minute); r.Status != store.StatusSucceeded {
+		if r := e.waitEnded(t, run.ID.String(), time.Minute); r.Status != model.StatusSucceeded {
 			t.Fatalf("run of %s: %s (%s), want succeeded", run.JobName, r.Status, r.Reason)
 		}
 		at, _ := e.attemptSpan(t, run)
@@ -85,7 +86,7 @@ func TestGlobalLimit(t *testing.T) {
 	const n = 24
 	for i := range n {
 		name := fmt.Sprintf("crowd%d", i)
-		e.createJob(t, store.Job{Name: name, Engine: "command", Command: []string{"/bin/sleep", "0.3"}})
+		e.createJob(t, model.Job{Name: name, Engine: "command", Command: []string{"/bin/sleep", "0.3"}})
 		e.admit(t, name)
 	}
 	db, err := pgx.Connect(ctx, e.cfg.Database.DSN)
@@ -146,12 +147,12 @@ func TestGlobalLimit(t *testing.T) {
 		done := 0
 		for _, r := range all {
 			sawWaiting = sawWaiting || strings.Contains(r.WaitingReason, "global limit is 4")
-			if !store.Live(r.Status) {
+			if !model.Live(r.Status) {
 				done++
 			}
 		}
 		if done == n {
-			if i := slices.IndexFunc(all, func(r store.Run) bool { return r.Status != store.StatusSucceeded }); i >= 0 {
+			if i := slices.IndexFunc(all, func(r model.Run) bool { return r.Status != model.StatusSucceeded }); i >= 0 {
 				t.Fatalf("run %+v, want every run succeeded", all[i])
 			}
 			break
@@ -184,13 +185,13 @@ func TestDependencyWaitIsBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.cfg.DependsWait = 2 * time.Second
-	e.createJob(t, store.Job{Name: "idle", Engine: "command", Command: []string{"/bin/true"}})
-	e.createJob(t, store.Job{Name: "after", Engine: "command", Command: []string{"/bin/true"}, DependsOn: "idle"})
+	e.createJob(t, model.Job{Name: "idle", Engine: "command", Command: []string{"/bin/true"}})
+	e.createJob(t, model.Job{Name: "after", Engine: "command", Command: []string{"/bin/true"}, DependsOn: "idle"})
 	e.start(t)
 	queued := time.Now()
 	run := e.admit(t, "after")
 	r := e.waitEnded(t, run.ID.String(), time.Minute)
-	if r.Status != store.StatusFailed || r.FailureClass != "permanent" || !strings.Contains(r.Reason, "prerequisite job idle") ||
+	if r.Status != model.StatusFailed || r.FailureClass != "permanent" || !strings.Contains(r.Reason, "prerequisite job idle") ||
 		!strings.Contains(r.Reason, "never run") || !strings.Contains(r.Reason, "within 2s") {
 		t.Fatalf("after: %s (%s, %s), want failed, permanent, naming idle, never run and the 2s bound", r.Status, r.FailureClass, r.Reason)
 	}
@@ -222,7 +223,7 @@ func TestScheduleNoOverlap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ended := slices.DeleteFunc(runs, func(r store.Run) bool { return store.Live(r.Status) })
+		ended := slices.DeleteFunc(runs, func(r model.Run) bool { return model.Live(r.Status) })
 		if len(ended) >= 2 && j.OverlapSkips > 0 {
 			break
 		}
@@ -231,16 +232,16 @@ func TestScheduleNoOverlap(t *testing.T) {
 		}
 	}
 	// No more slots; the last run ends.
-	if _, err := e.st.UpdateJob(ctx, "slow", func(j *store.Job) error { j.Schedule, j.NextRunAt = "", nil; return nil }); err != nil {
+	if _, err := e.st.UpdateJob(ctx, "slow", func(j *model.Job) error { j.Schedule, j.NextRunAt = "", nil; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	var runs []store.Run
+	var runs []model.Run
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		var err error
 		if runs, err = e.st.Runs(ctx, "slow", 100); err != nil {
 			t.Fatal(err)
 		}
-		if !slices.ContainsFunc(runs, func(r store.Run) bool { return store.Live(r.Status) }) {
+		if !slices.ContainsFunc(runs, func(r model.Run) bool { return model.Live(r.Status) }) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -249,7 +250,7 @@ func TestScheduleNoOverlap(t *testing.T) {
 	}
 	var spans [][2]time.Time
 	for _, r := range runs {
-		if r.Status != store.StatusSucceeded || r.Trigger != "schedule" || r.PlannedAt == nil {
+		if r.Status != model.StatusSucceeded || r.Trigger != "schedule" || r.PlannedAt == nil {
 			t.Fatalf("run %+v, want succeeded, triggered by the schedule at a planned slot", r)
 		}
 		claimed, ended := e.attemptSpan(t, r)
@@ -313,7 +314,7 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 		}
 	}
 	for i := range jobs {
-		if _, err := e.st.UpdateJob(ctx, fmt.Sprintf("tick%d", i), func(j *store.Job) error { j.Schedule, j.NextRunAt = "", nil; return nil }); err != nil {
+		if _, err := e.st.UpdateJob(ctx, fmt.Sprintf("tick%d", i), func(j *model.Job) error { j.Schedule, j.NextRunAt = "", nil; return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}

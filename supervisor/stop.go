@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -20,7 +21,7 @@ const StopAskTimeout = 10 * time.Second
 // intent is recorded first, so that if systemd does not take the request the daemon's next
 // pass asks again: unreached says why systemd was not reached, and the stop still stands. err
 // is set only if the intent could not be recorded. run is the run as the stop left it.
-func StopRun(ctx context.Context, st *store.Store, openRunner func(context.Context) (*runner.Runner, error), id uuid.UUID, host string) (run store.Run, unreached, err error) {
+func StopRun(ctx context.Context, st *store.Store, openRunner func(context.Context) (*runner.Runner, error), id uuid.UUID, host string) (run model.Run, unreached, err error) {
 	run, err = st.RequestStop(ctx, id)
 	if err != nil {
 		return run, nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
@@ -73,11 +74,11 @@ func newEnv(t *testing.T) env {
 // job creates a command job running argv.
 func (e env) job(t *testing.T, name string, argv ...string) {
 	t.Helper()
-	e.createJob(t, store.Job{Name: name, Engine: "command", Command: argv})
+	e.createJob(t, model.Job{Name: name, Engine: "command", Command: argv})
 }
 
 // createJob creates j, failing the test on error.
-func (e env) createJob(t *testing.T, j store.Job) {
+func (e env) createJob(t *testing.T, j model.Job) {
 	t.Helper()
 	if _, err := e.st.CreateJob(context.Background(), j); err != nil {
 		t.Fatal(err)
@@ -87,8 +88,8 @@ func (e env) createJob(t *testing.T, j store.Job) {
 // scheduled creates a command job on schedule whose first slot is first.
 func (e env) scheduled(t *testing.T, name, schedule string, first time.Time, argv ...string) {
 	t.Helper()
-	e.createJob(t, store.Job{Name: name, Engine: "command", Command: argv, Schedule: schedule})
-	if _, err := e.st.UpdateJob(context.Background(), name, func(j *store.Job) error { j.NextRunAt = &first; return nil }); err != nil {
+	e.createJob(t, model.Job{Name: name, Engine: "command", Command: argv, Schedule: schedule})
+	if _, err := e.st.UpdateJob(context.Background(), name, func(j *model.Job) error { j.NextRunAt = &first; return nil }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -97,9 +98,9 @@ func (e env) scheduled(t *testing.T, name, schedule string, first time.Time, arg
 func nextSecond() time.Time { return time.Now().Add(time.Second).Truncate(time.Second) }
 
 // admit admits a manual backup run of job.
-func (e env) admit(t *testing.T, job string) store.Run {
+func (e env) admit(t *testing.T, job string) model.Run {
 	t.Helper()
-	run, err := e.st.Admit(context.Background(), job, "manual", store.KindBackup)
+	run, err := e.st.Admit(context.Background(), job, "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func (e env) admit(t *testing.T, job string) store.Run {
 }
 
 // waitEnded polls the record (the test's own view, not the daemon's) until the run is final.
-func (e env) waitEnded(t *testing.T, id string, within time.Duration) store.Run {
+func (e env) waitEnded(t *testing.T, id string, within time.Duration) model.Run {
 	t.Helper()
 	run, err := e.st.ResolveRun(context.Background(), id)
 	if err != nil {
@@ -119,7 +120,7 @@ func (e env) waitEnded(t *testing.T, id string, within time.Duration) store.Run 
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !store.Live(r.Status) {
+		if !model.Live(r.Status) {
 			return r
 		}
 		if time.Now().After(deadline) {
@@ -150,12 +151,12 @@ func TestUnitEndWakesSweep(t *testing.T) {
 		run := e.admit(t, "quick")
 		start := time.Now()
 		waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		r, attempts, err := supervisor.WaitRun(waitCtx, e.st, run.ID, func(store.Run, *store.Progress) {})
+		r, attempts, err := supervisor.WaitRun(waitCtx, e.st, run.ID, func(model.Run, *model.Progress) {})
 		cancel()
 		if err != nil {
 			t.Fatalf("run %d: %v", i, err)
 		}
-		if r.Status != store.StatusSucceeded {
+		if r.Status != model.StatusSucceeded {
 			t.Fatalf("run %d: %s (%s), want succeeded", i, r.Status, r.Reason)
 		}
 		t.Logf("run %d: admitted to recorded final in %s", i, time.Since(start).Round(time.Millisecond))
@@ -245,7 +246,7 @@ func TestStartStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sup.Stop()
-	if r := e.waitEnded(t, run.ID.String(), time.Minute); r.Status != store.StatusSucceeded {
+	if r := e.waitEnded(t, run.ID.String(), time.Minute); r.Status != model.StatusSucceeded {
 		t.Fatalf("run %s (%s), want succeeded", r.Status, r.Reason)
 	}
 	// A context that ends stops the services too; Stop then only waits for them.
@@ -340,7 +341,7 @@ func TestWaitRun(t *testing.T) {
 	run := storetest.ManualRun(t, st, "w")
 
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, _, err := supervisor.WaitRun(short, st, run.ID, func(store.Run, *store.Progress) {})
+	_, _, err := supervisor.WaitRun(short, st, run.ID, func(model.Run, *model.Progress) {})
 	cancel()
 	if err == nil || !strings.Contains(err.Error(), "it goes on; see holdfast run show "+run.ID.String()) {
 		t.Fatalf("wait cut short: %v", err)
@@ -348,13 +349,13 @@ func TestWaitRun(t *testing.T) {
 	// Ended before the first read: the same, not a failed read.
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, _, err := supervisor.WaitRun(gone, st, run.ID, func(store.Run, *store.Progress) {}); err == nil ||
+	if _, _, err := supervisor.WaitRun(gone, st, run.ID, func(model.Run, *model.Progress) {}); err == nil ||
 		!strings.Contains(err.Error(), "it goes on; see holdfast run show "+run.ID.String()) {
 		t.Fatalf("wait ended before it began: %v", err)
 	}
 
 	type result struct {
-		run      store.Run
+		run      model.Run
 		err      error
 		readings int
 		at       time.Time
@@ -364,7 +365,7 @@ func TestWaitRun(t *testing.T) {
 	go func() {
 		n := 0
 		// A poll an hour apart: only the announcement of the run's end can end the wait.
-		r, _, err := supervisor.WaitRunPolling(ctx, st, run.ID, func(store.Run, *store.Progress) { n++; read <- struct{}{} }, time.Hour)
+		r, _, err := supervisor.WaitRunPolling(ctx, st, run.ID, func(model.Run, *model.Progress) { n++; read <- struct{}{} }, time.Hour)
 		done <- result{r, err, n, time.Now()}
 	}()
 	// Past the first readings (at once, and once listening).
@@ -376,13 +377,13 @@ func TestWaitRun(t *testing.T) {
 		}
 	}
 	ended := time.Now()
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: ended, Status: store.StatusFailed,
+	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: ended, Status: model.StatusFailed,
 		Reason: "ended by the test"}); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	select {
 	case r := <-done:
-		if r.err != nil || r.run.Status != store.StatusFailed {
+		if r.err != nil || r.run.Status != model.StatusFailed {
 			t.Fatalf("WaitRun: %+v, %v; want the failed run", r.run, r.err)
 		}
 		t.Logf("WaitRun returned %s after the end", r.at.Sub(ended))
@@ -426,7 +427,7 @@ func TestNotBeforeWakesSweep(t *testing.T) {
 		t.Fatal("no pass handed the first run over")
 	}
 	retry := store.Retry{ID: uuid.New(), Number: 1, Delay: 2 * time.Second, Why: "waiting: a retry"} // Finish sets its NotBefore
-	if ok, err := e.st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: first.ID, Attempt: 1, At: time.Now(), Status: store.StatusFailed,
+	if ok, err := e.st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: first.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
 		Reason: "failed by the test", FailureClass: "transient", Retry: &retry}); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
@@ -436,7 +437,7 @@ func TestNotBeforeWakesSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Status != store.StatusSucceeded || len(attempts) != 1 || attempts[0].SpawnClaimedAt == nil {
+	if r.Status != model.StatusSucceeded || len(attempts) != 1 || attempts[0].SpawnClaimedAt == nil {
 		t.Fatalf("retry %s (%s) with %+v, want succeeded", r.Status, r.Reason, attempts)
 	}
 	if at := *attempts[0].SpawnClaimedAt; at.Before(retry.NotBefore) {
@@ -481,7 +482,7 @@ func TestSpawnDoesNotBlockSweep(t *testing.T) {
 		t.Fatal("the held run was not handed to the spawner")
 	}
 	free := e.admit(t, "free")
-	if r := e.waitEnded(t, free.ID.String(), time.Minute); r.Status != store.StatusSucceeded {
+	if r := e.waitEnded(t, free.ID.String(), time.Minute); r.Status != model.StatusSucceeded {
 		t.Fatalf("free run %s (%s), want succeeded", r.Status, r.Reason)
 	}
 
@@ -509,7 +510,7 @@ func TestSpawnDoesNotBlockSweep(t *testing.T) {
 	if err := sup.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.waitEnded(t, held.ID.String(), time.Minute); r.Status != store.StatusSucceeded {
+	if r := e.waitEnded(t, held.ID.String(), time.Minute); r.Status != model.StatusSucceeded {
 		t.Fatalf("held run %s (%s), want succeeded", r.Status, r.Reason)
 	}
 	if n := calls.Load(); n != 1 {

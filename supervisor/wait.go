@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -18,11 +19,11 @@ const WaitPoll = time.Second
 // the run as soon as its end is announced (store.ListenRunEnds) and otherwise every WaitPoll,
 // calling report with each reading, the final one included. When ctx ends first the run goes
 // on; the error says where to find it.
-func WaitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(store.Run, *store.Progress)) (store.Run, []store.Attempt, error) {
+func WaitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(model.Run, *model.Progress)) (model.Run, []model.Attempt, error) {
 	return waitRun(ctx, st, id, report, WaitPoll)
 }
 
-func waitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(store.Run, *store.Progress), poll time.Duration) (store.Run, []store.Attempt, error) {
+func waitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(model.Run, *model.Progress), poll time.Duration) (model.Run, []model.Attempt, error) {
 	ended := newWakeup()
 	listenCtx, cancel := context.WithCancel(ctx)
 	listening := make(chan struct{})
@@ -52,22 +53,22 @@ func waitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(sto
 	for {
 		run, err := st.RunByID(ctx, id)
 		if err != nil {
-			return store.Run{}, nil, cutShort(err)
+			return model.Run{}, nil, cutShort(err)
 		}
 		attempts, err := st.Attempts(ctx, id)
 		if err != nil {
-			return store.Run{}, nil, cutShort(err)
+			return model.Run{}, nil, cutShort(err)
 		}
-		var p *store.Progress
+		var p *model.Progress
 		if n := len(attempts); n > 0 {
 			p = attempts[n-1].Progress
 		}
 		report(run, p)
-		if !store.Live(run.Status) {
+		if !model.Live(run.Status) {
 			return run, attempts, nil
 		}
 		if !sleep(ctx, poll, ended) {
-			return store.Run{}, nil, cutShort(ctx.Err())
+			return model.Run{}, nil, cutShort(ctx.Err())
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -57,7 +58,7 @@ type LiveStatus struct {
 	Status   string
 	Attempt  int
 	Started  *time.Time
-	Progress *store.Progress
+	Progress *model.Progress
 	ETA      *time.Duration // from its progress so far; nil without one
 	Stalled  *time.Time     // when it was found stalled
 	State    State
@@ -119,7 +120,7 @@ func Status(ctx context.Context, st *store.Store) (Report, error) {
 		case v.Overdue:
 			j.State, j.Note = Critical, "overdue (no daemon recorded it yet): "+v.Reason
 			j.OverdueSince, j.OverdueReason = &v.Since, v.Reason
-		case f.Job.LastOutcome != "" && f.Job.LastOutcome != store.StatusSucceeded:
+		case f.Job.LastOutcome != "" && f.Job.LastOutcome != model.StatusSucceeded:
 			j.State, j.Note = Warning, "last run "+f.Job.LastOutcome
 		}
 		r.State = max(r.State, j.State)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -90,7 +91,7 @@ func judge(f store.WatchFacts, now, from time.Time, e expectation) Verdict {
 				now.Sub(from).Round(time.Second), e.every, after)}
 		}
 	}
-	if n := j.AlertFailures; n > 0 && len(f.Recent) >= n && f.RecentEnd != nil && !slices.Contains(f.Recent[:n], store.StatusSucceeded) {
+	if n := j.AlertFailures; n > 0 && len(f.Recent) >= n && f.RecentEnd != nil && !slices.Contains(f.Recent[:n], model.StatusSucceeded) {
 		return Verdict{true, *f.RecentEnd, fmt.Sprintf("the last %d runs did not succeed (%s)", n, strings.Join(f.Recent[:n], ", "))}
 	}
 	return Verdict{}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
@@ -23,14 +24,14 @@ func TestWatcherJudgesAChangedScheduleAnew(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	if _, err := st.CreateJob(ctx, store.Job{Name: "tick", Engine: "command", Command: []string{"/bin/true"},
+	if _, err := st.CreateJob(ctx, model.Job{Name: "tick", Engine: "command", Command: []string{"/bin/true"},
 		Schedule: "@every 1s"}); err != nil {
 		t.Fatal(err)
 	}
 	w := &Watcher{Store: st, Host: "h", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	pass := func(schedule string, overdue bool) {
 		t.Helper()
-		if _, err := st.UpdateJob(ctx, "tick", func(j *store.Job) error { j.Schedule = schedule; return nil }); err != nil {
+		if _, err := st.UpdateJob(ctx, "tick", func(j *model.Job) error { j.Schedule = schedule; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.Pass(ctx); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/holdfast-backup/holdfast/forget"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
@@ -187,8 +188,8 @@ func (s *server) job(ctx context.Context, r *http.Request) (any, error) {
 	}
 	return struct {
 		page
-		Job  store.Job
-		Runs []store.Run
+		Job  model.Job
+		Runs []model.Run
 	}{page{"Job " + j.Name, now()}, j, runs}, nil
 }
 
@@ -199,18 +200,18 @@ func (s *server) runs(ctx context.Context, r *http.Request) (any, error) {
 	}
 	return struct {
 		page
-		Runs []store.Run
+		Runs []model.Run
 	}{page{"Runs", now()}, runs}, nil
 }
 
-func (s *server) runByPath(ctx context.Context, r *http.Request) (store.Run, []store.Attempt, error) {
+func (s *server) runByPath(ctx context.Context, r *http.Request) (model.Run, []model.Attempt, error) {
 	id, err := s.cfg.Store.ResolveRun(ctx, r.PathValue("id"))
 	if err != nil {
-		return store.Run{}, nil, err
+		return model.Run{}, nil, err
 	}
 	run, err := s.cfg.Store.RunByID(ctx, id)
 	if err != nil {
-		return store.Run{}, nil, err
+		return model.Run{}, nil, err
 	}
 	attempts, err := s.cfg.Store.Attempts(ctx, id)
 	return run, attempts, err
@@ -223,14 +224,14 @@ func (s *server) run(ctx context.Context, r *http.Request) (any, error) {
 	}
 	// Trusted sources only, bounded; ErrBusy (503) when too many tails are being read at once.
 	// Any other error is noted at the end of what could be read.
-	tail, err := journallog.RunTail(ctx, s.cfg.JournalDir, run.ID, store.UnitNames(attempts), logLines)
+	tail, err := journallog.RunTail(ctx, s.cfg.JournalDir, run.ID, model.UnitNames(attempts), logLines)
 	if errors.Is(err, journallog.ErrBusy) {
 		return nil, err
 	}
 	return struct {
 		page
-		Run      store.Run
-		Attempts []store.Attempt
+		Run      model.Run
+		Attempts []model.Attempt
 		Log      string
 	}{page{"Run " + run.ID.String(), now()}, run, attempts, tail}, nil
 }
@@ -259,7 +260,7 @@ func (s *server) apiRun(w http.ResponseWriter, r *http.Request) {
 		Attempts   int          `json:"attempts"`
 		Progress   *apiProgress `json:"progress"`
 		ETASeconds *float64     `json:"eta_seconds"`
-	}{ID: run.ID.String(), Status: run.Status, Reason: run.Reason, Live: store.Live(run.Status), Attempts: len(attempts)}
+	}{ID: run.ID.String(), Status: run.Status, Reason: run.Reason, Live: model.Live(run.Status), Attempts: len(attempts)}
 	if n := len(attempts); n > 0 {
 		a := attempts[n-1]
 		if p := a.Progress; p != nil {
@@ -285,7 +286,7 @@ func (s *server) plan(ctx context.Context, r *http.Request) (any, error) {
 		PlanError string
 	}{page: page{"Retention plan of " + name, now()}, Job: name}
 	pl, err := forget.Plan(ctx, s.cfg.Store, forget.Request{Job: name, At: time.Now(), Host: s.cfg.Host,
-		Read: func(ctx context.Context, j store.Job) ([]store.Snapshot, error) {
+		Read: func(ctx context.Context, j model.Job) ([]store.Snapshot, error) {
 			return s.cfg.Store.Snapshots(ctx, j.Repository)
 		}})
 	var conflict *store.ConflictError

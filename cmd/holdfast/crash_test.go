@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -181,13 +181,13 @@ func (w *world) waitNoLive(job string) []listedRun {
 // firstRunSucceeded reports whether the store reads the job's first run as succeeded.
 func (w *world) firstRunSucceeded(job string) bool {
 	runs, err := w.storeRuns(job)
-	return err == nil && len(runs) > 0 && runs[len(runs)-1].Status == store.StatusSucceeded
+	return err == nil && len(runs) > 0 && runs[len(runs)-1].Status == model.StatusSucceeded
 }
 
 // anyLive reports whether the job has a queued or running run, or its runs could not be read.
 func (w *world) anyLive(job string) bool {
 	runs, err := w.storeRuns(job)
-	return err != nil || slices.ContainsFunc(runs, func(r store.Run) bool { return store.Live(r.Status) })
+	return err != nil || slices.ContainsFunc(runs, func(r model.Run) bool { return model.Live(r.Status) })
 }
 
 // crashRunPath: a backup's own steps (spawn, journal, finish, restart). Every run reaches the

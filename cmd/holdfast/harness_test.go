@@ -21,6 +21,7 @@ import (
 
 	holdfast "github.com/holdfast-backup/holdfast/cmd/holdfast"
 	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
@@ -104,7 +105,7 @@ func (w *world) stopUnits() {
 			w.t.Errorf("stop the world's units: %v", err)
 			return
 		}
-		for _, u := range store.UnitNames(attempts) {
+		for _, u := range model.UnitNames(attempts) {
 			units = append(units, u, runner.TimerName(u))
 		}
 	}
@@ -561,7 +562,7 @@ var errNoStore = errors.New("the database cannot be opened now")
 
 // storeRuns reads the job's runs ("" for every job's), newest first, as the store does in this
 // process: a `run list` is a process and a database connection each time.
-func (w *world) storeRuns(job string) ([]store.Run, error) {
+func (w *world) storeRuns(job string) ([]model.Run, error) {
 	st := w.store()
 	if st == nil {
 		return nil, errNoStore
@@ -583,7 +584,7 @@ func (w *world) storeLive(id uuid.UUID) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return store.Live(run.Status), nil
+	return model.Live(run.Status), nil
 }
 
 // await polls until cond holds for what show (a holdfast command) prints, or fails the test
@@ -665,7 +666,7 @@ func runFingerprint(st *store.Store, id string) string {
 	}
 	for i, a := range attempts {
 		if a.Progress != nil {
-			attempts[i].Progress = &store.Progress{BytesDone: min(a.Progress.BytesDone, 1)}
+			attempts[i].Progress = &model.Progress{BytesDone: min(a.Progress.BytesDone, 1)}
 		}
 		attempts[i].Cursor, attempts[i].LastEventAt = journal.Cursor{}, nil
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
@@ -48,7 +49,7 @@ func newJobCmd(g *globals) *cobra.Command {
 
 // jobFlags binds the settings an operator can give a job (add) or change (edit).
 type jobFlags struct {
-	job      store.Job
+	job      model.Job
 	nice     int
 	maxAdded string
 	anyHost  bool
@@ -71,8 +72,8 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.DurationVar(&j.AlertAfter, "alert-after", 0, "a scheduled job with no success this long after a slot is overdue (default: one period of its schedule)")
 	f.IntVar(&j.AlertFailures, "alert-failures", job.DefaultAlertFailures, "this many runs in a row that did not succeed make the job overdue (0: never)")
 	f.DurationVar(&j.ExpectEvery, "expect-every", 0, "a job without --schedule is overdue without a success this often (e.g. 168h; 0: never)")
-	f.DurationVar(&j.StallAfter, "stall-after", store.DefaultStallAfter, "a live run whose progress stands still this long is stalled (an event)")
-	f.StringVar(&j.StallAction, "stall-action", store.StallAlert, "what a stall does besides its event: alert, or stop the run")
+	f.DurationVar(&j.StallAfter, "stall-after", model.DefaultStallAfter, "a live run whose progress stands still this long is stalled (an event)")
+	f.StringVar(&j.StallAction, "stall-action", model.StallAlert, "what a stall does besides its event: alert, or stop the run")
 	f.IntVar(&j.LimitUploadKiB, "limit-upload", 0, "limit what restic writes to the repository to this many KiB/s (restic --limit-upload); 0 no limit")
 	f.StringVar(&j.IOSchedulingClass, "io-class", "", "IO scheduling class: realtime, best-effort or idle")
 	f.StringVar(&j.Engine, "engine", engine.NameRestic, "backup engine: "+engine.NameRestic+" or "+engine.NameCommand)
@@ -94,7 +95,7 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 }
 
 // apply copies the flags the operator gave onto j.
-func (jf *jobFlags) apply(f *pflag.FlagSet, j *store.Job) error {
+func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 	src := jf.job
 	set := map[string]func(){
 		"repo": func() { j.Repository = src.Repository }, "password-file": func() { j.PasswordFile = src.PasswordFile },
@@ -205,7 +206,7 @@ func newJobEditCmd(g *globals) *cobra.Command {
 				return badInput("nothing to change: give the flags to change, e.g. --schedule \"0 3 * * *\"")
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				updated, err := st.UpdateJob(ctx, args[0], func(j *store.Job) error {
+				updated, err := st.UpdateJob(ctx, args[0], func(j *model.Job) error {
 					before := *j
 					if err := jf.apply(cmd.Flags(), j); err != nil {
 						return err
@@ -239,7 +240,7 @@ func newJobEditCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func nextRunText(j store.Job) string {
+func nextRunText(j model.Job) string {
 	if j.NextRunAt == nil {
 		return fmt.Sprintf("runs when started (holdfast run start %s)", j.Name)
 	}
@@ -298,7 +299,7 @@ type jobOut struct {
 	AdmissionRetryAt   *string           `json:"admission_retry_at,omitempty"`
 }
 
-func jobJSON(j store.Job) jobOut {
+func jobJSON(j model.Job) jobOut {
 	o := jobOut{Name: j.Name, Engine: j.Engine, Repository: j.Repository, PasswordFile: j.PasswordFile,
 		EnvFile: j.EnvFile, Paths: j.Paths, Excludes: j.Excludes, User: j.User, Group: j.Group, Nice: j.Nice,
 		IOSchedulingClass: j.IOSchedulingClass, RuntimeMaxSeconds: j.RuntimeMax.Seconds(), LimitUploadKiB: j.LimitUploadKiB,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/forget"
 	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/store"
@@ -83,7 +84,7 @@ func (gf *guardFlags) bind(f *pflag.FlagSet) {
 }
 
 // applyRetention sets the policy and guardrail flags given onto j.
-func applyRetention(f *pflag.FlagSet, pf *policyFlags, gf *guardFlags, j *store.Job) error {
+func applyRetention(f *pflag.FlagSet, pf *policyFlags, gf *guardFlags, j *model.Job) error {
 	if pf.given(f) {
 		base, _, err := job.Policy(*j)
 		if err != nil {
@@ -194,7 +195,7 @@ func printPlan(w io.Writer, o planOut) {
 
 // refreshSnapshots reads the job's repository into the inventory, with restic running as the
 // job's user in a unit of its own, as the daemon runs it.
-func (g *globals) refreshSnapshots(ctx context.Context, st *store.Store, restic string, j store.Job) ([]store.Snapshot, error) {
+func (g *globals) refreshSnapshots(ctx context.Context, st *store.Store, restic string, j model.Job) ([]store.Snapshot, error) {
 	rn, err := g.openRunner(ctx)
 	if err != nil {
 		return nil, err
@@ -251,7 +252,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 				pl, err := forget.Plan(ctx, st, forget.Request{Job: args[0], At: planAt, Host: host,
 					Policy:      func(p retention.Policy) (retention.Policy, error) { return pf.policy(cmd.Flags(), p) },
 					PolicyGiven: pf.given(cmd.Flags()),
-					Read: func(ctx context.Context, j store.Job) ([]store.Snapshot, error) {
+					Read: func(ctx context.Context, j model.Job) ([]store.Snapshot, error) {
 						return g.refreshSnapshots(ctx, st, resticPath, j)
 					}})
 				if err != nil {

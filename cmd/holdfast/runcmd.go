@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/journallog"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/supervisor"
 	"github.com/holdfast-backup/holdfast/textsafe"
@@ -56,7 +57,7 @@ type progressOut struct {
 }
 
 // progressJSON is an attempt's progress as the CLI prints it; nil without one.
-func progressJSON(p *store.Progress) *progressOut {
+func progressJSON(p *model.Progress) *progressOut {
 	if p == nil {
 		return nil
 	}
@@ -104,7 +105,7 @@ func timeStr(t *time.Time) *string {
 	return &s
 }
 
-func runJSON(r store.Run, attempts []store.Attempt) runOut {
+func runJSON(r model.Run, attempts []model.Attempt) runOut {
 	o := runOut{ID: r.ID.String(), Job: r.JobName, Kind: r.Kind, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason,
 		FailureClass: r.FailureClass, PausedReason: r.PausedReason, StopRequestedAt: timeStr(r.StopRequestedAt),
 		CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339Nano), StartedAt: timeStr(r.StartedAt), FinishedAt: timeStr(r.FinishedAt),
@@ -130,7 +131,7 @@ func runJSON(r store.Run, attempts []store.Attempt) runOut {
 			HoldBytes: a.HoldBytes, SettleDeferred: a.SettleDeferred, Settlement: a.Settlement,
 			SupersededAt: timeStr(a.SupersededAt), SupersededBy: a.SupersededBy})
 	}
-	if n := len(attempts); n > 0 && store.Live(r.Status) {
+	if n := len(attempts); n > 0 && model.Live(r.Status) {
 		o.Progress = progressJSON(attempts[n-1].Progress)
 		if r.FilesSkipped == 0 {
 			o.FilesSkipped = attempts[n-1].ItemErrors
@@ -141,13 +142,13 @@ func runJSON(r store.Run, attempts []store.Attempt) runOut {
 
 func statusExit(status string) int {
 	switch status {
-	case store.StatusSucceeded:
+	case model.StatusSucceeded:
 		return exitOK
-	case store.StatusPartial:
+	case model.StatusPartial:
 		return exitPartial
-	case store.StatusStopped:
+	case model.StatusStopped:
 		return exitStopped
-	case store.StatusPaused:
+	case model.StatusPaused:
 		return exitPaused
 	}
 	return exitFailed
@@ -167,9 +168,9 @@ func newRunStartCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				kind := store.KindBackup
+				kind := model.KindBackup
 				if prune {
-					kind = store.KindPrune
+					kind = model.KindPrune
 				}
 				// Waiting for a run that no daemon can take would wait for ever: say so now.
 				able, err := st.RunnableBy(ctx, args[0])
@@ -183,7 +184,7 @@ func newRunStartCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if len(able.Hosts) == 0 && run.Status != store.StatusPaused {
+				if len(able.Hosts) == 0 && run.Status != model.StatusPaused {
 					fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: warning: %s; the run waits until then\n", able.Why)
 				}
 				if !wait {
@@ -191,12 +192,12 @@ func newRunStartCmd(g *globals) *cobra.Command {
 						if err := writeJSON(cmd.OutOrStdout(), runJSON(run, nil)); err != nil {
 							return err
 						}
-					} else if run.Status == store.StatusPaused {
+					} else if run.Status == model.StatusPaused {
 						fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s %s\n", run.ID, run.JobName, textsafe.String(run.Reason))
 					} else {
 						fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s queued\n", run.ID, run.JobName)
 					}
-					if run.Status == store.StatusPaused {
+					if run.Status == model.StatusPaused {
 						return exitCodeError{exitPaused} // admitted, but its account could not hold it
 					}
 					return nil
@@ -230,9 +231,9 @@ func newRunStartCmd(g *globals) *cobra.Command {
 
 // progressWriter returns where supervisor.WaitRun reports progress: a line redrawn in place on a terminal,
 // a line every few seconds elsewhere, nothing under --json.
-func progressWriter(w io.Writer, quiet bool) func(store.Run, *store.Progress) {
+func progressWriter(w io.Writer, quiet bool) func(model.Run, *model.Progress) {
 	if quiet {
-		return func(store.Run, *store.Progress) {}
+		return func(model.Run, *model.Progress) {}
 	}
 	tty := false
 	if f, ok := w.(*os.File); ok {
@@ -242,8 +243,8 @@ func progressWriter(w io.Writer, quiet bool) func(store.Run, *store.Progress) {
 	}
 	var last string
 	var lastAt time.Time
-	return func(r store.Run, p *store.Progress) {
-		if !store.Live(r.Status) {
+	return func(r model.Run, p *model.Progress) {
+		if !model.Live(r.Status) {
 			// The ending is printed by the caller, with the run's own figures.
 			if tty && last != "" {
 				fmt.Fprint(w, "\r\033[K")
@@ -477,7 +478,7 @@ func newRunLogsCmd(g *globals) *cobra.Command {
 							a.No, a.Host, id)
 					}
 				}
-				units := store.UnitNames(attempts)
+				units := model.UnitNames(attempts)
 				if len(units) == 0 {
 					return badInput("run %s has not started a unit yet: no logs", id)
 				}
