@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
-	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
@@ -52,7 +51,7 @@ func Plan(ctx context.Context, st *store.Store, req Request) (Planned, error) {
 	if err != nil {
 		return Planned{}, err
 	}
-	if j.Engine != engine.NameRestic {
+	if !j.HasRepository() {
 		return Planned{}, &store.ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: retention applies to restic repositories", j.Name, j.Engine)}
 	}
 	p, ok, err := job.Policy(j)

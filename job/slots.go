@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/schedule"
@@ -50,7 +49,7 @@ func firstPrune(j model.Job, now time.Time) (*time.Time, error) {
 	if j.PruneSchedule == "" {
 		return nil, nil
 	}
-	if j.Engine != engine.NameRestic {
+	if !j.HasRepository() {
 		return nil, fmt.Errorf("--prune-schedule: job %s uses the %s engine; only restic repositories are pruned", j.Name, j.Engine)
 	}
 	next, err := schedule.FirstSlot(j.PruneSchedule, j.TimeZone, now)

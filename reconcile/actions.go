@@ -15,7 +15,9 @@ import (
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/inventory"
 	jobdef "github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
@@ -75,7 +77,7 @@ func (r *Reconciler) spawn(ctx context.Context, l model.LiveRun, job model.Job, 
 	}
 	// What a local repository holds before the backup starts: its growth is what the attempt
 	// added, for the runaway guard and for a settlement without restic's own figure.
-	if l.Run.Kind == model.KindBackup && job.Engine == engine.NameRestic {
+	if model.AddsToRepository(l.Run.Kind, job.Engine) {
 		if size, err := ledger.RepoSize(job.Repository); err == nil {
 			if err := r.cfg.Store.SetRepoBaseline(ctx, fence, l.Run.ID, l.Attempt.No, size); err != nil {
 				return release(err, false)
@@ -143,7 +145,7 @@ func (r *Reconciler) prepareDirs(job model.Job, run uuid.UUID, attempt int) erro
 	if err := os.MkdirAll(filepath.Dir(runner.MarkerPath(r.cfg.StateDir, run, attempt)), 0o755); err != nil {
 		return err
 	}
-	uid, gid, err := jobIdentity(job)
+	uid, gid, err := jobunit.Identity(job)
 	if err != nil {
 		return err
 	}
@@ -151,10 +153,10 @@ func (r *Reconciler) prepareDirs(job model.Job, run uuid.UUID, attempt int) erro
 	if err := os.MkdirAll(filepath.Dir(journalDir), 0o755); err != nil {
 		return err
 	}
-	if err := ownedDir(journalDir, uid, gid, 0o755); err != nil {
+	if err := jobunit.OwnedDir(journalDir, uid, gid, 0o755); err != nil {
 		return err
 	}
-	return prepareCache(r.cfg.StateDir, job)
+	return jobunit.PrepareCache(r.cfg.StateDir, job)
 }
 
 // missingIdentity returns the reason a job cannot run because its user or group does not exist
@@ -240,7 +242,7 @@ func (r *Reconciler) finishBackup(ctx context.Context, l model.LiveRun, a model.
 		case err != nil:
 			return err // nothing is closed on facts we could not read
 		default:
-			v.snapshot = summarySnapshot(job, l.Run.ID, a, s.SnapshotID, r.hostname, l.Now())
+			v.snapshot = inventory.FromSummary(job, l.Run.ID, a, s.SnapshotID, r.hostname, l.Now())
 		}
 	}
 	return r.finishAttempt(ctx, l, a, m, v)
@@ -259,7 +261,7 @@ func (r *Reconciler) refreshAfter(ctx context.Context, l model.LiveRun) {
 	refresh := func(ctx context.Context, _ func()) error {
 		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
 		if err == nil {
-			_, err = RefreshSnapshots(ctx, r.cfg, job)
+			_, err = inventory.Refresh(ctx, r.cfg.inventoryConfig(), job)
 		}
 		if err != nil {
 			r.cfg.Logger.Warn("snapshot inventory not refreshed", "run", l.Run.ID, "err", err)
@@ -285,7 +287,7 @@ func (r *Reconciler) repair(ctx context.Context, job model.Job, run uuid.UUID, r
 		return "", nil, reason + "; the journal recorded no summary and the repository has no snapshot tagged with this run"
 	}
 	last := snaps[len(snaps)-1]
-	listed := listedSnapshot(job.Repository, last)
+	listed := inventory.Listed(job.Repository, last)
 	return last.ShortID, &listed, reason + fmt.Sprintf("; snapshot %s found in the repository by the run's tag (the journal recorded no summary; byte figures unknown)", last.ShortID)
 }
 
@@ -399,7 +401,7 @@ func (r *Reconciler) drain(ctx context.Context, l model.LiveRun) (lag int64, pro
 	if l.Attempt.QuarantinedAt != nil || l.Attempt.Unit == "" {
 		return 0, "", nil
 	}
-	uid, _, err := userIdentity(l.JobUser)
+	uid, _, err := jobunit.UserIdentity(l.JobUser)
 	if err != nil {
 		return 0, "", fmt.Errorf("owner of the journal of run %s: %w", l.Run.ID, err)
 	}

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -127,11 +127,11 @@ func (r *Reconciler) unlockSuperseded(ctx context.Context, a store.SupersededAtt
 			return nil
 		}
 		job, err := r.cfg.Store.JobByName(ctx, a.JobName)
-		if errors.Is(err, store.ErrNotFound) || err == nil && job.Engine != engine.NameRestic {
+		if errors.Is(err, store.ErrNotFound) || err == nil && !job.HasRepository() {
 			return nil
 		}
 		if err == nil {
-			restic, ej := jobRestic(r.cfg, job, true)
+			restic, ej := jobunit.Restic(r.cfg.units(), job, true)
 			_, err = restic.Run(ctx, restic.UnlockArgv(ej))
 		}
 		if err != nil {

@@ -25,8 +25,7 @@ const (
 )
 
 // ValidatePolicy checks AllowUsers (names of users of this host, or numeric uids, or AnyUser)
-// and resolves it; an empty list is DefaultAllowUsers. Validate calls it; the daemon calls it
-// first, to refuse a bad list before it connects anywhere.
+// and resolves it; an empty list is DefaultAllowUsers. Validate and ValidateFlags call it.
 func (c *Config) ValidatePolicy() error {
 	if len(c.AllowUsers) == 0 {
 		c.AllowUsers = []string{DefaultAllowUsers}

@@ -7,9 +7,9 @@
 // state change is a store write guarded by "this attempt is still live".
 //
 // The sweep decides; three services carry out what takes long or outlives a pass (services.go,
-// watch.go): the Spawner claims and starts units, the RepairChannel asks the repository for a
-// snapshot the journal did not record and then ends the run, and the RunawayWatch follows the
-// repositories of running backups. The sweep hands work over and never waits for it. While they
+// runawaywatch.go): the Spawner claims and starts units, the RepairChannel asks the repository
+// for a snapshot the journal did not record and then ends the run, and the RunawayWatch follows
+// the repositories of running backups. The sweep hands work over and never waits for it. While they
 // are not started (a Reconciler used alone, as in its tests) Sweep spawns and repairs inline.
 package reconcile
 
@@ -28,6 +28,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
@@ -38,21 +40,25 @@ import (
 // long enough for a nightly prerequisite that failed to be retried or run by hand.
 const DefaultDependsWait = 6 * time.Hour
 
-// Config configures a Reconciler.
+// Config configures a Reconciler, and states the defaults and the validation of its settings,
+// which the daemon's flags set (supervisor.Config embeds it). A setting left zero gets its
+// default; a negative or otherwise invalid one is refused with an error naming its flag.
 type Config struct {
 	Store  *store.Store
 	Runner *runner.Runner
-	// StateDir holds markers and run journals; it must be the same path inside the units.
+	// StateDir holds markers and run journals (--state-dir); it must be the same path inside the
+	// units.
 	StateDir string
-	// Binary is the holdfast executable the units run (`holdfast exec`, `holdfast marker`).
+	// Binary is the holdfast executable the units run (`holdfast exec`, `holdfast marker`;
+	// --holdfast-binary).
 	Binary string
-	// ResticBinary is the restic executable the units run. Default DefaultResticBinary.
+	// ResticBinary is the restic executable the units run (--restic). Default DefaultResticBinary.
 	ResticBinary string
-	// Host is this daemon's host: recorded on each attempt it claims, and the only host whose
-	// attempts it reconciles. Default os.Hostname().
+	// Host is this daemon's host (--host): recorded on each attempt it claims, and the only host
+	// whose attempts it reconciles. Default os.Hostname().
 	Host string
 	// TakeoverGrace is how long after another host's lease expired this daemon takes over that
-	// host's runs of any-host jobs. Default DefaultTakeoverGrace.
+	// host's runs of any-host jobs (--takeover-grace). Default DefaultTakeoverGrace.
 	TakeoverGrace time.Duration
 	// Lease, if set, is the host's lease as the daemon holds it now, and whether it holds it
 	// (it took or renewed it less than a lease length ago and no other holder took it). Every
@@ -65,25 +71,31 @@ type Config struct {
 	// earlier boot is gone for good. Default CurrentBoot ("" if it cannot be read: then a run a
 	// reboot interrupted waits out the spawn grace).
 	BootID string
-	// SpawnGrace is how long after a spawn claim a missing unit is still "not started yet".
+	// SpawnGrace is how long after a spawn claim a missing unit is still "not started yet"
+	// (--spawn-grace). Default DefaultSpawnGrace.
 	SpawnGrace time.Duration
-	// RunBudget bounds the time one run may take in one pass.
+	// RunBudget bounds the time one run may take in one pass (--run-budget). Default
+	// DefaultRunBudget.
 	RunBudget time.Duration
 	// PassTimeout bounds a whole pass, so a database or systemd that stops answering cannot
-	// hold the daemon's loop: the runs not reached go to the next pass. Default
-	// DefaultPassTimeout.
+	// hold the daemon's loop: the runs not reached go to the next pass (--pass-timeout, which
+	// bounds admission passes too). Default DefaultPassTimeout.
 	PassTimeout time.Duration
-	// MaxAttempts bounds restarts: a run whose units keep vanishing fails after this many attempts.
+	// MaxAttempts bounds restarts: a run whose units keep vanishing fails after this many attempts
+	// (--max-attempts). Default DefaultMaxAttempts.
 	MaxAttempts int
-	// Limits bound how many runs hold a unit at once.
+	// Limits bound how many runs hold a unit at once (--max-running, --max-running-host; 0: no
+	// limit).
 	Limits store.Limits
-	// Windows are global maintenance windows in WindowZone: no run starts inside one.
+	// Windows are global maintenance windows in WindowZone (--window, --window-tz): no run starts
+	// inside one. Default UTC.
 	Windows    []schedule.Window
 	WindowZone *time.Location
 	// DependsWait bounds how long a run waits for its prerequisite's next outcome when the
-	// prerequisite's last run did not succeed, counted from when the run was queued. Default 6h.
+	// prerequisite's last run did not succeed, counted from when the run was queued
+	// (--depends-wait). Default DefaultDependsWait.
 	DependsWait time.Duration
-	// Workers is how many runs one pass reconciles at once. Default DefaultWorkers.
+	// Workers is how many runs one pass reconciles at once (--workers). Default DefaultWorkers.
 	Workers int
 	// SpawnWorkers is how many spawns the spawning service carries out at once. Default
 	// DefaultSpawnWorkers.
@@ -91,15 +103,18 @@ type Config struct {
 	// SpawnHook, if set, is called by each spawn before its claim; for tests, which hold a
 	// spawn with it.
 	SpawnHook func(ctx context.Context, run uuid.UUID)
-	// AllowUsers are the users jobs may run as: user names or numeric uids, or AnyUser.
+	// AllowUsers are the users jobs may run as (--allow-users): user names or numeric uids, or
+	// AnyUser.
 	// Default DefaultAllowUsers. A run of a job whose user is not among them ends failed.
 	AllowUsers []string
-	// AllowCommandJobs lets runs of command jobs start; without it they end failed.
+	// AllowCommandJobs lets runs of command jobs start (--allow-command-jobs); without it they
+	// end failed.
 	// Default DefaultAllowCommandJobs.
 	AllowCommandJobs bool
 	// StartLead is how long before its not-before time (a scheduled run's slot, a retry's
 	// delay) a ready run is claimed, prepared and armed, so that systemd starts its unit at that
-	// time from a transient timer (runner.Arm); 0 starts every run when its time has come.
+	// time from a transient timer (runner.Arm; --start-lead); 0 starts every run when its time
+	// has come.
 	StartLead time.Duration
 	// Observer hears of each run this reconciler closes (metrics); nil hears nothing.
 	Observer Observer
@@ -115,14 +130,15 @@ type Observer interface {
 	RunEnded(run model.Run, status string, at time.Time)
 }
 
-// Config's defaults, each stated once; the daemon's flags default to them.
+// Config's defaults, each stated once (and applied in durations and counts); the daemon's flags
+// default to them.
 const (
 	DefaultPassTimeout  = 2 * time.Minute
 	DefaultSpawnGrace   = 30 * time.Second
 	DefaultRunBudget    = 30 * time.Second
 	DefaultMaxAttempts  = 5
 	DefaultWorkers      = 8
-	DefaultResticBinary = "restic" // resolved in PATH
+	DefaultResticBinary = jobunit.DefaultResticBinary // restic in PATH
 )
 
 // CurrentBoot identifies this boot of the host: the kernel's boot id, and when its PID 1 started
@@ -140,7 +156,9 @@ func CurrentBoot() (string, error) {
 	return strings.TrimSpace(string(kernel)) + "+" + start, nil
 }
 
-// Validate fills in defaults and checks required fields.
+// Validate fills in the defaults of the settings left zero and checks every field: the
+// connections and programs a Reconciler needs, and each setting (a negative or otherwise
+// invalid one is refused with an error naming the daemon's flag for it).
 func (c *Config) Validate() error {
 	switch {
 	case c.Store == nil:
@@ -151,34 +169,12 @@ func (c *Config) Validate() error {
 		return errors.New("reconcile: no state directory")
 	case c.Binary == "":
 		return errors.New("reconcile: no holdfast binary")
-	case c.PassTimeout < 0:
-		return fmt.Errorf("reconcile: pass timeout %s: want a positive duration", c.PassTimeout)
-	case c.StartLead < 0:
-		return fmt.Errorf("reconcile: start lead %s: want 0 or a positive duration", c.StartLead)
 	}
-	if c.PassTimeout == 0 {
-		c.PassTimeout = DefaultPassTimeout
+	if err := c.validateSettings(false); err != nil {
+		return err
 	}
 	if c.ResticBinary == "" {
 		c.ResticBinary = DefaultResticBinary
-	}
-	if c.Host == "" {
-		c.Host, _ = os.Hostname()
-	}
-	if c.TakeoverGrace <= 0 {
-		c.TakeoverGrace = DefaultTakeoverGrace
-	}
-	if c.SpawnGrace <= 0 {
-		c.SpawnGrace = DefaultSpawnGrace
-	}
-	if c.RunBudget <= 0 {
-		c.RunBudget = DefaultRunBudget
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	if c.BootID == "" {
 		var err error
@@ -186,22 +182,117 @@ func (c *Config) Validate() error {
 			c.Logger.Warn("boot id unknown: runs a reboot interrupts will wait out the spawn grace", "err", err)
 		}
 	}
-	if c.DependsWait <= 0 {
-		c.DependsWait = DefaultDependsWait
+	if c.now == nil {
+		c.now = time.Now
 	}
-	if c.Workers <= 0 {
-		c.Workers = DefaultWorkers
+	return nil
+}
+
+// ValidateFlags checks the settings as the daemon's flags give them, touching nothing, so the
+// daemon refuses a bad one before it connects anywhere. The flags default to the Default
+// constants (see Defaults), so a setting is zero here only if the operator asked for zero: where
+// zero means nothing (a count, a grace, a budget) it is refused like a negative, instead of
+// quietly becoming the default as in a Config built by code (Validate). PassTimeout and
+// SpawnWorkers take 0 as their default either way.
+func (c *Config) ValidateFlags() error { return c.validateSettings(true) }
+
+// Defaults returns a Config with the default of every setting that has one: the defaults of the
+// daemon's flags.
+func Defaults() Config {
+	c := Config{AllowUsers: []string{DefaultAllowUsers}, AllowCommandJobs: DefaultAllowCommandJobs}
+	for _, s := range c.durations() {
+		*s.v = s.def
 	}
-	if c.SpawnWorkers <= 0 {
-		c.SpawnWorkers = DefaultSpawnWorkers
+	for _, s := range c.counts() {
+		*s.v = s.def
+	}
+	return c
+}
+
+// setting is one of Config's settings that has a default, with the daemon's flag for it (errors
+// name it); zeroIsDefault if a zero the operator gave means the default too.
+type setting[T time.Duration | int] struct {
+	flag          string
+	v             *T
+	def           T
+	zeroIsDefault bool
+}
+
+// durations and counts are Config's settings with a default: each default is stated here, once.
+func (c *Config) durations() []setting[time.Duration] {
+	return []setting[time.Duration]{
+		{"--spawn-grace", &c.SpawnGrace, DefaultSpawnGrace, false},
+		{"--run-budget", &c.RunBudget, DefaultRunBudget, false},
+		{"--pass-timeout", &c.PassTimeout, DefaultPassTimeout, true},
+		{"--depends-wait", &c.DependsWait, DefaultDependsWait, false},
+		{"--takeover-grace", &c.TakeoverGrace, DefaultTakeoverGrace, false},
+	}
+}
+
+func (c *Config) counts() []setting[int] {
+	return []setting[int]{
+		{"--max-attempts", &c.MaxAttempts, DefaultMaxAttempts, false},
+		{"--workers", &c.Workers, DefaultWorkers, false},
+		{"spawn workers", &c.SpawnWorkers, DefaultSpawnWorkers, true}, // no flag
+	}
+}
+
+// validateSettings is the one check of every setting, and where the defaults of those left zero
+// are filled in; given says the settings are the daemon's flags (ValidateFlags): then a zero was
+// asked for, and is refused where zero means nothing.
+func (c *Config) validateSettings(given bool) error {
+	for _, s := range c.durations() {
+		switch {
+		case *s.v < 0 || *s.v == 0 && given && !s.zeroIsDefault:
+			return fmt.Errorf("%s %s must be positive, e.g. %s", s.flag, *s.v, shortDuration(s.def))
+		case *s.v == 0:
+			*s.v = s.def
+		}
+	}
+	for _, s := range c.counts() {
+		switch {
+		case *s.v < 0 || *s.v == 0 && given && !s.zeroIsDefault:
+			return fmt.Errorf("%s %d is out of range: give at least 1", s.flag, *s.v)
+		case *s.v == 0:
+			*s.v = s.def
+		}
+	}
+	for _, l := range []struct {
+		flag string
+		n    int
+	}{{"--max-running", c.Limits.MaxRunning}, {"--max-running-host", c.Limits.MaxRunningHost}} {
+		if l.n < 0 { // 0 is no limit
+			return fmt.Errorf("%s %d is out of range: give at least 0", l.flag, l.n)
+		}
+	}
+	if c.StartLead < 0 { // 0 starts runs when their time has come
+		return fmt.Errorf("--start-lead %s is negative: give 0 or more, e.g. 10s", c.StartLead)
+	}
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
+	}
+	if err := job.ValidateHost(c.Host); err != nil {
+		return fmt.Errorf("--host: %w", err)
 	}
 	if c.WindowZone == nil {
 		c.WindowZone = time.UTC
 	}
-	if c.now == nil {
-		c.now = time.Now
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	return c.ValidatePolicy()
+}
+
+// shortDuration is d as a flag is best given: 6h, 2m, 30s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
 }
 
 // ErrNoLease is what Sweep returns while the daemon does not hold its host's lease.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -20,7 +21,7 @@ type AttemptEnd struct {
 	ExitStatus    string
 }
 
-// EndingsSinceLastStart returns the attempts of restic jobs on repository that ended after the
+// EndingsSinceLastStart returns the attempts of jobs on repository (of an engine that keeps one) that ended after the
 // last start of any attempt on it, oldest first: the endings no unit on that repository has run
 // after. Attempts that never had a unit are left out: they ran nothing.
 func (s *Store) EndingsSinceLastStart(ctx context.Context, repository string) ([]AttemptEnd, error) {
@@ -28,12 +29,12 @@ func (s *Store) EndingsSinceLastStart(ctx context.Context, repository string) ([
 		WITH on_repo AS (
 			SELECT a.run_id, a.attempt_no, a.started_at, a.ended_at, a.service_result, a.exit_code, a.exit_status
 			FROM jobs j JOIN runs r ON r.job_id = j.id JOIN attempts a ON a.run_id = r.id
-			WHERE j.engine = 'restic' AND j.repository = $1 AND a.unit IS NOT NULL)
+			WHERE j.engine = ANY($2) AND j.repository = $1 AND a.unit IS NOT NULL)
 		SELECT run_id, attempt_no, ended_at, coalesce(service_result, ''), coalesce(exit_code, ''), coalesce(exit_status, '')
 		FROM on_repo
 		WHERE ended_at IS NOT NULL
 		  AND ended_at >= coalesce((SELECT max(started_at) FROM on_repo), '-infinity')
-		ORDER BY ended_at`, repository)
+		ORDER BY ended_at`, repository, model.RepositoryEngines())
 	if err != nil {
 		return nil, fmt.Errorf("endings on repository %s: %w", repository, err)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
-	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 )
@@ -265,8 +264,7 @@ func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return p, nil // the job was removed: the run ends before it spawns
 	}
-	// Only restic backups add to a repository; prunes and forgets remove, commands have none.
-	if err != nil || kind != model.KindBackup || jobEngine != engine.NameRestic {
+	if err != nil || !model.AddsToRepository(kind, jobEngine) {
 		return p, err
 	}
 	p.needed, f.Account = true, p.account

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 )
 
@@ -94,7 +93,7 @@ func admitForget(ctx context.Context, tx pgx.Tx, p Plan, planID uuid.UUID) (*uui
 		}
 		return nil, err
 	}
-	if jobEngine != engine.NameRestic || repository != p.Repository {
+	if !model.HasRepository(jobEngine) || repository != p.Repository {
 		return nil, &ConflictError{Msg: fmt.Sprintf("job %s no longer backs up to %s: plan again", p.JobName, p.Repository)}
 	}
 	live, found, err := liveRunOf(ctx, tx, jobID)

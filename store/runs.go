@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
-	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
@@ -106,7 +105,7 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (model
 		if err != nil {
 			return err
 		}
-		if kind == model.KindPrune && jobEngine != engine.NameRestic {
+		if kind == model.KindPrune && !model.HasRepository(jobEngine) {
 			return &ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: only a restic repository can be pruned", jobName, jobEngine)}
 		}
 		live, found, err := liveRunOf(ctx, tx, jobID)
@@ -251,17 +250,18 @@ func (s *Store) claimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attemp
 	host := w.Host
 	// Claims that decide on what other claims hold are serialized, so that two of them never
 	// both see the last free place: all claims when limits are set, else the claims on one
-	// restic repository (a prune needs it to itself; a backup waits for its prune).
+	// repository (a prune needs it to itself; a backup waits for its prune).
 	lock := `SELECT pg_advisory_xact_lock($1::int, hashtext(j.repository)) FROM runs r JOIN jobs j ON j.id = r.job_id
-		WHERE r.id = $2 AND j.engine = 'restic'`
+		WHERE r.id = $2 AND j.engine = ANY($3)`
 	limited := limits.MaxRunning > 0 || limits.MaxRunningHost > 0
 	if limited {
-		lock = `SELECT pg_advisory_xact_lock($1::int, 0) WHERE $2::uuid IS NOT NULL`
+		lock = `SELECT pg_advisory_xact_lock($1::int, 0) WHERE $2::uuid IS NOT NULL AND $3::text[] IS NOT NULL`
 	}
 	// Both statements go in one round trip, as one implicit transaction: the lock holds until
 	// it ends, and the claim, a statement of its own, sees every claim committed before the lock.
 	batch := &pgx.Batch{}
-	batch.Queue(lock, spawnLockClass, runID)
+	repositoryEngines := model.RepositoryEngines()
+	batch.Queue(lock, spawnLockClass, runID, repositoryEngines)
 	var busyRun *uuid.UUID
 	var busyKind *string
 	var all, onHost int
@@ -270,7 +270,7 @@ func (s *Store) claimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attemp
 			-- From the live attempts, which are few, never from the runs' history.
 			SELECT o.id, o.kind FROM runs me JOIN jobs mj ON mj.id = me.job_id,
 				attempts oa JOIN runs o ON o.id = oa.run_id JOIN jobs oj ON oj.id = o.job_id
-			WHERE me.id = $1 AND mj.engine = 'restic' AND oa.ended_at IS NULL AND oa.unit IS NOT NULL
+			WHERE me.id = $1 AND mj.engine = ANY($12) AND oa.ended_at IS NULL AND oa.unit IS NOT NULL
 			  AND o.id <> me.id AND oj.repository = mj.repository AND (me.kind <> 'backup' OR o.kind <> 'backup')
 			LIMIT 1),
 		holding AS (
@@ -301,7 +301,8 @@ func (s *Store) claimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attemp
 			WHERE id IN (SELECT run_id FROM claim) AND waiting_reason IS NOT NULL)
 		SELECT (SELECT id FROM busy), (SELECT kind FROM busy),
 			(SELECT all_hosts FROM holding), (SELECT on_host FROM holding), EXISTS (SELECT 1 FROM claim)`,
-		runID, attempt, unit, host, limited, limits.MaxRunning, limits.MaxRunningHost, armedFor, boot, w.Holder, w.Generation)
+		runID, attempt, unit, host, limited, limits.MaxRunning, limits.MaxRunningHost, armedFor, boot, w.Holder, w.Generation,
+		repositoryEngines)
 	results := s.pool.SendBatch(ctx, batch)
 	_, err = results.Exec()
 	if err == nil {

@@ -13,8 +13,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/runner"
-	"github.com/holdfast-backup/holdfast/supervisor"
 )
 
 // waitArmed polls the record until the job's run has an attempt claimed and armed for slot.
@@ -123,7 +123,7 @@ func TestScheduledStartsOnTime(t *testing.T) {
 	e.start(t)
 	stop := func(id uuid.UUID, host string) {
 		t.Helper()
-		_, unreached, err := supervisor.StopRun(ctx, e.st, func(ctx context.Context) (*runner.Runner, error) {
+		_, unreached, err := runctl.StopRun(ctx, e.st, func(ctx context.Context) (*runner.Runner, error) {
 			return runner.New(ctx, e.cfg.Systemd)
 		}, id, host)
 		if err != nil || unreached != nil {

@@ -19,19 +19,16 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"time"
 
-	"github.com/google/uuid"
-
-	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/metrics"
 	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/retention"
+	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
@@ -39,31 +36,23 @@ import (
 	"github.com/holdfast-backup/holdfast/web"
 )
 
-// The daemon's defaults, each stated here once; Defaults returns a Config with all of them.
+// The defaults of the daemon's own settings, each stated here once; those of the reconciler's
+// settings are reconcile's (reconcile.DefaultSpawnGrace and the others). Defaults returns a
+// Config with all of them.
 const (
 	DefaultSweepInterval = 2 * time.Second
-	DefaultSpawnGrace    = reconcile.DefaultSpawnGrace
-	DefaultRunBudget     = reconcile.DefaultRunBudget
-	DefaultMaxAttempts   = reconcile.DefaultMaxAttempts
-	DefaultWorkers       = reconcile.DefaultWorkers
-	DefaultSpawnWorkers  = reconcile.DefaultSpawnWorkers
 	DefaultLateGrace     = time.Minute
 	DefaultKeepRunFiles  = "30d"
 	DefaultRunFilesEvery = time.Hour
 	// Each watch pass reads every job; deadlines and stalls are minutes apart, not seconds.
-	DefaultWatchInterval    = 15 * time.Second
-	DefaultPassTimeout      = reconcile.DefaultPassTimeout
-	DefaultDependsWait      = reconcile.DefaultDependsWait
-	DefaultAllowUsers       = reconcile.DefaultAllowUsers
-	DefaultAllowCommandJobs = reconcile.DefaultAllowCommandJobs
+	DefaultWatchInterval = 15 * time.Second
 	// DefaultStartLead is how long before its slot a scheduled run is admitted and armed: ample
 	// for a burst of slots to be prepared, short enough that limits and windows decided then
 	// still hold at the slot.
 	DefaultStartLead = 10 * time.Second
 	// DefaultLease is how long a host's lease lasts unless renewed: a host is seen down this
 	// long after its daemon stopped answering.
-	DefaultLease         = 10 * time.Second
-	DefaultTakeoverGrace = reconcile.DefaultTakeoverGrace
+	DefaultLease = 10 * time.Second
 )
 
 // minWait is the shortest sleep of admission between two passes, should a due job stay due
@@ -78,48 +67,27 @@ const relistenAfter = 2 * time.Second
 // nothing sensible (an interval, a count). Each setting names the daemon's flag for it, and
 // Validate's errors name the flag too.
 type Config struct {
-	// Store and Runner are the daemon's connections; New requires them, Validate does not look
-	// at them (it runs before anything is connected).
-	Store  *store.Store
-	Runner *runner.Runner
+	// Config is the reconciler's part, whose settings' defaults and validation are reconcile's
+	// (reconcile.Defaults, Config.ValidateFlags): Store and Runner (the daemon's connections,
+	// which New requires and Validate, run before anything is connected, does not look at),
+	// StateDir, Binary, ResticBinary, Host (which also holds the host's lease and runs the jobs
+	// pinned to it), TakeoverGrace, SpawnGrace, RunBudget, PassTimeout (which also bounds
+	// admission passes), StartLead (how long before its time a run is also admitted),
+	// DependsWait, MaxAttempts, Workers, SpawnWorkers, Limits, AllowUsers, AllowCommandJobs and
+	// Logger. Here Binary defaults to this executable and ResticBinary to the restic in PATH,
+	// both checked by Validate. Its Lease, Windows, WindowZone and Observer are filled in from
+	// the daemon's: Lease, Windows and WindowZone below (which hide them) and the metrics.
+	reconcile.Config
 	// Database and Systemd are the settings the daemon connects with; Validate checks them.
 	Database store.Config
 	Systemd  runner.Config
-	// StateDir holds markers and run journals (--state-dir).
-	StateDir string
-	// Binary is the holdfast executable the units run (--holdfast-binary); default this one.
-	Binary string
-	// ResticBinary is the restic the units run (--restic); default restic in PATH.
-	ResticBinary string
-	// Host is this daemon's host (--host): it holds the host's lease, reconciles only the host's
-	// attempts, and runs the jobs pinned to it and any-host jobs; default the host name.
-	Host string
-	// Lease is how long the host's lease lasts unless renewed (--lease); TakeoverGrace how long
-	// after another host's lease expired its any-host runs are taken over (--takeover-grace).
-	Lease         time.Duration
-	TakeoverGrace time.Duration
+	// Lease is how long the host's lease lasts unless renewed (--lease).
+	Lease time.Duration
 
 	SweepInterval time.Duration // --sweep-interval: time between passes when nothing wakes the sweep
-	SpawnGrace    time.Duration // --spawn-grace: how long a spawned unit may take to appear
-	RunBudget     time.Duration // --run-budget: time one run may take in one pass
-	PassTimeout   time.Duration // --pass-timeout: longest admission pass or sweep; 0 is DefaultPassTimeout
 	LateGrace     time.Duration // --late-grace: how late a slot may still start; older ones are missed
-	// StartLead (--start-lead) is how long before its time a run is admitted (a scheduled slot)
-	// and prepared, so that systemd starts it at that time from a transient timer; 0 admits and
-	// starts runs when their time has come.
-	StartLead   time.Duration
-	DependsWait time.Duration // --depends-wait: how long a run waits for a prerequisite's next outcome
-	MaxAttempts int           // --max-attempts
-	Workers     int           // --workers: runs reconciled at once in one pass
-	// SpawnWorkers is how many runs the spawning service starts at once; 0 is
-	// DefaultSpawnWorkers.
-	SpawnWorkers int
-	Limits       store.Limits // --max-running, --max-running-host (0: no limit)
-	Windows      []string     // --window: global maintenance windows, e.g. "Sat 01:00-05:00"
-	WindowZone   string       // --window-tz: IANA zone of the windows; "" is UTC
-	// AllowUsers are the users jobs may run as (--allow-users): names, uids, or reconcile.AnyUser.
-	AllowUsers       []string
-	AllowCommandJobs bool // --allow-command-jobs
+	Windows       []string      // --window: global maintenance windows, e.g. "Sat 01:00-05:00"
+	WindowZone    string        // --window-tz: IANA zone of the windows; "" is UTC
 	// KeepRunFiles is how long the journals and markers of ended runs stay (--keep-run-files),
 	// a retention duration such as 30d.
 	KeepRunFiles  string
@@ -140,29 +108,21 @@ type Config struct {
 	// Notify configures the delivery of notifications (its Store and Logger are the daemon's).
 	Notify notify.Config
 
-	Logger *slog.Logger
-
 	// Filled in by Validate.
 	webAuth      *web.Credentials
 	webHosts     *web.Hosts
 	tlsConfig    *tls.Config
 	keepRunFiles retention.Duration
-	spawnHook    func(context.Context, uuid.UUID) // export_test.go
-	leaseHolder  string                           // export_test.go; "" is reconcile.LeaseHolder()
-	holderGone   func(string) bool                // export_test.go; nil is reconcile.HolderGone
-	windows      []schedule.Window
-	zone         *time.Location
+	leaseHolder  string            // export_test.go; "" is reconcile.LeaseHolder()
+	holderGone   func(string) bool // export_test.go; nil is reconcile.HolderGone
 }
 
 // Defaults returns a Config with every default.
 func Defaults() Config {
-	return Config{
-		SweepInterval: DefaultSweepInterval, SpawnGrace: DefaultSpawnGrace, RunBudget: DefaultRunBudget,
-		PassTimeout: DefaultPassTimeout, LateGrace: DefaultLateGrace, StartLead: DefaultStartLead, DependsWait: DefaultDependsWait,
-		MaxAttempts: DefaultMaxAttempts, Workers: DefaultWorkers, SpawnWorkers: DefaultSpawnWorkers, AllowUsers: []string{DefaultAllowUsers},
-		AllowCommandJobs: DefaultAllowCommandJobs, KeepRunFiles: DefaultKeepRunFiles, RunFilesEvery: DefaultRunFilesEvery,
-		WatchInterval: DefaultWatchInterval, Lease: DefaultLease, TakeoverGrace: DefaultTakeoverGrace,
-	}
+	c := Config{Config: reconcile.Defaults(), SweepInterval: DefaultSweepInterval, LateGrace: DefaultLateGrace,
+		KeepRunFiles: DefaultKeepRunFiles, RunFilesEvery: DefaultRunFilesEvery, WatchInterval: DefaultWatchInterval, Lease: DefaultLease}
+	c.StartLead = DefaultStartLead
+	return c
 }
 
 // Validate checks every setting and resolves the binaries, windows and users, touching nothing:
@@ -178,9 +138,7 @@ func (c *Config) Validate() error {
 		flag    string
 		d       time.Duration
 		example string
-	}{{"--sweep-interval", c.SweepInterval, "2s"}, {"--spawn-grace", c.SpawnGrace, "30s"}, {"--run-budget", c.RunBudget, "30s"},
-		{"--depends-wait", c.DependsWait, "6h"}, {"--watch-interval", c.WatchInterval, "15s"},
-		{"--lease", c.Lease, "10s"}, {"--takeover-grace", c.TakeoverGrace, "30s"}} {
+	}{{"--sweep-interval", c.SweepInterval, "2s"}, {"--watch-interval", c.WatchInterval, "15s"}, {"--lease", c.Lease, "10s"}} {
 		if v.d <= 0 {
 			return fmt.Errorf("%s %s must be positive, e.g. %s", v.flag, v.d, v.example)
 		}
@@ -188,11 +146,9 @@ func (c *Config) Validate() error {
 	if c.Lease < 300*time.Millisecond {
 		return fmt.Errorf("--lease %s is too short to renew: give at least 300ms, e.g. 10s", c.Lease)
 	}
-	if c.Host == "" {
-		c.Host, _ = os.Hostname()
-	}
-	if err := job.ValidateHost(c.Host); err != nil {
-		return fmt.Errorf("--host: %w", err)
+	// The reconciler's settings, the host's name and the allowed users among them.
+	if err := c.Config.ValidateFlags(); err != nil {
+		return err
 	}
 	var err error
 	if c.keepRunFiles, err = retention.ParseDuration(c.KeepRunFiles); err != nil || c.keepRunFiles.IsZero() {
@@ -201,61 +157,29 @@ func (c *Config) Validate() error {
 	if c.RunFilesEvery <= 0 {
 		return errors.New("--run-files-every must be positive")
 	}
-	switch {
-	case c.PassTimeout < 0:
-		return errors.New("--pass-timeout must be positive")
-	case c.PassTimeout == 0:
-		c.PassTimeout = DefaultPassTimeout
-	}
-	switch {
-	case c.SpawnWorkers < 0:
-		return fmt.Errorf("spawn workers %d is out of range: give at least 1", c.SpawnWorkers)
-	case c.SpawnWorkers == 0:
-		c.SpawnWorkers = DefaultSpawnWorkers
-	}
-	if len(c.AllowUsers) == 0 {
-		c.AllowUsers = []string{DefaultAllowUsers}
-	}
-	policy := reconcile.Config{AllowUsers: c.AllowUsers}
-	if err := policy.ValidatePolicy(); err != nil {
-		return err
-	}
 	if c.LateGrace < 0 {
 		return fmt.Errorf("--late-grace %s is negative: give 0 or more, e.g. 1m", c.LateGrace)
-	}
-	if c.StartLead < 0 {
-		return fmt.Errorf("--start-lead %s is negative: give 0 or more, e.g. 10s", c.StartLead)
-	}
-	for _, v := range []struct {
-		flag string
-		n    int
-		min  int
-	}{{"--max-attempts", c.MaxAttempts, 1}, {"--workers", c.Workers, 1},
-		{"--max-running", c.Limits.MaxRunning, 0}, {"--max-running-host", c.Limits.MaxRunningHost, 0}} {
-		if v.n < v.min {
-			return fmt.Errorf("%s %d is out of range: give at least %d", v.flag, v.n, v.min)
-		}
 	}
 	if c.Binary == "" {
 		if c.Binary, err = os.Executable(); err != nil {
 			return fmt.Errorf("find holdfast's own executable: %w", err)
 		}
-	} else if err := CheckExecutable("--holdfast-binary", c.Binary); err != nil {
+	} else if err := runctl.CheckExecutable("--holdfast-binary", c.Binary); err != nil {
 		return err
 	}
-	if c.ResticBinary, err = ResticBinary(c.ResticBinary); err != nil {
+	if c.ResticBinary, err = runctl.ResticBinary(c.ResticBinary); err != nil {
 		return err
 	}
-	if c.zone, err = schedule.LoadZone(c.WindowZone); err != nil {
+	if c.Config.WindowZone, err = schedule.LoadZone(c.WindowZone); err != nil {
 		return fmt.Errorf("--window-tz: %w", err)
 	}
-	c.windows = c.windows[:0]
+	c.Config.Windows = nil
 	for _, text := range c.Windows {
 		w, err := schedule.ParseWindow(text)
 		if err != nil {
 			return err
 		}
-		c.windows = append(c.windows, w)
+		c.Config.Windows = append(c.Config.Windows, w)
 	}
 	if n := c.Notify; n.Lease > 0 && n.Timeout > 0 && n.Lease <= n.Timeout {
 		return fmt.Errorf("--notify-lease %s must be longer than --notify-timeout %s", n.Lease, n.Timeout)
@@ -264,9 +188,6 @@ func (c *Config) Validate() error {
 		if _, err := notify.CommandCredential(c.Notify.CommandUser); err != nil {
 			return err
 		}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	if c.Listen != "" {
 		if err := c.validateListen(); err != nil {
@@ -305,17 +226,6 @@ func (c *Config) validateListen() error {
 			"or listen on 127.0.0.1 behind a reverse proxy that terminates TLS", c.Listen)
 	}
 	return nil
-}
-
-// reconcileConfig is the reconciler's part of a validated c; lease is the daemon's host lease.
-func (c *Config) reconcileConfig(observer reconcile.Observer, lease func() (store.Lease, bool)) reconcile.Config {
-	return reconcile.Config{
-		Store: c.Store, Runner: c.Runner, StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary,
-		Host: c.Host, Lease: lease, TakeoverGrace: c.TakeoverGrace, SpawnGrace: c.SpawnGrace, RunBudget: c.RunBudget, PassTimeout: c.PassTimeout,
-		MaxAttempts: c.MaxAttempts, Limits: c.Limits, Windows: c.windows, WindowZone: c.zone,
-		DependsWait: c.DependsWait, Workers: c.Workers, SpawnWorkers: c.SpawnWorkers, SpawnHook: c.spawnHook, AllowUsers: c.AllowUsers,
-		AllowCommandJobs: c.AllowCommandJobs, StartLead: c.StartLead, Observer: observer, Logger: c.Logger,
-	}
 }
 
 // Service is one part of the daemon. Start returns once the service works (or failed to start);
@@ -373,7 +283,9 @@ func New(cfg Config) (*Supervisor, error) {
 			default:
 			}
 		})
-	rec, err := reconcile.New(cfg.reconcileConfig(observer, lease.current))
+	rc := cfg.Config // validated: its windows parsed
+	rc.Lease, rc.Observer = lease.current, observer
+	rec, err := reconcile.New(rc)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
@@ -151,7 +152,7 @@ func TestUnitEndWakesSweep(t *testing.T) {
 		run := e.admit(t, "quick")
 		start := time.Now()
 		waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		r, attempts, err := supervisor.WaitRun(waitCtx, e.st, run.ID, func(model.Run, *model.Progress) {})
+		r, attempts, err := runctl.WaitRun(waitCtx, e.st, run.ID, func(model.Run, *model.Progress) {})
 		cancel()
 		if err != nil {
 			t.Fatalf("run %d: %v", i, err)
@@ -302,11 +303,16 @@ func TestValidate(t *testing.T) {
 		{"keep run files zero", func(c *supervisor.Config) { c.KeepRunFiles = "0d" }, `--keep-run-files "0d": give a positive duration`},
 		{"keep run files bad", func(c *supervisor.Config) { c.KeepRunFiles = "soon" }, `--keep-run-files "soon"`},
 		{"run files every zero", func(c *supervisor.Config) { c.RunFilesEvery = 0 }, "--run-files-every must be positive"},
-		{"negative pass timeout", func(c *supervisor.Config) { c.PassTimeout = -time.Second }, "--pass-timeout must be positive"},
+		{"negative pass timeout", func(c *supervisor.Config) { c.PassTimeout = -time.Second }, "--pass-timeout -1s must be positive, e.g. 2m"},
+		{"zero pass timeout is the default", func(c *supervisor.Config) { c.PassTimeout = 0 }, ""},
+		{"zero takeover grace", func(c *supervisor.Config) { c.TakeoverGrace = 0 }, "--takeover-grace 0s must be positive, e.g. 30s"},
+		{"negative start lead", func(c *supervisor.Config) { c.StartLead = -time.Second }, "--start-lead -1s is negative"},
+		{"bad host", func(c *supervisor.Config) { c.Host = "a/b" }, `--host: invalid host name "a/b"`},
 		{"unknown user", func(c *supervisor.Config) { c.AllowUsers = []string{"no-such-user-here"} }, "--allow-users"},
 		{"negative late grace", func(c *supervisor.Config) { c.LateGrace = -time.Minute }, "--late-grace -1m0s is negative"},
 		{"zero workers", func(c *supervisor.Config) { c.Workers = 0 }, "--workers 0 is out of range"},
 		{"zero attempts", func(c *supervisor.Config) { c.MaxAttempts = 0 }, "--max-attempts 0 is out of range"},
+		{"negative attempts", func(c *supervisor.Config) { c.MaxAttempts = -1 }, "--max-attempts -1 is out of range: give at least 1"},
 		{"negative max running", func(c *supervisor.Config) { c.Limits.MaxRunning = -1 }, "--max-running -1 is out of range"},
 		{"negative max running host", func(c *supervisor.Config) { c.Limits.MaxRunningHost = -1 }, "--max-running-host -1 is out of range"},
 		{"relative binary", func(c *supervisor.Config) { c.Binary = "holdfast" }, `--holdfast-binary "holdfast" is a relative path`},
@@ -330,68 +336,6 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Validate: %v, want an error with %q", err, c.want)
 			}
 		})
-	}
-}
-
-// WaitRun returns as soon as the run's end is recorded, well before its next poll, reporting
-// each reading; a context that ends first ends the wait, not the run.
-func TestWaitRun(t *testing.T) {
-	ctx := context.Background()
-	st, _ := storetest.Open(t)
-	run := storetest.ManualRun(t, st, "w")
-
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, _, err := supervisor.WaitRun(short, st, run.ID, func(model.Run, *model.Progress) {})
-	cancel()
-	if err == nil || !strings.Contains(err.Error(), "it goes on; see holdfast run show "+run.ID.String()) {
-		t.Fatalf("wait cut short: %v", err)
-	}
-	// Ended before the first read: the same, not a failed read.
-	gone, cancel := context.WithCancel(ctx)
-	cancel()
-	if _, _, err := supervisor.WaitRun(gone, st, run.ID, func(model.Run, *model.Progress) {}); err == nil ||
-		!strings.Contains(err.Error(), "it goes on; see holdfast run show "+run.ID.String()) {
-		t.Fatalf("wait ended before it began: %v", err)
-	}
-
-	type result struct {
-		run      model.Run
-		err      error
-		readings int
-		at       time.Time
-	}
-	done := make(chan result, 1)
-	read := make(chan struct{}, 8)
-	go func() {
-		n := 0
-		// A poll an hour apart: only the announcement of the run's end can end the wait.
-		r, _, err := supervisor.WaitRunPolling(ctx, st, run.ID, func(model.Run, *model.Progress) { n++; read <- struct{}{} }, time.Hour)
-		done <- result{r, err, n, time.Now()}
-	}()
-	// Past the first readings (at once, and once listening).
-	for i := 0; i < 2; i++ {
-		select {
-		case <-read:
-		case <-time.After(time.Minute):
-			t.Fatalf("WaitRun made %d readings in a minute, want the first one and the one once listening", i)
-		}
-	}
-	ended := time.Now()
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: ended, Status: model.StatusFailed,
-		Reason: "ended by the test"}); err != nil || !ok {
-		t.Fatalf("finish: %v %v", ok, err)
-	}
-	select {
-	case r := <-done:
-		if r.err != nil || r.run.Status != model.StatusFailed {
-			t.Fatalf("WaitRun: %+v, %v; want the failed run", r.run, r.err)
-		}
-		t.Logf("WaitRun returned %s after the end", r.at.Sub(ended))
-		if r.readings != 3 {
-			t.Fatalf("%d readings, want the first, the one once listening and the final one", r.readings)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("WaitRun did not return")
 	}
 }
 

@@ -16,12 +16,12 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/holdfast-backup/holdfast/forget"
+	"github.com/holdfast-backup/holdfast/inventory"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/retention"
+	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/supervisor"
 )
 
 // policyFlags are the retention policy flags of job add/edit, retention plan/apply and simulate.
@@ -147,7 +147,7 @@ func (g *globals) actor() string {
 
 // resticBinary is the restic a command runs: the one its --restic flag names, else restic in PATH.
 func resticBinary(flag string) (string, error) {
-	path, err := supervisor.ResticBinary(flag)
+	path, err := runctl.ResticBinary(flag)
 	if err != nil {
 		return "", inputError{err}
 	}
@@ -205,7 +205,7 @@ func (g *globals) refreshSnapshots(ctx context.Context, st *store.Store, restic 
 	if err != nil {
 		return nil, fmt.Errorf("find holdfast's own executable: %w", err)
 	}
-	return reconcile.RefreshSnapshots(ctx, reconcile.Config{Store: st, Runner: rn, StateDir: g.stateDir,
+	return inventory.Refresh(ctx, inventory.Config{Store: st, Runner: rn, StateDir: g.stateDir,
 		Binary: self, ResticBinary: restic}, j)
 }
 
@@ -300,7 +300,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 				if !wait {
 					return nil
 				}
-				final, _, err := supervisor.WaitRun(ctx, st, *saved.RunID, progressWriter(cmd.ErrOrStderr(), asJSON))
+				final, _, err := runctl.WaitRun(ctx, st, *saved.RunID, progressWriter(cmd.ErrOrStderr(), asJSON))
 				if err != nil {
 					return err
 				}

@@ -17,8 +17,8 @@ import (
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/supervisor"
 	"github.com/holdfast-backup/holdfast/textsafe"
 )
 
@@ -205,7 +205,7 @@ func newRunStartCmd(g *globals) *cobra.Command {
 				if !asJSON {
 					fmt.Fprintf(cmd.ErrOrStderr(), "run %s of %s queued\n", run.ID, run.JobName)
 				}
-				final, attempts, err := supervisor.WaitRun(ctx, st, run.ID, progressWriter(cmd.ErrOrStderr(), asJSON))
+				final, attempts, err := runctl.WaitRun(ctx, st, run.ID, progressWriter(cmd.ErrOrStderr(), asJSON))
 				if err != nil {
 					return err
 				}
@@ -229,7 +229,7 @@ func newRunStartCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// progressWriter returns where supervisor.WaitRun reports progress: a line redrawn in place on a terminal,
+// progressWriter returns where runctl.WaitRun reports progress: a line redrawn in place on a terminal,
 // a line every few seconds elsewhere, nothing under --json.
 func progressWriter(w io.Writer, quiet bool) func(model.Run, *model.Progress) {
 	if quiet {
@@ -276,7 +276,7 @@ func newRunStopCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(1, "one run id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
-				run, unreached, err := supervisor.StopRun(ctx, st, g.openRunner, id, g.host())
+				run, unreached, err := runctl.StopRun(ctx, st, g.openRunner, id, g.host())
 				if err != nil {
 					return err
 				}

@@ -91,7 +91,7 @@ func newSnapshotListCmd(g *globals) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					if j.Engine != engine.NameRestic {
+					if !j.HasRepository() {
 						return badInput("job %s uses the %s engine: it has no restic snapshots", j.Name, j.Engine)
 					}
 					repository = j.Repository

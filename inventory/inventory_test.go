@@ -1,4 +1,4 @@
-package reconcile_test
+package inventory_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/inventory"
+	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
@@ -20,11 +22,13 @@ import (
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
+func TestMain(m *testing.M) { testenv.RunMain(m) }
+
 // A restic backup that ends puts its snapshot in the inventory from its own summary, and no
 // `restic snapshots` runs after it (every restic the reconciler starts, in the backup's unit or
 // a query unit, goes through a script that notes its arguments in the job's cache, the one
 // place all of them may write). The row is held like any other; `snapshot list --refresh`
-// (RefreshSnapshots) then completes that same row with restic's listing: restic's full id, host,
+// (inventory.Refresh) then completes that same row with restic's listing: restic's full id, host,
 // tags and paths are those the row from the summary said, and the hold stays.
 func TestBackupSnapshotFromSummary(t *testing.T) {
 	t.Parallel()
@@ -105,7 +109,7 @@ exec REAL "$@"
 	if run.Status != model.StatusSucceeded || run.SnapshotID == "" {
 		t.Fatalf("run = %+v, want succeeded with a snapshot", run)
 	}
-	calls, err := os.ReadFile(filepath.Join(reconcile.CacheDir(cfg.StateDir, 0, "inv"), "restic-calls"))
+	calls, err := os.ReadFile(filepath.Join(jobunit.CacheDir(cfg.StateDir, 0, "inv"), "restic-calls"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +142,8 @@ exec REAL "$@"
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ResticBinary = resticBin
-	listed, err := reconcile.RefreshSnapshots(ctx, cfg, job)
+	listed, err := inventory.Refresh(ctx, inventory.Config{Store: st, Runner: rn, StateDir: cfg.StateDir, Binary: cfg.Binary,
+		ResticBinary: resticBin}, job)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package runctl
 
 import (
 	"context"
@@ -21,6 +21,35 @@ const WaitPoll = time.Second
 // on; the error says where to find it.
 func WaitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(model.Run, *model.Progress)) (model.Run, []model.Attempt, error) {
 	return waitRun(ctx, st, id, report, WaitPoll)
+}
+
+// relistenAfter is how long WaitRun waits before it listens again after a failure; its poll is
+// the backstop meanwhile.
+const relistenAfter = 2 * time.Second
+
+// wakeup ends a sleep early; wakes that come while one is pending are one wake.
+type wakeup chan struct{}
+
+func newWakeup() wakeup { return make(wakeup, 1) }
+
+func (w wakeup) wake() {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits for d, a wake-up or the end of ctx, and reports whether ctx is still alive.
+func sleep(ctx context.Context, d time.Duration, w wakeup) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-w:
+	case <-timer.C:
+	}
+	return true
 }
 
 func waitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(model.Run, *model.Progress), poll time.Duration) (model.Run, []model.Attempt, error) {

@@ -1,0 +1,224 @@
+// Package jobunit is what every transient unit touching a job's files shares, backups and restic's
+// questions about the job's repository alike: the job's user, a sandbox in which only the job's
+// repository, cache and journal are writable, its secrets as credentials, and its restic cache
+// under the identity it runs as (Spec, PrepareCache). Restic runs those questions each in a short
+// unit of its own with all of that, never as root on files the job's user controls, its output
+// bounded. It knows nothing about runs or PostgreSQL: reconcile builds its attempts' units on
+// Spec, and the snapshot inventory asks restic through Restic.
+package jobunit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/credentials"
+	"github.com/holdfast-backup/holdfast/engine"
+	jobdef "github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/textsafe"
+)
+
+// DefaultResticBinary is the restic executable the units run when none is named.
+const DefaultResticBinary = "restic" // resolved in PATH
+
+// Config is what a job's units are made from.
+type Config struct {
+	// Runner starts the units (Restic's query units; Spec only asks it which manager it is).
+	Runner *runner.Runner
+	// StateDir holds the caches (and the daemon's markers and run journals); it must be the same
+	// path inside the units.
+	StateDir string
+	// Binary is the holdfast executable the units run (`holdfast credexec`, `holdfast exec`).
+	Binary string
+	// ResticBinary is the restic executable the units run; "" runs restic in PATH.
+	ResticBinary string
+}
+
+// CacheDir is the restic cache of a job under the identity it runs as. Keyed by uid, a job moved
+// to another user starts a cache of its own instead of finding one a previous identity owns.
+func CacheDir(stateDir string, uid int, job string) string {
+	return filepath.Join(stateDir, "cache", strconv.Itoa(uid), job)
+}
+
+// PrepareCache makes the job's cache directory for the identity it runs as: the cache root and
+// the per-uid directories are root's, the job's own directory is its user's alone.
+func PrepareCache(stateDir string, job model.Job) error {
+	uid, gid, err := Identity(job)
+	if err != nil {
+		return err
+	}
+	dir := CacheDir(stateDir, uid, job.Name)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	return OwnedDir(dir, uid, gid, 0o700)
+}
+
+// OwnedDir makes dir a directory owned by uid:gid with mode perm, refusing anything else found in
+// its place (a link included). Its parent must be root's, so nobody else can swap it meanwhile.
+func OwnedDir(dir string, uid, gid int, perm os.FileMode) error {
+	if err := os.Mkdir(dir, perm); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (%s)", dir, fi.Mode().Type())
+	}
+	if err := os.Lchown(dir, uid, gid); err != nil {
+		return err
+	}
+	return os.Chmod(dir, perm)
+}
+
+// Identity resolves the uid and gid a job's units run as.
+func Identity(job model.Job) (uid, gid int, err error) { return UserIdentity(job.User) }
+
+// UserIdentity resolves a job's user as systemd's User= does (a name or a number): root for "".
+func UserIdentity(name string) (uid, gid int, err error) {
+	if name == "" {
+		return 0, 0, nil
+	}
+	u, err := jobdef.LookupUser(name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("job user %s: %w", name, err)
+	}
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
+	return uid, gid, nil
+}
+
+// Spec is what every unit touching a job's files shares, backups and restic queries alike: the
+// job's user, a sandbox in which only the job's repository, cache and journal are writable, and
+// its secrets as credentials. It also returns the engine's view of the job inside such a unit.
+// The repository is writable only where the unit writes it (a backup, forget or prune).
+func Spec(cfg Config, job model.Job, name string, writesRepository bool, writable ...string) (runner.Spec, engine.Job) {
+	uid, _, err := Identity(job)
+	if err != nil {
+		uid = -1 // the spawn fails on the missing user before this unit is started
+	}
+	ej := engine.Job{Name: job.Name, Repository: job.Repository, Paths: job.Paths, Excludes: job.Excludes, LimitUpload: job.LimitUploadKiB,
+		CacheDir: CacheDir(cfg.StateDir, uid, job.Name)}
+	spec := runner.Spec{
+		Name:             name,
+		User:             job.User,
+		Group:            job.Group,
+		Nice:             job.Nice,
+		SyslogIdentifier: "holdfast-" + job.Name,
+		WorkingDirectory: "/",
+	}
+	if job.Engine == engine.NameCommand {
+		return spec, ej
+	}
+
+	// A user manager hands no credentials (measured on systemd 252: the unit's credentials
+	// directory stays empty, and with User= it is refused): there the password file is named by
+	// its path, which the job's user must be able to read, and the environment file is read by
+	// the manager into the unit's environment.
+	if cfg.Runner != nil && cfg.Runner.SystemManager() {
+		spec.LoadCredentials = []runner.Credential{{Name: credentials.Password, Path: job.PasswordFile}}
+		if job.EnvFile != "" {
+			spec.LoadCredentials = append(spec.LoadCredentials, runner.Credential{Name: credentials.Env, Path: job.EnvFile})
+		}
+	} else {
+		ej.PasswordFile = job.PasswordFile
+		if job.EnvFile != "" {
+			spec.EnvironmentFiles = []string{job.EnvFile}
+		}
+	}
+
+	rw := append([]string{ej.CacheDir}, writable...)
+	if dir, local := ledger.Local(job.Repository); local && writesRepository {
+		rw = append(rw, dir)
+	}
+	sandbox := &runner.Sandbox{ReadOnlySystem: true, ReadWritePaths: rw,
+		PrivateTmp: !anyUnderTmp(append([]string{cfg.Binary, cfg.ResticBinary, cfg.StateDir}, append(rw, job.Paths...)...))}
+	if !sandbox.PrivateTmp {
+		// The host's /tmp is read-only in the sandbox; restic's temporary packs go to the cache.
+		spec.Environment = append(spec.Environment, "TMPDIR="+ej.CacheDir)
+	}
+	if uid == 0 {
+		// A root backup reads every file; it never needs to write where its owner could not.
+		sandbox.Capabilities = []string{"CAP_DAC_READ_SEARCH"}
+	}
+	spec.Sandbox = sandbox
+	return spec, ej
+}
+
+// CredentialArgs are the flags that make `holdfast exec` and `holdfast credexec` read the unit's
+// credentials into the engine's environment.
+func CredentialArgs(spec runner.Spec) []string {
+	var args []string
+	for _, c := range spec.LoadCredentials {
+		switch c.Name {
+		case credentials.Password:
+			args = append(args, "--password-credential")
+		case credentials.Env:
+			args = append(args, "--env-credential")
+		}
+	}
+	return args
+}
+
+// anyUnderTmp reports whether a path lies in /tmp or /var/tmp, which a private /tmp would hide.
+func anyUnderTmp(paths []string) bool {
+	for _, p := range paths {
+		for _, tmp := range []string{"/tmp", "/var/tmp"} {
+			if p == tmp || strings.HasPrefix(p, tmp+"/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// maxQueryOutput bounds what one restic query may print: a listing of about 100,000 snapshots.
+const maxQueryOutput = 64 << 20
+
+// Restic returns restic as it runs for questions about a job's repository (its snapshots, their
+// sizes): each command in a short unit of its own with the job's user, sandbox, cache and
+// credentials, never as root on files the job's user controls, its output bounded. The units may
+// write the repository only if writesRepository (restic unlock).
+func Restic(cfg Config, job model.Job, writesRepository bool) (engine.Restic, engine.Job) {
+	_, ej := Spec(cfg, job, "", writesRepository)
+	return engine.Restic{Binary: cfg.ResticBinary, Run: func(ctx context.Context, argv []string) ([]byte, error) {
+		if err := PrepareCache(cfg.StateDir, job); err != nil {
+			return nil, fmt.Errorf("cache of job %s: %w", job.Name, err)
+		}
+		spec, _ := Spec(cfg, job, runner.QueryUnitName(job.Name, uuid.New()), writesRepository)
+		spec.Description = fmt.Sprintf("holdfast %s: restic %s", job.Name, argv[len(argv)-1])
+		spec.ExecStart = append(append(append([]string{cfg.Binary, "credexec"}, CredentialArgs(spec)...), "--"), argv...)
+		res, err := cfg.Runner.Output(ctx, spec, maxQueryOutput)
+		if err != nil {
+			return nil, err
+		}
+		if res.ExitStatus != 0 || res.Killed {
+			return nil, fmt.Errorf("restic exited with status %d: %s", res.ExitStatus, textsafe.String(fatalLine(string(res.Stderr))))
+		}
+		return res.Stdout, nil
+	}}, ej
+}
+
+// fatalLine is the line of restic's standard error that says why it failed: its "Fatal:" line,
+// else its last (warnings, such as an unusable cache, come first).
+func fatalLine(stderr string) string {
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "Fatal:") {
+			return l
+		}
+	}
+	return lines[len(lines)-1]
+}

@@ -1,0 +1,28 @@
+package model
+
+import (
+	"slices"
+
+	"github.com/holdfast-backup/holdfast/engine"
+)
+
+// repositoryEngines are the engines whose jobs keep a repository holdfast knows: only their jobs
+// are pruned, have snapshots and retention plans, share a repository's lock between runs, and
+// take holds in the ledger for what a backup adds.
+var repositoryEngines = []string{engine.NameRestic}
+
+// RepositoryEngines lists them, for a query that selects their jobs.
+func RepositoryEngines() []string { return slices.Clone(repositoryEngines) }
+
+// HasRepository reports whether jobs of the named engine keep a repository.
+func HasRepository(engineName string) bool { return slices.Contains(repositoryEngines, engineName) }
+
+// HasRepository reports whether the job keeps a repository.
+func (j Job) HasRepository() bool { return HasRepository(j.Engine) }
+
+// AddsToRepository reports whether a run of this kind by the named engine adds to a repository,
+// and so is held and settled in the ledger: backups do; prunes and forgets remove, commands
+// have none.
+func AddsToRepository(kind, engineName string) bool {
+	return kind == KindBackup && HasRepository(engineName)
+}

@@ -1,0 +1,118 @@
+package reconcile
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// Each setting's default and check are stated once: a setting a Config built by code leaves zero
+// gets its default, a negative or otherwise invalid one is refused in one line naming the
+// daemon's flag, and a zero the daemon's operator gave (ValidateFlags, on the flags' defaults) is
+// refused where zero means nothing.
+func TestConfigSettings(t *testing.T) {
+	base := func() Config {
+		return Config{Store: &store.Store{}, Runner: &runner.Runner{}, StateDir: t.TempDir(), Binary: "/bin/true", Host: "h"}
+	}
+	for _, c := range []struct {
+		name  string
+		edit  func(*Config)
+		want  string // "" valid; else a part of Validate's error
+		flags string // ValidateFlags' error, from the defaults, when it differs from want ("-" valid)
+		check func(Config) bool
+	}{
+		{"zero is the defaults", func(*Config) {}, "", "-", func(c Config) bool {
+			return c.SpawnGrace == DefaultSpawnGrace && c.RunBudget == DefaultRunBudget && c.PassTimeout == DefaultPassTimeout &&
+				c.DependsWait == DefaultDependsWait && c.TakeoverGrace == DefaultTakeoverGrace && c.MaxAttempts == DefaultMaxAttempts &&
+				c.Workers == DefaultWorkers && c.SpawnWorkers == DefaultSpawnWorkers && c.AllowUsers[0] == DefaultAllowUsers &&
+				c.ResticBinary == DefaultResticBinary && c.WindowZone == time.UTC && c.Logger != nil && c.StartLead == 0
+		}},
+		{"zero max attempts", func(c *Config) { c.MaxAttempts = 0 }, "", "--max-attempts 0 is out of range: give at least 1",
+			func(c Config) bool { return c.MaxAttempts == DefaultMaxAttempts }},
+		{"negative max attempts", func(c *Config) { c.MaxAttempts = -1 }, "--max-attempts -1 is out of range: give at least 1", "", nil},
+		{"negative workers", func(c *Config) { c.Workers = -2 }, "--workers -2 is out of range: give at least 1", "", nil},
+		{"negative spawn workers", func(c *Config) { c.SpawnWorkers = -1 }, "spawn workers -1 is out of range: give at least 1", "", nil},
+		{"zero spawn workers", func(c *Config) { c.SpawnWorkers = 0 }, "", "-",
+			func(c Config) bool { return c.SpawnWorkers == DefaultSpawnWorkers }},
+		{"zero pass timeout", func(c *Config) { c.PassTimeout = 0 }, "", "-",
+			func(c Config) bool { return c.PassTimeout == DefaultPassTimeout }},
+		{"zero run budget", func(c *Config) { c.RunBudget = 0 }, "", "--run-budget 0s must be positive, e.g. 30s",
+			func(c Config) bool { return c.RunBudget == DefaultRunBudget }},
+		{"negative spawn grace", func(c *Config) { c.SpawnGrace = -time.Second }, "--spawn-grace -1s must be positive, e.g. 30s", "", nil},
+		{"negative run budget", func(c *Config) { c.RunBudget = -time.Second }, "--run-budget -1s must be positive, e.g. 30s", "", nil},
+		{"negative pass timeout", func(c *Config) { c.PassTimeout = -time.Second }, "--pass-timeout -1s must be positive, e.g. 2m", "", nil},
+		{"negative depends wait", func(c *Config) { c.DependsWait = -time.Hour }, "--depends-wait -1h0m0s must be positive, e.g. 6h", "", nil},
+		{"negative takeover grace", func(c *Config) { c.TakeoverGrace = -1 }, "--takeover-grace -1ns must be positive, e.g. 30s", "", nil},
+		{"negative start lead", func(c *Config) { c.StartLead = -time.Second }, "--start-lead -1s is negative: give 0 or more", "", nil},
+		{"negative max running", func(c *Config) { c.Limits.MaxRunning = -1 }, "--max-running -1 is out of range: give at least 0", "", nil},
+		{"negative max running host", func(c *Config) { c.Limits.MaxRunningHost = -1 }, "--max-running-host -1 is out of range: give at least 0", "", nil},
+		{"bad host", func(c *Config) { c.Host = "a b" }, `--host: invalid host name "a b"`, "", nil},
+		{"unknown user", func(c *Config) { c.AllowUsers = []string{"no-such-user-here"} }, "--allow-users: ", "", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, flags := base(), withDefaults(base())
+			c.edit(&cfg)
+			c.edit(&flags)
+			err := cfg.Validate()
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("Validate: %v, want an error with %q", err, c.want)
+			case err != nil && strings.Contains(err.Error(), "\n"):
+				t.Fatalf("Validate: %q, want one line", err)
+			case c.check != nil && !c.check(cfg):
+				t.Fatalf("Validate: %+v, want the default filled in", cfg)
+			}
+			want := c.want
+			switch c.flags {
+			case "-":
+				want = ""
+			case "":
+			default:
+				want = c.flags
+			}
+			err = flags.ValidateFlags()
+			switch {
+			case want == "" && err != nil:
+				t.Fatalf("ValidateFlags: %v", err)
+			case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+				t.Fatalf("ValidateFlags: %v, want an error with %q", err, want)
+			}
+		})
+	}
+}
+
+// withDefaults is c with every default, as the daemon's flags give them.
+func withDefaults(c Config) Config {
+	d := Defaults()
+	d.Store, d.Runner, d.StateDir, d.Binary, d.Host = c.Store, c.Runner, c.StateDir, c.Binary, c.Host
+	return d
+}
+
+// The defaults the daemon's flags show are those Validate fills in.
+func TestDefaults(t *testing.T) {
+	d := Defaults()
+	if err := d.ValidateFlags(); err != nil {
+		t.Fatalf("Defaults: %v", err)
+	}
+	var filled Config
+	if err := filled.validateSettings(false); err != nil {
+		t.Fatal(err)
+	}
+	if filled.SpawnGrace != d.SpawnGrace || filled.RunBudget != d.RunBudget || filled.PassTimeout != d.PassTimeout ||
+		filled.DependsWait != d.DependsWait || filled.TakeoverGrace != d.TakeoverGrace || filled.MaxAttempts != d.MaxAttempts ||
+		filled.Workers != d.Workers || filled.SpawnWorkers != d.SpawnWorkers || filled.AllowUsers[0] != d.AllowUsers[0] ||
+		filled.AllowCommandJobs != d.AllowCommandJobs {
+		t.Fatalf("Defaults %+v, Validate fills in %+v", d, filled)
+	}
+	for d, want := range map[time.Duration]string{6 * time.Hour: "6h", 2 * time.Minute: "2m", 30 * time.Second: "30s",
+		90 * time.Minute: "1h30m", 1500 * time.Millisecond: "1.5s"} {
+		if got := shortDuration(d); got != want {
+			t.Errorf("shortDuration(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
