@@ -265,6 +265,7 @@ func (s *Store) claimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attemp
 	var busyRun *uuid.UUID
 	var busyKind *string
 	var all, onHost int
+	var claimable bool
 	batch.Queue(`
 		WITH busy AS (
 			-- From the live attempts, which are few, never from the runs' history.
@@ -276,22 +277,25 @@ func (s *Store) claimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attemp
 		holding AS (
 			SELECT count(*) AS all_hosts, count(*) FILTER (WHERE host = $4) AS on_host
 			FROM attempts WHERE $5 AND unit IS NOT NULL AND ended_at IS NULL),
+		-- The attempt if this host may claim it, whatever the repository and the limits say:
+		-- only then is a busy repository or a full limit what holds it back.
+		claimable AS (
+			SELECT a.run_id, a.attempt_no FROM attempts a JOIN runs r ON r.id = a.run_id
+			WHERE a.run_id = $1 AND a.attempt_no = $2 AND a.unit IS NULL AND a.ended_at IS NULL
+			  AND r.stop_requested_at IS NULL
+			  -- An attempt kept by the host whose start failed is that host's (ReleaseSpawnClaim).
+			  AND a.host IN ('', $4)
+			  -- A job pinned elsewhere is not this host's to run.
+			  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = r.job_id AND j.host IS NOT NULL AND j.host <> $4)
+			  -- The fence: only the holder of the host's current lease claims.
+			  AND holdfast_fence(a.host, a.lease_generation, $4, $10, $11)
+			  -- Not while the host drains.
+			  AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $4 AND h.draining_since IS NOT NULL)
+			FOR UPDATE OF a SKIP LOCKED),
 		claim AS (
 			UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = now(), armed_for = $8, boot_id = nullif($9, ''),
 				lease_generation = nullif($11::bigint, 0)
-			WHERE (run_id, attempt_no) IN (
-				SELECT a.run_id, a.attempt_no FROM attempts a JOIN runs r ON r.id = a.run_id
-				WHERE a.run_id = $1 AND a.attempt_no = $2 AND a.unit IS NULL AND a.ended_at IS NULL
-				  AND r.stop_requested_at IS NULL
-				  -- An attempt kept by the host whose start failed is that host's (ReleaseSpawnClaim).
-				  AND a.host IN ('', $4)
-				  -- A job pinned elsewhere is not this host's to run.
-				  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = r.job_id AND j.host IS NOT NULL AND j.host <> $4)
-				  -- The fence: only the holder of the host's current lease claims.
-				  AND holdfast_fence(a.host, a.lease_generation, $4, $10, $11)
-				FOR UPDATE OF a SKIP LOCKED)
-			  -- Not while the host drains.
-			  AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $4 AND h.draining_since IS NOT NULL)
+			WHERE (run_id, attempt_no) IN (SELECT run_id, attempt_no FROM claimable)
 			  AND NOT EXISTS (SELECT 1 FROM busy)
 			  AND ($6 = 0 OR (SELECT all_hosts FROM holding) < $6)
 			  AND ($7 = 0 OR (SELECT on_host FROM holding) < $7)
@@ -300,13 +304,14 @@ func (s *Store) claimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attemp
 			UPDATE runs SET waiting_reason = NULL
 			WHERE id IN (SELECT run_id FROM claim) AND waiting_reason IS NOT NULL)
 		SELECT (SELECT id FROM busy), (SELECT kind FROM busy),
-			(SELECT all_hosts FROM holding), (SELECT on_host FROM holding), EXISTS (SELECT 1 FROM claim)`,
+			(SELECT all_hosts FROM holding), (SELECT on_host FROM holding), EXISTS (SELECT 1 FROM claim),
+			EXISTS (SELECT 1 FROM claimable)`,
 		runID, attempt, unit, host, limited, limits.MaxRunning, limits.MaxRunningHost, armedFor, boot, w.Holder, w.Generation,
 		repositoryEngines)
 	results := s.pool.SendBatch(ctx, batch)
 	_, err = results.Exec()
 	if err == nil {
-		err = results.QueryRow().Scan(&busyRun, &busyKind, &all, &onHost, &claimed)
+		err = results.QueryRow().Scan(&busyRun, &busyKind, &all, &onHost, &claimed, &claimable)
 	}
 	if cerr := results.Close(); err == nil {
 		err = cerr
@@ -315,7 +320,7 @@ func (s *Store) claimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attemp
 		return false, "", fmt.Errorf("claim spawn of run %s attempt %d: %w", runID, attempt, err)
 	}
 	switch {
-	case claimed:
+	case claimed, !claimable:
 	case busyRun != nil:
 		blocked = fmt.Sprintf("waiting: repository busy: %s run %s holds it", *busyKind, *busyRun)
 	case limits.MaxRunning > 0 && all >= limits.MaxRunning:

@@ -1,0 +1,1517 @@
+package store_test
+
+// The run transactions of runs.go, one by one, against the real PostgreSQL: each case starts
+// from a bundle of its own (setupRuns, on storetest.Setup: a fresh database and a host holding
+// its current lease), brings a run to the state it needs through the store as a daemon would
+// (storetest.Run), acts once, and checks what changed, or that nothing did, and the invariants.
+// Times are checked by order on the database's clock, never against a wall-clock bound.
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/storetest"
+)
+
+// runsBundle is the bundle of the run transactions' tests.
+type runsBundle struct {
+	*storetest.Bundle
+}
+
+func setupRuns(t *testing.T) *runsBundle {
+	t.Helper()
+	return &runsBundle{storetest.Setup(t)}
+}
+
+// newRun admits a run as opts say (storetest.Run).
+func (b *runsBundle) newRun(t *testing.T, opts *storetest.RunOpts) model.Run {
+	t.Helper()
+	return storetest.Run(t, b.Store, opts)
+}
+
+// claimedRun is a queued run whose first attempt the bundle's host claimed; startedRun one
+// whose attempt it marked started too.
+func (b *runsBundle) claimedRun(t *testing.T) model.Run {
+	t.Helper()
+	return b.newRun(t, &storetest.RunOpts{Claim: &b.Lease})
+}
+
+func (b *runsBundle) startedRun(t *testing.T) model.Run {
+	t.Helper()
+	return b.newRun(t, &storetest.RunOpts{Claim: &b.Lease, Started: true})
+}
+
+// otherHost takes the lease of a second host, h2.
+func (b *runsBundle) otherHost(t *testing.T) store.Lease {
+	t.Helper()
+	return storetest.Lease(t, b.Store, "h2", "holder-h2")
+}
+
+func (b *runsBundle) run(t *testing.T, id uuid.UUID) model.Run {
+	t.Helper()
+	r, err := b.Store.RunByID(b.Ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (b *runsBundle) attempts(t *testing.T, id uuid.UUID) []model.Attempt {
+	t.Helper()
+	as, err := b.Store.Attempts(b.Ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return as
+}
+
+func (b *runsBundle) job(t *testing.T, name string) model.Job {
+	t.Helper()
+	j, err := b.Store.JobByName(b.Ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// finish ends the run's attempt under w, and fails the test unless that applied.
+func (b *runsBundle) finish(t *testing.T, w store.Lease, e store.Ending) {
+	t.Helper()
+	if ok, err := b.Store.Finish(b.Ctx, w, e); err != nil || !ok {
+		t.Fatalf("finish run %s attempt %d %s: ok=%v err=%v", e.RunID, e.Attempt, e.Status, ok, err)
+	}
+}
+
+// restart ends the run's attempt under w and opens the next, and fails the test unless it did.
+func (b *runsBundle) restart(t *testing.T, w store.Lease, run model.Run, attempt int) {
+	t.Helper()
+	moved, paused, err := b.Store.Restart(b.Ctx, w, store.Restarting{RunID: run.ID, Attempt: attempt,
+		Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
+	if err != nil || !moved || paused != "" {
+		t.Fatalf("restart run %s after attempt %d: moved=%v paused=%q err=%v", run.ID, attempt, moved, paused, err)
+	}
+}
+
+// claim claims the spawn of the run's attempt with its derived unit under w, and fails the test
+// unless it did.
+func (b *runsBundle) claim(t *testing.T, w store.Lease, run model.Run, attempt int) {
+	t.Helper()
+	if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, w, run.ID, attempt, storetest.Unit(run, attempt), "boot-1", store.Limits{}); err != nil || !ok {
+		t.Fatalf("claim run %s attempt %d on %s: ok=%v blocked=%q err=%v", run.ID, attempt, w.Host, ok, blocked, err)
+	}
+}
+
+func (b *runsBundle) requireNoViolations(t *testing.T) {
+	t.Helper()
+	v, err := b.Store.Violations(b.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v) != 0 {
+		t.Fatalf("invariants violated:\n%s", strings.Join(v, "\n"))
+	}
+}
+
+// requireUnchanged fails the test if the run or its attempts differ from before.
+func (b *runsBundle) requireUnchanged(t *testing.T, what string, run model.Run, attempts []model.Attempt) {
+	t.Helper()
+	if got := b.run(t, run.ID); !reflect.DeepEqual(got, run) {
+		t.Errorf("%s changed the run:\n got  %+v\n want %+v", what, got, run)
+	}
+	if got := b.attempts(t, run.ID); !reflect.DeepEqual(got, attempts) {
+		t.Errorf("%s changed the attempts:\n got  %+v\n want %+v", what, got, attempts)
+	}
+}
+
+// requireOrdered fails the test unless each time is at or after the one before it.
+func requireOrdered(t *testing.T, what string, times ...*time.Time) {
+	t.Helper()
+	for i := 1; i < len(times); i++ {
+		if times[i-1] == nil || times[i] == nil {
+			t.Fatalf("%s: time %d or %d is not set: %v", what, i-1, i, times)
+		}
+		if times[i].Before(*times[i-1]) {
+			t.Fatalf("%s: %s is before %s", what, times[i].Format(time.RFC3339Nano), times[i-1].Format(time.RFC3339Nano))
+		}
+	}
+}
+
+// staleWriters are writers that are not the current holder of the bundle's host's lease. Each
+// returns its lease and makes it stale; then revive makes the bundle's lease the host's
+// current one again, so a case can show that its write applies under that lease: the refusal
+// was the fence's.
+var staleWriters = []struct {
+	name  string
+	stale func(t *testing.T, b *runsBundle) store.Lease
+}{
+	{"a lease another holder of the host took since", func(t *testing.T, b *runsBundle) store.Lease {
+		old := b.Lease
+		b.Lease = storetest.Lease(t, b.Store, b.Host, "holder-2")
+		if b.Lease.Generation != old.Generation+1 {
+			t.Fatalf("generations: %d then %d", old.Generation, b.Lease.Generation)
+		}
+		return old
+	}},
+	{"the same holder's lease of an earlier generation", func(t *testing.T, b *runsBundle) store.Lease {
+		old := b.Lease
+		b.Lease = storetest.Lease(t, b.Store, b.Host, old.Holder)
+		return old
+	}},
+	{"a lease that lapsed", func(t *testing.T, b *runsBundle) store.Lease {
+		if err := b.Store.ReleaseLease(b.Ctx, b.Lease); err != nil {
+			t.Fatal(err)
+		}
+		return b.Lease
+	}},
+	{"a writer that names no lease, for a host that has one", func(t *testing.T, b *runsBundle) store.Lease {
+		return store.Lease{Host: b.Host}
+	}},
+}
+
+// revive takes the bundle's host's lease anew; it adopts the host's live attempts.
+func (b *runsBundle) revive(t *testing.T) {
+	t.Helper()
+	b.Lease = storetest.Lease(t, b.Store, b.Host, "holder-back")
+}
+
+// A spawn claim records the unit, the host and the boot on a live attempt that has none, for the
+// current holder of the host's lease, once; anything else changes nothing.
+func TestClaimSpawn(t *testing.T) {
+	type claim struct {
+		w       store.Lease
+		run     model.Run
+		attempt int    // 0 is 1
+		unit    string // "" is the one derived from the attempt
+		limits  store.Limits
+	}
+	tests := []struct {
+		name        string
+		arrange     func(t *testing.T, b *runsBundle) claim
+		wantClaimed bool
+		wantBlocked string // a part of the reason given; "" wants none
+	}{
+		{
+			name:        "a queued run's first attempt",
+			arrange:     func(t *testing.T, b *runsBundle) claim { return claim{w: b.Lease, run: b.newRun(t, nil)} },
+			wantClaimed: true,
+		},
+		{
+			name: "a retry that waits for its time: the claim clears why it waits",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				failed := b.claimedRun(t)
+				retry := uuid.New()
+				b.finish(t, b.Lease, store.Ending{RunID: failed.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient",
+					Reason: "network down", Retry: &store.Retry{ID: retry, Number: 1, Delay: time.Minute, Why: "transient failure"}})
+				r := b.run(t, retry)
+				if !strings.HasPrefix(r.WaitingReason, "transient failure, due at ") {
+					t.Fatalf("retry waits with %q", r.WaitingReason)
+				}
+				return claim{w: b.Lease, run: r}
+			},
+			wantClaimed: true,
+		},
+		{
+			name: "a job pinned to this host",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				return claim{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Host: b.Host}})}
+			},
+			wantClaimed: true,
+		},
+		{
+			name: "an attempt claimed already by this host",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				return claim{w: b.Lease, run: b.claimedRun(t)}
+			},
+		},
+		{
+			name: "an attempt claimed already by another host",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				h2 := b.otherHost(t)
+				return claim{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{Claim: &h2})}
+			},
+		},
+		{
+			name: "an attempt the run does not have",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				return claim{w: b.Lease, run: b.newRun(t, nil), attempt: 2}
+			},
+		},
+		{
+			name: "a run asked to stop",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				r := b.newRun(t, nil)
+				if _, err := b.Store.RequestStop(b.Ctx, r.ID); err != nil {
+					t.Fatal(err)
+				}
+				return claim{w: b.Lease, run: b.run(t, r.ID)}
+			},
+		},
+		{
+			name: "a run that ended before it spawned",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				r := b.newRun(t, nil)
+				b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "bad"})
+				return claim{w: b.Lease, run: b.run(t, r.ID)}
+			},
+		},
+		{
+			name: "a job pinned to another host",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				return claim{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Host: "h9"}})}
+			},
+		},
+		{
+			name: "a draining host",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				if _, err := b.Store.DrainHost(b.Ctx, b.Host, true); err != nil {
+					t.Fatal(err)
+				}
+				return claim{w: b.Lease, run: b.newRun(t, nil)}
+			},
+		},
+		{
+			name: "a backup while a prune holds its repository",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				storetest.Job(t, b.Store, &storetest.JobOpts{Name: "pruned", Repository: "/srv/shared"})
+				b.newRun(t, &storetest.RunOpts{Job: "pruned", Kind: model.KindPrune, Claim: &b.Lease})
+				return claim{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "/srv/shared"}})}
+			},
+			wantBlocked: "waiting: repository busy: prune run ",
+		},
+		{
+			name: "a prune while a backup holds its repository",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "/srv/shared"}, Claim: &b.Lease})
+				storetest.Job(t, b.Store, &storetest.JobOpts{Name: "pruned", Repository: "/srv/shared"})
+				return claim{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{Job: "pruned", Kind: model.KindPrune})}
+			},
+			wantBlocked: "waiting: repository busy: backup run ",
+		},
+		{
+			name: "a backup beside another backup of its repository",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "/srv/shared"}, Claim: &b.Lease})
+				return claim{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "/srv/shared"}})}
+			},
+			wantClaimed: true,
+		},
+		{
+			name: "the global limit, filled by another host",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				h2 := b.otherHost(t)
+				b.newRun(t, &storetest.RunOpts{Claim: &h2})
+				return claim{w: b.Lease, run: b.newRun(t, nil), limits: store.Limits{MaxRunning: 1}}
+			},
+			wantBlocked: "waiting: 1 runs hold a unit, the global limit is 1",
+		},
+		{
+			name: "the host limit",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				b.claimedRun(t)
+				return claim{w: b.Lease, run: b.newRun(t, nil), limits: store.Limits{MaxRunningHost: 1}}
+			},
+			wantBlocked: "waiting: 1 runs hold a unit on h1, the host limit is 1",
+		},
+		{
+			name: "the host limit counts the host's units only",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				h2 := b.otherHost(t)
+				b.newRun(t, &storetest.RunOpts{Claim: &h2})
+				return claim{w: b.Lease, run: b.newRun(t, nil), limits: store.Limits{MaxRunningHost: 1}}
+			},
+			wantClaimed: true,
+		},
+		{
+			name: "a limit that an ended attempt no longer fills",
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				done := b.startedRun(t)
+				b.finish(t, b.Lease, store.Ending{RunID: done.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
+				return claim{w: b.Lease, run: b.newRun(t, nil), limits: store.Limits{MaxRunning: 1, MaxRunningHost: 1}}
+			},
+			wantClaimed: true,
+		},
+	}
+	for _, sw := range staleWriters {
+		tests = append(tests, struct {
+			name        string
+			arrange     func(t *testing.T, b *runsBundle) claim
+			wantClaimed bool
+			wantBlocked string
+		}{
+			name: "under " + sw.name,
+			arrange: func(t *testing.T, b *runsBundle) claim {
+				r := b.newRun(t, nil)
+				return claim{w: sw.stale(t, b), run: r}
+			},
+		})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			c := tt.arrange(t, b)
+			c.attempt = max(c.attempt, 1)
+			if c.unit == "" {
+				c.unit = storetest.Unit(c.run, c.attempt)
+			}
+			run, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
+
+			claimed, blocked, err := b.Store.ClaimSpawn(b.Ctx, c.w, c.run.ID, c.attempt, c.unit, "boot-1", c.limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if claimed != tt.wantClaimed {
+				t.Fatalf("claimed = %v, want %v (blocked %q)", claimed, tt.wantClaimed, blocked)
+			}
+			if tt.wantBlocked == "" && blocked != "" || !strings.Contains(blocked, tt.wantBlocked) {
+				t.Fatalf("blocked = %q, want %q", blocked, tt.wantBlocked)
+			}
+			if !claimed {
+				b.requireUnchanged(t, "a refused claim", run, before)
+				b.requireNoViolations(t)
+				return
+			}
+			a := b.attempts(t, c.run.ID)[c.attempt-1]
+			if a.Unit != c.unit || a.Host != c.w.Host || a.BootID != "boot-1" || a.ArmedFor != nil || a.StartedAt != nil || a.EndedAt != nil {
+				t.Fatalf("claimed attempt: %+v; want unit %s on %s of boot-1, not armed, started or ended", a, c.unit, c.w.Host)
+			}
+			requireOrdered(t, "claim after creation", &a.CreatedAt, a.SpawnClaimedAt)
+			if got := b.run(t, c.run.ID); got.Status != model.StatusQueued || got.StartedAt != nil || got.WaitingReason != "" {
+				t.Fatalf("run after its claim: %s started %v waiting %q; want queued, not started, waiting for nothing",
+					got.Status, got.StartedAt, got.WaitingReason)
+			}
+			// Claimed once: the same claim again is refused, and changes nothing.
+			again, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
+			if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, c.w, c.run.ID, c.attempt, c.unit, "boot-2", store.Limits{}); err != nil || ok || blocked != "" {
+				t.Fatalf("second claim: ok=%v blocked=%q err=%v, want refused", ok, blocked, err)
+			}
+			b.requireUnchanged(t, "a second claim", again, before)
+			b.requireNoViolations(t)
+		})
+	}
+
+	// A claim a stale writer was refused is the current holder's to make.
+	for _, sw := range staleWriters {
+		t.Run("the current lease after "+sw.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			r := b.newRun(t, nil)
+			stale := sw.stale(t, b)
+			if ok, _, err := b.Store.ClaimSpawn(b.Ctx, stale, r.ID, 1, storetest.Unit(r, 1), "", store.Limits{}); err != nil || ok {
+				t.Fatalf("stale claim: %v %v", ok, err)
+			}
+			b.revive(t)
+			b.claim(t, b.Lease, r, 1)
+			if a := b.attempts(t, r.ID)[0]; a.Host != b.Host || a.Unit != storetest.Unit(r, 1) {
+				t.Fatalf("attempt after the current holder's claim: %+v", a)
+			}
+			b.requireNoViolations(t)
+		})
+	}
+}
+
+// A claim refused because the attempt is claimed already is not held back by a limit, even when
+// the attempt's own unit is what fills it. Two daemons that share the database list the same
+// unspawned run of an any-host job and both claim it: the loser is told the global limit holds
+// the run back, and records that as the run's waiting reason (reconcile/actions.go spawn calls
+// SetWaiting with any reason it is given), which run show prints on a run that holds its unit
+// and, once started, runs. The host limit is computed the same way (its subtest shows it for a
+// second claim by the same host, a narrower race).
+func TestClaimSpawnOfAClaimedAttemptNamesNoLimit(t *testing.T) {
+	for name, limits := range map[string]store.Limits{"global limit": {MaxRunning: 1}, "host limit": {MaxRunningHost: 1}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			r := b.newRun(t, nil)
+			unit := storetest.Unit(r, 1)
+			if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, b.Lease, r.ID, 1, unit, "", limits); err != nil || !ok || blocked != "" {
+				t.Fatalf("first claim: ok=%v blocked=%q err=%v", ok, blocked, err)
+			}
+			w := b.Lease
+			if limits.MaxRunning > 0 {
+				w = b.otherHost(t)
+			}
+			ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, w, r.ID, 1, unit, "", limits)
+			if err != nil || ok {
+				t.Fatalf("second claim: ok=%v err=%v, want refused", ok, err)
+			}
+			if blocked != "" {
+				t.Errorf("second claim of a claimed attempt, limits %+v: blocked = %q, want none: no limit holds this run back, it holds the place itself", limits, blocked)
+				// What the losing daemon does with it, and what the run then shows once started.
+				if err := b.Store.SetWaiting(b.Ctx, r.ID, blocked, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := b.Store.MarkStarted(b.Ctx, b.Lease, r.ID, 1, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := b.run(t, r.ID); got.Status != model.StatusRunning || got.WaitingReason != "" {
+				t.Errorf("run after its start: %s, waiting %q; want running, waiting for nothing", got.Status, got.WaitingReason)
+			}
+		})
+	}
+}
+
+// An armed claim records when the timer starts the unit; the run stays queued until then.
+func TestClaimArmedSpawn(t *testing.T) {
+	b := setupRuns(t)
+	r := b.newRun(t, nil)
+	at := b.Now(t).Add(10 * time.Second).Truncate(time.Microsecond)
+	ok, blocked, err := b.Store.ClaimArmedSpawn(b.Ctx, b.Lease, r.ID, 1, storetest.Unit(r, 1), "boot-1", store.Limits{}, at)
+	if err != nil || !ok || blocked != "" {
+		t.Fatalf("armed claim: ok=%v blocked=%q err=%v", ok, blocked, err)
+	}
+	a := b.attempts(t, r.ID)[0]
+	if a.ArmedFor == nil || !a.ArmedFor.Equal(at) || a.StartedAt != nil {
+		t.Fatalf("armed attempt: armed for %v, started %v; want armed for %v, not started", a.ArmedFor, a.StartedAt, at)
+	}
+	if got := b.run(t, r.ID); got.Status != model.StatusQueued {
+		t.Fatalf("armed run is %s, want queued", got.Status)
+	}
+	b.requireNoViolations(t)
+}
+
+// MarkStarted makes the run running and stamps the attempt's start once, on the database's clock
+// unless a time is given, for the current holder of the attempt's host's lease.
+func TestMarkStarted(t *testing.T) {
+	given := time.Date(2001, 2, 3, 4, 5, 6, 789012000, time.UTC)
+	tests := []struct {
+		name    string
+		arrange func(t *testing.T, b *runsBundle) (store.Lease, model.Run)
+		at      time.Time
+		want    bool // the attempt becomes started by this call
+	}{
+		{
+			name:    "a claimed attempt, on the database's clock",
+			arrange: func(t *testing.T, b *runsBundle) (store.Lease, model.Run) { return b.Lease, b.claimedRun(t) },
+			want:    true,
+		},
+		{
+			name:    "a claimed attempt, at the time given",
+			arrange: func(t *testing.T, b *runsBundle) (store.Lease, model.Run) { return b.Lease, b.claimedRun(t) },
+			at:      given,
+			want:    true,
+		},
+		{
+			name:    "an attempt started already: its first start stays",
+			arrange: func(t *testing.T, b *runsBundle) (store.Lease, model.Run) { return b.Lease, b.startedRun(t) },
+			at:      given,
+		},
+		{
+			name: "an attempt that ended",
+			arrange: func(t *testing.T, b *runsBundle) (store.Lease, model.Run) {
+				r := b.claimedRun(t)
+				b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "x"})
+				return b.Lease, r
+			},
+		},
+		{
+			name: "another host's attempt",
+			arrange: func(t *testing.T, b *runsBundle) (store.Lease, model.Run) {
+				h2 := b.otherHost(t)
+				return b.Lease, b.newRun(t, &storetest.RunOpts{Claim: &h2})
+			},
+		},
+	}
+	for _, sw := range staleWriters {
+		tests = append(tests, struct {
+			name    string
+			arrange func(t *testing.T, b *runsBundle) (store.Lease, model.Run)
+			at      time.Time
+			want    bool
+		}{
+			name: "under " + sw.name,
+			arrange: func(t *testing.T, b *runsBundle) (store.Lease, model.Run) {
+				r := b.claimedRun(t)
+				return sw.stale(t, b), r
+			},
+		})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			w, r := tt.arrange(t, b)
+			run, before := b.run(t, r.ID), b.attempts(t, r.ID)
+			dbBefore := b.Now(t)
+			if err := b.Store.MarkStarted(b.Ctx, w, r.ID, 1, tt.at); err != nil {
+				t.Fatal(err)
+			}
+			dbAfter := b.Now(t)
+			if !tt.want {
+				b.requireUnchanged(t, "MarkStarted", run, before)
+				b.requireNoViolations(t)
+				return
+			}
+			got, a := b.run(t, r.ID), b.attempts(t, r.ID)[0]
+			if got.Status != model.StatusRunning {
+				t.Fatalf("run is %s, want running", got.Status)
+			}
+			if a.StartedAt == nil || got.StartedAt == nil || !a.StartedAt.Equal(*got.StartedAt) {
+				t.Fatalf("started: attempt %v, run %v; want the same time", a.StartedAt, got.StartedAt)
+			}
+			if tt.at.IsZero() {
+				requireOrdered(t, "claim, start, on the database's clock", a.SpawnClaimedAt, &dbBefore, a.StartedAt, &dbAfter)
+			} else if !a.StartedAt.Equal(tt.at) {
+				t.Fatalf("started at %v, want %v as given", a.StartedAt, tt.at)
+			}
+			// Once: a second start, at another time, changes nothing.
+			run, before = got, b.attempts(t, r.ID)
+			if err := b.Store.MarkStarted(b.Ctx, w, r.ID, 1, given.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			b.requireUnchanged(t, "a second MarkStarted", run, before)
+			b.requireNoViolations(t)
+		})
+	}
+}
+
+// A journal batch applies once, from the cursor it was read from: the projection's counters
+// add up, its first messages stay the first, its newest figures win.
+func TestApplyJournal(t *testing.T) {
+	t.Run("batches in order", func(t *testing.T) {
+		t.Parallel()
+		b := setupRuns(t)
+		r := b.startedRun(t)
+		c1 := journal.Cursor{Offset: 100, LastSeq: 3, LastHash: "h3"}
+		c2 := journal.Cursor{Offset: 250, LastSeq: 7, LastHash: "h7"}
+		c3 := journal.Cursor{Offset: 300, LastSeq: 8, LastHash: "h8"}
+		seen := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+		p1 := model.Progress{PercentDone: 0.25, FilesDone: 10, TotalFiles: 40, BytesDone: 1000, TotalBytes: 4000}
+		p3 := model.Progress{PercentDone: 1, FilesDone: 40, TotalFiles: 40, BytesDone: 4000, TotalBytes: 4000}
+		apply := func(from, to journal.Cursor, d store.JournalDelta, want bool) model.Attempt {
+			t.Helper()
+			ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, r.ID, 1, from, to, d)
+			if err != nil || ok != want {
+				t.Fatalf("apply %+v -> %+v: ok=%v err=%v, want %v", from, to, ok, err, want)
+			}
+			return b.attempts(t, r.ID)[0]
+		}
+		a := apply(journal.Cursor{}, c1, store.JournalDelta{LastEventAt: &seen, Progress: &p1, ItemErrors: 2, FirstItemError: "/a: denied"}, true)
+		if a.Cursor != c1 || a.ItemErrors != 2 || a.FirstItemError != "/a: denied" || a.Progress == nil || *a.Progress != p1 ||
+			a.LastEventAt == nil || !a.LastEventAt.Equal(seen) || a.Fatal != "" || a.Summary != nil {
+			t.Fatalf("after the first batch: %+v", a)
+		}
+		// The same batch again, and any batch read from the old cursor, are refused.
+		first := b.attempts(t, r.ID)
+		apply(journal.Cursor{}, c1, store.JournalDelta{ItemErrors: 2, FirstItemError: "/a: denied"}, false)
+		apply(journal.Cursor{}, c2, store.JournalDelta{ItemErrors: 9, Fatal: "late"}, false)
+		if got := b.attempts(t, r.ID); !reflect.DeepEqual(got, first) {
+			t.Fatalf("a batch from an old cursor changed the attempt: %+v", got[0])
+		}
+		a = apply(c1, c2, store.JournalDelta{ItemErrors: 3, FirstItemError: "/b: denied", Fatal: "repository locked",
+			Summary: json.RawMessage(`{"files_new":3,"snapshot_id":"abc"}`)}, true)
+		if a.Cursor != c2 || a.ItemErrors != 5 || a.FirstItemError != "/a: denied" || a.Fatal != "repository locked" {
+			t.Fatalf("after the second batch: cursor %+v, %d item errors, first %q, fatal %q; want %+v, 5, the first batch's, the second's",
+				a.Cursor, a.ItemErrors, a.FirstItemError, a.Fatal, c2)
+		}
+		if a.Progress == nil || *a.Progress != p1 || a.LastEventAt == nil || !a.LastEventAt.Equal(seen) {
+			t.Fatalf("a batch without progress or events lost the earlier ones: %+v %v", a.Progress, a.LastEventAt)
+		}
+		requireJSON(t, a.Summary, `{"files_new":3,"snapshot_id":"abc"}`)
+		a = apply(c2, c3, store.JournalDelta{Progress: &p3, Fatal: "another", Summary: json.RawMessage(`{"snapshot_id":"def"}`)}, true)
+		if a.Cursor != c3 || a.ItemErrors != 5 || a.Fatal != "repository locked" || a.Progress == nil || *a.Progress != p3 {
+			t.Fatalf("after the third batch: %+v", a)
+		}
+		requireJSON(t, a.Summary, `{"snapshot_id":"def"}`)
+		if got := b.run(t, r.ID); got.Status != model.StatusRunning {
+			t.Fatalf("run is %s, want running", got.Status)
+		}
+		b.requireNoViolations(t)
+	})
+
+	type apply struct {
+		w       store.Lease
+		run     model.Run
+		attempt int // 0 is 1
+		from    journal.Cursor
+	}
+	tests := []struct {
+		name    string
+		arrange func(t *testing.T, b *runsBundle) apply
+	}{
+		{"a batch read from an old cursor", func(t *testing.T, b *runsBundle) apply {
+			r := b.startedRun(t)
+			if ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, r.ID, 1, journal.Cursor{}, journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"},
+				store.JournalDelta{ItemErrors: 1}); err != nil || !ok {
+				t.Fatalf("first batch: %v %v", ok, err)
+			}
+			return apply{w: b.Lease, run: r}
+		}},
+		{"a quarantined journal", func(t *testing.T, b *runsBundle) apply {
+			r := b.startedRun(t)
+			if err := b.Store.Quarantine(b.Ctx, b.Lease, r.ID, 1, "unreadable"); err != nil {
+				t.Fatal(err)
+			}
+			return apply{w: b.Lease, run: r}
+		}},
+		{"an attempt that ended", func(t *testing.T, b *runsBundle) apply {
+			r := b.startedRun(t)
+			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
+			return apply{w: b.Lease, run: r}
+		}},
+		{"an attempt the run does not have", func(t *testing.T, b *runsBundle) apply {
+			return apply{w: b.Lease, run: b.startedRun(t), attempt: 2}
+		}},
+		{"another host's attempt", func(t *testing.T, b *runsBundle) apply {
+			h2 := b.otherHost(t)
+			return apply{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{Claim: &h2, Started: true})}
+		}},
+	}
+	for _, sw := range staleWriters {
+		tests = append(tests, struct {
+			name    string
+			arrange func(t *testing.T, b *runsBundle) apply
+		}{"under " + sw.name, func(t *testing.T, b *runsBundle) apply {
+			r := b.startedRun(t)
+			return apply{w: sw.stale(t, b), run: r}
+		}})
+	}
+	for _, tt := range tests {
+		t.Run("refused: "+tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			c := tt.arrange(t, b)
+			run, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
+			ok, err := b.Store.ApplyJournal(b.Ctx, c.w, c.run.ID, max(c.attempt, 1), c.from,
+				journal.Cursor{Offset: 500, LastSeq: 20, LastHash: "h20"}, store.JournalDelta{ItemErrors: 7, Fatal: "boom"})
+			if err != nil || ok {
+				t.Fatalf("ok=%v err=%v, want refused", ok, err)
+			}
+			b.requireUnchanged(t, "a refused batch", run, before)
+			b.requireNoViolations(t)
+		})
+	}
+	for _, sw := range staleWriters {
+		t.Run("the current lease after "+sw.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			r := b.startedRun(t)
+			to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"}
+			if ok, err := b.Store.ApplyJournal(b.Ctx, sw.stale(t, b), r.ID, 1, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
+				t.Fatalf("stale batch: %v %v", ok, err)
+			}
+			b.revive(t)
+			if ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, r.ID, 1, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || !ok {
+				t.Fatalf("current holder's batch: %v %v", ok, err)
+			}
+			if a := b.attempts(t, r.ID)[0]; a.Cursor != to || a.ItemErrors != 1 {
+				t.Fatalf("attempt after the current holder's batch: %+v", a)
+			}
+		})
+	}
+}
+
+// requireJSON compares JSON by value: jsonb keeps neither spacing nor key order.
+func requireJSON(t *testing.T, got json.RawMessage, want string) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("summary %q: %v", got, err)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Fatalf("summary = %s, want %s", got, want)
+	}
+}
+
+// A quarantine stops the journal's projection once, with its first reason; the run goes on.
+func TestQuarantine(t *testing.T) {
+	t.Run("the first reason stays", func(t *testing.T) {
+		t.Parallel()
+		b := setupRuns(t)
+		r := b.startedRun(t)
+		if err := b.Store.Quarantine(b.Ctx, b.Lease, r.ID, 1, "line 3: not JSON"); err != nil {
+			t.Fatal(err)
+		}
+		a := b.attempts(t, r.ID)[0]
+		if a.QuarantinedAt == nil || a.QuarantineReason != "line 3: not JSON" || a.EndedAt != nil {
+			t.Fatalf("quarantined attempt: %+v", a)
+		}
+		requireOrdered(t, "start, then quarantine", a.StartedAt, a.QuarantinedAt)
+		if got := b.run(t, r.ID); got.Status != model.StatusRunning {
+			t.Fatalf("a quarantine ended the run: %s", got.Status)
+		}
+		run, before := b.run(t, r.ID), b.attempts(t, r.ID)
+		if err := b.Store.Quarantine(b.Ctx, b.Lease, r.ID, 1, "another reason"); err != nil {
+			t.Fatal(err)
+		}
+		b.requireUnchanged(t, "a second quarantine", run, before)
+		b.requireNoViolations(t)
+	})
+	t.Run("another host's attempt", func(t *testing.T) {
+		t.Parallel()
+		b := setupRuns(t)
+		h2 := b.otherHost(t)
+		r := b.newRun(t, &storetest.RunOpts{Claim: &h2, Started: true})
+		run, before := b.run(t, r.ID), b.attempts(t, r.ID)
+		if err := b.Store.Quarantine(b.Ctx, b.Lease, r.ID, 1, "not mine"); err != nil {
+			t.Fatal(err)
+		}
+		b.requireUnchanged(t, "another host's quarantine", run, before)
+	})
+	for _, sw := range staleWriters {
+		t.Run("under "+sw.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			r := b.startedRun(t)
+			stale := sw.stale(t, b)
+			run, before := b.run(t, r.ID), b.attempts(t, r.ID)
+			if err := b.Store.Quarantine(b.Ctx, stale, r.ID, 1, "stale"); err != nil {
+				t.Fatal(err)
+			}
+			b.requireUnchanged(t, "a stale quarantine", run, before)
+			b.revive(t)
+			if err := b.Store.Quarantine(b.Ctx, b.Lease, r.ID, 1, "current"); err != nil {
+				t.Fatal(err)
+			}
+			if a := b.attempts(t, r.ID)[0]; a.QuarantinedAt == nil || a.QuarantineReason != "current" {
+				t.Fatalf("attempt after the current holder's quarantine: %+v", a)
+			}
+			b.requireNoViolations(t)
+		})
+	}
+}
+
+// Finish ends the attempt and its run once, with the status, the reason and the figures given,
+// stamped on the database's clock, and updates the job's last outcome; the hold is settled or
+// deferred in the same transaction.
+func TestFinish(t *testing.T) {
+	int64p := func(n int64) *int64 { return &n }
+	tests := []struct {
+		name   string
+		ending store.Ending // without run and attempt
+	}{
+		{"succeeded", store.Ending{Status: model.StatusSucceeded, Reason: "backed up", ServiceResult: "success", ExitCode: "exited",
+			ExitStatus: "0", SnapshotID: "0123abcd", BytesAdded: int64p(1000), BytesProcessed: int64p(5000), FilesProcessed: int64p(12),
+			Settlement: &ledger.Settlement{Bytes: 1000, Source: "restic's summary"}}},
+		{"partial", store.Ending{Status: model.StatusPartial, Reason: "2 files could not be read", ServiceResult: "exit-code",
+			ExitCode: "exited", ExitStatus: "3", FilesSkipped: 2, Settlement: &ledger.Settlement{Bytes: 10, Source: "restic's summary"}}},
+		{"failed, permanent", store.Ending{Status: model.StatusFailed, FailureClass: "permanent", Reason: "wrong password",
+			ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1", Settlement: &ledger.Settlement{Release: true, Source: "added nothing"}}},
+		{"failed, transient, its figure unknown", store.Ending{Status: model.StatusFailed, FailureClass: "transient", Reason: "network down"}},
+		{"stopped", store.Ending{Status: model.StatusStopped, Reason: "stopped by the operator", ServiceResult: "exit-code",
+			ExitCode: "killed", ExitStatus: "INT"}},
+		{"paused", store.Ending{Status: model.StatusPaused, PausedReason: ledger.PausedRunCeiling, Reason: "paused (run_ceiling)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			r := b.startedRun(t)
+			e := tt.ending
+			e.RunID, e.Attempt = r.ID, 1
+			dbBefore := b.Now(t)
+			b.finish(t, b.Lease, e)
+			dbAfter := b.Now(t)
+
+			got, a := b.run(t, r.ID), b.attempts(t, r.ID)[0]
+			if got.Status != e.Status || got.Reason != e.Reason || got.FailureClass != e.FailureClass || got.PausedReason != e.PausedReason {
+				t.Fatalf("run: %s %q class %q paused %q; want %s %q class %q paused %q", got.Status, got.Reason, got.FailureClass,
+					got.PausedReason, e.Status, e.Reason, e.FailureClass, e.PausedReason)
+			}
+			if got.SnapshotID != e.SnapshotID || !reflect.DeepEqual(got.BytesAdded, e.BytesAdded) || !reflect.DeepEqual(got.BytesProcessed, e.BytesProcessed) ||
+				!reflect.DeepEqual(got.FilesProcessed, e.FilesProcessed) || got.FilesSkipped != e.FilesSkipped {
+				t.Fatalf("run's figures: %+v, want those of %+v (unknown stays NULL)", got, e)
+			}
+			if a.EndedAt == nil || got.FinishedAt == nil || !a.EndedAt.Equal(*got.FinishedAt) {
+				t.Fatalf("ended: attempt %v, run %v; want one time", a.EndedAt, got.FinishedAt)
+			}
+			requireOrdered(t, "start, then the end on the database's clock", a.StartedAt, &dbBefore, got.FinishedAt, &dbAfter)
+			if a.ServiceResult != e.ServiceResult || a.ExitCode != e.ExitCode || a.ExitStatus != e.ExitStatus {
+				t.Fatalf("attempt's marker fields: %q %q %q", a.ServiceResult, a.ExitCode, a.ExitStatus)
+			}
+			if j := b.job(t, r.JobName); j.LastOutcome != e.Status || j.LastRunID == nil || *j.LastRunID != r.ID {
+				t.Fatalf("job's last outcome %q of run %v, want %s of %s", j.LastOutcome, j.LastRunID, e.Status, r.ID)
+			}
+			if a.HoldBytes == nil {
+				t.Fatal("a restic backup's attempt had no hold")
+			}
+			switch st := e.Settlement; {
+			case st == nil:
+				if a.SettleDeferred == "" || got.HeldBytes != *a.HoldBytes || got.SettledBytes != 0 {
+					t.Fatalf("an ending without a settlement: deferred %q, held %d of %d, settled %d; want the hold open with a reason",
+						a.SettleDeferred, got.HeldBytes, *a.HoldBytes, got.SettledBytes)
+				}
+			case st.Release:
+				if got.HeldBytes != 0 || got.SettledBytes != 0 || a.Settlement != st.Source {
+					t.Fatalf("a released hold: held %d, settled %d, settlement %q", got.HeldBytes, got.SettledBytes, a.Settlement)
+				}
+			default:
+				if got.HeldBytes != 0 || got.SettledBytes != st.Bytes || a.Settlement != st.Source || a.SettleDeferred != "" {
+					t.Fatalf("a settled hold: held %d, settled %d, settlement %q, deferred %q", got.HeldBytes, got.SettledBytes, a.Settlement, a.SettleDeferred)
+				}
+			}
+			b.requireNoViolations(t)
+
+			// Once: a second ending, whatever it says, changes nothing.
+			run, before := got, b.attempts(t, r.ID)
+			ok, err := b.Store.Finish(b.Ctx, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed,
+				FailureClass: "permanent", Reason: "a later pass", Settlement: &ledger.Settlement{Release: true, Source: "late"}})
+			if err != nil || ok {
+				t.Fatalf("second finish: ok=%v err=%v, want false", ok, err)
+			}
+			b.requireUnchanged(t, "a second Finish", run, before)
+			if j := b.job(t, r.JobName); j.LastOutcome != e.Status {
+				t.Fatalf("a second Finish changed the job's last outcome to %q", j.LastOutcome)
+			}
+			b.requireNoViolations(t)
+		})
+	}
+
+	t.Run("at the time given", func(t *testing.T) {
+		t.Parallel()
+		b := setupRuns(t)
+		r := b.startedRun(t)
+		at := time.Date(2001, 2, 3, 4, 5, 6, 7000, time.UTC)
+		b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok"})
+		got, a := b.run(t, r.ID), b.attempts(t, r.ID)[0]
+		if got.FinishedAt == nil || !got.FinishedAt.Equal(at) || a.EndedAt == nil || !a.EndedAt.Equal(at) {
+			t.Fatalf("finished %v, ended %v; want %v", got.FinishedAt, a.EndedAt, at)
+		}
+	})
+
+	t.Run("a prune leaves its job's last outcome", func(t *testing.T) {
+		t.Parallel()
+		b := setupRuns(t)
+		backup := b.startedRun(t)
+		b.finish(t, b.Lease, store.Ending{RunID: backup.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok",
+			Settlement: &ledger.Settlement{Bytes: 1, Source: "summary"}})
+		prune := b.newRun(t, &storetest.RunOpts{Job: backup.JobName, Kind: model.KindPrune, Claim: &b.Lease, Started: true})
+		b.finish(t, b.Lease, store.Ending{RunID: prune.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "locked"})
+		if got := b.run(t, prune.ID); got.Status != model.StatusFailed {
+			t.Fatalf("prune is %s", got.Status)
+		}
+		if j := b.job(t, backup.JobName); j.LastOutcome != model.StatusSucceeded || j.LastRunID == nil || *j.LastRunID != backup.ID {
+			t.Fatalf("job's last outcome %q of %v, want the backup's, succeeded", j.LastOutcome, j.LastRunID)
+		}
+		b.requireNoViolations(t)
+	})
+
+	refusals := []struct {
+		name    string
+		arrange func(t *testing.T, b *runsBundle) (store.Lease, store.Ending)
+		wantErr bool
+	}{
+		{"a status that is not final: queued", func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
+			return b.Lease, store.Ending{RunID: b.startedRun(t).ID, Attempt: 1, Status: model.StatusQueued}
+		}, true},
+		{"a status that is not final: running", func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
+			return b.Lease, store.Ending{RunID: b.startedRun(t).ID, Attempt: 1, Status: model.StatusRunning}
+		}, true},
+		{"an attempt a restart ended", func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
+			r := b.startedRun(t)
+			b.restart(t, b.Lease, r, 1)
+			return b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded}
+		}, false},
+		{"an attempt the run does not have", func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
+			return b.Lease, store.Ending{RunID: b.startedRun(t).ID, Attempt: 2, Status: model.StatusSucceeded}
+		}, false},
+		{"another host's attempt", func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
+			h2 := b.otherHost(t)
+			r := b.newRun(t, &storetest.RunOpts{Claim: &h2, Started: true})
+			return b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded}
+		}, false},
+		{"with a retry that is not admitted", func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
+			r := b.startedRun(t)
+			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "first"})
+			return b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient", Reason: "second",
+				Retry: &store.Retry{ID: uuid.New(), Number: 1, Delay: time.Minute, Why: "retry"}}
+		}, false},
+	}
+	for _, sw := range staleWriters {
+		refusals = append(refusals, struct {
+			name    string
+			arrange func(t *testing.T, b *runsBundle) (store.Lease, store.Ending)
+			wantErr bool
+		}{"under " + sw.name, func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
+			r := b.startedRun(t)
+			return sw.stale(t, b), store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "stale"}
+		}, false})
+	}
+	for _, tt := range refusals {
+		t.Run("refused: "+tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			w, e := tt.arrange(t, b)
+			run, before := b.run(t, e.RunID), b.attempts(t, e.RunID)
+			job := b.job(t, run.JobName)
+			ok, err := b.Store.Finish(b.Ctx, w, e)
+			if ok || (err != nil) != tt.wantErr {
+				t.Fatalf("ok=%v err=%v, want refused (with an error: %v)", ok, err, tt.wantErr)
+			}
+			b.requireUnchanged(t, "a refused Finish", run, before)
+			if got := b.job(t, run.JobName); !reflect.DeepEqual(got, job) {
+				t.Fatalf("a refused Finish changed the job: %+v", got)
+			}
+			if e.Retry != nil {
+				if _, err := b.Store.RunByID(b.Ctx, e.Retry.ID); !errors.Is(err, store.ErrNotFound) {
+					t.Fatalf("the retry of a refused Finish: %v, want not found", err)
+				}
+			}
+			b.requireNoViolations(t)
+		})
+	}
+	for _, sw := range staleWriters {
+		t.Run("the current lease after "+sw.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			r := b.startedRun(t)
+			e := store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"}
+			if ok, err := b.Store.Finish(b.Ctx, sw.stale(t, b), e); err != nil || ok {
+				t.Fatalf("stale finish: %v %v", ok, err)
+			}
+			b.revive(t)
+			b.finish(t, b.Lease, e)
+			if got := b.run(t, r.ID); got.Status != model.StatusSucceeded {
+				t.Fatalf("run after the current holder's finish: %s", got.Status)
+			}
+			b.requireNoViolations(t)
+		})
+	}
+}
+
+// A failure's retry is admitted with its ending: due at the ending plus its delay on the
+// database's clock, named in the failed run's reason, and waiting with its own.
+func TestFinishAdmitsTheRetry(t *testing.T) {
+	b := setupRuns(t)
+	r := b.startedRun(t)
+	retry := store.Retry{ID: uuid.New(), Number: 1, Delay: 90 * time.Second, Why: "transient failure"}
+	b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient",
+		Reason: "network down", Retry: &retry})
+	failed := b.run(t, r.ID)
+	if failed.FinishedAt == nil {
+		t.Fatal("failed run has no end")
+	}
+	due := failed.FinishedAt.Add(retry.Delay)
+	dueText := due.UTC().Format(time.RFC3339)
+	if want := "network down; retry 1 as run " + retry.ID.String() + " at " + dueText; failed.Reason != want {
+		t.Fatalf("failed run's reason %q, want %q", failed.Reason, want)
+	}
+	if failed.RetriedBy == nil || *failed.RetriedBy != retry.ID {
+		t.Fatalf("failed run retried by %v, want %s", failed.RetriedBy, retry.ID)
+	}
+	next := b.run(t, retry.ID)
+	if next.Status != model.StatusQueued || next.Trigger != model.TriggerRetry || next.RetryOf == nil || *next.RetryOf != r.ID ||
+		next.RetryNumber != 1 || next.JobName != r.JobName {
+		t.Fatalf("retry run: %+v", next)
+	}
+	if next.NotBefore == nil || !next.NotBefore.Equal(due) {
+		t.Fatalf("retry not before %v, want the failure's end plus %s: %v", next.NotBefore, retry.Delay, due)
+	}
+	if next.WaitingReason != "transient failure, due at "+dueText {
+		t.Fatalf("retry waits with %q", next.WaitingReason)
+	}
+	if as := b.attempts(t, retry.ID); len(as) != 1 || as[0].EndedAt != nil || as[0].Unit != "" || as[0].HoldBytes == nil {
+		t.Fatalf("retry's attempts: %+v, want one live, unclaimed, with its hold", as)
+	}
+	if j := b.job(t, r.JobName); j.LastOutcome != model.StatusFailed || j.LastRunID == nil || *j.LastRunID != retry.ID {
+		t.Fatalf("job: last outcome %q, last run %v; want failed, and the retry as its last run", j.LastOutcome, j.LastRunID)
+	}
+	b.requireNoViolations(t)
+}
+
+// A restart ends the live attempt with its marker fields, settles its hold and opens the next,
+// numbered one more, unclaimed, with a hold of its own; the run is queued again and keeps its
+// first start. It applies once, for the current lease, and never after a stop request.
+func TestRestart(t *testing.T) {
+	type restart struct {
+		w   store.Lease
+		run model.Run
+		r   store.Restarting
+	}
+	released := &ledger.Settlement{Release: true, Source: "it never ran"}
+	marked := func(run model.Run, attempt int) store.Restarting {
+		return store.Restarting{RunID: run.ID, Attempt: attempt, ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130",
+			Settlement: &ledger.Settlement{Bytes: 100, Source: "measured growth"}}
+	}
+	applied := []struct {
+		name    string
+		arrange func(t *testing.T, b *runsBundle) restart
+	}{
+		{"a started attempt", func(t *testing.T, b *runsBundle) restart {
+			r := b.startedRun(t)
+			return restart{w: b.Lease, run: r, r: marked(r, 1)}
+		}},
+		{"a claimed attempt that never started", func(t *testing.T, b *runsBundle) restart {
+			r := b.claimedRun(t)
+			return restart{w: b.Lease, run: r, r: store.Restarting{RunID: r.ID, Attempt: 1, Settlement: released}}
+		}},
+		{"at the time given", func(t *testing.T, b *runsBundle) restart {
+			r := b.startedRun(t)
+			rs := marked(r, 1)
+			rs.At = b.Now(t).Truncate(time.Microsecond)
+			return restart{w: b.Lease, run: r, r: rs}
+		}},
+		{"the second attempt", func(t *testing.T, b *runsBundle) restart {
+			r := b.startedRun(t)
+			b.restart(t, b.Lease, r, 1)
+			b.claim(t, b.Lease, r, 2)
+			if err := b.Store.MarkStarted(b.Ctx, b.Lease, r.ID, 2, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := b.run(t, r.ID); got.Status != model.StatusRunning || !got.StartedAt.Equal(*r.StartedAt) {
+				t.Fatalf("run after its second start: %s started %v, want running since its first start %v", got.Status, got.StartedAt, r.StartedAt)
+			}
+			return restart{w: b.Lease, run: r, r: marked(r, 2)}
+		}},
+	}
+	for _, tt := range applied {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			c := tt.arrange(t, b)
+			run := b.run(t, c.run.ID)
+			dbBefore := b.Now(t)
+			moved, paused, err := b.Store.Restart(b.Ctx, c.w, c.r)
+			if err != nil || !moved || paused != "" {
+				t.Fatalf("restart: moved=%v paused=%q err=%v", moved, paused, err)
+			}
+			dbAfter := b.Now(t)
+			n := c.r.Attempt
+			as := b.attempts(t, run.ID)
+			if len(as) != n+1 {
+				t.Fatalf("%d attempts after restarting attempt %d, want %d", len(as), n, n+1)
+			}
+			old, next := as[n-1], as[n]
+			if old.EndedAt == nil || old.ServiceResult != c.r.ServiceResult || old.ExitCode != c.r.ExitCode || old.ExitStatus != c.r.ExitStatus {
+				t.Fatalf("restarted attempt: %+v", old)
+			}
+			if c.r.At.IsZero() {
+				requireOrdered(t, "the end on the database's clock", &dbBefore, old.EndedAt, &dbAfter)
+			} else if !old.EndedAt.Equal(c.r.At) {
+				t.Fatalf("attempt ended at %v, want %v", old.EndedAt, c.r.At)
+			}
+			if old.Settlement != c.r.Settlement.Source || old.SettleDeferred != "" {
+				t.Fatalf("restarted attempt's hold: settled by %q, deferred %q", old.Settlement, old.SettleDeferred)
+			}
+			if next.No != n+1 || next.Unit != "" || next.Host != "" || next.SpawnClaimedAt != nil || next.StartedAt != nil ||
+				next.EndedAt != nil || next.HoldBytes == nil {
+				t.Fatalf("next attempt: %+v, want number %d, live, unclaimed, with a hold", next, n+1)
+			}
+			requireOrdered(t, "the next attempt opens as the last ends", old.EndedAt, &next.CreatedAt)
+			got := b.run(t, run.ID)
+			if got.Status != model.StatusQueued || got.FinishedAt != nil || !reflect.DeepEqual(got.StartedAt, run.StartedAt) {
+				t.Fatalf("run after the restart: %s finished %v started %v; want queued, not finished, started %v",
+					got.Status, got.FinishedAt, got.StartedAt, run.StartedAt)
+			}
+			b.requireNoViolations(t)
+
+			// Once: the same restart again changes nothing.
+			run, before := got, as
+			if moved, _, err := b.Store.Restart(b.Ctx, c.w, c.r); err != nil || moved {
+				t.Fatalf("second restart: moved=%v err=%v", moved, err)
+			}
+			b.requireUnchanged(t, "a second Restart", run, before)
+			// The next attempt is the host's to claim.
+			b.claim(t, b.Lease, run, n+1)
+			b.requireNoViolations(t)
+		})
+	}
+
+	refusals := []struct {
+		name    string
+		arrange func(t *testing.T, b *runsBundle) restart
+	}{
+		{"a run asked to stop since", func(t *testing.T, b *runsBundle) restart {
+			r := b.startedRun(t)
+			if _, err := b.Store.RequestStop(b.Ctx, r.ID); err != nil {
+				t.Fatal(err)
+			}
+			return restart{w: b.Lease, run: r, r: marked(r, 1)}
+		}},
+		{"a run that ended", func(t *testing.T, b *runsBundle) restart {
+			r := b.startedRun(t)
+			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
+			return restart{w: b.Lease, run: r, r: marked(r, 1)}
+		}},
+		{"an attempt the run does not have", func(t *testing.T, b *runsBundle) restart {
+			r := b.startedRun(t)
+			return restart{w: b.Lease, run: r, r: marked(r, 2)}
+		}},
+		{"another host's attempt", func(t *testing.T, b *runsBundle) restart {
+			h2 := b.otherHost(t)
+			r := b.newRun(t, &storetest.RunOpts{Claim: &h2, Started: true})
+			return restart{w: b.Lease, run: r, r: marked(r, 1)}
+		}},
+	}
+	for _, sw := range staleWriters {
+		refusals = append(refusals, struct {
+			name    string
+			arrange func(t *testing.T, b *runsBundle) restart
+		}{"under " + sw.name, func(t *testing.T, b *runsBundle) restart {
+			r := b.startedRun(t)
+			return restart{w: sw.stale(t, b), run: r, r: marked(r, 1)}
+		}})
+	}
+	for _, tt := range refusals {
+		t.Run("refused: "+tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			c := tt.arrange(t, b)
+			run, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
+			moved, paused, err := b.Store.Restart(b.Ctx, c.w, c.r)
+			if err != nil || moved || paused != "" {
+				t.Fatalf("moved=%v paused=%q err=%v, want nothing moved", moved, paused, err)
+			}
+			// Even the attempt's end, written before the stop was seen, is rolled back.
+			b.requireUnchanged(t, "a refused Restart", run, before)
+			b.requireNoViolations(t)
+		})
+	}
+	for _, sw := range staleWriters {
+		t.Run("the current lease after "+sw.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			r := b.startedRun(t)
+			if moved, _, err := b.Store.Restart(b.Ctx, sw.stale(t, b), marked(r, 1)); err != nil || moved {
+				t.Fatalf("stale restart: %v %v", moved, err)
+			}
+			b.revive(t)
+			b.restart(t, b.Lease, r, 1)
+			if as := b.attempts(t, r.ID); len(as) != 2 {
+				t.Fatalf("%d attempts after the current holder's restart, want 2", len(as))
+			}
+			b.requireNoViolations(t)
+		})
+	}
+
+	// A run whose budget the ended attempt's open hold still takes cannot hold for the next: it
+	// ends paused instead, with no next attempt.
+	t.Run("paused: the budget is held by a deferred settlement", func(t *testing.T) {
+		t.Parallel()
+		b := setupRuns(t)
+		quota, most := int64(1<<30), int64(1<<20)
+		if _, err := b.Store.CreateAccount(b.Ctx, store.NewAccount{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
+			t.Fatal(err)
+		}
+		r := b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Account: "team", MaxAdded: &most}, Claim: &b.Lease, Started: true})
+		moved, paused, err := b.Store.Restart(b.Ctx, b.Lease, store.Restarting{RunID: r.ID, Attempt: 1,
+			Settlement: &ledger.Settlement{Deferred: "no figure yet"}})
+		if err != nil || !moved || !strings.HasPrefix(paused, "paused ("+ledger.PausedSettlementDeferred+")") {
+			t.Fatalf("restart: moved=%v paused=%q err=%v", moved, paused, err)
+		}
+		got := b.run(t, r.ID)
+		if got.Status != model.StatusPaused || got.PausedReason != ledger.PausedSettlementDeferred || got.Reason != paused || got.FinishedAt == nil {
+			t.Fatalf("run: %s paused %q reason %q finished %v", got.Status, got.PausedReason, got.Reason, got.FinishedAt)
+		}
+		as := b.attempts(t, r.ID)
+		if len(as) != 1 || as[0].EndedAt == nil || as[0].SettleDeferred != "no figure yet" {
+			t.Fatalf("attempts: %+v, want the one, ended, its settlement deferred", as)
+		}
+		if j := b.job(t, r.JobName); j.LastOutcome != model.StatusPaused {
+			t.Fatalf("job's last outcome %q, want paused", j.LastOutcome)
+		}
+		b.requireNoViolations(t)
+	})
+}
+
+// A spawn claim given back before systemd was asked goes to any host; one given back after a
+// failed start stays its host's. Only the claim as recorded, not started, is given back, by the
+// current holder of its host's lease.
+func TestReleaseSpawnClaim(t *testing.T) {
+	type release struct {
+		w        store.Lease
+		run      model.Run
+		unit     string
+		mayExist bool
+	}
+	claimed := func(t *testing.T, b *runsBundle, armed bool) model.Run {
+		r := b.newRun(t, nil)
+		var ok bool
+		var err error
+		if armed {
+			ok, _, err = b.Store.ClaimArmedSpawn(b.Ctx, b.Lease, r.ID, 1, storetest.Unit(r, 1), "boot-1", store.Limits{}, b.Now(t).Add(time.Minute))
+		} else {
+			ok, _, err = b.Store.ClaimSpawn(b.Ctx, b.Lease, r.ID, 1, storetest.Unit(r, 1), "boot-1", store.Limits{})
+		}
+		if err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		return r
+	}
+	applied := []struct {
+		name    string
+		arrange func(t *testing.T, b *runsBundle) release
+	}{
+		{"before systemd was asked", func(t *testing.T, b *runsBundle) release {
+			r := claimed(t, b, false)
+			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 1)}
+		}},
+		{"after a failed start", func(t *testing.T, b *runsBundle) release {
+			r := claimed(t, b, false)
+			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 1), mayExist: true}
+		}},
+		{"an armed claim", func(t *testing.T, b *runsBundle) release {
+			r := claimed(t, b, true)
+			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 1)}
+		}},
+	}
+	for _, tt := range applied {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			h2 := b.otherHost(t)
+			c := tt.arrange(t, b)
+			if err := b.Store.ReleaseSpawnClaim(b.Ctx, c.w, c.run.ID, 1, c.unit, c.mayExist); err != nil {
+				t.Fatal(err)
+			}
+			a := b.attempts(t, c.run.ID)[0]
+			wantHost := ""
+			if c.mayExist {
+				wantHost = b.Host
+			}
+			if a.Unit != "" || a.SpawnClaimedAt != nil || a.ArmedFor != nil || a.BootID != "" || a.EndedAt != nil || a.Host != wantHost {
+				t.Fatalf("released attempt: %+v; want no unit, claim, timer or boot, live, host %q", a, wantHost)
+			}
+			if got := b.run(t, c.run.ID); got.Status != model.StatusQueued {
+				t.Fatalf("run is %s, want queued", got.Status)
+			}
+			// Given back to any host, another host claims it; kept by its host, only that host does.
+			ok, _, err := b.Store.ClaimSpawn(b.Ctx, h2, c.run.ID, 1, c.unit, "", store.Limits{})
+			if err != nil || ok == c.mayExist {
+				t.Fatalf("claim by another host: %v %v, want %v", ok, err, !c.mayExist)
+			}
+			if c.mayExist {
+				b.claim(t, b.Lease, c.run, 1)
+			}
+			b.requireNoViolations(t)
+		})
+	}
+
+	refusals := []struct {
+		name    string
+		arrange func(t *testing.T, b *runsBundle) release
+	}{
+		{"a unit the attempt does not have", func(t *testing.T, b *runsBundle) release {
+			r := claimed(t, b, false)
+			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 2)}
+		}},
+		{"a started attempt", func(t *testing.T, b *runsBundle) release {
+			r := b.startedRun(t)
+			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 1)}
+		}},
+		{"an ended attempt", func(t *testing.T, b *runsBundle) release {
+			r := claimed(t, b, false)
+			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "x"})
+			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 1)}
+		}},
+		{"another host's claim", func(t *testing.T, b *runsBundle) release {
+			h2 := b.otherHost(t)
+			r := b.newRun(t, &storetest.RunOpts{Claim: &h2})
+			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 1)}
+		}},
+	}
+	for _, sw := range staleWriters {
+		refusals = append(refusals, struct {
+			name    string
+			arrange func(t *testing.T, b *runsBundle) release
+		}{"under " + sw.name, func(t *testing.T, b *runsBundle) release {
+			r := claimed(t, b, false)
+			return release{w: sw.stale(t, b), run: r, unit: storetest.Unit(r, 1)}
+		}})
+	}
+	for _, tt := range refusals {
+		t.Run("refused: "+tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			c := tt.arrange(t, b)
+			run, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
+			if err := b.Store.ReleaseSpawnClaim(b.Ctx, c.w, c.run.ID, 1, c.unit, false); err != nil {
+				t.Fatal(err)
+			}
+			b.requireUnchanged(t, "a refused release", run, before)
+			b.requireNoViolations(t)
+		})
+	}
+}
+
+// A stop is the operator's intent on a live run, recorded once and kept: no spawn claim and no
+// restart after it, and the run ends stopped.
+func TestRequestStop(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		arrange func(t *testing.T, b *runsBundle) model.Run
+	}{
+		{"a queued run", func(t *testing.T, b *runsBundle) model.Run { return b.newRun(t, nil) }},
+		{"a running run", func(t *testing.T, b *runsBundle) model.Run { return b.startedRun(t) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			r := tt.arrange(t, b)
+			stopped, err := b.Store.RequestStop(b.Ctx, r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stopped.Status != r.Status || stopped.StopRequestedAt == nil {
+				t.Fatalf("after the stop request: %s, stop requested %v; want %s with the request", stopped.Status, stopped.StopRequestedAt, r.Status)
+			}
+			requireOrdered(t, "admission, then the stop request", &r.CreatedAt, stopped.StopRequestedAt)
+			again, err := b.Store.RequestStop(b.Ctx, r.ID)
+			if err != nil || again.StopRequestedAt == nil || !again.StopRequestedAt.Equal(*stopped.StopRequestedAt) {
+				t.Fatalf("second stop request: %v %v, want the first request's time %v kept", again.StopRequestedAt, err, stopped.StopRequestedAt)
+			}
+			a := b.attempts(t, r.ID)[0]
+			if a.Unit == "" {
+				if ok, _, err := b.Store.ClaimSpawn(b.Ctx, b.Lease, r.ID, 1, storetest.Unit(r, 1), "", store.Limits{}); err != nil || ok {
+					t.Fatalf("claim after the stop request: %v %v", ok, err)
+				}
+			}
+			if moved, _, err := b.Store.Restart(b.Ctx, b.Lease, store.Restarting{RunID: r.ID, Attempt: 1}); err != nil || moved {
+				t.Fatalf("restart after the stop request: %v %v", moved, err)
+			}
+			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped by the operator",
+				Settlement: &ledger.Settlement{Release: true, Source: "stopped"}})
+			got := b.run(t, r.ID)
+			if got.Status != model.StatusStopped || got.StopRequestedAt == nil || !got.StopRequestedAt.Equal(*stopped.StopRequestedAt) {
+				t.Fatalf("run: %s stop requested %v", got.Status, got.StopRequestedAt)
+			}
+			if as := b.attempts(t, r.ID); len(as) != 1 {
+				t.Fatalf("%d attempts, want 1", len(as))
+			}
+			b.requireNoViolations(t)
+		})
+	}
+	t.Run("a finished run", func(t *testing.T) {
+		t.Parallel()
+		b := setupRuns(t)
+		r := b.startedRun(t)
+		b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
+		run, before := b.run(t, r.ID), b.attempts(t, r.ID)
+		var conflict *store.ConflictError
+		if _, err := b.Store.RequestStop(b.Ctx, r.ID); !errors.As(err, &conflict) || !strings.Contains(err.Error(), "already succeeded") {
+			t.Fatalf("stop of a succeeded run: %v, want a ConflictError naming its status", err)
+		}
+		b.requireUnchanged(t, "a refused stop request", run, before)
+	})
+	t.Run("an unknown run", func(t *testing.T) {
+		t.Parallel()
+		b := setupRuns(t)
+		if _, err := b.Store.RequestStop(b.Ctx, uuid.New()); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("stop of an unknown run: %v, want ErrNotFound", err)
+		}
+	})
+}
+
+// Resume continues a stopped or paused run as a new attempt, numbered after its last, with its
+// intents cleared; any other run, or one whose job has another live run or whose hold cannot be
+// taken, is refused and left as it was.
+func TestResume(t *testing.T) {
+	released := &ledger.Settlement{Release: true, Source: "it never ran"}
+	applied := []struct {
+		name    string
+		arrange func(t *testing.T, b *runsBundle) model.Run
+	}{
+		{"a stopped run", func(t *testing.T, b *runsBundle) model.Run {
+			r := b.startedRun(t)
+			if _, err := b.Store.RequestStop(b.Ctx, r.ID); err != nil {
+				t.Fatal(err)
+			}
+			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
+			return r
+		}},
+		{"a paused run", func(t *testing.T, b *runsBundle) model.Run {
+			r := b.startedRun(t)
+			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusPaused, PausedReason: ledger.PausedRunCeiling,
+				Reason: "paused", Settlement: released})
+			return r
+		}},
+		{"a run stopped in its second attempt", func(t *testing.T, b *runsBundle) model.Run {
+			r := b.startedRun(t)
+			b.restart(t, b.Lease, r, 1)
+			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 2, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
+			return r
+		}},
+	}
+	for _, tt := range applied {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			r := tt.arrange(t, b)
+			before := b.attempts(t, r.ID)
+			resumed, err := b.Store.Resume(b.Ctx, r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resumed.Status != model.StatusQueued || resumed.StopRequestedAt != nil || resumed.PausedReason != "" ||
+				resumed.FinishedAt != nil || resumed.Reason != "" || resumed.FailureClass != "" {
+				t.Fatalf("resumed run: %+v; want queued with its intents and its ending cleared", resumed)
+			}
+			as := b.attempts(t, r.ID)
+			if len(as) != len(before)+1 || !reflect.DeepEqual(as[:len(before)], before) {
+				t.Fatalf("attempts after resuming: %+v, want those before and one more", as)
+			}
+			next := as[len(before)]
+			if next.No != len(before)+1 || next.EndedAt != nil || next.Unit != "" || next.HoldBytes == nil {
+				t.Fatalf("resumed attempt: %+v, want number %d, live, unclaimed, with a hold", next, len(before)+1)
+			}
+			b.requireNoViolations(t)
+			b.claim(t, b.Lease, resumed, next.No)
+			b.requireNoViolations(t)
+		})
+	}
+
+	refusals := []struct {
+		name    string
+		arrange func(t *testing.T, b *runsBundle) model.Run
+		want    string // a part of the ConflictError; "" wants ErrNotFound
+	}{
+		{"a queued run", func(t *testing.T, b *runsBundle) model.Run { return b.newRun(t, nil) }, "is queued"},
+		{"a running run", func(t *testing.T, b *runsBundle) model.Run { return b.startedRun(t) }, "is running"},
+		{"a succeeded run", func(t *testing.T, b *runsBundle) model.Run {
+			r := b.startedRun(t)
+			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok", Settlement: released})
+			return r
+		}, "is succeeded"},
+		{"a stopped run whose job has another live run", func(t *testing.T, b *runsBundle) model.Run {
+			r := b.startedRun(t)
+			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
+			b.newRun(t, &storetest.RunOpts{Job: r.JobName})
+			return r
+		}, "while the job has a live run"},
+		{"a paused run whose budget a deferred settlement holds", func(t *testing.T, b *runsBundle) model.Run {
+			r := b.startedRun(t)
+			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusPaused, PausedReason: ledger.PausedRunCeiling, Reason: "paused"})
+			return r
+		}, "cannot resume yet"},
+		{"an unknown run", func(t *testing.T, b *runsBundle) model.Run { return model.Run{ID: uuid.New()} }, ""},
+	}
+	for _, tt := range refusals {
+		t.Run("refused: "+tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			r := tt.arrange(t, b)
+			var run model.Run
+			var before []model.Attempt
+			if tt.want != "" {
+				run, before = b.run(t, r.ID), b.attempts(t, r.ID)
+			}
+			_, err := b.Store.Resume(b.Ctx, r.ID)
+			if tt.want == "" {
+				if !errors.Is(err, store.ErrNotFound) {
+					t.Fatalf("resume: %v, want ErrNotFound", err)
+				}
+				return
+			}
+			var conflict *store.ConflictError
+			if !errors.As(err, &conflict) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("resume: %v, want a ConflictError saying %q", err, tt.want)
+			}
+			b.requireUnchanged(t, "a refused Resume", run, before)
+			b.requireNoViolations(t)
+		})
+	}
+}

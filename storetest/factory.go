@@ -1,0 +1,149 @@
+package storetest
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// Bundle is what a store test starts from, in the manner of River's setup(t): a store on a
+// fresh database, and a host whose daemon holds the host's current lease.
+type Bundle struct {
+	Ctx   context.Context
+	Store *store.Store
+	DSN   string
+	// DB is a pool of its own on the same database, for what the store does not read back (the
+	// database's clock).
+	DB *pgxpool.Pool
+	// Host is the bundle's host, and Lease its current lease, held for an hour.
+	Host  string
+	Lease store.Lease
+}
+
+// Setup opens a store on a fresh database and takes the lease of host "h1" for it.
+func Setup(t testing.TB) *Bundle {
+	t.Helper()
+	st, dsn := Open(t)
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	const host = "h1"
+	return &Bundle{Ctx: ctx, Store: st, DSN: dsn, DB: db, Host: host, Lease: Lease(t, st, host, "holder-1")}
+}
+
+// Now is the database's clock, the one the store stamps with.
+func (b *Bundle) Now(t testing.TB) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := b.DB.QueryRow(b.Ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// Lease takes host's lease for holder for an hour, at once, from whichever daemon held it.
+func Lease(t testing.TB, st *store.Store, host, holder string) store.Lease {
+	t.Helper()
+	l, err := st.AcquireLease(context.Background(), store.LeaseRequest{Host: host, Holder: holder, Duration: time.Hour,
+		Grace: time.Second, HolderGone: func(string) bool { return true }})
+	if err != nil {
+		t.Fatalf("lease of %s for %s: %v", host, holder, err)
+	}
+	return l
+}
+
+var jobSeq atomic.Int64
+
+// JobOpts says what Job makes; the zero value is a restic backup job of any host.
+type JobOpts struct {
+	Name       string // "" is a name of its own
+	Engine     string // "" is restic; "command" runs /bin/true
+	Repository string // "" is a repository of the job's own (a restic job)
+	Host       string // the host the job is pinned to; "" is any host
+	Account    string // "" is the default account
+	MaxAdded   *int64
+}
+
+// Job creates a job.
+func Job(t testing.TB, st *store.Store, opts *JobOpts) model.Job {
+	t.Helper()
+	o := cmp.Or(opts, &JobOpts{})
+	name := cmp.Or(o.Name, fmt.Sprintf("job-%d", jobSeq.Add(1)))
+	j := model.Job{Name: name, Engine: cmp.Or(o.Engine, "restic"), Host: o.Host, Account: o.Account, MaxAdded: o.MaxAdded}
+	if j.Engine == "command" {
+		j.Command = []string{"/bin/true"}
+	} else {
+		j.Repository, j.PasswordFile, j.Paths = cmp.Or(o.Repository, "/srv/backup/"+name), "/pw", []string{"/data"}
+	}
+	j, err := st.CreateJob(context.Background(), j)
+	if err != nil {
+		t.Fatalf("create job %s: %v", name, err)
+	}
+	return j
+}
+
+// RunOpts says what Run makes; the zero value is a queued manual backup of a new job, its first
+// attempt not claimed.
+type RunOpts struct {
+	Job     string   // the job's name; "" is a new job made as JobOpts says
+	JobOpts *JobOpts // for the new job
+	Kind    string   // "" is a backup
+	Trigger string   // "" is manual
+	// Claim, if set, takes the run on as the daemon holding that lease does: it claims the
+	// spawn of attempt 1 with its derived unit (Unit), and with Started it marks the attempt
+	// started on the database's clock.
+	Claim   *store.Lease
+	Started bool
+}
+
+// Run admits a run and takes it as far as opts say, and returns it as the store reads it then.
+func Run(t testing.TB, st *store.Store, opts *RunOpts) model.Run {
+	t.Helper()
+	ctx := context.Background()
+	o := cmp.Or(opts, &RunOpts{})
+	job := o.Job
+	if job == "" {
+		job = Job(t, st, o.JobOpts).Name
+	}
+	run, err := st.Admit(ctx, job, cmp.Or(o.Trigger, model.TriggerManual), cmp.Or(o.Kind, model.KindBackup))
+	if err != nil {
+		t.Fatalf("admit a run of %s: %v", job, err)
+	}
+	if o.Claim == nil {
+		if o.Started {
+			t.Fatal("storetest.Run: Started needs Claim")
+		}
+		return run
+	}
+	claimed, blocked, err := st.ClaimSpawn(ctx, *o.Claim, run.ID, 1, Unit(run, 1), "", store.Limits{})
+	if err != nil || !claimed {
+		t.Fatalf("claim the spawn of run %s: claimed=%v blocked=%q err=%v", run.ID, claimed, blocked, err)
+	}
+	if o.Started {
+		if err := st.MarkStarted(ctx, *o.Claim, run.ID, 1, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if run, err = st.RunByID(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if o.Started && run.Status != model.StatusRunning {
+		t.Fatalf("run %s marked started is %s", run.ID, run.Status)
+	}
+	return run
+}
+
+// Unit is the unit name derived from the run's attempt, the one a claim must record.
+func Unit(run model.Run, attempt int) string { return runner.UnitName(run.JobName, run.ID, attempt) }
