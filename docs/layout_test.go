@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -73,7 +72,11 @@ func readLayout(t *testing.T) map[string]layoutRow {
 // tests'), as directories relative to the module root.
 func goPackages(t *testing.T) map[string][]string {
 	t.Helper()
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	// go test puts its own toolchain's bin first on PATH.
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command: %v", err)
+	}
 	cmd := exec.Command(goBin, "list", "-json", "./...")
 	cmd.Dir = ".."
 	out, err := cmd.Output()

@@ -44,8 +44,11 @@ const DefaultDependsWait = 6 * time.Hour
 // which the daemon's flags set (supervisor.Config embeds it). A setting left zero gets its
 // default; a negative or otherwise invalid one is refused with an error naming its flag.
 type Config struct {
-	Store  *store.Store
-	Runner *runner.Runner
+	// Store is the database the reconciler reads and writes (State), Runner the systemd it asks
+	// (Units): the daemon gives a *store.Store and a *runner.Runner; a unit test of the
+	// reconciler's logic may give fakes (harness_test.go), which reach no restic query.
+	Store  State
+	Runner Units
 	// StateDir holds markers and run journals (--state-dir); it must be the same path inside the
 	// units.
 	StateDir string

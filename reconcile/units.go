@@ -35,12 +35,12 @@ func JournalSource(stateDir string, run uuid.UUID, attempt, uid int) journal.Sou
 
 // units is what the reconciler's units of a job are made from.
 func (c Config) units() jobunit.Config {
-	return jobunit.Config{Runner: c.Runner, StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary}
+	return jobunit.Config{Runner: c.concreteRunner(), StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary}
 }
 
 // inventoryConfig is what the reconciler's listings of a repository need.
 func (c Config) inventoryConfig() inventory.Config {
-	return inventory.Config{Store: c.Store, Runner: c.Runner, StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary}
+	return inventory.Config{Store: c.concreteStore(), Runner: c.concreteRunner(), StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary}
 }
 
 // AttemptSpec builds the transient unit of one attempt of a job as the daemon starts it: restic

@@ -68,16 +68,21 @@ const relistenAfter = 2 * time.Second
 // Validate's errors name the flag too.
 type Config struct {
 	// Config is the reconciler's part, whose settings' defaults and validation are reconcile's
-	// (reconcile.Defaults, Config.ValidateFlags): Store and Runner (the daemon's connections,
-	// which New requires and Validate, run before anything is connected, does not look at),
-	// StateDir, Binary, ResticBinary, Host (which also holds the host's lease and runs the jobs
-	// pinned to it), TakeoverGrace, SpawnGrace, RunBudget, PassTimeout (which also bounds
+	// (reconcile.Defaults, Config.ValidateFlags): StateDir, Binary, ResticBinary, Host (which
+	// also holds the host's lease and runs the jobs pinned to it), TakeoverGrace, SpawnGrace, RunBudget, PassTimeout (which also bounds
 	// admission passes), StartLead (how long before its time a run is also admitted),
 	// DependsWait, MaxAttempts, Workers, SpawnWorkers, Limits, AllowUsers, AllowCommandJobs and
 	// Logger. Here Binary defaults to this executable and ResticBinary to the restic in PATH,
 	// both checked by Validate. Its Lease, Windows, WindowZone and Observer are filled in from
-	// the daemon's: Lease, Windows and WindowZone below (which hide them) and the metrics.
+	// the daemon's: Lease, Windows and WindowZone below (which hide them) and the metrics. Its
+	// Store and Runner are Store and Runner below (which hide them too).
 	reconcile.Config
+	// Store and Runner are the daemon's connections, which New requires and Validate, run
+	// before anything is connected, does not look at. The reconciler gets them too; the
+	// daemon's other services need them concretely, so they hide reconcile.Config's, which
+	// take any reconcile.State and reconcile.Units.
+	Store  *store.Store
+	Runner *runner.Runner
 	// Database and Systemd are the settings the daemon connects with; Validate checks them.
 	Database store.Config
 	Systemd  runner.Config
@@ -284,6 +289,7 @@ func New(cfg Config) (*Supervisor, error) {
 			}
 		})
 	rc := cfg.Config // validated: its windows parsed
+	rc.Store, rc.Runner = cfg.Store, cfg.Runner
 	rc.Lease, rc.Observer = lease.current, observer
 	rec, err := reconcile.New(rc)
 	if err != nil {

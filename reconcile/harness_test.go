@@ -1,0 +1,495 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// The harness: a Reconciler over an in-memory State and Units that record every call, in one
+// list, so a test of carryOut sees what one decision did to the database and to systemd, in
+// which order, and nothing else. The fakes answer from a few canned fields; a call no case
+// expects answers zero values and shows up in the recorded list. The tests against PostgreSQL
+// and systemd (sweep_test.go and the rest) stay what proves the store and the runner.
+
+// recorder is the one list of calls both fakes append to.
+type recorder struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *recorder) record(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// fakeState is an in-memory State: it records each call and answers from its fields.
+type fakeState struct {
+	*recorder
+	attempt      model.Attempt // what Attempt returns
+	job          model.Job     // what JobByName returns
+	claimBlocked string        // ClaimSpawn's blocked answer
+	claimed      map[int]bool  // attempts claimed: a second claim is not granted, as in the store
+	endings      []store.Ending
+}
+
+var _ State = (*fakeState)(nil)
+
+func (s *fakeState) LiveRuns(context.Context, string) ([]model.LiveRun, error) {
+	s.record("LiveRuns")
+	return nil, nil
+}
+
+func (s *fakeState) Jobs(context.Context) ([]model.Job, error) {
+	s.record("Jobs")
+	return []model.Job{s.job}, nil
+}
+
+func (s *fakeState) JobByName(_ context.Context, name string) (model.Job, error) {
+	s.record("JobByName %s", name)
+	if name != s.job.Name {
+		return model.Job{}, store.ErrNotFound
+	}
+	return s.job, nil
+}
+
+func (s *fakeState) RunByID(_ context.Context, id uuid.UUID) (model.Run, error) {
+	s.record("RunByID")
+	return model.Run{ID: id}, nil
+}
+
+func (s *fakeState) Attempt(_ context.Context, _ uuid.UUID, attempt int) (model.Attempt, error) {
+	s.record("Attempt %d", attempt)
+	return s.attempt, nil
+}
+
+func (s *fakeState) OtherWriter(context.Context, uuid.UUID, int) (*uuid.UUID, error) {
+	s.record("OtherWriter")
+	return nil, nil
+}
+
+func (s *fakeState) ProtectedAmong(context.Context, string, []string, time.Time) ([]string, error) {
+	s.record("ProtectedAmong")
+	return nil, nil
+}
+
+func (s *fakeState) EndingsSinceLastStart(context.Context, string) ([]store.AttemptEnd, error) {
+	s.record("EndingsSinceLastStart")
+	return nil, nil
+}
+
+func (s *fakeState) EndedBefore(context.Context, []uuid.UUID, time.Time) ([]uuid.UUID, error) {
+	s.record("EndedBefore")
+	return nil, nil
+}
+
+func (s *fakeState) Hosts(context.Context) ([]store.Host, error) {
+	s.record("Hosts")
+	return nil, nil
+}
+
+func (s *fakeState) DownHosts(context.Context, string, time.Duration) ([]string, error) {
+	s.record("DownHosts")
+	return nil, nil
+}
+
+func (s *fakeState) Orphans(context.Context, string, time.Duration) ([]model.LiveRun, error) {
+	s.record("Orphans")
+	return nil, nil
+}
+
+func (s *fakeState) Superseded(context.Context, string, time.Duration) ([]store.SupersededAttempt, error) {
+	s.record("Superseded")
+	return nil, nil
+}
+
+func (s *fakeState) DeferredSettlements(context.Context, string) ([]store.DeferredSettlement, error) {
+	s.record("DeferredSettlements")
+	return nil, nil
+}
+
+func (s *fakeState) ClaimSpawn(_ context.Context, _ store.Lease, _ uuid.UUID, attempt int, unit, _ string, _ store.Limits) (bool, string, error) {
+	s.record("ClaimSpawn %d %s", attempt, unit)
+	return s.claim(attempt)
+}
+
+func (s *fakeState) ClaimArmedSpawn(_ context.Context, _ store.Lease, _ uuid.UUID, attempt int, unit, _ string, _ store.Limits, at time.Time) (bool, string, error) {
+	s.record("ClaimArmedSpawn %d %s %s", attempt, unit, at.Format(time.RFC3339))
+	return s.claim(attempt)
+}
+
+func (s *fakeState) claim(attempt int) (bool, string, error) {
+	if s.claimBlocked != "" {
+		return false, s.claimBlocked, nil
+	}
+	if s.claimed[attempt] {
+		return false, "", nil
+	}
+	if s.claimed == nil {
+		s.claimed = map[int]bool{}
+	}
+	s.claimed[attempt] = true
+	return true, "", nil
+}
+
+func (s *fakeState) ReleaseSpawnClaim(_ context.Context, _ store.Lease, _ uuid.UUID, attempt int, unit string, mayExist bool) error {
+	s.record("ReleaseSpawnClaim %d %s mayExist=%t", attempt, unit, mayExist)
+	return nil
+}
+
+func (s *fakeState) SetRepoBaseline(context.Context, store.Lease, uuid.UUID, int, int64) error {
+	s.record("SetRepoBaseline")
+	return nil
+}
+
+func (s *fakeState) MarkStarted(_ context.Context, _ store.Lease, _ uuid.UUID, attempt int, at time.Time) error {
+	s.record("MarkStarted %d dbclock=%t", attempt, at.IsZero())
+	return nil
+}
+
+func (s *fakeState) SetWaiting(_ context.Context, _ uuid.UUID, reason string, notBefore *time.Time) error {
+	s.record("SetWaiting %q until=%t", reason, notBefore != nil)
+	return nil
+}
+
+func (s *fakeState) ApplyJournal(context.Context, store.Lease, uuid.UUID, int, journal.Cursor, journal.Cursor, store.JournalDelta) (bool, error) {
+	s.record("ApplyJournal")
+	return true, nil
+}
+
+func (s *fakeState) Quarantine(_ context.Context, _ store.Lease, _ uuid.UUID, attempt int, reason string) error {
+	s.record("Quarantine %d %q", attempt, reason)
+	return nil
+}
+
+func (s *fakeState) Finish(_ context.Context, _ store.Lease, e store.Ending) (bool, error) {
+	s.record("Finish %d %s", e.Attempt, e.Status)
+	s.endings = append(s.endings, e)
+	return true, nil
+}
+
+func (s *fakeState) Restart(_ context.Context, _ store.Lease, r store.Restarting) (bool, string, error) {
+	s.record("Restart %d", r.Attempt)
+	return true, "", nil
+}
+
+func (s *fakeState) RequestPause(_ context.Context, _ uuid.UUID, reason string) (bool, error) {
+	s.record("RequestPause %s", reason)
+	return true, nil
+}
+
+func (s *fakeState) SettleDeferred(context.Context, uuid.UUID, int, ledger.Settlement) error {
+	s.record("SettleDeferred")
+	return nil
+}
+
+func (s *fakeState) NoticeDownHosts(context.Context, string, time.Duration) ([]string, error) {
+	s.record("NoticeDownHosts")
+	return nil, nil
+}
+
+func (s *fakeState) TakeOverRun(context.Context, store.Lease, store.TakeOver) (bool, error) {
+	s.record("TakeOverRun")
+	return false, nil
+}
+
+// fakeUnits is an in-memory Units: it records each call; Start fails with startErr.
+type fakeUnits struct {
+	*recorder
+	startErr error
+}
+
+var _ Units = (*fakeUnits)(nil)
+
+func (u *fakeUnits) Start(_ context.Context, s runner.Spec) (bool, error) {
+	u.record("Start %s", s.Name)
+	return false, u.startErr
+}
+
+func (u *fakeUnits) Arm(_ context.Context, s runner.Spec, at time.Time) (bool, error) {
+	u.record("Arm %s %s", s.Name, at.Format(time.RFC3339))
+	return false, nil
+}
+
+func (u *fakeUnits) States(_ context.Context, names []string) (map[string]runner.State, error) {
+	u.record("States %v", names)
+	return nil, nil
+}
+
+func (u *fakeUnits) Alive(_ context.Context, name string) (bool, runner.State, error) {
+	u.record("Alive %s", name)
+	return false, runner.State{}, nil
+}
+
+func (u *fakeUnits) Stop(_ context.Context, name string) error {
+	u.record("Stop %s", name)
+	return nil
+}
+
+func (u *fakeUnits) ResetFailed(_ context.Context, name string) error {
+	u.record("ResetFailed %s", name)
+	return nil
+}
+
+// fakeObserver records the runs the reconciler reports closed.
+type fakeObserver struct {
+	*recorder
+}
+
+func (o fakeObserver) RunEnded(_ model.Run, status string, _ time.Time) {
+	o.record("RunEnded %s", status)
+}
+
+// harness is a Reconciler over the fakes, and the one live run its cases carry decisions out for.
+type harness struct {
+	rec   *recorder
+	state *fakeState
+	units *fakeUnits
+	r     *Reconciler
+	live  model.LiveRun
+	job   model.Job
+}
+
+var harnessRun = uuid.MustParse("00000000-0000-0000-0000-0000000000a1")
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	rec := &recorder{}
+	// The job runs as the test's own user, so preparing its directories needs no privilege.
+	job := model.Job{Name: "nightly", Engine: engine.NameCommand, Command: []string{"/bin/true"},
+		User: strconv.Itoa(os.Getuid())}
+	h := &harness{rec: rec, state: &fakeState{recorder: rec, job: job}, units: &fakeUnits{recorder: rec}, job: job}
+	cfg := Defaults()
+	cfg.Store, cfg.Runner = h.state, h.units
+	cfg.StateDir, cfg.Binary = t.TempDir(), "/usr/bin/holdfast"
+	cfg.Host, cfg.BootID = "h1", "boot-1"
+	cfg.AllowCommandJobs, cfg.AllowUsers = true, []string{AnyUser}
+	cfg.StartLead = 10 * time.Second // runs due within it are armed
+	cfg.Observer = fakeObserver{rec}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.r = r
+	h.state.attempt = model.Attempt{RunID: harnessRun, No: 1}
+	h.live = model.LiveRun{
+		Run:       model.Run{ID: harnessRun, JobName: job.Name, Kind: model.KindBackup, Status: model.StatusRunning, CreatedAt: t0.Add(-time.Hour)},
+		Attempt:   model.Attempt{RunID: harnessRun, No: 1},
+		JobEngine: engine.NameCommand,
+		JobUser:   job.User,
+		ReadAt:    t0,
+	}
+	return h
+}
+
+// carryOutCase is one decision of the table carried out: the facts it is decided on, and the
+// calls carrying it out makes, in order.
+type carryOutCase struct {
+	name  string
+	f     facts
+	setup func(h *harness, l *model.LiveRun)
+	row   string // the table's row the facts select
+	act   action
+	calls func(h *harness) []string // every call, in order
+	err   bool                      // carryOut fails (the next pass decides again)
+	check func(t *testing.T, h *harness)
+}
+
+func carryOutCases() []carryOutCase {
+	success := runner.Marker{Run: harnessRun, Attempt: 1, Unit: "u.service", ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}
+	spawnUnit := func(h *harness) string { return runner.UnitName(h.job.Name, harnessRun, 1) }
+	queued := func(h *harness, l *model.LiveRun) { l.Run.Status = model.StatusQueued }
+	withUnit := func(h *harness, l *model.LiveRun) { l.Attempt.Unit = "u.service"; h.state.attempt.Unit = "u.service" }
+	soon := t0.Add(5 * time.Second)
+	return []carryOutCase{{
+		name:  "marker: finished once with the marker's outcome",
+		f:     spawned(facts{marker: markerReadable, ended: success}),
+		setup: withUnit,
+		row:   "marker", act: actFinish,
+		// The attempt is read (its summary, its errors), then the run closed once, then reported once.
+		calls: func(*harness) []string { return []string{"Attempt 1", "Finish 1 succeeded", "RunEnded succeeded"} },
+		check: func(t *testing.T, h *harness) {
+			e := h.state.endings[0]
+			if e.RunID != harnessRun || e.ServiceResult != "success" || e.ExitCode != "exited" || e.ExitStatus != "0" || e.Retry != nil {
+				t.Errorf("ending %+v: want the marker's fields, run %s, no retry", e, harnessRun)
+			}
+		},
+	}, {
+		name: "marker of an armed queued unit: marked started at its slot, then finished",
+		f: func() facts {
+			f := spawned(facts{marker: markerReadable, ended: success, armed: true, queued: true})
+			return f
+		}(),
+		setup: func(h *harness, l *model.LiveRun) {
+			withUnit(h, l)
+			queued(h, l)
+			slot := t0.Add(-time.Minute)
+			l.Attempt.ArmedFor = &slot
+		},
+		row: "marker", act: actFinish,
+		calls: func(*harness) []string {
+			return []string{"MarkStarted 1 dbclock=false", "Attempt 1", "Finish 1 succeeded", "RunEnded succeeded"}
+		},
+	}, {
+		name:  "alive, stop: the unit is stopped, nothing written",
+		f:     spawned(facts{unit: unitAlive, stopRequested: true}),
+		setup: withUnit,
+		row:   "alive, stop or pause", act: actStop,
+		calls: func(*harness) []string { return []string{"Stop u.service"} },
+	}, {
+		name: "unspawned, stop, armed unit alive: its timer stopped before its service",
+		f: func() facts {
+			f := unspawned(facts{stopRequested: true, unit: unitAlive, armed: true})
+			f.unitName = "u.service"
+			return f
+		}(),
+		setup: queued,
+		row:   "unspawned, stop, unit alive", act: actStop,
+		calls: func(*harness) []string { return []string{"Stop " + runner.TimerName("u.service"), "Stop u.service"} },
+	}, {
+		name:  "unspawned: claimed, then started, then marked running",
+		f:     unspawned(facts{}),
+		setup: queued,
+		row:   "unspawned", act: actSpawn,
+		calls: func(h *harness) []string {
+			u := spawnUnit(h)
+			return []string{"ClaimSpawn 1 " + u, "Start " + u, "MarkStarted 1 dbclock=true"}
+		},
+	}, {
+		name: "unspawned, claim blocked by a limit: waits, never started",
+		f:    unspawned(facts{}),
+		setup: func(h *harness, l *model.LiveRun) {
+			queued(h, l)
+			h.state.claimBlocked = "waiting: --max-running 1 reached"
+		},
+		row: "unspawned", act: actSpawn,
+		calls: func(h *harness) []string {
+			return []string{"ClaimSpawn 1 " + spawnUnit(h), `SetWaiting "waiting: --max-running 1 reached" until=false`}
+		},
+	}, {
+		name: "unspawned, systemd cannot be asked: the claim is given back, the unit may exist",
+		f:    unspawned(facts{}),
+		setup: func(h *harness, l *model.LiveRun) {
+			queued(h, l)
+			h.units.startErr = errors.New("dbus: connection lost")
+		},
+		row: "unspawned", act: actSpawn,
+		calls: func(h *harness) []string {
+			u := spawnUnit(h)
+			return []string{"ClaimSpawn 1 " + u, "Start " + u, "ReleaseSpawnClaim 1 " + u + " mayExist=true"}
+		},
+		err: true,
+	}, {
+		name:  "unspawned, arm ahead: claimed for its slot, then armed, run stays queued",
+		f:     unspawned(facts{notBefore: &soon}),
+		setup: queued,
+		row:   "unspawned, arm ahead", act: actArm,
+		calls: func(h *harness) []string {
+			u, at := spawnUnit(h), soon.Format(time.RFC3339)
+			return []string{"ClaimArmedSpawn 1 " + u + " " + at, "Arm " + u + " " + at}
+		},
+	}, {
+		name:  "alive, not marked running: marked started on the database's clock",
+		f:     spawned(facts{unit: unitAlive, queued: true}),
+		setup: func(h *harness, l *model.LiveRun) { withUnit(h, l); queued(h, l) },
+		row:   "alive, not marked running", act: actMarkRunning,
+		calls: func(*harness) []string { return []string{"MarkStarted 1 dbclock=true"} },
+	}, {
+		name:  "gone, failed: its name is freed, nothing written",
+		f:     spawned(facts{unit: unitGone, unitFailed: true}),
+		setup: withUnit,
+		row:   "gone, failed", act: actResetFailed,
+		calls: func(*harness) []string { return []string{"ResetFailed u.service"} },
+	}, {
+		name:  "gone: the attempt is read, then restarted, never finished",
+		f:     spawned(facts{unit: unitGone}),
+		setup: withUnit,
+		row:   "gone", act: actRestart,
+		calls: func(*harness) []string { return []string{"Attempt 1", "Restart 1"} },
+	}, {
+		name:  "gone, stop: closed stopped, once",
+		f:     spawned(facts{unit: unitGone, stopRequested: true}),
+		setup: withUnit,
+		row:   "gone, stop", act: actEnd,
+		calls: func(*harness) []string { return []string{"Attempt 1", "Finish 1 stopped", "RunEnded stopped"} },
+	}, {
+		name:  "journal unreadable: quarantined, the run goes on",
+		f:     facts{journalProblem: "line 3: not JSON"},
+		setup: withUnit,
+		row:   "journal unreadable", act: actQuarantine,
+		calls: func(*harness) []string { return []string{`Quarantine 1 "line 3: not JSON"`} },
+	}}
+}
+
+// TestHarnessCarryOut decides each case's facts with the table, then carries the decision out
+// against the fakes: the calls made, their order and their number are the decision's and no more.
+func TestHarnessCarryOut(t *testing.T) {
+	for _, c := range carryOutCases() {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			l := h.live
+			if c.setup != nil {
+				c.setup(h, &l)
+			}
+			d := decide(c.f, h.r.rules())
+			if d.row != c.row || d.act != c.act {
+				t.Fatalf("decided row %q action %s, want row %q action %s", d.row, d.act, c.row, c.act)
+			}
+			err := h.r.carryOut(context.Background(), l, c.f, h.job, d)
+			if (err != nil) != c.err {
+				t.Fatalf("carryOut: %v, want error %t", err, c.err)
+			}
+			if got, want := h.rec.list(), c.calls(h); !slices.Equal(got, want) {
+				t.Errorf("calls:\n got  %q\n want %q", got, want)
+			}
+			if c.check != nil {
+				c.check(t, h)
+			}
+		})
+	}
+}
+
+// TestHarnessCarryOutSpawnTwice carries the same spawn decision out twice, as two passes (or two
+// daemons) may: the claim is what makes a spawn exactly-once, so the second is claimed and,
+// refused, starts nothing and writes nothing.
+func TestHarnessCarryOutSpawnTwice(t *testing.T) {
+	h := newHarness(t)
+	l := h.live
+	l.Run.Status = model.StatusQueued
+	f := unspawned(facts{})
+	d := decide(f, h.r.rules())
+	for range 2 {
+		if err := h.r.carryOut(context.Background(), l, f, h.job, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := runner.UnitName(h.job.Name, harnessRun, 1)
+	want := []string{"ClaimSpawn 1 " + u, "Start " + u, "MarkStarted 1 dbclock=true", "ClaimSpawn 1 " + u}
+	if got := h.rec.list(); !slices.Equal(got, want) {
+		t.Errorf("calls:\n got  %q\n want %q", got, want)
+	}
+}

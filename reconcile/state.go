@@ -1,0 +1,92 @@
+package reconcile
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// State is what the reconciler reads from and writes to the database: exactly the store
+// methods it calls, so that its decisions can be carried out against a fake in a unit test
+// (harness_test.go). The daemon gives it a *store.Store.
+type State interface {
+	StateReader
+	StateWriter
+}
+
+// StateReader is what the reconciler reads: the live runs and the facts a decision rests on.
+// Nothing in it changes a run.
+type StateReader interface {
+	LiveRuns(ctx context.Context, host string) ([]model.LiveRun, error)
+	Jobs(ctx context.Context) ([]model.Job, error)
+	JobByName(ctx context.Context, name string) (model.Job, error)
+	RunByID(ctx context.Context, id uuid.UUID) (model.Run, error)
+	Attempt(ctx context.Context, runID uuid.UUID, attempt int) (model.Attempt, error)
+	OtherWriter(ctx context.Context, runID uuid.UUID, attempt int) (*uuid.UUID, error)
+	ProtectedAmong(ctx context.Context, repository string, ids []string, t time.Time) ([]string, error)
+	EndingsSinceLastStart(ctx context.Context, repository string) ([]store.AttemptEnd, error)
+	EndedBefore(ctx context.Context, ids []uuid.UUID, t time.Time) ([]uuid.UUID, error)
+	Hosts(ctx context.Context) ([]store.Host, error)
+	DownHosts(ctx context.Context, me string, grace time.Duration) ([]string, error)
+	Orphans(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error)
+	Superseded(ctx context.Context, host string, within time.Duration) ([]store.SupersededAttempt, error)
+	DeferredSettlements(ctx context.Context, host string) ([]store.DeferredSettlement, error)
+}
+
+// StateWriter is what the reconciler writes: each a change of one run (or of the hosts'
+// notices), guarded in the store by "this attempt is still live" and, where it takes a
+// store.Lease, by the host's lease.
+type StateWriter interface {
+	ClaimSpawn(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, unit, boot string, limits store.Limits) (claimed bool, blocked string, err error)
+	ClaimArmedSpawn(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, unit, boot string, limits store.Limits, at time.Time) (claimed bool, blocked string, err error)
+	ReleaseSpawnClaim(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, unit string, mayExist bool) error
+	SetRepoBaseline(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, bytes int64) error
+	MarkStarted(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, at time.Time) error
+	SetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error
+	ApplyJournal(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, from, to journal.Cursor, d store.JournalDelta) (bool, error)
+	Quarantine(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, reason string) error
+	Finish(ctx context.Context, w store.Lease, e store.Ending) (bool, error)
+	Restart(ctx context.Context, w store.Lease, r store.Restarting) (moved bool, paused string, err error)
+	RequestPause(ctx context.Context, runID uuid.UUID, reason string) (bool, error)
+	SettleDeferred(ctx context.Context, runID uuid.UUID, attempt int, st ledger.Settlement) error
+	NoticeDownHosts(ctx context.Context, by string, grace time.Duration) ([]string, error)
+	TakeOverRun(ctx context.Context, w store.Lease, t store.TakeOver) (bool, error)
+}
+
+// Units is what the reconciler asks of systemd: exactly the runner methods it calls. The
+// daemon gives it a *runner.Runner.
+type Units interface {
+	Start(ctx context.Context, s runner.Spec) (existed bool, err error)
+	Arm(ctx context.Context, s runner.Spec, at time.Time) (existed bool, err error)
+	States(ctx context.Context, names []string) (map[string]runner.State, error)
+	Alive(ctx context.Context, name string) (bool, runner.State, error)
+	Stop(ctx context.Context, name string) error
+	ResetFailed(ctx context.Context, name string) error
+}
+
+// The daemon's store and runner are what the reconciler works against.
+var (
+	_ State = (*store.Store)(nil)
+	_ Units = (*runner.Runner)(nil)
+)
+
+// concreteStore and concreteRunner are cfg's store and runner as the packages that take them
+// concretely need them (inventory.Config, jobunit.Config: the restic query units, the manager a
+// unit is built for); nil for a fake. A fake therefore reaches no restic query: inventory
+// refuses a config without a store, and jobunit builds units as for a user manager.
+func (c Config) concreteStore() *store.Store {
+	s, _ := c.Store.(*store.Store)
+	return s
+}
+
+func (c Config) concreteRunner() *runner.Runner {
+	r, _ := c.Runner.(*runner.Runner)
+	return r
+}
