@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -127,7 +128,7 @@ func (r *Reconciler) unlockSuperseded(ctx context.Context, a store.SupersededAtt
 			return nil
 		}
 		job, err := r.cfg.Store.JobByName(ctx, a.JobName)
-		if errors.Is(err, store.ErrNotFound) || err == nil && !job.HasRepository() {
+		if errors.Is(err, store.ErrNotFound) || err == nil && job.Engine != engine.NameRestic { // restic's own lock
 			return nil
 		}
 		if err == nil {

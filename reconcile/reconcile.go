@@ -191,7 +191,8 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// ValidateFlags checks the settings as the daemon's flags give them, touching nothing, so the
+// ValidateFlags checks the settings as the daemon's flags give them, before anything is
+// connected, and fills in the defaults of those left zero where zero means the default, so the
 // daemon refuses a bad one before it connects anywhere. The flags default to the Default
 // constants (see Defaults), so a setting is zero here only if the operator asked for zero: where
 // zero means nothing (a count, a grace, a budget) it is refused like a negative, instead of
