@@ -9,6 +9,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/wake"
 )
 
 // WaitPoll is how often WaitRun reads a run that did not end: for its progress, and as the
@@ -27,33 +28,8 @@ func WaitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(mod
 // the backstop meanwhile.
 const relistenAfter = 2 * time.Second
 
-// wakeup ends a sleep early; wakes that come while one is pending are one wake.
-type wakeup chan struct{}
-
-func newWakeup() wakeup { return make(wakeup, 1) }
-
-func (w wakeup) wake() {
-	select {
-	case w <- struct{}{}:
-	default:
-	}
-}
-
-// sleep waits for d, a wake-up or the end of ctx, and reports whether ctx is still alive.
-func sleep(ctx context.Context, d time.Duration, w wakeup) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-w:
-	case <-timer.C:
-	}
-	return true
-}
-
 func waitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(model.Run, *model.Progress), poll time.Duration) (model.Run, []model.Attempt, error) {
-	ended := newWakeup()
+	ended := wake.New()
 	listenCtx, cancel := context.WithCancel(ctx)
 	listening := make(chan struct{})
 	go func() {
@@ -62,10 +38,10 @@ func waitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(mod
 			// Nil is "listening now": anything may have ended meanwhile.
 			_ = st.ListenRunEnds(listenCtx, func(run uuid.UUID) {
 				if run == id || run == uuid.Nil {
-					ended.wake()
+					ended.Wake()
 				}
 			})
-			sleep(listenCtx, relistenAfter, nil)
+			wake.Sleep(listenCtx, relistenAfter, nil)
 		}
 	}()
 	defer func() {
@@ -96,7 +72,7 @@ func waitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(mod
 		if !model.Live(run.Status) {
 			return run, attempts, nil
 		}
-		if !sleep(ctx, poll, ended) {
+		if !wake.Sleep(ctx, poll, ended) {
 			return model.Run{}, nil, cutShort(ctx.Err())
 		}
 	}

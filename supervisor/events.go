@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/wake"
 )
 
 const (
@@ -32,7 +33,7 @@ const (
 type markerWatch struct {
 	stateDir string
 	runner   *runner.Runner
-	wake     wakeup
+	wake     wake.Signal
 	logger   *slog.Logger
 	loop     loop
 }
@@ -69,7 +70,7 @@ func (m *markerWatch) run(ctx context.Context, w *runner.MarkerWatch) {
 	defer wg.Wait()
 	for ctx.Err() == nil {
 		if w == nil {
-			if !sleep(ctx, rewatchAfter, nil) {
+			if !wake.Sleep(ctx, rewatchAfter, nil) {
 				return
 			}
 			var err error
@@ -78,18 +79,18 @@ func (m *markerWatch) run(ctx context.Context, w *runner.MarkerWatch) {
 				continue
 			}
 			m.logger.Info("watching exit markers again")
-			m.wake.wake() // markers written while nothing watched
+			m.wake.Wake() // markers written while nothing watched
 		}
 		err := w.Run(ctx, func(run uuid.UUID, attempt int) {
 			mk, err := runner.ReadMarker(m.stateDir, run, attempt)
 			if err != nil || mk.Unit == "" {
-				m.wake.wake() // the sweep judges a marker it cannot read
+				m.wake.Wake() // the sweep judges a marker it cannot read
 				return
 			}
 			select {
 			case ended <- mk.Unit:
 			default:
-				m.wake.wake()
+				m.wake.Wake()
 			}
 		})
 		w = nil
@@ -141,7 +142,7 @@ func (m *markerWatch) settle(ctx context.Context, ended <-chan string) {
 			}
 		}
 		if settled {
-			m.wake.wake()
+			m.wake.Wake()
 		}
 		if len(pending) > 0 {
 			timer.Reset(goneEvery)

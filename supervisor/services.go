@@ -14,20 +14,9 @@ import (
 	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/wake"
 	"github.com/holdfast-backup/holdfast/watch"
 )
-
-// wakeup asks a service to run a pass now; asks that come while one is pending are one ask.
-type wakeup chan struct{}
-
-func newWakeup() wakeup { return make(wakeup, 1) }
-
-func (w wakeup) wake() {
-	select {
-	case w <- struct{}{}:
-	default:
-	}
-}
 
 // loop is a service that runs one function in its own goroutine until Stop (or the context
 // given to Start) ends it.
@@ -81,19 +70,6 @@ func (l *loop) Stop() {
 	}
 }
 
-// sleep waits for d, a wake-up or the end of ctx, and reports whether ctx is still alive.
-func sleep(ctx context.Context, d time.Duration, w wakeup) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-w:
-	case <-timer.C:
-	}
-	return true
-}
-
 // sweep runs the reconciler's pass at once (the boot pass is an ordinary one), then every
 // SweepInterval or as soon as something wakes it.
 func (s *Supervisor) sweep(ctx context.Context) {
@@ -112,7 +88,7 @@ func (s *Supervisor) sweep(ctx context.Context) {
 			s.cfg.Logger.Warn("sweep", "runs", stats.Runs, "errors", stats.Errors, "duration", stats.Duration,
 				"systemd", stats.SystemdDuration, "journal_lag_bytes", stats.JournalLag)
 		}
-		if !sleep(ctx, s.cfg.SweepInterval, s.sweepWake) {
+		if !wake.Sleep(ctx, s.cfg.SweepInterval, s.sweepWake) {
 			return
 		}
 	}
@@ -126,7 +102,7 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 	var dueAt, wokeFor time.Time
 	for {
 		if !s.acting() { // stands by without the host's lease
-			if !sleep(ctx, s.cfg.SweepInterval, s.admitWake) {
+			if !wake.Sleep(ctx, s.cfg.SweepInterval, s.admitWake) {
 				return
 			}
 			continue
@@ -138,7 +114,7 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 		// Once per due time: a job that stays due (another daemon holds it) must not make the
 		// sweep run at every short sleep.
 		if n > 0 || !dueAt.IsZero() && !dueAt.Equal(wokeFor) && !time.Now().Before(dueAt) {
-			s.sweepWake.wake()
+			s.sweepWake.Wake()
 			wokeFor = dueAt
 		}
 		wait := s.cfg.SweepInterval
@@ -153,7 +129,7 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 		if ctx.Err() == nil {
 			s.progress.admitted(errors.Join(err, nextErr))
 		}
-		if !sleep(ctx, wait, s.admitWake) {
+		if !wake.Sleep(ctx, wait, s.admitWake) {
 			return
 		}
 	}
@@ -170,8 +146,8 @@ func (s *Supervisor) listen(ctx context.Context) {
 				s.cfg.Logger.Info("listening for notifications again")
 				failed = false
 			}
-			s.admitWake.wake()
-			s.sweepWake.wake()
+			s.admitWake.Wake()
+			s.sweepWake.Wake()
 		})
 		if ctx.Err() != nil {
 			return
@@ -190,7 +166,7 @@ func (s *Supervisor) listen(ctx context.Context) {
 func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 	for {
 		if !s.acting() { // stands by without the host's lease
-			if !sleep(ctx, s.cfg.SweepInterval, nil) {
+			if !wake.Sleep(ctx, s.cfg.SweepInterval, nil) {
 				return
 			}
 			continue
@@ -203,7 +179,7 @@ func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 		} else if err == nil {
 			s.cfg.Logger.Debug("watch pass") // each judgement of every job, for --log-level debug
 		}
-		if !sleep(ctx, s.cfg.WatchInterval, nil) {
+		if !wake.Sleep(ctx, s.cfg.WatchInterval, nil) {
 			return
 		}
 	}
@@ -217,7 +193,7 @@ const deliverInterval = 2 * time.Second
 func (s *Supervisor) deliver(ctx context.Context, d *notify.Deliverer) {
 	for {
 		if !s.acting() { // stands by without the host's lease
-			if !sleep(ctx, deliverInterval, s.deliverWake) {
+			if !wake.Sleep(ctx, deliverInterval, s.deliverWake) {
 				return
 			}
 			continue
@@ -225,7 +201,7 @@ func (s *Supervisor) deliver(ctx context.Context, d *notify.Deliverer) {
 		if _, err := d.Pass(ctx); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("notification delivery failed; the next pass tries again", "err", err)
 		}
-		if !sleep(ctx, deliverInterval, s.deliverWake) {
+		if !wake.Sleep(ctx, deliverInterval, s.deliverWake) {
 			return
 		}
 	}
@@ -235,7 +211,7 @@ func (s *Supervisor) deliver(ctx context.Context, d *notify.Deliverer) {
 // failure; the interval is the backstop.
 func (s *Supervisor) listenDeliveries(ctx context.Context) {
 	for ctx.Err() == nil {
-		err := s.cfg.Store.ListenDeliveries(ctx, s.deliverWake.wake)
+		err := s.cfg.Store.ListenDeliveries(ctx, s.deliverWake.Wake)
 		if ctx.Err() != nil {
 			return
 		}
@@ -258,7 +234,7 @@ func (s *Supervisor) removeRunFiles(ctx context.Context) {
 		if n > 0 {
 			s.cfg.Logger.Info("journals and exit markers of ended runs removed", "runs", n, "ended_before", s.cfg.KeepRunFiles)
 		}
-		if !sleep(ctx, s.cfg.RunFilesEvery, nil) {
+		if !wake.Sleep(ctx, s.cfg.RunFilesEvery, nil) {
 			return
 		}
 	}

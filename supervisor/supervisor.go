@@ -32,6 +32,7 @@ import (
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/wake"
 	"github.com/holdfast-backup/holdfast/watch"
 	"github.com/holdfast-backup/holdfast/web"
 )
@@ -249,9 +250,9 @@ type Supervisor struct {
 	failed      chan error       // the one error the daemon stops for (ErrLeaseTaken)
 	metrics     *metrics.Metrics // nil without --listen
 	services    []Service
-	sweepWake   wakeup
-	admitWake   wakeup
-	deliverWake wakeup
+	sweepWake   wake.Signal
+	admitWake   wake.Signal
+	deliverWake wake.Signal
 	progress    *progress // what the sweep and admission last did, for the service manager
 }
 
@@ -272,7 +273,7 @@ func New(cfg Config) (*Supervisor, error) {
 		m = metrics.New(metrics.Config{Store: cfg.Store, Version: cfg.Version, Logger: cfg.Logger})
 		observer = m
 	}
-	sweepWake, failed := newWakeup(), make(chan error, 1)
+	sweepWake, failed := wake.New(), make(chan error, 1)
 	holder, gone := cfg.leaseHolder, cfg.holderGone
 	if holder == "" {
 		holder = reconcile.LeaseHolder()
@@ -281,7 +282,7 @@ func New(cfg Config) (*Supervisor, error) {
 		gone = reconcile.HolderGone
 	}
 	lease := newHostLease(cfg.Store, store.LeaseRequest{Host: cfg.Host, Holder: holder, Version: cfg.Version,
-		Duration: cfg.Lease, Grace: cfg.TakeoverGrace, HolderGone: gone}, cfg.Logger, sweepWake.wake,
+		Duration: cfg.Lease, Grace: cfg.TakeoverGrace, HolderGone: gone}, cfg.Logger, sweepWake.Wake,
 		func(err error) {
 			select {
 			case failed <- err:
@@ -307,8 +308,8 @@ func New(cfg Config) (*Supervisor, error) {
 		return nil, err
 	}
 	watcher := &watch.Watcher{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger}
-	s := &Supervisor{cfg: cfg, rec: rec, lease: lease, failed: failed, metrics: m, sweepWake: sweepWake, admitWake: newWakeup(),
-		deliverWake: newWakeup(), progress: newProgress()}
+	s := &Supervisor{cfg: cfg, rec: rec, lease: lease, failed: failed, metrics: m, sweepWake: sweepWake, admitWake: wake.New(),
+		deliverWake: wake.New(), progress: newProgress()}
 	s.services = []Service{
 		// The lease first: every write about the host's attempts is fenced by it, and the
 		// services that act stand by while it is not held.
@@ -380,7 +381,7 @@ func (s *Supervisor) Stop() {
 }
 
 // WakeSweep asks for a sweep now (coalesced with any already asked for).
-func (s *Supervisor) WakeSweep() { s.sweepWake.wake() }
+func (s *Supervisor) WakeSweep() { s.sweepWake.Wake() }
 
 // Failed delivers the error the daemon must stop for, once: another live daemon took the
 // host's lease (ErrLeaseTaken). By then every acting service stands by; the caller stops the
