@@ -8,10 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,73 +24,6 @@ func TestMain(m *testing.M) { testenv.RunMain(m) }
 // journald took entries of up to 120 MiB here and refused 127 MiB ("Argument list too long": a
 // journal file's maximum size is 128 MiB).
 const forgedEntryBytes = 40 << 20
-
-// journaldPID is the pid of m's journald: the one whose /run/log/journal is m.JournalDir.
-func journaldPID(t *testing.T, m *testenv.Manager) int {
-	t.Helper()
-	var want syscall.Stat_t
-	if err := syscall.Stat(m.JournalDir, &want); err != nil {
-		t.Fatal(err)
-	}
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		comm, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "comm"))
-		var st syscall.Stat_t
-		if strings.TrimSpace(string(comm)) == "systemd-journal" &&
-			syscall.Stat(filepath.Join("/proc", p.Name(), "root", "run", "log", "journal"), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
-			return pid
-		}
-	}
-	t.Fatalf("no journald writes %s", m.JournalDir)
-	return 0
-}
-
-// writeEntry sends one journal entry of fields (NAME=value each) to the journald of pid journald
-// with `logger --journald`, from outside every unit: as uid 65534 with nothing else of its own
-// (setpriv), or as root (uid 0). The entry's file is written to dir, which uid 65534 can read.
-func writeEntry(t *testing.T, journald int, dir string, uid int, fields ...string) {
-	t.Helper()
-	f, err := os.CreateTemp(dir, "entry-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(f.Name())
-	for _, field := range fields {
-		if _, err := f.WriteString(field + "\n"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Chmod(0o644); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	argv := []string{"nsenter", "-t", strconv.Itoa(journald), "-m", "--"}
-	if uid != 0 {
-		argv = append(argv, "setpriv", "--reuid", strconv.Itoa(uid), "--regid", strconv.Itoa(uid), "--clear-groups", "--")
-	}
-	cmd := exec.Command(argv[0], append(argv[1:], "logger", "--journald="+f.Name())...)
-	cmd.Dir = "/"
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
-	}
-}
-
-// countEntries is how many entries of the journal in dir carry FORGE=token.
-func countEntries(t *testing.T, dir, token string) int {
-	t.Helper()
-	out, err := exec.Command("journalctl", "--directory", dir, "--no-pager", "--quiet", "--output", "json", "--output-fields", "FORGE", "FORGE="+token).Output()
-	if err != nil {
-		t.Fatalf("journalctl FORGE=%s: %v", token, err)
-	}
-	return bytes.Count(out, []byte("\n"))
-}
 
 func eventually(d time.Duration, f func() bool) bool {
 	deadline := time.Now().Add(d)
@@ -171,7 +102,7 @@ while [ ! -e %[1]s/release ]; do sleep 0.1; done; echo real last line`, dir)
 		t.Fatalf("the unit's first line never came:\n%.2000s", tailNow(100))
 	}
 
-	journald := journaldPID(t, m)
+	journald := m.Journald(t)
 	token := uuid.NewString()
 	big := "MESSAGE=FORGED big " + strings.Repeat("A", forgedEntryBytes)
 	forged := [][]string{
@@ -183,14 +114,14 @@ while [ ! -e %[1]s/release ]; do sleep 0.1; done; echo real last line`, dir)
 		{big, "HOLDFAST_RUN=" + run.String(), "UNIT=" + unit, "USER_UNIT=" + unit},
 	}
 	for _, fields := range forged {
-		writeEntry(t, journald, dir, 65534, append(fields, "FORGE="+token)...)
+		testenv.JournalEntryAs(t, journald, dir, 65534, append(fields, "FORGE="+token)...)
 	}
 	// Root's, in the selection: a tail reads them, and must not hold them.
 	for i := 0; i < 2; i++ {
-		writeEntry(t, journald, dir, 0, "MESSAGE=root's big "+strings.Repeat("R", forgedEntryBytes), "HOLDFAST_RUN="+run.String(), "FORGE="+token)
+		testenv.JournalEntryAs(t, journald, dir, 0, "MESSAGE=root's big "+strings.Repeat("R", forgedEntryBytes), "HOLDFAST_RUN="+run.String(), "FORGE="+token)
 	}
-	if !eventually(time.Minute, func() bool { return countEntries(t, m.JournalDir, token) == len(forged)+2 }) {
-		t.Fatalf("journald holds %d of the %d entries written", countEntries(t, m.JournalDir, token), len(forged)+2)
+	if !eventually(time.Minute, func() bool { return testenv.JournalCount(t, m.JournalDir, token) == len(forged)+2 }) {
+		t.Fatalf("journald holds %d of the %d entries written", testenv.JournalCount(t, m.JournalDir, token), len(forged)+2)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -263,8 +194,8 @@ while [ ! -e %[1]s/release ]; do sleep 0.1; done; echo real last line`, dir)
 	}
 	// A forged entry while following, then one of root's: once root's is shown, the forged one,
 	// written before it, would have been too.
-	writeEntry(t, journald, dir, 65534, "MESSAGE=FORGED while following", "HOLDFAST_RUN="+run.String(), "UNIT="+unit, "FORGE="+token)
-	writeEntry(t, journald, dir, 0, "MESSAGE=root's line after the forged one", "HOLDFAST_RUN="+run.String(), "FORGE="+token)
+	testenv.JournalEntryAs(t, journald, dir, 65534, "MESSAGE=FORGED while following", "HOLDFAST_RUN="+run.String(), "UNIT="+unit, "FORGE="+token)
+	testenv.JournalEntryAs(t, journald, dir, 0, "MESSAGE=root's line after the forged one", "HOLDFAST_RUN="+run.String(), "FORGE="+token)
 	if !eventually(time.Minute, func() bool { return strings.Contains(followed.String(), "root's line after the forged one") }) {
 		t.Errorf("RunLogs --follow never showed root's line:\n%s", grepLines(followed.String(), "root"))
 	}

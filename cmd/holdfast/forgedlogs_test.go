@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -64,7 +62,7 @@ func TestForgedLogTail(t *testing.T) {
 		t.Fatalf("run logs never showed the unit's first line:\n%s", logs())
 	}
 
-	journald := managerJournald(t, w.mgr)
+	journald := w.mgr.Journald(t)
 	mark := uuid.NewString()
 	big := strings.Repeat("A", forgedBytes)
 	forged := [][]string{
@@ -75,14 +73,14 @@ func TestForgedLogTail(t *testing.T) {
 		{"MESSAGE=FORGED big " + big, "HOLDFAST_RUN=" + id, "UNIT=" + unit, "USER_UNIT=" + unit},
 	}
 	for _, fields := range forged {
-		journalEntryAs(t, journald, w.dir, 65534, append(fields, "FORGE="+mark)...)
+		testenv.JournalEntryAs(t, journald, w.dir, 65534, append(fields, "FORGE="+mark)...)
 	}
 	for i := 0; i < 2; i++ { // root's: trusted, so the tails read them
-		journalEntryAs(t, journald, w.dir, 0, "MESSAGE=root's big "+big, "HOLDFAST_RUN="+id, "FORGE="+mark)
+		testenv.JournalEntryAs(t, journald, w.dir, 0, "MESSAGE=root's big "+big, "HOLDFAST_RUN="+id, "FORGE="+mark)
 	}
 	big = ""
-	if !eventually(time.Minute, func() bool { return journalCount(t, w.mgr.JournalDir, mark) == len(forged)+2 }) {
-		t.Fatalf("journald holds %d of the %d entries written", journalCount(t, w.mgr.JournalDir, mark), len(forged)+2)
+	if !eventually(time.Minute, func() bool { return testenv.JournalCount(t, w.mgr.JournalDir, mark) == len(forged)+2 }) {
+		t.Fatalf("journald holds %d of the %d entries written", testenv.JournalCount(t, w.mgr.JournalDir, mark), len(forged)+2)
 	}
 
 	check := func(what, out string, want ...string) {
@@ -189,8 +187,8 @@ func TestForgedLogTail(t *testing.T) {
 	}()
 	// A forged entry while following, then one of root's: once root's is shown, the forged one,
 	// written before it, would have been too.
-	journalEntryAs(t, journald, w.dir, 65534, "MESSAGE=FORGED while following", "HOLDFAST_RUN="+id, "UNIT="+unit, "FORGE="+mark)
-	journalEntryAs(t, journald, w.dir, 0, "MESSAGE=root's line after the forged one", "HOLDFAST_RUN="+id, "FORGE="+mark)
+	testenv.JournalEntryAs(t, journald, w.dir, 65534, "MESSAGE=FORGED while following", "HOLDFAST_RUN="+id, "UNIT="+unit, "FORGE="+mark)
+	testenv.JournalEntryAs(t, journald, w.dir, 0, "MESSAGE=root's line after the forged one", "HOLDFAST_RUN="+id, "FORGE="+mark)
 	if !eventually(time.Minute, func() bool { return strings.Contains(followed.String(), "root's line after the forged one") }) {
 		t.Fatalf("run logs --follow never showed root's line:\n%s", followed.String())
 	}
@@ -224,72 +222,6 @@ func TestForgedLogTail(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("the run page once the slots are free: %d %.300s", rec.Code, rec.Body.String())
 	}
-}
-
-// managerJournald is the pid of m's journald: the one whose /run/log/journal is m.JournalDir. A
-// process that joins its mount namespace reaches its sockets (/run/systemd/journal).
-func managerJournald(t *testing.T, m *testenv.Manager) int {
-	t.Helper()
-	var want syscall.Stat_t
-	if err := syscall.Stat(m.JournalDir, &want); err != nil {
-		t.Fatal(err)
-	}
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range procs {
-		if _, err := strconv.Atoi(p.Name()); err != nil {
-			continue
-		}
-		comm, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "comm"))
-		var st syscall.Stat_t
-		if strings.TrimSpace(string(comm)) == "systemd-journal" &&
-			syscall.Stat(filepath.Join("/proc", p.Name(), "root", "run", "log", "journal"), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
-			pid, _ := strconv.Atoi(p.Name())
-			return pid
-		}
-	}
-	t.Fatalf("no journald writes %s", m.JournalDir)
-	return 0
-}
-
-// journalEntryAs sends one journal entry of fields (NAME=value each) to the journald of pid
-// journald with `logger --journald`, from outside every unit: as uid with nothing else of its own
-// (setpriv), or as root (uid 0). The entry's file is written to dir, which uid can read.
-func journalEntryAs(t *testing.T, journald int, dir string, uid int, fields ...string) {
-	t.Helper()
-	f, err := os.CreateTemp(dir, "entry-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.WriteString(strings.Join(fields, "\n") + "\n"); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	argv := []string{"nsenter", "-t", strconv.Itoa(journald), "-m", "--"}
-	if uid != 0 {
-		argv = append(argv, "setpriv", "--reuid", strconv.Itoa(uid), "--regid", strconv.Itoa(uid), "--clear-groups", "--")
-	}
-	cmd := exec.Command(argv[0], append(argv[1:], "logger", "--journald="+f.Name())...)
-	cmd.Dir = "/"
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args[:len(cmd.Args)-1], " "), err, out)
-	}
-}
-
-// journalCount is how many entries of the journal in dir carry FORGE=mark.
-func journalCount(t *testing.T, dir, mark string) int {
-	t.Helper()
-	out, err := exec.Command("journalctl", "--directory", dir, "--no-pager", "--quiet", "--output", "json", "--output-fields", "FORGE", "FORGE="+mark).Output()
-	if err != nil {
-		t.Fatalf("journalctl FORGE=%s: %v", mark, err)
-	}
-	return bytes.Count(out, []byte("\n"))
 }
 
 // vmHWM is the peak resident set size of process pid, in bytes.

@@ -1,0 +1,78 @@
+package testenv
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// Journald is the pid of m's journald: the one whose /run/log/journal is m.JournalDir. A process
+// that joins its mount namespace reaches its sockets (/run/systemd/journal).
+func (m *Manager) Journald(t testing.TB) int {
+	t.Helper()
+	var want syscall.Stat_t
+	if err := syscall.Stat(m.JournalDir, &want); err != nil {
+		t.Fatal(err)
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		comm, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "comm"))
+		var st syscall.Stat_t
+		if strings.TrimSpace(string(comm)) == "systemd-journal" &&
+			syscall.Stat(filepath.Join("/proc", p.Name(), "root", "run", "log", "journal"), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+			return pid
+		}
+	}
+	t.Fatalf("no journald writes %s", m.JournalDir)
+	return 0
+}
+
+// JournalEntryAs sends one journal entry of fields (NAME=value each) to the journald of pid
+// journald with `logger --journald`, from outside every unit: as uid with nothing else of its own
+// (setpriv), or as root (uid 0). The entry's file is written to dir, which uid can read.
+func JournalEntryAs(t testing.TB, journald int, dir string, uid int, fields ...string) {
+	t.Helper()
+	f, err := os.CreateTemp(dir, "entry-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(strings.Join(fields, "\n") + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	argv := []string{"nsenter", "-t", strconv.Itoa(journald), "-m", "--"}
+	if uid != 0 {
+		argv = append(argv, "setpriv", "--reuid", strconv.Itoa(uid), "--regid", strconv.Itoa(uid), "--clear-groups", "--")
+	}
+	cmd := exec.Command(argv[0], append(argv[1:], "logger", "--journald="+f.Name())...)
+	cmd.Dir = "/"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args[:len(cmd.Args)-1], " "), err, out)
+	}
+}
+
+// JournalCount is how many entries of the journal in dir carry FORGE=mark.
+func JournalCount(t testing.TB, dir, mark string) int {
+	t.Helper()
+	out, err := exec.Command("journalctl", "--directory", dir, "--no-pager", "--quiet", "--output", "json", "--output-fields", "FORGE", "FORGE="+mark).Output()
+	if err != nil {
+		t.Fatalf("journalctl FORGE=%s: %v", mark, err)
+	}
+	return bytes.Count(out, []byte("\n"))
+}
