@@ -20,8 +20,27 @@ const MaxSecretFile = 4 << 10
 // this process's user) that its group and others can neither read nor write, of at most
 // MaxSecretFile bytes. An error names the path and the problem, never the content.
 func ReadSecret(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ELOOP) {
+	b, err := ReadBounded(path, true, MaxSecretFile, checkSecret)
+	if errors.Is(err, ErrTooLarge) {
+		return nil, fmt.Errorf("%s is larger than %d KiB: it holds a key or tokens, not data", path, MaxSecretFile>>10)
+	}
+	return b, err
+}
+
+// ErrTooLarge is ReadBounded's error for a file longer than its bound.
+var ErrTooLarge = errors.New("larger than its bound")
+
+// ReadBounded reads a file root was given: the open does not block (a FIFO or a device there
+// cannot hold the reader) and acquires no terminal, and with noFollow a link as the last
+// component is refused; check judges the opened file's stat before a byte is read; more than max
+// bytes is ErrTooLarge. An error names the path and the problem, never the content.
+func ReadBounded(path string, noFollow bool, max int64, check func(path string, st *unix.Stat_t) error) ([]byte, error) {
+	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	if noFollow {
+		flags |= unix.O_NOFOLLOW
+	}
+	fd, err := unix.Open(path, flags, 0)
+	if noFollow && errors.Is(err, unix.ELOOP) {
 		return nil, fmt.Errorf("%s is a symbolic link: give the file itself", path)
 	}
 	if err != nil {
@@ -33,15 +52,15 @@ func ReadSecret(path string) ([]byte, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
 	}
-	if err := checkSecret(path, &st); err != nil {
+	if err := check(path, &st); err != nil {
 		return nil, err
 	}
 	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(io.LimitReader(f, MaxSecretFile+1)); err != nil {
+	if _, err := buf.ReadFrom(io.LimitReader(f, max+1)); err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	if buf.Len() > MaxSecretFile {
-		return nil, fmt.Errorf("%s is larger than %d KiB: it holds a key or tokens, not data", path, MaxSecretFile>>10)
+	if int64(buf.Len()) > max {
+		return nil, fmt.Errorf("%s: %w", path, ErrTooLarge)
 	}
 	return buf.Bytes(), nil
 }

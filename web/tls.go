@@ -1,15 +1,15 @@
 package web
 
 import (
-	"bytes"
 	"crypto/tls"
+	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/credentials"
 	"golang.org/x/sys/unix"
 )
 
@@ -102,28 +102,17 @@ func (r *certReloader) loadLocked() error {
 // readPEM reads a regular file without blocking on a FIFO or a device, at most maxPEM bytes; a
 // key must not be readable or writable by others.
 func readPEM(path string, key bool) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if key && st.Mode&0o007 != 0 {
-		return nil, fmt.Errorf("%s has mode %04o: a private key must not be open to others (chmod 0600 %s)", path, st.Mode&0o777, path)
-	}
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(io.LimitReader(f, maxPEM+1)); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if buf.Len() > maxPEM {
+	b, err := credentials.ReadBounded(path, false, maxPEM, func(path string, st *unix.Stat_t) error {
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return fmt.Errorf("%s is not a regular file", path)
+		}
+		if key && st.Mode&0o007 != 0 {
+			return fmt.Errorf("%s has mode %04o: a private key must not be open to others (chmod 0600 %s)", path, st.Mode&0o777, path)
+		}
+		return nil
+	})
+	if errors.Is(err, credentials.ErrTooLarge) {
 		return nil, fmt.Errorf("%s is larger than %d MiB", path, maxPEM>>20)
 	}
-	return buf.Bytes(), nil
+	return b, err
 }
