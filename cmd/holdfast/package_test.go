@@ -153,7 +153,13 @@ func TestBootedHostPackage(t *testing.T) {
 	h.Run(t, "dd", "if=/dev/urandom", "of=/srv/data/a", "bs=1M", "count=6", "status=none")
 	b.mustHoldfast("job", "edit", "long", "--limit-upload", "4")
 	id = b.startRun("long")
-	unit := b.waitRun(id, "running", func(r runJSON) bool { return r.Status == "running" && len(r.Attempts) > 0 || ended(r) }).Attempts[0].Unit
+	// Progress means restic runs: the unit's holdfast credexec has been executed and handed over,
+	// so removing the binary cannot fail a unit that systemd has not yet started.
+	live := b.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil && len(r.Attempts) > 0 || ended(r) })
+	if ended(live) {
+		t.Fatalf("run %s ended before the removal: %s (%s)", id, live.Status, live.Reason)
+	}
+	unit := live.Attempts[0].Unit
 	h.Run(t, "dpkg", "-r", "holdfast")
 	if s := b.isActive("holdfast.service"); s == "active" {
 		t.Fatal("holdfast.service still active after the package was removed")
