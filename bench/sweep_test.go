@@ -54,7 +54,7 @@ func (w *sweepWorld) addCommandRuns(b *testing.B, n int, argv []string) []model.
 		if err != nil {
 			b.Fatal(err)
 		}
-		if ok, _, err := w.st.ClaimSpawn(ctx, store.Lease{Host: "bench"}, run.ID, 1, runner.UnitName(name, run.ID, 1), "", store.Limits{}); err != nil || !ok {
+		if ok, _, err := w.st.ClaimSpawn(ctx, store.Lease{Host: "bench"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: runner.UnitName(name, run.ID, 1)}); err != nil || !ok {
 			b.Fatalf("claim: %v %v", ok, err)
 		}
 		runs = append(runs, run)
@@ -70,7 +70,7 @@ func (w *sweepWorld) addSleepingRuns(b *testing.B, n int) {
 		if _, err := w.r.Start(ctx, runner.Spec{Name: name, ExecStart: []string{"/bin/sleep", "3600"}}); err != nil {
 			b.Fatal(err)
 		}
-		if err := w.st.MarkStarted(ctx, store.Lease{Host: "bench"}, run.ID, 1, time.Now()); err != nil {
+		if err := w.st.MarkStarted(ctx, store.Lease{Host: "bench"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
 			b.Fatal(err)
 		}
 	}

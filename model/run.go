@@ -164,3 +164,6 @@ func (a AttemptRef) String() string { return a.Run.String() + "/" + strconv.Itoa
 
 // Ref is the attempt's reference.
 func (a Attempt) Ref() AttemptRef { return AttemptRef{Run: a.RunID, No: a.No} }
+
+// Ref is the reference of the live run's attempt.
+func (l LiveRun) Ref() AttemptRef { return AttemptRef{Run: l.Run.ID, No: l.Attempt.No} }

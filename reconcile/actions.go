@@ -41,14 +41,8 @@ func (r *Reconciler) spawn(ctx context.Context, l model.LiveRun, job model.Job, 
 		claimed()
 		return nil
 	}
-	claim := r.cfg.Store.ClaimSpawn
-	if at != nil {
-		claim = func(ctx context.Context, w store.Lease, run uuid.UUID, attempt int, unit, boot string, limits store.Limits) (bool, string, error) {
-			return r.cfg.Store.ClaimArmedSpawn(ctx, w, run, attempt, unit, boot, limits, *at)
-		}
-	}
 	fence := r.fence()
-	got, blocked, err := claim(ctx, fence, l.Run.ID, l.Attempt.No, spec.Name, r.cfg.BootID, r.cfg.Limits)
+	got, blocked, err := r.cfg.Store.ClaimSpawn(ctx, fence, store.SpawnClaim{Attempt: l.Ref(), Unit: spec.Name, Boot: r.cfg.BootID, Limits: r.cfg.Limits, ArmedFor: at})
 	claimed()
 	if err != nil {
 		return err
@@ -67,7 +61,7 @@ func (r *Reconciler) spawn(ctx context.Context, l model.LiveRun, job model.Job, 
 		// Even when the run's budget is spent, but bounded: the database may be what hangs.
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RunBudget)
 		defer cancel()
-		if rerr := r.cfg.Store.ReleaseSpawnClaim(relCtx, r.fence(), l.Run.ID, l.Attempt.No, spec.Name, mayExist); rerr != nil {
+		if rerr := r.cfg.Store.ReleaseSpawnClaim(relCtx, r.fence(), l.Ref(), spec.Name, mayExist); rerr != nil {
 			return errors.Join(err, rerr)
 		}
 		return err
@@ -79,7 +73,7 @@ func (r *Reconciler) spawn(ctx context.Context, l model.LiveRun, job model.Job, 
 	// added, for the runaway guard and for a settlement without restic's own figure.
 	if model.AddsToRepository(l.Run.Kind, job.Engine) {
 		if size, err := ledger.RepoSize(job.Repository); err == nil {
-			if err := r.cfg.Store.SetRepoBaseline(ctx, fence, l.Run.ID, l.Attempt.No, size); err != nil {
+			if err := r.cfg.Store.SetRepoBaseline(ctx, fence, l.Ref(), size); err != nil {
 				return release(err, false)
 			}
 		} else if !errors.Is(err, ledger.ErrNotLocal) {
@@ -106,7 +100,7 @@ func (r *Reconciler) spawn(ctx context.Context, l model.LiveRun, job model.Job, 
 	l.Attempt.Unit = spec.Name
 	r.runaway.watch(l)
 	r.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
-	return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Run.ID, l.Attempt.No, time.Time{}) // on the database's clock
+	return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Ref(), time.Time{}) // on the database's clock
 }
 
 // arm has systemd start the claimed attempt's unit at at. The run stays queued until the unit
@@ -181,7 +175,7 @@ func missingIdentity(job model.Job) (string, error) {
 
 // finishFromMarker closes a run whose unit left a readable marker.
 func (r *Reconciler) finishFromMarker(ctx context.Context, l model.LiveRun, m runner.Marker, eng classifier) error {
-	a, err := r.cfg.Store.Attempt(ctx, l.Run.ID, l.Attempt.No)
+	a, err := r.cfg.Store.Attempt(ctx, l.Ref())
 	if err != nil {
 		return err // nothing is closed on facts we could not read
 	}
@@ -293,7 +287,7 @@ func (r *Reconciler) repair(ctx context.Context, job model.Job, run uuid.UUID, r
 
 // finish closes a run on a verdict reached without a readable marker.
 func (r *Reconciler) finish(ctx context.Context, l model.LiveRun, m runner.Marker, v verdict) error {
-	a, err := r.cfg.Store.Attempt(ctx, l.Run.ID, l.Attempt.No)
+	a, err := r.cfg.Store.Attempt(ctx, l.Ref())
 	if err != nil {
 		return err
 	}
@@ -347,7 +341,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l model.LiveRun, a model
 
 // restart ends the attempt and opens the next one.
 func (r *Reconciler) restart(ctx context.Context, l model.LiveRun, m runner.Marker) error {
-	a, err := r.cfg.Store.Attempt(ctx, l.Run.ID, l.Attempt.No)
+	a, err := r.cfg.Store.Attempt(ctx, l.Ref())
 	if err != nil {
 		return err
 	}
@@ -411,7 +405,7 @@ func (r *Reconciler) drain(ctx context.Context, l model.LiveRun) (lag int64, pro
 	for drained := int64(0); drained < limit; {
 		events, next, err := journal.Read(src, cursor, l.Run.ID, l.Attempt.No, 0)
 		if len(events) > 0 {
-			applied, aerr := r.cfg.Store.ApplyJournal(ctx, r.fence(), l.Run.ID, l.Attempt.No, cursor, next, delta(events))
+			applied, aerr := r.cfg.Store.ApplyJournal(ctx, r.fence(), l.Ref(), cursor, next, delta(events))
 			var refused *store.RefusedError
 			if errors.As(aerr, &refused) {
 				return 0, fmt.Sprintf("lines %d to %d from byte %d: %v", cursor.LastSeq+1, next.LastSeq, cursor.Offset, refused), nil
@@ -453,7 +447,7 @@ func (r *Reconciler) quarantine(ctx context.Context, l model.LiveRun, reason str
 	r.cfg.Logger.Error("run journal quarantined; the run goes on without progress figures",
 		"run", l.Run.ID, "attempt", l.Attempt.No, "reason", reason)
 	crashpoint.At("quarantine-before")
-	if err := r.cfg.Store.Quarantine(ctx, r.fence(), l.Run.ID, l.Attempt.No, reason); err != nil {
+	if err := r.cfg.Store.Quarantine(ctx, r.fence(), l.Ref(), reason); err != nil {
 		return err
 	}
 	crashpoint.At("quarantine-after")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
@@ -24,7 +25,7 @@ func TestEarlierBootSkipsSpawnGrace(t *testing.T) {
 	st, _ := storetest.Open(t)
 	run := storetest.ManualRun(t, st, "boot")
 	unit := runner.UnitName("boot", run.ID, 1)
-	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 1, unit, "boot-1", store.Limits{}); !ok || err != nil {
+	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit, Boot: "boot-1"}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
 	ls, err := st.LiveRuns(ctx, "")

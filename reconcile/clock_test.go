@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
@@ -21,7 +22,7 @@ func TestSpawnGraceOnTheDatabasesClock(t *testing.T) {
 	st, _ := storetest.Open(t)
 	run := storetest.ManualRun(t, st, "skew")
 	unit := runner.UnitName("skew", run.ID, 1)
-	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 1, unit, "", store.Limits{}); !ok || err != nil {
+	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
 	ls, err := st.LiveRuns(ctx, "")

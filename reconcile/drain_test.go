@@ -22,7 +22,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 	ctx := context.Background()
 	st, _ := storetest.Open(t)
 	run := storetest.ManualRun(t, st, "big")
-	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 1, "holdfast-big-"+run.ID.String()+"-a1.service", "", store.Limits{}); !ok || err != nil {
+	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-big-" + run.ID.String() + "-a1.service"}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
 

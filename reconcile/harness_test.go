@@ -81,12 +81,12 @@ func (s *fakeState) RunByID(_ context.Context, id uuid.UUID) (model.Run, error) 
 	return model.Run{ID: id}, nil
 }
 
-func (s *fakeState) Attempt(_ context.Context, _ uuid.UUID, attempt int) (model.Attempt, error) {
-	s.record("Attempt %d", attempt)
+func (s *fakeState) Attempt(_ context.Context, ref model.AttemptRef) (model.Attempt, error) {
+	s.record("Attempt %d", ref.No)
 	return s.attempt, nil
 }
 
-func (s *fakeState) OtherWriter(context.Context, uuid.UUID, int) (*uuid.UUID, error) {
+func (s *fakeState) OtherWriter(context.Context, model.AttemptRef) (*uuid.UUID, error) {
 	s.record("OtherWriter")
 	return nil, nil
 }
@@ -131,14 +131,13 @@ func (s *fakeState) DeferredSettlements(context.Context, string) ([]store.Deferr
 	return nil, nil
 }
 
-func (s *fakeState) ClaimSpawn(_ context.Context, _ store.Lease, _ uuid.UUID, attempt int, unit, _ string, _ store.Limits) (bool, string, error) {
-	s.record("ClaimSpawn %d %s", attempt, unit)
-	return s.claim(attempt)
-}
-
-func (s *fakeState) ClaimArmedSpawn(_ context.Context, _ store.Lease, _ uuid.UUID, attempt int, unit, _ string, _ store.Limits, at time.Time) (bool, string, error) {
-	s.record("ClaimArmedSpawn %d %s %s", attempt, unit, at.Format(time.RFC3339))
-	return s.claim(attempt)
+func (s *fakeState) ClaimSpawn(_ context.Context, _ store.Lease, c store.SpawnClaim) (bool, string, error) {
+	if c.ArmedFor != nil {
+		s.record("ClaimArmedSpawn %d %s %s", c.Attempt.No, c.Unit, c.ArmedFor.Format(time.RFC3339))
+	} else {
+		s.record("ClaimSpawn %d %s", c.Attempt.No, c.Unit)
+	}
+	return s.claim(c.Attempt.No)
 }
 
 func (s *fakeState) claim(attempt int) (bool, string, error) {
@@ -155,18 +154,18 @@ func (s *fakeState) claim(attempt int) (bool, string, error) {
 	return true, "", nil
 }
 
-func (s *fakeState) ReleaseSpawnClaim(_ context.Context, _ store.Lease, _ uuid.UUID, attempt int, unit string, mayExist bool) error {
-	s.record("ReleaseSpawnClaim %d %s mayExist=%t", attempt, unit, mayExist)
+func (s *fakeState) ReleaseSpawnClaim(_ context.Context, _ store.Lease, ref model.AttemptRef, unit string, mayExist bool) error {
+	s.record("ReleaseSpawnClaim %d %s mayExist=%t", ref.No, unit, mayExist)
 	return nil
 }
 
-func (s *fakeState) SetRepoBaseline(context.Context, store.Lease, uuid.UUID, int, int64) error {
+func (s *fakeState) SetRepoBaseline(context.Context, store.Lease, model.AttemptRef, int64) error {
 	s.record("SetRepoBaseline")
 	return nil
 }
 
-func (s *fakeState) MarkStarted(_ context.Context, _ store.Lease, _ uuid.UUID, attempt int, at time.Time) error {
-	s.record("MarkStarted %d dbclock=%t", attempt, at.IsZero())
+func (s *fakeState) MarkStarted(_ context.Context, _ store.Lease, ref model.AttemptRef, at time.Time) error {
+	s.record("MarkStarted %d dbclock=%t", ref.No, at.IsZero())
 	return nil
 }
 
@@ -175,13 +174,13 @@ func (s *fakeState) SetWaiting(_ context.Context, _ uuid.UUID, reason string, no
 	return nil
 }
 
-func (s *fakeState) ApplyJournal(context.Context, store.Lease, uuid.UUID, int, journal.Cursor, journal.Cursor, store.JournalDelta) (bool, error) {
+func (s *fakeState) ApplyJournal(context.Context, store.Lease, model.AttemptRef, journal.Cursor, journal.Cursor, store.JournalDelta) (bool, error) {
 	s.record("ApplyJournal")
 	return true, nil
 }
 
-func (s *fakeState) Quarantine(_ context.Context, _ store.Lease, _ uuid.UUID, attempt int, reason string) error {
-	s.record("Quarantine %d %q", attempt, reason)
+func (s *fakeState) Quarantine(_ context.Context, _ store.Lease, ref model.AttemptRef, reason string) error {
+	s.record("Quarantine %d %q", ref.No, reason)
 	return nil
 }
 
@@ -201,7 +200,7 @@ func (s *fakeState) RequestPause(_ context.Context, _ uuid.UUID, reason string) 
 	return true, nil
 }
 
-func (s *fakeState) SettleDeferred(context.Context, uuid.UUID, int, ledger.Settlement) error {
+func (s *fakeState) SettleDeferred(context.Context, model.AttemptRef, ledger.Settlement) error {
 	s.record("SettleDeferred")
 	return nil
 }

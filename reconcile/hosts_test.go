@@ -43,14 +43,14 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := runner.UnitName("any", run.ID, 1)
-	if ok, _, err := st.ClaimSpawn(ctx, h1, run.ID, 1, unit, "", store.Limits{}); err != nil || !ok {
+	if ok, _, err := st.ClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	props := []sddbus.Property{sddbus.PropType("exec"), sddbus.PropExecStart([]string{"/bin/sleep", "300"}, false)}
 	if _, err := e.mgr.Conn(t).StartTransientUnitContext(ctx, unit, "replace", props, make(chan string, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.ReleaseSpawnClaim(ctx, h1, run.ID, 1, unit, true); err != nil {
+	if err := st.ReleaseSpawnClaim(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, unit, true); err != nil {
 		t.Fatal(err)
 	}
 

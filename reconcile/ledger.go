@@ -65,7 +65,7 @@ func (r *Reconciler) growth(ctx context.Context, l model.LiveRun, a model.Attemp
 	if a.RepoBytesBefore == nil {
 		return nil, nil, "the repository was not measured when the attempt started"
 	}
-	other, err := r.cfg.Store.OtherWriter(ctx, a.RunID, a.No)
+	other, err := r.cfg.Store.OtherWriter(ctx, a.Ref())
 	if err != nil {
 		return nil, nil, "who else wrote to the repository could not be read: " + err.Error()
 	}
@@ -135,7 +135,7 @@ func (r *Reconciler) settleDeferred(ctx context.Context) error {
 			continue
 		}
 		st := ledger.Settle(d.Hold, ledger.Evidence{Spawned: true, SnapshotAdded: &added})
-		if err := r.cfg.Store.SettleDeferred(ctx, d.RunID, d.Attempt, st); err != nil {
+		if err := r.cfg.Store.SettleDeferred(ctx, model.AttemptRef{Run: d.RunID, No: d.Attempt}, st); err != nil {
 			errs = append(errs, err)
 			continue
 		}

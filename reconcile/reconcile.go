@@ -628,7 +628,7 @@ func (r *Reconciler) carryOut(ctx context.Context, l model.LiveRun, f facts, job
 		}
 		return r.cfg.Runner.Stop(ctx, f.unitName)
 	case actMarkRunning:
-		return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Run.ID, l.Attempt.No, time.Time{}) // on the database's clock
+		return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Ref(), time.Time{}) // on the database's clock
 	case actPauseRunaway:
 		return r.pauseRunaway(ctx, l, *f.runaway)
 	case actWatch:
@@ -651,7 +651,7 @@ func (r *Reconciler) markArmedStarted(ctx context.Context, l model.LiveRun, f fa
 	if !f.armed || !f.queued || f.marker != markerReadable {
 		return nil
 	}
-	return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Run.ID, l.Attempt.No, *l.Attempt.ArmedFor)
+	return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Ref(), *l.Attempt.ArmedFor)
 }
 
 // readMarker reads the attempt's marker into f.

@@ -245,7 +245,7 @@ func (r *Reconciler) follow(ctx context.Context, w *packWatch, data int, l model
 		if total <= hold || !r.acting() { // without the lease it counts on, and acts once it holds it again
 			return true
 		}
-		if other, err := r.cfg.Store.OtherWriter(ctx, l.Run.ID, l.Attempt.No); err != nil || other != nil {
+		if other, err := r.cfg.Store.OtherWriter(ctx, l.Ref()); err != nil || other != nil {
 			return false
 		}
 		paused, err := r.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling)

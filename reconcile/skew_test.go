@@ -82,7 +82,7 @@ func TestHostClockSkew(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ok, _, err := st.ClaimSpawn(ctx, r.fence(), run.ID, 1, runner.UnitName(name, run.ID, 1), "", store.Limits{}); !ok || err != nil {
+			if ok, _, err := st.ClaimSpawn(ctx, r.fence(), store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: runner.UnitName(name, run.ID, 1)}); !ok || err != nil {
 				t.Fatalf("claim: %v %v", ok, err)
 			}
 
@@ -92,7 +92,7 @@ func TestHostClockSkew(t *testing.T) {
 				t.Fatal(err)
 			}
 			to := dbNow(t)
-			a, err := st.Attempt(ctx, run.ID, 1)
+			a, err := st.Attempt(ctx, model.AttemptRef{Run: run.ID, No: 1})
 			if err != nil || a.StartedAt == nil {
 				t.Fatalf("attempt after the start: %+v %v", a, err)
 			}

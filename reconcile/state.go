@@ -28,8 +28,8 @@ type StateReader interface {
 	Jobs(ctx context.Context) ([]model.Job, error)
 	JobByName(ctx context.Context, name string) (model.Job, error)
 	RunByID(ctx context.Context, id uuid.UUID) (model.Run, error)
-	Attempt(ctx context.Context, runID uuid.UUID, attempt int) (model.Attempt, error)
-	OtherWriter(ctx context.Context, runID uuid.UUID, attempt int) (*uuid.UUID, error)
+	Attempt(ctx context.Context, ref model.AttemptRef) (model.Attempt, error)
+	OtherWriter(ctx context.Context, ref model.AttemptRef) (*uuid.UUID, error)
 	ProtectedAmong(ctx context.Context, repository string, ids []string, t time.Time) ([]string, error)
 	EndingsSinceLastStart(ctx context.Context, repository string) ([]store.AttemptEnd, error)
 	EndedBefore(ctx context.Context, ids []uuid.UUID, t time.Time) ([]uuid.UUID, error)
@@ -44,18 +44,17 @@ type StateReader interface {
 // notices), guarded in the store by "this attempt is still live" and, where it takes a
 // store.Lease, by the host's lease.
 type StateWriter interface {
-	ClaimSpawn(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, unit, boot string, limits store.Limits) (claimed bool, blocked string, err error)
-	ClaimArmedSpawn(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, unit, boot string, limits store.Limits, at time.Time) (claimed bool, blocked string, err error)
-	ReleaseSpawnClaim(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, unit string, mayExist bool) error
-	SetRepoBaseline(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, bytes int64) error
-	MarkStarted(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, at time.Time) error
+	ClaimSpawn(ctx context.Context, w store.Lease, c store.SpawnClaim) (claimed bool, blocked string, err error)
+	ReleaseSpawnClaim(ctx context.Context, w store.Lease, ref model.AttemptRef, unit string, mayExist bool) error
+	SetRepoBaseline(ctx context.Context, w store.Lease, ref model.AttemptRef, bytes int64) error
+	MarkStarted(ctx context.Context, w store.Lease, ref model.AttemptRef, at time.Time) error
 	SetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error
-	ApplyJournal(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, from, to journal.Cursor, d store.JournalDelta) (bool, error)
-	Quarantine(ctx context.Context, w store.Lease, runID uuid.UUID, attempt int, reason string) error
+	ApplyJournal(ctx context.Context, w store.Lease, ref model.AttemptRef, from, to journal.Cursor, d store.JournalDelta) (bool, error)
+	Quarantine(ctx context.Context, w store.Lease, ref model.AttemptRef, reason string) error
 	Finish(ctx context.Context, w store.Lease, e store.Ending) (bool, error)
 	Restart(ctx context.Context, w store.Lease, r store.Restarting) (moved bool, paused string, err error)
 	RequestPause(ctx context.Context, runID uuid.UUID, reason string) (bool, error)
-	SettleDeferred(ctx context.Context, runID uuid.UUID, attempt int, st ledger.Settlement) error
+	SettleDeferred(ctx context.Context, ref model.AttemptRef, st ledger.Settlement) error
 	NoticeDownHosts(ctx context.Context, by string, grace time.Duration) ([]string, error)
 	TakeOverRun(ctx context.Context, w store.Lease, t store.TakeOver) (bool, error)
 }

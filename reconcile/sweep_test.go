@@ -72,7 +72,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := runner.UnitName("flaky", run.ID, 1)
-	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: rec.Host()}, run.ID, 1, unit, "", store.Limits{}); err != nil || !ok {
+	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: rec.Host()}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	db, err := pgx.Connect(ctx, e.dsn)

@@ -175,10 +175,10 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	// start claims and starts an attempt, as a spawn does.
 	start := func(jobName string, run model.Run, attempt int) {
 		t.Helper()
-		if ok, blocked, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, attempt, runner.UnitName(jobName, run.ID, attempt), "", store.Limits{}); !ok || err != nil {
+		if ok, blocked, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: runner.UnitName(jobName, run.ID, attempt)}); !ok || err != nil {
 			t.Fatalf("claim: %v %q %v", ok, blocked, err)
 		}
-		if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, run.ID, attempt, tick()); err != nil {
+		if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: attempt}, tick()); err != nil {
 			t.Fatal(err)
 		}
 	}

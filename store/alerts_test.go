@@ -65,10 +65,10 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 		t.Fatalf("%d daemons cleared the episode, want 1", won)
 	}
 
-	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 1, "u", "", store.Limits{}); !ok || err != nil {
+	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "u"}); !ok || err != nil {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
-	if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, run.ID, 1, time.Now()); err != nil {
+	if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
@@ -122,10 +122,10 @@ func TestStallClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 1, "u", "", store.Limits{}); !ok || err != nil {
+	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "u"}); !ok || err != nil {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
-	if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, run.ID, 1, time.Now().Add(-2*time.Hour)); err != nil {
+	if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now().Add(-2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	db, err := pgx.Connect(ctx, dsn)
@@ -149,7 +149,7 @@ func TestStallClock(t *testing.T) {
 		to := journal.Cursor{Offset: seq * 10, LastSeq: seq}
 		now := time.Now()
 		p := model.Progress{PercentDone: percent, BytesDone: int64(percent * 1000)}
-		if ok, err := st.ApplyJournal(ctx, store.Lease{Host: "h"}, run.ID, 1, from, to, store.JournalDelta{LastEventAt: &now, Progress: &p}); !ok || err != nil {
+		if ok, err := st.ApplyJournal(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, from, to, store.JournalDelta{LastEventAt: &now, Progress: &p}); !ok || err != nil {
 			t.Fatalf("apply journal: %v %v", ok, err)
 		}
 	}

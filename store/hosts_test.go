@@ -54,13 +54,13 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := "holdfast-any-" + run.ID.String() + "-a1.service"
-	if ok, _, err := st.ClaimSpawn(ctx, h1, run.ID, 1, unit, "", store.Limits{}); err != nil || !ok {
+	if ok, _, err := st.ClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("claim on h1: %v %v", ok, err)
 	}
 	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 0 {
 		t.Fatalf("h2 lists h1's run: %+v %v", live, err)
 	}
-	if err := st.MarkStarted(ctx, h1, run.ID, 1, time.Now()); err != nil {
+	if err := st.MarkStarted(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -68,7 +68,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	h1 = lease(t, st, "h1", "p1", 300*time.Millisecond)
 	time.Sleep(500 * time.Millisecond)
 	to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}
-	if ok, err := st.ApplyJournal(ctx, h1, run.ID, 1, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
+	if ok, err := st.ApplyJournal(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
 		t.Fatalf("journal applied under a lapsed lease: %v %v", ok, err)
 	}
 	if ok, err := st.Finish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded}); err != nil || ok {
@@ -136,7 +136,7 @@ func TestReleasedSpawnClaim(t *testing.T) {
 	unit := "holdfast-any-" + run.ID.String() + "-a1.service"
 	claim := func(host string, want bool) {
 		t.Helper()
-		if ok, _, err := st.ClaimSpawn(ctx, leases[host], run.ID, 1, unit, "", store.Limits{}); err != nil || ok != want {
+		if ok, _, err := st.ClaimSpawn(ctx, leases[host], store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok != want {
 			t.Fatalf("claim on %s: %v %v, want %v", host, ok, err, want)
 		}
 	}
@@ -148,19 +148,19 @@ func TestReleasedSpawnClaim(t *testing.T) {
 		}
 	}
 	claim("h1", true)
-	if err := st.ReleaseSpawnClaim(ctx, leases["h1"], run.ID, 1, unit, false); err != nil {
+	if err := st.ReleaseSpawnClaim(ctx, leases["h1"], model.AttemptRef{Run: run.ID, No: 1}, unit, false); err != nil {
 		t.Fatal(err)
 	}
 	lists("h2", true)
 	claim("h2", true)
-	if err := st.ReleaseSpawnClaim(ctx, leases["h2"], run.ID, 1, unit, true); err != nil {
+	if err := st.ReleaseSpawnClaim(ctx, leases["h2"], model.AttemptRef{Run: run.ID, No: 1}, unit, true); err != nil {
 		t.Fatal(err)
 	}
 	lists("h1", false)
 	claim("h1", false)
 	lists("h2", true)
 	claim("h2", true)
-	if err := st.ReleaseSpawnClaim(ctx, leases["h2"], run.ID, 1, unit, true); err != nil {
+	if err := st.ReleaseSpawnClaim(ctx, leases["h2"], model.AttemptRef{Run: run.ID, No: 1}, unit, true); err != nil {
 		t.Fatal(err)
 	}
 
@@ -203,7 +203,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 0 {
 		t.Fatalf("h2 lists a run pinned to h1: %+v %v", live, err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, h2, run.ID, 1, unit, "", store.Limits{}); err != nil || ok {
+	if ok, _, err := st.ClaimSpawn(ctx, h2, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok {
 		t.Fatalf("h2 claimed a run pinned to h1: %v %v", ok, err)
 	}
 	if _, err := st.DrainHost(ctx, "h1", true); err != nil {
@@ -230,7 +230,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 0 {
 		t.Fatalf("h2 lists runs pinned to h1: %+v %v", live, err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, h1, run.ID, 1, unit, "", store.Limits{}); err != nil || ok {
+	if ok, _, err := st.ClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok {
 		t.Fatalf("a draining host claimed: %v %v", ok, err)
 	}
 	if got, err := st.RunByID(ctx, run.ID); err != nil || got.WaitingReason != "waiting: host h1 is draining" {
@@ -242,7 +242,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	if _, err := st.DrainHost(ctx, "h1", false); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, h1, run.ID, 1, unit, "", store.Limits{}); err != nil || !ok {
+	if ok, _, err := st.ClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("h1 could not claim its pinned run: %v %v", ok, err)
 	}
 	var conflict *store.ConflictError
@@ -307,7 +307,7 @@ func TestLimitsAcrossHosts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok, blocked, err := st.ClaimSpawn(ctx, leases[host], run.ID, 1, "holdfast-"+job+"-"+run.ID.String()+"-a1.service", "", limits)
+		ok, blocked, err := st.ClaimSpawn(ctx, leases[host], store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-" + job + "-" + run.ID.String() + "-a1.service", Limits: limits})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,7 +343,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := "holdfast-j-" + run.ID.String() + "-a1.service"
-	if ok, _, err := st.ClaimSpawn(ctx, a, run.ID, 1, unit, "", store.Limits{}); err != nil || !ok {
+	if ok, _, err := st.ClaimSpawn(ctx, a, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("A's claim: %v %v", ok, err)
 	}
 	time.Sleep(500 * time.Millisecond) // A's lease lapses
@@ -351,23 +351,23 @@ func TestStaleHolderIsFenced(t *testing.T) {
 	if b.Generation != a.Generation+1 {
 		t.Fatalf("generations: A %d, B %d", a.Generation, b.Generation)
 	}
-	if got, err := st.Attempt(ctx, run.ID, 1); err != nil || got.Host != "h" {
+	if got, err := st.Attempt(ctx, model.AttemptRef{Run: run.ID, No: 1}); err != nil || got.Host != "h" {
 		t.Fatalf("attempt after B took the lease: %+v %v", got, err)
 	}
 
 	// A, and writers that name no lease or a lease that is not B's, change nothing.
 	for _, w := range []store.Lease{a, {Host: "h"}, {Host: "h", Holder: "A", Generation: b.Generation}} {
-		if err := st.MarkStarted(ctx, w, run.ID, 1, time.Time{}); err != nil {
+		if err := st.MarkStarted(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.SetRepoBaseline(ctx, w, run.ID, 1, 1); err != nil {
+		if err := st.SetRepoBaseline(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, 1); err != nil {
 			t.Fatal(err)
 		}
 		to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}
-		if ok, err := st.ApplyJournal(ctx, w, run.ID, 1, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
+		if ok, err := st.ApplyJournal(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
 			t.Fatalf("journal applied by %+v: %v %v", w, ok, err)
 		}
-		if err := st.Quarantine(ctx, w, run.ID, 1, "by a stale writer"); err != nil {
+		if err := st.Quarantine(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, "by a stale writer"); err != nil {
 			t.Fatal(err)
 		}
 		if ok, err := st.Finish(ctx, w, store.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "stale"}); err != nil || ok {
@@ -376,7 +376,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 		if moved, _, err := st.Restart(ctx, w, store.Restarting{RunID: run.ID, Attempt: 1}); err != nil || moved {
 			t.Fatalf("restarted by %+v: %v %v", w, moved, err)
 		}
-		if err := st.ReleaseSpawnClaim(ctx, w, run.ID, 1, unit, false); err != nil {
+		if err := st.ReleaseSpawnClaim(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, unit, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -384,7 +384,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 	if err != nil || got.Status != model.StatusQueued || got.StartedAt != nil {
 		t.Fatalf("run after the stale writes: %s started %v (%v), want queued, never started", got.Status, got.StartedAt, err)
 	}
-	attempt, err := st.Attempt(ctx, run.ID, 1)
+	attempt, err := st.Attempt(ctx, model.AttemptRef{Run: run.ID, No: 1})
 	if err != nil || attempt.StartedAt != nil || attempt.EndedAt != nil || attempt.Unit != unit || attempt.ItemErrors != 0 ||
 		attempt.QuarantinedAt != nil || attempt.RepoBytesBefore != nil {
 		t.Fatalf("attempt after the stale writes: %+v %v", attempt, err)
@@ -395,21 +395,21 @@ func TestStaleHolderIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	nextUnit := "holdfast-k-" + next.ID.String() + "-a1.service"
-	if ok, blocked, err := st.ClaimSpawn(ctx, a, next.ID, 1, nextUnit, "", store.Limits{}); err != nil || ok || blocked != "" {
+	if ok, blocked, err := st.ClaimSpawn(ctx, a, store.SpawnClaim{Attempt: model.AttemptRef{Run: next.ID, No: 1}, Unit: nextUnit}); err != nil || ok || blocked != "" {
 		t.Fatalf("A's claim of another run: %v %q %v", ok, blocked, err)
 	}
-	if got, err := st.Attempt(ctx, next.ID, 1); err != nil || got.Unit != "" || got.Host != "" {
+	if got, err := st.Attempt(ctx, model.AttemptRef{Run: next.ID, No: 1}); err != nil || got.Unit != "" || got.Host != "" {
 		t.Fatalf("attempt A claimed under a lease it lost: %+v %v", got, err)
 	}
 
 	// B holds the lease: its writes apply.
-	if err := st.MarkStarted(ctx, b, run.ID, 1, time.Time{}); err != nil {
+	if err := st.MarkStarted(ctx, b, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := st.Finish(ctx, b, store.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"}); err != nil || !ok {
 		t.Fatalf("B's finish: %v %v", ok, err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, b, next.ID, 1, nextUnit, "", store.Limits{}); err != nil || !ok {
+	if ok, _, err := st.ClaimSpawn(ctx, b, store.SpawnClaim{Attempt: model.AttemptRef{Run: next.ID, No: 1}, Unit: nextUnit}); err != nil || !ok {
 		t.Fatalf("B's claim: %v %v", ok, err)
 	}
 	if got, err := st.RunByID(ctx, run.ID); err != nil || got.Status != model.StatusSucceeded || got.Reason != "ok" {

@@ -444,11 +444,11 @@ func (s *Store) RequestPause(ctx context.Context, runID uuid.UUID, reason string
 
 // SetRepoBaseline records the size of the attempt's local repository as it was spawned. Fenced
 // by w.
-func (s *Store) SetRepoBaseline(ctx context.Context, w Lease, runID uuid.UUID, attempt int, bytes int64) error {
+func (s *Store) SetRepoBaseline(ctx context.Context, w Lease, ref model.AttemptRef, bytes int64) error {
 	_, err := s.pool.Exec(ctx, `UPDATE attempts SET repo_bytes_before = $3 WHERE run_id = $1 AND attempt_no = $2
-		AND `+fenced(4), runID, attempt, bytes, w.Host, w.Holder, w.Generation)
+		AND `+fenced(4), ref.Run, ref.No, bytes, w.Host, w.Holder, w.Generation)
 	if err != nil {
-		return fmt.Errorf("record repository baseline of run %s: %w", runID, err)
+		return fmt.Errorf("record repository baseline of run %s: %w", ref.Run, err)
 	}
 	return nil
 }
@@ -456,7 +456,7 @@ func (s *Store) SetRepoBaseline(ctx context.Context, w Lease, runID uuid.UUID, a
 // OtherWriter returns a run whose attempt wrote to the same repository while this attempt ran
 // (from its spawn claim to its end, or to now), if any: then the repository's growth is not
 // this attempt's alone.
-func (s *Store) OtherWriter(ctx context.Context, runID uuid.UUID, attempt int) (*uuid.UUID, error) {
+func (s *Store) OtherWriter(ctx context.Context, ref model.AttemptRef) (*uuid.UUID, error) {
 	var other uuid.UUID
 	err := s.pool.QueryRow(ctx, `
 		SELECT o.run_id FROM attempts me
@@ -468,12 +468,12 @@ func (s *Store) OtherWriter(ctx context.Context, runID uuid.UUID, attempt int) (
 		  AND o.spawn_claimed_at IS NOT NULL AND me.spawn_claimed_at IS NOT NULL
 		  AND o.spawn_claimed_at < coalesce(me.ended_at, now())
 		  AND coalesce(o.ended_at, 'infinity') > me.spawn_claimed_at
-		LIMIT 1`, runID, attempt).Scan(&other)
+		LIMIT 1`, ref.Run, ref.No).Scan(&other)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("find other writers of run %s's repository: %w", runID, err)
+		return nil, fmt.Errorf("find other writers of run %s's repository: %w", ref.Run, err)
 	}
 	return &other, nil
 }
@@ -511,15 +511,15 @@ func (s *Store) DeferredSettlements(ctx context.Context, host string) ([]Deferre
 }
 
 // SettleDeferred settles a deferred attempt's hold once a figure turned up.
-func (s *Store) SettleDeferred(ctx context.Context, runID uuid.UUID, attempt int, st ledger.Settlement) error {
+func (s *Store) SettleDeferred(ctx context.Context, ref model.AttemptRef, st ledger.Settlement) error {
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := applySettlement(ctx, tx, runID, attempt, &st, "holdfast"); !errors.Is(err, errHoldClosed) {
+		if err := applySettlement(ctx, tx, ref.Run, ref.No, &st, "holdfast"); !errors.Is(err, errHoldClosed) {
 			return err
 		}
 		return nil // settled by someone else meanwhile
 	})
 	if err != nil {
-		return fmt.Errorf("settle run %s attempt %d: %w", runID, attempt, err)
+		return fmt.Errorf("settle run %s attempt %d: %w", ref.Run, ref.No, err)
 	}
 	return nil
 }

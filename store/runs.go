@@ -231,22 +231,23 @@ type Limits struct {
 // spawnLockClass is the first key of the advisory locks that serialize spawn claims ("hfsp").
 const spawnLockClass int32 = 0x68667370
 
-// ClaimSpawn records the unit name and the spawn claim on a live attempt that has none, before
+// SpawnClaim is the claim on a live attempt taken before systemd is asked to start its unit.
+type SpawnClaim struct {
+	Attempt model.AttemptRef
+	Unit    string
+	Boot    string // the host's current boot id, recorded with the claim ("" if unknown)
+	Limits  Limits
+	// ArmedFor is when a timer starts the unit (runner.Arm); nil for a unit started now. It is
+	// recorded with the claim, so that until then a service not there yet is not gone.
+	ArmedFor *time.Time
+}
+
+// ClaimSpawn records the unit name and the spawn claim c on a live attempt that has none, before
 // systemd is asked, for w's host under w (the fence: see Lease). It reports claimed=false if
 // the attempt was claimed, ended, or its run was asked to stop meanwhile, or if w is not its
-// host's current lease, and a reason when a limit or a busy repository holds it back. boot is
-// the host's current boot id, recorded with the claim ("" if unknown).
-func (s *Store) ClaimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attempt int, unit, boot string, limits Limits) (claimed bool, blocked string, err error) {
-	return s.claimSpawn(ctx, w, runID, attempt, unit, boot, limits, nil)
-}
-
-// ClaimArmedSpawn is ClaimSpawn for an attempt whose unit a timer starts at at (runner.Arm): it
-// records armed_for with the claim, so that until then a service not there yet is not gone.
-func (s *Store) ClaimArmedSpawn(ctx context.Context, w Lease, runID uuid.UUID, attempt int, unit, boot string, limits Limits, at time.Time) (claimed bool, blocked string, err error) {
-	return s.claimSpawn(ctx, w, runID, attempt, unit, boot, limits, &at)
-}
-
-func (s *Store) claimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attempt int, unit, boot string, limits Limits, armedFor *time.Time) (claimed bool, blocked string, err error) {
+// host's current lease, and a reason when a limit or a busy repository holds it back.
+func (s *Store) ClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed bool, blocked string, err error) {
+	ref, limits := c.Attempt, c.Limits
 	host := w.Host
 	// Claims that decide on what other claims hold are serialized, so that two of them never
 	// both see the last free place: all claims when limits are set, else the claims on one
@@ -261,7 +262,7 @@ func (s *Store) claimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attemp
 	// it ends, and the claim, a statement of its own, sees every claim committed before the lock.
 	batch := &pgx.Batch{}
 	repositoryEngines := model.RepositoryEngines()
-	batch.Queue(lock, spawnLockClass, runID, repositoryEngines)
+	batch.Queue(lock, spawnLockClass, ref.Run, repositoryEngines)
 	var busyRun *uuid.UUID
 	var busyKind *string
 	var all, onHost int
@@ -306,7 +307,7 @@ func (s *Store) claimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attemp
 		SELECT (SELECT id FROM busy), (SELECT kind FROM busy),
 			(SELECT all_hosts FROM holding), (SELECT on_host FROM holding), EXISTS (SELECT 1 FROM claim),
 			EXISTS (SELECT 1 FROM claimable)`,
-		runID, attempt, unit, host, limited, limits.MaxRunning, limits.MaxRunningHost, armedFor, boot, w.Holder, w.Generation,
+		ref.Run, ref.No, c.Unit, host, limited, limits.MaxRunning, limits.MaxRunningHost, c.ArmedFor, c.Boot, w.Holder, w.Generation,
 		repositoryEngines)
 	results := s.pool.SendBatch(ctx, batch)
 	_, err = results.Exec()
@@ -317,7 +318,7 @@ func (s *Store) claimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attemp
 		err = cerr
 	}
 	if err != nil {
-		return false, "", fmt.Errorf("claim spawn of run %s attempt %d: %w", runID, attempt, err)
+		return false, "", fmt.Errorf("claim spawn of run %s attempt %d: %w", ref.Run, ref.No, err)
 	}
 	switch {
 	case claimed, !claimable:
@@ -334,15 +335,15 @@ func (s *Store) claimSpawn(ctx context.Context, w Lease, runID uuid.UUID, attemp
 // MarkStarted records that systemd has the attempt's unit: the run becomes running. at is when
 // it started; zero, what a daemon gives, stamps the database's clock, the one stalls are judged
 // on (a host's clock may be off). Fenced by w.
-func (s *Store) MarkStarted(ctx context.Context, w Lease, runID uuid.UUID, attempt int, at time.Time) error {
+func (s *Store) MarkStarted(ctx context.Context, w Lease, ref model.AttemptRef, at time.Time) error {
 	_, err := s.pool.Exec(ctx, `
 		WITH a AS (
 			UPDATE attempts SET started_at = coalesce(started_at, $3, now())
 			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL AND `+fenced(4)+` RETURNING run_id)
 		UPDATE runs SET status = 'running', started_at = coalesce(started_at, $3, now())
-		WHERE id IN (SELECT run_id FROM a) AND status = 'queued'`, runID, attempt, stamp(at), w.Host, w.Holder, w.Generation)
+		WHERE id IN (SELECT run_id FROM a) AND status = 'queued'`, ref.Run, ref.No, stamp(at), w.Host, w.Holder, w.Generation)
 	if err != nil {
-		return fmt.Errorf("mark run %s attempt %d started: %w", runID, attempt, err)
+		return fmt.Errorf("mark run %s attempt %d started: %w", ref.Run, ref.No, err)
 	}
 	return nil
 }
@@ -361,7 +362,7 @@ type JournalDelta struct {
 // only matches while the cursor still stands at from: applying the same batch twice is a no-op.
 // An error wrapping *RefusedError means PostgreSQL cannot store what the batch holds: applying
 // it again fails again. Fenced by w.
-func (s *Store) ApplyJournal(ctx context.Context, w Lease, runID uuid.UUID, attempt int, from, to journal.Cursor, d JournalDelta) (bool, error) {
+func (s *Store) ApplyJournal(ctx context.Context, w Lease, ref model.AttemptRef, from, to journal.Cursor, d JournalDelta) (bool, error) {
 	var percent *float64
 	var filesDone, totalFiles, bytesDone, totalBytes *int64
 	if p := d.Progress; p != nil {
@@ -383,11 +384,11 @@ func (s *Store) ApplyJournal(ctx context.Context, w Lease, runID uuid.UUID, atte
 			summary = coalesce($16, summary)
 		WHERE run_id = $1 AND attempt_no = $2 AND journal_offset = $3 AND quarantined_at IS NULL
 		  AND ended_at IS NULL AND `+fenced(17),
-		runID, attempt, from.Offset, to.Offset, to.LastSeq, to.LastHash, d.LastEventAt,
+		ref.Run, ref.No, from.Offset, to.Offset, to.LastSeq, to.LastHash, d.LastEventAt,
 		percent, filesDone, totalFiles, bytesDone, totalBytes, d.ItemErrors, d.FirstItemError, d.Fatal, nullJSON(d.Summary),
 		w.Host, w.Holder, w.Generation)
 	if err != nil {
-		return false, fmt.Errorf("apply journal of run %s attempt %d: %w", runID, attempt, refused(err))
+		return false, fmt.Errorf("apply journal of run %s attempt %d: %w", ref.Run, ref.No, refused(err))
 	}
 	return tag.RowsAffected() == 1, nil
 }
@@ -401,13 +402,13 @@ func nullJSON(b json.RawMessage) any {
 
 // Quarantine stops the projection of an attempt's journal, recording why. The run goes on.
 // Fenced by w.
-func (s *Store) Quarantine(ctx context.Context, w Lease, runID uuid.UUID, attempt int, reason string) error {
+func (s *Store) Quarantine(ctx context.Context, w Lease, ref model.AttemptRef, reason string) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE attempts SET quarantined_at = now(), quarantine_reason = $3
-		WHERE run_id = $1 AND attempt_no = $2 AND quarantined_at IS NULL AND `+fenced(4), runID, attempt, reason,
+		WHERE run_id = $1 AND attempt_no = $2 AND quarantined_at IS NULL AND `+fenced(4), ref.Run, ref.No, reason,
 		w.Host, w.Holder, w.Generation)
 	if err != nil {
-		return fmt.Errorf("quarantine journal of run %s attempt %d: %w", runID, attempt, err)
+		return fmt.Errorf("quarantine journal of run %s attempt %d: %w", ref.Run, ref.No, err)
 	}
 	return nil
 }
@@ -763,15 +764,15 @@ func (s *Store) Attempts(ctx context.Context, runID uuid.UUID) ([]model.Attempt,
 }
 
 // Attempt returns one attempt of a run.
-func (s *Store) Attempt(ctx context.Context, runID uuid.UUID, attempt int) (model.Attempt, error) {
+func (s *Store) Attempt(ctx context.Context, ref model.AttemptRef) (model.Attempt, error) {
 	var as attemptScan
 	err := s.pool.QueryRow(ctx, `SELECT `+attemptColumns+` FROM attempts a WHERE a.run_id = $1 AND a.attempt_no = $2`,
-		runID, attempt).Scan(as.dest()...)
+		ref.Run, ref.No).Scan(as.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return model.Attempt{}, fmt.Errorf("run %s attempt %d: %w", runID, attempt, ErrNotFound)
+		return model.Attempt{}, fmt.Errorf("run %s attempt %d: %w", ref.Run, ref.No, ErrNotFound)
 	}
 	if err != nil {
-		return model.Attempt{}, fmt.Errorf("read run %s attempt %d: %w", runID, attempt, err)
+		return model.Attempt{}, fmt.Errorf("read run %s attempt %d: %w", ref.Run, ref.No, err)
 	}
 	return as.attempt(), nil
 }
@@ -846,16 +847,16 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (model.Run, error) 
 // from the attempt, so if a failed call did reach systemd, the next start finds the unit instead
 // of a twin. For that, with mayExist the attempt stays the claiming host's: another host's
 // systemd would not have the unit, and would start a twin. Fenced by w.
-func (s *Store) ReleaseSpawnClaim(ctx context.Context, w Lease, runID uuid.UUID, attempt int, unit string, mayExist bool) error {
+func (s *Store) ReleaseSpawnClaim(ctx context.Context, w Lease, ref model.AttemptRef, unit string, mayExist bool) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE attempts SET unit = NULL, spawn_claimed_at = NULL, armed_for = NULL, boot_id = NULL,
 			host = CASE WHEN $4 THEN host ELSE '' END,
 			lease_generation = CASE WHEN $4 THEN lease_generation END
 		WHERE run_id = $1 AND attempt_no = $2 AND unit = $3 AND ended_at IS NULL AND started_at IS NULL
 		  AND `+fenced(5),
-		runID, attempt, unit, mayExist, w.Host, w.Holder, w.Generation)
+		ref.Run, ref.No, unit, mayExist, w.Host, w.Holder, w.Generation)
 	if err != nil {
-		return fmt.Errorf("release spawn claim of run %s attempt %d: %w", runID, attempt, err)
+		return fmt.Errorf("release spawn claim of run %s attempt %d: %w", ref.Run, ref.No, err)
 	}
 	return nil
 }

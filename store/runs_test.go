@@ -106,7 +106,7 @@ func (b *runsBundle) restart(t *testing.T, w store.Lease, run model.Run, attempt
 // unless it did.
 func (b *runsBundle) claim(t *testing.T, w store.Lease, run model.Run, attempt int) {
 	t.Helper()
-	if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, w, run.ID, attempt, storetest.Unit(run, attempt), "boot-1", store.Limits{}); err != nil || !ok {
+	if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, w, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: storetest.Unit(run, attempt), Boot: "boot-1"}); err != nil || !ok {
 		t.Fatalf("claim run %s attempt %d on %s: ok=%v blocked=%q err=%v", run.ID, attempt, w.Host, ok, blocked, err)
 	}
 }
@@ -366,7 +366,7 @@ func TestClaimSpawn(t *testing.T) {
 			}
 			run, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
 
-			claimed, blocked, err := b.Store.ClaimSpawn(b.Ctx, c.w, c.run.ID, c.attempt, c.unit, "boot-1", c.limits)
+			claimed, blocked, err := b.Store.ClaimSpawn(b.Ctx, c.w, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: c.attempt}, Unit: c.unit, Boot: "boot-1", Limits: c.limits})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -392,7 +392,7 @@ func TestClaimSpawn(t *testing.T) {
 			}
 			// Claimed once: the same claim again is refused, and changes nothing.
 			again, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
-			if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, c.w, c.run.ID, c.attempt, c.unit, "boot-2", store.Limits{}); err != nil || ok || blocked != "" {
+			if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, c.w, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: c.attempt}, Unit: c.unit, Boot: "boot-2"}); err != nil || ok || blocked != "" {
 				t.Fatalf("second claim: ok=%v blocked=%q err=%v, want refused", ok, blocked, err)
 			}
 			b.requireUnchanged(t, "a second claim", again, before)
@@ -407,7 +407,7 @@ func TestClaimSpawn(t *testing.T) {
 			b := setupRuns(t)
 			r := b.newRun(t, nil)
 			stale := sw.stale(t, b)
-			if ok, _, err := b.Store.ClaimSpawn(b.Ctx, stale, r.ID, 1, storetest.Unit(r, 1), "", store.Limits{}); err != nil || ok {
+			if ok, _, err := b.Store.ClaimSpawn(b.Ctx, stale, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1)}); err != nil || ok {
 				t.Fatalf("stale claim: %v %v", ok, err)
 			}
 			b.revive(t)
@@ -434,14 +434,14 @@ func TestClaimSpawnOfAClaimedAttemptNamesNoLimit(t *testing.T) {
 			b := setupRuns(t)
 			r := b.newRun(t, nil)
 			unit := storetest.Unit(r, 1)
-			if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, b.Lease, r.ID, 1, unit, "", limits); err != nil || !ok || blocked != "" {
+			if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: unit, Limits: limits}); err != nil || !ok || blocked != "" {
 				t.Fatalf("first claim: ok=%v blocked=%q err=%v", ok, blocked, err)
 			}
 			w := b.Lease
 			if limits.MaxRunning > 0 {
 				w = b.otherHost(t)
 			}
-			ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, w, r.ID, 1, unit, "", limits)
+			ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, w, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: unit, Limits: limits})
 			if err != nil || ok {
 				t.Fatalf("second claim: ok=%v err=%v, want refused", ok, err)
 			}
@@ -452,7 +452,7 @@ func TestClaimSpawnOfAClaimedAttemptNamesNoLimit(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := b.Store.MarkStarted(b.Ctx, b.Lease, r.ID, 1, time.Time{}); err != nil {
+			if err := b.Store.MarkStarted(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 			if got := b.run(t, r.ID); got.Status != model.StatusRunning || got.WaitingReason != "" {
@@ -467,7 +467,7 @@ func TestClaimArmedSpawn(t *testing.T) {
 	b := setupRuns(t)
 	r := b.newRun(t, nil)
 	at := b.Now(t).Add(10 * time.Second).Truncate(time.Microsecond)
-	ok, blocked, err := b.Store.ClaimArmedSpawn(b.Ctx, b.Lease, r.ID, 1, storetest.Unit(r, 1), "boot-1", store.Limits{}, at)
+	ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1", ArmedFor: &at})
 	if err != nil || !ok || blocked != "" {
 		t.Fatalf("armed claim: ok=%v blocked=%q err=%v", ok, blocked, err)
 	}
@@ -544,7 +544,7 @@ func TestMarkStarted(t *testing.T) {
 			w, r := tt.arrange(t, b)
 			run, before := b.run(t, r.ID), b.attempts(t, r.ID)
 			dbBefore := b.Now(t)
-			if err := b.Store.MarkStarted(b.Ctx, w, r.ID, 1, tt.at); err != nil {
+			if err := b.Store.MarkStarted(b.Ctx, w, model.AttemptRef{Run: r.ID, No: 1}, tt.at); err != nil {
 				t.Fatal(err)
 			}
 			dbAfter := b.Now(t)
@@ -567,7 +567,7 @@ func TestMarkStarted(t *testing.T) {
 			}
 			// Once: a second start, at another time, changes nothing.
 			run, before = got, b.attempts(t, r.ID)
-			if err := b.Store.MarkStarted(b.Ctx, w, r.ID, 1, given.Add(time.Hour)); err != nil {
+			if err := b.Store.MarkStarted(b.Ctx, w, model.AttemptRef{Run: r.ID, No: 1}, given.Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
 			b.requireUnchanged(t, "a second MarkStarted", run, before)
@@ -591,7 +591,7 @@ func TestApplyJournal(t *testing.T) {
 		p3 := model.Progress{PercentDone: 1, FilesDone: 40, TotalFiles: 40, BytesDone: 4000, TotalBytes: 4000}
 		apply := func(from, to journal.Cursor, d store.JournalDelta, want bool) model.Attempt {
 			t.Helper()
-			ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, r.ID, 1, from, to, d)
+			ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, from, to, d)
 			if err != nil || ok != want {
 				t.Fatalf("apply %+v -> %+v: ok=%v err=%v, want %v", from, to, ok, err, want)
 			}
@@ -642,7 +642,7 @@ func TestApplyJournal(t *testing.T) {
 	}{
 		{"a batch read from an old cursor", func(t *testing.T, b *runsBundle) apply {
 			r := b.startedRun(t)
-			if ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, r.ID, 1, journal.Cursor{}, journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"},
+			if ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"},
 				store.JournalDelta{ItemErrors: 1}); err != nil || !ok {
 				t.Fatalf("first batch: %v %v", ok, err)
 			}
@@ -650,7 +650,7 @@ func TestApplyJournal(t *testing.T) {
 		}},
 		{"a quarantined journal", func(t *testing.T, b *runsBundle) apply {
 			r := b.startedRun(t)
-			if err := b.Store.Quarantine(b.Ctx, b.Lease, r.ID, 1, "unreadable"); err != nil {
+			if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "unreadable"); err != nil {
 				t.Fatal(err)
 			}
 			return apply{w: b.Lease, run: r}
@@ -683,7 +683,7 @@ func TestApplyJournal(t *testing.T) {
 			b := setupRuns(t)
 			c := tt.arrange(t, b)
 			run, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
-			ok, err := b.Store.ApplyJournal(b.Ctx, c.w, c.run.ID, max(c.attempt, 1), c.from,
+			ok, err := b.Store.ApplyJournal(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: max(c.attempt, 1)}, c.from,
 				journal.Cursor{Offset: 500, LastSeq: 20, LastHash: "h20"}, store.JournalDelta{ItemErrors: 7, Fatal: "boom"})
 			if err != nil || ok {
 				t.Fatalf("ok=%v err=%v, want refused", ok, err)
@@ -698,11 +698,11 @@ func TestApplyJournal(t *testing.T) {
 			b := setupRuns(t)
 			r := b.startedRun(t)
 			to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"}
-			if ok, err := b.Store.ApplyJournal(b.Ctx, sw.stale(t, b), r.ID, 1, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
+			if ok, err := b.Store.ApplyJournal(b.Ctx, sw.stale(t, b), model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
 				t.Fatalf("stale batch: %v %v", ok, err)
 			}
 			b.revive(t)
-			if ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, r.ID, 1, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || !ok {
+			if ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || !ok {
 				t.Fatalf("current holder's batch: %v %v", ok, err)
 			}
 			if a := b.attempts(t, r.ID)[0]; a.Cursor != to || a.ItemErrors != 1 {
@@ -733,7 +733,7 @@ func TestQuarantine(t *testing.T) {
 		t.Parallel()
 		b := setupRuns(t)
 		r := b.startedRun(t)
-		if err := b.Store.Quarantine(b.Ctx, b.Lease, r.ID, 1, "line 3: not JSON"); err != nil {
+		if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "line 3: not JSON"); err != nil {
 			t.Fatal(err)
 		}
 		a := b.attempts(t, r.ID)[0]
@@ -745,7 +745,7 @@ func TestQuarantine(t *testing.T) {
 			t.Fatalf("a quarantine ended the run: %s", got.Status)
 		}
 		run, before := b.run(t, r.ID), b.attempts(t, r.ID)
-		if err := b.Store.Quarantine(b.Ctx, b.Lease, r.ID, 1, "another reason"); err != nil {
+		if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "another reason"); err != nil {
 			t.Fatal(err)
 		}
 		b.requireUnchanged(t, "a second quarantine", run, before)
@@ -757,7 +757,7 @@ func TestQuarantine(t *testing.T) {
 		h2 := b.otherHost(t)
 		r := b.newRun(t, &storetest.RunOpts{Claim: &h2, Started: true})
 		run, before := b.run(t, r.ID), b.attempts(t, r.ID)
-		if err := b.Store.Quarantine(b.Ctx, b.Lease, r.ID, 1, "not mine"); err != nil {
+		if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "not mine"); err != nil {
 			t.Fatal(err)
 		}
 		b.requireUnchanged(t, "another host's quarantine", run, before)
@@ -769,12 +769,12 @@ func TestQuarantine(t *testing.T) {
 			r := b.startedRun(t)
 			stale := sw.stale(t, b)
 			run, before := b.run(t, r.ID), b.attempts(t, r.ID)
-			if err := b.Store.Quarantine(b.Ctx, stale, r.ID, 1, "stale"); err != nil {
+			if err := b.Store.Quarantine(b.Ctx, stale, model.AttemptRef{Run: r.ID, No: 1}, "stale"); err != nil {
 				t.Fatal(err)
 			}
 			b.requireUnchanged(t, "a stale quarantine", run, before)
 			b.revive(t)
-			if err := b.Store.Quarantine(b.Ctx, b.Lease, r.ID, 1, "current"); err != nil {
+			if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "current"); err != nil {
 				t.Fatal(err)
 			}
 			if a := b.attempts(t, r.ID)[0]; a.QuarantinedAt == nil || a.QuarantineReason != "current" {
@@ -1059,7 +1059,7 @@ func TestRestart(t *testing.T) {
 			r := b.startedRun(t)
 			b.restart(t, b.Lease, r, 1)
 			b.claim(t, b.Lease, r, 2)
-			if err := b.Store.MarkStarted(b.Ctx, b.Lease, r.ID, 2, time.Time{}); err != nil {
+			if err := b.Store.MarkStarted(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 2}, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 			if got := b.run(t, r.ID); got.Status != model.StatusRunning || !got.StartedAt.Equal(*r.StartedAt) {
@@ -1233,9 +1233,9 @@ func TestReleaseSpawnClaim(t *testing.T) {
 		var ok bool
 		var err error
 		if armed {
-			ok, _, err = b.Store.ClaimArmedSpawn(b.Ctx, b.Lease, r.ID, 1, storetest.Unit(r, 1), "boot-1", store.Limits{}, b.Now(t).Add(time.Minute))
+			ok, _, err = b.Store.ClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1", ArmedFor: new(b.Now(t).Add(time.Minute))})
 		} else {
-			ok, _, err = b.Store.ClaimSpawn(b.Ctx, b.Lease, r.ID, 1, storetest.Unit(r, 1), "boot-1", store.Limits{})
+			ok, _, err = b.Store.ClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1"})
 		}
 		if err != nil || !ok {
 			t.Fatalf("claim: %v %v", ok, err)
@@ -1265,7 +1265,7 @@ func TestReleaseSpawnClaim(t *testing.T) {
 			b := setupRuns(t)
 			h2 := b.otherHost(t)
 			c := tt.arrange(t, b)
-			if err := b.Store.ReleaseSpawnClaim(b.Ctx, c.w, c.run.ID, 1, c.unit, c.mayExist); err != nil {
+			if err := b.Store.ReleaseSpawnClaim(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: 1}, c.unit, c.mayExist); err != nil {
 				t.Fatal(err)
 			}
 			a := b.attempts(t, c.run.ID)[0]
@@ -1280,7 +1280,7 @@ func TestReleaseSpawnClaim(t *testing.T) {
 				t.Fatalf("run is %s, want queued", got.Status)
 			}
 			// Given back to any host, another host claims it; kept by its host, only that host does.
-			ok, _, err := b.Store.ClaimSpawn(b.Ctx, h2, c.run.ID, 1, c.unit, "", store.Limits{})
+			ok, _, err := b.Store.ClaimSpawn(b.Ctx, h2, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: 1}, Unit: c.unit})
 			if err != nil || ok == c.mayExist {
 				t.Fatalf("claim by another host: %v %v, want %v", ok, err, !c.mayExist)
 			}
@@ -1329,7 +1329,7 @@ func TestReleaseSpawnClaim(t *testing.T) {
 			b := setupRuns(t)
 			c := tt.arrange(t, b)
 			run, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
-			if err := b.Store.ReleaseSpawnClaim(b.Ctx, c.w, c.run.ID, 1, c.unit, false); err != nil {
+			if err := b.Store.ReleaseSpawnClaim(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: 1}, c.unit, false); err != nil {
 				t.Fatal(err)
 			}
 			b.requireUnchanged(t, "a refused release", run, before)
@@ -1366,7 +1366,7 @@ func TestRequestStop(t *testing.T) {
 			}
 			a := b.attempts(t, r.ID)[0]
 			if a.Unit == "" {
-				if ok, _, err := b.Store.ClaimSpawn(b.Ctx, b.Lease, r.ID, 1, storetest.Unit(r, 1), "", store.Limits{}); err != nil || ok {
+				if ok, _, err := b.Store.ClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1)}); err != nil || ok {
 					t.Fatalf("claim after the stop request: %v %v", ok, err)
 				}
 			}

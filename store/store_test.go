@@ -91,7 +91,7 @@ func TestGuardedWrites(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 1, "holdfast-g-"+run.ID.String()+"-a1.service", "", store.Limits{})
+			ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-g-" + run.ID.String() + "-a1.service"})
 			if err != nil {
 				t.Error(err)
 			}
@@ -111,12 +111,12 @@ func TestGuardedWrites(t *testing.T) {
 	to := journal.Cursor{Offset: 100, LastSeq: 3, LastHash: "abc"}
 	d := store.JournalDelta{ItemErrors: 2, FirstItemError: "/x: denied"}
 	for i, want := range []bool{true, false} {
-		ok, err := st.ApplyJournal(ctx, store.Lease{Host: "h"}, run.ID, 1, journal.Cursor{}, to, d)
+		ok, err := st.ApplyJournal(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, d)
 		if err != nil || ok != want {
 			t.Fatalf("apply #%d: ok=%v err=%v, want %v", i+1, ok, err, want)
 		}
 	}
-	a, err := st.Attempt(ctx, run.ID, 1)
+	a, err := st.Attempt(ctx, model.AttemptRef{Run: run.ID, No: 1})
 	if err != nil || a.ItemErrors != 2 || a.Cursor != to {
 		t.Fatalf("after applying twice: %+v, %v; want 2 item errors and the new cursor", a, err)
 	}
@@ -164,7 +164,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	if _, err := st.RequestStop(ctx, run.ID); err != nil {
 		t.Fatal(err)
 	}
-	ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, run.ID, 2, "u", "", store.Limits{})
+	ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 2}, Unit: "u"})
 	if err != nil || ok {
 		t.Fatalf("claim after a stop request: ok=%v err=%v, want false", ok, err)
 	}
@@ -213,7 +213,7 @@ func TestApplyJournalRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ok, err := st.ApplyJournal(ctx, store.Lease{Host: "h"}, run.ID, 1, journal.Cursor{}, to, tt.d)
+			ok, err := st.ApplyJournal(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, tt.d)
 			var refused *store.RefusedError
 			if ok || !errors.As(err, &refused) {
 				t.Fatalf("ok=%v err=%v, want a *RefusedError", ok, err)
@@ -223,7 +223,7 @@ func TestApplyJournalRefused(t *testing.T) {
 			}
 		})
 	}
-	a, err := st.Attempt(ctx, run.ID, 1)
+	a, err := st.Attempt(ctx, model.AttemptRef{Run: run.ID, No: 1})
 	if err != nil || a.Cursor != (journal.Cursor{}) {
 		t.Fatalf("attempt after refused batches: %+v, %v; want the cursor where it was", a, err)
 	}

@@ -127,12 +127,12 @@ func Run(t testing.TB, st *store.Store, opts *RunOpts) model.Run {
 		}
 		return run
 	}
-	claimed, blocked, err := st.ClaimSpawn(ctx, *o.Claim, run.ID, 1, Unit(run, 1), "", store.Limits{})
+	claimed, blocked, err := st.ClaimSpawn(ctx, *o.Claim, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: Unit(run, 1)})
 	if err != nil || !claimed {
 		t.Fatalf("claim the spawn of run %s: claimed=%v blocked=%q err=%v", run.ID, claimed, blocked, err)
 	}
 	if o.Started {
-		if err := st.MarkStarted(ctx, *o.Claim, run.ID, 1, time.Time{}); err != nil {
+		if err := st.MarkStarted(ctx, *o.Claim, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
 	}
