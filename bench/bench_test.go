@@ -14,10 +14,11 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -156,13 +157,13 @@ func BenchmarkStartLatency(b *testing.B) {
 	e.daemon(b, "--sweep-interval", "200ms", "--spawn-grace", "30s")
 	time.Sleep(500 * time.Millisecond) // the daemon's boot pass and LISTEN
 
-	cfg := reconcile.Config{StateDir: state, Binary: bin, ResticBinary: restic}
+	cfg := jobunit.Config{StateDir: state, Binary: bin, ResticBinary: restic}
 	var raw, holdfast []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		// Raw: the very unit the daemon would start, started directly.
-		spec := reconcile.UnitSpec(cfg, job, model.Run{ID: uuid.New(), Kind: model.KindBackup}, 1)
-		if err := os.MkdirAll(filepath.Dir(reconcile.JournalPath(state, uuid.New(), 1)), 0o755); err != nil {
+		spec := spawn.UnitSpec(cfg, job, model.Run{ID: uuid.New(), Kind: model.KindBackup}, 1)
+		if err := os.MkdirAll(filepath.Dir(jobunit.JournalPath(state, uuid.New(), 1)), 0o755); err != nil {
 			b.Fatal(err)
 		}
 		start := time.Now()

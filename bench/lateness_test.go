@@ -12,9 +12,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -58,11 +59,11 @@ func BenchmarkLateness(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := reconcile.Config{StateDir: state, Binary: bin, AllowCommandJobs: true}
+	cfg := jobunit.Config{StateDir: state, Binary: bin}
 	job := model.Job{Name: "due0", Engine: "command", Command: []string{"/bin/sleep", "600"}}
 	specs := make([]runner.Spec, jobs)
 	for i := range specs {
-		specs[i] = reconcile.UnitSpec(cfg, job, model.Run{ID: uuid.New(), Kind: model.KindBackup}, 1)
+		specs[i] = spawn.UnitSpec(cfg, job, model.Run{ID: uuid.New(), Kind: model.KindBackup}, 1)
 		specs[i].Name = fmt.Sprintf("raw-%d-%s", i, specs[i].Name)
 	}
 	t0 := time.Now()

@@ -10,9 +10,11 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -132,7 +134,7 @@ func BenchmarkBootPass(b *testing.B) {
 			b.Fatalf("after the boot pass run %s is at attempt %d unit %q, want attempt 2 not yet spawned", l.Run.ID, l.Attempt.No, l.Attempt.Unit)
 		}
 	}
-	spawn := w.sweep(b)
+	spawnPass := w.sweep(b)
 	live, err = w.st.LiveRuns(context.Background(), "")
 	if err != nil {
 		b.Fatal(err)
@@ -149,14 +151,14 @@ func BenchmarkBootPass(b *testing.B) {
 	}
 	start := time.Now()
 	for range 200 {
-		if _, err := w.r.Start(context.Background(), reconcile.UnitSpec(w.cfg, job, model.Run{ID: uuid.New(), Kind: model.KindBackup}, 1)); err != nil {
+		if _, err := w.r.Start(context.Background(), spawn.UnitSpec(jobunit.Config{Runner: w.r, StateDir: w.cfg.StateDir, Binary: w.cfg.Binary}, job, model.Run{ID: uuid.New(), Kind: model.KindBackup}, 1)); err != nil {
 			b.Fatal(err)
 		}
 	}
 	raw := time.Since(start)
 	b.ReportMetric(float64(boot.Duration.Microseconds())/1000, "ms/boot-pass-200")
-	b.ReportMetric(float64(spawn.Duration.Microseconds())/1000, "ms/spawn-pass-200")
+	b.ReportMetric(float64(spawnPass.Duration.Microseconds())/1000, "ms/spawn-pass-200")
 	b.ReportMetric(float64(raw.Microseconds())/1000, "ms/raw-starts-200")
-	b.ReportMetric(float64(spawn.Duration)/float64(raw), "spawn-pass/raw-starts")
+	b.ReportMetric(float64(spawnPass.Duration)/float64(raw), "spawn-pass/raw-starts")
 	b.ReportMetric(0, "ns/op")
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
 	jobdef "github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
@@ -221,4 +222,16 @@ func fatalLine(stderr string) string {
 		}
 	}
 	return lines[len(lines)-1]
+}
+
+// JournalPath is where an attempt's run journal lives under the state directory.
+func JournalPath(stateDir string, run uuid.UUID, attempt int) string {
+	return filepath.Join(stateDir, "runs", run.String(), "a"+strconv.Itoa(attempt), "journal.jsonl")
+}
+
+// JournalSource is how the daemon opens an attempt's journal: below the state directory,
+// following no link, and only if uid (the job's user; 0 for root) owns it.
+func JournalSource(stateDir string, run uuid.UUID, attempt, uid int) journal.Source {
+	rel, _ := filepath.Rel(stateDir, JournalPath(stateDir, run, attempt))
+	return journal.Source{Dir: stateDir, Name: rel, UID: uid}
 }

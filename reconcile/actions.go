@@ -6,9 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -19,107 +16,10 @@ import (
 	jobdef "github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/journal"
-	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
-
-// spawn claims the attempt's spawn, prepares its directories and starts its unit, or, with at,
-// arms it so that systemd starts it at at. decide let it go; the concurrency limits are decided
-// by the claim. claimed is called once the claim was answered (the spawner's order, services.go).
-func (r *Reconciler) spawn(ctx context.Context, l model.LiveRun, job model.Job, at *time.Time, claimed func()) error {
-	spec, unlock, err := AttemptSpec(ctx, r.cfg, job, l.Run, l.Attempt.No)
-	if err != nil {
-		return err
-	}
-	if unlock != "" {
-		r.cfg.Logger.Info("stale restic locks are removed first", "run", l.Run.ID, "attempt", l.Attempt.No, "why", unlock)
-	}
-	crashpoint.At("spawn-before-claim")
-	if !r.acting() { // the next pass, under the lease again, hands it over again
-		claimed()
-		return nil
-	}
-	fence := r.fence()
-	got, blocked, err := r.cfg.Store.ClaimSpawn(ctx, fence, store.SpawnClaim{Attempt: l.Ref(), Unit: spec.Name, Boot: r.cfg.BootID, Limits: r.cfg.Limits, ArmedFor: at})
-	claimed()
-	if err != nil {
-		return err
-	}
-	if blocked != "" {
-		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, blocked, nil)
-	}
-	if !got {
-		return nil // another daemon has it, or a stop arrived
-	}
-	crashpoint.At("spawn-claimed")
-	// Until systemd has the unit, a failure gives the claim back: the next pass claims the same
-	// attempt again, rather than waiting out the spawn grace and counting an attempt that never ran.
-	// After systemd was asked (mayExist), the unit may exist even though the call failed.
-	release := func(err error, mayExist bool) error {
-		// Even when the run's budget is spent, but bounded: the database may be what hangs.
-		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RunBudget)
-		defer cancel()
-		if rerr := r.cfg.Store.ReleaseSpawnClaim(relCtx, r.fence(), l.Ref(), spec.Name, mayExist); rerr != nil {
-			return errors.Join(err, rerr)
-		}
-		return err
-	}
-	if err := r.prepareDirs(job, l.Run.ID, l.Attempt.No); err != nil {
-		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err), false)
-	}
-	// What a local repository holds before the backup starts: its growth is what the attempt
-	// added, for the runaway guard and for a settlement without restic's own figure.
-	if model.AddsToRepository(l.Run.Kind, job.Engine) {
-		if size, err := ledger.RepoSize(job.Repository); err == nil {
-			if err := r.cfg.Store.SetRepoBaseline(ctx, fence, l.Ref(), size); err != nil {
-				return release(err, false)
-			}
-		} else if !errors.Is(err, ledger.ErrNotLocal) {
-			r.cfg.Logger.Warn("repository not measured; its growth will not be known", "run", l.Run.ID, "err", err)
-		}
-	}
-	// The lease may have been lost since the claim: then systemd is not asked; the claim is given
-	// back if the lease is ours again by then, else its next holder judges the attempt.
-	if !r.acting() {
-		return release(fmt.Errorf("run %s attempt %d not started: %w", l.Run.ID, l.Attempt.No, ErrNoLease), false)
-	}
-	if at != nil {
-		return r.arm(ctx, l, spec, *at, release)
-	}
-	existed, err := r.cfg.Runner.Start(ctx, spec)
-	if err != nil {
-		if runner.BadRequest(err) {
-			return r.finish(ctx, l, runner.Marker{}, verdict{status: model.StatusFailed, class: "permanent",
-				reason: "systemd refused to start the unit: " + err.Error(), neverRan: true})
-		}
-		return release(err, true) // systemd could not be asked, or refused for now (shutting down)
-	}
-	crashpoint.At("spawn-started")
-	l.Attempt.Unit = spec.Name
-	r.runaway.watch(l)
-	r.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
-	return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Ref(), time.Time{}) // on the database's clock
-}
-
-// arm has systemd start the claimed attempt's unit at at. The run stays queued until the unit
-// is there: a later pass marks it running. A manager that refuses the timer gets no more timers
-// from this daemon, and the attempt is started at its time like any other.
-func (r *Reconciler) arm(ctx context.Context, l model.LiveRun, spec runner.Spec, at time.Time, release func(error, bool) error) error {
-	existed, err := r.cfg.Runner.Arm(ctx, spec, at)
-	if err != nil {
-		if runner.BadRequest(err) && !r.armRefused.Swap(true) {
-			r.cfg.Logger.Warn("systemd refused a transient timer; runs start at their time instead", "run", l.Run.ID, "err", err)
-		}
-		return release(err, true)
-	}
-	crashpoint.At("spawn-armed")
-	l.Attempt.Unit = spec.Name
-	r.runaway.watch(l)
-	r.cfg.Logger.Info("run armed", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "at", at, "existed", existed)
-	return nil
-}
 
 // disarm stops an armed attempt's timer, then its service, and closes the run with v. The
 // service is stopped too in case the timer elapsed meanwhile: then it is ended, not left.
@@ -130,27 +30,6 @@ func (r *Reconciler) disarm(ctx context.Context, l model.LiveRun, f facts, v ver
 		}
 	}
 	return r.finish(ctx, l, f.ended, v)
-}
-
-// prepareDirs creates the attempt's journal directory and the job's cache, owned by the job's user
-// so its units can write there, and the markers directory, which only the privileged
-// ExecStopPost writes.
-func (r *Reconciler) prepareDirs(job model.Job, run uuid.UUID, attempt int) error {
-	if err := os.MkdirAll(filepath.Dir(runner.MarkerPath(r.cfg.StateDir, run, attempt)), 0o755); err != nil {
-		return err
-	}
-	uid, gid, err := jobunit.Identity(job)
-	if err != nil {
-		return err
-	}
-	journalDir := filepath.Dir(JournalPath(r.cfg.StateDir, run, attempt))
-	if err := os.MkdirAll(filepath.Dir(journalDir), 0o755); err != nil {
-		return err
-	}
-	if err := jobunit.OwnedDir(journalDir, uid, gid, 0o755); err != nil {
-		return err
-	}
-	return jobunit.PrepareCache(r.cfg.StateDir, job)
 }
 
 // missingIdentity returns the reason a job cannot run because its user or group does not exist
@@ -201,7 +80,7 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l model.LiveRun, m ru
 	if ev.Summary == nil && (v.status == model.StatusSucceeded || v.status == model.StatusPartial) && l.JobEngine == engine.NameRestic {
 		// The run stays live, its marker in place, until the repair closed it: a repair not
 		// carried out (a stop, a crash) is queued again by the next pass.
-		return r.repairs.submit(ctx, attemptKey{l.Run.ID, l.Attempt.No}, func(ctx context.Context, _ func()) error {
+		return r.repairs.Submit(ctx, model.AttemptRef{Run: l.Run.ID, No: l.Attempt.No}, func(ctx context.Context, _ func()) error {
 			if !r.acting() {
 				return nil // the next pass under the lease queues it again
 			}
@@ -251,7 +130,7 @@ func (r *Reconciler) refreshAfter(ctx context.Context, l model.LiveRun) {
 		return
 	}
 	// Its own key: the attempt's repair may be the very task that asks for this refresh.
-	key := attemptKey{l.Run.ID, -l.Attempt.No}
+	key := model.AttemptRef{Run: l.Run.ID, No: -l.Attempt.No}
 	refresh := func(ctx context.Context, _ func()) error {
 		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
 		if err == nil {
@@ -262,7 +141,7 @@ func (r *Reconciler) refreshAfter(ctx context.Context, l model.LiveRun) {
 		}
 		return nil // no pass tries again: the next plan or --refresh reads the repository
 	}
-	if err := r.repairs.submit(ctx, key, refresh); err != nil {
+	if err := r.repairs.Submit(ctx, key, refresh); err != nil {
 		r.cfg.Logger.Warn("snapshot inventory not refreshed", "run", l.Run.ID, "err", err)
 	}
 }
@@ -325,7 +204,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l model.LiveRun, a model
 	if err != nil {
 		return err
 	}
-	r.runaway.unwatch(l.Run.ID, l.Attempt.No)
+	r.runaway.Unwatch(l.Ref())
 	crashpoint.At("finish-after")
 	if done && e.Retry != nil {
 		crashpoint.At("retry-after")
@@ -353,7 +232,7 @@ func (r *Reconciler) restart(ctx context.Context, l model.LiveRun, m runner.Mark
 		return err
 	}
 	crashpoint.At("restart-after")
-	r.runaway.unwatch(l.Run.ID, l.Attempt.No)
+	r.runaway.Unwatch(l.Ref())
 	switch {
 	case moved && paused != "":
 		r.cfg.Logger.Warn("run not restarted", "run", l.Run.ID, "after_attempt", l.Attempt.No, "reason", paused)
@@ -399,7 +278,7 @@ func (r *Reconciler) drain(ctx context.Context, l model.LiveRun) (lag int64, pro
 	if err != nil {
 		return 0, "", fmt.Errorf("owner of the journal of run %s: %w", l.Run.ID, err)
 	}
-	src := JournalSource(r.cfg.StateDir, l.Run.ID, l.Attempt.No, uid)
+	src := jobunit.JournalSource(r.cfg.StateDir, l.Run.ID, l.Attempt.No, uid)
 	cursor := l.Attempt.Cursor
 	limit := cmp.Or(r.drainLimit, maxDrain)
 	for drained := int64(0); drained < limit; {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -27,7 +28,7 @@ func TestConfigSettings(t *testing.T) {
 		{"zero is the defaults", func(*Config) {}, "", "-", func(c Config) bool {
 			return c.SpawnGrace == DefaultSpawnGrace && c.RunBudget == DefaultRunBudget && c.PassTimeout == DefaultPassTimeout &&
 				c.DependsWait == DefaultDependsWait && c.TakeoverGrace == DefaultTakeoverGrace && c.MaxAttempts == DefaultMaxAttempts &&
-				c.Workers == DefaultWorkers && c.SpawnWorkers == DefaultSpawnWorkers && c.AllowUsers[0] == DefaultAllowUsers &&
+				c.Workers == DefaultWorkers && c.SpawnWorkers == spawn.DefaultWorkers && c.AllowUsers[0] == DefaultAllowUsers &&
 				c.ResticBinary == DefaultResticBinary && c.WindowZone == time.UTC && c.Logger != nil && c.StartLead == 0
 		}},
 		{"zero max attempts", func(c *Config) { c.MaxAttempts = 0 }, "", "--max-attempts 0 is out of range: give at least 1",
@@ -36,7 +37,7 @@ func TestConfigSettings(t *testing.T) {
 		{"negative workers", func(c *Config) { c.Workers = -2 }, "--workers -2 is out of range: give at least 1", "", nil},
 		{"negative spawn workers", func(c *Config) { c.SpawnWorkers = -1 }, "spawn workers -1 is out of range: give at least 1", "", nil},
 		{"zero spawn workers", func(c *Config) { c.SpawnWorkers = 0 }, "", "-",
-			func(c Config) bool { return c.SpawnWorkers == DefaultSpawnWorkers }},
+			func(c Config) bool { return c.SpawnWorkers == spawn.DefaultWorkers }},
 		{"zero pass timeout", func(c *Config) { c.PassTimeout = 0 }, "", "-",
 			func(c Config) bool { return c.PassTimeout == DefaultPassTimeout }},
 		{"zero run budget", func(c *Config) { c.RunBudget = 0 }, "", "--run-budget 0s must be positive, e.g. 30s",

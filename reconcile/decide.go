@@ -6,6 +6,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runaway"
 	"github.com/holdfast-backup/holdfast/runner"
 )
 
@@ -64,7 +65,7 @@ type facts struct {
 	// earlierBoot: the unit was asked of this host's manager in an earlier boot, so it cannot
 	// still be on its way, nor its timer still armed.
 	earlierBoot bool
-	runaway     *runaway // a live backup grew past its hold
+	runaway     *runaway.Excess // a live backup grew past its hold
 
 	// Before a spawn.
 	jobMissing      bool
@@ -80,9 +81,6 @@ type facts struct {
 	elsewhere     bool
 	now, queuedAt time.Time
 }
-
-// runaway is a live backup's measured growth past its hold.
-type runaway struct{ hold, grown int64 }
 
 // held is a maintenance window that holds a run back.
 type held struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runaway"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -185,7 +186,7 @@ func tableCases() []tableCase {
 			f:   spawned(facts{unit: unitAlive, queued: true}),
 			row: "alive, not marked running", act: actMarkRunning},
 		{name: "alive, past its hold",
-			f:   spawned(facts{unit: unitAlive, runaway: &runaway{hold: 10, grown: 11}}),
+			f:   spawned(facts{unit: unitAlive, runaway: &runaway.Excess{Hold: 10, Grown: 11}}),
 			row: "alive, past its hold", act: actPauseRunaway},
 		{name: "alive",
 			f:   spawned(facts{unit: unitAlive, attempt: 9}),

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
@@ -27,7 +28,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 	}
 
 	state := t.TempDir()
-	path := filepath.Join(state, JournalSource(state, run.ID, 1, 0).Name)
+	path := filepath.Join(state, jobunit.JournalSource(state, run.ID, 1, 0).Name)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,7 @@ func (s *fakeState) DeferredSettlements(context.Context, string) ([]store.Deferr
 
 func (s *fakeState) ClaimSpawn(_ context.Context, _ store.Lease, c store.SpawnClaim) (bool, string, error) {
 	if c.ArmedFor != nil {
-		s.record("ClaimArmedSpawn %d %s %s", c.Attempt.No, c.Unit, c.ArmedFor.Format(time.RFC3339))
+		s.record("ClaimSpawn %d %s armed for %s", c.Attempt.No, c.Unit, c.ArmedFor.Format(time.RFC3339))
 	} else {
 		s.record("ClaimSpawn %d %s", c.Attempt.No, c.Unit)
 	}
@@ -409,7 +409,7 @@ func carryOutCases() []carryOutCase {
 		row:   "unspawned, arm ahead", act: actArm,
 		calls: func(h *harness) []string {
 			u, at := spawnUnit(h), soon.Format(time.RFC3339)
-			return []string{"ClaimArmedSpawn 1 " + u + " " + at, "Arm " + u + " " + at}
+			return []string{"ClaimSpawn 1 " + u + " armed for " + at, "Arm " + u + " " + at}
 		},
 	}, {
 		name:  "alive, not marked running: marked started on the database's clock",

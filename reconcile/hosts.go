@@ -12,6 +12,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobunit"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -110,7 +111,7 @@ func (r *Reconciler) stopSuperseded(ctx context.Context) error {
 // unlocks first anyway (its ending was unclean).
 func (r *Reconciler) unlockSuperseded(ctx context.Context, a store.SupersededAttempt) {
 	// A key of its own, apart from the attempt's repair (+n) and inventory refresh (-n).
-	key := attemptKey{a.RunID, unlockKey - a.No}
+	key := model.AttemptRef{Run: a.RunID, No: unlockKey - a.No}
 	r.repairMu.Lock()
 	done := r.unlocked[key]
 	r.unlocked[key] = true
@@ -142,7 +143,7 @@ func (r *Reconciler) unlockSuperseded(ctx context.Context, a store.SupersededAtt
 		r.cfg.Logger.Info("stale restic locks removed after a superseded attempt", "run", a.RunID, "attempt", a.No, "job", a.JobName)
 		return nil
 	}
-	if err := r.repairs.submit(ctx, key, unlock); err != nil {
+	if err := r.repairs.Submit(ctx, key, unlock); err != nil {
 		r.cfg.Logger.Warn("restic unlock after a superseded attempt not handed over", "run", a.RunID, "err", err)
 		r.repairMu.Lock()
 		delete(r.unlocked, key) // the next pass hands it over again

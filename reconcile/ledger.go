@@ -11,6 +11,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runaway"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -32,7 +33,7 @@ func (r *Reconciler) settlement(ctx context.Context, l model.LiveRun, a model.At
 	}
 	if spawned {
 		var shared *uuid.UUID
-		ev.Growth, shared, ev.NoGrowth = r.growth(ctx, l, a)
+		ev.Growth, shared, ev.NoGrowth = runaway.Growth(ctx, r.cfg.Store, l.JobRepository, a)
 		if shared != nil {
 			if restart {
 				ev.UpperBound = fmt.Sprintf("run %s wrote to it meanwhile", shared)
@@ -54,60 +55,6 @@ func ran(a model.Attempt, m runner.Marker) bool {
 		return false
 	}
 	return m.ServiceResult != "" || a.StartedAt != nil || a.RepoBytesBefore != nil || a.LastEventAt != nil
-}
-
-// growth is what the attempt's local repository grew by since it was spawned, with the run that
-// also wrote to it meanwhile, if one did; else why it is not known.
-func (r *Reconciler) growth(ctx context.Context, l model.LiveRun, a model.Attempt) (grown *int64, sharedWith *uuid.UUID, why string) {
-	if _, local := ledger.Local(l.JobRepository); !local {
-		return nil, nil, "the repository is not local, so its growth cannot be measured"
-	}
-	if a.RepoBytesBefore == nil {
-		return nil, nil, "the repository was not measured when the attempt started"
-	}
-	other, err := r.cfg.Store.OtherWriter(ctx, a.Ref())
-	if err != nil {
-		return nil, nil, "who else wrote to the repository could not be read: " + err.Error()
-	}
-	size, err := ledger.RepoSize(l.JobRepository)
-	if err != nil {
-		return nil, nil, "the repository could not be measured: " + err.Error()
-	}
-	if other != nil {
-		why = fmt.Sprintf("run %s wrote to the same repository meanwhile, so its growth is not this attempt's alone", other)
-	}
-	n := size - *a.RepoBytesBefore
-	return &n, other, why
-}
-
-// measureRunaway measures a live backup's local repository against the attempt's hold: the
-// growth past the hold, or nil if it is within it or cannot be told (not local, not measured
-// when spawned, or another run wrote to it meanwhile).
-func (r *Reconciler) measureRunaway(ctx context.Context, l model.LiveRun) *runaway {
-	a := l.Attempt
-	if l.Run.Kind != model.KindBackup || a.HoldBytes == nil || a.RepoBytesBefore == nil {
-		return nil
-	}
-	grown, shared, why := r.growth(ctx, l, a)
-	if grown == nil || shared != nil || *grown <= *a.HoldBytes {
-		if why != "" {
-			r.cfg.Logger.Debug("runaway guard cannot measure this run", "run", l.Run.ID, "why", why)
-		}
-		return nil
-	}
-	return &runaway{hold: *a.HoldBytes, grown: *grown}
-}
-
-// pauseRunaway stops a running backup that added more than its hold: the run is paused
-// (run_ceiling) first, then its unit gets SIGINT, so restic removes its lock.
-func (r *Reconciler) pauseRunaway(ctx context.Context, l model.LiveRun, g runaway) error {
-	paused, err := r.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling)
-	if err != nil || !paused {
-		return err
-	}
-	r.cfg.Logger.Warn("runaway guard: the backup added more than its hold; stopping it", "run", l.Run.ID,
-		"hold", ledger.FormatSize(g.hold), "added", ledger.FormatSize(g.grown), "unit", l.Attempt.Unit)
-	return r.cfg.Runner.Stop(ctx, l.Attempt.Unit)
 }
 
 // settleDeferred tries again the settlements that found no figure when their attempt ended,
@@ -151,12 +98,12 @@ const repairInterval = 10 * time.Minute
 func (r *Reconciler) repairDue(run uuid.UUID, attempt int) bool {
 	r.repairMu.Lock()
 	defer r.repairMu.Unlock()
-	key := attemptKey{run, attempt}
+	key := model.AttemptRef{Run: run, No: attempt}
 	if last, ok := r.repairAsked[key]; ok && time.Since(last) < repairInterval {
 		return false
 	}
 	if r.repairAsked == nil {
-		r.repairAsked = map[attemptKey]time.Time{}
+		r.repairAsked = map[model.AttemptRef]time.Time{}
 	}
 	r.repairAsked[key] = time.Now()
 	return true
@@ -164,9 +111,9 @@ func (r *Reconciler) repairDue(run uuid.UUID, attempt int) bool {
 
 // forgetRepairs drops the repair times of attempts no longer deferred.
 func (r *Reconciler) forgetRepairs(deferred []store.DeferredSettlement) {
-	still := make(map[attemptKey]bool, len(deferred))
+	still := make(map[model.AttemptRef]bool, len(deferred))
 	for _, d := range deferred {
-		still[attemptKey{d.RunID, d.Attempt}] = true
+		still[model.AttemptRef{Run: d.RunID, No: d.Attempt}] = true
 	}
 	r.repairMu.Lock()
 	defer r.repairMu.Unlock()

@@ -6,10 +6,10 @@
 // One run's error never stops the sweep, every run has its own time budget per pass, and every
 // state change is a store write guarded by "this attempt is still live".
 //
-// The sweep decides; three services carry out what takes long or outlives a pass (services.go,
-// runawaywatch.go): the Spawner claims and starts units, the RepairChannel asks the repository
-// for a snapshot the journal did not record and then ends the run, and the RunawayWatch follows
-// the repositories of running backups. The sweep hands work over and never waits for it. While they
+// The sweep decides; three services carry out what takes long or outlives a pass (services.go):
+// the spawner (package spawn) claims and starts units, the repair channel asks the repository
+// for a snapshot the journal did not record and then ends the run, and the runaway guard
+// (package runaway) follows the repositories of running backups. The sweep hands work over and never waits for it. While they
 // are not started (a Reconciler used alone, as in its tests) Sweep spawns and repairs inline.
 package reconcile
 
@@ -22,17 +22,19 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/attemptqueue"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runaway"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -101,7 +103,7 @@ type Config struct {
 	// Workers is how many runs one pass reconciles at once (--workers). Default DefaultWorkers.
 	Workers int
 	// SpawnWorkers is how many spawns the spawning service carries out at once. Default
-	// DefaultSpawnWorkers.
+	// spawn.DefaultWorkers.
 	SpawnWorkers int
 	// SpawnHook, if set, is called by each spawn before its claim; for tests, which hold a
 	// spawn with it.
@@ -237,7 +239,7 @@ func (c *Config) counts() []setting[int] {
 	return []setting[int]{
 		{"--max-attempts", &c.MaxAttempts, DefaultMaxAttempts, false},
 		{"--workers", &c.Workers, DefaultWorkers, false},
-		{"spawn workers", &c.SpawnWorkers, DefaultSpawnWorkers, true}, // no flag
+		{"spawn workers", &c.SpawnWorkers, spawn.DefaultWorkers, true}, // no flag
 	}
 }
 
@@ -327,15 +329,13 @@ func (r *Reconciler) acting() bool {
 type Reconciler struct {
 	cfg Config
 	// The services Sweep hands its decisions to (services.go).
-	spawner *Spawner
-	repairs *RepairChannel
-	runaway *RunawayWatch
+	spawner *spawn.Spawner
+	repairs *attemptqueue.Queue
+	runaway *runaway.Guard
 
 	repairMu    sync.Mutex
-	repairAsked map[attemptKey]time.Time // guarded by repairMu
-	unlocked    map[attemptKey]bool      // superseded attempts whose repository was unlocked; guarded by repairMu
-	// armRefused is set once systemd refused a transient timer: runs then start at their time.
-	armRefused atomic.Bool
+	repairAsked map[model.AttemptRef]time.Time // guarded by repairMu
+	unlocked    map[model.AttemptRef]bool      // superseded attempts whose repository was unlocked; guarded by repairMu
 	// hostname is this machine's host name (os.Hostname), which restic records on the snapshots
 	// its units make here; cfg.Host may be another name.
 	hostname   string
@@ -347,9 +347,11 @@ func New(cfg Config) (*Reconciler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Reconciler{cfg: cfg, unlocked: map[attemptKey]bool{}}
+	r := &Reconciler{cfg: cfg, unlocked: map[model.AttemptRef]bool{}}
 	r.hostname, _ = os.Hostname()
-	r.newServices()
+	if err := r.newServices(); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -439,7 +441,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	if !r.acting() {
 		return stats, ErrNoLease
 	}
-	r.runaway.prune(live)
+	r.runaway.Prune(live)
 	if err := r.stopSuperseded(ctx); err != nil {
 		stats.Errors++
 		r.cfg.Logger.Error("units of superseded attempts not stopped; the next pass tries again", "err", err)
@@ -515,7 +517,7 @@ func (r *Reconciler) reconcile(ctx context.Context, l model.LiveRun, jobs map[st
 
 func (r *Reconciler) rules() rules {
 	p := rules{spawnGrace: r.cfg.SpawnGrace, dependsWait: r.cfg.DependsWait, maxAttempts: r.cfg.MaxAttempts, startLead: r.cfg.StartLead}
-	if r.armRefused.Load() {
+	if r.spawner != nil && r.spawner.ArmRefused() { // nil in the tests that build a Reconciler to gather facts
 		p.startLead = 0 // this manager cannot arm: every run starts at its time
 	}
 	return p
@@ -577,7 +579,7 @@ func (r *Reconciler) gather(ctx context.Context, l *model.LiveRun, jobs map[stri
 		if st.Alive() {
 			f.unit, f.unitFailed = unitAlive, false
 			if !f.stopRequested && f.pausedReason == "" {
-				f.runaway = r.measureRunaway(ctx, *l)
+				f.runaway = r.runaway.Measure(ctx, *l)
 			}
 		}
 	case f.stopRequested:
@@ -606,9 +608,9 @@ func (r *Reconciler) carryOut(ctx context.Context, l model.LiveRun, f facts, job
 	case actQuarantine:
 		return r.quarantine(ctx, l, d.why)
 	case actSpawn:
-		return r.handSpawn(ctx, l, job, nil)
+		return r.spawner.Spawn(ctx, l, job, nil)
 	case actArm:
-		return r.handSpawn(ctx, l, job, f.notBefore)
+		return r.spawner.Spawn(ctx, l, job, f.notBefore)
 	case actDisarm:
 		return r.disarm(ctx, l, f, d.end)
 	case actWait:
@@ -630,9 +632,9 @@ func (r *Reconciler) carryOut(ctx context.Context, l model.LiveRun, f facts, job
 	case actMarkRunning:
 		return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Ref(), time.Time{}) // on the database's clock
 	case actPauseRunaway:
-		return r.pauseRunaway(ctx, l, *f.runaway)
+		return r.runaway.Pause(ctx, l, *f.runaway)
 	case actWatch:
-		r.runaway.watch(l)
+		r.runaway.Watch(l)
 		return nil
 	case actResetFailed:
 		return r.cfg.Runner.ResetFailed(ctx, l.Attempt.Unit)

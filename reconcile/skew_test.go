@@ -60,10 +60,12 @@ func TestHostClockSkew(t *testing.T) {
 				StallAfter: time.Hour, StallAction: model.StallStop, RetryMax: 1, RetryBackoff: backoff}); err != nil {
 				t.Fatal(err)
 			}
-			r := &Reconciler{cfg: Config{Store: st, StateDir: t.TempDir(), Host: "h", SpawnGrace: time.Minute, MaxAttempts: 5,
+			r := &Reconciler{cfg: Config{Store: st, StateDir: t.TempDir(), Host: "h", SpawnGrace: time.Minute, MaxAttempts: 5, RunBudget: time.Minute,
 				AllowCommandJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WindowZone: time.UTC,
-				now: func() time.Time { return time.Now().Add(tc.skew) }}, unlocked: map[attemptKey]bool{}}
-			r.newServices()
+				now: func() time.Time { return time.Now().Add(tc.skew) }}, unlocked: map[model.AttemptRef]bool{}}
+			if err := r.newServices(); err != nil {
+				t.Fatal(err)
+			}
 			live := func(id string) model.LiveRun {
 				t.Helper()
 				ls, err := st.LiveRuns(ctx, "h")

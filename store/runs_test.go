@@ -423,7 +423,7 @@ func TestClaimSpawn(t *testing.T) {
 // A claim refused because the attempt is claimed already is not held back by a limit, even when
 // the attempt's own unit is what fills it. Two daemons that share the database list the same
 // unspawned run of an any-host job and both claim it: the loser is told the global limit holds
-// the run back, and records that as the run's waiting reason (reconcile/actions.go spawn calls
+// the run back, and records that as the run's waiting reason (spawn/spawn.go calls
 // SetWaiting with any reason it is given), which run show prints on a run that holds its unit
 // and, once started, runs. The host limit is computed the same way (its subtest shows it for a
 // second claim by the same host, a narrower race).
@@ -463,7 +463,7 @@ func TestClaimSpawnOfAClaimedAttemptNamesNoLimit(t *testing.T) {
 }
 
 // An armed claim records when the timer starts the unit; the run stays queued until then.
-func TestClaimArmedSpawn(t *testing.T) {
+func TestClaimSpawnArmed(t *testing.T) {
 	b := setupRuns(t)
 	r := b.newRun(t, nil)
 	at := b.Now(t).Add(10 * time.Second).Truncate(time.Microsecond)

@@ -1,15 +1,16 @@
-package reconcile
+package attemptqueue_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/attemptqueue"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // A queue not started carries a task out in its caller. Started, it drops a task for an attempt
@@ -19,12 +20,15 @@ import (
 func TestQueue(t *testing.T) { synctest.Test(t, testQueue) }
 
 func testQueue(t *testing.T) {
-	q := &queue{name: "test", workers: 1, size: 4, budget: time.Minute, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	q, err := attemptqueue.New(attemptqueue.Config{Name: "test", Workers: 1, Size: 4, Budget: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	var ran atomic.Int32
 	count := func(context.Context, func()) error { ran.Add(1); return nil }
-	a, b := attemptKey{uuid.New(), 1}, attemptKey{uuid.New(), 1}
-	if err := q.submit(ctx, a, count); err != nil || ran.Load() != 1 {
+	a, b := model.AttemptRef{Run: uuid.New(), No: 1}, model.AttemptRef{Run: uuid.New(), No: 1}
+	if err := q.Submit(ctx, a, count); err != nil || ran.Load() != 1 {
 		t.Fatalf("not started: %v, %d tasks ran, want 1 in the caller", err, ran.Load())
 	}
 
@@ -38,16 +42,16 @@ func testQueue(t *testing.T) {
 		ran.Add(1)
 		return nil
 	}
-	if err := q.submit(ctx, a, hold); err != nil {
+	if err := q.Submit(ctx, a, hold); err != nil {
 		t.Fatal(err)
 	}
 	<-begun
-	for _, key := range []attemptKey{a, b, b} { // a runs, b is queued once
-		if err := q.submit(ctx, key, count); err != nil {
+	for _, key := range []model.AttemptRef{a, b, b} { // a runs, b is queued once
+		if err := q.Submit(ctx, key, count); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := len(q.tasks); got != 1 {
+	if got := q.Waiting(); got != 1 {
 		t.Fatalf("%d tasks queued, want 1 (b)", got)
 	}
 	stopped := make(chan struct{})
@@ -65,7 +69,24 @@ func testQueue(t *testing.T) {
 	if got := ran.Load(); got != 2 {
 		t.Fatalf("%d tasks ran, want 2 (the first in the caller, the one begun)", got)
 	}
-	if err := q.submit(ctx, b, count); err != nil || ran.Load() != 3 {
+	if err := q.Submit(ctx, b, count); err != nil || ran.Load() != 3 {
 		t.Fatalf("stopped: %v, %d tasks ran, want the task carried out in the caller", err, ran.Load())
+	}
+}
+
+// A queue is refused a shape it cannot work with, with what to give instead.
+func TestNewRefuses(t *testing.T) {
+	for _, c := range []struct {
+		cfg  attemptqueue.Config
+		want string
+	}{
+		{attemptqueue.Config{Workers: 1, Size: 1, Budget: time.Second}, "attempt queue: no name"},
+		{attemptqueue.Config{Name: "q", Size: 1, Budget: time.Second}, "q: 0 workers: give at least 1"},
+		{attemptqueue.Config{Name: "q", Workers: 1, Budget: time.Second}, "q: room for 0 tasks: give at least 1"},
+		{attemptqueue.Config{Name: "q", Workers: 1, Size: 1}, "q: task budget 0s: give a positive duration"},
+	} {
+		if _, err := attemptqueue.New(c.cfg); err == nil || err.Error() != c.want {
+			t.Errorf("New(%+v): %v, want %q", c.cfg, err, c.want)
+		}
 	}
 }

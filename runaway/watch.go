@@ -1,4 +1,4 @@
-package reconcile
+package runaway
 
 import (
 	"bytes"
@@ -10,110 +10,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
-
-// RunawayWatch is the runaway watch service: it follows the pack files running backups write
-// into local repositories, so that the runaway guard trips as a backup passes its hold, not
-// only at the next pass: a fast backup can add far more than its hold between two passes. The
-// sweep tells it which attempts are live; it owns the watches' lifetime. Stop ends every watch
-// and waits for them: the next daemon's first pass arms them again for the attempts still
-// live. Not started, its watches live until their attempt ends (a Reconciler used alone).
-type RunawayWatch struct {
-	rec    *Reconciler
-	life   sync.Mutex // serializes Start and Stop
-	mu     sync.Mutex
-	base   context.Context // the watches' parent; nil when not started
-	cancel context.CancelFunc
-	active map[attemptKey]context.CancelFunc
-	// stopping refuses new watches while Stop waits for the others.
-	stopping bool
-	wg       sync.WaitGroup
-}
-
-// Name is the service's name.
-func (w *RunawayWatch) Name() string { return "runaway watch" }
-
-// Start lets the sweep's watches live until Stop, or until ctx ends.
-func (w *RunawayWatch) Start(ctx context.Context) error {
-	w.life.Lock()
-	defer w.life.Unlock()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.base != nil {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	w.base, w.cancel = context.WithCancel(ctx)
-	return nil
-}
-
-// Stop ends every watch and waits until each has let go of its repository.
-func (w *RunawayWatch) Stop() {
-	w.life.Lock()
-	defer w.life.Unlock()
-	w.mu.Lock()
-	cancel := w.cancel
-	w.base, w.cancel, w.stopping = nil, nil, true
-	for key, stop := range w.active {
-		stop()
-		delete(w.active, key)
-	}
-	w.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	w.wg.Wait()
-	w.mu.Lock()
-	w.stopping = false
-	w.mu.Unlock()
-}
-
-// watch starts following the attempt's repository, unless it is followed already or is not a
-// local restic repository. It is safe to call on every pass.
-func (w *RunawayWatch) watch(l model.LiveRun) {
-	r := w.rec
-	a := l.Attempt
-	dir, local := ledger.Local(l.JobRepository)
-	if l.Run.Kind != model.KindBackup || a.HoldBytes == nil || !local {
-		return
-	}
-	key := attemptKey{l.Run.ID, a.No}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if _, ok := w.active[key]; ok || w.stopping {
-		return
-	}
-	fw, data, err := watchData(dir)
-	if err != nil {
-		r.cfg.Logger.Warn("runaway guard: cannot watch the repository; it measures once per pass", "run", l.Run.ID, "err", err)
-		return
-	}
-	base := w.base
-	if base == nil {
-		base = context.Background()
-	}
-	ctx, cancel := context.WithCancel(base)
-	if w.active == nil {
-		w.active = map[attemptKey]context.CancelFunc{}
-	}
-	w.active[key] = cancel
-	w.wg.Go(func() {
-		defer unix.Close(data)
-		r.follow(ctx, fw, data, l, *a.HoldBytes)
-		w.unwatch(key.run, key.attempt) // a watch that gave up can be armed again by the next pass
-	})
-}
 
 // packWatch is an inotify watch on a repository's data directory and its subdirectories, for the
 // names pack files take when complete: restic renames each pack into place (IN_MOVED_TO), and
@@ -213,22 +117,12 @@ func (w *packWatch) run(ctx context.Context, found func(sub, name string) (more 
 	}
 }
 
-// unwatch stops following an attempt that ended.
-func (w *RunawayWatch) unwatch(run uuid.UUID, attempt int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if cancel, ok := w.active[attemptKey{run, attempt}]; ok {
-		cancel()
-		delete(w.active, attemptKey{run, attempt})
-	}
-}
-
 // follow sums the sizes of the pack files that appear since it started; past the hold it pauses
 // the run (run_ceiling) and stops its unit, as the per-pass guard does. restic writes a pack
 // under a temporary name and renames it when it is complete, so only the final names (64 hex
 // digits) count, once each. If another backup writes to the same repository it steps aside:
 // the growth is not this run's alone.
-func (r *Reconciler) follow(ctx context.Context, w *packWatch, data int, l model.LiveRun, hold int64) {
+func (g *Guard) follow(ctx context.Context, w *packWatch, data int, l model.LiveRun, hold int64) {
 	counted := map[string]bool{}
 	var total int64
 	err := w.run(ctx, func(sub, name string) bool {
@@ -242,28 +136,28 @@ func (r *Reconciler) follow(ctx context.Context, w *packWatch, data int, l model
 		}
 		counted[key] = true
 		total += size
-		if total <= hold || !r.acting() { // without the lease it counts on, and acts once it holds it again
+		if total <= hold || !g.cfg.Acting() { // without the lease it counts on, and acts once it holds it again
 			return true
 		}
-		if other, err := r.cfg.Store.OtherWriter(ctx, l.Ref()); err != nil || other != nil {
+		if other, err := g.cfg.Store.OtherWriter(ctx, l.Ref()); err != nil || other != nil {
 			return false
 		}
-		paused, err := r.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling)
+		paused, err := g.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling)
 		if err != nil {
-			r.cfg.Logger.Warn("runaway guard: the pause could not be recorded; the next pass measures again", "run", l.Run.ID, "err", err)
+			g.cfg.Logger.Warn("runaway guard: the pause could not be recorded; the next pass measures again", "run", l.Run.ID, "err", err)
 		}
 		if !paused {
 			return false
 		}
-		r.cfg.Logger.Warn("runaway guard: the backup wrote more than its hold; stopping it", "run", l.Run.ID,
+		g.cfg.Logger.Warn("runaway guard: the backup wrote more than its hold; stopping it", "run", l.Run.ID,
 			"hold", ledger.FormatSize(hold), "written", ledger.FormatSize(total), "unit", l.Attempt.Unit)
-		if err := r.cfg.Runner.Stop(ctx, l.Attempt.Unit); err != nil {
-			r.cfg.Logger.Warn("runaway guard: stop failed; the next pass asks again", "run", l.Run.ID, "err", err)
+		if err := g.cfg.Units.Stop(ctx, l.Attempt.Unit); err != nil {
+			g.cfg.Logger.Warn("runaway guard: stop failed; the next pass asks again", "run", l.Run.ID, "err", err)
 		}
 		return false
 	})
 	if err != nil {
-		r.cfg.Logger.Warn("runaway guard: watching the repository failed; it measures once per pass", "run", l.Run.ID, "err", err)
+		g.cfg.Logger.Warn("runaway guard: watching the repository failed; it measures once per pass", "run", l.Run.ID, "err", err)
 	}
 }
 
@@ -299,20 +193,3 @@ func packSize(data int, sub, name string) (int64, bool) {
 
 // packName is the name of a complete pack file in a restic repository.
 var packName = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
-// prune stops following attempts that are no longer live (ended by another daemon, or by a
-// pass that failed before it could unwatch them).
-func (w *RunawayWatch) prune(live []model.LiveRun) {
-	keep := make(map[attemptKey]bool, len(live))
-	for _, l := range live {
-		keep[attemptKey{l.Run.ID, l.Attempt.No}] = true
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for key, cancel := range w.active {
-		if !keep[key] {
-			cancel()
-			delete(w.active, key)
-		}
-	}
-}

@@ -1,0 +1,232 @@
+// Package runaway is the runaway guard: a running backup that adds more to its local repository
+// than its ledger hold is paused (run_ceiling) and its unit stopped with SIGINT, so that restic
+// removes its lock. It measures the repository on each pass (Measure, Pause: the reconciler's
+// decision table says when) and, between passes, follows the pack files restic writes (Watch),
+// so that a fast backup is stopped as it passes its hold, not only at the next pass. Growth while
+// another run writes to the same repository is not one run's alone: then the guard steps aside.
+// The repository belongs to the job's user: nothing in it is reached through a link.
+package runaway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// Store is what the guard reads and writes.
+type Store interface {
+	OtherWriter(ctx context.Context, ref model.AttemptRef) (*uuid.UUID, error)
+	RequestPause(ctx context.Context, runID uuid.UUID, reason string) (bool, error)
+}
+
+// Units is what the guard asks of systemd.
+type Units interface {
+	Stop(ctx context.Context, name string) error
+}
+
+// Config is what a Guard works with. Store and Units are needed by what measures, pauses or
+// stops (a guard that only lets go of watches needs neither).
+type Config struct {
+	Store  Store
+	Units  Units
+	Logger *slog.Logger
+	// Acting reports whether the host's lease is held: without it a watch counts on, and acts
+	// once it holds the lease again. Nil: always.
+	Acting func() bool
+}
+
+// Excess is a live backup's measured growth past its hold.
+type Excess struct{ Hold, Grown int64 }
+
+// Guard is the runaway guard. Its watches run as a service: the sweep tells it which attempts
+// are live; Stop ends every watch and waits for them, and the next daemon's first pass arms them
+// again for the attempts still live. Not started, its watches live until their attempt ends (a
+// reconciler used alone).
+type Guard struct {
+	cfg    Config
+	life   sync.Mutex // serializes Start and Stop
+	mu     sync.Mutex
+	base   context.Context // the watches' parent; nil when not started
+	cancel context.CancelFunc
+	active map[model.AttemptRef]context.CancelFunc
+	// stopping refuses new watches while Stop waits for the others.
+	stopping bool
+	wg       sync.WaitGroup
+}
+
+// New returns a Guard, its service not started.
+func New(cfg Config) *Guard {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Acting == nil {
+		cfg.Acting = func() bool { return true }
+	}
+	return &Guard{cfg: cfg}
+}
+
+// Name is the service's name.
+func (g *Guard) Name() string { return "runaway watch" }
+
+// Start lets the watches live until Stop, or until ctx ends.
+func (g *Guard) Start(ctx context.Context) error {
+	g.life.Lock()
+	defer g.life.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.base != nil {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	g.base, g.cancel = context.WithCancel(ctx)
+	return nil
+}
+
+// Stop ends every watch and waits until each has let go of its repository.
+func (g *Guard) Stop() {
+	g.life.Lock()
+	defer g.life.Unlock()
+	g.mu.Lock()
+	cancel := g.cancel
+	g.base, g.cancel, g.stopping = nil, nil, true
+	for ref, stop := range g.active {
+		stop()
+		delete(g.active, ref)
+	}
+	g.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	g.wg.Wait()
+	g.mu.Lock()
+	g.stopping = false
+	g.mu.Unlock()
+}
+
+// Watch starts following the attempt's repository, unless it is followed already or is not a
+// local repository a backup with a hold writes to. It is safe to call on every pass.
+func (g *Guard) Watch(l model.LiveRun) {
+	a := l.Attempt
+	dir, local := ledger.Local(l.JobRepository)
+	if l.Run.Kind != model.KindBackup || a.HoldBytes == nil || !local {
+		return
+	}
+	ref := l.Ref()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.active[ref]; ok || g.stopping {
+		return
+	}
+	fw, data, err := watchData(dir)
+	if err != nil {
+		g.cfg.Logger.Warn("runaway guard: cannot watch the repository; it measures once per pass", "run", l.Run.ID, "err", err)
+		return
+	}
+	base := g.base
+	if base == nil {
+		base = context.Background()
+	}
+	ctx, cancel := context.WithCancel(base)
+	if g.active == nil {
+		g.active = map[model.AttemptRef]context.CancelFunc{}
+	}
+	g.active[ref] = cancel
+	g.wg.Go(func() {
+		defer unix.Close(data)
+		g.follow(ctx, fw, data, l, *a.HoldBytes)
+		g.Unwatch(ref) // a watch that gave up can be armed again by the next pass
+	})
+}
+
+// Unwatch stops following an attempt that ended.
+func (g *Guard) Unwatch(ref model.AttemptRef) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if cancel, ok := g.active[ref]; ok {
+		cancel()
+		delete(g.active, ref)
+	}
+}
+
+// Prune stops following attempts that are no longer live (ended by another daemon, or by a
+// pass that failed before it could unwatch them).
+func (g *Guard) Prune(live []model.LiveRun) {
+	keep := make(map[model.AttemptRef]bool, len(live))
+	for _, l := range live {
+		keep[l.Ref()] = true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for ref, cancel := range g.active {
+		if !keep[ref] {
+			cancel()
+			delete(g.active, ref)
+		}
+	}
+}
+
+// Measure measures a live backup's local repository against the attempt's hold: the growth past
+// the hold, or nil if it is within it or cannot be told (not local, not measured when spawned,
+// or another run wrote to it meanwhile).
+func (g *Guard) Measure(ctx context.Context, l model.LiveRun) *Excess {
+	a := l.Attempt
+	if l.Run.Kind != model.KindBackup || a.HoldBytes == nil || a.RepoBytesBefore == nil {
+		return nil
+	}
+	grown, shared, why := Growth(ctx, g.cfg.Store, l.JobRepository, a)
+	if grown == nil || shared != nil || *grown <= *a.HoldBytes {
+		if why != "" {
+			g.cfg.Logger.Debug("runaway guard cannot measure this run", "run", l.Run.ID, "why", why)
+		}
+		return nil
+	}
+	return &Excess{Hold: *a.HoldBytes, Grown: *grown}
+}
+
+// Pause stops a running backup that added more than its hold: the run is paused (run_ceiling)
+// first, then its unit gets SIGINT, so restic removes its lock.
+func (g *Guard) Pause(ctx context.Context, l model.LiveRun, e Excess) error {
+	paused, err := g.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling)
+	if err != nil || !paused {
+		return err
+	}
+	g.cfg.Logger.Warn("runaway guard: the backup added more than its hold; stopping it", "run", l.Run.ID,
+		"hold", ledger.FormatSize(e.Hold), "added", ledger.FormatSize(e.Grown), "unit", l.Attempt.Unit)
+	return g.cfg.Units.Stop(ctx, l.Attempt.Unit)
+}
+
+// Growth is what attempt a's local repository grew by since it was spawned, with the run that
+// also wrote to it meanwhile, if one did; else why it is not known. The ledger's settlement
+// charges it as the floor of what the attempt added.
+func Growth(ctx context.Context, st Store, repository string, a model.Attempt) (grown *int64, sharedWith *uuid.UUID, why string) {
+	if _, local := ledger.Local(repository); !local {
+		return nil, nil, "the repository is not local, so its growth cannot be measured"
+	}
+	if a.RepoBytesBefore == nil {
+		return nil, nil, "the repository was not measured when the attempt started"
+	}
+	other, err := st.OtherWriter(ctx, a.Ref())
+	if err != nil {
+		return nil, nil, "who else wrote to the repository could not be read: " + err.Error()
+	}
+	size, err := ledger.RepoSize(repository)
+	if err != nil {
+		return nil, nil, "the repository could not be measured: " + err.Error()
+	}
+	if other != nil {
+		why = fmt.Sprintf("run %s wrote to the same repository meanwhile, so its growth is not this attempt's alone", other)
+	}
+	n := size - *a.RepoBytesBefore
+	return &n, other, why
+}

@@ -1,0 +1,271 @@
+// Package spawn starts the attempts the reconciler decided to run. A spawn claims the attempt
+// in the store (exactly once across daemons; limits and busy repositories are decided by the
+// claim), prepares its directories, measures its local repository, and has systemd start the
+// attempt's transient unit now or arm a timer that starts it later. Until systemd has the unit
+// a failure gives the claim back, so the next pass claims the same attempt again.
+//
+// Spawns run as a service (Start, Stop): the sweep hands a spawn over and never waits for it.
+// Not started, a Spawner spawns in its caller. See docs/ARCHITECTURE.md §5.
+package spawn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/attemptqueue"
+	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/jobunit"
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+const (
+	// DefaultWorkers is how many spawns (claim, directories, StartTransientUnit or arm) run at
+	// once when spawning runs as a service.
+	DefaultWorkers = 8
+	// queueSize bounds the spawns waiting for a worker; past it a spawn is refused and the
+	// next pass decides it again.
+	queueSize = 4096
+)
+
+// Store is what a spawn reads and writes: each write is guarded in the store by "this attempt
+// is still live" and by the host's lease.
+type Store interface {
+	EndingsSinceLastStart(ctx context.Context, repository string) ([]store.AttemptEnd, error)
+	ClaimSpawn(ctx context.Context, w store.Lease, c store.SpawnClaim) (claimed bool, blocked string, err error)
+	ReleaseSpawnClaim(ctx context.Context, w store.Lease, ref model.AttemptRef, unit string, mayExist bool) error
+	SetRepoBaseline(ctx context.Context, w store.Lease, ref model.AttemptRef, bytes int64) error
+	MarkStarted(ctx context.Context, w store.Lease, ref model.AttemptRef, at time.Time) error
+	SetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error
+}
+
+// Units is what a spawn asks of systemd.
+type Units interface {
+	Start(ctx context.Context, s runner.Spec) (existed bool, err error)
+	Arm(ctx context.Context, s runner.Spec, at time.Time) (existed bool, err error)
+}
+
+// Config is what a Spawner works with. Store, Units, Lease and Refused are required; the
+// reconciler validated its own store and manager, so New checks only the functions.
+type Config struct {
+	Store Store
+	Units Units
+	// Jobs is what the attempts' units are made from (state directory, binaries, manager).
+	Jobs jobunit.Config
+	// BootID is this host's current boot id, recorded with each claim ("" if unknown).
+	BootID string
+	// Limits are the places for running units, decided by each claim.
+	Limits store.Limits
+	// Workers is how many spawns run at once once started. Default DefaultWorkers.
+	Workers int
+	// Budget is each spawn's time, from when a worker takes it.
+	Budget time.Duration
+	Logger *slog.Logger
+	// Lease is the lease the host's writes are fenced by, and whether it is held now: without
+	// it nothing is claimed and systemd is not asked. It is asked again before each step.
+	Lease func() (store.Lease, bool)
+	// Started is told of each attempt systemd has the unit of (started or armed): the runaway
+	// guard follows it from then on. Optional.
+	Started func(model.LiveRun)
+	// Refused closes an attempt whose unit systemd refused as a bad request: it never ran.
+	Refused func(ctx context.Context, l model.LiveRun, err error) error
+	// Hook, if set, is called by each spawn before its claim; for tests, which hold a spawn
+	// there to see what happens meanwhile.
+	Hook func(ctx context.Context, run uuid.UUID)
+}
+
+// Spawner carries out spawns, as a service once started.
+type Spawner struct {
+	cfg   Config
+	queue *attemptqueue.Queue
+	// armRefused is set once systemd refused a transient timer: runs then start at their time.
+	armRefused atomic.Bool
+}
+
+// New returns a Spawner, not started.
+func New(cfg Config) (*Spawner, error) {
+	switch {
+	case cfg.Lease == nil || cfg.Refused == nil:
+		return nil, errors.New("spawn: Lease and Refused are required")
+	case cfg.Workers < 0:
+		return nil, fmt.Errorf("spawn: %d workers: give at least 1", cfg.Workers)
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Started == nil {
+		cfg.Started = func(model.LiveRun) {}
+	}
+	limited := cfg.Limits.MaxRunning > 0 || cfg.Limits.MaxRunningHost > 0
+	q, err := attemptqueue.New(attemptqueue.Config{Name: "spawning", Workers: cfg.Workers, Size: queueSize,
+		Budget: cfg.Budget, Logger: cfg.Logger, Ordered: limited})
+	if err != nil {
+		return nil, err
+	}
+	return &Spawner{cfg: cfg, queue: q}, nil
+}
+
+// Name is the service's name.
+func (s *Spawner) Name() string { return s.queue.Name() }
+
+// Start starts the workers. Stop waits for the spawns begun and drops those not begun: their
+// runs are still queued without a unit, and the next sweep (this daemon's or another's) hands
+// them over again.
+func (s *Spawner) Start(ctx context.Context) error { return s.queue.Start(ctx) }
+
+// Stop stops the workers (see Start).
+func (s *Spawner) Stop() { s.queue.Stop() }
+
+// ArmRefused reports whether systemd refused a transient timer: runs then start at their time.
+func (s *Spawner) ArmRefused() bool { return s.armRefused.Load() }
+
+// Spawn hands the spawn of l's attempt over, started now (at nil) or armed to start at at. A
+// spawn of an attempt already queued or being spawned is dropped.
+func (s *Spawner) Spawn(ctx context.Context, l model.LiveRun, job model.Job, at *time.Time) error {
+	return s.queue.Submit(ctx, l.Ref(), func(ctx context.Context, claimed func()) error {
+		if s.cfg.Hook != nil {
+			s.cfg.Hook(ctx, l.Run.ID)
+		}
+		return s.spawn(ctx, l, job, at, claimed)
+	})
+}
+
+func (s *Spawner) acting() bool {
+	_, held := s.cfg.Lease()
+	return held
+}
+
+func (s *Spawner) fence() store.Lease {
+	l, _ := s.cfg.Lease()
+	return l
+}
+
+// spawn claims the attempt's spawn, prepares its directories and starts its unit, or, with at,
+// arms it so that systemd starts it at at. claimed is called once the claim was answered (the
+// queue's order: with limits, runs claim in the order they were handed over).
+func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at *time.Time, claimed func()) error {
+	spec, unlock, err := AttemptSpec(ctx, s.cfg.Store, s.cfg.Jobs, job, l.Run, l.Attempt.No)
+	if err != nil {
+		return err
+	}
+	if unlock != "" {
+		s.cfg.Logger.Info("stale restic locks are removed first", "run", l.Run.ID, "attempt", l.Attempt.No, "why", unlock)
+	}
+	crashpoint.At("spawn-before-claim")
+	if !s.acting() { // the next pass, under the lease again, hands it over again
+		claimed()
+		return nil
+	}
+	fence := s.fence()
+	got, blocked, err := s.cfg.Store.ClaimSpawn(ctx, fence, store.SpawnClaim{Attempt: l.Ref(), Unit: spec.Name, Boot: s.cfg.BootID, Limits: s.cfg.Limits, ArmedFor: at})
+	claimed()
+	if err != nil {
+		return err
+	}
+	if blocked != "" {
+		return s.cfg.Store.SetWaiting(ctx, l.Run.ID, blocked, nil)
+	}
+	if !got {
+		return nil // another daemon has it, or a stop arrived
+	}
+	crashpoint.At("spawn-claimed")
+	// Until systemd has the unit, a failure gives the claim back: the next pass claims the same
+	// attempt again, rather than waiting out the spawn grace and counting an attempt that never ran.
+	// After systemd was asked (mayExist), the unit may exist even though the call failed.
+	release := func(err error, mayExist bool) error {
+		// Even when the spawn's budget is spent, but bounded: the database may be what hangs.
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Budget)
+		defer cancel()
+		if rerr := s.cfg.Store.ReleaseSpawnClaim(relCtx, s.fence(), l.Ref(), spec.Name, mayExist); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
+	if err := prepareDirs(s.cfg.Jobs.StateDir, job, l.Ref()); err != nil {
+		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err), false)
+	}
+	// What a local repository holds before the backup starts: its growth is what the attempt
+	// added, for the runaway guard and for a settlement without restic's own figure.
+	if model.AddsToRepository(l.Run.Kind, job.Engine) {
+		if size, err := ledger.RepoSize(job.Repository); err == nil {
+			if err := s.cfg.Store.SetRepoBaseline(ctx, fence, l.Ref(), size); err != nil {
+				return release(err, false)
+			}
+		} else if !errors.Is(err, ledger.ErrNotLocal) {
+			s.cfg.Logger.Warn("repository not measured; its growth will not be known", "run", l.Run.ID, "err", err)
+		}
+	}
+	// The lease may have been lost since the claim: then systemd is not asked; the claim is given
+	// back if the lease is ours again by then, else its next holder judges the attempt.
+	if !s.acting() {
+		return release(fmt.Errorf("run %s attempt %d not started: %w", l.Run.ID, l.Attempt.No, store.ErrLeaseLost), false)
+	}
+	if at != nil {
+		return s.arm(ctx, l, spec, *at, release)
+	}
+	existed, err := s.cfg.Units.Start(ctx, spec)
+	if err != nil {
+		if runner.BadRequest(err) {
+			return s.cfg.Refused(ctx, l, err)
+		}
+		return release(err, true) // systemd could not be asked, or refused for now (shutting down)
+	}
+	crashpoint.At("spawn-started")
+	l.Attempt.Unit = spec.Name
+	s.cfg.Started(l)
+	s.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
+	return s.cfg.Store.MarkStarted(ctx, s.fence(), l.Ref(), time.Time{}) // on the database's clock
+}
+
+// arm has systemd start the claimed attempt's unit at at. The run stays queued until the unit
+// is there: a later pass marks it running. A manager that refuses the timer gets no more timers
+// from this daemon, and the attempt is started at its time like any other.
+func (s *Spawner) arm(ctx context.Context, l model.LiveRun, spec runner.Spec, at time.Time, release func(error, bool) error) error {
+	existed, err := s.cfg.Units.Arm(ctx, spec, at)
+	if err != nil {
+		if runner.BadRequest(err) && !s.armRefused.Swap(true) {
+			s.cfg.Logger.Warn("systemd refused a transient timer; runs start at their time instead", "run", l.Run.ID, "err", err)
+		}
+		return release(err, true)
+	}
+	crashpoint.At("spawn-armed")
+	l.Attempt.Unit = spec.Name
+	s.cfg.Started(l)
+	s.cfg.Logger.Info("run armed", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "at", at, "existed", existed)
+	return nil
+}
+
+// prepareDirs creates the attempt's journal directory and the job's cache, owned by the job's user
+// so its units can write there, and the markers directory, which only the privileged
+// ExecStopPost writes.
+func prepareDirs(stateDir string, job model.Job, ref model.AttemptRef) error {
+	if err := os.MkdirAll(filepath.Dir(runner.MarkerPath(stateDir, ref.Run, ref.No)), 0o755); err != nil {
+		return err
+	}
+	uid, gid, err := jobunit.Identity(job)
+	if err != nil {
+		return err
+	}
+	journalDir := filepath.Dir(jobunit.JournalPath(stateDir, ref.Run, ref.No))
+	if err := os.MkdirAll(filepath.Dir(journalDir), 0o755); err != nil {
+		return err
+	}
+	if err := jobunit.OwnedDir(journalDir, uid, gid, 0o755); err != nil {
+		return err
+	}
+	return jobunit.PrepareCache(stateDir, job)
+}

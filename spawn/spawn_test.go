@@ -1,0 +1,168 @@
+package spawn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/jobunit"
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/spawn"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// world records, in order, what a spawn asks of the store, of systemd and of its callbacks.
+// These fakes check the order of the steps and which failure gives the claim back how; the
+// same steps against a real PostgreSQL and systemd are the reconciler's sweep tests and the
+// binary's scenarios.
+type world struct {
+	calls    []string
+	held     bool   // the lease
+	loseAt   string // the call after which the lease is lost
+	startErr error
+	armErr   error
+}
+
+func (w *world) record(format string, args ...any) {
+	call := fmt.Sprintf(format, args...)
+	w.calls = append(w.calls, call)
+	if w.loseAt != "" && strings.HasPrefix(call, w.loseAt) {
+		w.held = false
+	}
+}
+
+func (w *world) EndingsSinceLastStart(context.Context, string) ([]store.AttemptEnd, error) {
+	w.record("EndingsSinceLastStart")
+	return nil, nil
+}
+
+func (w *world) ClaimSpawn(_ context.Context, _ store.Lease, c store.SpawnClaim) (bool, string, error) {
+	w.record("ClaimSpawn %d armed=%t", c.Attempt.No, c.ArmedFor != nil)
+	return true, "", nil
+}
+
+func (w *world) ReleaseSpawnClaim(_ context.Context, _ store.Lease, ref model.AttemptRef, _ string, mayExist bool) error {
+	w.record("ReleaseSpawnClaim %d mayExist=%t", ref.No, mayExist)
+	return nil
+}
+
+func (w *world) SetRepoBaseline(context.Context, store.Lease, model.AttemptRef, int64) error {
+	w.record("SetRepoBaseline")
+	return nil
+}
+
+func (w *world) MarkStarted(_ context.Context, _ store.Lease, ref model.AttemptRef, _ time.Time) error {
+	w.record("MarkStarted %d", ref.No)
+	return nil
+}
+
+func (w *world) SetWaiting(_ context.Context, _ uuid.UUID, reason string, _ *time.Time) error {
+	w.record("SetWaiting %s", reason)
+	return nil
+}
+
+func (w *world) Start(context.Context, runner.Spec) (bool, error) {
+	w.record("Start")
+	return false, w.startErr
+}
+
+func (w *world) Arm(context.Context, runner.Spec, time.Time) (bool, error) {
+	w.record("Arm")
+	return false, w.armErr
+}
+
+var refusal = dbus.Error{Name: "org.freedesktop.DBus.Error.InvalidArgs", Body: []any{"bad property"}}
+
+func TestSpawn(t *testing.T) {
+	at := time.Now().Add(time.Hour)
+	for _, c := range []struct {
+		name  string
+		world world
+		at    *time.Time
+		want  []string
+		err   string // what Spawn returns, "" for nil
+		armOK bool   // ArmRefused stays false
+	}{
+		{name: "started: claimed, started, the guard told, then marked running",
+			world: world{held: true}, armOK: true,
+			want: []string{"ClaimSpawn 1 armed=false", "Start", "Started", "MarkStarted 1"}},
+		{name: "armed: claimed for its time, armed, the guard told, the run stays queued",
+			world: world{held: true}, at: &at, armOK: true,
+			want: []string{"ClaimSpawn 1 armed=true", "Arm", "Started"}},
+		{name: "no lease: nothing claimed, nothing started",
+			world: world{held: false}, armOK: true,
+			want: nil},
+		{name: "lease lost after the claim: the claim given back, systemd never asked",
+			world: world{held: true, loseAt: "ClaimSpawn"}, armOK: true,
+			want: []string{"ClaimSpawn 1 armed=false", "ReleaseSpawnClaim 1 mayExist=false"},
+			err:  "not started: host lease lost"},
+		{name: "systemd cannot be asked: the claim given back, the unit may exist",
+			world: world{held: true, startErr: errors.New("connection reset")}, armOK: true,
+			want: []string{"ClaimSpawn 1 armed=false", "Start", "ReleaseSpawnClaim 1 mayExist=true"},
+			err:  "connection reset"},
+		{name: "systemd refuses the unit: closed as never run, the claim kept",
+			world: world{held: true, startErr: refusal}, armOK: true,
+			want: []string{"ClaimSpawn 1 armed=false", "Start", "Refused bad property"}},
+		{name: "systemd refuses the timer: the claim given back, no timers from then on",
+			world: world{held: true, armErr: refusal}, at: &at, armOK: false,
+			want: []string{"ClaimSpawn 1 armed=true", "Arm", "ReleaseSpawnClaim 1 mayExist=true"},
+			err:  "bad property"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := c.world
+			s, err := spawn.New(spawn.Config{
+				Store: &w, Units: &w, Jobs: jobunit.Config{StateDir: t.TempDir(), Binary: "/usr/bin/holdfast"},
+				Budget:  time.Minute,
+				Lease:   func() (store.Lease, bool) { return store.Lease{Host: "h"}, w.held },
+				Started: func(model.LiveRun) { w.record("Started") },
+				Refused: func(_ context.Context, _ model.LiveRun, err error) error {
+					w.record("Refused %s", strings.TrimPrefix(err.Error(), refusal.Name+": "))
+					return nil
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			job := model.Job{Name: "j", Engine: engine.NameCommand, Command: []string{"/bin/true"}}
+			l := model.LiveRun{Run: model.Run{ID: uuid.New(), JobName: "j", Kind: model.KindBackup}, Attempt: model.Attempt{No: 1}, JobEngine: engine.NameCommand}
+			err = s.Spawn(context.Background(), l, job, c.at) // not started: in the caller
+			if (err == nil) != (c.err == "") || err != nil && !strings.Contains(err.Error(), c.err) {
+				t.Fatalf("Spawn: %v, want an error with %q", err, c.err)
+			}
+			if !slices.Equal(w.calls, c.want) {
+				t.Fatalf("calls:\n%s\nwant:\n%s", strings.Join(w.calls, "\n"), strings.Join(c.want, "\n"))
+			}
+			if s.ArmRefused() == c.armOK {
+				t.Fatalf("ArmRefused %t after this spawn, want %t", s.ArmRefused(), !c.armOK)
+			}
+		})
+	}
+}
+
+// New refuses a Spawner that could not tell whether it may act, or close a run systemd refused.
+func TestNewRefuses(t *testing.T) {
+	lease := func() (store.Lease, bool) { return store.Lease{}, true }
+	refused := func(context.Context, model.LiveRun, error) error { return nil }
+	for _, c := range []struct {
+		cfg  spawn.Config
+		want string
+	}{
+		{spawn.Config{Refused: refused, Budget: time.Minute}, "spawn: Lease and Refused are required"},
+		{spawn.Config{Lease: lease, Budget: time.Minute}, "spawn: Lease and Refused are required"},
+		{spawn.Config{Lease: lease, Refused: refused, Workers: -1, Budget: time.Minute}, "spawn: -1 workers: give at least 1"},
+		{spawn.Config{Lease: lease, Refused: refused}, "spawning: task budget 0s: give a positive duration"},
+	} {
+		if _, err := spawn.New(c.cfg); err == nil || err.Error() != c.want {
+			t.Errorf("New: %v, want %q", err, c.want)
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package spawn
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/jobunit"
+	"github.com/holdfast-backup/holdfast/journallog"
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// AttemptSpec builds the transient unit of one attempt of a job as the daemon starts it: restic
+// removes stale locks first only where the repository's history says one may be left (see
+// staleLock), and why is that reason ("" if none). Exported so tests start what the daemon starts.
+func AttemptSpec(ctx context.Context, st Store, jobs jobunit.Config, job model.Job, run model.Run, attempt int) (spec runner.Spec, why string, err error) {
+	if job.Engine == engine.NameRestic {
+		endings, err := st.EndingsSinceLastStart(ctx, job.Repository)
+		if err != nil {
+			return runner.Spec{}, "", err
+		}
+		why = staleLock(endings)
+		if why == "" && attempt > 1 {
+			// A restart follows an interruption: a reboot's stop has been seen to leave restic's
+			// lock behind although restic exited 130, as after a SIGINT it honoured.
+			why = fmt.Sprintf("attempt %d of run %s was interrupted", attempt-1, run.ID)
+		}
+	}
+	return unitSpec(jobs, job, run, attempt, why != ""), why, nil
+}
+
+// UnitSpec builds the transient unit of one attempt of a job whose repository holds no lock that
+// may be stale, as the daemon starts it after clean endings. Exported so benchmarks start it.
+func UnitSpec(jobs jobunit.Config, job model.Job, run model.Run, attempt int) runner.Spec {
+	return unitSpec(jobs, job, run, attempt, false)
+}
+
+// staleLock says why a repository may hold a lock that no live restic owns, from how the attempts
+// on it ended since the last one started (whose `restic unlock` ran after them): one ended without
+// restic's own cleanup. "" if none did. restic removes its lock when it exits, with an error too,
+// and on SIGINT (130); killed by a signal, with no marker (a power loss, a vanished unit), or
+// exiting 11 (it could not lock: the lock it met may be stale), it may have left one.
+func staleLock(endings []store.AttemptEnd) string {
+	for _, e := range endings {
+		if e.ServiceResult == "" {
+			return fmt.Sprintf("attempt %d of run %s ended without an exit marker", e.Attempt, e.RunID)
+		}
+		if e.ExitCode != "exited" {
+			return fmt.Sprintf("attempt %d of run %s ended %s %s (%s)", e.Attempt, e.RunID, e.ExitCode, e.ExitStatus, e.ServiceResult)
+		}
+		switch e.ExitStatus {
+		case "0", "1", "3", "10", "12", "130":
+			continue
+		}
+		return fmt.Sprintf("attempt %d of run %s exited %s (%s)", e.Attempt, e.RunID, e.ExitStatus, e.ServiceResult)
+	}
+	return ""
+}
+
+func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unlock bool) runner.Spec {
+	name := runner.UnitName(job.Name, run.ID, attempt)
+	journalDir := filepath.Dir(jobunit.JournalPath(cfg.StateDir, run.ID, attempt))
+	spec, ej := jobunit.Spec(cfg, job, name, true, journalDir)
+	restic := engine.Restic{Binary: cfg.ResticBinary}
+	execArgv := []string{cfg.Binary, "exec",
+		"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt),
+		"--journal", jobunit.JournalPath(cfg.StateDir, run.ID, attempt),
+		"--engine", job.Engine}
+	execArgv = append(execArgv, jobunit.CredentialArgs(spec)...)
+	spec.Description = fmt.Sprintf("holdfast %s %s, run %s attempt %d", cmp.Or(run.Kind, model.KindBackup), job.Name, run.ID, attempt)
+	spec.ExecStopPost = []string{cfg.Binary, "marker", "--state-dir", cfg.StateDir,
+		"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt), "--unit", name}
+	spec.TimeoutStop = 2 * time.Minute
+	spec.RuntimeMax = job.RuntimeMax
+	spec.IOSchedulingClass = job.IOSchedulingClass
+	// The fields the daemon's own lines about the run carry under systemd (its log keys).
+	spec.LogExtraFields = map[string]string{
+		journallog.FieldName("job"): job.Name, journallog.FieldName("run"): run.ID.String(),
+		journallog.FieldName("attempt"): strconv.Itoa(attempt),
+	}
+	if job.Engine != engine.NameRestic {
+		spec.ExecStart = append(append(execArgv, "--"), job.Command...)
+		return spec
+	}
+	argv := restic.BackupArgv(ej, run.ID)
+	switch run.Kind {
+	case model.KindPrune:
+		argv = restic.PruneArgv(ej)
+	case model.KindForget:
+		argv = restic.ForgetArgv(ej, run.ForgetIDs)
+	}
+	// Stale locks go first, in the unit's own identity and sandbox: `restic unlock` removes only
+	// locks of processes that are gone (or older than 30 minutes), never a live backup's. And
+	// after a signal interrupted restic: restic 0.14 exiting 130 has been seen to leave its lock.
+	for _, arg := range restic.UnlockArgv(ej) {
+		if unlock {
+			execArgv = append(execArgv, "--before", arg)
+		}
+		execArgv = append(execArgv, "--after-interrupt", arg)
+	}
+	spec.ExecStart = append(append(execArgv, "--"), argv...)
+	// restic 0.14 leaves its lock behind on SIGTERM; on SIGINT it removes it and exits 130.
+	spec.KillSignal = syscall.SIGINT
+	return spec
+}
