@@ -1,0 +1,167 @@
+package runaway
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
+)
+
+// calls records what the guard asks of the store and of systemd, in order. The repository is a
+// real directory; the store's answers are the fake's.
+type calls struct {
+	mu      sync.Mutex
+	list    []string
+	other   *uuid.UUID // OtherWriter's answer
+	paused  bool       // RequestPause's answer
+	stopped chan string
+}
+
+func (c *calls) add(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.list = append(c.list, fmt.Sprintf(format, args...))
+}
+
+func (c *calls) got() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.list)
+}
+
+func (c *calls) OtherWriter(context.Context, model.AttemptRef) (*uuid.UUID, error) {
+	c.add("OtherWriter")
+	return c.other, nil
+}
+
+func (c *calls) RequestPause(_ context.Context, _ uuid.UUID, reason string) (bool, error) {
+	c.add("RequestPause %s", reason)
+	return c.paused, nil
+}
+
+func (c *calls) Stop(_ context.Context, name string) error {
+	c.add("Stop %s", name)
+	if c.stopped != nil {
+		c.stopped <- name
+	}
+	return nil
+}
+
+// backup is a live backup of 100 bytes' hold on a fresh local repository, measured as spawned.
+func backup(t *testing.T) (model.LiveRun, string) {
+	t.Helper()
+	repo := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(repo, "data", "00"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	before, err := ledger.RepoSize(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := int64(100)
+	return model.LiveRun{Run: model.Run{ID: uuid.New(), Kind: model.KindBackup},
+		Attempt:       model.Attempt{No: 1, Unit: "holdfast-x.service", HoldBytes: &hold, RepoBytesBefore: &before},
+		JobRepository: repo}, repo
+}
+
+// write puts a file of size bytes into the repository's data/00 as restic puts a pack there:
+// written under a temporary name, then renamed into place.
+func write(t *testing.T, repo, name string, size int) {
+	t.Helper()
+	tmp := filepath.Join(repo, "data", "00", "tmp-"+name)
+	if err := os.WriteFile(tmp, make([]byte, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(repo, "data", "00", name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Measured on a pass: within its hold nothing; past it, the excess, unless another run wrote to
+// the repository meanwhile. Paused: the pause is recorded before the unit is stopped, and a run
+// whose pause was not recorded (it ended meanwhile) is not stopped.
+func TestMeasureAndPause(t *testing.T) {
+	ctx := context.Background()
+	l, repo := backup(t)
+	c := &calls{}
+	g := New(Config{Store: c, Units: c})
+	write(t, repo, "small", 60)
+	if e := g.Measure(ctx, l); e != nil {
+		t.Fatalf("60 bytes on a hold of 100: %+v, want none", e)
+	}
+	write(t, repo, "big", 200)
+	e := g.Measure(ctx, l)
+	if e == nil || e.Hold != 100 || e.Grown < 260 {
+		t.Fatalf("260 bytes on a hold of 100: %+v, want the excess", e)
+	}
+	c.other = new(uuid.New())
+	if e := g.Measure(ctx, l); e != nil {
+		t.Fatalf("with another writer: %+v, want none (the growth is not this run's alone)", e)
+	}
+	l.Run.Kind = model.KindPrune
+	if e := g.Measure(ctx, l); e != nil {
+		t.Fatalf("a prune: %+v, want none", e)
+	}
+
+	c.list = nil
+	if err := g.Pause(ctx, l, Excess{Hold: 100, Grown: 260}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.got(); !slices.Equal(got, []string{"RequestPause run_ceiling"}) {
+		t.Fatalf("pause not recorded: %v, want no stop", got)
+	}
+	c.list, c.paused = nil, true
+	if err := g.Pause(ctx, l, Excess{Hold: 100, Grown: 260}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.got(); !slices.Equal(got, []string{"RequestPause run_ceiling", "Stop holdfast-x.service"}) {
+		t.Fatalf("pause: %v, want the pause recorded, then the unit stopped", got)
+	}
+}
+
+// Between passes the watch counts complete pack files only (64 hex digits, not restic's
+// temporary names) and stops the backup once they pass its hold, once: the packs seen while the
+// lease was not held still count, so a last pack of one byte trips it.
+func TestWatchStopsARunaway(t *testing.T) {
+	l, repo := backup(t)
+	c := &calls{paused: true, stopped: make(chan string, 1)}
+	var mu sync.Mutex
+	held := false
+	acting := func() bool { mu.Lock(); defer mu.Unlock(); return held }
+	g := New(Config{Store: c, Units: c, Acting: acting})
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	g.Watch(l)
+	g.Watch(l) // once per attempt
+	write(t, repo, "tmp-not-a-pack", 500)
+	write(t, repo, strings.Repeat("a", 64), 80)
+	write(t, repo, strings.Repeat("b", 64), 80) // 160 counted: past the hold, but no lease
+	mu.Lock()
+	held = true
+	mu.Unlock()
+	write(t, repo, strings.Repeat("c", 64), 1)
+	select {
+	case unit := <-c.stopped:
+		if unit != l.Attempt.Unit {
+			t.Fatalf("stopped %s, want %s", unit, l.Attempt.Unit)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("the runaway was not stopped; calls: %v", c.got())
+	}
+	want := []string{"OtherWriter", "RequestPause run_ceiling", "Stop " + l.Attempt.Unit}
+	if got := c.got(); !slices.Equal(got, want) {
+		t.Fatalf("calls %v, want %v (once, after the lease came back)", got, want)
+	}
+}
