@@ -361,8 +361,13 @@ type JournalDelta struct {
 // ApplyJournal moves the attempt's cursor from from to to and applies delta, in one statement that
 // only matches while the cursor still stands at from: applying the same batch twice is a no-op.
 // An error wrapping *RefusedError means PostgreSQL cannot store what the batch holds: applying
-// it again fails again. Fenced by w.
+// it again fails again. A to behind from is refused. Fenced by w.
 func (s *Store) ApplyJournal(ctx context.Context, w Lease, ref model.AttemptRef, from, to journal.Cursor, d JournalDelta) (bool, error) {
+	// A cursor only moves forward: a batch that would move it back would read lines twice.
+	if to.Offset < from.Offset || to.LastSeq < from.LastSeq {
+		return false, fmt.Errorf("apply journal of run %s attempt %d: the cursor would move back from offset %d seq %d to offset %d seq %d",
+			ref.Run, ref.No, from.Offset, from.LastSeq, to.Offset, to.LastSeq)
+	}
 	var percent *float64
 	var filesDone, totalFiles, bytesDone, totalBytes *int64
 	if p := d.Progress; p != nil {

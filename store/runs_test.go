@@ -579,6 +579,25 @@ func TestMarkStarted(t *testing.T) {
 // A journal batch applies once, from the cursor it was read from: the projection's counters
 // add up, its first messages stay the first, its newest figures win.
 func TestApplyJournal(t *testing.T) {
+	t.Run("a cursor moving back is refused", func(t *testing.T) {
+		t.Parallel()
+		b := setupRuns(t)
+		r := b.startedRun(t)
+		c1 := journal.Cursor{Offset: 100, LastSeq: 3, LastHash: "h3"}
+		if ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, c1, store.JournalDelta{}); err != nil || !ok {
+			t.Fatalf("first batch: %v %v", ok, err)
+		}
+		before := b.attempts(t, r.ID)
+		for _, back := range []journal.Cursor{{Offset: 50, LastSeq: 3, LastHash: "x"}, {Offset: 100, LastSeq: 2, LastHash: "x"}} {
+			ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, c1, back, store.JournalDelta{ItemErrors: 1})
+			if ok || err == nil || !strings.Contains(err.Error(), "the cursor would move back") {
+				t.Fatalf("%+v -> %+v: ok=%v err=%v, want refused", c1, back, ok, err)
+			}
+		}
+		if got := b.attempts(t, r.ID); !reflect.DeepEqual(got, before) {
+			t.Fatalf("a refused batch changed the attempt: %+v", got[0])
+		}
+	})
 	t.Run("batches in order", func(t *testing.T) {
 		t.Parallel()
 		b := setupRuns(t)
