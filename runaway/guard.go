@@ -5,6 +5,7 @@
 // so that a fast backup is stopped as it passes its hold, not only at the next pass. Growth while
 // another run writes to the same repository is not one run's alone: then the guard steps aside.
 // The repository belongs to the job's user: nothing in it is reached through a link.
+// See docs/ARCHITECTURE.md §4 and §9.
 package runaway
 
 import (

@@ -5,7 +5,7 @@
 // a failure gives the claim back, so the next pass claims the same attempt again.
 //
 // Spawns run as a service (Start, Stop): the sweep hands a spawn over and never waits for it.
-// Not started, a Spawner spawns in its caller. See docs/ARCHITECTURE.md §5.
+// Not started, a Spawner spawns in its caller. See docs/ARCHITECTURE.md §3 (Spawn) and §8.
 package spawn
 
 import (
