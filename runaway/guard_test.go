@@ -130,14 +130,25 @@ func TestMeasureAndPause(t *testing.T) {
 }
 
 // Between passes the watch counts complete pack files only (64 hex digits, not restic's
-// temporary names) and stops the backup once they pass its hold, once: the packs seen while the
-// lease was not held still count, so a last pack of one byte trips it.
+// temporary names) and stops the backup once they pass its hold, once. Without the lease it
+// does nothing but count on: once the lease is back, a last pack of one byte trips it.
 func TestWatchStopsARunaway(t *testing.T) {
 	l, repo := backup(t)
 	c := &calls{paused: true, stopped: make(chan string, 1)}
 	var mu sync.Mutex
 	held := false
-	acting := func() bool { mu.Lock(); defer mu.Unlock(); return held }
+	refusedOnce := make(chan struct{})
+	var refuse sync.Once
+	// Asked only for a pack past the hold: without the lease it says so once, and the test
+	// then knows the watch has seen the packs past the hold while it could not act.
+	acting := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if !held {
+			refuse.Do(func() { close(refusedOnce) })
+		}
+		return held
+	}
 	g := New(Config{Store: c, Units: c, Acting: acting})
 	if err := g.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -148,6 +159,14 @@ func TestWatchStopsARunaway(t *testing.T) {
 	write(t, repo, "tmp-not-a-pack", 500)
 	write(t, repo, strings.Repeat("a", 64), 80)
 	write(t, repo, strings.Repeat("b", 64), 80) // 160 counted: past the hold, but no lease
+	select {
+	case <-refusedOnce:
+	case <-time.After(time.Minute):
+		t.Fatalf("the watch never asked for the lease; calls: %v", c.got())
+	}
+	if got := c.got(); len(got) != 0 {
+		t.Fatalf("without the lease the watch acted: %v", got)
+	}
 	mu.Lock()
 	held = true
 	mu.Unlock()

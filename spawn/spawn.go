@@ -40,7 +40,7 @@ const (
 )
 
 // Store is what a spawn reads and writes: each write is guarded in the store by "this attempt
-// is still live" and by the host's lease.
+// is still live", and each that takes a store.Lease by the host's lease.
 type Store interface {
 	EndingsSinceLastStart(ctx context.Context, repository string) ([]store.AttemptEnd, error)
 	ClaimSpawn(ctx context.Context, w store.Lease, c store.SpawnClaim) (claimed bool, blocked string, err error)

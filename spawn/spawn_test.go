@@ -30,6 +30,17 @@ type world struct {
 	loseAt   string // the call after which the lease is lost
 	startErr error
 	armErr   error
+	blocked  string // ClaimSpawn's reason a limit holds the run back
+	taken    bool   // the attempt was claimed already (ClaimSpawn answers false)
+}
+
+// lease is the host's lease the spawner is given; every fenced write must carry it.
+var lease = store.Lease{Host: "h", Holder: "daemon-1", Generation: 7}
+
+func (w *world) fenced(call string, l store.Lease) {
+	if l != lease {
+		w.record("%s under the wrong lease %+v", call, l)
+	}
 }
 
 func (w *world) record(format string, args ...any) {
@@ -45,12 +56,17 @@ func (w *world) EndingsSinceLastStart(context.Context, string) ([]store.AttemptE
 	return nil, nil
 }
 
-func (w *world) ClaimSpawn(_ context.Context, _ store.Lease, c store.SpawnClaim) (bool, string, error) {
+func (w *world) ClaimSpawn(_ context.Context, l store.Lease, c store.SpawnClaim) (bool, string, error) {
+	w.fenced("ClaimSpawn", l)
 	w.record("ClaimSpawn %d armed=%t", c.Attempt.No, c.ArmedFor != nil)
-	return true, "", nil
+	if w.blocked != "" {
+		return false, w.blocked, nil
+	}
+	return !w.taken, "", nil
 }
 
-func (w *world) ReleaseSpawnClaim(_ context.Context, _ store.Lease, ref model.AttemptRef, _ string, mayExist bool) error {
+func (w *world) ReleaseSpawnClaim(_ context.Context, l store.Lease, ref model.AttemptRef, _ string, mayExist bool) error {
+	w.fenced("ReleaseSpawnClaim", l)
 	w.record("ReleaseSpawnClaim %d mayExist=%t", ref.No, mayExist)
 	return nil
 }
@@ -60,7 +76,8 @@ func (w *world) SetRepoBaseline(context.Context, store.Lease, model.AttemptRef, 
 	return nil
 }
 
-func (w *world) MarkStarted(_ context.Context, _ store.Lease, ref model.AttemptRef, _ time.Time) error {
+func (w *world) MarkStarted(_ context.Context, l store.Lease, ref model.AttemptRef, _ time.Time) error {
+	w.fenced("MarkStarted", l)
 	w.record("MarkStarted %d", ref.No)
 	return nil
 }
@@ -98,6 +115,12 @@ func TestSpawn(t *testing.T) {
 		{name: "armed: claimed for its time, armed, the guard told, the run stays queued",
 			world: world{held: true}, at: &at, armOK: true,
 			want: []string{"ClaimSpawn 1 armed=true", "Arm", "Started"}},
+		{name: "held back by a limit: the run waits with the reason, never started",
+			world: world{held: true, blocked: "waiting: 2 runs hold a unit, the global limit is 2"}, armOK: true,
+			want: []string{"ClaimSpawn 1 armed=false", "SetWaiting waiting: 2 runs hold a unit, the global limit is 2"}},
+		{name: "claimed already (another daemon, or a stop): nothing more",
+			world: world{held: true, taken: true}, armOK: true,
+			want: []string{"ClaimSpawn 1 armed=false"}},
 		{name: "no lease: nothing claimed, nothing started",
 			world: world{held: false}, armOK: true,
 			want: nil},
@@ -122,7 +145,7 @@ func TestSpawn(t *testing.T) {
 			s, err := spawn.New(spawn.Config{
 				Store: &w, Units: &w, Jobs: jobunit.Config{StateDir: t.TempDir(), Binary: "/usr/bin/holdfast"},
 				Budget:  time.Minute,
-				Lease:   func() (store.Lease, bool) { return store.Lease{Host: "h"}, w.held },
+				Lease:   func() (store.Lease, bool) { return lease, w.held },
 				Started: func(model.LiveRun) { w.record("Started") },
 				Refused: func(_ context.Context, _ model.LiveRun, err error) error {
 					w.record("Refused %s", strings.TrimPrefix(err.Error(), refusal.Name+": "))

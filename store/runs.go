@@ -361,7 +361,8 @@ type JournalDelta struct {
 // ApplyJournal moves the attempt's cursor from from to to and applies delta, in one statement that
 // only matches while the cursor still stands at from: applying the same batch twice is a no-op.
 // An error wrapping *RefusedError means PostgreSQL cannot store what the batch holds: applying
-// it again fails again. A to behind from is refused. Fenced by w.
+// it again fails again. A to behind from is refused with a plain error (the caller's mistake,
+// not the batch's) before anything is written. Fenced by w.
 func (s *Store) ApplyJournal(ctx context.Context, w Lease, ref model.AttemptRef, from, to journal.Cursor, d JournalDelta) (bool, error) {
 	// A cursor only moves forward: a batch that would move it back would read lines twice.
 	if to.Offset < from.Offset || to.LastSeq < from.LastSeq {
