@@ -16,7 +16,6 @@ import (
 
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // packWatch is an inotify watch on a repository's data directory and its subdirectories, for the
@@ -142,17 +141,9 @@ func (g *Guard) follow(ctx context.Context, w *packWatch, data int, l model.Live
 		if other, err := g.cfg.Store.OtherWriter(ctx, l.Ref()); err != nil || other != nil {
 			return false
 		}
-		paused, err := g.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling)
-		if err != nil {
-			g.cfg.Logger.Warn("runaway guard: the pause could not be recorded; the next pass measures again", "run", l.Run.ID, "err", err)
-		}
-		if !paused {
-			return false
-		}
-		g.cfg.Logger.Warn("runaway guard: the backup wrote more than its hold; stopping it", "run", l.Run.ID,
-			"hold", ledger.FormatSize(hold), "written", ledger.FormatSize(total), "unit", l.Attempt.Unit)
-		if err := g.cfg.Units.Stop(ctx, l.Attempt.Unit); err != nil {
-			g.cfg.Logger.Warn("runaway guard: stop failed; the next pass asks again", "run", l.Run.ID, "err", err)
+		// The pack bytes written are what the backup added: paused and stopped as on a pass.
+		if err := g.Pause(ctx, l, Excess{Hold: hold, Grown: total}); err != nil {
+			g.cfg.Logger.Warn("runaway guard: the pause or the stop failed; the next pass measures again", "run", l.Run.ID, "err", err)
 		}
 		return false
 	})
