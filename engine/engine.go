@@ -123,7 +123,7 @@ type Evidence struct {
 	ItemErrors     int64
 	FirstItemError string // ItemError.String of the first item error
 	Fatal          string
-	Operation      string // what the engine did: "" or "backup", "forget", "prune"
+	Operation      string // what the engine did: "" or "backup", "forget", "prune", "restore", "verify"
 }
 
 // Class says whether a failure is worth an automatic retry.
@@ -170,10 +170,14 @@ type Engine interface {
 }
 
 // ByName returns the engine a job names; resticBinary is the restic its classification may ask.
-func ByName(name, resticBinary string) (Engine, error) {
+func ByName(name, resticBinary string) (Engine, error) { return ForOperation(name, resticBinary, "") }
+
+// ForOperation returns the engine a job names as it reads the output of one operation (a run's
+// kind: "" or OpBackup, OpRestore, OpVerify, or one it reads as a backup's).
+func ForOperation(name, resticBinary, operation string) (Engine, error) {
 	switch name {
 	case NameRestic:
-		return Restic{Binary: resticBinary}, nil
+		return Restic{Binary: resticBinary, Operation: operation}, nil
 	case NameCommand:
 		return Command{}, nil
 	}

@@ -36,6 +36,12 @@ type ExecConfig struct {
 	Emit   func(typ string, payload any) error // nil: events are dropped
 	Stderr io.Writer                           // gets every stderr line; nil: discarded
 	Stdout io.Writer                           // gets stdout lines that are not JSON; nil: discarded
+	// Progress, if set, measures the progress of an engine that reports none itself (a restore:
+	// what is under its target so far). It is asked every ProgressEvery (at least ten times as
+	// long as it took the last time) and once more after a clean exit; its answers are journaled
+	// as the engine's own would be.
+	Progress      func() (Progress, bool)
+	ProgressEvery time.Duration
 }
 
 // Exec runs cfg.Argv without a shell, stdin from /dev/null, and emits the
@@ -100,7 +106,15 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 	go forward(ctx, cmd.Process, sigs, exited)
 
 	lines := make(chan line)
-	readers := make(chan struct{}, 2)
+	readers := make(chan struct{}, 3)
+	sources := 2
+	if cfg.Progress != nil {
+		sources++
+		go func() {
+			poll(cfg.Progress, cfg.ProgressEvery, lines, exited)
+			readers <- struct{}{}
+		}()
+	}
 	for _, p := range []struct {
 		f      *os.File
 		stderr bool
@@ -111,8 +125,9 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 		}()
 	}
 	go func() {
-		<-readers
-		<-readers
+		for range sources {
+			<-readers
+		}
 		close(lines)
 	}()
 
@@ -128,6 +143,10 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 
 	r := &run{cfg: cfg}
 	for l := range lines {
+		if l.progress != nil {
+			r.handle(Event{TypeProgress, *l.progress})
+			continue
+		}
 		if l.stderr {
 			r.stderr(l.text)
 		} else {
@@ -139,6 +158,11 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 		return -1, fmt.Errorf("engine: wait for %s: %w", cfg.Argv[0], err)
 	}
 	status, sig := exitStatus(cmd.ProcessState)
+	if cfg.Progress != nil && status == 0 {
+		if p, ok := cfg.Progress(); ok {
+			r.progress, r.lastProgress = &Event{TypeProgress, p}, time.Time{}
+		}
+	}
 	r.finish(status, sig)
 	return status, r.emitErr
 }
@@ -159,8 +183,35 @@ func forward(ctx context.Context, p *os.Process, sigs <-chan os.Signal, exited <
 }
 
 type line struct {
-	stderr bool
-	text   []byte
+	stderr   bool
+	text     []byte
+	progress *Progress // a measured progress, not a line
+}
+
+// poll sends what measure says every interval (or ten times as long as it took) until exited.
+func poll(measure func() (Progress, bool), every time.Duration, out chan<- line, exited <-chan struct{}) {
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	wait := every
+	for {
+		select {
+		case <-exited:
+			return
+		case <-time.After(wait):
+		}
+		began := time.Now()
+		p, ok := measure()
+		wait = max(every, 10*time.Since(began))
+		if !ok {
+			continue
+		}
+		select {
+		case out <- line{progress: &p}:
+		case <-exited:
+			return
+		}
+	}
 }
 
 func readLines(f *os.File, stderr bool, out chan<- line, exited <-chan struct{}) {
@@ -174,7 +225,7 @@ func readLines(f *os.File, stderr bool, out chan<- line, exited <-chan struct{})
 		for more && err == nil {
 			_, more, err = br.ReadLine()
 		}
-		out <- line{stderr, text}
+		out <- line{stderr: stderr, text: text}
 		if err != nil {
 			return
 		}

@@ -112,3 +112,20 @@ func (r Restic) RawDataSize(ctx context.Context, j Job, ids []string) (int64, er
 	}
 	return *stats.TotalSize, nil
 }
+
+// RestoreSize is what restoring the snapshot (a full id) writes: its files' bytes and their
+// number (`restic stats --mode restore-size`), the totals of a restore's progress.
+func (r Restic) RestoreSize(ctx context.Context, j Job, id string) (bytes, files int64, err error) {
+	out, err := r.output(ctx, append(r.global(j), "--no-lock", "stats", "--json", "--mode", "restore-size", id))
+	if err != nil {
+		return 0, 0, fmt.Errorf("restic stats of snapshot %.8s: %w", id, err)
+	}
+	var stats struct {
+		TotalSize  *int64 `json:"total_size"`
+		TotalFiles *int64 `json:"total_file_count"`
+	}
+	if err := json.Unmarshal(out, &stats); err != nil || stats.TotalSize == nil || stats.TotalFiles == nil {
+		return 0, 0, fmt.Errorf("restic stats of snapshot %.8s: no total_size and total_file_count in %q", id, firstLine(string(out)))
+	}
+	return *stats.TotalSize, *stats.TotalFiles, nil
+}

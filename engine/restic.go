@@ -40,6 +40,9 @@ func RunTag(run uuid.UUID) string { return RunTagPrefix + run.String() }
 // and later). Its zero value runs "restic", looked up in PATH by the caller.
 type Restic struct {
 	Binary string
+	// Operation is what the restic whose output it reads does: "" or OpBackup, OpRestore,
+	// OpVerify (what restic says on its standard error means something else in each).
+	Operation string
 	// Run runs one of restic's query commands (snapshots, stats) and returns its stdout; nil
 	// runs it here, as this process. The daemon runs them as the job's user instead.
 	Run func(ctx context.Context, argv []string) ([]byte, error)
@@ -108,6 +111,51 @@ func (r Restic) PruneArgv(j Job) []string {
 // find and still exits 0: ParseStderr makes that warning an item error.
 func (r Restic) ForgetArgv(j Job, ids []string) []string {
 	return append(append(r.global(j), "forget"), ids...)
+}
+
+// RestoreArgv returns the command line that restores snapshot (a full id) into target, only the
+// paths matching includes if there are any, and then, with verify, reads every restored file
+// back against the repository (restic restore --verify).
+func (r Restic) RestoreArgv(j Job, snapshot, target string, includes []string, verify bool) []string {
+	argv := append(r.global(j), "restore", "--target", target)
+	for _, p := range includes {
+		argv = append(argv, "--include", p)
+	}
+	if verify {
+		argv = append(argv, "--verify")
+	}
+	return append(argv, snapshot)
+}
+
+// CheckArgv returns the command line that checks the repository's structure and, with subset
+// (ValidateReadDataSubset), reads that part of its data. It takes restic's exclusive lock.
+func (r Restic) CheckArgv(j Job, subset string) []string {
+	argv := append(r.global(j), "check")
+	if subset != "" {
+		argv = append(argv, "--read-data-subset", subset)
+	}
+	return argv
+}
+
+// ValidateReadDataSubset checks a value for restic check's --read-data-subset as holdfast takes
+// it: a percentage above 0 and at most 100 ("5%", "2.5%"), or a part n of t ("1/7").
+func ValidateReadDataSubset(s string) error {
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		f, err := strconv.ParseFloat(p, 64)
+		if err != nil || !(f > 0 && f <= 100) || strings.ContainsAny(p, "eE+-") || p == "" {
+			return fmt.Errorf("read-data subset %q: give a percentage above 0%% and at most 100%%, such as 5%%", s)
+		}
+		return nil
+	}
+	n, t, ok := strings.Cut(s, "/")
+	if ok {
+		ni, err1 := strconv.ParseUint(n, 10, 31)
+		ti, err2 := strconv.ParseUint(t, 10, 31)
+		if err1 == nil && err2 == nil && ni >= 1 && ni <= ti {
+			return nil
+		}
+	}
+	return fmt.Errorf("read-data subset %q: give a percentage such as 5%% or a part n/t with 1 <= n <= t, such as 1/7", s)
 }
 
 // SnapshotsArgv returns the command line that lists, as JSON, the snapshots
@@ -180,13 +228,23 @@ var (
 	stackFrame = regexp.MustCompile(`^(\t.*\.(go|s):\d+|[A-Za-z_][\w./-]*\.[\w.()*]+)$`)
 )
 
-const doesNotExist = " does not exist, skipping"
+const (
+	doesNotExist = " does not exist, skipping"
+	restoreError = "ignoring error for "
+)
+
+// The operations whose output Restic reads differently (Restic.Operation).
+const (
+	OpBackup  = "backup"
+	OpRestore = "restore"
+	OpVerify  = "verify"
+)
 
 // ParseStderr turns an "error" line into an item_error event, restic's final
 // error into a fatal event and other messages into warnings. Stack frames
 // (restic prints them below unexpected errors) and JSON it cannot read yield
 // nothing.
-func (Restic) ParseStderr(line []byte) (Event, bool) {
+func (r Restic) ParseStderr(line []byte) (Event, bool) {
 	if m, ok := decodeMessage(line); ok {
 		if m.MessageType != "error" {
 			return Event{}, false
@@ -202,9 +260,19 @@ func (Restic) ParseStderr(line []byte) (Event, bool) {
 		return Event{}, false
 	}
 	s := clip(strings.TrimSpace(raw))
+	fatal := strings.HasPrefix(s, "Fatal: ") || strings.Contains(s, ": Fatal: ")
 	switch {
 	case s == "":
 		return Event{}, false
+	// restore reports each file it could not restore (or, with --verify, that differs) so, and
+	// exits 1 after "Fatal: There were N errors".
+	case r.Operation == OpRestore && strings.HasPrefix(s, restoreError):
+		item, msg, _ := strings.Cut(strings.TrimPrefix(s, restoreError), ": ")
+		return Event{TypeItemError, ItemError{Item: item, During: "restore", Message: msg}}, true
+	// Whatever check prints on its standard error before its last word is a finding about the
+	// repository ("Pack ID does not match, ...").
+	case r.Operation == OpVerify && !fatal && !strings.HasPrefix(s, "unable to create lock in backend: "):
+		return Event{TypeItemError, ItemError{During: "check", Message: s}}, true
 	// restic prints fatal errors as they are wrapped: "Resolving password
 	// failed: Fatal: ...", and a lock conflict without the "Fatal:" prefix.
 	case strings.HasPrefix(s, "Fatal: "), strings.Contains(s, ": Fatal: "),
@@ -287,7 +355,22 @@ func (Restic) Conclude(exitStatus int, lastWarning string) (Event, bool) {
 
 // Classify maps restic's exit status and what it said to an outcome. restic
 // 0.14 exits 0, 1, 3 or 130; 10, 11 and 12 come from later versions.
-func (Restic) Classify(ev Evidence) Outcome {
+func (r Restic) Classify(ev Evidence) Outcome {
+	switch ev.Operation {
+	case OpVerify:
+		if ev.ExitStatus == 0 {
+			return Outcome{Status: Succeeded, Reason: "verify complete: restic check found no errors"}
+		}
+		if ev.ExitStatus == 1 && ev.ItemErrors > 0 && strings.Contains(ev.Fatal, "repository contains errors") {
+			return Outcome{Status: Failed, Class: Permanent, Reason: fmt.Sprintf("verify failed: the repository contains errors (%s, first: %s)",
+				plural(ev.ItemErrors, "finding"), ev.FirstItemError)}
+		}
+	case OpRestore:
+		if ev.ExitStatus == 1 && ev.ItemErrors > 0 {
+			return Outcome{Status: Failed, Class: Permanent, Reason: fmt.Sprintf("restore failed: %s could not be restored or verified, first: %s",
+				plural(ev.ItemErrors, "file"), ev.FirstItemError)}
+		}
+	}
 	switch s := ev.ExitStatus; s {
 	case 0:
 		if ev.ItemErrors > 0 {

@@ -25,29 +25,41 @@ func probeAs(argv []string, id Identity, want []Access) ([]string, error) {
 	if uint32(os.Geteuid()) == id.UID {
 		return Readable(want), nil
 	}
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("only root can check files as user %s: run holdfast as root", id)
-	}
-	in, err := json.Marshal(want)
-	if err != nil {
+	var why []string
+	if err := runAs(argv, id, want, &why); err != nil {
 		return nil, err
+	}
+	if len(why) != len(want) {
+		return nil, fmt.Errorf("probe as user %s: %d answers for %d paths", id, len(why), len(want))
+	}
+	return why, nil
+}
+
+// runAs runs argv with id's credentials, in as its standard input (JSON), and decodes its
+// answer (JSON) into out.
+func runAs(argv []string, id Identity, in, out any) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("only root can check files as user %s: run holdfast as root", id)
+	}
+	req, err := json.Marshal(in)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = "/", []string{}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: id.UID, Gid: id.GID, Groups: id.Groups}}
-	cmd.Stdin = bytes.NewReader(in)
+	cmd.Stdin = bytes.NewReader(req)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("probe as user %s: %w: %s", id, err, bytes.TrimSpace(stderr.Bytes()))
+		return fmt.Errorf("probe as user %s: %w: %s", id, err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	var why []string
-	if err := json.Unmarshal(stdout.Bytes(), &why); err != nil || len(why) != len(want) {
-		return nil, fmt.Errorf("probe as user %s: unexpected answer %q", id, stdout.Bytes())
+	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
+		return fmt.Errorf("probe as user %s: unexpected answer %q", id, stdout.Bytes())
 	}
-	return why, nil
+	return nil
 }
 
 // Readable checks, with this process's own credentials, that each path can be read as a

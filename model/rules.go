@@ -26,3 +26,13 @@ func (j Job) HasRepository() bool { return HasRepository(j.Engine) }
 func AddsToRepository(kind, engineName string) bool {
 	return kind == KindBackup && HasRepository(engineName)
 }
+
+// NeedsRepositoryAlone reports whether a run of this kind must have its repository to itself:
+// restic takes its exclusive lock for a prune, a forget and a check. A backup and a restore take
+// the shared lock and may run beside each other.
+func NeedsRepositoryAlone(kind string) bool { return slices.Contains(exclusiveKinds, kind) }
+
+// ExclusiveKinds lists the kinds that need their repository alone, for a query.
+func ExclusiveKinds() []string { return slices.Clone(exclusiveKinds) }
+
+var exclusiveKinds = []string{KindPrune, KindForget, KindVerify}

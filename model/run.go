@@ -23,9 +23,11 @@ const (
 
 // Run kinds.
 const (
-	KindBackup = "backup"
-	KindPrune  = "prune"  // needs its repository to itself
-	KindForget = "forget" // deletes a retention plan's snapshots; needs its repository to itself
+	KindBackup  = "backup"
+	KindPrune   = "prune"   // needs its repository to itself
+	KindForget  = "forget"  // deletes a retention plan's snapshots; needs its repository to itself
+	KindRestore = "restore" // gives a snapshot back into a target directory; reads its repository
+	KindVerify  = "verify"  // checks the repository (restic check) or drills a restore; needs it to itself
 )
 
 // Run triggers: what admitted a run.
@@ -64,12 +66,32 @@ type Run struct {
 	RetryOf         *uuid.UUID
 	RetryNumber     int
 	RetriedBy       *uuid.UUID
-	Kind            string     // KindBackup, KindPrune or KindForget
+	Kind            string     // KindBackup, KindPrune, KindForget, KindRestore or KindVerify
+	Host            string     // the host the run must run on, whatever its job says ("" none): a restore's target is there
+	Restore         Restore    // what a restore run gives back; zero for other kinds
+	Verify          Verify     // what a verify run checks; zero for other kinds
 	ForgetIDs       []string   // the snapshots a forget run deletes
 	PlanID          *uuid.UUID // the retention plan a forget run applies
 	BudgetBytes     *int64     // what the run may add over all its attempts
 	HeldBytes       int64      // its open holds
 	SettledBytes    int64      // what its attempts were charged
+}
+
+// Restore is what a restore run gives back and where.
+type Restore struct {
+	Target   string   // the absolute directory it restores into
+	Snapshot string   // the snapshot's full id, resolved when the restore was asked for
+	Includes []string // restic --include patterns; none restores the whole snapshot
+	// TotalBytes and TotalFiles are the snapshot's restore size as restic gave it, the totals of
+	// the restore's progress; nil if unknown (a restore of some paths only).
+	TotalBytes *int64
+	TotalFiles *int64
+}
+
+// Verify is what a verify run checks.
+type Verify struct {
+	ReadDataSubset string // restic check --read-data-subset ("" checks the structure only)
+	DrillFiles     int    // a drill restores and verifies this many files of the latest snapshot; 0 none
 }
 
 // Progress is the newest progress report an attempt's journal made.

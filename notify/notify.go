@@ -40,7 +40,7 @@ import (
 // Events are the events a target can ask for; DefaultEvents those it gets when it names none.
 var (
 	Events = []string{"started", "succeeded", "partial", "failed", "stopped", "paused", "overdue", "recovered", "stalled",
-		"host_down", "host_back"}
+		"host_down", "host_back", "verified", "verify_failed"}
 	DefaultEvents = Events[1:]
 )
 
@@ -279,7 +279,7 @@ func (d *Deliverer) healthchecks(ctx context.Context, t store.Target, e store.Ev
 	switch e.Event {
 	case "started":
 		suffix = "/start"
-	case "succeeded", "recovered", "host_back":
+	case "succeeded", "recovered", "host_back", "verified":
 		suffix = ""
 	}
 	u, err := url.Parse(strings.TrimSuffix(t.URL, "/") + suffix)

@@ -76,6 +76,13 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l model.LiveRun, m ru
 		}
 		r.refreshAfter(ctx, l)
 		return nil
+	case model.KindRestore:
+		if v.status == model.StatusSucceeded {
+			v.reason = restored(l.Run.Restore, a.Progress)
+		}
+		return r.finishAttempt(ctx, l, a, m, v)
+	case model.KindVerify:
+		return r.finishAttempt(ctx, l, a, m, v)
 	}
 	if ev.Summary == nil && (v.status == model.StatusSucceeded || v.status == model.StatusPartial) && l.JobEngine == engine.NameRestic {
 		// The run stays live, its marker in place, until the repair closed it: a repair not
@@ -88,6 +95,28 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l model.LiveRun, m ru
 		})
 	}
 	return r.finishBackup(ctx, l, a, m, v)
+}
+
+// restored is a succeeded restore's reason: what it gave back where, with the figures its last
+// progress measured.
+func restored(rs model.Restore, p *model.Progress) string {
+	what := "snapshot " + shortID(rs.Snapshot)
+	if len(rs.Includes) > 0 {
+		what += fmt.Sprintf(" (%d include pattern(s))", len(rs.Includes))
+	}
+	reason := fmt.Sprintf("restore complete: %s restored into %s", what, rs.Target)
+	if p != nil {
+		reason += fmt.Sprintf(", %d files, %s", p.FilesDone, engine.FormatBytes(p.BytesDone))
+	}
+	return reason
+}
+
+// shortID is a snapshot's id as restic abbreviates it.
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
 }
 
 // repairAndFinish closes a run whose journal recorded no summary, with what the repository says

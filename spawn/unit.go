@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -66,13 +67,19 @@ func staleLock(endings []store.AttemptEnd) string {
 
 func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unlock bool) runner.Spec {
 	name := runner.UnitName(job.Name, run.ID, attempt)
-	journalDir := filepath.Dir(jobunit.JournalPath(cfg.StateDir, run.ID, attempt))
-	spec, ej := jobunit.Spec(cfg, job, name, true, journalDir)
+	writable := []string{filepath.Dir(jobunit.JournalPath(cfg.StateDir, run.ID, attempt))}
+	if run.Kind == model.KindRestore {
+		// The target is made, as the job's user, when the restore is asked for: the sandbox
+		// makes writable only what exists when the unit starts.
+		writable = append(writable, run.Restore.Target)
+	}
+	// Every kind writes its repository, if only restic's lock.
+	spec, ej := jobunit.Spec(cfg, job, name, true, writable...)
 	restic := engine.Restic{Binary: cfg.ResticBinary}
 	execArgv := []string{cfg.Binary, "exec",
 		"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt),
 		"--journal", jobunit.JournalPath(cfg.StateDir, run.ID, attempt),
-		"--engine", job.Engine}
+		"--engine", job.Engine, "--kind", cmp.Or(run.Kind, model.KindBackup)}
 	execArgv = append(execArgv, jobunit.CredentialArgs(spec)...)
 	spec.Description = fmt.Sprintf("holdfast %s %s, run %s attempt %d", cmp.Or(run.Kind, model.KindBackup), job.Name, run.ID, attempt)
 	spec.ExecStopPost = []string{cfg.Binary, "marker", "--state-dir", cfg.StateDir,
@@ -95,6 +102,21 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		argv = restic.PruneArgv(ej)
 	case model.KindForget:
 		argv = restic.ForgetArgv(ej, run.ForgetIDs)
+	case model.KindVerify:
+		argv = restic.CheckArgv(ej, run.Verify.ReadDataSubset)
+	case model.KindRestore:
+		rs := run.Restore
+		argv = restic.RestoreArgv(ej, rs.Snapshot, rs.Target, rs.Includes, false)
+		// restic 0.14 reports no progress of a restore: what is under the target is measured.
+		execArgv = append(execArgv, "--progress-dir", rs.Target)
+		if rs.TotalBytes != nil && rs.TotalFiles != nil {
+			execArgv = append(execArgv, "--progress-total-bytes", strconv.FormatInt(*rs.TotalBytes, 10),
+				"--progress-total-files", strconv.FormatInt(*rs.TotalFiles, 10))
+		}
+		if spec.Sandbox != nil && slices.Contains(spec.Sandbox.Capabilities, "CAP_DAC_READ_SEARCH") {
+			// A root job's restore gives files back to their owners with their modes.
+			spec.Sandbox.Capabilities = append(spec.Sandbox.Capabilities, "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE")
+		}
 	}
 	// Stale locks go first, in the unit's own identity and sandbox: `restic unlock` removes only
 	// locks of processes that are gone (or older than 30 minutes), never a live backup's. And

@@ -361,11 +361,11 @@ func (s *Store) NoticeDownHosts(ctx context.Context, by string, grace time.Durat
 	return names, nil
 }
 
-// Orphans lists the live runs of any-host jobs whose attempt is held by another host whose
+// Orphans lists the live runs of any-host jobs (not pinned themselves, as a restore is) whose attempt is held by another host whose
 // lease expired more than grace ago: those this host may take over.
 func (s *Store) Orphans(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error) {
 	return s.liveRuns(ctx, "orphans", `
-		AND a.host <> $1 AND a.host <> '' AND j.id IS NOT NULL AND j.host IS NULL
+		AND a.host <> $1 AND a.host <> '' AND j.id IS NOT NULL AND j.host IS NULL AND r.host IS NULL
 		AND EXISTS (SELECT 1 FROM hosts h WHERE h.name = a.host AND h.lease_until + $2::interval < now())`,
 		host, grace)
 }
@@ -408,7 +408,7 @@ func (s *Store) TakeOverRun(ctx context.Context, w Lease, t TakeOver) (bool, err
 		tag, err := tx.Exec(ctx, `
 			UPDATE attempts SET ended_at = now(), superseded_at = now(), superseded_by = $4
 			WHERE run_id = $1 AND attempt_no = $2 AND host = $3 AND ended_at IS NULL
-			  AND EXISTS (SELECT 1 FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1 AND j.host IS NULL)`,
+			  AND EXISTS (SELECT 1 FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1 AND j.host IS NULL AND r.host IS NULL)`,
 			t.RunID, t.Attempt, t.From, w.Host)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err

@@ -94,7 +94,7 @@ var invariants = []struct{ name, query string }{
 		FROM attempts a JOIN runs r ON r.id = a.run_id JOIN jobs j ON j.id = r.job_id JOIN hosts h ON h.name = a.host
 		JOIN hosts o ON o.name <> h.name AND o.lease_until > now()
 			AND greatest(h.lease_until, o.started_at) + o.takeover_grace + interval '30 seconds' < now()
-		WHERE a.ended_at IS NULL AND j.host IS NULL AND h.lease_until <= now()
+		WHERE a.ended_at IS NULL AND j.host IS NULL AND r.host IS NULL AND h.lease_until <= now()
 		GROUP BY a.run_id, a.attempt_no, j.name, h.name, h.lease_until
 		UNION ALL
 		SELECT 'run ' || run_id || ' attempt ' || attempt_no || ' was superseded by host ' || superseded_by || ' but is live'

@@ -22,21 +22,22 @@ const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_rea
 	r.created_at, r.started_at, r.finished_at, r.reason, r.failure_class, coalesce(r.snapshot_id, ''),
 	r.bytes_added, r.bytes_processed, r.files_processed, r.files_skipped,
 	r.planned_at, r.not_before, coalesce(` + hostNote + `, r.waiting_reason, ''), r.retry_of, r.retry_number, r.retried_by, r.kind,
-	r.forget_ids, r.plan_id, r.budget_bytes,
+	r.forget_ids, r.plan_id, r.budget_bytes, coalesce(r.host, ''), coalesce(r.restore_target, ''), coalesce(r.restore_snapshot, ''),
+	r.restore_includes, r.restore_total_bytes, r.restore_total_files, r.verify_subset, r.drill_files,
 	coalesce((SELECT sum(bytes) FROM open_holds WHERE run_id = r.id), 0)::bigint,
 	coalesce((SELECT sum(e.bytes) FROM ledger_entries e WHERE e.run_id = r.id AND e.kind = 'settle'), 0)::bigint`
 
 // hostNote says why a live run waits on its host, which outranks any other waiting reason: the
 // host that holds its attempt, or the host its job is pinned to, is down or draining.
 const hostNote = `(SELECT CASE
-		WHEN h.name IS NULL THEN 'waiting: host ' || j.host || ' has never run a holdfast daemon'
+		WHEN h.name IS NULL THEN 'waiting: host ' || coalesce(r.host, j.host) || ' has never run a holdfast daemon'
 		WHEN h.lease_until <= now() THEN 'waiting: host ' || h.name || ' is down since ' ||
 			to_char(h.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
 		ELSE 'waiting: host ' || h.name || ' is draining' END
 	FROM attempts la LEFT JOIN jobs j ON j.id = r.job_id
-	LEFT JOIN hosts h ON h.name = coalesce(nullif(la.host, ''), j.host)
+	LEFT JOIN hosts h ON h.name = coalesce(nullif(la.host, ''), r.host, j.host)
 	WHERE la.run_id = r.id AND la.ended_at IS NULL AND r.status IN ('queued', 'running')
-	  AND coalesce(nullif(la.host, ''), j.host) IS NOT NULL
+	  AND coalesce(nullif(la.host, ''), r.host, j.host) IS NOT NULL
 	  AND ((h.name IS NULL AND la.host = '') OR h.lease_until <= now() OR (la.unit IS NULL AND h.draining_since IS NOT NULL)))`
 
 func runDest(r *model.Run) []any {
@@ -44,7 +45,9 @@ func runDest(r *model.Run) []any {
 		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.Reason, &r.FailureClass, &r.SnapshotID,
 		&r.BytesAdded, &r.BytesProcessed, &r.FilesProcessed, &r.FilesSkipped,
 		&r.PlannedAt, &r.NotBefore, &r.WaitingReason, &r.RetryOf, &r.RetryNumber, &r.RetriedBy, &r.Kind,
-		&r.ForgetIDs, &r.PlanID, &r.BudgetBytes, &r.HeldBytes, &r.SettledBytes}
+		&r.ForgetIDs, &r.PlanID, &r.BudgetBytes, &r.Host, &r.Restore.Target, &r.Restore.Snapshot,
+		&r.Restore.Includes, &r.Restore.TotalBytes, &r.Restore.TotalFiles, &r.Verify.ReadDataSubset, &r.Verify.DrillFiles,
+		&r.HeldBytes, &r.SettledBytes}
 }
 
 const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, coalesce(a.boot_id, ''), a.created_at, a.spawn_claimed_at, a.armed_for,
@@ -94,43 +97,68 @@ func deref(p *int64) int64 {
 // the daemons. A job that already has a live run is refused: two backups of one job would race
 // for the same files and repository lock.
 func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (model.Run, error) {
+	return s.AdmitRequest(ctx, Request{Job: jobName, Trigger: trigger, Kind: kind})
+}
+
+// Request is a run an operator asks for.
+type Request struct {
+	Job     string
+	Trigger string
+	Kind    string        // "" is KindBackup
+	Host    string        // the host the run must run on, whatever its job says; a restore must name it
+	Restore model.Restore // a restore's target and snapshot
+	Verify  model.Verify
+}
+
+// AdmitRequest admits the run r asks for as Admit does. A restore, a prune and a verify run need
+// a job with a repository, and a restore its target, snapshot and host.
+func (s *Store) AdmitRequest(ctx context.Context, r Request) (model.Run, error) {
 	var run model.Run
+	kind := cmp.Or(r.Kind, model.KindBackup)
+	if kind == model.KindRestore && (r.Restore.Target == "" || r.Restore.Snapshot == "" || r.Host == "") {
+		return model.Run{}, fmt.Errorf("admit restore of %s: no target, snapshot or host", r.Job)
+	}
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var jobID int64
 		var jobEngine string
-		err := tx.QueryRow(ctx, `SELECT id, engine FROM jobs WHERE name = $1 FOR UPDATE`, jobName).Scan(&jobID, &jobEngine)
+		err := tx.QueryRow(ctx, `SELECT id, engine FROM jobs WHERE name = $1 FOR UPDATE`, r.Job).Scan(&jobID, &jobEngine)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("job %q: %w", jobName, ErrNotFound)
+			return fmt.Errorf("job %q: %w", r.Job, ErrNotFound)
 		}
 		if err != nil {
 			return err
 		}
-		if kind == model.KindPrune && !model.HasRepository(jobEngine) {
-			return &ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: only a restic repository can be pruned", jobName, jobEngine)}
+		if kind != model.KindBackup && !model.HasRepository(jobEngine) {
+			return &ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: only a restic repository can be %s", r.Job, jobEngine, kindVerb[kind])}
 		}
 		live, found, err := liveRunOf(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}
 		if found {
-			return &ConflictError{Msg: fmt.Sprintf("job %s already has a live run %s", jobName, live)}
+			return &ConflictError{Msg: fmt.Sprintf("job %s already has a live run %s: wait for it, or stop it with holdfast run stop", r.Job, live)}
 		}
 		id, err := uuid.NewRandom()
 		if err != nil {
 			return err
 		}
-		if _, err := insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: jobName, trigger: trigger, kind: kind}); err != nil {
+		if _, err := insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: r.Job, trigger: r.Trigger, kind: kind,
+			host: r.Host, restore: r.Restore, verify: r.Verify}); err != nil {
 			return err
 		}
 		crashpoint.At("run-start-before-commit")
 		return tx.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.id = $1`, id).Scan(runDest(&run)...)
 	})
 	if err != nil {
-		return model.Run{}, wrap(err, "admit run of %s", jobName)
+		return model.Run{}, wrap(err, "admit run of %s", r.Job)
 	}
 	crashpoint.At("run-start-after")
 	return run, nil
 }
+
+// kindVerb says what a run of each kind other than a backup does to a repository.
+var kindVerb = map[string]string{model.KindPrune: "pruned", model.KindForget: "forgotten from",
+	model.KindRestore: "restored from", model.KindVerify: "verified"}
 
 // newRun is a run to admit.
 type newRun struct {
@@ -145,6 +173,9 @@ type newRun struct {
 	waitingReason string
 	forgetIDs     []string
 	planID        *uuid.UUID
+	host          string
+	restore       model.Restore
+	verify        model.Verify
 }
 
 // insertRun admits a run inside tx: the run with its first attempt and, for a backup, its place
@@ -152,10 +183,15 @@ type newRun struct {
 // daemons are notified when tx commits.
 func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused bool, err error) {
 	kind := cmp.Or(n.kind, model.KindBackup)
+	rs := n.restore
 	if _, err := tx.Exec(ctx, `INSERT INTO runs (id, job_id, job_name, trigger, kind, planned_at, retry_of, retry_number,
-			not_before, waiting_reason, forget_ids, plan_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''), $11, $12)`, id, n.jobID, n.jobName, n.trigger, kind,
-		n.plannedAt, n.retryOf, n.retryNumber, n.notBefore, n.waitingReason, nonNil(n.forgetIDs), n.planID); err != nil {
+			not_before, waiting_reason, forget_ids, plan_id, host, restore_target, restore_snapshot, restore_includes,
+			restore_total_bytes, restore_total_files, verify_subset, drill_files)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''), $11, $12, nullif($13, ''), nullif($14, ''), nullif($15, ''),
+			$16, $17, $18, $19, $20)`, id, n.jobID, n.jobName, n.trigger, kind,
+		n.plannedAt, n.retryOf, n.retryNumber, n.notBefore, n.waitingReason, nonNil(n.forgetIDs), n.planID,
+		n.host, rs.Target, rs.Snapshot, nonNil(rs.Includes), rs.TotalBytes, rs.TotalFiles,
+		n.verify.ReadDataSubset, n.verify.DrillFiles); err != nil {
 		return false, err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {
@@ -180,7 +216,7 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 // host (or removed), and host is not draining. host "" lists every live run.
 func (s *Store) LiveRuns(ctx context.Context, host string) ([]model.LiveRun, error) {
 	return s.liveRuns(ctx, "live runs", `
-		AND ($1 = '' OR a.host = $1 OR (a.host = '' AND a.unit IS NULL AND (j.host IS NULL OR j.host = $1)
+		AND ($1 = '' OR a.host = $1 OR (a.host = '' AND a.unit IS NULL AND coalesce(r.host, j.host, $1) = $1
 			-- A draining host spawns nothing, but still ends the runs it was asked to stop.
 			AND (r.stop_requested_at IS NOT NULL
 				OR NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $1 AND h.draining_since IS NOT NULL))))`, host)
@@ -251,7 +287,7 @@ func (s *Store) ClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed 
 	host := w.Host
 	// Claims that decide on what other claims hold are serialized, so that two of them never
 	// both see the last free place: all claims when limits are set, else the claims on one
-	// repository (a prune needs it to itself; a backup waits for its prune).
+	// repository (a prune, forget or check needs it to itself; a backup or a restore waits for it).
 	lock := `SELECT pg_advisory_xact_lock($1::int, hashtext(j.repository)) FROM runs r JOIN jobs j ON j.id = r.job_id
 		WHERE r.id = $2 AND j.engine = ANY($3)`
 	limited := limits.MaxRunning > 0 || limits.MaxRunningHost > 0
@@ -273,7 +309,7 @@ func (s *Store) ClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed 
 			SELECT o.id, o.kind FROM runs me JOIN jobs mj ON mj.id = me.job_id,
 				attempts oa JOIN runs o ON o.id = oa.run_id JOIN jobs oj ON oj.id = o.job_id
 			WHERE me.id = $1 AND mj.engine = ANY($12) AND oa.ended_at IS NULL AND oa.unit IS NOT NULL
-			  AND o.id <> me.id AND oj.repository = mj.repository AND (me.kind <> 'backup' OR o.kind <> 'backup')
+			  AND o.id <> me.id AND oj.repository = mj.repository AND (me.kind = ANY($13) OR o.kind = ANY($13))
 			LIMIT 1),
 		holding AS (
 			SELECT count(*) AS all_hosts, count(*) FILTER (WHERE host = $4) AS on_host
@@ -286,8 +322,8 @@ func (s *Store) ClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed 
 			  AND r.stop_requested_at IS NULL
 			  -- An attempt kept by the host whose start failed is that host's (ReleaseSpawnClaim).
 			  AND a.host IN ('', $4)
-			  -- A job pinned elsewhere is not this host's to run.
-			  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = r.job_id AND j.host IS NOT NULL AND j.host <> $4)
+			  -- A job pinned elsewhere is not this host's to run, nor a run pinned elsewhere (a restore).
+			  AND coalesce(r.host, (SELECT j.host FROM jobs j WHERE j.id = r.job_id), $4) = $4
 			  -- The fence: only the holder of the host's current lease claims.
 			  AND holdfast_fence(a.host, a.lease_generation, $4, $10, $11)
 			  -- Not while the host drains.
@@ -308,7 +344,7 @@ func (s *Store) ClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed 
 			(SELECT all_hosts FROM holding), (SELECT on_host FROM holding), EXISTS (SELECT 1 FROM claim),
 			EXISTS (SELECT 1 FROM claimable)`,
 		ref.Run, ref.No, c.Unit, host, limited, limits.MaxRunning, limits.MaxRunningHost, c.ArmedFor, c.Boot, w.Holder, w.Generation,
-		repositoryEngines)
+		repositoryEngines, model.ExclusiveKinds())
 	results := s.pool.SendBatch(ctx, batch)
 	_, err = results.Exec()
 	if err == nil {

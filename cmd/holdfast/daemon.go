@@ -274,9 +274,13 @@ func newCredexecCmd() *cobra.Command {
 // (2 min) is longer.
 const afterInterruptTimeout = time.Minute
 
+// restoreProgressEvery is how often a restore's target is measured for its progress.
+const restoreProgressEvery = 3 * time.Second
+
 func newExecCmd() *cobra.Command {
-	var runID, journalPath, engineName string
+	var runID, journalPath, engineName, kind, progressDir string
 	var attempt int
+	var totalBytes, totalFiles int64
 	var creds credentialFlags
 	var before, afterInterrupt []string
 	cmd := &cobra.Command{
@@ -289,9 +293,13 @@ func newExecCmd() *cobra.Command {
 			if err != nil {
 				return badInput("--run %q is not a run id", runID)
 			}
-			parser, err := engine.ByName(engineName, "")
+			parser, err := engine.ForOperation(engineName, "", kind)
 			if err != nil {
 				return inputError{err}
+			}
+			var progress func() (engine.Progress, bool)
+			if progressDir != "" {
+				progress = engine.TreeProgress(progressDir, totalBytes, totalFiles)
 			}
 			env, err := creds.environ()
 			if err != nil {
@@ -326,6 +334,7 @@ func newExecCmd() *cobra.Command {
 			// One the runtime hands on only as the engine starts reaches the engine, at once.
 			status, err := engine.Exec(cmd.Context(), engine.ExecConfig{
 				Argv: argv, Env: env, Parser: parser, Emit: emit, Stderr: os.Stderr, Stdout: os.Stdout,
+				Progress: progress, ProgressEvery: restoreProgressEvery,
 			})
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "holdfast exec: %v\n", err)
@@ -347,6 +356,10 @@ func newExecCmd() *cobra.Command {
 	f.IntVar(&attempt, "attempt", 0, "attempt number")
 	f.StringVar(&journalPath, "journal", "", "run journal file")
 	f.StringVar(&engineName, "engine", engine.NameRestic, "engine: restic or command")
+	f.StringVar(&kind, "kind", "", "the run's kind (backup, restore, verify, ...): how the engine's output reads")
+	f.StringVar(&progressDir, "progress-dir", "", "measure progress as what is under this directory (a restore's target)")
+	f.Int64Var(&totalBytes, "progress-total-bytes", 0, "the bytes --progress-dir will hold at the end (0: unknown)")
+	f.Int64Var(&totalFiles, "progress-total-files", 0, "the files --progress-dir will hold at the end (0: unknown)")
 	f.StringArrayVar(&before, "before", nil, "a command to run first, one argument per flag; its failure is ignored")
 	f.StringArrayVar(&afterInterrupt, "after-interrupt", nil, "a command to run when a signal interrupted the engine (restic unlock), one argument per flag")
 	creds.add(f)

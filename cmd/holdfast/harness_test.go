@@ -311,7 +311,7 @@ func (w *world) backupRate(kibps int) {
 	}
 }
 
-// slowRestic returns the real restic, run with --limit-upload at the rate backupRate set when
+// slowRestic returns the real restic, run with --limit-upload (--limit-download for a restore) at the rate backupRate set when
 // it starts, read as the job's user inside the unit. A backup started while holdBackups holds
 // them has restic's summary line held back (restic has ended; its run is still in flight: its
 // journal has no summary, its unit is active) until the hold is released or the unit is
@@ -322,6 +322,7 @@ func (w *world) slowRestic() string {
 	return w.script("slow-restic", `#!/bin/sh
 rate=$(cat RATE 2>/dev/null)
 case " $* " in
+*" restore "*) exec REAL ${rate:+--limit-download "$rate"} "$@" ;;
 *" backup "*) [ -e HOLD ] || exec REAL ${rate:+--limit-upload "$rate"} "$@" ;;
 *) exec REAL ${rate:+--limit-upload "$rate"} "$@" ;;
 esac

@@ -34,3 +34,19 @@ func newProbeReadCmd() *cobra.Command {
 		},
 	}
 }
+
+func newProbeTargetCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "probe-target",
+		Short:  "Check, make or remove a restore's target (JSON on stdin) as this process (used to check it as a job's user)",
+		Hidden: true,
+		Args:   exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var p job.TargetProbe
+			if err := json.NewDecoder(io.LimitReader(cmd.InOrStdin(), 1<<20)).Decode(&p); err != nil {
+				return badInput("probe-target: %v", err)
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(job.ProbeTarget(p))
+		},
+	}
+}

@@ -64,6 +64,14 @@ func progressJSON(p *model.Progress) *progressOut {
 	return &progressOut{p.PercentDone, p.FilesDone, p.TotalFiles, p.BytesDone, p.TotalBytes}
 }
 
+type restoreOut struct {
+	Target     string   `json:"target"`
+	Snapshot   string   `json:"snapshot"`
+	Includes   []string `json:"includes,omitempty"`
+	TotalBytes *int64   `json:"total_bytes"`
+	TotalFiles *int64   `json:"total_files"`
+}
+
 type runOut struct {
 	ID              string       `json:"id"`
 	Job             string       `json:"job"`
@@ -94,6 +102,9 @@ type runOut struct {
 	SettledBytes    int64        `json:"settled_bytes"`
 	ForgetIDs       []string     `json:"forget_ids,omitempty"`
 	PlanID          string       `json:"plan_id,omitempty"`
+	Host            string       `json:"host,omitempty"` // the host the run must run on (a restore's)
+	Restore         *restoreOut  `json:"restore,omitempty"`
+	ReadDataSubset  string       `json:"read_data_subset,omitempty"`
 	Attempts        []attemptOut `json:"attempts,omitempty"`
 }
 
@@ -120,6 +131,10 @@ func runJSON(r model.Run, attempts []model.Attempt) runOut {
 		o.RetriedBy = r.RetriedBy.String()
 	}
 	o.ForgetIDs = r.ForgetIDs
+	o.Host, o.ReadDataSubset = r.Host, r.Verify.ReadDataSubset
+	if rs := r.Restore; rs.Target != "" {
+		o.Restore = &restoreOut{Target: rs.Target, Snapshot: rs.Snapshot, Includes: rs.Includes, TotalBytes: rs.TotalBytes, TotalFiles: rs.TotalFiles}
+	}
 	o.BudgetBytes, o.HoldBytes, o.SettledBytes = r.BudgetBytes, r.HeldBytes, r.SettledBytes
 	if r.PlanID != nil {
 		o.PlanID = r.PlanID.String()
@@ -155,7 +170,8 @@ func statusExit(status string) int {
 }
 
 func newRunStartCmd(g *globals) *cobra.Command {
-	var wait, asJSON, prune bool
+	var wait, asJSON, prune, verifyRun bool
+	var verify model.Verify
 	cmd := &cobra.Command{
 		Use:   "start JOB",
 		Short: "Start a run of a job now",
@@ -169,8 +185,20 @@ func newRunStartCmd(g *globals) *cobra.Command {
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				kind := model.KindBackup
-				if prune {
+				switch {
+				case prune && verifyRun:
+					return badInput("--prune and --verify are two runs: start them one after the other")
+				case prune:
 					kind = model.KindPrune
+				case verifyRun:
+					kind = model.KindVerify
+				case verify.ReadDataSubset != "":
+					return badInput("--read-data-subset is for verification runs: add --verify")
+				}
+				if verify.ReadDataSubset != "" {
+					if err := engine.ValidateReadDataSubset(verify.ReadDataSubset); err != nil {
+						return inputError{err}
+					}
 				}
 				// Waiting for a run that no daemon can take would wait for ever: say so now.
 				able, err := st.RunnableBy(ctx, args[0])
@@ -180,53 +208,62 @@ func newRunStartCmd(g *globals) *cobra.Command {
 				if len(able.Hosts) == 0 && wait {
 					return unavailableError{errors.New(able.Why + "; nothing was queued")}
 				}
-				run, err := st.Admit(ctx, args[0], "manual", kind)
+				run, err := st.AdmitRequest(ctx, store.Request{Job: args[0], Trigger: model.TriggerManual, Kind: kind, Verify: verify})
 				if err != nil {
 					return err
 				}
-				if len(able.Hosts) == 0 && run.Status != model.StatusPaused {
-					fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: warning: %s; the run waits until then\n", able.Why)
-				}
-				if !wait {
-					if asJSON {
-						if err := writeJSON(cmd.OutOrStdout(), runJSON(run, nil)); err != nil {
-							return err
-						}
-					} else if run.Status == model.StatusPaused {
-						fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s %s\n", run.ID, run.JobName, textsafe.String(run.Reason))
-					} else {
-						fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s queued\n", run.ID, run.JobName)
-					}
-					if run.Status == model.StatusPaused {
-						return exitCodeError{exitPaused} // admitted, but its account could not hold it
-					}
-					return nil
-				}
-				if !asJSON {
-					fmt.Fprintf(cmd.ErrOrStderr(), "run %s of %s queued\n", run.ID, run.JobName)
-				}
-				final, attempts, err := runctl.WaitRun(ctx, st, run.ID, progressWriter(cmd.ErrOrStderr(), asJSON))
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					if err := writeJSON(cmd.OutOrStdout(), runJSON(final, attempts)); err != nil {
-						return err
-					}
-				} else {
-					fmt.Fprintf(cmd.OutOrStdout(), "run %s %s: %s\n", final.ID, final.Status, textsafe.String(final.Reason))
-				}
-				if code := statusExit(final.Status); code != exitOK {
-					return exitCodeError{code}
-				}
-				return nil
+				return followRun(cmd, st, run, len(able.Hosts) == 0, able.Why, wait, asJSON)
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the run to end, showing progress")
 	cmd.Flags().BoolVar(&prune, "prune", false, "prune the job's repository instead of backing up (waits until no backup of it runs)")
+	cmd.Flags().BoolVar(&verifyRun, "verify", false, "verify the job's repository (restic check) instead of backing up")
+	cmd.Flags().StringVar(&verify.ReadDataSubset, "read-data-subset", "", "with --verify, also read this part of the data: a percentage (5%) or n/t (1/7)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
 	return cmd
+}
+
+// followRun reports a run just admitted as `run start` does: queued (or paused at once), or with
+// wait its end, and exits with its status. unable says no live daemon can run it yet, and why.
+func followRun(cmd *cobra.Command, st *store.Store, run model.Run, unable bool, why string, wait, asJSON bool) error {
+	ctx := cmd.Context()
+	if unable && run.Status != model.StatusPaused {
+		fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: warning: %s; the run waits until then\n", why)
+	}
+	if !wait {
+		if asJSON {
+			if err := writeJSON(cmd.OutOrStdout(), runJSON(run, nil)); err != nil {
+				return err
+			}
+		} else if run.Status == model.StatusPaused {
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s %s\n", run.ID, run.JobName, textsafe.String(run.Reason))
+		} else {
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s queued\n", run.ID, run.JobName)
+		}
+		if run.Status == model.StatusPaused {
+			return exitCodeError{exitPaused} // admitted, but its account could not hold it
+		}
+		return nil
+	}
+	if !asJSON {
+		fmt.Fprintf(cmd.ErrOrStderr(), "run %s of %s queued\n", run.ID, run.JobName)
+	}
+	final, attempts, err := runctl.WaitRun(ctx, st, run.ID, progressWriter(cmd.ErrOrStderr(), asJSON))
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if err := writeJSON(cmd.OutOrStdout(), runJSON(final, attempts)); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(cmd.OutOrStdout(), "run %s %s: %s\n", final.ID, final.Status, textsafe.String(final.Reason))
+	}
+	if code := statusExit(final.Status); code != exitOK {
+		return exitCodeError{code}
+	}
+	return nil
 }
 
 // progressWriter returns where runctl.WaitRun reports progress: a line redrawn in place on a terminal,

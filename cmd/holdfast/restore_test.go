@@ -1,0 +1,208 @@
+package main_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// restoreWorld is a world with a job "home" run as nobody over data that has a name with spaces,
+// a symbolic link and a 0600 file of nobody's, backed up once; restores go under a directory
+// nobody may write.
+type restoreWorld struct {
+	*world
+	repo, pw, data string
+	restores       string // a directory of nobody's for the targets
+	snapshot       string // the backup's snapshot (short id)
+	uid, gid       int
+}
+
+func newRestoreWorld(t *testing.T, w *world, files int, size int64) *restoreWorld {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("restores run as the job's user: the test must run as root")
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw := &restoreWorld{world: w}
+	rw.uid, _ = strconv.Atoi(nobody.Uid)
+	rw.gid, _ = strconv.Atoi(nobody.Gid)
+	rw.repo, rw.pw = w.resticRepo("repo")
+	openToAll(t, rw.repo)
+	rw.data = w.sampleData("data", files, size)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(rw.data, "sub dir"), 0o755))
+	must(os.WriteFile(filepath.Join(rw.data, "sub dir", "name with spaces.txt"), []byte("spaces\n"), 0o644))
+	must(os.Symlink("sub dir/name with spaces.txt", filepath.Join(rw.data, "a link")))
+	private := filepath.Join(rw.data, "private.key")
+	must(os.WriteFile(private, []byte("nobody's own\n"), 0o600))
+	must(os.Chown(private, rw.uid, rw.gid))
+	rw.restores = filepath.Join(w.dir, "restores")
+	must(os.Mkdir(rw.restores, 0o755))
+	must(os.Chown(rw.restores, rw.uid, rw.gid))
+	w.mustRun("job", "add", "home", "--repo", rw.repo, "--password-file", rw.pw, "--path", rw.data, "--user", "nobody")
+	return rw
+}
+
+// backup runs one backup of home and records its snapshot.
+func (rw *restoreWorld) backup() {
+	rw.t.Helper()
+	var r runJSON
+	if err := json.Unmarshal([]byte(rw.mustRun("run", "start", "home", "--wait", "--json")), &r); err != nil || r.Status != "succeeded" {
+		rw.t.Fatalf("backup: %+v (%v)", r, err)
+	}
+	rw.snapshot = r.SnapshotID
+}
+
+// restoreOut is a restore run as run show --json prints it.
+type restoreOut struct {
+	runJSON
+	Kind    string `json:"kind"`
+	Host    string `json:"host"`
+	Restore struct {
+		Target     string `json:"target"`
+		Snapshot   string `json:"snapshot"`
+		TotalBytes *int64 `json:"total_bytes"`
+	} `json:"restore"`
+}
+
+func (rw *restoreWorld) showRestore(id string) restoreOut {
+	rw.t.Helper()
+	var r restoreOut
+	if err := json.Unmarshal([]byte(rw.mustRun("run", "show", id, "--json")), &r); err != nil {
+		rw.t.Fatal(err)
+	}
+	return r
+}
+
+// sameTree fails the test unless target holds the backed-up data as it is (restic restores a
+// snapshot's absolute paths under its target): names, contents, the link as a link, and the
+// private file still nobody's with mode 0600.
+func (rw *restoreWorld) sameTree(target string) {
+	rw.t.Helper()
+	restored := filepath.Join(target, rw.data)
+	if out, err := exec.Command("diff", "-r", "--no-dereference", rw.data, restored).CombinedOutput(); err != nil {
+		rw.t.Fatalf("diff -r %s %s: %v\n%s", rw.data, restored, err, out)
+	}
+	if l, err := os.Readlink(filepath.Join(restored, "a link")); err != nil || l != "sub dir/name with spaces.txt" {
+		rw.t.Fatalf("restored link = %q, %v", l, err)
+	}
+	info, err := os.Lstat(filepath.Join(restored, "private.key"))
+	if err != nil {
+		rw.t.Fatal(err)
+	}
+	st := info.Sys().(*syscall.Stat_t)
+	if info.Mode().Perm() != 0o600 || int(st.Uid) != rw.uid {
+		rw.t.Fatalf("restored private.key: mode %v owner %d, want 0600 and nobody (%d)", info.Mode().Perm(), st.Uid, rw.uid)
+	}
+}
+
+// A restore gives back the snapshot as it was, as the job's user, into a target it made; the
+// run is a restore of the snapshot's full id, pinned to the host that asked for it.
+func TestRestoreEqualsSource(t *testing.T) {
+	t.Parallel()
+	rw := newRestoreWorld(t, newWorld(t), 3, 1<<20)
+	rw.startDaemon()
+	rw.backup()
+	target := filepath.Join(rw.restores, "new target")
+	res := rw.run("restore", "home", "--target", target, "--wait", "--json")
+	if res.code != 0 {
+		t.Fatalf("restore --wait: exit %d\n%s\n%s", res.code, res.stdout, res.stderr)
+	}
+	var r restoreOut
+	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Kind != "restore" || r.Status != "succeeded" || !strings.HasPrefix(r.Restore.Snapshot, rw.snapshot) ||
+		len(r.Restore.Snapshot) != 64 || r.Restore.Target != target || r.Host == "" || !strings.Contains(r.Reason, "restore complete") {
+		t.Fatalf("restore run = %+v, want a succeeded restore of snapshot %s into %s", r, rw.snapshot, target)
+	}
+	if r.Restore.TotalBytes == nil || *r.Restore.TotalBytes < 1<<20 {
+		t.Fatalf("restore's total = %v, want the snapshot's size", r.Restore.TotalBytes)
+	}
+	rw.sameTree(target)
+	info, err := os.Stat(target)
+	if err != nil || int(info.Sys().(*syscall.Stat_t).Uid) != rw.uid {
+		t.Fatalf("target %s: %v, want it made by nobody", target, err)
+	}
+	// The ledger charges a restore nothing; it is no backup, so the job's last outcome stays.
+	if r.HoldBytes != 0 || r.SettledBytes != 0 || r.BudgetBytes != nil {
+		t.Fatalf("restore run held or settled bytes: %+v", r)
+	}
+	rw.checkInvariants()
+}
+
+// Refusals: each says what is wrong, and nothing is queued or made.
+func TestRestoreRefusals(t *testing.T) {
+	t.Parallel()
+	rw := newRestoreWorld(t, newWorld(t), 1, 1<<10)
+	rw.startDaemon()
+	rw.backup()
+	full := filepath.Join(rw.restores, "full")
+	if err := os.Mkdir(full, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(full, "keep.txt"), []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(full, rw.uid, rw.gid); err != nil {
+		t.Fatal(err)
+	}
+	rootOwned := filepath.Join(rw.dir, "root-owned") // 0755, root's: nobody cannot write it
+	if err := os.Mkdir(rootOwned, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	absent := filepath.Join(rw.restores, "absent")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"non-empty target", []string{"restore", "home", "--target", full}, "is not empty"},
+		{"unwritable target", []string{"restore", "home", "--target", rootOwned}, "cannot be written by the job's user"},
+		{"unwritable parent", []string{"restore", "home", "--target", filepath.Join(rootOwned, "x")}, "cannot be made"},
+		{"unknown snapshot", []string{"restore", "home", "--target", absent, "--snapshot", "deadbeef"}, "no snapshot deadbeef"},
+		{"bad snapshot", []string{"restore", "home", "--target", absent, "--snapshot", "../x"}, "give a snapshot id"},
+		{"relative target", []string{"restore", "home", "--target", "out"}, "relative path"},
+		{"subset 0%", []string{"run", "start", "home", "--verify", "--read-data-subset", "0%"}, "above 0%"},
+		{"subset 150%", []string{"run", "start", "home", "--verify", "--read-data-subset", "150%"}, "at most 100%"},
+		{"subset 3/2", []string{"run", "start", "home", "--verify", "--read-data-subset", "3/2"}, "1 <= n <= t"},
+		{"subset without verify", []string{"run", "start", "home", "--read-data-subset", "5%"}, "add --verify"},
+	} {
+		res := rw.run(tc.args...)
+		if res.code != 2 || !strings.Contains(res.stderr, tc.want) || strings.Count(strings.TrimSpace(res.stderr), "\n") != 0 {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 and one line saying %q", tc.name, res.code, res.stderr, tc.want)
+		}
+	}
+	if runs := rw.runs("home"); len(runs) != 1 {
+		t.Fatalf("runs after the refusals: %+v, want only the backup", runs)
+	}
+	if _, err := os.Lstat(absent); !os.IsNotExist(err) {
+		t.Fatalf("a refused restore made its target %s: %v", absent, err)
+	}
+	if names, _ := os.ReadDir(full); len(names) != 1 {
+		t.Fatalf("the non-empty target was changed: %v", names)
+	}
+	// With --overwrite the same target is restored over.
+	res := rw.run("restore", "home", "--target", full, "--overwrite", "--wait")
+	if res.code != 0 {
+		t.Fatalf("restore --overwrite: exit %d\n%s", res.code, res.stderr)
+	}
+	rw.sameTree(full)
+	if _, err := os.Stat(filepath.Join(full, "keep.txt")); err != nil {
+		t.Fatalf("restore --overwrite removed what was there: %v", err)
+	}
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobunit"
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+func newRestoreCmd(g *globals) *cobra.Command {
+	var target, snapshot, restic string
+	var includes []string
+	var overwrite, wait, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "restore JOB --target DIR",
+		Short: "Restore a snapshot of a job into a directory, as a run of its own",
+		Long: "Restore a snapshot of a job (default: its latest) into DIR on this host, as a run of kind restore:\n" +
+			"a transient unit running restic as the job's user, in its sandbox, with only DIR made writable.\n" +
+			"DIR must be empty (or not exist yet) unless --overwrite is given, and the job's user must be able to\n" +
+			"write it. The run is followed as a backup is (run show, run logs, run stop); a reboot or a crash\n" +
+			"restarts it, a stop does not. Exit codes as for run start --wait.",
+		Args: exactArgs(1, "one job name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := job.ValidateName(args[0]); err != nil {
+				return inputError{err}
+			}
+			if err := job.ValidateTarget(target); err != nil {
+				return inputError{err}
+			}
+			if err := validateSnapshotArg(snapshot); err != nil {
+				return inputError{err}
+			}
+			for _, p := range includes {
+				if p == "" || strings.ContainsAny(p, "\x00\n") {
+					return badInput("--include %q: give a path or pattern of the snapshot, such as /srv/data/reports", p)
+				}
+			}
+			resticPath, err := resticBinary(restic)
+			if err != nil {
+				return err
+			}
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				return g.restore(cmd, st, restoreRequest{job: args[0], target: target, snapshot: snapshot, includes: includes,
+					overwrite: overwrite, restic: resticPath}, wait, asJSON)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&target, "target", "", "the directory to restore into (absolute; made if it does not exist)")
+	f.StringVar(&snapshot, "snapshot", "latest", "the snapshot to restore: its id (or a unique prefix) or latest, the job's newest")
+	f.StringArrayVar(&includes, "include", nil, "restore only what matches this path or pattern (repeatable)")
+	f.BoolVar(&overwrite, "overwrite", false, "restore into a directory that is not empty, over what is there")
+	f.BoolVar(&wait, "wait", false, "wait for the restore to end, showing progress")
+	f.BoolVar(&asJSON, "json", false, "print the run as JSON")
+	f.StringVar(&restic, "restic", "", "restic executable (default: restic in PATH)")
+	return cmd
+}
+
+type restoreRequest struct {
+	job, target, snapshot string
+	includes              []string
+	overwrite             bool
+	restic                string
+}
+
+var snapshotPrefix = regexp.MustCompile(`^[0-9a-f]{4,64}$`)
+
+// validateSnapshotArg checks --snapshot before anything is asked of the repository.
+func validateSnapshotArg(s string) error {
+	if s == "latest" || snapshotPrefix.MatchString(s) {
+		return nil
+	}
+	return fmt.Errorf("--snapshot %q: give a snapshot id (at least 4 hex digits, as snapshot list prints) or latest", s)
+}
+
+// restore checks everything a restore needs before it admits one, changing nothing on a refusal:
+// the job has a repository and may run here, the target is one the job's user may restore into
+// (checked as that user), and the snapshot exists (asked of the repository as that user); the
+// snapshot is recorded by its full id, so a restarted restore gives back the same tree.
+func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreRequest, wait, asJSON bool) error {
+	ctx := cmd.Context()
+	j, err := st.JobByName(ctx, req.job)
+	if err != nil {
+		return err
+	}
+	if !j.HasRepository() {
+		return badInput("job %s uses the %s engine: only a restic repository can be restored from", j.Name, j.Engine)
+	}
+	here := g.host()
+	if j.Host != "" && j.Host != here {
+		return badInput("job %s runs on host %s: run holdfast restore there (a target is a directory of the host that restores)", j.Name, j.Host)
+	}
+	able, err := st.RunnableBy(ctx, j.Name)
+	if err != nil {
+		return err
+	}
+	unable := !slices.Contains(able.Hosts, here)
+	why := able.Why
+	if unable && why == "" {
+		why = fmt.Sprintf("host %s has no live holdfast daemon", here)
+	}
+	if unable && wait {
+		return unavailableError{errors.New(why + "; nothing was queued")}
+	}
+	id, err := job.ResolveIdentity(j.User, j.Group)
+	if err != nil {
+		return inputError{err}
+	}
+	self, err := g.env.executable()
+	if err != nil {
+		return fmt.Errorf("find holdfast's own executable: %w", err)
+	}
+	probe := func(op job.TargetOp) (job.TargetAnswer, error) {
+		return job.ProbeTargetAs([]string{self, "probe-target"}, id, job.TargetProbe{Op: op, Path: req.target, Overwrite: req.overwrite})
+	}
+	if a, err := probe(job.TargetCheck); err != nil {
+		return err
+	} else if a.Why != "" {
+		return badInput("%s; nothing was queued", a.Why)
+	}
+
+	rn, err := g.openRunner(ctx)
+	if err != nil {
+		return err
+	}
+	defer rn.Close()
+	restic, ej := jobunit.Restic(jobunit.Config{Runner: rn, StateDir: g.stateDir, Binary: self, ResticBinary: req.restic}, j, false)
+	listed, err := restic.ListSnapshots(ctx, ej)
+	if err != nil {
+		return err
+	}
+	snap, err := pickSnapshot(listed, j.Name, req.snapshot)
+	if err != nil {
+		return inputError{err}
+	}
+	rs := model.Restore{Target: req.target, Snapshot: snap, Includes: req.includes}
+	if len(req.includes) == 0 {
+		// The totals only make the progress a percentage: without them it still counts.
+		if b, n, err := restic.RestoreSize(ctx, ej, snap); err == nil {
+			rs.TotalBytes, rs.TotalFiles = &b, &n
+		} else {
+			fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: warning: the restore's size is unknown, its progress shows no percentage: %v\n", err)
+		}
+	}
+
+	made, err := probe(job.TargetCreate)
+	if err != nil {
+		return err
+	}
+	if made.Why != "" {
+		return badInput("%s; nothing was queued", made.Why)
+	}
+	run, err := st.AdmitRequest(ctx, store.Request{Job: j.Name, Trigger: model.TriggerManual, Kind: model.KindRestore, Host: here, Restore: rs})
+	if err != nil {
+		if made.Created {
+			if a, perr := probe(job.TargetRemove); perr != nil || a.Why != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: warning: the target %s made for the restore was left: %v%s\n", req.target, perr, a.Why)
+			}
+		}
+		return err
+	}
+	return followRun(cmd, st, run, unable, why, wait, asJSON)
+}
+
+// pickSnapshot resolves which snapshot to restore: "latest" is the job's newest (by its tag), an
+// id or a prefix must name exactly one snapshot of the repository.
+func pickSnapshot(listed []engine.Snapshot, jobName, want string) (string, error) {
+	if want == "latest" {
+		var newest *engine.Snapshot
+		for i, s := range listed {
+			if slices.Contains(s.Tags, engine.JobTag(jobName)) && (newest == nil || s.Time.After(newest.Time)) {
+				newest = &listed[i]
+			}
+		}
+		if newest == nil {
+			return "", fmt.Errorf("job %s has no snapshot in its repository yet: run a backup first, or name a snapshot with --snapshot", jobName)
+		}
+		return newest.ID, nil
+	}
+	var found []string
+	for _, s := range listed {
+		if strings.HasPrefix(s.ID, want) {
+			found = append(found, s.ID)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("no snapshot %s in the repository of job %s: see holdfast snapshot list %s --refresh", want, jobName, jobName)
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("snapshot %s is ambiguous in the repository of job %s (%d match): give more of its id", want, jobName, len(found))
+}
