@@ -206,3 +206,121 @@ func TestRestoreRefusals(t *testing.T) {
 		t.Fatalf("restore --overwrite removed what was there: %v", err)
 	}
 }
+
+// A slow restore killed with its manager, hard, is restarted as attempt 2 and gives back the
+// whole tree; a restore the operator stops stays stopped.
+func TestRestoreAfterCrash(t *testing.T) {
+	t.Parallel()
+	w := newWorldOwnManager(t) // it kills its manager
+	w.spawnGrace = "3s"
+	rw := newRestoreWorld(t, w, 4, slowData)
+	w.slowBackups()
+	w.backupRate(0) // the backup at full speed
+	rw.startDaemon()
+	rw.backup()
+
+	w.backupRate(stuckKiBps) // the restores crawl
+	crashed := filepath.Join(rw.restores, "crashed")
+	var r restoreOut
+	if err := json.Unmarshal([]byte(rw.mustRun("restore", "home", "--target", crashed, "--json")), &r); err != nil {
+		t.Fatal(err)
+	}
+	// restic writes a file only once it has a pack of it: at this rate, not for minutes. Its
+	// restore has begun when the unit measures its target.
+	w.waitRun(r.ID, "the restore's progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+	if got := w.show(r.ID); ended(got) {
+		t.Fatalf("the restore ended before the crash: %+v", got)
+	}
+	w.backupRate(0) // the attempt after the crash
+	w.mgr.Kill(t)
+	w.mgr.Start(t)
+	end := w.waitEnd(r.ID)
+	if end.Status != "succeeded" || len(end.Attempts) != 2 || end.Attempts[0].ServiceResult != "" {
+		t.Fatalf("restore after a hard crash = %+v, want succeeded in attempt 2, attempt 1 without a marker", end)
+	}
+	rw.sameTree(crashed)
+
+	// Stopped by the operator: not restarted, whatever the manager does next.
+	w.backupRate(stuckKiBps)
+	stopped := filepath.Join(rw.restores, "stopped")
+	if err := json.Unmarshal([]byte(rw.mustRun("restore", "home", "--target", stopped, "--json")), &r); err != nil {
+		t.Fatal(err)
+	}
+	// restic writes a file only once it has a pack of it: at this rate, not for minutes. Its
+	// restore has begun when the unit measures its target.
+	w.waitRun(r.ID, "the restore's progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+	rw.mustRun("run", "stop", r.ID)
+	end = w.waitEnd(r.ID)
+	if end.Status != "stopped" || len(end.Attempts) != 1 {
+		t.Fatalf("stopped restore = %+v, want stopped after 1 attempt", end)
+	}
+	w.noLocks(rw.repo)
+	w.checkInvariants()
+}
+
+// A restore and a prune of the same repository never run at once: the prune waits for the
+// restore, and a restore waits for the prune.
+func TestRestoreNeverBesidePrune(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	rw := newRestoreWorld(t, w, 4, slowData)
+	for _, name := range []string{"tidy", "other"} {
+		w.mustRun("job", "add", name, "--repo", rw.repo, "--password-file", rw.pw, "--path", w.sampleData("data-"+name, 1, 1<<10), "--user", "nobody")
+	}
+	w.slowBackups()
+	w.backupRate(0)
+	rw.startDaemon()
+	rw.backup()
+	w.backupRate(slowKiBps) // slow enough for the prune to be asked for while the restore runs
+	var first, second restoreOut
+	if err := json.Unmarshal([]byte(rw.mustRun("restore", "home", "--target", filepath.Join(rw.restores, "one"), "--json")), &first); err != nil {
+		t.Fatal(err)
+	}
+	w.waitRun(first.ID, "the restore to run", func(r runJSON) bool { return r.Status == "running" || ended(r) })
+	var prune runJSON
+	if err := json.Unmarshal([]byte(w.mustRun("run", "start", "tidy", "--prune", "--json")), &prune); err != nil {
+		t.Fatal(err)
+	}
+	sawWaiting := false
+	w.waitRun(prune.ID, "the prune to wait or end", func(r runJSON) bool {
+		sawWaiting = sawWaiting || strings.Contains(r.WaitingReason, "repository busy: restore run "+first.ID)
+		return sawWaiting || ended(r)
+	})
+	if !sawWaiting {
+		t.Fatalf("the prune never waited for the restore: %+v", w.show(prune.ID))
+	}
+	// Asked for while the prune waits or runs: it must not overlap it either. (A job has one live
+	// run at a time: this is another job's restore, of home's snapshot in the shared repository.)
+	if err := json.Unmarshal([]byte(rw.mustRun("restore", "other", "--snapshot", rw.snapshot, "--target", filepath.Join(rw.restores, "two"), "--json")), &second); err != nil {
+		t.Fatal(err)
+	}
+	var spans []span
+	for _, id := range []string{first.ID, prune.ID, second.ID} {
+		r := w.waitEnd(id)
+		if r.Status != "succeeded" {
+			t.Fatalf("run %s = %+v, want succeeded", id, r)
+		}
+		var full struct {
+			Kind     string `json:"kind"`
+			Attempts []struct {
+				SpawnedAt *string `json:"spawned_at"`
+				EndedAt   *string `json:"ended_at"`
+			} `json:"attempts"`
+		}
+		if err := json.Unmarshal([]byte(w.mustRun("run", "show", id, "--json")), &full); err != nil {
+			t.Fatal(err)
+		}
+		at := full.Attempts[len(full.Attempts)-1]
+		spans = append(spans, span{id, full.Kind, parseTime(t, at.SpawnedAt), parseTime(t, at.EndedAt)})
+	}
+	p := spans[1]
+	for _, o := range []span{spans[0], spans[2]} {
+		if o.start.Before(p.end) && p.start.Before(o.end) {
+			t.Fatalf("prune %v overlaps restore %v", p, o)
+		}
+	}
+	rw.sameTree(filepath.Join(rw.restores, "one"))
+	rw.sameTree(filepath.Join(rw.restores, "two"))
+	w.noLocks(rw.repo)
+	w.checkInvariants()
+}
