@@ -104,7 +104,10 @@ var (
 	labelsAccount = []string{"account"}
 
 	descUp          = prometheus.NewDesc("holdfast_database_up", "Whether this scrape could read holdfast's database (1) or not (0).", nil, nil)
-	descLastSuccess = prometheus.NewDesc("holdfast_job_last_success_timestamp_seconds", "When the job's last succeeded run ended (Unix time); absent if none did.", labelsJob, nil)
+	descLastSuccess = prometheus.NewDesc("holdfast_job_last_success_timestamp_seconds", "When the job's last succeeded backup ended (Unix time); absent if none did.", labelsJob, nil)
+	descVerified    = prometheus.NewDesc("holdfast_job_last_verify_success_timestamp_seconds", "When the job's last succeeded verification of its repository ended (Unix time); absent if none did.", labelsJob, nil)
+	descVerifyOK    = prometheus.NewDesc("holdfast_job_last_verify_ok", "Whether the job's last ended verification succeeded (1) or found its repository unsound or could not check it (0); absent if none ended.", labelsJob, nil)
+	descRestored    = prometheus.NewDesc("holdfast_job_last_restore_success_timestamp_seconds", "When the job's last succeeded restore ended (Unix time); absent if none did.", labelsJob, nil)
 	descLastRun     = prometheus.NewDesc("holdfast_job_last_run_timestamp_seconds", "When the job's last backup run ended, however (Unix time); absent if none did.", labelsJob, nil)
 	descOverdue     = prometheus.NewDesc("holdfast_job_overdue", "Whether the job is overdue (1) or not (0), as the daemons recorded it.", labelsJob, nil)
 	descBytesAdded  = prometheus.NewDesc("holdfast_job_last_run_bytes_added", "What the job's last ended backup added to its repository, in bytes; absent if unknown.", labelsJob, nil)
@@ -120,7 +123,7 @@ var (
 )
 
 func (d *database) Describe(ch chan<- *prometheus.Desc) {
-	for _, desc := range []*prometheus.Desc{descUp, descLastSuccess, descLastRun, descOverdue, descBytesAdded, descSnapshots,
+	for _, desc := range []*prometheus.Desc{descUp, descLastSuccess, descVerified, descVerifyOK, descRestored, descLastRun, descOverdue, descBytesAdded, descSnapshots,
 		descLive, descQuota, descBalance, descHeld, descPending, descFailed, descHostUp, descHeartbeat} {
 		ch <- desc
 	}
@@ -149,6 +152,19 @@ func (d *database) Collect(ch chan<- prometheus.Metric) {
 		}
 		if j.LastRunEnd != nil {
 			gauge(descLastRun, unix(*j.LastRunEnd), j.Name)
+		}
+		if j.LastVerifySuccess != nil {
+			gauge(descVerified, unix(*j.LastVerifySuccess), j.Name)
+		}
+		if j.LastVerifyOK != nil {
+			ok := 0.0
+			if *j.LastVerifyOK {
+				ok = 1
+			}
+			gauge(descVerifyOK, ok, j.Name)
+		}
+		if j.LastRestoreSuccess != nil {
+			gauge(descRestored, unix(*j.LastRestoreSuccess), j.Name)
 		}
 		if j.LastBytesAdded != nil {
 			gauge(descBytesAdded, float64(*j.LastBytesAdded), j.Name)

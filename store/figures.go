@@ -12,11 +12,16 @@ import (
 // JobFigures are one job's figures for metrics.
 type JobFigures struct {
 	Name           string
-	LastSuccess    *time.Time // when its last succeeded run ended
+	LastSuccess    *time.Time // when its last succeeded backup ended
 	LastRunEnd     *time.Time // when its last run ended, however
 	LastBytesAdded *int64     // what its last ended backup added, if known
 	Overdue        bool
 	Snapshots      int64 // in holdfast's inventory of its repository, not forgotten
+	// LastVerifySuccess and LastRestoreSuccess are when its last succeeded verification and
+	// restore ended; LastVerifyOK whether its last ended verification succeeded (nil: none ended).
+	LastVerifySuccess  *time.Time
+	LastVerifyOK       *bool
+	LastRestoreSuccess *time.Time
 }
 
 // Figures are what every daemon's metrics read from the database at a scrape, so that all of
@@ -34,9 +39,13 @@ func (s *Store) Figures(ctx context.Context) (Figures, error) {
 	f := Figures{Live: map[string]int64{model.StatusQueued: 0, model.StatusRunning: 0}}
 	rows, err := s.pool.Query(ctx, `
 		SELECT j.name,
-			(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded'),
+			(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded' AND r.kind = 'backup'),
 			last.finished_at, last.bytes_added, j.overdue_since IS NOT NULL,
-			(SELECT count(*) FROM snapshots s WHERE s.job_name = j.name AND s.forgotten_at IS NULL)
+			(SELECT count(*) FROM snapshots s WHERE s.job_name = j.name AND s.forgotten_at IS NULL),
+			(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded' AND r.kind = 'verify'),
+			(SELECT r.status = 'succeeded' FROM runs r WHERE r.job_id = j.id AND r.kind = 'verify'
+				AND r.status IN ('succeeded', 'failed', 'partial') ORDER BY r.finished_at DESC LIMIT 1),
+			(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded' AND r.kind = 'restore')
 		FROM jobs j LEFT JOIN LATERAL (
 			SELECT r.finished_at, r.bytes_added FROM runs r
 			WHERE r.job_id = j.id AND r.finished_at IS NOT NULL AND r.kind = 'backup'
@@ -47,7 +56,8 @@ func (s *Store) Figures(ctx context.Context) (Figures, error) {
 	}
 	f.Jobs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (JobFigures, error) {
 		var j JobFigures
-		err := row.Scan(&j.Name, &j.LastSuccess, &j.LastRunEnd, &j.LastBytesAdded, &j.Overdue, &j.Snapshots)
+		err := row.Scan(&j.Name, &j.LastSuccess, &j.LastRunEnd, &j.LastBytesAdded, &j.Overdue, &j.Snapshots,
+			&j.LastVerifySuccess, &j.LastVerifyOK, &j.LastRestoreSuccess)
 		return j, err
 	})
 	if err != nil {
