@@ -11,8 +11,8 @@
 //
 //	admit-slot-before-commit   daemon: a due slot's run inserted, next slot not yet committed
 //	admit-slot-after           daemon: the slot's run and next slot committed, not logged
-//	admit-prune-before-commit  daemon: a scheduled prune's run inserted, not committed
-//	admit-prune-after          daemon: the prune's run and next prune slot committed
+//	admit-prune-before-commit  daemon: a scheduled prune's (or verification's) run inserted, not committed
+//	admit-prune-after          daemon: the prune's (or verification's) run and next slot committed
 //	run-start-before-commit    run start: the run and its hold inserted, not committed
 //	run-start-after            run start: the run committed, not reported
 //	spawn-before-claim         daemon: admitted, nothing recorded by the daemon yet

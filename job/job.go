@@ -166,6 +166,17 @@ func Validate(j *model.Job) error {
 	if j.AlertAfter < 0 || j.ExpectEvery < 0 {
 		return fmt.Errorf("--alert-after %s, --expect-every %s: give a positive duration (e.g. 2h, 168h), or 0 for the default", j.AlertAfter, j.ExpectEvery)
 	}
+	if j.VerifyAlertAfter < 0 {
+		return fmt.Errorf("--verify-alert-after %s: give a positive duration (e.g. 336h), or 0 for two periods of --verify-schedule", j.VerifyAlertAfter)
+	}
+	if j.VerifyReadData != "" {
+		if err := engine.ValidateReadDataSubset(j.VerifyReadData); err != nil {
+			return fmt.Errorf("--verify-read-data: %w", err)
+		}
+	}
+	if (j.VerifyReadData != "" || j.VerifyAlertAfter > 0) && j.VerifySchedule == "" {
+		return errors.New("--verify-read-data and --verify-alert-after are for scheduled verifications: add --verify-schedule")
+	}
 	if j.AlertFailures < 0 || j.AlertFailures > 1000 {
 		return fmt.Errorf("--alert-failures %d is out of range: give 0..1000 (0: failures alone never make the job overdue)", j.AlertFailures)
 	}

@@ -41,20 +41,36 @@ func Slots(j *model.Job, before *model.Job, now time.Time) error {
 		}
 		j.NextPruneAt = next
 	}
+	if before == nil || zoneChanged || j.VerifySchedule != before.VerifySchedule {
+		next, err := firstMaintenance(*j, "--verify-schedule", j.VerifySchedule, "verified", now)
+		if err != nil {
+			return err
+		}
+		j.NextVerifyAt = next
+		if j.VerifySchedule != "" && (before == nil || before.VerifySchedule == "") {
+			j.VerifySince = &now
+		}
+	}
 	return nil
 }
 
 // firstPrune is the first slot of the job's prune schedule, nil for none.
 func firstPrune(j model.Job, now time.Time) (*time.Time, error) {
-	if j.PruneSchedule == "" {
+	return firstMaintenance(j, "--prune-schedule", j.PruneSchedule, "pruned", now)
+}
+
+// firstMaintenance is the first slot of one of the schedules of a job's repository (flag names
+// it, done says what is done to it), nil for none.
+func firstMaintenance(j model.Job, flag, expr, done string, now time.Time) (*time.Time, error) {
+	if expr == "" {
 		return nil, nil
 	}
 	if !j.HasRepository() {
-		return nil, fmt.Errorf("--prune-schedule: job %s uses the %s engine; only restic repositories are pruned", j.Name, j.Engine)
+		return nil, fmt.Errorf("%s: job %s uses the %s engine; only restic repositories are %s", flag, j.Name, j.Engine, done)
 	}
-	next, err := schedule.FirstSlot(j.PruneSchedule, j.TimeZone, now)
+	next, err := schedule.FirstSlot(expr, j.TimeZone, now)
 	if err != nil {
-		return nil, fmt.Errorf("--prune-schedule: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	return next, nil
 }

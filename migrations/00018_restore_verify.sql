@@ -25,6 +25,18 @@ ALTER TABLE runs
     ADD CONSTRAINT runs_restore_target_absolute CHECK (restore_target IS NULL OR restore_target LIKE '/_%'),
     ADD CONSTRAINT runs_verify_fields CHECK (kind = 'verify' OR (verify_subset = '' AND drill_files = 0));
 
+-- A job's verifications: when they run (a schedule like its backups', in the same zone; '' never)
+-- and how much of the data each reads, and how old its last successful one may be before the job
+-- is overdue for it (NULL: two periods of the verify schedule).
+ALTER TABLE jobs
+    ADD COLUMN verify_schedule    text NOT NULL DEFAULT '',
+    ADD COLUMN next_verify_at     timestamptz,
+    ADD COLUMN verify_read_data   text NOT NULL DEFAULT '',
+    ADD COLUMN verify_alert_after interval CHECK (verify_alert_after > '0'),
+    -- When the verify schedule was set: a job is expected to have been verified since.
+    ADD COLUMN verify_since       timestamptz;
+CREATE INDEX jobs_verify_due ON jobs (next_verify_at) WHERE next_verify_at IS NOT NULL;
+
 -- A verification's ending is its own event, so that a target hears of a repository that could
 -- not be verified apart from a backup that failed: 'verified' or 'verify_failed' instead of
 -- 'succeeded' or 'failed'.
@@ -85,6 +97,9 @@ DELETE FROM events WHERE event IN ('verified', 'verify_failed');
 ALTER TABLE events DROP CONSTRAINT events_event_check;
 ALTER TABLE events ADD CONSTRAINT events_event_check CHECK (event IN ('started', 'succeeded', 'partial', 'failed',
     'stopped', 'paused', 'overdue', 'recovered', 'stalled', 'host_down', 'host_back'));
+DROP INDEX jobs_verify_due;
+ALTER TABLE jobs DROP COLUMN verify_schedule, DROP COLUMN next_verify_at, DROP COLUMN verify_read_data,
+    DROP COLUMN verify_alert_after, DROP COLUMN verify_since;
 DELETE FROM attempts WHERE run_id IN (SELECT id FROM runs WHERE kind IN ('restore', 'verify'));
 DELETE FROM runs WHERE kind IN ('restore', 'verify');
 ALTER TABLE runs DROP CONSTRAINT runs_restore_has_target, DROP CONSTRAINT runs_restore_has_snapshot,

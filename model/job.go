@@ -66,6 +66,15 @@ type Job struct {
 	// same zone); "" never. NextPruneAt is its next slot.
 	PruneSchedule string
 	NextPruneAt   *time.Time
+	// VerifySchedule is when the job's repository is verified (restic check, a schedule like
+	// Schedule); "" never. NextVerifyAt is its next slot; VerifyReadData the part of the data
+	// each reads (restic's --read-data-subset, "" none); VerifyAlertAfter how old the last
+	// successful verification may be before the job is overdue (0: two periods of the schedule).
+	VerifySchedule   string
+	NextVerifyAt     *time.Time
+	VerifyReadData   string
+	VerifyAlertAfter time.Duration
+	VerifySince      *time.Time // when the verify schedule was set
 	// Account is the ledger account the job's runs are charged to ("" is DefaultAccount);
 	// MaxAdded, if set, is what one run may add to the repository (its budget).
 	Account  string

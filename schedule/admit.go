@@ -130,24 +130,33 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 			break
 		}
 	}
-	prunes, err := a.Store.AdmitDuePrunes(ctx, now, batchSize, a.SetAside, func(j model.Job) *time.Time { return nextPrune(j, now) })
-	for _, p := range prunes {
-		switch {
-		case p.Failed != "":
-			a.Logger.Error("job set aside: its prune could not be admitted", "job", p.Job, "why", p.Failed)
-		case p.Run != nil:
-			crashpoint.At("admit-prune-after")
-			admitted++
-			a.Logger.Info("prune admitted", "job", p.Job, "run", *p.Run, "planned", p.Planned, "next", p.NextSlot)
+	for _, kind := range []string{model.KindPrune, model.KindVerify} {
+		due, err := a.Store.AdmitDueMaintenance(ctx, kind, now, batchSize, a.SetAside, func(j model.Job) *time.Time { return nextMaintenance(j, kind, now) })
+		for _, p := range due {
+			switch {
+			case p.Failed != "":
+				a.Logger.Error("job set aside: its "+kind+" run could not be admitted", "job", p.Job, "why", p.Failed)
+			case p.Run != nil:
+				crashpoint.At("admit-prune-after") // a verification's too
+				admitted++
+				a.Logger.Info(kind+" admitted", "job", p.Job, "run", *p.Run, "planned", p.Planned, "next", p.NextSlot)
+			}
+		}
+		if err != nil {
+			return admitted, err
 		}
 	}
-	return admitted, err
+	return admitted, nil
 }
 
-// nextPrune is the job's next prune slot after now: prune slots missed while holdfast was down
-// are not replayed, one prune covers them.
-func nextPrune(j model.Job, now time.Time) *time.Time {
-	next, err := FirstSlot(j.PruneSchedule, j.TimeZone, now)
+// nextMaintenance is the job's next slot of kind (a prune, a verification) after now: slots
+// missed while holdfast was down are not replayed, one run covers them.
+func nextMaintenance(j model.Job, kind string, now time.Time) *time.Time {
+	expr := j.PruneSchedule
+	if kind == model.KindVerify {
+		expr = j.VerifySchedule
+	}
+	next, err := FirstSlot(expr, j.TimeZone, now)
 	if err != nil {
 		return nil
 	}

@@ -78,11 +78,11 @@ type dueJob struct {
 	name string
 }
 
-// claimDue locks up to limit jobs whose slot in the given column (next_run_at or next_prune_at)
+// claimDue locks up to limit jobs whose slot in the given column (next_run_at, next_prune_at or next_verify_at)
 // is due, or due by horizon for a job without a live run, skipping jobs another daemon has
 // locked and jobs set aside, earliest first.
 func claimDue(ctx context.Context, tx pgx.Tx, column string, now, horizon time.Time, limit int) ([]dueJob, error) {
-	if column != "next_run_at" && column != "next_prune_at" {
+	if column != "next_run_at" && column != "next_prune_at" && column != "next_verify_at" {
 		return nil, fmt.Errorf("claim due jobs: no slot column %q", column)
 	}
 	rows, err := tx.Query(ctx, `SELECT j.id, j.name FROM jobs j
@@ -177,36 +177,46 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j model.Job, d model.SlotDecision
 	return a, err
 }
 
-// PruneAdmitted reports a prune admitted on its schedule, or a prune slot put off.
-type PruneAdmitted struct {
+// MaintenanceAdmitted reports a run of a repository's own schedules (a prune, a verification)
+// admitted on its slot, or a slot put off.
+type MaintenanceAdmitted struct {
 	Job      string
+	Kind     string     // model.KindPrune or model.KindVerify
 	Run      *uuid.UUID // nil: put off, see Waiting
 	Planned  time.Time
-	Waiting  *uuid.UUID // the job's live run the prune waits for; the slot stays due
+	Waiting  *uuid.UUID // the job's live run it waits for; the slot stays due
 	NextSlot *time.Time
 	Failed   string // why the job could not be admitted; it is set aside until RetryAt
 	RetryAt  *time.Time
 }
 
-// AdmitDuePrunes claims up to limit jobs whose prune slot is due (FOR UPDATE SKIP LOCKED) and
-// admits a prune run for each, advancing next_prune_at with next. A job with a live run keeps
-// its slot due: the prune is put off, not dropped, and admitted once the job is free. As in
-// AdmitDue, a job that cannot be admitted is rolled back alone and set aside for setAside.
-func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]PruneAdmitted, error) {
-	var out []PruneAdmitted
+// maintenanceSlots is the slot column of each kind a repository's own schedule admits.
+var maintenanceSlots = map[string]string{model.KindPrune: "next_prune_at", model.KindVerify: "next_verify_at"}
+
+// AdmitDueMaintenance claims up to limit jobs whose slot of kind (a prune or a verification) is
+// due (FOR UPDATE SKIP LOCKED) and admits a run of that kind for each, advancing the slot with
+// next. A job with a live run keeps its slot due: the run is put off, not dropped, and admitted
+// once the job is free. As in AdmitDue, a job that cannot be admitted is rolled back alone and
+// set aside for setAside.
+func (s *Store) AdmitDueMaintenance(ctx context.Context, kind string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]MaintenanceAdmitted, error) {
+	column, ok := maintenanceSlots[kind]
+	if !ok {
+		return nil, fmt.Errorf("admit due maintenance: no schedule of kind %q", kind)
+	}
+	var out []MaintenanceAdmitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		due, err := claimDue(ctx, tx, "next_prune_at", now, now, limit)
+		due, err := claimDue(ctx, tx, column, now, now, limit)
 		if err != nil {
 			return err
 		}
 		for _, d := range due {
-			var a PruneAdmitted
+			var a MaintenanceAdmitted
 			err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
 				j, err := readJob(ctx, sp, d.id)
 				if err != nil {
 					return err
 				}
-				a, err = admitPrune(ctx, sp, j, next)
+				a, err = admitMaintenance(ctx, sp, kind, j, next)
 				return err
 			})
 			if err != nil {
@@ -214,21 +224,26 @@ func (s *Store) AdmitDuePrunes(ctx context.Context, now time.Time, limit int, se
 				if err != nil {
 					return err
 				}
-				a = PruneAdmitted{Job: d.name, Failed: failed.Failed, RetryAt: failed.RetryAt}
+				a = MaintenanceAdmitted{Job: d.name, Kind: kind, Failed: failed.Failed, RetryAt: failed.RetryAt}
 			}
-			crashpoint.At("admit-prune-before-commit")
+			crashpoint.At("admit-prune-before-commit") // a verification's too
 			out = append(out, a)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("admit due prunes: %w", err)
+		return nil, fmt.Errorf("admit due %s runs: %w", kind, err)
 	}
 	return out, nil
 }
 
-func admitPrune(ctx context.Context, tx pgx.Tx, j model.Job, next func(model.Job) *time.Time) (PruneAdmitted, error) {
-	a := PruneAdmitted{Job: j.Name, Planned: *j.NextPruneAt}
+func admitMaintenance(ctx context.Context, tx pgx.Tx, kind string, j model.Job, next func(model.Job) *time.Time) (MaintenanceAdmitted, error) {
+	planned := j.NextPruneAt
+	n := newRun{jobID: j.ID, jobName: j.Name, trigger: model.TriggerSchedule, kind: kind}
+	if kind == model.KindVerify {
+		planned, n.verify = j.NextVerifyAt, model.Verify{ReadDataSubset: j.VerifyReadData}
+	}
+	a := MaintenanceAdmitted{Job: j.Name, Kind: kind, Planned: *planned}
 	live, found, err := liveRunOf(ctx, tx, j.ID)
 	if err != nil {
 		return a, err
@@ -241,12 +256,12 @@ func admitPrune(ctx context.Context, tx pgx.Tx, j model.Job, next func(model.Job
 	if err != nil {
 		return a, err
 	}
-	// planned_at stays empty: the slot is the prune schedule's, not the backup schedule's.
-	if _, err := insertRun(ctx, tx, id, newRun{jobID: j.ID, jobName: j.Name, trigger: model.TriggerSchedule, kind: model.KindPrune}); err != nil {
+	// planned_at stays empty: the slot is this schedule's, not the backup schedule's.
+	if _, err := insertRun(ctx, tx, id, n); err != nil {
 		return a, err
 	}
 	a.Run, a.NextSlot = &id, next(j)
-	_, err = tx.Exec(ctx, `UPDATE jobs SET next_prune_at = $2, admission_error = NULL, admission_retry_at = NULL
+	_, err = tx.Exec(ctx, `UPDATE jobs SET `+maintenanceSlots[kind]+` = $2, admission_error = NULL, admission_retry_at = NULL
 		WHERE id = $1`, j.ID, a.NextSlot)
 	return a, err
 }
@@ -263,6 +278,8 @@ func (s *Store) NextDue(ctx context.Context, lead time.Duration) (*time.Time, er
 				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running')) THEN interval '0' ELSE $1 * interval '1 microsecond' END,
 				admission_retry_at) END) FROM jobs),
 			(SELECT min(CASE WHEN next_prune_at IS NOT NULL THEN greatest(next_prune_at, admission_retry_at) END) FROM jobs WHERE NOT EXISTS (SELECT 1 FROM runs r
+				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running'))),
+			(SELECT min(CASE WHEN next_verify_at IS NOT NULL THEN greatest(next_verify_at, admission_retry_at) END) FROM jobs WHERE NOT EXISTS (SELECT 1 FROM runs r
 				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running'))),
 			(SELECT min(CASE WHEN a.unit IS NULL AND r.not_before - $1 * interval '1 microsecond' > now()
 					THEN r.not_before - $1 * interval '1 microsecond' ELSE r.not_before END)

@@ -22,13 +22,20 @@ type WatchJob struct {
 	OverdueReason      string
 	LastOutcome        string
 	NextRunAt          *time.Time
+	// The verifications: their schedule ("" none), how old the last successful one may be (0:
+	// two periods of the schedule), and since when one is expected.
+	VerifySchedule   string
+	VerifyAlertAfter time.Duration
+	VerifySince      *time.Time
 }
 
 // WatchFacts is what deciding whether a job is overdue reads of it.
 type WatchFacts struct {
 	Job         WatchJob
-	LastSuccess *time.Time // when its last succeeded run ended
-	// Recent are the statuses of its last ended runs, newest first, as many as AlertFailures.
+	LastSuccess *time.Time // when its last succeeded backup ended
+	// LastVerified is when its last succeeded verification ended.
+	LastVerified *time.Time
+	// Recent are the statuses of its last ended backups, newest first, as many as AlertFailures.
 	Recent    []string
 	RecentEnd *time.Time // when the newest of them ended
 	ReadAt    time.Time  // the database's now() when they were read
@@ -39,12 +46,15 @@ type WatchFacts struct {
 func (s *Store) WatchFacts(ctx context.Context) ([]WatchFacts, error) {
 	rows, err := s.pool.Query(ctx, `SELECT j.name, j.created_at, j.schedule, j.time_zone, j.alert_after, j.alert_failures,
 		j.expect_every, j.overdue_since, coalesce(j.overdue_reason, ''), coalesce(j.last_outcome, ''), j.next_run_at,
-		(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded'),
+		(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded' AND r.kind = 'backup'),
 		coalesce((SELECT array_agg(status ORDER BY finished_at DESC) FROM (
 			SELECT r.status, r.finished_at FROM runs r
-			WHERE r.job_id = j.id AND r.finished_at IS NOT NULL AND r.status <> 'paused'
+			WHERE r.job_id = j.id AND r.finished_at IS NOT NULL AND r.status <> 'paused' AND r.kind = 'backup'
 			ORDER BY r.finished_at DESC LIMIT j.alert_failures) last), '{}'),
-		(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.finished_at IS NOT NULL),
+		(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.finished_at IS NOT NULL AND r.kind = 'backup'),
+		j.verify_schedule, j.verify_alert_after, j.verify_since,
+		CASE WHEN j.verify_schedule <> '' THEN
+			(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded' AND r.kind = 'verify') END,
 		now()
 		FROM jobs j ORDER BY j.name`)
 	if err != nil {
@@ -55,10 +65,10 @@ func (s *Store) WatchFacts(ctx context.Context) ([]WatchFacts, error) {
 	for rows.Next() {
 		var f WatchFacts
 		j := &f.Job
-		var alertAfter, expectEvery *time.Duration
+		var alertAfter, expectEvery, verifyAlertAfter *time.Duration
 		if err := rows.Scan(&j.Name, &j.CreatedAt, &j.Schedule, &j.TimeZone, &alertAfter, &j.AlertFailures,
 			&expectEvery, &j.OverdueSince, &j.OverdueReason, &j.LastOutcome, &j.NextRunAt,
-			&f.LastSuccess, &f.Recent, &f.RecentEnd, &f.ReadAt); err != nil {
+			&f.LastSuccess, &f.Recent, &f.RecentEnd, &j.VerifySchedule, &verifyAlertAfter, &j.VerifySince, &f.LastVerified, &f.ReadAt); err != nil {
 			return nil, fmt.Errorf("read jobs to watch: %w", err)
 		}
 		if alertAfter != nil {
@@ -66,6 +76,9 @@ func (s *Store) WatchFacts(ctx context.Context) ([]WatchFacts, error) {
 		}
 		if expectEvery != nil {
 			j.ExpectEvery = *expectEvery
+		}
+		if verifyAlertAfter != nil {
+			j.VerifyAlertAfter = *verifyAlertAfter
 		}
 		all = append(all, f)
 	}

@@ -25,11 +25,11 @@ const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.pat
 	j.retention, j.retention_max_delete, j.retention_min_keep, j.prune_schedule, j.next_prune_at, j.account, j.max_added,
 	coalesce(j.admission_error, ''), j.admission_retry_at, j.env_file, j.limit_upload_kib,
 	j.alert_after, j.alert_failures, j.expect_every, j.overdue_since, coalesce(j.overdue_reason, ''), j.stall_after, j.stall_action,
-	coalesce(j.host, '')`
+	coalesce(j.host, ''), j.verify_schedule, j.next_verify_at, j.verify_read_data, j.verify_alert_after, j.verify_since`
 
 func scanJob(row pgx.Row) (model.Job, error) {
 	var j model.Job
-	var runtimeMax, alertAfter, expectEvery *time.Duration
+	var runtimeMax, alertAfter, expectEvery, verifyAlertAfter *time.Duration
 	err := row.Scan(&j.ID, &j.Name, &j.Engine, &j.Repository, &j.PasswordFile, &j.Paths, &j.Excludes,
 		&j.User, &j.Group, &j.Nice, &j.IOSchedulingClass, &runtimeMax, &j.CreatedAt, &j.LastOutcome, &j.LastRunID,
 		&j.Command, &j.Schedule, &j.TimeZone, &j.CatchUp, &j.NextRunAt, &j.MissedSlots, &j.OverlapSkips, &j.LastSkipAt,
@@ -37,11 +37,11 @@ func scanJob(row pgx.Row) (model.Job, error) {
 		&j.Retention, &j.RetentionMaxDelete, &j.RetentionMinKeep, &j.PruneSchedule, &j.NextPruneAt, &j.Account, &j.MaxAdded,
 		&j.AdmissionError, &j.AdmissionRetryAt, &j.EnvFile, &j.LimitUploadKiB,
 		&alertAfter, &j.AlertFailures, &expectEvery, &j.OverdueSince, &j.OverdueReason, &j.StallAfter, &j.StallAction,
-		&j.Host)
+		&j.Host, &j.VerifySchedule, &j.NextVerifyAt, &j.VerifyReadData, &verifyAlertAfter, &j.VerifySince)
 	for _, d := range []struct {
 		to   *time.Duration
 		from *time.Duration
-	}{{&j.RuntimeMax, runtimeMax}, {&j.AlertAfter, alertAfter}, {&j.ExpectEvery, expectEvery}} {
+	}{{&j.RuntimeMax, runtimeMax}, {&j.AlertAfter, alertAfter}, {&j.ExpectEvery, expectEvery}, {&j.VerifyAlertAfter, verifyAlertAfter}} {
 		if d.from != nil {
 			*d.to = *d.from
 		}
@@ -54,7 +54,8 @@ const jobSettings = `engine, repository, password_file, paths, excludes, run_as_
 	nice, io_scheduling_class, runtime_max, command, schedule, time_zone, catch_up, next_run_at, retry_max,
 	retry_backoff, windows, priority, depends_on, retention, retention_max_delete, retention_min_keep,
 	prune_schedule, next_prune_at, account, max_added, env_file, limit_upload_kib,
-	alert_after, alert_failures, expect_every, stall_after, stall_action, host`
+	alert_after, alert_failures, expect_every, stall_after, stall_action, host,
+	verify_schedule, next_verify_at, verify_read_data, verify_alert_after, verify_since`
 
 func settingValues(j model.Job) []any {
 	return []any{j.Engine, j.Repository, j.PasswordFile, nonNil(j.Paths), nonNil(j.Excludes), j.User, j.Group,
@@ -63,7 +64,8 @@ func settingValues(j model.Job) []any {
 		nilIfEmpty(j.Retention), cmp.Or(j.RetentionMaxDelete, retention.DefaultMaxDeleteShare), j.RetentionMinKeep,
 		j.PruneSchedule, j.NextPruneAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded, j.EnvFile, j.LimitUploadKiB,
 		durationToInterval(j.AlertAfter), j.AlertFailures, durationToInterval(j.ExpectEvery),
-		cmp.Or(j.StallAfter, model.DefaultStallAfter), cmp.Or(j.StallAction, model.StallAlert), nullIfEmpty(j.Host)}
+		cmp.Or(j.StallAfter, model.DefaultStallAfter), cmp.Or(j.StallAction, model.StallAlert), nullIfEmpty(j.Host),
+		j.VerifySchedule, j.NextVerifyAt, j.VerifyReadData, durationToInterval(j.VerifyAlertAfter), j.VerifySince}
 }
 
 // settingParams returns n placeholders "$from, ..." for the settings.

@@ -29,11 +29,26 @@ type Verdict struct {
 // Judge decides about one job as of now (the database's clock, f.ReadAt).
 func Judge(f store.WatchFacts, now time.Time) (Verdict, error) {
 	from := since(f)
-	e, err := expect(f.Job, from)
+	e, err := expect(f.Job, from, verifiedSince(f))
 	if err != nil {
 		return Verdict{}, err
 	}
 	return judge(f, now, from, e), nil
+}
+
+// verifiedSince is the instant a job with a verify schedule must have been verified again
+// after: its last successful verification, or when the schedule was set (zero: no schedule).
+func verifiedSince(f store.WatchFacts) time.Time {
+	j := f.Job
+	switch {
+	case j.VerifySchedule == "":
+		return time.Time{}
+	case f.LastVerified != nil && (j.VerifySince == nil || f.LastVerified.After(*j.VerifySince)):
+		return *f.LastVerified
+	case j.VerifySince != nil:
+		return *j.VerifySince
+	}
+	return j.CreatedAt
 }
 
 // since is the instant a job must have succeeded again after: its last success, or its creation.
@@ -50,19 +65,41 @@ type expectation struct {
 	slot  time.Time // zero for a manual job
 	grace time.Duration
 	every time.Duration // a manual job's --expect-every; 0 expects nothing
+	// verifyBy is when a job with a verify schedule is overdue without a successful
+	// verification since verifyFrom; zero for none.
+	verifyBy, verifyFrom time.Time
 }
 
 // expect reads the job's expectation. It depends only on the job's schedule, zone and alert
 // settings and on from, so a Watcher keeps it while they stay the same (cron's next slot in a
 // zone costs microseconds, and every job is judged every pass).
-func expect(j store.WatchJob, from time.Time) (expectation, error) {
+func expect(j store.WatchJob, from, verifyFrom time.Time) (expectation, error) {
+	var e expectation
+	if j.VerifySchedule != "" {
+		vs, err := schedule.Parse(j.VerifySchedule, j.TimeZone)
+		if err != nil {
+			return expectation{}, fmt.Errorf("job %s: verify schedule: %w", j.Name, err)
+		}
+		grace := j.VerifyAlertAfter
+		if first, ok := vs.Next(verifyFrom); ok && grace <= 0 {
+			if second, ok := vs.Next(first); ok {
+				if third, ok := vs.Next(second); ok {
+					grace = third.Sub(first) // two periods
+				}
+			}
+		}
+		if grace > 0 {
+			e.verifyBy, e.verifyFrom = verifyFrom.Add(grace), verifyFrom
+		}
+	}
 	sched, err := schedule.Parse(j.Schedule, j.TimeZone)
 	if err != nil {
 		return expectation{}, fmt.Errorf("job %s: %w", j.Name, err)
 	}
 	slot, ok := sched.Next(from)
 	if !ok {
-		return expectation{every: j.ExpectEvery}, nil
+		e.every = j.ExpectEvery
+		return e, nil
 	}
 	grace := j.AlertAfter
 	if grace <= 0 {
@@ -70,7 +107,8 @@ func expect(j store.WatchJob, from time.Time) (expectation, error) {
 			grace = after.Sub(slot)
 		}
 	}
-	return expectation{slot: slot, grace: grace}, nil
+	e.slot, e.grace = slot, grace
+	return e, nil
 }
 
 func judge(f store.WatchFacts, now, from time.Time, e expectation) Verdict {
@@ -94,6 +132,14 @@ func judge(f store.WatchFacts, now, from time.Time, e expectation) Verdict {
 	if n := j.AlertFailures; n > 0 && len(f.Recent) >= n && f.RecentEnd != nil && !slices.Contains(f.Recent[:n], model.StatusSucceeded) {
 		return Verdict{true, *f.RecentEnd, fmt.Sprintf("the last %d runs did not succeed (%s)", n, strings.Join(f.Recent[:n], ", "))}
 	}
+	if !e.verifyBy.IsZero() && !now.Before(e.verifyBy) {
+		what := "since its verify schedule was set at " + e.verifyFrom.UTC().Format(time.RFC3339)
+		if f.LastVerified != nil && !f.LastVerified.Before(e.verifyFrom) {
+			what = "since the last one at " + f.LastVerified.UTC().Format(time.RFC3339)
+		}
+		return Verdict{true, e.verifyBy, fmt.Sprintf("verification overdue: no successful verification of its repository for %s (%s)",
+			e.verifyBy.Sub(e.verifyFrom), what)}
+	}
 	return Verdict{}
 }
 
@@ -102,6 +148,9 @@ type expected struct {
 	schedule, zone    string
 	from              time.Time
 	alertAfter, every time.Duration
+	verifySchedule    string
+	verifyFrom        time.Time
+	verifyAlertAfter  time.Duration
 	e                 expectation
 }
 
@@ -153,16 +202,18 @@ func (w *Watcher) overdue(ctx context.Context) error {
 	var errs []error
 	kept := make(map[string]expected, len(facts))
 	for _, f := range facts {
-		j, from := f.Job, since(f)
+		j, from, verifyFrom := f.Job, since(f), verifiedSince(f)
 		x, ok := w.expected[j.Name]
 		if !ok || x.schedule != j.Schedule || x.zone != j.TimeZone || !x.from.Equal(from) ||
-			x.alertAfter != j.AlertAfter || x.every != j.ExpectEvery {
-			e, err := expect(j, from)
+			x.alertAfter != j.AlertAfter || x.every != j.ExpectEvery || x.verifySchedule != j.VerifySchedule ||
+			!x.verifyFrom.Equal(verifyFrom) || x.verifyAlertAfter != j.VerifyAlertAfter {
+			e, err := expect(j, from, verifyFrom)
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			x = expected{schedule: j.Schedule, zone: j.TimeZone, from: from, alertAfter: j.AlertAfter, every: j.ExpectEvery, e: e}
+			x = expected{schedule: j.Schedule, zone: j.TimeZone, from: from, alertAfter: j.AlertAfter, every: j.ExpectEvery,
+				verifySchedule: j.VerifySchedule, verifyFrom: verifyFrom, verifyAlertAfter: j.VerifyAlertAfter, e: e}
 		}
 		kept[j.Name] = x
 		v := judge(f, f.ReadAt, from, x.e)
@@ -178,6 +229,9 @@ func (w *Watcher) overdue(ctx context.Context) error {
 			why := "no longer overdue under the job's settings"
 			if f.LastSuccess != nil && f.LastSuccess.After(*f.Job.OverdueSince) {
 				why = "a run succeeded at " + f.LastSuccess.UTC().Format(time.RFC3339)
+			}
+			if f.LastVerified != nil && f.LastVerified.After(*f.Job.OverdueSince) && strings.HasPrefix(f.Job.OverdueReason, "verification overdue") {
+				why = "a verification succeeded at " + f.LastVerified.UTC().Format(time.RFC3339)
 			}
 			cleared, err := w.Store.ClearOverdue(ctx, f.Job.Name, why, w.Host)
 			if err != nil {

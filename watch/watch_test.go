@@ -12,6 +12,8 @@ func TestJudge(t *testing.T) {
 	created := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) *time.Time { t := created.Add(d); return &t }
 	daily := store.WatchJob{Name: "d", Schedule: "0 2 * * *", CreatedAt: created, AlertFailures: 2}
+	// Backed up hourly (never overdue for that here), verified weekly since its creation.
+	weeklyVerify := store.WatchJob{Name: "v", Schedule: "@hourly", CreatedAt: created, VerifySchedule: "@weekly", VerifySince: at(0)}
 	for _, tc := range []struct {
 		name    string
 		f       store.WatchFacts
@@ -37,6 +39,14 @@ func TestJudge(t *testing.T) {
 		{"manual, no expectation", store.WatchFacts{Job: store.WatchJob{Name: "m", CreatedAt: created}}, 1000 * time.Hour, false, 0, ""},
 		{"manual, --expect-every 168h passed", store.WatchFacts{Job: store.WatchJob{Name: "m", CreatedAt: created, ExpectEvery: 168 * time.Hour},
 			LastSuccess: at(time.Hour)}, 170 * time.Hour, true, 169 * time.Hour, "expected every 168h0m0s"},
+		{"weekly verify, verified 20 days ago: two periods passed", store.WatchFacts{Job: weeklyVerify, LastSuccess: at(20*24*time.Hour - time.Hour),
+			LastVerified: at(time.Hour)}, 20 * 24 * time.Hour, true, 14*24*time.Hour + time.Hour, "verification overdue"},
+		{"weekly verify, verified 10 days ago", store.WatchFacts{Job: weeklyVerify, LastSuccess: at(10*24*time.Hour - time.Hour),
+			LastVerified: at(time.Hour)}, 10 * 24 * time.Hour, false, 0, ""},
+		{"weekly verify, never verified, set 15 days ago", store.WatchFacts{Job: weeklyVerify, LastSuccess: at(15*24*time.Hour - time.Hour)},
+			15 * 24 * time.Hour, true, 14 * 24 * time.Hour, "since its verify schedule was set"},
+		{"--verify-alert-after 48h", store.WatchFacts{Job: func() store.WatchJob { j := weeklyVerify; j.VerifyAlertAfter = 48 * time.Hour; return j }(),
+			LastSuccess: at(3*24*time.Hour - time.Hour), LastVerified: at(time.Hour)}, 3 * 24 * time.Hour, true, 49 * time.Hour, "for 48h0m0s"},
 		{"@every 3s, failing since its creation", store.WatchFacts{Job: store.WatchJob{Name: "e", Schedule: "@every 3s", CreatedAt: created}},
 			6 * time.Second, true, 6 * time.Second, "3s after it"},
 	} {

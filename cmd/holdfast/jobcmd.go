@@ -90,6 +90,9 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&j.Host, "host", "", "pin the job to this host: only its daemon runs it (default for a new job: this host, HOLDFAST_HOST or the host name)")
 	f.BoolVar(&jf.anyHost, "any-host", false, "let any host's daemon run the job: its paths and repository must be reachable from every host")
 	f.StringVar(&j.PruneSchedule, "prune-schedule", "", `when to prune the repository (restic prune), a schedule like --schedule; "" never`)
+	f.StringVar(&j.VerifySchedule, "verify-schedule", "", `when to verify the repository (restic check), a schedule like --schedule; "" never`)
+	f.StringVar(&j.VerifyReadData, "verify-read-data", "", `the part of the data each scheduled verification reads: a percentage (5%) or n/t (1/7); "" the structure only`)
+	f.DurationVar(&j.VerifyAlertAfter, "verify-alert-after", 0, "the job is overdue when its last successful verification is older than this (0: two periods of --verify-schedule)")
 	jf.policy.bind(f)
 	jf.guard.bind(f)
 }
@@ -109,7 +112,9 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 		"retry-max": func() { j.RetryMax = src.RetryMax }, "retry-backoff": func() { j.RetryBackoff = src.RetryBackoff },
 		"window": func() { j.Windows = src.Windows }, "priority": func() { j.Priority = src.Priority },
 		"depends-on": func() { j.DependsOn = src.DependsOn }, "prune-schedule": func() { j.PruneSchedule = src.PruneSchedule },
-		"account": func() { j.Account = src.Account }, "limit-upload": func() { j.LimitUploadKiB = src.LimitUploadKiB },
+		"verify-schedule": func() { j.VerifySchedule = src.VerifySchedule }, "verify-read-data": func() { j.VerifyReadData = src.VerifyReadData },
+		"verify-alert-after": func() { j.VerifyAlertAfter = src.VerifyAlertAfter },
+		"account":            func() { j.Account = src.Account }, "limit-upload": func() { j.LimitUploadKiB = src.LimitUploadKiB },
 		"alert-after": func() { j.AlertAfter = src.AlertAfter }, "alert-failures": func() { j.AlertFailures = src.AlertFailures },
 		"expect-every": func() { j.ExpectEvery = src.ExpectEvery }, "stall-after": func() { j.StallAfter = src.StallAfter },
 		"stall-action": func() { j.StallAction = src.StallAction },
@@ -291,6 +296,10 @@ type jobOut struct {
 	RetentionMinKeep   int               `json:"retention_min_keep"`
 	PruneSchedule      string            `json:"prune_schedule"`
 	NextPruneAt        *string           `json:"next_prune_at"`
+	VerifySchedule     string            `json:"verify_schedule"`
+	NextVerifyAt       *string           `json:"next_verify_at"`
+	VerifyReadData     string            `json:"verify_read_data,omitempty"`
+	VerifyAlertAfter   float64           `json:"verify_alert_after_seconds,omitempty"`
 	Host               string            `json:"host"`
 	AnyHost            bool              `json:"any_host"`
 	Account            string            `json:"account"`
@@ -319,6 +328,8 @@ func jobJSON(j model.Job) jobOut {
 	}
 	o.RetentionMaxDelete, o.RetentionMinKeep = j.RetentionMaxDelete, j.RetentionMinKeep
 	o.PruneSchedule, o.NextPruneAt = j.PruneSchedule, timeStr(j.NextPruneAt)
+	o.VerifySchedule, o.NextVerifyAt, o.VerifyReadData = j.VerifySchedule, timeStr(j.NextVerifyAt), j.VerifyReadData
+	o.VerifyAlertAfter = j.VerifyAlertAfter.Seconds()
 	o.Account, o.MaxAddedBytes = j.Account, j.MaxAdded
 	o.Host, o.AnyHost = j.Host, j.Host == ""
 	o.AdmissionError, o.AdmissionRetryAt = j.AdmissionError, timeStr(j.AdmissionRetryAt)
@@ -465,6 +476,16 @@ func newJobShowCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(w, "prune:         %s", j.PruneSchedule)
 					if j.NextPruneAt != nil {
 						fmt.Fprintf(w, ", next at %s", j.NextPruneAt.Local().Format(time.RFC3339))
+					}
+					fmt.Fprintln(w)
+				}
+				if j.VerifySchedule != "" {
+					fmt.Fprintf(w, "verify:        %s", j.VerifySchedule)
+					if j.VerifyReadData != "" {
+						fmt.Fprintf(w, ", reading %s of the data", j.VerifyReadData)
+					}
+					if j.NextVerifyAt != nil {
+						fmt.Fprintf(w, ", next at %s", j.NextVerifyAt.Local().Format(time.RFC3339))
 					}
 					fmt.Fprintln(w)
 				}

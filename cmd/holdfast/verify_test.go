@@ -109,3 +109,61 @@ func TestVerify(t *testing.T) {
 	}
 	w.checkInvariants()
 }
+
+// A verify schedule admits verification runs on its slots, reading the part of the data it
+// names; a job whose scheduled verifications keep failing is overdue for verification, by its
+// own reason, once the last success is older than --verify-alert-after.
+func TestVerifySchedule(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	rw := newRestoreWorld(t, w, 1, 64<<10)
+	hook := newReceiver(t)
+	w.mustRun("notify", "add", "hook", "--webhook", hook.URL, "--events", "overdue")
+	rw.startDaemon("--watch-interval", "500ms")
+	rw.backup()
+	w.mustRun("job", "edit", "home", "--verify-schedule", "@every 1s", "--verify-read-data", "5%", "--alert-failures", "0")
+	var first listedRun
+	w.waitRuns("home", "a scheduled verification ended", func(runs []listedRun) bool {
+		for _, r := range runs {
+			if r.ID != runs[len(runs)-1].ID && ended(runJSON{Status: r.Status}) {
+				first = r
+				return true
+			}
+		}
+		return false
+	})
+	var v struct {
+		restoreOut
+		Trigger        string `json:"trigger"`
+		ReadDataSubset string `json:"read_data_subset"`
+	}
+	if err := json.Unmarshal([]byte(w.mustRun("run", "show", first.ID, "--json")), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Kind != "verify" || v.Trigger != "schedule" || v.ReadDataSubset != "5%" || v.Status != "succeeded" {
+		t.Fatalf("scheduled verification = %+v, want a succeeded verify run of 5%% on the schedule", v)
+	}
+	if j := w.job("home"); j.OverdueSince != nil {
+		t.Fatalf("overdue while verified: %+v", j)
+	}
+
+	// Every verification fails from now on (restic cannot open the repository); the last success
+	// ages past --verify-alert-after.
+	if err := os.Rename(filepath.Join(rw.repo, "config"), filepath.Join(rw.repo, "config.away")); err != nil {
+		t.Fatal(err)
+	}
+	w.mustRun("job", "edit", "home", "--verify-alert-after", "3s")
+	j := await(t, "job home overdue for verification", func() string { return "" }, func() jobJSON { return w.job("home") },
+		func(j jobJSON) bool { return j.OverdueSince != nil })
+	if !strings.Contains(j.OverdueReason, "verification overdue") {
+		t.Fatalf("overdue reason %q, want it to say the verification is overdue", j.OverdueReason)
+	}
+	if !eventually(time.Minute, func() bool { return len(hook.requests()) > 0 }) ||
+		!strings.Contains(hook.requests()[0].body, "verification overdue") {
+		t.Fatalf("the webhook heard %v, want the overdue event for the verification", hook.requests())
+	}
+	w.mustRun("job", "edit", "home", "--verify-schedule", "", "--verify-read-data", "", "--verify-alert-after", "0")
+	if err := os.Rename(filepath.Join(rw.repo, "config.away"), filepath.Join(rw.repo, "config")); err != nil {
+		t.Fatal(err)
+	}
+}
