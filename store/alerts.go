@@ -33,8 +33,10 @@ type WatchJob struct {
 type WatchFacts struct {
 	Job         WatchJob
 	LastSuccess *time.Time // when its last succeeded backup ended
-	// LastVerified is when its last succeeded verification ended.
+	// LastVerified is when its last succeeded verification ended; LastVerify the status its last
+	// ended verification has ("" none).
 	LastVerified *time.Time
+	LastVerify   string
 	// Recent are the statuses of its last ended backups, newest first, as many as AlertFailures.
 	Recent    []string
 	RecentEnd *time.Time // when the newest of them ended
@@ -53,8 +55,9 @@ func (s *Store) WatchFacts(ctx context.Context) ([]WatchFacts, error) {
 			ORDER BY r.finished_at DESC LIMIT j.alert_failures) last), '{}'),
 		(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.finished_at IS NOT NULL AND r.kind = 'backup'),
 		j.verify_schedule, j.verify_alert_after, j.verify_since,
-		CASE WHEN j.verify_schedule <> '' THEN
-			(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded' AND r.kind = 'verify') END,
+		(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded' AND r.kind = 'verify'),
+		coalesce((SELECT r.status FROM runs r WHERE r.job_id = j.id AND r.kind = 'verify' AND r.finished_at IS NOT NULL
+			ORDER BY r.finished_at DESC LIMIT 1), ''),
 		now()
 		FROM jobs j ORDER BY j.name`)
 	if err != nil {
@@ -68,7 +71,7 @@ func (s *Store) WatchFacts(ctx context.Context) ([]WatchFacts, error) {
 		var alertAfter, expectEvery, verifyAlertAfter *time.Duration
 		if err := rows.Scan(&j.Name, &j.CreatedAt, &j.Schedule, &j.TimeZone, &alertAfter, &j.AlertFailures,
 			&expectEvery, &j.OverdueSince, &j.OverdueReason, &j.LastOutcome, &j.NextRunAt,
-			&f.LastSuccess, &f.Recent, &f.RecentEnd, &j.VerifySchedule, &verifyAlertAfter, &j.VerifySince, &f.LastVerified, &f.ReadAt); err != nil {
+			&f.LastSuccess, &f.Recent, &f.RecentEnd, &j.VerifySchedule, &verifyAlertAfter, &j.VerifySince, &f.LastVerified, &f.LastVerify, &f.ReadAt); err != nil {
 			return nil, fmt.Errorf("read jobs to watch: %w", err)
 		}
 		if alertAfter != nil {

@@ -45,6 +45,8 @@ type JobStatus struct {
 	State         State
 	LastOutcome   string
 	LastSuccess   *time.Time
+	LastVerified  *time.Time // its last successful verification
+	LastVerify    string     // how its last verification ended ("" none)
 	NextRun       *time.Time
 	OverdueSince  *time.Time
 	OverdueReason string
@@ -109,6 +111,7 @@ func Status(ctx context.Context, st *store.Store) (Report, error) {
 	for _, f := range facts {
 		r.At = f.ReadAt
 		j := JobStatus{Name: f.Job.Name, LastOutcome: f.Job.LastOutcome, LastSuccess: f.LastSuccess,
+			LastVerified: f.LastVerified, LastVerify: f.LastVerify,
 			NextRun: f.Job.NextRunAt, OverdueSince: f.Job.OverdueSince, OverdueReason: f.Job.OverdueReason}
 		// Judged here too, so that a status with no daemon running still sees a missed backup.
 		v, err := Judge(f, f.ReadAt)
@@ -122,6 +125,8 @@ func Status(ctx context.Context, st *store.Store) (Report, error) {
 			j.OverdueSince, j.OverdueReason = &v.Since, v.Reason
 		case f.Job.LastOutcome != "" && f.Job.LastOutcome != model.StatusSucceeded:
 			j.State, j.Note = Warning, "last run "+f.Job.LastOutcome
+		case f.LastVerify != "" && f.LastVerify != model.StatusSucceeded && f.LastVerify != model.StatusStopped:
+			j.State, j.Note = Warning, "last verification "+f.LastVerify+" (holdfast run list --job "+f.Job.Name+")"
 		}
 		r.State = max(r.State, j.State)
 		r.Jobs = append(r.Jobs, j)

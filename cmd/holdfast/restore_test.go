@@ -79,15 +79,6 @@ type restoreOut struct {
 	} `json:"restore"`
 }
 
-func (rw *restoreWorld) showRestore(id string) restoreOut {
-	rw.t.Helper()
-	var r restoreOut
-	if err := json.Unmarshal([]byte(rw.mustRun("run", "show", id, "--json")), &r); err != nil {
-		rw.t.Fatal(err)
-	}
-	return r
-}
-
 // sameTree fails the test unless target holds the backed-up data as it is (restic restores a
 // snapshot's absolute paths under its target): names, contents, the link as a link, and the
 // private file still nobody's with mode 0600.

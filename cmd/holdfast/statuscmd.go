@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/watch"
 )
 
@@ -20,6 +21,8 @@ type statusJobOut struct {
 	State         string  `json:"state"`
 	LastOutcome   string  `json:"last_outcome,omitempty"`
 	LastSuccess   *string `json:"last_success_at"`
+	LastVerified  *string `json:"last_verified_at"`
+	LastVerify    string  `json:"last_verify,omitempty"`
 	NextRun       *string `json:"next_run_at"`
 	OverdueSince  *string `json:"overdue_since"`
 	OverdueReason string  `json:"overdue_reason,omitempty"`
@@ -125,7 +128,7 @@ func statusJSON(r watch.Report) statusOut {
 	}
 	for _, j := range r.Jobs {
 		o.Jobs = append(o.Jobs, statusJobOut{Name: j.Name, State: j.State.String(), LastOutcome: j.LastOutcome,
-			LastSuccess: timeStr(j.LastSuccess), NextRun: timeStr(j.NextRun), OverdueSince: timeStr(j.OverdueSince),
+			LastSuccess: timeStr(j.LastSuccess), LastVerified: timeStr(j.LastVerified), LastVerify: j.LastVerify, NextRun: timeStr(j.NextRun), OverdueSince: timeStr(j.OverdueSince),
 			OverdueReason: j.OverdueReason, Note: j.Note})
 	}
 	for _, l := range r.Live {
@@ -153,13 +156,20 @@ func printStatus(w io.Writer, r watch.Report) {
 	if len(r.Jobs) == 0 {
 		fmt.Fprintln(tw, "\nno jobs (holdfast job add)")
 	} else {
-		fmt.Fprintln(tw, "\nJOB\tSTATE\tLAST RUN\tLAST SUCCESS\tNEXT RUN\tNOTE")
+		fmt.Fprintln(tw, "\nJOB\tSTATE\tLAST RUN\tLAST SUCCESS\tVERIFIED\tNEXT RUN\tNOTE")
 		for _, j := range r.Jobs {
 			next := "manual"
 			if j.NextRun != nil {
 				next = j.NextRun.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.State, dash(j.LastOutcome), watch.Age(j.LastSuccess, r.At), next, j.Note)
+			verified := "-"
+			if j.LastVerify != "" {
+				verified = watch.Age(j.LastVerified, r.At)
+				if j.LastVerify != model.StatusSucceeded {
+					verified += " (last " + j.LastVerify + ")"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.State, dash(j.LastOutcome), watch.Age(j.LastSuccess, r.At), verified, next, j.Note)
 		}
 	}
 	if len(r.Live) > 0 {

@@ -158,6 +158,9 @@ func TestVerifySchedule(t *testing.T) {
 	if !strings.Contains(j.OverdueReason, "verification overdue") {
 		t.Fatalf("overdue reason %q, want it to say the verification is overdue", j.OverdueReason)
 	}
+	if st := w.run("status", "--json"); !strings.Contains(st.stdout, `"last_verify": "failed"`) {
+		t.Fatalf("status does not show the failed verification:\n%s", st.stdout)
+	}
 	if !eventually(time.Minute, func() bool { return len(hook.requests()) > 0 }) ||
 		!strings.Contains(hook.requests()[0].body, "verification overdue") {
 		t.Fatalf("the webhook heard %v, want the overdue event for the verification", hook.requests())
