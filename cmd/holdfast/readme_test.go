@@ -127,6 +127,33 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 		t.Fatalf("home's snapshots after retention apply: %v; want the held %s and the newest %s", ids, oldest.ID, snaps[2].ID)
 	}
 
+	// Restores and verification: the latest snapshot restored as homebackup, equal to /home's
+	// files it could read; the held one over it; a check of a tenth of the data; a schedule.
+	b.readmeBlock(readmeRestores, env)
+	if d := h.Run(t, "sh", "-c", "diff -r /home/alice /srv/restore/home/home/alice && stat -c '%U %a' /srv/restore/home/home/alice/notes.txt"); strings.TrimSpace(d) != "homebackup 600" {
+		t.Fatalf("alice's restored home: %q, want it equal to hers, notes.txt homebackup's with mode 600", d)
+	}
+	var restores, verifies int
+	for _, r := range b.runsOf("home") {
+		if r.Kind != "restore" && r.Kind != "verify" {
+			continue
+		}
+		if r.Status != "succeeded" {
+			t.Fatalf("the README's %s run %s: %s (%s)", r.Kind, r.ID, r.Status, r.Reason)
+		}
+		if r.Kind == "restore" {
+			restores++
+		} else {
+			verifies++
+		}
+	}
+	if restores != 2 || verifies != 1 {
+		t.Fatalf("home has %d restores and %d verifications after the README's examples, want 2 and 1", restores, verifies)
+	}
+	if j := b.jobJSON("home"); j["verify_schedule"] != "@weekly" || j["verify_read_data"] != "5%" {
+		t.Fatalf("job home after the README's verify schedule: %v", j)
+	}
+
 	// Several hosts: a second host's daemon ran once; it is drained and forgotten.
 	h.Run(t, "systemd-run", "--unit", "holdfast-web2", "--property", "EnvironmentFile=/etc/holdfast/holdfast.env",
 		"/usr/bin/holdfast", "daemon", "--host", "web2", "--state-dir", "/var/lib/holdfast-web2", "--listen=")
@@ -154,6 +181,7 @@ const (
 	readmeRetention  = "Retention (restic jobs)"
 	readmeQuotas     = "Storage quotas (the ledger)"
 	readmeHosts      = "## Several hosts, one database"
+	readmeRestores   = "Restores and verification (restic jobs)"
 )
 
 // readmeBlock runs the README's sh block after heading as one bash script (-euo pipefail, each
@@ -183,6 +211,20 @@ func (b *bootedWorld) jobJSON(name string) map[string]any {
 		b.t.Fatal(err)
 	}
 	return j
+}
+
+// runsOf lists the job's runs.
+func (b *bootedWorld) runsOf(job string) []struct {
+	ID, Kind, Status, Reason string
+} {
+	b.t.Helper()
+	var runs []struct {
+		ID, Kind, Status, Reason string
+	}
+	if err := json.Unmarshal([]byte(b.mustHoldfast("run", "list", "--job", job, "--limit", "100", "--json")), &runs); err != nil {
+		b.t.Fatalf("run list --job %s: %v", job, err)
+	}
+	return runs
 }
 
 // lastRun is the job's newest run.
