@@ -41,7 +41,7 @@ func RunTag(run uuid.UUID) string { return RunTagPrefix + run.String() }
 type Restic struct {
 	Binary string
 	// Operation is what the restic whose output it reads does: "" or OpBackup, OpRestore,
-	// OpVerify (what restic says on its standard error means something else in each).
+	// OpVerify, OpDrill (what restic says on its standard error means something else in each).
 	Operation string
 	// Run runs one of restic's query commands (snapshots, stats) and returns its stdout; nil
 	// runs it here, as this process. The daemon runs them as the job's user instead.
@@ -112,6 +112,10 @@ func (r Restic) PruneArgv(j Job) []string {
 func (r Restic) ForgetArgv(j Job, ids []string) []string {
 	return append(append(r.global(j), "forget"), ids...)
 }
+
+// GlobalArgv is restic with the options every command on j's repository needs, for a program
+// that runs restic's commands itself (`holdfast drill`).
+func (r Restic) GlobalArgv(j Job) []string { return r.global(j) }
 
 // RestoreArgv returns the command line that restores snapshot (a full id) into target, only the
 // paths matching includes if there are any, and then, with verify, reads every restored file
@@ -200,10 +204,17 @@ func decodeMessage(line []byte) (resticMessage, bool) {
 
 // ParseStdout turns a "status" line into a progress event and a "summary"
 // line into a summary event.
-func (Restic) ParseStdout(line []byte) (Event, bool) {
+func (r Restic) ParseStdout(line []byte) (Event, bool) {
 	m, ok := decodeMessage(line)
 	if !ok {
 		return Event{}, false
+	}
+	if r.Operation == OpDrill {
+		var d drillMessage
+		if m.MessageType != "drill" || json.Unmarshal(bytes.TrimSpace(line), &d) != nil {
+			return Event{}, false
+		}
+		return Event{TypeSummary, d.Drill}, true
 	}
 	switch m.MessageType {
 	case "status":
@@ -266,7 +277,7 @@ func (r Restic) ParseStderr(line []byte) (Event, bool) {
 		return Event{}, false
 	// restore reports each file it could not restore (or, with --verify, that differs) so, and
 	// exits 1 after "Fatal: There were N errors".
-	case r.Operation == OpRestore && strings.HasPrefix(s, restoreError):
+	case (r.Operation == OpRestore || r.Operation == OpDrill) && strings.HasPrefix(s, restoreError):
 		item, msg, _ := strings.Cut(strings.TrimPrefix(s, restoreError), ": ")
 		return Event{TypeItemError, ItemError{Item: item, During: "restore", Message: msg}}, true
 	// Whatever check prints on its standard error before its last word is a finding about the
@@ -365,10 +376,13 @@ func (r Restic) Classify(ev Evidence) Outcome {
 			return Outcome{Status: Failed, Class: Permanent, Reason: fmt.Sprintf("verify failed: the repository contains errors (%s, first: %s)",
 				plural(ev.ItemErrors, "finding"), ev.FirstItemError)}
 		}
-	case OpRestore:
+	case OpRestore, OpDrill:
 		if ev.ExitStatus == 1 && ev.ItemErrors > 0 {
-			return Outcome{Status: Failed, Class: Permanent, Reason: fmt.Sprintf("restore failed: %s could not be restored or verified, first: %s",
-				plural(ev.ItemErrors, "file"), ev.FirstItemError)}
+			return Outcome{Status: Failed, Class: Permanent, Reason: fmt.Sprintf("%s failed: %s could not be restored or verified, first: %s",
+				ev.Operation, plural(ev.ItemErrors, "file"), ev.FirstItemError)}
+		}
+		if ev.ExitStatus == 0 && ev.Operation == OpDrill {
+			return Outcome{Status: Succeeded, Reason: "drill complete"}
 		}
 	}
 	switch s := ev.ExitStatus; s {

@@ -189,6 +189,18 @@ func Validate(j *model.Job) error {
 	return ValidateSchedule(j)
 }
 
+// ValidateDrill checks what a verification run is asked to do: a drill of 1 to
+// engine.MaxDrillFiles files, which reads no further data (it is no restic check).
+func ValidateDrill(v model.Verify) error {
+	if v.DrillFiles < 1 || v.DrillFiles > engine.MaxDrillFiles {
+		return fmt.Errorf("--drill %d: give how many files to restore and verify, 1 to %d", v.DrillFiles, engine.MaxDrillFiles)
+	}
+	if v.ReadDataSubset != "" {
+		return errors.New("--drill and --read-data-subset are two verifications: a drill restores files, a check reads the repository; start them one after the other")
+	}
+	return nil
+}
+
 // ValidateSchedule checks the scheduling settings of a job.
 func ValidateSchedule(j *model.Job) error {
 	if _, err := schedule.Parse(j.Schedule, j.TimeZone); err != nil {

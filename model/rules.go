@@ -36,3 +36,15 @@ func NeedsRepositoryAlone(kind string) bool { return slices.Contains(exclusiveKi
 func ExclusiveKinds() []string { return slices.Clone(exclusiveKinds) }
 
 var exclusiveKinds = []string{KindPrune, KindForget, KindVerify}
+
+// Operation is what a run's engine does, as `holdfast exec --kind` and the outcome mapping read
+// its output: its kind, or engine.OpDrill for a verification that drills a restore.
+func (r Run) Operation() string {
+	if r.Kind == KindVerify && r.Verify.DrillFiles > 0 {
+		return engine.OpDrill
+	}
+	if r.Kind == "" {
+		return KindBackup
+	}
+	return r.Kind
+}

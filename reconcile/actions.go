@@ -59,7 +59,7 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l model.LiveRun, m ru
 		return err // nothing is closed on facts we could not read
 	}
 	ev := evidence(a)
-	ev.Operation = l.Run.Kind
+	ev.Operation = l.Run.Operation()
 	v := outcome(m, ev, eng, l.Run.StopRequestedAt != nil, l.Run.StopReason, l.Run.PausedReason)
 	switch l.Run.Kind {
 	case model.KindPrune:
@@ -82,6 +82,9 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l model.LiveRun, m ru
 		}
 		return r.finishAttempt(ctx, l, a, m, v)
 	case model.KindVerify:
+		if l.Run.Verify.DrillFiles > 0 && v.status == model.StatusSucceeded {
+			v.reason = drilled(a)
+		}
 		return r.finishAttempt(ctx, l, a, m, v)
 	}
 	if ev.Summary == nil && (v.status == model.StatusSucceeded || v.status == model.StatusPartial) && l.JobEngine == engine.NameRestic {
@@ -109,6 +112,16 @@ func restored(rs model.Restore, p *model.Progress) string {
 		reason += fmt.Sprintf(", %d files, %s", p.FilesDone, engine.FormatBytes(p.BytesDone))
 	}
 	return reason
+}
+
+// drilled is a succeeded drill's reason, from its summary (as the unit reported it).
+func drilled(a model.Attempt) string {
+	var d engine.Drill
+	if len(a.Summary) == 0 || json.Unmarshal(a.Summary, &d) != nil || len(d.Files) == 0 {
+		return "drill complete, but no sample was recorded"
+	}
+	return fmt.Sprintf("drill complete: %d file(s), %s, of snapshot %s (chosen at random among %d) restored and verified; first: %s",
+		len(d.Files), engine.FormatBytes(d.Bytes), shortID(d.SnapshotID), d.Candidates, clipText(d.Files[0], 256))
 }
 
 // shortID is a snapshot's id as restic abbreviates it.
@@ -219,7 +232,10 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l model.LiveRun, a model
 	if s, note := checkedSummary(a); s != nil {
 		e.SnapshotID = s.SnapshotID
 		e.Reason += note
-		e.BytesAdded, e.BytesProcessed, e.FilesProcessed = &s.DataAdded, &s.TotalBytesProcessed, &s.TotalFilesProcessed
+		if l.Run.Kind == model.KindBackup {
+			// A drill's summary names its snapshot, but it added and processed nothing of a backup's.
+			e.BytesAdded, e.BytesProcessed, e.FilesProcessed = &s.DataAdded, &s.TotalBytesProcessed, &s.TotalFilesProcessed
+		}
 	}
 	e.Settlement = r.settlement(ctx, l, a, !v.neverRan && ran(a, m), false)
 	crashpoint.At("finish-before")

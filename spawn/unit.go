@@ -79,7 +79,7 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 	execArgv := []string{cfg.Binary, "exec",
 		"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt),
 		"--journal", jobunit.JournalPath(cfg.StateDir, run.ID, attempt),
-		"--engine", job.Engine, "--kind", cmp.Or(run.Kind, model.KindBackup)}
+		"--engine", job.Engine, "--kind", run.Operation()}
 	execArgv = append(execArgv, jobunit.CredentialArgs(spec)...)
 	spec.Description = fmt.Sprintf("holdfast %s %s, run %s attempt %d", cmp.Or(run.Kind, model.KindBackup), job.Name, run.ID, attempt)
 	spec.ExecStopPost = []string{cfg.Binary, "marker", "--state-dir", cfg.StateDir,
@@ -104,6 +104,12 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		argv = restic.ForgetArgv(ej, run.ForgetIDs)
 	case model.KindVerify:
 		argv = restic.CheckArgv(ej, run.Verify.ReadDataSubset)
+		if n := run.Verify.DrillFiles; n > 0 {
+			// The drill runs restic itself, in the unit, as the job's user; its scratch directory
+			// lies in the attempt's own, which only this unit writes.
+			argv = append([]string{cfg.Binary, "drill", "--tag", engine.JobTag(job.Name), "--files", strconv.Itoa(n),
+				"--scratch", filepath.Join(writable[0], "drill"), "--"}, restic.GlobalArgv(ej)...)
+		}
 	case model.KindRestore:
 		rs := run.Restore
 		argv = restic.RestoreArgv(ej, rs.Snapshot, rs.Target, rs.Includes, false)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -105,7 +106,10 @@ type runOut struct {
 	Host            string       `json:"host,omitempty"` // the host the run must run on (a restore's)
 	Restore         *restoreOut  `json:"restore,omitempty"`
 	ReadDataSubset  string       `json:"read_data_subset,omitempty"`
-	Attempts        []attemptOut `json:"attempts,omitempty"`
+	DrillFiles      int          `json:"drill_files,omitempty"`
+	// Drill is a drill's sample and result as its unit reported them (its last attempt's).
+	Drill    *engine.Drill `json:"drill,omitempty"`
+	Attempts []attemptOut  `json:"attempts,omitempty"`
 }
 
 func timeStr(t *time.Time) *string {
@@ -131,7 +135,13 @@ func runJSON(r model.Run, attempts []model.Attempt) runOut {
 		o.RetriedBy = r.RetriedBy.String()
 	}
 	o.ForgetIDs = r.ForgetIDs
-	o.Host, o.ReadDataSubset = r.Host, r.Verify.ReadDataSubset
+	o.Host, o.ReadDataSubset, o.DrillFiles = r.Host, r.Verify.ReadDataSubset, r.Verify.DrillFiles
+	if n := len(attempts); n > 0 && r.Verify.DrillFiles > 0 && len(attempts[n-1].Summary) > 0 {
+		var d engine.Drill
+		if json.Unmarshal(attempts[n-1].Summary, &d) == nil {
+			o.Drill = &d
+		}
+	}
 	if rs := r.Restore; rs.Target != "" {
 		o.Restore = &restoreOut{Target: rs.Target, Snapshot: rs.Snapshot, Includes: rs.Includes, TotalBytes: rs.TotalBytes, TotalFiles: rs.TotalFiles}
 	}
@@ -192,8 +202,13 @@ func newRunStartCmd(g *globals) *cobra.Command {
 					kind = model.KindPrune
 				case verifyRun:
 					kind = model.KindVerify
-				case verify.ReadDataSubset != "":
-					return badInput("--read-data-subset is for verification runs: add --verify")
+				case verify.ReadDataSubset != "" || cmd.Flags().Changed("drill"):
+					return badInput("--read-data-subset and --drill are for verification runs: add --verify")
+				}
+				if cmd.Flags().Changed("drill") {
+					if err := job.ValidateDrill(verify); err != nil {
+						return inputError{err}
+					}
 				}
 				if verify.ReadDataSubset != "" {
 					if err := engine.ValidateReadDataSubset(verify.ReadDataSubset); err != nil {
@@ -220,6 +235,7 @@ func newRunStartCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&prune, "prune", false, "prune the job's repository instead of backing up (waits until no backup of it runs)")
 	cmd.Flags().BoolVar(&verifyRun, "verify", false, "verify the job's repository (restic check) instead of backing up")
 	cmd.Flags().StringVar(&verify.ReadDataSubset, "read-data-subset", "", "with --verify, also read this part of the data: a percentage (5%) or n/t (1/7)")
+	cmd.Flags().IntVar(&verify.DrillFiles, "drill", 0, "with --verify, instead of restic check: restore this many files of the job's latest snapshot, chosen at random, into a scratch directory and verify them")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
 	return cmd
 }

@@ -52,28 +52,7 @@ func TestVerify(t *testing.T) {
 		t.Fatalf("last verify success metric %v, the run ended %s", v, finished)
 	}
 
-	// 4 KiB inside the largest pack overwritten, as a failing disk would.
-	var pack string
-	var size int64
-	err := filepath.WalkDir(filepath.Join(rw.repo, "data"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil && info.Size() > size {
-				pack, size = p, info.Size()
-			}
-		}
-		return err
-	})
-	if err != nil || size < 8<<10 {
-		t.Fatalf("no pack of 8 KiB in the repository (%v)", err)
-	}
-	f, err := os.OpenFile(pack, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte(strings.Repeat("\xa5", 4<<10)), 4<<10); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	corruptLargestPack(t, rw.repo)
 	bad, code := verify("--read-data-subset", "100%")
 	if code != 4 || bad.Status != "failed" || !strings.Contains(bad.Reason, "repository contains errors") ||
 		!strings.Contains(bad.Reason, "Pack ID does not match") {
@@ -167,6 +146,91 @@ func TestVerifySchedule(t *testing.T) {
 	}
 	w.mustRun("job", "edit", "home", "--verify-schedule", "", "--verify-read-data", "", "--verify-alert-after", "0")
 	if err := os.Rename(filepath.Join(rw.repo, "config.away"), filepath.Join(rw.repo, "config")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A drill restores a random sample of the latest snapshot into the unit's scratch directory,
+// verifies it, records the sample and removes the files; on a corrupted repository it fails.
+func TestDrill(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	rw := newRestoreWorld(t, w, 1, 1<<20)
+	rw.startDaemon()
+	rw.backup()
+	drill := func(n string) (restoreOut, drillJSON, int) {
+		t.Helper()
+		res := rw.run("run", "start", "home", "--verify", "--drill", n, "--wait", "--json")
+		var r struct {
+			restoreOut
+			DrillFiles int       `json:"drill_files"`
+			Drill      drillJSON `json:"drill"`
+		}
+		if err := json.Unmarshal([]byte(res.stdout), &r); err != nil {
+			t.Fatalf("run start --verify --drill %s: exit %d, %v\n%s\n%s", n, res.code, err, res.stdout, res.stderr)
+		}
+		if r.DrillFiles == 0 {
+			t.Fatalf("the run records no drill: %s", res.stdout)
+		}
+		return r.restoreOut, r.Drill, res.code
+	}
+	r, d, code := drill("2")
+	if code != 0 || r.Kind != "verify" || r.Status != "succeeded" || !strings.Contains(r.Reason, "drill complete: 2 file(s)") {
+		t.Fatalf("drill of a sound repository: exit %d, %+v", code, r)
+	}
+	if len(d.Files) != 2 || d.Files[0] == d.Files[1] || !strings.HasPrefix(d.SnapshotID, rw.snapshot) || d.Candidates != 3 {
+		t.Fatalf("drill sample = %+v, want 2 distinct files of the 3 in snapshot %s", d, rw.snapshot)
+	}
+	for _, f := range d.Files {
+		if _, err := os.Stat(f); err != nil || !strings.HasPrefix(f, rw.data+"/") {
+			t.Fatalf("drilled file %q is not one of the backed-up files (%v)", f, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(w.state, "runs", r.ID, "a1", "drill")); !os.IsNotExist(err) {
+		t.Fatalf("the drill's scratch directory is still there: %v", err)
+	}
+	if code := rw.run("run", "start", "home", "--verify", "--drill", "0").code; code != 2 {
+		t.Fatalf("--drill 0: exit %d, want 2", code)
+	}
+
+	// The backed-up file's data overwritten in its pack: a drill of every file fails on it.
+	corruptLargestPack(t, rw.repo)
+	bad, _, code := drill("10")
+	if code != 4 || bad.Status != "failed" || !strings.Contains(bad.Reason, "drill failed") {
+		t.Fatalf("drill of a corrupted repository: exit %d, %+v; want failed", code, bad)
+	}
+	w.noLocks(rw.repo)
+	w.checkInvariants()
+}
+
+type drillJSON struct {
+	SnapshotID string   `json:"snapshot_id"`
+	Files      []string `json:"drill_files"`
+	Candidates int64    `json:"drill_candidates"`
+}
+
+// corruptLargestPack overwrites 4 KiB inside the repository's largest pack, as a failing disk would.
+func corruptLargestPack(t *testing.T, repo string) {
+	t.Helper()
+	var pack string
+	var size int64
+	err := filepath.WalkDir(filepath.Join(repo, "data"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil && info.Size() > size {
+				pack, size = p, info.Size()
+			}
+		}
+		return err
+	})
+	if err != nil || size < 8<<10 {
+		t.Fatalf("no pack of 8 KiB in the repository (%v)", err)
+	}
+	f, err := os.OpenFile(pack, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt([]byte(strings.Repeat("\xa5", 4<<10)), 4<<10); err != nil {
 		t.Fatal(err)
 	}
 }
