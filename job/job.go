@@ -166,6 +166,12 @@ func Validate(j *model.Job) error {
 	if j.AlertAfter < 0 || j.ExpectEvery < 0 {
 		return fmt.Errorf("--alert-after %s, --expect-every %s: give a positive duration (e.g. 2h, 168h), or 0 for the default", j.AlertAfter, j.ExpectEvery)
 	}
+	if j.DrillSchedule != "" && j.DrillFiles == 0 {
+		j.DrillFiles = DefaultDrillFiles
+	}
+	if j.DrillFiles < 0 || j.DrillFiles > engine.MaxDrillFiles {
+		return fmt.Errorf("--drill-files %d: give how many files each drill restores and verifies, 1 to %d", j.DrillFiles, engine.MaxDrillFiles)
+	}
 	if j.VerifyAlertAfter < 0 {
 		return fmt.Errorf("--verify-alert-after %s: give a positive duration (e.g. 336h), or 0 for two periods of --verify-schedule", j.VerifyAlertAfter)
 	}
@@ -188,6 +194,9 @@ func Validate(j *model.Job) error {
 	}
 	return ValidateSchedule(j)
 }
+
+// DefaultDrillFiles is how many files a scheduled drill restores when the job does not say.
+const DefaultDrillFiles = 10
 
 // ValidateDrill checks what a verification run is asked to do: a drill of 1 to
 // engine.MaxDrillFiles files, which reads no further data (it is no restic check).

@@ -51,6 +51,13 @@ func Slots(j *model.Job, before *model.Job, now time.Time) error {
 			j.VerifySince = &now
 		}
 	}
+	if before == nil || zoneChanged || j.DrillSchedule != before.DrillSchedule {
+		next, err := firstMaintenance(*j, "--drill-schedule", j.DrillSchedule, "drilled", now)
+		if err != nil {
+			return err
+		}
+		j.NextDrillAt = next
+	}
 	return nil
 }
 

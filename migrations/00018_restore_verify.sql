@@ -36,6 +36,12 @@ ALTER TABLE jobs
     -- When the verify schedule was set: a job is expected to have been verified since.
     ADD COLUMN verify_since       timestamptz;
 CREATE INDEX jobs_verify_due ON jobs (next_verify_at) WHERE next_verify_at IS NOT NULL;
+-- A job's restore drills: when they run, and how many files each restores and verifies.
+ALTER TABLE jobs
+    ADD COLUMN drill_schedule text NOT NULL DEFAULT '',
+    ADD COLUMN next_drill_at  timestamptz,
+    ADD COLUMN drill_files    integer NOT NULL DEFAULT 0 CHECK (drill_files BETWEEN 0 AND 1000);
+CREATE INDEX jobs_drill_due ON jobs (next_drill_at) WHERE next_drill_at IS NOT NULL;
 
 -- A verification's ending is its own event, so that a target hears of a repository that could
 -- not be verified apart from a backup that failed: 'verified' or 'verify_failed' instead of
@@ -97,6 +103,8 @@ DELETE FROM events WHERE event IN ('verified', 'verify_failed');
 ALTER TABLE events DROP CONSTRAINT events_event_check;
 ALTER TABLE events ADD CONSTRAINT events_event_check CHECK (event IN ('started', 'succeeded', 'partial', 'failed',
     'stopped', 'paused', 'overdue', 'recovered', 'stalled', 'host_down', 'host_back'));
+DROP INDEX jobs_drill_due;
+ALTER TABLE jobs DROP COLUMN drill_schedule, DROP COLUMN next_drill_at, DROP COLUMN drill_files;
 DROP INDEX jobs_verify_due;
 ALTER TABLE jobs DROP COLUMN verify_schedule, DROP COLUMN next_verify_at, DROP COLUMN verify_read_data,
     DROP COLUMN verify_alert_after, DROP COLUMN verify_since;

@@ -75,6 +75,11 @@ type Job struct {
 	VerifyReadData   string
 	VerifyAlertAfter time.Duration
 	VerifySince      *time.Time // when the verify schedule was set
+	// DrillSchedule is when a restore drill of DrillFiles files of the latest snapshot runs (a
+	// verification: it counts as one); "" never. NextDrillAt is its next slot.
+	DrillSchedule string
+	NextDrillAt   *time.Time
+	DrillFiles    int
 	// Account is the ledger account the job's runs are charged to ("" is DefaultAccount);
 	// MaxAdded, if set, is what one run may add to the repository (its budget).
 	Account  string

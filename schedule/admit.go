@@ -130,16 +130,16 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 			break
 		}
 	}
-	for _, kind := range []string{model.KindPrune, model.KindVerify} {
-		due, err := a.Store.AdmitDueMaintenance(ctx, kind, now, batchSize, a.SetAside, func(j model.Job) *time.Time { return nextMaintenance(j, kind, now) })
+	for _, sched := range []string{store.Prunes, store.Verifications, store.Drills} {
+		due, err := a.Store.AdmitDueMaintenance(ctx, sched, now, batchSize, a.SetAside, func(j model.Job) *time.Time { return nextMaintenance(j, sched, now) })
 		for _, p := range due {
 			switch {
 			case p.Failed != "":
-				a.Logger.Error("job set aside: its "+kind+" run could not be admitted", "job", p.Job, "why", p.Failed)
+				a.Logger.Error("job set aside: its "+sched+" run could not be admitted", "job", p.Job, "why", p.Failed)
 			case p.Run != nil:
-				crashpoint.At("admit-prune-after") // a verification's too
+				crashpoint.At("admit-prune-after") // a verification's and a drill's too
 				admitted++
-				a.Logger.Info(kind+" admitted", "job", p.Job, "run", *p.Run, "planned", p.Planned, "next", p.NextSlot)
+				a.Logger.Info(sched+" admitted", "job", p.Job, "run", *p.Run, "planned", p.Planned, "next", p.NextSlot)
 			}
 		}
 		if err != nil {
@@ -149,12 +149,15 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 	return admitted, nil
 }
 
-// nextMaintenance is the job's next slot of kind (a prune, a verification) after now: slots
-// missed while holdfast was down are not replayed, one run covers them.
-func nextMaintenance(j model.Job, kind string, now time.Time) *time.Time {
+// nextMaintenance is the job's next slot of the named schedule (store.Prunes, Verifications,
+// Drills) after now: slots missed while holdfast was down are not replayed, one run covers them.
+func nextMaintenance(j model.Job, sched string, now time.Time) *time.Time {
 	expr := j.PruneSchedule
-	if kind == model.KindVerify {
+	switch sched {
+	case store.Verifications:
 		expr = j.VerifySchedule
+	case store.Drills:
+		expr = j.DrillSchedule
 	}
 	next, err := FirstSlot(expr, j.TimeZone, now)
 	if err != nil {

@@ -82,7 +82,7 @@ type dueJob struct {
 // is due, or due by horizon for a job without a live run, skipping jobs another daemon has
 // locked and jobs set aside, earliest first.
 func claimDue(ctx context.Context, tx pgx.Tx, column string, now, horizon time.Time, limit int) ([]dueJob, error) {
-	if column != "next_run_at" && column != "next_prune_at" && column != "next_verify_at" {
+	if column != "next_run_at" && column != "next_prune_at" && column != "next_verify_at" && column != "next_drill_at" {
 		return nil, fmt.Errorf("claim due jobs: no slot column %q", column)
 	}
 	rows, err := tx.Query(ctx, `SELECT j.id, j.name FROM jobs j
@@ -177,11 +177,11 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j model.Job, d model.SlotDecision
 	return a, err
 }
 
-// MaintenanceAdmitted reports a run of a repository's own schedules (a prune, a verification)
-// admitted on its slot, or a slot put off.
+// MaintenanceAdmitted reports a run of a repository's own schedules (a prune, a verification, a
+// drill) admitted on its slot, or a slot put off.
 type MaintenanceAdmitted struct {
 	Job      string
-	Kind     string     // model.KindPrune or model.KindVerify
+	Schedule string     // the schedule that admitted it: Prunes, Verifications or Drills
 	Run      *uuid.UUID // nil: put off, see Waiting
 	Planned  time.Time
 	Waiting  *uuid.UUID // the job's live run it waits for; the slot stays due
@@ -190,18 +190,25 @@ type MaintenanceAdmitted struct {
 	RetryAt  *time.Time
 }
 
-// maintenanceSlots is the slot column of each kind a repository's own schedule admits.
-var maintenanceSlots = map[string]string{model.KindPrune: "next_prune_at", model.KindVerify: "next_verify_at"}
+// The schedules of a job's repository that AdmitDueMaintenance admits runs of.
+const (
+	Prunes        = "prune"  // prune runs
+	Verifications = "verify" // verify runs that check the repository
+	Drills        = "drill"  // verify runs that drill a restore
+)
 
-// AdmitDueMaintenance claims up to limit jobs whose slot of kind (a prune or a verification) is
-// due (FOR UPDATE SKIP LOCKED) and admits a run of that kind for each, advancing the slot with
-// next. A job with a live run keeps its slot due: the run is put off, not dropped, and admitted
+// maintenanceSlots is the slot column of each of those schedules.
+var maintenanceSlots = map[string]string{Prunes: "next_prune_at", Verifications: "next_verify_at", Drills: "next_drill_at"}
+
+// AdmitDueMaintenance claims up to limit jobs whose slot of the named schedule (Prunes,
+// Verifications, Drills) is due (FOR UPDATE SKIP LOCKED) and admits its run for each, advancing
+// the slot with next. A job with a live run keeps its slot due: the run is put off, not dropped, and admitted
 // once the job is free. As in AdmitDue, a job that cannot be admitted is rolled back alone and
 // set aside for setAside.
-func (s *Store) AdmitDueMaintenance(ctx context.Context, kind string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]MaintenanceAdmitted, error) {
-	column, ok := maintenanceSlots[kind]
+func (s *Store) AdmitDueMaintenance(ctx context.Context, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]MaintenanceAdmitted, error) {
+	column, ok := maintenanceSlots[schedule]
 	if !ok {
-		return nil, fmt.Errorf("admit due maintenance: no schedule of kind %q", kind)
+		return nil, fmt.Errorf("admit due maintenance: no schedule %q", schedule)
 	}
 	var out []MaintenanceAdmitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
@@ -216,7 +223,7 @@ func (s *Store) AdmitDueMaintenance(ctx context.Context, kind string, now time.T
 				if err != nil {
 					return err
 				}
-				a, err = admitMaintenance(ctx, sp, kind, j, next)
+				a, err = admitMaintenance(ctx, sp, schedule, j, next)
 				return err
 			})
 			if err != nil {
@@ -224,7 +231,7 @@ func (s *Store) AdmitDueMaintenance(ctx context.Context, kind string, now time.T
 				if err != nil {
 					return err
 				}
-				a = MaintenanceAdmitted{Job: d.name, Kind: kind, Failed: failed.Failed, RetryAt: failed.RetryAt}
+				a = MaintenanceAdmitted{Job: d.name, Schedule: schedule, Failed: failed.Failed, RetryAt: failed.RetryAt}
 			}
 			crashpoint.At("admit-prune-before-commit") // a verification's too
 			out = append(out, a)
@@ -232,18 +239,21 @@ func (s *Store) AdmitDueMaintenance(ctx context.Context, kind string, now time.T
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("admit due %s runs: %w", kind, err)
+		return nil, fmt.Errorf("admit due %s runs: %w", schedule, err)
 	}
 	return out, nil
 }
 
-func admitMaintenance(ctx context.Context, tx pgx.Tx, kind string, j model.Job, next func(model.Job) *time.Time) (MaintenanceAdmitted, error) {
+func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule string, j model.Job, next func(model.Job) *time.Time) (MaintenanceAdmitted, error) {
 	planned := j.NextPruneAt
-	n := newRun{jobID: j.ID, jobName: j.Name, trigger: model.TriggerSchedule, kind: kind}
-	if kind == model.KindVerify {
-		planned, n.verify = j.NextVerifyAt, model.Verify{ReadDataSubset: j.VerifyReadData}
+	n := newRun{jobID: j.ID, jobName: j.Name, trigger: model.TriggerSchedule, kind: model.KindPrune}
+	switch schedule {
+	case Verifications:
+		planned, n.kind, n.verify = j.NextVerifyAt, model.KindVerify, model.Verify{ReadDataSubset: j.VerifyReadData}
+	case Drills:
+		planned, n.kind, n.verify = j.NextDrillAt, model.KindVerify, model.Verify{DrillFiles: j.DrillFiles}
 	}
-	a := MaintenanceAdmitted{Job: j.Name, Kind: kind, Planned: *planned}
+	a := MaintenanceAdmitted{Job: j.Name, Schedule: schedule, Planned: *planned}
 	live, found, err := liveRunOf(ctx, tx, j.ID)
 	if err != nil {
 		return a, err
@@ -261,7 +271,7 @@ func admitMaintenance(ctx context.Context, tx pgx.Tx, kind string, j model.Job, 
 		return a, err
 	}
 	a.Run, a.NextSlot = &id, next(j)
-	_, err = tx.Exec(ctx, `UPDATE jobs SET `+maintenanceSlots[kind]+` = $2, admission_error = NULL, admission_retry_at = NULL
+	_, err = tx.Exec(ctx, `UPDATE jobs SET `+maintenanceSlots[schedule]+` = $2, admission_error = NULL, admission_retry_at = NULL
 		WHERE id = $1`, j.ID, a.NextSlot)
 	return a, err
 }
@@ -280,6 +290,8 @@ func (s *Store) NextDue(ctx context.Context, lead time.Duration) (*time.Time, er
 			(SELECT min(CASE WHEN next_prune_at IS NOT NULL THEN greatest(next_prune_at, admission_retry_at) END) FROM jobs WHERE NOT EXISTS (SELECT 1 FROM runs r
 				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running'))),
 			(SELECT min(CASE WHEN next_verify_at IS NOT NULL THEN greatest(next_verify_at, admission_retry_at) END) FROM jobs WHERE NOT EXISTS (SELECT 1 FROM runs r
+				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running'))),
+			(SELECT min(CASE WHEN next_drill_at IS NOT NULL THEN greatest(next_drill_at, admission_retry_at) END) FROM jobs WHERE NOT EXISTS (SELECT 1 FROM runs r
 				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running'))),
 			(SELECT min(CASE WHEN a.unit IS NULL AND r.not_before - $1 * interval '1 microsecond' > now()
 					THEN r.not_before - $1 * interval '1 microsecond' ELSE r.not_before END)

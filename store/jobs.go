@@ -25,7 +25,8 @@ const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.pat
 	j.retention, j.retention_max_delete, j.retention_min_keep, j.prune_schedule, j.next_prune_at, j.account, j.max_added,
 	coalesce(j.admission_error, ''), j.admission_retry_at, j.env_file, j.limit_upload_kib,
 	j.alert_after, j.alert_failures, j.expect_every, j.overdue_since, coalesce(j.overdue_reason, ''), j.stall_after, j.stall_action,
-	coalesce(j.host, ''), j.verify_schedule, j.next_verify_at, j.verify_read_data, j.verify_alert_after, j.verify_since`
+	coalesce(j.host, ''), j.verify_schedule, j.next_verify_at, j.verify_read_data, j.verify_alert_after, j.verify_since,
+	j.drill_schedule, j.next_drill_at, j.drill_files`
 
 func scanJob(row pgx.Row) (model.Job, error) {
 	var j model.Job
@@ -37,7 +38,8 @@ func scanJob(row pgx.Row) (model.Job, error) {
 		&j.Retention, &j.RetentionMaxDelete, &j.RetentionMinKeep, &j.PruneSchedule, &j.NextPruneAt, &j.Account, &j.MaxAdded,
 		&j.AdmissionError, &j.AdmissionRetryAt, &j.EnvFile, &j.LimitUploadKiB,
 		&alertAfter, &j.AlertFailures, &expectEvery, &j.OverdueSince, &j.OverdueReason, &j.StallAfter, &j.StallAction,
-		&j.Host, &j.VerifySchedule, &j.NextVerifyAt, &j.VerifyReadData, &verifyAlertAfter, &j.VerifySince)
+		&j.Host, &j.VerifySchedule, &j.NextVerifyAt, &j.VerifyReadData, &verifyAlertAfter, &j.VerifySince,
+		&j.DrillSchedule, &j.NextDrillAt, &j.DrillFiles)
 	for _, d := range []struct {
 		to   *time.Duration
 		from *time.Duration
@@ -55,7 +57,8 @@ const jobSettings = `engine, repository, password_file, paths, excludes, run_as_
 	retry_backoff, windows, priority, depends_on, retention, retention_max_delete, retention_min_keep,
 	prune_schedule, next_prune_at, account, max_added, env_file, limit_upload_kib,
 	alert_after, alert_failures, expect_every, stall_after, stall_action, host,
-	verify_schedule, next_verify_at, verify_read_data, verify_alert_after, verify_since`
+	verify_schedule, next_verify_at, verify_read_data, verify_alert_after, verify_since,
+	drill_schedule, next_drill_at, drill_files`
 
 func settingValues(j model.Job) []any {
 	return []any{j.Engine, j.Repository, j.PasswordFile, nonNil(j.Paths), nonNil(j.Excludes), j.User, j.Group,
@@ -65,7 +68,8 @@ func settingValues(j model.Job) []any {
 		j.PruneSchedule, j.NextPruneAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded, j.EnvFile, j.LimitUploadKiB,
 		durationToInterval(j.AlertAfter), j.AlertFailures, durationToInterval(j.ExpectEvery),
 		cmp.Or(j.StallAfter, model.DefaultStallAfter), cmp.Or(j.StallAction, model.StallAlert), nullIfEmpty(j.Host),
-		j.VerifySchedule, j.NextVerifyAt, j.VerifyReadData, durationToInterval(j.VerifyAlertAfter), j.VerifySince}
+		j.VerifySchedule, j.NextVerifyAt, j.VerifyReadData, durationToInterval(j.VerifyAlertAfter), j.VerifySince,
+		j.DrillSchedule, j.NextDrillAt, j.DrillFiles}
 }
 
 // settingParams returns n placeholders "$from, ..." for the settings.

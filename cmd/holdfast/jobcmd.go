@@ -92,6 +92,8 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&j.PruneSchedule, "prune-schedule", "", `when to prune the repository (restic prune), a schedule like --schedule; "" never`)
 	f.StringVar(&j.VerifySchedule, "verify-schedule", "", `when to verify the repository (restic check), a schedule like --schedule; "" never`)
 	f.StringVar(&j.VerifyReadData, "verify-read-data", "", `the part of the data each scheduled verification reads: a percentage (5%) or n/t (1/7); "" the structure only`)
+	f.StringVar(&j.DrillSchedule, "drill-schedule", "", `when to drill a restore of the latest snapshot (a verification), a schedule like --schedule; "" never`)
+	f.IntVar(&j.DrillFiles, "drill-files", 0, "how many files, chosen at random, each scheduled drill restores and verifies (default 10)")
 	f.DurationVar(&j.VerifyAlertAfter, "verify-alert-after", 0, "the job is overdue when its last successful verification is older than this (0: two periods of --verify-schedule)")
 	jf.policy.bind(f)
 	jf.guard.bind(f)
@@ -114,7 +116,8 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 		"depends-on": func() { j.DependsOn = src.DependsOn }, "prune-schedule": func() { j.PruneSchedule = src.PruneSchedule },
 		"verify-schedule": func() { j.VerifySchedule = src.VerifySchedule }, "verify-read-data": func() { j.VerifyReadData = src.VerifyReadData },
 		"verify-alert-after": func() { j.VerifyAlertAfter = src.VerifyAlertAfter },
-		"account":            func() { j.Account = src.Account }, "limit-upload": func() { j.LimitUploadKiB = src.LimitUploadKiB },
+		"drill-schedule":     func() { j.DrillSchedule = src.DrillSchedule }, "drill-files": func() { j.DrillFiles = src.DrillFiles },
+		"account": func() { j.Account = src.Account }, "limit-upload": func() { j.LimitUploadKiB = src.LimitUploadKiB },
 		"alert-after": func() { j.AlertAfter = src.AlertAfter }, "alert-failures": func() { j.AlertFailures = src.AlertFailures },
 		"expect-every": func() { j.ExpectEvery = src.ExpectEvery }, "stall-after": func() { j.StallAfter = src.StallAfter },
 		"stall-action": func() { j.StallAction = src.StallAction },
@@ -300,6 +303,9 @@ type jobOut struct {
 	NextVerifyAt       *string           `json:"next_verify_at"`
 	VerifyReadData     string            `json:"verify_read_data,omitempty"`
 	VerifyAlertAfter   float64           `json:"verify_alert_after_seconds,omitempty"`
+	DrillSchedule      string            `json:"drill_schedule"`
+	NextDrillAt        *string           `json:"next_drill_at"`
+	DrillFiles         int               `json:"drill_files,omitempty"`
 	Host               string            `json:"host"`
 	AnyHost            bool              `json:"any_host"`
 	Account            string            `json:"account"`
@@ -330,6 +336,7 @@ func jobJSON(j model.Job) jobOut {
 	o.PruneSchedule, o.NextPruneAt = j.PruneSchedule, timeStr(j.NextPruneAt)
 	o.VerifySchedule, o.NextVerifyAt, o.VerifyReadData = j.VerifySchedule, timeStr(j.NextVerifyAt), j.VerifyReadData
 	o.VerifyAlertAfter = j.VerifyAlertAfter.Seconds()
+	o.DrillSchedule, o.NextDrillAt, o.DrillFiles = j.DrillSchedule, timeStr(j.NextDrillAt), j.DrillFiles
 	o.Account, o.MaxAddedBytes = j.Account, j.MaxAdded
 	o.Host, o.AnyHost = j.Host, j.Host == ""
 	o.AdmissionError, o.AdmissionRetryAt = j.AdmissionError, timeStr(j.AdmissionRetryAt)
@@ -486,6 +493,13 @@ func newJobShowCmd(g *globals) *cobra.Command {
 					}
 					if j.NextVerifyAt != nil {
 						fmt.Fprintf(w, ", next at %s", j.NextVerifyAt.Local().Format(time.RFC3339))
+					}
+					fmt.Fprintln(w)
+				}
+				if j.DrillSchedule != "" {
+					fmt.Fprintf(w, "drill:         %s, %d files", j.DrillSchedule, j.DrillFiles)
+					if j.NextDrillAt != nil {
+						fmt.Fprintf(w, ", next at %s", j.NextDrillAt.Local().Format(time.RFC3339))
 					}
 					fmt.Fprintln(w)
 				}

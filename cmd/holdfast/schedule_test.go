@@ -27,6 +27,7 @@ type jobJSON struct {
 type listedRun struct {
 	ID            string  `json:"id"`
 	Job           string  `json:"job"`
+	Kind          string  `json:"kind"`
 	Status        string  `json:"status"`
 	Trigger       string  `json:"trigger"`
 	PlannedAt     *string `json:"planned_at"`

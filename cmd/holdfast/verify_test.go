@@ -193,6 +193,37 @@ func TestDrill(t *testing.T) {
 		t.Fatalf("--drill 0: exit %d, want 2", code)
 	}
 
+	// A drill schedule admits drills on its slots, of --drill-files files each.
+	w.mustRun("job", "edit", "home", "--drill-schedule", "@every 1s", "--drill-files", "1")
+	var scheduled listedRun
+	w.waitRuns("home", "a scheduled drill ended", func(runs []listedRun) bool {
+		for _, l := range runs {
+			if l.ID != r.ID && l.Kind == "verify" && ended(runJSON{Status: l.Status}) {
+				scheduled = l
+				return true
+			}
+		}
+		return false
+	})
+	w.mustRun("job", "edit", "home", "--drill-schedule", "")
+	var sd struct {
+		restoreOut
+		Trigger    string    `json:"trigger"`
+		DrillFiles int       `json:"drill_files"`
+		Drill      drillJSON `json:"drill"`
+	}
+	if err := json.Unmarshal([]byte(w.mustRun("run", "show", scheduled.ID, "--json")), &sd); err != nil {
+		t.Fatal(err)
+	}
+	if sd.Trigger != "schedule" || sd.DrillFiles != 1 || sd.Status != "succeeded" || len(sd.Drill.Files) != 1 {
+		t.Fatalf("scheduled drill = %+v, want a succeeded drill of 1 file on the schedule", sd)
+	}
+	for _, l := range w.runs("home") {
+		if !ended(runJSON{Status: l.Status}) {
+			w.waitEnd(l.ID)
+		}
+	}
+
 	// The backed-up file's data overwritten in its pack: a drill of every file fails on it.
 	corruptLargestPack(t, rw.repo)
 	bad, _, code := drill("10")
