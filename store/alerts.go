@@ -37,6 +37,9 @@ type WatchFacts struct {
 	// ended verification has ("" none).
 	LastVerified *time.Time
 	LastVerify   string
+	// LastDrilled and LastDrill are the same of its drills alone.
+	LastDrilled *time.Time
+	LastDrill   string
 	// Recent are the statuses of its last ended backups, newest first, as many as AlertFailures.
 	Recent    []string
 	RecentEnd *time.Time // when the newest of them ended
@@ -58,6 +61,9 @@ func (s *Store) WatchFacts(ctx context.Context) ([]WatchFacts, error) {
 		(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded' AND r.kind = 'verify'),
 		coalesce((SELECT r.status FROM runs r WHERE r.job_id = j.id AND r.kind = 'verify' AND r.finished_at IS NOT NULL
 			ORDER BY r.finished_at DESC LIMIT 1), ''),
+		(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.kind = 'verify' AND r.drill_files > 0 AND r.status = 'succeeded'),
+		coalesce((SELECT r.status FROM runs r WHERE r.job_id = j.id AND r.kind = 'verify' AND r.drill_files > 0 AND r.finished_at IS NOT NULL
+			ORDER BY r.finished_at DESC LIMIT 1), ''),
 		now()
 		FROM jobs j ORDER BY j.name`)
 	if err != nil {
@@ -71,7 +77,7 @@ func (s *Store) WatchFacts(ctx context.Context) ([]WatchFacts, error) {
 		var alertAfter, expectEvery, verifyAlertAfter *time.Duration
 		if err := rows.Scan(&j.Name, &j.CreatedAt, &j.Schedule, &j.TimeZone, &alertAfter, &j.AlertFailures,
 			&expectEvery, &j.OverdueSince, &j.OverdueReason, &j.LastOutcome, &j.NextRunAt,
-			&f.LastSuccess, &f.Recent, &f.RecentEnd, &j.VerifySchedule, &verifyAlertAfter, &j.VerifySince, &f.LastVerified, &f.LastVerify, &f.ReadAt); err != nil {
+			&f.LastSuccess, &f.Recent, &f.RecentEnd, &j.VerifySchedule, &verifyAlertAfter, &j.VerifySince, &f.LastVerified, &f.LastVerify, &f.LastDrilled, &f.LastDrill, &f.ReadAt); err != nil {
 			return nil, fmt.Errorf("read jobs to watch: %w", err)
 		}
 		if alertAfter != nil {

@@ -47,6 +47,8 @@ type JobStatus struct {
 	LastSuccess   *time.Time
 	LastVerified  *time.Time // its last successful verification
 	LastVerify    string     // how its last verification ended ("" none)
+	LastDrilled   *time.Time // its last successful drill
+	LastDrill     string     // how its last drill ended ("" none)
 	NextRun       *time.Time
 	OverdueSince  *time.Time
 	OverdueReason string
@@ -111,7 +113,7 @@ func Status(ctx context.Context, st *store.Store) (Report, error) {
 	for _, f := range facts {
 		r.At = f.ReadAt
 		j := JobStatus{Name: f.Job.Name, LastOutcome: f.Job.LastOutcome, LastSuccess: f.LastSuccess,
-			LastVerified: f.LastVerified, LastVerify: f.LastVerify,
+			LastVerified: f.LastVerified, LastVerify: f.LastVerify, LastDrilled: f.LastDrilled, LastDrill: f.LastDrill,
 			NextRun: f.Job.NextRunAt, OverdueSince: f.Job.OverdueSince, OverdueReason: f.Job.OverdueReason}
 		// Judged here too, so that a status with no daemon running still sees a missed backup.
 		v, err := Judge(f, f.ReadAt)
@@ -191,4 +193,17 @@ func Age(t *time.Time, now time.Time) string {
 		return fmt.Sprintf("%.1fh ago", d.Hours())
 	}
 	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+// Checked says, for humans, when a job's last successful verification (or drill) was, and how the
+// last one ended if it did not succeed: "2.0h ago", "3d ago (last failed)", "-" for none.
+func Checked(lastSuccess *time.Time, lastStatus string, now time.Time) string {
+	if lastStatus == "" {
+		return "-"
+	}
+	s := Age(lastSuccess, now)
+	if lastStatus != model.StatusSucceeded {
+		s += " (last " + lastStatus + ")"
+	}
+	return s
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-backup/holdfast/ledger"
-	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/watch"
 )
 
@@ -23,6 +22,8 @@ type statusJobOut struct {
 	LastSuccess   *string `json:"last_success_at"`
 	LastVerified  *string `json:"last_verified_at"`
 	LastVerify    string  `json:"last_verify,omitempty"`
+	LastDrilled   *string `json:"last_drilled_at"`
+	LastDrill     string  `json:"last_drill,omitempty"`
 	NextRun       *string `json:"next_run_at"`
 	OverdueSince  *string `json:"overdue_since"`
 	OverdueReason string  `json:"overdue_reason,omitempty"`
@@ -128,7 +129,8 @@ func statusJSON(r watch.Report) statusOut {
 	}
 	for _, j := range r.Jobs {
 		o.Jobs = append(o.Jobs, statusJobOut{Name: j.Name, State: j.State.String(), LastOutcome: j.LastOutcome,
-			LastSuccess: timeStr(j.LastSuccess), LastVerified: timeStr(j.LastVerified), LastVerify: j.LastVerify, NextRun: timeStr(j.NextRun), OverdueSince: timeStr(j.OverdueSince),
+			LastSuccess: timeStr(j.LastSuccess), LastVerified: timeStr(j.LastVerified), LastVerify: j.LastVerify,
+			LastDrilled: timeStr(j.LastDrilled), LastDrill: j.LastDrill, NextRun: timeStr(j.NextRun), OverdueSince: timeStr(j.OverdueSince),
 			OverdueReason: j.OverdueReason, Note: j.Note})
 	}
 	for _, l := range r.Live {
@@ -156,20 +158,14 @@ func printStatus(w io.Writer, r watch.Report) {
 	if len(r.Jobs) == 0 {
 		fmt.Fprintln(tw, "\nno jobs (holdfast job add)")
 	} else {
-		fmt.Fprintln(tw, "\nJOB\tSTATE\tLAST RUN\tLAST SUCCESS\tVERIFIED\tNEXT RUN\tNOTE")
+		fmt.Fprintln(tw, "\nJOB\tSTATE\tLAST RUN\tLAST SUCCESS\tVERIFIED\tDRILLED\tNEXT RUN\tNOTE")
 		for _, j := range r.Jobs {
 			next := "manual"
 			if j.NextRun != nil {
 				next = j.NextRun.UTC().Format(time.RFC3339)
 			}
-			verified := "-"
-			if j.LastVerify != "" {
-				verified = watch.Age(j.LastVerified, r.At)
-				if j.LastVerify != model.StatusSucceeded {
-					verified += " (last " + j.LastVerify + ")"
-				}
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.State, dash(j.LastOutcome), watch.Age(j.LastSuccess, r.At), verified, next, j.Note)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.State, dash(j.LastOutcome), watch.Age(j.LastSuccess, r.At),
+				watch.Checked(j.LastVerified, j.LastVerify, r.At), watch.Checked(j.LastDrilled, j.LastDrill, r.At), next, j.Note)
 		}
 	}
 	if len(r.Live) > 0 {

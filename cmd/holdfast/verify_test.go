@@ -2,6 +2,9 @@ package main_test
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -156,7 +159,8 @@ func TestDrill(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	rw := newRestoreWorld(t, w, 1, 1<<20)
-	rw.startDaemon()
+	addr := freeAddr(t)
+	rw.startDaemon("--listen", addr, "--web-auth-file", webAuthFile(t))
 	rw.backup()
 	drill := func(n string) (restoreOut, drillJSON, int) {
 		t.Helper()
@@ -188,6 +192,30 @@ func TestDrill(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(w.state, "runs", r.ID, "a1", "drill")); !os.IsNotExist(err) {
 		t.Fatalf("the drill's scratch directory is still there: %v", err)
+	}
+	// status and the dashboard show the job's last drill.
+	var st struct {
+		Jobs []struct {
+			Name        string  `json:"name"`
+			LastDrilled *string `json:"last_drilled_at"`
+			LastDrill   string  `json:"last_drill"`
+			LastVerify  string  `json:"last_verify"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(rw.run("status", "--json").stdout), &st); err != nil || len(st.Jobs) != 1 ||
+		st.Jobs[0].LastDrill != "succeeded" || st.Jobs[0].LastDrilled == nil || *st.Jobs[0].LastDrilled != *r.FinishedAt {
+		t.Fatalf("status after the drill: %+v (%v), want its last drill, succeeded at %s", st, err, *r.FinishedAt)
+	}
+	req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+	req.Header.Set("Authorization", "Bearer "+webToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`<th>Drilled</th>`).Match(page) || !regexp.MustCompile(`<td>\d+s ago</td><td>\d+s ago</td><td>manual</td>`).Match(page) {
+		t.Fatalf("the dashboard's jobs do not show the verification and the drill:\n%s", page)
 	}
 	if code := rw.run("run", "start", "home", "--verify", "--drill", "0").code; code != 2 {
 		t.Fatalf("--drill 0: exit %d, want 2", code)
