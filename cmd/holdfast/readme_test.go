@@ -128,7 +128,8 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 	}
 
 	// Restores and verification: the latest snapshot restored as homebackup, equal to /home's
-	// files it could read; the held one over it; a check of a tenth of the data; a schedule.
+	// files it could read; the held one over it; a check of a tenth of the data, a drill, and
+	// their schedules.
 	b.readmeBlock(readmeRestores, env)
 	if d := h.Run(t, "sh", "-c", "diff -r /home/alice /srv/restore/home/home/alice && stat -c '%U %a' /srv/restore/home/home/alice/notes.txt"); strings.TrimSpace(d) != "homebackup 600" {
 		t.Fatalf("alice's restored home: %q, want it equal to hers, notes.txt homebackup's with mode 600", d)
@@ -147,10 +148,11 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 			verifies++
 		}
 	}
-	if restores != 2 || verifies != 1 {
-		t.Fatalf("home has %d restores and %d verifications after the README's examples, want 2 and 1", restores, verifies)
+	if restores != 2 || verifies != 2 {
+		t.Fatalf("home has %d restores and %d verifications after the README's examples, want 2 and 2 (a check and a drill)", restores, verifies)
 	}
-	if j := b.jobJSON("home"); j["verify_schedule"] != "@weekly" || j["verify_read_data"] != "5%" {
+	if j := b.jobJSON("home"); j["verify_schedule"] != "@weekly" || j["verify_read_data"] != "5%" ||
+		j["drill_schedule"] != "@monthly" || j["drill_files"] != float64(20) {
 		t.Fatalf("job home after the README's verify schedule: %v", j)
 	}
 
