@@ -74,7 +74,7 @@ func RunDrill(ctx context.Context, cfg DrillConfig) int {
 	sample, readErr := SampleFiles(out, cfg.Files, cfg.Rand)
 	_, _ = io.Copy(io.Discard, out)
 	if err := ls.Wait(); err != nil {
-		return exitOf(cfg.Stderr, "restic ls", err)
+		return exitOf(ctx, cfg.Stderr, "restic ls", err)
 	}
 	if readErr != nil {
 		fmt.Fprintf(cfg.Stderr, "Fatal: restic ls: %v\n", readErr)
@@ -83,6 +83,9 @@ func RunDrill(ctx context.Context, cfg DrillConfig) int {
 	if len(sample.Files) == 0 {
 		fmt.Fprintf(cfg.Stderr, "Fatal: snapshot %.8s has no regular file to restore\n", sample.SnapshotID)
 		return 1
+	}
+	if ctx.Err() != nil {
+		return 130 // stopped between the listing and the restore
 	}
 	if err := os.Mkdir(cfg.Scratch, 0o700); err != nil {
 		fmt.Fprintf(cfg.Stderr, "Fatal: scratch directory: %v\n", err)
@@ -96,7 +99,7 @@ func RunDrill(ctx context.Context, cfg DrillConfig) int {
 	restore := interruptible(exec.CommandContext(ctx, argv[0], append(argv[1:], sample.SnapshotID)...))
 	restore.Stderr, restore.Stdout = cfg.Stderr, io.Discard
 	if err := restore.Run(); err != nil {
-		return exitOf(cfg.Stderr, "restic restore", err)
+		return exitOf(ctx, cfg.Stderr, "restic restore", err)
 	}
 	d := Drill{SnapshotID: sample.SnapshotID, Candidates: sample.Candidates}
 	missing := 0
@@ -132,11 +135,15 @@ func interruptible(cmd *exec.Cmd) *exec.Cmd {
 	return cmd
 }
 
-// exitOf is the status a drill exits with after a command of it failed.
-func exitOf(stderr io.Writer, what string, err error) int {
+// exitOf is the status a drill exits with after a command of it failed: restic's own, or 130
+// when the unit's stop came before restic could say (as restic says on SIGINT).
+func exitOf(ctx context.Context, stderr io.Writer, what string, err error) int {
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() > 0 {
 		return exit.ExitCode()
+	}
+	if ctx.Err() != nil {
+		return 130
 	}
 	fmt.Fprintf(stderr, "Fatal: %s: %v\n", what, err)
 	return 1

@@ -91,7 +91,7 @@ func Handler(cfg Config) (http.Handler, error) {
 }
 
 var funcs = template.FuncMap{
-	"age": func(t *time.Time) string { return watch.Age(t, time.Now()) },
+	"age":     func(t *time.Time) string { return watch.Age(t, time.Now()) },
 	"checked": func(t *time.Time, last string) string { return watch.Checked(t, last, time.Now()) },
 	"when": func(t any, none string) string {
 		switch v := t.(type) {

@@ -343,6 +343,18 @@ func jobJSON(j model.Job) jobOut {
 	return o
 }
 
+// printMaintenance prints one of the schedules of a job's repository as job show does, if set.
+func printMaintenance(w io.Writer, label, schedule, what string, next *time.Time) {
+	if schedule == "" {
+		return
+	}
+	fmt.Fprintf(w, "%s%s%s", label, schedule, what)
+	if next != nil {
+		fmt.Fprintf(w, ", next at %s", next.Local().Format(time.RFC3339))
+	}
+	fmt.Fprintln(w)
+}
+
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -479,30 +491,13 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				default:
 					fmt.Fprintf(w, "retention:     none: nothing is ever deleted (holdfast job edit %s --preset 30d)\n", j.Name)
 				}
-				if j.PruneSchedule != "" {
-					fmt.Fprintf(w, "prune:         %s", j.PruneSchedule)
-					if j.NextPruneAt != nil {
-						fmt.Fprintf(w, ", next at %s", j.NextPruneAt.Local().Format(time.RFC3339))
-					}
-					fmt.Fprintln(w)
+				verify := ""
+				if j.VerifyReadData != "" {
+					verify = ", reading " + j.VerifyReadData + " of the data"
 				}
-				if j.VerifySchedule != "" {
-					fmt.Fprintf(w, "verify:        %s", j.VerifySchedule)
-					if j.VerifyReadData != "" {
-						fmt.Fprintf(w, ", reading %s of the data", j.VerifyReadData)
-					}
-					if j.NextVerifyAt != nil {
-						fmt.Fprintf(w, ", next at %s", j.NextVerifyAt.Local().Format(time.RFC3339))
-					}
-					fmt.Fprintln(w)
-				}
-				if j.DrillSchedule != "" {
-					fmt.Fprintf(w, "drill:         %s, %d files", j.DrillSchedule, j.DrillFiles)
-					if j.NextDrillAt != nil {
-						fmt.Fprintf(w, ", next at %s", j.NextDrillAt.Local().Format(time.RFC3339))
-					}
-					fmt.Fprintln(w)
-				}
+				printMaintenance(w, "prune:         ", j.PruneSchedule, "", j.NextPruneAt)
+				printMaintenance(w, "verify:        ", j.VerifySchedule, verify, j.NextVerifyAt)
+				printMaintenance(w, "drill:         ", j.DrillSchedule, fmt.Sprintf(", %d files", j.DrillFiles), j.NextDrillAt)
 				budget := "estimated from the job's recent runs"
 				if j.MaxAdded != nil {
 					budget = "at most " + ledger.FormatSize(*j.MaxAdded) + " per run"

@@ -13,6 +13,24 @@ type span struct {
 	start, end time.Time
 }
 
+// lastSpan is the run's last attempt, from its spawn claim (just before systemd was asked; a
+// short unit may have ended before the daemon saw it start) to its end.
+func (w *world) lastSpan(id string) span {
+	w.t.Helper()
+	var full struct {
+		Kind     string `json:"kind"`
+		Attempts []struct {
+			SpawnedAt *string `json:"spawned_at"`
+			EndedAt   *string `json:"ended_at"`
+		} `json:"attempts"`
+	}
+	if err := json.Unmarshal([]byte(w.mustRun("run", "show", id, "--json")), &full); err != nil {
+		w.t.Fatal(err)
+	}
+	at := full.Attempts[len(full.Attempts)-1]
+	return span{id, full.Kind, parseTime(w.t, at.SpawnedAt), parseTime(w.t, at.EndedAt)}
+}
+
 // A prune needs its repository to itself: it waits while backups of the repository run, and a
 // backup waits while it runs. Their units never overlap.
 func TestPruneIsExclusive(t *testing.T) {
@@ -48,20 +66,7 @@ func TestPruneIsExclusive(t *testing.T) {
 		if r.Status != "succeeded" {
 			t.Fatalf("run %s = %+v, want succeeded", id, r)
 		}
-		// From its spawn claim (just before systemd was asked; a short unit may have ended
-		// before the daemon saw it start) to its end.
-		var full struct {
-			Kind     string `json:"kind"`
-			Attempts []struct {
-				SpawnedAt *string `json:"spawned_at"`
-				EndedAt   *string `json:"ended_at"`
-			} `json:"attempts"`
-		}
-		if err := json.Unmarshal([]byte(w.mustRun("run", "show", id, "--json")), &full); err != nil {
-			t.Fatal(err)
-		}
-		at := full.Attempts[len(full.Attempts)-1]
-		spans = append(spans, span{id, full.Kind, parseTime(t, at.SpawnedAt), parseTime(t, at.EndedAt)})
+		spans = append(spans, w.lastSpan(id))
 	}
 	if !sawWaiting {
 		t.Fatal("the prune never waited for the running backups")

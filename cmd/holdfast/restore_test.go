@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // restoreWorld is a world with a job "home" run as nobody over data that has a name with spaces,
@@ -125,6 +126,15 @@ func TestRestoreEqualsSource(t *testing.T) {
 		t.Fatalf("restore's total = %v, want the snapshot's size", r.Restore.TotalBytes)
 	}
 	rw.sameTree(target)
+	// Its unit's own lines, as for a backup: restic says what it restores where (journald may
+	// take a moment to have them).
+	var logs string
+	if !eventually(time.Minute, func() bool {
+		logs = rw.mustRun("run", "logs", r.ID)
+		return strings.Contains(logs, "restoring <Snapshot "+rw.snapshot)
+	}) {
+		t.Fatalf("run logs of the restore lack restic's line:\n%s", logs)
+	}
 	info, err := os.Stat(target)
 	if err != nil || int(info.Sys().(*syscall.Stat_t).Uid) != rw.uid {
 		t.Fatalf("target %s: %v, want it made by nobody", target, err)
@@ -291,18 +301,7 @@ func TestRestoreNeverBesidePrune(t *testing.T) {
 		if r.Status != "succeeded" {
 			t.Fatalf("run %s = %+v, want succeeded", id, r)
 		}
-		var full struct {
-			Kind     string `json:"kind"`
-			Attempts []struct {
-				SpawnedAt *string `json:"spawned_at"`
-				EndedAt   *string `json:"ended_at"`
-			} `json:"attempts"`
-		}
-		if err := json.Unmarshal([]byte(w.mustRun("run", "show", id, "--json")), &full); err != nil {
-			t.Fatal(err)
-		}
-		at := full.Attempts[len(full.Attempts)-1]
-		spans = append(spans, span{id, full.Kind, parseTime(t, at.SpawnedAt), parseTime(t, at.EndedAt)})
+		spans = append(spans, w.lastSpan(id))
 	}
 	p := spans[1]
 	for _, o := range []span{spans[0], spans[2]} {

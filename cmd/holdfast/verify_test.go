@@ -3,11 +3,11 @@ package main_test
 import (
 	"encoding/json"
 	"io"
-	"net/http"
-	"regexp"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
