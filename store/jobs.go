@@ -98,7 +98,16 @@ func nullIfEmpty(s string) *string {
 
 // CreateJob inserts a job; the caller has validated it.
 func (s *Store) CreateJob(ctx context.Context, j model.Job) (model.Job, error) {
-	row := s.pool.QueryRow(ctx, `
+	return createJob(ctx, s.pool, j)
+}
+
+// querier is what runs one statement: the pool, or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func createJob(ctx context.Context, q querier, j model.Job) (model.Job, error) {
+	row := q.QueryRow(ctx, `
 		INSERT INTO jobs AS j (name, `+jobSettings+`)
 		VALUES ($1, `+settingParams(2)+`)
 		RETURNING `+jobColumns, append([]any{j.Name}, settingValues(j)...)...)
@@ -121,30 +130,36 @@ func (s *Store) CreateJob(ctx context.Context, j model.Job) (model.Job, error) {
 func (s *Store) UpdateJob(ctx context.Context, name string, edit func(*model.Job) error) (model.Job, error) {
 	var updated model.Job
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.name = $1 FOR UPDATE`, name))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("job %q: %w", name, ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		if err := edit(&j); err != nil {
-			return err
-		}
-		updated, err = scanJob(tx.QueryRow(ctx, `
-			UPDATE jobs AS j SET (`+jobSettings+`) = (`+settingParams(2)+`)
-			WHERE j.id = $1
-			RETURNING `+jobColumns, append([]any{j.ID}, settingValues(j)...)...))
-		if err != nil {
-			return unknownAccount(err, j.Account)
-		}
-		crashpoint.At("job-edit-before-commit")
-		return notify(ctx, tx, "job:"+name)
+		var err error
+		updated, err = updateJob(ctx, tx, name, edit)
+		return err
 	})
 	if err != nil {
 		return model.Job{}, wrap(err, "update job %s", name)
 	}
 	return updated, nil
+}
+
+func updateJob(ctx context.Context, tx pgx.Tx, name string, edit func(*model.Job) error) (model.Job, error) {
+	j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.name = $1 FOR UPDATE`, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return model.Job{}, fmt.Errorf("job %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return model.Job{}, err
+	}
+	if err := edit(&j); err != nil {
+		return model.Job{}, err
+	}
+	updated, err := scanJob(tx.QueryRow(ctx, `
+		UPDATE jobs AS j SET (`+jobSettings+`) = (`+settingParams(2)+`)
+		WHERE j.id = $1
+		RETURNING `+jobColumns, append([]any{j.ID}, settingValues(j)...)...))
+	if err != nil {
+		return model.Job{}, unknownAccount(err, j.Account)
+	}
+	crashpoint.At("job-edit-before-commit")
+	return updated, notify(ctx, tx, "job:"+name)
 }
 
 // JobByName returns the named job or ErrNotFound.
@@ -174,28 +189,30 @@ func (s *Store) Jobs(ctx context.Context) ([]model.Job, error) {
 
 // RemoveJob deletes a job that has no live run; its runs stay as history under the job's name.
 func (s *Store) RemoveJob(ctx context.Context, name string) error {
-	return inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		var id int64
-		err := tx.QueryRow(ctx, `SELECT id FROM jobs WHERE name = $1 FOR UPDATE`, name).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("job %q: %w", name, ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("remove job %s: %w", name, err)
-		}
-		live, found, err := liveRunOf(ctx, tx, id)
-		if err != nil {
-			return fmt.Errorf("remove job %s: %w", name, err)
-		}
-		if found {
-			return &ConflictError{Msg: fmt.Sprintf("job %s has a live run %s: stop it first (holdfast run stop %s)", name, live, live)}
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, id); err != nil {
-			return fmt.Errorf("remove job %s: %w", name, err)
-		}
-		crashpoint.At("job-remove-before-commit")
-		return nil
-	})
+	return inTx(ctx, s.pool, func(tx pgx.Tx) error { return removeJob(ctx, tx, name) })
+}
+
+func removeJob(ctx context.Context, tx pgx.Tx, name string) error {
+	var id int64
+	err := tx.QueryRow(ctx, `SELECT id FROM jobs WHERE name = $1 FOR UPDATE`, name).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("job %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("remove job %s: %w", name, err)
+	}
+	live, found, err := liveRunOf(ctx, tx, id)
+	if err != nil {
+		return fmt.Errorf("remove job %s: %w", name, err)
+	}
+	if found {
+		return &ConflictError{Msg: fmt.Sprintf("job %s has a live run %s: stop it first (holdfast run stop %s)", name, live, live)}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("remove job %s: %w", name, err)
+	}
+	crashpoint.At("job-remove-before-commit")
+	return nil
 }
 
 func nonNil(s []string) []string {

@@ -312,6 +312,17 @@ type jobOut struct {
 	MaxAddedBytes      *int64            `json:"max_added_bytes"`
 	AdmissionError     string            `json:"admission_error,omitempty"`
 	AdmissionRetryAt   *string           `json:"admission_retry_at,omitempty"`
+	// Changes are the newest changes holdfast apply made to the job (job show only).
+	Changes []jobChangeOut `json:"changes,omitempty"`
+}
+
+type jobChangeOut struct {
+	At     string   `json:"at"`
+	Actor  string   `json:"actor"`
+	Action string   `json:"action"`
+	Fields []string `json:"fields,omitempty"`
+	Source string   `json:"source"`
+	Hash   string   `json:"hash"`
 }
 
 func jobJSON(j model.Job) jobOut {
@@ -416,10 +427,27 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				changes, err := st.JobChanges(ctx, j.Name, 5)
+				if err != nil {
+					return err
+				}
 				if asJSON {
-					return writeJSON(cmd.OutOrStdout(), jobJSON(j))
+					o := jobJSON(j)
+					for _, c := range changes {
+						o.Changes = append(o.Changes, jobChangeOut{At: c.At, Actor: c.Actor, Action: c.Action, Fields: c.Fields, Source: c.Source, Hash: c.Hash})
+					}
+					return writeJSON(cmd.OutOrStdout(), o)
 				}
 				w := cmd.OutOrStdout()
+				defer func() {
+					for _, c := range changes {
+						what := c.Action
+						if len(c.Fields) > 0 {
+							what += " " + strings.Join(c.Fields, ", ")
+						}
+						fmt.Fprintf(w, "applied:       %s %s by %s from %s (content %s)\n", c.At, what, textsafe.String(c.Actor), textsafe.String(c.Source), c.Hash)
+					}
+				}()
 				fmt.Fprintf(w, "job:           %s\nengine:        %s\nrepository:    %s\npassword file: %s\npaths:         %s\n",
 					j.Name, j.Engine, j.Repository, j.PasswordFile, strings.Join(j.Paths, " "))
 				if j.EnvFile != "" {

@@ -218,7 +218,7 @@ func newRoot(env environment) *cobra.Command {
 	}
 	root.SetOut(env.stdout)
 	root.SetErr(env.stderr)
-	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newExecCmd(), newCredexecCmd(), newMarkerCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd(), newProbeReadCmd(), newProbeTargetCmd(), newRestoreCmd(g), newDrillCmd(),
+	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newExecCmd(), newCredexecCmd(), newMarkerCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd(), newProbeReadCmd(), newProbeTargetCmd(), newRestoreCmd(g), newDrillCmd(), newApplyCmd(g), newExportCmd(g),
 		newSetupCmd(g), newSetupDatabaseCmd(), newStatusCmd(g), newNotifyCmd(g), newHostCmd(g))
 	return root
 }

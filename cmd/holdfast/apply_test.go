@@ -1,0 +1,248 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+type configPlanJSON struct {
+	Changes []struct {
+		Kind   string   `json:"kind"`
+		Name   string   `json:"name"`
+		Action string   `json:"action"`
+		Fields []string `json:"fields"`
+	} `json:"changes"`
+	Warnings []string `json:"warnings"`
+}
+
+// writeConfig writes a configuration file under the world's directory.
+func (w *world) writeConfig(name, text string) string {
+	w.t.Helper()
+	path := filepath.Join(w.dir, name)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+	return path
+}
+
+// plan runs apply with args and --json and returns its plan.
+func (w *world) applyPlan(args ...string) configPlanJSON {
+	w.t.Helper()
+	var p configPlanJSON
+	out := w.mustRun(append([]string{"apply", "--json"}, args...)...)
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		w.t.Fatalf("apply --json %v: %v\n%s", args, err, out)
+	}
+	return p
+}
+
+// rowVersions are the jobs' row versions (xmin): a row written again gets a new one.
+func (w *world) rowVersions() string {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, w.dsn)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var v string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(string_agg(name || '@' || xmin::text, ',' ORDER BY name), '') FROM jobs`).Scan(&v); err != nil {
+		w.t.Fatal(err)
+	}
+	return v
+}
+
+func summarize(p configPlanJSON) []string {
+	var s []string
+	for _, c := range p.Changes {
+		s = append(s, c.Action+" "+c.Kind+" "+c.Name+" "+strings.Join(c.Fields, ","))
+	}
+	return s
+}
+
+// A file with two jobs: the dry run plans two creates and changes nothing; apply creates them;
+// a second apply plans and writes nothing; a schedule edit is an update of schedule only. A job
+// dropped from the file stays (a warning) unless --prune, which deletes it, but never one with
+// a live run.
+func TestApplyPlanAndPrune(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	openToAll(t, repo)
+	data := w.sampleData("data", 1, 1024)
+	config := func(schedule string, withBeta bool) string {
+		text := "jobs:\n  alpha:\n    repo: " + repo + "\n    password-file: " + pw + "\n    path: [" + data + "]\n" +
+			"    schedule: \"" + schedule + "\"\n    tz: Europe/Berlin\n    retry-max: 3\n    keep-daily: 7\n"
+		if withBeta {
+			text += "  beta:\n    repo: " + repo + "\n    password-file: " + pw + "\n    path:\n      - " + data + "\n    user: nobody\n"
+		}
+		return w.writeConfig("holdfast.yaml", text)
+	}
+	file := config("0 2 * * *", true)
+	before := w.dbDigest()
+	if p := w.applyPlan("--dry-run", file); strings.Join(summarize(p), ";") != "create job alpha ;create job beta " {
+		t.Fatalf("dry run = %v, want two creates", summarize(p))
+	}
+	if after := w.dbDigest(); after != before {
+		t.Fatalf("the dry run changed the database:\n%s\n%s", before, after)
+	}
+	w.mustRun("apply", file)
+	var alpha struct {
+		Schedule  string `json:"schedule"`
+		TimeZone  string `json:"time_zone"`
+		RetryMax  int    `json:"retry_max"`
+		Retention *struct {
+			KeepDaily int `json:"keep_daily"`
+		} `json:"retention"`
+	}
+	if err := json.Unmarshal([]byte(w.mustRun("job", "show", "alpha", "--json")), &alpha); err != nil || alpha.Schedule != "0 2 * * *" ||
+		alpha.TimeZone != "Europe/Berlin" || alpha.RetryMax != 3 || alpha.Retention == nil || alpha.Retention.KeepDaily != 7 {
+		t.Fatalf("job alpha after apply: %+v (%v)", alpha, err)
+	}
+	if show := w.mustRun("job", "show", "alpha"); !strings.Contains(show, "holdfast.yaml") {
+		t.Fatalf("job show does not say which file applied the job:\n%s", show)
+	}
+
+	versions, digest := w.rowVersions(), w.dbDigest()
+	if p := w.applyPlan(file); len(p.Changes) != 0 {
+		t.Fatalf("a second apply planned %v", summarize(p))
+	}
+	if v, d := w.rowVersions(), w.dbDigest(); v != versions || d != digest {
+		t.Fatalf("a second apply wrote to the database:\n%s\n%s", versions, v)
+	}
+
+	file = config("30 3 * * *", true)
+	if p := w.applyPlan(file); strings.Join(summarize(p), ";") != "update job alpha schedule" {
+		t.Fatalf("a schedule edit = %v, want an update of alpha's schedule only", summarize(p))
+	}
+	if j := w.job("alpha"); j.NextRunAt == nil {
+		t.Fatalf("alpha has no next run after its schedule was applied: %+v", j)
+	}
+
+	// beta leaves the file: it stays, with a warning; --prune deletes it.
+	file = config("30 3 * * *", false)
+	p := w.applyPlan(file)
+	if len(p.Changes) != 0 || len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "job beta") {
+		t.Fatalf("apply without beta = %+v, want no change and a warning about beta", p)
+	}
+	if p := w.applyPlan("--prune", "--dry-run", file); strings.Join(summarize(p), ";") != "delete job beta " {
+		t.Fatalf("--prune --dry-run = %v, want beta's delete", summarize(p))
+	}
+	live := w.startRun("beta") // no daemon runs: it stays queued, live
+	res := w.run("apply", "--prune", file)
+	if res.code != 2 || !strings.Contains(res.stderr, "job beta") || !strings.Contains(res.stderr, live) {
+		t.Fatalf("--prune with beta's run live: exit %d %q, want a refusal naming beta and its run", res.code, res.stderr)
+	}
+	w.mustRun("run", "stop", live)
+	w.startDaemon()
+	w.waitEnd(live)
+	w.mustRun("apply", "--prune", file)
+	if res := w.run("job", "show", "beta"); res.code == 0 {
+		t.Fatal("beta is still there after apply --prune")
+	}
+	w.checkInvariants()
+}
+
+// Bad files are refused with FILE:LINE and what is wrong, the database as it was, byte for byte.
+func TestApplyRefusals(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	openToAll(t, repo)
+	data := w.sampleData("data", 1, 1024)
+	good := "  good:\n    repo: " + repo + "\n    password-file: " + pw + "\n    path: [" + data + "]\n"
+	w.mustRun("apply", w.writeConfig("first.yaml", "jobs:\n"+good))
+	before := w.dbDigest()
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"unknown key", "jobs:\n" + good + "    tzz: UTC\n", `unknown-key.yaml:6: jobs.good.tzz: unknown key (did you mean tz?)`},
+		{"bad cron", "jobs:\n" + good + "    schedule: \"0 2 30 2 *\"\n", `bad-cron.yaml:6: jobs.good.schedule: `},
+		{"good and bad", "jobs:\n" + good + "  bad:\n    repo: " + repo + "\n    password-file: /nonexistent/pw\n    path: [" + data + "]\n",
+			`good-and-bad.yaml:8: jobs.bad.password-file: `},
+		{"wrong type", "jobs:\n" + good + "    retry-max: lots\n", `wrong-type.yaml:6: jobs.good.retry-max: "lots"`},
+		{"unknown section", "jbos:\n" + good, `unknown-section.yaml:1: jbos: unknown key (did you mean jobs?)`},
+		{"list for one value", "jobs:\n" + good + "    schedule: [a, b]\n", `list-for-one-value.yaml:6: jobs.good.schedule: give one value`},
+		{"not YAML", "jobs: [\n", `not-YAML.yaml: line 1: `},
+	} {
+		file := w.writeConfig(strings.ReplaceAll(tc.name, " ", "-")+".yaml", tc.text)
+		res := w.run("apply", file)
+		if res.code != 2 || !strings.Contains(res.stderr, tc.want) || strings.Count(strings.TrimSpace(res.stderr), "\n") != 0 {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 and one line with %q", tc.name, res.code, res.stderr, tc.want)
+		}
+	}
+	// The same job in two files.
+	dup := w.writeConfig("dup.yaml", "jobs:\n"+good)
+	if res := w.run("apply", filepath.Join(w.dir, "first.yaml"), dup); res.code != 2 ||
+		!regexp.MustCompile(`dup\.yaml:2: jobs\.good is declared twice: first at .*first\.yaml:2`).MatchString(res.stderr) {
+		t.Errorf("a job in two files: exit %d %q", res.code, res.stderr)
+	}
+	if after := w.dbDigest(); after != before {
+		t.Fatalf("a refused apply changed the database:\n%s\n%s", before, after)
+	}
+}
+
+// export prints what apply accepts: applied again, it plans no change, for jobs with every
+// kind of setting set.
+func TestExportRoundTrips(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	openToAll(t, repo)
+	data := w.sampleData("data", 1, 1024)
+	w.mustRun("account", "add", "team", "--quota", "10GiB")
+	w.mustRun("job", "add", "every", "--repo", repo, "--password-file", pw, "--path", data, "--path", w.sampleData("more", 1, 10),
+		"--exclude", "*.cache", "--exclude", "tmp", "--user", "nobody", "--group", "nogroup", "--runtime-max", "6h", "--nice", "5",
+		"--alert-after", "2h", "--alert-failures", "3", "--stall-after", "20m", "--stall-action", "stop", "--limit-upload", "512",
+		"--io-class", "idle", "--schedule", "30 2 * * *", "--tz", "Europe/Berlin", "--catch-up", "--retry-max", "2",
+		"--retry-backoff", "5m", "--window", "Sat 01:00-05:00", "--window", "Sun 01:00-02:00", "--priority", "7",
+		"--account", "team", "--max-added", "5GiB", "--any-host", "--prune-schedule", "@weekly", "--keep-daily", "7",
+		"--keep-weekly", "4", "--keep-within", "36h", "--retention-tz", "Europe/Berlin", "--retention-max-delete", "30",
+		"--retention-min-keep", "3", "--verify-schedule", "@monthly", "--verify-read-data", "5%", "--verify-alert-after", "1000h",
+		"--drill-schedule", "@weekly", "--drill-files", "4")
+	w.mustRun("job", "add", "cmd", "--engine", "command", "--command", "/bin/echo", "--command", "a b", "--expect-every", "168h",
+		"--depends-on", "every")
+	w.mustRun("job", "add", "plain", "--repo", repo, "--password-file", pw, "--path", data, "--preset", "gfs")
+	exported := w.mustRun("export")
+	file := w.writeConfig("exported.yaml", exported)
+	versions := w.rowVersions()
+	if p := w.applyPlan("--dry-run", file); len(p.Changes) != 0 || len(p.Warnings) != 0 {
+		t.Fatalf("export then apply --dry-run planned %v %v; the export:\n%s", summarize(p), p.Warnings, exported)
+	}
+	if p := w.applyPlan(file); len(p.Changes) != 0 {
+		t.Fatalf("export then apply planned %v", summarize(p))
+	}
+	if v := w.rowVersions(); v != versions {
+		t.Fatalf("applying the export wrote to the database")
+	}
+	// The export is the settings, not secrets: the password file is a path.
+	if !strings.Contains(exported, "password-file: "+pw) || strings.Contains(exported, "correct horse") {
+		t.Fatalf("the export does not keep the password as a file path:\n%s", exported)
+	}
+	// Applied to an empty database, it makes the same jobs.
+	other := newWorld(t)
+	other.mustRun("account", "add", "team", "--quota", "10GiB")
+	other.mustRun("apply", file)
+	if again := other.mustRun("export"); stripHeader(again) != stripHeader(exported) {
+		t.Fatalf("the export applied elsewhere exports differently:\n%s\n---\n%s", exported, again)
+	}
+	// Drift: a CLI edit of a declared job is an update the next dry run shows.
+	w.mustRun("job", "edit", "plain", "--priority", "9")
+	if p := w.applyPlan("--dry-run", file); strings.Join(summarize(p), ";") != "update job plain priority" {
+		t.Fatalf("drift after a CLI edit = %v, want plain's priority", summarize(p))
+	}
+}
+
+func stripHeader(s string) string {
+	_, rest, _ := strings.Cut(s, "\n")
+	return rest
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/retention"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// jobSetting is one setting of a job as `job add` takes it: its flag, its value as that flag
+// takes it (render), and how it is copied from one job to another (copy). Configuration files
+// are compared, applied and exported through this table, so a setting the table knows
+// round-trips: apply(export(j)) leaves j as it is.
+type jobSetting struct {
+	flag   string
+	kind   string // "str", "int", "bool" or "list": how export writes it
+	render func(model.Job) []string
+	copy   func(dst *model.Job, src model.Job)
+}
+
+func str(s string) []string { return []string{s} }
+
+func durationValue(d time.Duration) []string { return str(d.String()) }
+
+// policyOf is a job's retention policy, zero if it has none (or one that cannot be read).
+func policyOf(j model.Job) retention.Policy {
+	p, _, _ := job.Policy(j)
+	return p
+}
+
+func keepValue(n int) []string {
+	return str(strconv.Itoa(n))
+}
+
+func copyRetention(dst *model.Job, src model.Job) { dst.Retention = slices.Clone(src.Retention) }
+
+// jobSettings are every setting of a job an operator gives, in the order export writes them.
+var jobSettings = []jobSetting{
+	{"engine", "str", func(j model.Job) []string { return str(j.Engine) }, func(d *model.Job, s model.Job) { d.Engine = s.Engine }},
+	{"repo", "str", func(j model.Job) []string { return str(j.Repository) }, func(d *model.Job, s model.Job) { d.Repository = s.Repository }},
+	{"password-file", "str", func(j model.Job) []string { return str(j.PasswordFile) }, func(d *model.Job, s model.Job) { d.PasswordFile = s.PasswordFile }},
+	{"env-file", "str", func(j model.Job) []string { return str(j.EnvFile) }, func(d *model.Job, s model.Job) { d.EnvFile = s.EnvFile }},
+	{"path", "list", func(j model.Job) []string { return j.Paths }, func(d *model.Job, s model.Job) { d.Paths = slices.Clone(s.Paths) }},
+	{"exclude", "list", func(j model.Job) []string { return j.Excludes }, func(d *model.Job, s model.Job) { d.Excludes = slices.Clone(s.Excludes) }},
+	{"command", "list", func(j model.Job) []string { return j.Command }, func(d *model.Job, s model.Job) { d.Command = slices.Clone(s.Command) }},
+	{"user", "str", func(j model.Job) []string { return str(j.User) }, func(d *model.Job, s model.Job) { d.User = s.User }},
+	{"group", "str", func(j model.Job) []string { return str(j.Group) }, func(d *model.Job, s model.Job) { d.Group = s.Group }},
+	{"host", "str", func(j model.Job) []string { return str(j.Host) }, func(d *model.Job, s model.Job) { d.Host = s.Host }},
+	{"nice", "int", func(j model.Job) []string {
+		if j.Nice == nil {
+			return nil
+		}
+		return str(strconv.Itoa(*j.Nice))
+	}, func(d *model.Job, s model.Job) {
+		d.Nice = nil
+		if s.Nice != nil {
+			n := *s.Nice
+			d.Nice = &n
+		}
+	}},
+	{"io-class", "str", func(j model.Job) []string { return str(j.IOSchedulingClass) }, func(d *model.Job, s model.Job) { d.IOSchedulingClass = s.IOSchedulingClass }},
+	{"runtime-max", "str", func(j model.Job) []string { return durationValue(j.RuntimeMax) }, func(d *model.Job, s model.Job) { d.RuntimeMax = s.RuntimeMax }},
+	{"limit-upload", "int", func(j model.Job) []string { return str(strconv.Itoa(j.LimitUploadKiB)) }, func(d *model.Job, s model.Job) { d.LimitUploadKiB = s.LimitUploadKiB }},
+	{"schedule", "str", func(j model.Job) []string { return str(j.Schedule) }, func(d *model.Job, s model.Job) { d.Schedule = s.Schedule }},
+	{"tz", "str", func(j model.Job) []string { return str(j.TimeZone) }, func(d *model.Job, s model.Job) { d.TimeZone = s.TimeZone }},
+	{"catch-up", "bool", func(j model.Job) []string { return str(strconv.FormatBool(j.CatchUp)) }, func(d *model.Job, s model.Job) { d.CatchUp = s.CatchUp }},
+	{"window", "list", func(j model.Job) []string { return j.Windows }, func(d *model.Job, s model.Job) { d.Windows = slices.Clone(s.Windows) }},
+	{"retry-max", "int", func(j model.Job) []string { return str(strconv.Itoa(j.RetryMax)) }, func(d *model.Job, s model.Job) { d.RetryMax = s.RetryMax }},
+	{"retry-backoff", "str", func(j model.Job) []string { return durationValue(j.RetryBackoff) }, func(d *model.Job, s model.Job) { d.RetryBackoff = s.RetryBackoff }},
+	{"priority", "int", func(j model.Job) []string { return str(strconv.Itoa(j.Priority)) }, func(d *model.Job, s model.Job) { d.Priority = s.Priority }},
+	{"depends-on", "str", func(j model.Job) []string { return str(j.DependsOn) }, func(d *model.Job, s model.Job) { d.DependsOn = s.DependsOn }},
+	{"alert-after", "str", func(j model.Job) []string { return durationValue(j.AlertAfter) }, func(d *model.Job, s model.Job) { d.AlertAfter = s.AlertAfter }},
+	{"alert-failures", "int", func(j model.Job) []string { return str(strconv.Itoa(j.AlertFailures)) }, func(d *model.Job, s model.Job) { d.AlertFailures = s.AlertFailures }},
+	{"expect-every", "str", func(j model.Job) []string { return durationValue(j.ExpectEvery) }, func(d *model.Job, s model.Job) { d.ExpectEvery = s.ExpectEvery }},
+	{"stall-after", "str", func(j model.Job) []string { return durationValue(j.StallAfter) }, func(d *model.Job, s model.Job) { d.StallAfter = s.StallAfter }},
+	{"stall-action", "str", func(j model.Job) []string { return str(j.StallAction) }, func(d *model.Job, s model.Job) { d.StallAction = s.StallAction }},
+	{"account", "str", func(j model.Job) []string { return str(cmp.Or(j.Account, store.DefaultAccount)) }, func(d *model.Job, s model.Job) { d.Account = s.Account }},
+	{"max-added", "str", func(j model.Job) []string {
+		if j.MaxAdded == nil {
+			return str("")
+		}
+		return str(strconv.FormatInt(*j.MaxAdded, 10))
+	}, func(d *model.Job, s model.Job) {
+		d.MaxAdded = nil
+		if s.MaxAdded != nil {
+			n := *s.MaxAdded
+			d.MaxAdded = &n
+		}
+	}},
+	{"keep-last", "int", func(j model.Job) []string { return keepValue(policyOf(j).KeepLast) }, copyRetention},
+	{"keep-hourly", "int", func(j model.Job) []string { return keepValue(policyOf(j).KeepHourly) }, copyRetention},
+	{"keep-daily", "int", func(j model.Job) []string { return keepValue(policyOf(j).KeepDaily) }, copyRetention},
+	{"keep-weekly", "int", func(j model.Job) []string { return keepValue(policyOf(j).KeepWeekly) }, copyRetention},
+	{"keep-monthly", "int", func(j model.Job) []string { return keepValue(policyOf(j).KeepMonthly) }, copyRetention},
+	{"keep-yearly", "int", func(j model.Job) []string { return keepValue(policyOf(j).KeepYearly) }, copyRetention},
+	{"keep-within", "str", func(j model.Job) []string {
+		if p := policyOf(j); !p.KeepWithin.IsZero() {
+			return str(retention.FormatDuration(p.KeepWithin))
+		}
+		return str("")
+	}, copyRetention},
+	{"retention-tz", "str", func(j model.Job) []string { return str(policyOf(j).TimeZone) }, copyRetention},
+	{"retention-max-delete", "int", func(j model.Job) []string {
+		return str(strconv.Itoa(int(j.RetentionMaxDelete*100 + 0.5)))
+	}, func(d *model.Job, s model.Job) { d.RetentionMaxDelete = s.RetentionMaxDelete }},
+	{"retention-min-keep", "int", func(j model.Job) []string { return str(strconv.Itoa(j.RetentionMinKeep)) }, func(d *model.Job, s model.Job) { d.RetentionMinKeep = s.RetentionMinKeep }},
+	{"prune-schedule", "str", func(j model.Job) []string { return str(j.PruneSchedule) }, func(d *model.Job, s model.Job) { d.PruneSchedule = s.PruneSchedule }},
+	{"verify-schedule", "str", func(j model.Job) []string { return str(j.VerifySchedule) }, func(d *model.Job, s model.Job) { d.VerifySchedule = s.VerifySchedule }},
+	{"verify-read-data", "str", func(j model.Job) []string { return str(j.VerifyReadData) }, func(d *model.Job, s model.Job) { d.VerifyReadData = s.VerifyReadData }},
+	{"verify-alert-after", "str", func(j model.Job) []string { return durationValue(j.VerifyAlertAfter) }, func(d *model.Job, s model.Job) { d.VerifyAlertAfter = s.VerifyAlertAfter }},
+	{"drill-schedule", "str", func(j model.Job) []string { return str(j.DrillSchedule) }, func(d *model.Job, s model.Job) { d.DrillSchedule = s.DrillSchedule }},
+	{"drill-files", "int", func(j model.Job) []string { return str(strconv.Itoa(j.DrillFiles)) }, func(d *model.Job, s model.Job) { d.DrillFiles = s.DrillFiles }},
+}
+
+// changedSettings are the flags of the settings in which a and b differ, in table order.
+func changedSettings(a, b model.Job) []string {
+	var changed []string
+	for _, s := range jobSettings {
+		if !slices.Equal(s.render(a), s.render(b)) {
+			changed = append(changed, s.flag)
+		}
+	}
+	return changed
+}
+
+// copySettings copies the named settings of src onto dst.
+func copySettings(dst *model.Job, src model.Job, flags []string) {
+	for _, s := range jobSettings {
+		if slices.Contains(flags, s.flag) {
+			s.copy(dst, src)
+		}
+	}
+}

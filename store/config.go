@@ -1,0 +1,110 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/model"
+)
+
+// JobEdit is an update of a stored job: Edit receives the job as stored, under its row lock, and
+// changes it in place; Fields are the settings it changes, for the record.
+type JobEdit struct {
+	Name   string
+	Fields []string
+	Edit   func(*model.Job) error
+}
+
+// Applied is a set of changes made from configuration files, all or none.
+type Applied struct {
+	Create []model.Job // validated by the caller
+	Update []JobEdit
+	Delete []string // jobs to remove; one with a live run refuses the whole set
+	// Source names the files the changes come from, Hash their content, Actor who applied them:
+	// recorded with each job changed (JobChanges).
+	Source, Hash, Actor string
+}
+
+// ApplyConfig makes the changes of a in one transaction: if any of them is refused (a job that
+// exists already, is gone, or has a live run), none is made. The daemons are woken once.
+func (s *Store) ApplyConfig(ctx context.Context, a Applied) error {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		record := func(name, action string, fields []string) error {
+			_, err := tx.Exec(ctx, `INSERT INTO job_changes (job_name, actor, action, fields, source, hash)
+				VALUES ($1, $2, $3, $4, $5, $6)`, name, a.Actor, action, nonNil(fields), a.Source, a.Hash)
+			return err
+		}
+		for _, j := range a.Create {
+			if _, err := createJob(ctx, tx, j); err != nil {
+				return err
+			}
+			if err := record(j.Name, "create", nil); err != nil {
+				return err
+			}
+		}
+		for _, e := range a.Update {
+			if _, err := updateJob(ctx, tx, e.Name, e.Edit); err != nil {
+				return err
+			}
+			if err := record(e.Name, "update", e.Fields); err != nil {
+				return err
+			}
+		}
+		for _, name := range a.Delete {
+			if err := removeJob(ctx, tx, name); err != nil {
+				return err
+			}
+			if err := record(name, "delete", nil); err != nil {
+				return err
+			}
+		}
+		return notify(ctx, tx, "config")
+	})
+	if err != nil {
+		return wrap(err, "apply configuration")
+	}
+	return nil
+}
+
+// JobChange is one recorded change of a job (ApplyConfig).
+type JobChange struct {
+	At            string // RFC 3339, the database's clock
+	Actor, Action string
+	Fields        []string
+	Source, Hash  string
+}
+
+// JobChanges lists the newest limit recorded changes of the named job, newest first.
+func (s *Store) JobChanges(ctx context.Context, name string, limit int) ([]JobChange, error) {
+	rows, err := s.pool.Query(ctx, `SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), actor, action, fields, source, hash
+		FROM job_changes WHERE job_name = $1 ORDER BY id DESC LIMIT $2`, name, limit)
+	if err != nil {
+		return nil, fmt.Errorf("changes of job %s: %w", name, err)
+	}
+	changes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobChange, error) {
+		var c JobChange
+		return c, r.Scan(&c.At, &c.Actor, &c.Action, &c.Fields, &c.Source, &c.Hash)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("changes of job %s: %w", name, err)
+	}
+	return changes, nil
+}
+
+// LiveRunOf returns the named job's live run, if it has one.
+func (s *Store) LiveRunOf(ctx context.Context, job string) (uuid.UUID, bool, error) {
+	var id uuid.UUID
+	err := s.pool.QueryRow(ctx, `SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id
+		WHERE j.name = $1 AND r.status IN ('queued', 'running') LIMIT 1`, job).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return uuid.Nil, false, nil
+	}
+	if err != nil {
+		return uuid.Nil, false, fmt.Errorf("live run of job %s: %w", job, err)
+	}
+	return id, true, nil
+}
