@@ -24,6 +24,9 @@ type Applied struct {
 	Create []model.Job // validated by the caller
 	Update []JobEdit
 	Delete []string // jobs to remove; one with a live run refuses the whole set
+	// Notification targets to add, to change (found by name) and to remove.
+	CreateTargets, UpdateTargets []Target
+	DeleteTargets                []string
 	// Source names the files the changes come from, Hash their content, Actor who applied them:
 	// recorded with each job changed (JobChanges).
 	Source, Hash, Actor string
@@ -52,6 +55,27 @@ func (s *Store) ApplyConfig(ctx context.Context, a Applied) error {
 			}
 			if err := record(e.Name, "update", e.Fields); err != nil {
 				return err
+			}
+		}
+		// A target names its job by name only: the order of targets and jobs does not matter.
+		for _, name := range a.DeleteTargets {
+			if err := removeTarget(ctx, tx, name); err != nil {
+				return err
+			}
+		}
+		for _, t := range a.CreateTargets {
+			if err := addTarget(ctx, tx, t); err != nil {
+				return err
+			}
+		}
+		for _, t := range a.UpdateTargets {
+			tag, err := tx.Exec(ctx, `UPDATE notify_targets SET kind = $2, url = $3, secret_file = $4, command = $5,
+				job_name = nullif($6, ''), events = $7 WHERE name = $1`, t.Name, t.Kind, t.URL, t.SecretFile, nonNil(t.Command), t.Job, t.Events)
+			if err != nil {
+				return fmt.Errorf("change notification target %s: %w", t.Name, err)
+			}
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("notification target %s: %w", t.Name, ErrNotFound)
 			}
 		}
 		for _, name := range a.Delete {

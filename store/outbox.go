@@ -45,8 +45,15 @@ func scanTarget(row pgx.CollectableRow) (Target, error) {
 }
 
 // AddTarget stores a target; events from now on that match it are delivered to it.
-func (s *Store) AddTarget(ctx context.Context, t Target) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO notify_targets (name, kind, url, secret_file, command, job_name, events)
+func (s *Store) AddTarget(ctx context.Context, t Target) error { return addTarget(ctx, s.pool, t) }
+
+// execer is what runs one statement without rows: the pool, or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func addTarget(ctx context.Context, q execer, t Target) error {
+	_, err := q.Exec(ctx, `INSERT INTO notify_targets (name, kind, url, secret_file, command, job_name, events)
 		VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7)`, t.Name, t.Kind, t.URL, t.SecretFile, nonNil(t.Command), t.Job, t.Events)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
@@ -75,8 +82,10 @@ func (s *Store) Targets(ctx context.Context, name string) ([]Target, error) {
 }
 
 // RemoveTarget removes a target and its deliveries.
-func (s *Store) RemoveTarget(ctx context.Context, name string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM notify_targets WHERE name = $1`, name)
+func (s *Store) RemoveTarget(ctx context.Context, name string) error { return removeTarget(ctx, s.pool, name) }
+
+func removeTarget(ctx context.Context, q execer, name string) error {
+	tag, err := q.Exec(ctx, `DELETE FROM notify_targets WHERE name = $1`, name)
 	if err != nil {
 		return fmt.Errorf("remove notification target %s: %w", name, err)
 	}

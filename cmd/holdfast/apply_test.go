@@ -85,12 +85,13 @@ func TestApplyPlanAndPrune(t *testing.T) {
 		if withBeta {
 			text += "  beta:\n    repo: " + repo + "\n    password-file: " + pw + "\n    path:\n      - " + data + "\n    user: nobody\n"
 		}
+		text += "notify:\n  ops:\n    webhook: https://hooks.example.com/holdfast\n    events: [failed, overdue]\n    job: alpha\n"
 		return w.writeConfig("holdfast.yaml", text)
 	}
 	file := config("0 2 * * *", true)
 	before := w.dbDigest()
-	if p := w.applyPlan("--dry-run", file); strings.Join(summarize(p), ";") != "create job alpha ;create job beta " {
-		t.Fatalf("dry run = %v, want two creates", summarize(p))
+	if p := w.applyPlan("--dry-run", file); strings.Join(summarize(p), ";") != "create job alpha ;create job beta ;create notify ops " {
+		t.Fatalf("dry run = %v, want three creates", summarize(p))
 	}
 	if after := w.dbDigest(); after != before {
 		t.Fatalf("the dry run changed the database:\n%s\n%s", before, after)
@@ -107,6 +108,15 @@ func TestApplyPlanAndPrune(t *testing.T) {
 	if err := json.Unmarshal([]byte(w.mustRun("job", "show", "alpha", "--json")), &alpha); err != nil || alpha.Schedule != "0 2 * * *" ||
 		alpha.TimeZone != "Europe/Berlin" || alpha.RetryMax != 3 || alpha.Retention == nil || alpha.Retention.KeepDaily != 7 {
 		t.Fatalf("job alpha after apply: %+v (%v)", alpha, err)
+	}
+	var targets []struct {
+		Name   string   `json:"name"`
+		Job    string   `json:"job"`
+		Events []string `json:"events"`
+	}
+	if err := json.Unmarshal([]byte(w.mustRun("notify", "list", "--json")), &targets); err != nil || len(targets) != 1 ||
+		targets[0].Job != "alpha" || strings.Join(targets[0].Events, ",") != "failed,overdue" {
+		t.Fatalf("notification targets after apply: %+v (%v)", targets, err)
 	}
 	if show := w.mustRun("job", "show", "alpha"); !strings.Contains(show, "holdfast.yaml") {
 		t.Fatalf("job show does not say which file applied the job:\n%s", show)
@@ -212,6 +222,8 @@ func TestExportRoundTrips(t *testing.T) {
 	w.mustRun("job", "add", "cmd", "--engine", "command", "--command", "/bin/echo", "--command", "a b", "--expect-every", "168h",
 		"--depends-on", "every")
 	w.mustRun("job", "add", "plain", "--repo", repo, "--password-file", pw, "--path", data, "--preset", "gfs")
+	w.mustRun("notify", "add", "hook", "--webhook", "https://hooks.example.com/x", "--job", "every", "--events", "failed,verify_failed")
+	w.mustRun("notify", "add", "mail", "--command", "/usr/local/bin/holdfast-mail", "--command", "--to=ops")
 	exported := w.mustRun("export")
 	file := w.writeConfig("exported.yaml", exported)
 	versions := w.rowVersions()

@@ -20,7 +20,7 @@ import (
 
 // configChange is one change a plan makes, as `apply --json` prints it.
 type configChange struct {
-	Kind   string   `json:"kind"` // "job"
+	Kind   string   `json:"kind"` // "job" or "notify"
 	Name   string   `json:"name"`
 	Action string   `json:"action"` // "create", "update" or "delete"
 	Fields []string `json:"fields"` // the settings an update changes, by flag name
@@ -37,12 +37,13 @@ func newApplyCmd(g *globals) *cobra.Command {
 	var dryRun, prune, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "apply FILE|DIR...",
-		Short: "Make the database's jobs match YAML files: print the plan, then carry it out in one transaction",
-		Long: "Make the database's jobs match YAML files (a directory: every *.yaml in it, sorted).\n" +
-			"Under jobs.NAME the keys are the long flags of `job add`, a list for a flag that repeats;\n" +
+		Short: "Make the database's jobs and notification targets match YAML files: print the plan, then carry it out in one transaction",
+		Long: "Make the database's jobs and notification targets match YAML files (a directory: every *.yaml in it,\n" +
+			"sorted). Under jobs.NAME the keys are the long flags of `job add`, under notify.NAME those of\n" +
+			"`notify add` (events: a list or comma-separated), a list for a flag that repeats;\n" +
 			"the same checks as `job add` apply, the files of a job probed as its user. The plan (create,\n" +
 			"update with the fields, delete) is printed first; then all of it is done, or none.\n" +
-			"Jobs in the database but in no file are left alone (a warning) unless --prune; a job with a\n" +
+			"Objects in the database but in no file are left alone (a warning) unless --prune; a job with a\n" +
 			"live run is never deleted. Errors name FILE:LINE and change nothing (exit 2).",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -77,7 +78,7 @@ func newApplyCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan and change nothing")
-	cmd.Flags().BoolVar(&prune, "prune", false, "delete the jobs that no file declares (never one with a live run)")
+	cmd.Flags().BoolVar(&prune, "prune", false, "delete the jobs and notification targets no file declares (never a job with a live run)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print the plan as JSON: {"changes": [...], "warnings": [...]}`)
 	return cmd
 }
@@ -165,6 +166,9 @@ func (g *globals) planConfig(ctx context.Context, st *store.Store, set configSet
 		plan.applied.Update = append(plan.applied.Update, store.JobEdit{Name: d.name, Fields: fields, Edit: edit})
 		plan.Changes = append(plan.Changes, configChange{Kind: "job", Name: d.name, Action: "update", Fields: fields})
 	}
+	if err := g.planTargets(ctx, st, set, prune, &plan); err != nil {
+		return plan, err
+	}
 	for _, j := range existing {
 		if declared[j.Name] {
 			continue
@@ -186,6 +190,96 @@ func (g *globals) planConfig(ctx context.Context, st *store.Store, set configSet
 	return plan, nil
 }
 
+// planTargets adds the notification targets' changes to plan.
+func (g *globals) planTargets(ctx context.Context, st *store.Store, set configSet, prune bool, plan *configPlan) error {
+	existing, err := st.Targets(ctx, "")
+	if err != nil {
+		return err
+	}
+	stored := map[string]store.Target{}
+	for _, t := range existing {
+		stored[t.Name] = t
+	}
+	declared := map[string]bool{}
+	for _, d := range set.decls {
+		if d.section != "notify" {
+			continue
+		}
+		declared[d.name] = true
+		want, err := declaredTarget(d)
+		if err != nil {
+			return err
+		}
+		have, ok := stored[d.name]
+		switch {
+		case !ok:
+			plan.applied.CreateTargets = append(plan.applied.CreateTargets, want)
+			plan.Changes = append(plan.Changes, configChange{Kind: "notify", Name: d.name, Action: "create", Fields: []string{}})
+		case len(changedTargetSettings(have, want)) > 0:
+			plan.applied.UpdateTargets = append(plan.applied.UpdateTargets, want)
+			plan.Changes = append(plan.Changes, configChange{Kind: "notify", Name: d.name, Action: "update", Fields: changedTargetSettings(have, want)})
+		}
+	}
+	for _, t := range existing {
+		switch {
+		case declared[t.Name]:
+		case !prune:
+			plan.Warnings = append(plan.Warnings, fmt.Sprintf("notification target %s is in the database but in no file: left alone (apply --prune deletes it)", t.Name))
+		default:
+			plan.applied.DeleteTargets = append(plan.applied.DeleteTargets, t.Name)
+			plan.Changes = append(plan.Changes, configChange{Kind: "notify", Name: t.Name, Action: "delete", Fields: []string{}})
+		}
+	}
+	return nil
+}
+
+// declaredTarget is the notification target a declaration describes, checked as `notify add`
+// checks one. events may also be a list.
+func declaredTarget(d declaration) (store.Target, error) {
+	var nf notifyFlags
+	fs := pflag.NewFlagSet("notify", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	nf.bind(fs)
+	if err := setFlags(d, fs, map[string]bool{"events": true}); err != nil {
+		return store.Target{}, err
+	}
+	t, err := nf.target(d.name)
+	if err != nil {
+		return store.Target{}, d.errorOf(err)
+	}
+	return t, nil
+}
+
+// setFlags sets the flags of fs as the declaration's keys give them, a list for a flag that
+// repeats (or, joined with commas, for one of joined).
+func setFlags(d declaration, fs *pflag.FlagSet, joined map[string]bool) error {
+	var known []string
+	fs.VisitAll(func(f *pflag.Flag) { known = append(known, f.Name) })
+	for _, k := range d.keys {
+		f := fs.Lookup(k.name)
+		if f == nil {
+			return d.errorAt(k.name, fmt.Errorf("unknown key%s", suggest(k.name, known)))
+		}
+		values := k.values
+		if joined[k.name] && len(values) != 1 {
+			values = []string{strings.Join(values, ",")}
+		}
+		repeats := f.Value.Type() == "stringArray"
+		if !repeats && len(values) != 1 {
+			return d.errorAt(k.name, fmt.Errorf("give one value, not a list"))
+		}
+		for _, v := range values {
+			if err := fs.Set(k.name, v); err != nil {
+				return d.errorAt(k.name, fmt.Errorf("%q: %v", v, strings.TrimPrefix(err.Error(), "invalid argument ")))
+			}
+		}
+		if repeats && len(values) == 0 {
+			f.Changed = true // an empty list: none
+		}
+	}
+	return nil
+}
+
 // flagInMessage finds the flag an error message of the job checks names ("--retry-max 200 ...").
 var flagInMessage = regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
 
@@ -193,33 +287,15 @@ var flagInMessage = regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
 // `job add` sets its flags, and checked as `job add` checks it. An error names the file and the
 // line of the setting it is about.
 func (g *globals) declaredJob(d declaration) (model.Job, error) {
-	at := d.errorAt
 	if err := job.ValidateName(d.name); err != nil {
-		return model.Job{}, at("", err)
+		return model.Job{}, d.errorAt("", err)
 	}
 	var jf jobFlags
 	fs := pflag.NewFlagSet("job", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	jf.bind(fs)
-	var known []string
-	fs.VisitAll(func(f *pflag.Flag) { known = append(known, f.Name) })
-	for _, k := range d.keys {
-		f := fs.Lookup(k.name)
-		if f == nil {
-			return model.Job{}, at(k.name, fmt.Errorf("unknown key%s", suggest(k.name, known)))
-		}
-		repeats := f.Value.Type() == "stringArray"
-		if !repeats && len(k.values) != 1 {
-			return model.Job{}, at(k.name, fmt.Errorf("give one value, not a list"))
-		}
-		for _, v := range k.values {
-			if err := fs.Set(k.name, v); err != nil {
-				return model.Job{}, at(k.name, fmt.Errorf("%q: %v", v, strings.TrimPrefix(err.Error(), "invalid argument ")))
-			}
-		}
-		if repeats && len(k.values) == 0 {
-			f.Changed = true // an empty list: none
-		}
+	if err := setFlags(d, fs, nil); err != nil {
+		return model.Job{}, err
 	}
 	j := job.New(d.name)
 	j.Host = g.host()
@@ -262,8 +338,8 @@ func newExportCmd(g *globals) *cobra.Command {
 	var names []string
 	cmd := &cobra.Command{
 		Use:   "export [--job NAME]...",
-		Short: "Print the jobs as YAML that apply accepts (secrets stay file paths)",
-		Long: "Print the jobs (all, or those named) as a configuration file that `holdfast apply` accepts:\n" +
+		Short: "Print the jobs and notification targets as YAML that apply accepts (secrets stay file paths)",
+		Long: "Print the jobs (all, or those named; with none named, the notification targets too) as a\nconfiguration file that `holdfast apply` accepts:\n" +
 			"`holdfast export | holdfast apply --dry-run /dev/stdin` plans no change. Settings at their\n" +
 			"defaults are left out, but a job's host always appears. Secrets stay file paths.",
 		Args: exactArgs(0, "no arguments"),
@@ -292,6 +368,19 @@ func newExportCmd(g *globals) *cobra.Command {
 					section.Content = append(section.Content, scalar(j.Name, "str"), exportJob(j))
 				}
 				doc.Content = append(doc.Content, scalar("jobs", "str"), section)
+				if len(names) == 0 {
+					targets, err := st.Targets(ctx, "")
+					if err != nil {
+						return err
+					}
+					if len(targets) > 0 {
+						ts := &yaml.Node{Kind: yaml.MappingNode}
+						for _, t := range targets {
+							ts.Content = append(ts.Content, scalar(t.Name, "str"), exportTarget(t))
+						}
+						doc.Content = append(doc.Content, scalar("notify", "str"), ts)
+					}
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "# holdfast export, %s\n", time.Now().UTC().Format(time.RFC3339))
 				enc := yaml.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent(2)
@@ -319,6 +408,28 @@ func exportJob(j model.Job) *yaml.Node {
 		case s.flag != "host" && slices.Equal(v, s.render(defaults)):
 			continue
 		case v == nil:
+			continue
+		}
+		m.Content = append(m.Content, scalar(s.flag, "str"))
+		if s.kind == "list" {
+			seq := &yaml.Node{Kind: yaml.SequenceNode}
+			for _, item := range v {
+				seq.Content = append(seq.Content, scalar(item, "str"))
+			}
+			m.Content = append(m.Content, seq)
+			continue
+		}
+		m.Content = append(m.Content, scalar(v[0], s.kind))
+	}
+	return m
+}
+
+// exportTarget is a notification target as a declaration: the settings it has.
+func exportTarget(t store.Target) *yaml.Node {
+	m := &yaml.Node{Kind: yaml.MappingNode}
+	for _, s := range targetSettings {
+		v := s.render(t)
+		if len(v) == 0 || len(v) == 1 && v[0] == "" {
 			continue
 		}
 		m.Content = append(m.Content, scalar(s.flag, "str"))

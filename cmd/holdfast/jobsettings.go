@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/holdfast-backup/holdfast/job"
@@ -135,4 +136,41 @@ func copySettings(dst *model.Job, src model.Job, flags []string) {
 			s.copy(dst, src)
 		}
 	}
+}
+
+// targetSetting is one setting of a notification target as `notify add` takes it.
+type targetSetting struct {
+	flag   string
+	kind   string
+	render func(store.Target) []string
+}
+
+func targetURL(kind string) func(store.Target) []string {
+	return func(t store.Target) []string {
+		if t.Kind != kind {
+			return str("")
+		}
+		return str(t.URL)
+	}
+}
+
+// targetSettings are every setting of a notification target, in the order export writes them.
+var targetSettings = []targetSetting{
+	{"webhook", "str", targetURL(store.TargetWebhook)},
+	{"healthchecks", "str", targetURL(store.TargetHealthchecks)},
+	{"command", "list", func(t store.Target) []string { return t.Command }},
+	{"secret-file", "str", func(t store.Target) []string { return str(t.SecretFile) }},
+	{"job", "str", func(t store.Target) []string { return str(t.Job) }},
+	{"events", "str", func(t store.Target) []string { return str(strings.Join(t.Events, ",")) }},
+}
+
+// changedTargetSettings are the flags of the settings in which a and b differ.
+func changedTargetSettings(a, b store.Target) []string {
+	var changed []string
+	for _, s := range targetSettings {
+		if !slices.Equal(s.render(a), s.render(b)) {
+			changed = append(changed, s.flag)
+		}
+	}
+	return changed
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/store"
@@ -43,9 +44,51 @@ func targetJSON(t store.Target) targetOut {
 		CreatedAt: t.CreatedAt.UTC().Format(time.RFC3339)}
 }
 
+// notifyFlags binds what `notify add` takes.
+type notifyFlags struct {
+	t                             store.Target
+	webhook, healthchecks, events string
+}
+
+func (nf *notifyFlags) bind(f *pflag.FlagSet) {
+	f.StringVar(&nf.webhook, "webhook", "", "POST each event as JSON to this URL")
+	f.StringVar(&nf.t.SecretFile, "secret-file", "", "with --webhook: sign each request with HMAC-SHA256 under the key in this file (X-Holdfast-Signature)")
+	f.StringVar(&nf.healthchecks, "healthchecks", "", "ping this healthchecks.io check URL: /start, success, /fail, the run id as rid")
+	f.StringArrayVar(&nf.t.Command, "command", nil, "run this program (absolute path; then its arguments, one per flag) with the event as JSON on stdin")
+	f.StringVar(&nf.t.Job, "job", "", "only this job's events")
+	f.StringVar(&nf.events, "events", "", "comma-separated: "+strings.Join(notify.Events, ",")+" (default: all but started)")
+}
+
+// target is the target named name the flags describe, checked.
+func (nf *notifyFlags) target(name string) (store.Target, error) {
+	t := nf.t
+	t.Name = name
+	given := 0
+	for _, k := range []struct {
+		set  bool
+		kind string
+		url  string
+	}{{nf.webhook != "", store.TargetWebhook, nf.webhook}, {nf.healthchecks != "", store.TargetHealthchecks, nf.healthchecks},
+		{len(t.Command) > 0, store.TargetCommand, ""}} {
+		if k.set {
+			given++
+			t.Kind, t.URL = k.kind, k.url
+		}
+	}
+	if given != 1 {
+		return t, badInput("give exactly one of --webhook URL, --healthchecks URL or --command PROGRAM")
+	}
+	if nf.events != "" {
+		t.Events = strings.Split(nf.events, ",")
+	}
+	if err := notify.ValidateTarget(&t); err != nil {
+		return t, inputError{err}
+	}
+	return t, nil
+}
+
 func newNotifyAddCmd(g *globals) *cobra.Command {
-	var t store.Target
-	var webhook, healthchecks, events string
+	var nf notifyFlags
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "add NAME (--webhook URL [--secret-file F] | --healthchecks URL | --command PROG [--command ARG]...)",
@@ -55,27 +98,9 @@ func newNotifyAddCmd(g *globals) *cobra.Command {
   holdfast notify add mail --command /usr/local/bin/holdfast-mail --events failed,overdue,stalled`,
 		Args: exactArgs(1, "one target name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t.Name = args[0]
-			given := 0
-			for _, k := range []struct {
-				set  bool
-				kind string
-				url  string
-			}{{webhook != "", store.TargetWebhook, webhook}, {healthchecks != "", store.TargetHealthchecks, healthchecks},
-				{len(t.Command) > 0, store.TargetCommand, ""}} {
-				if k.set {
-					given++
-					t.Kind, t.URL = k.kind, k.url
-				}
-			}
-			if given != 1 {
-				return badInput("give exactly one of --webhook URL, --healthchecks URL or --command PROGRAM")
-			}
-			if events != "" {
-				t.Events = strings.Split(events, ",")
-			}
-			if err := notify.ValidateTarget(&t); err != nil {
-				return inputError{err}
+			t, err := nf.target(args[0])
+			if err != nil {
+				return err
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				if t.Job != "" {
@@ -103,14 +128,8 @@ func newNotifyAddCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&webhook, "webhook", "", "POST each event as JSON to this URL")
-	f.StringVar(&t.SecretFile, "secret-file", "", "with --webhook: sign each request with HMAC-SHA256 under the key in this file (X-Holdfast-Signature)")
-	f.StringVar(&healthchecks, "healthchecks", "", "ping this healthchecks.io check URL: /start, success, /fail, the run id as rid")
-	f.StringArrayVar(&t.Command, "command", nil, "run this program (absolute path; then its arguments, one per flag) with the event as JSON on stdin")
-	f.StringVar(&t.Job, "job", "", "only this job's events")
-	f.StringVar(&events, "events", "", "comma-separated: "+strings.Join(notify.Events, ",")+" (default: all but started)")
-	f.BoolVar(&asJSON, "json", false, "print the target as JSON")
+	nf.bind(cmd.Flags())
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the target as JSON")
 	return cmd
 }
 
