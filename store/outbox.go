@@ -82,7 +82,9 @@ func (s *Store) Targets(ctx context.Context, name string) ([]Target, error) {
 }
 
 // RemoveTarget removes a target and its deliveries.
-func (s *Store) RemoveTarget(ctx context.Context, name string) error { return removeTarget(ctx, s.pool, name) }
+func (s *Store) RemoveTarget(ctx context.Context, name string) error {
+	return removeTarget(ctx, s.pool, name)
+}
 
 func removeTarget(ctx context.Context, q execer, name string) error {
 	tag, err := q.Exec(ctx, `DELETE FROM notify_targets WHERE name = $1`, name)
