@@ -258,3 +258,26 @@ func stripHeader(s string) string {
 	_, rest, _ := strings.Cut(s, "\n")
 	return rest
 }
+
+// The man pages (make man, and the package's) include apply, export and restore, with their flags.
+func TestManPages(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	dir := filepath.Join(w.dir, "man")
+	w.mustRun("man", dir)
+	for page, flags := range map[string][]string{
+		"holdfast-apply.1":   {"dry-run", "prune", "json"},
+		"holdfast-export.1":  {"job"},
+		"holdfast-restore.1": {"target", "snapshot", "include", "overwrite"},
+	} {
+		b, err := os.ReadFile(filepath.Join(dir, page))
+		if err != nil {
+			t.Fatalf("no man page %s: %v", page, err)
+		}
+		for _, f := range flags {
+			if !strings.Contains(string(b), `\fB--`+f+`\fP`) {
+				t.Errorf("man page %s does not describe --%s", page, f)
+			}
+		}
+	}
+}

@@ -88,6 +88,7 @@ func TestBootedHostPackage(t *testing.T) {
 	for _, f := range []struct{ path, want string }{
 		{"/usr/bin/holdfast", "root root 755 regular file"},
 		{"/etc/holdfast/holdfast.env", "root root 600 regular file"},
+		{"/etc/holdfast/holdfast.d", "root root 755 directory"},
 		{"/lib/systemd/system/holdfast.service", "root root 644 regular file"},
 		{"/usr/lib/tmpfiles.d/holdfast.conf", "root root 644 regular file"},
 		{"/usr/share/man/man1/holdfast.1.gz", "root root 644 regular file"},

@@ -161,6 +161,19 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 		t.Fatalf("job home after the README's verify schedule: %v", j)
 	}
 
+	// Configuration as code: the file's job and target are made, the second apply plans
+	// nothing, and the export names the job's settings.
+	b.readmeBlock(readmeConfig, env)
+	if j := b.jobJSON("site"); j["schedule"] != "15 3 * * *" || j["user"] != "homebackup" {
+		t.Fatalf("job site after the README's apply: %v", j)
+	}
+	if out := h.Run(t, "cat", "/root/site-exported.yaml"); !strings.Contains(out, "15 3 * * *") || !strings.Contains(out, "keep-daily: 14") {
+		t.Fatalf("the README's export of site:\n%s", out)
+	}
+	if out := b.mustHoldfast("notify", "list", "--json"); !strings.Contains(out, `"site-failures"`) {
+		t.Fatalf("the README's apply made no notification target site-failures:\n%s", out)
+	}
+
 	// Several hosts: a second host's daemon ran once; it is drained and forgotten.
 	h.Run(t, "systemd-run", "--unit", "holdfast-web2", "--property", "EnvironmentFile=/etc/holdfast/holdfast.env",
 		"/usr/bin/holdfast", "daemon", "--host", "web2", "--state-dir", "/var/lib/holdfast-web2", "--listen=")
@@ -189,6 +202,7 @@ const (
 	readmeQuotas     = "Storage quotas (the ledger)"
 	readmeHosts      = "## Several hosts, one database"
 	readmeRestores   = "Restores and verification (restic jobs)"
+	readmeConfig     = "Configuration as code."
 )
 
 // readmeBlock runs the README's sh block after heading as one bash script (-euo pipefail, each
