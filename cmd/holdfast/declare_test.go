@@ -16,11 +16,11 @@ func TestParseConfig(t *testing.T) {
 		t.Fatalf("declarations = %+v", decls)
 	}
 	for text, want := range map[string]string{
-		"jobs:\n  a:\n    x: {y: 1}\n":     "a.yaml:3: jobs.a.x: give a value or a list of values",
+		"jobs:\n  a:\n    x: {y: 1}\n":      "a.yaml:3: jobs.a.x: give a value or a list of values",
 		"jobs:\n  a:\n    x: 1\n    x: 2\n": "a.yaml:4: jobs.a.x is given twice (first at line 3)",
-		"- a\n":                            "a.yaml:1: a configuration file is a mapping",
-		"jobs: 3\n":                        "a.yaml:1: jobs: give a mapping",
-		"jobs:\n  a:\n    x: [[1]]\n":      "a.yaml:3: jobs.a.x: give a list of plain values",
+		"- a\n":                             "a.yaml:1: a configuration file is a mapping",
+		"jobs: 3\n":                         "a.yaml:1: jobs: give a mapping",
+		"jobs:\n  a:\n    x: [[1]]\n":       "a.yaml:3: jobs.a.x: give a list of plain values",
 	} {
 		if _, err := parseConfig("a.yaml", []byte(text)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("parseConfig(%q) = %v, want %q", text, err, want)
