@@ -24,6 +24,10 @@ type Applied struct {
 	Create []model.Job // validated by the caller
 	Update []JobEdit
 	Delete []string // jobs to remove; one with a live run refuses the whole set
+	// Accounts to add, and changes of existing ones; accounts are never removed (their ledger is
+	// history). They come first, so that a job created here may be charged to one.
+	CreateAccounts []NewAccount
+	UpdateAccounts []AccountChange
 	// Notification targets to add, to change (found by name) and to remove.
 	CreateTargets, UpdateTargets []Target
 	DeleteTargets                []string
@@ -40,6 +44,25 @@ func (s *Store) ApplyConfig(ctx context.Context, a Applied) error {
 			_, err := tx.Exec(ctx, `INSERT INTO job_changes (job_name, actor, action, fields, source, hash)
 				VALUES ($1, $2, $3, $4, $5, $6)`, name, a.Actor, action, nonNil(fields), a.Source, a.Hash)
 			return err
+		}
+		for _, acct := range a.CreateAccounts {
+			acct.Actor = a.Actor
+			if _, err := createAccount(ctx, tx, acct); err != nil {
+				return err
+			}
+		}
+		for _, c := range a.UpdateAccounts {
+			if c.Grant > 0 {
+				if _, err := grant(ctx, tx, c.Name, c.Grant, a.Actor, "holdfast apply: quota raised in "+a.Source); err != nil {
+					return err
+				}
+			}
+			if c.SetAllowance {
+				if _, err := tx.Exec(ctx, `UPDATE accounts SET allowance_bytes = $2, allowance_period = nullif($3, '') WHERE name = $1`,
+					c.Name, c.Allowance, c.Period); err != nil {
+					return fmt.Errorf("change the allowance of account %s: %w", c.Name, err)
+				}
+			}
 		}
 		for _, j := range a.Create {
 			if _, err := createJob(ctx, tx, j); err != nil {
@@ -92,6 +115,16 @@ func (s *Store) ApplyConfig(ctx context.Context, a Applied) error {
 		return wrap(err, "apply configuration")
 	}
 	return nil
+}
+
+// AccountChange is a change of an existing account: a grant that raises its quota, and its
+// allowance set anew.
+type AccountChange struct {
+	Name         string
+	Grant        int64 // 0: none
+	SetAllowance bool
+	Allowance    *int64
+	Period       string
 }
 
 // JobChange is one recorded change of a job (ApplyConfig).

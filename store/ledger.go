@@ -92,30 +92,35 @@ type NewAccount struct {
 
 // CreateAccount adds an account with an initial grant of its quota.
 func (s *Store) CreateAccount(ctx context.Context, a NewAccount) (Account, error) {
-	name, quota, actor := a.Name, a.Quota, a.Actor
 	var out Account
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO accounts (name, unlimited, allowance_bytes, allowance_period)
-			VALUES ($1, $2, $3, nullif($4, ''))`, name, quota == nil, a.Allowance, a.Period)
-		if isUniqueViolation(err) {
-			return &ConflictError{Msg: fmt.Sprintf("account %s already exists (holdfast account grant %s SIZE adds to it)", name, name)}
-		}
-		if err != nil {
-			return err
-		}
-		if quota != nil {
-			if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, actor, note)
-				VALUES ($1, 'grant', $2, $3, 'initial quota')`, name, *quota, actor); err != nil {
-				return err
-			}
-		}
-		out, err = scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, name))
+		var err error
+		out, err = createAccount(ctx, tx, a)
 		return err
 	})
 	if err != nil {
-		return Account{}, wrap(err, "create account %s", name)
+		return Account{}, wrap(err, "create account %s", a.Name)
 	}
 	return out, nil
+}
+
+func createAccount(ctx context.Context, tx pgx.Tx, a NewAccount) (Account, error) {
+	name, quota, actor := a.Name, a.Quota, a.Actor
+	_, err := tx.Exec(ctx, `INSERT INTO accounts (name, unlimited, allowance_bytes, allowance_period)
+		VALUES ($1, $2, $3, nullif($4, ''))`, name, quota == nil, a.Allowance, a.Period)
+	if isUniqueViolation(err) {
+		return Account{}, &ConflictError{Msg: fmt.Sprintf("account %s already exists (holdfast account grant %s SIZE adds to it)", name, name)}
+	}
+	if err != nil {
+		return Account{}, err
+	}
+	if quota != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, actor, note)
+			VALUES ($1, 'grant', $2, $3, 'initial quota')`, name, *quota, actor); err != nil {
+			return Account{}, err
+		}
+	}
+	return scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, name))
 }
 
 // Grant adds bytes to an account's quota. An account without a quota gets one, on top of what it
@@ -123,30 +128,8 @@ func (s *Store) CreateAccount(ctx context.Context, a NewAccount) (Account, error
 func (s *Store) Grant(ctx context.Context, name string, bytes int64, actor, note string) (Account, error) {
 	var out Account
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		acct, err := scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1 FOR NO KEY UPDATE`, name))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("account %q: %w", name, ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		if acct.Unlimited {
-			if _, err := tx.Exec(ctx, `UPDATE accounts SET unlimited = false WHERE name = $1`, name); err != nil {
-				return err
-			}
-			if used := acct.SettledBytes + acct.HeldBytes - acct.GrantedBytes; used > 0 {
-				if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, actor, note)
-					VALUES ($1, 'grant', $2, $3, 'what the account used before it had a quota')`, name, used, actor); err != nil {
-					return err
-				}
-			}
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, actor, note) VALUES ($1, 'grant', $2, $3, $4)`,
-			name, bytes, actor, note); err != nil {
-			return err
-		}
-		crashpoint.At("grant-before-commit")
-		out, err = scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, name))
+		var err error
+		out, err = grant(ctx, tx, name, bytes, actor, note)
 		return err
 	})
 	if err != nil {
@@ -154,6 +137,33 @@ func (s *Store) Grant(ctx context.Context, name string, bytes int64, actor, note
 	}
 	crashpoint.At("grant-after")
 	return out, nil
+}
+
+func grant(ctx context.Context, tx pgx.Tx, name string, bytes int64, actor, note string) (Account, error) {
+	acct, err := scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1 FOR NO KEY UPDATE`, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Account{}, fmt.Errorf("account %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return Account{}, err
+	}
+	if acct.Unlimited {
+		if _, err := tx.Exec(ctx, `UPDATE accounts SET unlimited = false WHERE name = $1`, name); err != nil {
+			return Account{}, err
+		}
+		if used := acct.SettledBytes + acct.HeldBytes - acct.GrantedBytes; used > 0 {
+			if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, actor, note)
+				VALUES ($1, 'grant', $2, $3, 'what the account used before it had a quota')`, name, used, actor); err != nil {
+				return Account{}, err
+			}
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, actor, note) VALUES ($1, 'grant', $2, $3, $4)`,
+		name, bytes, actor, note); err != nil {
+		return Account{}, err
+	}
+	crashpoint.At("grant-before-commit")
+	return scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, name))
 }
 
 // Accounts lists the accounts with their sums; name "" lists all.

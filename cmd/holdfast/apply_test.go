@@ -79,9 +79,11 @@ func TestApplyPlanAndPrune(t *testing.T) {
 	repo, pw := w.resticRepo("repo")
 	openToAll(t, repo)
 	data := w.sampleData("data", 1, 1024)
+	quota := "10GiB"
 	config := func(schedule string, withBeta bool) string {
-		text := "jobs:\n  alpha:\n    repo: " + repo + "\n    password-file: " + pw + "\n    path: [" + data + "]\n" +
-			"    schedule: \"" + schedule + "\"\n    tz: Europe/Berlin\n    retry-max: 3\n    keep-daily: 7\n"
+		text := "accounts:\n  team:\n    quota: " + quota + "\n    allowance: 1GiB\n    period: month\n" +
+			"jobs:\n  alpha:\n    repo: " + repo + "\n    password-file: " + pw + "\n    path: [" + data + "]\n" +
+			"    schedule: \"" + schedule + "\"\n    tz: Europe/Berlin\n    retry-max: 3\n    keep-daily: 7\n    account: team\n"
 		if withBeta {
 			text += "  beta:\n    repo: " + repo + "\n    password-file: " + pw + "\n    path:\n      - " + data + "\n    user: nobody\n"
 		}
@@ -90,8 +92,8 @@ func TestApplyPlanAndPrune(t *testing.T) {
 	}
 	file := config("0 2 * * *", true)
 	before := w.dbDigest()
-	if p := w.applyPlan("--dry-run", file); strings.Join(summarize(p), ";") != "create job alpha ;create job beta ;create notify ops " {
-		t.Fatalf("dry run = %v, want three creates", summarize(p))
+	if p := w.applyPlan("--dry-run", file); strings.Join(summarize(p), ";") != "create account team ;create job alpha ;create job beta ;create notify ops " {
+		t.Fatalf("dry run = %v, want four creates", summarize(p))
 	}
 	if after := w.dbDigest(); after != before {
 		t.Fatalf("the dry run changed the database:\n%s\n%s", before, after)
@@ -137,6 +139,24 @@ func TestApplyPlanAndPrune(t *testing.T) {
 	if j := w.job("alpha"); j.NextRunAt == nil {
 		t.Fatalf("alpha has no next run after its schedule was applied: %+v", j)
 	}
+
+	// A quota raised in the file is a grant of the difference; one lowered is refused, at its line.
+	quota = "12GiB"
+	file = config("30 3 * * *", true)
+	if p := w.applyPlan(file); strings.Join(summarize(p), ";") != "update account team quota" {
+		t.Fatalf("a raised quota = %v, want an update of team's quota", summarize(p))
+	}
+	var team struct {
+		QuotaBytes *int64 `json:"quota_bytes"`
+	}
+	if err := json.Unmarshal([]byte(w.mustRun("ledger", "show", "team", "--json")), &team); err != nil || team.QuotaBytes == nil || *team.QuotaBytes != 12<<30 {
+		t.Fatalf("team after its quota was raised: %+v (%v), want 12 GiB", team, err)
+	}
+	quota = "5GiB"
+	if res := w.run("apply", config("30 3 * * *", true)); res.code != 2 || !strings.Contains(res.stderr, "holdfast.yaml:3: accounts.team.quota: ") {
+		t.Fatalf("a lowered quota: exit %d %q, want a refusal at its line", res.code, res.stderr)
+	}
+	quota = "12GiB"
 
 	// beta leaves the file: it stays, with a warning; --prune deletes it.
 	file = config("30 3 * * *", false)
@@ -242,8 +262,10 @@ func TestExportRoundTrips(t *testing.T) {
 	}
 	// Applied to an empty database, it makes the same jobs.
 	other := newWorld(t)
-	other.mustRun("account", "add", "team", "--quota", "10GiB")
-	other.mustRun("apply", file)
+	other.mustRun("apply", file) // the account too
+	if !strings.Contains(exported, "accounts:\n  team:\n    quota: 10GiB\n") {
+		t.Fatalf("the export lacks account team's quota:\n%s", exported)
+	}
 	if again := other.mustRun("export"); stripHeader(again) != stripHeader(exported) {
 		t.Fatalf("the export applied elsewhere exports differently:\n%s\n---\n%s", exported, again)
 	}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,13 +16,14 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
 // configChange is one change a plan makes, as `apply --json` prints it.
 type configChange struct {
-	Kind   string   `json:"kind"` // "job" or "notify"
+	Kind   string   `json:"kind"` // "job", "notify" or "account"
 	Name   string   `json:"name"`
 	Action string   `json:"action"` // "create", "update" or "delete"
 	Fields []string `json:"fields"` // the settings an update changes, by flag name
@@ -37,10 +40,11 @@ func newApplyCmd(g *globals) *cobra.Command {
 	var dryRun, prune, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "apply FILE|DIR...",
-		Short: "Make the database's jobs and notification targets match YAML files: print the plan, then carry it out in one transaction",
+		Short: "Make the database's jobs, notification targets and accounts match YAML files: print the plan, then carry it out in one transaction",
 		Long: "Make the database's jobs and notification targets match YAML files (a directory: every *.yaml in it,\n" +
 			"sorted). Under jobs.NAME the keys are the long flags of `job add`, under notify.NAME those of\n" +
-			"`notify add` (events: a list or comma-separated), a list for a flag that repeats;\n" +
+			"`notify add` (events: a list or comma-separated), under accounts.NAME those of `account add`\n" +
+			"(quota, allowance, period; a quota only grows, by a grant), a list for a flag that repeats;\n" +
 			"the same checks as `job add` apply, the files of a job probed as its user. The plan (create,\n" +
 			"update with the fields, delete) is printed first; then all of it is done, or none.\n" +
 			"Objects in the database but in no file are left alone (a warning) unless --prune; a job with a\n" +
@@ -107,6 +111,10 @@ func printConfigPlan(out, errOut io.Writer, p configPlan, dryRun bool) {
 // declared job checked as `job add` checks one, before anything is written.
 func (g *globals) planConfig(ctx context.Context, st *store.Store, set configSet, prune bool) (configPlan, error) {
 	plan := configPlan{Changes: []configChange{}, Warnings: []string{}}
+	accounts, err := planAccounts(ctx, st, set, &plan)
+	if err != nil {
+		return plan, err
+	}
 	existing, err := st.Jobs(ctx)
 	if err != nil {
 		return plan, err
@@ -125,6 +133,9 @@ func (g *globals) planConfig(ctx context.Context, st *store.Store, set configSet
 		want, err := g.declaredJob(d)
 		if err != nil {
 			return plan, err
+		}
+		if acct := cmp.Or(want.Account, store.DefaultAccount); !accounts[acct] {
+			return plan, d.errorAt("account", fmt.Errorf("no account %s: declare it under accounts, or add it (holdfast account add %s --quota SIZE)", acct, acct))
 		}
 		have, ok := stored[d.name]
 		if !ok {
@@ -189,6 +200,114 @@ func (g *globals) planConfig(ctx context.Context, st *store.Store, set configSet
 	}
 	return plan, nil
 }
+
+// declaredAccount is what an accounts.NAME declaration gives, read as `account add` reads its
+// flags: a quota (nil: unlimited), and an allowance per period.
+type declaredAccount struct {
+	name      string
+	quota     *int64
+	allowance *int64
+	period    string
+}
+
+func readAccount(d declaration) (declaredAccount, error) {
+	a := declaredAccount{name: d.name}
+	if err := job.ValidateName(d.name); err != nil {
+		return a, d.errorAt("", fmt.Errorf("an account name is lower-case letters, digits, '.', '_' and '-'"))
+	}
+	var quota, allowance string
+	fs := pflag.NewFlagSet("account", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&quota, "quota", "", "")
+	fs.StringVar(&allowance, "allowance", "", "")
+	fs.StringVar(&a.period, "period", "", "")
+	if err := setFlags(d, fs, nil); err != nil {
+		return a, err
+	}
+	if quota != "" {
+		q, err := ledger.ParseSize(quota)
+		if err != nil {
+			return a, d.errorAt("quota", err)
+		}
+		a.quota = &q
+	}
+	allow, err := ledger.ParseAllowance(allowance, a.period)
+	if err != nil {
+		return a, d.errorOf(err)
+	}
+	a.allowance = allow
+	return a, nil
+}
+
+// planAccounts adds the accounts' changes to plan. A quota only grows: the ledger adds grants and
+// never takes one back, so a file that gives less than an account was granted is refused.
+func planAccounts(ctx context.Context, st *store.Store, set configSet, plan *configPlan) (known map[string]bool, err error) {
+	existing, err := st.Accounts(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	known = map[string]bool{}
+	stored := map[string]store.Account{}
+	for _, a := range existing {
+		stored[a.Name] = a
+		known[a.Name] = true
+	}
+	declared := map[string]bool{}
+	for _, d := range set.decls {
+		if d.section != "accounts" {
+			continue
+		}
+		declared[d.name], known[d.name] = true, true
+		want, err := readAccount(d)
+		if err != nil {
+			return nil, err
+		}
+		have, ok := stored[d.name]
+		if !ok {
+			plan.applied.CreateAccounts = append(plan.applied.CreateAccounts,
+				store.NewAccount{Name: want.name, Quota: want.quota, Allowance: want.allowance, Period: want.period})
+			plan.Changes = append(plan.Changes, configChange{Kind: "account", Name: d.name, Action: "create", Fields: []string{}})
+			continue
+		}
+		c := store.AccountChange{Name: d.name}
+		var fields []string
+		switch {
+		case want.quota == nil && !have.Unlimited:
+			return nil, d.errorAt("quota", fmt.Errorf("account %s has a quota of %s: a file cannot take it away (the ledger only adds grants); give quota: %d or more",
+				d.name, ledger.FormatSize(have.GrantedBytes), have.GrantedBytes))
+		case want.quota != nil && !have.Unlimited && *want.quota < have.GrantedBytes:
+			return nil, d.errorAt("quota", fmt.Errorf("%s is less than the %s account %s was granted: the ledger only adds grants; give %d or more",
+				ledger.FormatSize(*want.quota), ledger.FormatSize(have.GrantedBytes), d.name, have.GrantedBytes))
+		case want.quota != nil && have.Unlimited:
+			// store.Grant first grants what the account used without a quota; the rest makes it Q.
+			c.Grant = *want.quota - have.GrantedBytes - max(have.SettledBytes+have.HeldBytes-have.GrantedBytes, 0)
+			if c.Grant <= 0 {
+				return nil, d.errorAt("quota", fmt.Errorf("%s is no more than account %s has used already (%s): give more",
+					ledger.FormatSize(*want.quota), d.name, ledger.FormatSize(have.SettledBytes+have.HeldBytes)))
+			}
+			fields = append(fields, "quota")
+		case want.quota != nil && *want.quota > have.GrantedBytes:
+			c.Grant = *want.quota - have.GrantedBytes
+			fields = append(fields, "quota")
+		}
+		if !equalSize(want.allowance, have.AllowanceBytes) || want.period != have.AllowancePeriod {
+			c.SetAllowance, c.Allowance, c.Period = true, want.allowance, want.period
+			fields = append(fields, "allowance")
+		}
+		if len(fields) > 0 {
+			plan.applied.UpdateAccounts = append(plan.applied.UpdateAccounts, c)
+			plan.Changes = append(plan.Changes, configChange{Kind: "account", Name: d.name, Action: "update", Fields: fields})
+		}
+	}
+	for _, a := range existing {
+		if !declared[a.Name] && !(a.Name == store.DefaultAccount && a.Unlimited) {
+			plan.Warnings = append(plan.Warnings, fmt.Sprintf("account %s is in the database but in no file: left alone (accounts are never deleted: their ledger is history)", a.Name))
+		}
+	}
+	return known, nil
+}
+
+func equalSize(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 
 // planTargets adds the notification targets' changes to plan.
 func (g *globals) planTargets(ctx context.Context, st *store.Store, set configSet, prune bool, plan *configPlan) error {
@@ -338,8 +457,8 @@ func newExportCmd(g *globals) *cobra.Command {
 	var names []string
 	cmd := &cobra.Command{
 		Use:   "export [--job NAME]...",
-		Short: "Print the jobs and notification targets as YAML that apply accepts (secrets stay file paths)",
-		Long: "Print the jobs (all, or those named; with none named, the notification targets too) as a\nconfiguration file that `holdfast apply` accepts:\n" +
+		Short: "Print the jobs, notification targets and accounts as YAML that apply accepts (secrets stay file paths)",
+		Long: "Print the jobs (all, or those named; with none named, the accounts and notification targets\ntoo) as a configuration file that `holdfast apply` accepts:\n" +
 			"`holdfast export | holdfast apply --dry-run /dev/stdin` plans no change. Settings at their\n" +
 			"defaults are left out, but a job's host always appears. Secrets stay file paths.",
 		Args: exactArgs(0, "no arguments"),
@@ -366,6 +485,22 @@ func newExportCmd(g *globals) *cobra.Command {
 						continue
 					}
 					section.Content = append(section.Content, scalar(j.Name, "str"), exportJob(j))
+				}
+				if len(names) == 0 {
+					accounts, err := st.Accounts(ctx, "")
+					if err != nil {
+						return err
+					}
+					as := &yaml.Node{Kind: yaml.MappingNode}
+					for _, a := range accounts {
+						if a.Name == store.DefaultAccount && a.Unlimited {
+							continue // there always is one
+						}
+						as.Content = append(as.Content, scalar(a.Name, "str"), exportAccount(a))
+					}
+					if len(as.Content) > 0 {
+						doc.Content = append(doc.Content, scalar("accounts", "str"), as)
+					}
 				}
 				doc.Content = append(doc.Content, scalar("jobs", "str"), section)
 				if len(names) == 0 {
@@ -422,6 +557,32 @@ func exportJob(j model.Job) *yaml.Node {
 		m.Content = append(m.Content, scalar(v[0], s.kind))
 	}
 	return m
+}
+
+// exportAccount is an account as a declaration: its quota (all its grants) and allowance.
+func exportAccount(a store.Account) *yaml.Node {
+	m := &yaml.Node{Kind: yaml.MappingNode}
+	if !a.Unlimited {
+		m.Content = append(m.Content, scalar("quota", "str"), scalar(exactSize(a.GrantedBytes), "str"))
+	}
+	if a.AllowanceBytes != nil {
+		m.Content = append(m.Content, scalar("allowance", "str"), scalar(exactSize(*a.AllowanceBytes), "str"),
+			scalar("period", "str"), scalar(a.AllowancePeriod, "str"))
+	}
+	return m
+}
+
+// exactSize writes n as the largest IEC unit that divides it (5GiB), else in bytes.
+func exactSize(n int64) string {
+	for _, u := range []struct {
+		size int64
+		name string
+	}{{1 << 40, "TiB"}, {1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // exportTarget is a notification target as a declaration: the settings it has.

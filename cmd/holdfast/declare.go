@@ -14,8 +14,9 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// declaration is one object a configuration file declares: jobs.NAME or notify.NAME, with its
-// settings as the values of the long flags of `job add` or `notify add`.
+// declaration is one object a configuration file declares: jobs.NAME, notify.NAME or
+// accounts.NAME, with its settings as the values of the long flags of `job add`, `notify add`
+// or `account add`.
 type declaration struct {
 	section, name string
 	file          string
@@ -55,7 +56,7 @@ type configSet struct {
 }
 
 // The top-level sections of a configuration file.
-var configSections = []string{"jobs", "notify"}
+var configSections = []string{"accounts", "jobs", "notify"}
 
 // readConfig reads the files and directories given (a directory: every *.yaml in it, sorted).
 // A name declared twice, in one file or two, is refused.

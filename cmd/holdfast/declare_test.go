@@ -44,7 +44,7 @@ func FuzzParseConfig(f *testing.F) {
 			return
 		}
 		for _, d := range decls {
-			if d.line < 1 || (d.section != "jobs" && d.section != "notify") {
+			if d.line < 1 || (d.section != "jobs" && d.section != "notify" && d.section != "accounts") {
 				t.Fatalf("declaration %+v", d)
 			}
 			for _, k := range d.keys {
