@@ -190,6 +190,7 @@ func TestApplyRefusals(t *testing.T) {
 	openToAll(t, repo)
 	data := w.sampleData("data", 1, 1024)
 	good := "  good:\n    repo: " + repo + "\n    password-file: " + pw + "\n    path: [" + data + "]\n"
+	w.mustRun("account", "add", "team", "--quota", "2GiB")
 	w.mustRun("apply", w.writeConfig("first.yaml", "jobs:\n"+good))
 	before := w.dbDigest()
 	for _, tc := range []struct {
@@ -203,6 +204,9 @@ func TestApplyRefusals(t *testing.T) {
 		{"unknown section", "jbos:\n" + good, `unknown-section.yaml:1: jbos: unknown key (did you mean jobs?)`},
 		{"list for one value", "jobs:\n" + good + "    schedule: [a, b]\n", `list-for-one-value.yaml:6: jobs.good.schedule: give one value`},
 		{"not YAML", "jobs: [\n", `not-YAML.yaml: line 1: `},
+		{"target of no job", "jobs:\n" + good + "notify:\n  ops:\n    webhook: https://hooks.example.com/x\n    job: nosuch\n",
+			`target-of-no-job.yaml:9: notify.ops.job: no job nosuch`},
+		{"lowered quota", "accounts:\n  team:\n    quota: 1GiB\njobs:\n" + good, `lowered-quota.yaml:3: accounts.team.quota: 1.0 GiB is less than`},
 	} {
 		file := w.writeConfig(strings.ReplaceAll(tc.name, " ", "-")+".yaml", tc.text)
 		res := w.run("apply", file)

@@ -177,7 +177,14 @@ func (g *globals) planConfig(ctx context.Context, st *store.Store, set configSet
 		plan.applied.Update = append(plan.applied.Update, store.JobEdit{Name: d.name, Fields: fields, Edit: edit})
 		plan.Changes = append(plan.Changes, configChange{Kind: "job", Name: d.name, Action: "update", Fields: fields})
 	}
-	if err := g.planTargets(ctx, st, set, prune, &plan); err != nil {
+	jobsKnown := map[string]bool{}
+	for name := range stored {
+		jobsKnown[name] = true
+	}
+	for name := range declared {
+		jobsKnown[name] = true
+	}
+	if err := g.planTargets(ctx, st, set, prune, jobsKnown, &plan); err != nil {
 		return plan, err
 	}
 	for _, j := range existing {
@@ -310,7 +317,8 @@ func planAccounts(ctx context.Context, st *store.Store, set configSet, plan *con
 func equalSize(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 
 // planTargets adds the notification targets' changes to plan.
-func (g *globals) planTargets(ctx context.Context, st *store.Store, set configSet, prune bool, plan *configPlan) error {
+// A target's job must exist or be declared (jobs).
+func (g *globals) planTargets(ctx context.Context, st *store.Store, set configSet, prune bool, jobs map[string]bool, plan *configPlan) error {
 	existing, err := st.Targets(ctx, "")
 	if err != nil {
 		return err
@@ -328,6 +336,9 @@ func (g *globals) planTargets(ctx context.Context, st *store.Store, set configSe
 		want, err := declaredTarget(d)
 		if err != nil {
 			return err
+		}
+		if want.Job != "" && !jobs[want.Job] {
+			return d.errorAt("job", fmt.Errorf("no job %s: declare it under jobs, or give the name of a job", want.Job))
 		}
 		have, ok := stored[d.name]
 		switch {
