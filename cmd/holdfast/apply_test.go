@@ -90,6 +90,8 @@ func TestApplyPlanAndPrune(t *testing.T) {
 		text += "notify:\n  ops:\n    webhook: https://hooks.example.com/holdfast\n    events: [failed, overdue]\n    job: alpha\n"
 		return w.writeConfig("holdfast.yaml", text)
 	}
+	// Another host's job: outside this host's apply, never warned about or pruned.
+	w.mustRun("job", "add", "elsewhere", "--repo", repo, "--password-file", pw, "--path", data, "--host", "web9")
 	file := config("0 2 * * *", true)
 	before := w.dbDigest()
 	if p := w.applyPlan("--dry-run", file); strings.Join(summarize(p), ";") != "create account team ;create job alpha ;create job beta ;create notify ops " {
@@ -178,6 +180,9 @@ func TestApplyPlanAndPrune(t *testing.T) {
 	w.mustRun("apply", "--prune", file)
 	if res := w.run("job", "show", "beta"); res.code == 0 {
 		t.Fatal("beta is still there after apply --prune")
+	}
+	if res := w.run("job", "show", "elsewhere"); res.code != 0 {
+		t.Fatalf("apply --prune deleted another host's job: %s", res.stderr)
 	}
 	w.checkInvariants()
 }

@@ -48,7 +48,9 @@ func newApplyCmd(g *globals) *cobra.Command {
 			"the same checks as `job add` apply, the files of a job probed as its user. The plan (create,\n" +
 			"update with the fields, delete) is printed first; then all of it is done, or none.\n" +
 			"Objects in the database but in no file are left alone (a warning) unless --prune; a job with a\n" +
-			"live run is never deleted. Errors name FILE:LINE and change nothing (exit 2).",
+			"live run is never deleted, nor a job pinned to another host (its own files declare it). A declared\n" +
+			"job without host or any-host is pinned to this host, as job add pins one. Errors name FILE:LINE\n" +
+			"and change nothing (exit 2).",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			set, err := readConfig(args)
@@ -188,7 +190,8 @@ func (g *globals) planConfig(ctx context.Context, st *store.Store, set configSet
 		return plan, err
 	}
 	for _, j := range existing {
-		if declared[j.Name] {
+		// Another host's jobs are its own files' business: one host's apply never touches them.
+		if declared[j.Name] || j.Host != "" && j.Host != g.host() {
 			continue
 		}
 		if !prune {

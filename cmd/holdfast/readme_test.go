@@ -170,6 +170,9 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 	if out := h.Run(t, "cat", "/root/site-exported.yaml"); !strings.Contains(out, "15 3 * * *") || !strings.Contains(out, "keep-daily: 14") {
 		t.Fatalf("the README's export of site:\n%s", out)
 	}
+	if out := b.mustHoldfast("apply", "--json", "/etc/holdfast/holdfast.d"); !strings.Contains(out, `"changes": []`) {
+		t.Fatalf("apply of the README's file, again, planned changes:\n%s", out)
+	}
 	if out := b.mustHoldfast("notify", "list", "--json"); !strings.Contains(out, `"site-failures"`) {
 		t.Fatalf("the README's apply made no notification target site-failures:\n%s", out)
 	}
