@@ -559,16 +559,7 @@ func exportJob(j model.Job) *yaml.Node {
 		case v == nil:
 			continue
 		}
-		m.Content = append(m.Content, scalar(s.flag, "str"))
-		if s.kind == "list" {
-			seq := &yaml.Node{Kind: yaml.SequenceNode}
-			for _, item := range v {
-				seq.Content = append(seq.Content, scalar(item, "str"))
-			}
-			m.Content = append(m.Content, seq)
-			continue
-		}
-		m.Content = append(m.Content, scalar(v[0], s.kind))
+		addSetting(m, s.flag, s.kind, v)
 	}
 	return m
 }
@@ -607,18 +598,24 @@ func exportTarget(t store.Target) *yaml.Node {
 		if len(v) == 0 || len(v) == 1 && v[0] == "" {
 			continue
 		}
-		m.Content = append(m.Content, scalar(s.flag, "str"))
-		if s.kind == "list" {
-			seq := &yaml.Node{Kind: yaml.SequenceNode}
-			for _, item := range v {
-				seq.Content = append(seq.Content, scalar(item, "str"))
-			}
-			m.Content = append(m.Content, seq)
-			continue
-		}
-		m.Content = append(m.Content, scalar(v[0], s.kind))
+		addSetting(m, s.flag, s.kind, v)
 	}
 	return m
+}
+
+// addSetting adds a setting to a declaration's mapping: a list for a flag of kind "list", else
+// its one value.
+func addSetting(m *yaml.Node, flag, kind string, values []string) {
+	m.Content = append(m.Content, scalar(flag, "str"))
+	if kind != "list" {
+		m.Content = append(m.Content, scalar(values[0], kind))
+		return
+	}
+	seq := &yaml.Node{Kind: yaml.SequenceNode}
+	for _, item := range values {
+		seq.Content = append(seq.Content, scalar(item, "str"))
+	}
+	m.Content = append(m.Content, seq)
 }
 
 // scalar is a YAML scalar of a kind ("str", "int" or "bool"): a string is quoted where YAML
