@@ -100,7 +100,9 @@ func (m *Metrics) SweepTook(d time.Duration) { m.sweep.Observe(d.Seconds()) }
 type database struct{ cfg Config }
 
 var (
-	labelsJob     = []string{"job"}
+	// Not "job": a scrape's own job label would rename it exported_job, and an alert on
+	// holdfast_job_overdue{job_name="nightly"} must match what it says.
+	labelsJob     = []string{"job_name"}
 	labelsAccount = []string{"account"}
 
 	descUp          = prometheus.NewDesc("holdfast_database_up", "Whether this scrape could read holdfast's database (1) or not (0).", nil, nil)

@@ -314,6 +314,13 @@ func Chromium(t testing.TB) string {
 	return installed(t, "chromium")
 }
 
+// Prometheus returns the path of Debian's prometheus, which scrapes the daemon in the metrics'
+// test and evaluates an alert rule of the README's; as Restic.
+func Prometheus(t testing.TB) string {
+	t.Helper()
+	return installed(t, "prometheus")
+}
+
 // Rpmlint returns the path of rpmlint, which checks the .rpm; as Restic.
 func Rpmlint(t testing.TB) string {
 	t.Helper()

@@ -1,16 +1,21 @@
 package main_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/testenv"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -89,23 +94,23 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, j := range facts.Jobs {
-		if j.LastRunEnd == nil || gauge("holdfast_job_last_run_timestamp_seconds", "job", j.Name) != float64(j.LastRunEnd.UnixNano())/1e9 {
-			t.Errorf("job %s: last run %v, metric %v", j.Name, j.LastRunEnd, gauge("holdfast_job_last_run_timestamp_seconds", "job", j.Name))
+		if j.LastRunEnd == nil || gauge("holdfast_job_last_run_timestamp_seconds", "job_name", j.Name) != float64(j.LastRunEnd.UnixNano())/1e9 {
+			t.Errorf("job %s: last run %v, metric %v", j.Name, j.LastRunEnd, gauge("holdfast_job_last_run_timestamp_seconds", "job_name", j.Name))
 		}
 	}
 	goodRun := w.show(good)
 	finished, _ := time.Parse(time.RFC3339Nano, *goodRun.FinishedAt)
-	if got := gauge("holdfast_job_last_success_timestamp_seconds", "job", "good"); got != float64(finished.UnixNano())/1e9 {
+	if got := gauge("holdfast_job_last_success_timestamp_seconds", "job_name", "good"); got != float64(finished.UnixNano())/1e9 {
 		t.Errorf("good's last success: metric %v, run ended %s", got, finished)
 	}
 	if _, ok := families["holdfast_job_last_success_timestamp_seconds"]; ok {
 		for _, m := range families["holdfast_job_last_success_timestamp_seconds"].Metric {
-			if matches(m, []string{"job", "bad"}) {
+			if matches(m, []string{"job_name", "bad"}) {
 				t.Error("bad never succeeded, yet has a last success")
 			}
 		}
 	}
-	if gauge("holdfast_job_overdue", "job", "bad") != 1 || gauge("holdfast_job_overdue", "job", "good") != 0 {
+	if gauge("holdfast_job_overdue", "job_name", "bad") != 1 || gauge("holdfast_job_overdue", "job_name", "good") != 0 {
 		t.Error("holdfast_job_overdue: want bad 1 and good 0")
 	}
 	if gauge("holdfast_runs_live", "status", "running") != 0 || gauge("holdfast_runs_live", "status", "queued") != 0 {
@@ -261,4 +266,104 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// readmeCode is the README's code block of language lang after heading.
+func readmeCode(t *testing.T, heading, lang string) string {
+	t.Helper()
+	text, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(text), heading)
+	if !ok {
+		t.Fatalf("README.md has no %q", heading)
+	}
+	_, block, ok := strings.Cut(after, "```"+lang+"\n")
+	if !ok {
+		t.Fatalf("README.md has no %s block after %q", lang, heading)
+	}
+	block, _, _ = strings.Cut(block, "```\n")
+	return block
+}
+
+// Debian's Prometheus scrapes a daemon with the README's rule file: the failing job's overdue
+// alert fires with its name in job_name beside the scrape's own job label, and none fires for
+// the job that succeeds.
+func TestPrometheusAlert(t *testing.T) {
+	t.Parallel()
+	prom := testenv.Prometheus(t)
+	w := newWorld(t)
+	addr := freeAddr(t)
+	w.mustRun("job", "add", "good", "--engine", "command", "--command", "/bin/true")
+	w.mustRun("job", "add", "bad", "--engine", "command", "--command", "/bin/false", "--alert-failures", "1")
+	w.startDaemon("--listen", addr, "--watch-interval", "500ms", "--web-auth-file", webAuthFile(t))
+	w.waitEnd(w.startRun("good"))
+	w.waitEnd(w.startRun("bad"))
+
+	dir := t.TempDir()
+	write := func(name, text string, mode os.FileMode) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), mode); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	rules := write("rules.yml", readmeCode(t, "Alerting with Prometheus.", "yaml"), 0o644)
+	token := write("token", webToken, 0o600)
+	config := write("prometheus.yml", fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
+rule_files: [%q]
+scrape_configs:
+  - job_name: holdfast
+    authorization: {credentials_file: %q}
+    static_configs: [{targets: [%q]}]
+`, rules, token, addr), 0o644)
+	web := freeAddr(t)
+	cmd := exec.Command(prom, "--config.file="+config, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+web, "--log.level=warn")
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	type alert struct {
+		Labels map[string]string `json:"labels"`
+		State  string            `json:"state"`
+	}
+	var alerts []alert
+	fired := eventually(2*time.Minute, func() bool {
+		resp, err := http.Get("http://" + web + "/api/v1/alerts")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Data struct {
+				Alerts []alert `json:"alerts"`
+			} `json:"data"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&body) != nil {
+			return false
+		}
+		alerts = body.Data.Alerts
+		for _, a := range alerts {
+			if a.Labels["alertname"] == "HoldfastJobOverdue" && a.State == "firing" {
+				return true
+			}
+		}
+		return false
+	})
+	if !fired {
+		t.Fatalf("no HoldfastJobOverdue alert fired: %+v\nprometheus:\n%s", alerts, log.String())
+	}
+	for _, a := range alerts {
+		if a.Labels["alertname"] != "HoldfastJobOverdue" {
+			continue
+		}
+		if a.Labels["job_name"] != "bad" || a.Labels["job"] != "holdfast" || a.Labels["exported_job"] != "" {
+			t.Fatalf("overdue alert labels %v, want job_name=bad beside the scrape's job=holdfast", a.Labels)
+		}
+	}
 }

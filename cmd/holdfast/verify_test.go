@@ -41,7 +41,7 @@ func TestVerify(t *testing.T) {
 	}
 	metric := func(name string) (float64, bool) {
 		for _, m := range scrape(t, "http://"+addr+"/metrics")[name].GetMetric() {
-			if matches(m, []string{"job", "home"}) {
+			if matches(m, []string{"job_name", "home"}) {
 				return m.GetGauge().GetValue(), true
 			}
 		}
