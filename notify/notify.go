@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nicholas-fedor/shoutrrr"
+
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/model"
@@ -241,6 +243,8 @@ func (d *Deliverer) Send(ctx context.Context, t store.Target, e store.Event) err
 		return d.healthchecks(ctx, t, e)
 	case store.TargetCommand:
 		return d.command(ctx, t, e)
+	case store.TargetChannel:
+		return d.channel(ctx, t, e)
 	}
 	return fmt.Errorf("target %s: unknown kind %q", t.Name, t.Kind)
 }
@@ -344,6 +348,78 @@ func (d *Deliverer) do(req *http.Request) error {
 	return nil
 }
 
+// channel sends the event as one message through the service the target's URL file names
+// (shoutrrr's URLs: ntfy://, gotify://, slack://, discord://, telegram://, pushover://, smtp://,
+// ...). The URL is read as root reads a secret at every send and never shown: an error names
+// only the service.
+func (d *Deliverer) channel(ctx context.Context, t store.Target, e store.Event) error {
+	raw, err := ChannelURL(t.SecretFile)
+	if err != nil {
+		return err
+	}
+	sender, err := shoutrrr.CreateSender(raw)
+	if err != nil {
+		return fmt.Errorf("channel %s: %s", Redact(raw), redactErr(err, raw))
+	}
+	msg := fmt.Sprintf("holdfast: %s %s", about(e), e.Event)
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	if e.Run != nil {
+		msg += " (run " + e.Run.String() + ")"
+	}
+	// shoutrrr's senders take no context: the send waits for it at most until ctx ends.
+	done := make(chan []error, 1)
+	go func() { done <- sender.Send(msg, nil) }()
+	select {
+	case errs := <-done:
+		for _, err := range errs {
+			if err != nil {
+				return fmt.Errorf("channel %s: %s", Redact(raw), redactErr(err, raw))
+			}
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("channel %s: %w", Redact(raw), ctx.Err())
+	}
+}
+
+// about names what an event is about: its job, or its host for a host's event.
+func about(e store.Event) string {
+	if e.Job == "" {
+		return "host " + e.Host
+	}
+	return e.Job
+}
+
+// redactErr is err's text without the URL it may quote (with its secret).
+func redactErr(err error, raw string) string {
+	msg := err.Error()
+	if u, perr := url.Parse(raw); perr == nil {
+		if u.User != nil {
+			msg = strings.ReplaceAll(msg, u.User.String(), "…")
+		}
+		if u.Path != "" && u.Path != "/" {
+			msg = strings.ReplaceAll(msg, u.Path, "/…")
+		}
+	}
+	return strings.ReplaceAll(msg, raw, Redact(raw))
+}
+
+// ChannelURL reads a channel target's URL from its file, as root reads a secret: not through a
+// link, a regular file of root's closed to its group and others.
+func ChannelURL(file string) (string, error) {
+	b, err := credentials.ReadSecret(file)
+	if err != nil {
+		return "", fmt.Errorf("channel URL file: %w", err)
+	}
+	raw := strings.TrimSpace(string(b))
+	if raw == "" || strings.ContainsAny(raw, "\n\r") {
+		return "", fmt.Errorf("channel URL file %s: give one URL on one line, such as ntfy://ntfy.sh/backups", file)
+	}
+	return raw, nil
+}
+
 // command runs the target's program with the event as JSON on its standard input, if this
 // daemon allows command targets, as CommandUser, in a process group of its own that is killed
 // at the send's timeout; a process it leaves holding its standard error is waited for no longer
@@ -429,10 +505,22 @@ func ValidateTarget(t *store.Target) error {
 		if len(t.Command) == 0 || !filepath.IsAbs(t.Command[0]) {
 			return errors.New("--command: give the program as an absolute path, then its arguments, one per --command")
 		}
+	case store.TargetChannel:
+		if err := credentials.CheckFile("--channel-url-file", t.SecretFile); err != nil {
+			return err
+		}
+		raw, err := ChannelURL(t.SecretFile)
+		if err != nil {
+			return fmt.Errorf("--channel-url-file: %w", err)
+		}
+		if _, err := shoutrrr.CreateSender(raw); err != nil {
+			return fmt.Errorf("--channel-url-file: not a service URL holdfast can send to (%s): %s", Redact(raw), redactErr(err, raw))
+		}
+		t.URL = Redact(raw)
 	default:
-		return errors.New("give one of --webhook URL, --healthchecks URL or --command PROGRAM")
+		return errors.New("give one of --webhook URL, --healthchecks URL, --command PROGRAM or --channel-url-file FILE")
 	}
-	if t.SecretFile != "" {
+	if t.SecretFile != "" && t.Kind != store.TargetChannel {
 		if t.Kind != store.TargetWebhook {
 			return errors.New("--secret-file signs webhook requests: give it with --webhook")
 		}

@@ -19,6 +19,7 @@ const (
 	TargetWebhook      = "webhook"
 	TargetHealthchecks = "healthchecks"
 	TargetCommand      = "command"
+	TargetChannel      = "channel" // a chat, push or mail service by URL; the URL is in SecretFile
 )
 
 // ErrTargetExists is returned when a notification target of that name exists.
@@ -28,8 +29,8 @@ var ErrTargetExists = errors.New("a notification target of that name exists")
 type Target struct {
 	Name       string
 	Kind       string
-	URL        string   // webhook, healthchecks
-	SecretFile string   // webhook: the HMAC key's file, root's
+	URL        string   // webhook, healthchecks; channel: only the scheme and host, for display
+	SecretFile string   // webhook: the HMAC key's file; channel: the file of the service's URL; root's
 	Command    []string // command: argv
 	Job        string   // "" every job
 	Events     []string

@@ -159,9 +159,18 @@ var targetSettings = []targetSetting{
 	{"webhook", "str", targetURL(store.TargetWebhook)},
 	{"healthchecks", "str", targetURL(store.TargetHealthchecks)},
 	{"command", "list", func(t store.Target) []string { return t.Command }},
-	{"secret-file", "str", func(t store.Target) []string { return str(t.SecretFile) }},
+	{"secret-file", "str", func(t store.Target) []string { return str(fileOf(t, store.TargetWebhook)) }},
+	{"channel-url-file", "str", func(t store.Target) []string { return str(fileOf(t, store.TargetChannel)) }},
 	{"job", "str", func(t store.Target) []string { return str(t.Job) }},
 	{"events", "str", func(t store.Target) []string { return str(strings.Join(t.Events, ",")) }},
+}
+
+// fileOf is the target's file if it is of kind: a webhook's key, a channel's URL.
+func fileOf(t store.Target, kind string) string {
+	if t.Kind != kind {
+		return ""
+	}
+	return t.SecretFile
 }
 
 // changedTargetSettings are the flags of the settings in which a and b differ.

@@ -21,6 +21,7 @@ import (
 type receiver struct {
 	*httptest.Server
 	failing atomic.Bool
+	answer  atomic.Value // a string: the body of a success, as the service's API answers
 	mu      sync.Mutex
 	got     []received
 }
@@ -28,17 +29,24 @@ type receiver struct {
 type received struct {
 	path, rawQuery, body string
 	header               http.Header
+	refused              bool // answered 503
 }
 
 func newReceiver(t *testing.T) *receiver {
 	r := &receiver{}
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
+		refused := r.failing.Load()
 		r.mu.Lock()
-		r.got = append(r.got, received{req.URL.Path, req.URL.RawQuery, string(body), req.Header.Clone()})
+		r.got = append(r.got, received{req.URL.Path, req.URL.RawQuery, string(body), req.Header.Clone(), refused})
 		r.mu.Unlock()
-		if r.failing.Load() {
+		if refused {
 			http.Error(w, "not now", http.StatusServiceUnavailable)
+			return
+		}
+		if a, ok := r.answer.Load().(string); ok {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, a)
 		}
 	}))
 	t.Cleanup(r.Close)
@@ -292,5 +300,92 @@ func TestNotificationPolicy(t *testing.T) {
 	}
 	if _, err := os.Stat(refusedProof); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the refused command ran later: %v", err)
+	}
+}
+
+// A channel target sends through a service by URL, here an ntfy-compatible receiver: a message
+// answered 503 is tried again and then delivered, once per event; the URL, kept in a file of
+// root's, is never shown.
+func TestNotifyChannel(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ntfy := newReceiver(t)
+	ntfy.answer.Store(`{"id":"hf1","time":1764770000,"event":"message","topic":"backups-s3cret"}`)
+	ntfy.failing.Store(true)
+	urlFile := filepath.Join(w.dir, "ntfy.url")
+	host := strings.TrimPrefix(ntfy.URL, "http://")
+	if err := os.WriteFile(urlFile, []byte("ntfy://"+host+"/backups-s3cret?scheme=http\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.mustRun("notify", "add", "phone", "--channel-url-file", urlFile, "--events", "failed")
+	if list := w.mustRun("notify", "list"); strings.Contains(list, "s3cret") || !strings.Contains(list, "ntfy://"+host) {
+		t.Fatalf("notify list shows the channel's URL, or not its service:\n%s", list)
+	}
+	w.mustRun("job", "add", "bad", "--engine", "command", "--command", "/bin/false")
+	w.startDaemon(append(notifyFlags, "--notify-max-tries", "20")...) // however slow the test is to stop refusing
+	first := w.startRun("bad")
+	w.waitEnd(first)
+	if !eventually(time.Minute, func() bool { return len(ntfy.requests()) >= 1 }) {
+		t.Fatal("the channel never got the first try")
+	}
+	ntfy.failing.Store(false)
+	// The second event is sent after the first's retry: once it arrived, the first is settled.
+	second := w.startRun("bad")
+	w.waitEnd(second)
+	if !eventually(time.Minute, func() bool {
+		for _, r := range ntfy.requests() {
+			if strings.Contains(r.body, second) {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("the second event never arrived: %+v", ntfy.requests())
+	}
+	var log []struct {
+		Run   *string `json:"run"`
+		State string  `json:"state"`
+		Tries int     `json:"tries"`
+	}
+	if !eventually(time.Minute, func() bool {
+		log = nil
+		if json.Unmarshal([]byte(w.mustRun("notify", "log", "--json")), &log) != nil || len(log) != 2 {
+			return false
+		}
+		return log[0].State == "delivered" && log[1].State == "delivered"
+	}) {
+		t.Fatalf("the deliveries: %+v, want both delivered", log)
+	}
+	// Each event is accepted once: after the refusals, if any, of its earlier tries, and
+	// its delivery counts every try the receiver saw.
+	tries := map[string]int{}
+	for _, d := range log {
+		tries[*d.Run] = d.Tries
+	}
+	accepted, refused := map[string]int{}, map[string]int{}
+	for _, r := range ntfy.requests() {
+		if r.path != "/backups-s3cret" || !strings.HasPrefix(r.body, "holdfast: bad failed: ") {
+			t.Fatalf("the channel got %q at %s, want an ntfy message about bad", r.body, r.path)
+		}
+		for _, id := range []string{first, second} {
+			switch {
+			case !strings.Contains(r.body, id):
+			case r.refused:
+				refused[id]++
+			default:
+				accepted[id]++
+			}
+		}
+	}
+	for _, id := range []string{first, second} {
+		if accepted[id] != 1 || accepted[id]+refused[id] != tries[id] {
+			t.Fatalf("run %s: accepted %d times after %d refusals in %d tries, want once, the tries all seen", id, accepted[id], refused[id], tries[id])
+		}
+	}
+	if refused[first] == 0 {
+		t.Fatal("the first message was never refused: the retry after a 503 was not shown")
+	}
+	if log := w.mustRun("notify", "log"); strings.Contains(log, "s3cret") {
+		t.Fatalf("notify log shows the channel's URL:\n%s", log)
 	}
 }

@@ -46,8 +46,8 @@ func targetJSON(t store.Target) targetOut {
 
 // notifyFlags binds what `notify add` takes.
 type notifyFlags struct {
-	t                             store.Target
-	webhook, healthchecks, events string
+	t                                          store.Target
+	webhook, healthchecks, events, channelFile string
 }
 
 func (nf *notifyFlags) bind(f *pflag.FlagSet) {
@@ -55,6 +55,8 @@ func (nf *notifyFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&nf.t.SecretFile, "secret-file", "", "with --webhook: sign each request with HMAC-SHA256 under the key in this file (X-Holdfast-Signature)")
 	f.StringVar(&nf.healthchecks, "healthchecks", "", "ping this healthchecks.io check URL: /start, success, /fail, the run id as rid")
 	f.StringArrayVar(&nf.t.Command, "command", nil, "run this program (absolute path; then its arguments, one per flag) with the event as JSON on stdin")
+	f.StringVar(&nf.channelFile, "channel-url-file", "", "send each event as a message through the service whose URL this file holds, root's, mode 0600 "+
+		"(ntfy://, gotify://, slack://, discord://, telegram://, pushover://, smtp://, ...: shoutrrr's URLs)")
 	f.StringVar(&nf.t.Job, "job", "", "only this job's events")
 	f.StringVar(&nf.events, "events", "", "comma-separated: "+strings.Join(notify.Events, ",")+" (default: all but started)")
 }
@@ -69,14 +71,20 @@ func (nf *notifyFlags) target(name string) (store.Target, error) {
 		kind string
 		url  string
 	}{{nf.webhook != "", store.TargetWebhook, nf.webhook}, {nf.healthchecks != "", store.TargetHealthchecks, nf.healthchecks},
-		{len(t.Command) > 0, store.TargetCommand, ""}} {
+		{len(t.Command) > 0, store.TargetCommand, ""}, {nf.channelFile != "", store.TargetChannel, ""}} {
 		if k.set {
 			given++
 			t.Kind, t.URL = k.kind, k.url
 		}
 	}
 	if given != 1 {
-		return t, badInput("give exactly one of --webhook URL, --healthchecks URL or --command PROGRAM")
+		return t, badInput("give exactly one of --webhook URL, --healthchecks URL, --command PROGRAM or --channel-url-file FILE")
+	}
+	if t.Kind == store.TargetChannel {
+		if t.SecretFile != "" {
+			return t, badInput("--secret-file signs webhook requests: a channel's secret is in its URL file")
+		}
+		t.SecretFile = nf.channelFile
 	}
 	if nf.events != "" {
 		t.Events = strings.Split(nf.events, ",")
@@ -91,11 +99,12 @@ func newNotifyAddCmd(g *globals) *cobra.Command {
 	var nf notifyFlags
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "add NAME (--webhook URL [--secret-file F] | --healthchecks URL | --command PROG [--command ARG]...)",
+		Use:   "add NAME (--webhook URL [--secret-file F] | --healthchecks URL | --command PROG [--command ARG]... | --channel-url-file F)",
 		Short: "Add a notification target; events from now on are delivered to it",
 		Example: `  holdfast notify add ops --webhook https://hooks.example.com/holdfast --secret-file /etc/holdfast/hook.key
   holdfast notify add nightly-check --healthchecks https://hc-ping.com/UUID --job nightly --events started,succeeded,failed
-  holdfast notify add mail --command /usr/local/bin/holdfast-mail --events failed,overdue,stalled`,
+  holdfast notify add mail --command /usr/local/bin/holdfast-mail --events failed,overdue,stalled
+  holdfast notify add phone --channel-url-file /etc/holdfast/ntfy.url --events failed,verify_failed,overdue`,
 		Args: exactArgs(1, "one target name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t, err := nf.target(args[0])

@@ -191,6 +191,29 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 	if s := b.hostState("web2"); s != "" {
 		t.Fatalf("host web2 after host forget: %q, want gone", s)
 	}
+	// The README's ntfy channel: whatever it was sent reached the receiver, and nothing failed.
+	var deliveries []struct {
+		State     string `json:"state"`
+		LastError string `json:"last_error"`
+	}
+	if err := json.Unmarshal([]byte(b.mustHoldfast("notify", "log", "--target", "phone", "--json")), &deliveries); err != nil {
+		t.Fatal(err)
+	}
+	delivered := 0
+	for _, d := range deliveries {
+		if d.State == "failed" || d.LastError != "" {
+			t.Fatalf("a delivery to the README's ntfy channel failed: %+v", d)
+		}
+		if d.State == "delivered" {
+			delivered++
+		}
+	}
+	hook.mu.Lock()
+	got := len(hook.ntfy)
+	hook.mu.Unlock()
+	if got < delivered {
+		t.Fatalf("%d deliveries to the ntfy channel recorded, %d messages received", delivered, got)
+	}
 	if c := b.holdfast("check"); c.code != 0 {
 		t.Fatalf("holdfast check after the README's examples: exit %d\n%s%s", c.code, c.stdout, c.stderr)
 	}
@@ -358,6 +381,7 @@ type hookReceiver struct {
 	caPEM []byte
 	mu    sync.Mutex
 	posts []hookPost
+	ntfy  []string // the messages of the README's ntfy channel
 }
 
 type hookPost struct{ signature, body string }
@@ -368,8 +392,14 @@ func newHookReceiver(t *testing.T, pid1 int) *hookReceiver {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
+		defer r.mu.Unlock()
+		if req.URL.Path == "/our-backups" { // the README's ntfy channel: answered as ntfy answers
+			r.ntfy = append(r.ntfy, string(body))
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"id":"readme","time":1764770000,"event":"message","topic":"our-backups"}`)
+			return
+		}
 		r.posts = append(r.posts, hookPost{req.Header.Get("X-Holdfast-Signature"), string(body)})
-		r.mu.Unlock()
 	}))
 	var ln net.Listener
 	err := inNetwork(pid1, func() (err error) {

@@ -103,7 +103,9 @@ func TestVerifySchedule(t *testing.T) {
 	w.mustRun("notify", "add", "hook", "--webhook", hook.URL, "--events", "overdue")
 	rw.startDaemon("--watch-interval", "500ms")
 	rw.backup()
-	w.mustRun("job", "edit", "home", "--verify-schedule", "@every 1s", "--verify-read-data", "5%", "--alert-failures", "0")
+	// An hour's grace first: on a slow machine two periods of 1s may pass before the first check.
+	w.mustRun("job", "edit", "home", "--verify-schedule", "@every 1s", "--verify-read-data", "5%", "--alert-failures", "0",
+		"--verify-alert-after", "1h")
 	var first listedRun
 	w.waitRuns("home", "a scheduled verification ended", func(runs []listedRun) bool {
 		for _, r := range runs {
