@@ -42,7 +42,7 @@ lint:
 # tests as go test does, but links a test binary again only when its code changed; go run keeps
 # the holdfast executable it links in the build cache, go build would link it every time.
 SCENARIOS := ./cmd/holdfast/
-RACE      := ./attemptqueue/ ./cmd/holdfast-demo/ ./engine/ ./journal/ ./journallog/ ./reconcile/ ./runctl/ ./runaway/ ./runner/ ./schedule/ ./spawn/ ./supervisor/ ./testenv/ ./web/
+RACE      := ./attemptqueue/ ./cmd/holdfast-demo/ ./engine/ ./journal/ ./journallog/ ./notify/ ./reconcile/ ./runctl/ ./runaway/ ./runner/ ./schedule/ ./spawn/ ./supervisor/ ./testenv/ ./web/
 test: deps lint
 	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) run -exec cp ./cmd/holdfast $$bindir/holdfast \
 		&& chmod 755 $$bindir/holdfast || exit 1; \
