@@ -21,6 +21,9 @@ func (Command) ParseStderr([]byte) (Event, bool) { return Event{}, false }
 // an ending by SIGINT, SIGTERM or SIGHUP, which is an interruption. A failure
 // has no class: a command is not known to be safe to repeat.
 func (Command) Classify(ev Evidence) Outcome {
+	if o, ok := hookOutcome(ev); ok {
+		return o
+	}
 	switch s := ev.ExitStatus; {
 	case s == 0:
 		return Outcome{Status: Succeeded, Reason: "command exited with status 0"}

@@ -126,6 +126,18 @@ type Evidence struct {
 	Operation      string // what the engine did: "" or "backup", "forget", "prune", "restore", "verify"
 }
 
+// HookFailed starts the fatal error of an attempt whose before hook failed: the engine never ran.
+const HookFailed = "before hook "
+
+// hookOutcome is the outcome of an attempt whose before hook failed, whatever its engine: failed,
+// permanent (the hook's trouble is the operator's to mend), for the reason the hook left.
+func hookOutcome(ev Evidence) (Outcome, bool) {
+	if ev.ExitStatus != 1 || !strings.HasPrefix(ev.Fatal, HookFailed) {
+		return Outcome{}, false
+	}
+	return Outcome{Status: Failed, Class: Permanent, Reason: firstLine(ev.Fatal) + "; the engine did not run"}, true
+}
+
 // Class says whether a failure is worth an automatic retry.
 type Class string
 

@@ -367,6 +367,9 @@ func (Restic) Conclude(exitStatus int, lastWarning string) (Event, bool) {
 // Classify maps restic's exit status and what it said to an outcome. restic
 // 0.14 exits 0, 1, 3 or 130; 10, 11 and 12 come from later versions.
 func (r Restic) Classify(ev Evidence) Outcome {
+	if o, ok := hookOutcome(ev); ok {
+		return o
+	}
 	switch ev.Operation {
 	case OpVerify:
 		if ev.ExitStatus == 0 {

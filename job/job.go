@@ -166,6 +166,9 @@ func Validate(j *model.Job) error {
 	if j.AlertAfter < 0 || j.ExpectEvery < 0 {
 		return fmt.Errorf("--alert-after %s, --expect-every %s: give a positive duration (e.g. 2h, 168h), or 0 for the default", j.AlertAfter, j.ExpectEvery)
 	}
+	if err := validateHooks("--before", j.BeforeHooks); err != nil {
+		return err
+	}
 	if j.DrillSchedule != "" && j.DrillFiles == 0 {
 		j.DrillFiles = DefaultDrillFiles
 	}

@@ -75,6 +75,9 @@ type Job struct {
 	VerifyReadData   string
 	VerifyAlertAfter time.Duration
 	VerifySince      *time.Time // when the verify schedule was set
+	// BeforeHooks are command lines run in the backup's unit, in order, before the engine (see
+	// job.SplitHook); the first that fails fails the run.
+	BeforeHooks []string
 	// DrillSchedule is when a restore drill of DrillFiles files of the latest snapshot runs (a
 	// verification: it counts as one); "" never. NextDrillAt is its next slot.
 	DrillSchedule string

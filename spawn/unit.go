@@ -73,6 +73,11 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		// makes writable only what exists when the unit starts.
 		writable = append(writable, run.Restore.Target)
 	}
+	hooks := run.Operation() == model.KindBackup && len(job.BeforeHooks) > 0
+	if hooks {
+		// Hooks prepare what the backup reads (a dump, a flushed file): its paths, and nothing else.
+		writable = append(writable, job.Paths...)
+	}
 	// Every kind writes its repository, if only restic's lock.
 	spec, ej := jobunit.Spec(cfg, job, name, true, writable...)
 	restic := engine.Restic{Binary: cfg.ResticBinary}
@@ -81,6 +86,11 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		"--journal", jobunit.JournalPath(cfg.StateDir, run.ID, attempt),
 		"--engine", job.Engine, "--kind", run.Operation()}
 	execArgv = append(execArgv, jobunit.CredentialArgs(spec)...)
+	if hooks {
+		for _, h := range job.BeforeHooks {
+			execArgv = append(execArgv, "--hook-before", h)
+		}
+	}
 	spec.Description = fmt.Sprintf("holdfast %s %s, run %s attempt %d", cmp.Or(run.Kind, model.KindBackup), job.Name, run.ID, attempt)
 	spec.ExecStopPost = []string{cfg.Binary, "marker", "--state-dir", cfg.StateDir,
 		"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt), "--unit", name}

@@ -247,7 +247,7 @@ func TestExportRoundTrips(t *testing.T) {
 		"--account", "team", "--max-added", "5GiB", "--any-host", "--prune-schedule", "@weekly", "--keep-daily", "7",
 		"--keep-weekly", "4", "--keep-within", "36h", "--retention-tz", "Europe/Berlin", "--retention-max-delete", "30",
 		"--retention-min-keep", "3", "--verify-schedule", "@monthly", "--verify-read-data", "5%", "--verify-alert-after", "1000h",
-		"--drill-schedule", "@weekly", "--drill-files", "4")
+		"--drill-schedule", "@weekly", "--drill-files", "4", "--before", "/bin/echo 'a b' c", "--before", "/bin/true")
 	w.mustRun("job", "add", "cmd", "--engine", "command", "--command", "/bin/echo", "--command", "a b", "--expect-every", "168h",
 		"--depends-on", "every")
 	w.mustRun("job", "add", "plain", "--repo", repo, "--password-file", pw, "--path", data, "--preset", "gfs")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/migrations"
@@ -26,6 +27,7 @@ import (
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/supervisor"
+	"github.com/holdfast-backup/holdfast/textsafe"
 	"github.com/holdfast-backup/holdfast/web"
 )
 
@@ -282,7 +284,7 @@ func newExecCmd() *cobra.Command {
 	var attempt int
 	var totalBytes, totalFiles int64
 	var creds credentialFlags
-	var before, afterInterrupt []string
+	var before, afterInterrupt, hooksBefore []string
 	cmd := &cobra.Command{
 		Use:    "exec --run R --attempt N --journal FILE --engine restic -- COMMAND...",
 		Short:  "Run an engine inside a backup unit, writing its run journal (used by the daemon's units)",
@@ -329,6 +331,16 @@ func newExecCmd() *cobra.Command {
 					return w.Append(typ, payload)
 				}
 			}
+			if len(hooksBefore) > 0 {
+				if status := runBeforeHooks(cmd.Context(), hooksBefore, runID, attempt, emit); status != 0 {
+					if w != nil {
+						if err := w.Close(); err != nil {
+							fmt.Fprintf(os.Stderr, "holdfast exec: close run journal: %v\n", err)
+						}
+					}
+					return exitCodeError{status}
+				}
+			}
 			// The context ends at the unit's stop signal, however early it came (main catches it
 			// from the start): Exec passes it on to the engine, or starts none if it came first.
 			// One the runtime hands on only as the engine starts reaches the engine, at once.
@@ -361,12 +373,64 @@ func newExecCmd() *cobra.Command {
 	f.Int64Var(&totalBytes, "progress-total-bytes", 0, "the bytes --progress-dir will hold at the end (0: unknown)")
 	f.Int64Var(&totalFiles, "progress-total-files", 0, "the files --progress-dir will hold at the end (0: unknown)")
 	f.StringArrayVar(&before, "before", nil, "a command to run first, one argument per flag; its failure is ignored")
+	f.StringArrayVar(&hooksBefore, "hook-before", nil, "a job's before hook, a command line split as a shell splits words (repeatable, in order)")
 	f.StringArrayVar(&afterInterrupt, "after-interrupt", nil, "a command to run when a signal interrupted the engine (restic unlock), one argument per flag")
 	creds.add(f)
 	for _, name := range []string{"run", "attempt", "journal"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
 	return cmd
+}
+
+// runBeforeHooks runs a job's before hooks in order, as this process (the job's user, in its
+// unit), their output on stderr, with the run's id, job and attempt in their environment (and
+// not the engine's secrets). The first that fails ends the attempt: its failure is journaled as
+// the fatal error ("before hook … exited N", which the engines classify) with the exit, and the
+// engine is never started. A stop meanwhile reaches the hook as SIGINT and ends the attempt as
+// interrupted (130). It returns the status to exit with, 0 if every hook succeeded.
+func runBeforeHooks(ctx context.Context, hooks []string, runID string, attempt int, emit func(string, any) error) int {
+	env := append(os.Environ(), "HOLDFAST_RUN="+runID, "HOLDFAST_ATTEMPT="+strconv.Itoa(attempt), "HOLDFAST_HOOK=before")
+	end := func(status int, why string) int {
+		if why != "" {
+			fmt.Fprintf(os.Stderr, "holdfast: %s\n", why)
+			_ = emit(engine.TypeFatal, engine.Fatal{Message: why})
+		}
+		_ = emit(engine.TypeExit, engine.Exit{ExitStatus: status})
+		return status
+	}
+	for _, h := range hooks {
+		argv, err := job.SplitHook(h)
+		if err != nil {
+			return end(1, engine.HookFailed+textsafe.String(h)+": "+err.Error())
+		}
+		if ctx.Err() != nil {
+			return end(130, "")
+		}
+		c := exec.Command(argv[0], argv[1:]...)
+		c.Env, c.Dir, c.Stdout, c.Stderr = env, "/", os.Stderr, os.Stderr
+		if err := c.Start(); err != nil {
+			return end(1, engine.HookFailed+textsafe.String(h)+" could not start: "+job.Cause(err))
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- c.Wait() }()
+		var werr error
+		select {
+		case werr = <-waited:
+		case <-ctx.Done():
+			_ = c.Process.Signal(os.Interrupt)
+			<-waited
+			return end(130, "")
+		}
+		if werr != nil {
+			status := c.ProcessState.ExitCode()
+			what := fmt.Sprintf("exited %d", status)
+			if status < 0 {
+				what = "was killed: " + werr.Error()
+			}
+			return end(1, engine.HookFailed+textsafe.String(h)+" "+what)
+		}
+	}
+	return 0
 }
 
 func newMarkerCmd(g *globals) *cobra.Command {

@@ -50,6 +50,7 @@ func newJobCmd(g *globals) *cobra.Command {
 // jobFlags binds the settings an operator can give a job (add) or change (edit).
 type jobFlags struct {
 	job      model.Job
+	noBefore bool
 	nice     int
 	maxAdded string
 	anyHost  bool
@@ -89,6 +90,8 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&jf.maxAdded, "max-added", "", `what one run may add to the repository, e.g. 5GiB ("" : estimated from the job's history)`)
 	f.StringVar(&j.Host, "host", "", "pin the job to this host: only its daemon runs it (default for a new job: this host, HOLDFAST_HOST or the host name)")
 	f.BoolVar(&jf.anyHost, "any-host", false, "let any host's daemon run the job: its paths and repository must be reachable from every host")
+	f.StringArrayVar(&j.BeforeHooks, "before", nil, `run this command in the backup's unit, as the job's user, before the engine (repeatable, in order; split as a shell splits words, never run by one); one that fails fails the run`)
+	f.BoolVar(&jf.noBefore, "no-before", false, "remove the job's before hooks")
 	f.StringVar(&j.PruneSchedule, "prune-schedule", "", `when to prune the repository (restic prune), a schedule like --schedule; "" never`)
 	f.StringVar(&j.VerifySchedule, "verify-schedule", "", `when to verify the repository (restic check), a schedule like --schedule; "" never`)
 	f.StringVar(&j.VerifyReadData, "verify-read-data", "", `the part of the data each scheduled verification reads: a percentage (5%) or n/t (1/7); "" the structure only`)
@@ -117,6 +120,11 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 		"verify-schedule": func() { j.VerifySchedule = src.VerifySchedule }, "verify-read-data": func() { j.VerifyReadData = src.VerifyReadData },
 		"verify-alert-after": func() { j.VerifyAlertAfter = src.VerifyAlertAfter },
 		"drill-schedule":     func() { j.DrillSchedule = src.DrillSchedule }, "drill-files": func() { j.DrillFiles = src.DrillFiles },
+		"before": func() { j.BeforeHooks = src.BeforeHooks }, "no-before": func() {
+			if jf.noBefore {
+				j.BeforeHooks = nil
+			}
+		},
 		"account": func() { j.Account = src.Account }, "limit-upload": func() { j.LimitUploadKiB = src.LimitUploadKiB },
 		"alert-after": func() { j.AlertAfter = src.AlertAfter }, "alert-failures": func() { j.AlertFailures = src.AlertFailures },
 		"expect-every": func() { j.ExpectEvery = src.ExpectEvery }, "stall-after": func() { j.StallAfter = src.StallAfter },
@@ -126,6 +134,9 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 				j.Host = ""
 			}
 		},
+	}
+	if f.Changed("before") && f.Changed("no-before") {
+		return badInput("--before and --no-before contradict each other: give one")
 	}
 	if f.Changed("host") && f.Changed("any-host") {
 		return badInput("--host and --any-host contradict each other: give one")
@@ -299,6 +310,7 @@ type jobOut struct {
 	RetentionMinKeep   int               `json:"retention_min_keep"`
 	PruneSchedule      string            `json:"prune_schedule"`
 	NextPruneAt        *string           `json:"next_prune_at"`
+	BeforeHooks        []string          `json:"before,omitempty"`
 	VerifySchedule     string            `json:"verify_schedule"`
 	NextVerifyAt       *string           `json:"next_verify_at"`
 	VerifyReadData     string            `json:"verify_read_data,omitempty"`
@@ -345,6 +357,7 @@ func jobJSON(j model.Job) jobOut {
 	}
 	o.RetentionMaxDelete, o.RetentionMinKeep = j.RetentionMaxDelete, j.RetentionMinKeep
 	o.PruneSchedule, o.NextPruneAt = j.PruneSchedule, timeStr(j.NextPruneAt)
+	o.BeforeHooks = j.BeforeHooks
 	o.VerifySchedule, o.NextVerifyAt, o.VerifyReadData = j.VerifySchedule, timeStr(j.NextVerifyAt), j.VerifyReadData
 	o.VerifyAlertAfter = j.VerifyAlertAfter.Seconds()
 	o.DrillSchedule, o.NextDrillAt, o.DrillFiles = j.DrillSchedule, timeStr(j.NextDrillAt), j.DrillFiles
@@ -518,6 +531,9 @@ func newJobShowCmd(g *globals) *cobra.Command {
 						j.RetentionMaxDelete*100, j.RetentionMinKeep)
 				default:
 					fmt.Fprintf(w, "retention:     none: nothing is ever deleted (holdfast job edit %s --preset 30d)\n", j.Name)
+				}
+				for _, h := range j.BeforeHooks {
+					fmt.Fprintf(w, "before hook:   %s\n", textsafe.String(h))
 				}
 				verify := ""
 				if j.VerifyReadData != "" {
