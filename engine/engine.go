@@ -126,16 +126,28 @@ type Evidence struct {
 	Operation      string // what the engine did: "" or "backup", "forget", "prune", "restore", "verify"
 }
 
-// HookFailed starts the fatal error of an attempt whose before hook failed: the engine never ran.
+// HookFailed starts the fatal error of an attempt whose before hook failed, or asked to skip the
+// run: the engine never ran.
 const HookFailed = "before hook "
 
+// HookSkip is the exit status with which a before hook asks that the run be skipped (EX_TEMPFAIL),
+// and with which `holdfast exec` then exits.
+const HookSkip = 75
+
 // hookOutcome is the outcome of an attempt whose before hook failed, whatever its engine: failed,
-// permanent (the hook's trouble is the operator's to mend), for the reason the hook left.
+// permanent (the hook's trouble is the operator's to mend), for the reason the hook left; or
+// skipped, when the hook exited HookSkip.
 func hookOutcome(ev Evidence) (Outcome, bool) {
-	if ev.ExitStatus != 1 || !strings.HasPrefix(ev.Fatal, HookFailed) {
+	if !strings.HasPrefix(ev.Fatal, HookFailed) {
 		return Outcome{}, false
 	}
-	return Outcome{Status: Failed, Class: Permanent, Reason: firstLine(ev.Fatal) + "; the engine did not run"}, true
+	switch ev.ExitStatus {
+	case 1:
+		return Outcome{Status: Failed, Class: Permanent, Reason: firstLine(ev.Fatal) + "; the engine did not run"}, true
+	case HookSkip:
+		return Outcome{Status: Skipped, Reason: "skipped: " + firstLine(ev.Fatal) + "; the engine did not run"}, true
+	}
+	return Outcome{}, false
 }
 
 // Class says whether a failure is worth an automatic retry.
@@ -153,6 +165,7 @@ const (
 	Partial     = "partial"
 	Failed      = "failed"
 	Interrupted = "interrupted"
+	Skipped     = "skipped" // a before hook asked that the engine not run
 )
 
 // Outcome is how an attempt ended, as the engine sees it.

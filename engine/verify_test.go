@@ -134,6 +134,9 @@ func TestRestoreAndCheckOutput(t *testing.T) {
 			Failed, Permanent, "restore failed: 1 file could not be restored"},
 		{Evidence{Operation: OpDrill}, Succeeded, "", "drill complete"},
 		{Evidence{Operation: OpDrill, ExitStatus: 130}, Interrupted, "", "SIGINT"},
+		{Evidence{ExitStatus: 1, Fatal: "before hook /bin/false exited 1"}, Failed, Permanent, "before hook /bin/false exited 1; the engine did not run"},
+		{Evidence{ExitStatus: 75, Fatal: "before hook /x exited 75: it asked that this backup be skipped"}, Skipped, "", "skipped: before hook /x"},
+		{Evidence{ExitStatus: 75, Fatal: "Fatal: something else"}, Failed, "", "restic exited with status 75"}, // restic's own 75 is no skip
 	} {
 		o := Restic{}.Classify(tc.ev)
 		if o.Status != tc.status || o.Class != tc.class || !strings.Contains(o.Reason, tc.reason) {

@@ -78,6 +78,7 @@ type Job struct {
 	// BeforeHooks are command lines run in the backup's unit, in order, before the engine (see
 	// job.SplitHook); the first that fails fails the run.
 	BeforeHooks []string
+	HookSkips   int // backups a before hook skipped (exit 75)
 	// DrillSchedule is when a restore drill of DrillFiles files of the latest snapshot runs (a
 	// verification: it counts as one); "" never. NextDrillAt is its next slot.
 	DrillSchedule string

@@ -19,6 +19,7 @@ const (
 	StatusFailed    = "failed"
 	StatusStopped   = "stopped"
 	StatusPaused    = "paused"
+	StatusSkipped   = "skipped" // a before hook asked that the backup not run (exit 75): no snapshot
 )
 
 // Run kinds.

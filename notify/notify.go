@@ -42,7 +42,7 @@ import (
 // Events are the events a target can ask for; DefaultEvents those it gets when it names none.
 var (
 	Events = []string{"started", "succeeded", "partial", "failed", "stopped", "paused", "overdue", "recovered", "stalled",
-		"host_down", "host_back", "verified", "verify_failed"}
+		"host_down", "host_back", "verified", "verify_failed", "skipped"}
 	DefaultEvents = Events[1:]
 )
 
@@ -283,7 +283,7 @@ func (d *Deliverer) healthchecks(ctx context.Context, t store.Target, e store.Ev
 	switch e.Event {
 	case "started":
 		suffix = "/start"
-	case "succeeded", "recovered", "host_back", "verified":
+	case "succeeded", "recovered", "host_back", "verified", "skipped": // a skip is the job's own choice
 		suffix = ""
 	}
 	u, err := url.Parse(strings.TrimSuffix(t.URL, "/") + suffix)

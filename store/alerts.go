@@ -54,7 +54,7 @@ func (s *Store) WatchFacts(ctx context.Context) ([]WatchFacts, error) {
 		(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded' AND r.kind = 'backup'),
 		coalesce((SELECT array_agg(status ORDER BY finished_at DESC) FROM (
 			SELECT r.status, r.finished_at FROM runs r
-			WHERE r.job_id = j.id AND r.finished_at IS NOT NULL AND r.status <> 'paused' AND r.kind = 'backup'
+			WHERE r.job_id = j.id AND r.finished_at IS NOT NULL AND r.status NOT IN ('paused', 'skipped') AND r.kind = 'backup'
 			ORDER BY r.finished_at DESC LIMIT j.alert_failures) last), '{}'),
 		(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.finished_at IS NOT NULL AND r.kind = 'backup'),
 		j.verify_schedule, j.verify_alert_after, j.verify_since,

@@ -26,7 +26,7 @@ const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.pat
 	coalesce(j.admission_error, ''), j.admission_retry_at, j.env_file, j.limit_upload_kib,
 	j.alert_after, j.alert_failures, j.expect_every, j.overdue_since, coalesce(j.overdue_reason, ''), j.stall_after, j.stall_action,
 	coalesce(j.host, ''), j.verify_schedule, j.next_verify_at, j.verify_read_data, j.verify_alert_after, j.verify_since,
-	j.drill_schedule, j.next_drill_at, j.drill_files, j.before_hooks`
+	j.drill_schedule, j.next_drill_at, j.drill_files, j.before_hooks, j.hook_skips`
 
 func scanJob(row pgx.Row) (model.Job, error) {
 	var j model.Job
@@ -39,7 +39,7 @@ func scanJob(row pgx.Row) (model.Job, error) {
 		&j.AdmissionError, &j.AdmissionRetryAt, &j.EnvFile, &j.LimitUploadKiB,
 		&alertAfter, &j.AlertFailures, &expectEvery, &j.OverdueSince, &j.OverdueReason, &j.StallAfter, &j.StallAction,
 		&j.Host, &j.VerifySchedule, &j.NextVerifyAt, &j.VerifyReadData, &verifyAlertAfter, &j.VerifySince,
-		&j.DrillSchedule, &j.NextDrillAt, &j.DrillFiles, &j.BeforeHooks)
+		&j.DrillSchedule, &j.NextDrillAt, &j.DrillFiles, &j.BeforeHooks, &j.HookSkips)
 	for _, d := range []struct {
 		to   *time.Duration
 		from *time.Duration

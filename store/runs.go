@@ -535,7 +535,11 @@ func (s *Store) Finish(ctx context.Context, w Lease, e Ending) (bool, error) {
 				WHERE id IN (SELECT run_id FROM a)
 				RETURNING id, job_id),
 			j AS (
-				UPDATE jobs SET last_outcome = $4
+				-- A backup a hook skipped is counted beside the slots skipped, with why.
+				UPDATE jobs SET last_outcome = $4,
+					hook_skips = hook_skips + CASE WHEN $4 = 'skipped' THEN 1 ELSE 0 END,
+					last_skip_at = CASE WHEN $4 = 'skipped' THEN $3 ELSE last_skip_at END,
+					last_skip_why = CASE WHEN $4 = 'skipped' THEN $5 ELSE last_skip_why END
 				FROM r WHERE jobs.id = r.job_id AND jobs.last_run_id = r.id)
 			SELECT count(*) FROM r`,
 			e.RunID, e.Attempt, at, e.Status, reason, e.FailureClass, e.PausedReason,

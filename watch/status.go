@@ -125,7 +125,7 @@ func Status(ctx context.Context, st *store.Store) (Report, error) {
 		case v.Overdue:
 			j.State, j.Note = Critical, "overdue (no daemon recorded it yet): "+v.Reason
 			j.OverdueSince, j.OverdueReason = &v.Since, v.Reason
-		case f.Job.LastOutcome != "" && f.Job.LastOutcome != model.StatusSucceeded:
+		case f.Job.LastOutcome != "" && f.Job.LastOutcome != model.StatusSucceeded && f.Job.LastOutcome != model.StatusSkipped:
 			j.State, j.Note = Warning, "last run "+f.Job.LastOutcome
 		case f.LastVerify != "" && f.LastVerify != model.StatusSucceeded && f.LastVerify != model.StatusStopped:
 			j.State, j.Note = Warning, "last verification "+f.LastVerify+" (holdfast run list --job "+f.Job.Name+")"

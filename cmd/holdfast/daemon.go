@@ -386,7 +386,7 @@ func newExecCmd() *cobra.Command {
 // unit), their output on stderr, with the run's id, job and attempt in their environment (and
 // not the engine's secrets). The first that fails ends the attempt: its failure is journaled as
 // the fatal error ("before hook … exited N", which the engines classify) with the exit, and the
-// engine is never started. A stop meanwhile reaches the hook as SIGINT and ends the attempt as
+// engine is never started; one that exits engine.HookSkip ends it so, to be skipped. A stop meanwhile reaches the hook as SIGINT and ends the attempt as
 // interrupted (130). It returns the status to exit with, 0 if every hook succeeded.
 func runBeforeHooks(ctx context.Context, hooks []string, runID string, attempt int, emit func(string, any) error) int {
 	env := append(os.Environ(), "HOLDFAST_RUN="+runID, "HOLDFAST_ATTEMPT="+strconv.Itoa(attempt), "HOLDFAST_HOOK=before")
@@ -420,6 +420,9 @@ func runBeforeHooks(ctx context.Context, hooks []string, runID string, attempt i
 			_ = c.Process.Signal(os.Interrupt)
 			<-waited
 			return end(130, "")
+		}
+		if werr != nil && c.ProcessState.ExitCode() == engine.HookSkip {
+			return end(engine.HookSkip, engine.HookFailed+textsafe.String(h)+fmt.Sprintf(" exited %d: it asked that this backup be skipped", engine.HookSkip))
 		}
 		if werr != nil {
 			status := c.ProcessState.ExitCode()

@@ -47,6 +47,30 @@ func TestBeforeHooks(t *testing.T) {
 	if n := strings.Count(rw.restic(rw.repo, rw.pw, "snapshots", "--json"), `"id"`); n != snapshots {
 		t.Fatalf("the repository has %d snapshots after the failed hook, %d before", n, snapshots)
 	}
+	// A hook that exits 75 skips the backup: neither a success nor a failure, no snapshot; the
+	// job counts it, and its last failures do not.
+	rw.mustRun("job", "edit", "home", "--before", "/bin/sh -c 'exit 75'")
+	res = rw.run("run", "start", "home", "--wait", "--json")
+	r = runJSON{}
+	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if res.code != 7 || r.Status != "skipped" || r.FailureClass != "" || !strings.Contains(r.Reason, "skipped: before hook /bin/sh -c 'exit 75' exited 75") {
+		t.Fatalf("a skipping before hook: exit %d, %+v; want skipped, naming the hook", res.code, r)
+	}
+	if n := strings.Count(rw.restic(rw.repo, rw.pw, "snapshots", "--json"), `"id"`); n != snapshots {
+		t.Fatalf("the repository has %d snapshots after the skip, %d before", n, snapshots)
+	}
+	var j struct {
+		HookSkips   int    `json:"hook_skips"`
+		LastOutcome string `json:"last_outcome"`
+		LastSkipWhy string `json:"last_skip_why"`
+	}
+	if err := json.Unmarshal([]byte(rw.mustRun("job", "show", "home", "--json")), &j); err != nil || j.HookSkips != 1 ||
+		j.LastOutcome != "skipped" || !strings.Contains(j.LastSkipWhy, "exited 75") {
+		t.Fatalf("job home after the skip: %+v (%v), want one hook skip, its reason kept", j, err)
+	}
+
 	// Refused before they are stored: a shell's pipeline, a relative program, open quotes.
 	for _, bad := range []string{"/bin/echo a | /bin/cat", "sh -c true", "/bin/echo 'open"} {
 		if res := rw.run("job", "edit", "home", "--before", bad); res.code != 2 || !strings.Contains(res.stderr, "--before") {

@@ -311,6 +311,7 @@ type jobOut struct {
 	PruneSchedule      string            `json:"prune_schedule"`
 	NextPruneAt        *string           `json:"next_prune_at"`
 	BeforeHooks        []string          `json:"before,omitempty"`
+	HookSkips          int               `json:"hook_skips"`
 	VerifySchedule     string            `json:"verify_schedule"`
 	NextVerifyAt       *string           `json:"next_verify_at"`
 	VerifyReadData     string            `json:"verify_read_data,omitempty"`
@@ -357,7 +358,7 @@ func jobJSON(j model.Job) jobOut {
 	}
 	o.RetentionMaxDelete, o.RetentionMinKeep = j.RetentionMaxDelete, j.RetentionMinKeep
 	o.PruneSchedule, o.NextPruneAt = j.PruneSchedule, timeStr(j.NextPruneAt)
-	o.BeforeHooks = j.BeforeHooks
+	o.BeforeHooks, o.HookSkips = j.BeforeHooks, j.HookSkips
 	o.VerifySchedule, o.NextVerifyAt, o.VerifyReadData = j.VerifySchedule, timeStr(j.NextVerifyAt), j.VerifyReadData
 	o.VerifyAlertAfter = j.VerifyAlertAfter.Seconds()
 	o.DrillSchedule, o.NextDrillAt, o.DrillFiles = j.DrillSchedule, timeStr(j.NextDrillAt), j.DrillFiles
@@ -534,6 +535,9 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				}
 				for _, h := range j.BeforeHooks {
 					fmt.Fprintf(w, "before hook:   %s\n", textsafe.String(h))
+				}
+				if j.HookSkips > 0 {
+					fmt.Fprintf(w, "hook skips:    %d backups skipped by a before hook (exit 75)\n", j.HookSkips)
 				}
 				verify := ""
 				if j.VerifyReadData != "" {

@@ -36,6 +36,7 @@ const (
 	exitFailed  = 4
 	exitStopped = 5
 	exitPaused  = 6
+	exitSkipped = 7  // a before hook skipped the backup
 	exitConfig  = 78 // sysexits' EX_CONFIG; units/holdfast.service: RestartPreventExitStatus=78
 	// exitUnavailable (sysexits' EX_UNAVAILABLE): no live daemon can take the run.
 	exitUnavailable = 69

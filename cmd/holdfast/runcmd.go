@@ -175,6 +175,8 @@ func statusExit(status string) int {
 		return exitStopped
 	case model.StatusPaused:
 		return exitPaused
+	case model.StatusSkipped:
+		return exitSkipped
 	}
 	return exitFailed
 }
@@ -186,7 +188,7 @@ func newRunStartCmd(g *globals) *cobra.Command {
 		Use:   "start JOB",
 		Short: "Start a run of a job now",
 		Long: "Start a run of a job now. The daemon spawns it as a transient systemd unit.\n" +
-			"With --wait, show progress and exit 0 only if the run succeeded (3 partial, 4 failed, 5 stopped, 6 paused);\n" +
+			"With --wait, show progress and exit 0 only if the run succeeded (3 partial, 4 failed, 5 stopped, 6 paused, 7 skipped by a before hook);\n" +
 			"exit 69 at once, queueing nothing, if no live daemon can run the job (none runs, or its host is down or draining).",
 		Args: exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
