@@ -45,7 +45,13 @@ const (
 	TypeFatal     = "fatal"
 	TypeWarning   = "warning"
 	TypeExit      = "exit"
+	TypeHookError = "hook_error" // an after hook failed (HookError); the outcome stands
 )
+
+// HookError is the payload of a "hook_error" event.
+type HookError struct {
+	Message string `json:"message"`
+}
 
 // Event is one thing the engine said, ready for the run journal.
 type Event struct {

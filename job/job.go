@@ -169,6 +169,9 @@ func Validate(j *model.Job) error {
 	if err := validateHooks("--before", j.BeforeHooks); err != nil {
 		return err
 	}
+	if err := validateHooks("--after", j.AfterHooks); err != nil {
+		return err
+	}
 	if j.DrillSchedule != "" && j.DrillFiles == 0 {
 		j.DrillFiles = DefaultDrillFiles
 	}

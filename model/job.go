@@ -79,6 +79,9 @@ type Job struct {
 	// job.SplitHook); the first that fails fails the run.
 	BeforeHooks []string
 	HookSkips   int // backups a before hook skipped (exit 75)
+	// AfterHooks run in the unit after the engine, whatever the outcome, which they see in
+	// HOLDFAST_OUTCOME; their failure is recorded, never changing the outcome.
+	AfterHooks []string
 	// DrillSchedule is when a restore drill of DrillFiles files of the latest snapshot runs (a
 	// verification: it counts as one); "" never. NextDrillAt is its next slot.
 	DrillSchedule string

@@ -135,6 +135,7 @@ type Attempt struct {
 	Settlement       string          // where the figure that closed its hold came from; "" while open
 	SupersededAt     *time.Time      // when another host took the run over from this attempt
 	SupersededBy     string          // the host that took it over
+	HookError        string          // the first failure of an after hook, as the unit reported it
 }
 
 // UnitNames are the units of the attempts that have one.

@@ -237,6 +237,9 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l model.LiveRun, a model
 			e.BytesAdded, e.BytesProcessed, e.FilesProcessed = &s.DataAdded, &s.TotalBytesProcessed, &s.TotalFilesProcessed
 		}
 	}
+	if a.HookError != "" {
+		e.Reason += "; " + a.HookError // recorded, never the outcome
+	}
 	e.Settlement = r.settlement(ctx, l, a, !v.neverRan && ran(a, m), false)
 	crashpoint.At("finish-before")
 	if v.status == model.StatusFailed && v.class == string(engine.Transient) {
@@ -406,6 +409,11 @@ func delta(events []journal.Event) store.JournalDelta {
 			}
 		case engine.TypeSummary:
 			d.Summary = storedSummary(e.Payload)
+		case engine.TypeHookError:
+			var h engine.HookError
+			if json.Unmarshal(e.Payload, &h) == nil && d.HookError == "" {
+				d.HookError = clipText(h.Message, maxText)
+			}
 		}
 	}
 	return d

@@ -73,7 +73,7 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		// makes writable only what exists when the unit starts.
 		writable = append(writable, run.Restore.Target)
 	}
-	hooks := run.Operation() == model.KindBackup && len(job.BeforeHooks) > 0
+	hooks := run.Operation() == model.KindBackup && len(job.BeforeHooks)+len(job.AfterHooks) > 0
 	if hooks {
 		// Hooks prepare what the backup reads (a dump, a flushed file): its paths, and nothing else.
 		writable = append(writable, job.Paths...)
@@ -89,6 +89,9 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 	if hooks {
 		for _, h := range job.BeforeHooks {
 			execArgv = append(execArgv, "--hook-before", h)
+		}
+		for _, h := range job.AfterHooks {
+			execArgv = append(execArgv, "--hook-after", h)
 		}
 	}
 	spec.Description = fmt.Sprintf("holdfast %s %s, run %s attempt %d", cmp.Or(run.Kind, model.KindBackup), job.Name, run.ID, attempt)

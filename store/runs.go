@@ -59,7 +59,7 @@ const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, co
 	(SELECT h.bytes FROM ledger_entries h WHERE h.kind = 'hold' AND h.run_id = a.run_id AND h.attempt_no = a.attempt_no),
 	coalesce((SELECT c.note FROM ledger_entries c
 		WHERE c.kind IN ('settle', 'release') AND c.run_id = a.run_id AND c.attempt_no = a.attempt_no), ''),
-	a.superseded_at, coalesce(a.superseded_by, '')`
+	a.superseded_at, coalesce(a.superseded_by, ''), coalesce(a.hook_error, '')`
 
 type attemptScan struct {
 	a                                         model.Attempt
@@ -74,7 +74,7 @@ func (s *attemptScan) dest() []any {
 		&a.Cursor.Offset, &a.Cursor.LastSeq, &a.Cursor.LastHash, &a.QuarantinedAt, &a.QuarantineReason,
 		&a.LastEventAt, &s.percent, &s.filesDone, &s.totalFiles, &s.bytesDone, &s.totalBy,
 		&a.ItemErrors, &a.FirstItemError, &a.Fatal, &a.Summary,
-		&a.RepoBytesBefore, &a.SettleDeferred, &a.StalledAt, &a.HoldBytes, &a.Settlement, &a.SupersededAt, &a.SupersededBy}
+		&a.RepoBytesBefore, &a.SettleDeferred, &a.StalledAt, &a.HoldBytes, &a.Settlement, &a.SupersededAt, &a.SupersededBy, &a.HookError}
 }
 
 func (s *attemptScan) attempt() model.Attempt {
@@ -329,8 +329,11 @@ func (s *Store) ClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed 
 			  -- Not while the host drains.
 			  AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $4 AND h.draining_since IS NOT NULL)
 			FOR UPDATE OF a SKIP LOCKED),
+		-- The claim's time is when it is made (clock_timestamp), not when its transaction began
+		-- (now()): that may be before the wait for the repository's lock, while the run that
+		-- held the repository was still ending.
 		claim AS (
-			UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = now(), armed_for = $8, boot_id = nullif($9, ''),
+			UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = clock_timestamp(), armed_for = $8, boot_id = nullif($9, ''),
 				lease_generation = nullif($11::bigint, 0)
 			WHERE (run_id, attempt_no) IN (SELECT run_id, attempt_no FROM claimable)
 			  AND NOT EXISTS (SELECT 1 FROM busy)
@@ -392,6 +395,7 @@ type JournalDelta struct {
 	FirstItemError string          // first item error of the batch
 	Fatal          string          // first fatal message of the batch
 	Summary        json.RawMessage // the engine's summary, if the batch had one
+	HookError      string          // the first after hook's failure of the batch
 }
 
 // ApplyJournal moves the attempt's cursor from from to to and applies delta, in one statement that
@@ -423,12 +427,13 @@ func (s *Store) ApplyJournal(ctx context.Context, w Lease, ref model.AttemptRef,
 			item_errors = item_errors + $13,
 			first_item_error = coalesce(first_item_error, nullif($14, '')),
 			fatal = coalesce(fatal, nullif($15, '')),
-			summary = coalesce($16, summary)
+			summary = coalesce($16, summary),
+			hook_error = coalesce(hook_error, nullif($20, ''))
 		WHERE run_id = $1 AND attempt_no = $2 AND journal_offset = $3 AND quarantined_at IS NULL
 		  AND ended_at IS NULL AND `+fenced(17),
 		ref.Run, ref.No, from.Offset, to.Offset, to.LastSeq, to.LastHash, d.LastEventAt,
 		percent, filesDone, totalFiles, bytesDone, totalBytes, d.ItemErrors, d.FirstItemError, d.Fatal, nullJSON(d.Summary),
-		w.Host, w.Holder, w.Generation)
+		w.Host, w.Holder, w.Generation, d.HookError)
 	if err != nil {
 		return false, fmt.Errorf("apply journal of run %s attempt %d: %w", ref.Run, ref.No, refused(err))
 	}

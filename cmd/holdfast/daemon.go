@@ -284,7 +284,7 @@ func newExecCmd() *cobra.Command {
 	var attempt int
 	var totalBytes, totalFiles int64
 	var creds credentialFlags
-	var before, afterInterrupt, hooksBefore []string
+	var before, afterInterrupt, hooksBefore, hooksAfter []string
 	cmd := &cobra.Command{
 		Use:    "exec --run R --attempt N --journal FILE --engine restic -- COMMAND...",
 		Short:  "Run an engine inside a backup unit, writing its run journal (used by the daemon's units)",
@@ -333,6 +333,7 @@ func newExecCmd() *cobra.Command {
 			}
 			if len(hooksBefore) > 0 {
 				if status := runBeforeHooks(cmd.Context(), hooksBefore, runID, attempt, emit); status != 0 {
+					runAfterHooks(hooksAfter, runID, attempt, status, emit)
 					if w != nil {
 						if err := w.Close(); err != nil {
 							fmt.Fprintf(os.Stderr, "holdfast exec: close run journal: %v\n", err)
@@ -352,13 +353,14 @@ func newExecCmd() *cobra.Command {
 				fmt.Fprintf(os.Stderr, "holdfast exec: %v\n", err)
 				return exitCodeError{127}
 			}
+			if len(afterInterrupt) > 0 && (status == 128+int(syscall.SIGINT) || status == 128+int(syscall.SIGTERM)) {
+				engine.RunAfterInterrupt(afterInterrupt, env, afterInterruptTimeout)
+			}
+			runAfterHooks(hooksAfter, runID, attempt, status, emit)
 			if w != nil {
 				if err := w.Close(); err != nil {
 					fmt.Fprintf(os.Stderr, "holdfast exec: close run journal: %v\n", err)
 				}
-			}
-			if len(afterInterrupt) > 0 && (status == 128+int(syscall.SIGINT) || status == 128+int(syscall.SIGTERM)) {
-				engine.RunAfterInterrupt(afterInterrupt, env, afterInterruptTimeout)
 			}
 			return exitCodeError{status}
 		},
@@ -373,6 +375,7 @@ func newExecCmd() *cobra.Command {
 	f.Int64Var(&totalBytes, "progress-total-bytes", 0, "the bytes --progress-dir will hold at the end (0: unknown)")
 	f.Int64Var(&totalFiles, "progress-total-files", 0, "the files --progress-dir will hold at the end (0: unknown)")
 	f.StringArrayVar(&before, "before", nil, "a command to run first, one argument per flag; its failure is ignored")
+	f.StringArrayVar(&hooksAfter, "hook-after", nil, "a job's after hook, as --hook-before, run whatever the outcome (repeatable, in order)")
 	f.StringArrayVar(&hooksBefore, "hook-before", nil, "a job's before hook, a command line split as a shell splits words (repeatable, in order)")
 	f.StringArrayVar(&afterInterrupt, "after-interrupt", nil, "a command to run when a signal interrupted the engine (restic unlock), one argument per flag")
 	creds.add(f)
@@ -434,6 +437,54 @@ func runBeforeHooks(ctx context.Context, hooks []string, runID string, attempt i
 		}
 	}
 	return 0
+}
+
+// hookOutcome is what an after hook is told of the attempt (HOLDFAST_OUTCOME) from the status
+// this process exits with: succeeded, partial (restic's 3), skipped, interrupted or failed.
+func hookOutcome(status int) string {
+	switch status {
+	case 0:
+		return "succeeded"
+	case 3:
+		return "partial"
+	case engine.HookSkip:
+		return "skipped"
+	case 128 + int(syscall.SIGINT), 128 + int(syscall.SIGTERM), 128 + int(syscall.SIGHUP):
+		return "interrupted"
+	}
+	return "failed"
+}
+
+// runAfterHooks runs a job's after hooks in order, whatever the attempt's outcome, which they get
+// in HOLDFAST_OUTCOME and HOLDFAST_EXIT_STATUS beside the run; they cannot change it. The first
+// failure is journaled (a hook_error event: the run's reason names it). Signals are not passed
+// on: the unit is stopping, and the hooks are what it does last; its stop timeout bounds them.
+func runAfterHooks(hooks []string, runID string, attempt, status int, emit func(string, any) error) {
+	env := append(os.Environ(), "HOLDFAST_RUN="+runID, "HOLDFAST_ATTEMPT="+strconv.Itoa(attempt), "HOLDFAST_HOOK=after",
+		"HOLDFAST_OUTCOME="+hookOutcome(status), "HOLDFAST_EXIT_STATUS="+strconv.Itoa(status))
+	failed := false
+	for _, h := range hooks {
+		why := ""
+		if argv, err := job.SplitHook(h); err != nil {
+			why = err.Error()
+		} else {
+			c := exec.Command(argv[0], argv[1:]...)
+			c.Env, c.Dir, c.Stdout, c.Stderr = env, "/", os.Stderr, os.Stderr
+			if err := c.Run(); err != nil {
+				why = fmt.Sprintf("after hook %s exited %d", textsafe.String(h), c.ProcessState.ExitCode())
+				if c.ProcessState == nil || c.ProcessState.ExitCode() < 0 {
+					why = fmt.Sprintf("after hook %s failed: %v", textsafe.String(h), err)
+				}
+			}
+		}
+		if why != "" {
+			fmt.Fprintf(os.Stderr, "holdfast: %s\n", why)
+			if !failed {
+				_ = emit(engine.TypeHookError, engine.HookError{Message: why})
+				failed = true
+			}
+		}
+	}
 }
 
 func newMarkerCmd(g *globals) *cobra.Command {

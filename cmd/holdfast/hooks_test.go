@@ -81,3 +81,39 @@ func TestBeforeHooks(t *testing.T) {
 	rw.backup()
 	rw.checkInvariants()
 }
+
+// After hooks run whatever the outcome, which they see; one that fails is recorded in the
+// run's reason and changes nothing else.
+func TestAfterHooks(t *testing.T) {
+	t.Parallel()
+	rw := newRestoreWorld(t, newWorld(t), 1, 1<<10)
+	if err := os.Chown(rw.data, rw.uid, rw.gid); err != nil {
+		t.Fatal(err)
+	}
+	seen := filepath.Join(rw.data, "outcomes.txt")
+	record := "/bin/sh -c 'echo \"$HOLDFAST_RUN $HOLDFAST_OUTCOME\" >>\"$0\"' " + seen
+	rw.mustRun("job", "edit", "home", "--after", record, "--after", "/bin/false")
+	rw.startDaemon()
+	res := rw.run("run", "start", "home", "--wait", "--json")
+	var ok runJSON
+	if err := json.Unmarshal([]byte(res.stdout), &ok); err != nil {
+		t.Fatal(err)
+	}
+	if res.code != 0 || ok.Status != "succeeded" || ok.SnapshotID == "" || !strings.Contains(ok.Reason, "; after hook /bin/false exited 1") {
+		t.Fatalf("a backup whose after hook failed: exit %d, %+v; want succeeded, the hook's failure in its reason", res.code, ok)
+	}
+	rw.mustRun("job", "edit", "home", "--before", "/bin/false", "--after", record)
+	res = rw.run("run", "start", "home", "--wait", "--json")
+	var failed runJSON
+	if err := json.Unmarshal([]byte(res.stdout), &failed); err != nil {
+		t.Fatal(err)
+	}
+	if res.code != 4 || failed.Status != "failed" || strings.Contains(failed.Reason, "after hook") {
+		t.Fatalf("a backup whose before hook failed: exit %d, %+v", res.code, failed)
+	}
+	got, err := os.ReadFile(seen)
+	if want := ok.ID + " succeeded\n" + failed.ID + " failed\n"; err != nil || string(got) != want {
+		t.Fatalf("the after hook saw %q (%v), want %q", got, err, want)
+	}
+	rw.checkInvariants()
+}

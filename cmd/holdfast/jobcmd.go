@@ -51,6 +51,7 @@ func newJobCmd(g *globals) *cobra.Command {
 type jobFlags struct {
 	job      model.Job
 	noBefore bool
+	noAfter  bool
 	nice     int
 	maxAdded string
 	anyHost  bool
@@ -92,6 +93,8 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.BoolVar(&jf.anyHost, "any-host", false, "let any host's daemon run the job: its paths and repository must be reachable from every host")
 	f.StringArrayVar(&j.BeforeHooks, "before", nil, `run this command in the backup's unit, as the job's user, before the engine (repeatable, in order; split as a shell splits words, never run by one); one that fails fails the run`)
 	f.BoolVar(&jf.noBefore, "no-before", false, "remove the job's before hooks")
+	f.StringArrayVar(&j.AfterHooks, "after", nil, `run this command in the backup's unit, as the job's user, after the engine whatever the outcome, which it gets in HOLDFAST_OUTCOME (repeatable, in order; split as --before); its failure is recorded, the outcome stands`)
+	f.BoolVar(&jf.noAfter, "no-after", false, "remove the job's after hooks")
 	f.StringVar(&j.PruneSchedule, "prune-schedule", "", `when to prune the repository (restic prune), a schedule like --schedule; "" never`)
 	f.StringVar(&j.VerifySchedule, "verify-schedule", "", `when to verify the repository (restic check), a schedule like --schedule; "" never`)
 	f.StringVar(&j.VerifyReadData, "verify-read-data", "", `the part of the data each scheduled verification reads: a percentage (5%) or n/t (1/7); "" the structure only`)
@@ -125,6 +128,11 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 				j.BeforeHooks = nil
 			}
 		},
+		"after": func() { j.AfterHooks = src.AfterHooks }, "no-after": func() {
+			if jf.noAfter {
+				j.AfterHooks = nil
+			}
+		},
 		"account": func() { j.Account = src.Account }, "limit-upload": func() { j.LimitUploadKiB = src.LimitUploadKiB },
 		"alert-after": func() { j.AlertAfter = src.AlertAfter }, "alert-failures": func() { j.AlertFailures = src.AlertFailures },
 		"expect-every": func() { j.ExpectEvery = src.ExpectEvery }, "stall-after": func() { j.StallAfter = src.StallAfter },
@@ -137,6 +145,9 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 	}
 	if f.Changed("before") && f.Changed("no-before") {
 		return badInput("--before and --no-before contradict each other: give one")
+	}
+	if f.Changed("after") && f.Changed("no-after") {
+		return badInput("--after and --no-after contradict each other: give one")
 	}
 	if f.Changed("host") && f.Changed("any-host") {
 		return badInput("--host and --any-host contradict each other: give one")
@@ -311,6 +322,7 @@ type jobOut struct {
 	PruneSchedule      string            `json:"prune_schedule"`
 	NextPruneAt        *string           `json:"next_prune_at"`
 	BeforeHooks        []string          `json:"before,omitempty"`
+	AfterHooks         []string          `json:"after,omitempty"`
 	HookSkips          int               `json:"hook_skips"`
 	VerifySchedule     string            `json:"verify_schedule"`
 	NextVerifyAt       *string           `json:"next_verify_at"`
@@ -358,7 +370,7 @@ func jobJSON(j model.Job) jobOut {
 	}
 	o.RetentionMaxDelete, o.RetentionMinKeep = j.RetentionMaxDelete, j.RetentionMinKeep
 	o.PruneSchedule, o.NextPruneAt = j.PruneSchedule, timeStr(j.NextPruneAt)
-	o.BeforeHooks, o.HookSkips = j.BeforeHooks, j.HookSkips
+	o.BeforeHooks, o.AfterHooks, o.HookSkips = j.BeforeHooks, j.AfterHooks, j.HookSkips
 	o.VerifySchedule, o.NextVerifyAt, o.VerifyReadData = j.VerifySchedule, timeStr(j.NextVerifyAt), j.VerifyReadData
 	o.VerifyAlertAfter = j.VerifyAlertAfter.Seconds()
 	o.DrillSchedule, o.NextDrillAt, o.DrillFiles = j.DrillSchedule, timeStr(j.NextDrillAt), j.DrillFiles
@@ -535,6 +547,9 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				}
 				for _, h := range j.BeforeHooks {
 					fmt.Fprintf(w, "before hook:   %s\n", textsafe.String(h))
+				}
+				for _, h := range j.AfterHooks {
+					fmt.Fprintf(w, "after hook:    %s\n", textsafe.String(h))
 				}
 				if j.HookSkips > 0 {
 					fmt.Fprintf(w, "hook skips:    %d backups skipped by a before hook (exit 75)\n", j.HookSkips)

@@ -71,6 +71,7 @@ var jobSettings = []jobSetting{
 	{"tz", "str", func(j model.Job) []string { return str(j.TimeZone) }, func(d *model.Job, s model.Job) { d.TimeZone = s.TimeZone }},
 	{"catch-up", "bool", func(j model.Job) []string { return str(strconv.FormatBool(j.CatchUp)) }, func(d *model.Job, s model.Job) { d.CatchUp = s.CatchUp }},
 	{"before", "list", func(j model.Job) []string { return j.BeforeHooks }, func(d *model.Job, s model.Job) { d.BeforeHooks = slices.Clone(s.BeforeHooks) }},
+	{"after", "list", func(j model.Job) []string { return j.AfterHooks }, func(d *model.Job, s model.Job) { d.AfterHooks = slices.Clone(s.AfterHooks) }},
 	{"window", "list", func(j model.Job) []string { return j.Windows }, func(d *model.Job, s model.Job) { d.Windows = slices.Clone(s.Windows) }},
 	{"retry-max", "int", func(j model.Job) []string { return str(strconv.Itoa(j.RetryMax)) }, func(d *model.Job, s model.Job) { d.RetryMax = s.RetryMax }},
 	{"retry-backoff", "str", func(j model.Job) []string { return durationValue(j.RetryBackoff) }, func(d *model.Job, s model.Job) { d.RetryBackoff = s.RetryBackoff }},
