@@ -19,10 +19,15 @@ type Sandbox struct {
 	// Capabilities is the bounding set, by name (e.g. "CAP_DAC_READ_SEARCH" for a root backup
 	// that must read every file); empty drops them all.
 	Capabilities []string
+	// Chown lets the unit call chown and its kin (a root restore gives files back to their
+	// owners), which the filter of privileged system calls takes away otherwise.
+	Chown bool
 }
 
-// capabilityBits are the capabilities a backup unit may keep (linux/capability.h).
+// capabilityBits are the capabilities a unit may keep (linux/capability.h): a root backup reads
+// (DAC_READ_SEARCH), a root restore gives files back to their owners (CHOWN, DAC_OVERRIDE, FOWNER).
 var capabilityBits = map[string]uint{
+	"CAP_CHOWN":           0,
 	"CAP_DAC_OVERRIDE":    1,
 	"CAP_DAC_READ_SEARCH": 2,
 	"CAP_FOWNER":          3,
@@ -63,12 +68,18 @@ func (s Sandbox) properties(hasUser bool) ([]sddbus.Property, error) {
 		prop("SystemCallFilter", allowList{true, []string{"@system-service"}}),
 		// A second assignment takes these groups out of the allow list again.
 		prop("SystemCallFilter", allowList{false, []string{"@privileged", "@resources"}}),
+	}
+	if s.Chown {
+		// A third puts the chown calls back in.
+		props = append(props, prop("SystemCallFilter", allowList{true, []string{"@chown"}}))
+	}
+	props = append(props,
 		prop("SystemCallErrorNumber", int32(1)), // EPERM instead of killing the backup
 		prop("UMask", uint32(0o077)),
 		prop("KeyringMode", "private"),
 		prop("DevicePolicy", "closed"),
 		prop("PrivateTmp", s.PrivateTmp),
-	}
+	)
 	if hasUser {
 		props = append(props, prop("RemoveIPC", true))
 	}

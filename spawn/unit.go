@@ -135,6 +135,7 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		if spec.Sandbox != nil && slices.Contains(spec.Sandbox.Capabilities, "CAP_DAC_READ_SEARCH") {
 			// A root job's restore gives files back to their owners with their modes.
 			spec.Sandbox.Capabilities = append(spec.Sandbox.Capabilities, "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE")
+			spec.Sandbox.Chown = true
 		}
 	}
 	// Stale locks go first, in the unit's own identity and sandbox: `restic unlock` removes only

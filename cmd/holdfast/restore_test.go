@@ -314,3 +314,4 @@ func TestRestoreNeverBesidePrune(t *testing.T) {
 	w.noLocks(rw.repo)
 	w.checkInvariants()
 }
+
