@@ -314,4 +314,3 @@ func TestRestoreNeverBesidePrune(t *testing.T) {
 	w.noLocks(rw.repo)
 	w.checkInvariants()
 }
-
