@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -132,7 +131,7 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 			execArgv = append(execArgv, "--progress-total-bytes", strconv.FormatInt(*rs.TotalBytes, 10),
 				"--progress-total-files", strconv.FormatInt(*rs.TotalFiles, 10))
 		}
-		if spec.Sandbox != nil && slices.Contains(spec.Sandbox.Capabilities, "CAP_DAC_READ_SEARCH") {
+		if uid, _, err := jobunit.Identity(job); err == nil && uid == 0 && spec.Sandbox != nil {
 			// A root job's restore gives files back to their owners with their modes.
 			spec.Sandbox.Capabilities = append(spec.Sandbox.Capabilities, "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE")
 			spec.Sandbox.Chown = true

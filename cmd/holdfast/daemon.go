@@ -332,8 +332,9 @@ func newExecCmd() *cobra.Command {
 				}
 			}
 			if len(hooksBefore) > 0 {
-				if status := runBeforeHooks(cmd.Context(), hooksBefore, runID, attempt, emit); status != 0 {
-					runAfterHooks(hooksAfter, runID, attempt, status, emit)
+				if status, fatal := runBeforeHooks(cmd.Context(), hooksBefore, runID, attempt, emit); status != 0 {
+					outcome := parser.Classify(engine.Evidence{ExitStatus: status, Fatal: fatal, Operation: kind})
+					runAfterHooks(hooksAfter, runID, attempt, status, outcome.Status, emit)
 					if w != nil {
 						if err := w.Close(); err != nil {
 							fmt.Fprintf(os.Stderr, "holdfast exec: close run journal: %v\n", err)
@@ -356,7 +357,9 @@ func newExecCmd() *cobra.Command {
 			if len(afterInterrupt) > 0 && (status == 128+int(syscall.SIGINT) || status == 128+int(syscall.SIGTERM)) {
 				engine.RunAfterInterrupt(afterInterrupt, env, afterInterruptTimeout)
 			}
-			runAfterHooks(hooksAfter, runID, attempt, status, emit)
+			// What the daemon will make of the exit, as far as the status says: the engine's own reading.
+			outcome := parser.Classify(engine.Evidence{ExitStatus: status, Operation: kind})
+			runAfterHooks(hooksAfter, runID, attempt, status, outcome.Status, emit)
 			if w != nil {
 				if err := w.Close(); err != nil {
 					fmt.Fprintf(os.Stderr, "holdfast exec: close run journal: %v\n", err)
@@ -390,16 +393,17 @@ func newExecCmd() *cobra.Command {
 // not the engine's secrets). The first that fails ends the attempt: its failure is journaled as
 // the fatal error ("before hook … exited N", which the engines classify) with the exit, and the
 // engine is never started; one that exits engine.HookSkip ends it so, to be skipped. A stop meanwhile reaches the hook as SIGINT and ends the attempt as
-// interrupted (130). It returns the status to exit with, 0 if every hook succeeded.
-func runBeforeHooks(ctx context.Context, hooks []string, runID string, attempt int, emit func(string, any) error) int {
-	env := append(os.Environ(), "HOLDFAST_RUN="+runID, "HOLDFAST_ATTEMPT="+strconv.Itoa(attempt), "HOLDFAST_HOOK=before")
-	end := func(status int, why string) int {
+// interrupted (130). It returns the status to exit with, 0 if every hook succeeded, and the fatal
+// error it journaled.
+func runBeforeHooks(ctx context.Context, hooks []string, runID string, attempt int, emit func(string, any) error) (int, string) {
+	env := hookEnv(runID, attempt, "before")
+	end := func(status int, why string) (int, string) {
 		if why != "" {
 			fmt.Fprintf(os.Stderr, "holdfast: %s\n", why)
 			_ = emit(engine.TypeFatal, engine.Fatal{Message: why})
 		}
 		_ = emit(engine.TypeExit, engine.Exit{ExitStatus: status})
-		return status
+		return status, why
 	}
 	for _, h := range hooks {
 		argv, err := job.SplitHook(h)
@@ -436,32 +440,22 @@ func runBeforeHooks(ctx context.Context, hooks []string, runID string, attempt i
 			return end(1, engine.HookFailed+textsafe.String(h)+" "+what)
 		}
 	}
-	return 0
+	return 0, ""
 }
 
-// hookOutcome is what an after hook is told of the attempt (HOLDFAST_OUTCOME) from the status
-// this process exits with: succeeded, partial (restic's 3), skipped, interrupted or failed.
-func hookOutcome(status int) string {
-	switch status {
-	case 0:
-		return "succeeded"
-	case 3:
-		return "partial"
-	case engine.HookSkip:
-		return "skipped"
-	case 128 + int(syscall.SIGINT), 128 + int(syscall.SIGTERM), 128 + int(syscall.SIGHUP):
-		return "interrupted"
-	}
-	return "failed"
+// hookEnv is a hook's environment: this process's, without the engine's secrets, and the run's.
+func hookEnv(runID string, attempt int, kind string, extra ...string) []string {
+	env := append(os.Environ(), "HOLDFAST_RUN="+runID, "HOLDFAST_ATTEMPT="+strconv.Itoa(attempt), "HOLDFAST_HOOK="+kind)
+	return append(env, extra...)
 }
 
-// runAfterHooks runs a job's after hooks in order, whatever the attempt's outcome, which they get
+// runAfterHooks runs a job's after hooks in order, whatever the attempt's outcome (the engine's
+// classification of status: succeeded, partial, failed, interrupted or skipped), which they get
 // in HOLDFAST_OUTCOME and HOLDFAST_EXIT_STATUS beside the run; they cannot change it. The first
 // failure is journaled (a hook_error event: the run's reason names it). Signals are not passed
 // on: the unit is stopping, and the hooks are what it does last; its stop timeout bounds them.
-func runAfterHooks(hooks []string, runID string, attempt, status int, emit func(string, any) error) {
-	env := append(os.Environ(), "HOLDFAST_RUN="+runID, "HOLDFAST_ATTEMPT="+strconv.Itoa(attempt), "HOLDFAST_HOOK=after",
-		"HOLDFAST_OUTCOME="+hookOutcome(status), "HOLDFAST_EXIT_STATUS="+strconv.Itoa(status))
+func runAfterHooks(hooks []string, runID string, attempt, status int, outcome string, emit func(string, any) error) {
+	env := hookEnv(runID, attempt, "after", "HOLDFAST_OUTCOME="+outcome, "HOLDFAST_EXIT_STATUS="+strconv.Itoa(status))
 	failed := false
 	for _, h := range hooks {
 		why := ""
