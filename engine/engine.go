@@ -11,6 +11,9 @@
 //     [Parser]. Exec emits journal events, forwards SIGINT and SIGTERM to the
 //     engine as SIGINT, copies the engine's stderr to its own, and returns the
 //     engine's exit status (128+n if a signal n killed it); exec exits with it.
+//     With a [Producer], the engine's input is the producer's output, ended only
+//     by the producer's exit 0; a producer's failure stops the engine first and
+//     makes the attempt's fatal error ([StreamFailed]) and status 1.
 //   - The events and their payloads: "progress" ([Progress], at most one a
 //     second, and always the last one before the summary), "item_error"
 //     ([ItemError], one per error reading an item: restic may report a
@@ -154,6 +157,15 @@ func hookOutcome(ev Evidence) (Outcome, bool) {
 		return Outcome{Status: Skipped, Reason: "skipped: " + firstLine(ev.Fatal) + "; the engine did not run"}, true
 	}
 	return Outcome{}, false
+}
+
+// streamOutcome is the outcome of an attempt whose stream's producer failed (Exec): failed, and
+// worth a retry (a database that could not be reached may be back), never a success.
+func streamOutcome(ev Evidence) (Outcome, bool) {
+	if ev.ExitStatus != 1 || !strings.HasPrefix(ev.Fatal, StreamFailed) {
+		return Outcome{}, false
+	}
+	return Outcome{Status: Failed, Class: Transient, Reason: firstLine(ev.Fatal)}, true
 }
 
 // Class says whether a failure is worth an automatic retry.

@@ -42,7 +42,22 @@ type ExecConfig struct {
 	// as the engine's own would be.
 	Progress      func() (Progress, bool)
 	ProgressEvery time.Duration
+	// Producer, if set, is the program whose standard output is the engine's standard input
+	// (restic backup --stdin): see Exec.
+	Producer *Producer
 }
+
+// Producer is a program whose output an engine backs up as one file. Its stderr goes to
+// ExecConfig.Stderr; Line is how the fatal error names it (the job's command line).
+type Producer struct {
+	Argv []string
+	Env  []string
+	Line string
+}
+
+// StreamFailed starts the fatal error of an attempt whose stream's producer failed: the engine
+// was stopped before the stream ended, so it made no snapshot of it.
+const StreamFailed = "stdin producer "
 
 // Exec runs cfg.Argv without a shell, stdin from /dev/null, and emits the
 // events its parser finds in the output, line by line. A SIGINT or SIGTERM
@@ -56,6 +71,13 @@ type ExecConfig struct {
 //
 // A ctx that ended before the start is a stop that came first: the engine is
 // not started, and Exec returns 130 as if SIGINT had ended it at once.
+//
+// With a Producer, Exec copies the producer's output to the engine and closes the engine's
+// input only once the producer has exited 0. A producer that exits otherwise, is killed, or
+// cannot start gets the engine a SIGINT while its input is still open: the engine never sees
+// the stream end, so it never takes a cut stream for a whole one. Exec then emits a fatal
+// event (StreamFailed ...) and returns 1, unless a stop came first (its 130 stands) or the
+// engine had already exited (its own failure stands).
 //
 // If the command cannot be started, Exec returns -1 and an error. If Emit
 // fails, Exec reports it on Stderr, emits nothing more, lets the engine run
@@ -88,6 +110,18 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
 	cmd.Env, cmd.Dir = cfg.Env, cfg.Dir
 	cmd.Stdout, cmd.Stderr = outW, errW
+	var in *stream
+	if cfg.Producer != nil {
+		if in, err = newStream(cfg.Producer, cfg.Stderr); err != nil {
+			outW.Close()
+			errW.Close()
+			return -1, err
+		}
+		cmd.Stdin = in.engineEnd
+		// Should this process die alone, its end of the pipe closes: the engine must die with
+		// it rather than read that as the stream's end.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	}
 
 	// Catch signals before the start: from here on, a stop must reach the
 	// engine instead of killing this process and leaving the engine behind.
@@ -99,11 +133,18 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 	outW.Close()
 	errW.Close()
 	if err != nil {
+		if in != nil {
+			in.abandon()
+		}
 		return -1, fmt.Errorf("engine: start %s: %w", cfg.Argv[0], err)
 	}
 
 	exited := make(chan struct{})
-	go forward(ctx, cmd.Process, sigs, exited)
+	stopped := make(chan struct{})
+	if in != nil {
+		in.start(cmd.Process, exited)
+	}
+	go forward(ctx, cmd.Process, in, sigs, exited, stopped)
 
 	lines := make(chan line)
 	readers := make(chan struct{}, 3)
@@ -158,6 +199,18 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 		return -1, fmt.Errorf("engine: wait for %s: %w", cfg.Argv[0], err)
 	}
 	status, sig := exitStatus(cmd.ProcessState)
+	if in != nil {
+		select {
+		case <-stopped:
+			in.end(true)
+		default:
+			if why := in.end(false); why != "" {
+				// The stream's failure is the cause; what the engine said as it stopped is not.
+				r.fatal, r.sawFatal = &Fatal{Message: why}, true
+				status, sig = 1, ""
+			}
+		}
+	}
 	if cfg.Progress != nil && status == 0 {
 		if p, ok := cfg.Progress(); ok {
 			r.progress, r.lastProgress = &Event{TypeProgress, p}, time.Time{}
@@ -167,8 +220,9 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 	return status, r.emitErr
 }
 
-// forward sends the engine a SIGINT for every signal and for the end of ctx.
-func forward(ctx context.Context, p *os.Process, sigs <-chan os.Signal, exited <-chan struct{}) {
+// forward sends the engine (and a stream's producer) a SIGINT for every signal and for the end
+// of ctx; the first closes stopped.
+func forward(ctx context.Context, p *os.Process, in *stream, sigs <-chan os.Signal, exited <-chan struct{}, stopped chan<- struct{}) {
 	done := ctx.Done()
 	for {
 		select {
@@ -178,7 +232,14 @@ func forward(ctx context.Context, p *os.Process, sigs <-chan os.Signal, exited <
 		case <-exited:
 			return
 		}
+		if stopped != nil {
+			close(stopped)
+			stopped = nil
+		}
 		p.Signal(os.Interrupt) // fails only if the engine has just exited
+		if in != nil {
+			in.interrupt()
+		}
 	}
 }
 

@@ -22,6 +22,9 @@ type Job struct {
 	Excludes     []string // restic --exclude patterns
 	CacheDir     string   // optional restic --cache-dir ("" = --no-cache)
 	LimitUpload  int      // restic --limit-upload in KiB/s; 0 = none
+	// StdinFilename, if set, makes a backup read its standard input as one file of this name
+	// (restic --stdin) instead of Paths.
+	StdinFilename string
 }
 
 // The prefixes of the tags holdfast puts on the snapshots it makes.
@@ -85,6 +88,9 @@ func (r Restic) BackupArgv(j Job, run uuid.UUID) []string {
 	argv := append(r.global(j), "backup", "--json")
 	for _, tag := range BackupTags(j, run) {
 		argv = append(argv, "--tag", tag)
+	}
+	if j.StdinFilename != "" {
+		return append(argv, "--stdin", "--stdin-filename", j.StdinFilename)
 	}
 	for _, x := range j.Excludes {
 		argv = append(argv, "--exclude", x)
@@ -368,6 +374,9 @@ func (Restic) Conclude(exitStatus int, lastWarning string) (Event, bool) {
 // 0.14 exits 0, 1, 3 or 130; 10, 11 and 12 come from later versions.
 func (r Restic) Classify(ev Evidence) Outcome {
 	if o, ok := hookOutcome(ev); ok {
+		return o
+	}
+	if o, ok := streamOutcome(ev); ok {
 		return o
 	}
 	switch ev.Operation {

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -18,7 +19,9 @@ type Probe func(id Identity, paths []Access) ([]string, error)
 // Access is one path a probe checks.
 type Access struct {
 	Path    string
-	Regular bool // it must be a regular file (not a directory, FIFO or device)
+	Regular bool   // it must be a regular file (not a directory, FIFO or device)
+	Exec    bool   // it must be a program the identity may execute
+	What    string // what it is, in a refusal: "" a path, or its password file
 }
 
 // AccessChanged reports whether an edit from before to after changes what CheckAccess checks:
@@ -26,11 +29,11 @@ type Access struct {
 // so a path the user lost since does not block, say, a change of schedule.
 func AccessChanged(before, after model.Job) bool {
 	return before.User != after.User || before.Group != after.Group || before.Engine != after.Engine ||
-		before.PasswordFile != after.PasswordFile || !slices.Equal(before.Paths, after.Paths)
+		before.PasswordFile != after.PasswordFile || !slices.Equal(before.Paths, after.Paths) || before.StdinFrom != after.StdinFrom
 }
 
 // CheckAccess checks that the job's user can read what its backup reads: the password file and
-// every path. With viaCredentials (the daemon's system manager hands the password file to the
+// every path, or the program of --stdin-from. With viaCredentials (the daemon's system manager hands the password file to the
 // unit as a credential, read by systemd as root), the password file need not be readable by the
 // job's user, only a regular file. Run it after Validate.
 func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
@@ -44,7 +47,7 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 	var want []Access
 	switch {
 	case passwordFileReadByJobUser(j, viaCredentials):
-		want = append(want, Access{Path: j.PasswordFile, Regular: true})
+		want = append(want, Access{Path: j.PasswordFile, Regular: true, What: "password file"})
 	case j.PasswordFile != "":
 		if err := credentials.CheckFile("--password-file", j.PasswordFile); err != nil {
 			return err
@@ -52,6 +55,9 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 	}
 	for _, p := range j.Paths {
 		want = append(want, Access{Path: p})
+	}
+	if argv, err := SplitHook(j.StdinFrom); j.StdinFrom != "" && err == nil {
+		want = append(want, Access{Path: argv[0], Regular: true, Exec: true, What: "--stdin-from program"})
 	}
 	if len(want) == 0 {
 		return nil
@@ -64,10 +70,7 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 		if i >= len(why) || why[i] == "" {
 			continue
 		}
-		what := "path"
-		if w.Regular {
-			what = "password file"
-		}
+		what := cmp.Or(w.What, "path")
 		return fmt.Errorf("%s %s cannot be read by user %s: %s; make it readable by that user (or give another --user)", what, w.Path, id, why[i])
 	}
 	return nil

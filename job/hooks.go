@@ -4,9 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/mattn/go-shellwords"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // MaxHooks bounds a job's hooks of one kind.
@@ -42,6 +46,27 @@ func validateHooks(flag string, hooks []string) error {
 		if _, err := SplitHook(h); err != nil {
 			return fmt.Errorf("%s: %w", flag, err)
 		}
+	}
+	return nil
+}
+
+// stdinFilename is a file name restic --stdin-filename takes and a restore gives back as is.
+var stdinFilename = regexp.MustCompile(`^[A-Za-z0-9_+@-][A-Za-z0-9._+@-]{0,254}$`)
+
+// validateStdin checks a job that backs up a command's output (--stdin-from) instead of paths.
+func validateStdin(j *model.Job) error {
+	switch {
+	case j.Engine != engine.NameRestic:
+		return errors.New("--stdin-from is for restic jobs: a command job's command does its own backup")
+	case j.StdinFrom == "":
+		return errors.New("--stdin-filename names the output of --stdin-from: give --stdin-from CMD too, or drop it")
+	case len(j.Paths) > 0 || len(j.Excludes) > 0:
+		return errors.New("--stdin-from backs up a command's output, not --path: give one of them (--stdin-from \"\" goes back to the paths)")
+	case !stdinFilename.MatchString(j.StdinFilename):
+		return fmt.Errorf("--stdin-filename %q: give a plain file name such as shop.dump (letters, digits and ._+@-, not starting with a dot): the name the output has in the snapshot", j.StdinFilename)
+	}
+	if _, err := SplitHook(j.StdinFrom); err != nil {
+		return fmt.Errorf("--stdin-from: %w", err)
 	}
 	return nil
 }

@@ -107,8 +107,12 @@ func Validate(j *model.Job) error {
 	if j.Engine != engine.NameRestic && j.EnvFile != "" {
 		return errors.New("--env-file is for restic jobs")
 	}
-	if j.Engine == engine.NameRestic && len(j.Paths) == 0 {
-		return errors.New("no paths to back up: give --path PATH at least once")
+	if j.StdinFrom != "" || j.StdinFilename != "" {
+		if err := validateStdin(j); err != nil {
+			return err
+		}
+	} else if j.Engine == engine.NameRestic && len(j.Paths) == 0 {
+		return errors.New("no paths to back up: give --path PATH at least once (or --stdin-from CMD to back up a command's output)")
 	}
 	for _, p := range j.Paths {
 		if !filepath.IsAbs(p) {

@@ -112,7 +112,7 @@ func TestCheckAccess(t *testing.T) {
 	if err == nil || err.Error() != "path /b cannot be read by user 0: permission denied; make it readable by that user (or give another --user)" {
 		t.Fatalf("CheckAccess = %v", err)
 	}
-	if len(asked) != 3 || asked[0] != (Access{Path: "/pw", Regular: true}) || asked[1].Regular || asked[2].Path != "/b" {
+	if len(asked) != 3 || asked[0] != (Access{Path: "/pw", Regular: true, What: "password file"}) || asked[1].Regular || asked[2].Path != "/b" {
 		t.Fatalf("asked %+v", asked)
 	}
 	probe = func(Identity, []Access) ([]string, error) { return []string{"it is not a regular file", "", ""}, nil }

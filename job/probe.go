@@ -95,6 +95,8 @@ func readable(w Access) string {
 	switch {
 	case w.Regular && !info.Mode().IsRegular():
 		return "it is not a regular file"
+	case w.Exec && syscall.Access(w.Path, 1) != nil: // X_OK, as the real (the job's) user
+		return "it cannot be executed (no execute permission)"
 	case info.IsDir():
 		if _, err := f.Readdirnames(1); err != nil && !errors.Is(err, io.EOF) {
 			return Cause(err)

@@ -38,6 +38,8 @@ func TestReadable(t *testing.T) {
 		{"a directory as a password file", Access{Path: dir, Regular: true}, "it is not a regular file"},
 		{"a FIFO as a password file", Access{Path: fifo, Regular: true}, "it is not a regular file"},
 		{"missing", Access{Path: filepath.Join(dir, "missing")}, "no such file or directory"},
+		{"a program through its link", Access{Path: "/bin/sh", Regular: true, Exec: true}, ""},
+		{"a file no one may execute as a program", Access{Path: file, Regular: true, Exec: true}, "it cannot be executed (no execute permission)"},
 	} {
 		if got := Readable([]Access{c.a})[0]; got != c.want {
 			t.Errorf("%s: Readable = %q, want %q", c.name, got, c.want)

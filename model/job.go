@@ -82,6 +82,10 @@ type Job struct {
 	// AfterHooks run in the unit after the engine, whatever the outcome, which they see in
 	// HOLDFAST_OUTCOME; their failure is recorded, never changing the outcome.
 	AfterHooks []string
+	// StdinFrom, if set, is a command line (split as a hook's) whose standard output the backup
+	// is, as one file called StdinFilename (restic --stdin); the job then has no Paths.
+	StdinFrom     string
+	StdinFilename string
 	// DrillSchedule is when a restore drill of DrillFiles files of the latest snapshot runs (a
 	// verification: it counts as one); "" never. NextDrillAt is its next slot.
 	DrillSchedule string

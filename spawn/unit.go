@@ -85,6 +85,9 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		"--journal", jobunit.JournalPath(cfg.StateDir, run.ID, attempt),
 		"--engine", job.Engine, "--kind", run.Operation()}
 	execArgv = append(execArgv, jobunit.CredentialArgs(spec)...)
+	if run.Operation() == model.KindBackup && job.StdinFrom != "" {
+		execArgv = append(execArgv, "--stdin-from", job.StdinFrom)
+	}
 	if hooks {
 		for _, h := range job.BeforeHooks {
 			execArgv = append(execArgv, "--hook-before", h)

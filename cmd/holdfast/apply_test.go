@@ -251,6 +251,8 @@ func TestExportRoundTrips(t *testing.T) {
 	w.mustRun("job", "add", "cmd", "--engine", "command", "--command", "/bin/echo", "--command", "a b", "--expect-every", "168h",
 		"--depends-on", "every")
 	w.mustRun("job", "add", "plain", "--repo", repo, "--password-file", pw, "--path", data, "--preset", "gfs")
+	w.mustRun("job", "add", "dump", "--repo", repo, "--password-file", pw, "--stdin-from", "/bin/echo 'a dump'", "--stdin-filename", "a.dump",
+		"--after", "/bin/true")
 	w.mustRun("notify", "add", "hook", "--webhook", "https://hooks.example.com/x", "--job", "every", "--events", "failed,verify_failed")
 	w.mustRun("notify", "add", "mail", "--command", "/usr/local/bin/holdfast-mail", "--command", "--to=ops")
 	exported := w.mustRun("export")

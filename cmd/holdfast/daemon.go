@@ -280,7 +280,7 @@ const afterInterruptTimeout = time.Minute
 const restoreProgressEvery = 3 * time.Second
 
 func newExecCmd() *cobra.Command {
-	var runID, journalPath, engineName, kind, progressDir string
+	var runID, journalPath, engineName, kind, progressDir, stdinFrom string
 	var attempt int
 	var totalBytes, totalFiles int64
 	var creds credentialFlags
@@ -343,12 +343,21 @@ func newExecCmd() *cobra.Command {
 					return exitCodeError{status}
 				}
 			}
+			var producer *engine.Producer
+			if stdinFrom != "" {
+				pargv, err := job.SplitHook(stdinFrom)
+				if err != nil {
+					return badInput("--stdin-from: %v", err)
+				}
+				// As a hook's: the run in its environment, never the engine's secrets.
+				producer = &engine.Producer{Argv: pargv, Env: hookEnv(runID, attempt, "stdin"), Line: textsafe.String(stdinFrom)}
+			}
 			// The context ends at the unit's stop signal, however early it came (main catches it
 			// from the start): Exec passes it on to the engine, or starts none if it came first.
 			// One the runtime hands on only as the engine starts reaches the engine, at once.
 			status, err := engine.Exec(cmd.Context(), engine.ExecConfig{
 				Argv: argv, Env: env, Parser: parser, Emit: emit, Stderr: os.Stderr, Stdout: os.Stdout,
-				Progress: progress, ProgressEvery: restoreProgressEvery,
+				Progress: progress, ProgressEvery: restoreProgressEvery, Producer: producer,
 			})
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "holdfast exec: %v\n", err)
@@ -380,6 +389,7 @@ func newExecCmd() *cobra.Command {
 	f.StringArrayVar(&before, "before", nil, "a command to run first, one argument per flag; its failure is ignored")
 	f.StringArrayVar(&hooksAfter, "hook-after", nil, "a job's after hook, as --hook-before, run whatever the outcome (repeatable, in order)")
 	f.StringArrayVar(&hooksBefore, "hook-before", nil, "a job's before hook, a command line split as a shell splits words (repeatable, in order)")
+	f.StringVar(&stdinFrom, "stdin-from", "", "a command line (split as --hook-before) whose standard output is the engine's standard input, closed only if it exits 0")
 	f.StringArrayVar(&afterInterrupt, "after-interrupt", nil, "a command to run when a signal interrupted the engine (restic unlock), one argument per flag")
 	creds.add(f)
 	for _, name := range []string{"run", "attempt", "journal"} {

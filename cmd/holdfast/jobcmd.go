@@ -95,6 +95,8 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.BoolVar(&jf.noBefore, "no-before", false, "remove the job's before hooks")
 	f.StringArrayVar(&j.AfterHooks, "after", nil, `run this command in the backup's unit, as the job's user, after the engine whatever the outcome, which it gets in HOLDFAST_OUTCOME (repeatable, in order; split as --before); its failure is recorded, the outcome stands`)
 	f.BoolVar(&jf.noAfter, "no-after", false, "remove the job's after hooks")
+	f.StringVar(&j.StdinFrom, "stdin-from", "", `back up this command's standard output as one file instead of --path, e.g. "/usr/bin/pg_dump -Fc shop" (split as --before; run as the job's user in the unit); a failing command fails the run and leaves no snapshot; "" back up --path again`)
+	f.StringVar(&j.StdinFilename, "stdin-filename", "", "the name the output of --stdin-from has in the snapshot, e.g. shop.dump")
 	f.StringVar(&j.PruneSchedule, "prune-schedule", "", `when to prune the repository (restic prune), a schedule like --schedule; "" never`)
 	f.StringVar(&j.VerifySchedule, "verify-schedule", "", `when to verify the repository (restic check), a schedule like --schedule; "" never`)
 	f.StringVar(&j.VerifyReadData, "verify-read-data", "", `the part of the data each scheduled verification reads: a percentage (5%) or n/t (1/7); "" the structure only`)
@@ -128,7 +130,14 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 				j.BeforeHooks = nil
 			}
 		},
-		"after": func() { j.AfterHooks = src.AfterHooks }, "no-after": func() {
+		"stdin-from": func() {
+			j.StdinFrom = src.StdinFrom
+			if src.StdinFrom != "" && !f.Changed("path") {
+				j.Paths, j.Excludes = nil, nil // a stream replaces the paths
+			}
+		},
+		"stdin-filename": func() { j.StdinFilename = src.StdinFilename },
+		"after":          func() { j.AfterHooks = src.AfterHooks }, "no-after": func() {
 			if jf.noAfter {
 				j.AfterHooks = nil
 			}
@@ -323,6 +332,8 @@ type jobOut struct {
 	NextPruneAt        *string           `json:"next_prune_at"`
 	BeforeHooks        []string          `json:"before,omitempty"`
 	AfterHooks         []string          `json:"after,omitempty"`
+	StdinFrom          string            `json:"stdin_from,omitempty"`
+	StdinFilename      string            `json:"stdin_filename,omitempty"`
 	HookSkips          int               `json:"hook_skips"`
 	VerifySchedule     string            `json:"verify_schedule"`
 	NextVerifyAt       *string           `json:"next_verify_at"`
@@ -371,6 +382,7 @@ func jobJSON(j model.Job) jobOut {
 	o.RetentionMaxDelete, o.RetentionMinKeep = j.RetentionMaxDelete, j.RetentionMinKeep
 	o.PruneSchedule, o.NextPruneAt = j.PruneSchedule, timeStr(j.NextPruneAt)
 	o.BeforeHooks, o.AfterHooks, o.HookSkips = j.BeforeHooks, j.AfterHooks, j.HookSkips
+	o.StdinFrom, o.StdinFilename = j.StdinFrom, j.StdinFilename
 	o.VerifySchedule, o.NextVerifyAt, o.VerifyReadData = j.VerifySchedule, timeStr(j.NextVerifyAt), j.VerifyReadData
 	o.VerifyAlertAfter = j.VerifyAlertAfter.Seconds()
 	o.DrillSchedule, o.NextDrillAt, o.DrillFiles = j.DrillSchedule, timeStr(j.NextDrillAt), j.DrillFiles
@@ -544,6 +556,9 @@ func newJobShowCmd(g *globals) *cobra.Command {
 						j.RetentionMaxDelete*100, j.RetentionMinKeep)
 				default:
 					fmt.Fprintf(w, "retention:     none: nothing is ever deleted (holdfast job edit %s --preset 30d)\n", j.Name)
+				}
+				if j.StdinFrom != "" {
+					fmt.Fprintf(w, "stdin from:    %s, as %s in the snapshot\n", textsafe.String(j.StdinFrom), textsafe.String(j.StdinFilename))
 				}
 				for _, h := range j.BeforeHooks {
 					fmt.Fprintf(w, "before hook:   %s\n", textsafe.String(h))

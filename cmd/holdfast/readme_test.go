@@ -131,6 +131,15 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 	// Restores and verification: the latest snapshot restored as homebackup, equal to /home's
 	// files it could read; the held one over it; a check of a tenth of the data, a drill, and
 	// their schedules.
+	// A dump of the host's own holdfast database, streamed into a snapshot and given back.
+	b.readmeBlock(readmeDumps, env)
+	if r := b.lastRun("db"); r.Status != "succeeded" {
+		t.Fatalf("the README's dump: %s (%s)", r.Status, r.Reason)
+	}
+	if n := h.Run(t, "runuser", "-u", "postgres", "--", "psql", "-Atc", "SELECT count(*) FROM jobs WHERE name = 'db'", "holdfast_copy"); strings.TrimSpace(n) != "1" {
+		t.Fatalf("the database restored from the README's dump lists job db %q times, want once", n)
+	}
+
 	b.readmeBlock(readmeRestores, env)
 	// restic gives back the mode and ACL (an ACL's mask shows as the group's bits); the owner
 	// is the job's user, which cannot give files away.
@@ -240,6 +249,7 @@ const (
 	readmeHosts      = "## Several hosts, one database"
 	readmeRestores   = "Restores and verification (restic jobs)"
 	readmeConfig     = "Configuration as code."
+	readmeDumps      = "Streamed database dumps (restic jobs)."
 )
 
 // readmeBlock runs the README's sh block after heading as one bash script (-euo pipefail, each
