@@ -26,8 +26,9 @@ import (
 
 // The names of the credentials in a unit.
 const (
-	Password = "restic-password"
-	Env      = "job-env"
+	Password     = "restic-password"
+	Env          = "job-env"
+	FromPassword = "restic-from-password" // a copy's source repository's (restic copy --from-repo)
 )
 
 // DirVariable is the variable systemd sets to the unit's credentials directory.
@@ -63,6 +64,16 @@ func Environ(env []string, password, envFile bool) ([]string, error) {
 		env = append(env, "RESTIC_PASSWORD_FILE="+filepath.Join(dir, Password))
 	}
 	return env, nil
+}
+
+// WithFromPassword returns env with RESTIC_FROM_PASSWORD_FILE naming the unit's credential of a
+// copy's source repository password.
+func WithFromPassword(env []string) ([]string, error) {
+	dir := os.Getenv(DirVariable)
+	if dir == "" {
+		return nil, fmt.Errorf("$%s is not set: the unit was started without its credentials", DirVariable)
+	}
+	return append(env, "RESTIC_FROM_PASSWORD_FILE="+filepath.Join(dir, FromPassword)), nil
 }
 
 func readBounded(path string) ([]byte, error) {
@@ -127,7 +138,7 @@ func CheckFile(flag, path string) error {
 	if !info.Mode().IsRegular() {
 		return fmt.Errorf("%s %s is not a regular file", flag, path)
 	}
-	if info.Size() > MaxEnvFile && flag == "--env-file" {
+	if info.Size() > MaxEnvFile && (flag == "--env-file" || flag == "--copy-env-file") {
 		return fmt.Errorf("%s %s is larger than %d KiB: it holds variables, not data", flag, path, MaxEnvFile>>10)
 	}
 	return nil

@@ -137,6 +137,18 @@ func (r Restic) RestoreArgv(j Job, snapshot, target string, includes []string, v
 	return append(argv, snapshot)
 }
 
+// CopyArgv returns the command line that copies snapshot (an id or a unique prefix) of from's
+// repository into j's (restic copy): the destination is restic's own repository, the source its
+// --from-repo, its password from --from-password-file, or RESTIC_FROM_PASSWORD_FILE when the
+// unit's credentials provide it. restic copies a snapshot once: one already in j's is skipped.
+func (r Restic) CopyArgv(j, from Job, snapshot string) []string {
+	argv := append(r.global(j), "copy", "--from-repo", from.Repository)
+	if from.PasswordFile != "" {
+		argv = append(argv, "--from-password-file", from.PasswordFile)
+	}
+	return append(argv, snapshot)
+}
+
 // CheckArgv returns the command line that checks the repository's structure and, with subset
 // (ValidateReadDataSubset), reads that part of its data. It takes restic's exclusive lock.
 func (r Restic) CheckArgv(j Job, subset string) []string {
@@ -255,6 +267,7 @@ const (
 	OpBackup  = "backup"
 	OpRestore = "restore"
 	OpVerify  = "verify"
+	OpCopy    = "copy"
 )
 
 // ParseStderr turns an "error" line into an item_error event, restic's final

@@ -31,6 +31,8 @@ type Request struct {
 	// Read reads the job's repository again into the inventory and returns its snapshots
 	// (restic runs as the job's user, in a unit of its own).
 	Read func(context.Context, model.Job) ([]store.Snapshot, error)
+	// Copy plans the job's copy repository (see model.Job.Copy) instead of its own.
+	Copy bool
 }
 
 // Planned is a plan with what it was made from.
@@ -53,6 +55,13 @@ func Plan(ctx context.Context, st *store.Store, req Request) (Planned, error) {
 	}
 	if !j.HasRepository() {
 		return Planned{}, &store.ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: retention applies to restic repositories", j.Name, j.Engine)}
+	}
+	if req.Copy {
+		c, ok := j.Copy()
+		if !ok {
+			return Planned{}, &store.ConflictError{Msg: fmt.Sprintf("job %s has no copy repository: give it one (holdfast job edit %s --copy-to REPO --copy-password-file FILE)", j.Name, j.Name)}
+		}
+		j = c
 	}
 	p, ok, err := job.Policy(j)
 	if err != nil {

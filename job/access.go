@@ -29,7 +29,8 @@ type Access struct {
 // so a path the user lost since does not block, say, a change of schedule.
 func AccessChanged(before, after model.Job) bool {
 	return before.User != after.User || before.Group != after.Group || before.Engine != after.Engine ||
-		before.PasswordFile != after.PasswordFile || !slices.Equal(before.Paths, after.Paths) || before.StdinFrom != after.StdinFrom
+		before.PasswordFile != after.PasswordFile || !slices.Equal(before.Paths, after.Paths) || before.StdinFrom != after.StdinFrom ||
+		before.CopyPasswordFile != after.CopyPasswordFile
 }
 
 // CheckAccess checks that the job's user can read what its backup reads: the password file and
@@ -50,6 +51,14 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 		want = append(want, Access{Path: j.PasswordFile, Regular: true, What: "password file"})
 	case j.PasswordFile != "":
 		if err := credentials.CheckFile("--password-file", j.PasswordFile); err != nil {
+			return err
+		}
+	}
+	switch {
+	case j.CopyPasswordFile != "" && !viaCredentials:
+		want = append(want, Access{Path: j.CopyPasswordFile, Regular: true, What: "copy password file"})
+	case j.CopyPasswordFile != "":
+		if err := credentials.CheckFile("--copy-password-file", j.CopyPasswordFile); err != nil {
 			return err
 		}
 	}

@@ -104,6 +104,9 @@ func Validate(j *model.Job) error {
 			return fmt.Errorf("password file %q is a relative path: give an absolute path", j.PasswordFile)
 		}
 	}
+	if err := validateCopy(j); err != nil {
+		return err
+	}
 	if j.Engine != engine.NameRestic && j.EnvFile != "" {
 		return errors.New("--env-file is for restic jobs")
 	}
@@ -245,6 +248,42 @@ func ValidateSchedule(j *model.Job) error {
 		}
 		if j.DependsOn == j.Name {
 			return fmt.Errorf("job %s cannot depend on itself", j.Name)
+		}
+	}
+	return nil
+}
+
+// validateCopy checks a job's copy repository (--copy-to), checked as its own repository is, and
+// spelled the same way for a local one.
+func validateCopy(j *model.Job) error {
+	if j.CopyTo == "" {
+		if j.CopyPasswordFile != "" || j.CopyEnvFile != "" {
+			return errors.New("--copy-password-file and --copy-env-file are for a copy repository: give --copy-to REPO too, or drop them")
+		}
+		return nil
+	}
+	if j.Engine != engine.NameRestic {
+		return errors.New("--copy-to is for restic jobs: a command job keeps no repository to copy")
+	}
+	if !remoteRepository(j.CopyTo) {
+		dir := strings.TrimPrefix(j.CopyTo, "local:")
+		if !filepath.IsAbs(dir) {
+			return fmt.Errorf("--copy-to %q is a relative path: give an absolute path (or local:/path)", j.CopyTo)
+		}
+		j.CopyTo = filepath.Clean(dir)
+	}
+	if err := credentials.CheckRepository(j.CopyTo); err != nil {
+		return fmt.Errorf("--copy-to: %w", err)
+	}
+	if j.CopyTo == j.Repository {
+		return fmt.Errorf("--copy-to %s is the job's own repository: a copy belongs in another one", j.CopyTo)
+	}
+	if j.CopyPasswordFile == "" || !filepath.IsAbs(j.CopyPasswordFile) {
+		return errors.New("--copy-to needs --copy-password-file FILE, an absolute path: the copy repository's own password")
+	}
+	if j.CopyEnvFile != "" {
+		if err := credentials.CheckFile("--copy-env-file", j.CopyEnvFile); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -169,6 +169,8 @@ func CredentialArgs(spec runner.Spec) []string {
 			args = append(args, "--password-credential")
 		case credentials.Env:
 			args = append(args, "--env-credential")
+		case credentials.FromPassword:
+			args = append(args, "--from-password-credential")
 		}
 	}
 	return args

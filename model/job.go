@@ -86,6 +86,11 @@ type Job struct {
 	// is, as one file called StdinFilename (restic --stdin); the job then has no Paths.
 	StdinFrom     string
 	StdinFilename string
+	// CopyTo, if set, is a second repository each snapshot of a backup is copied into by a run
+	// of kind copy, with its own password file and (optional) environment file.
+	CopyTo           string
+	CopyPasswordFile string
+	CopyEnvFile      string
 	// DrillSchedule is when a restore drill of DrillFiles files of the latest snapshot runs (a
 	// verification: it counts as one); "" never. NextDrillAt is its next slot.
 	DrillSchedule string

@@ -37,6 +37,22 @@ func ExclusiveKinds() []string { return slices.Clone(exclusiveKinds) }
 
 var exclusiveKinds = []string{KindPrune, KindForget, KindVerify}
 
+// Copy is the job as its copy repository's: the same job, with the copy's repository, password
+// file and environment file; ok is false if the job has none. The units, the inventory and
+// retention of the copy repository see it so.
+func (j Job) Copy() (copy Job, ok bool) {
+	if j.CopyTo == "" {
+		return Job{}, false
+	}
+	copy = j
+	copy.Repository, copy.PasswordFile = j.CopyTo, j.CopyPasswordFile
+	if j.CopyEnvFile != "" {
+		copy.EnvFile = j.CopyEnvFile // else the job's: restic copy reads one environment for both
+	}
+	copy.CopyTo, copy.CopyPasswordFile, copy.CopyEnvFile = "", "", ""
+	return copy, true
+}
+
 // Operation is what a run's engine does, as `holdfast exec --kind` and the outcome mapping read
 // its output: its kind, or engine.OpDrill for a verification that drills a restore.
 func (r Run) Operation() string {

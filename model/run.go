@@ -29,14 +29,16 @@ const (
 	KindForget  = "forget"  // deletes a retention plan's snapshots; needs its repository to itself
 	KindRestore = "restore" // gives a snapshot back into a target directory; reads its repository
 	KindVerify  = "verify"  // checks the repository (restic check) or drills a restore; needs it to itself
+	KindCopy    = "copy"    // copies a backup's snapshot into the job's copy repository (restic copy)
 )
 
 // Run triggers: what admitted a run.
 const (
-	TriggerManual   = "manual"   // an operator: run start, retention apply
-	TriggerSchedule = "schedule" // its job's schedule (or prune schedule), on time
-	TriggerCatchUp  = "catch-up" // its job's schedule, once for the slots missed while down
-	TriggerRetry    = "retry"    // a retry of a run that failed for a transient reason
+	TriggerManual   = "manual"       // an operator: run start, retention apply
+	TriggerSchedule = "schedule"     // its job's schedule (or prune schedule), on time
+	TriggerCatchUp  = "catch-up"     // its job's schedule, once for the slots missed while down
+	TriggerRetry    = "retry"        // a retry of a run that failed for a transient reason
+	TriggerBackup   = "after-backup" // a backup that made a snapshot: its copy
 )
 
 // Live reports whether a run in this status still has (or will get) a process.
@@ -71,6 +73,8 @@ type Run struct {
 	Host            string     // the host the run must run on, whatever its job says ("" none): a restore's target is there
 	Restore         Restore    // what a restore run gives back; zero for other kinds
 	Verify          Verify     // what a verify run checks; zero for other kinds
+	CopySnapshot    string     // the snapshot a copy run copies
+	OnCopy          bool       // the run works on its job's copy repository (see Job.Copy)
 	ForgetIDs       []string   // the snapshots a forget run deletes
 	PlanID          *uuid.UUID // the retention plan a forget run applies
 	BudgetBytes     *int64     // what the run may add over all its attempts

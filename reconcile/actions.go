@@ -86,6 +86,11 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l model.LiveRun, m ru
 			v.reason = drilled(a)
 		}
 		return r.finishAttempt(ctx, l, a, m, v)
+	case model.KindCopy:
+		if v.status == model.StatusSucceeded {
+			v.reason = "copy complete: snapshot " + shortID(l.Run.CopySnapshot) + " is in the copy repository"
+		}
+		return r.finishAttempt(ctx, l, a, m, v)
 	}
 	if ev.Summary == nil && (v.status == model.StatusSucceeded || v.status == model.StatusPartial) && l.JobEngine == engine.NameRestic {
 		// The run stays live, its marker in place, until the repair closed it: a repair not
@@ -175,6 +180,9 @@ func (r *Reconciler) refreshAfter(ctx context.Context, l model.LiveRun) {
 	key := model.AttemptRef{Run: l.Run.ID, No: -l.Attempt.No}
 	refresh := func(ctx context.Context, _ func()) error {
 		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
+		if c, ok := job.Copy(); ok && l.Run.OnCopy {
+			job = c // the repository the run worked on
+		}
 		if err == nil {
 			_, err = inventory.Refresh(ctx, r.cfg.inventoryConfig(), job)
 		}

@@ -112,7 +112,7 @@ func (r *Reconciler) prerequisite(ctx context.Context, name string) (*prereq, er
 // retryPlan returns the retry of a backup that failed for a transient reason, or nil if its job
 // allows no more. A prune or forget is not retried: the next one is planned anew.
 func (r *Reconciler) retryPlan(ctx context.Context, l model.LiveRun) (*store.Retry, error) {
-	if l.JobEngine == "" || l.Run.Kind != model.KindBackup {
+	if l.JobEngine == "" || l.Run.Kind != model.KindBackup && l.Run.Kind != model.KindCopy {
 		return nil, nil
 	}
 	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)

@@ -9,9 +9,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/journallog"
+	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -22,11 +24,23 @@ import (
 // staleLock), and why is that reason ("" if none). Exported so tests start what the daemon starts.
 func AttemptSpec(ctx context.Context, st Store, jobs jobunit.Config, job model.Job, run model.Run, attempt int) (spec runner.Spec, why string, err error) {
 	if job.Engine == engine.NameRestic {
-		endings, err := st.EndingsSinceLastStart(ctx, job.Repository)
-		if err != nil {
-			return runner.Spec{}, "", err
+		// A copy uses two repositories: a lock either may hold is removed from both.
+		repos := []string{job.Repository}
+		if c, ok := job.Copy(); ok && run.OnCopy {
+			repos[0] = c.Repository
+			if run.Kind == model.KindCopy {
+				repos = append(repos, job.Repository)
+			}
 		}
-		why = staleLock(endings)
+		for _, repo := range repos {
+			endings, err := st.EndingsSinceLastStart(ctx, repo)
+			if err != nil {
+				return runner.Spec{}, "", err
+			}
+			if why = staleLock(endings); why != "" {
+				break
+			}
+		}
 		if why == "" && attempt > 1 {
 			// A restart follows an interruption: a reboot's stop has been seen to leave restic's
 			// lock behind although restic exited 130, as after a SIGINT it honoured.
@@ -77,8 +91,17 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		// Hooks prepare what the backup reads (a dump, a flushed file): its paths, and nothing else.
 		writable = append(writable, job.Paths...)
 	}
+	// A copy, and a forget or prune of the copy's plan, work on the job's copy repository.
+	repoJob := job
+	if c, ok := job.Copy(); ok && run.OnCopy {
+		repoJob = c
+	}
 	// Every kind writes its repository, if only restic's lock.
-	spec, ej := jobunit.Spec(cfg, job, name, true, writable...)
+	spec, ej := jobunit.Spec(cfg, repoJob, name, true, writable...)
+	var copyFrom engine.Job
+	if run.Kind == model.KindCopy {
+		copyFrom = copySource(cfg, job, &spec)
+	}
 	restic := engine.Restic{Binary: cfg.ResticBinary}
 	execArgv := []string{cfg.Binary, "exec",
 		"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt),
@@ -117,6 +140,8 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		argv = restic.PruneArgv(ej)
 	case model.KindForget:
 		argv = restic.ForgetArgv(ej, run.ForgetIDs)
+	case model.KindCopy:
+		argv = restic.CopyArgv(ej, copyFrom, run.CopySnapshot)
 	case model.KindVerify:
 		argv = restic.CheckArgv(ej, run.Verify.ReadDataSubset)
 		if n := run.Verify.DrillFiles; n > 0 {
@@ -149,8 +174,31 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		}
 		execArgv = append(execArgv, "--after-interrupt", arg)
 	}
+	if run.Kind == model.KindCopy {
+		// The source's lock too, with the source's password.
+		for _, arg := range restic.UnlockArgv(copyFrom) {
+			if unlock {
+				execArgv = append(execArgv, "--before-source", arg)
+			}
+			execArgv = append(execArgv, "--after-interrupt-source", arg)
+		}
+	}
 	spec.ExecStart = append(append(execArgv, "--"), argv...)
 	// restic 0.14 leaves its lock behind on SIGTERM; on SIGINT it removes it and exits 130.
 	spec.KillSignal = syscall.SIGINT
 	return spec
+}
+
+// copySource is the job's own repository as a copy's source: its password reaches the unit as a
+// credential of its own under the system manager (else by its path), and a local repository is
+// made writable for restic's lock on it.
+func copySource(cfg jobunit.Config, job model.Job, spec *runner.Spec) engine.Job {
+	_, src := jobunit.Spec(cfg, job, "", false)
+	if cfg.Runner != nil && cfg.Runner.SystemManager() {
+		spec.LoadCredentials = append(spec.LoadCredentials, runner.Credential{Name: credentials.FromPassword, Path: job.PasswordFile})
+	}
+	if dir, local := ledger.Local(job.Repository); local && spec.Sandbox != nil {
+		spec.Sandbox.ReadWritePaths = append(spec.Sandbox.ReadWritePaths, dir)
+	}
+	return src
 }

@@ -84,16 +84,18 @@ func (s *Store) RecordPlan(ctx context.Context, p Plan) (Plan, error) {
 
 func admitForget(ctx context.Context, tx pgx.Tx, p Plan, planID uuid.UUID) (*uuid.UUID, error) {
 	var jobID int64
-	var jobEngine, repository string
-	err := tx.QueryRow(ctx, `SELECT id, engine, repository FROM jobs WHERE name = $1 FOR UPDATE`, p.JobName).
-		Scan(&jobID, &jobEngine, &repository)
+	var jobEngine, repository, copyTo string
+	err := tx.QueryRow(ctx, `SELECT id, engine, repository, copy_to FROM jobs WHERE name = $1 FOR UPDATE`, p.JobName).
+		Scan(&jobID, &jobEngine, &repository, &copyTo)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("job %q: %w", p.JobName, ErrNotFound)
 		}
 		return nil, err
 	}
-	if !model.HasRepository(jobEngine) || repository != p.Repository {
+	// A plan of the job's copy repository is carried out there.
+	onCopy := copyTo != "" && p.Repository == copyTo
+	if !model.HasRepository(jobEngine) || repository != p.Repository && !onCopy {
 		return nil, &ConflictError{Msg: fmt.Sprintf("job %s no longer backs up to %s: plan again", p.JobName, p.Repository)}
 	}
 	live, found, err := liveRunOf(ctx, tx, jobID)
@@ -115,7 +117,7 @@ func admitForget(ctx context.Context, tx pgx.Tx, p Plan, planID uuid.UUID) (*uui
 		return nil, err
 	}
 	_, err = insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: p.JobName, trigger: model.TriggerManual, kind: model.KindForget,
-		forgetIDs: p.DeleteIDs, planID: &planID})
+		forgetIDs: p.DeleteIDs, planID: &planID, onCopy: onCopy})
 	return &id, err
 }
 

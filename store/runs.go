@@ -24,6 +24,7 @@ const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_rea
 	r.planned_at, r.not_before, coalesce(` + hostNote + `, r.waiting_reason, ''), r.retry_of, r.retry_number, r.retried_by, r.kind,
 	r.forget_ids, r.plan_id, r.budget_bytes, coalesce(r.host, ''), coalesce(r.restore_target, ''), coalesce(r.restore_snapshot, ''),
 	r.restore_includes, r.restore_total_bytes, r.restore_total_files, r.verify_subset, r.drill_files,
+	coalesce(r.copy_snapshot, ''), r.on_copy,
 	coalesce((SELECT sum(bytes) FROM open_holds WHERE run_id = r.id), 0)::bigint,
 	coalesce((SELECT sum(e.bytes) FROM ledger_entries e WHERE e.run_id = r.id AND e.kind = 'settle'), 0)::bigint`
 
@@ -47,6 +48,7 @@ func runDest(r *model.Run) []any {
 		&r.PlannedAt, &r.NotBefore, &r.WaitingReason, &r.RetryOf, &r.RetryNumber, &r.RetriedBy, &r.Kind,
 		&r.ForgetIDs, &r.PlanID, &r.BudgetBytes, &r.Host, &r.Restore.Target, &r.Restore.Snapshot,
 		&r.Restore.Includes, &r.Restore.TotalBytes, &r.Restore.TotalFiles, &r.Verify.ReadDataSubset, &r.Verify.DrillFiles,
+		&r.CopySnapshot, &r.OnCopy,
 		&r.HeldBytes, &r.SettledBytes}
 }
 
@@ -158,7 +160,7 @@ func (s *Store) AdmitRequest(ctx context.Context, r Request) (model.Run, error) 
 
 // kindVerb says what a run of each kind other than a backup does to a repository.
 var kindVerb = map[string]string{model.KindPrune: "pruned", model.KindForget: "forgotten from",
-	model.KindRestore: "restored from", model.KindVerify: "verified"}
+	model.KindRestore: "restored from", model.KindVerify: "verified", model.KindCopy: "copied"}
 
 // newRun is a run to admit.
 type newRun struct {
@@ -176,6 +178,8 @@ type newRun struct {
 	host          string
 	restore       model.Restore
 	verify        model.Verify
+	copySnapshot  string // a copy run's snapshot
+	onCopy        bool   // the run works on the job's copy repository
 }
 
 // insertRun admits a run inside tx: the run with its first attempt and, for a backup, its place
@@ -186,12 +190,12 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 	rs := n.restore
 	if _, err := tx.Exec(ctx, `INSERT INTO runs (id, job_id, job_name, trigger, kind, planned_at, retry_of, retry_number,
 			not_before, waiting_reason, forget_ids, plan_id, host, restore_target, restore_snapshot, restore_includes,
-			restore_total_bytes, restore_total_files, verify_subset, drill_files)
+			restore_total_bytes, restore_total_files, verify_subset, drill_files, copy_snapshot, on_copy)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''), $11, $12, nullif($13, ''), nullif($14, ''), nullif($15, ''),
-			$16, $17, $18, $19, $20)`, id, n.jobID, n.jobName, n.trigger, kind,
+			$16, $17, $18, $19, $20, nullif($21, ''), $22)`, id, n.jobID, n.jobName, n.trigger, kind,
 		n.plannedAt, n.retryOf, n.retryNumber, n.notBefore, n.waitingReason, nonNil(n.forgetIDs), n.planID,
 		n.host, rs.Target, rs.Snapshot, nonNil(rs.Includes), rs.TotalBytes, rs.TotalFiles,
-		n.verify.ReadDataSubset, n.verify.DrillFiles); err != nil {
+		n.verify.ReadDataSubset, n.verify.DrillFiles, n.copySnapshot, n.onCopy); err != nil {
 		return false, err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {
@@ -264,6 +268,13 @@ type Limits struct {
 	MaxRunningHost int // on the claiming host
 }
 
+// runRepositories is the SQL array of the repositories run r of job j uses: the job's, or its copy
+// repository for a run on it, and for a copy both (NULL elements match nothing).
+func runRepositories(r, j string) string {
+	return fmt.Sprintf(`ARRAY[CASE WHEN %[1]s.on_copy THEN %[2]s.copy_to ELSE %[2]s.repository END,
+		CASE WHEN %[1]s.kind = 'copy' THEN %[2]s.repository END]`, r, j)
+}
+
 // spawnLockClass is the first key of the advisory locks that serialize spawn claims ("hfsp").
 const spawnLockClass int32 = 0x68667370
 
@@ -288,8 +299,10 @@ func (s *Store) ClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed 
 	// Claims that decide on what other claims hold are serialized, so that two of them never
 	// both see the last free place: all claims when limits are set, else the claims on one
 	// repository (a prune, forget or check needs it to itself; a backup or a restore waits for it).
-	lock := `SELECT pg_advisory_xact_lock($1::int, hashtext(j.repository)) FROM runs r JOIN jobs j ON j.id = r.job_id
-		WHERE r.id = $2 AND j.engine = ANY($3)`
+	// A copy uses two repositories, locked in one order.
+	lock := `SELECT pg_advisory_xact_lock($1::int, l.h) FROM (SELECT DISTINCT hashtext(x.repo) AS h
+		FROM runs r JOIN jobs j ON j.id = r.job_id, unnest(` + runRepositories("r", "j") + `) x(repo)
+		WHERE r.id = $2 AND j.engine = ANY($3) AND x.repo IS NOT NULL ORDER BY 1) l`
 	limited := limits.MaxRunning > 0 || limits.MaxRunningHost > 0
 	if limited {
 		lock = `SELECT pg_advisory_xact_lock($1::int, 0) WHERE $2::uuid IS NOT NULL AND $3::text[] IS NOT NULL`
@@ -309,7 +322,8 @@ func (s *Store) ClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed 
 			SELECT o.id, o.kind FROM runs me JOIN jobs mj ON mj.id = me.job_id,
 				attempts oa JOIN runs o ON o.id = oa.run_id JOIN jobs oj ON oj.id = o.job_id
 			WHERE me.id = $1 AND mj.engine = ANY($12) AND oa.ended_at IS NULL AND oa.unit IS NOT NULL
-			  AND o.id <> me.id AND oj.repository = mj.repository AND (me.kind = ANY($13) OR o.kind = ANY($13))
+			  AND o.id <> me.id AND `+runRepositories("o", "oj")+` && `+runRepositories("me", "mj")+`
+			  AND (me.kind = ANY($13) OR o.kind = ANY($13))
 			LIMIT 1),
 		holding AS (
 			SELECT count(*) AS all_hosts, count(*) FILTER (WHERE host = $4) AS on_host
@@ -562,13 +576,18 @@ func (s *Store) Finish(ctx context.Context, w Lease, e Ending) (bool, error) {
 		if err := recordSnapshot(ctx, tx, e.Snapshot, at); err != nil {
 			return err
 		}
+		if err := admitCopy(ctx, tx, e); err != nil {
+			return err
+		}
 		if e.Retry == nil {
 			return nil
 		}
 		rt := e.Retry
 		n := newRun{trigger: model.TriggerRetry, retryOf: &e.RunID, retryNumber: rt.Number, notBefore: &rt.NotBefore,
 			waitingReason: rt.Why + ", due at " + due}
-		if err := tx.QueryRow(ctx, `SELECT job_id, job_name FROM runs WHERE id = $1`, e.RunID).Scan(&n.jobID, &n.jobName); err != nil {
+		// A retry repeats the run: a copy's retry copies the same snapshot.
+		if err := tx.QueryRow(ctx, `SELECT job_id, job_name, kind, coalesce(copy_snapshot, ''), on_copy FROM runs WHERE id = $1`, e.RunID).Scan(
+			&n.jobID, &n.jobName, &n.kind, &n.copySnapshot, &n.onCopy); err != nil {
 			return err
 		}
 		if _, err := insertRun(ctx, tx, rt.ID, n); err != nil {
@@ -584,6 +603,30 @@ func (s *Store) Finish(ctx context.Context, w Lease, e Ending) (bool, error) {
 		return false, fmt.Errorf("finish run %s attempt %d: %w", e.RunID, e.Attempt, err)
 	}
 	return finished == 1, nil
+}
+
+// admitCopy admits, in the ending's transaction, the copy run of a backup that made a snapshot
+// (succeeded or partial) when its job has a copy repository: the copy is then due exactly once
+// per snapshot, whatever crashes after the commit.
+func admitCopy(ctx context.Context, tx pgx.Tx, e Ending) error {
+	if e.SnapshotID == "" || e.Status != model.StatusSucceeded && e.Status != model.StatusPartial {
+		return nil
+	}
+	n := newRun{kind: model.KindCopy, trigger: model.TriggerBackup, copySnapshot: e.SnapshotID, onCopy: true}
+	err := tx.QueryRow(ctx, `SELECT j.id, j.name FROM runs r JOIN jobs j ON j.id = r.job_id
+		WHERE r.id = $1 AND r.kind = 'backup' AND j.copy_to <> '' FOR UPDATE OF j`, e.RunID).Scan(&n.jobID, &n.jobName)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return err
+	}
+	_, err = insertRun(ctx, tx, id, n)
+	return err
 }
 
 // Restarting is an attempt that ended without ending its run, as Restart records it.

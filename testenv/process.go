@@ -139,3 +139,27 @@ func descendants(root int) ([]int, error) {
 	}
 	return out, nil
 }
+
+// reapOrphans reaps the killed processes that became this process's children (RunMain makes it
+// a subreaper), waiting up to d in all for them to be handed over and to exit.
+func reapOrphans(killed map[int]bool, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for p, reap := range killed {
+		for reap {
+			wpid, err := syscall.Wait4(p, nil, syscall.WNOHANG, nil)
+			switch {
+			case wpid == p:
+				reap = false // reaped
+			case err == syscall.EINTR:
+			case err != nil && err != syscall.ECHILD:
+				reap = false
+			default: // not exited yet, or not (yet) this process's child
+				if _, _, err := procStat(p); err != nil || time.Now().After(deadline) {
+					reap = false // gone, or someone else's
+				} else {
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+		}
+	}
+}

@@ -636,14 +636,22 @@ func (inst *instance) stop() error {
 	// Frozen, the manager can neither start, restart nor reap anything
 	// while its tree is killed, and orphans stay below it.
 	syscall.Kill(pid, syscall.SIGSTOP)
-	err := killAll(func() []int {
+	killed := map[int]bool{}
+	list := func() []int {
 		below, _ := descendants(pid)
-		return append(below, inst.cgroup.pids()...)
-	}, inst.cgroup.kill)
+		below = append(below, inst.cgroup.pids()...)
+		for _, p := range below {
+			killed[p] = p != pid
+		}
+		return below
+	}
+	list() // the processes to reap, before the cgroup's kill makes them zombies
+	err := killAll(list, inst.cgroup.kill)
 	inst.proc.cmd.Process.Kill()
 	if !inst.proc.wait(10 * time.Second) {
 		return fmt.Errorf("manager %d survives SIGKILL", pid)
 	}
+	reapOrphans(killed, 5*time.Second)
 	if inst.journald > 0 && !waitGone(inst.journald, 5*time.Second) {
 		return fmt.Errorf("journald %d survives SIGKILL", inst.journald)
 	}

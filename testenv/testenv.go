@@ -43,6 +43,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // runMainActive records that RunMain owns the process, so resources that
@@ -54,6 +56,10 @@ var runMainActive atomic.Bool
 // exits with the tests' exit code. Call it from TestMain.
 func RunMain(m *testing.M) {
 	runMainActive.Store(true)
+	// The processes of a killed manager's units become this process's, which reaps them (see
+	// instance.stop): a zombie's pid still answers kill(pid, 0), so restic would take the lock
+	// of a killed restic for a live one, as it never would on a host whose PID 1 reaps.
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	code := m.Run()
 	if err := shutdown(); err != nil {
 		fmt.Fprintf(os.Stderr, "testenv: shutdown: %v\n", err)

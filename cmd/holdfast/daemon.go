@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -236,15 +237,20 @@ func splitList(s string) []string {
 }
 
 // credentialFlags are the flags by which a unit's command learns which credentials it was given.
-type credentialFlags struct{ password, env bool }
+type credentialFlags struct{ password, env, fromPassword bool }
 
 func (c *credentialFlags) add(f *pflag.FlagSet) {
 	f.BoolVar(&c.password, "password-credential", false, "set RESTIC_PASSWORD_FILE to the unit's password credential")
 	f.BoolVar(&c.env, "env-credential", false, "add the variables of the unit's environment credential")
+	f.BoolVar(&c.fromPassword, "from-password-credential", false, "set RESTIC_FROM_PASSWORD_FILE to the unit's credential of a copy's source password")
 }
 
 func (c credentialFlags) environ() ([]string, error) {
-	return credentials.Environ(os.Environ(), c.password, c.env)
+	env, err := credentials.Environ(os.Environ(), c.password, c.env)
+	if err != nil || !c.fromPassword {
+		return env, err
+	}
+	return credentials.WithFromPassword(env)
 }
 
 // newCredexecCmd runs a command with the unit's credentials in its environment, in place of this
@@ -284,7 +290,7 @@ func newExecCmd() *cobra.Command {
 	var attempt int
 	var totalBytes, totalFiles int64
 	var creds credentialFlags
-	var before, afterInterrupt, hooksBefore, hooksAfter []string
+	var before, afterInterrupt, beforeSource, afterInterruptSource, hooksBefore, hooksAfter []string
 	cmd := &cobra.Command{
 		Use:    "exec --run R --attempt N --journal FILE --engine restic -- COMMAND...",
 		Short:  "Run an engine inside a backup unit, writing its run journal (used by the daemon's units)",
@@ -311,6 +317,11 @@ func newExecCmd() *cobra.Command {
 			}
 			if len(before) > 0 {
 				if status, stopped := engine.RunBefore(cmd.Context(), before, env); stopped {
+					return exitCodeError{status}
+				}
+			}
+			if len(beforeSource) > 0 {
+				if status, stopped := engine.RunBefore(cmd.Context(), beforeSource, sourceEnv(env)); stopped {
 					return exitCodeError{status}
 				}
 			}
@@ -363,8 +374,13 @@ func newExecCmd() *cobra.Command {
 				fmt.Fprintf(os.Stderr, "holdfast exec: %v\n", err)
 				return exitCodeError{127}
 			}
-			if len(afterInterrupt) > 0 && (status == 128+int(syscall.SIGINT) || status == 128+int(syscall.SIGTERM)) {
-				engine.RunAfterInterrupt(afterInterrupt, env, afterInterruptTimeout)
+			if status == 128+int(syscall.SIGINT) || status == 128+int(syscall.SIGTERM) {
+				if len(afterInterrupt) > 0 {
+					engine.RunAfterInterrupt(afterInterrupt, env, afterInterruptTimeout)
+				}
+				if len(afterInterruptSource) > 0 {
+					engine.RunAfterInterrupt(afterInterruptSource, sourceEnv(env), afterInterruptTimeout)
+				}
 			}
 			// What the daemon will make of the exit, as far as the status says: the engine's own reading.
 			outcome := parser.Classify(engine.Evidence{ExitStatus: status, Operation: kind})
@@ -390,12 +406,29 @@ func newExecCmd() *cobra.Command {
 	f.StringArrayVar(&hooksAfter, "hook-after", nil, "a job's after hook, as --hook-before, run whatever the outcome (repeatable, in order)")
 	f.StringArrayVar(&hooksBefore, "hook-before", nil, "a job's before hook, a command line split as a shell splits words (repeatable, in order)")
 	f.StringVar(&stdinFrom, "stdin-from", "", "a command line (split as --hook-before) whose standard output is the engine's standard input, closed only if it exits 0")
+	f.StringArrayVar(&beforeSource, "before-source", nil, "as --before, with a copy's source password as restic's (RESTIC_FROM_PASSWORD_FILE as RESTIC_PASSWORD_FILE)")
+	f.StringArrayVar(&afterInterruptSource, "after-interrupt-source", nil, "as --after-interrupt, with a copy's source password as restic's")
 	f.StringArrayVar(&afterInterrupt, "after-interrupt", nil, "a command to run when a signal interrupted the engine (restic unlock), one argument per flag")
 	creds.add(f)
 	for _, name := range []string{"run", "attempt", "journal"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
 	return cmd
+}
+
+// sourceEnv is env for restic on a copy's source repository: its password (the credential in
+// RESTIC_FROM_PASSWORD_FILE, if the unit has one) as RESTIC_PASSWORD_FILE.
+func sourceEnv(env []string) []string {
+	from := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "RESTIC_FROM_PASSWORD_FILE="); ok {
+			from = v
+		}
+	}
+	if from == "" {
+		return env
+	}
+	return append(slices.Clone(env), "RESTIC_PASSWORD_FILE="+from) // the last one counts
 }
 
 // runBeforeHooks runs a job's before hooks in order, as this process (the job's user, in its

@@ -97,6 +97,9 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.BoolVar(&jf.noAfter, "no-after", false, "remove the job's after hooks")
 	f.StringVar(&j.StdinFrom, "stdin-from", "", `back up this command's standard output as one file instead of --path, e.g. "/usr/bin/pg_dump -Fc shop" (split as --before; run as the job's user in the unit); a failing command fails the run and leaves no snapshot; "" back up --path again`)
 	f.StringVar(&j.StdinFilename, "stdin-filename", "", "the name the output of --stdin-from has in the snapshot, e.g. shop.dump")
+	f.StringVar(&j.CopyTo, "copy-to", "", `copy each snapshot a backup makes into this second restic repository (a run of kind copy); "" no copy`)
+	f.StringVar(&j.CopyPasswordFile, "copy-password-file", "", "the copy repository's password file (absolute path; may be root's alone)")
+	f.StringVar(&j.CopyEnvFile, "copy-env-file", "", `KEY=VALUE lines for restic's environment in a copy, in place of --env-file (root's alone; "" the job's)`)
 	f.StringVar(&j.PruneSchedule, "prune-schedule", "", `when to prune the repository (restic prune), a schedule like --schedule; "" never`)
 	f.StringVar(&j.VerifySchedule, "verify-schedule", "", `when to verify the repository (restic check), a schedule like --schedule; "" never`)
 	f.StringVar(&j.VerifyReadData, "verify-read-data", "", `the part of the data each scheduled verification reads: a percentage (5%) or n/t (1/7); "" the structure only`)
@@ -137,7 +140,15 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 			}
 		},
 		"stdin-filename": func() { j.StdinFilename = src.StdinFilename },
-		"after":          func() { j.AfterHooks = src.AfterHooks }, "no-after": func() {
+		"copy-to": func() {
+			j.CopyTo = src.CopyTo
+			if src.CopyTo == "" {
+				j.CopyPasswordFile, j.CopyEnvFile = "", ""
+			}
+		},
+		"copy-password-file": func() { j.CopyPasswordFile = src.CopyPasswordFile },
+		"copy-env-file":      func() { j.CopyEnvFile = src.CopyEnvFile },
+		"after":              func() { j.AfterHooks = src.AfterHooks }, "no-after": func() {
 			if jf.noAfter {
 				j.AfterHooks = nil
 			}
@@ -157,6 +168,9 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 	}
 	if f.Changed("after") && f.Changed("no-after") {
 		return badInput("--after and --no-after contradict each other: give one")
+	}
+	if f.Changed("copy-to") && src.CopyTo == "" && (src.CopyPasswordFile != "" || src.CopyEnvFile != "") {
+		return badInput(`--copy-to "" removes the copy repository, its password and environment files with it: drop --copy-password-file and --copy-env-file`)
 	}
 	if f.Changed("host") && f.Changed("any-host") {
 		return badInput("--host and --any-host contradict each other: give one")
@@ -334,6 +348,9 @@ type jobOut struct {
 	AfterHooks         []string          `json:"after,omitempty"`
 	StdinFrom          string            `json:"stdin_from,omitempty"`
 	StdinFilename      string            `json:"stdin_filename,omitempty"`
+	CopyTo             string            `json:"copy_to,omitempty"`
+	CopyPasswordFile   string            `json:"copy_password_file,omitempty"`
+	CopyEnvFile        string            `json:"copy_env_file,omitempty"`
 	HookSkips          int               `json:"hook_skips"`
 	VerifySchedule     string            `json:"verify_schedule"`
 	NextVerifyAt       *string           `json:"next_verify_at"`
@@ -383,6 +400,7 @@ func jobJSON(j model.Job) jobOut {
 	o.PruneSchedule, o.NextPruneAt = j.PruneSchedule, timeStr(j.NextPruneAt)
 	o.BeforeHooks, o.AfterHooks, o.HookSkips = j.BeforeHooks, j.AfterHooks, j.HookSkips
 	o.StdinFrom, o.StdinFilename = j.StdinFrom, j.StdinFilename
+	o.CopyTo, o.CopyPasswordFile, o.CopyEnvFile = j.CopyTo, j.CopyPasswordFile, j.CopyEnvFile
 	o.VerifySchedule, o.NextVerifyAt, o.VerifyReadData = j.VerifySchedule, timeStr(j.NextVerifyAt), j.VerifyReadData
 	o.VerifyAlertAfter = j.VerifyAlertAfter.Seconds()
 	o.DrillSchedule, o.NextDrillAt, o.DrillFiles = j.DrillSchedule, timeStr(j.NextDrillAt), j.DrillFiles
@@ -556,6 +574,9 @@ func newJobShowCmd(g *globals) *cobra.Command {
 						j.RetentionMaxDelete*100, j.RetentionMinKeep)
 				default:
 					fmt.Fprintf(w, "retention:     none: nothing is ever deleted (holdfast job edit %s --preset 30d)\n", j.Name)
+				}
+				if j.CopyTo != "" {
+					fmt.Fprintf(w, "copy to:       %s (password file %s), after each backup that made a snapshot\n", textsafe.String(j.CopyTo), textsafe.String(j.CopyPasswordFile))
 				}
 				if j.StdinFrom != "" {
 					fmt.Fprintf(w, "stdin from:    %s, as %s in the snapshot\n", textsafe.String(j.StdinFrom), textsafe.String(j.StdinFilename))

@@ -157,19 +157,20 @@ func resticBinary(flag string) (string, error) {
 // planOut is a plan as `retention plan|apply|simulate --json` print it.
 type planOut struct {
 	retention.Plan
-	Job       string           `json:"job,omitempty"`
-	At        string           `json:"at"`
-	Policy    retention.Policy `json:"policy"`
-	Describe  string           `json:"policy_text"`
-	Guardrail string           `json:"guardrail,omitempty"` // why apply would refuse it; "" if it would not
-	PlanID    string           `json:"plan_id,omitempty"`
-	RunID     string           `json:"run_id,omitempty"`
-	Outcome   string           `json:"outcome,omitempty"`
+	Job        string           `json:"job,omitempty"`
+	Repository string           `json:"repository,omitempty"` // the repository planned
+	At         string           `json:"at"`
+	Policy     retention.Policy `json:"policy"`
+	Describe   string           `json:"policy_text"`
+	Guardrail  string           `json:"guardrail,omitempty"` // why apply would refuse it; "" if it would not
+	PlanID     string           `json:"plan_id,omitempty"`
+	RunID      string           `json:"run_id,omitempty"`
+	Outcome    string           `json:"outcome,omitempty"`
 }
 
 func printPlan(w io.Writer, o planOut) {
 	if o.Job != "" {
-		fmt.Fprintf(w, "job %s, plan at %s\n", o.Job, o.At)
+		fmt.Fprintf(w, "job %s, repository %s, plan at %s\n", o.Job, o.Repository, o.At)
 	}
 	fmt.Fprintf(w, "policy: %s\n", o.Describe)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -212,7 +213,7 @@ func (g *globals) refreshSnapshots(ctx context.Context, st *store.Store, restic 
 func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 	var pf policyFlags
 	var asJSON, force, wait bool
-	var at, host, restic string
+	var at, host, restic, repository string
 	use, short := "plan JOB", "Show what the job's retention policy keeps and deletes, and why (changes nothing)"
 	if apply {
 		use, short = "apply JOB", "Delete the snapshots the job's retention plan deletes, as a transient unit"
@@ -244,12 +245,15 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 					return fmt.Errorf("host name: %w", err)
 				}
 			}
+			if repository != "job" && repository != "copy" {
+				return badInput("--repository %q: give job (the job's own) or copy (its --copy-to)", repository)
+			}
 			resticPath, err := resticBinary(restic)
 			if err != nil {
 				return err
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				pl, err := forget.Plan(ctx, st, forget.Request{Job: args[0], At: planAt, Host: host,
+				pl, err := forget.Plan(ctx, st, forget.Request{Job: args[0], At: planAt, Host: host, Copy: repository == "copy",
 					Policy:      func(p retention.Policy) (retention.Policy, error) { return pf.policy(cmd.Flags(), p) },
 					PolicyGiven: pf.given(cmd.Flags()),
 					Read: func(ctx context.Context, j model.Job) ([]store.Snapshot, error) {
@@ -258,7 +262,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				o := planOut{Plan: pl.Plan, Job: pl.Job.Name, At: planAt.UTC().Format(time.RFC3339), Policy: pl.Policy, Describe: pl.Policy.Describe()}
+				o := planOut{Plan: pl.Plan, Job: pl.Job.Name, Repository: pl.Job.Repository, At: planAt.UTC().Format(time.RFC3339), Policy: pl.Policy, Describe: pl.Policy.Describe()}
 				if pl.Refusal != nil {
 					o.Guardrail = pl.Refusal.Error()
 				}
@@ -317,6 +321,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 	f := cmd.Flags()
 	pf.bind(f)
 	f.StringVar(&host, "host", "", "the host whose snapshots are the job's (default: this host's name)")
+	f.StringVar(&repository, "repository", "job", "the repository planned: job (the job's own) or copy (its --copy-to, with the policy flags given or else the job's policy)")
 	f.StringVar(&restic, "restic", "", "restic executable (default: restic in PATH)")
 	f.BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	if apply {

@@ -107,6 +107,8 @@ type runOut struct {
 	Restore         *restoreOut  `json:"restore,omitempty"`
 	ReadDataSubset  string       `json:"read_data_subset,omitempty"`
 	DrillFiles      int          `json:"drill_files,omitempty"`
+	CopySnapshot    string       `json:"copy_snapshot,omitempty"` // the snapshot a copy run copies
+	OnCopy          bool         `json:"on_copy,omitempty"`       // the run works on the job's copy repository
 	// Drill is a drill's sample and result as its unit reported them (its last attempt's).
 	Drill    *engine.Drill `json:"drill,omitempty"`
 	Attempts []attemptOut  `json:"attempts,omitempty"`
@@ -136,6 +138,7 @@ func runJSON(r model.Run, attempts []model.Attempt) runOut {
 	}
 	o.ForgetIDs = r.ForgetIDs
 	o.Host, o.ReadDataSubset, o.DrillFiles = r.Host, r.Verify.ReadDataSubset, r.Verify.DrillFiles
+	o.CopySnapshot, o.OnCopy = r.CopySnapshot, r.OnCopy
 	if n := len(attempts); n > 0 && r.Verify.DrillFiles > 0 && len(attempts[n-1].Summary) > 0 {
 		var d engine.Drill
 		if json.Unmarshal(attempts[n-1].Summary, &d) == nil {
