@@ -252,7 +252,7 @@ func TestExportRoundTrips(t *testing.T) {
 		"--depends-on", "every")
 	w.mustRun("job", "add", "plain", "--repo", repo, "--password-file", pw, "--path", data, "--preset", "gfs")
 	w.mustRun("job", "add", "dump", "--repo", repo, "--password-file", pw, "--stdin-from", "/bin/echo 'a dump'", "--stdin-filename", "a.dump",
-		"--after", "/bin/true")
+		"--after", "/bin/true", "--copy-to", filepath.Join(w.dir, "offsite"), "--copy-password-file", pw)
 	w.mustRun("notify", "add", "hook", "--webhook", "https://hooks.example.com/x", "--job", "every", "--events", "failed,verify_failed")
 	w.mustRun("notify", "add", "mail", "--command", "/usr/local/bin/holdfast-mail", "--command", "--to=ops")
 	exported := w.mustRun("export")

@@ -211,6 +211,22 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 	if s := b.hostState("web2"); s != "" {
 		t.Fatalf("host web2 after host forget: %q, want gone", s)
 	}
+
+	// A second copy, under the system manager: both passwords reach the unit as credentials.
+	b.readmeBlock(readmeCopy, env)
+	var copied bool
+	for _, r := range b.runsOf("home") {
+		if r.Kind != "copy" {
+			continue
+		}
+		if end := b.waitRun(r.ID, "the copy's end", ended); end.Status != "succeeded" {
+			t.Fatalf("the README's copy run: %s (%s)", end.Status, end.Reason)
+		}
+		copied = true
+	}
+	if n := h.Run(t, "sh", "-c", "restic --repo /srv/offsite/home --password-file /etc/holdfast/offsite.pw --no-cache snapshots --json | grep -o '\"id\"' | wc -l"); !copied || strings.TrimSpace(n) != "1" {
+		t.Fatalf("after the README's copy: a copy run %v, %s snapshot(s) in the copy repository; want one", copied, n)
+	}
 	// The README's ntfy channel: whatever it was sent reached the receiver, and nothing failed.
 	var deliveries []struct {
 		State     string `json:"state"`
@@ -250,6 +266,7 @@ const (
 	readmeRestores   = "Restores and verification (restic jobs)"
 	readmeConfig     = "Configuration as code."
 	readmeDumps      = "Streamed database dumps (restic jobs)."
+	readmeCopy       = "A second copy (restic jobs)."
 )
 
 // readmeBlock runs the README's sh block after heading as one bash script (-euo pipefail, each
