@@ -112,6 +112,10 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 	cmd.Stdout, cmd.Stderr = outW, errW
 	var in *stream
 	if cfg.Producer != nil {
+		if _, isFile := cfg.Stderr.(*os.File); cfg.Stderr != nil && !isFile {
+			// The producer's stderr is copied in by a goroutine of its own.
+			cfg.Stderr = &lockedWriter{w: cfg.Stderr}
+		}
 		if in, err = newStream(cfg.Producer, cfg.Stderr); err != nil {
 			outW.Close()
 			errW.Close()

@@ -140,3 +140,15 @@ func describeExit(ps *os.ProcessState, err error) string {
 	}
 	return fmt.Sprintf("exited %d", ps.ExitCode())
 }
+
+// lockedWriter serializes the writes of the engine's and the producer's stderr into one Writer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}

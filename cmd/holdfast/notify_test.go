@@ -206,8 +206,9 @@ func TestNotifications(t *testing.T) {
 	if log[0].Tries != 3 || !strings.Contains(log[0].LastError, "503") || strings.Contains(log[0].LastError, "/x") {
 		t.Fatalf("notify log of broken: %+v; want 3 tries and a 503 without the URL's path", log)
 	}
-	if tries := len(broken.requests()); tries != 6 {
-		t.Fatalf("the broken receiver got %d requests, want 3 for each of 2 events", tries)
+	// A try is its claim: one the killed daemon claimed and never sent counts, once at most.
+	if tries := len(broken.requests()); tries < 5 || tries > 6 {
+		t.Fatalf("the broken receiver got %d requests, want 3 for each of 2 events (one fewer if the kill took one)", tries)
 	}
 	s := w.run("status", "--json")
 	var report struct {
