@@ -207,7 +207,13 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 		select {
 		case <-stopped:
 			in.end(true)
+		case <-sigs: // a stop the engine's exit overtook
+			in.end(true)
 		default:
+			if ctx.Err() != nil {
+				in.end(true)
+				break
+			}
 			if why := in.end(false); why != "" {
 				// The stream's failure is the cause; what the engine said as it stopped is not.
 				r.fatal, r.sawFatal = &Fatal{Message: why}, true

@@ -21,9 +21,10 @@ type stream struct {
 	feed      *os.File // the write end of the engine's stdin, written here
 	done      chan struct{}
 
-	mu      sync.Mutex
-	started bool
-	failure string // why the stream failed while the engine still read it; "" if it did not
+	mu       sync.Mutex
+	started  bool
+	stopping bool   // a stop was passed on: the engine's input is never closed as an end
+	failure  string // why the stream failed while the engine still read it; "" if it did not
 }
 
 func newStream(p *Producer, stderr io.Writer) (*stream, error) {
@@ -42,7 +43,9 @@ func newStream(p *Producer, stderr io.Writer) (*stream, error) {
 	}
 	c := exec.Command(p.Argv[0], p.Argv[1:]...)
 	c.Env, c.Dir, c.Stdout, c.Stderr = p.Env, "/", outW, stderr
-	// A child the producer leaves behind holding its stderr must not hold up the end.
+	// Its own process group: a stop, or the kill once the engine is gone, reaches the children
+	// it runs (a wrapper's) too. One left behind holding its stderr must not hold up the end.
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.WaitDelay = drainGrace
 	return &stream{p: p, cmd: c, out: out, outW: outW, engineEnd: engineEnd, feed: feed, done: make(chan struct{})}, nil
 }
@@ -79,6 +82,9 @@ func (s *stream) start(engine *os.Process, exited <-chan struct{}) {
 			s.feed.Close()
 		case werr != nil:
 			s.fail(engine, exited, describeExit(s.cmd.ProcessState, werr))
+		case s.isStopping():
+			// A producer that ends on the stop with 0 may have been cut short: the engine,
+			// stopped too, must not read its input's end as the stream's.
 		default:
 			s.feed.Close()
 		}
@@ -99,12 +105,24 @@ func (s *stream) fail(engine *os.Process, exited <-chan struct{}, what string) {
 	engine.Signal(os.Interrupt)
 }
 
-// interrupt passes a stop on to the producer.
+// interrupt passes a stop on to the producer's process group.
 func (s *stream) interrupt() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.stopping = true
+	s.signal(syscall.SIGINT)
+}
+
+func (s *stream) isStopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopping
+}
+
+// signal sends sig to the producer's process group; the caller holds mu.
+func (s *stream) signal(sig syscall.Signal) {
 	if s.started {
-		s.cmd.Process.Signal(os.Interrupt)
+		syscall.Kill(-s.cmd.Process.Pid, sig)
 	}
 }
 
@@ -115,10 +133,9 @@ func (s *stream) end(stopped bool) string {
 	case <-s.done:
 	case <-time.After(drainGrace):
 		s.mu.Lock()
-		if s.started {
-			s.cmd.Process.Signal(syscall.SIGKILL)
-		}
+		s.signal(syscall.SIGKILL)
 		s.mu.Unlock()
+		s.out.Close() // a process outside the group may still hold its end: the copy stops here
 		<-s.done
 	}
 	s.feed.Close()

@@ -101,3 +101,37 @@ func TestStreamEngineEndsFirst(t *testing.T) {
 		t.Fatalf("fatal events %v; the engine's exit is the cause", f)
 	}
 }
+
+// A producer that leaves a child behind holding its output does not hold up the end once the
+// engine is gone: its process group is killed and the copy stops.
+func TestStreamLeftBehindChild(t *testing.T) {
+	done := make(chan int, 1)
+	go func() {
+		status, _ := Exec(context.Background(), ExecConfig{Argv: []string{"/bin/sh", "-c", "exit 2"},
+			Producer: &Producer{Argv: []string{"/bin/sh", "-c", "sleep 1000 & sleep 1000"}, Line: "sleeps"}})
+		done <- status
+	}()
+	select {
+	case status := <-done:
+		if status != 2 {
+			t.Fatalf("Exec = %d, want the engine's 2", status)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Exec still waits for the producer's children a minute after the engine exited")
+	}
+}
+
+// After a stop, a producer that exits 0 on it does not end the engine's input: the engine (one
+// that ignores SIGINT, unlike restic) never reads the end of a stream cut short.
+func TestStreamStopNeverEndsInput(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var stdout lines
+	stdout.ch = make(chan string, 4)
+	_, err := Exec(ctx, ExecConfig{Argv: []string{"/bin/sh", "-c", `trap "" INT; timeout 3 cat >/dev/null; echo "cat=$?"`}, Stdout: &stdout,
+		Producer: &Producer{Argv: []string{"/bin/sh", "-c", `trap "exit 0" INT; while :; do sleep 0.1; done`}, Line: "loop"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout.await(t, "cat=124", "the engine's report")
+}

@@ -80,18 +80,11 @@ func Validate(j *model.Job) error {
 		if j.Repository == "" {
 			return errors.New("no repository: give --repo PATH (an absolute path) or a restic backend such as sftp:host:/path")
 		}
-		if !remoteRepository(j.Repository) {
-			dir := strings.TrimPrefix(j.Repository, "local:")
-			if !filepath.IsAbs(dir) {
-				return fmt.Errorf("repository %q is a relative path: give an absolute path (or local:/path)", j.Repository)
-			}
-			// One spelling per local repository ("local:/srv/r/" is "/srv/r" to restic): jobs
-			// sharing it are then seen to share it (busy repository, growth, protections).
-			j.Repository = filepath.Clean(dir)
-		}
-		if err := credentials.CheckRepository(j.Repository); err != nil {
+		repo, err := checkRepository("repository", j.Repository)
+		if err != nil {
 			return err
 		}
+		j.Repository = repo
 		if j.EnvFile != "" {
 			if err := credentials.CheckFile("--env-file", j.EnvFile); err != nil {
 				return err
@@ -265,16 +258,11 @@ func validateCopy(j *model.Job) error {
 	if j.Engine != engine.NameRestic {
 		return errors.New("--copy-to is for restic jobs: a command job keeps no repository to copy")
 	}
-	if !remoteRepository(j.CopyTo) {
-		dir := strings.TrimPrefix(j.CopyTo, "local:")
-		if !filepath.IsAbs(dir) {
-			return fmt.Errorf("--copy-to %q is a relative path: give an absolute path (or local:/path)", j.CopyTo)
-		}
-		j.CopyTo = filepath.Clean(dir)
+	repo, err := checkRepository("--copy-to", j.CopyTo)
+	if err != nil {
+		return err
 	}
-	if err := credentials.CheckRepository(j.CopyTo); err != nil {
-		return fmt.Errorf("--copy-to: %w", err)
-	}
+	j.CopyTo = repo
 	if j.CopyTo == j.Repository {
 		return fmt.Errorf("--copy-to %s is the job's own repository: a copy belongs in another one", j.CopyTo)
 	}
@@ -287,4 +275,18 @@ func validateCopy(j *model.Job) error {
 		}
 	}
 	return nil
+}
+
+// checkRepository checks a repository location (what names it in a refusal) and returns its one
+// spelling: a local one ("local:/srv/r/" is "/srv/r" to restic) as a clean absolute path, so
+// jobs sharing it are seen to share it (busy repository, growth, protections).
+func checkRepository(what, repo string) (string, error) {
+	if !remoteRepository(repo) {
+		dir := strings.TrimPrefix(repo, "local:")
+		if !filepath.IsAbs(dir) {
+			return "", fmt.Errorf("%s %q is a relative path: give an absolute path (or local:/path)", what, repo)
+		}
+		repo = filepath.Clean(dir)
+	}
+	return repo, credentials.CheckRepository(repo)
 }

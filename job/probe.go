@@ -82,6 +82,19 @@ func readable(w Access) string {
 	if !w.Regular && info.Mode()&os.ModeSymlink != 0 {
 		return "" // restic stores the link itself
 	}
+	if w.Exec {
+		// A program is executed, not read: one mode 0711 is fine.
+		if info, err = os.Stat(w.Path); err != nil {
+			return Cause(err)
+		}
+		if !info.Mode().IsRegular() {
+			return "it is not a regular file"
+		}
+		if syscall.Access(w.Path, 1) != nil { // X_OK, as the real (the job's) user
+			return "it cannot be executed (no execute permission)"
+		}
+		return ""
+	}
 	fd, err := syscall.Open(w.Path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return Cause(err)
@@ -95,8 +108,6 @@ func readable(w Access) string {
 	switch {
 	case w.Regular && !info.Mode().IsRegular():
 		return "it is not a regular file"
-	case w.Exec && syscall.Access(w.Path, 1) != nil: // X_OK, as the real (the job's) user
-		return "it cannot be executed (no execute permission)"
 	case info.IsDir():
 		if _, err := f.Readdirnames(1); err != nil && !errors.Is(err, io.EOF) {
 			return Cause(err)

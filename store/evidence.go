@@ -29,7 +29,8 @@ func (s *Store) EndingsSinceLastStart(ctx context.Context, repository string) ([
 		WITH on_repo AS (
 			SELECT a.run_id, a.attempt_no, a.started_at, a.ended_at, a.service_result, a.exit_code, a.exit_status
 			FROM jobs j JOIN runs r ON r.job_id = j.id JOIN attempts a ON a.run_id = r.id
-			WHERE j.engine = ANY($2) AND $1 = ANY(`+runRepositories("r", "j")+`) AND a.unit IS NOT NULL)
+			WHERE j.engine = ANY($2) AND (j.repository = $1 OR j.copy_to = $1) AND $1 = ANY(`+runRepositories("r", "j")+`)
+			  AND a.unit IS NOT NULL)
 		SELECT run_id, attempt_no, ended_at, coalesce(service_result, ''), coalesce(exit_code, ''), coalesce(exit_status, '')
 		FROM on_repo
 		WHERE ended_at IS NOT NULL

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
@@ -148,8 +149,20 @@ func updateJob(ctx context.Context, tx pgx.Tx, name string, edit func(*model.Job
 	if err != nil {
 		return model.Job{}, err
 	}
+	copyTo := j.CopyTo
 	if err := edit(&j); err != nil {
 		return model.Job{}, err
+	}
+	if j.CopyTo != copyTo {
+		// A queued copy, or a forget of the copy's plan, works on the copy repository it was admitted for.
+		var live uuid.UUID
+		err := tx.QueryRow(ctx, `SELECT id FROM runs WHERE job_id = $1 AND on_copy AND status IN ('queued', 'running') LIMIT 1`, j.ID).Scan(&live)
+		if err == nil {
+			return model.Job{}, &ConflictError{Msg: fmt.Sprintf("job %s has a live run %s on its copy repository: wait for it, or stop it (holdfast run stop %s), before --copy-to changes", j.Name, live, live)}
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return model.Job{}, err
+		}
 	}
 	updated, err := scanJob(tx.QueryRow(ctx, `
 		UPDATE jobs AS j SET (`+jobSettings+`) = (`+settingParams(2)+`)

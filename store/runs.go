@@ -302,7 +302,7 @@ func (s *Store) ClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed 
 	// A copy uses two repositories, locked in one order.
 	lock := `SELECT pg_advisory_xact_lock($1::int, l.h) FROM (SELECT DISTINCT hashtext(x.repo) AS h
 		FROM runs r JOIN jobs j ON j.id = r.job_id, unnest(` + runRepositories("r", "j") + `) x(repo)
-		WHERE r.id = $2 AND j.engine = ANY($3) AND x.repo IS NOT NULL ORDER BY 1) l`
+		WHERE r.id = $2 AND j.engine = ANY($3) AND x.repo IS NOT NULL) l ORDER BY l.h`
 	limited := limits.MaxRunning > 0 || limits.MaxRunningHost > 0
 	if limited {
 		lock = `SELECT pg_advisory_xact_lock($1::int, 0) WHERE $2::uuid IS NOT NULL AND $3::text[] IS NOT NULL`

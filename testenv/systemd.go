@@ -609,8 +609,19 @@ func (m *Manager) exit(timeout time.Duration) error {
 	}
 	m.inst = nil
 	// As at the end of a shutdown, whatever a unit left behind
-	// (KillMode=none, say) is killed.
-	return killAll(inst.cgroup.pids, inst.cgroup.kill)
+	// (KillMode=none, say) is killed, and reaped (see reapOrphans).
+	killed := map[int]bool{}
+	list := func() []int {
+		pids := inst.cgroup.pids()
+		for _, p := range pids {
+			killed[p] = true
+		}
+		return pids
+	}
+	list()
+	err = killAll(list, inst.cgroup.kill)
+	reapOrphans(killed, 5*time.Second)
+	return err
 }
 
 func (m *Manager) kill() error {

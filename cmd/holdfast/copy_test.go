@@ -114,6 +114,10 @@ func TestCopyTo(t *testing.T) {
 	if r := w.show(crashed.ID); ended(r) {
 		t.Fatalf("the copy ended before the crash: %+v", r)
 	}
+	// The copy works on the repository it was admitted for: that cannot change under it.
+	if res := rw.run("job", "edit", "home", "--copy-to", ""); res.code != 2 || !strings.Contains(res.stderr, "live run "+crashed.ID+" on its copy repository") {
+		t.Fatalf("job edit --copy-to \"\" during a copy: exit %d %q, want a refusal naming the copy", res.code, res.stderr)
+	}
 	w.backupRate(0)
 	w.mgr.Kill(t)
 	w.mgr.Start(t)

@@ -138,6 +138,9 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 			if src.StdinFrom != "" && !f.Changed("path") {
 				j.Paths, j.Excludes = nil, nil // a stream replaces the paths
 			}
+			if src.StdinFrom == "" && !f.Changed("stdin-filename") {
+				j.StdinFilename = "" // no stream, no name for it
+			}
 		},
 		"stdin-filename": func() { j.StdinFilename = src.StdinFilename },
 		"copy-to": func() {
