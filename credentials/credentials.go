@@ -44,9 +44,9 @@ func Environ(env []string, password, envFile bool) ([]string, error) {
 	if !password && !envFile {
 		return env, nil
 	}
-	dir := os.Getenv(DirVariable)
-	if dir == "" {
-		return nil, fmt.Errorf("$%s is not set: the unit was started without its credentials", DirVariable)
+	dir, err := credentialsDir()
+	if err != nil {
+		return nil, err
 	}
 	if envFile {
 		data, err := readBounded(filepath.Join(dir, Env))
@@ -69,11 +69,20 @@ func Environ(env []string, password, envFile bool) ([]string, error) {
 // WithFromPassword returns env with RESTIC_FROM_PASSWORD_FILE naming the unit's credential of a
 // copy's source repository password.
 func WithFromPassword(env []string) ([]string, error) {
-	dir := os.Getenv(DirVariable)
-	if dir == "" {
-		return nil, fmt.Errorf("$%s is not set: the unit was started without its credentials", DirVariable)
+	dir, err := credentialsDir()
+	if err != nil {
+		return nil, err
 	}
 	return append(env, "RESTIC_FROM_PASSWORD_FILE="+filepath.Join(dir, FromPassword)), nil
+}
+
+// credentialsDir is the unit's credentials directory, as systemd named it.
+func credentialsDir() (string, error) {
+	dir := os.Getenv(DirVariable)
+	if dir == "" {
+		return "", fmt.Errorf("$%s is not set: the unit was started without its credentials", DirVariable)
+	}
+	return dir, nil
 }
 
 func readBounded(path string) ([]byte, error) {

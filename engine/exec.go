@@ -204,21 +204,18 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 	}
 	status, sig := exitStatus(cmd.ProcessState)
 	if in != nil {
+		stop := ctx.Err() != nil
 		select {
 		case <-stopped:
-			in.end(true)
+			stop = true
 		case <-sigs: // a stop the engine's exit overtook
-			in.end(true)
+			stop = true
 		default:
-			if ctx.Err() != nil {
-				in.end(true)
-				break
-			}
-			if why := in.end(false); why != "" {
-				// The stream's failure is the cause; what the engine said as it stopped is not.
-				r.fatal, r.sawFatal = &Fatal{Message: why}, true
-				status, sig = 1, ""
-			}
+		}
+		if why := in.end(stop); why != "" {
+			// The stream's failure is the cause; what the engine said as it stopped is not.
+			r.fatal, r.sawFatal = &Fatal{Message: why}, true
+			status, sig = 1, ""
 		}
 	}
 	if cfg.Progress != nil && status == 0 {

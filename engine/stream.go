@@ -81,7 +81,7 @@ func (s *stream) start(engine *os.Process, exited <-chan struct{}) {
 			// The engine stopped reading: its own exit says why.
 			s.feed.Close()
 		case werr != nil:
-			s.fail(engine, exited, describeExit(s.cmd.ProcessState, werr))
+			s.fail(engine, exited, DescribeExit(s.cmd.ProcessState, werr))
 		case s.isStopping():
 			// A producer that ends on the stop with 0 may have been cut short: the engine,
 			// stopped too, must not read its input's end as the stream's.
@@ -147,8 +147,9 @@ func (s *stream) end(stopped bool) string {
 	return s.failure
 }
 
-// describeExit says how a program ended: "exited 3" or "was killed by SIGKILL".
-func describeExit(ps *os.ProcessState, err error) string {
+// DescribeExit says how a program that did not succeed ended, from its state and Wait's error:
+// "exited 3", "was killed by SIGKILL (exit status 137)", or "failed: ..." if it never ran.
+func DescribeExit(ps *os.ProcessState, err error) string {
 	if ps == nil {
 		return "failed: " + err.Error()
 	}

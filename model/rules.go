@@ -53,6 +53,24 @@ func (j Job) Copy() (copy Job, ok bool) {
 	return copy, true
 }
 
+// For is the job as run r sees it: its copy (Copy) for a run on the copy repository, else the job.
+func (j Job) For(r Run) Job {
+	if c, ok := j.Copy(); ok && r.OnCopy {
+		return c
+	}
+	return j
+}
+
+// Repositories are the repositories run r of the job uses: the one it works on and, for a copy,
+// the job's own, which it reads (store.runRepositories says the same in SQL).
+func (j Job) Repositories(r Run) []string {
+	repos := []string{j.For(r).Repository}
+	if r.Kind == KindCopy && repos[0] != j.Repository {
+		repos = append(repos, j.Repository)
+	}
+	return repos
+}
+
 // Operation is what a run's engine does, as `holdfast exec --kind` and the outcome mapping read
 // its output: its kind, or engine.OpDrill for a verification that drills a restore.
 func (r Run) Operation() string {

@@ -180,11 +180,8 @@ func (r *Reconciler) refreshAfter(ctx context.Context, l model.LiveRun) {
 	key := model.AttemptRef{Run: l.Run.ID, No: -l.Attempt.No}
 	refresh := func(ctx context.Context, _ func()) error {
 		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
-		if c, ok := job.Copy(); ok && l.Run.OnCopy {
-			job = c // the repository the run worked on
-		}
-		if err == nil {
-			_, err = inventory.Refresh(ctx, r.cfg.inventoryConfig(), job)
+		if err == nil { // the repository the run worked on
+			_, err = inventory.Refresh(ctx, r.cfg.inventoryConfig(), job.For(l.Run))
 		}
 		if err != nil {
 			r.cfg.Logger.Warn("snapshot inventory not refreshed", "run", l.Run.ID, "err", err)

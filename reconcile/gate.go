@@ -58,11 +58,8 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l model.LiveRun, jobs map[s
 		f.globalWindow = &held{name: name, until: until}
 	}
 	if l.Run.Kind == model.KindForget {
-		repo := job.Repository
-		if c, ok := job.Copy(); ok && l.Run.OnCopy {
-			repo = c.Repository // a plan of the copy: its snapshots' protections
-		}
-		if f.protected, err = r.cfg.Store.ProtectedAmong(ctx, repo, l.Run.ForgetIDs, f.now); err != nil {
+		// A plan of the copy: its snapshots' protections.
+		if f.protected, err = r.cfg.Store.ProtectedAmong(ctx, job.For(l.Run).Repository, l.Run.ForgetIDs, f.now); err != nil {
 			return job, err
 		}
 	}

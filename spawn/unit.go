@@ -25,14 +25,7 @@ import (
 func AttemptSpec(ctx context.Context, st Store, jobs jobunit.Config, job model.Job, run model.Run, attempt int) (spec runner.Spec, why string, err error) {
 	if job.Engine == engine.NameRestic {
 		// A copy uses two repositories: a lock either may hold is removed from both.
-		repos := []string{job.Repository}
-		if c, ok := job.Copy(); ok && run.OnCopy {
-			repos[0] = c.Repository
-			if run.Kind == model.KindCopy {
-				repos = append(repos, job.Repository)
-			}
-		}
-		for _, repo := range repos {
+		for _, repo := range job.Repositories(run) {
 			endings, err := st.EndingsSinceLastStart(ctx, repo)
 			if err != nil {
 				return runner.Spec{}, "", err
@@ -91,13 +84,9 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		// Hooks prepare what the backup reads (a dump, a flushed file): its paths, and nothing else.
 		writable = append(writable, job.Paths...)
 	}
-	// A copy, and a forget or prune of the copy's plan, work on the job's copy repository.
-	repoJob := job
-	if c, ok := job.Copy(); ok && run.OnCopy {
-		repoJob = c
-	}
-	// Every kind writes its repository, if only restic's lock.
-	spec, ej := jobunit.Spec(cfg, repoJob, name, true, writable...)
+	// Every kind writes its repository, if only restic's lock: a copy, and a forget of the copy's
+	// plan, the job's copy repository.
+	spec, ej := jobunit.Spec(cfg, job.For(run), name, true, writable...)
 	var copyFrom engine.Job
 	if run.Kind == model.KindCopy {
 		copyFrom = copySource(cfg, job, &spec)

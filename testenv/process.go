@@ -140,6 +140,21 @@ func descendants(root int) ([]int, error) {
 	return out, nil
 }
 
+// recording wraps list so that every pid it returns, but not's, is recorded in killed for
+// reapOrphans; it lists once at once, before a cgroup's kill makes the processes zombies.
+func recording(list func() []int, not int) (func() []int, map[int]bool) {
+	killed := map[int]bool{}
+	rec := func() []int {
+		pids := list()
+		for _, p := range pids {
+			killed[p] = p != not
+		}
+		return pids
+	}
+	rec()
+	return rec, killed
+}
+
 // reapOrphans reaps the killed processes that became this process's children (RunMain makes it
 // a subreaper), waiting up to d in all for them to be handed over and to exit.
 func reapOrphans(killed map[int]bool, d time.Duration) {

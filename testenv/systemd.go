@@ -610,15 +610,7 @@ func (m *Manager) exit(timeout time.Duration) error {
 	m.inst = nil
 	// As at the end of a shutdown, whatever a unit left behind
 	// (KillMode=none, say) is killed, and reaped (see reapOrphans).
-	killed := map[int]bool{}
-	list := func() []int {
-		pids := inst.cgroup.pids()
-		for _, p := range pids {
-			killed[p] = true
-		}
-		return pids
-	}
-	list()
+	list, killed := recording(inst.cgroup.pids, 0)
 	err = killAll(list, inst.cgroup.kill)
 	reapOrphans(killed, 5*time.Second)
 	return err
@@ -647,16 +639,10 @@ func (inst *instance) stop() error {
 	// Frozen, the manager can neither start, restart nor reap anything
 	// while its tree is killed, and orphans stay below it.
 	syscall.Kill(pid, syscall.SIGSTOP)
-	killed := map[int]bool{}
-	list := func() []int {
+	list, killed := recording(func() []int {
 		below, _ := descendants(pid)
-		below = append(below, inst.cgroup.pids()...)
-		for _, p := range below {
-			killed[p] = p != pid
-		}
-		return below
-	}
-	list() // the processes to reap, before the cgroup's kill makes them zombies
+		return append(below, inst.cgroup.pids()...)
+	}, pid)
 	err := killAll(list, inst.cgroup.kill)
 	inst.proc.cmd.Process.Kill()
 	if !inst.proc.wait(10 * time.Second) {

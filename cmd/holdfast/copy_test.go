@@ -9,22 +9,11 @@ import (
 	"testing"
 )
 
-// copyRun is a run as run list --json prints it, with what a copy shows.
-type copyRun struct {
-	runJSON
-	Kind         string `json:"kind"`
-	Trigger      string `json:"trigger"`
-	CopySnapshot string `json:"copy_snapshot"`
-}
-
 // copyRuns are the job's copy runs, newest first.
-func (w *world) copyRuns(job string) []copyRun {
+func (w *world) copyRuns(job string) []listedRun {
 	w.t.Helper()
-	var all, copies []copyRun
-	if err := json.Unmarshal([]byte(w.mustRun("run", "list", "--job", job, "--limit", "100", "--json")), &all); err != nil {
-		w.t.Fatal(err)
-	}
-	for _, r := range all {
+	var copies []listedRun
+	for _, r := range w.runs(job) {
 		if r.Kind == "copy" {
 			copies = append(copies, r)
 		}

@@ -326,6 +326,7 @@ func newExecCmd() *cobra.Command {
 				}
 			}
 			emit := func(string, any) error { return nil }
+			closeJournal := func() {}
 			w, err := journal.Create(journalPath, run, attempt)
 			if err != nil {
 				// The backup matters more than its progress figures: run it without a journal.
@@ -341,16 +342,17 @@ func newExecCmd() *cobra.Command {
 					}
 					return w.Append(typ, payload)
 				}
+				closeJournal = func() {
+					if err := w.Close(); err != nil {
+						fmt.Fprintf(os.Stderr, "holdfast exec: close run journal: %v\n", err)
+					}
+				}
 			}
 			if len(hooksBefore) > 0 {
 				if status, fatal := runBeforeHooks(cmd.Context(), hooksBefore, runID, attempt, emit); status != 0 {
 					outcome := parser.Classify(engine.Evidence{ExitStatus: status, Fatal: fatal, Operation: kind})
 					runAfterHooks(hooksAfter, runID, attempt, status, outcome.Status, emit)
-					if w != nil {
-						if err := w.Close(); err != nil {
-							fmt.Fprintf(os.Stderr, "holdfast exec: close run journal: %v\n", err)
-						}
-					}
+					closeJournal()
 					return exitCodeError{status}
 				}
 			}
@@ -385,11 +387,7 @@ func newExecCmd() *cobra.Command {
 			// What the daemon will make of the exit, as far as the status says: the engine's own reading.
 			outcome := parser.Classify(engine.Evidence{ExitStatus: status, Operation: kind})
 			runAfterHooks(hooksAfter, runID, attempt, status, outcome.Status, emit)
-			if w != nil {
-				if err := w.Close(); err != nil {
-					fmt.Fprintf(os.Stderr, "holdfast exec: close run journal: %v\n", err)
-				}
-			}
+			closeJournal()
 			return exitCodeError{status}
 		},
 	}
@@ -475,12 +473,7 @@ func runBeforeHooks(ctx context.Context, hooks []string, runID string, attempt i
 			return end(engine.HookSkip, engine.HookFailed+textsafe.String(h)+fmt.Sprintf(" exited %d: it asked that this backup be skipped", engine.HookSkip))
 		}
 		if werr != nil {
-			status := c.ProcessState.ExitCode()
-			what := fmt.Sprintf("exited %d", status)
-			if status < 0 {
-				what = "was killed: " + werr.Error()
-			}
-			return end(1, engine.HookFailed+textsafe.String(h)+" "+what)
+			return end(1, engine.HookFailed+textsafe.String(h)+" "+engine.DescribeExit(c.ProcessState, werr))
 		}
 	}
 	return 0, ""
@@ -508,10 +501,7 @@ func runAfterHooks(hooks []string, runID string, attempt, status int, outcome st
 			c := exec.Command(argv[0], argv[1:]...)
 			c.Env, c.Dir, c.Stdout, c.Stderr = env, "/", os.Stderr, os.Stderr
 			if err := c.Run(); err != nil {
-				why = fmt.Sprintf("after hook %s exited %d", textsafe.String(h), c.ProcessState.ExitCode())
-				if c.ProcessState == nil || c.ProcessState.ExitCode() < 0 {
-					why = fmt.Sprintf("after hook %s failed: %v", textsafe.String(h), err)
-				}
+				why = "after hook " + textsafe.String(h) + " " + engine.DescribeExit(c.ProcessState, err)
 			}
 		}
 		if why != "" {

@@ -30,6 +30,7 @@ type listedRun struct {
 	Kind          string  `json:"kind"`
 	Status        string  `json:"status"`
 	Trigger       string  `json:"trigger"`
+	CopySnapshot  string  `json:"copy_snapshot"`
 	PlannedAt     *string `json:"planned_at"`
 	StartedAt     *string `json:"started_at"`
 	FinishedAt    *string `json:"finished_at"`
