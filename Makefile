@@ -9,7 +9,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # fresh clone compiled and vetted every package again (about 60 s of CPU in `make test`).
 export GOFLAGS += -trimpath
 
-.PHONY: all build deps test lint bench demo fuzz man package clean
+.PHONY: all build deps test lint bench bench-fleet demo fuzz man package clean
 
 all: build
 
@@ -60,6 +60,11 @@ bench: deps
 	$(GO) test -run '^$$' -bench '^BenchmarkStartLatency$$' -benchtime 20x -count 1 ./bench/
 	$(GO) test -run '^$$' -bench '^Benchmark(Sweep|BootPass|Lateness|RetentionPlan)$$' -benchtime 1x -count 1 ./bench/
 	$(GO) test -run '^$$' -bench '^Benchmark(BackupSmall|BackupLarge|Idle)$$' -benchtime 1x -count 1 -timeout 30m ./bench/
+
+# One real idle daemon's database time beside fleets of 10, 100 and 1,000 hosts (pg_stat_statements
+# by its role), its connections and the growth; HOLDFAST_FLEET_WINDOW sets each measurement (30s).
+bench-fleet: deps
+	$(GO) test -run '^$$' -bench '^BenchmarkFleetIdleDaemon$$' -benchtime 1x -count 1 -timeout 30m ./bench/
 
 # Runs each fuzz target for FUZZTIME (default 30s); the seed corpora run in `make test`. No test
 # timeout: go test's default of 10m would end a 10m fuzzing run as a failure.

@@ -63,7 +63,7 @@ func (s *fakeState) LiveRuns(context.Context, string) ([]model.LiveRun, error) {
 	return nil, nil
 }
 
-func (s *fakeState) Jobs(context.Context) ([]model.Job, error) {
+func (s *fakeState) JobsFor(context.Context, string) ([]model.Job, error) {
 	s.record("Jobs")
 	return []model.Job{s.job}, nil
 }

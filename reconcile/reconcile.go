@@ -454,13 +454,13 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	return stats, nil
 }
 
-// jobsToSpawn reads all jobs once for the pass, if any run waits for its unit: one query
+// jobsToSpawn reads the jobs this host may run once for the pass, if any run waits for its unit: one query
 // instead of one per spawn, which counts when many runs are due at once.
 func (r *Reconciler) jobsToSpawn(ctx context.Context, live []model.LiveRun) (map[string]model.Job, error) {
 	if !slices.ContainsFunc(live, func(l model.LiveRun) bool { return l.Attempt.Unit == "" }) {
 		return nil, nil
 	}
-	list, err := r.cfg.Store.Jobs(ctx)
+	list, err := r.cfg.Store.JobsFor(ctx, r.cfg.Host)
 	if err != nil {
 		return nil, err
 	}

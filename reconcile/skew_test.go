@@ -99,7 +99,7 @@ func TestHostClockSkew(t *testing.T) {
 				t.Fatalf("attempt after the start: %+v %v", a, err)
 			}
 			within(t, "started", *a.StartedAt, from, to)
-			stalls, err := st.Stalls(ctx)
+			stalls, err := st.Stalls(ctx, "h")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -25,7 +25,7 @@ type State interface {
 // Nothing in it changes a run.
 type StateReader interface {
 	LiveRuns(ctx context.Context, host string) ([]model.LiveRun, error)
-	Jobs(ctx context.Context) ([]model.Job, error)
+	JobsFor(ctx context.Context, host string) ([]model.Job, error)
 	JobByName(ctx context.Context, name string) (model.Job, error)
 	RunByID(ctx context.Context, id uuid.UUID) (model.Run, error)
 	Attempt(ctx context.Context, ref model.AttemptRef) (model.Attempt, error)

@@ -276,27 +276,36 @@ func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule string, j model.J
 	return a, err
 }
 
-// NextDue returns the earliest time the daemon has something to do without being told: a
-// job's next slot, or a queued run's not-before time (a retry's delay, a window's end, the slot
-// of a run admitted ahead), each lead earlier where the daemon prepares it ahead: a slot of a
-// job without a live run, and a queued run without a unit. Nil if there is none.
-func (s *Store) NextDue(ctx context.Context, lead time.Duration) (*time.Time, error) {
+// NextDue returns the earliest time the daemon of host has something to do without being told: a
+// slot of a job it may run (pinned to it, or any-host), or the not-before time of a queued run
+// it may spawn (a retry's delay, a window's end, the slot of a run admitted ahead), each lead
+// earlier where the daemon prepares it ahead: a slot of a job without a live run, and a queued
+// run without a unit. Nil if there is none. It reads the host's jobs and their live runs only
+// (jobs_host, runs_live_job), never the fleet's or the history.
+func (s *Store) NextDue(ctx context.Context, host string, lead time.Duration) (*time.Time, error) {
 	var next *time.Time
 	// A job set aside is due again at its retry time, not at its slot.
-	if err := s.pool.QueryRow(ctx, `SELECT least(
-			(SELECT min(CASE WHEN next_run_at IS NOT NULL THEN greatest(next_run_at - CASE WHEN EXISTS (SELECT 1 FROM runs r
-				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running')) THEN interval '0' ELSE $1 * interval '1 microsecond' END,
-				admission_retry_at) END) FROM jobs),
-			(SELECT min(CASE WHEN next_prune_at IS NOT NULL THEN greatest(next_prune_at, admission_retry_at) END) FROM jobs WHERE NOT EXISTS (SELECT 1 FROM runs r
-				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running'))),
-			(SELECT min(CASE WHEN next_verify_at IS NOT NULL THEN greatest(next_verify_at, admission_retry_at) END) FROM jobs WHERE NOT EXISTS (SELECT 1 FROM runs r
-				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running'))),
-			(SELECT min(CASE WHEN next_drill_at IS NOT NULL THEN greatest(next_drill_at, admission_retry_at) END) FROM jobs WHERE NOT EXISTS (SELECT 1 FROM runs r
-				WHERE r.job_id = jobs.id AND r.status IN ('queued', 'running'))),
-			(SELECT min(CASE WHEN a.unit IS NULL AND r.not_before - $1 * interval '1 microsecond' > now()
-					THEN r.not_before - $1 * interval '1 microsecond' ELSE r.not_before END)
-				FROM runs r JOIN attempts a ON a.run_id = r.id AND a.ended_at IS NULL
-				WHERE r.status = 'queued' AND r.not_before > now()))`, lead.Microseconds()).Scan(&next); err != nil {
+	if err := s.pool.QueryRow(ctx, `
+		WITH j AS (
+			SELECT j.id, j.next_run_at, j.next_prune_at, j.next_verify_at, j.next_drill_at, j.admission_retry_at,
+				EXISTS (SELECT 1 FROM runs r WHERE r.job_id = j.id AND r.status IN ('queued', 'running')) AS live
+			FROM jobs j WHERE j.host = $2 OR j.host IS NULL),
+		q AS (
+			SELECT r.id, r.not_before FROM j JOIN runs r ON r.job_id = j.id
+			WHERE j.live AND r.status = 'queued' AND r.not_before > now() AND r.host IS NULL
+			UNION ALL
+			SELECT r.id, r.not_before FROM runs r
+			WHERE (r.host = $2 OR r.job_id IS NULL AND r.host IS NULL) AND r.status IN ('queued', 'running')
+			  AND r.status = 'queued' AND r.not_before > now())
+		SELECT least(
+			(SELECT min(greatest(next_run_at - CASE WHEN live THEN interval '0' ELSE $1 * interval '1 microsecond' END,
+				admission_retry_at)) FROM j WHERE next_run_at IS NOT NULL),
+			(SELECT min(greatest(next_prune_at, admission_retry_at)) FROM j WHERE NOT live AND next_prune_at IS NOT NULL),
+			(SELECT min(greatest(next_verify_at, admission_retry_at)) FROM j WHERE NOT live AND next_verify_at IS NOT NULL),
+			(SELECT min(greatest(next_drill_at, admission_retry_at)) FROM j WHERE NOT live AND next_drill_at IS NOT NULL),
+			(SELECT min(CASE WHEN a.unit IS NULL AND q.not_before - $1 * interval '1 microsecond' > now()
+					THEN q.not_before - $1 * interval '1 microsecond' ELSE q.not_before END)
+				FROM q JOIN attempts a ON a.run_id = q.id AND a.ended_at IS NULL))`, lead.Microseconds(), host).Scan(&next); err != nil {
 		return nil, fmt.Errorf("next due job: %w", err)
 	}
 	return next, nil

@@ -78,7 +78,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 	if again, err := st.AdmitDue(ctx, now.Add(time.Second), now.Add(time.Second), 10, aside, decide); err != nil || len(again) != 0 {
 		t.Fatalf("second pass: %+v, %v; want nothing claimed", again, err)
 	}
-	due, err := st.NextDue(ctx, 0)
+	due, err := st.NextDue(ctx, "h1", 0)
 	if err != nil || due == nil || !due.Equal(now.Add(aside)) {
 		t.Fatalf("next due = %v, %v; want the retry time %s", due, err, now.Add(aside))
 	}
@@ -130,7 +130,7 @@ func TestAdmitAhead(t *testing.T) {
 	if _, err := st.Admit(ctx, "busy", "manual", model.KindBackup); err != nil {
 		t.Fatal(err)
 	}
-	if due, err := st.NextDue(ctx, lead); err != nil || due == nil || !due.Equal(slot.Add(-lead)) {
+	if due, err := st.NextDue(ctx, "h1", lead); err != nil || due == nil || !due.Equal(slot.Add(-lead)) {
 		t.Fatalf("next due = %v, %v; want the free job's slot a lead ahead, %s", due, err, slot.Add(-lead))
 	}
 	next := slot.Add(time.Hour)
@@ -156,11 +156,11 @@ func TestAdmitAhead(t *testing.T) {
 	}
 	// The busy job is due at its slot. The queued run, without a unit, is due a lead before its
 	// time, or at its time once that lead has passed (it is being prepared).
-	if due, err := st.NextDue(ctx, 10*time.Minute); err != nil || due == nil || !due.Equal(slot.Add(-10*time.Minute)) {
+	if due, err := st.NextDue(ctx, "h1", 10*time.Minute); err != nil || due == nil || !due.Equal(slot.Add(-10*time.Minute)) {
 		t.Fatalf("next due = %v, %v; want %s", due, err, slot.Add(-10*time.Minute))
 	}
 	for _, l := range []time.Duration{lead, 0} {
-		if due, err := st.NextDue(ctx, l); err != nil || due == nil || !due.Equal(slot) {
+		if due, err := st.NextDue(ctx, "h1", l); err != nil || due == nil || !due.Equal(slot) {
 			t.Fatalf("next due with a lead of %s = %v, %v; want the slot %s", l, due, err, slot)
 		}
 	}

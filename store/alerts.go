@@ -46,9 +46,36 @@ type WatchFacts struct {
 	ReadAt    time.Time  // the database's now() when they were read
 }
 
-// WatchFacts reads the facts of every job. The daemons read them every --watch-interval, so
-// only what the watch needs is read.
-func (s *Store) WatchFacts(ctx context.Context) ([]WatchFacts, error) {
+// WatchScope says whose jobs WatchFacts reads.
+type WatchScope struct {
+	// Host reads the jobs pinned to it and the any-host jobs: what its daemon watches each pass.
+	// "" reads every job (holdfast status).
+	Host string
+	// Unattended reads instead the jobs pinned to a host that is down or never ran a daemon,
+	// which no daemon watches as its own: one daemon of the fleet reads them per interval
+	// (ClaimDuty), so their cost is the fleet's once, not once per daemon.
+	Unattended bool
+}
+
+// WatchFacts reads the facts of the jobs of scope. The daemons read them every
+// --watch-interval, so only what the watch needs is read, through jobs_host for a host.
+func (s *Store) WatchFacts(ctx context.Context, scope WatchScope) ([]WatchFacts, error) {
+	where, args := "", []any{}
+	switch {
+	case scope.Unattended:
+		// The hosts jobs are pinned to, each found once by a skip through jobs_host (a probe
+		// per host, not a read of every job), less those with a row; and the down hosts.
+		where = `WHERE j.host IN (
+			WITH RECURSIVE pinned(host) AS (
+				(SELECT host FROM jobs WHERE host IS NOT NULL ORDER BY host LIMIT 1)
+				UNION ALL
+				SELECT (SELECT host FROM jobs WHERE host > p.host ORDER BY host LIMIT 1) FROM pinned p WHERE p.host IS NOT NULL)
+			SELECT host FROM pinned WHERE host IS NOT NULL AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = pinned.host)
+			UNION ALL
+			SELECT name FROM hosts WHERE lease_until < now())`
+	case scope.Host != "":
+		where, args = `WHERE j.host = $1 OR j.host IS NULL`, []any{scope.Host}
+	}
 	rows, err := s.pool.Query(ctx, `SELECT j.name, j.created_at, j.schedule, j.time_zone, j.alert_after, j.alert_failures,
 		j.expect_every, j.overdue_since, coalesce(j.overdue_reason, ''), coalesce(j.last_outcome, ''), j.next_run_at,
 		(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded' AND r.kind = 'backup'),
@@ -65,7 +92,7 @@ func (s *Store) WatchFacts(ctx context.Context) ([]WatchFacts, error) {
 		coalesce((SELECT r.status FROM runs r WHERE r.job_id = j.id AND r.kind = 'verify' AND r.drill_files > 0 AND r.finished_at IS NOT NULL
 			ORDER BY r.finished_at DESC LIMIT 1), ''),
 		now()
-		FROM jobs j ORDER BY j.name`)
+		FROM jobs j `+where+` ORDER BY j.name`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read jobs to watch: %w", err)
 	}
@@ -184,16 +211,16 @@ type Stall struct {
 	Since       time.Time // when its figures last moved (or it started)
 }
 
-// Stalls lists the running attempts, not yet marked stalled nor asked to stop or pause, whose
+// Stalls lists host's running attempts, not yet marked stalled nor asked to stop or pause, whose
 // progress figures have not moved for their job's stall_after (on the database's clock).
-func (s *Store) Stalls(ctx context.Context) ([]Stall, error) {
+func (s *Store) Stalls(ctx context.Context, host string) ([]Stall, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT a.run_id, a.attempt_no, r.job_name, j.stall_after, j.stall_action, coalesce(a.progress_changed_at, a.started_at)
 		FROM attempts a JOIN runs r ON r.id = a.run_id JOIN jobs j ON j.id = r.job_id
-		WHERE r.status = 'running' AND a.ended_at IS NULL AND a.started_at IS NOT NULL AND a.stalled_at IS NULL
+		WHERE a.host = $1 AND r.status = 'running' AND a.ended_at IS NULL AND a.started_at IS NOT NULL AND a.stalled_at IS NULL
 		  AND r.stop_requested_at IS NULL AND r.paused_reason IS NULL
 		  AND coalesce(a.progress_changed_at, a.started_at) < now() - j.stall_after
-		ORDER BY a.run_id`)
+		ORDER BY a.run_id`, host)
 	if err != nil {
 		return nil, fmt.Errorf("read stalled runs: %w", err)
 	}
@@ -233,7 +260,7 @@ func (s *Store) MarkStalled(ctx context.Context, st Stall, reason, host string) 
 	}
 	if stopped {
 		// The daemons stop it at once rather than at their next sweep.
-		if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, st.Run.String()); err != nil {
+		if err := notifyRun(ctx, s.pool, st.Run); err != nil {
 			return marked, stopped, fmt.Errorf("notify the stop of run %s: %w", st.Run, err)
 		}
 	}

@@ -54,7 +54,7 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 	if won := race(func() (bool, error) { return st.MarkOverdue(ctx, "late", since, "no success", "h") }); won != 1 {
 		t.Fatalf("%d daemons marked the job overdue, want 1", won)
 	}
-	facts, err := st.WatchFacts(ctx)
+	facts, err := st.WatchFacts(ctx, store.WatchScope{Host: "h"})
 	if err != nil || len(facts) != 1 {
 		t.Fatalf("watch facts: %+v, %v", facts, err)
 	}
@@ -90,7 +90,7 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 	if failed.Run == nil || *failed.Run != run.ID || failed.Attempt == nil || *failed.Attempt != 1 || failed.Host != "h" || failed.Reason != "exit 1" {
 		t.Fatalf("the failed event: %+v", failed)
 	}
-	facts, err = st.WatchFacts(ctx)
+	facts, err = st.WatchFacts(ctx, store.WatchScope{Host: "h"})
 	if err != nil || len(facts[0].Recent) != 1 || facts[0].Recent[0] != model.StatusFailed || facts[0].LastSuccess != nil {
 		t.Fatalf("watch facts after a failure: %+v, %v", facts, err)
 	}
@@ -135,7 +135,7 @@ func TestStallClock(t *testing.T) {
 	defer db.Close(ctx)
 	stalled := func() bool {
 		t.Helper()
-		stalls, err := st.Stalls(ctx)
+		stalls, err := st.Stalls(ctx, "h")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -109,7 +109,7 @@ func (s *Store) ApplyConfig(ctx context.Context, a Applied) error {
 				return err
 			}
 		}
-		return notify(ctx, tx, "config")
+		return notifyHost(ctx, tx, "")
 	})
 	if err != nil {
 		return wrap(err, "apply configuration")

@@ -324,7 +324,7 @@ func (s *Store) RunnableBy(ctx context.Context, job string) (Runnable, error) {
 
 // DownHosts returns the other hosts whose lease expired more than grace ago.
 func (s *Store) DownHosts(ctx context.Context, me string, grace time.Duration) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT name FROM hosts WHERE lease_until + $2::interval < now() AND name <> $1`, me, grace)
+	rows, err := s.pool.Query(ctx, `SELECT name FROM hosts WHERE lease_until < now() - $2::interval AND name <> $1`, me, grace)
 	if err != nil {
 		return nil, fmt.Errorf("down hosts: %w", err)
 	}
@@ -341,7 +341,7 @@ func (s *Store) NoticeDownHosts(ctx context.Context, by string, grace time.Durat
 	rows, err := s.pool.Query(ctx, `
 		WITH down AS (
 			UPDATE hosts h SET down_noticed_at = now()
-			WHERE h.down_noticed_at IS NULL AND h.lease_until + $2::interval < now() AND h.name <> $1
+			WHERE h.down_noticed_at IS NULL AND h.lease_until < now() - $2::interval AND h.name <> $1
 			RETURNING h.name, h.lease_until,
 				(SELECT count(*) FROM attempts a WHERE a.host = h.name AND a.ended_at IS NULL AND a.unit IS NOT NULL) AS live,
 				(SELECT count(*) FROM jobs j WHERE j.host = h.name) AS pinned)
@@ -365,6 +365,8 @@ func (s *Store) NoticeDownHosts(ctx context.Context, by string, grace time.Durat
 // lease expired more than grace ago: those this host may take over.
 func (s *Store) Orphans(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error) {
 	return s.liveRuns(ctx, "orphans", `
+		SELECT a.run_id FROM hosts h JOIN attempts a ON a.host = h.name AND a.ended_at IS NULL
+		WHERE h.lease_until < now() - $2::interval AND h.name <> $1`, `
 		AND a.host <> $1 AND a.host <> '' AND j.id IS NOT NULL AND j.host IS NULL AND r.host IS NULL
 		AND EXISTS (SELECT 1 FROM hosts h WHERE h.name = a.host AND h.lease_until + $2::interval < now())`,
 		host, grace)
@@ -476,4 +478,18 @@ func (s *Store) Superseded(ctx context.Context, host string, within time.Duratio
 		return nil, fmt.Errorf("superseded attempts of host %s: %w", host, err)
 	}
 	return out, nil
+}
+
+// ClaimDuty claims a duty of the fleet for host, once per every: true for the one daemon that
+// claims it while it is due, false for every other until every has passed. A daemon that
+// claimed it and then failed leaves it to whoever claims it next.
+func (s *Store) ClaimDuty(ctx context.Context, name, host string, every time.Duration) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `
+		INSERT INTO duties (name, next_at, holder) VALUES ($1, now() + $2::interval, $3)
+		ON CONFLICT (name) DO UPDATE SET next_at = excluded.next_at, holder = excluded.holder
+		WHERE duties.next_at <= now()`, name, every, host)
+	if err != nil {
+		return false, fmt.Errorf("claim duty %s: %w", name, err)
+	}
+	return tag.RowsAffected() == 1, nil
 }

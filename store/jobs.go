@@ -172,7 +172,7 @@ func updateJob(ctx context.Context, tx pgx.Tx, name string, edit func(*model.Job
 		return model.Job{}, unknownAccount(err, j.Account)
 	}
 	crashpoint.At("job-edit-before-commit")
-	return updated, notify(ctx, tx, "job:"+name)
+	return updated, notifyHost(ctx, tx, updated.Host)
 }
 
 // JobByName returns the named job or ErrNotFound.
@@ -189,7 +189,17 @@ func (s *Store) JobByName(ctx context.Context, name string) (model.Job, error) {
 
 // Jobs lists all jobs by name.
 func (s *Store) Jobs(ctx context.Context) ([]model.Job, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs j ORDER BY j.name`)
+	return s.jobs(ctx, "")
+}
+
+// JobsFor lists by name the jobs the daemon of host may run: those pinned to it and the
+// any-host ones (through jobs_host, not a read of the fleet's).
+func (s *Store) JobsFor(ctx context.Context, host string) ([]model.Job, error) {
+	return s.jobs(ctx, "WHERE j.host = $1 OR j.host IS NULL", host)
+}
+
+func (s *Store) jobs(ctx context.Context, where string, args ...any) ([]model.Job, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs j `+where+` ORDER BY j.name`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,7 +26,7 @@ func notifyEnded(ctx context.Context, tx pgx.Tx, run uuid.UUID) error {
 // connection fails. It also calls ended(uuid.Nil) once as soon as it listens: a run that ended
 // before may have been announced to nobody, so read it again then.
 func (s *Store) ListenRunEnds(ctx context.Context, ended func(run uuid.UUID)) error {
-	return s.listen(ctx, EndedChannel, func(payload string) {
+	return s.listen(ctx, map[string]func(string){EndedChannel: func(payload string) {
 		if payload == "" {
 			ended(uuid.Nil)
 			return
@@ -32,34 +34,88 @@ func (s *Store) ListenRunEnds(ctx context.Context, ended func(run uuid.UUID)) er
 		if id, err := uuid.Parse(payload); err == nil {
 			ended(id)
 		}
+	}})
+}
+
+// Wakes are what a daemon's notifications wake.
+type Wakes struct {
+	// Host is the daemon's: Runs is called only for notifications about its work or any host's.
+	Host string
+	// Runs is called when a run this host may spawn or holds was admitted, queued again or
+	// asked to stop, or a job it may run changed (NotifyChannel).
+	Runs func()
+	// Deliveries is called when an event of this host's, or of none, has notifications to
+	// send (DeliveriesChannel).
+	Deliveries func()
+}
+
+// Listen blocks, waking w as notifications about w.Host come, until ctx ends or the connection
+// fails. Both channels share one connection of its own, outside the pool. It calls Runs and
+// Deliveries once as soon as it listens: notifications sent while no session listened (before,
+// or while the server was restarting) are lost.
+func (s *Store) Listen(ctx context.Context, w Wakes) error {
+	return s.listen(ctx, map[string]func(string){
+		NotifyChannel: func(payload string) {
+			if concerns(payload, w.Host) {
+				w.Runs()
+			}
+		},
+		DeliveriesChannel: func(payload string) {
+			if concerns(payload, w.Host) {
+				w.Deliveries()
+			}
+		},
 	})
 }
 
-// listenSetupTimeout bounds acquiring the LISTEN connection and issuing LISTEN.
+// hostPayload is the payload of a notification about host's work ("" any host's): every
+// notification on NotifyChannel and DeliveriesChannel says whose it is, so that it wakes only
+// the daemon it concerns and those that may run any host's work.
+func hostPayload(host string) string { return "host:" + host }
+
+// concerns reports whether a notification's payload concerns the daemon of host: it names that
+// host or any host (hostPayload), or it names none (the first call, once listening, and the
+// payloads of an older version).
+func concerns(payload, host string) bool {
+	named, ok := strings.CutPrefix(payload, "host:")
+	return !ok || named == "" || named == host
+}
+
+// listenSetupTimeout bounds connecting the listener and issuing LISTEN.
 const listenSetupTimeout = 30 * time.Second
 
-// listen blocks, calling fn with the payload of each notification on channel, until ctx ends or
-// the connection fails. It calls fn("") once as soon as it listens.
-func (s *Store) listen(ctx context.Context, channel string, fn func(payload string)) error {
+// listen blocks, calling channels[c] with the payload of each notification on c, until ctx ends
+// or the connection fails. It listens on a connection of its own, so that a pool's bound never
+// counts it and a notification waits for no query. It calls each function with "" once as soon
+// as it listens.
+func (s *Store) listen(ctx context.Context, channels map[string]func(payload string)) error {
 	setup, cancel := context.WithTimeout(ctx, listenSetupTimeout)
 	defer cancel()
-	conn, err := s.pool.Acquire(setup)
+	conn, err := pgx.ConnectConfig(setup, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(setup, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		conn.Conn().Close(context.Background())
-		return fmt.Errorf("listen: %w", err)
+	defer conn.Close(context.Background())
+	names := make([]string, 0, len(channels))
+	for name := range channels {
+		names = append(names, name)
 	}
-	fn("")
+	sort.Strings(names)
+	for _, name := range names {
+		if _, err := conn.Exec(setup, "LISTEN "+pgx.Identifier{name}.Sanitize()); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+	}
+	for _, name := range names {
+		channels[name]("")
+	}
 	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
+		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			// The connection may be mid-wait; never hand it back to the pool in that state.
-			conn.Conn().Close(context.Background())
 			return fmt.Errorf("wait for notification: %w", err)
 		}
-		fn(n.Payload)
+		if fn, ok := channels[n.Channel]; ok {
+			fn(n.Payload)
+		}
 	}
 }

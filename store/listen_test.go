@@ -89,12 +89,12 @@ func TestRunEndsAnnounced(t *testing.T) {
 	listened := make(chan struct{})
 	go func() {
 		defer close(listened)
-		_ = st.Listen(listenCtx, func() {
+		_ = st.Listen(listenCtx, store.Wakes{Host: "h", Deliveries: func() {}, Runs: func() {
 			select {
 			case wakes <- struct{}{}:
 			default: // the fences' wakes are not waited for
 			}
-		})
+		}})
 	}()
 	defer func() { cancel(); <-listened }()
 	woken := func(what string) {

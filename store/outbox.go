@@ -187,9 +187,3 @@ func (s *Store) DeliveryCounts(ctx context.Context) (pending, failed int64, err 
 	}
 	return pending, failed, nil
 }
-
-// ListenDeliveries blocks, calling fn whenever a delivery is made, until ctx ends or the
-// connection fails; it calls fn once as soon as it listens.
-func (s *Store) ListenDeliveries(ctx context.Context, fn func()) error {
-	return s.listen(ctx, DeliveriesChannel, func(string) { fn() })
-}

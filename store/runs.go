@@ -211,7 +211,7 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 			return false, err
 		}
 	}
-	return paused, notify(ctx, tx, id.String())
+	return paused, notifyRun(ctx, tx, id)
 }
 
 // LiveRuns lists the runs in a live status with their live attempt that the daemon of host
@@ -219,21 +219,40 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 // host holds, and those not spawned yet that host may run: its job is any-host or pinned to
 // host (or removed), and host is not draining. host "" lists every live run.
 func (s *Store) LiveRuns(ctx context.Context, host string) ([]model.LiveRun, error) {
+	if host == "" {
+		return s.liveRuns(ctx, "live runs", "", "")
+	}
+	// The candidates come through indexes, each a disjoint way a live run can be this host's,
+	// so that the read costs what the host has, not what the fleet has; the filter decides.
 	return s.liveRuns(ctx, "live runs", `
-		AND ($1 = '' OR a.host = $1 OR (a.host = '' AND a.unit IS NULL AND coalesce(r.host, j.host, $1) = $1
+		SELECT a.run_id FROM attempts a WHERE a.host = $1 AND a.ended_at IS NULL
+		UNION ALL
+		SELECT r.id FROM runs r WHERE r.host = $1 AND r.status IN ('queued', 'running')
+		UNION ALL
+		SELECT r.id FROM jobs j JOIN runs r ON r.job_id = j.id
+		WHERE (j.host = $1 OR j.host IS NULL) AND r.status IN ('queued', 'running') AND r.host IS NULL
+		UNION ALL
+		SELECT r.id FROM runs r WHERE r.job_id IS NULL AND r.status IN ('queued', 'running') AND r.host IS NULL`, `
+		AND (a.host = $1 OR (a.host = '' AND a.unit IS NULL AND coalesce(r.host, j.host, $1) = $1
 			-- A draining host spawns nothing, but still ends the runs it was asked to stop.
 			AND (r.stop_requested_at IS NOT NULL
 				OR NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $1 AND h.draining_since IS NOT NULL))))`, host)
 }
 
 // liveRuns lists the live runs that match filter, a constant condition on r, a and j with
-// args as its parameters.
-func (s *Store) liveRuns(ctx context.Context, what, filter string, args ...any) ([]model.LiveRun, error) {
+// args as its parameters. candidates, if not "", is a query of run ids (args its parameters
+// too) that holds every run filter may match: the runs are read from it instead of from every
+// live run.
+func (s *Store) liveRuns(ctx context.Context, what, candidates, filter string, args ...any) ([]model.LiveRun, error) {
+	from := "runs r"
+	if candidates != "" {
+		from = "(SELECT DISTINCT id FROM (" + candidates + ") c(id)) c JOIN runs r ON r.id = c.id"
+	}
 	asked := time.Now()
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+runColumns+`, `+attemptColumns+`, coalesce(j.engine, ''), coalesce(j.repository, ''),
 			coalesce(j.run_as_user, ''), now()
-		FROM runs r
+		FROM `+from+`
 		-- A lateral subquery that cannot be flattened (OFFSET 0) stays one index lookup per run:
 		-- with statistics that lag behind a burst of admissions, a plain join went quadratic.
 		CROSS JOIN LATERAL (SELECT * FROM attempts WHERE run_id = r.id AND ended_at IS NULL OFFSET 0) a
@@ -711,7 +730,7 @@ func openNextAttempt(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt in
 		return "", err
 	}
 	// Queued again: the daemons spawn the next attempt now, not at their next interval.
-	return "", notify(ctx, tx, runID.String())
+	return "", notifyRun(ctx, tx, runID)
 }
 
 // errStopRequested rolls back a restart that a stop request overtook.
@@ -739,7 +758,7 @@ func (s *Store) RequestStop(ctx context.Context, runID uuid.UUID) (model.Run, er
 		if err != nil {
 			return err
 		}
-		return notify(ctx, tx, runID.String())
+		return notifyRun(ctx, tx, runID)
 	})
 	if err != nil {
 		return model.Run{}, wrap(err, "stop run %s", runID)
@@ -927,7 +946,7 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (model.Run, error) 
 			return err
 		}
 		crashpoint.At("resume-before-commit")
-		return notify(ctx, tx, runID.String())
+		return notifyRun(ctx, tx, runID)
 	})
 	if err != nil {
 		return model.Run{}, wrap(err, "resume run %s", runID)

@@ -82,6 +82,11 @@ type Config struct {
 
 // Config defaults. Settings given in the DSN itself win over them.
 const (
+	// DefaultMaxConns bounds a process's pool (pool_max_conns in the DSN changes it).
+	DefaultMaxConns = 4
+	// DefaultMaxConnIdleTime closes a pool's connection unused this long, so that an idle
+	// daemon keeps one beside its listener (pool_max_conn_idle_time in the DSN changes it).
+	DefaultMaxConnIdleTime          = 10 * time.Second
 	DefaultStatementTimeout         = 30 * time.Second
 	DefaultLockTimeout              = 10 * time.Second
 	DefaultIdleInTransactionTimeout = time.Minute
@@ -152,10 +157,17 @@ func open(ctx context.Context, dsn string, configure func(*pgxpool.Config)) (*St
 	if err != nil {
 		return nil, fmt.Errorf("parse database address: %w", err)
 	}
-	// pgxpool's default (4 on two cores) would queue the sweep's 8 workers, admission and the
-	// LISTEN connection behind each other; pool_max_conns in the DSN still wins.
+	// A daemon's budget on a database that a fleet shares: a few connections, opened as work
+	// needs them and closed once idle (LISTEN has its own, see listen). The
+	// sweep's workers queue for them; pool_max_conns and pool_max_conn_idle_time in the DSN win.
 	if !strings.Contains(dsn, "pool_max_conns") {
-		cfg.MaxConns = 12
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if !strings.Contains(dsn, "pool_max_conn_idle_time") {
+		cfg.MaxConnIdleTime = DefaultMaxConnIdleTime
+	}
+	if !strings.Contains(dsn, "pool_health_check_period") {
+		cfg.HealthCheckPeriod = DefaultMaxConnIdleTime / 2
 	}
 	if configure != nil {
 		configure(cfg)
@@ -193,13 +205,6 @@ func (s *Store) AppliedMigrations(ctx context.Context) ([]int64, error) {
 // Close closes the pool.
 func (s *Store) Close() { s.pool.Close() }
 
-// Listen blocks, calling wake for each notification on NotifyChannel, until ctx ends or the
-// connection fails. It also calls wake once as soon as it listens: notifications sent while no
-// session listened (before, or while the server was restarting) are lost.
-func (s *Store) Listen(ctx context.Context, wake func()) error {
-	return s.listen(ctx, NotifyChannel, func(string) { wake() })
-}
-
 // unknownAccount turns the violation of a job's account reference into a message that says
 // what to do; other errors pass unchanged.
 func unknownAccount(err error, account string) error {
@@ -232,10 +237,22 @@ func wrap(err error, format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, err)...)
 }
 
-// notify wakes the daemons inside tx: the notification is delivered only if tx commits. The
-// payload says what changed (a run id, or "job:<name>").
-func notify(ctx context.Context, tx pgx.Tx, payload string) error {
-	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, payload)
+// notifyHost wakes, when tx commits, the daemon of host ("" every daemon: the work is any
+// host's).
+func notifyHost(ctx context.Context, tx pgx.Tx, host string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, hostPayload(host))
+	return err
+}
+
+// notifyRun wakes, when tx commits, the daemons that may act on the run: its live attempt's
+// host once claimed, else the host its run or job is pinned to, else every daemon.
+func notifyRun(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, run uuid.UUID) error {
+	_, err := q.Exec(ctx, `
+		SELECT pg_notify($1, $3 || coalesce(nullif(a.host, ''), r.host, j.host, ''))
+		FROM runs r LEFT JOIN jobs j ON j.id = r.job_id LEFT JOIN attempts a ON a.run_id = r.id AND a.ended_at IS NULL
+		WHERE r.id = $2`, NotifyChannel, run, hostPayload(""))
 	return err
 }
 

@@ -105,6 +105,7 @@ func (p *progress) status() string {
 type notifier struct {
 	progress    *progress
 	store       *store.Store  // asked for the next due slot
+	host        string        // whose slots
 	interval    time.Duration // the sweep's
 	passTimeout time.Duration
 	watchdog    time.Duration // WatchdogSec; 0 without a watchdog
@@ -112,12 +113,12 @@ type notifier struct {
 	loop
 }
 
-func newNotifier(p *progress, cfg Config) (*notifier, error) {
+func newNotifier(p *progress, cfg Config, host string) (*notifier, error) {
 	watchdog, err := daemon.SdWatchdogEnabled(false)
 	if err != nil {
 		return nil, fmt.Errorf("read the service manager's watchdog setting: %w", err)
 	}
-	n := &notifier{progress: p, store: cfg.Store, interval: cfg.SweepInterval, passTimeout: cfg.PassTimeout, watchdog: watchdog,
+	n := &notifier{progress: p, store: cfg.Store, host: host, interval: cfg.SweepInterval, passTimeout: cfg.PassTimeout, watchdog: watchdog,
 		logger: cfg.Logger}
 	n.loop = loop{name: "service manager notifications", run: n.run}
 	return n, nil
@@ -168,7 +169,7 @@ func pingEvery(interval, watchdog time.Duration) time.Duration {
 func (n *notifier) readDue(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, dueReadTimeout)
 	defer cancel()
-	if next, err := n.store.NextDue(ctx, 0); err == nil {
+	if next, err := n.store.NextDue(ctx, n.host, 0); err == nil {
 		n.progress.due(next)
 	}
 }

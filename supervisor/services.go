@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/wake"
 	"github.com/holdfast-backup/holdfast/watch"
 )
@@ -120,7 +121,7 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 		wait := s.cfg.SweepInterval
 		dueAt = time.Time{}
 		nextCtx, cancel := context.WithTimeout(ctx, s.cfg.Database.StatementTimeout)
-		next, nextErr := s.cfg.Store.NextDue(nextCtx, s.cfg.StartLead)
+		next, nextErr := s.cfg.Store.NextDue(nextCtx, s.rec.Host(), s.cfg.StartLead)
 		if nextErr == nil && next != nil && time.Until(*next) < wait {
 			dueAt = *next
 			wait = max(minWait, time.Until(*next))
@@ -135,20 +136,23 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 	}
 }
 
-// listen wakes admission and the sweep on every notification, listening again after a
-// failure; the sweep interval is the backstop while it does not listen.
+// listen wakes admission and the sweep on each notification about this host's work or any
+// host's, and delivery on each notification to send, on one connection, listening again after
+// a failure; the intervals are the backstop while it does not listen.
 func (s *Supervisor) listen(ctx context.Context) {
 	failed := false
 	for ctx.Err() == nil {
-		err := s.cfg.Store.Listen(ctx, func() {
-			if failed {
-				// Listen wakes once when it listens again.
-				s.cfg.Logger.Info("listening for notifications again")
-				failed = false
-			}
-			s.admitWake.Wake()
-			s.sweepWake.Wake()
-		})
+		err := s.cfg.Store.Listen(ctx, store.Wakes{Host: s.rec.Host(),
+			Runs: func() {
+				if failed {
+					// Listen wakes once when it listens again.
+					s.cfg.Logger.Info("listening for notifications again")
+					failed = false
+				}
+				s.admitWake.Wake()
+				s.sweepWake.Wake()
+			},
+			Deliveries: s.deliverWake.Wake})
 		if ctx.Err() != nil {
 			return
 		}
@@ -203,22 +207,6 @@ func (s *Supervisor) deliver(ctx context.Context, d *notify.Deliverer) {
 		}
 		if !wake.Sleep(ctx, deliverInterval, s.deliverWake) {
 			return
-		}
-	}
-}
-
-// listenDeliveries wakes the delivery service for each delivery made, listening again after a
-// failure; the interval is the backstop.
-func (s *Supervisor) listenDeliveries(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := s.cfg.Store.ListenDeliveries(ctx, s.deliverWake.Wake)
-		if ctx.Err() != nil {
-			return
-		}
-		s.cfg.Logger.Warn("listen for deliveries failed; polling meanwhile", "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(relistenAfter):
 		}
 	}
 }

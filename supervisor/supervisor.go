@@ -46,7 +46,7 @@ const (
 	DefaultKeepRunFiles  = "30d"
 	DefaultRunFilesEvery = time.Hour
 	// Each watch pass reads every job; deadlines and stalls are minutes apart, not seconds.
-	DefaultWatchInterval = 15 * time.Second
+	DefaultWatchInterval = watch.DefaultInterval
 	// DefaultStartLead is how long before its slot a scheduled run is admitted and armed: ample
 	// for a burst of slots to be prepared, short enough that limits and windows decided then
 	// still hold at the slot.
@@ -307,7 +307,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
-	watcher := &watch.Watcher{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger}
+	watcher := &watch.Watcher{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger, Interval: cfg.WatchInterval}
 	s := &Supervisor{cfg: cfg, rec: rec, lease: lease, failed: failed, metrics: m, sweepWake: sweepWake, admitWake: wake.New(),
 		deliverWake: wake.New(), progress: newProgress()}
 	s.services = []Service{
@@ -325,7 +325,6 @@ func New(cfg Config) (*Supervisor, error) {
 		&loop{name: "admission", run: func(ctx context.Context) { s.admit(ctx, admitter) }},
 		&loop{name: "run files", run: s.removeRunFiles},
 		&loop{name: "watch", run: func(ctx context.Context) { s.watch(ctx, watcher) }},
-		&loop{name: "deliveries listener", run: s.listenDeliveries},
 		&loop{name: "delivery", run: func(ctx context.Context) { s.deliver(ctx, deliverer) }},
 	}
 	if m != nil {
@@ -343,7 +342,7 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	if os.Getenv("NOTIFY_SOCKET") != "" {
 		// Last: stopped first, so the service manager hears at once that the daemon stops.
-		n, err := newNotifier(s.progress, cfg)
+		n, err := newNotifier(s.progress, cfg, rec.Host())
 		if err != nil {
 			return nil, err
 		}

@@ -217,12 +217,12 @@ func TestStartStop(t *testing.T) {
 	listened := make(chan struct{})
 	go func() {
 		defer close(listened)
-		_ = e.st.Listen(listenCtx, func() {
+		_ = e.st.Listen(listenCtx, store.Wakes{Host: "h", Deliveries: func() {}, Runs: func() {
 			select {
 			case wakes <- struct{}{}:
 			default: // the wakes after the admission's are not waited for
 			}
-		})
+		}})
 	}()
 	defer func() { cancelListen(); <-listened }()
 	woken := func(what string) {

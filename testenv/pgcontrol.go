@@ -14,10 +14,10 @@ import (
 
 // PrivatePostgres starts a PostgreSQL server of the test's own, which the test may restart or
 // freeze without disturbing other tests, and returns it with the DSN of a fresh database on
-// it. The server is stopped at t.Cleanup.
-func PrivatePostgres(t testing.TB) (*PostgresServer, string) {
+// it. The server is stopped at t.Cleanup. settings are StartPostgresServer's.
+func PrivatePostgres(t testing.TB, settings ...string) (*PostgresServer, string) {
 	t.Helper()
-	srv, err := StartPostgresServer(filepath.Join(SharedDir(t), "postgres"))
+	srv, err := StartPostgresServer(filepath.Join(SharedDir(t), "postgres"), settings...)
 	var u *unavailableError
 	switch {
 	case errors.As(err, &u):
@@ -73,7 +73,7 @@ func (s *PostgresServer) Restart(mode string) error {
 	if err != nil {
 		return fmt.Errorf("restart postgres: %w", err)
 	}
-	proc, err := runPostgres(s.Dir, cred)
+	proc, err := runPostgres(s.Dir, cred, s.settings)
 	if err != nil {
 		return fmt.Errorf("restart postgres: %w", err)
 	}

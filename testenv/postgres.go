@@ -275,6 +275,8 @@ func startPostgres() {
 type PostgresServer struct {
 	Dir string // holds the data directory, the server's log and its unix socket
 
+	settings []string // NAME=VALUE, given to every start
+
 	mu   sync.Mutex
 	proc *child // nil once stopped
 }
@@ -289,7 +291,10 @@ type PostgresServer struct {
 // Run as root, the server runs as the postgres OS user (initdb refuses
 // root), so dir's parents must be traversable by that user. If the calling
 // process dies without Stop, the server gets SIGQUIT and exits.
-func StartPostgresServer(dir string) (*PostgresServer, error) {
+//
+// Each of settings is a server setting as NAME=VALUE (postgres -c), kept across Restart, e.g.
+// "shared_preload_libraries=pg_stat_statements".
+func StartPostgresServer(dir string, settings ...string) (*PostgresServer, error) {
 	if _, err := os.Stat(filepath.Join(PGBinDir, "initdb")); err != nil {
 		return nil, &unavailableError{fmt.Sprintf("initdb not found at %s: apt-get install postgresql-15", PGBinDir)}
 	}
@@ -307,14 +312,14 @@ func StartPostgresServer(dir string) (*PostgresServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	proc, err := runPostgres(dir, cred)
+	proc, err := runPostgres(dir, cred, settings)
 	if err != nil {
 		return nil, err
 	}
-	return &PostgresServer{Dir: dir, proc: proc}, nil
+	return &PostgresServer{Dir: dir, proc: proc, settings: settings}, nil
 }
 
-func runPostgres(dir string, cred *syscall.Credential) (*child, error) {
+func runPostgres(dir string, cred *syscall.Credential, settings []string) (*child, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -346,8 +351,7 @@ func runPostgres(dir string, cred *syscall.Credential) (*child, error) {
 	defer logf.Close()
 	// Run the server itself rather than pg_ctl: it stays our child, so it
 	// can be stopped by signal and dies with the test binary.
-	cmd := exec.Command(filepath.Join(PGBinDir, "postgres"),
-		"-D", data,
+	args := []string{"-D", data,
 		"-k", dir,
 		"-c", "listen_addresses=",
 		"-c", "fsync=off",
@@ -356,7 +360,11 @@ func runPostgres(dir string, cred *syscall.Credential) (*child, error) {
 		"-c", "max_connections=300",
 		// Test databases live for seconds: vacuuming them only costs every test CPU.
 		"-c", "autovacuum=off",
-	)
+	}
+	for _, setting := range settings {
+		args = append(args, "-c", setting)
+	}
+	cmd := exec.Command(filepath.Join(PGBinDir, "postgres"), args...)
 	cmd.Dir = dir
 	cmd.Env = env
 	cmd.Stdout = logf

@@ -86,7 +86,7 @@ type AccountStatus struct {
 
 // Status reads the report. An error means the state is Unknown.
 func Status(ctx context.Context, st *store.Store) (Report, error) {
-	facts, err := st.WatchFacts(ctx)
+	facts, err := st.WatchFacts(ctx, store.WatchScope{})
 	if err != nil {
 		return Report{State: Unknown}, err
 	}

@@ -6,6 +6,7 @@
 package watch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -160,9 +161,21 @@ type Watcher struct {
 	Store  *store.Store
 	Host   string
 	Logger *slog.Logger
+	// Interval is how often Pass runs (default DefaultInterval): the jobs no daemon watches as
+	// its own are read once per Interval by one daemon of the fleet.
+	Interval time.Duration
 
 	expected map[string]expected // by job name, from the last pass; only its passes use it
 }
+
+// DefaultInterval is a Watcher's default Interval.
+const DefaultInterval = 15 * time.Second
+
+// unattendedDuty is the duty (store.ClaimDuty) of watching the jobs pinned to hosts that are
+// down or never ran a daemon.
+const unattendedDuty = "watch-unattended"
+
+func (w *Watcher) interval() time.Duration { return cmp.Or(w.Interval, DefaultInterval) }
 
 // Pass judges every job once and records what changed, then marks the stalled runs. It goes
 // on past a job or a run it cannot handle.
@@ -173,7 +186,7 @@ func (w *Watcher) Pass(ctx context.Context) error {
 // stalls marks each run whose progress stood still past its job's stall_after, once, and asks
 // it to stop where the job says so: the decision table then stops it as any stop.
 func (w *Watcher) stalls(ctx context.Context) error {
-	stalls, err := w.Store.Stalls(ctx)
+	stalls, err := w.Store.Stalls(ctx, w.Host)
 	if err != nil {
 		return err
 	}
@@ -195,9 +208,20 @@ func (w *Watcher) stalls(ctx context.Context) error {
 
 // overdue judges every job and records each change of its overdue episode.
 func (w *Watcher) overdue(ctx context.Context) error {
-	facts, err := w.Store.WatchFacts(ctx)
+	facts, err := w.Store.WatchFacts(ctx, store.WatchScope{Host: w.Host})
 	if err != nil {
 		return err
+	}
+	// The jobs pinned to a host that is down or never ran a daemon are watched too, by one
+	// daemon of the fleet per interval.
+	if claimed, err := w.Store.ClaimDuty(ctx, unattendedDuty, w.Host, w.interval()); err != nil {
+		return err
+	} else if claimed {
+		unattended, err := w.Store.WatchFacts(ctx, store.WatchScope{Unattended: true})
+		if err != nil {
+			return err
+		}
+		facts = append(facts, unattended...)
 	}
 	var errs []error
 	kept := make(map[string]expected, len(facts))

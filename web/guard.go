@@ -30,9 +30,9 @@ const contentSecurityPolicy = "default-src 'self'; img-src 'self' data:; frame-a
 // Defaults of a Guard.
 const (
 	// DefaultMaxRequests bounds the requests served at once. Each reads PostgreSQL through the
-	// daemon's pool (12 connections, see store): four leave the sweep, admission and the
-	// listener theirs however many pages are asked for.
-	DefaultMaxRequests = 4
+	// daemon's pool (store.DefaultMaxConns, 4): two leave the sweep and admission theirs however
+	// many pages are asked for.
+	DefaultMaxRequests = 2
 	// DefaultQueueWait is how long a request waits for one of those before it is answered 503.
 	DefaultQueueWait = 5 * time.Second
 )

@@ -1,0 +1,14 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// OpenTraced is Open with tracer seeing every statement the store runs, for tests that look at
+// the statements themselves (their plans).
+func OpenTraced(ctx context.Context, dsn string, tracer pgx.QueryTracer) (*Store, error) {
+	return open(ctx, dsn, func(c *pgxpool.Config) { c.ConnConfig.Tracer = tracer })
+}

@@ -1,0 +1,193 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/storetest"
+)
+
+// statementLog records the statements a store runs, with their arguments.
+type statementLog struct {
+	mu    sync.Mutex
+	calls []loggedStatement
+}
+
+type loggedStatement struct {
+	sql  string
+	args []any
+}
+
+func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, loggedStatement{d.SQL, d.Args})
+	return ctx
+}
+
+func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (l *statementLog) take() []loggedStatement {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	calls := l.calls
+	l.calls = nil
+	return calls
+}
+
+// rowsRead sums, over the scans of a plan (EXPLAIN ANALYZE's JSON) on the tables in tables,
+// the rows they read: those they returned and those their filters removed, in every loop.
+func rowsRead(plan any, tables []string) float64 {
+	var n float64
+	switch v := plan.(type) {
+	case map[string]any:
+		if name, ok := v["Relation Name"].(string); ok && slices.Contains(tables, name) {
+			loops, _ := v["Actual Loops"].(float64)
+			rows, _ := v["Actual Rows"].(float64)
+			removed, _ := v["Rows Removed by Filter"].(float64)
+			n += (rows + removed) * loops
+		}
+		for _, child := range v {
+			n += rowsRead(child, tables)
+		}
+	case []any:
+		for _, child := range v {
+			n += rowsRead(child, tables)
+		}
+	}
+	return n
+}
+
+// The reads a daemon makes at every pass, and the claims it tries, cost what its host has,
+// not what the fleet has: on a database seeded as a fleet's (hosts with their jobs, history,
+// deliveries and live runs, one host down), each statement they run, executed with the
+// arguments it ran with (EXPLAIN ANALYZE, rolled back), reads as many rows of the tables that
+// grow with the fleet or with history at 200 hosts as at 50. The hosts table (a row per host,
+// read whole by the planner while it is this small) is left to the fleet benchmark.
+func TestDaemonReadsUseIndexes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seeds a fleet")
+	}
+	ctx := context.Background()
+	dsn := storetest.Migrated(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	seed := func(from, to int) {
+		t.Helper()
+		if err := storetest.SeedFleet(ctx, conn, from, to); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, `ANALYZE`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed(0, 50)
+	// One host down, with its live runs: the takeover's reads have something to find.
+	if _, err := conn.Exec(ctx, `UPDATE hosts SET lease_until = now() - interval '1 hour' WHERE name = 'h00003'`); err != nil {
+		t.Fatal(err)
+	}
+	log := &statementLog{}
+	st, err := store.OpenTraced(ctx, dsn, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const host = "h00007"
+	lease, err := st.AcquireLease(ctx, store.LeaseRequest{Host: host, Holder: "test", Duration: time.Hour, Grace: time.Second,
+		HolderGone: func(string) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.take()
+
+	passes := []struct {
+		what string
+		do   func() error
+		// fleet says the read is the fleet's, made by one daemon per interval (a duty): it
+		// may grow with the fleet.
+		fleet bool
+	}{
+		{what: "renew the lease", do: func() error { _, err := st.RenewLease(ctx, lease, time.Hour); return err }},
+		{what: "live runs", do: func() error { _, err := st.LiveRuns(ctx, host); return err }},
+		{what: "jobs to spawn", do: func() error { _, err := st.JobsFor(ctx, host); return err }},
+		{what: "next due", do: func() error { _, err := st.NextDue(ctx, host, 10*time.Second); return err }},
+		{what: "admission", do: func() error {
+			_, err := st.AdmitDue(ctx, time.Now(), time.Now().Add(10*time.Second), 10, time.Minute, nil)
+			return err
+		}},
+		{what: "down hosts", do: func() error { _, err := st.DownHosts(ctx, host, time.Second); return err }},
+		{what: "notice down hosts", do: func() error { _, err := st.NoticeDownHosts(ctx, host, time.Second); return err }},
+		{what: "orphans", do: func() error { _, err := st.Orphans(ctx, host, time.Second); return err }},
+		{what: "superseded", do: func() error { _, err := st.Superseded(ctx, host, 24*time.Hour); return err }},
+		{what: "deferred settlements", do: func() error { _, err := st.DeferredSettlements(ctx, host); return err }},
+		{what: "watch", do: func() error { _, err := st.WatchFacts(ctx, store.WatchScope{Host: host}); return err }},
+		{what: "watch the unattended", fleet: true, do: func() error {
+			_, err := st.WatchFacts(ctx, store.WatchScope{Unattended: true})
+			return err
+		}},
+		{what: "stalls", do: func() error { _, err := st.Stalls(ctx, host); return err }},
+		{what: "claim a duty", do: func() error { _, err := st.ClaimDuty(ctx, "test", host, time.Minute); return err }},
+		{what: "deliveries", do: func() error { _, err := st.ClaimDeliveries(ctx, 10, time.Minute); return err }},
+	}
+	grows := []string{"jobs", "runs", "attempts", "events", "ledger_entries", "deliveries", "snapshots"}
+	// measure runs each pass and returns the rows its statements read.
+	measure := func() map[string]float64 {
+		t.Helper()
+		read := map[string]float64{}
+		for _, p := range passes {
+			if err := p.do(); err != nil {
+				t.Fatalf("%s: %v", p.what, err)
+			}
+			calls := log.take()
+			if len(calls) == 0 {
+				t.Fatalf("%s ran no statement", p.what)
+			}
+			for _, c := range calls {
+				verb := strings.ToUpper(strings.Fields(c.sql)[0])
+				if !slices.Contains([]string{"SELECT", "WITH", "UPDATE", "INSERT"}, verb) {
+					continue // begin, commit, savepoints
+				}
+				var raw []byte
+				err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+					if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+c.sql, c.args...).Scan(&raw); err != nil {
+						return err
+					}
+					return errRollBack
+				})
+				if !errors.Is(err, errRollBack) {
+					t.Fatalf("%s: explain %s: %v", p.what, c.sql, err)
+				}
+				var plan []any
+				if err := json.Unmarshal(raw, &plan); err != nil {
+					t.Fatal(err)
+				}
+				read[p.what] += rowsRead(plan, grows)
+			}
+		}
+		return read
+	}
+	small := measure()
+	seed(50, 200)
+	large := measure()
+	for _, p := range passes {
+		t.Logf("%s: %.0f rows read at 50 hosts, %.0f at 200", p.what, small[p.what], large[p.what])
+		if !p.fleet && large[p.what] > small[p.what]+10 {
+			t.Errorf("%s reads %.0f rows at 200 hosts, %.0f at 50: its cost grows with the fleet", p.what, large[p.what], small[p.what])
+		}
+	}
+}
+
+// errRollBack ends a transaction that only measured.
+var errRollBack = errors.New("roll back")
