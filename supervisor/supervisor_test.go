@@ -193,7 +193,7 @@ func TestStartStop(t *testing.T) {
 	for _, svc := range sup.Services() {
 		names = append(names, svc.Name())
 	}
-	if got, want := strings.Join(names, ","), "host lease,notifications,unit ends,runaway watch,spawning,repairs,sweep,admission,run files,watch,deliveries listener,delivery"; got != want {
+	if got, want := strings.Join(names, ","), "host lease,notifications,unit ends,runaway watch,spawning,repairs,sweep,admission,run files,watch,delivery"; got != want {
 		t.Fatalf("services %s, want %s", got, want)
 	}
 	sup.Stop() // never started: nothing to do
