@@ -155,7 +155,8 @@ func UnitNames(attempts []Attempt) []string {
 
 // LiveRun is a live run with its live attempt and its job's engine ("" if the job was removed).
 // The rest of the job is read only where it is needed (spawning), to keep the sweep's one
-// query small.
+// query small; for the same reason Run.HeldBytes and Run.SettledBytes are not read (they are
+// zero), nor the host's note of Run.WaitingReason: a run read by id has them.
 type LiveRun struct {
 	Run           Run
 	Attempt       Attempt

@@ -64,8 +64,9 @@ func (s *Store) WatchFacts(ctx context.Context, scope WatchScope) ([]WatchFacts,
 	switch {
 	case scope.Unattended:
 		// The hosts jobs are pinned to, each found once by a skip through jobs_host (a probe
-		// per host, not a read of every job), less those with a row; and the down hosts.
-		where = `WHERE j.host IN (
+		// per host, not a read of every job), less those with a row; and the down hosts. The
+		// comment names the statement a duty's in pg_stat_statements (make bench-fleet).
+		where = `/* fleet duty */ WHERE j.host IN (
 			WITH RECURSIVE pinned(host) AS (
 				(SELECT host FROM jobs WHERE host IS NOT NULL ORDER BY host LIMIT 1)
 				UNION ALL

@@ -18,15 +18,25 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 )
 
-const runColumns = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason, ''), r.stop_requested_at, coalesce(r.stop_reason, ''),
-	r.created_at, r.started_at, r.finished_at, r.reason, r.failure_class, coalesce(r.snapshot_id, ''),
-	r.bytes_added, r.bytes_processed, r.files_processed, r.files_skipped,
-	r.planned_at, r.not_before, coalesce(` + hostNote + `, r.waiting_reason, ''), r.retry_of, r.retry_number, r.retried_by, r.kind,
-	r.forget_ids, r.plan_id, r.budget_bytes, coalesce(r.host, ''), coalesce(r.restore_target, ''), coalesce(r.restore_snapshot, ''),
-	r.restore_includes, r.restore_total_bytes, r.restore_total_files, r.verify_subset, r.drill_files,
-	coalesce(r.copy_snapshot, ''), r.on_copy,
+const runColumns = runHead + `coalesce(` + hostNote + `, r.waiting_reason, '')` + runTail + `,
 	coalesce((SELECT sum(bytes) FROM open_holds WHERE run_id = r.id), 0)::bigint,
 	coalesce((SELECT sum(e.bytes) FROM ledger_entries e WHERE e.run_id = r.id AND e.kind = 'settle'), 0)::bigint`
+
+// liveRunColumns are runColumns as the sweep reads them, once per live run and pass: without
+// the three subqueries per run (the host's note and the run's ledger sums, which no decision
+// reads) that made a sweep of 1,000 live runs read 60 ms in the database instead of 1 ms. See
+// model.LiveRun.
+const liveRunColumns = runHead + `coalesce(r.waiting_reason, '')` + runTail + `, 0::bigint, 0::bigint`
+
+const runHead = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason, ''), r.stop_requested_at, coalesce(r.stop_reason, ''),
+	r.created_at, r.started_at, r.finished_at, r.reason, r.failure_class, coalesce(r.snapshot_id, ''),
+	r.bytes_added, r.bytes_processed, r.files_processed, r.files_skipped,
+	r.planned_at, r.not_before, `
+
+const runTail = `, r.retry_of, r.retry_number, r.retried_by, r.kind,
+	r.forget_ids, r.plan_id, r.budget_bytes, coalesce(r.host, ''), coalesce(r.restore_target, ''), coalesce(r.restore_snapshot, ''),
+	r.restore_includes, r.restore_total_bytes, r.restore_total_files, r.verify_subset, r.drill_files,
+	coalesce(r.copy_snapshot, ''), r.on_copy`
 
 // hostNote says why a live run waits on its host, which outranks any other waiting reason: the
 // host that holds its attempt, or the host its job is pinned to, is down or draining.
@@ -250,12 +260,14 @@ func (s *Store) liveRuns(ctx context.Context, what, candidates, filter string, a
 	}
 	asked := time.Now()
 	rows, err := s.pool.Query(ctx, `
-		SELECT `+runColumns+`, `+attemptColumns+`, coalesce(j.engine, ''), coalesce(j.repository, ''),
+		SELECT `+liveRunColumns+`, `+attemptColumns+`, coalesce(j.engine, ''), coalesce(j.repository, ''),
 			coalesce(j.run_as_user, ''), now()
 		FROM `+from+`
 		-- A lateral subquery that cannot be flattened (OFFSET 0) stays one index lookup per run:
 		-- with statistics that lag behind a burst of admissions, a plain join went quadratic.
-		CROSS JOIN LATERAL (SELECT * FROM attempts WHERE run_id = r.id AND ended_at IS NULL OFFSET 0) a
+		-- Its live test is one no partial index's predicate follows from, so the lookup is the
+		-- primary key's: without statistics the planner took attempts_live_host, read whole per run.
+		CROSS JOIN LATERAL (SELECT * FROM attempts WHERE run_id = r.id AND coalesce(ended_at, 'infinity') = 'infinity' OFFSET 0) a
 		LEFT JOIN jobs j ON j.id = r.job_id
 		WHERE r.status IN ('queued', 'running') `+filter+`
 		ORDER BY coalesce(j.priority, 0) DESC, r.created_at`, args...)
