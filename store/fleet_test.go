@@ -191,3 +191,48 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 
 // errRollBack ends a transaction that only measured.
 var errRollBack = errors.New("roll back")
+
+// A sweep reads each live run's attempt once, even before the planner has statistics of the
+// tables (a burst of admissions into a new database): on 300 live runs of one host, never
+// analyzed, the sweep's read scans about as many attempts as there are runs, not their square.
+func TestLiveRunsLinearWithoutStatistics(t *testing.T) {
+	ctx := context.Background()
+	dsn := storetest.Migrated(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	const runs = 300
+	if _, err := conn.Exec(ctx, `
+		WITH j AS (INSERT INTO jobs (name, engine, repository, password_file, paths, command)
+			SELECT 'j' || i, 'command', '-', '-', '{/}', '{/bin/true}' FROM generate_series(1, $1::int) i RETURNING id, name),
+		r AS (INSERT INTO runs (id, job_id, job_name, trigger, status) SELECT gen_random_uuid(), id, name, 'manual', 'running' FROM j
+			RETURNING id)
+		INSERT INTO attempts (run_id, attempt_no, unit, host, spawn_claimed_at, started_at)
+		SELECT id, 1, 'u-' || id, 'h', now(), now() FROM r`, runs); err != nil {
+		t.Fatal(err)
+	}
+	log := &statementLog{}
+	st, err := store.OpenTraced(ctx, dsn, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	live, err := st.LiveRuns(ctx, "h")
+	if err != nil || len(live) != runs {
+		t.Fatalf("live runs: %d, %v; want %d", len(live), err, runs)
+	}
+	calls := log.take()
+	var raw []byte
+	if err := conn.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+calls[0].sql, calls[0].args...).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var plan []any
+	if err := json.Unmarshal(raw, &plan); err != nil {
+		t.Fatal(err)
+	}
+	if read := rowsRead(plan, []string{"attempts"}); read > 3*runs {
+		t.Fatalf("listing %d live runs read %.0f attempts: more than a few per run", runs, read)
+	}
+}
