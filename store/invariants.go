@@ -52,8 +52,8 @@ var invariants = []struct{ name, query string }{
 	{"an account's balance is its grants less what was settled and is held, and never negative", `
 		SELECT 'account ' || a.name || ' has ' || (g.b - st.b - h.b) || ' bytes left'
 		FROM accounts a,
-			LATERAL (SELECT coalesce(sum(bytes), 0) AS b FROM ledger_entries WHERE account = a.name AND kind = 'grant') g,
-			LATERAL (SELECT coalesce(sum(bytes), 0) AS b FROM ledger_entries WHERE account = a.name AND kind = 'settle') st,
+			LATERAL (SELECT ` + accountGranted + ` AS b) g,
+			LATERAL (SELECT ` + accountSettled + ` AS b) st,
 			LATERAL (SELECT coalesce(sum(e.bytes), 0) AS b FROM ledger_entries e WHERE e.account = a.name AND e.kind = 'hold'
 				AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = e.id)) h
 		WHERE NOT a.unlimited AND g.b - st.b - h.b < 0`},

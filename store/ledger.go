@@ -70,9 +70,17 @@ type OpenHold struct {
 }
 
 const accountColumns = `a.name, a.created_at, a.unlimited, a.allowance_bytes, coalesce(a.allowance_period, ''),
-	coalesce((SELECT sum(bytes) FROM ledger_entries WHERE account = a.name AND kind = 'grant'), 0)::bigint,
-	coalesce((SELECT sum(bytes) FROM ledger_entries WHERE account = a.name AND kind = 'settle'), 0)::bigint,
+	` + accountGranted + `::bigint, ` + accountSettled + `::bigint,
 	coalesce((SELECT sum(bytes) FROM open_holds WHERE account = a.name), 0)::bigint`
+
+// accountGranted and accountSettled are what account a (accounts a) was granted and charged:
+// its entries, and those a compaction folded into its checkpoint (CompactHistory).
+const (
+	accountGranted = `(coalesce((SELECT sum(bytes) FROM ledger_entries WHERE account = a.name AND kind = 'grant'), 0)
+		+ coalesce((SELECT k.granted_bytes FROM ledger_checkpoints k WHERE k.account = a.name), 0))`
+	accountSettled = `(coalesce((SELECT sum(bytes) FROM ledger_entries WHERE account = a.name AND kind = 'settle'), 0)
+		+ coalesce((SELECT k.settled_bytes FROM ledger_checkpoints k WHERE k.account = a.name), 0))`
+)
 
 func scanAccount(row pgx.Row) (Account, error) {
 	var a Account

@@ -26,7 +26,7 @@ func SeedFleet(ctx context.Context, conn *pgx.Conn, from, to int) error {
 		 SELECT 'h' || lpad(i::text, 5, '0'), 'sim', 1, now() + interval '1 day', now(), interval '30s'
 		 FROM generate_series($1::int, $2::int - 1) i`,
 		`INSERT INTO jobs (name, engine, repository, password_file, paths, host, schedule, time_zone, next_run_at)
-		 SELECT 'h' || lpad(i::text, 5, '0') || '-j' || k, 'restic', '/srv/restic/h' || lpad(i::text, 5, '0') || '-j' || k,
+		 SELECT 'h' || lpad(i::text, 5, '0') || '.j' || k, 'restic', '/srv/restic/h' || lpad(i::text, 5, '0') || '.j' || k,
 			'/etc/holdfast/pw', '{/srv/data}', 'h' || lpad(i::text, 5, '0'), '0 * * * *', 'UTC',
 			now() + interval '40 minutes' + k * interval '1 minute'
 		 FROM generate_series($1::int, $2::int - 1) i, generate_series(0, ` + fmt.Sprint(FleetJobsPerHost-1) + `) k`,
@@ -41,7 +41,7 @@ func SeedFleet(ctx context.Context, conn *pgx.Conn, from, to int) error {
 			RETURNING id, job_id, job_name, created_at, finished_at),
 		 a AS (INSERT INTO attempts (run_id, attempt_no, unit, host, created_at, spawn_claimed_at, started_at, ended_at,
 				service_result, exit_code, exit_status, lease_generation)
-			SELECT r.id, 1, 'holdfast-' || r.id || '-1.service', j.host, r.created_at, r.created_at, r.created_at, r.finished_at,
+			SELECT r.id, 1, 'holdfast-' || j.name || '-' || r.id || '-a1.service', j.host, r.created_at, r.created_at, r.created_at, r.finished_at,
 				'success', 'exited', '0', 1
 			FROM r JOIN j ON j.id = r.job_id RETURNING run_id),
 		 e AS (INSERT INTO events (event, job_name, run_id, attempt, status, reason, host, at)
@@ -70,7 +70,7 @@ func SeedFleet(ctx context.Context, conn *pgx.Conn, from, to int) error {
 			RETURNING id, job_id, created_at),
 		 a AS (INSERT INTO attempts (run_id, attempt_no, unit, host, created_at, spawn_claimed_at, started_at, lease_generation, boot_id,
 				last_event_at, percent_done, progress_changed_at)
-			SELECT r.id, 1, 'holdfast-' || r.id || '-1.service', j.host, r.created_at, r.created_at, r.created_at, 1, 'boot',
+			SELECT r.id, 1, 'holdfast-' || j.name || '-' || r.id || '-a1.service', j.host, r.created_at, r.created_at, r.created_at, 1, 'boot',
 				now(), 0.5, now() FROM r JOIN j ON j.id = r.job_id)
 		 INSERT INTO ledger_entries (account, kind, bytes, run_id, attempt_no, created_at)
 			SELECT 'default', 'hold', 2000000, r.id, 1, r.created_at FROM r`,

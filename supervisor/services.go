@@ -228,6 +228,41 @@ func (s *Supervisor) removeRunFiles(ctx context.Context) {
 	}
 }
 
+// compactHistoryDuty is the duty (store.ClaimDuty) of removing old history.
+const compactHistoryDuty = "compact-history"
+
+// compactHistory removes the history older than KeepHistory, when this daemon claims the duty:
+// one daemon of the fleet does it per compactEvery.
+func (s *Supervisor) compactHistory(ctx context.Context) {
+	for {
+		if s.acting() {
+			if err := s.compactOnce(ctx); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("history not compacted; the next round tries again", "err", err)
+			}
+		}
+		if !wake.Sleep(ctx, compactEvery, nil) {
+			return
+		}
+	}
+}
+
+func (s *Supervisor) compactOnce(ctx context.Context) error {
+	claimed, err := s.cfg.Store.ClaimDuty(ctx, compactHistoryDuty, s.rec.Host(), compactEvery)
+	if err != nil || !claimed {
+		return err
+	}
+	before := s.cfg.keepHistory.Before(time.Now())
+	c, err := s.cfg.Store.CompactHistory(ctx, before, compactBatch)
+	if c.Total() > 0 {
+		s.cfg.Logger.Info("history compacted", "ended_before", before, "runs", c.Runs, "ledger_entries", c.LedgerEntries,
+			"events", c.Events, "deliveries", c.Deliveries, "plans", c.Plans)
+	}
+	return err
+}
+
+// compactBatch bounds each of a compaction's transactions.
+const compactBatch = 500
+
 // httpService serves the daemon's HTTP endpoints (/metrics, the dashboard), over TLS when tls
 // is set. Start binds the address, so a bad or taken one stops the daemon from starting; Stop
 // shuts the server down.

@@ -44,6 +44,12 @@ const (
 	DefaultSweepInterval = 2 * time.Second
 	DefaultLateGrace     = time.Minute
 	DefaultKeepRunFiles  = "30d"
+	// DefaultKeepHistory is how long ended runs, their events and ledger entries stay in the
+	// database (--keep-history); a month's allowance and the watch read back 35 days at most.
+	DefaultKeepHistory = "180d"
+	minKeepHistory     = 35 * 24 * time.Hour
+	// compactEvery is how often one daemon of the fleet removes the history older than that.
+	compactEvery = time.Hour
 	DefaultRunFilesEvery = time.Hour
 	// Each watch pass reads every job; deadlines and stalls are minutes apart, not seconds.
 	DefaultWatchInterval = watch.DefaultInterval
@@ -98,6 +104,10 @@ type Config struct {
 	// a retention duration such as 30d.
 	KeepRunFiles  string
 	RunFilesEvery time.Duration // --run-files-every: how often old run files are looked for
+	// KeepHistory is how long the database keeps ended runs with their attempts, events,
+	// delivered deliveries and ledger entries (--keep-history), a retention duration of 35d or
+	// more; one daemon of the fleet removes what is older every hour (store.CompactHistory).
+	KeepHistory string
 	WatchInterval time.Duration // --watch-interval: how often jobs are judged overdue or not
 	// Listen is the address the daemon serves /metrics and the dashboard on (--listen), e.g.
 	// 127.0.0.1:9750; "" serves nothing. It needs WebAuthFile (--web-auth-file, see
@@ -119,6 +129,7 @@ type Config struct {
 	webHosts     *web.Hosts
 	tlsConfig    *tls.Config
 	keepRunFiles retention.Duration
+	keepHistory  retention.Duration
 	leaseHolder  string            // export_test.go; "" is reconcile.LeaseHolder()
 	holderGone   func(string) bool // export_test.go; nil is reconcile.HolderGone
 }
@@ -126,7 +137,7 @@ type Config struct {
 // Defaults returns a Config with every default.
 func Defaults() Config {
 	c := Config{Config: reconcile.Defaults(), SweepInterval: DefaultSweepInterval, LateGrace: DefaultLateGrace,
-		KeepRunFiles: DefaultKeepRunFiles, RunFilesEvery: DefaultRunFilesEvery, WatchInterval: DefaultWatchInterval, Lease: DefaultLease}
+		KeepRunFiles: DefaultKeepRunFiles, KeepHistory: DefaultKeepHistory, RunFilesEvery: DefaultRunFilesEvery, WatchInterval: DefaultWatchInterval, Lease: DefaultLease}
 	c.StartLead = DefaultStartLead
 	return c
 }
@@ -159,6 +170,10 @@ func (c *Config) Validate() error {
 	var err error
 	if c.keepRunFiles, err = retention.ParseDuration(c.KeepRunFiles); err != nil || c.keepRunFiles.IsZero() {
 		return fmt.Errorf("--keep-run-files %q: give a positive duration such as 30d, 2m or 36h", c.KeepRunFiles)
+	}
+	if c.keepHistory, err = retention.ParseDuration(c.KeepHistory); err != nil ||
+		time.Since(c.keepHistory.Before(time.Now())) < minKeepHistory {
+		return fmt.Errorf("--keep-history %q: give a duration of 35 days or more, such as 180d or 1y", c.KeepHistory)
 	}
 	if c.RunFilesEvery <= 0 {
 		return errors.New("--run-files-every must be positive")
@@ -324,6 +339,7 @@ func New(cfg Config) (*Supervisor, error) {
 		&loop{name: "sweep", run: s.sweep},
 		&loop{name: "admission", run: func(ctx context.Context) { s.admit(ctx, admitter) }},
 		&loop{name: "run files", run: s.removeRunFiles},
+		&loop{name: "history", run: s.compactHistory},
 		&loop{name: "watch", run: func(ctx context.Context) { s.watch(ctx, watcher) }},
 		&loop{name: "delivery", run: func(ctx context.Context) { s.deliver(ctx, deliverer) }},
 	}

@@ -193,7 +193,7 @@ func TestStartStop(t *testing.T) {
 	for _, svc := range sup.Services() {
 		names = append(names, svc.Name())
 	}
-	if got, want := strings.Join(names, ","), "host lease,notifications,unit ends,runaway watch,spawning,repairs,sweep,admission,run files,watch,delivery"; got != want {
+	if got, want := strings.Join(names, ","), "host lease,notifications,unit ends,runaway watch,spawning,repairs,sweep,admission,run files,history,watch,delivery"; got != want {
 		t.Fatalf("services %s, want %s", got, want)
 	}
 	sup.Stop() // never started: nothing to do
@@ -302,6 +302,8 @@ func TestValidate(t *testing.T) {
 		{"zero depends wait", func(c *supervisor.Config) { c.DependsWait = 0 }, "--depends-wait 0s must be positive"},
 		{"keep run files zero", func(c *supervisor.Config) { c.KeepRunFiles = "0d" }, `--keep-run-files "0d": give a positive duration`},
 		{"keep run files bad", func(c *supervisor.Config) { c.KeepRunFiles = "soon" }, `--keep-run-files "soon"`},
+		{"keep history too short", func(c *supervisor.Config) { c.KeepHistory = "30d" }, `--keep-history "30d": give a duration of 35 days or more`},
+		{"keep history bad", func(c *supervisor.Config) { c.KeepHistory = "forever" }, `--keep-history "forever"`},
 		{"run files every zero", func(c *supervisor.Config) { c.RunFilesEvery = 0 }, "--run-files-every must be positive"},
 		{"negative pass timeout", func(c *supervisor.Config) { c.PassTimeout = -time.Second }, "--pass-timeout -1s must be positive, e.g. 2m"},
 		{"zero pass timeout is the default", func(c *supervisor.Config) { c.PassTimeout = 0 }, ""},

@@ -171,6 +171,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
 	f.StringVar(&cfg.Binary, "holdfast-binary", "", "holdfast executable the units run (default: this one)")
 	f.StringVar(&cfg.KeepRunFiles, "keep-run-files", supervisor.DefaultKeepRunFiles, "remove the journals and exit markers of runs that ended longer ago than this (the database keeps their facts)")
+	f.StringVar(&cfg.KeepHistory, "keep-history", supervisor.DefaultKeepHistory, "remove ended runs, their events, delivered notifications and ledger entries older than this from the database (35d or more; balances are kept in checkpoints)")
 	f.DurationVar(&cfg.RunFilesEvery, "run-files-every", supervisor.DefaultRunFilesEvery, "how often ended runs' files are looked for")
 	_ = f.MarkHidden("run-files-every") // for tests
 	f.StringVar(&cfg.Listen, "listen", g.env.getenv("HOLDFAST_LISTEN"), "serve Prometheus metrics at /metrics and the dashboard at / on this address, e.g. 127.0.0.1:9750 (env HOLDFAST_LISTEN; \"\" none)")

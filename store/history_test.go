@@ -1,0 +1,129 @@
+package store_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/watch"
+)
+
+// A compaction of history with live runs leaves every account's balance, holdfast check and
+// status as they were, and removes the runs, ledger entries, events and deliveries it may;
+// the ledger refuses any other delete.
+func TestCompactHistory(t *testing.T) {
+	ctx := context.Background()
+	dsn := storetest.Migrated(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := storetest.SeedFleet(ctx, conn, 0, 3); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// An account with a quota, granted long ago and since, charged by one host's runs.
+	if _, err := st.CreateAccount(ctx, store.NewAccount{Name: "acme", Quota: ptr(int64(1 << 30)), Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`INSERT INTO ledger_entries (account, kind, bytes, actor, created_at) VALUES ('acme', 'grant', 5000000000, 'test', now() - interval '20 hours')`,
+		`ALTER TABLE ledger_entries DISABLE TRIGGER ledger_entries_append_only`,
+		`UPDATE ledger_entries SET account = 'acme' WHERE run_id IN (SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.host = 'h00001')`,
+		`ALTER TABLE ledger_entries ENABLE TRIGGER ledger_entries_append_only`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM ledger_entries WHERE kind = 'grant'`); err == nil {
+		t.Fatal("a delete of ledger entries outside a compaction was accepted")
+	}
+
+	type view struct {
+		accounts   []store.Account
+		violations []string
+		jobs       []watch.JobStatus
+		live       []watch.LiveStatus
+	}
+	read := func() view {
+		t.Helper()
+		var v view
+		var err error
+		if v.accounts, err = st.Accounts(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+		if v.violations, err = st.Violations(ctx); err != nil {
+			t.Fatal(err)
+		}
+		report, err := watch.Status(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.jobs, v.live = report.Jobs, report.Live
+		for i := range v.jobs {
+			v.jobs[i].NextRun = nil // read against the clock
+		}
+		return v
+	}
+	was := read()
+	if len(was.violations) > 0 {
+		t.Fatalf("violations before the compaction: %v", was.violations)
+	}
+	rows := func(table string) int64 {
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	runsBefore := rows("runs")
+
+	c, err := st.CompactHistory(ctx, time.Now().Add(-10*time.Hour), 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("compacted: %+v", c)
+	// Of each job's 30 hourly runs, those of the last 10 hours stay, and so does the newest.
+	if c.Runs == 0 || c.LedgerEntries == 0 || c.Events == 0 || c.Deliveries == 0 || rows("runs") != runsBefore-c.Runs {
+		t.Fatalf("compaction removed %+v of %d runs, %d left", c, runsBefore, rows("runs"))
+	}
+	now := read()
+	if len(now.violations) > 0 {
+		t.Fatalf("violations after the compaction: %v", now.violations)
+	}
+	for i, a := range was.accounts {
+		b := now.accounts[i]
+		if a.Name != b.Name || a.GrantedBytes != b.GrantedBytes || a.SettledBytes != b.SettledBytes || a.HeldBytes != b.HeldBytes {
+			t.Errorf("account %s: %+v before the compaction, %+v after", a.Name, a, b)
+		}
+	}
+	if !slices.EqualFunc(was.jobs, now.jobs, func(a, b watch.JobStatus) bool { return jobStatusEqual(a, b) }) {
+		t.Errorf("status of the jobs changed:\n%+v\n%+v", was.jobs, now.jobs)
+	}
+	if len(was.live) != len(now.live) || len(now.live) == 0 {
+		t.Errorf("live runs: %d before, %d after", len(was.live), len(now.live))
+	}
+	if again, err := st.CompactHistory(ctx, time.Now().Add(-10*time.Hour), 50); err != nil || again.Total() != 0 {
+		t.Fatalf("a second compaction removed %+v (%v)", again, err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func jobStatusEqual(a, b watch.JobStatus) bool {
+	same := func(x, y *time.Time) bool { return (x == nil) == (y == nil) && (x == nil || x.Equal(*y)) }
+	return a.Name == b.Name && a.State == b.State && a.LastOutcome == b.LastOutcome && same(a.LastSuccess, b.LastSuccess) &&
+		same(a.LastVerified, b.LastVerified) && a.LastVerify == b.LastVerify && same(a.LastDrilled, b.LastDrilled) &&
+		a.LastDrill == b.LastDrill && same(a.OverdueSince, b.OverdueSince) && a.Note == b.Note
+}
