@@ -133,7 +133,7 @@ func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, erro
 		}
 		err = tx.QueryRow(ctx, `
 			UPDATE hosts SET generation = generation + 1, holder = $2, version = $3,
-				lease_until = now() + $4::interval, heartbeat_at = now(), takeover_grace = $5::interval,
+				lease_until = now() + $4::interval, heartbeat_at = now(), takeover_grace = $5::interval, lease_since = now(),
 				started_at = CASE WHEN holder = $2 THEN started_at ELSE now() END
 			WHERE name = $1 RETURNING generation, lease_until`,
 			req.Host, req.Holder, req.Version, req.Duration, req.Grace).Scan(&l.Generation, &l.Until)
@@ -322,9 +322,19 @@ func (s *Store) RunnableBy(ctx context.Context, job string) (Runnable, error) {
 	return r, nil
 }
 
-// DownHosts returns the other hosts whose lease expired more than grace ago.
+// downFor is the condition that host h (hosts h) is down for the host named by parameter $me,
+// with the grace as parameter $grace: h's lease expired more than grace ago, and me has held its
+// own lease longer than that (or never held one). A daemon back after the database was away
+// longer than a lease took its lease anew, so it waits a grace for the others to do the same.
+func downFor(me, grace int) string {
+	return fmt.Sprintf(`h.lease_until < now() - $%[2]d::interval AND h.name <> $%[1]d
+		AND NOT EXISTS (SELECT 1 FROM hosts me WHERE me.name = $%[1]d AND me.lease_since >= now() - $%[2]d::interval)`, me, grace)
+}
+
+// DownHosts returns the other hosts down for me (downFor): their lease expired more than grace
+// ago, and me has held its own that long.
 func (s *Store) DownHosts(ctx context.Context, me string, grace time.Duration) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT name FROM hosts WHERE lease_until < now() - $2::interval AND name <> $1`, me, grace)
+	rows, err := s.pool.Query(ctx, `SELECT h.name FROM hosts h WHERE `+downFor(1, 2), me, grace)
 	if err != nil {
 		return nil, fmt.Errorf("down hosts: %w", err)
 	}
@@ -341,7 +351,7 @@ func (s *Store) NoticeDownHosts(ctx context.Context, by string, grace time.Durat
 	rows, err := s.pool.Query(ctx, `
 		WITH down AS (
 			UPDATE hosts h SET down_noticed_at = now()
-			WHERE h.down_noticed_at IS NULL AND h.lease_until < now() - $2::interval AND h.name <> $1
+			WHERE h.down_noticed_at IS NULL AND `+downFor(1, 2)+`
 			RETURNING h.name, h.lease_until,
 				(SELECT count(*) FROM attempts a WHERE a.host = h.name AND a.ended_at IS NULL AND a.unit IS NOT NULL) AS live,
 				(SELECT count(*) FROM jobs j WHERE j.host = h.name) AS pinned)
@@ -366,7 +376,7 @@ func (s *Store) NoticeDownHosts(ctx context.Context, by string, grace time.Durat
 func (s *Store) Orphans(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error) {
 	return s.liveRuns(ctx, "orphans", `
 		SELECT a.run_id FROM hosts h JOIN attempts a ON a.host = h.name AND a.ended_at IS NULL
-		WHERE h.lease_until < now() - $2::interval AND h.name <> $1`, `
+		WHERE `+downFor(1, 2), `
 		AND a.host <> $1 AND a.host <> '' AND j.id IS NOT NULL AND j.host IS NULL AND r.host IS NULL
 		AND EXISTS (SELECT 1 FROM hosts h WHERE h.name = a.host AND h.lease_until + $2::interval < now())`,
 		host, grace)
@@ -398,9 +408,9 @@ func (s *Store) TakeOverRun(ctx context.Context, w Lease, t TakeOver) (bool, err
 		// Only a host under its own current lease takes over, so a daemon back from a partition
 		// takes nothing before it holds its lease again, nor one whose lease another took.
 		err := tx.QueryRow(ctx, `
-			SELECT lease_until FROM hosts WHERE name = $1 AND lease_until + $2::interval < now()
-			  AND name <> $3 AND holdfast_fence('', NULL, $3, $4, $5)
-			FOR UPDATE`, t.From, t.Grace, w.Host, w.Holder, w.Generation).Scan(&since)
+			SELECT h.lease_until FROM hosts h WHERE h.name = $1 AND `+downFor(3, 2)+`
+			  AND holdfast_fence('', NULL, $3, $4, $5)
+			FOR UPDATE OF h`, t.From, t.Grace, w.Host, w.Holder, w.Generation).Scan(&since)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}

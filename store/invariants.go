@@ -93,7 +93,7 @@ var invariants = []struct{ name, query string }{
 			h.name || ', down since ' || h.lease_until || ', and live host ' || min(o.name) || ' has not taken it over'
 		FROM attempts a JOIN runs r ON r.id = a.run_id JOIN jobs j ON j.id = r.job_id JOIN hosts h ON h.name = a.host
 		JOIN hosts o ON o.name <> h.name AND o.lease_until > now()
-			AND greatest(h.lease_until, o.started_at) + o.takeover_grace + interval '30 seconds' < now()
+			AND greatest(h.lease_until, o.lease_since) + o.takeover_grace + interval '30 seconds' < now()
 		WHERE a.ended_at IS NULL AND j.host IS NULL AND r.host IS NULL AND h.lease_until <= now()
 		GROUP BY a.run_id, a.attempt_no, j.name, h.name, h.lease_until
 		UNION ALL
