@@ -49,7 +49,7 @@ const (
 	DefaultKeepHistory = "180d"
 	minKeepHistory     = 35 * 24 * time.Hour
 	// compactEvery is how often one daemon of the fleet removes the history older than that.
-	compactEvery = time.Hour
+	compactEvery         = time.Hour
 	DefaultRunFilesEvery = time.Hour
 	// Each watch pass reads every job; deadlines and stalls are minutes apart, not seconds.
 	DefaultWatchInterval = watch.DefaultInterval
@@ -107,7 +107,7 @@ type Config struct {
 	// KeepHistory is how long the database keeps ended runs with their attempts, events,
 	// delivered deliveries and ledger entries (--keep-history), a retention duration of 35d or
 	// more; one daemon of the fleet removes what is older every hour (store.CompactHistory).
-	KeepHistory string
+	KeepHistory   string
 	WatchInterval time.Duration // --watch-interval: how often jobs are judged overdue or not
 	// Listen is the address the daemon serves /metrics and the dashboard on (--listen), e.g.
 	// 127.0.0.1:9750; "" serves nothing. It needs WebAuthFile (--web-auth-file, see
