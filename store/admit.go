@@ -288,7 +288,8 @@ func (s *Store) NextDue(ctx context.Context, host string, lead time.Duration) (*
 	if err := s.pool.QueryRow(ctx, `
 		WITH j AS (
 			SELECT j.id, j.next_run_at, j.next_prune_at, j.next_verify_at, j.next_drill_at, j.admission_retry_at,
-				EXISTS (SELECT 1 FROM runs r WHERE r.job_id = j.id AND r.status IN ('queued', 'running')) AS live
+				-- A lookup per job: an EXISTS may be planned as a hash of every live run of the fleet.
+				coalesce((SELECT true FROM runs r WHERE r.job_id = j.id AND r.status IN ('queued', 'running') LIMIT 1), false) AS live
 			FROM jobs j WHERE j.host = $2 OR j.host IS NULL),
 		q AS (
 			SELECT r.id, r.not_before FROM j JOIN runs r ON r.job_id = j.id
