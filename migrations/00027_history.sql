@@ -43,6 +43,16 @@ CREATE TRIGGER ledger_entries_compacted BEFORE DELETE ON ledger_entries
     FOR EACH ROW EXECUTE FUNCTION ledger_entries_compacted();
 
 -- +goose Down
+-- Without its checkpoints an account compacted once would lose what they hold.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM ledger_checkpoints) THEN
+        RAISE EXCEPTION 'history was compacted: the ledger''s checkpoints hold balances that this schema cannot; restore a dump taken before instead';
+    END IF;
+END
+$$;
+-- +goose StatementEnd
 DROP TRIGGER ledger_entries_compacted ON ledger_entries;
 DROP FUNCTION ledger_entries_compacted();
 DROP TRIGGER ledger_entries_append_only ON ledger_entries;

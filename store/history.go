@@ -29,10 +29,11 @@ func (c Compacted) Total() int64 {
 // ledger entries granted and settled is added to their account's checkpoint in the same
 // transaction, so every balance stays exact (the ledger refuses any other delete).
 //
-// It keeps what is still read: a job's last run, the newest ended run of each job and kind (and
-// of its drills) and the newest that succeeded, a run whose retry or retention plan is kept,
-// a run with an open hold or a ledger entry newer than before, and an event whose delivery
-// is pending or failed.
+// It keeps what is still read: a job's last run, its newest ended runs of each kind (and of its
+// drills), as many as its --alert-failures, and its five newest that succeeded, a paused run
+// (it may be resumed), a run whose retry or retention plan is kept, a run with an open hold or
+// a ledger entry newer than before, and an event whose delivery is pending or failed. Two
+// compactions at once each take other rows (SKIP LOCKED) and add to the checkpoint in turn.
 func (s *Store) CompactHistory(ctx context.Context, before time.Time, batch int) (Compacted, error) {
 	var c Compacted
 	if batch <= 0 {
@@ -92,18 +93,27 @@ func (s *Store) CompactHistory(ctx context.Context, before time.Time, batch int)
 func compactRuns(ctx context.Context, tx pgx.Tx, before time.Time, batch int, c *Compacted) (int64, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT r.id FROM runs r
-		WHERE r.status NOT IN ('queued', 'running') AND r.finished_at < $1
+		WHERE r.status NOT IN ('queued', 'running', 'paused') AND r.finished_at < $1
 		  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.last_run_id = r.id)
 		  -- A retry goes first (it ended later): the run it retried goes in a later batch.
 		  AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.retry_of = r.id)
 		  AND NOT EXISTS (SELECT 1 FROM retention_plans p WHERE p.run_id = r.id)
 		  AND NOT EXISTS (SELECT 1 FROM ledger_entries e WHERE e.run_id = r.id AND (e.created_at >= $1
 			OR e.kind = 'hold' AND NOT EXISTS (SELECT 1 FROM ledger_entries x WHERE x.hold_id = e.id)))
-		  -- What the watch, status and metrics read of a job: its newest ended run of each kind
-		  -- (and of its drills), and the newest that succeeded.
-		  AND (r.job_id IS NULL OR EXISTS (SELECT 1 FROM runs n WHERE n.job_id = r.job_id AND n.kind = r.kind
-				AND (n.drill_files > 0) = (r.drill_files > 0) AND n.finished_at > r.finished_at
-				AND (r.status <> 'succeeded' OR n.status = 'succeeded')))
+		  -- What the watch, status, metrics and the budget estimate read of a job: its newest
+		  -- ended runs of each kind (and of its drills), as many as its --alert-failures, and its
+		  -- five newest that succeeded. Fewer than that: none goes.
+		  AND (r.job_id IS NULL OR r.finished_at < (
+				SELECT n.finished_at FROM runs n
+				WHERE n.job_id = r.job_id AND n.kind = r.kind AND (n.drill_files > 0) = (r.drill_files > 0)
+				  AND n.finished_at IS NOT NULL AND n.status NOT IN ('paused', 'skipped')
+				ORDER BY n.finished_at DESC
+				OFFSET (SELECT greatest(j.alert_failures, 1) - 1 FROM jobs j WHERE j.id = r.job_id) LIMIT 1)
+			AND (r.status <> 'succeeded' OR r.finished_at < (
+				SELECT n.finished_at FROM runs n
+				WHERE n.job_id = r.job_id AND n.kind = r.kind AND (n.drill_files > 0) = (r.drill_files > 0)
+				  AND n.status = 'succeeded'
+				ORDER BY n.finished_at DESC OFFSET 4 LIMIT 1)))
 		ORDER BY r.finished_at LIMIT $2
 		FOR UPDATE OF r SKIP LOCKED`, before, batch)
 	if err != nil {
@@ -140,8 +150,9 @@ func compactRuns(ctx context.Context, tx pgx.Tx, before time.Time, batch int, c 
 // compactGrants removes up to batch grants older than before, adding them to the accounts'
 // checkpoints.
 func compactGrants(ctx context.Context, tx pgx.Tx, before time.Time, batch int, c *Compacted) (int64, error) {
-	rows, err := tx.Query(ctx, `SELECT id FROM ledger_entries WHERE kind = 'grant' AND created_at < $1 ORDER BY id LIMIT $2`,
-		before, batch)
+	// Locked, so that two compactions never fold one grant twice.
+	rows, err := tx.Query(ctx, `SELECT id FROM ledger_entries WHERE kind = 'grant' AND created_at < $1 ORDER BY id LIMIT $2
+		FOR UPDATE SKIP LOCKED`, before, batch)
 	if err != nil {
 		return 0, err
 	}
@@ -173,4 +184,13 @@ func compactGrants(ctx context.Context, tx pgx.Tx, before time.Time, batch int, 
 func enterCompaction(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, `SELECT set_config('holdfast.compaction', 'on', true)`)
 	return err
+}
+
+// Now is the database's clock: history is compacted against it, not a host's.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return now, fmt.Errorf("read the database's clock: %w", err)
+	}
+	return now, nil
 }

@@ -251,7 +251,11 @@ func (s *Supervisor) compactOnce(ctx context.Context) error {
 	if err != nil || !claimed {
 		return err
 	}
-	before := s.cfg.keepHistory.Before(time.Now())
+	now, err := s.cfg.Store.Now(ctx)
+	if err != nil {
+		return err
+	}
+	before := s.cfg.keepHistory.Before(now)
 	c, err := s.cfg.Store.CompactHistory(ctx, before, compactBatch)
 	if c.Total() > 0 {
 		s.cfg.Logger.Info("history compacted", "ended_before", before, "runs", c.Runs, "ledger_entries", c.LedgerEntries,

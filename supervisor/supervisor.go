@@ -175,6 +175,11 @@ func (c *Config) Validate() error {
 		time.Since(c.keepHistory.Before(time.Now())) < minKeepHistory {
 		return fmt.Errorf("--keep-history %q: give a duration of 35 days or more, such as 180d or 1y", c.KeepHistory)
 	}
+	// A run's files are found through its row: a row removed first would leave them for good.
+	if now := time.Now(); c.keepHistory.Before(now).After(c.keepRunFiles.Before(now)) {
+		return fmt.Errorf("--keep-history %s is shorter than --keep-run-files %s: keep the history at least as long as the runs' files",
+			c.KeepHistory, c.KeepRunFiles)
+	}
 	if c.RunFilesEvery <= 0 {
 		return errors.New("--run-files-every must be positive")
 	}

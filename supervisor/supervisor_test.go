@@ -304,6 +304,8 @@ func TestValidate(t *testing.T) {
 		{"keep run files bad", func(c *supervisor.Config) { c.KeepRunFiles = "soon" }, `--keep-run-files "soon"`},
 		{"keep history too short", func(c *supervisor.Config) { c.KeepHistory = "30d" }, `--keep-history "30d": give a duration of 35 days or more`},
 		{"keep history bad", func(c *supervisor.Config) { c.KeepHistory = "forever" }, `--keep-history "forever"`},
+		{"keep history shorter than run files", func(c *supervisor.Config) { c.KeepHistory, c.KeepRunFiles = "40d", "60d" },
+			"--keep-history 40d is shorter than --keep-run-files 60d"},
 		{"run files every zero", func(c *supervisor.Config) { c.RunFilesEvery = 0 }, "--run-files-every must be positive"},
 		{"negative pass timeout", func(c *supervisor.Config) { c.PassTimeout = -time.Second }, "--pass-timeout -1s must be positive, e.g. 2m"},
 		{"zero pass timeout is the default", func(c *supervisor.Config) { c.PassTimeout = 0 }, ""},
