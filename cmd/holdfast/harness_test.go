@@ -568,7 +568,9 @@ func (w *world) storeRuns(job string) ([]model.Run, error) {
 	if st == nil {
 		return nil, errNoStore
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// Generous, for a thousand runs read on a loaded machine, maybe over a connection opened
+	// anew; short enough that a poll of a frozen database fails and is tried again.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return st.Runs(ctx, job, 1000)
 }
