@@ -123,24 +123,13 @@ func compactRuns(ctx context.Context, tx pgx.Tx, before time.Time, batch int, c 
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
-	if err := enterCompaction(ctx, tx); err != nil {
-		return 0, err
-	}
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO ledger_checkpoints (account, as_of, granted_bytes, settled_bytes, entries)
-		SELECT account, $2, 0, coalesce(sum(bytes) FILTER (WHERE kind = 'settle'), 0), count(*)
-		FROM ledger_entries WHERE run_id = ANY($1) GROUP BY account
-		ON CONFLICT (account) DO UPDATE SET as_of = greatest(ledger_checkpoints.as_of, excluded.as_of),
-			settled_bytes = ledger_checkpoints.settled_bytes + excluded.settled_bytes,
-			entries = ledger_checkpoints.entries + excluded.entries`, ids, before); err != nil {
-		return 0, err
-	}
-	tag, err := tx.Exec(ctx, `DELETE FROM ledger_entries WHERE run_id = ANY($1)`, ids)
+	n, err := foldEntries(ctx, tx, "run_id = ANY($1)", ids, before)
 	if err != nil {
 		return 0, err
 	}
-	c.LedgerEntries += tag.RowsAffected()
-	if tag, err = tx.Exec(ctx, `DELETE FROM runs WHERE id = ANY($1)`, ids); err != nil {
+	c.LedgerEntries += n
+	tag, err := tx.Exec(ctx, `DELETE FROM runs WHERE id = ANY($1)`, ids)
+	if err != nil {
 		return 0, err
 	}
 	c.Runs += tag.RowsAffected()
@@ -160,30 +149,31 @@ func compactGrants(ctx context.Context, tx pgx.Tx, before time.Time, batch int, 
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
-	if err := enterCompaction(ctx, tx); err != nil {
+	n, err := foldEntries(ctx, tx, "id = ANY($1)", ids, before)
+	c.LedgerEntries += n
+	return int64(len(ids)), err
+}
+
+// foldEntries adds what the ledger entries that match where (a condition on $1, which is arg)
+// granted and settled to their accounts' checkpoints as of before, then removes them, as the
+// ledger's guard lets only a compaction do. It returns how many it removed.
+func foldEntries(ctx context.Context, tx pgx.Tx, where string, arg any, before time.Time) (int64, error) {
+	if _, err := tx.Exec(ctx, `SELECT set_config('holdfast.compaction', 'on', true)`); err != nil {
 		return 0, err
 	}
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO ledger_checkpoints (account, as_of, granted_bytes, settled_bytes, entries)
-		SELECT account, $2, sum(bytes), 0, count(*) FROM ledger_entries WHERE id = ANY($1) GROUP BY account
+		SELECT account, $2, coalesce(sum(bytes) FILTER (WHERE kind = 'grant'), 0),
+			coalesce(sum(bytes) FILTER (WHERE kind = 'settle'), 0), count(*)
+		FROM ledger_entries WHERE `+where+` GROUP BY account
 		ON CONFLICT (account) DO UPDATE SET as_of = greatest(ledger_checkpoints.as_of, excluded.as_of),
 			granted_bytes = ledger_checkpoints.granted_bytes + excluded.granted_bytes,
-			entries = ledger_checkpoints.entries + excluded.entries`, ids, before); err != nil {
+			settled_bytes = ledger_checkpoints.settled_bytes + excluded.settled_bytes,
+			entries = ledger_checkpoints.entries + excluded.entries`, arg, before); err != nil {
 		return 0, err
 	}
-	tag, err := tx.Exec(ctx, `DELETE FROM ledger_entries WHERE id = ANY($1)`, ids)
-	if err != nil {
-		return 0, err
-	}
-	c.LedgerEntries += tag.RowsAffected()
-	return int64(len(ids)), nil
-}
-
-// enterCompaction lets the ledger's guard (migration 00027) accept, for the rest of tx, the
-// deletes of entries its account's checkpoint holds.
-func enterCompaction(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `SELECT set_config('holdfast.compaction', 'on', true)`)
-	return err
+	tag, err := tx.Exec(ctx, `DELETE FROM ledger_entries WHERE `+where, arg)
+	return tag.RowsAffected(), err
 }
 
 // Now is the database's clock: history is compacted against it, not a host's.
