@@ -290,7 +290,7 @@ func (s *Store) NextDue(ctx context.Context, host string, lead time.Duration) (*
 			SELECT j.id, j.next_run_at, j.next_prune_at, j.next_verify_at, j.next_drill_at, j.admission_retry_at,
 				-- A lookup per job: an EXISTS may be planned as a hash of every live run of the fleet.
 				coalesce((SELECT true FROM runs r WHERE r.job_id = j.id AND r.status IN ('queued', 'running') LIMIT 1), false) AS live
-			FROM jobs j WHERE j.host = $2 OR j.host IS NULL),
+			FROM jobs j WHERE `+hostMayRun(2)+`),
 		q AS (
 			SELECT r.id, r.not_before FROM j JOIN runs r ON r.job_id = j.id
 			WHERE j.live AND r.status = 'queued' AND r.not_before > now() AND r.host IS NULL

@@ -75,7 +75,7 @@ func (s *Store) WatchFacts(ctx context.Context, scope WatchScope) ([]WatchFacts,
 			UNION ALL
 			SELECT name FROM hosts WHERE lease_until < now())`
 	case scope.Host != "":
-		where, args = `WHERE j.host = $1 OR j.host IS NULL`, []any{scope.Host}
+		where, args = "WHERE "+hostMayRun(1), []any{scope.Host}
 	}
 	rows, err := s.pool.Query(ctx, `SELECT j.name, j.created_at, j.schedule, j.time_zone, j.alert_after, j.alert_failures,
 		j.expect_every, j.overdue_since, coalesce(j.overdue_reason, ''), coalesce(j.last_outcome, ''), j.next_run_at,

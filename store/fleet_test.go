@@ -78,12 +78,7 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 		t.Skip("seeds a fleet")
 	}
 	ctx := context.Background()
-	dsn := storetest.Migrated(t)
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	dsn, conn := migratedConn(t)
 	seed := func(from, to int) {
 		t.Helper()
 		if err := storetest.SeedFleet(ctx, conn, from, to); err != nil {
@@ -159,21 +154,7 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 				if !slices.Contains([]string{"SELECT", "WITH", "UPDATE", "INSERT"}, verb) {
 					continue // begin, commit, savepoints
 				}
-				var raw []byte
-				err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-					if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+c.sql, c.args...).Scan(&raw); err != nil {
-						return err
-					}
-					return errRollBack
-				})
-				if !errors.Is(err, errRollBack) {
-					t.Fatalf("%s: explain %s: %v", p.what, c.sql, err)
-				}
-				var plan []any
-				if err := json.Unmarshal(raw, &plan); err != nil {
-					t.Fatal(err)
-				}
-				read[p.what] += rowsRead(plan, grows)
+				read[p.what] += rowsReadBy(t, conn, c, grows)
 			}
 		}
 		return read
@@ -192,17 +173,47 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 // errRollBack ends a transaction that only measured.
 var errRollBack = errors.New("roll back")
 
+// rowsReadBy executes the statement c ran, with its arguments, under EXPLAIN ANALYZE in a
+// transaction rolled back, and returns the rows its scans of tables read (rowsRead).
+func rowsReadBy(t *testing.T, conn *pgx.Conn, c loggedStatement, tables []string) float64 {
+	t.Helper()
+	ctx := context.Background()
+	var raw []byte
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+c.sql, c.args...).Scan(&raw); err != nil {
+			return err
+		}
+		return errRollBack
+	})
+	if !errors.Is(err, errRollBack) {
+		t.Fatalf("explain %s: %v", c.sql, err)
+	}
+	var plan []any
+	if err := json.Unmarshal(raw, &plan); err != nil {
+		t.Fatal(err)
+	}
+	return rowsRead(plan, tables)
+}
+
+// migratedConn is a fresh migrated database (storetest.Migrated) and a connection of the
+// test's own to it, closed when the test ends.
+func migratedConn(t *testing.T) (string, *pgx.Conn) {
+	t.Helper()
+	dsn := storetest.Migrated(t)
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return dsn, conn
+}
+
 // A sweep reads each live run's attempt once, even before the planner has statistics of the
 // tables (a burst of admissions into a new database): on 300 live runs of one host, never
 // analyzed, the sweep's read scans about as many attempts as there are runs, not their square.
 func TestLiveRunsLinearWithoutStatistics(t *testing.T) {
 	ctx := context.Background()
-	dsn := storetest.Migrated(t)
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	dsn, conn := migratedConn(t)
 	const runs = 300
 	if _, err := conn.Exec(ctx, `
 		WITH j AS (INSERT INTO jobs (name, engine, repository, password_file, paths, command)
@@ -223,16 +234,7 @@ func TestLiveRunsLinearWithoutStatistics(t *testing.T) {
 	if err != nil || len(live) != runs {
 		t.Fatalf("live runs: %d, %v; want %d", len(live), err, runs)
 	}
-	calls := log.take()
-	var raw []byte
-	if err := conn.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+calls[0].sql, calls[0].args...).Scan(&raw); err != nil {
-		t.Fatal(err)
-	}
-	var plan []any
-	if err := json.Unmarshal(raw, &plan); err != nil {
-		t.Fatal(err)
-	}
-	if read := rowsRead(plan, []string{"attempts"}); read > 3*runs {
+	if read := rowsReadBy(t, conn, log.take()[0], []string{"attempts"}); read > 3*runs {
 		t.Fatalf("listing %d live runs read %.0f attempts: more than a few per run", runs, read)
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
 	"github.com/holdfast-backup/holdfast/watch"
@@ -19,12 +17,7 @@ import (
 // and deliveries it may; the ledger refuses any other delete.
 func TestCompactHistory(t *testing.T) {
 	ctx := context.Background()
-	dsn := storetest.Migrated(t)
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	dsn, conn := migratedConn(t)
 	if err := storetest.SeedFleet(ctx, conn, 0, 3); err != nil {
 		t.Fatal(err)
 	}

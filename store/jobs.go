@@ -195,8 +195,12 @@ func (s *Store) Jobs(ctx context.Context) ([]model.Job, error) {
 // JobsFor lists by name the jobs the daemon of host may run: those pinned to it and the
 // any-host ones (through jobs_host, not a read of the fleet's).
 func (s *Store) JobsFor(ctx context.Context, host string) ([]model.Job, error) {
-	return s.jobs(ctx, "WHERE j.host = $1 OR j.host IS NULL", host)
+	return s.jobs(ctx, "WHERE "+hostMayRun(1), host)
 }
+
+// hostMayRun is the condition that job j (jobs j) is one the host named by parameter $n may
+// run: pinned to it, or any-host. Every read of a host's jobs uses it, through jobs_host.
+func hostMayRun(n int) string { return fmt.Sprintf("(j.host = $%d OR j.host IS NULL)", n) }
 
 func (s *Store) jobs(ctx context.Context, where string, args ...any) ([]model.Job, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs j `+where+` ORDER BY j.name`, args...)

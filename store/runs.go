@@ -240,7 +240,7 @@ func (s *Store) LiveRuns(ctx context.Context, host string) ([]model.LiveRun, err
 		SELECT r.id FROM runs r WHERE r.host = $1 AND r.status IN ('queued', 'running')
 		UNION ALL
 		SELECT r.id FROM jobs j JOIN runs r ON r.job_id = j.id
-		WHERE (j.host = $1 OR j.host IS NULL) AND r.status IN ('queued', 'running') AND r.host IS NULL
+		WHERE `+hostMayRun(1)+` AND r.status IN ('queued', 'running') AND r.host IS NULL
 		UNION ALL
 		SELECT r.id FROM runs r WHERE r.job_id IS NULL AND r.status IN ('queued', 'running') AND r.host IS NULL`, `
 		AND (a.host = $1 OR (a.host = '' AND a.unit IS NULL AND coalesce(r.host, j.host, $1) = $1

@@ -51,7 +51,7 @@ const (
 	// compactEvery is how often one daemon of the fleet removes the history older than that.
 	compactEvery         = time.Hour
 	DefaultRunFilesEvery = time.Hour
-	// Each watch pass reads every job; deadlines and stalls are minutes apart, not seconds.
+	// Each watch pass reads the host's jobs; deadlines and stalls are minutes apart, not seconds.
 	DefaultWatchInterval = watch.DefaultInterval
 	// DefaultStartLead is how long before its slot a scheduled run is admitted and armed: ample
 	// for a burst of slots to be prepared, short enough that limits and windows decided then
