@@ -10,5 +10,5 @@ import (
 // OpenTraced is Open with tracer seeing every statement the store runs, for tests that look at
 // the statements themselves (their plans).
 func OpenTraced(ctx context.Context, dsn string, tracer pgx.QueryTracer) (*Store, error) {
-	return open(ctx, dsn, func(c *pgxpool.Config) { c.ConnConfig.Tracer = tracer })
+	return open(ctx, Address{DSN: dsn}, func(c *pgxpool.Config) { c.ConnConfig.Tracer = tracer })
 }

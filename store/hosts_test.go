@@ -279,16 +279,16 @@ func TestNewWantsAWritableServer(t *testing.T) {
 	}
 	readOnly := dsn + sep + "options=-c%20default_transaction_read_only%3Don"
 	ctx := context.Background()
-	if st, err := store.New(ctx, store.Config{DSN: readOnly}); err == nil {
+	if st, err := store.New(ctx, store.Config{Address: store.Address{DSN: readOnly}}); err == nil {
 		st.Close()
 		t.Fatal("the daemon's pool connected to a read-only server")
 	}
-	st, err := store.New(ctx, store.Config{DSN: readOnly + "&target_session_attrs=any"})
+	st, err := store.New(ctx, store.Config{Address: store.Address{DSN: readOnly + "&target_session_attrs=any"}})
 	if err != nil {
 		t.Fatalf("target_session_attrs=any in the DSN: %v", err)
 	}
 	st.Close()
-	if st, err = store.New(ctx, store.Config{DSN: dsn}); err != nil {
+	if st, err = store.New(ctx, store.Config{Address: store.Address{DSN: dsn}}); err != nil {
 		t.Fatalf("a writable server: %v", err)
 	}
 	st.Close()

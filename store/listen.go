@@ -91,7 +91,7 @@ const listenSetupTimeout = 30 * time.Second
 func (s *Store) listen(ctx context.Context, channels map[string]func(payload string)) error {
 	setup, cancel := context.WithTimeout(ctx, listenSetupTimeout)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(setup, s.pool.Config().ConnConfig.Copy())
+	conn, err := pgx.ConnectConfig(setup, s.session.Copy())
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}

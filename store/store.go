@@ -55,9 +55,33 @@ type ConflictError struct{ Msg string }
 
 func (e *ConflictError) Error() string { return e.Msg }
 
-// Store holds a connection pool.
+// Store holds a connection pool, and what LISTEN connects with.
 type Store struct {
-	pool *pgxpool.Pool
+	pool    *pgxpool.Pool
+	session *pgx.ConnConfig
+}
+
+// Address is where a process finds the database.
+type Address struct {
+	// DSN is what the pool connects to: the server, or a pooler in front of it.
+	DSN string
+	// SessionDSN, when set, says that DSN is a transaction pooler (PgBouncer with
+	// pool_mode = transaction) and is what needs a session of its own connects to instead:
+	// LISTEN and the migrations' lock (Session). The pool then sends each statement in one
+	// round trip without a named prepared statement (pgx's exec mode) and no startup
+	// parameters, which such a pooler cannot keep (see docs/ARCHITECTURE.md, PgBouncer).
+	SessionDSN string
+}
+
+// Pooled reports whether DSN is a transaction pooler.
+func (a Address) Pooled() bool { return a.SessionDSN != "" }
+
+// Session is the address of a session of its own: SessionDSN, else DSN.
+func (a Address) Session() string {
+	if a.SessionDSN != "" {
+		return a.SessionDSN
+	}
+	return a.DSN
 }
 
 // Config configures the pool of a long-lived process (the daemon): besides the database, the
@@ -65,7 +89,7 @@ type Store struct {
 // stalled query cannot hold it forever. A server that does not answer at all cannot enforce
 // them: callers bound their own calls with contexts too.
 type Config struct {
-	DSN string
+	Address
 	// StatementTimeout aborts a statement that runs longer (statement_timeout). Default
 	// DefaultStatementTimeout.
 	StatementTimeout time.Duration
@@ -80,7 +104,9 @@ type Config struct {
 	ConnectTimeout time.Duration
 }
 
-// Config defaults. Settings given in the DSN itself win over them.
+// Config defaults. Settings given in the DSN itself win over them. Behind a transaction pooler
+// (Address.Pooled) the timeouts are the role's or the database's (ALTER ROLE ... SET) and
+// these are not sent: the pooler would refuse them, or drop them with ignore_startup_parameters.
 const (
 	// DefaultMaxConns bounds a process's pool (pool_max_conns in the DSN changes it).
 	DefaultMaxConns = 4
@@ -124,14 +150,14 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return open(ctx, cfg.DSN, func(pc *pgxpool.Config) {
+	return open(ctx, cfg.Address, func(pc *pgxpool.Config) {
 		params := pc.ConnConfig.RuntimeParams
 		for name, d := range map[string]time.Duration{
 			"statement_timeout":                   cfg.StatementTimeout,
 			"lock_timeout":                        cfg.LockTimeout,
 			"idle_in_transaction_session_timeout": cfg.IdleInTransactionTimeout,
 		} {
-			if _, set := params[name]; !set {
+			if _, set := params[name]; !set && !cfg.Pooled() {
 				params[name] = strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 			}
 		}
@@ -149,13 +175,30 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 // Open connects to the database at dsn and checks that it answers, with the server's own
 // statement bounds (for short-lived commands; the daemon uses New).
 func Open(ctx context.Context, dsn string) (*Store, error) {
-	return open(ctx, dsn, nil)
+	return open(ctx, Address{DSN: dsn}, nil)
 }
 
-func open(ctx context.Context, dsn string, configure func(*pgxpool.Config)) (*Store, error) {
+// Connect is Open at an address that may be a transaction pooler.
+func Connect(ctx context.Context, addr Address) (*Store, error) {
+	return open(ctx, addr, nil)
+}
+
+func open(ctx context.Context, addr Address, configure func(*pgxpool.Config)) (*Store, error) {
+	dsn := addr.DSN
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse database address: %w", err)
+	}
+	session := cfg.ConnConfig
+	if addr.Pooled() {
+		if session, err = pgx.ParseConfig(addr.SessionDSN); err != nil {
+			return nil, fmt.Errorf("parse session database address: %w", err)
+		}
+		// A named prepared statement lives on one server connection; the pooler hands the
+		// next transaction another.
+		if !strings.Contains(dsn, "default_query_exec_mode") {
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		}
 	}
 	// A daemon's budget on a database that a fleet shares: a few connections, opened as work
 	// needs them and closed once idle (LISTEN has its own, see listen). The
@@ -172,6 +215,16 @@ func open(ctx context.Context, dsn string, configure func(*pgxpool.Config)) (*St
 	if configure != nil {
 		configure(cfg)
 	}
+	if !addr.Pooled() {
+		session = cfg.ConnConfig
+	} else {
+		if session.ConnectTimeout == 0 {
+			session.ConnectTimeout = cfg.ConnConfig.ConnectTimeout
+		}
+		if !strings.Contains(addr.SessionDSN, "target_session_attrs") {
+			session.ValidateConnect = cfg.ConnConfig.ValidateConnect
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
@@ -180,7 +233,7 @@ func open(ctx context.Context, dsn string, configure func(*pgxpool.Config)) (*St
 		pool.Close()
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	return &Store{pool: pool}, nil
+	return &Store{pool: pool, session: session}, nil
 }
 
 // AppliedMigrations returns the schema versions recorded as applied (migrations.VersionTable);
@@ -272,4 +325,21 @@ func durationToInterval(d time.Duration) *time.Duration {
 		return nil
 	}
 	return &d
+}
+
+// Bounds are the bounds a pool's connection puts on its statements (0 is none).
+type Bounds struct {
+	Statement, Lock, IdleInTransaction time.Duration
+}
+
+// Bounds returns the bounds the pool's connections have: behind a transaction pooler those of
+// holdfast's role and database (ALTER ROLE ... SET), which New cannot send.
+func (s *Store) Bounds(ctx context.Context) (Bounds, error) {
+	var b Bounds
+	err := s.pool.QueryRow(ctx, `SELECT current_setting('statement_timeout')::interval, current_setting('lock_timeout')::interval,
+		current_setting('idle_in_transaction_session_timeout')::interval`).Scan(&b.Statement, &b.Lock, &b.IdleInTransaction)
+	if err != nil {
+		return Bounds{}, fmt.Errorf("read statement bounds: %w", err)
+	}
+	return b, nil
 }

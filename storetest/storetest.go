@@ -14,11 +14,13 @@ import (
 )
 
 // Open opens a store on a fresh database with every migration applied, closed when the test
-// ends, and returns the database's DSN too.
+// ends, and returns the database's DSN too (the server's own, even when the store is behind
+// PgBouncer: testenv.Pooled).
 func Open(t testing.TB) (*store.Store, string) {
 	t.Helper()
 	dsn := Migrated(t)
-	st, err := store.Open(context.Background(), dsn)
+	pooled, session := testenv.Pooled(t, dsn)
+	st, err := store.Connect(context.Background(), store.Address{DSN: pooled, SessionDSN: session})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func newEnv(t *testing.T) env {
 	dsn := storetest.Migrated(t)
 	mgr := testenv.PrivateSystemd(t)
 	cfg := supervisor.Defaults()
-	cfg.Database = store.Config{DSN: dsn}
+	cfg.Database = store.Config{Address: store.Address{DSN: dsn}}
 	cfg.Systemd = runner.Config{Address: mgr.Address}
 	st, err := store.New(ctx, cfg.Database)
 	if err != nil {

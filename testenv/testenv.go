@@ -75,6 +75,7 @@ func shutdown() error {
 	errs = append(errs, stopLeakedManagers())
 	errs = append(errs, dropTemplates())
 	closeAdminPools()
+	stopPgBouncers()
 	errs = append(errs, stopPostgres())
 	if procDir.path != "" {
 		errs = append(errs, os.RemoveAll(procDir.path))

@@ -41,7 +41,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 			if err := g.requireDSN(); err != nil {
 				return err
 			}
-			res, err := migrations.Apply(cmd.Context(), g.dsn)
+			res, err := migrations.Apply(cmd.Context(), g.address().Session())
 			if err != nil {
 				return err
 			}
@@ -99,7 +99,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err := g.requireDSN(); err != nil {
 				return configError{err}
 			}
-			cfg.Database.DSN, cfg.StateDir, cfg.Logger, cfg.Version = g.dsn, g.stateDir, logger, version
+			cfg.Database.Address, cfg.StateDir, cfg.Logger, cfg.Version = g.address(), g.stateDir, logger, version
 			cfg.Notify.JournalDir, cfg.JournalDir = g.journalDir, g.journalDir
 			cfg.Systemd = runner.Config{Manager: g.systemd, Address: g.systemdAddress}
 			cfg.AllowUsers = strings.Split(allowUsers, ",")
@@ -112,11 +112,16 @@ func newDaemonCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer st.Close()
+			if cfg.Database.Pooled() {
+				if err := warnUnbounded(ctx, st, logger); err != nil {
+					return err
+				}
+			}
 			applied, err := st.AppliedMigrations(ctx)
 			if err != nil {
 				return err
 			}
-			if _, err := migrations.ApplyPending(ctx, g.dsn, applied); err != nil {
+			if _, err := migrations.ApplyPending(ctx, cfg.Database.Session(), applied); err != nil {
 				return err
 			}
 			rn, err := runner.New(ctx, cfg.Systemd)
@@ -542,4 +547,27 @@ func newMarkerCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&attempt, "attempt", 0, "attempt number")
 	cmd.Flags().StringVar(&unit, "unit", "", "unit name")
 	return cmd
+}
+
+// warnUnbounded warns of the statement bounds a daemon behind a transaction pooler lacks: it
+// cannot send its own (store.Config), so they are the role's or the database's.
+func warnUnbounded(ctx context.Context, st *store.Store, logger *slog.Logger) error {
+	b, err := st.Bounds(ctx)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, bound := range []struct {
+		setting string
+		d       time.Duration
+	}{{"statement_timeout", b.Statement}, {"lock_timeout", b.Lock}, {"idle_in_transaction_session_timeout", b.IdleInTransaction}} {
+		if bound.d == 0 {
+			missing = append(missing, bound.setting)
+		}
+	}
+	if len(missing) > 0 {
+		logger.Warn("behind a transaction pooler the daemon's statements get the database's bounds, and these are none: set them for holdfast's role, e.g. ALTER ROLE holdfast SET statement_timeout = '30s'",
+			"unset", strings.Join(missing, ","))
+	}
+	return nil
 }

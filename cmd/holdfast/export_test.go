@@ -10,7 +10,7 @@ import (
 // Execute runs one command line in the calling process as the holdfast binary at binary runs
 // it, with getenv as its environment and openStore for its database, and returns its exit code.
 func Execute(ctx context.Context, binary string, args []string, getenv func(string) string, stdout, stderr io.Writer,
-	openStore func(ctx context.Context, dsn string) (*store.Store, func(), error)) int {
+	openStore func(ctx context.Context, addr store.Address) (*store.Store, func(), error)) int {
 	return execute(ctx, args, environment{getenv: getenv, stdout: stdout, stderr: stderr, openStore: openStore,
 		executable: func() (string, error) { return binary, nil }})
 }

@@ -39,7 +39,8 @@ type world struct {
 	daemonEnv  []string
 	// daemonFlags are given to every daemon of the world: by default, command jobs may run.
 	daemonFlags []string
-	dsn         string
+	dsn         string        // the server's own
+	addr        store.Address // what the daemons and commands connect with: dsn, or through PgBouncer (testenv.Pooled)
 	mgr         *testenv.Manager
 	state       string
 	dir         string    // for repositories and sample data, reachable by units running as nobody
@@ -73,6 +74,7 @@ func newWorldOn(t *testing.T, bin string, manager func(testing.TB) *testenv.Mana
 	// The schema comes migrated: newPrivateWorld's and the booted host's tests run `migrate`.
 	w := &world{t: t, bin: bin, dir: testenv.SharedDir(t), dsn: storetest.Migrated(t), spawnGrace: "10s",
 		daemonFlags: []string{"--allow-command-jobs"}, pool: &testPool{t: t}}
+	w.addr.DSN, w.addr.SessionDSN = testenv.Pooled(t, w.dsn)
 	w.mgr = manager(t)
 	if w.mgr.Shared {
 		// After the daemons (their cleanups come later, so run first), before the files go.
@@ -116,7 +118,8 @@ func (w *world) stopUnits() {
 
 func (w *world) env() []string {
 	env := append(os.Environ(),
-		"HOLDFAST_DSN="+w.dsn,
+		"HOLDFAST_DSN="+w.addr.DSN,
+		"HOLDFAST_SESSION_DSN="+w.addr.SessionDSN,
 		"HOLDFAST_SYSTEMD=user",
 		"HOLDFAST_SYSTEMD_ADDRESS="+w.mgr.Address,
 		"HOLDFAST_STATE_DIR="+w.state,
@@ -158,13 +161,13 @@ func (w *world) run(args ...string) result {
 
 // openStore gives a command run in the test's process the test's own pool for the world's
 // database, and a pool of its own for any other.
-func (w *world) openStore(ctx context.Context, dsn string) (*store.Store, func(), error) {
-	if dsn == w.dsn {
+func (w *world) openStore(ctx context.Context, addr store.Address) (*store.Store, func(), error) {
+	if addr == w.addr {
 		if st := w.store(); st != nil {
 			return st, func() {}, nil
 		}
 	}
-	return holdfast.OpenOwnStore(ctx, dsn)
+	return holdfast.OpenOwnStore(ctx, addr)
 }
 
 // runBinary runs the holdfast binary and returns what it printed and its exit code.
@@ -630,7 +633,7 @@ func (w *world) store() *store.Store {
 	if p.st == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		st, err := store.Open(ctx, w.dsn)
+		st, err := store.Connect(ctx, w.addr)
 		if err != nil {
 			return nil
 		}

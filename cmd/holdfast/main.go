@@ -68,6 +68,7 @@ type unavailableError struct{ error }
 // globals are the settings every command shares.
 type globals struct {
 	dsn            string
+	sessionDSN     string
 	systemd        string
 	systemdAddress string
 	stateDir       string
@@ -81,7 +82,7 @@ type environment struct {
 	getenv         func(string) string
 	stdout, stderr io.Writer
 	// openStore opens the database a command uses and returns how to release it.
-	openStore func(ctx context.Context, dsn string) (*store.Store, func(), error)
+	openStore func(ctx context.Context, addr store.Address) (*store.Store, func(), error)
 	// executable is the holdfast binary that runs its helpers (probe-read, units).
 	executable func() (string, error)
 }
@@ -102,8 +103,8 @@ func processEnvironment() environment {
 }
 
 // openOwnStore opens a pool for one command, closed when it is released.
-func openOwnStore(ctx context.Context, dsn string) (*store.Store, func(), error) {
-	st, err := store.Open(ctx, dsn)
+func openOwnStore(ctx context.Context, addr store.Address) (*store.Store, func(), error) {
+	st, err := store.Connect(ctx, addr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -150,7 +151,12 @@ func (g *globals) openStore(ctx context.Context) (*store.Store, func(), error) {
 	if err := g.requireDSN(); err != nil {
 		return nil, nil, err
 	}
-	return g.env.openStore(ctx, g.dsn)
+	return g.env.openStore(ctx, g.address())
+}
+
+// address is where the database is: --dsn, and --session-dsn when --dsn is a transaction pooler.
+func (g *globals) address() store.Address {
+	return store.Address{DSN: g.dsn, SessionDSN: g.sessionDSN}
 }
 
 // credentials reports whether the daemon's units get the job's secrets as systemd credentials:
@@ -203,6 +209,8 @@ func newRoot(env environment) *cobra.Command {
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.dsn, "dsn", env.getenv("HOLDFAST_DSN"), "PostgreSQL connection string (env HOLDFAST_DSN)")
+	pf.StringVar(&g.sessionDSN, "session-dsn", env.getenv("HOLDFAST_SESSION_DSN"),
+		"PostgreSQL connection string for LISTEN and migrations when --dsn is a transaction pooler such as PgBouncer (env HOLDFAST_SESSION_DSN)")
 	pf.StringVar(&g.systemd, "systemd", g.envOr("HOLDFAST_SYSTEMD", "system"), "systemd manager: system or user (env HOLDFAST_SYSTEMD)")
 	pf.StringVar(&g.systemdAddress, "systemd-address", env.getenv("HOLDFAST_SYSTEMD_ADDRESS"), "D-Bus address of the manager's private socket (env HOLDFAST_SYSTEMD_ADDRESS)")
 	pf.StringVar(&g.stateDir, "state-dir", g.envOr("HOLDFAST_STATE_DIR", "/var/lib/holdfast"), "state directory for run journals and exit markers (env HOLDFAST_STATE_DIR)")

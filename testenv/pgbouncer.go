@@ -1,0 +1,218 @@
+package testenv
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// PgBouncerPort is the port a private PgBouncer listens on, on its unix socket only.
+const PgBouncerPort = 6432
+
+// PgBouncer is a private PgBouncer in transaction pooling mode in front of one PostgreSQL
+// server (StartPgBouncer), as holdfast's documented mode behind a pooler has it.
+type PgBouncer struct {
+	Dir  string // holds its configuration, its log and its unix socket
+	proc *child
+}
+
+// StartPgBouncer starts a PgBouncer in dir that pools, in transaction mode, every database of
+// the server that serverDSN (a URL with the socket directory as host, as PostgresServer.DSN
+// gives) names, for the user that DSN names, and waits until it accepts connections. Run as
+// root, it runs as the postgres OS user (PgBouncer refuses root).
+func StartPgBouncer(dir, serverDSN string) (*PgBouncer, error) {
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		return nil, &unavailableError{"pgbouncer not found: apt-get install pgbouncer"}
+	}
+	u, err := url.Parse(serverDSN)
+	if err != nil {
+		return nil, fmt.Errorf("parse server DSN: %w", err)
+	}
+	socket, port := u.Query().Get("host"), cmp.Or(u.Port(), "5432")
+	if !strings.HasPrefix(socket, "/") {
+		return nil, fmt.Errorf("server DSN %s: want a unix socket directory as host", serverDSN)
+	}
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		pu, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, &unavailableError{fmt.Sprintf("running as root, but there is no postgres user to run PgBouncer as: %v", err)}
+		}
+		uid, _ := strconv.Atoi(pu.Uid)
+		gid, _ := strconv.Atoi(pu.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return nil, err
+		}
+	}
+	// Trust, as the server trusts its local connections; PgBouncer still wants each user in
+	// its auth_file.
+	owner := cmp.Or(u.User.Username(), "postgres")
+	users := fmt.Sprintf("%q \"\"\n", owner)
+	config := strings.Join([]string{
+		"[databases]",
+		fmt.Sprintf("* = host=%s port=%s", socket, port),
+		"[pgbouncer]",
+		"listen_addr =",
+		"unix_socket_dir = " + dir,
+		fmt.Sprintf("listen_port = %d", PgBouncerPort),
+		"auth_type = trust",
+		"auth_file = " + filepath.Join(dir, "users.txt"),
+		"pool_mode = transaction",
+		"admin_users = " + owner, // its console (database pgbouncer): SHOW CLIENTS, SHOW POOLS
+		"max_client_conn = 2000",
+		"default_pool_size = 10",
+		"logfile = " + filepath.Join(dir, "pgbouncer.log"),
+		"",
+	}, "\n")
+	for name, content := range map[string]string{"users.txt": users, "pgbouncer.ini": config} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	proc, err := startChild(cmd, syscall.SIGINT)
+	if err != nil {
+		return nil, fmt.Errorf("start pgbouncer: %w", err)
+	}
+	p := &PgBouncer{Dir: dir, proc: proc}
+	probe := p.DSN(u.Path[1:], u.User.Username())
+	for deadline := time.Now().Add(pgReadyTimeout); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := pgExec(ctx, probe+"&default_query_exec_mode=exec", "SELECT 1")
+		cancel()
+		if err == nil {
+			return p, nil
+		}
+		select {
+		case <-proc.done:
+			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			return nil, fmt.Errorf("pgbouncer exited: %v\n%s", proc.err, log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.Stop()
+			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			return nil, fmt.Errorf("pgbouncer not accepting connections after %v: %v\n%s", pgReadyTimeout, err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// DSN is the URL of database db through the pooler, as user.
+func (p *PgBouncer) DSN(db, user string) string {
+	return (&url.URL{
+		Scheme:   "postgres",
+		User:     url.User(cmp.Or(user, "postgres")),
+		Path:     "/" + db,
+		RawQuery: url.Values{"host": {p.Dir}, "port": {strconv.Itoa(PgBouncerPort)}, "sslmode": {"disable"}}.Encode(),
+	}).String()
+}
+
+// Stop stops PgBouncer at once (SIGINT) and waits for it to exit.
+func (p *PgBouncer) Stop() {
+	_ = p.proc.cmd.Process.Signal(syscall.SIGINT)
+	if !p.proc.wait(10 * time.Second) {
+		_ = p.proc.cmd.Process.Kill()
+		<-p.proc.done
+	}
+}
+
+// pgBouncers are the test binary's poolers, by the socket directory of the server each fronts.
+var pgBouncers struct {
+	mu   sync.Mutex
+	byOf map[string]*PgBouncer
+}
+
+// PooledEnv is the environment variable that runs a test binary's stores and daemons behind a
+// private PgBouncer in transaction mode (Pooled).
+const PooledEnv = "HOLDFAST_TEST_PGBOUNCER"
+
+// Pooled returns how a test reaches the database at dsn (a DSN Postgres or PostgresFrom gave):
+// through a transaction pooler when HOLDFAST_TEST_PGBOUNCER=1, as holdfast's documented mode
+// has it: the pooled DSN, and dsn itself as the session DSN (store.Address). Otherwise it
+// returns dsn and "".
+func Pooled(t testing.TB, dsn string) (pooled, session string) {
+	t.Helper()
+	if os.Getenv(PooledEnv) != "1" {
+		return dsn, ""
+	}
+	return ThroughPgBouncer(t, dsn), dsn
+}
+
+// ThroughPgBouncer returns the DSN of dsn's database through the test binary's PgBouncer in
+// front of dsn's server, which it starts on first use and RunMain stops.
+func ThroughPgBouncer(t testing.TB, dsn string) string {
+	t.Helper()
+	requireRunMain(t, "a private PgBouncer")
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("testenv: parse DSN: %v", err)
+	}
+	socket := u.Query().Get("host")
+	pgBouncers.mu.Lock()
+	defer pgBouncers.mu.Unlock()
+	p, ok := pgBouncers.byOf[socket]
+	if !ok {
+		pdir, err := processDir()
+		if err == nil {
+			p, err = StartPgBouncer(filepath.Join(pdir, fmt.Sprintf("pgbouncer%d", len(pgBouncers.byOf))), dsn)
+		}
+		var missing *unavailableError
+		if errors.As(err, &missing) {
+			unavailable(t, "%s", missing.msg)
+		}
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		if pgBouncers.byOf == nil {
+			pgBouncers.byOf = map[string]*PgBouncer{}
+		}
+		pgBouncers.byOf[socket] = p
+	}
+	pooled, err := url.Parse(p.DSN(u.Path[1:], u.User.Username()))
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	// The DSN's other settings (application_name, ...) go through; its host and port do not.
+	q := pooled.Query()
+	for k, v := range u.Query() {
+		if k != "host" && k != "port" {
+			q[k] = v
+		}
+	}
+	pooled.RawQuery = q.Encode()
+	return pooled.String()
+}
+
+// stopPgBouncers stops the test binary's poolers (RunMain).
+func stopPgBouncers() {
+	pgBouncers.mu.Lock()
+	defer pgBouncers.mu.Unlock()
+	for _, p := range pgBouncers.byOf {
+		p.Stop()
+	}
+	pgBouncers.byOf = nil
+}
