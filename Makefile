@@ -9,7 +9,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # fresh clone compiled and vetted every package again (about 60 s of CPU in `make test`).
 export GOFLAGS += -trimpath
 
-.PHONY: all build deps test lint bench bench-fleet demo fuzz man package clean
+.PHONY: all build deps test test-pgbouncer lint bench bench-fleet demo fuzz man package clean
 
 all: build
 
@@ -54,6 +54,11 @@ test: deps lint
 	wait $$scenarios; scenarios=$$?; \
 	rm -rf $$bindir; \
 	[ $$packages -eq 0 ] && [ $$scenarios -eq 0 ]
+
+# The suite with every test's store and daemon behind a private PgBouncer in transaction mode,
+# the database itself their session address (testenv.Pooled; docs/ARCHITECTURE.md, Behind PgBouncer).
+test-pgbouncer: export HOLDFAST_TEST_PGBOUNCER = 1
+test-pgbouncer: test
 
 # Figures are ratios against a baseline measured in the same run (see bench/).
 bench: deps

@@ -67,9 +67,9 @@ type Address struct {
 	DSN string
 	// SessionDSN, when set, says that DSN is a transaction pooler (PgBouncer with
 	// pool_mode = transaction) and is what needs a session of its own connects to instead:
-	// LISTEN and the migrations' lock (Session). The pool then sends each statement in one
-	// round trip without a named prepared statement (pgx's exec mode) and no startup
-	// parameters, which such a pooler cannot keep (see docs/ARCHITECTURE.md, PgBouncer).
+	// LISTEN and the migrations' lock (Session). The pool then sends no named prepared
+	// statement (pgx's cache_describe mode) and no startup parameters, which such a pooler
+	// cannot keep (see docs/ARCHITECTURE.md, Behind PgBouncer).
 	SessionDSN string
 }
 
@@ -194,10 +194,12 @@ func open(ctx context.Context, addr Address, configure func(*pgxpool.Config)) (*
 		if session, err = pgx.ParseConfig(addr.SessionDSN); err != nil {
 			return nil, fmt.Errorf("parse session database address: %w", err)
 		}
-		// A named prepared statement lives on one server connection; the pooler hands the
-		// next transaction another.
+		// A named prepared statement lives on one server connection, and the pooler hands the
+		// next transaction another: statements go out unnamed, parsed and run in one round
+		// trip, with the parameter types described once and cached (they do not depend on
+		// the server connection).
 		if !strings.Contains(dsn, "default_query_exec_mode") {
-			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 		}
 	}
 	// A daemon's budget on a database that a fleet shares: a few connections, opened as work

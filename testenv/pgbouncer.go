@@ -82,6 +82,9 @@ func StartPgBouncer(dir, serverDSN string) (*PgBouncer, error) {
 		"admin_users = " + owner, // its console (database pgbouncer): SHOW CLIENTS, SHOW POOLS
 		"max_client_conn = 2000",
 		"default_pool_size = 10",
+		// After a failed login to a restarting server, try again at the next client's turn
+		// rather than refusing every client for 15s: a test's first read after a restart.
+		"server_login_retry = 0",
 		"logfile = " + filepath.Join(dir, "pgbouncer.log"),
 		"",
 	}, "\n")
@@ -176,10 +179,9 @@ func ThroughPgBouncer(t testing.TB, dsn string) string {
 	defer pgBouncers.mu.Unlock()
 	p, ok := pgBouncers.byOf[socket]
 	if !ok {
-		pdir, err := processDir()
-		if err == nil {
-			p, err = StartPgBouncer(filepath.Join(pdir, fmt.Sprintf("pgbouncer%d", len(pgBouncers.byOf))), dsn)
-		}
+		// Beside the server's socket: a booted host that reaches the server (HostConfig.Postgres)
+		// reaches the pooler too.
+		p, err = StartPgBouncer(filepath.Join(socket, fmt.Sprintf("pgbouncer-%d", os.Getpid())), dsn)
 		var missing *unavailableError
 		if errors.As(err, &missing) {
 			unavailable(t, "%s", missing.msg)
@@ -213,6 +215,7 @@ func stopPgBouncers() {
 	defer pgBouncers.mu.Unlock()
 	for _, p := range pgBouncers.byOf {
 		p.Stop()
+		_ = os.RemoveAll(p.Dir)
 	}
 	pgBouncers.byOf = nil
 }

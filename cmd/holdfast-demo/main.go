@@ -62,6 +62,8 @@ func main() {
 	bin := flag.String("holdfast", "./bin/holdfast", "holdfast binary to run")
 	keep := flag.Bool("keep", false, "leave everything running after the backup, until interrupted")
 	sampleMiB := flag.Int("sample-size", 300, "MiB of random sample data to back up")
+	pgbouncer := flag.Bool("pgbouncer", os.Getenv(testenv.PooledEnv) == "1",
+		"put a private PgBouncer in transaction mode between holdfast and PostgreSQL (default from HOLDFAST_TEST_PGBOUNCER=1)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "holdfast-demo: unexpected argument %q\n", flag.Arg(0))
@@ -82,7 +84,7 @@ func main() {
 	defer stop()
 
 	start := time.Now()
-	d := &demo{keep: *keep, sampleSize: int64(max(*sampleMiB, 1)) << 20}
+	d := &demo{keep: *keep, sampleSize: int64(max(*sampleMiB, 1)) << 20, pooled: *pgbouncer}
 	err := d.run(ctx, dir, *bin)
 	if d.running() {
 		fmt.Println("\n==> stopping the holdfast daemon, the systemd manager and PostgreSQL")
@@ -108,6 +110,7 @@ func main() {
 type demo struct {
 	keep       bool
 	sampleSize int64
+	pooled     bool // behind a private PgBouncer (docs/ARCHITECTURE.md, Behind PgBouncer)
 
 	dir      string // the demo directory
 	bin      string // absolute path of the holdfast binary
@@ -119,6 +122,7 @@ type demo struct {
 
 	lock   *os.File
 	pg     *testenv.PostgresServer
+	pooler *testenv.PgBouncer
 	mgr    *testenv.Manager
 	daemon *daemon
 }
@@ -226,7 +230,15 @@ func (d *demo) startPostgres(ctx context.Context) error {
 	if err := pg.CreateDatabase(ctx, "holdfast"); err != nil {
 		return err
 	}
-	d.exports = append(d.exports, "HOLDFAST_DSN="+pg.DSN("holdfast"))
+	if !d.pooled {
+		d.exports = append(d.exports, "HOLDFAST_DSN="+pg.DSN("holdfast"))
+		return nil
+	}
+	fmt.Printf("==> starting a private PgBouncer in transaction mode in front of it\n")
+	if d.pooler, err = testenv.StartPgBouncer(filepath.Join(d.dir, "pgbouncer"), pg.DSN("holdfast")); err != nil {
+		return err
+	}
+	d.exports = append(d.exports, "HOLDFAST_DSN="+d.pooler.DSN("holdfast", "postgres"), "HOLDFAST_SESSION_DSN="+pg.DSN("holdfast"))
 	return nil
 }
 
@@ -603,7 +615,7 @@ tail -f %[4]s
 
 // running reports whether teardown has anything to stop.
 func (d *demo) running() bool {
-	return d.pg != nil || d.mgr != nil || d.daemon != nil
+	return d.pg != nil || d.pooler != nil || d.mgr != nil || d.daemon != nil
 }
 
 // teardown stops what the demo started, the daemon first: it uses the
@@ -619,6 +631,9 @@ func (d *demo) teardown() error {
 		if err := d.mgr.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("stop systemd --user: %w", err))
 		}
+	}
+	if d.pooler != nil {
+		d.pooler.Stop()
 	}
 	if d.pg != nil {
 		if err := d.pg.Stop(); err != nil {

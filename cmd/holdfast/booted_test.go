@@ -27,8 +27,10 @@ import (
 type bootedWorld struct {
 	t   *testing.T
 	h   *testenv.Host
-	dsn string       // "": the CLI reads the host's /etc/holdfast/holdfast.env, as root on a set-up host
-	st  *store.Store // the test's own reader of the database, as world's; nil if out of reach
+	dsn string // the server's own; "": the CLI reads the host's /etc/holdfast/holdfast.env, as root on a set-up host
+	// addr is what holdfast connects with: dsn, or through PgBouncer (testenv.Pooled).
+	addr store.Address
+	st   *store.Store // the test's own reader of the database, as world's; nil if out of reach
 }
 
 func newBootedWorld(t *testing.T) *bootedWorld {
@@ -49,7 +51,7 @@ func (b *bootedWorld) install(daemonArgs ...string) {
 	}
 	h.CopyIn(t, testenv.HoldfastBinary(t), "/usr/bin/holdfast", 0o755)
 	h.Run(t, "mkdir", "-p", "/etc/holdfast", "/srv/data")
-	h.WriteFile(t, "/etc/holdfast/holdfast.env", append(env, "HOLDFAST_DSN="+b.dsn+"\n"...), 0o600)
+	h.WriteFile(t, "/etc/holdfast/holdfast.env", append(env, b.envSettings()...), 0o600)
 	h.WriteFile(t, "/etc/systemd/system/holdfast.service", []byte(units.Service), 0o644)
 	if len(daemonArgs) > 0 { // a drop-in, as an operator gives the daemon flags
 		h.Run(t, "mkdir", "-p", "/etc/systemd/system/holdfast.service.d")
@@ -63,6 +65,15 @@ func (b *bootedWorld) install(daemonArgs ...string) {
 	h.Run(t, "systemctl", "start", "holdfast.service")
 }
 
+// envSettings are the database's lines of the host's environment file.
+func (b *bootedWorld) envSettings() []byte {
+	lines := "HOLDFAST_DSN=" + b.addr.DSN + "\n"
+	if b.addr.SessionDSN != "" {
+		lines += "HOLDFAST_SESSION_DSN=" + b.addr.SessionDSN + "\n"
+	}
+	return []byte(lines)
+}
+
 // bootHost boots a host that reaches the test's own database, with nothing of holdfast on it.
 func bootHost(t *testing.T) *bootedWorld {
 	t.Helper()
@@ -74,7 +85,8 @@ func bootHostWith(t *testing.T, dsn string, cfg testenv.HostConfig) *bootedWorld
 	t.Helper()
 	h := testenv.BootedHostWith(t, cfg)
 	b := &bootedWorld{t: t, h: h, dsn: dsn}
-	st, err := store.Open(context.Background(), b.dsn)
+	b.addr.DSN, b.addr.SessionDSN = testenv.Pooled(t, dsn)
+	st, err := store.Connect(context.Background(), b.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +109,7 @@ func (b *bootedWorld) holdfast(args ...string) result {
 	defer cancel()
 	argv := append([]string{"holdfast"}, args...)
 	if b.dsn != "" {
-		argv = append([]string{"env", "HOLDFAST_DSN=" + b.dsn}, argv...)
+		argv = append([]string{"env", "HOLDFAST_DSN=" + b.addr.DSN, "HOLDFAST_SESSION_DSN=" + b.addr.SessionDSN}, argv...)
 	}
 	cmd := b.h.Command(ctx, argv...)
 	var stdout, stderr bytes.Buffer

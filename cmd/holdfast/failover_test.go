@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -28,7 +29,9 @@ func TestDatabaseOutageAndFailover(t *testing.T) {
 	dsn := (&url.URL{Scheme: "postgres", User: url.User("postgres"), Path: "/holdfast", RawQuery: url.Values{
 		"host": {primary.Dir + "," + replica.Dir}, "sslmode": {"disable"}, "target_session_attrs": {"read-write"}}.Encode()}).String()
 
-	w := &world{t: t, bin: testenv.HoldfastBinary(t), dir: testenv.SharedDir(t), dsn: dsn, spawnGrace: "10s", pool: &testPool{t: t}}
+	// Straight to the servers, also under HOLDFAST_TEST_PGBOUNCER: the failover is PostgreSQL's.
+	w := &world{t: t, bin: testenv.HoldfastBinary(t), dir: testenv.SharedDir(t), dsn: dsn, addr: store.Address{DSN: dsn},
+		spawnGrace: "10s", pool: &testPool{t: t}}
 	w.mgr = testenv.PrivateSystemd(t)
 	w.state = filepath.Join(w.dir, "state")
 	w.mustRun("migrate")

@@ -108,7 +108,7 @@ func TestBootedHostPackage(t *testing.T) {
 
 	// Configured by hand as the operator would (the DSN, the schema), then enabled and started.
 	env := h.Run(t, "cat", "/etc/holdfast/holdfast.env")
-	h.WriteFile(t, "/etc/holdfast/holdfast.env", []byte(env+"HOLDFAST_DSN="+b.dsn+"\n"), 0o600)
+	h.WriteFile(t, "/etc/holdfast/holdfast.env", append([]byte(env), b.envSettings()...), 0o600)
 	b.mustHoldfast("migrate")
 	h.Run(t, "systemctl", "enable", "--now", "holdfast.service")
 	before := b.serviceProps("MainPID", "ActiveState")
