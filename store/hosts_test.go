@@ -336,7 +336,8 @@ func TestLimitsAcrossHosts(t *testing.T) {
 func TestStaleHolderIsFenced(t *testing.T) {
 	st := open(t)
 	ctx := context.Background()
-	a := lease(t, st, "h", "A", 300*time.Millisecond)
+	// Long enough for the claim on a loaded machine; the lapse is the sleep past it.
+	a := lease(t, st, "h", "A", 2*time.Second)
 	addJob(t, st, "j")
 	run, err := st.Admit(ctx, "j", "manual", model.KindBackup)
 	if err != nil {
@@ -346,7 +347,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 	if ok, _, err := st.ClaimSpawn(ctx, a, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("A's claim: %v %v", ok, err)
 	}
-	time.Sleep(500 * time.Millisecond) // A's lease lapses
+	time.Sleep(2500 * time.Millisecond) // A's lease lapses
 	b := lease(t, st, "h", "B", time.Hour)
 	if b.Generation != a.Generation+1 {
 		t.Fatalf("generations: A %d, B %d", a.Generation, b.Generation)

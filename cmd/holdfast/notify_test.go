@@ -210,12 +210,26 @@ func TestNotifications(t *testing.T) {
 	if tries := len(broken.requests()); tries < 5 || tries > 6 {
 		t.Fatalf("the broken receiver got %d requests, want 3 for each of 2 events (one fewer if the kill took one)", tries)
 	}
+	// Status counts every target's failures: broken's two, and on a loaded machine one of hc's
+	// whose tries all timed out.
+	var all []struct {
+		State string `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(w.mustRun("notify", "log", "--json")), &all); err != nil {
+		t.Fatal(err)
+	}
+	failed := int64(0)
+	for _, d := range all {
+		if d.State == "failed" {
+			failed++
+		}
+	}
 	s := w.run("status", "--json")
 	var report struct {
 		FailedDeliveries int64 `json:"failed_deliveries"`
 	}
-	if err := json.Unmarshal([]byte(s.stdout), &report); err != nil || report.FailedDeliveries != 2 || s.code == 0 {
-		t.Fatalf("status with 2 failed deliveries: exit %d, %s", s.code, s.stdout)
+	if err := json.Unmarshal([]byte(s.stdout), &report); err != nil || report.FailedDeliveries != failed || failed < 2 || s.code == 0 {
+		t.Fatalf("status with %d failed deliveries (notify log): exit %d, %s", failed, s.code, s.stdout)
 	}
 	w.checkInvariants()
 }
