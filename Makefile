@@ -67,9 +67,12 @@ bench: deps
 	$(GO) test -run '^$$' -bench '^Benchmark(BackupSmall|BackupLarge|Idle)$$' -benchtime 1x -count 1 -timeout 30m ./bench/
 
 # One real idle daemon's database time beside fleets of 10, 100 and 1,000 hosts (pg_stat_statements
-# by its role), its connections and the growth; HOLDFAST_FLEET_WINDOW sets each measurement (30s).
+# by its role), its connections and the growth; then 100, 300 and 1,000 simulated daemons (the
+# daemon's loops over the real store, systemd faked) with their database time per daemon, lease
+# renewal and sweep p99, lapsed leases and growth, calibrated against a real daemon's statements.
+# HOLDFAST_FLEET_WINDOW sets each measurement (30s).
 bench-fleet: deps
-	$(GO) test -run '^$$' -bench '^BenchmarkFleetIdleDaemon$$' -benchtime 1x -count 1 -timeout 30m ./bench/
+	$(GO) test -run '^$$' -bench '^BenchmarkFleet(IdleDaemon|Simulated|Scrape)$$' -benchtime 1x -count 1 -timeout 60m ./bench/
 
 # Runs each fuzz target for FUZZTIME (default 30s); the seed corpora run in `make test`. No test
 # timeout: go test's default of 10m would end a 10m fuzzing run as a failure.

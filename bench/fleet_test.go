@@ -35,9 +35,10 @@ const (
 	daemonRole = "hfdaemon"
 )
 
-func newFleet(b *testing.B) *fleet {
+// newFleet starts the fleet's PostgreSQL, accepting maxConnections sessions.
+func newFleet(b *testing.B, maxConnections int) *fleet {
 	ctx := context.Background()
-	srv, dsn := testenv.PrivatePostgres(b, "shared_preload_libraries=pg_stat_statements", "max_connections=400")
+	srv, dsn := testenv.PrivatePostgres(b, "shared_preload_libraries=pg_stat_statements", fmt.Sprintf("max_connections=%d", maxConnections))
 	if _, err := migrations.Apply(ctx, dsn); err != nil {
 		b.Fatal(err)
 	}
@@ -59,14 +60,17 @@ func newFleet(b *testing.B) *fleet {
 
 // daemonDSN is the address a measured daemon connects with: the daemon's role, and
 // application_name host, so that pg_stat_activity tells its connections apart.
-func (f *fleet) daemonDSN(b *testing.B, host string) string {
+func (f *fleet) daemonDSN(b *testing.B, host string) string { return f.roleDSN(b, daemonRole, host) }
+
+// roleDSN is the address of a session as role with application_name app.
+func (f *fleet) roleDSN(b *testing.B, role, app string) string {
 	u, err := url.Parse(f.dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
-	u.User = url.User(daemonRole)
+	u.User = url.User(role)
 	q := u.Query()
-	q.Set("application_name", host)
+	q.Set("application_name", app)
 	u.RawQuery = q.Encode()
 	return u.String()
 }
@@ -90,9 +94,13 @@ func (f *fleet) grow(b *testing.B, n int) {
 
 // statementCost is what one statement of the daemon's cost in a measurement.
 type statementCost struct {
-	Query string
-	Calls int64
-	MS    float64
+	// ID is its queryid: one statement's text may be stored normalized for one role and as
+	// sent for another (pg_stat_statements keeps the text of the call that made the entry).
+	ID     int64
+	Query  string
+	Calls  int64
+	MS     float64
+	Blocks int64 // shared buffers hit or read: its work, however loaded the server
 }
 
 // daemonCost reads what the daemon's role spent since the last reset, by statement, apart
@@ -100,19 +108,7 @@ type statementCost struct {
 // daemon of the fleet does each per interval, so in a fleet they are a daemon's cost once in
 // as many intervals as there are daemons.
 func (f *fleet) daemonCost(b *testing.B) (own, duties float64, calls int64, top []statementCost) {
-	rows, err := f.conn.Query(context.Background(), `
-		SELECT query, calls, total_exec_time FROM pg_stat_statements
-		WHERE userid = (SELECT oid FROM pg_roles WHERE rolname = $1)`, daemonRole)
-	if err != nil {
-		b.Fatal(err)
-	}
-	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (statementCost, error) {
-		var s statementCost
-		return s, r.Scan(&s.Query, &s.Calls, &s.MS)
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	all := f.statements(b, daemonRole)
 	for _, s := range all {
 		if strings.Contains(s.Query, "/* fleet duty */") {
 			duties += s.MS
@@ -123,6 +119,24 @@ func (f *fleet) daemonCost(b *testing.B) (own, duties float64, calls int64, top 
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].MS > all[j].MS })
 	return own, duties, calls, all[:min(len(all), 8)]
+}
+
+// statements reads what role spent since the last reset, by statement.
+func (f *fleet) statements(b *testing.B, role string) []statementCost {
+	rows, err := f.conn.Query(context.Background(), `
+		SELECT queryid, query, calls, total_exec_time, shared_blks_hit + shared_blks_read FROM pg_stat_statements
+		WHERE userid = (SELECT oid FROM pg_roles WHERE rolname = $1)`, role)
+	if err != nil {
+		b.Fatal(err)
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (statementCost, error) {
+		var s statementCost
+		return s, r.Scan(&s.ID, &s.Query, &s.Calls, &s.MS, &s.Blocks)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return all
 }
 
 func (f *fleet) resetStatements(b *testing.B) {
@@ -141,9 +155,8 @@ func (f *fleet) connections(b *testing.B, host string) int {
 	return n
 }
 
-// idleDaemon starts a real daemon for host, with jobsPerHost jobs of its own none of which is
-// due, against the fleet; it is killed when the benchmark ends or kill is called.
-func (f *fleet) idleDaemon(b *testing.B, e *benchEnv, host string) (kill func()) {
+// idleJobs adds jobsPerHost jobs pinned to host, none of which is due within half an hour.
+func (f *fleet) idleJobs(b *testing.B, host string) {
 	ctx := context.Background()
 	for k := range jobsPerHost {
 		if _, err := f.conn.Exec(ctx, `INSERT INTO jobs (name, engine, repository, password_file, paths, host, schedule, time_zone, next_run_at)
@@ -152,6 +165,12 @@ func (f *fleet) idleDaemon(b *testing.B, e *benchEnv, host string) (kill func())
 			b.Fatal(err)
 		}
 	}
+}
+
+// idleDaemon starts a real daemon for host, with jobsPerHost jobs of its own none of which is
+// due, against the fleet; it is killed when the benchmark ends or kill is called.
+func (f *fleet) idleDaemon(b *testing.B, e *benchEnv, host string) (kill func()) {
+	f.idleJobs(b, host)
 	cmd := exec.Command(e.bin, "daemon", "--host", host)
 	cmd.Env = append(os.Environ(), "HOLDFAST_DSN="+f.daemonDSN(b, host), "HOLDFAST_SYSTEMD_ADDRESS="+e.mgr.Address,
 		"HOLDFAST_STATE_DIR="+e.state)
@@ -176,6 +195,19 @@ func (f *fleet) idleDaemon(b *testing.B, e *benchEnv, host string) (kill func())
 	return kill
 }
 
+// fleetWindow is how long each measurement of a fleet lasts: HOLDFAST_FLEET_WINDOW, 30s by default.
+func fleetWindow(b *testing.B) time.Duration {
+	s := os.Getenv("HOLDFAST_FLEET_WINDOW")
+	if s == "" {
+		return 30 * time.Second
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
 // BenchmarkFleetIdleDaemon measures one real idle daemon's database time beside fleets of 10,
 // 100 and 1,000 hosts (pg_stat_statements, by the daemon's role, over HOLDFAST_FLEET_WINDOW
 // of its life, 30s by default), and its connections. Its growth from 10 to 1,000 hosts is the
@@ -184,14 +216,8 @@ func (f *fleet) idleDaemon(b *testing.B, e *benchEnv, host string) (kill func())
 // reported apart (duty-ms/s): in a fleet of N daemons a daemon does them once in N intervals.
 func BenchmarkFleetIdleDaemon(b *testing.B) {
 	e := newBenchEnv(b)
-	f := newFleet(b)
-	window := 30 * time.Second
-	if s := os.Getenv("HOLDFAST_FLEET_WINDOW"); s != "" {
-		var err error
-		if window, err = time.ParseDuration(s); err != nil {
-			b.Fatal(err)
-		}
-	}
+	f := newFleet(b, 400)
+	window := fleetWindow(b)
 	perSecond := map[int]float64{}
 	sizes := []int{10, 100, 1000}
 	for _, size := range sizes {

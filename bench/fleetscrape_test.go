@@ -15,7 +15,7 @@ import (
 // These views are the fleet's, so they grow with it; one daemon is scraped, not all.
 func BenchmarkFleetScrape(b *testing.B) {
 	ctx := context.Background()
-	f := newFleet(b)
+	f := newFleet(b, 100)
 	st, err := store.Open(ctx, f.dsn)
 	if err != nil {
 		b.Fatal(err)
