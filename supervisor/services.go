@@ -99,16 +99,27 @@ func (s *Supervisor) sweep(ctx context.Context) {
 // or a notification, whichever comes first. A pass that admitted runs wakes the sweep, which
 // spawns them; so does a pass at a due time that admitted none, since that time may be a
 // queued run's not-before (a retry's delay): the run then starts at it, not at the next interval.
+//
+// A pass admits only when something may be due: at or after the time NextDue last gave, when
+// woken (a run or job changed), or once a minute as a backstop; an idle daemon's pass is then
+// one read instead of a transaction per schedule.
 func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
-	var dueAt, wokeFor time.Time
+	var dueAt, wokeFor, quietUntil, admittedAt time.Time
+	asked := true
 	for {
 		if !s.acting() { // stands by without the host's lease
 			if !wake.Sleep(ctx, s.cfg.SweepInterval, s.admitWake) {
 				return
 			}
+			asked = true
 			continue
 		}
-		n, err := a.AdmitDue(ctx, time.Now())
+		var n int
+		var err error
+		if now := time.Now(); asked || !now.Before(quietUntil) || now.Sub(admittedAt) >= admitBackstop {
+			n, err = a.AdmitDue(ctx, now)
+			admittedAt = now
+		}
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("admission of due jobs failed", "err", err)
 		}
@@ -122,6 +133,14 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 		dueAt = time.Time{}
 		nextCtx, cancel := context.WithTimeout(ctx, s.cfg.Database.StatementTimeout)
 		next, nextErr := s.cfg.Store.NextDue(nextCtx, s.rec.Host(), s.cfg.StartLead)
+		switch {
+		case nextErr != nil || err != nil:
+			quietUntil = time.Time{} // nothing known: the next pass admits
+		case next == nil:
+			quietUntil = time.Now().Add(admitBackstop)
+		default:
+			quietUntil = *next
+		}
 		if nextErr == nil && next != nil && time.Until(*next) < wait {
 			dueAt = *next
 			wait = max(minWait, time.Until(*next))
@@ -130,7 +149,8 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 		if ctx.Err() == nil {
 			s.progress.admitted(errors.Join(err, nextErr))
 		}
-		if !wake.Sleep(ctx, wait, s.admitWake) {
+		var alive bool
+		if alive, asked = wake.Wait(ctx, wait, s.admitWake); !alive {
 			return
 		}
 	}

@@ -24,13 +24,20 @@ func (s Signal) Wake() {
 // Sleep waits for d, an ask on s (nil: none) or the end of ctx, and reports whether ctx is still
 // alive.
 func Sleep(ctx context.Context, d time.Duration, s Signal) bool {
+	alive, _ := Wait(ctx, d, s)
+	return alive
+}
+
+// Wait is Sleep that also reports whether an ask on s cut it short.
+func Wait(ctx context.Context, d time.Duration, s Signal) (alive, asked bool) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
-		return false
+		return false, false
 	case <-s:
+		return true, true
 	case <-timer.C:
+		return true, false
 	}
-	return true
 }
