@@ -361,15 +361,22 @@ func (h *simHost) sweep(ctx context.Context) {
 // admit is Supervisor.admit; a pass is the admission and the read of the next due time.
 func (h *simHost) admit(ctx context.Context) {
 	var dueAt, wokeFor time.Time
+	var gate schedule.Gate
+	woken := false
 	for {
 		if !h.acting() {
 			if !wake.Sleep(ctx, h.cfg.SweepInterval, h.admitWake) {
 				return
 			}
+			woken = true
 			continue
 		}
 		start := time.Now()
-		n, err := h.admitter.AdmitDue(ctx, time.Now())
+		var n int
+		var err error
+		if now := time.Now(); gate.Open(now, woken) {
+			n, err = h.admitter.AdmitDue(ctx, now)
+		}
 		if err != nil && ctx.Err() == nil {
 			slog.New(h.stats).Error("admission of due jobs failed", "err", err)
 		}
@@ -381,6 +388,7 @@ func (h *simHost) admit(ctx context.Context) {
 		dueAt = time.Time{}
 		nextCtx, cancel := context.WithTimeout(ctx, store.DefaultStatementTimeout)
 		next, nextErr := h.st.NextDue(nextCtx, h.name, h.cfg.StartLead)
+		gate.Learn(time.Now(), next, errors.Join(err, nextErr))
 		if nextErr == nil && next != nil && time.Until(*next) < wait {
 			dueAt = *next
 			wait = max(simMinWait, time.Until(*next))
@@ -389,7 +397,8 @@ func (h *simHost) admit(ctx context.Context) {
 		if err == nil && nextErr == nil {
 			h.stats.took(&h.stats.admissions, time.Since(start))
 		}
-		if !wake.Sleep(ctx, wait, h.admitWake) {
+		var alive bool
+		if alive, woken = wake.Wait(ctx, wait, h.admitWake); !alive {
 			return
 		}
 	}

@@ -100,25 +100,24 @@ func (s *Supervisor) sweep(ctx context.Context) {
 // spawns them; so does a pass at a due time that admitted none, since that time may be a
 // queued run's not-before (a retry's delay): the run then starts at it, not at the next interval.
 //
-// A pass admits only when something may be due: at or after the time NextDue last gave, when
-// woken (a run or job changed), or once a minute as a backstop; an idle daemon's pass is then
-// one read instead of a transaction per schedule.
+// A pass claims only when something may be due (schedule.Gate): an idle daemon's pass is the
+// one read of the next due time.
 func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
-	var dueAt, wokeFor, quietUntil, admittedAt time.Time
-	asked := true
+	var dueAt, wokeFor time.Time
+	var gate schedule.Gate
+	woken := false
 	for {
 		if !s.acting() { // stands by without the host's lease
 			if !wake.Sleep(ctx, s.cfg.SweepInterval, s.admitWake) {
 				return
 			}
-			asked = true
+			woken = true
 			continue
 		}
 		var n int
 		var err error
-		if now := time.Now(); asked || !now.Before(quietUntil) || now.Sub(admittedAt) >= admitBackstop {
+		if now := time.Now(); gate.Open(now, woken) {
 			n, err = a.AdmitDue(ctx, now)
-			admittedAt = now
 		}
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("admission of due jobs failed", "err", err)
@@ -133,14 +132,7 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 		dueAt = time.Time{}
 		nextCtx, cancel := context.WithTimeout(ctx, s.cfg.Database.StatementTimeout)
 		next, nextErr := s.cfg.Store.NextDue(nextCtx, s.rec.Host(), s.cfg.StartLead)
-		switch {
-		case nextErr != nil || err != nil:
-			quietUntil = time.Time{} // nothing known: the next pass admits
-		case next == nil:
-			quietUntil = time.Now().Add(admitBackstop)
-		default:
-			quietUntil = *next
-		}
+		gate.Learn(time.Now(), next, errors.Join(err, nextErr))
 		if nextErr == nil && next != nil && time.Until(*next) < wait {
 			dueAt = *next
 			wait = max(minWait, time.Until(*next))
@@ -150,7 +142,7 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 			s.progress.admitted(errors.Join(err, nextErr))
 		}
 		var alive bool
-		if alive, asked = wake.Wait(ctx, wait, s.admitWake); !alive {
+		if alive, woken = wake.Wait(ctx, wait, s.admitWake); !alive {
 			return
 		}
 	}

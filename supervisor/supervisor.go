@@ -66,10 +66,6 @@ const (
 // (another daemon holds it, say).
 const minWait = 100 * time.Millisecond
 
-// admitBackstop is the longest admission goes without a full pass while NextDue finds nothing
-// due and nothing wakes it.
-const admitBackstop = time.Minute
-
 // relistenAfter is how long the notification listener waits before it listens again after a
 // failure; the sweep interval is the backstop meanwhile.
 const relistenAfter = 2 * time.Second
