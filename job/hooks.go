@@ -50,8 +50,11 @@ func validateHooks(flag string, hooks []string) error {
 	return nil
 }
 
-// stdinFilename is a file name restic --stdin-filename takes and a restore gives back as is.
-var stdinFilename = regexp.MustCompile(`^[A-Za-z0-9_+@-][A-Za-z0-9._+@-]{0,254}$`)
+// stdinFilename is a file name restic --stdin-filename takes and a restore gives back as is, of
+// at most maxStdinFilename bytes (checked apart, as the names' lengths in job.go).
+var stdinFilename = regexp.MustCompile(`^[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*$`)
+
+const maxStdinFilename = 255
 
 // validateStdin checks a job that backs up a command's output (--stdin-from) instead of paths.
 func validateStdin(j *model.Job) error {
@@ -62,7 +65,7 @@ func validateStdin(j *model.Job) error {
 		return errors.New("--stdin-filename names the output of --stdin-from: give --stdin-from CMD too, or drop it")
 	case len(j.Paths) > 0 || len(j.Excludes) > 0:
 		return errors.New("--stdin-from backs up a command's output, not --path: give one of them (--stdin-from \"\" goes back to the paths)")
-	case !stdinFilename.MatchString(j.StdinFilename):
+	case len(j.StdinFilename) > maxStdinFilename || !stdinFilename.MatchString(j.StdinFilename):
 		return fmt.Errorf("--stdin-filename %q: give a plain file name such as shop.dump (letters, digits and ._+@-, not starting with a dot): the name the output has in the snapshot", j.StdinFilename)
 	}
 	if _, err := SplitHook(j.StdinFrom); err != nil {

@@ -25,6 +25,31 @@ func TestValidUserGroupName(t *testing.T) {
 	}
 }
 
+// Names, host names and stdin file names at and past their length limits.
+func TestNameLengths(t *testing.T) {
+	for _, tc := range []struct {
+		check func(string) error
+		first string // a first character the pattern takes
+		max   int
+	}{
+		{ValidateName, "a", 63},
+		{ValidateHost, "A", 63},
+		{func(s string) error {
+			return Validate(&model.Job{Name: "j", Engine: "restic", Repository: "/r", PasswordFile: "/pw", StdinFrom: "/bin/true",
+				StdinFilename: s, RetryBackoff: time.Minute})
+		}, "_", 255},
+	} {
+		if err := tc.check(tc.first + strings.Repeat("-", tc.max-1)); err != nil {
+			t.Errorf("%d characters: %v, want nil", tc.max, err)
+		}
+		for _, bad := range []string{tc.first + strings.Repeat("-", tc.max), "", "." + tc.first, tc.first + "/"} {
+			if err := tc.check(bad); err == nil {
+				t.Errorf("%q (%d characters): nil, want a refusal", bad, len(bad))
+			}
+		}
+	}
+}
+
 func TestLookupNumeric(t *testing.T) {
 	u, err := LookupUser("0")
 	if err != nil || u.Username != "root" {
