@@ -16,7 +16,10 @@ const (
 	// rewatchAfter is how long the unit-end watch waits before it tries again after a failure;
 	// the sweep interval is the backstop meanwhile.
 	rewatchAfter = 30 * time.Second
-	// goneEvery is how often systemd is asked whether units that wrote their marker are gone.
+	// goneFirst is how soon systemd is first asked whether a unit that wrote its marker is gone:
+	// its ExecStopPost exits a few milliseconds after the marker appeared. Each later ask waits
+	// twice as long as the one before, up to goneEvery.
+	goneFirst = 2 * time.Millisecond
 	goneEvery = 20 * time.Millisecond
 	// goneWithin bounds that wait: past it the sweep is woken anyway, as its interval would.
 	goneWithin = 3 * time.Second
@@ -110,6 +113,7 @@ func (m *markerWatch) settle(ctx context.Context, ended <-chan string) {
 	timer.Stop()
 	defer timer.Stop()
 	var due <-chan time.Time
+	delay := goneFirst
 	for {
 		select {
 		case <-ctx.Done():
@@ -119,7 +123,8 @@ func (m *markerWatch) settle(ctx context.Context, ended <-chan string) {
 				pending[unit] = time.Now().Add(goneWithin)
 			}
 			if due == nil {
-				timer.Reset(goneEvery)
+				delay = goneFirst
+				timer.Reset(delay)
 				due = timer.C
 			}
 			continue
@@ -145,7 +150,8 @@ func (m *markerWatch) settle(ctx context.Context, ended <-chan string) {
 			m.wake.Wake()
 		}
 		if len(pending) > 0 {
-			timer.Reset(goneEvery)
+			delay = min(2*delay, goneEvery)
+			timer.Reset(delay)
 			due = timer.C
 		}
 	}
