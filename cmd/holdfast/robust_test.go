@@ -278,7 +278,10 @@ func TestPostgresFrozenWhileRunsLive(t *testing.T) {
 	w, srv := newPrivateWorld(t)
 	const passTimeout, statementTimeout = 2 * time.Second, time.Second
 	w.slowBackups()
-	d := w.startWatchedDaemon("--db-statement-timeout", statementTimeout.String(), "--pass-timeout", passTimeout.String())
+	// A lease that outlasts the freeze: a daemon whose lease lapsed stands by, and its loops
+	// would then turn without a pass to fail.
+	d := w.startWatchedDaemon("--db-statement-timeout", statementTimeout.String(), "--pass-timeout", passTimeout.String(),
+		"--lease", "3m")
 	release := w.holdBackups() // the units are live until after the thaw
 	ids, _ := w.inFlight(3)
 	offset := len(d.log.String())
