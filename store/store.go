@@ -189,7 +189,7 @@ func open(ctx context.Context, addr Address, configure func(*pgxpool.Config)) (*
 	if err != nil {
 		return nil, fmt.Errorf("parse database address: %w", err)
 	}
-	session := cfg.ConnConfig
+	var session *pgx.ConnConfig // LISTEN's: the pool's own unless the DSN is a pooler
 	if addr.Pooled() {
 		if session, err = pgx.ParseConfig(addr.SessionDSN); err != nil {
 			return nil, fmt.Errorf("parse session database address: %w", err)
@@ -217,7 +217,7 @@ func open(ctx context.Context, addr Address, configure func(*pgxpool.Config)) (*
 	if configure != nil {
 		configure(cfg)
 	}
-	if !addr.Pooled() {
+	if session == nil {
 		session = cfg.ConnConfig
 	} else {
 		if session.ConnectTimeout == 0 {

@@ -140,7 +140,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			logger.Info("holdfast daemon started", "version", version, "host", cfg.Host, "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", cfg.SweepInterval,
 				"pass_timeout", cfg.PassTimeout, "allow_users", allowUsers, "allow_command_jobs", cfg.AllowCommandJobs,
 				"allow_notify_commands", cfg.Notify.AllowCommands, "listen", cfg.Listen, "tls", cfg.TLSCert != "",
-				"statement_timeout", cfg.Database.StatementTimeout)
+				"statement_timeout", cfg.Database.StatementTimeout, "behind_pooler", cfg.Database.Pooled())
 			select {
 			case <-ctx.Done():
 			case err := <-sup.Failed():
