@@ -111,9 +111,9 @@ func (s *fakeState) Hosts(context.Context) ([]store.Host, error) {
 	return nil, nil
 }
 
-func (s *fakeState) DownHosts(context.Context, string, time.Duration) ([]string, error) {
+func (s *fakeState) DownHosts(context.Context, string, time.Duration) ([]string, bool, error) {
 	s.record("DownHosts")
-	return nil, nil
+	return nil, false, nil
 }
 
 func (s *fakeState) Orphans(context.Context, string, time.Duration) ([]model.LiveRun, error) {

@@ -33,16 +33,18 @@ const unlockKey = -1 << 20
 // The superseded attempt is settled as a restart would be, from what this host can measure.
 func (r *Reconciler) takeOver(ctx context.Context) error {
 	// A read of the few hosts' rows each pass; the live runs are read again only when one is down.
-	down, err := r.cfg.Store.DownHosts(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
+	down, unnoticed, err := r.cfg.Store.DownHosts(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
 	if err != nil || len(down) == 0 {
 		return err
 	}
-	noticed, err := r.cfg.Store.NoticeDownHosts(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
-	if err != nil {
-		return err
-	}
-	for _, h := range noticed {
-		r.cfg.Logger.Warn("host down: its lease expired", "down_host", h)
+	if unnoticed {
+		noticed, err := r.cfg.Store.NoticeDownHosts(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
+		if err != nil {
+			return err
+		}
+		for _, h := range noticed {
+			r.cfg.Logger.Warn("host down: its lease expired", "down_host", h)
+		}
 	}
 	orphans, err := r.cfg.Store.Orphans(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
 	if err != nil {

@@ -34,7 +34,7 @@ type StateReader interface {
 	EndingsSinceLastStart(ctx context.Context, repository string) ([]store.AttemptEnd, error)
 	EndedBefore(ctx context.Context, ids []uuid.UUID, t time.Time) ([]uuid.UUID, error)
 	Hosts(ctx context.Context) ([]store.Host, error)
-	DownHosts(ctx context.Context, me string, grace time.Duration) ([]string, error)
+	DownHosts(ctx context.Context, me string, grace time.Duration) (down []string, unnoticed bool, err error)
 	Orphans(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error)
 	Superseded(ctx context.Context, host string, within time.Duration) ([]store.SupersededAttempt, error)
 	DeferredSettlements(ctx context.Context, host string) ([]store.DeferredSettlement, error)

@@ -332,17 +332,22 @@ func downFor(me, grace int) string {
 }
 
 // DownHosts returns the other hosts down for me (downFor): their lease expired more than grace
-// ago, and me has held its own that long.
-func (s *Store) DownHosts(ctx context.Context, me string, grace time.Duration) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT h.name FROM hosts h WHERE `+downFor(1, 2), me, grace)
+// ago, and me has held its own that long; and whether one of them is not noticed yet
+// (NoticeDownHosts), so that a pass writes only when an episode begins.
+func (s *Store) DownHosts(ctx context.Context, me string, grace time.Duration) (down []string, unnoticed bool, err error) {
+	rows, err := s.pool.Query(ctx, `SELECT h.name, h.down_noticed_at IS NULL FROM hosts h WHERE `+downFor(1, 2), me, grace)
 	if err != nil {
-		return nil, fmt.Errorf("down hosts: %w", err)
+		return nil, false, fmt.Errorf("down hosts: %w", err)
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("down hosts: %w", err)
+	var name string
+	var fresh bool
+	if _, err := pgx.ForEachRow(rows, []any{&name, &fresh}, func() error {
+		down, unnoticed = append(down, name), unnoticed || fresh
+		return nil
+	}); err != nil {
+		return nil, false, fmt.Errorf("down hosts: %w", err)
 	}
-	return names, nil
+	return down, unnoticed, nil
 }
 
 // NoticeDownHosts records a host_down event, once per episode, for each other host whose lease

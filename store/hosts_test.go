@@ -81,8 +81,14 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 		t.Fatalf("waiting reason of a run on a down host: %q %v", got.WaitingReason, err)
 	}
 
-	if down, err := st.DownHosts(ctx, "h2", 0); err != nil || len(down) != 1 || down[0] != "h1" {
-		t.Fatalf("down hosts seen by h2: %v %v", down, err)
+	if down, unnoticed, err := st.DownHosts(ctx, "h2", 0); err != nil || len(down) != 1 || down[0] != "h1" || !unnoticed {
+		t.Fatalf("down hosts seen by h2: %v (unnoticed %v) %v, want h1 not noticed yet", down, unnoticed, err)
+	}
+	if noticed, err := st.NoticeDownHosts(ctx, "h2", 0); err != nil || len(noticed) != 1 {
+		t.Fatalf("h1 noticed down by h2: %v %v", noticed, err)
+	}
+	if down, unnoticed, err := st.DownHosts(ctx, "h2", 0); err != nil || len(down) != 1 || unnoticed {
+		t.Fatalf("down hosts seen by h2 once h1 was noticed: %v (unnoticed %v) %v, want h1, noticed", down, unnoticed, err)
 	}
 	orphans, err := st.Orphans(ctx, "h2", 0)
 	if err != nil || len(orphans) != 1 || orphans[0].Run.ID != run.ID {
