@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // PgBouncerPort is the port a private PgBouncer listens on, on its unix socket only.
@@ -24,8 +27,9 @@ const PgBouncerPort = 6432
 // PgBouncer is a private PgBouncer in transaction pooling mode in front of one PostgreSQL
 // server (StartPgBouncer), as holdfast's documented mode behind a pooler has it.
 type PgBouncer struct {
-	Dir  string // holds its configuration, its log and its unix socket
-	proc *child
+	Dir   string // holds its configuration, its log and its unix socket
+	owner string // the user it lets in, and its console's
+	proc  *child
 }
 
 // StartPgBouncer starts a PgBouncer in dir that pools, in transaction mode, every database of
@@ -100,7 +104,7 @@ func StartPgBouncer(dir, serverDSN string) (*PgBouncer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start pgbouncer: %w", err)
 	}
-	p := &PgBouncer{Dir: dir, proc: proc}
+	p := &PgBouncer{Dir: dir, owner: owner, proc: proc}
 	probe := p.DSN(u.Path[1:], u.User.Username())
 	for deadline := time.Now().Add(pgReadyTimeout); ; {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -207,6 +211,67 @@ func ThroughPgBouncer(t testing.TB, dsn string) string {
 	}
 	pooled.RawQuery = q.Encode()
 	return pooled.String()
+}
+
+// waitPooled waits, after the server whose socket is in dir restarted, until the test binary's
+// PgBouncer in front of it (if any) serves each of its pools again: a login that failed while
+// the server was down fails the pool's clients ("server login has been failing") until one
+// succeeds, and a test's first read after a restart must not be that client.
+func waitPooled(dir string) error {
+	pgBouncers.mu.Lock()
+	p := pgBouncers.byOf[dir]
+	pgBouncers.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pools, err := p.pools(ctx)
+	if err != nil {
+		return fmt.Errorf("pgbouncer pools: %w", err)
+	}
+	for _, pool := range pools {
+		for {
+			err := pgExec(ctx, p.DSN(pool.db, pool.user)+"&default_query_exec_mode=simple_protocol", "SELECT 1")
+			var pgErr *pgconn.PgError
+			if err == nil || errors.As(err, &pgErr) && pgErr.Code == "3D000" { // a test's database, dropped since
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("pgbouncer pool %s after the restart: %w", pool.db, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+type pgBouncerPool struct{ db, user string }
+
+// pools lists the pooler's pools of databases (SHOW POOLS on its console).
+func (p *PgBouncer) pools(ctx context.Context) ([]pgBouncerPool, error) {
+	conn, err := pgx.Connect(ctx, p.DSN("pgbouncer", p.owner)+"&default_query_exec_mode=simple_protocol")
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, "SHOW POOLS")
+	if err != nil {
+		return nil, err
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowToMap)
+	if err != nil {
+		return nil, err
+	}
+	var pools []pgBouncerPool
+	for _, r := range all {
+		db, _ := r["database"].(string)
+		user, _ := r["user"].(string)
+		if db != "pgbouncer" && db != "" {
+			pools = append(pools, pgBouncerPool{db, user})
+		}
+	}
+	return pools, nil
 }
 
 // stopPgBouncers stops the test binary's poolers (RunMain).

@@ -86,7 +86,7 @@ func (s *PostgresServer) RestartAfter(mode string, down time.Duration) error {
 		return fmt.Errorf("restart postgres: %w", err)
 	}
 	s.proc = proc
-	return nil
+	return waitPooled(s.Dir)
 }
 
 // Freeze stops every process of the server (SIGSTOP): connections stay open, and nothing on
