@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -56,16 +55,12 @@ func StartPgBouncer(dir, serverDSN string) (*PgBouncer, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		pu, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, &unavailableError{fmt.Sprintf("running as root, but there is no postgres user to run PgBouncer as: %v", err)}
-		}
-		uid, _ := strconv.Atoi(pu.Uid)
-		gid, _ := strconv.Atoi(pu.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
+	cred, err := postgresCredential() // PgBouncer refuses root
+	if err != nil {
+		return nil, &unavailableError{"running as root, but there is " + err.Error()}
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			return nil, err
 		}
 	}
@@ -105,27 +100,11 @@ func StartPgBouncer(dir, serverDSN string) (*PgBouncer, error) {
 		return nil, fmt.Errorf("start pgbouncer: %w", err)
 	}
 	p := &PgBouncer{Dir: dir, owner: owner, proc: proc}
-	probe := p.DSN(u.Path[1:], u.User.Username())
-	for deadline := time.Now().Add(pgReadyTimeout); ; {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := pgExec(ctx, probe+"&default_query_exec_mode=exec", "SELECT 1")
-		cancel()
-		if err == nil {
-			return p, nil
-		}
-		select {
-		case <-proc.done:
-			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
-			return nil, fmt.Errorf("pgbouncer exited: %v\n%s", proc.err, log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			p.Stop()
-			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
-			return nil, fmt.Errorf("pgbouncer not accepting connections after %v: %v\n%s", pgReadyTimeout, err, log)
-		}
-		time.Sleep(20 * time.Millisecond)
+	probe := p.DSN(u.Path[1:], u.User.Username()) + "&default_query_exec_mode=simple_protocol"
+	if err := awaitAccepting(proc, probe, filepath.Join(dir, "pgbouncer.log"), "pgbouncer", p.Stop); err != nil {
+		return nil, err
 	}
+	return p, nil
 }
 
 // DSN is the URL of database db through the pooler, as user.

@@ -9,9 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -298,17 +296,11 @@ func StartPostgresServer(dir string, settings ...string) (*PostgresServer, error
 	if _, err := os.Stat(filepath.Join(PGBinDir, "initdb")); err != nil {
 		return nil, &unavailableError{fmt.Sprintf("initdb not found at %s: apt-get install postgresql-15", PGBinDir)}
 	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, &unavailableError{fmt.Sprintf("running as root, but there is no postgres user to run PostgreSQL as: %v", err)}
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	cred, err := postgresCredential()
+	if err != nil {
+		return nil, &unavailableError{"running as root, but there is " + err.Error()}
 	}
-	dir, err := filepath.Abs(dir)
+	dir, err = filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -375,25 +367,33 @@ func runPostgres(dir string, cred *syscall.Credential, settings []string) (*chil
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
 
-	admin := serverDSN(dir, "postgres")
+	if err := awaitAccepting(proc, serverDSN(dir, "postgres"), logPath, "postgres", func() { stopServer(proc) }); err != nil {
+		return nil, err
+	}
+	return proc, nil
+}
+
+// awaitAccepting waits until dsn answers a query, the process proc serving it (what) exits, or
+// pgReadyTimeout passes, when it calls stop; an error carries the process's log at logPath.
+func awaitAccepting(proc *child, dsn, logPath, what string, stop func()) error {
 	deadline := time.Now().Add(pgReadyTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := pgExec(ctx, admin, "SELECT 1")
+		err := pgExec(ctx, dsn, "SELECT 1")
 		cancel()
 		if err == nil {
-			return proc, nil
+			return nil
 		}
 		select {
 		case <-proc.done:
 			log, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("postgres exited: %v\n%s", proc.err, log)
+			return fmt.Errorf("%s exited: %v\n%s", what, proc.err, log)
 		default:
 		}
 		if time.Now().After(deadline) {
-			stopServer(proc)
+			stop()
 			log, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("postgres not accepting connections after %v: %v\n%s", pgReadyTimeout, err, log)
+			return fmt.Errorf("%s not accepting connections after %v: %v\n%s", what, pgReadyTimeout, err, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
