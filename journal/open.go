@@ -32,32 +32,32 @@ func (s Source) Path() string { return filepath.Join(s.Dir, s.Name) }
 
 // openChecked opens the journal of src for reading without following links,
 // without opening anything but a regular file owned by src.UID, and without
-// acquiring a terminal. The error wraps ErrNotYet if the journal (or its
-// directory) does not exist, and *CorruptError (at offset) if something that
-// is not such a file stands in its place; its reason names only the kind of
-// thing found, never its content.
-func openChecked(src Source, offset int64) (*os.File, error) {
+// acquiring a terminal, and returns its size. The error wraps ErrNotYet if the
+// journal (or its directory) does not exist, and *CorruptError (at offset) if
+// something that is not such a file stands in its place; its reason names
+// only the kind of thing found, never its content.
+func openChecked(src Source, offset int64) (*os.File, int64, error) {
 	dir, base, err := walk(src, offset)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer unix.Close(dir)
 	// O_PATH opens the name itself, even a link, a pipe or a device, without
 	// opening what it refers to: nothing is read, no driver is called.
 	pfd, err := unix.Openat(dir, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
-		return nil, ErrNotYet
+		return nil, 0, ErrNotYet
 	}
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: src.Path(), Err: err}
+		return nil, 0, &os.PathError{Op: "open", Path: src.Path(), Err: err}
 	}
 	defer unix.Close(pfd)
 	var st unix.Stat_t
 	if err := unix.Fstat(pfd, &st); err != nil {
-		return nil, &os.PathError{Op: "stat", Path: src.Path(), Err: err}
+		return nil, 0, &os.PathError{Op: "stat", Path: src.Path(), Err: err}
 	}
 	if err := check(st, src.UID, offset); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// Reopening through /proc opens the very inode that was checked, so a
 	// file swapped in meanwhile is never opened.
@@ -68,19 +68,19 @@ func openChecked(src Source, offset int64) (*os.File, error) {
 		fd, err = unix.Openat(dir, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	}
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: src.Path(), Err: err}
+		return nil, 0, &os.PathError{Op: "open", Path: src.Path(), Err: err}
 	}
 	f := os.NewFile(uintptr(fd), src.Path())
 	var again unix.Stat_t
 	if err := unix.Fstat(fd, &again); err != nil {
 		f.Close()
-		return nil, &os.PathError{Op: "stat", Path: src.Path(), Err: err}
+		return nil, 0, &os.PathError{Op: "stat", Path: src.Path(), Err: err}
 	}
 	if again.Dev != st.Dev || again.Ino != st.Ino {
 		f.Close()
-		return nil, corrupt(offset, "journal was replaced while it was opened")
+		return nil, 0, corrupt(offset, "journal was replaced while it was opened")
 	}
-	return f, nil
+	return f, again.Size, nil
 }
 
 // statChecked returns the journal's size under the same rules as openChecked,
@@ -114,6 +114,22 @@ func walk(src Source, offset int64) (dir int, base string, err error) {
 	dir, err = unix.Open(src.Dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, "", &os.PathError{Op: "open", Path: src.Dir, Err: err}
+	}
+	parent, base := filepath.Split(filepath.Clean(src.Name))
+	if parent == "" {
+		return dir, base, nil
+	}
+	// One call resolves the whole directory path without following a link, where the kernel
+	// has openat2 (5.6); a miss is walked again component by component to say what is wrong.
+	fd, err := unix.Openat2(dir, parent, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	if err == nil {
+		unix.Close(dir)
+		return fd, base, nil
+	}
+	if errors.Is(err, unix.ENOENT) {
+		unix.Close(dir)
+		return -1, "", ErrNotYet
 	}
 	parts := strings.Split(filepath.Clean(src.Name), string(filepath.Separator))
 	for _, p := range parts[:len(parts)-1] {

@@ -49,37 +49,50 @@ func (c Cursor) valid() bool {
 // before a byte is read), has more than MaxEvents lines, or c itself is
 // inconsistent. Other errors (permission, I/O) are transient.
 func Read(src Source, c Cursor, run uuid.UUID, attempt int, maxBytes int64) ([]Event, Cursor, error) {
-	evs, next, err := read(src, c, run, attempt, maxBytes)
+	b, err := ReadBatch(src, c, run, attempt, maxBytes)
+	return b.Events, b.Next, err
+}
+
+// Batch is what one read of a journal found.
+type Batch struct {
+	Events []Event
+	Next   Cursor // the cursor after Events
+	// Size is the journal's size when it was opened (0 if it was not): Size - Next.Offset bytes
+	// are left to read.
+	Size int64
+}
+
+// ReadBatch is Read, also returning the journal's size it saw, so that a reader that drained
+// the journal knows how far behind it is without opening it again.
+func ReadBatch(src Source, c Cursor, run uuid.UUID, attempt int, maxBytes int64) (Batch, error) {
+	b, err := read(src, c, run, attempt, maxBytes)
 	if err != nil {
 		err = fmt.Errorf("read journal %s: %w", src.Path(), err)
 	}
-	return evs, next, err
+	return b, err
 }
 
-func read(src Source, c Cursor, run uuid.UUID, attempt int, maxBytes int64) ([]Event, Cursor, error) {
+func read(src Source, c Cursor, run uuid.UUID, attempt int, maxBytes int64) (Batch, error) {
 	if attempt < 1 {
-		return nil, c, fmt.Errorf("attempt %d is not positive", attempt)
+		return Batch{Next: c}, fmt.Errorf("attempt %d is not positive", attempt)
 	}
 	if !c.valid() {
-		return nil, c, corrupt(max(c.Offset, 0), "cursor (offset %d, seq %d, hash %q) is inconsistent",
+		return Batch{Next: c}, corrupt(max(c.Offset, 0), "cursor (offset %d, seq %d, hash %q) is inconsistent",
 			c.Offset, c.LastSeq, clip(c.LastHash, 70))
 	}
-	f, err := openChecked(src, c.Offset)
+	f, size, err := openChecked(src, c.Offset)
 	if errors.Is(err, ErrNotYet) {
 		if c.Offset > 0 {
-			return nil, c, corrupt(c.Offset, "journal is missing but the cursor is at byte %d (deleted or replaced)", c.Offset)
+			return Batch{Next: c}, corrupt(c.Offset, "journal is missing but the cursor is at byte %d (deleted or replaced)", c.Offset)
 		}
-		return nil, c, ErrNotYet
+		return Batch{Next: c}, ErrNotYet
 	}
 	if err != nil {
-		return nil, c, err
+		return Batch{Next: c}, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, c, err
-	}
-	return readFrom(f, fi.Size(), c, run, attempt, maxBytes)
+	evs, next, err := readFrom(f, size, c, run, attempt, maxBytes)
+	return Batch{Events: evs, Next: next, Size: size}, err
 }
 
 // readFrom reads r, whose first size bytes are the journal, from a valid c.
@@ -96,13 +109,16 @@ func readFrom(r io.ReaderAt, size int64, c Cursor, run uuid.UUID, attempt int, m
 			return nil, c, corrupt(c.Offset, "the cursor at byte %d is not at the end of a line (journal replaced)", c.Offset)
 		}
 	}
+	if size == c.Offset {
+		return nil, c, nil // nothing new: no buffer for it
+	}
 	if maxBytes <= 0 {
 		maxBytes = defaultMaxBytes
 	}
 
 	// Reading only up to size keeps the returned cursor within the size seen
 	// and a growing journal from stretching one call.
-	br := bufio.NewReaderSize(io.NewSectionReader(r, c.Offset, size-c.Offset), 64<<10)
+	br := bufio.NewReaderSize(io.NewSectionReader(r, c.Offset, size-c.Offset), int(min(size-c.Offset, 64<<10)))
 	var (
 		evs  []Event
 		line []byte

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -323,19 +324,22 @@ const maxText = 1024
 // drain applies what the attempt's journal says since the stored cursor, at most maxDrain bytes,
 // and returns the bytes still unread. For a journal that cannot be read, or whose events the
 // database cannot store, it returns why instead: decide quarantines it; the run goes on.
-func (r *Reconciler) drain(ctx context.Context, l model.LiveRun) (lag int64, problem string, err error) {
+func (r *Reconciler) drain(ctx context.Context, l model.LiveRun, uids *uidCache) (lag int64, problem string, err error) {
 	if l.Attempt.QuarantinedAt != nil || l.Attempt.Unit == "" {
 		return 0, "", nil
 	}
-	uid, _, err := jobunit.UserIdentity(l.JobUser)
+	uid, err := uids.lookup(l.JobUser)
 	if err != nil {
 		return 0, "", fmt.Errorf("owner of the journal of run %s: %w", l.Run.ID, err)
 	}
 	src := jobunit.JournalSource(r.cfg.StateDir, l.Run.ID, l.Attempt.No, uid)
 	cursor := l.Attempt.Cursor
 	limit := cmp.Or(r.drainLimit, maxDrain)
+	var size int64
 	for drained := int64(0); drained < limit; {
-		events, next, err := journal.Read(src, cursor, l.Run.ID, l.Attempt.No, 0)
+		batch, err := journal.ReadBatch(src, cursor, l.Run.ID, l.Attempt.No, 0)
+		events, next := batch.Events, batch.Next
+		size = batch.Size
 		if len(events) > 0 {
 			applied, aerr := r.cfg.Store.ApplyJournal(ctx, r.fence(), l.Ref(), cursor, next, delta(events))
 			var refused *store.RefusedError
@@ -365,10 +369,6 @@ func (r *Reconciler) drain(ctx context.Context, l model.LiveRun) (lag int64, pro
 		if len(events) == 0 {
 			break
 		}
-	}
-	size, err := journal.Size(src)
-	if err != nil {
-		return 0, "", nil
 	}
 	return max(0, size-cursor.Offset), "", nil
 }
@@ -433,4 +433,35 @@ func clipText(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// uidCache holds the job users' uids one pass looked up: looking a user up reads the user
+// database (NSS), which costs more than the rest of a quiet run's pass. A nil cache looks up
+// every time.
+type uidCache struct {
+	mu   sync.Mutex
+	uids map[string]uidLookup
+}
+
+type uidLookup struct {
+	uid int
+	err error
+}
+
+func (c *uidCache) lookup(user string) (int, error) {
+	if c == nil {
+		uid, _, err := jobunit.UserIdentity(user)
+		return uid, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if found, ok := c.uids[user]; ok {
+		return found.uid, found.err
+	}
+	uid, _, err := jobunit.UserIdentity(user)
+	if c.uids == nil {
+		c.uids = map[string]uidLookup{}
+	}
+	c.uids[user] = uidLookup{uid, err}
+	return uid, err
 }

@@ -61,7 +61,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 		}
 		return ls[0]
 	}
-	lag, _, err := r.drain(ctx, live())
+	lag, _, err := r.drain(ctx, live(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 	if c.Offset < limit || c.Offset > limit+defaultBatch || lag != fi.Size()-c.Offset || lag <= 0 {
 		t.Fatalf("first pass: cursor %d, lag %d of %d bytes; want about %d applied and the rest as lag", c.Offset, lag, fi.Size(), limit)
 	}
-	if lag, _, err = r.drain(ctx, live()); err != nil || lag != 0 {
+	if lag, _, err = r.drain(ctx, live(), nil); err != nil || lag != 0 {
 		t.Fatalf("second pass: lag %d, %v; want the rest applied", lag, err)
 	}
 	if a := live().Attempt; a.Cursor.LastSeq != events || a.QuarantinedAt != nil {

@@ -394,9 +394,10 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 		return stats, err
 	}
 	var mu sync.Mutex
+	uids := &uidCache{}
 	one := func(l model.LiveRun) {
 		runCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
-		lag, err := r.reconcile(runCtx, l, jobs, states, statesErr)
+		lag, err := r.reconcile(runCtx, l, jobs, states, statesErr, uids)
 		cancel()
 		mu.Lock()
 		defer mu.Unlock()
@@ -496,8 +497,8 @@ func (r *Reconciler) engineFor(jobEngine string) classifier {
 // reconcile drains the run's journal, gathers the facts, decides once and carries the decision
 // out; it returns the run's journal lag. jobs are the jobs as read for this pass, states is
 // systemd's answer for this pass, statesErr why there is none.
-func (r *Reconciler) reconcile(ctx context.Context, l model.LiveRun, jobs map[string]model.Job, states map[string]runner.State, statesErr error) (int64, error) {
-	lag, problem, drainErr := r.drain(ctx, l)
+func (r *Reconciler) reconcile(ctx context.Context, l model.LiveRun, jobs map[string]model.Job, states map[string]runner.State, statesErr error, uids *uidCache) (int64, error) {
+	lag, problem, drainErr := r.drain(ctx, l, uids)
 	if drainErr != nil {
 		// The journal decides how fresh the numbers are, never the lifecycle.
 		r.cfg.Logger.Warn("run journal not drained this pass", "run", l.Run.ID, "attempt", l.Attempt.No, "err", drainErr)
