@@ -791,3 +791,22 @@ func BenchmarkRead(b *testing.B) {
 func src(path string) journal.Source {
 	return journal.Source{Dir: filepath.Dir(path), Name: filepath.Base(path), UID: os.Getuid()}
 }
+
+// A journal replaced by one of the same length reads as having nothing new, without an error;
+// the replacement's next line shows it, and nothing of it is returned.
+func TestReplacedWithSameLength(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	writeFile(t, path, join(lines(t, 3, nil)))
+	c := cursorAfter(t, path, 3)
+	other := lines(t, 4, func(i int, e *journal.Event) { e.Type = "PROGRESS" }) // same lengths, other hashes
+	writeFile(t, path, join(other[:3]))
+	b, err := journal.ReadBatch(src(path), c, testRun, 1, 0)
+	if err != nil || len(b.Events) != 0 || b.Next != c || b.Size != c.Offset {
+		t.Fatalf("same length: %d events, next %+v, size %d, %v; want nothing new at %+v", len(b.Events), b.Next, b.Size, err, c)
+	}
+	writeFile(t, path, join(other))
+	b, err = journal.ReadBatch(src(path), c, testRun, 1, 0)
+	if len(b.Events) != 0 || !journal.Quarantine(err) || !strings.Contains(err.Error(), "hash chain broken at seq 4") {
+		t.Fatalf("after it grew: %d events, %v; want the broken chain at seq 4", len(b.Events), err)
+	}
+}

@@ -32,10 +32,11 @@ func (s Source) Path() string { return filepath.Join(s.Dir, s.Name) }
 
 // openChecked opens the journal of src for reading without following links,
 // without opening anything but a regular file owned by src.UID, and without
-// acquiring a terminal, and returns its size. The error wraps ErrNotYet if the
-// journal (or its directory) does not exist, and *CorruptError (at offset) if
-// something that is not such a file stands in its place; its reason names
-// only the kind of thing found, never its content.
+// acquiring a terminal, and returns its size; the file is nil if the journal is
+// offset bytes long. The error wraps ErrNotYet if the journal (or its directory)
+// does not exist, and *CorruptError (at offset) if something that is not such
+// a file stands in its place; its reason names only the kind of thing found,
+// never its content.
 func openChecked(src Source, offset int64) (*os.File, int64, error) {
 	dir, base, err := walk(src, offset)
 	if err != nil {
@@ -58,6 +59,11 @@ func openChecked(src Source, offset int64) (*os.File, int64, error) {
 	}
 	if err := check(st, src.UID, offset); err != nil {
 		return nil, 0, err
+	}
+	if st.Size == offset {
+		// Nothing past the cursor, so nothing is opened for reading; a journal replaced meanwhile
+		// is caught when it grows, by the byte before the cursor and the chain's next hash.
+		return nil, st.Size, nil
 	}
 	// Reopening through /proc opens the very inode that was checked, so a
 	// file swapped in meanwhile is never opened.

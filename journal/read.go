@@ -90,6 +90,9 @@ func read(src Source, c Cursor, run uuid.UUID, attempt int, maxBytes int64) (Bat
 	if err != nil {
 		return Batch{Next: c}, err
 	}
+	if f == nil {
+		return Batch{Next: c, Size: size}, nil
+	}
 	defer f.Close()
 	evs, next, err := readFrom(f, size, c, run, attempt, maxBytes)
 	return Batch{Events: evs, Next: next, Size: size}, err
