@@ -412,9 +412,18 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	// places are limited, runs waiting for one are handed to the spawner one by one in the
 	// snapshot's order, which is priority order, and claim in that order.
 	limited := r.cfg.Limits.MaxRunning > 0 || r.cfg.Limits.MaxRunningHost > 0
+	// A few long-lived workers rather than a goroutine per run: each new goroutine grew its
+	// stack again down the journal's and the store's calls.
 	var inOrder []model.LiveRun
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, r.cfg.Workers)
+	queue := make(chan model.LiveRun)
+	for range min(r.cfg.Workers, len(live)) {
+		wg.Go(func() {
+			for l := range queue {
+				one(l)
+			}
+		})
+	}
 	for _, l := range live {
 		if ctx.Err() != nil || !r.acting() {
 			break
@@ -423,12 +432,9 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 			inOrder = append(inOrder, l)
 			continue
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			one(l)
-		})
+		queue <- l
 	}
+	close(queue)
 	wg.Wait()
 	for _, l := range inOrder {
 		if ctx.Err() != nil || !r.acting() {
