@@ -37,19 +37,13 @@ type Figures struct {
 // Figures reads the figures.
 func (s *Store) Figures(ctx context.Context) (Figures, error) {
 	f := Figures{Live: map[string]int64{model.StatusQueued: 0, model.StatusRunning: 0}}
+	// One read of the jobs: their figures are kept as their runs end and their inventories
+	// change (migration 00029), so a scrape costs the fleet's jobs, not their history.
 	rows, err := s.pool.Query(ctx, `
-		SELECT j.name,
-			(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded' AND r.kind = 'backup'),
-			last.finished_at, last.bytes_added, j.overdue_since IS NOT NULL,
-			(SELECT count(*) FROM snapshots s WHERE s.job_name = j.name AND s.forgotten_at IS NULL),
-			(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded' AND r.kind = 'verify'),
-			(SELECT r.status = 'succeeded' FROM runs r WHERE r.job_id = j.id AND r.kind = 'verify'
-				AND r.status IN ('succeeded', 'failed', 'partial') ORDER BY r.finished_at DESC LIMIT 1),
-			(SELECT max(r.finished_at) FROM runs r WHERE r.job_id = j.id AND r.status = 'succeeded' AND r.kind = 'restore')
-		FROM jobs j LEFT JOIN LATERAL (
-			SELECT r.finished_at, r.bytes_added FROM runs r
-			WHERE r.job_id = j.id AND r.finished_at IS NOT NULL AND r.kind = 'backup'
-			ORDER BY r.finished_at DESC LIMIT 1) last ON true
+		SELECT j.name, j.last_success_at, j.last_end_at, j.last_bytes_added, j.overdue_since IS NOT NULL,
+			coalesce(c.live, 0), j.last_verified_at, j.last_verify_ok, j.last_restored_at
+		FROM jobs j LEFT JOIN (SELECT job_name, sum(live)::bigint AS live FROM snapshot_counts GROUP BY job_name) c
+			ON c.job_name = j.name
 		ORDER BY j.name`)
 	if err != nil {
 		return f, fmt.Errorf("read job figures: %w", err)

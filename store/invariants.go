@@ -99,6 +99,33 @@ var invariants = []struct{ name, query string }{
 		UNION ALL
 		SELECT 'run ' || run_id || ' attempt ' || attempt_no || ' was superseded by host ' || superseded_by || ' but is live'
 		FROM attempts WHERE superseded_at IS NOT NULL AND ended_at IS NULL`},
+	// A compaction removes runs, never a figure: a figure may be older than no run it keeps.
+	{"a job's figures are never behind its runs, and its snapshot count is its inventory's", `
+		SELECT 'job ' || j.name || ' says ' || concat_ws(', ',
+			CASE WHEN r.success > coalesce(j.last_success_at, '-infinity') THEN 'last success ' || coalesce(j.last_success_at::text, 'never') || ', its runs ' || r.success END,
+			CASE WHEN r.ended > coalesce(j.last_end_at, '-infinity') THEN 'last end ' || coalesce(j.last_end_at::text, 'never') || ', its runs ' || r.ended END,
+			CASE WHEN r.verified > coalesce(j.last_verified_at, '-infinity') THEN 'last verified ' || coalesce(j.last_verified_at::text, 'never') || ', its runs ' || r.verified END,
+			CASE WHEN r.verify > coalesce(j.last_verify_at, '-infinity') OR r.verify = j.last_verify_at AND r.verify_ok <> j.last_verify_ok
+				THEN 'last verification ' || coalesce(j.last_verify_at::text, 'never') || ' ok ' || coalesce(j.last_verify_ok::text, '-') || ', its runs ' || r.verify || ' ok ' || r.verify_ok END,
+			CASE WHEN r.restored > coalesce(j.last_restored_at, '-infinity') THEN 'last restore ' || coalesce(j.last_restored_at::text, 'never') || ', its runs ' || r.restored END)
+		FROM jobs j, LATERAL (SELECT
+			(SELECT max(finished_at) FROM runs WHERE job_id = j.id AND kind = 'backup' AND status = 'succeeded') AS success,
+			(SELECT max(finished_at) FROM runs WHERE job_id = j.id AND kind = 'backup') AS ended,
+			(SELECT max(finished_at) FROM runs WHERE job_id = j.id AND kind = 'verify' AND status = 'succeeded') AS verified,
+			(SELECT max(finished_at) FROM runs WHERE job_id = j.id AND kind = 'restore' AND status = 'succeeded') AS restored,
+			v.finished_at AS verify, v.ok AS verify_ok
+			FROM (SELECT) one LEFT JOIN LATERAL (SELECT finished_at, status = 'succeeded' AS ok FROM runs
+				WHERE job_id = j.id AND kind = 'verify' AND status IN ('succeeded', 'failed', 'partial')
+				ORDER BY finished_at DESC LIMIT 1) v ON true) r
+		WHERE r.success > coalesce(j.last_success_at, '-infinity') OR r.ended > coalesce(j.last_end_at, '-infinity')
+		   OR r.verified > coalesce(j.last_verified_at, '-infinity') OR r.restored > coalesce(j.last_restored_at, '-infinity')
+		   OR r.verify > coalesce(j.last_verify_at, '-infinity') OR r.verify = j.last_verify_at AND r.verify_ok <> j.last_verify_ok
+		UNION ALL
+		SELECT 'job ' || job_name || ' has ' || coalesce(c.live, 0) || ' snapshots counted in ' || repository || ', ' || coalesce(s.n, 0) || ' in its inventory'
+		FROM (SELECT repository, job_name, count(*) AS n FROM snapshots WHERE forgotten_at IS NULL AND job_name IS NOT NULL
+			GROUP BY repository, job_name) s
+		FULL JOIN snapshot_counts c USING (repository, job_name)
+		WHERE coalesce(c.live, 0) <> coalesce(s.n, 0)`},
 }
 
 // Violations checks the invariants and describes every violation found; none is the answer.
