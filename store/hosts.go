@@ -379,7 +379,7 @@ func (s *Store) NoticeDownHosts(ctx context.Context, by string, grace time.Durat
 // Orphans lists the live runs of any-host jobs (not pinned themselves, as a restore is) whose attempt is held by another host whose
 // lease expired more than grace ago: those this host may take over.
 func (s *Store) Orphans(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error) {
-	return s.liveRuns(ctx, "orphans", `
+	return s.liveRuns(ctx, "orphans", 0, `
 		SELECT a.run_id FROM hosts h JOIN attempts a ON a.host = h.name AND a.ended_at IS NULL
 		WHERE `+downFor(1, 2), `
 		AND a.host <> $1 AND a.host <> '' AND j.id IS NOT NULL AND j.host IS NULL AND r.host IS NULL

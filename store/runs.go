@@ -230,11 +230,11 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 // host (or removed), and host is not draining. host "" lists every live run.
 func (s *Store) LiveRuns(ctx context.Context, host string) ([]model.LiveRun, error) {
 	if host == "" {
-		return s.liveRuns(ctx, "live runs", "", "")
+		return s.liveRuns(ctx, "live runs", 0, "", "")
 	}
 	// The candidates come through indexes, each a disjoint way a live run can be this host's,
 	// so that the read costs what the host has, not what the fleet has; the filter decides.
-	return s.liveRuns(ctx, "live runs", `
+	live, err := s.liveRuns(ctx, "live runs", s.liveRunsRead.Load(), `
 		SELECT a.run_id FROM attempts a WHERE a.host = $1 AND a.ended_at IS NULL
 		UNION ALL
 		SELECT r.id FROM runs r WHERE r.host = $1 AND r.status IN ('queued', 'running')
@@ -247,13 +247,17 @@ func (s *Store) LiveRuns(ctx context.Context, host string) ([]model.LiveRun, err
 			-- A draining host spawns nothing, but still ends the runs it was asked to stop.
 			AND (r.stop_requested_at IS NOT NULL
 				OR NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $1 AND h.draining_since IS NOT NULL))))`, host)
+	if err == nil {
+		s.liveRunsRead.Store(int64(len(live)))
+	}
+	return live, err
 }
 
 // liveRuns lists the live runs that match filter, a constant condition on r, a and j with
-// args as its parameters. candidates, if not "", is a query of run ids (args its parameters
-// too) that holds every run filter may match: the runs are read from it instead of from every
-// live run.
-func (s *Store) liveRuns(ctx context.Context, what, candidates, filter string, args ...any) ([]model.LiveRun, error) {
+// args as its parameters, in a slice with room for about sizeHint. candidates, if not "", is a
+// query of run ids (args its parameters too) that holds every run filter may match: the runs
+// are read from it instead of from every live run.
+func (s *Store) liveRuns(ctx context.Context, what string, sizeHint int64, candidates, filter string, args ...any) ([]model.LiveRun, error) {
 	from := "runs r"
 	if candidates != "" {
 		from = "(SELECT DISTINCT id FROM (" + candidates + ") c(id)) c JOIN runs r ON r.id = c.id"
@@ -276,6 +280,9 @@ func (s *Store) liveRuns(ctx context.Context, what, candidates, filter string, a
 	}
 	defer rows.Close()
 	var out []model.LiveRun
+	if sizeHint > 0 {
+		out = make([]model.LiveRun, 0, sizeHint+sizeHint/8)
+	}
 	for rows.Next() {
 		var l model.LiveRun
 		var as attemptScan

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -59,6 +60,9 @@ func (e *ConflictError) Error() string { return e.Msg }
 type Store struct {
 	pool    *pgxpool.Pool
 	session *pgx.ConnConfig
+	// liveRunsRead is how many runs the last LiveRuns read: the next read's capacity, so that
+	// a sweep's thousand runs of a kilobyte each are not copied over ten times as they come.
+	liveRunsRead atomic.Int64
 }
 
 // Address is where a process finds the database.
