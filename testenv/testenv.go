@@ -170,6 +170,18 @@ func checkTraversable(dir string) error {
 	}
 }
 
+// ProcessDir returns a directory every user can reach that lives as long as the test binary
+// (RunMain removes it), for what a package's tests make once and share.
+func ProcessDir(t testing.TB) string {
+	t.Helper()
+	requireRunMain(t, "ProcessDir")
+	dir, err := processDir()
+	if err != nil {
+		t.Fatalf("testenv: process dir: %v", err)
+	}
+	return dir
+}
+
 // SharedDir returns a new empty directory with mode 0755 that every user can
 // reach (unlike t.TempDir, whose parent is 0700). It is removed at t.Cleanup.
 // Use it for state directories, restic repositories and sample data that

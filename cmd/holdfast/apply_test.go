@@ -74,7 +74,7 @@ func summarize(p configPlanJSON) []string {
 // dropped from the file stays (a warning) unless --prune, which deletes it, but never one with
 // a live run.
 func TestApplyPlanAndPrune(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	openToAll(t, repo)
@@ -189,7 +189,7 @@ func TestApplyPlanAndPrune(t *testing.T) {
 
 // Bad files are refused with FILE:LINE and what is wrong, the database as it was, byte for byte.
 func TestApplyRefusals(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	openToAll(t, repo)
@@ -233,7 +233,7 @@ func TestApplyRefusals(t *testing.T) {
 // export prints what apply accepts: applied again, it plans no change, for jobs with every
 // kind of setting set.
 func TestExportRoundTrips(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	openToAll(t, repo)
@@ -294,7 +294,7 @@ func stripHeader(s string) string {
 
 // The man pages (make man, and the package's) include apply, export and restore, with their flags.
 func TestManPages(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	dir := filepath.Join(w.dir, "man")
 	w.mustRun("man", dir)

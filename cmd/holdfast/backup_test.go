@@ -14,7 +14,7 @@ import (
 // restic's own data_added as journald recorded it; run logs shows the unit's output; the
 // transient unit is gone afterwards.
 func TestBackupSucceeds(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	w.binaryCLI = true // the whole path as an operator takes it: the binary, its environment, its exit code
 	repo, pw := w.resticRepo("repo")
@@ -93,7 +93,7 @@ func TestBackupSucceeds(t *testing.T) {
 // A job run as nobody over a directory with one unreadable file ends partial, never succeeded,
 // with the file named in the reason.
 func TestBackupPartialAsUser(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run a job as another user")
 	}
@@ -143,7 +143,7 @@ func TestBackupPartialAsUser(t *testing.T) {
 
 // A wrong password and a missing repository fail permanently with a reason an operator can read.
 func TestBackupFailsPermanently(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, _ := w.resticRepo("repo")
 	wrong := filepath.Join(w.dir, "wrong.password")
@@ -175,7 +175,7 @@ func TestBackupFailsPermanently(t *testing.T) {
 
 // run stop ends a running backup stopped: restic got SIGINT (exit 130) and left no lock.
 func TestStopRunningBackup(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 8, slowData)
@@ -209,7 +209,7 @@ func TestStopRunningBackup(t *testing.T) {
 // Killing the daemon in the middle of a run does not stop the backup; a new daemon finishes the
 // run from its marker.
 func TestDaemonKilledMidRun(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 8, slowData)
@@ -248,7 +248,7 @@ func TestDaemonKilledMidRun(t *testing.T) {
 // A malformed journal line quarantines the projection with a reason while the run goes on; a
 // corrupted marker ends the run failed with "exit marker unreadable". Neither panics or sticks.
 func TestCorruptJournalAndMarker(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 8, slowData)
@@ -321,7 +321,7 @@ func TestCorruptJournalAndMarker(t *testing.T) {
 
 // Bad input gets a one-line error, exit 2, and changes nothing.
 func TestBadInput(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	w.binaryCLI = true // the exit codes as the process returns them
 	repo, pw := w.resticRepo("repo")

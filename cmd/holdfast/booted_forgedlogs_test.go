@@ -14,7 +14,7 @@ import (
 // HOLDFAST_RUN too, from LogExtraFields, under nobody's uid), PID 1's lines about the unit and
 // the daemon's lines about the run (holdfast.service, as root). The service's cgroup is bounded.
 func TestBootedHostForgedLogs(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	b := bootHost(t)
 	b.install("--allow-command-jobs")
 	h := b.h

@@ -20,7 +20,7 @@ import (
 // lost host's lease expired and the takeover grace passed, and it succeeds, while the pinned run
 // waits, visibly, and is restarted on its host when it boots again.
 func TestBootedHosts(t *testing.T) {
-	t.Parallel()
+	parallelLong(t)
 	shared, err := os.MkdirTemp("/var/tmp", "holdfast-hosts-*")
 	if err != nil {
 		t.Fatal(err)

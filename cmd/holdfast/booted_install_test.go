@@ -46,7 +46,7 @@ func installedHost(t *testing.T) (*bootedWorld, string) {
 // the README's backup of /home as a dedicated system user works as written, and so do the
 // README's other examples after it (readmeExamples).
 func TestBootedHostInstall(t *testing.T) {
-	t.Parallel()
+	parallelLong(t)
 	b, out := installedHost(t)
 	h := b.h
 	t.Logf("holdfast setup:\n%s", out)
@@ -123,13 +123,13 @@ func TestBootedHostInstall(t *testing.T) {
 // before out nor the units of that boot to appear), the stopped one stays stopped, no restic lock
 // is left and the invariants hold.
 func TestBootedHostReboot(t *testing.T) {
-	t.Parallel()
+	defer parallelParent(t, true)()
 	for _, round := range []struct {
 		name   string
 		reboot func(*testenv.Host, testing.TB)
 	}{{"graceful reboot", (*testenv.Host).Reboot}, {"power loss", (*testenv.Host).PowerLoss}} {
 		t.Run(round.name, func(t *testing.T) {
-			t.Parallel()
+			parallelLong(t)
 			b, _ := installedHost(t)
 			h := b.h
 			// An hour's lease and spawn grace, far past every wait here: a run restarted within

@@ -189,7 +189,7 @@ func eventually(d time.Duration, f func() bool) bool {
 // journal line or the output of job show, run show and run logs. The files reach the unit as
 // systemd credentials (LoadCredential=), which only the system manager hands to User=.
 func TestBootedHostSecrets(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	b := newBootedWorld(t)
 	h := b.h
 	password := "pw-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-booted-secret"
@@ -317,7 +317,7 @@ var exposureRE = regexp.MustCompile(`(?m)^→ Overall exposure level for (\S+): 
 // daemon starts it: a restic job as nobody reading a 50 GiB sparse file keeps its unit running
 // while it is analysed, then the run is stopped. Run with -v to see the figure and the table; above maxExposure it fails.
 func TestBootedHostSecurity(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	b := newBootedWorld(t)
 	h := b.h
 	h.WriteFile(t, "/srv/pw", []byte("booted password\n"), 0o644)
@@ -398,7 +398,7 @@ func (b *bootedWorld) serviceProps(names ...string) map[string]string {
 // SIGSTOP), within the watchdog period, while the run it supervised goes on untouched in its unit
 // and ends in its first attempt.
 func TestBootedHostWatchdog(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	b := newBootedWorld(t)
 	h := b.h
 	// The shipped period is 30s; a shorter one keeps the test short. Command jobs for a run that

@@ -47,7 +47,7 @@ func repoSize(t *testing.T, repo string) int64 {
 // unit, that rewrites the summary's data_added to 0 before holdfast exec journals it. The
 // journal is a claim; the charge is the growth root measured, and says so.
 func TestForgedJournalCharge(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	openToAll(t, repo)
@@ -96,7 +96,7 @@ esac
 // run is not stopped for a ceiling it never reached, and its charge is what its own repository
 // grew by.
 func TestRepositoryLinksNotMeasured(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	openToAll(t, repo)

@@ -41,7 +41,7 @@ func (w *world) snapshotTags(repo, pw string) [][]string {
 // of kind copy, admitted as the backup ends. A copy interrupted by a hard kill of the manager is
 // restarted and succeeds once; the copy repository then has its own retention.
 func TestCopyTo(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorldOwnManager(t) // it kills its manager
 	w.spawnGrace = "3s"
 	rw := newRestoreWorld(t, w, 2, 1<<20)

@@ -65,7 +65,7 @@ var crashCases = map[string]crashCase{
 // holdfast is SIGKILLed at every crash point, the daemon or the command that writes there; a
 // fresh daemon, or the command run again, finishes the step once, and `holdfast check` passes.
 func TestCrashPoints(t *testing.T) {
-	t.Parallel() // its cases share the pool with the other tests instead of running alone
+	defer parallelParent(t, false)() // its cases share the pool with the other tests instead of running alone
 	bin := crashBinary(t)
 	for _, point := range crashpoint.Points {
 		c, ok := crashCases[point]
@@ -74,7 +74,7 @@ func TestCrashPoints(t *testing.T) {
 			continue
 		}
 		t.Run(point, func(t *testing.T) {
-			t.Parallel()
+			parallel(t)
 			w := newWorldWith(t, bin)
 			w.spawnGrace = "3s"
 			c(t, w, point)

@@ -26,7 +26,7 @@ import (
 // password; without it a page is 401. The screenshots are
 // kept in $HOLDFAST_SCREENSHOT_DIR (default a directory under the system's temporary one).
 func TestDashboard(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	chromium := testenv.Chromium(t)
 	w := newWorld(t)
 	addr := freeAddr(t)

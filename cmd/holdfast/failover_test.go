@@ -18,7 +18,7 @@ import (
 // its streaming replica promoted, and the daemons, given both servers and
 // target_session_attrs=read-write, go on against the new primary.
 func TestDatabaseOutageAndFailover(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	primary, _ := testenv.PrivatePostgres(t, testenv.ReplicationSettings...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -37,7 +37,7 @@ const forgedBytes = 40 << 20
 // tails those 120 MiB for a dozen pages and a notification; a page that finds every tail slot
 // taken answers 503 busy.
 func TestForgedLogTail(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorldOwnManager(t) // its own journald: 120 MiB of entries are no other test's
 	addr := freeAddr(t)
 	token := "forged-log-tail-" + uuid.NewString()

@@ -28,8 +28,6 @@ import (
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.RunMain(m) }
-
 // world is one holdfast installation for one test: its own database, systemd manager, state
 // directory and daemon, all real.
 type world struct {

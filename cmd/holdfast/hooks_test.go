@@ -12,7 +12,7 @@ import (
 // and may write into the job's paths: its file is in the snapshot. A hook that fails fails the
 // run, naming the hook, and no snapshot is made.
 func TestBeforeHooks(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	rw := newRestoreWorld(t, newWorld(t), 1, 1<<10)
 	if err := os.Chown(rw.data, rw.uid, rw.gid); err != nil { // the hook, as nobody, writes there
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestBeforeHooks(t *testing.T) {
 // After hooks run whatever the outcome, which they see; one that fails is recorded in the
 // run's reason and changes nothing else.
 func TestAfterHooks(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	rw := newRestoreWorld(t, newWorld(t), 1, 1<<10)
 	if err := os.Chown(rw.data, rw.uid, rw.gid); err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ sleep 4
 // names only the kind of thing found, the run ends as its command did, the daemon stays up and
 // keeps working, and no secret reaches the output, the database or the daemon's log.
 func TestHostileJournal(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	secret := "hf-secret-" + randomWord(t)
 	secretFile := filepath.Join(w.dir, "root-only")
@@ -142,7 +142,7 @@ func TestHostileJournal(t *testing.T) {
 // are removed, without following a link the job's user left in its attempt directory, and the
 // run's facts stay in the database.
 func TestKeepRunFiles(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	for _, bad := range []string{"0", "-1d", "soon", "", "3s", "2w"} {
 		r := w.run("daemon", "--keep-run-files", bad)
@@ -233,7 +233,7 @@ func (w *world) with(t *testing.T) *world {
 // newline, unreadable to the job's user, ends up in the run's reason. Human output prints it
 // escaped, on its own line; JSON keeps it as it is.
 func TestTerminalEscapes(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	openToAll(t, repo)

@@ -241,7 +241,7 @@ func tookOver(t *testing.T, st *store.Store, run, from string, grace time.Durati
 // Scenario 1: over more than 100 slots, runs of pinned jobs run only on their host, and each
 // slot of an any-host job runs once, on one host.
 func TestHostsPinnedAndAnyHostSlots(t *testing.T) {
-	t.Parallel()
+	parallelLong(t)
 	c := newCluster(t, "h1", "h2", "h3")
 	w := c.w
 	// Before any daemon runs, waiting for a run would wait for ever: it is refused at once.
@@ -405,7 +405,7 @@ func TestHostsPinnedAndAnyHostSlots(t *testing.T) {
 // any-host run taken over and its pinned run restarted when it returns; a daemon frozen by a
 // partition records nothing for the attempt taken over from it, and stops its unit.
 func TestHostsFailover(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	c := newCluster(t, "h1", "h2", "h3")
 	w := c.w
 	repo, pw := w.resticRepo("repo")
@@ -582,7 +582,7 @@ func TestHostsFailover(t *testing.T) {
 // A host whose policy refuses a run of an any-host job leaves it to the others instead of
 // failing it; a run of a job pinned to it still fails, with the refusal.
 func TestHostsPolicyRefusalLeavesAnyHostRuns(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	c := newCluster(t, "h1", "h2")
 	w := c.w
 	w.mustRun("job", "add", "anywhere", "--engine", "command", "--command", "/bin/true", "--any-host")

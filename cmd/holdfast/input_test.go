@@ -52,7 +52,7 @@ func (w *world) dbDigest() string {
 // exit status for bad input (2; 78 for the daemon's configuration, which systemd does not
 // restart on), and nothing changed in the database.
 func TestBadInputRefused(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	openToAll(t, repo)
@@ -194,7 +194,7 @@ func TestBadInputRefused(t *testing.T) {
 // What systemd and restic accept is accepted: numeric --user and --group, and a local:
 // repository, which is measured as a local one; a run of such a job succeeds.
 func TestInputSystemdAndResticAccept(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	openToAll(t, repo)
@@ -226,7 +226,7 @@ func TestInputSystemdAndResticAccept(t *testing.T) {
 // A job whose user was removed from the host fails with that reason, permanently, instead of
 // being retried forever; `holdfast check` passes.
 func TestDeletedJobUserFailsTheRun(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	name := fmt.Sprintf("hf%d", time.Now().UnixNano()%1_000_000_000)
 	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {

@@ -94,7 +94,7 @@ func (w *world) restartCharges(r runJSON) {
 // the source of the figure said. Raising the ceiling lets it resume; it is then charged the sum of
 // what each attempt added.
 func TestRunawayGuard(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 5, 50<<20)
@@ -148,7 +148,7 @@ func TestRunawayGuard(t *testing.T) {
 // Eight runs admitted at once against an account that covers four: exactly four are queued,
 // four are paused (quota_exhausted) with the numbers, and the balance never goes below zero.
 func TestQuotaAdmission(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	const runs = 8
 	repo, pw := w.resticRepo("repo")
@@ -245,7 +245,7 @@ func (w *world) corruptJournal(run string) {
 // the repair channel (restic stats) settles it on a later pass; if it made none, its hold stays
 // open, visible as a deferral with the reason, until an operator settles it by hand, once.
 func TestLedgerDeferral(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	w.mustRun("job", "add", "big", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-big", 8, slowData))
@@ -317,7 +317,7 @@ func TestLedgerDeferral(t *testing.T) {
 
 // Bad ledger input gets exit 2 and one line that says what to do, and changes nothing.
 func TestLedgerBadInput(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 1, 1<<10)
@@ -365,7 +365,7 @@ func TestLedgerBadInput(t *testing.T) {
 // An account's allowance per period bounds what it holds and is charged in one period, on top
 // of its quota: a run that would pass it is paused (quota_exhausted) with the numbers.
 func TestAllowance(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 1, 1<<10)
@@ -394,7 +394,7 @@ func TestAllowance(t *testing.T) {
 // Granting to the default account, which had no quota, starts its balance at the grant: what it
 // used before is not taken from it.
 func TestGrantToUnlimitedAccount(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	w.mustRun("job", "add", "web", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data", 2, 4<<20))

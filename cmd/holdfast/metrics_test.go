@@ -26,7 +26,7 @@ import (
 // Without credentials /metrics, the dashboard and its API answer 401, on localhost too; with
 // them but another site's name in Host (DNS rebinding), 421.
 func TestMetrics(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	addr := freeAddr(t)
 	w.mustRun("account", "add", "team", "--quota", "10GiB")
@@ -149,7 +149,7 @@ func TestMetrics(t *testing.T) {
 // A daemon asked to listen without credentials, or off localhost without TLS, does not start:
 // one line says why and how to make them, and it exits 78 (a configuration error, not retried).
 func TestListenNeedsCredentials(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	for _, c := range []struct {
 		what string
@@ -291,7 +291,7 @@ func readmeCode(t *testing.T, heading, lang string) string {
 // alert fires with its name in job_name beside the scrape's own job label, and none fires for
 // the job that succeeds.
 func TestPrometheusAlert(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	prom := testenv.Prometheus(t)
 	w := newWorld(t)
 	addr := freeAddr(t)

@@ -88,7 +88,7 @@ var notifyFlags = []string{"--notify-backoff", "200ms", "--notify-max-tries", "3
 // once after deduplication; a receiver that keeps failing is tried again, then kept as failed,
 // and status and notify log say so.
 func TestNotifications(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	keyFile := filepath.Join(w.dir, "hook.key")
 	if err := os.WriteFile(keyFile, []byte("hook secret\n"), 0o600); err != nil {
@@ -240,7 +240,7 @@ func TestNotifications(t *testing.T) {
 // receives nothing, and the try fails with the redirect's status. A daemon allowed to run
 // command targets runs them as nobody.
 func TestNotificationPolicy(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	proofs := filepath.Join(w.dir, "proofs")
 	if err := os.Mkdir(proofs, 0o777); err != nil {
@@ -322,7 +322,7 @@ func TestNotificationPolicy(t *testing.T) {
 // answered 503 is tried again and then delivered, once per event; the URL, kept in a file of
 // root's, is never shown.
 func TestNotifyChannel(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	ntfy := newReceiver(t)
 	ntfy.answer.Store(`{"id":"hf1","time":1764770000,"event":"message","topic":"backups-s3cret"}`)

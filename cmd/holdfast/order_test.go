@@ -11,7 +11,7 @@ import (
 // for the other's next outcome, and fails naming the prerequisite if that is not success
 // (partial is not enough).
 func TestDependency(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 2, 1<<20)

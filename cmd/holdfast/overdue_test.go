@@ -11,7 +11,7 @@ import (
 // recorded once, with one "overdue" event. When its runs succeed again it recovers, once. Each
 // run's start and end are events too.
 func TestOverdueOnceWithTwoDaemons(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	w.mustRun("job", "add", "flaky", "--engine", "command", "--command", "/bin/false", "--schedule", "@every 3s")
 	// Each logs its watch passes (--log-level debug).

@@ -3,9 +3,12 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/holdfast-backup/holdfast/testenv"
@@ -18,25 +21,46 @@ func debPackage(t *testing.T, version string) string {
 	return buildPackage(t, version, "deb")
 }
 
+// buildPackage returns the package of holdfast at version in format (deb or rpm), as `make
+// package` builds it (packaging/build). Each version is built once, in both formats, for every
+// test of the binary: a build costs seconds of CPU, and four tests install 1.0.0.
 func buildPackage(t *testing.T, version, format string) string {
 	t.Helper()
-	out := t.TempDir()
-	cmd := exec.Command(filepath.Join("..", "..", "packaging", "build"), version, out, format)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("packaging/build %s %s: %v\n%s", version, format, err, b)
+	v, _ := packageBuilds.LoadOrStore(version, &packageBuild{})
+	b := v.(*packageBuild)
+	b.once.Do(func() {
+		b.dir, b.err = os.MkdirTemp(testenv.ProcessDir(t), "packages-*")
+		if b.err != nil {
+			return
+		}
+		out, err := exec.Command(filepath.Join("..", "..", "packaging", "build"), version, b.dir, "deb", "rpm").CombinedOutput()
+		if err != nil {
+			b.err = fmt.Errorf("packaging/build %s: %v\n%s", version, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	pkgs, err := filepath.Glob(filepath.Join(out, "*."+format))
+	pkgs, err := filepath.Glob(filepath.Join(b.dir, "*."+format))
 	if err != nil || len(pkgs) != 1 {
 		t.Fatalf("packaging/build made %v (%v), want one .%s", pkgs, err, format)
 	}
 	return pkgs[0]
 }
 
+var packageBuilds sync.Map // version → *packageBuild
+
+type packageBuild struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
 // The .rpm passes rpmlint with no error (its filters, each with a reason, are in
 // packaging/rpm/holdfast.rpmlintrc); the man pages are its documentation, the changelog is rpm's
 // own, and the environment file is root's alone.
 func TestRPMPackage(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	rpm := buildPackage(t, "1.0.0", "rpm")
 	out, err := exec.Command(testenv.Rpmlint(t), "-r", filepath.Join("..", "..", "packaging", "rpm", "holdfast.rpmlintrc"), rpm).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), " 0 errors,") {
@@ -72,15 +96,23 @@ func (b *bootedWorld) isActive(unit string) string {
 // Removed, the daemon stops, a live run's unit goes on, and configuration and state stay; only a
 // purge removes them.
 func TestBootedHostPackage(t *testing.T) {
-	t.Parallel()
+	parallelLong(t)
 	debA, debB := debPackage(t, "1.0.0"), debPackage(t, "1.0.1")
 	lintian := testenv.Lintian(t)
 	// Clean: no error, no warning; the one override (the environment file's mode) says why.
-	if out, err := exec.Command(lintian, "--fail-on", "error,warning", debA).CombinedOutput(); err != nil {
-		t.Fatalf("lintian %s: %v\n%s", filepath.Base(debA), err, out)
-	}
+	// lintian takes as long as the boot: it runs meanwhile.
+	linted := make(chan error, 1)
+	go func() {
+		if out, err := exec.Command(lintian, "--fail-on", "error,warning", debA).CombinedOutput(); err != nil {
+			linted <- fmt.Errorf("lintian %s: %v\n%s", filepath.Base(debA), err, out)
+		}
+		close(linted)
+	}()
 	b := bootHost(t)
 	h := b.h
+	if err := <-linted; err != nil {
+		t.Fatal(err)
+	}
 	h.CopyIn(t, debA, "/root/holdfast_1.0.0.deb", 0o644)
 	h.CopyIn(t, debB, "/root/holdfast_1.0.1.deb", 0o644)
 	h.Run(t, "dpkg", "-i", "/root/holdfast_1.0.0.deb")

@@ -19,7 +19,7 @@ import (
 // end, and the daemon says which statement bounds the database lacks. The whole suite runs
 // this way with HOLDFAST_TEST_PGBOUNCER=1 (make test-pgbouncer).
 func TestBehindPgBouncer(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	w.addr.DSN, w.addr.SessionDSN = testenv.ThroughPgBouncer(t, w.dsn), w.dsn
 	w.binaryCLI = true

@@ -12,7 +12,7 @@ import (
 // naming that flag. A daemon that allows both runs them. A bad list is refused before the
 // daemon connects anywhere.
 func TestDaemonPolicy(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	w.daemonFlags = nil // the defaults: every user, no command jobs
 	repo, pw := w.resticRepo("repo")

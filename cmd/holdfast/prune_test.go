@@ -34,7 +34,7 @@ func (w *world) lastSpan(id string) span {
 // A prune needs its repository to itself: it waits while backups of the repository run, and a
 // backup waits while it runs. Their units never overlap.
 func TestPruneIsExclusive(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	for _, name := range []string{"alpha", "beta", "gamma"} {
@@ -89,7 +89,7 @@ func TestPruneIsExclusive(t *testing.T) {
 // A prune schedule admits prune runs on its own slots; a slot that comes while the job's backup
 // is live is put off until the backup has ended, never run beside it or dropped.
 func TestPruneSchedule(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 4, slowData)

@@ -38,7 +38,7 @@ func (w *world) inFlight(n int) (ids []string, repos [][2]string) {
 // Graceful reboot: the manager stops every unit (restic gets SIGINT, exits 130, ExecStopPost
 // writes the marker), a new manager starts, and every run is restarted as attempt 2 and succeeds.
 func TestGracefulReboot(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorldOwnManager(t) // it stops or freezes its manager
 	w.slowBackups()
 	w.backupRate(stuckKiBps)
@@ -67,7 +67,7 @@ func TestGracefulReboot(t *testing.T) {
 // Hard crash: the manager and every unit's process are SIGKILLed, no marker is written; after the
 // spawn grace every run is restarted and succeeds.
 func TestHardCrash(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorldOwnManager(t) // it stops or freezes its manager
 	w.spawnGrace = "3s"
 	w.slowBackups()
@@ -98,7 +98,7 @@ func TestHardCrash(t *testing.T) {
 // before it was ever spawned ends stopped without a unit; a run stopped while systemd could not
 // be reached still ends stopped.
 func TestStopVersusReboot(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorldOwnManager(t) // it stops or freezes its manager
 	w.spawnGrace = "3s"
 
@@ -158,7 +158,7 @@ func TestStopVersusReboot(t *testing.T) {
 // With the manager unreachable (frozen) for several passes, no run changes state; afterwards the
 // sweep goes on and every run ends normally, in its first attempt.
 func TestSystemdUnreachable(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorldOwnManager(t) // it stops or freezes its manager
 	w.spawnGrace = "3s"
 	w.slowBackups()
@@ -216,7 +216,7 @@ func TestSystemdUnreachable(t *testing.T) {
 // A run over its runtime limit is stopped by systemd and ends failed, saying so; restic got
 // SIGINT and left no lock.
 func TestRuntimeLimit(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 8, slowData)
@@ -237,7 +237,7 @@ func TestRuntimeLimit(t *testing.T) {
 
 // resume continues a stopped run as a new attempt; anything else is refused with its status.
 func TestResume(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 2, 1<<20)

@@ -105,7 +105,7 @@ func (rw *restoreWorld) sameTree(target string) {
 // A restore gives back the snapshot as it was, as the job's user, into a target it made; the
 // run is a restore of the snapshot's full id, pinned to the host that asked for it.
 func TestRestoreEqualsSource(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	rw := newRestoreWorld(t, newWorld(t), 3, 1<<20)
 	rw.startDaemon()
 	rw.backup()
@@ -148,7 +148,7 @@ func TestRestoreEqualsSource(t *testing.T) {
 
 // Refusals: each says what is wrong, and nothing is queued or made.
 func TestRestoreRefusals(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	rw := newRestoreWorld(t, newWorld(t), 1, 1<<10)
 	rw.startDaemon()
 	rw.backup()
@@ -211,7 +211,7 @@ func TestRestoreRefusals(t *testing.T) {
 // A slow restore killed with its manager, hard, is restarted as attempt 2 and gives back the
 // whole tree; a restore the operator stops stays stopped.
 func TestRestoreAfterCrash(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorldOwnManager(t) // it kills its manager
 	w.spawnGrace = "3s"
 	rw := newRestoreWorld(t, w, 4, slowData)
@@ -262,7 +262,7 @@ func TestRestoreAfterCrash(t *testing.T) {
 // A restore and a prune of the same repository never run at once: the prune waits for the
 // restore, and a restore waits for the prune.
 func TestRestoreNeverBesidePrune(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	rw := newRestoreWorld(t, w, 4, slowData)
 	for _, name := range []string{"tidy", "other"} {

@@ -72,7 +72,7 @@ func (w *world) resticSnapshots(repo, pw string) map[string]resticSnapshot {
 // protected one, refuses a plan that deletes too much until forced, records every plan, and a
 // forget run that finds an id gone says so instead of succeeding.
 func TestRetentionApply(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 2, 64<<10)
@@ -278,7 +278,7 @@ func (w *world) plan(args ...string) planJSON {
 
 // Bad policies and protections are refused with exit 2 and a message, and change nothing.
 func TestRetentionBadInput(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 1, 1<<10)

@@ -175,7 +175,7 @@ func (w *world) startAll(jobs []string) []string {
 // PostgreSQL restarted, fast and then immediate, while backups run: the daemon stays up, listens
 // again, and every run ends succeeded with its figures and its settlement.
 func TestPostgresRestartWhileRunsLive(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w, srv := newPrivateWorld(t)
 	w.slowBackups()
 	d := w.startWatchedDaemon("--db-statement-timeout", "5s", "--pass-timeout", "20s")
@@ -224,7 +224,7 @@ func TestPostgresRestartWhileRunsLive(t *testing.T) {
 // wrote there), every run ends succeeded in its first attempt with its charges settled, and the
 // daemon reports no failure to ask systemd beyond the pass during the re-exec.
 func TestDaemonReexecWhileRunsLive(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w, _ := newPrivateWorld(t)
 	w.slowBackups()
 	d := w.startWatchedDaemon()
@@ -274,7 +274,7 @@ func (w *world) managerUnknownKeys() string {
 // run: the daemon's loop keeps turning, each pass given up at its deadline and logged, and after
 // the thaw every run ends right.
 func TestPostgresFrozenWhileRunsLive(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w, srv := newPrivateWorld(t)
 	const passTimeout, statementTimeout = 2 * time.Second, time.Second
 	w.slowBackups()
@@ -334,7 +334,7 @@ func TestPostgresFrozenWhileRunsLive(t *testing.T) {
 // an older database) is set aside with its reason in `job show`, logged once, and the other
 // jobs' slots are admitted meanwhile; the daemon does not spin on it.
 func TestAdmissionSetsStuckJobAside(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	// Command jobs: admission is what is looked at, and a backup every 3s would only cost CPU.
 	w.mustRun("job", "add", "stuck", "--engine", "command", "--command", "/bin/true", "--schedule", "@every 1h")
@@ -425,7 +425,7 @@ func TestAdmissionSetsStuckJobAside(t *testing.T) {
 // Its environment credential is a FIFO here, which holds exec in its preparation until the test
 // writes the credential, after the SIGTERM.
 func TestExecStoppedWhilePreparing(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	dir := t.TempDir()
 	credDir := filepath.Join(dir, "credentials")
 	if err := os.Mkdir(credDir, 0o700); err != nil {

@@ -143,7 +143,7 @@ func lockFiles(repo string) int {
 // A transiently failing job (its repository is locked) is retried with growing delays and then
 // succeeds; a permanently failing one is not retried.
 func TestRetries(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 2, 4<<20)

@@ -9,7 +9,7 @@ import (
 // attempt is marked, a "stalled" event is written and status is critical, while the run goes on.
 // With --stall-action stop the run is stopped too, and its reason says holdfast stopped it.
 func TestStalledRuns(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	for _, job := range []struct{ name, action string }{{"hang", "alert"}, {"hangstop", "stop"}} {
 		w.mustRun("job", "add", job.name, "--engine", "command", "--command", "/bin/sleep", "--command", "120",

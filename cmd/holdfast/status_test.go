@@ -10,7 +10,7 @@ import (
 // holdfast status exits as monitoring plugins expect: 0 when all is well, 2 when a job is
 // overdue (judged by status itself when no daemon runs), 3 when the database cannot be read.
 func TestStatusExitCodes(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	if r := w.run("status"); r.code != 0 || !strings.Contains(r.stdout, "holdfast status: OK") || !strings.Contains(r.stdout, "no jobs") {
 		t.Fatalf("status with no jobs: exit %d\n%s%s", r.code, r.stdout, r.stderr)

@@ -49,7 +49,7 @@ func shopDigest(t *testing.T, dsn string) string {
 // and loaded into a new database with the same rows. A producer that writes half its stream and
 // exits 3 fails the run, and the repository gains no snapshot.
 func TestStreamedDumps(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	rw := newRestoreWorld(t, newWorld(t), 1, 1<<10)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

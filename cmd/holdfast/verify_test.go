@@ -17,7 +17,7 @@ import (
 // that reads all the data fails with restic's reason, a verify_failed event and a metric that
 // says so.
 func TestVerify(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	rw := newRestoreWorld(t, w, 2, 1<<20)
 	hook := newReceiver(t)
@@ -96,7 +96,7 @@ func TestVerify(t *testing.T) {
 // names; a job whose scheduled verifications keep failing is overdue for verification, by its
 // own reason, once the last success is older than --verify-alert-after.
 func TestVerifySchedule(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	rw := newRestoreWorld(t, w, 1, 64<<10)
 	hook := newReceiver(t)
@@ -163,7 +163,7 @@ func TestVerifySchedule(t *testing.T) {
 // A drill restores a random sample of the latest snapshot into the unit's scratch directory,
 // verifies it, records the sample and removes the files; on a corrupted repository it fails.
 func TestDrill(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	rw := newRestoreWorld(t, w, 1, 1<<20)
 	addr := freeAddr(t)

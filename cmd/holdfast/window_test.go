@@ -14,7 +14,7 @@ import (
 
 // A run admitted during a maintenance window waits, saying why, and starts when it ends.
 func TestMaintenanceWindow(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newWorld(t)
 	// Windows have whole minutes; the daemon's zone is one whose clock is offset from UTC by the
 	// seconds that make a minute of it end 20s from now, so the test waits 20s, not up to 80.
