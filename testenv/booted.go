@@ -83,8 +83,9 @@ type HostConfig struct {
 }
 
 // A host has a network of its own (loopback only), where its own PostgreSQL (the image's, as
-// `apt install postgresql` leaves it) listens on the usual port. Sharing the machine's network,
-// every host's server would take the same port: there the image's server is masked.
+// `apt install postgresql` leaves it) listens on the usual port. A host that reaches the test's
+// server (HostConfig.Postgres) has the image's masked: nothing there uses it, it cost each boot
+// a server's start, and sharing the machine's network every host's would take the same port.
 
 // Host is a booted Debian 12 container, see BootedHost.
 type Host struct {
@@ -155,7 +156,7 @@ func BootedHostWith(t testing.TB, cfg HostConfig) *Host {
 			t.Fatalf("testenv: %v", err)
 		}
 	}
-	if h.shareNetwork {
+	if cfg.Postgres {
 		units := filepath.Join(dir, "upper", "etc", "systemd", "system")
 		if err := os.MkdirAll(units, 0o755); err != nil {
 			t.Fatalf("testenv: %v", err)
