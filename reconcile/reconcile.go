@@ -502,7 +502,8 @@ func (r *Reconciler) engineFor(jobEngine string) classifier {
 
 // reconcile drains the run's journal, gathers the facts, decides once and carries the decision
 // out; it returns the run's journal lag. jobs are the jobs as read for this pass, states is
-// systemd's answer for this pass, statesErr why there is none.
+// systemd's answer for this pass, statesErr why there is none, and uids the job users' uids
+// this pass looked up.
 func (r *Reconciler) reconcile(ctx context.Context, l model.LiveRun, jobs map[string]model.Job, states map[string]runner.State, statesErr error, uids *uidCache) (int64, error) {
 	lag, problem, drainErr := r.drain(ctx, l, uids)
 	if drainErr != nil {
