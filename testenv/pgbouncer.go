@@ -229,16 +229,7 @@ type pgBouncerPool struct{ db, user string }
 
 // pools lists the pooler's pools of databases (SHOW POOLS on its console).
 func (p *PgBouncer) pools(ctx context.Context) ([]pgBouncerPool, error) {
-	conn, err := pgx.Connect(ctx, p.DSN("pgbouncer", p.owner)+"&default_query_exec_mode=simple_protocol")
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close(context.Background())
-	rows, err := conn.Query(ctx, "SHOW POOLS")
-	if err != nil {
-		return nil, err
-	}
-	all, err := pgx.CollectRows(rows, pgx.RowToMap)
+	all, err := PgBouncerShow(ctx, p.DSN("", p.owner), "SHOW POOLS")
 	if err != nil {
 		return nil, err
 	}
@@ -251,6 +242,29 @@ func (p *PgBouncer) pools(ctx context.Context) ([]pgBouncerPool, error) {
 		}
 	}
 	return pools, nil
+}
+
+// PgBouncerShow runs show (SHOW CLIENTS, SHOW POOLS...) on the console of the PgBouncer that
+// dsn, a URL, goes through, as dsn's user (one of its admin_users), and returns the rows.
+func PgBouncerShow(ctx context.Context, dsn, show string) ([]map[string]any, error) {
+	console, err := url.Parse(dsn)
+	if err != nil {
+		return nil, err
+	}
+	console.Path = "/pgbouncer"
+	q := console.Query()
+	q.Set("default_query_exec_mode", "simple_protocol") // the console has no extended protocol
+	console.RawQuery = q.Encode()
+	conn, err := pgx.Connect(ctx, console.String())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, show)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToMap)
 }
 
 // stopPgBouncers stops the test binary's poolers (RunMain).

@@ -2,12 +2,9 @@ package main_test
 
 import (
 	"context"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -48,24 +45,7 @@ func TestBehindPgBouncer(t *testing.T) {
 	// socket): its statements went through PgBouncer, not to the server.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin, err := url.Parse(w.addr.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin.Path = "/pgbouncer"
-	q := admin.Query()
-	q.Set("default_query_exec_mode", "simple_protocol") // the console has no extended protocol
-	admin.RawQuery = q.Encode()
-	console, err := pgx.Connect(ctx, admin.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer console.Close(context.Background())
-	rows, err := console.Query(ctx, "SHOW CLIENTS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	clients, err := pgx.CollectRows(rows, pgx.RowToMap)
+	clients, err := testenv.PgBouncerShow(ctx, w.addr.DSN, "SHOW CLIENTS")
 	if err != nil {
 		t.Fatal(err)
 	}
