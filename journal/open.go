@@ -121,7 +121,8 @@ func walk(src Source, offset int64) (dir int, base string, err error) {
 	if err != nil {
 		return -1, "", &os.PathError{Op: "open", Path: src.Dir, Err: err}
 	}
-	parent, base := filepath.Split(filepath.Clean(src.Name))
+	name := filepath.Clean(src.Name)
+	parent, base := filepath.Split(name)
 	if parent == "" {
 		return dir, base, nil
 	}
@@ -137,7 +138,7 @@ func walk(src Source, offset int64) (dir int, base string, err error) {
 		unix.Close(dir)
 		return -1, "", ErrNotYet
 	}
-	parts := strings.Split(filepath.Clean(src.Name), string(filepath.Separator))
+	parts := strings.Split(name, string(filepath.Separator))
 	for _, p := range parts[:len(parts)-1] {
 		next, err := unix.Openat(dir, p, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {

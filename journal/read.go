@@ -112,9 +112,6 @@ func readFrom(r io.ReaderAt, size int64, c Cursor, run uuid.UUID, attempt int, m
 			return nil, c, corrupt(c.Offset, "the cursor at byte %d is not at the end of a line (journal replaced)", c.Offset)
 		}
 	}
-	if size == c.Offset {
-		return nil, c, nil // nothing new: no buffer for it
-	}
 	if maxBytes <= 0 {
 		maxBytes = defaultMaxBytes
 	}
