@@ -132,7 +132,7 @@ func BenchmarkSweep(b *testing.B) {
 		w.addSleepingRuns(b, size-w.jobs)
 		w.sweep(b) // warm the pool and the connection; drains the journals
 		var durations, cpu []time.Duration
-		for range 5 {
+		for range 15 {
 			before := processCPU(b)
 			stats := w.sweep(b)
 			cpu = append(cpu, processCPU(b)-before)

@@ -25,7 +25,28 @@ type Source struct {
 	Name string
 	// UID is who must own the journal: the uid the job runs as (0 for root).
 	UID int
+	// Root, if not nil, is Dir opened once for many reads; nil opens Dir at each read.
+	Root *Root
 }
+
+// A Root is a trusted directory opened once, so that reading many journals below it does not
+// resolve its path again for each one.
+type Root struct {
+	fd  int
+	dir string
+}
+
+// OpenRoot opens dir, following its path as given (it is trusted).
+func OpenRoot(dir string) (*Root, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	return &Root{fd: fd, dir: dir}, nil
+}
+
+// Close closes the directory; the sources that name it must not be read after.
+func (r *Root) Close() error { return unix.Close(r.fd) }
 
 // Path is the journal's path, for messages.
 func (s Source) Path() string { return filepath.Join(s.Dir, s.Name) }
@@ -38,19 +59,9 @@ func (s Source) Path() string { return filepath.Join(s.Dir, s.Name) }
 // a file stands in its place; its reason names only the kind of thing found,
 // never its content.
 func openChecked(src Source, offset int64) (*os.File, int64, error) {
-	dir, base, err := walk(src, offset)
+	pfd, err := openPath(src, offset)
 	if err != nil {
 		return nil, 0, err
-	}
-	defer unix.Close(dir)
-	// O_PATH opens the name itself, even a link, a pipe or a device, without
-	// opening what it refers to: nothing is read, no driver is called.
-	pfd, err := unix.Openat(dir, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return nil, 0, ErrNotYet
-	}
-	if err != nil {
-		return nil, 0, &os.PathError{Op: "open", Path: src.Path(), Err: err}
 	}
 	defer unix.Close(pfd)
 	var st unix.Stat_t
@@ -71,7 +82,12 @@ func openChecked(src Source, offset int64) (*os.File, int64, error) {
 	if errors.Is(err, unix.ENOENT) {
 		// No /proc: open by name once more, still without following a
 		// link; O_NONBLOCK keeps a pipe swapped in from blocking the open.
+		dir, base, werr := walk(src, offset)
+		if werr != nil {
+			return nil, 0, werr
+		}
 		fd, err = unix.Openat(dir, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		unix.Close(dir)
 	}
 	if err != nil {
 		return nil, 0, &os.PathError{Op: "open", Path: src.Path(), Err: err}
@@ -92,17 +108,13 @@ func openChecked(src Source, offset int64) (*os.File, int64, error) {
 // statChecked returns the journal's size under the same rules as openChecked,
 // without opening it for reading.
 func statChecked(src Source) (int64, error) {
-	dir, base, err := walk(src, 0)
+	pfd, err := openPath(src, 0)
 	if err != nil {
 		return 0, err
 	}
-	defer unix.Close(dir)
+	defer unix.Close(pfd)
 	var st unix.Stat_t
-	err = unix.Fstatat(dir, base, &st, unix.AT_SYMLINK_NOFOLLOW)
-	if errors.Is(err, unix.ENOENT) {
-		return 0, ErrNotYet
-	}
-	if err != nil {
+	if err := unix.Fstat(pfd, &st); err != nil {
 		return 0, &os.PathError{Op: "stat", Path: src.Path(), Err: err}
 	}
 	if err := check(st, src.UID, 0); err != nil {
@@ -111,34 +123,56 @@ func statChecked(src Source) (int64, error) {
 	return st.Size, nil
 }
 
+// openPath opens the journal's name itself with O_PATH, which opens even a link,
+// a pipe or a device without opening what it refers to: nothing is read, no
+// driver is called. No link on the way is followed.
+func openPath(src Source, offset int64) (int, error) {
+	if !filepath.IsLocal(src.Name) {
+		return -1, fmt.Errorf("journal name %q is not a path inside %s", src.Name, src.Dir)
+	}
+	root := src.Root
+	if root == nil || root.dir != src.Dir {
+		var err error
+		if root, err = OpenRoot(src.Dir); err != nil {
+			return -1, err
+		}
+		defer root.Close()
+	}
+	// One call resolves the whole name where the kernel has openat2 (5.6); with O_PATH and
+	// O_NOFOLLOW a link in the last place is opened itself, and refused by its kind.
+	fd, err := unix.Openat2(root.fd, filepath.Clean(src.Name), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	switch {
+	case err == nil:
+		return fd, nil
+	case errors.Is(err, unix.ENOENT):
+		return -1, ErrNotYet
+	}
+	// A link on the way, or no openat2: the walk says what stands where.
+	dir, base, err := walk(src, offset)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(dir)
+	fd, err = unix.Openat(dir, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return -1, ErrNotYet
+	}
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: src.Path(), Err: err}
+	}
+	return fd, nil
+}
+
 // walk opens the directory that holds the journal, component by component
 // from src.Dir, following no link, and returns it with the journal's name.
 func walk(src Source, offset int64) (dir int, base string, err error) {
-	if !filepath.IsLocal(src.Name) {
-		return -1, "", fmt.Errorf("journal name %q is not a path inside %s", src.Name, src.Dir)
-	}
 	dir, err = unix.Open(src.Dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, "", &os.PathError{Op: "open", Path: src.Dir, Err: err}
 	}
-	name := filepath.Clean(src.Name)
-	parent, base := filepath.Split(name)
-	if parent == "" {
-		return dir, base, nil
-	}
-	// One call resolves the whole directory path without following a link, where the kernel
-	// has openat2 (5.6); a miss is walked again component by component to say what is wrong.
-	fd, err := unix.Openat2(dir, parent, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
-	if err == nil {
-		unix.Close(dir)
-		return fd, base, nil
-	}
-	if errors.Is(err, unix.ENOENT) {
-		unix.Close(dir)
-		return -1, "", ErrNotYet
-	}
-	parts := strings.Split(name, string(filepath.Separator))
+	parts := strings.Split(filepath.Clean(src.Name), string(filepath.Separator))
 	for _, p := range parts[:len(parts)-1] {
 		next, err := unix.Openat(dir, p, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {

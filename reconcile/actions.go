@@ -324,15 +324,18 @@ const maxText = 1024
 // drain applies what the attempt's journal says since the stored cursor, at most maxDrain bytes,
 // and returns the bytes still unread. For a journal that cannot be read, or whose events the
 // database cannot store, it returns why instead: decide quarantines it; the run goes on.
-func (r *Reconciler) drain(ctx context.Context, l model.LiveRun, uids *uidCache) (lag int64, problem string, err error) {
+func (r *Reconciler) drain(ctx context.Context, l model.LiveRun, pass *passReads) (lag int64, problem string, err error) {
 	if l.Attempt.QuarantinedAt != nil || l.Attempt.Unit == "" {
 		return 0, "", nil
 	}
-	uid, err := uids.lookup(l.JobUser)
+	uid, err := pass.lookup(l.JobUser)
 	if err != nil {
 		return 0, "", fmt.Errorf("owner of the journal of run %s: %w", l.Run.ID, err)
 	}
 	src := jobunit.JournalSource(r.cfg.StateDir, l.Run.ID, l.Attempt.No, uid)
+	if pass != nil {
+		src.Root = pass.stateDir
+	}
 	cursor := l.Attempt.Cursor
 	limit := cmp.Or(r.drainLimit, maxDrain)
 	var size int64
@@ -435,12 +438,20 @@ func clipText(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// uidCache holds the job users' uids one pass looked up: looking a user up reads the user
-// database (NSS), which costs more than the rest of a quiet run's pass. A nil cache looks up
-// every time.
-type uidCache struct {
-	mu   sync.Mutex
-	uids map[string]uidLookup
+// passReads is what one pass reads, opens or looks up once for all its runs: the jobs this host
+// may spawn, systemd's answer, the job users' uids (looking a user up reads the user database,
+// NSS, which costs more than the rest of a quiet run's pass), the state directory, below which
+// the journals are, and the markers directory. A nil passReads, or a nil directory (it could not
+// be opened), looks up and opens every time.
+type passReads struct {
+	jobs      map[string]model.Job
+	states    map[string]runner.State
+	statesErr error // why systemd's answer is missing
+
+	mu       sync.Mutex
+	uids     map[string]uidLookup
+	stateDir *journal.Root
+	markers  *runner.Markers
 }
 
 type uidLookup struct {
@@ -448,7 +459,7 @@ type uidLookup struct {
 	err error
 }
 
-func (c *uidCache) lookup(user string) (int, error) {
+func (c *passReads) lookup(user string) (int, error) {
 	if c == nil {
 		uid, _, err := jobunit.UserIdentity(user)
 		return uid, err

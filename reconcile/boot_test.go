@@ -49,7 +49,7 @@ func TestEarlierBootSkipsSpawnGrace(t *testing.T) {
 			r := &Reconciler{cfg: Config{Store: st, StateDir: t.TempDir(), SpawnGrace: time.Hour, MaxAttempts: 5,
 				Host: tc.host, BootID: tc.boot, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now}}
 			l := ls[0]
-			f, _, err := r.gather(ctx, &l, nil, gone, nil)
+			f, _, err := r.gather(ctx, &l, &passReads{states: gone})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -45,7 +45,7 @@ func TestSpawnGraceOnTheDatabasesClock(t *testing.T) {
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 				now:    func() time.Time { return time.Now().Add(tc.skew) }}}
 			l := ls[0]
-			f, _, err := r.gather(ctx, &l, nil, gone, nil)
+			f, _, err := r.gather(ctx, &l, &passReads{states: gone})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -30,6 +30,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/jobunit"
+	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runaway"
 	"github.com/holdfast-backup/holdfast/runner"
@@ -394,10 +395,18 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 		return stats, err
 	}
 	var mu sync.Mutex
-	uids := &uidCache{}
+	pass := &passReads{jobs: jobs, states: states, statesErr: statesErr}
+	if root, err := journal.OpenRoot(r.cfg.StateDir); err == nil {
+		pass.stateDir = root
+		defer root.Close()
+	}
+	if markers, err := runner.OpenMarkers(r.cfg.StateDir); err == nil {
+		pass.markers = markers
+		defer markers.Close()
+	}
 	one := func(l model.LiveRun) {
 		runCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
-		lag, err := r.reconcile(runCtx, l, jobs, states, statesErr, uids)
+		lag, err := r.reconcile(runCtx, l, pass)
 		cancel()
 		mu.Lock()
 		defer mu.Unlock()
@@ -501,11 +510,9 @@ func (r *Reconciler) engineFor(jobEngine string) classifier {
 }
 
 // reconcile drains the run's journal, gathers the facts, decides once and carries the decision
-// out; it returns the run's journal lag. jobs are the jobs as read for this pass, states is
-// systemd's answer for this pass, statesErr why there is none, and uids the job users' uids
-// this pass looked up.
-func (r *Reconciler) reconcile(ctx context.Context, l model.LiveRun, jobs map[string]model.Job, states map[string]runner.State, statesErr error, uids *uidCache) (int64, error) {
-	lag, problem, drainErr := r.drain(ctx, l, uids)
+// out, with what pass read for every run; it returns the run's journal lag.
+func (r *Reconciler) reconcile(ctx context.Context, l model.LiveRun, pass *passReads) (int64, error) {
+	lag, problem, drainErr := r.drain(ctx, l, pass)
 	if drainErr != nil {
 		// The journal decides how fresh the numbers are, never the lifecycle.
 		r.cfg.Logger.Warn("run journal not drained this pass", "run", l.Run.ID, "attempt", l.Attempt.No, "err", drainErr)
@@ -514,7 +521,7 @@ func (r *Reconciler) reconcile(ctx context.Context, l model.LiveRun, jobs map[st
 	var job model.Job
 	if problem == "" { // the quarantine comes first; nothing else is read for it
 		var err error
-		if f, job, err = r.gather(ctx, &l, jobs, states, statesErr); err != nil {
+		if f, job, err = r.gather(ctx, &l, pass); err != nil {
 			return lag, err
 		}
 	}
@@ -533,8 +540,10 @@ func (r *Reconciler) rules() rules {
 
 // gather reads the facts about one live run: the marker, our intents, systemd's answer, and
 // before a spawn what may hold it back. It changes nothing, except l's intents, which it reads
-// again for a readable marker. It returns the run's job where a spawn needs it.
-func (r *Reconciler) gather(ctx context.Context, l *model.LiveRun, jobs map[string]model.Job, states map[string]runner.State, statesErr error) (facts, model.Job, error) {
+// again for a readable marker. It returns the run's job where a spawn needs it. pass holds
+// what the pass read for every run.
+func (r *Reconciler) gather(ctx context.Context, l *model.LiveRun, pass *passReads) (facts, model.Job, error) {
+	jobs, states, statesErr := pass.jobs, pass.states, pass.statesErr
 	f := facts{
 		attempt:       l.Attempt.No,
 		queued:        l.Run.Status == model.StatusQueued,
@@ -559,7 +568,7 @@ func (r *Reconciler) gather(ctx context.Context, l *model.LiveRun, jobs map[stri
 	}
 	f.armed = l.Attempt.ArmedFor != nil
 	f.earlierBoot = l.Attempt.BootID != "" && l.Attempt.Host == r.cfg.Host && l.Attempt.BootID != r.cfg.BootID
-	if err := r.readMarker(*l, &f, r.engineFor(l.JobEngine)); err != nil {
+	if err := r.readMarker(*l, &f, r.engineFor(l.JobEngine), pass.markers); err != nil {
 		return f, model.Job{}, err
 	}
 	switch {
@@ -664,9 +673,15 @@ func (r *Reconciler) markArmedStarted(ctx context.Context, l model.LiveRun, f fa
 	return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Ref(), *l.Attempt.ArmedFor)
 }
 
-// readMarker reads the attempt's marker into f.
-func (r *Reconciler) readMarker(l model.LiveRun, f *facts, eng classifier) error {
-	m, err := runner.ReadMarker(r.cfg.StateDir, l.Run.ID, l.Attempt.No)
+// readMarker reads the attempt's marker into f, through markers if it is not nil.
+func (r *Reconciler) readMarker(l model.LiveRun, f *facts, eng classifier, markers *runner.Markers) error {
+	var m runner.Marker
+	var err error
+	if markers != nil {
+		m, err = markers.Read(l.Run.ID, l.Attempt.No)
+	} else {
+		m, err = runner.ReadMarker(r.cfg.StateDir, l.Run.ID, l.Attempt.No)
+	}
 	switch {
 	case err == nil:
 		f.marker = markerReadable

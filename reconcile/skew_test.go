@@ -134,7 +134,7 @@ func TestHostClockSkew(t *testing.T) {
 			decideRetry := func() string {
 				t.Helper()
 				l := live(retry.ID.String())
-				f, _, err := r.gather(ctx, &l, nil, nil, nil)
+				f, _, err := r.gather(ctx, &l, &passReads{})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
 )
 
 // Marker is the exit marker an attempt's ExecStopPost writes: how systemd saw the service end.
@@ -96,16 +95,52 @@ func ReadMarker(stateDir string, run uuid.UUID, attempt int) (Marker, error) {
 	path := MarkerPath(stateDir, run, attempt)
 	// Only root writes the markers directory; still, what stands there is opened as data, never
 	// followed as a link nor opened as a terminal or a blocking pipe.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
-	if errors.Is(err, fs.ErrNotExist) {
+	fd, err := unix.Open(path, markerFlags, 0)
+	return readMarker(fd, err, path, run, attempt)
+}
+
+const markerFlags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+
+// Markers is the markers directory opened once, for a pass that reads the markers of many
+// attempts without resolving the directory's path for each.
+type Markers struct {
+	fd       int
+	stateDir string
+}
+
+// OpenMarkers opens the markers directory of stateDir.
+func OpenMarkers(stateDir string) (*Markers, error) {
+	dir := filepath.Dir(MarkerPath(stateDir, uuid.Nil, 1))
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	return &Markers{fd: fd, stateDir: stateDir}, nil
+}
+
+// Read reads the marker of an attempt as ReadMarker does.
+func (m *Markers) Read(run uuid.UUID, attempt int) (Marker, error) {
+	path := MarkerPath(m.stateDir, run, attempt)
+	fd, err := unix.Openat(m.fd, filepath.Base(path), markerFlags, 0)
+	return readMarker(fd, err, path, run, attempt)
+}
+
+// Close closes the directory.
+func (m *Markers) Close() error { return unix.Close(m.fd) }
+
+// readMarker reads the marker that fd, opened at path with markerFlags, holds; err is the
+// open's error.
+func readMarker(fd int, err error, path string, run uuid.UUID, attempt int) (Marker, error) {
+	if errors.Is(err, unix.ENOENT) {
 		return Marker{}, ErrNoMarker
 	}
-	if errors.Is(err, syscall.ELOOP) {
+	if errors.Is(err, unix.ELOOP) {
 		return Marker{}, fmt.Errorf("%w: it is a symbolic link (%s)", ErrMarkerUnreadable, path)
 	}
 	if err != nil {
-		return Marker{}, fmt.Errorf("read marker: %w", err)
+		return Marker{}, fmt.Errorf("read marker: %w", &os.PathError{Op: "open", Path: path, Err: err})
 	}
+	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil {
 		return Marker{}, fmt.Errorf("read marker %s: %w", path, err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,9 +70,16 @@ const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, co
 	a.item_errors, coalesce(a.first_item_error, ''), coalesce(a.fatal, ''), a.summary,
 	a.repo_bytes_before, coalesce(a.settle_deferred, ''), a.stalled_at,
 	(SELECT h.bytes FROM ledger_entries h WHERE h.kind = 'hold' AND h.run_id = a.run_id AND h.attempt_no = a.attempt_no),
-	coalesce((SELECT c.note FROM ledger_entries c
-		WHERE c.kind IN ('settle', 'release') AND c.run_id = a.run_id AND c.attempt_no = a.attempt_no), ''),
+	` + attemptSettlement + `,
 	a.superseded_at, coalesce(a.superseded_by, ''), coalesce(a.hook_error, '')`
+
+// attemptSettlement is the note of what closed the attempt's hold.
+const attemptSettlement = `coalesce((SELECT c.note FROM ledger_entries c
+		WHERE c.kind IN ('settle', 'release') AND c.run_id = a.run_id AND c.attempt_no = a.attempt_no), '')`
+
+// liveAttemptColumns are attemptColumns for a live attempt, whose settlement is read as empty
+// without looking: a hold is closed as its attempt ends.
+var liveAttemptColumns = strings.Replace(attemptColumns, attemptSettlement, "''", 1)
 
 type attemptScan struct {
 	a                                         model.Attempt
@@ -264,8 +272,8 @@ func (s *Store) liveRuns(ctx context.Context, what string, sizeHint int64, candi
 	}
 	asked := time.Now()
 	rows, err := s.pool.Query(ctx, `
-		SELECT `+liveRunColumns+`, `+attemptColumns+`, coalesce(j.engine, ''), coalesce(j.repository, ''),
-			coalesce(j.run_as_user, ''), now()
+		SELECT `+liveRunColumns+`, `+liveAttemptColumns+`, coalesce(j.engine, ''), coalesce(j.repository, ''),
+			coalesce(j.run_as_user, ''), now(), coalesce(j.priority, 0)
 		FROM `+from+`
 		-- A lateral subquery that cannot be flattened (OFFSET 0) stays one index lookup per run:
 		-- with statistics that lag behind a burst of admissions, a plain join went quadratic.
@@ -273,31 +281,60 @@ func (s *Store) liveRuns(ctx context.Context, what string, sizeHint int64, candi
 		-- primary key's: without statistics the planner took attempts_live_host, read whole per run.
 		CROSS JOIN LATERAL (SELECT * FROM attempts WHERE run_id = r.id AND coalesce(ended_at, 'infinity') = 'infinity' OFFSET 0) a
 		LEFT JOIN jobs j ON j.id = r.job_id
-		WHERE r.status IN ('queued', 'running') `+filter+`
-		ORDER BY coalesce(j.priority, 0) DESC, r.created_at`, args...)
+		WHERE r.status IN ('queued', 'running') `+filter, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []model.LiveRun
+	// The rows come unsorted, so that they are decoded here while the server still reads the
+	// rest; they are put in priority order below, by their keys alone.
+	type place struct {
+		priority int
+		created  time.Time
+		row      int
+	}
+	var read []model.LiveRun
+	var order []place
 	if sizeHint > 0 {
-		out = make([]model.LiveRun, 0, sizeHint+sizeHint/8)
+		read = make([]model.LiveRun, 0, sizeHint+sizeHint/8)
+		order = make([]place, 0, sizeHint+sizeHint/8)
 	}
 	for rows.Next() {
 		var l model.LiveRun
 		var as attemptScan
+		var priority int
 		dest := append(runDest(&l.Run), as.dest()...)
-		if err := rows.Scan(append(dest, &l.JobEngine, &l.JobRepository, &l.JobUser, &l.ReadAt)...); err != nil {
+		if err := rows.Scan(append(dest, &l.JobEngine, &l.JobRepository, &l.JobUser, &l.ReadAt, &priority)...); err != nil {
 			return nil, fmt.Errorf("list %s: %w", what, err)
 		}
 		l.Attempt = as.attempt()
 		l.ReadHere = asked
-		out = append(out, l)
+		order = append(order, place{priority, l.Run.CreatedAt, len(read)})
+		read = append(read, l)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list %s: %w", what, err)
 	}
-	return out, nil
+	// Higher priority first, then the oldest.
+	slices.SortStableFunc(order, func(a, b place) int {
+		return cmp.Or(cmp.Compare(b.priority, a.priority), a.created.Compare(b.created))
+	})
+	// Each run moved once, in place, along the cycles of the order: a second slice of them
+	// would be a large allocation at every pass.
+	for i := range order {
+		if order[i].row == i {
+			continue
+		}
+		moving := read[i]
+		j := i
+		for order[j].row != i {
+			from := order[j].row
+			read[j], order[j].row = read[from], j
+			j = from
+		}
+		read[j], order[j].row = moving, j
+	}
+	return read, nil
 }
 
 // Limits bound how many attempts hold a unit at once (0: no bound).
