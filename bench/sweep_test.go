@@ -30,7 +30,7 @@ type sweepWorld struct {
 	cfg   reconcile.Config
 	state string
 	jobs  int
-	// lastSystemd is how long the last sweep spent asking systemd.
+	// lastSystemd is how long the last sweep waited for systemd's answer once it had read the runs.
 	lastSystemd time.Duration
 }
 

@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -341,6 +342,8 @@ type Reconciler struct {
 	// its units make here; cfg.Host may be another name.
 	hostname   string
 	drainLimit int64 // maxDrain unless a test sets it
+	// unitsLastPass is how many units the last pass asked systemd about.
+	unitsLastPass atomic.Int64
 }
 
 // New validates cfg and returns a Reconciler.
@@ -361,7 +364,8 @@ type SweepStats struct {
 	Runs     int
 	Errors   int
 	Duration time.Duration
-	// SystemdDuration is the part of Duration spent asking systemd about the units.
+	// SystemdDuration is the part of Duration spent waiting for systemd's answer about the
+	// units once the live runs were read (most of it, where systemd was asked while they were).
 	SystemdDuration time.Duration
 	// JournalLag is the largest number of journal bytes not yet applied, over all live runs.
 	JournalLag int64
@@ -380,15 +384,27 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	if err := r.takeOver(ctx); err != nil {
 		r.cfg.Logger.Error("runs of hosts that lost their lease not taken over; the next pass tries again", "err", err)
 	}
+	// One question to systemd for the whole pass. It is asked before any marker is read: a unit
+	// reads as gone only after its ExecStopPost ended, so a marker it wrote is seen below. Where
+	// the last pass had units, it is asked about all of holdfast's units while the live runs are
+	// read, so that neither waits for the other.
+	var early chan unitAnswer
+	if lister, ok := r.cfg.Runner.(unitLister); ok && r.unitsLastPass.Load() > 0 {
+		early = make(chan unitAnswer, 1)
+		go func() {
+			askCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
+			defer cancel()
+			states, err := lister.StatesMatching(askCtx, runner.UnitPattern)
+			early <- unitAnswer{states, err}
+		}()
+	}
 	live, err := r.cfg.Store.LiveRuns(ctx, r.cfg.Host)
 	if err != nil {
 		return SweepStats{}, err
 	}
 	stats := SweepStats{Runs: len(live)}
-	// One question to systemd for the whole pass. It is asked before any marker is read: a unit
-	// reads as gone only after its ExecStopPost ended, so a marker it wrote is seen below.
 	asked := time.Now()
-	states, statesErr := r.unitStates(ctx, live)
+	states, statesErr := r.unitStates(ctx, live, early)
 	stats.SystemdDuration = time.Since(asked)
 	jobs, err := r.jobsToSpawn(ctx, live)
 	if err != nil {
@@ -487,12 +503,34 @@ func (r *Reconciler) jobsToSpawn(ctx context.Context, live []model.LiveRun) (map
 	return jobs, nil
 }
 
-func (r *Reconciler) unitStates(ctx context.Context, live []model.LiveRun) (map[string]runner.State, error) {
-	var names []string
+// unitStates is systemd's answer for the pass about the units of live: early's, if the pass
+// asked while it read the runs, else asked now, by name.
+func (r *Reconciler) unitStates(ctx context.Context, live []model.LiveRun, early <-chan unitAnswer) (map[string]runner.State, error) {
+	names := make([]string, 0, len(live))
 	for _, l := range live {
 		if l.Attempt.Unit != "" {
 			names = append(names, l.Attempt.Unit)
 		}
+	}
+	r.unitsLastPass.Store(int64(len(names)))
+	if early != nil {
+		// Asked before the runs were read: a unit claimed before the read that systemd had not
+		// created yet when asked reads as gone, which the spawn grace covers, as it covers a
+		// unit claimed and not yet created when asked after.
+		answer := <-early
+		if answer.err != nil {
+			return nil, answer.err
+		}
+		states := answer.states
+		if states == nil {
+			states = make(map[string]runner.State, len(names))
+		}
+		for _, name := range names {
+			if _, ok := states[name]; !ok {
+				states[name] = runner.NotFound
+			}
+		}
+		return states, nil
 	}
 	if len(names) == 0 {
 		return nil, nil
@@ -500,6 +538,12 @@ func (r *Reconciler) unitStates(ctx context.Context, live []model.LiveRun) (map[
 	askCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
 	defer cancel()
 	return r.cfg.Runner.States(askCtx, names)
+}
+
+// unitAnswer is systemd's answer about holdfast's units, or why there is none.
+type unitAnswer struct {
+	states map[string]runner.State
+	err    error
 }
 
 func (r *Reconciler) engineFor(jobEngine string) classifier {

@@ -70,10 +70,18 @@ type Units interface {
 	ResetFailed(ctx context.Context, name string) error
 }
 
+// unitLister is Units that can also tell the state of every unit whose name matches a
+// pattern, in one call. The sweep asks such Units about all of holdfast's units while it reads
+// the live runs; other Units are asked by name once the runs are read.
+type unitLister interface {
+	StatesMatching(ctx context.Context, pattern string) (map[string]runner.State, error)
+}
+
 // The daemon's store and runner are what the reconciler works against.
 var (
-	_ State = (*store.Store)(nil)
-	_ Units = (*runner.Runner)(nil)
+	_ State      = (*store.Store)(nil)
+	_ Units      = (*runner.Runner)(nil)
+	_ unitLister = (*runner.Runner)(nil)
 )
 
 // concreteStore and concreteRunner are cfg's store and runner as the packages that take them

@@ -185,3 +185,79 @@ func TestConcurrentSweep(t *testing.T) {
 		t.Fatalf("invariants: %v %v", violations, err)
 	}
 }
+
+// A pass after one that had units asks systemd about all of holdfast's units as it reads the
+// runs: a unit it lists is alive and runs on, and a recorded unit it does not list is gone and,
+// past the spawn grace and without a marker, restarted, as when asked about by name.
+func TestUnitsAskedAsRunsAreRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Hour, AllowCommandJobs: true})
+	st, r, rec := e.st, e.r, e.rec
+	for _, name := range []string{"long", "lost"} {
+		if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "command", Command: []string{"/bin/sleep", "600"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long, err := st.Admit(ctx, "long", "manual", model.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	longUnit := runner.UnitName("long", long.ID, 1)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := rec.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if alive, _, err := r.Alive(ctx, longUnit); err == nil && alive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the long run's unit never started")
+		}
+	}
+	if _, err := rec.Sweep(ctx); err != nil { // a pass that asks about the long run's unit
+		t.Fatal(err)
+	}
+	// A claim dated back past the grace whose unit systemd never had.
+	lost, err := st.Admit(ctx, "lost", "manual", model.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lostRef := model.AttemptRef{Run: lost.ID, No: 1}
+	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: rec.Host()}, store.SpawnClaim{Attempt: lostRef, Unit: runner.UnitName("lost", lost.ID, 1)}); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	db, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	if _, err := db.Exec(ctx, `UPDATE attempts SET spawn_claimed_at = spawn_claimed_at - interval '2 hours'
+		WHERE run_id = $1 AND attempt_no = 1`, lost.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := reconcile.UnitsLastPass(rec); n == 0 {
+		t.Fatal("the last pass asked about no unit: the next would not ask as it reads the runs")
+	}
+	if stats, err := rec.Sweep(ctx); err != nil || stats.Errors > 0 {
+		t.Fatalf("sweep: %+v %v", stats, err)
+	}
+	lostAttempts, err := st.Attempts(ctx, lost.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lostAttempts) != 2 || lostAttempts[0].EndedAt == nil {
+		t.Fatalf("the run whose unit systemd never had has %d attempts (first ended: %v), want it restarted in attempt 2",
+			len(lostAttempts), lostAttempts[0].EndedAt != nil)
+	}
+	longAttempts, err := st.Attempts(ctx, long.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(longAttempts) != 1 || longAttempts[0].EndedAt != nil {
+		t.Fatalf("the run whose unit is alive has %d attempts (first ended: %v), want attempt 1 live", len(longAttempts), longAttempts[0].EndedAt != nil)
+	}
+	if alive, _, err := r.Alive(ctx, longUnit); err != nil || !alive {
+		t.Fatalf("the long run's unit is no longer alive: %v", err)
+	}
+}

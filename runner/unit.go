@@ -307,6 +307,34 @@ func (r *Runner) States(ctx context.Context, names []string) (map[string]State, 
 	return states, nil
 }
 
+// UnitPattern matches the name of every unit holdfast starts.
+const UnitPattern = "holdfast-*"
+
+// StatesMatching asks systemd about every unit it has loaded whose name matches pattern (a
+// shell pattern), in one call. A unit not in the answer was not loaded: systemd would say
+// "not-found" of it, as NotFound does. An error is as for States.
+func (r *Runner) StatesMatching(ctx context.Context, pattern string) (map[string]State, error) {
+	var states map[string]State
+	err := r.call(ctx, func(ctx context.Context, c *sddbus.Conn) error {
+		units, err := c.ListUnitsByPatternsContext(ctx, []string{}, []string{pattern})
+		if err != nil {
+			return err
+		}
+		states = make(map[string]State, len(units))
+		for _, u := range units {
+			states[u.Name] = State{LoadState: u.LoadState, ActiveState: u.ActiveState, SubState: u.SubState}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ask systemd about the units named %s: %w", pattern, err)
+	}
+	return states, nil
+}
+
+// NotFound is the state systemd gives a unit it does not know.
+var NotFound = State{LoadState: "not-found", ActiveState: "inactive", SubState: "dead"}
+
 // Alive reports whether one unit is still there (see State.Alive). An error means systemd could
 // not be asked and says nothing about the unit.
 func (r *Runner) Alive(ctx context.Context, name string) (bool, State, error) {
