@@ -229,12 +229,16 @@ func fatalLine(stderr string) string {
 
 // JournalPath is where an attempt's run journal lives under the state directory.
 func JournalPath(stateDir string, run uuid.UUID, attempt int) string {
-	return filepath.Join(stateDir, "runs", run.String(), "a"+strconv.Itoa(attempt), "journal.jsonl")
+	return filepath.Join(stateDir, journalName(run, attempt))
+}
+
+// journalName is JournalPath relative to the state directory.
+func journalName(run uuid.UUID, attempt int) string {
+	return "runs/" + run.String() + "/a" + strconv.Itoa(attempt) + "/journal.jsonl"
 }
 
 // JournalSource is how the daemon opens an attempt's journal: below the state directory,
 // following no link, and only if uid (the job's user; 0 for root) owns it.
 func JournalSource(stateDir string, run uuid.UUID, attempt, uid int) journal.Source {
-	rel, _ := filepath.Rel(stateDir, JournalPath(stateDir, run, attempt))
-	return journal.Source{Dir: stateDir, Name: rel, UID: uid}
+	return journal.Source{Dir: stateDir, Name: journalName(run, attempt), UID: uid}
 }

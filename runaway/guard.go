@@ -143,9 +143,12 @@ func (g *Guard) Watch(l model.LiveRun) {
 		g.active = map[model.AttemptRef]context.CancelFunc{}
 	}
 	g.active[ref] = cancel
+	// The goroutine's own copies, made here: l and a themselves are not moved to the heap at
+	// each call, most of which watch nothing.
+	watched, hold := l, *a.HoldBytes
 	g.wg.Go(func() {
 		defer unix.Close(data)
-		g.follow(ctx, fw, data, l, *a.HoldBytes)
+		g.follow(ctx, fw, data, watched, hold)
 		g.Unwatch(ref) // a watch that gave up can be armed again by the next pass
 	})
 }

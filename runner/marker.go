@@ -40,7 +40,11 @@ var (
 
 // MarkerPath is where the marker of an attempt lives under the state directory.
 func MarkerPath(stateDir string, run uuid.UUID, attempt int) string {
-	return filepath.Join(stateDir, "markers", run.String()+".a"+strconv.Itoa(attempt)+".json")
+	return filepath.Join(stateDir, "markers", markerName(run, attempt))
+}
+
+func markerName(run uuid.UUID, attempt int) string {
+	return run.String() + ".a" + strconv.Itoa(attempt) + ".json"
 }
 
 // WriteMarker writes m to its path atomically: a temporary file, fsync, rename, fsync of the
@@ -120,9 +124,11 @@ func OpenMarkers(stateDir string) (*Markers, error) {
 
 // Read reads the marker of an attempt as ReadMarker does.
 func (m *Markers) Read(run uuid.UUID, attempt int) (Marker, error) {
-	path := MarkerPath(m.stateDir, run, attempt)
-	fd, err := unix.Openat(m.fd, filepath.Base(path), markerFlags, 0)
-	return readMarker(fd, err, path, run, attempt)
+	fd, err := unix.Openat(m.fd, markerName(run, attempt), markerFlags, 0)
+	if errors.Is(err, unix.ENOENT) { // the common case: not one allocation more
+		return Marker{}, ErrNoMarker
+	}
+	return readMarker(fd, err, MarkerPath(m.stateDir, run, attempt), run, attempt)
 }
 
 // Close closes the directory.

@@ -299,12 +299,16 @@ func (s *Store) liveRuns(ctx context.Context, what string, sizeHint int64, candi
 		read = make([]model.LiveRun, 0, sizeHint+sizeHint/8)
 		order = make([]place, 0, sizeHint+sizeHint/8)
 	}
+	// One row at a time is scanned into l and as, through one list of their fields.
+	var l model.LiveRun
+	var as attemptScan
+	var priority int
+	dest := append(runDest(&l.Run), as.dest()...)
+	dest = append(dest, &l.JobEngine, &l.JobRepository, &l.JobUser, &l.ReadAt, &priority)
 	for rows.Next() {
-		var l model.LiveRun
-		var as attemptScan
-		var priority int
-		dest := append(runDest(&l.Run), as.dest()...)
-		if err := rows.Scan(append(dest, &l.JobEngine, &l.JobRepository, &l.JobUser, &l.ReadAt, &priority)...); err != nil {
+		// Cleared first, so that nothing the last row read (a slice it was given) is reused.
+		l, as = model.LiveRun{}, attemptScan{}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("list %s: %w", what, err)
 		}
 		l.Attempt = as.attempt()
