@@ -322,9 +322,11 @@ func (h *simHost) renew(ctx context.Context) {
 
 // listen is Supervisor.listen.
 func (h *simHost) listen(ctx context.Context) {
+	failures := 0
 	for ctx.Err() == nil {
 		err := h.st.Listen(ctx, store.Wakes{Host: h.name,
 			Runs: func() {
+				failures = 0
 				h.admitWake.Wake()
 				h.sweepWake.Wake()
 			},
@@ -332,8 +334,9 @@ func (h *simHost) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		failures++
 		slog.New(h.stats).Warn("listen for notifications failed; polling meanwhile", "err", err)
-		if !wake.Sleep(ctx, 2*time.Second, nil) {
+		if !wake.Sleep(ctx, wake.Backoff(2*time.Second, 30*time.Second, failures), nil) {
 			return
 		}
 	}
@@ -603,8 +606,8 @@ func readCPU(b *testing.B) cpuTimes {
 	return c
 }
 
-// serverCPU is the CPU time of the fleet's PostgreSQL by process: the postmaster and its
-// children alive now. The time of a child that ends within a measurement is not counted.
+// serverCPU is the CPU time of the fleet's PostgreSQL by process: the postmaster, with its
+// children that ended, and its children alive now.
 func (f *fleet) serverCPU(b *testing.B) map[int]time.Duration {
 	pid, err := os.ReadFile(filepath.Join(f.srv.Dir, "data", "postmaster.pid"))
 	if err != nil {
@@ -631,7 +634,7 @@ func (f *fleet) serverCPU(b *testing.B) map[int]time.Duration {
 		}
 		i := strings.LastIndexByte(string(stat), ')')
 		fields := strings.Fields(string(stat[i+1:]))
-		if len(fields) < 13 {
+		if len(fields) < 15 {
 			continue
 		}
 		if ppid, _ := strconv.Atoi(fields[1]); p != postmaster && ppid != postmaster {
@@ -639,16 +642,29 @@ func (f *fleet) serverCPU(b *testing.B) map[int]time.Duration {
 		}
 		utime, _ := strconv.ParseInt(fields[11], 10, 64)
 		stime, _ := strconv.ParseInt(fields[12], 10, 64)
+		if p == postmaster {
+			// What the backends that ended spent (a connection closed, or never set up): the
+			// postmaster reaps them.
+			cutime, _ := strconv.ParseInt(fields[13], 10, 64)
+			cstime, _ := strconv.ParseInt(fields[14], 10, 64)
+			utime, stime = utime+cutime, stime+cstime
+		}
 		out[p] = time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
 	}
 	return out
 }
 
-// since is the CPU time the processes of now spent since then.
+// since is the CPU time the processes of now spent since then. A process of then that ended
+// meanwhile is counted in its parent's, whole: what it had spent by then is taken off.
 func since(then, now map[int]time.Duration) time.Duration {
 	var d time.Duration
 	for p, t := range now {
 		d += t - then[p]
+	}
+	for p, t := range then {
+		if _, ok := now[p]; !ok {
+			d -= t
+		}
 	}
 	return d
 }

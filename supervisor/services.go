@@ -152,14 +152,14 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 // host's, and delivery on each notification to send, on one connection, listening again after
 // a failure; the intervals are the backstop while it does not listen.
 func (s *Supervisor) listen(ctx context.Context) {
-	failed := false
+	failures := 0 // in a row
 	for ctx.Err() == nil {
 		err := s.cfg.Store.Listen(ctx, store.Wakes{Host: s.rec.Host(),
 			Runs: func() {
-				if failed {
+				if failures > 0 {
 					// Listen wakes once when it listens again.
 					s.cfg.Logger.Info("listening for notifications again")
-					failed = false
+					failures = 0
 				}
 				s.admitWake.Wake()
 				s.sweepWake.Wake()
@@ -168,11 +168,11 @@ func (s *Supervisor) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		failed = true
-		s.cfg.Logger.Warn("listen for notifications failed; polling meanwhile", "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(relistenAfter):
+		failures++
+		wait := wake.Backoff(relistenAfter, relistenAtMost, failures)
+		s.cfg.Logger.Warn("listen for notifications failed; polling meanwhile", "err", err, "again_in", wait.Round(time.Millisecond))
+		if !wake.Sleep(ctx, wait, nil) {
+			return
 		}
 	}
 }

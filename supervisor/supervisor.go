@@ -66,9 +66,14 @@ const (
 // (another daemon holds it, say).
 const minWait = 100 * time.Millisecond
 
-// relistenAfter is how long the notification listener waits before it listens again after a
-// failure; the sweep interval is the backstop meanwhile.
-const relistenAfter = 2 * time.Second
+// relistenAfter is how long the notification listener first waits before it listens again
+// after a failure, doubled at each failure in a row up to relistenAtMost, and spread (see
+// wake.Backoff): a database restarted under a fleet is not met by every daemon at once. The
+// sweep interval is the backstop meanwhile.
+const (
+	relistenAfter  = 2 * time.Second
+	relistenAtMost = 30 * time.Second
+)
 
 // Config configures a Supervisor. Start from Defaults: Validate refuses a zero where zero means
 // nothing sensible (an interval, a count). Each setting names the daemon's flag for it, and

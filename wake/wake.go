@@ -4,6 +4,7 @@ package wake
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 )
 
@@ -40,4 +41,20 @@ func Wait(ctx context.Context, d time.Duration, s Signal) (alive, asked bool) {
 	case <-timer.C:
 		return true, false
 	}
+}
+
+// Backoff is how long to wait after the failures-th failure in a row (1 for the first): first,
+// doubled at each failure up to most, and then spread over half to one and a half times that,
+// so that the many processes a shared failure stopped together (a database restarted under a
+// fleet's daemons) do not all come back at the same instant.
+func Backoff(first, most time.Duration, failures int) time.Duration {
+	d := first
+	for i := 1; i < failures && d < most; i++ {
+		d *= 2
+	}
+	d = min(d, most)
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + rand.N(d)
 }

@@ -207,8 +207,11 @@ func TestPostgresRestartWhileRunsLive(t *testing.T) {
 		release()
 		w.endedRight(ids)
 		d.running(t, "after the "+mode+" restart")
-		if relisten := d.lines(offset, "listening for notifications again"); len(relisten) == 0 {
-			t.Fatalf("after the %s restart the daemon did not listen for notifications again", mode)
+		// Listening again may wait out its backoff (at most 45s) after the runs ended.
+		for deadline := time.Now().Add(2 * time.Minute); len(d.lines(offset, "listening for notifications again")) == 0; time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after the %s restart the daemon did not listen for notifications again", mode)
+			}
 		}
 		w.checkInvariants()
 		troubled := d.troubledPasses(offset)
