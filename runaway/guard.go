@@ -59,6 +59,8 @@ type Guard struct {
 	base   context.Context // the watches' parent; nil when not started
 	cancel context.CancelFunc
 	active map[model.AttemptRef]context.CancelFunc
+	// unwatchable are the attempts whose repository could not be watched, told once each.
+	unwatchable map[model.AttemptRef]bool
 	// stopping refuses new watches while Stop waits for the others.
 	stopping bool
 	wg       sync.WaitGroup
@@ -131,9 +133,17 @@ func (g *Guard) Watch(l model.LiveRun) {
 	}
 	fw, data, err := watchData(dir)
 	if err != nil {
-		g.cfg.Logger.Warn("runaway guard: cannot watch the repository; it measures once per pass", "run", l.Run.ID, "err", err)
+		// Tried again at every pass, told once: each pass measures the repository anyway.
+		if !g.unwatchable[ref] {
+			g.cfg.Logger.Warn("runaway guard: cannot watch the repository; it measures once per pass", "run", l.Run.ID, "err", err)
+			if g.unwatchable == nil {
+				g.unwatchable = map[model.AttemptRef]bool{}
+			}
+			g.unwatchable[ref] = true
+		}
 		return
 	}
+	delete(g.unwatchable, ref)
 	base := g.base
 	if base == nil {
 		base = context.Background()
@@ -176,6 +186,11 @@ func (g *Guard) Prune(live []model.LiveRun) {
 		if !keep[ref] {
 			cancel()
 			delete(g.active, ref)
+		}
+	}
+	for ref := range g.unwatchable {
+		if !keep[ref] {
+			delete(g.unwatchable, ref)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package runaway
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -183,4 +185,43 @@ func TestWatchStopsARunaway(t *testing.T) {
 	if got := c.got(); !slices.Equal(got, want) {
 		t.Fatalf("calls %v, want %v (once, after the lease came back)", got, want)
 	}
+}
+
+// A repository that cannot be watched is told once per attempt, though each pass tries again;
+// an attempt no longer live is forgotten.
+func TestUnwatchableToldOnce(t *testing.T) {
+	l, repo := backup(t)
+	if err := os.RemoveAll(repo); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	var mu sync.Mutex
+	g := New(Config{Store: &calls{}, Units: &calls{}, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &log}, nil))})
+	told := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Count(log.String(), "cannot watch the repository")
+	}
+	for range 3 {
+		g.Watch(l)
+	}
+	if n := told(); n != 1 {
+		t.Fatalf("told %d times over three passes, want once:\n%s", n, log.String())
+	}
+	g.Prune(nil) // the attempt ended
+	g.Watch(l)
+	if n := told(); n != 2 {
+		t.Fatalf("told %d times after the attempt was pruned and watched again, want 2", n)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
