@@ -9,6 +9,7 @@ import (
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/model"
@@ -53,6 +54,25 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 	return e
 }
 
+// claimPastGrace claims the spawn of the run's attempt 1 as unit, dated two hours back: past
+// any spawn grace the tests give.
+func (e sweepEnv) claimPastGrace(t *testing.T, run uuid.UUID, unit string) {
+	t.Helper()
+	ctx := context.Background()
+	if ok, _, err := e.st.ClaimSpawn(ctx, store.Lease{Host: e.rec.Host()}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run, No: 1}, Unit: unit}); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	db, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	if _, err := db.Exec(ctx, `UPDATE attempts SET spawn_claimed_at = spawn_claimed_at - interval '2 hours'
+		WHERE run_id = $1 AND attempt_no = 1`, run); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A failed unit the manager did not collect, with no marker (its ExecStopPost never ran), is
 // reset so its name is free, and the run is restarted once its spawn grace is over and then
 // finishes in attempt 2.
@@ -72,18 +92,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := runner.UnitName("flaky", run.ID, 1)
-	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: rec.Host()}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
-		t.Fatalf("claim: %v %v", ok, err)
-	}
-	db, err := pgx.Connect(ctx, e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(ctx)
-	if _, err := db.Exec(ctx, `UPDATE attempts SET spawn_claimed_at = spawn_claimed_at - interval '2 hours'
-		WHERE run_id = $1 AND attempt_no = 1`, run.ID); err != nil {
-		t.Fatal(err)
-	}
+	e.claimPastGrace(t, run.ID, unit)
 	// Started behind holdfast's back with systemd's default CollectMode and no ExecStopPost.
 	conn := mgr.Conn(t)
 	props := []sddbus.Property{sddbus.PropType("exec"), sddbus.PropExecStart([]string{"/bin/false"}, false)}
@@ -223,19 +232,7 @@ func TestUnitsAskedAsRunsAreRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lostRef := model.AttemptRef{Run: lost.ID, No: 1}
-	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: rec.Host()}, store.SpawnClaim{Attempt: lostRef, Unit: runner.UnitName("lost", lost.ID, 1)}); err != nil || !ok {
-		t.Fatalf("claim: %v %v", ok, err)
-	}
-	db, err := pgx.Connect(ctx, e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(ctx)
-	if _, err := db.Exec(ctx, `UPDATE attempts SET spawn_claimed_at = spawn_claimed_at - interval '2 hours'
-		WHERE run_id = $1 AND attempt_no = 1`, lost.ID); err != nil {
-		t.Fatal(err)
-	}
+	e.claimPastGrace(t, lost.ID, runner.UnitName("lost", lost.ID, 1))
 	if n := reconcile.UnitsLastPass(rec); n == 0 {
 		t.Fatal("the last pass asked about no unit: the next would not ask as it reads the runs")
 	}
