@@ -412,13 +412,15 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	}
 	var mu sync.Mutex
 	pass := &passReads{jobs: jobs, states: states, statesErr: statesErr}
-	if root, err := journal.OpenRoot(r.cfg.StateDir); err == nil {
-		pass.stateDir = root
-		defer root.Close()
-	}
-	if markers, err := runner.OpenMarkers(r.cfg.StateDir); err == nil {
-		pass.markers = markers
-		defer markers.Close()
+	if len(live) > 0 { // an idle daemon's pass opens nothing
+		if root, err := journal.OpenRoot(r.cfg.StateDir); err == nil {
+			pass.stateDir = root
+			defer root.Close()
+		}
+		if markers, err := runner.OpenMarkers(r.cfg.StateDir); err == nil {
+			pass.markers = markers
+			defer markers.Close()
+		}
 	}
 	one := func(l model.LiveRun) {
 		runCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
