@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/holdfast-backup/holdfast/migrations"
@@ -187,6 +188,10 @@ func Connect(ctx context.Context, addr Address) (*Store, error) {
 	return open(ctx, addr, nil)
 }
 
+// cancelWait is how long a query whose context ended may still take to end on the server once
+// asked to cancel; then its connection is closed (a server that does not answer at all).
+const cancelWait = 2 * time.Second
+
 func open(ctx context.Context, addr Address, configure func(*pgxpool.Config)) (*Store, error) {
 	dsn := addr.DSN
 	cfg, err := pgxpool.ParseConfig(dsn)
@@ -222,7 +227,7 @@ func open(ctx context.Context, addr Address, configure func(*pgxpool.Config)) (*
 		configure(cfg)
 	}
 	if session == nil {
-		session = cfg.ConnConfig
+		session = cfg.ConnConfig.Copy()
 	} else {
 		if session.ConnectTimeout == 0 {
 			session.ConnectTimeout = cfg.ConnConfig.ConnectTimeout
@@ -230,6 +235,13 @@ func open(ctx context.Context, addr Address, configure func(*pgxpool.Config)) (*
 		if !strings.Contains(addr.SessionDSN, "target_session_attrs") {
 			session.ValidateConnect = cfg.ConnConfig.ValidateConnect
 		}
+	}
+	// A query whose context ends is cancelled on the server and its connection kept. Closing
+	// the connection instead has the next query open a new one, a cold server process: on a
+	// loaded server that makes the next query late too, and a fleet's daemons then reconnect
+	// without end. The listener keeps closing its own: it runs nothing to cancel.
+	cfg.ConnConfig.BuildContextWatcherHandler = func(conn *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: conn, DeadlineDelay: cancelWait}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
