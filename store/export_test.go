@@ -12,3 +12,6 @@ import (
 func OpenTraced(ctx context.Context, dsn string, tracer pgx.QueryTracer) (*Store, error) {
 	return open(ctx, Address{DSN: dsn}, func(c *pgxpool.Config) { c.ConnConfig.Tracer = tracer })
 }
+
+// GenericPlans is the setting queryGeneric sends before a read.
+const GenericPlans = genericPlans

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -25,16 +26,32 @@ type statementLog struct {
 type loggedStatement struct {
 	sql  string
 	args []any
+	// generic: the store ran it with its generic plan (store.queryGeneric: it came in a batch
+	// right after the setting that asks for one).
+	generic bool
 }
 
 func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.calls = append(l.calls, loggedStatement{d.SQL, d.Args})
+	l.calls = append(l.calls, loggedStatement{sql: d.SQL, args: d.Args})
 	return ctx
 }
 
 func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	generic := len(l.calls) > 0 && l.calls[len(l.calls)-1].sql == store.GenericPlans
+	l.calls = append(l.calls, loggedStatement{sql: d.SQL, args: d.Args, generic: generic})
+}
+
+func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 func (l *statementLog) take() []loggedStatement {
 	l.mu.Lock()
@@ -70,7 +87,8 @@ func rowsRead(plan any, tables []string) float64 {
 // The reads a daemon makes at every pass, and the claims it tries, cost what its host has,
 // not what the fleet has: on a database seeded as a fleet's (hosts with their jobs, history,
 // deliveries and live runs, one host down), each statement they run, executed with the
-// arguments it ran with (EXPLAIN ANALYZE, rolled back), reads as many rows of the tables that
+// arguments it ran with (EXPLAIN ANALYZE, rolled back) and the plan it ran with (a generic one
+// for the reads the store plans once per connection), reads as many rows of the tables that
 // grow with the fleet or with history at 200 hosts as at 50. The hosts table (a row per host,
 // read whole by the planner while it is this small) is left to the fleet benchmark.
 func TestDaemonReadsUseIndexes(t *testing.T) {
@@ -113,6 +131,8 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 		// fleet says the read is the fleet's, made by one daemon per interval (a duty): it
 		// may grow with the fleet.
 		fleet bool
+		// generic says the store runs its read with the read's generic plan.
+		generic bool
 	}{
 		{what: "renew the lease", do: func() error { _, err := st.RenewLease(ctx, lease, time.Hour); return err }},
 		{what: "live runs", do: func() error { _, err := st.LiveRuns(ctx, host); return err }},
@@ -125,7 +145,7 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 		{what: "down hosts", do: func() error { _, _, err := st.DownHosts(ctx, host, time.Second); return err }},
 		{what: "notice down hosts", do: func() error { _, err := st.NoticeDownHosts(ctx, host, time.Second); return err }},
 		{what: "orphans", do: func() error { _, err := st.Orphans(ctx, host, time.Second); return err }},
-		{what: "superseded", do: func() error { _, err := st.Superseded(ctx, host, 24*time.Hour); return err }},
+		{what: "superseded", generic: true, do: func() error { _, err := st.Superseded(ctx, host, 24*time.Hour); return err }},
 		{what: "deferred settlements", do: func() error { _, err := st.DeferredSettlements(ctx, host); return err }},
 		{what: "watch", do: func() error { _, err := st.WatchFacts(ctx, store.WatchScope{Host: host}); return err }},
 		{what: "watch the unattended", fleet: true, do: func() error {
@@ -149,12 +169,17 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 			if len(calls) == 0 {
 				t.Fatalf("%s ran no statement", p.what)
 			}
+			generic := false
 			for _, c := range calls {
 				verb := strings.ToUpper(strings.Fields(c.sql)[0])
 				if !slices.Contains([]string{"SELECT", "WITH", "UPDATE", "INSERT"}, verb) {
-					continue // begin, commit, savepoints
+					continue // begin, commit, savepoints, the plans' setting
 				}
 				read[p.what] += rowsReadBy(t, conn, c, grows)
+				generic = generic || c.generic
+			}
+			if generic != p.generic {
+				t.Fatalf("%s: ran with a generic plan %v, want %v", p.what, generic, p.generic)
 			}
 		}
 		return read
@@ -174,17 +199,51 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 var errRollBack = errors.New("roll back")
 
 // rowsReadBy executes the statement c ran, with its arguments, under EXPLAIN ANALYZE in a
-// transaction rolled back, and returns the rows its scans of tables read (rowsRead).
+// transaction rolled back, and returns the rows its scans of tables read (rowsRead): with its
+// generic plan, made without the arguments, if the store ran it so (c.generic), else with a plan
+// made for them.
 func rowsReadBy(t *testing.T, conn *pgx.Conn, c loggedStatement, tables []string) float64 {
 	t.Helper()
 	ctx := context.Background()
+	const probe = "rows_read_probe"
 	var raw []byte
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+c.sql, c.args...).Scan(&raw); err != nil {
+		if !c.generic {
+			if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+c.sql, c.args...).Scan(&raw); err != nil {
+				return err
+			}
+			return errRollBack
+		}
+		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+			return err
+		}
+		sd, err := tx.Prepare(ctx, probe, c.sql)
+		if err != nil {
+			return err
+		}
+		// EXECUTE's arguments are typed here and sent as literals: the server describes no
+		// parameter of a utility statement.
+		params := make([]string, len(sd.ParamOIDs))
+		for i, oid := range sd.ParamOIDs {
+			var typ string
+			if err := tx.QueryRow(ctx, "SELECT format_type($1, NULL)", oid).Scan(&typ); err != nil {
+				return err
+			}
+			params[i] = fmt.Sprintf("$%d::%s", i+1, typ)
+		}
+		execute := "EXECUTE " + probe
+		if len(params) > 0 {
+			execute += "(" + strings.Join(params, ", ") + ")"
+		}
+		args := append([]any{pgx.QueryExecModeSimpleProtocol}, c.args...)
+		if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+execute, args...).Scan(&raw); err != nil {
 			return err
 		}
 		return errRollBack
 	})
+	if c.generic {
+		_ = conn.Deallocate(ctx, probe)
+	}
 	if !errors.Is(err, errRollBack) {
 		t.Fatalf("explain %s: %v", c.sql, err)
 	}

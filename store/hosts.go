@@ -476,7 +476,7 @@ type SupersededAttempt struct {
 // Superseded returns this host's attempts that another host took over in the last within: their
 // units may still be running here, and are stopped.
 func (s *Store) Superseded(ctx context.Context, host string, within time.Duration) ([]SupersededAttempt, error) {
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.queryGeneric(ctx, `
 		SELECT `+attemptColumns+`, r.job_name FROM attempts a JOIN runs r ON r.id = a.run_id
 		WHERE a.host = $1 AND a.superseded_at > now() - $2::interval
 		ORDER BY a.superseded_at`, host, within)
