@@ -38,7 +38,10 @@ const (
 // newFleet starts the fleet's PostgreSQL, accepting maxConnections sessions.
 func newFleet(b *testing.B, maxConnections int) *fleet {
 	ctx := context.Background()
-	srv, dsn := testenv.PrivatePostgres(b, "shared_preload_libraries=pg_stat_statements", fmt.Sprintf("max_connections=%d", maxConnections))
+	// autovacuum as a fleet's server runs it: the leases' renewals leave dead rows at every host's
+	// renewal, which the test servers' setting (off) would let pile up for the whole bench.
+	srv, dsn := testenv.PrivatePostgres(b, "shared_preload_libraries=pg_stat_statements", fmt.Sprintf("max_connections=%d", maxConnections),
+		"autovacuum=on", "pg_stat_statements.track_planning=on")
 	if _, err := migrations.Apply(ctx, dsn); err != nil {
 		b.Fatal(err)
 	}
@@ -99,8 +102,9 @@ type statementCost struct {
 	ID     int64
 	Query  string
 	Calls  int64
-	MS     float64
-	Blocks int64 // shared buffers hit or read: its work, however loaded the server
+	MS     float64 // planning and executing it
+	PlanMS float64 // planning it
+	Blocks int64   // shared buffers hit or read: its work, however loaded the server
 }
 
 // daemonCost reads what the daemon's role spent since the last reset, by statement, apart
@@ -124,14 +128,15 @@ func (f *fleet) daemonCost(b *testing.B) (own, duties float64, calls int64, top 
 // statements reads what role spent since the last reset, by statement.
 func (f *fleet) statements(b *testing.B, role string) []statementCost {
 	rows, err := f.conn.Query(context.Background(), `
-		SELECT queryid, query, calls, total_exec_time, shared_blks_hit + shared_blks_read FROM pg_stat_statements
+		SELECT queryid, query, calls, total_exec_time + total_plan_time, total_plan_time, shared_blks_hit + shared_blks_read
+		FROM pg_stat_statements
 		WHERE userid = (SELECT oid FROM pg_roles WHERE rolname = $1)`, role)
 	if err != nil {
 		b.Fatal(err)
 	}
 	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (statementCost, error) {
 		var s statementCost
-		return s, r.Scan(&s.ID, &s.Query, &s.Calls, &s.MS, &s.Blocks)
+		return s, r.Scan(&s.ID, &s.Query, &s.Calls, &s.MS, &s.PlanMS, &s.Blocks)
 	})
 	if err != nil {
 		b.Fatal(err)
