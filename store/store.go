@@ -239,9 +239,13 @@ func open(ctx context.Context, addr Address, configure func(*pgxpool.Config)) (*
 	// A query whose context ends is cancelled on the server and its connection kept. Closing
 	// the connection instead has the next query open a new one, a cold server process: on a
 	// loaded server that makes the next query late too, and a fleet's daemons then reconnect
-	// without end. The listener keeps closing its own: it runs nothing to cancel.
-	cfg.ConnConfig.BuildContextWatcherHandler = func(conn *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: conn, DeadlineDelay: cancelWait}
+	// without end. The listener keeps closing its own: it runs nothing to cancel. Behind a
+	// pooler a closed client connection costs no server process, and PgBouncer 1.18 was seen
+	// to exit while it passed on cancel requests to a frozen server.
+	if !addr.Pooled() {
+		cfg.ConnConfig.BuildContextWatcherHandler = func(conn *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.CancelRequestContextWatcherHandler{Conn: conn, DeadlineDelay: cancelWait}
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
