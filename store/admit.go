@@ -283,9 +283,8 @@ func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule string, j model.J
 // run without a unit. Nil if there is none. It reads the host's jobs and their live runs only
 // (jobs_host, runs_live_job), never the fleet's or the history.
 func (s *Store) NextDue(ctx context.Context, host string, lead time.Duration) (*time.Time, error) {
-	var next *time.Time
 	// A job set aside is due again at its retry time, not at its slot.
-	if err := s.pool.QueryRow(ctx, `
+	rows, err := s.queryGeneric(ctx, `
 		WITH j AS (
 			SELECT j.id, j.next_run_at, j.next_prune_at, j.next_verify_at, j.next_drill_at, j.admission_retry_at,
 				-- A lookup per job: an EXISTS may be planned as a hash of every live run of the fleet.
@@ -306,7 +305,12 @@ func (s *Store) NextDue(ctx context.Context, host string, lead time.Duration) (*
 			(SELECT min(greatest(next_drill_at, admission_retry_at)) FROM j WHERE NOT live AND next_drill_at IS NOT NULL),
 			(SELECT min(CASE WHEN a.unit IS NULL AND q.not_before - $1 * interval '1 microsecond' > now()
 					THEN q.not_before - $1 * interval '1 microsecond' ELSE q.not_before END)
-				FROM q JOIN attempts a ON a.run_id = q.id AND a.ended_at IS NULL))`, lead.Microseconds(), host).Scan(&next); err != nil {
+				FROM q JOIN attempts a ON a.run_id = q.id AND a.ended_at IS NULL))`, lead.Microseconds(), host)
+	var next *time.Time
+	if err == nil {
+		next, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[*time.Time])
+	}
+	if err != nil {
 		return nil, fmt.Errorf("next due job: %w", err)
 	}
 	return next, nil

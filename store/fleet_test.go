@@ -137,7 +137,7 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 		{what: "renew the lease", do: func() error { _, err := st.RenewLease(ctx, lease, time.Hour); return err }},
 		{what: "live runs", do: func() error { _, err := st.LiveRuns(ctx, host); return err }},
 		{what: "jobs to spawn", do: func() error { _, err := st.JobsFor(ctx, host); return err }},
-		{what: "next due", do: func() error { _, err := st.NextDue(ctx, host, 10*time.Second); return err }},
+		{what: "next due", generic: true, do: func() error { _, err := st.NextDue(ctx, host, 10*time.Second); return err }},
 		{what: "admission", do: func() error {
 			_, err := st.AdmitDue(ctx, time.Now(), time.Now().Add(10*time.Second), 10, time.Minute, nil)
 			return err
@@ -146,7 +146,7 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 		{what: "notice down hosts", do: func() error { _, err := st.NoticeDownHosts(ctx, host, time.Second); return err }},
 		{what: "orphans", do: func() error { _, err := st.Orphans(ctx, host, time.Second); return err }},
 		{what: "superseded", generic: true, do: func() error { _, err := st.Superseded(ctx, host, 24*time.Hour); return err }},
-		{what: "deferred settlements", do: func() error { _, err := st.DeferredSettlements(ctx, host); return err }},
+		{what: "deferred settlements", generic: true, do: func() error { _, err := st.DeferredSettlements(ctx, host); return err }},
 		{what: "watch", do: func() error { _, err := st.WatchFacts(ctx, store.WatchScope{Host: host}); return err }},
 		{what: "watch the unattended", fleet: true, do: func() error {
 			_, err := st.WatchFacts(ctx, store.WatchScope{Unattended: true})

@@ -512,7 +512,7 @@ type DeferredSettlement struct {
 // DeferredSettlements lists ended attempts whose holds are still open, for the sweep of host to try
 // again: those of jobs pinned to host or of any-host jobs ("" lists all).
 func (s *Store) DeferredSettlements(ctx context.Context, host string) ([]DeferredSettlement, error) {
-	rows, err := s.pool.Query(ctx, `SELECT a.run_id, a.attempt_no, r.job_name, h.bytes, a.settle_deferred,
+	rows, err := s.queryGeneric(ctx, `SELECT a.run_id, a.attempt_no, r.job_name, h.bytes, a.settle_deferred,
 			CASE WHEN a.attempt_no = (SELECT max(attempt_no) FROM attempts WHERE run_id = r.id) THEN coalesce(r.snapshot_id, '') ELSE '' END,
 			coalesce(j.engine, ''), coalesce(j.repository, ''), coalesce(j.password_file, '')
 		FROM open_holds h JOIN attempts a ON a.run_id = h.run_id AND a.attempt_no = h.attempt_no
