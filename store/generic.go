@@ -17,9 +17,10 @@ const (
 // costs far more than its execution: the server plans it once per connection (its generic plan)
 // instead of at every execution, as it chose to. In the simulated fleet at 600 hosts, planning
 // was two thirds of a daemon's database time; Superseded's read planned in 0.7 ms and ran in
-// 0.01. Not every read gains: the sweep's live runs ran twice as long with their generic plan
-// as planning them cost. Only reads whose generic plan keeps to the indexes go through it, as
-// TestDaemonReadsUseIndexes checks by executing them with it. Closing the rows ends the batch.
+// 0.01. Not every read gains: the sweep's read of live runs took twice as long with its generic
+// plan as it did planned anew each time. Only reads whose generic plan keeps to the indexes go
+// through it, as TestDaemonReadsUseIndexes checks by executing them with it. Closing the rows
+// ends the batch.
 func (s *Store) queryGeneric(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	b := &pgx.Batch{}
 	b.Queue(genericPlans)
