@@ -39,18 +39,14 @@ func (s *Store) queryGeneric(ctx context.Context, sql string, args ...any) (pgx.
 	return &batchRows{Rows: rows, results: results}, nil
 }
 
-// batchRows are the rows of the read in a batch, whose last results Close reads.
+// batchRows are the rows of the read in a batch, whose last results Close reads. Both closes
+// may be called again: pgx makes them no-ops.
 type batchRows struct {
 	pgx.Rows
 	results pgx.BatchResults
-	closed  bool
 }
 
 func (r *batchRows) Close() {
-	if r.closed {
-		return
-	}
-	r.closed = true
 	r.Rows.Close()
 	// The setting's reset: had it failed, the batch's transaction would have undone the setting.
 	_ = r.results.Close()
