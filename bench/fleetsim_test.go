@@ -49,8 +49,9 @@ const (
 	// simulated host takes its seeded lease as that holder, and its units are of this boot.
 	simHolder = "sim"
 	simBootID = "boot"
-	// The supervisor's delivery interval and history compaction (deliverInterval, compactEvery
-	// and its duty), which it does not export; the calibration shows the rates they give.
+	// The supervisor's delivery interval without a listener and history compaction
+	// (deliverInterval, compactEvery and its duty), which it does not export; the calibration
+	// shows the rates they give.
 	simDeliverEvery = 2 * time.Second
 	simCompactEvery = time.Hour
 	simCompactDuty  = "compact-history"
@@ -198,6 +199,8 @@ type simHost struct {
 	deliverer                         *notify.Deliverer
 	stats                             *simStats
 	sweepWake, admitWake, deliverWake wake.Signal
+	dueWake                           wake.Signal
+	listening                         atomic.Bool
 
 	mu        sync.Mutex
 	lease     store.Lease // guarded by mu
@@ -207,7 +210,7 @@ type simHost struct {
 func newSimHost(name string, st *store.Store, stats *simStats, stateDir string) (*simHost, error) {
 	logger := slog.New(stats)
 	h := &simHost{name: name, st: st, cfg: supervisor.Defaults(), stats: stats, sweepWake: wake.New(), admitWake: wake.New(),
-		deliverWake: wake.New()}
+		deliverWake: wake.New(), dueWake: wake.New()}
 	rc := h.cfg.Config
 	rc.Store, rc.Runner, rc.Host, rc.StateDir, rc.Binary, rc.BootID, rc.Logger = st, &memUnits{}, name, stateDir,
 		"/usr/bin/holdfast", simBootID, logger
@@ -328,11 +331,16 @@ func (h *simHost) listen(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := h.st.Listen(ctx, store.Wakes{Host: h.name,
 			Runs: func() {
+				h.listening.Store(true)
 				failures = 0
 				h.admitWake.Wake()
 				h.sweepWake.Wake()
 			},
-			Deliveries: h.deliverWake.Wake})
+			Deliveries: func() {
+				h.listening.Store(true)
+				h.deliverWake.Wake()
+			}})
+		h.listening.Store(false)
 		if ctx.Err() != nil {
 			return
 		}
@@ -348,7 +356,10 @@ func (h *simHost) listen(ctx context.Context) {
 func (h *simHost) sweep(ctx context.Context) {
 	for {
 		start := time.Now()
-		_, err := h.rec.Sweep(ctx)
+		stats, err := h.rec.Sweep(ctx)
+		if stats.LiveChanged {
+			h.dueWake.Wake()
+		}
 		switch {
 		case errors.Is(err, reconcile.ErrNoLease):
 			h.stats.count(&h.stats.standBy)
@@ -389,7 +400,7 @@ func (h *simHost) admit(ctx context.Context) {
 			h.sweepWake.Wake()
 			wokeFor = dueAt
 		}
-		wait := h.cfg.SweepInterval
+		wait := h.pollEvery(h.cfg.SweepInterval)
 		dueAt = time.Time{}
 		nextCtx, cancel := context.WithTimeout(ctx, store.DefaultStatementTimeout)
 		next, nextErr := h.st.NextDue(nextCtx, h.name, h.cfg.StartLead)
@@ -403,10 +414,34 @@ func (h *simHost) admit(ctx context.Context) {
 			h.stats.took(&h.stats.admissions, time.Since(start))
 		}
 		var alive bool
-		if alive, woken = wake.Wait(ctx, wait, h.admitWake); !alive {
+		if alive, woken = h.admitWait(ctx, wait); !alive {
 			return
 		}
 	}
+}
+
+// admitWait is Supervisor.admitWait.
+func (h *simHost) admitWait(ctx context.Context, d time.Duration) (alive, woken bool) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-h.admitWake:
+		return true, true
+	case <-h.dueWake:
+		return true, false
+	case <-timer.C:
+		return true, false
+	}
+}
+
+// pollEvery is Supervisor.pollEvery.
+func (h *simHost) pollEvery(interval time.Duration) time.Duration {
+	if h.listening.Load() {
+		return supervisor.PollBackstop
+	}
+	return interval
 }
 
 // watch is Supervisor.watch.
@@ -443,7 +478,11 @@ func (h *simHost) deliver(ctx context.Context) {
 				h.stats.count(&h.stats.deliveries)
 			}
 		}
-		if !wake.Sleep(ctx, simDeliverEvery, h.deliverWake) {
+		wait := h.pollEvery(simDeliverEvery)
+		if at, ok := h.deliverer.NextRetry(time.Now()); ok {
+			wait = min(wait, max(simMinWait, time.Until(at)))
+		}
+		if !wake.Sleep(ctx, wait, h.deliverWake) {
 			return
 		}
 	}
@@ -822,8 +861,8 @@ func BenchmarkFleetSimulated(b *testing.B) {
 			res.leaseP99, res.sweepP99, ms(p99(stats.admissions)), ms(p99(stats.watches)), stats.minSlack.Round(time.Millisecond))
 		fmt.Printf("  per host: renewals %s, sweeps %s, admissions %s, watches %s, deliveries %s; stood by %d times\n",
 			perHost(len(stats.renewals), defaults.Lease/3), perHost(len(stats.sweeps), defaults.SweepInterval),
-			perHost(len(stats.admissions), defaults.SweepInterval), perHost(len(stats.watches), defaults.WatchInterval),
-			perHost(stats.deliveries, simDeliverEvery), stats.standBy)
+			perHost(len(stats.admissions), supervisor.PollBackstop), perHost(len(stats.watches), defaults.WatchInterval),
+			perHost(stats.deliveries, supervisor.PollBackstop), stats.standBy)
 		fmt.Printf("  lapsed leases: %d of %d hosts; machine CPU busy %.0f%% of %d cores: the fleet's PostgreSQL %.2f cores, the simulation %.2f, the rest (the real daemon, other work on the machine) %.2f\n",
 			len(lapsed), n, 100*busy, runtime.NumCPU(), server, self, busy*float64(runtime.NumCPU())-server-self)
 		if behind := float64(len(stats.sweeps)) / sec / float64(n) * defaults.SweepInterval.Seconds(); behind < 0.9 {

@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -156,7 +157,16 @@ func CommandCredential(name string) (*syscall.Credential, error) {
 }
 
 // Deliverer sends due deliveries.
-type Deliverer struct{ cfg Config }
+type Deliverer struct {
+	cfg Config
+
+	mu      sync.Mutex
+	retries []time.Time // when the tries this deliverer saw fail are due again, those not yet passed
+}
+
+// maxRetriesKept bounds the retry times a Deliverer remembers; one that is not remembered is
+// found by its daemon's next look for due deliveries all the same, later.
+const maxRetriesKept = 64
 
 // New validates cfg and fills in its defaults.
 func New(cfg Config) (*Deliverer, error) {
@@ -221,6 +231,9 @@ func (d *Deliverer) Pass(ctx context.Context) (int, error) {
 			if err := d.cfg.Store.DeliveryFailed(ctx, dl.Event.ID, dl.Target.Name, why, next, giveUp); err != nil {
 				return delivered, err
 			}
+			if !giveUp {
+				d.retryAt(next)
+			}
 			if giveUp {
 				d.cfg.Logger.Error("notification failed for good", "target", dl.Target.Name, "event", dl.Event.Event,
 					"event_id", dl.Event.ID, "tries", dl.Tries, "err", why)
@@ -230,6 +243,28 @@ func (d *Deliverer) Pass(ctx context.Context) (int, error) {
 			}
 		}
 	}
+}
+
+// retryAt remembers that a failed delivery is due again at t.
+func (d *Deliverer) retryAt(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.retries) < maxRetriesKept {
+		d.retries = append(d.retries, t)
+	}
+}
+
+// NextRetry returns the earliest time after now at which a delivery this deliverer saw fail is
+// due again, false if there is none: no notification announces a retry, so its daemon looks
+// for due deliveries then. The times passed are forgotten.
+func (d *Deliverer) NextRetry(now time.Time) (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.retries = slices.DeleteFunc(d.retries, func(t time.Time) bool { return !t.After(now) })
+	if len(d.retries) == 0 {
+		return time.Time{}, false
+	}
+	return slices.MinFunc(d.retries, time.Time.Compare), true
 }
 
 // Send sends one event to one target, once.

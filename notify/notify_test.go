@@ -274,3 +274,37 @@ func readPid(t *testing.T, path string) int {
 	}
 	return pid
 }
+
+// A deliverer remembers when the tries it saw fail are due again, earliest first, and forgets
+// those that passed: its daemon looks for due deliveries then, since no notification says so.
+func TestNextRetry(t *testing.T) {
+	d := newTestDeliverer(t, Config{})
+	t0 := time.Date(2026, 12, 4, 1, 0, 0, 0, time.UTC)
+	if at, ok := d.NextRetry(t0); ok {
+		t.Fatalf("no try failed: next retry %s", at)
+	}
+	d.retryAt(t0.Add(10 * time.Second))
+	d.retryAt(t0.Add(5 * time.Second))
+	d.retryAt(t0.Add(20 * time.Second))
+	for _, c := range []struct {
+		now  time.Time
+		want time.Duration // after t0; 0: none
+	}{
+		{t0, 5 * time.Second},
+		{t0.Add(5 * time.Second), 10 * time.Second}, // a retry due at now has passed
+		{t0.Add(12 * time.Second), 20 * time.Second},
+		{t0.Add(time.Minute), 0},
+		{t0, 0}, // forgotten, not merely behind
+	} {
+		at, ok := d.NextRetry(c.now)
+		if ok != (c.want != 0) || ok && !at.Equal(t0.Add(c.want)) {
+			t.Fatalf("NextRetry(t0+%s) = %s, %v; want t0+%s", c.now.Sub(t0), at, ok, c.want)
+		}
+	}
+	for i := range maxRetriesKept + 1 {
+		d.retryAt(t0.Add(time.Duration(i+1) * time.Second))
+	}
+	if len(d.retries) != maxRetriesKept {
+		t.Fatalf("%d retry times kept, want at most %d", len(d.retries), maxRetriesKept)
+	}
+}

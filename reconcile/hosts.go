@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -46,10 +47,14 @@ func (r *Reconciler) takeOver(ctx context.Context) error {
 			r.cfg.Logger.Warn("host down: its lease expired", "down_host", h)
 		}
 	}
+	if !r.orphans.due(down, time.Now()) {
+		return nil
+	}
 	orphans, err := r.cfg.Store.Orphans(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
 	if err != nil {
 		return err
 	}
+	r.orphans.read(down, len(orphans), time.Now())
 	for _, l := range orphans {
 		a := l.Attempt
 		t := store.TakeOver{RunID: l.Run.ID, Attempt: a.No, From: a.Host, Grace: r.cfg.TakeoverGrace,
@@ -65,6 +70,37 @@ func (r *Reconciler) takeOver(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// orphansAgainAfter is how long a daemon goes without reading the orphans of hosts that stayed
+// down after a read found none: a run only becomes one without a host going down when an
+// operator unpins the job of a run that waits for its down host.
+const orphansAgainAfter = 30 * time.Second
+
+// orphanReads decides when the sweep reads the orphans of the down hosts (store.Orphans): a
+// host down for good would otherwise have every daemon of the fleet read them at every pass.
+// The runs of a host that stays down do not become orphans, so they are read again when the
+// hosts down change, when the last read found some (not all may have been taken over) and at
+// least every orphansAgainAfter.
+type orphanReads struct {
+	mu    sync.Mutex
+	down  string    // the down hosts of the last read, joined
+	found bool      // whether it found orphans
+	at    time.Time // when it was made; zero before one was
+}
+
+// due reports whether the orphans of down are to be read at now.
+func (o *orphanReads) due(down []string, now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.at.IsZero() || o.found || o.down != strings.Join(down, "\x00") || now.Sub(o.at) >= orphansAgainAfter
+}
+
+// read records a read of the orphans of down at now that found n.
+func (o *orphanReads) read(down []string, n int, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.down, o.found, o.at = strings.Join(down, "\x00"), n > 0, now
 }
 
 // stopSuperseded stops this host's units of attempts another host took over: back from a

@@ -15,8 +15,10 @@ package reconcile
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"os"
 	"slices"
@@ -344,6 +346,9 @@ type Reconciler struct {
 	drainLimit int64 // maxDrain unless a test sets it
 	// unitsLastPass is how many units the last pass asked systemd about.
 	unitsLastPass atomic.Int64
+	orphans       orphanReads
+	// shapeLastPass is liveShape of the live runs the last pass read (0 before one did).
+	shapeLastPass atomic.Uint64
 }
 
 // New validates cfg and returns a Reconciler.
@@ -369,6 +374,9 @@ type SweepStats struct {
 	SystemdDuration time.Duration
 	// JournalLag is the largest number of journal bytes not yet applied, over all live runs.
 	JournalLag int64
+	// LiveChanged says that the live runs read differ from the last pass's in what the next
+	// due time rests on (liveShape): a pass's own changes show in the next pass's read.
+	LiveChanged bool
 }
 
 // Sweep reconciles every live run once, within PassTimeout. Without the host's lease it does
@@ -402,7 +410,8 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	if err != nil {
 		return SweepStats{}, err
 	}
-	stats := SweepStats{Runs: len(live)}
+	shape := liveShape(live)
+	stats := SweepStats{Runs: len(live), LiveChanged: r.shapeLastPass.Swap(shape) != shape}
 	asked := time.Now()
 	states, statesErr := r.unitStates(ctx, live, early)
 	stats.SystemdDuration = time.Since(asked)
@@ -487,6 +496,33 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	stats.Duration = time.Since(start)
 	return stats, nil
 }
+
+// liveShape sums up what of the live runs a host's next due time rests on (store.NextDue):
+// which runs are live, in which attempt, spawned or not, and from when they may be spawned.
+// It is never 0.
+func liveShape(live []model.LiveRun) uint64 {
+	var h maphash.Hash
+	h.SetSeed(shapeSeed)
+	var b [8]byte
+	for _, l := range live {
+		h.Write(l.Run.ID[:])
+		h.WriteString(l.Run.Status)
+		binary.LittleEndian.PutUint64(b[:], uint64(l.Attempt.No))
+		h.Write(b[:])
+		if l.Attempt.Unit != "" {
+			h.WriteByte(1)
+		}
+		if l.Run.NotBefore != nil {
+			binary.LittleEndian.PutUint64(b[:], uint64(l.Run.NotBefore.UnixNano()))
+			h.Write(b[:])
+		}
+		h.WriteByte(0)
+	}
+	return h.Sum64() | 1
+}
+
+// shapeSeed is liveShape's: one per process, so that its sums compare within it.
+var shapeSeed = maphash.MakeSeed()
 
 // jobsToSpawn reads the jobs this host may run once for the pass, if any run waits for its unit: one query
 // instead of one per spawn, which counts when many runs are due at once.

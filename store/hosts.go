@@ -331,11 +331,11 @@ func downFor(me, grace int) string {
 		AND NOT EXISTS (SELECT 1 FROM hosts me WHERE me.name = $%[1]d AND me.lease_since >= now() - $%[2]d::interval)`, me, grace)
 }
 
-// DownHosts returns the other hosts down for me (downFor): their lease expired more than grace
-// ago, and me has held its own that long; and whether one of them is not noticed yet
+// DownHosts returns the other hosts down for me (downFor), by name: their lease expired more
+// than grace ago, and me has held its own that long; and whether one of them is not noticed yet
 // (NoticeDownHosts), so that a pass writes only when an episode begins.
 func (s *Store) DownHosts(ctx context.Context, me string, grace time.Duration) (down []string, unnoticed bool, err error) {
-	rows, err := s.pool.Query(ctx, `SELECT h.name, h.down_noticed_at IS NULL FROM hosts h WHERE `+downFor(1, 2), me, grace)
+	rows, err := s.pool.Query(ctx, `SELECT h.name, h.down_noticed_at IS NULL FROM hosts h WHERE `+downFor(1, 2)+` ORDER BY h.name`, me, grace)
 	if err != nil {
 		return nil, false, fmt.Errorf("down hosts: %w", err)
 	}

@@ -84,3 +84,34 @@ func TestPingEvery(t *testing.T) {
 		}
 	}
 }
+
+// The status's next due time is read again only when it may have changed: never read yet,
+// admission read its own since, or the time passed; an idle daemon's status reads nothing.
+func TestDueStale(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 1, 0, 0, 0, time.UTC)
+	p := newProgress()
+	stale, seen := p.dueStale(t0, 0)
+	if !stale {
+		t.Fatal("never read: not stale")
+	}
+	due := t0.Add(time.Minute)
+	p.due(&due)
+	if stale, seen = p.dueStale(t0, seen); stale {
+		t.Fatal("read, nothing since: stale")
+	}
+	p.admitted(nil)
+	if stale, seen = p.dueStale(t0, seen); !stale {
+		t.Fatal("admission read the due time since: not stale")
+	}
+	p.due(&due)
+	if stale, seen = p.dueStale(t0.Add(time.Second), seen); stale {
+		t.Fatal("read again, nothing since: stale")
+	}
+	if stale, _ = p.dueStale(due, seen); !stale {
+		t.Fatal("the due time passed: not stale")
+	}
+	p.due(nil)
+	if stale, _ = p.dueStale(due.Add(time.Hour), seen); stale {
+		t.Fatal("nothing scheduled, nothing since: stale")
+	}
+}

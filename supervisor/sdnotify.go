@@ -24,6 +24,7 @@ type progress struct {
 	admitErr  error         // of the last admission pass
 	nextDue   *time.Time    // the earliest slot or queued run's time
 	dueRead   bool          // whether nextDue was read at all
+	admitPass uint64        // admission passes ended: each read the next due time anew
 	firstPass chan struct{} // closed once the first pass ended
 }
 
@@ -51,6 +52,16 @@ func (p *progress) admitted(err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.admitErr = err
+	p.admitPass++
+}
+
+// dueStale reports whether the status's next due time should be read again at now: never read,
+// passed, or admission read its own since the pass numbered seen (it returns the number now).
+// Admission reads it after every change it is told of, at least every PollBackstop.
+func (p *progress) dueStale(now time.Time, seen uint64) (bool, uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.dueRead || p.admitPass != seen || p.nextDue != nil && !now.Before(*p.nextDue), p.admitPass
 }
 
 func (p *progress) due(next *time.Time) {
@@ -130,6 +141,7 @@ func (n *notifier) run(ctx context.Context) {
 		return
 	case <-n.progress.firstPass:
 	}
+	_, seen := n.progress.dueStale(time.Now(), 0)
 	n.readDue(ctx)
 	status := n.progress.status()
 	n.send("READY=1\nSTATUS=" + status)
@@ -145,7 +157,10 @@ func (n *notifier) run(ctx context.Context) {
 			if n.watchdog > 0 && n.progress.pulse(now, n.interval, n.passTimeout) {
 				n.send("WATCHDOG=1")
 			}
-			n.readDue(ctx)
+			var stale bool
+			if stale, seen = n.progress.dueStale(now, seen); stale {
+				n.readDue(ctx)
+			}
 			if s := n.progress.status(); s != status {
 				status = s
 				n.send("STATUS=" + s)

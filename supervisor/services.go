@@ -78,6 +78,11 @@ func (s *Supervisor) sweep(ctx context.Context) {
 		s.progress.passBegins(time.Now())
 		stats, err := s.rec.Sweep(ctx)
 		s.progress.passEnds(time.Now(), stats.Runs, err)
+		// A run that ends or waits moves its job's next due time, and no notification says so:
+		// admission reads that time again once a pass sees the live runs change.
+		if stats.LiveChanged {
+			s.dueWake.Wake()
+		}
 		if s.metrics != nil && err == nil {
 			s.metrics.SweepTook(stats.Duration)
 		}
@@ -95,8 +100,9 @@ func (s *Supervisor) sweep(ctx context.Context) {
 	}
 }
 
-// admit turns due slots into runs, then sleeps until the earliest due time, the next interval
-// or a notification, whichever comes first. A pass that admitted runs wakes the sweep, which
+// admit turns due slots into runs, then sleeps until the earliest due time, the next look
+// (pollEvery) or a notification, whichever comes first; after a sweep pass that saw the live
+// runs change it reads the due time again without claiming. A pass that admitted runs wakes the sweep, which
 // spawns them; so does a pass at a due time that admitted none, since that time may be a
 // queued run's not-before (a retry's delay): the run then starts at it, not at the next interval.
 //
@@ -128,7 +134,7 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 			s.sweepWake.Wake()
 			wokeFor = dueAt
 		}
-		wait := s.cfg.SweepInterval
+		wait := s.pollEvery(s.cfg.SweepInterval)
 		dueAt = time.Time{}
 		nextCtx, cancel := context.WithTimeout(ctx, s.cfg.Database.StatementTimeout)
 		next, nextErr := s.cfg.Store.NextDue(nextCtx, s.rec.Host(), s.cfg.StartLead)
@@ -142,10 +148,36 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 			s.progress.admitted(errors.Join(err, nextErr))
 		}
 		var alive bool
-		if alive, woken = wake.Wait(ctx, wait, s.admitWake); !alive {
+		if alive, woken = s.admitWait(ctx, wait); !alive {
 			return
 		}
 	}
+}
+
+// admitWait is wake.Wait for admission: cut short by a notification (woken) or by a sweep pass
+// that may have moved the next due time (not woken).
+func (s *Supervisor) admitWait(ctx context.Context, d time.Duration) (alive, woken bool) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-s.admitWake:
+		return true, true
+	case <-s.dueWake:
+		return true, false
+	case <-timer.C:
+		return true, false
+	}
+}
+
+// pollEvery is how long admission or delivery waits for a notification before it looks for
+// work all the same: PollBackstop while the daemon listens, else interval.
+func (s *Supervisor) pollEvery(interval time.Duration) time.Duration {
+	if s.listening.Load() {
+		return PollBackstop
+	}
+	return interval
 }
 
 // listen wakes admission and the sweep on each notification about this host's work or any
@@ -156,6 +188,7 @@ func (s *Supervisor) listen(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := s.cfg.Store.Listen(ctx, store.Wakes{Host: s.rec.Host(),
 			Runs: func() {
+				s.listening.Store(true)
 				if failures > 0 {
 					// Listen wakes once when it listens again.
 					s.cfg.Logger.Info("listening for notifications again")
@@ -164,7 +197,11 @@ func (s *Supervisor) listen(ctx context.Context) {
 				s.admitWake.Wake()
 				s.sweepWake.Wake()
 			},
-			Deliveries: s.deliverWake.Wake})
+			Deliveries: func() {
+				s.listening.Store(true)
+				s.deliverWake.Wake()
+			}})
+		s.listening.Store(false)
 		if ctx.Err() != nil {
 			return
 		}
@@ -201,11 +238,12 @@ func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 	}
 }
 
-// deliverInterval is how often due deliveries are looked for when no notification wakes the
-// delivery service: retries fall due without one.
+// deliverInterval is how often due deliveries are looked for while the daemon does not listen
+// for notifications.
 const deliverInterval = 2 * time.Second
 
-// deliver sends the due notifications at once, then whenever a delivery is made or falls due.
+// deliver sends the due notifications at once, then whenever a delivery is made, a try that
+// failed here falls due again (no notification announces it) or the next look comes.
 func (s *Supervisor) deliver(ctx context.Context, d *notify.Deliverer) {
 	for {
 		if !s.acting() { // stands by without the host's lease
@@ -217,7 +255,11 @@ func (s *Supervisor) deliver(ctx context.Context, d *notify.Deliverer) {
 		if _, err := d.Pass(ctx); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("notification delivery failed; the next pass tries again", "err", err)
 		}
-		if !wake.Sleep(ctx, deliverInterval, s.deliverWake) {
+		wait := s.pollEvery(deliverInterval)
+		if at, ok := d.NextRetry(time.Now()); ok {
+			wait = min(wait, max(minWait, time.Until(at)))
+		}
+		if !wake.Sleep(ctx, wait, s.deliverWake) {
 			return
 		}
 	}

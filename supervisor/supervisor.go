@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/holdfast-backup/holdfast/metrics"
@@ -61,6 +62,13 @@ const (
 	// long after its daemon stopped answering.
 	DefaultLease = 10 * time.Second
 )
+
+// PollBackstop is how often admission and delivery look for work that no notification
+// announced while the daemon listens: each change that concerns the host notifies it, so the
+// look finds only what a notification lost on a silently dead connection announced. Without a
+// listener they look every sweep interval. At a thousand idle hosts a look every 2 s was a
+// quarter of the database's statements.
+const PollBackstop = 30 * time.Second
 
 // minWait is the shortest sleep of admission between two passes, should a due job stay due
 // (another daemon holds it, say).
@@ -276,9 +284,11 @@ type Supervisor struct {
 	metrics     *metrics.Metrics // nil without --listen
 	services    []Service
 	sweepWake   wake.Signal
-	admitWake   wake.Signal
+	admitWake   wake.Signal // work announced: admission claims
+	dueWake     wake.Signal // the next due time may have moved: admission reads it again
 	deliverWake wake.Signal
-	progress    *progress // what the sweep and admission last did, for the service manager
+	listening   atomic.Bool // notifications reach the daemon (listen)
+	progress    *progress   // what the sweep and admission last did, for the service manager
 }
 
 // New validates cfg and builds the services; nothing runs before Start.
@@ -334,7 +344,7 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	watcher := &watch.Watcher{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger, Interval: cfg.WatchInterval}
 	s := &Supervisor{cfg: cfg, rec: rec, lease: lease, failed: failed, metrics: m, sweepWake: sweepWake, admitWake: wake.New(),
-		deliverWake: wake.New(), progress: newProgress()}
+		dueWake: wake.New(), deliverWake: wake.New(), progress: newProgress()}
 	s.services = []Service{
 		// The lease first: every write about the host's attempts is fenced by it, and the
 		// services that act stand by while it is not held.
