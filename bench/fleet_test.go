@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -230,8 +231,10 @@ func BenchmarkFleetIdleDaemon(b *testing.B) {
 		host := fmt.Sprintf("idle%d", size)
 		kill := f.idleDaemon(b, e, host)
 		// Started, its lease taken and its first passes made, and the connections its start
-		// opened at once closed again (store.DefaultMaxConnIdleTime).
-		time.Sleep(20 * time.Second)
+		// opened at once closed again (store.DefaultMaxConnIdleTime); and its lease held past
+		// the takeover grace, by which it notices the hosts that the smaller fleets' daemons
+		// left down: a write once per episode, which would otherwise fall in the window.
+		time.Sleep(max(20*time.Second, reconcile.DefaultTakeoverGrace+5*time.Second))
 		f.resetStatements(b)
 		maxConns := 0
 		start := time.Now()

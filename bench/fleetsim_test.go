@@ -569,6 +569,37 @@ func simulate(b *testing.B, names []string, dsn func(pool int) string, stats *si
 	return s
 }
 
+// joinProgress prints every 10 s, until stopped, how many of n hosts joining over spread have
+// started, how many leases lapsed and how busy the machine was: where a fleet saturates the
+// machine while it joins, this says at what size.
+func joinProgress(stats *simStats, n int, spread time.Duration) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		start := time.Now()
+		cpu0, err := machineCPU()
+		for err == nil {
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Second):
+			}
+			var cpu1 cpuTimes
+			if cpu1, err = machineCPU(); err != nil {
+				return
+			}
+			stats.mu.Lock()
+			lapsed := len(stats.lapsed)
+			stats.mu.Unlock()
+			started := min(n, int(float64(n)*time.Since(start).Seconds()/max(spread.Seconds(), 1)))
+			fmt.Printf("  joining: %3.0fs, %d of %d hosts started, %d leases lapsed, machine CPU busy %.0f%%\n",
+				time.Since(start).Seconds(), started, n, lapsed, 100*float64(cpu1.busy-cpu0.busy)/float64(cpu1.total-cpu0.total))
+			cpu0 = cpu1
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
 func (s *simFleet) stop() {
 	s.cancel()
 	s.wg.Wait()
@@ -622,9 +653,18 @@ func (f *fleet) holdAllLeases(b *testing.B) {
 type cpuTimes struct{ busy, total, self time.Duration }
 
 func readCPU(b *testing.B) cpuTimes {
-	data, err := os.ReadFile("/proc/stat")
+	c, err := machineCPU()
 	if err != nil {
 		b.Fatal(err)
+	}
+	return c
+}
+
+// machineCPU is readCPU for a goroutine, which may not end the benchmark.
+func machineCPU() (cpuTimes, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, err
 	}
 	line, _, _ := strings.Cut(string(data), "\n")
 	var c cpuTimes
@@ -641,10 +681,10 @@ func readCPU(b *testing.B) cpuTimes {
 	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
+		return cpuTimes{}, err
 	}
 	c.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return c
+	return c, nil
 }
 
 // serverCPU is the CPU time of the fleet's PostgreSQL by process: the postmaster, with its
@@ -797,9 +837,11 @@ func BenchmarkFleetSimulated(b *testing.B) {
 		// 2-core machine busy until leases lapsed, which then fed on themselves.
 		spread := max(defaults.WatchInterval, time.Duration(n)*time.Second/simJoinRate)
 		sim := simulate(b, names, func(pool int) string { return f.roleDSN(b, simRole, fmt.Sprintf("simpool%d", pool)) }, stats, spread)
+		stopProgress := joinProgress(stats, n, spread)
 		// Every host started, its lease taken and its first passes made; the real daemon's start
 		// connections closed again (store.DefaultMaxConnIdleTime).
 		time.Sleep(spread + 10*time.Second)
+		stopProgress()
 		f.resetStatements(b)
 		stats.measuring.Store(true)
 		cpu0, server0, start := readCPU(b), f.serverCPU(b), time.Now()

@@ -499,12 +499,15 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 
 // liveShape sums up what of the live runs a host's next due time rests on (store.NextDue):
 // which runs are live, in which attempt, spawned or not, and from when they may be spawned.
+// The order they were read in does not count (runs of the same priority and age come in any).
 // It is never 0.
 func liveShape(live []model.LiveRun) uint64 {
+	var sum uint64
 	var h maphash.Hash
 	h.SetSeed(shapeSeed)
 	var b [8]byte
 	for _, l := range live {
+		h.Reset()
 		h.Write(l.Run.ID[:])
 		h.WriteString(l.Run.Status)
 		binary.LittleEndian.PutUint64(b[:], uint64(l.Attempt.No))
@@ -516,9 +519,9 @@ func liveShape(live []model.LiveRun) uint64 {
 			binary.LittleEndian.PutUint64(b[:], uint64(l.Run.NotBefore.UnixNano()))
 			h.Write(b[:])
 		}
-		h.WriteByte(0)
+		sum += h.Sum64()
 	}
-	return h.Sum64() | 1
+	return sum | 1
 }
 
 // shapeSeed is liveShape's: one per process, so that its sums compare within it.

@@ -26,6 +26,9 @@ func TestLiveShape(t *testing.T) {
 	if liveShape(base()) != liveShape(same) {
 		t.Fatal("the same runs read again changed the shape")
 	}
+	if swapped := base(); liveShape(base()) != liveShape([]model.LiveRun{swapped[1], swapped[0]}) {
+		t.Fatal("the same runs read in another order changed the shape")
+	}
 	if liveShape(nil) == 0 || liveShape(base()) == 0 {
 		t.Fatal("a shape is 0, which means none read")
 	}

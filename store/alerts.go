@@ -73,7 +73,7 @@ func (s *Store) WatchFacts(ctx context.Context, scope WatchScope) ([]WatchFacts,
 				SELECT (SELECT host FROM jobs WHERE host > p.host ORDER BY host LIMIT 1) FROM pinned p WHERE p.host IS NOT NULL)
 			SELECT host FROM pinned WHERE host IS NOT NULL AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = pinned.host)
 			UNION ALL
-			SELECT name FROM hosts WHERE lease_until < now())`
+			SELECT name FROM hosts WHERE lease_mark < now() AND lease_until < now())`
 	case scope.Host != "":
 		where, args = "WHERE "+hostMayRun(1), []any{scope.Host}
 	}

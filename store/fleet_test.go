@@ -142,7 +142,7 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 			_, err := st.AdmitDue(ctx, time.Now(), time.Now().Add(10*time.Second), 10, time.Minute, nil)
 			return err
 		}},
-		{what: "down hosts", do: func() error { _, _, err := st.DownHosts(ctx, host, time.Second); return err }},
+		{what: "down hosts", generic: true, do: func() error { _, _, err := st.DownHosts(ctx, host, time.Second); return err }},
 		{what: "notice down hosts", do: func() error { _, err := st.NoticeDownHosts(ctx, host, time.Second); return err }},
 		{what: "orphans", do: func() error { _, err := st.Orphans(ctx, host, time.Second); return err }},
 		{what: "superseded", generic: true, do: func() error { _, err := st.Superseded(ctx, host, 24*time.Hour); return err }},

@@ -326,8 +326,9 @@ func (s *Store) RunnableBy(ctx context.Context, job string) (Runnable, error) {
 // with the grace as parameter $grace: h's lease expired more than grace ago, and me has held its
 // own lease longer than that (or never held one). A daemon back after the database was away
 // longer than a lease took its lease anew, so it waits a grace for the others to do the same.
+// The hosts are found through lease_mark (never past lease_until; migration 00032).
 func downFor(me, grace int) string {
-	return fmt.Sprintf(`h.lease_until < now() - $%[2]d::interval AND h.name <> $%[1]d
+	return fmt.Sprintf(`h.lease_mark < now() - $%[2]d::interval AND h.lease_until < now() - $%[2]d::interval AND h.name <> $%[1]d
 		AND NOT EXISTS (SELECT 1 FROM hosts me WHERE me.name = $%[1]d AND me.lease_since >= now() - $%[2]d::interval)`, me, grace)
 }
 
@@ -335,7 +336,7 @@ func downFor(me, grace int) string {
 // than grace ago, and me has held its own that long; and whether one of them is not noticed yet
 // (NoticeDownHosts), so that a pass writes only when an episode begins.
 func (s *Store) DownHosts(ctx context.Context, me string, grace time.Duration) (down []string, unnoticed bool, err error) {
-	rows, err := s.pool.Query(ctx, `SELECT h.name, h.down_noticed_at IS NULL FROM hosts h WHERE `+downFor(1, 2)+` ORDER BY h.name`, me, grace)
+	rows, err := s.queryGeneric(ctx, `SELECT h.name, h.down_noticed_at IS NULL FROM hosts h WHERE `+downFor(1, 2)+` ORDER BY h.name`, me, grace)
 	if err != nil {
 		return nil, false, fmt.Errorf("down hosts: %w", err)
 	}

@@ -8,10 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -424,5 +427,54 @@ func TestStaleHolderIsFenced(t *testing.T) {
 	}
 	if v, err := st.Violations(ctx); err != nil || len(v) != 0 {
 		t.Fatalf("violations: %v %v", v, err)
+	}
+}
+
+// A host's lease mark trails its lease by at most 15 seconds and never passes it, whoever
+// writes the lease: it moves at one renewal in several (the others leave every index alone),
+// and a lease set back into the past takes the mark with it, so the host is seen down.
+func TestLeaseMark(t *testing.T) {
+	st, dsn := storetest.Open(t)
+	ctx := context.Background()
+	lease(t, st, "h1", "p1", time.Hour)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	read := func() (until, mark time.Time) {
+		t.Helper()
+		if err := conn.QueryRow(ctx, `SELECT lease_until, lease_mark FROM hosts WHERE name = 'h1'`).Scan(&until, &mark); err != nil {
+			t.Fatal(err)
+		}
+		if mark.After(until) || until.Sub(mark) > 15*time.Second {
+			t.Fatalf("lease until %s, mark %s: the mark passes the lease or trails it by more than 15s", until, mark)
+		}
+		return until, mark
+	}
+	_, mark := read()
+	moves := 0
+	for range 10 { // renewals that each move the lease 4s on: 40s in all
+		if _, err := conn.Exec(ctx, `UPDATE hosts SET lease_until = lease_until + interval '4 seconds' WHERE name = 'h1'`); err != nil {
+			t.Fatal(err)
+		}
+		_, m := read()
+		if !m.Equal(mark) {
+			moves++
+			mark = m
+		}
+	}
+	if moves < 2 || moves > 3 {
+		t.Fatalf("the mark moved at %d of 10 renewals of 4s, want at one in four (2 or 3)", moves)
+	}
+	if down, _, err := st.DownHosts(ctx, "h2", 0); err != nil || len(down) != 0 {
+		t.Fatalf("down hosts while h1 holds its lease: %v %v", down, err)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE hosts SET lease_until = now() - interval '1 hour' WHERE name = 'h1'`); err != nil {
+		t.Fatal(err)
+	}
+	read()
+	if down, _, err := st.DownHosts(ctx, "h2", 0); err != nil || !slices.Equal(down, []string{"h1"}) {
+		t.Fatalf("down hosts once h1's lease was set an hour back: %v %v, want h1", down, err)
 	}
 }
