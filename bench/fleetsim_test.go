@@ -57,8 +57,11 @@ const (
 	simCompactDuty  = "compact-history"
 	// simMinWait is the supervisor's minWait: admission's shortest sleep.
 	simMinWait = 100 * time.Millisecond
-	// simJoinRate is how many simulated hosts start a second, at most.
-	simJoinRate = 10
+	// simJoinRate is how many simulated hosts start a second, at most, unless
+	// HOLDFAST_FLEET_JOIN_RATE says otherwise. A joining host costs more than a running one
+	// (a new listening session, cold first passes): 1,000 joining 10 a second saturated this
+	// 2-core machine from about 900 on, and leases lapsed; joining 4 a second, none did.
+	simJoinRate = 4
 )
 
 // memUnits is systemd faked in memory for a simulated host: a unit asked about runs unless it
@@ -344,6 +347,7 @@ func (h *simHost) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		h.dueWake.Wake()
 		failures++
 		slog.New(h.stats).Warn("listen for notifications failed; polling meanwhile", "err", err)
 		if !wake.Sleep(ctx, wake.Backoff(2*time.Second, 30*time.Second, failures), nil) {
@@ -832,10 +836,10 @@ func BenchmarkFleetSimulated(b *testing.B) {
 		}
 		stats := newSimStats()
 		// The hosts join over the longest of the per-second loops' intervals, so that every
-		// loop's phase is spread over it, and at most simJoinRate a second: each new session
+		// loop's phase is spread over it, and at most joinRate a second: each new session
 		// plans every statement it runs once, and 600 hosts joining within 15 s kept this
 		// 2-core machine busy until leases lapsed, which then fed on themselves.
-		spread := max(defaults.WatchInterval, time.Duration(n)*time.Second/simJoinRate)
+		spread := max(defaults.WatchInterval, time.Duration(n)*time.Second/time.Duration(joinRate(b)))
 		sim := simulate(b, names, func(pool int) string { return f.roleDSN(b, simRole, fmt.Sprintf("simpool%d", pool)) }, stats, spread)
 		stopProgress := joinProgress(stats, n, spread)
 		// Every host started, its lease taken and its first passes made; the real daemon's start
@@ -938,6 +942,19 @@ func BenchmarkFleetSimulated(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	printCalibration(real, twin, sizes, func(n int) callRates { return results[n].calls })
 	printGrowth(sizes, func(n int) map[int64]statementCost { return results[n].perStatement })
+}
+
+// joinRate is how many simulated hosts start a second: HOLDFAST_FLEET_JOIN_RATE or simJoinRate.
+func joinRate(b *testing.B) int {
+	s := os.Getenv("HOLDFAST_FLEET_JOIN_RATE")
+	if s == "" {
+		return simJoinRate
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		b.Fatalf("HOLDFAST_FLEET_JOIN_RATE %q: want a number of hosts a second, such as 10", s)
+	}
+	return n
 }
 
 // fleetSizes are the fleets' sizes, HOLDFAST_FLEET_SIZES (e.g. 100,300,1000) or def.

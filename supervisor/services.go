@@ -102,9 +102,10 @@ func (s *Supervisor) sweep(ctx context.Context) {
 
 // admit turns due slots into runs, then sleeps until the earliest due time, the next look
 // (pollEvery) or a notification, whichever comes first; after a sweep pass that saw the live
-// runs change it reads the due time again without claiming. A pass that admitted runs wakes the sweep, which
-// spawns them; so does a pass at a due time that admitted none, since that time may be a
-// queued run's not-before (a retry's delay): the run then starts at it, not at the next interval.
+// runs change it reads the due time again without claiming. A pass that admitted runs wakes
+// the sweep, which spawns them; so does a pass at a due time that admitted none, since that
+// time may be a queued run's not-before (a retry's delay): the run then starts at it, not at
+// the next look.
 //
 // A pass claims only when something may be due (schedule.Gate): an idle daemon's pass is the
 // one read of the next due time.
@@ -205,6 +206,7 @@ func (s *Supervisor) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		s.dueWake.Wake() // admission's next wait is the polling one
 		failures++
 		wait := wake.Backoff(relistenAfter, relistenAtMost, failures)
 		s.cfg.Logger.Warn("listen for notifications failed; polling meanwhile", "err", err, "again_in", wait.Round(time.Millisecond))
