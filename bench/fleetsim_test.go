@@ -418,25 +418,9 @@ func (h *simHost) admit(ctx context.Context) {
 			h.stats.took(&h.stats.admissions, time.Since(start))
 		}
 		var alive bool
-		if alive, woken = h.admitWait(ctx, wait); !alive {
+		if alive, woken = wake.WaitOr(ctx, wait, h.admitWake, h.dueWake); !alive {
 			return
 		}
-	}
-}
-
-// admitWait is Supervisor.admitWait.
-func (h *simHost) admitWait(ctx context.Context, d time.Duration) (alive, woken bool) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false, false
-	case <-h.admitWake:
-		return true, true
-	case <-h.dueWake:
-		return true, false
-	case <-timer.C:
-		return true, false
 	}
 }
 

@@ -149,26 +149,9 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 			s.progress.admitted(errors.Join(err, nextErr))
 		}
 		var alive bool
-		if alive, woken = s.admitWait(ctx, wait); !alive {
+		if alive, woken = wake.WaitOr(ctx, wait, s.admitWake, s.dueWake); !alive {
 			return
 		}
-	}
-}
-
-// admitWait is wake.Wait for admission: cut short by a notification (woken) or by a sweep pass
-// that may have moved the next due time (not woken).
-func (s *Supervisor) admitWait(ctx context.Context, d time.Duration) (alive, woken bool) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false, false
-	case <-s.admitWake:
-		return true, true
-	case <-s.dueWake:
-		return true, false
-	case <-timer.C:
-		return true, false
 	}
 }
 

@@ -43,6 +43,23 @@ func Wait(ctx context.Context, d time.Duration, s Signal) (alive, asked bool) {
 	}
 }
 
+// WaitOr is Wait that an ask on also cuts short too, reported as not asked: a loop woken by
+// also runs as if its sleep had ended.
+func WaitOr(ctx context.Context, d time.Duration, s, also Signal) (alive, asked bool) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-s:
+		return true, true
+	case <-also:
+		return true, false
+	case <-timer.C:
+		return true, false
+	}
+}
+
 // Backoff is how long to wait after the failures-th failure in a row (1 for the first): first,
 // doubled at each failure up to most, and then spread over half to one and a half times that,
 // so that the many processes a shared failure stopped together (a database restarted under a

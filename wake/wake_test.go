@@ -1,6 +1,7 @@
 package wake
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -34,5 +35,28 @@ func TestBackoff(t *testing.T) {
 	}
 	if d := Backoff(0, 0, 1); d != 0 {
 		t.Fatalf("no wait asked: waited %v", d)
+	}
+}
+
+// WaitOr ends at an ask on either signal, and says asked only for the first; a pending ask
+// on the other is left for the next wait.
+func TestWaitOr(t *testing.T) {
+	s, also := New(), New()
+	ctx := context.Background()
+	s.Wake()
+	if alive, asked := WaitOr(ctx, time.Hour, s, also); !alive || !asked {
+		t.Fatalf("ask on s: alive %v asked %v, want both", alive, asked)
+	}
+	also.Wake()
+	if alive, asked := WaitOr(ctx, time.Hour, s, also); !alive || asked {
+		t.Fatalf("ask on also: alive %v asked %v, want alive and not asked", alive, asked)
+	}
+	if alive, asked := WaitOr(ctx, time.Millisecond, s, also); !alive || asked {
+		t.Fatalf("no ask: alive %v asked %v, want alive and not asked", alive, asked)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if alive, _ := WaitOr(done, time.Hour, s, also); alive {
+		t.Fatal("ended context: alive")
 	}
 }
