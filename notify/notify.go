@@ -231,13 +231,11 @@ func (d *Deliverer) Pass(ctx context.Context) (int, error) {
 			if err := d.cfg.Store.DeliveryFailed(ctx, dl.Event.ID, dl.Target.Name, why, next, giveUp); err != nil {
 				return delivered, err
 			}
-			if !giveUp {
-				d.retryAt(next)
-			}
 			if giveUp {
 				d.cfg.Logger.Error("notification failed for good", "target", dl.Target.Name, "event", dl.Event.Event,
 					"event_id", dl.Event.ID, "tries", dl.Tries, "err", why)
 			} else {
+				d.retryAt(next)
 				d.cfg.Logger.Warn("notification failed; trying again", "target", dl.Target.Name, "event", dl.Event.Event,
 					"event_id", dl.Event.ID, "tries", dl.Tries, "next", next, "err", why)
 			}
