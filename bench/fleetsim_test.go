@@ -222,7 +222,7 @@ func newSimHost(name string, st *store.Store, stats *simStats, stateDir string) 
 	if h.rec, err = reconcile.New(rc); err != nil {
 		return nil, err
 	}
-	h.admitter = &schedule.Admitter{Store: st, Grace: h.cfg.LateGrace, Logger: logger, Timeout: h.cfg.PassTimeout, Lead: h.cfg.StartLead}
+	h.admitter = &schedule.Admitter{Store: st, Host: name, Grace: h.cfg.LateGrace, Logger: logger, Timeout: h.cfg.PassTimeout, Lead: h.cfg.StartLead}
 	if err := h.admitter.Validate(); err != nil {
 		return nil, err
 	}

@@ -50,6 +50,10 @@ func FirstSlot(spec, tz string, now time.Time) (*time.Time, error) {
 // Admitter turns due jobs into runs.
 type Admitter struct {
 	Store *store.Store
+	// Host is the host of the daemon that admits, which wakes its own sweep after a pass that
+	// admitted: the daemons are notified only of runs pinned to another host. "" notifies of
+	// every run.
+	Host string
 	// Grace is how late a slot may still run; older slots are missed (counted, not replayed).
 	Grace  time.Duration
 	Logger *slog.Logger
@@ -107,7 +111,7 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 	defer cancel()
 	admitted := 0
 	for {
-		batch, err := a.Store.AdmitDue(ctx, now, now.Add(a.Lead), batchSize, a.SetAside, func(j model.Job) model.SlotDecision { return Decide(j, now, a.Grace) })
+		batch, err := a.Store.AdmitDue(ctx, a.Host, now, now.Add(a.Lead), batchSize, a.SetAside, func(j model.Job) model.SlotDecision { return Decide(j, now, a.Grace) })
 		if err != nil {
 			return admitted, err
 		}
@@ -131,7 +135,7 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 		}
 	}
 	for _, sched := range []string{store.Prunes, store.Verifications, store.Drills} {
-		due, err := a.Store.AdmitDueMaintenance(ctx, sched, now, batchSize, a.SetAside, func(j model.Job) *time.Time { return nextMaintenance(j, sched, now) })
+		due, err := a.Store.AdmitDueMaintenance(ctx, a.Host, sched, now, batchSize, a.SetAside, func(j model.Job) *time.Time { return nextMaintenance(j, sched, now) })
 		for _, p := range due {
 			switch {
 			case p.Failed != "":

@@ -40,7 +40,7 @@ type Admitted struct {
 // a statement about it fails) is rolled back alone, and set aside for setAside with the error
 // recorded on it (Job.AdmissionError), so it neither blocks the others nor is claimed again
 // at once. Its slot stays as it was: once it can be admitted, missed slots are counted as usual.
-func (s *Store) AdmitDue(ctx context.Context, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]Admitted, error) {
+func (s *Store) AdmitDue(ctx context.Context, by string, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]Admitted, error) {
 	var out []Admitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		due, err := claimDue(ctx, tx, "next_run_at", now, horizon, limit)
@@ -54,7 +54,7 @@ func (s *Store) AdmitDue(ctx context.Context, now, horizon time.Time, limit int,
 				if err != nil {
 					return err
 				}
-				a, err = admitSlot(ctx, sp, j, decide(j), now)
+				a, err = admitSlot(ctx, sp, j, decide(j), now, by)
 				return err
 			})
 			if err != nil {
@@ -123,7 +123,7 @@ func setJobAside(ctx context.Context, tx pgx.Tx, d dueJob, now time.Time, wait t
 	return Admitted{Job: d.name, Failed: why, RetryAt: &retry}, nil
 }
 
-func admitSlot(ctx context.Context, tx pgx.Tx, j model.Job, d model.SlotDecision, now time.Time) (Admitted, error) {
+func admitSlot(ctx context.Context, tx pgx.Tx, j model.Job, d model.SlotDecision, now time.Time, by string) (Admitted, error) {
 	a := Admitted{Job: j.Name, Trigger: d.Trigger, Planned: d.Planned, Missed: d.Missed, NextRunAt: d.Next}
 	var skipWhy string
 	overlapSkips := 0
@@ -148,7 +148,7 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j model.Job, d model.SlotDecision
 			if err != nil {
 				return a, err
 			}
-			n := newRun{jobID: j.ID, jobName: j.Name, trigger: d.Trigger, plannedAt: &d.Planned}
+			n := newRun{jobID: j.ID, jobName: j.Name, trigger: d.Trigger, plannedAt: &d.Planned, admittedBy: by}
 			if d.Planned.After(now) {
 				n.notBefore = &d.Planned // admitted ahead: it starts at its slot
 			}
@@ -205,7 +205,7 @@ var maintenanceSlots = map[string]string{Prunes: "next_prune_at", Verifications:
 // the slot with next. A job with a live run keeps its slot due: the run is put off, not dropped, and admitted
 // once the job is free. As in AdmitDue, a job that cannot be admitted is rolled back alone and
 // set aside for setAside.
-func (s *Store) AdmitDueMaintenance(ctx context.Context, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]MaintenanceAdmitted, error) {
+func (s *Store) AdmitDueMaintenance(ctx context.Context, by, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]MaintenanceAdmitted, error) {
 	column, ok := maintenanceSlots[schedule]
 	if !ok {
 		return nil, fmt.Errorf("admit due maintenance: no schedule %q", schedule)
@@ -223,7 +223,7 @@ func (s *Store) AdmitDueMaintenance(ctx context.Context, schedule string, now ti
 				if err != nil {
 					return err
 				}
-				a, err = admitMaintenance(ctx, sp, schedule, j, next)
+				a, err = admitMaintenance(ctx, sp, schedule, j, next, by)
 				return err
 			})
 			if err != nil {
@@ -244,9 +244,9 @@ func (s *Store) AdmitDueMaintenance(ctx context.Context, schedule string, now ti
 	return out, nil
 }
 
-func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule string, j model.Job, next func(model.Job) *time.Time) (MaintenanceAdmitted, error) {
+func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule string, j model.Job, next func(model.Job) *time.Time, by string) (MaintenanceAdmitted, error) {
 	planned := j.NextPruneAt
-	n := newRun{jobID: j.ID, jobName: j.Name, trigger: model.TriggerSchedule, kind: model.KindPrune}
+	n := newRun{jobID: j.ID, jobName: j.Name, trigger: model.TriggerSchedule, kind: model.KindPrune, admittedBy: by}
 	switch schedule {
 	case Verifications:
 		planned, n.kind, n.verify = j.NextVerifyAt, model.KindVerify, model.Verify{ReadDataSubset: j.VerifyReadData}

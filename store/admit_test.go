@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"strings"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 	}
 	const aside = time.Minute
 
-	got, err := st.AdmitDue(ctx, now, now, 10, aside, decide)
+	got, err := st.AdmitDue(ctx, "", now, now, 10, aside, decide)
 	if err != nil {
 		t.Fatalf("one bad job failed the whole admission: %v", err)
 	}
@@ -75,7 +76,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 
 	// Not claimed again, and not due, before the retry time: a loop sleeping until the next due
 	// time does not spin on it.
-	if again, err := st.AdmitDue(ctx, now.Add(time.Second), now.Add(time.Second), 10, aside, decide); err != nil || len(again) != 0 {
+	if again, err := st.AdmitDue(ctx, "", now.Add(time.Second), now.Add(time.Second), 10, aside, decide); err != nil || len(again) != 0 {
 		t.Fatalf("second pass: %+v, %v; want nothing claimed", again, err)
 	}
 	due, err := st.NextDue(ctx, "h1", 0)
@@ -88,7 +89,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	later := now.Add(aside + time.Second)
-	got, err = st.AdmitDue(ctx, later, later, 10, aside, decide)
+	got, err = st.AdmitDue(ctx, "", later, later, 10, aside, decide)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestAdmitAhead(t *testing.T) {
 		t.Fatalf("next due = %v, %v; want the free job's slot a lead ahead, %s", due, err, slot.Add(-lead))
 	}
 	next := slot.Add(time.Hour)
-	got, err := st.AdmitDue(ctx, now, now.Add(lead), 10, time.Minute, func(j model.Job) model.SlotDecision {
+	got, err := st.AdmitDue(ctx, "", now, now.Add(lead), 10, time.Minute, func(j model.Job) model.SlotDecision {
 		return model.SlotDecision{Run: true, Trigger: model.TriggerSchedule, Planned: *j.NextRunAt, Next: &next}
 	})
 	if err != nil {
@@ -163,5 +164,52 @@ func TestAdmitAhead(t *testing.T) {
 		if due, err := st.NextDue(ctx, "h1", l); err != nil || due == nil || !due.Equal(slot) {
 			t.Fatalf("next due with a lead of %s = %v, %v; want the slot %s", l, due, err, slot)
 		}
+	}
+}
+
+// A daemon's admission tells only the daemon of another host: of a run pinned to that host.
+// The admitting daemon wakes its own sweep for its host's runs and any host's, and every
+// notification costs the server a wake of each listening session.
+func TestAdmissionNotifiesOtherHostsOnly(t *testing.T) {
+	st, dsn := storetest.Open(t)
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close(context.Background()) })
+	if _, err := db.Exec(ctx, "LISTEN "+store.NotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	slot, next := now.Add(-time.Second), now.Add(time.Hour)
+	for _, j := range []struct{ name, host string }{{"mine", "h1"}, {"anyhost", ""}, {"theirs", "h2"}} {
+		if _, err := st.CreateJob(ctx, model.Job{Name: j.name, Engine: "restic", Repository: "/r/" + j.name, PasswordFile: "/pw",
+			Paths: []string{"/data"}, Schedule: "@every 1h", NextRunAt: &slot, Host: j.host}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What creating the jobs announced is read first.
+	drain := func() []string {
+		var got []string
+		for {
+			waitCtx, cancel := context.WithTimeout(ctx, time.Second)
+			n, err := db.WaitForNotification(waitCtx)
+			cancel()
+			if err != nil {
+				return got
+			}
+			got = append(got, n.Payload)
+		}
+	}
+	drain()
+	admitted, err := st.AdmitDue(ctx, "h1", now, now, 10, time.Minute, func(j model.Job) model.SlotDecision {
+		return model.SlotDecision{Run: true, Trigger: "schedule", Planned: *j.NextRunAt, Next: &next}
+	})
+	if err != nil || len(admitted) != 3 {
+		t.Fatalf("admitted %+v, %v; want the three jobs' runs", admitted, err)
+	}
+	if got := drain(); !slices.Equal(got, []string{"host:h2"}) {
+		t.Fatalf("h1's admission announced %q, want only host:h2 (the run pinned to h2)", got)
 	}
 }

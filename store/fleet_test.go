@@ -139,7 +139,7 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 		{what: "jobs to spawn", do: func() error { _, err := st.JobsFor(ctx, host); return err }},
 		{what: "next due", generic: true, do: func() error { _, err := st.NextDue(ctx, host, 10*time.Second); return err }},
 		{what: "admission", do: func() error {
-			_, err := st.AdmitDue(ctx, time.Now(), time.Now().Add(10*time.Second), 10, time.Minute, nil)
+			_, err := st.AdmitDue(ctx, "", time.Now(), time.Now().Add(10*time.Second), 10, time.Minute, nil)
 			return err
 		}},
 		{what: "down hosts", generic: true, do: func() error { _, _, err := st.DownHosts(ctx, host, time.Second); return err }},

@@ -198,11 +198,14 @@ type newRun struct {
 	verify        model.Verify
 	copySnapshot  string // a copy run's snapshot
 	onCopy        bool   // the run works on the job's copy repository
+	// admittedBy is the host whose daemon admitted the run and wakes its own sweep: the
+	// daemons are then notified only of a run pinned to another host.
+	admittedBy string
 }
 
 // insertRun admits a run inside tx: the run with its first attempt and, for a backup, its place
 // as the job's last run and its hold, or a pause at once if it may not have one (reported). The
-// daemons are notified when tx commits.
+// daemons are notified when tx commits (see newRun.admittedBy).
 func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused bool, err error) {
 	kind := cmp.Or(n.kind, model.KindBackup)
 	rs := n.restore
@@ -229,7 +232,7 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 			return false, err
 		}
 	}
-	return paused, notifyRun(ctx, tx, id)
+	return paused, notifyRunExcept(ctx, tx, id, n.admittedBy)
 }
 
 // LiveRuns lists the runs in a live status with their live attempt that the daemon of host

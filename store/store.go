@@ -321,13 +321,19 @@ func notifyHost(ctx context.Context, tx pgx.Tx, host string) error {
 
 // notifyRun wakes, when tx commits, the daemons that may act on the run: its live attempt's
 // host once claimed, else the host its run or job is pinned to, else every daemon.
-func notifyRun(ctx context.Context, q interface {
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-}, run uuid.UUID) error {
+func notifyRun(ctx context.Context, q execer, run uuid.UUID) error {
+	return notifyRunExcept(ctx, q, run, "")
+}
+
+// notifyRunExcept is notifyRun, silent where the daemon of host except ("" none) is the one to
+// act and wakes itself: the run is its host's or any host's. Every notification costs the
+// server a wake of each listening session, whatever it is about.
+func notifyRunExcept(ctx context.Context, q execer, run uuid.UUID, except string) error {
 	_, err := q.Exec(ctx, `
 		SELECT pg_notify($1, $3 || coalesce(nullif(a.host, ''), r.host, j.host, ''))
 		FROM runs r LEFT JOIN jobs j ON j.id = r.job_id LEFT JOIN attempts a ON a.run_id = r.id AND a.ended_at IS NULL
-		WHERE r.id = $2`, NotifyChannel, run, hostPayload(""))
+		WHERE r.id = $2 AND ($4 = '' OR coalesce(nullif(a.host, ''), r.host, j.host, '') NOT IN ('', $4))`,
+		NotifyChannel, run, hostPayload(""), except)
 	return err
 }
 

@@ -331,7 +331,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
-	admitter := &schedule.Admitter{Store: cfg.Store, Grace: cfg.LateGrace, Logger: cfg.Logger, Timeout: cfg.PassTimeout,
+	admitter := &schedule.Admitter{Store: cfg.Store, Host: rec.Host(), Grace: cfg.LateGrace, Logger: cfg.Logger, Timeout: cfg.PassTimeout,
 		Lead: cfg.StartLead}
 	if err := admitter.Validate(); err != nil {
 		return nil, err
