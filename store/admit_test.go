@@ -2,8 +2,8 @@ package store_test
 
 import (
 	"context"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
