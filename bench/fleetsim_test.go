@@ -348,6 +348,7 @@ func (h *simHost) listen(ctx context.Context) {
 			return
 		}
 		h.dueWake.Wake()
+		h.deliverWake.Wake()
 		failures++
 		slog.New(h.stats).Warn("listen for notifications failed; polling meanwhile", "err", err)
 		if !wake.Sleep(ctx, wake.Backoff(2*time.Second, 30*time.Second, failures), nil) {

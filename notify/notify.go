@@ -226,11 +226,14 @@ func (d *Deliverer) Pass(ctx context.Context) (int, error) {
 				continue
 			}
 			giveUp := dl.Tries >= d.cfg.MaxTries
-			next := time.Now().Add(min(d.cfg.Backoff<<min(dl.Tries-1, 20), d.cfg.MaxBackoff))
+			backoff := min(d.cfg.Backoff<<min(dl.Tries-1, 20), d.cfg.MaxBackoff)
 			why := textsafe.String(sendErr.Error())
-			if err := d.cfg.Store.DeliveryFailed(ctx, dl.Event.ID, dl.Target.Name, why, next, giveUp); err != nil {
+			if err := d.cfg.Store.DeliveryFailed(ctx, dl.Event.ID, dl.Target.Name, why, backoff, giveUp); err != nil {
 				return delivered, err
 			}
+			// Due backoff after the database recorded the try, which is before now here,
+			// whatever either clock says.
+			next := time.Now().Add(backoff)
 			if giveUp {
 				d.cfg.Logger.Error("notification failed for good", "target", dl.Target.Name, "event", dl.Event.Event,
 					"event_id", dl.Event.ID, "tries", dl.Tries, "err", why)

@@ -32,29 +32,35 @@ const unlockKey = -1 << 20
 // takeOver takes over the any-host runs of hosts whose lease expired more than the takeover
 // grace ago: each goes on in a new attempt that any live host may spawn (decideTakeOver).
 // The superseded attempt is settled as a restart would be, from what this host can measure.
-func (r *Reconciler) takeOver(ctx context.Context) error {
+// It reports how many runs it took over.
+func (r *Reconciler) takeOver(ctx context.Context) (int, error) {
 	// A read of the few hosts' rows each pass; the live runs are read again only when one is down.
 	down, unnoticed, err := r.cfg.Store.DownHosts(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
-	if err != nil || len(down) == 0 {
-		return err
+	if err != nil {
+		return 0, err
+	}
+	if len(down) == 0 {
+		r.orphans.read(nil, 0, time.Now()) // a host down again is a change
+		return 0, nil
 	}
 	if unnoticed {
 		noticed, err := r.cfg.Store.NoticeDownHosts(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		for _, h := range noticed {
 			r.cfg.Logger.Warn("host down: its lease expired", "down_host", h)
 		}
 	}
 	if !r.orphans.due(down, time.Now()) {
-		return nil
+		return 0, nil
 	}
 	orphans, err := r.cfg.Store.Orphans(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	r.orphans.read(down, len(orphans), time.Now())
+	taken := 0
 	for _, l := range orphans {
 		a := l.Attempt
 		t := store.TakeOver{RunID: l.Run.ID, Attempt: a.No, From: a.Host, Grace: r.cfg.TakeoverGrace,
@@ -62,14 +68,15 @@ func (r *Reconciler) takeOver(ctx context.Context) error {
 		t.Settlement = r.settlement(ctx, l, a, ran(a, runner.Marker{}), true)
 		done, err := r.cfg.Store.TakeOverRun(ctx, r.fence(), t)
 		if err != nil {
-			return err
+			return taken, err
 		}
 		if done {
+			taken++
 			r.cfg.Logger.Warn("run taken over from a host that lost its lease", "run", l.Run.ID, "job", l.Run.JobName,
 				"attempt", a.No, "from_host", a.Host, "unit", a.Unit, "gave_up", t.GiveUp != "")
 		}
 	}
-	return nil
+	return taken, nil
 }
 
 // orphansAgainAfter is how long a daemon goes without reading the orphans of hosts that stayed

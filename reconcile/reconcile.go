@@ -375,7 +375,8 @@ type SweepStats struct {
 	// JournalLag is the largest number of journal bytes not yet applied, over all live runs.
 	JournalLag int64
 	// LiveChanged says that the live runs read differ from the last pass's in what the next
-	// due time rests on (liveShape): a pass's own changes show in the next pass's read.
+	// due time rests on (liveShape), or that the pass took runs over: a pass's own changes
+	// show in the next pass's read.
 	LiveChanged bool
 }
 
@@ -389,7 +390,8 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PassTimeout)
 	defer cancel()
 	// Runs of hosts that lost their lease are taken over first, so this pass may spawn them.
-	if err := r.takeOver(ctx); err != nil {
+	taken, err := r.takeOver(ctx)
+	if err != nil {
 		r.cfg.Logger.Error("runs of hosts that lost their lease not taken over; the next pass tries again", "err", err)
 	}
 	// One question to systemd for the whole pass. It is asked before any marker is read: a unit
@@ -411,7 +413,8 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 		return SweepStats{}, err
 	}
 	shape := liveShape(live)
-	stats := SweepStats{Runs: len(live), LiveChanged: r.shapeLastPass.Swap(shape) != shape}
+	// A run taken over and ended at once (stopped, or given up) was never among the live runs.
+	stats := SweepStats{Runs: len(live), LiveChanged: r.shapeLastPass.Swap(shape) != shape || taken > 0}
 	asked := time.Now()
 	states, statesErr := r.unitStates(ctx, live, early)
 	stats.SystemdDuration = time.Since(asked)

@@ -76,11 +76,15 @@ func TestOrphanReads(t *testing.T) {
 		{"up to the backstop", a, time.Second + orphansAgainAfter - time.Millisecond, false},
 		{"at the backstop", a, time.Second + orphansAgainAfter, true},
 		{"another host went down", ab, 2 * time.Second, true},
-		{"a host came back", nil, 2 * time.Second, true},
 		{"another host down instead", []string{"b"}, 2 * time.Second, true},
 	} {
 		if got := o.due(c.down, t0.Add(c.at)); got != c.want {
 			t.Errorf("%s: due = %v, want %v", c.what, got, c.want)
 		}
+	}
+	// A pass with no host down records that, so that the same host down again is a change.
+	o.read(nil, 0, t0.Add(3*time.Second))
+	if !o.due(a, t0.Add(4*time.Second)) {
+		t.Error("a host back and down again: not due")
 	}
 }

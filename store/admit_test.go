@@ -189,7 +189,7 @@ func TestAdmissionNotifiesOtherHostsOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// What creating the jobs announced is read first.
+	// What creating the jobs announced (each its host) is read first.
 	drain := func() []string {
 		var got []string
 		for {
@@ -202,7 +202,9 @@ func TestAdmissionNotifiesOtherHostsOnly(t *testing.T) {
 			got = append(got, n.Payload)
 		}
 	}
-	drain()
+	if got := drain(); !slices.Equal(got, []string{"host:h1", "host:", "host:h2"}) {
+		t.Fatalf("creating the jobs announced %q, want each job's host", got)
+	}
 	admitted, err := st.AdmitDue(ctx, "h1", now, now, 10, time.Minute, func(j model.Job) model.SlotDecision {
 		return model.SlotDecision{Run: true, Trigger: "schedule", Planned: *j.NextRunAt, Next: &next}
 	})

@@ -453,6 +453,11 @@ func (s *Store) TakeOverRun(ctx context.Context, w Lease, t TakeOver) (bool, err
 				t.RunID, status, reason, class); err != nil {
 				return err
 			}
+			// The run's events name the down host, whose daemon hears nothing: the taker's
+			// delivery sends them.
+			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, DeliveriesChannel, hostPayload(w.Host)); err != nil {
+				return err
+			}
 			return notifyEnded(ctx, tx, t.RunID)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE runs SET waiting_reason = $2 WHERE id = $1`,

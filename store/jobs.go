@@ -97,9 +97,18 @@ func nullIfEmpty(s string) *string {
 	return &s
 }
 
-// CreateJob inserts a job; the caller has validated it.
+// CreateJob inserts a job; the caller has validated it. The daemons that may run it are told,
+// so that its first slot is admitted ahead as any other.
 func (s *Store) CreateJob(ctx context.Context, j model.Job) (model.Job, error) {
-	return createJob(ctx, s.pool, j)
+	var created model.Job
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		if created, err = createJob(ctx, tx, j); err != nil {
+			return err
+		}
+		return notifyHost(ctx, tx, created.Host)
+	})
+	return created, err
 }
 
 // querier is what runs one statement: the pool, or a transaction.

@@ -151,12 +151,12 @@ func (s *Store) DeliveryDone(ctx context.Context, event uuid.UUID, target string
 	return nil
 }
 
-// DeliveryFailed records a failed try: the delivery is tried again at next, or, when giveUp, kept
-// as failed.
-func (s *Store) DeliveryFailed(ctx context.Context, event uuid.UUID, target, why string, next time.Time, giveUp bool) error {
-	_, err := s.pool.Exec(ctx, `UPDATE deliveries SET last_error = $3, claimed_until = NULL, next_at = $4,
+// DeliveryFailed records a failed try: the delivery is tried again after backoff, on the
+// database's clock (due deliveries are claimed on it), or, when giveUp, kept as failed.
+func (s *Store) DeliveryFailed(ctx context.Context, event uuid.UUID, target, why string, backoff time.Duration, giveUp bool) error {
+	_, err := s.pool.Exec(ctx, `UPDATE deliveries SET last_error = $3, claimed_until = NULL, next_at = now() + $4::interval,
 			state = CASE WHEN $5 THEN 'failed' ELSE 'pending' END
-		WHERE event_id = $1 AND target = $2 AND state = 'pending'`, event, target, why, next, giveUp)
+		WHERE event_id = $1 AND target = $2 AND state = 'pending'`, event, target, why, backoff, giveUp)
 	if err != nil {
 		return fmt.Errorf("record failed delivery of event %s to %s: %w", event, target, err)
 	}

@@ -189,7 +189,9 @@ func (s *Supervisor) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.dueWake.Wake() // admission's next wait is the polling one
+		// Admission's and delivery's next waits are the polling ones.
+		s.dueWake.Wake()
+		s.deliverWake.Wake()
 		failures++
 		wait := wake.Backoff(relistenAfter, relistenAtMost, failures)
 		s.cfg.Logger.Warn("listen for notifications failed; polling meanwhile", "err", err, "again_in", wait.Round(time.Millisecond))

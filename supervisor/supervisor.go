@@ -64,8 +64,11 @@ const (
 )
 
 // PollBackstop is how often admission and delivery look for work that no notification
-// announced while the daemon listens: each change that concerns the host notifies it, so the
-// look finds only what a notification lost on a silently dead connection announced. Without a
+// announced while the daemon listens: the changes that concern the host notify it (a job
+// created or changed, a run admitted elsewhere, queued again or asked to stop, a delivery
+// made), the sweep tells admission when the live runs change, and a failed delivery's retry
+// wakes its daemon; the look finds what a notification lost on a silently dead connection
+// announced. Without a
 // listener they look every sweep interval. At a thousand idle hosts a look every 2 s was a
 // quarter of the database's statements.
 const PollBackstop = 30 * time.Second
