@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/storetest"
@@ -21,11 +19,7 @@ import (
 func TestAdmitSetsBadJobsAside(t *testing.T) {
 	st, dsn := storetest.Open(t)
 	ctx := context.Background()
-	db, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close(context.Background()) })
+	db := dial(t, dsn)
 
 	now := time.Now().UTC().Truncate(time.Second)
 	slot := now.Add(-time.Second)
@@ -173,11 +167,7 @@ func TestAdmitAhead(t *testing.T) {
 func TestAdmissionNotifiesOtherHostsOnly(t *testing.T) {
 	st, dsn := storetest.Open(t)
 	ctx := context.Background()
-	db, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close(context.Background()) })
+	db := dial(t, dsn)
 	if _, err := db.Exec(ctx, "LISTEN "+store.NotifyChannel); err != nil {
 		t.Fatal(err)
 	}

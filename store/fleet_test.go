@@ -259,12 +259,18 @@ func rowsReadBy(t *testing.T, conn *pgx.Conn, c loggedStatement, tables []string
 func migratedConn(t *testing.T) (string, *pgx.Conn) {
 	t.Helper()
 	dsn := storetest.Migrated(t)
+	return dsn, dial(t, dsn)
+}
+
+// dial is a connection of the test's own to dsn, closed when the test ends.
+func dial(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
 	conn, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	return dsn, conn
+	return conn
 }
 
 // A sweep reads each live run's attempt once, even before the planner has statistics of the

@@ -455,7 +455,7 @@ func (s *Store) TakeOverRun(ctx context.Context, w Lease, t TakeOver) (bool, err
 			}
 			// The run's events name the down host, whose daemon hears nothing: the taker's
 			// delivery sends them.
-			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, DeliveriesChannel, hostPayload(w.Host)); err != nil {
+			if err := notify(ctx, tx, DeliveriesChannel, hostPayload(w.Host)); err != nil {
 				return err
 			}
 			return notifyEnded(ctx, tx, t.RunID)

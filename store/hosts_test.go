@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
@@ -437,11 +435,7 @@ func TestLeaseMark(t *testing.T) {
 	st, dsn := storetest.Open(t)
 	ctx := context.Background()
 	lease(t, st, "h1", "p1", time.Hour)
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := dial(t, dsn)
 	read := func() (until, mark time.Time) {
 		t.Helper()
 		if err := conn.QueryRow(ctx, `SELECT lease_until, lease_mark FROM hosts WHERE name = 'h1'`).Scan(&until, &mark); err != nil {

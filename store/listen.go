@@ -18,8 +18,7 @@ const EndedChannel = "holdfast_run_ended"
 
 // notifyEnded announces inside tx that the run ended: delivered only if tx commits.
 func notifyEnded(ctx context.Context, tx pgx.Tx, run uuid.UUID) error {
-	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, EndedChannel, run.String())
-	return err
+	return notify(ctx, tx, EndedChannel, run.String())
 }
 
 // ListenRunEnds blocks, calling ended with the id of each run that ends, until ctx ends or the

@@ -21,11 +21,7 @@ func TestPooledAddress(t *testing.T) {
 	dsn := storetest.Migrated(t)
 	// The database's own bound, set before the pooler opens a server connection to it: those
 	// it has open keep the settings they started with.
-	db, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(ctx)
+	db := dial(t, dsn)
 	var name string
 	if err := db.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
 		t.Fatal(err)

@@ -315,7 +315,12 @@ func wrap(err error, format string, args ...any) error {
 // notifyHost wakes, when tx commits, the daemon of host ("" every daemon: the work is any
 // host's).
 func notifyHost(ctx context.Context, tx pgx.Tx, host string) error {
-	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, hostPayload(host))
+	return notify(ctx, tx, NotifyChannel, hostPayload(host))
+}
+
+// notify sends payload on channel, when q's transaction commits.
+func notify(ctx context.Context, q execer, channel, payload string) error {
+	_, err := q.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, payload)
 	return err
 }
 

@@ -31,16 +31,7 @@ func Sleep(ctx context.Context, d time.Duration, s Signal) bool {
 
 // Wait is Sleep that also reports whether an ask on s cut it short.
 func Wait(ctx context.Context, d time.Duration, s Signal) (alive, asked bool) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false, false
-	case <-s:
-		return true, true
-	case <-timer.C:
-		return true, false
-	}
+	return WaitOr(ctx, d, s, nil) // a nil Signal never asks
 }
 
 // WaitOr is Wait that an ask on also cuts short too, reported as not asked: a loop woken by
