@@ -1,9 +1,11 @@
 // Package runaway is the runaway guard: a running backup that adds more to its local repository
 // than its ledger hold is paused (run_ceiling) and its unit stopped with SIGINT, so that restic
-// removes its lock. It measures the repository on each pass (Measure, Pause: the reconciler's
-// decision table says when) and, between passes, follows the pack files restic writes (Watch),
-// so that a fast backup is stopped as it passes its hold, not only at the next pass. Growth while
-// another run writes to the same repository is not one run's alone: then the guard steps aside.
+// removes its lock. It follows the pack files restic writes (Watch), from one measure of the
+// repository as the watch starts, so that a fast backup is stopped as it passes its hold; a pass
+// measures the whole repository (Measure, Pause: the reconciler's decision table says when) only
+// for a backup no watch follows, since a walk of a large repository at every pass costs the
+// backup it watches. Growth while another run writes to the same repository is not one run's
+// alone: then the guard steps aside.
 // The repository belongs to the job's user: nothing in it is reached through a link.
 // See docs/ARCHITECTURE.md §4 and §9.
 package runaway
@@ -132,6 +134,19 @@ func (g *Guard) Watch(l model.LiveRun) {
 		return
 	}
 	fw, data, err := watchData(dir)
+	var seed int64
+	if err == nil && a.RepoBytesBefore != nil {
+		// What the attempt added before the watch began, measured after its inotify watches
+		// are in place: a pack renamed meanwhile is counted twice, never missed, and a count
+		// past the hold is measured again before it stops anything (follow).
+		var size int64
+		if size, err = ledger.RepoSize(l.JobRepository); err == nil {
+			seed = size - *a.RepoBytesBefore
+		} else {
+			fw.file.Close()
+			unix.Close(data)
+		}
+	}
 	if err != nil {
 		// Tried again at every pass, told once: each pass measures the repository anyway.
 		if !g.unwatchable[ref] {
@@ -158,9 +173,18 @@ func (g *Guard) Watch(l model.LiveRun) {
 	watched, hold := l, *a.HoldBytes
 	g.wg.Go(func() {
 		defer unix.Close(data)
-		g.follow(ctx, fw, data, watched, hold)
+		g.follow(ctx, fw, data, watched, hold, seed)
 		g.Unwatch(ref) // a watch that gave up can be armed again by the next pass
 	})
+}
+
+// Watching reports whether a watch follows the attempt: then it, not a pass, measures the
+// attempt's growth. A watch that fails lets go, and the next pass measures again.
+func (g *Guard) Watching(ref model.AttemptRef) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.active[ref]
+	return ok
 }
 
 // Unwatch stops following an attempt that ended.
@@ -196,11 +220,11 @@ func (g *Guard) Prune(live []model.LiveRun) {
 }
 
 // Measure measures a live backup's local repository against the attempt's hold: the growth past
-// the hold, or nil if it is within it or cannot be told (not local, not measured when spawned,
-// or another run wrote to it meanwhile).
+// the hold, or nil if it is within it, cannot be told (not local, not measured when spawned,
+// or another run wrote to it meanwhile) or is a watch's to tell (Watching).
 func (g *Guard) Measure(ctx context.Context, l model.LiveRun) *Excess {
 	a := l.Attempt
-	if l.Run.Kind != model.KindBackup || a.HoldBytes == nil || a.RepoBytesBefore == nil {
+	if l.Run.Kind != model.KindBackup || a.HoldBytes == nil || a.RepoBytesBefore == nil || g.Watching(l.Ref()) {
 		return nil
 	}
 	grown, shared, why := Growth(ctx, g.cfg.Store, l.JobRepository, a)

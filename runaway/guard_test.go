@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
@@ -224,4 +225,79 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// A watch starts from what the attempt had added when it began, and while it follows the
+// attempt a pass does not walk the repository; a count past the hold is measured before it
+// stops anything, so a pack counted twice stops nothing.
+func TestWatchCountsFromItsStart(t *testing.T) {
+	ctx := context.Background()
+	l, repo := backup(t)
+	c := &calls{paused: true, stopped: make(chan string, 1)}
+	g := New(Config{Store: c, Units: c})
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	write(t, repo, strings.Repeat("a", 64), 80) // before the watch: its seed
+	if g.Watching(l.Ref()) {
+		t.Fatal("watching before Watch")
+	}
+	g.Watch(l)
+	if !g.Watching(l.Ref()) {
+		t.Fatal("not watching after Watch")
+	}
+	write(t, repo, "extra", 500) // not a pack: only a measure sees it
+	if e := g.Measure(ctx, l); e != nil {
+		t.Fatalf("a pass measured %+v while a watch follows the attempt, want nothing", e)
+	}
+	write(t, repo, strings.Repeat("b", 64), 30) // 80 + 30: past the hold only with the seed
+	select {
+	case <-c.stopped:
+	case <-time.After(time.Minute):
+		t.Fatalf("the runaway was not stopped; calls: %v", c.got())
+	}
+	want := []string{"OtherWriter", "RequestPause run_ceiling", "Stop " + l.Attempt.Unit}
+	if got := c.got(); !slices.Equal(got, want) {
+		t.Fatalf("calls %v, want %v (measured, then paused and stopped)", got, want)
+	}
+	g.Unwatch(l.Ref())
+	if g.Watching(l.Ref()) {
+		t.Fatal("watching after Unwatch")
+	}
+	if e := g.Measure(ctx, l); e == nil || e.Grown < 610 {
+		t.Fatalf("a pass after the watch let go measured %+v, want the whole growth", e)
+	}
+}
+
+// A seed that counted too much (a pack renamed as it was measured) stops nothing: the measure
+// puts the count right, and the watch counts on from it.
+func TestWatchMeasuresBeforeItStops(t *testing.T) {
+	l, repo := backup(t)
+	c := &calls{paused: true, stopped: make(chan string, 1)}
+	g := New(Config{Store: c, Units: c})
+	fw, data, err := watchData(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer unix.Close(data)
+		g.follow(ctx, fw, data, l, *l.Attempt.HoldBytes, 90) // nothing was added: 90 too many
+	}()
+	write(t, repo, strings.Repeat("a", 64), 20) // 110 counted, 20 measured
+	write(t, repo, strings.Repeat("b", 64), 90) // 110 measured
+	select {
+	case <-c.stopped:
+	case <-time.After(time.Minute):
+		t.Fatalf("the runaway was not stopped; calls: %v", c.got())
+	}
+	cancel()
+	<-done
+	want := []string{"OtherWriter", "OtherWriter", "RequestPause run_ceiling", "Stop " + l.Attempt.Unit}
+	if got := c.got(); !slices.Equal(got, want) {
+		t.Fatalf("calls %v, want %v (the first count past the hold measured within it)", got, want)
+	}
 }

@@ -116,14 +116,18 @@ func (w *packWatch) run(ctx context.Context, found func(sub, name string) (more 
 	}
 }
 
-// follow sums the sizes of the pack files that appear since it started; past the hold it pauses
-// the run (run_ceiling) and stops its unit, as the per-pass guard does. restic writes a pack
-// under a temporary name and renames it when it is complete, so only the final names (64 hex
-// digits) count, once each. If another backup writes to the same repository it steps aside:
-// the growth is not this run's alone.
-func (g *Guard) follow(ctx context.Context, w *packWatch, data int, l model.LiveRun, hold int64) {
+// follow sums the sizes of the pack files that appear since it started, on top of seed (what the
+// attempt had added when it started); past the hold it measures the repository to confirm, then
+// pauses the run (run_ceiling) and stops its unit, as the per-pass guard does. restic writes a
+// pack under a temporary name and renames it when it is complete, so only the final names (64 hex
+// digits) count, once each. If another backup writes to the same repository it steps aside: the
+// growth is not this run's alone.
+func (g *Guard) follow(ctx context.Context, w *packWatch, data int, l model.LiveRun, hold, seed int64) {
 	counted := map[string]bool{}
-	var total int64
+	// since is what appeared under the watch, never counted twice; total may count a pack twice
+	// (renamed as the seed was measured) until a measure puts it right.
+	var since int64
+	total := seed
 	err := w.run(ctx, func(sub, name string) bool {
 		key := filepath.Join(sub, name)
 		if counted[key] || !packName.MatchString(name) {
@@ -134,15 +138,32 @@ func (g *Guard) follow(ctx context.Context, w *packWatch, data int, l model.Live
 			return true
 		}
 		counted[key] = true
+		since += size
 		total += size
 		if total <= hold || !g.cfg.Acting() { // without the lease it counts on, and acts once it holds it again
 			return true
 		}
-		if other, err := g.cfg.Store.OtherWriter(ctx, l.Ref()); err != nil || other != nil {
+		grown := since
+		if since <= hold {
+			measured, other, why := Growth(ctx, g.cfg.Store, l.JobRepository, l.Attempt)
+			switch {
+			case other != nil:
+				return false
+			case measured == nil:
+				// Not measured now: the packs seen since the watch began are a floor of the growth.
+				g.cfg.Logger.Debug("runaway guard cannot measure this run", "run", l.Run.ID, "why", why)
+				total = since
+				return true
+			case *measured <= hold:
+				total = *measured // a pack counted twice, or the seed's own files
+				return true
+			}
+			grown = *measured
+		} else if other, err := g.cfg.Store.OtherWriter(ctx, l.Ref()); err != nil || other != nil {
 			return false
 		}
-		// The pack bytes written are what the backup added: paused and stopped as on a pass.
-		if err := g.Pause(ctx, l, Excess{Hold: hold, Grown: total}); err != nil {
+		// The bytes written are what the backup added: paused and stopped as on a pass.
+		if err := g.Pause(ctx, l, Excess{Hold: hold, Grown: grown}); err != nil {
 			g.cfg.Logger.Warn("runaway guard: the pause or the stop failed; the next pass measures again", "run", l.Run.ID, "err", err)
 		}
 		return false
