@@ -18,6 +18,7 @@ deps:
 
 build:
 	$(GO) build -ldflags "-X main.version=$(HOLDFAST_VERSION)" -o $(BIN) ./cmd/holdfast
+	$(GO) build -o $(dir $(BIN))holdfast-unit ./cmd/holdfast-unit
 
 lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
@@ -42,10 +43,11 @@ lint:
 # tests as go test does, but links a test binary again only when its code changed; go run keeps
 # the holdfast executable it links in the build cache, go build would link it every time.
 SCENARIOS := ./cmd/holdfast/
-RACE      := ./attemptqueue/ ./cmd/holdfast-demo/ ./engine/ ./journal/ ./journallog/ ./notify/ ./reconcile/ ./runctl/ ./runaway/ ./runner/ ./schedule/ ./spawn/ ./supervisor/ ./testenv/ ./web/
+RACE      := ./attemptqueue/ ./cmd/holdfast-demo/ ./engine/ ./journal/ ./journallog/ ./notify/ ./reconcile/ ./runctl/ ./runaway/ ./runner/ ./schedule/ ./spawn/ ./supervisor/ ./testenv/ ./unitcmd/ ./web/
 test: deps lint
 	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) run -exec cp ./cmd/holdfast $$bindir/holdfast \
-		&& chmod 755 $$bindir/holdfast || exit 1; \
+		&& $(GO) run -exec cp ./cmd/holdfast-unit $$bindir/holdfast-unit \
+		&& chmod 755 $$bindir/holdfast $$bindir/holdfast-unit || exit 1; \
 	export HOLDFAST_TEST_BINARY=$$bindir/holdfast; \
 	scripts/gotest -parallel 6 -jobs 1 $(SCENARIOS) & scenarios=$$!; \
 	scripts/gotest -race -parallel 4 $(RACE); packages=$$?; \

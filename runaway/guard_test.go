@@ -271,11 +271,14 @@ func TestWatchCountsFromItsStart(t *testing.T) {
 }
 
 // A seed that counted too much (a pack renamed as it was measured) stops nothing: the measure
-// puts the count right, and the watch counts on from it.
+// puts the count right, and the watch counts on from it. The run is stopped on what was
+// measured (105 bytes), never on the count that held a pack twice (110).
 func TestWatchMeasuresBeforeItStops(t *testing.T) {
 	l, repo := backup(t)
 	c := &calls{paused: true, stopped: make(chan string, 1)}
-	g := New(Config{Store: c, Units: c})
+	var mu sync.Mutex
+	var log strings.Builder
+	g := New(Config{Store: c, Units: c, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &log}, nil))})
 	fw, data, err := watchData(repo)
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +291,12 @@ func TestWatchMeasuresBeforeItStops(t *testing.T) {
 		g.follow(ctx, fw, data, l, *l.Attempt.HoldBytes, 90) // nothing was added: 90 too many
 	}()
 	write(t, repo, strings.Repeat("a", 64), 20) // 110 counted, 20 measured
-	write(t, repo, strings.Repeat("b", 64), 90) // 110 measured
+	for deadline := time.Now().Add(time.Minute); len(c.got()) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a count past the hold was never measured")
+		}
+	}
+	write(t, repo, strings.Repeat("b", 64), 85) // 105 measured
 	select {
 	case <-c.stopped:
 	case <-time.After(time.Minute):
@@ -296,8 +304,14 @@ func TestWatchMeasuresBeforeItStops(t *testing.T) {
 	}
 	cancel()
 	<-done
-	want := []string{"OtherWriter", "OtherWriter", "RequestPause run_ceiling", "Stop " + l.Attempt.Unit}
-	if got := c.got(); !slices.Equal(got, want) {
-		t.Fatalf("calls %v, want %v (the first count past the hold measured within it)", got, want)
+	got := c.got()
+	if n := len(got); n < 3 || !slices.Equal(got[n-2:], []string{"RequestPause run_ceiling", "Stop " + l.Attempt.Unit}) ||
+		slices.ContainsFunc(got[:n-2], func(s string) bool { return s != "OtherWriter" }) {
+		t.Fatalf("calls %v, want measures, then one pause and one stop", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(log.String(), `added="105 B"`) {
+		t.Fatalf("the pause was not on the measured growth of 105 bytes:\n%s", log.String())
 	}
 }

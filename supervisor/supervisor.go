@@ -33,6 +33,7 @@ import (
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/unitcmd"
 	"github.com/holdfast-backup/holdfast/wake"
 	"github.com/holdfast-backup/holdfast/watch"
 	"github.com/holdfast-backup/holdfast/web"
@@ -95,9 +96,9 @@ type Config struct {
 	// also holds the host's lease and runs the jobs pinned to it), TakeoverGrace, SpawnGrace, RunBudget, PassTimeout (which also bounds
 	// admission passes), StartLead (how long before its time a run is also admitted),
 	// DependsWait, MaxAttempts, Workers, SpawnWorkers, Limits, AllowUsers, AllowCommandJobs and
-	// Logger. Here Binary defaults to this executable and ResticBinary to the restic in PATH,
-	// both checked by Validate. Its Lease, Windows, WindowZone and Observer are filled in from
-	// the daemon's: Lease, Windows and WindowZone below (which hide them) and the metrics. Its
+	// Logger. Here Binary defaults to holdfast-unit installed beside this executable, else this
+	// one (unitcmd.Binary), and ResticBinary to the restic in PATH, both checked by Validate.
+	// Its Lease, Windows, WindowZone and Observer are filled in from the daemon's: Lease, Windows and WindowZone below (which hide them) and the metrics. Its
 	// Store and Runner are Store and Runner below (which hide them too).
 	reconcile.Config
 	// Store and Runner are the daemon's connections, which New requires and Validate, run
@@ -203,9 +204,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--late-grace %s is negative: give 0 or more, e.g. 1m", c.LateGrace)
 	}
 	if c.Binary == "" {
-		if c.Binary, err = os.Executable(); err != nil {
+		self, err := os.Executable()
+		if err != nil {
 			return fmt.Errorf("find holdfast's own executable: %w", err)
 		}
+		c.Binary = unitcmd.Binary(self)
 	} else if err := runctl.CheckExecutable("--holdfast-binary", c.Binary); err != nil {
 		return err
 	}

@@ -262,6 +262,10 @@ func buildHoldfast() (string, error) {
 	if err := BuildCommand("./cmd/holdfast", bin); err != nil {
 		return "", err
 	}
+	// Beside it, as installed: the daemon's units run it (unitcmd.Binary).
+	if err := BuildCommand("./cmd/holdfast-unit", filepath.Join(binDir, "holdfast-unit")); err != nil {
+		return "", err
+	}
 	return bin, nil
 }
 

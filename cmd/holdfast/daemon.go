@@ -2,25 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
-	"github.com/holdfast-backup/holdfast/credentials"
-	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/job"
-	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/notify"
@@ -28,7 +18,6 @@ import (
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/supervisor"
-	"github.com/holdfast-backup/holdfast/textsafe"
 	"github.com/holdfast-backup/holdfast/web"
 )
 
@@ -174,7 +163,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.DependsWait, "depends-wait", reconcile.DefaultDependsWait, "how long a run waits for its prerequisite's next outcome when the prerequisite's last run did not succeed")
 	f.IntVar(&cfg.Workers, "workers", reconcile.DefaultWorkers, "runs reconciled at once in one pass")
 	f.StringVar(&cfg.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
-	f.StringVar(&cfg.Binary, "holdfast-binary", "", "holdfast executable the units run (default: this one)")
+	f.StringVar(&cfg.Binary, "holdfast-binary", "", "holdfast executable the units run (default: holdfast-unit installed beside this one, else this one)")
 	f.StringVar(&cfg.KeepRunFiles, "keep-run-files", supervisor.DefaultKeepRunFiles, "remove the journals and exit markers of runs that ended longer ago than this (the database keeps their facts)")
 	f.StringVar(&cfg.KeepHistory, "keep-history", supervisor.DefaultKeepHistory, "remove ended runs, their events, delivered notifications and ledger entries older than this from the database (35d or more; balances are kept in checkpoints)")
 	f.DurationVar(&cfg.RunFilesEvery, "run-files-every", supervisor.DefaultRunFilesEvery, "how often ended runs' files are looked for")
@@ -240,313 +229,6 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// credentialFlags are the flags by which a unit's command learns which credentials it was given.
-type credentialFlags struct{ password, env, fromPassword bool }
-
-func (c *credentialFlags) add(f *pflag.FlagSet) {
-	f.BoolVar(&c.password, "password-credential", false, "set RESTIC_PASSWORD_FILE to the unit's password credential")
-	f.BoolVar(&c.env, "env-credential", false, "add the variables of the unit's environment credential")
-	f.BoolVar(&c.fromPassword, "from-password-credential", false, "set RESTIC_FROM_PASSWORD_FILE to the unit's credential of a copy's source password")
-}
-
-func (c credentialFlags) environ() ([]string, error) {
-	env, err := credentials.Environ(os.Environ(), c.password, c.env)
-	if err != nil || !c.fromPassword {
-		return env, err
-	}
-	return credentials.WithFromPassword(env)
-}
-
-// newCredexecCmd runs a command with the unit's credentials in its environment, in place of this
-// process (restic unlock before a backup, restic's queries as the job's user).
-func newCredexecCmd() *cobra.Command {
-	var creds credentialFlags
-	cmd := &cobra.Command{
-		Use:    "credexec [--password-credential] [--env-credential] -- COMMAND...",
-		Short:  "Run a command with the unit's credentials in its environment (used by the daemon's units)",
-		Hidden: true,
-		Args:   cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, argv []string) error {
-			env, err := creds.environ()
-			if err != nil {
-				return fmt.Errorf("credentials: %w", err)
-			}
-			path, err := exec.LookPath(argv[0])
-			if err != nil {
-				return fmt.Errorf("credexec: %w", err)
-			}
-			return syscall.Exec(path, argv, env)
-		},
-	}
-	creds.add(cmd.Flags())
-	return cmd
-}
-
-// afterInterruptTimeout bounds the command after an interrupted engine; the unit's stop timeout
-// (2 min) is longer.
-const afterInterruptTimeout = time.Minute
-
-// restoreProgressEvery is how often a restore's target is measured for its progress.
-const restoreProgressEvery = 3 * time.Second
-
-func newExecCmd() *cobra.Command {
-	var runID, journalPath, engineName, kind, progressDir, stdinFrom string
-	var attempt int
-	var totalBytes, totalFiles int64
-	var creds credentialFlags
-	var before, afterInterrupt, beforeSource, afterInterruptSource, hooksBefore, hooksAfter []string
-	cmd := &cobra.Command{
-		Use:    "exec --run R --attempt N --journal FILE --engine restic -- COMMAND...",
-		Short:  "Run an engine inside a backup unit, writing its run journal (used by the daemon's units)",
-		Hidden: true,
-		Args:   cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, argv []string) error {
-			run, err := uuid.Parse(runID)
-			if err != nil {
-				return badInput("--run %q is not a run id", runID)
-			}
-			parser, err := engine.ForOperation(engineName, "", kind)
-			if err != nil {
-				return inputError{err}
-			}
-			var progress func() (engine.Progress, bool)
-			if progressDir != "" {
-				progress = engine.TreeProgress(progressDir, totalBytes, totalFiles)
-			}
-			env, err := creds.environ()
-			if err != nil {
-				// The engine cannot reach its repository without them: fail as it would.
-				fmt.Fprintf(os.Stderr, "holdfast exec: credentials: %v\n", err)
-				return exitCodeError{1}
-			}
-			if len(before) > 0 {
-				if status, stopped := engine.RunBefore(cmd.Context(), before, env); stopped {
-					return exitCodeError{status}
-				}
-			}
-			if len(beforeSource) > 0 {
-				if status, stopped := engine.RunBefore(cmd.Context(), beforeSource, sourceEnv(env)); stopped {
-					return exitCodeError{status}
-				}
-			}
-			emit := func(string, any) error { return nil }
-			closeJournal := func() {}
-			w, err := journal.Create(journalPath, run, attempt)
-			if err != nil {
-				// The backup matters more than its progress figures: run it without a journal.
-				fmt.Fprintf(os.Stderr, "holdfast exec: no run journal, progress will not be recorded: %v\n", err)
-			} else {
-				defer w.Close()
-				emit = func(typ string, payload any) error {
-					if typ == engine.TypeSummary {
-						// The engine's own figures also go to journald, where `run logs` shows them.
-						if b, err := json.Marshal(payload); err == nil {
-							fmt.Fprintf(os.Stderr, "holdfast: %s summary: %s\n", engineName, b)
-						}
-					}
-					return w.Append(typ, payload)
-				}
-				closeJournal = func() {
-					if err := w.Close(); err != nil {
-						fmt.Fprintf(os.Stderr, "holdfast exec: close run journal: %v\n", err)
-					}
-				}
-			}
-			if len(hooksBefore) > 0 {
-				if status, fatal := runBeforeHooks(cmd.Context(), hooksBefore, runID, attempt, emit); status != 0 {
-					outcome := parser.Classify(engine.Evidence{ExitStatus: status, Fatal: fatal, Operation: kind})
-					runAfterHooks(hooksAfter, runID, attempt, status, outcome.Status, emit)
-					closeJournal()
-					return exitCodeError{status}
-				}
-			}
-			var producer *engine.Producer
-			if stdinFrom != "" {
-				pargv, err := job.SplitHook(stdinFrom)
-				if err != nil {
-					return badInput("--stdin-from: %v", err)
-				}
-				// As a hook's: the run in its environment, never the engine's secrets.
-				producer = &engine.Producer{Argv: pargv, Env: hookEnv(runID, attempt, "stdin"), Line: textsafe.String(stdinFrom)}
-			}
-			// The context ends at the unit's stop signal, however early it came (main catches it
-			// from the start): Exec passes it on to the engine, or starts none if it came first.
-			// One the runtime hands on only as the engine starts reaches the engine, at once.
-			status, err := engine.Exec(cmd.Context(), engine.ExecConfig{
-				Argv: argv, Env: env, Parser: parser, Emit: emit, Stderr: os.Stderr, Stdout: os.Stdout,
-				Progress: progress, ProgressEvery: restoreProgressEvery, Producer: producer,
-			})
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "holdfast exec: %v\n", err)
-				return exitCodeError{127}
-			}
-			if status == 128+int(syscall.SIGINT) || status == 128+int(syscall.SIGTERM) {
-				if len(afterInterrupt) > 0 {
-					engine.RunAfterInterrupt(afterInterrupt, env, afterInterruptTimeout)
-				}
-				if len(afterInterruptSource) > 0 {
-					engine.RunAfterInterrupt(afterInterruptSource, sourceEnv(env), afterInterruptTimeout)
-				}
-			}
-			// What the daemon will make of the exit, as far as the status says: the engine's own reading.
-			outcome := parser.Classify(engine.Evidence{ExitStatus: status, Operation: kind})
-			runAfterHooks(hooksAfter, runID, attempt, status, outcome.Status, emit)
-			closeJournal()
-			return exitCodeError{status}
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&runID, "run", "", "run id")
-	f.IntVar(&attempt, "attempt", 0, "attempt number")
-	f.StringVar(&journalPath, "journal", "", "run journal file")
-	f.StringVar(&engineName, "engine", engine.NameRestic, "engine: restic or command")
-	f.StringVar(&kind, "kind", "", "the run's kind (backup, restore, verify, ...): how the engine's output reads")
-	f.StringVar(&progressDir, "progress-dir", "", "measure progress as what is under this directory (a restore's target)")
-	f.Int64Var(&totalBytes, "progress-total-bytes", 0, "the bytes --progress-dir will hold at the end (0: unknown)")
-	f.Int64Var(&totalFiles, "progress-total-files", 0, "the files --progress-dir will hold at the end (0: unknown)")
-	f.StringArrayVar(&before, "before", nil, "a command to run first, one argument per flag; its failure is ignored")
-	f.StringArrayVar(&hooksAfter, "hook-after", nil, "a job's after hook, as --hook-before, run whatever the outcome (repeatable, in order)")
-	f.StringArrayVar(&hooksBefore, "hook-before", nil, "a job's before hook, a command line split as a shell splits words (repeatable, in order)")
-	f.StringVar(&stdinFrom, "stdin-from", "", "a command line (split as --hook-before) whose standard output is the engine's standard input, closed only if it exits 0")
-	f.StringArrayVar(&beforeSource, "before-source", nil, "as --before, with a copy's source password as restic's (RESTIC_FROM_PASSWORD_FILE as RESTIC_PASSWORD_FILE)")
-	f.StringArrayVar(&afterInterruptSource, "after-interrupt-source", nil, "as --after-interrupt, with a copy's source password as restic's")
-	f.StringArrayVar(&afterInterrupt, "after-interrupt", nil, "a command to run when a signal interrupted the engine (restic unlock), one argument per flag")
-	creds.add(f)
-	for _, name := range []string{"run", "attempt", "journal"} {
-		_ = cmd.MarkFlagRequired(name)
-	}
-	return cmd
-}
-
-// sourceEnv is env for restic on a copy's source repository: its password (the credential in
-// RESTIC_FROM_PASSWORD_FILE, if the unit has one) as RESTIC_PASSWORD_FILE.
-func sourceEnv(env []string) []string {
-	from := ""
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "RESTIC_FROM_PASSWORD_FILE="); ok {
-			from = v
-		}
-	}
-	if from == "" {
-		return env
-	}
-	return append(slices.Clone(env), "RESTIC_PASSWORD_FILE="+from) // the last one counts
-}
-
-// runBeforeHooks runs a job's before hooks in order, as this process (the job's user, in its
-// unit), their output on stderr, with the run's id, job and attempt in their environment (and
-// not the engine's secrets). The first that fails ends the attempt: its failure is journaled as
-// the fatal error ("before hook … exited N", which the engines classify) with the exit, and the
-// engine is never started; one that exits engine.HookSkip ends it so, to be skipped. A stop meanwhile reaches the hook as SIGINT and ends the attempt as
-// interrupted (130). It returns the status to exit with, 0 if every hook succeeded, and the fatal
-// error it journaled.
-func runBeforeHooks(ctx context.Context, hooks []string, runID string, attempt int, emit func(string, any) error) (int, string) {
-	env := hookEnv(runID, attempt, "before")
-	end := func(status int, why string) (int, string) {
-		if why != "" {
-			fmt.Fprintf(os.Stderr, "holdfast: %s\n", why)
-			_ = emit(engine.TypeFatal, engine.Fatal{Message: why})
-		}
-		_ = emit(engine.TypeExit, engine.Exit{ExitStatus: status})
-		return status, why
-	}
-	for _, h := range hooks {
-		argv, err := job.SplitHook(h)
-		if err != nil {
-			return end(1, engine.HookFailed+textsafe.String(h)+": "+err.Error())
-		}
-		if ctx.Err() != nil {
-			return end(130, "")
-		}
-		c := exec.Command(argv[0], argv[1:]...)
-		c.Env, c.Dir, c.Stdout, c.Stderr = env, "/", os.Stderr, os.Stderr
-		if err := c.Start(); err != nil {
-			return end(1, engine.HookFailed+textsafe.String(h)+" could not start: "+job.Cause(err))
-		}
-		waited := make(chan error, 1)
-		go func() { waited <- c.Wait() }()
-		var werr error
-		select {
-		case werr = <-waited:
-		case <-ctx.Done():
-			_ = c.Process.Signal(os.Interrupt)
-			<-waited
-			return end(130, "")
-		}
-		if werr != nil && c.ProcessState.ExitCode() == engine.HookSkip {
-			return end(engine.HookSkip, engine.HookFailed+textsafe.String(h)+fmt.Sprintf(" exited %d: it asked that this backup be skipped", engine.HookSkip))
-		}
-		if werr != nil {
-			return end(1, engine.HookFailed+textsafe.String(h)+" "+engine.DescribeExit(c.ProcessState, werr))
-		}
-	}
-	return 0, ""
-}
-
-// hookEnv is a hook's environment: this process's, without the engine's secrets, and the run's.
-func hookEnv(runID string, attempt int, kind string, extra ...string) []string {
-	env := append(os.Environ(), "HOLDFAST_RUN="+runID, "HOLDFAST_ATTEMPT="+strconv.Itoa(attempt), "HOLDFAST_HOOK="+kind)
-	return append(env, extra...)
-}
-
-// runAfterHooks runs a job's after hooks in order, whatever the attempt's outcome (the engine's
-// classification of status: succeeded, partial, failed, interrupted or skipped), which they get
-// in HOLDFAST_OUTCOME and HOLDFAST_EXIT_STATUS beside the run; they cannot change it. The first
-// failure is journaled (a hook_error event: the run's reason names it). Signals are not passed
-// on: the unit is stopping, and the hooks are what it does last; its stop timeout bounds them.
-func runAfterHooks(hooks []string, runID string, attempt, status int, outcome string, emit func(string, any) error) {
-	env := hookEnv(runID, attempt, "after", "HOLDFAST_OUTCOME="+outcome, "HOLDFAST_EXIT_STATUS="+strconv.Itoa(status))
-	failed := false
-	for _, h := range hooks {
-		why := ""
-		if argv, err := job.SplitHook(h); err != nil {
-			why = err.Error()
-		} else {
-			c := exec.Command(argv[0], argv[1:]...)
-			c.Env, c.Dir, c.Stdout, c.Stderr = env, "/", os.Stderr, os.Stderr
-			if err := c.Run(); err != nil {
-				why = "after hook " + textsafe.String(h) + " " + engine.DescribeExit(c.ProcessState, err)
-			}
-		}
-		if why != "" {
-			fmt.Fprintf(os.Stderr, "holdfast: %s\n", why)
-			if !failed {
-				_ = emit(engine.TypeHookError, engine.HookError{Message: why})
-				failed = true
-			}
-		}
-	}
-}
-
-func newMarkerCmd(g *globals) *cobra.Command {
-	var runID, unit string
-	var attempt int
-	cmd := &cobra.Command{
-		Use:    "marker --run R --attempt N --unit U",
-		Short:  "Write an attempt's exit marker from systemd's $SERVICE_RESULT, $EXIT_CODE, $EXIT_STATUS (ExecStopPost)",
-		Hidden: true,
-		Args:   exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			run, err := uuid.Parse(runID)
-			if err != nil {
-				return badInput("--run %q is not a run id", runID)
-			}
-			m, err := runner.MarkerFromEnv(run, attempt, unit, os.Getenv, time.Now())
-			if err != nil {
-				return inputError{err}
-			}
-			if err := runner.WriteMarker(g.stateDir, m); err != nil {
-				return err
-			}
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&runID, "run", "", "run id")
-	cmd.Flags().IntVar(&attempt, "attempt", 0, "attempt number")
-	cmd.Flags().StringVar(&unit, "unit", "", "unit name")
-	return cmd
 }
 
 // warnUnbounded warns of the statement bounds a daemon behind a transaction pooler lacks: it

@@ -25,6 +25,7 @@ import (
 	"github.com/holdfast-backup/holdfast/setup"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
+	"github.com/holdfast-backup/holdfast/unitcmd"
 )
 
 // Exit codes.
@@ -227,15 +228,18 @@ func newRoot(env environment) *cobra.Command {
 	}
 	root.SetOut(env.stdout)
 	root.SetErr(env.stderr)
-	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newExecCmd(), newCredexecCmd(), newMarkerCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd(), newProbeReadCmd(), newProbeTargetCmd(), newRestoreCmd(g), newDrillCmd(), newApplyCmd(g), newExportCmd(g),
+	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd(), newProbeReadCmd(), newProbeTargetCmd(), newRestoreCmd(g), newApplyCmd(g), newExportCmd(g),
 		newSetupCmd(g), newSetupDatabaseCmd(), newStatusCmd(g), newNotifyCmd(g), newHostCmd(g))
+	// Units started by a daemon of this version run holdfast-unit when it is installed; these
+	// serve units started without it, and by earlier versions.
+	root.AddCommand(unitcmd.Commands(&g.stateDir)...)
 	return root
 }
 
 // stopAckVariable names a file that main creates once it has taken a SIGINT or SIGTERM (the
 // command's context has ended): a test hook, by which a scenario test knows the stop came
 // before what it does next. Unset, nothing is written.
-const stopAckVariable = "HOLDFAST_TEST_STOP_ACK"
+const stopAckVariable = unitcmd.StopAckVariable
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -262,9 +266,14 @@ func exitCode(err error, stderr io.Writer) int {
 	if errors.As(err, &code) {
 		return code.code
 	}
+	var status unitcmd.ExitStatus
+	if errors.As(err, &status) {
+		return int(status)
+	}
 	fmt.Fprintln(textsafe.NewWriter(stderr), "holdfast: "+err.Error())
 	var conflict *store.ConflictError
 	var input inputError
+	var unitInput unitcmd.InputError
 	var config configError
 	var unavailable unavailableError
 	switch {
@@ -272,7 +281,7 @@ func exitCode(err error, stderr io.Writer) int {
 		return exitConfig
 	case errors.As(err, &unavailable):
 		return exitUnavailable
-	case errors.As(err, &input), errors.As(err, &conflict),
+	case errors.As(err, &input), errors.As(err, &unitInput), errors.As(err, &conflict),
 		errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrJobExists), errors.Is(err, store.ErrAmbiguous),
 		errors.Is(err, store.ErrTargetExists):
 		return exitInput

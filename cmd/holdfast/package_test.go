@@ -119,6 +119,7 @@ func TestBootedHostPackage(t *testing.T) {
 
 	for _, f := range []struct{ path, want string }{
 		{"/usr/bin/holdfast", "root root 755 regular file"},
+		{"/usr/libexec/holdfast/holdfast-unit", "root root 755 regular file"},
 		{"/etc/holdfast/holdfast.env", "root root 600 regular file"},
 		{"/etc/holdfast/holdfast.d", "root root 755 directory"},
 		{"/lib/systemd/system/holdfast.service", "root root 644 regular file"},
@@ -193,6 +194,12 @@ func TestBootedHostPackage(t *testing.T) {
 		t.Fatalf("run %s ended before the removal: %s (%s)", id, live.Status, live.Reason)
 	}
 	unit := live.Attempts[0].Unit
+	// The installed daemon's units run the package's holdfast-unit, not the whole CLI.
+	for _, prop := range []string{"ExecStart", "ExecStopPost"} {
+		if v := h.Run(t, "systemctl", "show", "-p", prop, "--value", unit); !strings.Contains(v, "path=/usr/libexec/holdfast/holdfast-unit ") {
+			t.Errorf("unit %s %s: %s, want /usr/libexec/holdfast/holdfast-unit", unit, prop, v)
+		}
+	}
 	h.Run(t, "dpkg", "-r", "holdfast")
 	if s := b.isActive("holdfast.service"); s == "active" {
 		t.Fatal("holdfast.service still active after the package was removed")

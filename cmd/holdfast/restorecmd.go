@@ -15,6 +15,7 @@ import (
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/unitcmd"
 )
 
 func newRestoreCmd(g *globals) *cobra.Command {
@@ -134,7 +135,7 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 		return err
 	}
 	defer rn.Close()
-	restic, ej := jobunit.Restic(jobunit.Config{Runner: rn, StateDir: g.stateDir, Binary: self, ResticBinary: req.restic}, j, false)
+	restic, ej := jobunit.Restic(jobunit.Config{Runner: rn, StateDir: g.stateDir, Binary: unitcmd.Binary(self), ResticBinary: req.restic}, j, false)
 	listed, err := restic.ListSnapshots(ctx, ej)
 	if err != nil {
 		return err

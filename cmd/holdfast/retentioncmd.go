@@ -22,6 +22,7 @@ import (
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/unitcmd"
 )
 
 // policyFlags are the retention policy flags of job add/edit, retention plan/apply and simulate.
@@ -207,7 +208,7 @@ func (g *globals) refreshSnapshots(ctx context.Context, st *store.Store, restic 
 		return nil, fmt.Errorf("find holdfast's own executable: %w", err)
 	}
 	return inventory.Refresh(ctx, inventory.Config{Store: st, Runner: rn, StateDir: g.stateDir,
-		Binary: self, ResticBinary: restic}, j)
+		Binary: unitcmd.Binary(self), ResticBinary: restic}, j)
 }
 
 func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
