@@ -60,12 +60,24 @@ type Guard struct {
 	mu     sync.Mutex
 	base   context.Context // the watches' parent; nil when not started
 	cancel context.CancelFunc
-	active map[model.AttemptRef]context.CancelFunc
+	active map[model.AttemptRef]*watch
 	// unwatchable are the attempts whose repository could not be watched, told once each.
 	unwatchable map[model.AttemptRef]bool
+	// shared are the attempts whose repository another run wrote to meanwhile: their growth is
+	// not theirs alone, so the guard neither watches nor measures them again.
+	shared map[model.AttemptRef]bool
 	// stopping refuses new watches while Stop waits for the others.
 	stopping bool
 	wg       sync.WaitGroup
+}
+
+// watch is one attempt's watch; cancel is nil while it is being armed.
+type watch struct{ cancel context.CancelFunc }
+
+func (w *watch) stop() {
+	if w.cancel != nil {
+		w.cancel()
+	}
 }
 
 // New returns a Guard, its service not started.
@@ -105,8 +117,8 @@ func (g *Guard) Stop() {
 	g.mu.Lock()
 	cancel := g.cancel
 	g.base, g.cancel, g.stopping = nil, nil, true
-	for ref, stop := range g.active {
-		stop()
+	for ref, w := range g.active {
+		w.stop()
 		delete(g.active, ref)
 	}
 	g.mu.Unlock()
@@ -120,7 +132,8 @@ func (g *Guard) Stop() {
 }
 
 // Watch starts following the attempt's repository, unless it is followed already or is not a
-// local repository a backup with a hold writes to. It is safe to call on every pass.
+// local repository a backup with a hold writes to. It is safe to call on every pass. The
+// repository is measured (the watch's seed) outside the guard's lock: a large one takes a while.
 func (g *Guard) Watch(l model.LiveRun) {
 	a := l.Attempt
 	dir, local := ledger.Local(l.JobRepository)
@@ -129,10 +142,17 @@ func (g *Guard) Watch(l model.LiveRun) {
 	}
 	ref := l.Ref()
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if _, ok := g.active[ref]; ok || g.stopping {
+	if _, ok := g.active[ref]; ok || g.stopping || g.shared[ref] {
+		g.mu.Unlock()
 		return
 	}
+	if g.active == nil {
+		g.active = map[model.AttemptRef]*watch{}
+	}
+	w := &watch{}
+	g.active[ref] = w
+	g.mu.Unlock()
+
 	fw, data, err := watchData(dir)
 	var seed int64
 	if err == nil && a.RepoBytesBefore != nil {
@@ -147,8 +167,23 @@ func (g *Guard) Watch(l model.LiveRun) {
 			unix.Close(data)
 		}
 	}
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.active[ref] != w || g.stopping {
+		// Let go of, or stopped, while it was armed.
+		if err == nil {
+			fw.file.Close()
+			unix.Close(data)
+		}
+		if g.active[ref] == w {
+			delete(g.active, ref)
+		}
+		return
+	}
 	if err != nil {
-		// Tried again at every pass, told once: each pass measures the repository anyway.
+		delete(g.active, ref)
+		// Tried again at every pass, told once: each pass measures the repository meanwhile.
 		if !g.unwatchable[ref] {
 			g.cfg.Logger.Warn("runaway guard: cannot watch the repository; it measures once per pass", "run", l.Run.ID, "err", err)
 			if g.unwatchable == nil {
@@ -164,22 +199,50 @@ func (g *Guard) Watch(l model.LiveRun) {
 		base = context.Background()
 	}
 	ctx, cancel := context.WithCancel(base)
-	if g.active == nil {
-		g.active = map[model.AttemptRef]context.CancelFunc{}
-	}
-	g.active[ref] = cancel
+	w.cancel = cancel
 	// The goroutine's own copies, made here: l and a themselves are not moved to the heap at
 	// each call, most of which watch nothing.
 	watched, hold := l, *a.HoldBytes
 	g.wg.Go(func() {
 		defer unix.Close(data)
 		g.follow(ctx, fw, data, watched, hold, seed)
-		g.Unwatch(ref) // a watch that gave up can be armed again by the next pass
+		g.unwatch(ref, w) // a watch that let go can be armed again by the next pass
 	})
 }
 
-// Watching reports whether a watch follows the attempt: then it, not a pass, measures the
-// attempt's growth. A watch that fails lets go, and the next pass measures again.
+// Unwatch stops following an attempt that ended.
+func (g *Guard) Unwatch(ref model.AttemptRef) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if w, ok := g.active[ref]; ok {
+		w.stop()
+		delete(g.active, ref)
+	}
+}
+
+// unwatch forgets watch w of ref as it ends, unless a newer watch took its place.
+func (g *Guard) unwatch(ref model.AttemptRef, w *watch) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.active[ref] == w {
+		w.stop()
+		delete(g.active, ref)
+	}
+}
+
+// stepAside records that another run wrote to ref's repository meanwhile.
+func (g *Guard) stepAside(ref model.AttemptRef) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shared == nil {
+		g.shared = map[model.AttemptRef]bool{}
+	}
+	g.shared[ref] = true
+}
+
+// Watching reports whether a watch follows the attempt (or is being armed): then it, not a
+// pass, measures the attempt's growth. A watch that fails or cannot tell lets go, and the next
+// pass measures again.
 func (g *Guard) Watching(ref model.AttemptRef) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -187,14 +250,11 @@ func (g *Guard) Watching(ref model.AttemptRef) bool {
 	return ok
 }
 
-// Unwatch stops following an attempt that ended.
-func (g *Guard) Unwatch(ref model.AttemptRef) {
+// stepsAside reports whether another run wrote to the attempt's repository meanwhile.
+func (g *Guard) stepsAside(ref model.AttemptRef) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if cancel, ok := g.active[ref]; ok {
-		cancel()
-		delete(g.active, ref)
-	}
+	return g.shared[ref]
 }
 
 // Prune stops following attempts that are no longer live (ended by another daemon, or by a
@@ -206,15 +266,20 @@ func (g *Guard) Prune(live []model.LiveRun) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for ref, cancel := range g.active {
+	for ref, w := range g.active {
 		if !keep[ref] {
-			cancel()
+			w.stop()
 			delete(g.active, ref)
 		}
 	}
 	for ref := range g.unwatchable {
 		if !keep[ref] {
 			delete(g.unwatchable, ref)
+		}
+	}
+	for ref := range g.shared {
+		if !keep[ref] {
+			delete(g.shared, ref)
 		}
 	}
 }
@@ -224,10 +289,13 @@ func (g *Guard) Prune(live []model.LiveRun) {
 // or another run wrote to it meanwhile) or is a watch's to tell (Watching).
 func (g *Guard) Measure(ctx context.Context, l model.LiveRun) *Excess {
 	a := l.Attempt
-	if l.Run.Kind != model.KindBackup || a.HoldBytes == nil || a.RepoBytesBefore == nil || g.Watching(l.Ref()) {
+	if l.Run.Kind != model.KindBackup || a.HoldBytes == nil || a.RepoBytesBefore == nil || g.Watching(l.Ref()) || g.stepsAside(l.Ref()) {
 		return nil
 	}
 	grown, shared, why := Growth(ctx, g.cfg.Store, l.JobRepository, a)
+	if shared != nil {
+		g.stepAside(l.Ref())
+	}
 	if grown == nil || shared != nil || *grown <= *a.HoldBytes {
 		if why != "" {
 			g.cfg.Logger.Debug("runaway guard cannot measure this run", "run", l.Run.ID, "why", why)

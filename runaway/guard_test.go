@@ -270,40 +270,35 @@ func TestWatchCountsFromItsStart(t *testing.T) {
 	}
 }
 
-// A seed that counted too much (a pack renamed as it was measured) stops nothing: the measure
-// puts the count right, and the watch counts on from it. The run is stopped on what was
-// measured (105 bytes), never on the count that held a pack twice (110).
+// A count that holds a pack twice (renamed as the seed was measured) stops nothing: the measure
+// puts it right, and the watch counts on from it. Here the seed says 140 bytes where 50 were
+// added: the watch measures at once, then counts 30 and 40 bytes of packs on the 50, and the run
+// is stopped on the measured 120, never on the seed's 140 nor on the 70 it saw itself.
 func TestWatchMeasuresBeforeItStops(t *testing.T) {
 	l, repo := backup(t)
 	c := &calls{paused: true, stopped: make(chan string, 1)}
 	var mu sync.Mutex
 	var log strings.Builder
 	g := New(Config{Store: c, Units: c, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &log}, nil))})
+	write(t, repo, "index-file", 50) // added before the watch, not a pack
 	fw, data, err := watchData(repo)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer unix.Close(data)
-		g.follow(ctx, fw, data, l, *l.Attempt.HoldBytes, 90) // nothing was added: 90 too many
+		g.follow(context.Background(), fw, data, l, *l.Attempt.HoldBytes, 140)
 	}()
-	write(t, repo, strings.Repeat("a", 64), 20) // 110 counted, 20 measured
-	for deadline := time.Now().Add(time.Minute); len(c.got()) == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a count past the hold was never measured")
-		}
-	}
-	write(t, repo, strings.Repeat("b", 64), 85) // 105 measured
+	write(t, repo, strings.Repeat("a", 64), 30)
+	write(t, repo, strings.Repeat("b", 64), 40)
 	select {
 	case <-c.stopped:
 	case <-time.After(time.Minute):
 		t.Fatalf("the runaway was not stopped; calls: %v", c.got())
 	}
-	cancel()
-	<-done
+	<-done // a watch that stopped its run lets go
 	got := c.got()
 	if n := len(got); n < 3 || !slices.Equal(got[n-2:], []string{"RequestPause run_ceiling", "Stop " + l.Attempt.Unit}) ||
 		slices.ContainsFunc(got[:n-2], func(s string) bool { return s != "OtherWriter" }) {
@@ -311,7 +306,64 @@ func TestWatchMeasuresBeforeItStops(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if !strings.Contains(log.String(), `added="105 B"`) {
-		t.Fatalf("the pause was not on the measured growth of 105 bytes:\n%s", log.String())
+	if !strings.Contains(log.String(), `added="120 B"`) {
+		t.Fatalf("the pause was not on the measured growth of 120 bytes:\n%s", log.String())
+	}
+}
+
+// A watch lets go when it can no longer tell: a new subdirectory of data, which it does not see
+// into, or a repository another run writes to, after which the guard neither watches nor
+// measures the attempt again until it is no longer live.
+func TestWatchLetsGo(t *testing.T) {
+	ctx := context.Background()
+	l, repo := backup(t)
+	c := &calls{}
+	g := New(Config{Store: c, Units: c})
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	waitLetGo := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); g.Watching(l.Ref()); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the watch did not let go after %s", what)
+			}
+		}
+	}
+	g.Watch(l)
+	if err := os.Mkdir(filepath.Join(repo, "data", "01"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	waitLetGo("a new subdirectory of data")
+	if got := c.got(); len(got) != 0 {
+		t.Fatalf("a watch that let go acted: %v", got)
+	}
+
+	g.Watch(l) // the next pass arms it again, seeing into data/01 too
+	if !g.Watching(l.Ref()) {
+		t.Fatal("not watching again")
+	}
+	c.other = new(uuid.New())
+	write(t, repo, strings.Repeat("a", 64), 200) // past the hold, with another writer
+	waitLetGo("another writer")
+	g.Watch(l)
+	if g.Watching(l.Ref()) {
+		t.Fatal("watching an attempt whose repository another run writes to")
+	}
+	if e := g.Measure(ctx, l); e != nil {
+		t.Fatalf("measured %+v for an attempt whose repository another run writes to", e)
+	}
+	if got := c.got(); !slices.Equal(got, []string{"OtherWriter"}) {
+		t.Fatalf("calls %v, want the one question that found the other writer", got)
+	}
+	g.Prune(nil) // the attempt ended: forgotten
+	c.other = nil
+	if err := os.Remove(filepath.Join(repo, "data", "00", strings.Repeat("a", 64))); err != nil {
+		t.Fatal(err) // within its hold again, so that the watch stays
+	}
+	g.Watch(l)
+	if !g.Watching(l.Ref()) {
+		t.Fatal("an attempt pruned and live again is not watched")
 	}
 }

@@ -120,15 +120,57 @@ func (w *packWatch) run(ctx context.Context, found func(sub, name string) (more 
 // attempt had added when it started); past the hold it measures the repository to confirm, then
 // pauses the run (run_ceiling) and stops its unit, as the per-pass guard does. restic writes a
 // pack under a temporary name and renames it when it is complete, so only the final names (64 hex
-// digits) count, once each. If another backup writes to the same repository it steps aside: the
-// growth is not this run's alone.
+// digits) count, once each. It lets go, for the pass to measure, when it can no longer tell: a
+// new subdirectory of data (its packs would go unseen), or a measure that failed. If another
+// backup writes to the same repository it steps aside: the growth is not this run's alone.
 func (g *Guard) follow(ctx context.Context, w *packWatch, data int, l model.LiveRun, hold, seed int64) {
 	counted := map[string]bool{}
 	// since is what appeared under the watch, never counted twice; total may count a pack twice
 	// (renamed as the seed was measured) until a measure puts it right.
 	var since int64
 	total := seed
+	// past acts on a count past the hold; false ends the watch.
+	past := func() bool {
+		if total <= hold || !g.cfg.Acting() { // without the lease it counts on, and acts once it holds it again
+			return true
+		}
+		grown := since
+		if since <= hold {
+			measured, other, why := Growth(ctx, g.cfg.Store, l.JobRepository, l.Attempt)
+			switch {
+			case other != nil:
+				g.stepAside(l.Ref())
+				return false
+			case measured == nil:
+				g.cfg.Logger.Warn("runaway guard: the repository could not be measured; the next pass measures it", "run", l.Run.ID, "why", why)
+				return false
+			case *measured <= hold:
+				total = *measured // a pack counted twice, or the seed's own files
+				return true
+			}
+			grown = *measured
+		} else if other, err := g.cfg.Store.OtherWriter(ctx, l.Ref()); err != nil || other != nil {
+			if other != nil {
+				g.stepAside(l.Ref())
+			}
+			return false
+		}
+		// The bytes written are what the backup added: paused and stopped as on a pass.
+		if err := g.Pause(ctx, l, Excess{Hold: hold, Grown: grown}); err != nil {
+			g.cfg.Logger.Warn("runaway guard: the pause or the stop failed; the next pass measures again", "run", l.Run.ID, "err", err)
+		}
+		return false
+	}
+	if !past() { // a seed already past the hold
+		return
+	}
 	err := w.run(ctx, func(sub, name string) bool {
+		if sub == "" {
+			// restic makes a subdirectory of data when it first needs it: this watch does not
+			// see into it, and the next pass measures and watches again.
+			g.cfg.Logger.Debug("runaway guard: a new subdirectory of the repository's data; watching again", "run", l.Run.ID)
+			return false
+		}
 		key := filepath.Join(sub, name)
 		if counted[key] || !packName.MatchString(name) {
 			return true
@@ -140,33 +182,7 @@ func (g *Guard) follow(ctx context.Context, w *packWatch, data int, l model.Live
 		counted[key] = true
 		since += size
 		total += size
-		if total <= hold || !g.cfg.Acting() { // without the lease it counts on, and acts once it holds it again
-			return true
-		}
-		grown := since
-		if since <= hold {
-			measured, other, why := Growth(ctx, g.cfg.Store, l.JobRepository, l.Attempt)
-			switch {
-			case other != nil:
-				return false
-			case measured == nil:
-				// Not measured now: the packs seen since the watch began are a floor of the growth.
-				g.cfg.Logger.Debug("runaway guard cannot measure this run", "run", l.Run.ID, "why", why)
-				total = since
-				return true
-			case *measured <= hold:
-				total = *measured // a pack counted twice, or the seed's own files
-				return true
-			}
-			grown = *measured
-		} else if other, err := g.cfg.Store.OtherWriter(ctx, l.Ref()); err != nil || other != nil {
-			return false
-		}
-		// The bytes written are what the backup added: paused and stopped as on a pass.
-		if err := g.Pause(ctx, l, Excess{Hold: hold, Grown: grown}); err != nil {
-			g.cfg.Logger.Warn("runaway guard: the pause or the stop failed; the next pass measures again", "run", l.Run.ID, "err", err)
-		}
-		return false
+		return past()
 	})
 	if err != nil {
 		g.cfg.Logger.Warn("runaway guard: watching the repository failed; it measures once per pass", "run", l.Run.ID, "err", err)

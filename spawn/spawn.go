@@ -201,10 +201,14 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 	// What a local repository holds before the backup starts: its growth is what the attempt
 	// added, for the runaway guard and for a settlement without restic's own figure.
 	if model.AddsToRepository(l.Run.Kind, job.Engine) {
+		// The attempt as the runaway watch gets it (Started) carries this baseline, not one a
+		// start given back earlier left.
+		l.Attempt.RepoBytesBefore = nil
 		if size, err := ledger.RepoSize(job.Repository); err == nil {
 			if err := s.cfg.Store.SetRepoBaseline(ctx, fence, l.Ref(), size); err != nil {
 				return release(err, false)
 			}
+			l.Attempt.RepoBytesBefore = &size
 		} else if !errors.Is(err, ledger.ErrNotLocal) {
 			s.cfg.Logger.Warn("repository not measured; its growth will not be known", "run", l.Run.ID, "err", err)
 		}

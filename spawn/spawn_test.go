@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobunit"
+	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
@@ -187,5 +190,40 @@ func TestNewRefuses(t *testing.T) {
 		if _, err := spawn.New(c.cfg); err == nil || err.Error() != c.want {
 			t.Errorf("New: %v, want %q", err, c.want)
 		}
+	}
+}
+
+// The runaway guard is told of the attempt with the baseline this spawn measured, not one an
+// earlier start that gave its claim back left on the attempt.
+func TestStartedWithThisBaseline(t *testing.T) {
+	repo := t.TempDir()
+	if err := os.WriteFile(filepath.Join(repo, "config"), make([]byte, 321), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want, err := ledger.RepoSize(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := world{held: true}
+	var told *int64
+	s, err := spawn.New(spawn.Config{
+		Store: &w, Units: &w, Jobs: jobunit.Config{StateDir: t.TempDir(), Binary: "/usr/bin/holdfast", ResticBinary: "/usr/bin/restic"},
+		Budget:  time.Minute,
+		Lease:   func() (store.Lease, bool) { return lease, w.held },
+		Started: func(l model.LiveRun) { told = l.Attempt.RepoBytesBefore },
+		Refused: func(context.Context, model.LiveRun, error) error { return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := int64(1 << 40)
+	job := model.Job{Name: "j", Engine: engine.NameRestic, Repository: repo, PasswordFile: "/dev/null", Paths: []string{repo}}
+	l := model.LiveRun{Run: model.Run{ID: uuid.New(), JobName: "j", Kind: model.KindBackup},
+		Attempt: model.Attempt{No: 1, RepoBytesBefore: &stale}, JobEngine: engine.NameRestic, JobRepository: repo}
+	if err := s.Spawn(context.Background(), l, job, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(w.calls, "SetRepoBaseline") || told == nil || *told != want {
+		t.Fatalf("calls %v; the guard was told a baseline of %v, want %d", w.calls, told, want)
 	}
 }

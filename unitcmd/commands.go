@@ -311,7 +311,7 @@ func marker(stateDir *string) *cobra.Command {
 		Use:    "marker --run R --attempt N --unit U",
 		Short:  "Write an attempt's exit marker from systemd's $SERVICE_RESULT, $EXIT_CODE, $EXIT_STATUS (ExecStopPost)",
 		Hidden: true,
-		Args:   cobra.NoArgs,
+		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			run, err := uuid.Parse(runID)
 			if err != nil {

@@ -10,8 +10,8 @@ import (
 )
 
 // Units run holdfast-unit beside holdfast, else in libexec/holdfast beside holdfast's bin
-// directory, else holdfast itself; a file there that is not an executable for everyone is passed
-// over.
+// directory, else holdfast itself; a file there that is not an executable for everyone, that
+// others may write or replace, or that is a link, is passed over.
 func TestBinary(t *testing.T) {
 	root := t.TempDir()
 	bin := filepath.Join(root, "bin")
@@ -39,13 +39,35 @@ func TestBinary(t *testing.T) {
 	if got := Binary(self); got != self {
 		t.Fatalf("holdfast-unit only root may run: %s, want holdfast itself", got)
 	}
+	put(filepath.Join(libexec, BinaryName), 0o775)
+	if got := Binary(self); got != self {
+		t.Fatalf("holdfast-unit its group may write: %s, want holdfast itself", got)
+	}
 	put(filepath.Join(libexec, BinaryName), 0o755)
+	if err := os.Chmod(libexec, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if got := Binary(self); got != self {
+		t.Fatalf("holdfast-unit in a directory anyone may write: %s, want holdfast itself", got)
+	}
+	if err := os.Chmod(libexec, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if got, want := Binary(self), filepath.Join(libexec, BinaryName); got != want {
 		t.Fatalf("installed as the packages do: %s, want %s", got, want)
 	}
 	put(filepath.Join(bin, BinaryName), 0o755)
 	if got, want := Binary(self), filepath.Join(bin, BinaryName); got != want {
 		t.Fatalf("beside holdfast: %s, want %s", got, want)
+	}
+	if err := os.Remove(filepath.Join(bin, BinaryName)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(libexec, BinaryName), filepath.Join(bin, BinaryName)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := Binary(self), filepath.Join(libexec, BinaryName); got != want {
+		t.Fatalf("a link beside holdfast: %s, want the installed %s", got, want)
 	}
 }
 
@@ -60,6 +82,7 @@ func TestExitCode(t *testing.T) {
 		{fmt.Errorf("engine: %w", ExitStatus(3)), 3, ""},
 		{badInput("--run %q is not a run id", "x"), 2, `holdfast-unit: --run "x" is not a run id` + "\n"},
 		{errors.New("write marker: disk full"), 1, "holdfast-unit: write marker: disk full\n"},
+		{errors.New("unknown flag: --bogus"), 2, "holdfast-unit: unknown flag: --bogus\n"},
 	} {
 		var stderr strings.Builder
 		if code := ExitCode(BinaryName, tc.err, &stderr); code != tc.code || stderr.String() != tc.message {

@@ -31,6 +31,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return unitcmd.InputError{Err: err} })
 	root.PersistentFlags().StringVar(&stateDir, "state-dir", stateDir, "state directory for run journals and exit markers (env HOLDFAST_STATE_DIR)")
 	root.AddCommand(unitcmd.Commands(&stateDir)...)
 	root.CompletionOptions.DisableDefaultCmd = true
