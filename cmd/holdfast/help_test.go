@@ -43,3 +43,36 @@ func TestHelpValueNames(t *testing.T) {
 		}
 	}
 }
+
+// Every command's human output is escaped for a terminal: the root's one pre-run hook wraps it.
+// Output asked for as JSON, and the hidden helpers' (read by holdfast), is left as it is.
+func TestHumanOutputEscaped(t *testing.T) {
+	t.Parallel()
+	const hostile = "evil\x1b]0;owned\x07\u202e"
+	for _, c := range []struct {
+		args    []string
+		hidden  bool
+		escaped bool
+	}{
+		{[]string{"say"}, false, true},
+		{[]string{"say", "--json=false"}, false, true},
+		{[]string{"say", "--json"}, false, false},
+		{[]string{"say"}, true, false},
+	} {
+		var out, errs bytes.Buffer
+		root := newRoot(environment{getenv: func(string) string { return "" }, stdout: &out, stderr: &errs})
+		say := &cobra.Command{Use: "say", Hidden: c.hidden, RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := cmd.OutOrStdout().Write([]byte(hostile + "\n"))
+			return err
+		}}
+		say.Flags().Bool("json", false, "JSON output")
+		root.AddCommand(say)
+		root.SetArgs(c.args)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("holdfast %v: %v\n%s", c.args, err, errs.String())
+		}
+		if escaped := !strings.ContainsAny(out.String(), "\x1b\x07\u202e"); escaped != c.escaped {
+			t.Errorf("holdfast %v (hidden %t) printed %q: escaped %t, want %t", c.args, c.hidden, out.String(), escaped, c.escaped)
+		}
+	}
+}

@@ -216,15 +216,19 @@ func newRoot(env environment) *cobra.Command {
 	pf.StringVar(&g.systemdAddress, "systemd-address", env.getenv("HOLDFAST_SYSTEMD_ADDRESS"), "D-Bus address of the manager's private socket (env HOLDFAST_SYSTEMD_ADDRESS)")
 	pf.StringVar(&g.stateDir, "state-dir", g.envOr("HOLDFAST_STATE_DIR", "/var/lib/holdfast"), "state directory for run journals and exit markers (env HOLDFAST_STATE_DIR)")
 	pf.StringVar(&g.journalDir, "journal-dir", env.getenv("HOLDFAST_JOURNAL_DIR"), "journald directory that 'run logs' reads instead of the system journal (env HOLDFAST_JOURNAL_DIR)")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.validate() }
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
-	// Human output carries file names, restic's messages and reasons that the job's user or the
-	// repository wrote: escape what a terminal would act on. JSON is escaped by encoding/json.
-	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
-		if f := cmd.Flags().Lookup("json"); f != nil && f.Value.String() == "true" {
-			return
+	// One hook: cobra runs a PersistentPreRunE and then no PersistentPreRun.
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := g.validate(); err != nil {
+			return err
 		}
-		cmd.SetOut(textsafe.NewWriter(cmd.OutOrStdout()))
+		// Human output carries file names, restic's messages and reasons that the job's user or
+		// the repository wrote: escape what a terminal would act on. JSON is escaped by
+		// encoding/json, and the hidden helpers' output is read by holdfast, not a terminal.
+		if f := cmd.Flags().Lookup("json"); !cmd.Hidden && (f == nil || f.Value.String() != "true") {
+			cmd.SetOut(textsafe.NewWriter(cmd.OutOrStdout()))
+		}
+		return nil
 	}
 	root.SetOut(env.stdout)
 	root.SetErr(env.stderr)
