@@ -3,7 +3,7 @@
 // from ExecStopPost) and drill (a verify's sample restore). The holdfast binary has them, hidden,
 // and so does holdfast-unit, a binary with these alone: a backup runs two of them on its way,
 // and holdfast-unit starts in less than half the time the whole CLI takes (Binary). See
-// docs/ARCHITECTURE.md §3.
+// docs/ARCHITECTURE.md §8.
 package unitcmd
 
 import (
