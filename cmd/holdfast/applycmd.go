@@ -476,6 +476,8 @@ func newExportCmd(g *globals) *cobra.Command {
 			"`holdfast export | holdfast apply --dry-run /dev/stdin` plans no change. Settings at their\n" +
 			"defaults are left out, but a job's host always appears. Secrets stay file paths.",
 		Args: exactArgs(0, "no arguments"),
+		// YAML that apply reads back: its encoder escapes control characters itself.
+		Annotations: map[string]string{outputAnnotation: machineOutput},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, n := range names {
 				if err := job.ValidateName(n); err != nil {

@@ -45,19 +45,22 @@ func TestHelpValueNames(t *testing.T) {
 }
 
 // Every command's human output is escaped for a terminal: the root's one pre-run hook wraps it.
-// Output asked for as JSON, and the hidden helpers' (read by holdfast), is left as it is.
+// Output asked for as JSON, a format read back (export's YAML) and the hidden helpers' (read by
+// holdfast) are left as they are.
 func TestHumanOutputEscaped(t *testing.T) {
 	t.Parallel()
 	const hostile = "evil\x1b]0;owned\x07\u202e"
 	for _, c := range []struct {
 		args    []string
 		hidden  bool
+		machine bool
 		escaped bool
 	}{
-		{[]string{"say"}, false, true},
-		{[]string{"say", "--json=false"}, false, true},
-		{[]string{"say", "--json"}, false, false},
-		{[]string{"say"}, true, false},
+		{[]string{"say"}, false, false, true},
+		{[]string{"say", "--json=false"}, false, false, true},
+		{[]string{"say", "--json"}, false, false, false},
+		{[]string{"say"}, true, false, false},
+		{[]string{"say"}, false, true, false},
 	} {
 		var out, errs bytes.Buffer
 		root := newRoot(environment{getenv: func(string) string { return "" }, stdout: &out, stderr: &errs})
@@ -66,13 +69,16 @@ func TestHumanOutputEscaped(t *testing.T) {
 			return err
 		}}
 		say.Flags().Bool("json", false, "JSON output")
+		if c.machine {
+			say.Annotations = map[string]string{outputAnnotation: machineOutput}
+		}
 		root.AddCommand(say)
 		root.SetArgs(c.args)
 		if err := root.Execute(); err != nil {
 			t.Fatalf("holdfast %v: %v\n%s", c.args, err, errs.String())
 		}
 		if escaped := !strings.ContainsAny(out.String(), "\x1b\x07\u202e"); escaped != c.escaped {
-			t.Errorf("holdfast %v (hidden %t) printed %q: escaped %t, want %t", c.args, c.hidden, out.String(), escaped, c.escaped)
+			t.Errorf("holdfast %v (hidden %t, machine %t) printed %q: escaped %t, want %t", c.args, c.hidden, c.machine, out.String(), escaped, c.escaped)
 		}
 	}
 }

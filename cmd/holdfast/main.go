@@ -225,7 +225,8 @@ func newRoot(env environment) *cobra.Command {
 		// Human output carries file names, restic's messages and reasons that the job's user or
 		// the repository wrote: escape what a terminal would act on. JSON is escaped by
 		// encoding/json, and the hidden helpers' output is read by holdfast, not a terminal.
-		if f := cmd.Flags().Lookup("json"); !cmd.Hidden && (f == nil || f.Value.String() != "true") {
+		f := cmd.Flags().Lookup("json")
+		if !cmd.Hidden && cmd.Annotations[outputAnnotation] != machineOutput && (f == nil || f.Value.String() != "true") {
 			cmd.SetOut(textsafe.NewWriter(cmd.OutOrStdout()))
 		}
 		return nil
@@ -239,6 +240,13 @@ func newRoot(env environment) *cobra.Command {
 	root.AddCommand(unitcmd.Commands(&g.stateDir)...)
 	return root
 }
+
+// A command annotated outputAnnotation: machineOutput prints a format another program reads
+// back (export's YAML), which escaping for a terminal would change.
+const (
+	outputAnnotation = "holdfast-output"
+	machineOutput    = "machine"
+)
 
 // stopAckVariable names a file that main creates once it has taken a SIGINT or SIGTERM (the
 // command's context has ended): a test hook, by which a scenario test knows the stop came
