@@ -129,7 +129,8 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			logger.Info("holdfast daemon started", "version", version, "host", cfg.Host, "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", cfg.SweepInterval,
 				"pass_timeout", cfg.PassTimeout, "allow_users", allowUsers, "allow_command_jobs", cfg.AllowCommandJobs,
 				"allow_notify_commands", cfg.Notify.AllowCommands, "listen", cfg.Listen, "tls", cfg.TLSCert != "",
-				"statement_timeout", cfg.Database.StatementTimeout, "behind_pooler", cfg.Database.Pooled())
+				"statement_timeout", cfg.Database.StatementTimeout, "behind_pooler", cfg.Database.Pooled(),
+				"unit_binary", cfg.Binary) // holdfast-unit, or this binary where it is not installed
 			select {
 			case <-ctx.Done():
 			case err := <-sup.Failed():

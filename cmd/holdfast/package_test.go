@@ -167,8 +167,8 @@ func TestBootedHostPackage(t *testing.T) {
 		t.Fatalf("installed: %q, want 1.0.1", v)
 	}
 	started := h.Run(t, "journalctl", "--no-pager", "-o", "cat", "-u", "holdfast.service", "_PID="+after["MainPID"])
-	if !strings.Contains(started, "holdfast daemon started version=1.0.1 ") {
-		t.Fatalf("the daemon's journal (pid %s) does not say it runs 1.0.1:\n%s", after["MainPID"], started)
+	if !strings.Contains(started, "holdfast daemon started version=1.0.1 ") || !strings.Contains(started, " unit_binary=/usr/libexec/holdfast/holdfast-unit") {
+		t.Fatalf("the daemon's journal (pid %s) does not say it runs 1.0.1 with the package's holdfast-unit:\n%s", after["MainPID"], started)
 	}
 	r := b.waitRun(id, "the end", ended)
 	if r.Status != "succeeded" || len(r.Attempts) != 1 {
