@@ -20,10 +20,7 @@ import (
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
-	"github.com/holdfast-backup/holdfast/unitcmd"
 )
-
-func isUsageError(err error) bool { return unitcmd.UsageError(err) }
 
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, args []string) error {

@@ -298,7 +298,7 @@ func exitCode(err error, stderr io.Writer) int {
 		errors.Is(err, store.ErrTargetExists):
 		return exitInput
 	}
-	if isUsageError(err) {
+	if unitcmd.UsageError(err) {
 		return exitInput
 	}
 	return exitError
