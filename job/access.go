@@ -30,7 +30,7 @@ type Access struct {
 func AccessChanged(before, after model.Job) bool {
 	return before.User != after.User || before.Group != after.Group || before.Engine != after.Engine ||
 		before.PasswordFile != after.PasswordFile || !slices.Equal(before.Paths, after.Paths) || before.StdinFrom != after.StdinFrom ||
-		before.CopyPasswordFile != after.CopyPasswordFile
+		before.CopyPasswordFile != after.CopyPasswordFile || before.EnvFile != after.EnvFile || before.CopyEnvFile != after.CopyEnvFile
 }
 
 // CheckAccess checks that the job's user can read what its backup reads: the password file and
@@ -45,12 +45,16 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 	if err != nil {
 		return err
 	}
+	// What root reads for the unit (systemd's credentials, a user manager's environment file)
+	// is held to the rule each spawn holds it to (credentials.ReadSource), so a job that would be
+	// refused there is refused here first.
+	uid := int(id.UID)
 	var want []Access
 	switch {
 	case passwordFileReadByJobUser(j, viaCredentials):
 		want = append(want, Access{Path: j.PasswordFile, Regular: true, What: "password file"})
 	case j.PasswordFile != "":
-		if err := credentials.CheckFile("--password-file", j.PasswordFile); err != nil {
+		if err := credentials.CheckSource("--password-file", j.PasswordFile, uid); err != nil {
 			return err
 		}
 	}
@@ -58,7 +62,15 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 	case j.CopyPasswordFile != "" && !viaCredentials:
 		want = append(want, Access{Path: j.CopyPasswordFile, Regular: true, What: "copy password file"})
 	case j.CopyPasswordFile != "":
-		if err := credentials.CheckFile("--copy-password-file", j.CopyPasswordFile); err != nil {
+		if err := credentials.CheckSource("--copy-password-file", j.CopyPasswordFile, uid); err != nil {
+			return err
+		}
+	}
+	for _, f := range []struct{ flag, path string }{{"--env-file", j.EnvFile}, {"--copy-env-file", j.CopyEnvFile}} {
+		if f.path == "" {
+			continue
+		}
+		if err := credentials.CheckSource(f.flag, f.path, uid); err != nil {
 			return err
 		}
 	}

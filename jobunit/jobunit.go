@@ -202,6 +202,11 @@ func Restic(cfg Config, job model.Job, writesRepository bool) (engine.Restic, en
 			return nil, fmt.Errorf("cache of job %s: %w", job.Name, err)
 		}
 		spec, _ := Spec(cfg, job, runner.QueryUnitName(job.Name, uuid.New()), writesRepository)
+		key := stageKey(spec.Name)
+		defer credentials.RemoveStaged(cfg.StateDir, key) // the unit has ended: Output read it to its end
+		if err := Guard(cfg, job, &spec, key); err != nil {
+			return nil, fmt.Errorf("restic's unit for job %s refused: %w", job.Name, err)
+		}
 		spec.Description = fmt.Sprintf("holdfast %s: restic %s", job.Name, argv[len(argv)-1])
 		spec.ExecStart = append(append(append([]string{cfg.Binary, "credexec"}, CredentialArgs(spec)...), "--"), argv...)
 		res, err := cfg.Runner.Output(ctx, spec, maxQueryOutput)

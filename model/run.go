@@ -1,8 +1,11 @@
 package model
 
 import (
+	"database/sql/driver"
 	"encoding/json"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -91,6 +94,39 @@ type Restore struct {
 	// the restore's progress; nil if unknown (a restore of some paths only).
 	TotalBytes *int64
 	TotalFiles *int64
+	// TargetID is the target directory as root found it when the restore was admitted: a
+	// target replaced since is refused at every spawn. Nil for restores admitted without it.
+	TargetID *FileID
+}
+
+// FileID is which file a path named when it was checked: its device and inode. It is stored as
+// the text "DEV:INO" (both unsigned 64-bit, which PostgreSQL's bigint is not).
+type FileID struct {
+	Dev, Ino uint64
+}
+
+// String is the stored form.
+func (f FileID) String() string {
+	return strconv.FormatUint(f.Dev, 10) + ":" + strconv.FormatUint(f.Ino, 10)
+}
+
+// Value stores f as its text.
+func (f FileID) Value() (driver.Value, error) { return f.String(), nil }
+
+// Scan reads the stored text.
+func (f *FileID) Scan(src any) error {
+	s, ok := src.(string)
+	if !ok {
+		return fmt.Errorf("file id: want text, got %T", src)
+	}
+	dev, ino, found := strings.Cut(s, ":")
+	d, err1 := strconv.ParseUint(dev, 10, 64)
+	i, err2 := strconv.ParseUint(ino, 10, 64)
+	if !found || err1 != nil || err2 != nil {
+		return fmt.Errorf("file id %q: want DEV:INO", s)
+	}
+	f.Dev, f.Ino = d, i
+	return nil
 }
 
 // Verify is what a verify run checks.

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/credentials"
 )
 
-// RemoveRunFiles removes the journals and exit markers of the runs that ended more than keep
+// RemoveRunFiles removes the journals, exit markers and staged credentials of the runs that ended more than keep
 // ago, and returns how many runs it cleared. What the database recorded about those runs stays:
 // only the evidence files go. A run's directory holds directories and files of the job's user;
 // they are removed without following a link (os.RemoveAll works below a directory handle), and
@@ -54,15 +56,47 @@ func (r *Reconciler) RemoveRunFiles(ctx context.Context, keep time.Duration) (in
 			markers[id] = append(markers[id], name)
 		}
 	}
+	// Credentials staged for attempts whose exit marker never ran (a power loss, a unit that
+	// never started), and for query units of a process that died meanwhile.
+	staged := map[uuid.UUID][]string{}
+	sentries, err := os.ReadDir(filepath.Join(r.cfg.StateDir, "credentials"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("remove run files: %w", err)
+	}
+	var errs []error
+	for _, e := range sentries {
+		name := e.Name()
+		if strings.HasPrefix(name, "q-") {
+			if info, err := e.Info(); err == nil && info.ModTime().Before(r.cfg.now().Add(-keep)) {
+				if err := credentials.RemoveStaged(r.cfg.StateDir, name); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			continue
+		}
+		if len(name) <= 36 || !strings.HasPrefix(name[36:], ".a") {
+			continue
+		}
+		if id, err := uuid.Parse(name[:36]); err == nil {
+			if !seen[id] {
+				ids, seen[id] = append(ids, id), true
+			}
+			staged[id] = append(staged[id], name)
+		}
+	}
 	if len(ids) == 0 {
-		return 0, nil
+		return 0, errors.Join(errs...)
 	}
 	ended, err := r.cfg.Store.EndedBefore(ctx, ids, r.cfg.now().Add(-keep))
 	if err != nil {
 		return 0, fmt.Errorf("remove run files: %w", err)
 	}
-	var errs []error
 	for _, id := range ended {
+		for _, key := range staged[id] {
+			if err := credentials.RemoveStaged(r.cfg.StateDir, key); err != nil {
+				errs = append(errs, fmt.Errorf("remove staged credentials of %s: %w", id, err))
+			}
+		}
 		dir := filepath.Join(runsDir, id.String())
 		if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
 			errs = append(errs, fmt.Errorf("remove run files of %s: %s is not a directory; left as it is", id, dir))

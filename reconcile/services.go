@@ -32,9 +32,9 @@ func (r *Reconciler) newServices() error {
 		BootID: r.cfg.BootID, Limits: r.cfg.Limits, Workers: r.cfg.SpawnWorkers, Budget: r.cfg.RunBudget, Logger: r.cfg.Logger,
 		Lease:   func() (store.Lease, bool) { return r.fence(), r.acting() },
 		Started: r.runaway.Watch,
-		Refused: func(ctx context.Context, l model.LiveRun, err error) error {
+		Refused: func(ctx context.Context, l model.LiveRun, reason string) error {
 			return r.finish(ctx, l, runner.Marker{}, verdict{status: model.StatusFailed, class: "permanent",
-				reason: "systemd refused to start the unit: " + err.Error(), neverRan: true})
+				reason: reason, neverRan: true})
 		},
 		Hook: r.cfg.SpawnHook,
 	})

@@ -23,10 +23,12 @@ import (
 
 	"github.com/holdfast-backup/holdfast/attemptqueue"
 	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/safepath"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -78,8 +80,9 @@ type Config struct {
 	// Started is told of each attempt systemd has the unit of (started or armed): the runaway
 	// guard follows it from then on. Optional.
 	Started func(model.LiveRun)
-	// Refused closes an attempt whose unit systemd refused as a bad request: it never ran.
-	Refused func(ctx context.Context, l model.LiveRun, err error) error
+	// Refused closes an attempt that never ran, with why: systemd refused its unit as a bad
+	// request, or a path of its unit broke the rule (jobunit.Guard).
+	Refused func(ctx context.Context, l model.LiveRun, reason string) error
 	// Hook, if set, is called by each spawn before its claim; for tests, which hold a spawn
 	// there to see what happens meanwhile.
 	Hook func(ctx context.Context, run uuid.UUID)
@@ -198,6 +201,18 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 	if err := prepareDirs(s.cfg.Jobs.StateDir, job, l.Ref()); err != nil {
 		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err), false)
 	}
+	// Every path the unit makes writable or loads as root is held to the rule again now, however
+	// long ago the run was admitted: a path refused ends the attempt before systemd sees it.
+	key := credentials.AttemptKey(l.Run.ID, l.Attempt.No)
+	if err := jobunit.Guard(s.cfg.Jobs, job, &spec, key, pins(l.Run)...); err != nil {
+		_ = credentials.RemoveStaged(s.cfg.Jobs.StateDir, key)
+		if safepath.Refused(err) {
+			s.cfg.Logger.Warn("run refused: a path of its unit breaks the rule", "run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
+			return s.cfg.Refused(ctx, l, "refused before the unit started: "+err.Error())
+		}
+		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err), false)
+	}
+	unstage := func() { _ = credentials.RemoveStaged(s.cfg.Jobs.StateDir, key) }
 	// What a local repository holds before the backup starts: its growth is what the attempt
 	// added, for the runaway guard and for a settlement without restic's own figure.
 	if model.AddsToRepository(l.Run.Kind, job.Engine) {
@@ -206,6 +221,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		l.Attempt.RepoBytesBefore = nil
 		if size, err := ledger.RepoSize(job.Repository); err == nil {
 			if err := s.cfg.Store.SetRepoBaseline(ctx, fence, l.Ref(), size); err != nil {
+				unstage()
 				return release(err, false)
 			}
 			l.Attempt.RepoBytesBefore = &size
@@ -216,6 +232,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 	// The lease may have been lost since the claim: then systemd is not asked; the claim is given
 	// back if the lease is ours again by then, else its next holder judges the attempt.
 	if !s.acting() {
+		unstage()
 		return release(fmt.Errorf("run %s attempt %d not started: %w", l.Run.ID, l.Attempt.No, store.ErrLeaseLost), false)
 	}
 	if at != nil {
@@ -223,8 +240,11 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 	}
 	existed, err := s.cfg.Units.Start(ctx, spec)
 	if err != nil {
+		// The staged credentials stay: a unit systemd may have after all reads them when it
+		// starts, and its exit marker or the next spawn of the attempt replaces them.
 		if runner.BadRequest(err) {
-			return s.cfg.Refused(ctx, l, err)
+			unstage()
+			return s.cfg.Refused(ctx, l, "systemd refused to start the unit: "+err.Error())
 		}
 		return release(err, true) // systemd could not be asked, or refused for now (shutting down)
 	}
@@ -272,4 +292,13 @@ func prepareDirs(stateDir string, job model.Job, ref model.AttemptRef) error {
 		return err
 	}
 	return jobunit.PrepareCache(stateDir, job)
+}
+
+// pins are the writable paths of a run's units that must still be what its admission checked:
+// a restore's target.
+func pins(r model.Run) []jobunit.Pin {
+	if r.Kind != model.KindRestore || r.Restore.TargetID == nil {
+		return nil
+	}
+	return []jobunit.Pin{{Path: r.Restore.Target, ID: *r.Restore.TargetID}}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,7 +138,7 @@ func TestSpawn(t *testing.T) {
 			err:  "connection reset"},
 		{name: "systemd refuses the unit: closed as never run, the claim kept",
 			world: world{held: true, startErr: refusal}, armOK: true,
-			want: []string{"ClaimSpawn 1 armed=false", "Start", "Refused bad property"}},
+			want: []string{"ClaimSpawn 1 armed=false", "Start", "Refused systemd refused to start the unit: bad property"}},
 		{name: "systemd refuses the timer: the claim given back, no timers from then on",
 			world: world{held: true, armErr: refusal}, at: &at, armOK: false,
 			want: []string{"ClaimSpawn 1 armed=true", "Arm", "ReleaseSpawnClaim 1 mayExist=true"},
@@ -150,8 +151,8 @@ func TestSpawn(t *testing.T) {
 				Budget:  time.Minute,
 				Lease:   func() (store.Lease, bool) { return lease, w.held },
 				Started: func(model.LiveRun) { w.record("Started") },
-				Refused: func(_ context.Context, _ model.LiveRun, err error) error {
-					w.record("Refused %s", strings.TrimPrefix(err.Error(), refusal.Name+": "))
+				Refused: func(_ context.Context, _ model.LiveRun, reason string) error {
+					w.record("Refused %s", reason)
 					return nil
 				},
 			})
@@ -177,7 +178,7 @@ func TestSpawn(t *testing.T) {
 // New refuses a Spawner that could not tell whether it may act, or close a run systemd refused.
 func TestNewRefuses(t *testing.T) {
 	lease := func() (store.Lease, bool) { return store.Lease{}, true }
-	refused := func(context.Context, model.LiveRun, error) error { return nil }
+	refused := func(context.Context, model.LiveRun, string) error { return nil }
 	for _, c := range []struct {
 		cfg  spawn.Config
 		want string
@@ -211,7 +212,7 @@ func TestStartedWithThisBaseline(t *testing.T) {
 		Budget:  time.Minute,
 		Lease:   func() (store.Lease, bool) { return lease, w.held },
 		Started: func(l model.LiveRun) { told = l.Attempt.RepoBytesBefore },
-		Refused: func(context.Context, model.LiveRun, error) error { return nil },
+		Refused: func(context.Context, model.LiveRun, string) error { return nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -225,5 +226,68 @@ func TestStartedWithThisBaseline(t *testing.T) {
 	}
 	if !slices.Contains(w.calls, "SetRepoBaseline") || told == nil || *told != want {
 		t.Fatalf("calls %v; the guard was told a baseline of %v, want %d", w.calls, told, want)
+	}
+}
+
+// A restore whose target is no longer the directory its admission checked (replaced since, by
+// anyone) is closed as never run with a reason naming the target: systemd is never asked.
+func TestSpawnRefusesReplacedTarget(t *testing.T) {
+	target := filepath.Join(t.TempDir(), "target")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(target, &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		replace bool
+		want    []string
+	}{
+		{"the same directory: started", false, []string{"EndingsSinceLastStart", "ClaimSpawn 1 armed=false", "Start", "Started", "MarkStarted 1"}},
+		{"replaced: refused, never started", true, []string{"EndingsSinceLastStart", "ClaimSpawn 1 armed=false",
+			"Refused refused before the unit started: " + target + " is no longer the directory checked when the run was admitted"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.replace {
+				// Moved aside, so that the new directory cannot reuse its inode.
+				if err := os.Rename(target, target+".old"); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Mkdir(target, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w := &world{held: true}
+			s, err := spawn.New(spawn.Config{
+				Store: w, Units: w, Jobs: jobunit.Config{StateDir: t.TempDir(), Binary: "/usr/bin/holdfast"},
+				Budget:  time.Minute,
+				Lease:   func() (store.Lease, bool) { return lease, w.held },
+				Started: func(model.LiveRun) { w.record("Started") },
+				Refused: func(_ context.Context, _ model.LiveRun, reason string) error {
+					w.record("Refused %s", reason)
+					return nil
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			job := model.Job{Name: "j", Engine: engine.NameRestic, Repository: "sftp:h:/r", PasswordFile: "/etc/pw"}
+			run := model.Run{ID: uuid.New(), JobName: "j", Kind: model.KindRestore,
+				Restore: model.Restore{Target: target, Snapshot: strings.Repeat("a", 64), TargetID: &model.FileID{Dev: st.Dev, Ino: st.Ino}}}
+			l := model.LiveRun{Run: run, Attempt: model.Attempt{No: 1}, JobEngine: engine.NameRestic}
+			if err := s.Spawn(context.Background(), l, job, nil); err != nil {
+				t.Fatal(err)
+			}
+			if len(w.calls) != len(c.want) {
+				t.Fatalf("calls:\n%s\nwant:\n%s", strings.Join(w.calls, "\n"), strings.Join(c.want, "\n"))
+			}
+			for i := range c.want {
+				if !strings.HasPrefix(w.calls[i], c.want[i]) {
+					t.Fatalf("calls:\n%s\nwant:\n%s", strings.Join(w.calls, "\n"), strings.Join(c.want, "\n"))
+				}
+			}
+		})
 	}
 }

@@ -327,6 +327,10 @@ func marker(stateDir *string) *cobra.Command {
 			if err := runner.WriteMarker(*stateDir, m); err != nil {
 				return err
 			}
+			// systemd copied the staged credentials when the unit started; the unit has ended.
+			if err := credentials.RemoveStaged(*stateDir, credentials.AttemptKey(run, attempt)); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: staged credentials left: %v\n", err)
+			}
 			return nil
 		},
 	}

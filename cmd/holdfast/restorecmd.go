@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/safepath"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/unitcmd"
 )
@@ -129,6 +131,9 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 	} else if a.Why != "" {
 		return badInput("%s; nothing was queued", a.Why)
 	}
+	if _, err := checkTarget(req.target, id, false); err != nil {
+		return err
+	}
 
 	rn, err := g.openRunner(ctx)
 	if err != nil {
@@ -161,16 +166,50 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 	if made.Why != "" {
 		return badInput("%s; nothing was queued", made.Why)
 	}
-	run, err := st.AdmitRequest(ctx, store.Request{Job: j.Name, Trigger: model.TriggerManual, Kind: model.KindRestore, Host: here, Restore: rs})
-	if err != nil {
+	undo := func() {
 		if made.Created {
 			if a, perr := probe(job.TargetRemove); perr != nil || a.Why != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: warning: the target %s made for the restore was left: %v%s\n", req.target, perr, a.Why)
 			}
 		}
+	}
+	// The target as root finds it now is the one every spawn of the restore must find again.
+	target, err := checkTarget(req.target, id, true)
+	if err != nil {
+		undo()
+		return err
+	}
+	rs.TargetID = &model.FileID{Dev: target.Dev, Ino: target.Ino}
+	run, err := st.AdmitRequest(ctx, store.Request{Job: j.Name, Trigger: model.TriggerManual, Kind: model.KindRestore, Host: here, Restore: rs})
+	if err != nil {
+		undo()
 		return err
 	}
 	return followRun(cmd, st, run, unable, why, wait, asJSON)
+}
+
+// checkTarget holds a restore's target to the rule its unit's spawn holds it to (safepath, for
+// the job's user): no link but root's or the user's on the way, no directory on the way that
+// anyone else may change, and the target itself root's or the user's and closed to others. A
+// target that does not exist yet (exists false) is checked by the directory it will be made in.
+// A root job's restore writes as root with every file's owner and mode, so a target any other
+// user controls would let that user redirect root's writes.
+func checkTarget(target string, id job.Identity, exists bool) (safepath.Node, error) {
+	n, err := safepath.Writable(target, int(id.UID))
+	if !exists && errors.Is(err, fs.ErrNotExist) {
+		n, err = safepath.Parent(target, int(id.UID))
+	}
+	if err == nil {
+		return n, nil
+	}
+	if !safepath.Refused(err) {
+		return safepath.Node{}, fmt.Errorf("target %s: %w", target, err)
+	}
+	who := "root"
+	if id.UID != 0 {
+		who = "root and user " + id.String()
+	}
+	return safepath.Node{}, badInput("target %s refused: %v; restore into a directory that only %s control; nothing was queued", target, err, who)
 }
 
 // pickSnapshot resolves which snapshot to restore: "latest" is the job's newest (by its tag), an
