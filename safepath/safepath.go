@@ -97,8 +97,12 @@ func Reopen(fd int, name string) (*os.File, error) {
 
 // Writable resolves a path a unit of uid is to write (a restore's target, a local repository, a
 // job's path where hooks write, the unit's own directories): besides the way to it, the path
-// itself must be a directory or a regular file, root's or the user's, that no one else may
-// write. It returns the resolved path to hand to systemd.
+// itself must be a directory or a regular file, root's or the user's. For root (uid 0) no one
+// else may write it either: a root unit writes there with root's rights (a restore's with
+// CAP_DAC_OVERRIDE), so a link another user planted inside would redirect root's writes, into
+// the unit's other writable paths (the repository's config, say). A unit of a user has that
+// user's rights only, so a directory the user shares with a group (a group's restic
+// repository) is the user's to share. It returns the resolved path to hand to systemd.
 func Writable(path string, uid int) (Node, error) {
 	n, err := Resolve(path, uid)
 	if err != nil {
@@ -110,7 +114,7 @@ func Writable(path string, uid int) (Node, error) {
 	if why := owner(n.UID, uid); why != "" {
 		return Node{}, &Error{path, why}
 	}
-	if n.Mode&0o022 != 0 {
+	if uid == 0 && n.Mode&0o022 != 0 {
 		return Node{}, &Error{path, fmt.Sprintf("has mode %04o: its group and others must not be able to write it (chmod go-w %s)", n.Mode&0o7777, path)}
 	}
 	return n, nil

@@ -320,7 +320,7 @@ func TestBootedHostSecurity(t *testing.T) {
 	parallel(t)
 	b := newBootedWorld(t)
 	h := b.h
-	h.WriteFile(t, "/srv/pw", []byte("booted password\n"), 0o644)
+	h.WriteFile(t, "/srv/pw", []byte("booted password\n"), 0o600) // root's secret: closed to others, as every credential source of root's must be
 	b.resticRepo("/srv/repo", "/srv/pw")
 	h.Run(t, "truncate", "-s", "50G", "/srv/data/sparse")
 	b.mustHoldfast("job", "add", "analysed", "--repo", "/srv/repo", "--password-file", "/srv/pw",

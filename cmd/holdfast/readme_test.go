@@ -175,8 +175,8 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 	h.Run(t, "restic", "init", "--repo", "/srv/backup/root", "--password-file", "/etc/holdfast/home.pw")
 	b.mustHoldfast("job", "add", "rootjob", "--repo", "/srv/backup/root", "--password-file", "/etc/holdfast/home.pw", "--path", "/home/alice")
 	b.mustHoldfast("run", "start", "rootjob", "--wait")
-	b.mustHoldfast("restore", "rootjob", "--target", "/srv/restore/root", "--wait")
-	if d := h.Run(t, "sh", "-c", "diff -r /home/alice /srv/restore/root/home/alice && stat -c '%U %a' /home/alice/notes.txt /srv/restore/root/home/alice/notes.txt"); !regexp.MustCompile(`^alice (\d+)\nalice (\d+)\n$`).MatchString(d) ||
+	b.mustHoldfast("restore", "rootjob", "--target", "/srv/restore-root", "--wait")
+	if d := h.Run(t, "sh", "-c", "diff -r /home/alice /srv/restore-root/home/alice && stat -c '%U %a' /home/alice/notes.txt /srv/restore-root/home/alice/notes.txt"); !regexp.MustCompile(`^alice (\d+)\nalice (\d+)\n$`).MatchString(d) ||
 		strings.Fields(d)[1] != strings.Fields(d)[3] {
 		t.Fatalf("a root job's restore of alice's home: %q, want her files hers, with their mode", d)
 	}
