@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,13 +34,23 @@ func (w *world) writeConfig(name, text string) string {
 	return path
 }
 
-// plan runs apply with args and --json and returns its plan.
+// applyPlan runs apply with args and --json and returns its plan.
 func (w *world) applyPlan(args ...string) configPlanJSON {
 	w.t.Helper()
+	return w.applyPlanInput("", args...)
+}
+
+// applyPlanInput is applyPlan with stdin as apply's standard input.
+func (w *world) applyPlanInput(stdin string, args ...string) configPlanJSON {
+	w.t.Helper()
 	var p configPlanJSON
-	out := w.mustRun(append([]string{"apply", "--json"}, args...)...)
-	if err := json.Unmarshal([]byte(out), &p); err != nil {
-		w.t.Fatalf("apply --json %v: %v\n%s", args, err, out)
+	args = append([]string{"apply", "--json"}, args...)
+	res := w.runInput(stdin, args...)
+	if res.code != 0 {
+		w.t.Fatalf("holdfast %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), res.code, res.stdout, res.stderr)
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &p); err != nil {
+		w.t.Fatalf("%v: %v\n%s", args, err, res.stdout)
 	}
 	return p
 }
@@ -227,6 +238,127 @@ func TestApplyRefusals(t *testing.T) {
 	}
 	if after := w.dbDigest(); after != before {
 		t.Fatalf("a refused apply changed the database:\n%s\n%s", before, after)
+	}
+}
+
+// apply reads only a file that no one but root and the operator could have written or put in
+// its place: each refusal is one line naming the path and the fix (exit 2) and changes nothing.
+// The file declares what an attacker would: a webhook to the cloud metadata address. The same
+// text on standard input (apply -, the operator's choice) is applied.
+func TestApplyRefusesUnsafeFiles(t *testing.T) {
+	parallel(t)
+	w := newWorld(t)
+	const text = "notify:\n  imds:\n    webhook: http://169.254.169.254/latest/meta-data/\n"
+	mkdir := func(t *testing.T, name string, mode os.FileMode) string {
+		t.Helper()
+		dir := filepath.Join(w.dir, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, mode); err != nil { // past the umask
+			t.Fatal(err)
+		}
+		return dir
+	}
+	write := func(t *testing.T, dir, name string, mode os.FileMode) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	before := w.dbDigest()
+	for _, tc := range []struct {
+		name string
+		root bool // needs root, to give a file away
+		// setup makes the file (or directory) and returns apply's argument and what the one line says.
+		setup func(t *testing.T) (arg string, want []string)
+	}{
+		{"0666 in a world-writable directory", false, func(t *testing.T) (string, []string) {
+			dir := mkdir(t, "open", 0o777)
+			f := write(t, dir, "imds.yaml", 0o666)
+			return f, []string{f + " is in " + dir + ", of mode 0777", "chmod go-w " + dir}
+		}},
+		{"writable by its group", false, func(t *testing.T) (string, []string) {
+			f := write(t, mkdir(t, "safe", 0o755), "group.yaml", 0o664)
+			return f, []string{f + " has mode 0664", "chmod go-w " + f}
+		}},
+		{"writable by others", false, func(t *testing.T) (string, []string) {
+			f := write(t, mkdir(t, "safe", 0o755), "others.yaml", 0o646)
+			return f, []string{f + " has mode 0646", "chmod go-w " + f}
+		}},
+		{"another user's", true, func(t *testing.T) (string, []string) {
+			f := write(t, mkdir(t, "safe", 0o755), "nobody.yaml", 0o644)
+			if err := os.Chown(f, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			return f, []string{f + " is owned by uid 65534", "chown root " + f}
+		}},
+		{"below a directory its group may write", false, func(t *testing.T) (string, []string) {
+			f := write(t, mkdir(t, "grouped/etc", 0o755), "imds.yaml", 0o644)
+			top := mkdir(t, "grouped", 0o775)
+			return f, []string{f + " is in " + top + ", of mode 0775", "chmod go-w " + top}
+		}},
+		{"a symbolic link", false, func(t *testing.T) (string, []string) {
+			link := filepath.Join(mkdir(t, "safe", 0o755), "link.yaml")
+			if err := os.Symlink(write(t, mkdir(t, "safe", 0o755), "target.yaml", 0o644), link); err != nil {
+				t.Fatal(err)
+			}
+			return link, []string{link + " is a symbolic link: give the file itself"}
+		}},
+		{"a FIFO", false, func(t *testing.T) (string, []string) {
+			fifo := filepath.Join(mkdir(t, "safe", 0o755), "fifo.yaml")
+			if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return fifo, []string{fifo + " is not a regular file"}
+		}},
+		{"over 1 MiB", false, func(t *testing.T) (string, []string) {
+			f := write(t, mkdir(t, "safe", 0o755), "huge.yaml", 0o644)
+			if err := os.WriteFile(f, []byte(text+strings.Repeat("#", 1<<20)+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return f, []string{f + " is larger than 1 MiB"}
+		}},
+		{"an unsafe file of a directory", false, func(t *testing.T) (string, []string) {
+			dir := mkdir(t, "holdfast.d", 0o755)
+			write(t, dir, "a-good.yaml", 0o644)
+			f := write(t, dir, "b-bad.yaml", 0o666)
+			return dir, []string{f + " has mode 0666", "chmod go-w " + f}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && os.Geteuid() != 0 {
+				t.Skip("needs root to give a file away")
+			}
+			arg, want := tc.setup(t)
+			res := w.run("apply", arg)
+			line := strings.TrimSpace(res.stderr)
+			if res.code != 2 || strings.Contains(line, "\n") {
+				t.Fatalf("apply %s: exit %d, stderr %q; want exit 2 and one line", arg, res.code, res.stderr)
+			}
+			for _, s := range want {
+				if !strings.Contains(line, s) {
+					t.Errorf("apply %s: %q does not say %q", arg, line, s)
+				}
+			}
+			if after := w.dbDigest(); after != before {
+				t.Fatalf("a refused apply changed the database:\n%s\n%s", before, after)
+			}
+		})
+	}
+	if res := w.runInput(text, "apply", "-", "-"); res.code != 2 || !strings.Contains(res.stderr, "- is given twice") {
+		t.Fatalf("apply - -: exit %d %q, want a refusal", res.code, res.stderr)
+	}
+	if p := summarize(w.applyPlanInput(text, "-")); strings.Join(p, ";") != "create notify imds " {
+		t.Fatalf("apply - = %v, want the target made", p)
+	}
+	if list := w.mustRun("notify", "list", "--json"); !strings.Contains(list, `"imds"`) {
+		t.Fatalf("apply - made no target imds:\n%s", list)
 	}
 }
 

@@ -39,10 +39,13 @@ type configPlan struct {
 func newApplyCmd(g *globals) *cobra.Command {
 	var dryRun, prune, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "apply FILE|DIR...",
+		Use:   "apply FILE|DIR|-...",
 		Short: "Make the database's jobs, notification targets and accounts match YAML files: print the plan, then carry it out in one transaction",
 		Long: "Make the database's jobs and notification targets match YAML files (a directory: every *.yaml in it,\n" +
-			"sorted). Under jobs.NAME the keys are the long flags of `job add`, under notify.NAME those of\n" +
+			"sorted; -: standard input). A file is read only if no one but root and you could have written it:\n" +
+			"a regular file (not a link) of root's or yours that its group and others cannot write, in\n" +
+			"directories of root's or yours that no one else can write (unless sticky, as /tmp), at most\n" +
+			"1 MiB. Under jobs.NAME the keys are the long flags of `job add`, under notify.NAME those of\n" +
 			"`notify add` (events: a list or comma-separated), under accounts.NAME those of `account add`\n" +
 			"(quota, allowance, period; a quota only grows, by a grant), a list for a flag that repeats;\n" +
 			"the same checks as `job add` apply, the files of a job probed as its user. The plan (create,\n" +
@@ -53,7 +56,7 @@ func newApplyCmd(g *globals) *cobra.Command {
 			"and change nothing (exit 2).",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			set, err := readConfig(args)
+			set, err := readConfig(args, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
@@ -473,7 +476,7 @@ func newExportCmd(g *globals) *cobra.Command {
 		Use:   "export [--job NAME]...",
 		Short: "Print the jobs, notification targets and accounts as YAML that apply accepts (secrets stay file paths)",
 		Long: "Print the jobs (all, or those named; with none named, the accounts and notification targets\ntoo) as a configuration file that `holdfast apply` accepts:\n" +
-			"`holdfast export | holdfast apply --dry-run /dev/stdin` plans no change. Settings at their\n" +
+			"`holdfast export | holdfast apply --dry-run -` plans no change. Settings at their\n" +
 			"defaults are left out, but a job's host always appears. Secrets stay file paths.",
 		Args: exactArgs(0, "no arguments"),
 		// YAML that apply reads back: its encoder escapes control characters itself.
