@@ -2,9 +2,11 @@ package setup
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
-	"os"
+
+	"github.com/holdfast-backup/holdfast/credentials"
 )
 
 // maxDSN bounds an address read from a file or standard input.
@@ -16,7 +18,8 @@ const StdinDSN = "-"
 // DSNFrom returns the address of a database given to setup in one of three ways: arg as it is
 // (given, from --dsn on the command line, which every user of the host sees in ps), arg
 // StdinDSN ("--dsn -": the address is read from stdin), or the file at file (--dsn-file), which
-// holds the address alone on one line. An error never quotes what was read.
+// holds the address alone on one line and is read only if no one but root and this user could
+// have written it (credentials.ReadTrusted). An error never quotes what was read.
 func DSNFrom(arg string, given bool, file string, stdin io.Reader) (string, error) {
 	var from string
 	var r io.Reader
@@ -24,12 +27,15 @@ func DSNFrom(arg string, given bool, file string, stdin io.Reader) (string, erro
 	case given && file != "":
 		return "", fmt.Errorf("give the address with --dsn or with --dsn-file, not both")
 	case file != "":
-		f, err := os.Open(file)
+		// The address names the database the daemon (root) obeys: the file must be root's word.
+		data, err := credentials.ReadTrusted(file, maxDSN)
+		if errors.Is(err, credentials.ErrTooLarge) {
+			return "", fmt.Errorf("%s holds more than %d KiB: it should hold the database's address alone", file, maxDSN>>10)
+		}
 		if err != nil {
 			return "", err
 		}
-		defer f.Close()
-		from, r = file, f
+		from, r = file, bytes.NewReader(data)
 	case given && arg == StdinDSN:
 		from, r = "standard input", stdin
 	case given:

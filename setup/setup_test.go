@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/uuid"
@@ -158,6 +159,18 @@ func TestDSNFrom(t *testing.T) {
 		return p
 	}
 	const dsn = "postgres://hf:s3cret@db.example:5432/holdfast"
+	groupWritable := file("group-writable", dsn)
+	if err := os.Chmod(groupWritable, 0o620); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(file("target", dsn), link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name       string
 		arg        string
@@ -180,6 +193,9 @@ func TestDSNFrom(t *testing.T) {
 		{"a file of two lines", "", false, file("two", dsn+"\nHOLDFAST_X=secret-two\n"), "", "", "more than one line"},
 		{"a huge file", "", false, file("huge", strings.Repeat("secret-two", 4<<10)), "", "", "more than 16 KiB"},
 		{"a missing file", "", false, filepath.Join(dir, "none"), "", "", "no such file"},
+		{"a file its group may write", "", false, groupWritable, "", "", "has mode 0620: its group or others could change it (chmod go-w "},
+		{"a link", "", false, link, "", "", "is a symbolic link"},
+		{"a FIFO", "", false, fifo, "", "", "is not a regular file"},
 		{"both", dsn, true, file("both", dsn), "", "", "not both"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,13 +34,23 @@ func (w *world) writeConfig(name, text string) string {
 	return path
 }
 
-// plan runs apply with args and --json and returns its plan.
+// applyPlan runs apply with args and --json and returns its plan.
 func (w *world) applyPlan(args ...string) configPlanJSON {
 	w.t.Helper()
+	return w.applyPlanInput("", args...)
+}
+
+// applyPlanInput is applyPlan with stdin as apply's standard input.
+func (w *world) applyPlanInput(stdin string, args ...string) configPlanJSON {
+	w.t.Helper()
 	var p configPlanJSON
-	out := w.mustRun(append([]string{"apply", "--json"}, args...)...)
-	if err := json.Unmarshal([]byte(out), &p); err != nil {
-		w.t.Fatalf("apply --json %v: %v\n%s", args, err, out)
+	args = append([]string{"apply", "--json"}, args...)
+	res := w.runInput(stdin, args...)
+	if res.code != 0 {
+		w.t.Fatalf("holdfast %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), res.code, res.stdout, res.stderr)
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &p); err != nil {
+		w.t.Fatalf("%v: %v\n%s", args, err, res.stdout)
 	}
 	return p
 }
@@ -230,6 +241,127 @@ func TestApplyRefusals(t *testing.T) {
 	}
 }
 
+// apply reads only a file that no one but root and the operator could have written or put in
+// its place: each refusal is one line naming the path and the fix (exit 2) and changes nothing.
+// The file declares what an attacker would: a webhook to the cloud metadata address. The same
+// text on standard input (apply -, the operator's choice) is applied.
+func TestApplyRefusesUnsafeFiles(t *testing.T) {
+	parallel(t)
+	w := newWorld(t)
+	const text = "notify:\n  imds:\n    webhook: http://169.254.169.254/latest/meta-data/\n"
+	mkdir := func(t *testing.T, name string, mode os.FileMode) string {
+		t.Helper()
+		dir := filepath.Join(w.dir, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, mode); err != nil { // past the umask
+			t.Fatal(err)
+		}
+		return dir
+	}
+	write := func(t *testing.T, dir, name string, mode os.FileMode) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	before := w.dbDigest()
+	for _, tc := range []struct {
+		name string
+		root bool // needs root, to give a file away
+		// setup makes the file (or directory) and returns apply's argument and what the one line says.
+		setup func(t *testing.T) (arg string, want []string)
+	}{
+		{"0666 in a world-writable directory", false, func(t *testing.T) (string, []string) {
+			dir := mkdir(t, "open", 0o777)
+			f := write(t, dir, "imds.yaml", 0o666)
+			return f, []string{f + " is in " + dir + ", of mode 0777", "chmod go-w " + dir}
+		}},
+		{"writable by its group", false, func(t *testing.T) (string, []string) {
+			f := write(t, mkdir(t, "safe", 0o755), "group.yaml", 0o664)
+			return f, []string{f + " has mode 0664", "chmod go-w " + f}
+		}},
+		{"writable by others", false, func(t *testing.T) (string, []string) {
+			f := write(t, mkdir(t, "safe", 0o755), "others.yaml", 0o646)
+			return f, []string{f + " has mode 0646", "chmod go-w " + f}
+		}},
+		{"another user's", true, func(t *testing.T) (string, []string) {
+			f := write(t, mkdir(t, "safe", 0o755), "nobody.yaml", 0o644)
+			if err := os.Chown(f, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			return f, []string{f + " is owned by uid 65534", "chown root " + f}
+		}},
+		{"below a directory its group may write", false, func(t *testing.T) (string, []string) {
+			f := write(t, mkdir(t, "grouped/etc", 0o755), "imds.yaml", 0o644)
+			top := mkdir(t, "grouped", 0o775)
+			return f, []string{f + " is in " + top + ", of mode 0775", "chmod go-w " + top}
+		}},
+		{"a symbolic link", false, func(t *testing.T) (string, []string) {
+			link := filepath.Join(mkdir(t, "safe", 0o755), "link.yaml")
+			if err := os.Symlink(write(t, mkdir(t, "safe", 0o755), "target.yaml", 0o644), link); err != nil {
+				t.Fatal(err)
+			}
+			return link, []string{link + " is a symbolic link: give the file itself"}
+		}},
+		{"a FIFO", false, func(t *testing.T) (string, []string) {
+			fifo := filepath.Join(mkdir(t, "safe", 0o755), "fifo.yaml")
+			if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return fifo, []string{fifo + " is not a regular file"}
+		}},
+		{"over 1 MiB", false, func(t *testing.T) (string, []string) {
+			f := write(t, mkdir(t, "safe", 0o755), "huge.yaml", 0o644)
+			if err := os.WriteFile(f, []byte(text+strings.Repeat("#", 1<<20)+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return f, []string{f + " is larger than 1 MiB"}
+		}},
+		{"an unsafe file of a directory", false, func(t *testing.T) (string, []string) {
+			dir := mkdir(t, "holdfast.d", 0o755)
+			write(t, dir, "a-good.yaml", 0o644)
+			f := write(t, dir, "b-bad.yaml", 0o666)
+			return dir, []string{f + " has mode 0666", "chmod go-w " + f}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && os.Geteuid() != 0 {
+				t.Skip("needs root to give a file away")
+			}
+			arg, want := tc.setup(t)
+			res := w.run("apply", arg)
+			line := strings.TrimSpace(res.stderr)
+			if res.code != 2 || strings.Contains(line, "\n") {
+				t.Fatalf("apply %s: exit %d, stderr %q; want exit 2 and one line", arg, res.code, res.stderr)
+			}
+			for _, s := range want {
+				if !strings.Contains(line, s) {
+					t.Errorf("apply %s: %q does not say %q", arg, line, s)
+				}
+			}
+			if after := w.dbDigest(); after != before {
+				t.Fatalf("a refused apply changed the database:\n%s\n%s", before, after)
+			}
+		})
+	}
+	if res := w.runInput(text, "apply", "-", "-"); res.code != 2 || !strings.Contains(res.stderr, "- is given twice") {
+		t.Fatalf("apply - -: exit %d %q, want a refusal", res.code, res.stderr)
+	}
+	if p := summarize(w.applyPlanInput(text, "-")); strings.Join(p, ";") != "create notify imds " {
+		t.Fatalf("apply - = %v, want the target made", p)
+	}
+	if list := w.mustRun("notify", "list", "--json"); !strings.Contains(list, `"imds"`) {
+		t.Fatalf("apply - made no target imds:\n%s", list)
+	}
+}
+
 // export prints what apply accepts: applied again, it plans no change, for jobs with every
 // kind of setting set.
 func TestExportRoundTrips(t *testing.T) {
@@ -271,19 +403,114 @@ func TestExportRoundTrips(t *testing.T) {
 	if !strings.Contains(exported, "password-file: "+pw) || strings.Contains(exported, "correct horse") {
 		t.Fatalf("the export does not keep the password as a file path:\n%s", exported)
 	}
-	// Applied to an empty database, it makes the same jobs.
+	// Applied to an empty database with its URLs whole (--show-secrets), it makes the same jobs
+	// and targets.
 	other := newWorld(t)
-	other.mustRun("apply", file) // the account too
+	whole := w.mustRun("export", "--show-secrets")
+	other.mustRun("apply", w.writeConfig("whole.yaml", whole)) // the account too
 	if !strings.Contains(exported, "accounts:\n  team:\n    quota: 10GiB\n") {
 		t.Fatalf("the export lacks account team's quota:\n%s", exported)
 	}
 	if again := other.mustRun("export"); stripHeader(again) != stripHeader(exported) {
 		t.Fatalf("the export applied elsewhere exports differently:\n%s\n---\n%s", exported, again)
 	}
+	if again := other.mustRun("export", "--show-secrets"); stripHeader(again) != stripHeader(whole) {
+		t.Fatalf("the export applied elsewhere exports its URLs differently:\n%s\n---\n%s", whole, again)
+	}
 	// Drift: a CLI edit of a declared job is an update the next dry run shows.
 	w.mustRun("job", "edit", "plain", "--priority", "9")
 	if p := w.applyPlan("--dry-run", file); strings.Join(summarize(p), ";") != "update job plain priority" {
 		t.Fatalf("drift after a CLI edit = %v, want plain's priority", summarize(p))
+	}
+}
+
+// export prints a webhook's or a check's URL with its secret part hidden (its path, query, user
+// or fragment), and whole with --show-secrets. Applied back, a hidden URL keeps the stored one:
+// no change, or an update of other settings that leaves the URL as it was. A hidden URL that
+// stands for no stored one (a new target, or one whose URL hides differently) is refused with
+// one line and nothing changed; notify add refuses one too.
+func TestExportHidesSecretURLs(t *testing.T) {
+	parallel(t)
+	w := newWorld(t)
+	targets := []struct {
+		name, flag, url string
+		hidden          string // as export prints it
+		secret          string // a part of url that export leaves out ("": nothing to hide)
+	}{
+		{"check", "healthchecks", "https://hc-ping.com/0d2b1c7e-4b6f-4d8a-9a57-3f0a1b2c3d4e", "https://hc-ping.com/…", "0d2b1c7e"},
+		{"slack", "webhook", "https://hooks.slack.com/services/T0001/B0002/s3cr3tPathToken", "https://hooks.slack.com/…", "s3cr3tPathToken"},
+		{"query", "webhook", "https://hooks.example.com/in?token=s3cr3tQueryToken", "https://hooks.example.com/…", "s3cr3tQueryToken"},
+		{"userinfo", "webhook", "https://holdfast:s3cr3tPassword@hooks.example.com", "https://hooks.example.com/…", "s3cr3tPassword"},
+		{"bare", "webhook", "https://hooks.example.com:8443", "https://hooks.example.com:8443", ""},
+	}
+	for _, tg := range targets {
+		w.mustRun("notify", "add", tg.name, "--"+tg.flag, tg.url, "--events", "failed")
+	}
+	exported := w.mustRun("export")
+	whole := w.mustRun("export", "--show-secrets")
+	for _, tg := range targets {
+		line := "  " + tg.name + ":\n    " + tg.flag + ": " + tg.hidden
+		if tg.secret != "" {
+			line += " # hidden: apply keeps the stored URL"
+		}
+		if !strings.Contains(exported, line) || tg.secret != "" && strings.Contains(exported, tg.secret) {
+			t.Errorf("export of target %s: want %q and no %q:\n%s", tg.name, line, tg.secret, exported)
+		}
+		if !strings.Contains(whole, "  "+tg.name+":\n    "+tg.flag+": "+tg.url+"\n") {
+			t.Errorf("export --show-secrets does not print target %s's URL whole:\n%s", tg.name, whole)
+		}
+	}
+
+	// Applied back, the hidden URLs keep the stored ones.
+	file := w.writeConfig("exported.yaml", exported)
+	before := w.dbDigest()
+	if p := w.applyPlan(file); len(p.Changes) != 0 {
+		t.Fatalf("apply of the export planned %v; the export:\n%s", summarize(p), exported)
+	}
+	if p := w.applyPlan(w.writeConfig("whole.yaml", whole)); len(p.Changes) != 0 {
+		t.Fatalf("apply of the export --show-secrets planned %v", summarize(p))
+	}
+	if after := w.dbDigest(); after != before {
+		t.Fatalf("applying the exports changed the database:\n%s\n%s", before, after)
+	}
+	edited := strings.Replace(exported, "  check:\n    healthchecks: https://hc-ping.com/… # hidden: apply keeps the stored URL; export --show-secrets prints it whole\n    events: failed\n",
+		"  check:\n    healthchecks: https://hc-ping.com/…\n    events: [failed, overdue]\n", 1)
+	if edited == exported {
+		t.Fatalf("the export does not declare check as expected:\n%s", exported)
+	}
+	if p := w.applyPlan(w.writeConfig("edited.yaml", edited)); strings.Join(summarize(p), ";") != "update notify check events" {
+		t.Fatalf("apply of a changed event list = %v, want an update of check's events", summarize(p))
+	}
+	stored, err := w.store().Targets(context.Background(), "check")
+	if err != nil || len(stored) != 1 || stored[0].URL != targets[0].url || strings.Join(stored[0].Events, ",") != "failed,overdue" {
+		t.Fatalf("target check after the update: %+v (%v), want its URL as it was and the new events", stored, err)
+	}
+
+	// A hidden URL that stands for no stored one is refused, with nothing changed.
+	before = w.dbDigest()
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"a new target", "notify:\n  check2:\n    healthchecks: https://hc-ping.com/…\n",
+			"a-new-target.yaml:3: notify.check2.healthchecks: https://hc-ping.com/… is a URL with its secret part hidden, as export prints it, and there is no target check2 to keep a URL of: give the whole URL, or take the file from holdfast export --show-secrets"},
+		{"another host", "notify:\n  slack:\n    webhook: https://hooks.example.com/…\n    events: failed\n",
+			"another-host.yaml:3: notify.slack.webhook: https://hooks.example.com/… is a URL with its secret part hidden, as export prints it, and target slack's URL is https://hooks.slack.com/…: give the whole URL"},
+		{"another kind", "notify:\n  check:\n    webhook: https://hc-ping.com/…\n",
+			"another-kind.yaml:3: notify.check.webhook: https://hc-ping.com/… is a URL with its secret part hidden, as export prints it, and target check is a healthchecks target, with no webhook URL to keep"},
+		{"a URL that hides nothing", "notify:\n  bare:\n    webhook: https://hooks.example.com:8443/…\n",
+			"target bare's URL is https://hooks.example.com:8443: give the whole URL"},
+	} {
+		res := w.run("apply", w.writeConfig(strings.ReplaceAll(tc.name, " ", "-")+".yaml", tc.text))
+		if res.code != 2 || !strings.Contains(res.stderr, tc.want) || strings.Count(strings.TrimSpace(res.stderr), "\n") != 0 {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 and one line with %q", tc.name, res.code, res.stderr, tc.want)
+		}
+	}
+	res := w.run("notify", "add", "pasted", "--webhook", "https://hooks.slack.com/…")
+	if res.code != 2 || !strings.Contains(res.stderr, "--webhook https://hooks.slack.com/… is a URL with its secret part hidden") {
+		t.Errorf("notify add of a hidden URL: exit %d %q, want a refusal", res.code, res.stderr)
+	}
+	if after := w.dbDigest(); after != before {
+		t.Fatalf("a refused hidden URL changed the database:\n%s\n%s", before, after)
 	}
 }
 
@@ -300,7 +527,7 @@ func TestManPages(t *testing.T) {
 	w.mustRun("man", dir)
 	for page, flags := range map[string][]string{
 		"holdfast-apply.1":   {"dry-run", "prune", "json"},
-		"holdfast-export.1":  {"job"},
+		"holdfast-export.1":  {"job", "show-secrets"},
 		"holdfast-restore.1": {"target", "snapshot", "include", "overwrite"},
 	} {
 		b, err := os.ReadFile(filepath.Join(dir, page))

@@ -39,10 +39,13 @@ type configPlan struct {
 func newApplyCmd(g *globals) *cobra.Command {
 	var dryRun, prune, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "apply FILE|DIR...",
+		Use:   "apply FILE|DIR|-...",
 		Short: "Make the database's jobs, notification targets and accounts match YAML files: print the plan, then carry it out in one transaction",
 		Long: "Make the database's jobs and notification targets match YAML files (a directory: every *.yaml in it,\n" +
-			"sorted). Under jobs.NAME the keys are the long flags of `job add`, under notify.NAME those of\n" +
+			"sorted; -: standard input). A file is read only if no one but root and you could have written it:\n" +
+			"a regular file (not a link) of root's or yours that its group and others cannot write, in\n" +
+			"directories of root's or yours that no one else can write (unless sticky, as /tmp), at most\n" +
+			"1 MiB. Under jobs.NAME the keys are the long flags of `job add`, under notify.NAME those of\n" +
 			"`notify add` (events: a list or comma-separated), under accounts.NAME those of `account add`\n" +
 			"(quota, allowance, period; a quota only grows, by a grant), a list for a flag that repeats;\n" +
 			"the same checks as `job add` apply, the files of a job probed as its user. The plan (create,\n" +
@@ -53,7 +56,7 @@ func newApplyCmd(g *globals) *cobra.Command {
 			"and change nothing (exit 2).",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			set, err := readConfig(args)
+			set, err := readConfig(args, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
@@ -344,6 +347,23 @@ func (g *globals) planTargets(ctx context.Context, st *store.Store, set configSe
 			return d.errorAt("job", fmt.Errorf("no job %s: declare it under jobs, or give the name of a job", want.Job))
 		}
 		have, ok := stored[d.name]
+		if hiddenURL(want) {
+			// As export printed it: the stored URL, if it hides to the same.
+			var why string
+			switch {
+			case !ok:
+				why = fmt.Sprintf("there is no target %s to keep a URL of", d.name)
+			case have.Kind != want.Kind:
+				why = fmt.Sprintf("target %s is a %s target, with no %s URL to keep", d.name, have.Kind, want.Kind)
+			case hideURL(have.URL) != want.URL:
+				why = fmt.Sprintf("target %s's URL is %s", d.name, hideURL(have.URL))
+			}
+			if why != "" {
+				return d.errorAt(want.Kind, fmt.Errorf("%s is a URL with its secret part hidden, as export prints it, and %s: give the whole URL, or take the file from holdfast export --show-secrets",
+					want.URL, why))
+			}
+			want.URL = have.URL
+		}
 		switch {
 		case !ok:
 			plan.applied.CreateTargets = append(plan.applied.CreateTargets, want)
@@ -469,12 +489,16 @@ func (d declaration) errorOf(err error) error {
 
 func newExportCmd(g *globals) *cobra.Command {
 	var names []string
+	var showSecrets bool
 	cmd := &cobra.Command{
-		Use:   "export [--job NAME]...",
-		Short: "Print the jobs, notification targets and accounts as YAML that apply accepts (secrets stay file paths)",
+		Use:   "export [--job NAME]... [--show-secrets]",
+		Short: "Print the jobs, notification targets and accounts as YAML that apply accepts (secrets stay file paths, secret URLs hidden)",
 		Long: "Print the jobs (all, or those named; with none named, the accounts and notification targets\ntoo) as a configuration file that `holdfast apply` accepts:\n" +
-			"`holdfast export | holdfast apply --dry-run /dev/stdin` plans no change. Settings at their\n" +
-			"defaults are left out, but a job's host always appears. Secrets stay file paths.",
+			"`holdfast export | holdfast apply --dry-run -` plans no change. Settings at their\n" +
+			"defaults are left out, but a job's host always appears. Secrets stay file paths. A webhook's or\n" +
+			"a healthchecks check's URL is printed as its scheme and host and /… (its path may be the\n" +
+			"secret), which apply reads as \"keep the URL stored under this name\"; a database without that\n" +
+			"target refuses it. --show-secrets prints the URLs whole, for a file applied to another database.",
 		Args: exactArgs(0, "no arguments"),
 		// YAML that apply reads back: its encoder escapes control characters itself.
 		Annotations: map[string]string{outputAnnotation: machineOutput},
@@ -527,12 +551,17 @@ func newExportCmd(g *globals) *cobra.Command {
 					if len(targets) > 0 {
 						ts := &yaml.Node{Kind: yaml.MappingNode}
 						for _, t := range targets {
-							ts.Content = append(ts.Content, scalar(t.Name, "str"), exportTarget(t))
+							ts.Content = append(ts.Content, scalar(t.Name, "str"), exportTarget(t, showSecrets))
 						}
 						doc.Content = append(doc.Content, scalar("notify", "str"), ts)
 					}
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "# holdfast export, %s\n", time.Now().UTC().Format(time.RFC3339))
+				if showSecrets {
+					fmt.Fprintf(cmd.OutOrStdout(), "# holdfast export --show-secrets, %s: the target URLs are whole; keep this file as secret as they are\n",
+						time.Now().UTC().Format(time.RFC3339))
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "# holdfast export, %s\n", time.Now().UTC().Format(time.RFC3339))
+				}
 				enc := yaml.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent(2)
 				if err := enc.Encode(doc); err != nil {
@@ -543,6 +572,7 @@ func newExportCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringArrayVar(&names, "job", nil, "export only this job (repeatable)")
+	cmd.Flags().BoolVar(&showSecrets, "show-secrets", false, "print webhook and healthchecks URLs whole, for a file applied to another database (keep it as secret as they are)")
 	return cmd
 }
 
@@ -592,15 +622,23 @@ func exactSize(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
-// exportTarget is a notification target as a declaration: the settings it has.
-func exportTarget(t store.Target) *yaml.Node {
+// exportTarget is a notification target as a declaration: the settings it has, a secret URL
+// hidden unless showSecrets, and saying so in a comment.
+func exportTarget(t store.Target, showSecrets bool) *yaml.Node {
 	m := &yaml.Node{Kind: yaml.MappingNode}
 	for _, s := range targetSettings {
 		v := s.render(t)
 		if len(v) == 0 || len(v) == 1 && v[0] == "" {
 			continue
 		}
+		hidden := s.secret && !showSecrets && hideURL(v[0]) != v[0]
+		if hidden {
+			v = []string{hideURL(v[0])}
+		}
 		addSetting(m, s.flag, s.kind, v)
+		if hidden {
+			m.Content[len(m.Content)-1].LineComment = "hidden: apply keeps the stored URL; export --show-secrets prints it whole"
+		}
 	}
 	return m
 }

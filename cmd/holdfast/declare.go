@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/holdfast-backup/holdfast/credentials"
 )
 
 // declaration is one object a configuration file declares: jobs.NAME, notify.NAME or
@@ -58,11 +61,26 @@ type configSet struct {
 // The top-level sections of a configuration file.
 var configSections = []string{"accounts", "jobs", "notify"}
 
-// readConfig reads the files and directories given (a directory: every *.yaml in it, sorted).
-// A name declared twice, in one file or two, is refused.
-func readConfig(args []string) (configSet, error) {
+// maxConfigFile bounds a configuration file: settings, never data.
+const maxConfigFile = 1 << 20
+
+// stdinName is what errors and job show call the configuration read from standard input (-).
+const stdinName = "stdin"
+
+// readConfig reads the files and directories given (a directory: every *.yaml in it, sorted), and
+// standard input for "-". A name declared twice, in one file or two, is refused. Root applies
+// what a file says, so each file is read only if no one but root and this user could have
+// written it (readConfigFile).
+func readConfig(args []string, stdin io.Reader) (configSet, error) {
 	var set configSet
 	for _, arg := range args {
+		if arg == "-" {
+			if slices.Contains(set.files, "-") {
+				return set, badInput("- is given twice: standard input can be read once")
+			}
+			set.files = append(set.files, arg)
+			continue
+		}
 		info, err := os.Stat(arg)
 		if err != nil {
 			return set, badInput("%s: %v", arg, causeOf(err))
@@ -80,14 +98,21 @@ func readConfig(args []string) (configSet, error) {
 	}
 	h := sha256.New()
 	seen := map[string]declaration{}
-	for _, file := range set.files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			return set, badInput("%s: %v", file, causeOf(err))
+	for i, file := range set.files {
+		var data []byte
+		var err error
+		if file == "-" {
+			set.files[i] = stdinName
+			data, err = readConfigStdin(stdin)
+		} else {
+			data, err = readConfigFile(file)
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00", file, len(data))
+		if err != nil {
+			return set, err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", set.files[i], len(data))
 		h.Write(data)
-		decls, err := parseConfig(file, data)
+		decls, err := parseConfig(set.files[i], data)
 		if err != nil {
 			return set, err
 		}
@@ -101,6 +126,35 @@ func readConfig(args []string) (configSet, error) {
 	}
 	set.hash = hex.EncodeToString(h.Sum(nil))[:16]
 	return set, nil
+}
+
+// readConfigStdin reads the configuration from standard input: the operator chose what it holds,
+// so only its size is bounded.
+func readConfigStdin(stdin io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(stdin, maxConfigFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read standard input: %w", err)
+	}
+	if len(data) > maxConfigFile {
+		return nil, badInput("standard input holds more than %d MiB, more than any configuration: check what is piped in", maxConfigFile>>20)
+	}
+	return data, nil
+}
+
+// readConfigFile reads a configuration file as root reads a file whose content it acts on
+// (credentials.ReadTrusted): no one but root and this user can have written it or put it there.
+func readConfigFile(path string) ([]byte, error) {
+	data, err := credentials.ReadTrusted(path, maxConfigFile)
+	var pe *os.PathError
+	switch {
+	case errors.Is(err, credentials.ErrTooLarge):
+		return nil, badInput("%s is larger than %d MiB, more than any configuration: check that it is the file you meant", path, maxConfigFile>>20)
+	case errors.As(err, &pe):
+		return nil, badInput("%s: %v", path, pe.Err)
+	case err != nil:
+		return nil, inputError{err}
+	}
+	return data, nil
 }
 
 func causeOf(err error) string {

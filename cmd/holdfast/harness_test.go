@@ -138,8 +138,14 @@ type result struct {
 // CPU. The daemon, the units and binaryCLI worlds run the binary.
 func (w *world) run(args ...string) result {
 	w.t.Helper()
+	return w.runInput("", args...)
+}
+
+// runInput is run with stdin as the command's standard input.
+func (w *world) runInput(stdin string, args ...string) result {
+	w.t.Helper()
 	if w.binaryCLI {
-		return w.runBinary(args...)
+		return w.runBinaryInput(stdin, args...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -153,7 +159,7 @@ func (w *world) run(args ...string) result {
 		return ""
 	}
 	var stdout, stderr bytes.Buffer
-	code := holdfast.Execute(ctx, w.bin, args, getenv, &stdout, &stderr, w.openStore)
+	code := holdfast.Execute(ctx, w.bin, args, getenv, strings.NewReader(stdin), &stdout, &stderr, w.openStore)
 	return result{stdout.String(), stderr.String(), code}
 }
 
@@ -171,10 +177,19 @@ func (w *world) openStore(ctx context.Context, addr store.Address) (*store.Store
 // runBinary runs the holdfast binary and returns what it printed and its exit code.
 func (w *world) runBinary(args ...string) result {
 	w.t.Helper()
+	return w.runBinaryInput("", args...)
+}
+
+// runBinaryInput is runBinary with stdin as the process's standard input.
+func (w *world) runBinaryInput(stdin string, args ...string) result {
+	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, w.bin, args...)
 	cmd.Env = w.env()
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -150,6 +151,9 @@ type targetSetting struct {
 	flag   string
 	kind   string
 	render func(store.Target) []string
+	// secret: a URL whose path, query or user may be the secret (a check's UUID, a webhook's
+	// token), which export prints hidden (hideURL) unless --show-secrets.
+	secret bool
 }
 
 func targetURL(kind string) func(store.Target) []string {
@@ -163,13 +167,34 @@ func targetURL(kind string) func(store.Target) []string {
 
 // targetSettings are every setting of a notification target, in the order export writes them.
 var targetSettings = []targetSetting{
-	{"webhook", "str", targetURL(store.TargetWebhook)},
-	{"healthchecks", "str", targetURL(store.TargetHealthchecks)},
-	{"command", "list", func(t store.Target) []string { return t.Command }},
-	{"secret-file", "str", func(t store.Target) []string { return str(fileOf(t, store.TargetWebhook)) }},
-	{"channel-url-file", "str", func(t store.Target) []string { return str(fileOf(t, store.TargetChannel)) }},
-	{"job", "str", func(t store.Target) []string { return str(t.Job) }},
-	{"events", "str", func(t store.Target) []string { return str(strings.Join(t.Events, ",")) }},
+	{"webhook", "str", targetURL(store.TargetWebhook), true},
+	{"healthchecks", "str", targetURL(store.TargetHealthchecks), true},
+	{"command", "list", func(t store.Target) []string { return t.Command }, false},
+	{"secret-file", "str", func(t store.Target) []string { return str(fileOf(t, store.TargetWebhook)) }, false},
+	{"channel-url-file", "str", func(t store.Target) []string { return str(fileOf(t, store.TargetChannel)) }, false},
+	{"job", "str", func(t store.Target) []string { return str(t.Job) }, false},
+	{"events", "str", func(t store.Target) []string { return str(strings.Join(t.Events, ",")) }, false},
+}
+
+// hiddenMark ends a URL whose secret part export left out (https://hc-ping.com/…), as notify.Redact
+// writes it for listings.
+const hiddenMark = "/…"
+
+// hideURL is a target's URL as export prints it without --show-secrets: its scheme and host,
+// then hiddenMark if anything else was cut off. A URL of a scheme and host alone is whole.
+func hideURL(raw string) string {
+	hidden := notify.Redact(raw)
+	if hidden == raw || strings.HasSuffix(hidden, hiddenMark) {
+		return hidden
+	}
+	return hidden + hiddenMark // Redact dropped a user:password@ or a #fragment, unmarked
+}
+
+// hiddenURL reports whether t's URL is one export printed hidden: it stands for the URL stored
+// under t's name, not for itself. Only a webhook's and a check's URL is given whole (a
+// channel's URL is in its file, and t.URL only shows its scheme and host).
+func hiddenURL(t store.Target) bool {
+	return (t.Kind == store.TargetWebhook || t.Kind == store.TargetHealthchecks) && strings.HasSuffix(t.URL, hiddenMark)
 }
 
 // fileOf is the target's file if it is of kind: a webhook's key, a channel's URL.

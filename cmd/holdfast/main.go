@@ -81,6 +81,7 @@ type globals struct {
 // in main; the scenario tests run commands in their process with their own (export_test.go).
 type environment struct {
 	getenv         func(string) string
+	stdin          io.Reader // nil: the process's
 	stdout, stderr io.Writer
 	// openStore opens the database a command uses and returns how to release it.
 	openStore func(ctx context.Context, addr store.Address) (*store.Store, func(), error)
@@ -230,6 +231,9 @@ func newRoot(env environment) *cobra.Command {
 			cmd.SetOut(textsafe.NewWriter(cmd.OutOrStdout()))
 		}
 		return nil
+	}
+	if env.stdin != nil {
+		root.SetIn(env.stdin)
 	}
 	root.SetOut(env.stdout)
 	root.SetErr(env.stderr)

@@ -111,6 +111,9 @@ func newNotifyAddCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if hiddenURL(t) {
+				return badInput("--%s %s is a URL with its secret part hidden, as holdfast prints it: give the whole URL", t.Kind, t.URL)
+			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				if t.Job != "" {
 					if _, err := st.JobByName(ctx, t.Job); err != nil {

@@ -29,7 +29,8 @@ A role that exists already keeps its password (another host may log in with it):
 stops and says so, unless --rotate-password asks for a new one. The server's superuser and
 PostgreSQL's reserved roles (pg_*) are refused as --role.
 
-For a database elsewhere give its address: --dsn-file FILE (the address alone, one line) or
+For a database elsewhere give its address: --dsn-file FILE (the address alone, one line; a
+regular file, not a link, that no one but root could have written, as apply's files) or
 --dsn - (read from standard input) keep it out of the command line, which every user of the
 host sees in ps; --dsn ADDRESS works too.`,
 		Example: "  apt install ./holdfast_*.deb postgresql\n  holdfast setup\n  holdfast setup --dsn-file /root/holdfast.dsn\n  holdfast setup --dsn - <<<\"$DSN\"",
