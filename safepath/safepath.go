@@ -276,7 +276,7 @@ func open(path string, uid int) (int, Node, error) {
 // no one else unless sticky.
 func onTheWay(name string, st *unix.Stat_t, uid int) (dir, error) {
 	if why := owner(st.Uid, uid); why != "" {
-		return dir{}, &Error{name, why + ": every directory on the way must be root's or the job's user's"}
+		return dir{}, &Error{name, why + ": whoever owns a directory on the way can replace what is below it"}
 	}
 	writable := st.Mode&0o022 != 0
 	sticky := st.Mode&unix.S_ISVTX != 0

@@ -97,7 +97,7 @@ func TestWritable(t *testing.T) {
 		{"a target in another user's directory", func(tr *tree) string {
 			tr.dir("alice", other, 0o755)
 			return tr.dir("alice/t", 0, 0o700)
-		}, 0, "{root}/alice is owned by uid 12345, not root: every directory on the way", ""},
+		}, 0, "{root}/alice is owned by uid 12345, not root: whoever owns a directory on the way", ""},
 		{"another user's link as the target", func(tr *tree) string {
 			tr.dir("etc", 0, 0o755)
 			return tr.link("t", other, tr.path("etc"))

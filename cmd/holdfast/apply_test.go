@@ -281,7 +281,7 @@ func TestApplyRefusesUnsafeFiles(t *testing.T) {
 		{"0666 in a world-writable directory", false, func(t *testing.T) (string, []string) {
 			dir := mkdir(t, "open", 0o777)
 			f := write(t, dir, "imds.yaml", 0o666)
-			return f, []string{f + " is in " + dir + ", of mode 0777", "chmod go-w " + dir}
+			return f, []string{f + ": " + dir + " has mode 0777", "chmod go-w " + dir}
 		}},
 		{"writable by its group", false, func(t *testing.T) (string, []string) {
 			f := write(t, mkdir(t, "safe", 0o755), "group.yaml", 0o664)
@@ -301,7 +301,7 @@ func TestApplyRefusesUnsafeFiles(t *testing.T) {
 		{"below a directory its group may write", false, func(t *testing.T) (string, []string) {
 			f := write(t, mkdir(t, "grouped/etc", 0o755), "imds.yaml", 0o644)
 			top := mkdir(t, "grouped", 0o775)
-			return f, []string{f + " is in " + top + ", of mode 0775", "chmod go-w " + top}
+			return f, []string{f + ": " + top + " has mode 0775", "chmod go-w " + top}
 		}},
 		{"a symbolic link", false, func(t *testing.T) (string, []string) {
 			link := filepath.Join(mkdir(t, "safe", 0o755), "link.yaml")
