@@ -440,7 +440,7 @@ func (w *world) restic(repo, passwordFile string, args ...string) string {
 	return string(out)
 }
 
-// openRepoToAll lets units running as another user read and write the repository.
+// openToAll lets units running as another user read and write the repository.
 func openToAll(t *testing.T, root string) {
 	t.Helper()
 	err := filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
@@ -452,6 +452,21 @@ func openToAll(t *testing.T, root string) {
 			mode = 0o777
 		}
 		return os.Chmod(p, mode)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// closeToOthers takes back what openToAll gave: the group's and others' write, which a unit
+// writing as root refuses in a path it writes.
+func closeToOthers(t *testing.T, root string) {
+	t.Helper()
+	err := filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chmod(p, info.Mode().Perm()&^0o022)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -39,6 +39,7 @@ func TestDependency(t *testing.T) {
 
 	// first's last run is partial: the next second waits for first's next outcome, a success.
 	w.mustRun("job", "edit", "first", "--user", "")
+	closeToOthers(t, repo) // a root job's repository is root's to write alone
 	if err := os.Chmod(filepath.Join(data, "secret"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,9 @@ func TestDaemonPolicy(t *testing.T) {
 	openToAll(t, repo)
 	data := w.sampleData("data", 1, 64<<10)
 	w.mustRun("job", "add", "as-nobody", "--repo", repo, "--password-file", pw, "--path", data, "--user", "nobody")
-	w.mustRun("job", "add", "as-root", "--repo", repo, "--password-file", pw, "--path", data)
+	// A root job's repository is root's alone: a unit writing as root refuses one others may write.
+	rootRepo, rootPw := w.resticRepo("root-repo")
+	w.mustRun("job", "add", "as-root", "--repo", rootRepo, "--password-file", rootPw, "--path", data)
 	w.mustRun("job", "add", "cmd", "--engine", "command", "--command", "/bin/true", "--user", "nobody")
 
 	for _, c := range []struct{ args, want string }{
