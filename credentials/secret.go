@@ -55,6 +55,11 @@ func ReadBounded(path string, noFollow bool, max int64, check func(path string, 
 	if err := check(path, &st); err != nil {
 		return nil, err
 	}
+	return readAtMost(f, path, max)
+}
+
+// readAtMost reads f to its end, at most max bytes: more is ErrTooLarge.
+func readAtMost(f *os.File, path string, max int64) ([]byte, error) {
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(io.LimitReader(f, max+1)); err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)

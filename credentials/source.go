@@ -1,9 +1,8 @@
 package credentials
 
 import (
-	"bytes"
+	"errors"
 	"fmt"
-	"io"
 
 	"golang.org/x/sys/unix"
 
@@ -48,14 +47,11 @@ func ReadSource(path string, uid int) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(io.LimitReader(f, MaxSource+1)); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if buf.Len() > MaxSource {
+	b, err := readAtMost(f, path, MaxSource)
+	if errors.Is(err, ErrTooLarge) { // it grew since it was checked
 		return nil, &safepath.Error{Path: path, Why: fmt.Sprintf("is larger than %d KiB: a credential source holds a key or variables, not data", MaxSource>>10)}
 	}
-	return buf.Bytes(), nil
+	return b, err
 }
 
 // sourceRule is what a credential source itself must be, once the way to it was resolved.

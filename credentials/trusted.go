@@ -1,10 +1,8 @@
 package credentials
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -61,14 +59,7 @@ func ReadTrusted(path string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(io.LimitReader(f, max+1)); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if int64(buf.Len()) > max {
-		return nil, fmt.Errorf("%s: %w", path, ErrTooLarge)
-	}
-	return buf.Bytes(), nil
+	return readAtMost(f, path, max)
 }
 
 // trustedOwner: root, or this process's user.
