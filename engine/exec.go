@@ -48,10 +48,11 @@ type ExecConfig struct {
 }
 
 // Producer is a program whose output an engine backs up as one file. Its stderr goes to
-// ExecConfig.Stderr; Line is how the fatal error names it (the job's command line).
+// ExecConfig.Stderr; Line is how the fatal error names it (the job's command line). Its
+// environment is HookEnv of this process's with Vars: never the engine's (ExecConfig.Env).
 type Producer struct {
 	Argv []string
-	Env  []string
+	Vars []string // KEY=value, the run's
 	Line string
 }
 

@@ -152,8 +152,8 @@ func execCmd() *cobra.Command {
 				if err != nil {
 					return badInput("--stdin-from: %v", err)
 				}
-				// As a hook's: the run in its environment, never the engine's secrets.
-				producer = &engine.Producer{Argv: pargv, Env: hookEnv(runID, attempt, "stdin"), Line: textsafe.String(stdinFrom)}
+				// As a hook's environment (engine.HookEnv): the run's variables, never the engine's secrets.
+				producer = &engine.Producer{Argv: pargv, Vars: runVars(runID, attempt, "stdin"), Line: textsafe.String(stdinFrom)}
 			}
 			// The context ends at the unit's stop signal, however early it came (main catches it
 			// from the start): Exec passes it on to the engine, or starts none if it came first.
@@ -220,8 +220,8 @@ func sourceEnv(env []string) []string {
 }
 
 // runBeforeHooks runs a job's before hooks in order, as this process (the job's user, in its
-// unit), their output on stderr, with the run's id, job and attempt in their environment (and
-// not the engine's secrets). The first that fails ends the attempt: its failure is journaled as
+// unit), their output on stderr, with the run's id and attempt in their environment and none of
+// the engine's secrets (hookEnv). The first that fails ends the attempt: its failure is journaled as
 // the fatal error ("before hook … exited N", which the engines classify) with the exit, and the
 // engine is never started; one that exits engine.HookSkip ends it so, to be skipped. A stop meanwhile reaches the hook as SIGINT and ends the attempt as
 // interrupted (130). It returns the status to exit with, 0 if every hook succeeded, and the fatal
@@ -269,10 +269,16 @@ func runBeforeHooks(ctx context.Context, hooks []string, runID string, attempt i
 	return 0, ""
 }
 
-// hookEnv is a hook's environment: this process's, without the engine's secrets, and the run's.
+// runVars are the variables by which a hook or a stream's producer learns its run: the run's
+// id, the attempt and which kind of hook it is (before, after or stdin), then extra.
+func runVars(runID string, attempt int, kind string, extra ...string) []string {
+	return append([]string{"HOLDFAST_RUN=" + runID, "HOLDFAST_ATTEMPT=" + strconv.Itoa(attempt), "HOLDFAST_HOOK=" + kind}, extra...)
+}
+
+// hookEnv is a hook's whole environment: the process basics of this process's
+// (engine.HookEnv), never the engine's secrets or the unit's credentials, and the run's.
 func hookEnv(runID string, attempt int, kind string, extra ...string) []string {
-	env := append(os.Environ(), "HOLDFAST_RUN="+runID, "HOLDFAST_ATTEMPT="+strconv.Itoa(attempt), "HOLDFAST_HOOK="+kind)
-	return append(env, extra...)
+	return engine.HookEnv(os.Environ(), runVars(runID, attempt, kind, extra...)...)
 }
 
 // runAfterHooks runs a job's after hooks in order, whatever the attempt's outcome (the engine's
