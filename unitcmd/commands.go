@@ -76,11 +76,11 @@ const afterInterruptTimeout = time.Minute
 const restoreProgressEvery = 3 * time.Second
 
 func execCmd() *cobra.Command {
-	var runID, journalPath, engineName, kind, progressDir, stdinFrom string
+	var runID, journalPath, engineName, kind, progressDir, stdinFrom, restoreTarget string
 	var attempt int
 	var totalBytes, totalFiles int64
 	var creds credentialFlags
-	var before, afterInterrupt, beforeSource, afterInterruptSource, hooksBefore, hooksAfter []string
+	var before, afterInterrupt, beforeSource, afterInterruptSource, hooksBefore, hooksAfter, restoreList []string
 	cmd := &cobra.Command{
 		Use:    "exec --run R --attempt N --journal FILE --engine restic -- COMMAND...",
 		Short:  "Run an engine inside a backup unit, writing its run journal (used by the daemon's units)",
@@ -94,6 +94,14 @@ func execCmd() *cobra.Command {
 			parser, err := engine.ForOperation(engineName, "", kind)
 			if err != nil {
 				return InputError{err}
+			}
+			var execParser engine.Parser = parser
+			if restoreTarget != "" {
+				restic, ok := parser.(engine.Restic)
+				if !ok || kind != engine.OpRestore {
+					return badInput("--restore-target is for a restic restore, not engine %s kind %q", engineName, kind)
+				}
+				execParser = &engine.Restore{Restic: restic, Target: restoreTarget, List: restoreList}
 			}
 			var progress func() (engine.Progress, bool)
 			if progressDir != "" {
@@ -158,8 +166,11 @@ func execCmd() *cobra.Command {
 			// The context ends at the unit's stop signal, however early it came (main catches it
 			// from the start): Exec passes it on to the engine, or starts none if it came first.
 			// One the runtime hands on only as the engine starts reaches the engine, at once.
+			if r, ok := execParser.(*engine.Restore); ok {
+				r.Since = time.Now() // what is older under the target was there before (--overwrite)
+			}
 			status, err := engine.Exec(cmd.Context(), engine.ExecConfig{
-				Argv: argv, Env: env, Parser: parser, Emit: emit, Stderr: os.Stderr, Stdout: os.Stdout,
+				Argv: argv, Env: env, Parser: execParser, Emit: emit, Stderr: os.Stderr, Stdout: os.Stdout,
 				Progress: progress, ProgressEvery: restoreProgressEvery, Producer: producer,
 			})
 			if err != nil {
@@ -190,6 +201,8 @@ func execCmd() *cobra.Command {
 	f.StringVar(&progressDir, "progress-dir", "", "measure progress as what is under this directory (a restore's target)")
 	f.Int64Var(&totalBytes, "progress-total-bytes", 0, "the bytes --progress-dir will hold at the end (0: unknown)")
 	f.Int64Var(&totalFiles, "progress-total-files", 0, "the files --progress-dir will hold at the end (0: unknown)")
+	f.StringVar(&restoreTarget, "restore-target", "", "a restore's target: what the sandbox kept restic from restoring there (setuid/setgid bits, device nodes) is an item error each, and a restore that lost only that exits 3")
+	f.StringArrayVar(&restoreList, "restore-list", nil, "the command that lists the restored snapshot (restic ls --json ID), one argument per flag: compared with --restore-target for the setuid/setgid bits restic does not report lost")
 	f.StringArrayVar(&before, "before", nil, "a command to run first, one argument per flag; its failure is ignored")
 	f.StringArrayVar(&hooksAfter, "hook-after", nil, "a job's after hook, as --hook-before, run whatever the outcome (repeatable, in order)")
 	f.StringArrayVar(&hooksBefore, "hook-before", nil, "a job's before hook, a command line split as a shell splits words (repeatable, in order)")
