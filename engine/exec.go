@@ -48,10 +48,11 @@ type ExecConfig struct {
 }
 
 // Producer is a program whose output an engine backs up as one file. Its stderr goes to
-// ExecConfig.Stderr; Line is how the fatal error names it (the job's command line).
+// ExecConfig.Stderr; Line is how the fatal error names it (the job's command line). Its
+// environment is HookEnv of this process's with Vars: never the engine's (ExecConfig.Env).
 type Producer struct {
 	Argv []string
-	Env  []string
+	Vars []string // KEY=value, the run's
 	Line string
 }
 
@@ -78,6 +79,9 @@ const StreamFailed = "stdin producer "
 // the stream end, so it never takes a cut stream for a whole one. Exec then emits a fatal
 // event (StreamFailed ...) and returns 1, unless a stop came first (its 130 stands) or the
 // engine had already exited (its own failure stands).
+//
+// A Parser that is a Finisher has the last word on the events and the status of an engine that
+// exited (see Finisher).
 //
 // If the command cannot be started, Exec returns -1 and an error. If Emit
 // fails, Exec reports it on Stderr, emits nothing more, lets the engine run
@@ -223,8 +227,21 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 			r.progress, r.lastProgress = &Event{TypeProgress, p}, time.Time{}
 		}
 	}
+	if f, ok := cfg.Parser.(Finisher); ok && sig == "" {
+		status = r.settle(ctx, f, status)
+	}
 	r.finish(status, sig)
 	return status, r.emitErr
+}
+
+// settle gives a Finisher its last word on the engine's run, and returns the attempt's status.
+func (r *run) settle(ctx context.Context, f Finisher, status int) int {
+	evs, status, fatal := f.Finish(ctx, status, r.fatal, r.cfg.Stderr)
+	r.fatal = fatal
+	for _, ev := range evs {
+		r.handle(ev)
+	}
+	return status
 }
 
 // forward sends the engine (and a stream's producer) a SIGINT for every signal and for the end

@@ -137,6 +137,12 @@ func (r Restic) RestoreArgv(j Job, snapshot, target string, includes []string, v
 	return append(argv, snapshot)
 }
 
+// ListArgv returns the command line that lists snapshot (a full id) as JSON, one line per file
+// or directory (restic ls --json): what a restore's target is compared with (Restore.List).
+func (r Restic) ListArgv(j Job, snapshot string) []string {
+	return append(r.global(j), "ls", "--json", snapshot)
+}
+
 // CopyArgv returns the command line that copies snapshot (an id or a unique prefix) of from's
 // repository into j's (restic copy): the destination is restic's own repository, the source its
 // --from-repo, its password from --from-password-file, or RESTIC_FROM_PASSWORD_FILE when the
@@ -296,8 +302,13 @@ func (r Restic) ParseStderr(line []byte) (Event, bool) {
 		return Event{}, false
 	// restore reports each file it could not restore (or, with --verify, that differs) so, and
 	// exits 1 after "Fatal: There were N errors".
+	// A restore's sandbox refuses setuid/setgid bits and device nodes: such a loss says so.
 	case (r.Operation == OpRestore || r.Operation == OpDrill) && strings.HasPrefix(s, restoreError):
-		item, msg, _ := strings.Cut(strings.TrimPrefix(s, restoreError), ": ")
+		rest := strings.TrimPrefix(s, restoreError)
+		item, msg, _ := strings.Cut(rest, ": ")
+		if i, loss, ok := sandboxLoss(rest); ok && r.Operation == OpRestore {
+			item, msg = i, loss
+		}
 		return Event{TypeItemError, ItemError{Item: item, During: "restore", Message: msg}}, true
 	// Whatever check prints on its standard error before its last word is a finding about the
 	// repository ("Pack ID does not match, ...").

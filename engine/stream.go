@@ -42,7 +42,7 @@ func newStream(p *Producer, stderr io.Writer) (*stream, error) {
 		return nil, fmt.Errorf("engine: producer pipe: %w", err)
 	}
 	c := exec.Command(p.Argv[0], p.Argv[1:]...)
-	c.Env, c.Dir, c.Stdout, c.Stderr = p.Env, "/", outW, stderr
+	c.Env, c.Dir, c.Stdout, c.Stderr = hookEnviron(p.Vars), "/", outW, stderr
 	// Its own process group: a stop, or the kill once the engine is gone, reaches the children
 	// it runs (a wrapper's) too. One left behind holding its stderr must not hold up the end.
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

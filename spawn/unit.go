@@ -143,7 +143,12 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		rs := run.Restore
 		argv = restic.RestoreArgv(ej, rs.Snapshot, rs.Target, rs.Includes, false)
 		// restic 0.14 reports no progress of a restore: what is under the target is measured.
-		execArgv = append(execArgv, "--progress-dir", rs.Target)
+		execArgv = append(execArgv, "--progress-dir", rs.Target, "--restore-target", rs.Target)
+		// The sandbox refuses setuid/setgid bits, which restic does not always say it lost:
+		// exec compares restic's listing of the snapshot with the target.
+		for _, arg := range restic.ListArgv(ej, rs.Snapshot) {
+			execArgv = append(execArgv, "--restore-list", arg)
+		}
 		if rs.TotalBytes != nil && rs.TotalFiles != nil {
 			execArgv = append(execArgv, "--progress-total-bytes", strconv.FormatInt(*rs.TotalBytes, 10),
 				"--progress-total-files", strconv.FormatInt(*rs.TotalFiles, 10))

@@ -76,11 +76,11 @@ const afterInterruptTimeout = time.Minute
 const restoreProgressEvery = 3 * time.Second
 
 func execCmd() *cobra.Command {
-	var runID, journalPath, engineName, kind, progressDir, stdinFrom string
+	var runID, journalPath, engineName, kind, progressDir, stdinFrom, restoreTarget string
 	var attempt int
 	var totalBytes, totalFiles int64
 	var creds credentialFlags
-	var before, afterInterrupt, beforeSource, afterInterruptSource, hooksBefore, hooksAfter []string
+	var before, afterInterrupt, beforeSource, afterInterruptSource, hooksBefore, hooksAfter, restoreList []string
 	cmd := &cobra.Command{
 		Use:    "exec --run R --attempt N --journal FILE --engine restic -- COMMAND...",
 		Short:  "Run an engine inside a backup unit, writing its run journal (used by the daemon's units)",
@@ -94,6 +94,14 @@ func execCmd() *cobra.Command {
 			parser, err := engine.ForOperation(engineName, "", kind)
 			if err != nil {
 				return InputError{err}
+			}
+			var execParser engine.Parser = parser
+			if restoreTarget != "" {
+				restic, ok := parser.(engine.Restic)
+				if !ok || kind != engine.OpRestore {
+					return badInput("--restore-target is for a restic restore, not engine %s kind %q", engineName, kind)
+				}
+				execParser = &engine.Restore{Restic: restic, Target: restoreTarget, List: restoreList}
 			}
 			var progress func() (engine.Progress, bool)
 			if progressDir != "" {
@@ -152,14 +160,17 @@ func execCmd() *cobra.Command {
 				if err != nil {
 					return badInput("--stdin-from: %v", err)
 				}
-				// As a hook's: the run in its environment, never the engine's secrets.
-				producer = &engine.Producer{Argv: pargv, Env: hookEnv(runID, attempt, "stdin"), Line: textsafe.String(stdinFrom)}
+				// As a hook's environment (engine.HookEnv): the run's variables, never the engine's secrets.
+				producer = &engine.Producer{Argv: pargv, Vars: runVars(runID, attempt, "stdin"), Line: textsafe.String(stdinFrom)}
 			}
 			// The context ends at the unit's stop signal, however early it came (main catches it
 			// from the start): Exec passes it on to the engine, or starts none if it came first.
 			// One the runtime hands on only as the engine starts reaches the engine, at once.
+			if r, ok := execParser.(*engine.Restore); ok {
+				r.Since = time.Now() // what is older under the target was there before (--overwrite)
+			}
 			status, err := engine.Exec(cmd.Context(), engine.ExecConfig{
-				Argv: argv, Env: env, Parser: parser, Emit: emit, Stderr: os.Stderr, Stdout: os.Stdout,
+				Argv: argv, Env: env, Parser: execParser, Emit: emit, Stderr: os.Stderr, Stdout: os.Stdout,
 				Progress: progress, ProgressEvery: restoreProgressEvery, Producer: producer,
 			})
 			if err != nil {
@@ -190,6 +201,8 @@ func execCmd() *cobra.Command {
 	f.StringVar(&progressDir, "progress-dir", "", "measure progress as what is under this directory (a restore's target)")
 	f.Int64Var(&totalBytes, "progress-total-bytes", 0, "the bytes --progress-dir will hold at the end (0: unknown)")
 	f.Int64Var(&totalFiles, "progress-total-files", 0, "the files --progress-dir will hold at the end (0: unknown)")
+	f.StringVar(&restoreTarget, "restore-target", "", "a restore's target: what the sandbox kept restic from restoring there (setuid/setgid bits, device nodes) is an item error each, and a restore that lost only that exits 3")
+	f.StringArrayVar(&restoreList, "restore-list", nil, "the command that lists the restored snapshot (restic ls --json ID), one argument per flag: compared with --restore-target for the setuid/setgid bits restic does not report lost")
 	f.StringArrayVar(&before, "before", nil, "a command to run first, one argument per flag; its failure is ignored")
 	f.StringArrayVar(&hooksAfter, "hook-after", nil, "a job's after hook, as --hook-before, run whatever the outcome (repeatable, in order)")
 	f.StringArrayVar(&hooksBefore, "hook-before", nil, "a job's before hook, a command line split as a shell splits words (repeatable, in order)")
@@ -220,8 +233,8 @@ func sourceEnv(env []string) []string {
 }
 
 // runBeforeHooks runs a job's before hooks in order, as this process (the job's user, in its
-// unit), their output on stderr, with the run's id, job and attempt in their environment (and
-// not the engine's secrets). The first that fails ends the attempt: its failure is journaled as
+// unit), their output on stderr, with the run's id and attempt in their environment and none of
+// the engine's secrets (hookEnv). The first that fails ends the attempt: its failure is journaled as
 // the fatal error ("before hook … exited N", which the engines classify) with the exit, and the
 // engine is never started; one that exits engine.HookSkip ends it so, to be skipped. A stop meanwhile reaches the hook as SIGINT and ends the attempt as
 // interrupted (130). It returns the status to exit with, 0 if every hook succeeded, and the fatal
@@ -269,10 +282,16 @@ func runBeforeHooks(ctx context.Context, hooks []string, runID string, attempt i
 	return 0, ""
 }
 
-// hookEnv is a hook's environment: this process's, without the engine's secrets, and the run's.
+// runVars are the variables by which a hook or a stream's producer learns its run: the run's
+// id, the attempt and which kind of hook it is (before, after or stdin), then extra.
+func runVars(runID string, attempt int, kind string, extra ...string) []string {
+	return append([]string{"HOLDFAST_RUN=" + runID, "HOLDFAST_ATTEMPT=" + strconv.Itoa(attempt), "HOLDFAST_HOOK=" + kind}, extra...)
+}
+
+// hookEnv is a hook's whole environment: the process basics of this process's
+// (engine.HookEnv), never the engine's secrets or the unit's credentials, and the run's.
 func hookEnv(runID string, attempt int, kind string, extra ...string) []string {
-	env := append(os.Environ(), "HOLDFAST_RUN="+runID, "HOLDFAST_ATTEMPT="+strconv.Itoa(attempt), "HOLDFAST_HOOK="+kind)
-	return append(env, extra...)
+	return engine.HookEnv(os.Environ(), runVars(runID, attempt, kind, extra...)...)
 }
 
 // runAfterHooks runs a job's after hooks in order, whatever the attempt's outcome (the engine's
