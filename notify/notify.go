@@ -209,6 +209,9 @@ func New(cfg Config) (*Deliverer, error) {
 	if cfg.transport == nil {
 		cfg.transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
+	// The channel services that send on http.DefaultClient send on it as holdfast sets it, once
+	// per process (the daemon builds one Deliverer): see useDefaultClient.
+	useDefaultClient(cfg.Timeout)
 	return &Deliverer{cfg: cfg}, nil
 }
 
@@ -446,11 +449,15 @@ func lastLine(s string) string {
 }
 
 // Redact keeps a URL's scheme and host: the path and query of a webhook or a check may be its
-// secret (a Slack webhook, a healthchecks ping URL).
+// secret (a Slack webhook, a healthchecks ping URL). A channel whose service takes its key as
+// the host (secretHost) keeps its scheme only.
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
 		return "(a URL)"
+	}
+	if slices.Contains(secretHost, u.Scheme) {
+		return u.Scheme + "://…"
 	}
 	if u.Path == "" && u.RawQuery == "" {
 		return u.Scheme + "://" + u.Host
