@@ -1,9 +1,11 @@
 // Package notify delivers the outbox's events to the operator's targets: a webhook (a JSON POST
-// signed with HMAC-SHA256), a healthchecks.io check (its ping protocol), or a command (the event
-// as JSON on its standard input; run only where the daemon allows it, as an unprivileged user).
-// Redirects are not followed. Each delivery is claimed by one daemon for a lease, sent at
-// least once with the event's id as the idempotency key (receivers deduplicate), tried again
-// with a growing delay, and kept as failed after MaxTries.
+// signed with HMAC-SHA256), a healthchecks.io check (its ping protocol), a command (the event as
+// JSON on its standard input; run only where the daemon allows it, as an unprivileged user), or
+// a channel (a message through a service by URL, with shoutrrr's sender for it on an HTTP client
+// of holdfast's). Redirects are not followed, and every send ends at its timeout. Each delivery
+// is claimed by one daemon for a lease, sent at least once with the event's id as the
+// idempotency key (receivers deduplicate), tried again with a growing delay, and kept as failed
+// after MaxTries.
 package notify
 
 import (
@@ -30,8 +32,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/nicholas-fedor/shoutrrr"
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/journallog"
@@ -101,6 +101,9 @@ type Config struct {
 	client        *http.Client
 	credential    *syscall.Credential // CommandUser's, nil for this process's own
 	waitDelay     time.Duration
+	// transport is what each channel send's own transport is cloned from (tests dial their
+	// servers through it).
+	transport *http.Transport
 }
 
 // Defaults, each stated once.
@@ -203,6 +206,12 @@ func New(cfg Config) (*Deliverer, error) {
 	// receiver (or whoever answers in its name) points, https or not. A 3xx is a failed try.
 	cfg.client = &http.Client{Timeout: cfg.Timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if cfg.transport == nil {
+		cfg.transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	// The channel services that send on http.DefaultClient send on it as holdfast sets it, once
+	// per process (the daemon builds one Deliverer): see useDefaultClient.
+	useDefaultClient(cfg.Timeout)
 	return &Deliverer{cfg: cfg}, nil
 }
 
@@ -384,78 +393,6 @@ func (d *Deliverer) do(req *http.Request) error {
 	return nil
 }
 
-// channel sends the event as one message through the service the target's URL file names
-// (shoutrrr's URLs: ntfy://, gotify://, slack://, discord://, telegram://, pushover://, smtp://,
-// ...). The URL is read as root reads a secret at every send and never shown: an error names
-// only the service.
-func (d *Deliverer) channel(ctx context.Context, t store.Target, e store.Event) error {
-	raw, err := ChannelURL(t.SecretFile)
-	if err != nil {
-		return err
-	}
-	sender, err := shoutrrr.CreateSender(raw)
-	if err != nil {
-		return fmt.Errorf("channel %s: %s", Redact(raw), redactErr(err, raw))
-	}
-	msg := fmt.Sprintf("holdfast: %s %s", about(e), e.Event)
-	if e.Reason != "" {
-		msg += ": " + e.Reason
-	}
-	if e.Run != nil {
-		msg += " (run " + e.Run.String() + ")"
-	}
-	// shoutrrr's senders take no context: the send waits for it at most until ctx ends.
-	done := make(chan []error, 1)
-	go func() { done <- sender.Send(msg, nil) }()
-	select {
-	case errs := <-done:
-		for _, err := range errs {
-			if err != nil {
-				return fmt.Errorf("channel %s: %s", Redact(raw), redactErr(err, raw))
-			}
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("channel %s: %w", Redact(raw), ctx.Err())
-	}
-}
-
-// about names what an event is about: its job, or its host for a host's event.
-func about(e store.Event) string {
-	if e.Job == "" {
-		return "host " + e.Host
-	}
-	return e.Job
-}
-
-// redactErr is err's text without the URL it may quote (with its secret).
-func redactErr(err error, raw string) string {
-	msg := err.Error()
-	if u, perr := url.Parse(raw); perr == nil {
-		if u.User != nil {
-			msg = strings.ReplaceAll(msg, u.User.String(), "…")
-		}
-		if u.Path != "" && u.Path != "/" {
-			msg = strings.ReplaceAll(msg, u.Path, "/…")
-		}
-	}
-	return strings.ReplaceAll(msg, raw, Redact(raw))
-}
-
-// ChannelURL reads a channel target's URL from its file, as root reads a secret: not through a
-// link, a regular file of root's closed to its group and others.
-func ChannelURL(file string) (string, error) {
-	b, err := credentials.ReadSecret(file)
-	if err != nil {
-		return "", fmt.Errorf("channel URL file: %w", err)
-	}
-	raw := strings.TrimSpace(string(b))
-	if raw == "" || strings.ContainsAny(raw, "\n\r") {
-		return "", fmt.Errorf("channel URL file %s: give one URL on one line, such as ntfy://ntfy.sh/backups", file)
-	}
-	return raw, nil
-}
-
 // command runs the target's program with the event as JSON on its standard input, if this
 // daemon allows command targets, as CommandUser, in a process group of its own that is killed
 // at the send's timeout; a process it leaves holding its standard error is waited for no longer
@@ -512,11 +449,15 @@ func lastLine(s string) string {
 }
 
 // Redact keeps a URL's scheme and host: the path and query of a webhook or a check may be its
-// secret (a Slack webhook, a healthchecks ping URL).
+// secret (a Slack webhook, a healthchecks ping URL). A channel whose service takes its key as
+// the host (secretHost) keeps its scheme only.
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
 		return "(a URL)"
+	}
+	if slices.Contains(secretHost, u.Scheme) {
+		return u.Scheme + "://…"
 	}
 	if u.Path == "" && u.RawQuery == "" {
 		return u.Scheme + "://" + u.Host
@@ -551,8 +492,8 @@ func ValidateTarget(t *store.Target) error {
 		if err != nil {
 			return fmt.Errorf("--channel-url-file: %w", err)
 		}
-		if _, err := shoutrrr.CreateSender(raw); err != nil {
-			return fmt.Errorf("--channel-url-file: not a service URL holdfast can send to (%s): %s", Redact(raw), redactErr(err, raw))
+		if _, err := channelService(raw); err != nil {
+			return fmt.Errorf("--channel-url-file: %w", err)
 		}
 		t.URL = Redact(raw)
 	default:

@@ -56,7 +56,7 @@ func (nf *notifyFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&nf.healthchecks, "healthchecks", "", "ping this healthchecks.io check URL: /start, success, /fail, the run id as rid")
 	f.StringArrayVar(&nf.t.Command, "command", nil, "run this program (absolute path; then its arguments, one per flag) with the event as JSON on stdin")
 	f.StringVar(&nf.channelFile, "channel-url-file", "", "send each event as a message through the service whose URL this file holds, root's, mode 0600 "+
-		"(ntfy://, gotify://, slack://, discord://, telegram://, pushover://, smtp://, ...: shoutrrr's URLs)")
+		"(shoutrrr's URLs of "+strings.Join(notify.ChannelSchemes, ", ")+"; generic+https://HOST/PATH posts to any URL)")
 	f.StringVar(&nf.t.Job, "job", "", "only this job's events")
 	f.StringVar(&nf.events, "events", "", "comma-separated: "+strings.Join(notify.Events, ",")+" (default: all but started)")
 }
