@@ -26,12 +26,19 @@ type HoldFacts struct {
 	Budget   *int64 // the run's recorded budget, nil before its first hold
 	// Recent is what the job's recent successful runs added, newest first; it is read only
 	// when NeedsHistory says so.
-	Recent  []int64
+	Recent []int64
+	// Sizable: the job backs up paths root can measure (not a command's output). A run of it
+	// with no ceiling and no history holds nothing until its attempt starts and Source, what
+	// the paths hold then, is known: no default guess ever pauses a first backup.
+	Sizable bool
+	Source  *Source
 	Charged int64 // settled against the run's attempts
 	Open    int64 // still held by the run's attempts
-	// Unlimited: the account has no quota. Otherwise Balance is its quota − settled − held.
+	// Unlimited: the account has no quota. Otherwise Balance is its quota − settled − held,
+	// and Quota what it was granted.
 	Unlimited bool
 	Balance   int64
+	Quota     int64
 	// Allowance is what the account may add per Period (day, week or month), nil for none;
 	// Used is what was settled or held in the current period.
 	Allowance *int64
@@ -49,6 +56,9 @@ type Hold struct {
 	BudgetChanged bool  // Budget is to be recorded as the run's budget
 	Bytes         int64 // the attempt's hold, when it may run
 	Why           string
+	// Sized: nothing is held yet; the attempt's hold is decided as it starts, from what its
+	// job's paths hold (HoldFacts.Sizable).
+	Sized bool
 	// Paused is set when the attempt may not run: one of the Paused* codes, with Reason the
 	// run's reason, saying what to do.
 	Paused string
@@ -69,8 +79,13 @@ func DecideHold(f HoldFacts) Hold {
 		}
 	}
 	var budgetWhy string
+	if budget == nil && f.MaxAdded == nil && len(f.Recent) == 0 && f.Sizable && f.Source == nil {
+		h.Sized = true
+		h.Why = "not held yet: with no ceiling and no history, the hold is sized from the job's paths as the attempt starts"
+		return h
+	}
 	if budget == nil {
-		h.Budget, budgetWhy = Budget(f.MaxAdded, f.Recent)
+		h.Budget, budgetWhy = Budget(f.MaxAdded, f.Recent, f.Source)
 		h.BudgetChanged = true
 	} else {
 		h.Budget, budgetWhy = *budget, "the run's budget"
@@ -94,8 +109,8 @@ func DecideHold(f HoldFacts) Hold {
 	h.Why = fmt.Sprintf("%s left of a budget of %s (%s)", FormatSize(h.Bytes), FormatSize(h.Budget), budgetWhy)
 	if !f.Unlimited && f.Balance < h.Bytes {
 		h.Paused = PausedQuotaExhausted
-		h.Reason = fmt.Sprintf("paused (quota_exhausted): account %s has %s left and the run needs %s (%s); grant more (holdfast account grant %s SIZE) and resume it (holdfast run resume %s)",
-			f.Account, FormatSize(max(f.Balance, 0)), FormatSize(h.Bytes), h.Why, f.Account, f.Run)
+		h.Reason = fmt.Sprintf("paused (quota_exhausted): account %s has %s left of its quota of %s and the run needs %s (%s); grant more (holdfast account grant %s SIZE) and resume it (holdfast run resume %s)",
+			f.Account, FormatSize(max(f.Balance, 0)), FormatSize(f.Quota), FormatSize(h.Bytes), h.Why, f.Account, f.Run)
 		return h
 	}
 	if f.Allowance != nil && f.Used+h.Bytes > *f.Allowance {

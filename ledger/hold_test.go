@@ -16,9 +16,36 @@ func TestDecideHold(t *testing.T) {
 		budgetChanged bool
 		bytes         int64
 		paused        string
+		sized         bool
 		why           []string // each in Why, or in Reason when paused
 	}{
-		{name: "no ceiling, no history: the default estimate, recorded",
+		{name: "no ceiling, no history, paths to measure: nothing held nor recorded until the attempt starts",
+			f:     HoldFacts{Account: "team", Sizable: true, Balance: 0},
+			sized: true, why: []string{"sized from the job's paths as the attempt starts"}},
+		{name: "no ceiling, no history: the source measured as the attempt starts, with room for metadata",
+			f:      HoldFacts{Unlimited: true, Sizable: true, Source: &Source{Bytes: 3 << 30, Entries: 1000}},
+			budget: 6<<30 + 1000<<10, budgetChanged: true, bytes: 6<<30 + 1000<<10,
+			why: []string{"twice what the job's paths hold, 3.0 GiB in 1000 entries (measured by holdfast as the attempt started)"}},
+		{name: "a small source: room for an attempt cut short",
+			f:      HoldFacts{Unlimited: true, Sizable: true, Source: &Source{Bytes: 1 << 20, Entries: 3}},
+			budget: 64 << 20, budgetChanged: true, bytes: 64 << 20},
+		{name: "a source the walk could not finish: the space used on its filesystems",
+			f:      HoldFacts{Unlimited: true, Sizable: true, Source: &Source{Bytes: 50 << 30, Bound: "a walk of the paths did not finish in time"}},
+			budget: 100 << 30, budgetChanged: true, bytes: 100 << 30,
+			why: []string{"twice the space used on the filesystems of the job's paths (50 GiB), since a walk of the paths did not finish in time"}},
+		{name: "a source that could not be measured at all: the default estimate",
+			f:      HoldFacts{Unlimited: true, Sizable: true, Source: &Source{Unmeasured: "statfs /x: no such file"}},
+			budget: DefaultEstimate, budgetChanged: true, bytes: DefaultEstimate,
+			why: []string{"could not be measured (statfs /x: no such file): the default estimate"}},
+		{name: "a first backup larger than its account's quota pauses, naming the quota",
+			f: HoldFacts{Run: run, Account: "team", Sizable: true, Source: &Source{Bytes: 3 << 30, Entries: 10},
+				Balance: 2 << 30, Quota: 2 << 30},
+			budget: 6<<30 + 10<<10, budgetChanged: true, paused: PausedQuotaExhausted,
+			why: []string{"account team has 2.0 GiB left of its quota of 2.0 GiB and the run needs 6.0 GiB", "twice what the job's paths hold, 3.0 GiB"}},
+		{name: "history outranks the source",
+			f:      HoldFacts{Unlimited: true, Sizable: true, Recent: []int64{10 << 20}, Source: &Source{Bytes: 3 << 30}},
+			budget: 20 << 20, budgetChanged: true, bytes: 20 << 20},
+		{name: "no ceiling, no history, nothing to measure (a command's output): the default estimate, recorded",
 			f:      HoldFacts{Unlimited: true},
 			budget: DefaultEstimate, budgetChanged: true, bytes: DefaultEstimate,
 			why: []string{"1.0 GiB left of a budget of 1.0 GiB", "the default estimate"}},
@@ -53,9 +80,9 @@ func TestDecideHold(t *testing.T) {
 			f:      HoldFacts{Account: "team", Budget: ptr(10 << 20), Balance: 10 << 20},
 			budget: 10 << 20, bytes: 10 << 20},
 		{name: "the account's balance is short",
-			f:      HoldFacts{Run: run, Account: "team", Budget: ptr(10 << 20), Balance: 5 << 20},
+			f:      HoldFacts{Run: run, Account: "team", Budget: ptr(10 << 20), Balance: 5 << 20, Quota: 20 << 20},
 			budget: 10 << 20, bytes: 10 << 20, paused: PausedQuotaExhausted,
-			why: []string{"paused (quota_exhausted): account team has 5.0 MiB left and the run needs 10 MiB (10 MiB left of a budget of 10 MiB (the run's budget))",
+			why: []string{"paused (quota_exhausted): account team has 5.0 MiB left of its quota of 20 MiB and the run needs 10 MiB (10 MiB left of a budget of 10 MiB (the run's budget))",
 				"holdfast account grant team SIZE", "holdfast run resume " + run}},
 		{name: "a negative balance reads as nothing left",
 			f:      HoldFacts{Account: "team", Budget: ptr(10 << 20), Balance: -3},
@@ -78,6 +105,9 @@ func TestDecideHold(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := DecideHold(c.f)
+			if h.Sized != c.sized {
+				t.Fatalf("DecideHold = sized %v, want %v: %+v", h.Sized, c.sized, h)
+			}
 			if h.Budget != c.budget || h.BudgetChanged != c.budgetChanged || h.Paused != c.paused {
 				t.Fatalf("DecideHold = budget %d (changed %v), paused %q; want %d (%v), %q: %+v",
 					h.Budget, h.BudgetChanged, h.Paused, c.budget, c.budgetChanged, c.paused, h)

@@ -10,6 +10,7 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -40,11 +41,15 @@ func ParseSize(s string) (int64, error) {
 }
 
 // Budget is what a run of a job may add over all its attempts: the job's ceiling if it has one,
-// else twice the most its recent runs added (at least MinEstimate), else DefaultEstimate. why
-// says which, for the run's record.
-func Budget(maxAdded *int64, recentAdded []int64) (bytes int64, why string) {
+// else twice the most its recent runs added (at least MinEstimate), else what the job's paths
+// hold with room for restic's metadata (source, measured as its first attempt starts), else
+// DefaultEstimate. why says which, for the run's record.
+func Budget(maxAdded *int64, recentAdded []int64, source *Source) (bytes int64, why string) {
 	if maxAdded != nil {
 		return *maxAdded, "the job's ceiling (--max-added)"
+	}
+	if len(recentAdded) == 0 && source != nil {
+		return sourceBudget(*source)
 	}
 	if len(recentAdded) == 0 {
 		return DefaultEstimate, "no ceiling and no history: the default estimate"
@@ -164,11 +169,11 @@ func RepoSize(repository string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("measure repository %s: %w", dir, err)
 	}
-	size, err := dirSize(fd, ".", maxDepth)
-	if err != nil {
+	t := tally{depthLeft: maxDepth}
+	if err := walkDir(fd, ".", &t); err != nil {
 		return 0, fmt.Errorf("measure repository %s: %w", dir, err)
 	}
-	return size, nil
+	return t.bytes, nil
 }
 
 // maxDepth bounds how deep RepoSize descends. restic's files lie at most two directories down
@@ -195,16 +200,26 @@ func OpenDir(dirfd int, name string) (int, error) {
 	return fd, nil
 }
 
-// dirSize sums the regular files under the open directory fd (rel within the repository), which
-// it closes.
-func dirSize(fd int, rel string, depth int) (int64, error) {
+// tally is what a walk counted so far, and what bounds it.
+type tally struct {
+	bytes, entries int64
+	ctx            context.Context // nil: no deadline
+	depthLeft      int             // how many more levels it descends
+}
+
+// walkDir adds what is under the open directory fd (rel names it, for errors) to t, and closes fd.
+func walkDir(fd int, rel string, t *tally) error {
 	d := os.NewFile(uintptr(fd), "")
 	defer d.Close()
+	if t.ctx != nil {
+		if err := t.ctx.Err(); err != nil {
+			return err
+		}
+	}
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return 0, &fs.PathError{Op: "read", Path: rel, Err: err}
+		return &fs.PathError{Op: "read", Path: rel, Err: err}
 	}
-	var size int64
 	for _, name := range names {
 		var st unix.Stat_t
 		err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
@@ -212,13 +227,14 @@ func dirSize(fd int, rel string, depth int) (int64, error) {
 			continue
 		}
 		if err != nil {
-			return 0, &fs.PathError{Op: "stat", Path: filepath.Join(rel, name), Err: err}
+			return &fs.PathError{Op: "stat", Path: filepath.Join(rel, name), Err: err}
 		}
+		t.entries++
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
-			size += st.Size
+			t.bytes += st.Size
 		case unix.S_IFDIR:
-			if depth == 0 {
+			if t.depthLeft == 0 {
 				continue
 			}
 			child, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
@@ -226,16 +242,17 @@ func dirSize(fd int, rel string, depth int) (int64, error) {
 				continue // gone, or replaced by a link or a file since it was seen
 			}
 			if err != nil {
-				return 0, &fs.PathError{Op: "open", Path: filepath.Join(rel, name), Err: err}
+				return &fs.PathError{Op: "open", Path: filepath.Join(rel, name), Err: err}
 			}
-			n, err := dirSize(child, filepath.Join(rel, name), depth-1)
+			t.depthLeft--
+			err = walkDir(child, filepath.Join(rel, name), t)
+			t.depthLeft++
 			if err != nil {
-				return 0, err
+				return err
 			}
-			size += n
 		}
 	}
-	return size, nil
+	return nil
 }
 
 // FormatSize writes a size for people: "10 MiB".

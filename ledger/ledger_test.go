@@ -52,7 +52,7 @@ func TestBudget(t *testing.T) {
 		{"twice the most of recent runs", nil, []int64{10 << 20, 40 << 20, 20 << 20}, 80 << 20},
 		{"never below the minimum", nil, []int64{0, 1 << 10}, MinEstimate},
 	} {
-		if got, why := Budget(c.max, c.history); got != c.want || why == "" {
+		if got, why := Budget(c.max, c.history, nil); got != c.want || why == "" {
 			t.Errorf("%s: Budget = %d (%q), want %d with a reason", c.name, got, why, c.want)
 		}
 	}

@@ -159,6 +159,11 @@ func (s *fakeState) ReleaseSpawnClaim(_ context.Context, _ store.Lease, ref mode
 	return nil
 }
 
+func (s *fakeState) AttemptHoldSize(context.Context, store.Lease, store.AttemptHoldSizeParams) (store.SizedHold, error) {
+	s.record("AttemptHoldSize")
+	return store.SizedHold{}, nil
+}
+
 func (s *fakeState) SetRepoBaseline(context.Context, store.Lease, model.AttemptRef, int64) error {
 	s.record("SetRepoBaseline")
 	return nil

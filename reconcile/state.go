@@ -47,6 +47,7 @@ type StateWriter interface {
 	ClaimSpawn(ctx context.Context, w store.Lease, c store.SpawnClaim) (claimed bool, blocked string, err error)
 	ReleaseSpawnClaim(ctx context.Context, w store.Lease, ref model.AttemptRef, unit string, mayExist bool) error
 	SetRepoBaseline(ctx context.Context, w store.Lease, ref model.AttemptRef, bytes int64) error
+	AttemptHoldSize(ctx context.Context, w store.Lease, p store.AttemptHoldSizeParams) (store.SizedHold, error)
 	MarkStarted(ctx context.Context, w store.Lease, ref model.AttemptRef, at time.Time) error
 	SetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error
 	ApplyJournal(ctx context.Context, w store.Lease, ref model.AttemptRef, from, to journal.Cursor, d store.JournalDelta) (bool, error)

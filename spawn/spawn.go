@@ -48,6 +48,7 @@ type Store interface {
 	ClaimSpawn(ctx context.Context, w store.Lease, c store.SpawnClaim) (claimed bool, blocked string, err error)
 	ReleaseSpawnClaim(ctx context.Context, w store.Lease, ref model.AttemptRef, unit string, mayExist bool) error
 	SetRepoBaseline(ctx context.Context, w store.Lease, ref model.AttemptRef, bytes int64) error
+	AttemptHoldSize(ctx context.Context, w store.Lease, p store.AttemptHoldSizeParams) (store.SizedHold, error)
 	MarkStarted(ctx context.Context, w store.Lease, ref model.AttemptRef, at time.Time) error
 	SetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error
 }
@@ -213,6 +214,20 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err), false)
 	}
 	unstage := func() { _ = credentials.RemoveStaged(s.cfg.Jobs.StateDir, key) }
+	// A backup with no ceiling and no history holds nothing yet: what its paths hold is measured
+	// now, and its hold is taken from that, or the run pauses where its account cannot hold it.
+	if l.Run.BudgetBytes == nil && l.Attempt.HoldBytes == nil && model.AddsToRepository(l.Run.Kind, job.Engine) &&
+		len(job.Paths) > 0 && job.StdinFrom == "" {
+		paused, err := s.sizeHold(ctx, fence, &l, job)
+		if err != nil {
+			unstage()
+			return release(err, false)
+		}
+		if paused {
+			unstage()
+			return nil
+		}
+	}
 	// What a local repository holds before the backup starts: its growth is what the attempt
 	// added, for the runaway guard and for a settlement without restic's own figure.
 	if model.AddsToRepository(l.Run.Kind, job.Engine) {
@@ -253,6 +268,36 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 	s.cfg.Started(l)
 	s.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
 	return s.cfg.Store.MarkStarted(ctx, s.fence(), l.Ref(), time.Time{}) // on the database's clock
+}
+
+// maxSourceWalk bounds the walk of a first backup's paths; half of the spawn's time left bounds
+// it too. A walk cut short falls back to the space used on the paths' filesystems.
+const maxSourceWalk = 2 * time.Minute
+
+// sizeHold measures the paths of l's job and takes the attempt's hold from what they hold
+// (store.AttemptHoldSize), updating l; paused reports that the run ended paused instead.
+func (s *Spawner) sizeHold(ctx context.Context, fence store.Lease, l *model.LiveRun, job model.Job) (paused bool, err error) {
+	within := maxSourceWalk
+	if deadline, ok := ctx.Deadline(); ok {
+		within = min(within, time.Until(deadline)/2)
+	}
+	walkCtx, cancel := context.WithTimeout(ctx, within)
+	started := time.Now()
+	src := ledger.MeasureSource(walkCtx, job.Paths)
+	cancel()
+	h, err := s.cfg.Store.AttemptHoldSize(ctx, fence, store.AttemptHoldSizeParams{Attempt: l.Ref(), Source: src})
+	if err != nil || !h.Taken {
+		return false, err
+	}
+	s.cfg.Logger.Info("first backup sized from its paths", "run", l.Run.ID, "attempt", l.Attempt.No, "source", ledger.FormatSize(src.Bytes),
+		"entries", src.Entries, "bound", src.Bound, "unmeasured", src.Unmeasured, "took", time.Since(started).Round(time.Millisecond),
+		"budget", ledger.FormatSize(h.Budget))
+	if h.Paused != "" {
+		s.cfg.Logger.Warn("run paused before its unit started", "run", l.Run.ID, "attempt", l.Attempt.No, "reason", h.Paused)
+		return true, nil
+	}
+	l.Run.BudgetBytes, l.Attempt.HoldBytes = &h.Budget, &h.Bytes
+	return false, nil
 }
 
 // arm has systemd start the claimed attempt's unit at at. The run stays queued until the unit

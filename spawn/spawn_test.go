@@ -75,6 +75,11 @@ func (w *world) ReleaseSpawnClaim(_ context.Context, l store.Lease, ref model.At
 	return nil
 }
 
+func (w *world) AttemptHoldSize(context.Context, store.Lease, store.AttemptHoldSizeParams) (store.SizedHold, error) {
+	w.record("AttemptHoldSize")
+	return store.SizedHold{}, nil
+}
+
 func (w *world) SetRepoBaseline(context.Context, store.Lease, model.AttemptRef, int64) error {
 	w.record("SetRepoBaseline")
 	return nil

@@ -70,7 +70,7 @@ var invariants = []struct{ name, query string }{
 		FROM ledger_entries h JOIN attempts a ON a.run_id = h.run_id AND a.attempt_no = h.attempt_no
 		WHERE h.kind = 'hold' AND a.ended_at IS NOT NULL AND a.settle_deferred IS NULL
 		  AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = h.id)`},
-	{"a run never holds or is charged more than its budget, and a live backup holds for its live attempt", `
+	{"a run never holds or is charged more than its budget, and a live backup holds for its live attempt (a first one from when it starts)", `
 		SELECT 'run ' || r.id || ' has held and been charged ' || sum(CASE WHEN c.kind = 'settle' THEN c.bytes
 			WHEN c.id IS NULL THEN h.bytes ELSE 0 END) || ' of a budget of ' || r.budget_bytes
 		FROM runs r JOIN ledger_entries h ON h.run_id = r.id AND h.kind = 'hold'
@@ -81,6 +81,7 @@ var invariants = []struct{ name, query string }{
 		SELECT 'live backup run ' || r.id || ' attempt ' || a.attempt_no || ' has no hold'
 		FROM runs r JOIN attempts a ON a.run_id = r.id AND a.ended_at IS NULL JOIN jobs j ON j.id = r.job_id
 		WHERE r.kind = 'backup' AND j.engine = 'restic' AND r.status IN ('queued', 'running')
+		  AND NOT (r.budget_bytes IS NULL AND a.started_at IS NULL) -- sized from its paths as it starts
 		  AND NOT EXISTS (SELECT 1 FROM ledger_entries h WHERE h.kind = 'hold' AND h.run_id = r.id AND h.attempt_no = a.attempt_no)`},
 	{"a forget run deletes exactly what its plan decided", `
 		SELECT 'forget run ' || r.id || ' deletes other snapshots than plan ' || p.id

@@ -271,14 +271,17 @@ type holdPlan struct {
 
 // planHold reads the facts of the hold of the run's next attempt, locking the account's row so
 // that two holds never both take the last of a balance, lets package ledger decide it, and
-// records the run's budget if it changed.
-func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error) {
+// records the run's budget if it changed. source is what the job's paths hold, measured as the
+// attempt starts (AttemptHoldSize); nil before.
+func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID, source *ledger.Source) (holdPlan, error) {
 	var p holdPlan
 	var kind, jobEngine string
 	var jobID int64
-	f := ledger.HoldFacts{Run: runID.String()}
-	err := tx.QueryRow(ctx, `SELECT r.kind, j.engine, j.id, j.account, j.max_added, r.budget_bytes
-		FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1`, runID).Scan(&kind, &jobEngine, &jobID, &p.account, &f.MaxAdded, &f.Budget)
+	f := ledger.HoldFacts{Run: runID.String(), Source: source}
+	err := tx.QueryRow(ctx, `SELECT r.kind, j.engine, j.id, j.account, j.max_added, r.budget_bytes,
+			cardinality(j.paths) > 0 AND j.stdin_from = ''
+		FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1`, runID).Scan(&kind, &jobEngine, &jobID, &p.account, &f.MaxAdded, &f.Budget,
+		&f.Sizable)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return p, nil // the job was removed: the run ends before it spawns
 	}
@@ -313,7 +316,7 @@ func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error)
 		if err != nil {
 			return p, err
 		}
-		f.Balance = acct.Balance()
+		f.Balance, f.Quota = acct.Balance(), acct.GrantedBytes
 	}
 	if f.Allowance != nil {
 		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(bytes), 0)::bigint FROM (
@@ -333,7 +336,7 @@ func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (holdPlan, error)
 }
 
 func insertHold(ctx context.Context, tx pgx.Tx, p holdPlan, runID uuid.UUID, attempt int) error {
-	if !p.needed || p.Paused != "" {
+	if !p.needed || p.Paused != "" || p.Sized {
 		return nil
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, run_id, attempt_no, note)
@@ -345,7 +348,7 @@ func insertHold(ctx context.Context, tx pgx.Tx, p holdPlan, runID uuid.UUID, att
 // attempt and the run paused with the reason: the run exists, visible, and resumes when the
 // account allows it.
 func holdOrPause(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt int) (paused bool, err error) {
-	p, err := planHold(ctx, tx, runID)
+	p, err := planHold(ctx, tx, runID, nil)
 	if err != nil {
 		return false, err
 	}
@@ -469,6 +472,62 @@ func (s *Store) SetRepoBaseline(ctx context.Context, w Lease, ref model.AttemptR
 		return fmt.Errorf("record repository baseline of run %s: %w", ref.Run, err)
 	}
 	return nil
+}
+
+// AttemptHoldSizeParams names an attempt whose hold waits for its source (ledger.Hold.Sized),
+// with what its job's paths hold, measured as it is about to start.
+type AttemptHoldSizeParams struct {
+	Attempt model.AttemptRef
+	Source  ledger.Source
+}
+
+// SizedHold is the hold AttemptHoldSize took, or why the run paused instead.
+type SizedHold struct {
+	Taken  bool // false: nothing changed (the attempt is not live under w's claim, or holds already)
+	Budget int64
+	Bytes  int64
+	Why    string
+	Paused string // the run's reason, when it ended paused instead of holding
+}
+
+// AttemptHoldSize takes the hold of an attempt of a run that had no evidence to size one (no
+// ceiling, no history) from what its job's paths hold: the run's budget is recorded from it and
+// the attempt holds it, or, when its account cannot, the run ends paused with the reason. Only
+// the holder of w, the lease the attempt was claimed under, sizes it.
+func (s *Store) AttemptHoldSize(ctx context.Context, w Lease, p AttemptHoldSizeParams) (SizedHold, error) {
+	var out SizedHold
+	ref := p.Attempt
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		// The job's row before the account's (planHold), in the order admission takes them.
+		err := tx.QueryRow(ctx, `SELECT true FROM attempts a JOIN runs r ON r.id = a.run_id JOIN jobs j ON j.id = r.job_id
+			WHERE a.run_id = $1 AND a.attempt_no = $2 AND a.ended_at IS NULL AND r.budget_bytes IS NULL
+			  AND NOT EXISTS (SELECT 1 FROM ledger_entries h WHERE h.kind = 'hold' AND h.run_id = a.run_id AND h.attempt_no = a.attempt_no)
+			  AND holdfast_fence(a.host, a.lease_generation, $3, $4, $5)
+			FOR UPDATE OF j, a`, ref.Run, ref.No, w.Host, w.Holder, w.Generation).Scan(&out.Taken)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		plan, err := planHold(ctx, tx, ref.Run, &p.Source)
+		if err != nil {
+			return err
+		}
+		out.Budget, out.Bytes, out.Why = plan.Budget, plan.Bytes, plan.Why
+		if plan.Paused != "" {
+			out.Paused = plan.Reason
+			if err := notifyEnded(ctx, tx, ref.Run); err != nil {
+				return err
+			}
+			return pauseNow(ctx, tx, ref.Run, ref.No, plan.Paused, plan.Reason)
+		}
+		return insertHold(ctx, tx, plan, ref.Run, ref.No)
+	})
+	if err != nil {
+		return SizedHold{}, fmt.Errorf("size the hold of run %s attempt %d: %w", ref.Run, ref.No, err)
+	}
+	return out, nil
 }
 
 // OtherWriter returns a run whose attempt wrote to the same repository while this attempt ran

@@ -70,16 +70,21 @@ const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, co
 	a.item_errors, coalesce(a.first_item_error, ''), coalesce(a.fatal, ''), a.summary,
 	a.repo_bytes_before, coalesce(a.settle_deferred, ''), a.stalled_at,
 	(SELECT h.bytes FROM ledger_entries h WHERE h.kind = 'hold' AND h.run_id = a.run_id AND h.attempt_no = a.attempt_no),
-	` + attemptSettlement + `,
+	` + attemptHoldNote + `, ` + attemptSettlement + `,
 	a.superseded_at, coalesce(a.superseded_by, ''), coalesce(a.hook_error, '')`
+
+// attemptHoldNote is the note of the attempt's hold: how it was sized.
+const attemptHoldNote = `coalesce((SELECT h.note FROM ledger_entries h
+		WHERE h.kind = 'hold' AND h.run_id = a.run_id AND h.attempt_no = a.attempt_no), '')`
 
 // attemptSettlement is the note of what closed the attempt's hold.
 const attemptSettlement = `coalesce((SELECT c.note FROM ledger_entries c
 		WHERE c.kind IN ('settle', 'release') AND c.run_id = a.run_id AND c.attempt_no = a.attempt_no), '')`
 
 // liveAttemptColumns are attemptColumns for a live attempt, whose settlement is read as empty
-// without looking: a hold is closed as its attempt ends.
-var liveAttemptColumns = strings.Replace(attemptColumns, attemptSettlement, "''", 1)
+// without looking (a hold is closed as its attempt ends), and its hold's note too: no decision
+// reads it.
+var liveAttemptColumns = strings.NewReplacer(attemptSettlement, "''", attemptHoldNote, "''").Replace(attemptColumns)
 
 type attemptScan struct {
 	a                                         model.Attempt
@@ -94,7 +99,7 @@ func (s *attemptScan) dest() []any {
 		&a.Cursor.Offset, &a.Cursor.LastSeq, &a.Cursor.LastHash, &a.QuarantinedAt, &a.QuarantineReason,
 		&a.LastEventAt, &s.percent, &s.filesDone, &s.totalFiles, &s.bytesDone, &s.totalBy,
 		&a.ItemErrors, &a.FirstItemError, &a.Fatal, &a.Summary,
-		&a.RepoBytesBefore, &a.SettleDeferred, &a.StalledAt, &a.HoldBytes, &a.Settlement, &a.SupersededAt, &a.SupersededBy, &a.HookError}
+		&a.RepoBytesBefore, &a.SettleDeferred, &a.StalledAt, &a.HoldBytes, &a.HoldNote, &a.Settlement, &a.SupersededAt, &a.SupersededBy, &a.HookError}
 }
 
 func (s *attemptScan) attempt() model.Attempt {
@@ -772,7 +777,7 @@ func openNextAttempt(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt in
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = (SELECT job_id FROM runs WHERE id = $1) FOR UPDATE`, runID); err != nil {
 		return "", err
 	}
-	p, err := planHold(ctx, tx, runID)
+	p, err := planHold(ctx, tx, runID, nil)
 	if err != nil {
 		return "", err
 	}
@@ -990,7 +995,7 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (model.Run, error) 
 			SELECT $1, max(attempt_no) + 1 FROM attempts WHERE run_id = $1 RETURNING attempt_no`, runID).Scan(&next); err != nil {
 			return err
 		}
-		p, err := planHold(ctx, tx, runID)
+		p, err := planHold(ctx, tx, runID, nil)
 		if err != nil {
 			return err
 		}

@@ -1033,8 +1033,9 @@ func TestFinishAdmitsTheRetry(t *testing.T) {
 	if next.WaitingReason != "transient failure, due at "+dueText {
 		t.Fatalf("retry waits with %q", next.WaitingReason)
 	}
-	if as := b.attempts(t, retry.ID); len(as) != 1 || as[0].EndedAt != nil || as[0].Unit != "" || as[0].HoldBytes == nil {
-		t.Fatalf("retry's attempts: %+v, want one live, unclaimed, with its hold", as)
+	// The job has no history and no ceiling: the retry's hold is sized from its paths as it starts.
+	if as := b.attempts(t, retry.ID); len(as) != 1 || as[0].EndedAt != nil || as[0].Unit != "" || as[0].HoldBytes != nil {
+		t.Fatalf("retry's attempts: %+v, want one live, unclaimed, holding nothing yet", as)
 	}
 	if j := b.job(t, r.JobName); j.LastOutcome != model.StatusFailed || j.LastRunID == nil || *j.LastRunID != retry.ID {
 		t.Fatalf("job: last outcome %q, last run %v; want failed, and the retry as its last run", j.LastOutcome, j.LastRunID)
@@ -1530,6 +1531,74 @@ func TestResume(t *testing.T) {
 				t.Fatalf("resume: %v, want a ConflictError saying %q", err, tt.want)
 			}
 			b.requireUnchanged(t, "a refused Resume", run, before)
+			b.requireNoViolations(t)
+		})
+	}
+}
+
+// A first backup's attempt holds nothing until its spawn sizes it from its paths: then the run's
+// budget is recorded and the attempt holds it, once, and only under the lease it was claimed
+// with; an account that cannot hold it pauses the run before its unit starts, naming the quota.
+func TestAttemptHoldSize(t *testing.T) {
+	measured := ledger.Source{Bytes: 100 << 20, Entries: 10}
+	budget := int64(200<<20 + 10<<10)
+	for _, c := range []struct {
+		name   string
+		quota  int64 // 0: the default account, unlimited
+		other  bool  // sized under another host's lease
+		twice  bool
+		taken  bool
+		paused string
+	}{
+		{name: "sized: the budget recorded, the attempt holds it", taken: true},
+		{name: "sized once: a second call changes nothing", taken: true, twice: true},
+		{name: "refused: another host's lease", other: true},
+		{name: "paused: the account's quota cannot hold it", quota: 50 << 20, taken: true,
+			paused: "paused (quota_exhausted): account team has 50 MiB left of its quota of 50 MiB and the run needs 200 MiB"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := setupRuns(t)
+			opts := &storetest.JobOpts{}
+			if c.quota > 0 {
+				if _, err := b.Store.CreateAccount(b.Ctx, store.NewAccount{Name: "team", Quota: &c.quota, Actor: "tester"}); err != nil {
+					t.Fatal(err)
+				}
+				opts.Account = "team"
+			}
+			r := b.newRun(t, &storetest.RunOpts{JobOpts: opts})
+			if as := b.attempts(t, r.ID); r.BudgetBytes != nil || as[0].HoldBytes != nil {
+				t.Fatalf("admitted first backup: budget %v, attempt %+v; want neither a budget nor a hold yet", r.BudgetBytes, as[0])
+			}
+			b.claim(t, b.Lease, r, 1)
+			w := b.Lease
+			if c.other {
+				w = b.otherHost(t)
+			}
+			ref := model.AttemptRef{Run: r.ID, No: 1}
+			h, err := b.Store.AttemptHoldSize(b.Ctx, w, store.AttemptHoldSizeParams{Attempt: ref, Source: measured})
+			if c.twice && err == nil {
+				h, err = b.Store.AttemptHoldSize(b.Ctx, w, store.AttemptHoldSizeParams{Attempt: ref, Source: ledger.Source{Bytes: 1}})
+				c.taken = false
+			}
+			if err != nil || h.Taken != c.taken || h.Paused != "" != (c.paused != "") || !strings.HasPrefix(h.Paused, c.paused) {
+				t.Fatalf("AttemptHoldSize = %+v, %v; want taken %v, paused %q", h, err, c.taken, c.paused)
+			}
+			got, as := b.run(t, r.ID), b.attempts(t, r.ID)
+			switch {
+			case c.other:
+				if got.BudgetBytes != nil || as[0].HoldBytes != nil {
+					t.Fatalf("sized under another lease: budget %v, hold %v", got.BudgetBytes, as[0].HoldBytes)
+				}
+			case c.paused != "":
+				if got.Status != model.StatusPaused || got.PausedReason != ledger.PausedQuotaExhausted || as[0].EndedAt == nil || as[0].HoldBytes != nil {
+					t.Fatalf("paused first backup: %+v, attempt %+v", got, as[0])
+				}
+			default:
+				if got.BudgetBytes == nil || *got.BudgetBytes != budget || as[0].HoldBytes == nil || *as[0].HoldBytes != budget ||
+					!strings.Contains(as[0].HoldNote, "twice what the job's paths hold, 100 MiB in 10 entries") {
+					t.Fatalf("sized first backup: budget %v, attempt %+v; want %d held, saying where it came from", got.BudgetBytes, as[0], budget)
+				}
+			}
 			b.requireNoViolations(t)
 		})
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -131,6 +132,10 @@ func Run(t testing.TB, st *store.Store, opts *RunOpts) model.Run {
 	if err != nil || !claimed {
 		t.Fatalf("claim the spawn of run %s: claimed=%v blocked=%q err=%v", run.ID, claimed, blocked, err)
 	}
+	// As a spawn does before it starts the unit: the hold of a first backup, from its paths.
+	if _, err := st.AttemptHoldSize(ctx, *o.Claim, store.AttemptHoldSizeParams{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Source: Source}); err != nil {
+		t.Fatal(err)
+	}
 	if o.Started {
 		if err := st.MarkStarted(ctx, *o.Claim, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
 			t.Fatal(err)
@@ -144,6 +149,10 @@ func Run(t testing.TB, st *store.Store, opts *RunOpts) model.Run {
 	}
 	return run
 }
+
+// Source is what the paths of a job of the factory hold, as a spawn would measure them: none
+// are on this machine, so the budget is the default estimate.
+var Source = ledger.Source{Unmeasured: "storetest: the job's paths are not on this machine"}
 
 // Unit is the unit name derived from the run's attempt, the one a claim must record.
 func Unit(run model.Run, attempt int) string { return runner.UnitName(run.JobName, run.ID, attempt) }

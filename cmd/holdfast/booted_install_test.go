@@ -100,6 +100,9 @@ func TestBootedHostInstall(t *testing.T) {
 	h.WriteFile(t, "/home/alice/notes.txt", []byte("alice's notes\n"), 0o600)
 	h.Run(t, "chown", "alice:alice", "/home/alice/notes.txt")
 	h.Run(t, "chmod", "0700", "/home/alice")
+	// A real home is gigabytes: more than any guess would have held for a first backup.
+	h.Run(t, "sh", "-c", "for i in 1 2 3; do head -c 1G /dev/urandom >/home/alice/big-$i; done && "+
+		"chown alice:alice /home/alice/big-* && chmod 0600 /home/alice/big-*")
 	home := readmeBlock(t, "Backing up `/home` as a dedicated system user")
 	if len(home) == 0 || !strings.HasPrefix(home[len(home)-1], "holdfast run start home --wait") {
 		t.Fatalf("the README's /home commands: %q", home)
@@ -108,8 +111,19 @@ func TestBootedHostInstall(t *testing.T) {
 		h.Run(t, "sh", "-c", line)
 	}
 	ls := h.Run(t, "restic", "--repo", "/srv/backup/home", "--password-file", "/etc/holdfast/home.pw", "--no-cache", "ls", "latest")
-	if !strings.Contains(ls, "/home/alice/notes.txt") {
-		t.Fatalf("the snapshot of /home lacks alice's notes:\n%s", ls)
+	if !strings.Contains(ls, "/home/alice/notes.txt") || !strings.Contains(ls, "/home/alice/big-3") {
+		t.Fatalf("the snapshot of /home lacks alice's files:\n%s", ls)
+	}
+	// The first backup, with no ceiling and no history, held what /home holds, measured as its
+	// unit started, and was charged what it added: one attempt, never paused.
+	first := b.runsOf("home")
+	if len(first) != 1 {
+		t.Fatalf("runs of home after the README's first backup: %+v, want one", first)
+	}
+	r = b.show(first[0].ID)
+	if len(r.Attempts) != 1 || r.Status != "succeeded" || !strings.Contains(r.Attempts[0].HoldNote, "twice what the job's paths hold, 3.0 GiB in ") ||
+		r.BytesAdded == nil || *r.BytesAdded < 3<<30 || r.SettledBytes < *r.BytesAdded || r.Attempts[0].Settlement == "" {
+		t.Fatalf("the README's first backup of /home: %+v; want succeeded in one attempt, held from the 3 GiB its paths hold, charged what it added", r)
 	}
 
 	// On from there, the README's other examples, as written.

@@ -215,7 +215,7 @@ func (w *world) mustRun(args ...string) string {
 // daemon is a running `holdfast daemon`.
 type daemon struct {
 	cmd  *exec.Cmd
-	log  *bytes.Buffer
+	log  *logBuffer
 	done chan struct{}
 }
 
@@ -231,7 +231,7 @@ func (w *world) startDaemonEnv(env []string, args ...string) *daemon {
 	args = append(append([]string{"daemon", "--spawn-grace", w.spawnGrace}, w.daemonFlags...), args...)
 	cmd := exec.Command(w.bin, args...)
 	cmd.Env = append(append(w.env(), w.daemonEnv...), env...)
-	d := &daemon{cmd: cmd, log: &bytes.Buffer{}, done: make(chan struct{})}
+	d := &daemon{cmd: cmd, log: &logBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = d.log, d.log // one writer: exec copies both through one pipe
 	if err := cmd.Start(); err != nil {
 		w.t.Fatal(err)
@@ -532,6 +532,7 @@ type runJSON struct {
 		ExitCode         string `json:"exit_code"`
 		ExitStatus       string `json:"exit_status"`
 		QuarantineReason string `json:"quarantine_reason"`
+		HoldNote         string `json:"hold_note"`
 		SettleDeferred   string `json:"settle_deferred"`
 		Settlement       string `json:"settlement"`
 	} `json:"attempts"`

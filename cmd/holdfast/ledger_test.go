@@ -145,6 +145,65 @@ func TestRunawayGuard(t *testing.T) {
 	w.checkInvariants()
 }
 
+// A job's first backup, with no ceiling and no history, holds what its paths hold, measured by
+// the daemon as the attempt starts: run show and the ledger say so, and the settlement closes
+// the hold. A first backup its account's quota cannot hold is paused before its unit starts,
+// with a reason that names the quota, and nothing is charged.
+func TestFirstBackupSizedFromItsPaths(t *testing.T) {
+	parallel(t)
+	w := newWorld(t)
+	repo, pw := w.resticRepo("repo")
+	data := w.sampleData("data", 4, 40<<20)
+	w.mustRun("job", "add", "first", "--repo", repo, "--password-file", pw, "--path", data)
+	// 3 GiB that take no space: the pause comes before restic reads a byte of them.
+	big := filepath.Join(w.dir, "big")
+	if err := os.MkdirAll(big, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(big, "small"), []byte("a file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(big, "small"), 3<<30); err != nil {
+		t.Fatal(err)
+	}
+	w.mustRun("account", "add", "team", "--quota", "2GiB")
+	w.mustRun("job", "add", "over", "--repo", repo, "--password-file", pw, "--path", big, "--account", "team")
+	w.startDaemon()
+
+	res := w.run("run", "start", "first", "--wait", "--json")
+	var r runJSON
+	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil || res.code != 0 || r.Status != "succeeded" || len(r.Attempts) != 1 {
+		t.Fatalf("first backup: exit %d, %v, run %+v; want succeeded in one attempt\n%s", res.code, err, r, res.stderr)
+	}
+	const source = "twice what the job's paths hold, 40 MiB in 5 entries (measured by holdfast as the attempt started)"
+	if a := r.Attempts[0]; !strings.Contains(a.HoldNote, source) || a.Settlement == "" {
+		t.Fatalf("first backup's attempt: held %q, settled from %q; want the hold to say %q", a.HoldNote, a.Settlement, source)
+	}
+	if out := w.mustRun("run", "show", r.ID); !strings.Contains(out, "held:") || !strings.Contains(out, source) {
+		t.Fatalf("run show does not say where the hold came from:\n%s", out)
+	}
+	l := w.ledger("default")
+	hold, settle := l.entries(r.ID, "hold")[1], l.entries(r.ID, "settle")[1]
+	if want := int64(2*40<<20 + 5<<10); hold.Bytes != want || *r.BudgetBytes != want || !strings.Contains(hold.Note, source) ||
+		settle.Bytes != r.SettledBytes || settle.Bytes < 40<<20*9/10 {
+		t.Fatalf("first backup: budget %d, hold %+v, settlement %+v; want a hold of %d saying %q, settled at what it added", *r.BudgetBytes, hold, settle, want, source)
+	}
+
+	res = w.run("run", "start", "over", "--wait", "--json")
+	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil || res.code != 6 || r.Status != "paused" || r.PausedReason != "quota_exhausted" {
+		t.Fatalf("first backup past the quota: exit %d, %v, run %+v; want exit 6, paused (quota_exhausted)\n%s", res.code, err, r, res.stderr)
+	}
+	for _, want := range []string{"account team has 2.0 GiB left of its quota of 2.0 GiB", "twice what the job's paths hold, 3.0 GiB in 2 entries", "holdfast account grant team"} {
+		if !strings.Contains(r.Reason, want) {
+			t.Fatalf("paused run's reason %q does not say %q", r.Reason, want)
+		}
+	}
+	if l := w.ledger("team"); *l.BalanceBytes != 2<<30 || l.HeldBytes != 0 || len(l.entries(r.ID, "hold")) != 0 || r.Attempts[0].ServiceResult != "" {
+		t.Fatalf("account team after the pause: %+v, attempt %+v; want nothing held or charged and no unit run", l, r.Attempts[0])
+	}
+	w.checkInvariants()
+}
+
 // Eight runs admitted at once against an account that covers four: exactly four are queued,
 // four are paused (quota_exhausted) with the numbers, and the balance never goes below zero.
 func TestQuotaAdmission(t *testing.T) {
@@ -302,14 +361,14 @@ func TestLedgerDeferral(t *testing.T) {
 	}
 	w.checkInvariants() // a deferral with a reason is no violation
 
-	w.mustRun("ledger", "settle", bigger, "--bytes", "150MiB", "--why", "restic stats before and after")
+	w.mustRun("ledger", "settle", bigger, "--bytes", "10MiB", "--why", "restic stats before and after")
 	if res := w.run("ledger", "settle", bigger, "--bytes", "1MiB", "--why", "again"); res.code != 2 {
 		t.Fatalf("a second settlement: exit %d, %q; want exit 2", res.code, res.stderr)
 	}
 	r = w.show(bigger)
 	l = w.ledger("default")
 	settle = l.entries(bigger, "settle")[1]
-	if len(l.Deferred) != 0 || r.SettledBytes != 150<<20 || r.HoldBytes != 0 || !strings.Contains(settle.Note, "by hand") || settle.Actor == "" {
+	if len(l.Deferred) != 0 || r.SettledBytes != 10<<20 || r.HoldBytes != 0 || !strings.Contains(settle.Note, "by hand") || settle.Actor == "" {
 		t.Fatalf("after settling by hand: deferred %+v, run %+v, entry %+v", l.Deferred, r, settle)
 	}
 	w.checkInvariants()
