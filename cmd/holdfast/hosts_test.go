@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -23,6 +23,8 @@ import (
 type cluster struct {
 	w     *world
 	hosts map[string]*clusterHost
+	// The daemons' --lease, --takeover-grace and --sweep-interval.
+	lease, grace, sweep time.Duration
 }
 
 type clusterHost struct {
@@ -34,18 +36,29 @@ type clusterHost struct {
 }
 
 // The cluster's daemons hold leases long enough that no slow database call on a loaded machine
-// lets one lapse: a test that has a host go down also expires its lease (expireLease). The
+// lets one lapse; a test that has a host go down waits its lease out, as the hosts left do. The
 // others take its any-host runs over 2s after that, not at the default grace.
 const (
-	clusterLease = 30 * time.Second
+	clusterLease = 8 * time.Second
 	clusterGrace = 2 * time.Second
 )
 
 func newCluster(t *testing.T, names ...string) *cluster {
 	t.Helper()
-	w := newWorld(t)
+	return newClusterOn(t, newWorld(t), names...)
+}
+
+// newClusterOwnManagers is a cluster whose first host (the CLI's) has a private manager too, so
+// that a test may kill any host.
+func newClusterOwnManagers(t *testing.T, names ...string) *cluster {
+	t.Helper()
+	return newClusterOn(t, newWorldOwnManager(t), names...)
+}
+
+func newClusterOn(t *testing.T, w *world, names ...string) *cluster {
+	t.Helper()
 	w.spawnGrace = "3s" // a daemon that asked its own manager about another host's unit would restart it soon
-	c := &cluster{w: w, hosts: map[string]*clusterHost{}}
+	c := &cluster{w: w, hosts: map[string]*clusterHost{}, lease: clusterLease, grace: clusterGrace, sweep: 500 * time.Millisecond}
 	for i, name := range names {
 		h := &clusterHost{name: name, mgr: w.mgr, state: w.state}
 		if i > 0 {
@@ -64,32 +77,10 @@ func (c *cluster) start(name string, args ...string) {
 	env := append([]string{"HOLDFAST_SYSTEMD_ADDRESS=" + h.mgr.Address, "HOLDFAST_STATE_DIR=" + h.state,
 		"HOLDFAST_JOURNAL_DIR=" + h.mgr.JournalDir}, h.mgr.Env()...)
 	addr := freeAddr(c.w.t)
-	args = append([]string{"--host", name, "--lease", clusterLease.String(), "--takeover-grace", clusterGrace.String(),
-		"--sweep-interval", "500ms", "--listen", addr, "--web-auth-file", webAuthFile(c.w.t)}, args...)
+	args = append([]string{"--host", name, "--lease", c.lease.String(), "--takeover-grace", c.grace.String(),
+		"--sweep-interval", c.sweep.String(), "--listen", addr, "--web-auth-file", webAuthFile(c.w.t)}, args...)
 	h.d = c.w.startDaemonEnv(env, args...)
 	h.metrics = "http://" + addr + "/metrics"
-}
-
-// expireLease expires the lease of the cluster's host name (see expireLease).
-func (c *cluster) expireLease(name string) {
-	c.w.t.Helper()
-	expireLease(c.w.t, c.w.dsn, name)
-}
-
-// expireLease ends the host's lease in the database at dsn now, as the time of a lease would
-// once its daemon is gone (killed, powered off, frozen): the other hosts see it down from their
-// next pass.
-func expireLease(t *testing.T, dsn, name string) {
-	t.Helper()
-	ctx := context.Background()
-	db, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(ctx)
-	if tag, err := db.Exec(ctx, `UPDATE hosts SET lease_until = now() - interval '1s' WHERE name = $1`, name); err != nil || tag.RowsAffected() != 1 {
-		t.Fatalf("expire the lease of host %s: %v (%d rows)", name, err, tag.RowsAffected())
-	}
 }
 
 // sweeps is how many reconciler passes the host's daemon has ended without an error.
@@ -352,10 +343,7 @@ func TestHostsPinnedAndAnyHostSlots(t *testing.T) {
 	t.Logf("runs per host: %v", ranOn)
 	w.checkInvariants()
 
-	// Once their leases expired, the hosts show down.
-	for _, h := range []string{"h1", "h2", "h3"} {
-		c.expireLease(h)
-	}
+	// Once their leases expired (by time: no daemon renews them), the hosts show down.
 	deadline = time.Now().Add(time.Minute)
 	for strings.Contains(w.mustRun("host", "list", "--json"), `"alive": true`) {
 		if time.Now().After(deadline) {
@@ -463,8 +451,7 @@ func TestHostsFailover(t *testing.T) {
 	w.backupRate(0)
 	h3 := c.hosts["h3"]
 	h3.d.kill()
-	h3.mgr.Kill(t)
-	c.expireLease("h3")
+	h3.mgr.Kill(t) // its lease runs out by time
 	r := w.waitRun(roam, "the any-host run to go on elsewhere", func(r runJSON) bool { return len(r.Attempts) > 1 || ended(r) })
 	a := c.attemptHosts(roam)
 	if len(a) != 2 || a[0].Host != "h3" {
@@ -516,7 +503,7 @@ func TestHostsFailover(t *testing.T) {
 	if err := h2.d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	c.expireLease("h2") // as the time would while it is frozen
+	// Its lease runs out while it is frozen.
 	w.backupRate(0)
 	w.waitRun(part, "the run to be taken over", func(r runJSON) bool { return len(r.Attempts) > 1 || ended(r) })
 	w.waitRun(part, "its second attempt to start", func(r runJSON) bool { return r.Status == "running" || ended(r) })
@@ -615,4 +602,181 @@ func TestHostsPolicyRefusalLeavesAnyHostRuns(t *testing.T) {
 		t.Fatalf("run stopped while its host drains: %+v", r)
 	}
 	w.checkInvariants()
+}
+
+// A host dies hard while its unit of an any-host job runs: its manager, every process of its
+// units and its daemon get SIGKILL, and nothing else changes: its lease ends by time alone.
+// A live host takes the run over and spawns its second attempt once the lease and the grace
+// have passed, the run succeeds once, and the run of a job pinned to the dead host waits for it.
+func TestHostsTakeoverAfterKill(t *testing.T) {
+	parallel(t)
+	takeoverAfterKill(t, "h3")
+}
+
+// The same with two hosts killed at once, the CLI's host (h1, which holds the run) among them.
+func TestHostsTakeoverAfterTwoKilled(t *testing.T) {
+	parallel(t)
+	takeoverAfterKill(t, "h1", "h3")
+}
+
+// takeoverAfterKill kills the victims at once, the first of them running the any-host job,
+// with the daemons' --lease 3s, --takeover-grace 5s and --sweep-interval 1s; it asserts the
+// takeover within lease + grace + 30s of the kill (the machine is shared) and logs the time
+// from the kill to the second attempt's spawn, to be read against lease + grace + 2s.
+func takeoverAfterKill(t *testing.T, victims ...string) {
+	c := newClusterOwnManagers(t, "h1", "h2", "h3")
+	c.lease, c.grace, c.sweep = 3*time.Second, 5*time.Second, time.Second
+	w := c.w
+	holder, dead := victims[0], map[string]bool{}
+	for _, v := range victims {
+		dead[v] = true
+	}
+	repo, pw := w.resticRepo("repo")
+	w.mustRun("job", "add", "roam", "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-roam", 8, slowData), "--any-host")
+	for _, v := range victims {
+		w.mustRun("job", "add", "on-"+v, "--repo", repo, "--password-file", pw, "--path", w.sampleData("data-"+v, 8, slowData), "--host", v)
+	}
+	w.slowBackups()
+	for _, h := range []string{"h1", "h2", "h3"} {
+		c.start(h)
+	}
+
+	// The run of the any-host job on the holder, a pinned run on each victim, all crawling.
+	w.backupRate(stuckKiBps)
+	for _, h := range []string{"h1", "h2", "h3"} {
+		if h != holder {
+			w.mustRun("host", "drain", h)
+		}
+	}
+	roam := w.startRun("roam")
+	w.waitBackup(roam)
+	for _, h := range []string{"h1", "h2", "h3"} {
+		if h != holder {
+			w.mustRun("host", "undrain", h)
+		}
+	}
+	pinned := map[string]string{}
+	for _, v := range victims {
+		pinned[v] = w.startRun("on-" + v)
+	}
+	for _, id := range pinned {
+		w.waitBackup(id)
+	}
+	if a := c.attemptHosts(roam); len(a) != 1 || a[0].Host != holder {
+		t.Fatalf("the any-host run before the kill: %+v, want one attempt on %s", a, holder)
+	}
+	w.backupRate(0) // the next attempts back up at full speed
+
+	// The victims die hard, at once: daemons first, then their managers with every process of
+	// their units. No lease, attempt or host is written by the test.
+	killed := time.Now()
+	for _, v := range victims {
+		c.hosts[v].d.kill()
+	}
+	for _, v := range victims {
+		c.hosts[v].mgr.Kill(t)
+	}
+
+	st := w.store()
+	id := uuid.MustParse(roam)
+	bound := c.lease + c.grace + 30*time.Second
+	var attempts []model.Attempt
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		as, err := st.Attempts(ctx, id)
+		cancel()
+		if err == nil && len(as) > 1 && as[1].SpawnClaimedAt != nil {
+			attempts = as
+			break
+		}
+		if time.Since(killed) > bound {
+			t.Fatalf("any-host run %s: no second attempt spawned %s after %v were killed (lease %s, grace %s): attempts %+v %v",
+				roam, time.Since(killed).Round(time.Millisecond), victims, c.lease, c.grace, as, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	first, second := attempts[0], attempts[1]
+	if first.Host != holder || dead[first.SupersededBy] || dead[second.Host] {
+		t.Fatalf("any-host run %s: attempt 1 on %s superseded by %q, attempt 2 on %s; want it taken over from %s by a live host, spawned on one",
+			roam, first.Host, first.SupersededBy, second.Host, holder)
+	}
+	// Taken over because the holder's lease had expired, a grace before, by the database's times.
+	tookOver(t, st, roam, holder, c.grace)
+
+	// What the survivors' logs say, and when: the host down, the takeover, the spawn.
+	downAt, takenAt, spawnedAt := c.loggedAt("host down: its lease expired", "down_host="+holder),
+		c.loggedAt("run taken over from a host that lost its lease", "run="+roam),
+		c.loggedAt("run spawned", "run="+roam, "attempt=2")
+	if downAt.IsZero() || takenAt.IsZero() || takenAt.Before(downAt) {
+		t.Fatalf("survivors' logs: host down at %s, run taken over at %s; want both, in that order", downAt, takenAt)
+	}
+	since := func(at time.Time) string {
+		if at.IsZero() {
+			return "not logged yet"
+		}
+		return at.Sub(killed).Round(time.Millisecond).String()
+	}
+	t.Logf("killed %v: host down logged after %s, taken over (superseded_at) after %s, attempt 2 claimed after %s on %s, spawned (logged) after %s; lease + grace + 2s = %s",
+		victims, since(downAt), since(*first.SupersededAt), since(*second.SpawnClaimedAt), second.Host, since(spawnedAt), c.lease+c.grace+2*time.Second)
+
+	for v, p := range pinned {
+		if r := w.show(p); r.Status != "running" || len(r.Attempts) != 1 || !strings.Contains(r.WaitingReason, "host "+v+" is down since") {
+			t.Fatalf("pinned run of the dead host %s: %+v, want it waiting for %s, in its first attempt", v, r, v)
+		}
+	}
+	if r := w.waitEnd(roam); r.Status != "succeeded" || len(r.Attempts) != 2 {
+		t.Fatalf("the any-host run taken over: %+v, want succeeded in its second attempt", r)
+	}
+	if snaps := w.restic(repo, pw, "snapshots", "--json", "--tag", "holdfast-run="+roam); strings.Count(snaps, `"id"`) != 1 {
+		t.Fatalf("the run taken over has snapshots %s, want exactly one", snaps)
+	}
+	for v, p := range pinned {
+		if r := w.show(p); len(r.Attempts) != 1 || ended(r) {
+			t.Fatalf("pinned run of the dead host %s moved: %+v", v, r)
+		}
+	}
+	w.checkInvariants()
+
+	// The victims boot again: each pinned run goes on, on its host, in its second attempt.
+	for _, v := range victims {
+		c.hosts[v].mgr.Start(t)
+		c.start(v)
+	}
+	for v, p := range pinned {
+		if r := w.waitEnd(p); r.Status != "succeeded" || len(r.Attempts) != 2 {
+			t.Fatalf("pinned run after its host %s came back: %+v, want succeeded in a second attempt", v, r)
+		}
+		if a := c.attemptHosts(p); a[1].Host != v {
+			t.Fatalf("pinned run of %s restarted on %s", v, a[1].Host)
+		}
+	}
+	w.checkInvariants()
+}
+
+// loggedAt is the time of the first line of any of the cluster's daemons' logs (those killed
+// too) with msg and each of attrs (key=value); zero if none has one.
+func (c *cluster) loggedAt(msg string, attrs ...string) time.Time {
+	c.w.t.Helper()
+	var first time.Time
+	for _, h := range c.hosts {
+		if h.d == nil {
+			continue
+		}
+		for _, line := range strings.Split(h.d.log.String(), "\n") {
+			if !strings.Contains(line, `msg="`+msg+`"`) && !strings.Contains(line, "msg="+msg+" ") {
+				continue
+			}
+			fields := " " + line + " "
+			ok := true
+			for _, a := range attrs {
+				ok = ok && strings.Contains(fields, " "+a+" ")
+			}
+			ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+			at, err := time.Parse(time.RFC3339Nano, ts)
+			if ok && err == nil && (first.IsZero() || at.Before(first)) {
+				first = at
+			}
+		}
+	}
+	return first
 }
