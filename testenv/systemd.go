@@ -259,6 +259,7 @@ func StartManager(dir string) (*Manager, error) {
 	if err := checkPrivateManager(); err != nil {
 		return nil, err
 	}
+	datagramQueue.Do(raiseDatagramQueue)
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -291,6 +292,28 @@ func StartManager(dir string) (*Manager, error) {
 		return nil, errors.Join(err, m.cgroup.remove(5*time.Second))
 	}
 	return m, nil
+}
+
+// systemdDatagramQueue is net.unix.max_dgram_qlen as systemd's own sysctl.d/50-default.conf sets
+// it on every host it boots. A manager logs through a datagram socket to its journald and waits
+// up to 10 s when that socket's queue is full: with the kernel's default of 10, kept on a machine
+// whose PID 1 is not systemd, a journald that falls ten lines behind holds its manager's jobs
+// (a stop, an exit) for seconds, where a systemd host queues 512.
+const systemdDatagramQueue = 512
+
+var datagramQueue sync.Once
+
+// raiseDatagramQueue raises the machine's net.unix.max_dgram_qlen to systemdDatagramQueue if
+// it is lower. Not raised (not root), managers only log more slowly under load.
+func raiseDatagramQueue() {
+	const knob = "/proc/sys/net/unix/max_dgram_qlen"
+	b, err := os.ReadFile(knob)
+	if err != nil {
+		return
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n < systemdDatagramQueue {
+		_ = os.WriteFile(knob, []byte(strconv.Itoa(systemdDatagramQueue)), 0o644)
+	}
 }
 
 // checkPrivateManager returns an *unavailableError if this machine cannot

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,7 +24,7 @@ import (
 type cluster struct {
 	w     *world
 	hosts map[string]*clusterHost
-	// The daemons' --lease, --takeover-grace and --sweep-interval.
+	// The daemons' --lease, --takeover-grace and --sweep-interval; zero: clusterLease, clusterGrace, 500ms.
 	lease, grace, sweep time.Duration
 }
 
@@ -77,8 +78,8 @@ func (c *cluster) start(name string, args ...string) {
 	env := append([]string{"HOLDFAST_SYSTEMD_ADDRESS=" + h.mgr.Address, "HOLDFAST_STATE_DIR=" + h.state,
 		"HOLDFAST_JOURNAL_DIR=" + h.mgr.JournalDir}, h.mgr.Env()...)
 	addr := freeAddr(c.w.t)
-	args = append([]string{"--host", name, "--lease", c.lease.String(), "--takeover-grace", c.grace.String(),
-		"--sweep-interval", c.sweep.String(), "--listen", addr, "--web-auth-file", webAuthFile(c.w.t)}, args...)
+	args = append([]string{"--host", name, "--lease", cmp.Or(c.lease, clusterLease).String(),
+		"--takeover-grace", cmp.Or(c.grace, clusterGrace).String(), "--sweep-interval", cmp.Or(c.sweep, 500*time.Millisecond).String(), "--listen", addr, "--web-auth-file", webAuthFile(c.w.t)}, args...)
 	h.d = c.w.startDaemonEnv(env, args...)
 	h.metrics = "http://" + addr + "/metrics"
 }

@@ -21,7 +21,8 @@ func TestDaemonPolicy(t *testing.T) {
 	w.mustRun("job", "add", "as-nobody", "--repo", repo, "--password-file", pw, "--path", data, "--user", "nobody")
 	// A root job's repository is root's alone: a unit writing as root refuses one others may write.
 	rootRepo, rootPw := w.resticRepo("root-repo")
-	w.mustRun("job", "add", "as-root", "--repo", rootRepo, "--password-file", rootPw, "--path", data)
+	// A ceiling, so that its runs hold at admission (a first backup without one holds from its spawn).
+	w.mustRun("job", "add", "as-root", "--repo", rootRepo, "--password-file", rootPw, "--path", data, "--max-added", "64MiB")
 	w.mustRun("job", "add", "cmd", "--engine", "command", "--command", "/bin/true", "--user", "nobody")
 
 	for _, c := range []struct{ args, want string }{

@@ -1,9 +1,12 @@
 package main_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -153,6 +156,105 @@ func TestStopVersusReboot(t *testing.T) {
 	}
 	w.checkInvariants()
 	w.noLocks(repo)
+}
+
+// Three backups run; the operator stops one, and the manager exits gracefully right after, as at
+// a reboot. The stopped run ends stopped in its one attempt; the other two, interrupted by the
+// exit, are restarted as attempt 2 by the daemon once a manager is back, and succeed. How long
+// the stop and the exit took to reach each restic (its "signal interrupt received", by the
+// journal's clock, against the test's when the CLI's stop and the exit returned) is logged as a
+// figure: the machine may be loaded, so it is read, not asserted.
+func TestStopThenGracefulExit(t *testing.T) {
+	parallel(t)
+	w := newWorldOwnManager(t) // it stops its manager
+	w.spawnGrace = "3s"
+	w.slowBackups()
+	w.backupRate(stuckKiBps)
+	w.startDaemon()
+	ids, repos := w.inFlight(3)
+	units := make([]string, len(ids))
+	for i, id := range ids {
+		units[i] = w.show(id).Attempts[0].Unit
+	}
+	w.mustRun("run", "stop", ids[2])
+	stopped := time.Now()
+	w.mgr.Exit(t)
+	exited := time.Now()
+	w.backupRate(0) // the next attempts run at full speed
+	w.mgr.Start(t)
+	for i, id := range ids {
+		r := w.waitEnd(id)
+		switch {
+		case i == 2 && (r.Status != "stopped" || len(r.Attempts) != 1):
+			t.Fatalf("the run stopped before the exit: %+v, want stopped in its one attempt", r)
+		case i < 2 && (r.Status != "succeeded" || len(r.Attempts) != 2 || r.Attempts[0].ExitStatus != "130"):
+			t.Fatalf("run %s interrupted by the exit: %+v, want restarted after restic's SIGINT (130), succeeded in attempt 2", id, r)
+		}
+	}
+	interrupted := w.journalTimes("signal interrupt received", units...)
+	for i, u := range units {
+		at, ok := interrupted[u]
+		switch {
+		case !ok:
+			t.Fatalf("restic of %s never logged its SIGINT; the journal has %v", u, interrupted)
+		case i == 2:
+			t.Logf("the stop reached restic %s after run stop returned", at.Sub(stopped).Round(time.Millisecond))
+		default:
+			t.Logf("the exit reached restic of %s %s after the stop returned (the exit returned %s after it)", u,
+				at.Sub(stopped).Round(time.Millisecond), exited.Sub(stopped).Round(time.Millisecond))
+		}
+	}
+	w.checkInvariants()
+	for _, r := range repos {
+		w.noLocks(r[0])
+	}
+}
+
+// journalTimes returns, for each of units, when its first line in the journal of the world's
+// manager containing text was written.
+func (w *world) journalTimes(text string, units ...string) map[string]time.Time {
+	w.t.Helper()
+	out, err := exec.Command("journalctl", "--directory", w.mgr.JournalDir, "--no-pager", "-o", "json",
+		"--output-fields", "MESSAGE,_SYSTEMD_USER_UNIT,USER_UNIT,_SYSTEMD_UNIT").Output()
+	if err != nil {
+		w.t.Fatalf("journalctl --directory %s: %v", w.mgr.JournalDir, err)
+	}
+	want := map[string]bool{}
+	for _, u := range units {
+		want[u] = true
+	}
+	at := map[string]time.Time{}
+	for _, line := range strings.Split(string(out), "\n") {
+		var e struct {
+			Message  any    `json:"MESSAGE"` // a string, or bytes as numbers
+			Realtime string `json:"__REALTIME_TIMESTAMP"`
+			Unit     string `json:"_SYSTEMD_USER_UNIT"`
+			UserUnit string `json:"USER_UNIT"`
+			SysUnit  string `json:"_SYSTEMD_UNIT"`
+		}
+		if json.Unmarshal([]byte(line), &e) != nil {
+			continue
+		}
+		msg, _ := e.Message.(string)
+		if raw, ok := e.Message.([]any); ok { // a line with control characters (restic's "\r")
+			b := make([]byte, 0, len(raw))
+			for _, c := range raw {
+				n, _ := c.(float64)
+				b = append(b, byte(n))
+			}
+			msg = string(b)
+		}
+		usec, err := strconv.ParseInt(e.Realtime, 10, 64)
+		if err != nil || !strings.Contains(msg, text) {
+			continue
+		}
+		for _, u := range []string{e.Unit, e.UserUnit, e.SysUnit} {
+			if _, seen := at[u]; want[u] && !seen {
+				at[u] = time.UnixMicro(usec)
+			}
+		}
+	}
+	return at
 }
 
 // With the manager unreachable (frozen) for several passes, no run changes state; afterwards the
