@@ -72,7 +72,8 @@ func backupPair(b *testing.B, n, files int, size int64) (restic, holdfast []time
 	if out, err := exec.Command("cp", "-a", rawRepo, hfRepo).CombinedOutput(); err != nil {
 		b.Fatalf("copy the repository: %v\n%s", err, out)
 	}
-	// A budget above what the runs add: the default (1 GiB) would pause the large one.
+	// A ceiling above what the runs add, so that no hold ever stops one (the budget from history,
+	// twice the most a recent run added, is not what is measured here).
 	budget := 2*int64(n)*size + 1<<30
 	if _, err := e.st.CreateJob(ctx, model.Job{Name: "bench", Engine: "restic", Repository: hfRepo, PasswordFile: pw, Paths: []string{data},
 		MaxAdded: &budget}); err != nil {
