@@ -65,6 +65,7 @@ test-pgbouncer: test
 # Figures are ratios against a baseline measured in the same run (see bench/).
 bench: deps
 	$(GO) test -run '^$$' -bench '^BenchmarkStartLatency$$' -benchtime 20x -count 1 ./bench/
+	$(GO) test -run '^$$' -bench '^BenchmarkStopLatency$$' -benchtime 6x -count 1 ./bench/
 	$(GO) test -run '^$$' -bench '^Benchmark(Sweep|BootPass|Lateness|RetentionPlan)$$' -benchtime 1x -count 1 ./bench/
 	$(GO) test -run '^$$' -bench '^Benchmark(BackupSmall|BackupLarge|Idle)$$' -benchtime 1x -count 1 -timeout 30m ./bench/
 
