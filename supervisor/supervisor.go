@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/metrics"
 	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/reconcile"
@@ -107,6 +108,9 @@ type Config struct {
 	// take any reconcile.State and reconcile.Units.
 	Store  *store.Store
 	Runner *runner.Runner
+	// ResticVersion is the release of ResticBinary, set by Validate, which refuses a binary
+	// that is not restic or is older than engine.OldestRestic.
+	ResticVersion engine.ResticVersion
 	// Database and Systemd are the settings the daemon connects with; Validate checks them.
 	Database store.Config
 	Systemd  runner.Config
@@ -214,6 +218,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ResticBinary, err = runctl.ResticBinary(c.ResticBinary); err != nil {
 		return err
+	}
+	if c.ResticVersion, err = engine.ResticVersionOf(context.Background(), c.ResticBinary); err != nil {
+		return fmt.Errorf("--restic: %w", err)
 	}
 	if c.Config.WindowZone, err = schedule.LoadZone(c.WindowZone); err != nil {
 		return fmt.Errorf("--window-tz: %w", err)

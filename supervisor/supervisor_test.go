@@ -266,6 +266,7 @@ func TestValidate(t *testing.T) {
 	if err := os.WriteFile(plain, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	restic := testenv.Restic(t) // Validate asks it its version
 	authFile := filepath.Join(t.TempDir(), "web.auth")
 	if err := os.WriteFile(authFile, []byte("bearer s3cret-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -322,6 +323,7 @@ func TestValidate(t *testing.T) {
 		{"relative binary", func(c *supervisor.Config) { c.Binary = "holdfast" }, `--holdfast-binary "holdfast" is a relative path`},
 		{"missing restic", func(c *supervisor.Config) { c.ResticBinary = "/nonexistent/restic" }, "--restic /nonexistent/restic: no such file or directory"},
 		{"restic not executable", func(c *supervisor.Config) { c.ResticBinary = plain }, "is not an executable file"},
+		{"restic that is not restic", func(c *supervisor.Config) { c.ResticBinary = "/bin/true" }, "--restic: restic /bin/true: `version` printed"},
 		{"bad window", func(c *supervisor.Config) { c.Windows = []string{"Someday 25:00-26:00"} }, "Someday"},
 		{"unknown zone", func(c *supervisor.Config) { c.WindowZone = "Mars/Olympus" }, "--window-tz"},
 		{"unknown manager", func(c *supervisor.Config) { c.Systemd.Manager = "pid1" }, "pid1"},
@@ -330,7 +332,7 @@ func TestValidate(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := supervisor.Defaults()
 			cfg.Database.DSN = "postgres:///unused"
-			cfg.Binary, cfg.ResticBinary = "/bin/true", "/bin/true"
+			cfg.Binary, cfg.ResticBinary = "/bin/true", restic
 			c.edit(&cfg)
 			err := cfg.Validate()
 			switch {

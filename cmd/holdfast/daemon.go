@@ -130,7 +130,8 @@ func newDaemonCmd(g *globals) *cobra.Command {
 				"pass_timeout", cfg.PassTimeout, "allow_users", allowUsers, "allow_command_jobs", cfg.AllowCommandJobs,
 				"allow_notify_commands", cfg.Notify.AllowCommands, "listen", cfg.Listen, "tls", cfg.TLSCert != "",
 				"statement_timeout", cfg.Database.StatementTimeout, "behind_pooler", cfg.Database.Pooled(),
-				"unit_binary", cfg.Binary) // holdfast-unit, or this binary where it is not installed
+				"unit_binary", cfg.Binary, // holdfast-unit, or this binary where it is not installed
+				"restic", cfg.ResticBinary, "restic_version", cfg.ResticVersion.String())
 			select {
 			case <-ctx.Done():
 			case err := <-sup.Failed():

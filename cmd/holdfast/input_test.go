@@ -153,6 +153,7 @@ func TestBadInputRefused(t *testing.T) {
 		{"daemon: relative --restic", daemon("--restic", "restic"), 78, `--restic "restic" is a relative path`},
 		{"daemon: missing --restic", daemon("--restic", "/nonexistent/restic"), 78, "no such file or directory"},
 		{"daemon: --restic not executable", daemon("--restic", notExecutable), 78, "is not an executable file"},
+		{"daemon: --restic not restic", daemon("--restic", "/bin/true"), 78, "--restic: restic /bin/true: `version` printed \"\", not restic's"},
 		{"daemon: relative --holdfast-binary", daemon("--holdfast-binary", "holdfast"), 78, "is a relative path"},
 		{"daemon: zero --sweep-interval", daemon("--sweep-interval", "0s"), 78, "--sweep-interval 0s must be positive"},
 		{"daemon: negative --spawn-grace", daemon("--spawn-grace", "-1s"), 78, "--spawn-grace -1s must be positive"},

@@ -1,0 +1,103 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ResticVersion is a restic release, as `restic version` names it.
+type ResticVersion struct {
+	Major, Minor, Patch int
+}
+
+func (v ResticVersion) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
+
+// Less reports whether v is an older release than w.
+func (v ResticVersion) Less(w ResticVersion) bool {
+	if v.Major != w.Major {
+		return v.Major < w.Major
+	}
+	if v.Minor != w.Minor {
+		return v.Minor < w.Minor
+	}
+	return v.Patch < w.Patch
+}
+
+// OldestRestic is the oldest restic holdfast runs: Debian 12's.
+var OldestRestic = ResticVersion{0, 14, 0}
+
+// resticVersionLine is the start of `restic version`'s output: "restic 0.14.0 compiled with go1.19.8
+// on linux/amd64"; a development build adds "-dev (compiled manually)" or similar after the number.
+var resticVersionLine = regexp.MustCompile(`^restic (0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\b`)
+
+// ParseResticVersion reads the release from `restic version`'s output.
+func ParseResticVersion(out []byte) (ResticVersion, error) {
+	first, _, _ := strings.Cut(string(out), "\n")
+	first = strings.TrimSpace(first)
+	m := resticVersionLine.FindStringSubmatch(first)
+	if m == nil {
+		shown := first
+		if len(shown) > 80 {
+			shown = shown[:80] + "…"
+		}
+		return ResticVersion{}, fmt.Errorf("`version` printed %q, not restic's \"restic X.Y.Z …\"", shown)
+	}
+	var v ResticVersion
+	for i, p := range []*int{&v.Major, &v.Minor, &v.Patch} {
+		n, err := strconv.Atoi(m[i+1])
+		if err != nil {
+			return ResticVersion{}, fmt.Errorf("`version` printed %q: %w", first, err)
+		}
+		*p = n
+	}
+	return v, nil
+}
+
+// resticVersions caches each binary's version by its path, size and modification time: a
+// package upgrade replaces the file, and the next ask runs it again.
+var resticVersions sync.Map // versionKey → ResticVersion
+
+type versionKey struct {
+	path  string
+	size  int64
+	mtime time.Time
+}
+
+// ResticVersionOf runs `binary version` (once per file, see resticVersions) and returns the
+// release, or an error that says what the binary printed and what to install. A release older
+// than OldestRestic is an error too.
+func ResticVersionOf(ctx context.Context, binary string) (ResticVersion, error) {
+	fi, err := os.Stat(binary)
+	if err != nil {
+		return ResticVersion{}, fmt.Errorf("restic %s: %w", binary, err)
+	}
+	key := versionKey{binary, fi.Size(), fi.ModTime()}
+	if v, ok := resticVersions.Load(key); ok {
+		return v.(ResticVersion), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "version").Output()
+	if err != nil {
+		return ResticVersion{}, fmt.Errorf("restic %s: `version` failed (%v): install restic %s or later (Debian: apt install restic) or name it with --restic",
+			binary, err, OldestRestic)
+	}
+	v, err := ParseResticVersion(out)
+	if err != nil {
+		return ResticVersion{}, fmt.Errorf("restic %s: %w: install restic %s or later (Debian: apt install restic) or name it with --restic",
+			binary, err, OldestRestic)
+	}
+	if v.Less(OldestRestic) {
+		return v, fmt.Errorf("restic %s is %s, older than %s, the oldest holdfast runs: install a newer restic or name it with --restic",
+			binary, v, OldestRestic)
+	}
+	resticVersions.Store(key, v)
+	return v, nil
+}
