@@ -173,6 +173,7 @@ type Attempt struct {
 	StalledAt        *time.Time      // when its progress was found standing still past the job's stall_after
 	HoldBytes        *int64          // its hold, open or closed; nil if it has none
 	HoldNote         string          // how its hold was sized; "" for none, and as the sweep reads it
+	ResticVersion    string          // the release of the restic its unit ran; "" for another engine
 	Settlement       string          // where the figure that closed its hold came from; "" while open
 	SupersededAt     *time.Time      // when another host took the run over from this attempt
 	SupersededBy     string          // the host that took it over

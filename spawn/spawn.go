@@ -24,6 +24,7 @@ import (
 	"github.com/holdfast-backup/holdfast/attemptqueue"
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/credentials"
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
@@ -175,7 +176,15 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		return nil
 	}
 	fence := s.fence()
-	got, blocked, err := s.cfg.Store.ClaimSpawn(ctx, fence, store.SpawnClaim{Attempt: l.Ref(), Unit: spec.Name, Boot: s.cfg.BootID, Limits: s.cfg.Limits, ArmedFor: at})
+	claim := store.SpawnClaim{Attempt: l.Ref(), Unit: spec.Name, Boot: s.cfg.BootID, Limits: s.cfg.Limits, ArmedFor: at}
+	if job.Engine == engine.NameRestic {
+		// Asked once per binary (engine.ResticVersionOf); one that no longer answers records
+		// nothing here, and the unit's restic says what is wrong.
+		if v, err := engine.ResticVersionOf(ctx, s.cfg.Jobs.ResticBinary); err == nil {
+			claim.ResticVersion = v.String()
+		}
+	}
+	got, blocked, err := s.cfg.Store.ClaimSpawn(ctx, fence, claim)
 	claimed()
 	if err != nil {
 		return err

@@ -71,7 +71,7 @@ const attemptColumns = `a.run_id, a.attempt_no, coalesce(a.unit, ''), a.host, co
 	a.repo_bytes_before, coalesce(a.settle_deferred, ''), a.stalled_at,
 	(SELECT h.bytes FROM ledger_entries h WHERE h.kind = 'hold' AND h.run_id = a.run_id AND h.attempt_no = a.attempt_no),
 	` + attemptHoldNote + `, ` + attemptSettlement + `,
-	a.superseded_at, coalesce(a.superseded_by, ''), coalesce(a.hook_error, '')`
+	a.superseded_at, coalesce(a.superseded_by, ''), coalesce(a.hook_error, ''), coalesce(a.restic_version, '')`
 
 // attemptHoldNote is the note of the attempt's hold: how it was sized.
 const attemptHoldNote = `coalesce((SELECT h.note FROM ledger_entries h
@@ -99,7 +99,7 @@ func (s *attemptScan) dest() []any {
 		&a.Cursor.Offset, &a.Cursor.LastSeq, &a.Cursor.LastHash, &a.QuarantinedAt, &a.QuarantineReason,
 		&a.LastEventAt, &s.percent, &s.filesDone, &s.totalFiles, &s.bytesDone, &s.totalBy,
 		&a.ItemErrors, &a.FirstItemError, &a.Fatal, &a.Summary,
-		&a.RepoBytesBefore, &a.SettleDeferred, &a.StalledAt, &a.HoldBytes, &a.HoldNote, &a.Settlement, &a.SupersededAt, &a.SupersededBy, &a.HookError}
+		&a.RepoBytesBefore, &a.SettleDeferred, &a.StalledAt, &a.HoldBytes, &a.HoldNote, &a.Settlement, &a.SupersededAt, &a.SupersededBy, &a.HookError, &a.ResticVersion}
 }
 
 func (s *attemptScan) attempt() model.Attempt {
@@ -374,6 +374,8 @@ type SpawnClaim struct {
 	// ArmedFor is when a timer starts the unit (runner.Arm); nil for a unit started now. It is
 	// recorded with the claim, so that until then a service not there yet is not gone.
 	ArmedFor *time.Time
+	// ResticVersion is the release of the restic the unit runs ("" for another engine).
+	ResticVersion string
 }
 
 // ClaimSpawn records the unit name and the spawn claim c on a live attempt that has none, before
@@ -435,7 +437,7 @@ func (s *Store) ClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed 
 		-- held the repository was still ending.
 		claim AS (
 			UPDATE attempts SET unit = $3, host = $4, spawn_claimed_at = clock_timestamp(), armed_for = $8, boot_id = nullif($9, ''),
-				lease_generation = nullif($11::bigint, 0)
+				lease_generation = nullif($11::bigint, 0), restic_version = nullif($14, '')
 			WHERE (run_id, attempt_no) IN (SELECT run_id, attempt_no FROM claimable)
 			  AND NOT EXISTS (SELECT 1 FROM busy)
 			  AND ($6 = 0 OR (SELECT all_hosts FROM holding) < $6)
@@ -448,7 +450,7 @@ func (s *Store) ClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed 
 			(SELECT all_hosts FROM holding), (SELECT on_host FROM holding), EXISTS (SELECT 1 FROM claim),
 			EXISTS (SELECT 1 FROM claimable)`,
 		ref.Run, ref.No, c.Unit, host, limited, limits.MaxRunning, limits.MaxRunningHost, c.ArmedFor, c.Boot, w.Holder, w.Generation,
-		repositoryEngines, model.ExclusiveKinds())
+		repositoryEngines, model.ExclusiveKinds(), c.ResticVersion)
 	results := s.pool.SendBatch(ctx, batch)
 	_, err = results.Exec()
 	if err == nil {

@@ -533,6 +533,7 @@ type runJSON struct {
 		ExitStatus       string `json:"exit_status"`
 		QuarantineReason string `json:"quarantine_reason"`
 		HoldNote         string `json:"hold_note"`
+		ResticVersion    string `json:"restic_version"`
 		SettleDeferred   string `json:"settle_deferred"`
 		Settlement       string `json:"settlement"`
 	} `json:"attempts"`

@@ -179,8 +179,14 @@ func TestFirstBackupSizedFromItsPaths(t *testing.T) {
 	if a := r.Attempts[0]; !strings.Contains(a.HoldNote, source) || a.Settlement == "" {
 		t.Fatalf("first backup's attempt: held %q, settled from %q; want the hold to say %q", a.HoldNote, a.Settlement, source)
 	}
-	if out := w.mustRun("run", "show", r.ID); !strings.Contains(out, "held:") || !strings.Contains(out, source) {
-		t.Fatalf("run show does not say where the hold came from:\n%s", out)
+	if out := w.mustRun("run", "show", r.ID); !strings.Contains(out, "held:") || !strings.Contains(out, source) ||
+		!strings.Contains(out, "restic:  "+r.Attempts[0].ResticVersion) {
+		t.Fatalf("run show does not say where the hold came from, or which restic ran:\n%s", out)
+	}
+	// The restic the attempt ran, as restic itself names it.
+	if v, err := exec.Command(realRestic(t), "version").Output(); err != nil || r.Attempts[0].ResticVersion == "" ||
+		!strings.HasPrefix(string(v), "restic "+r.Attempts[0].ResticVersion+" ") {
+		t.Fatalf("first backup's attempt ran restic %q; restic version says %q (%v)", r.Attempts[0].ResticVersion, v, err)
 	}
 	l := w.ledger("default")
 	hold, settle := l.entries(r.ID, "hold")[1], l.entries(r.ID, "settle")[1]

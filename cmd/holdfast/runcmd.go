@@ -44,6 +44,7 @@ type attemptOut struct {
 	QuarantineReason string  `json:"quarantine_reason,omitempty"`
 	HoldBytes        *int64  `json:"hold_bytes"`
 	HoldNote         string  `json:"hold_note,omitempty"` // how the hold was sized
+	ResticVersion    string  `json:"restic_version,omitempty"`
 	SettleDeferred   string  `json:"settle_deferred,omitempty"`
 	Settlement       string  `json:"settlement,omitempty"`
 	SupersededAt     *string `json:"superseded_at,omitempty"` // another host took the run over
@@ -157,7 +158,7 @@ func runJSON(r model.Run, attempts []model.Attempt) runOut {
 		o.Attempts = append(o.Attempts, attemptOut{Attempt: a.No, Unit: a.Unit, Host: a.Host, BootID: a.BootID,
 			SpawnedAt: timeStr(a.SpawnClaimedAt), StalledAt: timeStr(a.StalledAt), StartedAt: timeStr(a.StartedAt), EndedAt: timeStr(a.EndedAt), ServiceResult: a.ServiceResult,
 			ExitCode: a.ExitCode, ExitStatus: a.ExitStatus, QuarantineReason: a.QuarantineReason,
-			HoldBytes: a.HoldBytes, HoldNote: a.HoldNote, SettleDeferred: a.SettleDeferred, Settlement: a.Settlement,
+			HoldBytes: a.HoldBytes, HoldNote: a.HoldNote, ResticVersion: a.ResticVersion, SettleDeferred: a.SettleDeferred, Settlement: a.Settlement,
 			SupersededAt: timeStr(a.SupersededAt), SupersededBy: a.SupersededBy})
 	}
 	if n := len(attempts); n > 0 && model.Live(r.Status) {
@@ -507,6 +508,9 @@ func printRun(w io.Writer, o runOut) {
 		}
 		if a.QuarantineReason != "" {
 			fmt.Fprintf(w, "  journal quarantined: %s\n", textsafe.String(a.QuarantineReason))
+		}
+		if a.ResticVersion != "" {
+			fmt.Fprintf(w, "  restic:  %s\n", a.ResticVersion)
 		}
 		if a.HoldBytes != nil {
 			fmt.Fprintf(w, "  held:    %s: %s\n", engine.FormatBytes(*a.HoldBytes), a.HoldNote)
