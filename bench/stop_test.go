@@ -7,8 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // BenchmarkStopLatency measures how long a stop takes to reach restic: from `holdfast run stop`
@@ -134,33 +133,8 @@ func (e *benchEnv) command(args ...string) ([]byte, error) {
 func (e *benchEnv) journalFirst(b *testing.B, unit, text string) time.Time {
 	b.Helper()
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		out, err := exec.Command("journalctl", "--directory", e.mgr.JournalDir, "--no-pager", "-o", "json",
-			"--output-fields", "MESSAGE,_SYSTEMD_USER_UNIT,_SYSTEMD_UNIT").Output()
-		if err != nil {
-			b.Fatalf("journalctl: %v", err)
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			var entry struct {
-				Message  any    `json:"MESSAGE"` // a string, or its bytes where it has control characters
-				Realtime string `json:"__REALTIME_TIMESTAMP"`
-				UserUnit string `json:"_SYSTEMD_USER_UNIT"`
-				Unit     string `json:"_SYSTEMD_UNIT"`
-			}
-			if json.Unmarshal([]byte(line), &entry) != nil || (entry.UserUnit != unit && entry.Unit != unit) {
-				continue
-			}
-			msg, _ := entry.Message.(string)
-			if raw, ok := entry.Message.([]any); ok {
-				bs := make([]byte, 0, len(raw))
-				for _, c := range raw {
-					n, _ := c.(float64)
-					bs = append(bs, byte(n))
-				}
-				msg = string(bs)
-			}
-			if usec, err := strconv.ParseInt(entry.Realtime, 10, 64); err == nil && strings.Contains(msg, text) {
-				return time.UnixMicro(usec)
-			}
+		if at, ok := testenv.JournalLineAt(b, e.mgr.JournalDir, unit, text); ok {
+			return at
 		}
 	}
 	b.Fatalf("unit %s: no %q in the journal after a minute", unit, text)

@@ -38,6 +38,26 @@ type world struct {
 	taken    bool   // the attempt was claimed already (ClaimSpawn answers false)
 }
 
+// spawner is a Spawner over w (its store and its systemd), which records each start and
+// refusal among w's calls.
+func (w *world) spawner(t *testing.T) *spawn.Spawner {
+	t.Helper()
+	s, err := spawn.New(spawn.Config{
+		Store: w, Units: w, Jobs: jobunit.Config{StateDir: t.TempDir(), Binary: "/usr/bin/holdfast"},
+		Budget:  time.Minute,
+		Lease:   func() (store.Lease, bool) { return lease, w.held },
+		Started: func(model.LiveRun) { w.record("Started") },
+		Refused: func(_ context.Context, _ model.LiveRun, reason string) error {
+			w.record("Refused %s", reason)
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // lease is the host's lease the spawner is given; every fenced write must carry it.
 var lease = store.Lease{Host: "h", Holder: "daemon-1", Generation: 7}
 
@@ -151,22 +171,10 @@ func TestSpawn(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := c.world
-			s, err := spawn.New(spawn.Config{
-				Store: &w, Units: &w, Jobs: jobunit.Config{StateDir: t.TempDir(), Binary: "/usr/bin/holdfast"},
-				Budget:  time.Minute,
-				Lease:   func() (store.Lease, bool) { return lease, w.held },
-				Started: func(model.LiveRun) { w.record("Started") },
-				Refused: func(_ context.Context, _ model.LiveRun, reason string) error {
-					w.record("Refused %s", reason)
-					return nil
-				},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := w.spawner(t)
 			job := model.Job{Name: "j", Engine: engine.NameCommand, Command: []string{"/bin/true"}}
 			l := model.LiveRun{Run: model.Run{ID: uuid.New(), JobName: "j", Kind: model.KindBackup}, Attempt: model.Attempt{No: 1}, JobEngine: engine.NameCommand}
-			err = s.Spawn(context.Background(), l, job, c.at) // not started: in the caller
+			err := s.Spawn(context.Background(), l, job, c.at) // not started: in the caller
 			if (err == nil) != (c.err == "") || err != nil && !strings.Contains(err.Error(), c.err) {
 				t.Fatalf("Spawn: %v, want an error with %q", err, c.err)
 			}
@@ -265,19 +273,7 @@ func TestSpawnRefusesReplacedTarget(t *testing.T) {
 				}
 			}
 			w := &world{held: true}
-			s, err := spawn.New(spawn.Config{
-				Store: w, Units: w, Jobs: jobunit.Config{StateDir: t.TempDir(), Binary: "/usr/bin/holdfast"},
-				Budget:  time.Minute,
-				Lease:   func() (store.Lease, bool) { return lease, w.held },
-				Started: func(model.LiveRun) { w.record("Started") },
-				Refused: func(_ context.Context, _ model.LiveRun, reason string) error {
-					w.record("Refused %s", reason)
-					return nil
-				},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := w.spawner(t)
 			job := model.Job{Name: "j", Engine: engine.NameRestic, Repository: "sftp:h:/r", PasswordFile: "/etc/pw"}
 			run := model.Run{ID: uuid.New(), JobName: "j", Kind: model.KindRestore,
 				Restore: model.Restore{Target: target, Snapshot: strings.Repeat("a", 64), TargetID: &model.FileID{Dev: st.Dev, Ino: st.Ino}}}

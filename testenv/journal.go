@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Journald is the pid of m's journald: the one whose /run/log/journal is m.JournalDir. A process
@@ -75,4 +77,42 @@ func JournalCount(t testing.TB, dir, mark string) int {
 		t.Fatalf("journalctl FORGE=%s: %v", mark, err)
 	}
 	return bytes.Count(out, []byte("\n"))
+}
+
+// JournalLineAt returns when the first line in the journal in dir that concerns unit (written by
+// it, or by its manager about it) and contains text was written, and whether there is one. A line
+// with control characters (restic's "\r") comes from journalctl's JSON as its bytes; it is matched
+// as text too.
+func JournalLineAt(t testing.TB, dir, unit, text string) (time.Time, bool) {
+	t.Helper()
+	out, err := exec.Command("journalctl", "--directory", dir, "--no-pager", "--output", "json",
+		"--output-fields", "MESSAGE,_SYSTEMD_USER_UNIT,USER_UNIT,_SYSTEMD_UNIT").Output()
+	if err != nil {
+		t.Fatalf("journalctl --directory %s: %v", dir, err)
+	}
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		var e struct {
+			Message  any    `json:"MESSAGE"` // a string, or its bytes as numbers
+			Realtime string `json:"__REALTIME_TIMESTAMP"`
+			Unit     string `json:"_SYSTEMD_USER_UNIT"`
+			UserUnit string `json:"USER_UNIT"`
+			SysUnit  string `json:"_SYSTEMD_UNIT"`
+		}
+		if json.Unmarshal(line, &e) != nil || (e.Unit != unit && e.UserUnit != unit && e.SysUnit != unit) {
+			continue
+		}
+		msg, _ := e.Message.(string)
+		if raw, ok := e.Message.([]any); ok {
+			b := make([]byte, 0, len(raw))
+			for _, c := range raw {
+				n, _ := c.(float64)
+				b = append(b, byte(n))
+			}
+			msg = string(b)
+		}
+		if usec, err := strconv.ParseInt(e.Realtime, 10, 64); err == nil && strings.Contains(msg, text) {
+			return time.UnixMicro(usec), true
+		}
+	}
+	return time.Time{}, false
 }

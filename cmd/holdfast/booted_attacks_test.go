@@ -165,6 +165,18 @@ func (b *bootedWorld) restoreRefused(adm result, before int, r *runJSON, paths .
 	}
 }
 
+// restoreEnd waits for the restore run id to end and returns it; nil for no run (it was refused
+// at admission).
+func (b *bootedWorld) restoreEnd(id string) *runJSON {
+	b.t.Helper()
+	if id == "" {
+		return nil
+	}
+	end := b.waitRun(id, "the end", ended)
+	b.t.Logf("restore run %s: %s (%s)", id, end.Status, end.Reason)
+	return &end
+}
+
 // admitRestore asks for a restore of the root job as the operator would, with the daemon stopped
 // so that the run waits (holdfast restore queues it, saying no live daemon runs it). It returns
 // what the command did and the run's id ("" if it was refused). However the test ends, the daemon
@@ -244,12 +256,7 @@ func TestBootedAttackRestoreLink(t *testing.T) {
 		t.Logf("alice: %s", h.Run(t, "ls", "-ld", target))
 		g := b.guardEtc("swap")
 		h.Run(t, "systemctl", "start", "holdfast.service")
-		var r *runJSON
-		if id != "" {
-			end := b.waitRun(id, "the end", ended)
-			r = &end
-			t.Logf("restore run %s: %s (%s)", id, end.Status, end.Reason)
-		}
+		r := b.restoreEnd(id)
 		g.untouched(swapFile)
 		b.restoreRefused(adm, before, r, "/srv/alice")
 	})
@@ -266,12 +273,7 @@ func TestBootedAttackRestoreLink(t *testing.T) {
 		t.Logf("alice: %s", h.Run(t, "ls", "-ld", "/srv/alice/link", target))
 		g := b.guardEtc("link")
 		h.Run(t, "systemctl", "start", "holdfast.service")
-		var r *runJSON
-		if id != "" {
-			end := b.waitRun(id, "the end", ended)
-			r = &end
-			t.Logf("restore run %s: %s (%s)", id, end.Status, end.Reason)
-		}
+		r := b.restoreEnd(id)
 		g.untouched(linkFile)
 		b.restoreRefused(adm, before, r, "/srv/alice")
 	})

@@ -1,15 +1,14 @@
 package main_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // inFlight adds n jobs, each with its own repository and slowData bytes of data, starts a run of
@@ -211,47 +210,13 @@ func TestStopThenGracefulExit(t *testing.T) {
 }
 
 // journalTimes returns, for each of units, when its first line in the journal of the world's
-// manager containing text was written.
+// manager containing text was written (testenv.JournalLineAt).
 func (w *world) journalTimes(text string, units ...string) map[string]time.Time {
 	w.t.Helper()
-	out, err := exec.Command("journalctl", "--directory", w.mgr.JournalDir, "--no-pager", "-o", "json",
-		"--output-fields", "MESSAGE,_SYSTEMD_USER_UNIT,USER_UNIT,_SYSTEMD_UNIT").Output()
-	if err != nil {
-		w.t.Fatalf("journalctl --directory %s: %v", w.mgr.JournalDir, err)
-	}
-	want := map[string]bool{}
-	for _, u := range units {
-		want[u] = true
-	}
 	at := map[string]time.Time{}
-	for _, line := range strings.Split(string(out), "\n") {
-		var e struct {
-			Message  any    `json:"MESSAGE"` // a string, or bytes as numbers
-			Realtime string `json:"__REALTIME_TIMESTAMP"`
-			Unit     string `json:"_SYSTEMD_USER_UNIT"`
-			UserUnit string `json:"USER_UNIT"`
-			SysUnit  string `json:"_SYSTEMD_UNIT"`
-		}
-		if json.Unmarshal([]byte(line), &e) != nil {
-			continue
-		}
-		msg, _ := e.Message.(string)
-		if raw, ok := e.Message.([]any); ok { // a line with control characters (restic's "\r")
-			b := make([]byte, 0, len(raw))
-			for _, c := range raw {
-				n, _ := c.(float64)
-				b = append(b, byte(n))
-			}
-			msg = string(b)
-		}
-		usec, err := strconv.ParseInt(e.Realtime, 10, 64)
-		if err != nil || !strings.Contains(msg, text) {
-			continue
-		}
-		for _, u := range []string{e.Unit, e.UserUnit, e.SysUnit} {
-			if _, seen := at[u]; want[u] && !seen {
-				at[u] = time.UnixMicro(usec)
-			}
+	for _, u := range units {
+		if when, ok := testenv.JournalLineAt(w.t, w.mgr.JournalDir, u, text); ok {
+			at[u] = when
 		}
 	}
 	return at
