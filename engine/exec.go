@@ -3,6 +3,7 @@ package engine
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,6 +30,13 @@ const (
 	// behind; reading stops once they have been idle this long.
 	drainGrace = 2 * time.Second
 )
+
+// StopGrace is how long an engine has to exit after Exec interrupted it (a stop passed on, or
+// its stream's failure) before Exec kills it. restic does not act on SIGINT while its rate
+// limiter holds an upload back (0.14 as 0.19), nor, from 0.18, while it waits on its standard
+// input: without a kill, systemd's stop timeout would end it minutes later. A restic killed
+// leaves its lock, which the unit's restic unlock after an interruption removes.
+const StopGrace = time.Second
 
 // ExecConfig describes one run of an engine.
 type ExecConfig struct {
@@ -45,6 +56,8 @@ type ExecConfig struct {
 	// Producer, if set, is the program whose standard output is the engine's standard input
 	// (restic backup --stdin): see Exec.
 	Producer *Producer
+	// StopGrace, if set, replaces StopGrace (tests).
+	StopGrace time.Duration
 }
 
 // Producer is a program whose output an engine backs up as one file. Its stderr goes to
@@ -65,6 +78,11 @@ const StreamFailed = "stdin producer "
 // received by this process, and the end of ctx, are passed on to the engine
 // as SIGINT, each time. Exec returns the engine's exit status, 128+n if
 // signal n killed it, after emitting an "exit" event.
+//
+// A stop passed on ends the attempt as interrupted, 130, on every engine and version: an engine
+// that has not exited StopGrace after it is killed, and one that exits otherwise than 0 without
+// a summary (restic 0.17 and later exit 1, "context canceled") is counted as the stop ended it.
+// The exit event keeps how the engine itself ended (Exit.EngineStatus, EngineSignal).
 //
 // Progress events are throttled to one a second; the latest one held back is
 // emitted before the summary and at the end. A "fatal" event absorbs the
@@ -149,10 +167,11 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 
 	exited := make(chan struct{})
 	stopped := make(chan struct{})
+	intr := &interrupter{p: cmd.Process, grace: cmp.Or(cfg.StopGrace, StopGrace), exited: exited}
 	if in != nil {
-		in.start(cmd.Process, exited)
+		in.start(intr, exited)
 	}
-	go forward(ctx, cmd.Process, in, sigs, exited, stopped)
+	go forward(ctx, intr, in, sigs, exited, stopped)
 
 	lines := make(chan line)
 	readers := make(chan struct{}, 3)
@@ -207,20 +226,28 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 		return -1, fmt.Errorf("engine: wait for %s: %w", cfg.Argv[0], err)
 	}
 	status, sig := exitStatus(cmd.ProcessState)
+	if intr.killed.Load() && sig == signalName(int(syscall.SIGKILL)) {
+		r.handle(Event{TypeWarning, Warning{Message: fmt.Sprintf(
+			"%s did not exit within %s of its SIGINT: holdfast killed it", filepath.Base(cfg.Argv[0]), intr.grace)}})
+	}
+	stop := ctx.Err() != nil
+	select {
+	case <-stopped:
+		stop = true
+	case <-sigs: // a stop the engine's exit overtook
+		stop = true
+	default:
+	}
 	if in != nil {
-		stop := ctx.Err() != nil
-		select {
-		case <-stopped:
-			stop = true
-		case <-sigs: // a stop the engine's exit overtook
-			stop = true
-		default:
-		}
 		if why := in.end(stop); why != "" {
 			// The stream's failure is the cause; what the engine said as it stopped is not.
 			r.fatal, r.sawFatal = &Fatal{Message: why}, true
 			status, sig = 1, ""
 		}
+	}
+	if stop && status != 0 && status != 128+int(syscall.SIGINT) && !r.sawSummary {
+		r.engineStatus, r.engineSignal = status, sig
+		status, sig = 128+int(syscall.SIGINT), ""
 	}
 	if cfg.Progress != nil && status == 0 {
 		if p, ok := cfg.Progress(); ok {
@@ -244,9 +271,32 @@ func (r *run) settle(ctx context.Context, f Finisher, status int) int {
 	return status
 }
 
+// interrupter sends the engine SIGINT, and SIGKILL once grace has passed after the first SIGINT
+// without its exit.
+type interrupter struct {
+	p      *os.Process
+	grace  time.Duration
+	exited <-chan struct{}
+	once   sync.Once
+	killed atomic.Bool
+}
+
+func (i *interrupter) interrupt() {
+	i.p.Signal(os.Interrupt) // fails only if the engine has just exited
+	i.once.Do(func() {
+		go func() {
+			select {
+			case <-i.exited:
+			case <-time.After(i.grace):
+				i.killed.Store(i.p.Kill() == nil)
+			}
+		}()
+	})
+}
+
 // forward sends the engine (and a stream's producer) a SIGINT for every signal and for the end
 // of ctx; the first closes stopped.
-func forward(ctx context.Context, p *os.Process, in *stream, sigs <-chan os.Signal, exited <-chan struct{}, stopped chan<- struct{}) {
+func forward(ctx context.Context, intr *interrupter, in *stream, sigs <-chan os.Signal, exited <-chan struct{}, stopped chan<- struct{}) {
 	done := ctx.Done()
 	for {
 		select {
@@ -260,7 +310,7 @@ func forward(ctx context.Context, p *os.Process, in *stream, sigs <-chan os.Sign
 			close(stopped)
 			stopped = nil
 		}
-		p.Signal(os.Interrupt) // fails only if the engine has just exited
+		intr.interrupt()
 		if in != nil {
 			in.interrupt()
 		}
@@ -332,6 +382,9 @@ type run struct {
 	fatal        *Fatal // being joined with its continuation lines
 	fatalLines   int
 	sawFatal     bool
+	sawSummary   bool
+	engineStatus int // how the engine itself ended, when a stop made the status 130
+	engineSignal string
 	lastWarning  string
 	warnings     int
 	emitErr      error
@@ -376,6 +429,7 @@ func (r *run) handle(ev Event) {
 		r.progress = nil
 		r.lastProgress = time.Now()
 	case TypeSummary:
+		r.sawSummary = true
 		r.flushProgress()
 	case TypeFatal:
 		r.sawFatal = true
@@ -420,7 +474,7 @@ func (r *run) finish(status int, sig string) {
 			r.emit(ev)
 		}
 	}
-	r.emit(Event{TypeExit, Exit{ExitStatus: status, Signal: sig}})
+	r.emit(Event{TypeExit, Exit{ExitStatus: status, Signal: sig, EngineStatus: r.engineStatus, EngineSignal: r.engineSignal}})
 }
 
 func (r *run) emit(ev Event) {

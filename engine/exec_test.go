@@ -145,7 +145,7 @@ func TestExecReplay(t *testing.T) {
 		{
 			name: "interrupted", stdout: "interrupted.stdout", stderr: "interrupted.stderr", status: 130,
 			counts:  map[string]int{TypeProgress: 2, TypeWarning: 1, TypeSummary: 0, TypeFatal: 0},
-			outcome: Outcome{Interrupted, "", "interrupted: restic stopped on SIGINT (exit status 130)"},
+			outcome: Outcome{Interrupted, "", "interrupted: restic was stopped with SIGINT (exit status 130)"},
 		},
 	}
 	for _, tt := range tests {
@@ -262,6 +262,75 @@ func TestExecContextEndSendsSIGINT(t *testing.T) {
 	checkExit(t, &rec, Exit{ExitStatus: 130, Signal: "SIGINT"})
 }
 
+// A stop passed on ends the attempt as interrupted whatever the engine makes of its SIGINT: an
+// engine that exits 1 on it (restic 0.17 and later), one that exits 3 on it without a summary,
+// one that ignores it (restic waiting on its rate limiter, or on stdin) and is killed after the
+// grace. The exit event keeps how the engine itself ended; one that made its snapshot keeps its
+// status.
+func TestExecStopEndsAsInterrupted(t *testing.T) {
+	tests := []struct {
+		name    string
+		onInt   string // the shell's SIGINT trap
+		summary bool   // the engine makes a snapshot before the stop
+		want    Exit
+		killed  bool
+	}{
+		{name: "exits 1", onInt: "exit 1", want: Exit{ExitStatus: 130, EngineStatus: 1}},
+		{name: "exits 3", onInt: "exit 3", want: Exit{ExitStatus: 130, EngineStatus: 3}},
+		{name: "ignores it", onInt: "", want: Exit{ExitStatus: 130, EngineStatus: 137, EngineSignal: "SIGKILL"}, killed: true},
+		{name: "made its snapshot", onInt: "exit 3", summary: true, want: Exit{ExitStatus: 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			print := "echo ready"
+			if tt.summary {
+				print = `echo '{"message_type":"summary","snapshot_id":"abc"}'`
+			}
+			// The loop runs in the shell itself, so that a SIGKILL ends every process of it.
+			script := fmt.Sprintf(`trap '%s' INT; %s; i=0; while [ $i -lt 20000000 ]; do i=$((i+1)); done`, tt.onInt, print)
+			out := &lines{ch: make(chan string, 8)}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var rec recorder
+			done := make(chan int, 1)
+			go func() {
+				status, err := Exec(ctx, ExecConfig{Argv: []string{"sh", "-c", script}, Parser: Restic{}, Emit: rec.emit,
+					Stdout: out, StopGrace: 300 * time.Millisecond})
+				if err != nil {
+					t.Errorf("Exec: %v", err)
+				}
+				done <- status
+			}()
+			if !tt.summary {
+				out.await(t, "ready", "the engine did not start")
+			} else {
+				for len(rec.of(TypeSummary)) == 0 {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			cancel()
+			var status int
+			select {
+			case status = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the engine outlived its stop")
+			}
+			if status != tt.want.ExitStatus {
+				t.Errorf("Exec = %d, want %d", status, tt.want.ExitStatus)
+			}
+			checkExit(t, &rec, tt.want)
+			warned := false
+			for _, ev := range rec.of(TypeWarning) {
+				warned = warned || ev.Payload == Warning{Message: "sh did not exit within 300ms of its SIGINT: holdfast killed it"}
+			}
+			if warned != tt.killed {
+				t.Errorf("a warning that it was killed: %v, want %v: %+v", warned, tt.killed, rec.of(TypeWarning))
+			}
+		})
+	}
+}
+
 // A stop that came before the start (the context ended already) starts nothing: the run ends
 // as one SIGINT ended at once. RunBefore, likewise, runs nothing.
 func TestExecStoppedBeforeStart(t *testing.T) {
@@ -340,7 +409,7 @@ while [ $n -lt 2 ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; [ $n -ge 
 	}
 	done := make(chan result, 1)
 	go func() {
-		status, err := Exec(context.Background(), ExecConfig{Argv: []string{"sh", "-c", script}, Emit: rec.emit, Stdout: out})
+		status, err := Exec(context.Background(), ExecConfig{Argv: []string{"sh", "-c", script}, Emit: rec.emit, Stdout: out, StopGrace: time.Minute})
 		done <- result{status, err}
 	}()
 	out.await(t, "ready", "the command did not start")
@@ -350,13 +419,13 @@ while [ $n -lt 2 ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; [ $n -ge 
 	out.await(t, "got 2", "SIGINT did not reach the command")
 	select {
 	case r := <-done:
-		if r.err != nil || r.status != 5 {
-			t.Fatalf("Exec = %d, %v; want 5", r.status, r.err)
+		if r.err != nil || r.status != 130 {
+			t.Fatalf("Exec = %d, %v; want 130: a stop ended it", r.status, r.err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the command did not exit after two SIGINTs")
 	}
-	checkExit(t, &rec, Exit{ExitStatus: 5})
+	checkExit(t, &rec, Exit{ExitStatus: 130, EngineStatus: 5})
 }
 
 func TestExecNotStarted(t *testing.T) {
@@ -432,6 +501,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// resticTraits is what the restic the tests run does differently (testenv.Restic).
+func resticTraits(t *testing.T) ResticTraits {
+	t.Helper()
+	v, err := ResticVersionOf(context.Background(), testenv.Restic(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Traits()
+}
+
 // newRepo puts a fresh repository and its password file into dir. They are
 // copies of one initialized once: `restic init` takes seconds.
 func newRepo(t *testing.T, dir string) Job {
@@ -499,8 +578,12 @@ func TestResticBackup(t *testing.T) {
 	}
 	checkExit(t, &rec, Exit{})
 	ev := rec.evidence(status)
-	if ev.Summary == nil || ev.Summary.DataAdded < 3<<20 || len(ev.Summary.SnapshotID) != 8 || ev.Summary.FilesNew != 3 {
-		t.Fatalf("summary %+v", ev.Summary)
+	idLen := 8
+	if resticTraits(t).FullSnapshotID {
+		idLen = 64
+	}
+	if ev.Summary == nil || ev.Summary.DataAdded < 3<<20 || len(ev.Summary.SnapshotID) != idLen || ev.Summary.FilesNew != 3 {
+		t.Fatalf("summary %+v, want a snapshot id of %d digits", ev.Summary, idLen)
 	}
 	want := fmt.Sprintf("backup complete: snapshot %s, 3 files, ", ev.Summary.SnapshotID)
 	if out := (Restic{}).Classify(ev); out.Status != Succeeded || !strings.HasPrefix(out.Reason, want) {
@@ -513,13 +596,13 @@ func TestResticBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	var snaps []struct {
-		ShortID string   `json:"short_id"`
-		Tags    []string `json:"tags"`
+		ID   string   `json:"id"`
+		Tags []string `json:"tags"`
 	}
 	if err := json.Unmarshal(out, &snaps); err != nil {
 		t.Fatal(err)
 	}
-	if len(snaps) != 1 || snaps[0].ShortID != ev.Summary.SnapshotID {
+	if len(snaps) != 1 || snaps[0].ID[:idLen] != ev.Summary.SnapshotID {
 		t.Errorf("snapshots of run %s: %s", run, out)
 	}
 }
@@ -606,27 +689,35 @@ func TestResticFatal(t *testing.T) {
 	noRepo := job
 	noRepo.Repository = filepath.Join(dir, "none")
 
+	// What each restic says: 0.17 and later exit 10 and 12 and name a missing repository so;
+	// 0.18 and later print their fatal error as JSON, which reads as the same message.
+	tr := resticTraits(t)
+	noRepoFatal := "Fatal: unable to open config file: stat " + noRepo.Repository + "/config: no such file or directory"
+	wrongStatus, noRepoStatus := 1, 1
+	if tr.FailureExitCodes {
+		noRepoFatal = "Fatal: repository does not exist: unable to open config file: stat " + noRepo.Repository + "/config: no such file or directory"
+		wrongStatus, noRepoStatus = 12, 10
+	}
 	tests := []struct {
 		name    string
 		job     Job
+		status  int
 		fatal   string
 		outcome Outcome
 	}{
-		{"wrong password", wrongPassword, "Fatal: wrong password or no key found",
+		{"wrong password", wrongPassword, wrongStatus, "Fatal: wrong password or no key found",
 			Outcome{Failed, Permanent, "repository password is wrong (restic: Fatal: wrong password or no key found)"}},
-		{"no repository", noRepo,
-			"Fatal: unable to open config file: stat " + noRepo.Repository + "/config: no such file or directory\n" +
-				"Is there a repository at the following location?\n" + noRepo.Repository,
-			Outcome{Failed, Permanent, "no repository at " + noRepo.Repository +
-				" (restic: Fatal: unable to open config file: stat " + noRepo.Repository + "/config: no such file or directory)"}},
+		{"no repository", noRepo, noRepoStatus,
+			noRepoFatal + "\nIs there a repository at the following location?\n" + noRepo.Repository,
+			Outcome{Failed, Permanent, "no repository at " + noRepo.Repository + " (restic: " + noRepoFatal + ")"}},
 	}
 	for _, tt := range tests {
 		var rec recorder
 		status, err := Exec(context.Background(), ExecConfig{Argv: Restic{}.BackupArgv(tt.job, uuid.New()), Parser: Restic{}, Emit: rec.emit})
-		if err != nil || status != 1 {
-			t.Fatalf("%s: Exec = %d, %v; want 1", tt.name, status, err)
+		if err != nil || status != tt.status {
+			t.Fatalf("%s: Exec = %d, %v; want %d", tt.name, status, err, tt.status)
 		}
-		checkExit(t, &rec, Exit{ExitStatus: 1})
+		checkExit(t, &rec, Exit{ExitStatus: tt.status})
 		ev := rec.evidence(status)
 		if ev.Fatal != tt.fatal || len(rec.of(TypeFatal)) != 1 {
 			t.Errorf("%s: fatal events %+v, want %q", tt.name, rec.of(TypeFatal), tt.fatal)
@@ -705,9 +796,14 @@ func TestResticInterrupt(t *testing.T) {
 	if hasType(events, TypeSummary) {
 		t.Error("restic finished before the signal: the test data is too small")
 	}
+	// restic exits 130 on SIGINT up to 0.16, 1 from 0.17; either is the stop's 130.
 	last := events[len(events)-1]
-	if last.Type != TypeExit || string(last.Payload) != `{"exit_status":130}` {
-		t.Errorf("last event %s %s", last.Type, last.Payload)
+	want := `{"exit_status":130}`
+	if st := resticTraits(t).StoppedBackupExit; st != 130 {
+		want = fmt.Sprintf(`{"exit_status":130,"engine_exit_status":%d}`, st)
+	}
+	if last.Type != TypeExit || string(last.Payload) != want {
+		t.Errorf("last event %s %s, want %s", last.Type, last.Payload, want)
 	}
 	if !strings.Contains(stderr.String(), "signal interrupt received, cleaning up") {
 		t.Errorf("restic did not see a SIGINT; stderr:\n%s", stderr.Bytes())

@@ -211,6 +211,9 @@ type resticMessage struct {
 	During string          `json:"during"`
 	Item   string          `json:"item"`
 
+	// exit_error (0.18 and later, on standard error, with --json): the final error
+	Message string `json:"message"`
+
 	Summary
 }
 
@@ -277,11 +280,15 @@ const (
 )
 
 // ParseStderr turns an "error" line into an item_error event, restic's final
-// error into a fatal event and other messages into warnings. Stack frames
+// error (a "Fatal:" line, or from 0.18 an "exit_error" line) into a fatal event and other
+// messages into warnings. Stack frames
 // (restic prints them below unexpected errors) and JSON it cannot read yield
 // nothing.
 func (r Restic) ParseStderr(line []byte) (Event, bool) {
 	if m, ok := decodeMessage(line); ok {
+		if m.MessageType == "exit_error" {
+			return Event{TypeFatal, Fatal{Message: clip(strings.TrimSpace(m.Message))}}, true
+		}
 		if m.MessageType != "error" {
 			return Event{}, false
 		}
@@ -437,7 +444,7 @@ func (r Restic) Classify(ev Evidence) Outcome {
 	case 3:
 		return partial(ev)
 	case 130:
-		return Outcome{Status: Interrupted, Reason: "interrupted: restic stopped on SIGINT (exit status 130)"}
+		return Outcome{Status: Interrupted, Reason: "interrupted: restic was stopped with SIGINT (exit status 130)"}
 	case 128 + int(syscall.SIGHUP), 128 + int(syscall.SIGTERM):
 		// restic 0.14 does not handle these signals: it dies mid-backup as on
 		// SIGINT, only without removing its lock (`restic unlock` will).
@@ -523,7 +530,7 @@ func classifyFailure(status int, fatal string) Outcome {
 		return fail(Transient, "repository is unreachable")
 	case status == 10 || has("unable to open config file", "is there a repository"):
 		return fail(Permanent, "no repository at "+repositoryLocation(fatal))
-	case has("all target directories/files do not exist"):
+	case has("all target directories/files do not exist", "all source directories/files do not exist"):
 		return fail(Permanent, "none of the paths to back up exist")
 	case has("nothing to backup"):
 		return fail(Permanent, "no paths to back up")

@@ -58,7 +58,7 @@ func (s *stream) abandon() {
 }
 
 // start starts the producer and the copy, once the engine runs.
-func (s *stream) start(engine *os.Process, exited <-chan struct{}) {
+func (s *stream) start(engine *interrupter, exited <-chan struct{}) {
 	s.engineEnd.Close() // the engine holds its own copy
 	s.mu.Lock()
 	err := s.cmd.Start()
@@ -92,7 +92,7 @@ func (s *stream) start(engine *os.Process, exited <-chan struct{}) {
 }
 
 // fail records why the stream failed and interrupts the engine, its input still open.
-func (s *stream) fail(engine *os.Process, exited <-chan struct{}, what string) {
+func (s *stream) fail(engine *interrupter, exited <-chan struct{}, what string) {
 	select {
 	case <-exited:
 		s.feed.Close()
@@ -102,7 +102,7 @@ func (s *stream) fail(engine *os.Process, exited <-chan struct{}, what string) {
 	s.mu.Lock()
 	s.failure = StreamFailed + s.p.Line + " " + what + "; the engine was stopped before the stream ended, so no snapshot was made of it"
 	s.mu.Unlock()
-	engine.Signal(os.Interrupt)
+	engine.interrupt()
 }
 
 // interrupt passes a stop on to the producer's process group.

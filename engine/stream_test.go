@@ -150,9 +150,43 @@ func TestStreamStopNeverEndsInput(t *testing.T) {
 	var stdout lines
 	stdout.ch = make(chan string, 4)
 	_, err := Exec(ctx, ExecConfig{Argv: []string{"/bin/sh", "-c", `trap "" INT; timeout 3 cat >/dev/null; echo "cat=$?"`}, Stdout: &stdout,
-		Producer: &Producer{Argv: []string{"/bin/sh", "-c", `trap "exit 0" INT; while :; do sleep 0.1; done`}, Line: "loop"}})
+		Producer:  &Producer{Argv: []string{"/bin/sh", "-c", `trap "exit 0" INT; while :; do sleep 0.1; done`}, Line: "loop"},
+		StopGrace: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stdout.await(t, "cat=124", "the engine's report")
+}
+
+// A producer that fails while the engine waits on its input and does not act on SIGINT (restic
+// 0.18 and later read stdin to its end first) ends the attempt after the grace, failed for the
+// producer: the engine is killed, its input never ended.
+func TestStreamFailureKillsDeafEngine(t *testing.T) {
+	var rec recorder
+	done := make(chan int, 1)
+	go func() {
+		status, err := Exec(context.Background(), ExecConfig{
+			Argv:      []string{"/bin/sh", "-c", `trap "" INT; cat >/dev/null; echo "the input ended" >&2; exit 0`},
+			Emit:      rec.emit,
+			Producer:  &Producer{Argv: []string{"/bin/sh", "-c", "echo part; exit 4"}, Line: "dump"},
+			StopGrace: 200 * time.Millisecond,
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- status
+	}()
+	select {
+	case status := <-done:
+		if status != 1 {
+			t.Fatalf("Exec = %d, want 1", status)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the engine still runs a minute after its producer failed")
+	}
+	f := rec.of(TypeFatal)
+	if len(f) != 1 || !strings.HasPrefix(f[0].Payload.(Fatal).Message, StreamFailed+"dump exited 4;") {
+		t.Fatalf("fatal events %+v, want the producer's failure", f)
+	}
+	checkExit(t, &rec, Exit{ExitStatus: 1})
 }

@@ -101,3 +101,42 @@ func ResticVersionOf(ctx context.Context, binary string) (ResticVersion, error) 
 	resticVersions.Store(key, v)
 	return v, nil
 }
+
+// ResticTraits is what holdfast relies on that differs between restic releases. Each difference
+// is stated here once, for the release that brought it (restic's changelog, and holdfast's
+// tests on 0.14.0, 0.16.4, 0.18.1 and 0.19.1); code and tests read the trait, never a version
+// number.
+type ResticTraits struct {
+	// StoppedBackupExit is how a backup SIGINT stopped exits: 130 up to 0.16 and again from 0.19;
+	// 0.17 and 0.18 cancel the backup and exit 1 ("unable to save snapshot: context canceled").
+	// Exec counts either as the stop (a stop passed on ends the attempt 130).
+	StoppedBackupExit int
+	// FailureExitCodes: restic exits 10 (no repository), 11 (locked) and 12 (wrong password)
+	// from 0.17, 1 for each before.
+	FailureExitCodes bool
+	// FullSnapshotID: a backup's summary names its snapshot by the full 64-hex id from 0.15, by
+	// the short 8-hex one before.
+	FullSnapshotID bool
+	// ExitErrorJSON: with --json, the final error is an "exit_error" line on standard error from
+	// 0.18, a "Fatal: …" text before (ParseStderr reads both).
+	ExitErrorJSON bool
+	// KeepsOldestForUnfilledRule: forget keeps the oldest snapshot when a --keep-daily (weekly,
+	// monthly, yearly) rule has fewer snapshots than it would keep, from 0.16.
+	KeepsOldestForUnfilledRule bool
+}
+
+// Traits returns what restic release v does differently (ResticTraits).
+func (v ResticVersion) Traits() ResticTraits {
+	from := func(minor int) bool { return !v.Less(ResticVersion{0, minor, 0}) }
+	t := ResticTraits{
+		StoppedBackupExit:          130,
+		FailureExitCodes:           from(17),
+		FullSnapshotID:             from(15),
+		ExitErrorJSON:              from(18),
+		KeepsOldestForUnfilledRule: from(16),
+	}
+	if from(17) && !from(19) {
+		t.StoppedBackupExit = 1
+	}
+	return t
+}

@@ -19,6 +19,9 @@
 //	CI=true                 missing dependencies fail the test instead of skipping it
 //	HOLDFAST_TEST_DSN       use this PostgreSQL server instead of starting one
 //	HOLDFAST_TEST_SYSTEMD   "host": Systemd returns the host's system manager when usable
+//	HOLDFAST_TEST_RESTIC    the restic binary (a file named restic) every test runs: its
+//	                        directory goes first in PATH for this process and all it starts,
+//	                        and Restic fails a test that would find another
 //
 // Everything is private to one test binary (temporary directories, unix
 // sockets, random names), so several test binaries can run at once. Each
@@ -318,11 +321,34 @@ func goTool() (string, error) {
 	return p, nil
 }
 
-// Restic returns the path of the restic binary. Without one the test is skipped, or fails
-// under CI=true (scripts/install-deps installs it).
+// resticVar names the restic binary the tests run (the restic CI matrix, make test-restic).
+const resticVar = "HOLDFAST_TEST_RESTIC"
+
+// resticPath is set as the package is initialized, before any test looks restic up in PATH or
+// starts a daemon, a manager or restic: the named restic's directory goes first in PATH.
+var resticPath = func() string {
+	p := os.Getenv(resticVar)
+	if p != "" && filepath.IsAbs(p) && filepath.Base(p) == "restic" {
+		os.Setenv("PATH", filepath.Dir(p)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	}
+	return p
+}()
+
+// Restic returns the path of the restic binary: HOLDFAST_TEST_RESTIC if set, else restic in
+// PATH. Without one the test is skipped, or fails under CI=true (scripts/install-deps installs
+// it); a HOLDFAST_TEST_RESTIC that is not what PATH finds fails it.
 func Restic(t testing.TB) string {
 	t.Helper()
-	return installed(t, "restic")
+	if resticPath == "" {
+		return installed(t, "restic")
+	}
+	if !filepath.IsAbs(resticPath) || filepath.Base(resticPath) != "restic" {
+		t.Fatalf("testenv: %s=%q: give the absolute path of a file named restic", resticVar, resticPath)
+	}
+	if found, err := exec.LookPath("restic"); err != nil || found != resticPath {
+		t.Fatalf("testenv: %s=%s, but PATH finds %q (%v)", resticVar, resticPath, found, err)
+	}
+	return resticPath
 }
 
 // Lintian returns the path of lintian, which checks the .deb; as Restic.
