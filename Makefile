@@ -9,7 +9,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # fresh clone compiled and vetted every package again (about 60 s of CPU in `make test`).
 export GOFLAGS += -trimpath
 
-.PHONY: all build deps test test-pgbouncer lint bench bench-fleet demo fuzz man package clean
+.PHONY: all build deps test test-restic test-pgbouncer lint bench bench-fleet demo fuzz man package clean
 
 all: build
 
@@ -56,6 +56,26 @@ test: deps lint
 	wait $$scenarios; scenarios=$$?; \
 	rm -rf $$bindir; \
 	[ $$packages -eq 0 ] && [ $$scenarios -eq 0 ]
+
+# The restic matrix: make test runs Debian 12's restic (0.14.0); this runs what depends on restic
+# (its output, exit codes, signals, forget rules: engine, retention and the scenarios that stop,
+# restart, fail, restore, verify, copy and prune) against Ubuntu 24.04's 0.16.4, Debian 13's 0.18.1
+# and upstream's 0.19.1, each built once by scripts/install-restic and named by
+# HOLDFAST_TEST_RESTIC. The whole suite four times would not fit CI's time.
+RESTIC_VERSIONS  ?= 0.16.4 0.18.1 0.19.1
+RESTIC_PACKAGES  := ./engine/ ./retention/ ./forget/ ./inventory/ ./reconcile/
+RESTIC_SCENARIOS := ^(TestBackupSucceeds|TestBackupPartialAsUser|TestBackupFailsPermanently|TestBadInputRefused|TestStopRunningBackup|TestGracefulReboot|TestStopVersusReboot|TestStopThenGracefulExit|TestRuntimeLimit|TestStreamedDumps|TestRestoreEqualsSource|TestRestoreAfterCrash|TestVerify|TestDrill|TestCopyTo|TestRetentionApply|TestApplyPlanAndPrune|TestLedgerDeferral|TestFirstBackupSizedFromItsPaths|TestRetries|TestHardCrash|TestMetrics)$$
+test-restic: deps
+	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) build -o $$bindir/holdfast ./cmd/holdfast \
+		&& $(GO) build -o $$bindir/holdfast-unit ./cmd/holdfast-unit && chmod 755 $$bindir/* || exit 1; \
+	failed=; for v in $(RESTIC_VERSIONS); do \
+		bin=$$(scripts/install-restic $$v) || exit 1; start=$$(date +%s); \
+		echo "== restic $$v ($$bin)"; \
+		HOLDFAST_TEST_RESTIC=$$bin HOLDFAST_TEST_BINARY=$$bindir/holdfast $(GO) test -count=1 -timeout 20m -parallel 4 $(RESTIC_PACKAGES) || failed="$$failed $$v"; \
+		HOLDFAST_TEST_RESTIC=$$bin HOLDFAST_TEST_BINARY=$$bindir/holdfast $(GO) test -count=1 -timeout 20m -parallel 6 -run '$(RESTIC_SCENARIOS)' $(SCENARIOS) || failed="$$failed $$v"; \
+		echo "== restic $$v: $$(( $$(date +%s) - start )) s"; \
+	done; rm -rf $$bindir; \
+	[ -z "$$failed" ] || { echo "test-restic: failed on restic$$failed"; exit 1; }
 
 # The suite with every test's store and daemon behind a private PgBouncer in transaction mode,
 # the database itself their session address (testenv.Pooled; docs/ARCHITECTURE.md, Behind PgBouncer).

@@ -317,9 +317,14 @@ func (r Restic) ParseStderr(line []byte) (Event, bool) {
 			item, msg = i, loss
 		}
 		return Event{TypeItemError, ItemError{Item: item, During: "restore", Message: msg}}, true
-	// Whatever check prints on its standard error before its last word is a finding about the
-	// repository ("Pack ID does not match, ...").
+	// What check prints on its standard error before its last word is a finding about the
+	// repository ("Pack ID does not match, ..." up to 0.16, "pack ID contains N errors: ..." from
+	// 0.17), except a finding's indented continuation and the advice 0.17 and later print below
+	// damaged packs (checkAdvice).
 	case r.Operation == OpVerify && !fatal && !strings.HasPrefix(s, "unable to create lock in backend: "):
+		if raw[0] == ' ' || raw[0] == '\t' || isCheckAdvice(s) {
+			return Event{}, false
+		}
 		return Event{TypeItemError, ItemError{During: "check", Message: s}}, true
 	// restic prints fatal errors as they are wrapped: "Resolving password
 	// failed: Fatal: ...", and a lock conflict without the "Fatal:" prefix.
@@ -342,6 +347,25 @@ func (r Restic) ParseStderr(line []byte) (Event, bool) {
 		return Event{TypeItemError, ItemError{Item: item, During: "target", Message: "does not exist"}}, true
 	}
 	return Event{TypeWarning, Warning{Message: s}}, true
+}
+
+// checkAdvice starts the lines restic check 0.17 and later print below the damaged packs it
+// found: what to run and read, not findings.
+var checkAdvice = []string{
+	"The repository contains damaged pack files.",
+	"restic repair packs ",
+	"restic repair snapshots ",
+	"restic repair index",
+	"Damaged pack files can be caused by ",
+}
+
+func isCheckAdvice(s string) bool {
+	for _, a := range checkAdvice {
+		if strings.HasPrefix(s, a) {
+			return true
+		}
+	}
+	return false
 }
 
 // clip cuts a message to 4 KiB: the rest is still in the unit's log.

@@ -106,6 +106,53 @@ func TestGlobEscape(t *testing.T) {
 	}
 }
 
+// A damaged pack is one finding on every restic: check's standard error as each printed it for
+// one pack overwritten in part (0.16.4's for a tree's pack, with its indented continuation, and
+// 0.18.1's, with the advice below it).
+func TestCheckFindings(t *testing.T) {
+	pack := strings.Repeat("83ea4945", 8)
+	outputs := map[string]struct {
+		lines []string
+		first string
+	}{
+		"0.14.0": {[]string{"Pack ID does not match, want 21d30adb, got 929f209a", "Fatal: repository contains errors"},
+			"Pack ID does not match, want 21d30adb, got 929f209a"},
+		"0.16.4 tree": {[]string{"error for tree 90539b14:", "  decrypting blob 90539b14 failed: ciphertext verification failed",
+			"Fatal: repository contains errors"}, "error for tree 90539b14:"},
+		"0.18.1": {[]string{
+			"pack " + pack + " contains 2 errors: [blob 6a7c3d68: decrypting blob <data/6a7c3d68> from 83ea4945 failed: ciphertext verification failed]",
+			"",
+			"The repository contains damaged pack files. These damaged files must be removed to repair the repository. This can be done using the following commands. Please read the troubleshooting guide at https://restic.readthedocs.io/en/stable/077_troubleshooting.html first.",
+			"",
+			"restic repair packs " + pack,
+			"restic repair snapshots --forget",
+			"",
+			"Damaged pack files can be caused by backend problems, hardware problems or bugs in restic. Please open an issue at https://github.com/restic/restic/issues/new/choose for further troubleshooting!",
+			"Fatal: repository contains errors",
+		}, "pack " + pack + " contains 2 errors: [blob 6a7c3d68: decrypting blob <data/6a7c3d68> from 83ea4945 failed: ciphertext verification failed]"},
+	}
+	for name, out := range outputs {
+		var findings []ItemError
+		fatal := ""
+		for _, l := range out.lines {
+			ev, ok := Restic{Operation: OpVerify}.ParseStderr([]byte(l))
+			switch p := ev.Payload.(type) {
+			case ItemError:
+				findings = append(findings, p)
+			case Fatal:
+				fatal = p.Message
+			default:
+				if ok {
+					t.Errorf("%s: %q read as %+v", name, l, ev)
+				}
+			}
+		}
+		if len(findings) != 1 || findings[0].Message != out.first || fatal != "Fatal: repository contains errors" {
+			t.Errorf("%s: findings %+v, fatal %q; want one: %q", name, findings, fatal, out.first)
+		}
+	}
+}
+
 func TestRestoreAndCheckOutput(t *testing.T) {
 	restore := Restic{Operation: OpRestore}
 	ev, ok := restore.ParseStderr([]byte("ignoring error for /src/a: ciphertext verification failed"))

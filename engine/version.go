@@ -19,6 +19,14 @@ type ResticVersion struct {
 
 func (v ResticVersion) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
 
+// Release is String, or "" for the zero ResticVersion (not known).
+func (v ResticVersion) Release() string {
+	if v == (ResticVersion{}) {
+		return ""
+	}
+	return v.String()
+}
+
 // Less reports whether v is an older release than w.
 func (v ResticVersion) Less(w ResticVersion) bool {
 	if v.Major != w.Major {

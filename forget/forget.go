@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
@@ -33,6 +34,10 @@ type Request struct {
 	Read func(context.Context, model.Job) ([]store.Snapshot, error)
 	// Copy plans the job's copy repository (see model.Job.Copy) instead of its own.
 	Copy bool
+	// Restic is the release of the restic that runs the job's commands: its forget rules are the
+	// plan's (retention.Options.KeepOldestOfUnfilledRule). Zero, not known, keeps what any
+	// release would keep.
+	Restic engine.ResticVersion
 }
 
 // Planned is a plan with what it was made from.
@@ -79,8 +84,9 @@ func Plan(ctx context.Context, st *store.Store, req Request) (Planned, error) {
 	if err != nil {
 		return Planned{}, err
 	}
+	keepOldest := req.Restic == (engine.ResticVersion{}) || req.Restic.Traits().KeepsOldestForUnfilledRule
 	plan, err := retention.New(p, Snapshots(recorded), retention.Options{At: req.At, WithinFrom: retention.WithinFromNow,
-		Scope: retention.Scope{Job: j.Name, Host: req.Host}})
+		Scope: retention.Scope{Job: j.Name, Host: req.Host}, KeepOldestOfUnfilledRule: keepOldest})
 	if err != nil {
 		return Planned{}, err
 	}

@@ -23,6 +23,9 @@ import (
 type Config struct {
 	Store   *store.Store
 	Version string
+	// Restic is the release of the restic the daemon runs (holdfast_restic_info); "" leaves the
+	// series out.
+	Restic string
 	// ScrapeTimeout bounds reading the database at a scrape. Default DefaultScrapeTimeout.
 	ScrapeTimeout time.Duration
 	Logger        *slog.Logger
@@ -73,6 +76,15 @@ func New(cfg Config) *Metrics {
 	build.Set(1)
 	m.registry.MustRegister(m.runDuration, m.lateness, m.sweep, build, &database{cfg: cfg},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.Restic != "" {
+		restic := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        "holdfast_restic_info",
+			Help:        "The restic release this daemon runs; always 1.",
+			ConstLabels: prometheus.Labels{"version": cfg.Restic},
+		})
+		restic.Set(1)
+		m.registry.MustRegister(restic)
+	}
 	return m
 }
 

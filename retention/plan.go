@@ -54,6 +54,10 @@ type Options struct {
 	At         time.Time // the plan's reference time (zero = time.Now())
 	WithinFrom WithinFrom
 	Scope      Scope
+	// KeepOldestOfUnfilledRule keeps the oldest snapshot in scope for each calendar rule
+	// (hourly … yearly) that has fewer buckets than it would keep, as restic forget does from
+	// 0.16 (engine.ResticTraits); restic 0.14 and 0.15 do not.
+	KeepOldestOfUnfilledRule bool
 }
 
 // Decision is what a plan does with one snapshot, and why.
@@ -148,6 +152,7 @@ func New(p Policy, snaps []Snapshot, opt Options) (Plan, error) {
 	}
 
 	r := newRules(p, loc)
+	r.keepOldest = opt.KeepOldestOfUnfilledRule
 	if !p.KeepWithin.IsZero() {
 		ref, measurable := at, true
 		if opt.WithinFrom == WithinFromLatest {
@@ -170,7 +175,7 @@ func New(p Policy, snaps []Snapshot, opt Options) (Plan, error) {
 	for k, pos := range inScope {
 		d := &plan.Decisions[pos]
 		s := &snaps[order[pos].idx]
-		if why := r.keep(k, d.Time); why != "" {
+		if why := r.keep(k, d.Time, k == len(inScope)-1); why != "" {
 			d.Keep, d.Reason = true, why
 			plan.Kept++
 			continue
@@ -298,6 +303,8 @@ type rules struct {
 	withinBy string    // reason for keep-within
 	buckets  [5]bucket // hour, day, ISO week, month, year
 	active   bool      // some bucket has counts left
+	// keepOldest: a bucket rule with counts left keeps the oldest snapshot too (Options).
+	keepOldest bool
 }
 
 func newRules(p Policy, loc *time.Location) *rules {
@@ -332,10 +339,10 @@ func (r *rules) setWithin(d Duration, ref time.Time, measurable bool, from Withi
 	r.withinBy = "within " + FormatDuration(d) + " of " + what + ref.In(r.loc).Format(time.RFC3339)
 }
 
-// keep applies the rules to the k-th newest in-scope snapshot and returns the
-// first reason to keep it, or "". Every bucket rule sees every snapshot, as
+// keep applies the rules to the k-th newest in-scope snapshot, oldest if it is the last, and
+// returns the first reason to keep it, or "". Every bucket rule sees every snapshot, as
 // in restic, so a snapshot kept by one rule still uses up another's count.
-func (r *rules) keep(k int, t time.Time) string {
+func (r *rules) keep(k int, t time.Time, oldest bool) string {
 	var why string
 	var also []string
 	add := func(reason, name string) {
@@ -375,11 +382,16 @@ func (r *rules) keep(k int, t time.Time) string {
 			case 4:
 				key = y
 			}
-			if b.used == 0 || key != b.last {
+			newBucket := b.used == 0 || key != b.last
+			if newBucket || r.keepOldest && oldest {
 				b.used++
 				b.last = key
+				reason := b.reason(lt)
+				if !newBucket {
+					reason = b.oldestReason()
+				}
 				if why == "" {
-					why = b.reason(lt)
+					why = reason
 				} else {
 					also = append(also, b.rule)
 				}
@@ -427,6 +439,13 @@ func (b *bucket) reason(lt time.Time) string {
 	buf = strconv.AppendInt(buf, int64(b.n), 10)
 	buf = append(buf, ')')
 	return string(buf)
+}
+
+// oldestReason says why the rule kept the oldest snapshot, which shares its bucket with a newer
+// one it kept: the rule is not filled, and restic 0.16 and later keep the oldest then.
+func (b *bucket) oldestReason() string {
+	return "oldest snapshot, kept because the " + b.rule + " rule is not filled (" +
+		strconv.Itoa(b.used) + "/" + strconv.Itoa(b.n) + "), as restic forget 0.16 and later keep it"
 }
 
 func appendDate(buf []byte, y, m, d int) []byte {

@@ -509,3 +509,36 @@ func TestNewDefaultAt(t *testing.T) {
 		t.Error("guardrail refused an empty plan")
 	}
 }
+
+// A calendar rule with fewer buckets than it keeps keeps the oldest snapshot too when the plan
+// follows restic 0.16 and later, and says why; restic 0.14's rules delete it.
+func TestNewKeepsOldestOfUnfilledRule(t *testing.T) {
+	snaps := snapsAt(t, "2026-03-02T10:00:00Z", "2026-03-01T18:00:00Z", "2026-03-01T09:00:00Z")
+	p := Policy{KeepDaily: 5}
+	at := ts(t, "2026-03-03T00:00:00Z")
+	for _, keepOldest := range []bool{false, true} {
+		plan, err := New(p, snaps, Options{At: at, Scope: Scope{Job: "a"}, KeepOldestOfUnfilledRule: keepOldest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldest := decision(plan, "2026-03-01T09:00:00Z")
+		want := Decision{SnapshotID: oldest.SnapshotID, Time: oldest.Time, Reason: reasonDelete}
+		if keepOldest {
+			want.Keep, want.Reason = true, "oldest snapshot, kept because the daily rule is not filled (3/5), as restic forget 0.16 and later keep it"
+		}
+		if oldest != want {
+			t.Errorf("KeepOldestOfUnfilledRule=%v: oldest %+v, want %+v", keepOldest, oldest, want)
+		}
+		if d := decision(plan, "2026-03-01T18:00:00Z"); !d.Keep || d.Reason != "newest of its day 2026-03-01 (2/5)" {
+			t.Errorf("KeepOldestOfUnfilledRule=%v: the day's newest %+v", keepOldest, d)
+		}
+	}
+	// A rule that is filled keeps nothing more.
+	plan, err := New(Policy{KeepDaily: 2}, snaps, Options{At: at, Scope: Scope{Job: "a"}, KeepOldestOfUnfilledRule: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := decision(plan, "2026-03-01T09:00:00Z"); d.Keep {
+		t.Errorf("a filled rule kept the oldest: %+v", d)
+	}
+}

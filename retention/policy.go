@@ -15,11 +15,13 @@
 //
 // For the rules restic also has (keep-last, keep-hourly … keep-yearly, and
 // keep-within measured from the newest snapshot) a plan keeps exactly what
-// `restic forget` 0.14 keeps: calendar buckets are filled newest first, a
+// `restic forget` keeps: calendar buckets are filled newest first, a
 // snapshot is kept by a bucket rule when its bucket differs from the bucket of
 // the last snapshot that rule kept, weeks are ISO weeks (ISO year and week
 // number), and keep-within keeps snapshots strictly newer than the reference
-// time minus the duration. Unlike restic, calendar buckets are computed in the
+// time minus the duration. restic 0.16 and later also keep the oldest snapshot
+// for a bucket rule that is not filled: Options.KeepOldestOfUnfilledRule, which
+// the caller sets from the restic it runs (engine.ResticTraits). Unlike restic, calendar buckets are computed in the
 // policy's time zone rather than in the zone each snapshot was recorded in.
 package retention
 

@@ -133,6 +133,11 @@ func TestResticForgetAgrees(t *testing.T) {
 		t.Fatalf("newest snapshot at %v, want %v: did restic read --time as UTC?", newest, want)
 	}
 	now := time.Now()
+	ver, err := engine.ResticVersionOf(t.Context(), restic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keepOldest := ver.Traits().KeepsOldestForUnfilledRule
 
 	policies := []Policy{
 		{KeepLast: 5},
@@ -151,6 +156,11 @@ func TestResticForgetAgrees(t *testing.T) {
 		{KeepWithin: Duration{Years: 1, Months: 1, Days: 2, Hours: 3}, KeepLast: 2},
 		{KeepLast: 1, KeepDaily: 7, KeepWeekly: 5, KeepMonthly: 12, KeepYearly: 3},
 		{KeepLast: 2, KeepDaily: 30, KeepWeekly: 8, KeepMonthly: 12, KeepYearly: 7},
+		// Rules with fewer buckets than they keep: restic 0.16 and later keep the oldest too.
+		{KeepDaily: 100},
+		{KeepWeekly: 60, KeepYearly: 10},
+		{KeepMonthly: 20},
+		{KeepHourly: 200},
 	}
 	for _, p := range policies {
 		t.Run(strings.Join(resticFlags(p), " "), func(t *testing.T) {
@@ -173,7 +183,8 @@ func TestResticForgetAgrees(t *testing.T) {
 				resticRemoves = append(resticRemoves, s.ID)
 			}
 
-			plan, err := New(p, snaps, Options{At: now, WithinFrom: WithinFromLatest, Scope: Scope{Job: "a", Host: "h1"}})
+			plan, err := New(p, snaps, Options{At: now, WithinFrom: WithinFromLatest, Scope: Scope{Job: "a", Host: "h1"},
+				KeepOldestOfUnfilledRule: keepOldest})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -318,7 +318,7 @@ func New(cfg Config) (*Supervisor, error) {
 	var m *metrics.Metrics
 	var observer reconcile.Observer
 	if cfg.Listen != "" {
-		m = metrics.New(metrics.Config{Store: cfg.Store, Version: cfg.Version, Logger: cfg.Logger})
+		m = metrics.New(metrics.Config{Store: cfg.Store, Version: cfg.Version, Restic: cfg.ResticVersion.Release(), Logger: cfg.Logger})
 		observer = m
 	}
 	sweepWake, failed := wake.New(), make(chan error, 1)

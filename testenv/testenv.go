@@ -348,6 +348,15 @@ func Restic(t testing.TB) string {
 	if found, err := exec.LookPath("restic"); err != nil || found != resticPath {
 		t.Fatalf("testenv: %s=%s, but PATH finds %q (%v)", resticVar, resticPath, found, err)
 	}
+	// Units run it as other users (nobody): a directory closed to them fails every run 127.
+	for dir := filepath.Dir(resticPath); ; dir = filepath.Dir(dir) {
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm()&0o001 == 0 {
+			t.Fatalf("testenv: %s=%s: %s is not open to other users, who run it in units (scripts/install-restic puts it under /var/cache)", resticVar, resticPath, dir)
+		}
+		if dir == "/" {
+			break
+		}
+	}
 	return resticPath
 }
 

@@ -146,6 +146,7 @@ func TestBadInputRefused(t *testing.T) {
 		{"simulate from a device", []string{"retention", "simulate", "--snapshots", "/dev/zero", "--keep-last", "1"}, 2, "is not a regular file"},
 		{"simulate from a file past 64 MiB", []string{"retention", "simulate", "--snapshots", huge, "--keep-last", "1"}, 2, "more than the 67108864 a listing may have"},
 		{"simulate --keep-within 6x", []string{"retention", "simulate", "--snapshots", huge, "--keep-within", "6x"}, 2, `invalid duration "6x"`},
+		{"simulate --restic-version 0.9.6", []string{"retention", "simulate", "--snapshots", huge, "--keep-last", "1", "--restic-version", "0.9.6"}, 2, `--restic-version "0.9.6": give a restic release such as 0.16.4, 0.14.0 or later`},
 		{"run list --limit 0", []string{"run", "list", "--limit", "0"}, 2, "--limit must be at least 1"},
 		{"ledger show --limit -1", []string{"ledger", "show", "--limit", "-1"}, 2, "--limit -1: give at least 1"},
 		{"retention history --limit 0", []string{"retention", "history", "--limit", "0"}, 2, "--limit 0: give at least 1"},

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/testenv"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -139,6 +140,9 @@ func TestMetrics(t *testing.T) {
 	}
 	if gauge("holdfast_database_up") != 1 || gauge("holdfast_build_info", "version", "dev") != 1 {
 		t.Error("holdfast_database_up or holdfast_build_info missing")
+	}
+	if v, err := engine.ResticVersionOf(t.Context(), testenv.Restic(t)); err != nil || gauge("holdfast_restic_info", "version", v.String()) != 1 {
+		t.Errorf("holdfast_restic_info of restic %s (%v) missing", v, err)
 	}
 	host, _ := os.Hostname()
 	if gauge("holdfast_host_up", "host", host) != 1 || gauge("holdfast_host_heartbeat_timestamp_seconds", "host", host) == 0 {

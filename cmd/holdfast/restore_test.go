@@ -127,11 +127,12 @@ func TestRestoreEqualsSource(t *testing.T) {
 	}
 	rw.sameTree(target)
 	// Its unit's own lines, as for a backup: restic says what it restores where (journald may
-	// take a moment to have them).
+	// take a moment to have them), "restoring <Snapshot 25a5aaf6 of …" up to 0.15, "restoring
+	// snapshot 25a5aaf6 of …" later.
 	var logs string
 	if !eventually(time.Minute, func() bool {
 		logs = rw.mustRun("run", "logs", r.ID)
-		return strings.Contains(logs, "restoring <Snapshot "+rw.snapshot)
+		return strings.Contains(logs, "restoring <Snapshot "+rw.snapshot[:8]) || strings.Contains(logs, "restoring snapshot "+rw.snapshot[:8])
 	}) {
 		t.Fatalf("run logs of the restore lack restic's line:\n%s", logs)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/forget"
 	"github.com/holdfast-backup/holdfast/inventory"
 	"github.com/holdfast-backup/holdfast/job"
@@ -253,8 +254,13 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			resticVersion, err := engine.ResticVersionOf(cmd.Context(), resticPath)
+			if err != nil {
+				return inputError{err}
+			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				pl, err := forget.Plan(ctx, st, forget.Request{Job: args[0], At: planAt, Host: host, Copy: repository == "copy",
+					Restic:      resticVersion,
 					Policy:      func(p retention.Policy) (retention.Policy, error) { return pf.policy(cmd.Flags(), p) },
 					PolicyGiven: pf.given(cmd.Flags()),
 					Read: func(ctx context.Context, j model.Job) ([]store.Snapshot, error) {
@@ -336,7 +342,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 
 func newRetentionSimulateCmd() *cobra.Command {
 	var pf policyFlags
-	var file, at, withinFrom, host string
+	var file, at, withinFrom, host, resticRelease string
 	var tags []string
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -373,6 +379,10 @@ func newRetentionSimulateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			keepOldest, err := simulatedForgetRules(cmd.Context(), resticRelease)
+			if err != nil {
+				return err
+			}
 			data, err := readListing(file, maxListing)
 			if err != nil {
 				return err
@@ -382,7 +392,7 @@ func newRetentionSimulateCmd() *cobra.Command {
 				return badInput("--snapshots %s: %v", file, err)
 			}
 			plan, err := retention.New(p, snaps, retention.Options{At: planAt, WithinFrom: from,
-				Scope: retention.Scope{Host: host, Tags: tags}})
+				Scope: retention.Scope{Host: host, Tags: tags}, KeepOldestOfUnfilledRule: keepOldest})
 			if err != nil {
 				return inputError{err}
 			}
@@ -401,8 +411,28 @@ func newRetentionSimulateCmd() *cobra.Command {
 	f.StringVar(&withinFrom, "within-from", "now", "measure --keep-within from now or from the latest snapshot")
 	f.StringVar(&host, "host", "", "only snapshots of this host are in the group")
 	f.StringArrayVar(&tags, "tag", nil, "only snapshots with this tag are in the group (repeatable: all of them)")
+	f.StringVar(&resticRelease, "restic-version", "", "plan with the forget rules of this restic release, such as 0.14.0 (default: the restic in PATH's; the newest rules without one)")
 	f.BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	return cmd
+}
+
+// simulatedForgetRules says whether a simulated plan keeps the oldest snapshot of a rule that is
+// not filled, as restic forget does from 0.16: by the release given, else by the restic in PATH,
+// else as the newest releases do (keeping more).
+func simulatedForgetRules(ctx context.Context, release string) (bool, error) {
+	if release != "" {
+		v, err := engine.ParseResticVersion([]byte("restic " + release))
+		if err != nil || v.Less(engine.OldestRestic) {
+			return false, badInput("--restic-version %q: give a restic release such as 0.16.4, %s or later", release, engine.OldestRestic)
+		}
+		return v.Traits().KeepsOldestForUnfilledRule, nil
+	}
+	if path, err := runctl.ResticBinary(""); err == nil {
+		if v, err := engine.ResticVersionOf(ctx, path); err == nil {
+			return v.Traits().KeepsOldestForUnfilledRule, nil
+		}
+	}
+	return true, nil
 }
 
 // maxListing bounds a `restic snapshots --json` file that simulate reads: about 100,000 snapshots.
