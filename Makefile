@@ -57,14 +57,17 @@ test: deps lint
 	rm -rf $$bindir; \
 	[ $$packages -eq 0 ] && [ $$scenarios -eq 0 ]
 
-# The restic matrix: make test runs Debian 12's restic (0.14.0); this runs what depends on restic
-# (its output, exit codes, signals, forget rules: engine, retention and the scenarios that stop,
-# restart, fail, restore, verify, copy and prune) against Ubuntu 24.04's 0.16.4, Debian 13's 0.18.1
-# and upstream's 0.19.1, each built once by scripts/install-restic and named by
-# HOLDFAST_TEST_RESTIC. The whole suite four times would not fit CI's time.
+# The restic and Debian matrix: make test runs Debian 12's restic (0.14.0) and booted Debian 12
+# hosts; this runs what depends on restic (its output, exit codes, signals, forget rules: engine,
+# retention and the scenarios that stop, restart, fail, restore, verify, copy and prune) against
+# Ubuntu 24.04's 0.16.4, Debian 13's 0.18.1 and upstream's 0.19.1, each built once by
+# scripts/install-restic and named by HOLDFAST_TEST_RESTIC, and then the package and reboot tests
+# on booted Debian 13 hosts (systemd 257, their own restic 0.18 and PostgreSQL 17). The whole suite
+# four times would not fit CI's time.
 RESTIC_VERSIONS  ?= 0.16.4 0.18.1 0.19.1
 RESTIC_PACKAGES  := ./engine/ ./retention/ ./forget/ ./inventory/ ./reconcile/
 RESTIC_SCENARIOS := ^(TestBackupSucceeds|TestBackupPartialAsUser|TestBackupFailsPermanently|TestBadInputRefused|TestStopRunningBackup|TestGracefulReboot|TestStopVersusReboot|TestStopThenGracefulExit|TestRuntimeLimit|TestStreamedDumps|TestRestoreEqualsSource|TestRestoreAfterCrash|TestVerify|TestDrill|TestCopyTo|TestRetentionApply|TestApplyPlanAndPrune|TestLedgerDeferral|TestFirstBackupSizedFromItsPaths|TestRetries|TestHardCrash|TestMetrics)$$
+DEBIAN13_TESTS   := ^(TestBootedHostPackage|TestBootedHostReboot)$$
 test-restic: deps
 	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) build -o $$bindir/holdfast ./cmd/holdfast \
 		&& $(GO) build -o $$bindir/holdfast-unit ./cmd/holdfast-unit && chmod 755 $$bindir/* || exit 1; \
@@ -74,7 +77,12 @@ test-restic: deps
 		HOLDFAST_TEST_RESTIC=$$bin HOLDFAST_TEST_BINARY=$$bindir/holdfast $(GO) test -count=1 -timeout 20m -parallel 4 $(RESTIC_PACKAGES) || failed="$$failed $$v"; \
 		HOLDFAST_TEST_RESTIC=$$bin HOLDFAST_TEST_BINARY=$$bindir/holdfast $(GO) test -count=1 -timeout 20m -parallel 6 -run '$(RESTIC_SCENARIOS)' $(SCENARIOS) || failed="$$failed $$v"; \
 		echo "== restic $$v: $$(( $$(date +%s) - start )) s"; \
-	done; rm -rf $$bindir; \
+	done; \
+	start=$$(date +%s); echo "== booted Debian 13 hosts"; \
+	HOLDFAST_TEST_DEBIAN=13 HOLDFAST_TEST_BINARY=$$bindir/holdfast $(GO) test -count=1 -timeout 30m -run '$(DEBIAN13_TESTS)' $(SCENARIOS) \
+		|| failed="$$failed, Debian 13"; \
+	echo "== booted Debian 13 hosts: $$(( $$(date +%s) - start )) s"; \
+	rm -rf $$bindir; \
 	[ -z "$$failed" ] || { echo "test-restic: failed on restic$$failed"; exit 1; }
 
 # The suite with every test's store and daemon behind a private PgBouncer in transaction mode,

@@ -227,8 +227,11 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 	}
 	status, sig := exitStatus(cmd.ProcessState)
 	if intr.killed.Load() && sig == signalName(int(syscall.SIGKILL)) {
-		r.handle(Event{TypeWarning, Warning{Message: fmt.Sprintf(
-			"%s did not exit within %s of its SIGINT: holdfast killed it", filepath.Base(cfg.Argv[0]), intr.grace)}})
+		msg := fmt.Sprintf("%s did not exit within %s of its SIGINT: holdfast killed it", filepath.Base(cfg.Argv[0]), intr.grace)
+		if cfg.Stderr != nil {
+			fmt.Fprintf(cfg.Stderr, "holdfast exec: %s\n", msg)
+		}
+		r.handle(Event{TypeWarning, Warning{Message: msg}})
 	}
 	stop := ctx.Err() != nil
 	select {

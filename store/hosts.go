@@ -18,7 +18,8 @@ import (
 type Host struct {
 	Name          string
 	Version       string
-	Generation    int64 // goes up each time a daemon takes the lease anew
+	ResticVersion string // the release of the restic its daemon runs; "" if not recorded
+	Generation    int64  // goes up each time a daemon takes the lease anew
 	Holder        string
 	LeaseUntil    time.Time
 	HeartbeatAt   time.Time
@@ -78,6 +79,8 @@ type LeaseRequest struct {
 	Host    string
 	Holder  string // who asks: see reconcile.LeaseHolder
 	Version string
+	// ResticVersion is the release of the restic the daemon runs ("" if not known).
+	ResticVersion string
 	// Duration is how long the lease lasts unless renewed; Grace is how long after another
 	// host's lease expired this daemon waits before taking over its any-host runs (recorded
 	// for holdfast check).
@@ -134,9 +137,9 @@ func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, erro
 		err = tx.QueryRow(ctx, `
 			UPDATE hosts SET generation = generation + 1, holder = $2, version = $3,
 				lease_until = now() + $4::interval, heartbeat_at = now(), takeover_grace = $5::interval, lease_since = now(),
-				started_at = CASE WHEN holder = $2 THEN started_at ELSE now() END
+				started_at = CASE WHEN holder = $2 THEN started_at ELSE now() END, restic_version = nullif($6, '')
 			WHERE name = $1 RETURNING generation, lease_until`,
-			req.Host, req.Holder, req.Version, req.Duration, req.Grace).Scan(&l.Generation, &l.Until)
+			req.Host, req.Holder, req.Version, req.Duration, req.Grace, req.ResticVersion).Scan(&l.Generation, &l.Until)
 		if err != nil {
 			return err
 		}
@@ -191,13 +194,13 @@ func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
 	return nil
 }
 
-const hostColumns = `h.name, h.version, h.generation, h.holder, h.lease_until, h.heartbeat_at, h.started_at,
+const hostColumns = `h.name, h.version, coalesce(h.restic_version, ''), h.generation, h.holder, h.lease_until, h.heartbeat_at, h.started_at,
 	h.takeover_grace, h.draining_since, h.lease_until > now(),
 	(SELECT count(*) FROM attempts a WHERE a.host = h.name AND a.ended_at IS NULL AND a.unit IS NOT NULL),
 	(SELECT count(*) FROM jobs j WHERE j.host = h.name), now()`
 
 func hostDest(h *Host) []any {
-	return []any{&h.Name, &h.Version, &h.Generation, &h.Holder, &h.LeaseUntil, &h.HeartbeatAt, &h.StartedAt,
+	return []any{&h.Name, &h.Version, &h.ResticVersion, &h.Generation, &h.Holder, &h.LeaseUntil, &h.HeartbeatAt, &h.StartedAt,
 		&h.TakeoverGrace, &h.DrainingSince, &h.Alive, &h.LiveRuns, &h.PinnedJobs, &h.ReadAt}
 }
 

@@ -329,7 +329,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if gone == nil {
 		gone = reconcile.HolderGone
 	}
-	lease := newHostLease(cfg.Store, store.LeaseRequest{Host: cfg.Host, Holder: holder, Version: cfg.Version,
+	lease := newHostLease(cfg.Store, store.LeaseRequest{Host: cfg.Host, Holder: holder, Version: cfg.Version, ResticVersion: cfg.ResticVersion.Release(),
 		Duration: cfg.Lease, Grace: cfg.TakeoverGrace, HolderGone: gone}, cfg.Logger, sweepWake.Wake,
 		func(err error) {
 			select {

@@ -24,7 +24,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A booted host is a Debian 12 container whose PID 1 is systemd, for what
+// A booted host is a Debian 12 container (Debian 13 with HOLDFAST_TEST_DEBIAN=13) whose PID 1
+// is systemd, for what
 // only the system manager shows: credentials handed to User=, LogExtraFields
 // in the journal, systemd-analyze security of a unit. Its root is an overlay
 // of a cached image (built once per machine with debootstrap, under a lock)
@@ -42,10 +43,16 @@ const (
 	hostPath        = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
+// debianVar names the Debian release of the booted hosts: 12 (bookworm, the default) or 13
+// (trixie), each with its own systemd, restic and PostgreSQL.
+const debianVar = "HOLDFAST_TEST_DEBIAN"
+
+var debianSuites = map[string]string{"": "bookworm", "12": "bookworm", "13": "trixie"}
+
 // The image recipe. Changing it changes the image's name, so a stale image
 // is never used.
 var (
-	imageSuite    = "bookworm"
+	imageSuite    = debianSuites[os.Getenv(debianVar)]
 	imagePackages = []string{"systemd", "systemd-sysv", "dbus", "libpam-systemd", "restic", "postgresql", "acl"}
 	// imageSteps names what buildImage does after debootstrap; bump it when
 	// that changes.
@@ -87,7 +94,7 @@ type HostConfig struct {
 // server (HostConfig.Postgres) has the image's masked: nothing there uses it, it cost each boot
 // a server's start, and sharing the machine's network every host's would take the same port.
 
-// Host is a booted Debian 12 container, see BootedHost.
+// Host is a booted Debian container, see BootedHost.
 type Host struct {
 	Name string // machine name and host name
 
@@ -103,7 +110,7 @@ type Host struct {
 	lastBoot time.Duration
 }
 
-// BootedHost boots a fresh Debian 12 container with systemd as PID 1 and
+// BootedHost boots a fresh Debian 12 (or 13, see debianVar) container with systemd as PID 1 and
 // waits until it is up (see WaitRunning). Its root file system is a
 // copy-on-write layer over a cached image (systemd, dbus, restic), so a
 // test's changes stay its own. It is powered off and its files removed at
@@ -119,6 +126,9 @@ func BootedHost(t testing.TB) *Host {
 // BootedHostWith is BootedHost with a configuration.
 func BootedHostWith(t testing.TB, cfg HostConfig) *Host {
 	t.Helper()
+	if imageSuite == "" {
+		t.Fatalf("testenv: %s=%q: give 12 or 13", debianVar, os.Getenv(debianVar))
+	}
 	if err := checkBooted(); err != nil {
 		var u *unavailableError
 		if errors.As(err, &u) {

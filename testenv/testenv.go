@@ -19,6 +19,7 @@
 //	CI=true                 missing dependencies fail the test instead of skipping it
 //	HOLDFAST_TEST_DSN       use this PostgreSQL server instead of starting one
 //	HOLDFAST_TEST_SYSTEMD   "host": Systemd returns the host's system manager when usable
+//	HOLDFAST_TEST_DEBIAN    12 (default) or 13: the Debian release booted hosts run
 //	HOLDFAST_TEST_RESTIC    the restic binary (a file named restic) every test runs: its
 //	                        directory goes first in PATH for this process and all it starts,
 //	                        and Restic fails a test that would find another

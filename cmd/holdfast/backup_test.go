@@ -188,13 +188,23 @@ func TestStopRunningBackup(t *testing.T) {
 	if out := w.mustRun("run", "stop", id[:8]); !strings.Contains(out, "stop requested") {
 		t.Fatalf("run stop printed %q", out)
 	}
+	stopped := time.Now()
 	r := w.waitEnd(id)
 	if r.Status != "stopped" || r.StopRequested == nil {
 		t.Fatalf("run = %+v, want stopped", r)
 	}
 	a := r.Attempts[0]
+	// 130 on every restic: 0.14 to 0.16 and 0.19 exit 130 on SIGINT, 0.17 and 0.18 exit 1, and a
+	// rate-limited restic that does not act on it is killed after engine.StopGrace; the unit's
+	// holdfast exec counts each as the stop.
 	if a.ExitCode != "exited" || a.ExitStatus != "130" {
-		t.Fatalf("attempt ended %s %s %s, want exited 130 (restic's answer to SIGINT)", a.ServiceResult, a.ExitCode, a.ExitStatus)
+		t.Fatalf("attempt ended %s %s %s, want exited 130 (the stop's)", a.ServiceResult, a.ExitCode, a.ExitStatus)
+	}
+	// How long the stop took to end the unit's main process, from the journal (logged, not
+	// asserted: the machine may be loaded).
+	if at, ok := w.journalTimes("Main process exited", a.Unit)[a.Unit]; ok {
+		_, killed := w.journalTimes("holdfast killed it", a.Unit)[a.Unit]
+		t.Logf("the unit's main process exited %v after run stop returned (restic killed after the grace: %v)", at.Sub(stopped).Round(time.Millisecond), killed)
 	}
 	if locks := strings.TrimSpace(w.restic(repo, pw, "list", "locks")); locks != "" {
 		t.Fatalf("restic left locks behind: %q", locks)

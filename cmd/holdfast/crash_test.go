@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -531,13 +533,16 @@ func crashResume(t *testing.T, w *world, point string) {
 // crashSettle: `ledger settle` dies settling a deferred hold. Before its commit the hold is
 // still open and the command run again settles it; after it, a second settlement is refused.
 func crashSettle(t *testing.T, w *world, point string) {
-	// A remote repository that does not answer: restic reports no figure, and there is no
-	// growth to measure, so the hold stays open until it is settled by hand.
+	// A remote server without the repository: restic reports no figure, and there is no growth
+	// to measure, so the hold stays open until it is settled by hand. It answers 404 at once
+	// (restic 0.17 and later retry a server that cannot be reached for minutes).
+	srv := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
 	pw := filepath.Join(w.dir, "pw")
 	if err := os.WriteFile(pw, []byte("x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w.mustRun("job", "add", "far", "--repo", "rest:http://127.0.0.1:9/", "--password-file", pw,
+	w.mustRun("job", "add", "far", "--repo", "rest:"+srv.URL+"/", "--password-file", pw,
 		"--path", w.sampleData("data", 1, 1<<10), "--max-added", "1MiB")
 	w.startDaemon()
 	id := w.startRun("far")

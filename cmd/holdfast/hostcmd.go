@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"text/tabwriter"
@@ -21,6 +22,7 @@ func newHostCmd(g *globals) *cobra.Command {
 type hostOut struct {
 	Name          string  `json:"name"`
 	Version       string  `json:"version"`
+	ResticVersion string  `json:"restic_version"`
 	Alive         bool    `json:"alive"`
 	LastHeartbeat string  `json:"last_heartbeat"`
 	LeaseUntil    string  `json:"lease_until"`
@@ -33,7 +35,7 @@ type hostOut struct {
 }
 
 func hostJSON(h store.Host) hostOut {
-	return hostOut{Name: h.Name, Version: h.Version, Alive: h.Alive, LastHeartbeat: h.HeartbeatAt.UTC().Format(time.RFC3339Nano),
+	return hostOut{Name: h.Name, Version: h.Version, ResticVersion: h.ResticVersion, Alive: h.Alive, LastHeartbeat: h.HeartbeatAt.UTC().Format(time.RFC3339Nano),
 		LeaseUntil: h.LeaseUntil.UTC().Format(time.RFC3339Nano), Generation: h.Generation, Holder: h.Holder,
 		StartedAt: h.StartedAt.UTC().Format(time.RFC3339Nano), DrainingSince: timeStr(h.DrainingSince),
 		LiveRuns: h.LiveRuns, PinnedJobs: h.PinnedJobs}
@@ -43,7 +45,7 @@ func newHostListCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List the hosts: version, last heartbeat, alive or down, live runs",
+		Short: "List the hosts: version, restic release, last heartbeat, alive or down, live runs",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
@@ -59,9 +61,9 @@ func newHostListCmd(g *globals) *cobra.Command {
 					return writeJSON(cmd.OutOrStdout(), out)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "HOST\tSTATE\tVERSION\tLAST HEARTBEAT\tLIVE RUNS\tPINNED JOBS")
+				fmt.Fprintln(tw, "HOST\tSTATE\tVERSION\tRESTIC\tLAST HEARTBEAT\tLIVE RUNS\tPINNED JOBS")
 				for _, h := range hosts {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%d\t%d\n", h.Name, h.State(), h.Version,
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\t%d\t%d\n", h.Name, h.State(), h.Version, cmp.Or(h.ResticVersion, "-"),
 						h.ReadAt.Sub(h.HeartbeatAt).Round(time.Second), h.LiveRuns, h.PinnedJobs)
 				}
 				return tw.Flush()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
@@ -268,15 +269,20 @@ func TestHostsPinnedAndAnyHostSlots(t *testing.T) {
 		c.start(host)
 	}
 	var hosts []struct {
-		Name  string `json:"name"`
-		Alive bool   `json:"alive"`
+		Name          string `json:"name"`
+		Alive         bool   `json:"alive"`
+		ResticVersion string `json:"restic_version"`
 	}
 	if err := json.Unmarshal([]byte(w.mustRun("host", "list", "--json")), &hosts); err != nil || len(hosts) != 3 {
 		t.Fatalf("host list: %+v %v", hosts, err)
 	}
+	restic, err := engine.ResticVersionOf(t.Context(), testenv.Restic(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, h := range hosts {
-		if !h.Alive {
-			t.Fatalf("host %s is not alive after its daemon started", h.Name)
+		if !h.Alive || h.ResticVersion != restic.String() {
+			t.Fatalf("host %s after its daemon started: alive %v, restic %q; want alive, restic %s", h.Name, h.Alive, h.ResticVersion, restic)
 		}
 	}
 
