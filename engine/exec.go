@@ -3,7 +3,6 @@ package engine
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,12 +30,19 @@ const (
 	drainGrace = 2 * time.Second
 )
 
-// StopGrace is how long an engine has to exit after Exec interrupted it (a stop passed on, or
-// its stream's failure) before Exec kills it. restic does not act on SIGINT while its rate
-// limiter holds an upload back (0.14 as 0.19), nor, from 0.18, while it waits on its standard
-// input: without a kill, systemd's stop timeout would end it minutes later. A restic killed
-// leaves its lock, which the unit's restic unlock after an interruption removes.
+// StopGrace is how long restic has to exit after Exec interrupted it (a stop passed on, or its
+// stream's failure) before Exec kills it (Restic.StopGrace). restic does not act on SIGINT while
+// its rate limiter holds an upload back (0.14 as 0.19), nor, from 0.18, while it waits on its
+// standard input: without a kill, systemd's stop timeout would end it minutes later. A restic
+// killed leaves its lock, which the unit's restic unlock after an interruption removes.
 const StopGrace = time.Second
+
+// A StopGracer is a Parser whose engine Exec kills when it outlives a stop by StopGrace. An engine
+// that is not one (a job's own command, which may clean up as long as it needs) is left to
+// systemd's stop timeout.
+type StopGracer interface {
+	StopGrace() time.Duration
+}
 
 // ExecConfig describes one run of an engine.
 type ExecConfig struct {
@@ -56,7 +62,7 @@ type ExecConfig struct {
 	// Producer, if set, is the program whose standard output is the engine's standard input
 	// (restic backup --stdin): see Exec.
 	Producer *Producer
-	// StopGrace, if set, replaces StopGrace (tests).
+	// StopGrace, if set, replaces the Parser's (StopGracer; tests).
 	StopGrace time.Duration
 }
 
@@ -80,8 +86,9 @@ const StreamFailed = "stdin producer "
 // signal n killed it, after emitting an "exit" event.
 //
 // A stop passed on ends the attempt as interrupted, 130, on every engine and version: an engine
-// that has not exited StopGrace after it is killed, and one that exits otherwise than 0 without
-// a summary (restic 0.17 and later exit 1, "context canceled") is counted as the stop ended it.
+// that has not exited its StopGrace after it is killed (StopGracer), and one that exits otherwise
+// than 0 without a summary (restic 0.17 and 0.18 exit 1, "context canceled") is counted as the
+// stop ended it.
 // The exit event keeps how the engine itself ended (Exit.EngineStatus, EngineSignal).
 //
 // Progress events are throttled to one a second; the latest one held back is
@@ -167,7 +174,10 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 
 	exited := make(chan struct{})
 	stopped := make(chan struct{})
-	intr := &interrupter{p: cmd.Process, grace: cmp.Or(cfg.StopGrace, StopGrace), exited: exited}
+	intr := &interrupter{p: cmd.Process, grace: cfg.StopGrace, exited: exited}
+	if g, ok := cfg.Parser.(StopGracer); ok && intr.grace == 0 {
+		intr.grace = g.StopGrace()
+	}
 	if in != nil {
 		in.start(intr, exited)
 	}
@@ -274,8 +284,8 @@ func (r *run) settle(ctx context.Context, f Finisher, status int) int {
 	return status
 }
 
-// interrupter sends the engine SIGINT, and SIGKILL once grace has passed after the first SIGINT
-// without its exit.
+// interrupter sends the engine SIGINT, and SIGKILL once grace (if any) has passed after the first
+// SIGINT without its exit.
 type interrupter struct {
 	p      *os.Process
 	grace  time.Duration
@@ -286,6 +296,9 @@ type interrupter struct {
 
 func (i *interrupter) interrupt() {
 	i.p.Signal(os.Interrupt) // fails only if the engine has just exited
+	if i.grace <= 0 {
+		return
+	}
 	i.once.Do(func() {
 		go func() {
 			select {

@@ -331,6 +331,33 @@ func TestExecStopEndsAsInterrupted(t *testing.T) {
 	}
 }
 
+// A job's own command (the Command engine) is not killed after a grace: it may clean up on a stop
+// as long as it needs (systemd's stop timeout bounds it). Its own exit is kept with the stop's 130.
+func TestExecCommandNotKilledOnStop(t *testing.T) {
+	out := &lines{ch: make(chan string, 8)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var rec recorder
+	done := make(chan int, 1)
+	go func() {
+		// It cleans up for about 1.5 s after the SIGINT, longer than restic's grace.
+		status, err := Exec(ctx, ExecConfig{Argv: []string{"sh", "-c", `trap 'i=0; while [ $i -lt 15 ]; do sleep 0.1; i=$((i+1)); done; exit 4' INT; echo ready; while :; do sleep 0.1; done`},
+			Parser: Command{}, Emit: rec.emit, Stdout: out})
+		if err != nil {
+			t.Errorf("Exec: %v", err)
+		}
+		done <- status
+	}()
+	out.await(t, "ready", "the command did not start")
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the command outlived its stop by a minute")
+	}
+	checkExit(t, &rec, Exit{ExitStatus: 130, EngineStatus: 4})
+}
+
 // A stop that came before the start (the context ended already) starts nothing: the run ends
 // as one SIGINT ended at once. RunBefore, likewise, runs nothing.
 func TestExecStoppedBeforeStart(t *testing.T) {

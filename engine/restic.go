@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -54,7 +55,11 @@ type Restic struct {
 var _ interface {
 	Engine
 	Concluder
+	StopGracer
 } = Restic{}
+
+// StopGrace is how long restic has after a SIGINT before Exec kills it (see the constant).
+func (Restic) StopGrace() time.Duration { return StopGrace }
 
 // global returns the program and the options every restic command needs.
 // Without a cache directory restic would try $HOME/.cache, which a service
