@@ -59,7 +59,10 @@ func (r *Reconciler) takeOver(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	r.orphans.read(down, len(orphans), time.Now())
+	if changed := r.orphans.read(down, len(orphans), time.Now()); changed && len(orphans) == 0 {
+		// Said once per set of down hosts: a takeover that never comes is then visible in the log.
+		r.cfg.Logger.Info("hosts down, no any-host run of theirs to take over", "down_hosts", strings.Join(down, ","))
+	}
 	taken := 0
 	for _, l := range orphans {
 		a := l.Attempt
@@ -70,11 +73,14 @@ func (r *Reconciler) takeOver(ctx context.Context) (int, error) {
 		if err != nil {
 			return taken, err
 		}
-		if done {
-			taken++
-			r.cfg.Logger.Warn("run taken over from a host that lost its lease", "run", l.Run.ID, "job", l.Run.JobName,
-				"attempt", a.No, "from_host", a.Host, "unit", a.Unit, "gave_up", t.GiveUp != "")
+		if !done {
+			r.cfg.Logger.Info("run not taken over: another host took it over, or it changed, first", "run", l.Run.ID,
+				"job", l.Run.JobName, "attempt", a.No, "from_host", a.Host)
+			continue
 		}
+		taken++
+		r.cfg.Logger.Warn("run taken over from a host that lost its lease", "run", l.Run.ID, "job", l.Run.JobName,
+			"attempt", a.No, "from_host", a.Host, "unit", a.Unit, "gave_up", t.GiveUp != "")
 	}
 	return taken, nil
 }
@@ -103,11 +109,15 @@ func (o *orphanReads) due(down []string, now time.Time) bool {
 	return o.at.IsZero() || o.found || o.down != strings.Join(down, "\x00") || now.Sub(o.at) >= orphansAgainAfter
 }
 
-// read records a read of the orphans of down at now that found n.
-func (o *orphanReads) read(down []string, n int, now time.Time) {
+// read records a read of the orphans of down at now that found n, and reports whether the hosts
+// down differ from the last read's.
+func (o *orphanReads) read(down []string, n int, now time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.down, o.found, o.at = strings.Join(down, "\x00"), n > 0, now
+	joined := strings.Join(down, "\x00")
+	changed := o.at.IsZero() || joined != o.down
+	o.down, o.found, o.at = joined, n > 0, now
+	return changed
 }
 
 // stopSuperseded stops this host's units of attempts another host took over: back from a

@@ -61,11 +61,15 @@ func TestOrphanReads(t *testing.T) {
 	if !o.due(a, t0) {
 		t.Fatal("never read: not due")
 	}
-	o.read(a, 2, t0)
+	if !o.read(a, 2, t0) {
+		t.Fatal("the first read: the hosts down did not change")
+	}
 	if !o.due(a, t0.Add(time.Second)) {
 		t.Fatal("the last read found orphans: not due")
 	}
-	o.read(a, 0, t0.Add(time.Second))
+	if o.read(a, 0, t0.Add(time.Second)) {
+		t.Fatal("the same host down: read as a change")
+	}
 	for _, c := range []struct {
 		what string
 		down []string
@@ -86,5 +90,8 @@ func TestOrphanReads(t *testing.T) {
 	o.read(nil, 0, t0.Add(3*time.Second))
 	if !o.due(a, t0.Add(4*time.Second)) {
 		t.Error("a host back and down again: not due")
+	}
+	if !o.read(a, 0, t0.Add(4*time.Second)) {
+		t.Error("a host back and down again: not a change")
 	}
 }
