@@ -92,7 +92,11 @@ func bootHostWith(t *testing.T, dsn string, cfg testenv.HostConfig) *bootedWorld
 	}
 	t.Cleanup(st.Close)
 	b.st = st
-	t.Logf("%s booted in %v", h.Name, h.BootDuration())
+	// What the host runs, so that a run's log shows which Debian it proved (HOLDFAST_TEST_DEBIAN).
+	release := strings.TrimSpace(h.Run(t, "cat", "/etc/debian_version"))
+	systemd, _, _ := strings.Cut(h.Run(t, "systemctl", "--version"), "\n")
+	restic, _, _ := strings.Cut(h.Run(t, "restic", "version"), " compiled")
+	t.Logf("%s booted in %v: Debian %s, %s, %s", h.Name, h.BootDuration(), release, systemd, restic)
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := h.Output(context.Background(), "journalctl", "--no-pager", "-u", "holdfast.service")
