@@ -715,6 +715,10 @@ func TestResticFatal(t *testing.T) {
 	}
 	noRepo := job
 	noRepo.Repository = filepath.Join(dir, "none")
+	noPaths := job
+	noPaths.Paths = []string{filepath.Join(dir, "gone"), filepath.Join(dir, "gone too")}
+	noPasswordFile := job
+	noPasswordFile.PasswordFile = filepath.Join(dir, "no password")
 
 	// What each restic says: 0.17 and later exit 10 and 12 and name a missing repository so;
 	// 0.18 and later print their fatal error as JSON, which reads as the same message.
@@ -724,6 +728,10 @@ func TestResticFatal(t *testing.T) {
 	if tr.FailureExitCodes {
 		noRepoFatal = "Fatal: repository does not exist: unable to open config file: stat " + noRepo.Repository + "/config: no such file or directory"
 		wrongStatus, noRepoStatus = 12, 10
+	}
+	noPathsFatal, noPasswordFatal := "Fatal: all target directories/files do not exist", "Resolving password failed: Fatal: "+noPasswordFile.PasswordFile+" does not exist"
+	if tr.ExitErrorJSON {
+		noPathsFatal, noPasswordFatal = "Fatal: all source directories/files do not exist", "Fatal: "+noPasswordFatal
 	}
 	tests := []struct {
 		name    string
@@ -737,6 +745,10 @@ func TestResticFatal(t *testing.T) {
 		{"no repository", noRepo, noRepoStatus,
 			noRepoFatal + "\nIs there a repository at the following location?\n" + noRepo.Repository,
 			Outcome{Failed, Permanent, "no repository at " + noRepo.Repository + " (restic: " + noRepoFatal + ")"}},
+		{"no path exists", noPaths, 1, noPathsFatal,
+			Outcome{Failed, Permanent, "none of the paths to back up exist (restic: " + noPathsFatal + ")"}},
+		{"no password file", noPasswordFile, 1, noPasswordFatal,
+			Outcome{Failed, Permanent, "the repository password could not be read (restic: " + noPasswordFatal + ")"}},
 	}
 	for _, tt := range tests {
 		var rec recorder
