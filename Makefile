@@ -72,18 +72,20 @@ test-restic: deps
 	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) build -o $$bindir/holdfast ./cmd/holdfast \
 		&& $(GO) build -o $$bindir/holdfast-unit ./cmd/holdfast-unit && chmod 755 $$bindir/* || exit 1; \
 	failed=; for v in $(RESTIC_VERSIONS); do \
-		bin=$$(scripts/install-restic $$v) || exit 1; start=$$(date +%s); \
-		echo "== restic $$v ($$bin)"; \
-		HOLDFAST_TEST_RESTIC=$$bin HOLDFAST_TEST_BINARY=$$bindir/holdfast $(GO) test -count=1 -timeout 20m -parallel 4 $(RESTIC_PACKAGES) || failed="$$failed $$v"; \
-		HOLDFAST_TEST_RESTIC=$$bin HOLDFAST_TEST_BINARY=$$bindir/holdfast $(GO) test -count=1 -timeout 20m -parallel 6 -run '$(RESTIC_SCENARIOS)' $(SCENARIOS) || failed="$$failed $$v"; \
+		start=$$(date +%s); echo "== restic $$v"; \
+		if ! bin=$$(scripts/install-restic $$v); then failed="$$failed restic-$$v(install)"; continue; fi; \
+		HOLDFAST_TEST_RESTIC=$$bin HOLDFAST_TEST_BINARY=$$bindir/holdfast $(GO) test -count=1 -timeout 20m -parallel 4 $(RESTIC_PACKAGES) \
+			|| failed="$$failed restic-$$v(packages)"; \
+		HOLDFAST_TEST_RESTIC=$$bin HOLDFAST_TEST_BINARY=$$bindir/holdfast $(GO) test -count=1 -timeout 20m -parallel 6 -run '$(RESTIC_SCENARIOS)' $(SCENARIOS) \
+			|| failed="$$failed restic-$$v(scenarios)"; \
 		echo "== restic $$v: $$(( $$(date +%s) - start )) s"; \
 	done; \
 	start=$$(date +%s); echo "== booted Debian 13 hosts"; \
 	HOLDFAST_TEST_DEBIAN=13 HOLDFAST_TEST_BINARY=$$bindir/holdfast $(GO) test -count=1 -timeout 30m -run '$(DEBIAN13_TESTS)' $(SCENARIOS) \
-		|| failed="$$failed, Debian 13"; \
+		|| failed="$$failed debian-13"; \
 	echo "== booted Debian 13 hosts: $$(( $$(date +%s) - start )) s"; \
 	rm -rf $$bindir; \
-	[ -z "$$failed" ] || { echo "test-restic: failed on restic$$failed"; exit 1; }
+	[ -z "$$failed" ] || { echo "test-restic: failed:$$failed"; exit 1; }
 
 # The suite with every test's store and daemon behind a private PgBouncer in transaction mode,
 # the database itself their session address (testenv.Pooled; docs/ARCHITECTURE.md, Behind PgBouncer).

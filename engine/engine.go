@@ -123,7 +123,7 @@ type Exit struct {
 	ExitStatus int    `json:"exit_status"`
 	Signal     string `json:"signal,omitempty"` // e.g. "SIGKILL" when a signal killed the engine
 	// When a stop passed on to the engine made the status 130 (Exec), how the engine itself
-	// ended: its exit status (1: restic 0.17 and later on SIGINT) or, if a signal killed it, 128+n
+	// ended: its exit status (1: restic 0.17 and 0.18 on SIGINT) or, if a signal killed it, 128+n
 	// and the signal's name ("SIGKILL": it outlived StopGrace).
 	EngineStatus int    `json:"engine_exit_status,omitempty"`
 	EngineSignal string `json:"engine_signal,omitempty"`

@@ -32,10 +32,16 @@ const (
 
 // StopGrace is how long restic has to exit after Exec interrupted it (a stop passed on, or its
 // stream's failure) before Exec kills it (Restic.StopGrace). restic does not act on SIGINT while
-// its rate limiter holds an upload back (0.14 as 0.19), nor, from 0.18, while it waits on its
+// its rate limiter holds a transfer back (0.14 as 0.19), nor, from 0.18, while it waits on its
 // standard input: without a kill, systemd's stop timeout would end it minutes later. A restic
 // killed leaves its lock, which the unit's restic unlock after an interruption removes.
-const StopGrace = time.Second
+// CheckStopGrace is the longer grace of a check or a prune, whose cleanup on SIGINT (a check's
+// temporary cache, the lock on a remote backend) is worth waiting for. Both stay well inside the
+// unit's stop timeout with the unlock after them.
+const (
+	StopGrace      = time.Second
+	CheckStopGrace = 10 * time.Second
+)
 
 // A StopGracer is a Parser whose engine Exec kills when it outlives a stop by StopGrace. An engine
 // that is not one (a job's own command, which may clean up as long as it needs) is left to
@@ -62,7 +68,7 @@ type ExecConfig struct {
 	// Producer, if set, is the program whose standard output is the engine's standard input
 	// (restic backup --stdin): see Exec.
 	Producer *Producer
-	// StopGrace, if set, replaces the Parser's (StopGracer; tests).
+	// StopGrace, if set, replaces the Parser's (StopGracer), and kills any engine (tests).
 	StopGrace time.Duration
 }
 
@@ -85,11 +91,12 @@ const StreamFailed = "stdin producer "
 // as SIGINT, each time. Exec returns the engine's exit status, 128+n if
 // signal n killed it, after emitting an "exit" event.
 //
-// A stop passed on ends the attempt as interrupted, 130, on every engine and version: an engine
-// that has not exited its StopGrace after it is killed (StopGracer), and one that exits otherwise
-// than 0 without a summary (restic 0.17 and 0.18 exit 1, "context canceled") is counted as the
-// stop ended it.
-// The exit event keeps how the engine itself ended (Exit.EngineStatus, EngineSignal).
+// A stop passed on ends the attempt as interrupted, 130, on every engine and version. An engine
+// whose Parser is a StopGracer is killed if it is still running its StopGrace after the first
+// SIGINT. Whatever ended it then, an engine that exited otherwise than 0 and made no summary
+// (restic 0.17 and 0.18 exit 1, "context canceled"; a killed one 137) counts as ended by the stop:
+// Exec returns 130, and the exit event keeps how the engine itself ended (Exit.EngineStatus,
+// EngineSignal). An engine that exited 0, or made its summary, keeps its own status.
 //
 // Progress events are throttled to one a second; the latest one held back is
 // emitted before the summary and at the end. A "fatal" event absorbs the
@@ -181,7 +188,11 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 	if in != nil {
 		in.start(intr, exited)
 	}
-	go forward(ctx, intr, in, sigs, exited, stopped)
+	forwarded := make(chan struct{})
+	go func() {
+		forward(ctx, intr, in, sigs, exited, stopped)
+		close(forwarded)
+	}()
 
 	lines := make(chan line)
 	readers := make(chan struct{}, 3)
@@ -243,6 +254,8 @@ func Exec(ctx context.Context, cfg ExecConfig) (int, error) {
 		}
 		r.handle(Event{TypeWarning, Warning{Message: msg}})
 	}
+	// forward returns once it saw the exit: a signal it took before has closed stopped by then.
+	<-forwarded
 	stop := ctx.Err() != nil
 	select {
 	case <-stopped:
@@ -304,7 +317,11 @@ func (i *interrupter) interrupt() {
 			select {
 			case <-i.exited:
 			case <-time.After(i.grace):
-				i.killed.Store(i.p.Kill() == nil)
+				// Recorded before the kill: once killed, the engine may be reaped and read at once.
+				i.killed.Store(true)
+				if i.p.Kill() != nil {
+					i.killed.Store(false) // it had exited already
+				}
 			}
 		}()
 	})

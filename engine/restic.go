@@ -58,8 +58,14 @@ var _ interface {
 	StopGracer
 } = Restic{}
 
-// StopGrace is how long restic has after a SIGINT before Exec kills it (see the constant).
-func (Restic) StopGrace() time.Duration { return StopGrace }
+// StopGrace is how long restic has after a SIGINT before Exec kills it: CheckStopGrace for a
+// check or a prune, StopGrace for the rest (see the constants).
+func (r Restic) StopGrace() time.Duration {
+	if r.Operation == OpVerify || r.Operation == OpPrune {
+		return CheckStopGrace
+	}
+	return StopGrace
+}
 
 // global returns the program and the options every restic command needs.
 // Without a cache directory restic would try $HOME/.cache, which a service
@@ -282,6 +288,7 @@ const (
 	OpRestore = "restore"
 	OpVerify  = "verify"
 	OpCopy    = "copy"
+	OpPrune   = "prune"
 )
 
 // ParseStderr turns an "error" line into an item_error event, restic's final

@@ -159,14 +159,15 @@ func TestStreamStopNeverEndsInput(t *testing.T) {
 }
 
 // A producer that fails while the engine waits on its input and does not act on SIGINT (restic
-// 0.18 and later read stdin to its end first) ends the attempt after the grace, failed for the
-// producer: the engine is killed, its input never ended.
+// 0.18 and later wait for their input) ends the attempt after the grace, failed for the
+// producer: the engine, read as restic (a StopGracer), is killed, its input never ended.
 func TestStreamFailureKillsDeafEngine(t *testing.T) {
 	var rec recorder
 	done := make(chan int, 1)
 	go func() {
 		status, err := Exec(context.Background(), ExecConfig{
 			Argv:      []string{"/bin/sh", "-c", `trap "" INT; cat >/dev/null; echo "the input ended" >&2; exit 0`},
+			Parser:    Restic{},
 			Emit:      rec.emit,
 			Producer:  &Producer{Argv: []string{"/bin/sh", "-c", "echo part; exit 4"}, Line: "dump"},
 			StopGrace: 200 * time.Millisecond,

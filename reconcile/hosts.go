@@ -74,7 +74,7 @@ func (r *Reconciler) takeOver(ctx context.Context) (int, error) {
 			return taken, err
 		}
 		if !done {
-			r.cfg.Logger.Info("run not taken over: another host took it over, or it changed, first", "run", l.Run.ID,
+			r.cfg.Logger.Info("run not taken over: another host took it over or it changed first, or this host's lease is not current", "run", l.Run.ID,
 				"job", l.Run.JobName, "attempt", a.No, "from_host", a.Host)
 			continue
 		}

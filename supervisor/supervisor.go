@@ -377,7 +377,7 @@ func New(cfg Config) (*Supervisor, error) {
 		&loop{name: "delivery", run: func(ctx context.Context) { s.deliver(ctx, deliverer) }},
 	}
 	if m != nil {
-		dashboard, err := web.Handler(web.Config{Store: cfg.Store, JournalDir: cfg.JournalDir, Host: rec.Host(), Logger: cfg.Logger})
+		dashboard, err := web.Handler(web.Config{Store: cfg.Store, JournalDir: cfg.JournalDir, Host: rec.Host(), Restic: cfg.ResticVersion, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}

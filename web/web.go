@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/forget"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/ledger"
@@ -42,7 +43,10 @@ type Config struct {
 	// JournalDir is the journal directory run pages read their log tail from ("" the system's).
 	JournalDir string
 	// Host is whose snapshots a retention plan covers. Default the host name.
-	Host   string
+	Host string
+	// Restic is the release of the daemon's restic, whose forget rules a retention plan follows
+	// (forget.Request.Restic); zero keeps what any release would keep.
+	Restic engine.ResticVersion
 	Logger *slog.Logger
 }
 
@@ -286,7 +290,7 @@ func (s *server) plan(ctx context.Context, r *http.Request) (any, error) {
 		Refusal   string
 		PlanError string
 	}{page: page{"Retention plan of " + name, now()}, Job: name}
-	pl, err := forget.Plan(ctx, s.cfg.Store, forget.Request{Job: name, At: time.Now(), Host: s.cfg.Host,
+	pl, err := forget.Plan(ctx, s.cfg.Store, forget.Request{Job: name, At: time.Now(), Host: s.cfg.Host, Restic: s.cfg.Restic,
 		Read: func(ctx context.Context, j model.Job) ([]store.Snapshot, error) {
 			return s.cfg.Store.Snapshots(ctx, j.Repository)
 		}})
