@@ -325,3 +325,19 @@ func TestParseSnapshots(t *testing.T) {
 		}
 	}
 }
+
+// A query that skipped a snapshot it could not load is no answer: restic 0.16.4's words, captured
+// with its cache's snapshots/ linked to a directory the job's user cannot write.
+func TestQueryPartial(t *testing.T) {
+	skipped := "Load(<snapshot/a2ddc21778>, 0, 0) returned error, retrying after 19.2s: mkdir /c/snapshots/a2: permission denied\n" +
+		`Ignoring "a2ddc2177844a8c762a7c289507898a667fe97343bb39126e2a7540cb288a408": failed to load snapshot a2ddc217: mkdir /c/snapshots/a2: permission denied` + "\n"
+	err := QueryPartial([]byte(skipped))
+	if err == nil || !strings.Contains(err.Error(), "restic left out snapshot a2ddc217, which it could not load (failed to load snapshot a2ddc217: mkdir /c/snapshots/a2: permission denied)") {
+		t.Errorf("QueryPartial = %v", err)
+	}
+	for _, whole := range []string{"", "unable to open cache: mkdir /nonexistent: permission denied\n", "Ignoring nothing\n"} {
+		if err := QueryPartial([]byte(whole)); err != nil {
+			t.Errorf("QueryPartial(%q) = %v, want nil", whole, err)
+		}
+	}
+}

@@ -66,7 +66,8 @@ func (r Restic) ListSnapshots(ctx context.Context, j Job) ([]Snapshot, error) {
 }
 
 // output runs a restic command without a shell and returns its stdout; a failure carries the
-// first line restic wrote to stderr. With r.Run set, that runs it instead.
+// first line restic wrote to stderr, and an answer that skipped a snapshot is one (QueryPartial).
+// With r.Run set, that runs it instead.
 func (r Restic) output(ctx context.Context, argv []string) ([]byte, error) {
 	if r.Run != nil {
 		return r.Run(ctx, argv)
@@ -77,7 +78,27 @@ func (r Restic) output(ctx context.Context, argv []string) ([]byte, error) {
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("%w: %s", err, firstLine(strings.TrimSpace(stderr.String())))
 	}
+	if err := QueryPartial(stderr.Bytes()); err != nil {
+		return nil, err
+	}
 	return stdout.Bytes(), nil
+}
+
+// QueryPartial reads the standard error of a restic query (snapshots, stats) that exited 0, and
+// returns an error if restic skipped a snapshot it could not load: restic from 0.16 says
+// `Ignoring "ID": failed to load snapshot …` (its cache unwritable, a file unreadable), leaves it
+// out and still exits 0, so its answer is not the repository's. nil if it skipped none.
+func QueryPartial(stderr []byte) error {
+	for _, l := range strings.Split(string(stderr), "\n") {
+		l = strings.TrimSpace(escapes.ReplaceAllString(l, ""))
+		id, rest, ok := strings.Cut(strings.TrimPrefix(l, `Ignoring "`), `"`)
+		if !strings.HasPrefix(l, `Ignoring "`) || !ok {
+			continue
+		}
+		return fmt.Errorf("restic left out snapshot %.8s, which it could not load (%s): its answer is not the whole repository's",
+			id, clip(strings.TrimLeft(rest, ":, ")))
+	}
+	return nil
 }
 
 // RunSnapshots is the repair channel: it asks the repository which snapshots carry the run's

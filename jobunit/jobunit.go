@@ -216,6 +216,9 @@ func Restic(cfg Config, job model.Job, writesRepository bool) (engine.Restic, en
 		if res.ExitStatus != 0 || res.Killed {
 			return nil, fmt.Errorf("restic exited with status %d: %s", res.ExitStatus, textsafe.String(fatalLine(string(res.Stderr))))
 		}
+		if err := engine.QueryPartial(res.Stderr); err != nil {
+			return nil, errors.New(textsafe.String(err.Error()))
+		}
 		return res.Stdout, nil
 	}}, ej
 }

@@ -73,7 +73,10 @@ func TestJobResticRunsAsTheJobsUser(t *testing.T) {
 		t.Parallel()
 		restic, ej, _ := newJob(t, "links")
 		// The user links a subdirectory of its cache to a directory of root's: restic, as
-		// nobody, cannot write through it, and the question is still answered.
+		// nobody, cannot write through it. restic 0.14 still answers the question; later
+		// releases (0.16.4, 0.19.1 seen) leave the snapshot out and exit 0, which holdfast refuses as a
+		// partial answer.
+		// Never is an answer without the snapshot taken for the repository's.
 		trap := filepath.Join(dir, "root-only")
 		if err := os.Mkdir(trap, 0o700); err != nil {
 			t.Fatal(err)
@@ -91,8 +94,12 @@ func TestJobResticRunsAsTheJobsUser(t *testing.T) {
 		if err := os.Symlink(trap, caches[0]); err != nil {
 			t.Fatal(err)
 		}
-		if snaps, err := restic.ListSnapshots(ctx, ej); err != nil || len(snaps) != 1 {
-			t.Fatalf("ListSnapshots with a linked cache = %d snapshots, %v; want 1", len(snaps), err)
+		snaps, err := restic.ListSnapshots(ctx, ej)
+		switch {
+		case err != nil && strings.Contains(err.Error(), "restic left out snapshot "):
+			t.Logf("ListSnapshots with a linked cache refused restic's partial answer: %v", err)
+		case err != nil || len(snaps) != 1:
+			t.Fatalf("ListSnapshots with a linked cache = %d snapshots, %v; want 1, or a refusal of a partial answer", len(snaps), err)
 		}
 		trapUntouched(t, trap)
 	})
