@@ -274,7 +274,7 @@ func (r Restic) ParseStdout(line []byte) (Event, bool) {
 var (
 	escapes = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
 	// A Go stack frame as printed by %+v: a function, or a tab-indented file:line.
-	stackFrame = regexp.MustCompile(`^(\t.*\.(go|s):\d+|[A-Za-z_][\w./-]*\.[\w.()*]+)$`)
+	stackFrame = regexp.MustCompile(`^(\t.*\.(go|s):\d+|[A-Za-z_][\w./-]*\.[\w.()*]+(\[\.\.\.\])?)$`)
 )
 
 const (
@@ -289,6 +289,7 @@ const (
 	OpVerify  = "verify"
 	OpCopy    = "copy"
 	OpPrune   = "prune"
+	OpForget  = "forget"
 )
 
 // ParseStderr turns an "error" line into an item_error event, restic's final
@@ -354,6 +355,11 @@ func (r Restic) ParseStderr(line []byte) (Event, bool) {
 			msg = strings.TrimLeft(rest, ":, ")
 		}
 		return Event{TypeItemError, ItemError{Item: item, During: "forget", Message: msg}}, true
+	// restic 0.16 fails (exit 1) removing a snapshot whose file is gone but still in its cache,
+	// after removing the others.
+	case strings.HasPrefix(s, "unable to remove <snapshot/") && strings.HasSuffix(s, "> from the repository"):
+		item := strings.TrimSuffix(strings.TrimPrefix(s, "unable to remove <snapshot/"), "> from the repository")
+		return Event{TypeItemError, ItemError{Item: item, During: "forget", Message: "could not be removed: no longer in the repository"}}, true
 	case strings.HasSuffix(s, doesNotExist):
 		item := strings.TrimSuffix(s, doesNotExist)
 		return Event{TypeItemError, ItemError{Item: item, During: "target", Message: "does not exist"}}, true
@@ -454,6 +460,11 @@ func (r Restic) Classify(ev Evidence) Outcome {
 		if ev.ExitStatus == 1 && ev.ItemErrors > 0 && strings.Contains(ev.Fatal, "repository contains errors") {
 			return Outcome{Status: Failed, Class: Permanent, Reason: fmt.Sprintf("verify failed: the repository contains errors (%s, first: %s)",
 				plural(ev.ItemErrors, "finding"), ev.FirstItemError)}
+		}
+	case OpForget:
+		// The snapshots restic could remove are gone; the ones it names were not removed.
+		if ev.ExitStatus == 1 && ev.ItemErrors > 0 {
+			return partial(ev)
 		}
 	case OpRestore, OpDrill:
 		if ev.ExitStatus == 1 && ev.ItemErrors > 0 {
