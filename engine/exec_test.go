@@ -266,19 +266,26 @@ func TestExecContextEndSendsSIGINT(t *testing.T) {
 // engine that exits 1 on it (restic 0.17 and 0.18), one that exits 3 on it without a summary,
 // one that ignores it (restic waiting on its rate limiter, or on stdin) and is killed after the
 // grace. The exit event keeps how the engine itself ended; one that made its snapshot keeps its
-// status.
+// status. A job's own command (the Command engine, no StopGracer) is not killed after a grace: it
+// may clean up as long as it needs (systemd's stop timeout bounds it).
 func TestExecStopEndsAsInterrupted(t *testing.T) {
 	tests := []struct {
 		name    string
 		onInt   string // the shell's SIGINT trap
 		summary bool   // the engine makes a snapshot before the stop
+		parser  Parser
+		grace   time.Duration
 		want    Exit
 		killed  bool
 	}{
-		{name: "exits 1", onInt: "exit 1", want: Exit{ExitStatus: 130, EngineStatus: 1}},
-		{name: "exits 3", onInt: "exit 3", want: Exit{ExitStatus: 130, EngineStatus: 3}},
-		{name: "ignores it", onInt: "", want: Exit{ExitStatus: 130, EngineStatus: 137, EngineSignal: "SIGKILL"}, killed: true},
-		{name: "made its snapshot", onInt: "exit 3", summary: true, want: Exit{ExitStatus: 3}},
+		{name: "exits 1", onInt: "exit 1", parser: Restic{}, grace: 300 * time.Millisecond, want: Exit{ExitStatus: 130, EngineStatus: 1}},
+		{name: "exits 3", onInt: "exit 3", parser: Restic{}, grace: 300 * time.Millisecond, want: Exit{ExitStatus: 130, EngineStatus: 3}},
+		{name: "ignores it", onInt: "", parser: Restic{}, grace: 300 * time.Millisecond,
+			want: Exit{ExitStatus: 130, EngineStatus: 137, EngineSignal: "SIGKILL"}, killed: true},
+		{name: "made its snapshot", onInt: "exit 3", summary: true, parser: Restic{}, grace: 300 * time.Millisecond, want: Exit{ExitStatus: 3}},
+		// It cleans up for about 1.5 s after the SIGINT, longer than restic's grace.
+		{name: "a command cleans up", onInt: "j=0; while [ $j -lt 15 ]; do sleep 0.1; j=$((j+1)); done; exit 4", parser: Command{},
+			want: Exit{ExitStatus: 130, EngineStatus: 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -295,8 +302,8 @@ func TestExecStopEndsAsInterrupted(t *testing.T) {
 			var rec recorder
 			done := make(chan int, 1)
 			go func() {
-				status, err := Exec(ctx, ExecConfig{Argv: []string{"sh", "-c", script}, Parser: Restic{}, Emit: rec.emit,
-					Stdout: out, StopGrace: 300 * time.Millisecond})
+				status, err := Exec(ctx, ExecConfig{Argv: []string{"sh", "-c", script}, Parser: tt.parser, Emit: rec.emit,
+					Stdout: out, StopGrace: tt.grace})
 				if err != nil {
 					t.Errorf("Exec: %v", err)
 				}
@@ -331,33 +338,6 @@ func TestExecStopEndsAsInterrupted(t *testing.T) {
 			}
 		})
 	}
-}
-
-// A job's own command (the Command engine) is not killed after a grace: it may clean up on a stop
-// as long as it needs (systemd's stop timeout bounds it). Its own exit is kept with the stop's 130.
-func TestExecCommandNotKilledOnStop(t *testing.T) {
-	out := &lines{ch: make(chan string, 8)}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var rec recorder
-	done := make(chan int, 1)
-	go func() {
-		// It cleans up for about 1.5 s after the SIGINT, longer than restic's grace.
-		status, err := Exec(ctx, ExecConfig{Argv: []string{"sh", "-c", `trap 'i=0; while [ $i -lt 15 ]; do sleep 0.1; i=$((i+1)); done; exit 4' INT; echo ready; while :; do sleep 0.1; done`},
-			Parser: Command{}, Emit: rec.emit, Stdout: out})
-		if err != nil {
-			t.Errorf("Exec: %v", err)
-		}
-		done <- status
-	}()
-	out.await(t, "ready", "the command did not start")
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(time.Minute):
-		t.Fatal("the command outlived its stop by a minute")
-	}
-	checkExit(t, &rec, Exit{ExitStatus: 130, EngineStatus: 4})
 }
 
 // A stop that came before the start (the context ended already) starts nothing: the run ends
