@@ -55,17 +55,25 @@ func newEnv(t *testing.T) env {
 	cfg := supervisor.Defaults()
 	cfg.Database = store.Config{Address: store.Address{DSN: dsn}}
 	cfg.Systemd = runner.Config{Address: mgr.Address}
+	// The test's own store is not the supervisor's: a query of the supervisor's that its Stop
+	// cancels sends PostgreSQL a cancel request for the connection's backend, which can arrive
+	// after the connection went back to its pool and cancel the next statement there, the test's.
 	st, err := store.New(ctx, cfg.Database)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
+	supStore, err := store.New(ctx, cfg.Database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(supStore.Close)
 	rn, err := runner.New(ctx, cfg.Systemd)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rn.Close)
-	cfg.Store, cfg.Runner, cfg.StateDir = st, rn, filepath.Join(dir, "state")
+	cfg.Store, cfg.Runner, cfg.StateDir = supStore, rn, filepath.Join(dir, "state")
 	cfg.Binary, cfg.ResticBinary = testenv.HoldfastBinary(t), testenv.Restic(t)
 	cfg.AllowCommandJobs = true
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
