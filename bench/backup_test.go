@@ -17,6 +17,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // writeData fills dir with files of fresh pseudo-random bytes, size in all: incompressible, and
@@ -54,10 +55,7 @@ func writeData(b *testing.B, dir string, files int, size int64, seed uint64) {
 func backupPair(b *testing.B, n, files int, size int64) (restic, holdfast []time.Duration) {
 	ctx := context.Background()
 	e := newBenchEnv(b)
-	resticBin, err := exec.LookPath("restic")
-	if err != nil {
-		b.Fatal(err)
-	}
+	resticBin := testenv.Restic(b)
 	pw, data := filepath.Join(e.dir, "pw"), filepath.Join(e.dir, "data")
 	if err := os.WriteFile(pw, []byte("bench\n"), 0o644); err != nil {
 		b.Fatal(err)

@@ -149,10 +149,7 @@ func BenchmarkStartLatency(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	restic, err := exec.LookPath("restic")
-	if err != nil {
-		b.Fatal(err)
-	}
+	restic := testenv.Restic(b)
 
 	e.daemon(b, "--sweep-interval", "200ms", "--spawn-grace", "30s")
 	time.Sleep(500 * time.Millisecond) // the daemon's boot pass and LISTEN

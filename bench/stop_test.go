@@ -33,10 +33,7 @@ func BenchmarkStopLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 	writeData(b, data, 4, 8<<20, 1)
-	resticBin, err := exec.LookPath("restic")
-	if err != nil {
-		b.Fatal(err)
-	}
+	resticBin := testenv.Restic(b)
 	if out, err := exec.Command(resticBin, "--repo", repo, "--password-file", pw, "init").CombinedOutput(); err != nil {
 		b.Fatalf("restic init: %v\n%s", err, out)
 	}

@@ -4,13 +4,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // script writes an executable shell script under the world's directory, with each placeholder
@@ -20,15 +20,6 @@ func (w *world) script(name, body string, vars ...string) string {
 	path := filepath.Join(w.dir, name)
 	if err := os.WriteFile(path, []byte(strings.NewReplacer(vars...).Replace(body)), 0o755); err != nil {
 		w.t.Fatal(err)
-	}
-	return path
-}
-
-func realRestic(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("restic")
-	if err != nil {
-		t.Fatal(err)
 	}
 	return path
 }
@@ -59,7 +50,7 @@ case " $* " in
 *" backup "*) REAL "$@" | sed -u -e 's/"data_added":[0-9]*/"data_added":0/' ;;
 *) exec REAL "$@" ;;
 esac
-`, "REAL", realRestic(t))
+`, "REAL", testenv.Restic(t))
 	w.mustRun("job", "add", "forged", "--repo", repo, "--password-file", pw, "--path", data, "--user", "nobody")
 	before := repoSize(t, repo)
 	w.startDaemon("--restic", forger)
@@ -143,7 +134,7 @@ case " $* " in
 *" backup "*) for i in $(seq 1200); do [ -e GATE ] && break; sleep 0.1; done; exec REAL "$@" ;;
 *) exec REAL "$@" ;;
 esac
-`, "REAL", realRestic(t), "GATE", gate)
+`, "REAL", testenv.Restic(t), "GATE", gate)
 	data := w.sampleData("data", 1, 1<<20)
 	w.mustRun("job", "add", "linked", "--repo", repo, "--password-file", pw, "--path", data, "--user", "nobody", "--max-added", "20MiB")
 	before := repoSize(t, repo)

@@ -364,7 +364,7 @@ status=$?
 while kill -0 $pid 2>/dev/null; do wait $pid; status=$?; done
 rm -rf "$out"
 exit $status
-`, "REAL", realRestic(w.t), "RATE", filepath.Join(w.dir, "restic-rate"), "HOLD", filepath.Join(w.dir, "restic-hold"))
+`, "REAL", testenv.Restic(w.t), "RATE", filepath.Join(w.dir, "restic-rate"), "HOLD", filepath.Join(w.dir, "restic-hold"))
 }
 
 // holdBackups holds back the summary of every backup that slowRestic starts from now on, until

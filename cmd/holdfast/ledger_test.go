@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 type ledgerJSON struct {
@@ -184,7 +186,7 @@ func TestFirstBackupSizedFromItsPaths(t *testing.T) {
 		t.Fatalf("run show does not say where the hold came from, or which restic ran:\n%s", out)
 	}
 	// The restic the attempt ran, as restic itself names it.
-	if v, err := exec.Command(realRestic(t), "version").Output(); err != nil || r.Attempts[0].ResticVersion == "" ||
+	if v, err := exec.Command(testenv.Restic(t), "version").Output(); err != nil || r.Attempts[0].ResticVersion == "" ||
 		!strings.HasPrefix(string(v), "restic "+r.Attempts[0].ResticVersion+" ") {
 		t.Fatalf("first backup's attempt ran restic %q; restic version says %q (%v)", r.Attempts[0].ResticVersion, v, err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 type jobJSON struct {
@@ -167,7 +169,7 @@ case " $* " in
 	[ "$n" -ge 2 ] && REAL --repo REPO --password-file PW --no-cache unlock --remove-all >/dev/null 2>&1 ;;
 esac
 exec REAL "$@"
-`, "REAL", realRestic(t), "COUNT", filepath.Join(repo, "holdfast-test-backups"), "REPO", repo, "PW", pw)
+`, "REAL", testenv.Restic(t), "COUNT", filepath.Join(repo, "holdfast-test-backups"), "REPO", repo, "PW", pw)
 	w.startDaemon("--restic", unlocking)
 	first := w.startRun("locked")
 	bad := w.startRun("badpw")
