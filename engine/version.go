@@ -133,6 +133,13 @@ type ResticTraits struct {
 	KeepsOldestForUnfilledRule bool
 }
 
+// ForgetKeepsOldest reports whether restic v's forget keeps the oldest snapshot of a calendar rule
+// that is not filled (ResticTraits.KeepsOldestForUnfilledRule). The zero v, a release not known,
+// answers as the newest releases do: a plan then keeps more, never less.
+func (v ResticVersion) ForgetKeepsOldest() bool {
+	return v == (ResticVersion{}) || v.Traits().KeepsOldestForUnfilledRule
+}
+
 // Traits returns what restic release v does differently (ResticTraits).
 func (v ResticVersion) Traits() ResticTraits {
 	from := func(minor int) bool { return !v.Less(ResticVersion{0, minor, 0}) }

@@ -104,3 +104,15 @@ func TestResticVersionOf(t *testing.T) {
 		}
 	})
 }
+
+// A release not known plans as the newest releases forget: keeping more, never less.
+func TestForgetKeepsOldest(t *testing.T) {
+	for _, c := range []struct {
+		v    ResticVersion
+		want bool
+	}{{ResticVersion{}, true}, {ResticVersion{0, 14, 0}, false}, {ResticVersion{0, 15, 9}, false}, {ResticVersion{0, 16, 0}, true}, {ResticVersion{0, 19, 1}, true}} {
+		if got := c.v.ForgetKeepsOldest(); got != c.want {
+			t.Errorf("%v.ForgetKeepsOldest() = %v, want %v", c.v, got, c.want)
+		}
+	}
+}

@@ -35,8 +35,8 @@ type Request struct {
 	// Copy plans the job's copy repository (see model.Job.Copy) instead of its own.
 	Copy bool
 	// Restic is the release of the restic that runs the job's commands: its forget rules are the
-	// plan's (retention.Options.KeepOldestOfUnfilledRule). Zero, not known, keeps what any
-	// release would keep.
+	// plan's (engine.ResticVersion.ForgetKeepsOldest). Zero, not known, keeps what any release
+	// would keep.
 	Restic engine.ResticVersion
 }
 
@@ -84,9 +84,8 @@ func Plan(ctx context.Context, st *store.Store, req Request) (Planned, error) {
 	if err != nil {
 		return Planned{}, err
 	}
-	keepOldest := req.Restic == (engine.ResticVersion{}) || req.Restic.Traits().KeepsOldestForUnfilledRule
 	plan, err := retention.New(p, Snapshots(recorded), retention.Options{At: req.At, WithinFrom: retention.WithinFromNow,
-		Scope: retention.Scope{Job: j.Name, Host: req.Host}, KeepOldestOfUnfilledRule: keepOldest})
+		Scope: retention.Scope{Job: j.Name, Host: req.Host}, KeepOldestOfUnfilledRule: req.Restic.ForgetKeepsOldest()})
 	if err != nil {
 		return Planned{}, err
 	}

@@ -379,7 +379,7 @@ func newRetentionSimulateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			keepOldest, err := simulatedForgetRules(cmd.Context(), resticRelease)
+			restic, err := simulatedRestic(cmd.Context(), resticRelease)
 			if err != nil {
 				return err
 			}
@@ -392,7 +392,7 @@ func newRetentionSimulateCmd() *cobra.Command {
 				return badInput("--snapshots %s: %v", file, err)
 			}
 			plan, err := retention.New(p, snaps, retention.Options{At: planAt, WithinFrom: from,
-				Scope: retention.Scope{Host: host, Tags: tags}, KeepOldestOfUnfilledRule: keepOldest})
+				Scope: retention.Scope{Host: host, Tags: tags}, KeepOldestOfUnfilledRule: restic.ForgetKeepsOldest()})
 			if err != nil {
 				return inputError{err}
 			}
@@ -416,23 +416,22 @@ func newRetentionSimulateCmd() *cobra.Command {
 	return cmd
 }
 
-// simulatedForgetRules says whether a simulated plan keeps the oldest snapshot of a rule that is
-// not filled, as restic forget does from 0.16: by the release given, else by the restic in PATH,
-// else as the newest releases do (keeping more).
-func simulatedForgetRules(ctx context.Context, release string) (bool, error) {
+// simulatedRestic is the restic release whose forget rules a simulated plan follows: the one
+// given, else the restic in PATH's, else none known (the zero ResticVersion).
+func simulatedRestic(ctx context.Context, release string) (engine.ResticVersion, error) {
 	if release != "" {
 		v, err := engine.ParseResticVersion([]byte("restic " + release))
 		if err != nil || v.Less(engine.OldestRestic) {
-			return false, badInput("--restic-version %q: give a restic release such as 0.16.4, %s or later", release, engine.OldestRestic)
+			return engine.ResticVersion{}, badInput("--restic-version %q: give a restic release such as 0.16.4, %s or later", release, engine.OldestRestic)
 		}
-		return v.Traits().KeepsOldestForUnfilledRule, nil
+		return v, nil
 	}
 	if path, err := runctl.ResticBinary(""); err == nil {
 		if v, err := engine.ResticVersionOf(ctx, path); err == nil {
-			return v.Traits().KeepsOldestForUnfilledRule, nil
+			return v, nil
 		}
 	}
-	return true, nil
+	return engine.ResticVersion{}, nil
 }
 
 // maxListing bounds a `restic snapshots --json` file that simulate reads: about 100,000 snapshots.
