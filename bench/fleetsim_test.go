@@ -121,6 +121,14 @@ func (u *memUnits) Stop(_ context.Context, name string) error {
 
 func (u *memUnits) ResetFailed(context.Context, string) error { return nil }
 
+// SystemManager is false: the units are built as for a user manager.
+func (u *memUnits) SystemManager() bool { return false }
+
+// Output runs no query: no simulated host asks restic.
+func (u *memUnits) Output(_ context.Context, s runner.Spec, _ int64) (runner.Result, error) {
+	return runner.Result{}, errors.New("memUnits: no query unit " + s.Name)
+}
+
 // simStats is what the simulated hosts measured: latencies and passes while measuring, lapses
 // and what was logged at warning level or above for the whole phase.
 type simStats struct {

@@ -37,7 +37,7 @@ type sweepWorld struct {
 func newSweepWorld(b *testing.B, spawnGrace time.Duration) *sweepWorld {
 	e := newBenchEnv(b)
 	w := &sweepWorld{st: e.st, r: e.r, state: e.state}
-	w.cfg = reconcile.Config{AllowCommandJobs: true, Store: e.st, Runner: e.r, StateDir: e.state, Binary: e.bin, SpawnGrace: spawnGrace,
+	w.cfg = reconcile.Config{AllowCommandJobs: true, Store: e.st, Runner: e.r, Inventory: e.st, StateDir: e.state, Binary: e.bin, SpawnGrace: spawnGrace,
 		Host: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	var err error
 	if w.rec, err = reconcile.New(w.cfg); err != nil {

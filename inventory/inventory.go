@@ -22,15 +22,21 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
+
+// Store is what a listing reads and writes: the repository's snapshots as recorded, and the
+// listing recorded over them. The daemon and the CLI give their store.Store.
+type Store interface {
+	SyncSnapshots(ctx context.Context, repository string, listedAt time.Time, listed []store.Snapshot) (added, forgotten int, err error)
+	Snapshots(ctx context.Context, repository string) ([]store.Snapshot, error)
+}
 
 // Config is what a listing needs: the store it is recorded in, and what runs restic as the job's
 // user in a unit of its own.
 type Config struct {
-	Store  *store.Store
-	Runner *runner.Runner
+	Store  Store
+	Runner jobunit.Runner
 	// StateDir holds the jobs' restic caches; it must be the same path inside the units.
 	StateDir string
 	// Binary is the holdfast executable the units run (`holdfast credexec`).

@@ -73,7 +73,7 @@ exec REAL "$@"
 		t.Fatal(err)
 	}
 	t.Cleanup(rn.Close)
-	cfg := reconcile.Config{Store: st, Runner: rn, StateDir: filepath.Join(dir, "state"), Binary: testenv.HoldfastBinary(t),
+	cfg := reconcile.Config{Store: st, Runner: rn, Inventory: st, StateDir: filepath.Join(dir, "state"), Binary: testenv.HoldfastBinary(t),
 		ResticBinary: wrapper, SpawnGrace: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	rec, err := reconcile.New(cfg)
 	if err != nil {

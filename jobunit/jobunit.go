@@ -32,10 +32,21 @@ import (
 // DefaultResticBinary is the restic executable the units run when none is named.
 const DefaultResticBinary = "restic" // resolved in PATH
 
+// Runner is what a job's units ask of systemd: Restic runs its query units through Output, and
+// Spec and the spawner build a unit's credentials for the manager SystemManager says it is. The
+// daemon and the CLI give a *runner.Runner.
+type Runner interface {
+	// SystemManager reports whether the manager is the system's, the only one that hands
+	// credentials to a unit with User=.
+	SystemManager() bool
+	Output(ctx context.Context, s runner.Spec, maxOutput int64) (runner.Result, error)
+}
+
 // Config is what a job's units are made from.
 type Config struct {
 	// Runner starts the units (Restic's query units; Spec only asks it which manager it is).
-	Runner *runner.Runner
+	// Without one, Spec builds units as for a user manager; Restic's queries need one.
+	Runner Runner
 	// StateDir holds the caches (and the daemon's markers and run journals); it must be the same
 	// path inside the units.
 	StateDir string

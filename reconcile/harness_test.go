@@ -258,6 +258,15 @@ func (u *fakeUnits) ResetFailed(_ context.Context, name string) error {
 	return nil
 }
 
+// SystemManager is false: units are built as for a user manager.
+func (u *fakeUnits) SystemManager() bool { return false }
+
+// Output runs no restic query: it is recorded and refused.
+func (u *fakeUnits) Output(_ context.Context, s runner.Spec, _ int64) (runner.Result, error) {
+	u.record("Output %s", s.Name)
+	return runner.Result{}, errors.New("fakeUnits: no query unit")
+}
+
 // fakeObserver records the runs the reconciler reports closed.
 type fakeObserver struct {
 	*recorder

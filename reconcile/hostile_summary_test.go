@@ -66,7 +66,7 @@ exec REAL "$@"
 		t.Fatal(err)
 	}
 	t.Cleanup(rn.Close)
-	rec, err := reconcile.New(reconcile.Config{Store: st, Runner: rn, StateDir: filepath.Join(dir, "state"),
+	rec, err := reconcile.New(reconcile.Config{Store: st, Runner: rn, Inventory: st, StateDir: filepath.Join(dir, "state"),
 		Binary: testenv.HoldfastBinary(t), ResticBinary: fake, SpawnGrace: 10 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -31,6 +31,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/attemptqueue"
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/inventory"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/journal"
@@ -51,10 +52,13 @@ const DefaultDependsWait = 6 * time.Hour
 // default; a negative or otherwise invalid one is refused with an error naming its flag.
 type Config struct {
 	// Store is the database the reconciler reads and writes (State), Runner the systemd it asks
-	// (Units): the daemon gives a *store.Store and a *runner.Runner; a unit test of the
-	// reconciler's logic may give fakes (harness_test.go), which reach no restic query.
+	// (Units): the daemon gives its store.Store and *runner.Runner; a unit test of the
+	// reconciler's logic may give fakes (harness_test.go).
 	Store  State
 	Runner Units
+	// Inventory records the listing of a repository a forget run changed (inventory.Refresh):
+	// the daemon gives its store.Store again. Nil (fakes) lists nothing: inventory refuses it.
+	Inventory inventory.Store
 	// StateDir holds markers and run journals (--state-dir); it must be the same path inside the
 	// units.
 	StateDir string

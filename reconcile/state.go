@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
@@ -15,7 +16,7 @@ import (
 
 // State is what the reconciler reads from and writes to the database: exactly the store
 // methods it calls, so that its decisions can be carried out against a fake in a unit test
-// (harness_test.go). The daemon gives it a *store.Store.
+// (harness_test.go). The daemon gives it its store.Store.
 type State interface {
 	StateReader
 	StateWriter
@@ -60,8 +61,9 @@ type StateWriter interface {
 	TakeOverRun(ctx context.Context, w store.Lease, t store.TakeOver) (bool, error)
 }
 
-// Units is what the reconciler asks of systemd: exactly the runner methods it calls. The
-// daemon gives it a *runner.Runner.
+// Units is what the reconciler asks of systemd: exactly the runner methods it calls, and those of
+// jobunit.Runner, which it hands on to the units it builds (the spawner's, and the query units
+// of restic's questions about a repository). The daemon gives it a *runner.Runner.
 type Units interface {
 	Start(ctx context.Context, s runner.Spec) (existed bool, err error)
 	Arm(ctx context.Context, s runner.Spec, at time.Time) (existed bool, err error)
@@ -69,6 +71,7 @@ type Units interface {
 	Alive(ctx context.Context, name string) (bool, runner.State, error)
 	Stop(ctx context.Context, name string) error
 	ResetFailed(ctx context.Context, name string) error
+	jobunit.Runner
 }
 
 // unitLister is Units that can also tell the state of every unit whose name matches a
@@ -78,23 +81,5 @@ type unitLister interface {
 	StatesMatching(ctx context.Context, pattern string) (map[string]runner.State, error)
 }
 
-// The daemon's store and runner are what the reconciler works against.
-var (
-	_ State      = (*store.Store)(nil)
-	_ Units      = (*runner.Runner)(nil)
-	_ unitLister = (*runner.Runner)(nil)
-)
-
-// concreteStore and concreteRunner are cfg's store and runner as the packages that take them
-// concretely need them (inventory.Config, jobunit.Config: the restic query units, the manager a
-// unit is built for); nil for a fake. A fake therefore reaches no restic query: inventory
-// refuses a config without a store, and jobunit builds units as for a user manager.
-func (c Config) concreteStore() *store.Store {
-	s, _ := c.Store.(*store.Store)
-	return s
-}
-
-func (c Config) concreteRunner() *runner.Runner {
-	r, _ := c.Runner.(*runner.Runner)
-	return r
-}
+// The runner lists units by pattern (the sweep's one call).
+var _ unitLister = (*runner.Runner)(nil)

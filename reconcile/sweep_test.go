@@ -46,7 +46,7 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.r.Close)
-	cfg.Store, cfg.Runner, cfg.StateDir = e.st, e.r, filepath.Join(dir, "state")
+	cfg.Store, cfg.Runner, cfg.Inventory, cfg.StateDir = e.st, e.r, e.st, filepath.Join(dir, "state")
 	cfg.Binary, cfg.Logger = testenv.HoldfastBinary(t), slog.New(slog.NewTextHandler(io.Discard, nil))
 	if e.rec, err = reconcile.New(cfg); err != nil {
 		t.Fatal(err)

@@ -9,12 +9,12 @@ import (
 
 // units is what the reconciler's units of a job are made from.
 func (c Config) units() jobunit.Config {
-	return jobunit.Config{Runner: c.concreteRunner(), StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary}
+	return jobunit.Config{Runner: c.Runner, StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary}
 }
 
 // inventoryConfig is what the reconciler's listings of a repository need.
 func (c Config) inventoryConfig() inventory.Config {
-	return inventory.Config{Store: c.concreteStore(), Runner: c.concreteRunner(), StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary}
+	return inventory.Config{Store: c.Inventory, Runner: c.Runner, StateDir: c.StateDir, Binary: c.Binary, ResticBinary: c.ResticBinary}
 }
 
 // JobRestic returns restic as it runs for questions about a job's repository (its snapshots,

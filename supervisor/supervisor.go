@@ -100,12 +100,13 @@ type Config struct {
 	// Logger. Here Binary defaults to holdfast-unit installed beside this executable, else this
 	// one (unitcmd.Binary), and ResticBinary to the restic in PATH, both checked by Validate.
 	// Its Lease, Windows, WindowZone and Observer are filled in from the daemon's: Lease, Windows and WindowZone below (which hide them) and the metrics. Its
-	// Store and Runner are Store and Runner below (which hide them too).
+	// Store, Runner and Inventory are Store and Runner below (which hide the first two).
 	reconcile.Config
 	// Store and Runner are the daemon's connections, which New requires and Validate, run
-	// before anything is connected, does not look at. The reconciler gets them too; the
-	// daemon's other services need them concretely, so they hide reconcile.Config's, which
-	// take any reconcile.State and reconcile.Units.
+	// before anything is connected, does not look at. The reconciler and the other services get
+	// them, each as the interface of the calls it makes; the supervisor's own (the lease, the
+	// unit-end watch, the notify protocol) take them concretely, so they hide reconcile.Config's,
+	// which take any reconcile.State and reconcile.Units.
 	Store  *store.Store
 	Runner *runner.Runner
 	// ResticVersion is the release of ResticBinary, set by Validate, which refuses a binary
@@ -338,7 +339,7 @@ func New(cfg Config) (*Supervisor, error) {
 			}
 		})
 	rc := cfg.Config // validated: its windows parsed
-	rc.Store, rc.Runner = cfg.Store, cfg.Runner
+	rc.Store, rc.Runner, rc.Inventory = cfg.Store, cfg.Runner, cfg.Store
 	rc.Lease, rc.Observer = lease.current, observer
 	rec, err := reconcile.New(rc)
 	if err != nil {
