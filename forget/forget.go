@@ -19,6 +19,17 @@ import (
 	"github.com/holdfast-backup/holdfast/store"
 )
 
+// Store is what Plan reads: the job. The CLI and the dashboard give their store.Store.
+type Store interface {
+	JobByName(ctx context.Context, name string) (model.Job, error)
+}
+
+// Recorder is what Apply writes: the plan, with the forget run that applies it. The CLI gives
+// its store.Store.
+type Recorder interface {
+	RecordPlan(ctx context.Context, p store.Plan) (store.Plan, error)
+}
+
 // Request asks for a plan of a job's retention.
 type Request struct {
 	Job  string
@@ -53,7 +64,7 @@ type Planned struct {
 
 // Plan reads the job's repository again and plans its retention. A job that is not a restic
 // job, or has no policy and is given none, gets a *store.ConflictError.
-func Plan(ctx context.Context, st *store.Store, req Request) (Planned, error) {
+func Plan(ctx context.Context, st Store, req Request) (Planned, error) {
 	j, err := st.JobByName(ctx, req.Job)
 	if err != nil {
 		return Planned{}, err
@@ -125,7 +136,7 @@ func Record(pl Planned, actor string, force bool) (store.Plan, error) {
 
 // Apply records the plan (see Record); an applied plan with snapshots to delete admits the
 // forget run that deletes them. The caller reports a refused plan as refused.
-func Apply(ctx context.Context, st *store.Store, pl Planned, actor string, force bool) (store.Plan, error) {
+func Apply(ctx context.Context, st Recorder, pl Planned, actor string, force bool) (store.Plan, error) {
 	rec, err := Record(pl, actor, force)
 	if err != nil {
 		return store.Plan{}, err
