@@ -84,8 +84,17 @@ type AccountStatus struct {
 	UsedShare              float64
 }
 
+// StatusReader is what a status report reads. The CLI and the dashboard give their store.Store.
+type StatusReader interface {
+	WatchFacts(ctx context.Context, scope store.WatchScope) ([]store.WatchFacts, error)
+	LiveRuns(ctx context.Context, host string) ([]model.LiveRun, error)
+	Accounts(ctx context.Context, name string) ([]store.Account, error)
+	Hosts(ctx context.Context) ([]store.Host, error)
+	DeliveryCounts(ctx context.Context) (pending, failed int64, err error)
+}
+
 // Status reads the report. An error means the state is Unknown.
-func Status(ctx context.Context, st *store.Store) (Report, error) {
+func Status(ctx context.Context, st StatusReader) (Report, error) {
 	facts, err := st.WatchFacts(ctx, store.WatchScope{})
 	if err != nil {
 		return Report{State: Unknown}, err

@@ -155,10 +155,21 @@ type expected struct {
 	e                 expectation
 }
 
+// Store is what a Watcher reads and writes: the jobs' facts, the stalled runs, the duty of
+// watching unattended jobs, and the episodes it records. The daemon gives its store.Store.
+type Store interface {
+	WatchFacts(ctx context.Context, scope store.WatchScope) ([]store.WatchFacts, error)
+	Stalls(ctx context.Context, host string) ([]store.Stall, error)
+	MarkStalled(ctx context.Context, st store.Stall, reason, host string) (marked, stopped bool, err error)
+	ClaimDuty(ctx context.Context, name, host string, every time.Duration) (bool, error)
+	MarkOverdue(ctx context.Context, job string, since time.Time, reason, host string) (bool, error)
+	ClearOverdue(ctx context.Context, job, reason, host string) (bool, error)
+}
+
 // Watcher records overdue episodes: at most one "overdue" event per episode, then one
 // "recovered", however many daemons watch.
 type Watcher struct {
-	Store  *store.Store
+	Store  Store
 	Host   string
 	Logger *slog.Logger
 	// Interval is how often Pass runs (default DefaultInterval): the jobs no daemon watches as
