@@ -33,6 +33,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/model"
@@ -81,9 +83,18 @@ func Sign(key, body []byte) string {
 	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
+// Store is what a Deliverer reads and writes: the deliveries it claims and how each ended, and
+// the attempts of the run an event is about. The daemon and the CLI give their store.Store.
+type Store interface {
+	ClaimDeliveries(ctx context.Context, limit int, lease time.Duration) ([]store.Delivery, error)
+	DeliveryDone(ctx context.Context, event uuid.UUID, target string) error
+	DeliveryFailed(ctx context.Context, event uuid.UUID, target, why string, backoff time.Duration, giveUp bool) error
+	Attempts(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error)
+}
+
 // Config configures a Deliverer.
 type Config struct {
-	Store *store.Store
+	Store Store
 	// JournalDir is the journal directory a healthchecks body's log tail is read from ("" the
 	// system journal).
 	JournalDir string
