@@ -19,9 +19,16 @@ import (
 	"github.com/holdfast-backup/holdfast/store"
 )
 
+// Store is what a scrape reads: the figures of the gauges and the hosts. The daemon gives its
+// store.Store.
+type Store interface {
+	Figures(ctx context.Context) (store.Figures, error)
+	Hosts(ctx context.Context) ([]store.Host, error)
+}
+
 // Config configures Metrics.
 type Config struct {
-	Store   *store.Store
+	Store   Store
 	Version string
 	// Restic is the release of the restic the daemon runs (holdfast_restic_info); "" leaves the
 	// series out.
