@@ -47,9 +47,16 @@ func FirstSlot(spec, tz string, now time.Time) (*time.Time, error) {
 	return &next, nil
 }
 
+// Store is what an Admitter writes: the due slots of jobs, and of their maintenance schedules,
+// admitted as runs. The daemon gives its store.Store.
+type Store interface {
+	AdmitDue(ctx context.Context, by string, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]store.Admitted, error)
+	AdmitDueMaintenance(ctx context.Context, by, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]store.MaintenanceAdmitted, error)
+}
+
 // Admitter turns due jobs into runs.
 type Admitter struct {
-	Store *store.Store
+	Store Store
 	// Host is the host of the daemon that admits, which wakes its own sweep after a pass that
 	// admitted: the daemons are notified only of runs pinned to another host. "" notifies of
 	// every run.
