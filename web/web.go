@@ -37,9 +37,23 @@ var templateFiles embed.FS
 //go:embed assets
 var assets embed.FS
 
+// Store is what the dashboard reads, and it writes nothing: its pages' own reads, the status
+// report's (watch.StatusReader) and a retention plan's (forget.Store). The daemon gives its
+// store.Store.
+type Store interface {
+	watch.StatusReader
+	forget.Store
+	Runs(ctx context.Context, jobName string, limit int) ([]model.Run, error)
+	ResolveRun(ctx context.Context, idOrPrefix string) (uuid.UUID, error)
+	RunByID(ctx context.Context, id uuid.UUID) (model.Run, error)
+	Attempts(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error)
+	Snapshots(ctx context.Context, repository string) ([]store.Snapshot, error)
+	Entries(ctx context.Context, account string, limit int) ([]store.Entry, error)
+}
+
 // Config configures the dashboard.
 type Config struct {
-	Store *store.Store
+	Store Store
 	// JournalDir is the journal directory run pages read their log tail from ("" the system's).
 	JournalDir string
 	// Host is whose snapshots a retention plan covers. Default the host name.
