@@ -2,10 +2,11 @@
 // record is final (WaitRun), record an operator's stop and ask systemd to stop the run's unit
 // (StopRun), and resolve the programs a run executes (CheckExecutable, ResticBinary).
 //
-// Its contract: it acts only through the store and, for a stop, the systemd manager it is given,
-// so any process with the database's address may use it, the daemon not running included. It
-// keeps no state between calls and starts nothing that outlives one: a wait cut short leaves the
-// run going on, and a stop is safe in the database before systemd is asked, so the daemon's next
-// pass carries out a stop that systemd did not take. The daemon (package supervisor) uses only
+// Its contract: it acts only through the store and, for a stop, the systemd manager it is given
+// (Store and Units, the calls it makes), so any process with the database's address may use it,
+// the daemon not running included. It keeps no state between calls and starts nothing that
+// outlives one: a wait cut short leaves the run going on, and a stop is safe in the database
+// before systemd is asked, so the daemon's next pass carries out a stop that systemd did not
+// take. The daemon (package supervisor) uses only
 // its program checks.
 package runctl

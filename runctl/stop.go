@@ -9,7 +9,6 @@ import (
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // StopAskTimeout bounds how long StopRun waits for systemd: the intent is already safe in the
@@ -21,16 +20,16 @@ const StopAskTimeout = 10 * time.Second
 // intent is recorded first, so that if systemd does not take the request the daemon's next
 // pass asks again: unreached says why systemd was not reached, and the stop still stands. err
 // is set only if the intent could not be recorded. run is the run as the stop left it.
-func StopRun(ctx context.Context, st *store.Store, openRunner func(context.Context) (*runner.Runner, error), id uuid.UUID, host string) (run model.Run, unreached, err error) {
+func StopRun(ctx context.Context, st Store, openUnits func(context.Context) (Units, error), id uuid.UUID, host string) (run model.Run, unreached, err error) {
 	run, err = st.RequestStop(ctx, id)
 	if err != nil {
 		return run, nil, err
 	}
-	unreached, err = stopUnit(ctx, st, openRunner, id, host)
+	unreached, err = stopUnit(ctx, st, openUnits, id, host)
 	return run, unreached, err
 }
 
-func stopUnit(ctx context.Context, st *store.Store, openRunner func(context.Context) (*runner.Runner, error), id uuid.UUID, host string) (unreached, err error) {
+func stopUnit(ctx context.Context, st Store, openUnits func(context.Context) (Units, error), id uuid.UUID, host string) (unreached, err error) {
 	crashpoint.At("stop-recorded")
 	attempts, err := st.Attempts(ctx, id)
 	if err != nil || len(attempts) == 0 {
@@ -42,7 +41,7 @@ func stopUnit(ctx context.Context, st *store.Store, openRunner func(context.Cont
 	}
 	askCtx, cancel := context.WithTimeout(ctx, StopAskTimeout)
 	defer cancel()
-	r, err := openRunner(askCtx)
+	r, err := openUnits(askCtx)
 	if err != nil {
 		return err, nil
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/wake"
 )
 
@@ -20,7 +19,7 @@ const WaitPoll = time.Second
 // the run as soon as its end is announced (store.ListenRunEnds) and otherwise every WaitPoll,
 // calling report with each reading, the final one included. When ctx ends first the run goes
 // on; the error says where to find it.
-func WaitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(model.Run, *model.Progress)) (model.Run, []model.Attempt, error) {
+func WaitRun(ctx context.Context, st Store, id uuid.UUID, report func(model.Run, *model.Progress)) (model.Run, []model.Attempt, error) {
 	return waitRun(ctx, st, id, report, WaitPoll)
 }
 
@@ -28,7 +27,7 @@ func WaitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(mod
 // the backstop meanwhile.
 const relistenAfter = 2 * time.Second
 
-func waitRun(ctx context.Context, st *store.Store, id uuid.UUID, report func(model.Run, *model.Progress), poll time.Duration) (model.Run, []model.Attempt, error) {
+func waitRun(ctx context.Context, st Store, id uuid.UUID, report func(model.Run, *model.Progress), poll time.Duration) (model.Run, []model.Attempt, error) {
 	ended := wake.New()
 	listenCtx, cancel := context.WithCancel(ctx)
 	listening := make(chan struct{})

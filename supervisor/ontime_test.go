@@ -123,7 +123,7 @@ func TestScheduledStartsOnTime(t *testing.T) {
 	e.start(t)
 	stop := func(id uuid.UUID, host string) {
 		t.Helper()
-		_, unreached, err := runctl.StopRun(ctx, e.st, func(ctx context.Context) (*runner.Runner, error) {
+		_, unreached, err := runctl.StopRun(ctx, e.st, func(ctx context.Context) (runctl.Units, error) {
 			return runner.New(ctx, e.cfg.Systemd)
 		}, id, host)
 		if err != nil || unreached != nil {

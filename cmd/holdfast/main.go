@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/setup"
 	"github.com/holdfast-backup/holdfast/store"
@@ -173,6 +174,16 @@ func (g *globals) openRunner(ctx context.Context) (*runner.Runner, error) {
 		return nil, inputError{err}
 	}
 	return runner.New(ctx, cfg)
+}
+
+// openUnits is openRunner as runctl.StopRun asks for it: no Units at all (not a nil runner)
+// when the manager could not be reached.
+func (g *globals) openUnits(ctx context.Context) (runctl.Units, error) {
+	r, err := g.openRunner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // withStore runs fn with the database open for one command.

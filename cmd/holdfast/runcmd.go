@@ -336,7 +336,7 @@ func newRunStopCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(1, "one run id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
-				run, unreached, err := runctl.StopRun(ctx, st, g.openRunner, id, g.host())
+				run, unreached, err := runctl.StopRun(ctx, st, g.openUnits, id, g.host())
 				if err != nil {
 					return err
 				}
