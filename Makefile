@@ -24,36 +24,23 @@ lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
-# Every package whose code runs goroutines or guards state with a lock is in RACE (see test).
-	@for d in $$($(GO) list -f '{{.Dir}}' $(PKGS)); do \
-		pkg=./$${d#$(CURDIR)/}/; files=$$(ls $$d/*.go | grep -v '_test\.go$$'); \
-		if [ -n "$$files" ] && grep -qE '^\s+go [A-Za-z_.(]|\.Go\(|sync\.(Mutex|RWMutex|WaitGroup|Once)' $$files \
-			&& ! echo ' $(RACE) $(SCENARIOS) ' | grep -qF " $$pkg "; then \
-			echo "$$pkg runs goroutines or guards state with a lock: add it to RACE in the Makefile"; exit 1; \
-		fi; \
-	done
 
 # The whole suite against a real PostgreSQL, real systemd managers and real restic (testenv starts
-# private ones). CI=true turns a missing dependency into a failure instead of a skip. The packages
-# whose code runs goroutines (RACE) run with the race detector, the others without it: it finds
-# nothing where nothing runs concurrently and only costs CPU. cmd/holdfast's scenario tests run
-# beside the packages, with the daemon and the units as holdfast processes (the binary is built
-# once, without it, where units running as nobody can reach it: testenv.BinaryEnv); they mostly
-# wait on systemd and restic, so six run at once even on two cores. scripts/gotest runs the
-# tests as go test does, but links a test binary again only when its code changed; go run keeps
-# the holdfast executable it links in the build cache, go build would link it every time.
+# private ones), as plain go test: `go test ./reconcile -run X -v` runs a part of it the same way.
+# CI=true turns a missing dependency into a failure instead of a skip. Every package runs with the
+# race detector but the scenarios (SCENARIOS), whose daemons and units are the holdfast binary,
+# built once without it where units running as nobody can reach it (testenv.BinaryEnv; go run
+# keeps the executable it links in the build cache, go build would link it every time). The
+# scenarios run beside the packages: they mostly wait on systemd and restic, so six run at once
+# even on two cores.
 SCENARIOS := ./cmd/holdfast/
-RACE      := ./attemptqueue/ ./cmd/holdfast-demo/ ./engine/ ./journal/ ./journallog/ ./notify/ ./reconcile/ ./runctl/ ./runaway/ ./runner/ ./schedule/ ./spawn/ ./supervisor/ ./testenv/ ./unitcmd/ ./web/
 test: deps lint
 	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) run -exec cp ./cmd/holdfast $$bindir/holdfast \
-		&& $(GO) run -exec cp ./cmd/holdfast-unit $$bindir/holdfast-unit \
-		&& chmod 755 $$bindir/holdfast $$bindir/holdfast-unit || exit 1; \
+		&& $(GO) run -exec cp ./cmd/holdfast-unit $$bindir/holdfast-unit && chmod 755 $$bindir/* || exit 1; \
 	export HOLDFAST_TEST_BINARY=$$bindir/holdfast; \
-	scripts/gotest -parallel 6 -jobs 1 $(SCENARIOS) & scenarios=$$!; \
-	scripts/gotest -race -parallel 4 $(RACE); packages=$$?; \
-	scripts/gotest -parallel 4 $$($(GO) list $(PKGS) | grep -vxF $(foreach p,$(SCENARIOS) $(RACE),-e $(MODULE)/$(p:./%/=%))) \
-		|| packages=1; \
-	wait $$scenarios; scenarios=$$?; \
+	$(GO) test -count=1 -timeout 30m -parallel 6 $(SCENARIOS) & scenarios=$$!; \
+	$(GO) test -race -count=1 -timeout 30m -parallel 4 -p 4 $$($(GO) list $(PKGS) | grep -vxF $(MODULE)/$(SCENARIOS:./%/=%)); \
+	packages=$$?; wait $$scenarios; scenarios=$$?; \
 	rm -rf $$bindir; \
 	[ $$packages -eq 0 ] && [ $$scenarios -eq 0 ]
 

@@ -43,8 +43,10 @@ func installedHost(t *testing.T) (*bootedWorld, string) {
 // holdfast installed on a booted host as the README says: the CLI as root needs no environment,
 // the service tells systemd what it does, setup run again changes nothing, a backup as the system
 // user backup with a root-only password file succeeds and journald files its lines under its run,
-// the README's backup of /home as a dedicated system user works as written, and so do the
-// README's other examples after it (readmeExamples).
+// and the README's backup of /home as a dedicated system user works as written on a home of
+// gigabytes, which the README's restore gives back whole. The README's other examples run on a
+// host of their own with a small home (TestBootedHostReadme): they need no gigabytes, and the two
+// hosts run side by side.
 func TestBootedHostInstall(t *testing.T) {
 	parallelLong(t)
 	b, out := installedHost(t)
@@ -95,25 +97,8 @@ func TestBootedHostInstall(t *testing.T) {
 		t.Fatalf("holdfast check: exit %d\n%s%s", c.code, c.stdout, c.stderr)
 	}
 
-	// The README's backup of /home as a dedicated system user; each home is its owner's alone.
-	h.Run(t, "useradd", "--create-home", "alice")
-	h.WriteFile(t, "/home/alice/notes.txt", []byte("alice's notes\n"), 0o600)
-	h.Run(t, "chown", "alice:alice", "/home/alice/notes.txt")
-	h.Run(t, "chmod", "0700", "/home/alice")
 	// A real home is gigabytes: more than any guess would have held for a first backup.
-	h.Run(t, "sh", "-c", "for i in 1 2 3; do head -c 1G /dev/urandom >/home/alice/big-$i; done && "+
-		"chown alice:alice /home/alice/big-* && chmod 0600 /home/alice/big-*")
-	home := readmeBlock(t, "Backing up `/home` as a dedicated system user")
-	if len(home) == 0 || !strings.HasPrefix(home[len(home)-1], "holdfast run start home --wait") {
-		t.Fatalf("the README's /home commands: %q", home)
-	}
-	for _, line := range home {
-		h.Run(t, "sh", "-c", line)
-	}
-	ls := h.Run(t, "restic", "--repo", "/srv/backup/home", "--password-file", "/etc/holdfast/home.pw", "--no-cache", "ls", "latest")
-	if !strings.Contains(ls, "/home/alice/notes.txt") || !strings.Contains(ls, "/home/alice/big-3") {
-		t.Fatalf("the snapshot of /home lacks alice's files:\n%s", ls)
-	}
+	readmeHomeBackup(t, b, "for i in 1 2 3; do head -c 1G /dev/urandom >/home/alice/big-$i; done")
 	// The first backup, with no ceiling and no history, held what /home holds, measured as its
 	// unit started, and was charged what it added: one attempt, never paused.
 	first := b.runsOf("home")
@@ -126,7 +111,54 @@ func TestBootedHostInstall(t *testing.T) {
 		t.Fatalf("the README's first backup of /home: %+v; want succeeded in one attempt, held from the 3 GiB its paths hold, charged what it added", r)
 	}
 
-	// On from there, the README's other examples, as written.
+	// The README's restore of it, as homebackup into a target it made: every byte back.
+	restore := readmeBlock(t, "Restores and verification (restic jobs)")
+	if len(restore) < 2 || !strings.HasPrefix(restore[0], "install -d") || !strings.HasPrefix(restore[1], "holdfast restore home --target /srv/restore/home --wait") {
+		t.Fatalf("the README's restore commands: %q, want the target made and then the latest snapshot restored", restore)
+	}
+	for _, line := range restore[:2] {
+		h.Run(t, "sh", "-c", line)
+	}
+	restored := b.runsOf("home")
+	if len(restored) != 2 || restored[0].Kind != "restore" || restored[0].Status != "succeeded" {
+		t.Fatalf("runs of home after the README's restore: %+v, want the restore succeeded", restored)
+	}
+	if d := h.Run(t, "sh", "-c", "diff -r /home/alice /srv/restore/home/home/alice && echo same"); d != "same\n" {
+		t.Fatalf("alice's home restored from its first backup differs from hers:\n%s", d)
+	}
+}
+
+// readmeHomeBackup makes alice's home, fills it with what fill writes (a shell line run in
+// /home/alice, as root) and runs the README's backup of /home as a dedicated system user, as
+// written. The snapshot must hold alice's files.
+func readmeHomeBackup(t *testing.T, b *bootedWorld, fill string) {
+	t.Helper()
+	h := b.h
+	// Each home is its owner's alone.
+	h.Run(t, "useradd", "--create-home", "alice")
+	h.WriteFile(t, "/home/alice/notes.txt", []byte("alice's notes\n"), 0o600)
+	h.Run(t, "chown", "alice:alice", "/home/alice/notes.txt")
+	h.Run(t, "chmod", "0700", "/home/alice")
+	h.Run(t, "sh", "-c", "cd /home/alice && "+fill+" && chown alice:alice /home/alice/big-* && chmod 0600 /home/alice/big-*")
+	home := readmeBlock(t, "Backing up `/home` as a dedicated system user")
+	if len(home) == 0 || !strings.HasPrefix(home[len(home)-1], "holdfast run start home --wait") {
+		t.Fatalf("the README's /home commands: %q", home)
+	}
+	for _, line := range home {
+		h.Run(t, "sh", "-c", line)
+	}
+	ls := h.Run(t, "restic", "--repo", "/srv/backup/home", "--password-file", "/etc/holdfast/home.pw", "--no-cache", "ls", "latest")
+	if !strings.Contains(ls, "/home/alice/notes.txt") || !strings.Contains(ls, "/home/alice/big-") {
+		t.Fatalf("the snapshot of /home lacks alice's files:\n%s", ls)
+	}
+}
+
+// The README's operator examples after its backup of /home, as written (readmeExamples), on a
+// host where holdfast was installed as the README says, over a home of a few megabytes.
+func TestBootedHostReadme(t *testing.T) {
+	parallelLong(t)
+	b, _ := installedHost(t)
+	readmeHomeBackup(t, b, "for i in 1 2 3; do head -c 2M /dev/urandom >/home/alice/big-$i; done")
 	readmeExamples(t, b)
 }
 
