@@ -13,7 +13,7 @@ import (
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
 // One pass applies at most its drain limit's bytes of a run's journal and reports the rest as lag; the

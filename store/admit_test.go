@@ -9,7 +9,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
 // A due job that cannot be admitted (its row cannot be read; its slot was admitted before) is

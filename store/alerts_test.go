@@ -9,7 +9,7 @@ import (
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
 // An overdue episode is recorded once, with one event, however many daemons mark it at once; so
