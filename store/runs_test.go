@@ -54,7 +54,7 @@ func (b *runsBundle) startedRun(t *testing.T) model.Run {
 // otherHost takes the lease of a second host, h2.
 func (b *runsBundle) otherHost(t *testing.T) store.Lease {
 	t.Helper()
-	return storetest.Lease(t, b.Store, "h2", "holder-h2")
+	return storetest.Lease(t, b.Store, &storetest.LeaseOpts{Host: "h2", Holder: "holder-h2"})
 }
 
 func (b *runsBundle) run(t *testing.T, id uuid.UUID) model.Run {
@@ -156,7 +156,7 @@ var staleWriters = []struct {
 }{
 	{"a lease another holder of the host took since", func(t *testing.T, b *runsBundle) store.Lease {
 		old := b.Lease
-		b.Lease = storetest.Lease(t, b.Store, b.Host, "holder-2")
+		b.Lease = storetest.Lease(t, b.Store, &storetest.LeaseOpts{Host: b.Host, Holder: "holder-2"})
 		if b.Lease.Generation != old.Generation+1 {
 			t.Fatalf("generations: %d then %d", old.Generation, b.Lease.Generation)
 		}
@@ -164,7 +164,7 @@ var staleWriters = []struct {
 	}},
 	{"the same holder's lease of an earlier generation", func(t *testing.T, b *runsBundle) store.Lease {
 		old := b.Lease
-		b.Lease = storetest.Lease(t, b.Store, b.Host, old.Holder)
+		b.Lease = storetest.Lease(t, b.Store, &storetest.LeaseOpts{Host: b.Host, Holder: old.Holder})
 		return old
 	}},
 	{"a lease that lapsed", func(t *testing.T, b *runsBundle) store.Lease {
@@ -181,7 +181,7 @@ var staleWriters = []struct {
 // revive takes the bundle's host's lease anew; it adopts the host's live attempts.
 func (b *runsBundle) revive(t *testing.T) {
 	t.Helper()
-	b.Lease = storetest.Lease(t, b.Store, b.Host, "holder-back")
+	b.Lease = storetest.Lease(t, b.Store, &storetest.LeaseOpts{Host: b.Host, Holder: "holder-back"})
 }
 
 // A spawn claim records the unit, the host and the boot on a live attempt that has none, for the
