@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -21,8 +20,8 @@ import (
 // with the same host's.
 func TestEarlierBootSkipsSpawnGrace(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	st, _ := storetest.Open(t)
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
 	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "boot", Engine: "command"}})
 	unit := runner.UnitName("boot", run.ID, 1)
 	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit, Boot: "boot-1"}); !ok || err != nil {
