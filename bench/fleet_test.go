@@ -16,7 +16,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/reconcile"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 

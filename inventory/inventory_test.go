@@ -18,7 +18,7 @@ import (
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 

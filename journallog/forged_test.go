@@ -25,17 +25,6 @@ func TestMain(m *testing.M) { testenv.RunMain(m) }
 // journal file's maximum size is 128 MiB).
 const forgedEntryBytes = 40 << 20
 
-func eventually(d time.Duration, f func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !f() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return true
-}
-
 // syncBuffer is a bytes.Buffer that RunLogs writes while the test reads it.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -98,7 +87,7 @@ while [ ! -e %[1]s/release ]; do sleep 0.1; done; echo real last line`, dir)
 		}
 		return out
 	}
-	if !eventually(time.Minute, func() bool { return strings.Contains(tailNow(100), "real line one") }) {
+	if !testenv.Eventually(time.Minute, func() bool { return strings.Contains(tailNow(100), "real line one") }) {
 		t.Fatalf("the unit's first line never came:\n%.2000s", tailNow(100))
 	}
 
@@ -120,13 +109,13 @@ while [ ! -e %[1]s/release ]; do sleep 0.1; done; echo real last line`, dir)
 	for i := 0; i < 2; i++ {
 		testenv.JournalEntryAs(t, journald, dir, 0, "MESSAGE=root's big "+strings.Repeat("R", forgedEntryBytes), "HOLDFAST_RUN="+run.String(), "FORGE="+token)
 	}
-	if !eventually(time.Minute, func() bool { return testenv.JournalCount(t, m.JournalDir, token) == len(forged)+2 }) {
+	if !testenv.Eventually(time.Minute, func() bool { return testenv.JournalCount(t, m.JournalDir, token) == len(forged)+2 }) {
 		t.Fatalf("journald holds %d of the %d entries written", testenv.JournalCount(t, m.JournalDir, token), len(forged)+2)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(time.Minute, func() bool { return strings.Contains(tailNow(100), "real line two") }) {
+	if !testenv.Eventually(time.Minute, func() bool { return strings.Contains(tailNow(100), "real line two") }) {
 		t.Fatalf("the unit's second line never came:\n%.2000s", tailNow(100))
 	}
 
@@ -188,7 +177,7 @@ while [ ! -e %[1]s/release ]; do sleep 0.1; done; echo real last line`, dir)
 	if err := os.WriteFile(filepath.Join(dir, "release"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(time.Minute, func() bool { return strings.Contains(followed.String(), "real last line") }) {
+	if !testenv.Eventually(time.Minute, func() bool { return strings.Contains(followed.String(), "real last line") }) {
 		cancel()
 		t.Fatalf("RunLogs --follow never showed the last line:\n%s", grepLines(followed.String(), "real"))
 	}
@@ -196,7 +185,7 @@ while [ ! -e %[1]s/release ]; do sleep 0.1; done; echo real last line`, dir)
 	// written before it, would have been too.
 	testenv.JournalEntryAs(t, journald, dir, 65534, "MESSAGE=FORGED while following", "HOLDFAST_RUN="+run.String(), "UNIT="+unit, "FORGE="+token)
 	testenv.JournalEntryAs(t, journald, dir, 0, "MESSAGE=root's line after the forged one", "HOLDFAST_RUN="+run.String(), "FORGE="+token)
-	if !eventually(time.Minute, func() bool { return strings.Contains(followed.String(), "root's line after the forged one") }) {
+	if !testenv.Eventually(time.Minute, func() bool { return strings.Contains(followed.String(), "root's line after the forged one") }) {
 		t.Errorf("RunLogs --follow never showed root's line:\n%s", grepLines(followed.String(), "root"))
 	}
 	cancel()

@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -13,7 +12,7 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
 // A unit claimed in an earlier boot of the same host is gone for good: its run restarts at once
@@ -21,9 +20,9 @@ import (
 // with the same host's.
 func TestEarlierBootSkipsSpawnGrace(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	st, _ := storetest.Open(t)
-	run := storetest.ManualRun(t, st, "boot")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "boot", Engine: "command"}})
 	unit := runner.UnitName("boot", run.ID, 1)
 	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit, Boot: "boot-1"}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)

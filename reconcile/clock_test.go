@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"testing"
@@ -10,7 +9,7 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
 // The spawn grace is measured on one clock, the database's, which stamped the spawn claim: a
@@ -18,9 +17,9 @@ import (
 // for ever on one whose unit vanished.
 func TestSpawnGraceOnTheDatabasesClock(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	st, _ := storetest.Open(t)
-	run := storetest.ManualRun(t, st, "skew")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "skew", Engine: "command"}})
 	unit := runner.UnitName("skew", run.ID, 1)
 	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)

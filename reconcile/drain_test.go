@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -13,16 +12,16 @@ import (
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
 // One pass applies at most its drain limit's bytes of a run's journal and reports the rest as lag; the
 // next pass goes on from there.
 func TestDrainIsBoundedPerPass(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	st, _ := storetest.Open(t)
-	run := storetest.ManualRun(t, st, "big")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "big", Engine: "command"}})
 	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-big-" + run.ID.String() + "-a1.service"}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}

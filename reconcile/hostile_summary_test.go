@@ -10,13 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
-	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -55,12 +52,8 @@ exec REAL "$@"
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	dsn := storetest.Migrated(t)
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	b := storetest.Setup(t)
+	st := b.Store
 	rn, err := runner.New(ctx, runner.Config{Address: testenv.PrivateSystemd(t).Address})
 	if err != nil {
 		t.Fatal(err)
@@ -106,11 +99,7 @@ exec REAL "$@"
 	if snaps, err := st.Snapshots(ctx, repo); err != nil || len(snaps) != 0 {
 		t.Fatalf("inventory %+v, %v; want nothing from the summary", snaps, err)
 	}
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := b.DB
 	var summaryBytes, eventBytes, events int
 	if err := conn.QueryRow(ctx, `SELECT coalesce(max(length(summary::text)), 0) FROM attempts WHERE run_id = $1`, run.ID).Scan(&summaryBytes); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
 // A start that failed after it reached systemd leaves a unit the database does not name. The
@@ -24,24 +25,9 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 	e := newSweepEnv(t, reconcile.Config{Host: "h1", AllowCommandJobs: true,
 		Lease: func() (store.Lease, bool) { return h1, true }})
 	st, r, rec := e.st, e.r, e.rec
-	take := func(host string, d time.Duration) store.Lease {
-		t.Helper()
-		l, err := st.AcquireLease(ctx, store.LeaseRequest{Host: host, Holder: "test-" + host, Duration: d,
-			HolderGone: func(string) bool { return true }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-	h1 = take("h1", time.Hour)
-	h2 := take("h2", time.Hour)
-	if _, err := st.CreateJob(ctx, model.Job{Name: "any", Engine: "command", Command: []string{"/bin/true"}}); err != nil {
-		t.Fatal(err)
-	}
-	run, err := st.Admit(ctx, "any", "manual", model.KindBackup)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h1 = storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "test-h1"})
+	h2 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "test-h2"})
+	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "any", Engine: "command"}})
 	unit := runner.UnitName("any", run.ID, 1)
 	if ok, _, err := st.ClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
@@ -55,13 +41,13 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 	}
 
 	// h1 goes down; h2 takes the run over.
-	take("h1", 200*time.Millisecond)
+	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "test-h1", Duration: 200 * time.Millisecond})
 	time.Sleep(400 * time.Millisecond)
 	if done, err := st.TakeOverRun(ctx, h2, store.TakeOver{RunID: run.ID, Attempt: 1, From: "h1",
 		Settlement: &ledger.Settlement{Release: true, Source: "test"}}); err != nil || !done {
 		t.Fatalf("take over: %v %v", done, err)
 	}
-	h1 = take("h1", time.Hour)
+	h1 = storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "test-h1"})
 	if alive, _, err := r.Alive(ctx, unit); err != nil || !alive {
 		t.Fatalf("the unit before h1's sweep: alive %v, %v", alive, err)
 	}

@@ -1,20 +1,17 @@
 package reconcile
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
 // A host's clock hours off changes nothing that is judged on the database's clock (issue 25,
@@ -24,21 +21,8 @@ import (
 // spawned once that time has come on the database's clock, neither hours early nor late.
 func TestHostClockSkew(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	st, dsn := storetest.Open(t)
-	db, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(ctx)
-	dbNow := func(t *testing.T) time.Time {
-		t.Helper()
-		var now time.Time
-		if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-			t.Fatal(err)
-		}
-		return now
-	}
+	b := storetest.Setup(t)
+	st, ctx, db := b.Store, b.Ctx, b.DB
 	within := func(t *testing.T, what string, got, from, to time.Time) {
 		t.Helper()
 		if got.Before(from) || got.After(to) {
@@ -89,11 +73,11 @@ func TestHostClockSkew(t *testing.T) {
 			}
 
 			// A pass finds the unit alive and marks the run running.
-			from := dbNow(t)
+			from := b.Now(t)
 			if err := r.carryOut(ctx, live(run.ID.String()), facts{}, model.Job{}, decision{act: actMarkRunning}); err != nil {
 				t.Fatal(err)
 			}
-			to := dbNow(t)
+			to := b.Now(t)
 			a, err := st.Attempt(ctx, model.AttemptRef{Run: run.ID, No: 1})
 			if err != nil || a.StartedAt == nil {
 				t.Fatalf("attempt after the start: %+v %v", a, err)
@@ -110,12 +94,12 @@ func TestHostClockSkew(t *testing.T) {
 			}
 
 			// It fails for a transient reason: the retry is due a backoff after the recorded end.
-			from = dbNow(t)
+			from = b.Now(t)
 			if err := r.finishAttempt(ctx, live(run.ID.String()), a, runner.Marker{},
 				verdict{status: model.StatusFailed, class: string(engine.Transient), reason: "failed by the test"}); err != nil {
 				t.Fatal(err)
 			}
-			to = dbNow(t)
+			to = b.Now(t)
 			failed, err := st.RunByID(ctx, run.ID)
 			if err != nil || failed.Status != model.StatusFailed || failed.FinishedAt == nil || failed.RetriedBy == nil {
 				t.Fatalf("failed run: %+v %v", failed, err)

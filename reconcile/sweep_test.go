@@ -10,21 +10,21 @@ import (
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.RunMain(m) }
 
-// sweepEnv is a real database, a private systemd manager and a reconciler over them.
+// sweepEnv is a store's bundle (storetest.Setup), a private systemd manager and a reconciler
+// over them.
 type sweepEnv struct {
-	dsn string
+	*storetest.Bundle
 	st  *store.Store
 	r   *runner.Runner
 	mgr *testenv.Manager
@@ -35,13 +35,9 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 	t.Helper()
 	ctx := context.Background()
 	dir := testenv.SharedDir(t) // first: removed after the manager stopped its units
-	dsn := storetest.Migrated(t)
-	e := sweepEnv{dsn: dsn, mgr: testenv.PrivateSystemd(t)}
+	b := storetest.Setup(t)
+	e := sweepEnv{Bundle: b, st: b.Store, mgr: testenv.PrivateSystemd(t)}
 	var err error
-	if e.st, err = store.Open(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.st.Close)
 	if e.r, err = runner.New(ctx, runner.Config{Address: e.mgr.Address}); err != nil {
 		t.Fatal(err)
 	}
@@ -62,12 +58,7 @@ func (e sweepEnv) claimPastGrace(t *testing.T, run uuid.UUID, unit string) {
 	if ok, _, err := e.st.ClaimSpawn(ctx, store.Lease{Host: e.rec.Host()}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
-	db, err := pgx.Connect(ctx, e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(ctx)
-	if _, err := db.Exec(ctx, `UPDATE attempts SET spawn_claimed_at = spawn_claimed_at - interval '2 hours'
+	if _, err := e.DB.Exec(ctx, `UPDATE attempts SET spawn_claimed_at = spawn_claimed_at - interval '2 hours'
 		WHERE run_id = $1 AND attempt_no = 1`, run); err != nil {
 		t.Fatal(err)
 	}
@@ -152,12 +143,7 @@ func TestConcurrentSweep(t *testing.T) {
 	const n = 24
 	for i := range n {
 		name := "many" + string(rune('a'+i))
-		if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "command", Command: []string{"/bin/true"}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Admit(ctx, name, "manual", model.KindBackup); err != nil {
-			t.Fatal(err)
-		}
+		storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: name, Engine: "command"}})
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {

@@ -9,7 +9,7 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { testenv.RunMain(m) }
 func TestWaitRun(t *testing.T) {
 	ctx := context.Background()
 	st, _ := storetest.Open(t)
-	run := storetest.ManualRun(t, st, "w")
+	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "w", Engine: "command"}})
 
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	_, _, err := runctl.WaitRun(short, st, run.ID, func(model.Run, *model.Progress) {})

@@ -128,7 +128,7 @@ func TestArm(t *testing.T) {
 		}
 	}
 	for _, name := range []string{runner.TimerName(stopped.Name), stopped.Name} {
-		waitFor(t, name+" to go", func() bool {
+		testenv.WaitFor(t, name+" to go", func() bool {
 			alive, _, err := r.Alive(ctx, name)
 			return err == nil && !alive
 		})
@@ -152,9 +152,9 @@ func TestArm(t *testing.T) {
 		}
 	}
 	timer := runner.TimerName(started.Name)
-	waitFor(t, "the armed service", func() bool { alive, _, _ := r.Alive(ctx, started.Name); return alive })
+	testenv.WaitFor(t, "the armed service", func() bool { alive, _, _ := r.Alive(ctx, started.Name); return alive })
 	var got time.Time
-	waitFor(t, "its main process", func() bool { got = mainStart(t, m, started.Name); return !got.IsZero() })
+	testenv.WaitFor(t, "its main process", func() bool { got = mainStart(t, m, started.Name); return !got.IsZero() })
 	// Its timer started it: the timer elapsed at the instant or after, and the service started
 	// after that.
 	trigger := time.UnixMicro(int64(timerUSec(t, m, timer, "LastTriggerUSec")))
@@ -173,7 +173,7 @@ func TestArm(t *testing.T) {
 	if err := r.Stop(ctx, started.Name); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the elapsed timer to go", func() bool {
+	testenv.WaitFor(t, "the elapsed timer to go", func() bool {
 		alive, _, err := r.Alive(ctx, timer)
 		return err == nil && !alive
 	})

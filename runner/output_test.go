@@ -85,7 +85,7 @@ func TestOutput(t *testing.T) {
 					t.Fatalf("stderr %q, want %q", res.Stderr, tt.wantStderr)
 				}
 			}
-			waitFor(t, "the unit to be gone", func() bool {
+			testenv.WaitFor(t, "the unit to be gone", func() bool {
 				alive, st, err := r.Alive(ctx, name)
 				return err == nil && !alive && st.ActiveState != "failed"
 			})
@@ -105,7 +105,7 @@ func TestOutputStopsAtDeadline(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want the deadline", err)
 	}
-	waitFor(t, "the unit to be stopped", func() bool {
+	testenv.WaitFor(t, "the unit to be stopped", func() bool {
 		alive, _, err := r.Alive(context.Background(), name)
 		return err == nil && !alive
 	})

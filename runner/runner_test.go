@@ -30,17 +30,6 @@ func connect(t *testing.T, m *testenv.Manager) *runner.Runner {
 	return r
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func markerCmd(bin, stateDir string, run uuid.UUID, attempt int, unit string) []string {
 	return []string{bin, "marker", "--state-dir", stateDir, "--run", run.String(), "--attempt", "1", "--unit", unit}
 }
@@ -66,7 +55,7 @@ func TestStartWritesMarker(t *testing.T) {
 		t.Fatalf("start: existed=%v err=%v", existed, err)
 	}
 	var marker runner.Marker
-	waitFor(t, "the marker", func() bool {
+	testenv.WaitFor(t, "the marker", func() bool {
 		marker, err = runner.ReadMarker(state, run, 1)
 		return err == nil
 	})
@@ -81,7 +70,7 @@ func TestStartWritesMarker(t *testing.T) {
 		t.Fatalf("argv reached the command as %q, want it literal", got)
 	}
 	// The failed unit is collected: nothing of it is left, and its name reads as not alive.
-	waitFor(t, "the unit to be collected", func() bool {
+	testenv.WaitFor(t, "the unit to be collected", func() bool {
 		alive, st, err := r.Alive(ctx, name)
 		return err == nil && !alive && st.LoadState == "not-found"
 	})
@@ -120,7 +109,7 @@ func TestAliveStopAndUnreachable(t *testing.T) {
 	if _, err := r.Start(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the unit to be active", func() bool {
+	testenv.WaitFor(t, "the unit to be active", func() bool {
 		alive, st, err := r.Alive(ctx, name)
 		return err == nil && alive && st.ActiveState == "active"
 	})
@@ -135,7 +124,7 @@ func TestAliveStopAndUnreachable(t *testing.T) {
 		t.Fatalf("second stop: %v", err)
 	}
 	var marker runner.Marker
-	waitFor(t, "the marker after stop", func() bool {
+	testenv.WaitFor(t, "the marker after stop", func() bool {
 		marker, err = runner.ReadMarker(state, run, 1)
 		return err == nil
 	})
@@ -186,7 +175,7 @@ func TestUserUnitPrivilegedMarker(t *testing.T) {
 	}
 	var marker runner.Marker
 	var err error
-	waitFor(t, "the marker", func() bool {
+	testenv.WaitFor(t, "the marker", func() bool {
 		marker, err = runner.ReadMarker(state, run, 1)
 		return err == nil
 	})

@@ -9,7 +9,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
 // A due job that cannot be admitted (its row cannot be read; its slot was admitted before) is
@@ -17,9 +17,8 @@ import (
 // claimed again, nor reported due, before its retry time, and once repaired it is admitted and
 // its reason cleared.
 func TestAdmitSetsBadJobsAside(t *testing.T) {
-	st, dsn := storetest.Open(t)
-	ctx := context.Background()
-	db := dial(t, dsn)
+	b := storetest.Setup(t)
+	st, ctx, db := b.Store, b.Ctx, b.DB
 
 	now := time.Now().UTC().Truncate(time.Second)
 	slot := now.Add(-time.Second)
@@ -111,8 +110,8 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 // the lead ahead of it only where it can be admitted ahead, and a queued run's time the lead
 // ahead while it has no unit.
 func TestAdmitAhead(t *testing.T) {
-	st, _ := storetest.Open(t)
-	ctx := context.Background()
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
 
 	now := time.Now().UTC().Truncate(time.Second)
 	slot, lead := now.Add(30*time.Minute), 40*time.Minute
@@ -165,9 +164,9 @@ func TestAdmitAhead(t *testing.T) {
 // The admitting daemon wakes its own sweep for its host's runs and any host's, and every
 // notification costs the server a wake of each listening session.
 func TestAdmissionNotifiesOtherHostsOnly(t *testing.T) {
-	st, dsn := storetest.Open(t)
-	ctx := context.Background()
-	db := dial(t, dsn)
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	db := dial(t, b.DSN) // a connection of its own: it listens
 	if _, err := db.Exec(ctx, "LISTEN "+store.NotifyChannel); err != nil {
 		t.Fatal(err)
 	}

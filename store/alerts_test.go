@@ -1,7 +1,6 @@
 package store_test
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -9,15 +8,15 @@ import (
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
 // An overdue episode is recorded once, with one event, however many daemons mark it at once; so
 // is its end. A run's start and end are events too, written by the statement that changed it.
 func TestOverdueEpisodeAndEvents(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	st, _ := storetest.Open(t)
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
 	if _, err := st.CreateJob(ctx, model.Job{Name: "late", Engine: "command", Command: []string{"/bin/true"}, AlertFailures: 2}); err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +110,8 @@ func equal(a, b []string) bool {
 // last change back, never by waiting.
 func TestStallClock(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	st, dsn := storetest.Open(t)
+	b := storetest.Setup(t)
+	st, ctx, db := b.Store, b.Ctx, b.DB
 	if _, err := st.CreateJob(ctx, model.Job{Name: "slow", Engine: "command", Command: []string{"/bin/true"}, StallAfter: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +125,6 @@ func TestStallClock(t *testing.T) {
 	if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now().Add(-2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	db := dial(t, dsn)
 	stalled := func() bool {
 		t.Helper()
 		stalls, err := st.Stalls(ctx, "h")

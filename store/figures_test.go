@@ -12,7 +12,7 @@ import (
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
 // fromHistory is what Figures read before a job's figures were kept (migration 00029): five
@@ -37,7 +37,7 @@ const fromHistory = `
 // what the history said (fromHistory), and holdfast check finds nothing; a compaction that
 // removes the run a figure came from leaves the figure.
 func TestFiguresKeptAsRunsEnd(t *testing.T) {
-	b := setupRuns(t)
+	b := storetest.Setup(t)
 	job := storetest.Job(t, b.Store, &storetest.JobOpts{Name: "fig", Repository: "/r"})
 	storetest.Job(t, b.Store, &storetest.JobOpts{Name: "idle"}) // no run ever: no figure
 	if _, err := b.DB.Exec(b.Ctx, `UPDATE jobs SET alert_failures = 1`); err != nil {
@@ -54,15 +54,15 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 				Restore: model.Restore{Target: "/restored", Snapshot: strings.Repeat("9", 64)}}); err != nil {
 				t.Fatal(err)
 			}
-			b.claim(t, b.Lease, r, 1)
+			claimAs(t, b, b.Lease, r, 1)
 		} else {
-			r = b.newRun(t, &storetest.RunOpts{Job: job.Name, Kind: kind, Claim: &b.Lease, Started: true})
+			r = storetest.Run(t, b.Store, &storetest.RunOpts{Job: job.Name, Kind: kind, Claim: &b.Lease, Started: true})
 		}
 		e.RunID, e.Attempt, e.At, e.Status, e.Reason, e.Settlement = r.ID, 1, at, status, status, released
 		if status == model.StatusPaused {
 			e.PausedReason = ledger.PausedRunCeiling
 		}
-		b.finish(t, b.Lease, e)
+		finishAs(t, b, b.Lease, e)
 		return r
 	}
 	bytes := func(n int64) *int64 { return &n }
@@ -85,13 +85,13 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 		{"a backup failed and is retried", func(t *testing.T) {
 			retry := &store.Retry{ID: uuid.New(), Number: 1, Why: "transient"}
 			end(t, model.KindBackup, model.StatusFailed, time.Time{}, store.Ending{FailureClass: "transient", Retry: retry})
-			if retried = b.run(t, retry.ID); retried.Status != model.StatusQueued {
+			if retried = readRun(t, b, retry.ID); retried.Status != model.StatusQueued {
 				t.Fatalf("retry %+v", retried)
 			}
 		}, false},
 		{"the retry ended partial", func(t *testing.T) {
-			b.claim(t, b.Lease, retried, 1)
-			b.finish(t, b.Lease, store.Ending{RunID: retried.ID, Attempt: 1, Status: model.StatusPartial, Reason: "partial",
+			claimAs(t, b, b.Lease, retried, 1)
+			finishAs(t, b, b.Lease, store.Ending{RunID: retried.ID, Attempt: 1, Status: model.StatusPartial, Reason: "partial",
 				BytesAdded: bytes(50), Settlement: released, SnapshotID: "fedcba9876543210", Snapshot: summary("fedcba9876543210")})
 		}, false},
 		{"a backup succeeded, reported with an earlier end", func(t *testing.T) {
@@ -127,8 +127,8 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 			}
 		}, false},
 		{"the resumed backup stopped", func(t *testing.T) {
-			b.claim(t, b.Lease, paused, 2)
-			b.finish(t, b.Lease, store.Ending{RunID: paused.ID, Attempt: 2, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
+			claimAs(t, b, b.Lease, paused, 2)
+			finishAs(t, b, b.Lease, store.Ending{RunID: paused.ID, Attempt: 2, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
 		}, false},
 		{"a listing adds two snapshots and forgets those of the summaries", func(t *testing.T) {
 			if _, _, err := b.Store.SyncSnapshots(b.Ctx, "/r", b.Now(t), []store.Snapshot{
@@ -186,7 +186,7 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 			t.Errorf("%s: figures\n%s\nwant\n%s", step.name, showFigures(f.Jobs), showFigures(want))
 		}
 		kept = f.Jobs
-		b.requireNoViolations(t)
+		requireNoViolations(t, b)
 	}
 	last := kept[0]
 	if last.LastVerifyOK == nil || *last.LastVerifyOK || last.LastRestoreSuccess == nil || last.LastVerifySuccess == nil || last.Snapshots != 2 {

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
 // statementLog records the statements a store runs, with their arguments.
@@ -96,7 +96,9 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 		t.Skip("seeds a fleet")
 	}
 	ctx := context.Background()
-	dsn, conn := migratedConn(t)
+	// A store of its own, traced, opened on the database once it is seeded.
+	dsn := storetest.Migrated(t)
+	conn := dial(t, dsn)
 	seed := func(from, to int) {
 		t.Helper()
 		if err := storetest.SeedFleet(ctx, conn, from, to); err != nil {
@@ -254,14 +256,6 @@ func rowsReadBy(t *testing.T, conn *pgx.Conn, c loggedStatement, tables []string
 	return rowsRead(plan, tables)
 }
 
-// migratedConn is a fresh migrated database (storetest.Migrated) and a connection of the
-// test's own to it, closed when the test ends.
-func migratedConn(t *testing.T) (string, *pgx.Conn) {
-	t.Helper()
-	dsn := storetest.Migrated(t)
-	return dsn, dial(t, dsn)
-}
-
 // dial is a connection of the test's own to dsn, closed when the test ends.
 func dial(t *testing.T, dsn string) *pgx.Conn {
 	t.Helper()
@@ -278,7 +272,9 @@ func dial(t *testing.T, dsn string) *pgx.Conn {
 // analyzed, the sweep's read scans about as many attempts as there are runs, not their square.
 func TestLiveRunsLinearWithoutStatistics(t *testing.T) {
 	ctx := context.Background()
-	dsn, conn := migratedConn(t)
+	// A store of its own, traced, opened on the database once it is seeded.
+	dsn := storetest.Migrated(t)
+	conn := dial(t, dsn)
 	const runs = 300
 	if _, err := conn.Exec(ctx, `
 		WITH j AS (INSERT INTO jobs (name, engine, repository, password_file, paths, command)

@@ -1,14 +1,13 @@
 package store_test
 
 import (
-	"context"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/watch"
 )
 
@@ -16,16 +15,11 @@ import (
 // balance, holdfast check and status as they were, and removes the runs, ledger entries, events
 // and deliveries it may; the ledger refuses any other delete.
 func TestCompactHistory(t *testing.T) {
-	ctx := context.Background()
-	dsn, conn := migratedConn(t)
+	b := storetest.Setup(t)
+	st, ctx, conn := b.Store, b.Ctx, b.DB
 	if err := storetest.SeedFleet(ctx, conn, 0, 3); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	// An account with a quota, granted long ago and since, charged by one host's runs.
 	if _, err := st.CreateAccount(ctx, store.NewAccount{Name: "acme", Quota: ptr(int64(1 << 30)), Actor: "test"}); err != nil {
 		t.Fatal(err)

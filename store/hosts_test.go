@@ -12,29 +12,18 @@ import (
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
-
-// lease takes the host's lease for holder, taking it from any other holder.
-func lease(t *testing.T, st *store.Store, host, holder string, d time.Duration) store.Lease {
-	t.Helper()
-	l, err := st.AcquireLease(context.Background(), store.LeaseRequest{Host: host, Holder: holder, Duration: d, Grace: time.Second,
-		HolderGone: func(string) bool { return true }})
-	if err != nil {
-		t.Fatalf("lease of %s for %s: %v", host, holder, err)
-	}
-	return l
-}
 
 // A host whose lease lapsed can write nothing about its attempt; another host takes the run of
 // an any-host job over, and the first, holding its lease again, still cannot touch the superseded
 // attempt, which it finds among those whose units it must stop.
 func TestLeaseFenceAndTakeOver(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	lease(t, st, "h1", "p1", time.Hour)
-	h2 := lease(t, st, "h2", "p2", time.Hour)
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"})
+	h2 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"})
 
 	// A second daemon of the same name is refused while the lease is current, unless the holder
 	// is known to be gone.
@@ -47,9 +36,9 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	if l, err := st.AcquireLease(ctx, req); err != nil || l.Holder != "p9" {
 		t.Fatalf("lease of a holder that is gone: %+v %v", l, err)
 	}
-	h1 := lease(t, st, "h1", "p1", time.Hour) // p1 back, once p9 is gone
+	h1 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"}) // p1 back, once p9 is gone
 
-	addJob(t, st, "any") // no host: any host may run it
+	storetest.Job(t, st, &storetest.JobOpts{Name: "any", Repository: "/r"}) // no host: any host may run it
 	run, err := st.Admit(ctx, "any", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +55,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	}
 
 	// Taken again on a short lease (the attempt is adopted under the new generation), which lapses.
-	h1 = lease(t, st, "h1", "p1", 300*time.Millisecond)
+	h1 = storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1", Duration: 300 * time.Millisecond})
 	time.Sleep(500 * time.Millisecond)
 	to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}
 	if ok, err := st.ApplyJournal(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
@@ -115,7 +104,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	}
 
 	// h1 comes back: it takes its lease again, and still cannot finish the superseded attempt.
-	h1 = lease(t, st, "h1", "p1", time.Hour)
+	h1 = storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"})
 	if ok, err := st.Finish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded}); err != nil || ok {
 		t.Fatalf("superseded attempt finished: %v %v", ok, err)
 	}
@@ -132,10 +121,13 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 // failed start stays its host's, since only that host's systemd may have the unit. If that host
 // goes down, the attempt is taken over, and the host back finds it among those to stop.
 func TestReleasedSpawnClaim(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	leases := map[string]store.Lease{"h1": lease(t, st, "h1", "p1", time.Hour), "h2": lease(t, st, "h2", "p2", time.Hour)}
-	addJob(t, st, "any")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	leases := map[string]store.Lease{
+		"h1": storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"}),
+		"h2": storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"}),
+	}
+	storetest.Job(t, st, &storetest.JobOpts{Name: "any", Repository: "/r"})
 	run, err := st.Admit(ctx, "any", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +163,7 @@ func TestReleasedSpawnClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	lease(t, st, "h2", "p2", 300*time.Millisecond)
+	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2", Duration: 300 * time.Millisecond})
 	time.Sleep(500 * time.Millisecond)
 	if got, err := st.RunByID(ctx, run.ID); err != nil || !strings.Contains(got.WaitingReason, "host h2 is down since") {
 		t.Fatalf("waiting reason of the run kept by a down host: %q %v", got.WaitingReason, err)
@@ -184,7 +176,7 @@ func TestReleasedSpawnClaim(t *testing.T) {
 		Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}}); err != nil || !done {
 		t.Fatalf("take over: %v %v", done, err)
 	}
-	lease(t, st, "h2", "p2", time.Hour)
+	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"})
 	if sup, err := st.Superseded(ctx, "h2", time.Hour); err != nil || len(sup) != 1 || sup[0].Unit != "" || sup[0].No != 1 {
 		t.Fatalf("superseded attempts of h2: %+v %v, want attempt 1 with no unit recorded", sup, err)
 	}
@@ -195,13 +187,11 @@ func TestReleasedSpawnClaim(t *testing.T) {
 
 // A pinned job runs only on its host, and a draining host claims nothing new.
 func TestPinnedJobsAndDrain(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	h1, h2 := lease(t, st, "h1", "p1", time.Hour), lease(t, st, "h2", "p2", time.Hour)
-	if _, err := st.CreateJob(ctx, model.Job{Name: "pinned", Engine: "restic", Repository: "/r", PasswordFile: "/pw",
-		Paths: []string{"/data"}, Host: "h1"}); err != nil {
-		t.Fatal(err)
-	}
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	h1 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"})
+	h2 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"})
+	storetest.Job(t, st, &storetest.JobOpts{Name: "pinned", Repository: "/r", Host: "h1"})
 	run, err := st.Admit(ctx, "pinned", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
@@ -220,10 +210,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 		t.Fatalf("a draining host lists a run to spawn: %+v %v", live, err)
 	}
 	// A run it was asked to stop is its to end.
-	if _, err := st.CreateJob(ctx, model.Job{Name: "stopped", Engine: "restic", Repository: "/r2", PasswordFile: "/pw",
-		Paths: []string{"/data"}, Host: "h1"}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Job(t, st, &storetest.JobOpts{Name: "stopped", Repository: "/r2", Host: "h1"})
 	stopped, err := st.Admit(ctx, "stopped", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
@@ -260,7 +247,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 		t.Fatalf("forget an unknown host: %v", err)
 	}
 	// A host whose daemon is gone, with no run or job on it, is forgotten, once its lease lapsed.
-	lease(t, st, "h3", "p3", time.Millisecond)
+	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h3", Holder: "p3", Duration: time.Millisecond})
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		err := st.ForgetHost(ctx, "h3")
 		if err == nil {
@@ -303,13 +290,16 @@ func TestNewWantsAWritableServer(t *testing.T) {
 
 // --max-running-host holds on each host, --max-running across all of them.
 func TestLimitsAcrossHosts(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	leases := map[string]store.Lease{"h1": lease(t, st, "h1", "p1", time.Hour), "h2": lease(t, st, "h2", "p2", time.Hour)}
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	leases := map[string]store.Lease{
+		"h1": storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"}),
+		"h2": storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"}),
+	}
 	limits := store.Limits{MaxRunning: 2, MaxRunningHost: 1}
 	claim := func(job, host string) (bool, string) {
 		t.Helper()
-		addJob(t, st, job)
+		storetest.Job(t, st, &storetest.JobOpts{Name: job, Repository: "/r"})
 		run, err := st.Admit(ctx, job, "manual", model.KindBackup)
 		if err != nil {
 			t.Fatal(err)
@@ -341,11 +331,11 @@ func TestLimitsAcrossHosts(t *testing.T) {
 // start, journal, finish, restart and release are refused, and so is its claim of another run,
 // though the attempt now carries the host's current generation; B's writes apply.
 func TestStaleHolderIsFenced(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
+	bundle := storetest.Setup(t)
+	st, ctx := bundle.Store, bundle.Ctx
 	// Long enough for the claim on a loaded machine; the lapse is the sleep past it.
-	a := lease(t, st, "h", "A", 2*time.Second)
-	addJob(t, st, "j")
+	a := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h", Holder: "A", Duration: 2 * time.Second})
+	storetest.Job(t, st, &storetest.JobOpts{Name: "j", Repository: "/r"})
 	run, err := st.Admit(ctx, "j", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
@@ -355,7 +345,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 		t.Fatalf("A's claim: %v %v", ok, err)
 	}
 	time.Sleep(2500 * time.Millisecond) // A's lease lapses
-	b := lease(t, st, "h", "B", time.Hour)
+	b := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h", Holder: "B"})
 	if b.Generation != a.Generation+1 {
 		t.Fatalf("generations: A %d, B %d", a.Generation, b.Generation)
 	}
@@ -397,7 +387,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 		attempt.QuarantinedAt != nil || attempt.RepoBytesBefore != nil {
 		t.Fatalf("attempt after the stale writes: %+v %v", attempt, err)
 	}
-	addJob(t, st, "k")
+	storetest.Job(t, st, &storetest.JobOpts{Name: "k", Repository: "/r"})
 	next, err := st.Admit(ctx, "k", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
@@ -432,10 +422,9 @@ func TestStaleHolderIsFenced(t *testing.T) {
 // writes the lease: it moves at one renewal in several (the others leave every index alone),
 // and a lease set back into the past takes the mark with it, so the host is seen down.
 func TestLeaseMark(t *testing.T) {
-	st, dsn := storetest.Open(t)
-	ctx := context.Background()
-	lease(t, st, "h1", "p1", time.Hour)
-	conn := dial(t, dsn)
+	b := storetest.Setup(t)
+	st, ctx, conn := b.Store, b.Ctx, b.DB
+	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"})
 	read := func() (until, mark time.Time) {
 		t.Helper()
 		if err := conn.QueryRow(ctx, `SELECT lease_until, lease_mark FROM hosts WHERE name = 'h1'`).Scan(&until, &mark); err != nil {

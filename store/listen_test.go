@@ -10,6 +10,7 @@ import (
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
 // listenEnds collects the run ends announced on store.EndedChannel, once listening.
@@ -56,14 +57,7 @@ func expectEnd(t *testing.T, ends <-chan uuid.UUID, want uuid.UUID, what string)
 func expectNoEnd(t *testing.T, st *store.Store, ends <-chan uuid.UUID, what string) {
 	t.Helper()
 	ctx := context.Background()
-	name := "fence-" + uuid.NewString()[:8]
-	if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "command", Command: []string{"/bin/true"}}); err != nil {
-		t.Fatal(err)
-	}
-	fence, err := st.Admit(ctx, name, "manual", model.KindBackup)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fence := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Engine: "command"}})
 	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: fence.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
 		Reason: "the fence"}); err != nil || !ok {
 		t.Fatalf("%s: finish the fence: %v %v", what, ok, err)
@@ -81,8 +75,8 @@ func expectNoEnd(t *testing.T, st *store.Store, ends <-chan uuid.UUID, what stri
 // A run's end is announced when it is recorded (Finish, or a restart that pauses the run), and
 // only then: a restart that queues the next attempt, or a finish that changed nothing, is not one.
 func TestRunEndsAnnounced(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
 	ends := listenEnds(t, st)
 	wakes := make(chan struct{}, 16)
 	listenCtx, cancel := context.WithCancel(ctx)
@@ -107,7 +101,7 @@ func TestRunEndsAnnounced(t *testing.T) {
 	}
 	woken("listening")
 
-	addJob(t, st, "fin")
+	storetest.Job(t, st, &storetest.JobOpts{Name: "fin", Repository: "/r"})
 	run, err := st.Admit(ctx, "fin", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
@@ -133,10 +127,7 @@ func TestRunEndsAnnounced(t *testing.T) {
 
 	// A job's ceiling used up by the first attempt: the restart pauses the run.
 	limit := int64(1 << 20)
-	if _, err := st.CreateJob(ctx, model.Job{Name: "ceiling", Engine: "restic", Repository: "/r", PasswordFile: "/pw",
-		Paths: []string{"/data"}, MaxAdded: &limit}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Job(t, st, &storetest.JobOpts{Name: "ceiling", Repository: "/r", MaxAdded: &limit})
 	run, err = st.Admit(ctx, "ceiling", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)

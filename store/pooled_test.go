@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -67,7 +67,7 @@ func TestPooledAddress(t *testing.T) {
 	// The same statements again and again, each transaction on whichever server connection
 	// the pooler gives it.
 	for i := range 20 {
-		storetest.ManualRun(t, st, "job"+string(rune('a'+i)))
+		storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "job" + string(rune('a'+i)), Engine: "command"}})
 	}
 	select {
 	case <-woken:

@@ -1,8 +1,8 @@
 package store_test
 
 // The run transactions of runs.go, one by one, against the real PostgreSQL: each case starts
-// from a bundle of its own (setupRuns, on storetest.Setup: a fresh database and a host holding
-// its current lease), brings a run to the state it needs through the store as a daemon would
+// from a bundle of its own (storetest.Setup: a fresh database and a host holding its current
+// lease), brings a run to the state it needs through the store as a daemon would
 // (storetest.Run), acts once, and checks what changed, or that nothing did, and the invariants.
 // Times are checked by order on the database's clock, never against a wall-clock bound.
 
@@ -20,44 +20,29 @@ import (
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
-
-// runsBundle is the bundle of the run transactions' tests.
-type runsBundle struct {
-	*storetest.Bundle
-}
-
-func setupRuns(t *testing.T) *runsBundle {
-	t.Helper()
-	return &runsBundle{storetest.Setup(t)}
-}
-
-// newRun admits a run as opts say (storetest.Run).
-func (b *runsBundle) newRun(t *testing.T, opts *storetest.RunOpts) model.Run {
-	t.Helper()
-	return storetest.Run(t, b.Store, opts)
-}
 
 // claimedRun is a queued run whose first attempt the bundle's host claimed; startedRun one
 // whose attempt it marked started too.
-func (b *runsBundle) claimedRun(t *testing.T) model.Run {
+func claimedRun(t *testing.T, b *storetest.Bundle) model.Run {
 	t.Helper()
-	return b.newRun(t, &storetest.RunOpts{Claim: &b.Lease})
+	return storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &b.Lease})
 }
 
-func (b *runsBundle) startedRun(t *testing.T) model.Run {
+func startedRun(t *testing.T, b *storetest.Bundle) model.Run {
 	t.Helper()
-	return b.newRun(t, &storetest.RunOpts{Claim: &b.Lease, Started: true})
+	return storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &b.Lease, Started: true})
 }
 
 // otherHost takes the lease of a second host, h2.
-func (b *runsBundle) otherHost(t *testing.T) store.Lease {
+func otherHost(t *testing.T, b *storetest.Bundle) store.Lease {
 	t.Helper()
-	return storetest.Lease(t, b.Store, "h2", "holder-h2")
+	return storetest.Lease(t, b.Store, &storetest.LeaseOpts{Host: "h2", Holder: "holder-h2"})
 }
 
-func (b *runsBundle) run(t *testing.T, id uuid.UUID) model.Run {
+// readRun, readAttempts and readJob read a run, its attempts and a job as the store has them now.
+func readRun(t *testing.T, b *storetest.Bundle, id uuid.UUID) model.Run {
 	t.Helper()
 	r, err := b.Store.RunByID(b.Ctx, id)
 	if err != nil {
@@ -66,7 +51,7 @@ func (b *runsBundle) run(t *testing.T, id uuid.UUID) model.Run {
 	return r
 }
 
-func (b *runsBundle) attempts(t *testing.T, id uuid.UUID) []model.Attempt {
+func readAttempts(t *testing.T, b *storetest.Bundle, id uuid.UUID) []model.Attempt {
 	t.Helper()
 	as, err := b.Store.Attempts(b.Ctx, id)
 	if err != nil {
@@ -75,7 +60,7 @@ func (b *runsBundle) attempts(t *testing.T, id uuid.UUID) []model.Attempt {
 	return as
 }
 
-func (b *runsBundle) job(t *testing.T, name string) model.Job {
+func readJob(t *testing.T, b *storetest.Bundle, name string) model.Job {
 	t.Helper()
 	j, err := b.Store.JobByName(b.Ctx, name)
 	if err != nil {
@@ -84,16 +69,16 @@ func (b *runsBundle) job(t *testing.T, name string) model.Job {
 	return j
 }
 
-// finish ends the run's attempt under w, and fails the test unless that applied.
-func (b *runsBundle) finish(t *testing.T, w store.Lease, e store.Ending) {
+// finishAs ends the run's attempt under w, and fails the test unless that applied.
+func finishAs(t *testing.T, b *storetest.Bundle, w store.Lease, e store.Ending) {
 	t.Helper()
 	if ok, err := b.Store.Finish(b.Ctx, w, e); err != nil || !ok {
 		t.Fatalf("finish run %s attempt %d %s: ok=%v err=%v", e.RunID, e.Attempt, e.Status, ok, err)
 	}
 }
 
-// restart ends the run's attempt under w and opens the next, and fails the test unless it did.
-func (b *runsBundle) restart(t *testing.T, w store.Lease, run model.Run, attempt int) {
+// restartAs ends the run's attempt under w and opens the next, and fails the test unless it did.
+func restartAs(t *testing.T, b *storetest.Bundle, w store.Lease, run model.Run, attempt int) {
 	t.Helper()
 	moved, paused, err := b.Store.Restart(b.Ctx, w, store.Restarting{RunID: run.ID, Attempt: attempt,
 		Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
@@ -102,16 +87,16 @@ func (b *runsBundle) restart(t *testing.T, w store.Lease, run model.Run, attempt
 	}
 }
 
-// claim claims the spawn of the run's attempt with its derived unit under w, and fails the test
+// claimAs claims the spawn of the run's attempt with its derived unit under w, and fails the test
 // unless it did.
-func (b *runsBundle) claim(t *testing.T, w store.Lease, run model.Run, attempt int) {
+func claimAs(t *testing.T, b *storetest.Bundle, w store.Lease, run model.Run, attempt int) {
 	t.Helper()
 	if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, w, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: storetest.Unit(run, attempt), Boot: "boot-1"}); err != nil || !ok {
 		t.Fatalf("claim run %s attempt %d on %s: ok=%v blocked=%q err=%v", run.ID, attempt, w.Host, ok, blocked, err)
 	}
 }
 
-func (b *runsBundle) requireNoViolations(t *testing.T) {
+func requireNoViolations(t *testing.T, b *storetest.Bundle) {
 	t.Helper()
 	v, err := b.Store.Violations(b.Ctx)
 	if err != nil {
@@ -123,12 +108,12 @@ func (b *runsBundle) requireNoViolations(t *testing.T) {
 }
 
 // requireUnchanged fails the test if the run or its attempts differ from before.
-func (b *runsBundle) requireUnchanged(t *testing.T, what string, run model.Run, attempts []model.Attempt) {
+func requireUnchanged(t *testing.T, b *storetest.Bundle, what string, run model.Run, attempts []model.Attempt) {
 	t.Helper()
-	if got := b.run(t, run.ID); !reflect.DeepEqual(got, run) {
+	if got := readRun(t, b, run.ID); !reflect.DeepEqual(got, run) {
 		t.Errorf("%s changed the run:\n got  %+v\n want %+v", what, got, run)
 	}
-	if got := b.attempts(t, run.ID); !reflect.DeepEqual(got, attempts) {
+	if got := readAttempts(t, b, run.ID); !reflect.DeepEqual(got, attempts) {
 		t.Errorf("%s changed the attempts:\n got  %+v\n want %+v", what, got, attempts)
 	}
 }
@@ -152,36 +137,36 @@ func requireOrdered(t *testing.T, what string, times ...*time.Time) {
 // was the fence's.
 var staleWriters = []struct {
 	name  string
-	stale func(t *testing.T, b *runsBundle) store.Lease
+	stale func(t *testing.T, b *storetest.Bundle) store.Lease
 }{
-	{"a lease another holder of the host took since", func(t *testing.T, b *runsBundle) store.Lease {
+	{"a lease another holder of the host took since", func(t *testing.T, b *storetest.Bundle) store.Lease {
 		old := b.Lease
-		b.Lease = storetest.Lease(t, b.Store, b.Host, "holder-2")
+		b.Lease = storetest.Lease(t, b.Store, &storetest.LeaseOpts{Host: b.Host, Holder: "holder-2"})
 		if b.Lease.Generation != old.Generation+1 {
 			t.Fatalf("generations: %d then %d", old.Generation, b.Lease.Generation)
 		}
 		return old
 	}},
-	{"the same holder's lease of an earlier generation", func(t *testing.T, b *runsBundle) store.Lease {
+	{"the same holder's lease of an earlier generation", func(t *testing.T, b *storetest.Bundle) store.Lease {
 		old := b.Lease
-		b.Lease = storetest.Lease(t, b.Store, b.Host, old.Holder)
+		b.Lease = storetest.Lease(t, b.Store, &storetest.LeaseOpts{Host: b.Host, Holder: old.Holder})
 		return old
 	}},
-	{"a lease that lapsed", func(t *testing.T, b *runsBundle) store.Lease {
+	{"a lease that lapsed", func(t *testing.T, b *storetest.Bundle) store.Lease {
 		if err := b.Store.ReleaseLease(b.Ctx, b.Lease); err != nil {
 			t.Fatal(err)
 		}
 		return b.Lease
 	}},
-	{"a writer that names no lease, for a host that has one", func(t *testing.T, b *runsBundle) store.Lease {
+	{"a writer that names no lease, for a host that has one", func(t *testing.T, b *storetest.Bundle) store.Lease {
 		return store.Lease{Host: b.Host}
 	}},
 }
 
 // revive takes the bundle's host's lease anew; it adopts the host's live attempts.
-func (b *runsBundle) revive(t *testing.T) {
+func revive(t *testing.T, b *storetest.Bundle) {
 	t.Helper()
-	b.Lease = storetest.Lease(t, b.Store, b.Host, "holder-back")
+	b.Lease = storetest.Lease(t, b.Store, &storetest.LeaseOpts{Host: b.Host, Holder: "holder-back"})
 }
 
 // A spawn claim records the unit, the host and the boot on a live attempt that has none, for the
@@ -196,23 +181,25 @@ func TestClaimSpawn(t *testing.T) {
 	}
 	tests := []struct {
 		name        string
-		arrange     func(t *testing.T, b *runsBundle) claim
+		arrange     func(t *testing.T, b *storetest.Bundle) claim
 		wantClaimed bool
 		wantBlocked string // a part of the reason given; "" wants none
 	}{
 		{
-			name:        "a queued run's first attempt",
-			arrange:     func(t *testing.T, b *runsBundle) claim { return claim{w: b.Lease, run: b.newRun(t, nil)} },
+			name: "a queued run's first attempt",
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil)}
+			},
 			wantClaimed: true,
 		},
 		{
 			name: "a retry that waits for its time: the claim clears why it waits",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				failed := b.claimedRun(t)
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				failed := claimedRun(t, b)
 				retry := uuid.New()
-				b.finish(t, b.Lease, store.Ending{RunID: failed.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient",
+				finishAs(t, b, b.Lease, store.Ending{RunID: failed.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient",
 					Reason: "network down", Retry: &store.Retry{ID: retry, Number: 1, Delay: time.Minute, Why: "transient failure"}})
-				r := b.run(t, retry)
+				r := readRun(t, b, retry)
 				if !strings.HasPrefix(r.WaitingReason, "transient failure, due at ") {
 					t.Fatalf("retry waits with %q", r.WaitingReason)
 				}
@@ -222,121 +209,121 @@ func TestClaimSpawn(t *testing.T) {
 		},
 		{
 			name: "a job pinned to this host",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				return claim{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Host: b.Host}})}
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Host: b.Host}})}
 			},
 			wantClaimed: true,
 		},
 		{
 			name: "an attempt claimed already by this host",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				return claim{w: b.Lease, run: b.claimedRun(t)}
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				return claim{w: b.Lease, run: claimedRun(t, b)}
 			},
 		},
 		{
 			name: "an attempt claimed already by another host",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				h2 := b.otherHost(t)
-				return claim{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{Claim: &h2})}
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				h2 := otherHost(t, b)
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2})}
 			},
 		},
 		{
 			name: "an attempt the run does not have",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				return claim{w: b.Lease, run: b.newRun(t, nil), attempt: 2}
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil), attempt: 2}
 			},
 		},
 		{
 			name: "a run asked to stop",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				r := b.newRun(t, nil)
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				r := storetest.Run(t, b.Store, nil)
 				if _, err := b.Store.RequestStop(b.Ctx, r.ID); err != nil {
 					t.Fatal(err)
 				}
-				return claim{w: b.Lease, run: b.run(t, r.ID)}
+				return claim{w: b.Lease, run: readRun(t, b, r.ID)}
 			},
 		},
 		{
 			name: "a run that ended before it spawned",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				r := b.newRun(t, nil)
-				b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "bad"})
-				return claim{w: b.Lease, run: b.run(t, r.ID)}
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				r := storetest.Run(t, b.Store, nil)
+				finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "bad"})
+				return claim{w: b.Lease, run: readRun(t, b, r.ID)}
 			},
 		},
 		{
 			name: "a job pinned to another host",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				return claim{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Host: "h9"}})}
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Host: "h9"}})}
 			},
 		},
 		{
 			name: "a draining host",
-			arrange: func(t *testing.T, b *runsBundle) claim {
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
 				if _, err := b.Store.DrainHost(b.Ctx, b.Host, true); err != nil {
 					t.Fatal(err)
 				}
-				return claim{w: b.Lease, run: b.newRun(t, nil)}
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil)}
 			},
 		},
 		{
 			name: "a backup while a prune holds its repository",
-			arrange: func(t *testing.T, b *runsBundle) claim {
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
 				storetest.Job(t, b.Store, &storetest.JobOpts{Name: "pruned", Repository: "/srv/shared"})
-				b.newRun(t, &storetest.RunOpts{Job: "pruned", Kind: model.KindPrune, Claim: &b.Lease})
-				return claim{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "/srv/shared"}})}
+				storetest.Run(t, b.Store, &storetest.RunOpts{Job: "pruned", Kind: model.KindPrune, Claim: &b.Lease})
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "/srv/shared"}})}
 			},
 			wantBlocked: "waiting: repository busy: prune run ",
 		},
 		{
 			name: "a prune while a backup holds its repository",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "/srv/shared"}, Claim: &b.Lease})
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				storetest.Run(t, b.Store, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "/srv/shared"}, Claim: &b.Lease})
 				storetest.Job(t, b.Store, &storetest.JobOpts{Name: "pruned", Repository: "/srv/shared"})
-				return claim{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{Job: "pruned", Kind: model.KindPrune})}
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, &storetest.RunOpts{Job: "pruned", Kind: model.KindPrune})}
 			},
 			wantBlocked: "waiting: repository busy: backup run ",
 		},
 		{
 			name: "a backup beside another backup of its repository",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "/srv/shared"}, Claim: &b.Lease})
-				return claim{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "/srv/shared"}})}
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				storetest.Run(t, b.Store, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "/srv/shared"}, Claim: &b.Lease})
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "/srv/shared"}})}
 			},
 			wantClaimed: true,
 		},
 		{
 			name: "the global limit, filled by another host",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				h2 := b.otherHost(t)
-				b.newRun(t, &storetest.RunOpts{Claim: &h2})
-				return claim{w: b.Lease, run: b.newRun(t, nil), limits: store.Limits{MaxRunning: 1}}
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				h2 := otherHost(t, b)
+				storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2})
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil), limits: store.Limits{MaxRunning: 1}}
 			},
 			wantBlocked: "waiting: 1 runs hold a unit, the global limit is 1",
 		},
 		{
 			name: "the host limit",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				b.claimedRun(t)
-				return claim{w: b.Lease, run: b.newRun(t, nil), limits: store.Limits{MaxRunningHost: 1}}
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				claimedRun(t, b)
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil), limits: store.Limits{MaxRunningHost: 1}}
 			},
 			wantBlocked: "waiting: 1 runs hold a unit on h1, the host limit is 1",
 		},
 		{
 			name: "the host limit counts the host's units only",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				h2 := b.otherHost(t)
-				b.newRun(t, &storetest.RunOpts{Claim: &h2})
-				return claim{w: b.Lease, run: b.newRun(t, nil), limits: store.Limits{MaxRunningHost: 1}}
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				h2 := otherHost(t, b)
+				storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2})
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil), limits: store.Limits{MaxRunningHost: 1}}
 			},
 			wantClaimed: true,
 		},
 		{
 			name: "a limit that an ended attempt no longer fills",
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				done := b.startedRun(t)
-				b.finish(t, b.Lease, store.Ending{RunID: done.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
-				return claim{w: b.Lease, run: b.newRun(t, nil), limits: store.Limits{MaxRunning: 1, MaxRunningHost: 1}}
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				done := startedRun(t, b)
+				finishAs(t, b, b.Lease, store.Ending{RunID: done.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil), limits: store.Limits{MaxRunning: 1, MaxRunningHost: 1}}
 			},
 			wantClaimed: true,
 		},
@@ -344,13 +331,13 @@ func TestClaimSpawn(t *testing.T) {
 	for _, sw := range staleWriters {
 		tests = append(tests, struct {
 			name        string
-			arrange     func(t *testing.T, b *runsBundle) claim
+			arrange     func(t *testing.T, b *storetest.Bundle) claim
 			wantClaimed bool
 			wantBlocked string
 		}{
 			name: "under " + sw.name,
-			arrange: func(t *testing.T, b *runsBundle) claim {
-				r := b.newRun(t, nil)
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				r := storetest.Run(t, b.Store, nil)
 				return claim{w: sw.stale(t, b), run: r}
 			},
 		})
@@ -358,13 +345,13 @@ func TestClaimSpawn(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
+			b := storetest.Setup(t)
 			c := tt.arrange(t, b)
 			c.attempt = max(c.attempt, 1)
 			if c.unit == "" {
 				c.unit = storetest.Unit(c.run, c.attempt)
 			}
-			run, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
+			run, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
 
 			claimed, blocked, err := b.Store.ClaimSpawn(b.Ctx, c.w, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: c.attempt}, Unit: c.unit, Boot: "boot-1", Limits: c.limits})
 			if err != nil {
@@ -377,26 +364,26 @@ func TestClaimSpawn(t *testing.T) {
 				t.Fatalf("blocked = %q, want %q", blocked, tt.wantBlocked)
 			}
 			if !claimed {
-				b.requireUnchanged(t, "a refused claim", run, before)
-				b.requireNoViolations(t)
+				requireUnchanged(t, b, "a refused claim", run, before)
+				requireNoViolations(t, b)
 				return
 			}
-			a := b.attempts(t, c.run.ID)[c.attempt-1]
+			a := readAttempts(t, b, c.run.ID)[c.attempt-1]
 			if a.Unit != c.unit || a.Host != c.w.Host || a.BootID != "boot-1" || a.ArmedFor != nil || a.StartedAt != nil || a.EndedAt != nil {
 				t.Fatalf("claimed attempt: %+v; want unit %s on %s of boot-1, not armed, started or ended", a, c.unit, c.w.Host)
 			}
 			requireOrdered(t, "claim after creation", &a.CreatedAt, a.SpawnClaimedAt)
-			if got := b.run(t, c.run.ID); got.Status != model.StatusQueued || got.StartedAt != nil || got.WaitingReason != "" {
+			if got := readRun(t, b, c.run.ID); got.Status != model.StatusQueued || got.StartedAt != nil || got.WaitingReason != "" {
 				t.Fatalf("run after its claim: %s started %v waiting %q; want queued, not started, waiting for nothing",
 					got.Status, got.StartedAt, got.WaitingReason)
 			}
 			// Claimed once: the same claim again is refused, and changes nothing.
-			again, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
+			again, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
 			if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, c.w, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: c.attempt}, Unit: c.unit, Boot: "boot-2"}); err != nil || ok || blocked != "" {
 				t.Fatalf("second claim: ok=%v blocked=%q err=%v, want refused", ok, blocked, err)
 			}
-			b.requireUnchanged(t, "a second claim", again, before)
-			b.requireNoViolations(t)
+			requireUnchanged(t, b, "a second claim", again, before)
+			requireNoViolations(t, b)
 		})
 	}
 
@@ -404,18 +391,18 @@ func TestClaimSpawn(t *testing.T) {
 	for _, sw := range staleWriters {
 		t.Run("the current lease after "+sw.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
-			r := b.newRun(t, nil)
+			b := storetest.Setup(t)
+			r := storetest.Run(t, b.Store, nil)
 			stale := sw.stale(t, b)
 			if ok, _, err := b.Store.ClaimSpawn(b.Ctx, stale, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1)}); err != nil || ok {
 				t.Fatalf("stale claim: %v %v", ok, err)
 			}
-			b.revive(t)
-			b.claim(t, b.Lease, r, 1)
-			if a := b.attempts(t, r.ID)[0]; a.Host != b.Host || a.Unit != storetest.Unit(r, 1) {
+			revive(t, b)
+			claimAs(t, b, b.Lease, r, 1)
+			if a := readAttempts(t, b, r.ID)[0]; a.Host != b.Host || a.Unit != storetest.Unit(r, 1) {
 				t.Fatalf("attempt after the current holder's claim: %+v", a)
 			}
-			b.requireNoViolations(t)
+			requireNoViolations(t, b)
 		})
 	}
 }
@@ -431,15 +418,15 @@ func TestClaimSpawnOfAClaimedAttemptNamesNoLimit(t *testing.T) {
 	for name, limits := range map[string]store.Limits{"global limit": {MaxRunning: 1}, "host limit": {MaxRunningHost: 1}} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
-			r := b.newRun(t, nil)
+			b := storetest.Setup(t)
+			r := storetest.Run(t, b.Store, nil)
 			unit := storetest.Unit(r, 1)
 			if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: unit, Limits: limits}); err != nil || !ok || blocked != "" {
 				t.Fatalf("first claim: ok=%v blocked=%q err=%v", ok, blocked, err)
 			}
 			w := b.Lease
 			if limits.MaxRunning > 0 {
-				w = b.otherHost(t)
+				w = otherHost(t, b)
 			}
 			ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, w, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: unit, Limits: limits})
 			if err != nil || ok {
@@ -455,7 +442,7 @@ func TestClaimSpawnOfAClaimedAttemptNamesNoLimit(t *testing.T) {
 			if err := b.Store.MarkStarted(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
-			if got := b.run(t, r.ID); got.Status != model.StatusRunning || got.WaitingReason != "" {
+			if got := readRun(t, b, r.ID); got.Status != model.StatusRunning || got.WaitingReason != "" {
 				t.Errorf("run after its start: %s, waiting %q; want running, waiting for nothing", got.Status, got.WaitingReason)
 			}
 		})
@@ -464,21 +451,21 @@ func TestClaimSpawnOfAClaimedAttemptNamesNoLimit(t *testing.T) {
 
 // An armed claim records when the timer starts the unit; the run stays queued until then.
 func TestClaimSpawnArmed(t *testing.T) {
-	b := setupRuns(t)
-	r := b.newRun(t, nil)
+	b := storetest.Setup(t)
+	r := storetest.Run(t, b.Store, nil)
 	at := b.Now(t).Add(10 * time.Second).Truncate(time.Microsecond)
 	ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1", ArmedFor: &at})
 	if err != nil || !ok || blocked != "" {
 		t.Fatalf("armed claim: ok=%v blocked=%q err=%v", ok, blocked, err)
 	}
-	a := b.attempts(t, r.ID)[0]
+	a := readAttempts(t, b, r.ID)[0]
 	if a.ArmedFor == nil || !a.ArmedFor.Equal(at) || a.StartedAt != nil {
 		t.Fatalf("armed attempt: armed for %v, started %v; want armed for %v, not started", a.ArmedFor, a.StartedAt, at)
 	}
-	if got := b.run(t, r.ID); got.Status != model.StatusQueued {
+	if got := readRun(t, b, r.ID); got.Status != model.StatusQueued {
 		t.Fatalf("armed run is %s, want queued", got.Status)
 	}
-	b.requireNoViolations(t)
+	requireNoViolations(t, b)
 }
 
 // MarkStarted makes the run running and stamps the attempt's start once, on the database's clock
@@ -487,52 +474,52 @@ func TestMarkStarted(t *testing.T) {
 	given := time.Date(2001, 2, 3, 4, 5, 6, 789012000, time.UTC)
 	tests := []struct {
 		name    string
-		arrange func(t *testing.T, b *runsBundle) (store.Lease, model.Run)
+		arrange func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run)
 		at      time.Time
 		want    bool // the attempt becomes started by this call
 	}{
 		{
 			name:    "a claimed attempt, on the database's clock",
-			arrange: func(t *testing.T, b *runsBundle) (store.Lease, model.Run) { return b.Lease, b.claimedRun(t) },
+			arrange: func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run) { return b.Lease, claimedRun(t, b) },
 			want:    true,
 		},
 		{
 			name:    "a claimed attempt, at the time given",
-			arrange: func(t *testing.T, b *runsBundle) (store.Lease, model.Run) { return b.Lease, b.claimedRun(t) },
+			arrange: func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run) { return b.Lease, claimedRun(t, b) },
 			at:      given,
 			want:    true,
 		},
 		{
 			name:    "an attempt started already: its first start stays",
-			arrange: func(t *testing.T, b *runsBundle) (store.Lease, model.Run) { return b.Lease, b.startedRun(t) },
+			arrange: func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run) { return b.Lease, startedRun(t, b) },
 			at:      given,
 		},
 		{
 			name: "an attempt that ended",
-			arrange: func(t *testing.T, b *runsBundle) (store.Lease, model.Run) {
-				r := b.claimedRun(t)
-				b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "x"})
+			arrange: func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run) {
+				r := claimedRun(t, b)
+				finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "x"})
 				return b.Lease, r
 			},
 		},
 		{
 			name: "another host's attempt",
-			arrange: func(t *testing.T, b *runsBundle) (store.Lease, model.Run) {
-				h2 := b.otherHost(t)
-				return b.Lease, b.newRun(t, &storetest.RunOpts{Claim: &h2})
+			arrange: func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run) {
+				h2 := otherHost(t, b)
+				return b.Lease, storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2})
 			},
 		},
 	}
 	for _, sw := range staleWriters {
 		tests = append(tests, struct {
 			name    string
-			arrange func(t *testing.T, b *runsBundle) (store.Lease, model.Run)
+			arrange func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run)
 			at      time.Time
 			want    bool
 		}{
 			name: "under " + sw.name,
-			arrange: func(t *testing.T, b *runsBundle) (store.Lease, model.Run) {
-				r := b.claimedRun(t)
+			arrange: func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run) {
+				r := claimedRun(t, b)
 				return sw.stale(t, b), r
 			},
 		})
@@ -540,20 +527,20 @@ func TestMarkStarted(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
+			b := storetest.Setup(t)
 			w, r := tt.arrange(t, b)
-			run, before := b.run(t, r.ID), b.attempts(t, r.ID)
+			run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
 			dbBefore := b.Now(t)
 			if err := b.Store.MarkStarted(b.Ctx, w, model.AttemptRef{Run: r.ID, No: 1}, tt.at); err != nil {
 				t.Fatal(err)
 			}
 			dbAfter := b.Now(t)
 			if !tt.want {
-				b.requireUnchanged(t, "MarkStarted", run, before)
-				b.requireNoViolations(t)
+				requireUnchanged(t, b, "MarkStarted", run, before)
+				requireNoViolations(t, b)
 				return
 			}
-			got, a := b.run(t, r.ID), b.attempts(t, r.ID)[0]
+			got, a := readRun(t, b, r.ID), readAttempts(t, b, r.ID)[0]
 			if got.Status != model.StatusRunning {
 				t.Fatalf("run is %s, want running", got.Status)
 			}
@@ -566,12 +553,12 @@ func TestMarkStarted(t *testing.T) {
 				t.Fatalf("started at %v, want %v as given", a.StartedAt, tt.at)
 			}
 			// Once: a second start, at another time, changes nothing.
-			run, before = got, b.attempts(t, r.ID)
+			run, before = got, readAttempts(t, b, r.ID)
 			if err := b.Store.MarkStarted(b.Ctx, w, model.AttemptRef{Run: r.ID, No: 1}, given.Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
-			b.requireUnchanged(t, "a second MarkStarted", run, before)
-			b.requireNoViolations(t)
+			requireUnchanged(t, b, "a second MarkStarted", run, before)
+			requireNoViolations(t, b)
 		})
 	}
 }
@@ -581,27 +568,27 @@ func TestMarkStarted(t *testing.T) {
 func TestApplyJournal(t *testing.T) {
 	t.Run("a cursor moving back is refused", func(t *testing.T) {
 		t.Parallel()
-		b := setupRuns(t)
-		r := b.startedRun(t)
+		b := storetest.Setup(t)
+		r := startedRun(t, b)
 		c1 := journal.Cursor{Offset: 100, LastSeq: 3, LastHash: "h3"}
 		if ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, c1, store.JournalDelta{}); err != nil || !ok {
 			t.Fatalf("first batch: %v %v", ok, err)
 		}
-		before := b.attempts(t, r.ID)
+		before := readAttempts(t, b, r.ID)
 		for _, back := range []journal.Cursor{{Offset: 50, LastSeq: 3, LastHash: "x"}, {Offset: 100, LastSeq: 2, LastHash: "x"}} {
 			ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, c1, back, store.JournalDelta{ItemErrors: 1})
 			if ok || err == nil || !strings.Contains(err.Error(), "the cursor would move back") {
 				t.Fatalf("%+v -> %+v: ok=%v err=%v, want refused", c1, back, ok, err)
 			}
 		}
-		if got := b.attempts(t, r.ID); !reflect.DeepEqual(got, before) {
+		if got := readAttempts(t, b, r.ID); !reflect.DeepEqual(got, before) {
 			t.Fatalf("a refused batch changed the attempt: %+v", got[0])
 		}
 	})
 	t.Run("batches in order", func(t *testing.T) {
 		t.Parallel()
-		b := setupRuns(t)
-		r := b.startedRun(t)
+		b := storetest.Setup(t)
+		r := startedRun(t, b)
 		c1 := journal.Cursor{Offset: 100, LastSeq: 3, LastHash: "h3"}
 		c2 := journal.Cursor{Offset: 250, LastSeq: 7, LastHash: "h7"}
 		c3 := journal.Cursor{Offset: 300, LastSeq: 8, LastHash: "h8"}
@@ -614,7 +601,7 @@ func TestApplyJournal(t *testing.T) {
 			if err != nil || ok != want {
 				t.Fatalf("apply %+v -> %+v: ok=%v err=%v, want %v", from, to, ok, err, want)
 			}
-			return b.attempts(t, r.ID)[0]
+			return readAttempts(t, b, r.ID)[0]
 		}
 		a := apply(journal.Cursor{}, c1, store.JournalDelta{LastEventAt: &seen, Progress: &p1, ItemErrors: 2, FirstItemError: "/a: denied"}, true)
 		if a.Cursor != c1 || a.ItemErrors != 2 || a.FirstItemError != "/a: denied" || a.Progress == nil || *a.Progress != p1 ||
@@ -622,10 +609,10 @@ func TestApplyJournal(t *testing.T) {
 			t.Fatalf("after the first batch: %+v", a)
 		}
 		// The same batch again, and any batch read from the old cursor, are refused.
-		first := b.attempts(t, r.ID)
+		first := readAttempts(t, b, r.ID)
 		apply(journal.Cursor{}, c1, store.JournalDelta{ItemErrors: 2, FirstItemError: "/a: denied"}, false)
 		apply(journal.Cursor{}, c2, store.JournalDelta{ItemErrors: 9, Fatal: "late"}, false)
-		if got := b.attempts(t, r.ID); !reflect.DeepEqual(got, first) {
+		if got := readAttempts(t, b, r.ID); !reflect.DeepEqual(got, first) {
 			t.Fatalf("a batch from an old cursor changed the attempt: %+v", got[0])
 		}
 		a = apply(c1, c2, store.JournalDelta{ItemErrors: 3, FirstItemError: "/b: denied", Fatal: "repository locked",
@@ -643,10 +630,10 @@ func TestApplyJournal(t *testing.T) {
 			t.Fatalf("after the third batch: %+v", a)
 		}
 		requireJSON(t, a.Summary, `{"snapshot_id":"def"}`)
-		if got := b.run(t, r.ID); got.Status != model.StatusRunning {
+		if got := readRun(t, b, r.ID); got.Status != model.StatusRunning {
 			t.Fatalf("run is %s, want running", got.Status)
 		}
-		b.requireNoViolations(t)
+		requireNoViolations(t, b)
 	})
 
 	type apply struct {
@@ -657,74 +644,74 @@ func TestApplyJournal(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		arrange func(t *testing.T, b *runsBundle) apply
+		arrange func(t *testing.T, b *storetest.Bundle) apply
 	}{
-		{"a batch read from an old cursor", func(t *testing.T, b *runsBundle) apply {
-			r := b.startedRun(t)
+		{"a batch read from an old cursor", func(t *testing.T, b *storetest.Bundle) apply {
+			r := startedRun(t, b)
 			if ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"},
 				store.JournalDelta{ItemErrors: 1}); err != nil || !ok {
 				t.Fatalf("first batch: %v %v", ok, err)
 			}
 			return apply{w: b.Lease, run: r}
 		}},
-		{"a quarantined journal", func(t *testing.T, b *runsBundle) apply {
-			r := b.startedRun(t)
+		{"a quarantined journal", func(t *testing.T, b *storetest.Bundle) apply {
+			r := startedRun(t, b)
 			if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "unreadable"); err != nil {
 				t.Fatal(err)
 			}
 			return apply{w: b.Lease, run: r}
 		}},
-		{"an attempt that ended", func(t *testing.T, b *runsBundle) apply {
-			r := b.startedRun(t)
-			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
+		{"an attempt that ended", func(t *testing.T, b *storetest.Bundle) apply {
+			r := startedRun(t, b)
+			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
 			return apply{w: b.Lease, run: r}
 		}},
-		{"an attempt the run does not have", func(t *testing.T, b *runsBundle) apply {
-			return apply{w: b.Lease, run: b.startedRun(t), attempt: 2}
+		{"an attempt the run does not have", func(t *testing.T, b *storetest.Bundle) apply {
+			return apply{w: b.Lease, run: startedRun(t, b), attempt: 2}
 		}},
-		{"another host's attempt", func(t *testing.T, b *runsBundle) apply {
-			h2 := b.otherHost(t)
-			return apply{w: b.Lease, run: b.newRun(t, &storetest.RunOpts{Claim: &h2, Started: true})}
+		{"another host's attempt", func(t *testing.T, b *storetest.Bundle) apply {
+			h2 := otherHost(t, b)
+			return apply{w: b.Lease, run: storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2, Started: true})}
 		}},
 	}
 	for _, sw := range staleWriters {
 		tests = append(tests, struct {
 			name    string
-			arrange func(t *testing.T, b *runsBundle) apply
-		}{"under " + sw.name, func(t *testing.T, b *runsBundle) apply {
-			r := b.startedRun(t)
+			arrange func(t *testing.T, b *storetest.Bundle) apply
+		}{"under " + sw.name, func(t *testing.T, b *storetest.Bundle) apply {
+			r := startedRun(t, b)
 			return apply{w: sw.stale(t, b), run: r}
 		}})
 	}
 	for _, tt := range tests {
 		t.Run("refused: "+tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
+			b := storetest.Setup(t)
 			c := tt.arrange(t, b)
-			run, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
+			run, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
 			ok, err := b.Store.ApplyJournal(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: max(c.attempt, 1)}, c.from,
 				journal.Cursor{Offset: 500, LastSeq: 20, LastHash: "h20"}, store.JournalDelta{ItemErrors: 7, Fatal: "boom"})
 			if err != nil || ok {
 				t.Fatalf("ok=%v err=%v, want refused", ok, err)
 			}
-			b.requireUnchanged(t, "a refused batch", run, before)
-			b.requireNoViolations(t)
+			requireUnchanged(t, b, "a refused batch", run, before)
+			requireNoViolations(t, b)
 		})
 	}
 	for _, sw := range staleWriters {
 		t.Run("the current lease after "+sw.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
-			r := b.startedRun(t)
+			b := storetest.Setup(t)
+			r := startedRun(t, b)
 			to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"}
 			if ok, err := b.Store.ApplyJournal(b.Ctx, sw.stale(t, b), model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
 				t.Fatalf("stale batch: %v %v", ok, err)
 			}
-			b.revive(t)
+			revive(t, b)
 			if ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || !ok {
 				t.Fatalf("current holder's batch: %v %v", ok, err)
 			}
-			if a := b.attempts(t, r.ID)[0]; a.Cursor != to || a.ItemErrors != 1 {
+			if a := readAttempts(t, b, r.ID)[0]; a.Cursor != to || a.ItemErrors != 1 {
 				t.Fatalf("attempt after the current holder's batch: %+v", a)
 			}
 		})
@@ -750,56 +737,56 @@ func requireJSON(t *testing.T, got json.RawMessage, want string) {
 func TestQuarantine(t *testing.T) {
 	t.Run("the first reason stays", func(t *testing.T) {
 		t.Parallel()
-		b := setupRuns(t)
-		r := b.startedRun(t)
+		b := storetest.Setup(t)
+		r := startedRun(t, b)
 		if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "line 3: not JSON"); err != nil {
 			t.Fatal(err)
 		}
-		a := b.attempts(t, r.ID)[0]
+		a := readAttempts(t, b, r.ID)[0]
 		if a.QuarantinedAt == nil || a.QuarantineReason != "line 3: not JSON" || a.EndedAt != nil {
 			t.Fatalf("quarantined attempt: %+v", a)
 		}
 		requireOrdered(t, "start, then quarantine", a.StartedAt, a.QuarantinedAt)
-		if got := b.run(t, r.ID); got.Status != model.StatusRunning {
+		if got := readRun(t, b, r.ID); got.Status != model.StatusRunning {
 			t.Fatalf("a quarantine ended the run: %s", got.Status)
 		}
-		run, before := b.run(t, r.ID), b.attempts(t, r.ID)
+		run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
 		if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "another reason"); err != nil {
 			t.Fatal(err)
 		}
-		b.requireUnchanged(t, "a second quarantine", run, before)
-		b.requireNoViolations(t)
+		requireUnchanged(t, b, "a second quarantine", run, before)
+		requireNoViolations(t, b)
 	})
 	t.Run("another host's attempt", func(t *testing.T) {
 		t.Parallel()
-		b := setupRuns(t)
-		h2 := b.otherHost(t)
-		r := b.newRun(t, &storetest.RunOpts{Claim: &h2, Started: true})
-		run, before := b.run(t, r.ID), b.attempts(t, r.ID)
+		b := storetest.Setup(t)
+		h2 := otherHost(t, b)
+		r := storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2, Started: true})
+		run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
 		if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "not mine"); err != nil {
 			t.Fatal(err)
 		}
-		b.requireUnchanged(t, "another host's quarantine", run, before)
+		requireUnchanged(t, b, "another host's quarantine", run, before)
 	})
 	for _, sw := range staleWriters {
 		t.Run("under "+sw.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
-			r := b.startedRun(t)
+			b := storetest.Setup(t)
+			r := startedRun(t, b)
 			stale := sw.stale(t, b)
-			run, before := b.run(t, r.ID), b.attempts(t, r.ID)
+			run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
 			if err := b.Store.Quarantine(b.Ctx, stale, model.AttemptRef{Run: r.ID, No: 1}, "stale"); err != nil {
 				t.Fatal(err)
 			}
-			b.requireUnchanged(t, "a stale quarantine", run, before)
-			b.revive(t)
+			requireUnchanged(t, b, "a stale quarantine", run, before)
+			revive(t, b)
 			if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "current"); err != nil {
 				t.Fatal(err)
 			}
-			if a := b.attempts(t, r.ID)[0]; a.QuarantinedAt == nil || a.QuarantineReason != "current" {
+			if a := readAttempts(t, b, r.ID)[0]; a.QuarantinedAt == nil || a.QuarantineReason != "current" {
 				t.Fatalf("attempt after the current holder's quarantine: %+v", a)
 			}
-			b.requireNoViolations(t)
+			requireNoViolations(t, b)
 		})
 	}
 }
@@ -828,15 +815,15 @@ func TestFinish(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
-			r := b.startedRun(t)
+			b := storetest.Setup(t)
+			r := startedRun(t, b)
 			e := tt.ending
 			e.RunID, e.Attempt = r.ID, 1
 			dbBefore := b.Now(t)
-			b.finish(t, b.Lease, e)
+			finishAs(t, b, b.Lease, e)
 			dbAfter := b.Now(t)
 
-			got, a := b.run(t, r.ID), b.attempts(t, r.ID)[0]
+			got, a := readRun(t, b, r.ID), readAttempts(t, b, r.ID)[0]
 			if got.Status != e.Status || got.Reason != e.Reason || got.FailureClass != e.FailureClass || got.PausedReason != e.PausedReason {
 				t.Fatalf("run: %s %q class %q paused %q; want %s %q class %q paused %q", got.Status, got.Reason, got.FailureClass,
 					got.PausedReason, e.Status, e.Reason, e.FailureClass, e.PausedReason)
@@ -852,7 +839,7 @@ func TestFinish(t *testing.T) {
 			if a.ServiceResult != e.ServiceResult || a.ExitCode != e.ExitCode || a.ExitStatus != e.ExitStatus {
 				t.Fatalf("attempt's marker fields: %q %q %q", a.ServiceResult, a.ExitCode, a.ExitStatus)
 			}
-			if j := b.job(t, r.JobName); j.LastOutcome != e.Status || j.LastRunID == nil || *j.LastRunID != r.ID {
+			if j := readJob(t, b, r.JobName); j.LastOutcome != e.Status || j.LastRunID == nil || *j.LastRunID != r.ID {
 				t.Fatalf("job's last outcome %q of run %v, want %s of %s", j.LastOutcome, j.LastRunID, e.Status, r.ID)
 			}
 			if a.HoldBytes == nil {
@@ -873,30 +860,30 @@ func TestFinish(t *testing.T) {
 					t.Fatalf("a settled hold: held %d, settled %d, settlement %q, deferred %q", got.HeldBytes, got.SettledBytes, a.Settlement, a.SettleDeferred)
 				}
 			}
-			b.requireNoViolations(t)
+			requireNoViolations(t, b)
 
 			// Once: a second ending, whatever it says, changes nothing.
-			run, before := got, b.attempts(t, r.ID)
+			run, before := got, readAttempts(t, b, r.ID)
 			ok, err := b.Store.Finish(b.Ctx, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed,
 				FailureClass: "permanent", Reason: "a later pass", Settlement: &ledger.Settlement{Release: true, Source: "late"}})
 			if err != nil || ok {
 				t.Fatalf("second finish: ok=%v err=%v, want false", ok, err)
 			}
-			b.requireUnchanged(t, "a second Finish", run, before)
-			if j := b.job(t, r.JobName); j.LastOutcome != e.Status {
+			requireUnchanged(t, b, "a second Finish", run, before)
+			if j := readJob(t, b, r.JobName); j.LastOutcome != e.Status {
 				t.Fatalf("a second Finish changed the job's last outcome to %q", j.LastOutcome)
 			}
-			b.requireNoViolations(t)
+			requireNoViolations(t, b)
 		})
 	}
 
 	t.Run("at the time given", func(t *testing.T) {
 		t.Parallel()
-		b := setupRuns(t)
-		r := b.startedRun(t)
+		b := storetest.Setup(t)
+		r := startedRun(t, b)
 		at := time.Date(2001, 2, 3, 4, 5, 6, 7000, time.UTC)
-		b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok"})
-		got, a := b.run(t, r.ID), b.attempts(t, r.ID)[0]
+		finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok"})
+		got, a := readRun(t, b, r.ID), readAttempts(t, b, r.ID)[0]
 		if got.FinishedAt == nil || !got.FinishedAt.Equal(at) || a.EndedAt == nil || !a.EndedAt.Equal(at) {
 			t.Fatalf("finished %v, ended %v; want %v", got.FinishedAt, a.EndedAt, at)
 		}
@@ -904,48 +891,48 @@ func TestFinish(t *testing.T) {
 
 	t.Run("a prune leaves its job's last outcome", func(t *testing.T) {
 		t.Parallel()
-		b := setupRuns(t)
-		backup := b.startedRun(t)
-		b.finish(t, b.Lease, store.Ending{RunID: backup.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok",
+		b := storetest.Setup(t)
+		backup := startedRun(t, b)
+		finishAs(t, b, b.Lease, store.Ending{RunID: backup.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok",
 			Settlement: &ledger.Settlement{Bytes: 1, Source: "summary"}})
-		prune := b.newRun(t, &storetest.RunOpts{Job: backup.JobName, Kind: model.KindPrune, Claim: &b.Lease, Started: true})
-		b.finish(t, b.Lease, store.Ending{RunID: prune.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "locked"})
-		if got := b.run(t, prune.ID); got.Status != model.StatusFailed {
+		prune := storetest.Run(t, b.Store, &storetest.RunOpts{Job: backup.JobName, Kind: model.KindPrune, Claim: &b.Lease, Started: true})
+		finishAs(t, b, b.Lease, store.Ending{RunID: prune.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "locked"})
+		if got := readRun(t, b, prune.ID); got.Status != model.StatusFailed {
 			t.Fatalf("prune is %s", got.Status)
 		}
-		if j := b.job(t, backup.JobName); j.LastOutcome != model.StatusSucceeded || j.LastRunID == nil || *j.LastRunID != backup.ID {
+		if j := readJob(t, b, backup.JobName); j.LastOutcome != model.StatusSucceeded || j.LastRunID == nil || *j.LastRunID != backup.ID {
 			t.Fatalf("job's last outcome %q of %v, want the backup's, succeeded", j.LastOutcome, j.LastRunID)
 		}
-		b.requireNoViolations(t)
+		requireNoViolations(t, b)
 	})
 
 	refusals := []struct {
 		name    string
-		arrange func(t *testing.T, b *runsBundle) (store.Lease, store.Ending)
+		arrange func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending)
 		wantErr bool
 	}{
-		{"a status that is not final: queued", func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
-			return b.Lease, store.Ending{RunID: b.startedRun(t).ID, Attempt: 1, Status: model.StatusQueued}
+		{"a status that is not final: queued", func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
+			return b.Lease, store.Ending{RunID: startedRun(t, b).ID, Attempt: 1, Status: model.StatusQueued}
 		}, true},
-		{"a status that is not final: running", func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
-			return b.Lease, store.Ending{RunID: b.startedRun(t).ID, Attempt: 1, Status: model.StatusRunning}
+		{"a status that is not final: running", func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
+			return b.Lease, store.Ending{RunID: startedRun(t, b).ID, Attempt: 1, Status: model.StatusRunning}
 		}, true},
-		{"an attempt a restart ended", func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
-			r := b.startedRun(t)
-			b.restart(t, b.Lease, r, 1)
+		{"an attempt a restart ended", func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
+			r := startedRun(t, b)
+			restartAs(t, b, b.Lease, r, 1)
 			return b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded}
 		}, false},
-		{"an attempt the run does not have", func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
-			return b.Lease, store.Ending{RunID: b.startedRun(t).ID, Attempt: 2, Status: model.StatusSucceeded}
+		{"an attempt the run does not have", func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
+			return b.Lease, store.Ending{RunID: startedRun(t, b).ID, Attempt: 2, Status: model.StatusSucceeded}
 		}, false},
-		{"another host's attempt", func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
-			h2 := b.otherHost(t)
-			r := b.newRun(t, &storetest.RunOpts{Claim: &h2, Started: true})
+		{"another host's attempt", func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
+			h2 := otherHost(t, b)
+			r := storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2, Started: true})
 			return b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded}
 		}, false},
-		{"with a retry that is not admitted", func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
-			r := b.startedRun(t)
-			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "first"})
+		{"with a retry that is not admitted", func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
+			r := startedRun(t, b)
+			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "first"})
 			return b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient", Reason: "second",
 				Retry: &store.Retry{ID: uuid.New(), Number: 1, Delay: time.Minute, Why: "retry"}}
 		}, false},
@@ -953,26 +940,26 @@ func TestFinish(t *testing.T) {
 	for _, sw := range staleWriters {
 		refusals = append(refusals, struct {
 			name    string
-			arrange func(t *testing.T, b *runsBundle) (store.Lease, store.Ending)
+			arrange func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending)
 			wantErr bool
-		}{"under " + sw.name, func(t *testing.T, b *runsBundle) (store.Lease, store.Ending) {
-			r := b.startedRun(t)
+		}{"under " + sw.name, func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
+			r := startedRun(t, b)
 			return sw.stale(t, b), store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "stale"}
 		}, false})
 	}
 	for _, tt := range refusals {
 		t.Run("refused: "+tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
+			b := storetest.Setup(t)
 			w, e := tt.arrange(t, b)
-			run, before := b.run(t, e.RunID), b.attempts(t, e.RunID)
-			job := b.job(t, run.JobName)
+			run, before := readRun(t, b, e.RunID), readAttempts(t, b, e.RunID)
+			job := readJob(t, b, run.JobName)
 			ok, err := b.Store.Finish(b.Ctx, w, e)
 			if ok || (err != nil) != tt.wantErr {
 				t.Fatalf("ok=%v err=%v, want refused (with an error: %v)", ok, err, tt.wantErr)
 			}
-			b.requireUnchanged(t, "a refused Finish", run, before)
-			if got := b.job(t, run.JobName); !reflect.DeepEqual(got, job) {
+			requireUnchanged(t, b, "a refused Finish", run, before)
+			if got := readJob(t, b, run.JobName); !reflect.DeepEqual(got, job) {
 				t.Fatalf("a refused Finish changed the job: %+v", got)
 			}
 			if e.Retry != nil {
@@ -980,24 +967,24 @@ func TestFinish(t *testing.T) {
 					t.Fatalf("the retry of a refused Finish: %v, want not found", err)
 				}
 			}
-			b.requireNoViolations(t)
+			requireNoViolations(t, b)
 		})
 	}
 	for _, sw := range staleWriters {
 		t.Run("the current lease after "+sw.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
-			r := b.startedRun(t)
+			b := storetest.Setup(t)
+			r := startedRun(t, b)
 			e := store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"}
 			if ok, err := b.Store.Finish(b.Ctx, sw.stale(t, b), e); err != nil || ok {
 				t.Fatalf("stale finish: %v %v", ok, err)
 			}
-			b.revive(t)
-			b.finish(t, b.Lease, e)
-			if got := b.run(t, r.ID); got.Status != model.StatusSucceeded {
+			revive(t, b)
+			finishAs(t, b, b.Lease, e)
+			if got := readRun(t, b, r.ID); got.Status != model.StatusSucceeded {
 				t.Fatalf("run after the current holder's finish: %s", got.Status)
 			}
-			b.requireNoViolations(t)
+			requireNoViolations(t, b)
 		})
 	}
 }
@@ -1005,12 +992,12 @@ func TestFinish(t *testing.T) {
 // A failure's retry is admitted with its ending: due at the ending plus its delay on the
 // database's clock, named in the failed run's reason, and waiting with its own.
 func TestFinishAdmitsTheRetry(t *testing.T) {
-	b := setupRuns(t)
-	r := b.startedRun(t)
+	b := storetest.Setup(t)
+	r := startedRun(t, b)
 	retry := store.Retry{ID: uuid.New(), Number: 1, Delay: 90 * time.Second, Why: "transient failure"}
-	b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient",
+	finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient",
 		Reason: "network down", Retry: &retry})
-	failed := b.run(t, r.ID)
+	failed := readRun(t, b, r.ID)
 	if failed.FinishedAt == nil {
 		t.Fatal("failed run has no end")
 	}
@@ -1022,7 +1009,7 @@ func TestFinishAdmitsTheRetry(t *testing.T) {
 	if failed.RetriedBy == nil || *failed.RetriedBy != retry.ID {
 		t.Fatalf("failed run retried by %v, want %s", failed.RetriedBy, retry.ID)
 	}
-	next := b.run(t, retry.ID)
+	next := readRun(t, b, retry.ID)
 	if next.Status != model.StatusQueued || next.Trigger != model.TriggerRetry || next.RetryOf == nil || *next.RetryOf != r.ID ||
 		next.RetryNumber != 1 || next.JobName != r.JobName {
 		t.Fatalf("retry run: %+v", next)
@@ -1034,13 +1021,13 @@ func TestFinishAdmitsTheRetry(t *testing.T) {
 		t.Fatalf("retry waits with %q", next.WaitingReason)
 	}
 	// The job has no history and no ceiling: the retry's hold is sized from its paths as it starts.
-	if as := b.attempts(t, retry.ID); len(as) != 1 || as[0].EndedAt != nil || as[0].Unit != "" || as[0].HoldBytes != nil {
+	if as := readAttempts(t, b, retry.ID); len(as) != 1 || as[0].EndedAt != nil || as[0].Unit != "" || as[0].HoldBytes != nil {
 		t.Fatalf("retry's attempts: %+v, want one live, unclaimed, holding nothing yet", as)
 	}
-	if j := b.job(t, r.JobName); j.LastOutcome != model.StatusFailed || j.LastRunID == nil || *j.LastRunID != retry.ID {
+	if j := readJob(t, b, r.JobName); j.LastOutcome != model.StatusFailed || j.LastRunID == nil || *j.LastRunID != retry.ID {
 		t.Fatalf("job: last outcome %q, last run %v; want failed, and the retry as its last run", j.LastOutcome, j.LastRunID)
 	}
-	b.requireNoViolations(t)
+	requireNoViolations(t, b)
 }
 
 // A restart ends the live attempt with its marker fields, settles its hold and opens the next,
@@ -1059,30 +1046,30 @@ func TestRestart(t *testing.T) {
 	}
 	applied := []struct {
 		name    string
-		arrange func(t *testing.T, b *runsBundle) restart
+		arrange func(t *testing.T, b *storetest.Bundle) restart
 	}{
-		{"a started attempt", func(t *testing.T, b *runsBundle) restart {
-			r := b.startedRun(t)
+		{"a started attempt", func(t *testing.T, b *storetest.Bundle) restart {
+			r := startedRun(t, b)
 			return restart{w: b.Lease, run: r, r: marked(r, 1)}
 		}},
-		{"a claimed attempt that never started", func(t *testing.T, b *runsBundle) restart {
-			r := b.claimedRun(t)
+		{"a claimed attempt that never started", func(t *testing.T, b *storetest.Bundle) restart {
+			r := claimedRun(t, b)
 			return restart{w: b.Lease, run: r, r: store.Restarting{RunID: r.ID, Attempt: 1, Settlement: released}}
 		}},
-		{"at the time given", func(t *testing.T, b *runsBundle) restart {
-			r := b.startedRun(t)
+		{"at the time given", func(t *testing.T, b *storetest.Bundle) restart {
+			r := startedRun(t, b)
 			rs := marked(r, 1)
 			rs.At = b.Now(t).Truncate(time.Microsecond)
 			return restart{w: b.Lease, run: r, r: rs}
 		}},
-		{"the second attempt", func(t *testing.T, b *runsBundle) restart {
-			r := b.startedRun(t)
-			b.restart(t, b.Lease, r, 1)
-			b.claim(t, b.Lease, r, 2)
+		{"the second attempt", func(t *testing.T, b *storetest.Bundle) restart {
+			r := startedRun(t, b)
+			restartAs(t, b, b.Lease, r, 1)
+			claimAs(t, b, b.Lease, r, 2)
 			if err := b.Store.MarkStarted(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 2}, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
-			if got := b.run(t, r.ID); got.Status != model.StatusRunning || !got.StartedAt.Equal(*r.StartedAt) {
+			if got := readRun(t, b, r.ID); got.Status != model.StatusRunning || !got.StartedAt.Equal(*r.StartedAt) {
 				t.Fatalf("run after its second start: %s started %v, want running since its first start %v", got.Status, got.StartedAt, r.StartedAt)
 			}
 			return restart{w: b.Lease, run: r, r: marked(r, 2)}
@@ -1091,9 +1078,9 @@ func TestRestart(t *testing.T) {
 	for _, tt := range applied {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
+			b := storetest.Setup(t)
 			c := tt.arrange(t, b)
-			run := b.run(t, c.run.ID)
+			run := readRun(t, b, c.run.ID)
 			dbBefore := b.Now(t)
 			moved, paused, err := b.Store.Restart(b.Ctx, c.w, c.r)
 			if err != nil || !moved || paused != "" {
@@ -1101,7 +1088,7 @@ func TestRestart(t *testing.T) {
 			}
 			dbAfter := b.Now(t)
 			n := c.r.Attempt
-			as := b.attempts(t, run.ID)
+			as := readAttempts(t, b, run.ID)
 			if len(as) != n+1 {
 				t.Fatalf("%d attempts after restarting attempt %d, want %d", len(as), n, n+1)
 			}
@@ -1122,89 +1109,89 @@ func TestRestart(t *testing.T) {
 				t.Fatalf("next attempt: %+v, want number %d, live, unclaimed, with a hold", next, n+1)
 			}
 			requireOrdered(t, "the next attempt opens as the last ends", old.EndedAt, &next.CreatedAt)
-			got := b.run(t, run.ID)
+			got := readRun(t, b, run.ID)
 			if got.Status != model.StatusQueued || got.FinishedAt != nil || !reflect.DeepEqual(got.StartedAt, run.StartedAt) {
 				t.Fatalf("run after the restart: %s finished %v started %v; want queued, not finished, started %v",
 					got.Status, got.FinishedAt, got.StartedAt, run.StartedAt)
 			}
-			b.requireNoViolations(t)
+			requireNoViolations(t, b)
 
 			// Once: the same restart again changes nothing.
 			run, before := got, as
 			if moved, _, err := b.Store.Restart(b.Ctx, c.w, c.r); err != nil || moved {
 				t.Fatalf("second restart: moved=%v err=%v", moved, err)
 			}
-			b.requireUnchanged(t, "a second Restart", run, before)
+			requireUnchanged(t, b, "a second Restart", run, before)
 			// The next attempt is the host's to claim.
-			b.claim(t, b.Lease, run, n+1)
-			b.requireNoViolations(t)
+			claimAs(t, b, b.Lease, run, n+1)
+			requireNoViolations(t, b)
 		})
 	}
 
 	refusals := []struct {
 		name    string
-		arrange func(t *testing.T, b *runsBundle) restart
+		arrange func(t *testing.T, b *storetest.Bundle) restart
 	}{
-		{"a run asked to stop since", func(t *testing.T, b *runsBundle) restart {
-			r := b.startedRun(t)
+		{"a run asked to stop since", func(t *testing.T, b *storetest.Bundle) restart {
+			r := startedRun(t, b)
 			if _, err := b.Store.RequestStop(b.Ctx, r.ID); err != nil {
 				t.Fatal(err)
 			}
 			return restart{w: b.Lease, run: r, r: marked(r, 1)}
 		}},
-		{"a run that ended", func(t *testing.T, b *runsBundle) restart {
-			r := b.startedRun(t)
-			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
+		{"a run that ended", func(t *testing.T, b *storetest.Bundle) restart {
+			r := startedRun(t, b)
+			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
 			return restart{w: b.Lease, run: r, r: marked(r, 1)}
 		}},
-		{"an attempt the run does not have", func(t *testing.T, b *runsBundle) restart {
-			r := b.startedRun(t)
+		{"an attempt the run does not have", func(t *testing.T, b *storetest.Bundle) restart {
+			r := startedRun(t, b)
 			return restart{w: b.Lease, run: r, r: marked(r, 2)}
 		}},
-		{"another host's attempt", func(t *testing.T, b *runsBundle) restart {
-			h2 := b.otherHost(t)
-			r := b.newRun(t, &storetest.RunOpts{Claim: &h2, Started: true})
+		{"another host's attempt", func(t *testing.T, b *storetest.Bundle) restart {
+			h2 := otherHost(t, b)
+			r := storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2, Started: true})
 			return restart{w: b.Lease, run: r, r: marked(r, 1)}
 		}},
 	}
 	for _, sw := range staleWriters {
 		refusals = append(refusals, struct {
 			name    string
-			arrange func(t *testing.T, b *runsBundle) restart
-		}{"under " + sw.name, func(t *testing.T, b *runsBundle) restart {
-			r := b.startedRun(t)
+			arrange func(t *testing.T, b *storetest.Bundle) restart
+		}{"under " + sw.name, func(t *testing.T, b *storetest.Bundle) restart {
+			r := startedRun(t, b)
 			return restart{w: sw.stale(t, b), run: r, r: marked(r, 1)}
 		}})
 	}
 	for _, tt := range refusals {
 		t.Run("refused: "+tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
+			b := storetest.Setup(t)
 			c := tt.arrange(t, b)
-			run, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
+			run, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
 			moved, paused, err := b.Store.Restart(b.Ctx, c.w, c.r)
 			if err != nil || moved || paused != "" {
 				t.Fatalf("moved=%v paused=%q err=%v, want nothing moved", moved, paused, err)
 			}
 			// Even the attempt's end, written before the stop was seen, is rolled back.
-			b.requireUnchanged(t, "a refused Restart", run, before)
-			b.requireNoViolations(t)
+			requireUnchanged(t, b, "a refused Restart", run, before)
+			requireNoViolations(t, b)
 		})
 	}
 	for _, sw := range staleWriters {
 		t.Run("the current lease after "+sw.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
-			r := b.startedRun(t)
+			b := storetest.Setup(t)
+			r := startedRun(t, b)
 			if moved, _, err := b.Store.Restart(b.Ctx, sw.stale(t, b), marked(r, 1)); err != nil || moved {
 				t.Fatalf("stale restart: %v %v", moved, err)
 			}
-			b.revive(t)
-			b.restart(t, b.Lease, r, 1)
-			if as := b.attempts(t, r.ID); len(as) != 2 {
+			revive(t, b)
+			restartAs(t, b, b.Lease, r, 1)
+			if as := readAttempts(t, b, r.ID); len(as) != 2 {
 				t.Fatalf("%d attempts after the current holder's restart, want 2", len(as))
 			}
-			b.requireNoViolations(t)
+			requireNoViolations(t, b)
 		})
 	}
 
@@ -1212,29 +1199,29 @@ func TestRestart(t *testing.T) {
 	// ends paused instead, with no next attempt.
 	t.Run("paused: the budget is held by a deferred settlement", func(t *testing.T) {
 		t.Parallel()
-		b := setupRuns(t)
+		b := storetest.Setup(t)
 		quota, most := int64(1<<30), int64(1<<20)
 		if _, err := b.Store.CreateAccount(b.Ctx, store.NewAccount{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
 			t.Fatal(err)
 		}
-		r := b.newRun(t, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Account: "team", MaxAdded: &most}, Claim: &b.Lease, Started: true})
+		r := storetest.Run(t, b.Store, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Account: "team", MaxAdded: &most}, Claim: &b.Lease, Started: true})
 		moved, paused, err := b.Store.Restart(b.Ctx, b.Lease, store.Restarting{RunID: r.ID, Attempt: 1,
 			Settlement: &ledger.Settlement{Deferred: "no figure yet"}})
 		if err != nil || !moved || !strings.HasPrefix(paused, "paused ("+ledger.PausedSettlementDeferred+")") {
 			t.Fatalf("restart: moved=%v paused=%q err=%v", moved, paused, err)
 		}
-		got := b.run(t, r.ID)
+		got := readRun(t, b, r.ID)
 		if got.Status != model.StatusPaused || got.PausedReason != ledger.PausedSettlementDeferred || got.Reason != paused || got.FinishedAt == nil {
 			t.Fatalf("run: %s paused %q reason %q finished %v", got.Status, got.PausedReason, got.Reason, got.FinishedAt)
 		}
-		as := b.attempts(t, r.ID)
+		as := readAttempts(t, b, r.ID)
 		if len(as) != 1 || as[0].EndedAt == nil || as[0].SettleDeferred != "no figure yet" {
 			t.Fatalf("attempts: %+v, want the one, ended, its settlement deferred", as)
 		}
-		if j := b.job(t, r.JobName); j.LastOutcome != model.StatusPaused {
+		if j := readJob(t, b, r.JobName); j.LastOutcome != model.StatusPaused {
 			t.Fatalf("job's last outcome %q, want paused", j.LastOutcome)
 		}
-		b.requireNoViolations(t)
+		requireNoViolations(t, b)
 	})
 }
 
@@ -1248,8 +1235,8 @@ func TestReleaseSpawnClaim(t *testing.T) {
 		unit     string
 		mayExist bool
 	}
-	claimed := func(t *testing.T, b *runsBundle, armed bool) model.Run {
-		r := b.newRun(t, nil)
+	claimed := func(t *testing.T, b *storetest.Bundle, armed bool) model.Run {
+		r := storetest.Run(t, b.Store, nil)
 		var ok bool
 		var err error
 		if armed {
@@ -1264,17 +1251,17 @@ func TestReleaseSpawnClaim(t *testing.T) {
 	}
 	applied := []struct {
 		name    string
-		arrange func(t *testing.T, b *runsBundle) release
+		arrange func(t *testing.T, b *storetest.Bundle) release
 	}{
-		{"before systemd was asked", func(t *testing.T, b *runsBundle) release {
+		{"before systemd was asked", func(t *testing.T, b *storetest.Bundle) release {
 			r := claimed(t, b, false)
 			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 1)}
 		}},
-		{"after a failed start", func(t *testing.T, b *runsBundle) release {
+		{"after a failed start", func(t *testing.T, b *storetest.Bundle) release {
 			r := claimed(t, b, false)
 			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 1), mayExist: true}
 		}},
-		{"an armed claim", func(t *testing.T, b *runsBundle) release {
+		{"an armed claim", func(t *testing.T, b *storetest.Bundle) release {
 			r := claimed(t, b, true)
 			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 1)}
 		}},
@@ -1282,13 +1269,13 @@ func TestReleaseSpawnClaim(t *testing.T) {
 	for _, tt := range applied {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
-			h2 := b.otherHost(t)
+			b := storetest.Setup(t)
+			h2 := otherHost(t, b)
 			c := tt.arrange(t, b)
 			if err := b.Store.ReleaseSpawnClaim(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: 1}, c.unit, c.mayExist); err != nil {
 				t.Fatal(err)
 			}
-			a := b.attempts(t, c.run.ID)[0]
+			a := readAttempts(t, b, c.run.ID)[0]
 			wantHost := ""
 			if c.mayExist {
 				wantHost = b.Host
@@ -1296,7 +1283,7 @@ func TestReleaseSpawnClaim(t *testing.T) {
 			if a.Unit != "" || a.SpawnClaimedAt != nil || a.ArmedFor != nil || a.BootID != "" || a.EndedAt != nil || a.Host != wantHost {
 				t.Fatalf("released attempt: %+v; want no unit, claim, timer or boot, live, host %q", a, wantHost)
 			}
-			if got := b.run(t, c.run.ID); got.Status != model.StatusQueued {
+			if got := readRun(t, b, c.run.ID); got.Status != model.StatusQueued {
 				t.Fatalf("run is %s, want queued", got.Status)
 			}
 			// Given back to any host, another host claims it; kept by its host, only that host does.
@@ -1305,40 +1292,40 @@ func TestReleaseSpawnClaim(t *testing.T) {
 				t.Fatalf("claim by another host: %v %v, want %v", ok, err, !c.mayExist)
 			}
 			if c.mayExist {
-				b.claim(t, b.Lease, c.run, 1)
+				claimAs(t, b, b.Lease, c.run, 1)
 			}
-			b.requireNoViolations(t)
+			requireNoViolations(t, b)
 		})
 	}
 
 	refusals := []struct {
 		name    string
-		arrange func(t *testing.T, b *runsBundle) release
+		arrange func(t *testing.T, b *storetest.Bundle) release
 	}{
-		{"a unit the attempt does not have", func(t *testing.T, b *runsBundle) release {
+		{"a unit the attempt does not have", func(t *testing.T, b *storetest.Bundle) release {
 			r := claimed(t, b, false)
 			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 2)}
 		}},
-		{"a started attempt", func(t *testing.T, b *runsBundle) release {
-			r := b.startedRun(t)
+		{"a started attempt", func(t *testing.T, b *storetest.Bundle) release {
+			r := startedRun(t, b)
 			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 1)}
 		}},
-		{"an ended attempt", func(t *testing.T, b *runsBundle) release {
+		{"an ended attempt", func(t *testing.T, b *storetest.Bundle) release {
 			r := claimed(t, b, false)
-			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "x"})
+			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "x"})
 			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 1)}
 		}},
-		{"another host's claim", func(t *testing.T, b *runsBundle) release {
-			h2 := b.otherHost(t)
-			r := b.newRun(t, &storetest.RunOpts{Claim: &h2})
+		{"another host's claim", func(t *testing.T, b *storetest.Bundle) release {
+			h2 := otherHost(t, b)
+			r := storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2})
 			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 1)}
 		}},
 	}
 	for _, sw := range staleWriters {
 		refusals = append(refusals, struct {
 			name    string
-			arrange func(t *testing.T, b *runsBundle) release
-		}{"under " + sw.name, func(t *testing.T, b *runsBundle) release {
+			arrange func(t *testing.T, b *storetest.Bundle) release
+		}{"under " + sw.name, func(t *testing.T, b *storetest.Bundle) release {
 			r := claimed(t, b, false)
 			return release{w: sw.stale(t, b), run: r, unit: storetest.Unit(r, 1)}
 		}})
@@ -1346,14 +1333,14 @@ func TestReleaseSpawnClaim(t *testing.T) {
 	for _, tt := range refusals {
 		t.Run("refused: "+tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
+			b := storetest.Setup(t)
 			c := tt.arrange(t, b)
-			run, before := b.run(t, c.run.ID), b.attempts(t, c.run.ID)
+			run, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
 			if err := b.Store.ReleaseSpawnClaim(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: 1}, c.unit, false); err != nil {
 				t.Fatal(err)
 			}
-			b.requireUnchanged(t, "a refused release", run, before)
-			b.requireNoViolations(t)
+			requireUnchanged(t, b, "a refused release", run, before)
+			requireNoViolations(t, b)
 		})
 	}
 }
@@ -1363,14 +1350,14 @@ func TestReleaseSpawnClaim(t *testing.T) {
 func TestRequestStop(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
-		arrange func(t *testing.T, b *runsBundle) model.Run
+		arrange func(t *testing.T, b *storetest.Bundle) model.Run
 	}{
-		{"a queued run", func(t *testing.T, b *runsBundle) model.Run { return b.newRun(t, nil) }},
-		{"a running run", func(t *testing.T, b *runsBundle) model.Run { return b.startedRun(t) }},
+		{"a queued run", func(t *testing.T, b *storetest.Bundle) model.Run { return storetest.Run(t, b.Store, nil) }},
+		{"a running run", func(t *testing.T, b *storetest.Bundle) model.Run { return startedRun(t, b) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
+			b := storetest.Setup(t)
 			r := tt.arrange(t, b)
 			stopped, err := b.Store.RequestStop(b.Ctx, r.ID)
 			if err != nil {
@@ -1384,7 +1371,7 @@ func TestRequestStop(t *testing.T) {
 			if err != nil || again.StopRequestedAt == nil || !again.StopRequestedAt.Equal(*stopped.StopRequestedAt) {
 				t.Fatalf("second stop request: %v %v, want the first request's time %v kept", again.StopRequestedAt, err, stopped.StopRequestedAt)
 			}
-			a := b.attempts(t, r.ID)[0]
+			a := readAttempts(t, b, r.ID)[0]
 			if a.Unit == "" {
 				if ok, _, err := b.Store.ClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1)}); err != nil || ok {
 					t.Fatalf("claim after the stop request: %v %v", ok, err)
@@ -1393,33 +1380,33 @@ func TestRequestStop(t *testing.T) {
 			if moved, _, err := b.Store.Restart(b.Ctx, b.Lease, store.Restarting{RunID: r.ID, Attempt: 1}); err != nil || moved {
 				t.Fatalf("restart after the stop request: %v %v", moved, err)
 			}
-			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped by the operator",
+			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped by the operator",
 				Settlement: &ledger.Settlement{Release: true, Source: "stopped"}})
-			got := b.run(t, r.ID)
+			got := readRun(t, b, r.ID)
 			if got.Status != model.StatusStopped || got.StopRequestedAt == nil || !got.StopRequestedAt.Equal(*stopped.StopRequestedAt) {
 				t.Fatalf("run: %s stop requested %v", got.Status, got.StopRequestedAt)
 			}
-			if as := b.attempts(t, r.ID); len(as) != 1 {
+			if as := readAttempts(t, b, r.ID); len(as) != 1 {
 				t.Fatalf("%d attempts, want 1", len(as))
 			}
-			b.requireNoViolations(t)
+			requireNoViolations(t, b)
 		})
 	}
 	t.Run("a finished run", func(t *testing.T) {
 		t.Parallel()
-		b := setupRuns(t)
-		r := b.startedRun(t)
-		b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
-		run, before := b.run(t, r.ID), b.attempts(t, r.ID)
+		b := storetest.Setup(t)
+		r := startedRun(t, b)
+		finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
+		run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
 		var conflict *store.ConflictError
 		if _, err := b.Store.RequestStop(b.Ctx, r.ID); !errors.As(err, &conflict) || !strings.Contains(err.Error(), "already succeeded") {
 			t.Fatalf("stop of a succeeded run: %v, want a ConflictError naming its status", err)
 		}
-		b.requireUnchanged(t, "a refused stop request", run, before)
+		requireUnchanged(t, b, "a refused stop request", run, before)
 	})
 	t.Run("an unknown run", func(t *testing.T) {
 		t.Parallel()
-		b := setupRuns(t)
+		b := storetest.Setup(t)
 		if _, err := b.Store.RequestStop(b.Ctx, uuid.New()); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("stop of an unknown run: %v, want ErrNotFound", err)
 		}
@@ -1433,35 +1420,35 @@ func TestResume(t *testing.T) {
 	released := &ledger.Settlement{Release: true, Source: "it never ran"}
 	applied := []struct {
 		name    string
-		arrange func(t *testing.T, b *runsBundle) model.Run
+		arrange func(t *testing.T, b *storetest.Bundle) model.Run
 	}{
-		{"a stopped run", func(t *testing.T, b *runsBundle) model.Run {
-			r := b.startedRun(t)
+		{"a stopped run", func(t *testing.T, b *storetest.Bundle) model.Run {
+			r := startedRun(t, b)
 			if _, err := b.Store.RequestStop(b.Ctx, r.ID); err != nil {
 				t.Fatal(err)
 			}
-			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
+			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
 			return r
 		}},
-		{"a paused run", func(t *testing.T, b *runsBundle) model.Run {
-			r := b.startedRun(t)
-			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusPaused, PausedReason: ledger.PausedRunCeiling,
+		{"a paused run", func(t *testing.T, b *storetest.Bundle) model.Run {
+			r := startedRun(t, b)
+			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusPaused, PausedReason: ledger.PausedRunCeiling,
 				Reason: "paused", Settlement: released})
 			return r
 		}},
-		{"a run stopped in its second attempt", func(t *testing.T, b *runsBundle) model.Run {
-			r := b.startedRun(t)
-			b.restart(t, b.Lease, r, 1)
-			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 2, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
+		{"a run stopped in its second attempt", func(t *testing.T, b *storetest.Bundle) model.Run {
+			r := startedRun(t, b)
+			restartAs(t, b, b.Lease, r, 1)
+			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 2, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
 			return r
 		}},
 	}
 	for _, tt := range applied {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
+			b := storetest.Setup(t)
 			r := tt.arrange(t, b)
-			before := b.attempts(t, r.ID)
+			before := readAttempts(t, b, r.ID)
 			resumed, err := b.Store.Resume(b.Ctx, r.ID)
 			if err != nil {
 				t.Fatal(err)
@@ -1470,7 +1457,7 @@ func TestResume(t *testing.T) {
 				resumed.FinishedAt != nil || resumed.Reason != "" || resumed.FailureClass != "" {
 				t.Fatalf("resumed run: %+v; want queued with its intents and its ending cleared", resumed)
 			}
-			as := b.attempts(t, r.ID)
+			as := readAttempts(t, b, r.ID)
 			if len(as) != len(before)+1 || !reflect.DeepEqual(as[:len(before)], before) {
 				t.Fatalf("attempts after resuming: %+v, want those before and one more", as)
 			}
@@ -1478,46 +1465,46 @@ func TestResume(t *testing.T) {
 			if next.No != len(before)+1 || next.EndedAt != nil || next.Unit != "" || next.HoldBytes == nil {
 				t.Fatalf("resumed attempt: %+v, want number %d, live, unclaimed, with a hold", next, len(before)+1)
 			}
-			b.requireNoViolations(t)
-			b.claim(t, b.Lease, resumed, next.No)
-			b.requireNoViolations(t)
+			requireNoViolations(t, b)
+			claimAs(t, b, b.Lease, resumed, next.No)
+			requireNoViolations(t, b)
 		})
 	}
 
 	refusals := []struct {
 		name    string
-		arrange func(t *testing.T, b *runsBundle) model.Run
+		arrange func(t *testing.T, b *storetest.Bundle) model.Run
 		want    string // a part of the ConflictError; "" wants ErrNotFound
 	}{
-		{"a queued run", func(t *testing.T, b *runsBundle) model.Run { return b.newRun(t, nil) }, "is queued"},
-		{"a running run", func(t *testing.T, b *runsBundle) model.Run { return b.startedRun(t) }, "is running"},
-		{"a succeeded run", func(t *testing.T, b *runsBundle) model.Run {
-			r := b.startedRun(t)
-			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok", Settlement: released})
+		{"a queued run", func(t *testing.T, b *storetest.Bundle) model.Run { return storetest.Run(t, b.Store, nil) }, "is queued"},
+		{"a running run", func(t *testing.T, b *storetest.Bundle) model.Run { return startedRun(t, b) }, "is running"},
+		{"a succeeded run", func(t *testing.T, b *storetest.Bundle) model.Run {
+			r := startedRun(t, b)
+			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok", Settlement: released})
 			return r
 		}, "is succeeded"},
-		{"a stopped run whose job has another live run", func(t *testing.T, b *runsBundle) model.Run {
-			r := b.startedRun(t)
-			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
-			b.newRun(t, &storetest.RunOpts{Job: r.JobName})
+		{"a stopped run whose job has another live run", func(t *testing.T, b *storetest.Bundle) model.Run {
+			r := startedRun(t, b)
+			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
+			storetest.Run(t, b.Store, &storetest.RunOpts{Job: r.JobName})
 			return r
 		}, "while the job has a live run"},
-		{"a paused run whose budget a deferred settlement holds", func(t *testing.T, b *runsBundle) model.Run {
-			r := b.startedRun(t)
-			b.finish(t, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusPaused, PausedReason: ledger.PausedRunCeiling, Reason: "paused"})
+		{"a paused run whose budget a deferred settlement holds", func(t *testing.T, b *storetest.Bundle) model.Run {
+			r := startedRun(t, b)
+			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusPaused, PausedReason: ledger.PausedRunCeiling, Reason: "paused"})
 			return r
 		}, "cannot resume yet"},
-		{"an unknown run", func(t *testing.T, b *runsBundle) model.Run { return model.Run{ID: uuid.New()} }, ""},
+		{"an unknown run", func(t *testing.T, b *storetest.Bundle) model.Run { return model.Run{ID: uuid.New()} }, ""},
 	}
 	for _, tt := range refusals {
 		t.Run("refused: "+tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupRuns(t)
+			b := storetest.Setup(t)
 			r := tt.arrange(t, b)
 			var run model.Run
 			var before []model.Attempt
 			if tt.want != "" {
-				run, before = b.run(t, r.ID), b.attempts(t, r.ID)
+				run, before = readRun(t, b, r.ID), readAttempts(t, b, r.ID)
 			}
 			_, err := b.Store.Resume(b.Ctx, r.ID)
 			if tt.want == "" {
@@ -1530,8 +1517,8 @@ func TestResume(t *testing.T) {
 			if !errors.As(err, &conflict) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("resume: %v, want a ConflictError saying %q", err, tt.want)
 			}
-			b.requireUnchanged(t, "a refused Resume", run, before)
-			b.requireNoViolations(t)
+			requireUnchanged(t, b, "a refused Resume", run, before)
+			requireNoViolations(t, b)
 		})
 	}
 }
@@ -1557,7 +1544,7 @@ func TestAttemptHoldSize(t *testing.T) {
 			paused: "paused (quota_exhausted): account team has 50 MiB left of its quota of 50 MiB and the run needs 200 MiB"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b := setupRuns(t)
+			b := storetest.Setup(t)
 			opts := &storetest.JobOpts{}
 			if c.quota > 0 {
 				if _, err := b.Store.CreateAccount(b.Ctx, store.NewAccount{Name: "team", Quota: &c.quota, Actor: "tester"}); err != nil {
@@ -1565,14 +1552,14 @@ func TestAttemptHoldSize(t *testing.T) {
 				}
 				opts.Account = "team"
 			}
-			r := b.newRun(t, &storetest.RunOpts{JobOpts: opts})
-			if as := b.attempts(t, r.ID); r.BudgetBytes != nil || as[0].HoldBytes != nil {
+			r := storetest.Run(t, b.Store, &storetest.RunOpts{JobOpts: opts})
+			if as := readAttempts(t, b, r.ID); r.BudgetBytes != nil || as[0].HoldBytes != nil {
 				t.Fatalf("admitted first backup: budget %v, attempt %+v; want neither a budget nor a hold yet", r.BudgetBytes, as[0])
 			}
-			b.claim(t, b.Lease, r, 1)
+			claimAs(t, b, b.Lease, r, 1)
 			w := b.Lease
 			if c.other {
-				w = b.otherHost(t)
+				w = otherHost(t, b)
 			}
 			ref := model.AttemptRef{Run: r.ID, No: 1}
 			h, err := b.Store.AttemptHoldSize(b.Ctx, w, store.AttemptHoldSizeParams{Attempt: ref, Source: measured})
@@ -1583,7 +1570,7 @@ func TestAttemptHoldSize(t *testing.T) {
 			if err != nil || h.Taken != c.taken || h.Paused != "" != (c.paused != "") || !strings.HasPrefix(h.Paused, c.paused) {
 				t.Fatalf("AttemptHoldSize = %+v, %v; want taken %v, paused %q", h, err, c.taken, c.paused)
 			}
-			got, as := b.run(t, r.ID), b.attempts(t, r.ID)
+			got, as := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
 			switch {
 			case c.other:
 				if got.BudgetBytes != nil || as[0].HoldBytes != nil {
@@ -1599,7 +1586,7 @@ func TestAttemptHoldSize(t *testing.T) {
 					t.Fatalf("sized first backup: budget %v, attempt %+v; want %d held, saying where it came from", got.BudgetBytes, as[0], budget)
 				}
 			}
-			b.requireNoViolations(t)
+			requireNoViolations(t, b)
 		})
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -188,7 +187,7 @@ func TestProvisionDatabaseSendsNoPassword(t *testing.T) {
 		}
 	}
 	// A new session reads the reloaded settings once the server has taken them in.
-	waitFor(t, "log_statement=all in a new session", func() bool {
+	testenv.WaitFor(t, "log_statement=all in a new session", func() bool {
 		c, err := pgx.Connect(ctx, admin)
 		if err != nil {
 			return false
@@ -229,7 +228,7 @@ func TestProvisionDatabaseSendsNoPassword(t *testing.T) {
 		}
 		return err
 	}
-	waitFor(t, "a wrong password refused", func() bool { return login("wrong") != nil })
+	testenv.WaitFor(t, "a wrong password refused", func() bool { return login("wrong") != nil })
 	if err := login(second); err != nil {
 		t.Fatalf("the rotated password does not log in: %v", err)
 	}
@@ -250,16 +249,5 @@ func TestProvisionDatabaseSendsNoPassword(t *testing.T) {
 		if strings.Contains(string(log), password) {
 			t.Fatalf("the server's log holds a password: %s", password)
 		}
-	}
-}
-
-// waitFor polls until ok, which the server makes true once it has taken a reload in.
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !ok(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after a minute", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

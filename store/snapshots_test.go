@@ -12,18 +12,16 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
-// finishBackup admits a run of job (a restic job of repository "/r", see addJob) and ends it
+// finishBackup admits a run of job (a restic job of repository "/r") and ends it
 // succeeded with snap as the inventory row its summary gave (nil: none), as the reconciler
 // ends a backup. It returns the run and the time of its ending.
 func finishBackup(t *testing.T, st *store.Store, job string, snap func(run uuid.UUID) *store.Snapshot) (model.Run, time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	run, err := st.Admit(ctx, job, "manual", model.KindBackup)
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := storetest.Run(t, st, &storetest.RunOpts{Job: job})
 	at := time.Now().Truncate(time.Microsecond)
 	e := store.Ending{RunID: run.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok",
 		ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}
@@ -68,9 +66,9 @@ func inventory(t *testing.T, st *store.Store) []store.Snapshot {
 // short id: it can be held and locked like any other, and the next listing completes that
 // very row in place (full id, restic's facts), keeping its protections and first_seen_at.
 func TestSummarySnapshotCompletedByListing(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	addJob(t, st, "s")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	storetest.Job(t, st, &storetest.JobOpts{Name: "s", Repository: "/r"})
 	started := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
 	run, ended := finishBackup(t, st, "s", fromSummary("s", "c1ae9ba1", started))
 
@@ -137,9 +135,9 @@ func TestSummarySnapshotCompletedByListing(t *testing.T) {
 // A summary's snapshot that a listing asked for after the ending does not hold was really
 // forgotten: the row is marked so. A listing asked for before the ending leaves it.
 func TestSummarySnapshotForgotten(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	addJob(t, st, "f")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	storetest.Job(t, st, &storetest.JobOpts{Name: "f", Repository: "/r"})
 	before := time.Now().Add(-time.Second)
 	run, _ := finishBackup(t, st, "f", fromSummary("f", "0123abcd", time.Now()))
 	if _, err := st.HoldSnapshot(ctx, "0123abcd", "auditor", ""); err != nil {
@@ -167,9 +165,9 @@ func TestSummarySnapshotForgotten(t *testing.T) {
 // An id from the journal that is not 8 to 64 lower-case hex digits records no inventory row;
 // the run ends as it would have, with the id on its record as before.
 func TestSummarySnapshotBadID(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	addJob(t, st, "b")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	storetest.Job(t, st, &storetest.JobOpts{Name: "b", Repository: "/r"})
 	for _, id := range []string{"c1ae9b", "C1AE9BA1", "c1ae9ba1'; DROP TABLE snapshots; --", "../../etc/passwd", "c1ae9ba1%",
 		strings.Repeat("a", 65), "c1ae9ba1\n"} {
 		run, _ := finishBackup(t, st, "b", fromSummary("b", id, time.Now()))
@@ -185,10 +183,10 @@ func TestSummarySnapshotBadID(t *testing.T) {
 // A journal that claims the id of a snapshot the inventory already has, another run's (whole or
 // its prefix), changes nothing: the row stays that run's, with its facts and protections.
 func TestSummarySnapshotOfAnotherRun(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	addJob(t, st, "mine")
-	addJob(t, st, "evil")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	storetest.Job(t, st, &storetest.JobOpts{Name: "mine", Repository: "/r"})
+	storetest.Job(t, st, &storetest.JobOpts{Name: "evil", Repository: "/r"})
 	owner, _ := finishBackup(t, st, "mine", nil)
 	theirs := strings.Repeat("5a", 32)
 	at := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
@@ -228,9 +226,9 @@ func TestSummarySnapshotOfAnotherRun(t *testing.T) {
 // own, and the short one, absent from the listing, is forgotten. A listing that came before the
 // ending, holding the run's snapshot, makes the summary add no second row.
 func TestSummarySnapshotAmbiguousAndLate(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	addJob(t, st, "a")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	storetest.Job(t, st, &storetest.JobOpts{Name: "a", Repository: "/r"})
 	run, _ := finishBackup(t, st, "a", fromSummary("a", "deadbeef", time.Now()))
 	one, two := "deadbeef"+strings.Repeat("1", 56), "deadbeef"+strings.Repeat("2", 56)
 	added, forgotten, err := st.SyncSnapshots(ctx, "/r", time.Now(), []store.Snapshot{listed(one, "a", run.ID, time.Now()),

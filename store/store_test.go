@@ -17,16 +17,17 @@ import (
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.RunMain(m) }
 
-func open(t *testing.T) *store.Store {
-	t.Helper()
+// Several daemons start at once on a new database: the advisory lock makes their migrations
+// queue, and all succeed.
+func TestConcurrentMigrations(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	ctx := context.Background()
-	// Several daemons start at once: the advisory lock makes them queue, and all succeed.
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
@@ -38,28 +39,12 @@ func open(t *testing.T) *store.Store {
 			t.Fatalf("concurrent migrate: %v", err)
 		}
 	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	return st
-}
-
-func addJob(t *testing.T, st *store.Store, name string) model.Job {
-	t.Helper()
-	j, err := st.CreateJob(context.Background(), model.Job{Name: name, Engine: "restic", Repository: "/r",
-		PasswordFile: "/pw", Paths: []string{"/data"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
 }
 
 func TestAdmitOneLiveRunPerJob(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	addJob(t, st, "a")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	storetest.Job(t, st, &storetest.JobOpts{Name: "a", Repository: "/r"})
 	run, err := st.Admit(ctx, "a", "manual", model.KindBackup)
 	if err != nil || run.Status != model.StatusQueued {
 		t.Fatalf("admit: %+v, %v", run, err)
@@ -78,9 +63,9 @@ func TestAdmitOneLiveRunPerJob(t *testing.T) {
 
 // Guarded writes: a pass acting on an old snapshot changes nothing.
 func TestGuardedWrites(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	addJob(t, st, "g")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	storetest.Job(t, st, &storetest.JobOpts{Name: "g", Repository: "/r"})
 	run, err := st.Admit(ctx, "g", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
@@ -145,9 +130,9 @@ func TestGuardedWrites(t *testing.T) {
 }
 
 func TestRestartOpensNextAttempt(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	addJob(t, st, "r")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	storetest.Job(t, st, &storetest.JobOpts{Name: "r", Repository: "/r"})
 	run, err := st.Admit(ctx, "r", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
@@ -171,9 +156,9 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 }
 
 func TestResolveRun(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	addJob(t, st, "p")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	storetest.Job(t, st, &storetest.JobOpts{Name: "p", Repository: "/r"})
 	run, err := st.Admit(ctx, "p", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
@@ -193,9 +178,9 @@ func TestResolveRun(t *testing.T) {
 // What PostgreSQL cannot store comes back as a *RefusedError that quotes no value, so the caller
 // quarantines the journal instead of retrying the same batch on every pass.
 func TestApplyJournalRefused(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	addJob(t, st, "r")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	storetest.Job(t, st, &storetest.JobOpts{Name: "r", Repository: "/r"})
 	run, err := st.Admit(ctx, "r", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
@@ -231,10 +216,10 @@ func TestApplyJournalRefused(t *testing.T) {
 
 // EndedBefore returns only runs that ended, finally, before the time given.
 func TestEndedBefore(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
-	addJob(t, st, "e")
-	addJob(t, st, "l")
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	storetest.Job(t, st, &storetest.JobOpts{Name: "e", Repository: "/r"})
+	storetest.Job(t, st, &storetest.JobOpts{Name: "l", Repository: "/r"})
 	done, err := st.Admit(ctx, "e", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
@@ -266,12 +251,12 @@ func TestEndedBefore(t *testing.T) {
 // Restarts of runs that share an account run at once in a sweep: each settles the ended
 // attempt's hold and takes the next one, and none may deadlock on the account's row.
 func TestConcurrentRestartsShareAnAccount(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
 	var runs []model.Run
 	for i := range 6 {
 		name := fmt.Sprintf("c%d", i)
-		addJob(t, st, name)
+		storetest.Job(t, st, &storetest.JobOpts{Name: name, Repository: "/r"})
 		run, err := st.Admit(ctx, name, "manual", model.KindBackup)
 		if err != nil {
 			t.Fatal(err)
@@ -303,17 +288,14 @@ func TestConcurrentRestartsShareAnAccount(t *testing.T) {
 
 // A ledger tells the holds of running attempts from those of ended ones whose figure is unknown.
 func TestLedgersTellDeferredHolds(t *testing.T) {
-	st := open(t)
-	ctx := context.Background()
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
 	quota, most := int64(1<<30), int64(1<<20)
 	if _, err := st.CreateAccount(ctx, store.NewAccount{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"a", "b"} {
-		if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "restic", Repository: "/r/" + name, PasswordFile: "/pw",
-			Paths: []string{"/data"}, Account: "team", MaxAdded: &most}); err != nil {
-			t.Fatal(err)
-		}
+		storetest.Job(t, st, &storetest.JobOpts{Name: name, Repository: "/r/" + name, Account: "team", MaxAdded: &most})
 	}
 	running, err := st.Admit(ctx, "a", model.TriggerManual, model.KindBackup)
 	if err != nil {

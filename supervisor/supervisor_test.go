@@ -18,7 +18,7 @@ import (
 	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/supervisor"
 	"github.com/holdfast-backup/holdfast/testenv"
 )

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/supervisor"
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // The web server's bounds are set: no timeout is left infinite, headers are bounded.
@@ -55,7 +56,7 @@ func TestWebListener(t *testing.T) {
 	}
 	e.cfg.TLSCert, e.cfg.TLSKey = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	first := writeCert(t, e.cfg.TLSCert, e.cfg.TLSKey, 1)
-	e.cfg.Listen = freeAddr(t)
+	e.cfg.Listen = testenv.FreeAddr(t)
 	e.job(t, "w", "/bin/true")
 	run := e.admit(t, "w")
 	e.start(t)
@@ -162,15 +163,4 @@ func writeCert(t *testing.T, certFile, keyFile string, serial int64) *x509.Certi
 		t.Fatal(err)
 	}
 	return cert
-}
-
-// freeAddr is a loopback address with a port free now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -18,7 +18,7 @@ import (
 func hostEventually(t *testing.T, h *testenv.Host, d time.Duration, want string, argv ...string) {
 	t.Helper()
 	var got string
-	if !eventually(d, func() bool {
+	if !testenv.Eventually(d, func() bool {
 		out, _ := h.Output(context.Background(), argv...)
 		got = strings.TrimSpace(string(out))
 		return got == want

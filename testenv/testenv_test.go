@@ -95,18 +95,6 @@ func startUnit(t *testing.T, m *testenv.Manager, conn *sdbus.Conn, name string, 
 	}
 }
 
-// eventually polls f until it returns true or d passes.
-func eventually(d time.Duration, f func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !f() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
-}
-
 func readFile(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
@@ -126,7 +114,7 @@ func TestSystemdTransientUnit(t *testing.T) {
 		execProp("ExecStart", "/bin/sh", "-c", "echo hello-from-unit; sleep 0.2"),
 		markerProp(marker))
 
-	if !eventually(30*time.Second, func() bool { return readFile(marker) != "" }) {
+	if !testenv.Eventually(30*time.Second, func() bool { return readFile(marker) != "" }) {
 		t.Fatal("ExecStopPost wrote no marker")
 	}
 	if got := strings.TrimSpace(readFile(marker)); got != "success exited 0" {
@@ -137,7 +125,7 @@ func TestSystemdTransientUnit(t *testing.T) {
 	// after it is gone and then logs its lines without _SYSTEMD_UNIT;
 	// SYSLOG_IDENTIFIER comes with the stream and is always there.
 	var journal string
-	if !eventually(30*time.Second, func() bool {
+	if !testenv.Eventually(30*time.Second, func() bool {
 		out, _ := exec.Command("journalctl", "--directory", m.JournalDir, "--no-pager", "-o", "cat",
 			"_SYSTEMD_UNIT="+name, "+", "SYSLOG_IDENTIFIER="+name).CombinedOutput()
 		journal = string(out)
@@ -232,7 +220,7 @@ func TestSystemdKill(t *testing.T) {
 		execProp("ExecStart", "/bin/sh", "-c", "(sleep 1000 &); exec sleep 1000"),
 		markerProp(marker))
 	var pids []int
-	if !eventually(30*time.Second, func() bool { pids = cgroupPids(t, conn, name); return len(pids) == 2 }) {
+	if !testenv.Eventually(30*time.Second, func() bool { pids = cgroupPids(t, conn, name); return len(pids) == 2 }) {
 		t.Fatalf("unit has pids %v, want 2 sleeps", pids)
 	}
 
@@ -276,7 +264,7 @@ func TestSystemdExit(t *testing.T) {
 		out, _ := exec.Command("journalctl", "--directory", m.JournalDir, "--no-pager", "-o", "cat", "SYSLOG_IDENTIFIER="+name).CombinedOutput()
 		return string(out)
 	}
-	if !eventually(30*time.Second, func() bool { return strings.Contains(journal(), "before-exit") }) {
+	if !testenv.Eventually(30*time.Second, func() bool { return strings.Contains(journal(), "before-exit") }) {
 		t.Fatalf("journal lacks before-exit:\n%s", journal())
 	}
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 

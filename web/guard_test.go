@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-backup/holdfast/storetest"
+	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -136,7 +136,7 @@ func TestGuardBoundsConcurrency(t *testing.T) {
 // both 200. Every answer, the refusals included, forbids framing and sniffing.
 func TestDashboardGuarded(t *testing.T) {
 	st, _ := storetest.Open(t)
-	run := storetest.ManualRun(t, st, "w")
+	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "w", Engine: "command"}})
 	dashboard, err := Handler(Config{Store: st, JournalDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +211,7 @@ func TestDashboardGuarded(t *testing.T) {
 // range of the primary key (store.RunIDRange); a prefix no id's text starts with finds nothing.
 func TestRunByPrefix(t *testing.T) {
 	st, _ := storetest.Open(t)
-	run := storetest.ManualRun(t, st, "p")
+	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "p", Engine: "command"}})
 	dashboard, err := Handler(Config{Store: st, JournalDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

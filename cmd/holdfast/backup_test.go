@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // A job over a few MB ends succeeded; the snapshot carries the run's tag; bytes_added is
@@ -125,7 +127,7 @@ func TestBackupPartialAsUser(t *testing.T) {
 		t.Fatalf("a partial restic backup still makes a snapshot; run has none: %+v", r)
 	}
 	// The webhook hears of it, with the run and its snapshot.
-	if !eventually(time.Minute, func() bool { return len(hook.requests()) > 0 }) {
+	if !testenv.Eventually(time.Minute, func() bool { return len(hook.requests()) > 0 }) {
 		t.Fatal("the webhook never heard of the partial run")
 	}
 	var e map[string]any

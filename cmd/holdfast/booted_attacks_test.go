@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // Attacks of a local user, alice, on root through what the daemon hands to systemd by path: a
@@ -320,7 +322,7 @@ done`)
 	}
 	unit := r.Attempts[0].Unit
 	var state string
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		out, _ := h.Output(context.Background(), "systemctl", "is-active", unit)
 		state = strings.TrimSpace(string(out))
 		return state == "active"
@@ -483,7 +485,7 @@ func TestBootedAttackCredentialLink(t *testing.T) {
 			h.Run(t, "systemd-run", "--quiet", "--collect", "--unit", pollUnit, "--uid", "alice", "--gid", "alice",
 				"perl", "/home/alice/poll.pl", polled, stop)
 			t.Cleanup(func() { _, _ = h.Output(context.Background(), "systemctl", "stop", pollUnit) })
-			if !eventually(time.Minute, func() bool {
+			if !testenv.Eventually(time.Minute, func() bool {
 				_, err := h.Output(context.Background(), "test", "-e", polled+".ready")
 				return err == nil
 			}) {
@@ -508,7 +510,7 @@ func TestBootedAttackCredentialLink(t *testing.T) {
 				runs = append(runs, attacked.ID)
 			}
 			h.Run(t, "touch", stop)
-			if !eventually(time.Minute, func() bool {
+			if !testenv.Eventually(time.Minute, func() bool {
 				out, _ := h.Output(context.Background(), "systemctl", "is-active", pollUnit)
 				return strings.TrimSpace(string(out)) != "active"
 			}) {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // On a booted host, where the system manager and the daemon's own journal lines are real: nobody
@@ -31,7 +33,7 @@ func TestBootedHostForgedLogs(t *testing.T) {
 		t.Fatalf("run %s: %+v, want it running in a unit", id, r)
 	}
 	unit := r.Attempts[0].Unit
-	if !eventually(time.Minute, func() bool { return strings.Contains(b.mustHoldfast("run", "logs", id), "real line one") }) {
+	if !testenv.Eventually(time.Minute, func() bool { return strings.Contains(b.mustHoldfast("run", "logs", id), "real line one") }) {
 		t.Fatalf("run logs never showed the unit's first line:\n%s", b.mustHoldfast("run", "logs", id))
 	}
 
@@ -65,7 +67,7 @@ systemctl --user start `+unit)...)
 		{"_SYSTEMD_USER_UNIT=" + unit, "FORGED by a user unit of the same name"},
 	} {
 		var out string
-		if !eventually(time.Minute, func() bool {
+		if !testenv.Eventually(time.Minute, func() bool {
 			out = h.Run(t, "journalctl", "--no-pager", "--output", "cat", "_UID=65534", landed.match)
 			return strings.Contains(out, landed.want)
 		}) {
@@ -78,7 +80,7 @@ systemctl --user start `+unit)...)
 		t.Fatalf("run %s: %s (%s)", id, r.Status, r.Reason)
 	}
 	var logs string
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		logs = b.mustHoldfast("run", "logs", id)
 		return strings.Contains(logs, "run finished run="+id)
 	}) {

@@ -290,7 +290,7 @@ func (b *bootedWorld) journalHasRun(id, unit, job string) {
 	t.Helper()
 	// journald may lag behind the unit's end.
 	var export string
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		out, _ := h.Output(context.Background(), "journalctl", "--no-pager", "-o", "export", "HOLDFAST_RUN="+id)
 		export = string(out)
 		return strings.Contains(export, "_SYSTEMD_UNIT="+unit+"\n")

@@ -176,18 +176,6 @@ func (b *bootedWorld) resticRepo(dir, pw string) {
 	b.h.Run(b.t, "chown", "-R", "nobody:nogroup", dir)
 }
 
-// eventually polls f until it returns true or d passes.
-func eventually(d time.Duration, f func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !f() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return true
-}
-
 // A --user nobody job whose password file and environment file are root's 0600 files succeeds,
 // and neither secret ever shows: not in a process's argv, a unit property, a database row, a
 // journal line or the output of job show, run show and run logs. The files reach the unit as
@@ -244,7 +232,7 @@ func TestBootedHostSecrets(t *testing.T) {
 		}
 	}
 	// The unit's properties, read as soon as it runs, then whenever the run changes.
-	eventually(3*time.Minute, func() bool { r := b.show(id); sample(r); return propsWhileActive > 0 || ended(r) })
+	testenv.Eventually(3*time.Minute, func() bool { r := b.show(id); sample(r); return propsWhileActive > 0 || ended(r) })
 	r := b.waitRun(id, "the end", func(r runJSON) bool { sample(r); return ended(r) })
 	close(stop)
 	wg.Wait()
@@ -426,7 +414,7 @@ func TestBootedHostWatchdog(t *testing.T) {
 		"--command", "while [ ! -e /run/holdfast-test-go ]; do sleep 0.1; done")
 	id := b.startRun("long")
 	b.waitRun(id, "running", func(r runJSON) bool { return r.Status == "running" || ended(r) })
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		return strings.HasPrefix(b.serviceProps("StatusText")["StatusText"], "1 live run(s)")
 	}) {
 		t.Fatalf("the status never showed the live run: %v", b.serviceProps("StatusText"))
@@ -435,7 +423,7 @@ func TestBootedHostWatchdog(t *testing.T) {
 	before := b.serviceProps("MainPID", "NRestarts")
 	h.Run(t, "systemctl", "kill", "--kill-who=main", "--signal=SIGSTOP", "holdfast.service")
 	var after map[string]string
-	if !eventually(watchdog+time.Minute, func() bool {
+	if !testenv.Eventually(watchdog+time.Minute, func() bool {
 		after = b.serviceProps("MainPID", "NRestarts", "ActiveState")
 		return after["MainPID"] != before["MainPID"] && after["MainPID"] != "0" && after["ActiveState"] == "active"
 	}) {

@@ -29,7 +29,7 @@ func TestDashboard(t *testing.T) {
 	parallel(t)
 	chromium := testenv.Chromium(t)
 	w := newWorld(t)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	repo, pw := w.resticRepo("repo")
 	data := w.sampleData("data", 8, slowData)
 	w.mustRun("job", "add", "docs", "--repo", repo, "--password-file", pw, "--path", data, "--keep-last", "1", "--max-added", "1GiB")
@@ -156,7 +156,7 @@ func TestDashboard(t *testing.T) {
 	first := shown()
 	var later string
 	var running string
-	if !eventually(90*time.Second, func() bool {
+	if !testenv.Eventually(90*time.Second, func() bool {
 		running = shown()
 		return strings.HasPrefix(running, "running ") && !strings.HasSuffix(running, " -")
 	}) {
@@ -164,7 +164,7 @@ func TestDashboard(t *testing.T) {
 	}
 	screenshot("run-live")
 	release()
-	if !eventually(90*time.Second, func() bool { later = shown(); return strings.HasPrefix(later, "succeeded ") }) {
+	if !testenv.Eventually(90*time.Second, func() bool { later = shown(); return strings.HasPrefix(later, "succeeded ") }) {
 		t.Fatalf("the run page shows %q, never its end", later)
 	}
 	if once, err := chromedp.Run(step(10*time.Second), chromedp.Evaluate[bool](`window.__loadedOnce === true`)); err != nil || !once {

@@ -39,7 +39,7 @@ const forgedBytes = 40 << 20
 func TestForgedLogTail(t *testing.T) {
 	parallel(t)
 	w := newWorldOwnManager(t) // its own journald: 120 MiB of entries are no other test's
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	token := "forged-log-tail-" + uuid.NewString()
 	authFile := filepath.Join(t.TempDir(), "web.auth")
 	if err := os.WriteFile(authFile, []byte("bearer "+token+"\n"), 0o600); err != nil {
@@ -58,7 +58,7 @@ func TestForgedLogTail(t *testing.T) {
 	}
 	unit := r.Attempts[0].Unit
 	logs := func() string { return w.mustRun("run", "logs", id) }
-	if !eventually(time.Minute, func() bool { return strings.Contains(logs(), "real line one") }) {
+	if !testenv.Eventually(time.Minute, func() bool { return strings.Contains(logs(), "real line one") }) {
 		t.Fatalf("run logs never showed the unit's first line:\n%s", logs())
 	}
 
@@ -79,7 +79,7 @@ func TestForgedLogTail(t *testing.T) {
 		testenv.JournalEntryAs(t, journald, w.dir, 0, "MESSAGE=root's big "+big, "HOLDFAST_RUN="+id, "FORGE="+mark)
 	}
 	big = ""
-	if !eventually(time.Minute, func() bool { return testenv.JournalCount(t, w.mgr.JournalDir, mark) == len(forged)+2 }) {
+	if !testenv.Eventually(time.Minute, func() bool { return testenv.JournalCount(t, w.mgr.JournalDir, mark) == len(forged)+2 }) {
 		t.Fatalf("journald holds %d of the %d entries written", testenv.JournalCount(t, w.mgr.JournalDir, mark), len(forged)+2)
 	}
 
@@ -147,7 +147,7 @@ func TestForgedLogTail(t *testing.T) {
 		t.Fatalf("run %s: %s (%s)", id, r.Status, r.Reason)
 	}
 	var body string
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		for _, req := range hc.requests() {
 			if strings.Contains(req.rawQuery, id) {
 				body = req.body
@@ -189,7 +189,7 @@ func TestForgedLogTail(t *testing.T) {
 	// written before it, would have been too.
 	testenv.JournalEntryAs(t, journald, w.dir, 65534, "MESSAGE=FORGED while following", "HOLDFAST_RUN="+id, "UNIT="+unit, "FORGE="+mark)
 	testenv.JournalEntryAs(t, journald, w.dir, 0, "MESSAGE=root's line after the forged one", "HOLDFAST_RUN="+id, "FORGE="+mark)
-	if !eventually(time.Minute, func() bool { return strings.Contains(followed.String(), "root's line after the forged one") }) {
+	if !testenv.Eventually(time.Minute, func() bool { return strings.Contains(followed.String(), "root's line after the forged one") }) {
 		t.Fatalf("run logs --follow never showed root's line:\n%s", followed.String())
 	}
 	if s := followed.String(); strings.Contains(s, "FORGED") || !strings.Contains(s, "real line two") {

@@ -78,7 +78,7 @@ func (c *cluster) start(name string, args ...string) {
 	h := c.hosts[name]
 	env := append([]string{"HOLDFAST_SYSTEMD_ADDRESS=" + h.mgr.Address, "HOLDFAST_STATE_DIR=" + h.state,
 		"HOLDFAST_JOURNAL_DIR=" + h.mgr.JournalDir}, h.mgr.Env()...)
-	addr := freeAddr(c.w.t)
+	addr := testenv.FreeAddr(c.w.t)
 	args = append([]string{"--host", name, "--lease", cmp.Or(c.lease, clusterLease).String(),
 		"--takeover-grace", cmp.Or(c.grace, clusterGrace).String(), "--sweep-interval", cmp.Or(c.sweep, 500*time.Millisecond).String(), "--listen", addr, "--web-auth-file", webAuthFile(c.w.t)}, args...)
 	h.d = c.w.startDaemonEnv(env, args...)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,11 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/testenv"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // The daemon's /metrics, scraped and parsed with Prometheus's own text parser: each job's and
@@ -29,7 +29,7 @@ import (
 func TestMetrics(t *testing.T) {
 	parallel(t)
 	w := newWorld(t)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	w.mustRun("account", "add", "team", "--quota", "10GiB")
 	w.mustRun("job", "add", "good", "--engine", "command", "--command", "/bin/true", "--account", "team")
 	w.mustRun("job", "add", "bad", "--engine", "command", "--command", "/bin/false", "--alert-failures", "1")
@@ -160,9 +160,9 @@ func TestListenNeedsCredentials(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no auth file", []string{"--listen", freeAddr(t), "--web-auth-file="},
+		{"no auth file", []string{"--listen", testenv.FreeAddr(t), "--web-auth-file="},
 			"serves only with credentials, and no --web-auth-file is given nor /etc/holdfast/web.auth there: run holdfast setup, or (umask 077; echo \"bearer $(head -c 24 /dev/urandom | base64)\" >/etc/holdfast/web.auth)"},
-		{"an auth file others can read", []string{"--listen", freeAddr(t), "--web-auth-file", openAuthFile(t)}, "has mode 0644"},
+		{"an auth file others can read", []string{"--listen", testenv.FreeAddr(t), "--web-auth-file", openAuthFile(t)}, "has mode 0644"},
 		{"off localhost without TLS", []string{"--listen", "0.0.0.0:0", "--web-auth-file", webAuthFile(t)},
 			"--listen 0.0.0.0:0 is reachable from elsewhere: give --tls-cert and --tls-key"},
 	} {
@@ -261,17 +261,6 @@ func matches(m *dto.Metric, labels []string) bool {
 	return true
 }
 
-// freeAddr is a loopback address with a port free now, for a daemon's --listen.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // readmeCode is the README's code block of language lang after heading.
 func readmeCode(t *testing.T, heading, lang string) string {
 	t.Helper()
@@ -298,7 +287,7 @@ func TestPrometheusAlert(t *testing.T) {
 	parallel(t)
 	prom := testenv.Prometheus(t)
 	w := newWorld(t)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	w.mustRun("job", "add", "good", "--engine", "command", "--command", "/bin/true")
 	w.mustRun("job", "add", "bad", "--engine", "command", "--command", "/bin/false", "--alert-failures", "1")
 	w.startDaemon("--listen", addr, "--watch-interval", "500ms", "--web-auth-file", webAuthFile(t))
@@ -322,7 +311,7 @@ scrape_configs:
     authorization: {credentials_file: %q}
     static_configs: [{targets: [%q]}]
 `, rules, token, addr), 0o644)
-	web := freeAddr(t)
+	web := testenv.FreeAddr(t)
 	cmd := exec.Command(prom, "--config.file="+config, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+web, "--log.level=warn")
 	var log bytes.Buffer
@@ -337,7 +326,7 @@ scrape_configs:
 		State  string            `json:"state"`
 	}
 	var alerts []alert
-	fired := eventually(2*time.Minute, func() bool {
+	fired := testenv.Eventually(2*time.Minute, func() bool {
 		resp, err := http.Get("http://" + web + "/api/v1/alerts")
 		if err != nil {
 			return false

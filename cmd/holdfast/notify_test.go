@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/notify"
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // receiver is a local HTTP server that records each request; while failing is set it answers 503.
@@ -122,7 +123,7 @@ func TestNotifications(t *testing.T) {
 	w.waitEnd(long)
 
 	want := map[string]string{ok: "succeeded", bad: "failed", long: "stopped"}
-	if !eventually(time.Minute, func() bool { return len(webhookEvents(t, hook, key)) == 1+6 }) {
+	if !testenv.Eventually(time.Minute, func() bool { return len(webhookEvents(t, hook, key)) == 1+6 }) {
 		t.Fatalf("the webhook got %d distinct events, want the test's and 6", len(webhookEvents(t, hook, key)))
 	}
 	ends := map[string]string{}
@@ -146,7 +147,7 @@ func TestNotifications(t *testing.T) {
 		t.Fatalf("the webhook got %d starts and ends %v, want 3 starts and %v", starts, ends, want)
 	}
 	// healthchecks: /start for each run, success for ok, /fail for bad (stopped is not asked for).
-	if !eventually(time.Minute, func() bool { return len(hc.requests()) == 5 }) {
+	if !testenv.Eventually(time.Minute, func() bool { return len(hc.requests()) == 5 }) {
 		t.Fatalf("the check got %d pings, want 5: %+v", len(hc.requests()), hc.requests())
 	}
 	pings := map[string]int{}
@@ -164,7 +165,7 @@ func TestNotifications(t *testing.T) {
 	hook.failing.Store(true)
 	again := w.startRun("ok")
 	w.waitEnd(again)
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		for _, r := range hook.requests() {
 			if strings.Contains(r.body, again) && strings.Contains(r.body, `"succeeded"`) {
 				return true
@@ -178,7 +179,7 @@ func TestNotifications(t *testing.T) {
 	hook.failing.Store(false)
 	w.startDaemon(notifyFlags...)
 	var delivered bool
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		events := webhookEvents(t, hook, key)
 		for _, e := range events {
 			if e["run"] == again && e["event"] == "succeeded" {
@@ -197,7 +198,7 @@ func TestNotifications(t *testing.T) {
 		LastError string `json:"last_error"`
 		Tries     int    `json:"tries"`
 	}
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		_ = json.Unmarshal([]byte(w.mustRun("notify", "log", "--target", "broken", "--json")), &log)
 		return len(log) == 2 && log[0].State == "failed" && log[1].State == "failed"
 	}) {
@@ -274,7 +275,7 @@ func TestNotificationPolicy(t *testing.T) {
 	failedFor := func(target string) logEntry {
 		t.Helper()
 		var log []logEntry
-		if !eventually(time.Minute, func() bool {
+		if !testenv.Eventually(time.Minute, func() bool {
 			_ = json.Unmarshal([]byte(w.mustRun("notify", "log", "--target", target, "--json")), &log)
 			return len(log) == 1 && log[0].State == "failed"
 		}) {
@@ -303,7 +304,7 @@ func TestNotificationPolicy(t *testing.T) {
 	w.startDaemon(append([]string{"--allow-notify-commands"}, notifyFlags...)...)
 	w.waitEnd(w.startRun("ok"))
 	var uid []byte
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		var err error
 		uid, err = os.ReadFile(allowedProof)
 		return err == nil && len(uid) > 0
@@ -340,14 +341,14 @@ func TestNotifyChannel(t *testing.T) {
 	w.startDaemon(append(notifyFlags, "--notify-max-tries", "20")...) // however slow the test is to stop refusing
 	first := w.startRun("bad")
 	w.waitEnd(first)
-	if !eventually(time.Minute, func() bool { return len(ntfy.requests()) >= 1 }) {
+	if !testenv.Eventually(time.Minute, func() bool { return len(ntfy.requests()) >= 1 }) {
 		t.Fatal("the channel never got the first try")
 	}
 	ntfy.failing.Store(false)
 	// The second event is sent after the first's retry: once it arrived, the first is settled.
 	second := w.startRun("bad")
 	w.waitEnd(second)
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		for _, r := range ntfy.requests() {
 			if strings.Contains(r.body, second) {
 				return true
@@ -362,7 +363,7 @@ func TestNotifyChannel(t *testing.T) {
 		State string  `json:"state"`
 		Tries int     `json:"tries"`
 	}
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		log = nil
 		if json.Unmarshal([]byte(w.mustRun("notify", "log", "--json")), &log) != nil || len(log) != 2 {
 			return false

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // readmeExamples runs the README's operator examples, each block as one bash script exactly as
@@ -200,11 +202,11 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 	// Several hosts: a second host's daemon ran once; it is drained and forgotten.
 	h.Run(t, "systemd-run", "--unit", "holdfast-web2", "--property", "EnvironmentFile=/etc/holdfast/holdfast.env",
 		"/usr/bin/holdfast", "daemon", "--host", "web2", "--state-dir", "/var/lib/holdfast-web2", "--listen=")
-	if !eventually(time.Minute, func() bool { return b.hostState("web2") == "alive" }) {
+	if !testenv.Eventually(time.Minute, func() bool { return b.hostState("web2") == "alive" }) {
 		t.Fatalf("host web2 never came up: %s", h.Run(t, "journalctl", "--no-pager", "-u", "holdfast-web2"))
 	}
 	h.Run(t, "systemctl", "stop", "holdfast-web2")
-	if !eventually(time.Minute, func() bool { return b.hostState("web2") != "alive" }) {
+	if !testenv.Eventually(time.Minute, func() bool { return b.hostState("web2") != "alive" }) {
 		t.Fatal("host web2 is still alive a minute after its daemon stopped")
 	}
 	b.readmeBlock(readmeHosts, env)
@@ -370,7 +372,7 @@ func (b *bootedWorld) hostState(name string) string {
 // waitService waits until holdfast.service is active again after a restart.
 func (b *bootedWorld) waitService() {
 	b.t.Helper()
-	if !eventually(time.Minute, func() bool { return b.isActive("holdfast.service") == "active" }) {
+	if !testenv.Eventually(time.Minute, func() bool { return b.isActive("holdfast.service") == "active" }) {
 		b.t.Fatalf("holdfast.service is %s a minute after its restart", b.isActive("holdfast.service"))
 	}
 }
@@ -391,7 +393,7 @@ func httpGet(t *testing.T, pid1 int, url, auth string, status int) string {
 	defer client.CloseIdleConnections()
 	var body string
 	var code int
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		req, err := http.NewRequest("GET", url, nil)
 		if err != nil {
 			return false

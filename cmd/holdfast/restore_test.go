@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // restoreWorld is a world with a job "home" run as nobody over data that has a name with spaces,
@@ -130,7 +132,7 @@ func TestRestoreEqualsSource(t *testing.T) {
 	// take a moment to have them), "restoring <Snapshot 25a5aaf6 of …" up to 0.15, "restoring
 	// snapshot 25a5aaf6 of …" later.
 	var logs string
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		logs = rw.mustRun("run", "logs", r.ID)
 		return strings.Contains(logs, "restoring <Snapshot "+rw.snapshot[:8]) || strings.Contains(logs, "restoring snapshot "+rw.snapshot[:8])
 	}) {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // A verification of a sound repository succeeds; after 4 KiB inside a pack are overwritten, one
@@ -22,7 +24,7 @@ func TestVerify(t *testing.T) {
 	rw := newRestoreWorld(t, w, 2, 1<<20)
 	hook := newReceiver(t)
 	w.mustRun("notify", "add", "hook", "--webhook", hook.URL, "--events", "verified,verify_failed")
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	rw.startDaemon("--listen", addr, "--web-auth-file", webAuthFile(t))
 	rw.backup()
 
@@ -72,7 +74,7 @@ func TestVerify(t *testing.T) {
 	}
 	// The events, in order: verified for the sound check, verify_failed for this one.
 	var events []string
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		events = events[:0]
 		for _, r := range hook.requests() {
 			var e struct {
@@ -147,13 +149,13 @@ func TestVerifySchedule(t *testing.T) {
 	}
 	// Overdue by the age of the last success, which may come before the failing verification ends.
 	var status string
-	if !eventually(time.Minute, func() bool {
+	if !testenv.Eventually(time.Minute, func() bool {
 		status = w.run("status", "--json").stdout
 		return strings.Contains(status, `"last_verify": "failed"`)
 	}) {
 		t.Fatalf("status does not show the failed verification:\n%s", status)
 	}
-	if !eventually(time.Minute, func() bool { return len(hook.requests()) > 0 }) ||
+	if !testenv.Eventually(time.Minute, func() bool { return len(hook.requests()) > 0 }) ||
 		!strings.Contains(hook.requests()[0].body, "verification overdue") {
 		t.Fatalf("the webhook heard %v, want the overdue event for the verification", hook.requests())
 	}
@@ -169,7 +171,7 @@ func TestDrill(t *testing.T) {
 	parallel(t)
 	w := newWorld(t)
 	rw := newRestoreWorld(t, w, 1, 1<<20)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	rw.startDaemon("--listen", addr, "--web-auth-file", webAuthFile(t))
 	rw.backup()
 	drill := func(n string) (restoreOut, drillJSON, int) {

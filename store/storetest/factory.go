@@ -8,56 +8,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
-// Bundle is what a store test starts from, in the manner of River's setup(t): a store on a
-// fresh database, and a host whose daemon holds the host's current lease.
-type Bundle struct {
-	Ctx   context.Context
-	Store *store.Store
-	DSN   string
-	// DB is a pool of its own on the same database, for what the store does not read back (the
-	// database's clock).
-	DB *pgxpool.Pool
-	// Host is the bundle's host, and Lease its current lease, held for an hour.
-	Host  string
-	Lease store.Lease
+// LeaseOpts says what Lease takes; the zero value is host h1's lease for holder-1, for an hour.
+type LeaseOpts struct {
+	Host     string        // "" is h1
+	Holder   string        // "" is holder-1
+	Duration time.Duration // 0 is an hour
 }
 
-// Setup opens a store on a fresh database and takes the lease of host "h1" for it.
-func Setup(t testing.TB) *Bundle {
+// Lease takes a host's lease for a holder as opts say, at once, from whichever daemon held it
+// (every other holder is gone), with a takeover grace of a second.
+func Lease(t testing.TB, st *store.Store, opts *LeaseOpts) store.Lease {
 	t.Helper()
-	st, dsn := Open(t)
-	ctx := context.Background()
-	db, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	const host = "h1"
-	return &Bundle{Ctx: ctx, Store: st, DSN: dsn, DB: db, Host: host, Lease: Lease(t, st, host, "holder-1")}
-}
-
-// Now is the database's clock, the one the store stamps with.
-func (b *Bundle) Now(t testing.TB) time.Time {
-	t.Helper()
-	var now time.Time
-	if err := b.DB.QueryRow(b.Ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
-		t.Fatal(err)
-	}
-	return now
-}
-
-// Lease takes host's lease for holder for an hour, at once, from whichever daemon held it.
-func Lease(t testing.TB, st *store.Store, host, holder string) store.Lease {
-	t.Helper()
-	l, err := st.AcquireLease(context.Background(), store.LeaseRequest{Host: host, Holder: holder, Duration: time.Hour,
+	o := cmp.Or(opts, &LeaseOpts{})
+	host, holder := cmp.Or(o.Host, "h1"), cmp.Or(o.Holder, "holder-1")
+	l, err := st.AcquireLease(context.Background(), store.LeaseRequest{Host: host, Holder: holder, Duration: cmp.Or(o.Duration, time.Hour),
 		Grace: time.Second, HolderGone: func(string) bool { return true }})
 	if err != nil {
 		t.Fatalf("lease of %s for %s: %v", host, holder, err)

@@ -5,8 +5,13 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// Execer runs a statement: a connection (*pgx.Conn) or a pool (*pgxpool.Pool, a bundle's DB).
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
 
 // The shape of a seeded fleet's hosts.
 const (
@@ -20,7 +25,7 @@ const (
 // each that succeeded (with its attempt, its started and succeeded events, a hold and its
 // settlement, and its delivery to a webhook), and a live run, claimed by its host, in one job
 // of six. It analyzes nothing.
-func SeedFleet(ctx context.Context, conn *pgx.Conn, from, to int) error {
+func SeedFleet(ctx context.Context, conn Execer, from, to int) error {
 	stmts := []string{
 		`INSERT INTO hosts (name, holder, generation, lease_until, heartbeat_at, takeover_grace)
 		 SELECT 'h' || lpad(i::text, 5, '0'), 'sim', 1, now() + interval '1 day', now(), interval '30s'

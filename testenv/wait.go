@@ -1,0 +1,50 @@
+package testenv
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+// The polling of Eventually: often at first, then less often as the wait goes on, so that a
+// condition met at once is seen at once and one that takes its time costs a loaded machine
+// little.
+const (
+	firstPoll = 10 * time.Millisecond
+	lastPoll  = 100 * time.Millisecond
+)
+
+// Eventually polls cond until it returns true, and reports whether it did before d passed; cond
+// is asked once more after the last wait. d is a generous bound for a test to give up, never a
+// measure of speed: a test asserts what happened and in which order, not how soon.
+func Eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for every := firstPoll; !cond(); every = min(every*2, lastPoll) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(every)
+	}
+	return true
+}
+
+// WaitFor polls cond as Eventually does and fails the test unless it is true within a minute;
+// what names what the test waits for.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	if !Eventually(time.Minute, cond) {
+		t.Fatalf("waited a minute for %s", what)
+	}
+}
+
+// FreeAddr is a loopback address with a TCP port that is free now, for a listener the test
+// starts (a daemon's --listen).
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
