@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/store"
@@ -29,7 +30,7 @@ func TestConfigSettings(t *testing.T) {
 			return c.SpawnGrace == DefaultSpawnGrace && c.RunBudget == DefaultRunBudget && c.PassTimeout == DefaultPassTimeout &&
 				c.DependsWait == DefaultDependsWait && c.TakeoverGrace == DefaultTakeoverGrace && c.MaxAttempts == DefaultMaxAttempts &&
 				c.Workers == DefaultWorkers && c.SpawnWorkers == spawn.DefaultWorkers && c.AllowUsers[0] == DefaultAllowUsers &&
-				c.ResticBinary == DefaultResticBinary && c.WindowZone == time.UTC && c.Logger != nil && c.StartLead == 0
+				c.ResticBinary == jobunit.DefaultResticBinary && c.WindowZone == time.UTC && c.Logger != nil && c.StartLead == 0
 		}},
 		{"zero max attempts", func(c *Config) { c.MaxAttempts = 0 }, "", "--max-attempts 0 is out of range: give at least 1",
 			func(c Config) bool { return c.MaxAttempts == DefaultMaxAttempts }},

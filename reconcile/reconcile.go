@@ -61,7 +61,8 @@ type Config struct {
 	// Binary is the holdfast executable the units run (`holdfast exec`, `holdfast marker`;
 	// --holdfast-binary).
 	Binary string
-	// ResticBinary is the restic executable the units run (--restic). Default DefaultResticBinary.
+	// ResticBinary is the restic executable the units run (--restic). Default
+	// jobunit.DefaultResticBinary.
 	ResticBinary string
 	// Host is this daemon's host (--host): recorded on each attempt it claims, and the only host
 	// whose attempts it reconciles. Default os.Hostname().
@@ -142,12 +143,11 @@ type Observer interface {
 // Config's defaults, each stated once (and applied in durations and counts); the daemon's flags
 // default to them.
 const (
-	DefaultPassTimeout  = 2 * time.Minute
-	DefaultSpawnGrace   = 30 * time.Second
-	DefaultRunBudget    = 30 * time.Second
-	DefaultMaxAttempts  = 5
-	DefaultWorkers      = 8
-	DefaultResticBinary = jobunit.DefaultResticBinary // restic in PATH
+	DefaultPassTimeout = 2 * time.Minute
+	DefaultSpawnGrace  = 30 * time.Second
+	DefaultRunBudget   = 30 * time.Second
+	DefaultMaxAttempts = 5
+	DefaultWorkers     = 8
 )
 
 // CurrentBoot identifies this boot of the host: the kernel's boot id, and when its PID 1 started
@@ -183,7 +183,7 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.ResticBinary == "" {
-		c.ResticBinary = DefaultResticBinary
+		c.ResticBinary = jobunit.DefaultResticBinary
 	}
 	if c.BootID == "" {
 		var err error
