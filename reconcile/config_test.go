@@ -101,6 +101,9 @@ func TestDefaults(t *testing.T) {
 	if err := d.ValidateFlags(); err != nil {
 		t.Fatalf("Defaults: %v", err)
 	}
+	if d.StartLead != DefaultStartLead {
+		t.Fatalf("Defaults: start lead %s, want %s", d.StartLead, DefaultStartLead)
+	}
 	var filled Config
 	if err := filled.validateSettings(false); err != nil {
 		t.Fatal(err)

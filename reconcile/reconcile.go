@@ -123,8 +123,9 @@ type Config struct {
 	AllowCommandJobs bool
 	// StartLead is how long before its not-before time (a scheduled run's slot, a retry's
 	// delay) a ready run is claimed, prepared and armed, so that systemd starts its unit at that
-	// time from a transient timer (runner.Arm; --start-lead); 0 starts every run when its time
-	// has come.
+	// time from a transient timer (runner.Arm; --start-lead); the daemon admits a slot as far
+	// ahead. 0 starts every run when its time has come. Defaults gives DefaultStartLead; a
+	// Config built by code that leaves it zero arms nothing.
 	StartLead time.Duration
 	// Observer hears of each run this reconciler closes (metrics); nil hears nothing.
 	Observer Observer
@@ -140,14 +141,18 @@ type Observer interface {
 	RunEnded(run model.Run, status string, at time.Time)
 }
 
-// Config's defaults, each stated once (and applied in durations and counts); the daemon's flags
-// default to them.
+// Config's defaults, each stated once (and applied in durations and counts, or by Defaults);
+// the daemon's flags default to them.
 const (
 	DefaultPassTimeout = 2 * time.Minute
 	DefaultSpawnGrace  = 30 * time.Second
 	DefaultRunBudget   = 30 * time.Second
 	DefaultMaxAttempts = 5
 	DefaultWorkers     = 8
+	// DefaultStartLead is how long before its slot a scheduled run is admitted and armed: ample
+	// for a burst of slots to be prepared, short enough that limits and windows decided then
+	// still hold at the slot.
+	DefaultStartLead = 10 * time.Second
 )
 
 // CurrentBoot identifies this boot of the host: the kernel's boot id, and when its PID 1 started
@@ -209,7 +214,7 @@ func (c *Config) ValidateFlags() error { return c.validateSettings(true) }
 // Defaults returns a Config with the default of every setting that has one: the defaults of the
 // daemon's flags.
 func Defaults() Config {
-	c := Config{AllowUsers: []string{DefaultAllowUsers}, AllowCommandJobs: DefaultAllowCommandJobs}
+	c := Config{AllowUsers: []string{DefaultAllowUsers}, AllowCommandJobs: DefaultAllowCommandJobs, StartLead: DefaultStartLead}
 	for _, s := range c.durations() {
 		*s.v = s.def
 	}
@@ -276,7 +281,7 @@ func (c *Config) validateSettings(given bool) error {
 		}
 	}
 	if c.StartLead < 0 { // 0 starts runs when their time has come
-		return fmt.Errorf("--start-lead %s is negative: give 0 or more, e.g. 10s", c.StartLead)
+		return fmt.Errorf("--start-lead %s is negative: give 0 or more, e.g. %s", c.StartLead, shortDuration(DefaultStartLead))
 	}
 	if c.Host == "" {
 		c.Host, _ = os.Hostname()

@@ -56,10 +56,6 @@ const (
 	DefaultRunFilesEvery = time.Hour
 	// Each watch pass reads the host's jobs; deadlines and stalls are minutes apart, not seconds.
 	DefaultWatchInterval = watch.DefaultInterval
-	// DefaultStartLead is how long before its slot a scheduled run is admitted and armed: ample
-	// for a burst of slots to be prepared, short enough that limits and windows decided then
-	// still hold at the slot.
-	DefaultStartLead = 10 * time.Second
 	// DefaultLease is how long a host's lease lasts unless renewed: a host is seen down this
 	// long after its daemon stopped answering.
 	DefaultLease = 10 * time.Second
@@ -157,10 +153,8 @@ type Config struct {
 
 // Defaults returns a Config with every default.
 func Defaults() Config {
-	c := Config{Config: reconcile.Defaults(), SweepInterval: DefaultSweepInterval, LateGrace: DefaultLateGrace,
+	return Config{Config: reconcile.Defaults(), SweepInterval: DefaultSweepInterval, LateGrace: DefaultLateGrace,
 		KeepRunFiles: DefaultKeepRunFiles, KeepHistory: DefaultKeepHistory, RunFilesEvery: DefaultRunFilesEvery, WatchInterval: DefaultWatchInterval, Lease: DefaultLease}
-	c.StartLead = DefaultStartLead
-	return c
 }
 
 // Validate checks every setting and resolves the binaries, windows and users, touching nothing:

@@ -161,7 +161,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&cfg.Windows, "window", nil, "global maintenance window in which no run starts, e.g. \"Sat 01:00-05:00\" (repeatable)")
 	f.StringVar(&cfg.WindowZone, "window-tz", "", "time zone of the global windows (IANA name; default UTC)")
 	f.DurationVar(&cfg.LateGrace, "late-grace", supervisor.DefaultLateGrace, "how late a scheduled slot may still start; older slots are counted as missed")
-	f.DurationVar(&cfg.StartLead, "start-lead", supervisor.DefaultStartLead, "admit and prepare a run this long before its time, so that systemd starts it at that time from a transient timer (0: start runs when their time has come)")
+	f.DurationVar(&cfg.StartLead, "start-lead", reconcile.DefaultStartLead, "admit and prepare a run this long before its time, so that systemd starts it at that time from a transient timer (0: start runs when their time has come)")
 	f.DurationVar(&cfg.DependsWait, "depends-wait", reconcile.DefaultDependsWait, "how long a run waits for its prerequisite's next outcome when the prerequisite's last run did not succeed")
 	f.IntVar(&cfg.Workers, "workers", reconcile.DefaultWorkers, "runs reconciled at once in one pass")
 	f.StringVar(&cfg.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
