@@ -352,6 +352,7 @@ type Reconciler struct {
 	// unitsLastPass is how many units the last pass asked systemd about.
 	unitsLastPass atomic.Int64
 	orphans       orphanReads
+	windows       windowsMemo // the jobs' maintenance windows, parsed
 	// shapeLastPass is liveShape of the live runs the last pass read (0 before one did).
 	shapeLastPass atomic.Uint64
 }
