@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/notify"
@@ -51,6 +52,13 @@ func newCheckCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				// And the stored jobs as the daemon reads them: windows or a zone that do not
+				// parse hold the job's runs back.
+				jobs, err := st.Jobs(ctx)
+				if err != nil {
+					return err
+				}
+				found = append(found, job.StoredProblems(jobs)...)
 				for _, v := range found {
 					fmt.Fprintln(cmd.OutOrStdout(), v)
 				}
