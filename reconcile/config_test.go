@@ -30,7 +30,7 @@ func TestConfigSettings(t *testing.T) {
 			return c.SpawnGrace == DefaultSpawnGrace && c.RunBudget == DefaultRunBudget && c.PassTimeout == DefaultPassTimeout &&
 				c.DependsWait == DefaultDependsWait && c.TakeoverGrace == DefaultTakeoverGrace && c.MaxAttempts == DefaultMaxAttempts &&
 				c.Workers == DefaultWorkers && c.SpawnWorkers == spawn.DefaultWorkers && c.AllowUsers[0] == DefaultAllowUsers &&
-				c.ResticBinary == jobunit.DefaultResticBinary && c.WindowZone == time.UTC && c.Logger != nil && c.StartLead == 0
+				c.ResticBinary == jobunit.DefaultResticBinary && c.zone == time.UTC && c.windows == nil && c.Logger != nil && c.StartLead == 0
 		}},
 		{"zero max attempts", func(c *Config) { c.MaxAttempts = 0 }, "", "--max-attempts 0 is out of range: give at least 1",
 			func(c Config) bool { return c.MaxAttempts == DefaultMaxAttempts }},
@@ -53,6 +53,12 @@ func TestConfigSettings(t *testing.T) {
 		{"negative max running host", func(c *Config) { c.Limits.MaxRunningHost = -1 }, "--max-running-host -1 is out of range: give at least 0", "", nil},
 		{"bad host", func(c *Config) { c.Host = "a b" }, `--host: invalid host name "a b"`, "", nil},
 		{"unknown user", func(c *Config) { c.AllowUsers = []string{"no-such-user-here"} }, "--allow-users: ", "", nil},
+		{"windows in a zone", func(c *Config) {
+			c.Windows, c.WindowZone = []string{"Sat 01:00-05:00", "daily 22:00-02:00"}, "Europe/Berlin"
+		}, "", "",
+			func(c Config) bool { return len(c.windows) == 2 && c.zone.String() == "Europe/Berlin" }},
+		{"bad window", func(c *Config) { c.Windows = []string{"Sat 01:00-05:00", "Someday 25:00-26:00"} }, `window "Someday 25:00-26:00": `, "", nil},
+		{"unknown window zone", func(c *Config) { c.WindowZone = "Mars/Olympus" }, `--window-tz: time zone "Mars/Olympus" is unknown`, "", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, flags := base(), withDefaults(base())

@@ -51,7 +51,7 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l model.LiveRun, jobs map[s
 	} else if until, name := schedule.Allowed(at, windows, zone); name != "" {
 		f.window = &held{name: name, job: job.Name, until: until}
 	}
-	if until, name := schedule.Allowed(at, r.cfg.Windows, r.cfg.WindowZone); name != "" {
+	if until, name := schedule.Allowed(at, r.cfg.windows, r.cfg.zone); name != "" {
 		f.globalWindow = &held{name: name, until: until}
 	}
 	if l.Run.Kind == model.KindForget {

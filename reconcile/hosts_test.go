@@ -22,7 +22,7 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 	ctx := context.Background()
 	var h1 store.Lease // the lease h1's reconciler writes under
 	e := newSweepEnv(t, reconcile.Config{Host: "h1", AllowCommandJobs: true,
-		Lease: func() (store.Lease, bool) { return h1, true }})
+		HeldLease: func() (store.Lease, bool) { return h1, true }})
 	st, r, rec := e.st, e.r, e.rec
 	take := func(host string, d time.Duration) store.Lease {
 		t.Helper()

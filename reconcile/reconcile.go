@@ -47,7 +47,7 @@ import (
 const DefaultDependsWait = 6 * time.Hour
 
 // Config configures a Reconciler, and states the defaults and the validation of its settings,
-// which the daemon's flags set (supervisor.Config embeds it). A setting left zero gets its
+// which the daemon's flags set (supervisor.Config.Reconcile). A setting left zero gets its
 // default; a negative or otherwise invalid one is refused with an error naming its flag.
 type Config struct {
 	// Store is the database the reconciler reads and writes (State), Runner the systemd it asks
@@ -70,13 +70,13 @@ type Config struct {
 	// TakeoverGrace is how long after another host's lease expired this daemon takes over that
 	// host's runs of any-host jobs (--takeover-grace). Default DefaultTakeoverGrace.
 	TakeoverGrace time.Duration
-	// Lease, if set, is the host's lease as the daemon holds it now, and whether it holds it
+	// HeldLease, if set, is the host's lease as the daemon holds it now, and whether it holds it
 	// (it took or renewed it less than a lease length ago and no other holder took it). Every
 	// write about an attempt, every spawn claim and every takeover carries it (the fence, see
 	// store.Lease); while it is not held the reconciler stands by: Sweep does nothing and returns
 	// ErrNoLease, and no spawn, repair or runaway stop is carried out. Nil: the reconciler
 	// holds no lease (used alone, as in its tests) and writes as Host without one.
-	Lease func() (store.Lease, bool)
+	HeldLease func() (store.Lease, bool)
 	// BootID is the host's current boot, recorded on each attempt: a unit of this host's
 	// earlier boot is gone for good. Default CurrentBoot ("" if it cannot be read: then a run a
 	// reboot interrupted waits out the spawn grace).
@@ -97,10 +97,11 @@ type Config struct {
 	// Limits bound how many runs hold a unit at once (--max-running, --max-running-host; 0: no
 	// limit).
 	Limits store.Limits
-	// Windows are global maintenance windows in WindowZone (--window, --window-tz): no run starts
-	// inside one. Default UTC.
-	Windows    []schedule.Window
-	WindowZone *time.Location
+	// Windows are global maintenance windows ("Sat 01:00-05:00", see schedule.ParseWindow) in
+	// the IANA zone WindowZone ("" is UTC; --window, --window-tz): no run starts inside one.
+	// Validate parses them.
+	Windows    []string
+	WindowZone string
 	// DependsWait bounds how long a run waits for its prerequisite's next outcome when the
 	// prerequisite's last run did not succeed, counted from when the run was queued
 	// (--depends-wait). Default DefaultDependsWait.
@@ -134,6 +135,9 @@ type Config struct {
 	now func() time.Time
 	// allowedUIDs is AllowUsers resolved; nil allows every user.
 	allowedUIDs map[uint32]bool
+	// windows and zone are Windows and WindowZone parsed.
+	windows []schedule.Window
+	zone    *time.Location
 }
 
 // Observer hears of the runs a reconciler closes, once each.
@@ -289,8 +293,12 @@ func (c *Config) validateSettings(given bool) error {
 	if err := job.ValidateHost(c.Host); err != nil {
 		return fmt.Errorf("--host: %w", err)
 	}
-	if c.WindowZone == nil {
-		c.WindowZone = time.UTC
+	var err error
+	if c.zone, err = schedule.LoadZone(c.WindowZone); err != nil {
+		return fmt.Errorf("--window-tz: %w", err)
+	}
+	if c.windows, err = schedule.ParseWindows(c.Windows); err != nil {
+		return err // it quotes the window
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -313,12 +321,12 @@ func shortDuration(d time.Duration) string {
 // ErrNoLease is what Sweep returns while the daemon does not hold its host's lease.
 var ErrNoLease = errors.New("the host's lease is not held: standing by until this daemon takes it again")
 
-// fence is the lease r writes under now (see Config.Lease).
+// fence is the lease r writes under now (see Config.HeldLease).
 func (r *Reconciler) fence() store.Lease {
-	if r.cfg.Lease == nil {
+	if r.cfg.HeldLease == nil {
 		return store.Lease{Host: r.cfg.Host}
 	}
-	l, _ := r.cfg.Lease()
+	l, _ := r.cfg.HeldLease()
 	if l.Host != r.cfg.Host { // not taken yet: no lease
 		return store.Lease{Host: r.cfg.Host}
 	}
@@ -327,10 +335,10 @@ func (r *Reconciler) fence() store.Lease {
 
 // acting reports whether r may act now: it holds its host's lease, or it was given none to hold.
 func (r *Reconciler) acting() bool {
-	if r.cfg.Lease == nil {
+	if r.cfg.HeldLease == nil {
 		return true
 	}
-	l, held := r.cfg.Lease()
+	l, held := r.cfg.HeldLease()
 	return held && l.Host == r.cfg.Host
 }
 

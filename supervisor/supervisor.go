@@ -19,6 +19,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -41,8 +42,8 @@ import (
 )
 
 // The defaults of the daemon's own settings, each stated here once; those of the reconciler's
-// settings are reconcile's (reconcile.DefaultSpawnGrace and the others). Defaults returns a
-// Config with all of them.
+// settings are reconcile's (reconcile.Defaults), of notification delivery notify's, of the
+// database's store's. Defaults returns a Config with all of them.
 const (
 	DefaultSweepInterval = 2 * time.Second
 	DefaultLateGrace     = time.Minute
@@ -84,28 +85,31 @@ const (
 	relistenAtMost = 30 * time.Second
 )
 
-// Config configures a Supervisor. Start from Defaults: Validate refuses a zero where zero means
-// nothing sensible (an interval, a count). Each setting names the daemon's flag for it, and
-// Validate's errors name the flag too.
+// Config configures a Supervisor: the daemon's settings, each stated once, by the part of the
+// daemon it configures. Reconcile, Notify, Database and Systemd are the settings of the
+// reconciler, notification delivery, the database and systemd, whose defaults and validation are
+// their packages'; the fields besides are the daemon's own. New builds each service's
+// configuration from them. Start from Defaults: Validate refuses a zero where zero means nothing
+// sensible (an interval, a count). Each setting names the daemon's flag for it, and Validate's
+// errors name the flag too.
 type Config struct {
-	// Config is the reconciler's part, whose settings' defaults and validation are reconcile's
-	// (reconcile.Defaults, Config.ValidateFlags): StateDir, Binary, ResticBinary, Host (which
-	// also holds the host's lease and runs the jobs pinned to it), TakeoverGrace, SpawnGrace, RunBudget, PassTimeout (which also bounds
-	// admission passes), StartLead (how long before its time a run is also admitted),
-	// DependsWait, MaxAttempts, Workers, SpawnWorkers, Limits, AllowUsers, AllowCommandJobs and
-	// Logger. Here Binary defaults to holdfast-unit installed beside this executable, else this
-	// one (unitcmd.Binary), and ResticBinary to the restic in PATH, both checked by Validate.
-	// Its Lease, Windows, WindowZone and Observer are filled in from the daemon's: Lease, Windows and WindowZone below (which hide them) and the metrics. Its
-	// Store and Runner are Store and Runner below (which hide them too).
-	reconcile.Config
+	// Reconcile is the reconciler's settings (see reconcile.Config): validated as the daemon's
+	// (reconcile.Config.ValidateFlags). Its Host is this daemon's host, which also holds the
+	// host's lease and runs the jobs pinned to it; its PassTimeout bounds admission passes too,
+	// and its StartLead is also how long before its slot a run is admitted. Here Binary defaults
+	// to holdfast-unit installed beside this executable, else this one (unitcmd.Binary), and
+	// ResticBinary to the restic in PATH, both checked by Validate. Its Logger is Validate's to
+	// fill in, its Store, Runner, HeldLease and Observer New's, from those below, the host's
+	// lease and the metrics.
+	Reconcile reconcile.Config
 	// Store and Runner are the daemon's connections, which New requires and Validate, run
-	// before anything is connected, does not look at. The reconciler gets them too; the
-	// daemon's other services need them concretely, so they hide reconcile.Config's, which
-	// take any reconcile.State and reconcile.Units.
+	// before anything is connected, does not look at.
 	Store  *store.Store
 	Runner *runner.Runner
-	// ResticVersion is the release of ResticBinary, set by Validate, which refuses a binary
-	// that is not restic or is older than engine.OldestRestic.
+	// Logger is the daemon's log; nil is slog.Default().
+	Logger *slog.Logger
+	// ResticVersion is the release of Reconcile.ResticBinary, set by Validate, which refuses a
+	// binary that is not restic or is older than engine.OldestRestic.
 	ResticVersion engine.ResticVersion
 	// Database and Systemd are the settings the daemon connects with; Validate checks them.
 	Database store.Config
@@ -115,8 +119,6 @@ type Config struct {
 
 	SweepInterval time.Duration // --sweep-interval: time between passes when nothing wakes the sweep
 	LateGrace     time.Duration // --late-grace: how late a slot may still start; older ones are missed
-	Windows       []string      // --window: global maintenance windows, e.g. "Sat 01:00-05:00"
-	WindowZone    string        // --window-tz: IANA zone of the windows; "" is UTC
 	// KeepRunFiles is how long the journals and markers of ended runs stay (--keep-run-files),
 	// a retention duration such as 30d.
 	KeepRunFiles  string
@@ -153,13 +155,17 @@ type Config struct {
 
 // Defaults returns a Config with every default.
 func Defaults() Config {
-	return Config{Config: reconcile.Defaults(), SweepInterval: DefaultSweepInterval, LateGrace: DefaultLateGrace,
-		KeepRunFiles: DefaultKeepRunFiles, KeepHistory: DefaultKeepHistory, RunFilesEvery: DefaultRunFilesEvery, WatchInterval: DefaultWatchInterval, Lease: DefaultLease}
+	return Config{Reconcile: reconcile.Defaults(), SweepInterval: DefaultSweepInterval, LateGrace: DefaultLateGrace,
+		KeepRunFiles: DefaultKeepRunFiles, KeepHistory: DefaultKeepHistory, RunFilesEvery: DefaultRunFilesEvery,
+		WatchInterval: DefaultWatchInterval, Lease: DefaultLease}
 }
 
 // Validate checks every setting and resolves the binaries, windows and users, touching nothing:
 // a daemon refuses a bad configuration before it asks PostgreSQL or systemd anything.
 func (c *Config) Validate() error {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	if err := c.Systemd.Validate(); err != nil {
 		return err
 	}
@@ -178,8 +184,11 @@ func (c *Config) Validate() error {
 	if c.Lease < 300*time.Millisecond {
 		return fmt.Errorf("--lease %s is too short to renew: give at least 300ms, e.g. 10s", c.Lease)
 	}
-	// The reconciler's settings, the host's name and the allowed users among them.
-	if err := c.Config.ValidateFlags(); err != nil {
+	// The reconciler's settings, the host's name, the global windows and the allowed users
+	// among them.
+	rc := &c.Reconcile
+	rc.Logger = c.Logger
+	if err := rc.ValidateFlags(); err != nil {
 		return err
 	}
 	var err error
@@ -201,31 +210,20 @@ func (c *Config) Validate() error {
 	if c.LateGrace < 0 {
 		return fmt.Errorf("--late-grace %s is negative: give 0 or more, e.g. 1m", c.LateGrace)
 	}
-	if c.Binary == "" {
+	if rc.Binary == "" {
 		self, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("find holdfast's own executable: %w", err)
 		}
-		c.Binary = unitcmd.Binary(self)
-	} else if err := runctl.CheckExecutable("--holdfast-binary", c.Binary); err != nil {
+		rc.Binary = unitcmd.Binary(self)
+	} else if err := runctl.CheckExecutable("--holdfast-binary", rc.Binary); err != nil {
 		return err
 	}
-	if c.ResticBinary, err = runctl.ResticBinary(c.ResticBinary); err != nil {
+	if rc.ResticBinary, err = runctl.ResticBinary(rc.ResticBinary); err != nil {
 		return err
 	}
-	if c.ResticVersion, err = engine.ResticVersionOf(context.Background(), c.ResticBinary); err != nil {
+	if c.ResticVersion, err = engine.ResticVersionOf(context.Background(), rc.ResticBinary); err != nil {
 		return fmt.Errorf("--restic: %w", err)
-	}
-	if c.Config.WindowZone, err = schedule.LoadZone(c.WindowZone); err != nil {
-		return fmt.Errorf("--window-tz: %w", err)
-	}
-	c.Config.Windows = nil
-	for _, text := range c.Windows {
-		w, err := schedule.ParseWindow(text)
-		if err != nil {
-			return err
-		}
-		c.Config.Windows = append(c.Config.Windows, w)
 	}
 	if n := c.Notify; n.Lease > 0 && n.Timeout > 0 && n.Lease <= n.Timeout {
 		return fmt.Errorf("--notify-lease %s must be longer than --notify-timeout %s", n.Lease, n.Timeout)
@@ -323,23 +321,23 @@ func New(cfg Config) (*Supervisor, error) {
 	if gone == nil {
 		gone = reconcile.HolderGone
 	}
-	lease := newHostLease(cfg.Store, store.LeaseRequest{Host: cfg.Host, Holder: holder, Version: cfg.Version, ResticVersion: cfg.ResticVersion.Release(),
-		Duration: cfg.Lease, Grace: cfg.TakeoverGrace, HolderGone: gone}, cfg.Logger, sweepWake.Wake,
+	rc := cfg.Reconcile // validated: its windows parsed, its users resolved
+	lease := newHostLease(cfg.Store, store.LeaseRequest{Host: rc.Host, Holder: holder, Version: cfg.Version, ResticVersion: cfg.ResticVersion.Release(),
+		Duration: cfg.Lease, Grace: rc.TakeoverGrace, HolderGone: gone}, cfg.Logger, sweepWake.Wake,
 		func(err error) {
 			select {
 			case failed <- err:
 			default:
 			}
 		})
-	rc := cfg.Config // validated: its windows parsed
 	rc.Store, rc.Runner = cfg.Store, cfg.Runner
-	rc.Lease, rc.Observer = lease.current, observer
+	rc.HeldLease, rc.Observer = lease.current, observer
 	rec, err := reconcile.New(rc)
 	if err != nil {
 		return nil, err
 	}
-	admitter := &schedule.Admitter{Store: cfg.Store, Host: rec.Host(), Grace: cfg.LateGrace, Logger: cfg.Logger, Timeout: cfg.PassTimeout,
-		Lead: cfg.StartLead}
+	admitter := &schedule.Admitter{Store: cfg.Store, Host: rec.Host(), Grace: cfg.LateGrace, Logger: cfg.Logger, Timeout: rc.PassTimeout,
+		Lead: rc.StartLead}
 	if err := admitter.Validate(); err != nil {
 		return nil, err
 	}
@@ -358,7 +356,7 @@ func New(cfg Config) (*Supervisor, error) {
 		lease,
 		// Listening next: a run admitted while the other services start still wakes them.
 		&loop{name: "notifications", run: s.listen},
-		&markerWatch{stateDir: cfg.StateDir, runner: cfg.Runner, wake: s.sweepWake, logger: cfg.Logger},
+		&markerWatch{stateDir: rc.StateDir, runner: cfg.Runner, wake: s.sweepWake, logger: cfg.Logger},
 		// Those the sweep hands work to run before it and stop after it.
 		rec.RunawayWatch(),
 		rec.Spawner(),
@@ -400,7 +398,7 @@ func (s *Supervisor) Services() []Service { return s.services }
 // Start makes the state directory and starts every service; if one fails to start, those
 // already started are stopped again.
 func (s *Supervisor) Start(ctx context.Context) error {
-	if err := os.MkdirAll(s.cfg.StateDir, 0o755); err != nil {
+	if err := os.MkdirAll(s.cfg.Reconcile.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	for i, svc := range s.services {

@@ -96,10 +96,10 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err := g.requireDSN(); err != nil {
 				return configError{err}
 			}
-			cfg.Database.Address, cfg.StateDir, cfg.Logger, cfg.Version = g.address(), g.stateDir, logger, version
+			cfg.Database.Address, cfg.Reconcile.StateDir, cfg.Logger, cfg.Version = g.address(), g.stateDir, logger, version
 			cfg.Notify.JournalDir, cfg.JournalDir = g.journalDir, g.journalDir
 			cfg.Systemd = runner.Config{Manager: g.systemd, Address: g.systemdAddress}
-			cfg.AllowUsers = strings.Split(allowUsers, ",")
+			cfg.Reconcile.AllowUsers = strings.Split(allowUsers, ",")
 			cfg.WebAuthFile = webAuthFile(cfg.Listen, cfg.WebAuthFile, cmd.Flags().Changed("web-auth-file"))
 			if err := cfg.Validate(); err != nil {
 				return configError{err}
@@ -134,12 +134,12 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err := sup.Start(ctx); err != nil {
 				return err
 			}
-			logger.Info("holdfast daemon started", "version", version, "host", cfg.Host, "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", cfg.SweepInterval,
-				"pass_timeout", cfg.PassTimeout, "allow_users", allowUsers, "allow_command_jobs", cfg.AllowCommandJobs,
+			logger.Info("holdfast daemon started", "version", version, "host", cfg.Reconcile.Host, "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", cfg.SweepInterval,
+				"pass_timeout", cfg.Reconcile.PassTimeout, "allow_users", allowUsers, "allow_command_jobs", cfg.Reconcile.AllowCommandJobs,
 				"allow_notify_commands", cfg.Notify.AllowCommands, "listen", cfg.Listen, "tls", cfg.TLSCert != "",
 				"statement_timeout", cfg.Database.StatementTimeout, "behind_pooler", cfg.Database.Pooled(),
-				"unit_binary", cfg.Binary, // holdfast-unit, or this binary where it is not installed
-				"restic", cfg.ResticBinary, "restic_version", cfg.ResticVersion.String())
+				"unit_binary", cfg.Reconcile.Binary, // holdfast-unit, or this binary where it is not installed
+				"restic", cfg.Reconcile.ResticBinary, "restic_version", cfg.ResticVersion.String())
 			select {
 			case <-ctx.Done():
 			case err := <-sup.Failed():
@@ -158,22 +158,22 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&logLevel, "log-level", g.envOr("HOLDFAST_LOG_LEVEL", "info"), "debug (each run's decision in each pass), info, warn or error (env HOLDFAST_LOG_LEVEL)")
 	f.DurationVar(&cfg.SweepInterval, "sweep-interval", supervisor.DefaultSweepInterval, "time between reconciler passes")
-	f.DurationVar(&cfg.SpawnGrace, "spawn-grace", reconcile.DefaultSpawnGrace, "how long a spawned unit may take to appear")
-	f.IntVar(&cfg.MaxAttempts, "max-attempts", reconcile.DefaultMaxAttempts, "attempts a run may take before it fails")
-	f.DurationVar(&cfg.RunBudget, "run-budget", reconcile.DefaultRunBudget, "time one run may take in one pass")
-	f.StringVar(&cfg.Host, "host", g.env.getenv("HOLDFAST_HOST"), "this daemon's host among those sharing the database: it runs the jobs pinned to it and any-host jobs (env HOLDFAST_HOST; default the host name)")
+	f.DurationVar(&cfg.Reconcile.SpawnGrace, "spawn-grace", reconcile.DefaultSpawnGrace, "how long a spawned unit may take to appear")
+	f.IntVar(&cfg.Reconcile.MaxAttempts, "max-attempts", reconcile.DefaultMaxAttempts, "attempts a run may take before it fails")
+	f.DurationVar(&cfg.Reconcile.RunBudget, "run-budget", reconcile.DefaultRunBudget, "time one run may take in one pass")
+	f.StringVar(&cfg.Reconcile.Host, "host", g.env.getenv("HOLDFAST_HOST"), "this daemon's host among those sharing the database: it runs the jobs pinned to it and any-host jobs (env HOLDFAST_HOST; default the host name)")
 	f.DurationVar(&cfg.Lease, "lease", supervisor.DefaultLease, "how long the host's lease lasts unless the daemon renews it; a host is seen down this long after its daemon stopped")
-	f.DurationVar(&cfg.TakeoverGrace, "takeover-grace", reconcile.DefaultTakeoverGrace, "how long after another host's lease expired its runs of any-host jobs are taken over here")
-	f.IntVar(&cfg.Limits.MaxRunning, "max-running", 0, "at most this many runs hold a unit at once, across all hosts (0: no limit)")
-	f.IntVar(&cfg.Limits.MaxRunningHost, "max-running-host", 0, "at most this many runs hold a unit at once on this host (0: no limit)")
-	f.StringArrayVar(&cfg.Windows, "window", nil, "global maintenance window in which no run starts, e.g. \"Sat 01:00-05:00\" (repeatable)")
-	f.StringVar(&cfg.WindowZone, "window-tz", "", "time zone of the global windows (IANA name; default UTC)")
+	f.DurationVar(&cfg.Reconcile.TakeoverGrace, "takeover-grace", reconcile.DefaultTakeoverGrace, "how long after another host's lease expired its runs of any-host jobs are taken over here")
+	f.IntVar(&cfg.Reconcile.Limits.MaxRunning, "max-running", 0, "at most this many runs hold a unit at once, across all hosts (0: no limit)")
+	f.IntVar(&cfg.Reconcile.Limits.MaxRunningHost, "max-running-host", 0, "at most this many runs hold a unit at once on this host (0: no limit)")
+	f.StringArrayVar(&cfg.Reconcile.Windows, "window", nil, "global maintenance window in which no run starts, e.g. \"Sat 01:00-05:00\" (repeatable)")
+	f.StringVar(&cfg.Reconcile.WindowZone, "window-tz", "", "time zone of the global windows (IANA name; default UTC)")
 	f.DurationVar(&cfg.LateGrace, "late-grace", supervisor.DefaultLateGrace, "how late a scheduled slot may still start; older slots are counted as missed")
-	f.DurationVar(&cfg.StartLead, "start-lead", reconcile.DefaultStartLead, "admit and prepare a run this long before its time, so that systemd starts it at that time from a transient timer (0: start runs when their time has come)")
-	f.DurationVar(&cfg.DependsWait, "depends-wait", reconcile.DefaultDependsWait, "how long a run waits for its prerequisite's next outcome when the prerequisite's last run did not succeed")
-	f.IntVar(&cfg.Workers, "workers", reconcile.DefaultWorkers, "runs reconciled at once in one pass")
-	f.StringVar(&cfg.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
-	f.StringVar(&cfg.Binary, "holdfast-binary", "", "holdfast executable the units run (default: holdfast-unit installed beside this one, else this one)")
+	f.DurationVar(&cfg.Reconcile.StartLead, "start-lead", reconcile.DefaultStartLead, "admit and prepare a run this long before its time, so that systemd starts it at that time from a transient timer (0: start runs when their time has come)")
+	f.DurationVar(&cfg.Reconcile.DependsWait, "depends-wait", reconcile.DefaultDependsWait, "how long a run waits for its prerequisite's next outcome when the prerequisite's last run did not succeed")
+	f.IntVar(&cfg.Reconcile.Workers, "workers", reconcile.DefaultWorkers, "runs reconciled at once in one pass")
+	f.StringVar(&cfg.Reconcile.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
+	f.StringVar(&cfg.Reconcile.Binary, "holdfast-binary", "", "holdfast executable the units run (default: holdfast-unit installed beside this one, else this one)")
 	f.StringVar(&cfg.KeepRunFiles, "keep-run-files", supervisor.DefaultKeepRunFiles, "remove the journals and exit markers of runs that ended longer ago than this (the database keeps their facts)")
 	f.StringVar(&cfg.KeepHistory, "keep-history", supervisor.DefaultKeepHistory, "remove ended runs, their events, delivered notifications and ledger entries older than this from the database (35d or more; balances are kept in checkpoints)")
 	f.DurationVar(&cfg.RunFilesEvery, "run-files-every", supervisor.DefaultRunFilesEvery, "how often ended runs' files are looked for")
@@ -196,7 +196,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.Notify.CommandUser, "notify-command-user", g.envOr("HOLDFAST_NOTIFY_COMMAND_USER", notify.DefaultCommandUser),
 		"user command notification targets run as (env HOLDFAST_NOTIFY_COMMAND_USER)")
 	f.DurationVar(&cfg.WatchInterval, "watch-interval", supervisor.DefaultWatchInterval, "how often jobs are judged overdue or not")
-	f.DurationVar(&cfg.PassTimeout, "pass-timeout", reconcile.DefaultPassTimeout, "longest one admission pass or one sweep may take")
+	f.DurationVar(&cfg.Reconcile.PassTimeout, "pass-timeout", reconcile.DefaultPassTimeout, "longest one admission pass or one sweep may take")
 	f.DurationVar(&cfg.Database.StatementTimeout, "db-statement-timeout", store.DefaultStatementTimeout, "PostgreSQL's statement_timeout for the daemon's sessions")
 	f.DurationVar(&cfg.Database.LockTimeout, "db-lock-timeout", store.DefaultLockTimeout, "PostgreSQL's lock_timeout for the daemon's sessions")
 	f.StringVar(&allowUsers, "allow-users", g.envOr("HOLDFAST_ALLOW_USERS", reconcile.DefaultAllowUsers),
@@ -205,7 +205,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	if v, err := strconv.ParseBool(g.env.getenv("HOLDFAST_ALLOW_COMMAND_JOBS")); err == nil {
 		commandJobs = v
 	}
-	f.BoolVar(&cfg.AllowCommandJobs, "allow-command-jobs", commandJobs,
+	f.BoolVar(&cfg.Reconcile.AllowCommandJobs, "allow-command-jobs", commandJobs,
 		"let command jobs run: they run any program as their user, as root without --user (env HOLDFAST_ALLOW_COMMAND_JOBS=true)")
 	// The daemon's bad settings, flags included, exit 78 rather than 2 (see configError).
 	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
