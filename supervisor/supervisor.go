@@ -49,7 +49,7 @@ const (
 	DefaultLateGrace     = time.Minute
 	DefaultKeepRunFiles  = "30d"
 	// DefaultKeepHistory is how long ended runs, their events and ledger entries stay in the
-	// database (--keep-history); a month's allowance and the watch read back 35 days at most.
+	// database; a month's allowance and the watch read back 35 days at most.
 	DefaultKeepHistory = "180d"
 	minKeepHistory     = 35 * 24 * time.Hour
 	// compactEvery is how often one daemon of the fleet removes the history older than that.
@@ -90,17 +90,17 @@ const (
 // reconciler, notification delivery, the database and systemd, whose defaults and validation are
 // their packages'; the fields besides are the daemon's own. New builds each service's
 // configuration from them. Start from Defaults: Validate refuses a zero where zero means nothing
-// sensible (an interval, a count). Each setting names the daemon's flag for it, and Validate's
-// errors name the flag too.
+// sensible (an interval, a count). Validate's errors name a setting by its path here
+// ("SweepInterval", "Reconcile.SpawnGrace"), through SettingName.
 type Config struct {
 	// Reconcile is the reconciler's settings (see reconcile.Config): validated as the daemon's
 	// (reconcile.Config.ValidateFlags). Its Host is this daemon's host, which also holds the
 	// host's lease and runs the jobs pinned to it; its PassTimeout bounds admission passes too,
 	// and its StartLead is also how long before its slot a run is admitted. Here Binary defaults
 	// to holdfast-unit installed beside this executable, else this one (unitcmd.Binary), and
-	// ResticBinary to the restic in PATH, both checked by Validate. Its Logger is Validate's to
-	// fill in, its Store, Runner, HeldLease and Observer New's, from those below, the host's
-	// lease and the metrics.
+	// ResticBinary to the restic in PATH, both checked by Validate. Its Logger and SettingName
+	// are Validate's to fill in, its Store, Runner, HeldLease and Observer New's, from those
+	// below, the host's lease and the metrics.
 	Reconcile reconcile.Config
 	// Store and Runner are the daemon's connections, which New requires and Validate, run
 	// before anything is connected, does not look at.
@@ -108,32 +108,37 @@ type Config struct {
 	Runner *runner.Runner
 	// Logger is the daemon's log; nil is slog.Default().
 	Logger *slog.Logger
+	// SettingName, if set, is what the operator calls a setting, given its path in Config
+	// ("SweepInterval", "Reconcile.SpawnGrace", "Notify.Lease"): Validate's errors, and the
+	// reconciler's errors and refusals, name settings through it. The daemon gives its flags'
+	// names; nil names the paths.
+	SettingName func(path string) string
 	// ResticVersion is the release of Reconcile.ResticBinary, set by Validate, which refuses a
 	// binary that is not restic or is older than engine.OldestRestic.
 	ResticVersion engine.ResticVersion
 	// Database and Systemd are the settings the daemon connects with; Validate checks them.
 	Database store.Config
 	Systemd  runner.Config
-	// Lease is how long the host's lease lasts unless renewed (--lease).
+	// Lease is how long the host's lease lasts unless renewed.
 	Lease time.Duration
 
-	SweepInterval time.Duration // --sweep-interval: time between passes when nothing wakes the sweep
-	LateGrace     time.Duration // --late-grace: how late a slot may still start; older ones are missed
-	// KeepRunFiles is how long the journals and markers of ended runs stay (--keep-run-files),
-	// a retention duration such as 30d.
+	SweepInterval time.Duration // time between passes when nothing wakes the sweep
+	LateGrace     time.Duration // how late a slot may still start; older ones are missed
+	// KeepRunFiles is how long the journals and markers of ended runs stay, a retention
+	// duration such as 30d.
 	KeepRunFiles  string
-	RunFilesEvery time.Duration // --run-files-every: how often old run files are looked for
+	RunFilesEvery time.Duration // how often old run files are looked for
 	// KeepHistory is how long the database keeps ended runs with their attempts, events,
-	// delivered deliveries and ledger entries (--keep-history), a retention duration of 35d or
-	// more; one daemon of the fleet removes what is older every hour (store.CompactHistory).
+	// delivered deliveries and ledger entries, a retention duration of 35d or more; one daemon
+	// of the fleet removes what is older every hour (store.CompactHistory).
 	KeepHistory   string
-	WatchInterval time.Duration // --watch-interval: how often jobs are judged overdue or not
-	// Listen is the address the daemon serves /metrics and the dashboard on (--listen), e.g.
-	// 127.0.0.1:9750; "" serves nothing. It needs WebAuthFile (--web-auth-file, see
-	// web.LoadAuth): every request needs its credentials. A request's Host must be the
-	// listener's (web.HostsFor) or one of WebHosts (--web-host). A non-loopback address needs
-	// TLSCert and TLSKey (--tls-cert, --tls-key). Version is the build the metrics name;
-	// JournalDir the journal the dashboard reads log tails from ("" the system's).
+	WatchInterval time.Duration // how often jobs are judged overdue or not
+	// Listen is the address the daemon serves /metrics and the dashboard on, e.g.
+	// 127.0.0.1:9750; "" serves nothing. It needs WebAuthFile (see web.LoadAuth): every
+	// request needs its credentials. A request's Host must be the listener's (web.HostsFor) or
+	// one of WebHosts. A non-loopback address needs TLSCert and TLSKey. Version is the build
+	// the metrics name; JournalDir the journal the dashboard reads log tails from ("" the
+	// system's).
 	Listen          string
 	WebAuthFile     string
 	WebHosts        []string
@@ -160,6 +165,14 @@ func Defaults() Config {
 		WatchInterval: DefaultWatchInterval, Lease: DefaultLease}
 }
 
+// name is what the operator calls the setting at path (SettingName).
+func (c *Config) name(path string) string {
+	if c.SettingName == nil {
+		return path
+	}
+	return c.SettingName(path)
+}
+
 // Validate checks every setting and resolves the binaries, windows and users, touching nothing:
 // a daemon refuses a bad configuration before it asks PostgreSQL or systemd anything.
 func (c *Config) Validate() error {
@@ -173,42 +186,49 @@ func (c *Config) Validate() error {
 		return err
 	}
 	for _, v := range []struct {
-		flag    string
+		path    string
 		d       time.Duration
 		example string
-	}{{"--sweep-interval", c.SweepInterval, "2s"}, {"--watch-interval", c.WatchInterval, "15s"}, {"--lease", c.Lease, "10s"}} {
+	}{{"SweepInterval", c.SweepInterval, "2s"}, {"WatchInterval", c.WatchInterval, "15s"}, {"Lease", c.Lease, "10s"}} {
 		if v.d <= 0 {
-			return fmt.Errorf("%s %s must be positive, e.g. %s", v.flag, v.d, v.example)
+			return fmt.Errorf("%s %s must be positive, e.g. %s", c.name(v.path), v.d, v.example)
 		}
 	}
 	if c.Lease < 300*time.Millisecond {
-		return fmt.Errorf("--lease %s is too short to renew: give at least 300ms, e.g. 10s", c.Lease)
+		return fmt.Errorf("%s %s is too short to renew: give at least 300ms, e.g. 10s", c.name("Lease"), c.Lease)
 	}
 	// The reconciler's settings, the host's name, the global windows and the allowed users
-	// among them.
+	// among them, named by their paths here.
 	rc := &c.Reconcile
+	name := c.SettingName
+	rc.SettingName = func(field string) string {
+		if name == nil {
+			return "Reconcile." + field
+		}
+		return name("Reconcile." + field)
+	}
 	rc.Logger = c.Logger
 	if err := rc.ValidateFlags(); err != nil {
 		return err
 	}
 	var err error
 	if c.keepRunFiles, err = retention.ParseDuration(c.KeepRunFiles); err != nil || c.keepRunFiles.IsZero() {
-		return fmt.Errorf("--keep-run-files %q: give a positive duration such as 30d, 2m or 36h", c.KeepRunFiles)
+		return fmt.Errorf("%s %q: give a positive duration such as 30d, 2m or 36h", c.name("KeepRunFiles"), c.KeepRunFiles)
 	}
 	if c.keepHistory, err = retention.ParseDuration(c.KeepHistory); err != nil ||
 		time.Since(c.keepHistory.Before(time.Now())) < minKeepHistory {
-		return fmt.Errorf("--keep-history %q: give a duration of 35 days or more, such as 180d or 1y", c.KeepHistory)
+		return fmt.Errorf("%s %q: give a duration of 35 days or more, such as 180d or 1y", c.name("KeepHistory"), c.KeepHistory)
 	}
 	// A run's files are found through its row: a row removed first would leave them for good.
 	if now := time.Now(); c.keepHistory.Before(now).After(c.keepRunFiles.Before(now)) {
-		return fmt.Errorf("--keep-history %s is shorter than --keep-run-files %s: keep the history at least as long as the runs' files",
-			c.KeepHistory, c.KeepRunFiles)
+		return fmt.Errorf("%s %s is shorter than %s %s: keep the history at least as long as the runs' files",
+			c.name("KeepHistory"), c.KeepHistory, c.name("KeepRunFiles"), c.KeepRunFiles)
 	}
 	if c.RunFilesEvery <= 0 {
-		return errors.New("--run-files-every must be positive")
+		return fmt.Errorf("%s must be positive", c.name("RunFilesEvery"))
 	}
 	if c.LateGrace < 0 {
-		return fmt.Errorf("--late-grace %s is negative: give 0 or more, e.g. 1m", c.LateGrace)
+		return fmt.Errorf("%s %s is negative: give 0 or more, e.g. 1m", c.name("LateGrace"), c.LateGrace)
 	}
 	if rc.Binary == "" {
 		self, err := os.Executable()
@@ -216,17 +236,22 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("find holdfast's own executable: %w", err)
 		}
 		rc.Binary = unitcmd.Binary(self)
-	} else if err := runctl.CheckExecutable("--holdfast-binary", rc.Binary); err != nil {
+	} else if err := runctl.CheckExecutable(c.name("Reconcile.Binary"), rc.Binary); err != nil {
 		return err
 	}
-	if rc.ResticBinary, err = runctl.ResticBinary(rc.ResticBinary); err != nil {
+	if rc.ResticBinary != "" {
+		err = runctl.CheckExecutable(c.name("Reconcile.ResticBinary"), rc.ResticBinary)
+	} else {
+		rc.ResticBinary, err = runctl.ResticBinary("")
+	}
+	if err != nil {
 		return err
 	}
 	if c.ResticVersion, err = engine.ResticVersionOf(context.Background(), rc.ResticBinary); err != nil {
-		return fmt.Errorf("--restic: %w", err)
+		return fmt.Errorf("%s: %w", c.name("Reconcile.ResticBinary"), err)
 	}
 	if n := c.Notify; n.Lease > 0 && n.Timeout > 0 && n.Lease <= n.Timeout {
-		return fmt.Errorf("--notify-lease %s must be longer than --notify-timeout %s", n.Lease, n.Timeout)
+		return fmt.Errorf("%s %s must be longer than %s %s", c.name("Notify.Lease"), n.Lease, c.name("Notify.Timeout"), n.Timeout)
 	}
 	if c.Notify.AllowCommands {
 		if _, err := notify.CommandCredential(c.Notify.CommandUser); err != nil {
@@ -246,28 +271,30 @@ func (c *Config) Validate() error {
 func (c *Config) validateListen() error {
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
-		return fmt.Errorf("--listen %q: want HOST:PORT, e.g. 127.0.0.1:9750", c.Listen)
+		return fmt.Errorf("%s %q: want HOST:PORT, e.g. 127.0.0.1:9750", c.name("Listen"), c.Listen)
 	}
 	if c.WebAuthFile == "" {
-		return fmt.Errorf("--listen %s serves only with credentials, and no --web-auth-file is given nor %s there: run holdfast setup, "+
-			`or (umask 077; echo "bearer $(head -c 24 /dev/urandom | base64)" >%s)`, c.Listen, web.DefaultAuthFile, web.DefaultAuthFile)
+		return fmt.Errorf("%s %s serves only with credentials, and no %s is given nor %s there: run holdfast setup, "+
+			`or (umask 077; echo "bearer $(head -c 24 /dev/urandom | base64)" >%s)`,
+			c.name("Listen"), c.Listen, c.name("WebAuthFile"), web.DefaultAuthFile, web.DefaultAuthFile)
 	}
 	if c.webAuth, err = web.LoadAuth(c.WebAuthFile); err != nil {
-		return fmt.Errorf("--web-auth-file: %w", err)
+		return fmt.Errorf("%s: %w", c.name("WebAuthFile"), err)
 	}
 	if c.webHosts, err = web.HostsFor(c.Listen, c.WebHosts); err != nil {
-		return fmt.Errorf("--web-host: %w", err)
+		return fmt.Errorf("%s: %w", c.name("WebHosts"), err)
 	}
+	cert, key := c.name("TLSCert"), c.name("TLSKey")
 	switch {
 	case (c.TLSCert == "") != (c.TLSKey == ""):
-		return errors.New("--tls-cert and --tls-key go together: give both, or neither")
+		return fmt.Errorf("%s and %s go together: give both, or neither", cert, key)
 	case c.TLSCert != "":
 		if c.tlsConfig, err = web.TLSConfig(c.TLSCert, c.TLSKey, c.Logger); err != nil {
 			return err
 		}
 	case !web.IsLoopback(host):
-		return fmt.Errorf("--listen %s is reachable from elsewhere: give --tls-cert and --tls-key (the credentials would cross the network in clear), "+
-			"or listen on 127.0.0.1 behind a reverse proxy that terminates TLS", c.Listen)
+		return fmt.Errorf("%s %s is reachable from elsewhere: give %s and %s (the credentials would cross the network in clear), "+
+			"or listen on 127.0.0.1 behind a reverse proxy that terminates TLS", c.name("Listen"), c.Listen, cert, key)
 	}
 	return nil
 }

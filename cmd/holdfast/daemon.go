@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/journallog"
@@ -74,6 +75,7 @@ func newCheckCmd(g *globals) *cobra.Command {
 
 func newDaemonCmd(g *globals) *cobra.Command {
 	cfg := supervisor.Defaults()
+	cfg.SettingName = daemonFlag // the settings' errors name their flags
 	var allowUsers, logLevel string
 	cmd := &cobra.Command{
 		Use:   "daemon",
@@ -155,25 +157,40 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&logLevel, "log-level", g.envOr("HOLDFAST_LOG_LEVEL", "info"), "debug (each run's decision in each pass), info, warn or error (env HOLDFAST_LOG_LEVEL)")
+	bindDaemonFlags(cmd.Flags(), g, &cfg, &allowUsers, &logLevel)
+	// The daemon's bad settings, flags included, exit 78 rather than 2 (see configError).
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if err := g.validate(); err != nil {
+			return configError{err}
+		}
+		return nil
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return configError{err} })
+	return cmd
+}
+
+// bindDaemonFlags binds the daemon's flags to cfg's settings, each to the setting daemonFlags
+// names it for, and --allow-users and --log-level to allowUsers and logLevel.
+func bindDaemonFlags(f *pflag.FlagSet, g *globals, cfg *supervisor.Config, allowUsers, logLevel *string) {
+	rc := &cfg.Reconcile
+	f.StringVar(logLevel, "log-level", g.envOr("HOLDFAST_LOG_LEVEL", "info"), "debug (each run's decision in each pass), info, warn or error (env HOLDFAST_LOG_LEVEL)")
 	f.DurationVar(&cfg.SweepInterval, "sweep-interval", supervisor.DefaultSweepInterval, "time between reconciler passes")
-	f.DurationVar(&cfg.Reconcile.SpawnGrace, "spawn-grace", reconcile.DefaultSpawnGrace, "how long a spawned unit may take to appear")
-	f.IntVar(&cfg.Reconcile.MaxAttempts, "max-attempts", reconcile.DefaultMaxAttempts, "attempts a run may take before it fails")
-	f.DurationVar(&cfg.Reconcile.RunBudget, "run-budget", reconcile.DefaultRunBudget, "time one run may take in one pass")
-	f.StringVar(&cfg.Reconcile.Host, "host", g.env.getenv("HOLDFAST_HOST"), "this daemon's host among those sharing the database: it runs the jobs pinned to it and any-host jobs (env HOLDFAST_HOST; default the host name)")
+	f.DurationVar(&rc.SpawnGrace, "spawn-grace", reconcile.DefaultSpawnGrace, "how long a spawned unit may take to appear")
+	f.IntVar(&rc.MaxAttempts, "max-attempts", reconcile.DefaultMaxAttempts, "attempts a run may take before it fails")
+	f.DurationVar(&rc.RunBudget, "run-budget", reconcile.DefaultRunBudget, "time one run may take in one pass")
+	f.StringVar(&rc.Host, "host", g.env.getenv("HOLDFAST_HOST"), "this daemon's host among those sharing the database: it runs the jobs pinned to it and any-host jobs (env HOLDFAST_HOST; default the host name)")
 	f.DurationVar(&cfg.Lease, "lease", supervisor.DefaultLease, "how long the host's lease lasts unless the daemon renews it; a host is seen down this long after its daemon stopped")
-	f.DurationVar(&cfg.Reconcile.TakeoverGrace, "takeover-grace", reconcile.DefaultTakeoverGrace, "how long after another host's lease expired its runs of any-host jobs are taken over here")
-	f.IntVar(&cfg.Reconcile.Limits.MaxRunning, "max-running", 0, "at most this many runs hold a unit at once, across all hosts (0: no limit)")
-	f.IntVar(&cfg.Reconcile.Limits.MaxRunningHost, "max-running-host", 0, "at most this many runs hold a unit at once on this host (0: no limit)")
-	f.StringArrayVar(&cfg.Reconcile.Windows, "window", nil, "global maintenance window in which no run starts, e.g. \"Sat 01:00-05:00\" (repeatable)")
-	f.StringVar(&cfg.Reconcile.WindowZone, "window-tz", "", "time zone of the global windows (IANA name; default UTC)")
+	f.DurationVar(&rc.TakeoverGrace, "takeover-grace", reconcile.DefaultTakeoverGrace, "how long after another host's lease expired its runs of any-host jobs are taken over here")
+	f.IntVar(&rc.Limits.MaxRunning, "max-running", 0, "at most this many runs hold a unit at once, across all hosts (0: no limit)")
+	f.IntVar(&rc.Limits.MaxRunningHost, "max-running-host", 0, "at most this many runs hold a unit at once on this host (0: no limit)")
+	f.StringArrayVar(&rc.Windows, "window", nil, "global maintenance window in which no run starts, e.g. \"Sat 01:00-05:00\" (repeatable)")
+	f.StringVar(&rc.WindowZone, "window-tz", "", "time zone of the global windows (IANA name; default UTC)")
 	f.DurationVar(&cfg.LateGrace, "late-grace", supervisor.DefaultLateGrace, "how late a scheduled slot may still start; older slots are counted as missed")
-	f.DurationVar(&cfg.Reconcile.StartLead, "start-lead", reconcile.DefaultStartLead, "admit and prepare a run this long before its time, so that systemd starts it at that time from a transient timer (0: start runs when their time has come)")
-	f.DurationVar(&cfg.Reconcile.DependsWait, "depends-wait", reconcile.DefaultDependsWait, "how long a run waits for its prerequisite's next outcome when the prerequisite's last run did not succeed")
-	f.IntVar(&cfg.Reconcile.Workers, "workers", reconcile.DefaultWorkers, "runs reconciled at once in one pass")
-	f.StringVar(&cfg.Reconcile.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
-	f.StringVar(&cfg.Reconcile.Binary, "holdfast-binary", "", "holdfast executable the units run (default: holdfast-unit installed beside this one, else this one)")
+	f.DurationVar(&rc.StartLead, "start-lead", reconcile.DefaultStartLead, "admit and prepare a run this long before its time, so that systemd starts it at that time from a transient timer (0: start runs when their time has come)")
+	f.DurationVar(&rc.DependsWait, "depends-wait", reconcile.DefaultDependsWait, "how long a run waits for its prerequisite's next outcome when the prerequisite's last run did not succeed")
+	f.IntVar(&rc.Workers, "workers", reconcile.DefaultWorkers, "runs reconciled at once in one pass")
+	f.StringVar(&rc.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
+	f.StringVar(&rc.Binary, "holdfast-binary", "", "holdfast executable the units run (default: holdfast-unit installed beside this one, else this one)")
 	f.StringVar(&cfg.KeepRunFiles, "keep-run-files", supervisor.DefaultKeepRunFiles, "remove the journals and exit markers of runs that ended longer ago than this (the database keeps their facts)")
 	f.StringVar(&cfg.KeepHistory, "keep-history", supervisor.DefaultKeepHistory, "remove ended runs, their events, delivered notifications and ledger entries older than this from the database (35d or more; balances are kept in checkpoints)")
 	f.DurationVar(&cfg.RunFilesEvery, "run-files-every", supervisor.DefaultRunFilesEvery, "how often ended runs' files are looked for")
@@ -196,26 +213,45 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.Notify.CommandUser, "notify-command-user", g.envOr("HOLDFAST_NOTIFY_COMMAND_USER", notify.DefaultCommandUser),
 		"user command notification targets run as (env HOLDFAST_NOTIFY_COMMAND_USER)")
 	f.DurationVar(&cfg.WatchInterval, "watch-interval", supervisor.DefaultWatchInterval, "how often jobs are judged overdue or not")
-	f.DurationVar(&cfg.Reconcile.PassTimeout, "pass-timeout", reconcile.DefaultPassTimeout, "longest one admission pass or one sweep may take")
+	f.DurationVar(&rc.PassTimeout, "pass-timeout", reconcile.DefaultPassTimeout, "longest one admission pass or one sweep may take")
 	f.DurationVar(&cfg.Database.StatementTimeout, "db-statement-timeout", store.DefaultStatementTimeout, "PostgreSQL's statement_timeout for the daemon's sessions")
 	f.DurationVar(&cfg.Database.LockTimeout, "db-lock-timeout", store.DefaultLockTimeout, "PostgreSQL's lock_timeout for the daemon's sessions")
-	f.StringVar(&allowUsers, "allow-users", g.envOr("HOLDFAST_ALLOW_USERS", reconcile.DefaultAllowUsers),
+	f.StringVar(allowUsers, "allow-users", g.envOr("HOLDFAST_ALLOW_USERS", reconcile.DefaultAllowUsers),
 		"users jobs may run as: comma-separated names or uids, or * for every user, root included (env HOLDFAST_ALLOW_USERS)")
 	commandJobs := reconcile.DefaultAllowCommandJobs
 	if v, err := strconv.ParseBool(g.env.getenv("HOLDFAST_ALLOW_COMMAND_JOBS")); err == nil {
 		commandJobs = v
 	}
-	f.BoolVar(&cfg.Reconcile.AllowCommandJobs, "allow-command-jobs", commandJobs,
+	f.BoolVar(&rc.AllowCommandJobs, "allow-command-jobs", commandJobs,
 		"let command jobs run: they run any program as their user, as root without --user (env HOLDFAST_ALLOW_COMMAND_JOBS=true)")
-	// The daemon's bad settings, flags included, exit 78 rather than 2 (see configError).
-	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
-		if err := g.validate(); err != nil {
-			return configError{err}
-		}
-		return nil
+}
+
+// daemonFlags is the daemon's flag for each setting of supervisor.Config, by its path there
+// (bindDaemonFlags binds them): the settings' owners name a setting by its path in their errors
+// and reasons, and the daemon shows its flag (supervisor.Config.SettingName).
+var daemonFlags = map[string]string{
+	"SweepInterval": "sweep-interval", "Lease": "lease", "LateGrace": "late-grace",
+	"KeepRunFiles": "keep-run-files", "KeepHistory": "keep-history", "RunFilesEvery": "run-files-every",
+	"WatchInterval": "watch-interval", "Listen": "listen", "WebAuthFile": "web-auth-file", "WebHosts": "web-host",
+	"TLSCert": "tls-cert", "TLSKey": "tls-key",
+	"Notify.Backoff": "notify-backoff", "Notify.MaxTries": "notify-max-tries", "Notify.Timeout": "notify-timeout",
+	"Notify.Lease": "notify-lease", "Notify.AllowCommands": "allow-notify-commands", "Notify.CommandUser": "notify-command-user",
+	"Database.StatementTimeout": "db-statement-timeout", "Database.LockTimeout": "db-lock-timeout",
+	"Reconcile.SpawnGrace": "spawn-grace", "Reconcile.MaxAttempts": "max-attempts", "Reconcile.RunBudget": "run-budget",
+	"Reconcile.Host": "host", "Reconcile.TakeoverGrace": "takeover-grace",
+	"Reconcile.Limits.MaxRunning": "max-running", "Reconcile.Limits.MaxRunningHost": "max-running-host",
+	"Reconcile.Windows": "window", "Reconcile.WindowZone": "window-tz", "Reconcile.StartLead": "start-lead",
+	"Reconcile.DependsWait": "depends-wait", "Reconcile.Workers": "workers", "Reconcile.ResticBinary": "restic",
+	"Reconcile.Binary": "holdfast-binary", "Reconcile.PassTimeout": "pass-timeout",
+	"Reconcile.AllowUsers": "allow-users", "Reconcile.AllowCommandJobs": "allow-command-jobs",
+}
+
+// daemonFlag names the setting at path as the daemon's operator gives it: by its flag.
+func daemonFlag(path string) string {
+	if flag, ok := daemonFlags[path]; ok {
+		return "--" + flag
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return configError{err} })
-	return cmd
+	return path
 }
 
 // webAuthFile is the daemon's auth file: the one given (flag or environment), or, when it
