@@ -222,15 +222,15 @@ func newSimHost(name string, st *store.Store, stats *simStats, stateDir string) 
 	logger := slog.New(stats)
 	h := &simHost{name: name, st: st, cfg: supervisor.Defaults(), stats: stats, sweepWake: wake.New(), admitWake: wake.New(),
 		deliverWake: wake.New(), dueWake: wake.New()}
-	rc := h.cfg.Config
+	rc := h.cfg.Reconcile
 	rc.Store, rc.Runner, rc.Host, rc.StateDir, rc.Binary, rc.BootID, rc.Logger = st, &memUnits{}, name, stateDir,
 		"/usr/bin/holdfast", simBootID, logger
-	rc.Lease = h.current
+	rc.HeldLease = h.current
 	var err error
 	if h.rec, err = reconcile.New(rc); err != nil {
 		return nil, err
 	}
-	h.admitter = &schedule.Admitter{Store: st, Host: name, Grace: h.cfg.LateGrace, Logger: logger, Timeout: h.cfg.PassTimeout, Lead: h.cfg.StartLead}
+	h.admitter = &schedule.Admitter{Store: st, Host: name, Grace: h.cfg.LateGrace, Logger: logger, Timeout: h.cfg.Reconcile.PassTimeout, Lead: h.cfg.Reconcile.StartLead}
 	if err := h.admitter.Validate(); err != nil {
 		return nil, err
 	}
@@ -260,7 +260,7 @@ func (h *simHost) acting() bool {
 }
 
 func (h *simHost) request() store.LeaseRequest {
-	return store.LeaseRequest{Host: h.name, Holder: simHolder, Version: "fleetsim", Duration: h.cfg.Lease, Grace: h.cfg.TakeoverGrace}
+	return store.LeaseRequest{Host: h.name, Holder: simHolder, Version: "fleetsim", Duration: h.cfg.Lease, Grace: h.cfg.Reconcile.TakeoverGrace}
 }
 
 // run takes the host's lease, then runs the daemon's services until ctx ends.
@@ -416,7 +416,7 @@ func (h *simHost) admit(ctx context.Context) {
 		wait := h.pollEvery(h.cfg.SweepInterval)
 		dueAt = time.Time{}
 		nextCtx, cancel := context.WithTimeout(ctx, store.DefaultStatementTimeout)
-		next, nextErr := h.st.NextDue(nextCtx, h.name, h.cfg.StartLead)
+		next, nextErr := h.st.NextDue(nextCtx, h.name, h.cfg.Reconcile.StartLead)
 		gate.Learn(time.Now(), next, errors.Join(err, nextErr))
 		if nextErr == nil && next != nil && time.Until(*next) < wait {
 			dueAt = *next
@@ -446,7 +446,7 @@ func (h *simHost) watch(ctx context.Context) {
 	for {
 		if h.acting() {
 			start := time.Now()
-			passCtx, cancel := context.WithTimeout(ctx, h.cfg.PassTimeout)
+			passCtx, cancel := context.WithTimeout(ctx, h.cfg.Reconcile.PassTimeout)
 			err := h.watcher.Pass(passCtx)
 			cancel()
 			if err != nil && ctx.Err() == nil {

@@ -223,10 +223,8 @@ func ValidateSchedule(j *model.Job) error {
 	if _, err := schedule.Parse(j.Schedule, j.TimeZone); err != nil {
 		return err
 	}
-	for _, w := range j.Windows {
-		if _, err := schedule.ParseWindow(w); err != nil {
-			return err
-		}
+	if _, _, err := Windows(*j); err != nil {
+		return err
 	}
 	if j.RetryMax < 0 || j.RetryMax > 100 {
 		return fmt.Errorf("--retry-max %d is out of range: use 0..100", j.RetryMax)
@@ -246,6 +244,35 @@ func ValidateSchedule(j *model.Job) error {
 		}
 	}
 	return nil
+}
+
+// Windows are the job's maintenance windows, parsed, and the time zone they are read in: the
+// one reading of them. Validate refuses a job whose windows or zone do not parse, so a stored job
+// they fail for was written around it (by SQL, or by a holdfast whose parser took what this one
+// refuses), or its zone left the host's tzdata: the sweep holds its runs back rather than read
+// it as no window or as UTC, and holdfast check reports it (StoredProblems).
+func Windows(j model.Job) ([]schedule.Window, *time.Location, error) {
+	zone, err := schedule.LoadZone(j.TimeZone)
+	if err != nil {
+		return nil, nil, err
+	}
+	windows, err := schedule.ParseWindows(j.Windows)
+	if err != nil {
+		return nil, nil, err
+	}
+	return windows, zone, nil
+}
+
+// StoredProblems is a line for each of jobs whose windows or time zone do not parse (Windows):
+// holdfast check reports them with the database's invariants.
+func StoredProblems(jobs []model.Job) []string {
+	var found []string
+	for _, j := range jobs {
+		if _, _, err := Windows(j); err != nil {
+			found = append(found, fmt.Sprintf("a job's maintenance windows and time zone parse: job %s: %v", j.Name, err))
+		}
+	}
+	return found
 }
 
 // validateCopy checks a job's copy repository (--copy-to), checked as its own repository is, and

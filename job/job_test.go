@@ -174,3 +174,52 @@ func TestAccessChanged(t *testing.T) {
 		}
 	}
 }
+
+// A job's maintenance windows and time zone are read once, by Windows: Validate refuses, in one
+// line, a job whose windows or zone do not parse, before it is stored; StoredProblems names a
+// stored one for holdfast check.
+func TestWindowsAndZone(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		zone    string
+		windows []string
+		want    string // "" valid; else a part of the error
+	}{
+		{"none", "", nil, ""},
+		{"windows in UTC", "", []string{"Sat 01:00-05:00", "Mon-Fri 22:00-06:00", "daily 03:00-04:00"}, ""},
+		{"windows in a zone", "Europe/Berlin", []string{"sat,sun 00:00-23:59"}, ""},
+		{"unknown zone", "Mars/Olympus", nil, `time zone "Mars/Olympus" is unknown: use an IANA name`},
+		{"the host's local zone", "Local", nil, `time zone "Local" is unknown`},
+		{"unknown zone, good windows", "Europe/Atlantis", []string{"Sat 01:00-05:00"}, `time zone "Europe/Atlantis" is unknown`},
+		{"unknown day", "", []string{"Someday 01:00-02:00"}, `window "Someday 01:00-02:00": `},
+		{"hour past 23", "UTC", []string{"daily 25:00-26:00"}, `window "daily 25:00-26:00": `},
+		{"no range", "", []string{"daily 03:00"}, `window "daily 03:00": the time range needs a '-'`},
+		{"empty window", "", []string{"Sat 01:00-01:00"}, `window "Sat 01:00-01:00": the window is empty`},
+		{"one bad among good", "Europe/Berlin", []string{"Sat 01:00-05:00", "Sun 1-2"}, `window "Sun 1-2": `},
+		{"no days", "", []string{"01:00-02:00"}, `window "01:00-02:00": want days and a time range`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := model.Job{Name: "j", Engine: "command", Command: []string{"/bin/true"}, RetryBackoff: time.Minute,
+				TimeZone: c.zone, Windows: c.windows}
+			windows, zone, err := Windows(j)
+			validateErr := Validate(&j)
+			problems := StoredProblems([]model.Job{{Name: "ok"}, j})
+			if c.want == "" {
+				if err != nil || validateErr != nil || len(windows) != len(c.windows) || zone == nil || len(problems) != 0 {
+					t.Fatalf("Windows = %d windows, %v, %v; Validate = %v; StoredProblems = %q; want them parsed, valid, no problem",
+						len(windows), zone, err, validateErr, problems)
+				}
+				return
+			}
+			for what, err := range map[string]error{"Windows": err, "Validate": validateErr} {
+				if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+					t.Errorf("%s = %v, want one line with %q", what, err, c.want)
+				}
+			}
+			if len(problems) != 1 || !strings.HasPrefix(problems[0], "a job's maintenance windows and time zone parse: job j: ") ||
+				!strings.Contains(problems[0], c.want) {
+				t.Errorf("StoredProblems = %q, want job j's with %q", problems, c.want)
+			}
+		})
+	}
+}

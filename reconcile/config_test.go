@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/store"
@@ -12,8 +13,8 @@ import (
 
 // Each setting's default and check are stated once: a setting a Config built by code leaves zero
 // gets its default, a negative or otherwise invalid one is refused in one line naming the
-// daemon's flag, and a zero the daemon's operator gave (ValidateFlags, on the flags' defaults) is
-// refused where zero means nothing.
+// setting (its field, or what SettingName calls it), and a zero the daemon's operator gave
+// (ValidateFlags, on the flags' defaults) is refused where zero means nothing.
 func TestConfigSettings(t *testing.T) {
 	base := func() Config {
 		return Config{Store: &store.Store{}, Runner: &runner.Runner{}, StateDir: t.TempDir(), Binary: "/bin/true", Host: "h"}
@@ -29,29 +30,38 @@ func TestConfigSettings(t *testing.T) {
 			return c.SpawnGrace == DefaultSpawnGrace && c.RunBudget == DefaultRunBudget && c.PassTimeout == DefaultPassTimeout &&
 				c.DependsWait == DefaultDependsWait && c.TakeoverGrace == DefaultTakeoverGrace && c.MaxAttempts == DefaultMaxAttempts &&
 				c.Workers == DefaultWorkers && c.SpawnWorkers == spawn.DefaultWorkers && c.AllowUsers[0] == DefaultAllowUsers &&
-				c.ResticBinary == DefaultResticBinary && c.WindowZone == time.UTC && c.Logger != nil && c.StartLead == 0
+				c.ResticBinary == jobunit.DefaultResticBinary && c.zone == time.UTC && c.windows == nil && c.Logger != nil && c.StartLead == 0
 		}},
-		{"zero max attempts", func(c *Config) { c.MaxAttempts = 0 }, "", "--max-attempts 0 is out of range: give at least 1",
+		{"zero max attempts", func(c *Config) { c.MaxAttempts = 0 }, "", "MaxAttempts 0 is out of range: give at least 1",
 			func(c Config) bool { return c.MaxAttempts == DefaultMaxAttempts }},
-		{"negative max attempts", func(c *Config) { c.MaxAttempts = -1 }, "--max-attempts -1 is out of range: give at least 1", "", nil},
-		{"negative workers", func(c *Config) { c.Workers = -2 }, "--workers -2 is out of range: give at least 1", "", nil},
-		{"negative spawn workers", func(c *Config) { c.SpawnWorkers = -1 }, "spawn workers -1 is out of range: give at least 1", "", nil},
+		{"negative max attempts", func(c *Config) { c.MaxAttempts = -1 }, "MaxAttempts -1 is out of range: give at least 1", "", nil},
+		{"negative workers", func(c *Config) { c.Workers = -2 }, "Workers -2 is out of range: give at least 1", "", nil},
+		{"negative spawn workers", func(c *Config) { c.SpawnWorkers = -1 }, "SpawnWorkers -1 is out of range: give at least 1", "", nil},
 		{"zero spawn workers", func(c *Config) { c.SpawnWorkers = 0 }, "", "-",
 			func(c Config) bool { return c.SpawnWorkers == spawn.DefaultWorkers }},
 		{"zero pass timeout", func(c *Config) { c.PassTimeout = 0 }, "", "-",
 			func(c Config) bool { return c.PassTimeout == DefaultPassTimeout }},
-		{"zero run budget", func(c *Config) { c.RunBudget = 0 }, "", "--run-budget 0s must be positive, e.g. 30s",
+		{"zero run budget", func(c *Config) { c.RunBudget = 0 }, "", "RunBudget 0s must be positive, e.g. 30s",
 			func(c Config) bool { return c.RunBudget == DefaultRunBudget }},
-		{"negative spawn grace", func(c *Config) { c.SpawnGrace = -time.Second }, "--spawn-grace -1s must be positive, e.g. 30s", "", nil},
-		{"negative run budget", func(c *Config) { c.RunBudget = -time.Second }, "--run-budget -1s must be positive, e.g. 30s", "", nil},
-		{"negative pass timeout", func(c *Config) { c.PassTimeout = -time.Second }, "--pass-timeout -1s must be positive, e.g. 2m", "", nil},
-		{"negative depends wait", func(c *Config) { c.DependsWait = -time.Hour }, "--depends-wait -1h0m0s must be positive, e.g. 6h", "", nil},
-		{"negative takeover grace", func(c *Config) { c.TakeoverGrace = -1 }, "--takeover-grace -1ns must be positive, e.g. 30s", "", nil},
-		{"negative start lead", func(c *Config) { c.StartLead = -time.Second }, "--start-lead -1s is negative: give 0 or more", "", nil},
-		{"negative max running", func(c *Config) { c.Limits.MaxRunning = -1 }, "--max-running -1 is out of range: give at least 0", "", nil},
-		{"negative max running host", func(c *Config) { c.Limits.MaxRunningHost = -1 }, "--max-running-host -1 is out of range: give at least 0", "", nil},
-		{"bad host", func(c *Config) { c.Host = "a b" }, `--host: invalid host name "a b"`, "", nil},
-		{"unknown user", func(c *Config) { c.AllowUsers = []string{"no-such-user-here"} }, "--allow-users: ", "", nil},
+		{"negative spawn grace", func(c *Config) { c.SpawnGrace = -time.Second }, "SpawnGrace -1s must be positive, e.g. 30s", "", nil},
+		{"negative run budget", func(c *Config) { c.RunBudget = -time.Second }, "RunBudget -1s must be positive, e.g. 30s", "", nil},
+		{"negative pass timeout", func(c *Config) { c.PassTimeout = -time.Second }, "PassTimeout -1s must be positive, e.g. 2m", "", nil},
+		{"negative depends wait", func(c *Config) { c.DependsWait = -time.Hour }, "DependsWait -1h0m0s must be positive, e.g. 6h", "", nil},
+		{"negative takeover grace", func(c *Config) { c.TakeoverGrace = -1 }, "TakeoverGrace -1ns must be positive, e.g. 30s", "", nil},
+		{"negative start lead", func(c *Config) { c.StartLead = -time.Second }, "StartLead -1s is negative: give 0 or more, e.g. 10s", "", nil},
+		{"negative max running", func(c *Config) { c.Limits.MaxRunning = -1 }, "Limits.MaxRunning -1 is out of range: give at least 0", "", nil},
+		{"negative max running host", func(c *Config) { c.Limits.MaxRunningHost = -1 }, "Limits.MaxRunningHost -1 is out of range: give at least 0", "", nil},
+		{"bad host", func(c *Config) { c.Host = "a b" }, `Host: invalid host name "a b"`, "", nil},
+		{"unknown user", func(c *Config) { c.AllowUsers = []string{"no-such-user-here"} }, "AllowUsers: ", "", nil},
+		{"windows in a zone", func(c *Config) {
+			c.Windows, c.WindowZone = []string{"Sat 01:00-05:00", "daily 22:00-02:00"}, "Europe/Berlin"
+		}, "", "",
+			func(c Config) bool { return len(c.windows) == 2 && c.zone.String() == "Europe/Berlin" }},
+		{"bad window", func(c *Config) { c.Windows = []string{"Sat 01:00-05:00", "Someday 25:00-26:00"} }, `window "Someday 25:00-26:00": `, "", nil},
+		{"unknown window zone", func(c *Config) { c.WindowZone = "Mars/Olympus" }, `WindowZone: time zone "Mars/Olympus" is unknown`, "", nil},
+		{"named as the daemon names it", func(c *Config) {
+			c.SpawnGrace, c.SettingName = -time.Second, func(field string) string { return "the " + field + " setting" }
+		}, "the SpawnGrace setting -1s must be positive", "", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, flags := base(), withDefaults(base())
@@ -99,6 +109,9 @@ func TestDefaults(t *testing.T) {
 	d := Defaults()
 	if err := d.ValidateFlags(); err != nil {
 		t.Fatalf("Defaults: %v", err)
+	}
+	if d.StartLead != DefaultStartLead {
+		t.Fatalf("Defaults: start lead %s, want %s", d.StartLead, DefaultStartLead)
 	}
 	var filled Config
 	if err := filled.validateSettings(false); err != nil {

@@ -72,6 +72,7 @@ type facts struct {
 	refusal         string     // why this daemon's policy forbids the run
 	notBefore       *time.Time // the run is not spawned before this (a retry's delay, a window)
 	window          *held      // a maintenance window of the job holds the run
+	windowsProblem  string     // the job's stored windows or zone do not parse: which, and why ("" they do)
 	globalWindow    *held      // a global maintenance window holds the run
 	protected       []string   // snapshots of a forget's plan that became protected since
 	prereq          *prereq    // the job's prerequisite, for a backup of a job that has one
@@ -211,6 +212,9 @@ func decide(f facts, p rules) decision {
 		return end("unspawned, refused by policy", model.StatusFailed, "permanent", f.refusal)
 	case !f.unitRecorded && f.notBefore != nil && f.now.Before(*f.notBefore) && !armable:
 		return do("unspawned, not before", actNothing) // its reason was recorded with the time
+	// Windows that cannot be read are not "no window": the run waits until they are corrected.
+	case !f.unitRecorded && f.windowsProblem != "":
+		return wait("unspawned, job windows unreadable", "waiting: "+f.windowsProblem, nil)
 	case !f.unitRecorded && f.window != nil:
 		return wait("unspawned, job window", fmt.Sprintf("waiting: maintenance window %q of job %s until %s",
 			f.window.name, f.window.job, f.window.until.UTC().Format(time.RFC3339)), &f.window.until)

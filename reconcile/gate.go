@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	jobdef "github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
@@ -35,26 +38,20 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l model.LiveRun, jobs map[s
 	}
 	f.refusal = r.policyRefusal(job)
 	f.notBefore = l.Run.NotBefore
-	// Maintenance windows: the job's own in its zone, then the global ones.
-	zone, err := schedule.LoadZone(job.TimeZone)
-	if err != nil {
-		zone = time.UTC
-	}
-	var windows []schedule.Window
-	for _, text := range job.Windows {
-		if w, err := schedule.ParseWindow(text); err == nil {
-			windows = append(windows, w)
-		}
-	}
-	// At the run's own time, if that is ahead: an armed run starts then, not now.
+	// Maintenance windows: the job's own in its zone, then the global ones, at the run's own
+	// time if that is ahead (an armed run starts then, not now). Windows or a zone that do not
+	// parse hold the run back: they are never read as no window, or as UTC.
 	at := f.now
 	if f.notBefore != nil && f.notBefore.After(at) {
 		at = *f.notBefore
 	}
-	if until, name := schedule.Allowed(at, windows, zone); name != "" {
+	windows, zone, err := r.jobWindows(job)
+	if err != nil {
+		f.windowsProblem = fmt.Sprintf("the maintenance windows of job %s cannot be judged, as its stored windows or time zone do not parse: %v", job.Name, err)
+	} else if until, name := schedule.Allowed(at, windows, zone); name != "" {
 		f.window = &held{name: name, job: job.Name, until: until}
 	}
-	if until, name := schedule.Allowed(at, r.cfg.Windows, r.cfg.WindowZone); name != "" {
+	if until, name := schedule.Allowed(at, r.cfg.windows, r.cfg.zone); name != "" {
 		f.globalWindow = &held{name: name, until: until}
 	}
 	if l.Run.Kind == model.KindForget {
@@ -135,4 +132,51 @@ func (r *Reconciler) retryPlan(ctx context.Context, l model.LiveRun) (*store.Ret
 	// the database's clock: the host's clock may be off.
 	return &store.Retry{ID: id, Number: n, Delay: schedule.Backoff(job.RetryBackoff, schedule.MaxBackoff, n),
 		Why: fmt.Sprintf("waiting: retry %d of %d after run %s failed for a transient reason", n, job.RetryMax, l.Run.ID)}, nil
+}
+
+// windowsMemo holds the jobs' maintenance windows parsed (jobWindows), by the text they were
+// parsed from.
+type windowsMemo struct {
+	mu sync.Mutex
+	m  map[windowsKey]parsedWindows
+}
+
+// windowsKey is a job's name and the text of its zone and windows.
+type windowsKey struct{ job, zone, windows string }
+
+type parsedWindows struct {
+	windows []schedule.Window
+	zone    *time.Location
+	err     error
+}
+
+// windowsMemoMax bounds the memo; past it, it starts again empty.
+const windowsMemoMax = 4096
+
+// jobWindows is the job's maintenance windows and their zone (job.Windows), parsed once for
+// each text they have, not at every pass for every run. job.Validate refuses windows or a zone
+// that do not parse before a job is stored, so such a job was written around it (or its zone left
+// the host's tzdata); its runs wait (decide's "unspawned, job windows unreadable"), and this
+// logs it once for each text it has.
+func (r *Reconciler) jobWindows(j model.Job) ([]schedule.Window, *time.Location, error) {
+	key := windowsKey{job: j.Name, zone: j.TimeZone, windows: strings.Join(j.Windows, "\x00")} // text holds no NUL in PostgreSQL
+	m := &r.windows
+	m.mu.Lock()
+	p, ok := m.m[key]
+	m.mu.Unlock()
+	if ok {
+		return p.windows, p.zone, p.err
+	}
+	p.windows, p.zone, p.err = jobdef.Windows(j)
+	if p.err != nil {
+		r.cfg.Logger.Error("job's maintenance windows or time zone do not parse: its runs wait until they are corrected (holdfast check reports it)",
+			"job", j.Name, "err", p.err)
+	}
+	m.mu.Lock()
+	if m.m == nil || len(m.m) >= windowsMemoMax {
+		m.m = map[windowsKey]parsedWindows{}
+	}
+	m.m[key] = p
+	m.mu.Unlock()
+	return p.windows, p.zone, p.err
 }

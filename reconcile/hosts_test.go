@@ -23,7 +23,7 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 	ctx := context.Background()
 	var h1 store.Lease // the lease h1's reconciler writes under
 	e := newSweepEnv(t, reconcile.Config{Host: "h1", AllowCommandJobs: true,
-		Lease: func() (store.Lease, bool) { return h1, true }})
+		HeldLease: func() (store.Lease, bool) { return h1, true }})
 	st, r, rec := e.st, e.r, e.rec
 	h1 = storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "test-h1"})
 	h2 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "test-h2"})

@@ -16,8 +16,8 @@ import (
 const (
 	// AnyUser in AllowUsers lets jobs run as every user.
 	AnyUser = "*"
-	// DefaultAllowUsers lets jobs run as every user, root included (a job without --user runs
-	// as root): restic jobs back up whatever their user can read.
+	// DefaultAllowUsers lets jobs run as every user, root included (a job that names no user
+	// runs as root): restic jobs back up whatever their user can read.
 	DefaultAllowUsers = AnyUser
 	// DefaultAllowCommandJobs keeps command jobs from running: they run any program, as root
 	// unless they name a user, so a daemon must opt in.
@@ -39,7 +39,7 @@ func (c *Config) ValidatePolicy() error {
 		}
 		uid, err := resolveUser(u)
 		if err != nil {
-			return fmt.Errorf("--allow-users: %w: give names of users of this host or numeric uids, comma-separated, or %s for every user", err, AnyUser)
+			return fmt.Errorf("%s: %w: give names of users of this host or numeric uids, comma-separated, or %s for every user", c.name("AllowUsers"), err, AnyUser)
 		}
 		c.allowedUIDs[uid] = true
 	}
@@ -73,8 +73,8 @@ func resolveUser(name string) (uint32, error) {
 // held to the policy of the host that would run it.
 func (r *Reconciler) policyRefusal(job model.Job) string {
 	if job.Engine == engine.NameCommand && !r.cfg.AllowCommandJobs {
-		return fmt.Sprintf("refused by this daemon's policy: job %s is a command job (it runs any program, as %s), and command jobs are not allowed here; start the daemon with --allow-command-jobs to allow them",
-			job.Name, userOrRoot(job.User))
+		return fmt.Sprintf("refused by this daemon's policy: job %s is a command job (it runs any program, as %s), and command jobs are not allowed here; start the daemon with %s to allow them",
+			job.Name, userOrRoot(job.User), r.cfg.name("AllowCommandJobs"))
 	}
 	if r.cfg.allowedUIDs == nil {
 		return ""
@@ -85,14 +85,15 @@ func (r *Reconciler) policyRefusal(job model.Job) string {
 	}
 	uid, err := resolveUser(name)
 	if err != nil {
-		return fmt.Sprintf("refused by this daemon's policy: job %s runs as %s, and %s, so --allow-users (%s) cannot allow it",
-			job.Name, name, err, strings.Join(r.cfg.AllowUsers, ","))
+		return fmt.Sprintf("refused by this daemon's policy: job %s runs as %s, and %s, so %s (%s) cannot allow it",
+			job.Name, name, err, r.cfg.name("AllowUsers"), strings.Join(r.cfg.AllowUsers, ","))
 	}
 	if r.cfg.allowedUIDs[uid] {
 		return ""
 	}
-	return fmt.Sprintf("refused by this daemon's policy: job %s runs as %s (uid %d), which --allow-users (%s) does not include; add it to the daemon's --allow-users, or give the job an allowed --user",
-		job.Name, userOrRoot(job.User), uid, strings.Join(r.cfg.AllowUsers, ","))
+	allow := r.cfg.name("AllowUsers")
+	return fmt.Sprintf("refused by this daemon's policy: job %s runs as %s (uid %d), which %s (%s) does not include; add it to the daemon's %s, or give the job an allowed --user",
+		job.Name, userOrRoot(job.User), uid, allow, strings.Join(r.cfg.AllowUsers, ","), allow)
 }
 
 func userOrRoot(u string) string {

@@ -17,17 +17,18 @@ func TestPolicy(t *testing.T) {
 	}{
 		{"default: root allowed", nil, false, model.Job{Name: "j", Engine: "restic"}, ""},
 		{"default: any user", nil, false, model.Job{Name: "j", Engine: "restic", User: "nobody"}, ""},
-		{"default: no command jobs", nil, false, model.Job{Name: "j", Engine: "command", User: "nobody"}, "--allow-command-jobs"},
+		{"default: no command jobs", nil, false, model.Job{Name: "j", Engine: "command", User: "nobody"}, "start the daemon with <AllowCommandJobs> to allow them"},
 		{"command jobs allowed", nil, true, model.Job{Name: "j", Engine: "command"}, ""},
-		{"command job outside the users", []string{"nobody"}, true, model.Job{Name: "j", Engine: "command"}, "runs as root (it names no --user) (uid 0), which --allow-users (nobody) does not include"},
+		{"command job outside the users", []string{"nobody"}, true, model.Job{Name: "j", Engine: "command"}, "runs as root (it names no --user) (uid 0), which <AllowUsers> (nobody) does not include; add it to the daemon's <AllowUsers>"},
 		{"listed by name", []string{"root", "nobody"}, false, model.Job{Name: "j", Engine: "restic", User: "nobody"}, ""},
 		{"listed by uid", []string{"65534"}, false, model.Job{Name: "j", Engine: "restic", User: "nobody"}, ""},
 		{"a uid job user", []string{"nobody"}, false, model.Job{Name: "j", Engine: "restic", User: "65534"}, ""},
-		{"root not listed", []string{"65534"}, false, model.Job{Name: "j", Engine: "restic"}, "--allow-users (65534) does not include"},
+		{"root not listed", []string{"65534"}, false, model.Job{Name: "j", Engine: "restic"}, "<AllowUsers> (65534) does not include"},
 		{"a deleted user", []string{"nobody"}, false, model.Job{Name: "j", Engine: "restic", User: "no-such-user"}, `user "no-such-user" does not exist on this host`},
 		{"every user, spelled out", []string{"nobody", AnyUser}, false, model.Job{Name: "j", Engine: "restic", User: "root"}, ""},
 	} {
-		cfg := Config{AllowUsers: c.users, AllowCommandJobs: c.cmds}
+		// The refusals name the settings as the daemon does (SettingName).
+		cfg := Config{AllowUsers: c.users, AllowCommandJobs: c.cmds, SettingName: func(field string) string { return "<" + field + ">" }}
 		if err := cfg.ValidatePolicy(); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -38,8 +39,8 @@ func TestPolicy(t *testing.T) {
 	}
 	for _, bad := range [][]string{{"no-such-user"}, {""}, {"nobody", " "}, {"4294967295"}, {"-1"}} {
 		cfg := Config{AllowUsers: bad}
-		if err := cfg.ValidatePolicy(); err == nil || !strings.HasPrefix(err.Error(), "--allow-users: ") {
-			t.Errorf("AllowUsers %q: %v, want a refusal naming --allow-users", bad, err)
+		if err := cfg.ValidatePolicy(); err == nil || !strings.HasPrefix(err.Error(), "AllowUsers: ") {
+			t.Errorf("AllowUsers %q: %v, want a refusal naming AllowUsers", bad, err)
 		}
 	}
 	if cfg := (Config{}); cfg.ValidatePolicy() != nil || cfg.AllowUsers[0] != DefaultAllowUsers || cfg.AllowCommandJobs != DefaultAllowCommandJobs {

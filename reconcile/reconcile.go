@@ -47,9 +47,10 @@ import (
 // long enough for a nightly prerequisite that failed to be retried or run by hand.
 const DefaultDependsWait = 6 * time.Hour
 
-// Config configures a Reconciler, and states the defaults and the validation of its settings,
-// which the daemon's flags set (supervisor.Config embeds it). A setting left zero gets its
-// default; a negative or otherwise invalid one is refused with an error naming its flag.
+// Config configures a Reconciler, and states the defaults and the validation of its settings.
+// A setting left zero gets its default; a negative or otherwise invalid one is refused with a
+// one-line error that names it as SettingName says. The daemon's flags set them
+// (supervisor.Config.Reconcile; cmd/holdfast binds the flags and names each).
 type Config struct {
 	// Store is the database the reconciler reads and writes (State), Runner the systemd it asks
 	// (Units): the daemon gives its store.Store and *runner.Runner; a unit test of the
@@ -59,56 +60,52 @@ type Config struct {
 	// Inventory records the listing of a repository a forget run changed (inventory.Refresh):
 	// the daemon gives its store.Store again. Nil (fakes) lists nothing: inventory refuses it.
 	Inventory inventory.Store
-	// StateDir holds markers and run journals (--state-dir); it must be the same path inside the
-	// units.
+	// StateDir holds markers and run journals; it must be the same path inside the units.
 	StateDir string
-	// Binary is the holdfast executable the units run (`holdfast exec`, `holdfast marker`;
-	// --holdfast-binary).
+	// Binary is the holdfast executable the units run (`holdfast exec`, `holdfast marker`).
 	Binary string
-	// ResticBinary is the restic executable the units run (--restic). Default DefaultResticBinary.
+	// ResticBinary is the restic executable the units run. Default jobunit.DefaultResticBinary.
 	ResticBinary string
-	// Host is this daemon's host (--host): recorded on each attempt it claims, and the only host
-	// whose attempts it reconciles. Default os.Hostname().
+	// Host is this daemon's host: recorded on each attempt it claims, and the only host whose
+	// attempts it reconciles. Default os.Hostname().
 	Host string
 	// TakeoverGrace is how long after another host's lease expired this daemon takes over that
-	// host's runs of any-host jobs (--takeover-grace). Default DefaultTakeoverGrace.
+	// host's runs of any-host jobs. Default DefaultTakeoverGrace.
 	TakeoverGrace time.Duration
-	// Lease, if set, is the host's lease as the daemon holds it now, and whether it holds it
+	// HeldLease, if set, is the host's lease as the daemon holds it now, and whether it holds it
 	// (it took or renewed it less than a lease length ago and no other holder took it). Every
 	// write about an attempt, every spawn claim and every takeover carries it (the fence, see
 	// store.Lease); while it is not held the reconciler stands by: Sweep does nothing and returns
 	// ErrNoLease, and no spawn, repair or runaway stop is carried out. Nil: the reconciler
 	// holds no lease (used alone, as in its tests) and writes as Host without one.
-	Lease func() (store.Lease, bool)
+	HeldLease func() (store.Lease, bool)
 	// BootID is the host's current boot, recorded on each attempt: a unit of this host's
 	// earlier boot is gone for good. Default CurrentBoot ("" if it cannot be read: then a run a
 	// reboot interrupted waits out the spawn grace).
 	BootID string
-	// SpawnGrace is how long after a spawn claim a missing unit is still "not started yet"
-	// (--spawn-grace). Default DefaultSpawnGrace.
+	// SpawnGrace is how long after a spawn claim a missing unit is still "not started yet".
+	// Default DefaultSpawnGrace.
 	SpawnGrace time.Duration
-	// RunBudget bounds the time one run may take in one pass (--run-budget). Default
-	// DefaultRunBudget.
+	// RunBudget bounds the time one run may take in one pass. Default DefaultRunBudget.
 	RunBudget time.Duration
 	// PassTimeout bounds a whole pass, so a database or systemd that stops answering cannot
-	// hold the daemon's loop: the runs not reached go to the next pass (--pass-timeout, which
-	// bounds admission passes too). Default DefaultPassTimeout.
+	// hold the daemon's loop: the runs not reached go to the next pass. The daemon bounds its
+	// admission passes with it too. Default DefaultPassTimeout.
 	PassTimeout time.Duration
-	// MaxAttempts bounds restarts: a run whose units keep vanishing fails after this many attempts
-	// (--max-attempts). Default DefaultMaxAttempts.
+	// MaxAttempts bounds restarts: a run whose units keep vanishing fails after this many
+	// attempts. Default DefaultMaxAttempts.
 	MaxAttempts int
-	// Limits bound how many runs hold a unit at once (--max-running, --max-running-host; 0: no
-	// limit).
+	// Limits bound how many runs hold a unit at once (0: no limit).
 	Limits store.Limits
-	// Windows are global maintenance windows in WindowZone (--window, --window-tz): no run starts
-	// inside one. Default UTC.
-	Windows    []schedule.Window
-	WindowZone *time.Location
+	// Windows are global maintenance windows ("Sat 01:00-05:00", see schedule.ParseWindow) in
+	// the IANA zone WindowZone ("" is UTC): no run starts inside one. Validate parses them.
+	Windows    []string
+	WindowZone string
 	// DependsWait bounds how long a run waits for its prerequisite's next outcome when the
-	// prerequisite's last run did not succeed, counted from when the run was queued
-	// (--depends-wait). Default DefaultDependsWait.
+	// prerequisite's last run did not succeed, counted from when the run was queued. Default
+	// DefaultDependsWait.
 	DependsWait time.Duration
-	// Workers is how many runs one pass reconciles at once (--workers). Default DefaultWorkers.
+	// Workers is how many runs one pass reconciles at once. Default DefaultWorkers.
 	Workers int
 	// SpawnWorkers is how many spawns the spawning service carries out at once. Default
 	// spawn.DefaultWorkers.
@@ -116,19 +113,22 @@ type Config struct {
 	// SpawnHook, if set, is called by each spawn before its claim; for tests, which hold a
 	// spawn with it.
 	SpawnHook func(ctx context.Context, run uuid.UUID)
-	// AllowUsers are the users jobs may run as (--allow-users): user names or numeric uids, or
-	// AnyUser.
+	// AllowUsers are the users jobs may run as: user names or numeric uids, or AnyUser.
 	// Default DefaultAllowUsers. A run of a job whose user is not among them ends failed.
 	AllowUsers []string
-	// AllowCommandJobs lets runs of command jobs start (--allow-command-jobs); without it they
-	// end failed.
+	// AllowCommandJobs lets runs of command jobs start; without it they end failed.
 	// Default DefaultAllowCommandJobs.
 	AllowCommandJobs bool
 	// StartLead is how long before its not-before time (a scheduled run's slot, a retry's
 	// delay) a ready run is claimed, prepared and armed, so that systemd starts its unit at that
-	// time from a transient timer (runner.Arm; --start-lead); 0 starts every run when its time
-	// has come.
+	// time from a transient timer (runner.Arm); the daemon admits a slot as far ahead. 0 starts
+	// every run when its time has come. Defaults gives DefaultStartLead; a Config built by code
+	// that leaves it zero arms nothing.
 	StartLead time.Duration
+	// SettingName, if set, is what the operator calls a setting, given its field's name here
+	// ("SpawnGrace", "AllowUsers"): Validate's errors and the policy's refusals name settings
+	// through it. The daemon gives its flags' names; nil names the fields.
+	SettingName func(field string) string
 	// Observer hears of each run this reconciler closes (metrics); nil hears nothing.
 	Observer Observer
 	Logger   *slog.Logger
@@ -136,6 +136,9 @@ type Config struct {
 	now func() time.Time
 	// allowedUIDs is AllowUsers resolved; nil allows every user.
 	allowedUIDs map[uint32]bool
+	// windows and zone are Windows and WindowZone parsed.
+	windows []schedule.Window
+	zone    *time.Location
 }
 
 // Observer hears of the runs a reconciler closes, once each.
@@ -143,15 +146,18 @@ type Observer interface {
 	RunEnded(run model.Run, status string, at time.Time)
 }
 
-// Config's defaults, each stated once (and applied in durations and counts); the daemon's flags
-// default to them.
+// Config's defaults, each stated once (and applied in durations and counts, or by Defaults);
+// the daemon's flags default to them.
 const (
-	DefaultPassTimeout  = 2 * time.Minute
-	DefaultSpawnGrace   = 30 * time.Second
-	DefaultRunBudget    = 30 * time.Second
-	DefaultMaxAttempts  = 5
-	DefaultWorkers      = 8
-	DefaultResticBinary = jobunit.DefaultResticBinary // restic in PATH
+	DefaultPassTimeout = 2 * time.Minute
+	DefaultSpawnGrace  = 30 * time.Second
+	DefaultRunBudget   = 30 * time.Second
+	DefaultMaxAttempts = 5
+	DefaultWorkers     = 8
+	// DefaultStartLead is how long before its slot a scheduled run is admitted and armed: ample
+	// for a burst of slots to be prepared, short enough that limits and windows decided then
+	// still hold at the slot.
+	DefaultStartLead = 10 * time.Second
 )
 
 // CurrentBoot identifies this boot of the host: the kernel's boot id, and when its PID 1 started
@@ -171,7 +177,7 @@ func CurrentBoot() (string, error) {
 
 // Validate fills in the defaults of the settings left zero and checks every field: the
 // connections and programs a Reconciler needs, and each setting (a negative or otherwise
-// invalid one is refused with an error naming the daemon's flag for it).
+// invalid one is refused with an error naming it, see SettingName).
 func (c *Config) Validate() error {
 	switch {
 	case c.Store == nil:
@@ -187,7 +193,7 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.ResticBinary == "" {
-		c.ResticBinary = DefaultResticBinary
+		c.ResticBinary = jobunit.DefaultResticBinary
 	}
 	if c.BootID == "" {
 		var err error
@@ -213,7 +219,7 @@ func (c *Config) ValidateFlags() error { return c.validateSettings(true) }
 // Defaults returns a Config with the default of every setting that has one: the defaults of the
 // daemon's flags.
 func Defaults() Config {
-	c := Config{AllowUsers: []string{DefaultAllowUsers}, AllowCommandJobs: DefaultAllowCommandJobs}
+	c := Config{AllowUsers: []string{DefaultAllowUsers}, AllowCommandJobs: DefaultAllowCommandJobs, StartLead: DefaultStartLead}
 	for _, s := range c.durations() {
 		*s.v = s.def
 	}
@@ -223,10 +229,10 @@ func Defaults() Config {
 	return c
 }
 
-// setting is one of Config's settings that has a default, with the daemon's flag for it (errors
-// name it); zeroIsDefault if a zero the operator gave means the default too.
+// setting is one of Config's settings that has a default, with its field's name (errors name it
+// through SettingName); zeroIsDefault if a zero the operator gave means the default too.
 type setting[T time.Duration | int] struct {
-	flag          string
+	field         string
 	v             *T
 	def           T
 	zeroIsDefault bool
@@ -235,19 +241,19 @@ type setting[T time.Duration | int] struct {
 // durations and counts are Config's settings with a default: each default is stated here, once.
 func (c *Config) durations() []setting[time.Duration] {
 	return []setting[time.Duration]{
-		{"--spawn-grace", &c.SpawnGrace, DefaultSpawnGrace, false},
-		{"--run-budget", &c.RunBudget, DefaultRunBudget, false},
-		{"--pass-timeout", &c.PassTimeout, DefaultPassTimeout, true},
-		{"--depends-wait", &c.DependsWait, DefaultDependsWait, false},
-		{"--takeover-grace", &c.TakeoverGrace, DefaultTakeoverGrace, false},
+		{"SpawnGrace", &c.SpawnGrace, DefaultSpawnGrace, false},
+		{"RunBudget", &c.RunBudget, DefaultRunBudget, false},
+		{"PassTimeout", &c.PassTimeout, DefaultPassTimeout, true},
+		{"DependsWait", &c.DependsWait, DefaultDependsWait, false},
+		{"TakeoverGrace", &c.TakeoverGrace, DefaultTakeoverGrace, false},
 	}
 }
 
 func (c *Config) counts() []setting[int] {
 	return []setting[int]{
-		{"--max-attempts", &c.MaxAttempts, DefaultMaxAttempts, false},
-		{"--workers", &c.Workers, DefaultWorkers, false},
-		{"spawn workers", &c.SpawnWorkers, spawn.DefaultWorkers, true}, // no flag
+		{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts, false},
+		{"Workers", &c.Workers, DefaultWorkers, false},
+		{"SpawnWorkers", &c.SpawnWorkers, spawn.DefaultWorkers, true}, // the daemon has no flag for it
 	}
 }
 
@@ -258,7 +264,7 @@ func (c *Config) validateSettings(given bool) error {
 	for _, s := range c.durations() {
 		switch {
 		case *s.v < 0 || *s.v == 0 && given && !s.zeroIsDefault:
-			return fmt.Errorf("%s %s must be positive, e.g. %s", s.flag, *s.v, shortDuration(s.def))
+			return fmt.Errorf("%s %s must be positive, e.g. %s", c.name(s.field), *s.v, shortDuration(s.def))
 		case *s.v == 0:
 			*s.v = s.def
 		}
@@ -266,35 +272,47 @@ func (c *Config) validateSettings(given bool) error {
 	for _, s := range c.counts() {
 		switch {
 		case *s.v < 0 || *s.v == 0 && given && !s.zeroIsDefault:
-			return fmt.Errorf("%s %d is out of range: give at least 1", s.flag, *s.v)
+			return fmt.Errorf("%s %d is out of range: give at least 1", c.name(s.field), *s.v)
 		case *s.v == 0:
 			*s.v = s.def
 		}
 	}
 	for _, l := range []struct {
-		flag string
-		n    int
-	}{{"--max-running", c.Limits.MaxRunning}, {"--max-running-host", c.Limits.MaxRunningHost}} {
+		field string
+		n     int
+	}{{"Limits.MaxRunning", c.Limits.MaxRunning}, {"Limits.MaxRunningHost", c.Limits.MaxRunningHost}} {
 		if l.n < 0 { // 0 is no limit
-			return fmt.Errorf("%s %d is out of range: give at least 0", l.flag, l.n)
+			return fmt.Errorf("%s %d is out of range: give at least 0", c.name(l.field), l.n)
 		}
 	}
 	if c.StartLead < 0 { // 0 starts runs when their time has come
-		return fmt.Errorf("--start-lead %s is negative: give 0 or more, e.g. 10s", c.StartLead)
+		return fmt.Errorf("%s %s is negative: give 0 or more, e.g. %s", c.name("StartLead"), c.StartLead, shortDuration(DefaultStartLead))
 	}
 	if c.Host == "" {
 		c.Host, _ = os.Hostname()
 	}
 	if err := job.ValidateHost(c.Host); err != nil {
-		return fmt.Errorf("--host: %w", err)
+		return fmt.Errorf("%s: %w", c.name("Host"), err)
 	}
-	if c.WindowZone == nil {
-		c.WindowZone = time.UTC
+	var err error
+	if c.zone, err = schedule.LoadZone(c.WindowZone); err != nil {
+		return fmt.Errorf("%s: %w", c.name("WindowZone"), err)
+	}
+	if c.windows, err = schedule.ParseWindows(c.Windows); err != nil {
+		return err // it quotes the window
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return c.ValidatePolicy()
+}
+
+// name is what the operator calls the setting of Config's field (SettingName).
+func (c *Config) name(field string) string {
+	if c.SettingName == nil {
+		return field
+	}
+	return c.SettingName(field)
 }
 
 // shortDuration is d as a flag is best given: 6h, 2m, 30s.
@@ -312,12 +330,12 @@ func shortDuration(d time.Duration) string {
 // ErrNoLease is what Sweep returns while the daemon does not hold its host's lease.
 var ErrNoLease = errors.New("the host's lease is not held: standing by until this daemon takes it again")
 
-// fence is the lease r writes under now (see Config.Lease).
+// fence is the lease r writes under now (see Config.HeldLease).
 func (r *Reconciler) fence() store.Lease {
-	if r.cfg.Lease == nil {
+	if r.cfg.HeldLease == nil {
 		return store.Lease{Host: r.cfg.Host}
 	}
-	l, _ := r.cfg.Lease()
+	l, _ := r.cfg.HeldLease()
 	if l.Host != r.cfg.Host { // not taken yet: no lease
 		return store.Lease{Host: r.cfg.Host}
 	}
@@ -326,10 +344,10 @@ func (r *Reconciler) fence() store.Lease {
 
 // acting reports whether r may act now: it holds its host's lease, or it was given none to hold.
 func (r *Reconciler) acting() bool {
-	if r.cfg.Lease == nil {
+	if r.cfg.HeldLease == nil {
 		return true
 	}
-	l, held := r.cfg.Lease()
+	l, held := r.cfg.HeldLease()
 	return held && l.Host == r.cfg.Host
 }
 
@@ -351,6 +369,7 @@ type Reconciler struct {
 	// unitsLastPass is how many units the last pass asked systemd about.
 	unitsLastPass atomic.Int64
 	orphans       orphanReads
+	windows       windowsMemo // the jobs' maintenance windows, parsed
 	// shapeLastPass is liveShape of the live runs the last pass read (0 before one did).
 	shapeLastPass atomic.Uint64
 }

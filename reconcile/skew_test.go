@@ -45,7 +45,7 @@ func TestHostClockSkew(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := &Reconciler{cfg: Config{Store: st, StateDir: t.TempDir(), Host: "h", SpawnGrace: time.Minute, MaxAttempts: 5, RunBudget: time.Minute,
-				AllowCommandJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WindowZone: time.UTC,
+				AllowCommandJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 				now: func() time.Time { return time.Now().Add(tc.skew) }}, unlocked: map[model.AttemptRef]bool{}}
 			if err := r.newServices(); err != nil {
 				t.Fatal(err)

@@ -43,7 +43,10 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 	}
 	t.Cleanup(e.r.Close)
 	cfg.Store, cfg.Runner, cfg.Inventory, cfg.StateDir = e.st, e.r, e.st, filepath.Join(dir, "state")
-	cfg.Binary, cfg.Logger = testenv.HoldfastBinary(t), slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Binary = testenv.HoldfastBinary(t)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	if e.rec, err = reconcile.New(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,20 @@ func ParseWindow(text string) (Window, error) {
 	return w, nil
 }
 
+// ParseWindows reads each of texts as ParseWindow does; the first that does not parse is the
+// error.
+func ParseWindows(texts []string) ([]Window, error) {
+	var windows []Window
+	for _, text := range texts {
+		w, err := ParseWindow(text)
+		if err != nil {
+			return nil, err
+		}
+		windows = append(windows, w)
+	}
+	return windows, nil
+}
+
 func (w *Window) parseDays(s string) error {
 	if s == "daily" || s == "*" {
 		w.days = [7]bool{true, true, true, true, true, true, true}

@@ -41,6 +41,13 @@ func TestWindows(t *testing.T) {
 			t.Errorf("ParseWindow(%q) = %v, want an error quoting it", bad, err)
 		}
 	}
+	// A list: every window, or the first that does not parse.
+	if ws, err := ParseWindows([]string{"Sat 01:00-05:00", "Mon-Fri 22:00-06:00"}); err != nil || len(ws) != 2 || ws[1].String() != "Mon-Fri 22:00-06:00" {
+		t.Errorf("ParseWindows = %v, %v", ws, err)
+	}
+	if ws, err := ParseWindows([]string{"Sat 01:00-05:00", "Sat 1-2", "Caturday 01:00-02:00"}); ws != nil || err == nil || !strings.Contains(err.Error(), `"Sat 1-2"`) {
+		t.Errorf("ParseWindows with a bad one = %v, %v; want the first bad one's error", ws, err)
+	}
 }
 
 func TestBackoffGrowsAndIsCapped(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 )
 
 // SetSpawnHook has every spawn of a supervisor made from c call hook before its claim.
-func SetSpawnHook(c *Config, hook func(context.Context, uuid.UUID)) { c.SpawnHook = hook }
+func SetSpawnHook(c *Config, hook func(context.Context, uuid.UUID)) { c.Reconcile.SpawnHook = hook }
 
 // SetLeaseHolder has a supervisor made from c hold its host's lease as holder, and take it from
 // a current holder when gone says that one is gone: two supervisors of one process then act as

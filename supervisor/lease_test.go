@@ -43,7 +43,7 @@ func (b *syncBuffer) String() string {
 func TestLeaseTakenByAnotherDaemon(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	e.cfg.Host = "shared"
+	e.cfg.Reconcile.Host = "shared"
 	// A notices within a third of it; shorter, a loaded machine let A's own lease lapse and
 	// A take it again before B came (a generation more than the test looks for).
 	e.cfg.Lease = 5 * time.Second

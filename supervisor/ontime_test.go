@@ -112,10 +112,10 @@ func TestScheduledStartsOnTime(t *testing.T) {
 	e := newEnv(t)
 	// Both slots are admitted and armed at once: the called-off one is an hour ahead, so that
 	// its stop never races its slot.
-	e.cfg.StartLead = 2 * time.Hour
+	e.cfg.Reconcile.StartLead = 2 * time.Hour
 	// Once the slot has come, a unit its timer has not started yet is not taken for gone.
-	e.cfg.SpawnGrace = time.Minute
-	release := filepath.Join(filepath.Dir(e.cfg.StateDir), "release")
+	e.cfg.Reconcile.SpawnGrace = time.Minute
+	release := filepath.Join(filepath.Dir(e.cfg.Reconcile.StateDir), "release")
 	// It runs until the test has read how it was started: its timer goes when it ends.
 	wait := []string{"/bin/sh", "-c", `until [ -e "$0" ]; do sleep 0.05; done`, release}
 	offSlot := time.Now().Add(time.Hour).Truncate(time.Millisecond)
@@ -210,7 +210,7 @@ func TestScheduledStartsOnTime(t *testing.T) {
 			t.Fatalf("%s of the stopped run is alive after its end", unit)
 		}
 	}
-	if _, err := runner.ReadMarker(e.cfg.StateDir, off.ID, 1); err == nil {
+	if _, err := runner.ReadMarker(e.cfg.Reconcile.StateDir, off.ID, 1); err == nil {
 		t.Fatal("the stopped run's service ran: it left an exit marker")
 	}
 }

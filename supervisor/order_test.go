@@ -45,7 +45,7 @@ func (e env) attemptSpan(t *testing.T, run model.Run) (claimed, ended time.Time)
 func TestPriority(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.cfg.Limits.MaxRunning = 1
+	e.cfg.Reconcile.Limits.MaxRunning = 1
 	var runs []model.Run
 	for i := range 6 {
 		name := fmt.Sprintf("p%d", i)
@@ -82,7 +82,7 @@ func TestGlobalLimit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
-	e.cfg.Limits.MaxRunning = 4
+	e.cfg.Reconcile.Limits.MaxRunning = 4
 	const n = 24
 	for i := range n {
 		name := fmt.Sprintf("crowd%d", i)
@@ -184,7 +184,7 @@ func TestGlobalLimit(t *testing.T) {
 func TestDependencyWaitIsBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.cfg.DependsWait = 2 * time.Second
+	e.cfg.Reconcile.DependsWait = 2 * time.Second
 	e.createJob(t, model.Job{Name: "idle", Engine: "command", Command: []string{"/bin/true"}})
 	e.createJob(t, model.Job{Name: "after", Engine: "command", Command: []string{"/bin/true"}, DependsOn: "idle"})
 	e.start(t)
@@ -300,7 +300,7 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 	t.Cleanup(rn.Close)
 	// Another host's daemon: two supervisors of one host name in one process are one lease
 	// holder, and would take the lease from each other.
-	other.cfg.Store, other.cfg.Runner, other.cfg.Host = st, rn, "other-host"
+	other.cfg.Store, other.cfg.Runner, other.cfg.Reconcile.Host = st, rn, "other-host"
 	other.start(t)
 
 	// Until 50 slots ran: seconds, or minutes on a loaded machine, where most slots are missed.

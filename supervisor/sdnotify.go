@@ -129,7 +129,7 @@ func newNotifier(p *progress, cfg Config, host string) (*notifier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the service manager's watchdog setting: %w", err)
 	}
-	n := &notifier{progress: p, store: cfg.Store, host: host, interval: cfg.SweepInterval, passTimeout: cfg.PassTimeout, watchdog: watchdog,
+	n := &notifier{progress: p, store: cfg.Store, host: host, interval: cfg.SweepInterval, passTimeout: cfg.Reconcile.PassTimeout, watchdog: watchdog,
 		logger: cfg.Logger}
 	n.loop = loop{name: "service manager notifications", run: n.run}
 	return n, nil

@@ -138,7 +138,7 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 		wait := s.pollEvery(s.cfg.SweepInterval)
 		dueAt = time.Time{}
 		nextCtx, cancel := context.WithTimeout(ctx, s.cfg.Database.StatementTimeout)
-		next, nextErr := s.cfg.Store.NextDue(nextCtx, s.rec.Host(), s.cfg.StartLead)
+		next, nextErr := s.cfg.Store.NextDue(nextCtx, s.rec.Host(), s.cfg.Reconcile.StartLead)
 		gate.Learn(time.Now(), next, errors.Join(err, nextErr))
 		if nextErr == nil && next != nil && time.Until(*next) < wait {
 			dueAt = *next
@@ -211,7 +211,7 @@ func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 			}
 			continue
 		}
-		passCtx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
+		passCtx, cancel := context.WithTimeout(ctx, s.cfg.Reconcile.PassTimeout)
 		err := w.Pass(passCtx)
 		cancel()
 		if err != nil && ctx.Err() == nil {

@@ -19,6 +19,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -41,14 +42,14 @@ import (
 )
 
 // The defaults of the daemon's own settings, each stated here once; those of the reconciler's
-// settings are reconcile's (reconcile.DefaultSpawnGrace and the others). Defaults returns a
-// Config with all of them.
+// settings are reconcile's (reconcile.Defaults), of notification delivery notify's, of the
+// database's store's. Defaults returns a Config with all of them.
 const (
 	DefaultSweepInterval = 2 * time.Second
 	DefaultLateGrace     = time.Minute
 	DefaultKeepRunFiles  = "30d"
 	// DefaultKeepHistory is how long ended runs, their events and ledger entries stay in the
-	// database (--keep-history); a month's allowance and the watch read back 35 days at most.
+	// database; a month's allowance and the watch read back 35 days at most.
 	DefaultKeepHistory = "180d"
 	minKeepHistory     = 35 * 24 * time.Hour
 	// compactEvery is how often one daemon of the fleet removes the history older than that.
@@ -56,10 +57,6 @@ const (
 	DefaultRunFilesEvery = time.Hour
 	// Each watch pass reads the host's jobs; deadlines and stalls are minutes apart, not seconds.
 	DefaultWatchInterval = watch.DefaultInterval
-	// DefaultStartLead is how long before its slot a scheduled run is admitted and armed: ample
-	// for a burst of slots to be prepared, short enough that limits and windows decided then
-	// still hold at the slot.
-	DefaultStartLead = 10 * time.Second
 	// DefaultLease is how long a host's lease lasts unless renewed: a host is seen down this
 	// long after its daemon stopped answering.
 	DefaultLease = 10 * time.Second
@@ -88,55 +85,61 @@ const (
 	relistenAtMost = 30 * time.Second
 )
 
-// Config configures a Supervisor. Start from Defaults: Validate refuses a zero where zero means
-// nothing sensible (an interval, a count). Each setting names the daemon's flag for it, and
-// Validate's errors name the flag too.
+// Config configures a Supervisor: the daemon's settings, each stated once, by the part of the
+// daemon it configures. Reconcile, Notify, Database and Systemd are the settings of the
+// reconciler, notification delivery, the database and systemd, whose defaults and validation are
+// their packages'; the fields besides are the daemon's own. New builds each service's
+// configuration from them. Start from Defaults: Validate refuses a zero where zero means nothing
+// sensible (an interval, a count). Validate's errors name a setting by its path here
+// ("SweepInterval", "Reconcile.SpawnGrace"), through SettingName.
 type Config struct {
-	// Config is the reconciler's part, whose settings' defaults and validation are reconcile's
-	// (reconcile.Defaults, Config.ValidateFlags): StateDir, Binary, ResticBinary, Host (which
-	// also holds the host's lease and runs the jobs pinned to it), TakeoverGrace, SpawnGrace, RunBudget, PassTimeout (which also bounds
-	// admission passes), StartLead (how long before its time a run is also admitted),
-	// DependsWait, MaxAttempts, Workers, SpawnWorkers, Limits, AllowUsers, AllowCommandJobs and
-	// Logger. Here Binary defaults to holdfast-unit installed beside this executable, else this
-	// one (unitcmd.Binary), and ResticBinary to the restic in PATH, both checked by Validate.
-	// Its Lease, Windows, WindowZone and Observer are filled in from the daemon's: Lease, Windows and WindowZone below (which hide them) and the metrics. Its
-	// Store, Runner and Inventory are Store and Runner below (which hide the first two).
-	reconcile.Config
+	// Reconcile is the reconciler's settings (see reconcile.Config): validated as the daemon's
+	// (reconcile.Config.ValidateFlags). Its Host is this daemon's host, which also holds the
+	// host's lease and runs the jobs pinned to it; its PassTimeout bounds admission passes too,
+	// and its StartLead is also how long before its slot a run is admitted. Here Binary defaults
+	// to holdfast-unit installed beside this executable, else this one (unitcmd.Binary), and
+	// ResticBinary to the restic in PATH, both checked by Validate. Its Logger and SettingName
+	// are Validate's to fill in, its Store, Runner, HeldLease and Observer New's, from those
+	// below, the host's lease and the metrics.
+	Reconcile reconcile.Config
 	// Store and Runner are the daemon's connections, which New requires and Validate, run
 	// before anything is connected, does not look at. The reconciler and the other services get
-	// them, each as the interface of the calls it makes; the supervisor's own (the lease, the
-	// unit-end watch, the notify protocol) take them concretely, so they hide reconcile.Config's,
-	// which take any reconcile.State and reconcile.Units.
+	// them, each as the interface of the calls it makes.
 	Store  *store.Store
 	Runner *runner.Runner
-	// ResticVersion is the release of ResticBinary, set by Validate, which refuses a binary
-	// that is not restic or is older than engine.OldestRestic.
+	// Logger is the daemon's log; nil is slog.Default().
+	Logger *slog.Logger
+	// SettingName, if set, is what the operator calls a setting, given its path in Config
+	// ("SweepInterval", "Reconcile.SpawnGrace", "Notify.Lease"): Validate's errors, and the
+	// reconciler's errors and refusals, name settings through it. The daemon gives its flags'
+	// names; nil names the paths.
+	SettingName func(path string) string
+	// ResticVersion is the release of Reconcile.ResticBinary, set by Validate, which refuses a
+	// binary that is not restic or is older than engine.OldestRestic.
 	ResticVersion engine.ResticVersion
 	// Database and Systemd are the settings the daemon connects with; Validate checks them.
 	Database store.Config
 	Systemd  runner.Config
-	// Lease is how long the host's lease lasts unless renewed (--lease).
+	// Lease is how long the host's lease lasts unless renewed.
 	Lease time.Duration
 
-	SweepInterval time.Duration // --sweep-interval: time between passes when nothing wakes the sweep
-	LateGrace     time.Duration // --late-grace: how late a slot may still start; older ones are missed
-	Windows       []string      // --window: global maintenance windows, e.g. "Sat 01:00-05:00"
-	WindowZone    string        // --window-tz: IANA zone of the windows; "" is UTC
-	// KeepRunFiles is how long the journals and markers of ended runs stay (--keep-run-files),
-	// a retention duration such as 30d.
+	SweepInterval time.Duration // time between passes when nothing wakes the sweep
+	LateGrace     time.Duration // how late a slot may still start; older ones are missed
+	// KeepRunFiles is how long the journals and markers of ended runs stay, a retention
+	// duration such as 30d.
 	KeepRunFiles  string
-	RunFilesEvery time.Duration // --run-files-every: how often old run files are looked for
+	RunFilesEvery time.Duration // how often old run files are looked for
 	// KeepHistory is how long the database keeps ended runs with their attempts, events,
-	// delivered deliveries and ledger entries (--keep-history), a retention duration of 35d or
-	// more; one daemon of the fleet removes what is older every hour (store.CompactHistory).
+	// delivered deliveries and ledger entries, a retention duration of 35d or more; one daemon
+	// of the fleet removes what is older every hour (store.CompactHistory).
 	KeepHistory   string
-	WatchInterval time.Duration // --watch-interval: how often jobs are judged overdue or not
-	// Listen is the address the daemon serves /metrics and the dashboard on (--listen), e.g.
-	// 127.0.0.1:9750; "" serves nothing. It needs WebAuthFile (--web-auth-file, see
-	// web.LoadAuth): every request needs its credentials. A request's Host must be the
-	// listener's (web.HostsFor) or one of WebHosts (--web-host). A non-loopback address needs
-	// TLSCert and TLSKey (--tls-cert, --tls-key). Version is the build the metrics name;
-	// JournalDir the journal the dashboard reads log tails from ("" the system's).
+	WatchInterval time.Duration // how often jobs are judged overdue or not
+	// Listen is the address the daemon serves /metrics and the dashboard on, e.g.
+	// 127.0.0.1:9750; "" serves nothing. It needs WebAuthFile (see web.LoadAuth): every
+	// request needs its credentials. A request's Host must be the listener's (web.HostsFor) or
+	// one of WebHosts. A non-loopback address needs TLSCert and TLSKey. Version is the build
+	// the metrics name; JournalDir the journal the dashboard reads log tails from ("" the
+	// system's).
 	Listen          string
 	WebAuthFile     string
 	WebHosts        []string
@@ -158,15 +161,25 @@ type Config struct {
 
 // Defaults returns a Config with every default.
 func Defaults() Config {
-	c := Config{Config: reconcile.Defaults(), SweepInterval: DefaultSweepInterval, LateGrace: DefaultLateGrace,
-		KeepRunFiles: DefaultKeepRunFiles, KeepHistory: DefaultKeepHistory, RunFilesEvery: DefaultRunFilesEvery, WatchInterval: DefaultWatchInterval, Lease: DefaultLease}
-	c.StartLead = DefaultStartLead
-	return c
+	return Config{Reconcile: reconcile.Defaults(), SweepInterval: DefaultSweepInterval, LateGrace: DefaultLateGrace,
+		KeepRunFiles: DefaultKeepRunFiles, KeepHistory: DefaultKeepHistory, RunFilesEvery: DefaultRunFilesEvery,
+		WatchInterval: DefaultWatchInterval, Lease: DefaultLease}
+}
+
+// name is what the operator calls the setting at path (SettingName).
+func (c *Config) name(path string) string {
+	if c.SettingName == nil {
+		return path
+	}
+	return c.SettingName(path)
 }
 
 // Validate checks every setting and resolves the binaries, windows and users, touching nothing:
 // a daemon refuses a bad configuration before it asks PostgreSQL or systemd anything.
 func (c *Config) Validate() error {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	if err := c.Systemd.Validate(); err != nil {
 		return err
 	}
@@ -174,68 +187,72 @@ func (c *Config) Validate() error {
 		return err
 	}
 	for _, v := range []struct {
-		flag    string
+		path    string
 		d       time.Duration
 		example string
-	}{{"--sweep-interval", c.SweepInterval, "2s"}, {"--watch-interval", c.WatchInterval, "15s"}, {"--lease", c.Lease, "10s"}} {
+	}{{"SweepInterval", c.SweepInterval, "2s"}, {"WatchInterval", c.WatchInterval, "15s"}, {"Lease", c.Lease, "10s"}} {
 		if v.d <= 0 {
-			return fmt.Errorf("%s %s must be positive, e.g. %s", v.flag, v.d, v.example)
+			return fmt.Errorf("%s %s must be positive, e.g. %s", c.name(v.path), v.d, v.example)
 		}
 	}
 	if c.Lease < 300*time.Millisecond {
-		return fmt.Errorf("--lease %s is too short to renew: give at least 300ms, e.g. 10s", c.Lease)
+		return fmt.Errorf("%s %s is too short to renew: give at least 300ms, e.g. 10s", c.name("Lease"), c.Lease)
 	}
-	// The reconciler's settings, the host's name and the allowed users among them.
-	if err := c.Config.ValidateFlags(); err != nil {
+	// The reconciler's settings, the host's name, the global windows and the allowed users
+	// among them, named by their paths here.
+	rc := &c.Reconcile
+	name := c.SettingName
+	rc.SettingName = func(field string) string {
+		if name == nil {
+			return "Reconcile." + field
+		}
+		return name("Reconcile." + field)
+	}
+	rc.Logger = c.Logger
+	if err := rc.ValidateFlags(); err != nil {
 		return err
 	}
 	var err error
 	if c.keepRunFiles, err = retention.ParseDuration(c.KeepRunFiles); err != nil || c.keepRunFiles.IsZero() {
-		return fmt.Errorf("--keep-run-files %q: give a positive duration such as 30d, 2m or 36h", c.KeepRunFiles)
+		return fmt.Errorf("%s %q: give a positive duration such as 30d, 2m or 36h", c.name("KeepRunFiles"), c.KeepRunFiles)
 	}
 	if c.keepHistory, err = retention.ParseDuration(c.KeepHistory); err != nil ||
 		time.Since(c.keepHistory.Before(time.Now())) < minKeepHistory {
-		return fmt.Errorf("--keep-history %q: give a duration of 35 days or more, such as 180d or 1y", c.KeepHistory)
+		return fmt.Errorf("%s %q: give a duration of 35 days or more, such as 180d or 1y", c.name("KeepHistory"), c.KeepHistory)
 	}
 	// A run's files are found through its row: a row removed first would leave them for good.
 	if now := time.Now(); c.keepHistory.Before(now).After(c.keepRunFiles.Before(now)) {
-		return fmt.Errorf("--keep-history %s is shorter than --keep-run-files %s: keep the history at least as long as the runs' files",
-			c.KeepHistory, c.KeepRunFiles)
+		return fmt.Errorf("%s %s is shorter than %s %s: keep the history at least as long as the runs' files",
+			c.name("KeepHistory"), c.KeepHistory, c.name("KeepRunFiles"), c.KeepRunFiles)
 	}
 	if c.RunFilesEvery <= 0 {
-		return errors.New("--run-files-every must be positive")
+		return fmt.Errorf("%s must be positive", c.name("RunFilesEvery"))
 	}
 	if c.LateGrace < 0 {
-		return fmt.Errorf("--late-grace %s is negative: give 0 or more, e.g. 1m", c.LateGrace)
+		return fmt.Errorf("%s %s is negative: give 0 or more, e.g. 1m", c.name("LateGrace"), c.LateGrace)
 	}
-	if c.Binary == "" {
+	if rc.Binary == "" {
 		self, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("find holdfast's own executable: %w", err)
 		}
-		c.Binary = unitcmd.Binary(self)
-	} else if err := runctl.CheckExecutable("--holdfast-binary", c.Binary); err != nil {
+		rc.Binary = unitcmd.Binary(self)
+	} else if err := runctl.CheckExecutable(c.name("Reconcile.Binary"), rc.Binary); err != nil {
 		return err
 	}
-	if c.ResticBinary, err = runctl.ResticBinary(c.ResticBinary); err != nil {
+	if rc.ResticBinary != "" {
+		err = runctl.CheckExecutable(c.name("Reconcile.ResticBinary"), rc.ResticBinary)
+	} else {
+		rc.ResticBinary, err = runctl.ResticBinary("")
+	}
+	if err != nil {
 		return err
 	}
-	if c.ResticVersion, err = engine.ResticVersionOf(context.Background(), c.ResticBinary); err != nil {
-		return fmt.Errorf("--restic: %w", err)
-	}
-	if c.Config.WindowZone, err = schedule.LoadZone(c.WindowZone); err != nil {
-		return fmt.Errorf("--window-tz: %w", err)
-	}
-	c.Config.Windows = nil
-	for _, text := range c.Windows {
-		w, err := schedule.ParseWindow(text)
-		if err != nil {
-			return err
-		}
-		c.Config.Windows = append(c.Config.Windows, w)
+	if c.ResticVersion, err = engine.ResticVersionOf(context.Background(), rc.ResticBinary); err != nil {
+		return fmt.Errorf("%s: %w", c.name("Reconcile.ResticBinary"), err)
 	}
 	if n := c.Notify; n.Lease > 0 && n.Timeout > 0 && n.Lease <= n.Timeout {
-		return fmt.Errorf("--notify-lease %s must be longer than --notify-timeout %s", n.Lease, n.Timeout)
+		return fmt.Errorf("%s %s must be longer than %s %s", c.name("Notify.Lease"), n.Lease, c.name("Notify.Timeout"), n.Timeout)
 	}
 	if c.Notify.AllowCommands {
 		if _, err := notify.CommandCredential(c.Notify.CommandUser); err != nil {
@@ -255,28 +272,30 @@ func (c *Config) Validate() error {
 func (c *Config) validateListen() error {
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
-		return fmt.Errorf("--listen %q: want HOST:PORT, e.g. 127.0.0.1:9750", c.Listen)
+		return fmt.Errorf("%s %q: want HOST:PORT, e.g. 127.0.0.1:9750", c.name("Listen"), c.Listen)
 	}
 	if c.WebAuthFile == "" {
-		return fmt.Errorf("--listen %s serves only with credentials, and no --web-auth-file is given nor %s there: run holdfast setup, "+
-			`or (umask 077; echo "bearer $(head -c 24 /dev/urandom | base64)" >%s)`, c.Listen, web.DefaultAuthFile, web.DefaultAuthFile)
+		return fmt.Errorf("%s %s serves only with credentials, and no %s is given nor %s there: run holdfast setup, "+
+			`or (umask 077; echo "bearer $(head -c 24 /dev/urandom | base64)" >%s)`,
+			c.name("Listen"), c.Listen, c.name("WebAuthFile"), web.DefaultAuthFile, web.DefaultAuthFile)
 	}
 	if c.webAuth, err = web.LoadAuth(c.WebAuthFile); err != nil {
-		return fmt.Errorf("--web-auth-file: %w", err)
+		return fmt.Errorf("%s: %w", c.name("WebAuthFile"), err)
 	}
 	if c.webHosts, err = web.HostsFor(c.Listen, c.WebHosts); err != nil {
-		return fmt.Errorf("--web-host: %w", err)
+		return fmt.Errorf("%s: %w", c.name("WebHosts"), err)
 	}
+	cert, key := c.name("TLSCert"), c.name("TLSKey")
 	switch {
 	case (c.TLSCert == "") != (c.TLSKey == ""):
-		return errors.New("--tls-cert and --tls-key go together: give both, or neither")
+		return fmt.Errorf("%s and %s go together: give both, or neither", cert, key)
 	case c.TLSCert != "":
 		if c.tlsConfig, err = web.TLSConfig(c.TLSCert, c.TLSKey, c.Logger); err != nil {
 			return err
 		}
 	case !web.IsLoopback(host):
-		return fmt.Errorf("--listen %s is reachable from elsewhere: give --tls-cert and --tls-key (the credentials would cross the network in clear), "+
-			"or listen on 127.0.0.1 behind a reverse proxy that terminates TLS", c.Listen)
+		return fmt.Errorf("%s %s is reachable from elsewhere: give %s and %s (the credentials would cross the network in clear), "+
+			"or listen on 127.0.0.1 behind a reverse proxy that terminates TLS", c.name("Listen"), c.Listen, cert, key)
 	}
 	return nil
 }
@@ -330,23 +349,23 @@ func New(cfg Config) (*Supervisor, error) {
 	if gone == nil {
 		gone = reconcile.HolderGone
 	}
-	lease := newHostLease(cfg.Store, store.LeaseRequest{Host: cfg.Host, Holder: holder, Version: cfg.Version, ResticVersion: cfg.ResticVersion.Release(),
-		Duration: cfg.Lease, Grace: cfg.TakeoverGrace, HolderGone: gone}, cfg.Logger, sweepWake.Wake,
+	rc := cfg.Reconcile // validated: its windows parsed, its users resolved
+	lease := newHostLease(cfg.Store, store.LeaseRequest{Host: rc.Host, Holder: holder, Version: cfg.Version, ResticVersion: cfg.ResticVersion.Release(),
+		Duration: cfg.Lease, Grace: rc.TakeoverGrace, HolderGone: gone}, cfg.Logger, sweepWake.Wake,
 		func(err error) {
 			select {
 			case failed <- err:
 			default:
 			}
 		})
-	rc := cfg.Config // validated: its windows parsed
 	rc.Store, rc.Runner, rc.Inventory = cfg.Store, cfg.Runner, cfg.Store
-	rc.Lease, rc.Observer = lease.current, observer
+	rc.HeldLease, rc.Observer = lease.current, observer
 	rec, err := reconcile.New(rc)
 	if err != nil {
 		return nil, err
 	}
-	admitter := &schedule.Admitter{Store: cfg.Store, Host: rec.Host(), Grace: cfg.LateGrace, Logger: cfg.Logger, Timeout: cfg.PassTimeout,
-		Lead: cfg.StartLead}
+	admitter := &schedule.Admitter{Store: cfg.Store, Host: rec.Host(), Grace: cfg.LateGrace, Logger: cfg.Logger, Timeout: rc.PassTimeout,
+		Lead: rc.StartLead}
 	if err := admitter.Validate(); err != nil {
 		return nil, err
 	}
@@ -365,7 +384,7 @@ func New(cfg Config) (*Supervisor, error) {
 		lease,
 		// Listening next: a run admitted while the other services start still wakes them.
 		&loop{name: "notifications", run: s.listen},
-		&markerWatch{stateDir: cfg.StateDir, runner: cfg.Runner, wake: s.sweepWake, logger: cfg.Logger},
+		&markerWatch{stateDir: rc.StateDir, runner: cfg.Runner, wake: s.sweepWake, logger: cfg.Logger},
 		// Those the sweep hands work to run before it and stop after it.
 		rec.RunawayWatch(),
 		rec.Spawner(),
@@ -407,7 +426,7 @@ func (s *Supervisor) Services() []Service { return s.services }
 // Start makes the state directory and starts every service; if one fails to start, those
 // already started are stopped again.
 func (s *Supervisor) Start(ctx context.Context) error {
-	if err := os.MkdirAll(s.cfg.StateDir, 0o755); err != nil {
+	if err := os.MkdirAll(s.cfg.Reconcile.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	for i, svc := range s.services {

@@ -73,9 +73,9 @@ func newEnv(t *testing.T) env {
 		t.Fatal(err)
 	}
 	t.Cleanup(rn.Close)
-	cfg.Store, cfg.Runner, cfg.StateDir = supStore, rn, filepath.Join(dir, "state")
-	cfg.Binary, cfg.ResticBinary = testenv.HoldfastBinary(t), testenv.Restic(t)
-	cfg.AllowCommandJobs = true
+	cfg.Store, cfg.Runner, cfg.Reconcile.StateDir = supStore, rn, filepath.Join(dir, "state")
+	cfg.Reconcile.Binary, cfg.Reconcile.ResticBinary = testenv.HoldfastBinary(t), testenv.Restic(t)
+	cfg.Reconcile.AllowCommandJobs = true
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	return env{st: st, mgr: mgr, cfg: cfg}
 }
@@ -169,7 +169,7 @@ func TestUnitEndWakesSweep(t *testing.T) {
 			t.Fatalf("run %d: %s (%s), want succeeded", i, r.Status, r.Reason)
 		}
 		t.Logf("run %d: admitted to recorded final in %s", i, time.Since(start).Round(time.Millisecond))
-		if mk, err := runner.ReadMarker(e.cfg.StateDir, run.ID, 1); err == nil && len(attempts) == 1 && attempts[0].SpawnClaimedAt != nil && attempts[0].EndedAt != nil {
+		if mk, err := runner.ReadMarker(e.cfg.Reconcile.StateDir, run.ID, 1); err == nil && len(attempts) == 1 && attempts[0].SpawnClaimedAt != nil && attempts[0].EndedAt != nil {
 			a := attempts[0]
 			t.Logf("  claimed +%s, marker +%s, ended +%s", a.SpawnClaimedAt.Sub(start).Round(time.Millisecond),
 				mk.At.Sub(start).Round(time.Millisecond), a.EndedAt.Sub(start).Round(time.Millisecond))
@@ -268,7 +268,8 @@ func TestStartStop(t *testing.T) {
 	sup.Stop()
 }
 
-// Validate refuses each bad setting with the message the daemon prints (it exits 78 on it).
+// Validate refuses each bad setting in one line that names it by its path in Config, or as
+// SettingName says (the daemon names its flags there and exits 78 on the error).
 func TestValidate(t *testing.T) {
 	plain := filepath.Join(t.TempDir(), "plain")
 	if err := os.WriteFile(plain, nil, 0o644); err != nil {
@@ -285,62 +286,69 @@ func TestValidate(t *testing.T) {
 		want string
 	}{
 		{"defaults", func(*supervisor.Config) {}, ""},
-		{"zero sweep interval", func(c *supervisor.Config) { c.SweepInterval = 0 }, "--sweep-interval 0s must be positive"},
-		{"negative spawn grace", func(c *supervisor.Config) { c.SpawnGrace = -time.Second }, "--spawn-grace -1s must be positive"},
+		{"zero sweep interval", func(c *supervisor.Config) { c.SweepInterval = 0 }, "SweepInterval 0s must be positive"},
+		{"negative spawn grace", func(c *supervisor.Config) { c.Reconcile.SpawnGrace = -time.Second }, "Reconcile.SpawnGrace -1s must be positive"},
 		{"listen without credentials", func(c *supervisor.Config) { c.Listen = "127.0.0.1:9750" },
-			"--listen 127.0.0.1:9750 serves only with credentials, and no --web-auth-file is given nor /etc/holdfast/web.auth there: run holdfast setup"},
+			"Listen 127.0.0.1:9750 serves only with credentials, and no WebAuthFile is given nor /etc/holdfast/web.auth there: run holdfast setup"},
 		{"listen with credentials", func(c *supervisor.Config) { c.Listen, c.WebAuthFile = "127.0.0.1:9750", authFile }, ""},
 		{"an auth file others read", func(c *supervisor.Config) { c.Listen, c.WebAuthFile = "127.0.0.1:9750", plain }, "has mode 0644"},
 		{"listen off localhost without TLS", func(c *supervisor.Config) { c.Listen, c.WebAuthFile = "0.0.0.0:9750", authFile },
-			"--listen 0.0.0.0:9750 is reachable from elsewhere: give --tls-cert and --tls-key"},
+			"Listen 0.0.0.0:9750 is reachable from elsewhere: give TLSCert and TLSKey"},
 		{"a certificate without its key", func(c *supervisor.Config) { c.Listen, c.WebAuthFile, c.TLSCert = "0.0.0.0:9750", authFile, plain },
-			"--tls-cert and --tls-key go together"},
+			"TLSCert and TLSKey go together"},
 		{"a certificate that is none", func(c *supervisor.Config) {
 			c.Listen, c.WebAuthFile, c.TLSCert, c.TLSKey = "0.0.0.0:9750", authFile, plain, authFile
-		}, "--tls-cert"},
+		}, "failed to find any PEM data in certificate input"},
 		{"a bad web host", func(c *supervisor.Config) {
 			c.Listen, c.WebAuthFile, c.WebHosts = "127.0.0.1:9750", authFile, []string{"a/b"}
-		}, "--web-host"},
+		}, "WebHosts"},
 		{"notify commands as nobody", func(c *supervisor.Config) { c.Notify.AllowCommands = true }, ""},
 		{"notify commands as an unknown user", func(c *supervisor.Config) { c.Notify.AllowCommands, c.Notify.CommandUser = true, "no-such-user-here" },
 			`--notify-command-user "no-such-user-here": no such user`},
-		{"listen without a port", func(c *supervisor.Config) { c.Listen = "localhost" }, `--listen "localhost": want HOST:PORT`},
+		{"listen without a port", func(c *supervisor.Config) { c.Listen = "localhost" }, `Listen "localhost": want HOST:PORT`},
 		{"notify lease within a send", func(c *supervisor.Config) { c.Notify.Lease, c.Notify.Timeout = time.Second, 2*time.Second },
-			"--notify-lease 1s must be longer than --notify-timeout 2s"},
-		{"zero run budget", func(c *supervisor.Config) { c.RunBudget = 0 }, "--run-budget 0s must be positive"},
-		{"zero depends wait", func(c *supervisor.Config) { c.DependsWait = 0 }, "--depends-wait 0s must be positive"},
-		{"keep run files zero", func(c *supervisor.Config) { c.KeepRunFiles = "0d" }, `--keep-run-files "0d": give a positive duration`},
-		{"keep run files bad", func(c *supervisor.Config) { c.KeepRunFiles = "soon" }, `--keep-run-files "soon"`},
-		{"keep history too short", func(c *supervisor.Config) { c.KeepHistory = "30d" }, `--keep-history "30d": give a duration of 35 days or more`},
-		{"keep history bad", func(c *supervisor.Config) { c.KeepHistory = "forever" }, `--keep-history "forever"`},
+			"Notify.Lease 1s must be longer than Notify.Timeout 2s"},
+		{"zero run budget", func(c *supervisor.Config) { c.Reconcile.RunBudget = 0 }, "Reconcile.RunBudget 0s must be positive"},
+		{"zero depends wait", func(c *supervisor.Config) { c.Reconcile.DependsWait = 0 }, "Reconcile.DependsWait 0s must be positive"},
+		{"keep run files zero", func(c *supervisor.Config) { c.KeepRunFiles = "0d" }, `KeepRunFiles "0d": give a positive duration`},
+		{"keep run files bad", func(c *supervisor.Config) { c.KeepRunFiles = "soon" }, `KeepRunFiles "soon"`},
+		{"keep history too short", func(c *supervisor.Config) { c.KeepHistory = "30d" }, `KeepHistory "30d": give a duration of 35 days or more`},
+		{"keep history bad", func(c *supervisor.Config) { c.KeepHistory = "forever" }, `KeepHistory "forever"`},
 		{"keep history shorter than run files", func(c *supervisor.Config) { c.KeepHistory, c.KeepRunFiles = "40d", "60d" },
-			"--keep-history 40d is shorter than --keep-run-files 60d"},
-		{"run files every zero", func(c *supervisor.Config) { c.RunFilesEvery = 0 }, "--run-files-every must be positive"},
-		{"negative pass timeout", func(c *supervisor.Config) { c.PassTimeout = -time.Second }, "--pass-timeout -1s must be positive, e.g. 2m"},
-		{"zero pass timeout is the default", func(c *supervisor.Config) { c.PassTimeout = 0 }, ""},
-		{"zero takeover grace", func(c *supervisor.Config) { c.TakeoverGrace = 0 }, "--takeover-grace 0s must be positive, e.g. 30s"},
-		{"negative start lead", func(c *supervisor.Config) { c.StartLead = -time.Second }, "--start-lead -1s is negative"},
-		{"bad host", func(c *supervisor.Config) { c.Host = "a/b" }, `--host: invalid host name "a/b"`},
-		{"unknown user", func(c *supervisor.Config) { c.AllowUsers = []string{"no-such-user-here"} }, "--allow-users"},
-		{"negative late grace", func(c *supervisor.Config) { c.LateGrace = -time.Minute }, "--late-grace -1m0s is negative"},
-		{"zero workers", func(c *supervisor.Config) { c.Workers = 0 }, "--workers 0 is out of range"},
-		{"zero attempts", func(c *supervisor.Config) { c.MaxAttempts = 0 }, "--max-attempts 0 is out of range"},
-		{"negative attempts", func(c *supervisor.Config) { c.MaxAttempts = -1 }, "--max-attempts -1 is out of range: give at least 1"},
-		{"negative max running", func(c *supervisor.Config) { c.Limits.MaxRunning = -1 }, "--max-running -1 is out of range"},
-		{"negative max running host", func(c *supervisor.Config) { c.Limits.MaxRunningHost = -1 }, "--max-running-host -1 is out of range"},
-		{"relative binary", func(c *supervisor.Config) { c.Binary = "holdfast" }, `--holdfast-binary "holdfast" is a relative path`},
-		{"missing restic", func(c *supervisor.Config) { c.ResticBinary = "/nonexistent/restic" }, "--restic /nonexistent/restic: no such file or directory"},
-		{"restic not executable", func(c *supervisor.Config) { c.ResticBinary = plain }, "is not an executable file"},
-		{"restic that is not restic", func(c *supervisor.Config) { c.ResticBinary = "/bin/true" }, "--restic: restic /bin/true: `version` printed"},
-		{"bad window", func(c *supervisor.Config) { c.Windows = []string{"Someday 25:00-26:00"} }, "Someday"},
-		{"unknown zone", func(c *supervisor.Config) { c.WindowZone = "Mars/Olympus" }, "--window-tz"},
+			"KeepHistory 40d is shorter than KeepRunFiles 60d"},
+		{"run files every zero", func(c *supervisor.Config) { c.RunFilesEvery = 0 }, "RunFilesEvery must be positive"},
+		{"negative pass timeout", func(c *supervisor.Config) { c.Reconcile.PassTimeout = -time.Second }, "Reconcile.PassTimeout -1s must be positive, e.g. 2m"},
+		{"zero pass timeout is the default", func(c *supervisor.Config) { c.Reconcile.PassTimeout = 0 }, ""},
+		{"zero takeover grace", func(c *supervisor.Config) { c.Reconcile.TakeoverGrace = 0 }, "Reconcile.TakeoverGrace 0s must be positive, e.g. 30s"},
+		{"negative start lead", func(c *supervisor.Config) { c.Reconcile.StartLead = -time.Second }, "Reconcile.StartLead -1s is negative"},
+		{"bad host", func(c *supervisor.Config) { c.Reconcile.Host = "a/b" }, `Reconcile.Host: invalid host name "a/b"`},
+		{"unknown user", func(c *supervisor.Config) { c.Reconcile.AllowUsers = []string{"no-such-user-here"} }, "Reconcile.AllowUsers"},
+		{"negative late grace", func(c *supervisor.Config) { c.LateGrace = -time.Minute }, "LateGrace -1m0s is negative"},
+		{"zero workers", func(c *supervisor.Config) { c.Reconcile.Workers = 0 }, "Reconcile.Workers 0 is out of range"},
+		{"zero attempts", func(c *supervisor.Config) { c.Reconcile.MaxAttempts = 0 }, "Reconcile.MaxAttempts 0 is out of range"},
+		{"negative attempts", func(c *supervisor.Config) { c.Reconcile.MaxAttempts = -1 }, "Reconcile.MaxAttempts -1 is out of range: give at least 1"},
+		{"negative max running", func(c *supervisor.Config) { c.Reconcile.Limits.MaxRunning = -1 }, "Reconcile.Limits.MaxRunning -1 is out of range"},
+		{"negative max running host", func(c *supervisor.Config) { c.Reconcile.Limits.MaxRunningHost = -1 }, "Reconcile.Limits.MaxRunningHost -1 is out of range"},
+		{"relative binary", func(c *supervisor.Config) { c.Reconcile.Binary = "holdfast" }, `Reconcile.Binary "holdfast" is a relative path`},
+		{"missing restic", func(c *supervisor.Config) { c.Reconcile.ResticBinary = "/nonexistent/restic" }, "Reconcile.ResticBinary /nonexistent/restic: no such file or directory"},
+		{"restic not executable", func(c *supervisor.Config) { c.Reconcile.ResticBinary = plain }, "is not an executable file"},
+		{"restic that is not restic", func(c *supervisor.Config) { c.Reconcile.ResticBinary = "/bin/true" }, "Reconcile.ResticBinary: restic /bin/true: `version` printed"},
+		{"bad window", func(c *supervisor.Config) { c.Reconcile.Windows = []string{"Someday 25:00-26:00"} }, "Someday"},
+		{"unknown zone", func(c *supervisor.Config) { c.Reconcile.WindowZone = "Mars/Olympus" }, "Reconcile.WindowZone"},
 		{"unknown manager", func(c *supervisor.Config) { c.Systemd.Manager = "pid1" }, "pid1"},
 		{"statement timeout under 1ms", func(c *supervisor.Config) { c.Database.StatementTimeout = time.Microsecond }, "statement timeout"},
+		{"a setting of its own, named", func(c *supervisor.Config) { c.SettingName, c.SweepInterval = angled, 0 }, "<SweepInterval> 0s must be positive"},
+		{"a reconciler's setting, named", func(c *supervisor.Config) { c.SettingName, c.Reconcile.SpawnGrace = angled, -time.Second },
+			"<Reconcile.SpawnGrace> -1s must be positive"},
+		{"a reconciler's zone, named", func(c *supervisor.Config) { c.SettingName, c.Reconcile.WindowZone = angled, "Mars/Olympus" },
+			`<Reconcile.WindowZone>: time zone "Mars/Olympus" is unknown`},
+		{"two settings, named", func(c *supervisor.Config) { c.SettingName, c.KeepHistory, c.KeepRunFiles = angled, "40d", "60d" },
+			"<KeepHistory> 40d is shorter than <KeepRunFiles> 60d"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := supervisor.Defaults()
 			cfg.Database.DSN = "postgres:///unused"
-			cfg.Binary, cfg.ResticBinary = "/bin/true", restic
+			cfg.Reconcile.Binary, cfg.Reconcile.ResticBinary = "/bin/true", restic
 			c.edit(&cfg)
 			err := cfg.Validate()
 			switch {
@@ -348,10 +356,15 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Validate: %v", err)
 			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 				t.Fatalf("Validate: %v, want an error with %q", err, c.want)
+			case err != nil && strings.Contains(err.Error(), "\n"):
+				t.Fatalf("Validate: %q, want one line", err)
 			}
 		})
 	}
 }
+
+// angled names a setting as <path>.
+func angled(path string) string { return "<" + path + ">" }
 
 // A queued run that may not start before a time (a retry's delay) starts at that time, not at
 // the next interval: admission, asleep until then, wakes the sweep. The retry is made only once
@@ -361,7 +374,7 @@ func TestNotBeforeWakesSweep(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	e.cfg.SweepInterval = time.Hour
-	e.cfg.StartLead = 0 // started at its time, not armed ahead (TestScheduledStartsOnTime)
+	e.cfg.Reconcile.StartLead = 0 // started at its time, not armed ahead (TestScheduledStartsOnTime)
 	e.job(t, "retried", "/bin/true")
 	first := e.admit(t, "retried")
 	// The first pass hands the first run over; its spawn waits until the test has ended it,

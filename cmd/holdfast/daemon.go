@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/notify"
@@ -51,6 +53,13 @@ func newCheckCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				// And the stored jobs as the daemon reads them: windows or a zone that do not
+				// parse hold the job's runs back.
+				jobs, err := st.Jobs(ctx)
+				if err != nil {
+					return err
+				}
+				found = append(found, job.StoredProblems(jobs)...)
 				for _, v := range found {
 					fmt.Fprintln(cmd.OutOrStdout(), v)
 				}
@@ -66,6 +75,7 @@ func newCheckCmd(g *globals) *cobra.Command {
 
 func newDaemonCmd(g *globals) *cobra.Command {
 	cfg := supervisor.Defaults()
+	cfg.SettingName = daemonFlag // the settings' errors name their flags
 	var allowUsers, logLevel string
 	cmd := &cobra.Command{
 		Use:   "daemon",
@@ -88,10 +98,10 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err := g.requireDSN(); err != nil {
 				return configError{err}
 			}
-			cfg.Database.Address, cfg.StateDir, cfg.Logger, cfg.Version = g.address(), g.stateDir, logger, version
+			cfg.Database.Address, cfg.Reconcile.StateDir, cfg.Logger, cfg.Version = g.address(), g.stateDir, logger, version
 			cfg.Notify.JournalDir, cfg.JournalDir = g.journalDir, g.journalDir
 			cfg.Systemd = runner.Config{Manager: g.systemd, Address: g.systemdAddress}
-			cfg.AllowUsers = strings.Split(allowUsers, ",")
+			cfg.Reconcile.AllowUsers = strings.Split(allowUsers, ",")
 			cfg.WebAuthFile = webAuthFile(cfg.Listen, cfg.WebAuthFile, cmd.Flags().Changed("web-auth-file"))
 			if err := cfg.Validate(); err != nil {
 				return configError{err}
@@ -126,12 +136,12 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err := sup.Start(ctx); err != nil {
 				return err
 			}
-			logger.Info("holdfast daemon started", "version", version, "host", cfg.Host, "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", cfg.SweepInterval,
-				"pass_timeout", cfg.PassTimeout, "allow_users", allowUsers, "allow_command_jobs", cfg.AllowCommandJobs,
+			logger.Info("holdfast daemon started", "version", version, "host", cfg.Reconcile.Host, "state_dir", g.stateDir, "systemd", g.systemd, "sweep_interval", cfg.SweepInterval,
+				"pass_timeout", cfg.Reconcile.PassTimeout, "allow_users", allowUsers, "allow_command_jobs", cfg.Reconcile.AllowCommandJobs,
 				"allow_notify_commands", cfg.Notify.AllowCommands, "listen", cfg.Listen, "tls", cfg.TLSCert != "",
 				"statement_timeout", cfg.Database.StatementTimeout, "behind_pooler", cfg.Database.Pooled(),
-				"unit_binary", cfg.Binary, // holdfast-unit, or this binary where it is not installed
-				"restic", cfg.ResticBinary, "restic_version", cfg.ResticVersion.String())
+				"unit_binary", cfg.Reconcile.Binary, // holdfast-unit, or this binary where it is not installed
+				"restic", cfg.Reconcile.ResticBinary, "restic_version", cfg.ResticVersion.String())
 			select {
 			case <-ctx.Done():
 			case err := <-sup.Failed():
@@ -147,25 +157,40 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&logLevel, "log-level", g.envOr("HOLDFAST_LOG_LEVEL", "info"), "debug (each run's decision in each pass), info, warn or error (env HOLDFAST_LOG_LEVEL)")
+	bindDaemonFlags(cmd.Flags(), g, &cfg, &allowUsers, &logLevel)
+	// The daemon's bad settings, flags included, exit 78 rather than 2 (see configError).
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if err := g.validate(); err != nil {
+			return configError{err}
+		}
+		return nil
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return configError{err} })
+	return cmd
+}
+
+// bindDaemonFlags binds the daemon's flags to cfg's settings, each to the setting daemonFlags
+// names it for, and --allow-users and --log-level to allowUsers and logLevel.
+func bindDaemonFlags(f *pflag.FlagSet, g *globals, cfg *supervisor.Config, allowUsers, logLevel *string) {
+	rc := &cfg.Reconcile
+	f.StringVar(logLevel, "log-level", g.envOr("HOLDFAST_LOG_LEVEL", "info"), "debug (each run's decision in each pass), info, warn or error (env HOLDFAST_LOG_LEVEL)")
 	f.DurationVar(&cfg.SweepInterval, "sweep-interval", supervisor.DefaultSweepInterval, "time between reconciler passes")
-	f.DurationVar(&cfg.SpawnGrace, "spawn-grace", reconcile.DefaultSpawnGrace, "how long a spawned unit may take to appear")
-	f.IntVar(&cfg.MaxAttempts, "max-attempts", reconcile.DefaultMaxAttempts, "attempts a run may take before it fails")
-	f.DurationVar(&cfg.RunBudget, "run-budget", reconcile.DefaultRunBudget, "time one run may take in one pass")
-	f.StringVar(&cfg.Host, "host", g.env.getenv("HOLDFAST_HOST"), "this daemon's host among those sharing the database: it runs the jobs pinned to it and any-host jobs (env HOLDFAST_HOST; default the host name)")
+	f.DurationVar(&rc.SpawnGrace, "spawn-grace", reconcile.DefaultSpawnGrace, "how long a spawned unit may take to appear")
+	f.IntVar(&rc.MaxAttempts, "max-attempts", reconcile.DefaultMaxAttempts, "attempts a run may take before it fails")
+	f.DurationVar(&rc.RunBudget, "run-budget", reconcile.DefaultRunBudget, "time one run may take in one pass")
+	f.StringVar(&rc.Host, "host", g.env.getenv("HOLDFAST_HOST"), "this daemon's host among those sharing the database: it runs the jobs pinned to it and any-host jobs (env HOLDFAST_HOST; default the host name)")
 	f.DurationVar(&cfg.Lease, "lease", supervisor.DefaultLease, "how long the host's lease lasts unless the daemon renews it; a host is seen down this long after its daemon stopped")
-	f.DurationVar(&cfg.TakeoverGrace, "takeover-grace", reconcile.DefaultTakeoverGrace, "how long after another host's lease expired its runs of any-host jobs are taken over here")
-	f.IntVar(&cfg.Limits.MaxRunning, "max-running", 0, "at most this many runs hold a unit at once, across all hosts (0: no limit)")
-	f.IntVar(&cfg.Limits.MaxRunningHost, "max-running-host", 0, "at most this many runs hold a unit at once on this host (0: no limit)")
-	f.StringArrayVar(&cfg.Windows, "window", nil, "global maintenance window in which no run starts, e.g. \"Sat 01:00-05:00\" (repeatable)")
-	f.StringVar(&cfg.WindowZone, "window-tz", "", "time zone of the global windows (IANA name; default UTC)")
+	f.DurationVar(&rc.TakeoverGrace, "takeover-grace", reconcile.DefaultTakeoverGrace, "how long after another host's lease expired its runs of any-host jobs are taken over here")
+	f.IntVar(&rc.Limits.MaxRunning, "max-running", 0, "at most this many runs hold a unit at once, across all hosts (0: no limit)")
+	f.IntVar(&rc.Limits.MaxRunningHost, "max-running-host", 0, "at most this many runs hold a unit at once on this host (0: no limit)")
+	f.StringArrayVar(&rc.Windows, "window", nil, "global maintenance window in which no run starts, e.g. \"Sat 01:00-05:00\" (repeatable)")
+	f.StringVar(&rc.WindowZone, "window-tz", "", "time zone of the global windows (IANA name; default UTC)")
 	f.DurationVar(&cfg.LateGrace, "late-grace", supervisor.DefaultLateGrace, "how late a scheduled slot may still start; older slots are counted as missed")
-	f.DurationVar(&cfg.StartLead, "start-lead", supervisor.DefaultStartLead, "admit and prepare a run this long before its time, so that systemd starts it at that time from a transient timer (0: start runs when their time has come)")
-	f.DurationVar(&cfg.DependsWait, "depends-wait", reconcile.DefaultDependsWait, "how long a run waits for its prerequisite's next outcome when the prerequisite's last run did not succeed")
-	f.IntVar(&cfg.Workers, "workers", reconcile.DefaultWorkers, "runs reconciled at once in one pass")
-	f.StringVar(&cfg.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
-	f.StringVar(&cfg.Binary, "holdfast-binary", "", "holdfast executable the units run (default: holdfast-unit installed beside this one, else this one)")
+	f.DurationVar(&rc.StartLead, "start-lead", reconcile.DefaultStartLead, "admit and prepare a run this long before its time, so that systemd starts it at that time from a transient timer (0: start runs when their time has come)")
+	f.DurationVar(&rc.DependsWait, "depends-wait", reconcile.DefaultDependsWait, "how long a run waits for its prerequisite's next outcome when the prerequisite's last run did not succeed")
+	f.IntVar(&rc.Workers, "workers", reconcile.DefaultWorkers, "runs reconciled at once in one pass")
+	f.StringVar(&rc.ResticBinary, "restic", "", "restic executable (default: restic in PATH)")
+	f.StringVar(&rc.Binary, "holdfast-binary", "", "holdfast executable the units run (default: holdfast-unit installed beside this one, else this one)")
 	f.StringVar(&cfg.KeepRunFiles, "keep-run-files", supervisor.DefaultKeepRunFiles, "remove the journals and exit markers of runs that ended longer ago than this (the database keeps their facts)")
 	f.StringVar(&cfg.KeepHistory, "keep-history", supervisor.DefaultKeepHistory, "remove ended runs, their events, delivered notifications and ledger entries older than this from the database (35d or more; balances are kept in checkpoints)")
 	f.DurationVar(&cfg.RunFilesEvery, "run-files-every", supervisor.DefaultRunFilesEvery, "how often ended runs' files are looked for")
@@ -188,26 +213,45 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.Notify.CommandUser, "notify-command-user", g.envOr("HOLDFAST_NOTIFY_COMMAND_USER", notify.DefaultCommandUser),
 		"user command notification targets run as (env HOLDFAST_NOTIFY_COMMAND_USER)")
 	f.DurationVar(&cfg.WatchInterval, "watch-interval", supervisor.DefaultWatchInterval, "how often jobs are judged overdue or not")
-	f.DurationVar(&cfg.PassTimeout, "pass-timeout", reconcile.DefaultPassTimeout, "longest one admission pass or one sweep may take")
+	f.DurationVar(&rc.PassTimeout, "pass-timeout", reconcile.DefaultPassTimeout, "longest one admission pass or one sweep may take")
 	f.DurationVar(&cfg.Database.StatementTimeout, "db-statement-timeout", store.DefaultStatementTimeout, "PostgreSQL's statement_timeout for the daemon's sessions")
 	f.DurationVar(&cfg.Database.LockTimeout, "db-lock-timeout", store.DefaultLockTimeout, "PostgreSQL's lock_timeout for the daemon's sessions")
-	f.StringVar(&allowUsers, "allow-users", g.envOr("HOLDFAST_ALLOW_USERS", reconcile.DefaultAllowUsers),
+	f.StringVar(allowUsers, "allow-users", g.envOr("HOLDFAST_ALLOW_USERS", reconcile.DefaultAllowUsers),
 		"users jobs may run as: comma-separated names or uids, or * for every user, root included (env HOLDFAST_ALLOW_USERS)")
 	commandJobs := reconcile.DefaultAllowCommandJobs
 	if v, err := strconv.ParseBool(g.env.getenv("HOLDFAST_ALLOW_COMMAND_JOBS")); err == nil {
 		commandJobs = v
 	}
-	f.BoolVar(&cfg.AllowCommandJobs, "allow-command-jobs", commandJobs,
+	f.BoolVar(&rc.AllowCommandJobs, "allow-command-jobs", commandJobs,
 		"let command jobs run: they run any program as their user, as root without --user (env HOLDFAST_ALLOW_COMMAND_JOBS=true)")
-	// The daemon's bad settings, flags included, exit 78 rather than 2 (see configError).
-	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
-		if err := g.validate(); err != nil {
-			return configError{err}
-		}
-		return nil
+}
+
+// daemonFlags is the daemon's flag for each setting of supervisor.Config, by its path there
+// (bindDaemonFlags binds them): the settings' owners name a setting by its path in their errors
+// and reasons, and the daemon shows its flag (supervisor.Config.SettingName).
+var daemonFlags = map[string]string{
+	"SweepInterval": "sweep-interval", "Lease": "lease", "LateGrace": "late-grace",
+	"KeepRunFiles": "keep-run-files", "KeepHistory": "keep-history", "RunFilesEvery": "run-files-every",
+	"WatchInterval": "watch-interval", "Listen": "listen", "WebAuthFile": "web-auth-file", "WebHosts": "web-host",
+	"TLSCert": "tls-cert", "TLSKey": "tls-key",
+	"Notify.Backoff": "notify-backoff", "Notify.MaxTries": "notify-max-tries", "Notify.Timeout": "notify-timeout",
+	"Notify.Lease": "notify-lease", "Notify.AllowCommands": "allow-notify-commands", "Notify.CommandUser": "notify-command-user",
+	"Database.StatementTimeout": "db-statement-timeout", "Database.LockTimeout": "db-lock-timeout",
+	"Reconcile.SpawnGrace": "spawn-grace", "Reconcile.MaxAttempts": "max-attempts", "Reconcile.RunBudget": "run-budget",
+	"Reconcile.Host": "host", "Reconcile.TakeoverGrace": "takeover-grace",
+	"Reconcile.Limits.MaxRunning": "max-running", "Reconcile.Limits.MaxRunningHost": "max-running-host",
+	"Reconcile.Windows": "window", "Reconcile.WindowZone": "window-tz", "Reconcile.StartLead": "start-lead",
+	"Reconcile.DependsWait": "depends-wait", "Reconcile.Workers": "workers", "Reconcile.ResticBinary": "restic",
+	"Reconcile.Binary": "holdfast-binary", "Reconcile.PassTimeout": "pass-timeout",
+	"Reconcile.AllowUsers": "allow-users", "Reconcile.AllowCommandJobs": "allow-command-jobs",
+}
+
+// daemonFlag names the setting at path as the daemon's operator gives it: by its flag.
+func daemonFlag(path string) string {
+	if flag, ok := daemonFlags[path]; ok {
+		return "--" + flag
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return configError{err} })
-	return cmd
+	return path
 }
 
 // webAuthFile is the daemon's auth file: the one given (flag or environment), or, when it

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // A run admitted during a maintenance window waits, saying why, and starts when it ends.
@@ -101,4 +104,59 @@ func (w *world) zoneinfo(name string, offset int) string {
 		w.t.Fatal(err)
 	}
 	return dir
+}
+
+// A job's windows and time zone are checked when it is written: a bad one is refused in one
+// line and nothing is stored. One stored around that check (by SQL) is reported by holdfast
+// check, until the job is corrected.
+func TestStoredWindowsChecked(t *testing.T) {
+	parallel(t)
+	w := newWorld(t)
+	w.mustRun("job", "add", "fine", "--engine", "command", "--command", "/bin/true", "--tz", "Europe/Berlin", "--window", "Sat 01:00-05:00")
+	for _, args := range [][]string{
+		{"job", "add", "new", "--engine", "command", "--command", "/bin/true", "--tz", "Mars/Olympus"},
+		{"job", "add", "new", "--engine", "command", "--command", "/bin/true", "--window", "Someday 25:00-26:00"},
+		{"job", "edit", "fine", "--window", "daily 03:00"},
+		{"job", "edit", "fine", "--tz", "Local"},
+	} {
+		if r := w.run(args...); r.code != 2 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 ||
+			!strings.Contains(r.stderr, "is unknown: use an IANA name") && !strings.Contains(r.stderr, `window "`) {
+			t.Fatalf("holdfast %s: exit %d, stderr %q; want exit 2 and one line naming the zone or the window", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+	w.checkInvariants() // nothing of that was stored
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, w.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	cases := []struct {
+		job, zone string
+		windows   []string
+		want      string
+	}{
+		{"zone", "Mars/Olympus", []string{"Sat 01:00-05:00"}, `job zone: time zone "Mars/Olympus" is unknown`},
+		{"window", "", []string{"Someday 25:00-26:00"}, `job window: window "Someday 25:00-26:00": `},
+		{"second-window", "Europe/Berlin", []string{"Sat 01:00-05:00", "daily 03:00"}, `job second-window: window "daily 03:00": the time range needs a '-'`},
+	}
+	for _, c := range cases {
+		w.mustRun("job", "add", c.job, "--engine", "command", "--command", "/bin/true")
+		if _, err := db.Exec(ctx, `UPDATE jobs SET time_zone = $2, windows = $3 WHERE name = $1`, c.job, c.zone, c.windows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := w.run("check")
+	if r.code != 1 || !strings.Contains(r.stderr, fmt.Sprintf("%d invariant violation(s)", len(cases))) || strings.Contains(r.stdout, "job fine") {
+		t.Fatalf("holdfast check: exit %d, stdout %q, stderr %q; want exit 1 and the %d jobs", r.code, r.stdout, r.stderr, len(cases))
+	}
+	for _, c := range cases {
+		if !strings.Contains(r.stdout, "a job's maintenance windows and time zone parse: "+c.want) {
+			t.Errorf("holdfast check does not report job %s with %q:\n%s", c.job, c.want, r.stdout)
+		}
+	}
+	for _, c := range cases {
+		w.mustRun("job", "edit", c.job, "--tz", "UTC", "--window", "Sat 01:00-02:00")
+	}
+	w.checkInvariants()
 }
