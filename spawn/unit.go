@@ -79,7 +79,7 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		// makes writable only what exists when the unit starts.
 		writable = append(writable, run.Restore.Target)
 	}
-	hooks := run.Operation() == model.KindBackup && len(job.BeforeHooks)+len(job.AfterHooks) > 0
+	hooks := run.Operation() == engine.OpBackup && len(job.BeforeHooks)+len(job.AfterHooks) > 0
 	if hooks {
 		// Hooks prepare what the backup reads (a dump, a flushed file): its paths, and nothing else.
 		writable = append(writable, job.Paths...)
@@ -97,7 +97,7 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		"--journal", jobunit.JournalPath(cfg.StateDir, run.ID, attempt),
 		"--engine", job.Engine, "--kind", run.Operation()}
 	execArgv = append(execArgv, jobunit.CredentialArgs(spec)...)
-	if run.Operation() == model.KindBackup && job.StdinFrom != "" {
+	if run.Operation() == engine.OpBackup && job.StdinFrom != "" {
 		execArgv = append(execArgv, "--stdin-from", job.StdinFrom)
 	}
 	if hooks {
