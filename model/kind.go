@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/holdfast-backup/holdfast/engine"
@@ -50,9 +49,10 @@ type KindSpec struct {
 	// ReadsJobRepository: a run of the kind reads its job's own repository besides the one it
 	// works on (a copy's source), and claims and unlocks both (Job.Repositories).
 	ReadsJobRepository bool
-	// Verb says what a run of the kind does to a repository, in a sentence ("only a restic
-	// repository can be %s"); "" for a kind every engine runs.
-	Verb string
+	// NeedsRepository: only a job whose engine keeps a repository runs the kind; Verb says
+	// what a run of it does to one, in the refusal ("only a restic repository can be %s").
+	NeedsRepository bool
+	Verb            string
 }
 
 // kinds is each kind's definition, in the order the kinds are listed.
@@ -61,11 +61,11 @@ var kinds = []struct {
 	spec KindSpec
 }{
 	{KindBackup, KindSpec{Operation: engine.OpBackup, Adds: true, LastRun: true, Prerequisite: true, Retried: true}},
-	{KindPrune, KindSpec{Operation: engine.OpPrune, Exclusive: true, Verb: "pruned"}},
-	{KindForget, KindSpec{Operation: engine.OpForget, Exclusive: true, Forgets: true, Verb: "forgotten from"}},
-	{KindRestore, KindSpec{Operation: engine.OpRestore, Verb: "restored from"}},
-	{KindVerify, KindSpec{Operation: engine.OpVerify, Exclusive: true, Verification: true, Verb: "verified"}},
-	{KindCopy, KindSpec{Operation: engine.OpCopy, Retried: true, ReadsJobRepository: true, Verb: "copied"}},
+	{KindPrune, KindSpec{Operation: engine.OpPrune, Exclusive: true, NeedsRepository: true, Verb: "pruned"}},
+	{KindForget, KindSpec{Operation: engine.OpForget, Exclusive: true, Forgets: true, NeedsRepository: true, Verb: "forgotten from"}},
+	{KindRestore, KindSpec{Operation: engine.OpRestore, NeedsRepository: true, Verb: "restored from"}},
+	{KindVerify, KindSpec{Operation: engine.OpVerify, Exclusive: true, Verification: true, NeedsRepository: true, Verb: "verified"}},
+	{KindCopy, KindSpec{Operation: engine.OpCopy, Retried: true, ReadsJobRepository: true, NeedsRepository: true, Verb: "copied"}},
 }
 
 // Kinds lists every run kind.
@@ -93,7 +93,10 @@ func ParseKind(s string) (Kind, error) {
 }
 
 // Valid reports whether k is a kind.
-func (k Kind) Valid() bool { _, err := ParseKind(string(k)); return err == nil }
+func (k Kind) Valid() bool {
+	_, err := ParseKind(string(k))
+	return err == nil
+}
 
 // Spec is the kind's definition; "" is a backup's (a request that names no kind), and a kind that
 // is none has the zero KindSpec.
@@ -134,5 +137,5 @@ func kindsWhere(is func(KindSpec) bool) []string {
 			ks = append(ks, string(k.kind))
 		}
 	}
-	return slices.Clip(ks)
+	return ks
 }

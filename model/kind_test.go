@@ -56,7 +56,8 @@ func TestKindSpecs(t *testing.T) {
 		{"verification", func(s KindSpec) bool { return s.Verification }, []Kind{KindVerify}},
 		{"forgets", func(s KindSpec) bool { return s.Forgets }, []Kind{KindForget}},
 		{"reads the job's repository", func(s KindSpec) bool { return s.ReadsJobRepository }, []Kind{KindCopy}},
-		{"needs a repository", func(s KindSpec) bool { return s.Verb != "" }, []Kind{KindPrune, KindForget, KindRestore, KindVerify, KindCopy}},
+		{"needs a repository", func(s KindSpec) bool { return s.NeedsRepository && s.Verb != "" }, []Kind{KindPrune, KindForget, KindRestore, KindVerify, KindCopy}},
+		{"has a verb", func(s KindSpec) bool { return s.Verb != "" }, []Kind{KindPrune, KindForget, KindRestore, KindVerify, KindCopy}},
 	} {
 		if got := where(c.is); !slices.Equal(got, c.want) {
 			t.Errorf("%s: %v, want %v", c.what, got, c.want)

@@ -140,8 +140,8 @@ type Request struct {
 func (s *Store) AdmitRequest(ctx context.Context, r Request) (model.Run, error) {
 	var run model.Run
 	kind := cmp.Or(r.Kind, model.KindBackup)
-	if !kind.Valid() {
-		return model.Run{}, fmt.Errorf("admit run of %s: %w", r.Job, kindError(kind))
+	if _, err := model.ParseKind(string(kind)); err != nil {
+		return model.Run{}, fmt.Errorf("admit run of %s: %w", r.Job, err)
 	}
 	if kind == model.KindRestore && (r.Restore.Target == "" || r.Restore.Snapshot == "" || r.Host == "") {
 		return model.Run{}, fmt.Errorf("admit restore of %s: no target, snapshot or host", r.Job)
@@ -156,8 +156,8 @@ func (s *Store) AdmitRequest(ctx context.Context, r Request) (model.Run, error) 
 		if err != nil {
 			return err
 		}
-		if verb := kind.Spec().Verb; verb != "" && !model.HasRepository(jobEngine) {
-			return &ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: only a restic repository can be %s", r.Job, jobEngine, verb)}
+		if kind.Spec().NeedsRepository && !model.HasRepository(jobEngine) {
+			return &ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: only a restic repository can be %s", r.Job, jobEngine, kind.Spec().Verb)}
 		}
 		live, found, err := liveRunOf(ctx, tx, jobID)
 		if err != nil {
@@ -182,12 +182,6 @@ func (s *Store) AdmitRequest(ctx context.Context, r Request) (model.Run, error) 
 	}
 	crashpoint.At("run-start-after")
 	return run, nil
-}
-
-// kindError is why kind is none.
-func kindError(kind model.Kind) error {
-	_, err := model.ParseKind(string(kind))
-	return err
 }
 
 // newRun is a run to admit.
