@@ -480,7 +480,7 @@ func (r Restic) Classify(ev Evidence) Outcome {
 		if ev.ItemErrors > 0 {
 			return partial(ev)
 		}
-		if ev.Operation != "" && ev.Operation != "backup" {
+		if ev.Operation != "" && ev.Operation != OpBackup {
 			return Outcome{Status: Succeeded, Reason: ev.Operation + " complete"}
 		}
 		if ev.Summary == nil {
@@ -525,7 +525,7 @@ func partial(ev Evidence) Outcome {
 		}
 	}
 	switch {
-	case ev.Operation != "" && ev.Operation != "backup":
+	case ev.Operation != "" && ev.Operation != OpBackup:
 		reason = fmt.Sprintf("partial: %s: %s not done", ev.Operation, plural(ev.ItemErrors, "item"))
 		if ev.FirstItemError != "" {
 			reason += ", first: " + ev.FirstItemError

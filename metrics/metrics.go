@@ -106,7 +106,7 @@ func (m *Metrics) RunEnded(run model.Run, status string, at time.Time) {
 	if run.StartedAt != nil {
 		started = *run.StartedAt
 	}
-	m.runDuration.WithLabelValues(run.Kind, status).Observe(at.Sub(started).Seconds())
+	m.runDuration.WithLabelValues(string(run.Kind), status).Observe(at.Sub(started).Seconds())
 	if run.Trigger == "schedule" && run.PlannedAt != nil && run.StartedAt != nil {
 		m.lateness.Observe(max(run.StartedAt.Sub(*run.PlannedAt), 0).Seconds())
 	}

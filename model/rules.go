@@ -21,21 +21,19 @@ func HasRepository(engineName string) bool { return slices.Contains(repositoryEn
 func (j Job) HasRepository() bool { return HasRepository(j.Engine) }
 
 // AddsToRepository reports whether a run of this kind by the named engine adds to a repository,
-// and so is held and settled in the ledger: backups do; prunes and forgets remove, commands
-// have none.
-func AddsToRepository(kind, engineName string) bool {
-	return kind == KindBackup && HasRepository(engineName)
+// and so is held and settled in the ledger: backups do (KindSpec.Adds); prunes and forgets
+// remove, commands have none.
+func AddsToRepository(kind Kind, engineName string) bool {
+	return kind.Spec().Adds && HasRepository(engineName)
 }
 
-// NeedsRepositoryAlone reports whether a run of this kind must have its repository to itself:
-// restic takes its exclusive lock for a prune, a forget and a check. A backup and a restore take
-// the shared lock and may run beside each other.
-func NeedsRepositoryAlone(kind string) bool { return slices.Contains(exclusiveKinds, kind) }
+// NeedsRepositoryAlone reports whether a run of this kind must have its repository to itself
+// (KindSpec.Exclusive): restic takes its exclusive lock for a prune, a forget and a check. A
+// backup and a restore take the shared lock and may run beside each other.
+func NeedsRepositoryAlone(kind Kind) bool { return kind.Spec().Exclusive }
 
 // ExclusiveKinds lists the kinds that need their repository alone, for a query.
-func ExclusiveKinds() []string { return slices.Clone(exclusiveKinds) }
-
-var exclusiveKinds = []string{KindPrune, KindForget, KindVerify}
+func ExclusiveKinds() []string { return kindsWhere(func(s KindSpec) bool { return s.Exclusive }) }
 
 // Copy is the job as its copy repository's: the same job, with the copy's repository, password
 // file and environment file; ok is false if the job has none. The units, the inventory and
@@ -65,20 +63,18 @@ func (j Job) For(r Run) Job {
 // the job's own, which it reads (store.runRepositories says the same in SQL).
 func (j Job) Repositories(r Run) []string {
 	repos := []string{j.For(r).Repository}
-	if r.Kind == KindCopy && repos[0] != j.Repository {
+	if r.Kind.Spec().ReadsJobRepository && repos[0] != j.Repository {
 		repos = append(repos, j.Repository)
 	}
 	return repos
 }
 
 // Operation is what a run's engine does, as `holdfast exec --kind` and the outcome mapping read
-// its output: its kind, or engine.OpDrill for a verification that drills a restore.
+// its output: its kind's (KindSpec.Operation), or engine.OpDrill for a verification that drills
+// a restore.
 func (r Run) Operation() string {
 	if r.Kind == KindVerify && r.Verify.DrillFiles > 0 {
 		return engine.OpDrill
 	}
-	if r.Kind == "" {
-		return KindBackup
-	}
-	return r.Kind
+	return r.Kind.Spec().Operation
 }

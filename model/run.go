@@ -25,16 +25,6 @@ const (
 	StatusSkipped   = "skipped" // a before hook asked that the backup not run (exit 75): no snapshot
 )
 
-// Run kinds.
-const (
-	KindBackup  = "backup"
-	KindPrune   = "prune"   // needs its repository to itself
-	KindForget  = "forget"  // deletes a retention plan's snapshots; needs its repository to itself
-	KindRestore = "restore" // gives a snapshot back into a target directory; reads its repository
-	KindVerify  = "verify"  // checks the repository (restic check) or drills a restore; needs it to itself
-	KindCopy    = "copy"    // copies a backup's snapshot into the job's copy repository (restic copy)
-)
-
 // Run triggers: what admitted a run.
 const (
 	TriggerManual   = "manual"       // an operator: run start, retention apply
@@ -72,7 +62,7 @@ type Run struct {
 	RetryOf         *uuid.UUID
 	RetryNumber     int
 	RetriedBy       *uuid.UUID
-	Kind            string     // KindBackup, KindPrune, KindForget, KindRestore or KindVerify
+	Kind            Kind       // what the run does: one of Kinds() (KindBackup, KindPrune, KindForget, KindRestore, KindVerify, KindCopy)
 	Host            string     // the host the run must run on, whatever its job says ("" none): a restore's target is there
 	Restore         Restore    // what a restore run gives back; zero for other kinds
 	Verify          Verify     // what a verify run checks; zero for other kinds

@@ -62,72 +62,19 @@ func (r *Reconciler) finishFromMarker(ctx context.Context, l model.LiveRun, m ru
 	ev := evidence(a)
 	ev.Operation = l.Run.Operation()
 	v := outcome(m, ev, eng, l.Run.StopRequestedAt != nil, l.Run.StopReason, l.Run.PausedReason)
-	switch l.Run.Kind {
-	case model.KindPrune:
-		if v.status == model.StatusSucceeded {
-			v.reason = "prune complete: data no snapshot refers to was removed"
-		}
-		return r.finishAttempt(ctx, l, a, m, v)
-	case model.KindForget:
-		if v.status == model.StatusSucceeded {
-			v.reason = fmt.Sprintf("forget complete: %d snapshot(s) of the retention plan removed; their data goes with the next prune", len(l.Run.ForgetIDs))
-		}
-		if err := r.finishAttempt(ctx, l, a, m, v); err != nil {
-			return err
-		}
-		r.refreshAfter(ctx, l)
-		return nil
-	case model.KindRestore:
-		if v.status == model.StatusSucceeded {
-			v.reason = restored(l.Run.Restore, a.Progress)
-		}
-		return r.finishAttempt(ctx, l, a, m, v)
-	case model.KindVerify:
-		if l.Run.Verify.DrillFiles > 0 && v.status == model.StatusSucceeded {
-			v.reason = drilled(a)
-		}
-		return r.finishAttempt(ctx, l, a, m, v)
-	case model.KindCopy:
-		if v.status == model.StatusSucceeded {
-			v.reason = "copy complete: snapshot " + shortID(l.Run.CopySnapshot) + " is in the copy repository"
-		}
-		return r.finishAttempt(ctx, l, a, m, v)
+	k, err := endingOf(l.Run)
+	if err != nil {
+		return err
 	}
-	if ev.Summary == nil && (v.status == model.StatusSucceeded || v.status == model.StatusPartial) && l.JobEngine == engine.NameRestic {
-		// The run stays live, its marker in place, until the repair closed it: a repair not
-		// carried out (a stop, a crash) is queued again by the next pass.
-		return r.repairs.Submit(ctx, model.AttemptRef{Run: l.Run.ID, No: l.Attempt.No}, func(ctx context.Context, _ func()) error {
-			if !r.acting() {
-				return nil // the next pass under the lease queues it again
-			}
-			return r.repairAndFinish(ctx, l, a, m, v)
-		})
+	if k.succeeded != nil && v.status == model.StatusSucceeded {
+		if reason := k.succeeded(l, a); reason != "" {
+			v.reason = reason
+		}
 	}
-	return r.finishBackup(ctx, l, a, m, v)
-}
-
-// restored is a succeeded restore's reason: what it gave back where, with the figures its last
-// progress measured.
-func restored(rs model.Restore, p *model.Progress) string {
-	what := "snapshot " + shortID(rs.Snapshot)
-	if len(rs.Includes) > 0 {
-		what += fmt.Sprintf(" (%d include pattern(s))", len(rs.Includes))
+	if k.close != nil {
+		return k.close(r, ctx, l, a, m, v)
 	}
-	reason := fmt.Sprintf("restore complete: %s restored into %s", what, rs.Target)
-	if p != nil {
-		reason += fmt.Sprintf(", %d files, %s", p.FilesDone, engine.FormatBytes(p.BytesDone))
-	}
-	return reason
-}
-
-// drilled is a succeeded drill's reason, from its summary (as the unit reported it).
-func drilled(a model.Attempt) string {
-	var d engine.Drill
-	if len(a.Summary) == 0 || json.Unmarshal(a.Summary, &d) != nil || len(d.Files) == 0 {
-		return "drill complete, but no sample was recorded"
-	}
-	return fmt.Sprintf("drill complete: %d file(s), %s, of snapshot %s (chosen at random among %d) restored and verified; first: %s",
-		len(d.Files), engine.FormatBytes(d.Bytes), shortID(d.SnapshotID), d.Candidates, clipText(d.Files[0], 256))
+	return r.finishAttempt(ctx, l, a, m, v)
 }
 
 // shortID is a snapshot's id as restic abbreviates it.
@@ -238,7 +185,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l model.LiveRun, a model
 	if s, note := checkedSummary(a); s != nil {
 		e.SnapshotID = s.SnapshotID
 		e.Reason += note
-		if l.Run.Kind == model.KindBackup {
+		if k, err := endingOf(l.Run); err == nil && k.figures {
 			// A drill's summary names its snapshot, but it added and processed nothing of a backup's.
 			e.BytesAdded, e.BytesProcessed, e.FilesProcessed = &s.DataAdded, &s.TotalBytesProcessed, &s.TotalFilesProcessed
 		}

@@ -54,13 +54,13 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l model.LiveRun, jobs map[s
 	if until, name := schedule.Allowed(at, r.cfg.windows, r.cfg.zone); name != "" {
 		f.globalWindow = &held{name: name, until: until}
 	}
-	if l.Run.Kind == model.KindForget {
+	if l.Run.Kind.Spec().Forgets {
 		// A plan of the copy: its snapshots' protections.
 		if f.protected, err = r.cfg.Store.ProtectedAmong(ctx, job.For(l.Run).Repository, l.Run.ForgetIDs, f.now); err != nil {
 			return job, err
 		}
 	}
-	if job.DependsOn != "" && l.Run.Kind == model.KindBackup {
+	if job.DependsOn != "" && l.Run.Kind.Spec().Prerequisite {
 		if f.prereq, err = r.prerequisite(ctx, job.DependsOn); err != nil {
 			return job, err
 		}
@@ -110,7 +110,7 @@ func (r *Reconciler) prerequisite(ctx context.Context, name string) (*prereq, er
 // retryPlan returns the retry of a backup that failed for a transient reason, or nil if its job
 // allows no more. A prune or forget is not retried: the next one is planned anew.
 func (r *Reconciler) retryPlan(ctx context.Context, l model.LiveRun) (*store.Retry, error) {
-	if l.JobEngine == "" || l.Run.Kind != model.KindBackup && l.Run.Kind != model.KindCopy {
+	if l.JobEngine == "" || !l.Run.Kind.Spec().Retried {
 		return nil, nil
 	}
 	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)

@@ -137,7 +137,7 @@ func (g *Guard) Stop() {
 func (g *Guard) Watch(l model.LiveRun) {
 	a := l.Attempt
 	dir, local := ledger.Local(l.JobRepository)
-	if l.Run.Kind != model.KindBackup || a.HoldBytes == nil || !local {
+	if !l.Run.Kind.Spec().Adds || a.HoldBytes == nil || !local {
 		return
 	}
 	ref := l.Ref()
@@ -289,7 +289,7 @@ func (g *Guard) Prune(live []model.LiveRun) {
 // or another run wrote to it meanwhile) or is a watch's to tell (Watching).
 func (g *Guard) Measure(ctx context.Context, l model.LiveRun) *Excess {
 	a := l.Attempt
-	if l.Run.Kind != model.KindBackup || a.HoldBytes == nil || a.RepoBytesBefore == nil || g.Watching(l.Ref()) || g.stepsAside(l.Ref()) {
+	if !l.Run.Kind.Spec().Adds || a.HoldBytes == nil || a.RepoBytesBefore == nil || g.Watching(l.Ref()) || g.stepsAside(l.Ref()) {
 		return nil
 	}
 	grown, shared, why := Growth(ctx, g.cfg.Store, l.JobRepository, a)

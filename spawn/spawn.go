@@ -348,11 +348,11 @@ func prepareDirs(stateDir string, job model.Job, ref model.AttemptRef) error {
 	return jobunit.PrepareCache(stateDir, job)
 }
 
-// pins are the writable paths of a run's units that must still be what its admission checked:
-// a restore's target.
+// pins are the writable paths of a run's units that must still be what its admission checked
+// (its kind's kindUnit.pins): a restore's target.
 func pins(r model.Run) []jobunit.Pin {
-	if r.Kind != model.KindRestore || r.Restore.TargetID == nil {
-		return nil
+	if u, err := unitOf(r); err == nil && u.pins != nil {
+		return u.pins(r)
 	}
-	return []jobunit.Pin{{Path: r.Restore.Target, ID: *r.Restore.TargetID}}
+	return nil
 }

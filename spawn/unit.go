@@ -9,11 +9,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/journallog"
-	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
@@ -40,13 +38,19 @@ func AttemptSpec(ctx context.Context, st Store, jobs jobunit.Config, job model.J
 			why = fmt.Sprintf("attempt %d of run %s was interrupted", attempt-1, run.ID)
 		}
 	}
-	return unitSpec(jobs, job, run, attempt, why != ""), why, nil
+	spec, err = unitSpec(jobs, job, run, attempt, why != "")
+	return spec, why, err
 }
 
 // UnitSpec builds the transient unit of one attempt of a job whose repository holds no lock that
-// may be stale, as the daemon starts it after clean endings. Exported so benchmarks start it.
+// may be stale, as the daemon starts it after clean endings. Exported so benchmarks start it; it
+// panics for a run of no kind spawn knows (unitOf).
 func UnitSpec(jobs jobunit.Config, job model.Job, run model.Run, attempt int) runner.Spec {
-	return unitSpec(jobs, job, run, attempt, false)
+	spec, err := unitSpec(jobs, job, run, attempt, false)
+	if err != nil {
+		panic(err)
+	}
+	return spec
 }
 
 // staleLock says why a repository may hold a lock that no live restic owns, from how the attempts
@@ -71,42 +75,94 @@ func staleLock(endings []store.AttemptEnd) string {
 	return ""
 }
 
-func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unlock bool) runner.Spec {
+// unitBuild is one attempt's unit as unitSpec builds it, which a kind's kindUnit adds to.
+type unitBuild struct {
+	cfg     jobunit.Config
+	job     model.Job // the job; the unit works on job.For(run)
+	run     model.Run
+	spec    *runner.Spec
+	ej      engine.Job // the repository the run works on, as restic is given it
+	source  engine.Job // the job's own repository, for a kind that reads it too (a copy's source)
+	restic  engine.Restic
+	scratch string // the attempt's own directory, which only this unit writes
+	// exec is `holdfast exec`'s arguments so far.
+	exec []string
+	// unlocks are the repositories whose stale locks the unit removes ("--before" and
+	// "--after-interrupt" for the one it works on, a copy's source with flags of its own).
+	unlocks []unlockRepo
+}
+
+// unlockRepo is a repository whose stale lock `holdfast exec` removes: before the engine with the
+// flag before (when the spawn found one may be left) and after an interruption with after.
+type unlockRepo struct {
+	before, after string
+	repo          engine.Job
+}
+
+// kindUnit is what a unit of one kind adds to what every unit shares (unitSpec): one per kind,
+// in spawn/kind_<kind>.go, registered in kindUnits (TestEveryKindHasAUnit). Each function may be
+// nil: the kind adds nothing there.
+type kindUnit struct {
+	// writable is what the unit writes besides its journal directory, its cache and its
+	// repository: it is made writable in the sandbox.
+	writable func(job model.Job, run model.Run) []string
+	// prepare adds to the unit before `holdfast exec`'s arguments are taken from it (a copy's
+	// source password as a credential).
+	prepare func(b *unitBuild)
+	// execArgs are `holdfast exec`'s arguments for the kind, for any engine (a backup's hooks).
+	execArgs func(job model.Job, run model.Run) []string
+	// restic is restic's argv for a restic job's run; it may add to b.exec, b.unlocks and the
+	// unit (a restore's capabilities).
+	restic func(b *unitBuild) []string
+	// pins are the writable paths that must still be what the run's admission checked.
+	pins func(run model.Run) []jobunit.Pin
+}
+
+// kindUnits is each kind's kindUnit, as the kind_<kind>.go files register them.
+var kindUnits = map[model.Kind]kindUnit{}
+
+// registerUnit registers a kind's unit, once.
+func registerUnit(k model.Kind, u kindUnit) {
+	if _, dup := kindUnits[k]; dup {
+		panic("spawn: the unit of kind " + string(k) + " is registered twice")
+	}
+	kindUnits[k] = u
+}
+
+// unitOf is the kindUnit of a run's kind ("" a backup's).
+func unitOf(run model.Run) (kindUnit, error) {
+	u, ok := kindUnits[cmp.Or(run.Kind, model.KindBackup)]
+	if !ok {
+		return kindUnit{}, fmt.Errorf("run %s: no unit for a run of kind %q", run.ID, run.Kind)
+	}
+	return u, nil
+}
+
+func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unlock bool) (runner.Spec, error) {
+	ku, err := unitOf(run)
+	if err != nil {
+		return runner.Spec{}, err
+	}
 	name := runner.UnitName(job.Name, run.ID, attempt)
 	writable := []string{filepath.Dir(jobunit.JournalPath(cfg.StateDir, run.ID, attempt))}
-	if run.Kind == model.KindRestore {
-		// The target is made, as the job's user, when the restore is asked for: the sandbox
-		// makes writable only what exists when the unit starts.
-		writable = append(writable, run.Restore.Target)
-	}
-	hooks := run.Operation() == model.KindBackup && len(job.BeforeHooks)+len(job.AfterHooks) > 0
-	if hooks {
-		// Hooks prepare what the backup reads (a dump, a flushed file): its paths, and nothing else.
-		writable = append(writable, job.Paths...)
+	if ku.writable != nil {
+		writable = append(writable, ku.writable(job, run)...)
 	}
 	// Every kind writes its repository, if only restic's lock: a copy, and a forget of the copy's
 	// plan, the job's copy repository.
 	spec, ej := jobunit.Spec(cfg, job.For(run), name, true, writable...)
-	var copyFrom engine.Job
-	if run.Kind == model.KindCopy {
-		copyFrom = copySource(cfg, job, &spec)
+	b := &unitBuild{cfg: cfg, job: job, run: run, spec: &spec, ej: ej, restic: engine.Restic{Binary: cfg.ResticBinary},
+		scratch: writable[0], unlocks: []unlockRepo{{"--before", "--after-interrupt", ej}}}
+	if ku.prepare != nil {
+		ku.prepare(b)
 	}
-	restic := engine.Restic{Binary: cfg.ResticBinary}
-	execArgv := []string{cfg.Binary, "exec",
+	b.exec = []string{cfg.Binary, "exec",
 		"--run", run.ID.String(), "--attempt", strconv.Itoa(attempt),
 		"--journal", jobunit.JournalPath(cfg.StateDir, run.ID, attempt),
 		"--engine", job.Engine, "--kind", run.Operation()}
-	execArgv = append(execArgv, jobunit.CredentialArgs(spec)...)
-	if run.Operation() == model.KindBackup && job.StdinFrom != "" {
-		execArgv = append(execArgv, "--stdin-from", job.StdinFrom)
-	}
-	if hooks {
-		for _, h := range job.BeforeHooks {
-			execArgv = append(execArgv, "--hook-before", h)
-		}
-		for _, h := range job.AfterHooks {
-			execArgv = append(execArgv, "--hook-after", h)
-		}
+	b.exec = append(b.exec, jobunit.CredentialArgs(spec)...)
+	if ku.execArgs != nil {
+		b.exec = append(b.exec, ku.execArgs(job, run)...)
 	}
 	spec.Description = fmt.Sprintf("holdfast %s %s, run %s attempt %d", cmp.Or(run.Kind, model.KindBackup), job.Name, run.ID, attempt)
 	spec.ExecStopPost = []string{cfg.Binary, "marker", "--state-dir", cfg.StateDir,
@@ -120,79 +176,27 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		journallog.FieldName("attempt"): strconv.Itoa(attempt),
 	}
 	if job.Engine != engine.NameRestic {
-		spec.ExecStart = append(append(execArgv, "--"), job.Command...)
-		return spec
+		spec.ExecStart = append(append(b.exec, "--"), job.Command...)
+		return spec, nil
 	}
-	argv := restic.BackupArgv(ej, run.ID)
-	switch run.Kind {
-	case model.KindPrune:
-		argv = restic.PruneArgv(ej)
-	case model.KindForget:
-		argv = restic.ForgetArgv(ej, run.ForgetIDs)
-	case model.KindCopy:
-		argv = restic.CopyArgv(ej, copyFrom, run.CopySnapshot)
-	case model.KindVerify:
-		argv = restic.CheckArgv(ej, run.Verify.ReadDataSubset)
-		if n := run.Verify.DrillFiles; n > 0 {
-			// The drill runs restic itself, in the unit, as the job's user; its scratch directory
-			// lies in the attempt's own, which only this unit writes.
-			argv = append([]string{cfg.Binary, "drill", "--tag", engine.JobTag(job.Name), "--files", strconv.Itoa(n),
-				"--scratch", filepath.Join(writable[0], "drill"), "--"}, restic.GlobalArgv(ej)...)
-		}
-	case model.KindRestore:
-		rs := run.Restore
-		argv = restic.RestoreArgv(ej, rs.Snapshot, rs.Target, rs.Includes, false)
-		// restic 0.14 reports no progress of a restore: what is under the target is measured.
-		execArgv = append(execArgv, "--progress-dir", rs.Target, "--restore-target", rs.Target)
-		// The sandbox refuses setuid/setgid bits, which restic does not always say it lost:
-		// exec compares restic's listing of the snapshot with the target.
-		for _, arg := range restic.ListArgv(ej, rs.Snapshot) {
-			execArgv = append(execArgv, "--restore-list", arg)
-		}
-		if rs.TotalBytes != nil && rs.TotalFiles != nil {
-			execArgv = append(execArgv, "--progress-total-bytes", strconv.FormatInt(*rs.TotalBytes, 10),
-				"--progress-total-files", strconv.FormatInt(*rs.TotalFiles, 10))
-		}
-		if uid, _, err := jobunit.Identity(job); err == nil && uid == 0 && spec.Sandbox != nil {
-			// A root job's restore gives files back to their owners with their modes.
-			spec.Sandbox.Capabilities = append(spec.Sandbox.Capabilities, "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE")
-			spec.Sandbox.Chown = true
-		}
+	if ku.restic == nil {
+		return runner.Spec{}, fmt.Errorf("run %s: a run of kind %s has no restic command", run.ID, run.Kind)
 	}
+	argv := ku.restic(b)
 	// Stale locks go first, in the unit's own identity and sandbox: `restic unlock` removes only
 	// locks of processes that are gone (or older than 30 minutes), never a live backup's. And
 	// after a signal interrupted restic: restic 0.14 exiting 130 has been seen to leave its lock.
-	for _, arg := range restic.UnlockArgv(ej) {
-		if unlock {
-			execArgv = append(execArgv, "--before", arg)
-		}
-		execArgv = append(execArgv, "--after-interrupt", arg)
-	}
-	if run.Kind == model.KindCopy {
-		// The source's lock too, with the source's password.
-		for _, arg := range restic.UnlockArgv(copyFrom) {
+	// A copy's source too, with the source's password.
+	for _, u := range b.unlocks {
+		for _, arg := range b.restic.UnlockArgv(u.repo) {
 			if unlock {
-				execArgv = append(execArgv, "--before-source", arg)
+				b.exec = append(b.exec, u.before, arg)
 			}
-			execArgv = append(execArgv, "--after-interrupt-source", arg)
+			b.exec = append(b.exec, u.after, arg)
 		}
 	}
-	spec.ExecStart = append(append(execArgv, "--"), argv...)
+	spec.ExecStart = append(append(b.exec, "--"), argv...)
 	// restic 0.14 leaves its lock behind on SIGTERM; on SIGINT it removes it and exits 130.
 	spec.KillSignal = syscall.SIGINT
-	return spec
-}
-
-// copySource is the job's own repository as a copy's source: its password reaches the unit as a
-// credential of its own under the system manager (else by its path), and a local repository is
-// made writable for restic's lock on it.
-func copySource(cfg jobunit.Config, job model.Job, spec *runner.Spec) engine.Job {
-	_, src := jobunit.Spec(cfg, job, "", false)
-	if cfg.Runner != nil && cfg.Runner.SystemManager() {
-		spec.LoadCredentials = append(spec.LoadCredentials, runner.Credential{Name: credentials.FromPassword, Path: job.PasswordFile})
-	}
-	if dir, local := ledger.Local(job.Repository); local && spec.Sandbox != nil {
-		spec.Sandbox.ReadWritePaths = append(spec.Sandbox.ReadWritePaths, dir)
-	}
-	return src
+	return spec, nil
 }

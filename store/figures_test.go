@@ -45,7 +45,7 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 	}
 	released := &ledger.Settlement{Release: true, Source: "test"}
 	// end takes a new run of kind to its end as the daemon would; at zero stamps the database's clock.
-	end := func(t *testing.T, kind, status string, at time.Time, e store.Ending) model.Run {
+	end := func(t *testing.T, kind model.Kind, status string, at time.Time, e store.Ending) model.Run {
 		t.Helper()
 		var r model.Run
 		if kind == model.KindRestore {

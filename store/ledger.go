@@ -275,7 +275,8 @@ type holdPlan struct {
 // attempt starts (AttemptHoldSize); nil before.
 func planHold(ctx context.Context, tx pgx.Tx, runID uuid.UUID, source *ledger.Source) (holdPlan, error) {
 	var p holdPlan
-	var kind, jobEngine string
+	var kind model.Kind
+	var jobEngine string
 	var jobID int64
 	f := ledger.HoldFacts{Run: runID.String(), Source: source}
 	err := tx.QueryRow(ctx, `SELECT r.kind, j.engine, j.id, j.account, j.max_added, r.budget_bytes,

@@ -121,7 +121,7 @@ func deref(p *int64) int64 {
 // Admit creates a queued run of the job with its first attempt, in one transaction, and notifies
 // the daemons. A job that already has a live run is refused: two backups of one job would race
 // for the same files and repository lock.
-func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (model.Run, error) {
+func (s *Store) Admit(ctx context.Context, jobName, trigger string, kind model.Kind) (model.Run, error) {
 	return s.AdmitRequest(ctx, Request{Job: jobName, Trigger: trigger, Kind: kind})
 }
 
@@ -129,7 +129,7 @@ func (s *Store) Admit(ctx context.Context, jobName, trigger, kind string) (model
 type Request struct {
 	Job     string
 	Trigger string
-	Kind    string        // "" is KindBackup
+	Kind    model.Kind    // "" is KindBackup
 	Host    string        // the host the run must run on, whatever its job says; a restore must name it
 	Restore model.Restore // a restore's target and snapshot
 	Verify  model.Verify
@@ -140,6 +140,9 @@ type Request struct {
 func (s *Store) AdmitRequest(ctx context.Context, r Request) (model.Run, error) {
 	var run model.Run
 	kind := cmp.Or(r.Kind, model.KindBackup)
+	if _, err := model.ParseKind(string(kind)); err != nil {
+		return model.Run{}, fmt.Errorf("admit run of %s: %w", r.Job, err)
+	}
 	if kind == model.KindRestore && (r.Restore.Target == "" || r.Restore.Snapshot == "" || r.Host == "") {
 		return model.Run{}, fmt.Errorf("admit restore of %s: no target, snapshot or host", r.Job)
 	}
@@ -153,8 +156,8 @@ func (s *Store) AdmitRequest(ctx context.Context, r Request) (model.Run, error) 
 		if err != nil {
 			return err
 		}
-		if kind != model.KindBackup && !model.HasRepository(jobEngine) {
-			return &ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: only a restic repository can be %s", r.Job, jobEngine, kindVerb[kind])}
+		if kind.Spec().NeedsRepository && !model.HasRepository(jobEngine) {
+			return &ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: only a restic repository can be %s", r.Job, jobEngine, kind.Spec().Verb)}
 		}
 		live, found, err := liveRunOf(ctx, tx, jobID)
 		if err != nil {
@@ -181,16 +184,12 @@ func (s *Store) AdmitRequest(ctx context.Context, r Request) (model.Run, error) 
 	return run, nil
 }
 
-// kindVerb says what a run of each kind other than a backup does to a repository.
-var kindVerb = map[string]string{model.KindPrune: "pruned", model.KindForget: "forgotten from",
-	model.KindRestore: "restored from", model.KindVerify: "verified", model.KindCopy: "copied"}
-
 // newRun is a run to admit.
 type newRun struct {
 	jobID         int64
 	jobName       string
 	trigger       string
-	kind          string // "" is KindBackup
+	kind          model.Kind // "" is KindBackup
 	plannedAt     *time.Time
 	retryOf       *uuid.UUID
 	retryNumber   int
@@ -229,10 +228,12 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 	}
 	// A job's last run is its last backup, which dependencies read; a prune or a forget is not
 	// one. It is the last run before its hold is decided: a run paused at once is that too.
-	if kind == model.KindBackup {
+	if kind.Spec().LastRun {
 		if _, err := tx.Exec(ctx, `UPDATE jobs SET last_run_id = $2 WHERE id = $1`, n.jobID, id); err != nil {
 			return false, err
 		}
+	}
+	if kind.Spec().Adds { // planHold asks the engine too
 		if paused, err = holdOrPause(ctx, tx, id, 1); err != nil {
 			return false, err
 		}

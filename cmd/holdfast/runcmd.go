@@ -78,7 +78,7 @@ type restoreOut struct {
 type runOut struct {
 	ID              string       `json:"id"`
 	Job             string       `json:"job"`
-	Kind            string       `json:"kind"`
+	Kind            model.Kind   `json:"kind"`
 	Trigger         string       `json:"trigger"`
 	Status          string       `json:"status"`
 	Reason          string       `json:"reason"`

@@ -68,10 +68,10 @@ func Job(t testing.TB, st *store.Store, opts *JobOpts) model.Job {
 // RunOpts says what Run makes; the zero value is a queued manual backup of a new job, its first
 // attempt not claimed.
 type RunOpts struct {
-	Job     string   // the job's name; "" is a new job made as JobOpts says
-	JobOpts *JobOpts // for the new job
-	Kind    string   // "" is a backup
-	Trigger string   // "" is manual
+	Job     string     // the job's name; "" is a new job made as JobOpts says
+	JobOpts *JobOpts   // for the new job
+	Kind    model.Kind // "" is a backup
+	Trigger string     // "" is manual
 	// Claim, if set, takes the run on as the daemon holding that lease does: it claims the
 	// spawn of attempt 1 with its derived unit (Unit), and with Started it marks the attempt
 	// started on the database's clock.

@@ -1,0 +1,87 @@
+package model
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/holdfast-backup/holdfast/engine"
+)
+
+func TestParseKind(t *testing.T) {
+	for _, k := range Kinds() {
+		got, err := ParseKind(string(k))
+		if err != nil || got != k {
+			t.Errorf("ParseKind(%q) = %q, %v", k, got, err)
+		}
+		var scanned Kind
+		if err := scanned.Scan(string(k)); err != nil || scanned != k {
+			t.Errorf("Scan(%q) = %q, %v", k, scanned, err)
+		}
+	}
+	for _, s := range []string{"", "Backup", "drill", "noop", " backup"} {
+		if k, err := ParseKind(s); err == nil {
+			t.Errorf("ParseKind(%q) = %q, want an error", s, k)
+		}
+		var scanned Kind
+		if err := scanned.Scan(s); err == nil {
+			t.Errorf("Scan(%q) = %q, want an error", s, scanned)
+		}
+	}
+}
+
+// TestKindSpecs holds each kind's definition to what the layers did when they compared kinds.
+func TestKindSpecs(t *testing.T) {
+	if !slices.Equal(Kinds(), []Kind{KindBackup, KindPrune, KindForget, KindRestore, KindVerify, KindCopy}) {
+		t.Errorf("Kinds() = %v", Kinds())
+	}
+	where := func(is func(KindSpec) bool) []Kind {
+		var ks []Kind
+		for _, k := range Kinds() {
+			if is(k.Spec()) {
+				ks = append(ks, k)
+			}
+		}
+		return ks
+	}
+	for _, c := range []struct {
+		what string
+		is   func(KindSpec) bool
+		want []Kind
+	}{
+		{"exclusive", func(s KindSpec) bool { return s.Exclusive }, []Kind{KindPrune, KindForget, KindVerify}},
+		{"adds", func(s KindSpec) bool { return s.Adds }, []Kind{KindBackup}},
+		{"last run", func(s KindSpec) bool { return s.LastRun }, []Kind{KindBackup}},
+		{"prerequisite", func(s KindSpec) bool { return s.Prerequisite }, []Kind{KindBackup}},
+		{"retried", func(s KindSpec) bool { return s.Retried }, []Kind{KindBackup, KindCopy}},
+		{"verification", func(s KindSpec) bool { return s.Verification }, []Kind{KindVerify}},
+		{"forgets", func(s KindSpec) bool { return s.Forgets }, []Kind{KindForget}},
+		{"reads the job's repository", func(s KindSpec) bool { return s.ReadsJobRepository }, []Kind{KindCopy}},
+		{"needs a repository", func(s KindSpec) bool { return s.NeedsRepository && s.Verb != "" }, []Kind{KindPrune, KindForget, KindRestore, KindVerify, KindCopy}},
+		{"has a verb", func(s KindSpec) bool { return s.Verb != "" }, []Kind{KindPrune, KindForget, KindRestore, KindVerify, KindCopy}},
+	} {
+		if got := where(c.is); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.what, got, c.want)
+		}
+	}
+	if got := ExclusiveKinds(); !slices.Equal(got, []string{"prune", "forget", "verify"}) {
+		t.Errorf("ExclusiveKinds() = %v", got)
+	}
+	// A kind's operation is the engine's name for it: the same word.
+	for _, k := range Kinds() {
+		if op := k.Spec().Operation; op != string(k) {
+			t.Errorf("%s: operation %q", k, op)
+		}
+	}
+	if (Kind("")).Spec() != KindBackup.Spec() {
+		t.Error(`"" is not a backup`)
+	}
+	if (Kind("noop")).Spec() != (KindSpec{}) {
+		t.Error("a kind that is none has a definition")
+	}
+	if op := (Run{Kind: KindVerify, Verify: Verify{DrillFiles: 3}}).Operation(); op != engine.OpDrill {
+		t.Errorf("a drill's operation: %q", op)
+	}
+	if op := (Run{}).Operation(); op != engine.OpBackup {
+		t.Errorf(`kind "": operation %q`, op)
+	}
+}

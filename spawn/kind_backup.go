@@ -1,0 +1,38 @@
+package spawn
+
+import (
+	"github.com/holdfast-backup/holdfast/model"
+)
+
+// A backup's unit: restic backup of the job's paths (or of a producer's output), with the job's
+// hooks around it, for a command job as for restic.
+func init() {
+	registerUnit(model.KindBackup, kindUnit{
+		writable: func(job model.Job, _ model.Run) []string {
+			if !hasHooks(job) {
+				return nil
+			}
+			// Hooks prepare what the backup reads (a dump, a flushed file): its paths, and nothing else.
+			return job.Paths
+		},
+		execArgs: func(job model.Job, _ model.Run) []string {
+			var args []string
+			if job.StdinFrom != "" {
+				args = append(args, "--stdin-from", job.StdinFrom)
+			}
+			if hasHooks(job) {
+				for _, h := range job.BeforeHooks {
+					args = append(args, "--hook-before", h)
+				}
+				for _, h := range job.AfterHooks {
+					args = append(args, "--hook-after", h)
+				}
+			}
+			return args
+		},
+		restic: func(b *unitBuild) []string { return b.restic.BackupArgv(b.ej, b.run.ID) },
+	})
+}
+
+// hasHooks reports whether the job's backups run hooks.
+func hasHooks(job model.Job) bool { return len(job.BeforeHooks)+len(job.AfterHooks) > 0 }

@@ -1,0 +1,47 @@
+package spawn
+
+import (
+	"strconv"
+
+	"github.com/holdfast-backup/holdfast/jobunit"
+	"github.com/holdfast-backup/holdfast/model"
+)
+
+// A restore's unit: restic restore into its target, the only path it writes besides its own;
+// holdfast exec measures its progress and finds what the sandbox kept it from restoring.
+func init() {
+	registerUnit(model.KindRestore, kindUnit{
+		// The target is made, as the job's user, when the restore is asked for: the sandbox
+		// makes writable only what exists when the unit starts.
+		writable: func(_ model.Job, run model.Run) []string { return []string{run.Restore.Target} },
+		restic:   restoreCommand,
+		pins: func(run model.Run) []jobunit.Pin {
+			if run.Restore.TargetID == nil {
+				return nil
+			}
+			return []jobunit.Pin{{Path: run.Restore.Target, ID: *run.Restore.TargetID}}
+		},
+	})
+}
+
+func restoreCommand(b *unitBuild) []string {
+	rs := b.run.Restore
+	argv := b.restic.RestoreArgv(b.ej, rs.Snapshot, rs.Target, rs.Includes, false)
+	// restic 0.14 reports no progress of a restore: what is under the target is measured.
+	b.exec = append(b.exec, "--progress-dir", rs.Target, "--restore-target", rs.Target)
+	// The sandbox refuses setuid/setgid bits, which restic does not always say it lost:
+	// exec compares restic's listing of the snapshot with the target.
+	for _, arg := range b.restic.ListArgv(b.ej, rs.Snapshot) {
+		b.exec = append(b.exec, "--restore-list", arg)
+	}
+	if rs.TotalBytes != nil && rs.TotalFiles != nil {
+		b.exec = append(b.exec, "--progress-total-bytes", strconv.FormatInt(*rs.TotalBytes, 10),
+			"--progress-total-files", strconv.FormatInt(*rs.TotalFiles, 10))
+	}
+	if uid, _, err := jobunit.Identity(b.job); err == nil && uid == 0 && b.spec.Sandbox != nil {
+		// A root job's restore gives files back to their owners with their modes.
+		b.spec.Sandbox.Capabilities = append(b.spec.Sandbox.Capabilities, "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE")
+		b.spec.Sandbox.Chown = true
+	}
+	return argv
+}
