@@ -73,7 +73,7 @@ func backupPair(b *testing.B, n, files int, size int64) (restic, holdfast []time
 	// A ceiling above what the runs add, so that no hold ever stops one (the budget from history,
 	// twice the most a recent run added, is not what is measured here).
 	budget := 2*int64(n)*size + 1<<30
-	if _, err := e.st.CreateJob(ctx, model.Job{Name: "bench", Engine: "restic", Repository: hfRepo, PasswordFile: pw, Paths: []string{data},
+	if _, err := e.st.JobCreate(ctx, model.Job{Name: "bench", Engine: "restic", Repository: hfRepo, PasswordFile: pw, Paths: []string{data},
 		MaxAdded: &budget}); err != nil {
 		b.Fatal(err)
 	}

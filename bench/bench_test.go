@@ -145,7 +145,7 @@ func BenchmarkStartLatency(b *testing.B) {
 	if out, err := exec.Command("restic", "--repo", repo, "--password-file", pw, "init").CombinedOutput(); err != nil {
 		b.Fatalf("restic init: %v\n%s", err, out)
 	}
-	job, err := st.CreateJob(ctx, model.Job{Name: "bench", Engine: "restic", Repository: repo, PasswordFile: pw, Paths: []string{data}})
+	job, err := st.JobCreate(ctx, model.Job{Name: "bench", Engine: "restic", Repository: repo, PasswordFile: pw, Paths: []string{data}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -176,21 +176,21 @@ func BenchmarkStartLatency(b *testing.B) {
 
 		// holdfast: admitted as `run start` does, spawned by the daemon on NOTIFY.
 		start = time.Now()
-		run, err := st.Admit(ctx, "bench", "manual", model.KindBackup)
+		run, err := st.RunAdmit(ctx, "bench", "manual", model.KindBackup)
 		if err != nil {
 			b.Fatal(err)
 		}
 		unit := runner.UnitName("bench", run.ID, 1)
 		waitActive(b, r, unit)
 		holdfast = append(holdfast, time.Since(start))
-		if _, err := st.RequestStop(ctx, run.ID); err != nil {
+		if _, err := st.RunRequestStop(ctx, run.ID); err != nil {
 			b.Fatal(err)
 		}
 		if err := r.Stop(ctx, unit); err != nil {
 			b.Fatal(err)
 		}
 		for {
-			got, err := st.RunByID(ctx, run.ID)
+			got, err := st.RunGet(ctx, run.ID)
 			if err != nil {
 				b.Fatal(err)
 			}

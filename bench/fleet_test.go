@@ -109,7 +109,7 @@ type statementCost struct {
 }
 
 // daemonCost reads what the daemon's role spent since the last reset, by statement, apart
-// from the fleet's duties (statements marked /* fleet duty */, see store.ClaimDuty): one
+// from the fleet's duties (statements marked /* fleet duty */, see store.DutyClaim): one
 // daemon of the fleet does each per interval, so in a fleet they are a daemon's cost once in
 // as many intervals as there are daemons.
 func (f *fleet) daemonCost(b *testing.B) (own, duties float64, calls int64, top []statementCost) {

@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkFleetScrape measures what a scrape of /metrics and `holdfast host list` read from a
-// fleet's database (store.Figures and store.Hosts, the fleet-wide views) at 10, 100 and 1,000
+// fleet's database (store.Figures and store.HostList, the fleet-wide views) at 10, 100 and 1,000
 // hosts (storetest.SeedFleet): the median of 5 reads each, and the growth from 10 to 1,000.
 // These views are the fleet's, so they grow with it; one daemon is scraped, not all.
 func BenchmarkFleetScrape(b *testing.B) {
@@ -25,8 +25,8 @@ func BenchmarkFleetScrape(b *testing.B) {
 	for _, size := range []int{10, 100, 1000} {
 		f.grow(b, size)
 		for name, read := range map[string]func() error{
-			"figures": func() error { _, err := st.Figures(ctx); return err },
-			"hosts":   func() error { _, err := st.Hosts(ctx); return err },
+			"figures": func() error { _, err := st.FiguresGet(ctx); return err },
+			"hosts":   func() error { _, err := st.HostList(ctx); return err },
 		} {
 			var took []time.Duration
 			for range 5 {

@@ -267,7 +267,7 @@ func (h *simHost) request() store.LeaseRequest {
 func (h *simHost) run(ctx context.Context) {
 	for {
 		asked := time.Now()
-		l, err := h.st.AcquireLease(ctx, h.request())
+		l, err := h.st.LeaseAcquire(ctx, h.request())
 		if err == nil {
 			h.set(l, asked)
 			break
@@ -309,7 +309,7 @@ func (h *simHost) renew(ctx context.Context) {
 		lease, _ := h.current()
 		callCtx, cancel := context.WithTimeout(ctx, h.cfg.Lease/3)
 		asked := time.Now()
-		next, err := h.st.RenewLease(callCtx, lease, h.cfg.Lease)
+		next, err := h.st.LeaseRenew(callCtx, lease, h.cfg.Lease)
 		if err == nil {
 			h.stats.took(&h.stats.renewals, time.Since(asked))
 			// On the database's clock: what was left of the lease when the renewal ran.
@@ -323,7 +323,7 @@ func (h *simHost) renew(ctx context.Context) {
 			h.stats.lapsed[h.name] = true
 			h.stats.mu.Unlock()
 			asked = time.Now()
-			next, err = h.st.AcquireLease(callCtx, h.request())
+			next, err = h.st.LeaseAcquire(callCtx, h.request())
 		}
 		cancel()
 		if err != nil {
@@ -416,7 +416,7 @@ func (h *simHost) admit(ctx context.Context) {
 		wait := h.pollEvery(h.cfg.SweepInterval)
 		dueAt = time.Time{}
 		nextCtx, cancel := context.WithTimeout(ctx, store.DefaultStatementTimeout)
-		next, nextErr := h.st.NextDue(nextCtx, h.name, h.cfg.Reconcile.StartLead)
+		next, nextErr := h.st.JobNextDue(nextCtx, h.name, h.cfg.Reconcile.StartLead)
 		gate.Learn(time.Now(), next, errors.Join(err, nextErr))
 		if nextErr == nil && next != nil && time.Until(*next) < wait {
 			dueAt = *next
@@ -490,11 +490,11 @@ func (h *simHost) deliver(ctx context.Context) {
 func (h *simHost) compactHistory(ctx context.Context) {
 	for {
 		if h.acting() {
-			claimed, err := h.st.ClaimDuty(ctx, simCompactDuty, h.name, simCompactEvery)
+			claimed, err := h.st.DutyClaim(ctx, simCompactDuty, h.name, simCompactEvery)
 			if err == nil && claimed {
 				var now time.Time
 				if now, err = h.st.Now(ctx); err == nil {
-					_, err = h.st.CompactHistory(ctx, now.Add(-180*24*time.Hour), 500)
+					_, err = h.st.HistoryCompact(ctx, now.Add(-180*24*time.Hour), 500)
 				}
 			}
 			if err != nil && ctx.Err() == nil {

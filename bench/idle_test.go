@@ -34,7 +34,7 @@ func BenchmarkIdle(b *testing.B) {
 		if i%2 == 1 {
 			j.Schedule, j.TimeZone = fmt.Sprintf("%d %d * * *", i%60, i%24), "Europe/Berlin"
 		}
-		if _, err := e.st.CreateJob(ctx, j); err != nil {
+		if _, err := e.st.JobCreate(ctx, j); err != nil {
 			b.Fatal(err)
 		}
 	}

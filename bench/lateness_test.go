@@ -93,7 +93,7 @@ func BenchmarkLateness(b *testing.B) {
 
 	// The jobs and the daemon are ready first; then every job gets the same slot, a few seconds on.
 	for i := range jobs {
-		if _, err := st.CreateJob(ctx, model.Job{Name: fmt.Sprintf("due%d", i), Engine: "command",
+		if _, err := st.JobCreate(ctx, model.Job{Name: fmt.Sprintf("due%d", i), Engine: "command",
 			Command: []string{"/bin/sleep", "600"}, Schedule: "@every 1h", RetryBackoff: time.Minute}); err != nil {
 			b.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func BenchmarkLateness(b *testing.B) {
 	time.Sleep(time.Second)
 	planned := time.Now().Add(4 * time.Second).Truncate(time.Second)
 	for i := range jobs {
-		if _, err := st.UpdateJob(ctx, fmt.Sprintf("due%d", i), func(j *model.Job) error {
+		if _, err := st.JobUpdate(ctx, fmt.Sprintf("due%d", i), func(j *model.Job) error {
 			j.NextRunAt = &planned
 			return nil
 		}); err != nil {
@@ -117,7 +117,7 @@ func BenchmarkLateness(b *testing.B) {
 	var runs []model.Run
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		var err error
-		if runs, err = st.Runs(ctx, "", 2*jobs); err != nil {
+		if runs, err = st.RunList(ctx, "", 2*jobs); err != nil {
 			b.Fatal(err)
 		}
 		if len(runs) == jobs && !slices.ContainsFunc(runs, func(r model.Run) bool { return r.StartedAt == nil }) {

@@ -38,7 +38,7 @@ func BenchmarkStopLatency(b *testing.B) {
 		b.Fatalf("restic init: %v\n%s", err, out)
 	}
 	const crawl = 16 // KiB/s: 32 MiB would take over half an hour
-	if _, err := e.st.CreateJob(ctx, model.Job{Name: "bench", Engine: "restic", Repository: repo, PasswordFile: pw,
+	if _, err := e.st.JobCreate(ctx, model.Job{Name: "bench", Engine: "restic", Repository: repo, PasswordFile: pw,
 		Paths: []string{data}, LimitUploadKiB: crawl}); err != nil {
 		b.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func BenchmarkStopLatency(b *testing.B) {
 			reached := e.journalFirst(b, unit, "signal interrupt received")
 			holdfast, afterReturn = append(holdfast, reached.Sub(asked)), append(afterReturn, reached.Sub(returned))
 			for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-				got, err := e.st.RunByID(ctx, id)
+				got, err := e.st.RunGet(ctx, id)
 				if err != nil {
 					b.Fatal(err)
 				}

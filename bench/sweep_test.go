@@ -55,14 +55,14 @@ func (w *sweepWorld) addCommandRuns(b *testing.B, n int, argv []string) []model.
 		name := fmt.Sprintf("job%d", w.jobs)
 		w.jobs++
 		// Jobs run as a user, whose journals the sweep checks are owned by it.
-		if _, err := w.st.CreateJob(ctx, model.Job{Name: name, Engine: "command", Repository: "-", PasswordFile: "-", Command: argv, User: "nobody"}); err != nil {
+		if _, err := w.st.JobCreate(ctx, model.Job{Name: name, Engine: "command", Repository: "-", PasswordFile: "-", Command: argv, User: "nobody"}); err != nil {
 			b.Fatal(err)
 		}
-		run, err := w.st.Admit(ctx, name, "manual", model.KindBackup)
+		run, err := w.st.RunAdmit(ctx, name, "manual", model.KindBackup)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if ok, _, err := w.st.ClaimSpawn(ctx, store.Lease{Host: "bench"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: runner.UnitName(name, run.ID, 1)}); err != nil || !ok {
+		if ok, _, err := w.st.AttemptClaimSpawn(ctx, store.Lease{Host: "bench"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: runner.UnitName(name, run.ID, 1)}); err != nil || !ok {
 			b.Fatalf("claim: %v %v", ok, err)
 		}
 		runs = append(runs, run)
@@ -102,7 +102,7 @@ func (w *sweepWorld) addSleepingRuns(b *testing.B, n int) {
 		if _, err := w.r.Start(ctx, runner.Spec{Name: name, ExecStart: []string{"/bin/sleep", "3600"}}); err != nil {
 			b.Fatal(err)
 		}
-		if err := w.st.MarkStarted(ctx, store.Lease{Host: "bench"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
+		if err := w.st.AttemptMarkStarted(ctx, store.Lease{Host: "bench"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -169,7 +169,7 @@ func BenchmarkBootPass(b *testing.B) {
 	w.addCommandRuns(b, 200, []string{"/bin/true"})
 	time.Sleep(10 * time.Millisecond) // past the spawn grace
 	boot := w.sweep(b)
-	live, err := w.st.LiveRuns(context.Background(), "")
+	live, err := w.st.RunListLive(context.Background(), "")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func BenchmarkBootPass(b *testing.B) {
 		}
 	}
 	spawnPass := w.sweep(b)
-	live, err = w.st.LiveRuns(context.Background(), "")
+	live, err = w.st.RunListLive(context.Background(), "")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func BenchmarkBootPass(b *testing.B) {
 		}
 	}
 	// Baseline: as many StartTransientUnit calls of the very units the daemon starts.
-	job, err := w.st.JobByName(context.Background(), "job0")
+	job, err := w.st.JobGet(context.Background(), "job0")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,13 +21,13 @@ import (
 
 // Store is what Plan reads: the job. The CLI and the dashboard give their store.Store.
 type Store interface {
-	JobByName(ctx context.Context, name string) (model.Job, error)
+	JobGet(ctx context.Context, name string) (model.Job, error)
 }
 
 // Recorder is what Apply writes: the plan, with the forget run that applies it. The CLI gives
 // its store.Store.
 type Recorder interface {
-	RecordPlan(ctx context.Context, p store.Plan) (store.Plan, error)
+	PlanRecord(ctx context.Context, p store.Plan) (store.Plan, error)
 }
 
 // Request asks for a plan of a job's retention.
@@ -65,7 +65,7 @@ type Planned struct {
 // Plan reads the job's repository again and plans its retention. A job that is not a restic
 // job, or has no policy and is given none, gets a *store.ConflictError.
 func Plan(ctx context.Context, st Store, req Request) (Planned, error) {
-	j, err := st.JobByName(ctx, req.Job)
+	j, err := st.JobGet(ctx, req.Job)
 	if err != nil {
 		return Planned{}, err
 	}
@@ -142,7 +142,7 @@ func Apply(ctx context.Context, st Recorder, pl Planned, actor string, force boo
 		return store.Plan{}, err
 	}
 	crashpoint.At("retention-apply-before")
-	saved, err := st.RecordPlan(ctx, rec)
+	saved, err := st.PlanRecord(ctx, rec)
 	if err != nil {
 		return store.Plan{}, err
 	}

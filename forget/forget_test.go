@@ -43,7 +43,7 @@ func TestPlanAndApply(t *testing.T) {
 	ctx := context.Background()
 	add := func(j model.Job) {
 		t.Helper()
-		if _, err := st.CreateJob(ctx, j); err != nil {
+		if _, err := st.JobCreate(ctx, j); err != nil {
 			t.Fatal(err)
 		}
 	}

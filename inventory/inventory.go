@@ -4,7 +4,7 @@
 // its own with the job's sandbox, cache and credentials (jobunit.Restic), never as root on files
 // the job's user controls. That listing is taken for what the repository holds: listed snapshots
 // are added or marked seen, those missing from it marked forgotten, and protections are never
-// changed (store.SyncSnapshots). A backup's own summary puts its snapshot in before any listing
+// changed (store.SnapshotSync). A backup's own summary puts its snapshot in before any listing
 // (FromSummary): only the id is restic's, and the store checks its shape and only ever adds the
 // row; the next listing completes it with restic's own facts.
 package inventory
@@ -28,8 +28,8 @@ import (
 // Store is what a listing reads and writes: the repository's snapshots as recorded, and the
 // listing recorded over them. The daemon and the CLI give their store.Store.
 type Store interface {
-	SyncSnapshots(ctx context.Context, repository string, listedAt time.Time, listed []store.Snapshot) (added, forgotten int, err error)
-	Snapshots(ctx context.Context, repository string) ([]store.Snapshot, error)
+	SnapshotSync(ctx context.Context, repository string, listedAt time.Time, listed []store.Snapshot) (added, forgotten int, err error)
+	SnapshotList(ctx context.Context, repository string) ([]store.Snapshot, error)
 }
 
 // Config is what a listing needs: the store it is recorded in, and what runs restic as the job's
@@ -81,10 +81,10 @@ func Refresh(ctx context.Context, cfg Config, job model.Job) ([]store.Snapshot, 
 	for i, l := range listed {
 		snaps[i] = Listed(job.Repository, l)
 	}
-	if _, _, err := cfg.Store.SyncSnapshots(ctx, job.Repository, listedAt, snaps); err != nil {
+	if _, _, err := cfg.Store.SnapshotSync(ctx, job.Repository, listedAt, snaps); err != nil {
 		return nil, err
 	}
-	return cfg.Store.Snapshots(ctx, job.Repository)
+	return cfg.Store.SnapshotList(ctx, job.Repository)
 }
 
 // Listed is a snapshot of repository as restic listed it, with the job and run of its holdfast
@@ -110,8 +110,8 @@ func Listed(repository string, l engine.Snapshot) store.Snapshot {
 // them (absolute, cleaned, sorted), host as restic names this machine (os.Hostname: holdfast
 // passes no --host, and the unit ran here), and the attempt's start for the time restic stamps
 // at the start of its backup. Only the id is restic's, and the journal it came from is the
-// job's user's: the store checks its shape and only ever adds the row (store.Finish). The next
-// listing puts restic's own facts in (store.SyncSnapshots).
+// job's user's: the store checks its shape and only ever adds the row (store.AttemptFinish). The next
+// listing puts restic's own facts in (store.SnapshotSync).
 func FromSummary(job model.Job, run uuid.UUID, a model.Attempt, id, host string, now time.Time) *store.Snapshot {
 	paths := make([]string, len(job.Paths))
 	for i, p := range job.Paths {

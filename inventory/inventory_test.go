@@ -79,10 +79,10 @@ exec REAL "$@"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.CreateJob(ctx, model.Job{Name: "inv", Engine: "restic", Repository: repo, PasswordFile: pw, Paths: paths}); err != nil {
+	if _, err := st.JobCreate(ctx, model.Job{Name: "inv", Engine: "restic", Repository: repo, PasswordFile: pw, Paths: paths}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, "inv", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "inv", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ exec REAL "$@"
 		if stats, err := rec.Sweep(ctx); err != nil || stats.Errors > 0 {
 			t.Fatalf("sweep: %+v %v", stats, err)
 		}
-		got, err := st.RunByID(ctx, run.ID)
+		got, err := st.RunGet(ctx, run.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,12 +117,12 @@ exec REAL "$@"
 		t.Fatalf("restic was run as:\n%s\nwant a backup and no snapshots listing", calls)
 	}
 
-	attempts, err := st.Attempts(ctx, run.ID)
+	attempts, err := st.AttemptList(ctx, run.ID)
 	if err != nil || len(attempts) != 1 || attempts[0].StartedAt == nil {
 		t.Fatalf("attempts %+v, %v; want one that started", attempts, err)
 	}
 	host, _ := os.Hostname()
-	snaps, err := st.Snapshots(ctx, repo)
+	snaps, err := st.SnapshotList(ctx, repo)
 	if err != nil || len(snaps) != 1 {
 		t.Fatalf("inventory %+v, %v; want the run's snapshot", snaps, err)
 	}
@@ -133,12 +133,12 @@ exec REAL "$@"
 		t.Fatalf("snapshot from the summary %+v; want id %s, run %s, host %s, the attempt's start %s", fromSummary,
 			run.SnapshotID, run.ID, host, attempts[0].StartedAt)
 	}
-	if _, err := st.HoldSnapshot(ctx, run.SnapshotID, "auditor", "case 9"); err != nil {
+	if _, err := st.SnapshotHold(ctx, run.SnapshotID, "auditor", "case 9"); err != nil {
 		t.Fatal(err)
 	}
 
 	// What `holdfast snapshot list --refresh inv` does.
-	job, err := st.JobByName(ctx, "inv")
+	job, err := st.JobGet(ctx, "inv")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ exec REAL "$@"
 	if s.Time.Before(fromSummary.Time.Add(-time.Minute)) || s.Time.After(fromSummary.Time.Add(time.Minute)) {
 		t.Fatalf("restic's time %s, the attempt started at %s", s.Time, fromSummary.Time)
 	}
-	violations, err := st.Violations(ctx)
+	violations, err := st.InvariantViolations(ctx)
 	if err != nil || len(violations) > 0 {
 		t.Fatalf("invariants: %v %v", violations, err)
 	}

@@ -22,8 +22,8 @@ import (
 // Store is what a scrape reads: the figures of the gauges and the hosts. The daemon gives its
 // store.Store.
 type Store interface {
-	Figures(ctx context.Context) (store.Figures, error)
-	Hosts(ctx context.Context) ([]store.Host, error)
+	FiguresGet(ctx context.Context) (store.Figures, error)
+	HostList(ctx context.Context) ([]store.Host, error)
 }
 
 // Config configures Metrics.
@@ -153,10 +153,10 @@ func (d *database) Describe(ch chan<- *prometheus.Desc) {
 func (d *database) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ScrapeTimeout)
 	defer cancel()
-	f, err := d.cfg.Store.Figures(ctx)
+	f, err := d.cfg.Store.FiguresGet(ctx)
 	var hosts []store.Host
 	if err == nil {
-		hosts, err = d.cfg.Store.Hosts(ctx)
+		hosts, err = d.cfg.Store.HostList(ctx)
 	}
 	if err != nil {
 		d.cfg.Logger.Warn("metrics: the database could not be read", "err", err)

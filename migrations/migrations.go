@@ -70,7 +70,7 @@ func Apply(ctx context.Context, dsn string) (Result, error) {
 }
 
 // ApplyPending applies the migrations as Apply does, unless applied (the versions the database
-// records, as store.AppliedMigrations reads them through a pool already open) holds every one
+// records, as store.MigrationListApplied reads them through a pool already open) holds every one
 // embedded here: Apply opens connections of its own, which a daemon start paid for nothing.
 func ApplyPending(ctx context.Context, dsn string, applied []int64) (Result, error) {
 	entries, err := fs.ReadDir(files, ".")

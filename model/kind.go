@@ -29,7 +29,7 @@ type KindSpec struct {
 	// mapping read its output (Run.Operation says which for a run: a drill is a verify's).
 	Operation string
 	// Exclusive: a run of the kind needs its repository to itself (restic takes its exclusive
-	// lock); the others share it, and wait for the exclusive ones (store.ClaimSpawn).
+	// lock); the others share it, and wait for the exclusive ones (store.AttemptClaimSpawn).
 	Exclusive bool
 	// Adds: a run of the kind adds to its repository, and so is held and settled in the ledger
 	// and watched by the runaway guard (for an engine with a repository: AddsToRepository).

@@ -86,10 +86,10 @@ func Sign(key, body []byte) string {
 // Store is what a Deliverer reads and writes: the deliveries it claims and how each ended, and
 // the attempts of the run an event is about. The daemon and the CLI give their store.Store.
 type Store interface {
-	ClaimDeliveries(ctx context.Context, limit int, lease time.Duration) ([]store.Delivery, error)
-	DeliveryDone(ctx context.Context, event uuid.UUID, target string) error
-	DeliveryFailed(ctx context.Context, event uuid.UUID, target, why string, backoff time.Duration, giveUp bool) error
-	Attempts(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error)
+	DeliveryClaim(ctx context.Context, limit int, lease time.Duration) ([]store.Delivery, error)
+	DeliveryMarkDone(ctx context.Context, event uuid.UUID, target string) error
+	DeliveryMarkFailed(ctx context.Context, event uuid.UUID, target, why string, backoff time.Duration, giveUp bool) error
+	AttemptList(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error)
 }
 
 // Config configures a Deliverer.
@@ -232,14 +232,14 @@ func (d *Deliverer) Pass(ctx context.Context) (int, error) {
 	for {
 		// No more than can be sent, one after the other, within the lease: a delivery whose lease
 		// ran out under way could be claimed and sent by another daemon too.
-		batch, err := d.cfg.Store.ClaimDeliveries(ctx, max(1, int(d.cfg.Lease/(d.cfg.Timeout+d.cfg.waitDelay))-1), d.cfg.Lease)
+		batch, err := d.cfg.Store.DeliveryClaim(ctx, max(1, int(d.cfg.Lease/(d.cfg.Timeout+d.cfg.waitDelay))-1), d.cfg.Lease)
 		if err != nil || len(batch) == 0 {
 			return delivered, err
 		}
 		for _, dl := range batch {
 			sendErr := d.Send(ctx, dl.Target, dl.Event)
 			if sendErr == nil {
-				if err := d.cfg.Store.DeliveryDone(ctx, dl.Event.ID, dl.Target.Name); err != nil {
+				if err := d.cfg.Store.DeliveryMarkDone(ctx, dl.Event.ID, dl.Target.Name); err != nil {
 					return delivered, err
 				}
 				delivered++
@@ -248,7 +248,7 @@ func (d *Deliverer) Pass(ctx context.Context) (int, error) {
 			giveUp := dl.Tries >= d.cfg.MaxTries
 			backoff := min(d.cfg.Backoff<<min(dl.Tries-1, 20), d.cfg.MaxBackoff)
 			why := textsafe.String(sendErr.Error())
-			if err := d.cfg.Store.DeliveryFailed(ctx, dl.Event.ID, dl.Target.Name, why, backoff, giveUp); err != nil {
+			if err := d.cfg.Store.DeliveryMarkFailed(ctx, dl.Event.ID, dl.Target.Name, why, backoff, giveUp); err != nil {
 				return delivered, err
 			}
 			// Due backoff after the database recorded the try, which is before now here,
@@ -370,7 +370,7 @@ func (d *Deliverer) healthchecks(ctx context.Context, t store.Target, e store.Ev
 // logTail is the last lines of the run's journal lines (trusted sources only, bounded), a note
 // if too many tails are being read at once, or nothing if they cannot be read.
 func (d *Deliverer) logTail(ctx context.Context, e store.Event) string {
-	attempts, err := d.cfg.Store.Attempts(ctx, *e.Run)
+	attempts, err := d.cfg.Store.AttemptList(ctx, *e.Run)
 	if err != nil {
 		return ""
 	}

@@ -55,7 +55,7 @@ func missingIdentity(job model.Job) (string, error) {
 
 // finishFromMarker closes a run whose unit left a readable marker.
 func (r *Reconciler) finishFromMarker(ctx context.Context, l model.LiveRun, m runner.Marker, eng classifier) error {
-	a, err := r.cfg.Store.Attempt(ctx, l.Ref())
+	a, err := r.cfg.Store.AttemptGet(ctx, l.Ref())
 	if err != nil {
 		return err // nothing is closed on facts we could not read
 	}
@@ -88,7 +88,7 @@ func shortID(id string) string {
 // repairAndFinish closes a run whose journal recorded no summary, with what the repository says
 // about the run's snapshot (repair).
 func (r *Reconciler) repairAndFinish(ctx context.Context, l model.LiveRun, a model.Attempt, m runner.Marker, v verdict) error {
-	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
+	job, err := r.cfg.Store.JobGet(ctx, l.Run.JobName)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func (r *Reconciler) repairAndFinish(ctx context.Context, l model.LiveRun, a mod
 func (r *Reconciler) finishBackup(ctx context.Context, l model.LiveRun, a model.Attempt, m runner.Marker, v verdict) error {
 	made := v.status == model.StatusSucceeded || v.status == model.StatusPartial
 	if s := summary(a); v.snapshot == nil && made && l.JobEngine == engine.NameRestic && s != nil && s.SnapshotID != "" {
-		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
+		job, err := r.cfg.Store.JobGet(ctx, l.Run.JobName)
 		switch {
 		case errors.Is(err, store.ErrNotFound): // removed: no inventory row; a listing finds the snapshot
 		case err != nil:
@@ -127,7 +127,7 @@ func (r *Reconciler) refreshAfter(ctx context.Context, l model.LiveRun) {
 	// Its own key: the attempt's repair may be the very task that asks for this refresh.
 	key := model.AttemptRef{Run: l.Run.ID, No: -l.Attempt.No}
 	refresh := func(ctx context.Context, _ func()) error {
-		job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
+		job, err := r.cfg.Store.JobGet(ctx, l.Run.JobName)
 		if err == nil { // the repository the run worked on
 			_, err = inventory.Refresh(ctx, r.cfg.inventoryConfig(), job.For(l.Run))
 		}
@@ -161,7 +161,7 @@ func (r *Reconciler) repair(ctx context.Context, job model.Job, run uuid.UUID, r
 
 // finish closes a run on a verdict reached without a readable marker.
 func (r *Reconciler) finish(ctx context.Context, l model.LiveRun, m runner.Marker, v verdict) error {
-	a, err := r.cfg.Store.Attempt(ctx, l.Ref())
+	a, err := r.cfg.Store.AttemptGet(ctx, l.Ref())
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l model.LiveRun, a model
 			return err
 		}
 	}
-	done, err := r.cfg.Store.Finish(ctx, r.fence(), e)
+	done, err := r.cfg.Store.AttemptFinish(ctx, r.fence(), e)
 	if err != nil {
 		return err
 	}
@@ -221,13 +221,13 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l model.LiveRun, a model
 
 // restart ends the attempt and opens the next one.
 func (r *Reconciler) restart(ctx context.Context, l model.LiveRun, m runner.Marker) error {
-	a, err := r.cfg.Store.Attempt(ctx, l.Ref())
+	a, err := r.cfg.Store.AttemptGet(ctx, l.Ref())
 	if err != nil {
 		return err
 	}
 	settlement := r.settlement(ctx, l, a, ran(a, m), true)
 	crashpoint.At("restart-before")
-	moved, paused, err := r.cfg.Store.Restart(ctx, r.fence(), store.Restarting{RunID: l.Run.ID, Attempt: l.Attempt.No,
+	moved, paused, err := r.cfg.Store.AttemptRestart(ctx, r.fence(), store.Restarting{RunID: l.Run.ID, Attempt: l.Attempt.No,
 		ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus, Settlement: settlement})
 	if err != nil {
 		return err
@@ -291,7 +291,7 @@ func (r *Reconciler) drain(ctx context.Context, l model.LiveRun, pass *passReads
 		events, next := batch.Events, batch.Next
 		size = batch.Size
 		if len(events) > 0 {
-			applied, aerr := r.cfg.Store.ApplyJournal(ctx, r.fence(), l.Ref(), cursor, next, delta(events))
+			applied, aerr := r.cfg.Store.AttemptApplyJournal(ctx, r.fence(), l.Ref(), cursor, next, delta(events))
 			var refused *store.RefusedError
 			if errors.As(aerr, &refused) {
 				return 0, fmt.Sprintf("lines %d to %d from byte %d: %v", cursor.LastSeq+1, next.LastSeq, cursor.Offset, refused), nil
@@ -329,7 +329,7 @@ func (r *Reconciler) quarantine(ctx context.Context, l model.LiveRun, reason str
 	r.cfg.Logger.Error("run journal quarantined; the run goes on without progress figures",
 		"run", l.Run.ID, "attempt", l.Attempt.No, "reason", reason)
 	crashpoint.At("quarantine-before")
-	if err := r.cfg.Store.Quarantine(ctx, r.fence(), l.Ref(), reason); err != nil {
+	if err := r.cfg.Store.AttemptQuarantine(ctx, r.fence(), l.Ref(), reason); err != nil {
 		return err
 	}
 	crashpoint.At("quarantine-after")

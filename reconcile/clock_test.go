@@ -21,10 +21,10 @@ func TestSpawnGraceOnTheDatabasesClock(t *testing.T) {
 	st, ctx := b.Store, b.Ctx
 	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "skew", Engine: "command"}})
 	unit := runner.UnitName("skew", run.ID, 1)
-	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); !ok || err != nil {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
-	ls, err := st.LiveRuns(ctx, "")
+	ls, err := st.RunListLive(ctx, "")
 	if err != nil || len(ls) != 1 {
 		t.Fatalf("live runs: %+v, %v", ls, err)
 	}

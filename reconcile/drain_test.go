@@ -22,7 +22,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "big", Engine: "command"}})
-	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-big-" + run.ID.String() + "-a1.service"}); !ok || err != nil {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-big-" + run.ID.String() + "-a1.service"}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
 
@@ -54,7 +54,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 	r := &Reconciler{cfg: Config{Store: st, StateDir: state, Host: "h", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, drainLimit: limit}
 	live := func() model.LiveRun {
 		t.Helper()
-		ls, err := st.LiveRuns(ctx, "")
+		ls, err := st.RunListLive(ctx, "")
 		if err != nil || len(ls) != 1 {
 			t.Fatalf("live runs: %+v, %v", ls, err)
 		}

@@ -87,7 +87,7 @@ func (r *Reconciler) RemoveRunFiles(ctx context.Context, keep time.Duration) (in
 	if len(ids) == 0 {
 		return 0, errors.Join(errs...)
 	}
-	ended, err := r.cfg.Store.EndedBefore(ctx, ids, r.cfg.now().Add(-keep))
+	ended, err := r.cfg.Store.RunListEndedBefore(ctx, ids, r.cfg.now().Add(-keep))
 	if err != nil {
 		return 0, fmt.Errorf("remove run files: %w", err)
 	}

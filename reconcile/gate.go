@@ -23,7 +23,7 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l model.LiveRun, jobs map[s
 	job, found := jobs[l.Run.JobName]
 	if !found {
 		var err error
-		job, err = r.cfg.Store.JobByName(ctx, l.Run.JobName)
+		job, err = r.cfg.Store.JobGet(ctx, l.Run.JobName)
 		if errors.Is(err, store.ErrNotFound) {
 			f.jobMissing = true
 			return job, nil
@@ -56,7 +56,7 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l model.LiveRun, jobs map[s
 	}
 	if l.Run.Kind.Spec().Forgets {
 		// A plan of the copy: its snapshots' protections.
-		if f.protected, err = r.cfg.Store.ProtectedAmong(ctx, job.For(l.Run).Repository, l.Run.ForgetIDs, f.now); err != nil {
+		if f.protected, err = r.cfg.Store.SnapshotProtectedAmong(ctx, job.For(l.Run).Repository, l.Run.ForgetIDs, f.now); err != nil {
 			return job, err
 		}
 	}
@@ -71,7 +71,7 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l model.LiveRun, jobs map[s
 	// Asked only when this host refuses: whether another live host (draining ones too: a drain
 	// ends) may run an any-host job. An attempt this host kept after a failed start is its own.
 	if (f.refusal != "" || f.identityMissing != "") && job.Host == "" && l.Attempt.Host == "" {
-		hosts, err := r.cfg.Store.Hosts(ctx)
+		hosts, err := r.cfg.Store.HostList(ctx)
 		if err != nil {
 			return job, err
 		}
@@ -83,7 +83,7 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l model.LiveRun, jobs map[s
 // prerequisite reads what is known about the job named name, which a job depends on.
 func (r *Reconciler) prerequisite(ctx context.Context, name string) (*prereq, error) {
 	p := &prereq{name: name}
-	dep, err := r.cfg.Store.JobByName(ctx, name)
+	dep, err := r.cfg.Store.JobGet(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return p, nil
 	}
@@ -92,7 +92,7 @@ func (r *Reconciler) prerequisite(ctx context.Context, name string) (*prereq, er
 	}
 	p.exists, p.lastOutcome = true, dep.LastOutcome
 	if dep.LastRunID != nil {
-		run, err := r.cfg.Store.RunByID(ctx, *dep.LastRunID)
+		run, err := r.cfg.Store.RunGet(ctx, *dep.LastRunID)
 		if err != nil {
 			return nil, err
 		}
@@ -113,7 +113,7 @@ func (r *Reconciler) retryPlan(ctx context.Context, l model.LiveRun) (*store.Ret
 	if l.JobEngine == "" || !l.Run.Kind.Spec().Retried {
 		return nil, nil
 	}
-	job, err := r.cfg.Store.JobByName(ctx, l.Run.JobName)
+	job, err := r.cfg.Store.JobGet(ctx, l.Run.JobName)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
@@ -128,7 +128,7 @@ func (r *Reconciler) retryPlan(ctx context.Context, l model.LiveRun) (*store.Ret
 	if err != nil {
 		return nil, err
 	}
-	// Due a backoff after the failed run's end as the database records it (store.Finish), on
+	// Due a backoff after the failed run's end as the database records it (store.AttemptFinish), on
 	// the database's clock: the host's clock may be off.
 	return &store.Retry{ID: id, Number: n, Delay: schedule.Backoff(job.RetryBackoff, schedule.MaxBackoff, n),
 		Why: fmt.Sprintf("waiting: retry %d of %d after run %s failed for a transient reason", n, job.RetryMax, l.Run.ID)}, nil

@@ -58,17 +58,17 @@ type fakeState struct {
 
 var _ State = (*fakeState)(nil)
 
-func (s *fakeState) LiveRuns(context.Context, string) ([]model.LiveRun, error) {
+func (s *fakeState) RunListLive(context.Context, string) ([]model.LiveRun, error) {
 	s.record("LiveRuns")
 	return nil, nil
 }
 
-func (s *fakeState) JobsFor(context.Context, string) ([]model.Job, error) {
+func (s *fakeState) JobListForHost(context.Context, string) ([]model.Job, error) {
 	s.record("Jobs")
 	return []model.Job{s.job}, nil
 }
 
-func (s *fakeState) JobByName(_ context.Context, name string) (model.Job, error) {
+func (s *fakeState) JobGet(_ context.Context, name string) (model.Job, error) {
 	s.record("JobByName %s", name)
 	if name != s.job.Name {
 		return model.Job{}, store.ErrNotFound
@@ -76,62 +76,62 @@ func (s *fakeState) JobByName(_ context.Context, name string) (model.Job, error)
 	return s.job, nil
 }
 
-func (s *fakeState) RunByID(_ context.Context, id uuid.UUID) (model.Run, error) {
+func (s *fakeState) RunGet(_ context.Context, id uuid.UUID) (model.Run, error) {
 	s.record("RunByID")
 	return model.Run{ID: id}, nil
 }
 
-func (s *fakeState) Attempt(_ context.Context, ref model.AttemptRef) (model.Attempt, error) {
+func (s *fakeState) AttemptGet(_ context.Context, ref model.AttemptRef) (model.Attempt, error) {
 	s.record("Attempt %d", ref.No)
 	return s.attempt, nil
 }
 
-func (s *fakeState) OtherWriter(context.Context, model.AttemptRef) (*uuid.UUID, error) {
+func (s *fakeState) AttemptOtherWriter(context.Context, model.AttemptRef) (*uuid.UUID, error) {
 	s.record("OtherWriter")
 	return nil, nil
 }
 
-func (s *fakeState) ProtectedAmong(context.Context, string, []string, time.Time) ([]string, error) {
+func (s *fakeState) SnapshotProtectedAmong(context.Context, string, []string, time.Time) ([]string, error) {
 	s.record("ProtectedAmong")
 	return nil, nil
 }
 
-func (s *fakeState) EndingsSinceLastStart(context.Context, string) ([]store.AttemptEnd, error) {
+func (s *fakeState) AttemptEndingsSinceLastStart(context.Context, string) ([]store.AttemptEnd, error) {
 	s.record("EndingsSinceLastStart")
 	return nil, nil
 }
 
-func (s *fakeState) EndedBefore(context.Context, []uuid.UUID, time.Time) ([]uuid.UUID, error) {
+func (s *fakeState) RunListEndedBefore(context.Context, []uuid.UUID, time.Time) ([]uuid.UUID, error) {
 	s.record("EndedBefore")
 	return nil, nil
 }
 
-func (s *fakeState) Hosts(context.Context) ([]store.Host, error) {
+func (s *fakeState) HostList(context.Context) ([]store.Host, error) {
 	s.record("Hosts")
 	return nil, nil
 }
 
-func (s *fakeState) DownHosts(context.Context, string, time.Duration) ([]string, bool, error) {
+func (s *fakeState) HostListDown(context.Context, string, time.Duration) ([]string, bool, error) {
 	s.record("DownHosts")
 	return nil, false, nil
 }
 
-func (s *fakeState) Orphans(context.Context, string, time.Duration) ([]model.LiveRun, error) {
+func (s *fakeState) RunListOrphaned(context.Context, string, time.Duration) ([]model.LiveRun, error) {
 	s.record("Orphans")
 	return nil, nil
 }
 
-func (s *fakeState) Superseded(context.Context, string, time.Duration) ([]store.SupersededAttempt, error) {
+func (s *fakeState) AttemptListSuperseded(context.Context, string, time.Duration) ([]store.SupersededAttempt, error) {
 	s.record("Superseded")
 	return nil, nil
 }
 
-func (s *fakeState) DeferredSettlements(context.Context, string) ([]store.DeferredSettlement, error) {
+func (s *fakeState) AttemptListDeferred(context.Context, string) ([]store.DeferredSettlement, error) {
 	s.record("DeferredSettlements")
 	return nil, nil
 }
 
-func (s *fakeState) ClaimSpawn(_ context.Context, _ store.Lease, c store.SpawnClaim) (bool, string, error) {
+func (s *fakeState) AttemptClaimSpawn(_ context.Context, _ store.Lease, c store.SpawnClaim) (bool, string, error) {
 	if c.ArmedFor != nil {
 		s.record("ClaimSpawn %d %s armed for %s", c.Attempt.No, c.Unit, c.ArmedFor.Format(time.RFC3339))
 	} else {
@@ -154,7 +154,7 @@ func (s *fakeState) claim(attempt int) (bool, string, error) {
 	return true, "", nil
 }
 
-func (s *fakeState) ReleaseSpawnClaim(_ context.Context, _ store.Lease, ref model.AttemptRef, unit string, mayExist bool) error {
+func (s *fakeState) AttemptReleaseSpawnClaim(_ context.Context, _ store.Lease, ref model.AttemptRef, unit string, mayExist bool) error {
 	s.record("ReleaseSpawnClaim %d %s mayExist=%t", ref.No, unit, mayExist)
 	return nil
 }
@@ -164,58 +164,58 @@ func (s *fakeState) AttemptHoldSize(context.Context, store.Lease, store.AttemptH
 	return store.SizedHold{}, nil
 }
 
-func (s *fakeState) SetRepoBaseline(context.Context, store.Lease, model.AttemptRef, int64) error {
+func (s *fakeState) AttemptSetRepoBaseline(context.Context, store.Lease, model.AttemptRef, int64) error {
 	s.record("SetRepoBaseline")
 	return nil
 }
 
-func (s *fakeState) MarkStarted(_ context.Context, _ store.Lease, ref model.AttemptRef, at time.Time) error {
+func (s *fakeState) AttemptMarkStarted(_ context.Context, _ store.Lease, ref model.AttemptRef, at time.Time) error {
 	s.record("MarkStarted %d dbclock=%t", ref.No, at.IsZero())
 	return nil
 }
 
-func (s *fakeState) SetWaiting(_ context.Context, _ uuid.UUID, reason string, notBefore *time.Time) error {
+func (s *fakeState) RunSetWaiting(_ context.Context, _ uuid.UUID, reason string, notBefore *time.Time) error {
 	s.record("SetWaiting %q until=%t", reason, notBefore != nil)
 	return nil
 }
 
-func (s *fakeState) ApplyJournal(context.Context, store.Lease, model.AttemptRef, journal.Cursor, journal.Cursor, store.JournalDelta) (bool, error) {
+func (s *fakeState) AttemptApplyJournal(context.Context, store.Lease, model.AttemptRef, journal.Cursor, journal.Cursor, store.JournalDelta) (bool, error) {
 	s.record("ApplyJournal")
 	return true, nil
 }
 
-func (s *fakeState) Quarantine(_ context.Context, _ store.Lease, ref model.AttemptRef, reason string) error {
+func (s *fakeState) AttemptQuarantine(_ context.Context, _ store.Lease, ref model.AttemptRef, reason string) error {
 	s.record("Quarantine %d %q", ref.No, reason)
 	return nil
 }
 
-func (s *fakeState) Finish(_ context.Context, _ store.Lease, e store.Ending) (bool, error) {
+func (s *fakeState) AttemptFinish(_ context.Context, _ store.Lease, e store.Ending) (bool, error) {
 	s.record("Finish %d %s", e.Attempt, e.Status)
 	s.endings = append(s.endings, e)
 	return true, nil
 }
 
-func (s *fakeState) Restart(_ context.Context, _ store.Lease, r store.Restarting) (bool, string, error) {
+func (s *fakeState) AttemptRestart(_ context.Context, _ store.Lease, r store.Restarting) (bool, string, error) {
 	s.record("Restart %d", r.Attempt)
 	return true, "", nil
 }
 
-func (s *fakeState) RequestPause(_ context.Context, _ uuid.UUID, reason string) (bool, error) {
+func (s *fakeState) RunRequestPause(_ context.Context, _ uuid.UUID, reason string) (bool, error) {
 	s.record("RequestPause %s", reason)
 	return true, nil
 }
 
-func (s *fakeState) SettleDeferred(context.Context, model.AttemptRef, ledger.Settlement) error {
+func (s *fakeState) AttemptSettleDeferred(context.Context, model.AttemptRef, ledger.Settlement) error {
 	s.record("SettleDeferred")
 	return nil
 }
 
-func (s *fakeState) NoticeDownHosts(context.Context, string, time.Duration) ([]string, error) {
+func (s *fakeState) HostNoticeDown(context.Context, string, time.Duration) ([]string, error) {
 	s.record("NoticeDownHosts")
 	return nil, nil
 }
 
-func (s *fakeState) TakeOverRun(context.Context, store.Lease, store.TakeOver) (bool, error) {
+func (s *fakeState) RunTakeOver(context.Context, store.Lease, store.TakeOver) (bool, error) {
 	s.record("TakeOverRun")
 	return false, nil
 }

@@ -65,11 +65,11 @@ exec REAL "$@"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.CreateJob(ctx, model.Job{Name: "hostile", Engine: "restic", Repository: repo, PasswordFile: pw,
+	if _, err := st.JobCreate(ctx, model.Job{Name: "hostile", Engine: "restic", Repository: repo, PasswordFile: pw,
 		Paths: []string{filepath.Join(dir, "data")}}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, "hostile", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "hostile", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ exec REAL "$@"
 		if stats, err := rec.Sweep(ctx); err != nil || stats.Errors > 0 {
 			t.Fatalf("sweep: %+v %v", stats, err)
 		}
-		got, err := st.RunByID(ctx, run.ID)
+		got, err := st.RunGet(ctx, run.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ exec REAL "$@"
 	if !strings.Contains(run.Reason, `the journal's summary named as its snapshot "4b925b96zzzzzzzz…", which is not 8 to 64 hex digits`) || len(run.Reason) > 400 {
 		t.Fatalf("reason %.500q (%d bytes); want it to say, briefly, why there is no snapshot id", run.Reason, len(run.Reason))
 	}
-	if snaps, err := st.Snapshots(ctx, repo); err != nil || len(snaps) != 0 {
+	if snaps, err := st.SnapshotList(ctx, repo); err != nil || len(snaps) != 0 {
 		t.Fatalf("inventory %+v, %v; want nothing from the summary", snaps, err)
 	}
 	conn := b.DB

@@ -35,7 +35,7 @@ const unlockKey = -1 << 20
 // It reports how many runs it took over.
 func (r *Reconciler) takeOver(ctx context.Context) (int, error) {
 	// A read of the few hosts' rows each pass; the live runs are read again only when one is down.
-	down, unnoticed, err := r.cfg.Store.DownHosts(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
+	down, unnoticed, err := r.cfg.Store.HostListDown(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
 	if err != nil {
 		return 0, err
 	}
@@ -44,7 +44,7 @@ func (r *Reconciler) takeOver(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	if unnoticed {
-		noticed, err := r.cfg.Store.NoticeDownHosts(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
+		noticed, err := r.cfg.Store.HostNoticeDown(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
 		if err != nil {
 			return 0, err
 		}
@@ -55,7 +55,7 @@ func (r *Reconciler) takeOver(ctx context.Context) (int, error) {
 	if !r.orphans.due(down, time.Now()) {
 		return 0, nil
 	}
-	orphans, err := r.cfg.Store.Orphans(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
+	orphans, err := r.cfg.Store.RunListOrphaned(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
 	if err != nil {
 		return 0, err
 	}
@@ -69,7 +69,7 @@ func (r *Reconciler) takeOver(ctx context.Context) (int, error) {
 		t := store.TakeOver{RunID: l.Run.ID, Attempt: a.No, From: a.Host, Grace: r.cfg.TakeoverGrace,
 			GiveUp: decideTakeOver(a.No, r.rules())}
 		t.Settlement = r.settlement(ctx, l, a, ran(a, runner.Marker{}), true)
-		done, err := r.cfg.Store.TakeOverRun(ctx, r.fence(), t)
+		done, err := r.cfg.Store.RunTakeOver(ctx, r.fence(), t)
 		if err != nil {
 			return taken, err
 		}
@@ -90,7 +90,7 @@ func (r *Reconciler) takeOver(ctx context.Context) (int, error) {
 // operator unpins the job of a run that waits for its down host.
 const orphansAgainAfter = 30 * time.Second
 
-// orphanReads decides when the sweep reads the orphans of the down hosts (store.Orphans): a
+// orphanReads decides when the sweep reads the orphans of the down hosts (store.RunListOrphaned): a
 // host down for good would otherwise have every daemon of the fleet read them at every pass.
 // The runs of a host that stays down do not become orphans, so they are read again when the
 // hosts down change, when the last read found some (not all may have been taken over) and at
@@ -126,7 +126,7 @@ func (o *orphanReads) read(down []string, n int, now time.Time) bool {
 // runs once (as the job's user, in a query unit) on its repository: a unit that died with its
 // host (a power loss) left a lock that only this host can tell is stale.
 func (r *Reconciler) stopSuperseded(ctx context.Context) error {
-	list, err := r.cfg.Store.Superseded(ctx, r.cfg.Host, supersededWithin)
+	list, err := r.cfg.Store.AttemptListSuperseded(ctx, r.cfg.Host, supersededWithin)
 	if err != nil || len(list) == 0 {
 		return err
 	}
@@ -183,7 +183,7 @@ func (r *Reconciler) unlockSuperseded(ctx context.Context, a store.SupersededAtt
 			r.repairMu.Unlock()
 			return nil
 		}
-		job, err := r.cfg.Store.JobByName(ctx, a.JobName)
+		job, err := r.cfg.Store.JobGet(ctx, a.JobName)
 		if errors.Is(err, store.ErrNotFound) || err == nil && job.Engine != engine.NameRestic { // restic's own lock
 			return nil
 		}

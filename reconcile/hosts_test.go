@@ -29,21 +29,21 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 	h2 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "test-h2"})
 	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "any", Engine: "command"}})
 	unit := runner.UnitName("any", run.ID, 1)
-	if ok, _, err := st.ClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	props := []sddbus.Property{sddbus.PropType("exec"), sddbus.PropExecStart([]string{"/bin/sleep", "300"}, false)}
 	if _, err := e.mgr.Conn(t).StartTransientUnitContext(ctx, unit, "replace", props, make(chan string, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.ReleaseSpawnClaim(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, unit, true); err != nil {
+	if err := st.AttemptReleaseSpawnClaim(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, unit, true); err != nil {
 		t.Fatal(err)
 	}
 
 	// h1 goes down; h2 takes the run over.
 	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "test-h1", Duration: 200 * time.Millisecond})
 	time.Sleep(400 * time.Millisecond)
-	if done, err := st.TakeOverRun(ctx, h2, store.TakeOver{RunID: run.ID, Attempt: 1, From: "h1",
+	if done, err := st.RunTakeOver(ctx, h2, store.TakeOver{RunID: run.ID, Attempt: 1, From: "h1",
 		Settlement: &ledger.Settlement{Release: true, Source: "test"}}); err != nil || !done {
 		t.Fatalf("take over: %v %v", done, err)
 	}
@@ -66,7 +66,7 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 			t.Fatal("the superseded attempt's unit is still alive")
 		}
 	}
-	attempts, err := st.Attempts(ctx, run.ID)
+	attempts, err := st.AttemptList(ctx, run.ID)
 	if err != nil || len(attempts) != 2 || attempts[0].SupersededBy != "h2" || attempts[0].Unit != "" {
 		t.Fatalf("attempts: %+v %v, want the first, with no unit recorded, superseded by h2", attempts, err)
 	}

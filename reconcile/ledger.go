@@ -62,7 +62,7 @@ func ran(a model.Attempt, m runner.Marker) bool {
 // about one attempt at most every repairInterval, within the run budget. The others stay open
 // and visible until an operator settles them (holdfast ledger settle).
 func (r *Reconciler) settleDeferred(ctx context.Context) error {
-	deferred, err := r.cfg.Store.DeferredSettlements(ctx, r.cfg.Host)
+	deferred, err := r.cfg.Store.AttemptListDeferred(ctx, r.cfg.Host)
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func (r *Reconciler) settleDeferred(ctx context.Context) error {
 			continue
 		}
 		st := ledger.Settle(d.Hold, ledger.Evidence{Spawned: true, SnapshotAdded: &added})
-		if err := r.cfg.Store.SettleDeferred(ctx, model.AttemptRef{Run: d.RunID, No: d.Attempt}, st); err != nil {
+		if err := r.cfg.Store.AttemptSettleDeferred(ctx, model.AttemptRef{Run: d.RunID, No: d.Attempt}, st); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -127,7 +127,7 @@ func (r *Reconciler) forgetRepairs(deferred []store.DeferredSettlement) {
 // snapshotAdded is what the run's snapshot added to the repository's earlier snapshots, as restic
 // counts data: the raw data of the snapshot with all earlier ones, less that of the earlier ones.
 func (r *Reconciler) snapshotAdded(ctx context.Context, d store.DeferredSettlement) (int64, error) {
-	job, err := r.cfg.Store.JobByName(ctx, d.JobName)
+	job, err := r.cfg.Store.JobGet(ctx, d.JobName)
 	if err != nil {
 		return 0, fmt.Errorf("job of run %s: %w", d.RunID, err)
 	}

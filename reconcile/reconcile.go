@@ -431,7 +431,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 			early <- unitAnswer{states, err}
 		}()
 	}
-	live, err := r.cfg.Store.LiveRuns(ctx, r.cfg.Host)
+	live, err := r.cfg.Store.RunListLive(ctx, r.cfg.Host)
 	if err != nil {
 		return SweepStats{}, err
 	}
@@ -523,7 +523,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	return stats, nil
 }
 
-// liveShape sums up what of the live runs a host's next due time rests on (store.NextDue):
+// liveShape sums up what of the live runs a host's next due time rests on (store.JobNextDue):
 // which runs are live, in which attempt, spawned or not, and from when they may be spawned.
 // The order they were read in does not count (runs of the same priority and age come in any).
 // It is never 0.
@@ -559,7 +559,7 @@ func (r *Reconciler) jobsToSpawn(ctx context.Context, live []model.LiveRun) (map
 	if !slices.ContainsFunc(live, func(l model.LiveRun) bool { return l.Attempt.Unit == "" }) {
 		return nil, nil
 	}
-	list, err := r.cfg.Store.JobsFor(ctx, r.cfg.Host)
+	list, err := r.cfg.Store.JobListForHost(ctx, r.cfg.Host)
 	if err != nil {
 		return nil, err
 	}
@@ -684,7 +684,7 @@ func (r *Reconciler) gather(ctx context.Context, l *model.LiveRun, pass *passRea
 	}
 	switch {
 	case f.marker == markerReadable:
-		run, err := r.cfg.Store.RunByID(ctx, l.Run.ID)
+		run, err := r.cfg.Store.RunGet(ctx, l.Run.ID)
 		if err != nil {
 			return f, model.Job{}, err // nothing is closed on intents we could not read
 		}
@@ -742,7 +742,7 @@ func (r *Reconciler) carryOut(ctx context.Context, l model.LiveRun, f facts, job
 	case actDisarm:
 		return r.disarm(ctx, l, f, d.end)
 	case actWait:
-		return r.cfg.Store.SetWaiting(ctx, l.Run.ID, d.why, d.until)
+		return r.cfg.Store.RunSetWaiting(ctx, l.Run.ID, d.why, d.until)
 	case actFinish:
 		if err := r.markArmedStarted(ctx, l, f); err != nil {
 			return err
@@ -758,7 +758,7 @@ func (r *Reconciler) carryOut(ctx context.Context, l model.LiveRun, f facts, job
 		}
 		return r.cfg.Runner.Stop(ctx, f.unitName)
 	case actMarkRunning:
-		return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Ref(), time.Time{}) // on the database's clock
+		return r.cfg.Store.AttemptMarkStarted(ctx, r.fence(), l.Ref(), time.Time{}) // on the database's clock
 	case actPauseRunaway:
 		return r.runaway.Pause(ctx, l, *f.runaway)
 	case actWatch:
@@ -781,7 +781,7 @@ func (r *Reconciler) markArmedStarted(ctx context.Context, l model.LiveRun, f fa
 	if !f.armed || !f.queued || f.marker != markerReadable {
 		return nil
 	}
-	return r.cfg.Store.MarkStarted(ctx, r.fence(), l.Ref(), *l.Attempt.ArmedFor)
+	return r.cfg.Store.AttemptMarkStarted(ctx, r.fence(), l.Ref(), *l.Attempt.ArmedFor)
 }
 
 // readMarker reads the attempt's marker into f, through markers if it is not nil.

@@ -40,7 +40,7 @@ func TestHostClockSkew(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := []string{"behind", "ontime", "ahead"}[i]
-			if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: engine.NameCommand, Command: []string{"/bin/true"},
+			if _, err := st.JobCreate(ctx, model.Job{Name: name, Engine: engine.NameCommand, Command: []string{"/bin/true"},
 				StallAfter: time.Hour, StallAction: model.StallStop, RetryMax: 1, RetryBackoff: backoff}); err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +52,7 @@ func TestHostClockSkew(t *testing.T) {
 			}
 			live := func(id string) model.LiveRun {
 				t.Helper()
-				ls, err := st.LiveRuns(ctx, "h")
+				ls, err := st.RunListLive(ctx, "h")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -64,11 +64,11 @@ func TestHostClockSkew(t *testing.T) {
 				t.Fatalf("run %s is not live", id)
 				return model.LiveRun{}
 			}
-			run, err := st.Admit(ctx, name, "manual", model.KindBackup)
+			run, err := st.RunAdmit(ctx, name, "manual", model.KindBackup)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ok, _, err := st.ClaimSpawn(ctx, r.fence(), store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: runner.UnitName(name, run.ID, 1)}); !ok || err != nil {
+			if ok, _, err := st.AttemptClaimSpawn(ctx, r.fence(), store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: runner.UnitName(name, run.ID, 1)}); !ok || err != nil {
 				t.Fatalf("claim: %v %v", ok, err)
 			}
 
@@ -78,12 +78,12 @@ func TestHostClockSkew(t *testing.T) {
 				t.Fatal(err)
 			}
 			to := b.Now(t)
-			a, err := st.Attempt(ctx, model.AttemptRef{Run: run.ID, No: 1})
+			a, err := st.AttemptGet(ctx, model.AttemptRef{Run: run.ID, No: 1})
 			if err != nil || a.StartedAt == nil {
 				t.Fatalf("attempt after the start: %+v %v", a, err)
 			}
 			within(t, "started", *a.StartedAt, from, to)
-			stalls, err := st.Stalls(ctx, "h")
+			stalls, err := st.AttemptListStalled(ctx, "h")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,12 +100,12 @@ func TestHostClockSkew(t *testing.T) {
 				t.Fatal(err)
 			}
 			to = b.Now(t)
-			failed, err := st.RunByID(ctx, run.ID)
+			failed, err := st.RunGet(ctx, run.ID)
 			if err != nil || failed.Status != model.StatusFailed || failed.FinishedAt == nil || failed.RetriedBy == nil {
 				t.Fatalf("failed run: %+v %v", failed, err)
 			}
 			within(t, "finished", *failed.FinishedAt, from, to)
-			retry, err := st.RunByID(ctx, *failed.RetriedBy)
+			retry, err := st.RunGet(ctx, *failed.RetriedBy)
 			if err != nil || retry.NotBefore == nil {
 				t.Fatalf("retry: %+v %v", retry, err)
 			}

@@ -25,40 +25,40 @@ type State interface {
 // StateReader is what the reconciler reads: the live runs and the facts a decision rests on.
 // Nothing in it changes a run.
 type StateReader interface {
-	LiveRuns(ctx context.Context, host string) ([]model.LiveRun, error)
-	JobsFor(ctx context.Context, host string) ([]model.Job, error)
-	JobByName(ctx context.Context, name string) (model.Job, error)
-	RunByID(ctx context.Context, id uuid.UUID) (model.Run, error)
-	Attempt(ctx context.Context, ref model.AttemptRef) (model.Attempt, error)
-	OtherWriter(ctx context.Context, ref model.AttemptRef) (*uuid.UUID, error)
-	ProtectedAmong(ctx context.Context, repository string, ids []string, t time.Time) ([]string, error)
-	EndingsSinceLastStart(ctx context.Context, repository string) ([]store.AttemptEnd, error)
-	EndedBefore(ctx context.Context, ids []uuid.UUID, t time.Time) ([]uuid.UUID, error)
-	Hosts(ctx context.Context) ([]store.Host, error)
-	DownHosts(ctx context.Context, me string, grace time.Duration) (down []string, unnoticed bool, err error)
-	Orphans(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error)
-	Superseded(ctx context.Context, host string, within time.Duration) ([]store.SupersededAttempt, error)
-	DeferredSettlements(ctx context.Context, host string) ([]store.DeferredSettlement, error)
+	RunListLive(ctx context.Context, host string) ([]model.LiveRun, error)
+	JobListForHost(ctx context.Context, host string) ([]model.Job, error)
+	JobGet(ctx context.Context, name string) (model.Job, error)
+	RunGet(ctx context.Context, id uuid.UUID) (model.Run, error)
+	AttemptGet(ctx context.Context, ref model.AttemptRef) (model.Attempt, error)
+	AttemptOtherWriter(ctx context.Context, ref model.AttemptRef) (*uuid.UUID, error)
+	SnapshotProtectedAmong(ctx context.Context, repository string, ids []string, t time.Time) ([]string, error)
+	AttemptEndingsSinceLastStart(ctx context.Context, repository string) ([]store.AttemptEnd, error)
+	RunListEndedBefore(ctx context.Context, ids []uuid.UUID, t time.Time) ([]uuid.UUID, error)
+	HostList(ctx context.Context) ([]store.Host, error)
+	HostListDown(ctx context.Context, me string, grace time.Duration) (down []string, unnoticed bool, err error)
+	RunListOrphaned(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error)
+	AttemptListSuperseded(ctx context.Context, host string, within time.Duration) ([]store.SupersededAttempt, error)
+	AttemptListDeferred(ctx context.Context, host string) ([]store.DeferredSettlement, error)
 }
 
 // StateWriter is what the reconciler writes: each a change of one run (or of the hosts'
 // notices), guarded in the store by "this attempt is still live" and, where it takes a
 // store.Lease, by the host's lease.
 type StateWriter interface {
-	ClaimSpawn(ctx context.Context, w store.Lease, c store.SpawnClaim) (claimed bool, blocked string, err error)
-	ReleaseSpawnClaim(ctx context.Context, w store.Lease, ref model.AttemptRef, unit string, mayExist bool) error
-	SetRepoBaseline(ctx context.Context, w store.Lease, ref model.AttemptRef, bytes int64) error
+	AttemptClaimSpawn(ctx context.Context, w store.Lease, c store.SpawnClaim) (claimed bool, blocked string, err error)
+	AttemptReleaseSpawnClaim(ctx context.Context, w store.Lease, ref model.AttemptRef, unit string, mayExist bool) error
+	AttemptSetRepoBaseline(ctx context.Context, w store.Lease, ref model.AttemptRef, bytes int64) error
 	AttemptHoldSize(ctx context.Context, w store.Lease, p store.AttemptHoldSizeParams) (store.SizedHold, error)
-	MarkStarted(ctx context.Context, w store.Lease, ref model.AttemptRef, at time.Time) error
-	SetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error
-	ApplyJournal(ctx context.Context, w store.Lease, ref model.AttemptRef, from, to journal.Cursor, d store.JournalDelta) (bool, error)
-	Quarantine(ctx context.Context, w store.Lease, ref model.AttemptRef, reason string) error
-	Finish(ctx context.Context, w store.Lease, e store.Ending) (bool, error)
-	Restart(ctx context.Context, w store.Lease, r store.Restarting) (moved bool, paused string, err error)
-	RequestPause(ctx context.Context, runID uuid.UUID, reason string) (bool, error)
-	SettleDeferred(ctx context.Context, ref model.AttemptRef, st ledger.Settlement) error
-	NoticeDownHosts(ctx context.Context, by string, grace time.Duration) ([]string, error)
-	TakeOverRun(ctx context.Context, w store.Lease, t store.TakeOver) (bool, error)
+	AttemptMarkStarted(ctx context.Context, w store.Lease, ref model.AttemptRef, at time.Time) error
+	RunSetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error
+	AttemptApplyJournal(ctx context.Context, w store.Lease, ref model.AttemptRef, from, to journal.Cursor, d store.JournalDelta) (bool, error)
+	AttemptQuarantine(ctx context.Context, w store.Lease, ref model.AttemptRef, reason string) error
+	AttemptFinish(ctx context.Context, w store.Lease, e store.Ending) (bool, error)
+	AttemptRestart(ctx context.Context, w store.Lease, r store.Restarting) (moved bool, paused string, err error)
+	RunRequestPause(ctx context.Context, runID uuid.UUID, reason string) (bool, error)
+	AttemptSettleDeferred(ctx context.Context, ref model.AttemptRef, st ledger.Settlement) error
+	HostNoticeDown(ctx context.Context, by string, grace time.Duration) ([]string, error)
+	RunTakeOver(ctx context.Context, w store.Lease, t store.TakeOver) (bool, error)
 }
 
 // Units is what the reconciler asks of systemd: exactly the runner methods it calls, and those of

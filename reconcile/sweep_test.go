@@ -58,7 +58,7 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 func (e sweepEnv) claimPastGrace(t *testing.T, run uuid.UUID, unit string) {
 	t.Helper()
 	ctx := context.Background()
-	if ok, _, err := e.st.ClaimSpawn(ctx, store.Lease{Host: e.rec.Host()}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run, No: 1}, Unit: unit}); err != nil || !ok {
+	if ok, _, err := e.st.AttemptClaimSpawn(ctx, store.Lease{Host: e.rec.Host()}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	if _, err := e.DB.Exec(ctx, `UPDATE attempts SET spawn_claimed_at = spawn_claimed_at - interval '2 hours'
@@ -77,11 +77,11 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 	// before its marker is written; attempt 1's is over, its claim dated back past it.
 	e := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Hour, AllowCommandJobs: true})
 	st, r, mgr, rec := e.st, e.r, e.mgr, e.rec
-	if _, err := st.CreateJob(ctx, model.Job{Name: "flaky", Engine: "command", Repository: "-", PasswordFile: "-",
+	if _, err := st.JobCreate(ctx, model.Job{Name: "flaky", Engine: "command", Repository: "-", PasswordFile: "-",
 		Command: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, "flaky", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "flaky", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,12 +110,12 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 		if err != nil || stats.Errors > 0 {
 			t.Fatalf("sweep: %+v %v", stats, err)
 		}
-		got, err := st.RunByID(ctx, run.ID)
+		got, err := st.RunGet(ctx, run.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !model.Live(got.Status) {
-			attempts, err := st.Attempts(ctx, run.ID)
+			attempts, err := st.AttemptList(ctx, run.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +125,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 			if _, state, err := r.Alive(ctx, unit); err != nil || state.LoadState != "not-found" {
 				t.Fatalf("the failed unit was not reset: %+v %v", state, err)
 			}
-			violations, err := st.Violations(ctx)
+			violations, err := st.InvariantViolations(ctx)
 			if err != nil || len(violations) > 0 {
 				t.Fatalf("invariants: %v %v", violations, err)
 			}
@@ -162,12 +162,12 @@ func TestConcurrentSweep(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	runs, err := st.Runs(ctx, "", 100)
+	runs, err := st.RunList(ctx, "", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, run := range runs {
-		attempts, err := st.Attempts(ctx, run.ID)
+		attempts, err := st.AttemptList(ctx, run.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ func TestConcurrentSweep(t *testing.T) {
 	if len(runs) != n {
 		t.Fatalf("%d runs, want %d", len(runs), n)
 	}
-	violations, err := st.Violations(ctx)
+	violations, err := st.InvariantViolations(ctx)
 	if err != nil || len(violations) > 0 {
 		t.Fatalf("invariants: %v %v", violations, err)
 	}
@@ -193,11 +193,11 @@ func TestUnitsAskedAsRunsAreRead(t *testing.T) {
 	e := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Hour, AllowCommandJobs: true})
 	st, r, rec := e.st, e.r, e.rec
 	for _, name := range []string{"long", "lost"} {
-		if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "command", Command: []string{"/bin/sleep", "600"}}); err != nil {
+		if _, err := st.JobCreate(ctx, model.Job{Name: name, Engine: "command", Command: []string{"/bin/sleep", "600"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	long, err := st.Admit(ctx, "long", "manual", model.KindBackup)
+	long, err := st.RunAdmit(ctx, "long", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestUnitsAskedAsRunsAreRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A claim dated back past the grace whose unit systemd never had.
-	lost, err := st.Admit(ctx, "lost", "manual", model.KindBackup)
+	lost, err := st.RunAdmit(ctx, "lost", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestUnitsAskedAsRunsAreRead(t *testing.T) {
 	if stats, err := rec.Sweep(ctx); err != nil || stats.Errors > 0 {
 		t.Fatalf("sweep: %+v %v", stats, err)
 	}
-	lostAttempts, err := st.Attempts(ctx, lost.ID)
+	lostAttempts, err := st.AttemptList(ctx, lost.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestUnitsAskedAsRunsAreRead(t *testing.T) {
 		t.Fatalf("the run whose unit systemd never had has %d attempts (first ended: %v), want it restarted in attempt 2",
 			len(lostAttempts), lostAttempts[0].EndedAt != nil)
 	}
-	longAttempts, err := st.Attempts(ctx, long.ID)
+	longAttempts, err := st.AttemptList(ctx, long.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,11 +32,11 @@ func TestStoredWindowsThatDoNotParseHoldTheRun(t *testing.T) {
 		{"one-bad-window", "Europe/Berlin", []string{"Sat 01:00-05:00", "daily 03:00"}, `window "daily 03:00": `},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if _, err := e.st.CreateJob(ctx, model.Job{Name: c.name, Engine: "command", Command: []string{"/bin/true"},
+			if _, err := e.st.JobCreate(ctx, model.Job{Name: c.name, Engine: "command", Command: []string{"/bin/true"},
 				TimeZone: c.zone, Windows: c.windows}); err != nil {
 				t.Fatal(err)
 			}
-			run, err := e.st.Admit(ctx, c.name, "manual", model.KindBackup)
+			run, err := e.st.RunAdmit(ctx, c.name, "manual", model.KindBackup)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,11 +44,11 @@ func TestStoredWindowsThatDoNotParseHoldTheRun(t *testing.T) {
 				if stats, err := e.rec.Sweep(ctx); err != nil || stats.Errors > 0 {
 					t.Fatalf("sweep: %+v %v", stats, err)
 				}
-				got, err := e.st.RunByID(ctx, run.ID)
+				got, err := e.st.RunGet(ctx, run.ID)
 				if err != nil {
 					t.Fatal(err)
 				}
-				attempts, err := e.st.Attempts(ctx, run.ID)
+				attempts, err := e.st.AttemptList(ctx, run.ID)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -68,13 +68,13 @@ func TestStoredWindowsThatDoNotParseHoldTheRun(t *testing.T) {
 				t.Fatalf("the job is logged %d times over three passes, want once:\n%s", n, log.String())
 			}
 			// Corrected, the run starts at the next pass.
-			if _, err := e.st.UpdateJob(ctx, c.name, func(j *model.Job) error { j.TimeZone, j.Windows = "", nil; return nil }); err != nil {
+			if _, err := e.st.JobUpdate(ctx, c.name, func(j *model.Job) error { j.TimeZone, j.Windows = "", nil; return nil }); err != nil {
 				t.Fatal(err)
 			}
 			if stats, err := e.rec.Sweep(ctx); err != nil || stats.Errors > 0 {
 				t.Fatalf("sweep: %+v %v", stats, err)
 			}
-			attempts, err := e.st.Attempts(ctx, run.ID)
+			attempts, err := e.st.AttemptList(ctx, run.ID)
 			if err != nil {
 				t.Fatal(err)
 			}

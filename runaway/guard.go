@@ -27,8 +27,8 @@ import (
 
 // Store is what the guard reads and writes.
 type Store interface {
-	OtherWriter(ctx context.Context, ref model.AttemptRef) (*uuid.UUID, error)
-	RequestPause(ctx context.Context, runID uuid.UUID, reason string) (bool, error)
+	AttemptOtherWriter(ctx context.Context, ref model.AttemptRef) (*uuid.UUID, error)
+	RunRequestPause(ctx context.Context, runID uuid.UUID, reason string) (bool, error)
 }
 
 // Units is what the guard asks of systemd.
@@ -308,7 +308,7 @@ func (g *Guard) Measure(ctx context.Context, l model.LiveRun) *Excess {
 // Pause stops a running backup that added more than its hold: the run is paused (run_ceiling)
 // first, then its unit gets SIGINT, so restic removes its lock.
 func (g *Guard) Pause(ctx context.Context, l model.LiveRun, e Excess) error {
-	paused, err := g.cfg.Store.RequestPause(ctx, l.Run.ID, store.PausedRunCeiling)
+	paused, err := g.cfg.Store.RunRequestPause(ctx, l.Run.ID, store.PausedRunCeiling)
 	if err != nil || !paused {
 		return err
 	}
@@ -327,7 +327,7 @@ func Growth(ctx context.Context, st Store, repository string, a model.Attempt) (
 	if a.RepoBytesBefore == nil {
 		return nil, nil, "the repository was not measured when the attempt started"
 	}
-	other, err := st.OtherWriter(ctx, a.Ref())
+	other, err := st.AttemptOtherWriter(ctx, a.Ref())
 	if err != nil {
 		return nil, nil, "who else wrote to the repository could not be read: " + err.Error()
 	}

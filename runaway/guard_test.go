@@ -42,12 +42,12 @@ func (c *calls) got() []string {
 	return slices.Clone(c.list)
 }
 
-func (c *calls) OtherWriter(context.Context, model.AttemptRef) (*uuid.UUID, error) {
+func (c *calls) AttemptOtherWriter(context.Context, model.AttemptRef) (*uuid.UUID, error) {
 	c.add("OtherWriter")
 	return c.other, nil
 }
 
-func (c *calls) RequestPause(_ context.Context, _ uuid.UUID, reason string) (bool, error) {
+func (c *calls) RunRequestPause(_ context.Context, _ uuid.UUID, reason string) (bool, error) {
 	c.add("RequestPause %s", reason)
 	return c.paused, nil
 }

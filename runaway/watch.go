@@ -149,7 +149,7 @@ func (g *Guard) follow(ctx context.Context, w *packWatch, data int, l model.Live
 				return true
 			}
 			grown = *measured
-		} else if other, err := g.cfg.Store.OtherWriter(ctx, l.Ref()); err != nil || other != nil {
+		} else if other, err := g.cfg.Store.AttemptOtherWriter(ctx, l.Ref()); err != nil || other != nil {
 			if other != nil {
 				g.stepAside(l.Ref())
 			}

@@ -59,7 +59,7 @@ func TestWaitRun(t *testing.T) {
 		}
 	}
 	ended := time.Now()
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: ended, Status: model.StatusFailed,
+	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: ended, Status: model.StatusFailed,
 		Reason: "ended by the test"}); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}

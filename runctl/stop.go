@@ -21,7 +21,7 @@ const StopAskTimeout = 10 * time.Second
 // pass asks again: unreached says why systemd was not reached, and the stop still stands. err
 // is set only if the intent could not be recorded. run is the run as the stop left it.
 func StopRun(ctx context.Context, st Store, openUnits func(context.Context) (Units, error), id uuid.UUID, host string) (run model.Run, unreached, err error) {
-	run, err = st.RequestStop(ctx, id)
+	run, err = st.RunRequestStop(ctx, id)
 	if err != nil {
 		return run, nil, err
 	}
@@ -31,7 +31,7 @@ func StopRun(ctx context.Context, st Store, openUnits func(context.Context) (Uni
 
 func stopUnit(ctx context.Context, st Store, openUnits func(context.Context) (Units, error), id uuid.UUID, host string) (unreached, err error) {
 	crashpoint.At("stop-recorded")
-	attempts, err := st.Attempts(ctx, id)
+	attempts, err := st.AttemptList(ctx, id)
 	if err != nil || len(attempts) == 0 {
 		return nil, err
 	}

@@ -12,10 +12,10 @@ import (
 // the announcements of run ends, StopRun records the stop intent and reads the attempts. The
 // CLI gives its store.Store.
 type Store interface {
-	RunByID(ctx context.Context, id uuid.UUID) (model.Run, error)
-	Attempts(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error)
-	ListenRunEnds(ctx context.Context, ended func(run uuid.UUID)) error
-	RequestStop(ctx context.Context, runID uuid.UUID) (model.Run, error)
+	RunGet(ctx context.Context, id uuid.UUID) (model.Run, error)
+	AttemptList(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error)
+	RunListenEnds(ctx context.Context, ended func(run uuid.UUID)) error
+	RunRequestStop(ctx context.Context, runID uuid.UUID) (model.Run, error)
 }
 
 // Units is what StopRun asks of the systemd manager it opens: to stop a unit, and then to let

@@ -16,7 +16,7 @@ import (
 const WaitPoll = time.Second
 
 // WaitRun follows the run until its record is final and returns it with its attempts. It reads
-// the run as soon as its end is announced (store.ListenRunEnds) and otherwise every WaitPoll,
+// the run as soon as its end is announced (store.RunListenEnds) and otherwise every WaitPoll,
 // calling report with each reading, the final one included. When ctx ends first the run goes
 // on; the error says where to find it.
 func WaitRun(ctx context.Context, st Store, id uuid.UUID, report func(model.Run, *model.Progress)) (model.Run, []model.Attempt, error) {
@@ -35,7 +35,7 @@ func waitRun(ctx context.Context, st Store, id uuid.UUID, report func(model.Run,
 		defer close(listening)
 		for listenCtx.Err() == nil {
 			// Nil is "listening now": anything may have ended meanwhile.
-			_ = st.ListenRunEnds(listenCtx, func(run uuid.UUID) {
+			_ = st.RunListenEnds(listenCtx, func(run uuid.UUID) {
 				if run == id || run == uuid.Nil {
 					ended.Wake()
 				}
@@ -55,11 +55,11 @@ func waitRun(ctx context.Context, st Store, id uuid.UUID, report func(model.Run,
 		return err
 	}
 	for {
-		run, err := st.RunByID(ctx, id)
+		run, err := st.RunGet(ctx, id)
 		if err != nil {
 			return model.Run{}, nil, cutShort(err)
 		}
-		attempts, err := st.Attempts(ctx, id)
+		attempts, err := st.AttemptList(ctx, id)
 		if err != nil {
 			return model.Run{}, nil, cutShort(err)
 		}

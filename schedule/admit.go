@@ -50,8 +50,8 @@ func FirstSlot(spec, tz string, now time.Time) (*time.Time, error) {
 // Store is what an Admitter writes: the due slots of jobs, and of their maintenance schedules,
 // admitted as runs. The daemon gives its store.Store.
 type Store interface {
-	AdmitDue(ctx context.Context, by string, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]store.Admitted, error)
-	AdmitDueMaintenance(ctx context.Context, by, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]store.MaintenanceAdmitted, error)
+	JobAdmitDue(ctx context.Context, by string, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]store.Admitted, error)
+	JobAdmitDueMaintenance(ctx context.Context, by, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]store.MaintenanceAdmitted, error)
 }
 
 // Admitter turns due jobs into runs.
@@ -109,7 +109,7 @@ func (a *Admitter) Validate() error {
 const batchSize = 100
 
 // AdmitDue admits every due job's slot and reports how many runs it admitted. A job that
-// cannot be admitted is logged and set aside (see store.AdmitDue); the others go on.
+// cannot be admitted is logged and set aside (see store.JobAdmitDue); the others go on.
 func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 	if err := a.Validate(); err != nil {
 		return 0, err
@@ -118,7 +118,7 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 	defer cancel()
 	admitted := 0
 	for {
-		batch, err := a.Store.AdmitDue(ctx, a.Host, now, now.Add(a.Lead), batchSize, a.SetAside, func(j model.Job) model.SlotDecision { return Decide(j, now, a.Grace) })
+		batch, err := a.Store.JobAdmitDue(ctx, a.Host, now, now.Add(a.Lead), batchSize, a.SetAside, func(j model.Job) model.SlotDecision { return Decide(j, now, a.Grace) })
 		if err != nil {
 			return admitted, err
 		}
@@ -142,7 +142,7 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 		}
 	}
 	for _, sched := range []string{store.Prunes, store.Verifications, store.Drills} {
-		due, err := a.Store.AdmitDueMaintenance(ctx, a.Host, sched, now, batchSize, a.SetAside, func(j model.Job) *time.Time { return nextMaintenance(j, sched, now) })
+		due, err := a.Store.JobAdmitDueMaintenance(ctx, a.Host, sched, now, batchSize, a.SetAside, func(j model.Job) *time.Time { return nextMaintenance(j, sched, now) })
 		for _, p := range due {
 			switch {
 			case p.Failed != "":

@@ -7,7 +7,7 @@ import "time"
 const GateBackstop = time.Minute
 
 // Gate says when an admission pass need claim: an idle daemon's pass is then the one read of
-// the next due time (store.NextDue) instead of a transaction per schedule. Its zero value
+// the next due time (store.JobNextDue) instead of a transaction per schedule. Its zero value
 // opens at the first pass.
 type Gate struct {
 	quietUntil time.Time // nothing is due before it, as far as the last read knew

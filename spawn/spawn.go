@@ -45,13 +45,13 @@ const (
 // Store is what a spawn reads and writes: each write is guarded in the store by "this attempt
 // is still live", and each that takes a store.Lease by the host's lease.
 type Store interface {
-	EndingsSinceLastStart(ctx context.Context, repository string) ([]store.AttemptEnd, error)
-	ClaimSpawn(ctx context.Context, w store.Lease, c store.SpawnClaim) (claimed bool, blocked string, err error)
-	ReleaseSpawnClaim(ctx context.Context, w store.Lease, ref model.AttemptRef, unit string, mayExist bool) error
-	SetRepoBaseline(ctx context.Context, w store.Lease, ref model.AttemptRef, bytes int64) error
+	AttemptEndingsSinceLastStart(ctx context.Context, repository string) ([]store.AttemptEnd, error)
+	AttemptClaimSpawn(ctx context.Context, w store.Lease, c store.SpawnClaim) (claimed bool, blocked string, err error)
+	AttemptReleaseSpawnClaim(ctx context.Context, w store.Lease, ref model.AttemptRef, unit string, mayExist bool) error
+	AttemptSetRepoBaseline(ctx context.Context, w store.Lease, ref model.AttemptRef, bytes int64) error
 	AttemptHoldSize(ctx context.Context, w store.Lease, p store.AttemptHoldSizeParams) (store.SizedHold, error)
-	MarkStarted(ctx context.Context, w store.Lease, ref model.AttemptRef, at time.Time) error
-	SetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error
+	AttemptMarkStarted(ctx context.Context, w store.Lease, ref model.AttemptRef, at time.Time) error
+	RunSetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error
 }
 
 // Units is what a spawn asks of systemd.
@@ -184,13 +184,13 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 			claim.ResticVersion = v.String()
 		}
 	}
-	got, blocked, err := s.cfg.Store.ClaimSpawn(ctx, fence, claim)
+	got, blocked, err := s.cfg.Store.AttemptClaimSpawn(ctx, fence, claim)
 	claimed()
 	if err != nil {
 		return err
 	}
 	if blocked != "" {
-		return s.cfg.Store.SetWaiting(ctx, l.Run.ID, blocked, nil)
+		return s.cfg.Store.RunSetWaiting(ctx, l.Run.ID, blocked, nil)
 	}
 	if !got {
 		return nil // another daemon has it, or a stop arrived
@@ -203,7 +203,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		// Even when the spawn's budget is spent, but bounded: the database may be what hangs.
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Budget)
 		defer cancel()
-		if rerr := s.cfg.Store.ReleaseSpawnClaim(relCtx, s.fence(), l.Ref(), spec.Name, mayExist); rerr != nil {
+		if rerr := s.cfg.Store.AttemptReleaseSpawnClaim(relCtx, s.fence(), l.Ref(), spec.Name, mayExist); rerr != nil {
 			return errors.Join(err, rerr)
 		}
 		return err
@@ -244,7 +244,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		// start given back earlier left.
 		l.Attempt.RepoBytesBefore = nil
 		if size, err := ledger.RepoSize(job.Repository); err == nil {
-			if err := s.cfg.Store.SetRepoBaseline(ctx, fence, l.Ref(), size); err != nil {
+			if err := s.cfg.Store.AttemptSetRepoBaseline(ctx, fence, l.Ref(), size); err != nil {
 				unstage()
 				return release(err, false)
 			}
@@ -276,7 +276,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 	l.Attempt.Unit = spec.Name
 	s.cfg.Started(l)
 	s.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
-	return s.cfg.Store.MarkStarted(ctx, s.fence(), l.Ref(), time.Time{}) // on the database's clock
+	return s.cfg.Store.AttemptMarkStarted(ctx, s.fence(), l.Ref(), time.Time{}) // on the database's clock
 }
 
 // maxSourceWalk bounds the walk of a first backup's paths; half of the spawn's time left bounds

@@ -75,12 +75,12 @@ func (w *world) record(format string, args ...any) {
 	}
 }
 
-func (w *world) EndingsSinceLastStart(context.Context, string) ([]store.AttemptEnd, error) {
+func (w *world) AttemptEndingsSinceLastStart(context.Context, string) ([]store.AttemptEnd, error) {
 	w.record("EndingsSinceLastStart")
 	return nil, nil
 }
 
-func (w *world) ClaimSpawn(_ context.Context, l store.Lease, c store.SpawnClaim) (bool, string, error) {
+func (w *world) AttemptClaimSpawn(_ context.Context, l store.Lease, c store.SpawnClaim) (bool, string, error) {
 	w.fenced("ClaimSpawn", l)
 	w.record("ClaimSpawn %d armed=%t", c.Attempt.No, c.ArmedFor != nil)
 	if w.blocked != "" {
@@ -89,7 +89,7 @@ func (w *world) ClaimSpawn(_ context.Context, l store.Lease, c store.SpawnClaim)
 	return !w.taken, "", nil
 }
 
-func (w *world) ReleaseSpawnClaim(_ context.Context, l store.Lease, ref model.AttemptRef, _ string, mayExist bool) error {
+func (w *world) AttemptReleaseSpawnClaim(_ context.Context, l store.Lease, ref model.AttemptRef, _ string, mayExist bool) error {
 	w.fenced("ReleaseSpawnClaim", l)
 	w.record("ReleaseSpawnClaim %d mayExist=%t", ref.No, mayExist)
 	return nil
@@ -100,18 +100,18 @@ func (w *world) AttemptHoldSize(context.Context, store.Lease, store.AttemptHoldS
 	return store.SizedHold{}, nil
 }
 
-func (w *world) SetRepoBaseline(context.Context, store.Lease, model.AttemptRef, int64) error {
+func (w *world) AttemptSetRepoBaseline(context.Context, store.Lease, model.AttemptRef, int64) error {
 	w.record("SetRepoBaseline")
 	return nil
 }
 
-func (w *world) MarkStarted(_ context.Context, l store.Lease, ref model.AttemptRef, _ time.Time) error {
+func (w *world) AttemptMarkStarted(_ context.Context, l store.Lease, ref model.AttemptRef, _ time.Time) error {
 	w.fenced("MarkStarted", l)
 	w.record("MarkStarted %d", ref.No)
 	return nil
 }
 
-func (w *world) SetWaiting(_ context.Context, _ uuid.UUID, reason string, _ *time.Time) error {
+func (w *world) RunSetWaiting(_ context.Context, _ uuid.UUID, reason string, _ *time.Time) error {
 	w.record("SetWaiting %s", reason)
 	return nil
 }

@@ -24,7 +24,7 @@ func AttemptSpec(ctx context.Context, st Store, jobs jobunit.Config, job model.J
 	if job.Engine == engine.NameRestic {
 		// A copy uses two repositories: a lock either may hold is removed from both.
 		for _, repo := range job.Repositories(run) {
-			endings, err := st.EndingsSinceLastStart(ctx, repo)
+			endings, err := st.AttemptEndingsSinceLastStart(ctx, repo)
 			if err != nil {
 				return runner.Spec{}, "", err
 			}

@@ -32,11 +32,11 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	jobs := jobunit.Config{StateDir: filepath.Join(dir, "state"), Binary: "/usr/bin/holdfast", ResticBinary: "restic"}
 	repo := filepath.Join(dir, "repo")
 	for _, name := range []string{"a", "b"} { // two jobs sharing one repository
-		if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "restic", Repository: repo, PasswordFile: "/pw", Paths: []string{"/srv"}}); err != nil {
+		if _, err := st.JobCreate(ctx, model.Job{Name: name, Engine: "restic", Repository: repo, PasswordFile: "/pw", Paths: []string{"/srv"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.CreateJob(ctx, model.Job{Name: "elsewhere", Engine: "restic", Repository: repo + "2", PasswordFile: "/pw", Paths: []string{"/srv"}}); err != nil {
+	if _, err := st.JobCreate(ctx, model.Job{Name: "elsewhere", Engine: "restic", Repository: repo + "2", PasswordFile: "/pw", Paths: []string{"/srv"}}); err != nil {
 		t.Fatal(err)
 	}
 	clock := time.Now()
@@ -44,7 +44,7 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	// spec is the unit the next attempt of run on job gets, and why it unlocks.
 	spec := func(jobName string, run model.Run, attempt int) (bool, string) {
 		t.Helper()
-		job, err := st.JobByName(ctx, jobName)
+		job, err := st.JobGet(ctx, jobName)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,16 +61,16 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	// start claims and starts an attempt, as a spawn does.
 	start := func(jobName string, run model.Run, attempt int) {
 		t.Helper()
-		if ok, blocked, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: runner.UnitName(jobName, run.ID, attempt)}); !ok || err != nil {
+		if ok, blocked, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: runner.UnitName(jobName, run.ID, attempt)}); !ok || err != nil {
 			t.Fatalf("claim: %v %q %v", ok, blocked, err)
 		}
-		if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: attempt}, tick()); err != nil {
+		if err := st.AttemptMarkStarted(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: attempt}, tick()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	finish := func(run model.Run, attempt int, m runner.Marker, status string) {
 		t.Helper()
-		if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: attempt, At: tick(), Status: status, Reason: "test",
+		if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: attempt, At: tick(), Status: status, Reason: "test",
 			ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus}); !ok || err != nil {
 			t.Fatalf("finish: %v %v", ok, err)
 		}
@@ -78,14 +78,14 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	released := ledger.Settlement{Release: true, Source: "test"}
 	restart := func(run model.Run, attempt int, m runner.Marker) {
 		t.Helper()
-		if ok, paused, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: attempt, At: tick(),
+		if ok, paused, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: attempt, At: tick(),
 			ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus, Settlement: &released}); !ok || paused != "" || err != nil {
 			t.Fatalf("restart: %v %q %v", ok, paused, err)
 		}
 	}
 	admit := func(jobName string) model.Run {
 		t.Helper()
-		run, err := st.Admit(ctx, jobName, "manual", model.KindBackup)
+		run, err := st.RunAdmit(ctx, jobName, "manual", model.KindBackup)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,7 +28,7 @@ type Admitted struct {
 	RetryAt *time.Time
 }
 
-// AdmitDue claims up to limit jobs whose next slot is due at now (FOR UPDATE SKIP LOCKED, so
+// JobAdmitDue claims up to limit jobs whose next slot is due at now (FOR UPDATE SKIP LOCKED, so
 // daemons sharing the database take different jobs), asks decide about each, and in the same
 // transaction admits the runs, advances next_run_at and records skipped slots.
 //
@@ -40,7 +40,7 @@ type Admitted struct {
 // a statement about it fails) is rolled back alone, and set aside for setAside with the error
 // recorded on it (Job.AdmissionError), so it neither blocks the others nor is claimed again
 // at once. Its slot stays as it was: once it can be admitted, missed slots are counted as usual.
-func (s *Store) AdmitDue(ctx context.Context, by string, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]Admitted, error) {
+func (s *Store) JobAdmitDue(ctx context.Context, by string, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]Admitted, error) {
 	var out []Admitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		due, err := claimDue(ctx, tx, "next_run_at", now, horizon, limit)
@@ -200,12 +200,12 @@ const (
 // maintenanceSlots is the slot column of each of those schedules.
 var maintenanceSlots = map[string]string{Prunes: "next_prune_at", Verifications: "next_verify_at", Drills: "next_drill_at"}
 
-// AdmitDueMaintenance claims up to limit jobs whose slot of the named schedule (Prunes,
+// JobAdmitDueMaintenance claims up to limit jobs whose slot of the named schedule (Prunes,
 // Verifications, Drills) is due (FOR UPDATE SKIP LOCKED) and admits its run for each, advancing
 // the slot with next. A job with a live run keeps its slot due: the run is put off, not dropped, and admitted
 // once the job is free. As in AdmitDue, a job that cannot be admitted is rolled back alone and
 // set aside for setAside.
-func (s *Store) AdmitDueMaintenance(ctx context.Context, by, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]MaintenanceAdmitted, error) {
+func (s *Store) JobAdmitDueMaintenance(ctx context.Context, by, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]MaintenanceAdmitted, error) {
 	column, ok := maintenanceSlots[schedule]
 	if !ok {
 		return nil, fmt.Errorf("admit due maintenance: no schedule %q", schedule)
@@ -276,13 +276,13 @@ func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule string, j model.J
 	return a, err
 }
 
-// NextDue returns the earliest time the daemon of host has something to do without being told: a
+// JobNextDue returns the earliest time the daemon of host has something to do without being told: a
 // slot of a job it may run (pinned to it, or any-host), or the not-before time of a queued run
 // it may spawn (a retry's delay, a window's end, the slot of a run admitted ahead), each lead
 // earlier where the daemon prepares it ahead: a slot of a job without a live run, and a queued
 // run without a unit. Nil if there is none. It reads the host's jobs and their live runs only
 // (jobs_host, runs_live_job), never the fleet's or the history.
-func (s *Store) NextDue(ctx context.Context, host string, lead time.Duration) (*time.Time, error) {
+func (s *Store) JobNextDue(ctx context.Context, host string, lead time.Duration) (*time.Time, error) {
 	// A job set aside is due again at its retry time, not at its slot.
 	rows, err := s.queryGeneric(ctx, `
 		WITH j AS (
@@ -316,9 +316,9 @@ func (s *Store) NextDue(ctx context.Context, host string, lead time.Duration) (*
 	return next, nil
 }
 
-// SetWaiting records why a queued run is not spawned yet and, optionally, the earliest time it
+// RunSetWaiting records why a queued run is not spawned yet and, optionally, the earliest time it
 // may be. It writes only when something changed.
-func (s *Store) SetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error {
+func (s *Store) RunSetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE runs SET waiting_reason = nullif($2, ''), not_before = coalesce($3, not_before)
 		WHERE id = $1 AND status = 'queued'

@@ -23,7 +23,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
 	slot := now.Add(-time.Second)
 	for _, name := range []string{"good", "unreadable", "admitted-before"} {
-		if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "restic", Repository: "/r", PasswordFile: "/pw",
+		if _, err := st.JobCreate(ctx, model.Job{Name: name, Engine: "restic", Repository: "/r", PasswordFile: "/pw",
 			Paths: []string{"/data"}, Schedule: "@every 1h", NextRunAt: &slot}); err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +42,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 	}
 	const aside = time.Minute
 
-	got, err := st.AdmitDue(ctx, "", now, now, 10, aside, decide)
+	got, err := st.JobAdmitDue(ctx, "", now, now, 10, aside, decide)
 	if err != nil {
 		t.Fatalf("one bad job failed the whole admission: %v", err)
 	}
@@ -59,7 +59,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 			t.Fatalf("%s: %+v, want set aside until %s because of %q", name, a, now.Add(aside), want)
 		}
 	}
-	j, err := st.JobByName(ctx, "admitted-before")
+	j, err := st.JobGet(ctx, "admitted-before")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,10 +69,10 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 
 	// Not claimed again, and not due, before the retry time: a loop sleeping until the next due
 	// time does not spin on it.
-	if again, err := st.AdmitDue(ctx, "", now.Add(time.Second), now.Add(time.Second), 10, aside, decide); err != nil || len(again) != 0 {
+	if again, err := st.JobAdmitDue(ctx, "", now.Add(time.Second), now.Add(time.Second), 10, aside, decide); err != nil || len(again) != 0 {
 		t.Fatalf("second pass: %+v, %v; want nothing claimed", again, err)
 	}
-	due, err := st.NextDue(ctx, "h1", 0)
+	due, err := st.JobNextDue(ctx, "h1", 0)
 	if err != nil || due == nil || !due.Equal(now.Add(aside)) {
 		t.Fatalf("next due = %v, %v; want the retry time %s", due, err, now.Add(aside))
 	}
@@ -82,7 +82,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	later := now.Add(aside + time.Second)
-	got, err = st.AdmitDue(ctx, "", later, later, 10, aside, decide)
+	got, err = st.JobAdmitDue(ctx, "", later, later, 10, aside, decide)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 	if !admitted {
 		t.Fatalf("the repaired job was not admitted at its retry: %+v", got)
 	}
-	if j, err = st.JobByName(ctx, "admitted-before"); err != nil || j.AdmissionError != "" || j.AdmissionRetryAt != nil {
+	if j, err = st.JobGet(ctx, "admitted-before"); err != nil || j.AdmissionError != "" || j.AdmissionRetryAt != nil {
 		t.Fatalf("repaired job: error %q, retry %v, %v; want both cleared", j.AdmissionError, j.AdmissionRetryAt, err)
 	}
 }
@@ -116,19 +116,19 @@ func TestAdmitAhead(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
 	slot, lead := now.Add(30*time.Minute), 40*time.Minute
 	for _, name := range []string{"free", "busy"} {
-		if _, err := st.CreateJob(ctx, model.Job{Name: name, Engine: "command", Command: []string{"/bin/true"},
+		if _, err := st.JobCreate(ctx, model.Job{Name: name, Engine: "command", Command: []string{"/bin/true"},
 			Schedule: "@every 1h", NextRunAt: &slot}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.Admit(ctx, "busy", "manual", model.KindBackup); err != nil {
+	if _, err := st.RunAdmit(ctx, "busy", "manual", model.KindBackup); err != nil {
 		t.Fatal(err)
 	}
-	if due, err := st.NextDue(ctx, "h1", lead); err != nil || due == nil || !due.Equal(slot.Add(-lead)) {
+	if due, err := st.JobNextDue(ctx, "h1", lead); err != nil || due == nil || !due.Equal(slot.Add(-lead)) {
 		t.Fatalf("next due = %v, %v; want the free job's slot a lead ahead, %s", due, err, slot.Add(-lead))
 	}
 	next := slot.Add(time.Hour)
-	got, err := st.AdmitDue(ctx, "", now, now.Add(lead), 10, time.Minute, func(j model.Job) model.SlotDecision {
+	got, err := st.JobAdmitDue(ctx, "", now, now.Add(lead), 10, time.Minute, func(j model.Job) model.SlotDecision {
 		return model.SlotDecision{Run: true, Trigger: model.TriggerSchedule, Planned: *j.NextRunAt, Next: &next}
 	})
 	if err != nil {
@@ -137,24 +137,24 @@ func TestAdmitAhead(t *testing.T) {
 	if len(got) != 1 || got[0].Job != "free" || got[0].Run == nil {
 		t.Fatalf("admitted %+v, want the free job's run only", got)
 	}
-	run, err := st.RunByID(ctx, *got[0].Run)
+	run, err := st.RunGet(ctx, *got[0].Run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if run.Status != model.StatusQueued || run.NotBefore == nil || !run.NotBefore.Equal(slot) || run.PlannedAt == nil || !run.PlannedAt.Equal(slot) {
 		t.Fatalf("run admitted ahead: %s, not before %v, planned %v; want queued until its slot %s", run.Status, run.NotBefore, run.PlannedAt, slot)
 	}
-	busy, err := st.JobByName(ctx, "busy")
+	busy, err := st.JobGet(ctx, "busy")
 	if err != nil || busy.NextRunAt == nil || !busy.NextRunAt.Equal(slot) || busy.OverlapSkips != 0 {
 		t.Fatalf("busy job: %+v, %v; want its slot kept, not skipped ahead of time", busy, err)
 	}
 	// The busy job is due at its slot. The queued run, without a unit, is due a lead before its
 	// time, or at its time once that lead has passed (it is being prepared).
-	if due, err := st.NextDue(ctx, "h1", 10*time.Minute); err != nil || due == nil || !due.Equal(slot.Add(-10*time.Minute)) {
+	if due, err := st.JobNextDue(ctx, "h1", 10*time.Minute); err != nil || due == nil || !due.Equal(slot.Add(-10*time.Minute)) {
 		t.Fatalf("next due = %v, %v; want %s", due, err, slot.Add(-10*time.Minute))
 	}
 	for _, l := range []time.Duration{lead, 0} {
-		if due, err := st.NextDue(ctx, "h1", l); err != nil || due == nil || !due.Equal(slot) {
+		if due, err := st.JobNextDue(ctx, "h1", l); err != nil || due == nil || !due.Equal(slot) {
 			t.Fatalf("next due with a lead of %s = %v, %v; want the slot %s", l, due, err, slot)
 		}
 	}
@@ -173,7 +173,7 @@ func TestAdmissionNotifiesOtherHostsOnly(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
 	slot, next := now.Add(-time.Second), now.Add(time.Hour)
 	for _, j := range []struct{ name, host string }{{"mine", "h1"}, {"anyhost", ""}, {"theirs", "h2"}} {
-		if _, err := st.CreateJob(ctx, model.Job{Name: j.name, Engine: "restic", Repository: "/r/" + j.name, PasswordFile: "/pw",
+		if _, err := st.JobCreate(ctx, model.Job{Name: j.name, Engine: "restic", Repository: "/r/" + j.name, PasswordFile: "/pw",
 			Paths: []string{"/data"}, Schedule: "@every 1h", NextRunAt: &slot, Host: j.host}); err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +194,7 @@ func TestAdmissionNotifiesOtherHostsOnly(t *testing.T) {
 	if got := drain(); !slices.Equal(got, []string{"host:h1", "host:", "host:h2"}) {
 		t.Fatalf("creating the jobs announced %q, want each job's host", got)
 	}
-	admitted, err := st.AdmitDue(ctx, "h1", now, now, 10, time.Minute, func(j model.Job) model.SlotDecision {
+	admitted, err := st.JobAdmitDue(ctx, "h1", now, now, 10, time.Minute, func(j model.Job) model.SlotDecision {
 		return model.SlotDecision{Run: true, Trigger: "schedule", Planned: *j.NextRunAt, Next: &next}
 	})
 	if err != nil || len(admitted) != 3 {

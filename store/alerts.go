@@ -29,7 +29,7 @@ type WatchJob struct {
 	VerifySince      *time.Time
 }
 
-// WatchFacts is what deciding whether a job is overdue reads of it.
+// JobWatchFacts is what deciding whether a job is overdue reads of it.
 type WatchFacts struct {
 	Job         WatchJob
 	LastSuccess *time.Time // when its last succeeded backup ended
@@ -57,9 +57,9 @@ type WatchScope struct {
 	Unattended bool
 }
 
-// WatchFacts reads the facts of the jobs of scope. The daemons read them every
+// JobWatchFacts reads the facts of the jobs of scope. The daemons read them every
 // --watch-interval, so only what the watch needs is read, through jobs_host for a host.
-func (s *Store) WatchFacts(ctx context.Context, scope WatchScope) ([]WatchFacts, error) {
+func (s *Store) JobWatchFacts(ctx context.Context, scope WatchScope) ([]WatchFacts, error) {
 	where, args := "", []any{}
 	switch {
 	case scope.Unattended:
@@ -125,10 +125,10 @@ func (s *Store) WatchFacts(ctx context.Context, scope WatchScope) ([]WatchFacts,
 	return all, nil
 }
 
-// MarkOverdue starts an overdue episode of job: it records since and reason and writes the
+// JobMarkOverdue starts an overdue episode of job: it records since and reason and writes the
 // "overdue" event, in one statement. It reports false, writing nothing, when the job is overdue
 // already (another daemon noticed first) or gone.
-func (s *Store) MarkOverdue(ctx context.Context, job string, since time.Time, reason, host string) (bool, error) {
+func (s *Store) JobMarkOverdue(ctx context.Context, job string, since time.Time, reason, host string) (bool, error) {
 	var id *uuid.UUID
 	err := s.pool.QueryRow(ctx, `
 		WITH marked AS (
@@ -146,9 +146,9 @@ func (s *Store) MarkOverdue(ctx context.Context, job string, since time.Time, re
 	return true, nil
 }
 
-// ClearOverdue ends job's overdue episode with a "recovered" event, in one statement; false if
+// JobClearOverdue ends job's overdue episode with a "recovered" event, in one statement; false if
 // it was not overdue.
-func (s *Store) ClearOverdue(ctx context.Context, job, reason, host string) (bool, error) {
+func (s *Store) JobClearOverdue(ctx context.Context, job, reason, host string) (bool, error) {
 	var id *uuid.UUID
 	err := s.pool.QueryRow(ctx, `
 		WITH episode AS (
@@ -184,8 +184,8 @@ type Event struct {
 	Details json.RawMessage
 }
 
-// Events returns the events after seq, oldest first, at most limit, of job ("" every job).
-func (s *Store) Events(ctx context.Context, job string, after int64, limit int) ([]Event, error) {
+// EventList returns the events after seq, oldest first, at most limit, of job ("" every job).
+func (s *Store) EventList(ctx context.Context, job string, after int64, limit int) ([]Event, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, seq, event, job_name, run_id, attempt, status, reason, at, host, details
 		FROM events WHERE seq > $1 AND ($2 = '' OR job_name = $2) ORDER BY seq LIMIT $3`, after, job, limit)
 	if err != nil {
@@ -212,9 +212,9 @@ type Stall struct {
 	Since       time.Time // when its figures last moved (or it started)
 }
 
-// Stalls lists host's running attempts, not yet marked stalled nor asked to stop or pause, whose
+// AttemptListStalled lists host's running attempts, not yet marked stalled nor asked to stop or pause, whose
 // progress figures have not moved for their job's stall_after (on the database's clock).
-func (s *Store) Stalls(ctx context.Context, host string) ([]Stall, error) {
+func (s *Store) AttemptListStalled(ctx context.Context, host string) ([]Stall, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT a.run_id, a.attempt_no, r.job_name, j.stall_after, j.stall_action, coalesce(a.progress_changed_at, a.started_at)
 		FROM attempts a JOIN runs r ON r.id = a.run_id JOIN jobs j ON j.id = r.job_id
@@ -236,10 +236,10 @@ func (s *Store) Stalls(ctx context.Context, host string) ([]Stall, error) {
 	return stalls, nil
 }
 
-// MarkStalled records that the attempt stalled, with its "stalled" event, and with StallStop asks
+// AttemptMarkStalled records that the attempt stalled, with its "stalled" event, and with StallStop asks
 // its run to stop for reason, all in one statement and once: marked is false if it was marked
 // already or ended meanwhile. stopped reports whether the stop was asked for.
-func (s *Store) MarkStalled(ctx context.Context, st Stall, reason, host string) (marked, stopped bool, err error) {
+func (s *Store) AttemptMarkStalled(ctx context.Context, st Stall, reason, host string) (marked, stopped bool, err error) {
 	err = s.pool.QueryRow(ctx, `
 		WITH marked AS (
 			UPDATE attempts SET stalled_at = now()

@@ -17,10 +17,10 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 	t.Parallel()
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
-	if _, err := st.CreateJob(ctx, model.Job{Name: "late", Engine: "command", Command: []string{"/bin/true"}, AlertFailures: 2}); err != nil {
+	if _, err := st.JobCreate(ctx, model.Job{Name: "late", Engine: "command", Command: []string{"/bin/true"}, AlertFailures: 2}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, "late", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "late", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,31 +48,31 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 		wg.Wait()
 		return won
 	}
-	if won := race(func() (bool, error) { return st.MarkOverdue(ctx, "late", since, "no success", "h") }); won != 1 {
+	if won := race(func() (bool, error) { return st.JobMarkOverdue(ctx, "late", since, "no success", "h") }); won != 1 {
 		t.Fatalf("%d daemons marked the job overdue, want 1", won)
 	}
-	facts, err := st.WatchFacts(ctx, store.WatchScope{Host: "h"})
+	facts, err := st.JobWatchFacts(ctx, store.WatchScope{Host: "h"})
 	if err != nil || len(facts) != 1 {
 		t.Fatalf("watch facts: %+v, %v", facts, err)
 	}
 	if j := facts[0].Job; j.OverdueSince == nil || !j.OverdueSince.Equal(since) || j.OverdueReason != "no success" {
 		t.Fatalf("job after marking: overdue since %v (%q)", j.OverdueSince, j.OverdueReason)
 	}
-	if won := race(func() (bool, error) { return st.ClearOverdue(ctx, "late", "a run succeeded", "h") }); won != 1 {
+	if won := race(func() (bool, error) { return st.JobClearOverdue(ctx, "late", "a run succeeded", "h") }); won != 1 {
 		t.Fatalf("%d daemons cleared the episode, want 1", won)
 	}
 
-	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "u"}); !ok || err != nil {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "u"}); !ok || err != nil {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
-	if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
+	if err := st.AttemptMarkStarted(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
+	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
 		Reason: "exit 1", ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1"}); !ok || err != nil {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
-	events, err := st.Events(ctx, "late", 0, 100)
+	events, err := st.EventList(ctx, "late", 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 	if failed.Run == nil || *failed.Run != run.ID || failed.Attempt == nil || *failed.Attempt != 1 || failed.Host != "h" || failed.Reason != "exit 1" {
 		t.Fatalf("the failed event: %+v", failed)
 	}
-	facts, err = st.WatchFacts(ctx, store.WatchScope{Host: "h"})
+	facts, err = st.JobWatchFacts(ctx, store.WatchScope{Host: "h"})
 	if err != nil || len(facts[0].Recent) != 1 || facts[0].Recent[0] != model.StatusFailed || facts[0].LastSuccess != nil {
 		t.Fatalf("watch facts after a failure: %+v, %v", facts, err)
 	}
@@ -112,22 +112,22 @@ func TestStallClock(t *testing.T) {
 	t.Parallel()
 	b := storetest.Setup(t)
 	st, ctx, db := b.Store, b.Ctx, b.DB
-	if _, err := st.CreateJob(ctx, model.Job{Name: "slow", Engine: "command", Command: []string{"/bin/true"}, StallAfter: time.Hour}); err != nil {
+	if _, err := st.JobCreate(ctx, model.Job{Name: "slow", Engine: "command", Command: []string{"/bin/true"}, StallAfter: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.Admit(ctx, "slow", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "slow", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "u"}); !ok || err != nil {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "u"}); !ok || err != nil {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
-	if err := st.MarkStarted(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now().Add(-2*time.Hour)); err != nil {
+	if err := st.AttemptMarkStarted(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now().Add(-2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	stalled := func() bool {
 		t.Helper()
-		stalls, err := st.Stalls(ctx, "h")
+		stalls, err := st.AttemptListStalled(ctx, "h")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +141,7 @@ func TestStallClock(t *testing.T) {
 		to := journal.Cursor{Offset: seq * 10, LastSeq: seq}
 		now := time.Now()
 		p := model.Progress{PercentDone: percent, BytesDone: int64(percent * 1000)}
-		if ok, err := st.ApplyJournal(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, from, to, store.JournalDelta{LastEventAt: &now, Progress: &p}); !ok || err != nil {
+		if ok, err := st.AttemptApplyJournal(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, from, to, store.JournalDelta{LastEventAt: &now, Progress: &p}); !ok || err != nil {
 			t.Fatalf("apply journal: %v %v", ok, err)
 		}
 	}

@@ -36,9 +36,9 @@ type Applied struct {
 	Source, Hash, Actor string
 }
 
-// ApplyConfig makes the changes of a in one transaction: if any of them is refused (a job that
+// ConfigApply makes the changes of a in one transaction: if any of them is refused (a job that
 // exists already, is gone, or has a live run), none is made. The daemons are woken once.
-func (s *Store) ApplyConfig(ctx context.Context, a Applied) error {
+func (s *Store) ConfigApply(ctx context.Context, a Applied) error {
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		record := func(name, action string, fields []string) error {
 			_, err := tx.Exec(ctx, `INSERT INTO job_changes (job_name, actor, action, fields, source, hash)
@@ -135,8 +135,8 @@ type JobChange struct {
 	Source, Hash  string
 }
 
-// JobChanges lists the newest limit recorded changes of the named job, newest first.
-func (s *Store) JobChanges(ctx context.Context, name string, limit int) ([]JobChange, error) {
+// JobChangeList lists the newest limit recorded changes of the named job, newest first.
+func (s *Store) JobChangeList(ctx context.Context, name string, limit int) ([]JobChange, error) {
 	rows, err := s.pool.Query(ctx, `SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), actor, action, fields, source, hash
 		FROM job_changes WHERE job_name = $1 ORDER BY id DESC LIMIT $2`, name, limit)
 	if err != nil {
@@ -152,8 +152,8 @@ func (s *Store) JobChanges(ctx context.Context, name string, limit int) ([]JobCh
 	return changes, nil
 }
 
-// LiveRunOf returns the named job's live run, if it has one.
-func (s *Store) LiveRunOf(ctx context.Context, job string) (uuid.UUID, bool, error) {
+// JobLiveRun returns the named job's live run, if it has one.
+func (s *Store) JobLiveRun(ctx context.Context, job string) (uuid.UUID, bool, error) {
 	var id uuid.UUID
 	err := s.pool.QueryRow(ctx, `SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id
 		WHERE j.name = $1 AND r.status IN ('queued', 'running') LIMIT 1`, job).Scan(&id)

@@ -21,10 +21,10 @@ type AttemptEnd struct {
 	ExitStatus    string
 }
 
-// EndingsSinceLastStart returns the attempts of jobs on repository (of an engine that keeps one) that ended after the
+// AttemptEndingsSinceLastStart returns the attempts of jobs on repository (of an engine that keeps one) that ended after the
 // last start of any attempt on it, oldest first: the endings no unit on that repository has run
 // after. Attempts that never had a unit are left out: they ran nothing.
-func (s *Store) EndingsSinceLastStart(ctx context.Context, repository string) ([]AttemptEnd, error) {
+func (s *Store) AttemptEndingsSinceLastStart(ctx context.Context, repository string) ([]AttemptEnd, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH on_repo AS (
 			SELECT a.run_id, a.attempt_no, a.started_at, a.ended_at, a.service_result, a.exit_code, a.exit_status

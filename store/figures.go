@@ -24,7 +24,7 @@ type JobFigures struct {
 	LastRestoreSuccess *time.Time
 }
 
-// Figures are what every daemon's metrics read from the database at a scrape, so that all of
+// FiguresGet are what every daemon's metrics read from the database at a scrape, so that all of
 // them answer the same.
 type Figures struct {
 	Jobs     []JobFigures
@@ -34,8 +34,8 @@ type Figures struct {
 	DeliveriesPending, DeliveriesFailed int64
 }
 
-// Figures reads the figures.
-func (s *Store) Figures(ctx context.Context) (Figures, error) {
+// FiguresGet reads the figures.
+func (s *Store) FiguresGet(ctx context.Context) (Figures, error) {
 	f := Figures{Live: map[string]int64{model.StatusQueued: 0, model.StatusRunning: 0}}
 	// One read of the jobs: their figures are kept as their runs end and their inventories
 	// change (migration 00029), so a scrape costs the fleet's jobs, not their history.
@@ -66,10 +66,10 @@ func (s *Store) Figures(ctx context.Context) (Figures, error) {
 	if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error { f.Live[status] = n; return nil }); err != nil {
 		return f, fmt.Errorf("count live runs: %w", err)
 	}
-	if f.Accounts, err = s.Accounts(ctx, ""); err != nil {
+	if f.Accounts, err = s.AccountList(ctx, ""); err != nil {
 		return f, err
 	}
-	if f.DeliveriesPending, f.DeliveriesFailed, err = s.DeliveryCounts(ctx); err != nil {
+	if f.DeliveriesPending, f.DeliveriesFailed, err = s.DeliveryCount(ctx); err != nil {
 		return f, err
 	}
 	return f, nil

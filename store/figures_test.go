@@ -50,7 +50,7 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 		var r model.Run
 		if kind == model.KindRestore {
 			var err error
-			if r, err = b.Store.AdmitRequest(b.Ctx, store.Request{Job: job.Name, Trigger: model.TriggerManual, Kind: kind, Host: b.Host,
+			if r, err = b.Store.RunAdmitRequest(b.Ctx, store.Request{Job: job.Name, Trigger: model.TriggerManual, Kind: kind, Host: b.Host,
 				Restore: model.Restore{Target: "/restored", Snapshot: strings.Repeat("9", 64)}}); err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +122,7 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 			paused = end(t, model.KindBackup, model.StatusPaused, time.Time{}, store.Ending{})
 		}, false},
 		{"the paused backup resumed", func(t *testing.T) {
-			if _, err := b.Store.Resume(b.Ctx, paused.ID); err != nil {
+			if _, err := b.Store.RunResume(b.Ctx, paused.ID); err != nil {
 				t.Fatal(err)
 			}
 		}, false},
@@ -131,7 +131,7 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 			finishAs(t, b, b.Lease, store.Ending{RunID: paused.ID, Attempt: 2, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
 		}, false},
 		{"a listing adds two snapshots and forgets those of the summaries", func(t *testing.T) {
-			if _, _, err := b.Store.SyncSnapshots(b.Ctx, "/r", b.Now(t), []store.Snapshot{
+			if _, _, err := b.Store.SnapshotSync(b.Ctx, "/r", b.Now(t), []store.Snapshot{
 				listed(strings.Repeat("9", 64), job.Name, uuid.New(), time.Now()),
 				listed(strings.Repeat("8", 64), job.Name, uuid.New(), time.Now()),
 				listed(strings.Repeat("7", 64), "", uuid.Nil, time.Now()), // of no job
@@ -143,7 +143,7 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 		// stopped, and removes the one that failed before it: the history alone would now say
 		// the last verification that ended succeeded.
 		{"a compaction", func(t *testing.T) {
-			c, err := b.Store.CompactHistory(b.Ctx, b.Now(t).Add(time.Minute), 2)
+			c, err := b.Store.HistoryCompact(b.Ctx, b.Now(t).Add(time.Minute), 2)
 			if err != nil || c.Runs == 0 {
 				t.Fatalf("compacted %+v: %v", c, err)
 			}
@@ -155,7 +155,7 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 	var kept []store.JobFigures
 	for _, step := range steps {
 		step.do(t)
-		f, err := b.Store.Figures(b.Ctx)
+		f, err := b.Store.FiguresGet(b.Ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -120,7 +120,7 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 	}
 	defer st.Close()
 	const host = "h00007"
-	lease, err := st.AcquireLease(ctx, store.LeaseRequest{Host: host, Holder: "test", Duration: time.Hour, Grace: time.Second,
+	lease, err := st.LeaseAcquire(ctx, store.LeaseRequest{Host: host, Holder: "test", Duration: time.Hour, Grace: time.Second,
 		HolderGone: func(string) bool { return true }})
 	if err != nil {
 		t.Fatal(err)
@@ -136,27 +136,27 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 		// generic says the store runs its read with the read's generic plan.
 		generic bool
 	}{
-		{what: "renew the lease", do: func() error { _, err := st.RenewLease(ctx, lease, time.Hour); return err }},
-		{what: "live runs", do: func() error { _, err := st.LiveRuns(ctx, host); return err }},
-		{what: "jobs to spawn", do: func() error { _, err := st.JobsFor(ctx, host); return err }},
-		{what: "next due", generic: true, do: func() error { _, err := st.NextDue(ctx, host, 10*time.Second); return err }},
+		{what: "renew the lease", do: func() error { _, err := st.LeaseRenew(ctx, lease, time.Hour); return err }},
+		{what: "live runs", do: func() error { _, err := st.RunListLive(ctx, host); return err }},
+		{what: "jobs to spawn", do: func() error { _, err := st.JobListForHost(ctx, host); return err }},
+		{what: "next due", generic: true, do: func() error { _, err := st.JobNextDue(ctx, host, 10*time.Second); return err }},
 		{what: "admission", do: func() error {
-			_, err := st.AdmitDue(ctx, "", time.Now(), time.Now().Add(10*time.Second), 10, time.Minute, nil)
+			_, err := st.JobAdmitDue(ctx, "", time.Now(), time.Now().Add(10*time.Second), 10, time.Minute, nil)
 			return err
 		}},
-		{what: "down hosts", generic: true, do: func() error { _, _, err := st.DownHosts(ctx, host, time.Second); return err }},
-		{what: "notice down hosts", do: func() error { _, err := st.NoticeDownHosts(ctx, host, time.Second); return err }},
-		{what: "orphans", do: func() error { _, err := st.Orphans(ctx, host, time.Second); return err }},
-		{what: "superseded", generic: true, do: func() error { _, err := st.Superseded(ctx, host, 24*time.Hour); return err }},
-		{what: "deferred settlements", generic: true, do: func() error { _, err := st.DeferredSettlements(ctx, host); return err }},
-		{what: "watch", do: func() error { _, err := st.WatchFacts(ctx, store.WatchScope{Host: host}); return err }},
+		{what: "down hosts", generic: true, do: func() error { _, _, err := st.HostListDown(ctx, host, time.Second); return err }},
+		{what: "notice down hosts", do: func() error { _, err := st.HostNoticeDown(ctx, host, time.Second); return err }},
+		{what: "orphans", do: func() error { _, err := st.RunListOrphaned(ctx, host, time.Second); return err }},
+		{what: "superseded", generic: true, do: func() error { _, err := st.AttemptListSuperseded(ctx, host, 24*time.Hour); return err }},
+		{what: "deferred settlements", generic: true, do: func() error { _, err := st.AttemptListDeferred(ctx, host); return err }},
+		{what: "watch", do: func() error { _, err := st.JobWatchFacts(ctx, store.WatchScope{Host: host}); return err }},
 		{what: "watch the unattended", fleet: true, do: func() error {
-			_, err := st.WatchFacts(ctx, store.WatchScope{Unattended: true})
+			_, err := st.JobWatchFacts(ctx, store.WatchScope{Unattended: true})
 			return err
 		}},
-		{what: "stalls", do: func() error { _, err := st.Stalls(ctx, host); return err }},
-		{what: "claim a duty", do: func() error { _, err := st.ClaimDuty(ctx, "test", host, time.Minute); return err }},
-		{what: "deliveries", do: func() error { _, err := st.ClaimDeliveries(ctx, 10, time.Minute); return err }},
+		{what: "stalls", do: func() error { _, err := st.AttemptListStalled(ctx, host); return err }},
+		{what: "claim a duty", do: func() error { _, err := st.DutyClaim(ctx, "test", host, time.Minute); return err }},
+		{what: "deliveries", do: func() error { _, err := st.DeliveryClaim(ctx, 10, time.Minute); return err }},
 	}
 	grows := []string{"jobs", "runs", "attempts", "events", "ledger_entries", "deliveries", "snapshots"}
 	// measure runs each pass and returns the rows its statements read.
@@ -291,7 +291,7 @@ func TestLiveRunsLinearWithoutStatistics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	live, err := st.LiveRuns(ctx, "h")
+	live, err := st.RunListLive(ctx, "h")
 	if err != nil || len(live) != runs {
 		t.Fatalf("live runs: %d, %v; want %d", len(live), err, runs)
 	}

@@ -23,7 +23,7 @@ func (c Compacted) Total() int64 {
 	return c.Runs + c.LedgerEntries + c.Events + c.Deliveries + c.Plans
 }
 
-// CompactHistory removes the history that ended before before, each kind in transactions of at
+// HistoryCompact removes the history that ended before before, each kind in transactions of at
 // most batch rows, so that no lock is held long: retention plans; ended runs with their
 // attempts and ledger entries; grants; events with their delivered deliveries. What the removed
 // ledger entries granted and settled is added to their account's checkpoint in the same
@@ -34,7 +34,7 @@ func (c Compacted) Total() int64 {
 // (it may be resumed), a run whose retry or retention plan is kept, a run with an open hold or
 // a ledger entry newer than before, and an event whose delivery is pending or failed. Two
 // compactions at once each take other rows (SKIP LOCKED) and add to the checkpoint in turn.
-func (s *Store) CompactHistory(ctx context.Context, before time.Time, batch int) (Compacted, error) {
+func (s *Store) HistoryCompact(ctx context.Context, before time.Time, batch int) (Compacted, error) {
 	var c Compacted
 	if batch <= 0 {
 		return c, fmt.Errorf("compact history: batch %d: want at least 1", batch)

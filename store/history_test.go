@@ -21,7 +21,7 @@ func TestCompactHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An account with a quota, granted long ago and since, charged by one host's runs.
-	if _, err := st.CreateAccount(ctx, store.NewAccount{Name: "acme", Quota: ptr(int64(1 << 30)), Actor: "test"}); err != nil {
+	if _, err := st.AccountCreate(ctx, store.NewAccount{Name: "acme", Quota: ptr(int64(1 << 30)), Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, stmt := range []string{
@@ -48,10 +48,10 @@ func TestCompactHistory(t *testing.T) {
 		t.Helper()
 		var v view
 		var err error
-		if v.accounts, err = st.Accounts(ctx, ""); err != nil {
+		if v.accounts, err = st.AccountList(ctx, ""); err != nil {
 			t.Fatal(err)
 		}
-		if v.violations, err = st.Violations(ctx); err != nil {
+		if v.violations, err = st.InvariantViolations(ctx); err != nil {
 			t.Fatal(err)
 		}
 		report, err := watch.Status(ctx, st)
@@ -84,7 +84,7 @@ func TestCompactHistory(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
-			got, err := st.CompactHistory(ctx, time.Now().Add(-10*time.Hour), 50)
+			got, err := st.HistoryCompact(ctx, time.Now().Add(-10*time.Hour), 50)
 			if err != nil {
 				t.Error(err)
 			}
@@ -115,7 +115,7 @@ func TestCompactHistory(t *testing.T) {
 	if len(was.live) != len(now.live) || len(now.live) == 0 {
 		t.Errorf("live runs: %d before, %d after", len(was.live), len(now.live))
 	}
-	if again, err := st.CompactHistory(ctx, time.Now().Add(-10*time.Hour), 50); err != nil || again.Total() != 0 {
+	if again, err := st.HistoryCompact(ctx, time.Now().Add(-10*time.Hour), 50); err != nil || again.Total() != 0 {
 		t.Fatalf("a second compaction removed %+v (%v)", again, err)
 	}
 }

@@ -106,11 +106,11 @@ func (e *LeaseHeldError) Error() string {
 // (AcquireLease) before it writes anything about its attempts.
 var ErrLeaseLost = errors.New("host lease lost")
 
-// AcquireLease takes the host's lease for req.Holder, creating the host's row if needed. It
+// LeaseAcquire takes the host's lease for req.Holder, creating the host's row if needed. It
 // succeeds when the lease is free, expired, already req.Holder's, or held by a process
 // req.HolderGone says is gone. The generation goes up, and the host's live attempts, those no
 // other host took over meanwhile, are adopted under it in the same transaction.
-func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, error) {
+func (s *Store) LeaseAcquire(ctx context.Context, req LeaseRequest) (Lease, error) {
 	if req.Holder == "" {
 		return Lease{}, fmt.Errorf("take the lease of host %s: no holder named", req.Host)
 	}
@@ -166,9 +166,9 @@ func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, erro
 	return l, nil
 }
 
-// RenewLease extends a lease that has not expired for d; ErrLeaseLost if it expired or another
+// LeaseRenew extends a lease that has not expired for d; ErrLeaseLost if it expired or another
 // daemon holds it now.
-func (s *Store) RenewLease(ctx context.Context, l Lease, d time.Duration) (Lease, error) {
+func (s *Store) LeaseRenew(ctx context.Context, l Lease, d time.Duration) (Lease, error) {
 	err := s.pool.QueryRow(ctx, `
 		UPDATE hosts SET lease_until = now() + $4::interval, heartbeat_at = now()
 		WHERE name = $1 AND holder = $2 AND generation = $3 AND lease_until > now()
@@ -182,9 +182,9 @@ func (s *Store) RenewLease(ctx context.Context, l Lease, d time.Duration) (Lease
 	return l, nil
 }
 
-// ReleaseLease ends a lease at once (a daemon stopping cleanly): the host shows as down, and its
+// LeaseRelease ends a lease at once (a daemon stopping cleanly): the host shows as down, and its
 // any-host runs are taken over after the grace unless it comes back.
-func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
+func (s *Store) LeaseRelease(ctx context.Context, l Lease) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE hosts SET lease_until = now()
 		WHERE name = $1 AND holder = $2 AND generation = $3 AND lease_until > now()`, l.Host, l.Holder, l.Generation)
@@ -204,8 +204,8 @@ func hostDest(h *Host) []any {
 		&h.TakeoverGrace, &h.DrainingSince, &h.Alive, &h.LiveRuns, &h.PinnedJobs, &h.ReadAt}
 }
 
-// Hosts lists the hosts by name.
-func (s *Store) Hosts(ctx context.Context) ([]Host, error) {
+// HostList lists the hosts by name.
+func (s *Store) HostList(ctx context.Context) ([]Host, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+hostColumns+` FROM hosts h ORDER BY h.name`)
 	if err != nil {
 		return nil, fmt.Errorf("list hosts: %w", err)
@@ -221,8 +221,8 @@ func (s *Store) Hosts(ctx context.Context) ([]Host, error) {
 	return out, nil
 }
 
-// DrainHost sets (drain) or clears whether the host takes new runs. Runs it already holds go on.
-func (s *Store) DrainHost(ctx context.Context, name string, drain bool) (Host, error) {
+// HostDrain sets (drain) or clears whether the host takes new runs. Runs it already holds go on.
+func (s *Store) HostDrain(ctx context.Context, name string, drain bool) (Host, error) {
 	var h Host
 	err := s.pool.QueryRow(ctx, `
 		UPDATE hosts h SET draining_since = CASE WHEN $2 THEN coalesce(draining_since, now()) END
@@ -236,9 +236,9 @@ func (s *Store) DrainHost(ctx context.Context, name string, drain bool) (Host, e
 	return h, nil
 }
 
-// ForgetHost removes a host's row. It refuses while a daemon holds its lease, while it holds
+// HostForget removes a host's row. It refuses while a daemon holds its lease, while it holds
 // live runs, and while jobs are pinned to it.
-func (s *Store) ForgetHost(ctx context.Context, name string) error {
+func (s *Store) HostForget(ctx context.Context, name string) error {
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var h Host
 		err := tx.QueryRow(ctx, `SELECT `+hostColumns+` FROM hosts h WHERE h.name = $1 FOR UPDATE`, name).Scan(hostDest(&h)...)
@@ -276,8 +276,8 @@ type Runnable struct {
 	Why string
 }
 
-// RunnableBy returns which live hosts may run the job now.
-func (s *Store) RunnableBy(ctx context.Context, job string) (Runnable, error) {
+// JobRunnableHosts returns which live hosts may run the job now.
+func (s *Store) JobRunnableHosts(ctx context.Context, job string) (Runnable, error) {
 	var r Runnable
 	var pinned *string
 	err := s.pool.QueryRow(ctx, `SELECT host FROM jobs WHERE name = $1`, job).Scan(&pinned)
@@ -290,7 +290,7 @@ func (s *Store) RunnableBy(ctx context.Context, job string) (Runnable, error) {
 	if pinned != nil {
 		r.Pinned = *pinned
 	}
-	hosts, err := s.Hosts(ctx)
+	hosts, err := s.HostList(ctx)
 	if err != nil {
 		return r, err
 	}
@@ -335,10 +335,10 @@ func downFor(me, grace int) string {
 		AND NOT EXISTS (SELECT 1 FROM hosts me WHERE me.name = $%[1]d AND me.lease_since >= now() - $%[2]d::interval)`, me, grace)
 }
 
-// DownHosts returns the other hosts down for me (downFor), by name: their lease expired more
+// HostListDown returns the other hosts down for me (downFor), by name: their lease expired more
 // than grace ago, and me has held its own that long; and whether one of them is not noticed yet
 // (NoticeDownHosts), so that a pass writes only when an episode begins.
-func (s *Store) DownHosts(ctx context.Context, me string, grace time.Duration) (down []string, unnoticed bool, err error) {
+func (s *Store) HostListDown(ctx context.Context, me string, grace time.Duration) (down []string, unnoticed bool, err error) {
 	rows, err := s.queryGeneric(ctx, `SELECT h.name, h.down_noticed_at IS NULL FROM hosts h WHERE `+downFor(1, 2)+` ORDER BY h.name`, me, grace)
 	if err != nil {
 		return nil, false, fmt.Errorf("down hosts: %w", err)
@@ -354,9 +354,9 @@ func (s *Store) DownHosts(ctx context.Context, me string, grace time.Duration) (
 	return down, unnoticed, nil
 }
 
-// NoticeDownHosts records a host_down event, once per episode, for each other host whose lease
+// HostNoticeDown records a host_down event, once per episode, for each other host whose lease
 // expired more than grace ago, and returns their names.
-func (s *Store) NoticeDownHosts(ctx context.Context, by string, grace time.Duration) ([]string, error) {
+func (s *Store) HostNoticeDown(ctx context.Context, by string, grace time.Duration) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH down AS (
 			UPDATE hosts h SET down_noticed_at = now()
@@ -380,9 +380,9 @@ func (s *Store) NoticeDownHosts(ctx context.Context, by string, grace time.Durat
 	return names, nil
 }
 
-// Orphans lists the live runs of any-host jobs (not pinned themselves, as a restore is) whose attempt is held by another host whose
+// RunListOrphaned lists the live runs of any-host jobs (not pinned themselves, as a restore is) whose attempt is held by another host whose
 // lease expired more than grace ago: those this host may take over.
-func (s *Store) Orphans(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error) {
+func (s *Store) RunListOrphaned(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error) {
 	return s.liveRuns(ctx, "orphans", 0, `
 		SELECT a.run_id FROM hosts h JOIN attempts a ON a.host = h.name AND a.ended_at IS NULL
 		WHERE `+downFor(1, 2), `
@@ -404,13 +404,13 @@ type TakeOver struct {
 	Settlement *ledger.Settlement
 }
 
-// TakeOverRun supersedes the attempt and opens the next one with no unit, for any live host to
+// RunTakeOver supersedes the attempt and opens the next one with no unit, for any live host to
 // spawn; with a stop intent the run ends stopped instead, and with GiveUp failed. w is the
 // lease of the host taking over: only its current holder takes over (the fence, see Lease).
 // The down host's row is locked first, so a daemon that takes its lease again either adopts
 // the attempt before or finds it superseded. It reports false, changing nothing, when the
 // host's lease is current again, the attempt is no longer live, or w is not current.
-func (s *Store) TakeOverRun(ctx context.Context, w Lease, t TakeOver) (bool, error) {
+func (s *Store) RunTakeOver(ctx context.Context, w Lease, t TakeOver) (bool, error) {
 	var done bool
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var since time.Time
@@ -482,9 +482,9 @@ type SupersededAttempt struct {
 	JobName string
 }
 
-// Superseded returns this host's attempts that another host took over in the last within: their
+// AttemptListSuperseded returns this host's attempts that another host took over in the last within: their
 // units may still be running here, and are stopped.
-func (s *Store) Superseded(ctx context.Context, host string, within time.Duration) ([]SupersededAttempt, error) {
+func (s *Store) AttemptListSuperseded(ctx context.Context, host string, within time.Duration) ([]SupersededAttempt, error) {
 	rows, err := s.queryGeneric(ctx, `
 		SELECT `+attemptColumns+`, r.job_name FROM attempts a JOIN runs r ON r.id = a.run_id
 		WHERE a.host = $1 AND a.superseded_at > now() - $2::interval
@@ -504,10 +504,10 @@ func (s *Store) Superseded(ctx context.Context, host string, within time.Duratio
 	return out, nil
 }
 
-// ClaimDuty claims a duty of the fleet for host, once per every: true for the one daemon that
+// DutyClaim claims a duty of the fleet for host, once per every: true for the one daemon that
 // claims it while it is due, false for every other until every has passed. A daemon that
 // claimed it and then failed leaves it to whoever claims it next.
-func (s *Store) ClaimDuty(ctx context.Context, name, host string, every time.Duration) (bool, error) {
+func (s *Store) DutyClaim(ctx context.Context, name, host string, every time.Duration) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
 		INSERT INTO duties (name, next_at, holder) VALUES ($1, now() + $2::interval, $3)
 		ON CONFLICT (name) DO UPDATE SET next_at = excluded.next_at, holder = excluded.holder

@@ -29,28 +29,28 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	// is known to be gone.
 	req := store.LeaseRequest{Host: "h1", Holder: "p9", Duration: time.Second}
 	var held *store.LeaseHeldError
-	if _, err := st.AcquireLease(ctx, req); !errors.As(err, &held) || held.Holder != "p1" {
+	if _, err := st.LeaseAcquire(ctx, req); !errors.As(err, &held) || held.Holder != "p1" {
 		t.Fatalf("second holder: %v, want a LeaseHeldError naming p1", err)
 	}
 	req.HolderGone = func(holder string) bool { return holder == "p1" }
-	if l, err := st.AcquireLease(ctx, req); err != nil || l.Holder != "p9" {
+	if l, err := st.LeaseAcquire(ctx, req); err != nil || l.Holder != "p9" {
 		t.Fatalf("lease of a holder that is gone: %+v %v", l, err)
 	}
 	h1 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"}) // p1 back, once p9 is gone
 
 	storetest.Job(t, st, &storetest.JobOpts{Name: "any", Repository: "/r"}) // no host: any host may run it
-	run, err := st.Admit(ctx, "any", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "any", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	unit := "holdfast-any-" + run.ID.String() + "-a1.service"
-	if ok, _, err := st.ClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("claim on h1: %v %v", ok, err)
 	}
-	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 0 {
+	if live, err := st.RunListLive(ctx, "h2"); err != nil || len(live) != 0 {
 		t.Fatalf("h2 lists h1's run: %+v %v", live, err)
 	}
-	if err := st.MarkStarted(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
+	if err := st.AttemptMarkStarted(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -58,61 +58,61 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	h1 = storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1", Duration: 300 * time.Millisecond})
 	time.Sleep(500 * time.Millisecond)
 	to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}
-	if ok, err := st.ApplyJournal(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
+	if ok, err := st.AttemptApplyJournal(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
 		t.Fatalf("journal applied under a lapsed lease: %v %v", ok, err)
 	}
-	if ok, err := st.Finish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded}); err != nil || ok {
+	if ok, err := st.AttemptFinish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded}); err != nil || ok {
 		t.Fatalf("finished under a lapsed lease: %v %v", ok, err)
 	}
-	if _, err := st.RenewLease(ctx, h1, time.Second); !errors.Is(err, store.ErrLeaseLost) {
+	if _, err := st.LeaseRenew(ctx, h1, time.Second); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("renew of a lapsed lease: %v, want ErrLeaseLost", err)
 	}
-	if got, err := st.RunByID(ctx, run.ID); err != nil || !strings.Contains(got.WaitingReason, "host h1 is down since") {
+	if got, err := st.RunGet(ctx, run.ID); err != nil || !strings.Contains(got.WaitingReason, "host h1 is down since") {
 		t.Fatalf("waiting reason of a run on a down host: %q %v", got.WaitingReason, err)
 	}
 
-	if down, unnoticed, err := st.DownHosts(ctx, "h2", 0); err != nil || len(down) != 1 || down[0] != "h1" || !unnoticed {
+	if down, unnoticed, err := st.HostListDown(ctx, "h2", 0); err != nil || len(down) != 1 || down[0] != "h1" || !unnoticed {
 		t.Fatalf("down hosts seen by h2: %v (unnoticed %v) %v, want h1 not noticed yet", down, unnoticed, err)
 	}
-	if noticed, err := st.NoticeDownHosts(ctx, "h2", 0); err != nil || len(noticed) != 1 {
+	if noticed, err := st.HostNoticeDown(ctx, "h2", 0); err != nil || len(noticed) != 1 {
 		t.Fatalf("h1 noticed down by h2: %v %v", noticed, err)
 	}
-	if down, unnoticed, err := st.DownHosts(ctx, "h2", 0); err != nil || len(down) != 1 || unnoticed {
+	if down, unnoticed, err := st.HostListDown(ctx, "h2", 0); err != nil || len(down) != 1 || unnoticed {
 		t.Fatalf("down hosts seen by h2 once h1 was noticed: %v (unnoticed %v) %v, want h1, noticed", down, unnoticed, err)
 	}
-	orphans, err := st.Orphans(ctx, "h2", 0)
+	orphans, err := st.RunListOrphaned(ctx, "h2", 0)
 	if err != nil || len(orphans) != 1 || orphans[0].Run.ID != run.ID {
 		t.Fatalf("orphans seen by h2: %+v %v", orphans, err)
 	}
 	take := store.TakeOver{RunID: run.ID, Attempt: 1, From: "h1",
 		Settlement: &ledger.Settlement{Bytes: 1, Source: "measured growth of the local repository, an upper bound"}}
 	// Only under the taker's current lease: not as a holder of h2 that is not p2.
-	if done, err := st.TakeOverRun(ctx, store.Lease{Host: "h2", Holder: "p9", Generation: h2.Generation}, take); err != nil || done {
+	if done, err := st.RunTakeOver(ctx, store.Lease{Host: "h2", Holder: "p9", Generation: h2.Generation}, take); err != nil || done {
 		t.Fatalf("take over by a holder of h2 that is not its lease's: %v %v", done, err)
 	}
 	for i, want := range []bool{true, false} {
-		if done, err := st.TakeOverRun(ctx, h2, take); err != nil || done != want {
+		if done, err := st.RunTakeOver(ctx, h2, take); err != nil || done != want {
 			t.Fatalf("take over #%d: %v %v, want %v", i+1, done, err, want)
 		}
 	}
-	attempts, err := st.Attempts(ctx, run.ID)
+	attempts, err := st.AttemptList(ctx, run.ID)
 	if err != nil || len(attempts) != 2 || attempts[0].EndedAt == nil || attempts[1].Unit != "" {
 		t.Fatalf("attempts after the takeover: %+v %v", attempts, err)
 	}
-	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 1 || live[0].Attempt.No != 2 {
+	if live, err := st.RunListLive(ctx, "h2"); err != nil || len(live) != 1 || live[0].Attempt.No != 2 {
 		t.Fatalf("h2's live runs after the takeover: %+v %v", live, err)
 	}
 
 	// h1 comes back: it takes its lease again, and still cannot finish the superseded attempt.
 	h1 = storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"})
-	if ok, err := st.Finish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded}); err != nil || ok {
+	if ok, err := st.AttemptFinish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded}); err != nil || ok {
 		t.Fatalf("superseded attempt finished: %v %v", ok, err)
 	}
-	sup, err := st.Superseded(ctx, "h1", time.Hour)
+	sup, err := st.AttemptListSuperseded(ctx, "h1", time.Hour)
 	if err != nil || len(sup) != 1 || sup[0].Unit != unit {
 		t.Fatalf("superseded attempts of h1: %+v %v", sup, err)
 	}
-	if v, err := st.Violations(ctx); err != nil || len(v) != 0 {
+	if v, err := st.InvariantViolations(ctx); err != nil || len(v) != 0 {
 		t.Fatalf("violations: %v %v", v, err)
 	}
 }
@@ -128,59 +128,59 @@ func TestReleasedSpawnClaim(t *testing.T) {
 		"h2": storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"}),
 	}
 	storetest.Job(t, st, &storetest.JobOpts{Name: "any", Repository: "/r"})
-	run, err := st.Admit(ctx, "any", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "any", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	unit := "holdfast-any-" + run.ID.String() + "-a1.service"
 	claim := func(host string, want bool) {
 		t.Helper()
-		if ok, _, err := st.ClaimSpawn(ctx, leases[host], store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok != want {
+		if ok, _, err := st.AttemptClaimSpawn(ctx, leases[host], store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok != want {
 			t.Fatalf("claim on %s: %v %v, want %v", host, ok, err, want)
 		}
 	}
 	lists := func(host string, want bool) {
 		t.Helper()
-		live, err := st.LiveRuns(ctx, host)
+		live, err := st.RunListLive(ctx, host)
 		if err != nil || (len(live) == 1) != want {
 			t.Fatalf("live runs of %s: %+v %v, want the run listed: %v", host, live, err, want)
 		}
 	}
 	claim("h1", true)
-	if err := st.ReleaseSpawnClaim(ctx, leases["h1"], model.AttemptRef{Run: run.ID, No: 1}, unit, false); err != nil {
+	if err := st.AttemptReleaseSpawnClaim(ctx, leases["h1"], model.AttemptRef{Run: run.ID, No: 1}, unit, false); err != nil {
 		t.Fatal(err)
 	}
 	lists("h2", true)
 	claim("h2", true)
-	if err := st.ReleaseSpawnClaim(ctx, leases["h2"], model.AttemptRef{Run: run.ID, No: 1}, unit, true); err != nil {
+	if err := st.AttemptReleaseSpawnClaim(ctx, leases["h2"], model.AttemptRef{Run: run.ID, No: 1}, unit, true); err != nil {
 		t.Fatal(err)
 	}
 	lists("h1", false)
 	claim("h1", false)
 	lists("h2", true)
 	claim("h2", true)
-	if err := st.ReleaseSpawnClaim(ctx, leases["h2"], model.AttemptRef{Run: run.ID, No: 1}, unit, true); err != nil {
+	if err := st.AttemptReleaseSpawnClaim(ctx, leases["h2"], model.AttemptRef{Run: run.ID, No: 1}, unit, true); err != nil {
 		t.Fatal(err)
 	}
 
 	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2", Duration: 300 * time.Millisecond})
 	time.Sleep(500 * time.Millisecond)
-	if got, err := st.RunByID(ctx, run.ID); err != nil || !strings.Contains(got.WaitingReason, "host h2 is down since") {
+	if got, err := st.RunGet(ctx, run.ID); err != nil || !strings.Contains(got.WaitingReason, "host h2 is down since") {
 		t.Fatalf("waiting reason of the run kept by a down host: %q %v", got.WaitingReason, err)
 	}
-	orphans, err := st.Orphans(ctx, "h1", 0)
+	orphans, err := st.RunListOrphaned(ctx, "h1", 0)
 	if err != nil || len(orphans) != 1 || orphans[0].Run.ID != run.ID {
 		t.Fatalf("orphans seen by h1: %+v %v", orphans, err)
 	}
-	if done, err := st.TakeOverRun(ctx, leases["h1"], store.TakeOver{RunID: run.ID, Attempt: 1, From: "h2",
+	if done, err := st.RunTakeOver(ctx, leases["h1"], store.TakeOver{RunID: run.ID, Attempt: 1, From: "h2",
 		Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}}); err != nil || !done {
 		t.Fatalf("take over: %v %v", done, err)
 	}
 	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"})
-	if sup, err := st.Superseded(ctx, "h2", time.Hour); err != nil || len(sup) != 1 || sup[0].Unit != "" || sup[0].No != 1 {
+	if sup, err := st.AttemptListSuperseded(ctx, "h2", time.Hour); err != nil || len(sup) != 1 || sup[0].Unit != "" || sup[0].No != 1 {
 		t.Fatalf("superseded attempts of h2: %+v %v, want attempt 1 with no unit recorded", sup, err)
 	}
-	if v, err := st.Violations(ctx); err != nil || len(v) != 0 {
+	if v, err := st.InvariantViolations(ctx); err != nil || len(v) != 0 {
 		t.Fatalf("violations: %v %v", v, err)
 	}
 }
@@ -192,64 +192,64 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	h1 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"})
 	h2 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"})
 	storetest.Job(t, st, &storetest.JobOpts{Name: "pinned", Repository: "/r", Host: "h1"})
-	run, err := st.Admit(ctx, "pinned", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "pinned", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	unit := "holdfast-pinned-" + run.ID.String() + "-a1.service"
-	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 0 {
+	if live, err := st.RunListLive(ctx, "h2"); err != nil || len(live) != 0 {
 		t.Fatalf("h2 lists a run pinned to h1: %+v %v", live, err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, h2, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, h2, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok {
 		t.Fatalf("h2 claimed a run pinned to h1: %v %v", ok, err)
 	}
-	if _, err := st.DrainHost(ctx, "h1", true); err != nil {
+	if _, err := st.HostDrain(ctx, "h1", true); err != nil {
 		t.Fatal(err)
 	}
-	if live, err := st.LiveRuns(ctx, "h1"); err != nil || len(live) != 0 {
+	if live, err := st.RunListLive(ctx, "h1"); err != nil || len(live) != 0 {
 		t.Fatalf("a draining host lists a run to spawn: %+v %v", live, err)
 	}
 	// A run it was asked to stop is its to end.
 	storetest.Job(t, st, &storetest.JobOpts{Name: "stopped", Repository: "/r2", Host: "h1"})
-	stopped, err := st.Admit(ctx, "stopped", "manual", model.KindBackup)
+	stopped, err := st.RunAdmit(ctx, "stopped", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.RequestStop(ctx, stopped.ID); err != nil {
+	if _, err := st.RunRequestStop(ctx, stopped.ID); err != nil {
 		t.Fatal(err)
 	}
-	if live, err := st.LiveRuns(ctx, "h1"); err != nil || len(live) != 1 || live[0].Run.ID != stopped.ID {
+	if live, err := st.RunListLive(ctx, "h1"); err != nil || len(live) != 1 || live[0].Run.ID != stopped.ID {
 		t.Fatalf("a draining host lists %+v (%v), want only the run asked to stop", live, err)
 	}
-	if live, err := st.LiveRuns(ctx, "h2"); err != nil || len(live) != 0 {
+	if live, err := st.RunListLive(ctx, "h2"); err != nil || len(live) != 0 {
 		t.Fatalf("h2 lists runs pinned to h1: %+v %v", live, err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok {
 		t.Fatalf("a draining host claimed: %v %v", ok, err)
 	}
-	if got, err := st.RunByID(ctx, run.ID); err != nil || got.WaitingReason != "waiting: host h1 is draining" {
+	if got, err := st.RunGet(ctx, run.ID); err != nil || got.WaitingReason != "waiting: host h1 is draining" {
 		t.Fatalf("waiting reason: %q %v", got.WaitingReason, err)
 	}
-	if able, err := st.RunnableBy(ctx, "pinned"); err != nil || len(able.Hosts) != 0 || !strings.Contains(able.Why, "draining") {
+	if able, err := st.JobRunnableHosts(ctx, "pinned"); err != nil || len(able.Hosts) != 0 || !strings.Contains(able.Why, "draining") {
 		t.Fatalf("runnable: %+v %v", able, err)
 	}
-	if _, err := st.DrainHost(ctx, "h1", false); err != nil {
+	if _, err := st.HostDrain(ctx, "h1", false); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("h1 could not claim its pinned run: %v %v", ok, err)
 	}
 	var conflict *store.ConflictError
-	if err := st.ForgetHost(ctx, "h1"); !errors.As(err, &conflict) {
+	if err := st.HostForget(ctx, "h1"); !errors.As(err, &conflict) {
 		t.Fatalf("forget a live host: %v, want a conflict", err)
 	}
-	if err := st.ForgetHost(ctx, "nowhere"); !errors.Is(err, store.ErrNotFound) {
+	if err := st.HostForget(ctx, "nowhere"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("forget an unknown host: %v", err)
 	}
 	// A host whose daemon is gone, with no run or job on it, is forgotten, once its lease lapsed.
 	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h3", Holder: "p3", Duration: time.Millisecond})
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		err := st.ForgetHost(ctx, "h3")
+		err := st.HostForget(ctx, "h3")
 		if err == nil {
 			break
 		}
@@ -257,7 +257,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 			t.Fatalf("forget a host whose lease lapsed: %v", err)
 		}
 	}
-	if hosts, err := st.Hosts(ctx); err != nil || slices.ContainsFunc(hosts, func(h store.Host) bool { return h.Name == "h3" }) {
+	if hosts, err := st.HostList(ctx); err != nil || slices.ContainsFunc(hosts, func(h store.Host) bool { return h.Name == "h3" }) {
 		t.Fatalf("hosts after forgetting h3: %+v %v", hosts, err)
 	}
 }
@@ -300,11 +300,11 @@ func TestLimitsAcrossHosts(t *testing.T) {
 	claim := func(job, host string) (bool, string) {
 		t.Helper()
 		storetest.Job(t, st, &storetest.JobOpts{Name: job, Repository: "/r"})
-		run, err := st.Admit(ctx, job, "manual", model.KindBackup)
+		run, err := st.RunAdmit(ctx, job, "manual", model.KindBackup)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok, blocked, err := st.ClaimSpawn(ctx, leases[host], store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-" + job + "-" + run.ID.String() + "-a1.service", Limits: limits})
+		ok, blocked, err := st.AttemptClaimSpawn(ctx, leases[host], store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-" + job + "-" + run.ID.String() + "-a1.service", Limits: limits})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,12 +336,12 @@ func TestStaleHolderIsFenced(t *testing.T) {
 	// Long enough for the claim on a loaded machine; the lapse is the sleep past it.
 	a := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h", Holder: "A", Duration: 2 * time.Second})
 	storetest.Job(t, st, &storetest.JobOpts{Name: "j", Repository: "/r"})
-	run, err := st.Admit(ctx, "j", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "j", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	unit := "holdfast-j-" + run.ID.String() + "-a1.service"
-	if ok, _, err := st.ClaimSpawn(ctx, a, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, a, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("A's claim: %v %v", ok, err)
 	}
 	time.Sleep(2500 * time.Millisecond) // A's lease lapses
@@ -349,71 +349,71 @@ func TestStaleHolderIsFenced(t *testing.T) {
 	if b.Generation != a.Generation+1 {
 		t.Fatalf("generations: A %d, B %d", a.Generation, b.Generation)
 	}
-	if got, err := st.Attempt(ctx, model.AttemptRef{Run: run.ID, No: 1}); err != nil || got.Host != "h" {
+	if got, err := st.AttemptGet(ctx, model.AttemptRef{Run: run.ID, No: 1}); err != nil || got.Host != "h" {
 		t.Fatalf("attempt after B took the lease: %+v %v", got, err)
 	}
 
 	// A, and writers that name no lease or a lease that is not B's, change nothing.
 	for _, w := range []store.Lease{a, {Host: "h"}, {Host: "h", Holder: "A", Generation: b.Generation}} {
-		if err := st.MarkStarted(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
+		if err := st.AttemptMarkStarted(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.SetRepoBaseline(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, 1); err != nil {
+		if err := st.AttemptSetRepoBaseline(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, 1); err != nil {
 			t.Fatal(err)
 		}
 		to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}
-		if ok, err := st.ApplyJournal(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
+		if ok, err := st.AttemptApplyJournal(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
 			t.Fatalf("journal applied by %+v: %v %v", w, ok, err)
 		}
-		if err := st.Quarantine(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, "by a stale writer"); err != nil {
+		if err := st.AttemptQuarantine(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, "by a stale writer"); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := st.Finish(ctx, w, store.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "stale"}); err != nil || ok {
+		if ok, err := st.AttemptFinish(ctx, w, store.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "stale"}); err != nil || ok {
 			t.Fatalf("finished by %+v: %v %v", w, ok, err)
 		}
-		if moved, _, err := st.Restart(ctx, w, store.Restarting{RunID: run.ID, Attempt: 1}); err != nil || moved {
+		if moved, _, err := st.AttemptRestart(ctx, w, store.Restarting{RunID: run.ID, Attempt: 1}); err != nil || moved {
 			t.Fatalf("restarted by %+v: %v %v", w, moved, err)
 		}
-		if err := st.ReleaseSpawnClaim(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, unit, false); err != nil {
+		if err := st.AttemptReleaseSpawnClaim(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, unit, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, err := st.RunByID(ctx, run.ID)
+	got, err := st.RunGet(ctx, run.ID)
 	if err != nil || got.Status != model.StatusQueued || got.StartedAt != nil {
 		t.Fatalf("run after the stale writes: %s started %v (%v), want queued, never started", got.Status, got.StartedAt, err)
 	}
-	attempt, err := st.Attempt(ctx, model.AttemptRef{Run: run.ID, No: 1})
+	attempt, err := st.AttemptGet(ctx, model.AttemptRef{Run: run.ID, No: 1})
 	if err != nil || attempt.StartedAt != nil || attempt.EndedAt != nil || attempt.Unit != unit || attempt.ItemErrors != 0 ||
 		attempt.QuarantinedAt != nil || attempt.RepoBytesBefore != nil {
 		t.Fatalf("attempt after the stale writes: %+v %v", attempt, err)
 	}
 	storetest.Job(t, st, &storetest.JobOpts{Name: "k", Repository: "/r"})
-	next, err := st.Admit(ctx, "k", "manual", model.KindBackup)
+	next, err := st.RunAdmit(ctx, "k", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nextUnit := "holdfast-k-" + next.ID.String() + "-a1.service"
-	if ok, blocked, err := st.ClaimSpawn(ctx, a, store.SpawnClaim{Attempt: model.AttemptRef{Run: next.ID, No: 1}, Unit: nextUnit}); err != nil || ok || blocked != "" {
+	if ok, blocked, err := st.AttemptClaimSpawn(ctx, a, store.SpawnClaim{Attempt: model.AttemptRef{Run: next.ID, No: 1}, Unit: nextUnit}); err != nil || ok || blocked != "" {
 		t.Fatalf("A's claim of another run: %v %q %v", ok, blocked, err)
 	}
-	if got, err := st.Attempt(ctx, model.AttemptRef{Run: next.ID, No: 1}); err != nil || got.Unit != "" || got.Host != "" {
+	if got, err := st.AttemptGet(ctx, model.AttemptRef{Run: next.ID, No: 1}); err != nil || got.Unit != "" || got.Host != "" {
 		t.Fatalf("attempt A claimed under a lease it lost: %+v %v", got, err)
 	}
 
 	// B holds the lease: its writes apply.
-	if err := st.MarkStarted(ctx, b, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
+	if err := st.AttemptMarkStarted(ctx, b, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := st.Finish(ctx, b, store.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"}); err != nil || !ok {
+	if ok, err := st.AttemptFinish(ctx, b, store.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"}); err != nil || !ok {
 		t.Fatalf("B's finish: %v %v", ok, err)
 	}
-	if ok, _, err := st.ClaimSpawn(ctx, b, store.SpawnClaim{Attempt: model.AttemptRef{Run: next.ID, No: 1}, Unit: nextUnit}); err != nil || !ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, b, store.SpawnClaim{Attempt: model.AttemptRef{Run: next.ID, No: 1}, Unit: nextUnit}); err != nil || !ok {
 		t.Fatalf("B's claim: %v %v", ok, err)
 	}
-	if got, err := st.RunByID(ctx, run.ID); err != nil || got.Status != model.StatusSucceeded || got.Reason != "ok" {
+	if got, err := st.RunGet(ctx, run.ID); err != nil || got.Status != model.StatusSucceeded || got.Reason != "ok" {
 		t.Fatalf("run after B's writes: %s %q %v", got.Status, got.Reason, err)
 	}
-	if v, err := st.Violations(ctx); err != nil || len(v) != 0 {
+	if v, err := st.InvariantViolations(ctx); err != nil || len(v) != 0 {
 		t.Fatalf("violations: %v %v", v, err)
 	}
 }
@@ -450,14 +450,14 @@ func TestLeaseMark(t *testing.T) {
 	if moves < 2 || moves > 3 {
 		t.Fatalf("the mark moved at %d of 10 renewals of 4s, want at one in four (2 or 3)", moves)
 	}
-	if down, _, err := st.DownHosts(ctx, "h2", 0); err != nil || len(down) != 0 {
+	if down, _, err := st.HostListDown(ctx, "h2", 0); err != nil || len(down) != 0 {
 		t.Fatalf("down hosts while h1 holds its lease: %v %v", down, err)
 	}
 	if _, err := conn.Exec(ctx, `UPDATE hosts SET lease_until = now() - interval '1 hour' WHERE name = 'h1'`); err != nil {
 		t.Fatal(err)
 	}
 	read()
-	if down, _, err := st.DownHosts(ctx, "h2", 0); err != nil || !slices.Equal(down, []string{"h1"}) {
+	if down, _, err := st.HostListDown(ctx, "h2", 0); err != nil || !slices.Equal(down, []string{"h1"}) {
 		t.Fatalf("down hosts once h1's lease was set an hour back: %v %v, want h1", down, err)
 	}
 }

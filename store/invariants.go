@@ -129,8 +129,8 @@ var invariants = []struct{ name, query string }{
 		WHERE coalesce(c.live, 0) <> coalesce(s.n, 0)`},
 }
 
-// Violations checks the invariants and describes every violation found; none is the answer.
-func (s *Store) Violations(ctx context.Context) ([]string, error) {
+// InvariantViolations checks the invariants and describes every violation found; none is the answer.
+func (s *Store) InvariantViolations(ctx context.Context) ([]string, error) {
 	var found []string
 	for _, inv := range invariants {
 		rows, err := s.pool.Query(ctx, inv.query)

@@ -97,9 +97,9 @@ func nullIfEmpty(s string) *string {
 	return &s
 }
 
-// CreateJob inserts a job; the caller has validated it. The daemons that may run it are told,
+// JobCreate inserts a job; the caller has validated it. The daemons that may run it are told,
 // so that its first slot is admitted ahead as any other.
-func (s *Store) CreateJob(ctx context.Context, j model.Job) (model.Job, error) {
+func (s *Store) JobCreate(ctx context.Context, j model.Job) (model.Job, error) {
 	var created model.Job
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -134,10 +134,10 @@ func createJob(ctx context.Context, q querier, j model.Job) (model.Job, error) {
 	return created, nil
 }
 
-// UpdateJob changes a job's settings: edit receives the stored job and changes it in place;
+// JobUpdate changes a job's settings: edit receives the stored job and changes it in place;
 // validate checks the result. Both run inside the transaction that holds the job's row lock,
 // and the daemons are woken to pick up a new schedule.
-func (s *Store) UpdateJob(ctx context.Context, name string, edit func(*model.Job) error) (model.Job, error) {
+func (s *Store) JobUpdate(ctx context.Context, name string, edit func(*model.Job) error) (model.Job, error) {
 	var updated model.Job
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -184,8 +184,8 @@ func updateJob(ctx context.Context, tx pgx.Tx, name string, edit func(*model.Job
 	return updated, notifyHost(ctx, tx, updated.Host)
 }
 
-// JobByName returns the named job or ErrNotFound.
-func (s *Store) JobByName(ctx context.Context, name string) (model.Job, error) {
+// JobGet returns the named job or ErrNotFound.
+func (s *Store) JobGet(ctx context.Context, name string) (model.Job, error) {
 	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.name = $1`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return model.Job{}, fmt.Errorf("job %q: %w", name, ErrNotFound)
@@ -196,14 +196,14 @@ func (s *Store) JobByName(ctx context.Context, name string) (model.Job, error) {
 	return j, nil
 }
 
-// Jobs lists all jobs by name.
-func (s *Store) Jobs(ctx context.Context) ([]model.Job, error) {
+// JobList lists all jobs by name.
+func (s *Store) JobList(ctx context.Context) ([]model.Job, error) {
 	return s.jobs(ctx, "")
 }
 
-// JobsFor lists by name the jobs the daemon of host may run: those pinned to it and the
+// JobListForHost lists by name the jobs the daemon of host may run: those pinned to it and the
 // any-host ones (through jobs_host, not a read of the fleet's).
-func (s *Store) JobsFor(ctx context.Context, host string) ([]model.Job, error) {
+func (s *Store) JobListForHost(ctx context.Context, host string) ([]model.Job, error) {
 	return s.jobs(ctx, "WHERE "+hostMayRun(1), host)
 }
 
@@ -223,8 +223,8 @@ func (s *Store) jobs(ctx context.Context, where string, args ...any) ([]model.Jo
 	return jobs, nil
 }
 
-// RemoveJob deletes a job that has no live run; its runs stay as history under the job's name.
-func (s *Store) RemoveJob(ctx context.Context, name string) error {
+// JobDelete deletes a job that has no live run; its runs stay as history under the job's name.
+func (s *Store) JobDelete(ctx context.Context, name string) error {
 	return inTx(ctx, s.pool, func(tx pgx.Tx) error { return removeJob(ctx, tx, name) })
 }
 

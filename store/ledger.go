@@ -98,8 +98,8 @@ type NewAccount struct {
 	Actor     string // who adds it
 }
 
-// CreateAccount adds an account with an initial grant of its quota.
-func (s *Store) CreateAccount(ctx context.Context, a NewAccount) (Account, error) {
+// AccountCreate adds an account with an initial grant of its quota.
+func (s *Store) AccountCreate(ctx context.Context, a NewAccount) (Account, error) {
 	var out Account
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -131,9 +131,9 @@ func createAccount(ctx context.Context, tx pgx.Tx, a NewAccount) (Account, error
 	return scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, name))
 }
 
-// Grant adds bytes to an account's quota. An account without a quota gets one, on top of what it
+// AccountGrant adds bytes to an account's quota. An account without a quota gets one, on top of what it
 // already used: what it settled and holds is granted first, so its balance starts at bytes.
-func (s *Store) Grant(ctx context.Context, name string, bytes int64, actor, note string) (Account, error) {
+func (s *Store) AccountGrant(ctx context.Context, name string, bytes int64, actor, note string) (Account, error) {
 	var out Account
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -174,8 +174,8 @@ func grant(ctx context.Context, tx pgx.Tx, name string, bytes int64, actor, note
 	return scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, name))
 }
 
-// Accounts lists the accounts with their sums; name "" lists all.
-func (s *Store) Accounts(ctx context.Context, name string) ([]Account, error) {
+// AccountList lists the accounts with their sums; name "" lists all.
+func (s *Store) AccountList(ctx context.Context, name string) ([]Account, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE $1 = '' OR a.name = $1 ORDER BY a.name`, name)
 	if err != nil {
 		return nil, fmt.Errorf("list accounts: %w", err)
@@ -196,8 +196,8 @@ func entryDest(e *Entry) []any {
 	return []any{&e.ID, &e.Account, &e.Kind, &e.Bytes, &e.RunID, &e.Attempt, &e.HoldID, &e.CreatedAt, &e.Actor, &e.Note}
 }
 
-// Entries lists an account's entries, newest first.
-func (s *Store) Entries(ctx context.Context, account string, limit int) ([]Entry, error) {
+// EntryList lists an account's entries, newest first.
+func (s *Store) EntryList(ctx context.Context, account string, limit int) ([]Entry, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+entryColumns+` FROM ledger_entries e WHERE e.account = $1
 		ORDER BY e.id DESC LIMIT $2`, account, limit)
 	if err != nil {
@@ -209,8 +209,8 @@ func (s *Store) Entries(ctx context.Context, account string, limit int) ([]Entry
 	})
 }
 
-// OpenHolds lists an account's open holds, oldest first.
-func (s *Store) OpenHolds(ctx context.Context, account string) ([]OpenHold, error) {
+// HoldListOpen lists an account's open holds, oldest first.
+func (s *Store) HoldListOpen(ctx context.Context, account string) ([]OpenHold, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+entryColumns+`, r.job_name, a.ended_at IS NOT NULL, coalesce(a.settle_deferred, '')
 		FROM open_holds e JOIN runs r ON r.id = e.run_id
 		JOIN attempts a ON a.run_id = e.run_id AND a.attempt_no = e.attempt_no
@@ -234,16 +234,16 @@ type AccountLedger struct {
 	Entries  []Entry    // newest first
 }
 
-// Ledgers reads the ledgers of the accounts (name "" for all), with at most limit entries each.
-func (s *Store) Ledgers(ctx context.Context, name string, limit int) ([]AccountLedger, error) {
-	accounts, err := s.Accounts(ctx, name)
+// LedgerList reads the ledgers of the accounts (name "" for all), with at most limit entries each.
+func (s *Store) LedgerList(ctx context.Context, name string, limit int) ([]AccountLedger, error) {
+	accounts, err := s.AccountList(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]AccountLedger, len(accounts))
 	for i, a := range accounts {
 		out[i].Account = a
-		holds, err := s.OpenHolds(ctx, a.Name)
+		holds, err := s.HoldListOpen(ctx, a.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -255,7 +255,7 @@ func (s *Store) Ledgers(ctx context.Context, name string, limit int) ([]AccountL
 				out[i].Held = append(out[i].Held, h)
 			}
 		}
-		if out[i].Entries, err = s.Entries(ctx, a.Name, limit); err != nil {
+		if out[i].Entries, err = s.EntryList(ctx, a.Name, limit); err != nil {
 			return nil, err
 		}
 	}
@@ -415,8 +415,8 @@ func applySettlement(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt in
 	return err
 }
 
-// SettleByHand settles the run's open deferred hold at the operator's figure, recorded as such.
-func (s *Store) SettleByHand(ctx context.Context, runID uuid.UUID, bytes int64, actor, why string) (Entry, error) {
+// RunSettleByHand settles the run's open deferred hold at the operator's figure, recorded as such.
+func (s *Store) RunSettleByHand(ctx context.Context, runID uuid.UUID, bytes int64, actor, why string) (Entry, error) {
 	var out Entry
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var attempt int
@@ -453,9 +453,9 @@ func (s *Store) SettleByHand(ctx context.Context, runID uuid.UUID, bytes int64, 
 	return out, nil
 }
 
-// RequestPause records a pause intent on a live run (the reconciler stops its unit); it reports
+// RunRequestPause records a pause intent on a live run (the reconciler stops its unit); it reports
 // false if the run is no longer live or already has a stop or pause intent.
-func (s *Store) RequestPause(ctx context.Context, runID uuid.UUID, reason string) (bool, error) {
+func (s *Store) RunRequestPause(ctx context.Context, runID uuid.UUID, reason string) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `UPDATE runs SET paused_reason = $2
 		WHERE id = $1 AND status IN ('queued', 'running') AND paused_reason IS NULL AND stop_requested_at IS NULL`, runID, reason)
 	if err != nil {
@@ -464,9 +464,9 @@ func (s *Store) RequestPause(ctx context.Context, runID uuid.UUID, reason string
 	return tag.RowsAffected() == 1, nil
 }
 
-// SetRepoBaseline records the size of the attempt's local repository as it was spawned. Fenced
+// AttemptSetRepoBaseline records the size of the attempt's local repository as it was spawned. Fenced
 // by w.
-func (s *Store) SetRepoBaseline(ctx context.Context, w Lease, ref model.AttemptRef, bytes int64) error {
+func (s *Store) AttemptSetRepoBaseline(ctx context.Context, w Lease, ref model.AttemptRef, bytes int64) error {
 	_, err := s.pool.Exec(ctx, `UPDATE attempts SET repo_bytes_before = $3 WHERE run_id = $1 AND attempt_no = $2
 		AND `+fenced(4), ref.Run, ref.No, bytes, w.Host, w.Holder, w.Generation)
 	if err != nil {
@@ -531,10 +531,10 @@ func (s *Store) AttemptHoldSize(ctx context.Context, w Lease, p AttemptHoldSizeP
 	return out, nil
 }
 
-// OtherWriter returns a run whose attempt wrote to the same repository while this attempt ran
+// AttemptOtherWriter returns a run whose attempt wrote to the same repository while this attempt ran
 // (from its spawn claim to its end, or to now), if any: then the repository's growth is not
 // this attempt's alone.
-func (s *Store) OtherWriter(ctx context.Context, ref model.AttemptRef) (*uuid.UUID, error) {
+func (s *Store) AttemptOtherWriter(ctx context.Context, ref model.AttemptRef) (*uuid.UUID, error) {
 	var other uuid.UUID
 	err := s.pool.QueryRow(ctx, `
 		SELECT o.run_id FROM attempts me
@@ -569,9 +569,9 @@ type DeferredSettlement struct {
 	Password   string // the job's password file
 }
 
-// DeferredSettlements lists ended attempts whose holds are still open, for the sweep of host to try
+// AttemptListDeferred lists ended attempts whose holds are still open, for the sweep of host to try
 // again: those of jobs pinned to host or of any-host jobs ("" lists all).
-func (s *Store) DeferredSettlements(ctx context.Context, host string) ([]DeferredSettlement, error) {
+func (s *Store) AttemptListDeferred(ctx context.Context, host string) ([]DeferredSettlement, error) {
 	rows, err := s.queryGeneric(ctx, `SELECT a.run_id, a.attempt_no, r.job_name, h.bytes, a.settle_deferred,
 			CASE WHEN a.attempt_no = (SELECT max(attempt_no) FROM attempts WHERE run_id = r.id) THEN coalesce(r.snapshot_id, '') ELSE '' END,
 			coalesce(j.engine, ''), coalesce(j.repository, ''), coalesce(j.password_file, '')
@@ -588,8 +588,8 @@ func (s *Store) DeferredSettlements(ctx context.Context, host string) ([]Deferre
 	})
 }
 
-// SettleDeferred settles a deferred attempt's hold once a figure turned up.
-func (s *Store) SettleDeferred(ctx context.Context, ref model.AttemptRef, st ledger.Settlement) error {
+// AttemptSettleDeferred settles a deferred attempt's hold once a figure turned up.
+func (s *Store) AttemptSettleDeferred(ctx context.Context, ref model.AttemptRef, st ledger.Settlement) error {
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := applySettlement(ctx, tx, ref.Run, ref.No, &st, "holdfast"); !errors.Is(err, errHoldClosed) {
 			return err

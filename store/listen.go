@@ -21,10 +21,10 @@ func notifyEnded(ctx context.Context, tx pgx.Tx, run uuid.UUID) error {
 	return notify(ctx, tx, EndedChannel, run.String())
 }
 
-// ListenRunEnds blocks, calling ended with the id of each run that ends, until ctx ends or the
+// RunListenEnds blocks, calling ended with the id of each run that ends, until ctx ends or the
 // connection fails. It also calls ended(uuid.Nil) once as soon as it listens: a run that ended
 // before may have been announced to nobody, so read it again then.
-func (s *Store) ListenRunEnds(ctx context.Context, ended func(run uuid.UUID)) error {
+func (s *Store) RunListenEnds(ctx context.Context, ended func(run uuid.UUID)) error {
 	return s.listen(ctx, map[string]func(string){EndedChannel: func(payload string) {
 		if payload == "" {
 			ended(uuid.Nil)
@@ -50,7 +50,7 @@ type Wakes struct {
 
 // Listen blocks, waking w as notifications about w.Host come, until ctx ends or the connection
 // fails. Both channels share one connection of its own, outside the pool. It calls Runs and
-// Deliveries once as soon as it listens: notifications sent while no session listened (before,
+// DeliveryList once as soon as it listens: notifications sent while no session listened (before,
 // or while the server was restarting) are lost.
 func (s *Store) Listen(ctx context.Context, w Wakes) error {
 	return s.listen(ctx, map[string]func(string){

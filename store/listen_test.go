@@ -22,7 +22,7 @@ func listenEnds(t *testing.T, st *store.Store) <-chan uuid.UUID {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = st.ListenRunEnds(ctx, func(run uuid.UUID) {
+		_ = st.RunListenEnds(ctx, func(run uuid.UUID) {
 			if run == uuid.Nil {
 				close(listening)
 				return
@@ -58,7 +58,7 @@ func expectNoEnd(t *testing.T, st *store.Store, ends <-chan uuid.UUID, what stri
 	t.Helper()
 	ctx := context.Background()
 	fence := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Engine: "command"}})
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: fence.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
+	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: fence.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
 		Reason: "the fence"}); err != nil || !ok {
 		t.Fatalf("%s: finish the fence: %v %v", what, ok, err)
 	}
@@ -102,12 +102,12 @@ func TestRunEndsAnnounced(t *testing.T) {
 	woken("listening")
 
 	storetest.Job(t, st, &storetest.JobOpts{Name: "fin", Repository: "/r"})
-	run, err := st.Admit(ctx, "fin", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "fin", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	woken("admission")
-	moved, _, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
+	moved, _, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
 		Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
 	if err != nil || !moved {
 		t.Fatalf("restart: moved=%v err=%v", moved, err)
@@ -116,11 +116,11 @@ func TestRunEndsAnnounced(t *testing.T) {
 	expectNoEnd(t, st, ends, "restart")
 	finish := store.Ending{RunID: run.ID, Attempt: 2, At: time.Now(), Status: model.StatusFailed, Reason: "test",
 		Settlement: &ledger.Settlement{Release: true, Source: "test"}}
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, finish); err != nil || !ok {
+	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, finish); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	expectEnd(t, ends, run.ID, "finish")
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, finish); err != nil || ok {
+	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, finish); err != nil || ok {
 		t.Fatalf("second finish: %v %v, want nothing changed", ok, err)
 	}
 	expectNoEnd(t, st, ends, "second finish")
@@ -128,11 +128,11 @@ func TestRunEndsAnnounced(t *testing.T) {
 	// A job's ceiling used up by the first attempt: the restart pauses the run.
 	limit := int64(1 << 20)
 	storetest.Job(t, st, &storetest.JobOpts{Name: "ceiling", Repository: "/r", MaxAdded: &limit})
-	run, err = st.Admit(ctx, "ceiling", "manual", model.KindBackup)
+	run, err = st.RunAdmit(ctx, "ceiling", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved, paused, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
+	moved, paused, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
 		ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130",
 		Settlement: &ledger.Settlement{Bytes: 2 * limit, Source: "measured growth"}})
 	if err != nil || !moved || paused == "" {

@@ -45,8 +45,8 @@ func scanTarget(row pgx.CollectableRow) (Target, error) {
 	return t, err
 }
 
-// AddTarget stores a target; events from now on that match it are delivered to it.
-func (s *Store) AddTarget(ctx context.Context, t Target) error { return addTarget(ctx, s.pool, t) }
+// TargetCreate stores a target; events from now on that match it are delivered to it.
+func (s *Store) TargetCreate(ctx context.Context, t Target) error { return addTarget(ctx, s.pool, t) }
 
 // execer is what runs one statement without rows: the pool, or a transaction.
 type execer interface {
@@ -66,8 +66,8 @@ func addTarget(ctx context.Context, q execer, t Target) error {
 	return nil
 }
 
-// Targets lists the targets, or the one named (ErrNotFound if there is none).
-func (s *Store) Targets(ctx context.Context, name string) ([]Target, error) {
+// TargetList lists the targets, or the one named (ErrNotFound if there is none).
+func (s *Store) TargetList(ctx context.Context, name string) ([]Target, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+targetColumns+` FROM notify_targets WHERE $1 = '' OR name = $1 ORDER BY name`, name)
 	if err != nil {
 		return nil, fmt.Errorf("list notification targets: %w", err)
@@ -82,8 +82,8 @@ func (s *Store) Targets(ctx context.Context, name string) ([]Target, error) {
 	return targets, nil
 }
 
-// RemoveTarget removes a target and its deliveries.
-func (s *Store) RemoveTarget(ctx context.Context, name string) error {
+// TargetDelete removes a target and its deliveries.
+func (s *Store) TargetDelete(ctx context.Context, name string) error {
 	return removeTarget(ctx, s.pool, name)
 }
 
@@ -109,10 +109,10 @@ type Delivery struct {
 	DeliveredAt *time.Time
 }
 
-// ClaimDeliveries takes up to limit due deliveries for this daemon until lease has passed: no
+// DeliveryClaim takes up to limit due deliveries for this daemon until lease has passed: no
 // other daemon sends them meanwhile. A daemon that dies holding them leaves them to be claimed
 // again after the lease: at least once, never lost.
-func (s *Store) ClaimDeliveries(ctx context.Context, limit int, lease time.Duration) ([]Delivery, error) {
+func (s *Store) DeliveryClaim(ctx context.Context, limit int, lease time.Duration) ([]Delivery, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH claimed AS (
 			UPDATE deliveries d SET claimed_until = now() + $2::interval, tries = tries + 1
@@ -141,8 +141,8 @@ func scanDelivery(row pgx.CollectableRow) (Delivery, error) {
 	return d, err
 }
 
-// DeliveryDone records a delivery as delivered.
-func (s *Store) DeliveryDone(ctx context.Context, event uuid.UUID, target string) error {
+// DeliveryMarkDone records a delivery as delivered.
+func (s *Store) DeliveryMarkDone(ctx context.Context, event uuid.UUID, target string) error {
 	_, err := s.pool.Exec(ctx, `UPDATE deliveries SET state = 'delivered', delivered_at = now(), claimed_until = NULL, last_error = NULL
 		WHERE event_id = $1 AND target = $2 AND state = 'pending'`, event, target)
 	if err != nil {
@@ -151,9 +151,9 @@ func (s *Store) DeliveryDone(ctx context.Context, event uuid.UUID, target string
 	return nil
 }
 
-// DeliveryFailed records a failed try: the delivery is tried again after backoff, on the
+// DeliveryMarkFailed records a failed try: the delivery is tried again after backoff, on the
 // database's clock (due deliveries are claimed on it), or, when giveUp, kept as failed.
-func (s *Store) DeliveryFailed(ctx context.Context, event uuid.UUID, target, why string, backoff time.Duration, giveUp bool) error {
+func (s *Store) DeliveryMarkFailed(ctx context.Context, event uuid.UUID, target, why string, backoff time.Duration, giveUp bool) error {
 	_, err := s.pool.Exec(ctx, `UPDATE deliveries SET last_error = $3, claimed_until = NULL, next_at = now() + $4::interval,
 			state = CASE WHEN $5 THEN 'failed' ELSE 'pending' END
 		WHERE event_id = $1 AND target = $2 AND state = 'pending'`, event, target, why, backoff, giveUp)
@@ -163,8 +163,8 @@ func (s *Store) DeliveryFailed(ctx context.Context, event uuid.UUID, target, why
 	return nil
 }
 
-// Deliveries lists deliveries, newest event first: of one target ("" all), at most limit.
-func (s *Store) Deliveries(ctx context.Context, target string, limit int) ([]Delivery, error) {
+// DeliveryList lists deliveries, newest event first: of one target ("" all), at most limit.
+func (s *Store) DeliveryList(ctx context.Context, target string, limit int) ([]Delivery, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT e.id, e.seq, e.event, e.job_name, e.run_id, e.attempt, e.status, e.reason, e.at, e.host, e.details,
 			t.name, t.kind, t.url, t.secret_file, t.command, coalesce(t.job_name, ''), t.events, t.created_at,
@@ -178,9 +178,9 @@ func (s *Store) Deliveries(ctx context.Context, target string, limit int) ([]Del
 	return pgx.CollectRows(rows, scanDelivery)
 }
 
-// DeliveryCounts counts the deliveries pending and failed, for status and metrics: through
+// DeliveryCount counts the deliveries pending and failed, for status and metrics: through
 // deliveries_undelivered, not a read of every delivery made.
-func (s *Store) DeliveryCounts(ctx context.Context) (pending, failed int64, err error) {
+func (s *Store) DeliveryCount(ctx context.Context) (pending, failed int64, err error) {
 	err = s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed')
 		FROM deliveries WHERE state <> 'delivered'`).Scan(&pending, &failed)
 	if err != nil {

@@ -49,11 +49,11 @@ func scanPlan(row pgx.Row) (Plan, error) {
 	return p, err
 }
 
-// RecordPlan stores a plan for audit. An applied plan with snapshots to delete also admits the
+// PlanRecord stores a plan for audit. An applied plan with snapshots to delete also admits the
 // forget run that deletes them, in the same transaction: it is refused while the job has a live
 // run, and refused if one of its snapshots became protected since it was planned (the rows
 // stay locked until the run exists, so no protection slips in between).
-func (s *Store) RecordPlan(ctx context.Context, p Plan) (Plan, error) {
+func (s *Store) PlanRecord(ctx context.Context, p Plan) (Plan, error) {
 	var out Plan
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		id, err := uuid.NewRandom()
@@ -129,8 +129,8 @@ func shortIDs(ids []string) string {
 	return strings.Join(short, ", ")
 }
 
-// Plans lists the recorded plans of a job ("" for all jobs), newest first.
-func (s *Store) Plans(ctx context.Context, job string, limit int) ([]Plan, error) {
+// PlanList lists the recorded plans of a job ("" for all jobs), newest first.
+func (s *Store) PlanList(ctx context.Context, job string, limit int) ([]Plan, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+planColumns+` FROM retention_plans p
 		WHERE $1 = '' OR p.job_name = $1 ORDER BY p.created_at DESC LIMIT $2`, job, limit)
 	if err != nil {

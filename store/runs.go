@@ -118,11 +118,11 @@ func deref(p *int64) int64 {
 	return *p
 }
 
-// Admit creates a queued run of the job with its first attempt, in one transaction, and notifies
+// RunAdmit creates a queued run of the job with its first attempt, in one transaction, and notifies
 // the daemons. A job that already has a live run is refused: two backups of one job would race
 // for the same files and repository lock.
-func (s *Store) Admit(ctx context.Context, jobName, trigger string, kind model.Kind) (model.Run, error) {
-	return s.AdmitRequest(ctx, Request{Job: jobName, Trigger: trigger, Kind: kind})
+func (s *Store) RunAdmit(ctx context.Context, jobName, trigger string, kind model.Kind) (model.Run, error) {
+	return s.RunAdmitRequest(ctx, Request{Job: jobName, Trigger: trigger, Kind: kind})
 }
 
 // Request is a run an operator asks for.
@@ -135,9 +135,9 @@ type Request struct {
 	Verify  model.Verify
 }
 
-// AdmitRequest admits the run r asks for as Admit does. A restore, a prune and a verify run need
+// RunAdmitRequest admits the run r asks for as Admit does. A restore, a prune and a verify run need
 // a job with a repository, and a restore its target, snapshot and host.
-func (s *Store) AdmitRequest(ctx context.Context, r Request) (model.Run, error) {
+func (s *Store) RunAdmitRequest(ctx context.Context, r Request) (model.Run, error) {
 	var run model.Run
 	kind := cmp.Or(r.Kind, model.KindBackup)
 	if _, err := model.ParseKind(string(kind)); err != nil {
@@ -241,11 +241,11 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 	return paused, notifyRunExcept(ctx, tx, id, n.admittedBy)
 }
 
-// LiveRuns lists the runs in a live status with their live attempt that the daemon of host
+// RunListLive lists the runs in a live status with their live attempt that the daemon of host
 // reconciles: higher job priority first, then oldest first. Those are the runs whose attempt
 // host holds, and those not spawned yet that host may run: its job is any-host or pinned to
 // host (or removed), and host is not draining. host "" lists every live run.
-func (s *Store) LiveRuns(ctx context.Context, host string) ([]model.LiveRun, error) {
+func (s *Store) RunListLive(ctx context.Context, host string) ([]model.LiveRun, error) {
 	if host == "" {
 		return s.liveRuns(ctx, "live runs", 0, "", "")
 	}
@@ -379,11 +379,11 @@ type SpawnClaim struct {
 	ResticVersion string
 }
 
-// ClaimSpawn records the unit name and the spawn claim c on a live attempt that has none, before
+// AttemptClaimSpawn records the unit name and the spawn claim c on a live attempt that has none, before
 // systemd is asked, for w's host under w (the fence: see Lease). It reports claimed=false if
 // the attempt was claimed, ended, or its run was asked to stop meanwhile, or if w is not its
 // host's current lease, and a reason when a limit or a busy repository holds it back.
-func (s *Store) ClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed bool, blocked string, err error) {
+func (s *Store) AttemptClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed bool, blocked string, err error) {
 	ref, limits := c.Attempt, c.Limits
 	host := w.Host
 	// Claims that decide on what other claims hold are serialized, so that two of them never
@@ -475,10 +475,10 @@ func (s *Store) ClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed 
 	return claimed, blocked, nil
 }
 
-// MarkStarted records that systemd has the attempt's unit: the run becomes running. at is when
+// AttemptMarkStarted records that systemd has the attempt's unit: the run becomes running. at is when
 // it started; zero, what a daemon gives, stamps the database's clock, the one stalls are judged
 // on (a host's clock may be off). Fenced by w.
-func (s *Store) MarkStarted(ctx context.Context, w Lease, ref model.AttemptRef, at time.Time) error {
+func (s *Store) AttemptMarkStarted(ctx context.Context, w Lease, ref model.AttemptRef, at time.Time) error {
 	_, err := s.pool.Exec(ctx, `
 		WITH a AS (
 			UPDATE attempts SET started_at = coalesce(started_at, $3, now())
@@ -502,12 +502,12 @@ type JournalDelta struct {
 	HookError      string          // the first after hook's failure of the batch
 }
 
-// ApplyJournal moves the attempt's cursor from from to to and applies delta, in one statement that
+// AttemptApplyJournal moves the attempt's cursor from from to to and applies delta, in one statement that
 // only matches while the cursor still stands at from: applying the same batch twice is a no-op.
 // An error wrapping *RefusedError means PostgreSQL cannot store what the batch holds: applying
 // it again fails again. A to behind from is refused with a plain error (the caller's mistake,
 // not the batch's) before anything is written. Fenced by w.
-func (s *Store) ApplyJournal(ctx context.Context, w Lease, ref model.AttemptRef, from, to journal.Cursor, d JournalDelta) (bool, error) {
+func (s *Store) AttemptApplyJournal(ctx context.Context, w Lease, ref model.AttemptRef, from, to journal.Cursor, d JournalDelta) (bool, error) {
 	// A cursor only moves forward: a batch that would move it back would read lines twice.
 	if to.Offset < from.Offset || to.LastSeq < from.LastSeq {
 		return false, fmt.Errorf("apply journal of run %s attempt %d: the cursor would move back from offset %d seq %d to offset %d seq %d",
@@ -551,9 +551,9 @@ func nullJSON(b json.RawMessage) any {
 	return string(b)
 }
 
-// Quarantine stops the projection of an attempt's journal, recording why. The run goes on.
+// AttemptQuarantine stops the projection of an attempt's journal, recording why. The run goes on.
 // Fenced by w.
-func (s *Store) Quarantine(ctx context.Context, w Lease, ref model.AttemptRef, reason string) error {
+func (s *Store) AttemptQuarantine(ctx context.Context, w Lease, ref model.AttemptRef, reason string) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE attempts SET quarantined_at = now(), quarantine_reason = $3
 		WHERE run_id = $1 AND attempt_no = $2 AND quarantined_at IS NULL AND `+fenced(4), ref.Run, ref.No, reason,
@@ -605,12 +605,12 @@ type Retry struct {
 	NotBefore time.Time
 }
 
-// Finish ends the attempt and its run in one statement guarded by "this attempt is still live"
+// AttemptFinish ends the attempt and its run in one statement guarded by "this attempt is still live"
 // and fenced by w; it reports false (and changes nothing) if another pass already moved the run
 // on, or w is not the current lease of the attempt's host. The settlement, the run's snapshot
 // and the retry are written in the same transaction, only if the ending applied; with a retry,
 // the run's reason names it and when it is due.
-func (s *Store) Finish(ctx context.Context, w Lease, e Ending) (bool, error) {
+func (s *Store) AttemptFinish(ctx context.Context, w Lease, e Ending) (bool, error) {
 	if model.Live(e.Status) {
 		return false, fmt.Errorf("finish run %s: %q is not a final status", e.RunID, e.Status)
 	}
@@ -732,12 +732,12 @@ type Restarting struct {
 	Settlement *ledger.Settlement
 }
 
-// Restart ends the live attempt (guarded, and fenced by w) with the marker fields it left, if any, settles its
+// AttemptRestart ends the live attempt (guarded, and fenced by w) with the marker fields it left, if any, settles its
 // hold, and opens the next one with no unit yet and a hold of what is left of the run's budget;
 // the run goes back to queued. If the run may not hold more, it ends paused instead, with the
 // reason in paused. It reports false, changing nothing, if the attempt was no longer live or a
 // stop was requested meanwhile.
-func (s *Store) Restart(ctx context.Context, w Lease, r Restarting) (moved bool, paused string, err error) {
+func (s *Store) AttemptRestart(ctx context.Context, w Lease, r Restarting) (moved bool, paused string, err error) {
 	runID, attempt := r.RunID, r.Attempt
 	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
@@ -807,9 +807,9 @@ func openNextAttempt(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt in
 // errStopRequested rolls back a restart that a stop request overtook.
 var errStopRequested = errors.New("a stop was requested")
 
-// RequestStop records the operator's stop intent on a live run (idempotent) and notifies the
+// RunRequestStop records the operator's stop intent on a live run (idempotent) and notifies the
 // daemons. A finished run gets a ConflictError naming its status.
-func (s *Store) RequestStop(ctx context.Context, runID uuid.UUID) (model.Run, error) {
+func (s *Store) RunRequestStop(ctx context.Context, runID uuid.UUID) (model.Run, error) {
 	var run model.Run
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `
@@ -866,8 +866,8 @@ func RunIDRange(prefix string) (lo, hi uuid.UUID, ok bool) {
 	return uuid.MustParse(string(low)), uuid.MustParse(string(high)), true
 }
 
-// ResolveRun finds a run by its full id or a unique prefix of it (as `run list` prints).
-func (s *Store) ResolveRun(ctx context.Context, idOrPrefix string) (uuid.UUID, error) {
+// RunResolve finds a run by its full id or a unique prefix of it (as `run list` prints).
+func (s *Store) RunResolve(ctx context.Context, idOrPrefix string) (uuid.UUID, error) {
 	if id, err := uuid.Parse(idOrPrefix); err == nil {
 		return id, nil
 	}
@@ -893,8 +893,8 @@ func (s *Store) ResolveRun(ctx context.Context, idOrPrefix string) (uuid.UUID, e
 	return uuid.Nil, fmt.Errorf("run %q: %w: give more characters", idOrPrefix, ErrAmbiguous)
 }
 
-// RunByID returns a run or ErrNotFound.
-func (s *Store) RunByID(ctx context.Context, id uuid.UUID) (model.Run, error) {
+// RunGet returns a run or ErrNotFound.
+func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (model.Run, error) {
 	var run model.Run
 	err := s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.id = $1`, id).Scan(runDest(&run)...)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -906,8 +906,8 @@ func (s *Store) RunByID(ctx context.Context, id uuid.UUID) (model.Run, error) {
 	return run, nil
 }
 
-// Runs lists runs, newest first, optionally of one job.
-func (s *Store) Runs(ctx context.Context, jobName string, limit int) ([]model.Run, error) {
+// RunList lists runs, newest first, optionally of one job.
+func (s *Store) RunList(ctx context.Context, jobName string, limit int) ([]model.Run, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+runColumns+` FROM runs r
 		WHERE $1 = '' OR r.job_name = $1
@@ -926,8 +926,8 @@ func (s *Store) Runs(ctx context.Context, jobName string, limit int) ([]model.Ru
 	return runs, nil
 }
 
-// Attempts lists a run's attempts in order.
-func (s *Store) Attempts(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error) {
+// AttemptList lists a run's attempts in order.
+func (s *Store) AttemptList(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+attemptColumns+` FROM attempts a WHERE a.run_id = $1 ORDER BY a.attempt_no`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of run %s: %w", runID, err)
@@ -947,8 +947,8 @@ func (s *Store) Attempts(ctx context.Context, runID uuid.UUID) ([]model.Attempt,
 	return out, nil
 }
 
-// Attempt returns one attempt of a run.
-func (s *Store) Attempt(ctx context.Context, ref model.AttemptRef) (model.Attempt, error) {
+// AttemptGet returns one attempt of a run.
+func (s *Store) AttemptGet(ctx context.Context, ref model.AttemptRef) (model.Attempt, error) {
 	var as attemptScan
 	err := s.pool.QueryRow(ctx, `SELECT `+attemptColumns+` FROM attempts a WHERE a.run_id = $1 AND a.attempt_no = $2`,
 		ref.Run, ref.No).Scan(as.dest()...)
@@ -961,9 +961,9 @@ func (s *Store) Attempt(ctx context.Context, ref model.AttemptRef) (model.Attemp
 	return as.attempt(), nil
 }
 
-// Resume continues a stopped or paused run as a new attempt: the run goes back to queued with
+// RunResume continues a stopped or paused run as a new attempt: the run goes back to queued with
 // its stop intent and paused reason cleared. Any other status gets a ConflictError naming it.
-func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (model.Run, error) {
+func (s *Store) RunResume(ctx context.Context, runID uuid.UUID) (model.Run, error) {
 	var run model.Run
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var status string
@@ -1026,12 +1026,12 @@ func (s *Store) Resume(ctx context.Context, runID uuid.UUID) (model.Run, error) 
 	return run, nil
 }
 
-// ReleaseSpawnClaim gives back a spawn claim whose unit systemd was not asked for, or whose
+// AttemptReleaseSpawnClaim gives back a spawn claim whose unit systemd was not asked for, or whose
 // start failed, so that the next pass claims the same attempt again. The unit name is derived
 // from the attempt, so if a failed call did reach systemd, the next start finds the unit instead
 // of a twin. For that, with mayExist the attempt stays the claiming host's: another host's
 // systemd would not have the unit, and would start a twin. Fenced by w.
-func (s *Store) ReleaseSpawnClaim(ctx context.Context, w Lease, ref model.AttemptRef, unit string, mayExist bool) error {
+func (s *Store) AttemptReleaseSpawnClaim(ctx context.Context, w Lease, ref model.AttemptRef, unit string, mayExist bool) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE attempts SET unit = NULL, spawn_claimed_at = NULL, armed_for = NULL, boot_id = NULL,
 			host = CASE WHEN $4 THEN host ELSE '' END,
@@ -1045,9 +1045,9 @@ func (s *Store) ReleaseSpawnClaim(ctx context.Context, w Lease, ref model.Attemp
 	return nil
 }
 
-// EndedBefore returns those of ids whose runs ended (succeeded, partial, failed or stopped; a
+// RunListEndedBefore returns those of ids whose runs ended (succeeded, partial, failed or stopped; a
 // paused run may resume) before t. Runs the database does not know are not returned.
-func (s *Store) EndedBefore(ctx context.Context, ids []uuid.UUID, t time.Time) ([]uuid.UUID, error) {
+func (s *Store) RunListEndedBefore(ctx context.Context, ids []uuid.UUID, t time.Time) ([]uuid.UUID, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT id FROM runs
 		WHERE id = ANY($1) AND finished_at < $2 AND status IN ('succeeded', 'partial', 'failed', 'stopped')`, ids, t)

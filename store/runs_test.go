@@ -44,7 +44,7 @@ func otherHost(t *testing.T, b *storetest.Bundle) store.Lease {
 // readRun, readAttempts and readJob read a run, its attempts and a job as the store has them now.
 func readRun(t *testing.T, b *storetest.Bundle, id uuid.UUID) model.Run {
 	t.Helper()
-	r, err := b.Store.RunByID(b.Ctx, id)
+	r, err := b.Store.RunGet(b.Ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func readRun(t *testing.T, b *storetest.Bundle, id uuid.UUID) model.Run {
 
 func readAttempts(t *testing.T, b *storetest.Bundle, id uuid.UUID) []model.Attempt {
 	t.Helper()
-	as, err := b.Store.Attempts(b.Ctx, id)
+	as, err := b.Store.AttemptList(b.Ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func readAttempts(t *testing.T, b *storetest.Bundle, id uuid.UUID) []model.Attem
 
 func readJob(t *testing.T, b *storetest.Bundle, name string) model.Job {
 	t.Helper()
-	j, err := b.Store.JobByName(b.Ctx, name)
+	j, err := b.Store.JobGet(b.Ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func readJob(t *testing.T, b *storetest.Bundle, name string) model.Job {
 // finishAs ends the run's attempt under w, and fails the test unless that applied.
 func finishAs(t *testing.T, b *storetest.Bundle, w store.Lease, e store.Ending) {
 	t.Helper()
-	if ok, err := b.Store.Finish(b.Ctx, w, e); err != nil || !ok {
+	if ok, err := b.Store.AttemptFinish(b.Ctx, w, e); err != nil || !ok {
 		t.Fatalf("finish run %s attempt %d %s: ok=%v err=%v", e.RunID, e.Attempt, e.Status, ok, err)
 	}
 }
@@ -80,7 +80,7 @@ func finishAs(t *testing.T, b *storetest.Bundle, w store.Lease, e store.Ending) 
 // restartAs ends the run's attempt under w and opens the next, and fails the test unless it did.
 func restartAs(t *testing.T, b *storetest.Bundle, w store.Lease, run model.Run, attempt int) {
 	t.Helper()
-	moved, paused, err := b.Store.Restart(b.Ctx, w, store.Restarting{RunID: run.ID, Attempt: attempt,
+	moved, paused, err := b.Store.AttemptRestart(b.Ctx, w, store.Restarting{RunID: run.ID, Attempt: attempt,
 		Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
 	if err != nil || !moved || paused != "" {
 		t.Fatalf("restart run %s after attempt %d: moved=%v paused=%q err=%v", run.ID, attempt, moved, paused, err)
@@ -91,14 +91,14 @@ func restartAs(t *testing.T, b *storetest.Bundle, w store.Lease, run model.Run, 
 // unless it did.
 func claimAs(t *testing.T, b *storetest.Bundle, w store.Lease, run model.Run, attempt int) {
 	t.Helper()
-	if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, w, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: storetest.Unit(run, attempt), Boot: "boot-1"}); err != nil || !ok {
+	if ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, w, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: storetest.Unit(run, attempt), Boot: "boot-1"}); err != nil || !ok {
 		t.Fatalf("claim run %s attempt %d on %s: ok=%v blocked=%q err=%v", run.ID, attempt, w.Host, ok, blocked, err)
 	}
 }
 
 func requireNoViolations(t *testing.T, b *storetest.Bundle) {
 	t.Helper()
-	v, err := b.Store.Violations(b.Ctx)
+	v, err := b.Store.InvariantViolations(b.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ var staleWriters = []struct {
 		return old
 	}},
 	{"a lease that lapsed", func(t *testing.T, b *storetest.Bundle) store.Lease {
-		if err := b.Store.ReleaseLease(b.Ctx, b.Lease); err != nil {
+		if err := b.Store.LeaseRelease(b.Ctx, b.Lease); err != nil {
 			t.Fatal(err)
 		}
 		return b.Lease
@@ -237,7 +237,7 @@ func TestClaimSpawn(t *testing.T) {
 			name: "a run asked to stop",
 			arrange: func(t *testing.T, b *storetest.Bundle) claim {
 				r := storetest.Run(t, b.Store, nil)
-				if _, err := b.Store.RequestStop(b.Ctx, r.ID); err != nil {
+				if _, err := b.Store.RunRequestStop(b.Ctx, r.ID); err != nil {
 					t.Fatal(err)
 				}
 				return claim{w: b.Lease, run: readRun(t, b, r.ID)}
@@ -260,7 +260,7 @@ func TestClaimSpawn(t *testing.T) {
 		{
 			name: "a draining host",
 			arrange: func(t *testing.T, b *storetest.Bundle) claim {
-				if _, err := b.Store.DrainHost(b.Ctx, b.Host, true); err != nil {
+				if _, err := b.Store.HostDrain(b.Ctx, b.Host, true); err != nil {
 					t.Fatal(err)
 				}
 				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil)}
@@ -353,7 +353,7 @@ func TestClaimSpawn(t *testing.T) {
 			}
 			run, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
 
-			claimed, blocked, err := b.Store.ClaimSpawn(b.Ctx, c.w, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: c.attempt}, Unit: c.unit, Boot: "boot-1", Limits: c.limits})
+			claimed, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, c.w, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: c.attempt}, Unit: c.unit, Boot: "boot-1", Limits: c.limits})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -379,7 +379,7 @@ func TestClaimSpawn(t *testing.T) {
 			}
 			// Claimed once: the same claim again is refused, and changes nothing.
 			again, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
-			if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, c.w, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: c.attempt}, Unit: c.unit, Boot: "boot-2"}); err != nil || ok || blocked != "" {
+			if ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, c.w, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: c.attempt}, Unit: c.unit, Boot: "boot-2"}); err != nil || ok || blocked != "" {
 				t.Fatalf("second claim: ok=%v blocked=%q err=%v, want refused", ok, blocked, err)
 			}
 			requireUnchanged(t, b, "a second claim", again, before)
@@ -394,7 +394,7 @@ func TestClaimSpawn(t *testing.T) {
 			b := storetest.Setup(t)
 			r := storetest.Run(t, b.Store, nil)
 			stale := sw.stale(t, b)
-			if ok, _, err := b.Store.ClaimSpawn(b.Ctx, stale, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1)}); err != nil || ok {
+			if ok, _, err := b.Store.AttemptClaimSpawn(b.Ctx, stale, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1)}); err != nil || ok {
 				t.Fatalf("stale claim: %v %v", ok, err)
 			}
 			revive(t, b)
@@ -411,7 +411,7 @@ func TestClaimSpawn(t *testing.T) {
 // the attempt's own unit is what fills it. Two daemons that share the database list the same
 // unspawned run of an any-host job and both claim it: the loser is told the global limit holds
 // the run back, and records that as the run's waiting reason (spawn/spawn.go calls
-// SetWaiting with any reason it is given), which run show prints on a run that holds its unit
+// RunSetWaiting with any reason it is given), which run show prints on a run that holds its unit
 // and, once started, runs. The host limit is computed the same way (its subtest shows it for a
 // second claim by the same host, a narrower race).
 func TestClaimSpawnOfAClaimedAttemptNamesNoLimit(t *testing.T) {
@@ -421,25 +421,25 @@ func TestClaimSpawnOfAClaimedAttemptNamesNoLimit(t *testing.T) {
 			b := storetest.Setup(t)
 			r := storetest.Run(t, b.Store, nil)
 			unit := storetest.Unit(r, 1)
-			if ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: unit, Limits: limits}); err != nil || !ok || blocked != "" {
+			if ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: unit, Limits: limits}); err != nil || !ok || blocked != "" {
 				t.Fatalf("first claim: ok=%v blocked=%q err=%v", ok, blocked, err)
 			}
 			w := b.Lease
 			if limits.MaxRunning > 0 {
 				w = otherHost(t, b)
 			}
-			ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, w, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: unit, Limits: limits})
+			ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, w, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: unit, Limits: limits})
 			if err != nil || ok {
 				t.Fatalf("second claim: ok=%v err=%v, want refused", ok, err)
 			}
 			if blocked != "" {
 				t.Errorf("second claim of a claimed attempt, limits %+v: blocked = %q, want none: no limit holds this run back, it holds the place itself", limits, blocked)
 				// What the losing daemon does with it, and what the run then shows once started.
-				if err := b.Store.SetWaiting(b.Ctx, r.ID, blocked, nil); err != nil {
+				if err := b.Store.RunSetWaiting(b.Ctx, r.ID, blocked, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := b.Store.MarkStarted(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, time.Time{}); err != nil {
+			if err := b.Store.AttemptMarkStarted(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 			if got := readRun(t, b, r.ID); got.Status != model.StatusRunning || got.WaitingReason != "" {
@@ -454,7 +454,7 @@ func TestClaimSpawnArmed(t *testing.T) {
 	b := storetest.Setup(t)
 	r := storetest.Run(t, b.Store, nil)
 	at := b.Now(t).Add(10 * time.Second).Truncate(time.Microsecond)
-	ok, blocked, err := b.Store.ClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1", ArmedFor: &at})
+	ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1", ArmedFor: &at})
 	if err != nil || !ok || blocked != "" {
 		t.Fatalf("armed claim: ok=%v blocked=%q err=%v", ok, blocked, err)
 	}
@@ -468,7 +468,7 @@ func TestClaimSpawnArmed(t *testing.T) {
 	requireNoViolations(t, b)
 }
 
-// MarkStarted makes the run running and stamps the attempt's start once, on the database's clock
+// AttemptMarkStarted makes the run running and stamps the attempt's start once, on the database's clock
 // unless a time is given, for the current holder of the attempt's host's lease.
 func TestMarkStarted(t *testing.T) {
 	given := time.Date(2001, 2, 3, 4, 5, 6, 789012000, time.UTC)
@@ -531,7 +531,7 @@ func TestMarkStarted(t *testing.T) {
 			w, r := tt.arrange(t, b)
 			run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
 			dbBefore := b.Now(t)
-			if err := b.Store.MarkStarted(b.Ctx, w, model.AttemptRef{Run: r.ID, No: 1}, tt.at); err != nil {
+			if err := b.Store.AttemptMarkStarted(b.Ctx, w, model.AttemptRef{Run: r.ID, No: 1}, tt.at); err != nil {
 				t.Fatal(err)
 			}
 			dbAfter := b.Now(t)
@@ -554,7 +554,7 @@ func TestMarkStarted(t *testing.T) {
 			}
 			// Once: a second start, at another time, changes nothing.
 			run, before = got, readAttempts(t, b, r.ID)
-			if err := b.Store.MarkStarted(b.Ctx, w, model.AttemptRef{Run: r.ID, No: 1}, given.Add(time.Hour)); err != nil {
+			if err := b.Store.AttemptMarkStarted(b.Ctx, w, model.AttemptRef{Run: r.ID, No: 1}, given.Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
 			requireUnchanged(t, b, "a second MarkStarted", run, before)
@@ -571,12 +571,12 @@ func TestApplyJournal(t *testing.T) {
 		b := storetest.Setup(t)
 		r := startedRun(t, b)
 		c1 := journal.Cursor{Offset: 100, LastSeq: 3, LastHash: "h3"}
-		if ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, c1, store.JournalDelta{}); err != nil || !ok {
+		if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, c1, store.JournalDelta{}); err != nil || !ok {
 			t.Fatalf("first batch: %v %v", ok, err)
 		}
 		before := readAttempts(t, b, r.ID)
 		for _, back := range []journal.Cursor{{Offset: 50, LastSeq: 3, LastHash: "x"}, {Offset: 100, LastSeq: 2, LastHash: "x"}} {
-			ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, c1, back, store.JournalDelta{ItemErrors: 1})
+			ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, c1, back, store.JournalDelta{ItemErrors: 1})
 			if ok || err == nil || !strings.Contains(err.Error(), "the cursor would move back") {
 				t.Fatalf("%+v -> %+v: ok=%v err=%v, want refused", c1, back, ok, err)
 			}
@@ -597,7 +597,7 @@ func TestApplyJournal(t *testing.T) {
 		p3 := model.Progress{PercentDone: 1, FilesDone: 40, TotalFiles: 40, BytesDone: 4000, TotalBytes: 4000}
 		apply := func(from, to journal.Cursor, d store.JournalDelta, want bool) model.Attempt {
 			t.Helper()
-			ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, from, to, d)
+			ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, from, to, d)
 			if err != nil || ok != want {
 				t.Fatalf("apply %+v -> %+v: ok=%v err=%v, want %v", from, to, ok, err, want)
 			}
@@ -648,7 +648,7 @@ func TestApplyJournal(t *testing.T) {
 	}{
 		{"a batch read from an old cursor", func(t *testing.T, b *storetest.Bundle) apply {
 			r := startedRun(t, b)
-			if ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"},
+			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"},
 				store.JournalDelta{ItemErrors: 1}); err != nil || !ok {
 				t.Fatalf("first batch: %v %v", ok, err)
 			}
@@ -656,7 +656,7 @@ func TestApplyJournal(t *testing.T) {
 		}},
 		{"a quarantined journal", func(t *testing.T, b *storetest.Bundle) apply {
 			r := startedRun(t, b)
-			if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "unreadable"); err != nil {
+			if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "unreadable"); err != nil {
 				t.Fatal(err)
 			}
 			return apply{w: b.Lease, run: r}
@@ -689,7 +689,7 @@ func TestApplyJournal(t *testing.T) {
 			b := storetest.Setup(t)
 			c := tt.arrange(t, b)
 			run, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
-			ok, err := b.Store.ApplyJournal(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: max(c.attempt, 1)}, c.from,
+			ok, err := b.Store.AttemptApplyJournal(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: max(c.attempt, 1)}, c.from,
 				journal.Cursor{Offset: 500, LastSeq: 20, LastHash: "h20"}, store.JournalDelta{ItemErrors: 7, Fatal: "boom"})
 			if err != nil || ok {
 				t.Fatalf("ok=%v err=%v, want refused", ok, err)
@@ -704,11 +704,11 @@ func TestApplyJournal(t *testing.T) {
 			b := storetest.Setup(t)
 			r := startedRun(t, b)
 			to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"}
-			if ok, err := b.Store.ApplyJournal(b.Ctx, sw.stale(t, b), model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
+			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, sw.stale(t, b), model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
 				t.Fatalf("stale batch: %v %v", ok, err)
 			}
 			revive(t, b)
-			if ok, err := b.Store.ApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || !ok {
+			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || !ok {
 				t.Fatalf("current holder's batch: %v %v", ok, err)
 			}
 			if a := readAttempts(t, b, r.ID)[0]; a.Cursor != to || a.ItemErrors != 1 {
@@ -739,7 +739,7 @@ func TestQuarantine(t *testing.T) {
 		t.Parallel()
 		b := storetest.Setup(t)
 		r := startedRun(t, b)
-		if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "line 3: not JSON"); err != nil {
+		if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "line 3: not JSON"); err != nil {
 			t.Fatal(err)
 		}
 		a := readAttempts(t, b, r.ID)[0]
@@ -751,7 +751,7 @@ func TestQuarantine(t *testing.T) {
 			t.Fatalf("a quarantine ended the run: %s", got.Status)
 		}
 		run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
-		if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "another reason"); err != nil {
+		if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "another reason"); err != nil {
 			t.Fatal(err)
 		}
 		requireUnchanged(t, b, "a second quarantine", run, before)
@@ -763,7 +763,7 @@ func TestQuarantine(t *testing.T) {
 		h2 := otherHost(t, b)
 		r := storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2, Started: true})
 		run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
-		if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "not mine"); err != nil {
+		if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "not mine"); err != nil {
 			t.Fatal(err)
 		}
 		requireUnchanged(t, b, "another host's quarantine", run, before)
@@ -775,12 +775,12 @@ func TestQuarantine(t *testing.T) {
 			r := startedRun(t, b)
 			stale := sw.stale(t, b)
 			run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
-			if err := b.Store.Quarantine(b.Ctx, stale, model.AttemptRef{Run: r.ID, No: 1}, "stale"); err != nil {
+			if err := b.Store.AttemptQuarantine(b.Ctx, stale, model.AttemptRef{Run: r.ID, No: 1}, "stale"); err != nil {
 				t.Fatal(err)
 			}
 			requireUnchanged(t, b, "a stale quarantine", run, before)
 			revive(t, b)
-			if err := b.Store.Quarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "current"); err != nil {
+			if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "current"); err != nil {
 				t.Fatal(err)
 			}
 			if a := readAttempts(t, b, r.ID)[0]; a.QuarantinedAt == nil || a.QuarantineReason != "current" {
@@ -791,7 +791,7 @@ func TestQuarantine(t *testing.T) {
 	}
 }
 
-// Finish ends the attempt and its run once, with the status, the reason and the figures given,
+// AttemptFinish ends the attempt and its run once, with the status, the reason and the figures given,
 // stamped on the database's clock, and updates the job's last outcome; the hold is settled or
 // deferred in the same transaction.
 func TestFinish(t *testing.T) {
@@ -864,7 +864,7 @@ func TestFinish(t *testing.T) {
 
 			// Once: a second ending, whatever it says, changes nothing.
 			run, before := got, readAttempts(t, b, r.ID)
-			ok, err := b.Store.Finish(b.Ctx, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed,
+			ok, err := b.Store.AttemptFinish(b.Ctx, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed,
 				FailureClass: "permanent", Reason: "a later pass", Settlement: &ledger.Settlement{Release: true, Source: "late"}})
 			if err != nil || ok {
 				t.Fatalf("second finish: ok=%v err=%v, want false", ok, err)
@@ -954,7 +954,7 @@ func TestFinish(t *testing.T) {
 			w, e := tt.arrange(t, b)
 			run, before := readRun(t, b, e.RunID), readAttempts(t, b, e.RunID)
 			job := readJob(t, b, run.JobName)
-			ok, err := b.Store.Finish(b.Ctx, w, e)
+			ok, err := b.Store.AttemptFinish(b.Ctx, w, e)
 			if ok || (err != nil) != tt.wantErr {
 				t.Fatalf("ok=%v err=%v, want refused (with an error: %v)", ok, err, tt.wantErr)
 			}
@@ -963,7 +963,7 @@ func TestFinish(t *testing.T) {
 				t.Fatalf("a refused Finish changed the job: %+v", got)
 			}
 			if e.Retry != nil {
-				if _, err := b.Store.RunByID(b.Ctx, e.Retry.ID); !errors.Is(err, store.ErrNotFound) {
+				if _, err := b.Store.RunGet(b.Ctx, e.Retry.ID); !errors.Is(err, store.ErrNotFound) {
 					t.Fatalf("the retry of a refused Finish: %v, want not found", err)
 				}
 			}
@@ -976,7 +976,7 @@ func TestFinish(t *testing.T) {
 			b := storetest.Setup(t)
 			r := startedRun(t, b)
 			e := store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"}
-			if ok, err := b.Store.Finish(b.Ctx, sw.stale(t, b), e); err != nil || ok {
+			if ok, err := b.Store.AttemptFinish(b.Ctx, sw.stale(t, b), e); err != nil || ok {
 				t.Fatalf("stale finish: %v %v", ok, err)
 			}
 			revive(t, b)
@@ -1066,7 +1066,7 @@ func TestRestart(t *testing.T) {
 			r := startedRun(t, b)
 			restartAs(t, b, b.Lease, r, 1)
 			claimAs(t, b, b.Lease, r, 2)
-			if err := b.Store.MarkStarted(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 2}, time.Time{}); err != nil {
+			if err := b.Store.AttemptMarkStarted(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 2}, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 			if got := readRun(t, b, r.ID); got.Status != model.StatusRunning || !got.StartedAt.Equal(*r.StartedAt) {
@@ -1082,7 +1082,7 @@ func TestRestart(t *testing.T) {
 			c := tt.arrange(t, b)
 			run := readRun(t, b, c.run.ID)
 			dbBefore := b.Now(t)
-			moved, paused, err := b.Store.Restart(b.Ctx, c.w, c.r)
+			moved, paused, err := b.Store.AttemptRestart(b.Ctx, c.w, c.r)
 			if err != nil || !moved || paused != "" {
 				t.Fatalf("restart: moved=%v paused=%q err=%v", moved, paused, err)
 			}
@@ -1118,7 +1118,7 @@ func TestRestart(t *testing.T) {
 
 			// Once: the same restart again changes nothing.
 			run, before := got, as
-			if moved, _, err := b.Store.Restart(b.Ctx, c.w, c.r); err != nil || moved {
+			if moved, _, err := b.Store.AttemptRestart(b.Ctx, c.w, c.r); err != nil || moved {
 				t.Fatalf("second restart: moved=%v err=%v", moved, err)
 			}
 			requireUnchanged(t, b, "a second Restart", run, before)
@@ -1134,7 +1134,7 @@ func TestRestart(t *testing.T) {
 	}{
 		{"a run asked to stop since", func(t *testing.T, b *storetest.Bundle) restart {
 			r := startedRun(t, b)
-			if _, err := b.Store.RequestStop(b.Ctx, r.ID); err != nil {
+			if _, err := b.Store.RunRequestStop(b.Ctx, r.ID); err != nil {
 				t.Fatal(err)
 			}
 			return restart{w: b.Lease, run: r, r: marked(r, 1)}
@@ -1169,7 +1169,7 @@ func TestRestart(t *testing.T) {
 			b := storetest.Setup(t)
 			c := tt.arrange(t, b)
 			run, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
-			moved, paused, err := b.Store.Restart(b.Ctx, c.w, c.r)
+			moved, paused, err := b.Store.AttemptRestart(b.Ctx, c.w, c.r)
 			if err != nil || moved || paused != "" {
 				t.Fatalf("moved=%v paused=%q err=%v, want nothing moved", moved, paused, err)
 			}
@@ -1183,7 +1183,7 @@ func TestRestart(t *testing.T) {
 			t.Parallel()
 			b := storetest.Setup(t)
 			r := startedRun(t, b)
-			if moved, _, err := b.Store.Restart(b.Ctx, sw.stale(t, b), marked(r, 1)); err != nil || moved {
+			if moved, _, err := b.Store.AttemptRestart(b.Ctx, sw.stale(t, b), marked(r, 1)); err != nil || moved {
 				t.Fatalf("stale restart: %v %v", moved, err)
 			}
 			revive(t, b)
@@ -1201,11 +1201,11 @@ func TestRestart(t *testing.T) {
 		t.Parallel()
 		b := storetest.Setup(t)
 		quota, most := int64(1<<30), int64(1<<20)
-		if _, err := b.Store.CreateAccount(b.Ctx, store.NewAccount{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
+		if _, err := b.Store.AccountCreate(b.Ctx, store.NewAccount{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
 			t.Fatal(err)
 		}
 		r := storetest.Run(t, b.Store, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Account: "team", MaxAdded: &most}, Claim: &b.Lease, Started: true})
-		moved, paused, err := b.Store.Restart(b.Ctx, b.Lease, store.Restarting{RunID: r.ID, Attempt: 1,
+		moved, paused, err := b.Store.AttemptRestart(b.Ctx, b.Lease, store.Restarting{RunID: r.ID, Attempt: 1,
 			Settlement: &ledger.Settlement{Deferred: "no figure yet"}})
 		if err != nil || !moved || !strings.HasPrefix(paused, "paused ("+ledger.PausedSettlementDeferred+")") {
 			t.Fatalf("restart: moved=%v paused=%q err=%v", moved, paused, err)
@@ -1240,9 +1240,9 @@ func TestReleaseSpawnClaim(t *testing.T) {
 		var ok bool
 		var err error
 		if armed {
-			ok, _, err = b.Store.ClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1", ArmedFor: new(b.Now(t).Add(time.Minute))})
+			ok, _, err = b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1", ArmedFor: new(b.Now(t).Add(time.Minute))})
 		} else {
-			ok, _, err = b.Store.ClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1"})
+			ok, _, err = b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1"})
 		}
 		if err != nil || !ok {
 			t.Fatalf("claim: %v %v", ok, err)
@@ -1272,7 +1272,7 @@ func TestReleaseSpawnClaim(t *testing.T) {
 			b := storetest.Setup(t)
 			h2 := otherHost(t, b)
 			c := tt.arrange(t, b)
-			if err := b.Store.ReleaseSpawnClaim(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: 1}, c.unit, c.mayExist); err != nil {
+			if err := b.Store.AttemptReleaseSpawnClaim(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: 1}, c.unit, c.mayExist); err != nil {
 				t.Fatal(err)
 			}
 			a := readAttempts(t, b, c.run.ID)[0]
@@ -1287,7 +1287,7 @@ func TestReleaseSpawnClaim(t *testing.T) {
 				t.Fatalf("run is %s, want queued", got.Status)
 			}
 			// Given back to any host, another host claims it; kept by its host, only that host does.
-			ok, _, err := b.Store.ClaimSpawn(b.Ctx, h2, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: 1}, Unit: c.unit})
+			ok, _, err := b.Store.AttemptClaimSpawn(b.Ctx, h2, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: 1}, Unit: c.unit})
 			if err != nil || ok == c.mayExist {
 				t.Fatalf("claim by another host: %v %v, want %v", ok, err, !c.mayExist)
 			}
@@ -1336,7 +1336,7 @@ func TestReleaseSpawnClaim(t *testing.T) {
 			b := storetest.Setup(t)
 			c := tt.arrange(t, b)
 			run, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
-			if err := b.Store.ReleaseSpawnClaim(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: 1}, c.unit, false); err != nil {
+			if err := b.Store.AttemptReleaseSpawnClaim(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: 1}, c.unit, false); err != nil {
 				t.Fatal(err)
 			}
 			requireUnchanged(t, b, "a refused release", run, before)
@@ -1359,7 +1359,7 @@ func TestRequestStop(t *testing.T) {
 			t.Parallel()
 			b := storetest.Setup(t)
 			r := tt.arrange(t, b)
-			stopped, err := b.Store.RequestStop(b.Ctx, r.ID)
+			stopped, err := b.Store.RunRequestStop(b.Ctx, r.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1367,17 +1367,17 @@ func TestRequestStop(t *testing.T) {
 				t.Fatalf("after the stop request: %s, stop requested %v; want %s with the request", stopped.Status, stopped.StopRequestedAt, r.Status)
 			}
 			requireOrdered(t, "admission, then the stop request", &r.CreatedAt, stopped.StopRequestedAt)
-			again, err := b.Store.RequestStop(b.Ctx, r.ID)
+			again, err := b.Store.RunRequestStop(b.Ctx, r.ID)
 			if err != nil || again.StopRequestedAt == nil || !again.StopRequestedAt.Equal(*stopped.StopRequestedAt) {
 				t.Fatalf("second stop request: %v %v, want the first request's time %v kept", again.StopRequestedAt, err, stopped.StopRequestedAt)
 			}
 			a := readAttempts(t, b, r.ID)[0]
 			if a.Unit == "" {
-				if ok, _, err := b.Store.ClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1)}); err != nil || ok {
+				if ok, _, err := b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1)}); err != nil || ok {
 					t.Fatalf("claim after the stop request: %v %v", ok, err)
 				}
 			}
-			if moved, _, err := b.Store.Restart(b.Ctx, b.Lease, store.Restarting{RunID: r.ID, Attempt: 1}); err != nil || moved {
+			if moved, _, err := b.Store.AttemptRestart(b.Ctx, b.Lease, store.Restarting{RunID: r.ID, Attempt: 1}); err != nil || moved {
 				t.Fatalf("restart after the stop request: %v %v", moved, err)
 			}
 			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped by the operator",
@@ -1399,7 +1399,7 @@ func TestRequestStop(t *testing.T) {
 		finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
 		run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
 		var conflict *store.ConflictError
-		if _, err := b.Store.RequestStop(b.Ctx, r.ID); !errors.As(err, &conflict) || !strings.Contains(err.Error(), "already succeeded") {
+		if _, err := b.Store.RunRequestStop(b.Ctx, r.ID); !errors.As(err, &conflict) || !strings.Contains(err.Error(), "already succeeded") {
 			t.Fatalf("stop of a succeeded run: %v, want a ConflictError naming its status", err)
 		}
 		requireUnchanged(t, b, "a refused stop request", run, before)
@@ -1407,13 +1407,13 @@ func TestRequestStop(t *testing.T) {
 	t.Run("an unknown run", func(t *testing.T) {
 		t.Parallel()
 		b := storetest.Setup(t)
-		if _, err := b.Store.RequestStop(b.Ctx, uuid.New()); !errors.Is(err, store.ErrNotFound) {
+		if _, err := b.Store.RunRequestStop(b.Ctx, uuid.New()); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("stop of an unknown run: %v, want ErrNotFound", err)
 		}
 	})
 }
 
-// Resume continues a stopped or paused run as a new attempt, numbered after its last, with its
+// RunResume continues a stopped or paused run as a new attempt, numbered after its last, with its
 // intents cleared; any other run, or one whose job has another live run or whose hold cannot be
 // taken, is refused and left as it was.
 func TestResume(t *testing.T) {
@@ -1424,7 +1424,7 @@ func TestResume(t *testing.T) {
 	}{
 		{"a stopped run", func(t *testing.T, b *storetest.Bundle) model.Run {
 			r := startedRun(t, b)
-			if _, err := b.Store.RequestStop(b.Ctx, r.ID); err != nil {
+			if _, err := b.Store.RunRequestStop(b.Ctx, r.ID); err != nil {
 				t.Fatal(err)
 			}
 			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
@@ -1449,7 +1449,7 @@ func TestResume(t *testing.T) {
 			b := storetest.Setup(t)
 			r := tt.arrange(t, b)
 			before := readAttempts(t, b, r.ID)
-			resumed, err := b.Store.Resume(b.Ctx, r.ID)
+			resumed, err := b.Store.RunResume(b.Ctx, r.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1506,7 +1506,7 @@ func TestResume(t *testing.T) {
 			if tt.want != "" {
 				run, before = readRun(t, b, r.ID), readAttempts(t, b, r.ID)
 			}
-			_, err := b.Store.Resume(b.Ctx, r.ID)
+			_, err := b.Store.RunResume(b.Ctx, r.ID)
 			if tt.want == "" {
 				if !errors.Is(err, store.ErrNotFound) {
 					t.Fatalf("resume: %v, want ErrNotFound", err)
@@ -1547,7 +1547,7 @@ func TestAttemptHoldSize(t *testing.T) {
 			b := storetest.Setup(t)
 			opts := &storetest.JobOpts{}
 			if c.quota > 0 {
-				if _, err := b.Store.CreateAccount(b.Ctx, store.NewAccount{Name: "team", Quota: &c.quota, Actor: "tester"}); err != nil {
+				if _, err := b.Store.AccountCreate(b.Ctx, store.NewAccount{Name: "team", Quota: &c.quota, Actor: "tester"}); err != nil {
 					t.Fatal(err)
 				}
 				opts.Account = "team"

@@ -83,7 +83,7 @@ func scanSnapshot(row pgx.Row) (Snapshot, error) {
 	return s, err
 }
 
-// SyncSnapshots records a listing of the repository that was asked for at listedAt: listed
+// SnapshotSync records a listing of the repository that was asked for at listedAt: listed
 // snapshots are added or marked seen, and those missing from it are marked forgotten, unless a
 // newer listing saw them (or a run's ending recorded them after listedAt). Protections are never
 // changed here.
@@ -94,7 +94,7 @@ func scanSnapshot(row pgx.Row) (Snapshot, error) {
 // its protections and first_seen_at, if exactly one listed id starts with it and that snapshot
 // carries the row's run tag; otherwise it is not merged into anything, and, absent from the
 // listing, it is marked forgotten like any other.
-func (s *Store) SyncSnapshots(ctx context.Context, repository string, listedAt time.Time, listed []Snapshot) (added, forgotten int, err error) {
+func (s *Store) SnapshotSync(ctx context.Context, repository string, listedAt time.Time, listed []Snapshot) (added, forgotten int, err error) {
 	type row struct {
 		ID      string     `json:"id"`
 		Time    time.Time  `json:"time"`
@@ -220,9 +220,9 @@ func recordSnapshot(ctx context.Context, tx pgx.Tx, snap *Snapshot, at time.Time
 	return err
 }
 
-// Snapshots lists the snapshots of a repository that are still in it, newest first, whoever
+// SnapshotList lists the snapshots of a repository that are still in it, newest first, whoever
 // made them. With repository "" it lists those of every repository.
-func (s *Store) Snapshots(ctx context.Context, repository string) ([]Snapshot, error) {
+func (s *Store) SnapshotList(ctx context.Context, repository string) ([]Snapshot, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+snapshotColumns+` FROM snapshots s
 		WHERE ($1 = '' OR s.repository = $1) AND s.forgotten_at IS NULL
 		ORDER BY s.time DESC, s.id`, repository)
@@ -257,8 +257,8 @@ func snapshotByPrefix(ctx context.Context, tx pgx.Tx, prefix string) (Snapshot, 
 	return Snapshot{}, fmt.Errorf("snapshot %s: %w: %s and %s both match; give more digits", prefix, ErrAmbiguous, shortID(snaps[0].ID), shortID(snaps[1].ID))
 }
 
-// HoldSnapshot puts a snapshot under legal hold: no plan deletes it until it is released.
-func (s *Store) HoldSnapshot(ctx context.Context, prefix, by, why string) (Snapshot, error) {
+// SnapshotHold puts a snapshot under legal hold: no plan deletes it until it is released.
+func (s *Store) SnapshotHold(ctx context.Context, prefix, by, why string) (Snapshot, error) {
 	return s.protect(ctx, prefix, func(tx pgx.Tx, snap Snapshot) (pgx.Row, error) {
 		return tx.QueryRow(ctx, `UPDATE snapshots s SET legal_hold_at = coalesce(legal_hold_at, now()),
 			legal_hold_by = $3, legal_hold_why = nullif($4, '')
@@ -266,8 +266,8 @@ func (s *Store) HoldSnapshot(ctx context.Context, prefix, by, why string) (Snaps
 	})
 }
 
-// ReleaseSnapshot lifts a snapshot's legal hold. Immutability, if any, stays.
-func (s *Store) ReleaseSnapshot(ctx context.Context, prefix string) (Snapshot, error) {
+// SnapshotRelease lifts a snapshot's legal hold. Immutability, if any, stays.
+func (s *Store) SnapshotRelease(ctx context.Context, prefix string) (Snapshot, error) {
 	return s.protect(ctx, prefix, func(tx pgx.Tx, snap Snapshot) (pgx.Row, error) {
 		if snap.LegalHoldAt == nil {
 			return nil, &ConflictError{Msg: fmt.Sprintf("snapshot %s is not under legal hold", shortID(snap.ID))}
@@ -277,9 +277,9 @@ func (s *Store) ReleaseSnapshot(ctx context.Context, prefix string) (Snapshot, e
 	})
 }
 
-// LockSnapshot makes a snapshot immutable until the given time. Immutability can be extended,
+// SnapshotLock makes a snapshot immutable until the given time. Immutability can be extended,
 // never shortened: that is what makes it immutability.
-func (s *Store) LockSnapshot(ctx context.Context, prefix string, until time.Time, by string) (Snapshot, error) {
+func (s *Store) SnapshotLock(ctx context.Context, prefix string, until time.Time, by string) (Snapshot, error) {
 	return s.protect(ctx, prefix, func(tx pgx.Tx, snap Snapshot) (pgx.Row, error) {
 		if snap.ImmutableUntil != nil && until.Before(*snap.ImmutableUntil) {
 			return nil, &ConflictError{Msg: fmt.Sprintf("snapshot %s is immutable until %s: immutability can be extended, not shortened",
@@ -334,8 +334,8 @@ func protectedAmong(ctx context.Context, tx pgx.Tx, repository string, ids []str
 	return protected, err
 }
 
-// ProtectedAmong returns which of the ids of the repository are protected at t.
-func (s *Store) ProtectedAmong(ctx context.Context, repository string, ids []string, t time.Time) ([]string, error) {
+// SnapshotProtectedAmong returns which of the ids of the repository are protected at t.
+func (s *Store) SnapshotProtectedAmong(ctx context.Context, repository string, ids []string, t time.Time) ([]string, error) {
 	var out []string
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error

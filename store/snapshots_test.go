@@ -29,7 +29,7 @@ func finishBackup(t *testing.T, st *store.Store, job string, snap func(run uuid.
 		e.Snapshot = snap(run.ID)
 		e.SnapshotID = e.Snapshot.ID
 	}
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, e); err != nil || !ok {
+	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, e); err != nil || !ok {
 		t.Fatalf("finish: ok=%v err=%v", ok, err)
 	}
 	return run, at
@@ -55,7 +55,7 @@ func listed(id, job string, run uuid.UUID, at time.Time) store.Snapshot {
 
 func inventory(t *testing.T, st *store.Store) []store.Snapshot {
 	t.Helper()
-	snaps, err := st.Snapshots(context.Background(), "/r")
+	snaps, err := st.SnapshotList(context.Background(), "/r")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,15 +82,15 @@ func TestSummarySnapshotCompletedByListing(t *testing.T) {
 		!slices.Contains(s.Tags, engine.RunTag(run.ID)) || !s.FirstSeenAt.Equal(ended) || s.ForgottenAt != nil {
 		t.Fatalf("snapshot from the summary = %+v", s)
 	}
-	if got, err := st.RunByID(ctx, run.ID); err != nil || got.SnapshotID != "c1ae9ba1" {
+	if got, err := st.RunGet(ctx, run.ID); err != nil || got.SnapshotID != "c1ae9ba1" {
 		t.Fatalf("run = %+v, %v; want its snapshot id", got, err)
 	}
-	held, err := st.HoldSnapshot(ctx, "c1ae", "auditor", "case 7")
+	held, err := st.SnapshotHold(ctx, "c1ae", "auditor", "case 7")
 	if err != nil || held.ID != "c1ae9ba1" || held.LegalHoldAt == nil {
 		t.Fatalf("hold of the short id: %+v, %v", held, err)
 	}
 	until := time.Now().Add(48 * time.Hour).Truncate(time.Microsecond)
-	if _, err := st.LockSnapshot(ctx, "c1ae9ba1", until, "auditor"); err != nil {
+	if _, err := st.SnapshotLock(ctx, "c1ae9ba1", until, "auditor"); err != nil {
 		t.Fatalf("lock of the short id: %v", err)
 	}
 
@@ -101,7 +101,7 @@ func TestSummarySnapshotCompletedByListing(t *testing.T) {
 	other := strings.Repeat("ab", 32)
 	l := listed(full, "s", run.ID, resticTime)
 	l.Host, l.Paths = "machine", []string{"/data", "/more"}
-	added, forgotten, err := st.SyncSnapshots(ctx, "/r", time.Now(), []store.Snapshot{l, listed(other, "", uuid.Nil, started)})
+	added, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{l, listed(other, "", uuid.Nil, started)})
 	if err != nil || added != 1 || forgotten != 0 {
 		t.Fatalf("sync: added %d, forgotten %d, %v; want the other one added, none forgotten", added, forgotten, err)
 	}
@@ -120,14 +120,14 @@ func TestSummarySnapshotCompletedByListing(t *testing.T) {
 		s.ImmutableUntil == nil || !s.ImmutableUntil.Equal(until) || !s.FirstSeenAt.Equal(ended) {
 		t.Fatalf("completed snapshot = %+v; want restic's facts with the hold, the lock and the first sighting kept", s)
 	}
-	if p, err := st.ProtectedAmong(ctx, "/r", []string{full, other}, time.Now()); err != nil || !slices.Equal(p, []string{full}) {
+	if p, err := st.SnapshotProtectedAmong(ctx, "/r", []string{full, other}, time.Now()); err != nil || !slices.Equal(p, []string{full}) {
 		t.Fatalf("protected = %v, %v; want the completed snapshot", p, err)
 	}
 	// A second listing changes nothing more.
-	if added, forgotten, err := st.SyncSnapshots(ctx, "/r", time.Now(), []store.Snapshot{l, listed(other, "", uuid.Nil, started)}); err != nil || added != 0 || forgotten != 0 {
+	if added, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{l, listed(other, "", uuid.Nil, started)}); err != nil || added != 0 || forgotten != 0 {
 		t.Fatalf("second sync: added %d, forgotten %d, %v", added, forgotten, err)
 	}
-	if v, err := st.Violations(ctx); err != nil || len(v) > 0 {
+	if v, err := st.InvariantViolations(ctx); err != nil || len(v) > 0 {
 		t.Fatalf("invariants: %v %v", v, err)
 	}
 }
@@ -140,24 +140,24 @@ func TestSummarySnapshotForgotten(t *testing.T) {
 	storetest.Job(t, st, &storetest.JobOpts{Name: "f", Repository: "/r"})
 	before := time.Now().Add(-time.Second)
 	run, _ := finishBackup(t, st, "f", fromSummary("f", "0123abcd", time.Now()))
-	if _, err := st.HoldSnapshot(ctx, "0123abcd", "auditor", ""); err != nil {
+	if _, err := st.SnapshotHold(ctx, "0123abcd", "auditor", ""); err != nil {
 		t.Fatal(err)
 	}
 	other := listed(strings.Repeat("e", 64), "f", uuid.New(), time.Now())
-	if _, forgotten, err := st.SyncSnapshots(ctx, "/r", before, []store.Snapshot{other}); err != nil || forgotten != 0 {
+	if _, forgotten, err := st.SnapshotSync(ctx, "/r", before, []store.Snapshot{other}); err != nil || forgotten != 0 {
 		t.Fatalf("a listing older than the ending: forgotten %d, %v; want none", forgotten, err)
 	}
 	if snaps := inventory(t, st); len(snaps) != 2 {
 		t.Fatalf("inventory %+v, want the summary's row and the listed one", snaps)
 	}
-	if _, forgotten, err := st.SyncSnapshots(ctx, "/r", time.Now(), []store.Snapshot{other}); err != nil || forgotten != 1 {
+	if _, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{other}); err != nil || forgotten != 1 {
 		t.Fatalf("a listing without the run's snapshot: forgotten %d, %v; want 1", forgotten, err)
 	}
 	snaps := inventory(t, st)
 	if len(snaps) != 1 || snaps[0].ID != other.ID {
 		t.Fatalf("inventory %+v, want only the listed snapshot", snaps)
 	}
-	if got, err := st.RunByID(ctx, run.ID); err != nil || got.SnapshotID != "0123abcd" {
+	if got, err := st.RunGet(ctx, run.ID); err != nil || got.SnapshotID != "0123abcd" {
 		t.Fatalf("run = %+v, %v; its record keeps the snapshot id", got, err)
 	}
 }
@@ -171,7 +171,7 @@ func TestSummarySnapshotBadID(t *testing.T) {
 	for _, id := range []string{"c1ae9b", "C1AE9BA1", "c1ae9ba1'; DROP TABLE snapshots; --", "../../etc/passwd", "c1ae9ba1%",
 		strings.Repeat("a", 65), "c1ae9ba1\n"} {
 		run, _ := finishBackup(t, st, "b", fromSummary("b", id, time.Now()))
-		if got, err := st.RunByID(ctx, run.ID); err != nil || got.Status != model.StatusSucceeded || got.SnapshotID != id {
+		if got, err := st.RunGet(ctx, run.ID); err != nil || got.Status != model.StatusSucceeded || got.SnapshotID != id {
 			t.Fatalf("run with summary id %q = %+v, %v; want succeeded with the id on record", id, got, err)
 		}
 	}
@@ -190,10 +190,10 @@ func TestSummarySnapshotOfAnotherRun(t *testing.T) {
 	owner, _ := finishBackup(t, st, "mine", nil)
 	theirs := strings.Repeat("5a", 32)
 	at := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
-	if _, _, err := st.SyncSnapshots(ctx, "/r", time.Now(), []store.Snapshot{listed(theirs, "mine", owner.ID, at)}); err != nil {
+	if _, _, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{listed(theirs, "mine", owner.ID, at)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.HoldSnapshot(ctx, theirs[:8], "auditor", "keep"); err != nil {
+	if _, err := st.SnapshotHold(ctx, theirs[:8], "auditor", "keep"); err != nil {
 		t.Fatal(err)
 	}
 	before := inventory(t, st)
@@ -211,7 +211,7 @@ func TestSummarySnapshotOfAnotherRun(t *testing.T) {
 	// into it: the row is absent from the listing and forgotten.
 	evil, _ := finishBackup(t, st, "evil", fromSummary("evil", "9f9f9f9f", time.Now()))
 	victim := "9f9f9f9f" + strings.Repeat("0", 56)
-	if _, _, err := st.SyncSnapshots(ctx, "/r", time.Now(), []store.Snapshot{listed(theirs, "mine", owner.ID, at),
+	if _, _, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{listed(theirs, "mine", owner.ID, at),
 		listed(victim, "mine", owner.ID, at)}); err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestSummarySnapshotAmbiguousAndLate(t *testing.T) {
 	storetest.Job(t, st, &storetest.JobOpts{Name: "a", Repository: "/r"})
 	run, _ := finishBackup(t, st, "a", fromSummary("a", "deadbeef", time.Now()))
 	one, two := "deadbeef"+strings.Repeat("1", 56), "deadbeef"+strings.Repeat("2", 56)
-	added, forgotten, err := st.SyncSnapshots(ctx, "/r", time.Now(), []store.Snapshot{listed(one, "a", run.ID, time.Now()),
+	added, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{listed(one, "a", run.ID, time.Now()),
 		listed(two, "a", run.ID, time.Now())})
 	if err != nil || added != 2 || forgotten != 1 {
 		t.Fatalf("sync: added %d, forgotten %d, %v; want both added and the short row forgotten", added, forgotten, err)
@@ -241,23 +241,23 @@ func TestSummarySnapshotAmbiguousAndLate(t *testing.T) {
 	}
 
 	// The listing of the next run's snapshot commits before the run's ending.
-	next, err := st.Admit(ctx, "a", "manual", model.KindBackup)
+	next, err := st.RunAdmit(ctx, "a", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	full := "feedface" + strings.Repeat("3", 56)
-	if _, _, err := st.SyncSnapshots(ctx, "/r", time.Now(), []store.Snapshot{listed(one, "a", run.ID, time.Now()),
+	if _, _, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{listed(one, "a", run.ID, time.Now()),
 		listed(two, "a", run.ID, time.Now()), listed(full, "a", next.ID, time.Now())}); err != nil {
 		t.Fatal(err)
 	}
 	e := store.Ending{RunID: next.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded, Reason: "ok",
 		SnapshotID: "feedface", Snapshot: fromSummary("a", "feedface", time.Now())(next.ID)}
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, e); err != nil || !ok {
+	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, e); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	// An ending that does not apply (the attempt ended already) records nothing.
 	e.Snapshot.ID = "0badc0de"
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, e); err != nil || ok {
+	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, e); err != nil || ok {
 		t.Fatalf("second finish: %v %v; want it refused", ok, err)
 	}
 	snaps := inventory(t, st)

@@ -258,9 +258,9 @@ func open(ctx context.Context, addr Address, configure func(*pgxpool.Config)) (*
 	return &Store{pool: pool, session: session}, nil
 }
 
-// AppliedMigrations returns the schema versions recorded as applied (migrations.VersionTable);
+// MigrationListApplied returns the schema versions recorded as applied (migrations.VersionTable);
 // none when the table does not exist yet.
-func (s *Store) AppliedMigrations(ctx context.Context) ([]int64, error) {
+func (s *Store) MigrationListApplied(ctx context.Context) ([]int64, error) {
 	rows, err := s.pool.Query(ctx, "SELECT version_id FROM "+pgx.Identifier{migrations.VersionTable}.Sanitize()+
 		" WHERE is_applied AND version_id > 0")
 	var versions []int64

@@ -45,18 +45,18 @@ func TestAdmitOneLiveRunPerJob(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	storetest.Job(t, st, &storetest.JobOpts{Name: "a", Repository: "/r"})
-	run, err := st.Admit(ctx, "a", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "a", "manual", model.KindBackup)
 	if err != nil || run.Status != model.StatusQueued {
 		t.Fatalf("admit: %+v, %v", run, err)
 	}
 	var conflict *store.ConflictError
-	if _, err := st.Admit(ctx, "a", "manual", model.KindBackup); !errors.As(err, &conflict) {
+	if _, err := st.RunAdmit(ctx, "a", "manual", model.KindBackup); !errors.As(err, &conflict) {
 		t.Fatalf("second admit while live: err = %v, want a ConflictError", err)
 	}
-	if _, err := st.Admit(ctx, "nope", "manual", model.KindBackup); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.RunAdmit(ctx, "nope", "manual", model.KindBackup); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("admit of an unknown job: err = %v", err)
 	}
-	if err := st.RemoveJob(ctx, "a"); !errors.As(err, &conflict) {
+	if err := st.JobDelete(ctx, "a"); !errors.As(err, &conflict) {
 		t.Fatalf("remove with a live run: err = %v, want a ConflictError", err)
 	}
 }
@@ -66,7 +66,7 @@ func TestGuardedWrites(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	storetest.Job(t, st, &storetest.JobOpts{Name: "g", Repository: "/r"})
-	run, err := st.Admit(ctx, "g", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "g", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestGuardedWrites(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-g-" + run.ID.String() + "-a1.service"})
+			ok, _, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-g-" + run.ID.String() + "-a1.service"})
 			if err != nil {
 				t.Error(err)
 			}
@@ -96,12 +96,12 @@ func TestGuardedWrites(t *testing.T) {
 	to := journal.Cursor{Offset: 100, LastSeq: 3, LastHash: "abc"}
 	d := store.JournalDelta{ItemErrors: 2, FirstItemError: "/x: denied"}
 	for i, want := range []bool{true, false} {
-		ok, err := st.ApplyJournal(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, d)
+		ok, err := st.AttemptApplyJournal(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, d)
 		if err != nil || ok != want {
 			t.Fatalf("apply #%d: ok=%v err=%v, want %v", i+1, ok, err, want)
 		}
 	}
-	a, err := st.Attempt(ctx, model.AttemptRef{Run: run.ID, No: 1})
+	a, err := st.AttemptGet(ctx, model.AttemptRef{Run: run.ID, No: 1})
 	if err != nil || a.ItemErrors != 2 || a.Cursor != to {
 		t.Fatalf("after applying twice: %+v, %v; want 2 item errors and the new cursor", a, err)
 	}
@@ -109,21 +109,21 @@ func TestGuardedWrites(t *testing.T) {
 	end := store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded, Reason: "ok",
 		ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}
 	for i, want := range []bool{true, false} {
-		ok, err := st.Finish(ctx, store.Lease{Host: "h"}, end)
+		ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, end)
 		if err != nil || ok != want {
 			t.Fatalf("finish #%d: ok=%v err=%v, want %v", i+1, ok, err, want)
 		}
 	}
 	// A restart of an attempt that already ended does nothing.
-	moved, _, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now()})
+	moved, _, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now()})
 	if err != nil || moved {
 		t.Fatalf("restart of an ended attempt: moved=%v err=%v", moved, err)
 	}
-	got, err := st.RunByID(ctx, run.ID)
+	got, err := st.RunGet(ctx, run.ID)
 	if err != nil || got.Status != model.StatusSucceeded {
 		t.Fatalf("run = %+v, %v", got, err)
 	}
-	jobs, err := st.Jobs(ctx)
+	jobs, err := st.JobList(ctx)
 	if err != nil || jobs[0].LastOutcome != model.StatusSucceeded {
 		t.Fatalf("job's last outcome: %+v, %v", jobs, err)
 	}
@@ -133,23 +133,23 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	storetest.Job(t, st, &storetest.JobOpts{Name: "r", Repository: "/r"})
-	run, err := st.Admit(ctx, "r", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "r", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved, _, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(), Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
+	moved, _, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(), Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
 	if err != nil || !moved {
 		t.Fatalf("restart: moved=%v err=%v", moved, err)
 	}
-	live, err := st.LiveRuns(ctx, "")
+	live, err := st.RunListLive(ctx, "")
 	if err != nil || len(live) != 1 || live[0].Attempt.No != 2 || live[0].JobEngine != "restic" {
 		t.Fatalf("live runs after restart: %+v, %v", live, err)
 	}
 	// Stop before the new attempt spawned: no claim is possible any more.
-	if _, err := st.RequestStop(ctx, run.ID); err != nil {
+	if _, err := st.RunRequestStop(ctx, run.ID); err != nil {
 		t.Fatal(err)
 	}
-	ok, _, err := st.ClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 2}, Unit: "u"})
+	ok, _, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 2}, Unit: "u"})
 	if err != nil || ok {
 		t.Fatalf("claim after a stop request: ok=%v err=%v, want false", ok, err)
 	}
@@ -159,17 +159,17 @@ func TestResolveRun(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	storetest.Job(t, st, &storetest.JobOpts{Name: "p", Repository: "/r"})
-	run, err := st.Admit(ctx, "p", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "p", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, arg := range []string{run.ID.String(), run.ID.String()[:8], run.ID.String()[:4]} {
-		if id, err := st.ResolveRun(ctx, arg); err != nil || id != run.ID {
+		if id, err := st.RunResolve(ctx, arg); err != nil || id != run.ID {
 			t.Fatalf("resolve %q: %v, %v", arg, id, err)
 		}
 	}
 	for _, arg := range []string{"abc", "zzzzzzzz", "'; drop table runs; --", ""} {
-		if _, err := st.ResolveRun(ctx, arg); !errors.Is(err, store.ErrNotFound) {
+		if _, err := st.RunResolve(ctx, arg); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("resolve %q: err = %v, want not found", arg, err)
 		}
 	}
@@ -181,7 +181,7 @@ func TestApplyJournalRefused(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	storetest.Job(t, st, &storetest.JobOpts{Name: "r", Repository: "/r"})
-	run, err := st.Admit(ctx, "r", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, "r", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestApplyJournalRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ok, err := st.ApplyJournal(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, tt.d)
+			ok, err := st.AttemptApplyJournal(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, tt.d)
 			var refused *store.RefusedError
 			if ok || !errors.As(err, &refused) {
 				t.Fatalf("ok=%v err=%v, want a *RefusedError", ok, err)
@@ -208,28 +208,28 @@ func TestApplyJournalRefused(t *testing.T) {
 			}
 		})
 	}
-	a, err := st.Attempt(ctx, model.AttemptRef{Run: run.ID, No: 1})
+	a, err := st.AttemptGet(ctx, model.AttemptRef{Run: run.ID, No: 1})
 	if err != nil || a.Cursor != (journal.Cursor{}) {
 		t.Fatalf("attempt after refused batches: %+v, %v; want the cursor where it was", a, err)
 	}
 }
 
-// EndedBefore returns only runs that ended, finally, before the time given.
+// RunListEndedBefore returns only runs that ended, finally, before the time given.
 func TestEndedBefore(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	storetest.Job(t, st, &storetest.JobOpts{Name: "e", Repository: "/r"})
 	storetest.Job(t, st, &storetest.JobOpts{Name: "l", Repository: "/r"})
-	done, err := st.Admit(ctx, "e", "manual", model.KindBackup)
+	done, err := st.RunAdmit(ctx, "e", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, err := st.Admit(ctx, "l", "manual", model.KindBackup)
+	live, err := st.RunAdmit(ctx, "l", "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	at := time.Now().Add(-time.Hour)
-	if ok, err := st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: done.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok"}); !ok || err != nil {
+	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: done.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok"}); !ok || err != nil {
 		t.Fatalf("finish: %v, %v", ok, err)
 	}
 	unknown := uuid.New()
@@ -241,7 +241,7 @@ func TestEndedBefore(t *testing.T) {
 		{at.Add(time.Minute), []uuid.UUID{done.ID}},
 		{at.Add(-time.Minute), nil},
 	} {
-		got, err := st.EndedBefore(ctx, ids, tt.before)
+		got, err := st.RunListEndedBefore(ctx, ids, tt.before)
 		if err != nil || len(got) != len(tt.want) || len(got) == 1 && got[0] != tt.want[0] {
 			t.Errorf("EndedBefore(%s) = %v, %v; want %v", tt.before, got, err, tt.want)
 		}
@@ -257,7 +257,7 @@ func TestConcurrentRestartsShareAnAccount(t *testing.T) {
 	for i := range 6 {
 		name := fmt.Sprintf("c%d", i)
 		storetest.Job(t, st, &storetest.JobOpts{Name: name, Repository: "/r"})
-		run, err := st.Admit(ctx, name, "manual", model.KindBackup)
+		run, err := st.RunAdmit(ctx, name, "manual", model.KindBackup)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +268,7 @@ func TestConcurrentRestartsShareAnAccount(t *testing.T) {
 		errs := make([]error, len(runs))
 		for i, run := range runs {
 			wg.Go(func() {
-				moved, _, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: attempt, At: time.Now(),
+				moved, _, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: attempt, At: time.Now(),
 					ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130",
 					Settlement: &ledger.Settlement{Bytes: 1 << 20, Source: "measured growth"}})
 				if err == nil && !moved {
@@ -291,27 +291,27 @@ func TestLedgersTellDeferredHolds(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	quota, most := int64(1<<30), int64(1<<20)
-	if _, err := st.CreateAccount(ctx, store.NewAccount{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
+	if _, err := st.AccountCreate(ctx, store.NewAccount{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"a", "b"} {
 		storetest.Job(t, st, &storetest.JobOpts{Name: name, Repository: "/r/" + name, Account: "team", MaxAdded: &most})
 	}
-	running, err := st.Admit(ctx, "a", model.TriggerManual, model.KindBackup)
+	running, err := st.RunAdmit(ctx, "a", model.TriggerManual, model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ended, err := st.Admit(ctx, "b", model.TriggerManual, model.KindBackup)
+	ended, err := st.RunAdmit(ctx, "b", model.TriggerManual, model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Its figure unknown, the ended attempt's hold stays open and takes all of the run's budget.
-	moved, paused, err := st.Restart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: ended.ID, Attempt: 1, At: time.Now(),
+	moved, paused, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: ended.ID, Attempt: 1, At: time.Now(),
 		Settlement: &ledger.Settlement{Deferred: "no figure"}})
 	if err != nil || !moved || !strings.HasPrefix(paused, "paused (settlement_deferred)") {
 		t.Fatalf("restart: moved=%v paused=%q err=%v", moved, paused, err)
 	}
-	ledgers, err := st.Ledgers(ctx, "team", 10)
+	ledgers, err := st.LedgerList(ctx, "team", 10)
 	if err != nil || len(ledgers) != 1 {
 		t.Fatalf("Ledgers = %+v, %v", ledgers, err)
 	}
@@ -325,7 +325,7 @@ func TestLedgersTellDeferredHolds(t *testing.T) {
 	if len(l.Entries) != 3 || l.Account.HeldBytes != 2*most {
 		t.Errorf("entries %+v, held %d; want the grant and two holds of %d", l.Entries, l.Account.HeldBytes, most)
 	}
-	if _, err := st.Ledgers(ctx, "nobody", 10); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.LedgerList(ctx, "nobody", 10); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Ledgers of an unknown account: %v", err)
 	}
 }
@@ -340,14 +340,14 @@ func TestAppliedMigrations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if got, err := st.AppliedMigrations(ctx); err != nil || len(got) != 0 {
+	if got, err := st.MigrationListApplied(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("never migrated: %v, %v; want none", got, err)
 	}
 	res, err := migrations.ApplyPending(ctx, dsn, nil)
 	if err != nil || len(res.Applied) == 0 {
 		t.Fatalf("ApplyPending on an empty database: %+v, %v; want every migration applied", res, err)
 	}
-	applied, err := st.AppliedMigrations(ctx)
+	applied, err := st.MigrationListApplied(ctx)
 	if err != nil || fmt.Sprint(applied) != fmt.Sprint(res.Applied) {
 		t.Fatalf("AppliedMigrations = %v, %v; want %v", applied, err, res.Applied)
 	}

@@ -82,7 +82,7 @@ func (h *hostLease) Start(ctx context.Context) error {
 	deadline := time.Now().Add(2 * h.req.Duration)
 	for {
 		asked := time.Now()
-		lease, err := h.store.AcquireLease(ctx, h.req)
+		lease, err := h.store.LeaseAcquire(ctx, h.req)
 		var held *store.LeaseHeldError
 		if errors.As(err, &held) && time.Now().Before(deadline) {
 			select {
@@ -120,7 +120,7 @@ func (h *hostLease) renew(ctx context.Context) {
 		}
 		callCtx, cancel := context.WithTimeout(ctx, h.req.Duration/3)
 		asked := time.Now()
-		next, err := h.store.RenewLease(callCtx, lease, h.req.Duration)
+		next, err := h.store.LeaseRenew(callCtx, lease, h.req.Duration)
 		regained := false
 		if errors.Is(err, store.ErrLeaseLost) {
 			h.drop()
@@ -130,7 +130,7 @@ func (h *hostLease) renew(ctx context.Context) {
 					"host", lease.Host, "generation", lease.Generation)
 			}
 			asked = time.Now()
-			next, err = h.store.AcquireLease(callCtx, h.req)
+			next, err = h.store.LeaseAcquire(callCtx, h.req)
 			var other *store.LeaseHeldError
 			if errors.As(err, &other) {
 				cancel()
@@ -172,7 +172,7 @@ func (h *hostLease) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// Guarded by holder and generation: a lease another daemon took is not released.
-	if err := h.store.ReleaseLease(ctx, lease); err != nil {
+	if err := h.store.LeaseRelease(ctx, lease); err != nil {
 		h.logger.Warn("host lease not released; it expires by itself", "host", lease.Host, "err", err)
 	}
 }

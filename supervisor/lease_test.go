@@ -84,7 +84,7 @@ func TestLeaseTakenByAnotherDaemon(t *testing.T) {
 	}
 	generation := func() int64 {
 		t.Helper()
-		hosts, err := e.st.Hosts(ctx)
+		hosts, err := e.st.HostList(ctx)
 		if err != nil || len(hosts) != 1 {
 			t.Fatalf("hosts: %+v %v", hosts, err)
 		}
@@ -137,7 +137,7 @@ func TestLeaseTakenByAnotherDaemon(t *testing.T) {
 
 	// A's stop does not release B's lease.
 	a.Stop()
-	if hosts, err := e.st.Hosts(ctx); err != nil || len(hosts) != 1 || !hosts[0].Alive || hosts[0].Holder != "B" {
+	if hosts, err := e.st.HostList(ctx); err != nil || len(hosts) != 1 || !hosts[0].Alive || hosts[0].Holder != "B" {
 		t.Fatalf("hosts after A stopped: %+v %v, want B's lease alive", hosts, err)
 	}
 	e.checkInvariants(t)

@@ -24,7 +24,7 @@ func (e env) waitArmed(t *testing.T, job string, slot time.Time) (run model.Run,
 	t.Helper()
 	ctx := context.Background()
 	for {
-		runs, err := e.st.Runs(ctx, job, 10)
+		runs, err := e.st.RunList(ctx, job, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,7 +32,7 @@ func (e env) waitArmed(t *testing.T, job string, slot time.Time) (run model.Run,
 			t.Fatalf("job %s: runs %+v, want one for the slot %s", job, runs, slot)
 		}
 		if len(runs) == 1 {
-			attempts, err := e.st.Attempts(ctx, runs[0].ID)
+			attempts, err := e.st.AttemptList(ctx, runs[0].ID)
 			if err != nil {
 				t.Fatal(err)
 			}

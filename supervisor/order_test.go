@@ -30,7 +30,7 @@ import (
 // its marker before the spawn marked it started.)
 func (e env) attemptSpan(t *testing.T, run model.Run) (claimed, ended time.Time) {
 	t.Helper()
-	attempts, err := e.st.Attempts(context.Background(), run.ID)
+	attempts, err := e.st.AttemptList(context.Background(), run.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestGlobalLimit(t *testing.T) {
 	}, &mostHeld)
 	sawWaiting := false
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		all, err := e.st.Runs(context.Background(), "", 1000)
+		all, err := e.st.RunList(context.Background(), "", 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +198,7 @@ func TestDependencyWaitIsBounded(t *testing.T) {
 	if waited := time.Since(queued); waited < 2*time.Second {
 		t.Fatalf("failed after %s, before the 2s bound", waited)
 	}
-	if attempts, err := e.st.Attempts(context.Background(), run.ID); err != nil || len(attempts) != 1 || attempts[0].Unit != "" {
+	if attempts, err := e.st.AttemptList(context.Background(), run.ID); err != nil || len(attempts) != 1 || attempts[0].Unit != "" {
 		t.Fatalf("attempts %+v (%v), want one that never started a unit", attempts, err)
 	}
 	e.checkInvariants(t)
@@ -215,11 +215,11 @@ func TestScheduleNoOverlap(t *testing.T) {
 	// Until two runs ended and a slot was skipped for a live run: then runs followed each other
 	// and met a slot while one was live.
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		runs, err := e.st.Runs(ctx, "slow", 100)
+		runs, err := e.st.RunList(ctx, "slow", 100)
 		if err != nil {
 			t.Fatal(err)
 		}
-		j, err := e.st.JobByName(ctx, "slow")
+		j, err := e.st.JobGet(ctx, "slow")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,13 +232,13 @@ func TestScheduleNoOverlap(t *testing.T) {
 		}
 	}
 	// No more slots; the last run ends.
-	if _, err := e.st.UpdateJob(ctx, "slow", func(j *model.Job) error { j.Schedule, j.NextRunAt = "", nil; return nil }); err != nil {
+	if _, err := e.st.JobUpdate(ctx, "slow", func(j *model.Job) error { j.Schedule, j.NextRunAt = "", nil; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	var runs []model.Run
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		var err error
-		if runs, err = e.st.Runs(ctx, "slow", 100); err != nil {
+		if runs, err = e.st.RunList(ctx, "slow", 100); err != nil {
 			t.Fatal(err)
 		}
 		if !slices.ContainsFunc(runs, func(r model.Run) bool { return model.Live(r.Status) }) {
@@ -263,7 +263,7 @@ func TestScheduleNoOverlap(t *testing.T) {
 			t.Fatalf("runs overlap: claimed and ended %v, then claimed at %s", spans[i-1], spans[i][0])
 		}
 	}
-	j, err := e.st.JobByName(ctx, "slow")
+	j, err := e.st.JobGet(ctx, "slow")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 
 	// Until 50 slots ran: seconds, or minutes on a loaded machine, where most slots are missed.
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
-		runs, err := e.st.Runs(ctx, "", 1000) // the ten jobs are the only ones
+		runs, err := e.st.RunList(ctx, "", 1000) // the ten jobs are the only ones
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -314,14 +314,14 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 		}
 	}
 	for i := range jobs {
-		if _, err := e.st.UpdateJob(ctx, fmt.Sprintf("tick%d", i), func(j *model.Job) error { j.Schedule, j.NextRunAt = "", nil; return nil }); err != nil {
+		if _, err := e.st.JobUpdate(ctx, fmt.Sprintf("tick%d", i), func(j *model.Job) error { j.Schedule, j.NextRunAt = "", nil; return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	total, byHost := 0, map[string]int{}
 	for i := range jobs {
 		name := fmt.Sprintf("tick%d", i)
-		runs, err := e.st.Runs(ctx, name, 1000)
+		runs, err := e.st.RunList(ctx, name, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,7 +333,7 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 			}
 			seen[*r.PlannedAt] = true
 			planned = append(planned, *r.PlannedAt)
-			attempts, err := e.st.Attempts(ctx, r.ID)
+			attempts, err := e.st.AttemptList(ctx, r.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -345,7 +345,7 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 			t.Fatalf("%s: no slot ran", name)
 		}
 		slices.SortFunc(planned, func(a, b time.Time) int { return a.Compare(b) })
-		j, err := e.st.JobByName(ctx, name)
+		j, err := e.st.JobGet(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -184,7 +184,7 @@ func pingEvery(interval, watchdog time.Duration) time.Duration {
 func (n *notifier) readDue(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, dueReadTimeout)
 	defer cancel()
-	if next, err := n.store.NextDue(ctx, n.host, 0); err == nil {
+	if next, err := n.store.JobNextDue(ctx, n.host, 0); err == nil {
 		n.progress.due(next)
 	}
 }

@@ -138,7 +138,7 @@ func (s *Supervisor) admit(ctx context.Context, a *schedule.Admitter) {
 		wait := s.pollEvery(s.cfg.SweepInterval)
 		dueAt = time.Time{}
 		nextCtx, cancel := context.WithTimeout(ctx, s.cfg.Database.StatementTimeout)
-		next, nextErr := s.cfg.Store.NextDue(nextCtx, s.rec.Host(), s.cfg.Reconcile.StartLead)
+		next, nextErr := s.cfg.Store.JobNextDue(nextCtx, s.rec.Host(), s.cfg.Reconcile.StartLead)
 		gate.Learn(time.Now(), next, errors.Join(err, nextErr))
 		if nextErr == nil && next != nil && time.Until(*next) < wait {
 			dueAt = *next
@@ -269,7 +269,7 @@ func (s *Supervisor) removeRunFiles(ctx context.Context) {
 	}
 }
 
-// compactHistoryDuty is the duty (store.ClaimDuty) of removing old history.
+// compactHistoryDuty is the duty (store.DutyClaim) of removing old history.
 const compactHistoryDuty = "compact-history"
 
 // compactHistory removes the history older than KeepHistory, when this daemon claims the duty:
@@ -288,7 +288,7 @@ func (s *Supervisor) compactHistory(ctx context.Context) {
 }
 
 func (s *Supervisor) compactOnce(ctx context.Context) error {
-	claimed, err := s.cfg.Store.ClaimDuty(ctx, compactHistoryDuty, s.rec.Host(), compactEvery)
+	claimed, err := s.cfg.Store.DutyClaim(ctx, compactHistoryDuty, s.rec.Host(), compactEvery)
 	if err != nil || !claimed {
 		return err
 	}
@@ -297,7 +297,7 @@ func (s *Supervisor) compactOnce(ctx context.Context) error {
 		return err
 	}
 	before := s.cfg.keepHistory.Before(now)
-	c, err := s.cfg.Store.CompactHistory(ctx, before, compactBatch)
+	c, err := s.cfg.Store.HistoryCompact(ctx, before, compactBatch)
 	if c.Total() > 0 {
 		s.cfg.Logger.Info("history compacted", "ended_before", before, "runs", c.Runs, "ledger_entries", c.LedgerEntries,
 			"events", c.Events, "deliveries", c.Deliveries, "plans", c.Plans)

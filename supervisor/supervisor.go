@@ -131,7 +131,7 @@ type Config struct {
 	RunFilesEvery time.Duration // how often old run files are looked for
 	// KeepHistory is how long the database keeps ended runs with their attempts, events,
 	// delivered deliveries and ledger entries, a retention duration of 35d or more; one daemon
-	// of the fleet removes what is older every hour (store.CompactHistory).
+	// of the fleet removes what is older every hour (store.HistoryCompact).
 	KeepHistory   string
 	WatchInterval time.Duration // how often jobs are judged overdue or not
 	// Listen is the address the daemon serves /metrics and the dashboard on, e.g.

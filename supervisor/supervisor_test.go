@@ -89,7 +89,7 @@ func (e env) job(t *testing.T, name string, argv ...string) {
 // createJob creates j, failing the test on error.
 func (e env) createJob(t *testing.T, j model.Job) {
 	t.Helper()
-	if _, err := e.st.CreateJob(context.Background(), j); err != nil {
+	if _, err := e.st.JobCreate(context.Background(), j); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -98,7 +98,7 @@ func (e env) createJob(t *testing.T, j model.Job) {
 func (e env) scheduled(t *testing.T, name, schedule string, first time.Time, argv ...string) {
 	t.Helper()
 	e.createJob(t, model.Job{Name: name, Engine: "command", Command: argv, Schedule: schedule})
-	if _, err := e.st.UpdateJob(context.Background(), name, func(j *model.Job) error { j.NextRunAt = &first; return nil }); err != nil {
+	if _, err := e.st.JobUpdate(context.Background(), name, func(j *model.Job) error { j.NextRunAt = &first; return nil }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -109,7 +109,7 @@ func nextSecond() time.Time { return time.Now().Add(time.Second).Truncate(time.S
 // admit admits a manual backup run of job.
 func (e env) admit(t *testing.T, job string) model.Run {
 	t.Helper()
-	run, err := e.st.Admit(context.Background(), job, "manual", model.KindBackup)
+	run, err := e.st.RunAdmit(context.Background(), job, "manual", model.KindBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +119,13 @@ func (e env) admit(t *testing.T, job string) model.Run {
 // waitEnded polls the record (the test's own view, not the daemon's) until the run is final.
 func (e env) waitEnded(t *testing.T, id string, within time.Duration) model.Run {
 	t.Helper()
-	run, err := e.st.ResolveRun(context.Background(), id)
+	run, err := e.st.RunResolve(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(within)
 	for {
-		r, err := e.st.RunByID(context.Background(), run)
+		r, err := e.st.RunGet(context.Background(), run)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func (e env) waitEnded(t *testing.T, id string, within time.Duration) model.Run 
 // checkInvariants fails the test if a store invariant is violated (what `holdfast check` runs).
 func (e env) checkInvariants(t *testing.T) {
 	t.Helper()
-	violations, err := e.st.Violations(context.Background())
+	violations, err := e.st.InvariantViolations(context.Background())
 	if err != nil || len(violations) > 0 {
 		t.Fatalf("invariants: %v %v", violations, err)
 	}
@@ -244,7 +244,7 @@ func TestStartStop(t *testing.T) {
 	woken("listening")
 	run := e.admit(t, "later")
 	woken("admission")
-	attempts, err := e.st.Attempts(ctx, run.ID)
+	attempts, err := e.st.AttemptList(ctx, run.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,13 +398,13 @@ func TestNotBeforeWakesSweep(t *testing.T) {
 		t.Fatal("no pass handed the first run over")
 	}
 	retry := store.Retry{ID: uuid.New(), Number: 1, Delay: 2 * time.Second, Why: "waiting: a retry"} // Finish sets its NotBefore
-	if ok, err := e.st.Finish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: first.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
+	if ok, err := e.st.AttemptFinish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: first.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
 		Reason: "failed by the test", FailureClass: "transient", Retry: &retry}); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	close(ended)
 	r := e.waitEnded(t, retry.ID.String(), time.Minute)
-	attempts, err := e.st.Attempts(ctx, retry.ID)
+	attempts, err := e.st.AttemptList(ctx, retry.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +415,7 @@ func TestNotBeforeWakesSweep(t *testing.T) {
 		t.Fatalf("retry spawned at %s, before its not-before %s", at, retry.NotBefore)
 	}
 	t.Logf("retry spawned %s after its not-before", attempts[0].SpawnClaimedAt.Sub(retry.NotBefore).Round(time.Millisecond))
-	if attempts, err := e.st.Attempts(ctx, first.ID); err != nil || len(attempts) != 1 || attempts[0].Unit != "" {
+	if attempts, err := e.st.AttemptList(ctx, first.ID); err != nil || len(attempts) != 1 || attempts[0].Unit != "" {
 		t.Fatalf("first run's attempts %+v (%v), want one that never had a unit", attempts, err)
 	}
 }
@@ -470,7 +470,7 @@ func TestSpawnDoesNotBlockSweep(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Stop did not return after the spawn was let go")
 	}
-	attempts, err := e.st.Attempts(ctx, held.ID)
+	attempts, err := e.st.AttemptList(ctx, held.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

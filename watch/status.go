@@ -86,32 +86,32 @@ type AccountStatus struct {
 
 // StatusReader is what a status report reads. The CLI and the dashboard give their store.Store.
 type StatusReader interface {
-	WatchFacts(ctx context.Context, scope store.WatchScope) ([]store.WatchFacts, error)
-	LiveRuns(ctx context.Context, host string) ([]model.LiveRun, error)
-	Accounts(ctx context.Context, name string) ([]store.Account, error)
-	Hosts(ctx context.Context) ([]store.Host, error)
-	DeliveryCounts(ctx context.Context) (pending, failed int64, err error)
+	JobWatchFacts(ctx context.Context, scope store.WatchScope) ([]store.WatchFacts, error)
+	RunListLive(ctx context.Context, host string) ([]model.LiveRun, error)
+	AccountList(ctx context.Context, name string) ([]store.Account, error)
+	HostList(ctx context.Context) ([]store.Host, error)
+	DeliveryCount(ctx context.Context) (pending, failed int64, err error)
 }
 
 // Status reads the report. An error means the state is Unknown.
 func Status(ctx context.Context, st StatusReader) (Report, error) {
-	facts, err := st.WatchFacts(ctx, store.WatchScope{})
+	facts, err := st.JobWatchFacts(ctx, store.WatchScope{})
 	if err != nil {
 		return Report{State: Unknown}, err
 	}
-	live, err := st.LiveRuns(ctx, "")
+	live, err := st.RunListLive(ctx, "")
 	if err != nil {
 		return Report{State: Unknown}, err
 	}
-	accounts, err := st.Accounts(ctx, "")
+	accounts, err := st.AccountList(ctx, "")
 	if err != nil {
 		return Report{State: Unknown}, err
 	}
-	hosts, err := st.Hosts(ctx)
+	hosts, err := st.HostList(ctx)
 	if err != nil {
 		return Report{State: Unknown}, err
 	}
-	_, failed, err := st.DeliveryCounts(ctx)
+	_, failed, err := st.DeliveryCount(ctx)
 	if err != nil {
 		return Report{State: Unknown}, err
 	}

@@ -158,12 +158,12 @@ type expected struct {
 // Store is what a Watcher reads and writes: the jobs' facts, the stalled runs, the duty of
 // watching unattended jobs, and the episodes it records. The daemon gives its store.Store.
 type Store interface {
-	WatchFacts(ctx context.Context, scope store.WatchScope) ([]store.WatchFacts, error)
-	Stalls(ctx context.Context, host string) ([]store.Stall, error)
-	MarkStalled(ctx context.Context, st store.Stall, reason, host string) (marked, stopped bool, err error)
-	ClaimDuty(ctx context.Context, name, host string, every time.Duration) (bool, error)
-	MarkOverdue(ctx context.Context, job string, since time.Time, reason, host string) (bool, error)
-	ClearOverdue(ctx context.Context, job, reason, host string) (bool, error)
+	JobWatchFacts(ctx context.Context, scope store.WatchScope) ([]store.WatchFacts, error)
+	AttemptListStalled(ctx context.Context, host string) ([]store.Stall, error)
+	AttemptMarkStalled(ctx context.Context, st store.Stall, reason, host string) (marked, stopped bool, err error)
+	DutyClaim(ctx context.Context, name, host string, every time.Duration) (bool, error)
+	JobMarkOverdue(ctx context.Context, job string, since time.Time, reason, host string) (bool, error)
+	JobClearOverdue(ctx context.Context, job, reason, host string) (bool, error)
 }
 
 // Watcher records overdue episodes: at most one "overdue" event per episode, then one
@@ -182,7 +182,7 @@ type Watcher struct {
 // DefaultInterval is a Watcher's default Interval.
 const DefaultInterval = 15 * time.Second
 
-// unattendedDuty is the duty (store.ClaimDuty) of watching the jobs pinned to hosts that are
+// unattendedDuty is the duty (store.DutyClaim) of watching the jobs pinned to hosts that are
 // down or never ran a daemon.
 const unattendedDuty = "watch-unattended"
 
@@ -197,14 +197,14 @@ func (w *Watcher) Pass(ctx context.Context) error {
 // stalls marks each run whose progress stood still past its job's stall_after, once, and asks
 // it to stop where the job says so: the decision table then stops it as any stop.
 func (w *Watcher) stalls(ctx context.Context) error {
-	stalls, err := w.Store.Stalls(ctx, w.Host)
+	stalls, err := w.Store.AttemptListStalled(ctx, w.Host)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, st := range stalls {
 		reason := fmt.Sprintf("stalled: no progress for %s, since %s", st.StallAfter, st.Since.UTC().Format(time.RFC3339))
-		marked, stopped, err := w.Store.MarkStalled(ctx, st, reason, w.Host)
+		marked, stopped, err := w.Store.AttemptMarkStalled(ctx, st, reason, w.Host)
 		switch {
 		case err != nil:
 			errs = append(errs, err)
@@ -219,16 +219,16 @@ func (w *Watcher) stalls(ctx context.Context) error {
 
 // overdue judges every job and records each change of its overdue episode.
 func (w *Watcher) overdue(ctx context.Context) error {
-	facts, err := w.Store.WatchFacts(ctx, store.WatchScope{Host: w.Host})
+	facts, err := w.Store.JobWatchFacts(ctx, store.WatchScope{Host: w.Host})
 	if err != nil {
 		return err
 	}
 	// The jobs pinned to a host that is down or never ran a daemon are watched too, by one
 	// daemon of the fleet per interval.
-	if claimed, err := w.Store.ClaimDuty(ctx, unattendedDuty, w.Host, w.interval()); err != nil {
+	if claimed, err := w.Store.DutyClaim(ctx, unattendedDuty, w.Host, w.interval()); err != nil {
 		return err
 	} else if claimed {
-		unattended, err := w.Store.WatchFacts(ctx, store.WatchScope{Unattended: true})
+		unattended, err := w.Store.JobWatchFacts(ctx, store.WatchScope{Unattended: true})
 		if err != nil {
 			return err
 		}
@@ -254,7 +254,7 @@ func (w *Watcher) overdue(ctx context.Context) error {
 		v := judge(f, f.ReadAt, from, x.e)
 		switch {
 		case v.Overdue && f.Job.OverdueSince == nil:
-			marked, err := w.Store.MarkOverdue(ctx, f.Job.Name, v.Since, v.Reason, w.Host)
+			marked, err := w.Store.JobMarkOverdue(ctx, f.Job.Name, v.Since, v.Reason, w.Host)
 			if err != nil {
 				errs = append(errs, err)
 			} else if marked {
@@ -268,7 +268,7 @@ func (w *Watcher) overdue(ctx context.Context) error {
 			if f.LastVerified != nil && f.LastVerified.After(*f.Job.OverdueSince) && strings.HasPrefix(f.Job.OverdueReason, "verification overdue") {
 				why = "a verification succeeded at " + f.LastVerified.UTC().Format(time.RFC3339)
 			}
-			cleared, err := w.Store.ClearOverdue(ctx, f.Job.Name, why, w.Host)
+			cleared, err := w.Store.JobClearOverdue(ctx, f.Job.Name, why, w.Host)
 			if err != nil {
 				errs = append(errs, err)
 			} else if cleared {

@@ -24,20 +24,20 @@ func TestWatcherJudgesAChangedScheduleAnew(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	if _, err := st.CreateJob(ctx, model.Job{Name: "tick", Engine: "command", Command: []string{"/bin/true"},
+	if _, err := st.JobCreate(ctx, model.Job{Name: "tick", Engine: "command", Command: []string{"/bin/true"},
 		Schedule: "@every 1s"}); err != nil {
 		t.Fatal(err)
 	}
 	w := &Watcher{Store: st, Host: "h", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	pass := func(schedule string, overdue bool) {
 		t.Helper()
-		if _, err := st.UpdateJob(ctx, "tick", func(j *model.Job) error { j.Schedule = schedule; return nil }); err != nil {
+		if _, err := st.JobUpdate(ctx, "tick", func(j *model.Job) error { j.Schedule = schedule; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.Pass(ctx); err != nil {
 			t.Fatal(err)
 		}
-		j, err := st.JobByName(ctx, "tick")
+		j, err := st.JobGet(ctx, "tick")
 		if err != nil {
 			t.Fatal(err)
 		}

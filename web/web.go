@@ -43,12 +43,12 @@ var assets embed.FS
 type Store interface {
 	watch.StatusReader
 	forget.Store
-	Runs(ctx context.Context, jobName string, limit int) ([]model.Run, error)
-	ResolveRun(ctx context.Context, idOrPrefix string) (uuid.UUID, error)
-	RunByID(ctx context.Context, id uuid.UUID) (model.Run, error)
-	Attempts(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error)
-	Snapshots(ctx context.Context, repository string) ([]store.Snapshot, error)
-	Entries(ctx context.Context, account string, limit int) ([]store.Entry, error)
+	RunList(ctx context.Context, jobName string, limit int) ([]model.Run, error)
+	RunResolve(ctx context.Context, idOrPrefix string) (uuid.UUID, error)
+	RunGet(ctx context.Context, id uuid.UUID) (model.Run, error)
+	AttemptList(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error)
+	SnapshotList(ctx context.Context, repository string) ([]store.Snapshot, error)
+	EntryList(ctx context.Context, account string, limit int) ([]store.Entry, error)
 }
 
 // Config configures the dashboard.
@@ -197,11 +197,11 @@ func (s *server) jobs(ctx context.Context, _ *http.Request) (any, error) {
 }
 
 func (s *server) job(ctx context.Context, r *http.Request) (any, error) {
-	j, err := s.cfg.Store.JobByName(ctx, r.PathValue("name"))
+	j, err := s.cfg.Store.JobGet(ctx, r.PathValue("name"))
 	if err != nil {
 		return nil, err
 	}
-	runs, err := s.cfg.Store.Runs(ctx, j.Name, runsShown)
+	runs, err := s.cfg.Store.RunList(ctx, j.Name, runsShown)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +213,7 @@ func (s *server) job(ctx context.Context, r *http.Request) (any, error) {
 }
 
 func (s *server) runs(ctx context.Context, r *http.Request) (any, error) {
-	runs, err := s.cfg.Store.Runs(ctx, r.URL.Query().Get("job"), runsShown)
+	runs, err := s.cfg.Store.RunList(ctx, r.URL.Query().Get("job"), runsShown)
 	if err != nil {
 		return nil, err
 	}
@@ -224,15 +224,15 @@ func (s *server) runs(ctx context.Context, r *http.Request) (any, error) {
 }
 
 func (s *server) runByPath(ctx context.Context, r *http.Request) (model.Run, []model.Attempt, error) {
-	id, err := s.cfg.Store.ResolveRun(ctx, r.PathValue("id"))
+	id, err := s.cfg.Store.RunResolve(ctx, r.PathValue("id"))
 	if err != nil {
 		return model.Run{}, nil, err
 	}
-	run, err := s.cfg.Store.RunByID(ctx, id)
+	run, err := s.cfg.Store.RunGet(ctx, id)
 	if err != nil {
 		return model.Run{}, nil, err
 	}
-	attempts, err := s.cfg.Store.Attempts(ctx, id)
+	attempts, err := s.cfg.Store.AttemptList(ctx, id)
 	return run, attempts, err
 }
 
@@ -306,7 +306,7 @@ func (s *server) plan(ctx context.Context, r *http.Request) (any, error) {
 	}{page: page{"Retention plan of " + name, now()}, Job: name}
 	pl, err := forget.Plan(ctx, s.cfg.Store, forget.Request{Job: name, At: time.Now(), Host: s.cfg.Host, Restic: s.cfg.Restic,
 		Read: func(ctx context.Context, j model.Job) ([]store.Snapshot, error) {
-			return s.cfg.Store.Snapshots(ctx, j.Repository)
+			return s.cfg.Store.SnapshotList(ctx, j.Repository)
 		}})
 	var conflict *store.ConflictError
 	switch {
@@ -325,7 +325,7 @@ func (s *server) plan(ctx context.Context, r *http.Request) (any, error) {
 
 func (s *server) accounts(ctx context.Context, r *http.Request) (any, error) {
 	name := r.PathValue("name")
-	accounts, err := s.cfg.Store.Accounts(ctx, name)
+	accounts, err := s.cfg.Store.AccountList(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +334,7 @@ func (s *server) accounts(ctx context.Context, r *http.Request) (any, error) {
 	}
 	var list []store.Entry
 	if name != "" {
-		if list, err = s.cfg.Store.Entries(ctx, name, entries); err != nil {
+		if list, err = s.cfg.Store.EntryList(ctx, name, entries); err != nil {
 			return nil, err
 		}
 	}

@@ -481,7 +481,7 @@ func TestExportHidesSecretURLs(t *testing.T) {
 	if p := w.applyPlan(w.writeConfig("edited.yaml", edited)); strings.Join(summarize(p), ";") != "update notify check events" {
 		t.Fatalf("apply of a changed event list = %v, want an update of check's events", summarize(p))
 	}
-	stored, err := w.store().Targets(context.Background(), "check")
+	stored, err := w.store().TargetList(context.Background(), "check")
 	if err != nil || len(stored) != 1 || stored[0].URL != targets[0].url || strings.Join(stored[0].Events, ",") != "failed,overdue" {
 		t.Fatalf("target check after the update: %+v (%v), want its URL as it was and the new events", stored, err)
 	}

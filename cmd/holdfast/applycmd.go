@@ -76,7 +76,7 @@ func newApplyCmd(g *globals) *cobra.Command {
 					return nil
 				}
 				plan.applied.Source, plan.applied.Hash, plan.applied.Actor = strings.Join(set.files, ", "), set.hash, g.actor()
-				if err := st.ApplyConfig(ctx, plan.applied); err != nil {
+				if err := st.ConfigApply(ctx, plan.applied); err != nil {
 					return err
 				}
 				if !asJSON {
@@ -120,7 +120,7 @@ func (g *globals) planConfig(ctx context.Context, st *store.Store, set configSet
 	if err != nil {
 		return plan, err
 	}
-	existing, err := st.Jobs(ctx)
+	existing, err := st.JobList(ctx)
 	if err != nil {
 		return plan, err
 	}
@@ -201,7 +201,7 @@ func (g *globals) planConfig(ctx context.Context, st *store.Store, set configSet
 			plan.Warnings = append(plan.Warnings, fmt.Sprintf("job %s is in the database but in no file: left alone (apply --prune deletes it)", j.Name))
 			continue
 		}
-		live, found, err := st.LiveRunOf(ctx, j.Name)
+		live, found, err := st.JobLiveRun(ctx, j.Name)
 		if err != nil {
 			return plan, err
 		}
@@ -255,7 +255,7 @@ func readAccount(d declaration) (declaredAccount, error) {
 // planAccounts adds the accounts' changes to plan. A quota only grows: the ledger adds grants and
 // never takes one back, so a file that gives less than an account was granted is refused.
 func planAccounts(ctx context.Context, st *store.Store, set configSet, plan *configPlan) (known map[string]bool, err error) {
-	existing, err := st.Accounts(ctx, "")
+	existing, err := st.AccountList(ctx, "")
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +292,7 @@ func planAccounts(ctx context.Context, st *store.Store, set configSet, plan *con
 			return nil, d.errorAt("quota", fmt.Errorf("%s is less than the %s account %s was granted: the ledger only adds grants; give %d or more",
 				ledger.FormatSize(*want.quota), ledger.FormatSize(have.GrantedBytes), d.name, have.GrantedBytes))
 		case want.quota != nil && have.Unlimited:
-			// store.Grant first grants what the account used without a quota; the rest makes it Q.
+			// store.AccountGrant first grants what the account used without a quota; the rest makes it Q.
 			c.Grant = *want.quota - have.GrantedBytes - max(have.SettledBytes+have.HeldBytes-have.GrantedBytes, 0)
 			if c.Grant <= 0 {
 				return nil, d.errorAt("quota", fmt.Errorf("%s is no more than account %s has used already (%s): give more",
@@ -325,7 +325,7 @@ func equalSize(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil 
 // planTargets adds the notification targets' changes to plan.
 // A target's job must exist or be declared (jobs).
 func (g *globals) planTargets(ctx context.Context, st *store.Store, set configSet, prune bool, jobs map[string]bool, plan *configPlan) error {
-	existing, err := st.Targets(ctx, "")
+	existing, err := st.TargetList(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -509,7 +509,7 @@ func newExportCmd(g *globals) *cobra.Command {
 				}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				jobs, err := st.Jobs(ctx)
+				jobs, err := st.JobList(ctx)
 				if err != nil {
 					return err
 				}
@@ -527,7 +527,7 @@ func newExportCmd(g *globals) *cobra.Command {
 					section.Content = append(section.Content, scalar(j.Name, "str"), exportJob(j))
 				}
 				if len(names) == 0 {
-					accounts, err := st.Accounts(ctx, "")
+					accounts, err := st.AccountList(ctx, "")
 					if err != nil {
 						return err
 					}
@@ -544,7 +544,7 @@ func newExportCmd(g *globals) *cobra.Command {
 				}
 				doc.Content = append(doc.Content, scalar("jobs", "str"), section)
 				if len(names) == 0 {
-					targets, err := st.Targets(ctx, "")
+					targets, err := st.TargetList(ctx, "")
 					if err != nil {
 						return err
 					}

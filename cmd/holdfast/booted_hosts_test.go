@@ -92,7 +92,7 @@ func TestBootedHosts(t *testing.T) {
 	// Taken over because the first host's lease had expired, once the second's --takeover-grace
 	// had passed since, and spawned after that: the database's own times.
 	tookOver(t, two.st, roam, one.h.Name, grace)
-	attempts, err := two.st.Attempts(context.Background(), mustUUID(t, roam))
+	attempts, err := two.st.AttemptList(context.Background(), mustUUID(t, roam))
 	if err != nil || attempts[0].Host != one.h.Name || attempts[1].Host != two.h.Name {
 		t.Fatalf("attempts of the any-host run: %+v %v", attempts, err)
 	}
@@ -112,7 +112,7 @@ func TestBootedHosts(t *testing.T) {
 	if r.Status != "succeeded" || len(r.Attempts) != 2 {
 		t.Fatalf("pinned run after its host booted again: %s (%s) in %d attempts", r.Status, r.Reason, len(r.Attempts))
 	}
-	if attempts, err := one.st.Attempts(context.Background(), mustUUID(t, local)); err != nil || attempts[1].Host != one.h.Name {
+	if attempts, err := one.st.AttemptList(context.Background(), mustUUID(t, local)); err != nil || attempts[1].Host != one.h.Name {
 		t.Fatalf("pinned run restarted on %+v %v", attempts, err)
 	}
 	for _, rp := range []string{repo, "/srv/backup"} {

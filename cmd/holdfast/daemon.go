@@ -49,13 +49,13 @@ func newCheckCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				found, err := st.Violations(ctx)
+				found, err := st.InvariantViolations(ctx)
 				if err != nil {
 					return err
 				}
 				// And the stored jobs as the daemon reads them: windows or a zone that do not
 				// parse hold the job's runs back.
-				jobs, err := st.Jobs(ctx)
+				jobs, err := st.JobList(ctx)
 				if err != nil {
 					return err
 				}
@@ -116,7 +116,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
-			applied, err := st.AppliedMigrations(ctx)
+			applied, err := st.MigrationListApplied(ctx)
 			if err != nil {
 				return err
 			}

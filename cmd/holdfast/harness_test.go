@@ -93,14 +93,14 @@ func (w *world) stopUnits() {
 		return
 	}
 	defer st.Close()
-	runs, err := st.Runs(ctx, "", 1<<20)
+	runs, err := st.RunList(ctx, "", 1<<20)
 	if err != nil {
 		w.t.Errorf("stop the world's units: %v", err)
 		return
 	}
 	var units []string
 	for _, r := range runs {
-		attempts, err := st.Attempts(ctx, r.ID)
+		attempts, err := st.AttemptList(ctx, r.ID)
 		if err != nil {
 			w.t.Errorf("stop the world's units: %v", err)
 			return
@@ -276,7 +276,7 @@ func (w *world) awaitLease(d *daemon, host string) {
 		}
 		var hosts []store.Host
 		if st := w.store(); st != nil {
-			hosts, _ = st.Hosts(context.Background()) // a test may have stopped PostgreSQL: wait
+			hosts, _ = st.HostList(context.Background()) // a test may have stopped PostgreSQL: wait
 		}
 		for _, h := range hosts {
 			if h.Name == host && h.Alive && strings.Contains(h.Holder, mine) {
@@ -605,7 +605,7 @@ func (w *world) storeRuns(job string) ([]model.Run, error) {
 	// anew; short enough that a poll of a frozen database fails and is tried again.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return st.Runs(ctx, job, 1000)
+	return st.RunList(ctx, job, 1000)
 }
 
 // storeLive reports whether the store reads the run as queued or running.
@@ -616,7 +616,7 @@ func (w *world) storeLive(id uuid.UUID) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	run, err := st.RunByID(ctx, id)
+	run, err := st.RunGet(ctx, id)
 	if err != nil {
 		return false, err
 	}
@@ -692,11 +692,11 @@ func runFingerprint(st *store.Store, id string) string {
 	// A database that is restarted or frozen under the test answers late or not at all.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	run, err := st.RunByID(ctx, uid)
+	run, err := st.RunGet(ctx, uid)
 	if err != nil {
 		return ""
 	}
-	attempts, err := st.Attempts(ctx, uid)
+	attempts, err := st.AttemptList(ctx, uid)
 	if err != nil {
 		return ""
 	}

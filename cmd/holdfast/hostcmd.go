@@ -49,7 +49,7 @@ func newHostListCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				hosts, err := st.Hosts(ctx)
+				hosts, err := st.HostList(ctx)
 				if err != nil {
 					return err
 				}
@@ -88,7 +88,7 @@ func newHostDrainCmd(g *globals, drain bool) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				h, err := st.DrainHost(ctx, args[0], drain)
+				h, err := st.HostDrain(ctx, args[0], drain)
 				if err != nil {
 					return err
 				}
@@ -109,7 +109,7 @@ func newHostForgetCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				if err := st.ForgetHost(ctx, args[0]); err != nil {
+				if err := st.HostForget(ctx, args[0]); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "host %s forgotten\n", args[0])

@@ -113,7 +113,7 @@ func (c *cluster) sweptPast(d time.Duration, ids []string, hosts ...string) {
 	}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		hs, err := c.w.store().Hosts(context.Background())
+		hs, err := c.w.store().HostList(context.Background())
 		if err == nil && len(hs) > 0 && hs[0].ReadAt.After(after) {
 			break
 		}
@@ -187,12 +187,12 @@ func tookOver(t *testing.T, st *store.Store, run, from string, grace time.Durati
 	if err != nil {
 		t.Fatal(err)
 	}
-	attempts, err := st.Attempts(ctx, id)
+	attempts, err := st.AttemptList(ctx, id)
 	if err != nil || len(attempts) < 2 || attempts[0].Host != from || attempts[0].SupersededAt == nil || attempts[1].SpawnClaimedAt == nil {
 		t.Fatalf("run %s: attempts %+v (%v), want the first on %s superseded and a second spawned", run, attempts, err, from)
 	}
 	first, second := attempts[0], attempts[1]
-	events, err := st.Events(ctx, "", 0, 10000)
+	events, err := st.EventList(ctx, "", 0, 10000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func tookOver(t *testing.T, st *store.Store, run, from string, grace time.Durati
 	if second.SpawnClaimedAt.Before(*first.SupersededAt) {
 		t.Fatalf("run %s: attempt 2 spawned at %s, before attempt 1 was taken over at %s", run, second.SpawnClaimedAt, first.SupersededAt)
 	}
-	hosts, err := st.Hosts(ctx)
+	hosts, err := st.HostList(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,7 +552,7 @@ func TestHostsFailover(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("h2's daemon did not take its lease again within a minute of its return: host events %v", seen)
 		}
-		events, err := w.store().Events(context.Background(), "", 0, 1000)
+		events, err := w.store().EventList(context.Background(), "", 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -690,7 +690,7 @@ func takeoverAfterKill(t *testing.T, victims ...string) {
 	var attempts []model.Attempt
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		as, err := st.Attempts(ctx, id)
+		as, err := st.AttemptList(ctx, id)
 		cancel()
 		if err == nil && len(as) > 1 && as[1].SpawnClaimedAt != nil {
 			attempts = as

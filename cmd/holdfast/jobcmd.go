@@ -220,7 +220,7 @@ func newJobAddCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				created, err := st.CreateJob(ctx, j)
+				created, err := st.JobCreate(ctx, j)
 				if err != nil {
 					return err
 				}
@@ -252,7 +252,7 @@ func newJobEditCmd(g *globals) *cobra.Command {
 				return badInput("nothing to change: give the flags to change, e.g. --schedule \"0 3 * * *\"")
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				updated, err := st.UpdateJob(ctx, args[0], func(j *model.Job) error {
+				updated, err := st.JobUpdate(ctx, args[0], func(j *model.Job) error {
 					before := *j
 					if err := jf.apply(cmd.Flags(), j); err != nil {
 						return err
@@ -429,7 +429,7 @@ func newJobListCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				jobs, err := st.Jobs(ctx)
+				jobs, err := st.JobList(ctx)
 				if err != nil {
 					return err
 				}
@@ -472,11 +472,11 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				j, err := st.JobByName(ctx, args[0])
+				j, err := st.JobGet(ctx, args[0])
 				if err != nil {
 					return err
 				}
-				changes, err := st.JobChanges(ctx, j.Name, 5)
+				changes, err := st.JobChangeList(ctx, j.Name, 5)
 				if err != nil {
 					return err
 				}
@@ -614,7 +614,7 @@ func newJobRemoveCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				if err := st.RemoveJob(ctx, args[0]); err != nil {
+				if err := st.JobDelete(ctx, args[0]); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "job %s removed\n", args[0])

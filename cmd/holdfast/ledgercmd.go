@@ -119,7 +119,7 @@ func newAccountAddCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				a, err := st.CreateAccount(ctx, store.NewAccount{Name: args[0], Quota: &q, Allowance: allow, Period: period, Actor: g.actor()})
+				a, err := st.AccountCreate(ctx, store.NewAccount{Name: args[0], Quota: &q, Allowance: allow, Period: period, Actor: g.actor()})
 				if err != nil {
 					return err
 				}
@@ -154,7 +154,7 @@ func newAccountGrantCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				a, err := st.Grant(ctx, args[0], n, g.actor(), why)
+				a, err := st.AccountGrant(ctx, args[0], n, g.actor(), why)
 				if err != nil {
 					return err
 				}
@@ -179,7 +179,7 @@ func newAccountListCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				accounts, err := st.Accounts(ctx, "")
+				accounts, err := st.AccountList(ctx, "")
 				if err != nil {
 					return err
 				}
@@ -228,7 +228,7 @@ func newLedgerShowCmd(g *globals) *cobra.Command {
 				return badInput("--limit %d: give at least 1", limit)
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				ledgers, err := st.Ledgers(ctx, name, limit)
+				ledgers, err := st.LedgerList(ctx, name, limit)
 				if err != nil {
 					return err
 				}
@@ -307,7 +307,7 @@ func newLedgerSettleCmd(g *globals) *cobra.Command {
 				return badInput("--bytes: %v", err)
 			}
 			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
-				e, err := st.SettleByHand(ctx, id, n, g.actor(), why)
+				e, err := st.RunSettleByHand(ctx, id, n, g.actor(), why)
 				if err != nil {
 					return err
 				}

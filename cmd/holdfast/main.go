@@ -199,7 +199,7 @@ func (g *globals) withStore(cmd *cobra.Command, fn func(context.Context, *store.
 // withRun also resolves the run arg names: a full id, or a unique prefix as `run list` prints.
 func (g *globals) withRun(cmd *cobra.Command, arg string, fn func(context.Context, *store.Store, uuid.UUID) error) error {
 	return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-		id, err := st.ResolveRun(ctx, arg)
+		id, err := st.RunResolve(ctx, arg)
 		if err != nil {
 			return err
 		}

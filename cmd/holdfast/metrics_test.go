@@ -90,7 +90,7 @@ func TestMetrics(t *testing.T) {
 	}
 	st := w.store()
 	ctx := context.Background()
-	facts, err := st.Figures(ctx)
+	facts, err := st.FiguresGet(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

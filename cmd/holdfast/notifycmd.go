@@ -116,14 +116,14 @@ func newNotifyAddCmd(g *globals) *cobra.Command {
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				if t.Job != "" {
-					if _, err := st.JobByName(ctx, t.Job); err != nil {
+					if _, err := st.JobGet(ctx, t.Job); err != nil {
 						return err
 					}
 				}
-				if err := st.AddTarget(ctx, t); err != nil {
+				if err := st.TargetCreate(ctx, t); err != nil {
 					return err
 				}
-				added, err := st.Targets(ctx, t.Name)
+				added, err := st.TargetList(ctx, t.Name)
 				if err != nil {
 					return err
 				}
@@ -153,7 +153,7 @@ func newNotifyListCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				targets, err := st.Targets(ctx, "")
+				targets, err := st.TargetList(ctx, "")
 				if err != nil {
 					return err
 				}
@@ -184,7 +184,7 @@ func newNotifyRemoveCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(1, "one target name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				if err := st.RemoveTarget(ctx, args[0]); err != nil {
+				if err := st.TargetDelete(ctx, args[0]); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "notification target %s removed\n", args[0])
@@ -203,7 +203,7 @@ func newNotifyTestCmd(g *globals) *cobra.Command {
 		Args: exactArgs(1, "one target name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				targets, err := st.Targets(ctx, args[0])
+				targets, err := st.TargetList(ctx, args[0])
 				if err != nil {
 					return err
 				}
@@ -257,11 +257,11 @@ func newNotifyLogCmd(g *globals) *cobra.Command {
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				if target != "" {
-					if _, err := st.Targets(ctx, target); err != nil {
+					if _, err := st.TargetList(ctx, target); err != nil {
 						return err
 					}
 				}
-				ds, err := st.Deliveries(ctx, target, limit)
+				ds, err := st.DeliveryList(ctx, target, limit)
 				if err != nil {
 					return err
 				}

@@ -82,7 +82,7 @@ func (w *world) eventNames(job string) []string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	events, err := st.Events(ctx, job, 0, 10000)
+	events, err := st.EventList(ctx, job, 0, 10000)
 	if err != nil {
 		return nil
 	}

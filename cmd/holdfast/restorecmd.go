@@ -92,7 +92,7 @@ func validateSnapshotArg(s string) error {
 // snapshot is recorded by its full id, so a restarted restore gives back the same tree.
 func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreRequest, wait, asJSON bool) error {
 	ctx := cmd.Context()
-	j, err := st.JobByName(ctx, req.job)
+	j, err := st.JobGet(ctx, req.job)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 	if j.Host != "" && j.Host != here {
 		return badInput("job %s runs on host %s: run holdfast restore there (a target is a directory of the host that restores)", j.Name, j.Host)
 	}
-	able, err := st.RunnableBy(ctx, j.Name)
+	able, err := st.JobRunnableHosts(ctx, j.Name)
 	if err != nil {
 		return err
 	}
@@ -180,7 +180,7 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 		return err
 	}
 	rs.TargetID = &model.FileID{Dev: target.Dev, Ino: target.Ino}
-	run, err := st.AdmitRequest(ctx, store.Request{Job: j.Name, Trigger: model.TriggerManual, Kind: model.KindRestore, Host: here, Restore: rs})
+	run, err := st.RunAdmitRequest(ctx, store.Request{Job: j.Name, Trigger: model.TriggerManual, Kind: model.KindRestore, Host: here, Restore: rs})
 	if err != nil {
 		undo()
 		return err

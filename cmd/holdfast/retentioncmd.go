@@ -505,7 +505,7 @@ func newRetentionHistoryCmd(g *globals) *cobra.Command {
 				return badInput("--limit %d: give at least 1", limit)
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				plans, err := st.Plans(ctx, name, limit)
+				plans, err := st.PlanList(ctx, name, limit)
 				if err != nil {
 					return err
 				}

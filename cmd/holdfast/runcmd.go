@@ -223,14 +223,14 @@ func newRunStartCmd(g *globals) *cobra.Command {
 					}
 				}
 				// Waiting for a run that no daemon can take would wait for ever: say so now.
-				able, err := st.RunnableBy(ctx, args[0])
+				able, err := st.JobRunnableHosts(ctx, args[0])
 				if err != nil {
 					return err
 				}
 				if len(able.Hosts) == 0 && wait {
 					return unavailableError{errors.New(able.Why + "; nothing was queued")}
 				}
-				run, err := st.AdmitRequest(ctx, store.Request{Job: args[0], Trigger: model.TriggerManual, Kind: kind, Verify: verify})
+				run, err := st.RunAdmitRequest(ctx, store.Request{Job: args[0], Trigger: model.TriggerManual, Kind: kind, Verify: verify})
 				if err != nil {
 					return err
 				}
@@ -361,7 +361,7 @@ func newRunResumeCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(1, "one run id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
-				if _, err := st.Resume(ctx, id); err != nil {
+				if _, err := st.RunResume(ctx, id); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "run %s: resumed as a new attempt\n", id)
@@ -389,7 +389,7 @@ func newRunListCmd(g *globals) *cobra.Command {
 				return badInput("--limit must be at least 1")
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				runs, err := st.Runs(ctx, jobName, limit)
+				runs, err := st.RunList(ctx, jobName, limit)
 				if err != nil {
 					return err
 				}
@@ -435,11 +435,11 @@ func newRunShowCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(1, "one run id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
-				run, err := st.RunByID(ctx, id)
+				run, err := st.RunGet(ctx, id)
 				if err != nil {
 					return err
 				}
-				attempts, err := st.Attempts(ctx, id)
+				attempts, err := st.AttemptList(ctx, id)
 				if err != nil {
 					return err
 				}
@@ -532,7 +532,7 @@ func newRunLogsCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(1, "one run id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
-				attempts, err := st.Attempts(ctx, id)
+				attempts, err := st.AttemptList(ctx, id)
 				if err != nil {
 					return err
 				}

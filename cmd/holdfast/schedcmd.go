@@ -40,7 +40,7 @@ func newSchedulePreviewCmd(g *globals) *cobra.Command {
 				return badInput("--count must be 1..1000")
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				j, err := st.JobByName(ctx, args[0])
+				j, err := st.JobGet(ctx, args[0])
 				if err != nil {
 					return err
 				}

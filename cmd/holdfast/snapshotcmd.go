@@ -87,7 +87,7 @@ func newSnapshotListCmd(g *globals) *cobra.Command {
 				repository := ""
 				var snaps []store.Snapshot
 				if len(args) == 1 {
-					j, err := st.JobByName(ctx, args[0])
+					j, err := st.JobGet(ctx, args[0])
 					if err != nil {
 						return err
 					}
@@ -107,7 +107,7 @@ func newSnapshotListCmd(g *globals) *cobra.Command {
 				}
 				if !refresh {
 					var err error
-					if snaps, err = st.Snapshots(ctx, repository); err != nil {
+					if snaps, err = st.SnapshotList(ctx, repository); err != nil {
 						return err
 					}
 				}
@@ -178,7 +178,7 @@ func newSnapshotHoldCmd(g *globals) *cobra.Command {
 	var why string
 	cmd := snapshotChange(g, "hold ID", "Put a snapshot under legal hold: no retention plan deletes it until it is released",
 		func(ctx context.Context, st *store.Store, id string) (store.Snapshot, error) {
-			return st.HoldSnapshot(ctx, id, g.actor(), why)
+			return st.SnapshotHold(ctx, id, g.actor(), why)
 		},
 		func(s store.Snapshot) string { return fmt.Sprintf("snapshot %.12s is under legal hold", s.ID) })
 	cmd.Flags().StringVar(&why, "why", "", "the reason, kept with the hold")
@@ -188,7 +188,7 @@ func newSnapshotHoldCmd(g *globals) *cobra.Command {
 func newSnapshotReleaseCmd(g *globals) *cobra.Command {
 	return snapshotChange(g, "release ID", "Lift a snapshot's legal hold (its immutability, if any, stays)",
 		func(ctx context.Context, st *store.Store, id string) (store.Snapshot, error) {
-			return st.ReleaseSnapshot(ctx, id)
+			return st.SnapshotRelease(ctx, id)
 		},
 		func(s store.Snapshot) string { return fmt.Sprintf("snapshot %.12s released from legal hold", s.ID) })
 }
@@ -207,7 +207,7 @@ func newSnapshotLockCmd(g *globals) *cobra.Command {
 			if !t.After(time.Now()) {
 				return store.Snapshot{}, badInput("--until %s is not in the future", until)
 			}
-			return st.LockSnapshot(ctx, id, t, g.actor())
+			return st.SnapshotLock(ctx, id, t, g.actor())
 		},
 		func(s store.Snapshot) string {
 			return fmt.Sprintf("snapshot %.12s is immutable until %s", s.ID, s.ImmutableUntil.Local().Format(time.RFC3339))

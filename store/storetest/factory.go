@@ -27,7 +27,7 @@ func Lease(t testing.TB, st *store.Store, opts *LeaseOpts) store.Lease {
 	t.Helper()
 	o := cmp.Or(opts, &LeaseOpts{})
 	host, holder := cmp.Or(o.Host, "h1"), cmp.Or(o.Holder, "holder-1")
-	l, err := st.AcquireLease(context.Background(), store.LeaseRequest{Host: host, Holder: holder, Duration: cmp.Or(o.Duration, time.Hour),
+	l, err := st.LeaseAcquire(context.Background(), store.LeaseRequest{Host: host, Holder: holder, Duration: cmp.Or(o.Duration, time.Hour),
 		Grace: time.Second, HolderGone: func(string) bool { return true }})
 	if err != nil {
 		t.Fatalf("lease of %s for %s: %v", host, holder, err)
@@ -58,7 +58,7 @@ func Job(t testing.TB, st *store.Store, opts *JobOpts) model.Job {
 	} else {
 		j.Repository, j.PasswordFile, j.Paths = cmp.Or(o.Repository, "/srv/backup/"+name), "/pw", []string{"/data"}
 	}
-	j, err := st.CreateJob(context.Background(), j)
+	j, err := st.JobCreate(context.Background(), j)
 	if err != nil {
 		t.Fatalf("create job %s: %v", name, err)
 	}
@@ -88,7 +88,7 @@ func Run(t testing.TB, st *store.Store, opts *RunOpts) model.Run {
 	if job == "" {
 		job = Job(t, st, o.JobOpts).Name
 	}
-	run, err := st.Admit(ctx, job, cmp.Or(o.Trigger, model.TriggerManual), cmp.Or(o.Kind, model.KindBackup))
+	run, err := st.RunAdmit(ctx, job, cmp.Or(o.Trigger, model.TriggerManual), cmp.Or(o.Kind, model.KindBackup))
 	if err != nil {
 		t.Fatalf("admit a run of %s: %v", job, err)
 	}
@@ -98,7 +98,7 @@ func Run(t testing.TB, st *store.Store, opts *RunOpts) model.Run {
 		}
 		return run
 	}
-	claimed, blocked, err := st.ClaimSpawn(ctx, *o.Claim, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: Unit(run, 1)})
+	claimed, blocked, err := st.AttemptClaimSpawn(ctx, *o.Claim, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: Unit(run, 1)})
 	if err != nil || !claimed {
 		t.Fatalf("claim the spawn of run %s: claimed=%v blocked=%q err=%v", run.ID, claimed, blocked, err)
 	}
@@ -107,11 +107,11 @@ func Run(t testing.TB, st *store.Store, opts *RunOpts) model.Run {
 		t.Fatal(err)
 	}
 	if o.Started {
-		if err := st.MarkStarted(ctx, *o.Claim, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
+		if err := st.AttemptMarkStarted(ctx, *o.Claim, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if run, err = st.RunByID(ctx, run.ID); err != nil {
+	if run, err = st.RunGet(ctx, run.ID); err != nil {
 		t.Fatal(err)
 	}
 	if o.Started && run.Status != model.StatusRunning {
