@@ -22,10 +22,19 @@ func TestParseKind(t *testing.T) {
 		if k, err := ParseKind(s); err == nil {
 			t.Errorf("ParseKind(%q) = %q, want an error", s, k)
 		}
+		// A stored kind this release does not know is read as it is, and is no kind of its.
 		var scanned Kind
-		if err := scanned.Scan(s); err == nil {
+		err := scanned.Scan(s)
+		switch {
+		case s == "" && err == nil:
 			t.Errorf("Scan(%q) = %q, want an error", s, scanned)
+		case s != "" && (err != nil || scanned != Kind(s) || scanned.Valid() || scanned.Spec() != (KindSpec{})):
+			t.Errorf("Scan(%q) = %q, %v (valid %v, spec %+v); want it kept as read, not valid, the zero spec", s, scanned, err, scanned.Valid(), scanned.Spec())
 		}
+	}
+	var scanned Kind
+	if err := scanned.Scan(42); err == nil {
+		t.Errorf("Scan(42) = %q, want an error", scanned)
 	}
 }
 
