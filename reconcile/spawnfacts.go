@@ -159,6 +159,11 @@ const windowsMemoMax = 4096
 // the host's tzdata); its runs wait (decide's "unspawned, job windows unreadable"), and this
 // logs it once for each text it has.
 func (r *Reconciler) jobWindows(j model.Job) ([]schedule.Window, *time.Location, error) {
+	if len(j.Windows) == 0 {
+		// No window to judge: the zone is read for none, so a zone this host cannot load holds
+		// nothing back (its schedule is admission's, and holdfast check reports it).
+		return nil, time.UTC, nil
+	}
 	key := windowsKey{job: j.Name, zone: j.TimeZone, windows: strings.Join(j.Windows, "\x00")} // text holds no NUL in PostgreSQL
 	m := &r.windows
 	m.mu.Lock()

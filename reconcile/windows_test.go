@@ -27,7 +27,7 @@ func TestStoredWindowsThatDoNotParseHoldTheRun(t *testing.T) {
 		want       string // a part of the waiting reason
 	}{
 		{"unknown-zone", "Mars/Olympus", []string{"daily 00:00-00:01"}, `time zone "Mars/Olympus" is unknown`},
-		{"local-zone", "Local", nil, `time zone "Local" is unknown`},
+		{"local-zone", "Local", []string{"Sat 01:00-05:00"}, `time zone "Local" is unknown`},
 		{"bad-window", "", []string{"Someday 25:00-26:00"}, `window "Someday 25:00-26:00": `},
 		{"one-bad-window", "Europe/Berlin", []string{"Sat 01:00-05:00", "daily 03:00"}, `window "daily 03:00": `},
 	} {
@@ -101,4 +101,33 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// A job with no window is never held for its zone: there is nothing the zone would judge, and
+// its schedule is admission's (a zone this host cannot load is holdfast check's to report).
+func TestUnloadableZoneWithoutWindowsHoldsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSweepEnv(t, reconcile.Config{AllowCommandJobs: true})
+	if _, err := e.st.JobCreate(ctx, model.Job{Name: "no-windows", Engine: "command", Command: []string{"/bin/true"}, TimeZone: "Mars/Olympus"}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := e.st.RunAdmit(ctx, "no-windows", "manual", model.KindBackup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats, err := e.rec.Sweep(ctx); err != nil || stats.Errors > 0 {
+		t.Fatalf("sweep: %+v %v", stats, err)
+	}
+	got, err := e.st.RunGet(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts, err := e.st.AttemptList(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.WaitingReason != "" || len(attempts) != 1 || attempts[0].SpawnClaimedAt == nil {
+		t.Fatalf("run %s, waiting %q, attempts %+v; want its spawn claimed at the first pass", got.Status, got.WaitingReason, attempts)
+	}
 }
