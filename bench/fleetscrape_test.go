@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkFleetScrape measures what a scrape of /metrics and `holdfast host list` read from a
-// fleet's database (store.Figures and store.HostList, the fleet-wide views) at 10, 100 and 1,000
+// fleet's database (store.FiguresGet and store.HostList, the fleet-wide views) at 10, 100 and 1,000
 // hosts (storetest.SeedFleet): the median of 5 reads each, and the growth from 10 to 1,000.
 // These views are the fleet's, so they grow with it; one daemon is scraped, not all.
 func BenchmarkFleetScrape(b *testing.B) {

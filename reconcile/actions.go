@@ -196,7 +196,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l model.LiveRun, a model
 	e.Settlement = r.settlement(ctx, l, a, !v.neverRan && ran(a, m), false)
 	crashpoint.At("finish-before")
 	if v.status == model.StatusFailed && v.class == string(engine.Transient) {
-		// The backoff counts from the recorded end; Finish adds the retry to the reason.
+		// The backoff counts from the recorded end; AttemptFinish adds the retry to the reason.
 		if e.Retry, err = r.retryPlan(ctx, l); err != nil {
 			return err
 		}

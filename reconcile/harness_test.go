@@ -49,9 +49,9 @@ func (r *recorder) list() []string {
 // fakeState is an in-memory State: it records each call and answers from its fields.
 type fakeState struct {
 	*recorder
-	attempt      model.Attempt // what Attempt returns
-	job          model.Job     // what JobByName returns
-	claimBlocked string        // ClaimSpawn's blocked answer
+	attempt      model.Attempt // what AttemptGet returns
+	job          model.Job     // what JobGet returns
+	claimBlocked string        // AttemptClaimSpawn's blocked answer
 	claimed      map[int]bool  // attempts claimed: a second claim is not granted, as in the store
 	endings      []store.Ending
 }
@@ -59,17 +59,17 @@ type fakeState struct {
 var _ State = (*fakeState)(nil)
 
 func (s *fakeState) RunListLive(context.Context, string) ([]model.LiveRun, error) {
-	s.record("LiveRuns")
+	s.record("RunListLive")
 	return nil, nil
 }
 
 func (s *fakeState) JobListForHost(context.Context, string) ([]model.Job, error) {
-	s.record("Jobs")
+	s.record("JobList")
 	return []model.Job{s.job}, nil
 }
 
 func (s *fakeState) JobGet(_ context.Context, name string) (model.Job, error) {
-	s.record("JobByName %s", name)
+	s.record("JobGet %s", name)
 	if name != s.job.Name {
 		return model.Job{}, store.ErrNotFound
 	}
@@ -77,65 +77,65 @@ func (s *fakeState) JobGet(_ context.Context, name string) (model.Job, error) {
 }
 
 func (s *fakeState) RunGet(_ context.Context, id uuid.UUID) (model.Run, error) {
-	s.record("RunByID")
+	s.record("RunGet")
 	return model.Run{ID: id}, nil
 }
 
 func (s *fakeState) AttemptGet(_ context.Context, ref model.AttemptRef) (model.Attempt, error) {
-	s.record("Attempt %d", ref.No)
+	s.record("AttemptGet %d", ref.No)
 	return s.attempt, nil
 }
 
 func (s *fakeState) AttemptOtherWriter(context.Context, model.AttemptRef) (*uuid.UUID, error) {
-	s.record("OtherWriter")
+	s.record("AttemptOtherWriter")
 	return nil, nil
 }
 
 func (s *fakeState) SnapshotProtectedAmong(context.Context, string, []string, time.Time) ([]string, error) {
-	s.record("ProtectedAmong")
+	s.record("SnapshotProtectedAmong")
 	return nil, nil
 }
 
 func (s *fakeState) AttemptEndingsSinceLastStart(context.Context, string) ([]store.AttemptEnd, error) {
-	s.record("EndingsSinceLastStart")
+	s.record("AttemptEndingsSinceLastStart")
 	return nil, nil
 }
 
 func (s *fakeState) RunListEndedBefore(context.Context, []uuid.UUID, time.Time) ([]uuid.UUID, error) {
-	s.record("EndedBefore")
+	s.record("RunListEndedBefore")
 	return nil, nil
 }
 
 func (s *fakeState) HostList(context.Context) ([]store.Host, error) {
-	s.record("Hosts")
+	s.record("HostList")
 	return nil, nil
 }
 
 func (s *fakeState) HostListDown(context.Context, string, time.Duration) ([]string, bool, error) {
-	s.record("DownHosts")
+	s.record("HostListDown")
 	return nil, false, nil
 }
 
 func (s *fakeState) RunListOrphaned(context.Context, string, time.Duration) ([]model.LiveRun, error) {
-	s.record("Orphans")
+	s.record("RunListOrphaned")
 	return nil, nil
 }
 
 func (s *fakeState) AttemptListSuperseded(context.Context, string, time.Duration) ([]store.SupersededAttempt, error) {
-	s.record("Superseded")
+	s.record("AttemptListSuperseded")
 	return nil, nil
 }
 
 func (s *fakeState) AttemptListDeferred(context.Context, string) ([]store.DeferredSettlement, error) {
-	s.record("DeferredSettlements")
+	s.record("AttemptListDeferred")
 	return nil, nil
 }
 
 func (s *fakeState) AttemptClaimSpawn(_ context.Context, _ store.Lease, c store.SpawnClaim) (bool, string, error) {
 	if c.ArmedFor != nil {
-		s.record("ClaimSpawn %d %s armed for %s", c.Attempt.No, c.Unit, c.ArmedFor.Format(time.RFC3339))
+		s.record("AttemptClaimSpawn %d %s armed for %s", c.Attempt.No, c.Unit, c.ArmedFor.Format(time.RFC3339))
 	} else {
-		s.record("ClaimSpawn %d %s", c.Attempt.No, c.Unit)
+		s.record("AttemptClaimSpawn %d %s", c.Attempt.No, c.Unit)
 	}
 	return s.claim(c.Attempt.No)
 }
@@ -155,7 +155,7 @@ func (s *fakeState) claim(attempt int) (bool, string, error) {
 }
 
 func (s *fakeState) AttemptReleaseSpawnClaim(_ context.Context, _ store.Lease, ref model.AttemptRef, unit string, mayExist bool) error {
-	s.record("ReleaseSpawnClaim %d %s mayExist=%t", ref.No, unit, mayExist)
+	s.record("AttemptReleaseSpawnClaim %d %s mayExist=%t", ref.No, unit, mayExist)
 	return nil
 }
 
@@ -165,58 +165,58 @@ func (s *fakeState) AttemptHoldSize(context.Context, store.Lease, store.AttemptH
 }
 
 func (s *fakeState) AttemptSetRepoBaseline(context.Context, store.Lease, model.AttemptRef, int64) error {
-	s.record("SetRepoBaseline")
+	s.record("AttemptSetRepoBaseline")
 	return nil
 }
 
 func (s *fakeState) AttemptMarkStarted(_ context.Context, _ store.Lease, ref model.AttemptRef, at time.Time) error {
-	s.record("MarkStarted %d dbclock=%t", ref.No, at.IsZero())
+	s.record("AttemptMarkStarted %d dbclock=%t", ref.No, at.IsZero())
 	return nil
 }
 
 func (s *fakeState) RunSetWaiting(_ context.Context, _ uuid.UUID, reason string, notBefore *time.Time) error {
-	s.record("SetWaiting %q until=%t", reason, notBefore != nil)
+	s.record("RunSetWaiting %q until=%t", reason, notBefore != nil)
 	return nil
 }
 
 func (s *fakeState) AttemptApplyJournal(context.Context, store.Lease, model.AttemptRef, journal.Cursor, journal.Cursor, store.JournalDelta) (bool, error) {
-	s.record("ApplyJournal")
+	s.record("AttemptApplyJournal")
 	return true, nil
 }
 
 func (s *fakeState) AttemptQuarantine(_ context.Context, _ store.Lease, ref model.AttemptRef, reason string) error {
-	s.record("Quarantine %d %q", ref.No, reason)
+	s.record("AttemptQuarantine %d %q", ref.No, reason)
 	return nil
 }
 
 func (s *fakeState) AttemptFinish(_ context.Context, _ store.Lease, e store.Ending) (bool, error) {
-	s.record("Finish %d %s", e.Attempt, e.Status)
+	s.record("AttemptFinish %d %s", e.Attempt, e.Status)
 	s.endings = append(s.endings, e)
 	return true, nil
 }
 
 func (s *fakeState) AttemptRestart(_ context.Context, _ store.Lease, r store.Restarting) (bool, string, error) {
-	s.record("Restart %d", r.Attempt)
+	s.record("AttemptRestart %d", r.Attempt)
 	return true, "", nil
 }
 
 func (s *fakeState) RunRequestPause(_ context.Context, _ uuid.UUID, reason string) (bool, error) {
-	s.record("RequestPause %s", reason)
+	s.record("RunRequestPause %s", reason)
 	return true, nil
 }
 
 func (s *fakeState) AttemptSettleDeferred(context.Context, model.AttemptRef, ledger.Settlement) error {
-	s.record("SettleDeferred")
+	s.record("AttemptSettleDeferred")
 	return nil
 }
 
 func (s *fakeState) HostNoticeDown(context.Context, string, time.Duration) ([]string, error) {
-	s.record("NoticeDownHosts")
+	s.record("HostNoticeDown")
 	return nil, nil
 }
 
 func (s *fakeState) RunTakeOver(context.Context, store.Lease, store.TakeOver) (bool, error) {
-	s.record("TakeOverRun")
+	s.record("RunTakeOver")
 	return false, nil
 }
 
@@ -344,7 +344,9 @@ func carryOutCases() []carryOutCase {
 		setup: withUnit,
 		row:   "marker", act: actFinish,
 		// The attempt is read (its summary, its errors), then the run closed once, then reported once.
-		calls: func(*harness) []string { return []string{"Attempt 1", "Finish 1 succeeded", "RunEnded succeeded"} },
+		calls: func(*harness) []string {
+			return []string{"AttemptGet 1", "AttemptFinish 1 succeeded", "RunEnded succeeded"}
+		},
 		check: func(t *testing.T, h *harness) {
 			e := h.state.endings[0]
 			if e.RunID != harnessRun || e.ServiceResult != "success" || e.ExitCode != "exited" || e.ExitStatus != "0" || e.Retry != nil {
@@ -365,7 +367,7 @@ func carryOutCases() []carryOutCase {
 		},
 		row: "marker", act: actFinish,
 		calls: func(*harness) []string {
-			return []string{"MarkStarted 1 dbclock=false", "Attempt 1", "Finish 1 succeeded", "RunEnded succeeded"}
+			return []string{"AttemptMarkStarted 1 dbclock=false", "AttemptGet 1", "AttemptFinish 1 succeeded", "RunEnded succeeded"}
 		},
 	}, {
 		name:  "alive, stop: the unit is stopped, nothing written",
@@ -390,7 +392,7 @@ func carryOutCases() []carryOutCase {
 		row:   "unspawned", act: actSpawn,
 		calls: func(h *harness) []string {
 			u := spawnUnit(h)
-			return []string{"ClaimSpawn 1 " + u, "Start " + u, "MarkStarted 1 dbclock=true"}
+			return []string{"AttemptClaimSpawn 1 " + u, "Start " + u, "AttemptMarkStarted 1 dbclock=true"}
 		},
 	}, {
 		name: "unspawned, claim blocked by a limit: waits, never started",
@@ -401,7 +403,7 @@ func carryOutCases() []carryOutCase {
 		},
 		row: "unspawned", act: actSpawn,
 		calls: func(h *harness) []string {
-			return []string{"ClaimSpawn 1 " + spawnUnit(h), `SetWaiting "waiting: --max-running 1 reached" until=false`}
+			return []string{"AttemptClaimSpawn 1 " + spawnUnit(h), `RunSetWaiting "waiting: --max-running 1 reached" until=false`}
 		},
 	}, {
 		name: "unspawned, systemd cannot be asked: the claim is given back, the unit may exist",
@@ -413,7 +415,7 @@ func carryOutCases() []carryOutCase {
 		row: "unspawned", act: actSpawn,
 		calls: func(h *harness) []string {
 			u := spawnUnit(h)
-			return []string{"ClaimSpawn 1 " + u, "Start " + u, "ReleaseSpawnClaim 1 " + u + " mayExist=true"}
+			return []string{"AttemptClaimSpawn 1 " + u, "Start " + u, "AttemptReleaseSpawnClaim 1 " + u + " mayExist=true"}
 		},
 		err: true,
 	}, {
@@ -423,14 +425,14 @@ func carryOutCases() []carryOutCase {
 		row:   "unspawned, arm ahead", act: actArm,
 		calls: func(h *harness) []string {
 			u, at := spawnUnit(h), soon.Format(time.RFC3339)
-			return []string{"ClaimSpawn 1 " + u + " armed for " + at, "Arm " + u + " " + at}
+			return []string{"AttemptClaimSpawn 1 " + u + " armed for " + at, "Arm " + u + " " + at}
 		},
 	}, {
 		name:  "alive, not marked running: marked started on the database's clock",
 		f:     spawned(facts{unit: unitAlive, queued: true}),
 		setup: func(h *harness, l *model.LiveRun) { withUnit(h, l); queued(h, l) },
 		row:   "alive, not marked running", act: actMarkRunning,
-		calls: func(*harness) []string { return []string{"MarkStarted 1 dbclock=true"} },
+		calls: func(*harness) []string { return []string{"AttemptMarkStarted 1 dbclock=true"} },
 	}, {
 		name:  "gone, failed: its name is freed, nothing written",
 		f:     spawned(facts{unit: unitGone, unitFailed: true}),
@@ -442,19 +444,21 @@ func carryOutCases() []carryOutCase {
 		f:     spawned(facts{unit: unitGone}),
 		setup: withUnit,
 		row:   "gone", act: actRestart,
-		calls: func(*harness) []string { return []string{"Attempt 1", "Restart 1"} },
+		calls: func(*harness) []string { return []string{"AttemptGet 1", "AttemptRestart 1"} },
 	}, {
 		name:  "gone, stop: closed stopped, once",
 		f:     spawned(facts{unit: unitGone, stopRequested: true}),
 		setup: withUnit,
 		row:   "gone, stop", act: actEnd,
-		calls: func(*harness) []string { return []string{"Attempt 1", "Finish 1 stopped", "RunEnded stopped"} },
+		calls: func(*harness) []string {
+			return []string{"AttemptGet 1", "AttemptFinish 1 stopped", "RunEnded stopped"}
+		},
 	}, {
 		name:  "journal unreadable: quarantined, the run goes on",
 		f:     facts{journalProblem: "line 3: not JSON"},
 		setup: withUnit,
 		row:   "journal unreadable", act: actQuarantine,
-		calls: func(*harness) []string { return []string{`Quarantine 1 "line 3: not JSON"`} },
+		calls: func(*harness) []string { return []string{`AttemptQuarantine 1 "line 3: not JSON"`} },
 	}}
 }
 
@@ -501,7 +505,7 @@ func TestHarnessCarryOutSpawnTwice(t *testing.T) {
 		}
 	}
 	u := runner.UnitName(h.job.Name, harnessRun, 1)
-	want := []string{"ClaimSpawn 1 " + u, "Start " + u, "MarkStarted 1 dbclock=true", "ClaimSpawn 1 " + u}
+	want := []string{"AttemptClaimSpawn 1 " + u, "Start " + u, "AttemptMarkStarted 1 dbclock=true", "AttemptClaimSpawn 1 " + u}
 	if got := h.rec.list(); !slices.Equal(got, want) {
 		t.Errorf("calls:\n got  %q\n want %q", got, want)
 	}

@@ -25,8 +25,8 @@ import (
 type calls struct {
 	mu      sync.Mutex
 	list    []string
-	other   *uuid.UUID // OtherWriter's answer
-	paused  bool       // RequestPause's answer
+	other   *uuid.UUID // AttemptOtherWriter's answer
+	paused  bool       // RunRequestPause's answer
 	stopped chan string
 }
 

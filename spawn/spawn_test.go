@@ -34,8 +34,8 @@ type world struct {
 	loseAt   string // the call after which the lease is lost
 	startErr error
 	armErr   error
-	blocked  string // ClaimSpawn's reason a limit holds the run back
-	taken    bool   // the attempt was claimed already (ClaimSpawn answers false)
+	blocked  string // AttemptClaimSpawn's reason a limit holds the run back
+	taken    bool   // the attempt was claimed already (AttemptClaimSpawn answers false)
 }
 
 // spawner is a Spawner over w (its store and its systemd), which records each start and
@@ -76,13 +76,13 @@ func (w *world) record(format string, args ...any) {
 }
 
 func (w *world) AttemptEndingsSinceLastStart(context.Context, string) ([]store.AttemptEnd, error) {
-	w.record("EndingsSinceLastStart")
+	w.record("AttemptEndingsSinceLastStart")
 	return nil, nil
 }
 
 func (w *world) AttemptClaimSpawn(_ context.Context, l store.Lease, c store.SpawnClaim) (bool, string, error) {
-	w.fenced("ClaimSpawn", l)
-	w.record("ClaimSpawn %d armed=%t", c.Attempt.No, c.ArmedFor != nil)
+	w.fenced("AttemptClaimSpawn", l)
+	w.record("AttemptClaimSpawn %d armed=%t", c.Attempt.No, c.ArmedFor != nil)
 	if w.blocked != "" {
 		return false, w.blocked, nil
 	}
@@ -90,8 +90,8 @@ func (w *world) AttemptClaimSpawn(_ context.Context, l store.Lease, c store.Spaw
 }
 
 func (w *world) AttemptReleaseSpawnClaim(_ context.Context, l store.Lease, ref model.AttemptRef, _ string, mayExist bool) error {
-	w.fenced("ReleaseSpawnClaim", l)
-	w.record("ReleaseSpawnClaim %d mayExist=%t", ref.No, mayExist)
+	w.fenced("AttemptReleaseSpawnClaim", l)
+	w.record("AttemptReleaseSpawnClaim %d mayExist=%t", ref.No, mayExist)
 	return nil
 }
 
@@ -101,18 +101,18 @@ func (w *world) AttemptHoldSize(context.Context, store.Lease, store.AttemptHoldS
 }
 
 func (w *world) AttemptSetRepoBaseline(context.Context, store.Lease, model.AttemptRef, int64) error {
-	w.record("SetRepoBaseline")
+	w.record("AttemptSetRepoBaseline")
 	return nil
 }
 
 func (w *world) AttemptMarkStarted(_ context.Context, l store.Lease, ref model.AttemptRef, _ time.Time) error {
-	w.fenced("MarkStarted", l)
-	w.record("MarkStarted %d", ref.No)
+	w.fenced("AttemptMarkStarted", l)
+	w.record("AttemptMarkStarted %d", ref.No)
 	return nil
 }
 
 func (w *world) RunSetWaiting(_ context.Context, _ uuid.UUID, reason string, _ *time.Time) error {
-	w.record("SetWaiting %s", reason)
+	w.record("RunSetWaiting %s", reason)
 	return nil
 }
 
@@ -140,33 +140,33 @@ func TestSpawn(t *testing.T) {
 	}{
 		{name: "started: claimed, started, the guard told, then marked running",
 			world: world{held: true}, armOK: true,
-			want: []string{"ClaimSpawn 1 armed=false", "Start", "Started", "MarkStarted 1"}},
+			want: []string{"AttemptClaimSpawn 1 armed=false", "Start", "Started", "AttemptMarkStarted 1"}},
 		{name: "armed: claimed for its time, armed, the guard told, the run stays queued",
 			world: world{held: true}, at: &at, armOK: true,
-			want: []string{"ClaimSpawn 1 armed=true", "Arm", "Started"}},
+			want: []string{"AttemptClaimSpawn 1 armed=true", "Arm", "Started"}},
 		{name: "held back by a limit: the run waits with the reason, never started",
 			world: world{held: true, blocked: "waiting: 2 runs hold a unit, the global limit is 2"}, armOK: true,
-			want: []string{"ClaimSpawn 1 armed=false", "SetWaiting waiting: 2 runs hold a unit, the global limit is 2"}},
+			want: []string{"AttemptClaimSpawn 1 armed=false", "RunSetWaiting waiting: 2 runs hold a unit, the global limit is 2"}},
 		{name: "claimed already (another daemon, or a stop): nothing more",
 			world: world{held: true, taken: true}, armOK: true,
-			want: []string{"ClaimSpawn 1 armed=false"}},
+			want: []string{"AttemptClaimSpawn 1 armed=false"}},
 		{name: "no lease: nothing claimed, nothing started",
 			world: world{held: false}, armOK: true,
 			want: nil},
 		{name: "lease lost after the claim: the claim given back, systemd never asked",
-			world: world{held: true, loseAt: "ClaimSpawn"}, armOK: true,
-			want: []string{"ClaimSpawn 1 armed=false", "ReleaseSpawnClaim 1 mayExist=false"},
+			world: world{held: true, loseAt: "AttemptClaimSpawn"}, armOK: true,
+			want: []string{"AttemptClaimSpawn 1 armed=false", "AttemptReleaseSpawnClaim 1 mayExist=false"},
 			err:  "not started: host lease lost"},
 		{name: "systemd cannot be asked: the claim given back, the unit may exist",
 			world: world{held: true, startErr: errors.New("connection reset")}, armOK: true,
-			want: []string{"ClaimSpawn 1 armed=false", "Start", "ReleaseSpawnClaim 1 mayExist=true"},
+			want: []string{"AttemptClaimSpawn 1 armed=false", "Start", "AttemptReleaseSpawnClaim 1 mayExist=true"},
 			err:  "connection reset"},
 		{name: "systemd refuses the unit: closed as never run, the claim kept",
 			world: world{held: true, startErr: refusal}, armOK: true,
-			want: []string{"ClaimSpawn 1 armed=false", "Start", "Refused systemd refused to start the unit: bad property"}},
+			want: []string{"AttemptClaimSpawn 1 armed=false", "Start", "Refused systemd refused to start the unit: bad property"}},
 		{name: "systemd refuses the timer: the claim given back, no timers from then on",
 			world: world{held: true, armErr: refusal}, at: &at, armOK: false,
-			want: []string{"ClaimSpawn 1 armed=true", "Arm", "ReleaseSpawnClaim 1 mayExist=true"},
+			want: []string{"AttemptClaimSpawn 1 armed=true", "Arm", "AttemptReleaseSpawnClaim 1 mayExist=true"},
 			err:  "bad property"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -237,7 +237,7 @@ func TestStartedWithThisBaseline(t *testing.T) {
 	if err := s.Spawn(context.Background(), l, job, nil); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(w.calls, "SetRepoBaseline") || told == nil || *told != want {
+	if !slices.Contains(w.calls, "AttemptSetRepoBaseline") || told == nil || *told != want {
 		t.Fatalf("calls %v; the guard was told a baseline of %v, want %d", w.calls, told, want)
 	}
 }
@@ -258,8 +258,8 @@ func TestSpawnRefusesReplacedTarget(t *testing.T) {
 		replace bool
 		want    []string
 	}{
-		{"the same directory: started", false, []string{"EndingsSinceLastStart", "ClaimSpawn 1 armed=false", "Start", "Started", "MarkStarted 1"}},
-		{"replaced: refused, never started", true, []string{"EndingsSinceLastStart", "ClaimSpawn 1 armed=false",
+		{"the same directory: started", false, []string{"AttemptEndingsSinceLastStart", "AttemptClaimSpawn 1 armed=false", "Start", "Started", "AttemptMarkStarted 1"}},
+		{"replaced: refused, never started", true, []string{"AttemptEndingsSinceLastStart", "AttemptClaimSpawn 1 armed=false",
 			"Refused refused before the unit started: " + target + " is no longer the directory checked when the run was admitted"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

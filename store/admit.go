@@ -190,7 +190,7 @@ type MaintenanceAdmitted struct {
 	RetryAt  *time.Time
 }
 
-// The schedules of a job's repository that AdmitDueMaintenance admits runs of.
+// The schedules of a job's repository that JobAdmitDueMaintenance admits runs of.
 const (
 	Prunes        = "prune"  // prune runs
 	Verifications = "verify" // verify runs that check the repository
@@ -203,7 +203,7 @@ var maintenanceSlots = map[string]string{Prunes: "next_prune_at", Verifications:
 // JobAdmitDueMaintenance claims up to limit jobs whose slot of the named schedule (Prunes,
 // Verifications, Drills) is due (FOR UPDATE SKIP LOCKED) and admits its run for each, advancing
 // the slot with next. A job with a live run keeps its slot due: the run is put off, not dropped, and admitted
-// once the job is free. As in AdmitDue, a job that cannot be admitted is rolled back alone and
+// once the job is free. As in JobAdmitDue, a job that cannot be admitted is rolled back alone and
 // set aside for setAside.
 func (s *Store) JobAdmitDueMaintenance(ctx context.Context, by, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]MaintenanceAdmitted, error) {
 	column, ok := maintenanceSlots[schedule]

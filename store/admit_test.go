@@ -106,7 +106,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 }
 
 // A slot within the horizon is admitted ahead, queued until the slot itself, only for a job
-// without a live run; a job with one is left to be decided at its slot. NextDue reports a slot
+// without a live run; a job with one is left to be decided at its slot. JobNextDue reports a slot
 // the lead ahead of it only where it can be admitted ahead, and a queued run's time the lead
 // ahead while it has no unit.
 func TestAdmitAhead(t *testing.T) {

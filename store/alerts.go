@@ -46,14 +46,14 @@ type WatchFacts struct {
 	ReadAt    time.Time  // the database's now() when they were read
 }
 
-// WatchScope says whose jobs WatchFacts reads.
+// WatchScope says whose jobs JobWatchFacts reads.
 type WatchScope struct {
 	// Host reads the jobs pinned to it and the any-host jobs: what its daemon watches each pass.
 	// "" reads every job (holdfast status).
 	Host string
 	// Unattended reads instead the jobs pinned to a host that is down or never ran a daemon,
 	// which no daemon watches as its own: one daemon of the fleet reads them per interval
-	// (ClaimDuty), so their cost is the fleet's once, not once per daemon.
+	// (DutyClaim), so their cost is the fleet's once, not once per daemon.
 	Unattended bool
 }
 

@@ -32,7 +32,7 @@ type Applied struct {
 	CreateTargets, UpdateTargets []Target
 	DeleteTargets                []string
 	// Source names the files the changes come from, Hash their content, Actor who applied them:
-	// recorded with each job changed (JobChanges).
+	// recorded with each job changed (JobChangeList).
 	Source, Hash, Actor string
 }
 
@@ -127,7 +127,7 @@ type AccountChange struct {
 	Period       string
 }
 
-// JobChange is one recorded change of a job (ApplyConfig).
+// JobChange is one recorded change of a job (ConfigApply).
 type JobChange struct {
 	At            string // RFC 3339, the database's clock
 	Actor, Action string

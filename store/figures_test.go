@@ -15,7 +15,7 @@ import (
 	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
-// fromHistory is what Figures read before a job's figures were kept (migration 00029): five
+// fromHistory is what FiguresGet read before a job's figures were kept (migration 00029): five
 // probes of each job's runs and a count of its inventory, at every read.
 const fromHistory = `
 	SELECT j.name,
@@ -33,7 +33,7 @@ const fromHistory = `
 	ORDER BY j.name`
 
 // TestFiguresKeptAsRunsEnd: after each ending of each kind and status, a late one, a retry, a
-// pause and its resume, inventory changes and a compaction, the figures Figures reads are
+// pause and its resume, inventory changes and a compaction, the figures FiguresGet reads are
 // what the history said (fromHistory), and holdfast check finds nothing; a compaction that
 // removes the run a figure came from leaves the figure.
 func TestFiguresKeptAsRunsEnd(t *testing.T) {

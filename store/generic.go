@@ -16,7 +16,7 @@ const (
 // queryGeneric is pool.Query for a read that every daemon makes at every pass and whose planning
 // costs far more than its execution: the server plans it once per connection (its generic plan)
 // instead of at every execution, as it chose to. In the simulated fleet at 600 hosts, planning
-// was two thirds of a daemon's database time; Superseded's read planned in 0.7 ms and ran in
+// was two thirds of a daemon's database time; AttemptListSuperseded's read planned in 0.7 ms and ran in
 // 0.01. Not every read gains: the sweep's read of live runs took twice as long with its generic
 // plan as it did planned anew each time. Only reads whose generic plan keeps to the indexes go
 // through it, as TestDaemonReadsUseIndexes checks by executing them with it. Closing the rows

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Compacted counts what CompactHistory removed.
+// Compacted counts what HistoryCompact removed.
 type Compacted struct {
 	Runs          int64 // ended runs, with their attempts
 	LedgerEntries int64 // their holds and settlements, and grants, folded into checkpoints

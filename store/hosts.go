@@ -103,7 +103,7 @@ func (e *LeaseHeldError) Error() string {
 }
 
 // ErrLeaseLost means the lease expired or another daemon took it: the daemon must take it again
-// (AcquireLease) before it writes anything about its attempts.
+// (LeaseAcquire) before it writes anything about its attempts.
 var ErrLeaseLost = errors.New("host lease lost")
 
 // LeaseAcquire takes the host's lease for req.Holder, creating the host's row if needed. It
@@ -337,7 +337,7 @@ func downFor(me, grace int) string {
 
 // HostListDown returns the other hosts down for me (downFor), by name: their lease expired more
 // than grace ago, and me has held its own that long; and whether one of them is not noticed yet
-// (NoticeDownHosts), so that a pass writes only when an episode begins.
+// (HostNoticeDown), so that a pass writes only when an episode begins.
 func (s *Store) HostListDown(ctx context.Context, me string, grace time.Duration) (down []string, unnoticed bool, err error) {
 	rows, err := s.queryGeneric(ctx, `SELECT h.name, h.down_noticed_at IS NULL FROM hosts h WHERE `+downFor(1, 2)+` ORDER BY h.name`, me, grace)
 	if err != nil {

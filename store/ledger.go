@@ -74,7 +74,7 @@ const accountColumns = `a.name, a.created_at, a.unlimited, a.allowance_bytes, co
 	coalesce((SELECT sum(bytes) FROM open_holds WHERE account = a.name), 0)::bigint`
 
 // accountGranted and accountSettled are what account a (accounts a) was granted and charged:
-// its entries, and those a compaction folded into its checkpoint (CompactHistory).
+// its entries, and those a compaction folded into its checkpoint (HistoryCompact).
 const (
 	accountGranted = `(coalesce((SELECT sum(bytes) FROM ledger_entries WHERE account = a.name AND kind = 'grant'), 0)
 		+ coalesce((SELECT k.granted_bytes FROM ledger_checkpoints k WHERE k.account = a.name), 0))`

@@ -72,7 +72,7 @@ func expectNoEnd(t *testing.T, st *store.Store, ends <-chan uuid.UUID, what stri
 	}
 }
 
-// A run's end is announced when it is recorded (Finish, or a restart that pauses the run), and
+// A run's end is announced when it is recorded (AttemptFinish, or a restart that pauses the run), and
 // only then: a restart that queues the next attempt, or a finish that changed nothing, is not one.
 func TestRunEndsAnnounced(t *testing.T) {
 	b := storetest.Setup(t)

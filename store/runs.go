@@ -135,7 +135,7 @@ type Request struct {
 	Verify  model.Verify
 }
 
-// RunAdmitRequest admits the run r asks for as Admit does. A restore, a prune and a verify run need
+// RunAdmitRequest admits the run r asks for as RunAdmit does. A restore, a prune and a verify run need
 // a job with a repository, and a restore its target, snapshot and host.
 func (s *Store) RunAdmitRequest(ctx context.Context, r Request) (model.Run, error) {
 	var run model.Run
@@ -599,9 +599,9 @@ type Retry struct {
 	ID     uuid.UUID
 	Number int           // 1 for the first retry
 	Delay  time.Duration // after the failed run's end, on the database's clock
-	// Why is shown while it waits; Finish adds ", due at" its time.
+	// Why is shown while it waits; AttemptFinish adds ", due at" its time.
 	Why string
-	// NotBefore is when it may start: the failed run's end plus Delay. Finish sets it.
+	// NotBefore is when it may start: the failed run's end plus Delay. AttemptFinish sets it.
 	NotBefore time.Time
 }
 
@@ -719,7 +719,7 @@ func admitCopy(ctx context.Context, tx pgx.Tx, e Ending) error {
 	return err
 }
 
-// Restarting is an attempt that ended without ending its run, as Restart records it.
+// Restarting is an attempt that ended without ending its run, as AttemptRestart records it.
 type Restarting struct {
 	RunID   uuid.UUID
 	Attempt int
@@ -981,7 +981,7 @@ func (s *Store) RunResume(ctx context.Context, runID uuid.UUID) (model.Run, erro
 		if jobID == nil {
 			return &ConflictError{Msg: fmt.Sprintf("run %s cannot be resumed: its job was removed", runID)}
 		}
-		// The job row lock serializes this with Admit's check for a live run.
+		// The job row lock serializes this with RunAdmit's check for a live run.
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE`, *jobID); err != nil {
 			return err
 		}

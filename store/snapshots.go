@@ -46,7 +46,7 @@ const (
 	SourceListing = "listing"
 	// SourceSummary: a backup's own summary, recorded with the run's ending. The id is the
 	// summary's (maybe restic 0.14's short id); time, host, tags and paths are what holdfast
-	// knows of how it ran restic. The next listing completes the row (SyncSnapshots).
+	// knows of how it ran restic. The next listing completes the row (SnapshotSync).
 	SourceSummary = "summary"
 )
 
@@ -184,7 +184,7 @@ func (s *Store) SnapshotSync(ctx context.Context, repository string, listedAt ti
 }
 
 // recordSnapshot adds the snapshot a run made to the inventory, inside the transaction that
-// ends the run (Finish), seen at at. Its id may come from the run's journal, which the job's
+// ends the run (AttemptFinish), seen at at. Its id may come from the run's journal, which the job's
 // user can write: an id that is not 8 to 64 hex digits (64 for a listed one) records nothing,
 // and the row is only ever added, never merged into or written over an existing one. Nothing is
 // added either if a row of the repository already has that id, starts with it or is its start:

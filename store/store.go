@@ -61,7 +61,7 @@ func (e *ConflictError) Error() string { return e.Msg }
 type Store struct {
 	pool    *pgxpool.Pool
 	session *pgx.ConnConfig
-	// liveRunsRead is how many runs the last LiveRuns read: the next read's capacity, so that
+	// liveRunsRead is how many runs the last RunListLive read: the next read's capacity, so that
 	// a sweep's thousand runs of a kilobyte each are not copied over ten times as they come.
 	liveRunsRead atomic.Int64
 }
