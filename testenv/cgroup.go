@@ -105,7 +105,8 @@ func newCgroupSubtree() (*cgroupSubtree, error) {
 		return nil, err
 	}
 	sweepOnce.Do(func() { sweepStale(v1, v2) })
-	name := subtreePrefix + randomHex(6) + ".slice"
+	// The test binary's pid in the name: sweepStale leaves the subtrees of live binaries alone.
+	name := fmt.Sprintf("%s%d-%s.slice", subtreePrefix, os.Getpid(), randomHex(6))
 	cg := &cgroupSubtree{}
 	for _, h := range v1 {
 		cg.dirs = append(cg.dirs, filepath.Join(h, name))
@@ -194,8 +195,11 @@ func (cg *cgroupSubtree) tryRemove() error {
 }
 
 // sweepStale removes the subtrees of managers whose test binary died
-// without cleaning up. A live manager always has processes in its subtree
-// (itself, journald); the age check spares one being set up right now.
+// without cleaning up: the binary's pid is in the name, and a subtree of a
+// live binary is never touched, though it may be empty for a while (a booted
+// host powered off and not yet booted again, or one between its creation and
+// its script moving in; another test binary sweeping then removed it from
+// under its boot). A subtree named without a pid is swept by age.
 func sweepStale(v1 []string, v2 string) {
 	hs := v1
 	if v2 != "" {
@@ -205,7 +209,11 @@ func sweepStale(v1 []string, v2 string) {
 	for _, h := range hs {
 		ents, _ := filepath.Glob(filepath.Join(h, subtreePrefix+"*.slice"))
 		for _, e := range ents {
-			if fi, err := os.Stat(e); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			if owner, ok := subtreeOwner(filepath.Base(e)); ok {
+				if !ProcessAlive(owner) {
+					names[filepath.Base(e)] = true
+				}
+			} else if fi, err := os.Stat(e); err == nil && time.Since(fi.ModTime()) > time.Minute {
 				names[filepath.Base(e)] = true
 			}
 		}
@@ -219,4 +227,19 @@ func sweepStale(v1 []string, v2 string) {
 			cg.tryRemove()
 		}
 	}
+}
+
+// subtreeOwner is the pid of the test binary that named the subtree
+// (holdfast-testenv-<pid>-<random>.slice); false for a name without one.
+func subtreeOwner(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, subtreePrefix)
+	if !ok {
+		return 0, false
+	}
+	pid, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(pid)
+	return n, err == nil && n > 0
 }

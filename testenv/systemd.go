@@ -70,7 +70,7 @@ exec ` + systemdPath + ` --user --log-target=journal
 //
 // A private manager is a `systemd --user` running as root, so units may
 // set User=. Its cgroup root is a subtree of its own: a unit's
-// ControlGroup reads /holdfast-testenv-<random>.slice/app.slice/<unit>.
+// ControlGroup reads /holdfast-testenv-<pid>-<random>.slice/app.slice/<unit>.
 // In its journal, unit output carries _SYSTEMD_UNIT=<unit> and
 // SYSLOG_IDENTIFIER, the manager's own messages about a unit carry
 // USER_UNIT=<unit>. Lines of a process that exits at once can lack
