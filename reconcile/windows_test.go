@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 )
@@ -41,17 +43,7 @@ func TestStoredWindowsThatDoNotParseHoldTheRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			for range 3 {
-				if stats, err := e.rec.Sweep(ctx); err != nil || stats.Errors > 0 {
-					t.Fatalf("sweep: %+v %v", stats, err)
-				}
-				got, err := e.st.RunGet(ctx, run.ID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				attempts, err := e.st.AttemptList(ctx, run.ID)
-				if err != nil {
-					t.Fatal(err)
-				}
+				got, attempts := sweepAndRead(t, e, run.ID)
 				want := "waiting: the maintenance windows of job " + c.name + " cannot be judged"
 				if got.Status != model.StatusQueued || !strings.HasPrefix(got.WaitingReason, want) || !strings.Contains(got.WaitingReason, c.want) ||
 					len(attempts) != 1 || attempts[0].SpawnClaimedAt != nil {
@@ -71,13 +63,7 @@ func TestStoredWindowsThatDoNotParseHoldTheRun(t *testing.T) {
 			if _, err := e.st.JobUpdate(ctx, c.name, func(j *model.Job) error { j.TimeZone, j.Windows = "", nil; return nil }); err != nil {
 				t.Fatal(err)
 			}
-			if stats, err := e.rec.Sweep(ctx); err != nil || stats.Errors > 0 {
-				t.Fatalf("sweep: %+v %v", stats, err)
-			}
-			attempts, err := e.st.AttemptList(ctx, run.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, attempts := sweepAndRead(t, e, run.ID)
 			if len(attempts) != 1 || attempts[0].SpawnClaimedAt == nil {
 				t.Fatalf("attempts %+v after the job was corrected, want the run's spawn claimed", attempts)
 			}
@@ -116,18 +102,26 @@ func TestUnloadableZoneWithoutWindowsHoldsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stats, err := e.rec.Sweep(ctx); err != nil || stats.Errors > 0 {
-		t.Fatalf("sweep: %+v %v", stats, err)
-	}
-	got, err := e.st.RunGet(ctx, run.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	attempts, err := e.st.AttemptList(ctx, run.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, attempts := sweepAndRead(t, e, run.ID)
 	if got.WaitingReason != "" || len(attempts) != 1 || attempts[0].SpawnClaimedAt == nil {
 		t.Fatalf("run %s, waiting %q, attempts %+v; want its spawn claimed at the first pass", got.Status, got.WaitingReason, attempts)
 	}
+}
+
+// sweepAndRead runs one pass, which must report no error, and reads the run and its attempts after it.
+func sweepAndRead(t *testing.T, e sweepEnv, run uuid.UUID) (model.Run, []model.Attempt) {
+	t.Helper()
+	ctx := context.Background()
+	if stats, err := e.rec.Sweep(ctx); err != nil || stats.Errors > 0 {
+		t.Fatalf("sweep: %+v %v", stats, err)
+	}
+	got, err := e.st.RunGet(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts, err := e.st.AttemptList(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, attempts
 }
