@@ -43,7 +43,7 @@ type Request struct {
 	// Read reads the job's repository again into the inventory and returns its snapshots
 	// (restic runs as the job's user, in a unit of its own).
 	Read func(context.Context, model.Job) ([]store.Snapshot, error)
-	// Copy plans the job's copy repository (see model.Job.Copy) instead of its own.
+	// Copy plans the job's copy repository (see model.Job.AsCopy) instead of its own.
 	Copy bool
 	// Restic is the release of the restic that runs the job's commands: its forget rules are the
 	// plan's (engine.ResticVersion.ForgetKeepsOldest). Zero, not known, keeps what any release
@@ -73,7 +73,7 @@ func Plan(ctx context.Context, st Store, req Request) (Planned, error) {
 		return Planned{}, &store.ConflictError{Msg: fmt.Sprintf("job %s uses the %s engine: retention applies to restic repositories", j.Name, j.Engine)}
 	}
 	if req.Copy {
-		c, ok := j.Copy()
+		c, ok := j.AsCopy()
 		if !ok {
 			return Planned{}, &store.ConflictError{Msg: fmt.Sprintf("job %s has no copy repository: give it one (holdfast job edit %s --copy-to REPO --copy-password-file FILE)", j.Name, j.Name)}
 		}

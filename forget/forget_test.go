@@ -57,11 +57,11 @@ func TestPlanAndApply(t *testing.T) {
 	add(model.Job{Name: "dump", Engine: engine.NameCommand, Command: []string{"/bin/true"}})
 	add(model.Job{Name: "bare", Engine: engine.NameRestic, Repository: "/r/bare", PasswordFile: "/pw", Paths: []string{"/data"}})
 	add(model.Job{Name: "web", Engine: engine.NameRestic, Repository: "/r/web", PasswordFile: "/pw", Paths: []string{"/data"},
-		Retention: last(10), RetentionMinKeep: 1})
+		Retention: model.RetentionSettings{Policy: last(10), MinKeep: 1}})
 	add(model.Job{Name: "db", Engine: engine.NameRestic, Repository: "/r/db", PasswordFile: "/pw", Paths: []string{"/data"},
-		Retention: last(2), RetentionMinKeep: 1})
+		Retention: model.RetentionSettings{Policy: last(2), MinKeep: 1}})
 	add(model.Job{Name: "logs", Engine: engine.NameRestic, Repository: "/r/logs", PasswordFile: "/pw", Paths: []string{"/data"},
-		Retention: last(2), RetentionMinKeep: 1})
+		Retention: model.RetentionSettings{Policy: last(2), MinKeep: 1}})
 
 	read := func(n int) func(context.Context, model.Job) ([]store.Snapshot, error) {
 		return func(_ context.Context, j model.Job) ([]store.Snapshot, error) { return snapshots(j.Name, n), nil }

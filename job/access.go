@@ -29,8 +29,8 @@ type Access struct {
 // so a path the user lost since does not block, say, a change of schedule.
 func AccessChanged(before, after model.Job) bool {
 	return before.User != after.User || before.Group != after.Group || before.Engine != after.Engine ||
-		before.PasswordFile != after.PasswordFile || !slices.Equal(before.Paths, after.Paths) || before.StdinFrom != after.StdinFrom ||
-		before.CopyPasswordFile != after.CopyPasswordFile || before.EnvFile != after.EnvFile || before.CopyEnvFile != after.CopyEnvFile
+		before.PasswordFile != after.PasswordFile || !slices.Equal(before.Paths, after.Paths) || before.Backup.StdinFrom != after.Backup.StdinFrom ||
+		before.Copy.PasswordFile != after.Copy.PasswordFile || before.EnvFile != after.EnvFile || before.Copy.EnvFile != after.Copy.EnvFile
 }
 
 // CheckAccess checks that the job's user can read what its backup reads: the password file and
@@ -59,14 +59,14 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 		}
 	}
 	switch {
-	case j.CopyPasswordFile != "" && !viaCredentials:
-		want = append(want, Access{Path: j.CopyPasswordFile, Regular: true, What: "copy password file"})
-	case j.CopyPasswordFile != "":
-		if err := credentials.CheckSource("--copy-password-file", j.CopyPasswordFile, uid); err != nil {
+	case j.Copy.PasswordFile != "" && !viaCredentials:
+		want = append(want, Access{Path: j.Copy.PasswordFile, Regular: true, What: "copy password file"})
+	case j.Copy.PasswordFile != "":
+		if err := credentials.CheckSource("--copy-password-file", j.Copy.PasswordFile, uid); err != nil {
 			return err
 		}
 	}
-	for _, f := range []struct{ flag, path string }{{"--env-file", j.EnvFile}, {"--copy-env-file", j.CopyEnvFile}} {
+	for _, f := range []struct{ flag, path string }{{"--env-file", j.EnvFile}, {"--copy-env-file", j.Copy.EnvFile}} {
 		if f.path == "" {
 			continue
 		}
@@ -77,7 +77,7 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 	for _, p := range j.Paths {
 		want = append(want, Access{Path: p})
 	}
-	if argv, err := SplitHook(j.StdinFrom); j.StdinFrom != "" && err == nil {
+	if argv, err := SplitHook(j.Backup.StdinFrom); j.Backup.StdinFrom != "" && err == nil {
 		want = append(want, Access{Path: argv[0], Regular: true, Exec: true, What: "--stdin-from program"})
 	}
 	if len(want) == 0 {

@@ -61,14 +61,14 @@ func validateStdin(j *model.Job) error {
 	switch {
 	case j.Engine != engine.NameRestic:
 		return errors.New("--stdin-from is for restic jobs: a command job's command does its own backup")
-	case j.StdinFrom == "":
+	case j.Backup.StdinFrom == "":
 		return errors.New("--stdin-filename names the output of --stdin-from: give --stdin-from CMD too, or drop it")
 	case len(j.Paths) > 0 || len(j.Excludes) > 0:
 		return errors.New("--stdin-from backs up a command's output, not --path: give one of them (--stdin-from \"\" goes back to the paths)")
-	case len(j.StdinFilename) > maxStdinFilename || !stdinFilename.MatchString(j.StdinFilename):
-		return fmt.Errorf("--stdin-filename %q: give a plain file name such as shop.dump (letters, digits and ._+@-, not starting with a dot): the name the output has in the snapshot", j.StdinFilename)
+	case len(j.Backup.StdinFilename) > maxStdinFilename || !stdinFilename.MatchString(j.Backup.StdinFilename):
+		return fmt.Errorf("--stdin-filename %q: give a plain file name such as shop.dump (letters, digits and ._+@-, not starting with a dot): the name the output has in the snapshot", j.Backup.StdinFilename)
 	}
-	if _, err := SplitHook(j.StdinFrom); err != nil {
+	if _, err := SplitHook(j.Backup.StdinFrom); err != nil {
 		return fmt.Errorf("--stdin-from: %w", err)
 	}
 	return nil

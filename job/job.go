@@ -105,7 +105,7 @@ func Validate(j *model.Job) error {
 	if j.Engine != engine.NameRestic && j.EnvFile != "" {
 		return errors.New("--env-file is for restic jobs")
 	}
-	if j.StdinFrom != "" || j.StdinFilename != "" {
+	if j.Backup.StdinFrom != "" || j.Backup.StdinFilename != "" {
 		if err := validateStdin(j); err != nil {
 			return err
 		}
@@ -168,27 +168,27 @@ func Validate(j *model.Job) error {
 	if j.AlertAfter < 0 || j.ExpectEvery < 0 {
 		return fmt.Errorf("--alert-after %s, --expect-every %s: give a positive duration (e.g. 2h, 168h), or 0 for the default", j.AlertAfter, j.ExpectEvery)
 	}
-	if err := validateHooks("--before", j.BeforeHooks); err != nil {
+	if err := validateHooks("--before", j.Backup.BeforeHooks); err != nil {
 		return err
 	}
-	if err := validateHooks("--after", j.AfterHooks); err != nil {
+	if err := validateHooks("--after", j.Backup.AfterHooks); err != nil {
 		return err
 	}
-	if j.DrillSchedule != "" && j.DrillFiles == 0 {
-		j.DrillFiles = DefaultDrillFiles
+	if j.Drill.Schedule != "" && j.Drill.Files == 0 {
+		j.Drill.Files = DefaultDrillFiles
 	}
-	if j.DrillFiles < 0 || j.DrillFiles > engine.MaxDrillFiles {
-		return fmt.Errorf("--drill-files %d: give how many files each drill restores and verifies, 1 to %d", j.DrillFiles, engine.MaxDrillFiles)
+	if j.Drill.Files < 0 || j.Drill.Files > engine.MaxDrillFiles {
+		return fmt.Errorf("--drill-files %d: give how many files each drill restores and verifies, 1 to %d", j.Drill.Files, engine.MaxDrillFiles)
 	}
-	if j.VerifyAlertAfter < 0 {
-		return fmt.Errorf("--verify-alert-after %s: give a positive duration (e.g. 336h), or 0 for two periods of --verify-schedule", j.VerifyAlertAfter)
+	if j.Verify.AlertAfter < 0 {
+		return fmt.Errorf("--verify-alert-after %s: give a positive duration (e.g. 336h), or 0 for two periods of --verify-schedule", j.Verify.AlertAfter)
 	}
-	if j.VerifyReadData != "" {
-		if err := engine.ValidateReadDataSubset(j.VerifyReadData); err != nil {
+	if j.Verify.ReadData != "" {
+		if err := engine.ValidateReadDataSubset(j.Verify.ReadData); err != nil {
 			return fmt.Errorf("--verify-read-data: %w", err)
 		}
 	}
-	if (j.VerifyReadData != "" || j.VerifyAlertAfter > 0) && j.VerifySchedule == "" {
+	if (j.Verify.ReadData != "" || j.Verify.AlertAfter > 0) && j.Verify.Schedule == "" {
 		return errors.New("--verify-read-data and --verify-alert-after are for scheduled verifications: add --verify-schedule")
 	}
 	if j.AlertFailures < 0 || j.AlertFailures > 1000 {
@@ -278,8 +278,8 @@ func StoredProblems(jobs []model.Job) []string {
 // validateCopy checks a job's copy repository (--copy-to), checked as its own repository is, and
 // spelled the same way for a local one.
 func validateCopy(j *model.Job) error {
-	if j.CopyTo == "" {
-		if j.CopyPasswordFile != "" || j.CopyEnvFile != "" {
+	if j.Copy.To == "" {
+		if j.Copy.PasswordFile != "" || j.Copy.EnvFile != "" {
 			return errors.New("--copy-password-file and --copy-env-file are for a copy repository: give --copy-to REPO too, or drop them")
 		}
 		return nil
@@ -287,19 +287,19 @@ func validateCopy(j *model.Job) error {
 	if j.Engine != engine.NameRestic {
 		return errors.New("--copy-to is for restic jobs: a command job keeps no repository to copy")
 	}
-	repo, err := checkRepository("--copy-to", j.CopyTo)
+	repo, err := checkRepository("--copy-to", j.Copy.To)
 	if err != nil {
 		return err
 	}
-	j.CopyTo = repo
-	if j.CopyTo == j.Repository {
-		return fmt.Errorf("--copy-to %s is the job's own repository: a copy belongs in another one", j.CopyTo)
+	j.Copy.To = repo
+	if j.Copy.To == j.Repository {
+		return fmt.Errorf("--copy-to %s is the job's own repository: a copy belongs in another one", j.Copy.To)
 	}
-	if j.CopyPasswordFile == "" || !filepath.IsAbs(j.CopyPasswordFile) {
+	if j.Copy.PasswordFile == "" || !filepath.IsAbs(j.Copy.PasswordFile) {
 		return errors.New("--copy-to needs --copy-password-file FILE, an absolute path: the copy repository's own password")
 	}
-	if j.CopyEnvFile != "" {
-		if err := credentials.CheckFile("--copy-env-file", j.CopyEnvFile); err != nil {
+	if j.Copy.EnvFile != "" {
+		if err := credentials.CheckFile("--copy-env-file", j.Copy.EnvFile); err != nil {
 			return err
 		}
 	}

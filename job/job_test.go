@@ -35,8 +35,8 @@ func TestNameLengths(t *testing.T) {
 		{ValidateName, "a", 63},
 		{ValidateHost, "A", 63},
 		{func(s string) error {
-			return Validate(&model.Job{Name: "j", Engine: "restic", Repository: "/r", PasswordFile: "/pw", StdinFrom: "/bin/true",
-				StdinFilename: s, RetryBackoff: time.Minute})
+			return Validate(&model.Job{Name: "j", Engine: "restic", Repository: "/r", PasswordFile: "/pw", RetryBackoff: time.Minute,
+				Backup: model.BackupSettings{StdinFrom: "/bin/true", StdinFilename: s}})
 		}, "_", 255},
 	} {
 		if err := tc.check(tc.first + strings.Repeat("-", tc.max-1)); err != nil {

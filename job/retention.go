@@ -10,10 +10,10 @@ import (
 
 // Policy decodes the job's stored retention policy; ok is false if it has none.
 func Policy(j model.Job) (p retention.Policy, ok bool, err error) {
-	if len(j.Retention) == 0 {
+	if len(j.Retention.Policy) == 0 {
 		return p, false, nil
 	}
-	if err := json.Unmarshal(j.Retention, &p); err != nil {
+	if err := json.Unmarshal(j.Retention.Policy, &p); err != nil {
 		return p, false, fmt.Errorf("job %s: stored retention policy unreadable: %w", j.Name, err)
 	}
 	return p, true, nil
@@ -21,5 +21,5 @@ func Policy(j model.Job) (p retention.Policy, ok bool, err error) {
 
 // Guardrail is what the job's retention plans may delete without --force.
 func Guardrail(j model.Job) retention.Guardrail {
-	return retention.Guardrail{MaxDeleteShare: j.RetentionMaxDelete, MinKeep: j.RetentionMinKeep}
+	return retention.Guardrail{MaxDeleteShare: j.Retention.MaxDelete, MinKeep: j.Retention.MinKeep}
 }

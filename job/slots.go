@@ -19,7 +19,7 @@ const DefaultAlertFailures = 2
 func New(name string) model.Job {
 	return model.Job{Name: name, RetryBackoff: DefaultRetryBackoff, AlertFailures: DefaultAlertFailures,
 		StallAfter: model.DefaultStallAfter, StallAction: model.StallAlert,
-		RetentionMaxDelete: retention.DefaultMaxDeleteShare, RetentionMinKeep: retention.DefaultMinKeep}
+		Retention: model.RetentionSettings{MaxDelete: retention.DefaultMaxDeleteShare, MinKeep: retention.DefaultMinKeep}}
 }
 
 // Slots sets the first slots of the job's schedules as of now: its next run and its next prune.
@@ -34,36 +34,36 @@ func Slots(j *model.Job, before *model.Job, now time.Time) error {
 		}
 		j.NextRunAt = next
 	}
-	if before == nil || zoneChanged || j.PruneSchedule != before.PruneSchedule {
+	if before == nil || zoneChanged || j.Prune.Schedule != before.Prune.Schedule {
 		next, err := firstPrune(*j, now)
 		if err != nil {
 			return err
 		}
-		j.NextPruneAt = next
+		j.Prune.NextAt = next
 	}
-	if before == nil || zoneChanged || j.VerifySchedule != before.VerifySchedule {
-		next, err := firstMaintenance(*j, "--verify-schedule", j.VerifySchedule, "verified", now)
+	if before == nil || zoneChanged || j.Verify.Schedule != before.Verify.Schedule {
+		next, err := firstMaintenance(*j, "--verify-schedule", j.Verify.Schedule, "verified", now)
 		if err != nil {
 			return err
 		}
-		j.NextVerifyAt = next
-		if j.VerifySchedule != "" && (before == nil || before.VerifySchedule == "") {
-			j.VerifySince = &now
+		j.Verify.NextAt = next
+		if j.Verify.Schedule != "" && (before == nil || before.Verify.Schedule == "") {
+			j.Verify.Since = &now
 		}
 	}
-	if before == nil || zoneChanged || j.DrillSchedule != before.DrillSchedule {
-		next, err := firstMaintenance(*j, "--drill-schedule", j.DrillSchedule, "drilled", now)
+	if before == nil || zoneChanged || j.Drill.Schedule != before.Drill.Schedule {
+		next, err := firstMaintenance(*j, "--drill-schedule", j.Drill.Schedule, "drilled", now)
 		if err != nil {
 			return err
 		}
-		j.NextDrillAt = next
+		j.Drill.NextAt = next
 	}
 	return nil
 }
 
 // firstPrune is the first slot of the job's prune schedule, nil for none.
 func firstPrune(j model.Job, now time.Time) (*time.Time, error) {
-	return firstMaintenance(j, "--prune-schedule", j.PruneSchedule, "pruned", now)
+	return firstMaintenance(j, "--prune-schedule", j.Prune.Schedule, "pruned", now)
 }
 
 // firstMaintenance is the first slot of one of the schedules of a job's repository (flag names

@@ -13,8 +13,8 @@ import (
 
 func TestNewDefaults(t *testing.T) {
 	j := New("web")
-	if j.Name != "web" || j.RetryBackoff != DefaultRetryBackoff || j.RetentionMaxDelete != retention.DefaultMaxDeleteShare ||
-		j.RetentionMinKeep != retention.DefaultMinKeep {
+	if j.Name != "web" || j.RetryBackoff != DefaultRetryBackoff || j.Retention.MaxDelete != retention.DefaultMaxDeleteShare ||
+		j.Retention.MinKeep != retention.DefaultMinKeep {
 		t.Errorf("New = %+v, want the stated defaults", j)
 	}
 }
@@ -30,8 +30,8 @@ func TestSlots(t *testing.T) {
 	}
 	old := at("2020-01-01T00:00:00Z")
 	restic := func(sched, tz, prune string) model.Job {
-		return model.Job{Name: "web", Engine: engine.NameRestic, Schedule: sched, TimeZone: tz, PruneSchedule: prune,
-			NextRunAt: old, NextPruneAt: old}
+		return model.Job{Name: "web", Engine: engine.NameRestic, Schedule: sched, TimeZone: tz, NextRunAt: old,
+			Prune: model.PruneSettings{Schedule: prune, NextAt: old}}
 	}
 	for _, c := range []struct {
 		name      string
@@ -57,7 +57,7 @@ func TestSlots(t *testing.T) {
 			before: ptrJob(restic("0 13 * * *", "", "0 14 * * *")), next: at("2026-03-29T04:00:00Z"), nextPrune: at("2026-03-29T05:00:00Z")},
 		{name: "edit, schedule made manual", j: restic("", "", ""),
 			before: ptrJob(restic("@daily", "", "")), next: nil, nextPrune: old},
-		{name: "a command job is not pruned", j: model.Job{Name: "dump", Engine: engine.NameCommand, PruneSchedule: "@weekly"},
+		{name: "a command job is not pruned", j: model.Job{Name: "dump", Engine: engine.NameCommand, Prune: model.PruneSettings{Schedule: "@weekly"}},
 			err: "--prune-schedule: job dump uses the command engine; only restic repositories are pruned"},
 		{name: "a bad prune schedule", j: restic("", "", "every sunday"), err: "--prune-schedule: schedule \"every sunday\""},
 		{name: "a bad schedule", j: restic("@every 1ms", "", ""), err: "the interval must be at least"},
@@ -74,8 +74,8 @@ func TestSlots(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !sameTime(j.NextRunAt, c.next) || !sameTime(j.NextPruneAt, c.nextPrune) {
-				t.Errorf("next run %v, next prune %v; want %v, %v", j.NextRunAt, j.NextPruneAt, c.next, c.nextPrune)
+			if !sameTime(j.NextRunAt, c.next) || !sameTime(j.Prune.NextAt, c.nextPrune) {
+				t.Errorf("next run %v, next prune %v; want %v, %v", j.NextRunAt, j.Prune.NextAt, c.next, c.nextPrune)
 			}
 		})
 	}
@@ -106,7 +106,7 @@ func TestPolicyAndGuardrail(t *testing.T) {
 		{"stored", raw, true, ""},
 		{"unreadable", []byte("{"), false, "job web: stored retention policy unreadable"},
 	} {
-		got, ok, err := Policy(model.Job{Name: "web", Retention: c.stored})
+		got, ok, err := Policy(model.Job{Name: "web", Retention: model.RetentionSettings{Policy: c.stored}})
 		if ok != c.ok || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
 			t.Errorf("%s: Policy = %v, %v; want %v, %q", c.name, ok, err, c.ok, c.err)
 		}
@@ -114,7 +114,7 @@ func TestPolicyAndGuardrail(t *testing.T) {
 			t.Errorf("%s: Policy = %+v, want %+v", c.name, got, p)
 		}
 	}
-	g := Guardrail(model.Job{RetentionMaxDelete: 0.25, RetentionMinKeep: 4})
+	g := Guardrail(model.Job{Retention: model.RetentionSettings{MaxDelete: 0.25, MinKeep: 4}})
 	if g.MaxDeleteShare != 0.25 || g.MinKeep != 4 {
 		t.Errorf("Guardrail = %+v", g)
 	}

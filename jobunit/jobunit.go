@@ -122,7 +122,7 @@ func Spec(cfg Config, job model.Job, name string, writesRepository bool, writabl
 		uid = -1 // the spawn fails on the missing user before this unit is started
 	}
 	ej := engine.Job{Name: job.Name, Repository: job.Repository, Paths: job.Paths, Excludes: job.Excludes, LimitUpload: job.LimitUploadKiB,
-		CacheDir: CacheDir(cfg.StateDir, uid, job.Name), StdinFilename: job.StdinFilename}
+		CacheDir: CacheDir(cfg.StateDir, uid, job.Name), StdinFilename: job.Backup.StdinFilename}
 	spec := runner.Spec{
 		Name:             name,
 		User:             job.User,
@@ -157,7 +157,7 @@ func Spec(cfg Config, job model.Job, name string, writesRepository bool, writabl
 	}
 	// A stream's producer may talk to its server through a socket in the host's /tmp (MySQL's).
 	sandbox := &runner.Sandbox{ReadOnlySystem: true, ReadWritePaths: rw,
-		PrivateTmp: job.StdinFrom == "" && !anyUnderTmp(append([]string{cfg.Binary, cfg.ResticBinary, cfg.StateDir}, append(rw, job.Paths...)...))}
+		PrivateTmp: job.Backup.StdinFrom == "" && !anyUnderTmp(append([]string{cfg.Binary, cfg.ResticBinary, cfg.StateDir}, append(rw, job.Paths...)...))}
 	if !sandbox.PrivateTmp {
 		// The host's /tmp is read-only in the sandbox; restic's temporary packs go to the cache.
 		spec.Environment = append(spec.Environment, "TMPDIR="+ej.CacheDir)

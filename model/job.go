@@ -1,7 +1,6 @@
 package model
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,46 +55,14 @@ type Job struct {
 	Priority     int           // higher first among runs waiting for a slot
 	DependsOn    string        // a job whose last run must have succeeded
 
-	// Retention is the job's retention policy as package retention encodes it; nil: none set.
-	Retention json.RawMessage
-	// RetentionMaxDelete is the largest share of the job's snapshots one plan may delete
-	// without --force; RetentionMinKeep the fewest it may leave.
-	RetentionMaxDelete float64
-	RetentionMinKeep   int
-	// PruneSchedule is when the job's repository is pruned (a schedule like Schedule, in the
-	// same zone); "" never. NextPruneAt is its next slot.
-	PruneSchedule string
-	NextPruneAt   *time.Time
-	// VerifySchedule is when the job's repository is verified (restic check, a schedule like
-	// Schedule); "" never. NextVerifyAt is its next slot; VerifyReadData the part of the data
-	// each reads (restic's --read-data-subset, "" none); VerifyAlertAfter how old the last
-	// successful verification may be before the job is overdue (0: two periods of the schedule).
-	VerifySchedule   string
-	NextVerifyAt     *time.Time
-	VerifyReadData   string
-	VerifyAlertAfter time.Duration
-	VerifySince      *time.Time // when the verify schedule was set
-	// BeforeHooks are command lines run in the backup's unit, in order, before the engine (see
-	// job.SplitHook); the first that fails fails the run.
-	BeforeHooks []string
-	HookSkips   int // backups a before hook skipped (exit 75)
-	// AfterHooks run in the unit after the engine, whatever the outcome, which they see in
-	// HOLDFAST_OUTCOME; their failure is recorded, never changing the outcome.
-	AfterHooks []string
-	// StdinFrom, if set, is a command line (split as a hook's) whose standard output the backup
-	// is, as one file called StdinFilename (restic --stdin); the job then has no Paths.
-	StdinFrom     string
-	StdinFilename string
-	// CopyTo, if set, is a second repository each snapshot of a backup is copied into by a run
-	// of kind copy, with its own password file and (optional) environment file.
-	CopyTo           string
-	CopyPasswordFile string
-	CopyEnvFile      string
-	// DrillSchedule is when a restore drill of DrillFiles files of the latest snapshot runs (a
-	// verification: it counts as one); "" never. NextDrillAt is its next slot.
-	DrillSchedule string
-	NextDrillAt   *time.Time
-	DrillFiles    int
+	// Backup, Retention, Prune, Verify, Drill and Copy are the job's settings for each kind of
+	// run (see the kind's file, model/kind_<kind>.go).
+	Backup    BackupSettings
+	Retention RetentionSettings
+	Prune     PruneSettings
+	Verify    VerifySettings
+	Drill     DrillSettings
+	Copy      CopySettings
 	// Account is the ledger account the job's runs are charged to ("" is DefaultAccount);
 	// MaxAdded, if set, is what one run may add to the repository (its budget).
 	Account  string

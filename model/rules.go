@@ -35,25 +35,9 @@ func NeedsRepositoryAlone(kind Kind) bool { return kind.Spec().Exclusive }
 // ExclusiveKinds lists the kinds that need their repository alone, for a query.
 func ExclusiveKinds() []string { return kindsWhere(func(s KindSpec) bool { return s.Exclusive }) }
 
-// Copy is the job as its copy repository's: the same job, with the copy's repository, password
-// file and environment file; ok is false if the job has none. The units, the inventory and
-// retention of the copy repository see it so.
-func (j Job) Copy() (copy Job, ok bool) {
-	if j.CopyTo == "" {
-		return Job{}, false
-	}
-	copy = j
-	copy.Repository, copy.PasswordFile = j.CopyTo, j.CopyPasswordFile
-	if j.CopyEnvFile != "" {
-		copy.EnvFile = j.CopyEnvFile // else the job's: restic copy reads one environment for both
-	}
-	copy.CopyTo, copy.CopyPasswordFile, copy.CopyEnvFile = "", "", ""
-	return copy, true
-}
-
-// For is the job as run r sees it: its copy (Copy) for a run on the copy repository, else the job.
+// For is the job as run r sees it: its copy (AsCopy) for a run on the copy repository, else the job.
 func (j Job) For(r Run) Job {
-	if c, ok := j.Copy(); ok && r.OnCopy {
+	if c, ok := j.AsCopy(); ok && r.OnCopy {
 		return c
 	}
 	return j

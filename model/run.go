@@ -67,26 +67,12 @@ type Run struct {
 	Restore         Restore    // what a restore run gives back; zero for other kinds
 	Verify          Verify     // what a verify run checks; zero for other kinds
 	CopySnapshot    string     // the snapshot a copy run copies
-	OnCopy          bool       // the run works on its job's copy repository (see Job.Copy)
+	OnCopy          bool       // the run works on its job's copy repository (see Job.AsCopy)
 	ForgetIDs       []string   // the snapshots a forget run deletes
 	PlanID          *uuid.UUID // the retention plan a forget run applies
 	BudgetBytes     *int64     // what the run may add over all its attempts
 	HeldBytes       int64      // its open holds
 	SettledBytes    int64      // what its attempts were charged
-}
-
-// Restore is what a restore run gives back and where.
-type Restore struct {
-	Target   string   // the absolute directory it restores into
-	Snapshot string   // the snapshot's full id, resolved when the restore was asked for
-	Includes []string // restic --include patterns; none restores the whole snapshot
-	// TotalBytes and TotalFiles are the snapshot's restore size as restic gave it, the totals of
-	// the restore's progress; nil if unknown (a restore of some paths only).
-	TotalBytes *int64
-	TotalFiles *int64
-	// TargetID is the target directory as root found it when the restore was admitted: a
-	// target replaced since is refused at every spawn. Nil for restores admitted without it.
-	TargetID *FileID
 }
 
 // FileID is which file a path named when it was checked: its device and inode. It is stored as
@@ -117,12 +103,6 @@ func (f *FileID) Scan(src any) error {
 	}
 	f.Dev, f.Ino = d, i
 	return nil
-}
-
-// Verify is what a verify run checks.
-type Verify struct {
-	ReadDataSubset string // restic check --read-data-subset ("" checks the structure only)
-	DrillFiles     int    // a drill restores and verifies this many files of the latest snapshot; 0 none
 }
 
 // Progress is the newest progress report an attempt's journal made.

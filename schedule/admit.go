@@ -163,12 +163,12 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 // nextMaintenance is the job's next slot of the named schedule (store.Prunes, Verifications,
 // Drills) after now: slots missed while holdfast was down are not replayed, one run covers them.
 func nextMaintenance(j model.Job, sched string, now time.Time) *time.Time {
-	expr := j.PruneSchedule
+	expr := j.Prune.Schedule
 	switch sched {
 	case store.Verifications:
-		expr = j.VerifySchedule
+		expr = j.Verify.Schedule
 	case store.Drills:
-		expr = j.DrillSchedule
+		expr = j.Drill.Schedule
 	}
 	next, err := FirstSlot(expr, j.TimeZone, now)
 	if err != nil {

@@ -17,14 +17,14 @@ func init() {
 		},
 		execArgs: func(job model.Job, _ model.Run) []string {
 			var args []string
-			if job.StdinFrom != "" {
-				args = append(args, "--stdin-from", job.StdinFrom)
+			if job.Backup.StdinFrom != "" {
+				args = append(args, "--stdin-from", job.Backup.StdinFrom)
 			}
 			if hasHooks(job) {
-				for _, h := range job.BeforeHooks {
+				for _, h := range job.Backup.BeforeHooks {
 					args = append(args, "--hook-before", h)
 				}
-				for _, h := range job.AfterHooks {
+				for _, h := range job.Backup.AfterHooks {
 					args = append(args, "--hook-after", h)
 				}
 			}
@@ -35,4 +35,4 @@ func init() {
 }
 
 // hasHooks reports whether the job's backups run hooks.
-func hasHooks(job model.Job) bool { return len(job.BeforeHooks)+len(job.AfterHooks) > 0 }
+func hasHooks(job model.Job) bool { return len(job.Backup.BeforeHooks)+len(job.Backup.AfterHooks) > 0 }

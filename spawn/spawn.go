@@ -226,7 +226,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 	// A backup with no ceiling and no history holds nothing yet: what its paths hold is measured
 	// now, and its hold is taken from that, or the run pauses where its account cannot hold it.
 	if l.Run.BudgetBytes == nil && l.Attempt.HoldBytes == nil && model.AddsToRepository(l.Run.Kind, job.Engine) &&
-		len(job.Paths) > 0 && job.StdinFrom == "" {
+		len(job.Paths) > 0 && job.Backup.StdinFrom == "" {
 		paused, err := s.sizeHold(ctx, fence, &l, job)
 		if err != nil {
 			unstage()

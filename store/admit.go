@@ -245,13 +245,13 @@ func (s *Store) JobAdmitDueMaintenance(ctx context.Context, by, schedule string,
 }
 
 func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule string, j model.Job, next func(model.Job) *time.Time, by string) (MaintenanceAdmitted, error) {
-	planned := j.NextPruneAt
+	planned := j.Prune.NextAt
 	n := newRun{jobID: j.ID, jobName: j.Name, trigger: model.TriggerSchedule, kind: model.KindPrune, admittedBy: by}
 	switch schedule {
 	case Verifications:
-		planned, n.kind, n.verify = j.NextVerifyAt, model.KindVerify, model.Verify{ReadDataSubset: j.VerifyReadData}
+		planned, n.kind, n.verify = j.Verify.NextAt, model.KindVerify, model.Verify{ReadDataSubset: j.Verify.ReadData}
 	case Drills:
-		planned, n.kind, n.verify = j.NextDrillAt, model.KindVerify, model.Verify{DrillFiles: j.DrillFiles}
+		planned, n.kind, n.verify = j.Drill.NextAt, model.KindVerify, model.Verify{DrillFiles: j.Drill.Files}
 	}
 	a := MaintenanceAdmitted{Job: j.Name, Schedule: schedule, Planned: *planned}
 	live, found, err := liveRunOf(ctx, tx, j.ID)

@@ -36,15 +36,15 @@ func scanJob(row pgx.Row) (model.Job, error) {
 		&j.User, &j.Group, &j.Nice, &j.IOSchedulingClass, &runtimeMax, &j.CreatedAt, &j.LastOutcome, &j.LastRunID,
 		&j.Command, &j.Schedule, &j.TimeZone, &j.CatchUp, &j.NextRunAt, &j.MissedSlots, &j.OverlapSkips, &j.LastSkipAt,
 		&j.LastSkipWhy, &j.RetryMax, &j.RetryBackoff, &j.Windows, &j.Priority, &j.DependsOn,
-		&j.Retention, &j.RetentionMaxDelete, &j.RetentionMinKeep, &j.PruneSchedule, &j.NextPruneAt, &j.Account, &j.MaxAdded,
+		&j.Retention.Policy, &j.Retention.MaxDelete, &j.Retention.MinKeep, &j.Prune.Schedule, &j.Prune.NextAt, &j.Account, &j.MaxAdded,
 		&j.AdmissionError, &j.AdmissionRetryAt, &j.EnvFile, &j.LimitUploadKiB,
 		&alertAfter, &j.AlertFailures, &expectEvery, &j.OverdueSince, &j.OverdueReason, &j.StallAfter, &j.StallAction,
-		&j.Host, &j.VerifySchedule, &j.NextVerifyAt, &j.VerifyReadData, &verifyAlertAfter, &j.VerifySince,
-		&j.DrillSchedule, &j.NextDrillAt, &j.DrillFiles, &j.BeforeHooks, &j.HookSkips, &j.AfterHooks, &j.StdinFrom, &j.StdinFilename, &j.CopyTo, &j.CopyPasswordFile, &j.CopyEnvFile)
+		&j.Host, &j.Verify.Schedule, &j.Verify.NextAt, &j.Verify.ReadData, &verifyAlertAfter, &j.Verify.Since,
+		&j.Drill.Schedule, &j.Drill.NextAt, &j.Drill.Files, &j.Backup.BeforeHooks, &j.Backup.HookSkips, &j.Backup.AfterHooks, &j.Backup.StdinFrom, &j.Backup.StdinFilename, &j.Copy.To, &j.Copy.PasswordFile, &j.Copy.EnvFile)
 	for _, d := range []struct {
 		to   *time.Duration
 		from *time.Duration
-	}{{&j.RuntimeMax, runtimeMax}, {&j.AlertAfter, alertAfter}, {&j.ExpectEvery, expectEvery}, {&j.VerifyAlertAfter, verifyAlertAfter}} {
+	}{{&j.RuntimeMax, runtimeMax}, {&j.AlertAfter, alertAfter}, {&j.ExpectEvery, expectEvery}, {&j.Verify.AlertAfter, verifyAlertAfter}} {
 		if d.from != nil {
 			*d.to = *d.from
 		}
@@ -65,12 +65,12 @@ func settingValues(j model.Job) []any {
 	return []any{j.Engine, j.Repository, j.PasswordFile, nonNil(j.Paths), nonNil(j.Excludes), j.User, j.Group,
 		j.Nice, j.IOSchedulingClass, durationToInterval(j.RuntimeMax), nonNil(j.Command), j.Schedule, j.TimeZone,
 		j.CatchUp, j.NextRunAt, j.RetryMax, j.RetryBackoff, nonNil(j.Windows), j.Priority, nullIfEmpty(j.DependsOn),
-		nilIfEmpty(j.Retention), cmp.Or(j.RetentionMaxDelete, retention.DefaultMaxDeleteShare), j.RetentionMinKeep,
-		j.PruneSchedule, j.NextPruneAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded, j.EnvFile, j.LimitUploadKiB,
+		nilIfEmpty(j.Retention.Policy), cmp.Or(j.Retention.MaxDelete, retention.DefaultMaxDeleteShare), j.Retention.MinKeep,
+		j.Prune.Schedule, j.Prune.NextAt, cmp.Or(j.Account, DefaultAccount), j.MaxAdded, j.EnvFile, j.LimitUploadKiB,
 		durationToInterval(j.AlertAfter), j.AlertFailures, durationToInterval(j.ExpectEvery),
 		cmp.Or(j.StallAfter, model.DefaultStallAfter), cmp.Or(j.StallAction, model.StallAlert), nullIfEmpty(j.Host),
-		j.VerifySchedule, j.NextVerifyAt, j.VerifyReadData, durationToInterval(j.VerifyAlertAfter), j.VerifySince,
-		j.DrillSchedule, j.NextDrillAt, j.DrillFiles, nonNil(j.BeforeHooks), nonNil(j.AfterHooks), j.StdinFrom, j.StdinFilename, j.CopyTo, j.CopyPasswordFile, j.CopyEnvFile}
+		j.Verify.Schedule, j.Verify.NextAt, j.Verify.ReadData, durationToInterval(j.Verify.AlertAfter), j.Verify.Since,
+		j.Drill.Schedule, j.Drill.NextAt, j.Drill.Files, nonNil(j.Backup.BeforeHooks), nonNil(j.Backup.AfterHooks), j.Backup.StdinFrom, j.Backup.StdinFilename, j.Copy.To, j.Copy.PasswordFile, j.Copy.EnvFile}
 }
 
 // settingParams returns n placeholders "$from, ..." for the settings.
@@ -158,11 +158,11 @@ func updateJob(ctx context.Context, tx pgx.Tx, name string, edit func(*model.Job
 	if err != nil {
 		return model.Job{}, err
 	}
-	copyTo := j.CopyTo
+	copyTo := j.Copy.To
 	if err := edit(&j); err != nil {
 		return model.Job{}, err
 	}
-	if j.CopyTo != copyTo {
+	if j.Copy.To != copyTo {
 		// A queued copy, or a forget of the copy's plan, works on the copy repository it was admitted for.
 		var live uuid.UUID
 		err := tx.QueryRow(ctx, `SELECT id FROM runs WHERE job_id = $1 AND on_copy AND status IN ('queued', 'running') LIMIT 1`, j.ID).Scan(&live)

@@ -81,21 +81,21 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&jf.maxAdded, "max-added", "", `what one run may add to the repository, e.g. 5GiB ("" : estimated from the job's history)`)
 	f.StringVar(&j.Host, "host", "", "pin the job to this host: only its daemon runs it (default for a new job: this host, HOLDFAST_HOST or the host name)")
 	f.BoolVar(&jf.anyHost, "any-host", false, "let any host's daemon run the job: its paths and repository must be reachable from every host")
-	f.StringArrayVar(&j.BeforeHooks, "before", nil, `run this command in the backup's unit, as the job's user, before the engine (repeatable, in order; split as a shell splits words, never run by one); one that fails fails the run`)
+	f.StringArrayVar(&j.Backup.BeforeHooks, "before", nil, `run this command in the backup's unit, as the job's user, before the engine (repeatable, in order; split as a shell splits words, never run by one); one that fails fails the run`)
 	f.BoolVar(&jf.noBefore, "no-before", false, "remove the job's before hooks")
-	f.StringArrayVar(&j.AfterHooks, "after", nil, `run this command in the backup's unit, as the job's user, after the engine whatever the outcome, which it gets in HOLDFAST_OUTCOME (repeatable, in order; split as --before); its failure is recorded, the outcome stands`)
+	f.StringArrayVar(&j.Backup.AfterHooks, "after", nil, `run this command in the backup's unit, as the job's user, after the engine whatever the outcome, which it gets in HOLDFAST_OUTCOME (repeatable, in order; split as --before); its failure is recorded, the outcome stands`)
 	f.BoolVar(&jf.noAfter, "no-after", false, "remove the job's after hooks")
-	f.StringVar(&j.StdinFrom, "stdin-from", "", `back up this command's standard output as one file instead of --path, e.g. "/usr/bin/pg_dump -Fc shop" (split as --before; run as the job's user in the unit); a failing command fails the run and leaves no snapshot; "" back up --path again`)
-	f.StringVar(&j.StdinFilename, "stdin-filename", "", "the name the output of --stdin-from has in the snapshot, e.g. shop.dump")
-	f.StringVar(&j.CopyTo, "copy-to", "", `copy each snapshot a backup makes into this second restic repository (a run of kind copy); "" no copy`)
-	f.StringVar(&j.CopyPasswordFile, "copy-password-file", "", "the copy repository's password file (absolute path; may be root's alone)")
-	f.StringVar(&j.CopyEnvFile, "copy-env-file", "", `KEY=VALUE lines for restic's environment in a copy, in place of --env-file (root's alone; "" the job's)`)
-	f.StringVar(&j.PruneSchedule, "prune-schedule", "", `when to prune the repository (restic prune), a schedule like --schedule; "" never`)
-	f.StringVar(&j.VerifySchedule, "verify-schedule", "", `when to verify the repository (restic check), a schedule like --schedule; "" never`)
-	f.StringVar(&j.VerifyReadData, "verify-read-data", "", `the part of the data each scheduled verification reads: a percentage (5%) or n/t (1/7); "" the structure only`)
-	f.StringVar(&j.DrillSchedule, "drill-schedule", "", `when to drill a restore of the latest snapshot (a verification), a schedule like --schedule; "" never`)
-	f.IntVar(&j.DrillFiles, "drill-files", 0, "how many files, chosen at random, each scheduled drill restores and verifies (default 10)")
-	f.DurationVar(&j.VerifyAlertAfter, "verify-alert-after", 0, "the job is overdue when its last successful verification is older than this (0: two periods of --verify-schedule)")
+	f.StringVar(&j.Backup.StdinFrom, "stdin-from", "", `back up this command's standard output as one file instead of --path, e.g. "/usr/bin/pg_dump -Fc shop" (split as --before; run as the job's user in the unit); a failing command fails the run and leaves no snapshot; "" back up --path again`)
+	f.StringVar(&j.Backup.StdinFilename, "stdin-filename", "", "the name the output of --stdin-from has in the snapshot, e.g. shop.dump")
+	f.StringVar(&j.Copy.To, "copy-to", "", `copy each snapshot a backup makes into this second restic repository (a run of kind copy); "" no copy`)
+	f.StringVar(&j.Copy.PasswordFile, "copy-password-file", "", "the copy repository's password file (absolute path; may be root's alone)")
+	f.StringVar(&j.Copy.EnvFile, "copy-env-file", "", `KEY=VALUE lines for restic's environment in a copy, in place of --env-file (root's alone; "" the job's)`)
+	f.StringVar(&j.Prune.Schedule, "prune-schedule", "", `when to prune the repository (restic prune), a schedule like --schedule; "" never`)
+	f.StringVar(&j.Verify.Schedule, "verify-schedule", "", `when to verify the repository (restic check), a schedule like --schedule; "" never`)
+	f.StringVar(&j.Verify.ReadData, "verify-read-data", "", `the part of the data each scheduled verification reads: a percentage (5%) or n/t (1/7); "" the structure only`)
+	f.StringVar(&j.Drill.Schedule, "drill-schedule", "", `when to drill a restore of the latest snapshot (a verification), a schedule like --schedule; "" never`)
+	f.IntVar(&j.Drill.Files, "drill-files", 0, "how many files, chosen at random, each scheduled drill restores and verifies (default 10)")
+	f.DurationVar(&j.Verify.AlertAfter, "verify-alert-after", 0, "the job is overdue when its last successful verification is older than this (0: two periods of --verify-schedule)")
 	jf.policy.bind(f)
 	jf.guard.bind(f)
 }
@@ -114,36 +114,36 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 		"tz": func() { j.TimeZone = src.TimeZone }, "catch-up": func() { j.CatchUp = src.CatchUp },
 		"retry-max": func() { j.RetryMax = src.RetryMax }, "retry-backoff": func() { j.RetryBackoff = src.RetryBackoff },
 		"window": func() { j.Windows = src.Windows }, "priority": func() { j.Priority = src.Priority },
-		"depends-on": func() { j.DependsOn = src.DependsOn }, "prune-schedule": func() { j.PruneSchedule = src.PruneSchedule },
-		"verify-schedule": func() { j.VerifySchedule = src.VerifySchedule }, "verify-read-data": func() { j.VerifyReadData = src.VerifyReadData },
-		"verify-alert-after": func() { j.VerifyAlertAfter = src.VerifyAlertAfter },
-		"drill-schedule":     func() { j.DrillSchedule = src.DrillSchedule }, "drill-files": func() { j.DrillFiles = src.DrillFiles },
-		"before": func() { j.BeforeHooks = src.BeforeHooks }, "no-before": func() {
+		"depends-on": func() { j.DependsOn = src.DependsOn }, "prune-schedule": func() { j.Prune.Schedule = src.Prune.Schedule },
+		"verify-schedule": func() { j.Verify.Schedule = src.Verify.Schedule }, "verify-read-data": func() { j.Verify.ReadData = src.Verify.ReadData },
+		"verify-alert-after": func() { j.Verify.AlertAfter = src.Verify.AlertAfter },
+		"drill-schedule":     func() { j.Drill.Schedule = src.Drill.Schedule }, "drill-files": func() { j.Drill.Files = src.Drill.Files },
+		"before": func() { j.Backup.BeforeHooks = src.Backup.BeforeHooks }, "no-before": func() {
 			if jf.noBefore {
-				j.BeforeHooks = nil
+				j.Backup.BeforeHooks = nil
 			}
 		},
 		"stdin-from": func() {
-			j.StdinFrom = src.StdinFrom
-			if src.StdinFrom != "" && !f.Changed("path") {
+			j.Backup.StdinFrom = src.Backup.StdinFrom
+			if src.Backup.StdinFrom != "" && !f.Changed("path") {
 				j.Paths, j.Excludes = nil, nil // a stream replaces the paths
 			}
-			if src.StdinFrom == "" && !f.Changed("stdin-filename") {
-				j.StdinFilename = "" // no stream, no name for it
+			if src.Backup.StdinFrom == "" && !f.Changed("stdin-filename") {
+				j.Backup.StdinFilename = "" // no stream, no name for it
 			}
 		},
-		"stdin-filename": func() { j.StdinFilename = src.StdinFilename },
+		"stdin-filename": func() { j.Backup.StdinFilename = src.Backup.StdinFilename },
 		"copy-to": func() {
-			j.CopyTo = src.CopyTo
-			if src.CopyTo == "" {
-				j.CopyPasswordFile, j.CopyEnvFile = "", ""
+			j.Copy.To = src.Copy.To
+			if src.Copy.To == "" {
+				j.Copy.PasswordFile, j.Copy.EnvFile = "", ""
 			}
 		},
-		"copy-password-file": func() { j.CopyPasswordFile = src.CopyPasswordFile },
-		"copy-env-file":      func() { j.CopyEnvFile = src.CopyEnvFile },
-		"after":              func() { j.AfterHooks = src.AfterHooks }, "no-after": func() {
+		"copy-password-file": func() { j.Copy.PasswordFile = src.Copy.PasswordFile },
+		"copy-env-file":      func() { j.Copy.EnvFile = src.Copy.EnvFile },
+		"after":              func() { j.Backup.AfterHooks = src.Backup.AfterHooks }, "no-after": func() {
 			if jf.noAfter {
-				j.AfterHooks = nil
+				j.Backup.AfterHooks = nil
 			}
 		},
 		"account": func() { j.Account = src.Account }, "limit-upload": func() { j.LimitUploadKiB = src.LimitUploadKiB },
@@ -162,7 +162,7 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 	if f.Changed("after") && f.Changed("no-after") {
 		return badInput("--after and --no-after contradict each other: give one")
 	}
-	if f.Changed("copy-to") && src.CopyTo == "" && (src.CopyPasswordFile != "" || src.CopyEnvFile != "") {
+	if f.Changed("copy-to") && src.Copy.To == "" && (src.Copy.PasswordFile != "" || src.Copy.EnvFile != "") {
 		return badInput(`--copy-to "" removes the copy repository, its password and environment files with it: drop --copy-password-file and --copy-env-file`)
 	}
 	if f.Changed("host") && f.Changed("any-host") {
@@ -389,14 +389,14 @@ func jobJSON(j model.Job) jobOut {
 	if p, ok, err := job.Policy(j); ok && err == nil {
 		o.Retention, o.RetentionText = &p, p.Describe()
 	}
-	o.RetentionMaxDelete, o.RetentionMinKeep = j.RetentionMaxDelete, j.RetentionMinKeep
-	o.PruneSchedule, o.NextPruneAt = j.PruneSchedule, timeStr(j.NextPruneAt)
-	o.BeforeHooks, o.AfterHooks, o.HookSkips = j.BeforeHooks, j.AfterHooks, j.HookSkips
-	o.StdinFrom, o.StdinFilename = j.StdinFrom, j.StdinFilename
-	o.CopyTo, o.CopyPasswordFile, o.CopyEnvFile = j.CopyTo, j.CopyPasswordFile, j.CopyEnvFile
-	o.VerifySchedule, o.NextVerifyAt, o.VerifyReadData = j.VerifySchedule, timeStr(j.NextVerifyAt), j.VerifyReadData
-	o.VerifyAlertAfter = j.VerifyAlertAfter.Seconds()
-	o.DrillSchedule, o.NextDrillAt, o.DrillFiles = j.DrillSchedule, timeStr(j.NextDrillAt), j.DrillFiles
+	o.RetentionMaxDelete, o.RetentionMinKeep = j.Retention.MaxDelete, j.Retention.MinKeep
+	o.PruneSchedule, o.NextPruneAt = j.Prune.Schedule, timeStr(j.Prune.NextAt)
+	o.BeforeHooks, o.AfterHooks, o.HookSkips = j.Backup.BeforeHooks, j.Backup.AfterHooks, j.Backup.HookSkips
+	o.StdinFrom, o.StdinFilename = j.Backup.StdinFrom, j.Backup.StdinFilename
+	o.CopyTo, o.CopyPasswordFile, o.CopyEnvFile = j.Copy.To, j.Copy.PasswordFile, j.Copy.EnvFile
+	o.VerifySchedule, o.NextVerifyAt, o.VerifyReadData = j.Verify.Schedule, timeStr(j.Verify.NextAt), j.Verify.ReadData
+	o.VerifyAlertAfter = j.Verify.AlertAfter.Seconds()
+	o.DrillSchedule, o.NextDrillAt, o.DrillFiles = j.Drill.Schedule, timeStr(j.Drill.NextAt), j.Drill.Files
 	o.Account, o.MaxAddedBytes = j.Account, j.MaxAdded
 	o.Host, o.AnyHost = j.Host, j.Host == ""
 	o.AdmissionError, o.AdmissionRetryAt = j.AdmissionError, timeStr(j.AdmissionRetryAt)
@@ -564,32 +564,32 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				case ok:
 					fmt.Fprintf(w, "retention:     %s\n", p.Describe())
 					fmt.Fprintf(w, "guardrails:    a plan may delete at most %.0f%% of the snapshots and must leave at least %d (else --force)\n",
-						j.RetentionMaxDelete*100, j.RetentionMinKeep)
+						j.Retention.MaxDelete*100, j.Retention.MinKeep)
 				default:
 					fmt.Fprintf(w, "retention:     none: nothing is ever deleted (holdfast job edit %s --preset 30d)\n", j.Name)
 				}
-				if j.CopyTo != "" {
-					fmt.Fprintf(w, "copy to:       %s (password file %s), after each backup that made a snapshot\n", textsafe.String(j.CopyTo), textsafe.String(j.CopyPasswordFile))
+				if j.Copy.To != "" {
+					fmt.Fprintf(w, "copy to:       %s (password file %s), after each backup that made a snapshot\n", textsafe.String(j.Copy.To), textsafe.String(j.Copy.PasswordFile))
 				}
-				if j.StdinFrom != "" {
-					fmt.Fprintf(w, "stdin from:    %s, as %s in the snapshot\n", textsafe.String(j.StdinFrom), textsafe.String(j.StdinFilename))
+				if j.Backup.StdinFrom != "" {
+					fmt.Fprintf(w, "stdin from:    %s, as %s in the snapshot\n", textsafe.String(j.Backup.StdinFrom), textsafe.String(j.Backup.StdinFilename))
 				}
-				for _, h := range j.BeforeHooks {
+				for _, h := range j.Backup.BeforeHooks {
 					fmt.Fprintf(w, "before hook:   %s\n", textsafe.String(h))
 				}
-				for _, h := range j.AfterHooks {
+				for _, h := range j.Backup.AfterHooks {
 					fmt.Fprintf(w, "after hook:    %s\n", textsafe.String(h))
 				}
-				if j.HookSkips > 0 {
-					fmt.Fprintf(w, "hook skips:    %d backups skipped by a before hook (exit 75)\n", j.HookSkips)
+				if j.Backup.HookSkips > 0 {
+					fmt.Fprintf(w, "hook skips:    %d backups skipped by a before hook (exit 75)\n", j.Backup.HookSkips)
 				}
 				verify := ""
-				if j.VerifyReadData != "" {
-					verify = ", reading " + j.VerifyReadData + " of the data"
+				if j.Verify.ReadData != "" {
+					verify = ", reading " + j.Verify.ReadData + " of the data"
 				}
-				printMaintenance(w, "prune:         ", j.PruneSchedule, "", j.NextPruneAt)
-				printMaintenance(w, "verify:        ", j.VerifySchedule, verify, j.NextVerifyAt)
-				printMaintenance(w, "drill:         ", j.DrillSchedule, fmt.Sprintf(", %d files", j.DrillFiles), j.NextDrillAt)
+				printMaintenance(w, "prune:         ", j.Prune.Schedule, "", j.Prune.NextAt)
+				printMaintenance(w, "verify:        ", j.Verify.Schedule, verify, j.Verify.NextAt)
+				printMaintenance(w, "drill:         ", j.Drill.Schedule, fmt.Sprintf(", %d files", j.Drill.Files), j.Drill.NextAt)
 				budget := "estimated from the job's recent runs"
 				if j.MaxAdded != nil {
 					budget = "at most " + ledger.FormatSize(*j.MaxAdded) + " per run"

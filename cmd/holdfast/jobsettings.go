@@ -39,7 +39,9 @@ func keepValue(n int) []string {
 	return str(strconv.Itoa(n))
 }
 
-func copyRetention(dst *model.Job, src model.Job) { dst.Retention = slices.Clone(src.Retention) }
+func copyRetention(dst *model.Job, src model.Job) {
+	dst.Retention.Policy = slices.Clone(src.Retention.Policy)
+}
 
 // jobSettings are every setting of a job an operator gives, in the order export writes them.
 var jobSettings = []jobSetting{
@@ -71,13 +73,13 @@ var jobSettings = []jobSetting{
 	{"schedule", "str", func(j model.Job) []string { return str(j.Schedule) }, func(d *model.Job, s model.Job) { d.Schedule = s.Schedule }},
 	{"tz", "str", func(j model.Job) []string { return str(j.TimeZone) }, func(d *model.Job, s model.Job) { d.TimeZone = s.TimeZone }},
 	{"catch-up", "bool", func(j model.Job) []string { return str(strconv.FormatBool(j.CatchUp)) }, func(d *model.Job, s model.Job) { d.CatchUp = s.CatchUp }},
-	{"before", "list", func(j model.Job) []string { return j.BeforeHooks }, func(d *model.Job, s model.Job) { d.BeforeHooks = slices.Clone(s.BeforeHooks) }},
-	{"stdin-from", "str", func(j model.Job) []string { return str(j.StdinFrom) }, func(d *model.Job, s model.Job) { d.StdinFrom = s.StdinFrom }},
-	{"stdin-filename", "str", func(j model.Job) []string { return str(j.StdinFilename) }, func(d *model.Job, s model.Job) { d.StdinFilename = s.StdinFilename }},
-	{"copy-to", "str", func(j model.Job) []string { return str(j.CopyTo) }, func(d *model.Job, s model.Job) { d.CopyTo = s.CopyTo }},
-	{"copy-password-file", "str", func(j model.Job) []string { return str(j.CopyPasswordFile) }, func(d *model.Job, s model.Job) { d.CopyPasswordFile = s.CopyPasswordFile }},
-	{"copy-env-file", "str", func(j model.Job) []string { return str(j.CopyEnvFile) }, func(d *model.Job, s model.Job) { d.CopyEnvFile = s.CopyEnvFile }},
-	{"after", "list", func(j model.Job) []string { return j.AfterHooks }, func(d *model.Job, s model.Job) { d.AfterHooks = slices.Clone(s.AfterHooks) }},
+	{"before", "list", func(j model.Job) []string { return j.Backup.BeforeHooks }, func(d *model.Job, s model.Job) { d.Backup.BeforeHooks = slices.Clone(s.Backup.BeforeHooks) }},
+	{"stdin-from", "str", func(j model.Job) []string { return str(j.Backup.StdinFrom) }, func(d *model.Job, s model.Job) { d.Backup.StdinFrom = s.Backup.StdinFrom }},
+	{"stdin-filename", "str", func(j model.Job) []string { return str(j.Backup.StdinFilename) }, func(d *model.Job, s model.Job) { d.Backup.StdinFilename = s.Backup.StdinFilename }},
+	{"copy-to", "str", func(j model.Job) []string { return str(j.Copy.To) }, func(d *model.Job, s model.Job) { d.Copy.To = s.Copy.To }},
+	{"copy-password-file", "str", func(j model.Job) []string { return str(j.Copy.PasswordFile) }, func(d *model.Job, s model.Job) { d.Copy.PasswordFile = s.Copy.PasswordFile }},
+	{"copy-env-file", "str", func(j model.Job) []string { return str(j.Copy.EnvFile) }, func(d *model.Job, s model.Job) { d.Copy.EnvFile = s.Copy.EnvFile }},
+	{"after", "list", func(j model.Job) []string { return j.Backup.AfterHooks }, func(d *model.Job, s model.Job) { d.Backup.AfterHooks = slices.Clone(s.Backup.AfterHooks) }},
 	{"window", "list", func(j model.Job) []string { return j.Windows }, func(d *model.Job, s model.Job) { d.Windows = slices.Clone(s.Windows) }},
 	{"retry-max", "int", func(j model.Job) []string { return str(strconv.Itoa(j.RetryMax)) }, func(d *model.Job, s model.Job) { d.RetryMax = s.RetryMax }},
 	{"retry-backoff", "str", func(j model.Job) []string { return durationValue(j.RetryBackoff) }, func(d *model.Job, s model.Job) { d.RetryBackoff = s.RetryBackoff }},
@@ -115,15 +117,15 @@ var jobSettings = []jobSetting{
 	}, copyRetention},
 	{"retention-tz", "str", func(j model.Job) []string { return str(policyOf(j).TimeZone) }, copyRetention},
 	{"retention-max-delete", "int", func(j model.Job) []string {
-		return str(strconv.Itoa(int(j.RetentionMaxDelete*100 + 0.5)))
-	}, func(d *model.Job, s model.Job) { d.RetentionMaxDelete = s.RetentionMaxDelete }},
-	{"retention-min-keep", "int", func(j model.Job) []string { return str(strconv.Itoa(j.RetentionMinKeep)) }, func(d *model.Job, s model.Job) { d.RetentionMinKeep = s.RetentionMinKeep }},
-	{"prune-schedule", "str", func(j model.Job) []string { return str(j.PruneSchedule) }, func(d *model.Job, s model.Job) { d.PruneSchedule = s.PruneSchedule }},
-	{"verify-schedule", "str", func(j model.Job) []string { return str(j.VerifySchedule) }, func(d *model.Job, s model.Job) { d.VerifySchedule = s.VerifySchedule }},
-	{"verify-read-data", "str", func(j model.Job) []string { return str(j.VerifyReadData) }, func(d *model.Job, s model.Job) { d.VerifyReadData = s.VerifyReadData }},
-	{"verify-alert-after", "str", func(j model.Job) []string { return durationValue(j.VerifyAlertAfter) }, func(d *model.Job, s model.Job) { d.VerifyAlertAfter = s.VerifyAlertAfter }},
-	{"drill-schedule", "str", func(j model.Job) []string { return str(j.DrillSchedule) }, func(d *model.Job, s model.Job) { d.DrillSchedule = s.DrillSchedule }},
-	{"drill-files", "int", func(j model.Job) []string { return str(strconv.Itoa(j.DrillFiles)) }, func(d *model.Job, s model.Job) { d.DrillFiles = s.DrillFiles }},
+		return str(strconv.Itoa(int(j.Retention.MaxDelete*100 + 0.5)))
+	}, func(d *model.Job, s model.Job) { d.Retention.MaxDelete = s.Retention.MaxDelete }},
+	{"retention-min-keep", "int", func(j model.Job) []string { return str(strconv.Itoa(j.Retention.MinKeep)) }, func(d *model.Job, s model.Job) { d.Retention.MinKeep = s.Retention.MinKeep }},
+	{"prune-schedule", "str", func(j model.Job) []string { return str(j.Prune.Schedule) }, func(d *model.Job, s model.Job) { d.Prune.Schedule = s.Prune.Schedule }},
+	{"verify-schedule", "str", func(j model.Job) []string { return str(j.Verify.Schedule) }, func(d *model.Job, s model.Job) { d.Verify.Schedule = s.Verify.Schedule }},
+	{"verify-read-data", "str", func(j model.Job) []string { return str(j.Verify.ReadData) }, func(d *model.Job, s model.Job) { d.Verify.ReadData = s.Verify.ReadData }},
+	{"verify-alert-after", "str", func(j model.Job) []string { return durationValue(j.Verify.AlertAfter) }, func(d *model.Job, s model.Job) { d.Verify.AlertAfter = s.Verify.AlertAfter }},
+	{"drill-schedule", "str", func(j model.Job) []string { return str(j.Drill.Schedule) }, func(d *model.Job, s model.Job) { d.Drill.Schedule = s.Drill.Schedule }},
+	{"drill-files", "int", func(j model.Job) []string { return str(strconv.Itoa(j.Drill.Files)) }, func(d *model.Job, s model.Job) { d.Drill.Files = s.Drill.Files }},
 }
 
 // changedSettings are the flags of the settings in which a and b differ, in table order.

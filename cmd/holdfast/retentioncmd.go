@@ -96,7 +96,7 @@ func applyRetention(f *pflag.FlagSet, pf *policyFlags, gf *guardFlags, j *model.
 		if err != nil {
 			return err
 		}
-		if j.Retention, err = json.Marshal(p); err != nil {
+		if j.Retention.Policy, err = json.Marshal(p); err != nil {
 			return err
 		}
 	}
@@ -105,13 +105,13 @@ func applyRetention(f *pflag.FlagSet, pf *policyFlags, gf *guardFlags, j *model.
 		if err != nil {
 			return inputError{err}
 		}
-		j.RetentionMaxDelete = share
+		j.Retention.MaxDelete = share
 	}
 	if f.Changed("retention-min-keep") {
 		if err := retention.CheckMinKeep(gf.minKeep); err != nil {
 			return inputError{err}
 		}
-		j.RetentionMinKeep = gf.minKeep
+		j.Retention.MinKeep = gf.minKeep
 	}
 	return nil
 }

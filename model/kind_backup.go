@@ -1,0 +1,17 @@
+package model
+
+// BackupSettings are a job's settings for its backups (KindBackup): the hooks around the
+// engine and, for a backup of a command's output, that command.
+type BackupSettings struct {
+	// BeforeHooks are command lines run in the backup's unit, in order, before the engine (see
+	// job.SplitHook); the first that fails fails the run.
+	BeforeHooks []string
+	HookSkips   int // backups a before hook skipped (exit 75)
+	// AfterHooks run in the unit after the engine, whatever the outcome, which they see in
+	// HOLDFAST_OUTCOME; their failure is recorded, never changing the outcome.
+	AfterHooks []string
+	// StdinFrom, if set, is a command line (split as a hook's) whose standard output the backup
+	// is, as one file called StdinFilename (restic --stdin); the job then has no Paths.
+	StdinFrom     string
+	StdinFilename string
+}
