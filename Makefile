@@ -9,7 +9,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # fresh clone compiled and vetted every package again (about 60 s of CPU in `make test`).
 export GOFLAGS += -trimpath
 
-.PHONY: all build deps test test-restic test-pgbouncer lint bench bench-fleet demo fuzz man package clean
+.PHONY: all build deps test test-hosts test-restic test-pgbouncer lint bench bench-fleet demo fuzz man package clean
 
 all: build
 
@@ -25,36 +25,57 @@ lint:
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
 
-# The whole suite against a real PostgreSQL, real systemd managers and real restic (testenv starts
+# The suite against a real PostgreSQL, real systemd managers and real restic (testenv starts
 # private ones), as plain go test: `go test ./reconcile -run X -v` runs a part of it the same way.
 # CI=true turns a missing dependency into a failure instead of a skip. Every package runs with the
 # race detector but the scenarios (SCENARIOS), whose daemons and units are the holdfast binary,
 # built once without it where units running as nobody can reach it (testenv.BinaryEnv; go run
 # keeps the executable it links in the build cache, go build would link it every time). The
 # scenarios run beside the packages: they mostly wait on systemd and restic, so six run at once
-# even on two cores.
+# even on two cores. What only a whole system shows (BOOTED_TESTS: the packages, systemd as PID 1,
+# reboots, the README's install and its first backup of gigabytes) is make test-hosts.
 SCENARIOS := ./cmd/holdfast/
+BOOTED_TESTS := ^(TestBooted.*|TestRPMPackage)$$
 test: deps lint
 	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) run -exec cp ./cmd/holdfast $$bindir/holdfast \
 		&& $(GO) run -exec cp ./cmd/holdfast-unit $$bindir/holdfast-unit && chmod 755 $$bindir/* || exit 1; \
 	export HOLDFAST_TEST_BINARY=$$bindir/holdfast; \
-	$(GO) test -count=1 -timeout 30m -parallel 6 $(SCENARIOS) & scenarios=$$!; \
-	$(GO) test -race -count=1 -timeout 30m -parallel 4 -p 4 $$($(GO) list $(PKGS) | grep -vxF $(MODULE)/$(SCENARIOS:./%/=%)); \
+	$(GO) test -count=1 -timeout 30m -parallel 6 -skip '$(BOOTED_TESTS)' $(SCENARIOS) & scenarios=$$!; \
+	$(GO) test -race -count=1 -timeout 30m -parallel 4 -p 4 -skip '$(BOOTED_TESTS)' $$($(GO) list $(PKGS) | grep -vxF $(MODULE)/$(SCENARIOS:./%/=%)); \
 	packages=$$?; wait $$scenarios; scenarios=$$?; \
 	rm -rf $$bindir; \
 	[ $$packages -eq 0 ] && [ $$scenarios -eq 0 ]
 
-# The restic and Debian matrix: make test runs Debian 12's restic (0.14.0) and booted Debian 12
-# hosts; this runs what depends on restic (its output, exit codes, signals, forget rules: engine,
-# retention and the scenarios that stop, restart, fail, restore, verify, copy and prune) against
-# Ubuntu 24.04's 0.16.4, Debian 13's 0.18.1 and upstream's 0.19.1, each built once by
-# scripts/install-restic and named by HOLDFAST_TEST_RESTIC, and then the package and reboot tests
-# on booted Debian 13 hosts (systemd 257, their own restic 0.18 and PostgreSQL 17). The whole suite
-# four times would not fit CI's time.
+# The booted hosts: the .deb and .rpm, holdfast installed as the README says on a Debian 12 host
+# whose PID 1 is systemd (credentials, the system journal, the watchdog, reboots and power losses,
+# the hostile user's links, the first backup of a home of gigabytes and its restore), testenv's own
+# booted hosts, and then the package and reboot tests on Debian 13 hosts (systemd 257, their own
+# restic 0.18 and PostgreSQL 17). Each host is a container booted from a cached image (testenv.BootedHost).
+DEBIAN13_TESTS := ^(TestBootedHostPackage|TestBootedHostReboot)$$
+test-hosts: deps
+	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) run -exec cp ./cmd/holdfast $$bindir/holdfast \
+		&& $(GO) run -exec cp ./cmd/holdfast-unit $$bindir/holdfast-unit && chmod 755 $$bindir/* || exit 1; \
+	export HOLDFAST_TEST_BINARY=$$bindir/holdfast; failed=; \
+	start=$$(date +%s); echo "== booted Debian 12 hosts"; \
+	$(GO) test -count=1 -timeout 30m -parallel 6 -run '$(BOOTED_TESTS)' $(SCENARIOS) & scenarios=$$!; \
+	$(GO) test -race -count=1 -timeout 30m -run '$(BOOTED_TESTS)' ./testenv/ || failed="$$failed testenv"; \
+	wait $$scenarios || failed="$$failed debian-12"; \
+	echo "== booted Debian 12 hosts: $$(( $$(date +%s) - start )) s"; \
+	start=$$(date +%s); echo "== booted Debian 13 hosts"; \
+	HOLDFAST_TEST_DEBIAN=13 $(GO) test -count=1 -timeout 30m -run '$(DEBIAN13_TESTS)' $(SCENARIOS) \
+		|| failed="$$failed debian-13"; \
+	echo "== booted Debian 13 hosts: $$(( $$(date +%s) - start )) s"; \
+	rm -rf $$bindir; \
+	[ -z "$$failed" ] || { echo "test-hosts: failed:$$failed"; exit 1; }
+
+# The restic matrix: make test runs Debian 12's restic (0.14.0); this runs what depends on restic
+# (its output, exit codes, signals, forget rules: engine, retention and the scenarios that stop,
+# restart, fail, restore, verify, copy and prune) against Ubuntu 24.04's 0.16.4, Debian 13's 0.18.1
+# and upstream's 0.19.1, each built once by scripts/install-restic and named by
+# HOLDFAST_TEST_RESTIC. The whole suite four times would not fit CI's time.
 RESTIC_VERSIONS  ?= 0.16.4 0.18.1 0.19.1
 RESTIC_PACKAGES  := ./engine/ ./retention/ ./forget/ ./inventory/ ./reconcile/
 RESTIC_SCENARIOS := ^(TestBackupSucceeds|TestBackupPartialAsUser|TestBackupFailsPermanently|TestBadInputRefused|TestStopRunningBackup|TestGracefulReboot|TestStopVersusReboot|TestStopThenGracefulExit|TestRuntimeLimit|TestStreamedDumps|TestRestoreEqualsSource|TestRestoreAfterCrash|TestVerify|TestDrill|TestCopyTo|TestRetentionApply|TestApplyPlanAndPrune|TestLedgerDeferral|TestFirstBackupSizedFromItsPaths|TestRetries|TestHardCrash|TestMetrics)$$
-DEBIAN13_TESTS   := ^(TestBootedHostPackage|TestBootedHostReboot)$$
 test-restic: deps
 	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) build -o $$bindir/holdfast ./cmd/holdfast \
 		&& $(GO) build -o $$bindir/holdfast-unit ./cmd/holdfast-unit && chmod 755 $$bindir/* || exit 1; \
@@ -67,10 +88,6 @@ test-restic: deps
 			|| failed="$$failed restic-$$v(scenarios)"; \
 		echo "== restic $$v: $$(( $$(date +%s) - start )) s"; \
 	done; \
-	start=$$(date +%s); echo "== booted Debian 13 hosts"; \
-	HOLDFAST_TEST_DEBIAN=13 HOLDFAST_TEST_BINARY=$$bindir/holdfast $(GO) test -count=1 -timeout 30m -run '$(DEBIAN13_TESTS)' $(SCENARIOS) \
-		|| failed="$$failed debian-13"; \
-	echo "== booted Debian 13 hosts: $$(( $$(date +%s) - start )) s"; \
 	rm -rf $$bindir; \
 	[ -z "$$failed" ] || { echo "test-restic: failed:$$failed"; exit 1; }
 
