@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
@@ -214,7 +215,7 @@ type simHost struct {
 	listening                         atomic.Bool
 
 	mu        sync.Mutex
-	lease     store.Lease // guarded by mu
+	lease     model.Lease // guarded by mu
 	heldUntil time.Time   // guarded by mu
 }
 
@@ -242,13 +243,13 @@ func newSimHost(name string, st *store.Store, stats *simStats, stateDir string) 
 }
 
 // current is the lease and whether it is held, as the daemon's lease service tells.
-func (h *simHost) current() (store.Lease, bool) {
+func (h *simHost) current() (model.Lease, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lease, h.lease.Holder != "" && time.Now().Before(h.heldUntil)
 }
 
-func (h *simHost) set(l store.Lease, asked time.Time) {
+func (h *simHost) set(l model.Lease, asked time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.lease, h.heldUntil = l, asked.Add(h.cfg.Lease)
@@ -259,8 +260,8 @@ func (h *simHost) acting() bool {
 	return held
 }
 
-func (h *simHost) request() store.LeaseRequest {
-	return store.LeaseRequest{Host: h.name, Holder: simHolder, Version: "fleetsim", Duration: h.cfg.Lease, Grace: h.cfg.Reconcile.TakeoverGrace}
+func (h *simHost) request() store.LeaseAcquireParams {
+	return store.LeaseAcquireParams{Host: h.name, Holder: simHolder, Version: "fleetsim", Duration: h.cfg.Lease, Grace: h.cfg.Reconcile.TakeoverGrace}
 }
 
 // run takes the host's lease, then runs the daemon's services until ctx ends.

@@ -27,10 +27,10 @@ type Store interface {
 // Recorder is what Apply writes: the plan, with the forget run that applies it. The CLI gives
 // its store.Store.
 type Recorder interface {
-	PlanRecord(ctx context.Context, p store.Plan) (store.Plan, error)
+	PlanRecord(ctx context.Context, p model.RetentionPlan) (model.RetentionPlan, error)
 }
 
-// Request asks for a plan of a job's retention.
+// RunAdmitRequestParams asks for a plan of a job's retention.
 type Request struct {
 	Job  string
 	At   time.Time // the plan's reference time
@@ -42,7 +42,7 @@ type Request struct {
 	PolicyGiven bool
 	// Read reads the job's repository again into the inventory and returns its snapshots
 	// (restic runs as the job's user, in a unit of its own).
-	Read func(context.Context, model.Job) ([]store.Snapshot, error)
+	Read func(context.Context, model.Job) ([]model.Snapshot, error)
 	// Copy plans the job's copy repository (see model.Job.AsCopy) instead of its own.
 	Copy bool
 	// Restic is the release of the restic that runs the job's commands: its forget rules are the
@@ -104,7 +104,7 @@ func Plan(ctx context.Context, st Store, req Request) (Planned, error) {
 }
 
 // Snapshots are the inventory's snapshots as a policy sees them.
-func Snapshots(recorded []store.Snapshot) []retention.Snapshot {
+func Snapshots(recorded []model.Snapshot) []retention.Snapshot {
 	snaps := make([]retention.Snapshot, len(recorded))
 	for i, s := range recorded {
 		snaps[i] = retention.Snapshot{ID: s.ID, Time: s.Time, Host: s.Host, Tags: s.Tags, Paths: s.Paths,
@@ -118,33 +118,33 @@ func Snapshots(recorded []store.Snapshot) []retention.Snapshot {
 
 // Record is the audit record of applying the plan: refused if its guardrails refuse it and
 // force is not set, else applied (forced, if they refuse it).
-func Record(pl Planned, actor string, force bool) (store.Plan, error) {
-	rec := store.Plan{JobName: pl.Job.Name, Repository: pl.Job.Repository, Actor: actor, PlanAt: pl.At,
-		Forced: force && pl.Refusal != nil, Outcome: store.PlanApplied, Summary: pl.Plan.Summary, DeleteIDs: pl.Plan.DeleteIDs()}
+func Record(pl Planned, actor string, force bool) (model.RetentionPlan, error) {
+	rec := model.RetentionPlan{JobName: pl.Job.Name, Repository: pl.Job.Repository, Actor: actor, PlanAt: pl.At,
+		Forced: force && pl.Refusal != nil, Outcome: model.PlanApplied, Summary: pl.Plan.Summary, DeleteIDs: pl.Plan.DeleteIDs()}
 	var err error
 	if rec.Policy, err = json.Marshal(pl.Policy); err != nil {
-		return store.Plan{}, fmt.Errorf("encode the retention policy: %w", err)
+		return model.RetentionPlan{}, fmt.Errorf("encode the retention policy: %w", err)
 	}
 	if rec.Decisions, err = json.Marshal(pl.Plan.Decisions); err != nil {
-		return store.Plan{}, fmt.Errorf("encode the plan's decisions: %w", err)
+		return model.RetentionPlan{}, fmt.Errorf("encode the plan's decisions: %w", err)
 	}
 	if pl.Refusal != nil && !force {
-		rec.Outcome, rec.Refusal = store.PlanRefused, pl.Refusal.Error()
+		rec.Outcome, rec.Refusal = model.PlanRefused, pl.Refusal.Error()
 	}
 	return rec, nil
 }
 
 // Apply records the plan (see Record); an applied plan with snapshots to delete admits the
 // forget run that deletes them. The caller reports a refused plan as refused.
-func Apply(ctx context.Context, st Recorder, pl Planned, actor string, force bool) (store.Plan, error) {
+func Apply(ctx context.Context, st Recorder, pl Planned, actor string, force bool) (model.RetentionPlan, error) {
 	rec, err := Record(pl, actor, force)
 	if err != nil {
-		return store.Plan{}, err
+		return model.RetentionPlan{}, err
 	}
 	crashpoint.At("retention-apply-before")
 	saved, err := st.PlanRecord(ctx, rec)
 	if err != nil {
-		return store.Plan{}, err
+		return model.RetentionPlan{}, err
 	}
 	crashpoint.At("retention-apply-after")
 	return saved, nil

@@ -29,10 +29,10 @@ func open(t *testing.T) *store.Store {
 var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // snapshots are n daily snapshots of the job on host "h", the newest a day before now.
-func snapshots(job string, n int) []store.Snapshot {
-	out := make([]store.Snapshot, n)
+func snapshots(job string, n int) []model.Snapshot {
+	out := make([]model.Snapshot, n)
 	for i := range out {
-		out[i] = store.Snapshot{ID: fmt.Sprintf("%064x", i+1), Time: now.Add(-time.Duration(i+1) * 24 * time.Hour), Host: "h",
+		out[i] = model.Snapshot{ID: fmt.Sprintf("%064x", i+1), Time: now.Add(-time.Duration(i+1) * 24 * time.Hour), Host: "h",
 			Tags: []string{engine.JobTag(job)}, Paths: []string{"/data"}}
 	}
 	return out
@@ -63,8 +63,8 @@ func TestPlanAndApply(t *testing.T) {
 	add(model.Job{Name: "logs", Engine: engine.NameRestic, Repository: "/r/logs", PasswordFile: "/pw", Paths: []string{"/data"},
 		Retention: model.RetentionSettings{Policy: last(2), MinKeep: 1}})
 
-	read := func(n int) func(context.Context, model.Job) ([]store.Snapshot, error) {
-		return func(_ context.Context, j model.Job) ([]store.Snapshot, error) { return snapshots(j.Name, n), nil }
+	read := func(n int) func(context.Context, model.Job) ([]model.Snapshot, error) {
+		return func(_ context.Context, j model.Job) ([]model.Snapshot, error) { return snapshots(j.Name, n), nil }
 	}
 	keepLast := func(n int) func(retention.Policy) (retention.Policy, error) {
 		return func(p retention.Policy) (retention.Policy, error) { p.KeepLast = n; return p, p.Validate() }
@@ -84,12 +84,12 @@ func TestPlanAndApply(t *testing.T) {
 		{name: "a job without a policy needs one given", req: forget.Request{Job: "bare"},
 			conflict: "job bare has no retention policy: set one (holdfast job edit bare --preset 30d) or give policy flags"},
 		{name: "a policy given for a job without one", req: forget.Request{Job: "bare", Policy: keepLast(9), PolicyGiven: true},
-			deletes: 1, outcome: store.PlanApplied, run: true},
-		{name: "the stored policy deletes nothing", req: forget.Request{Job: "web"}, outcome: store.PlanNothing},
+			deletes: 1, outcome: model.PlanApplied, run: true},
+		{name: "the stored policy deletes nothing", req: forget.Request{Job: "web"}, outcome: model.PlanNothing},
 		{name: "the guardrail refuses deleting most", req: forget.Request{Job: "db"},
-			deletes: 8, refused: true, outcome: store.PlanRefused},
+			deletes: 8, refused: true, outcome: model.PlanRefused},
 		{name: "forced past the guardrail", req: forget.Request{Job: "logs"}, force: true,
-			deletes: 8, refused: true, outcome: store.PlanApplied, run: true},
+			deletes: 8, refused: true, outcome: model.PlanApplied, run: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.req.At, c.req.Host, c.req.Read = now, "h", read(10)
@@ -115,7 +115,7 @@ func TestPlanAndApply(t *testing.T) {
 				saved.Actor != "tester" || !saved.PlanAt.Equal(now) || len(saved.DeleteIDs) != c.deletes {
 				t.Fatalf("recorded %+v; want outcome %q, run %v", saved, c.outcome, c.run)
 			}
-			if c.outcome == store.PlanRefused && !strings.Contains(saved.Refusal, "more than the allowed 50%") {
+			if c.outcome == model.PlanRefused && !strings.Contains(saved.Refusal, "more than the allowed 50%") {
 				t.Errorf("refusal %q does not say why", saved.Refusal)
 			}
 		})
@@ -124,7 +124,7 @@ func TestPlanAndApply(t *testing.T) {
 
 func TestSnapshots(t *testing.T) {
 	held, until, added := now, now.Add(time.Hour), int64(42)
-	got := forget.Snapshots([]store.Snapshot{
+	got := forget.Snapshots([]model.Snapshot{
 		{ID: "a", Time: now, Host: "h", Tags: []string{"t"}, Paths: []string{"/p"}},
 		{ID: "b", LegalHoldAt: &held, ImmutableUntil: &until, BytesAdded: &added},
 	})

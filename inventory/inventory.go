@@ -22,14 +22,13 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // Store is what a listing reads and writes: the repository's snapshots as recorded, and the
 // listing recorded over them. The daemon and the CLI give their store.Store.
 type Store interface {
-	SnapshotSync(ctx context.Context, repository string, listedAt time.Time, listed []store.Snapshot) (added, forgotten int, err error)
-	SnapshotList(ctx context.Context, repository string) ([]store.Snapshot, error)
+	SnapshotSync(ctx context.Context, repository string, listedAt time.Time, listed []model.Snapshot) (added, forgotten int, err error)
+	SnapshotList(ctx context.Context, repository string) ([]model.Snapshot, error)
 }
 
 // Config is what a listing needs: the store it is recorded in, and what runs restic as the job's
@@ -66,7 +65,7 @@ func (c *Config) Validate() error {
 // Refresh reads all snapshots of the job's repository, whoever made them, into the inventory,
 // and returns the repository's snapshots as recorded (with their protections). restic runs as
 // the job's user (jobunit.Restic).
-func Refresh(ctx context.Context, cfg Config, job model.Job) ([]store.Snapshot, error) {
+func Refresh(ctx context.Context, cfg Config, job model.Job) ([]model.Snapshot, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -77,7 +76,7 @@ func Refresh(ctx context.Context, cfg Config, job model.Job) ([]store.Snapshot, 
 	if err != nil {
 		return nil, err
 	}
-	snaps := make([]store.Snapshot, len(listed))
+	snaps := make([]model.Snapshot, len(listed))
 	for i, l := range listed {
 		snaps[i] = Listed(job.Repository, l)
 	}
@@ -89,9 +88,9 @@ func Refresh(ctx context.Context, cfg Config, job model.Job) ([]store.Snapshot, 
 
 // Listed is a snapshot of repository as restic listed it, with the job and run of its holdfast
 // tags.
-func Listed(repository string, l engine.Snapshot) store.Snapshot {
-	s := store.Snapshot{Repository: repository, ID: l.ID, Time: l.Time, Host: l.Hostname, Tags: l.Tags, Paths: l.Paths,
-		Source: store.SourceListing}
+func Listed(repository string, l engine.Snapshot) model.Snapshot {
+	s := model.Snapshot{Repository: repository, ID: l.ID, Time: l.Time, Host: l.Hostname, Tags: l.Tags, Paths: l.Paths,
+		Source: model.SourceListing}
 	for _, tag := range l.Tags {
 		if name, ok := strings.CutPrefix(tag, engine.JobTagPrefix); ok {
 			s.JobName = name
@@ -112,7 +111,7 @@ func Listed(repository string, l engine.Snapshot) store.Snapshot {
 // at the start of its backup. Only the id is restic's, and the journal it came from is the
 // job's user's: the store checks its shape and only ever adds the row (store.AttemptFinish). The next
 // listing puts restic's own facts in (store.SnapshotSync).
-func FromSummary(job model.Job, run uuid.UUID, a model.Attempt, id, host string, now time.Time) *store.Snapshot {
+func FromSummary(job model.Job, run uuid.UUID, a model.Attempt, id, host string, now time.Time) *model.Snapshot {
 	paths := make([]string, len(job.Paths))
 	for i, p := range job.Paths {
 		paths[i] = filepath.Clean(p)
@@ -124,7 +123,7 @@ func FromSummary(job model.Job, run uuid.UUID, a model.Attempt, id, host string,
 	} else if a.SpawnClaimedAt != nil {
 		at = *a.SpawnClaimedAt
 	}
-	return &store.Snapshot{Repository: job.Repository, ID: id, Time: at, Host: host,
+	return &model.Snapshot{Repository: job.Repository, ID: id, Time: at, Host: host,
 		Tags: engine.BackupTags(engine.Job{Name: job.Name}, run), Paths: paths, JobName: job.Name, RunID: &run,
-		Source: store.SourceSummary}
+		Source: model.SourceSummary}
 }

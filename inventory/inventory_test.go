@@ -127,7 +127,7 @@ exec REAL "$@"
 		t.Fatalf("inventory %+v, %v; want the run's snapshot", snaps, err)
 	}
 	fromSummary := snaps[0]
-	if fromSummary.ID != run.SnapshotID || fromSummary.Source != store.SourceSummary || fromSummary.RunID == nil ||
+	if fromSummary.ID != run.SnapshotID || fromSummary.Source != model.SourceSummary || fromSummary.RunID == nil ||
 		*fromSummary.RunID != run.ID || fromSummary.JobName != "inv" || fromSummary.Host != host ||
 		!fromSummary.Time.Equal(*attempts[0].StartedAt) {
 		t.Fatalf("snapshot from the summary %+v; want id %s, run %s, host %s, the attempt's start %s", fromSummary,
@@ -151,7 +151,7 @@ exec REAL "$@"
 		t.Fatalf("inventory after the listing %+v, want the run's snapshot once", listed)
 	}
 	s := listed[0]
-	if len(s.ID) != 64 || !strings.HasPrefix(s.ID, run.SnapshotID) || s.Source != store.SourceListing || s.LegalHoldAt == nil ||
+	if len(s.ID) != 64 || !strings.HasPrefix(s.ID, run.SnapshotID) || s.Source != model.SourceListing || s.LegalHoldAt == nil ||
 		s.LegalHoldWhy != "case 9" || !s.FirstSeenAt.Equal(fromSummary.FirstSeenAt) || s.RunID == nil || *s.RunID != run.ID {
 		t.Fatalf("completed snapshot %+v; want the full id of %s, the hold and first sighting kept", s, run.SnapshotID)
 	}

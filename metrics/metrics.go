@@ -16,14 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // Store is what a scrape reads: the figures of the gauges and the hosts. The daemon gives its
 // store.Store.
 type Store interface {
-	FiguresGet(ctx context.Context) (store.Figures, error)
-	HostList(ctx context.Context) ([]store.Host, error)
+	FiguresGet(ctx context.Context) (model.Figures, error)
+	HostList(ctx context.Context) ([]model.Host, error)
 }
 
 // Config configures Metrics.
@@ -154,7 +153,7 @@ func (d *database) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ScrapeTimeout)
 	defer cancel()
 	f, err := d.cfg.Store.FiguresGet(ctx)
-	var hosts []store.Host
+	var hosts []model.Host
 	if err == nil {
 		hosts, err = d.cfg.Store.HostList(ctx)
 	}

@@ -38,7 +38,7 @@ import (
 	"github.com/nicholas-fedor/shoutrrr/pkg/types"
 
 	"github.com/holdfast-backup/holdfast/credentials"
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // ChannelSchemes are the services a channel target may name: those whose shoutrrr sender
@@ -64,7 +64,7 @@ var errRedirect = errors.New("redirects are not followed (give the service's fin
 // channel sends the event as one message through the service the target's URL file names, one of
 // ChannelSchemes. The URL is read as root reads a secret at every send and never shown: an error
 // names only the service and its host (not even that where the host is the secret).
-func (d *Deliverer) channel(ctx context.Context, t store.Target, e store.Event) error {
+func (d *Deliverer) channel(ctx context.Context, t model.Target, e model.Event) error {
 	raw, err := ChannelURL(t.SecretFile)
 	if err != nil {
 		return err
@@ -587,7 +587,7 @@ func (h *channelHTTP) onDefaultClient(ctx context.Context, send func() error) er
 }
 
 // about names what an event is about: its job, or its host for a host's event.
-func about(e store.Event) string {
+func about(e model.Event) string {
 	if e.Job == "" {
 		return "host " + e.Host
 	}

@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // channelCase is a service holdfast sends to, pointed at a test's server.
@@ -187,7 +187,7 @@ func (r *recorder) requests() []string {
 
 // send sends the test event to a channel target whose URL file holds raw.
 func send(d *Deliverer, t *testing.T, raw string) error {
-	return d.Send(context.Background(), store.Target{Name: "x", Kind: store.TargetChannel, SecretFile: urlFile(t, raw)}, testEvent())
+	return d.Send(context.Background(), model.Target{Name: "x", Kind: model.TargetChannel, SecretFile: urlFile(t, raw)}, testEvent())
 }
 
 // Each service holdfast sends to gets the message on holdfast's client: a service's fixed
@@ -209,7 +209,7 @@ func TestChannelSends(t *testing.T) {
 			}))
 			d := c.deliverer(t, srv, DefaultTimeout)
 			raw := c.url(srv.Listener.Addr().String())
-			target := store.Target{Name: "x", Kind: store.TargetChannel, SecretFile: urlFile(t, raw)}
+			target := model.Target{Name: "x", Kind: model.TargetChannel, SecretFile: urlFile(t, raw)}
 			if err := ValidateTarget(&target); err != nil || target.URL != Redact(raw) || strings.Contains(target.URL, c.secret) {
 				t.Fatalf("ValidateTarget: %v, URL %q", err, target.URL)
 			}
@@ -402,7 +402,7 @@ func TestChannelRefusedServices(t *testing.T) {
 		{"lark://open.larksuite.com/s3cret-token", "an HTTP client of its own"},
 		{"wecom://s3cretkey", "an HTTP client of its own"},
 	} {
-		target := store.Target{Name: "x", Kind: store.TargetChannel, SecretFile: urlFile(t, c.raw)}
+		target := model.Target{Name: "x", Kind: model.TargetChannel, SecretFile: urlFile(t, c.raw)}
 		err := ValidateTarget(&target)
 		scheme, _, _ := strings.Cut(c.raw, ":")
 		if err == nil || !strings.Contains(err.Error(), "holdfast does not send through shoutrrr's "+scheme+" sender: ") ||
@@ -426,7 +426,7 @@ func TestChannelRefusedServices(t *testing.T) {
 		t.Fatalf("the refused service's server received %q", got)
 	}
 
-	good := store.Target{Name: "x", Kind: store.TargetChannel, SecretFile: urlFile(t, "ntfy://ntfy.example.com/backups-s3cret")}
+	good := model.Target{Name: "x", Kind: model.TargetChannel, SecretFile: urlFile(t, "ntfy://ntfy.example.com/backups-s3cret")}
 	if err := ValidateTarget(&good); err != nil || good.URL != "ntfy://ntfy.example.com/…" {
 		t.Fatalf("ValidateTarget of an ntfy channel: %v, URL %q", err, good.URL)
 	}

@@ -38,7 +38,6 @@ import (
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
 )
 
@@ -57,7 +56,7 @@ const (
 )
 
 // Payload is the JSON an event is sent as: the fields every event has, then its details.
-func Payload(e store.Event) ([]byte, error) {
+func Payload(e model.Event) ([]byte, error) {
 	fields := map[string]any{}
 	if len(e.Details) > 0 {
 		if err := json.Unmarshal(e.Details, &fields); err != nil {
@@ -86,7 +85,7 @@ func Sign(key, body []byte) string {
 // Store is what a Deliverer reads and writes: the deliveries it claims and how each ended, and
 // the attempts of the run an event is about. The daemon and the CLI give their store.Store.
 type Store interface {
-	DeliveryClaim(ctx context.Context, limit int, lease time.Duration) ([]store.Delivery, error)
+	DeliveryClaim(ctx context.Context, limit int, lease time.Duration) ([]model.Delivery, error)
 	DeliveryMarkDone(ctx context.Context, event uuid.UUID, target string) error
 	DeliveryMarkFailed(ctx context.Context, event uuid.UUID, target, why string, backoff time.Duration, giveUp bool) error
 	AttemptList(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error)
@@ -289,23 +288,23 @@ func (d *Deliverer) NextRetry(now time.Time) (time.Time, bool) {
 }
 
 // Send sends one event to one target, once.
-func (d *Deliverer) Send(ctx context.Context, t store.Target, e store.Event) error {
+func (d *Deliverer) Send(ctx context.Context, t model.Target, e model.Event) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
 	switch t.Kind {
-	case store.TargetWebhook:
+	case model.TargetWebhook:
 		return d.webhook(ctx, t, e)
-	case store.TargetHealthchecks:
+	case model.TargetHealthchecks:
 		return d.healthchecks(ctx, t, e)
-	case store.TargetCommand:
+	case model.TargetCommand:
 		return d.command(ctx, t, e)
-	case store.TargetChannel:
+	case model.TargetChannel:
 		return d.channel(ctx, t, e)
 	}
 	return fmt.Errorf("target %s: unknown kind %q", t.Name, t.Kind)
 }
 
-func (d *Deliverer) webhook(ctx context.Context, t store.Target, e store.Event) error {
+func (d *Deliverer) webhook(ctx context.Context, t model.Target, e model.Event) error {
 	body, err := Payload(e)
 	if err != nil {
 		return err
@@ -334,7 +333,7 @@ func (d *Deliverer) webhook(ctx context.Context, t store.Target, e store.Event) 
 // healthchecks pings as healthchecks.io expects: /start when a run starts, the check's URL on
 // success, /fail otherwise, with the run's id as rid and the run's log tail as the body. Events
 // without a run (overdue, recovered, host_down, host_back) ping /fail and the URL.
-func (d *Deliverer) healthchecks(ctx context.Context, t store.Target, e store.Event) error {
+func (d *Deliverer) healthchecks(ctx context.Context, t model.Target, e model.Event) error {
 	suffix := "/fail"
 	switch e.Event {
 	case "started":
@@ -369,7 +368,7 @@ func (d *Deliverer) healthchecks(ctx context.Context, t store.Target, e store.Ev
 
 // logTail is the last lines of the run's journal lines (trusted sources only, bounded), a note
 // if too many tails are being read at once, or nothing if they cannot be read.
-func (d *Deliverer) logTail(ctx context.Context, e store.Event) string {
+func (d *Deliverer) logTail(ctx context.Context, e model.Event) string {
 	attempts, err := d.cfg.Store.AttemptList(ctx, *e.Run)
 	if err != nil {
 		return ""
@@ -408,7 +407,7 @@ func (d *Deliverer) do(req *http.Request) error {
 // daemon allows command targets, as CommandUser, in a process group of its own that is killed
 // at the send's timeout; a process it leaves holding its standard error is waited for no longer
 // than waitDelay.
-func (d *Deliverer) command(ctx context.Context, t store.Target, e store.Event) error {
+func (d *Deliverer) command(ctx context.Context, t model.Target, e model.Event) error {
 	if !d.cfg.AllowCommands {
 		return ErrCommandsRefused
 	}
@@ -481,21 +480,21 @@ func Redact(raw string) string {
 var targetName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
 // ValidateTarget checks a target before it is stored, and gives it the default events.
-func ValidateTarget(t *store.Target) error {
+func ValidateTarget(t *model.Target) error {
 	if len(t.Name) > 63 || !targetName.MatchString(t.Name) {
 		return fmt.Errorf("invalid target name %q: use 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit", t.Name)
 	}
 	switch t.Kind {
-	case store.TargetWebhook, store.TargetHealthchecks:
+	case model.TargetWebhook, model.TargetHealthchecks:
 		u, err := url.Parse(t.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("--%s: give an http:// or https:// URL", t.Kind)
 		}
-	case store.TargetCommand:
+	case model.TargetCommand:
 		if len(t.Command) == 0 || !filepath.IsAbs(t.Command[0]) {
 			return errors.New("--command: give the program as an absolute path, then its arguments, one per --command")
 		}
-	case store.TargetChannel:
+	case model.TargetChannel:
 		if err := credentials.CheckFile("--channel-url-file", t.SecretFile); err != nil {
 			return err
 		}
@@ -510,8 +509,8 @@ func ValidateTarget(t *store.Target) error {
 	default:
 		return errors.New("give one of --webhook URL, --healthchecks URL, --command PROGRAM or --channel-url-file FILE")
 	}
-	if t.SecretFile != "" && t.Kind != store.TargetChannel {
-		if t.Kind != store.TargetWebhook {
+	if t.SecretFile != "" && t.Kind != model.TargetChannel {
+		if t.Kind != model.TargetWebhook {
 			return errors.New("--secret-file signs webhook requests: give it with --webhook")
 		}
 		if err := credentials.CheckFile("--secret-file", t.SecretFile); err != nil {

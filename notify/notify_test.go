@@ -21,13 +21,14 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
 func TestPayload(t *testing.T) {
 	run := uuid.MustParse("6f1c1f8e-3d0a-4a44-9d7e-0b3c2f0f5a11")
 	attempt := 2
-	e := store.Event{ID: uuid.MustParse("0b3c2f0f-5a11-4a44-9d7e-6f1c1f8e3d0a"), Event: "succeeded", Job: "home", Run: &run,
+	e := model.Event{ID: uuid.MustParse("0b3c2f0f-5a11-4a44-9d7e-6f1c1f8e3d0a"), Event: "succeeded", Job: "home", Run: &run,
 		Attempt: &attempt, Status: "succeeded", Reason: "backup complete", At: time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC),
 		Host: "h", Details: json.RawMessage(`{"bytes_added": 42, "snapshot_id": "abc"}`)}
 	body, err := Payload(e)
@@ -55,15 +56,15 @@ func TestPayload(t *testing.T) {
 func TestValidateTarget(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		t    store.Target
+		t    model.Target
 		want string
 	}{
-		{"bad name", store.Target{Name: "Ops!", Kind: store.TargetWebhook, URL: "https://x"}, "invalid target name"},
-		{"no kind", store.Target{Name: "ops"}, "give one of --webhook"},
-		{"not a URL", store.Target{Name: "ops", Kind: store.TargetWebhook, URL: "hooks.example.com"}, "--webhook: give an http:// or https:// URL"},
-		{"relative program", store.Target{Name: "ops", Kind: store.TargetCommand, Command: []string{"mail"}}, "absolute path"},
-		{"secret for a check", store.Target{Name: "ops", Kind: store.TargetHealthchecks, URL: "https://hc", SecretFile: "/k"}, "give it with --webhook"},
-		{"unknown event", store.Target{Name: "ops", Kind: store.TargetWebhook, URL: "https://x", Events: []string{"done"}}, `unknown event "done"`},
+		{"bad name", model.Target{Name: "Ops!", Kind: model.TargetWebhook, URL: "https://x"}, "invalid target name"},
+		{"no kind", model.Target{Name: "ops"}, "give one of --webhook"},
+		{"not a URL", model.Target{Name: "ops", Kind: model.TargetWebhook, URL: "hooks.example.com"}, "--webhook: give an http:// or https:// URL"},
+		{"relative program", model.Target{Name: "ops", Kind: model.TargetCommand, Command: []string{"mail"}}, "absolute path"},
+		{"secret for a check", model.Target{Name: "ops", Kind: model.TargetHealthchecks, URL: "https://hc", SecretFile: "/k"}, "give it with --webhook"},
+		{"unknown event", model.Target{Name: "ops", Kind: model.TargetWebhook, URL: "https://x", Events: []string{"done"}}, `unknown event "done"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := ValidateTarget(&tc.t); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -71,7 +72,7 @@ func TestValidateTarget(t *testing.T) {
 			}
 		})
 	}
-	ok := store.Target{Name: "ops", Kind: store.TargetWebhook, URL: "https://hooks.example.com/T0/B0/secret"}
+	ok := model.Target{Name: "ops", Kind: model.TargetWebhook, URL: "https://hooks.example.com/T0/B0/secret"}
 	if err := ValidateTarget(&ok); err != nil || len(ok.Events) != len(DefaultEvents) {
 		t.Fatalf("a good target: %v, events %v", err, ok.Events)
 	}
@@ -92,8 +93,8 @@ func newTestDeliverer(t *testing.T, cfg Config) *Deliverer {
 	return d
 }
 
-func testEvent() store.Event {
-	return store.Event{ID: uuid.New(), Event: "failed", Job: "home", Status: "failed", Reason: "r", At: time.Now()}
+func testEvent() model.Event {
+	return model.Event{ID: uuid.New(), Event: "failed", Job: "home", Status: "failed", Reason: "r", At: time.Now()}
 }
 
 // A webhook or a check that answers with a redirect is not followed there: whatever the code,
@@ -114,14 +115,14 @@ func TestRedirectsNotFollowed(t *testing.T) {
 	}
 	d := newTestDeliverer(t, Config{})
 	for _, code := range []int{301, 302, 303, 307, 308} {
-		for _, kind := range []string{store.TargetWebhook, store.TargetHealthchecks} {
+		for _, kind := range []string{model.TargetWebhook, model.TargetHealthchecks} {
 			t.Run(fmt.Sprintf("%s %d", kind, code), func(t *testing.T) {
 				redirecting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					http.Redirect(w, r, other.URL+"/stolen", code)
 				}))
 				defer redirecting.Close()
-				target := store.Target{Name: "x", Kind: kind, URL: redirecting.URL + "/hook/secret-path"}
-				if kind == store.TargetWebhook {
+				target := model.Target{Name: "x", Kind: kind, URL: redirecting.URL + "/hook/secret-path"}
+				if kind == model.TargetWebhook {
 					target.SecretFile = keyFile
 				}
 				err := d.Send(context.Background(), target, testEvent())
@@ -181,7 +182,7 @@ func TestWebhookSecretFile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(got)
-			err := d.Send(context.Background(), store.Target{Name: "x", Kind: store.TargetWebhook, URL: hook.URL, SecretFile: tc.path}, testEvent())
+			err := d.Send(context.Background(), model.Target{Name: "x", Kind: model.TargetWebhook, URL: hook.URL, SecretFile: tc.path}, testEvent())
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("Send: %v", err)
@@ -213,8 +214,8 @@ func TestCommandTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	proof := filepath.Join(dir, "ran")
-	script := func(body string) store.Target {
-		return store.Target{Name: "x", Kind: store.TargetCommand, Command: []string{"/bin/sh", "-c", body}}
+	script := func(body string) model.Target {
+		return model.Target{Name: "x", Kind: model.TargetCommand, Command: []string{"/bin/sh", "-c", body}}
 	}
 
 	refusing := newTestDeliverer(t, Config{})

@@ -144,7 +144,7 @@ func (r *Reconciler) refreshAfter(ctx context.Context, l model.LiveRun) {
 // repair asks the repository which snapshot the run made, when the journal cannot say (it was
 // lost or quarantined). It is asked once, as the run ends; the byte figures stay unknown. The
 // snapshot found is returned as restic listed it, for the inventory.
-func (r *Reconciler) repair(ctx context.Context, job model.Job, run uuid.UUID, reason string) (snapshotID string, snap *store.Snapshot, newReason string) {
+func (r *Reconciler) repair(ctx context.Context, job model.Job, run uuid.UUID, reason string) (snapshotID string, snap *model.Snapshot, newReason string) {
 	restic, ej := JobRestic(r.cfg, job)
 	snaps, err := restic.RunSnapshots(ctx, ej, run)
 	switch {
@@ -171,7 +171,7 @@ func (r *Reconciler) finish(ctx context.Context, l model.LiveRun, m runner.Marke
 func (r *Reconciler) finishAttempt(ctx context.Context, l model.LiveRun, a model.Attempt, m runner.Marker, v verdict) (err error) {
 	// No At: the database stamps the ending on its own clock, which the retry's delay, stalls and
 	// other writers' spans are measured on.
-	e := store.Ending{
+	e := model.Ending{
 		RunID: l.Run.ID, Attempt: l.Attempt.No,
 		Status: v.status, Reason: v.reason, FailureClass: v.class,
 		ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus,
@@ -227,7 +227,7 @@ func (r *Reconciler) restart(ctx context.Context, l model.LiveRun, m runner.Mark
 	}
 	settlement := r.settlement(ctx, l, a, ran(a, m), true)
 	crashpoint.At("restart-before")
-	moved, paused, err := r.cfg.Store.AttemptRestart(ctx, r.fence(), store.Restarting{RunID: l.Run.ID, Attempt: l.Attempt.No,
+	moved, paused, err := r.cfg.Store.AttemptRestart(ctx, r.fence(), model.Restarting{RunID: l.Run.ID, Attempt: l.Attempt.No,
 		ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus, Settlement: settlement})
 	if err != nil {
 		return err
@@ -337,8 +337,8 @@ func (r *Reconciler) quarantine(ctx context.Context, l model.LiveRun, reason str
 }
 
 // delta folds a batch of journal events into what the projection gains.
-func delta(events []journal.Event) store.JournalDelta {
-	var d store.JournalDelta
+func delta(events []journal.Event) model.JournalDelta {
+	var d model.JournalDelta
 	for _, e := range events {
 		at := e.Time
 		d.LastEventAt = &at

@@ -24,7 +24,7 @@ func TestEarlierBootSkipsSpawnGrace(t *testing.T) {
 	st, ctx := b.Store, b.Ctx
 	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "boot", Engine: "command"}})
 	unit := runner.UnitName("boot", run.ID, 1)
-	if ok, _, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit, Boot: "boot-1"}); !ok || err != nil {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit, Boot: "boot-1"}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
 	ls, err := st.RunListLive(ctx, "")

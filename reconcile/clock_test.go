@@ -8,7 +8,6 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
-	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
@@ -21,7 +20,7 @@ func TestSpawnGraceOnTheDatabasesClock(t *testing.T) {
 	st, ctx := b.Store, b.Ctx
 	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "skew", Engine: "command"}})
 	unit := runner.UnitName("skew", run.ID, 1)
-	if ok, _, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); !ok || err != nil {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
 	ls, err := st.RunListLive(ctx, "")

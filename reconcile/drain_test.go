@@ -11,7 +11,6 @@ import (
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
@@ -22,7 +21,7 @@ func TestDrainIsBoundedPerPass(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "big", Engine: "command"}})
-	if ok, _, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-big-" + run.ID.String() + "-a1.service"}); !ok || err != nil {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-big-" + run.ID.String() + "-a1.service"}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
 

@@ -53,7 +53,7 @@ type fakeState struct {
 	job          model.Job     // what JobGet returns
 	claimBlocked string        // AttemptClaimSpawn's blocked answer
 	claimed      map[int]bool  // attempts claimed: a second claim is not granted, as in the store
-	endings      []store.Ending
+	endings      []model.Ending
 }
 
 var _ State = (*fakeState)(nil)
@@ -96,7 +96,7 @@ func (s *fakeState) SnapshotProtectedAmong(context.Context, string, []string, ti
 	return nil, nil
 }
 
-func (s *fakeState) AttemptEndingsSinceLastStart(context.Context, string) ([]store.AttemptEnd, error) {
+func (s *fakeState) AttemptEndingsSinceLastStart(context.Context, string) ([]model.AttemptEnd, error) {
 	s.record("AttemptEndingsSinceLastStart")
 	return nil, nil
 }
@@ -106,7 +106,7 @@ func (s *fakeState) RunListEndedBefore(context.Context, []uuid.UUID, time.Time) 
 	return nil, nil
 }
 
-func (s *fakeState) HostList(context.Context) ([]store.Host, error) {
+func (s *fakeState) HostList(context.Context) ([]model.Host, error) {
 	s.record("HostList")
 	return nil, nil
 }
@@ -121,17 +121,17 @@ func (s *fakeState) RunListOrphaned(context.Context, string, time.Duration) ([]m
 	return nil, nil
 }
 
-func (s *fakeState) AttemptListSuperseded(context.Context, string, time.Duration) ([]store.SupersededAttempt, error) {
+func (s *fakeState) AttemptListSuperseded(context.Context, string, time.Duration) ([]model.SupersededAttempt, error) {
 	s.record("AttemptListSuperseded")
 	return nil, nil
 }
 
-func (s *fakeState) AttemptListDeferred(context.Context, string) ([]store.DeferredSettlement, error) {
+func (s *fakeState) AttemptListDeferred(context.Context, string) ([]model.DeferredSettlement, error) {
 	s.record("AttemptListDeferred")
 	return nil, nil
 }
 
-func (s *fakeState) AttemptClaimSpawn(_ context.Context, _ store.Lease, c store.SpawnClaim) (bool, string, error) {
+func (s *fakeState) AttemptClaimSpawn(_ context.Context, _ model.Lease, c model.SpawnClaim) (bool, string, error) {
 	if c.ArmedFor != nil {
 		s.record("AttemptClaimSpawn %d %s armed for %s", c.Attempt.No, c.Unit, c.ArmedFor.Format(time.RFC3339))
 	} else {
@@ -154,22 +154,22 @@ func (s *fakeState) claim(attempt int) (bool, string, error) {
 	return true, "", nil
 }
 
-func (s *fakeState) AttemptReleaseSpawnClaim(_ context.Context, _ store.Lease, ref model.AttemptRef, unit string, mayExist bool) error {
+func (s *fakeState) AttemptReleaseSpawnClaim(_ context.Context, _ model.Lease, ref model.AttemptRef, unit string, mayExist bool) error {
 	s.record("AttemptReleaseSpawnClaim %d %s mayExist=%t", ref.No, unit, mayExist)
 	return nil
 }
 
-func (s *fakeState) AttemptHoldSize(context.Context, store.Lease, store.AttemptHoldSizeParams) (store.SizedHold, error) {
+func (s *fakeState) AttemptHoldSize(context.Context, model.Lease, store.AttemptHoldSizeParams) (model.SizedHold, error) {
 	s.record("AttemptHoldSize")
-	return store.SizedHold{}, nil
+	return model.SizedHold{}, nil
 }
 
-func (s *fakeState) AttemptSetRepoBaseline(context.Context, store.Lease, model.AttemptRef, int64) error {
+func (s *fakeState) AttemptSetRepoBaseline(context.Context, model.Lease, model.AttemptRef, int64) error {
 	s.record("AttemptSetRepoBaseline")
 	return nil
 }
 
-func (s *fakeState) AttemptMarkStarted(_ context.Context, _ store.Lease, ref model.AttemptRef, at time.Time) error {
+func (s *fakeState) AttemptMarkStarted(_ context.Context, _ model.Lease, ref model.AttemptRef, at time.Time) error {
 	s.record("AttemptMarkStarted %d dbclock=%t", ref.No, at.IsZero())
 	return nil
 }
@@ -179,23 +179,23 @@ func (s *fakeState) RunSetWaiting(_ context.Context, _ uuid.UUID, reason string,
 	return nil
 }
 
-func (s *fakeState) AttemptApplyJournal(context.Context, store.Lease, model.AttemptRef, journal.Cursor, journal.Cursor, store.JournalDelta) (bool, error) {
+func (s *fakeState) AttemptApplyJournal(context.Context, model.Lease, model.AttemptRef, journal.Cursor, journal.Cursor, model.JournalDelta) (bool, error) {
 	s.record("AttemptApplyJournal")
 	return true, nil
 }
 
-func (s *fakeState) AttemptQuarantine(_ context.Context, _ store.Lease, ref model.AttemptRef, reason string) error {
+func (s *fakeState) AttemptQuarantine(_ context.Context, _ model.Lease, ref model.AttemptRef, reason string) error {
 	s.record("AttemptQuarantine %d %q", ref.No, reason)
 	return nil
 }
 
-func (s *fakeState) AttemptFinish(_ context.Context, _ store.Lease, e store.Ending) (bool, error) {
+func (s *fakeState) AttemptFinish(_ context.Context, _ model.Lease, e model.Ending) (bool, error) {
 	s.record("AttemptFinish %d %s", e.Attempt, e.Status)
 	s.endings = append(s.endings, e)
 	return true, nil
 }
 
-func (s *fakeState) AttemptRestart(_ context.Context, _ store.Lease, r store.Restarting) (bool, string, error) {
+func (s *fakeState) AttemptRestart(_ context.Context, _ model.Lease, r model.Restarting) (bool, string, error) {
 	s.record("AttemptRestart %d", r.Attempt)
 	return true, "", nil
 }
@@ -215,7 +215,7 @@ func (s *fakeState) HostNoticeDown(context.Context, string, time.Duration) ([]st
 	return nil, nil
 }
 
-func (s *fakeState) RunTakeOver(context.Context, store.Lease, store.TakeOver) (bool, error) {
+func (s *fakeState) RunTakeOver(context.Context, model.Lease, model.TakeOver) (bool, error) {
 	s.record("RunTakeOver")
 	return false, nil
 }

@@ -66,7 +66,7 @@ func (r *Reconciler) takeOver(ctx context.Context) (int, error) {
 	taken := 0
 	for _, l := range orphans {
 		a := l.Attempt
-		t := store.TakeOver{RunID: l.Run.ID, Attempt: a.No, From: a.Host, Grace: r.cfg.TakeoverGrace,
+		t := model.TakeOver{RunID: l.Run.ID, Attempt: a.No, From: a.Host, Grace: r.cfg.TakeoverGrace,
 			GiveUp: decideTakeOver(a.No, r.rules())}
 		t.Settlement = r.settlement(ctx, l, a, ran(a, runner.Marker{}), true)
 		done, err := r.cfg.Store.RunTakeOver(ctx, r.fence(), t)
@@ -164,7 +164,7 @@ func (r *Reconciler) stopSuperseded(ctx context.Context) error {
 // attempt of a restic job whose unit is gone: as the job's user, in a unit that may write the
 // repository. Once: a failure is logged, and the next attempt on the repository from this host
 // unlocks first anyway (its ending was unclean).
-func (r *Reconciler) unlockSuperseded(ctx context.Context, a store.SupersededAttempt) {
+func (r *Reconciler) unlockSuperseded(ctx context.Context, a model.SupersededAttempt) {
 	// A key of its own, apart from the attempt's repair (+n) and inventory refresh (-n).
 	key := model.AttemptRef{Run: a.RunID, No: unlockKey - a.No}
 	r.repairMu.Lock()

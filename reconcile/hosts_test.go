@@ -11,7 +11,6 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
-	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
@@ -21,15 +20,15 @@ import (
 func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	var h1 store.Lease // the lease h1's reconciler writes under
+	var h1 model.Lease // the lease h1's reconciler writes under
 	e := newSweepEnv(t, reconcile.Config{Host: "h1", AllowCommandJobs: true,
-		HeldLease: func() (store.Lease, bool) { return h1, true }})
+		HeldLease: func() (model.Lease, bool) { return h1, true }})
 	st, r, rec := e.st, e.r, e.rec
 	h1 = storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "test-h1"})
 	h2 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "test-h2"})
 	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "any", Engine: "command"}})
 	unit := runner.UnitName("any", run.ID, 1)
-	if ok, _, err := st.AttemptClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, h1, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	props := []sddbus.Property{sddbus.PropType("exec"), sddbus.PropExecStart([]string{"/bin/sleep", "300"}, false)}
@@ -43,7 +42,7 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 	// h1 goes down; h2 takes the run over.
 	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "test-h1", Duration: 200 * time.Millisecond})
 	time.Sleep(400 * time.Millisecond)
-	if done, err := st.RunTakeOver(ctx, h2, store.TakeOver{RunID: run.ID, Attempt: 1, From: "h1",
+	if done, err := st.RunTakeOver(ctx, h2, model.TakeOver{RunID: run.ID, Attempt: 1, From: "h1",
 		Settlement: &ledger.Settlement{Release: true, Source: "test"}}); err != nil || !done {
 		t.Fatalf("take over: %v %v", done, err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runaway"
 	"github.com/holdfast-backup/holdfast/runner"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // settlement decides what the ended attempt a is charged against its hold, from the engine's
@@ -110,7 +109,7 @@ func (r *Reconciler) repairDue(run uuid.UUID, attempt int) bool {
 }
 
 // forgetRepairs drops the repair times of attempts no longer deferred.
-func (r *Reconciler) forgetRepairs(deferred []store.DeferredSettlement) {
+func (r *Reconciler) forgetRepairs(deferred []model.DeferredSettlement) {
 	still := make(map[model.AttemptRef]bool, len(deferred))
 	for _, d := range deferred {
 		still[model.AttemptRef{Run: d.RunID, No: d.Attempt}] = true
@@ -126,7 +125,7 @@ func (r *Reconciler) forgetRepairs(deferred []store.DeferredSettlement) {
 
 // snapshotAdded is what the run's snapshot added to the repository's earlier snapshots, as restic
 // counts data: the raw data of the snapshot with all earlier ones, less that of the earlier ones.
-func (r *Reconciler) snapshotAdded(ctx context.Context, d store.DeferredSettlement) (int64, error) {
+func (r *Reconciler) snapshotAdded(ctx context.Context, d model.DeferredSettlement) (int64, error) {
 	job, err := r.cfg.Store.JobGet(ctx, d.JobName)
 	if err != nil {
 		return 0, fmt.Errorf("job of run %s: %w", d.RunID, err)

@@ -19,7 +19,7 @@ type verdict struct {
 	neverRan   bool   // systemd refused the unit: nothing ran, nothing was added
 	// snapshot is the run's snapshot for the inventory, recorded with the ending: from the
 	// repair channel's listing, or from the backup's summary (finishBackup).
-	snapshot *store.Snapshot
+	snapshot *model.Snapshot
 }
 
 // systemdExitStatuses are the statuses systemd itself uses when it could not run the command

@@ -40,7 +40,6 @@ import (
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/spawn"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // DefaultDependsWait is how long a run waits for its prerequisite's next outcome by default:
@@ -75,10 +74,10 @@ type Config struct {
 	// HeldLease, if set, is the host's lease as the daemon holds it now, and whether it holds it
 	// (it took or renewed it less than a lease length ago and no other holder took it). Every
 	// write about an attempt, every spawn claim and every takeover carries it (the fence, see
-	// store.Lease); while it is not held the reconciler stands by: Sweep does nothing and returns
+	// model.Lease); while it is not held the reconciler stands by: Sweep does nothing and returns
 	// ErrNoLease, and no spawn, repair or runaway stop is carried out. Nil: the reconciler
 	// holds no lease (used alone, as in its tests) and writes as Host without one.
-	HeldLease func() (store.Lease, bool)
+	HeldLease func() (model.Lease, bool)
 	// BootID is the host's current boot, recorded on each attempt: a unit of this host's
 	// earlier boot is gone for good. Default CurrentBoot ("" if it cannot be read: then a run a
 	// reboot interrupted waits out the spawn grace).
@@ -96,7 +95,7 @@ type Config struct {
 	// attempts. Default DefaultMaxAttempts.
 	MaxAttempts int
 	// Limits bound how many runs hold a unit at once (0: no limit).
-	Limits store.Limits
+	Limits model.RunningLimits
 	// Windows are global maintenance windows ("Sat 01:00-05:00", see schedule.ParseWindow) in
 	// the IANA zone WindowZone ("" is UTC): no run starts inside one. Validate parses them.
 	Windows    []string
@@ -331,13 +330,13 @@ func shortDuration(d time.Duration) string {
 var ErrNoLease = errors.New("the host's lease is not held: standing by until this daemon takes it again")
 
 // fence is the lease r writes under now (see Config.HeldLease).
-func (r *Reconciler) fence() store.Lease {
+func (r *Reconciler) fence() model.Lease {
 	if r.cfg.HeldLease == nil {
-		return store.Lease{Host: r.cfg.Host}
+		return model.Lease{Host: r.cfg.Host}
 	}
 	l, _ := r.cfg.HeldLease()
 	if l.Host != r.cfg.Host { // not taken yet: no lease
-		return store.Lease{Host: r.cfg.Host}
+		return model.Lease{Host: r.cfg.Host}
 	}
 	return l
 }

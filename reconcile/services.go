@@ -8,7 +8,6 @@ import (
 	"github.com/holdfast-backup/holdfast/runaway"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 const (
@@ -30,7 +29,7 @@ func (r *Reconciler) newServices() error {
 	r.spawner, err = spawn.New(spawn.Config{
 		Store: r.cfg.Store, Units: r.cfg.Runner, Jobs: r.cfg.units(),
 		BootID: r.cfg.BootID, Limits: r.cfg.Limits, Workers: r.cfg.SpawnWorkers, Budget: r.cfg.RunBudget, Logger: r.cfg.Logger,
-		Lease:   func() (store.Lease, bool) { return r.fence(), r.acting() },
+		Lease:   func() (model.Lease, bool) { return r.fence(), r.acting() },
 		Started: r.runaway.Watch,
 		Refused: func(ctx context.Context, l model.LiveRun, reason string) error {
 			return r.finish(ctx, l, runner.Marker{}, verdict{status: model.StatusFailed, class: "permanent",

@@ -10,7 +10,6 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
-	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
@@ -68,7 +67,7 @@ func TestHostClockSkew(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ok, _, err := st.AttemptClaimSpawn(ctx, r.fence(), store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: runner.UnitName(name, run.ID, 1)}); !ok || err != nil {
+			if ok, _, err := st.AttemptClaimSpawn(ctx, r.fence(), model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: runner.UnitName(name, run.ID, 1)}); !ok || err != nil {
 				t.Fatalf("claim: %v %v", ok, err)
 			}
 

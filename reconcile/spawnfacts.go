@@ -75,7 +75,7 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l model.LiveRun, jobs map[s
 		if err != nil {
 			return job, err
 		}
-		f.elsewhere = slices.ContainsFunc(hosts, func(h store.Host) bool { return h.Alive && h.Name != r.cfg.Host })
+		f.elsewhere = slices.ContainsFunc(hosts, func(h model.Host) bool { return h.Alive && h.Name != r.cfg.Host })
 	}
 	return job, nil
 }
@@ -109,7 +109,7 @@ func (r *Reconciler) prerequisite(ctx context.Context, name string) (*prereq, er
 
 // retryPlan returns the retry of a backup that failed for a transient reason, or nil if its job
 // allows no more. A prune or forget is not retried: the next one is planned anew.
-func (r *Reconciler) retryPlan(ctx context.Context, l model.LiveRun) (*store.Retry, error) {
+func (r *Reconciler) retryPlan(ctx context.Context, l model.LiveRun) (*model.Retry, error) {
 	if l.JobEngine == "" || !l.Run.Kind.Spec().Retried {
 		return nil, nil
 	}
@@ -130,7 +130,7 @@ func (r *Reconciler) retryPlan(ctx context.Context, l model.LiveRun) (*store.Ret
 	}
 	// Due a backoff after the failed run's end as the database records it (store.AttemptFinish), on
 	// the database's clock: the host's clock may be off.
-	return &store.Retry{ID: id, Number: n, Delay: schedule.Backoff(job.RetryBackoff, schedule.MaxBackoff, n),
+	return &model.Retry{ID: id, Number: n, Delay: schedule.Backoff(job.RetryBackoff, schedule.MaxBackoff, n),
 		Why: fmt.Sprintf("waiting: retry %d of %d after run %s failed for a transient reason", n, job.RetryMax, l.Run.ID)}, nil
 }
 

@@ -32,33 +32,33 @@ type StateReader interface {
 	AttemptGet(ctx context.Context, ref model.AttemptRef) (model.Attempt, error)
 	AttemptOtherWriter(ctx context.Context, ref model.AttemptRef) (*uuid.UUID, error)
 	SnapshotProtectedAmong(ctx context.Context, repository string, ids []string, t time.Time) ([]string, error)
-	AttemptEndingsSinceLastStart(ctx context.Context, repository string) ([]store.AttemptEnd, error)
+	AttemptEndingsSinceLastStart(ctx context.Context, repository string) ([]model.AttemptEnd, error)
 	RunListEndedBefore(ctx context.Context, ids []uuid.UUID, t time.Time) ([]uuid.UUID, error)
-	HostList(ctx context.Context) ([]store.Host, error)
+	HostList(ctx context.Context) ([]model.Host, error)
 	HostListDown(ctx context.Context, me string, grace time.Duration) (down []string, unnoticed bool, err error)
 	RunListOrphaned(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error)
-	AttemptListSuperseded(ctx context.Context, host string, within time.Duration) ([]store.SupersededAttempt, error)
-	AttemptListDeferred(ctx context.Context, host string) ([]store.DeferredSettlement, error)
+	AttemptListSuperseded(ctx context.Context, host string, within time.Duration) ([]model.SupersededAttempt, error)
+	AttemptListDeferred(ctx context.Context, host string) ([]model.DeferredSettlement, error)
 }
 
 // StateWriter is what the reconciler writes: each a change of one run (or of the hosts'
 // notices), guarded in the store by "this attempt is still live" and, where it takes a
-// store.Lease, by the host's lease.
+// model.Lease, by the host's lease.
 type StateWriter interface {
-	AttemptClaimSpawn(ctx context.Context, w store.Lease, c store.SpawnClaim) (claimed bool, blocked string, err error)
-	AttemptReleaseSpawnClaim(ctx context.Context, w store.Lease, ref model.AttemptRef, unit string, mayExist bool) error
-	AttemptSetRepoBaseline(ctx context.Context, w store.Lease, ref model.AttemptRef, bytes int64) error
-	AttemptHoldSize(ctx context.Context, w store.Lease, p store.AttemptHoldSizeParams) (store.SizedHold, error)
-	AttemptMarkStarted(ctx context.Context, w store.Lease, ref model.AttemptRef, at time.Time) error
+	AttemptClaimSpawn(ctx context.Context, w model.Lease, c model.SpawnClaim) (claimed bool, blocked string, err error)
+	AttemptReleaseSpawnClaim(ctx context.Context, w model.Lease, ref model.AttemptRef, unit string, mayExist bool) error
+	AttemptSetRepoBaseline(ctx context.Context, w model.Lease, ref model.AttemptRef, bytes int64) error
+	AttemptHoldSize(ctx context.Context, w model.Lease, p store.AttemptHoldSizeParams) (model.SizedHold, error)
+	AttemptMarkStarted(ctx context.Context, w model.Lease, ref model.AttemptRef, at time.Time) error
 	RunSetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error
-	AttemptApplyJournal(ctx context.Context, w store.Lease, ref model.AttemptRef, from, to journal.Cursor, d store.JournalDelta) (bool, error)
-	AttemptQuarantine(ctx context.Context, w store.Lease, ref model.AttemptRef, reason string) error
-	AttemptFinish(ctx context.Context, w store.Lease, e store.Ending) (bool, error)
-	AttemptRestart(ctx context.Context, w store.Lease, r store.Restarting) (moved bool, paused string, err error)
+	AttemptApplyJournal(ctx context.Context, w model.Lease, ref model.AttemptRef, from, to journal.Cursor, d model.JournalDelta) (bool, error)
+	AttemptQuarantine(ctx context.Context, w model.Lease, ref model.AttemptRef, reason string) error
+	AttemptFinish(ctx context.Context, w model.Lease, e model.Ending) (bool, error)
+	AttemptRestart(ctx context.Context, w model.Lease, r model.Restarting) (moved bool, paused string, err error)
 	RunRequestPause(ctx context.Context, runID uuid.UUID, reason string) (bool, error)
 	AttemptSettleDeferred(ctx context.Context, ref model.AttemptRef, st ledger.Settlement) error
 	HostNoticeDown(ctx context.Context, by string, grace time.Duration) ([]string, error)
-	RunTakeOver(ctx context.Context, w store.Lease, t store.TakeOver) (bool, error)
+	RunTakeOver(ctx context.Context, w model.Lease, t model.TakeOver) (bool, error)
 }
 
 // Units is what the reconciler asks of systemd: exactly the runner methods it calls, and those of

@@ -58,7 +58,7 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 func (e sweepEnv) claimPastGrace(t *testing.T, run uuid.UUID, unit string) {
 	t.Helper()
 	ctx := context.Background()
-	if ok, _, err := e.st.AttemptClaimSpawn(ctx, store.Lease{Host: e.rec.Host()}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run, No: 1}, Unit: unit}); err != nil || !ok {
+	if ok, _, err := e.st.AttemptClaimSpawn(ctx, model.Lease{Host: e.rec.Host()}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	if _, err := e.DB.Exec(ctx, `UPDATE attempts SET spawn_claimed_at = spawn_claimed_at - interval '2 hours'

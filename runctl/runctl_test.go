@@ -8,7 +8,6 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runctl"
-	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -59,7 +58,7 @@ func TestWaitRun(t *testing.T) {
 		}
 	}
 	ended := time.Now()
-	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: ended, Status: model.StatusFailed,
+	if ok, err := st.AttemptFinish(ctx, model.Lease{Host: "h"}, model.Ending{RunID: run.ID, Attempt: 1, At: ended, Status: model.StatusFailed,
 		Reason: "ended by the test"}); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}

@@ -50,8 +50,8 @@ func FirstSlot(spec, tz string, now time.Time) (*time.Time, error) {
 // Store is what an Admitter writes: the due slots of jobs, and of their maintenance schedules,
 // admitted as runs. The daemon gives its store.Store.
 type Store interface {
-	JobAdmitDue(ctx context.Context, by string, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]store.Admitted, error)
-	JobAdmitDueMaintenance(ctx context.Context, by, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]store.MaintenanceAdmitted, error)
+	JobAdmitDue(ctx context.Context, by string, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]model.Admitted, error)
+	JobAdmitDueMaintenance(ctx context.Context, by, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]model.MaintenanceAdmitted, error)
 }
 
 // Admitter turns due jobs into runs.

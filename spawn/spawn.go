@@ -43,14 +43,14 @@ const (
 )
 
 // Store is what a spawn reads and writes: each write is guarded in the store by "this attempt
-// is still live", and each that takes a store.Lease by the host's lease.
+// is still live", and each that takes a model.Lease by the host's lease.
 type Store interface {
-	AttemptEndingsSinceLastStart(ctx context.Context, repository string) ([]store.AttemptEnd, error)
-	AttemptClaimSpawn(ctx context.Context, w store.Lease, c store.SpawnClaim) (claimed bool, blocked string, err error)
-	AttemptReleaseSpawnClaim(ctx context.Context, w store.Lease, ref model.AttemptRef, unit string, mayExist bool) error
-	AttemptSetRepoBaseline(ctx context.Context, w store.Lease, ref model.AttemptRef, bytes int64) error
-	AttemptHoldSize(ctx context.Context, w store.Lease, p store.AttemptHoldSizeParams) (store.SizedHold, error)
-	AttemptMarkStarted(ctx context.Context, w store.Lease, ref model.AttemptRef, at time.Time) error
+	AttemptEndingsSinceLastStart(ctx context.Context, repository string) ([]model.AttemptEnd, error)
+	AttemptClaimSpawn(ctx context.Context, w model.Lease, c model.SpawnClaim) (claimed bool, blocked string, err error)
+	AttemptReleaseSpawnClaim(ctx context.Context, w model.Lease, ref model.AttemptRef, unit string, mayExist bool) error
+	AttemptSetRepoBaseline(ctx context.Context, w model.Lease, ref model.AttemptRef, bytes int64) error
+	AttemptHoldSize(ctx context.Context, w model.Lease, p store.AttemptHoldSizeParams) (model.SizedHold, error)
+	AttemptMarkStarted(ctx context.Context, w model.Lease, ref model.AttemptRef, at time.Time) error
 	RunSetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error
 }
 
@@ -70,7 +70,7 @@ type Config struct {
 	// BootID is this host's current boot id, recorded with each claim ("" if unknown).
 	BootID string
 	// Limits are the places for running units, decided by each claim.
-	Limits store.Limits
+	Limits model.RunningLimits
 	// Workers is how many spawns run at once once started. Default DefaultWorkers.
 	Workers int
 	// Budget is each spawn's time, from when a worker takes it.
@@ -78,7 +78,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Lease is the lease the host's writes are fenced by, and whether it is held now: without
 	// it nothing is claimed and systemd is not asked. It is asked again before each step.
-	Lease func() (store.Lease, bool)
+	Lease func() (model.Lease, bool)
 	// Started is told of each attempt systemd has the unit of (started or armed): the runaway
 	// guard follows it from then on. Optional.
 	Started func(model.LiveRun)
@@ -154,7 +154,7 @@ func (s *Spawner) acting() bool {
 	return held
 }
 
-func (s *Spawner) fence() store.Lease {
+func (s *Spawner) fence() model.Lease {
 	l, _ := s.cfg.Lease()
 	return l
 }
@@ -176,7 +176,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		return nil
 	}
 	fence := s.fence()
-	claim := store.SpawnClaim{Attempt: l.Ref(), Unit: spec.Name, Boot: s.cfg.BootID, Limits: s.cfg.Limits, ArmedFor: at}
+	claim := model.SpawnClaim{Attempt: l.Ref(), Unit: spec.Name, Boot: s.cfg.BootID, Limits: s.cfg.Limits, ArmedFor: at}
 	if job.Engine == engine.NameRestic {
 		// Asked once per binary (engine.ResticVersionOf); one that no longer answers records
 		// nothing here, and the unit's restic says what is wrong.
@@ -285,7 +285,7 @@ const maxSourceWalk = 2 * time.Minute
 
 // sizeHold measures the paths of l's job and takes the attempt's hold from what they hold
 // (store.AttemptHoldSize), updating l; paused reports that the run ended paused instead.
-func (s *Spawner) sizeHold(ctx context.Context, fence store.Lease, l *model.LiveRun, job model.Job) (paused bool, err error) {
+func (s *Spawner) sizeHold(ctx context.Context, fence model.Lease, l *model.LiveRun, job model.Job) (paused bool, err error) {
 	within := maxSourceWalk
 	if deadline, ok := ctx.Deadline(); ok {
 		within = min(within, time.Until(deadline)/2)

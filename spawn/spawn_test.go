@@ -45,7 +45,7 @@ func (w *world) spawner(t *testing.T) *spawn.Spawner {
 	s, err := spawn.New(spawn.Config{
 		Store: w, Units: w, Jobs: jobunit.Config{StateDir: t.TempDir(), Binary: "/usr/bin/holdfast"},
 		Budget:  time.Minute,
-		Lease:   func() (store.Lease, bool) { return lease, w.held },
+		Lease:   func() (model.Lease, bool) { return lease, w.held },
 		Started: func(model.LiveRun) { w.record("Started") },
 		Refused: func(_ context.Context, _ model.LiveRun, reason string) error {
 			w.record("Refused %s", reason)
@@ -59,9 +59,9 @@ func (w *world) spawner(t *testing.T) *spawn.Spawner {
 }
 
 // lease is the host's lease the spawner is given; every fenced write must carry it.
-var lease = store.Lease{Host: "h", Holder: "daemon-1", Generation: 7}
+var lease = model.Lease{Host: "h", Holder: "daemon-1", Generation: 7}
 
-func (w *world) fenced(call string, l store.Lease) {
+func (w *world) fenced(call string, l model.Lease) {
 	if l != lease {
 		w.record("%s under the wrong lease %+v", call, l)
 	}
@@ -75,12 +75,12 @@ func (w *world) record(format string, args ...any) {
 	}
 }
 
-func (w *world) AttemptEndingsSinceLastStart(context.Context, string) ([]store.AttemptEnd, error) {
+func (w *world) AttemptEndingsSinceLastStart(context.Context, string) ([]model.AttemptEnd, error) {
 	w.record("AttemptEndingsSinceLastStart")
 	return nil, nil
 }
 
-func (w *world) AttemptClaimSpawn(_ context.Context, l store.Lease, c store.SpawnClaim) (bool, string, error) {
+func (w *world) AttemptClaimSpawn(_ context.Context, l model.Lease, c model.SpawnClaim) (bool, string, error) {
 	w.fenced("AttemptClaimSpawn", l)
 	w.record("AttemptClaimSpawn %d armed=%t", c.Attempt.No, c.ArmedFor != nil)
 	if w.blocked != "" {
@@ -89,23 +89,23 @@ func (w *world) AttemptClaimSpawn(_ context.Context, l store.Lease, c store.Spaw
 	return !w.taken, "", nil
 }
 
-func (w *world) AttemptReleaseSpawnClaim(_ context.Context, l store.Lease, ref model.AttemptRef, _ string, mayExist bool) error {
+func (w *world) AttemptReleaseSpawnClaim(_ context.Context, l model.Lease, ref model.AttemptRef, _ string, mayExist bool) error {
 	w.fenced("AttemptReleaseSpawnClaim", l)
 	w.record("AttemptReleaseSpawnClaim %d mayExist=%t", ref.No, mayExist)
 	return nil
 }
 
-func (w *world) AttemptHoldSize(context.Context, store.Lease, store.AttemptHoldSizeParams) (store.SizedHold, error) {
+func (w *world) AttemptHoldSize(context.Context, model.Lease, store.AttemptHoldSizeParams) (model.SizedHold, error) {
 	w.record("AttemptHoldSize")
-	return store.SizedHold{}, nil
+	return model.SizedHold{}, nil
 }
 
-func (w *world) AttemptSetRepoBaseline(context.Context, store.Lease, model.AttemptRef, int64) error {
+func (w *world) AttemptSetRepoBaseline(context.Context, model.Lease, model.AttemptRef, int64) error {
 	w.record("AttemptSetRepoBaseline")
 	return nil
 }
 
-func (w *world) AttemptMarkStarted(_ context.Context, l store.Lease, ref model.AttemptRef, _ time.Time) error {
+func (w *world) AttemptMarkStarted(_ context.Context, l model.Lease, ref model.AttemptRef, _ time.Time) error {
 	w.fenced("AttemptMarkStarted", l)
 	w.record("AttemptMarkStarted %d", ref.No)
 	return nil
@@ -190,7 +190,7 @@ func TestSpawn(t *testing.T) {
 
 // New refuses a Spawner that could not tell whether it may act, or close a run systemd refused.
 func TestNewRefuses(t *testing.T) {
-	lease := func() (store.Lease, bool) { return store.Lease{}, true }
+	lease := func() (model.Lease, bool) { return model.Lease{}, true }
 	refused := func(context.Context, model.LiveRun, string) error { return nil }
 	for _, c := range []struct {
 		cfg  spawn.Config
@@ -223,7 +223,7 @@ func TestStartedWithThisBaseline(t *testing.T) {
 	s, err := spawn.New(spawn.Config{
 		Store: &w, Units: &w, Jobs: jobunit.Config{StateDir: t.TempDir(), Binary: "/usr/bin/holdfast", ResticBinary: "/usr/bin/restic"},
 		Budget:  time.Minute,
-		Lease:   func() (store.Lease, bool) { return lease, w.held },
+		Lease:   func() (model.Lease, bool) { return lease, w.held },
 		Started: func(l model.LiveRun) { told = l.Attempt.RepoBytesBefore },
 		Refused: func(context.Context, model.LiveRun, string) error { return nil },
 	})

@@ -3,7 +3,7 @@ package spawn
 import (
 	"testing"
 
-	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // How an attempt ended says whether restic may have left its lock behind.
@@ -28,9 +28,9 @@ func TestStaleLock(t *testing.T) {
 		{"no marker: power loss or a vanished unit", "", "", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clean := store.AttemptEnd{Attempt: 1, ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}
-			e := store.AttemptEnd{Attempt: 2, ServiceResult: tc.result, ExitCode: tc.code, ExitStatus: tc.status}
-			if why := staleLock([]store.AttemptEnd{clean, e}); (why != "") != tc.stale {
+			clean := model.AttemptEnd{Attempt: 1, ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}
+			e := model.AttemptEnd{Attempt: 2, ServiceResult: tc.result, ExitCode: tc.code, ExitStatus: tc.status}
+			if why := staleLock([]model.AttemptEnd{clean, e}); (why != "") != tc.stale {
 				t.Fatalf("staleLock = %q, want stale %v", why, tc.stale)
 			}
 		})

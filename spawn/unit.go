@@ -14,7 +14,6 @@ import (
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // AttemptSpec builds the transient unit of one attempt of a job as the daemon starts it: restic
@@ -58,7 +57,7 @@ func UnitSpec(jobs jobunit.Config, job model.Job, run model.Run, attempt int) ru
 // restic's own cleanup. "" if none did. restic removes its lock when it exits, with an error too,
 // and on SIGINT (130); killed by a signal, with no marker (a power loss, a vanished unit), or
 // exiting 11 (it could not lock: the lock it met may be stale), it may have left one.
-func staleLock(endings []store.AttemptEnd) string {
+func staleLock(endings []model.AttemptEnd) string {
 	for _, e := range endings {
 		if e.ServiceResult == "" {
 			return fmt.Sprintf("attempt %d of run %s ended without an exit marker", e.Attempt, e.RunID)

@@ -13,7 +13,6 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
-	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -61,16 +60,16 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	// start claims and starts an attempt, as a spawn does.
 	start := func(jobName string, run model.Run, attempt int) {
 		t.Helper()
-		if ok, blocked, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: runner.UnitName(jobName, run.ID, attempt)}); !ok || err != nil {
+		if ok, blocked, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: runner.UnitName(jobName, run.ID, attempt)}); !ok || err != nil {
 			t.Fatalf("claim: %v %q %v", ok, blocked, err)
 		}
-		if err := st.AttemptMarkStarted(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: attempt}, tick()); err != nil {
+		if err := st.AttemptMarkStarted(ctx, model.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: attempt}, tick()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	finish := func(run model.Run, attempt int, m runner.Marker, status string) {
 		t.Helper()
-		if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: attempt, At: tick(), Status: status, Reason: "test",
+		if ok, err := st.AttemptFinish(ctx, model.Lease{Host: "h"}, model.Ending{RunID: run.ID, Attempt: attempt, At: tick(), Status: status, Reason: "test",
 			ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus}); !ok || err != nil {
 			t.Fatalf("finish: %v %v", ok, err)
 		}
@@ -78,7 +77,7 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	released := ledger.Settlement{Release: true, Source: "test"}
 	restart := func(run model.Run, attempt int, m runner.Marker) {
 		t.Helper()
-		if ok, paused, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: attempt, At: tick(),
+		if ok, paused, err := st.AttemptRestart(ctx, model.Lease{Host: "h"}, model.Restarting{RunID: run.ID, Attempt: attempt, At: tick(),
 			ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus, Settlement: &released}); !ok || paused != "" || err != nil {
 			t.Fatalf("restart: %v %q %v", ok, paused, err)
 		}

@@ -12,22 +12,6 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 )
 
-// Admitted reports what admission did with one due job.
-type Admitted struct {
-	Job       string
-	Run       *uuid.UUID // the run admitted, if any
-	Trigger   string
-	Planned   time.Time
-	Missed    int
-	Overlap   *uuid.UUID // the live run that made this slot be skipped
-	SkipWhy   string
-	NextRunAt *time.Time
-	Paused    string // the admitted run was paused at once: its account could not hold it
-	// Failed says why the job could not be admitted; it is set aside until RetryAt.
-	Failed  string
-	RetryAt *time.Time
-}
-
 // JobAdmitDue claims up to limit jobs whose next slot is due at now (FOR UPDATE SKIP LOCKED, so
 // daemons sharing the database take different jobs), asks decide about each, and in the same
 // transaction admits the runs, advances next_run_at and records skipped slots.
@@ -40,15 +24,15 @@ type Admitted struct {
 // a statement about it fails) is rolled back alone, and set aside for setAside with the error
 // recorded on it (Job.AdmissionError), so it neither blocks the others nor is claimed again
 // at once. Its slot stays as it was: once it can be admitted, missed slots are counted as usual.
-func (s *Store) JobAdmitDue(ctx context.Context, by string, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]Admitted, error) {
-	var out []Admitted
+func (s *Store) JobAdmitDue(ctx context.Context, by string, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]model.Admitted, error) {
+	var out []model.Admitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		due, err := claimDue(ctx, tx, "next_run_at", now, horizon, limit)
 		if err != nil {
 			return err
 		}
 		for _, d := range due {
-			var a Admitted
+			var a model.Admitted
 			err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
 				j, err := readJob(ctx, sp, d.id)
 				if err != nil {
@@ -110,21 +94,21 @@ func readJob(ctx context.Context, tx pgx.Tx, id int64) (model.Job, error) {
 // setJobAside records why a claimed job could not be admitted and keeps admission away from it
 // for a while. An error of the transaction itself (the context ended, the connection is gone)
 // is returned instead: nothing can be recorded then.
-func setJobAside(ctx context.Context, tx pgx.Tx, d dueJob, now time.Time, wait time.Duration, cause error) (Admitted, error) {
+func setJobAside(ctx context.Context, tx pgx.Tx, d dueJob, now time.Time, wait time.Duration, cause error) (model.Admitted, error) {
 	if ctx.Err() != nil || tx.Conn().IsClosed() {
-		return Admitted{}, fmt.Errorf("job %s: %w", d.name, cause)
+		return model.Admitted{}, fmt.Errorf("job %s: %w", d.name, cause)
 	}
 	retry := now.Add(wait)
 	why := fmt.Sprintf("admission failed: %v; set aside until %s", cause, retry.UTC().Format(time.RFC3339))
 	if _, err := tx.Exec(ctx, `UPDATE jobs SET admission_error = $2, admission_retry_at = $3 WHERE id = $1`,
 		d.id, why, retry); err != nil {
-		return Admitted{}, fmt.Errorf("job %s: %w (and setting it aside failed: %v)", d.name, cause, err)
+		return model.Admitted{}, fmt.Errorf("job %s: %w (and setting it aside failed: %v)", d.name, cause, err)
 	}
-	return Admitted{Job: d.name, Failed: why, RetryAt: &retry}, nil
+	return model.Admitted{Job: d.name, Failed: why, RetryAt: &retry}, nil
 }
 
-func admitSlot(ctx context.Context, tx pgx.Tx, j model.Job, d model.SlotDecision, now time.Time, by string) (Admitted, error) {
-	a := Admitted{Job: j.Name, Trigger: d.Trigger, Planned: d.Planned, Missed: d.Missed, NextRunAt: d.Next}
+func admitSlot(ctx context.Context, tx pgx.Tx, j model.Job, d model.SlotDecision, now time.Time, by string) (model.Admitted, error) {
+	a := model.Admitted{Job: j.Name, Trigger: d.Trigger, Planned: d.Planned, Missed: d.Missed, NextRunAt: d.Next}
 	var skipWhy string
 	overlapSkips := 0
 	if d.Missed > 0 {
@@ -137,7 +121,7 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j model.Job, d model.SlotDecision
 			return a, err
 		}
 		if found && d.Planned.After(now) {
-			return Admitted{Job: j.Name}, nil // a run came meanwhile: the slot is decided at its time
+			return model.Admitted{Job: j.Name}, nil // a run came meanwhile: the slot is decided at its time
 		}
 		if found {
 			a.Overlap = &live
@@ -177,19 +161,6 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j model.Job, d model.SlotDecision
 	return a, err
 }
 
-// MaintenanceAdmitted reports a run of a repository's own schedules (a prune, a verification, a
-// drill) admitted on its slot, or a slot put off.
-type MaintenanceAdmitted struct {
-	Job      string
-	Schedule string     // the schedule that admitted it: Prunes, Verifications or Drills
-	Run      *uuid.UUID // nil: put off, see Waiting
-	Planned  time.Time
-	Waiting  *uuid.UUID // the job's live run it waits for; the slot stays due
-	NextSlot *time.Time
-	Failed   string // why the job could not be admitted; it is set aside until RetryAt
-	RetryAt  *time.Time
-}
-
 // The schedules of a job's repository that JobAdmitDueMaintenance admits runs of.
 const (
 	Prunes        = "prune"  // prune runs
@@ -205,19 +176,19 @@ var maintenanceSlots = map[string]string{Prunes: "next_prune_at", Verifications:
 // the slot with next. A job with a live run keeps its slot due: the run is put off, not dropped, and admitted
 // once the job is free. As in JobAdmitDue, a job that cannot be admitted is rolled back alone and
 // set aside for setAside.
-func (s *Store) JobAdmitDueMaintenance(ctx context.Context, by, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]MaintenanceAdmitted, error) {
+func (s *Store) JobAdmitDueMaintenance(ctx context.Context, by, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]model.MaintenanceAdmitted, error) {
 	column, ok := maintenanceSlots[schedule]
 	if !ok {
 		return nil, fmt.Errorf("admit due maintenance: no schedule %q", schedule)
 	}
-	var out []MaintenanceAdmitted
+	var out []model.MaintenanceAdmitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		due, err := claimDue(ctx, tx, column, now, now, limit)
 		if err != nil {
 			return err
 		}
 		for _, d := range due {
-			var a MaintenanceAdmitted
+			var a model.MaintenanceAdmitted
 			err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
 				j, err := readJob(ctx, sp, d.id)
 				if err != nil {
@@ -231,7 +202,7 @@ func (s *Store) JobAdmitDueMaintenance(ctx context.Context, by, schedule string,
 				if err != nil {
 					return err
 				}
-				a = MaintenanceAdmitted{Job: d.name, Schedule: schedule, Failed: failed.Failed, RetryAt: failed.RetryAt}
+				a = model.MaintenanceAdmitted{Job: d.name, Schedule: schedule, Failed: failed.Failed, RetryAt: failed.RetryAt}
 			}
 			crashpoint.At("admit-prune-before-commit") // a verification's too
 			out = append(out, a)
@@ -244,7 +215,7 @@ func (s *Store) JobAdmitDueMaintenance(ctx context.Context, by, schedule string,
 	return out, nil
 }
 
-func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule string, j model.Job, next func(model.Job) *time.Time, by string) (MaintenanceAdmitted, error) {
+func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule string, j model.Job, next func(model.Job) *time.Time, by string) (model.MaintenanceAdmitted, error) {
 	planned := j.Prune.NextAt
 	n := newRun{jobID: j.ID, jobName: j.Name, trigger: model.TriggerSchedule, kind: model.KindPrune, admittedBy: by}
 	switch schedule {
@@ -253,7 +224,7 @@ func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule string, j model.J
 	case Drills:
 		planned, n.kind, n.verify = j.Drill.NextAt, model.KindVerify, model.Verify{DrillFiles: j.Drill.Files}
 	}
-	a := MaintenanceAdmitted{Job: j.Name, Schedule: schedule, Planned: *planned}
+	a := model.MaintenanceAdmitted{Job: j.Name, Schedule: schedule, Planned: *planned}
 	live, found, err := liveRunOf(ctx, tx, j.ID)
 	if err != nil {
 		return a, err

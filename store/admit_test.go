@@ -46,7 +46,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 	if err != nil {
 		t.Fatalf("one bad job failed the whole admission: %v", err)
 	}
-	byJob := map[string]store.Admitted{}
+	byJob := map[string]model.Admitted{}
 	for _, a := range got {
 		byJob[a.Job] = a
 	}

@@ -2,64 +2,18 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/model"
 )
-
-// WatchJob is what the watch reads of a job's own row.
-type WatchJob struct {
-	Name               string
-	CreatedAt          time.Time
-	Schedule, TimeZone string
-	AlertAfter         time.Duration
-	AlertFailures      int
-	ExpectEvery        time.Duration
-	OverdueSince       *time.Time
-	OverdueReason      string
-	LastOutcome        string
-	NextRunAt          *time.Time
-	// The verifications: their schedule ("" none), how old the last successful one may be (0:
-	// two periods of the schedule), and since when one is expected.
-	VerifySchedule   string
-	VerifyAlertAfter time.Duration
-	VerifySince      *time.Time
-}
-
-// JobWatchFacts is what deciding whether a job is overdue reads of it.
-type WatchFacts struct {
-	Job         WatchJob
-	LastSuccess *time.Time // when its last succeeded backup ended
-	// LastVerified is when its last succeeded verification ended; LastVerify the status its last
-	// ended verification has ("" none).
-	LastVerified *time.Time
-	LastVerify   string
-	// LastDrilled and LastDrill are the same of its drills alone.
-	LastDrilled *time.Time
-	LastDrill   string
-	// Recent are the statuses of its last ended backups, newest first, as many as AlertFailures.
-	Recent    []string
-	RecentEnd *time.Time // when the newest of them ended
-	ReadAt    time.Time  // the database's now() when they were read
-}
-
-// WatchScope says whose jobs JobWatchFacts reads.
-type WatchScope struct {
-	// Host reads the jobs pinned to it and the any-host jobs: what its daemon watches each pass.
-	// "" reads every job (holdfast status).
-	Host string
-	// Unattended reads instead the jobs pinned to a host that is down or never ran a daemon,
-	// which no daemon watches as its own: one daemon of the fleet reads them per interval
-	// (DutyClaim), so their cost is the fleet's once, not once per daemon.
-	Unattended bool
-}
 
 // JobWatchFacts reads the facts of the jobs of scope. The daemons read them every
 // --watch-interval, so only what the watch needs is read, through jobs_host for a host.
-func (s *Store) JobWatchFacts(ctx context.Context, scope WatchScope) ([]WatchFacts, error) {
+func (s *Store) JobWatchFacts(ctx context.Context, scope model.WatchScope) ([]model.WatchFacts, error) {
 	where, args := "", []any{}
 	switch {
 	case scope.Unattended:
@@ -98,9 +52,9 @@ func (s *Store) JobWatchFacts(ctx context.Context, scope WatchScope) ([]WatchFac
 		return nil, fmt.Errorf("read jobs to watch: %w", err)
 	}
 	defer rows.Close()
-	var all []WatchFacts
+	var all []model.WatchFacts
 	for rows.Next() {
-		var f WatchFacts
+		var f model.WatchFacts
 		j := &f.Job
 		var alertAfter, expectEvery, verifyAlertAfter *time.Duration
 		if err := rows.Scan(&j.Name, &j.CreatedAt, &j.Schedule, &j.TimeZone, &alertAfter, &j.AlertFailures,
@@ -169,30 +123,15 @@ func (s *Store) JobClearOverdue(ctx context.Context, job, reason, host string) (
 	return true, nil
 }
 
-// Event is one entry of the outbox.
-type Event struct {
-	ID      uuid.UUID
-	Seq     int64
-	Event   string
-	Job     string
-	Run     *uuid.UUID
-	Attempt *int
-	Status  string
-	Reason  string
-	At      time.Time
-	Host    string
-	Details json.RawMessage
-}
-
 // EventList returns the events after seq, oldest first, at most limit, of job ("" every job).
-func (s *Store) EventList(ctx context.Context, job string, after int64, limit int) ([]Event, error) {
+func (s *Store) EventList(ctx context.Context, job string, after int64, limit int) ([]model.Event, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, seq, event, job_name, run_id, attempt, status, reason, at, host, details
 		FROM events WHERE seq > $1 AND ($2 = '' OR job_name = $2) ORDER BY seq LIMIT $3`, after, job, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read events: %w", err)
 	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
-		var e Event
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (model.Event, error) {
+		var e model.Event
 		err := row.Scan(&e.ID, &e.Seq, &e.Event, &e.Job, &e.Run, &e.Attempt, &e.Status, &e.Reason, &e.At, &e.Host, &e.Details)
 		return e, err
 	})
@@ -202,19 +141,9 @@ func (s *Store) EventList(ctx context.Context, job string, after int64, limit in
 	return events, nil
 }
 
-// Stall is a live attempt whose progress has stood still past its job's StallAfter.
-type Stall struct {
-	Run         uuid.UUID
-	Attempt     int
-	Job         string
-	StallAfter  time.Duration
-	StallAction string
-	Since       time.Time // when its figures last moved (or it started)
-}
-
 // AttemptListStalled lists host's running attempts, not yet marked stalled nor asked to stop or pause, whose
 // progress figures have not moved for their job's stall_after (on the database's clock).
-func (s *Store) AttemptListStalled(ctx context.Context, host string) ([]Stall, error) {
+func (s *Store) AttemptListStalled(ctx context.Context, host string) ([]model.Stall, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT a.run_id, a.attempt_no, r.job_name, j.stall_after, j.stall_action, coalesce(a.progress_changed_at, a.started_at)
 		FROM attempts a JOIN runs r ON r.id = a.run_id JOIN jobs j ON j.id = r.job_id
@@ -225,8 +154,8 @@ func (s *Store) AttemptListStalled(ctx context.Context, host string) ([]Stall, e
 	if err != nil {
 		return nil, fmt.Errorf("read stalled runs: %w", err)
 	}
-	stalls, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Stall, error) {
-		var st Stall
+	stalls, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (model.Stall, error) {
+		var st model.Stall
 		err := row.Scan(&st.Run, &st.Attempt, &st.Job, &st.StallAfter, &st.StallAction, &st.Since)
 		return st, err
 	})
@@ -239,7 +168,7 @@ func (s *Store) AttemptListStalled(ctx context.Context, host string) ([]Stall, e
 // AttemptMarkStalled records that the attempt stalled, with its "stalled" event, and with StallStop asks
 // its run to stop for reason, all in one statement and once: marked is false if it was marked
 // already or ended meanwhile. stopped reports whether the stop was asked for.
-func (s *Store) AttemptMarkStalled(ctx context.Context, st Stall, reason, host string) (marked, stopped bool, err error) {
+func (s *Store) AttemptMarkStalled(ctx context.Context, st model.Stall, reason, host string) (marked, stopped bool, err error) {
 	err = s.pool.QueryRow(ctx, `
 		WITH marked AS (
 			UPDATE attempts SET stalled_at = now()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
@@ -51,7 +50,7 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 	if won := race(func() (bool, error) { return st.JobMarkOverdue(ctx, "late", since, "no success", "h") }); won != 1 {
 		t.Fatalf("%d daemons marked the job overdue, want 1", won)
 	}
-	facts, err := st.JobWatchFacts(ctx, store.WatchScope{Host: "h"})
+	facts, err := st.JobWatchFacts(ctx, model.WatchScope{Host: "h"})
 	if err != nil || len(facts) != 1 {
 		t.Fatalf("watch facts: %+v, %v", facts, err)
 	}
@@ -62,13 +61,13 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 		t.Fatalf("%d daemons cleared the episode, want 1", won)
 	}
 
-	if ok, _, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "u"}); !ok || err != nil {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "u"}); !ok || err != nil {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
-	if err := st.AttemptMarkStarted(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
+	if err := st.AttemptMarkStarted(ctx, model.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
+	if ok, err := st.AttemptFinish(ctx, model.Lease{Host: "h"}, model.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
 		Reason: "exit 1", ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1"}); !ok || err != nil {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
@@ -87,7 +86,7 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 	if failed.Run == nil || *failed.Run != run.ID || failed.Attempt == nil || *failed.Attempt != 1 || failed.Host != "h" || failed.Reason != "exit 1" {
 		t.Fatalf("the failed event: %+v", failed)
 	}
-	facts, err = st.JobWatchFacts(ctx, store.WatchScope{Host: "h"})
+	facts, err = st.JobWatchFacts(ctx, model.WatchScope{Host: "h"})
 	if err != nil || len(facts[0].Recent) != 1 || facts[0].Recent[0] != model.StatusFailed || facts[0].LastSuccess != nil {
 		t.Fatalf("watch facts after a failure: %+v, %v", facts, err)
 	}
@@ -119,10 +118,10 @@ func TestStallClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "u"}); !ok || err != nil {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "u"}); !ok || err != nil {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
-	if err := st.AttemptMarkStarted(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now().Add(-2*time.Hour)); err != nil {
+	if err := st.AttemptMarkStarted(ctx, model.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now().Add(-2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	stalled := func() bool {
@@ -141,7 +140,7 @@ func TestStallClock(t *testing.T) {
 		to := journal.Cursor{Offset: seq * 10, LastSeq: seq}
 		now := time.Now()
 		p := model.Progress{PercentDone: percent, BytesDone: int64(percent * 1000)}
-		if ok, err := st.AttemptApplyJournal(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, from, to, store.JournalDelta{LastEventAt: &now, Progress: &p}); !ok || err != nil {
+		if ok, err := st.AttemptApplyJournal(ctx, model.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, from, to, model.JournalDelta{LastEventAt: &now, Progress: &p}); !ok || err != nil {
 			t.Fatalf("apply journal: %v %v", ok, err)
 		}
 	}

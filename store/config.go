@@ -19,17 +19,17 @@ type JobEdit struct {
 	Edit   func(*model.Job) error
 }
 
-// Applied is a set of changes made from configuration files, all or none.
-type Applied struct {
+// ConfigApplyParams is a set of changes made from configuration files, all or none.
+type ConfigApplyParams struct {
 	Create []model.Job // validated by the caller
 	Update []JobEdit
 	Delete []string // jobs to remove; one with a live run refuses the whole set
 	// Accounts to add, and changes of existing ones; accounts are never removed (their ledger is
 	// history). They come first, so that a job created here may be charged to one.
-	CreateAccounts []NewAccount
+	CreateAccounts []AccountCreateParams
 	UpdateAccounts []AccountChange
 	// Notification targets to add, to change (found by name) and to remove.
-	CreateTargets, UpdateTargets []Target
+	CreateTargets, UpdateTargets []model.Target
 	DeleteTargets                []string
 	// Source names the files the changes come from, Hash their content, Actor who applied them:
 	// recorded with each job changed (JobChangeList).
@@ -38,7 +38,7 @@ type Applied struct {
 
 // ConfigApply makes the changes of a in one transaction: if any of them is refused (a job that
 // exists already, is gone, or has a live run), none is made. The daemons are woken once.
-func (s *Store) ConfigApply(ctx context.Context, a Applied) error {
+func (s *Store) ConfigApply(ctx context.Context, a ConfigApplyParams) error {
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		record := func(name, action string, fields []string) error {
 			_, err := tx.Exec(ctx, `INSERT INTO job_changes (job_name, actor, action, fields, source, hash)
@@ -127,23 +127,15 @@ type AccountChange struct {
 	Period       string
 }
 
-// JobChange is one recorded change of a job (ConfigApply).
-type JobChange struct {
-	At            string // RFC 3339, the database's clock
-	Actor, Action string
-	Fields        []string
-	Source, Hash  string
-}
-
 // JobChangeList lists the newest limit recorded changes of the named job, newest first.
-func (s *Store) JobChangeList(ctx context.Context, name string, limit int) ([]JobChange, error) {
+func (s *Store) JobChangeList(ctx context.Context, name string, limit int) ([]model.JobChange, error) {
 	rows, err := s.pool.Query(ctx, `SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), actor, action, fields, source, hash
 		FROM job_changes WHERE job_name = $1 ORDER BY id DESC LIMIT $2`, name, limit)
 	if err != nil {
 		return nil, fmt.Errorf("changes of job %s: %w", name, err)
 	}
-	changes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobChange, error) {
-		var c JobChange
+	changes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.JobChange, error) {
+		var c model.JobChange
 		return c, r.Scan(&c.At, &c.Actor, &c.Action, &c.Fields, &c.Source, &c.Hash)
 	})
 	if err != nil {

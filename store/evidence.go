@@ -3,28 +3,16 @@ package store
 import (
 	"context"
 	"fmt"
-	"time"
 
-	"github.com/google/uuid"
-	"github.com/holdfast-backup/holdfast/model"
 	"github.com/jackc/pgx/v5"
-)
 
-// AttemptEnd is how an attempt ended, as its exit marker said: its fields are "" when it left
-// none (its unit vanished, or it was never started).
-type AttemptEnd struct {
-	RunID         uuid.UUID
-	Attempt       int
-	EndedAt       time.Time
-	ServiceResult string
-	ExitCode      string
-	ExitStatus    string
-}
+	"github.com/holdfast-backup/holdfast/model"
+)
 
 // AttemptEndingsSinceLastStart returns the attempts of jobs on repository (of an engine that keeps one) that ended after the
 // last start of any attempt on it, oldest first: the endings no unit on that repository has run
 // after. Attempts that never had a unit are left out: they ran nothing.
-func (s *Store) AttemptEndingsSinceLastStart(ctx context.Context, repository string) ([]AttemptEnd, error) {
+func (s *Store) AttemptEndingsSinceLastStart(ctx context.Context, repository string) ([]model.AttemptEnd, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH on_repo AS (
 			SELECT a.run_id, a.attempt_no, a.started_at, a.ended_at, a.service_result, a.exit_code, a.exit_status
@@ -39,8 +27,8 @@ func (s *Store) AttemptEndingsSinceLastStart(ctx context.Context, repository str
 	if err != nil {
 		return nil, fmt.Errorf("endings on repository %s: %w", repository, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AttemptEnd, error) {
-		var e AttemptEnd
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (model.AttemptEnd, error) {
+		var e model.AttemptEnd
 		err := row.Scan(&e.RunID, &e.Attempt, &e.EndedAt, &e.ServiceResult, &e.ExitCode, &e.ExitStatus)
 		return e, err
 	})

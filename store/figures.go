@@ -3,40 +3,15 @@ package store
 import (
 	"context"
 	"fmt"
-	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/jackc/pgx/v5"
 )
 
-// JobFigures are one job's figures for metrics.
-type JobFigures struct {
-	Name           string
-	LastSuccess    *time.Time // when its last succeeded backup ended
-	LastRunEnd     *time.Time // when its last run ended, however
-	LastBytesAdded *int64     // what its last ended backup added, if known
-	Overdue        bool
-	Snapshots      int64 // in holdfast's inventory of its repository, not forgotten
-	// LastVerifySuccess and LastRestoreSuccess are when its last succeeded verification and
-	// restore ended; LastVerifyOK whether its last ended verification succeeded (nil: none ended).
-	LastVerifySuccess  *time.Time
-	LastVerifyOK       *bool
-	LastRestoreSuccess *time.Time
-}
-
-// FiguresGet are what every daemon's metrics read from the database at a scrape, so that all of
-// them answer the same.
-type Figures struct {
-	Jobs     []JobFigures
-	Live     map[string]int64 // live runs by status
-	Accounts []Account
-	// Deliveries of notifications waiting to be sent, and kept as failed.
-	DeliveriesPending, DeliveriesFailed int64
-}
-
 // FiguresGet reads the figures.
-func (s *Store) FiguresGet(ctx context.Context) (Figures, error) {
-	f := Figures{Live: map[string]int64{model.StatusQueued: 0, model.StatusRunning: 0}}
+func (s *Store) FiguresGet(ctx context.Context) (model.Figures, error) {
+	f := model.Figures{Live: map[string]int64{model.StatusQueued: 0, model.StatusRunning: 0}}
 	// One read of the jobs: their figures are kept as their runs end and their inventories
 	// change (migration 00029), so a scrape costs the fleet's jobs, not their history.
 	rows, err := s.pool.Query(ctx, `
@@ -48,8 +23,8 @@ func (s *Store) FiguresGet(ctx context.Context) (Figures, error) {
 	if err != nil {
 		return f, fmt.Errorf("read job figures: %w", err)
 	}
-	f.Jobs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (JobFigures, error) {
-		var j JobFigures
+	f.Jobs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (model.JobFigures, error) {
+		var j model.JobFigures
 		err := row.Scan(&j.Name, &j.LastSuccess, &j.LastRunEnd, &j.LastBytesAdded, &j.Overdue, &j.Snapshots,
 			&j.LastVerifySuccess, &j.LastVerifyOK, &j.LastRestoreSuccess)
 		return j, err

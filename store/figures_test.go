@@ -45,12 +45,12 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 	}
 	released := &ledger.Settlement{Release: true, Source: "test"}
 	// end takes a new run of kind to its end as the daemon would; at zero stamps the database's clock.
-	end := func(t *testing.T, kind model.Kind, status string, at time.Time, e store.Ending) model.Run {
+	end := func(t *testing.T, kind model.Kind, status string, at time.Time, e model.Ending) model.Run {
 		t.Helper()
 		var r model.Run
 		if kind == model.KindRestore {
 			var err error
-			if r, err = b.Store.RunAdmitRequest(b.Ctx, store.Request{Job: job.Name, Trigger: model.TriggerManual, Kind: kind, Host: b.Host,
+			if r, err = b.Store.RunAdmitRequest(b.Ctx, store.RunAdmitRequestParams{Job: job.Name, Trigger: model.TriggerManual, Kind: kind, Host: b.Host,
 				Restore: model.Restore{Target: "/restored", Snapshot: strings.Repeat("9", 64)}}); err != nil {
 				t.Fatal(err)
 			}
@@ -66,8 +66,8 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 		return r
 	}
 	bytes := func(n int64) *int64 { return &n }
-	summary := func(id string) *store.Snapshot {
-		return &store.Snapshot{Repository: "/r", ID: id, Time: time.Now(), Host: "h", JobName: job.Name, Source: store.SourceSummary}
+	summary := func(id string) *model.Snapshot {
+		return &model.Snapshot{Repository: "/r", ID: id, Time: time.Now(), Host: "h", JobName: job.Name, Source: model.SourceSummary}
 	}
 	var paused, retried model.Run
 	steps := []struct {
@@ -79,47 +79,47 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 	}{
 		{"no run yet", func(t *testing.T) {}, false},
 		{"a backup succeeded with a snapshot", func(t *testing.T) {
-			end(t, model.KindBackup, model.StatusSucceeded, time.Time{}, store.Ending{BytesAdded: bytes(100),
+			end(t, model.KindBackup, model.StatusSucceeded, time.Time{}, model.Ending{BytesAdded: bytes(100),
 				SnapshotID: "0123456789abcdef", Snapshot: summary("0123456789abcdef")})
 		}, false},
 		{"a backup failed and is retried", func(t *testing.T) {
-			retry := &store.Retry{ID: uuid.New(), Number: 1, Why: "transient"}
-			end(t, model.KindBackup, model.StatusFailed, time.Time{}, store.Ending{FailureClass: "transient", Retry: retry})
+			retry := &model.Retry{ID: uuid.New(), Number: 1, Why: "transient"}
+			end(t, model.KindBackup, model.StatusFailed, time.Time{}, model.Ending{FailureClass: "transient", Retry: retry})
 			if retried = readRun(t, b, retry.ID); retried.Status != model.StatusQueued {
 				t.Fatalf("retry %+v", retried)
 			}
 		}, false},
 		{"the retry ended partial", func(t *testing.T) {
 			claimAs(t, b, b.Lease, retried, 1)
-			finishAs(t, b, b.Lease, store.Ending{RunID: retried.ID, Attempt: 1, Status: model.StatusPartial, Reason: "partial",
+			finishAs(t, b, b.Lease, model.Ending{RunID: retried.ID, Attempt: 1, Status: model.StatusPartial, Reason: "partial",
 				BytesAdded: bytes(50), Settlement: released, SnapshotID: "fedcba9876543210", Snapshot: summary("fedcba9876543210")})
 		}, false},
 		{"a backup succeeded, reported with an earlier end", func(t *testing.T) {
-			end(t, model.KindBackup, model.StatusSucceeded, b.Now(t).Add(-time.Hour), store.Ending{BytesAdded: bytes(7)})
+			end(t, model.KindBackup, model.StatusSucceeded, b.Now(t).Add(-time.Hour), model.Ending{BytesAdded: bytes(7)})
 		}, false},
 		{"a backup was skipped by its hook", func(t *testing.T) {
-			end(t, model.KindBackup, model.StatusSkipped, time.Time{}, store.Ending{})
+			end(t, model.KindBackup, model.StatusSkipped, time.Time{}, model.Ending{})
 		}, false},
 		{"a verification failed", func(t *testing.T) {
-			end(t, model.KindVerify, model.StatusFailed, time.Time{}, store.Ending{})
+			end(t, model.KindVerify, model.StatusFailed, time.Time{}, model.Ending{})
 		}, false},
 		{"a verification succeeded", func(t *testing.T) {
-			end(t, model.KindVerify, model.StatusSucceeded, time.Time{}, store.Ending{})
+			end(t, model.KindVerify, model.StatusSucceeded, time.Time{}, model.Ending{})
 		}, false},
 		{"a verification failed again", func(t *testing.T) {
-			end(t, model.KindVerify, model.StatusFailed, time.Time{}, store.Ending{})
+			end(t, model.KindVerify, model.StatusFailed, time.Time{}, model.Ending{})
 		}, false},
 		{"a verification was stopped", func(t *testing.T) {
-			end(t, model.KindVerify, model.StatusStopped, time.Time{}, store.Ending{})
+			end(t, model.KindVerify, model.StatusStopped, time.Time{}, model.Ending{})
 		}, false},
 		{"a restore failed", func(t *testing.T) {
-			end(t, model.KindRestore, model.StatusFailed, time.Time{}, store.Ending{})
+			end(t, model.KindRestore, model.StatusFailed, time.Time{}, model.Ending{})
 		}, false},
 		{"a restore succeeded", func(t *testing.T) {
-			end(t, model.KindRestore, model.StatusSucceeded, time.Time{}, store.Ending{})
+			end(t, model.KindRestore, model.StatusSucceeded, time.Time{}, model.Ending{})
 		}, false},
 		{"a backup paused", func(t *testing.T) {
-			paused = end(t, model.KindBackup, model.StatusPaused, time.Time{}, store.Ending{})
+			paused = end(t, model.KindBackup, model.StatusPaused, time.Time{}, model.Ending{})
 		}, false},
 		{"the paused backup resumed", func(t *testing.T) {
 			if _, err := b.Store.RunResume(b.Ctx, paused.ID); err != nil {
@@ -128,10 +128,10 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 		}, false},
 		{"the resumed backup stopped", func(t *testing.T) {
 			claimAs(t, b, b.Lease, paused, 2)
-			finishAs(t, b, b.Lease, store.Ending{RunID: paused.ID, Attempt: 2, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
+			finishAs(t, b, b.Lease, model.Ending{RunID: paused.ID, Attempt: 2, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
 		}, false},
 		{"a listing adds two snapshots and forgets those of the summaries", func(t *testing.T) {
-			if _, _, err := b.Store.SnapshotSync(b.Ctx, "/r", b.Now(t), []store.Snapshot{
+			if _, _, err := b.Store.SnapshotSync(b.Ctx, "/r", b.Now(t), []model.Snapshot{
 				listed(strings.Repeat("9", 64), job.Name, uuid.New(), time.Now()),
 				listed(strings.Repeat("8", 64), job.Name, uuid.New(), time.Now()),
 				listed(strings.Repeat("7", 64), "", uuid.Nil, time.Now()), // of no job
@@ -149,10 +149,10 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 			}
 		}, true},
 		{"a backup succeeded after the compaction", func(t *testing.T) {
-			end(t, model.KindBackup, model.StatusSucceeded, time.Time{}, store.Ending{BytesAdded: nil})
+			end(t, model.KindBackup, model.StatusSucceeded, time.Time{}, model.Ending{BytesAdded: nil})
 		}, true},
 	}
-	var kept []store.JobFigures
+	var kept []model.JobFigures
 	for _, step := range steps {
 		step.do(t)
 		f, err := b.Store.FiguresGet(b.Ctx)
@@ -163,8 +163,8 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		history, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.JobFigures, error) {
-			var j store.JobFigures
+		history, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (model.JobFigures, error) {
+			var j model.JobFigures
 			err := row.Scan(&j.Name, &j.LastSuccess, &j.LastRunEnd, &j.LastBytesAdded, &j.Overdue, &j.Snapshots,
 				&j.LastVerifySuccess, &j.LastVerifyOK, &j.LastRestoreSuccess)
 			return j, err
@@ -179,7 +179,7 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 		if step.kept {
 			// What the history said before the compaction, and what it says since of the
 			// figures the compaction did not touch.
-			want = []store.JobFigures{kept[0], history[1]}
+			want = []model.JobFigures{kept[0], history[1]}
 			want[0].LastSuccess, want[0].LastRunEnd, want[0].LastBytesAdded = history[0].LastSuccess, history[0].LastRunEnd, history[0].LastBytesAdded
 		}
 		if !figuresEqual(f.Jobs, want) {
@@ -194,7 +194,7 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 	}
 }
 
-func figuresEqual(a, b []store.JobFigures) bool {
+func figuresEqual(a, b []model.JobFigures) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -212,7 +212,7 @@ func figuresEqual(a, b []store.JobFigures) bool {
 	return true
 }
 
-func showFigures(fs []store.JobFigures) string {
+func showFigures(fs []model.JobFigures) string {
 	var out strings.Builder
 	for _, f := range fs {
 		fmt.Fprintf(&out, "  %s: success %s end %s added %s verified %s ok %s restored %s snapshots %d\n", f.Name,

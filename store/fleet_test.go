@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 )
@@ -120,7 +121,7 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 	}
 	defer st.Close()
 	const host = "h00007"
-	lease, err := st.LeaseAcquire(ctx, store.LeaseRequest{Host: host, Holder: "test", Duration: time.Hour, Grace: time.Second,
+	lease, err := st.LeaseAcquire(ctx, store.LeaseAcquireParams{Host: host, Holder: "test", Duration: time.Hour, Grace: time.Second,
 		HolderGone: func(string) bool { return true }})
 	if err != nil {
 		t.Fatal(err)
@@ -149,9 +150,9 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 		{what: "orphans", do: func() error { _, err := st.RunListOrphaned(ctx, host, time.Second); return err }},
 		{what: "superseded", generic: true, do: func() error { _, err := st.AttemptListSuperseded(ctx, host, 24*time.Hour); return err }},
 		{what: "deferred settlements", generic: true, do: func() error { _, err := st.AttemptListDeferred(ctx, host); return err }},
-		{what: "watch", do: func() error { _, err := st.JobWatchFacts(ctx, store.WatchScope{Host: host}); return err }},
+		{what: "watch", do: func() error { _, err := st.JobWatchFacts(ctx, model.WatchScope{Host: host}); return err }},
 		{what: "watch the unattended", fleet: true, do: func() error {
-			_, err := st.JobWatchFacts(ctx, store.WatchScope{Unattended: true})
+			_, err := st.JobWatchFacts(ctx, model.WatchScope{Unattended: true})
 			return err
 		}},
 		{what: "stalls", do: func() error { _, err := st.AttemptListStalled(ctx, host); return err }},

@@ -7,21 +7,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/model"
 )
-
-// Compacted counts what HistoryCompact removed.
-type Compacted struct {
-	Runs          int64 // ended runs, with their attempts
-	LedgerEntries int64 // their holds and settlements, and grants, folded into checkpoints
-	Events        int64
-	Deliveries    int64 // delivered deliveries of those events
-	Plans         int64 // retention plans
-}
-
-// Total is how many rows were removed.
-func (c Compacted) Total() int64 {
-	return c.Runs + c.LedgerEntries + c.Events + c.Deliveries + c.Plans
-}
 
 // HistoryCompact removes the history that ended before before, each kind in transactions of at
 // most batch rows, so that no lock is held long: retention plans; ended runs with their
@@ -34,8 +22,8 @@ func (c Compacted) Total() int64 {
 // (it may be resumed), a run whose retry or retention plan is kept, a run with an open hold or
 // a ledger entry newer than before, and an event whose delivery is pending or failed. Two
 // compactions at once each take other rows (SKIP LOCKED) and add to the checkpoint in turn.
-func (s *Store) HistoryCompact(ctx context.Context, before time.Time, batch int) (Compacted, error) {
-	var c Compacted
+func (s *Store) HistoryCompact(ctx context.Context, before time.Time, batch int) (model.Compacted, error) {
+	var c model.Compacted
 	if batch <= 0 {
 		return c, fmt.Errorf("compact history: batch %d: want at least 1", batch)
 	}
@@ -90,7 +78,7 @@ func (s *Store) HistoryCompact(ctx context.Context, before time.Time, batch int)
 
 // compactRuns removes up to batch runs that may go, their attempts and ledger entries, and
 // adds what their entries settled to the accounts' checkpoints.
-func compactRuns(ctx context.Context, tx pgx.Tx, before time.Time, batch int, c *Compacted) (int64, error) {
+func compactRuns(ctx context.Context, tx pgx.Tx, before time.Time, batch int, c *model.Compacted) (int64, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT r.id FROM runs r
 		WHERE r.status NOT IN ('queued', 'running', 'paused') AND r.finished_at < $1
@@ -138,7 +126,7 @@ func compactRuns(ctx context.Context, tx pgx.Tx, before time.Time, batch int, c 
 
 // compactGrants removes up to batch grants older than before, adding them to the accounts'
 // checkpoints.
-func compactGrants(ctx context.Context, tx pgx.Tx, before time.Time, batch int, c *Compacted) (int64, error) {
+func compactGrants(ctx context.Context, tx pgx.Tx, before time.Time, batch int, c *model.Compacted) (int64, error) {
 	// Locked, so that two compactions never fold one grant twice.
 	rows, err := tx.Query(ctx, `SELECT id FROM ledger_entries WHERE kind = 'grant' AND created_at < $1 ORDER BY id LIMIT $2
 		FOR UPDATE SKIP LOCKED`, before, batch)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/watch"
@@ -21,7 +22,7 @@ func TestCompactHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An account with a quota, granted long ago and since, charged by one host's runs.
-	if _, err := st.AccountCreate(ctx, store.NewAccount{Name: "acme", Quota: ptr(int64(1 << 30)), Actor: "test"}); err != nil {
+	if _, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", Quota: ptr(int64(1 << 30)), Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, stmt := range []string{
@@ -39,7 +40,7 @@ func TestCompactHistory(t *testing.T) {
 	}
 
 	type view struct {
-		accounts   []store.Account
+		accounts   []model.Account
 		violations []string
 		jobs       []watch.JobStatus
 		live       []watch.LiveStatus
@@ -79,7 +80,7 @@ func TestCompactHistory(t *testing.T) {
 
 	// Two daemons compacting at once (a compaction longer than its duty's interval) fold each
 	// row once between them.
-	var c store.Compacted
+	var c model.Compacted
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range 2 {

@@ -7,57 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 )
-
-// Host is a host's row: the daemon that holds its lease, and what runs there.
-type Host struct {
-	Name          string
-	Version       string
-	ResticVersion string // the release of the restic its daemon runs; "" if not recorded
-	Generation    int64  // goes up each time a daemon takes the lease anew
-	Holder        string
-	LeaseUntil    time.Time
-	HeartbeatAt   time.Time
-	StartedAt     time.Time
-	TakeoverGrace time.Duration
-	DrainingSince *time.Time
-	Alive         bool // its lease has not expired
-	LiveRuns      int  // live attempts that hold a unit there
-	PinnedJobs    int
-	ReadAt        time.Time // the database's clock when the row was read
-}
-
-// State is the host's state in a word or a few, as every listing words it: "alive",
-// "draining", or "down since" when its lease expired.
-func (h Host) State() string {
-	switch {
-	case !h.Alive:
-		return "down since " + h.LeaseUntil.UTC().Format(time.RFC3339)
-	case h.DrainingSince != nil:
-		return "draining"
-	}
-	return "alive"
-}
-
-// Lease is a daemon's hold on its host's row, and who writes: every write about an attempt and
-// every spawn claim takes the writer's Lease, and applies only while it is its host's current
-// one (docs/ARCHITECTURE.md, Several hosts): the same Holder, in the same Generation, not
-// expired on the database's clock, and the attempt is unclaimed or was claimed (or adopted) by
-// that host in that generation. A writer that lost the lease, to another holder or by letting
-// it lapse, changes nothing, whatever generation the attempt carries. A Lease with only a Host
-// (no Holder) is none, as a reconciler used alone writes: it applies only for a host no
-// daemon ever held a lease for, and only to attempts claimed without one.
-type Lease struct {
-	Host       string
-	Holder     string
-	Generation int64
-	Until      time.Time
-}
 
 // fenced is the fence of a write about an attempt (of the table attempts, unaliased), with the
 // writer's host, holder and generation as the statement's parameters $n, $n+1 and $n+2.
@@ -74,8 +27,8 @@ func stamp(t time.Time) *time.Time {
 	return &t
 }
 
-// LeaseRequest asks for a host's lease.
-type LeaseRequest struct {
+// LeaseAcquireParams asks for a host's lease.
+type LeaseAcquireParams struct {
 	Host    string
 	Holder  string // who asks: see reconcile.LeaseHolder
 	Version string
@@ -110,11 +63,11 @@ var ErrLeaseLost = errors.New("host lease lost")
 // succeeds when the lease is free, expired, already req.Holder's, or held by a process
 // req.HolderGone says is gone. The generation goes up, and the host's live attempts, those no
 // other host took over meanwhile, are adopted under it in the same transaction.
-func (s *Store) LeaseAcquire(ctx context.Context, req LeaseRequest) (Lease, error) {
+func (s *Store) LeaseAcquire(ctx context.Context, req LeaseAcquireParams) (model.Lease, error) {
 	if req.Holder == "" {
-		return Lease{}, fmt.Errorf("take the lease of host %s: no holder named", req.Host)
+		return model.Lease{}, fmt.Errorf("take the lease of host %s: no holder named", req.Host)
 	}
-	l := Lease{Host: req.Host, Holder: req.Holder}
+	l := model.Lease{Host: req.Host, Holder: req.Holder}
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		// A new host's row starts with an expired lease, so that daemons starting at once for
 		// one name queue on its row lock instead of racing to insert it.
@@ -159,16 +112,16 @@ func (s *Store) LeaseAcquire(ctx context.Context, req LeaseRequest) (Lease, erro
 	if err != nil {
 		var held *LeaseHeldError
 		if errors.As(err, &held) {
-			return Lease{}, err
+			return model.Lease{}, err
 		}
-		return Lease{}, fmt.Errorf("take the lease of host %s: %w", req.Host, err)
+		return model.Lease{}, fmt.Errorf("take the lease of host %s: %w", req.Host, err)
 	}
 	return l, nil
 }
 
 // LeaseRenew extends a lease that has not expired for d; ErrLeaseLost if it expired or another
 // daemon holds it now.
-func (s *Store) LeaseRenew(ctx context.Context, l Lease, d time.Duration) (Lease, error) {
+func (s *Store) LeaseRenew(ctx context.Context, l model.Lease, d time.Duration) (model.Lease, error) {
 	err := s.pool.QueryRow(ctx, `
 		UPDATE hosts SET lease_until = now() + $4::interval, heartbeat_at = now()
 		WHERE name = $1 AND holder = $2 AND generation = $3 AND lease_until > now()
@@ -184,7 +137,7 @@ func (s *Store) LeaseRenew(ctx context.Context, l Lease, d time.Duration) (Lease
 
 // LeaseRelease ends a lease at once (a daemon stopping cleanly): the host shows as down, and its
 // any-host runs are taken over after the grace unless it comes back.
-func (s *Store) LeaseRelease(ctx context.Context, l Lease) error {
+func (s *Store) LeaseRelease(ctx context.Context, l model.Lease) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE hosts SET lease_until = now()
 		WHERE name = $1 AND holder = $2 AND generation = $3 AND lease_until > now()`, l.Host, l.Holder, l.Generation)
@@ -199,19 +152,19 @@ const hostColumns = `h.name, h.version, coalesce(h.restic_version, ''), h.genera
 	(SELECT count(*) FROM attempts a WHERE a.host = h.name AND a.ended_at IS NULL AND a.unit IS NOT NULL),
 	(SELECT count(*) FROM jobs j WHERE j.host = h.name), now()`
 
-func hostDest(h *Host) []any {
+func hostDest(h *model.Host) []any {
 	return []any{&h.Name, &h.Version, &h.ResticVersion, &h.Generation, &h.Holder, &h.LeaseUntil, &h.HeartbeatAt, &h.StartedAt,
 		&h.TakeoverGrace, &h.DrainingSince, &h.Alive, &h.LiveRuns, &h.PinnedJobs, &h.ReadAt}
 }
 
 // HostList lists the hosts by name.
-func (s *Store) HostList(ctx context.Context) ([]Host, error) {
+func (s *Store) HostList(ctx context.Context) ([]model.Host, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+hostColumns+` FROM hosts h ORDER BY h.name`)
 	if err != nil {
 		return nil, fmt.Errorf("list hosts: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Host, error) {
-		var h Host
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (model.Host, error) {
+		var h model.Host
 		err := row.Scan(hostDest(&h)...)
 		return h, err
 	})
@@ -222,16 +175,16 @@ func (s *Store) HostList(ctx context.Context) ([]Host, error) {
 }
 
 // HostDrain sets (drain) or clears whether the host takes new runs. Runs it already holds go on.
-func (s *Store) HostDrain(ctx context.Context, name string, drain bool) (Host, error) {
-	var h Host
+func (s *Store) HostDrain(ctx context.Context, name string, drain bool) (model.Host, error) {
+	var h model.Host
 	err := s.pool.QueryRow(ctx, `
 		UPDATE hosts h SET draining_since = CASE WHEN $2 THEN coalesce(draining_since, now()) END
 		WHERE name = $1 RETURNING `+hostColumns, name, drain).Scan(hostDest(&h)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Host{}, fmt.Errorf("host %q: %w: holdfast host list shows the hosts", name, ErrNotFound)
+		return model.Host{}, fmt.Errorf("host %q: %w: holdfast host list shows the hosts", name, ErrNotFound)
 	}
 	if err != nil {
-		return Host{}, fmt.Errorf("drain host %s: %w", name, err)
+		return model.Host{}, fmt.Errorf("drain host %s: %w", name, err)
 	}
 	return h, nil
 }
@@ -240,7 +193,7 @@ func (s *Store) HostDrain(ctx context.Context, name string, drain bool) (Host, e
 // live runs, and while jobs are pinned to it.
 func (s *Store) HostForget(ctx context.Context, name string) error {
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		var h Host
+		var h model.Host
 		err := tx.QueryRow(ctx, `SELECT `+hostColumns+` FROM hosts h WHERE h.name = $1 FOR UPDATE`, name).Scan(hostDest(&h)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("host %q: %w: holdfast host list shows the hosts", name, ErrNotFound)
@@ -267,18 +220,9 @@ func (s *Store) HostForget(ctx context.Context, name string) error {
 	return wrap(err, "forget host %s", name)
 }
 
-// Runnable says which live hosts may run a job now: the job's pinned host, if it has one,
-// and the live hosts that are not draining.
-type Runnable struct {
-	Pinned string   // "" for an any-host job
-	Hosts  []string // live, not draining, and allowed to run the job
-	// Why says why no host can run it, when Hosts is empty.
-	Why string
-}
-
 // JobRunnableHosts returns which live hosts may run the job now.
-func (s *Store) JobRunnableHosts(ctx context.Context, job string) (Runnable, error) {
-	var r Runnable
+func (s *Store) JobRunnableHosts(ctx context.Context, job string) (model.RunnableHosts, error) {
+	var r model.RunnableHosts
 	var pinned *string
 	err := s.pool.QueryRow(ctx, `SELECT host FROM jobs WHERE name = $1`, job).Scan(&pinned)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -391,26 +335,13 @@ func (s *Store) RunListOrphaned(ctx context.Context, host string, grace time.Dur
 		host, grace)
 }
 
-// TakeOver is a run that another host takes over from a host whose lease expired.
-type TakeOver struct {
-	RunID   uuid.UUID
-	Attempt int
-	From    string        // the host whose lease expired
-	Grace   time.Duration // From's lease must have expired at least this long ago
-	// GiveUp, if set, ends the run failed (transient) with this reason instead of opening the
-	// next attempt (the run reached --max-attempts).
-	GiveUp string
-	// Settlement closes or defers the superseded attempt's hold; nil leaves it.
-	Settlement *ledger.Settlement
-}
-
 // RunTakeOver supersedes the attempt and opens the next one with no unit, for any live host to
 // spawn; with a stop intent the run ends stopped instead, and with GiveUp failed. w is the
 // lease of the host taking over: only its current holder takes over (the fence, see Lease).
 // The down host's row is locked first, so a daemon that takes its lease again either adopts
 // the attempt before or finds it superseded. It reports false, changing nothing, when the
 // host's lease is current again, the attempt is no longer live, or w is not current.
-func (s *Store) RunTakeOver(ctx context.Context, w Lease, t TakeOver) (bool, error) {
+func (s *Store) RunTakeOver(ctx context.Context, w model.Lease, t model.TakeOver) (bool, error) {
 	var done bool
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var since time.Time
@@ -476,15 +407,9 @@ func (s *Store) RunTakeOver(ctx context.Context, w Lease, t TakeOver) (bool, err
 	return done, nil
 }
 
-// SupersededAttempt is an attempt of this host that another host took over, with its job.
-type SupersededAttempt struct {
-	model.Attempt
-	JobName string
-}
-
 // AttemptListSuperseded returns this host's attempts that another host took over in the last within: their
 // units may still be running here, and are stopped.
-func (s *Store) AttemptListSuperseded(ctx context.Context, host string, within time.Duration) ([]SupersededAttempt, error) {
+func (s *Store) AttemptListSuperseded(ctx context.Context, host string, within time.Duration) ([]model.SupersededAttempt, error) {
 	rows, err := s.queryGeneric(ctx, `
 		SELECT `+attemptColumns+`, r.job_name FROM attempts a JOIN runs r ON r.id = a.run_id
 		WHERE a.host = $1 AND a.superseded_at > now() - $2::interval
@@ -492,11 +417,11 @@ func (s *Store) AttemptListSuperseded(ctx context.Context, host string, within t
 	if err != nil {
 		return nil, fmt.Errorf("superseded attempts of host %s: %w", host, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SupersededAttempt, error) {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (model.SupersededAttempt, error) {
 		var as attemptScan
 		var job string
 		err := row.Scan(append(as.dest(), &job)...)
-		return SupersededAttempt{Attempt: as.attempt(), JobName: job}, err
+		return model.SupersededAttempt{Attempt: as.attempt(), JobName: job}, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("superseded attempts of host %s: %w", host, err)

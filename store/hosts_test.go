@@ -27,7 +27,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 
 	// A second daemon of the same name is refused while the lease is current, unless the holder
 	// is known to be gone.
-	req := store.LeaseRequest{Host: "h1", Holder: "p9", Duration: time.Second}
+	req := store.LeaseAcquireParams{Host: "h1", Holder: "p9", Duration: time.Second}
 	var held *store.LeaseHeldError
 	if _, err := st.LeaseAcquire(ctx, req); !errors.As(err, &held) || held.Holder != "p1" {
 		t.Fatalf("second holder: %v, want a LeaseHeldError naming p1", err)
@@ -44,7 +44,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := "holdfast-any-" + run.ID.String() + "-a1.service"
-	if ok, _, err := st.AttemptClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, h1, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("claim on h1: %v %v", ok, err)
 	}
 	if live, err := st.RunListLive(ctx, "h2"); err != nil || len(live) != 0 {
@@ -58,10 +58,10 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	h1 = storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1", Duration: 300 * time.Millisecond})
 	time.Sleep(500 * time.Millisecond)
 	to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}
-	if ok, err := st.AttemptApplyJournal(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
+	if ok, err := st.AttemptApplyJournal(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, model.JournalDelta{ItemErrors: 1}); err != nil || ok {
 		t.Fatalf("journal applied under a lapsed lease: %v %v", ok, err)
 	}
-	if ok, err := st.AttemptFinish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded}); err != nil || ok {
+	if ok, err := st.AttemptFinish(ctx, h1, model.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded}); err != nil || ok {
 		t.Fatalf("finished under a lapsed lease: %v %v", ok, err)
 	}
 	if _, err := st.LeaseRenew(ctx, h1, time.Second); !errors.Is(err, store.ErrLeaseLost) {
@@ -84,10 +84,10 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	if err != nil || len(orphans) != 1 || orphans[0].Run.ID != run.ID {
 		t.Fatalf("orphans seen by h2: %+v %v", orphans, err)
 	}
-	take := store.TakeOver{RunID: run.ID, Attempt: 1, From: "h1",
+	take := model.TakeOver{RunID: run.ID, Attempt: 1, From: "h1",
 		Settlement: &ledger.Settlement{Bytes: 1, Source: "measured growth of the local repository, an upper bound"}}
 	// Only under the taker's current lease: not as a holder of h2 that is not p2.
-	if done, err := st.RunTakeOver(ctx, store.Lease{Host: "h2", Holder: "p9", Generation: h2.Generation}, take); err != nil || done {
+	if done, err := st.RunTakeOver(ctx, model.Lease{Host: "h2", Holder: "p9", Generation: h2.Generation}, take); err != nil || done {
 		t.Fatalf("take over by a holder of h2 that is not its lease's: %v %v", done, err)
 	}
 	for i, want := range []bool{true, false} {
@@ -105,7 +105,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 
 	// h1 comes back: it takes its lease again, and still cannot finish the superseded attempt.
 	h1 = storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"})
-	if ok, err := st.AttemptFinish(ctx, h1, store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded}); err != nil || ok {
+	if ok, err := st.AttemptFinish(ctx, h1, model.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded}); err != nil || ok {
 		t.Fatalf("superseded attempt finished: %v %v", ok, err)
 	}
 	sup, err := st.AttemptListSuperseded(ctx, "h1", time.Hour)
@@ -123,7 +123,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 func TestReleasedSpawnClaim(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
-	leases := map[string]store.Lease{
+	leases := map[string]model.Lease{
 		"h1": storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"}),
 		"h2": storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"}),
 	}
@@ -135,7 +135,7 @@ func TestReleasedSpawnClaim(t *testing.T) {
 	unit := "holdfast-any-" + run.ID.String() + "-a1.service"
 	claim := func(host string, want bool) {
 		t.Helper()
-		if ok, _, err := st.AttemptClaimSpawn(ctx, leases[host], store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok != want {
+		if ok, _, err := st.AttemptClaimSpawn(ctx, leases[host], model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok != want {
 			t.Fatalf("claim on %s: %v %v, want %v", host, ok, err, want)
 		}
 	}
@@ -172,7 +172,7 @@ func TestReleasedSpawnClaim(t *testing.T) {
 	if err != nil || len(orphans) != 1 || orphans[0].Run.ID != run.ID {
 		t.Fatalf("orphans seen by h1: %+v %v", orphans, err)
 	}
-	if done, err := st.RunTakeOver(ctx, leases["h1"], store.TakeOver{RunID: run.ID, Attempt: 1, From: "h2",
+	if done, err := st.RunTakeOver(ctx, leases["h1"], model.TakeOver{RunID: run.ID, Attempt: 1, From: "h2",
 		Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}}); err != nil || !done {
 		t.Fatalf("take over: %v %v", done, err)
 	}
@@ -200,7 +200,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	if live, err := st.RunListLive(ctx, "h2"); err != nil || len(live) != 0 {
 		t.Fatalf("h2 lists a run pinned to h1: %+v %v", live, err)
 	}
-	if ok, _, err := st.AttemptClaimSpawn(ctx, h2, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, h2, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok {
 		t.Fatalf("h2 claimed a run pinned to h1: %v %v", ok, err)
 	}
 	if _, err := st.HostDrain(ctx, "h1", true); err != nil {
@@ -224,7 +224,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	if live, err := st.RunListLive(ctx, "h2"); err != nil || len(live) != 0 {
 		t.Fatalf("h2 lists runs pinned to h1: %+v %v", live, err)
 	}
-	if ok, _, err := st.AttemptClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, h1, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || ok {
 		t.Fatalf("a draining host claimed: %v %v", ok, err)
 	}
 	if got, err := st.RunGet(ctx, run.ID); err != nil || got.WaitingReason != "waiting: host h1 is draining" {
@@ -236,7 +236,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	if _, err := st.HostDrain(ctx, "h1", false); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := st.AttemptClaimSpawn(ctx, h1, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, h1, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("h1 could not claim its pinned run: %v %v", ok, err)
 	}
 	var conflict *store.ConflictError
@@ -257,7 +257,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 			t.Fatalf("forget a host whose lease lapsed: %v", err)
 		}
 	}
-	if hosts, err := st.HostList(ctx); err != nil || slices.ContainsFunc(hosts, func(h store.Host) bool { return h.Name == "h3" }) {
+	if hosts, err := st.HostList(ctx); err != nil || slices.ContainsFunc(hosts, func(h model.Host) bool { return h.Name == "h3" }) {
 		t.Fatalf("hosts after forgetting h3: %+v %v", hosts, err)
 	}
 }
@@ -292,11 +292,11 @@ func TestNewWantsAWritableServer(t *testing.T) {
 func TestLimitsAcrossHosts(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
-	leases := map[string]store.Lease{
+	leases := map[string]model.Lease{
 		"h1": storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"}),
 		"h2": storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"}),
 	}
-	limits := store.Limits{MaxRunning: 2, MaxRunningHost: 1}
+	limits := model.RunningLimits{MaxRunning: 2, MaxRunningHost: 1}
 	claim := func(job, host string) (bool, string) {
 		t.Helper()
 		storetest.Job(t, st, &storetest.JobOpts{Name: job, Repository: "/r"})
@@ -304,7 +304,7 @@ func TestLimitsAcrossHosts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok, blocked, err := st.AttemptClaimSpawn(ctx, leases[host], store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-" + job + "-" + run.ID.String() + "-a1.service", Limits: limits})
+		ok, blocked, err := st.AttemptClaimSpawn(ctx, leases[host], model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-" + job + "-" + run.ID.String() + "-a1.service", Limits: limits})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -341,7 +341,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := "holdfast-j-" + run.ID.String() + "-a1.service"
-	if ok, _, err := st.AttemptClaimSpawn(ctx, a, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, a, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("A's claim: %v %v", ok, err)
 	}
 	time.Sleep(2500 * time.Millisecond) // A's lease lapses
@@ -354,7 +354,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 	}
 
 	// A, and writers that name no lease or a lease that is not B's, change nothing.
-	for _, w := range []store.Lease{a, {Host: "h"}, {Host: "h", Holder: "A", Generation: b.Generation}} {
+	for _, w := range []model.Lease{a, {Host: "h"}, {Host: "h", Holder: "A", Generation: b.Generation}} {
 		if err := st.AttemptMarkStarted(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
@@ -362,16 +362,16 @@ func TestStaleHolderIsFenced(t *testing.T) {
 			t.Fatal(err)
 		}
 		to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}
-		if ok, err := st.AttemptApplyJournal(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
+		if ok, err := st.AttemptApplyJournal(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, model.JournalDelta{ItemErrors: 1}); err != nil || ok {
 			t.Fatalf("journal applied by %+v: %v %v", w, ok, err)
 		}
 		if err := st.AttemptQuarantine(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, "by a stale writer"); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := st.AttemptFinish(ctx, w, store.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "stale"}); err != nil || ok {
+		if ok, err := st.AttemptFinish(ctx, w, model.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "stale"}); err != nil || ok {
 			t.Fatalf("finished by %+v: %v %v", w, ok, err)
 		}
-		if moved, _, err := st.AttemptRestart(ctx, w, store.Restarting{RunID: run.ID, Attempt: 1}); err != nil || moved {
+		if moved, _, err := st.AttemptRestart(ctx, w, model.Restarting{RunID: run.ID, Attempt: 1}); err != nil || moved {
 			t.Fatalf("restarted by %+v: %v %v", w, moved, err)
 		}
 		if err := st.AttemptReleaseSpawnClaim(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, unit, false); err != nil {
@@ -393,7 +393,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	nextUnit := "holdfast-k-" + next.ID.String() + "-a1.service"
-	if ok, blocked, err := st.AttemptClaimSpawn(ctx, a, store.SpawnClaim{Attempt: model.AttemptRef{Run: next.ID, No: 1}, Unit: nextUnit}); err != nil || ok || blocked != "" {
+	if ok, blocked, err := st.AttemptClaimSpawn(ctx, a, model.SpawnClaim{Attempt: model.AttemptRef{Run: next.ID, No: 1}, Unit: nextUnit}); err != nil || ok || blocked != "" {
 		t.Fatalf("A's claim of another run: %v %q %v", ok, blocked, err)
 	}
 	if got, err := st.AttemptGet(ctx, model.AttemptRef{Run: next.ID, No: 1}); err != nil || got.Unit != "" || got.Host != "" {
@@ -404,10 +404,10 @@ func TestStaleHolderIsFenced(t *testing.T) {
 	if err := st.AttemptMarkStarted(ctx, b, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := st.AttemptFinish(ctx, b, store.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"}); err != nil || !ok {
+	if ok, err := st.AttemptFinish(ctx, b, model.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"}); err != nil || !ok {
 		t.Fatalf("B's finish: %v %v", ok, err)
 	}
-	if ok, _, err := st.AttemptClaimSpawn(ctx, b, store.SpawnClaim{Attempt: model.AttemptRef{Run: next.ID, No: 1}, Unit: nextUnit}); err != nil || !ok {
+	if ok, _, err := st.AttemptClaimSpawn(ctx, b, model.SpawnClaim{Attempt: model.AttemptRef{Run: next.ID, No: 1}, Unit: nextUnit}); err != nil || !ok {
 		t.Fatalf("B's claim: %v %v", ok, err)
 	}
 	if got, err := st.RunGet(ctx, run.ID); err != nil || got.Status != model.StatusSucceeded || got.Reason != "ok" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -12,14 +11,6 @@ import (
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
-)
-
-// Ledger entry kinds.
-const (
-	EntryGrant   = "grant"
-	EntryHold    = "hold"
-	EntrySettle  = "settle"
-	EntryRelease = "release"
 )
 
 // Paused reasons the ledger gives a run (see package ledger).
@@ -31,43 +22,6 @@ const (
 
 // DefaultAccount is the account of jobs that name none. It has no quota until given one.
 const DefaultAccount = "default"
-
-// Account is a ledger account with its sums.
-type Account struct {
-	Name            string
-	CreatedAt       time.Time
-	Unlimited       bool
-	AllowanceBytes  *int64 // per AllowancePeriod, on top of the quota
-	AllowancePeriod string // day, week or month
-	GrantedBytes    int64  // the quota: all grants
-	SettledBytes    int64
-	HeldBytes       int64 // open holds
-}
-
-// Balance is what the account can still hold: grants − settled − open holds.
-func (a Account) Balance() int64 { return a.GrantedBytes - a.SettledBytes - a.HeldBytes }
-
-// Entry is one ledger entry.
-type Entry struct {
-	ID        int64
-	Account   string
-	Kind      string
-	Bytes     int64
-	RunID     *uuid.UUID
-	Attempt   *int
-	HoldID    *int64
-	CreatedAt time.Time
-	Actor     string
-	Note      string
-}
-
-// OpenHold is a hold no settle or release has closed yet.
-type OpenHold struct {
-	Entry
-	JobName      string
-	AttemptEnded bool
-	Deferred     string // why it is still open after its attempt ended
-}
 
 const accountColumns = `a.name, a.created_at, a.unlimited, a.allowance_bytes, coalesce(a.allowance_period, ''),
 	` + accountGranted + `::bigint, ` + accountSettled + `::bigint,
@@ -82,15 +36,15 @@ const (
 		+ coalesce((SELECT k.settled_bytes FROM ledger_checkpoints k WHERE k.account = a.name), 0))`
 )
 
-func scanAccount(row pgx.Row) (Account, error) {
-	var a Account
+func scanAccount(row pgx.Row) (model.Account, error) {
+	var a model.Account
 	err := row.Scan(&a.Name, &a.CreatedAt, &a.Unlimited, &a.AllowanceBytes, &a.AllowancePeriod,
 		&a.GrantedBytes, &a.SettledBytes, &a.HeldBytes)
 	return a, err
 }
 
-// NewAccount is an account to add.
-type NewAccount struct {
+// AccountCreateParams is an account to add.
+type AccountCreateParams struct {
 	Name      string
 	Quota     *int64 // its initial grant; nil: no quota at all
 	Allowance *int64 // per Period, on top of the quota; nil for none
@@ -99,33 +53,33 @@ type NewAccount struct {
 }
 
 // AccountCreate adds an account with an initial grant of its quota.
-func (s *Store) AccountCreate(ctx context.Context, a NewAccount) (Account, error) {
-	var out Account
+func (s *Store) AccountCreate(ctx context.Context, a AccountCreateParams) (model.Account, error) {
+	var out model.Account
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		out, err = createAccount(ctx, tx, a)
 		return err
 	})
 	if err != nil {
-		return Account{}, wrap(err, "create account %s", a.Name)
+		return model.Account{}, wrap(err, "create account %s", a.Name)
 	}
 	return out, nil
 }
 
-func createAccount(ctx context.Context, tx pgx.Tx, a NewAccount) (Account, error) {
+func createAccount(ctx context.Context, tx pgx.Tx, a AccountCreateParams) (model.Account, error) {
 	name, quota, actor := a.Name, a.Quota, a.Actor
 	_, err := tx.Exec(ctx, `INSERT INTO accounts (name, unlimited, allowance_bytes, allowance_period)
 		VALUES ($1, $2, $3, nullif($4, ''))`, name, quota == nil, a.Allowance, a.Period)
 	if isUniqueViolation(err) {
-		return Account{}, &ConflictError{Msg: fmt.Sprintf("account %s already exists (holdfast account grant %s SIZE adds to it)", name, name)}
+		return model.Account{}, &ConflictError{Msg: fmt.Sprintf("account %s already exists (holdfast account grant %s SIZE adds to it)", name, name)}
 	}
 	if err != nil {
-		return Account{}, err
+		return model.Account{}, err
 	}
 	if quota != nil {
 		if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, actor, note)
 			VALUES ($1, 'grant', $2, $3, 'initial quota')`, name, *quota, actor); err != nil {
-			return Account{}, err
+			return model.Account{}, err
 		}
 	}
 	return scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, name))
@@ -133,54 +87,54 @@ func createAccount(ctx context.Context, tx pgx.Tx, a NewAccount) (Account, error
 
 // AccountGrant adds bytes to an account's quota. An account without a quota gets one, on top of what it
 // already used: what it settled and holds is granted first, so its balance starts at bytes.
-func (s *Store) AccountGrant(ctx context.Context, name string, bytes int64, actor, note string) (Account, error) {
-	var out Account
+func (s *Store) AccountGrant(ctx context.Context, name string, bytes int64, actor, note string) (model.Account, error) {
+	var out model.Account
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		out, err = grant(ctx, tx, name, bytes, actor, note)
 		return err
 	})
 	if err != nil {
-		return Account{}, wrap(err, "grant to account %s", name)
+		return model.Account{}, wrap(err, "grant to account %s", name)
 	}
 	crashpoint.At("grant-after")
 	return out, nil
 }
 
-func grant(ctx context.Context, tx pgx.Tx, name string, bytes int64, actor, note string) (Account, error) {
+func grant(ctx context.Context, tx pgx.Tx, name string, bytes int64, actor, note string) (model.Account, error) {
 	acct, err := scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1 FOR NO KEY UPDATE`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Account{}, fmt.Errorf("account %q: %w", name, ErrNotFound)
+		return model.Account{}, fmt.Errorf("account %q: %w", name, ErrNotFound)
 	}
 	if err != nil {
-		return Account{}, err
+		return model.Account{}, err
 	}
 	if acct.Unlimited {
 		if _, err := tx.Exec(ctx, `UPDATE accounts SET unlimited = false WHERE name = $1`, name); err != nil {
-			return Account{}, err
+			return model.Account{}, err
 		}
 		if used := acct.SettledBytes + acct.HeldBytes - acct.GrantedBytes; used > 0 {
 			if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, actor, note)
 				VALUES ($1, 'grant', $2, $3, 'what the account used before it had a quota')`, name, used, actor); err != nil {
-				return Account{}, err
+				return model.Account{}, err
 			}
 		}
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (account, kind, bytes, actor, note) VALUES ($1, 'grant', $2, $3, $4)`,
 		name, bytes, actor, note); err != nil {
-		return Account{}, err
+		return model.Account{}, err
 	}
 	crashpoint.At("grant-before-commit")
 	return scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, name))
 }
 
 // AccountList lists the accounts with their sums; name "" lists all.
-func (s *Store) AccountList(ctx context.Context, name string) ([]Account, error) {
+func (s *Store) AccountList(ctx context.Context, name string) ([]model.Account, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE $1 = '' OR a.name = $1 ORDER BY a.name`, name)
 	if err != nil {
 		return nil, fmt.Errorf("list accounts: %w", err)
 	}
-	accounts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Account, error) { return scanAccount(r) })
+	accounts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Account, error) { return scanAccount(r) })
 	if err != nil {
 		return nil, fmt.Errorf("list accounts: %w", err)
 	}
@@ -192,25 +146,25 @@ func (s *Store) AccountList(ctx context.Context, name string) ([]Account, error)
 
 const entryColumns = `e.id, e.account, e.kind, e.bytes, e.run_id, e.attempt_no, e.hold_id, e.created_at, e.actor, e.note`
 
-func entryDest(e *Entry) []any {
+func entryDest(e *model.LedgerEntry) []any {
 	return []any{&e.ID, &e.Account, &e.Kind, &e.Bytes, &e.RunID, &e.Attempt, &e.HoldID, &e.CreatedAt, &e.Actor, &e.Note}
 }
 
 // EntryList lists an account's entries, newest first.
-func (s *Store) EntryList(ctx context.Context, account string, limit int) ([]Entry, error) {
+func (s *Store) EntryList(ctx context.Context, account string, limit int) ([]model.LedgerEntry, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+entryColumns+` FROM ledger_entries e WHERE e.account = $1
 		ORDER BY e.id DESC LIMIT $2`, account, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list ledger entries of %s: %w", account, err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) {
-		var e Entry
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.LedgerEntry, error) {
+		var e model.LedgerEntry
 		return e, r.Scan(entryDest(&e)...)
 	})
 }
 
 // HoldListOpen lists an account's open holds, oldest first.
-func (s *Store) HoldListOpen(ctx context.Context, account string) ([]OpenHold, error) {
+func (s *Store) HoldListOpen(ctx context.Context, account string) ([]model.OpenHold, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+entryColumns+`, r.job_name, a.ended_at IS NOT NULL, coalesce(a.settle_deferred, '')
 		FROM open_holds e JOIN runs r ON r.id = e.run_id
 		JOIN attempts a ON a.run_id = e.run_id AND a.attempt_no = e.attempt_no
@@ -219,28 +173,19 @@ func (s *Store) HoldListOpen(ctx context.Context, account string) ([]OpenHold, e
 	if err != nil {
 		return nil, fmt.Errorf("list open holds of %s: %w", account, err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (OpenHold, error) {
-		var h OpenHold
-		return h, r.Scan(append(entryDest(&h.Entry), &h.JobName, &h.AttemptEnded, &h.Deferred)...)
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.OpenHold, error) {
+		var h model.OpenHold
+		return h, r.Scan(append(entryDest(&h.LedgerEntry), &h.JobName, &h.AttemptEnded, &h.Deferred)...)
 	})
 }
 
-// AccountLedger is an account with its open holds, told apart by ledger.Deferral, and its
-// latest entries.
-type AccountLedger struct {
-	Account
-	Held     []OpenHold // holds of attempts not ended yet
-	Deferred []OpenHold // holds of ended attempts; Deferred says why each is still open
-	Entries  []Entry    // newest first
-}
-
 // LedgerList reads the ledgers of the accounts (name "" for all), with at most limit entries each.
-func (s *Store) LedgerList(ctx context.Context, name string, limit int) ([]AccountLedger, error) {
+func (s *Store) LedgerList(ctx context.Context, name string, limit int) ([]model.AccountLedger, error) {
 	accounts, err := s.AccountList(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]AccountLedger, len(accounts))
+	out := make([]model.AccountLedger, len(accounts))
 	for i, a := range accounts {
 		out[i].Account = a
 		holds, err := s.HoldListOpen(ctx, a.Name)
@@ -416,8 +361,8 @@ func applySettlement(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt in
 }
 
 // RunSettleByHand settles the run's open deferred hold at the operator's figure, recorded as such.
-func (s *Store) RunSettleByHand(ctx context.Context, runID uuid.UUID, bytes int64, actor, why string) (Entry, error) {
-	var out Entry
+func (s *Store) RunSettleByHand(ctx context.Context, runID uuid.UUID, bytes int64, actor, why string) (model.LedgerEntry, error) {
+	var out model.LedgerEntry
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var attempt int
 		var held int64
@@ -447,7 +392,7 @@ func (s *Store) RunSettleByHand(ctx context.Context, runID uuid.UUID, bytes int6
 			runID, attempt).Scan(entryDest(&out)...)
 	})
 	if err != nil {
-		return Entry{}, wrap(err, "settle run %s", runID)
+		return model.LedgerEntry{}, wrap(err, "settle run %s", runID)
 	}
 	crashpoint.At("settle-after")
 	return out, nil
@@ -466,7 +411,7 @@ func (s *Store) RunRequestPause(ctx context.Context, runID uuid.UUID, reason str
 
 // AttemptSetRepoBaseline records the size of the attempt's local repository as it was spawned. Fenced
 // by w.
-func (s *Store) AttemptSetRepoBaseline(ctx context.Context, w Lease, ref model.AttemptRef, bytes int64) error {
+func (s *Store) AttemptSetRepoBaseline(ctx context.Context, w model.Lease, ref model.AttemptRef, bytes int64) error {
 	_, err := s.pool.Exec(ctx, `UPDATE attempts SET repo_bytes_before = $3 WHERE run_id = $1 AND attempt_no = $2
 		AND `+fenced(4), ref.Run, ref.No, bytes, w.Host, w.Holder, w.Generation)
 	if err != nil {
@@ -482,21 +427,12 @@ type AttemptHoldSizeParams struct {
 	Source  ledger.Source
 }
 
-// SizedHold is the hold AttemptHoldSize took, or why the run paused instead.
-type SizedHold struct {
-	Taken  bool // false: nothing changed (the attempt is not live under w's claim, or holds already)
-	Budget int64
-	Bytes  int64
-	Why    string
-	Paused string // the run's reason, when it ended paused instead of holding
-}
-
 // AttemptHoldSize takes the hold of an attempt of a run that had no evidence to size one (no
 // ceiling, no history) from what its job's paths hold: the run's budget is recorded from it and
 // the attempt holds it, or, when its account cannot, the run ends paused with the reason. Only
 // the holder of w, the lease the attempt was claimed under, sizes it.
-func (s *Store) AttemptHoldSize(ctx context.Context, w Lease, p AttemptHoldSizeParams) (SizedHold, error) {
-	var out SizedHold
+func (s *Store) AttemptHoldSize(ctx context.Context, w model.Lease, p AttemptHoldSizeParams) (model.SizedHold, error) {
+	var out model.SizedHold
 	ref := p.Attempt
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		// The job's row before the account's (planHold), in the order admission takes them.
@@ -526,7 +462,7 @@ func (s *Store) AttemptHoldSize(ctx context.Context, w Lease, p AttemptHoldSizeP
 		return insertHold(ctx, tx, plan, ref.Run, ref.No)
 	})
 	if err != nil {
-		return SizedHold{}, fmt.Errorf("size the hold of run %s attempt %d: %w", ref.Run, ref.No, err)
+		return model.SizedHold{}, fmt.Errorf("size the hold of run %s attempt %d: %w", ref.Run, ref.No, err)
 	}
 	return out, nil
 }
@@ -556,22 +492,9 @@ func (s *Store) AttemptOtherWriter(ctx context.Context, ref model.AttemptRef) (*
 	return &other, nil
 }
 
-// DeferredSettlement is an ended attempt whose hold is still open.
-type DeferredSettlement struct {
-	RunID      uuid.UUID
-	Attempt    int
-	JobName    string
-	Hold       int64
-	Deferred   string
-	SnapshotID string // the snapshot the run made, if it made one and this is its last attempt
-	Engine     string
-	Repository string
-	Password   string // the job's password file
-}
-
 // AttemptListDeferred lists ended attempts whose holds are still open, for the sweep of host to try
 // again: those of jobs pinned to host or of any-host jobs ("" lists all).
-func (s *Store) AttemptListDeferred(ctx context.Context, host string) ([]DeferredSettlement, error) {
+func (s *Store) AttemptListDeferred(ctx context.Context, host string) ([]model.DeferredSettlement, error) {
 	rows, err := s.queryGeneric(ctx, `SELECT a.run_id, a.attempt_no, r.job_name, h.bytes, a.settle_deferred,
 			CASE WHEN a.attempt_no = (SELECT max(attempt_no) FROM attempts WHERE run_id = r.id) THEN coalesce(r.snapshot_id, '') ELSE '' END,
 			coalesce(j.engine, ''), coalesce(j.repository, ''), coalesce(j.password_file, '')
@@ -581,8 +504,8 @@ func (s *Store) AttemptListDeferred(ctx context.Context, host string) ([]Deferre
 	if err != nil {
 		return nil, fmt.Errorf("list deferred settlements: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeferredSettlement, error) {
-		var d DeferredSettlement
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.DeferredSettlement, error) {
+		var d model.DeferredSettlement
 		return d, r.Scan(&d.RunID, &d.Attempt, &d.JobName, &d.Hold, &d.Deferred,
 			&d.SnapshotID, &d.Engine, &d.Repository, &d.Password)
 	})

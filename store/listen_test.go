@@ -58,7 +58,7 @@ func expectNoEnd(t *testing.T, st *store.Store, ends <-chan uuid.UUID, what stri
 	t.Helper()
 	ctx := context.Background()
 	fence := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Engine: "command"}})
-	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: fence.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
+	if ok, err := st.AttemptFinish(ctx, model.Lease{Host: "h"}, model.Ending{RunID: fence.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
 		Reason: "the fence"}); err != nil || !ok {
 		t.Fatalf("%s: finish the fence: %v %v", what, ok, err)
 	}
@@ -107,20 +107,20 @@ func TestRunEndsAnnounced(t *testing.T) {
 		t.Fatal(err)
 	}
 	woken("admission")
-	moved, _, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
+	moved, _, err := st.AttemptRestart(ctx, model.Lease{Host: "h"}, model.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
 		Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
 	if err != nil || !moved {
 		t.Fatalf("restart: moved=%v err=%v", moved, err)
 	}
 	woken("restart") // the daemons spawn the next attempt at once (before a fence's admission wakes them)
 	expectNoEnd(t, st, ends, "restart")
-	finish := store.Ending{RunID: run.ID, Attempt: 2, At: time.Now(), Status: model.StatusFailed, Reason: "test",
+	finish := model.Ending{RunID: run.ID, Attempt: 2, At: time.Now(), Status: model.StatusFailed, Reason: "test",
 		Settlement: &ledger.Settlement{Release: true, Source: "test"}}
-	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, finish); err != nil || !ok {
+	if ok, err := st.AttemptFinish(ctx, model.Lease{Host: "h"}, finish); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	expectEnd(t, ends, run.ID, "finish")
-	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, finish); err != nil || ok {
+	if ok, err := st.AttemptFinish(ctx, model.Lease{Host: "h"}, finish); err != nil || ok {
 		t.Fatalf("second finish: %v %v, want nothing changed", ok, err)
 	}
 	expectNoEnd(t, st, ends, "second finish")
@@ -132,7 +132,7 @@ func TestRunEndsAnnounced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved, paused, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
+	moved, paused, err := st.AttemptRestart(ctx, model.Lease{Host: "h"}, model.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(),
 		ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130",
 		Settlement: &ledger.Settlement{Bytes: 2 * limit, Source: "measured growth"}})
 	if err != nil || !moved || paused == "" {

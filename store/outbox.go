@@ -9,51 +9,35 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // DeliveriesChannel is the LISTEN/NOTIFY channel on which a new delivery is announced.
 const DeliveriesChannel = "holdfast_deliveries"
 
-// The kinds of notification target.
-const (
-	TargetWebhook      = "webhook"
-	TargetHealthchecks = "healthchecks"
-	TargetCommand      = "command"
-	TargetChannel      = "channel" // a chat, push or mail service by URL; the URL is in SecretFile
-)
-
 // ErrTargetExists is returned when a notification target of that name exists.
 var ErrTargetExists = errors.New("a notification target of that name exists")
 
-// Target is where events are sent.
-type Target struct {
-	Name       string
-	Kind       string
-	URL        string   // webhook, healthchecks; channel: only the scheme and host, for display
-	SecretFile string   // webhook: the HMAC key's file; channel: the file of the service's URL; root's
-	Command    []string // command: argv
-	Job        string   // "" every job
-	Events     []string
-	CreatedAt  time.Time
-}
-
 const targetColumns = `name, kind, url, secret_file, command, coalesce(job_name, ''), events, created_at`
 
-func scanTarget(row pgx.CollectableRow) (Target, error) {
-	var t Target
+func scanTarget(row pgx.CollectableRow) (model.Target, error) {
+	var t model.Target
 	err := row.Scan(&t.Name, &t.Kind, &t.URL, &t.SecretFile, &t.Command, &t.Job, &t.Events, &t.CreatedAt)
 	return t, err
 }
 
 // TargetCreate stores a target; events from now on that match it are delivered to it.
-func (s *Store) TargetCreate(ctx context.Context, t Target) error { return addTarget(ctx, s.pool, t) }
+func (s *Store) TargetCreate(ctx context.Context, t model.Target) error {
+	return addTarget(ctx, s.pool, t)
+}
 
 // execer is what runs one statement without rows: the pool, or a transaction.
 type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-func addTarget(ctx context.Context, q execer, t Target) error {
+func addTarget(ctx context.Context, q execer, t model.Target) error {
 	_, err := q.Exec(ctx, `INSERT INTO notify_targets (name, kind, url, secret_file, command, job_name, events)
 		VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7)`, t.Name, t.Kind, t.URL, t.SecretFile, nonNil(t.Command), t.Job, t.Events)
 	var pgErr *pgconn.PgError
@@ -67,7 +51,7 @@ func addTarget(ctx context.Context, q execer, t Target) error {
 }
 
 // TargetList lists the targets, or the one named (ErrNotFound if there is none).
-func (s *Store) TargetList(ctx context.Context, name string) ([]Target, error) {
+func (s *Store) TargetList(ctx context.Context, name string) ([]model.Target, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+targetColumns+` FROM notify_targets WHERE $1 = '' OR name = $1 ORDER BY name`, name)
 	if err != nil {
 		return nil, fmt.Errorf("list notification targets: %w", err)
@@ -98,21 +82,10 @@ func removeTarget(ctx context.Context, q execer, name string) error {
 	return nil
 }
 
-// Delivery is one event for one target.
-type Delivery struct {
-	Event       Event
-	Target      Target
-	State       string
-	Tries       int // including the one under way, for a claimed delivery
-	NextAt      time.Time
-	LastError   string
-	DeliveredAt *time.Time
-}
-
 // DeliveryClaim takes up to limit due deliveries for this daemon until lease has passed: no
 // other daemon sends them meanwhile. A daemon that dies holding them leaves them to be claimed
 // again after the lease: at least once, never lost.
-func (s *Store) DeliveryClaim(ctx context.Context, limit int, lease time.Duration) ([]Delivery, error) {
+func (s *Store) DeliveryClaim(ctx context.Context, limit int, lease time.Duration) ([]model.Delivery, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH claimed AS (
 			UPDATE deliveries d SET claimed_until = now() + $2::interval, tries = tries + 1
@@ -132,8 +105,8 @@ func (s *Store) DeliveryClaim(ctx context.Context, limit int, lease time.Duratio
 	return pgx.CollectRows(rows, scanDelivery)
 }
 
-func scanDelivery(row pgx.CollectableRow) (Delivery, error) {
-	var d Delivery
+func scanDelivery(row pgx.CollectableRow) (model.Delivery, error) {
+	var d model.Delivery
 	e, t := &d.Event, &d.Target
 	err := row.Scan(&e.ID, &e.Seq, &e.Event, &e.Job, &e.Run, &e.Attempt, &e.Status, &e.Reason, &e.At, &e.Host, &e.Details,
 		&t.Name, &t.Kind, &t.URL, &t.SecretFile, &t.Command, &t.Job, &t.Events, &t.CreatedAt,
@@ -164,7 +137,7 @@ func (s *Store) DeliveryMarkFailed(ctx context.Context, event uuid.UUID, target,
 }
 
 // DeliveryList lists deliveries, newest event first: of one target ("" all), at most limit.
-func (s *Store) DeliveryList(ctx context.Context, target string, limit int) ([]Delivery, error) {
+func (s *Store) DeliveryList(ctx context.Context, target string, limit int) ([]model.Delivery, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT e.id, e.seq, e.event, e.job_name, e.run_id, e.attempt, e.status, e.reason, e.at, e.host, e.details,
 			t.name, t.kind, t.url, t.secret_file, t.command, coalesce(t.job_name, ''), t.events, t.created_at,

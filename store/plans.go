@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,36 +13,11 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 )
 
-// Retention plan outcomes.
-const (
-	PlanApplied = "applied"           // a forget run deletes its snapshots
-	PlanRefused = "refused"           // a guardrail or a protection stopped it
-	PlanNothing = "nothing to delete" // applied, but it deletes nothing
-)
-
-// Plan is the audit record of a retention plan that was applied or refused.
-type Plan struct {
-	ID         uuid.UUID
-	JobName    string
-	Repository string
-	CreatedAt  time.Time
-	Actor      string    // who applied it
-	PlanAt     time.Time // the plan's reference time
-	Policy     json.RawMessage
-	Forced     bool
-	Outcome    string
-	Refusal    string
-	Summary    string
-	DeleteIDs  []string
-	Decisions  json.RawMessage // one decision per snapshot, as package retention writes them
-	RunID      *uuid.UUID      // the forget run that deletes DeleteIDs
-}
-
 const planColumns = `p.id, p.job_name, p.repository, p.created_at, p.actor, p.plan_at, p.policy, p.forced,
 	p.outcome, coalesce(p.refusal, ''), p.summary, p.delete_ids, p.decisions, p.run_id`
 
-func scanPlan(row pgx.Row) (Plan, error) {
-	var p Plan
+func scanPlan(row pgx.Row) (model.RetentionPlan, error) {
+	var p model.RetentionPlan
 	err := row.Scan(&p.ID, &p.JobName, &p.Repository, &p.CreatedAt, &p.Actor, &p.PlanAt, &p.Policy, &p.Forced,
 		&p.Outcome, &p.Refusal, &p.Summary, &p.DeleteIDs, &p.Decisions, &p.RunID)
 	return p, err
@@ -53,17 +27,17 @@ func scanPlan(row pgx.Row) (Plan, error) {
 // forget run that deletes them, in the same transaction: it is refused while the job has a live
 // run, and refused if one of its snapshots became protected since it was planned (the rows
 // stay locked until the run exists, so no protection slips in between).
-func (s *Store) PlanRecord(ctx context.Context, p Plan) (Plan, error) {
-	var out Plan
+func (s *Store) PlanRecord(ctx context.Context, p model.RetentionPlan) (model.RetentionPlan, error) {
+	var out model.RetentionPlan
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		id, err := uuid.NewRandom()
 		if err != nil {
 			return err
 		}
 		var runID *uuid.UUID
-		if p.Outcome == PlanApplied {
+		if p.Outcome == model.PlanApplied {
 			if len(p.DeleteIDs) == 0 {
-				p.Outcome = PlanNothing
+				p.Outcome = model.PlanNothing
 			} else if runID, err = admitForget(ctx, tx, p, id); err != nil {
 				return err
 			}
@@ -77,12 +51,12 @@ func (s *Store) PlanRecord(ctx context.Context, p Plan) (Plan, error) {
 		return err
 	})
 	if err != nil {
-		return Plan{}, wrap(err, "record retention plan of %s", p.JobName)
+		return model.RetentionPlan{}, wrap(err, "record retention plan of %s", p.JobName)
 	}
 	return out, nil
 }
 
-func admitForget(ctx context.Context, tx pgx.Tx, p Plan, planID uuid.UUID) (*uuid.UUID, error) {
+func admitForget(ctx context.Context, tx pgx.Tx, p model.RetentionPlan, planID uuid.UUID) (*uuid.UUID, error) {
 	var jobID int64
 	var jobEngine, repository, copyTo string
 	err := tx.QueryRow(ctx, `SELECT id, engine, repository, copy_to FROM jobs WHERE name = $1 FOR UPDATE`, p.JobName).
@@ -130,13 +104,13 @@ func shortIDs(ids []string) string {
 }
 
 // PlanList lists the recorded plans of a job ("" for all jobs), newest first.
-func (s *Store) PlanList(ctx context.Context, job string, limit int) ([]Plan, error) {
+func (s *Store) PlanList(ctx context.Context, job string, limit int) ([]model.RetentionPlan, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+planColumns+` FROM retention_plans p
 		WHERE $1 = '' OR p.job_name = $1 ORDER BY p.created_at DESC LIMIT $2`, job, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list retention plans: %w", err)
 	}
-	plans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Plan, error) { return scanPlan(r) })
+	plans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.RetentionPlan, error) { return scanPlan(r) })
 	if err != nil {
 		return nil, fmt.Errorf("list retention plans: %w", err)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/journal"
-	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 )
 
@@ -122,11 +121,11 @@ func deref(p *int64) int64 {
 // the daemons. A job that already has a live run is refused: two backups of one job would race
 // for the same files and repository lock.
 func (s *Store) RunAdmit(ctx context.Context, jobName, trigger string, kind model.Kind) (model.Run, error) {
-	return s.RunAdmitRequest(ctx, Request{Job: jobName, Trigger: trigger, Kind: kind})
+	return s.RunAdmitRequest(ctx, RunAdmitRequestParams{Job: jobName, Trigger: trigger, Kind: kind})
 }
 
-// Request is a run an operator asks for.
-type Request struct {
+// RunAdmitRequestParams is a run an operator asks for.
+type RunAdmitRequestParams struct {
 	Job     string
 	Trigger string
 	Kind    model.Kind    // "" is KindBackup
@@ -137,7 +136,7 @@ type Request struct {
 
 // RunAdmitRequest admits the run r asks for as RunAdmit does. A restore, a prune and a verify run need
 // a job with a repository, and a restore its target, snapshot and host.
-func (s *Store) RunAdmitRequest(ctx context.Context, r Request) (model.Run, error) {
+func (s *Store) RunAdmitRequest(ctx context.Context, r RunAdmitRequestParams) (model.Run, error) {
 	var run model.Run
 	kind := cmp.Or(r.Kind, model.KindBackup)
 	if _, err := model.ParseKind(string(kind)); err != nil {
@@ -350,12 +349,6 @@ func (s *Store) liveRuns(ctx context.Context, what string, sizeHint int64, candi
 	return read, nil
 }
 
-// Limits bound how many attempts hold a unit at once (0: no bound).
-type Limits struct {
-	MaxRunning     int // across every host sharing the database
-	MaxRunningHost int // on the claiming host
-}
-
 // runRepositories is the SQL array of the repositories run r of job j uses: the job's, or its copy
 // repository for a run on it, and for a copy both (NULL elements match nothing).
 func runRepositories(r, j string) string {
@@ -366,24 +359,11 @@ func runRepositories(r, j string) string {
 // spawnLockClass is the first key of the advisory locks that serialize spawn claims ("hfsp").
 const spawnLockClass int32 = 0x68667370
 
-// SpawnClaim is the claim on a live attempt taken before systemd is asked to start its unit.
-type SpawnClaim struct {
-	Attempt model.AttemptRef
-	Unit    string
-	Boot    string // the host's current boot id, recorded with the claim ("" if unknown)
-	Limits  Limits
-	// ArmedFor is when a timer starts the unit (runner.Arm); nil for a unit started now. It is
-	// recorded with the claim, so that until then a service not there yet is not gone.
-	ArmedFor *time.Time
-	// ResticVersion is the release of the restic the unit runs ("" for another engine).
-	ResticVersion string
-}
-
 // AttemptClaimSpawn records the unit name and the spawn claim c on a live attempt that has none, before
 // systemd is asked, for w's host under w (the fence: see Lease). It reports claimed=false if
 // the attempt was claimed, ended, or its run was asked to stop meanwhile, or if w is not its
 // host's current lease, and a reason when a limit or a busy repository holds it back.
-func (s *Store) AttemptClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (claimed bool, blocked string, err error) {
+func (s *Store) AttemptClaimSpawn(ctx context.Context, w model.Lease, c model.SpawnClaim) (claimed bool, blocked string, err error) {
 	ref, limits := c.Attempt, c.Limits
 	host := w.Host
 	// Claims that decide on what other claims hold are serialized, so that two of them never
@@ -478,7 +458,7 @@ func (s *Store) AttemptClaimSpawn(ctx context.Context, w Lease, c SpawnClaim) (c
 // AttemptMarkStarted records that systemd has the attempt's unit: the run becomes running. at is when
 // it started; zero, what a daemon gives, stamps the database's clock, the one stalls are judged
 // on (a host's clock may be off). Fenced by w.
-func (s *Store) AttemptMarkStarted(ctx context.Context, w Lease, ref model.AttemptRef, at time.Time) error {
+func (s *Store) AttemptMarkStarted(ctx context.Context, w model.Lease, ref model.AttemptRef, at time.Time) error {
 	_, err := s.pool.Exec(ctx, `
 		WITH a AS (
 			UPDATE attempts SET started_at = coalesce(started_at, $3, now())
@@ -491,23 +471,12 @@ func (s *Store) AttemptMarkStarted(ctx context.Context, w Lease, ref model.Attem
 	return nil
 }
 
-// JournalDelta is what one drain of an attempt's journal adds to its projection.
-type JournalDelta struct {
-	LastEventAt    *time.Time
-	Progress       *model.Progress // newest progress in the batch, if any
-	ItemErrors     int64           // item errors in the batch
-	FirstItemError string          // first item error of the batch
-	Fatal          string          // first fatal message of the batch
-	Summary        json.RawMessage // the engine's summary, if the batch had one
-	HookError      string          // the first after hook's failure of the batch
-}
-
 // AttemptApplyJournal moves the attempt's cursor from from to to and applies delta, in one statement that
 // only matches while the cursor still stands at from: applying the same batch twice is a no-op.
 // An error wrapping *RefusedError means PostgreSQL cannot store what the batch holds: applying
 // it again fails again. A to behind from is refused with a plain error (the caller's mistake,
 // not the batch's) before anything is written. Fenced by w.
-func (s *Store) AttemptApplyJournal(ctx context.Context, w Lease, ref model.AttemptRef, from, to journal.Cursor, d JournalDelta) (bool, error) {
+func (s *Store) AttemptApplyJournal(ctx context.Context, w model.Lease, ref model.AttemptRef, from, to journal.Cursor, d model.JournalDelta) (bool, error) {
 	// A cursor only moves forward: a batch that would move it back would read lines twice.
 	if to.Offset < from.Offset || to.LastSeq < from.LastSeq {
 		return false, fmt.Errorf("apply journal of run %s attempt %d: the cursor would move back from offset %d seq %d to offset %d seq %d",
@@ -553,7 +522,7 @@ func nullJSON(b json.RawMessage) any {
 
 // AttemptQuarantine stops the projection of an attempt's journal, recording why. The run goes on.
 // Fenced by w.
-func (s *Store) AttemptQuarantine(ctx context.Context, w Lease, ref model.AttemptRef, reason string) error {
+func (s *Store) AttemptQuarantine(ctx context.Context, w model.Lease, ref model.AttemptRef, reason string) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE attempts SET quarantined_at = now(), quarantine_reason = $3
 		WHERE run_id = $1 AND attempt_no = $2 AND quarantined_at IS NULL AND `+fenced(4), ref.Run, ref.No, reason,
@@ -564,53 +533,12 @@ func (s *Store) AttemptQuarantine(ctx context.Context, w Lease, ref model.Attemp
 	return nil
 }
 
-// Ending is how an attempt, and with it its run, ended.
-type Ending struct {
-	RunID   uuid.UUID
-	Attempt int
-	// At is when the attempt and its run ended; zero, what a daemon gives, stamps the
-	// database's clock, on which every other time of the run is compared (a host's clock may
-	// be off).
-	At             time.Time
-	Status         string // a final status: succeeded, partial, failed, stopped, paused
-	Reason         string
-	FailureClass   string
-	PausedReason   string
-	ServiceResult  string
-	ExitCode       string
-	ExitStatus     string
-	SnapshotID     string
-	BytesAdded     *int64
-	BytesProcessed *int64
-	FilesProcessed *int64
-	FilesSkipped   int64
-	// Retry, if set, admits a retry of the failed run in the same transaction.
-	Retry *Retry
-	// Settlement closes or defers the attempt's hold in the same transaction; nil leaves it.
-	Settlement *ledger.Settlement
-	// Snapshot, if set, is the snapshot the run made, added to the inventory in the same
-	// transaction if the ending applies (see recordSnapshot): from the backup's summary
-	// (SourceSummary) or from the repair channel's listing (SourceListing).
-	Snapshot *Snapshot
-}
-
-// Retry is a new run that repeats a run which failed for a transient reason.
-type Retry struct {
-	ID     uuid.UUID
-	Number int           // 1 for the first retry
-	Delay  time.Duration // after the failed run's end, on the database's clock
-	// Why is shown while it waits; AttemptFinish adds ", due at" its time.
-	Why string
-	// NotBefore is when it may start: the failed run's end plus Delay. AttemptFinish sets it.
-	NotBefore time.Time
-}
-
 // AttemptFinish ends the attempt and its run in one statement guarded by "this attempt is still live"
 // and fenced by w; it reports false (and changes nothing) if another pass already moved the run
 // on, or w is not the current lease of the attempt's host. The settlement, the run's snapshot
 // and the retry are written in the same transaction, only if the ending applied; with a retry,
 // the run's reason names it and when it is due.
-func (s *Store) AttemptFinish(ctx context.Context, w Lease, e Ending) (bool, error) {
+func (s *Store) AttemptFinish(ctx context.Context, w model.Lease, e model.Ending) (bool, error) {
 	if model.Live(e.Status) {
 		return false, fmt.Errorf("finish run %s: %q is not a final status", e.RunID, e.Status)
 	}
@@ -698,7 +626,7 @@ func (s *Store) AttemptFinish(ctx context.Context, w Lease, e Ending) (bool, err
 // admitCopy admits, in the ending's transaction, the copy run of a backup that made a snapshot
 // (succeeded or partial) when its job has a copy repository: the copy is then due exactly once
 // per snapshot, whatever crashes after the commit.
-func admitCopy(ctx context.Context, tx pgx.Tx, e Ending) error {
+func admitCopy(ctx context.Context, tx pgx.Tx, e model.Ending) error {
 	if e.SnapshotID == "" || e.Status != model.StatusSucceeded && e.Status != model.StatusPartial {
 		return nil
 	}
@@ -719,25 +647,12 @@ func admitCopy(ctx context.Context, tx pgx.Tx, e Ending) error {
 	return err
 }
 
-// Restarting is an attempt that ended without ending its run, as AttemptRestart records it.
-type Restarting struct {
-	RunID   uuid.UUID
-	Attempt int
-	At      time.Time // when the attempt ended; zero stamps the database's clock (see Ending.At)
-	// The marker fields the attempt's unit left, "" if none.
-	ServiceResult string
-	ExitCode      string
-	ExitStatus    string
-	// Settlement closes or defers the attempt's hold; nil leaves it.
-	Settlement *ledger.Settlement
-}
-
 // AttemptRestart ends the live attempt (guarded, and fenced by w) with the marker fields it left, if any, settles its
 // hold, and opens the next one with no unit yet and a hold of what is left of the run's budget;
 // the run goes back to queued. If the run may not hold more, it ends paused instead, with the
 // reason in paused. It reports false, changing nothing, if the attempt was no longer live or a
 // stop was requested meanwhile.
-func (s *Store) AttemptRestart(ctx context.Context, w Lease, r Restarting) (moved bool, paused string, err error) {
+func (s *Store) AttemptRestart(ctx context.Context, w model.Lease, r model.Restarting) (moved bool, paused string, err error) {
 	runID, attempt := r.RunID, r.Attempt
 	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
@@ -1031,7 +946,7 @@ func (s *Store) RunResume(ctx context.Context, runID uuid.UUID) (model.Run, erro
 // from the attempt, so if a failed call did reach systemd, the next start finds the unit instead
 // of a twin. For that, with mayExist the attempt stays the claiming host's: another host's
 // systemd would not have the unit, and would start a twin. Fenced by w.
-func (s *Store) AttemptReleaseSpawnClaim(ctx context.Context, w Lease, ref model.AttemptRef, unit string, mayExist bool) error {
+func (s *Store) AttemptReleaseSpawnClaim(ctx context.Context, w model.Lease, ref model.AttemptRef, unit string, mayExist bool) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE attempts SET unit = NULL, spawn_claimed_at = NULL, armed_for = NULL, boot_id = NULL,
 			host = CASE WHEN $4 THEN host ELSE '' END,

@@ -36,7 +36,7 @@ func startedRun(t *testing.T, b *storetest.Bundle) model.Run {
 }
 
 // otherHost takes the lease of a second host, h2.
-func otherHost(t *testing.T, b *storetest.Bundle) store.Lease {
+func otherHost(t *testing.T, b *storetest.Bundle) model.Lease {
 	t.Helper()
 	return storetest.Lease(t, b.Store, &storetest.LeaseOpts{Host: "h2", Holder: "holder-h2"})
 }
@@ -70,7 +70,7 @@ func readJob(t *testing.T, b *storetest.Bundle, name string) model.Job {
 }
 
 // finishAs ends the run's attempt under w, and fails the test unless that applied.
-func finishAs(t *testing.T, b *storetest.Bundle, w store.Lease, e store.Ending) {
+func finishAs(t *testing.T, b *storetest.Bundle, w model.Lease, e model.Ending) {
 	t.Helper()
 	if ok, err := b.Store.AttemptFinish(b.Ctx, w, e); err != nil || !ok {
 		t.Fatalf("finish run %s attempt %d %s: ok=%v err=%v", e.RunID, e.Attempt, e.Status, ok, err)
@@ -78,9 +78,9 @@ func finishAs(t *testing.T, b *storetest.Bundle, w store.Lease, e store.Ending) 
 }
 
 // restartAs ends the run's attempt under w and opens the next, and fails the test unless it did.
-func restartAs(t *testing.T, b *storetest.Bundle, w store.Lease, run model.Run, attempt int) {
+func restartAs(t *testing.T, b *storetest.Bundle, w model.Lease, run model.Run, attempt int) {
 	t.Helper()
-	moved, paused, err := b.Store.AttemptRestart(b.Ctx, w, store.Restarting{RunID: run.ID, Attempt: attempt,
+	moved, paused, err := b.Store.AttemptRestart(b.Ctx, w, model.Restarting{RunID: run.ID, Attempt: attempt,
 		Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
 	if err != nil || !moved || paused != "" {
 		t.Fatalf("restart run %s after attempt %d: moved=%v paused=%q err=%v", run.ID, attempt, moved, paused, err)
@@ -89,9 +89,9 @@ func restartAs(t *testing.T, b *storetest.Bundle, w store.Lease, run model.Run, 
 
 // claimAs claims the spawn of the run's attempt with its derived unit under w, and fails the test
 // unless it did.
-func claimAs(t *testing.T, b *storetest.Bundle, w store.Lease, run model.Run, attempt int) {
+func claimAs(t *testing.T, b *storetest.Bundle, w model.Lease, run model.Run, attempt int) {
 	t.Helper()
-	if ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, w, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: storetest.Unit(run, attempt), Boot: "boot-1"}); err != nil || !ok {
+	if ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, w, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: storetest.Unit(run, attempt), Boot: "boot-1"}); err != nil || !ok {
 		t.Fatalf("claim run %s attempt %d on %s: ok=%v blocked=%q err=%v", run.ID, attempt, w.Host, ok, blocked, err)
 	}
 }
@@ -137,9 +137,9 @@ func requireOrdered(t *testing.T, what string, times ...*time.Time) {
 // was the fence's.
 var staleWriters = []struct {
 	name  string
-	stale func(t *testing.T, b *storetest.Bundle) store.Lease
+	stale func(t *testing.T, b *storetest.Bundle) model.Lease
 }{
-	{"a lease another holder of the host took since", func(t *testing.T, b *storetest.Bundle) store.Lease {
+	{"a lease another holder of the host took since", func(t *testing.T, b *storetest.Bundle) model.Lease {
 		old := b.Lease
 		b.Lease = storetest.Lease(t, b.Store, &storetest.LeaseOpts{Host: b.Host, Holder: "holder-2"})
 		if b.Lease.Generation != old.Generation+1 {
@@ -147,19 +147,19 @@ var staleWriters = []struct {
 		}
 		return old
 	}},
-	{"the same holder's lease of an earlier generation", func(t *testing.T, b *storetest.Bundle) store.Lease {
+	{"the same holder's lease of an earlier generation", func(t *testing.T, b *storetest.Bundle) model.Lease {
 		old := b.Lease
 		b.Lease = storetest.Lease(t, b.Store, &storetest.LeaseOpts{Host: b.Host, Holder: old.Holder})
 		return old
 	}},
-	{"a lease that lapsed", func(t *testing.T, b *storetest.Bundle) store.Lease {
+	{"a lease that lapsed", func(t *testing.T, b *storetest.Bundle) model.Lease {
 		if err := b.Store.LeaseRelease(b.Ctx, b.Lease); err != nil {
 			t.Fatal(err)
 		}
 		return b.Lease
 	}},
-	{"a writer that names no lease, for a host that has one", func(t *testing.T, b *storetest.Bundle) store.Lease {
-		return store.Lease{Host: b.Host}
+	{"a writer that names no lease, for a host that has one", func(t *testing.T, b *storetest.Bundle) model.Lease {
+		return model.Lease{Host: b.Host}
 	}},
 }
 
@@ -173,11 +173,11 @@ func revive(t *testing.T, b *storetest.Bundle) {
 // current holder of the host's lease, once; anything else changes nothing.
 func TestClaimSpawn(t *testing.T) {
 	type claim struct {
-		w       store.Lease
+		w       model.Lease
 		run     model.Run
 		attempt int    // 0 is 1
 		unit    string // "" is the one derived from the attempt
-		limits  store.Limits
+		limits  model.RunningLimits
 	}
 	tests := []struct {
 		name        string
@@ -197,8 +197,8 @@ func TestClaimSpawn(t *testing.T) {
 			arrange: func(t *testing.T, b *storetest.Bundle) claim {
 				failed := claimedRun(t, b)
 				retry := uuid.New()
-				finishAs(t, b, b.Lease, store.Ending{RunID: failed.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient",
-					Reason: "network down", Retry: &store.Retry{ID: retry, Number: 1, Delay: time.Minute, Why: "transient failure"}})
+				finishAs(t, b, b.Lease, model.Ending{RunID: failed.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient",
+					Reason: "network down", Retry: &model.Retry{ID: retry, Number: 1, Delay: time.Minute, Why: "transient failure"}})
 				r := readRun(t, b, retry)
 				if !strings.HasPrefix(r.WaitingReason, "transient failure, due at ") {
 					t.Fatalf("retry waits with %q", r.WaitingReason)
@@ -247,7 +247,7 @@ func TestClaimSpawn(t *testing.T) {
 			name: "a run that ended before it spawned",
 			arrange: func(t *testing.T, b *storetest.Bundle) claim {
 				r := storetest.Run(t, b.Store, nil)
-				finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "bad"})
+				finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "bad"})
 				return claim{w: b.Lease, run: readRun(t, b, r.ID)}
 			},
 		},
@@ -297,7 +297,7 @@ func TestClaimSpawn(t *testing.T) {
 			arrange: func(t *testing.T, b *storetest.Bundle) claim {
 				h2 := otherHost(t, b)
 				storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2})
-				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil), limits: store.Limits{MaxRunning: 1}}
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil), limits: model.RunningLimits{MaxRunning: 1}}
 			},
 			wantBlocked: "waiting: 1 runs hold a unit, the global limit is 1",
 		},
@@ -305,7 +305,7 @@ func TestClaimSpawn(t *testing.T) {
 			name: "the host limit",
 			arrange: func(t *testing.T, b *storetest.Bundle) claim {
 				claimedRun(t, b)
-				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil), limits: store.Limits{MaxRunningHost: 1}}
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil), limits: model.RunningLimits{MaxRunningHost: 1}}
 			},
 			wantBlocked: "waiting: 1 runs hold a unit on h1, the host limit is 1",
 		},
@@ -314,7 +314,7 @@ func TestClaimSpawn(t *testing.T) {
 			arrange: func(t *testing.T, b *storetest.Bundle) claim {
 				h2 := otherHost(t, b)
 				storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2})
-				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil), limits: store.Limits{MaxRunningHost: 1}}
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil), limits: model.RunningLimits{MaxRunningHost: 1}}
 			},
 			wantClaimed: true,
 		},
@@ -322,8 +322,8 @@ func TestClaimSpawn(t *testing.T) {
 			name: "a limit that an ended attempt no longer fills",
 			arrange: func(t *testing.T, b *storetest.Bundle) claim {
 				done := startedRun(t, b)
-				finishAs(t, b, b.Lease, store.Ending{RunID: done.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
-				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil), limits: store.Limits{MaxRunning: 1, MaxRunningHost: 1}}
+				finishAs(t, b, b.Lease, model.Ending{RunID: done.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, nil), limits: model.RunningLimits{MaxRunning: 1, MaxRunningHost: 1}}
 			},
 			wantClaimed: true,
 		},
@@ -353,7 +353,7 @@ func TestClaimSpawn(t *testing.T) {
 			}
 			run, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
 
-			claimed, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, c.w, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: c.attempt}, Unit: c.unit, Boot: "boot-1", Limits: c.limits})
+			claimed, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, c.w, model.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: c.attempt}, Unit: c.unit, Boot: "boot-1", Limits: c.limits})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -379,7 +379,7 @@ func TestClaimSpawn(t *testing.T) {
 			}
 			// Claimed once: the same claim again is refused, and changes nothing.
 			again, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
-			if ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, c.w, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: c.attempt}, Unit: c.unit, Boot: "boot-2"}); err != nil || ok || blocked != "" {
+			if ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, c.w, model.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: c.attempt}, Unit: c.unit, Boot: "boot-2"}); err != nil || ok || blocked != "" {
 				t.Fatalf("second claim: ok=%v blocked=%q err=%v, want refused", ok, blocked, err)
 			}
 			requireUnchanged(t, b, "a second claim", again, before)
@@ -394,7 +394,7 @@ func TestClaimSpawn(t *testing.T) {
 			b := storetest.Setup(t)
 			r := storetest.Run(t, b.Store, nil)
 			stale := sw.stale(t, b)
-			if ok, _, err := b.Store.AttemptClaimSpawn(b.Ctx, stale, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1)}); err != nil || ok {
+			if ok, _, err := b.Store.AttemptClaimSpawn(b.Ctx, stale, model.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1)}); err != nil || ok {
 				t.Fatalf("stale claim: %v %v", ok, err)
 			}
 			revive(t, b)
@@ -415,20 +415,20 @@ func TestClaimSpawn(t *testing.T) {
 // and, once started, runs. The host limit is computed the same way (its subtest shows it for a
 // second claim by the same host, a narrower race).
 func TestClaimSpawnOfAClaimedAttemptNamesNoLimit(t *testing.T) {
-	for name, limits := range map[string]store.Limits{"global limit": {MaxRunning: 1}, "host limit": {MaxRunningHost: 1}} {
+	for name, limits := range map[string]model.RunningLimits{"global limit": {MaxRunning: 1}, "host limit": {MaxRunningHost: 1}} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := storetest.Setup(t)
 			r := storetest.Run(t, b.Store, nil)
 			unit := storetest.Unit(r, 1)
-			if ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: unit, Limits: limits}); err != nil || !ok || blocked != "" {
+			if ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, model.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: unit, Limits: limits}); err != nil || !ok || blocked != "" {
 				t.Fatalf("first claim: ok=%v blocked=%q err=%v", ok, blocked, err)
 			}
 			w := b.Lease
 			if limits.MaxRunning > 0 {
 				w = otherHost(t, b)
 			}
-			ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, w, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: unit, Limits: limits})
+			ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, w, model.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: unit, Limits: limits})
 			if err != nil || ok {
 				t.Fatalf("second claim: ok=%v err=%v, want refused", ok, err)
 			}
@@ -454,7 +454,7 @@ func TestClaimSpawnArmed(t *testing.T) {
 	b := storetest.Setup(t)
 	r := storetest.Run(t, b.Store, nil)
 	at := b.Now(t).Add(10 * time.Second).Truncate(time.Microsecond)
-	ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1", ArmedFor: &at})
+	ok, blocked, err := b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, model.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1", ArmedFor: &at})
 	if err != nil || !ok || blocked != "" {
 		t.Fatalf("armed claim: ok=%v blocked=%q err=%v", ok, blocked, err)
 	}
@@ -474,37 +474,37 @@ func TestMarkStarted(t *testing.T) {
 	given := time.Date(2001, 2, 3, 4, 5, 6, 789012000, time.UTC)
 	tests := []struct {
 		name    string
-		arrange func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run)
+		arrange func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Run)
 		at      time.Time
 		want    bool // the attempt becomes started by this call
 	}{
 		{
 			name:    "a claimed attempt, on the database's clock",
-			arrange: func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run) { return b.Lease, claimedRun(t, b) },
+			arrange: func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Run) { return b.Lease, claimedRun(t, b) },
 			want:    true,
 		},
 		{
 			name:    "a claimed attempt, at the time given",
-			arrange: func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run) { return b.Lease, claimedRun(t, b) },
+			arrange: func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Run) { return b.Lease, claimedRun(t, b) },
 			at:      given,
 			want:    true,
 		},
 		{
 			name:    "an attempt started already: its first start stays",
-			arrange: func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run) { return b.Lease, startedRun(t, b) },
+			arrange: func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Run) { return b.Lease, startedRun(t, b) },
 			at:      given,
 		},
 		{
 			name: "an attempt that ended",
-			arrange: func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run) {
+			arrange: func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Run) {
 				r := claimedRun(t, b)
-				finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "x"})
+				finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "x"})
 				return b.Lease, r
 			},
 		},
 		{
 			name: "another host's attempt",
-			arrange: func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run) {
+			arrange: func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Run) {
 				h2 := otherHost(t, b)
 				return b.Lease, storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2})
 			},
@@ -513,12 +513,12 @@ func TestMarkStarted(t *testing.T) {
 	for _, sw := range staleWriters {
 		tests = append(tests, struct {
 			name    string
-			arrange func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run)
+			arrange func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Run)
 			at      time.Time
 			want    bool
 		}{
 			name: "under " + sw.name,
-			arrange: func(t *testing.T, b *storetest.Bundle) (store.Lease, model.Run) {
+			arrange: func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Run) {
 				r := claimedRun(t, b)
 				return sw.stale(t, b), r
 			},
@@ -571,12 +571,12 @@ func TestApplyJournal(t *testing.T) {
 		b := storetest.Setup(t)
 		r := startedRun(t, b)
 		c1 := journal.Cursor{Offset: 100, LastSeq: 3, LastHash: "h3"}
-		if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, c1, store.JournalDelta{}); err != nil || !ok {
+		if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, c1, model.JournalDelta{}); err != nil || !ok {
 			t.Fatalf("first batch: %v %v", ok, err)
 		}
 		before := readAttempts(t, b, r.ID)
 		for _, back := range []journal.Cursor{{Offset: 50, LastSeq: 3, LastHash: "x"}, {Offset: 100, LastSeq: 2, LastHash: "x"}} {
-			ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, c1, back, store.JournalDelta{ItemErrors: 1})
+			ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, c1, back, model.JournalDelta{ItemErrors: 1})
 			if ok || err == nil || !strings.Contains(err.Error(), "the cursor would move back") {
 				t.Fatalf("%+v -> %+v: ok=%v err=%v, want refused", c1, back, ok, err)
 			}
@@ -595,7 +595,7 @@ func TestApplyJournal(t *testing.T) {
 		seen := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 		p1 := model.Progress{PercentDone: 0.25, FilesDone: 10, TotalFiles: 40, BytesDone: 1000, TotalBytes: 4000}
 		p3 := model.Progress{PercentDone: 1, FilesDone: 40, TotalFiles: 40, BytesDone: 4000, TotalBytes: 4000}
-		apply := func(from, to journal.Cursor, d store.JournalDelta, want bool) model.Attempt {
+		apply := func(from, to journal.Cursor, d model.JournalDelta, want bool) model.Attempt {
 			t.Helper()
 			ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, from, to, d)
 			if err != nil || ok != want {
@@ -603,19 +603,19 @@ func TestApplyJournal(t *testing.T) {
 			}
 			return readAttempts(t, b, r.ID)[0]
 		}
-		a := apply(journal.Cursor{}, c1, store.JournalDelta{LastEventAt: &seen, Progress: &p1, ItemErrors: 2, FirstItemError: "/a: denied"}, true)
+		a := apply(journal.Cursor{}, c1, model.JournalDelta{LastEventAt: &seen, Progress: &p1, ItemErrors: 2, FirstItemError: "/a: denied"}, true)
 		if a.Cursor != c1 || a.ItemErrors != 2 || a.FirstItemError != "/a: denied" || a.Progress == nil || *a.Progress != p1 ||
 			a.LastEventAt == nil || !a.LastEventAt.Equal(seen) || a.Fatal != "" || a.Summary != nil {
 			t.Fatalf("after the first batch: %+v", a)
 		}
 		// The same batch again, and any batch read from the old cursor, are refused.
 		first := readAttempts(t, b, r.ID)
-		apply(journal.Cursor{}, c1, store.JournalDelta{ItemErrors: 2, FirstItemError: "/a: denied"}, false)
-		apply(journal.Cursor{}, c2, store.JournalDelta{ItemErrors: 9, Fatal: "late"}, false)
+		apply(journal.Cursor{}, c1, model.JournalDelta{ItemErrors: 2, FirstItemError: "/a: denied"}, false)
+		apply(journal.Cursor{}, c2, model.JournalDelta{ItemErrors: 9, Fatal: "late"}, false)
 		if got := readAttempts(t, b, r.ID); !reflect.DeepEqual(got, first) {
 			t.Fatalf("a batch from an old cursor changed the attempt: %+v", got[0])
 		}
-		a = apply(c1, c2, store.JournalDelta{ItemErrors: 3, FirstItemError: "/b: denied", Fatal: "repository locked",
+		a = apply(c1, c2, model.JournalDelta{ItemErrors: 3, FirstItemError: "/b: denied", Fatal: "repository locked",
 			Summary: json.RawMessage(`{"files_new":3,"snapshot_id":"abc"}`)}, true)
 		if a.Cursor != c2 || a.ItemErrors != 5 || a.FirstItemError != "/a: denied" || a.Fatal != "repository locked" {
 			t.Fatalf("after the second batch: cursor %+v, %d item errors, first %q, fatal %q; want %+v, 5, the first batch's, the second's",
@@ -625,7 +625,7 @@ func TestApplyJournal(t *testing.T) {
 			t.Fatalf("a batch without progress or events lost the earlier ones: %+v %v", a.Progress, a.LastEventAt)
 		}
 		requireJSON(t, a.Summary, `{"files_new":3,"snapshot_id":"abc"}`)
-		a = apply(c2, c3, store.JournalDelta{Progress: &p3, Fatal: "another", Summary: json.RawMessage(`{"snapshot_id":"def"}`)}, true)
+		a = apply(c2, c3, model.JournalDelta{Progress: &p3, Fatal: "another", Summary: json.RawMessage(`{"snapshot_id":"def"}`)}, true)
 		if a.Cursor != c3 || a.ItemErrors != 5 || a.Fatal != "repository locked" || a.Progress == nil || *a.Progress != p3 {
 			t.Fatalf("after the third batch: %+v", a)
 		}
@@ -637,7 +637,7 @@ func TestApplyJournal(t *testing.T) {
 	})
 
 	type apply struct {
-		w       store.Lease
+		w       model.Lease
 		run     model.Run
 		attempt int // 0 is 1
 		from    journal.Cursor
@@ -649,7 +649,7 @@ func TestApplyJournal(t *testing.T) {
 		{"a batch read from an old cursor", func(t *testing.T, b *storetest.Bundle) apply {
 			r := startedRun(t, b)
 			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"},
-				store.JournalDelta{ItemErrors: 1}); err != nil || !ok {
+				model.JournalDelta{ItemErrors: 1}); err != nil || !ok {
 				t.Fatalf("first batch: %v %v", ok, err)
 			}
 			return apply{w: b.Lease, run: r}
@@ -663,7 +663,7 @@ func TestApplyJournal(t *testing.T) {
 		}},
 		{"an attempt that ended", func(t *testing.T, b *storetest.Bundle) apply {
 			r := startedRun(t, b)
-			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
+			finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
 			return apply{w: b.Lease, run: r}
 		}},
 		{"an attempt the run does not have", func(t *testing.T, b *storetest.Bundle) apply {
@@ -690,7 +690,7 @@ func TestApplyJournal(t *testing.T) {
 			c := tt.arrange(t, b)
 			run, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
 			ok, err := b.Store.AttemptApplyJournal(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: max(c.attempt, 1)}, c.from,
-				journal.Cursor{Offset: 500, LastSeq: 20, LastHash: "h20"}, store.JournalDelta{ItemErrors: 7, Fatal: "boom"})
+				journal.Cursor{Offset: 500, LastSeq: 20, LastHash: "h20"}, model.JournalDelta{ItemErrors: 7, Fatal: "boom"})
 			if err != nil || ok {
 				t.Fatalf("ok=%v err=%v, want refused", ok, err)
 			}
@@ -704,11 +704,11 @@ func TestApplyJournal(t *testing.T) {
 			b := storetest.Setup(t)
 			r := startedRun(t, b)
 			to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"}
-			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, sw.stale(t, b), model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || ok {
+			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, sw.stale(t, b), model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, model.JournalDelta{ItemErrors: 1}); err != nil || ok {
 				t.Fatalf("stale batch: %v %v", ok, err)
 			}
 			revive(t, b)
-			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, store.JournalDelta{ItemErrors: 1}); err != nil || !ok {
+			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, model.JournalDelta{ItemErrors: 1}); err != nil || !ok {
 				t.Fatalf("current holder's batch: %v %v", ok, err)
 			}
 			if a := readAttempts(t, b, r.ID)[0]; a.Cursor != to || a.ItemErrors != 1 {
@@ -798,19 +798,19 @@ func TestFinish(t *testing.T) {
 	int64p := func(n int64) *int64 { return &n }
 	tests := []struct {
 		name   string
-		ending store.Ending // without run and attempt
+		ending model.Ending // without run and attempt
 	}{
-		{"succeeded", store.Ending{Status: model.StatusSucceeded, Reason: "backed up", ServiceResult: "success", ExitCode: "exited",
+		{"succeeded", model.Ending{Status: model.StatusSucceeded, Reason: "backed up", ServiceResult: "success", ExitCode: "exited",
 			ExitStatus: "0", SnapshotID: "0123abcd", BytesAdded: int64p(1000), BytesProcessed: int64p(5000), FilesProcessed: int64p(12),
 			Settlement: &ledger.Settlement{Bytes: 1000, Source: "restic's summary"}}},
-		{"partial", store.Ending{Status: model.StatusPartial, Reason: "2 files could not be read", ServiceResult: "exit-code",
+		{"partial", model.Ending{Status: model.StatusPartial, Reason: "2 files could not be read", ServiceResult: "exit-code",
 			ExitCode: "exited", ExitStatus: "3", FilesSkipped: 2, Settlement: &ledger.Settlement{Bytes: 10, Source: "restic's summary"}}},
-		{"failed, permanent", store.Ending{Status: model.StatusFailed, FailureClass: "permanent", Reason: "wrong password",
+		{"failed, permanent", model.Ending{Status: model.StatusFailed, FailureClass: "permanent", Reason: "wrong password",
 			ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1", Settlement: &ledger.Settlement{Release: true, Source: "added nothing"}}},
-		{"failed, transient, its figure unknown", store.Ending{Status: model.StatusFailed, FailureClass: "transient", Reason: "network down"}},
-		{"stopped", store.Ending{Status: model.StatusStopped, Reason: "stopped by the operator", ServiceResult: "exit-code",
+		{"failed, transient, its figure unknown", model.Ending{Status: model.StatusFailed, FailureClass: "transient", Reason: "network down"}},
+		{"stopped", model.Ending{Status: model.StatusStopped, Reason: "stopped by the operator", ServiceResult: "exit-code",
 			ExitCode: "killed", ExitStatus: "INT"}},
-		{"paused", store.Ending{Status: model.StatusPaused, PausedReason: ledger.PausedRunCeiling, Reason: "paused (run_ceiling)"}},
+		{"paused", model.Ending{Status: model.StatusPaused, PausedReason: ledger.PausedRunCeiling, Reason: "paused (run_ceiling)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -864,7 +864,7 @@ func TestFinish(t *testing.T) {
 
 			// Once: a second ending, whatever it says, changes nothing.
 			run, before := got, readAttempts(t, b, r.ID)
-			ok, err := b.Store.AttemptFinish(b.Ctx, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed,
+			ok, err := b.Store.AttemptFinish(b.Ctx, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed,
 				FailureClass: "permanent", Reason: "a later pass", Settlement: &ledger.Settlement{Release: true, Source: "late"}})
 			if err != nil || ok {
 				t.Fatalf("second finish: ok=%v err=%v, want false", ok, err)
@@ -882,7 +882,7 @@ func TestFinish(t *testing.T) {
 		b := storetest.Setup(t)
 		r := startedRun(t, b)
 		at := time.Date(2001, 2, 3, 4, 5, 6, 7000, time.UTC)
-		finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok"})
+		finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok"})
 		got, a := readRun(t, b, r.ID), readAttempts(t, b, r.ID)[0]
 		if got.FinishedAt == nil || !got.FinishedAt.Equal(at) || a.EndedAt == nil || !a.EndedAt.Equal(at) {
 			t.Fatalf("finished %v, ended %v; want %v", got.FinishedAt, a.EndedAt, at)
@@ -893,10 +893,10 @@ func TestFinish(t *testing.T) {
 		t.Parallel()
 		b := storetest.Setup(t)
 		backup := startedRun(t, b)
-		finishAs(t, b, b.Lease, store.Ending{RunID: backup.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok",
+		finishAs(t, b, b.Lease, model.Ending{RunID: backup.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok",
 			Settlement: &ledger.Settlement{Bytes: 1, Source: "summary"}})
 		prune := storetest.Run(t, b.Store, &storetest.RunOpts{Job: backup.JobName, Kind: model.KindPrune, Claim: &b.Lease, Started: true})
-		finishAs(t, b, b.Lease, store.Ending{RunID: prune.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "locked"})
+		finishAs(t, b, b.Lease, model.Ending{RunID: prune.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "locked"})
 		if got := readRun(t, b, prune.ID); got.Status != model.StatusFailed {
 			t.Fatalf("prune is %s", got.Status)
 		}
@@ -908,43 +908,43 @@ func TestFinish(t *testing.T) {
 
 	refusals := []struct {
 		name    string
-		arrange func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending)
+		arrange func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Ending)
 		wantErr bool
 	}{
-		{"a status that is not final: queued", func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
-			return b.Lease, store.Ending{RunID: startedRun(t, b).ID, Attempt: 1, Status: model.StatusQueued}
+		{"a status that is not final: queued", func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Ending) {
+			return b.Lease, model.Ending{RunID: startedRun(t, b).ID, Attempt: 1, Status: model.StatusQueued}
 		}, true},
-		{"a status that is not final: running", func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
-			return b.Lease, store.Ending{RunID: startedRun(t, b).ID, Attempt: 1, Status: model.StatusRunning}
+		{"a status that is not final: running", func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Ending) {
+			return b.Lease, model.Ending{RunID: startedRun(t, b).ID, Attempt: 1, Status: model.StatusRunning}
 		}, true},
-		{"an attempt a restart ended", func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
+		{"an attempt a restart ended", func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Ending) {
 			r := startedRun(t, b)
 			restartAs(t, b, b.Lease, r, 1)
-			return b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded}
+			return b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded}
 		}, false},
-		{"an attempt the run does not have", func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
-			return b.Lease, store.Ending{RunID: startedRun(t, b).ID, Attempt: 2, Status: model.StatusSucceeded}
+		{"an attempt the run does not have", func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Ending) {
+			return b.Lease, model.Ending{RunID: startedRun(t, b).ID, Attempt: 2, Status: model.StatusSucceeded}
 		}, false},
-		{"another host's attempt", func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
+		{"another host's attempt", func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Ending) {
 			h2 := otherHost(t, b)
 			r := storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2, Started: true})
-			return b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded}
+			return b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded}
 		}, false},
-		{"with a retry that is not admitted", func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
+		{"with a retry that is not admitted", func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Ending) {
 			r := startedRun(t, b)
-			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "first"})
-			return b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient", Reason: "second",
-				Retry: &store.Retry{ID: uuid.New(), Number: 1, Delay: time.Minute, Why: "retry"}}
+			finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "first"})
+			return b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient", Reason: "second",
+				Retry: &model.Retry{ID: uuid.New(), Number: 1, Delay: time.Minute, Why: "retry"}}
 		}, false},
 	}
 	for _, sw := range staleWriters {
 		refusals = append(refusals, struct {
 			name    string
-			arrange func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending)
+			arrange func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Ending)
 			wantErr bool
-		}{"under " + sw.name, func(t *testing.T, b *storetest.Bundle) (store.Lease, store.Ending) {
+		}{"under " + sw.name, func(t *testing.T, b *storetest.Bundle) (model.Lease, model.Ending) {
 			r := startedRun(t, b)
-			return sw.stale(t, b), store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "stale"}
+			return sw.stale(t, b), model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "stale"}
 		}, false})
 	}
 	for _, tt := range refusals {
@@ -975,7 +975,7 @@ func TestFinish(t *testing.T) {
 			t.Parallel()
 			b := storetest.Setup(t)
 			r := startedRun(t, b)
-			e := store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"}
+			e := model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"}
 			if ok, err := b.Store.AttemptFinish(b.Ctx, sw.stale(t, b), e); err != nil || ok {
 				t.Fatalf("stale finish: %v %v", ok, err)
 			}
@@ -994,8 +994,8 @@ func TestFinish(t *testing.T) {
 func TestFinishAdmitsTheRetry(t *testing.T) {
 	b := storetest.Setup(t)
 	r := startedRun(t, b)
-	retry := store.Retry{ID: uuid.New(), Number: 1, Delay: 90 * time.Second, Why: "transient failure"}
-	finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient",
+	retry := model.Retry{ID: uuid.New(), Number: 1, Delay: 90 * time.Second, Why: "transient failure"}
+	finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "transient",
 		Reason: "network down", Retry: &retry})
 	failed := readRun(t, b, r.ID)
 	if failed.FinishedAt == nil {
@@ -1035,13 +1035,13 @@ func TestFinishAdmitsTheRetry(t *testing.T) {
 // first start. It applies once, for the current lease, and never after a stop request.
 func TestRestart(t *testing.T) {
 	type restart struct {
-		w   store.Lease
+		w   model.Lease
 		run model.Run
-		r   store.Restarting
+		r   model.Restarting
 	}
 	released := &ledger.Settlement{Release: true, Source: "it never ran"}
-	marked := func(run model.Run, attempt int) store.Restarting {
-		return store.Restarting{RunID: run.ID, Attempt: attempt, ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130",
+	marked := func(run model.Run, attempt int) model.Restarting {
+		return model.Restarting{RunID: run.ID, Attempt: attempt, ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130",
 			Settlement: &ledger.Settlement{Bytes: 100, Source: "measured growth"}}
 	}
 	applied := []struct {
@@ -1054,7 +1054,7 @@ func TestRestart(t *testing.T) {
 		}},
 		{"a claimed attempt that never started", func(t *testing.T, b *storetest.Bundle) restart {
 			r := claimedRun(t, b)
-			return restart{w: b.Lease, run: r, r: store.Restarting{RunID: r.ID, Attempt: 1, Settlement: released}}
+			return restart{w: b.Lease, run: r, r: model.Restarting{RunID: r.ID, Attempt: 1, Settlement: released}}
 		}},
 		{"at the time given", func(t *testing.T, b *storetest.Bundle) restart {
 			r := startedRun(t, b)
@@ -1141,7 +1141,7 @@ func TestRestart(t *testing.T) {
 		}},
 		{"a run that ended", func(t *testing.T, b *storetest.Bundle) restart {
 			r := startedRun(t, b)
-			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
+			finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
 			return restart{w: b.Lease, run: r, r: marked(r, 1)}
 		}},
 		{"an attempt the run does not have", func(t *testing.T, b *storetest.Bundle) restart {
@@ -1201,11 +1201,11 @@ func TestRestart(t *testing.T) {
 		t.Parallel()
 		b := storetest.Setup(t)
 		quota, most := int64(1<<30), int64(1<<20)
-		if _, err := b.Store.AccountCreate(b.Ctx, store.NewAccount{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
+		if _, err := b.Store.AccountCreate(b.Ctx, store.AccountCreateParams{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
 			t.Fatal(err)
 		}
 		r := storetest.Run(t, b.Store, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Account: "team", MaxAdded: &most}, Claim: &b.Lease, Started: true})
-		moved, paused, err := b.Store.AttemptRestart(b.Ctx, b.Lease, store.Restarting{RunID: r.ID, Attempt: 1,
+		moved, paused, err := b.Store.AttemptRestart(b.Ctx, b.Lease, model.Restarting{RunID: r.ID, Attempt: 1,
 			Settlement: &ledger.Settlement{Deferred: "no figure yet"}})
 		if err != nil || !moved || !strings.HasPrefix(paused, "paused ("+ledger.PausedSettlementDeferred+")") {
 			t.Fatalf("restart: moved=%v paused=%q err=%v", moved, paused, err)
@@ -1230,7 +1230,7 @@ func TestRestart(t *testing.T) {
 // current holder of its host's lease.
 func TestReleaseSpawnClaim(t *testing.T) {
 	type release struct {
-		w        store.Lease
+		w        model.Lease
 		run      model.Run
 		unit     string
 		mayExist bool
@@ -1240,9 +1240,9 @@ func TestReleaseSpawnClaim(t *testing.T) {
 		var ok bool
 		var err error
 		if armed {
-			ok, _, err = b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1", ArmedFor: new(b.Now(t).Add(time.Minute))})
+			ok, _, err = b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, model.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1", ArmedFor: new(b.Now(t).Add(time.Minute))})
 		} else {
-			ok, _, err = b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1"})
+			ok, _, err = b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, model.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1), Boot: "boot-1"})
 		}
 		if err != nil || !ok {
 			t.Fatalf("claim: %v %v", ok, err)
@@ -1287,7 +1287,7 @@ func TestReleaseSpawnClaim(t *testing.T) {
 				t.Fatalf("run is %s, want queued", got.Status)
 			}
 			// Given back to any host, another host claims it; kept by its host, only that host does.
-			ok, _, err := b.Store.AttemptClaimSpawn(b.Ctx, h2, store.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: 1}, Unit: c.unit})
+			ok, _, err := b.Store.AttemptClaimSpawn(b.Ctx, h2, model.SpawnClaim{Attempt: model.AttemptRef{Run: c.run.ID, No: 1}, Unit: c.unit})
 			if err != nil || ok == c.mayExist {
 				t.Fatalf("claim by another host: %v %v, want %v", ok, err, !c.mayExist)
 			}
@@ -1312,7 +1312,7 @@ func TestReleaseSpawnClaim(t *testing.T) {
 		}},
 		{"an ended attempt", func(t *testing.T, b *storetest.Bundle) release {
 			r := claimed(t, b, false)
-			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "x"})
+			finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusFailed, FailureClass: "permanent", Reason: "x"})
 			return release{w: b.Lease, run: r, unit: storetest.Unit(r, 1)}
 		}},
 		{"another host's claim", func(t *testing.T, b *storetest.Bundle) release {
@@ -1373,14 +1373,14 @@ func TestRequestStop(t *testing.T) {
 			}
 			a := readAttempts(t, b, r.ID)[0]
 			if a.Unit == "" {
-				if ok, _, err := b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, store.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1)}); err != nil || ok {
+				if ok, _, err := b.Store.AttemptClaimSpawn(b.Ctx, b.Lease, model.SpawnClaim{Attempt: model.AttemptRef{Run: r.ID, No: 1}, Unit: storetest.Unit(r, 1)}); err != nil || ok {
 					t.Fatalf("claim after the stop request: %v %v", ok, err)
 				}
 			}
-			if moved, _, err := b.Store.AttemptRestart(b.Ctx, b.Lease, store.Restarting{RunID: r.ID, Attempt: 1}); err != nil || moved {
+			if moved, _, err := b.Store.AttemptRestart(b.Ctx, b.Lease, model.Restarting{RunID: r.ID, Attempt: 1}); err != nil || moved {
 				t.Fatalf("restart after the stop request: %v %v", moved, err)
 			}
-			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped by the operator",
+			finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped by the operator",
 				Settlement: &ledger.Settlement{Release: true, Source: "stopped"}})
 			got := readRun(t, b, r.ID)
 			if got.Status != model.StatusStopped || got.StopRequestedAt == nil || !got.StopRequestedAt.Equal(*stopped.StopRequestedAt) {
@@ -1396,7 +1396,7 @@ func TestRequestStop(t *testing.T) {
 		t.Parallel()
 		b := storetest.Setup(t)
 		r := startedRun(t, b)
-		finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
+		finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"})
 		run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
 		var conflict *store.ConflictError
 		if _, err := b.Store.RunRequestStop(b.Ctx, r.ID); !errors.As(err, &conflict) || !strings.Contains(err.Error(), "already succeeded") {
@@ -1427,19 +1427,19 @@ func TestResume(t *testing.T) {
 			if _, err := b.Store.RunRequestStop(b.Ctx, r.ID); err != nil {
 				t.Fatal(err)
 			}
-			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
+			finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
 			return r
 		}},
 		{"a paused run", func(t *testing.T, b *storetest.Bundle) model.Run {
 			r := startedRun(t, b)
-			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusPaused, PausedReason: ledger.PausedRunCeiling,
+			finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusPaused, PausedReason: ledger.PausedRunCeiling,
 				Reason: "paused", Settlement: released})
 			return r
 		}},
 		{"a run stopped in its second attempt", func(t *testing.T, b *storetest.Bundle) model.Run {
 			r := startedRun(t, b)
 			restartAs(t, b, b.Lease, r, 1)
-			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 2, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
+			finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 2, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
 			return r
 		}},
 	}
@@ -1480,18 +1480,18 @@ func TestResume(t *testing.T) {
 		{"a running run", func(t *testing.T, b *storetest.Bundle) model.Run { return startedRun(t, b) }, "is running"},
 		{"a succeeded run", func(t *testing.T, b *storetest.Bundle) model.Run {
 			r := startedRun(t, b)
-			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok", Settlement: released})
+			finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok", Settlement: released})
 			return r
 		}, "is succeeded"},
 		{"a stopped run whose job has another live run", func(t *testing.T, b *storetest.Bundle) model.Run {
 			r := startedRun(t, b)
-			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
+			finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
 			storetest.Run(t, b.Store, &storetest.RunOpts{Job: r.JobName})
 			return r
 		}, "while the job has a live run"},
 		{"a paused run whose budget a deferred settlement holds", func(t *testing.T, b *storetest.Bundle) model.Run {
 			r := startedRun(t, b)
-			finishAs(t, b, b.Lease, store.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusPaused, PausedReason: ledger.PausedRunCeiling, Reason: "paused"})
+			finishAs(t, b, b.Lease, model.Ending{RunID: r.ID, Attempt: 1, Status: model.StatusPaused, PausedReason: ledger.PausedRunCeiling, Reason: "paused"})
 			return r
 		}, "cannot resume yet"},
 		{"an unknown run", func(t *testing.T, b *storetest.Bundle) model.Run { return model.Run{ID: uuid.New()} }, ""},
@@ -1547,7 +1547,7 @@ func TestAttemptHoldSize(t *testing.T) {
 			b := storetest.Setup(t)
 			opts := &storetest.JobOpts{}
 			if c.quota > 0 {
-				if _, err := b.Store.AccountCreate(b.Ctx, store.NewAccount{Name: "team", Quota: &c.quota, Actor: "tester"}); err != nil {
+				if _, err := b.Store.AccountCreate(b.Ctx, store.AccountCreateParams{Name: "team", Quota: &c.quota, Actor: "tester"}); err != nil {
 					t.Fatal(err)
 				}
 				opts.Account = "team"

@@ -12,42 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
-)
-
-// Snapshot is one snapshot of a repository as holdfast last saw it, with its protections.
-type Snapshot struct {
-	Repository string
-	ID         string // restic's full id (64 hex digits); a row from a summary may have its short id
-	Time       time.Time
-	Host       string
-	Tags       []string
-	Paths      []string
-	JobName    string     // from its holdfast-job tag; "" if it has none
-	RunID      *uuid.UUID // from its holdfast-run tag
-	// BytesAdded is what the run that made it added to the repository, if holdfast knows it:
-	// an estimate of what deleting it and pruning reclaims.
-	BytesAdded     *int64
-	FirstSeenAt    time.Time
-	SeenAt         time.Time
-	ForgottenAt    *time.Time // no longer in the repository's listing
-	LegalHoldAt    *time.Time
-	LegalHoldBy    string
-	LegalHoldWhy   string
-	ImmutableUntil *time.Time
-	ImmutableBy    string
-	// Source says where the row's facts come from: SourceListing or SourceSummary.
-	Source string
-}
-
-// Where an inventory row came from.
-const (
-	// SourceListing: restic listed the snapshot (a full listing, or the repair channel's
-	// listing of a run's snapshot); its facts are restic's.
-	SourceListing = "listing"
-	// SourceSummary: a backup's own summary, recorded with the run's ending. The id is the
-	// summary's (maybe restic 0.14's short id); time, host, tags and paths are what holdfast
-	// knows of how it ran restic. The next listing completes the row (SnapshotSync).
-	SourceSummary = "summary"
+	"github.com/holdfast-backup/holdfast/model"
 )
 
 // summaryID is the shape of a snapshot id a summary may give (8 to 64 lower-case hex digits);
@@ -75,8 +40,8 @@ const snapshotColumns = `s.repository, s.id, s.time, s.host, s.tags, s.paths, co
 	s.legal_hold_at, coalesce(s.legal_hold_by, ''), coalesce(s.legal_hold_why, ''), s.immutable_until,
 	coalesce(s.immutable_by, ''), s.source`
 
-func scanSnapshot(row pgx.Row) (Snapshot, error) {
-	var s Snapshot
+func scanSnapshot(row pgx.Row) (model.Snapshot, error) {
+	var s model.Snapshot
 	err := row.Scan(&s.Repository, &s.ID, &s.Time, &s.Host, &s.Tags, &s.Paths, &s.JobName, &s.RunID,
 		&s.BytesAdded, &s.FirstSeenAt, &s.SeenAt, &s.ForgottenAt,
 		&s.LegalHoldAt, &s.LegalHoldBy, &s.LegalHoldWhy, &s.ImmutableUntil, &s.ImmutableBy, &s.Source)
@@ -88,13 +53,13 @@ func scanSnapshot(row pgx.Row) (Snapshot, error) {
 // newer listing saw them (or a run's ending recorded them after listedAt). Protections are never
 // changed here.
 //
-// A row recorded from a backup's summary (SourceSummary) is completed by the listing: its facts
-// become restic's (time, host, tags, paths, and the job and run of its tags) and its source
-// SourceListing. One with a short id is completed in place, its id becoming the full id, keeping
-// its protections and first_seen_at, if exactly one listed id starts with it and that snapshot
-// carries the row's run tag; otherwise it is not merged into anything, and, absent from the
-// listing, it is marked forgotten like any other.
-func (s *Store) SnapshotSync(ctx context.Context, repository string, listedAt time.Time, listed []Snapshot) (added, forgotten int, err error) {
+// A row recorded from a backup's summary (model.SourceSummary) is completed by the listing: its
+// facts become restic's (time, host, tags, paths, and the job and run of its tags) and its
+// source model.SourceListing. One with a short id is completed in place, its id becoming the
+// full id, keeping its protections and first_seen_at, if exactly one listed id starts with it
+// and that snapshot carries the row's run tag; otherwise it is not merged into anything, and,
+// absent from the listing, it is marked forgotten like any other.
+func (s *Store) SnapshotSync(ctx context.Context, repository string, listedAt time.Time, listed []model.Snapshot) (added, forgotten int, err error) {
 	type row struct {
 		ID      string     `json:"id"`
 		Time    time.Time  `json:"time"`
@@ -190,18 +155,18 @@ func (s *Store) SnapshotSync(ctx context.Context, repository string, listedAt ti
 // added either if a row of the repository already has that id, starts with it or is its start:
 // that is the same snapshot already known (a listing came first), or an id that names no
 // snapshot of this run, which the next listing sorts out.
-func recordSnapshot(ctx context.Context, tx pgx.Tx, snap *Snapshot, at time.Time) error {
+func recordSnapshot(ctx context.Context, tx pgx.Tx, snap *model.Snapshot, at time.Time) error {
 	if snap == nil || snap.Repository == "" {
 		return nil
 	}
 	valid := summaryID
-	if snap.Source != SourceSummary {
+	if snap.Source != model.SourceSummary {
 		valid = listedID
 	}
 	if !valid.MatchString(snap.ID) {
 		return nil
 	}
-	source := cmp.Or(snap.Source, SourceListing)
+	source := cmp.Or(snap.Source, model.SourceListing)
 	if err := lockInventory(ctx, tx, snap.Repository); err != nil {
 		return err
 	}
@@ -222,14 +187,14 @@ func recordSnapshot(ctx context.Context, tx pgx.Tx, snap *Snapshot, at time.Time
 
 // SnapshotList lists the snapshots of a repository that are still in it, newest first, whoever
 // made them. With repository "" it lists those of every repository.
-func (s *Store) SnapshotList(ctx context.Context, repository string) ([]Snapshot, error) {
+func (s *Store) SnapshotList(ctx context.Context, repository string) ([]model.Snapshot, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+snapshotColumns+` FROM snapshots s
 		WHERE ($1 = '' OR s.repository = $1) AND s.forgotten_at IS NULL
 		ORDER BY s.time DESC, s.id`, repository)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
-	snaps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Snapshot, error) { return scanSnapshot(r) })
+	snaps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Snapshot, error) { return scanSnapshot(r) })
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
@@ -238,28 +203,28 @@ func (s *Store) SnapshotList(ctx context.Context, repository string) ([]Snapshot
 
 // snapshotByPrefix resolves an id prefix (validated by the caller: hex digits only) among the
 // snapshots still in their repository and locks the row.
-func snapshotByPrefix(ctx context.Context, tx pgx.Tx, prefix string) (Snapshot, error) {
+func snapshotByPrefix(ctx context.Context, tx pgx.Tx, prefix string) (model.Snapshot, error) {
 	rows, err := tx.Query(ctx, `SELECT `+snapshotColumns+` FROM snapshots s
 		WHERE s.id LIKE $1 || '%' AND s.forgotten_at IS NULL ORDER BY s.id LIMIT 2 FOR UPDATE`, prefix)
 	if err != nil {
-		return Snapshot{}, err
+		return model.Snapshot{}, err
 	}
-	snaps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Snapshot, error) { return scanSnapshot(r) })
+	snaps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Snapshot, error) { return scanSnapshot(r) })
 	if err != nil {
-		return Snapshot{}, err
+		return model.Snapshot{}, err
 	}
 	switch len(snaps) {
 	case 0:
-		return Snapshot{}, fmt.Errorf("snapshot %s: %w (holdfast snapshot list --refresh JOB reads the repository again)", prefix, ErrNotFound)
+		return model.Snapshot{}, fmt.Errorf("snapshot %s: %w (holdfast snapshot list --refresh JOB reads the repository again)", prefix, ErrNotFound)
 	case 1:
 		return snaps[0], nil
 	}
-	return Snapshot{}, fmt.Errorf("snapshot %s: %w: %s and %s both match; give more digits", prefix, ErrAmbiguous, shortID(snaps[0].ID), shortID(snaps[1].ID))
+	return model.Snapshot{}, fmt.Errorf("snapshot %s: %w: %s and %s both match; give more digits", prefix, ErrAmbiguous, shortID(snaps[0].ID), shortID(snaps[1].ID))
 }
 
 // SnapshotHold puts a snapshot under legal hold: no plan deletes it until it is released.
-func (s *Store) SnapshotHold(ctx context.Context, prefix, by, why string) (Snapshot, error) {
-	return s.protect(ctx, prefix, func(tx pgx.Tx, snap Snapshot) (pgx.Row, error) {
+func (s *Store) SnapshotHold(ctx context.Context, prefix, by, why string) (model.Snapshot, error) {
+	return s.protect(ctx, prefix, func(tx pgx.Tx, snap model.Snapshot) (pgx.Row, error) {
 		return tx.QueryRow(ctx, `UPDATE snapshots s SET legal_hold_at = coalesce(legal_hold_at, now()),
 			legal_hold_by = $3, legal_hold_why = nullif($4, '')
 			WHERE repository = $1 AND id = $2 RETURNING `+snapshotColumns, snap.Repository, snap.ID, by, why), nil
@@ -267,8 +232,8 @@ func (s *Store) SnapshotHold(ctx context.Context, prefix, by, why string) (Snaps
 }
 
 // SnapshotRelease lifts a snapshot's legal hold. Immutability, if any, stays.
-func (s *Store) SnapshotRelease(ctx context.Context, prefix string) (Snapshot, error) {
-	return s.protect(ctx, prefix, func(tx pgx.Tx, snap Snapshot) (pgx.Row, error) {
+func (s *Store) SnapshotRelease(ctx context.Context, prefix string) (model.Snapshot, error) {
+	return s.protect(ctx, prefix, func(tx pgx.Tx, snap model.Snapshot) (pgx.Row, error) {
 		if snap.LegalHoldAt == nil {
 			return nil, &ConflictError{Msg: fmt.Sprintf("snapshot %s is not under legal hold", shortID(snap.ID))}
 		}
@@ -279,8 +244,8 @@ func (s *Store) SnapshotRelease(ctx context.Context, prefix string) (Snapshot, e
 
 // SnapshotLock makes a snapshot immutable until the given time. Immutability can be extended,
 // never shortened: that is what makes it immutability.
-func (s *Store) SnapshotLock(ctx context.Context, prefix string, until time.Time, by string) (Snapshot, error) {
-	return s.protect(ctx, prefix, func(tx pgx.Tx, snap Snapshot) (pgx.Row, error) {
+func (s *Store) SnapshotLock(ctx context.Context, prefix string, until time.Time, by string) (model.Snapshot, error) {
+	return s.protect(ctx, prefix, func(tx pgx.Tx, snap model.Snapshot) (pgx.Row, error) {
 		if snap.ImmutableUntil != nil && until.Before(*snap.ImmutableUntil) {
 			return nil, &ConflictError{Msg: fmt.Sprintf("snapshot %s is immutable until %s: immutability can be extended, not shortened",
 				shortID(snap.ID), snap.ImmutableUntil.UTC().Format(time.RFC3339))}
@@ -290,8 +255,8 @@ func (s *Store) SnapshotLock(ctx context.Context, prefix string, until time.Time
 	})
 }
 
-func (s *Store) protect(ctx context.Context, prefix string, change func(pgx.Tx, Snapshot) (pgx.Row, error)) (Snapshot, error) {
-	var out Snapshot
+func (s *Store) protect(ctx context.Context, prefix string, change func(pgx.Tx, model.Snapshot) (pgx.Row, error)) (model.Snapshot, error) {
+	var out model.Snapshot
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		snap, err := snapshotByPrefix(ctx, tx, prefix)
 		if err != nil {
@@ -308,7 +273,7 @@ func (s *Store) protect(ctx context.Context, prefix string, change func(pgx.Tx, 
 		return nil
 	})
 	if err != nil {
-		return Snapshot{}, wrap(err, "protect snapshot %s", prefix)
+		return model.Snapshot{}, wrap(err, "protect snapshot %s", prefix)
 	}
 	crashpoint.At("protect-after")
 	return out, nil

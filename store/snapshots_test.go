@@ -18,42 +18,42 @@ import (
 // finishBackup admits a run of job (a restic job of repository "/r") and ends it
 // succeeded with snap as the inventory row its summary gave (nil: none), as the reconciler
 // ends a backup. It returns the run and the time of its ending.
-func finishBackup(t *testing.T, st *store.Store, job string, snap func(run uuid.UUID) *store.Snapshot) (model.Run, time.Time) {
+func finishBackup(t *testing.T, st *store.Store, job string, snap func(run uuid.UUID) *model.Snapshot) (model.Run, time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	run := storetest.Run(t, st, &storetest.RunOpts{Job: job})
 	at := time.Now().Truncate(time.Microsecond)
-	e := store.Ending{RunID: run.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok",
+	e := model.Ending{RunID: run.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok",
 		ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}
 	if snap != nil {
 		e.Snapshot = snap(run.ID)
 		e.SnapshotID = e.Snapshot.ID
 	}
-	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, e); err != nil || !ok {
+	if ok, err := st.AttemptFinish(ctx, model.Lease{Host: "h"}, e); err != nil || !ok {
 		t.Fatalf("finish: ok=%v err=%v", ok, err)
 	}
 	return run, at
 }
 
 // fromSummary is the row a summary that gave id makes for a run of job, started at started.
-func fromSummary(job, id string, started time.Time) func(uuid.UUID) *store.Snapshot {
-	return func(run uuid.UUID) *store.Snapshot {
-		return &store.Snapshot{Repository: "/r", ID: id, Time: started, Host: "h",
+func fromSummary(job, id string, started time.Time) func(uuid.UUID) *model.Snapshot {
+	return func(run uuid.UUID) *model.Snapshot {
+		return &model.Snapshot{Repository: "/r", ID: id, Time: started, Host: "h",
 			Tags: engine.BackupTags(engine.Job{Name: job}, run), Paths: []string{"/data"}, JobName: job, RunID: &run,
-			Source: store.SourceSummary}
+			Source: model.SourceSummary}
 	}
 }
 
 // listed is a snapshot as a full listing gives it, made by run of job (uuid.Nil: untagged).
-func listed(id, job string, run uuid.UUID, at time.Time) store.Snapshot {
-	s := store.Snapshot{ID: id, Time: at, Host: "h", Paths: []string{"/data"}}
+func listed(id, job string, run uuid.UUID, at time.Time) model.Snapshot {
+	s := model.Snapshot{ID: id, Time: at, Host: "h", Paths: []string{"/data"}}
 	if run != uuid.Nil {
 		s.Tags, s.JobName, s.RunID = engine.BackupTags(engine.Job{Name: job}, run), job, &run
 	}
 	return s
 }
 
-func inventory(t *testing.T, st *store.Store) []store.Snapshot {
+func inventory(t *testing.T, st *store.Store) []model.Snapshot {
 	t.Helper()
 	snaps, err := st.SnapshotList(context.Background(), "/r")
 	if err != nil {
@@ -77,7 +77,7 @@ func TestSummarySnapshotCompletedByListing(t *testing.T) {
 		t.Fatalf("inventory %+v, want the run's snapshot", snaps)
 	}
 	s := snaps[0]
-	if s.ID != "c1ae9ba1" || s.Source != store.SourceSummary || s.RunID == nil || *s.RunID != run.ID || s.JobName != "s" ||
+	if s.ID != "c1ae9ba1" || s.Source != model.SourceSummary || s.RunID == nil || *s.RunID != run.ID || s.JobName != "s" ||
 		!s.Time.Equal(started) || s.Host != "h" || !slices.Equal(s.Paths, []string{"/data"}) ||
 		!slices.Contains(s.Tags, engine.RunTag(run.ID)) || !s.FirstSeenAt.Equal(ended) || s.ForgottenAt != nil {
 		t.Fatalf("snapshot from the summary = %+v", s)
@@ -101,7 +101,7 @@ func TestSummarySnapshotCompletedByListing(t *testing.T) {
 	other := strings.Repeat("ab", 32)
 	l := listed(full, "s", run.ID, resticTime)
 	l.Host, l.Paths = "machine", []string{"/data", "/more"}
-	added, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{l, listed(other, "", uuid.Nil, started)})
+	added, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{l, listed(other, "", uuid.Nil, started)})
 	if err != nil || added != 1 || forgotten != 0 {
 		t.Fatalf("sync: added %d, forgotten %d, %v; want the other one added, none forgotten", added, forgotten, err)
 	}
@@ -109,12 +109,12 @@ func TestSummarySnapshotCompletedByListing(t *testing.T) {
 	if len(snaps) != 2 {
 		t.Fatalf("inventory %+v, want the run's snapshot once and the other", snaps)
 	}
-	i := slices.IndexFunc(snaps, func(s store.Snapshot) bool { return s.ID == full })
+	i := slices.IndexFunc(snaps, func(s model.Snapshot) bool { return s.ID == full })
 	if i < 0 {
 		t.Fatalf("inventory %+v has no row with the full id", snaps)
 	}
 	s = snaps[i]
-	if s.Source != store.SourceListing || !s.Time.Equal(resticTime) || s.Host != "machine" ||
+	if s.Source != model.SourceListing || !s.Time.Equal(resticTime) || s.Host != "machine" ||
 		!slices.Equal(s.Paths, []string{"/data", "/more"}) || s.RunID == nil || *s.RunID != run.ID ||
 		s.LegalHoldAt == nil || s.LegalHoldBy != "auditor" || s.LegalHoldWhy != "case 7" ||
 		s.ImmutableUntil == nil || !s.ImmutableUntil.Equal(until) || !s.FirstSeenAt.Equal(ended) {
@@ -124,7 +124,7 @@ func TestSummarySnapshotCompletedByListing(t *testing.T) {
 		t.Fatalf("protected = %v, %v; want the completed snapshot", p, err)
 	}
 	// A second listing changes nothing more.
-	if added, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{l, listed(other, "", uuid.Nil, started)}); err != nil || added != 0 || forgotten != 0 {
+	if added, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{l, listed(other, "", uuid.Nil, started)}); err != nil || added != 0 || forgotten != 0 {
 		t.Fatalf("second sync: added %d, forgotten %d, %v", added, forgotten, err)
 	}
 	if v, err := st.InvariantViolations(ctx); err != nil || len(v) > 0 {
@@ -144,13 +144,13 @@ func TestSummarySnapshotForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := listed(strings.Repeat("e", 64), "f", uuid.New(), time.Now())
-	if _, forgotten, err := st.SnapshotSync(ctx, "/r", before, []store.Snapshot{other}); err != nil || forgotten != 0 {
+	if _, forgotten, err := st.SnapshotSync(ctx, "/r", before, []model.Snapshot{other}); err != nil || forgotten != 0 {
 		t.Fatalf("a listing older than the ending: forgotten %d, %v; want none", forgotten, err)
 	}
 	if snaps := inventory(t, st); len(snaps) != 2 {
 		t.Fatalf("inventory %+v, want the summary's row and the listed one", snaps)
 	}
-	if _, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{other}); err != nil || forgotten != 1 {
+	if _, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{other}); err != nil || forgotten != 1 {
 		t.Fatalf("a listing without the run's snapshot: forgotten %d, %v; want 1", forgotten, err)
 	}
 	snaps := inventory(t, st)
@@ -190,7 +190,7 @@ func TestSummarySnapshotOfAnotherRun(t *testing.T) {
 	owner, _ := finishBackup(t, st, "mine", nil)
 	theirs := strings.Repeat("5a", 32)
 	at := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
-	if _, _, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{listed(theirs, "mine", owner.ID, at)}); err != nil {
+	if _, _, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{listed(theirs, "mine", owner.ID, at)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.SnapshotHold(ctx, theirs[:8], "auditor", "keep"); err != nil {
@@ -203,7 +203,7 @@ func TestSummarySnapshotOfAnotherRun(t *testing.T) {
 	// A listed snapshot the summary's id is the start of: not another row either.
 	after := inventory(t, st)
 	if len(after) != 1 || after[0].ID != theirs || after[0].JobName != "mine" || after[0].RunID == nil ||
-		*after[0].RunID != owner.ID || !after[0].Time.Equal(at) || after[0].Source != store.SourceListing ||
+		*after[0].RunID != owner.ID || !after[0].Time.Equal(at) || after[0].Source != model.SourceListing ||
 		after[0].LegalHoldAt == nil || !after[0].SeenAt.Equal(before[0].SeenAt) {
 		t.Fatalf("inventory %+v after summaries claiming %s; want only the owner's row, unchanged: %+v", after, theirs, before)
 	}
@@ -211,12 +211,12 @@ func TestSummarySnapshotOfAnotherRun(t *testing.T) {
 	// into it: the row is absent from the listing and forgotten.
 	evil, _ := finishBackup(t, st, "evil", fromSummary("evil", "9f9f9f9f", time.Now()))
 	victim := "9f9f9f9f" + strings.Repeat("0", 56)
-	if _, _, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{listed(theirs, "mine", owner.ID, at),
+	if _, _, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{listed(theirs, "mine", owner.ID, at),
 		listed(victim, "mine", owner.ID, at)}); err != nil {
 		t.Fatal(err)
 	}
 	snaps := inventory(t, st)
-	i := slices.IndexFunc(snaps, func(s store.Snapshot) bool { return s.ID == victim })
+	i := slices.IndexFunc(snaps, func(s model.Snapshot) bool { return s.ID == victim })
 	if len(snaps) != 2 || i < 0 || snaps[i].RunID == nil || *snaps[i].RunID != owner.ID || !snaps[i].FirstSeenAt.Equal(snaps[i].SeenAt) {
 		t.Fatalf("inventory %+v; want the listed snapshot %s as its own new row, not run %s's", snaps, victim, evil.ID)
 	}
@@ -231,12 +231,12 @@ func TestSummarySnapshotAmbiguousAndLate(t *testing.T) {
 	storetest.Job(t, st, &storetest.JobOpts{Name: "a", Repository: "/r"})
 	run, _ := finishBackup(t, st, "a", fromSummary("a", "deadbeef", time.Now()))
 	one, two := "deadbeef"+strings.Repeat("1", 56), "deadbeef"+strings.Repeat("2", 56)
-	added, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{listed(one, "a", run.ID, time.Now()),
+	added, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{listed(one, "a", run.ID, time.Now()),
 		listed(two, "a", run.ID, time.Now())})
 	if err != nil || added != 2 || forgotten != 1 {
 		t.Fatalf("sync: added %d, forgotten %d, %v; want both added and the short row forgotten", added, forgotten, err)
 	}
-	if snaps := inventory(t, st); len(snaps) != 2 || snaps[0].Source != store.SourceListing || snaps[1].Source != store.SourceListing {
+	if snaps := inventory(t, st); len(snaps) != 2 || snaps[0].Source != model.SourceListing || snaps[1].Source != model.SourceListing {
 		t.Fatalf("inventory %+v, want the two listed rows", snaps)
 	}
 
@@ -246,22 +246,22 @@ func TestSummarySnapshotAmbiguousAndLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := "feedface" + strings.Repeat("3", 56)
-	if _, _, err := st.SnapshotSync(ctx, "/r", time.Now(), []store.Snapshot{listed(one, "a", run.ID, time.Now()),
+	if _, _, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{listed(one, "a", run.ID, time.Now()),
 		listed(two, "a", run.ID, time.Now()), listed(full, "a", next.ID, time.Now())}); err != nil {
 		t.Fatal(err)
 	}
-	e := store.Ending{RunID: next.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded, Reason: "ok",
+	e := model.Ending{RunID: next.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded, Reason: "ok",
 		SnapshotID: "feedface", Snapshot: fromSummary("a", "feedface", time.Now())(next.ID)}
-	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, e); err != nil || !ok {
+	if ok, err := st.AttemptFinish(ctx, model.Lease{Host: "h"}, e); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	// An ending that does not apply (the attempt ended already) records nothing.
 	e.Snapshot.ID = "0badc0de"
-	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, e); err != nil || ok {
+	if ok, err := st.AttemptFinish(ctx, model.Lease{Host: "h"}, e); err != nil || ok {
 		t.Fatalf("second finish: %v %v; want it refused", ok, err)
 	}
 	snaps := inventory(t, st)
-	if len(snaps) != 3 || slices.ContainsFunc(snaps, func(s store.Snapshot) bool { return s.Source != store.SourceListing }) {
+	if len(snaps) != 3 || slices.ContainsFunc(snaps, func(s model.Snapshot) bool { return s.Source != model.SourceListing }) {
 		t.Fatalf("inventory %+v, want the three listed rows only", snaps)
 	}
 }

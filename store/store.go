@@ -4,6 +4,11 @@
 // Writes that end or advance an attempt are guarded by "this attempt is still the live one"
 // (ended_at IS NULL) or by the journal cursor they started from, and report whether they changed
 // anything: a caller acting on an old snapshot does nothing instead of overwriting newer facts.
+//
+// The records its calls return and write are package model's. The store exports only the Store,
+// its configuration (Address, Config, Bounds), what its setup and LISTEN take and report
+// (Provisioned, Wakes), the params structs of its calls (one per call that takes more than two
+// arguments besides the writer's lease, named for the call: LeaseAcquireParams) and its errors.
 package store
 
 import (

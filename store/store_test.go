@@ -76,7 +76,7 @@ func TestGuardedWrites(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			ok, _, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-g-" + run.ID.String() + "-a1.service"})
+			ok, _, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "holdfast-g-" + run.ID.String() + "-a1.service"})
 			if err != nil {
 				t.Error(err)
 			}
@@ -94,9 +94,9 @@ func TestGuardedWrites(t *testing.T) {
 
 	// The journal projection applies a batch once.
 	to := journal.Cursor{Offset: 100, LastSeq: 3, LastHash: "abc"}
-	d := store.JournalDelta{ItemErrors: 2, FirstItemError: "/x: denied"}
+	d := model.JournalDelta{ItemErrors: 2, FirstItemError: "/x: denied"}
 	for i, want := range []bool{true, false} {
-		ok, err := st.AttemptApplyJournal(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, d)
+		ok, err := st.AttemptApplyJournal(ctx, model.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, d)
 		if err != nil || ok != want {
 			t.Fatalf("apply #%d: ok=%v err=%v, want %v", i+1, ok, err, want)
 		}
@@ -106,16 +106,16 @@ func TestGuardedWrites(t *testing.T) {
 		t.Fatalf("after applying twice: %+v, %v; want 2 item errors and the new cursor", a, err)
 	}
 
-	end := store.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded, Reason: "ok",
+	end := model.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded, Reason: "ok",
 		ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}
 	for i, want := range []bool{true, false} {
-		ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, end)
+		ok, err := st.AttemptFinish(ctx, model.Lease{Host: "h"}, end)
 		if err != nil || ok != want {
 			t.Fatalf("finish #%d: ok=%v err=%v, want %v", i+1, ok, err, want)
 		}
 	}
 	// A restart of an attempt that already ended does nothing.
-	moved, _, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now()})
+	moved, _, err := st.AttemptRestart(ctx, model.Lease{Host: "h"}, model.Restarting{RunID: run.ID, Attempt: 1, At: time.Now()})
 	if err != nil || moved {
 		t.Fatalf("restart of an ended attempt: moved=%v err=%v", moved, err)
 	}
@@ -137,7 +137,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved, _, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(), Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
+	moved, _, err := st.AttemptRestart(ctx, model.Lease{Host: "h"}, model.Restarting{RunID: run.ID, Attempt: 1, At: time.Now(), Settlement: &ledger.Settlement{Release: true, Source: "it never ran"}})
 	if err != nil || !moved {
 		t.Fatalf("restart: moved=%v err=%v", moved, err)
 	}
@@ -149,7 +149,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	if _, err := st.RunRequestStop(ctx, run.ID); err != nil {
 		t.Fatal(err)
 	}
-	ok, _, err := st.AttemptClaimSpawn(ctx, store.Lease{Host: "h"}, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 2}, Unit: "u"})
+	ok, _, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 2}, Unit: "u"})
 	if err != nil || ok {
 		t.Fatalf("claim after a stop request: ok=%v err=%v, want false", ok, err)
 	}
@@ -188,17 +188,17 @@ func TestApplyJournalRefused(t *testing.T) {
 	to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: strings.Repeat("a", 64)}
 	tests := []struct {
 		name string
-		d    store.JournalDelta
+		d    model.JournalDelta
 		code string
 	}{
-		{"NUL in text", store.JournalDelta{Fatal: "secret\x00"}, "22021"},
-		{"invalid UTF-8 in text", store.JournalDelta{FirstItemError: "secret\xff"}, "22021"},
-		{"escaped NUL in jsonb", store.JournalDelta{Summary: json.RawMessage(`{"m":"secret\u0000"}`)}, "22P05"},
-		{"number jsonb cannot hold", store.JournalDelta{Summary: json.RawMessage(`{"secret":1e1000000}`)}, "22003"},
+		{"NUL in text", model.JournalDelta{Fatal: "secret\x00"}, "22021"},
+		{"invalid UTF-8 in text", model.JournalDelta{FirstItemError: "secret\xff"}, "22021"},
+		{"escaped NUL in jsonb", model.JournalDelta{Summary: json.RawMessage(`{"m":"secret\u0000"}`)}, "22P05"},
+		{"number jsonb cannot hold", model.JournalDelta{Summary: json.RawMessage(`{"secret":1e1000000}`)}, "22003"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ok, err := st.AttemptApplyJournal(ctx, store.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, tt.d)
+			ok, err := st.AttemptApplyJournal(ctx, model.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, tt.d)
 			var refused *store.RefusedError
 			if ok || !errors.As(err, &refused) {
 				t.Fatalf("ok=%v err=%v, want a *RefusedError", ok, err)
@@ -229,7 +229,7 @@ func TestEndedBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Now().Add(-time.Hour)
-	if ok, err := st.AttemptFinish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: done.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok"}); !ok || err != nil {
+	if ok, err := st.AttemptFinish(ctx, model.Lease{Host: "h"}, model.Ending{RunID: done.ID, Attempt: 1, At: at, Status: model.StatusSucceeded, Reason: "ok"}); !ok || err != nil {
 		t.Fatalf("finish: %v, %v", ok, err)
 	}
 	unknown := uuid.New()
@@ -268,7 +268,7 @@ func TestConcurrentRestartsShareAnAccount(t *testing.T) {
 		errs := make([]error, len(runs))
 		for i, run := range runs {
 			wg.Go(func() {
-				moved, _, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: run.ID, Attempt: attempt, At: time.Now(),
+				moved, _, err := st.AttemptRestart(ctx, model.Lease{Host: "h"}, model.Restarting{RunID: run.ID, Attempt: attempt, At: time.Now(),
 					ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130",
 					Settlement: &ledger.Settlement{Bytes: 1 << 20, Source: "measured growth"}})
 				if err == nil && !moved {
@@ -291,7 +291,7 @@ func TestLedgersTellDeferredHolds(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	quota, most := int64(1<<30), int64(1<<20)
-	if _, err := st.AccountCreate(ctx, store.NewAccount{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
+	if _, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"a", "b"} {
@@ -306,7 +306,7 @@ func TestLedgersTellDeferredHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Its figure unknown, the ended attempt's hold stays open and takes all of the run's budget.
-	moved, paused, err := st.AttemptRestart(ctx, store.Lease{Host: "h"}, store.Restarting{RunID: ended.ID, Attempt: 1, At: time.Now(),
+	moved, paused, err := st.AttemptRestart(ctx, model.Lease{Host: "h"}, model.Restarting{RunID: ended.ID, Attempt: 1, At: time.Now(),
 		Settlement: &ledger.Settlement{Deferred: "no figure"}})
 	if err != nil || !moved || !strings.HasPrefix(paused, "paused (settlement_deferred)") {
 		t.Fatalf("restart: moved=%v paused=%q err=%v", moved, paused, err)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -33,18 +34,18 @@ var ErrLeaseTaken = errors.New("another daemon took this host's lease: this daem
 // renewals end: the daemon must exit (ErrLeaseTaken).
 type hostLease struct {
 	store    *store.Store
-	req      store.LeaseRequest
+	req      store.LeaseAcquireParams
 	logger   *slog.Logger
 	regained func()      // called when the lease was taken again after it lapsed
 	taken    func(error) // called once when another live daemon took the lease
 
 	mu        sync.Mutex
-	lease     store.Lease // guarded by mu
+	lease     model.Lease // guarded by mu
 	heldUntil time.Time   // guarded by mu; on the monotonic clock; zero: not held
 	loop      loop        // runs renew
 }
 
-func newHostLease(st *store.Store, req store.LeaseRequest, logger *slog.Logger, regained func(), taken func(error)) *hostLease {
+func newHostLease(st *store.Store, req store.LeaseAcquireParams, logger *slog.Logger, regained func(), taken func(error)) *hostLease {
 	h := &hostLease{store: st, req: req, logger: logger, regained: regained, taken: taken}
 	h.loop = loop{name: h.Name(), run: h.renew}
 	return h
@@ -53,14 +54,14 @@ func newHostLease(st *store.Store, req store.LeaseRequest, logger *slog.Logger, 
 func (h *hostLease) Name() string { return "host lease" }
 
 // current returns the lease and whether the daemon holds it now (see hostLease).
-func (h *hostLease) current() (store.Lease, bool) {
+func (h *hostLease) current() (model.Lease, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lease, h.lease.Holder != "" && time.Now().Before(h.heldUntil)
 }
 
 // set records a lease taken or renewed by a call asked for at asked.
-func (h *hostLease) set(l store.Lease, asked time.Time) {
+func (h *hostLease) set(l model.Lease, asked time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.lease, h.heldUntil = l, asked.Add(h.req.Duration)
@@ -164,7 +165,7 @@ func (h *hostLease) Stop() {
 	h.loop.Stop()
 	h.mu.Lock()
 	lease := h.lease
-	h.lease, h.heldUntil = store.Lease{}, time.Time{}
+	h.lease, h.heldUntil = model.Lease{}, time.Time{}
 	h.mu.Unlock()
 	if lease.Host == "" {
 		return

@@ -350,7 +350,7 @@ func New(cfg Config) (*Supervisor, error) {
 		gone = reconcile.HolderGone
 	}
 	rc := cfg.Reconcile // validated: its windows parsed, its users resolved
-	lease := newHostLease(cfg.Store, store.LeaseRequest{Host: rc.Host, Holder: holder, Version: cfg.Version, ResticVersion: cfg.ResticVersion.Release(),
+	lease := newHostLease(cfg.Store, store.LeaseAcquireParams{Host: rc.Host, Holder: holder, Version: cfg.Version, ResticVersion: cfg.ResticVersion.Release(),
 		Duration: cfg.Lease, Grace: rc.TakeoverGrace, HolderGone: gone}, cfg.Logger, sweepWake.Wake,
 		func(err error) {
 			select {

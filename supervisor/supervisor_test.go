@@ -397,8 +397,8 @@ func TestNotBeforeWakesSweep(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no pass handed the first run over")
 	}
-	retry := store.Retry{ID: uuid.New(), Number: 1, Delay: 2 * time.Second, Why: "waiting: a retry"} // AttemptFinish sets its NotBefore
-	if ok, err := e.st.AttemptFinish(ctx, store.Lease{Host: "h"}, store.Ending{RunID: first.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
+	retry := model.Retry{ID: uuid.New(), Number: 1, Delay: 2 * time.Second, Why: "waiting: a retry"} // AttemptFinish sets its NotBefore
+	if ok, err := e.st.AttemptFinish(ctx, model.Lease{Host: "h"}, model.Ending{RunID: first.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
 		Reason: "failed by the test", FailureClass: "transient", Retry: &retry}); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}

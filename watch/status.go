@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // State is a status report's verdict, ordered: the worst one found is the report's.
@@ -86,16 +85,16 @@ type AccountStatus struct {
 
 // StatusReader is what a status report reads. The CLI and the dashboard give their store.Store.
 type StatusReader interface {
-	JobWatchFacts(ctx context.Context, scope store.WatchScope) ([]store.WatchFacts, error)
+	JobWatchFacts(ctx context.Context, scope model.WatchScope) ([]model.WatchFacts, error)
 	RunListLive(ctx context.Context, host string) ([]model.LiveRun, error)
-	AccountList(ctx context.Context, name string) ([]store.Account, error)
-	HostList(ctx context.Context) ([]store.Host, error)
+	AccountList(ctx context.Context, name string) ([]model.Account, error)
+	HostList(ctx context.Context) ([]model.Host, error)
 	DeliveryCount(ctx context.Context) (pending, failed int64, err error)
 }
 
 // Status reads the report. An error means the state is Unknown.
 func Status(ctx context.Context, st StatusReader) (Report, error) {
-	facts, err := st.JobWatchFacts(ctx, store.WatchScope{})
+	facts, err := st.JobWatchFacts(ctx, model.WatchScope{})
 	if err != nil {
 		return Report{State: Unknown}, err
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/schedule"
-	"github.com/holdfast-backup/holdfast/store"
 )
 
 // Verdict is whether a job is overdue, since when and why.
@@ -28,7 +27,7 @@ type Verdict struct {
 }
 
 // Judge decides about one job as of now (the database's clock, f.ReadAt).
-func Judge(f store.WatchFacts, now time.Time) (Verdict, error) {
+func Judge(f model.WatchFacts, now time.Time) (Verdict, error) {
 	from := since(f)
 	e, err := expect(f.Job, from, verifiedSince(f))
 	if err != nil {
@@ -39,7 +38,7 @@ func Judge(f store.WatchFacts, now time.Time) (Verdict, error) {
 
 // verifiedSince is the instant a job with a verify schedule must have been verified again
 // after: its last successful verification, or when the schedule was set (zero: no schedule).
-func verifiedSince(f store.WatchFacts) time.Time {
+func verifiedSince(f model.WatchFacts) time.Time {
 	j := f.Job
 	switch {
 	case j.VerifySchedule == "":
@@ -53,7 +52,7 @@ func verifiedSince(f store.WatchFacts) time.Time {
 }
 
 // since is the instant a job must have succeeded again after: its last success, or its creation.
-func since(f store.WatchFacts) time.Time {
+func since(f model.WatchFacts) time.Time {
 	if f.LastSuccess != nil && f.LastSuccess.After(f.Job.CreatedAt) {
 		return *f.LastSuccess
 	}
@@ -74,7 +73,7 @@ type expectation struct {
 // expect reads the job's expectation. It depends only on the job's schedule, zone and alert
 // settings and on from, so a Watcher keeps it while they stay the same (cron's next slot in a
 // zone costs microseconds, and every job is judged every pass).
-func expect(j store.WatchJob, from, verifyFrom time.Time) (expectation, error) {
+func expect(j model.WatchJob, from, verifyFrom time.Time) (expectation, error) {
 	var e expectation
 	if j.VerifySchedule != "" {
 		vs, err := schedule.Parse(j.VerifySchedule, j.TimeZone)
@@ -112,7 +111,7 @@ func expect(j store.WatchJob, from, verifyFrom time.Time) (expectation, error) {
 	return e, nil
 }
 
-func judge(f store.WatchFacts, now, from time.Time, e expectation) Verdict {
+func judge(f model.WatchFacts, now, from time.Time, e expectation) Verdict {
 	j := f.Job
 	after := "its creation"
 	if f.LastSuccess != nil {
@@ -158,9 +157,9 @@ type expected struct {
 // Store is what a Watcher reads and writes: the jobs' facts, the stalled runs, the duty of
 // watching unattended jobs, and the episodes it records. The daemon gives its store.Store.
 type Store interface {
-	JobWatchFacts(ctx context.Context, scope store.WatchScope) ([]store.WatchFacts, error)
-	AttemptListStalled(ctx context.Context, host string) ([]store.Stall, error)
-	AttemptMarkStalled(ctx context.Context, st store.Stall, reason, host string) (marked, stopped bool, err error)
+	JobWatchFacts(ctx context.Context, scope model.WatchScope) ([]model.WatchFacts, error)
+	AttemptListStalled(ctx context.Context, host string) ([]model.Stall, error)
+	AttemptMarkStalled(ctx context.Context, st model.Stall, reason, host string) (marked, stopped bool, err error)
 	DutyClaim(ctx context.Context, name, host string, every time.Duration) (bool, error)
 	JobMarkOverdue(ctx context.Context, job string, since time.Time, reason, host string) (bool, error)
 	JobClearOverdue(ctx context.Context, job, reason, host string) (bool, error)
@@ -219,7 +218,7 @@ func (w *Watcher) stalls(ctx context.Context) error {
 
 // overdue judges every job and records each change of its overdue episode.
 func (w *Watcher) overdue(ctx context.Context) error {
-	facts, err := w.Store.JobWatchFacts(ctx, store.WatchScope{Host: w.Host})
+	facts, err := w.Store.JobWatchFacts(ctx, model.WatchScope{Host: w.Host})
 	if err != nil {
 		return err
 	}
@@ -228,7 +227,7 @@ func (w *Watcher) overdue(ctx context.Context) error {
 	if claimed, err := w.Store.DutyClaim(ctx, unattendedDuty, w.Host, w.interval()); err != nil {
 		return err
 	} else if claimed {
-		unattended, err := w.Store.JobWatchFacts(ctx, store.WatchScope{Unattended: true})
+		unattended, err := w.Store.JobWatchFacts(ctx, model.WatchScope{Unattended: true})
 		if err != nil {
 			return err
 		}

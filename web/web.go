@@ -47,8 +47,8 @@ type Store interface {
 	RunResolve(ctx context.Context, idOrPrefix string) (uuid.UUID, error)
 	RunGet(ctx context.Context, id uuid.UUID) (model.Run, error)
 	AttemptList(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error)
-	SnapshotList(ctx context.Context, repository string) ([]store.Snapshot, error)
-	EntryList(ctx context.Context, account string, limit int) ([]store.Entry, error)
+	SnapshotList(ctx context.Context, repository string) ([]model.Snapshot, error)
+	EntryList(ctx context.Context, account string, limit int) ([]model.LedgerEntry, error)
 }
 
 // Config configures the dashboard.
@@ -305,7 +305,7 @@ func (s *server) plan(ctx context.Context, r *http.Request) (any, error) {
 		PlanError string
 	}{page: page{"Retention plan of " + name, now()}, Job: name}
 	pl, err := forget.Plan(ctx, s.cfg.Store, forget.Request{Job: name, At: time.Now(), Host: s.cfg.Host, Restic: s.cfg.Restic,
-		Read: func(ctx context.Context, j model.Job) ([]store.Snapshot, error) {
+		Read: func(ctx context.Context, j model.Job) ([]model.Snapshot, error) {
 			return s.cfg.Store.SnapshotList(ctx, j.Repository)
 		}})
 	var conflict *store.ConflictError
@@ -332,7 +332,7 @@ func (s *server) accounts(ctx context.Context, r *http.Request) (any, error) {
 	if name != "" && len(accounts) == 0 {
 		return nil, fmt.Errorf("account %s: %w", name, store.ErrNotFound)
 	}
-	var list []store.Entry
+	var list []model.LedgerEntry
 	if name != "" {
 		if list, err = s.cfg.Store.EntryList(ctx, name, entries); err != nil {
 			return nil, err
@@ -344,7 +344,7 @@ func (s *server) accounts(ctx context.Context, r *http.Request) (any, error) {
 	}
 	return struct {
 		page
-		Accounts []store.Account
-		Entries  []store.Entry
+		Accounts []model.Account
+		Entries  []model.LedgerEntry
 	}{page{title, now()}, accounts, list}, nil
 }

@@ -33,7 +33,7 @@ type configChange struct {
 type configPlan struct {
 	Changes  []configChange `json:"changes"`
 	Warnings []string       `json:"warnings"`
-	applied  store.Applied
+	applied  store.ConfigApplyParams
 }
 
 func newApplyCmd(g *globals) *cobra.Command {
@@ -260,7 +260,7 @@ func planAccounts(ctx context.Context, st *store.Store, set configSet, plan *con
 		return nil, err
 	}
 	known = map[string]bool{}
-	stored := map[string]store.Account{}
+	stored := map[string]model.Account{}
 	for _, a := range existing {
 		stored[a.Name] = a
 		known[a.Name] = true
@@ -278,7 +278,7 @@ func planAccounts(ctx context.Context, st *store.Store, set configSet, plan *con
 		have, ok := stored[d.name]
 		if !ok {
 			plan.applied.CreateAccounts = append(plan.applied.CreateAccounts,
-				store.NewAccount{Name: want.name, Quota: want.quota, Allowance: want.allowance, Period: want.period})
+				store.AccountCreateParams{Name: want.name, Quota: want.quota, Allowance: want.allowance, Period: want.period})
 			plan.Changes = append(plan.Changes, configChange{Kind: "account", Name: d.name, Action: "create", Fields: []string{}})
 			continue
 		}
@@ -329,7 +329,7 @@ func (g *globals) planTargets(ctx context.Context, st *store.Store, set configSe
 	if err != nil {
 		return err
 	}
-	stored := map[string]store.Target{}
+	stored := map[string]model.Target{}
 	for _, t := range existing {
 		stored[t.Name] = t
 	}
@@ -388,17 +388,17 @@ func (g *globals) planTargets(ctx context.Context, st *store.Store, set configSe
 
 // declaredTarget is the notification target a declaration describes, checked as `notify add`
 // checks one. events may also be a list.
-func declaredTarget(d declaration) (store.Target, error) {
+func declaredTarget(d declaration) (model.Target, error) {
 	var nf notifyFlags
 	fs := pflag.NewFlagSet("notify", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	nf.bind(fs)
 	if err := setFlags(d, fs, map[string]bool{"events": true}); err != nil {
-		return store.Target{}, err
+		return model.Target{}, err
 	}
 	t, err := nf.target(d.name)
 	if err != nil {
-		return store.Target{}, d.errorOf(err)
+		return model.Target{}, d.errorOf(err)
 	}
 	return t, nil
 }
@@ -597,7 +597,7 @@ func exportJob(j model.Job) *yaml.Node {
 }
 
 // exportAccount is an account as a declaration: its quota (all its grants) and allowance.
-func exportAccount(a store.Account) *yaml.Node {
+func exportAccount(a model.Account) *yaml.Node {
 	m := &yaml.Node{Kind: yaml.MappingNode}
 	if !a.Unlimited {
 		m.Content = append(m.Content, scalar("quota", "str"), scalar(exactSize(a.GrantedBytes), "str"))
@@ -624,7 +624,7 @@ func exactSize(n int64) string {
 
 // exportTarget is a notification target as a declaration: the settings it has, a secret URL
 // hidden unless showSecrets, and saying so in a comment.
-func exportTarget(t store.Target, showSecrets bool) *yaml.Node {
+func exportTarget(t model.Target, showSecrets bool) *yaml.Node {
 	m := &yaml.Node{Kind: yaml.MappingNode}
 	for _, s := range targetSettings {
 		v := s.render(t)

@@ -274,7 +274,7 @@ func (w *world) awaitLease(d *daemon, host string) {
 			return
 		default:
 		}
-		var hosts []store.Host
+		var hosts []model.Host
 		if st := w.store(); st != nil {
 			hosts, _ = st.HostList(context.Background()) // a test may have stopped PostgreSQL: wait
 		}

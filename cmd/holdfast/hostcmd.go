@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -34,7 +35,7 @@ type hostOut struct {
 	PinnedJobs    int     `json:"pinned_jobs"`
 }
 
-func hostJSON(h store.Host) hostOut {
+func hostJSON(h model.Host) hostOut {
 	return hostOut{Name: h.Name, Version: h.Version, ResticVersion: h.ResticVersion, Alive: h.Alive, LastHeartbeat: h.HeartbeatAt.UTC().Format(time.RFC3339Nano),
 		LeaseUntil: h.LeaseUntil.UTC().Format(time.RFC3339Nano), Generation: h.Generation, Holder: h.Holder,
 		StartedAt: h.StartedAt.UTC().Format(time.RFC3339Nano), DrainingSince: timeStr(h.DrainingSince),

@@ -152,14 +152,14 @@ func copySettings(dst *model.Job, src model.Job, flags []string) {
 type targetSetting struct {
 	flag   string
 	kind   string
-	render func(store.Target) []string
+	render func(model.Target) []string
 	// secret: a URL whose path, query or user may be the secret (a check's UUID, a webhook's
 	// token), which export prints hidden (hideURL) unless --show-secrets.
 	secret bool
 }
 
-func targetURL(kind string) func(store.Target) []string {
-	return func(t store.Target) []string {
+func targetURL(kind string) func(model.Target) []string {
+	return func(t model.Target) []string {
 		if t.Kind != kind {
 			return str("")
 		}
@@ -169,13 +169,13 @@ func targetURL(kind string) func(store.Target) []string {
 
 // targetSettings are every setting of a notification target, in the order export writes them.
 var targetSettings = []targetSetting{
-	{"webhook", "str", targetURL(store.TargetWebhook), true},
-	{"healthchecks", "str", targetURL(store.TargetHealthchecks), true},
-	{"command", "list", func(t store.Target) []string { return t.Command }, false},
-	{"secret-file", "str", func(t store.Target) []string { return str(fileOf(t, store.TargetWebhook)) }, false},
-	{"channel-url-file", "str", func(t store.Target) []string { return str(fileOf(t, store.TargetChannel)) }, false},
-	{"job", "str", func(t store.Target) []string { return str(t.Job) }, false},
-	{"events", "str", func(t store.Target) []string { return str(strings.Join(t.Events, ",")) }, false},
+	{"webhook", "str", targetURL(model.TargetWebhook), true},
+	{"healthchecks", "str", targetURL(model.TargetHealthchecks), true},
+	{"command", "list", func(t model.Target) []string { return t.Command }, false},
+	{"secret-file", "str", func(t model.Target) []string { return str(fileOf(t, model.TargetWebhook)) }, false},
+	{"channel-url-file", "str", func(t model.Target) []string { return str(fileOf(t, model.TargetChannel)) }, false},
+	{"job", "str", func(t model.Target) []string { return str(t.Job) }, false},
+	{"events", "str", func(t model.Target) []string { return str(strings.Join(t.Events, ",")) }, false},
 }
 
 // hiddenMark ends a URL whose secret part export left out (https://hc-ping.com/…), as notify.Redact
@@ -195,12 +195,12 @@ func hideURL(raw string) string {
 // hiddenURL reports whether t's URL is one export printed hidden: it stands for the URL stored
 // under t's name, not for itself. Only a webhook's and a check's URL is given whole (a
 // channel's URL is in its file, and t.URL only shows its scheme and host).
-func hiddenURL(t store.Target) bool {
-	return (t.Kind == store.TargetWebhook || t.Kind == store.TargetHealthchecks) && strings.HasSuffix(t.URL, hiddenMark)
+func hiddenURL(t model.Target) bool {
+	return (t.Kind == model.TargetWebhook || t.Kind == model.TargetHealthchecks) && strings.HasSuffix(t.URL, hiddenMark)
 }
 
 // fileOf is the target's file if it is of kind: a webhook's key, a channel's URL.
-func fileOf(t store.Target, kind string) string {
+func fileOf(t model.Target, kind string) string {
 	if t.Kind != kind {
 		return ""
 	}
@@ -208,7 +208,7 @@ func fileOf(t store.Target, kind string) string {
 }
 
 // changedTargetSettings are the flags of the settings in which a and b differ.
-func changedTargetSettings(a, b store.Target) []string {
+func changedTargetSettings(a, b model.Target) []string {
 	var changed []string
 	for _, s := range targetSettings {
 		if !slices.Equal(s.render(a), s.render(b)) {

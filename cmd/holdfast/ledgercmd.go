@@ -11,6 +11,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -60,7 +61,7 @@ type entry struct {
 	Note      string  `json:"note"`
 }
 
-func entryJSON(e store.Entry) entry {
+func entryJSON(e model.LedgerEntry) entry {
 	o := entry{ID: e.ID, Kind: e.Kind, Bytes: e.Bytes, Attempt: e.Attempt, HoldID: e.HoldID,
 		CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339Nano), Actor: e.Actor, Note: e.Note}
 	if e.RunID != nil {
@@ -70,7 +71,7 @@ func entryJSON(e store.Entry) entry {
 	return o
 }
 
-func accountJSON(a store.Account) accountOut {
+func accountJSON(a model.Account) accountOut {
 	o := accountOut{Account: a.Name, Unlimited: a.Unlimited, SettledBytes: a.SettledBytes, HeldBytes: a.HeldBytes,
 		AllowanceBytes: a.AllowanceBytes, AllowancePeriod: a.AllowancePeriod, CreatedAt: a.CreatedAt.UTC().Format(time.RFC3339Nano),
 		OpenHolds: []hold{}, Deferred: []hold{}, Entries: []entry{}}
@@ -81,7 +82,7 @@ func accountJSON(a store.Account) accountOut {
 	return o
 }
 
-func quotaText(a store.Account) string {
+func quotaText(a model.Account) string {
 	if a.Unlimited {
 		return fmt.Sprintf("no quota; %s charged, %s held", ledger.FormatSize(a.SettledBytes), ledger.FormatSize(a.HeldBytes))
 	}
@@ -119,7 +120,7 @@ func newAccountAddCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				a, err := st.AccountCreate(ctx, store.NewAccount{Name: args[0], Quota: &q, Allowance: allow, Period: period, Actor: g.actor()})
+				a, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: args[0], Quota: &q, Allowance: allow, Period: period, Actor: g.actor()})
 				if err != nil {
 					return err
 				}
@@ -232,7 +233,7 @@ func newLedgerShowCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				holdJSON := func(h store.OpenHold) hold {
+				holdJSON := func(h model.OpenHold) hold {
 					return hold{EntryID: h.ID, RunID: h.RunID.String(), Job: h.JobName, Attempt: *h.Attempt, Bytes: h.Bytes,
 						HeldAt: h.CreatedAt.UTC().Format(time.RFC3339Nano), Deferred: h.Deferred}
 				}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -35,9 +36,9 @@ type targetOut struct {
 	CreatedAt  string   `json:"created_at"`
 }
 
-func targetJSON(t store.Target) targetOut {
+func targetJSON(t model.Target) targetOut {
 	where := notify.Redact(t.URL)
-	if t.Kind == store.TargetCommand {
+	if t.Kind == model.TargetCommand {
 		where = t.Command[0]
 	}
 	return targetOut{Name: t.Name, Kind: t.Kind, Where: where, SecretFile: t.SecretFile, Job: t.Job, Events: t.Events,
@@ -46,7 +47,7 @@ func targetJSON(t store.Target) targetOut {
 
 // notifyFlags binds what `notify add` takes.
 type notifyFlags struct {
-	t                                          store.Target
+	t                                          model.Target
 	webhook, healthchecks, events, channelFile string
 }
 
@@ -62,7 +63,7 @@ func (nf *notifyFlags) bind(f *pflag.FlagSet) {
 }
 
 // target is the target named name the flags describe, checked.
-func (nf *notifyFlags) target(name string) (store.Target, error) {
+func (nf *notifyFlags) target(name string) (model.Target, error) {
 	t := nf.t
 	t.Name = name
 	given := 0
@@ -70,8 +71,8 @@ func (nf *notifyFlags) target(name string) (store.Target, error) {
 		set  bool
 		kind string
 		url  string
-	}{{nf.webhook != "", store.TargetWebhook, nf.webhook}, {nf.healthchecks != "", store.TargetHealthchecks, nf.healthchecks},
-		{len(t.Command) > 0, store.TargetCommand, ""}, {nf.channelFile != "", store.TargetChannel, ""}} {
+	}{{nf.webhook != "", model.TargetWebhook, nf.webhook}, {nf.healthchecks != "", model.TargetHealthchecks, nf.healthchecks},
+		{len(t.Command) > 0, model.TargetCommand, ""}, {nf.channelFile != "", model.TargetChannel, ""}} {
 		if k.set {
 			given++
 			t.Kind, t.URL = k.kind, k.url
@@ -80,7 +81,7 @@ func (nf *notifyFlags) target(name string) (store.Target, error) {
 	if given != 1 {
 		return t, badInput("give exactly one of --webhook URL, --healthchecks URL, --command PROGRAM or --channel-url-file FILE")
 	}
-	if t.Kind == store.TargetChannel {
+	if t.Kind == model.TargetChannel {
 		if t.SecretFile != "" {
 			return t, badInput("--secret-file signs webhook requests: a channel's secret is in its URL file")
 		}
@@ -132,7 +133,7 @@ func newNotifyAddCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "notification target %s added: %s to %s (events %s)\n", t.Name, t.Kind,
 					targetJSON(added[0]).Where, strings.Join(added[0].Events, ","))
-				if t.Kind == store.TargetCommand {
+				if t.Kind == model.TargetCommand {
 					fmt.Fprintln(cmd.ErrOrStderr(), "note: a daemon runs command targets only with --allow-notify-commands "+
 						"(HOLDFAST_ALLOW_NOTIFY_COMMANDS=true), as its --notify-command-user (default nobody); elsewhere their deliveries fail, saying so")
 				}
@@ -217,7 +218,7 @@ func newNotifyTestCmd(g *globals) *cobra.Command {
 					return err
 				}
 				t := targets[0]
-				e := store.Event{ID: uuid.New(), Event: "succeeded", Job: cmp.Or(t.Job, "holdfast-test"), Status: "succeeded",
+				e := model.Event{ID: uuid.New(), Event: "succeeded", Job: cmp.Or(t.Job, "holdfast-test"), Status: "succeeded",
 					Reason: "a test event from holdfast notify test", At: time.Now(), Details: json.RawMessage(`{"test":true}`)}
 				if err := d.Send(ctx, t, e); err != nil {
 					return fmt.Errorf("notification target %s: %w", t.Name, err)

@@ -198,7 +198,7 @@ func printPlan(w io.Writer, o planOut) {
 
 // refreshSnapshots reads the job's repository into the inventory, with restic running as the
 // job's user in a unit of its own, as the daemon runs it.
-func (g *globals) refreshSnapshots(ctx context.Context, st *store.Store, restic string, j model.Job) ([]store.Snapshot, error) {
+func (g *globals) refreshSnapshots(ctx context.Context, st *store.Store, restic string, j model.Job) ([]model.Snapshot, error) {
 	rn, err := g.openRunner(ctx)
 	if err != nil {
 		return nil, err
@@ -263,7 +263,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 					Restic:      resticVersion,
 					Policy:      func(p retention.Policy) (retention.Policy, error) { return pf.policy(cmd.Flags(), p) },
 					PolicyGiven: pf.given(cmd.Flags()),
-					Read: func(ctx context.Context, j model.Job) ([]store.Snapshot, error) {
+					Read: func(ctx context.Context, j model.Job) ([]model.Snapshot, error) {
 						return g.refreshSnapshots(ctx, st, resticPath, j)
 					}})
 				if err != nil {
@@ -296,7 +296,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 					printPlan(cmd.OutOrStdout(), o)
 				}
 				switch {
-				case saved.Outcome == store.PlanRefused:
+				case saved.Outcome == model.PlanRefused:
 					return badInput("retention plan %s refused: %s", saved.ID, pl.Refusal)
 				case saved.RunID == nil:
 					if !asJSON {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
 )
@@ -43,7 +44,7 @@ type snapshotOut struct {
 	Source string `json:"source"`
 }
 
-func snapshotJSON(s store.Snapshot) snapshotOut {
+func snapshotJSON(s model.Snapshot) snapshotOut {
 	o := snapshotOut{ID: s.ID, Repository: s.Repository, Time: s.Time.UTC().Format(time.RFC3339Nano), Host: s.Host,
 		Tags: s.Tags, Paths: s.Paths, Job: s.JobName, BytesAdded: s.BytesAdded, LegalHold: s.LegalHoldAt != nil,
 		LegalHoldAt: timeStr(s.LegalHoldAt), LegalHoldBy: s.LegalHoldBy, LegalHoldWhy: s.LegalHoldWhy,
@@ -56,7 +57,7 @@ func snapshotJSON(s store.Snapshot) snapshotOut {
 	return o
 }
 
-func protection(s store.Snapshot, now time.Time) string {
+func protection(s model.Snapshot, now time.Time) string {
 	var p []string
 	if s.LegalHoldAt != nil {
 		p = append(p, "legal hold")
@@ -85,7 +86,7 @@ func newSnapshotListCmd(g *globals) *cobra.Command {
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				repository := ""
-				var snaps []store.Snapshot
+				var snaps []model.Snapshot
 				if len(args) == 1 {
 					j, err := st.JobGet(ctx, args[0])
 					if err != nil {
@@ -147,7 +148,7 @@ func snapshotArg(s string) error {
 	return nil
 }
 
-func snapshotChange(g *globals, use, short string, change func(context.Context, *store.Store, string) (store.Snapshot, error), done func(store.Snapshot) string) *cobra.Command {
+func snapshotChange(g *globals, use, short string, change func(context.Context, *store.Store, string) (model.Snapshot, error), done func(model.Snapshot) string) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   use,
@@ -177,39 +178,39 @@ func snapshotChange(g *globals, use, short string, change func(context.Context, 
 func newSnapshotHoldCmd(g *globals) *cobra.Command {
 	var why string
 	cmd := snapshotChange(g, "hold ID", "Put a snapshot under legal hold: no retention plan deletes it until it is released",
-		func(ctx context.Context, st *store.Store, id string) (store.Snapshot, error) {
+		func(ctx context.Context, st *store.Store, id string) (model.Snapshot, error) {
 			return st.SnapshotHold(ctx, id, g.actor(), why)
 		},
-		func(s store.Snapshot) string { return fmt.Sprintf("snapshot %.12s is under legal hold", s.ID) })
+		func(s model.Snapshot) string { return fmt.Sprintf("snapshot %.12s is under legal hold", s.ID) })
 	cmd.Flags().StringVar(&why, "why", "", "the reason, kept with the hold")
 	return cmd
 }
 
 func newSnapshotReleaseCmd(g *globals) *cobra.Command {
 	return snapshotChange(g, "release ID", "Lift a snapshot's legal hold (its immutability, if any, stays)",
-		func(ctx context.Context, st *store.Store, id string) (store.Snapshot, error) {
+		func(ctx context.Context, st *store.Store, id string) (model.Snapshot, error) {
 			return st.SnapshotRelease(ctx, id)
 		},
-		func(s store.Snapshot) string { return fmt.Sprintf("snapshot %.12s released from legal hold", s.ID) })
+		func(s model.Snapshot) string { return fmt.Sprintf("snapshot %.12s released from legal hold", s.ID) })
 }
 
 func newSnapshotLockCmd(g *globals) *cobra.Command {
 	var until string
 	cmd := snapshotChange(g, "lock ID --until T", "Make a snapshot immutable until a time: no retention plan deletes it before then",
-		func(ctx context.Context, st *store.Store, id string) (store.Snapshot, error) {
+		func(ctx context.Context, st *store.Store, id string) (model.Snapshot, error) {
 			if until == "" {
-				return store.Snapshot{}, badInput("--until is required, e.g. --until 2027-12-31")
+				return model.Snapshot{}, badInput("--until is required, e.g. --until 2027-12-31")
 			}
 			t, err := parseTime("--until", until)
 			if err != nil {
-				return store.Snapshot{}, err
+				return model.Snapshot{}, err
 			}
 			if !t.After(time.Now()) {
-				return store.Snapshot{}, badInput("--until %s is not in the future", until)
+				return model.Snapshot{}, badInput("--until %s is not in the future", until)
 			}
 			return st.SnapshotLock(ctx, id, t, g.actor())
 		},
-		func(s store.Snapshot) string {
+		func(s model.Snapshot) string {
 			return fmt.Sprintf("snapshot %.12s is immutable until %s", s.ID, s.ImmutableUntil.Local().Format(time.RFC3339))
 		})
 	cmd.Flags().StringVar(&until, "until", "", "the time until which the snapshot is immutable")

@@ -23,11 +23,11 @@ type LeaseOpts struct {
 
 // Lease takes a host's lease for a holder as opts say, at once, from whichever daemon held it
 // (every other holder is gone), with a takeover grace of a second.
-func Lease(t testing.TB, st *store.Store, opts *LeaseOpts) store.Lease {
+func Lease(t testing.TB, st *store.Store, opts *LeaseOpts) model.Lease {
 	t.Helper()
 	o := cmp.Or(opts, &LeaseOpts{})
 	host, holder := cmp.Or(o.Host, "h1"), cmp.Or(o.Holder, "holder-1")
-	l, err := st.LeaseAcquire(context.Background(), store.LeaseRequest{Host: host, Holder: holder, Duration: cmp.Or(o.Duration, time.Hour),
+	l, err := st.LeaseAcquire(context.Background(), store.LeaseAcquireParams{Host: host, Holder: holder, Duration: cmp.Or(o.Duration, time.Hour),
 		Grace: time.Second, HolderGone: func(string) bool { return true }})
 	if err != nil {
 		t.Fatalf("lease of %s for %s: %v", host, holder, err)
@@ -75,7 +75,7 @@ type RunOpts struct {
 	// Claim, if set, takes the run on as the daemon holding that lease does: it claims the
 	// spawn of attempt 1 with its derived unit (Unit), and with Started it marks the attempt
 	// started on the database's clock.
-	Claim   *store.Lease
+	Claim   *model.Lease
 	Started bool
 }
 
@@ -98,7 +98,7 @@ func Run(t testing.TB, st *store.Store, opts *RunOpts) model.Run {
 		}
 		return run
 	}
-	claimed, blocked, err := st.AttemptClaimSpawn(ctx, *o.Claim, store.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: Unit(run, 1)})
+	claimed, blocked, err := st.AttemptClaimSpawn(ctx, *o.Claim, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: Unit(run, 1)})
 	if err != nil || !claimed {
 		t.Fatalf("claim the spawn of run %s: claimed=%v blocked=%q err=%v", run.ID, claimed, blocked, err)
 	}

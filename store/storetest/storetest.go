@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -31,7 +32,7 @@ type Bundle struct {
 	// Host is the bundle's host, h1, and Lease its current lease, for holder-1, held for an
 	// hour (Lease's defaults).
 	Host  string
-	Lease store.Lease
+	Lease model.Lease
 }
 
 // Setup opens a store on a fresh database (Open), with a pool of its own on it, and takes the
