@@ -176,7 +176,7 @@ func BenchmarkStartLatency(b *testing.B) {
 
 		// holdfast: admitted as `run start` does, spawned by the daemon on NOTIFY.
 		start = time.Now()
-		run, err := st.RunAdmit(ctx, "bench", "manual", model.KindBackup)
+		run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "bench", Trigger: "manual", Kind: model.KindBackup})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -58,7 +58,7 @@ func (w *sweepWorld) addCommandRuns(b *testing.B, n int, argv []string) []model.
 		if _, err := w.st.JobCreate(ctx, model.Job{Name: name, Engine: "command", Repository: "-", PasswordFile: "-", Command: argv, User: "nobody"}); err != nil {
 			b.Fatal(err)
 		}
-		run, err := w.st.RunAdmit(ctx, name, "manual", model.KindBackup)
+		run, err := w.st.RunAdmit(ctx, store.RunAdmitParams{Job: name, Trigger: "manual", Kind: model.KindBackup})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -82,7 +82,7 @@ exec REAL "$@"
 	if _, err := st.JobCreate(ctx, model.Job{Name: "inv", Engine: "restic", Repository: repo, PasswordFile: pw, Paths: paths}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.RunAdmit(ctx, "inv", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "inv", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -174,8 +174,8 @@ func (s *fakeState) AttemptMarkStarted(_ context.Context, _ model.Lease, ref mod
 	return nil
 }
 
-func (s *fakeState) RunSetWaiting(_ context.Context, _ uuid.UUID, reason string, notBefore *time.Time) error {
-	s.record("RunSetWaiting %q until=%t", reason, notBefore != nil)
+func (s *fakeState) RunSetWaiting(_ context.Context, p store.RunSetWaitingParams) error {
+	s.record("RunSetWaiting %q until=%t", p.Reason, p.NotBefore != nil)
 	return nil
 }
 

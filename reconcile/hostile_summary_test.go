@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -69,7 +70,7 @@ exec REAL "$@"
 		Paths: []string{filepath.Join(dir, "data")}}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.RunAdmit(ctx, "hostile", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "hostile", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}

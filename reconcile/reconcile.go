@@ -40,6 +40,7 @@ import (
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/spawn"
+	"github.com/holdfast-backup/holdfast/store"
 )
 
 // DefaultDependsWait is how long a run waits for its prerequisite's next outcome by default:
@@ -741,7 +742,7 @@ func (r *Reconciler) carryOut(ctx context.Context, l model.LiveRun, f facts, job
 	case actDisarm:
 		return r.disarm(ctx, l, f, d.end)
 	case actWait:
-		return r.cfg.Store.RunSetWaiting(ctx, l.Run.ID, d.why, d.until)
+		return r.cfg.Store.RunSetWaiting(ctx, store.RunSetWaitingParams{RunID: l.Run.ID, Reason: d.why, NotBefore: d.until})
 	case actFinish:
 		if err := r.markArmedStarted(ctx, l, f); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
@@ -63,7 +64,7 @@ func TestHostClockSkew(t *testing.T) {
 				t.Fatalf("run %s is not live", id)
 				return model.LiveRun{}
 			}
-			run, err := st.RunAdmit(ctx, name, "manual", model.KindBackup)
+			run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: name, Trigger: "manual", Kind: model.KindBackup})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -50,7 +50,7 @@ type StateWriter interface {
 	AttemptSetRepoBaseline(ctx context.Context, w model.Lease, ref model.AttemptRef, bytes int64) error
 	AttemptHoldSize(ctx context.Context, w model.Lease, p store.AttemptHoldSizeParams) (model.SizedHold, error)
 	AttemptMarkStarted(ctx context.Context, w model.Lease, ref model.AttemptRef, at time.Time) error
-	RunSetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error
+	RunSetWaiting(ctx context.Context, p store.RunSetWaitingParams) error
 	AttemptApplyJournal(ctx context.Context, w model.Lease, ref model.AttemptRef, from, to journal.Cursor, d model.JournalDelta) (bool, error)
 	AttemptQuarantine(ctx context.Context, w model.Lease, ref model.AttemptRef, reason string) error
 	AttemptFinish(ctx context.Context, w model.Lease, e model.Ending) (bool, error)

@@ -81,7 +81,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 		Command: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.RunAdmit(ctx, "flaky", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "flaky", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestUnitsAskedAsRunsAreRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	long, err := st.RunAdmit(ctx, "long", "manual", model.KindBackup)
+	long, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "long", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestUnitsAskedAsRunsAreRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A claim dated back past the grace whose unit systemd never had.
-	lost, err := st.RunAdmit(ctx, "lost", "manual", model.KindBackup)
+	lost, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "lost", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}

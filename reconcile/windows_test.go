@@ -12,6 +12,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
+	"github.com/holdfast-backup/holdfast/store"
 )
 
 // A job whose stored windows or time zone do not parse (written around job.Validate, by SQL)
@@ -38,7 +39,7 @@ func TestStoredWindowsThatDoNotParseHoldTheRun(t *testing.T) {
 				TimeZone: c.zone, Windows: c.windows}); err != nil {
 				t.Fatal(err)
 			}
-			run, err := e.st.RunAdmit(ctx, c.name, "manual", model.KindBackup)
+			run, err := e.st.RunAdmit(ctx, store.RunAdmitParams{Job: c.name, Trigger: "manual", Kind: model.KindBackup})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +99,7 @@ func TestUnloadableZoneWithoutWindowsHoldsNothing(t *testing.T) {
 	if _, err := e.st.JobCreate(ctx, model.Job{Name: "no-windows", Engine: "command", Command: []string{"/bin/true"}, TimeZone: "Mars/Olympus"}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := e.st.RunAdmit(ctx, "no-windows", "manual", model.KindBackup)
+	run, err := e.st.RunAdmit(ctx, store.RunAdmitParams{Job: "no-windows", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}

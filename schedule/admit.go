@@ -50,8 +50,8 @@ func FirstSlot(spec, tz string, now time.Time) (*time.Time, error) {
 // Store is what an Admitter writes: the due slots of jobs, and of their maintenance schedules,
 // admitted as runs. The daemon gives its store.Store.
 type Store interface {
-	JobAdmitDue(ctx context.Context, by string, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]model.Admitted, error)
-	JobAdmitDueMaintenance(ctx context.Context, by, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]model.MaintenanceAdmitted, error)
+	JobAdmitDue(ctx context.Context, p store.JobAdmitDueParams) ([]model.Admitted, error)
+	JobAdmitDueMaintenance(ctx context.Context, p store.JobAdmitDueMaintenanceParams) ([]model.MaintenanceAdmitted, error)
 }
 
 // Admitter turns due jobs into runs.
@@ -118,7 +118,10 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 	defer cancel()
 	admitted := 0
 	for {
-		batch, err := a.Store.JobAdmitDue(ctx, a.Host, now, now.Add(a.Lead), batchSize, a.SetAside, func(j model.Job) model.SlotDecision { return Decide(j, now, a.Grace) })
+		batch, err := a.Store.JobAdmitDue(ctx, store.JobAdmitDueParams{
+			By: a.Host, Now: now, Horizon: now.Add(a.Lead), Limit: batchSize, SetAside: a.SetAside,
+			Decide: func(j model.Job) model.SlotDecision { return Decide(j, now, a.Grace) },
+		})
 		if err != nil {
 			return admitted, err
 		}
@@ -142,7 +145,10 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 		}
 	}
 	for _, sched := range []string{store.Prunes, store.Verifications, store.Drills} {
-		due, err := a.Store.JobAdmitDueMaintenance(ctx, a.Host, sched, now, batchSize, a.SetAside, func(j model.Job) *time.Time { return nextMaintenance(j, sched, now) })
+		due, err := a.Store.JobAdmitDueMaintenance(ctx, store.JobAdmitDueMaintenanceParams{
+			By: a.Host, Schedule: sched, Now: now, Limit: batchSize, SetAside: a.SetAside,
+			Next: func(j model.Job) *time.Time { return nextMaintenance(j, sched, now) },
+		})
 		for _, p := range due {
 			switch {
 			case p.Failed != "":

@@ -51,7 +51,7 @@ type Store interface {
 	AttemptSetRepoBaseline(ctx context.Context, w model.Lease, ref model.AttemptRef, bytes int64) error
 	AttemptHoldSize(ctx context.Context, w model.Lease, p store.AttemptHoldSizeParams) (model.SizedHold, error)
 	AttemptMarkStarted(ctx context.Context, w model.Lease, ref model.AttemptRef, at time.Time) error
-	RunSetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error
+	RunSetWaiting(ctx context.Context, p store.RunSetWaitingParams) error
 }
 
 // Units is what a spawn asks of systemd.
@@ -190,7 +190,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		return err
 	}
 	if blocked != "" {
-		return s.cfg.Store.RunSetWaiting(ctx, l.Run.ID, blocked, nil)
+		return s.cfg.Store.RunSetWaiting(ctx, store.RunSetWaitingParams{RunID: l.Run.ID, Reason: blocked})
 	}
 	if !got {
 		return nil // another daemon has it, or a stop arrived

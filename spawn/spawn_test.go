@@ -111,8 +111,8 @@ func (w *world) AttemptMarkStarted(_ context.Context, l model.Lease, ref model.A
 	return nil
 }
 
-func (w *world) RunSetWaiting(_ context.Context, _ uuid.UUID, reason string, _ *time.Time) error {
-	w.record("RunSetWaiting %s", reason)
+func (w *world) RunSetWaiting(_ context.Context, p store.RunSetWaitingParams) error {
+	w.record("RunSetWaiting %s", p.Reason)
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
+	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -84,7 +85,7 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	}
 	admit := func(jobName string) model.Run {
 		t.Helper()
-		run, err := st.RunAdmit(ctx, jobName, "manual", model.KindBackup)
+		run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: jobName, Trigger: "manual", Kind: model.KindBackup})
 		if err != nil {
 			t.Fatal(err)
 		}

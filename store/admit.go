@@ -12,22 +12,32 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 )
 
-// JobAdmitDue claims up to limit jobs whose next slot is due at now (FOR UPDATE SKIP LOCKED, so
-// daemons sharing the database take different jobs), asks decide about each, and in the same
-// transaction admits the runs, advances next_run_at and records skipped slots.
+// JobAdmitDueParams says which due jobs JobAdmitDue admits, and how.
+type JobAdmitDueParams struct {
+	By       string    // who admits: recorded with each run as its admitting host
+	Now      time.Time // a slot due at Now is admitted
+	Horizon  time.Time // a slot up to Horizon (after Now) is admitted ahead
+	Limit    int       // at most this many jobs
+	SetAside time.Duration
+	Decide   func(model.Job) model.SlotDecision
+}
+
+// JobAdmitDue claims up to p.Limit jobs whose next slot is due at p.Now (FOR UPDATE SKIP
+// LOCKED, so daemons sharing the database take different jobs), asks p.Decide about each, and in
+// the same transaction admits the runs, advances next_run_at and records skipped slots.
 //
-// A slot up to horizon (after now) is admitted ahead, so the run can be prepared before its
-// time: the run is queued with its slot as not_before. Only a job without a live run is admitted
-// ahead; a job with one is decided at its slot, as an overlap or not.
+// A slot up to p.Horizon is admitted ahead, so the run can be prepared before its time: the run
+// is queued with its slot as not_before. Only a job without a live run is admitted ahead; a job
+// with one is decided at its slot, as an overlap or not.
 //
 // Each job is admitted under its own savepoint: a job that cannot be (its row cannot be read,
-// a statement about it fails) is rolled back alone, and set aside for setAside with the error
+// a statement about it fails) is rolled back alone, and set aside for p.SetAside with the error
 // recorded on it (Job.AdmissionError), so it neither blocks the others nor is claimed again
 // at once. Its slot stays as it was: once it can be admitted, missed slots are counted as usual.
-func (s *Store) JobAdmitDue(ctx context.Context, by string, now, horizon time.Time, limit int, setAside time.Duration, decide func(model.Job) model.SlotDecision) ([]model.Admitted, error) {
+func (s *Store) JobAdmitDue(ctx context.Context, p JobAdmitDueParams) ([]model.Admitted, error) {
 	var out []model.Admitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		due, err := claimDue(ctx, tx, "next_run_at", now, horizon, limit)
+		due, err := claimDue(ctx, tx, "next_run_at", p.Now, p.Horizon, p.Limit)
 		if err != nil {
 			return err
 		}
@@ -38,11 +48,11 @@ func (s *Store) JobAdmitDue(ctx context.Context, by string, now, horizon time.Ti
 				if err != nil {
 					return err
 				}
-				a, err = admitSlot(ctx, sp, j, decide(j), now, by)
+				a, err = admitSlot(ctx, sp, j, p.Decide(j), p.Now, p.By)
 				return err
 			})
 			if err != nil {
-				if a, err = setJobAside(ctx, tx, d, now, setAside, err); err != nil {
+				if a, err = setJobAside(ctx, tx, d, p.Now, p.SetAside, err); err != nil {
 					return err
 				}
 			}
@@ -171,19 +181,30 @@ const (
 // maintenanceSlots is the slot column of each of those schedules.
 var maintenanceSlots = map[string]string{Prunes: "next_prune_at", Verifications: "next_verify_at", Drills: "next_drill_at"}
 
-// JobAdmitDueMaintenance claims up to limit jobs whose slot of the named schedule (Prunes,
-// Verifications, Drills) is due (FOR UPDATE SKIP LOCKED) and admits its run for each, advancing
-// the slot with next. A job with a live run keeps its slot due: the run is put off, not dropped, and admitted
-// once the job is free. As in JobAdmitDue, a job that cannot be admitted is rolled back alone and
-// set aside for setAside.
-func (s *Store) JobAdmitDueMaintenance(ctx context.Context, by, schedule string, now time.Time, limit int, setAside time.Duration, next func(model.Job) *time.Time) ([]model.MaintenanceAdmitted, error) {
-	column, ok := maintenanceSlots[schedule]
+// JobAdmitDueMaintenanceParams says which due slots of a repository's schedule
+// JobAdmitDueMaintenance admits, and how.
+type JobAdmitDueMaintenanceParams struct {
+	By       string // who admits: recorded with each run as its admitting host
+	Schedule string // Prunes, Verifications or Drills
+	Now      time.Time
+	Limit    int // at most this many jobs
+	SetAside time.Duration
+	Next     func(model.Job) *time.Time // the job's slot after the one admitted
+}
+
+// JobAdmitDueMaintenance claims up to p.Limit jobs whose slot of p.Schedule is due at p.Now (FOR
+// UPDATE SKIP LOCKED) and admits its run for each, advancing the slot with p.Next. A job with a
+// live run keeps its slot due: the run is put off, not dropped, and admitted once the job is
+// free. As in JobAdmitDue, a job that cannot be admitted is rolled back alone and set aside for
+// p.SetAside.
+func (s *Store) JobAdmitDueMaintenance(ctx context.Context, p JobAdmitDueMaintenanceParams) ([]model.MaintenanceAdmitted, error) {
+	column, ok := maintenanceSlots[p.Schedule]
 	if !ok {
-		return nil, fmt.Errorf("admit due maintenance: no schedule %q", schedule)
+		return nil, fmt.Errorf("admit due maintenance: no schedule %q", p.Schedule)
 	}
 	var out []model.MaintenanceAdmitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		due, err := claimDue(ctx, tx, column, now, now, limit)
+		due, err := claimDue(ctx, tx, column, p.Now, p.Now, p.Limit)
 		if err != nil {
 			return err
 		}
@@ -194,15 +215,15 @@ func (s *Store) JobAdmitDueMaintenance(ctx context.Context, by, schedule string,
 				if err != nil {
 					return err
 				}
-				a, err = admitMaintenance(ctx, sp, schedule, j, next, by)
+				a, err = admitMaintenance(ctx, sp, p.Schedule, j, p.Next, p.By)
 				return err
 			})
 			if err != nil {
-				failed, err := setJobAside(ctx, tx, d, now, setAside, err)
+				failed, err := setJobAside(ctx, tx, d, p.Now, p.SetAside, err)
 				if err != nil {
 					return err
 				}
-				a = model.MaintenanceAdmitted{Job: d.name, Schedule: schedule, Failed: failed.Failed, RetryAt: failed.RetryAt}
+				a = model.MaintenanceAdmitted{Job: d.name, Schedule: p.Schedule, Failed: failed.Failed, RetryAt: failed.RetryAt}
 			}
 			crashpoint.At("admit-prune-before-commit") // a verification's too
 			out = append(out, a)
@@ -210,7 +231,7 @@ func (s *Store) JobAdmitDueMaintenance(ctx context.Context, by, schedule string,
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("admit due %s runs: %w", schedule, err)
+		return nil, fmt.Errorf("admit due %s runs: %w", p.Schedule, err)
 	}
 	return out, nil
 }
@@ -287,16 +308,23 @@ func (s *Store) JobNextDue(ctx context.Context, host string, lead time.Duration)
 	return next, nil
 }
 
+// RunSetWaitingParams says why a queued run waits.
+type RunSetWaitingParams struct {
+	RunID     uuid.UUID
+	Reason    string
+	NotBefore *time.Time // the earliest time it may be spawned; nil leaves it as it is
+}
+
 // RunSetWaiting records why a queued run is not spawned yet and, optionally, the earliest time it
 // may be. It writes only when something changed.
-func (s *Store) RunSetWaiting(ctx context.Context, runID uuid.UUID, reason string, notBefore *time.Time) error {
+func (s *Store) RunSetWaiting(ctx context.Context, p RunSetWaitingParams) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE runs SET waiting_reason = nullif($2, ''), not_before = coalesce($3, not_before)
 		WHERE id = $1 AND status = 'queued'
 		  AND (waiting_reason IS DISTINCT FROM nullif($2, '') OR ($3::timestamptz IS NOT NULL AND not_before IS DISTINCT FROM $3))`,
-		runID, reason, notBefore)
+		p.RunID, p.Reason, p.NotBefore)
 	if err != nil {
-		return fmt.Errorf("record why run %s waits: %w", runID, err)
+		return fmt.Errorf("record why run %s waits: %w", p.RunID, err)
 	}
 	return nil
 }

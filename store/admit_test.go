@@ -42,7 +42,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 	}
 	const aside = time.Minute
 
-	got, err := st.JobAdmitDue(ctx, "", now, now, 10, aside, decide)
+	got, err := st.JobAdmitDue(ctx, store.JobAdmitDueParams{Now: now, Horizon: now, Limit: 10, SetAside: aside, Decide: decide})
 	if err != nil {
 		t.Fatalf("one bad job failed the whole admission: %v", err)
 	}
@@ -69,7 +69,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 
 	// Not claimed again, and not due, before the retry time: a loop sleeping until the next due
 	// time does not spin on it.
-	if again, err := st.JobAdmitDue(ctx, "", now.Add(time.Second), now.Add(time.Second), 10, aside, decide); err != nil || len(again) != 0 {
+	if again, err := st.JobAdmitDue(ctx, store.JobAdmitDueParams{Now: now.Add(time.Second), Horizon: now.Add(time.Second), Limit: 10, SetAside: aside, Decide: decide}); err != nil || len(again) != 0 {
 		t.Fatalf("second pass: %+v, %v; want nothing claimed", again, err)
 	}
 	due, err := st.JobNextDue(ctx, "h1", 0)
@@ -82,7 +82,7 @@ func TestAdmitSetsBadJobsAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	later := now.Add(aside + time.Second)
-	got, err = st.JobAdmitDue(ctx, "", later, later, 10, aside, decide)
+	got, err = st.JobAdmitDue(ctx, store.JobAdmitDueParams{Now: later, Horizon: later, Limit: 10, SetAside: aside, Decide: decide})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,16 +121,16 @@ func TestAdmitAhead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.RunAdmit(ctx, "busy", "manual", model.KindBackup); err != nil {
+	if _, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "busy", Trigger: "manual", Kind: model.KindBackup}); err != nil {
 		t.Fatal(err)
 	}
 	if due, err := st.JobNextDue(ctx, "h1", lead); err != nil || due == nil || !due.Equal(slot.Add(-lead)) {
 		t.Fatalf("next due = %v, %v; want the free job's slot a lead ahead, %s", due, err, slot.Add(-lead))
 	}
 	next := slot.Add(time.Hour)
-	got, err := st.JobAdmitDue(ctx, "", now, now.Add(lead), 10, time.Minute, func(j model.Job) model.SlotDecision {
+	got, err := st.JobAdmitDue(ctx, store.JobAdmitDueParams{Now: now, Horizon: now.Add(lead), Limit: 10, SetAside: time.Minute, Decide: func(j model.Job) model.SlotDecision {
 		return model.SlotDecision{Run: true, Trigger: model.TriggerSchedule, Planned: *j.NextRunAt, Next: &next}
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,9 +194,9 @@ func TestAdmissionNotifiesOtherHostsOnly(t *testing.T) {
 	if got := drain(); !slices.Equal(got, []string{"host:h1", "host:", "host:h2"}) {
 		t.Fatalf("creating the jobs announced %q, want each job's host", got)
 	}
-	admitted, err := st.JobAdmitDue(ctx, "h1", now, now, 10, time.Minute, func(j model.Job) model.SlotDecision {
+	admitted, err := st.JobAdmitDue(ctx, store.JobAdmitDueParams{By: "h1", Now: now, Horizon: now, Limit: 10, SetAside: time.Minute, Decide: func(j model.Job) model.SlotDecision {
 		return model.SlotDecision{Run: true, Trigger: "schedule", Planned: *j.NextRunAt, Next: &next}
-	})
+	}})
 	if err != nil || len(admitted) != 3 {
 		t.Fatalf("admitted %+v, %v; want the three jobs' runs", admitted, err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
@@ -19,7 +20,7 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 	if _, err := st.JobCreate(ctx, model.Job{Name: "late", Engine: "command", Command: []string{"/bin/true"}, AlertFailures: 2}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.RunAdmit(ctx, "late", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "late", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestStallClock(t *testing.T) {
 	if _, err := st.JobCreate(ctx, model.Job{Name: "slow", Engine: "command", Command: []string{"/bin/true"}, StallAfter: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := st.RunAdmit(ctx, "slow", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "slow", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}

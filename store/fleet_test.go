@@ -142,7 +142,7 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 		{what: "jobs to spawn", do: func() error { _, err := st.JobListForHost(ctx, host); return err }},
 		{what: "next due", generic: true, do: func() error { _, err := st.JobNextDue(ctx, host, 10*time.Second); return err }},
 		{what: "admission", do: func() error {
-			_, err := st.JobAdmitDue(ctx, "", time.Now(), time.Now().Add(10*time.Second), 10, time.Minute, nil)
+			_, err := st.JobAdmitDue(ctx, store.JobAdmitDueParams{Now: time.Now(), Horizon: time.Now().Add(10 * time.Second), Limit: 10, SetAside: time.Minute})
 			return err
 		}},
 		{what: "down hosts", generic: true, do: func() error { _, _, err := st.HostListDown(ctx, host, time.Second); return err }},

@@ -39,7 +39,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	h1 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"}) // p1 back, once p9 is gone
 
 	storetest.Job(t, st, &storetest.JobOpts{Name: "any", Repository: "/r"}) // no host: any host may run it
-	run, err := st.RunAdmit(ctx, "any", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "any", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestReleasedSpawnClaim(t *testing.T) {
 		"h2": storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"}),
 	}
 	storetest.Job(t, st, &storetest.JobOpts{Name: "any", Repository: "/r"})
-	run, err := st.RunAdmit(ctx, "any", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "any", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	h1 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1"})
 	h2 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"})
 	storetest.Job(t, st, &storetest.JobOpts{Name: "pinned", Repository: "/r", Host: "h1"})
-	run, err := st.RunAdmit(ctx, "pinned", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "pinned", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	}
 	// A run it was asked to stop is its to end.
 	storetest.Job(t, st, &storetest.JobOpts{Name: "stopped", Repository: "/r2", Host: "h1"})
-	stopped, err := st.RunAdmit(ctx, "stopped", "manual", model.KindBackup)
+	stopped, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "stopped", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestLimitsAcrossHosts(t *testing.T) {
 	claim := func(job, host string) (bool, string) {
 		t.Helper()
 		storetest.Job(t, st, &storetest.JobOpts{Name: job, Repository: "/r"})
-		run, err := st.RunAdmit(ctx, job, "manual", model.KindBackup)
+		run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: job, Trigger: "manual", Kind: model.KindBackup})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,7 +336,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 	// Long enough for the claim on a loaded machine; the lapse is the sleep past it.
 	a := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h", Holder: "A", Duration: 2 * time.Second})
 	storetest.Job(t, st, &storetest.JobOpts{Name: "j", Repository: "/r"})
-	run, err := st.RunAdmit(ctx, "j", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "j", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +388,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 		t.Fatalf("attempt after the stale writes: %+v %v", attempt, err)
 	}
 	storetest.Job(t, st, &storetest.JobOpts{Name: "k", Repository: "/r"})
-	next, err := st.RunAdmit(ctx, "k", "manual", model.KindBackup)
+	next, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "k", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func TestRunEndsAnnounced(t *testing.T) {
 	woken("listening")
 
 	storetest.Job(t, st, &storetest.JobOpts{Name: "fin", Repository: "/r"})
-	run, err := st.RunAdmit(ctx, "fin", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "fin", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestRunEndsAnnounced(t *testing.T) {
 	// A job's ceiling used up by the first attempt: the restart pauses the run.
 	limit := int64(1 << 20)
 	storetest.Job(t, st, &storetest.JobOpts{Name: "ceiling", Repository: "/r", MaxAdded: &limit})
-	run, err = st.RunAdmit(ctx, "ceiling", "manual", model.KindBackup)
+	run, err = st.RunAdmit(ctx, store.RunAdmitParams{Job: "ceiling", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,11 +117,19 @@ func deref(p *int64) int64 {
 	return *p
 }
 
+// RunAdmitParams is a run of a job to admit: RunAdmitRequestParams without a host, a restore or
+// a verification's settings.
+type RunAdmitParams struct {
+	Job     string
+	Trigger string
+	Kind    model.Kind // "" is KindBackup
+}
+
 // RunAdmit creates a queued run of the job with its first attempt, in one transaction, and notifies
 // the daemons. A job that already has a live run is refused: two backups of one job would race
 // for the same files and repository lock.
-func (s *Store) RunAdmit(ctx context.Context, jobName, trigger string, kind model.Kind) (model.Run, error) {
-	return s.RunAdmitRequest(ctx, RunAdmitRequestParams{Job: jobName, Trigger: trigger, Kind: kind})
+func (s *Store) RunAdmit(ctx context.Context, p RunAdmitParams) (model.Run, error) {
+	return s.RunAdmitRequest(ctx, RunAdmitRequestParams{Job: p.Job, Trigger: p.Trigger, Kind: p.Kind})
 }
 
 // RunAdmitRequestParams is a run an operator asks for.

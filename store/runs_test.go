@@ -435,7 +435,7 @@ func TestClaimSpawnOfAClaimedAttemptNamesNoLimit(t *testing.T) {
 			if blocked != "" {
 				t.Errorf("second claim of a claimed attempt, limits %+v: blocked = %q, want none: no limit holds this run back, it holds the place itself", limits, blocked)
 				// What the losing daemon does with it, and what the run then shows once started.
-				if err := b.Store.RunSetWaiting(b.Ctx, r.ID, blocked, nil); err != nil {
+				if err := b.Store.RunSetWaiting(b.Ctx, store.RunSetWaitingParams{RunID: r.ID, Reason: blocked}); err != nil {
 					t.Fatal(err)
 				}
 			}

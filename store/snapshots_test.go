@@ -241,7 +241,7 @@ func TestSummarySnapshotAmbiguousAndLate(t *testing.T) {
 	}
 
 	// The listing of the next run's snapshot commits before the run's ending.
-	next, err := st.RunAdmit(ctx, "a", "manual", model.KindBackup)
+	next, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "a", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}

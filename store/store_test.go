@@ -45,15 +45,15 @@ func TestAdmitOneLiveRunPerJob(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	storetest.Job(t, st, &storetest.JobOpts{Name: "a", Repository: "/r"})
-	run, err := st.RunAdmit(ctx, "a", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "a", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil || run.Status != model.StatusQueued {
 		t.Fatalf("admit: %+v, %v", run, err)
 	}
 	var conflict *store.ConflictError
-	if _, err := st.RunAdmit(ctx, "a", "manual", model.KindBackup); !errors.As(err, &conflict) {
+	if _, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "a", Trigger: "manual", Kind: model.KindBackup}); !errors.As(err, &conflict) {
 		t.Fatalf("second admit while live: err = %v, want a ConflictError", err)
 	}
-	if _, err := st.RunAdmit(ctx, "nope", "manual", model.KindBackup); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "nope", Trigger: "manual", Kind: model.KindBackup}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("admit of an unknown job: err = %v", err)
 	}
 	if err := st.JobDelete(ctx, "a"); !errors.As(err, &conflict) {
@@ -66,7 +66,7 @@ func TestGuardedWrites(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	storetest.Job(t, st, &storetest.JobOpts{Name: "g", Repository: "/r"})
-	run, err := st.RunAdmit(ctx, "g", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "g", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestRestartOpensNextAttempt(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	storetest.Job(t, st, &storetest.JobOpts{Name: "r", Repository: "/r"})
-	run, err := st.RunAdmit(ctx, "r", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "r", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestResolveRun(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	storetest.Job(t, st, &storetest.JobOpts{Name: "p", Repository: "/r"})
-	run, err := st.RunAdmit(ctx, "p", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "p", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestApplyJournalRefused(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	storetest.Job(t, st, &storetest.JobOpts{Name: "r", Repository: "/r"})
-	run, err := st.RunAdmit(ctx, "r", "manual", model.KindBackup)
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "r", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,11 +220,11 @@ func TestEndedBefore(t *testing.T) {
 	st, ctx := b.Store, b.Ctx
 	storetest.Job(t, st, &storetest.JobOpts{Name: "e", Repository: "/r"})
 	storetest.Job(t, st, &storetest.JobOpts{Name: "l", Repository: "/r"})
-	done, err := st.RunAdmit(ctx, "e", "manual", model.KindBackup)
+	done, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "e", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, err := st.RunAdmit(ctx, "l", "manual", model.KindBackup)
+	live, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "l", Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestConcurrentRestartsShareAnAccount(t *testing.T) {
 	for i := range 6 {
 		name := fmt.Sprintf("c%d", i)
 		storetest.Job(t, st, &storetest.JobOpts{Name: name, Repository: "/r"})
-		run, err := st.RunAdmit(ctx, name, "manual", model.KindBackup)
+		run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: name, Trigger: "manual", Kind: model.KindBackup})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,11 +297,11 @@ func TestLedgersTellDeferredHolds(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		storetest.Job(t, st, &storetest.JobOpts{Name: name, Repository: "/r/" + name, Account: "team", MaxAdded: &most})
 	}
-	running, err := st.RunAdmit(ctx, "a", model.TriggerManual, model.KindBackup)
+	running, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "a", Trigger: model.TriggerManual, Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ended, err := st.RunAdmit(ctx, "b", model.TriggerManual, model.KindBackup)
+	ended, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "b", Trigger: model.TriggerManual, Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}

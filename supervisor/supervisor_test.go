@@ -109,7 +109,7 @@ func nextSecond() time.Time { return time.Now().Add(time.Second).Truncate(time.S
 // admit admits a manual backup run of job.
 func (e env) admit(t *testing.T, job string) model.Run {
 	t.Helper()
-	run, err := e.st.RunAdmit(context.Background(), job, "manual", model.KindBackup)
+	run, err := e.st.RunAdmit(context.Background(), store.RunAdmitParams{Job: job, Trigger: "manual", Kind: model.KindBackup})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func Run(t testing.TB, st *store.Store, opts *RunOpts) model.Run {
 	if job == "" {
 		job = Job(t, st, o.JobOpts).Name
 	}
-	run, err := st.RunAdmit(ctx, job, cmp.Or(o.Trigger, model.TriggerManual), cmp.Or(o.Kind, model.KindBackup))
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: job, Trigger: cmp.Or(o.Trigger, model.TriggerManual), Kind: cmp.Or(o.Kind, model.KindBackup)})
 	if err != nil {
 		t.Fatalf("admit a run of %s: %v", job, err)
 	}
