@@ -491,7 +491,7 @@ func (h *simHost) deliver(ctx context.Context) {
 func (h *simHost) compactHistory(ctx context.Context) {
 	for {
 		if h.acting() {
-			claimed, err := h.st.DutyClaim(ctx, simCompactDuty, h.name, simCompactEvery)
+			claimed, err := h.st.DutyClaim(ctx, store.DutyClaimParams{Name: simCompactDuty, Host: h.name, Every: simCompactEvery})
 			if err == nil && claimed {
 				var now time.Time
 				if now, err = h.st.Now(ctx); err == nil {

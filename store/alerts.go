@@ -79,10 +79,18 @@ func (s *Store) JobWatchFacts(ctx context.Context, scope model.WatchScope) ([]mo
 	return all, nil
 }
 
-// JobMarkOverdue starts an overdue episode of job: it records since and reason and writes the
-// "overdue" event, in one statement. It reports false, writing nothing, when the job is overdue
+// JobMarkOverdueParams is the overdue episode JobMarkOverdue starts.
+type JobMarkOverdueParams struct {
+	Job    string
+	Since  time.Time // when the job became overdue
+	Reason string
+	Host   string // the host of the event: the daemon that noticed
+}
+
+// JobMarkOverdue starts an overdue episode of p.Job: it records p.Since and p.Reason and writes
+// the "overdue" event, in one statement. It reports false, writing nothing, when the job is overdue
 // already (another daemon noticed first) or gone.
-func (s *Store) JobMarkOverdue(ctx context.Context, job string, since time.Time, reason, host string) (bool, error) {
+func (s *Store) JobMarkOverdue(ctx context.Context, p JobMarkOverdueParams) (bool, error) {
 	var id *uuid.UUID
 	err := s.pool.QueryRow(ctx, `
 		WITH marked AS (
@@ -90,19 +98,26 @@ func (s *Store) JobMarkOverdue(ctx context.Context, job string, since time.Time,
 			WHERE name = $1 AND overdue_since IS NULL RETURNING name)
 		INSERT INTO events (event, job_name, reason, host, details)
 		SELECT 'overdue', name, $3, $4, jsonb_build_object('overdue_since', $2::timestamptz) FROM marked
-		RETURNING id`, job, since, reason, host).Scan(&id)
+		RETURNING id`, p.Job, p.Since, p.Reason, p.Host).Scan(&id)
 	if err == pgx.ErrNoRows {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("mark job %s overdue: %w", job, err)
+		return false, fmt.Errorf("mark job %s overdue: %w", p.Job, err)
 	}
 	return true, nil
 }
 
-// JobClearOverdue ends job's overdue episode with a "recovered" event, in one statement; false if
+// JobClearOverdueParams is the overdue episode JobClearOverdue ends.
+type JobClearOverdueParams struct {
+	Job    string
+	Reason string // why it recovered
+	Host   string // the host of the event: the daemon that noticed
+}
+
+// JobClearOverdue ends p.Job's overdue episode with a "recovered" event, in one statement; false if
 // it was not overdue.
-func (s *Store) JobClearOverdue(ctx context.Context, job, reason, host string) (bool, error) {
+func (s *Store) JobClearOverdue(ctx context.Context, p JobClearOverdueParams) (bool, error) {
 	var id *uuid.UUID
 	err := s.pool.QueryRow(ctx, `
 		WITH episode AS (
@@ -113,20 +128,27 @@ func (s *Store) JobClearOverdue(ctx context.Context, job, reason, host string) (
 			RETURNING j.name, episode.overdue_since, episode.overdue_reason)
 		INSERT INTO events (event, job_name, reason, host, details)
 		SELECT 'recovered', name, $2, $3, jsonb_build_object('overdue_since', overdue_since, 'overdue_reason', overdue_reason)
-		FROM cleared RETURNING id`, job, reason, host).Scan(&id)
+		FROM cleared RETURNING id`, p.Job, p.Reason, p.Host).Scan(&id)
 	if err == pgx.ErrNoRows {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("clear job %s overdue: %w", job, err)
+		return false, fmt.Errorf("clear job %s overdue: %w", p.Job, err)
 	}
 	return true, nil
 }
 
-// EventList returns the events after seq, oldest first, at most limit, of job ("" every job).
-func (s *Store) EventList(ctx context.Context, job string, after int64, limit int) ([]model.Event, error) {
+// EventListParams says which events EventList returns.
+type EventListParams struct {
+	Job   string // "" every job
+	After int64  // the events after this seq
+	Limit int
+}
+
+// EventList returns the events of p.Job after p.After, oldest first, at most p.Limit.
+func (s *Store) EventList(ctx context.Context, p EventListParams) ([]model.Event, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, seq, event, job_name, run_id, attempt, status, reason, at, host, details
-		FROM events WHERE seq > $1 AND ($2 = '' OR job_name = $2) ORDER BY seq LIMIT $3`, after, job, limit)
+		FROM events WHERE seq > $1 AND ($2 = '' OR job_name = $2) ORDER BY seq LIMIT $3`, p.After, p.Job, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("read events: %w", err)
 	}
@@ -165,10 +187,17 @@ func (s *Store) AttemptListStalled(ctx context.Context, host string) ([]model.St
 	return stalls, nil
 }
 
-// AttemptMarkStalled records that the attempt stalled, with its "stalled" event, and with StallStop asks
-// its run to stop for reason, all in one statement and once: marked is false if it was marked
-// already or ended meanwhile. stopped reports whether the stop was asked for.
-func (s *Store) AttemptMarkStalled(ctx context.Context, st model.Stall, reason, host string) (marked, stopped bool, err error) {
+// AttemptMarkStalledParams is the stall AttemptMarkStalled records.
+type AttemptMarkStalledParams struct {
+	Stall  model.Stall
+	Reason string
+	Host   string // the host of the event when the attempt names none: the daemon that noticed
+}
+
+// AttemptMarkStalled records that the attempt stalled, with its "stalled" event, and with
+// StallStop asks its run to stop for p.Reason, all in one statement and once: marked is false if
+// it was marked already or ended meanwhile. stopped reports whether the stop was asked for.
+func (s *Store) AttemptMarkStalled(ctx context.Context, p AttemptMarkStalledParams) (marked, stopped bool, err error) {
 	err = s.pool.QueryRow(ctx, `
 		WITH marked AS (
 			UPDATE attempts SET stalled_at = now()
@@ -184,14 +213,14 @@ func (s *Store) AttemptMarkStalled(ctx context.Context, st model.Stall, reason, 
 			WHERE $5 = 'stop' AND id IN (SELECT run_id FROM event) AND status IN ('queued', 'running')
 			RETURNING id)
 		SELECT EXISTS (SELECT 1 FROM marked), EXISTS (SELECT 1 FROM stop)`,
-		st.Run, st.Attempt, st.Job, reason, st.StallAction, host, st.Since).Scan(&marked, &stopped)
+		p.Stall.Run, p.Stall.Attempt, p.Stall.Job, p.Reason, p.Stall.StallAction, p.Host, p.Stall.Since).Scan(&marked, &stopped)
 	if err != nil {
-		return false, false, fmt.Errorf("mark run %s attempt %d stalled: %w", st.Run, st.Attempt, err)
+		return false, false, fmt.Errorf("mark run %s attempt %d stalled: %w", p.Stall.Run, p.Stall.Attempt, err)
 	}
 	if stopped {
 		// The daemons stop it at once rather than at their next sweep.
-		if err := notifyRun(ctx, s.pool, st.Run); err != nil {
-			return marked, stopped, fmt.Errorf("notify the stop of run %s: %w", st.Run, err)
+		if err := notifyRun(ctx, s.pool, p.Stall.Run); err != nil {
+			return marked, stopped, fmt.Errorf("notify the stop of run %s: %w", p.Stall.Run, err)
 		}
 	}
 	return marked, stopped, nil

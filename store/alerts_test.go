@@ -48,7 +48,9 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 		wg.Wait()
 		return won
 	}
-	if won := race(func() (bool, error) { return st.JobMarkOverdue(ctx, "late", since, "no success", "h") }); won != 1 {
+	if won := race(func() (bool, error) {
+		return st.JobMarkOverdue(ctx, store.JobMarkOverdueParams{Job: "late", Since: since, Reason: "no success", Host: "h"})
+	}); won != 1 {
 		t.Fatalf("%d daemons marked the job overdue, want 1", won)
 	}
 	facts, err := st.JobWatchFacts(ctx, model.WatchScope{Host: "h"})
@@ -58,7 +60,9 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 	if j := facts[0].Job; j.OverdueSince == nil || !j.OverdueSince.Equal(since) || j.OverdueReason != "no success" {
 		t.Fatalf("job after marking: overdue since %v (%q)", j.OverdueSince, j.OverdueReason)
 	}
-	if won := race(func() (bool, error) { return st.JobClearOverdue(ctx, "late", "a run succeeded", "h") }); won != 1 {
+	if won := race(func() (bool, error) {
+		return st.JobClearOverdue(ctx, store.JobClearOverdueParams{Job: "late", Reason: "a run succeeded", Host: "h"})
+	}); won != 1 {
 		t.Fatalf("%d daemons cleared the episode, want 1", won)
 	}
 
@@ -72,7 +76,7 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 		Reason: "exit 1", ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1"}); !ok || err != nil {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
-	events, err := st.EventList(ctx, "late", 0, 100)
+	events, err := st.EventList(ctx, store.EventListParams{Job: "late", Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,7 +156,10 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 			return err
 		}},
 		{what: "stalls", do: func() error { _, err := st.AttemptListStalled(ctx, host); return err }},
-		{what: "claim a duty", do: func() error { _, err := st.DutyClaim(ctx, "test", host, time.Minute); return err }},
+		{what: "claim a duty", do: func() error {
+			_, err := st.DutyClaim(ctx, store.DutyClaimParams{Name: "test", Host: host, Every: time.Minute})
+			return err
+		}},
 		{what: "deliveries", do: func() error { _, err := st.DeliveryClaim(ctx, 10, time.Minute); return err }},
 	}
 	grows := []string{"jobs", "runs", "attempts", "events", "ledger_entries", "deliveries", "snapshots"}

@@ -429,16 +429,23 @@ func (s *Store) AttemptListSuperseded(ctx context.Context, host string, within t
 	return out, nil
 }
 
-// DutyClaim claims a duty of the fleet for host, once per every: true for the one daemon that
-// claims it while it is due, false for every other until every has passed. A daemon that
+// DutyClaimParams is the duty DutyClaim claims, and for whom.
+type DutyClaimParams struct {
+	Name  string
+	Host  string
+	Every time.Duration // how often the duty is due
+}
+
+// DutyClaim claims a duty of the fleet for p.Host, once per p.Every: true for the one daemon
+// that claims it while it is due, false for every other until p.Every has passed. A daemon that
 // claimed it and then failed leaves it to whoever claims it next.
-func (s *Store) DutyClaim(ctx context.Context, name, host string, every time.Duration) (bool, error) {
+func (s *Store) DutyClaim(ctx context.Context, p DutyClaimParams) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
 		INSERT INTO duties (name, next_at, holder) VALUES ($1, now() + $2::interval, $3)
 		ON CONFLICT (name) DO UPDATE SET next_at = excluded.next_at, holder = excluded.holder
-		WHERE duties.next_at <= now()`, name, every, host)
+		WHERE duties.next_at <= now()`, p.Name, p.Every, p.Host)
 	if err != nil {
-		return false, fmt.Errorf("claim duty %s: %w", name, err)
+		return false, fmt.Errorf("claim duty %s: %w", p.Name, err)
 	}
 	return tag.RowsAffected() == 1, nil
 }

@@ -288,7 +288,7 @@ func (s *Supervisor) compactHistory(ctx context.Context) {
 }
 
 func (s *Supervisor) compactOnce(ctx context.Context) error {
-	claimed, err := s.cfg.Store.DutyClaim(ctx, compactHistoryDuty, s.rec.Host(), compactEvery)
+	claimed, err := s.cfg.Store.DutyClaim(ctx, store.DutyClaimParams{Name: compactHistoryDuty, Host: s.rec.Host(), Every: compactEvery})
 	if err != nil || !claimed {
 		return err
 	}

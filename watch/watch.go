@@ -17,6 +17,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/store"
 )
 
 // Verdict is whether a job is overdue, since when and why.
@@ -159,10 +160,10 @@ type expected struct {
 type Store interface {
 	JobWatchFacts(ctx context.Context, scope model.WatchScope) ([]model.WatchFacts, error)
 	AttemptListStalled(ctx context.Context, host string) ([]model.Stall, error)
-	AttemptMarkStalled(ctx context.Context, st model.Stall, reason, host string) (marked, stopped bool, err error)
-	DutyClaim(ctx context.Context, name, host string, every time.Duration) (bool, error)
-	JobMarkOverdue(ctx context.Context, job string, since time.Time, reason, host string) (bool, error)
-	JobClearOverdue(ctx context.Context, job, reason, host string) (bool, error)
+	AttemptMarkStalled(ctx context.Context, p store.AttemptMarkStalledParams) (marked, stopped bool, err error)
+	DutyClaim(ctx context.Context, p store.DutyClaimParams) (bool, error)
+	JobMarkOverdue(ctx context.Context, p store.JobMarkOverdueParams) (bool, error)
+	JobClearOverdue(ctx context.Context, p store.JobClearOverdueParams) (bool, error)
 }
 
 // Watcher records overdue episodes: at most one "overdue" event per episode, then one
@@ -203,7 +204,7 @@ func (w *Watcher) stalls(ctx context.Context) error {
 	var errs []error
 	for _, st := range stalls {
 		reason := fmt.Sprintf("stalled: no progress for %s, since %s", st.StallAfter, st.Since.UTC().Format(time.RFC3339))
-		marked, stopped, err := w.Store.AttemptMarkStalled(ctx, st, reason, w.Host)
+		marked, stopped, err := w.Store.AttemptMarkStalled(ctx, store.AttemptMarkStalledParams{Stall: st, Reason: reason, Host: w.Host})
 		switch {
 		case err != nil:
 			errs = append(errs, err)
@@ -224,7 +225,7 @@ func (w *Watcher) overdue(ctx context.Context) error {
 	}
 	// The jobs pinned to a host that is down or never ran a daemon are watched too, by one
 	// daemon of the fleet per interval.
-	if claimed, err := w.Store.DutyClaim(ctx, unattendedDuty, w.Host, w.interval()); err != nil {
+	if claimed, err := w.Store.DutyClaim(ctx, store.DutyClaimParams{Name: unattendedDuty, Host: w.Host, Every: w.interval()}); err != nil {
 		return err
 	} else if claimed {
 		unattended, err := w.Store.JobWatchFacts(ctx, model.WatchScope{Unattended: true})
@@ -253,7 +254,7 @@ func (w *Watcher) overdue(ctx context.Context) error {
 		v := judge(f, f.ReadAt, from, x.e)
 		switch {
 		case v.Overdue && f.Job.OverdueSince == nil:
-			marked, err := w.Store.JobMarkOverdue(ctx, f.Job.Name, v.Since, v.Reason, w.Host)
+			marked, err := w.Store.JobMarkOverdue(ctx, store.JobMarkOverdueParams{Job: f.Job.Name, Since: v.Since, Reason: v.Reason, Host: w.Host})
 			if err != nil {
 				errs = append(errs, err)
 			} else if marked {
@@ -267,7 +268,7 @@ func (w *Watcher) overdue(ctx context.Context) error {
 			if f.LastVerified != nil && f.LastVerified.After(*f.Job.OverdueSince) && strings.HasPrefix(f.Job.OverdueReason, "verification overdue") {
 				why = "a verification succeeded at " + f.LastVerified.UTC().Format(time.RFC3339)
 			}
-			cleared, err := w.Store.JobClearOverdue(ctx, f.Job.Name, why, w.Host)
+			cleared, err := w.Store.JobClearOverdue(ctx, store.JobClearOverdueParams{Job: f.Job.Name, Reason: why, Host: w.Host})
 			if err != nil {
 				errs = append(errs, err)
 			} else if cleared {

@@ -75,7 +75,7 @@ func TestDatabaseOutageAndFailover(t *testing.T) {
 				t.Fatalf("%s: run %s has attempts %+v, want its first only", what, id, a)
 			}
 		}
-		events, err := w.store().EventList(context.Background(), "", 0, 10000)
+		events, err := w.store().EventList(context.Background(), store.EventListParams{Limit: 10000})
 		if err != nil {
 			t.Fatal(err)
 		}

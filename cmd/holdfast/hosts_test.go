@@ -192,7 +192,7 @@ func tookOver(t *testing.T, st *store.Store, run, from string, grace time.Durati
 		t.Fatalf("run %s: attempts %+v (%v), want the first on %s superseded and a second spawned", run, attempts, err, from)
 	}
 	first, second := attempts[0], attempts[1]
-	events, err := st.EventList(ctx, "", 0, 10000)
+	events, err := st.EventList(ctx, store.EventListParams{Limit: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,7 +552,7 @@ func TestHostsFailover(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("h2's daemon did not take its lease again within a minute of its return: host events %v", seen)
 		}
-		events, err := w.store().EventList(context.Background(), "", 0, 1000)
+		events, err := w.store().EventList(context.Background(), store.EventListParams{Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"github.com/holdfast-backup/holdfast/store"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func (w *world) eventNames(job string) []string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	events, err := st.EventList(ctx, job, 0, 10000)
+	events, err := st.EventList(ctx, store.EventListParams{Job: job, Limit: 10000})
 	if err != nil {
 		return nil
 	}
