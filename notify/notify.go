@@ -38,6 +38,7 @@ import (
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
 )
 
@@ -87,7 +88,7 @@ func Sign(key, body []byte) string {
 type Store interface {
 	DeliveryClaim(ctx context.Context, limit int, lease time.Duration) ([]model.Delivery, error)
 	DeliveryMarkDone(ctx context.Context, event uuid.UUID, target string) error
-	DeliveryMarkFailed(ctx context.Context, event uuid.UUID, target, why string, backoff time.Duration, giveUp bool) error
+	DeliveryMarkFailed(ctx context.Context, p store.DeliveryMarkFailedParams) error
 	AttemptList(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error)
 }
 
@@ -247,7 +248,7 @@ func (d *Deliverer) Pass(ctx context.Context) (int, error) {
 			giveUp := dl.Tries >= d.cfg.MaxTries
 			backoff := min(d.cfg.Backoff<<min(dl.Tries-1, 20), d.cfg.MaxBackoff)
 			why := textsafe.String(sendErr.Error())
-			if err := d.cfg.Store.DeliveryMarkFailed(ctx, dl.Event.ID, dl.Target.Name, why, backoff, giveUp); err != nil {
+			if err := d.cfg.Store.DeliveryMarkFailed(ctx, store.DeliveryMarkFailedParams{Event: dl.Event.ID, Target: dl.Target.Name, Why: why, Backoff: backoff, GiveUp: giveUp}); err != nil {
 				return delivered, err
 			}
 			// Due backoff after the database recorded the try, which is before now here,

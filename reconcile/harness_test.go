@@ -164,7 +164,7 @@ func (s *fakeState) AttemptHoldSize(context.Context, model.Lease, store.AttemptH
 	return model.SizedHold{}, nil
 }
 
-func (s *fakeState) AttemptSetRepoBaseline(context.Context, model.Lease, model.AttemptRef, int64) error {
+func (s *fakeState) AttemptSetRepoBaseline(context.Context, model.Lease, store.AttemptSetRepoBaselineParams) error {
 	s.record("AttemptSetRepoBaseline")
 	return nil
 }

@@ -48,7 +48,7 @@ type Store interface {
 	AttemptEndingsSinceLastStart(ctx context.Context, repository string) ([]model.AttemptEnd, error)
 	AttemptClaimSpawn(ctx context.Context, w model.Lease, c model.SpawnClaim) (claimed bool, blocked string, err error)
 	AttemptReleaseSpawnClaim(ctx context.Context, w model.Lease, ref model.AttemptRef, unit string, mayExist bool) error
-	AttemptSetRepoBaseline(ctx context.Context, w model.Lease, ref model.AttemptRef, bytes int64) error
+	AttemptSetRepoBaseline(ctx context.Context, w model.Lease, p store.AttemptSetRepoBaselineParams) error
 	AttemptHoldSize(ctx context.Context, w model.Lease, p store.AttemptHoldSizeParams) (model.SizedHold, error)
 	AttemptMarkStarted(ctx context.Context, w model.Lease, ref model.AttemptRef, at time.Time) error
 	RunSetWaiting(ctx context.Context, p store.RunSetWaitingParams) error
@@ -244,7 +244,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		// start given back earlier left.
 		l.Attempt.RepoBytesBefore = nil
 		if size, err := ledger.RepoSize(job.Repository); err == nil {
-			if err := s.cfg.Store.AttemptSetRepoBaseline(ctx, fence, l.Ref(), size); err != nil {
+			if err := s.cfg.Store.AttemptSetRepoBaseline(ctx, fence, store.AttemptSetRepoBaselineParams{Ref: l.Ref(), Bytes: size}); err != nil {
 				unstage()
 				return release(err, false)
 			}

@@ -100,7 +100,7 @@ func (w *world) AttemptHoldSize(context.Context, model.Lease, store.AttemptHoldS
 	return model.SizedHold{}, nil
 }
 
-func (w *world) AttemptSetRepoBaseline(context.Context, model.Lease, model.AttemptRef, int64) error {
+func (w *world) AttemptSetRepoBaseline(context.Context, model.Lease, store.AttemptSetRepoBaselineParams) error {
 	w.record("AttemptSetRepoBaseline")
 	return nil
 }

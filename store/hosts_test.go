@@ -358,7 +358,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 		if err := st.AttemptMarkStarted(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.AttemptSetRepoBaseline(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, 1); err != nil {
+		if err := st.AttemptSetRepoBaseline(ctx, w, store.AttemptSetRepoBaselineParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, Bytes: 1}); err != nil {
 			t.Fatal(err)
 		}
 		to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}

@@ -85,17 +85,26 @@ func createAccount(ctx context.Context, tx pgx.Tx, a AccountCreateParams) (model
 	return scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE a.name = $1`, name))
 }
 
-// AccountGrant adds bytes to an account's quota. An account without a quota gets one, on top of what it
-// already used: what it settled and holds is granted first, so its balance starts at bytes.
-func (s *Store) AccountGrant(ctx context.Context, name string, bytes int64, actor, note string) (model.Account, error) {
+// AccountGrantParams is a grant AccountGrant adds to an account.
+type AccountGrantParams struct {
+	Name  string // the account
+	Bytes int64  // added to its quota
+	Actor string // who grants
+	Note  string // recorded with the grant
+}
+
+// AccountGrant adds p.Bytes to an account's quota. An account without a quota gets one, on top
+// of what it already used: what it settled and holds is granted first, so its balance starts at
+// p.Bytes.
+func (s *Store) AccountGrant(ctx context.Context, p AccountGrantParams) (model.Account, error) {
 	var out model.Account
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		out, err = grant(ctx, tx, name, bytes, actor, note)
+		out, err = grant(ctx, tx, p.Name, p.Bytes, p.Actor, p.Note)
 		return err
 	})
 	if err != nil {
-		return model.Account{}, wrap(err, "grant to account %s", name)
+		return model.Account{}, wrap(err, "grant to account %s", p.Name)
 	}
 	crashpoint.At("grant-after")
 	return out, nil
@@ -360,8 +369,16 @@ func applySettlement(ctx context.Context, tx pgx.Tx, runID uuid.UUID, attempt in
 	return err
 }
 
+// RunSettleByHandParams is the operator's settlement of a run's deferred hold.
+type RunSettleByHandParams struct {
+	RunID uuid.UUID
+	Bytes int64  // the operator's figure
+	Actor string // who settles
+	Why   string // recorded with the settlement
+}
+
 // RunSettleByHand settles the run's open deferred hold at the operator's figure, recorded as such.
-func (s *Store) RunSettleByHand(ctx context.Context, runID uuid.UUID, bytes int64, actor, why string) (model.LedgerEntry, error) {
+func (s *Store) RunSettleByHand(ctx context.Context, p RunSettleByHandParams) (model.LedgerEntry, error) {
 	var out model.LedgerEntry
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var attempt int
@@ -369,30 +386,30 @@ func (s *Store) RunSettleByHand(ctx context.Context, runID uuid.UUID, bytes int6
 		err := tx.QueryRow(ctx, `SELECT h.attempt_no, h.bytes FROM open_holds h
 			JOIN attempts a ON a.run_id = h.run_id AND a.attempt_no = h.attempt_no
 			WHERE h.run_id = $1 AND a.ended_at IS NOT NULL
-			ORDER BY h.attempt_no LIMIT 1 FOR UPDATE OF a`, runID).Scan(&attempt, &held)
+			ORDER BY h.attempt_no LIMIT 1 FOR UPDATE OF a`, p.RunID).Scan(&attempt, &held)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return &ConflictError{Msg: fmt.Sprintf("run %s has no open hold of an ended attempt to settle", runID)}
+			return &ConflictError{Msg: fmt.Sprintf("run %s has no open hold of an ended attempt to settle", p.RunID)}
 		}
 		if err != nil {
 			return err
 		}
-		if bytes > held {
+		if p.Bytes > held {
 			return &ConflictError{Msg: fmt.Sprintf("run %s attempt %d holds %s: it cannot be charged %s, more than it held",
-				runID, attempt, ledger.FormatSize(held), ledger.FormatSize(bytes))}
+				p.RunID, attempt, ledger.FormatSize(held), ledger.FormatSize(p.Bytes))}
 		}
-		err = applySettlement(ctx, tx, runID, attempt, &ledger.Settlement{Bytes: bytes, Source: "settled by hand: " + why}, actor)
+		err = applySettlement(ctx, tx, p.RunID, attempt, &ledger.Settlement{Bytes: p.Bytes, Source: "settled by hand: " + p.Why}, p.Actor)
 		if errors.Is(err, errHoldClosed) {
-			return &ConflictError{Msg: fmt.Sprintf("run %s attempt %d was settled meanwhile", runID, attempt)}
+			return &ConflictError{Msg: fmt.Sprintf("run %s attempt %d was settled meanwhile", p.RunID, attempt)}
 		}
 		if err != nil {
 			return err
 		}
 		crashpoint.At("settle-before-commit")
 		return tx.QueryRow(ctx, `SELECT `+entryColumns+` FROM ledger_entries e WHERE e.kind = 'settle' AND e.run_id = $1 AND e.attempt_no = $2`,
-			runID, attempt).Scan(entryDest(&out)...)
+			p.RunID, attempt).Scan(entryDest(&out)...)
 	})
 	if err != nil {
-		return model.LedgerEntry{}, wrap(err, "settle run %s", runID)
+		return model.LedgerEntry{}, wrap(err, "settle run %s", p.RunID)
 	}
 	crashpoint.At("settle-after")
 	return out, nil
@@ -409,13 +426,19 @@ func (s *Store) RunRequestPause(ctx context.Context, runID uuid.UUID, reason str
 	return tag.RowsAffected() == 1, nil
 }
 
-// AttemptSetRepoBaseline records the size of the attempt's local repository as it was spawned. Fenced
-// by w.
-func (s *Store) AttemptSetRepoBaseline(ctx context.Context, w model.Lease, ref model.AttemptRef, bytes int64) error {
+// AttemptSetRepoBaselineParams is the size of an attempt's local repository as it was spawned.
+type AttemptSetRepoBaselineParams struct {
+	Ref   model.AttemptRef
+	Bytes int64
+}
+
+// AttemptSetRepoBaseline records the size of the attempt's local repository as it was spawned.
+// Fenced by w.
+func (s *Store) AttemptSetRepoBaseline(ctx context.Context, w model.Lease, p AttemptSetRepoBaselineParams) error {
 	_, err := s.pool.Exec(ctx, `UPDATE attempts SET repo_bytes_before = $3 WHERE run_id = $1 AND attempt_no = $2
-		AND `+fenced(4), ref.Run, ref.No, bytes, w.Host, w.Holder, w.Generation)
+		AND `+fenced(4), p.Ref.Run, p.Ref.No, p.Bytes, w.Host, w.Holder, w.Generation)
 	if err != nil {
-		return fmt.Errorf("record repository baseline of run %s: %w", ref.Run, err)
+		return fmt.Errorf("record repository baseline of run %s: %w", p.Ref.Run, err)
 	}
 	return nil
 }

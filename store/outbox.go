@@ -124,14 +124,23 @@ func (s *Store) DeliveryMarkDone(ctx context.Context, event uuid.UUID, target st
 	return nil
 }
 
-// DeliveryMarkFailed records a failed try: the delivery is tried again after backoff, on the
-// database's clock (due deliveries are claimed on it), or, when giveUp, kept as failed.
-func (s *Store) DeliveryMarkFailed(ctx context.Context, event uuid.UUID, target, why string, backoff time.Duration, giveUp bool) error {
+// DeliveryMarkFailedParams is a failed try of an event's delivery to a target.
+type DeliveryMarkFailedParams struct {
+	Event   uuid.UUID
+	Target  string
+	Why     string        // the error, kept as the delivery's last
+	Backoff time.Duration // how long until it is tried again
+	GiveUp  bool          // keep it as failed instead
+}
+
+// DeliveryMarkFailed records a failed try: the delivery is tried again after p.Backoff, on the
+// database's clock (due deliveries are claimed on it), or, when p.GiveUp, kept as failed.
+func (s *Store) DeliveryMarkFailed(ctx context.Context, p DeliveryMarkFailedParams) error {
 	_, err := s.pool.Exec(ctx, `UPDATE deliveries SET last_error = $3, claimed_until = NULL, next_at = now() + $4::interval,
 			state = CASE WHEN $5 THEN 'failed' ELSE 'pending' END
-		WHERE event_id = $1 AND target = $2 AND state = 'pending'`, event, target, why, backoff, giveUp)
+		WHERE event_id = $1 AND target = $2 AND state = 'pending'`, p.Event, p.Target, p.Why, p.Backoff, p.GiveUp)
 	if err != nil {
-		return fmt.Errorf("record failed delivery of event %s to %s: %w", event, target, err)
+		return fmt.Errorf("record failed delivery of event %s to %s: %w", p.Event, p.Target, err)
 	}
 	return nil
 }

@@ -155,7 +155,7 @@ func newAccountGrantCmd(g *globals) *cobra.Command {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				a, err := st.AccountGrant(ctx, args[0], n, g.actor(), why)
+				a, err := st.AccountGrant(ctx, store.AccountGrantParams{Name: args[0], Bytes: n, Actor: g.actor(), Note: why})
 				if err != nil {
 					return err
 				}
@@ -308,7 +308,7 @@ func newLedgerSettleCmd(g *globals) *cobra.Command {
 				return badInput("--bytes: %v", err)
 			}
 			return g.withRun(cmd, args[0], func(ctx context.Context, st *store.Store, id uuid.UUID) error {
-				e, err := st.RunSettleByHand(ctx, id, n, g.actor(), why)
+				e, err := st.RunSettleByHand(ctx, store.RunSettleByHandParams{RunID: id, Bytes: n, Actor: g.actor(), Why: why})
 				if err != nil {
 					return err
 				}
