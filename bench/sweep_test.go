@@ -102,7 +102,7 @@ func (w *sweepWorld) addSleepingRuns(b *testing.B, n int) {
 		if _, err := w.r.Start(ctx, runner.Spec{Name: name, ExecStart: []string{"/bin/sleep", "3600"}}); err != nil {
 			b.Fatal(err)
 		}
-		if err := w.st.AttemptMarkStarted(ctx, model.Lease{Host: "bench"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
+		if err := w.st.AttemptMarkStarted(ctx, model.Lease{Host: "bench"}, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, At: time.Now()}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -291,7 +291,7 @@ func (r *Reconciler) drain(ctx context.Context, l model.LiveRun, pass *passReads
 		events, next := batch.Events, batch.Next
 		size = batch.Size
 		if len(events) > 0 {
-			applied, aerr := r.cfg.Store.AttemptApplyJournal(ctx, r.fence(), l.Ref(), cursor, next, delta(events))
+			applied, aerr := r.cfg.Store.AttemptApplyJournal(ctx, r.fence(), store.AttemptApplyJournalParams{Ref: l.Ref(), From: cursor, To: next, Delta: delta(events)})
 			var refused *store.RefusedError
 			if errors.As(aerr, &refused) {
 				return 0, fmt.Sprintf("lines %d to %d from byte %d: %v", cursor.LastSeq+1, next.LastSeq, cursor.Offset, refused), nil
@@ -329,7 +329,7 @@ func (r *Reconciler) quarantine(ctx context.Context, l model.LiveRun, reason str
 	r.cfg.Logger.Error("run journal quarantined; the run goes on without progress figures",
 		"run", l.Run.ID, "attempt", l.Attempt.No, "reason", reason)
 	crashpoint.At("quarantine-before")
-	if err := r.cfg.Store.AttemptQuarantine(ctx, r.fence(), l.Ref(), reason); err != nil {
+	if err := r.cfg.Store.AttemptQuarantine(ctx, r.fence(), store.AttemptQuarantineParams{Ref: l.Ref(), Reason: reason}); err != nil {
 		return err
 	}
 	crashpoint.At("quarantine-after")

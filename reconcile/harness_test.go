@@ -15,7 +15,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
@@ -154,8 +153,8 @@ func (s *fakeState) claim(attempt int) (bool, string, error) {
 	return true, "", nil
 }
 
-func (s *fakeState) AttemptReleaseSpawnClaim(_ context.Context, _ model.Lease, ref model.AttemptRef, unit string, mayExist bool) error {
-	s.record("AttemptReleaseSpawnClaim %d %s mayExist=%t", ref.No, unit, mayExist)
+func (s *fakeState) AttemptReleaseSpawnClaim(_ context.Context, _ model.Lease, p store.AttemptReleaseSpawnClaimParams) error {
+	s.record("AttemptReleaseSpawnClaim %d %s mayExist=%t", p.Ref.No, p.Unit, p.MayExist)
 	return nil
 }
 
@@ -169,8 +168,8 @@ func (s *fakeState) AttemptSetRepoBaseline(context.Context, model.Lease, store.A
 	return nil
 }
 
-func (s *fakeState) AttemptMarkStarted(_ context.Context, _ model.Lease, ref model.AttemptRef, at time.Time) error {
-	s.record("AttemptMarkStarted %d dbclock=%t", ref.No, at.IsZero())
+func (s *fakeState) AttemptMarkStarted(_ context.Context, _ model.Lease, p store.AttemptMarkStartedParams) error {
+	s.record("AttemptMarkStarted %d dbclock=%t", p.Ref.No, p.At.IsZero())
 	return nil
 }
 
@@ -179,13 +178,13 @@ func (s *fakeState) RunSetWaiting(_ context.Context, p store.RunSetWaitingParams
 	return nil
 }
 
-func (s *fakeState) AttemptApplyJournal(context.Context, model.Lease, model.AttemptRef, journal.Cursor, journal.Cursor, model.JournalDelta) (bool, error) {
+func (s *fakeState) AttemptApplyJournal(context.Context, model.Lease, store.AttemptApplyJournalParams) (bool, error) {
 	s.record("AttemptApplyJournal")
 	return true, nil
 }
 
-func (s *fakeState) AttemptQuarantine(_ context.Context, _ model.Lease, ref model.AttemptRef, reason string) error {
-	s.record("AttemptQuarantine %d %q", ref.No, reason)
+func (s *fakeState) AttemptQuarantine(_ context.Context, _ model.Lease, p store.AttemptQuarantineParams) error {
+	s.record("AttemptQuarantine %d %q", p.Ref.No, p.Reason)
 	return nil
 }
 

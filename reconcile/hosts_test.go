@@ -11,6 +11,7 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 )
 
@@ -35,7 +36,7 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 	if _, err := e.mgr.Conn(t).StartTransientUnitContext(ctx, unit, "replace", props, make(chan string, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.AttemptReleaseSpawnClaim(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, unit, true); err != nil {
+	if err := st.AttemptReleaseSpawnClaim(ctx, h1, store.AttemptReleaseSpawnClaimParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit, MayExist: true}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -758,7 +758,7 @@ func (r *Reconciler) carryOut(ctx context.Context, l model.LiveRun, f facts, job
 		}
 		return r.cfg.Runner.Stop(ctx, f.unitName)
 	case actMarkRunning:
-		return r.cfg.Store.AttemptMarkStarted(ctx, r.fence(), l.Ref(), time.Time{}) // on the database's clock
+		return r.cfg.Store.AttemptMarkStarted(ctx, r.fence(), store.AttemptMarkStartedParams{Ref: l.Ref(), At: time.Time{}}) // on the database's clock
 	case actPauseRunaway:
 		return r.runaway.Pause(ctx, l, *f.runaway)
 	case actWatch:
@@ -781,7 +781,7 @@ func (r *Reconciler) markArmedStarted(ctx context.Context, l model.LiveRun, f fa
 	if !f.armed || !f.queued || f.marker != markerReadable {
 		return nil
 	}
-	return r.cfg.Store.AttemptMarkStarted(ctx, r.fence(), l.Ref(), *l.Attempt.ArmedFor)
+	return r.cfg.Store.AttemptMarkStarted(ctx, r.fence(), store.AttemptMarkStartedParams{Ref: l.Ref(), At: *l.Attempt.ArmedFor})
 }
 
 // readMarker reads the attempt's marker into f, through markers if it is not nil.

@@ -7,7 +7,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/jobunit"
-	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
@@ -46,13 +45,13 @@ type StateReader interface {
 // model.Lease, by the host's lease.
 type StateWriter interface {
 	AttemptClaimSpawn(ctx context.Context, w model.Lease, c model.SpawnClaim) (claimed bool, blocked string, err error)
-	AttemptReleaseSpawnClaim(ctx context.Context, w model.Lease, ref model.AttemptRef, unit string, mayExist bool) error
+	AttemptReleaseSpawnClaim(ctx context.Context, w model.Lease, p store.AttemptReleaseSpawnClaimParams) error
 	AttemptSetRepoBaseline(ctx context.Context, w model.Lease, p store.AttemptSetRepoBaselineParams) error
 	AttemptHoldSize(ctx context.Context, w model.Lease, p store.AttemptHoldSizeParams) (model.SizedHold, error)
-	AttemptMarkStarted(ctx context.Context, w model.Lease, ref model.AttemptRef, at time.Time) error
+	AttemptMarkStarted(ctx context.Context, w model.Lease, p store.AttemptMarkStartedParams) error
 	RunSetWaiting(ctx context.Context, p store.RunSetWaitingParams) error
-	AttemptApplyJournal(ctx context.Context, w model.Lease, ref model.AttemptRef, from, to journal.Cursor, d model.JournalDelta) (bool, error)
-	AttemptQuarantine(ctx context.Context, w model.Lease, ref model.AttemptRef, reason string) error
+	AttemptApplyJournal(ctx context.Context, w model.Lease, p store.AttemptApplyJournalParams) (bool, error)
+	AttemptQuarantine(ctx context.Context, w model.Lease, p store.AttemptQuarantineParams) error
 	AttemptFinish(ctx context.Context, w model.Lease, e model.Ending) (bool, error)
 	AttemptRestart(ctx context.Context, w model.Lease, r model.Restarting) (moved bool, paused string, err error)
 	RunRequestPause(ctx context.Context, runID uuid.UUID, reason string) (bool, error)

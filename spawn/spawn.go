@@ -47,10 +47,10 @@ const (
 type Store interface {
 	AttemptEndingsSinceLastStart(ctx context.Context, repository string) ([]model.AttemptEnd, error)
 	AttemptClaimSpawn(ctx context.Context, w model.Lease, c model.SpawnClaim) (claimed bool, blocked string, err error)
-	AttemptReleaseSpawnClaim(ctx context.Context, w model.Lease, ref model.AttemptRef, unit string, mayExist bool) error
+	AttemptReleaseSpawnClaim(ctx context.Context, w model.Lease, p store.AttemptReleaseSpawnClaimParams) error
 	AttemptSetRepoBaseline(ctx context.Context, w model.Lease, p store.AttemptSetRepoBaselineParams) error
 	AttemptHoldSize(ctx context.Context, w model.Lease, p store.AttemptHoldSizeParams) (model.SizedHold, error)
-	AttemptMarkStarted(ctx context.Context, w model.Lease, ref model.AttemptRef, at time.Time) error
+	AttemptMarkStarted(ctx context.Context, w model.Lease, p store.AttemptMarkStartedParams) error
 	RunSetWaiting(ctx context.Context, p store.RunSetWaitingParams) error
 }
 
@@ -203,7 +203,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		// Even when the spawn's budget is spent, but bounded: the database may be what hangs.
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Budget)
 		defer cancel()
-		if rerr := s.cfg.Store.AttemptReleaseSpawnClaim(relCtx, s.fence(), l.Ref(), spec.Name, mayExist); rerr != nil {
+		if rerr := s.cfg.Store.AttemptReleaseSpawnClaim(relCtx, s.fence(), store.AttemptReleaseSpawnClaimParams{Ref: l.Ref(), Unit: spec.Name, MayExist: mayExist}); rerr != nil {
 			return errors.Join(err, rerr)
 		}
 		return err
@@ -276,7 +276,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 	l.Attempt.Unit = spec.Name
 	s.cfg.Started(l)
 	s.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
-	return s.cfg.Store.AttemptMarkStarted(ctx, s.fence(), l.Ref(), time.Time{}) // on the database's clock
+	return s.cfg.Store.AttemptMarkStarted(ctx, s.fence(), store.AttemptMarkStartedParams{Ref: l.Ref(), At: time.Time{}}) // on the database's clock
 }
 
 // maxSourceWalk bounds the walk of a first backup's paths; half of the spawn's time left bounds

@@ -89,9 +89,9 @@ func (w *world) AttemptClaimSpawn(_ context.Context, l model.Lease, c model.Spaw
 	return !w.taken, "", nil
 }
 
-func (w *world) AttemptReleaseSpawnClaim(_ context.Context, l model.Lease, ref model.AttemptRef, _ string, mayExist bool) error {
+func (w *world) AttemptReleaseSpawnClaim(_ context.Context, l model.Lease, p store.AttemptReleaseSpawnClaimParams) error {
 	w.fenced("AttemptReleaseSpawnClaim", l)
-	w.record("AttemptReleaseSpawnClaim %d mayExist=%t", ref.No, mayExist)
+	w.record("AttemptReleaseSpawnClaim %d mayExist=%t", p.Ref.No, p.MayExist)
 	return nil
 }
 
@@ -105,9 +105,9 @@ func (w *world) AttemptSetRepoBaseline(context.Context, model.Lease, store.Attem
 	return nil
 }
 
-func (w *world) AttemptMarkStarted(_ context.Context, l model.Lease, ref model.AttemptRef, _ time.Time) error {
+func (w *world) AttemptMarkStarted(_ context.Context, l model.Lease, p store.AttemptMarkStartedParams) error {
 	w.fenced("AttemptMarkStarted", l)
-	w.record("AttemptMarkStarted %d", ref.No)
+	w.record("AttemptMarkStarted %d", p.Ref.No)
 	return nil
 }
 

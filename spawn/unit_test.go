@@ -64,7 +64,7 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 		if ok, blocked, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: runner.UnitName(jobName, run.ID, attempt)}); !ok || err != nil {
 			t.Fatalf("claim: %v %q %v", ok, blocked, err)
 		}
-		if err := st.AttemptMarkStarted(ctx, model.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: attempt}, tick()); err != nil {
+		if err := st.AttemptMarkStarted(ctx, model.Lease{Host: "h"}, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: run.ID, No: attempt}, At: tick()}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -69,7 +69,7 @@ func TestOverdueEpisodeAndEvents(t *testing.T) {
 	if ok, _, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "u"}); !ok || err != nil {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
-	if err := st.AttemptMarkStarted(ctx, model.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
+	if err := st.AttemptMarkStarted(ctx, model.Lease{Host: "h"}, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := st.AttemptFinish(ctx, model.Lease{Host: "h"}, model.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusFailed,
@@ -126,7 +126,7 @@ func TestStallClock(t *testing.T) {
 	if ok, _, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: "u"}); !ok || err != nil {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
-	if err := st.AttemptMarkStarted(ctx, model.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, time.Now().Add(-2*time.Hour)); err != nil {
+	if err := st.AttemptMarkStarted(ctx, model.Lease{Host: "h"}, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, At: time.Now().Add(-2 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	stalled := func() bool {
@@ -145,7 +145,7 @@ func TestStallClock(t *testing.T) {
 		to := journal.Cursor{Offset: seq * 10, LastSeq: seq}
 		now := time.Now()
 		p := model.Progress{PercentDone: percent, BytesDone: int64(percent * 1000)}
-		if ok, err := st.AttemptApplyJournal(ctx, model.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, from, to, model.JournalDelta{LastEventAt: &now, Progress: &p}); !ok || err != nil {
+		if ok, err := st.AttemptApplyJournal(ctx, model.Lease{Host: "h"}, store.AttemptApplyJournalParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, From: from, To: to, Delta: model.JournalDelta{LastEventAt: &now, Progress: &p}}); !ok || err != nil {
 			t.Fatalf("apply journal: %v %v", ok, err)
 		}
 	}

@@ -50,7 +50,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	if live, err := st.RunListLive(ctx, "h2"); err != nil || len(live) != 0 {
 		t.Fatalf("h2 lists h1's run: %+v %v", live, err)
 	}
-	if err := st.AttemptMarkStarted(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, time.Now()); err != nil {
+	if err := st.AttemptMarkStarted(ctx, h1, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -58,7 +58,7 @@ func TestLeaseFenceAndTakeOver(t *testing.T) {
 	h1 = storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "p1", Duration: 300 * time.Millisecond})
 	time.Sleep(500 * time.Millisecond)
 	to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}
-	if ok, err := st.AttemptApplyJournal(ctx, h1, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, model.JournalDelta{ItemErrors: 1}); err != nil || ok {
+	if ok, err := st.AttemptApplyJournal(ctx, h1, store.AttemptApplyJournalParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, From: journal.Cursor{}, To: to, Delta: model.JournalDelta{ItemErrors: 1}}); err != nil || ok {
 		t.Fatalf("journal applied under a lapsed lease: %v %v", ok, err)
 	}
 	if ok, err := st.AttemptFinish(ctx, h1, model.Ending{RunID: run.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded}); err != nil || ok {
@@ -147,19 +147,19 @@ func TestReleasedSpawnClaim(t *testing.T) {
 		}
 	}
 	claim("h1", true)
-	if err := st.AttemptReleaseSpawnClaim(ctx, leases["h1"], model.AttemptRef{Run: run.ID, No: 1}, unit, false); err != nil {
+	if err := st.AttemptReleaseSpawnClaim(ctx, leases["h1"], store.AttemptReleaseSpawnClaimParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit, MayExist: false}); err != nil {
 		t.Fatal(err)
 	}
 	lists("h2", true)
 	claim("h2", true)
-	if err := st.AttemptReleaseSpawnClaim(ctx, leases["h2"], model.AttemptRef{Run: run.ID, No: 1}, unit, true); err != nil {
+	if err := st.AttemptReleaseSpawnClaim(ctx, leases["h2"], store.AttemptReleaseSpawnClaimParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit, MayExist: true}); err != nil {
 		t.Fatal(err)
 	}
 	lists("h1", false)
 	claim("h1", false)
 	lists("h2", true)
 	claim("h2", true)
-	if err := st.AttemptReleaseSpawnClaim(ctx, leases["h2"], model.AttemptRef{Run: run.ID, No: 1}, unit, true); err != nil {
+	if err := st.AttemptReleaseSpawnClaim(ctx, leases["h2"], store.AttemptReleaseSpawnClaimParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit, MayExist: true}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -355,17 +355,17 @@ func TestStaleHolderIsFenced(t *testing.T) {
 
 	// A, and writers that name no lease or a lease that is not B's, change nothing.
 	for _, w := range []model.Lease{a, {Host: "h"}, {Host: "h", Holder: "A", Generation: b.Generation}} {
-		if err := st.AttemptMarkStarted(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
+		if err := st.AttemptMarkStarted(ctx, w, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, At: time.Time{}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.AttemptSetRepoBaseline(ctx, w, store.AttemptSetRepoBaselineParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, Bytes: 1}); err != nil {
 			t.Fatal(err)
 		}
 		to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "x"}
-		if ok, err := st.AttemptApplyJournal(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, model.JournalDelta{ItemErrors: 1}); err != nil || ok {
+		if ok, err := st.AttemptApplyJournal(ctx, w, store.AttemptApplyJournalParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, From: journal.Cursor{}, To: to, Delta: model.JournalDelta{ItemErrors: 1}}); err != nil || ok {
 			t.Fatalf("journal applied by %+v: %v %v", w, ok, err)
 		}
-		if err := st.AttemptQuarantine(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, "by a stale writer"); err != nil {
+		if err := st.AttemptQuarantine(ctx, w, store.AttemptQuarantineParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, Reason: "by a stale writer"}); err != nil {
 			t.Fatal(err)
 		}
 		if ok, err := st.AttemptFinish(ctx, w, model.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "stale"}); err != nil || ok {
@@ -374,7 +374,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 		if moved, _, err := st.AttemptRestart(ctx, w, model.Restarting{RunID: run.ID, Attempt: 1}); err != nil || moved {
 			t.Fatalf("restarted by %+v: %v %v", w, moved, err)
 		}
-		if err := st.AttemptReleaseSpawnClaim(ctx, w, model.AttemptRef{Run: run.ID, No: 1}, unit, false); err != nil {
+		if err := st.AttemptReleaseSpawnClaim(ctx, w, store.AttemptReleaseSpawnClaimParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit, MayExist: false}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -401,7 +401,7 @@ func TestStaleHolderIsFenced(t *testing.T) {
 	}
 
 	// B holds the lease: its writes apply.
-	if err := st.AttemptMarkStarted(ctx, b, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
+	if err := st.AttemptMarkStarted(ctx, b, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, At: time.Time{}}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := st.AttemptFinish(ctx, b, model.Ending{RunID: run.ID, Attempt: 1, Status: model.StatusSucceeded, Reason: "ok"}); err != nil || !ok {

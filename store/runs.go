@@ -463,37 +463,52 @@ func (s *Store) AttemptClaimSpawn(ctx context.Context, w model.Lease, c model.Sp
 	return claimed, blocked, nil
 }
 
-// AttemptMarkStarted records that systemd has the attempt's unit: the run becomes running. at is when
-// it started; zero, what a daemon gives, stamps the database's clock, the one stalls are judged
-// on (a host's clock may be off). Fenced by w.
-func (s *Store) AttemptMarkStarted(ctx context.Context, w model.Lease, ref model.AttemptRef, at time.Time) error {
+// AttemptMarkStartedParams is an attempt whose unit systemd has, and when it started.
+type AttemptMarkStartedParams struct {
+	Ref model.AttemptRef
+	At  time.Time // zero: the database's clock
+}
+
+// AttemptMarkStarted records that systemd has the attempt's unit: the run becomes running. p.At
+// is when it started; zero, what a daemon gives, stamps the database's clock, the one stalls are
+// judged on (a host's clock may be off). Fenced by w.
+func (s *Store) AttemptMarkStarted(ctx context.Context, w model.Lease, p AttemptMarkStartedParams) error {
 	_, err := s.pool.Exec(ctx, `
 		WITH a AS (
 			UPDATE attempts SET started_at = coalesce(started_at, $3, now())
 			WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL AND `+fenced(4)+` RETURNING run_id)
 		UPDATE runs SET status = 'running', started_at = coalesce(started_at, $3, now())
-		WHERE id IN (SELECT run_id FROM a) AND status = 'queued'`, ref.Run, ref.No, stamp(at), w.Host, w.Holder, w.Generation)
+		WHERE id IN (SELECT run_id FROM a) AND status = 'queued'`, p.Ref.Run, p.Ref.No, stamp(p.At), w.Host, w.Holder, w.Generation)
 	if err != nil {
-		return fmt.Errorf("mark run %s attempt %d started: %w", ref.Run, ref.No, err)
+		return fmt.Errorf("mark run %s attempt %d started: %w", p.Ref.Run, p.Ref.No, err)
 	}
 	return nil
 }
 
-// AttemptApplyJournal moves the attempt's cursor from from to to and applies delta, in one statement that
-// only matches while the cursor still stands at from: applying the same batch twice is a no-op.
-// An error wrapping *RefusedError means PostgreSQL cannot store what the batch holds: applying
-// it again fails again. A to behind from is refused with a plain error (the caller's mistake,
-// not the batch's) before anything is written. Fenced by w.
-func (s *Store) AttemptApplyJournal(ctx context.Context, w model.Lease, ref model.AttemptRef, from, to journal.Cursor, d model.JournalDelta) (bool, error) {
+// AttemptApplyJournalParams is one drained batch of an attempt's journal: the cursor before and
+// after it, and what it adds.
+type AttemptApplyJournalParams struct {
+	Ref   model.AttemptRef
+	From  journal.Cursor
+	To    journal.Cursor
+	Delta model.JournalDelta
+}
+
+// AttemptApplyJournal moves the attempt's cursor from p.From to p.To and applies p.Delta, in one
+// statement that only matches while the cursor still stands at p.From: applying the same batch
+// twice is a no-op. An error wrapping *RefusedError means PostgreSQL cannot store what the batch
+// holds: applying it again fails again. A p.To behind p.From is refused with a plain error (the
+// caller's mistake, not the batch's) before anything is written. Fenced by w.
+func (s *Store) AttemptApplyJournal(ctx context.Context, w model.Lease, p AttemptApplyJournalParams) (bool, error) {
 	// A cursor only moves forward: a batch that would move it back would read lines twice.
-	if to.Offset < from.Offset || to.LastSeq < from.LastSeq {
+	if p.To.Offset < p.From.Offset || p.To.LastSeq < p.From.LastSeq {
 		return false, fmt.Errorf("apply journal of run %s attempt %d: the cursor would move back from offset %d seq %d to offset %d seq %d",
-			ref.Run, ref.No, from.Offset, from.LastSeq, to.Offset, to.LastSeq)
+			p.Ref.Run, p.Ref.No, p.From.Offset, p.From.LastSeq, p.To.Offset, p.To.LastSeq)
 	}
 	var percent *float64
 	var filesDone, totalFiles, bytesDone, totalBytes *int64
-	if p := d.Progress; p != nil {
-		percent, filesDone, totalFiles, bytesDone, totalBytes = &p.PercentDone, &p.FilesDone, &p.TotalFiles, &p.BytesDone, &p.TotalBytes
+	if pr := p.Delta.Progress; pr != nil {
+		percent, filesDone, totalFiles, bytesDone, totalBytes = &pr.PercentDone, &pr.FilesDone, &pr.TotalFiles, &pr.BytesDone, &pr.TotalBytes
 	}
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE attempts SET
@@ -512,11 +527,12 @@ func (s *Store) AttemptApplyJournal(ctx context.Context, w model.Lease, ref mode
 			hook_error = coalesce(hook_error, nullif($20, ''))
 		WHERE run_id = $1 AND attempt_no = $2 AND journal_offset = $3 AND quarantined_at IS NULL
 		  AND ended_at IS NULL AND `+fenced(17),
-		ref.Run, ref.No, from.Offset, to.Offset, to.LastSeq, to.LastHash, d.LastEventAt,
-		percent, filesDone, totalFiles, bytesDone, totalBytes, d.ItemErrors, d.FirstItemError, d.Fatal, nullJSON(d.Summary),
-		w.Host, w.Holder, w.Generation, d.HookError)
+		p.Ref.Run, p.Ref.No, p.From.Offset, p.To.Offset, p.To.LastSeq, p.To.LastHash, p.Delta.LastEventAt,
+		percent, filesDone, totalFiles, bytesDone, totalBytes,
+		p.Delta.ItemErrors, p.Delta.FirstItemError, p.Delta.Fatal, nullJSON(p.Delta.Summary),
+		w.Host, w.Holder, w.Generation, p.Delta.HookError)
 	if err != nil {
-		return false, fmt.Errorf("apply journal of run %s attempt %d: %w", ref.Run, ref.No, refused(err))
+		return false, fmt.Errorf("apply journal of run %s attempt %d: %w", p.Ref.Run, p.Ref.No, refused(err))
 	}
 	return tag.RowsAffected() == 1, nil
 }
@@ -528,15 +544,21 @@ func nullJSON(b json.RawMessage) any {
 	return string(b)
 }
 
+// AttemptQuarantineParams is an attempt whose journal is no longer projected, and why.
+type AttemptQuarantineParams struct {
+	Ref    model.AttemptRef
+	Reason string
+}
+
 // AttemptQuarantine stops the projection of an attempt's journal, recording why. The run goes on.
 // Fenced by w.
-func (s *Store) AttemptQuarantine(ctx context.Context, w model.Lease, ref model.AttemptRef, reason string) error {
+func (s *Store) AttemptQuarantine(ctx context.Context, w model.Lease, p AttemptQuarantineParams) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE attempts SET quarantined_at = now(), quarantine_reason = $3
-		WHERE run_id = $1 AND attempt_no = $2 AND quarantined_at IS NULL AND `+fenced(4), ref.Run, ref.No, reason,
+		WHERE run_id = $1 AND attempt_no = $2 AND quarantined_at IS NULL AND `+fenced(4), p.Ref.Run, p.Ref.No, p.Reason,
 		w.Host, w.Holder, w.Generation)
 	if err != nil {
-		return fmt.Errorf("quarantine journal of run %s attempt %d: %w", ref.Run, ref.No, err)
+		return fmt.Errorf("quarantine journal of run %s attempt %d: %w", p.Ref.Run, p.Ref.No, err)
 	}
 	return nil
 }
@@ -949,21 +971,28 @@ func (s *Store) RunResume(ctx context.Context, runID uuid.UUID) (model.Run, erro
 	return run, nil
 }
 
+// AttemptReleaseSpawnClaimParams is a spawn claim to give back.
+type AttemptReleaseSpawnClaimParams struct {
+	Ref      model.AttemptRef
+	Unit     string // the claim's unit: a claim of another unit is left alone
+	MayExist bool   // the start may have reached systemd
+}
+
 // AttemptReleaseSpawnClaim gives back a spawn claim whose unit systemd was not asked for, or whose
 // start failed, so that the next pass claims the same attempt again. The unit name is derived
 // from the attempt, so if a failed call did reach systemd, the next start finds the unit instead
-// of a twin. For that, with mayExist the attempt stays the claiming host's: another host's
+// of a twin. For that, with p.MayExist the attempt stays the claiming host's: another host's
 // systemd would not have the unit, and would start a twin. Fenced by w.
-func (s *Store) AttemptReleaseSpawnClaim(ctx context.Context, w model.Lease, ref model.AttemptRef, unit string, mayExist bool) error {
+func (s *Store) AttemptReleaseSpawnClaim(ctx context.Context, w model.Lease, p AttemptReleaseSpawnClaimParams) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE attempts SET unit = NULL, spawn_claimed_at = NULL, armed_for = NULL, boot_id = NULL,
 			host = CASE WHEN $4 THEN host ELSE '' END,
 			lease_generation = CASE WHEN $4 THEN lease_generation END
 		WHERE run_id = $1 AND attempt_no = $2 AND unit = $3 AND ended_at IS NULL AND started_at IS NULL
 		  AND `+fenced(5),
-		ref.Run, ref.No, unit, mayExist, w.Host, w.Holder, w.Generation)
+		p.Ref.Run, p.Ref.No, p.Unit, p.MayExist, w.Host, w.Holder, w.Generation)
 	if err != nil {
-		return fmt.Errorf("release spawn claim of run %s attempt %d: %w", ref.Run, ref.No, err)
+		return fmt.Errorf("release spawn claim of run %s attempt %d: %w", p.Ref.Run, p.Ref.No, err)
 	}
 	return nil
 }

@@ -439,7 +439,7 @@ func TestClaimSpawnOfAClaimedAttemptNamesNoLimit(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := b.Store.AttemptMarkStarted(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, time.Time{}); err != nil {
+			if err := b.Store.AttemptMarkStarted(b.Ctx, b.Lease, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, At: time.Time{}}); err != nil {
 				t.Fatal(err)
 			}
 			if got := readRun(t, b, r.ID); got.Status != model.StatusRunning || got.WaitingReason != "" {
@@ -531,7 +531,7 @@ func TestMarkStarted(t *testing.T) {
 			w, r := tt.arrange(t, b)
 			run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
 			dbBefore := b.Now(t)
-			if err := b.Store.AttemptMarkStarted(b.Ctx, w, model.AttemptRef{Run: r.ID, No: 1}, tt.at); err != nil {
+			if err := b.Store.AttemptMarkStarted(b.Ctx, w, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, At: tt.at}); err != nil {
 				t.Fatal(err)
 			}
 			dbAfter := b.Now(t)
@@ -554,7 +554,7 @@ func TestMarkStarted(t *testing.T) {
 			}
 			// Once: a second start, at another time, changes nothing.
 			run, before = got, readAttempts(t, b, r.ID)
-			if err := b.Store.AttemptMarkStarted(b.Ctx, w, model.AttemptRef{Run: r.ID, No: 1}, given.Add(time.Hour)); err != nil {
+			if err := b.Store.AttemptMarkStarted(b.Ctx, w, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, At: given.Add(time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
 			requireUnchanged(t, b, "a second MarkStarted", run, before)
@@ -571,12 +571,12 @@ func TestApplyJournal(t *testing.T) {
 		b := storetest.Setup(t)
 		r := startedRun(t, b)
 		c1 := journal.Cursor{Offset: 100, LastSeq: 3, LastHash: "h3"}
-		if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, c1, model.JournalDelta{}); err != nil || !ok {
+		if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, store.AttemptApplyJournalParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, From: journal.Cursor{}, To: c1, Delta: model.JournalDelta{}}); err != nil || !ok {
 			t.Fatalf("first batch: %v %v", ok, err)
 		}
 		before := readAttempts(t, b, r.ID)
 		for _, back := range []journal.Cursor{{Offset: 50, LastSeq: 3, LastHash: "x"}, {Offset: 100, LastSeq: 2, LastHash: "x"}} {
-			ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, c1, back, model.JournalDelta{ItemErrors: 1})
+			ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, store.AttemptApplyJournalParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, From: c1, To: back, Delta: model.JournalDelta{ItemErrors: 1}})
 			if ok || err == nil || !strings.Contains(err.Error(), "the cursor would move back") {
 				t.Fatalf("%+v -> %+v: ok=%v err=%v, want refused", c1, back, ok, err)
 			}
@@ -597,7 +597,7 @@ func TestApplyJournal(t *testing.T) {
 		p3 := model.Progress{PercentDone: 1, FilesDone: 40, TotalFiles: 40, BytesDone: 4000, TotalBytes: 4000}
 		apply := func(from, to journal.Cursor, d model.JournalDelta, want bool) model.Attempt {
 			t.Helper()
-			ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, from, to, d)
+			ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, store.AttemptApplyJournalParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, From: from, To: to, Delta: d})
 			if err != nil || ok != want {
 				t.Fatalf("apply %+v -> %+v: ok=%v err=%v, want %v", from, to, ok, err, want)
 			}
@@ -648,15 +648,15 @@ func TestApplyJournal(t *testing.T) {
 	}{
 		{"a batch read from an old cursor", func(t *testing.T, b *storetest.Bundle) apply {
 			r := startedRun(t, b)
-			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"},
-				model.JournalDelta{ItemErrors: 1}); err != nil || !ok {
+			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, store.AttemptApplyJournalParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, From: journal.Cursor{}, To: journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"},
+				Delta: model.JournalDelta{ItemErrors: 1}}); err != nil || !ok {
 				t.Fatalf("first batch: %v %v", ok, err)
 			}
 			return apply{w: b.Lease, run: r}
 		}},
 		{"a quarantined journal", func(t *testing.T, b *storetest.Bundle) apply {
 			r := startedRun(t, b)
-			if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "unreadable"); err != nil {
+			if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, store.AttemptQuarantineParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, Reason: "unreadable"}); err != nil {
 				t.Fatal(err)
 			}
 			return apply{w: b.Lease, run: r}
@@ -689,8 +689,8 @@ func TestApplyJournal(t *testing.T) {
 			b := storetest.Setup(t)
 			c := tt.arrange(t, b)
 			run, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
-			ok, err := b.Store.AttemptApplyJournal(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: max(c.attempt, 1)}, c.from,
-				journal.Cursor{Offset: 500, LastSeq: 20, LastHash: "h20"}, model.JournalDelta{ItemErrors: 7, Fatal: "boom"})
+			ok, err := b.Store.AttemptApplyJournal(b.Ctx, c.w, store.AttemptApplyJournalParams{Ref: model.AttemptRef{Run: c.run.ID, No: max(c.attempt, 1)}, From: c.from,
+				To: journal.Cursor{Offset: 500, LastSeq: 20, LastHash: "h20"}, Delta: model.JournalDelta{ItemErrors: 7, Fatal: "boom"}})
 			if err != nil || ok {
 				t.Fatalf("ok=%v err=%v, want refused", ok, err)
 			}
@@ -704,11 +704,11 @@ func TestApplyJournal(t *testing.T) {
 			b := storetest.Setup(t)
 			r := startedRun(t, b)
 			to := journal.Cursor{Offset: 10, LastSeq: 1, LastHash: "h1"}
-			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, sw.stale(t, b), model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, model.JournalDelta{ItemErrors: 1}); err != nil || ok {
+			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, sw.stale(t, b), store.AttemptApplyJournalParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, From: journal.Cursor{}, To: to, Delta: model.JournalDelta{ItemErrors: 1}}); err != nil || ok {
 				t.Fatalf("stale batch: %v %v", ok, err)
 			}
 			revive(t, b)
-			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, journal.Cursor{}, to, model.JournalDelta{ItemErrors: 1}); err != nil || !ok {
+			if ok, err := b.Store.AttemptApplyJournal(b.Ctx, b.Lease, store.AttemptApplyJournalParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, From: journal.Cursor{}, To: to, Delta: model.JournalDelta{ItemErrors: 1}}); err != nil || !ok {
 				t.Fatalf("current holder's batch: %v %v", ok, err)
 			}
 			if a := readAttempts(t, b, r.ID)[0]; a.Cursor != to || a.ItemErrors != 1 {
@@ -739,7 +739,7 @@ func TestQuarantine(t *testing.T) {
 		t.Parallel()
 		b := storetest.Setup(t)
 		r := startedRun(t, b)
-		if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "line 3: not JSON"); err != nil {
+		if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, store.AttemptQuarantineParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, Reason: "line 3: not JSON"}); err != nil {
 			t.Fatal(err)
 		}
 		a := readAttempts(t, b, r.ID)[0]
@@ -751,7 +751,7 @@ func TestQuarantine(t *testing.T) {
 			t.Fatalf("a quarantine ended the run: %s", got.Status)
 		}
 		run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
-		if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "another reason"); err != nil {
+		if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, store.AttemptQuarantineParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, Reason: "another reason"}); err != nil {
 			t.Fatal(err)
 		}
 		requireUnchanged(t, b, "a second quarantine", run, before)
@@ -763,7 +763,7 @@ func TestQuarantine(t *testing.T) {
 		h2 := otherHost(t, b)
 		r := storetest.Run(t, b.Store, &storetest.RunOpts{Claim: &h2, Started: true})
 		run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
-		if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "not mine"); err != nil {
+		if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, store.AttemptQuarantineParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, Reason: "not mine"}); err != nil {
 			t.Fatal(err)
 		}
 		requireUnchanged(t, b, "another host's quarantine", run, before)
@@ -775,12 +775,12 @@ func TestQuarantine(t *testing.T) {
 			r := startedRun(t, b)
 			stale := sw.stale(t, b)
 			run, before := readRun(t, b, r.ID), readAttempts(t, b, r.ID)
-			if err := b.Store.AttemptQuarantine(b.Ctx, stale, model.AttemptRef{Run: r.ID, No: 1}, "stale"); err != nil {
+			if err := b.Store.AttemptQuarantine(b.Ctx, stale, store.AttemptQuarantineParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, Reason: "stale"}); err != nil {
 				t.Fatal(err)
 			}
 			requireUnchanged(t, b, "a stale quarantine", run, before)
 			revive(t, b)
-			if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 1}, "current"); err != nil {
+			if err := b.Store.AttemptQuarantine(b.Ctx, b.Lease, store.AttemptQuarantineParams{Ref: model.AttemptRef{Run: r.ID, No: 1}, Reason: "current"}); err != nil {
 				t.Fatal(err)
 			}
 			if a := readAttempts(t, b, r.ID)[0]; a.QuarantinedAt == nil || a.QuarantineReason != "current" {
@@ -1066,7 +1066,7 @@ func TestRestart(t *testing.T) {
 			r := startedRun(t, b)
 			restartAs(t, b, b.Lease, r, 1)
 			claimAs(t, b, b.Lease, r, 2)
-			if err := b.Store.AttemptMarkStarted(b.Ctx, b.Lease, model.AttemptRef{Run: r.ID, No: 2}, time.Time{}); err != nil {
+			if err := b.Store.AttemptMarkStarted(b.Ctx, b.Lease, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: r.ID, No: 2}, At: time.Time{}}); err != nil {
 				t.Fatal(err)
 			}
 			if got := readRun(t, b, r.ID); got.Status != model.StatusRunning || !got.StartedAt.Equal(*r.StartedAt) {
@@ -1272,7 +1272,7 @@ func TestReleaseSpawnClaim(t *testing.T) {
 			b := storetest.Setup(t)
 			h2 := otherHost(t, b)
 			c := tt.arrange(t, b)
-			if err := b.Store.AttemptReleaseSpawnClaim(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: 1}, c.unit, c.mayExist); err != nil {
+			if err := b.Store.AttemptReleaseSpawnClaim(b.Ctx, c.w, store.AttemptReleaseSpawnClaimParams{Ref: model.AttemptRef{Run: c.run.ID, No: 1}, Unit: c.unit, MayExist: c.mayExist}); err != nil {
 				t.Fatal(err)
 			}
 			a := readAttempts(t, b, c.run.ID)[0]
@@ -1336,7 +1336,7 @@ func TestReleaseSpawnClaim(t *testing.T) {
 			b := storetest.Setup(t)
 			c := tt.arrange(t, b)
 			run, before := readRun(t, b, c.run.ID), readAttempts(t, b, c.run.ID)
-			if err := b.Store.AttemptReleaseSpawnClaim(b.Ctx, c.w, model.AttemptRef{Run: c.run.ID, No: 1}, c.unit, false); err != nil {
+			if err := b.Store.AttemptReleaseSpawnClaim(b.Ctx, c.w, store.AttemptReleaseSpawnClaimParams{Ref: model.AttemptRef{Run: c.run.ID, No: 1}, Unit: c.unit, MayExist: false}); err != nil {
 				t.Fatal(err)
 			}
 			requireUnchanged(t, b, "a refused release", run, before)

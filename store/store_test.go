@@ -96,7 +96,7 @@ func TestGuardedWrites(t *testing.T) {
 	to := journal.Cursor{Offset: 100, LastSeq: 3, LastHash: "abc"}
 	d := model.JournalDelta{ItemErrors: 2, FirstItemError: "/x: denied"}
 	for i, want := range []bool{true, false} {
-		ok, err := st.AttemptApplyJournal(ctx, model.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, d)
+		ok, err := st.AttemptApplyJournal(ctx, model.Lease{Host: "h"}, store.AttemptApplyJournalParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, From: journal.Cursor{}, To: to, Delta: d})
 		if err != nil || ok != want {
 			t.Fatalf("apply #%d: ok=%v err=%v, want %v", i+1, ok, err, want)
 		}
@@ -198,7 +198,7 @@ func TestApplyJournalRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ok, err := st.AttemptApplyJournal(ctx, model.Lease{Host: "h"}, model.AttemptRef{Run: run.ID, No: 1}, journal.Cursor{}, to, tt.d)
+			ok, err := st.AttemptApplyJournal(ctx, model.Lease{Host: "h"}, store.AttemptApplyJournalParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, From: journal.Cursor{}, To: to, Delta: tt.d})
 			var refused *store.RefusedError
 			if ok || !errors.As(err, &refused) {
 				t.Fatalf("ok=%v err=%v, want a *RefusedError", ok, err)

@@ -107,7 +107,7 @@ func Run(t testing.TB, st *store.Store, opts *RunOpts) model.Run {
 		t.Fatal(err)
 	}
 	if o.Started {
-		if err := st.AttemptMarkStarted(ctx, *o.Claim, model.AttemptRef{Run: run.ID, No: 1}, time.Time{}); err != nil {
+		if err := st.AttemptMarkStarted(ctx, *o.Claim, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, At: time.Time{}}); err != nil {
 			t.Fatal(err)
 		}
 	}
