@@ -22,12 +22,13 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/store"
 )
 
 // Store is what a listing reads and writes: the repository's snapshots as recorded, and the
 // listing recorded over them. The daemon and the CLI give their store.Store.
 type Store interface {
-	SnapshotSync(ctx context.Context, repository string, listedAt time.Time, listed []model.Snapshot) (added, forgotten int, err error)
+	SnapshotSync(ctx context.Context, p store.SnapshotSyncParams) (added, forgotten int, err error)
 	SnapshotList(ctx context.Context, repository string) ([]model.Snapshot, error)
 }
 
@@ -80,7 +81,7 @@ func Refresh(ctx context.Context, cfg Config, job model.Job) ([]model.Snapshot, 
 	for i, l := range listed {
 		snaps[i] = Listed(job.Repository, l)
 	}
-	if _, _, err := cfg.Store.SnapshotSync(ctx, job.Repository, listedAt, snaps); err != nil {
+	if _, _, err := cfg.Store.SnapshotSync(ctx, store.SnapshotSyncParams{Repository: job.Repository, ListedAt: listedAt, Listed: snaps}); err != nil {
 		return nil, err
 	}
 	return cfg.Store.SnapshotList(ctx, job.Repository)

@@ -133,7 +133,7 @@ exec REAL "$@"
 		t.Fatalf("snapshot from the summary %+v; want id %s, run %s, host %s, the attempt's start %s", fromSummary,
 			run.SnapshotID, run.ID, host, attempts[0].StartedAt)
 	}
-	if _, err := st.SnapshotHold(ctx, run.SnapshotID, "auditor", "case 9"); err != nil {
+	if _, err := st.SnapshotHold(ctx, store.SnapshotHoldParams{Prefix: run.SnapshotID, By: "auditor", Why: "case 9"}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -90,7 +90,7 @@ func (s *fakeState) AttemptOtherWriter(context.Context, model.AttemptRef) (*uuid
 	return nil, nil
 }
 
-func (s *fakeState) SnapshotProtectedAmong(context.Context, string, []string, time.Time) ([]string, error) {
+func (s *fakeState) SnapshotProtectedAmong(context.Context, store.SnapshotProtectedAmongParams) ([]string, error) {
 	s.record("SnapshotProtectedAmong")
 	return nil, nil
 }

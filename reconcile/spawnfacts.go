@@ -56,7 +56,7 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l model.LiveRun, jobs map[s
 	}
 	if l.Run.Kind.Spec().Forgets {
 		// A plan of the copy: its snapshots' protections.
-		if f.protected, err = r.cfg.Store.SnapshotProtectedAmong(ctx, job.For(l.Run).Repository, l.Run.ForgetIDs, f.now); err != nil {
+		if f.protected, err = r.cfg.Store.SnapshotProtectedAmong(ctx, store.SnapshotProtectedAmongParams{Repository: job.For(l.Run).Repository, IDs: l.Run.ForgetIDs, At: f.now}); err != nil {
 			return job, err
 		}
 	}

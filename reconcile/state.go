@@ -30,7 +30,7 @@ type StateReader interface {
 	RunGet(ctx context.Context, id uuid.UUID) (model.Run, error)
 	AttemptGet(ctx context.Context, ref model.AttemptRef) (model.Attempt, error)
 	AttemptOtherWriter(ctx context.Context, ref model.AttemptRef) (*uuid.UUID, error)
-	SnapshotProtectedAmong(ctx context.Context, repository string, ids []string, t time.Time) ([]string, error)
+	SnapshotProtectedAmong(ctx context.Context, p store.SnapshotProtectedAmongParams) ([]string, error)
 	AttemptEndingsSinceLastStart(ctx context.Context, repository string) ([]model.AttemptEnd, error)
 	RunListEndedBefore(ctx context.Context, ids []uuid.UUID, t time.Time) ([]uuid.UUID, error)
 	HostList(ctx context.Context) ([]model.Host, error)

@@ -131,11 +131,11 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 			finishAs(t, b, b.Lease, model.Ending{RunID: paused.ID, Attempt: 2, Status: model.StatusStopped, Reason: "stopped", Settlement: released})
 		}, false},
 		{"a listing adds two snapshots and forgets those of the summaries", func(t *testing.T) {
-			if _, _, err := b.Store.SnapshotSync(b.Ctx, "/r", b.Now(t), []model.Snapshot{
+			if _, _, err := b.Store.SnapshotSync(b.Ctx, store.SnapshotSyncParams{Repository: "/r", ListedAt: b.Now(t), Listed: []model.Snapshot{
 				listed(strings.Repeat("9", 64), job.Name, uuid.New(), time.Now()),
 				listed(strings.Repeat("8", 64), job.Name, uuid.New(), time.Now()),
 				listed(strings.Repeat("7", 64), "", uuid.Nil, time.Now()), // of no job
-			}); err != nil {
+			}}); err != nil {
 				t.Fatal(err)
 			}
 		}, false},

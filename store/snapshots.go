@@ -48,10 +48,17 @@ func scanSnapshot(row pgx.Row) (model.Snapshot, error) {
 	return s, err
 }
 
-// SnapshotSync records a listing of the repository that was asked for at listedAt: listed
+// SnapshotSyncParams is a listing of a repository's snapshots.
+type SnapshotSyncParams struct {
+	Repository string
+	ListedAt   time.Time // when the listing was asked for
+	Listed     []model.Snapshot
+}
+
+// SnapshotSync records a listing of p.Repository that was asked for at p.ListedAt: listed
 // snapshots are added or marked seen, and those missing from it are marked forgotten, unless a
-// newer listing saw them (or a run's ending recorded them after listedAt). Protections are never
-// changed here.
+// newer listing saw them (or a run's ending recorded them after p.ListedAt). Protections are
+// never changed here.
 //
 // A row recorded from a backup's summary (model.SourceSummary) is completed by the listing: its
 // facts become restic's (time, host, tags, paths, and the job and run of its tags) and its
@@ -59,7 +66,7 @@ func scanSnapshot(row pgx.Row) (model.Snapshot, error) {
 // full id, keeping its protections and first_seen_at, if exactly one listed id starts with it
 // and that snapshot carries the row's run tag; otherwise it is not merged into anything, and,
 // absent from the listing, it is marked forgotten like any other.
-func (s *Store) SnapshotSync(ctx context.Context, repository string, listedAt time.Time, listed []model.Snapshot) (added, forgotten int, err error) {
+func (s *Store) SnapshotSync(ctx context.Context, p SnapshotSyncParams) (added, forgotten int, err error) {
 	type row struct {
 		ID      string     `json:"id"`
 		Time    time.Time  `json:"time"`
@@ -69,19 +76,19 @@ func (s *Store) SnapshotSync(ctx context.Context, repository string, listedAt ti
 		JobName *string    `json:"job_name"`
 		RunID   *uuid.UUID `json:"run_id"`
 	}
-	rows := make([]row, len(listed))
-	ids := make([]string, len(listed))
-	for i, l := range listed {
+	rows := make([]row, len(p.Listed))
+	ids := make([]string, len(p.Listed))
+	for i, l := range p.Listed {
 		rows[i] = row{ID: l.ID, Time: l.Time, Host: l.Host, Tags: nonNil(l.Tags), Paths: nonNil(l.Paths),
 			JobName: nullIfEmpty(l.JobName), RunID: l.RunID}
 		ids[i] = l.ID
 	}
 	doc, err := json.Marshal(rows)
 	if err != nil {
-		return 0, 0, fmt.Errorf("sync snapshots of %s: %w", repository, err)
+		return 0, 0, fmt.Errorf("sync snapshots of %s: %w", p.Repository, err)
 	}
 	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := lockInventory(ctx, tx, repository); err != nil {
+		if err := lockInventory(ctx, tx, p.Repository); err != nil {
 			return err
 		}
 		// Short ids from summaries first, so that the listing's rows below find them completed
@@ -99,7 +106,7 @@ func (s *Store) SnapshotSync(ctx context.Context, repository string, listedAt ti
 			UPDATE snapshots s SET id = one.full_id
 			FROM one WHERE s.repository = $1 AND s.id = one.short
 				AND NOT EXISTS (SELECT 1 FROM snapshots o WHERE o.repository = $1 AND o.id = one.full_id)`,
-			repository, doc); err != nil {
+			p.Repository, doc); err != nil {
 			return err
 		}
 		// xmax = 0 tells an inserted row from an updated one.
@@ -118,7 +125,7 @@ func (s *Store) SnapshotSync(ctx context.Context, repository string, listedAt ti
 				job_name = CASE WHEN s.source = 'summary' THEN excluded.job_name ELSE s.job_name END,
 				run_id = CASE WHEN s.source = 'summary' THEN excluded.run_id ELSE s.run_id END,
 				source = 'listing'
-			RETURNING xmax = 0`, repository, doc, listedAt)
+			RETURNING xmax = 0`, p.Repository, doc, p.ListedAt)
 		if err != nil {
 			return err
 		}
@@ -134,7 +141,7 @@ func (s *Store) SnapshotSync(ctx context.Context, repository string, listedAt ti
 		tag, err := tx.Exec(ctx, `
 			UPDATE snapshots SET forgotten_at = $3
 			WHERE repository = $1 AND forgotten_at IS NULL AND seen_at < $3 AND NOT (id = ANY($2))`,
-			repository, ids, listedAt)
+			p.Repository, ids, p.ListedAt)
 		if err != nil {
 			return err
 		}
@@ -143,7 +150,7 @@ func (s *Store) SnapshotSync(ctx context.Context, repository string, listedAt ti
 		return nil
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("sync snapshots of %s: %w", repository, err)
+		return 0, 0, fmt.Errorf("sync snapshots of %s: %w", p.Repository, err)
 	}
 	return added, forgotten, nil
 }
@@ -222,12 +229,19 @@ func snapshotByPrefix(ctx context.Context, tx pgx.Tx, prefix string) (model.Snap
 	return model.Snapshot{}, fmt.Errorf("snapshot %s: %w: %s and %s both match; give more digits", prefix, ErrAmbiguous, shortID(snaps[0].ID), shortID(snaps[1].ID))
 }
 
+// SnapshotHoldParams is a legal hold to put on a snapshot.
+type SnapshotHoldParams struct {
+	Prefix string // the snapshot's id or a unique prefix of it
+	By     string
+	Why    string
+}
+
 // SnapshotHold puts a snapshot under legal hold: no plan deletes it until it is released.
-func (s *Store) SnapshotHold(ctx context.Context, prefix, by, why string) (model.Snapshot, error) {
-	return s.protect(ctx, prefix, func(tx pgx.Tx, snap model.Snapshot) (pgx.Row, error) {
+func (s *Store) SnapshotHold(ctx context.Context, p SnapshotHoldParams) (model.Snapshot, error) {
+	return s.protect(ctx, p.Prefix, func(tx pgx.Tx, snap model.Snapshot) (pgx.Row, error) {
 		return tx.QueryRow(ctx, `UPDATE snapshots s SET legal_hold_at = coalesce(legal_hold_at, now()),
 			legal_hold_by = $3, legal_hold_why = nullif($4, '')
-			WHERE repository = $1 AND id = $2 RETURNING `+snapshotColumns, snap.Repository, snap.ID, by, why), nil
+			WHERE repository = $1 AND id = $2 RETURNING `+snapshotColumns, snap.Repository, snap.ID, p.By, p.Why), nil
 	})
 }
 
@@ -242,16 +256,23 @@ func (s *Store) SnapshotRelease(ctx context.Context, prefix string) (model.Snaps
 	})
 }
 
-// SnapshotLock makes a snapshot immutable until the given time. Immutability can be extended,
+// SnapshotLockParams is an immutability to put on a snapshot.
+type SnapshotLockParams struct {
+	Prefix string // the snapshot's id or a unique prefix of it
+	Until  time.Time
+	By     string
+}
+
+// SnapshotLock makes a snapshot immutable until p.Until. Immutability can be extended,
 // never shortened: that is what makes it immutability.
-func (s *Store) SnapshotLock(ctx context.Context, prefix string, until time.Time, by string) (model.Snapshot, error) {
-	return s.protect(ctx, prefix, func(tx pgx.Tx, snap model.Snapshot) (pgx.Row, error) {
-		if snap.ImmutableUntil != nil && until.Before(*snap.ImmutableUntil) {
+func (s *Store) SnapshotLock(ctx context.Context, p SnapshotLockParams) (model.Snapshot, error) {
+	return s.protect(ctx, p.Prefix, func(tx pgx.Tx, snap model.Snapshot) (pgx.Row, error) {
+		if snap.ImmutableUntil != nil && p.Until.Before(*snap.ImmutableUntil) {
 			return nil, &ConflictError{Msg: fmt.Sprintf("snapshot %s is immutable until %s: immutability can be extended, not shortened",
 				shortID(snap.ID), snap.ImmutableUntil.UTC().Format(time.RFC3339))}
 		}
 		return tx.QueryRow(ctx, `UPDATE snapshots s SET immutable_until = $3, immutable_by = $4
-			WHERE repository = $1 AND id = $2 RETURNING `+snapshotColumns, snap.Repository, snap.ID, until, by), nil
+			WHERE repository = $1 AND id = $2 RETURNING `+snapshotColumns, snap.Repository, snap.ID, p.Until, p.By), nil
 	})
 }
 
@@ -299,16 +320,23 @@ func protectedAmong(ctx context.Context, tx pgx.Tx, repository string, ids []str
 	return protected, err
 }
 
-// SnapshotProtectedAmong returns which of the ids of the repository are protected at t.
-func (s *Store) SnapshotProtectedAmong(ctx context.Context, repository string, ids []string, t time.Time) ([]string, error) {
+// SnapshotProtectedAmongParams are snapshots of a repository whose protections are asked for.
+type SnapshotProtectedAmongParams struct {
+	Repository string
+	IDs        []string
+	At         time.Time
+}
+
+// SnapshotProtectedAmong returns which of p.IDs of p.Repository are protected at p.At.
+func (s *Store) SnapshotProtectedAmong(ctx context.Context, p SnapshotProtectedAmongParams) ([]string, error) {
 	var out []string
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		out, err = protectedAmong(ctx, tx, repository, ids, t)
+		out, err = protectedAmong(ctx, tx, p.Repository, p.IDs, p.At)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("check protections in %s: %w", repository, err)
+		return nil, fmt.Errorf("check protections in %s: %w", p.Repository, err)
 	}
 	return out, nil
 }

@@ -85,12 +85,12 @@ func TestSummarySnapshotCompletedByListing(t *testing.T) {
 	if got, err := st.RunGet(ctx, run.ID); err != nil || got.SnapshotID != "c1ae9ba1" {
 		t.Fatalf("run = %+v, %v; want its snapshot id", got, err)
 	}
-	held, err := st.SnapshotHold(ctx, "c1ae", "auditor", "case 7")
+	held, err := st.SnapshotHold(ctx, store.SnapshotHoldParams{Prefix: "c1ae", By: "auditor", Why: "case 7"})
 	if err != nil || held.ID != "c1ae9ba1" || held.LegalHoldAt == nil {
 		t.Fatalf("hold of the short id: %+v, %v", held, err)
 	}
 	until := time.Now().Add(48 * time.Hour).Truncate(time.Microsecond)
-	if _, err := st.SnapshotLock(ctx, "c1ae9ba1", until, "auditor"); err != nil {
+	if _, err := st.SnapshotLock(ctx, store.SnapshotLockParams{Prefix: "c1ae9ba1", Until: until, By: "auditor"}); err != nil {
 		t.Fatalf("lock of the short id: %v", err)
 	}
 
@@ -101,7 +101,7 @@ func TestSummarySnapshotCompletedByListing(t *testing.T) {
 	other := strings.Repeat("ab", 32)
 	l := listed(full, "s", run.ID, resticTime)
 	l.Host, l.Paths = "machine", []string{"/data", "/more"}
-	added, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{l, listed(other, "", uuid.Nil, started)})
+	added, forgotten, err := st.SnapshotSync(ctx, store.SnapshotSyncParams{Repository: "/r", ListedAt: time.Now(), Listed: []model.Snapshot{l, listed(other, "", uuid.Nil, started)}})
 	if err != nil || added != 1 || forgotten != 0 {
 		t.Fatalf("sync: added %d, forgotten %d, %v; want the other one added, none forgotten", added, forgotten, err)
 	}
@@ -120,11 +120,11 @@ func TestSummarySnapshotCompletedByListing(t *testing.T) {
 		s.ImmutableUntil == nil || !s.ImmutableUntil.Equal(until) || !s.FirstSeenAt.Equal(ended) {
 		t.Fatalf("completed snapshot = %+v; want restic's facts with the hold, the lock and the first sighting kept", s)
 	}
-	if p, err := st.SnapshotProtectedAmong(ctx, "/r", []string{full, other}, time.Now()); err != nil || !slices.Equal(p, []string{full}) {
+	if p, err := st.SnapshotProtectedAmong(ctx, store.SnapshotProtectedAmongParams{Repository: "/r", IDs: []string{full, other}, At: time.Now()}); err != nil || !slices.Equal(p, []string{full}) {
 		t.Fatalf("protected = %v, %v; want the completed snapshot", p, err)
 	}
 	// A second listing changes nothing more.
-	if added, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{l, listed(other, "", uuid.Nil, started)}); err != nil || added != 0 || forgotten != 0 {
+	if added, forgotten, err := st.SnapshotSync(ctx, store.SnapshotSyncParams{Repository: "/r", ListedAt: time.Now(), Listed: []model.Snapshot{l, listed(other, "", uuid.Nil, started)}}); err != nil || added != 0 || forgotten != 0 {
 		t.Fatalf("second sync: added %d, forgotten %d, %v", added, forgotten, err)
 	}
 	if v, err := st.InvariantViolations(ctx); err != nil || len(v) > 0 {
@@ -140,17 +140,17 @@ func TestSummarySnapshotForgotten(t *testing.T) {
 	storetest.Job(t, st, &storetest.JobOpts{Name: "f", Repository: "/r"})
 	before := time.Now().Add(-time.Second)
 	run, _ := finishBackup(t, st, "f", fromSummary("f", "0123abcd", time.Now()))
-	if _, err := st.SnapshotHold(ctx, "0123abcd", "auditor", ""); err != nil {
+	if _, err := st.SnapshotHold(ctx, store.SnapshotHoldParams{Prefix: "0123abcd", By: "auditor"}); err != nil {
 		t.Fatal(err)
 	}
 	other := listed(strings.Repeat("e", 64), "f", uuid.New(), time.Now())
-	if _, forgotten, err := st.SnapshotSync(ctx, "/r", before, []model.Snapshot{other}); err != nil || forgotten != 0 {
+	if _, forgotten, err := st.SnapshotSync(ctx, store.SnapshotSyncParams{Repository: "/r", ListedAt: before, Listed: []model.Snapshot{other}}); err != nil || forgotten != 0 {
 		t.Fatalf("a listing older than the ending: forgotten %d, %v; want none", forgotten, err)
 	}
 	if snaps := inventory(t, st); len(snaps) != 2 {
 		t.Fatalf("inventory %+v, want the summary's row and the listed one", snaps)
 	}
-	if _, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{other}); err != nil || forgotten != 1 {
+	if _, forgotten, err := st.SnapshotSync(ctx, store.SnapshotSyncParams{Repository: "/r", ListedAt: time.Now(), Listed: []model.Snapshot{other}}); err != nil || forgotten != 1 {
 		t.Fatalf("a listing without the run's snapshot: forgotten %d, %v; want 1", forgotten, err)
 	}
 	snaps := inventory(t, st)
@@ -190,10 +190,10 @@ func TestSummarySnapshotOfAnotherRun(t *testing.T) {
 	owner, _ := finishBackup(t, st, "mine", nil)
 	theirs := strings.Repeat("5a", 32)
 	at := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
-	if _, _, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{listed(theirs, "mine", owner.ID, at)}); err != nil {
+	if _, _, err := st.SnapshotSync(ctx, store.SnapshotSyncParams{Repository: "/r", ListedAt: time.Now(), Listed: []model.Snapshot{listed(theirs, "mine", owner.ID, at)}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.SnapshotHold(ctx, theirs[:8], "auditor", "keep"); err != nil {
+	if _, err := st.SnapshotHold(ctx, store.SnapshotHoldParams{Prefix: theirs[:8], By: "auditor", Why: "keep"}); err != nil {
 		t.Fatal(err)
 	}
 	before := inventory(t, st)
@@ -211,8 +211,8 @@ func TestSummarySnapshotOfAnotherRun(t *testing.T) {
 	// into it: the row is absent from the listing and forgotten.
 	evil, _ := finishBackup(t, st, "evil", fromSummary("evil", "9f9f9f9f", time.Now()))
 	victim := "9f9f9f9f" + strings.Repeat("0", 56)
-	if _, _, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{listed(theirs, "mine", owner.ID, at),
-		listed(victim, "mine", owner.ID, at)}); err != nil {
+	if _, _, err := st.SnapshotSync(ctx, store.SnapshotSyncParams{Repository: "/r", ListedAt: time.Now(), Listed: []model.Snapshot{listed(theirs, "mine", owner.ID, at),
+		listed(victim, "mine", owner.ID, at)}}); err != nil {
 		t.Fatal(err)
 	}
 	snaps := inventory(t, st)
@@ -231,8 +231,8 @@ func TestSummarySnapshotAmbiguousAndLate(t *testing.T) {
 	storetest.Job(t, st, &storetest.JobOpts{Name: "a", Repository: "/r"})
 	run, _ := finishBackup(t, st, "a", fromSummary("a", "deadbeef", time.Now()))
 	one, two := "deadbeef"+strings.Repeat("1", 56), "deadbeef"+strings.Repeat("2", 56)
-	added, forgotten, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{listed(one, "a", run.ID, time.Now()),
-		listed(two, "a", run.ID, time.Now())})
+	added, forgotten, err := st.SnapshotSync(ctx, store.SnapshotSyncParams{Repository: "/r", ListedAt: time.Now(), Listed: []model.Snapshot{listed(one, "a", run.ID, time.Now()),
+		listed(two, "a", run.ID, time.Now())}})
 	if err != nil || added != 2 || forgotten != 1 {
 		t.Fatalf("sync: added %d, forgotten %d, %v; want both added and the short row forgotten", added, forgotten, err)
 	}
@@ -246,8 +246,8 @@ func TestSummarySnapshotAmbiguousAndLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := "feedface" + strings.Repeat("3", 56)
-	if _, _, err := st.SnapshotSync(ctx, "/r", time.Now(), []model.Snapshot{listed(one, "a", run.ID, time.Now()),
-		listed(two, "a", run.ID, time.Now()), listed(full, "a", next.ID, time.Now())}); err != nil {
+	if _, _, err := st.SnapshotSync(ctx, store.SnapshotSyncParams{Repository: "/r", ListedAt: time.Now(), Listed: []model.Snapshot{listed(one, "a", run.ID, time.Now()),
+		listed(two, "a", run.ID, time.Now()), listed(full, "a", next.ID, time.Now())}}); err != nil {
 		t.Fatal(err)
 	}
 	e := model.Ending{RunID: next.ID, Attempt: 1, At: time.Now(), Status: model.StatusSucceeded, Reason: "ok",

@@ -179,7 +179,7 @@ func newSnapshotHoldCmd(g *globals) *cobra.Command {
 	var why string
 	cmd := snapshotChange(g, "hold ID", "Put a snapshot under legal hold: no retention plan deletes it until it is released",
 		func(ctx context.Context, st *store.Store, id string) (model.Snapshot, error) {
-			return st.SnapshotHold(ctx, id, g.actor(), why)
+			return st.SnapshotHold(ctx, store.SnapshotHoldParams{Prefix: id, By: g.actor(), Why: why})
 		},
 		func(s model.Snapshot) string { return fmt.Sprintf("snapshot %.12s is under legal hold", s.ID) })
 	cmd.Flags().StringVar(&why, "why", "", "the reason, kept with the hold")
@@ -208,7 +208,7 @@ func newSnapshotLockCmd(g *globals) *cobra.Command {
 			if !t.After(time.Now()) {
 				return model.Snapshot{}, badInput("--until %s is not in the future", until)
 			}
-			return st.SnapshotLock(ctx, id, t, g.actor())
+			return st.SnapshotLock(ctx, store.SnapshotLockParams{Prefix: id, Until: t, By: g.actor()})
 		},
 		func(s model.Snapshot) string {
 			return fmt.Sprintf("snapshot %.12s is immutable until %s", s.ID, s.ImmutableUntil.Local().Format(time.RFC3339))
