@@ -248,7 +248,8 @@ func (d *Deliverer) Pass(ctx context.Context) (int, error) {
 			giveUp := dl.Tries >= d.cfg.MaxTries
 			backoff := min(d.cfg.Backoff<<min(dl.Tries-1, 20), d.cfg.MaxBackoff)
 			why := textsafe.String(sendErr.Error())
-			if err := d.cfg.Store.DeliveryMarkFailed(ctx, store.DeliveryMarkFailedParams{Event: dl.Event.ID, Target: dl.Target.Name, Why: why, Backoff: backoff, GiveUp: giveUp}); err != nil {
+			failed := store.DeliveryMarkFailedParams{Event: dl.Event.ID, Target: dl.Target.Name, Why: why, Backoff: backoff, GiveUp: giveUp}
+			if err := d.cfg.Store.DeliveryMarkFailed(ctx, failed); err != nil {
 				return delivered, err
 			}
 			// Due backoff after the database recorded the try, which is before now here,

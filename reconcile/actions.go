@@ -291,7 +291,8 @@ func (r *Reconciler) drain(ctx context.Context, l model.LiveRun, pass *passReads
 		events, next := batch.Events, batch.Next
 		size = batch.Size
 		if len(events) > 0 {
-			applied, aerr := r.cfg.Store.AttemptApplyJournal(ctx, r.fence(), store.AttemptApplyJournalParams{Ref: l.Ref(), From: cursor, To: next, Delta: delta(events)})
+			step := store.AttemptApplyJournalParams{Ref: l.Ref(), From: cursor, To: next, Delta: delta(events)}
+			applied, aerr := r.cfg.Store.AttemptApplyJournal(ctx, r.fence(), step)
 			var refused *store.RefusedError
 			if errors.As(aerr, &refused) {
 				return 0, fmt.Sprintf("lines %d to %d from byte %d: %v", cursor.LastSeq+1, next.LastSeq, cursor.Offset, refused), nil

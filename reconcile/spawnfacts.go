@@ -56,7 +56,8 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l model.LiveRun, jobs map[s
 	}
 	if l.Run.Kind.Spec().Forgets {
 		// A plan of the copy: its snapshots' protections.
-		if f.protected, err = r.cfg.Store.SnapshotProtectedAmong(ctx, store.SnapshotProtectedAmongParams{Repository: job.For(l.Run).Repository, IDs: l.Run.ForgetIDs, At: f.now}); err != nil {
+		among := store.SnapshotProtectedAmongParams{Repository: job.For(l.Run).Repository, IDs: l.Run.ForgetIDs, At: f.now}
+		if f.protected, err = r.cfg.Store.SnapshotProtectedAmong(ctx, among); err != nil {
 			return job, err
 		}
 	}

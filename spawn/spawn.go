@@ -203,7 +203,8 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		// Even when the spawn's budget is spent, but bounded: the database may be what hangs.
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Budget)
 		defer cancel()
-		if rerr := s.cfg.Store.AttemptReleaseSpawnClaim(relCtx, s.fence(), store.AttemptReleaseSpawnClaimParams{Ref: l.Ref(), Unit: spec.Name, MayExist: mayExist}); rerr != nil {
+		giveBack := store.AttemptReleaseSpawnClaimParams{Ref: l.Ref(), Unit: spec.Name, MayExist: mayExist}
+		if rerr := s.cfg.Store.AttemptReleaseSpawnClaim(relCtx, s.fence(), giveBack); rerr != nil {
 			return errors.Join(err, rerr)
 		}
 		return err

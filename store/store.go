@@ -7,8 +7,9 @@
 //
 // The records its calls return and write are package model's. The store exports only the Store,
 // its configuration (Address, Config, Bounds), what its setup and LISTEN take and report
-// (Provisioned, Wakes), the params structs of its calls (one per call that takes more than two
-// arguments besides the writer's lease, named for the call: LeaseAcquireParams) and its errors.
+// (Provisioned, Wakes), its errors, and the params structs its calls take, named for the call
+// (JobAdmitDueParams), with their parts (JobEdit, AccountChange): a call with more than two
+// arguments besides the context and the writer's lease takes one.
 package store
 
 import (
