@@ -22,6 +22,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // The names of the credentials in a unit.
@@ -135,22 +137,35 @@ func ParseEnv(data []byte) ([]string, error) {
 }
 
 // CheckFile checks, as the operator's command runs (root), that a secret file can be handed to a
-// unit: an absolute path to a regular file. Its content is never read here.
-func CheckFile(flag, path string) error {
+// unit: an absolute path to a regular file. Its content is never read here. name names the file
+// in a refusal: words, or a placeholder of package setting.
+func CheckFile(name, path string) error {
+	_, err := checkFile(name, path)
+	return err
+}
+
+// CheckEnvFile is CheckFile for an environment file, which must not be larger than MaxEnvFile.
+func CheckEnvFile(name, path string) error {
+	info, err := checkFile(name, path)
+	if err == nil && info.Size() > MaxEnvFile {
+		return fmt.Errorf("%s %s is larger than %d KiB: it holds variables, not data", setting.Render(name), path, MaxEnvFile>>10)
+	}
+	return err
+}
+
+func checkFile(name, path string) (os.FileInfo, error) {
+	name = setting.Render(name)
 	if !filepath.IsAbs(path) {
-		return fmt.Errorf("%s %q is a relative path: give an absolute path", flag, path)
+		return nil, fmt.Errorf("%s %q is a relative path: give an absolute path", name, path)
 	}
 	info, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", flag, path, errors.Unwrap(err))
+		return nil, fmt.Errorf("%s %s: %w", name, path, errors.Unwrap(err))
 	}
 	if !info.Mode().IsRegular() {
-		return fmt.Errorf("%s %s is not a regular file", flag, path)
+		return nil, fmt.Errorf("%s %s is not a regular file", name, path)
 	}
-	if info.Size() > MaxEnvFile && (flag == "--env-file" || flag == "--copy-env-file") {
-		return fmt.Errorf("%s %s is larger than %d KiB: it holds variables, not data", flag, path, MaxEnvFile>>10)
-	}
-	return nil
+	return info, nil
 }
 
 // CheckRepository refuses a repository location with a password in it (rest:https://user:pass@host/):
@@ -163,8 +178,8 @@ func CheckRepository(repo string) error {
 	}
 	authority, _, _ := strings.Cut(rest, "/")
 	if at := strings.LastIndex(authority, "@"); at >= 0 && strings.Contains(authority[:at], ":") {
-		return errors.New("the repository location carries a password (user:password@): remove it and put the " +
-			"credentials in a root-only --env-file instead (e.g. RESTIC_REST_USERNAME/RESTIC_REST_PASSWORD, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)")
+		return setting.Errorf("the repository location carries a password (user:password@): remove it and put the " +
+			"credentials in a root-only {Job.EnvFile} instead (e.g. RESTIC_REST_USERNAME/RESTIC_REST_PASSWORD, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)")
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-backup/holdfast/safepath"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // MaxSource bounds a credential source (a password file, an environment file): a few
@@ -14,14 +15,15 @@ import (
 const MaxSource = MaxEnvFile
 
 // CheckSource checks, without reading it, a credential source that root will read for a unit of
-// user uid (0 for root): the rule ReadSource applies. flag names it in a refusal.
-func CheckSource(flag, path string, uid int) error {
+// user uid (0 for root): the rule ReadSource applies. name names it in a refusal: words, or a
+// placeholder of package setting.
+func CheckSource(name, path string, uid int) error {
 	n, err := safepath.Resolve(path, uid)
 	if err == nil {
 		err = sourceRule(path, n, uid)
 	}
 	if err != nil {
-		return fmt.Errorf("%s %w", flag, err)
+		return fmt.Errorf("%s %w", setting.Render(name), err)
 	}
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // ResticVersion is a restic release, as `restic version` names it.
@@ -94,16 +96,16 @@ func ResticVersionOf(ctx context.Context, binary string) (ResticVersion, error) 
 	defer cancel()
 	out, err := exec.CommandContext(ctx, binary, "version").Output()
 	if err != nil {
-		return ResticVersion{}, fmt.Errorf("restic %s: `version` failed (%v): install restic %s or later (Debian: apt install restic) or name it with --restic",
+		return ResticVersion{}, setting.Errorf("restic %s: `version` failed (%v): install restic %s or later (Debian: apt install restic) or name it with {Restic}",
 			binary, err, OldestRestic)
 	}
 	v, err := ParseResticVersion(out)
 	if err != nil {
-		return ResticVersion{}, fmt.Errorf("restic %s: %w: install restic %s or later (Debian: apt install restic) or name it with --restic",
+		return ResticVersion{}, setting.Errorf("restic %s: %w: install restic %s or later (Debian: apt install restic) or name it with {Restic}",
 			binary, err, OldestRestic)
 	}
 	if v.Less(OldestRestic) {
-		return v, fmt.Errorf("restic %s is %s, older than %s, the oldest holdfast runs: install a newer restic or name it with --restic",
+		return v, setting.Errorf("restic %s is %s, older than %s, the oldest holdfast runs: install a newer restic or name it with {Restic}",
 			binary, v, OldestRestic)
 	}
 	resticVersions.Store(key, v)

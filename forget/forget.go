@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
+	"github.com/holdfast-backup/holdfast/setting"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -75,7 +76,7 @@ func Plan(ctx context.Context, st Store, req Request) (Planned, error) {
 	if req.Copy {
 		c, ok := j.AsCopy()
 		if !ok {
-			return Planned{}, &store.ConflictError{Msg: fmt.Sprintf("job %s has no copy repository: give it one (holdfast job edit %s --copy-to REPO --copy-password-file FILE)", j.Name, j.Name)}
+			return Planned{}, &store.ConflictError{Msg: setting.Sprintf("job %s has no copy repository: give it one (holdfast job edit %s {Job.Copy.To} REPO {Job.Copy.PasswordFile} FILE)", j.Name, j.Name)}
 		}
 		j = c
 	}
@@ -84,7 +85,7 @@ func Plan(ctx context.Context, st Store, req Request) (Planned, error) {
 		return Planned{}, err
 	}
 	if !ok && !req.PolicyGiven {
-		return Planned{}, &store.ConflictError{Msg: fmt.Sprintf("job %s has no retention policy: set one (holdfast job edit %s --preset 30d) or give policy flags", j.Name, j.Name)}
+		return Planned{}, &store.ConflictError{Msg: setting.Sprintf("job %s has no retention policy: set one (holdfast job edit %s {Change.Preset} 30d) or give policy flags", j.Name, j.Name)}
 	}
 	if req.Policy != nil {
 		if p, err = req.Policy(p); err != nil {

@@ -82,7 +82,7 @@ func TestPlanAndApply(t *testing.T) {
 		{name: "a command job has no restic repository", req: forget.Request{Job: "dump"},
 			conflict: "job dump uses the command engine: retention applies to restic repositories"},
 		{name: "a job without a policy needs one given", req: forget.Request{Job: "bare"},
-			conflict: "job bare has no retention policy: set one (holdfast job edit bare --preset 30d) or give policy flags"},
+			conflict: "job bare has no retention policy: set one (holdfast job edit bare Change.Preset 30d) or give policy flags"},
 		{name: "a policy given for a job without one", req: forget.Request{Job: "bare", Policy: keepLast(9), PolicyGiven: true},
 			deletes: 1, outcome: model.PlanApplied, run: true},
 		{name: "the stored policy deletes nothing", req: forget.Request{Job: "web"}, outcome: model.PlanNothing},

@@ -8,6 +8,7 @@ import (
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // Probe checks, as the given identity, that each path can be read: a regular file opened, a
@@ -21,7 +22,7 @@ type Access struct {
 	Path    string
 	Regular bool   // it must be a regular file (not a directory, FIFO or device)
 	Exec    bool   // it must be a program the identity may execute
-	What    string // what it is, in a refusal: "" a path, or its password file
+	What    string // what it is, in a refusal: "" a path, or words such as "password file" (placeholders of package setting named)
 }
 
 // AccessChanged reports whether an edit from before to after changes what CheckAccess checks:
@@ -34,7 +35,7 @@ func AccessChanged(before, after model.Job) bool {
 }
 
 // CheckAccess checks that the job's user can read what its backup reads: the password file and
-// every path, or the program of --stdin-from. With viaCredentials (the daemon's system manager hands the password file to the
+// every path, or the program of Backup.StdinFrom. With viaCredentials (the daemon's system manager hands the password file to the
 // unit as a credential, read by systemd as root), the password file need not be readable by the
 // job's user, only a regular file. Run it after Validate.
 func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
@@ -54,7 +55,7 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 	case passwordFileReadByJobUser(j, viaCredentials):
 		want = append(want, Access{Path: j.PasswordFile, Regular: true, What: "password file"})
 	case j.PasswordFile != "":
-		if err := credentials.CheckSource("--password-file", j.PasswordFile, uid); err != nil {
+		if err := credentials.CheckSource("{Job.PasswordFile}", j.PasswordFile, uid); err != nil {
 			return err
 		}
 	}
@@ -62,15 +63,15 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 	case j.Copy.PasswordFile != "" && !viaCredentials:
 		want = append(want, Access{Path: j.Copy.PasswordFile, Regular: true, What: "copy password file"})
 	case j.Copy.PasswordFile != "":
-		if err := credentials.CheckSource("--copy-password-file", j.Copy.PasswordFile, uid); err != nil {
+		if err := credentials.CheckSource("{Job.Copy.PasswordFile}", j.Copy.PasswordFile, uid); err != nil {
 			return err
 		}
 	}
-	for _, f := range []struct{ flag, path string }{{"--env-file", j.EnvFile}, {"--copy-env-file", j.Copy.EnvFile}} {
+	for _, f := range []struct{ name, path string }{{"{Job.EnvFile}", j.EnvFile}, {"{Job.Copy.EnvFile}", j.Copy.EnvFile}} {
 		if f.path == "" {
 			continue
 		}
-		if err := credentials.CheckSource(f.flag, f.path, uid); err != nil {
+		if err := credentials.CheckSource(f.name, f.path, uid); err != nil {
 			return err
 		}
 	}
@@ -78,7 +79,7 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 		want = append(want, Access{Path: p})
 	}
 	if argv, err := SplitHook(j.Backup.StdinFrom); j.Backup.StdinFrom != "" && err == nil {
-		want = append(want, Access{Path: argv[0], Regular: true, Exec: true, What: "--stdin-from program"})
+		want = append(want, Access{Path: argv[0], Regular: true, Exec: true, What: "{Job.Backup.StdinFrom} program"})
 	}
 	if len(want) == 0 {
 		return nil
@@ -92,7 +93,7 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 			continue
 		}
 		what := cmp.Or(w.What, "path")
-		return fmt.Errorf("%s %s cannot be read by user %s: %s; make it readable by that user (or give another --user)", what, w.Path, id, why[i])
+		return fmt.Errorf("%s %s cannot be read by user %s: %s; make it readable by that user (or give another %s)", setting.Render(what), w.Path, id, why[i], setting.Name("Job.User"))
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // MaxHooks bounds a job's hooks of one kind.
@@ -37,14 +38,15 @@ func SplitHook(line string) ([]string, error) {
 	return argv, nil
 }
 
-// validateHooks checks a job's hooks of one kind (flag names them).
-func validateHooks(flag string, hooks []string) error {
+// validateHooks checks a job's hooks of one kind (name names them: a placeholder of package
+// setting).
+func validateHooks(name string, hooks []string) error {
 	if len(hooks) > MaxHooks {
-		return fmt.Errorf("%s: %d hooks, at most %d", flag, len(hooks), MaxHooks)
+		return fmt.Errorf("%s: %d hooks, at most %d", setting.Render(name), len(hooks), MaxHooks)
 	}
 	for _, h := range hooks {
 		if _, err := SplitHook(h); err != nil {
-			return fmt.Errorf("%s: %w", flag, err)
+			return fmt.Errorf("%s: %w", setting.Render(name), err)
 		}
 	}
 	return nil
@@ -56,20 +58,20 @@ var stdinFilename = regexp.MustCompile(`^[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*$`)
 
 const maxStdinFilename = 255
 
-// validateStdin checks a job that backs up a command's output (--stdin-from) instead of paths.
+// validateStdin checks a job that backs up a command's output (Backup.StdinFrom) instead of paths.
 func validateStdin(j *model.Job) error {
 	switch {
 	case j.Engine != engine.NameRestic:
-		return errors.New("--stdin-from is for restic jobs: a command job's command does its own backup")
+		return setting.Errorf("{Job.Backup.StdinFrom} is for restic jobs: a command job's command does its own backup")
 	case j.Backup.StdinFrom == "":
-		return errors.New("--stdin-filename names the output of --stdin-from: give --stdin-from CMD too, or drop it")
+		return setting.Errorf("{Job.Backup.StdinFilename} names the output of {Job.Backup.StdinFrom}: give {Job.Backup.StdinFrom} CMD too, or drop it")
 	case len(j.Paths) > 0 || len(j.Excludes) > 0:
-		return errors.New("--stdin-from backs up a command's output, not --path: give one of them (--stdin-from \"\" goes back to the paths)")
+		return setting.Errorf("{Job.Backup.StdinFrom} backs up a command's output, not {Job.Paths}: give one of them ({Job.Backup.StdinFrom} \"\" goes back to the paths)")
 	case len(j.Backup.StdinFilename) > maxStdinFilename || !stdinFilename.MatchString(j.Backup.StdinFilename):
-		return fmt.Errorf("--stdin-filename %q: give a plain file name such as shop.dump (letters, digits and ._+@-, not starting with a dot): the name the output has in the snapshot", j.Backup.StdinFilename)
+		return setting.Errorf("{Job.Backup.StdinFilename} %q: give a plain file name such as shop.dump (letters, digits and ._+@-, not starting with a dot): the name the output has in the snapshot", j.Backup.StdinFilename)
 	}
 	if _, err := SplitHook(j.Backup.StdinFrom); err != nil {
-		return fmt.Errorf("--stdin-from: %w", err)
+		return setting.Errorf("{Job.Backup.StdinFrom}: %w", err)
 	}
 	return nil
 }

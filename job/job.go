@@ -5,7 +5,6 @@
 package job
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -17,9 +16,10 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
-// MinRuntimeMax is the shortest --runtime-max: systemd's RuntimeMaxSec= has to let the unit start.
+// MinRuntimeMax is the shortest RuntimeMax of a job: systemd's RuntimeMaxSec= has to let the unit start.
 const MinRuntimeMax = time.Second
 
 // The names' lengths are checked apart from their patterns: a counted repetition ({0,62})
@@ -36,7 +36,7 @@ func ValidateName(name string) error {
 
 var hostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
-// ValidateHost checks a host name (--host): it names the daemon's row and pins jobs.
+// ValidateHost checks a host name (a job's or a daemon's Host): it names the daemon's row and pins jobs.
 func ValidateHost(name string) error {
 	if len(name) > 63 || !hostRE.MatchString(name) {
 		return fmt.Errorf("invalid host name %q: use 1-63 characters of A-Z, a-z, 0-9, '.', '_' or '-', starting with a letter or digit (the machine's host name, or HOLDFAST_HOST)", name)
@@ -72,15 +72,15 @@ func Validate(j *model.Job) error {
 	}
 	if j.Engine == engine.NameCommand {
 		if len(j.Command) == 0 || !filepath.IsAbs(j.Command[0]) {
-			return errors.New("a command job needs --command with an absolute program path first, e.g. --command /usr/local/bin/dump --command --all")
+			return setting.Errorf("a command job needs {Job.Command} with an absolute program path first, e.g. {Job.Command} /usr/local/bin/dump {Job.Command} --all")
 		}
 	}
 	if j.Engine == engine.NameRestic {
 		if len(j.Command) > 0 {
-			return errors.New("--command is for --engine command; a restic job backs up --path")
+			return setting.Errorf("{Job.Command} is for {Job.Engine} command; a restic job backs up {Job.Paths}")
 		}
 		if j.Repository == "" {
-			return errors.New("no repository: give --repo PATH (an absolute path) or a restic backend such as sftp:host:/path")
+			return setting.Errorf("no repository: give {Job.Repository} PATH (an absolute path) or a restic backend such as sftp:host:/path")
 		}
 		repo, err := checkRepository("repository", j.Repository)
 		if err != nil {
@@ -88,12 +88,12 @@ func Validate(j *model.Job) error {
 		}
 		j.Repository = repo
 		if j.EnvFile != "" {
-			if err := credentials.CheckFile("--env-file", j.EnvFile); err != nil {
+			if err := credentials.CheckEnvFile("{Job.EnvFile}", j.EnvFile); err != nil {
 				return err
 			}
 		}
 		if j.PasswordFile == "" {
-			return errors.New("no password file: give --password-file FILE (holdfast never stores the password itself)")
+			return setting.Errorf("no password file: give {Job.PasswordFile} FILE (holdfast never stores the password itself)")
 		}
 		if !filepath.IsAbs(j.PasswordFile) {
 			return fmt.Errorf("password file %q is a relative path: give an absolute path", j.PasswordFile)
@@ -103,14 +103,14 @@ func Validate(j *model.Job) error {
 		return err
 	}
 	if j.Engine != engine.NameRestic && j.EnvFile != "" {
-		return errors.New("--env-file is for restic jobs")
+		return setting.Errorf("{Job.EnvFile} is for restic jobs")
 	}
 	if j.Backup.StdinFrom != "" || j.Backup.StdinFilename != "" {
 		if err := validateStdin(j); err != nil {
 			return err
 		}
 	} else if j.Engine == engine.NameRestic && len(j.Paths) == 0 {
-		return errors.New("no paths to back up: give --path PATH at least once (or --stdin-from CMD to back up a command's output)")
+		return setting.Errorf("no paths to back up: give {Job.Paths} PATH at least once (or {Job.Backup.StdinFrom} CMD to back up a command's output)")
 	}
 	for _, p := range j.Paths {
 		if !filepath.IsAbs(p) {
@@ -119,25 +119,25 @@ func Validate(j *model.Job) error {
 	}
 	for _, x := range j.Excludes {
 		if strings.TrimSpace(x) == "" {
-			return errors.New("empty --exclude pattern")
+			return setting.Errorf("empty {Job.Excludes} pattern")
 		}
 	}
-	for _, v := range []struct{ flag, value string }{{"--user", j.User}, {"--group", j.Group}} {
+	for _, v := range []struct{ name, value string }{{"{Job.User}", j.User}, {"{Job.Group}", j.Group}} {
 		if v.value == "" {
 			continue
 		}
 		if err := ValidUserGroupName(v.value); err != nil {
-			return fmt.Errorf("%s %w", v.flag, err)
+			return fmt.Errorf("%s %w", setting.Render(v.name), err)
 		}
 	}
 	if j.User != "" {
 		if _, err := LookupUser(j.User); err != nil {
-			return fmt.Errorf("user %q does not exist on this host: create it or give another --user (%w)", j.User, err)
+			return setting.Errorf("user %q does not exist on this host: create it or give another {Job.User} (%w)", j.User, err)
 		}
 	}
 	if j.Group != "" {
 		if _, err := LookupGroup(j.Group); err != nil {
-			return fmt.Errorf("group %q does not exist on this host: create it or give another --group (%w)", j.Group, err)
+			return setting.Errorf("group %q does not exist on this host: create it or give another {Job.Group} (%w)", j.Group, err)
 		}
 	}
 	if j.Nice != nil && (*j.Nice < -20 || *j.Nice > 19) {
@@ -149,56 +149,56 @@ func Validate(j *model.Job) error {
 		return fmt.Errorf("unknown IO scheduling class %q: use realtime, best-effort or idle", j.IOSchedulingClass)
 	}
 	if j.RuntimeMax != 0 && j.RuntimeMax < MinRuntimeMax {
-		return fmt.Errorf("--runtime-max %s is too short: give at least %s (e.g. 6h), or 0 for no limit", j.RuntimeMax, MinRuntimeMax)
+		return setting.Errorf("{Job.RuntimeMax} %s is too short: give at least %s (e.g. 6h), or 0 for no limit", j.RuntimeMax, MinRuntimeMax)
 	}
 	if j.LimitUploadKiB < 0 || j.LimitUploadKiB > math.MaxInt32 {
-		return fmt.Errorf("--limit-upload %d is out of range: give a rate in KiB/s (e.g. 10240 for 10 MiB/s), or 0 for no limit", j.LimitUploadKiB)
+		return setting.Errorf("{Job.LimitUploadKiB} %d is out of range: give a rate in KiB/s (e.g. 10240 for 10 MiB/s), or 0 for no limit", j.LimitUploadKiB)
 	}
 	if j.LimitUploadKiB > 0 && j.Engine == engine.NameCommand {
-		return errors.New("--limit-upload is restic's: a command job cannot have one; drop it")
+		return setting.Errorf("{Job.LimitUploadKiB} is restic's: a command job cannot have one; drop it")
 	}
 	if j.StallAfter < 0 || j.StallAfter > 0 && j.StallAfter < time.Second {
-		return fmt.Errorf("--stall-after %s: give at least 1s (e.g. 15m), or 0 for the default of %s", j.StallAfter, model.DefaultStallAfter)
+		return setting.Errorf("{Job.StallAfter} %s: give at least 1s (e.g. 15m), or 0 for the default of %s", j.StallAfter, model.DefaultStallAfter)
 	}
 	switch j.StallAction {
 	case "", model.StallAlert, model.StallStop:
 	default:
-		return fmt.Errorf("--stall-action %q: use %s (an event) or %s (an event, and the run is stopped)", j.StallAction, model.StallAlert, model.StallStop)
+		return setting.Errorf("{Job.StallAction} %q: use %s (an event) or %s (an event, and the run is stopped)", j.StallAction, model.StallAlert, model.StallStop)
 	}
 	if j.AlertAfter < 0 || j.ExpectEvery < 0 {
-		return fmt.Errorf("--alert-after %s, --expect-every %s: give a positive duration (e.g. 2h, 168h), or 0 for the default", j.AlertAfter, j.ExpectEvery)
+		return setting.Errorf("{Job.AlertAfter} %s, {Job.ExpectEvery} %s: give a positive duration (e.g. 2h, 168h), or 0 for the default", j.AlertAfter, j.ExpectEvery)
 	}
-	if err := validateHooks("--before", j.Backup.BeforeHooks); err != nil {
+	if err := validateHooks("{Job.Backup.BeforeHooks}", j.Backup.BeforeHooks); err != nil {
 		return err
 	}
-	if err := validateHooks("--after", j.Backup.AfterHooks); err != nil {
+	if err := validateHooks("{Job.Backup.AfterHooks}", j.Backup.AfterHooks); err != nil {
 		return err
 	}
 	if j.Drill.Schedule != "" && j.Drill.Files == 0 {
 		j.Drill.Files = DefaultDrillFiles
 	}
 	if j.Drill.Files < 0 || j.Drill.Files > engine.MaxDrillFiles {
-		return fmt.Errorf("--drill-files %d: give how many files each drill restores and verifies, 1 to %d", j.Drill.Files, engine.MaxDrillFiles)
+		return setting.Errorf("{Job.Drill.Files} %d: give how many files each drill restores and verifies, 1 to %d", j.Drill.Files, engine.MaxDrillFiles)
 	}
 	if j.Verify.AlertAfter < 0 {
-		return fmt.Errorf("--verify-alert-after %s: give a positive duration (e.g. 336h), or 0 for two periods of --verify-schedule", j.Verify.AlertAfter)
+		return setting.Errorf("{Job.Verify.AlertAfter} %s: give a positive duration (e.g. 336h), or 0 for two periods of {Job.Verify.Schedule}", j.Verify.AlertAfter)
 	}
 	if j.Verify.ReadData != "" {
 		if err := engine.ValidateReadDataSubset(j.Verify.ReadData); err != nil {
-			return fmt.Errorf("--verify-read-data: %w", err)
+			return setting.Errorf("{Job.Verify.ReadData}: %w", err)
 		}
 	}
 	if (j.Verify.ReadData != "" || j.Verify.AlertAfter > 0) && j.Verify.Schedule == "" {
-		return errors.New("--verify-read-data and --verify-alert-after are for scheduled verifications: add --verify-schedule")
+		return setting.Errorf("{Job.Verify.ReadData} and {Job.Verify.AlertAfter} are for scheduled verifications: add {Job.Verify.Schedule}")
 	}
 	if j.AlertFailures < 0 || j.AlertFailures > 1000 {
-		return fmt.Errorf("--alert-failures %d is out of range: give 0..1000 (0: failures alone never make the job overdue)", j.AlertFailures)
+		return setting.Errorf("{Job.AlertFailures} %d is out of range: give 0..1000 (0: failures alone never make the job overdue)", j.AlertFailures)
 	}
 	if j.ExpectEvery > 0 && j.Schedule != "" {
-		return errors.New("--expect-every is for a job without --schedule; a scheduled job is overdue by its slots (--alert-after)")
+		return setting.Errorf("{Job.ExpectEvery} is for a job without {Job.Schedule}; a scheduled job is overdue by its slots ({Job.AlertAfter})")
 	}
 	if j.Priority < math.MinInt32 || j.Priority > math.MaxInt32 {
-		return fmt.Errorf("--priority %d is out of range: use %d..%d", j.Priority, math.MinInt32, math.MaxInt32)
+		return setting.Errorf("{Job.Priority} %d is out of range: use %d..%d", j.Priority, math.MinInt32, math.MaxInt32)
 	}
 	return ValidateSchedule(j)
 }
@@ -210,10 +210,10 @@ const DefaultDrillFiles = 10
 // engine.MaxDrillFiles files, which reads no further data (it is no restic check).
 func ValidateDrill(v model.Verify) error {
 	if v.DrillFiles < 1 || v.DrillFiles > engine.MaxDrillFiles {
-		return fmt.Errorf("--drill %d: give how many files to restore and verify, 1 to %d", v.DrillFiles, engine.MaxDrillFiles)
+		return setting.Errorf("{Verify.DrillFiles} %d: give how many files to restore and verify, 1 to %d", v.DrillFiles, engine.MaxDrillFiles)
 	}
 	if v.ReadDataSubset != "" {
-		return errors.New("--drill and --read-data-subset are two verifications: a drill restores files, a check reads the repository; start them one after the other")
+		return setting.Errorf("{Verify.DrillFiles} and {Verify.ReadDataSubset} are two verifications: a drill restores files, a check reads the repository; start them one after the other")
 	}
 	return nil
 }
@@ -227,17 +227,17 @@ func ValidateSchedule(j *model.Job) error {
 		return err
 	}
 	if j.RetryMax < 0 || j.RetryMax > 100 {
-		return fmt.Errorf("--retry-max %d is out of range: use 0..100", j.RetryMax)
+		return setting.Errorf("{Job.RetryMax} %d is out of range: use 0..100", j.RetryMax)
 	}
 	if j.RetryBackoff <= 0 {
-		return fmt.Errorf("--retry-backoff %s must be positive, e.g. 5m", j.RetryBackoff)
+		return setting.Errorf("{Job.RetryBackoff} %s must be positive, e.g. 5m", j.RetryBackoff)
 	}
 	if j.RetryBackoff > schedule.MaxBackoff {
-		return fmt.Errorf("--retry-backoff %s is past the cap of %s (retries are never further apart): give at most %s", j.RetryBackoff, schedule.MaxBackoff, schedule.MaxBackoff)
+		return setting.Errorf("{Job.RetryBackoff} %s is past the cap of %s (retries are never further apart): give at most %s", j.RetryBackoff, schedule.MaxBackoff, schedule.MaxBackoff)
 	}
 	if j.DependsOn != "" {
 		if err := ValidateName(j.DependsOn); err != nil {
-			return fmt.Errorf("--depends-on: %w", err)
+			return setting.Errorf("{Job.DependsOn}: %w", err)
 		}
 		if j.DependsOn == j.Name {
 			return fmt.Errorf("job %s cannot depend on itself", j.Name)
@@ -275,45 +275,45 @@ func StoredProblems(jobs []model.Job) []string {
 	return found
 }
 
-// validateCopy checks a job's copy repository (--copy-to), checked as its own repository is, and
+// validateCopy checks a job's copy repository (Copy.To), checked as its own repository is, and
 // spelled the same way for a local one.
 func validateCopy(j *model.Job) error {
 	if j.Copy.To == "" {
 		if j.Copy.PasswordFile != "" || j.Copy.EnvFile != "" {
-			return errors.New("--copy-password-file and --copy-env-file are for a copy repository: give --copy-to REPO too, or drop them")
+			return setting.Errorf("{Job.Copy.PasswordFile} and {Job.Copy.EnvFile} are for a copy repository: give {Job.Copy.To} REPO too, or drop them")
 		}
 		return nil
 	}
 	if j.Engine != engine.NameRestic {
-		return errors.New("--copy-to is for restic jobs: a command job keeps no repository to copy")
+		return setting.Errorf("{Job.Copy.To} is for restic jobs: a command job keeps no repository to copy")
 	}
-	repo, err := checkRepository("--copy-to", j.Copy.To)
+	repo, err := checkRepository("{Job.Copy.To}", j.Copy.To)
 	if err != nil {
 		return err
 	}
 	j.Copy.To = repo
 	if j.Copy.To == j.Repository {
-		return fmt.Errorf("--copy-to %s is the job's own repository: a copy belongs in another one", j.Copy.To)
+		return setting.Errorf("{Job.Copy.To} %s is the job's own repository: a copy belongs in another one", j.Copy.To)
 	}
 	if j.Copy.PasswordFile == "" || !filepath.IsAbs(j.Copy.PasswordFile) {
-		return errors.New("--copy-to needs --copy-password-file FILE, an absolute path: the copy repository's own password")
+		return setting.Errorf("{Job.Copy.To} needs {Job.Copy.PasswordFile} FILE, an absolute path: the copy repository's own password")
 	}
 	if j.Copy.EnvFile != "" {
-		if err := credentials.CheckFile("--copy-env-file", j.Copy.EnvFile); err != nil {
+		if err := credentials.CheckEnvFile("{Job.Copy.EnvFile}", j.Copy.EnvFile); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// checkRepository checks a repository location (what names it in a refusal) and returns its one
+// checkRepository checks a repository location (what names it in a refusal, a placeholder of package setting or words) and returns its one
 // spelling: a local one ("local:/srv/r/" is "/srv/r" to restic) as a clean absolute path, so
 // jobs sharing it are seen to share it (busy repository, growth, protections).
 func checkRepository(what, repo string) (string, error) {
 	if !remoteRepository(repo) {
 		dir := strings.TrimPrefix(repo, "local:")
 		if !filepath.IsAbs(dir) {
-			return "", fmt.Errorf("%s %q is a relative path: give an absolute path (or local:/path)", what, repo)
+			return "", fmt.Errorf("%s %q is a relative path: give an absolute path (or local:/path)", setting.Render(what), repo)
 		}
 		repo = filepath.Clean(dir)
 	}

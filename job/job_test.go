@@ -76,17 +76,17 @@ func TestValidateRefuses(t *testing.T) {
 		edit func(*model.Job)
 		want string
 	}{
-		{"runtime under 1s", func(j *model.Job) { j.RuntimeMax = 999 * time.Millisecond }, "--runtime-max 999ms is too short"},
+		{"runtime under 1s", func(j *model.Job) { j.RuntimeMax = 999 * time.Millisecond }, "Job.RuntimeMax 999ms is too short"},
 		{"negative runtime", func(j *model.Job) { j.RuntimeMax = -time.Second }, "is too short"},
-		{"zero backoff", func(j *model.Job) { j.RetryBackoff = 0 }, "--retry-backoff 0s must be positive"},
+		{"zero backoff", func(j *model.Job) { j.RetryBackoff = 0 }, "Job.RetryBackoff 0s must be positive"},
 		{"negative backoff", func(j *model.Job) { j.RetryBackoff = -time.Minute }, "must be positive"},
 		{"backoff past the cap", func(j *model.Job) { j.RetryBackoff = time.Hour + time.Second }, "past the cap of 1h0m0s"},
-		{"priority past 32 bits", func(j *model.Job) { j.Priority = 1 << 31 }, "--priority 2147483648 is out of range"},
+		{"priority past 32 bits", func(j *model.Job) { j.Priority = 1 << 31 }, "Job.Priority 2147483648 is out of range"},
 		{"schedule never fires", func(j *model.Job) { j.Schedule = "0 2 30 2 *" }, "never fires"},
 		{"relative local: repository", func(j *model.Job) {
 			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "local:repo", "/pw", []string{"/data"}
 		}, "is a relative path"},
-		{"user name systemd refuses", func(j *model.Job) { j.User = "a:b" }, "--user \"a:b\" is not a user or group name"},
+		{"user name systemd refuses", func(j *model.Job) { j.User = "a:b" }, "Job.User \"a:b\" is not a user or group name"},
 		{"unknown numeric group", func(j *model.Job) { j.Group = "4000000000" }, `group "4000000000" does not exist on this host`},
 	}
 	for _, tc := range cases {
@@ -134,7 +134,7 @@ func TestCheckAccess(t *testing.T) {
 		return []string{"", "", "permission denied"}, nil
 	}
 	err := CheckAccess(j, probe, false)
-	if err == nil || err.Error() != "path /b cannot be read by user 0: permission denied; make it readable by that user (or give another --user)" {
+	if err == nil || err.Error() != "path /b cannot be read by user 0: permission denied; make it readable by that user (or give another Job.User)" {
 		t.Fatalf("CheckAccess = %v", err)
 	}
 	if len(asked) != 3 || asked[0] != (Access{Path: "/pw", Regular: true, What: "password file"}) || asked[1].Regular || asked[2].Path != "/b" {

@@ -7,6 +7,7 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // DefaultRetryBackoff is the delay before a job's first retry when it gives none.
@@ -42,7 +43,7 @@ func Slots(j *model.Job, before *model.Job, now time.Time) error {
 		j.Prune.NextAt = next
 	}
 	if before == nil || zoneChanged || j.Verify.Schedule != before.Verify.Schedule {
-		next, err := firstMaintenance(*j, "--verify-schedule", j.Verify.Schedule, "verified", now)
+		next, err := firstMaintenance(*j, "{Job.Verify.Schedule}", j.Verify.Schedule, "verified", now)
 		if err != nil {
 			return err
 		}
@@ -52,7 +53,7 @@ func Slots(j *model.Job, before *model.Job, now time.Time) error {
 		}
 	}
 	if before == nil || zoneChanged || j.Drill.Schedule != before.Drill.Schedule {
-		next, err := firstMaintenance(*j, "--drill-schedule", j.Drill.Schedule, "drilled", now)
+		next, err := firstMaintenance(*j, "{Job.Drill.Schedule}", j.Drill.Schedule, "drilled", now)
 		if err != nil {
 			return err
 		}
@@ -63,21 +64,21 @@ func Slots(j *model.Job, before *model.Job, now time.Time) error {
 
 // firstPrune is the first slot of the job's prune schedule, nil for none.
 func firstPrune(j model.Job, now time.Time) (*time.Time, error) {
-	return firstMaintenance(j, "--prune-schedule", j.Prune.Schedule, "pruned", now)
+	return firstMaintenance(j, "{Job.Prune.Schedule}", j.Prune.Schedule, "pruned", now)
 }
 
-// firstMaintenance is the first slot of one of the schedules of a job's repository (flag names
-// it, done says what is done to it), nil for none.
-func firstMaintenance(j model.Job, flag, expr, done string, now time.Time) (*time.Time, error) {
+// firstMaintenance is the first slot of one of the schedules of a job's repository (name names
+// it, a placeholder of package setting; done says what is done to it), nil for none.
+func firstMaintenance(j model.Job, name, expr, done string, now time.Time) (*time.Time, error) {
 	if expr == "" {
 		return nil, nil
 	}
 	if !j.HasRepository() {
-		return nil, fmt.Errorf("%s: job %s uses the %s engine; only restic repositories are %s", flag, j.Name, j.Engine, done)
+		return nil, fmt.Errorf("%s: job %s uses the %s engine; only restic repositories are %s", setting.Render(name), j.Name, j.Engine, done)
 	}
 	next, err := schedule.FirstSlot(expr, j.TimeZone, now)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", flag, err)
+		return nil, fmt.Errorf("%s: %w", setting.Render(name), err)
 	}
 	return next, nil
 }

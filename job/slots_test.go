@@ -58,8 +58,8 @@ func TestSlots(t *testing.T) {
 		{name: "edit, schedule made manual", j: restic("", "", ""),
 			before: ptrJob(restic("@daily", "", "")), next: nil, nextPrune: old},
 		{name: "a command job is not pruned", j: model.Job{Name: "dump", Engine: engine.NameCommand, Prune: model.PruneSettings{Schedule: "@weekly"}},
-			err: "--prune-schedule: job dump uses the command engine; only restic repositories are pruned"},
-		{name: "a bad prune schedule", j: restic("", "", "every sunday"), err: "--prune-schedule: schedule \"every sunday\""},
+			err: "Job.Prune.Schedule: job dump uses the command engine; only restic repositories are pruned"},
+		{name: "a bad prune schedule", j: restic("", "", "every sunday"), err: "Job.Prune.Schedule: schedule \"every sunday\""},
 		{name: "a bad schedule", j: restic("@every 1ms", "", ""), err: "the interval must be at least"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

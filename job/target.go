@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/holdfast-backup/holdfast/setting"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,7 +41,7 @@ type TargetAnswer struct {
 func ValidateTarget(path string) error {
 	switch {
 	case path == "":
-		return errors.New("no target: give --target DIR, a directory to restore into")
+		return setting.Errorf("no target: give {Restore.Target} DIR, a directory to restore into")
 	case !filepath.IsAbs(path):
 		return fmt.Errorf("target %q is a relative path: give an absolute path", path)
 	case filepath.Clean(path) != path:
@@ -108,7 +109,7 @@ func ProbeTarget(p TargetProbe) TargetAnswer {
 			if err != nil {
 				return TargetAnswer{Why: fmt.Sprintf("target %s: %s", p.Path, Cause(err))}
 			}
-			return TargetAnswer{Why: fmt.Sprintf("target %s is not empty: restore into an empty directory, or give --overwrite to restore over what is there", p.Path)}
+			return TargetAnswer{Why: setting.Sprintf("target %s is not empty: restore into an empty directory, or give {Restore.Overwrite} to restore over what is there", p.Path)}
 		}
 	}
 	return TargetAnswer{}

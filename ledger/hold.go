@@ -1,8 +1,9 @@
 package ledger
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // Paused reasons the ledger gives a run that may not hold what its next attempt needs.
@@ -90,19 +91,19 @@ func DecideHold(f HoldFacts) Hold {
 	} else {
 		h.Budget, budgetWhy = *budget, "the run's budget"
 		if f.MaxAdded != nil {
-			budgetWhy = "the job's ceiling (--max-added)"
+			budgetWhy = setting.Render("the job's ceiling ({Job.MaxAdded})")
 		}
 	}
 	h.Bytes = h.Budget - f.Charged - f.Open
 	if h.Bytes <= 0 && f.Open > 0 {
 		h.Paused = PausedSettlementDeferred
-		h.Reason = fmt.Sprintf("paused (settlement_deferred): %s of the run's budget of %s is still held by an earlier attempt whose figure is unknown; settle it (holdfast ledger settle %s --bytes N --why ...) and resume the run",
+		h.Reason = setting.Sprintf("paused (settlement_deferred): %s of the run's budget of %s is still held by an earlier attempt whose figure is unknown; settle it (holdfast ledger settle %s {LedgerSettle.Bytes} N {LedgerSettle.Why} ...) and resume the run",
 			FormatSize(f.Open), FormatSize(h.Budget), f.Run)
 		return h
 	}
 	if h.Bytes <= 0 {
 		h.Paused = PausedRunCeiling
-		h.Reason = fmt.Sprintf("paused (run_ceiling): the run has used its budget of %s (%s); raise the job's --max-added and resume it",
+		h.Reason = setting.Sprintf("paused (run_ceiling): the run has used its budget of %s (%s); raise the job's {Job.MaxAdded} and resume it",
 			FormatSize(h.Budget), budgetWhy)
 		return h
 	}
@@ -140,11 +141,11 @@ func ParseAllowance(size, period string) (*int64, error) {
 		return nil, nil
 	}
 	if size == "" || (period != "day" && period != "week" && period != "month") {
-		return nil, errors.New("--allowance SIZE goes with --period day, week or month")
+		return nil, setting.Errorf("{Account.AllowanceBytes} SIZE goes with {Account.AllowancePeriod} day, week or month")
 	}
 	n, err := ParseSize(size)
 	if err != nil {
-		return nil, fmt.Errorf("--allowance: %w", err)
+		return nil, setting.Errorf("{Account.AllowanceBytes}: %w", err)
 	}
 	return &n, nil
 }

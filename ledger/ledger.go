@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/dustin/go-humanize"
+	"github.com/holdfast-backup/holdfast/setting"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,7 +47,7 @@ func ParseSize(s string) (int64, error) {
 // DefaultEstimate. why says which, for the run's record.
 func Budget(maxAdded *int64, recentAdded []int64, source *Source) (bytes int64, why string) {
 	if maxAdded != nil {
-		return *maxAdded, "the job's ceiling (--max-added)"
+		return *maxAdded, setting.Render("the job's ceiling ({Job.MaxAdded})")
 	}
 	if len(recentAdded) == 0 && source != nil {
 		return sourceBudget(*source)

@@ -39,6 +39,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // ChannelSchemes are the services a channel target may name: those whose shoutrrr sender
@@ -116,7 +117,7 @@ func (d *Deliverer) channel(ctx context.Context, t model.Target, e model.Event) 
 	case errors.Is(err, errSharedBusy):
 		return fmt.Errorf("channel %s: %w", where, err)
 	case err != nil && timedOut(ctx):
-		return fmt.Errorf("channel %s: no answer within --notify-timeout (%s): %w", where, d.cfg.Timeout, context.DeadlineExceeded)
+		return setting.Errorf("channel %s: no answer within {Notify.Timeout} (%s): %w", where, d.cfg.Timeout, context.DeadlineExceeded)
 	case err != nil && ctx.Err() != nil:
 		return fmt.Errorf("channel %s: %w", where, ctx.Err())
 	case err != nil:
@@ -165,8 +166,8 @@ func channelService(raw string) (channelSend, error) {
 		for i, s := range ChannelSchemes {
 			schemes[i] = s + "://"
 		}
-		return nil, fmt.Errorf("%s: holdfast does not send through shoutrrr's %s sender: %s. It sends through %s "+
-			"(generic+https://HOST/PATH posts the message to any URL); or use --webhook", Redact(raw), svc.GetID(),
+		return nil, setting.Errorf("%s: holdfast does not send through shoutrrr's %s sender: %s. It sends through %s "+
+			"(generic+https://HOST/PATH posts the message to any URL); or use {TargetWebhook.URL}", Redact(raw), svc.GetID(),
 			refusal(svc.GetID()), strings.Join(schemes, ", "))
 	}
 	if err == nil {
@@ -185,14 +186,14 @@ func refusal(id string) string {
 	case "smtp":
 		// Its deadline bounds the dial only (Config.Timeout); the conversation after it has none,
 		// and the connection is made inside its sender, out of holdfast's reach.
-		return "it speaks SMTP on a connection of its own that has no deadline once it is made, so a server that " +
-			"stops answering would hold the send past --notify-timeout; send mail through a command target instead " +
-			"(--command, a program that reads the event's JSON on its standard input and hands a message to sendmail)"
+		return setting.Render("it speaks SMTP on a connection of its own that has no deadline once it is made, so a server that " +
+			"stops answering would hold the send past {Notify.Timeout}; send mail through a command target instead " +
+			"({Target.Command}, a program that reads the event's JSON on its standard input and hands a message to sendmail)")
 	case "logger":
 		return "it writes the message to a logger holdfast does not give it, so nothing would be delivered"
 	}
-	return "it sends on an HTTP client of its own, which holdfast cannot reach to bound by --notify-timeout " +
-		"and to refuse redirects"
+	return setting.Render("it sends on an HTTP client of its own, which holdfast cannot reach to bound by {Notify.Timeout} " +
+		"and to refuse redirects")
 }
 
 // channelSend sends msg through one service, on the HTTP client newHTTP makes for the send
@@ -503,7 +504,7 @@ func (s sendSleeper) Sleep(d time.Duration) {
 // shoutrrr's jsonclient: teams, telegram, googlechat, zulip, opsgenie, bark, ifttt, join,
 // pushbullet, notifiarr, slack's API) send on it as holdfast sets it, once per process, when the
 // first Deliverer is built (the daemon builds one): it refuses redirects (errRedirect), has that
-// Deliverer's --notify-timeout as its Timeout, and its transport hands each request to the channel
+// Deliverer's Timeout as its own, and its transport hands each request to the channel
 // send under way (its channelHTTP: the send's own connections, closed at its end; its context, so
 // that the whole send ends at its timeout however many requests the service makes; its notes of a
 // redirect and of failed answers). A request does not say which send it is of, so the sends on
@@ -525,7 +526,7 @@ var (
 
 // errSharedBusy is a channel send's failure when another one kept http.DefaultClient until its
 // timeout.
-var errSharedBusy = errors.New("another channel send kept the HTTP client that this service sends on until --notify-timeout")
+var errSharedBusy = setting.Errorf("another channel send kept the HTTP client that this service sends on until {Notify.Timeout}")
 
 // useDefaultClient makes http.DefaultClient the one the services without a client hook send on.
 // It is changed in place: shoutrrr's jsonclient.DefaultClient keeps the pointer it took when its

@@ -38,6 +38,7 @@ import (
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/setting"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
 )
@@ -137,8 +138,8 @@ const (
 
 // ErrCommandsRefused is the failure of a delivery to a command target on a host whose daemon
 // does not run them.
-var ErrCommandsRefused = errors.New("refused: this host's daemon runs no command targets " +
-	"(allow them with holdfast daemon --allow-notify-commands, HOLDFAST_ALLOW_NOTIFY_COMMANDS=true; they run as --notify-command-user, default nobody)")
+var ErrCommandsRefused = setting.Errorf("refused: this host's daemon runs no command targets " +
+	"(allow them with holdfast daemon {Notify.AllowCommands}, HOLDFAST_ALLOW_NOTIFY_COMMANDS=true; they run as {Notify.CommandUser}, default nobody)")
 
 // CommandCredential resolves the user a command target runs as: a name or a uid, with its
 // primary and supplementary groups. It is nil when that is this process's own user.
@@ -149,13 +150,13 @@ func CommandCredential(name string) (*syscall.Credential, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		if u, err = user.LookupId(name); err != nil {
-			return nil, fmt.Errorf("--notify-command-user %q: no such user", name)
+			return nil, setting.Errorf("{Notify.CommandUser} %q: no such user", name)
 		}
 	}
 	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
 	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
 	if err1 != nil || err2 != nil {
-		return nil, fmt.Errorf("--notify-command-user %q: uid %s gid %s", name, u.Uid, u.Gid)
+		return nil, setting.Errorf("{Notify.CommandUser} %q: uid %s gid %s", name, u.Uid, u.Gid)
 	}
 	if int(uid) == os.Geteuid() && int(gid) == os.Getegid() {
 		return nil, nil
@@ -481,6 +482,9 @@ func Redact(raw string) string {
 // compile to a program as long, at the start of every holdfast process.
 var targetName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
+// urlSetting names the URL of a target of each kind that is given one.
+var urlSetting = map[string]string{model.TargetWebhook: "{TargetWebhook.URL}", model.TargetHealthchecks: "{TargetHealthchecks.URL}"}
+
 // ValidateTarget checks a target before it is stored, and gives it the default events.
 func ValidateTarget(t *model.Target) error {
 	if len(t.Name) > 63 || !targetName.MatchString(t.Name) {
@@ -490,36 +494,36 @@ func ValidateTarget(t *model.Target) error {
 	case model.TargetWebhook, model.TargetHealthchecks:
 		u, err := url.Parse(t.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--%s: give an http:// or https:// URL", t.Kind)
+			return fmt.Errorf("%s: give an http:// or https:// URL", setting.Render(urlSetting[t.Kind]))
 		}
 	case model.TargetCommand:
 		if len(t.Command) == 0 || !filepath.IsAbs(t.Command[0]) {
-			return errors.New("--command: give the program as an absolute path, then its arguments, one per --command")
+			return setting.Errorf("{Target.Command}: give the program as an absolute path, then its arguments, one per {Target.Command}")
 		}
 	case model.TargetChannel:
-		if err := credentials.CheckFile("--channel-url-file", t.SecretFile); err != nil {
+		if err := credentials.CheckFile("{TargetChannel.SecretFile}", t.SecretFile); err != nil {
 			return err
 		}
 		raw, err := ChannelURL(t.SecretFile)
 		if err != nil {
-			return fmt.Errorf("--channel-url-file: %w", err)
+			return setting.Errorf("{TargetChannel.SecretFile}: %w", err)
 		}
 		if _, err := channelService(raw); err != nil {
-			return fmt.Errorf("--channel-url-file: %w", err)
+			return setting.Errorf("{TargetChannel.SecretFile}: %w", err)
 		}
 		t.URL = Redact(raw)
 	default:
-		return errors.New("give one of --webhook URL, --healthchecks URL, --command PROGRAM or --channel-url-file FILE")
+		return setting.Errorf("give one of {TargetWebhook.URL} URL, {TargetHealthchecks.URL} URL, {Target.Command} PROGRAM or {TargetChannel.SecretFile} FILE")
 	}
 	if t.SecretFile != "" && t.Kind != model.TargetChannel {
 		if t.Kind != model.TargetWebhook {
-			return errors.New("--secret-file signs webhook requests: give it with --webhook")
+			return setting.Errorf("{TargetWebhook.SecretFile} signs webhook requests: give it with {TargetWebhook.URL}")
 		}
-		if err := credentials.CheckFile("--secret-file", t.SecretFile); err != nil {
+		if err := credentials.CheckFile("{TargetWebhook.SecretFile}", t.SecretFile); err != nil {
 			return err
 		}
 		if err := credentials.CheckSecret(t.SecretFile); err != nil {
-			return fmt.Errorf("--secret-file: %w", err)
+			return setting.Errorf("{TargetWebhook.SecretFile}: %w", err)
 		}
 	}
 	if len(t.Events) == 0 {

@@ -60,10 +60,10 @@ func TestValidateTarget(t *testing.T) {
 		want string
 	}{
 		{"bad name", model.Target{Name: "Ops!", Kind: model.TargetWebhook, URL: "https://x"}, "invalid target name"},
-		{"no kind", model.Target{Name: "ops"}, "give one of --webhook"},
-		{"not a URL", model.Target{Name: "ops", Kind: model.TargetWebhook, URL: "hooks.example.com"}, "--webhook: give an http:// or https:// URL"},
+		{"no kind", model.Target{Name: "ops"}, "give one of TargetWebhook.URL URL"},
+		{"not a URL", model.Target{Name: "ops", Kind: model.TargetWebhook, URL: "hooks.example.com"}, "TargetWebhook.URL: give an http:// or https:// URL"},
 		{"relative program", model.Target{Name: "ops", Kind: model.TargetCommand, Command: []string{"mail"}}, "absolute path"},
-		{"secret for a check", model.Target{Name: "ops", Kind: model.TargetHealthchecks, URL: "https://hc", SecretFile: "/k"}, "give it with --webhook"},
+		{"secret for a check", model.Target{Name: "ops", Kind: model.TargetHealthchecks, URL: "https://hc", SecretFile: "/k"}, "give it with TargetWebhook.URL"},
 		{"unknown event", model.Target{Name: "ops", Kind: model.TargetWebhook, URL: "https://x", Events: []string{"done"}}, `unknown event "done"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -220,7 +220,7 @@ func TestCommandTargets(t *testing.T) {
 
 	refusing := newTestDeliverer(t, Config{})
 	err = refusing.Send(context.Background(), script("id -u >"+proof), testEvent())
-	if !errors.Is(err, ErrCommandsRefused) || !strings.Contains(err.Error(), "--allow-notify-commands") {
+	if !errors.Is(err, ErrCommandsRefused) || !strings.Contains(err.Error(), "Notify.AllowCommands") {
 		t.Fatalf("Send under the default policy = %v, want the refusal", err)
 	}
 	if _, err := os.Stat(proof); !errors.Is(err, os.ErrNotExist) {

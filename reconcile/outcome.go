@@ -7,6 +7,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/setting"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -61,7 +62,7 @@ type classifier interface {
 // actFinish, so an interruption here always has a stop intent or a paused reason behind it.
 func outcome(m runner.Marker, ev engine.Evidence, eng classifier, stopRequested bool, stopReason, pausedReason string) verdict {
 	if pausedReason == store.PausedRunCeiling {
-		return verdict{status: model.StatusPaused, reason: "paused (run_ceiling): the backup added more than its hold, so holdfast stopped it (SIGINT, restic unlocks); raise the job's --max-added and resume it"}
+		return verdict{status: model.StatusPaused, reason: setting.Render("paused (run_ceiling): the backup added more than its hold, so holdfast stopped it (SIGINT, restic unlocks); raise the job's {Job.MaxAdded} and resume it")}
 	}
 	if pausedReason != "" {
 		return verdict{status: model.StatusPaused, reason: "paused: " + pausedReason}

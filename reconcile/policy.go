@@ -9,6 +9,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // The daemon's policy on who jobs run as, by default. Whoever can write holdfast's database
@@ -92,13 +93,13 @@ func (r *Reconciler) policyRefusal(job model.Job) string {
 		return ""
 	}
 	allow := r.cfg.name("AllowUsers")
-	return fmt.Sprintf("refused by this daemon's policy: job %s runs as %s (uid %d), which %s (%s) does not include; add it to the daemon's %s, or give the job an allowed --user",
+	return setting.Sprintf("refused by this daemon's policy: job %s runs as %s (uid %d), which %s (%s) does not include; add it to the daemon's %s, or give the job an allowed {Job.User}",
 		job.Name, userOrRoot(job.User), uid, allow, strings.Join(r.cfg.AllowUsers, ","), allow)
 }
 
 func userOrRoot(u string) string {
 	if u == "" {
-		return "root (it names no --user)"
+		return setting.Render("root (it names no {Job.User})")
 	}
 	return u
 }

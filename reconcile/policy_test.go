@@ -19,7 +19,7 @@ func TestPolicy(t *testing.T) {
 		{"default: any user", nil, false, model.Job{Name: "j", Engine: "restic", User: "nobody"}, ""},
 		{"default: no command jobs", nil, false, model.Job{Name: "j", Engine: "command", User: "nobody"}, "start the daemon with <AllowCommandJobs> to allow them"},
 		{"command jobs allowed", nil, true, model.Job{Name: "j", Engine: "command"}, ""},
-		{"command job outside the users", []string{"nobody"}, true, model.Job{Name: "j", Engine: "command"}, "runs as root (it names no --user) (uid 0), which <AllowUsers> (nobody) does not include; add it to the daemon's <AllowUsers>"},
+		{"command job outside the users", []string{"nobody"}, true, model.Job{Name: "j", Engine: "command"}, "runs as root (it names no Job.User) (uid 0), which <AllowUsers> (nobody) does not include; add it to the daemon's <AllowUsers>"},
 		{"listed by name", []string{"root", "nobody"}, false, model.Job{Name: "j", Engine: "restic", User: "nobody"}, ""},
 		{"listed by uid", []string{"65534"}, false, model.Job{Name: "j", Engine: "restic", User: "nobody"}, ""},
 		{"a uid job user", []string{"nobody"}, false, model.Job{Name: "j", Engine: "restic", User: "65534"}, ""},

@@ -127,7 +127,8 @@ type Config struct {
 	StartLead time.Duration
 	// SettingName, if set, is what the operator calls a setting, given its field's name here
 	// ("SpawnGrace", "AllowUsers"): Validate's errors and the policy's refusals name settings
-	// through it. The daemon gives its flags' names; nil names the fields.
+	// through it. The daemon gives its flags' names; nil names the fields. A job's settings are
+	// named as the rest of the process names them (package setting).
 	SettingName func(field string) string
 	// Observer hears of each run this reconciler closes (metrics); nil hears nothing.
 	Observer Observer
@@ -229,9 +230,9 @@ func Defaults() Config {
 	return c
 }
 
-// setting is one of Config's settings that has a default, with its field's name (errors name it
-// through SettingName); zeroIsDefault if a zero the operator gave means the default too.
-type setting[T time.Duration | int] struct {
+// defaulted is one of Config's settings that has a default, with its field's name (errors name
+// it through SettingName); zeroIsDefault if a zero the operator gave means the default too.
+type defaulted[T time.Duration | int] struct {
 	field         string
 	v             *T
 	def           T
@@ -239,8 +240,8 @@ type setting[T time.Duration | int] struct {
 }
 
 // durations and counts are Config's settings with a default: each default is stated here, once.
-func (c *Config) durations() []setting[time.Duration] {
-	return []setting[time.Duration]{
+func (c *Config) durations() []defaulted[time.Duration] {
+	return []defaulted[time.Duration]{
 		{"SpawnGrace", &c.SpawnGrace, DefaultSpawnGrace, false},
 		{"RunBudget", &c.RunBudget, DefaultRunBudget, false},
 		{"PassTimeout", &c.PassTimeout, DefaultPassTimeout, true},
@@ -249,8 +250,8 @@ func (c *Config) durations() []setting[time.Duration] {
 	}
 }
 
-func (c *Config) counts() []setting[int] {
-	return []setting[int]{
+func (c *Config) counts() []defaulted[int] {
+	return []defaulted[int]{
 		{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts, false},
 		{"Workers", &c.Workers, DefaultWorkers, false},
 		{"SpawnWorkers", &c.SpawnWorkers, spawn.DefaultWorkers, true}, // the daemon has no flag for it

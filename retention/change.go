@@ -1,6 +1,6 @@
 package retention
 
-import "fmt"
+import "github.com/holdfast-backup/holdfast/setting"
 
 // Change is an operator's change to a policy; a nil field leaves its setting as it is. A preset
 // replaces the policy's rules (its time zone stays); then each rule given replaces that rule.
@@ -39,7 +39,7 @@ func (c Change) Apply(base Policy) (Policy, error) {
 	if c.KeepWithin != nil {
 		d, err := ParseDuration(*c.KeepWithin)
 		if err != nil {
-			return p, fmt.Errorf("--keep-within: %w", err)
+			return p, setting.Errorf("{Change.KeepWithin}: %w", err)
 		}
 		p.KeepWithin = d
 	}

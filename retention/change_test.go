@@ -30,9 +30,9 @@ func TestChangeApply(t *testing.T) {
 		{name: "the zone", base: berlin, change: Change{TimeZone: str("")},
 			want: Policy{KeepDaily: 7, KeepWeekly: 4}},
 		{name: "an unknown preset", change: Change{Preset: str("forever")}, err: `unknown retention preset "forever"`},
-		{name: "a bad keep-within", change: Change{KeepWithin: str("7 fortnights")}, err: "--keep-within: "},
+		{name: "a bad keep-within", change: Change{KeepWithin: str("7 fortnights")}, err: "Change.KeepWithin: "},
 		{name: "a policy that keeps nothing", base: Policy{KeepLast: 1}, change: Change{KeepLast: num(0)}, err: "retention policy"},
-		{name: "a negative rule", change: Change{KeepLast: num(-1)}, err: "--keep-last -1: give 0 or more"},
+		{name: "a negative rule", change: Change{KeepLast: num(-1)}, err: "Policy.KeepLast -1: give 0 or more"},
 		{name: "an unknown zone", base: berlin, change: Change{TimeZone: str("Mars/Olympus")}, err: `time zone "Mars/Olympus" is unknown`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

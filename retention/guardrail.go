@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // Guardrail refuses plans that delete suspiciously much, such as a policy
@@ -29,7 +31,7 @@ const (
 // percentage from 1 to 100.
 func MaxDeleteShare(percent int) (float64, error) {
 	if percent < 1 || percent > 100 {
-		return 0, fmt.Errorf("--retention-max-delete %d: give a percentage from 1 to 100", percent)
+		return 0, setting.Errorf("{Guardrail.MaxDeleteShare} %d: give a percentage from 1 to 100", percent)
 	}
 	return float64(percent) / 100, nil
 }
@@ -37,7 +39,7 @@ func MaxDeleteShare(percent int) (float64, error) {
 // CheckMinKeep refuses a negative guardrail minimum.
 func CheckMinKeep(n int) error {
 	if n < 0 {
-		return fmt.Errorf("--retention-min-keep %d: give 0 or more", n)
+		return setting.Errorf("{Guardrail.MinKeep} %d: give 0 or more", n)
 	}
 	return nil
 }
@@ -52,7 +54,7 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
-	const what = ": check the policy with `holdfast retention plan`, or apply with --force"
+	what := setting.Render(": check the policy with `holdfast retention plan`, or apply with {RetentionApply.Force}")
 	if e.TooFew {
 		return fmt.Sprintf("plan keeps %d of %d snapshots, fewer than the minimum of %d%s",
 			e.InScope-e.Deletes, e.InScope, e.MinKeep, what)

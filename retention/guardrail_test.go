@@ -15,16 +15,16 @@ func TestGuardrail(t *testing.T) {
 	}{
 		{"default allows half", Guardrail{}, Plan{Kept: 20, Deletable: 20}, ""},
 		{"default refuses more than half", Guardrail{}, Plan{Kept: 10, Deletable: 30},
-			"plan deletes 30 of 40 snapshots (75%), more than the allowed 50%: check the policy with `holdfast retention plan`, or apply with --force"},
+			"plan deletes 30 of 40 snapshots (75%), more than the allowed 50%: check the policy with `holdfast retention plan`, or apply with RetentionApply.Force"},
 		{"outside scope does not count", Guardrail{}, Plan{Kept: 10, Deletable: 11, OutsideScope: 100},
-			"plan deletes 11 of 21 snapshots (52.4%), more than the allowed 50%: check the policy with `holdfast retention plan`, or apply with --force"},
+			"plan deletes 11 of 21 snapshots (52.4%), more than the allowed 50%: check the policy with `holdfast retention plan`, or apply with RetentionApply.Force"},
 		{"close to the limit shows more digits", Guardrail{MaxDeleteShare: 0.5}, Plan{Kept: 4999, Deletable: 5001},
-			"plan deletes 5001 of 10000 snapshots (50.01%), more than the allowed 50%: check the policy with `holdfast retention plan`, or apply with --force"},
+			"plan deletes 5001 of 10000 snapshots (50.01%), more than the allowed 50%: check the policy with `holdfast retention plan`, or apply with RetentionApply.Force"},
 		{"custom share", Guardrail{MaxDeleteShare: 0.9}, Plan{Kept: 10, Deletable: 30}, ""},
 		{"share of one allows all", Guardrail{MaxDeleteShare: 1}, Plan{Kept: 1, Deletable: 99}, ""},
 		{"nothing deleted", Guardrail{MaxDeleteShare: 0.01, MinKeep: 100}, Plan{Kept: 3}, ""},
 		{"min keep", Guardrail{MaxDeleteShare: 0.9, MinKeep: 5}, Plan{Kept: 3, Deletable: 7},
-			"plan keeps 3 of 10 snapshots, fewer than the minimum of 5: check the policy with `holdfast retention plan`, or apply with --force"},
+			"plan keeps 3 of 10 snapshots, fewer than the minimum of 5: check the policy with `holdfast retention plan`, or apply with RetentionApply.Force"},
 		{"min keep met", Guardrail{MaxDeleteShare: 0.9, MinKeep: 3}, Plan{Kept: 3, Deletable: 7}, ""},
 		{"protected count as kept", Guardrail{MinKeep: 3}, Plan{Kept: 3, Protected: 2, Deletable: 1}, ""},
 	}
@@ -67,9 +67,9 @@ func TestGuardrailSettings(t *testing.T) {
 		err     string
 	}{
 		{1, 0.01, ""}, {50, DefaultMaxDeleteShare, ""}, {100, 1, ""},
-		{0, 0, "--retention-max-delete 0: give a percentage from 1 to 100"},
-		{101, 0, "--retention-max-delete 101: give a percentage from 1 to 100"},
-		{-5, 0, "--retention-max-delete -5: give a percentage from 1 to 100"},
+		{0, 0, "Guardrail.MaxDeleteShare 0: give a percentage from 1 to 100"},
+		{101, 0, "Guardrail.MaxDeleteShare 101: give a percentage from 1 to 100"},
+		{-5, 0, "Guardrail.MaxDeleteShare -5: give a percentage from 1 to 100"},
 	} {
 		got, err := MaxDeleteShare(c.percent)
 		if (err == nil) != (c.err == "") || (err != nil && err.Error() != c.err) || got != c.want {
@@ -80,7 +80,7 @@ func TestGuardrailSettings(t *testing.T) {
 		n   int
 		err string
 	}{
-		{0, ""}, {DefaultMinKeep, ""}, {1000, ""}, {-1, "--retention-min-keep -1: give 0 or more"},
+		{0, ""}, {DefaultMinKeep, ""}, {1000, ""}, {-1, "Guardrail.MinKeep -1: give 0 or more"},
 	} {
 		if err := CheckMinKeep(c.n); (err == nil) != (c.err == "") || (err != nil && err.Error() != c.err) {
 			t.Errorf("CheckMinKeep(%d) = %v, want %q", c.n, err, c.err)

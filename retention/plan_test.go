@@ -442,7 +442,7 @@ func TestNewRefuses(t *testing.T) {
 		want  string
 	}{
 		{"empty policy", Policy{}, nil, "retention policy keeps nothing"},
-		{"negative", Policy{KeepLast: 1, KeepDaily: -1}, nil, "--keep-daily -1"},
+		{"negative", Policy{KeepLast: 1, KeepDaily: -1}, nil, "Policy.KeepDaily -1"},
 		{"empty id", Policy{KeepLast: 1}, []Snapshot{{ID: "a", Time: at}, {Time: at}}, "snapshot from 2026-11-28T12:00:00Z has no id"},
 		{"duplicate id", Policy{KeepLast: 1}, []Snapshot{{ID: "a", Time: at}, {ID: "b", Time: at}, {ID: "a", Time: at.Add(-day)}}, `snapshot id "a" appears twice`},
 	}

@@ -31,6 +31,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // Policy says which snapshots to keep. Every rule that is zero is off; a
@@ -70,12 +72,12 @@ func (p Policy) check() (*time.Location, error) {
 	keeps := !p.KeepWithin.IsZero()
 	for _, r := range p.counts() {
 		if r.n < 0 {
-			return nil, fmt.Errorf("retention policy has --keep-%s %d: give 0 or more", r.flag, r.n)
+			return nil, fmt.Errorf("retention policy has %s %d: give 0 or more", setting.Render(r.name), r.n)
 		}
 		keeps = keeps || r.n > 0
 	}
 	if p.KeepWithin.negative() {
-		return nil, fmt.Errorf("retention policy has --keep-within %s: give a positive duration such as 7d, or leave it out", FormatDuration(p.KeepWithin))
+		return nil, setting.Errorf("retention policy has {Policy.KeepWithin} %s: give a positive duration such as 7d, or leave it out", FormatDuration(p.KeepWithin))
 	}
 	loc := time.UTC
 	if p.TimeZone != "" {
@@ -91,24 +93,24 @@ func (p Policy) check() (*time.Location, error) {
 		}
 	}
 	if !keeps {
-		return nil, errors.New("retention policy keeps nothing: give at least one of --keep-last, --keep-within, --keep-hourly, --keep-daily, --keep-weekly, --keep-monthly, --keep-yearly, or --preset")
+		return nil, setting.Errorf("retention policy keeps nothing: give at least one of {Policy.KeepLast}, {Policy.KeepWithin}, {Policy.KeepHourly}, {Policy.KeepDaily}, {Policy.KeepWeekly}, {Policy.KeepMonthly}, {Policy.KeepYearly}, or {Change.Preset}")
 	}
 	return loc, nil
 }
 
 type countRule struct {
-	flag string
+	name string // a placeholder of package setting
 	n    int
 }
 
 func (p Policy) counts() [6]countRule {
 	return [6]countRule{
-		{"last", p.KeepLast},
-		{"hourly", p.KeepHourly},
-		{"daily", p.KeepDaily},
-		{"weekly", p.KeepWeekly},
-		{"monthly", p.KeepMonthly},
-		{"yearly", p.KeepYearly},
+		{"{Policy.KeepLast}", p.KeepLast},
+		{"{Policy.KeepHourly}", p.KeepHourly},
+		{"{Policy.KeepDaily}", p.KeepDaily},
+		{"{Policy.KeepWeekly}", p.KeepWeekly},
+		{"{Policy.KeepMonthly}", p.KeepMonthly},
+		{"{Policy.KeepYearly}", p.KeepYearly},
 	}
 }
 

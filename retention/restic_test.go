@@ -207,9 +207,10 @@ func TestResticForgetAgrees(t *testing.T) {
 // resticFlags writes p as `restic forget` flags.
 func resticFlags(p Policy) []string {
 	var flags []string
-	for _, r := range p.counts() {
+	rules := []string{"last", "hourly", "daily", "weekly", "monthly", "yearly"} // in the order of counts
+	for i, r := range p.counts() {
 		if r.n > 0 {
-			flags = append(flags, "--keep-"+r.flag, strconv.Itoa(r.n))
+			flags = append(flags, "--keep-"+rules[i], strconv.Itoa(r.n))
 		}
 	}
 	if !p.KeepWithin.IsZero() {

@@ -201,7 +201,7 @@ func MarkerFromEnv(run uuid.UUID, attempt int, unit string, getenv func(string) 
 		ExitCode: getenv("EXIT_CODE"), ExitStatus: getenv("EXIT_STATUS"), At: at.UTC()}
 	switch {
 	case attempt < 1:
-		return Marker{}, errors.New("--attempt must be at least 1")
+		return Marker{}, fmt.Errorf("attempt %d: an attempt's number is at least 1", attempt)
 	case m.ServiceResult == "":
 		return Marker{}, errors.New("SERVICE_RESULT is not set: this command runs as a unit's ExecStopPost")
 	case m.ExitCode == "exited":

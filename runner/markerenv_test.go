@@ -21,7 +21,7 @@ func TestMarkerFromEnv(t *testing.T) {
 		{"killed by a signal", 2, map[string]string{"SERVICE_RESULT": "signal", "EXIT_CODE": "killed", "EXIT_STATUS": "KILL"}, ""},
 		{"not from systemd", 1, map[string]string{}, "SERVICE_RESULT is not set"},
 		{"status not a number", 1, map[string]string{"SERVICE_RESULT": "exit-code", "EXIT_CODE": "exited", "EXIT_STATUS": "x"}, `EXIT_STATUS "x" is not a number`},
-		{"no attempt", 0, map[string]string{"SERVICE_RESULT": "success"}, "--attempt must be at least 1"},
+		{"no attempt", 0, map[string]string{"SERVICE_RESULT": "success"}, "attempt 0: an attempt's number is at least 1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

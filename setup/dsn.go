@@ -7,17 +7,18 @@ import (
 	"io"
 
 	"github.com/holdfast-backup/holdfast/credentials"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // maxDSN bounds an address read from a file or standard input.
 const maxDSN = 16 << 10
 
-// StdinDSN is the --dsn value that means "read the address from standard input".
+// StdinDSN is the address given that means "read the address from standard input".
 const StdinDSN = "-"
 
 // DSNFrom returns the address of a database given to setup in one of three ways: arg as it is
-// (given, from --dsn on the command line, which every user of the host sees in ps), arg
-// StdinDSN ("--dsn -": the address is read from stdin), or the file at file (--dsn-file), which
+// (given on the command line, which every user of the host sees in ps), arg StdinDSN (the
+// address is read from stdin), or the file at file (Setup.DSNFile), which
 // holds the address alone on one line and is read only if no one but root and this user could
 // have written it (credentials.ReadTrusted). An error never quotes what was read.
 func DSNFrom(arg string, given bool, file string, stdin io.Reader) (string, error) {
@@ -25,7 +26,7 @@ func DSNFrom(arg string, given bool, file string, stdin io.Reader) (string, erro
 	var r io.Reader
 	switch {
 	case given && file != "":
-		return "", fmt.Errorf("give the address with --dsn or with --dsn-file, not both")
+		return "", setting.Errorf("give the address with {Setup.DSN} or with {Setup.DSNFile}, not both")
 	case file != "":
 		// The address names the database the daemon (root) obeys: the file must be root's word.
 		data, err := credentials.ReadTrusted(file, maxDSN)
@@ -40,7 +41,7 @@ func DSNFrom(arg string, given bool, file string, stdin io.Reader) (string, erro
 		from, r = "standard input", stdin
 	case given:
 		if arg == "" {
-			return "", fmt.Errorf("--dsn is empty: give the address of the database")
+			return "", setting.Errorf("{Setup.DSN} is empty: give the address of the database")
 		}
 		return arg, nil
 	default:

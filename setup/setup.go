@@ -26,13 +26,14 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/setting"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
 // Defaults, each stated once.
 const (
 	DefaultEnvFile     = "/etc/holdfast/holdfast.env"
-	DefaultWebAuthFile = "/etc/holdfast/web.auth" // the daemon's --web-auth-file default
+	DefaultWebAuthFile = "/etc/holdfast/web.auth" // the daemon's WebAuthFile default
 	DefaultRole        = "holdfast"
 	DefaultDatabase    = "holdfast"
 	DefaultService     = "holdfast.service"
@@ -98,7 +99,7 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.RotatePassword && c.DSN != "" {
-		return fmt.Errorf("--rotate-password gives the local role a new password; with a database given (--dsn) there is none to rotate")
+		return setting.Errorf("{Setup.RotatePassword} gives the local role a new password; with a database given ({Setup.DSN}) there is none to rotate")
 	}
 	return nil
 }
@@ -148,7 +149,7 @@ func database(ctx context.Context, cfg Config, configured string) (string, bool,
 		return cfg.DSN, true, nil
 	}
 	if configured != "" && cfg.RotatePassword && !cfg.localRole(configured) {
-		return "", false, fmt.Errorf("--rotate-password gives the local role %s a new password, but %s in %s names another database: change the password on its server, then give the new address (--dsn-file)", cfg.Role, dsnKey, cfg.EnvFile)
+		return "", false, setting.Errorf("{Setup.RotatePassword} gives the local role %s a new password, but %s in %s names another database: change the password on its server, then give the new address ({Setup.DSNFile})", cfg.Role, dsnKey, cfg.EnvFile)
 	}
 	if configured != "" && !cfg.RotatePassword {
 		if err := ping(ctx, configured); err != nil {
@@ -176,8 +177,8 @@ func database(ctx context.Context, cfg Config, configured string) (string, bool,
 		return "", false, err
 	}
 	if p.RoleFound && !p.RotatedPassword {
-		return "", false, fmt.Errorf("role %s exists on the local PostgreSQL and its password is not in %s: it was left alone, as another host may log in with it; "+
-			"give --rotate-password to give it a new one (whoever logs in as it then needs the new address), or its address with --dsn-file", cfg.Role, cfg.EnvFile)
+		return "", false, setting.Errorf("role %s exists on the local PostgreSQL and its password is not in %s: it was left alone, as another host may log in with it; "+
+			"give {Setup.RotatePassword} to give it a new one (whoever logs in as it then needs the new address), or its address with {Setup.DSNFile}", cfg.Role, cfg.EnvFile)
 	}
 	// Over TCP with the password: the daemon runs as root, whom peer authentication would
 	// map to no role of its own.
@@ -192,7 +193,7 @@ func database(ctx context.Context, cfg Config, configured string) (string, bool,
 	made := map[bool]string{true: "created", false: "found"}
 	role := made[p.CreatedRole]
 	if p.RotatedPassword {
-		role = "found and given a new password (--rotate-password; whoever else logs in as it needs the new address)"
+		role = setting.Render("found and given a new password ({Setup.RotatePassword}; whoever else logs in as it needs the new address)")
 	}
 	fmt.Fprintf(cfg.Out, "database: role %s %s, database %s %s on the local PostgreSQL (port %d); the address is in %s\n",
 		cfg.Role, role, cfg.Database, made[p.CreatedDatabase], port, cfg.EnvFile)
@@ -217,7 +218,7 @@ func localPort(dir string) (int, error) {
 			return port, nil
 		}
 	}
-	return 0, fmt.Errorf("no PostgreSQL server has its socket in %s: install and start one (apt install postgresql), or give --dsn", dir)
+	return 0, setting.Errorf("no PostgreSQL server has its socket in %s: install and start one (apt install postgresql), or give {Setup.DSN}", dir)
 }
 
 func newPassword() (string, error) {

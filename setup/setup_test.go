@@ -182,7 +182,7 @@ func TestDSNFrom(t *testing.T) {
 		{"nothing given", "", false, "", "", "", ""},
 		{"the environment file's, not given", "postgres://from-env", false, "", "", "", ""},
 		{"on the command line", dsn, true, "", "", dsn, ""},
-		{"empty on the command line", "", true, "", "", "", "--dsn is empty"},
+		{"empty on the command line", "", true, "", "", "", "Setup.DSN is empty"},
 		{"on standard input", "-", true, "", dsn + "\n", dsn, ""},
 		{"on standard input, no newline", "-", true, "", dsn, dsn, ""},
 		{"nothing on standard input", "-", true, "", "\n", "", "standard input holds no address"},

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // fenced is the fence of a write about an attempt (of the table attempts, unaliased), with the
@@ -51,7 +52,7 @@ type LeaseHeldError struct {
 }
 
 func (e *LeaseHeldError) Error() string {
-	return fmt.Sprintf("host %s is held by another daemon (%s) until %s: give each daemon its own --host",
+	return setting.Sprintf("host %s is held by another daemon (%s) until %s: give each daemon its own {Reconcile.Host}",
 		e.Host, e.Holder, e.Until.UTC().Format(time.RFC3339))
 }
 
@@ -212,7 +213,7 @@ func (s *Store) HostForget(ctx context.Context, name string) error {
 		case live > 0:
 			return &ConflictError{Msg: fmt.Sprintf("host %s still has %d live runs: wait for them, or stop them (holdfast run stop ID) and let its daemon end them", name, live)}
 		case h.PinnedJobs > 0:
-			return &ConflictError{Msg: fmt.Sprintf("%d jobs are pinned to host %s: pin them elsewhere first (holdfast job edit NAME --host OTHER, or --any-host)", h.PinnedJobs, name)}
+			return &ConflictError{Msg: setting.Sprintf("%d jobs are pinned to host %s: pin them elsewhere first (holdfast job edit NAME {Job.Host} OTHER, or {JobEdit.AnyHost})", h.PinnedJobs, name)}
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM hosts WHERE name = $1`, name)
 		return err
@@ -258,9 +259,9 @@ func (s *Store) JobRunnableHosts(ctx context.Context, job string) (model.Runnabl
 	switch {
 	case len(r.Hosts) > 0:
 	case r.Pinned != "" && pinnedState == "":
-		r.Why = fmt.Sprintf("job %s is pinned to host %s, where no holdfast daemon has ever run: start it there (systemctl start holdfast), or pin the job elsewhere (holdfast job edit %s --host NAME, or --any-host)", job, r.Pinned, job)
+		r.Why = setting.Sprintf("job %s is pinned to host %s, where no holdfast daemon has ever run: start it there (systemctl start holdfast), or pin the job elsewhere (holdfast job edit %s {Job.Host} NAME, or {JobEdit.AnyHost})", job, r.Pinned, job)
 	case r.Pinned != "":
-		r.Why = fmt.Sprintf("job %s is pinned to host %s, which is %s: start holdfast there (systemctl start holdfast), or pin the job elsewhere (holdfast job edit %s --host NAME, or --any-host)", job, r.Pinned, pinnedState, job)
+		r.Why = setting.Sprintf("job %s is pinned to host %s, which is %s: start holdfast there (systemctl start holdfast), or pin the job elsewhere (holdfast job edit %s {Job.Host} NAME, or {JobEdit.AnyHost})", job, r.Pinned, pinnedState, job)
 	case len(down) == 0:
 		r.Why = "no holdfast daemon is running: start one (systemctl start holdfast, or holdfast daemon)"
 	default:

@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // jobColumns reads a job aliased as j.
@@ -167,7 +168,7 @@ func updateJob(ctx context.Context, tx pgx.Tx, name string, edit func(*model.Job
 		var live uuid.UUID
 		err := tx.QueryRow(ctx, `SELECT id FROM runs WHERE job_id = $1 AND on_copy AND status IN ('queued', 'running') LIMIT 1`, j.ID).Scan(&live)
 		if err == nil {
-			return model.Job{}, &ConflictError{Msg: fmt.Sprintf("job %s has a live run %s on its copy repository: wait for it, or stop it (holdfast run stop %s), before --copy-to changes", j.Name, live, live)}
+			return model.Job{}, &ConflictError{Msg: setting.Sprintf("job %s has a live run %s on its copy repository: wait for it, or stop it (holdfast run stop %s), before {Job.Copy.To} changes", j.Name, live, live)}
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return model.Job{}, err

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/holdfast-backup/holdfast/setting"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -78,10 +79,10 @@ func ProvisionDatabase(ctx context.Context, adminDSN, role, database, verifier s
 		return p, fmt.Errorf("read roles and databases: %w", err)
 	}
 	if privileged {
-		return p, fmt.Errorf("role %s may do more than own its database (a superuser, or it may create roles, replicate or bypass row security): holdfast's daemon gets a role of its own; choose another --role", role)
+		return p, setting.Errorf("role %s may do more than own its database (a superuser, or it may create roles, replicate or bypass row security): holdfast's daemon gets a role of its own; choose another {Setup.Role}", role)
 	}
 	if dbOwner != nil && *dbOwner != role {
-		return p, fmt.Errorf("database %s exists and belongs to %s, not to %s: choose another --database, or give it to the role (ALTER DATABASE ... OWNER TO ...)", database, *dbOwner, role)
+		return p, setting.Errorf("database %s exists and belongs to %s, not to %s: choose another {Setup.Database}, or give it to the role (ALTER DATABASE ... OWNER TO ...)", database, *dbOwner, role)
 	}
 	if p.RoleFound && !rotate {
 		return p, nil

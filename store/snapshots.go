@@ -13,6 +13,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // summaryID is the shape of a snapshot id a summary may give (8 to 64 lower-case hex digits);
@@ -222,7 +223,7 @@ func snapshotByPrefix(ctx context.Context, tx pgx.Tx, prefix string) (model.Snap
 	}
 	switch len(snaps) {
 	case 0:
-		return model.Snapshot{}, fmt.Errorf("snapshot %s: %w (holdfast snapshot list --refresh JOB reads the repository again)", prefix, ErrNotFound)
+		return model.Snapshot{}, setting.Errorf("snapshot %s: %w (holdfast snapshot list {SnapshotList.Refresh} JOB reads the repository again)", prefix, ErrNotFound)
 	case 1:
 		return snaps[0], nil
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // NotifyChannel is the LISTEN/NOTIFY channel that wakes daemons when a run is admitted or asked to stop.
@@ -291,7 +292,7 @@ func (s *Store) Close() { s.pool.Close() }
 func unknownAccount(err error, account string) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23503" && pgErr.ConstraintName == "jobs_account_fkey" {
-		return fmt.Errorf("account %q: %w: add it first (holdfast account add %s --quota SIZE)", account, ErrNotFound, account)
+		return setting.Errorf("account %q: %w: add it first (holdfast account add %s {Account.GrantedBytes} SIZE)", account, ErrNotFound, account)
 	}
 	return err
 }

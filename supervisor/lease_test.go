@@ -110,8 +110,8 @@ func TestLeaseTakenByAnotherDaemon(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("A did not report the lease taken; its log:\n%s", logA.String())
 	}
-	if !errors.Is(err, supervisor.ErrLeaseTaken) || !strings.Contains(err.Error(), "(B)") || !strings.Contains(err.Error(), "--host") {
-		t.Fatalf("A's error: %v; want ErrLeaseTaken naming holder B and --host", err)
+	if !errors.Is(err, supervisor.ErrLeaseTaken) || !strings.Contains(err.Error(), "(B)") || !strings.Contains(err.Error(), "Reconcile.Host") {
+		t.Fatalf("A's error: %v; want ErrLeaseTaken naming holder B and Reconcile.Host", err)
 	}
 	if !strings.Contains(logA.String(), "host lease taken by another daemon: this daemon stops") {
 		t.Fatalf("A's log does not say why it stops:\n%s", logA.String())

@@ -217,7 +217,7 @@ func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("watch pass failed; the next one tries again", "err", err)
 		} else if err == nil {
-			s.cfg.Logger.Debug("watch pass") // each judgement of every job, for --log-level debug
+			s.cfg.Logger.Debug("watch pass") // each judgement of every job, at the debug level
 		}
 		if !wake.Sleep(ctx, s.cfg.WatchInterval, nil) {
 			return

@@ -34,6 +34,7 @@ import (
 	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/setting"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/unitcmd"
 	"github.com/holdfast-backup/holdfast/wake"
@@ -111,8 +112,8 @@ type Config struct {
 	Logger *slog.Logger
 	// SettingName, if set, is what the operator calls a setting, given its path in Config
 	// ("SweepInterval", "Reconcile.SpawnGrace", "Notify.Lease"): Validate's errors, and the
-	// reconciler's errors and refusals, name settings through it. The daemon gives its flags'
-	// names; nil names the paths.
+	// reconciler's errors and refusals, name settings through it. nil names them as the rest of
+	// the process does (package setting): by the daemon's flags in the holdfast binary.
 	SettingName func(path string) string
 	// ResticVersion is the release of Reconcile.ResticBinary, set by Validate, which refuses a
 	// binary that is not restic or is older than engine.OldestRestic.
@@ -169,7 +170,7 @@ func Defaults() Config {
 // name is what the operator calls the setting at path (SettingName).
 func (c *Config) name(path string) string {
 	if c.SettingName == nil {
-		return path
+		return setting.Name(path)
 	}
 	return c.SettingName(path)
 }
@@ -204,7 +205,7 @@ func (c *Config) Validate() error {
 	name := c.SettingName
 	rc.SettingName = func(field string) string {
 		if name == nil {
-			return "Reconcile." + field
+			return setting.Name("Reconcile." + field)
 		}
 		return name("Reconcile." + field)
 	}

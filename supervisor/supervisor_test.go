@@ -304,7 +304,7 @@ func TestValidate(t *testing.T) {
 		}, "WebHosts"},
 		{"notify commands as nobody", func(c *supervisor.Config) { c.Notify.AllowCommands = true }, ""},
 		{"notify commands as an unknown user", func(c *supervisor.Config) { c.Notify.AllowCommands, c.Notify.CommandUser = true, "no-such-user-here" },
-			`--notify-command-user "no-such-user-here": no such user`},
+			`Notify.CommandUser "no-such-user-here": no such user`},
 		{"listen without a port", func(c *supervisor.Config) { c.Listen = "localhost" }, `Listen "localhost": want HOST:PORT`},
 		{"notify lease within a send", func(c *supervisor.Config) { c.Notify.Lease, c.Notify.Timeout = time.Second, 2*time.Second },
 			"Notify.Lease 1s must be longer than Notify.Timeout 2s"},

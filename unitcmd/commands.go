@@ -339,6 +339,9 @@ func marker(stateDir *string) *cobra.Command {
 			if !filepath.IsAbs(*stateDir) {
 				return badInput("--state-dir %q is a relative path: give an absolute path such as /var/lib/holdfast", *stateDir)
 			}
+			if attempt < 1 {
+				return badInput("--attempt must be at least 1")
+			}
 			m, err := runner.MarkerFromEnv(run, attempt, unit, os.Getenv, time.Now())
 			if err != nil {
 				return InputError{err}

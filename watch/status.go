@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // State is a status report's verdict, ordered: the worst one found is the report's.
@@ -136,7 +137,7 @@ func Status(ctx context.Context, st StatusReader) (Report, error) {
 		case f.Job.LastOutcome != "" && f.Job.LastOutcome != model.StatusSucceeded && f.Job.LastOutcome != model.StatusSkipped:
 			j.State, j.Note = Warning, "last run "+f.Job.LastOutcome
 		case f.LastVerify != "" && f.LastVerify != model.StatusSucceeded && f.LastVerify != model.StatusStopped:
-			j.State, j.Note = Warning, "last verification "+f.LastVerify+" (holdfast run list --job "+f.Job.Name+")"
+			j.State, j.Note = Warning, setting.Sprintf("last verification %s (holdfast run list {RunList.Job} %s)", f.LastVerify, f.Job.Name)
 		}
 		r.State = max(r.State, j.State)
 		r.Jobs = append(r.Jobs, j)

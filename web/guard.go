@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/credentials"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // DefaultAuthFile is the auth file `holdfast setup` writes (root, 0600, a random bearer token),
@@ -225,12 +226,12 @@ func (g Guard) Handler(next http.Handler) http.Handler {
 		hdr.Set("X-Frame-Options", "DENY")
 		hdr.Set("Referrer-Policy", "no-referrer")
 		if !g.Hosts.Allows(r.Host) {
-			http.Error(w, "misdirected request: this host name is not the dashboard's (see holdfast daemon --web-host)", http.StatusMisdirectedRequest)
+			http.Error(w, setting.Render("misdirected request: this host name is not the dashboard's (see holdfast daemon {WebHosts})"), http.StatusMisdirectedRequest)
 			return
 		}
 		if !g.Auth.Allows(r) {
 			hdr.Set("WWW-Authenticate", `Basic realm="holdfast", charset="UTF-8"`)
-			http.Error(w, "authentication required: a bearer token or a user of the daemon's --web-auth-file", http.StatusUnauthorized)
+			http.Error(w, setting.Render("authentication required: a bearer token or a user of the daemon's {WebAuthFile}"), http.StatusUnauthorized)
 			return
 		}
 		select {

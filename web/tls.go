@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/credentials"
+	"github.com/holdfast-backup/holdfast/setting"
 	"golang.org/x/sys/unix"
 )
 
@@ -81,19 +82,19 @@ func (r *certReloader) load() error {
 func (r *certReloader) loadLocked() error {
 	s, err := r.stamps()
 	if err != nil {
-		return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		return setting.Errorf("{TLSCert}/{TLSKey}: %w", err)
 	}
 	certPEM, err := readPEM(r.certFile, false)
 	if err != nil {
-		return fmt.Errorf("--tls-cert: %w", err)
+		return setting.Errorf("{TLSCert}: %w", err)
 	}
 	keyPEM, err := readPEM(r.keyFile, true)
 	if err != nil {
-		return fmt.Errorf("--tls-key: %w", err)
+		return setting.Errorf("{TLSKey}: %w", err)
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return fmt.Errorf("--tls-cert %s with --tls-key %s: %w", r.certFile, r.keyFile, err)
+		return setting.Errorf("{TLSCert} %s with {TLSKey} %s: %w", r.certFile, r.keyFile, err)
 	}
 	r.cert, r.stamp = &cert, s
 	return nil

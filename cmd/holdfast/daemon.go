@@ -74,8 +74,7 @@ func newCheckCmd(g *globals) *cobra.Command {
 }
 
 func newDaemonCmd(g *globals) *cobra.Command {
-	cfg := supervisor.Defaults()
-	cfg.SettingName = daemonFlag // the settings' errors name their flags
+	cfg := supervisor.Defaults() // the settings' errors name their flags (settingFlag)
 	var allowUsers, logLevel string
 	cmd := &cobra.Command{
 		Use:   "daemon",
@@ -228,7 +227,7 @@ func bindDaemonFlags(f *pflag.FlagSet, g *globals, cfg *supervisor.Config, allow
 
 // daemonFlags is the daemon's flag for each setting of supervisor.Config, by its path there
 // (bindDaemonFlags binds them): the settings' owners name a setting by its path in their errors
-// and reasons, and the daemon shows its flag (supervisor.Config.SettingName).
+// and reasons, and holdfast shows its flag (settingFlag).
 var daemonFlags = map[string]string{
 	"SweepInterval": "sweep-interval", "Lease": "lease", "LateGrace": "late-grace",
 	"KeepRunFiles": "keep-run-files", "KeepHistory": "keep-history", "RunFilesEvery": "run-files-every",
@@ -244,14 +243,6 @@ var daemonFlags = map[string]string{
 	"Reconcile.DependsWait": "depends-wait", "Reconcile.Workers": "workers", "Reconcile.ResticBinary": "restic",
 	"Reconcile.Binary": "holdfast-binary", "Reconcile.PassTimeout": "pass-timeout",
 	"Reconcile.AllowUsers": "allow-users", "Reconcile.AllowCommandJobs": "allow-command-jobs",
-}
-
-// daemonFlag names the setting at path as the daemon's operator gives it: by its flag.
-func daemonFlag(path string) string {
-	if flag, ok := daemonFlags[path]; ok {
-		return "--" + flag
-	}
-	return path
 }
 
 // webAuthFile is the daemon's auth file: the one given (flag or environment), or, when it

@@ -68,13 +68,13 @@ func TestDaemonFlagsNameTheirSettings(t *testing.T) {
 			t.Errorf("--%s %s left %s at %v: it does not set that setting", flag, value, path, field.Interface())
 		}
 	}
-	if got := daemonFlag("Reconcile.SpawnGrace"); got != "--spawn-grace" {
-		t.Errorf("daemonFlag(Reconcile.SpawnGrace) = %q", got)
+	if got := settingFlag("Reconcile.SpawnGrace"); got != "--spawn-grace" {
+		t.Errorf("settingFlag(Reconcile.SpawnGrace) = %q", got)
 	}
 }
 
 // The daemon's configuration errors name its flags, for the settings of every part: its own,
-// the reconciler's, notification delivery's.
+// the reconciler's, notification delivery's (those of package notify's own errors too).
 func TestDaemonErrorsNameFlags(t *testing.T) {
 	t.Parallel()
 	restic := testenv.Restic(t)
@@ -94,9 +94,9 @@ func TestDaemonErrorsNameFlags(t *testing.T) {
 		{func(c *supervisor.Config) { c.Reconcile.Binary = "holdfast" }, `--holdfast-binary "holdfast" is a relative path`},
 		{func(c *supervisor.Config) { c.Reconcile.ResticBinary = "restic" }, `--restic "restic" is a relative path`},
 		{func(c *supervisor.Config) { c.Notify.Lease, c.Notify.Timeout = time.Second, 2*time.Second }, "--notify-lease 1s must be longer than --notify-timeout 2s"},
+		{func(c *supervisor.Config) { c.Notify.AllowCommands, c.Notify.CommandUser = true, "no-such-user-here" }, `--notify-command-user "no-such-user-here": no such user`},
 	} {
 		cfg := supervisor.Defaults()
-		cfg.SettingName = daemonFlag
 		cfg.Database.DSN = "postgres:///unused"
 		cfg.Reconcile.ResticBinary = restic // Validate asks it its version
 		c.edit(&cfg)
