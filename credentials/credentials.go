@@ -153,6 +153,7 @@ func CheckEnvFile(name, path string) error {
 	return err
 }
 
+// checkFile is CheckFile, with the file's information when it passes.
 func checkFile(name, path string) (os.FileInfo, error) {
 	name = setting.Render(name)
 	if !filepath.IsAbs(path) {

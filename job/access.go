@@ -22,7 +22,7 @@ type Access struct {
 	Path    string
 	Regular bool   // it must be a regular file (not a directory, FIFO or device)
 	Exec    bool   // it must be a program the identity may execute
-	What    string // what it is, in a refusal: "" a path, or words such as "password file" (placeholders of package setting named)
+	What    string // what it is, in a refusal: "" a path, else words, a placeholder of package setting among them
 }
 
 // AccessChanged reports whether an edit from before to after changes what CheckAccess checks:
