@@ -123,7 +123,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) -timeout 0 ./journal/
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) -timeout 0 ./journal/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseMarker$$' -fuzztime $(FUZZTIME) -timeout 0 ./runner/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMarker$$' -fuzztime $(FUZZTIME) -timeout 0 ./systemd/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDuration$$' -fuzztime $(FUZZTIME) -timeout 0 ./retention/
 	$(GO) test -run '^$$' -fuzz '^FuzzNew$$' -fuzztime $(FUZZTIME) -timeout 0 ./retention/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseResticSnapshots$$' -fuzztime $(FUZZTIME) -timeout 0 ./retention/

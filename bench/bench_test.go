@@ -17,15 +17,15 @@ import (
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.RunMain(m) }
 
-func waitActive(b *testing.B, r *runner.Runner, unit string) {
+func waitActive(b *testing.B, r *systemd.Client, unit string) {
 	b.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -40,7 +40,7 @@ func waitActive(b *testing.B, r *runner.Runner, unit string) {
 	}
 }
 
-func waitGone(b *testing.B, r *runner.Runner, unit string) {
+func waitGone(b *testing.B, r *systemd.Client, unit string) {
 	b.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -61,7 +61,7 @@ type benchEnv struct {
 	dir, state, dsn, bin string
 	mgr                  *testenv.Manager
 	st                   *store.Store
-	r                    *runner.Runner
+	r                    *systemd.Client
 }
 
 func newBenchEnv(b *testing.B) *benchEnv {
@@ -79,7 +79,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(e.st.Close)
-	if e.r, err = runner.New(ctx, runner.Config{Address: e.mgr.Address}); err != nil {
+	if e.r, err = systemd.New(ctx, systemd.Config{Address: e.mgr.Address}); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(e.r.Close)
@@ -180,7 +180,7 @@ func BenchmarkStartLatency(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		unit := runner.UnitName("bench", run.ID, 1)
+		unit := systemd.UnitName("bench", run.ID, 1)
 		waitActive(b, r, unit)
 		holdfast = append(holdfast, time.Since(start))
 		if _, err := st.RunRequestStop(ctx, run.ID); err != nil {

@@ -22,10 +22,10 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/reconcile"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/supervisor"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/wake"
 	"github.com/holdfast-backup/holdfast/watch"
 )
@@ -76,36 +76,36 @@ type memUnits struct {
 
 var _ reconcile.Units = (*memUnits)(nil)
 
-func (u *memUnits) state(name string) runner.State {
+func (u *memUnits) state(name string) systemd.State {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.stopped[name] || strings.HasSuffix(name, ".timer") && !u.armed[name] {
-		return runner.State{LoadState: "not-found", ActiveState: "inactive", SubState: "dead"}
+		return systemd.State{LoadState: "not-found", ActiveState: "inactive", SubState: "dead"}
 	}
-	return runner.State{LoadState: "loaded", ActiveState: "active", SubState: "running"}
+	return systemd.State{LoadState: "loaded", ActiveState: "active", SubState: "running"}
 }
 
-func (u *memUnits) Start(context.Context, runner.Spec) (bool, error) { return false, nil }
+func (u *memUnits) Start(context.Context, systemd.Spec) (bool, error) { return false, nil }
 
-func (u *memUnits) Arm(_ context.Context, s runner.Spec, _ time.Time) (bool, error) {
+func (u *memUnits) Arm(_ context.Context, s systemd.Spec, _ time.Time) (bool, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.armed == nil {
 		u.armed = map[string]bool{}
 	}
-	u.armed[runner.TimerName(s.Name)] = true
+	u.armed[systemd.TimerName(s.Name)] = true
 	return false, nil
 }
 
-func (u *memUnits) States(_ context.Context, names []string) (map[string]runner.State, error) {
-	out := make(map[string]runner.State, len(names))
+func (u *memUnits) States(_ context.Context, names []string) (map[string]systemd.State, error) {
+	out := make(map[string]systemd.State, len(names))
 	for _, n := range names {
 		out[n] = u.state(n)
 	}
 	return out, nil
 }
 
-func (u *memUnits) Alive(_ context.Context, name string) (bool, runner.State, error) {
+func (u *memUnits) Alive(_ context.Context, name string) (bool, systemd.State, error) {
 	st := u.state(name)
 	return st.Alive(), st, nil
 }
@@ -126,8 +126,8 @@ func (u *memUnits) ResetFailed(context.Context, string) error { return nil }
 func (u *memUnits) SystemManager() bool { return false }
 
 // Output runs no query: no simulated host asks restic.
-func (u *memUnits) Output(_ context.Context, s runner.Spec, _ int64) (runner.Result, error) {
-	return runner.Result{}, errors.New("memUnits: no query unit " + s.Name)
+func (u *memUnits) Output(_ context.Context, s systemd.Spec, _ int64) (systemd.Result, error) {
+	return systemd.Result{}, errors.New("memUnits: no query unit " + s.Name)
 }
 
 // simStats is what the simulated hosts measured: latencies and passes while measuring, lapses

@@ -14,8 +14,8 @@ import (
 
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -55,20 +55,20 @@ func BenchmarkLateness(b *testing.B) {
 	// Baseline: the same 200 units started directly, 8 at a time, all at one instant, on a
 	// manager of its own so that neither phase pays for the other's units.
 	baseMgr := testenv.PrivateSystemd(b)
-	baseRunner, err := runner.New(ctx, runner.Config{Address: baseMgr.Address})
+	baseRunner, err := systemd.New(ctx, systemd.Config{Address: baseMgr.Address})
 	if err != nil {
 		b.Fatal(err)
 	}
 	cfg := jobunit.Config{StateDir: state, Binary: bin}
 	job := model.Job{Name: "due0", Engine: "command", Command: []string{"/bin/sleep", "600"}}
-	specs := make([]runner.Spec, jobs)
+	specs := make([]systemd.Spec, jobs)
 	for i := range specs {
 		specs[i] = spawn.UnitSpec(cfg, job, model.Run{ID: uuid.New(), Kind: model.KindBackup}, 1)
 		specs[i].Name = fmt.Sprintf("raw-%d-%s", i, specs[i].Name)
 	}
 	t0 := time.Now()
 	var wg sync.WaitGroup
-	next := make(chan runner.Spec)
+	next := make(chan systemd.Spec)
 	for range 8 {
 		wg.Go(func() {
 			for spec := range next {
@@ -130,7 +130,7 @@ func BenchmarkLateness(b *testing.B) {
 	var holdfast []time.Duration
 	conn := mgr.Conn(b)
 	for _, run := range runs {
-		started := mainStart(b, conn, runner.UnitName(run.JobName, run.ID, 1))
+		started := mainStart(b, conn, systemd.UnitName(run.JobName, run.ID, 1))
 		holdfast = append(holdfast, started.Sub(planned))
 	}
 

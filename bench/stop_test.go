@@ -15,7 +15,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -53,7 +53,7 @@ func BenchmarkStopLatency(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		rawStop := func() {
-			spec := runner.Spec{Name: fmt.Sprintf("bench-raw-%d.service", i), Description: "restic alone", ExecStart: rawArgv,
+			spec := systemd.Spec{Name: fmt.Sprintf("bench-raw-%d.service", i), Description: "restic alone", ExecStart: rawArgv,
 				KillSignal: syscall.SIGINT}
 			if _, err := e.r.Start(ctx, spec); err != nil {
 				b.Fatal(err)
@@ -76,7 +76,7 @@ func BenchmarkStopLatency(b *testing.B) {
 				b.Fatalf("holdfast run start: %v\n%s", err, out)
 			}
 			id := uuid.MustParse(run.ID)
-			unit := runner.UnitName("bench", id, 1)
+			unit := systemd.UnitName("bench", id, 1)
 			waitActive(b, e.r, unit)
 			time.Sleep(2 * time.Second)
 			asked := time.Now()

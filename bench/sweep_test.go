@@ -18,14 +18,14 @@ import (
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 type sweepWorld struct {
 	st    *store.Store
-	r     *runner.Runner
+	r     *systemd.Client
 	rec   *reconcile.Reconciler
 	cfg   reconcile.Config
 	state string
@@ -62,7 +62,7 @@ func (w *sweepWorld) addCommandRuns(b *testing.B, n int, argv []string) []model.
 		if err != nil {
 			b.Fatal(err)
 		}
-		if ok, _, err := w.st.AttemptClaimSpawn(ctx, model.Lease{Host: "bench"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: runner.UnitName(name, run.ID, 1)}); err != nil || !ok {
+		if ok, _, err := w.st.AttemptClaimSpawn(ctx, model.Lease{Host: "bench"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: systemd.UnitName(name, run.ID, 1)}); err != nil || !ok {
 			b.Fatalf("claim: %v %v", ok, err)
 		}
 		runs = append(runs, run)
@@ -80,7 +80,7 @@ func (w *sweepWorld) addSleepingRuns(b *testing.B, n int) {
 	ctx := context.Background()
 	for _, run := range w.addCommandRuns(b, n, []string{"/bin/sleep", "3600"}) {
 		journalPath := jobunit.JournalPath(w.state, run.ID, 1)
-		for _, dir := range []string{filepath.Dir(journalPath), filepath.Dir(runner.MarkerPath(w.state, run.ID, 1))} {
+		for _, dir := range []string{filepath.Dir(journalPath), filepath.Dir(systemd.MarkerPath(w.state, run.ID, 1))} {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				b.Fatal(err)
 			}
@@ -98,8 +98,8 @@ func (w *sweepWorld) addSleepingRuns(b *testing.B, n int) {
 		if err := os.Chown(journalPath, nobody, nobody); err != nil {
 			b.Fatal(err)
 		}
-		name := runner.UnitName(run.JobName, run.ID, 1)
-		if _, err := w.r.Start(ctx, runner.Spec{Name: name, ExecStart: []string{"/bin/sleep", "3600"}}); err != nil {
+		name := systemd.UnitName(run.JobName, run.ID, 1)
+		if _, err := w.r.Start(ctx, systemd.Spec{Name: name, ExecStart: []string{"/bin/sleep", "3600"}}); err != nil {
 			b.Fatal(err)
 		}
 		if err := w.st.AttemptMarkStarted(ctx, model.Lease{Host: "bench"}, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: run.ID, No: 1}, At: time.Now()}); err != nil {

@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-// What a restore's sandbox keeps restic from restoring (runner.Sandbox): RestrictSUIDSGID makes
+// What a restore's sandbox keeps restic from restoring (systemd.Sandbox): RestrictSUIDSGID makes
 // a chmod that sets a setuid or setgid bit fail whole (EPERM), and PrivateDevices with no
 // CAP_MKNOD makes mknod of a device fail. Each is an item error of the restore, its message
 // starting so; a restore that lost nothing else is partial, not failed (Restore.Finish).

@@ -6,15 +6,15 @@ import (
 
 	"github.com/holdfast-backup/holdfast/inventory"
 	"github.com/holdfast-backup/holdfast/jobunit"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // A Config missing the store or a piece of the units is refused, naming it; restic defaults to
 // the one in PATH.
 func TestConfigValidate(t *testing.T) {
 	full := func() inventory.Config {
-		return inventory.Config{Store: &store.Store{}, Runner: &runner.Runner{}, StateDir: "/var/lib/holdfast", Binary: "/usr/bin/holdfast"}
+		return inventory.Config{Store: &store.Store{}, Runner: &systemd.Client{}, StateDir: "/var/lib/holdfast", Binary: "/usr/bin/holdfast"}
 	}
 	for _, tc := range []struct {
 		want  string

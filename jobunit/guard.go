@@ -10,8 +10,8 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/safepath"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // Pin is a writable path that must still be the very directory recorded when its run was
@@ -30,7 +30,7 @@ type Pin struct {
 // credentials, the sources are checked all the same. A refusal is a *safepath.Error naming the
 // path; the caller removes the staged credentials (credentials.RemoveStaged) if the unit is
 // never started.
-func Guard(cfg Config, job model.Job, spec *runner.Spec, key string, pins ...Pin) error {
+func Guard(cfg Config, job model.Job, spec *systemd.Spec, key string, pins ...Pin) error {
 	uid, _, err := Identity(job)
 	if err != nil {
 		return err

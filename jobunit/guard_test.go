@@ -11,8 +11,8 @@ import (
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/safepath"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 const nobody = 65534
@@ -95,21 +95,21 @@ func TestGuard(t *testing.T) {
 		name string
 		user string
 		// build returns the unit's writable paths, its credentials, its pins.
-		build func(t *testing.T, w guardWorld) ([]string, []runner.Credential, []jobunit.Pin)
+		build func(t *testing.T, w guardWorld) ([]string, []systemd.Credential, []jobunit.Pin)
 		want  string // "" allowed, else a part of the refusal
 	}{
-		{"root's target and root's password, for root", "", func(t *testing.T, w guardWorld) ([]string, []runner.Credential, []jobunit.Pin) {
+		{"root's target and root's password, for root", "", func(t *testing.T, w guardWorld) ([]string, []systemd.Credential, []jobunit.Pin) {
 			target := mkdir(t, filepath.Join(w.root, "target"), 0)
 			pw := write(t, filepath.Join(w.root, "pw"), 0, 0o600, "secret")
-			return []string{target}, []runner.Credential{{Name: credentials.Password, Path: pw}}, []jobunit.Pin{{Path: target, ID: fileID(t, target)}}
+			return []string{target}, []systemd.Credential{{Name: credentials.Password, Path: pw}}, []jobunit.Pin{{Path: target, ID: fileID(t, target)}}
 		}, ""},
-		{"a target in the user's home, for root", "", func(t *testing.T, w guardWorld) ([]string, []runner.Credential, []jobunit.Pin) {
+		{"a target in the user's home, for root", "", func(t *testing.T, w guardWorld) ([]string, []systemd.Credential, []jobunit.Pin) {
 			return []string{mkdir(t, filepath.Join(w.home, "target"), 0)}, nil, nil
 		}, "home is owned by uid 65534 (nobody), not root"},
-		{"a target that is the user's link to /etc, for root", "", func(t *testing.T, w guardWorld) ([]string, []runner.Credential, []jobunit.Pin) {
+		{"a target that is the user's link to /etc, for root", "", func(t *testing.T, w guardWorld) ([]string, []systemd.Credential, []jobunit.Pin) {
 			return []string{symlink(t, "/etc", filepath.Join(w.root, "target"), nobody)}, nil, nil
 		}, "target is a symbolic link owned by uid 65534 (nobody), not root"},
-		{"a pinned target replaced since", "", func(t *testing.T, w guardWorld) ([]string, []runner.Credential, []jobunit.Pin) {
+		{"a pinned target replaced since", "", func(t *testing.T, w guardWorld) ([]string, []systemd.Credential, []jobunit.Pin) {
 			target := mkdir(t, filepath.Join(w.root, "target"), 0)
 			id := fileID(t, target)
 			if err := os.Rename(target, target+".old"); err != nil {
@@ -118,30 +118,30 @@ func TestGuard(t *testing.T) {
 			mkdir(t, target, 0)
 			return []string{target}, nil, []jobunit.Pin{{Path: target, ID: id}}
 		}, "target is no longer the directory checked when the run was admitted"},
-		{"a pinned target gone", "", func(t *testing.T, w guardWorld) ([]string, []runner.Credential, []jobunit.Pin) {
+		{"a pinned target gone", "", func(t *testing.T, w guardWorld) ([]string, []systemd.Credential, []jobunit.Pin) {
 			target := filepath.Join(w.root, "target")
 			return []string{target}, nil, []jobunit.Pin{{Path: target, ID: model.FileID{Dev: 1, Ino: 1}}}
 		}, "target cannot be reached: no such file or directory"},
-		{"a repository not made yet is left out", "", func(t *testing.T, w guardWorld) ([]string, []runner.Credential, []jobunit.Pin) {
+		{"a repository not made yet is left out", "", func(t *testing.T, w guardWorld) ([]string, []systemd.Credential, []jobunit.Pin) {
 			return []string{filepath.Join(w.root, "repo")}, nil, nil
 		}, ""},
-		{"the user's env file, linked to root's secret", "nobody", func(t *testing.T, w guardWorld) ([]string, []runner.Credential, []jobunit.Pin) {
+		{"the user's env file, linked to root's secret", "nobody", func(t *testing.T, w guardWorld) ([]string, []systemd.Credential, []jobunit.Pin) {
 			secret := write(t, filepath.Join(w.root, "holdfast.env"), 0, 0o600, "HOLDFAST_DSN=postgres://holdfast:pw@db/holdfast")
 			env := symlink(t, secret, filepath.Join(w.home, "job.env"), nobody)
-			return nil, []runner.Credential{{Name: credentials.Env, Path: env}}, nil
+			return nil, []systemd.Credential{{Name: credentials.Env, Path: env}}, nil
 		}, "job.env is root's but reached through a directory or link the job's user controls"},
-		{"the user's own env file, for the user", "nobody", func(t *testing.T, w guardWorld) ([]string, []runner.Credential, []jobunit.Pin) {
+		{"the user's own env file, for the user", "nobody", func(t *testing.T, w guardWorld) ([]string, []systemd.Credential, []jobunit.Pin) {
 			env := write(t, filepath.Join(w.home, "job.env"), nobody, 0o600, "secret")
-			return []string{mkdir(t, filepath.Join(w.home, "repo"), nobody)}, []runner.Credential{{Name: credentials.Env, Path: env}}, nil
+			return []string{mkdir(t, filepath.Join(w.home, "repo"), nobody)}, []systemd.Credential{{Name: credentials.Env, Path: env}}, nil
 		}, ""},
-		{"a password file gone", "nobody", func(t *testing.T, w guardWorld) ([]string, []runner.Credential, []jobunit.Pin) {
-			return nil, []runner.Credential{{Name: credentials.Password, Path: filepath.Join(w.root, "missing")}}, nil
+		{"a password file gone", "nobody", func(t *testing.T, w guardWorld) ([]string, []systemd.Credential, []jobunit.Pin) {
+			return nil, []systemd.Credential{{Name: credentials.Password, Path: filepath.Join(w.root, "missing")}}, nil
 		}, "missing cannot be reached: no such file or directory"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := setupGuard(t)
 			writable, creds, pins := c.build(t, w)
-			spec := runner.Spec{Name: "u", Sandbox: &runner.Sandbox{ReadOnlySystem: true, ReadWritePaths: slices.Clone(writable)},
+			spec := systemd.Spec{Name: "u", Sandbox: &systemd.Sandbox{ReadOnlySystem: true, ReadWritePaths: slices.Clone(writable)},
 				LoadCredentials: slices.Clone(creds)}
 			job := model.Job{Name: "j", Engine: "restic", User: c.user}
 			err := jobunit.Guard(jobunit.Config{StateDir: w.state}, job, &spec, "k", pins...)

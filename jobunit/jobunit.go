@@ -25,7 +25,7 @@ import (
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/textsafe"
 )
 
@@ -34,12 +34,12 @@ const DefaultResticBinary = "restic" // resolved in PATH
 
 // Runner is what a job's units ask of systemd: Restic runs its query units through Output, and
 // Spec and the spawner build a unit's credentials for the manager SystemManager says it is. The
-// daemon and the CLI give a *runner.Runner.
+// daemon and the CLI give a *systemd.Client.
 type Runner interface {
 	// SystemManager reports whether the manager is the system's, the only one that hands
 	// credentials to a unit with User=.
 	SystemManager() bool
-	Output(ctx context.Context, s runner.Spec, maxOutput int64) (runner.Result, error)
+	Output(ctx context.Context, s systemd.Spec, maxOutput int64) (systemd.Result, error)
 }
 
 // Config is what a job's units are made from.
@@ -116,14 +116,14 @@ func UserIdentity(name string) (uid, gid int, err error) {
 // job's user, a sandbox in which only the job's repository, cache and journal are writable, and
 // its secrets as credentials. It also returns the engine's view of the job inside such a unit.
 // The repository is writable only where the unit writes it (a backup, forget or prune).
-func Spec(cfg Config, job model.Job, name string, writesRepository bool, writable ...string) (runner.Spec, engine.Job) {
+func Spec(cfg Config, job model.Job, name string, writesRepository bool, writable ...string) (systemd.Spec, engine.Job) {
 	uid, _, err := Identity(job)
 	if err != nil {
 		uid = -1 // the spawn fails on the missing user before this unit is started
 	}
 	ej := engine.Job{Name: job.Name, Repository: job.Repository, Paths: job.Paths, Excludes: job.Excludes, LimitUpload: job.LimitUploadKiB,
 		CacheDir: CacheDir(cfg.StateDir, uid, job.Name), StdinFilename: job.Backup.StdinFilename}
-	spec := runner.Spec{
+	spec := systemd.Spec{
 		Name:             name,
 		User:             job.User,
 		Group:            job.Group,
@@ -140,9 +140,9 @@ func Spec(cfg Config, job model.Job, name string, writesRepository bool, writabl
 	// its path, which the job's user must be able to read, and the environment file is read by
 	// the manager into the unit's environment.
 	if cfg.Runner != nil && cfg.Runner.SystemManager() {
-		spec.LoadCredentials = []runner.Credential{{Name: credentials.Password, Path: job.PasswordFile}}
+		spec.LoadCredentials = []systemd.Credential{{Name: credentials.Password, Path: job.PasswordFile}}
 		if job.EnvFile != "" {
-			spec.LoadCredentials = append(spec.LoadCredentials, runner.Credential{Name: credentials.Env, Path: job.EnvFile})
+			spec.LoadCredentials = append(spec.LoadCredentials, systemd.Credential{Name: credentials.Env, Path: job.EnvFile})
 		}
 	} else {
 		ej.PasswordFile = job.PasswordFile
@@ -156,7 +156,7 @@ func Spec(cfg Config, job model.Job, name string, writesRepository bool, writabl
 		rw = append(rw, dir)
 	}
 	// A stream's producer may talk to its server through a socket in the host's /tmp (MySQL's).
-	sandbox := &runner.Sandbox{ReadOnlySystem: true, ReadWritePaths: rw,
+	sandbox := &systemd.Sandbox{ReadOnlySystem: true, ReadWritePaths: rw,
 		PrivateTmp: job.Backup.StdinFrom == "" && !anyUnderTmp(append([]string{cfg.Binary, cfg.ResticBinary, cfg.StateDir}, append(rw, job.Paths...)...))}
 	if !sandbox.PrivateTmp {
 		// The host's /tmp is read-only in the sandbox; restic's temporary packs go to the cache.
@@ -172,7 +172,7 @@ func Spec(cfg Config, job model.Job, name string, writesRepository bool, writabl
 
 // CredentialArgs are the flags that make `holdfast exec` and `holdfast credexec` read the unit's
 // credentials into the engine's environment.
-func CredentialArgs(spec runner.Spec) []string {
+func CredentialArgs(spec systemd.Spec) []string {
 	var args []string
 	for _, c := range spec.LoadCredentials {
 		switch c.Name {
@@ -212,7 +212,7 @@ func Restic(cfg Config, job model.Job, writesRepository bool) (engine.Restic, en
 		if err := PrepareCache(cfg.StateDir, job); err != nil {
 			return nil, fmt.Errorf("cache of job %s: %w", job.Name, err)
 		}
-		spec, _ := Spec(cfg, job, runner.QueryUnitName(job.Name, uuid.New()), writesRepository)
+		spec, _ := Spec(cfg, job, systemd.QueryUnitName(job.Name, uuid.New()), writesRepository)
 		key := stageKey(spec.Name)
 		defer credentials.RemoveStaged(cfg.StateDir, key) // the unit has ended: Output read it to its end
 		if err := Guard(cfg, job, &spec, key); err != nil {

@@ -42,7 +42,7 @@ type SpawnClaim struct {
 	Unit    string
 	Boot    string // the host's current boot id, recorded with the claim ("" if unknown)
 	Limits  RunningLimits
-	// ArmedFor is when a timer starts the unit (runner.Arm); nil for a unit started now. It is
+	// ArmedFor is when a timer starts the unit (systemd.Client.Arm); nil for a unit started now. It is
 	// recorded with the claim, so that until then a service not there yet is not gone.
 	ArmedFor *time.Time
 	// ResticVersion is the release of the restic the unit runs ("" for another engine).

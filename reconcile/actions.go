@@ -18,14 +18,14 @@ import (
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // disarm stops an armed attempt's timer, then its service, and closes the run with v. The
 // service is stopped too in case the timer elapsed meanwhile: then it is ended, not left.
 func (r *Reconciler) disarm(ctx context.Context, l model.LiveRun, f facts, v verdict) error {
-	for _, name := range []string{runner.TimerName(f.unitName), f.unitName} {
+	for _, name := range []string{systemd.TimerName(f.unitName), f.unitName} {
 		if err := r.cfg.Runner.Stop(ctx, name); err != nil {
 			return err // nothing is closed while the timer may still start it
 		}
@@ -54,7 +54,7 @@ func missingIdentity(job model.Job) (string, error) {
 }
 
 // finishFromMarker closes a run whose unit left a readable marker.
-func (r *Reconciler) finishFromMarker(ctx context.Context, l model.LiveRun, m runner.Marker, eng classifier) error {
+func (r *Reconciler) finishFromMarker(ctx context.Context, l model.LiveRun, m systemd.Marker, eng classifier) error {
 	a, err := r.cfg.Store.AttemptGet(ctx, l.Ref())
 	if err != nil {
 		return err // nothing is closed on facts we could not read
@@ -87,7 +87,7 @@ func shortID(id string) string {
 
 // repairAndFinish closes a run whose journal recorded no summary, with what the repository says
 // about the run's snapshot (repair).
-func (r *Reconciler) repairAndFinish(ctx context.Context, l model.LiveRun, a model.Attempt, m runner.Marker, v verdict) error {
+func (r *Reconciler) repairAndFinish(ctx context.Context, l model.LiveRun, a model.Attempt, m systemd.Marker, v verdict) error {
 	job, err := r.cfg.Store.JobGet(ctx, l.Run.JobName)
 	if err != nil {
 		return err
@@ -101,7 +101,7 @@ func (r *Reconciler) repairAndFinish(ctx context.Context, l model.LiveRun, a mod
 // summary (or from the repair channel's listing, already in v). The repository is not listed
 // again after a backup: that costs a unit and restic's key derivation (most of a second), and
 // every retention plan and `snapshot list --refresh` lists it first anyway.
-func (r *Reconciler) finishBackup(ctx context.Context, l model.LiveRun, a model.Attempt, m runner.Marker, v verdict) error {
+func (r *Reconciler) finishBackup(ctx context.Context, l model.LiveRun, a model.Attempt, m systemd.Marker, v verdict) error {
 	made := v.status == model.StatusSucceeded || v.status == model.StatusPartial
 	if s := summary(a); v.snapshot == nil && made && l.JobEngine == engine.NameRestic && s != nil && s.SnapshotID != "" {
 		job, err := r.cfg.Store.JobGet(ctx, l.Run.JobName)
@@ -160,7 +160,7 @@ func (r *Reconciler) repair(ctx context.Context, job model.Job, run uuid.UUID, r
 }
 
 // finish closes a run on a verdict reached without a readable marker.
-func (r *Reconciler) finish(ctx context.Context, l model.LiveRun, m runner.Marker, v verdict) error {
+func (r *Reconciler) finish(ctx context.Context, l model.LiveRun, m systemd.Marker, v verdict) error {
 	a, err := r.cfg.Store.AttemptGet(ctx, l.Ref())
 	if err != nil {
 		return err
@@ -168,7 +168,7 @@ func (r *Reconciler) finish(ctx context.Context, l model.LiveRun, m runner.Marke
 	return r.finishAttempt(ctx, l, a, m, v)
 }
 
-func (r *Reconciler) finishAttempt(ctx context.Context, l model.LiveRun, a model.Attempt, m runner.Marker, v verdict) (err error) {
+func (r *Reconciler) finishAttempt(ctx context.Context, l model.LiveRun, a model.Attempt, m systemd.Marker, v verdict) (err error) {
 	// No At: the database stamps the ending on its own clock, which the retry's delay, stalls and
 	// other writers' spans are measured on.
 	e := model.Ending{
@@ -220,7 +220,7 @@ func (r *Reconciler) finishAttempt(ctx context.Context, l model.LiveRun, a model
 }
 
 // restart ends the attempt and opens the next one.
-func (r *Reconciler) restart(ctx context.Context, l model.LiveRun, m runner.Marker) error {
+func (r *Reconciler) restart(ctx context.Context, l model.LiveRun, m systemd.Marker) error {
 	a, err := r.cfg.Store.AttemptGet(ctx, l.Ref())
 	if err != nil {
 		return err
@@ -243,7 +243,7 @@ func (r *Reconciler) restart(ctx context.Context, l model.LiveRun, m runner.Mark
 	return nil
 }
 
-func interruption(m runner.Marker) string {
+func interruption(m systemd.Marker) string {
 	if m.ServiceResult == "" {
 		return "the unit vanished without an exit marker"
 	}
@@ -393,13 +393,13 @@ func clipText(s string, n int) string {
 // be opened), looks up and opens every time.
 type passReads struct {
 	jobs      map[string]model.Job
-	states    map[string]runner.State
+	states    map[string]systemd.State
 	statesErr error // why systemd's answer is missing
 
 	mu       sync.Mutex
 	uids     map[string]uidLookup
 	stateDir *journal.Root
-	markers  *runner.Markers
+	markers  *systemd.Markers
 }
 
 type uidLookup struct {

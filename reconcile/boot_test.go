@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // A unit claimed in an earlier boot of the same host is gone for good: its run restarts at once
@@ -23,7 +23,7 @@ func TestEarlierBootSkipsSpawnGrace(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "boot", Engine: "command"}})
-	unit := runner.UnitName("boot", run.ID, 1)
+	unit := systemd.UnitName("boot", run.ID, 1)
 	if ok, _, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit, Boot: "boot-1"}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
@@ -34,7 +34,7 @@ func TestEarlierBootSkipsSpawnGrace(t *testing.T) {
 	if got := ls[0].Attempt.BootID; got != "boot-1" {
 		t.Fatalf("the attempt's boot: %q, want boot-1", got)
 	}
-	gone := map[string]runner.State{unit: {LoadState: "not-found", ActiveState: "inactive", SubState: "dead"}}
+	gone := map[string]systemd.State{unit: {LoadState: "not-found", ActiveState: "inactive", SubState: "dead"}}
 
 	for _, tc := range []struct {
 		name, host, boot string
@@ -62,7 +62,7 @@ func TestEarlierBootSkipsSpawnGrace(t *testing.T) {
 // The default boot id is the kernel's and its PID 1's start, the same for every reconciler of
 // one boot.
 func TestBootIDDefault(t *testing.T) {
-	c := Config{Store: &store.Store{}, Runner: &runner.Runner{}, StateDir: t.TempDir(), Binary: "/bin/true"}
+	c := Config{Store: &store.Store{}, Runner: &systemd.Client{}, StateDir: t.TempDir(), Binary: "/bin/true"}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store/storetest"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // The spawn grace is measured on one clock, the database's, which stamped the spawn claim: a
@@ -19,7 +19,7 @@ func TestSpawnGraceOnTheDatabasesClock(t *testing.T) {
 	b := storetest.Setup(t)
 	st, ctx := b.Store, b.Ctx
 	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "skew", Engine: "command"}})
-	unit := runner.UnitName("skew", run.ID, 1)
+	unit := systemd.UnitName("skew", run.ID, 1)
 	if ok, _, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
@@ -27,7 +27,7 @@ func TestSpawnGraceOnTheDatabasesClock(t *testing.T) {
 	if err != nil || len(ls) != 1 {
 		t.Fatalf("live runs: %+v, %v", ls, err)
 	}
-	gone := map[string]runner.State{unit: {LoadState: "not-found", ActiveState: "inactive", SubState: "dead"}}
+	gone := map[string]systemd.State{unit: {LoadState: "not-found", ActiveState: "inactive", SubState: "dead"}}
 
 	for _, tc := range []struct {
 		name  string

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/holdfast-backup/holdfast/jobunit"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // Each setting's default and check are stated once: a setting a Config built by code leaves zero
@@ -17,7 +17,7 @@ import (
 // (ValidateFlags, on the flags' defaults) is refused where zero means nothing.
 func TestConfigSettings(t *testing.T) {
 	base := func() Config {
-		return Config{Store: &store.Store{}, Runner: &runner.Runner{}, StateDir: t.TempDir(), Binary: "/bin/true", Host: "h"}
+		return Config{Store: &store.Store{}, Runner: &systemd.Client{}, StateDir: t.TempDir(), Binary: "/bin/true", Host: "h"}
 	}
 	for _, c := range []struct {
 		name  string

@@ -7,7 +7,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runaway"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // markerState is what reading the exit marker found.
@@ -37,8 +37,8 @@ type facts struct {
 	journalProblem string
 
 	marker        markerState
-	markerProblem string        // for an unreadable marker: the error, starting "exit marker unreadable"
-	ended         runner.Marker // a readable marker's fields
+	markerProblem string         // for an unreadable marker: the error, starting "exit marker unreadable"
+	ended         systemd.Marker // a readable marker's fields
 	// stopping: a readable marker's unit is still alive at systemd (its ExecStopPost is ending),
 	// as far as the pass's answer from systemd says.
 	stopping    bool
@@ -61,7 +61,7 @@ type facts struct {
 	// sinceSpawn is the time since the spawn claim, or since the slot of an armed attempt if
 	// that is later (negative before it), on the database's clock.
 	sinceSpawn time.Duration
-	armed      bool // a transient timer starts the unit at its slot (runner.Arm)
+	armed      bool // a transient timer starts the unit at its slot (systemd.Client.Arm)
 	// earlierBoot: the unit was asked of this host's manager in an earlier boot, so it cannot
 	// still be on its way, nor its timer still armed.
 	earlierBoot bool

@@ -14,8 +14,8 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runaway"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 var (
@@ -65,7 +65,7 @@ func tableCases() []tableCase {
 		f.armed, f.queued, f.sinceSpawn = true, true, -5*time.Second
 		return f
 	}
-	killed := runner.Marker{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "KILL"}
+	killed := systemd.Marker{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "KILL"}
 	return []tableCase{
 		{name: "a journal that cannot be read is quarantined before anything else",
 			f:   spawned(facts{journalProblem: "line 3: bad hash", marker: markerReadable, unit: unitGone}),
@@ -79,10 +79,10 @@ func tableCases() []tableCase {
 			f:   spawned(facts{marker: markerReadable, interrupted: true, ended: killed, attempt: 3}),
 			row: "marker: interrupted, last attempt", act: actEnd, status: model.StatusFailed, reason: "giving up after 3 attempts"},
 		{name: "marker, its unit still stopping: the place is not freed yet",
-			f:   spawned(facts{marker: markerReadable, stopping: true, ended: runner.Marker{ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}}),
+			f:   spawned(facts{marker: markerReadable, stopping: true, ended: systemd.Marker{ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}}),
 			row: "marker, unit still stopping", act: actNothing},
 		{name: "marker, finished normally",
-			f:   spawned(facts{marker: markerReadable, ended: runner.Marker{ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}}),
+			f:   spawned(facts{marker: markerReadable, ended: systemd.Marker{ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}}),
 			row: "marker", act: actFinish},
 		{name: "marker, interrupted, stop intent: the outcome says stopped",
 			f:   spawned(facts{marker: markerReadable, interrupted: true, stopRequested: true}),

@@ -17,15 +17,15 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // The harness: a Reconciler over an in-memory State and Units that record every call, in one
 // list, so a test of carryOut sees what one decision did to the database and to systemd, in
 // which order, and nothing else. The fakes answer from a few canned fields; a call no case
 // expects answers zero values and shows up in the recorded list. The tests against PostgreSQL
-// and systemd (sweep_test.go and the rest) stay what proves the store and the runner.
+// and systemd (sweep_test.go and the rest) stay what proves the store and the systemd client.
 
 // recorder is the one list of calls both fakes append to.
 type recorder struct {
@@ -227,24 +227,24 @@ type fakeUnits struct {
 
 var _ Units = (*fakeUnits)(nil)
 
-func (u *fakeUnits) Start(_ context.Context, s runner.Spec) (bool, error) {
+func (u *fakeUnits) Start(_ context.Context, s systemd.Spec) (bool, error) {
 	u.record("Start %s", s.Name)
 	return false, u.startErr
 }
 
-func (u *fakeUnits) Arm(_ context.Context, s runner.Spec, at time.Time) (bool, error) {
+func (u *fakeUnits) Arm(_ context.Context, s systemd.Spec, at time.Time) (bool, error) {
 	u.record("Arm %s %s", s.Name, at.Format(time.RFC3339))
 	return false, nil
 }
 
-func (u *fakeUnits) States(_ context.Context, names []string) (map[string]runner.State, error) {
+func (u *fakeUnits) States(_ context.Context, names []string) (map[string]systemd.State, error) {
 	u.record("States %v", names)
 	return nil, nil
 }
 
-func (u *fakeUnits) Alive(_ context.Context, name string) (bool, runner.State, error) {
+func (u *fakeUnits) Alive(_ context.Context, name string) (bool, systemd.State, error) {
 	u.record("Alive %s", name)
-	return false, runner.State{}, nil
+	return false, systemd.State{}, nil
 }
 
 func (u *fakeUnits) Stop(_ context.Context, name string) error {
@@ -261,9 +261,9 @@ func (u *fakeUnits) ResetFailed(_ context.Context, name string) error {
 func (u *fakeUnits) SystemManager() bool { return false }
 
 // Output runs no restic query: it is recorded and refused.
-func (u *fakeUnits) Output(_ context.Context, s runner.Spec, _ int64) (runner.Result, error) {
+func (u *fakeUnits) Output(_ context.Context, s systemd.Spec, _ int64) (systemd.Result, error) {
 	u.record("Output %s", s.Name)
-	return runner.Result{}, errors.New("fakeUnits: no query unit")
+	return systemd.Result{}, errors.New("fakeUnits: no query unit")
 }
 
 // fakeObserver records the runs the reconciler reports closed.
@@ -332,8 +332,8 @@ type carryOutCase struct {
 }
 
 func carryOutCases() []carryOutCase {
-	success := runner.Marker{Run: harnessRun, Attempt: 1, Unit: "u.service", ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}
-	spawnUnit := func(h *harness) string { return runner.UnitName(h.job.Name, harnessRun, 1) }
+	success := systemd.Marker{Run: harnessRun, Attempt: 1, Unit: "u.service", ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}
+	spawnUnit := func(h *harness) string { return systemd.UnitName(h.job.Name, harnessRun, 1) }
 	queued := func(h *harness, l *model.LiveRun) { l.Run.Status = model.StatusQueued }
 	withUnit := func(h *harness, l *model.LiveRun) { l.Attempt.Unit = "u.service"; h.state.attempt.Unit = "u.service" }
 	soon := t0.Add(5 * time.Second)
@@ -383,7 +383,7 @@ func carryOutCases() []carryOutCase {
 		}(),
 		setup: queued,
 		row:   "unspawned, stop, unit alive", act: actStop,
-		calls: func(*harness) []string { return []string{"Stop " + runner.TimerName("u.service"), "Stop u.service"} },
+		calls: func(*harness) []string { return []string{"Stop " + systemd.TimerName("u.service"), "Stop u.service"} },
 	}, {
 		name:  "unspawned: claimed, then started, then marked running",
 		f:     unspawned(facts{}),
@@ -503,7 +503,7 @@ func TestHarnessCarryOutSpawnTwice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	u := runner.UnitName(h.job.Name, harnessRun, 1)
+	u := systemd.UnitName(h.job.Name, harnessRun, 1)
 	want := []string{"AttemptClaimSpawn 1 " + u, "Start " + u, "AttemptMarkStarted 1 dbclock=true", "AttemptClaimSpawn 1 " + u}
 	if got := h.rec.list(); !slices.Equal(got, want) {
 		t.Errorf("calls:\n got  %q\n want %q", got, want)

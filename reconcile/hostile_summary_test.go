@@ -12,9 +12,9 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -55,7 +55,7 @@ exec REAL "$@"
 	}
 	b := storetest.Setup(t)
 	st := b.Store
-	rn, err := runner.New(ctx, runner.Config{Address: testenv.PrivateSystemd(t).Address})
+	rn, err := systemd.New(ctx, systemd.Config{Address: testenv.PrivateSystemd(t).Address})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // DefaultTakeoverGrace is how long after a host's lease expired its any-host runs are taken over
@@ -68,7 +68,7 @@ func (r *Reconciler) takeOver(ctx context.Context) (int, error) {
 		a := l.Attempt
 		t := model.TakeOver{RunID: l.Run.ID, Attempt: a.No, From: a.Host, Grace: r.cfg.TakeoverGrace,
 			GiveUp: decideTakeOver(a.No, r.rules())}
-		t.Settlement = r.settlement(ctx, l, a, ran(a, runner.Marker{}), true)
+		t.Settlement = r.settlement(ctx, l, a, ran(a, systemd.Marker{}), true)
 		done, err := r.cfg.Store.RunTakeOver(ctx, r.fence(), t)
 		if err != nil {
 			return taken, err
@@ -133,9 +133,9 @@ func (r *Reconciler) stopSuperseded(ctx context.Context) error {
 	names := make([]string, 0, 2*len(list))
 	for i, a := range list {
 		if a.Unit == "" { // a claim given back after a start that may have reached systemd
-			list[i].Unit = runner.UnitName(a.JobName, a.RunID, a.No)
+			list[i].Unit = systemd.UnitName(a.JobName, a.RunID, a.No)
 		}
-		names = append(names, list[i].Unit, runner.TimerName(list[i].Unit))
+		names = append(names, list[i].Unit, systemd.TimerName(list[i].Unit))
 	}
 	states, err := r.cfg.Runner.States(ctx, names)
 	if err != nil {
@@ -143,7 +143,7 @@ func (r *Reconciler) stopSuperseded(ctx context.Context) error {
 	}
 	for _, a := range list {
 		alive := false
-		for _, name := range []string{a.Unit, runner.TimerName(a.Unit)} {
+		for _, name := range []string{a.Unit, systemd.TimerName(a.Unit)} {
 			if !states[name].Alive() {
 				continue
 			}

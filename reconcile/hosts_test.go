@@ -10,9 +10,9 @@ import (
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // A start that failed after it reached systemd leaves a unit the database does not name. The
@@ -28,7 +28,7 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 	h1 = storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h1", Holder: "test-h1"})
 	h2 := storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "test-h2"})
 	run := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: "any", Engine: "command"}})
-	unit := runner.UnitName("any", run.ID, 1)
+	unit := systemd.UnitName("any", run.ID, 1)
 	if ok, _, err := st.AttemptClaimSpawn(ctx, h1, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: unit}); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // A backup keeps restic's reason, records its summary's figures, and puts its snapshot in the
@@ -15,7 +15,7 @@ func init() {
 	registerEnding(model.KindBackup, kindEnding{close: closeBackup, figures: true})
 }
 
-func closeBackup(r *Reconciler, ctx context.Context, l model.LiveRun, a model.Attempt, m runner.Marker, v verdict) error {
+func closeBackup(r *Reconciler, ctx context.Context, l model.LiveRun, a model.Attempt, m systemd.Marker, v verdict) error {
 	if summary(a) == nil && (v.status == model.StatusSucceeded || v.status == model.StatusPartial) && l.JobEngine == engine.NameRestic {
 		// The run stays live, its marker in place, until the repair closed it: a repair not
 		// carried out (a stop, a crash) is queued again by the next pass.

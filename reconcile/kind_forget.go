@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // A forget's success counts what its plan removed; every forget, whatever its outcome, has the
@@ -15,7 +15,7 @@ func init() {
 		succeeded: func(l model.LiveRun, _ model.Attempt) string {
 			return fmt.Sprintf("forget complete: %d snapshot(s) of the retention plan removed; their data goes with the next prune", len(l.Run.ForgetIDs))
 		},
-		close: func(r *Reconciler, ctx context.Context, l model.LiveRun, a model.Attempt, m runner.Marker, v verdict) error {
+		close: func(r *Reconciler, ctx context.Context, l model.LiveRun, a model.Attempt, m systemd.Marker, v verdict) error {
 			if err := r.finishAttempt(ctx, l, a, m, v); err != nil {
 				return err
 			}

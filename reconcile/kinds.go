@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // kindEnding is how a run of one kind is closed once its unit left a readable marker (row 4,
@@ -18,7 +18,7 @@ type kindEnding struct {
 	// succeeded is a succeeded run's reason; nil or "" keeps the engine's.
 	succeeded func(l model.LiveRun, a model.Attempt) string
 	// close closes the run with v; nil closes it as it is (finishAttempt).
-	close func(r *Reconciler, ctx context.Context, l model.LiveRun, a model.Attempt, m runner.Marker, v verdict) error
+	close func(r *Reconciler, ctx context.Context, l model.LiveRun, a model.Attempt, m systemd.Marker, v verdict) error
 	// figures: the run's summary is a backup's, whose figures (added, processed) are the run's.
 	figures bool
 }

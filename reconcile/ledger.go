@@ -12,7 +12,7 @@ import (
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runaway"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // settlement decides what the ended attempt a is charged against its hold, from the engine's
@@ -49,7 +49,7 @@ func (r *Reconciler) settlement(ctx context.Context, l model.LiveRun, a model.At
 // holdfast saw it started or read its journal, or measured its repository just before starting
 // it. An attempt with none of these never reached systemd (a crash between the claim and the
 // start), and its hold comes back whole.
-func ran(a model.Attempt, m runner.Marker) bool {
+func ran(a model.Attempt, m systemd.Marker) bool {
 	if a.Unit == "" {
 		return false
 	}

@@ -6,9 +6,9 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/setting"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // verdict is how a run ends (or that it must restart), with the sentence that says why.
@@ -37,7 +37,7 @@ var systemdExitStatuses = map[int]string{
 
 // interrupted reports whether a readable marker says the engine was ended by a signal: an
 // interruption only counts as one if nothing else (a timeout, an OOM kill) explains it.
-func interrupted(m runner.Marker, eng classifier) bool {
+func interrupted(m systemd.Marker, eng classifier) bool {
 	switch m.ServiceResult {
 	case "timeout", "oom-kill", "core-dump", "watchdog", "start-limit-hit":
 		return false
@@ -60,7 +60,7 @@ type classifier interface {
 // outcome maps a readable marker, the attempt's projected evidence and the run's intents to a
 // final status (see docs/ARCHITECTURE.md, Outcome mapping). It is only asked when decide chose
 // actFinish, so an interruption here always has a stop intent or a paused reason behind it.
-func outcome(m runner.Marker, ev engine.Evidence, eng classifier, stopRequested bool, stopReason, pausedReason string) verdict {
+func outcome(m systemd.Marker, ev engine.Evidence, eng classifier, stopRequested bool, stopReason, pausedReason string) verdict {
 	if pausedReason == store.PausedRunCeiling {
 		return verdict{status: model.StatusPaused, reason: setting.Render("paused (run_ceiling): the backup added more than its hold, so holdfast stopped it (SIGINT, restic unlocks); raise the job's {Job.MaxAdded} and resume it")}
 	}

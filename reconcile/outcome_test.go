@@ -5,22 +5,22 @@ import (
 	"testing"
 
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 func TestOutcome(t *testing.T) {
 	restic := engine.Restic{}
-	exited := func(status string) runner.Marker {
+	exited := func(status string) systemd.Marker {
 		result := "exit-code"
 		if status == "0" {
 			result = "success"
 		}
-		return runner.Marker{ServiceResult: result, ExitCode: "exited", ExitStatus: status}
+		return systemd.Marker{ServiceResult: result, ExitCode: "exited", ExitStatus: status}
 	}
 	summary := &engine.Summary{SnapshotID: "4b925b96", DataAdded: 2 << 20, TotalFilesProcessed: 2}
 	cases := []struct {
 		name          string
-		m             runner.Marker
+		m             systemd.Marker
 		ev            engine.Evidence
 		stopRequested bool
 		paused        string
@@ -33,12 +33,12 @@ func TestOutcome(t *testing.T) {
 		{"exit 0 with skipped items is partial", exited("0"), engine.Evidence{Summary: summary, ItemErrors: 1, FirstItemError: "/x does not exist, skipping"}, false, "", "partial", "", "/x"},
 		{"wrong password", exited("1"), engine.Evidence{Fatal: "wrong password or no key found"}, false, "", "failed", "permanent", "password"},
 		{"interrupted on request", exited("130"), engine.Evidence{}, true, "", "stopped", "", "stopped by the operator"},
-		{"killed on request", runner.Marker{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "KILL"}, engine.Evidence{}, true, "", "stopped", "", "SIGKILL"},
+		{"killed on request", systemd.Marker{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "KILL"}, engine.Evidence{}, true, "", "stopped", "", "SIGKILL"},
 		{"paused reason wins", exited("130"), engine.Evidence{}, false, "run_ceiling", "paused", "", "run_ceiling"},
 		{"paused reason wins over success", exited("0"), engine.Evidence{Summary: summary}, false, "quota_exhausted", "paused", "", "quota_exhausted"},
-		{"runtime limit", runner.Marker{ServiceResult: "timeout", ExitCode: "exited", ExitStatus: "130"}, engine.Evidence{}, false, "", "failed", "transient", "runtime limit"},
-		{"oom", runner.Marker{ServiceResult: "oom-kill", ExitCode: "killed", ExitStatus: "KILL"}, engine.Evidence{}, false, "", "failed", "transient", "out-of-memory"},
-		{"core dump", runner.Marker{ServiceResult: "core-dump", ExitCode: "dumped", ExitStatus: "SEGV"}, engine.Evidence{}, false, "", "failed", "", "core dumped"},
+		{"runtime limit", systemd.Marker{ServiceResult: "timeout", ExitCode: "exited", ExitStatus: "130"}, engine.Evidence{}, false, "", "failed", "transient", "runtime limit"},
+		{"oom", systemd.Marker{ServiceResult: "oom-kill", ExitCode: "killed", ExitStatus: "KILL"}, engine.Evidence{}, false, "", "failed", "transient", "out-of-memory"},
+		{"core dump", systemd.Marker{ServiceResult: "core-dump", ExitCode: "dumped", ExitStatus: "SEGV"}, engine.Evidence{}, false, "", "failed", "", "core dumped"},
 		{"no such user", exited("217"), engine.Evidence{}, false, "", "failed", "permanent", "217/USER"},
 		{"no executable", exited("203"), engine.Evidence{}, false, "", "failed", "permanent", "203/EXEC"},
 		{"unknown exit", exited("42"), engine.Evidence{}, false, "", "failed", "", "42"},
@@ -56,16 +56,16 @@ func TestOutcome(t *testing.T) {
 func TestInterrupted(t *testing.T) {
 	restic := engine.Restic{}
 	cases := []struct {
-		m    runner.Marker
+		m    systemd.Marker
 		want bool
 	}{
-		{runner.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130"}, true},
-		{runner.Marker{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "TERM"}, true},
-		{runner.Marker{ServiceResult: "success", ExitCode: "killed", ExitStatus: "INT"}, true},
-		{runner.Marker{ServiceResult: "timeout", ExitCode: "exited", ExitStatus: "130"}, false},
-		{runner.Marker{ServiceResult: "oom-kill", ExitCode: "killed", ExitStatus: "KILL"}, false},
-		{runner.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1"}, false},
-		{runner.Marker{ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}, false},
+		{systemd.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130"}, true},
+		{systemd.Marker{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "TERM"}, true},
+		{systemd.Marker{ServiceResult: "success", ExitCode: "killed", ExitStatus: "INT"}, true},
+		{systemd.Marker{ServiceResult: "timeout", ExitCode: "exited", ExitStatus: "130"}, false},
+		{systemd.Marker{ServiceResult: "oom-kill", ExitCode: "killed", ExitStatus: "KILL"}, false},
+		{systemd.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1"}, false},
+		{systemd.Marker{ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}, false},
 	}
 	for _, tc := range cases {
 		if got := interrupted(tc.m, restic); got != tc.want {

@@ -37,10 +37,10 @@ import (
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runaway"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // DefaultDependsWait is how long a run waits for its prerequisite's next outcome by default:
@@ -53,7 +53,7 @@ const DefaultDependsWait = 6 * time.Hour
 // (supervisor.Config.Reconcile; cmd/holdfast binds the flags and names each).
 type Config struct {
 	// Store is the database the reconciler reads and writes (State), Runner the systemd it asks
-	// (Units): the daemon gives its store.Store and *runner.Runner; a unit test of the
+	// (Units): the daemon gives its store.Store and *systemd.Client; a unit test of the
 	// reconciler's logic may give fakes (harness_test.go).
 	Store  State
 	Runner Units
@@ -121,9 +121,9 @@ type Config struct {
 	AllowCommandJobs bool
 	// StartLead is how long before its not-before time (a scheduled run's slot, a retry's
 	// delay) a ready run is claimed, prepared and armed, so that systemd starts its unit at that
-	// time from a transient timer (runner.Arm); the daemon admits a slot as far ahead. 0 starts
-	// every run when its time has come. Defaults gives DefaultStartLead; a Config built by code
-	// that leaves it zero arms nothing.
+	// time from a transient timer (systemd.Client.Arm); the daemon admits a slot as far ahead. 0
+	// starts every run when its time has come. Defaults gives DefaultStartLead; a Config built by
+	// code that leaves it zero arms nothing.
 	StartLead time.Duration
 	// SettingName, if set, is what the operator calls a setting, given its field's name here
 	// ("SpawnGrace", "AllowUsers"): Validate's errors and the policy's refusals name settings
@@ -428,7 +428,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 		go func() {
 			askCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
 			defer cancel()
-			states, err := lister.StatesMatching(askCtx, runner.UnitPattern)
+			states, err := lister.StatesMatching(askCtx, systemd.UnitPattern)
 			early <- unitAnswer{states, err}
 		}()
 	}
@@ -453,7 +453,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 			pass.stateDir = root
 			defer root.Close()
 		}
-		if markers, err := runner.OpenMarkers(r.cfg.StateDir); err == nil {
+		if markers, err := systemd.OpenMarkers(r.cfg.StateDir); err == nil {
 			pass.markers = markers
 			defer markers.Close()
 		}
@@ -573,7 +573,7 @@ func (r *Reconciler) jobsToSpawn(ctx context.Context, live []model.LiveRun) (map
 
 // unitStates is systemd's answer for the pass about the units of live: early's, if the pass
 // asked while it read the runs, else asked now, by name.
-func (r *Reconciler) unitStates(ctx context.Context, live []model.LiveRun, early <-chan unitAnswer) (map[string]runner.State, error) {
+func (r *Reconciler) unitStates(ctx context.Context, live []model.LiveRun, early <-chan unitAnswer) (map[string]systemd.State, error) {
 	names := make([]string, 0, len(live))
 	for _, l := range live {
 		if l.Attempt.Unit != "" {
@@ -591,11 +591,11 @@ func (r *Reconciler) unitStates(ctx context.Context, live []model.LiveRun, early
 		}
 		states := answer.states
 		if states == nil {
-			states = make(map[string]runner.State, len(names))
+			states = make(map[string]systemd.State, len(names))
 		}
 		for _, name := range names {
 			if _, ok := states[name]; !ok {
-				states[name] = runner.NotFound
+				states[name] = systemd.NotFound
 			}
 		}
 		return states, nil
@@ -610,7 +610,7 @@ func (r *Reconciler) unitStates(ctx context.Context, live []model.LiveRun, early
 
 // unitAnswer is systemd's answer about holdfast's units, or why there is none.
 type unitAnswer struct {
-	states map[string]runner.State
+	states map[string]systemd.State
 	err    error
 }
 
@@ -712,7 +712,7 @@ func (r *Reconciler) gather(ctx context.Context, l *model.LiveRun, pass *passRea
 			}
 		}
 	case f.stopRequested:
-		f.unitName = runner.UnitName(l.Run.JobName, l.Run.ID, l.Attempt.No)
+		f.unitName = systemd.UnitName(l.Run.JobName, l.Run.ID, l.Attempt.No)
 		alive, _, err := r.cfg.Runner.Alive(ctx, f.unitName)
 		if err != nil {
 			return f, model.Job{}, err
@@ -753,7 +753,7 @@ func (r *Reconciler) carryOut(ctx context.Context, l model.LiveRun, f facts, job
 		return r.finish(ctx, l, f.ended, d.end)
 	case actStop:
 		if f.armed { // its timer may still be there
-			if err := r.cfg.Runner.Stop(ctx, runner.TimerName(f.unitName)); err != nil {
+			if err := r.cfg.Runner.Stop(ctx, systemd.TimerName(f.unitName)); err != nil {
 				return err
 			}
 		}
@@ -786,13 +786,13 @@ func (r *Reconciler) markArmedStarted(ctx context.Context, l model.LiveRun, f fa
 }
 
 // readMarker reads the attempt's marker into f, through markers if it is not nil.
-func (r *Reconciler) readMarker(l model.LiveRun, f *facts, eng classifier, markers *runner.Markers) error {
-	var m runner.Marker
+func (r *Reconciler) readMarker(l model.LiveRun, f *facts, eng classifier, markers *systemd.Markers) error {
+	var m systemd.Marker
 	var err error
 	if markers != nil {
 		m, err = markers.Read(l.Run.ID, l.Attempt.No)
 	} else {
-		m, err = runner.ReadMarker(r.cfg.StateDir, l.Run.ID, l.Attempt.No)
+		m, err = systemd.ReadMarker(r.cfg.StateDir, l.Run.ID, l.Attempt.No)
 	}
 	switch {
 	case err == nil:
@@ -800,10 +800,10 @@ func (r *Reconciler) readMarker(l model.LiveRun, f *facts, eng classifier, marke
 		f.ended = m
 		f.interrupted = interrupted(m, eng)
 		return nil
-	case errors.Is(err, runner.ErrNoMarker):
+	case errors.Is(err, systemd.ErrNoMarker):
 		f.marker = markerNone
 		return nil
-	case errors.Is(err, runner.ErrMarkerUnreadable):
+	case errors.Is(err, systemd.ErrMarkerUnreadable):
 		f.marker = markerUnreadable
 		f.markerProblem = err.Error()
 		return nil

@@ -6,8 +6,8 @@ import (
 	"github.com/holdfast-backup/holdfast/attemptqueue"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runaway"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 const (
@@ -32,7 +32,7 @@ func (r *Reconciler) newServices() error {
 		Lease:   func() (model.Lease, bool) { return r.fence(), r.acting() },
 		Started: r.runaway.Watch,
 		Refused: func(ctx context.Context, l model.LiveRun, reason string) error {
-			return r.finish(ctx, l, runner.Marker{}, verdict{status: model.StatusFailed, class: "permanent",
+			return r.finish(ctx, l, systemd.Marker{}, verdict{status: model.StatusFailed, class: "permanent",
 				reason: reason, neverRan: true})
 		},
 		Hook: r.cfg.SpawnHook,

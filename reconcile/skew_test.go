@@ -9,9 +9,9 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // A host's clock hours off changes nothing that is judged on the database's clock (issue 25,
@@ -68,7 +68,7 @@ func TestHostClockSkew(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ok, _, err := st.AttemptClaimSpawn(ctx, r.fence(), model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: runner.UnitName(name, run.ID, 1)}); !ok || err != nil {
+			if ok, _, err := st.AttemptClaimSpawn(ctx, r.fence(), model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: systemd.UnitName(name, run.ID, 1)}); !ok || err != nil {
 				t.Fatalf("claim: %v %v", ok, err)
 			}
 
@@ -95,7 +95,7 @@ func TestHostClockSkew(t *testing.T) {
 
 			// It fails for a transient reason: the retry is due a backoff after the recorded end.
 			from = b.Now(t)
-			if err := r.finishAttempt(ctx, live(run.ID.String()), a, runner.Marker{},
+			if err := r.finishAttempt(ctx, live(run.ID.String()), a, systemd.Marker{},
 				verdict{status: model.StatusFailed, class: string(engine.Transient), reason: "failed by the test"}); err != nil {
 				t.Fatal(err)
 			}

@@ -9,8 +9,8 @@ import (
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // State is what the reconciler reads from and writes to the database: exactly the store
@@ -60,14 +60,14 @@ type StateWriter interface {
 	RunTakeOver(ctx context.Context, w model.Lease, t model.TakeOver) (bool, error)
 }
 
-// Units is what the reconciler asks of systemd: exactly the runner methods it calls, and those of
-// jobunit.Runner, which it hands on to the units it builds (the spawner's, and the query units
-// of restic's questions about a repository). The daemon gives it a *runner.Runner.
+// Units is what the reconciler asks of systemd: exactly the systemd.Client methods it calls, and
+// those of jobunit.Runner, which it hands on to the units it builds (the spawner's, and the query
+// units of restic's questions about a repository). The daemon gives it a *systemd.Client.
 type Units interface {
-	Start(ctx context.Context, s runner.Spec) (existed bool, err error)
-	Arm(ctx context.Context, s runner.Spec, at time.Time) (existed bool, err error)
-	States(ctx context.Context, names []string) (map[string]runner.State, error)
-	Alive(ctx context.Context, name string) (bool, runner.State, error)
+	Start(ctx context.Context, s systemd.Spec) (existed bool, err error)
+	Arm(ctx context.Context, s systemd.Spec, at time.Time) (existed bool, err error)
+	States(ctx context.Context, names []string) (map[string]systemd.State, error)
+	Alive(ctx context.Context, name string) (bool, systemd.State, error)
 	Stop(ctx context.Context, name string) error
 	ResetFailed(ctx context.Context, name string) error
 	jobunit.Runner
@@ -77,8 +77,8 @@ type Units interface {
 // pattern, in one call. The sweep asks such Units about all of holdfast's units while it reads
 // the live runs; other Units are asked by name once the runs are read.
 type unitLister interface {
-	StatesMatching(ctx context.Context, pattern string) (map[string]runner.State, error)
+	StatesMatching(ctx context.Context, pattern string) (map[string]systemd.State, error)
 }
 
-// The runner lists units by pattern (the sweep's one call).
-var _ unitLister = (*runner.Runner)(nil)
+// The systemd client lists units by pattern (the sweep's one call).
+var _ unitLister = (*systemd.Client)(nil)

@@ -13,9 +13,9 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { testenv.RunMain(m) }
 type sweepEnv struct {
 	*storetest.Bundle
 	st  *store.Store
-	r   *runner.Runner
+	r   *systemd.Client
 	mgr *testenv.Manager
 	rec *reconcile.Reconciler
 }
@@ -38,7 +38,7 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 	b := storetest.Setup(t)
 	e := sweepEnv{Bundle: b, st: b.Store, mgr: testenv.PrivateSystemd(t)}
 	var err error
-	if e.r, err = runner.New(ctx, runner.Config{Address: e.mgr.Address}); err != nil {
+	if e.r, err = systemd.New(ctx, systemd.Config{Address: e.mgr.Address}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.r.Close)
@@ -85,7 +85,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unit := runner.UnitName("flaky", run.ID, 1)
+	unit := systemd.UnitName("flaky", run.ID, 1)
 	e.claimPastGrace(t, run.ID, unit)
 	// Started behind holdfast's back with systemd's default CollectMode and no ExecStopPost.
 	conn := mgr.Conn(t)
@@ -201,7 +201,7 @@ func TestUnitsAskedAsRunsAreRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	longUnit := runner.UnitName("long", long.ID, 1)
+	longUnit := systemd.UnitName("long", long.ID, 1)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := rec.Sweep(ctx); err != nil {
 			t.Fatal(err)
@@ -221,7 +221,7 @@ func TestUnitsAskedAsRunsAreRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.claimPastGrace(t, lost.ID, runner.UnitName("lost", lost.ID, 1))
+	e.claimPastGrace(t, lost.ID, systemd.UnitName("lost", lost.ID, 1))
 	if n := reconcile.UnitsLastPass(rec); n == 0 {
 		t.Fatal("the last pass asked about no unit: the next would not ask as it reads the runs")
 	}

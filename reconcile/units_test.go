@@ -14,7 +14,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -28,7 +28,7 @@ func TestJobResticRunsAsTheJobsUser(t *testing.T) {
 	mgr := testenv.Systemd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel) // not defer: the parallel cases below run after this function returned
-	rn, err := runner.New(ctx, runner.Config{Manager: "user", Address: mgr.Address})
+	rn, err := systemd.New(ctx, systemd.Config{Manager: "user", Address: mgr.Address})
 	if err != nil {
 		t.Fatal(err)
 	}

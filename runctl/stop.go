@@ -8,7 +8,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // StopAskTimeout bounds how long StopRun waits for systemd: the intent is already safe in the
@@ -48,7 +48,7 @@ func stopUnit(ctx context.Context, st Store, openUnits func(context.Context) (Un
 	defer r.Close()
 	if live.ArmedFor != nil {
 		// Its timer first, so that it cannot start the service once that is stopped.
-		if err := r.Stop(askCtx, runner.TimerName(live.Unit)); err != nil {
+		if err := r.Stop(askCtx, systemd.TimerName(live.Unit)); err != nil {
 			return err, nil
 		}
 	}

@@ -19,7 +19,7 @@ type Store interface {
 }
 
 // Units is what StopRun asks of the systemd manager it opens: to stop a unit, and then to let
-// the connection go. The CLI opens a *runner.Runner.
+// the connection go. The CLI opens a *systemd.Client.
 type Units interface {
 	Stop(ctx context.Context, name string) error
 	Close()

@@ -6,7 +6,7 @@ import (
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // A copy's unit: restic copy of its snapshot from the job's repository (the source) into the
@@ -24,10 +24,10 @@ func init() {
 // copySource is the job's own repository as a copy's source: its password reaches the unit as a
 // credential of its own under the system manager (else by its path), and a local repository is
 // made writable for restic's lock on it.
-func copySource(cfg jobunit.Config, job model.Job, spec *runner.Spec) engine.Job {
+func copySource(cfg jobunit.Config, job model.Job, spec *systemd.Spec) engine.Job {
 	_, src := jobunit.Spec(cfg, job, "", false)
 	if cfg.Runner != nil && cfg.Runner.SystemManager() {
-		spec.LoadCredentials = append(spec.LoadCredentials, runner.Credential{Name: credentials.FromPassword, Path: job.PasswordFile})
+		spec.LoadCredentials = append(spec.LoadCredentials, systemd.Credential{Name: credentials.FromPassword, Path: job.PasswordFile})
 	}
 	if dir, local := ledger.Local(job.Repository); local && spec.Sandbox != nil {
 		spec.Sandbox.ReadWritePaths = append(spec.Sandbox.ReadWritePaths, dir)

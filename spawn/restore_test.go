@@ -17,8 +17,8 @@ import (
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -36,7 +36,7 @@ func TestRootRestoreSandboxLosses(t *testing.T) {
 	m := testenv.SharedSystemd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	r, err := runner.New(ctx, runner.Config{Address: m.Address})
+	r, err := systemd.New(ctx, systemd.Config{Address: m.Address})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,9 +28,9 @@ import (
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/safepath"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 const (
@@ -56,8 +56,8 @@ type Store interface {
 
 // Units is what a spawn asks of systemd.
 type Units interface {
-	Start(ctx context.Context, s runner.Spec) (existed bool, err error)
-	Arm(ctx context.Context, s runner.Spec, at time.Time) (existed bool, err error)
+	Start(ctx context.Context, s systemd.Spec) (existed bool, err error)
+	Arm(ctx context.Context, s systemd.Spec, at time.Time) (existed bool, err error)
 }
 
 // Config is what a Spawner works with. Store, Units, Lease and Refused are required; the
@@ -267,7 +267,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 	if err != nil {
 		// The staged credentials stay: a unit systemd may have after all reads them when it
 		// starts, and its exit marker or the next spawn of the attempt replaces them.
-		if runner.BadRequest(err) {
+		if systemd.BadRequest(err) {
 			unstage()
 			return s.cfg.Refused(ctx, l, "systemd refused to start the unit: "+err.Error())
 		}
@@ -313,10 +313,10 @@ func (s *Spawner) sizeHold(ctx context.Context, fence model.Lease, l *model.Live
 // arm has systemd start the claimed attempt's unit at at. The run stays queued until the unit
 // is there: a later pass marks it running. A manager that refuses the timer gets no more timers
 // from this daemon, and the attempt is started at its time like any other.
-func (s *Spawner) arm(ctx context.Context, l model.LiveRun, spec runner.Spec, at time.Time, release func(error, bool) error) error {
+func (s *Spawner) arm(ctx context.Context, l model.LiveRun, spec systemd.Spec, at time.Time, release func(error, bool) error) error {
 	existed, err := s.cfg.Units.Arm(ctx, spec, at)
 	if err != nil {
-		if runner.BadRequest(err) && !s.armRefused.Swap(true) {
+		if systemd.BadRequest(err) && !s.armRefused.Swap(true) {
 			s.cfg.Logger.Warn("systemd refused a transient timer; runs start at their time instead", "run", l.Run.ID, "err", err)
 		}
 		return release(err, true)
@@ -332,7 +332,7 @@ func (s *Spawner) arm(ctx context.Context, l model.LiveRun, spec runner.Spec, at
 // so its units can write there, and the markers directory, which only the privileged
 // ExecStopPost writes.
 func prepareDirs(stateDir string, job model.Job, ref model.AttemptRef) error {
-	if err := os.MkdirAll(filepath.Dir(runner.MarkerPath(stateDir, ref.Run, ref.No)), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(systemd.MarkerPath(stateDir, ref.Run, ref.No)), 0o755); err != nil {
 		return err
 	}
 	uid, gid, err := jobunit.Identity(job)

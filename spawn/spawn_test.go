@@ -19,9 +19,9 @@ import (
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // world records, in order, what a spawn asks of the store, of systemd and of its callbacks.
@@ -116,12 +116,12 @@ func (w *world) RunSetWaiting(_ context.Context, p store.RunSetWaitingParams) er
 	return nil
 }
 
-func (w *world) Start(context.Context, runner.Spec) (bool, error) {
+func (w *world) Start(context.Context, systemd.Spec) (bool, error) {
 	w.record("Start")
 	return false, w.startErr
 }
 
-func (w *world) Arm(context.Context, runner.Spec, time.Time) (bool, error) {
+func (w *world) Arm(context.Context, systemd.Spec, time.Time) (bool, error) {
 	w.record("Arm")
 	return false, w.armErr
 }

@@ -13,19 +13,19 @@ import (
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // AttemptSpec builds the transient unit of one attempt of a job as the daemon starts it: restic
 // removes stale locks first only where the repository's history says one may be left (see
 // staleLock), and why is that reason ("" if none). Exported so tests start what the daemon starts.
-func AttemptSpec(ctx context.Context, st Store, jobs jobunit.Config, job model.Job, run model.Run, attempt int) (spec runner.Spec, why string, err error) {
+func AttemptSpec(ctx context.Context, st Store, jobs jobunit.Config, job model.Job, run model.Run, attempt int) (spec systemd.Spec, why string, err error) {
 	if job.Engine == engine.NameRestic {
 		// A copy uses two repositories: a lock either may hold is removed from both.
 		for _, repo := range job.Repositories(run) {
 			endings, err := st.AttemptEndingsSinceLastStart(ctx, repo)
 			if err != nil {
-				return runner.Spec{}, "", err
+				return systemd.Spec{}, "", err
 			}
 			if why = staleLock(endings); why != "" {
 				break
@@ -44,7 +44,7 @@ func AttemptSpec(ctx context.Context, st Store, jobs jobunit.Config, job model.J
 // UnitSpec builds the transient unit of one attempt of a job whose repository holds no lock that
 // may be stale, as the daemon starts it after clean endings. Exported so benchmarks start it; it
 // panics for a run of no kind spawn knows (unitOf).
-func UnitSpec(jobs jobunit.Config, job model.Job, run model.Run, attempt int) runner.Spec {
+func UnitSpec(jobs jobunit.Config, job model.Job, run model.Run, attempt int) systemd.Spec {
 	spec, err := unitSpec(jobs, job, run, attempt, false)
 	if err != nil {
 		panic(err)
@@ -79,7 +79,7 @@ type unitBuild struct {
 	cfg     jobunit.Config
 	job     model.Job // the job; the unit works on job.For(run)
 	run     model.Run
-	spec    *runner.Spec
+	spec    *systemd.Spec
 	ej      engine.Job // the repository the run works on, as restic is given it
 	source  engine.Job // the job's own repository, for a kind that reads it too (a copy's source)
 	restic  engine.Restic
@@ -137,12 +137,12 @@ func unitOf(run model.Run) (kindUnit, error) {
 	return u, nil
 }
 
-func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unlock bool) (runner.Spec, error) {
+func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unlock bool) (systemd.Spec, error) {
 	ku, err := unitOf(run)
 	if err != nil {
-		return runner.Spec{}, err
+		return systemd.Spec{}, err
 	}
-	name := runner.UnitName(job.Name, run.ID, attempt)
+	name := systemd.UnitName(job.Name, run.ID, attempt)
 	writable := []string{filepath.Dir(jobunit.JournalPath(cfg.StateDir, run.ID, attempt))}
 	if ku.writable != nil {
 		writable = append(writable, ku.writable(job, run)...)
@@ -179,7 +179,7 @@ func unitSpec(cfg jobunit.Config, job model.Job, run model.Run, attempt int, unl
 		return spec, nil
 	}
 	if ku.restic == nil {
-		return runner.Spec{}, fmt.Errorf("run %s: a run of kind %s has no restic command", run.ID, run.Kind)
+		return systemd.Spec{}, fmt.Errorf("run %s: a run of kind %s has no restic command", run.ID, run.Kind)
 	}
 	argv := ku.restic(b)
 	// Stale locks go first, in the unit's own identity and sandbox: `restic unlock` removes only

@@ -11,10 +11,10 @@ import (
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -61,14 +61,14 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	// start claims and starts an attempt, as a spawn does.
 	start := func(jobName string, run model.Run, attempt int) {
 		t.Helper()
-		if ok, blocked, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: runner.UnitName(jobName, run.ID, attempt)}); !ok || err != nil {
+		if ok, blocked, err := st.AttemptClaimSpawn(ctx, model.Lease{Host: "h"}, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: attempt}, Unit: systemd.UnitName(jobName, run.ID, attempt)}); !ok || err != nil {
 			t.Fatalf("claim: %v %q %v", ok, blocked, err)
 		}
 		if err := st.AttemptMarkStarted(ctx, model.Lease{Host: "h"}, store.AttemptMarkStartedParams{Ref: model.AttemptRef{Run: run.ID, No: attempt}, At: tick()}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	finish := func(run model.Run, attempt int, m runner.Marker, status string) {
+	finish := func(run model.Run, attempt int, m systemd.Marker, status string) {
 		t.Helper()
 		if ok, err := st.AttemptFinish(ctx, model.Lease{Host: "h"}, model.Ending{RunID: run.ID, Attempt: attempt, At: tick(), Status: status, Reason: "test",
 			ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus}); !ok || err != nil {
@@ -76,7 +76,7 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 		}
 	}
 	released := ledger.Settlement{Release: true, Source: "test"}
-	restart := func(run model.Run, attempt int, m runner.Marker) {
+	restart := func(run model.Run, attempt int, m systemd.Marker) {
 		t.Helper()
 		if ok, paused, err := st.AttemptRestart(ctx, model.Lease{Host: "h"}, model.Restarting{RunID: run.ID, Attempt: attempt, At: tick(),
 			ServiceResult: m.ServiceResult, ExitCode: m.ExitCode, ExitStatus: m.ExitStatus, Settlement: &released}); !ok || paused != "" || err != nil {
@@ -101,12 +101,12 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	r1 := admit("a")
 	mustUnlock(false, "a", r1, 1, "a repository with no history")
 	start("a", r1, 1)
-	finish(r1, 1, runner.Marker{ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}, model.StatusSucceeded)
+	finish(r1, 1, systemd.Marker{ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}, model.StatusSucceeded)
 
 	r2 := admit("a")
 	mustUnlock(false, "a", r2, 1, "after a clean end")
 	start("a", r2, 1)
-	restart(r2, 1, runner.Marker{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "KILL"})
+	restart(r2, 1, systemd.Marker{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "KILL"})
 	mustUnlock(true, "a", r2, 2, "after an attempt killed by SIGKILL")
 	r3 := admit("b")
 	mustUnlock(true, "b", r3, 1, "another job's run on the same repository")
@@ -117,7 +117,7 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 	// restic cleans up after: another run need not unlock, but the restart of the interrupted
 	// run does all the same (a reboot's stop has left the lock behind).
 	start("a", r2, 2)
-	restart(r2, 2, runner.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130"})
+	restart(r2, 2, systemd.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "130"})
 	mustUnlock(false, "b", r3, 1, "after SIGINT, on the other job")
 	if _, why := spec("a", r2, 3); !strings.Contains(why, "attempt 2 of run "+r2.ID.String()+" was interrupted") {
 		t.Fatalf("the restart after SIGINT: unlock because %q, want because attempt 2 was interrupted", why)
@@ -125,14 +125,14 @@ func TestUnlockOnlyAfterAnUncleanEnd(t *testing.T) {
 
 	// A power loss: no marker.
 	start("a", r2, 3)
-	restart(r2, 3, runner.Marker{})
+	restart(r2, 3, systemd.Marker{})
 	mustUnlock(true, "a", r2, 4, "after an attempt that left no marker")
 	start("a", r2, 4)
-	finish(r2, 4, runner.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "3"}, model.StatusPartial)
+	finish(r2, 4, systemd.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "3"}, model.StatusPartial)
 
 	// A run that could not lock met a lock that may be stale.
 	start("b", r3, 1)
-	finish(r3, 1, runner.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "11"}, model.StatusFailed)
+	finish(r3, 1, systemd.Marker{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "11"}, model.StatusFailed)
 	r5 := admit("a")
 	mustUnlock(true, "a", r5, 1, "after exit 11")
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/wake"
 )
 
@@ -28,14 +28,14 @@ const (
 )
 
 // markerWatch is the unit-end service: each exit marker written wakes the sweep, which closes
-// the run at once instead of at its next interval (see runner.MarkerWatch for why markers).
+// the run at once instead of at its next interval (see systemd.MarkerWatch for why markers).
 //
 // The marker is written inside the unit's ExecStopPost, a moment before systemd lets the unit
 // go. The sweep is woken once systemd says the unit is gone: a run closed earlier would free
 // its place under --max-running while its unit still counts as deactivating.
 type markerWatch struct {
 	stateDir string
-	runner   *runner.Runner
+	runner   *systemd.Client
 	wake     wake.Signal
 	logger   *slog.Logger
 	loop     loop
@@ -49,7 +49,7 @@ func (m *markerWatch) Start(ctx context.Context) error {
 	if m.loop.running() {
 		return nil
 	}
-	first, err := runner.WatchMarkers(m.stateDir)
+	first, err := systemd.WatchMarkers(m.stateDir)
 	if err != nil {
 		m.logger.Warn("unit ends are noticed at the sweep interval until the exit markers can be watched", "err", err)
 	}
@@ -66,7 +66,7 @@ func (m *markerWatch) Start(ctx context.Context) error {
 
 func (m *markerWatch) Stop() { m.loop.Stop() }
 
-func (m *markerWatch) run(ctx context.Context, w *runner.MarkerWatch) {
+func (m *markerWatch) run(ctx context.Context, w *systemd.MarkerWatch) {
 	ended := make(chan string, maxPending)
 	var wg sync.WaitGroup
 	wg.Go(func() { m.settle(ctx, ended) })
@@ -77,7 +77,7 @@ func (m *markerWatch) run(ctx context.Context, w *runner.MarkerWatch) {
 				return
 			}
 			var err error
-			if w, err = runner.WatchMarkers(m.stateDir); err != nil {
+			if w, err = systemd.WatchMarkers(m.stateDir); err != nil {
 				m.logger.Warn("exit markers still cannot be watched", "err", err)
 				continue
 			}
@@ -85,7 +85,7 @@ func (m *markerWatch) run(ctx context.Context, w *runner.MarkerWatch) {
 			m.wake.Wake() // markers written while nothing watched
 		}
 		err := w.Run(ctx, func(run uuid.UUID, attempt int) {
-			mk, err := runner.ReadMarker(m.stateDir, run, attempt)
+			mk, err := systemd.ReadMarker(m.stateDir, run, attempt)
 			if err != nil || mk.Unit == "" {
 				m.wake.Wake() // the sweep judges a marker it cannot read
 				return

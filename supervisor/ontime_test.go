@@ -14,7 +14,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runctl"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // waitArmed polls the record until the job's run has an attempt claimed and armed for slot.
@@ -63,8 +63,8 @@ func (e env) waitArmed(t *testing.T, job string, slot time.Time) (run model.Run,
 func (e env) timerWaiting(t *testing.T, a model.Attempt, slot time.Time) (ok bool) {
 	t.Helper()
 	ctx := context.Background()
-	timer := runner.TimerName(a.Unit)
-	var timerState runner.State
+	timer := systemd.TimerName(a.Unit)
+	var timerState systemd.State
 	for {
 		alive, st, err := e.cfg.Runner.Alive(ctx, timer)
 		if err != nil {
@@ -124,7 +124,7 @@ func TestScheduledStartsOnTime(t *testing.T) {
 	stop := func(id uuid.UUID, host string) {
 		t.Helper()
 		_, unreached, err := runctl.StopRun(ctx, e.st, func(ctx context.Context) (runctl.Units, error) {
-			return runner.New(ctx, e.cfg.Systemd)
+			return systemd.New(ctx, e.cfg.Systemd)
 		}, id, host)
 		if err != nil || unreached != nil {
 			t.Fatalf("stop: %v %v", unreached, err)
@@ -175,7 +175,7 @@ func TestScheduledStartsOnTime(t *testing.T) {
 		}
 	}
 	// Its timer started it: the timer elapsed at the slot or after, and the service started after.
-	timer := runner.TimerName(a.Unit)
+	timer := systemd.TimerName(a.Unit)
 	p, err := conn.GetUnitPropertyContext(ctx, a.Unit, "TriggeredBy")
 	if err != nil {
 		t.Fatal(err)
@@ -205,12 +205,12 @@ func TestScheduledStartsOnTime(t *testing.T) {
 		t.Fatalf("stopped run: %s (%s), want stopped by the operator before it was started", r.Status, r.Reason)
 	}
 	t.Logf("stopped run: %s", r.Reason)
-	for _, unit := range []string{offAttempt.Unit, runner.TimerName(offAttempt.Unit)} {
+	for _, unit := range []string{offAttempt.Unit, systemd.TimerName(offAttempt.Unit)} {
 		if e.alive(t, unit) {
 			t.Fatalf("%s of the stopped run is alive after its end", unit)
 		}
 	}
-	if _, err := runner.ReadMarker(e.cfg.Reconcile.StateDir, off.ID, 1); err == nil {
+	if _, err := systemd.ReadMarker(e.cfg.Reconcile.StateDir, off.ID, 1); err == nil {
 		t.Fatal("the stopped run's service ran: it left an exit marker")
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // The rules that order runs (priority, the global limit, dependencies, no overlap of a job
@@ -293,7 +293,7 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	rn, err := runner.New(ctx, e.cfg.Systemd)
+	rn, err := systemd.New(ctx, e.cfg.Systemd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,10 +32,10 @@ import (
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/runctl"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/setting"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/unitcmd"
 	"github.com/holdfast-backup/holdfast/wake"
 	"github.com/holdfast-backup/holdfast/watch"
@@ -107,7 +107,7 @@ type Config struct {
 	// before anything is connected, does not look at. The reconciler and the other services get
 	// them, each as the interface of the calls it makes.
 	Store  *store.Store
-	Runner *runner.Runner
+	Runner *systemd.Client
 	// Logger is the daemon's log; nil is slog.Default().
 	Logger *slog.Logger
 	// SettingName, if set, is what the operator calls a setting, given its path in Config
@@ -120,7 +120,7 @@ type Config struct {
 	ResticVersion engine.ResticVersion
 	// Database and Systemd are the settings the daemon connects with; Validate checks them.
 	Database store.Config
-	Systemd  runner.Config
+	Systemd  systemd.Config
 	// Lease is how long the host's lease lasts unless renewed.
 	Lease time.Duration
 

@@ -16,10 +16,10 @@ import (
 
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runctl"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/supervisor"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -54,7 +54,7 @@ func newEnv(t *testing.T) env {
 	mgr := testenv.PrivateSystemd(t)
 	cfg := supervisor.Defaults()
 	cfg.Database = store.Config{Address: store.Address{DSN: dsn}}
-	cfg.Systemd = runner.Config{Address: mgr.Address}
+	cfg.Systemd = systemd.Config{Address: mgr.Address}
 	// The test's own store is not the supervisor's: a query of the supervisor's that its Stop
 	// cancels sends PostgreSQL a cancel request for the connection's backend, which can arrive
 	// after the connection went back to its pool and cancel the next statement there, the test's.
@@ -68,7 +68,7 @@ func newEnv(t *testing.T) env {
 		t.Fatal(err)
 	}
 	t.Cleanup(supStore.Close)
-	rn, err := runner.New(ctx, cfg.Systemd)
+	rn, err := systemd.New(ctx, cfg.Systemd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestUnitEndWakesSweep(t *testing.T) {
 			t.Fatalf("run %d: %s (%s), want succeeded", i, r.Status, r.Reason)
 		}
 		t.Logf("run %d: admitted to recorded final in %s", i, time.Since(start).Round(time.Millisecond))
-		if mk, err := runner.ReadMarker(e.cfg.Reconcile.StateDir, run.ID, 1); err == nil && len(attempts) == 1 && attempts[0].SpawnClaimedAt != nil && attempts[0].EndedAt != nil {
+		if mk, err := systemd.ReadMarker(e.cfg.Reconcile.StateDir, run.ID, 1); err == nil && len(attempts) == 1 && attempts[0].SpawnClaimedAt != nil && attempts[0].EndedAt != nil {
 			a := attempts[0]
 			t.Logf("  claimed +%s, marker +%s, ended +%s", a.SpawnClaimedAt.Sub(start).Round(time.Millisecond),
 				mk.At.Sub(start).Round(time.Millisecond), a.EndedAt.Sub(start).Round(time.Millisecond))

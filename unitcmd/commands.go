@@ -22,7 +22,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/job"
 	"github.com/holdfast-backup/holdfast/journal"
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/textsafe"
 )
 
@@ -342,11 +342,11 @@ func marker(stateDir *string) *cobra.Command {
 			if attempt < 1 {
 				return badInput("--attempt must be at least 1")
 			}
-			m, err := runner.MarkerFromEnv(run, attempt, unit, os.Getenv, time.Now())
+			m, err := systemd.MarkerFromEnv(run, attempt, unit, os.Getenv, time.Now())
 			if err != nil {
 				return InputError{err}
 			}
-			if err := runner.WriteMarker(*stateDir, m); err != nil {
+			if err := systemd.WriteMarker(*stateDir, m); err != nil {
 				return err
 			}
 			// systemd copied the staged credentials when the unit started; the unit has ended.

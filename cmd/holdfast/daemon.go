@@ -17,9 +17,9 @@ import (
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/reconcile"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/supervisor"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/web"
 )
 
@@ -99,7 +99,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			}
 			cfg.Database.Address, cfg.Reconcile.StateDir, cfg.Logger, cfg.Version = g.address(), g.stateDir, logger, version
 			cfg.Notify.JournalDir, cfg.JournalDir = g.journalDir, g.journalDir
-			cfg.Systemd = runner.Config{Manager: g.systemd, Address: g.systemdAddress}
+			cfg.Systemd = systemd.Config{Manager: g.systemd, Address: g.systemdAddress}
 			cfg.Reconcile.AllowUsers = strings.Split(allowUsers, ",")
 			cfg.WebAuthFile = webAuthFile(cfg.Listen, cfg.WebAuthFile, cmd.Flags().Changed("web-auth-file"))
 			if err := cfg.Validate(); err != nil {
@@ -122,7 +122,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if _, err := migrations.ApplyPending(ctx, cfg.Database.Session(), applied); err != nil {
 				return err
 			}
-			rn, err := runner.New(ctx, cfg.Systemd)
+			rn, err := systemd.New(ctx, cfg.Systemd)
 			if err != nil {
 				return err
 			}

@@ -22,9 +22,9 @@ import (
 	holdfast "github.com/holdfast-backup/holdfast/cmd/holdfast"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -106,7 +106,7 @@ func (w *world) stopUnits() {
 			return
 		}
 		for _, u := range model.UnitNames(attempts) {
-			units = append(units, u, runner.TimerName(u))
+			units = append(units, u, systemd.TimerName(u))
 		}
 	}
 	if err := w.mgr.StopUnits(ctx, units); err != nil {

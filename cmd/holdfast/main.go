@@ -22,9 +22,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-backup/holdfast/runctl"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/setup"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/textsafe"
 	"github.com/holdfast-backup/holdfast/unitcmd"
 )
@@ -168,18 +168,18 @@ func (g *globals) credentials() bool {
 	return g.systemdAddress == "" && (g.systemd == "" || g.systemd == "system")
 }
 
-func (g *globals) openRunner(ctx context.Context) (*runner.Runner, error) {
-	cfg := runner.Config{Manager: g.systemd, Address: g.systemdAddress}
+func (g *globals) openSystemd(ctx context.Context) (*systemd.Client, error) {
+	cfg := systemd.Config{Manager: g.systemd, Address: g.systemdAddress}
 	if err := cfg.Validate(); err != nil {
 		return nil, inputError{err}
 	}
-	return runner.New(ctx, cfg)
+	return systemd.New(ctx, cfg)
 }
 
-// openUnits is openRunner as runctl.StopRun asks for it: no Units at all (not a nil runner)
+// openUnits is openSystemd as runctl.StopRun asks for it: no Units at all (not a nil client)
 // when the manager could not be reached.
 func (g *globals) openUnits(ctx context.Context) (runctl.Units, error) {
-	r, err := g.openRunner(ctx)
+	r, err := g.openSystemd(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -135,7 +135,7 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 		return err
 	}
 
-	rn, err := g.openRunner(ctx)
+	rn, err := g.openSystemd(ctx)
 	if err != nil {
 		return err
 	}

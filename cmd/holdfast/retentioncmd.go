@@ -199,7 +199,7 @@ func printPlan(w io.Writer, o planOut) {
 // refreshSnapshots reads the job's repository into the inventory, with restic running as the
 // job's user in a unit of its own, as the daemon runs it.
 func (g *globals) refreshSnapshots(ctx context.Context, st *store.Store, restic string, j model.Job) ([]model.Snapshot, error) {
-	rn, err := g.openRunner(ctx)
+	rn, err := g.openSystemd(ctx)
 	if err != nil {
 		return nil, err
 	}

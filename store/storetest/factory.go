@@ -10,8 +10,8 @@ import (
 
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runner"
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/systemd"
 )
 
 // LeaseOpts says what Lease takes; the zero value is host h1's lease for holder-1, for an hour.
@@ -125,4 +125,4 @@ func Run(t testing.TB, st *store.Store, opts *RunOpts) model.Run {
 var Source = ledger.Source{Unmeasured: "storetest: the job's paths are not on this machine"}
 
 // Unit is the unit name derived from the run's attempt, the one a claim must record.
-func Unit(run model.Run, attempt int) string { return runner.UnitName(run.JobName, run.ID, attempt) }
+func Unit(run model.Run, attempt int) string { return systemd.UnitName(run.JobName, run.ID, attempt) }

@@ -1,4 +1,4 @@
-package runner
+package systemd
 
 import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"

@@ -1,4 +1,4 @@
-package runner_test
+package systemd_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -52,11 +52,11 @@ func triggeredBy(t *testing.T, m *testenv.Manager, unit string) []string {
 // show: the service loaded and not started, its timer waiting to elapse at the instant, to the
 // microsecond, with an accuracy of 1µs. It returns the instant, and false if any of that was
 // read only once the instant had come (a loaded machine): the unit is then stopped again.
-func armAhead(t *testing.T, m *testenv.Manager, r *runner.Runner, s runner.Spec, margin time.Duration) (time.Time, bool) {
+func armAhead(t *testing.T, m *testenv.Manager, r *systemd.Client, s systemd.Spec, margin time.Duration) (time.Time, bool) {
 	t.Helper()
 	ctx := context.Background()
 	at := time.Now().Add(margin).Truncate(time.Microsecond)
-	timer := runner.TimerName(s.Name)
+	timer := systemd.TimerName(s.Name)
 	if existed, err := r.Arm(ctx, s, at); err != nil || existed {
 		t.Fatalf("arm %s: existed=%v err=%v", s.Name, existed, err)
 	}
@@ -64,7 +64,7 @@ func armAhead(t *testing.T, m *testenv.Manager, r *runner.Runner, s runner.Spec,
 		t.Fatalf("arm again: existed=%v err=%v; want existed", existed, err)
 	}
 	// The call returns once the timer's start job is queued, not done.
-	var timerState runner.State
+	var timerState systemd.State
 	for {
 		alive, st, err := r.Alive(ctx, timer)
 		if err != nil {
@@ -113,8 +113,8 @@ func TestArm(t *testing.T) {
 	m := testenv.Systemd(t)
 	r := connect(t, m)
 	ctx := context.Background()
-	spec := func(job string) runner.Spec {
-		return runner.Spec{Name: runner.UnitName(job, uuid.New(), 1), ExecStart: []string{"/bin/sleep", "1000"}}
+	spec := func(job string) systemd.Spec {
+		return systemd.Spec{Name: systemd.UnitName(job, uuid.New(), 1), ExecStart: []string{"/bin/sleep", "1000"}}
 	}
 
 	// An hour ahead: its stop is always before its instant.
@@ -122,12 +122,12 @@ func TestArm(t *testing.T) {
 	if _, ok := armAhead(t, m, r, stopped, time.Hour); !ok {
 		t.Fatal("an instant an hour ahead came before its timer was read")
 	}
-	for _, name := range []string{runner.TimerName(stopped.Name), stopped.Name} {
+	for _, name := range []string{systemd.TimerName(stopped.Name), stopped.Name} {
 		if err := r.Stop(ctx, name); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{runner.TimerName(stopped.Name), stopped.Name} {
+	for _, name := range []string{systemd.TimerName(stopped.Name), stopped.Name} {
 		testenv.WaitFor(t, name+" to go", func() bool {
 			alive, _, err := r.Alive(ctx, name)
 			return err == nil && !alive
@@ -139,7 +139,7 @@ func TestArm(t *testing.T) {
 
 	// A few seconds ahead, and further should a loaded machine let the instant come before the
 	// timer was seen waiting for it.
-	var started runner.Spec
+	var started systemd.Spec
 	var at time.Time
 	for margin := 3 * time.Second; ; margin *= 2 {
 		started = spec("armed")
@@ -151,7 +151,7 @@ func TestArm(t *testing.T) {
 			t.Fatalf("not armed %s ahead of its instant", margin)
 		}
 	}
-	timer := runner.TimerName(started.Name)
+	timer := systemd.TimerName(started.Name)
 	testenv.WaitFor(t, "the armed service", func() bool { alive, _, _ := r.Alive(ctx, started.Name); return alive })
 	var got time.Time
 	testenv.WaitFor(t, "its main process", func() bool { got = mainStart(t, m, started.Name); return !got.IsZero() })

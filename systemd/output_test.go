@@ -1,4 +1,4 @@
-package runner_test
+package systemd_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -29,7 +29,7 @@ func TestOutput(t *testing.T) {
 	if err := os.Mkdir(writable, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	sandbox := &runner.Sandbox{ReadOnlySystem: true, ReadWritePaths: []string{writable}}
+	sandbox := &systemd.Sandbox{ReadOnlySystem: true, ReadWritePaths: []string{writable}}
 	tests := []struct {
 		name       string
 		argv       []string
@@ -45,19 +45,19 @@ func TestOutput(t *testing.T) {
 		{name: "as the job's user", argv: []string{"/usr/bin/id", "-un"}, user: "nobody", wantOut: "nobody\n"},
 		{name: "the user cannot read root's file", argv: []string{"/bin/cat", secret}, user: "nobody", wantStatus: 1},
 		{name: "the sandbox is read-only outside its paths", argv: []string{"/bin/sh", "-c", "touch " + filepath.Join(dir, "x") + " || echo refused; touch " + filepath.Join(writable, "y") + " && echo written"}, wantOut: "refused\nwritten\n"},
-		{name: "output bounded", argv: []string{"/bin/sh", "-c", "yes | head -c 100000"}, max: 1000, wantErr: runner.ErrOutputTooLarge},
+		{name: "output bounded", argv: []string{"/bin/sh", "-c", "yes | head -c 100000"}, max: 1000, wantErr: systemd.ErrOutputTooLarge},
 		{name: "missing program", argv: []string{"/nonexistent/tool"}, wantStatus: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			name := runner.UnitName("output-test", uuid.New(), 1)
+			name := systemd.UnitName("output-test", uuid.New(), 1)
 			max := tt.max
 			if max == 0 {
 				max = 1 << 20
 			}
-			res, err := r.Output(ctx, runner.Spec{Name: name, ExecStart: tt.argv, User: tt.user, Sandbox: sandbox}, max)
+			res, err := r.Output(ctx, systemd.Spec{Name: name, ExecStart: tt.argv, User: tt.user, Sandbox: sandbox}, max)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tt.wantErr)
@@ -99,9 +99,9 @@ func TestOutputStopsAtDeadline(t *testing.T) {
 	r := connect(t, m)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	name := runner.UnitName("output-deadline", uuid.New(), 1)
+	name := systemd.UnitName("output-deadline", uuid.New(), 1)
 	// Far longer than the test may take: an Output that waited for the command would hang it.
-	_, err := r.Output(ctx, runner.Spec{Name: name, ExecStart: []string{"/bin/sleep", "1000"}}, 1<<10)
+	_, err := r.Output(ctx, systemd.Spec{Name: name, ExecStart: []string{"/bin/sleep", "1000"}}, 1<<10)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want the deadline", err)
 	}

@@ -1,11 +1,11 @@
-// Package runner talks to a systemd manager over D-Bus: it starts each backup attempt as a
+// Package systemd talks to a systemd manager over D-Bus: it starts each backup attempt as a
 // transient service, asks whether that unit is still there, and stops it. It also owns the exit
 // marker format. It knows nothing about PostgreSQL.
 //
 // Two rules shape it. A unit name is derived from the run and attempt, so asking twice to start
 // the same attempt can never create two units: "unit exists" means "already started". And
 // "I could not ask" is never "it is gone": Alive returns an error whenever systemd did not answer.
-package runner
+package systemd
 
 import (
 	"context"
@@ -55,12 +55,12 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Runner is a connection to one systemd manager that redials when the connection is lost.
+// Client is a connection to one systemd manager that redials when the connection is lost.
 //
 // godbus closes a connection when the context it was dialed with ends, so connections are
-// dialed with the Runner's own context, which lasts until Close; the caller's context bounds
+// dialed with the Client's own context, which lasts until Close; the caller's context bounds
 // only the dial and each call.
-type Runner struct {
+type Client struct {
 	cfg    Config
 	life   context.Context
 	cancel context.CancelFunc
@@ -70,11 +70,11 @@ type Runner struct {
 }
 
 // New validates cfg and connects; ctx (and CallTimeout) bound the first dial only.
-func New(ctx context.Context, cfg Config) (*Runner, error) {
+func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg}
+	r := &Client{cfg: cfg}
 	r.life, r.cancel = context.WithCancel(context.Background())
 	ctx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
 	defer cancel()
@@ -86,14 +86,14 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 }
 
 // Close closes the connection; later calls fail.
-func (r *Runner) Close() {
+func (r *Client) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cancel()
 	r.closeLocked()
 }
 
-func (r *Runner) closeLocked() {
+func (r *Client) closeLocked() {
 	if r.conn != nil {
 		r.conn.Close()
 		r.end()
@@ -103,7 +103,7 @@ func (r *Runner) closeLocked() {
 
 // dial connects with a context that outlives ctx: ending ctx while the dial is under way
 // abandons it, ending ctx afterwards does nothing to the connection.
-func (r *Runner) dial(ctx context.Context) (*sddbus.Conn, context.CancelFunc, error) {
+func (r *Client) dial(ctx context.Context) (*sddbus.Conn, context.CancelFunc, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("connect to systemd: %w", err)
 	}
@@ -125,7 +125,7 @@ func (r *Runner) dial(ctx context.Context) (*sddbus.Conn, context.CancelFunc, er
 	return conn, cancel, nil
 }
 
-func (r *Runner) dialWith(ctx context.Context) (*sddbus.Conn, error) {
+func (r *Client) dialWith(ctx context.Context) (*sddbus.Conn, error) {
 	address := r.cfg.Address
 	if address == "" && r.cfg.Manager == "user" {
 		// The manager's own socket needs no session bus daemon; root-run and private managers
@@ -163,7 +163,7 @@ func (r *Runner) dialWith(ctx context.Context) (*sddbus.Conn, error) {
 	return conn, nil
 }
 
-func (r *Runner) connection(ctx context.Context) (*sddbus.Conn, error) {
+func (r *Client) connection(ctx context.Context) (*sddbus.Conn, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.conn != nil && r.conn.Connected() {
@@ -171,7 +171,7 @@ func (r *Runner) connection(ctx context.Context) (*sddbus.Conn, error) {
 	}
 	r.closeLocked()
 	if r.life.Err() != nil {
-		return nil, errors.New("connect to systemd: the runner is closed")
+		return nil, errors.New("connect to systemd: the client is closed")
 	}
 	conn, end, err := r.dial(ctx)
 	if err != nil {
@@ -181,7 +181,7 @@ func (r *Runner) connection(ctx context.Context) (*sddbus.Conn, error) {
 	return conn, nil
 }
 
-func (r *Runner) drop(conn *sddbus.Conn) {
+func (r *Client) drop(conn *sddbus.Conn) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.conn == conn {
@@ -192,7 +192,7 @@ func (r *Runner) drop(conn *sddbus.Conn) {
 // call runs fn on a live connection, within CallTimeout; if the connection turns out closed, it
 // redials once and runs fn again. Every fn here is safe to repeat: start is by name, stop and
 // queries are idempotent.
-func (r *Runner) call(ctx context.Context, fn func(context.Context, *sddbus.Conn) error) error {
+func (r *Client) call(ctx context.Context, fn func(context.Context, *sddbus.Conn) error) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
 	for try := 0; ; try++ {
@@ -242,7 +242,7 @@ func BadRequest(err error) bool {
 	return badRequests[dbusErrorName(err)]
 }
 
-// SystemManager reports whether the runner talks to the system manager, the only one that hands
+// SystemManager reports whether the client talks to the system manager, the only one that hands
 // credentials to a unit with User= (a user manager refuses: permission denied).
 // A manager named by its address is not known to be the system manager.
-func (r *Runner) SystemManager() bool { return r.cfg.Address == "" && r.cfg.Manager == "system" }
+func (r *Client) SystemManager() bool { return r.cfg.Address == "" && r.cfg.Manager == "system" }

@@ -1,4 +1,4 @@
-package runner
+package systemd
 
 import (
 	"context"
@@ -199,7 +199,7 @@ func (s Spec) properties() ([]sddbus.Property, error) {
 // Start asks systemd to start the transient unit. It reports existed=true when a unit of that
 // name is already there: the attempt was started before (perhaps by a process that died before
 // it could record it), and nothing new was created.
-func (r *Runner) Start(ctx context.Context, s Spec) (existed bool, err error) {
+func (r *Client) Start(ctx context.Context, s Spec) (existed bool, err error) {
 	props, err := s.properties()
 	if err != nil {
 		return false, err
@@ -228,7 +228,7 @@ func TimerName(service string) string {
 // (TimerName(s.Name)): one call creates both, the service loaded and not started until the timer
 // elapses, so nothing is left to do at at but the start itself. The timer goes away once it has
 // elapsed. at must be ahead: a calendar time already past never elapses. existed is as in Start.
-func (r *Runner) Arm(ctx context.Context, s Spec, at time.Time) (existed bool, err error) {
+func (r *Client) Arm(ctx context.Context, s Spec, at time.Time) (existed bool, err error) {
 	props, err := s.properties()
 	if err != nil {
 		return false, err
@@ -283,7 +283,7 @@ const maxNamesPerCall = 512
 
 // States asks systemd about many units at once. An error means systemd could not be asked and
 // says nothing about any unit: never read it as "gone".
-func (r *Runner) States(ctx context.Context, names []string) (map[string]State, error) {
+func (r *Client) States(ctx context.Context, names []string) (map[string]State, error) {
 	states := make(map[string]State, len(names))
 	for start := 0; start < len(names); start += maxNamesPerCall {
 		batch := names[start:min(start+maxNamesPerCall, len(names))]
@@ -313,7 +313,7 @@ const UnitPattern = "holdfast-*"
 // StatesMatching asks systemd about every unit it has loaded whose name matches pattern (a
 // shell pattern), in one call. A unit not in the answer was not loaded: systemd would say
 // "not-found" of it, as NotFound does. An error is as for States.
-func (r *Runner) StatesMatching(ctx context.Context, pattern string) (map[string]State, error) {
+func (r *Client) StatesMatching(ctx context.Context, pattern string) (map[string]State, error) {
 	var states map[string]State
 	err := r.call(ctx, func(ctx context.Context, c *sddbus.Conn) error {
 		units, err := c.ListUnitsByPatternsContext(ctx, []string{}, []string{pattern})
@@ -337,7 +337,7 @@ var NotFound = State{LoadState: "not-found", ActiveState: "inactive", SubState: 
 
 // Alive reports whether one unit is still there (see State.Alive). An error means systemd could
 // not be asked and says nothing about the unit.
-func (r *Runner) Alive(ctx context.Context, name string) (bool, State, error) {
+func (r *Client) Alive(ctx context.Context, name string) (bool, State, error) {
 	states, err := r.States(ctx, []string{name})
 	if err != nil {
 		return false, State{}, err
@@ -348,7 +348,7 @@ func (r *Runner) Alive(ctx context.Context, name string) (bool, State, error) {
 
 // Stop asks systemd to stop the unit (its KillSignal, then SIGKILL after TimeoutStop). Asking
 // again is harmless; a unit that is not loaded is already stopped.
-func (r *Runner) Stop(ctx context.Context, name string) error {
+func (r *Client) Stop(ctx context.Context, name string) error {
 	err := r.call(ctx, func(ctx context.Context, c *sddbus.Conn) error {
 		_, err := c.StopUnitContext(ctx, name, "replace", nil)
 		return err
@@ -363,7 +363,7 @@ func (r *Runner) Stop(ctx context.Context, name string) error {
 }
 
 // ResetFailed clears a failed unit that was not garbage-collected, so its name can be used again.
-func (r *Runner) ResetFailed(ctx context.Context, name string) error {
+func (r *Client) ResetFailed(ctx context.Context, name string) error {
 	err := r.call(ctx, func(ctx context.Context, c *sddbus.Conn) error { return c.ResetFailedUnitContext(ctx, name) })
 	if dbusErrorName(err) == "org.freedesktop.systemd1.NoSuchUnit" {
 		return nil

@@ -1,4 +1,4 @@
-package runner
+package systemd
 
 import (
 	"bytes"
@@ -33,7 +33,7 @@ var ErrOutputTooLarge = errors.New("output is larger than allowed")
 // credentials, reads at most maxOutput bytes of its standard output and waits for it to end. It
 // is how root asks a tool about files a job's user controls without running the tool as root.
 // The unit is stopped when ctx ends or the output passes maxOutput.
-func (r *Runner) Output(ctx context.Context, s Spec, maxOutput int64) (Result, error) {
+func (r *Client) Output(ctx context.Context, s Spec, maxOutput int64) (Result, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return Result{}, fmt.Errorf("unit %s: stdout pipe: %w", s.Name, err)
@@ -96,7 +96,7 @@ func (r *Runner) Output(ctx context.Context, s Spec, maxOutput int64) (Result, e
 
 // ended reports whether the unit has ended and, if it failed, how (it stays loaded until reset).
 // A unit that ended well is collected at once, so one no longer there has exited 0.
-func (r *Runner) ended(ctx context.Context, name string, res *Result) (bool, error) {
+func (r *Client) ended(ctx context.Context, name string, res *Result) (bool, error) {
 	_, st, err := r.Alive(ctx, name)
 	if err != nil {
 		return false, err
@@ -135,7 +135,7 @@ func (r *Runner) ended(ctx context.Context, name string, res *Result) (bool, err
 }
 
 // abandon stops a command unit whose result is no longer wanted, and clears it if it failed.
-func (r *Runner) abandon(name string) {
+func (r *Client) abandon(name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = r.Stop(ctx, name)

@@ -1,4 +1,4 @@
-package runner
+package systemd
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
-// current returns the connection the runner holds now.
-func (r *Runner) current() *sddbus.Conn {
+// current returns the connection the client holds now.
+func (r *Client) current() *sddbus.Conn {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.conn
@@ -21,7 +21,7 @@ func (r *Runner) current() *sddbus.Conn {
 // stays fails the test if conn is closed or replaced within d: godbus closes a connection as
 // soon as the context it was dialed with ends, so a connection tied to a caller's context is
 // gone within milliseconds of the call.
-func stays(t *testing.T, r *Runner, conn *sddbus.Conn, d time.Duration, what string) {
+func stays(t *testing.T, r *Client, conn *sddbus.Conn, d time.Duration, what string) {
 	t.Helper()
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if r.current() != conn || !conn.Connected() {
@@ -76,7 +76,7 @@ func TestConnectionOutlivesDialingCall(t *testing.T) {
 }
 
 // A call is bounded by CallTimeout even when the caller's context has no deadline; a closed
-// runner refuses calls instead of dialing.
+// client refuses calls instead of dialing.
 func TestCallTimeoutAndClose(t *testing.T) {
 	cfg := Config{CallTimeout: -time.Second}
 	if err := cfg.Validate(); err == nil {
@@ -98,6 +98,6 @@ func TestCallTimeoutAndClose(t *testing.T) {
 	}
 	r.Close()
 	if _, _, err := r.Alive(context.Background(), UnitName("closed", uuid.New(), 1)); err == nil {
-		t.Fatal("a closed runner answered")
+		t.Fatal("a closed client answered")
 	}
 }

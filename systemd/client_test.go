@@ -1,4 +1,4 @@
-package runner_test
+package systemd_test
 
 import (
 	"context"
@@ -12,17 +12,17 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/holdfast-backup/holdfast/runner"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.RunMain(m) }
 
-func connect(t *testing.T, m *testenv.Manager) *runner.Runner {
+func connect(t *testing.T, m *testenv.Manager) *systemd.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := runner.New(ctx, runner.Config{Address: m.Address})
+	r, err := systemd.New(ctx, systemd.Config{Address: m.Address})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,8 +43,8 @@ func TestStartWritesMarker(t *testing.T) {
 	state := testenv.SharedDir(t)
 	out := filepath.Join(state, "argv.txt")
 	run := uuid.New()
-	name := runner.UnitName("argv-test", run, 1)
-	spec := runner.Spec{
+	name := systemd.UnitName("argv-test", run, 1)
+	spec := systemd.Spec{
 		Name:         name,
 		ExecStart:    []string{"/bin/sh", "-c", `printf '%s' "$1" > "$2"; exit 3`, "sh", "lit$HOME${X}", out},
 		ExecStopPost: markerCmd(bin, state, run, 1, name),
@@ -54,9 +54,9 @@ func TestStartWritesMarker(t *testing.T) {
 	if err != nil || existed {
 		t.Fatalf("start: existed=%v err=%v", existed, err)
 	}
-	var marker runner.Marker
+	var marker systemd.Marker
 	testenv.WaitFor(t, "the marker", func() bool {
-		marker, err = runner.ReadMarker(state, run, 1)
+		marker, err = systemd.ReadMarker(state, run, 1)
 		return err == nil
 	})
 	if marker.ServiceResult != "exit-code" || marker.ExitCode != "exited" || marker.ExitStatus != "3" || marker.Unit != name {
@@ -79,8 +79,8 @@ func TestStartWritesMarker(t *testing.T) {
 func TestStartTwiceIsOneUnit(t *testing.T) {
 	m := testenv.Systemd(t)
 	r := connect(t, m)
-	name := runner.UnitName("twice", uuid.New(), 1)
-	spec := runner.Spec{Name: name, ExecStart: []string{"/bin/sleep", "30"}, KillSignal: syscall.SIGINT}
+	name := systemd.UnitName("twice", uuid.New(), 1)
+	spec := systemd.Spec{Name: name, ExecStart: []string{"/bin/sleep", "30"}, KillSignal: syscall.SIGINT}
 	ctx := context.Background()
 	if existed, err := r.Start(ctx, spec); err != nil || existed {
 		t.Fatalf("first start: existed=%v err=%v", existed, err)
@@ -95,7 +95,7 @@ func TestStartTwiceIsOneUnit(t *testing.T) {
 }
 
 // Alive tells a running unit, a stopped one and an unknown one apart, and a manager that cannot
-// be reached is an error, never "gone". After the manager is back, the runner redials.
+// be reached is an error, never "gone". After the manager is back, the client redials.
 func TestAliveStopAndUnreachable(t *testing.T) {
 	m := testenv.PrivateSystemd(t)
 	r := connect(t, m)
@@ -103,8 +103,8 @@ func TestAliveStopAndUnreachable(t *testing.T) {
 	state := testenv.SharedDir(t)
 	ctx := context.Background()
 	run := uuid.New()
-	name := runner.UnitName("alive", run, 1)
-	spec := runner.Spec{Name: name, ExecStart: []string{"/bin/sleep", "60"}, KillSignal: syscall.SIGINT,
+	name := systemd.UnitName("alive", run, 1)
+	spec := systemd.Spec{Name: name, ExecStart: []string{"/bin/sleep", "60"}, KillSignal: syscall.SIGINT,
 		ExecStopPost: markerCmd(bin, state, run, 1, name), TimeoutStop: 5 * time.Second}
 	if _, err := r.Start(ctx, spec); err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestAliveStopAndUnreachable(t *testing.T) {
 		alive, st, err := r.Alive(ctx, name)
 		return err == nil && alive && st.ActiveState == "active"
 	})
-	alive, _, err := r.Alive(ctx, runner.UnitName("never", uuid.New(), 1))
+	alive, _, err := r.Alive(ctx, systemd.UnitName("never", uuid.New(), 1))
 	if err != nil || alive {
 		t.Fatalf("unknown unit: alive=%v err=%v, want false, nil", alive, err)
 	}
@@ -123,9 +123,9 @@ func TestAliveStopAndUnreachable(t *testing.T) {
 	if err := r.Stop(ctx, name); err != nil { // idempotent
 		t.Fatalf("second stop: %v", err)
 	}
-	var marker runner.Marker
+	var marker systemd.Marker
 	testenv.WaitFor(t, "the marker after stop", func() bool {
-		marker, err = runner.ReadMarker(state, run, 1)
+		marker, err = systemd.ReadMarker(state, run, 1)
 		return err == nil
 	})
 	if marker.ExitCode != "killed" || marker.ExitStatus != "INT" {
@@ -163,9 +163,9 @@ func TestUserUnitPrivilegedMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := uuid.New()
-	name := runner.UnitName("as-nobody", run, 1)
+	name := systemd.UnitName("as-nobody", run, 1)
 	nice := 5
-	spec := runner.Spec{Name: name, User: "nobody", Nice: &nice, IOSchedulingClass: "idle",
+	spec := systemd.Spec{Name: name, User: "nobody", Nice: &nice, IOSchedulingClass: "idle",
 		ExecStart:    []string{"/bin/sh", "-c", `id -un > "$1"/user; touch "$2" 2>/dev/null && echo wrote > "$1"/escalated; exit 0`, "sh", whoami, filepath.Join(state, "markers", "forged")},
 		ExecStopPost: markerCmd(bin, state, run, 1, name),
 		RuntimeMax:   time.Minute, SyslogIdentifier: "holdfast-as-nobody",
@@ -173,10 +173,10 @@ func TestUserUnitPrivilegedMarker(t *testing.T) {
 	if _, err := r.Start(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
-	var marker runner.Marker
+	var marker systemd.Marker
 	var err error
 	testenv.WaitFor(t, "the marker", func() bool {
-		marker, err = runner.ReadMarker(state, run, 1)
+		marker, err = systemd.ReadMarker(state, run, 1)
 		return err == nil
 	})
 	if marker.ServiceResult != "success" {
@@ -193,11 +193,11 @@ func TestUserUnitPrivilegedMarker(t *testing.T) {
 
 func TestUnitName(t *testing.T) {
 	run := uuid.MustParse("3f2a9c1e-4b5d-4e7f-8a9b-0c1d2e3f4a5b")
-	if got, want := runner.UnitName("nightly", run, 2), "holdfast-nightly-3f2a9c1e-4b5d-4e7f-8a9b-0c1d2e3f4a5b-a2.service"; got != want {
+	if got, want := systemd.UnitName("nightly", run, 2), "holdfast-nightly-3f2a9c1e-4b5d-4e7f-8a9b-0c1d2e3f4a5b-a2.service"; got != want {
 		t.Fatalf("UnitName = %q, want %q", got, want)
 	}
 	long := strings.Repeat("x", 300)
-	if got := runner.UnitName(long, run, 1); len(got) > runner.MaxUnitName {
+	if got := systemd.UnitName(long, run, 1); len(got) > systemd.MaxUnitName {
 		t.Fatalf("unit name of %d chars, over the limit", len(got))
 	}
 }
