@@ -13,7 +13,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/setting"
@@ -80,7 +80,7 @@ func Plan(ctx context.Context, st Store, req Request) (Planned, error) {
 		}
 		j = c
 	}
-	p, ok, err := job.Policy(j)
+	p, ok, err := jobdef.Policy(j)
 	if err != nil {
 		return Planned{}, err
 	}
@@ -101,7 +101,7 @@ func Plan(ctx context.Context, st Store, req Request) (Planned, error) {
 	if err != nil {
 		return Planned{}, err
 	}
-	return Planned{Job: j, Policy: p, At: req.At, Plan: plan, Refusal: job.Guardrail(j).Check(plan)}, nil
+	return Planned{Job: j, Policy: p, At: req.At, Plan: plan, Refusal: jobdef.Guardrail(j).Check(plan)}, nil
 }
 
 // Snapshots are the inventory's snapshots as a policy sees them.

@@ -21,7 +21,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
-	jobdef "github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"

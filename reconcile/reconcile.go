@@ -32,7 +32,7 @@ import (
 	"github.com/holdfast-backup/holdfast/attemptqueue"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/inventory"
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
@@ -292,7 +292,7 @@ func (c *Config) validateSettings(given bool) error {
 	if c.Host == "" {
 		c.Host, _ = os.Hostname()
 	}
-	if err := job.ValidateHost(c.Host); err != nil {
+	if err := jobdef.ValidateHost(c.Host); err != nil {
 		return fmt.Errorf("%s: %w", c.name("Host"), err)
 	}
 	var err error

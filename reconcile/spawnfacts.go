@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
-	jobdef "github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
@@ -154,8 +154,8 @@ type parsedWindows struct {
 // windowsMemoMax bounds the memo; past it, it starts again empty.
 const windowsMemoMax = 4096
 
-// jobWindows is the job's maintenance windows and their zone (job.Windows), parsed once for
-// each text they have, not at every pass for every run. job.Validate refuses windows or a zone
+// jobWindows is the job's maintenance windows and their zone (jobdef.Windows), parsed once for
+// each text they have, not at every pass for every run. jobdef.Validate refuses windows or a zone
 // that do not parse before a job is stored, so such a job was written around it (or its zone left
 // the host's tzdata); its runs wait (decide's "unspawned, job windows unreadable"), and this
 // logs it once for each text it has.

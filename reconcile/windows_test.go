@@ -15,7 +15,7 @@ import (
 	"github.com/holdfast-backup/holdfast/store"
 )
 
-// A job whose stored windows or time zone do not parse (written around job.Validate, by SQL)
+// A job whose stored windows or time zone do not parse (written around jobdef.Validate, by SQL)
 // is never read as having no window, or as in UTC: a pass holds its queued run back with a reason
 // that says why, spawns nothing, and logs it once, however many passes see it; once the job is
 // corrected, the next pass starts the run.

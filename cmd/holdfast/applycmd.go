@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
@@ -144,10 +144,10 @@ func (g *globals) planConfig(ctx context.Context, st *store.Store, set configSet
 		}
 		have, ok := stored[d.name]
 		if !ok {
-			if err := job.CheckAccess(want, g.probeAs, g.credentials()); err != nil {
+			if err := jobdef.CheckAccess(want, g.probeAs, g.credentials()); err != nil {
 				return plan, d.errorOf(err)
 			}
-			if err := job.Slots(&want, nil, now); err != nil {
+			if err := jobdef.Slots(&want, nil, now); err != nil {
 				return plan, d.errorOf(err)
 			}
 			plan.applied.Create = append(plan.applied.Create, want)
@@ -162,15 +162,15 @@ func (g *globals) planConfig(ctx context.Context, st *store.Store, set configSet
 		edit := func(j *model.Job) error {
 			before := *j
 			copySettings(j, want, fields)
-			if err := job.Validate(j); err != nil {
+			if err := jobdef.Validate(j); err != nil {
 				return d.errorOf(err)
 			}
-			if job.AccessChanged(before, *j) {
-				if err := job.CheckAccess(*j, g.probeAs, g.credentials()); err != nil {
+			if jobdef.AccessChanged(before, *j) {
+				if err := jobdef.CheckAccess(*j, g.probeAs, g.credentials()); err != nil {
 					return d.errorOf(err)
 				}
 			}
-			if err := job.Slots(j, &before, now); err != nil {
+			if err := jobdef.Slots(j, &before, now); err != nil {
 				return d.errorOf(err)
 			}
 			return nil
@@ -225,7 +225,7 @@ type declaredAccount struct {
 
 func readAccount(d declaration) (declaredAccount, error) {
 	a := declaredAccount{name: d.name}
-	if err := job.ValidateName(d.name); err != nil {
+	if err := jobdef.ValidateName(d.name); err != nil {
 		return a, d.errorAt("", fmt.Errorf("an account name is lower-case letters, digits, '.', '_' and '-'"))
 	}
 	var quota, allowance string
@@ -440,7 +440,7 @@ var flagInMessage = regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
 // `job add` sets its flags, and checked as `job add` checks it. An error names the file and the
 // line of the setting it is about.
 func (g *globals) declaredJob(d declaration) (model.Job, error) {
-	if err := job.ValidateName(d.name); err != nil {
+	if err := jobdef.ValidateName(d.name); err != nil {
 		return model.Job{}, d.errorAt("", err)
 	}
 	var jf jobFlags
@@ -450,12 +450,12 @@ func (g *globals) declaredJob(d declaration) (model.Job, error) {
 	if err := setFlags(d, fs, nil); err != nil {
 		return model.Job{}, err
 	}
-	j := job.New(d.name)
+	j := jobdef.New(d.name)
 	j.Host = g.host()
 	if err := jf.apply(fs, &j); err != nil {
 		return model.Job{}, d.errorOf(err)
 	}
-	if err := job.Validate(&j); err != nil {
+	if err := jobdef.Validate(&j); err != nil {
 		return model.Job{}, d.errorOf(err)
 	}
 	return j, nil
@@ -504,7 +504,7 @@ func newExportCmd(g *globals) *cobra.Command {
 		Annotations: map[string]string{outputAnnotation: machineOutput},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, n := range names {
-				if err := job.ValidateName(n); err != nil {
+				if err := jobdef.ValidateName(n); err != nil {
 					return inputError{err}
 				}
 			}
@@ -578,7 +578,7 @@ func newExportCmd(g *globals) *cobra.Command {
 
 // exportJob is a job as a declaration: every setting that differs from a new job's, and the host.
 func exportJob(j model.Job) *yaml.Node {
-	defaults := job.New(j.Name)
+	defaults := jobdef.New(j.Name)
 	m := &yaml.Node{Kind: yaml.MappingNode}
 	for _, s := range jobSettings {
 		v := s.render(j)

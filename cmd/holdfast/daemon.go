@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/notify"
@@ -59,7 +59,7 @@ func newCheckCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				found = append(found, job.StoredProblems(jobs)...)
+				found = append(found, jobdef.StoredProblems(jobs)...)
 				for _, v := range found {
 					fmt.Fprintln(cmd.OutOrStdout(), v)
 				}

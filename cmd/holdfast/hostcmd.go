@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -85,7 +85,7 @@ func newHostDrainCmd(g *globals, drain bool) *cobra.Command {
 		Short: short,
 		Args:  exactArgs(1, "one host name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := job.ValidateHost(args[0]); err != nil {
+			if err := jobdef.ValidateHost(args[0]); err != nil {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
@@ -106,7 +106,7 @@ func newHostForgetCmd(g *globals) *cobra.Command {
 		Short: "Remove a host that has no daemon, no live runs and no pinned jobs",
 		Args:  exactArgs(1, "one host name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := job.ValidateHost(args[0]); err != nil {
+			if err := jobdef.ValidateHost(args[0]); err != nil {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {

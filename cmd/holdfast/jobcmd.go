@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
@@ -62,7 +62,7 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.DurationVar(&j.RuntimeMax, "runtime-max", 0, "stop a run that takes longer than this (e.g. 6h)")
 	f.IntVar(&jf.nice, "nice", 0, "CPU niceness of the backup, -20..19")
 	f.DurationVar(&j.AlertAfter, "alert-after", 0, "a scheduled job with no success this long after a slot is overdue (default: one period of its schedule)")
-	f.IntVar(&j.AlertFailures, "alert-failures", job.DefaultAlertFailures, "this many runs in a row that did not succeed make the job overdue (0: never)")
+	f.IntVar(&j.AlertFailures, "alert-failures", jobdef.DefaultAlertFailures, "this many runs in a row that did not succeed make the job overdue (0: never)")
 	f.DurationVar(&j.ExpectEvery, "expect-every", 0, "a job without --schedule is overdue without a success this often (e.g. 168h; 0: never)")
 	f.DurationVar(&j.StallAfter, "stall-after", model.DefaultStallAfter, "a live run whose progress stands still this long is stalled (an event)")
 	f.StringVar(&j.StallAction, "stall-action", model.StallAlert, "what a stall does besides its event: alert, or stop the run")
@@ -73,7 +73,7 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&j.TimeZone, "tz", "", "IANA time zone of the schedule and windows (default UTC)")
 	f.BoolVar(&j.CatchUp, "catch-up", false, "after downtime, run once for the missed slots instead of only counting them")
 	f.IntVar(&j.RetryMax, "retry-max", 0, "retries of a run that failed for a transient reason")
-	f.DurationVar(&j.RetryBackoff, "retry-backoff", job.DefaultRetryBackoff, "delay before the first retry; doubled for each next one")
+	f.DurationVar(&j.RetryBackoff, "retry-backoff", jobdef.DefaultRetryBackoff, "delay before the first retry; doubled for each next one")
 	f.StringArrayVar(&j.Windows, "window", nil, `maintenance window in which no run of the job starts, e.g. "Sat 01:00-05:00" (repeatable)`)
 	f.IntVar(&j.Priority, "priority", 0, "higher runs first when runs wait for a free place")
 	f.StringVar(&j.DependsOn, "depends-on", "", "a job whose last run must have succeeded before this one starts")
@@ -169,7 +169,7 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 		return badInput("--host and --any-host contradict each other: give one")
 	}
 	if f.Changed("host") {
-		if err := job.ValidateHost(src.Host); err != nil {
+		if err := jobdef.ValidateHost(src.Host); err != nil {
 			return inputError{err}
 		}
 	}
@@ -189,7 +189,7 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 		}
 	}
 	if f.Changed("account") {
-		if err := job.ValidateName(j.Account); err != nil {
+		if err := jobdef.ValidateName(j.Account); err != nil {
 			return badInput("--account %q: an account name is lower-case letters, digits, '.', '_' and '-'", j.Account)
 		}
 	}
@@ -204,19 +204,19 @@ func newJobAddCmd(g *globals) *cobra.Command {
 		Short: "Add a backup job",
 		Args:  exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			j := job.New(args[0])
+			j := jobdef.New(args[0])
 			// Local paths exist where the job is added: it runs there unless said otherwise.
 			j.Host = g.host()
 			if err := jf.apply(cmd.Flags(), &j); err != nil {
 				return err
 			}
-			if err := job.Validate(&j); err != nil {
+			if err := jobdef.Validate(&j); err != nil {
 				return inputError{err}
 			}
-			if err := job.CheckAccess(j, g.probeAs, g.credentials()); err != nil {
+			if err := jobdef.CheckAccess(j, g.probeAs, g.credentials()); err != nil {
 				return inputError{err}
 			}
-			if err := job.Slots(&j, nil, time.Now()); err != nil {
+			if err := jobdef.Slots(&j, nil, time.Now()); err != nil {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
@@ -245,7 +245,7 @@ func newJobEditCmd(g *globals) *cobra.Command {
 		Short: "Change a job's settings (only the flags given)",
 		Args:  exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := job.ValidateName(args[0]); err != nil {
+			if err := jobdef.ValidateName(args[0]); err != nil {
 				return inputError{err}
 			}
 			if cmd.Flags().NFlag() == 0 || (cmd.Flags().NFlag() == 1 && asJSON) {
@@ -257,15 +257,15 @@ func newJobEditCmd(g *globals) *cobra.Command {
 					if err := jf.apply(cmd.Flags(), j); err != nil {
 						return err
 					}
-					if err := job.Validate(j); err != nil {
+					if err := jobdef.Validate(j); err != nil {
 						return inputError{err}
 					}
-					if job.AccessChanged(before, *j) {
-						if err := job.CheckAccess(*j, g.probeAs, g.credentials()); err != nil {
+					if jobdef.AccessChanged(before, *j) {
+						if err := jobdef.CheckAccess(*j, g.probeAs, g.credentials()); err != nil {
 							return inputError{err}
 						}
 					}
-					if err := job.Slots(j, &before, time.Now()); err != nil {
+					if err := jobdef.Slots(j, &before, time.Now()); err != nil {
 						return inputError{err}
 					}
 					return nil
@@ -386,7 +386,7 @@ func jobJSON(j model.Job) jobOut {
 	o.NextRunAt, o.MissedSlots, o.OverlapSkips = timeStr(j.NextRunAt), j.MissedSlots, j.OverlapSkips
 	o.LastSkipAt, o.LastSkipWhy, o.RetryMax = timeStr(j.LastSkipAt), j.LastSkipWhy, j.RetryMax
 	o.RetryBackoffSecs, o.Windows, o.Priority, o.DependsOn = j.RetryBackoff.Seconds(), j.Windows, j.Priority, j.DependsOn
-	if p, ok, err := job.Policy(j); ok && err == nil {
+	if p, ok, err := jobdef.Policy(j); ok && err == nil {
 		o.Retention, o.RetentionText = &p, p.Describe()
 	}
 	o.RetentionMaxDelete, o.RetentionMinKeep = j.Retention.MaxDelete, j.Retention.MinKeep
@@ -468,7 +468,7 @@ func newJobShowCmd(g *globals) *cobra.Command {
 		Short: "Show a job",
 		Args:  exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := job.ValidateName(args[0]); err != nil {
+			if err := jobdef.ValidateName(args[0]); err != nil {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
@@ -558,7 +558,7 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				if j.DependsOn != "" {
 					fmt.Fprintf(w, "depends on:    %s (its last run must have succeeded)\n", j.DependsOn)
 				}
-				switch p, ok, err := job.Policy(j); {
+				switch p, ok, err := jobdef.Policy(j); {
 				case err != nil:
 					fmt.Fprintf(w, "retention:     %v\n", err)
 				case ok:
@@ -610,7 +610,7 @@ func newJobRemoveCmd(g *globals) *cobra.Command {
 		Short: "Remove a job (its runs stay as history)",
 		Args:  exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := job.ValidateName(args[0]); err != nil {
+			if err := jobdef.ValidateName(args[0]); err != nil {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/retention"
@@ -33,7 +33,7 @@ func durationValue(d time.Duration) []string { return str(d.String()) }
 
 // policyOf is a job's retention policy, zero if it has none (or one that cannot be read).
 func policyOf(j model.Job) retention.Policy {
-	p, _, _ := job.Policy(j)
+	p, _, _ := jobdef.Policy(j)
 	return p
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
@@ -91,7 +91,7 @@ func quotaText(a model.Account) string {
 }
 
 func accountArg(name string) error {
-	if err := job.ValidateName(name); err != nil {
+	if err := jobdef.ValidateName(name); err != nil {
 		return badInput("account name %q: use lower-case letters, digits, '.', '_' and '-' (up to 63)", name)
 	}
 	return nil

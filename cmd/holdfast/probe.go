@@ -7,16 +7,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 )
 
-// probeAs checks paths as a job's identity, with holdfast's own `probe-read` (see job.ProbeAs).
-func (g *globals) probeAs(id job.Identity, want []job.Access) ([]string, error) {
+// probeAs checks paths as a job's identity, with holdfast's own `probe-read` (see jobdef.ProbeAs).
+func (g *globals) probeAs(id jobdef.Identity, want []jobdef.Access) ([]string, error) {
 	self, err := g.env.executable()
 	if err != nil {
 		return nil, fmt.Errorf("find holdfast's own executable: %w", err)
 	}
-	return job.ProbeAs([]string{self, "probe-read"})(id, want)
+	return jobdef.ProbeAs([]string{self, "probe-read"})(id, want)
 }
 
 func newProbeReadCmd() *cobra.Command {
@@ -26,11 +26,11 @@ func newProbeReadCmd() *cobra.Command {
 		Hidden: true,
 		Args:   exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var want []job.Access
+			var want []jobdef.Access
 			if err := json.NewDecoder(io.LimitReader(cmd.InOrStdin(), 1<<20)).Decode(&want); err != nil {
 				return badInput("probe-read: %v", err)
 			}
-			return json.NewEncoder(cmd.OutOrStdout()).Encode(job.Readable(want))
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(jobdef.Readable(want))
 		},
 	}
 }
@@ -42,11 +42,11 @@ func newProbeTargetCmd() *cobra.Command {
 		Hidden: true,
 		Args:   exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var p job.TargetProbe
+			var p jobdef.TargetProbe
 			if err := json.NewDecoder(io.LimitReader(cmd.InOrStdin(), 1<<20)).Decode(&p); err != nil {
 				return badInput("probe-target: %v", err)
 			}
-			return json.NewEncoder(cmd.OutOrStdout()).Encode(job.ProbeTarget(p))
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(jobdef.ProbeTarget(p))
 		},
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/safepath"
@@ -34,10 +34,10 @@ func newRestoreCmd(g *globals) *cobra.Command {
 			"restarts it, a stop does not. Exit codes as for run start --wait.",
 		Args: exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := job.ValidateName(args[0]); err != nil {
+			if err := jobdef.ValidateName(args[0]); err != nil {
 				return inputError{err}
 			}
-			if err := job.ValidateTarget(target); err != nil {
+			if err := jobdef.ValidateTarget(target); err != nil {
 				return inputError{err}
 			}
 			if err := validateSnapshotArg(snapshot); err != nil {
@@ -115,7 +115,7 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 	if unable && wait {
 		return unavailableError{errors.New(why + "; nothing was queued")}
 	}
-	id, err := job.ResolveIdentity(j.User, j.Group)
+	id, err := jobdef.ResolveIdentity(j.User, j.Group)
 	if err != nil {
 		return inputError{err}
 	}
@@ -123,10 +123,10 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 	if err != nil {
 		return fmt.Errorf("find holdfast's own executable: %w", err)
 	}
-	probe := func(op job.TargetOp) (job.TargetAnswer, error) {
-		return job.ProbeTargetAs([]string{self, "probe-target"}, id, job.TargetProbe{Op: op, Path: req.target, Overwrite: req.overwrite})
+	probe := func(op jobdef.TargetOp) (jobdef.TargetAnswer, error) {
+		return jobdef.ProbeTargetAs([]string{self, "probe-target"}, id, jobdef.TargetProbe{Op: op, Path: req.target, Overwrite: req.overwrite})
 	}
-	if a, err := probe(job.TargetCheck); err != nil {
+	if a, err := probe(jobdef.TargetCheck); err != nil {
 		return err
 	} else if a.Why != "" {
 		return badInput("%s; nothing was queued", a.Why)
@@ -159,7 +159,7 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 		}
 	}
 
-	made, err := probe(job.TargetCreate)
+	made, err := probe(jobdef.TargetCreate)
 	if err != nil {
 		return err
 	}
@@ -168,7 +168,7 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 	}
 	undo := func() {
 		if made.Created {
-			if a, perr := probe(job.TargetRemove); perr != nil || a.Why != "" {
+			if a, perr := probe(jobdef.TargetRemove); perr != nil || a.Why != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: warning: the target %s made for the restore was left: %v%s\n", req.target, perr, a.Why)
 			}
 		}
@@ -194,7 +194,7 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 // target that does not exist yet (exists false) is checked by the directory it will be made in.
 // A root job's restore writes as root with every file's owner and mode, so a target any other
 // user controls would let that user redirect root's writes.
-func checkTarget(target string, id job.Identity, exists bool) (safepath.Node, error) {
+func checkTarget(target string, id jobdef.Identity, exists bool) (safepath.Node, error) {
 	n, err := safepath.Writable(target, int(id.UID))
 	if !exists && errors.Is(err, fs.ErrNotExist) {
 		n, err = safepath.Parent(target, int(id.UID))

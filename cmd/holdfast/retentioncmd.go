@@ -18,7 +18,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/forget"
 	"github.com/holdfast-backup/holdfast/inventory"
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/runctl"
@@ -88,7 +88,7 @@ func (gf *guardFlags) bind(f *pflag.FlagSet) {
 // applyRetention sets the policy and guardrail flags given onto j.
 func applyRetention(f *pflag.FlagSet, pf *policyFlags, gf *guardFlags, j *model.Job) error {
 	if pf.given(f) {
-		base, _, err := job.Policy(*j)
+		base, _, err := jobdef.Policy(*j)
 		if err != nil {
 			return err
 		}
@@ -228,7 +228,7 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 			"\ntag and host are never deleted.",
 		Args: exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := job.ValidateName(args[0]); err != nil {
+			if err := jobdef.ValidateName(args[0]); err != nil {
 				return inputError{err}
 			}
 			planAt := time.Now()
@@ -442,7 +442,7 @@ const maxListing = 64 << 20
 func readListing(path string, limit int64) ([]byte, error) {
 	info, err := os.Stat(path)
 	if err != nil {
-		return nil, badInput("--snapshots %s: %v: give the file restic snapshots --json wrote", path, job.Cause(err))
+		return nil, badInput("--snapshots %s: %v: give the file restic snapshots --json wrote", path, jobdef.Cause(err))
 	}
 	if !info.Mode().IsRegular() {
 		return nil, badInput("--snapshots %s is not a regular file: save restic snapshots --json to a file first", path)
@@ -453,7 +453,7 @@ func readListing(path string, limit int64) ([]byte, error) {
 	// O_NONBLOCK: if the path became a FIFO after the check, opening it must not wait for a writer.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
-		return nil, badInput("--snapshots %s: %v", path, job.Cause(err))
+		return nil, badInput("--snapshots %s: %v", path, jobdef.Cause(err))
 	}
 	defer f.Close()
 	if info, err = f.Stat(); err != nil || !info.Mode().IsRegular() {
@@ -461,7 +461,7 @@ func readListing(path string, limit int64) ([]byte, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
-		return nil, badInput("--snapshots %s: %v", path, job.Cause(err))
+		return nil, badInput("--snapshots %s: %v", path, jobdef.Cause(err))
 	}
 	if int64(len(data)) > limit {
 		return nil, badInput("--snapshots %s is more than the %d bytes a listing may have", path, limit)
@@ -496,7 +496,7 @@ func newRetentionHistoryCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := ""
 			if len(args) == 1 {
-				if err := job.ValidateName(args[0]); err != nil {
+				if err := jobdef.ValidateName(args[0]); err != nil {
 					return inputError{err}
 				}
 				name = args[0]

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/journallog"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runctl"
@@ -197,7 +197,7 @@ func newRunStartCmd(g *globals) *cobra.Command {
 			"exit 69 at once, queueing nothing, if no live daemon can run the job (none runs, or its host is down or draining).",
 		Args: exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := job.ValidateName(args[0]); err != nil {
+			if err := jobdef.ValidateName(args[0]); err != nil {
 				return inputError{err}
 			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
@@ -213,7 +213,7 @@ func newRunStartCmd(g *globals) *cobra.Command {
 					return badInput("--read-data-subset and --drill are for verification runs: add --verify")
 				}
 				if cmd.Flags().Changed("drill") {
-					if err := job.ValidateDrill(verify); err != nil {
+					if err := jobdef.ValidateDrill(verify); err != nil {
 						return inputError{err}
 					}
 				}
@@ -381,7 +381,7 @@ func newRunListCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if jobName != "" {
-				if err := job.ValidateName(jobName); err != nil {
+				if err := jobdef.ValidateName(jobName); err != nil {
 					return inputError{err}
 				}
 			}

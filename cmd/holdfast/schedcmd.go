@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/schedule"
 	"github.com/holdfast-backup/holdfast/store"
 )
@@ -33,7 +33,7 @@ func newSchedulePreviewCmd(g *globals) *cobra.Command {
 		Short: "List a job's next start times, marking those daylight saving time moves",
 		Args:  exactArgs(1, "one job name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := job.ValidateName(args[0]); err != nil {
+			if err := jobdef.ValidateName(args[0]); err != nil {
 				return inputError{err}
 			}
 			if count < 1 || count > 1000 {

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/job"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/textsafe"
@@ -80,7 +80,7 @@ func newSnapshotListCmd(g *globals) *cobra.Command {
 				return badInput("--refresh needs a job: holdfast snapshot list --refresh JOB")
 			}
 			if len(args) == 1 {
-				if err := job.ValidateName(args[0]); err != nil {
+				if err := jobdef.ValidateName(args[0]); err != nil {
 					return inputError{err}
 				}
 			}

@@ -1,8 +1,8 @@
-// Package job validates backup job definitions before they reach the database, so that bad
+// Package jobdef validates backup job definitions before they reach the database, so that bad
 // input gets a one-line error that says what is wrong and what to do, and nothing is stored. It
 // also states a new job's defaults (New), the first slots of its schedules (Slots), its stored
 // retention policy and guardrail, and checks its files as the job's user (CheckAccess, ProbeAs).
-package job
+package jobdef
 
 import (
 	"fmt"
