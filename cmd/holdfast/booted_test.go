@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/servicefiles"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/testenv"
-	"github.com/holdfast-backup/holdfast/units"
 )
 
 // bootedWorld is holdfast installed on a booted host as an operator would: the binary in
@@ -45,20 +45,20 @@ func newBootedWorld(t *testing.T) *bootedWorld {
 func (b *bootedWorld) install(daemonArgs ...string) {
 	t, h := b.t, b.h
 	t.Helper()
-	env, err := os.ReadFile(filepath.Join("..", "..", "units", "holdfast.env"))
+	env, err := os.ReadFile(filepath.Join("..", "..", "servicefiles", "holdfast.env"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.CopyIn(t, testenv.HoldfastBinary(t), "/usr/bin/holdfast", 0o755)
 	h.Run(t, "mkdir", "-p", "/etc/holdfast", "/srv/data")
 	h.WriteFile(t, "/etc/holdfast/holdfast.env", append(env, b.envSettings()...), 0o600)
-	h.WriteFile(t, "/etc/systemd/system/holdfast.service", []byte(units.Service), 0o644)
+	h.WriteFile(t, "/etc/systemd/system/holdfast.service", []byte(servicefiles.Service), 0o644)
 	if len(daemonArgs) > 0 { // a drop-in, as an operator gives the daemon flags
 		h.Run(t, "mkdir", "-p", "/etc/systemd/system/holdfast.service.d")
 		h.WriteFile(t, "/etc/systemd/system/holdfast.service.d/flags.conf",
 			[]byte("[Service]\nExecStart=\nExecStart=/usr/bin/holdfast daemon "+strings.Join(daemonArgs, " ")+"\n"), 0o644)
 	}
-	h.WriteFile(t, "/etc/tmpfiles.d/holdfast.conf", []byte(units.Tmpfiles), 0o644)
+	h.WriteFile(t, "/etc/tmpfiles.d/holdfast.conf", []byte(servicefiles.Tmpfiles), 0o644)
 	h.Run(t, "systemd-tmpfiles", "--create", "/etc/tmpfiles.d/holdfast.conf")
 	b.mustHoldfast("migrate")
 	h.Run(t, "systemctl", "daemon-reload")

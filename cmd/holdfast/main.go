@@ -39,7 +39,7 @@ const (
 	exitStopped = 5
 	exitPaused  = 6
 	exitSkipped = 7  // a before hook skipped the backup
-	exitConfig  = 78 // sysexits' EX_CONFIG; units/holdfast.service: RestartPreventExitStatus=78
+	exitConfig  = 78 // sysexits' EX_CONFIG; servicefiles/holdfast.service: RestartPreventExitStatus=78
 	// exitUnavailable (sysexits' EX_UNAVAILABLE): no live daemon can take the run.
 	exitUnavailable = 69
 )

@@ -1,6 +1,6 @@
-// Package units holds the daemon's own systemd unit and the files that set up its state
+// Package servicefiles holds the daemon's own systemd unit and the files that set up its state
 // directory, for the packages and for tests that check them.
-package units
+package servicefiles
 
 import _ "embed"
 
