@@ -13,7 +13,7 @@
 //   - Policy, Change, Guardrail: a field of retention's types (Policy.KeepLast, Change.Preset).
 //   - Restore, Verify: a field of the model's request of that kind (Restore.Target,
 //     Verify.DrillFiles).
-//   - Account: a field of store.Account (Account.GrantedBytes).
+//   - Account: a field of model.Account (Account.GrantedBytes).
 //   - Setup: a field of setup.Config, or what setup.DSNFrom reads (Setup.DSNFile).
 //   - Restic: the restic executable a command runs.
 //   - The daemon's settings: their path in supervisor.Config (SweepInterval, Notify.Timeout,
