@@ -31,7 +31,7 @@ type Recorder interface {
 	PlanRecord(ctx context.Context, p model.RetentionPlan) (model.RetentionPlan, error)
 }
 
-// RunAdmitRequestParams asks for a plan of a job's retention.
+// Request asks for a plan of a job's retention.
 type Request struct {
 	Job  string
 	At   time.Time // the plan's reference time

@@ -71,7 +71,7 @@ type Decision struct {
 	Bytes        int64     `json:"bytes,omitempty"`
 }
 
-// RetentionPlan is the outcome of applying a policy to a list of snapshots.
+// Plan is the outcome of applying a policy to a list of snapshots.
 type Plan struct {
 	Summary          string     `json:"summary"`
 	At               time.Time  `json:"at"`        // the reference time the plan was made for

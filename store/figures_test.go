@@ -50,7 +50,7 @@ func TestFiguresKeptAsRunsEnd(t *testing.T) {
 		var r model.Run
 		if kind == model.KindRestore {
 			var err error
-			if r, err = b.Store.RunAdmitRequest(b.Ctx, store.RunAdmitRequestParams{Job: job.Name, Trigger: model.TriggerManual, Kind: kind, Host: b.Host,
+			if r, err = b.Store.RunAdmit(b.Ctx, store.RunAdmitParams{Job: job.Name, Trigger: model.TriggerManual, Kind: kind, Host: b.Host,
 				Restore: model.Restore{Target: "/restored", Snapshot: strings.Repeat("9", 64)}}); err != nil {
 				t.Fatal(err)
 			}

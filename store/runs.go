@@ -117,23 +117,8 @@ func deref(p *int64) int64 {
 	return *p
 }
 
-// RunAdmitParams is a run of a job to admit: RunAdmitRequestParams without a host, a restore or
-// a verification's settings.
+// RunAdmitParams is a run of a job to admit, as the schedule, a retry or an operator asks for it.
 type RunAdmitParams struct {
-	Job     string
-	Trigger string
-	Kind    model.Kind // "" is KindBackup
-}
-
-// RunAdmit creates a queued run of the job with its first attempt, in one transaction, and notifies
-// the daemons. A job that already has a live run is refused: two backups of one job would race
-// for the same files and repository lock.
-func (s *Store) RunAdmit(ctx context.Context, p RunAdmitParams) (model.Run, error) {
-	return s.RunAdmitRequest(ctx, RunAdmitRequestParams{Job: p.Job, Trigger: p.Trigger, Kind: p.Kind})
-}
-
-// RunAdmitRequestParams is a run an operator asks for.
-type RunAdmitRequestParams struct {
 	Job     string
 	Trigger string
 	Kind    model.Kind    // "" is KindBackup
@@ -142,9 +127,11 @@ type RunAdmitRequestParams struct {
 	Verify  model.Verify
 }
 
-// RunAdmitRequest admits the run r asks for as RunAdmit does. A restore, a prune and a verify run need
-// a job with a repository, and a restore its target, snapshot and host.
-func (s *Store) RunAdmitRequest(ctx context.Context, r RunAdmitRequestParams) (model.Run, error) {
+// RunAdmit creates a queued run of the job with its first attempt, in one transaction, and notifies
+// the daemons. A job that already has a live run is refused: two backups of one job would race
+// for the same files and repository lock. A restore, a prune and a verify run need a job with a
+// repository, and a restore its target, snapshot and host.
+func (s *Store) RunAdmit(ctx context.Context, r RunAdmitParams) (model.Run, error) {
 	var run model.Run
 	kind := cmp.Or(r.Kind, model.KindBackup)
 	if _, err := model.ParseKind(string(kind)); err != nil {

@@ -180,7 +180,7 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 		return err
 	}
 	rs.TargetID = &model.FileID{Dev: target.Dev, Ino: target.Ino}
-	run, err := st.RunAdmitRequest(ctx, store.RunAdmitRequestParams{Job: j.Name, Trigger: model.TriggerManual, Kind: model.KindRestore, Host: here, Restore: rs})
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: j.Name, Trigger: model.TriggerManual, Kind: model.KindRestore, Host: here, Restore: rs})
 	if err != nil {
 		undo()
 		return err

@@ -230,7 +230,7 @@ func newRunStartCmd(g *globals) *cobra.Command {
 				if len(able.Hosts) == 0 && wait {
 					return unavailableError{errors.New(able.Why + "; nothing was queued")}
 				}
-				run, err := st.RunAdmitRequest(ctx, store.RunAdmitRequestParams{Job: args[0], Trigger: model.TriggerManual, Kind: kind, Verify: verify})
+				run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: args[0], Trigger: model.TriggerManual, Kind: kind, Verify: verify})
 				if err != nil {
 					return err
 				}
