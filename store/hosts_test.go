@@ -168,6 +168,13 @@ func TestReleasedSpawnClaim(t *testing.T) {
 	if got, err := st.RunGet(ctx, run.ID); err != nil || !strings.Contains(got.WaitingReason, "host h2 is down since") {
 		t.Fatalf("waiting reason of the run kept by a down host: %q %v", got.WaitingReason, err)
 	}
+	// No orphan of a host down before its episode is recorded.
+	if orphans, err := st.RunListOrphaned(ctx, "h1", 0); err != nil || len(orphans) != 0 {
+		t.Fatalf("orphans seen by h1 before h2 was noticed down: %+v %v", orphans, err)
+	}
+	if noticed, err := st.HostNoticeDown(ctx, "h1", 0); err != nil || len(noticed) != 1 {
+		t.Fatalf("h2 noticed down by h1: %v %v", noticed, err)
+	}
 	orphans, err := st.RunListOrphaned(ctx, "h1", 0)
 	if err != nil || len(orphans) != 1 || orphans[0].Run.ID != run.ID {
 		t.Fatalf("orphans seen by h1: %+v %v", orphans, err)
