@@ -55,13 +55,13 @@ exec REAL "$@"
 	}
 	b := storetest.Setup(t)
 	st := b.Store
-	rn, err := systemd.New(ctx, systemd.Config{Address: testenv.PrivateSystemd(t).Address})
+	rn, err := systemd.New(ctx, systemd.Config{Address: testenv.PrivateSystemd(t).Address, CallTimeout: patience})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rn.Close)
 	rec, err := reconcile.New(reconcile.Config{Store: st, Runner: rn, Inventory: st, StateDir: filepath.Join(dir, "state"),
-		Binary: testenv.HoldfastBinary(t), ResticBinary: fake, SpawnGrace: 10 * time.Second,
+		Binary: testenv.HoldfastBinary(t), ResticBinary: fake, SpawnGrace: 10 * time.Second, RunBudget: patience,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ exec REAL "$@"
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(2 * time.Minute); ; {
+	for deadline := time.Now().Add(patience); ; {
 		if stats, err := rec.Sweep(ctx); err != nil || stats.Errors > 0 {
 			t.Fatalf("sweep: %+v %v", stats, err)
 		}

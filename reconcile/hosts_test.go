@@ -51,7 +51,7 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 	if alive, _, err := r.Alive(ctx, unit); err != nil || !alive {
 		t.Fatalf("the unit before h1's sweep: alive %v, %v", alive, err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
 		if stats, err := rec.Sweep(ctx); err != nil || stats.Errors > 0 {
 			t.Fatalf("sweep: %+v %v", stats, err)
 		}
