@@ -13,7 +13,7 @@ import (
 
 // Each setting's default and check are stated once: a setting a Config built by code leaves zero
 // gets its default, a negative or otherwise invalid one is refused in one line naming the
-// setting (its field, or what SettingName calls it), and a zero the daemon's operator gave
+// setting (Reconcile.<field>, its path in the daemon's configuration), and a zero the daemon's operator gave
 // (ValidateFlags, on the flags' defaults) is refused where zero means nothing.
 func TestConfigSettings(t *testing.T) {
 	base := func() Config {
@@ -59,9 +59,8 @@ func TestConfigSettings(t *testing.T) {
 			func(c Config) bool { return len(c.windows) == 2 && c.zone.String() == "Europe/Berlin" }},
 		{"bad window", func(c *Config) { c.Windows = []string{"Sat 01:00-05:00", "Someday 25:00-26:00"} }, `window "Someday 25:00-26:00": `, "", nil},
 		{"unknown window zone", func(c *Config) { c.WindowZone = "Mars/Olympus" }, `WindowZone: time zone "Mars/Olympus" is unknown`, "", nil},
-		{"named as the daemon names it", func(c *Config) {
-			c.SpawnGrace, c.SettingName = -time.Second, func(field string) string { return "the " + field + " setting" }
-		}, "the SpawnGrace setting -1s must be positive", "", nil},
+		{"named by its path in the daemon's configuration", func(c *Config) { c.SpawnGrace = -time.Second },
+			"Reconcile.SpawnGrace -1s must be positive", "", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, flags := base(), withDefaults(base())

@@ -38,6 +38,7 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runaway"
 	"github.com/holdfast-backup/holdfast/schedule"
+	"github.com/holdfast-backup/holdfast/setting"
 	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/systemd"
@@ -49,7 +50,8 @@ const DefaultDependsWait = 6 * time.Hour
 
 // Config configures a Reconciler, and states the defaults and the validation of its settings.
 // A setting left zero gets its default; a negative or otherwise invalid one is refused with a
-// one-line error that names it as SettingName says. The daemon's flags set them
+// one-line error that names it by its path in the daemon's configuration, Reconcile.<field>, as
+// package setting renders it. The daemon's flags set them
 // (supervisor.Config.Reconcile; cmd/holdfast binds the flags and names each).
 type Config struct {
 	// Store is the database the reconciler reads and writes (State), Runner the systemd it asks
@@ -125,11 +127,6 @@ type Config struct {
 	// starts every run when its time has come. Defaults gives DefaultStartLead; a Config built by
 	// code that leaves it zero arms nothing.
 	StartLead time.Duration
-	// SettingName, if set, is what the operator calls a setting, given its field's name here
-	// ("SpawnGrace", "AllowUsers"): Validate's errors and the policy's refusals name settings
-	// through it. The daemon gives its flags' names; nil names the fields. A job's settings are
-	// named as the rest of the process names them (package setting).
-	SettingName func(field string) string
 	// Observer hears of each run this reconciler closes (metrics); nil hears nothing.
 	Observer Observer
 	Logger   *slog.Logger
@@ -178,7 +175,7 @@ func CurrentBoot() (string, error) {
 
 // Validate fills in the defaults of the settings left zero and checks every field: the
 // connections and programs a Reconciler needs, and each setting (a negative or otherwise
-// invalid one is refused with an error naming it, see SettingName).
+// invalid one is refused with an error naming it, see name).
 func (c *Config) Validate() error {
 	switch {
 	case c.Store == nil:
@@ -231,7 +228,7 @@ func Defaults() Config {
 }
 
 // defaulted is one of Config's settings that has a default, with its field's name (errors name
-// it through SettingName); zeroIsDefault if a zero the operator gave means the default too.
+// it through name); zeroIsDefault if a zero the operator gave means the default too.
 type defaulted[T time.Duration | int] struct {
 	field         string
 	v             *T
@@ -308,12 +305,10 @@ func (c *Config) validateSettings(given bool) error {
 	return c.ValidatePolicy()
 }
 
-// name is what the operator calls the setting of Config's field (SettingName).
+// name is what the operator calls the setting of Config's field: a daemon's settings are named
+// by their path in its configuration, where this Config is Reconcile (package setting).
 func (c *Config) name(field string) string {
-	if c.SettingName == nil {
-		return field
-	}
-	return c.SettingName(field)
+	return setting.Name("Reconcile." + field)
 }
 
 // shortDuration is d as a flag is best given: 6h, 2m, 30s.

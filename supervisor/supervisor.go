@@ -92,16 +92,16 @@ const (
 // their packages'; the fields besides are the daemon's own. New builds each service's
 // configuration from them. Start from Defaults: Validate refuses a zero where zero means nothing
 // sensible (an interval, a count). Validate's errors name a setting by its path here
-// ("SweepInterval", "Reconcile.SpawnGrace"), through SettingName.
+// ("SweepInterval", "Reconcile.SpawnGrace"), as package setting names it.
 type Config struct {
 	// Reconcile is the reconciler's settings (see reconcile.Config): validated as the daemon's
 	// (reconcile.Config.ValidateFlags). Its Host is this daemon's host, which also holds the
 	// host's lease and runs the jobs pinned to it; its PassTimeout bounds admission passes too,
 	// and its StartLead is also how long before its slot a run is admitted. Here Binary defaults
 	// to holdfast-unit installed beside this executable, else this one (unitcmd.Binary), and
-	// ResticBinary to the restic in PATH, both checked by Validate. Its Logger and SettingName
-	// are Validate's to fill in, its Store, Runner, HeldLease and Observer New's, from those
-	// below, the host's lease and the metrics.
+	// ResticBinary to the restic in PATH, both checked by Validate. Its Logger is Validate's
+	// to fill in, its Store, Runner, HeldLease and Observer New's, from those below, the host's
+	// lease and the metrics.
 	Reconcile reconcile.Config
 	// Store and Runner are the daemon's connections, which New requires and Validate, run
 	// before anything is connected, does not look at. The reconciler and the other services get
@@ -110,11 +110,6 @@ type Config struct {
 	Runner *systemd.Client
 	// Logger is the daemon's log; nil is slog.Default().
 	Logger *slog.Logger
-	// SettingName, if set, is what the operator calls a setting, given its path in Config
-	// ("SweepInterval", "Reconcile.SpawnGrace", "Notify.Lease"): Validate's errors, and the
-	// reconciler's errors and refusals, name settings through it. nil names them as the rest of
-	// the process does (package setting): by the daemon's flags in the holdfast binary.
-	SettingName func(path string) string
 	// ResticVersion is the release of Reconcile.ResticBinary, set by Validate, which refuses a
 	// binary that is not restic or is older than engine.OldestRestic.
 	ResticVersion engine.ResticVersion
@@ -167,12 +162,10 @@ func Defaults() Config {
 		WatchInterval: DefaultWatchInterval, Lease: DefaultLease}
 }
 
-// name is what the operator calls the setting at path (SettingName).
+// name is what the operator calls the setting at path (package setting: the daemon's flags in
+// the holdfast binary, else the path).
 func (c *Config) name(path string) string {
-	if c.SettingName == nil {
-		return setting.Name(path)
-	}
-	return c.SettingName(path)
+	return setting.Name(path)
 }
 
 // Validate checks every setting and resolves the binaries, windows and users, touching nothing:
@@ -202,13 +195,6 @@ func (c *Config) Validate() error {
 	// The reconciler's settings, the host's name, the global windows and the allowed users
 	// among them, named by their paths here.
 	rc := &c.Reconcile
-	name := c.SettingName
-	rc.SettingName = func(field string) string {
-		if name == nil {
-			return setting.Name("Reconcile." + field)
-		}
-		return name("Reconcile." + field)
-	}
 	rc.Logger = c.Logger
 	if err := rc.ValidateFlags(); err != nil {
 		return err

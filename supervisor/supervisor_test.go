@@ -268,8 +268,8 @@ func TestStartStop(t *testing.T) {
 	sup.Stop()
 }
 
-// Validate refuses each bad setting in one line that names it by its path in Config, or as
-// SettingName says (the daemon names its flags there and exits 78 on the error).
+// Validate refuses each bad setting in one line that names it by its path in Config, as package
+// setting renders it (the holdfast binary names its flags there, and exits 78 on the error).
 func TestValidate(t *testing.T) {
 	plain := filepath.Join(t.TempDir(), "plain")
 	if err := os.WriteFile(plain, nil, 0o644); err != nil {
@@ -337,13 +337,6 @@ func TestValidate(t *testing.T) {
 		{"unknown zone", func(c *supervisor.Config) { c.Reconcile.WindowZone = "Mars/Olympus" }, "Reconcile.WindowZone"},
 		{"unknown manager", func(c *supervisor.Config) { c.Systemd.Manager = "pid1" }, "pid1"},
 		{"statement timeout under 1ms", func(c *supervisor.Config) { c.Database.StatementTimeout = time.Microsecond }, "statement timeout"},
-		{"a setting of its own, named", func(c *supervisor.Config) { c.SettingName, c.SweepInterval = angled, 0 }, "<SweepInterval> 0s must be positive"},
-		{"a reconciler's setting, named", func(c *supervisor.Config) { c.SettingName, c.Reconcile.SpawnGrace = angled, -time.Second },
-			"<Reconcile.SpawnGrace> -1s must be positive"},
-		{"a reconciler's zone, named", func(c *supervisor.Config) { c.SettingName, c.Reconcile.WindowZone = angled, "Mars/Olympus" },
-			`<Reconcile.WindowZone>: time zone "Mars/Olympus" is unknown`},
-		{"two settings, named", func(c *supervisor.Config) { c.SettingName, c.KeepHistory, c.KeepRunFiles = angled, "40d", "60d" },
-			"<KeepHistory> 40d is shorter than <KeepRunFiles> 60d"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := supervisor.Defaults()
@@ -362,9 +355,6 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
-
-// angled names a setting as <path>.
-func angled(path string) string { return "<" + path + ">" }
 
 // A queued run that may not start before a time (a retry's delay) starts at that time, not at
 // the next interval: admission, asleep until then, wakes the sweep. The retry is made only once
