@@ -26,7 +26,7 @@ type Admitted struct {
 // drill) admitted on its slot, or a slot put off.
 type MaintenanceAdmitted struct {
 	Job      string
-	Schedule string     // the schedule that admitted it: store.Prunes, Verifications or Drills
+	Schedule string     // the name of the RepositorySchedule that admitted it
 	Run      *uuid.UUID // nil: put off, see Waiting
 	Planned  time.Time
 	Waiting  *uuid.UUID // the job's live run it waits for; the slot stays due

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/holdfast-backup/holdfast/engine"
 )
@@ -67,6 +68,24 @@ var kinds = []struct {
 	{KindVerify, KindSpec{Operation: engine.OpVerify, Exclusive: true, Verification: true, NeedsRepository: true, Verb: "verified"}},
 	{KindCopy, KindSpec{Operation: engine.OpCopy, Retried: true, ReadsJobRepository: true, NeedsRepository: true, Verb: "copied"}},
 }
+
+// RepositorySchedule is a schedule of a job's repository beside its backup schedule: each of its
+// slots admits a run of Kind. Each is defined in its kind's file (kind_<kind>.go) and listed once
+// in RepositorySchedules; admission (package schedule, store.JobAdmitDueMaintenance) reads them
+// and never names one.
+type RepositorySchedule struct {
+	// Name is the schedule's name, as admission logs it and the store keys its slot.
+	Name string
+	Kind Kind
+	// Expr is the job's schedule ("" never), NextAt its next slot.
+	Expr   func(Job) string
+	NextAt func(Job) *time.Time
+	// Verify is what a run admitted at a slot checks, for a schedule of verify runs; nil else.
+	Verify func(Job) Verify
+}
+
+// RepositorySchedules lists every repository schedule, in the order admission reads them.
+var RepositorySchedules = []RepositorySchedule{PruneSchedule, VerifySchedule, DrillSchedule}
 
 // Kinds lists every run kind.
 func Kinds() []Kind {

@@ -9,3 +9,8 @@ type PruneSettings struct {
 	Schedule string
 	NextAt   *time.Time
 }
+
+// PruneSchedule admits a prune at each slot of a job's prune schedule.
+var PruneSchedule = RepositorySchedule{Name: "prune", Kind: KindPrune,
+	Expr:   func(j Job) string { return j.Prune.Schedule },
+	NextAt: func(j Job) *time.Time { return j.Prune.NextAt }}

@@ -3,6 +3,7 @@ package model
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/holdfast-backup/holdfast/engine"
 )
@@ -92,5 +93,39 @@ func TestKindSpecs(t *testing.T) {
 	}
 	if op := (Run{}).Operation(); op != engine.OpBackup {
 		t.Errorf(`kind "": operation %q`, op)
+	}
+}
+
+// Each repository schedule admits a run of a kind, read from the job's own settings of it.
+func TestRepositorySchedules(t *testing.T) {
+	at := func(h int) *time.Time { v := time.Date(2026, 1, 1, h, 0, 0, 0, time.UTC); return &v }
+	j := Job{Prune: PruneSettings{Schedule: "@daily", NextAt: at(1)},
+		Verify: VerifySettings{Schedule: "@weekly", NextAt: at(2), ReadData: "5%"},
+		Drill:  DrillSettings{Schedule: "@monthly", NextAt: at(3), Files: 4}}
+	for _, c := range []struct {
+		s      RepositorySchedule
+		kind   Kind
+		expr   string
+		next   *time.Time
+		verify Verify
+	}{
+		{PruneSchedule, KindPrune, "@daily", at(1), Verify{}},
+		{VerifySchedule, KindVerify, "@weekly", at(2), Verify{ReadDataSubset: "5%"}},
+		{DrillSchedule, KindVerify, "@monthly", at(3), Verify{DrillFiles: 4}},
+	} {
+		var verify Verify
+		if c.s.Verify != nil {
+			verify = c.s.Verify(j)
+		}
+		if c.s.Kind != c.kind || c.s.Expr(j) != c.expr || !c.s.NextAt(j).Equal(*c.next) || verify != c.verify {
+			t.Errorf("%s: kind %s, expr %q, next %v, verify %+v", c.s.Name, c.s.Kind, c.s.Expr(j), c.s.NextAt(j), verify)
+		}
+	}
+	var names []string
+	for _, s := range RepositorySchedules {
+		names = append(names, s.Name)
+	}
+	if !slices.Equal(names, []string{"prune", "verify", "drill"}) {
+		t.Errorf("RepositorySchedules = %v", names)
 	}
 }

@@ -25,6 +25,20 @@ type DrillSettings struct {
 	Files    int
 }
 
+// VerifySchedule admits a verification of the repository (restic check, reading
+// VerifySettings.ReadData of the data) at each slot of a job's verify schedule.
+var VerifySchedule = RepositorySchedule{Name: "verify", Kind: KindVerify,
+	Expr:   func(j Job) string { return j.Verify.Schedule },
+	NextAt: func(j Job) *time.Time { return j.Verify.NextAt },
+	Verify: func(j Job) Verify { return Verify{ReadDataSubset: j.Verify.ReadData} }}
+
+// DrillSchedule admits a restore drill, a verify run that restores DrillSettings.Files files, at
+// each slot of a job's drill schedule.
+var DrillSchedule = RepositorySchedule{Name: "drill", Kind: KindVerify,
+	Expr:   func(j Job) string { return j.Drill.Schedule },
+	NextAt: func(j Job) *time.Time { return j.Drill.NextAt },
+	Verify: func(j Job) Verify { return Verify{DrillFiles: j.Drill.Files} }}
+
 // Verify is what a verify run checks.
 type Verify struct {
 	ReadDataSubset string // restic check --read-data-subset ("" checks the structure only)

@@ -144,7 +144,7 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 			break
 		}
 	}
-	for _, sched := range []string{store.Prunes, store.Verifications, store.Drills} {
+	for _, sched := range model.RepositorySchedules {
 		due, err := a.Store.JobAdmitDueMaintenance(ctx, store.JobAdmitDueMaintenanceParams{
 			By: a.Host, Schedule: sched, Now: now, Limit: batchSize, SetAside: a.SetAside,
 			Next: func(j model.Job) *time.Time { return nextMaintenance(j, sched, now) },
@@ -152,11 +152,11 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 		for _, p := range due {
 			switch {
 			case p.Failed != "":
-				a.Logger.Error("job set aside: its "+sched+" run could not be admitted", "job", p.Job, "why", p.Failed)
+				a.Logger.Error("job set aside: its "+sched.Name+" run could not be admitted", "job", p.Job, "why", p.Failed)
 			case p.Run != nil:
 				crashpoint.At("admit-prune-after") // a verification's and a drill's too
 				admitted++
-				a.Logger.Info(sched+" admitted", "job", p.Job, "run", *p.Run, "planned", p.Planned, "next", p.NextSlot)
+				a.Logger.Info(sched.Name+" admitted", "job", p.Job, "run", *p.Run, "planned", p.Planned, "next", p.NextSlot)
 			}
 		}
 		if err != nil {
@@ -166,17 +166,10 @@ func (a *Admitter) AdmitDue(ctx context.Context, now time.Time) (int, error) {
 	return admitted, nil
 }
 
-// nextMaintenance is the job's next slot of the named schedule (store.Prunes, Verifications,
-// Drills) after now: slots missed while holdfast was down are not replayed, one run covers them.
-func nextMaintenance(j model.Job, sched string, now time.Time) *time.Time {
-	expr := j.Prune.Schedule
-	switch sched {
-	case store.Verifications:
-		expr = j.Verify.Schedule
-	case store.Drills:
-		expr = j.Drill.Schedule
-	}
-	next, err := FirstSlot(expr, j.TimeZone, now)
+// nextMaintenance is the job's next slot of the repository schedule after now: slots missed
+// while holdfast was down are not replayed, one run covers them.
+func nextMaintenance(j model.Job, sched model.RepositorySchedule, now time.Time) *time.Time {
+	next, err := FirstSlot(sched.Expr(j), j.TimeZone, now)
 	if err != nil {
 		return nil
 	}

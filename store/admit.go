@@ -171,21 +171,18 @@ func admitSlot(ctx context.Context, tx pgx.Tx, j model.Job, d model.SlotDecision
 	return a, err
 }
 
-// The schedules of a job's repository that JobAdmitDueMaintenance admits runs of.
-const (
-	Prunes        = "prune"  // prune runs
-	Verifications = "verify" // verify runs that check the repository
-	Drills        = "drill"  // verify runs that drill a restore
-)
-
-// maintenanceSlots is the slot column of each of those schedules.
-var maintenanceSlots = map[string]string{Prunes: "next_prune_at", Verifications: "next_verify_at", Drills: "next_drill_at"}
+// maintenanceSlots is the slot column of each of model.RepositorySchedules, by its name.
+var maintenanceSlots = map[string]string{
+	model.PruneSchedule.Name:  "next_prune_at",
+	model.VerifySchedule.Name: "next_verify_at",
+	model.DrillSchedule.Name:  "next_drill_at",
+}
 
 // JobAdmitDueMaintenanceParams says which due slots of a repository's schedule
 // JobAdmitDueMaintenance admits, and how.
 type JobAdmitDueMaintenanceParams struct {
 	By       string // who admits: recorded with each run as its admitting host
-	Schedule string // Prunes, Verifications or Drills
+	Schedule model.RepositorySchedule
 	Now      time.Time
 	Limit    int // at most this many jobs
 	SetAside time.Duration
@@ -198,9 +195,9 @@ type JobAdmitDueMaintenanceParams struct {
 // free. As in JobAdmitDue, a job that cannot be admitted is rolled back alone and set aside for
 // p.SetAside.
 func (s *Store) JobAdmitDueMaintenance(ctx context.Context, p JobAdmitDueMaintenanceParams) ([]model.MaintenanceAdmitted, error) {
-	column, ok := maintenanceSlots[p.Schedule]
+	column, ok := maintenanceSlots[p.Schedule.Name]
 	if !ok {
-		return nil, fmt.Errorf("admit due maintenance: no schedule %q", p.Schedule)
+		return nil, fmt.Errorf("admit due maintenance: no schedule %q", p.Schedule.Name)
 	}
 	var out []model.MaintenanceAdmitted
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
@@ -223,7 +220,7 @@ func (s *Store) JobAdmitDueMaintenance(ctx context.Context, p JobAdmitDueMainten
 				if err != nil {
 					return err
 				}
-				a = model.MaintenanceAdmitted{Job: d.name, Schedule: p.Schedule, Failed: failed.Failed, RetryAt: failed.RetryAt}
+				a = model.MaintenanceAdmitted{Job: d.name, Schedule: p.Schedule.Name, Failed: failed.Failed, RetryAt: failed.RetryAt}
 			}
 			crashpoint.At("admit-prune-before-commit") // a verification's too
 			out = append(out, a)
@@ -231,21 +228,17 @@ func (s *Store) JobAdmitDueMaintenance(ctx context.Context, p JobAdmitDueMainten
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("admit due %s runs: %w", p.Schedule, err)
+		return nil, fmt.Errorf("admit due %s runs: %w", p.Schedule.Name, err)
 	}
 	return out, nil
 }
 
-func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule string, j model.Job, next func(model.Job) *time.Time, by string) (model.MaintenanceAdmitted, error) {
-	planned := j.Prune.NextAt
-	n := newRun{jobID: j.ID, jobName: j.Name, trigger: model.TriggerSchedule, kind: model.KindPrune, admittedBy: by}
-	switch schedule {
-	case Verifications:
-		planned, n.kind, n.verify = j.Verify.NextAt, model.KindVerify, model.Verify{ReadDataSubset: j.Verify.ReadData}
-	case Drills:
-		planned, n.kind, n.verify = j.Drill.NextAt, model.KindVerify, model.Verify{DrillFiles: j.Drill.Files}
+func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule model.RepositorySchedule, j model.Job, next func(model.Job) *time.Time, by string) (model.MaintenanceAdmitted, error) {
+	n := newRun{jobID: j.ID, jobName: j.Name, trigger: model.TriggerSchedule, kind: schedule.Kind, admittedBy: by}
+	if schedule.Verify != nil {
+		n.verify = schedule.Verify(j)
 	}
-	a := model.MaintenanceAdmitted{Job: j.Name, Schedule: schedule, Planned: *planned}
+	a := model.MaintenanceAdmitted{Job: j.Name, Schedule: schedule.Name, Planned: *schedule.NextAt(j)}
 	live, found, err := liveRunOf(ctx, tx, j.ID)
 	if err != nil {
 		return a, err
@@ -263,7 +256,7 @@ func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule string, j model.J
 		return a, err
 	}
 	a.Run, a.NextSlot = &id, next(j)
-	_, err = tx.Exec(ctx, `UPDATE jobs SET `+maintenanceSlots[schedule]+` = $2, admission_error = NULL, admission_retry_at = NULL
+	_, err = tx.Exec(ctx, `UPDATE jobs SET `+maintenanceSlots[schedule.Name]+` = $2, admission_error = NULL, admission_retry_at = NULL
 		WHERE id = $1`, j.ID, a.NextSlot)
 	return a, err
 }

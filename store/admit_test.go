@@ -204,3 +204,15 @@ func TestAdmissionNotifiesOtherHostsOnly(t *testing.T) {
 		t.Fatalf("h1's admission announced %q, want only host:h2 (the run pinned to h2)", got)
 	}
 }
+
+// Every repository schedule has its slot column, and no column is left without one.
+func TestRepositorySchedulesHaveSlots(t *testing.T) {
+	if len(store.MaintenanceSlots) != len(model.RepositorySchedules) {
+		t.Errorf("%d slot columns for %d schedules", len(store.MaintenanceSlots), len(model.RepositorySchedules))
+	}
+	for _, s := range model.RepositorySchedules {
+		if store.MaintenanceSlots[s.Name] == "" {
+			t.Errorf("schedule %s has no slot column", s.Name)
+		}
+	}
+}

@@ -15,3 +15,6 @@ func OpenTraced(ctx context.Context, dsn string, tracer pgx.QueryTracer) (*Store
 
 // GenericPlans is the setting queryGeneric sends before a read.
 const GenericPlans = genericPlans
+
+// MaintenanceSlots is the slot column of each repository schedule, by its name.
+var MaintenanceSlots = maintenanceSlots
