@@ -68,13 +68,13 @@ exec REAL "$@"
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	rn, err := systemd.New(ctx, systemd.Config{Address: testenv.PrivateSystemd(t).Address})
+	rn, err := systemd.New(ctx, systemd.Config{Address: testenv.PrivateSystemd(t).Address, CallTimeout: testenv.Patience})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rn.Close)
 	cfg := reconcile.Config{Store: st, Runner: rn, Inventory: st, StateDir: filepath.Join(dir, "state"), Binary: testenv.HoldfastBinary(t),
-		ResticBinary: wrapper, SpawnGrace: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		ResticBinary: wrapper, SpawnGrace: 10 * time.Second, RunBudget: testenv.Patience, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	rec, err := reconcile.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ exec REAL "$@"
 	}
 	// Alone (its services not started), the reconciler spawns and repairs within Sweep: what it
 	// asks restic after the run ended has been asked when the pass that ended it returns.
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		if stats, err := rec.Sweep(ctx); err != nil || stats.Errors > 0 {
 			t.Fatalf("sweep: %+v %v", stats, err)

@@ -14,6 +14,13 @@ const (
 	lastPoll  = 100 * time.Millisecond
 )
 
+// Patience is how long a test waits for systemd, PostgreSQL or a run to end before it calls
+// the wait a failure. On a loaded machine a private user manager can go quiet for tens of
+// seconds (it waits up to 10 s for each line its journald has no room for): longer than the
+// daemon's budgets that guard against a hung systemd (systemd.DefaultCallTimeout,
+// reconcile.DefaultRunBudget), which a test that does not test them sets to Patience.
+const Patience = 5 * time.Minute
+
 // Eventually polls cond until it returns true, and reports whether it did before d passed; cond
 // is asked once more after the last wait. d is a generous bound for a test to give up, never a
 // measure of speed: a test asserts what happened and in which order, not how soon.
