@@ -13,8 +13,8 @@ import (
 
 // Each setting's default and check are stated once: a setting a Config built by code leaves zero
 // gets its default, a negative or otherwise invalid one is refused in one line naming the
-// setting (Reconcile.<field>, its path in the daemon's configuration), and a zero the daemon's operator gave
-// (ValidateFlags, on the flags' defaults) is refused where zero means nothing.
+// setting (Reconcile.<field>, its path in the daemon's configuration), and a zero the daemon's
+// operator gave (ValidateFlags, on the flags' defaults) is refused where zero means nothing.
 func TestConfigSettings(t *testing.T) {
 	base := func() Config {
 		return Config{Store: &store.Store{}, Runner: &systemd.Client{}, StateDir: t.TempDir(), Binary: "/bin/true", Host: "h"}

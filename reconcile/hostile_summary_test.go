@@ -55,13 +55,13 @@ exec REAL "$@"
 	}
 	b := storetest.Setup(t)
 	st := b.Store
-	rn, err := systemd.New(ctx, systemd.Config{Address: testenv.PrivateSystemd(t).Address, CallTimeout: patience})
+	rn, err := systemd.New(ctx, systemd.Config{Address: testenv.PrivateSystemd(t).Address, CallTimeout: testenv.Patience})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rn.Close)
 	rec, err := reconcile.New(reconcile.Config{Store: st, Runner: rn, Inventory: st, StateDir: filepath.Join(dir, "state"),
-		Binary: testenv.HoldfastBinary(t), ResticBinary: fake, SpawnGrace: 10 * time.Second, RunBudget: patience,
+		Binary: testenv.HoldfastBinary(t), ResticBinary: fake, SpawnGrace: 10 * time.Second, RunBudget: testenv.Patience,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ exec REAL "$@"
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(patience); ; {
+	for deadline := time.Now().Add(testenv.Patience); ; {
 		if stats, err := rec.Sweep(ctx); err != nil || stats.Errors > 0 {
 			t.Fatalf("sweep: %+v %v", stats, err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 	"github.com/holdfast-backup/holdfast/systemd"
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // A start that failed after it reached systemd leaves a unit the database does not name. The
@@ -51,7 +52,7 @@ func TestSupersededUnitOfAGivenBackClaimIsStopped(t *testing.T) {
 	if alive, _, err := r.Alive(ctx, unit); err != nil || !alive {
 		t.Fatalf("the unit before h1's sweep: alive %v, %v", alive, err)
 	}
-	for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(testenv.Patience); ; time.Sleep(50 * time.Millisecond) {
 		if stats, err := rec.Sweep(ctx); err != nil || stats.Errors > 0 {
 			t.Fatalf("sweep: %+v %v", stats, err)
 		}

@@ -31,10 +31,6 @@ type sweepEnv struct {
 	rec *reconcile.Reconciler
 }
 
-// patience is how long these tests wait for systemd, and for a run to end (testenv.Patience):
-// the budgets that guard the daemon against a hung systemd are not what they prove.
-const patience = testenv.Patience
-
 func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 	t.Helper()
 	ctx := context.Background()
@@ -42,17 +38,17 @@ func newSweepEnv(t *testing.T, cfg reconcile.Config) sweepEnv {
 	b := storetest.Setup(t)
 	e := sweepEnv{Bundle: b, st: b.Store, mgr: testenv.PrivateSystemd(t)}
 	var err error
-	if e.r, err = systemd.New(ctx, systemd.Config{Address: e.mgr.Address, CallTimeout: patience}); err != nil {
+	if e.r, err = systemd.New(ctx, systemd.Config{Address: e.mgr.Address, CallTimeout: testenv.Patience}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.r.Close)
 	cfg.Store, cfg.Runner, cfg.Inventory, cfg.StateDir = e.st, e.r, e.st, filepath.Join(dir, "state")
 	cfg.Binary = testenv.HoldfastBinary(t)
 	if cfg.RunBudget == 0 {
-		cfg.RunBudget = patience
+		cfg.RunBudget = testenv.Patience
 	}
 	if cfg.PassTimeout == 0 {
-		cfg.PassTimeout = 2 * patience
+		cfg.PassTimeout = 2 * testenv.Patience
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -103,7 +99,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 	if _, err := conn.StartTransientUnitContext(ctx, unit, "replace", props, make(chan string, 1)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(patience)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		_, state, err := r.Alive(ctx, unit)
 		if err == nil && state.ActiveState == "failed" {
@@ -115,7 +111,7 @@ func TestFailedUnitIsResetAndRunRestarted(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	for deadline := time.Now().Add(patience); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(testenv.Patience); time.Now().Before(deadline); {
 		stats, err := rec.Sweep(ctx)
 		if err != nil || stats.Errors > 0 {
 			t.Fatalf("sweep: %+v %v", stats, err)
@@ -158,7 +154,7 @@ func TestConcurrentSweep(t *testing.T) {
 		name := "many" + string(rune('a'+i))
 		storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: name, Engine: "command"}})
 	}
-	deadline := time.Now().Add(patience)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		stats, err := rec.Sweep(ctx)
 		if err != nil || stats.Errors > 0 {
@@ -212,7 +208,7 @@ func TestUnitsAskedAsRunsAreRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	longUnit := systemd.UnitName("long", long.ID, 1)
-	for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(testenv.Patience); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := rec.Sweep(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -162,12 +162,6 @@ func Defaults() Config {
 		WatchInterval: DefaultWatchInterval, Lease: DefaultLease}
 }
 
-// name is what the operator calls the setting at path (package setting: the daemon's flags in
-// the holdfast binary, else the path).
-func (c *Config) name(path string) string {
-	return setting.Name(path)
-}
-
 // Validate checks every setting and resolves the binaries, windows and users, touching nothing:
 // a daemon refuses a bad configuration before it asks PostgreSQL or systemd anything.
 func (c *Config) Validate() error {
@@ -186,11 +180,11 @@ func (c *Config) Validate() error {
 		example string
 	}{{"SweepInterval", c.SweepInterval, "2s"}, {"WatchInterval", c.WatchInterval, "15s"}, {"Lease", c.Lease, "10s"}} {
 		if v.d <= 0 {
-			return fmt.Errorf("%s %s must be positive, e.g. %s", c.name(v.path), v.d, v.example)
+			return fmt.Errorf("%s %s must be positive, e.g. %s", setting.Name(v.path), v.d, v.example)
 		}
 	}
 	if c.Lease < 300*time.Millisecond {
-		return fmt.Errorf("%s %s is too short to renew: give at least 300ms, e.g. 10s", c.name("Lease"), c.Lease)
+		return fmt.Errorf("%s %s is too short to renew: give at least 300ms, e.g. 10s", setting.Name("Lease"), c.Lease)
 	}
 	// The reconciler's settings, the host's name, the global windows and the allowed users
 	// among them, named by their paths here.
@@ -201,22 +195,22 @@ func (c *Config) Validate() error {
 	}
 	var err error
 	if c.keepRunFiles, err = retention.ParseDuration(c.KeepRunFiles); err != nil || c.keepRunFiles.IsZero() {
-		return fmt.Errorf("%s %q: give a positive duration such as 30d, 2m or 36h", c.name("KeepRunFiles"), c.KeepRunFiles)
+		return fmt.Errorf("%s %q: give a positive duration such as 30d, 2m or 36h", setting.Name("KeepRunFiles"), c.KeepRunFiles)
 	}
 	if c.keepHistory, err = retention.ParseDuration(c.KeepHistory); err != nil ||
 		time.Since(c.keepHistory.Before(time.Now())) < minKeepHistory {
-		return fmt.Errorf("%s %q: give a duration of 35 days or more, such as 180d or 1y", c.name("KeepHistory"), c.KeepHistory)
+		return fmt.Errorf("%s %q: give a duration of 35 days or more, such as 180d or 1y", setting.Name("KeepHistory"), c.KeepHistory)
 	}
 	// A run's files are found through its row: a row removed first would leave them for good.
 	if now := time.Now(); c.keepHistory.Before(now).After(c.keepRunFiles.Before(now)) {
 		return fmt.Errorf("%s %s is shorter than %s %s: keep the history at least as long as the runs' files",
-			c.name("KeepHistory"), c.KeepHistory, c.name("KeepRunFiles"), c.KeepRunFiles)
+			setting.Name("KeepHistory"), c.KeepHistory, setting.Name("KeepRunFiles"), c.KeepRunFiles)
 	}
 	if c.RunFilesEvery <= 0 {
-		return fmt.Errorf("%s must be positive", c.name("RunFilesEvery"))
+		return fmt.Errorf("%s must be positive", setting.Name("RunFilesEvery"))
 	}
 	if c.LateGrace < 0 {
-		return fmt.Errorf("%s %s is negative: give 0 or more, e.g. 1m", c.name("LateGrace"), c.LateGrace)
+		return fmt.Errorf("%s %s is negative: give 0 or more, e.g. 1m", setting.Name("LateGrace"), c.LateGrace)
 	}
 	if rc.Binary == "" {
 		self, err := os.Executable()
@@ -224,11 +218,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("find holdfast's own executable: %w", err)
 		}
 		rc.Binary = unitcmd.Binary(self)
-	} else if err := runctl.CheckExecutable(c.name("Reconcile.Binary"), rc.Binary); err != nil {
+	} else if err := runctl.CheckExecutable(setting.Name("Reconcile.Binary"), rc.Binary); err != nil {
 		return err
 	}
 	if rc.ResticBinary != "" {
-		err = runctl.CheckExecutable(c.name("Reconcile.ResticBinary"), rc.ResticBinary)
+		err = runctl.CheckExecutable(setting.Name("Reconcile.ResticBinary"), rc.ResticBinary)
 	} else {
 		rc.ResticBinary, err = runctl.ResticBinary("")
 	}
@@ -236,10 +230,10 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.ResticVersion, err = engine.ResticVersionOf(context.Background(), rc.ResticBinary); err != nil {
-		return fmt.Errorf("%s: %w", c.name("Reconcile.ResticBinary"), err)
+		return fmt.Errorf("%s: %w", setting.Name("Reconcile.ResticBinary"), err)
 	}
 	if n := c.Notify; n.Lease > 0 && n.Timeout > 0 && n.Lease <= n.Timeout {
-		return fmt.Errorf("%s %s must be longer than %s %s", c.name("Notify.Lease"), n.Lease, c.name("Notify.Timeout"), n.Timeout)
+		return fmt.Errorf("%s %s must be longer than %s %s", setting.Name("Notify.Lease"), n.Lease, setting.Name("Notify.Timeout"), n.Timeout)
 	}
 	if c.Notify.AllowCommands {
 		if _, err := notify.CommandCredential(c.Notify.CommandUser); err != nil {
@@ -259,20 +253,20 @@ func (c *Config) Validate() error {
 func (c *Config) validateListen() error {
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
-		return fmt.Errorf("%s %q: want HOST:PORT, e.g. 127.0.0.1:9750", c.name("Listen"), c.Listen)
+		return fmt.Errorf("%s %q: want HOST:PORT, e.g. 127.0.0.1:9750", setting.Name("Listen"), c.Listen)
 	}
 	if c.WebAuthFile == "" {
 		return fmt.Errorf("%s %s serves only with credentials, and no %s is given nor %s there: run holdfast setup, "+
 			`or (umask 077; echo "bearer $(head -c 24 /dev/urandom | base64)" >%s)`,
-			c.name("Listen"), c.Listen, c.name("WebAuthFile"), web.DefaultAuthFile, web.DefaultAuthFile)
+			setting.Name("Listen"), c.Listen, setting.Name("WebAuthFile"), web.DefaultAuthFile, web.DefaultAuthFile)
 	}
 	if c.webAuth, err = web.LoadAuth(c.WebAuthFile); err != nil {
-		return fmt.Errorf("%s: %w", c.name("WebAuthFile"), err)
+		return fmt.Errorf("%s: %w", setting.Name("WebAuthFile"), err)
 	}
 	if c.webHosts, err = web.HostsFor(c.Listen, c.WebHosts); err != nil {
-		return fmt.Errorf("%s: %w", c.name("WebHosts"), err)
+		return fmt.Errorf("%s: %w", setting.Name("WebHosts"), err)
 	}
-	cert, key := c.name("TLSCert"), c.name("TLSKey")
+	cert, key := setting.Name("TLSCert"), setting.Name("TLSKey")
 	switch {
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return fmt.Errorf("%s and %s go together: give both, or neither", cert, key)
@@ -282,7 +276,7 @@ func (c *Config) validateListen() error {
 		}
 	case !web.IsLoopback(host):
 		return fmt.Errorf("%s %s is reachable from elsewhere: give %s and %s (the credentials would cross the network in clear), "+
-			"or listen on 127.0.0.1 behind a reverse proxy that terminates TLS", c.name("Listen"), c.Listen, cert, key)
+			"or listen on 127.0.0.1 behind a reverse proxy that terminates TLS", setting.Name("Listen"), c.Listen, cert, key)
 	}
 	return nil
 }
