@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -17,10 +18,11 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/systemd"
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // The rules that order runs (priority, the global limit, dependencies, no overlap of a job
-// with itself, each slot once under two supervisors) are shown here with the daemon in process:
+// with itself, each slot once under several supervisors) are shown here with the daemon in process:
 // jobs and runs are set up through the store, units are real (systemd, the exec wrapper, the
 // exit marker), and nothing else starts a process. cmd/holdfast's tests keep what only the
 // binary shows.
@@ -273,55 +275,96 @@ func TestScheduleNoOverlap(t *testing.T) {
 	e.checkInvariants(t)
 }
 
-// Two supervisors of two hosts, each with its own connections, share one database and the jobs
-// run on any host: over at least 50 slots every slot is started exactly once, and every slot
-// between a job's first and last run is run, skipped or counted missed.
+// Three supervisors, each another host's daemon over one database, run jobs due every second:
+// each slot runs once, on the job's pinned host when it has one and on any of them when not.
+// (cmd/holdfast's TestHostsPinnedAndAnyHostSlots shows a pinned run on its own host's manager.)
 //
 // Not parallel: a slot a second per job needs much of the machine, or most slots are skipped
-// or missed and the two supervisors are hardly ever tested against each other.
-func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
+// or missed and the supervisors are hardly ever tested against each other.
+func TestSupervisorsEachSlotOnce(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	const jobs = 10
-	for i := range jobs {
-		e.scheduled(t, fmt.Sprintf("tick%d", i), "@every 1s", nextSecond(), "/bin/true")
+	hosts := []string{"h1", "h2", "h3"}
+	pinnedTo := map[string]string{} // job: its host, "" for any host
+	for i, host := range hosts {
+		for _, name := range []string{fmt.Sprintf("pinned-%d", i+1), fmt.Sprintf("any-%d", i+1)} {
+			j := model.Job{Name: name, Engine: "command", Schedule: "@every 1s",
+				Command: []string{"/bin/sh", "-c", "echo ran >> " + filepath.Join(e.dir, name+".log")}}
+			if strings.HasPrefix(name, "pinned") {
+				j.Host = host
+			}
+			e.createJob(t, j)
+			first := nextSecond()
+			if _, err := e.st.JobUpdate(ctx, name, func(j *model.Job) error { j.NextRunAt = &first; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			pinnedTo[name] = j.Host
+		}
 	}
-	e.start(t)
-	other := e
-	st, err := store.New(ctx, e.cfg.Database)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	rn, err := systemd.New(ctx, e.cfg.Systemd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rn.Close)
-	// Another host's daemon: two supervisors of one host name in one process are one lease
-	// holder, and would take the lease from each other.
-	other.cfg.Store, other.cfg.Runner, other.cfg.Reconcile.Host = st, rn, "other-host"
-	other.start(t)
-
-	// Until 50 slots ran: seconds, or minutes on a loaded machine, where most slots are missed.
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
-		runs, err := e.st.RunList(ctx, "", 1000) // the ten jobs are the only ones
+	for _, host := range hosts {
+		// Each its own store and systemd connection, as each host's daemon has: two supervisors of
+		// one host name in one process are one lease holder and would take the lease from each other.
+		other := e
+		st, err := store.New(ctx, e.cfg.Database)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(runs) >= 50 || time.Now().After(deadline) {
+		t.Cleanup(st.Close)
+		rn, err := systemd.New(ctx, e.cfg.Systemd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rn.Close)
+		other.cfg.Store, other.cfg.Runner, other.cfg.Reconcile.Host = st, rn, host
+		other.start(t)
+	}
+
+	// Until 40 slots of each kind of job ran: seconds, or minutes on a loaded machine, where most
+	// slots are missed.
+	counts := func() (pinned, anyHost int) {
+		runs, err := e.st.RunList(ctx, "", 10000) // the six jobs are the only ones
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range runs {
+			if pinnedTo[r.JobName] != "" {
+				pinned++
+			} else {
+				anyHost++
+			}
+		}
+		return pinned, anyHost
+	}
+	for deadline := time.Now().Add(testenv.Patience); ; time.Sleep(time.Second) {
+		if pinned, anyHost := counts(); pinned >= 40 && anyHost >= 40 {
 			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("after %s: %d pinned and %d any-host runs, want 40 of each", testenv.Patience, pinned, anyHost)
 		}
 	}
-	for i := range jobs {
-		if _, err := e.st.JobUpdate(ctx, fmt.Sprintf("tick%d", i), func(j *model.Job) error { j.Schedule, j.NextRunAt = "", nil; return nil }); err != nil {
+	for name := range pinnedTo {
+		if _, err := e.st.JobUpdate(ctx, name, func(j *model.Job) error { j.Schedule, j.NextRunAt = "", nil; return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	total, byHost := 0, map[string]int{}
-	for i := range jobs {
-		name := fmt.Sprintf("tick%d", i)
-		runs, err := e.st.RunList(ctx, name, 1000)
+	// The runs still live end under the supervisors, so that every run has ended and each ran its
+	// command once.
+	for deadline := time.Now().Add(testenv.Patience); ; time.Sleep(100 * time.Millisecond) {
+		runs, err := e.st.RunList(ctx, "", 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(runs, func(r model.Run) bool { return model.Live(r.Status) }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs still live %s after the schedules were cleared", testenv.Patience)
+		}
+	}
+
+	byHost := map[string]int{} // attempts of any-host runs by host
+	for name, pinned := range pinnedTo {
+		runs, err := e.st.RunList(ctx, name, 10000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,16 +376,30 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 			}
 			seen[*r.PlannedAt] = true
 			planned = append(planned, *r.PlannedAt)
+			if r.Status != model.StatusSucceeded {
+				t.Fatalf("%s: run %s is %s: %s", name, r.ID, r.Status, r.Reason)
+			}
 			attempts, err := e.st.AttemptList(ctx, r.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, a := range attempts {
-				byHost[a.Host]++
+			if len(attempts) != 1 || pinned != "" && attempts[0].Host != pinned {
+				t.Fatalf("%s (pinned to %q): run %s has attempts %+v; want one, on the pinned host", name, pinned, r.ID, attempts)
+			}
+			if pinned == "" {
+				byHost[attempts[0].Host]++
 			}
 		}
 		if len(planned) == 0 {
 			t.Fatalf("%s: no slot ran", name)
+		}
+		// Each run ran its command once: as many executions as runs.
+		execs, err := os.ReadFile(filepath.Join(e.dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(execs), "ran\n"); n != len(runs) {
+			t.Fatalf("%s: %d executions for %d runs", name, n, len(runs))
 		}
 		slices.SortFunc(planned, func(a, b time.Time) int { return a.Compare(b) })
 		j, err := e.st.JobGet(ctx, name)
@@ -356,14 +413,10 @@ func TestTwoSupervisorsEachSlotOnce(t *testing.T) {
 			t.Fatalf("%s: %d runs + %d skipped (previous run live) for %d slots, %d missed; want every slot accounted for",
 				name, len(planned), j.OverlapSkips, span, j.MissedSlots)
 		}
-		total += len(planned)
 	}
-	if total < 50 {
-		t.Fatalf("only %d slots ran, want at least 50", total)
+	if len(byHost) < 2 {
+		t.Fatalf("any-host runs by host %v, want more than one host to have run them", byHost)
 	}
-	if hostname, _ := os.Hostname(); byHost[hostname] == 0 || byHost["other-host"] == 0 {
-		t.Fatalf("attempts by host %v, want both supervisors (%s, other-host) to have run slots", byHost, hostname)
-	}
-	t.Logf("%d slots ran once each across two supervisors; attempts by host: %v", total, byHost)
+	t.Logf("each slot ran once across three supervisors; any-host attempts by host: %v", byHost)
 	e.checkInvariants(t)
 }

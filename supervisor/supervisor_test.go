@@ -27,6 +27,7 @@ func TestMain(m *testing.M) { testenv.RunMain(m) }
 
 // env is a real database and a private systemd manager, with a supervisor config over them.
 type env struct {
+	dir string // reachable by units running as nobody
 	st  *store.Store
 	mgr *testenv.Manager
 	cfg supervisor.Config
@@ -77,7 +78,7 @@ func newEnv(t *testing.T) env {
 	cfg.Reconcile.Binary, cfg.Reconcile.ResticBinary = testenv.HoldfastBinary(t), testenv.Restic(t)
 	cfg.Reconcile.AllowCommandJobs = true
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	return env{st: st, mgr: mgr, cfg: cfg}
+	return env{dir: dir, st: st, mgr: mgr, cfg: cfg}
 }
 
 // job creates a command job running argv.
