@@ -31,7 +31,7 @@ func TestDatabaseOutageAndFailover(t *testing.T) {
 
 	// Straight to the servers, also under HOLDFAST_TEST_PGBOUNCER: the failover is PostgreSQL's.
 	w := &world{t: t, bin: testenv.HoldfastBinary(t), dir: testenv.SharedDir(t), dsn: dsn, addr: store.Address{DSN: dsn},
-		spawnGrace: "10s", pool: &testPool{t: t}}
+		spawnGrace: "10s", pool: newTestPool(t)}
 	w.mgr = testenv.PrivateSystemd(t)
 	w.state = filepath.Join(w.dir, "state")
 	w.mustRun("migrate")

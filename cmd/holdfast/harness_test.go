@@ -71,7 +71,7 @@ func newWorldOn(t *testing.T, bin string, manager func(testing.TB) *testenv.Mana
 	// before the files they use are removed.
 	// The schema comes migrated: newPrivateWorld's and the booted host's tests run `migrate`.
 	w := &world{t: t, bin: bin, dir: testenv.SharedDir(t), dsn: storetest.Migrated(t), spawnGrace: "10s",
-		daemonFlags: []string{"--allow-command-jobs"}, pool: &testPool{t: t}}
+		daemonFlags: []string{"--allow-command-jobs"}, pool: newTestPool(t)}
 	w.addr.DSN, w.addr.SessionDSN = testenv.Pooled(t, w.dsn)
 	w.mgr = manager(t)
 	if w.mgr.Shared {
@@ -83,16 +83,15 @@ func newWorldOn(t *testing.T, bin string, manager func(testing.TB) *testenv.Mana
 }
 
 // stopUnits stops what is left of the world's units on a shared manager: the units and timers of
-// every attempt in its database.
+// every attempt in its database. It reads them through the test's own pool, closed after it.
 func (w *world) stopUnits() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := store.Open(ctx, w.dsn) // the test's own pool is closed by now
-	if err != nil {
-		w.t.Errorf("stop the world's units: %v", err)
+	st := w.store()
+	if st == nil {
+		w.t.Errorf("stop the world's units: %v", errNoStore)
 		return
 	}
-	defer st.Close()
 	runs, err := st.RunList(ctx, "", 1<<20)
 	if err != nil {
 		w.t.Errorf("stop the world's units: %v", err)
@@ -335,22 +334,24 @@ func (w *world) backupRate(kibps int) {
 // unit's stop on as SIGINT) goes on to restic.
 func (w *world) slowRestic() string {
 	w.t.Helper()
-	return w.script("slow-restic", `#!/bin/sh
+	// bash for read -t: a held summary waits on a FIFO that nothing writes, where sleep 0.1 would
+	// start ten processes a second for as long as the test holds it (minutes, in some).
+	return w.script("slow-restic", `#!/bin/bash
 rate=$(cat RATE 2>/dev/null)
 case " $* " in
 *" restore "*) exec REAL ${rate:+--limit-download "$rate"} "$@" ;;
 *" backup "*) [ -e HOLD ] || exec REAL ${rate:+--limit-upload "$rate"} "$@" ;;
 *) exec REAL ${rate:+--limit-upload "$rate"} "$@" ;;
 esac
-out=$(mktemp -d) && mkfifo "$out/stdout" || exit 1
-REAL ${rate:+--limit-upload "$rate"} "$@" > "$out/stdout" &
+out=$(mktemp -d) && mkfifo "$out/stdout" "$out/tick" && exec 4<> "$out/tick" || exit 1
+REAL ${rate:+--limit-upload "$rate"} "$@" > "$out/stdout" 4<&- &
 pid=$!
 trap 'kill -INT $pid 2>/dev/null; stopped=1' INT TERM
 exec 3< "$out/stdout"
 while :; do
 	if IFS= read -r line <&3; then
 		case $line in *'"message_type":"summary"'*)
-			while [ -z "$stopped" ] && [ -e HOLD ]; do sleep 0.1; done ;;
+			while [ -z "$stopped" ] && [ -e HOLD ]; do read -r -t 0.1 -u 4; done ;;
 		esac
 		printf '%s\n' "$line"
 	elif [ -n "$stopped" ] && kill -0 $pid 2>/dev/null; then
@@ -649,9 +650,26 @@ func await[T any](t *testing.T, what string, fingerprint func() string, show fun
 
 // testPool is a world's own pool for its database, shared by its subtests' copies of it.
 type testPool struct {
-	t  *testing.T // the world's test: the pool is closed when it ends
-	mu sync.Mutex
-	st *store.Store
+	mu     sync.Mutex
+	st     *store.Store
+	closed bool
+}
+
+// newTestPool is a pool closed when t ends. Made with the world, before the cleanups that use
+// it (stopUnits), it is closed after them.
+func newTestPool(t *testing.T) *testPool {
+	p := &testPool{}
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *testPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.st != nil {
+		p.st.Close()
+	}
+	p.closed = true
 }
 
 // store is the test's own pool for the world's database, opened on first use; nil if it
@@ -660,7 +678,7 @@ func (w *world) store() *store.Store {
 	p := w.pool
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.st == nil {
+	if p.st == nil && !p.closed {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		st, err := store.Connect(ctx, w.addr)
@@ -668,7 +686,6 @@ func (w *world) store() *store.Store {
 			return nil
 		}
 		p.st = st
-		p.t.Cleanup(st.Close)
 	}
 	return p.st
 }

@@ -31,7 +31,7 @@ func newPrivateWorld(t *testing.T) (*world, *testenv.PostgresServer) {
 	if err := srv.CreateDatabase(ctx, "holdfast"); err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, bin: testenv.HoldfastBinary(t), dir: testenv.SharedDir(t), dsn: srv.DSN("holdfast"), spawnGrace: "10s", pool: &testPool{t: t}}
+	w := &world{t: t, bin: testenv.HoldfastBinary(t), dir: testenv.SharedDir(t), dsn: srv.DSN("holdfast"), spawnGrace: "10s", pool: newTestPool(t)}
 	w.addr.DSN, w.addr.SessionDSN = testenv.Pooled(t, w.dsn)
 	w.mgr = testenv.PrivateSystemd(t)
 	w.state = w.dir + "/state"
