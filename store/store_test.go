@@ -286,6 +286,72 @@ func TestConcurrentRestartsShareAnAccount(t *testing.T) {
 	}
 }
 
+// Eight backups of jobs that may each add 10 MiB are admitted at once, on connections of their
+// own, against an account whose quota covers four: four are queued, each holding its 10 MiB, and
+// four are paused (quota_exhausted) with the numbers; the balance never goes below zero. After a
+// grant, a paused run resumes.
+func TestConcurrentAdmissionsShareAQuota(t *testing.T) {
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	const runs = 8
+	quota, most := int64(runs/2*10<<20), int64(10<<20)
+	if _, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: "team", Quota: &quota, Actor: "tester"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range runs {
+		storetest.Job(t, st, &storetest.JobOpts{Name: fmt.Sprintf("j%d", i), Repository: "/r", Account: "team", MaxAdded: &most})
+	}
+	// A second pool: the eight admissions run on eight connections at once, as eight `run start`s do.
+	other, err := store.Open(ctx, b.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	admitted := make([]model.Run, runs)
+	errs := make([]error, runs)
+	var wg sync.WaitGroup
+	for i := range runs {
+		wg.Go(func() {
+			admitted[i], errs[i] = []*store.Store{st, other}[i%2].RunAdmit(ctx,
+				store.RunAdmitParams{Job: fmt.Sprintf("j%d", i), Trigger: model.TriggerManual, Kind: model.KindBackup})
+		})
+	}
+	wg.Wait()
+	var queued, paused []model.Run
+	for i, r := range admitted {
+		switch {
+		case errs[i] != nil:
+			t.Fatalf("admit j%d: %v", i, errs[i])
+		case r.Status == model.StatusQueued:
+			queued = append(queued, r)
+		case r.Status == model.StatusPaused && r.PausedReason == ledger.PausedQuotaExhausted && strings.Contains(r.Reason, "10 MiB"):
+			paused = append(paused, r)
+		default:
+			t.Fatalf("admit j%d: %+v; want queued, or paused (quota_exhausted) naming the 10 MiB it needs", i, r)
+		}
+	}
+	if len(queued) != runs/2 || len(paused) != runs/2 {
+		t.Fatalf("%d queued and %d paused, want %d each", len(queued), len(paused), runs/2)
+	}
+	ledgers, err := st.LedgerList(ctx, "team", 100)
+	if err != nil || len(ledgers) != 1 {
+		t.Fatalf("LedgerList = %+v, %v", ledgers, err)
+	}
+	if l := ledgers[0]; l.Balance() != 0 || l.HeldBytes != quota || len(l.Held) != runs/2 {
+		t.Fatalf("account team: balance %d, held %d in %d holds; want 0, %d in %d", l.Balance(), l.HeldBytes, len(l.Held), quota, runs/2)
+	}
+	if _, err := st.AccountGrant(ctx, store.AccountGrantParams{Name: "team", Bytes: most, Actor: "tester", Note: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := st.RunResume(ctx, paused[0].ID); err != nil || r.Status != model.StatusQueued {
+		t.Fatalf("resume after the grant: %+v, %v; want queued", r, err)
+	}
+	violations, err := st.InvariantViolations(ctx)
+	if err != nil || len(violations) > 0 {
+		t.Fatalf("invariants: %v %v", violations, err)
+	}
+}
+
 // A ledger tells the holds of running attempts from those of ended ones whose figure is unknown.
 func TestLedgersTellDeferredHolds(t *testing.T) {
 	b := storetest.Setup(t)

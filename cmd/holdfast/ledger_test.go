@@ -1,15 +1,11 @@
 package main_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/holdfast-backup/holdfast/testenv"
@@ -208,87 +204,6 @@ func TestFirstBackupSizedFromItsPaths(t *testing.T) {
 	}
 	if l := w.ledger("team"); *l.BalanceBytes != 2<<30 || l.HeldBytes != 0 || len(l.entries(r.ID, "hold")) != 0 || r.Attempts[0].ServiceResult != "" {
 		t.Fatalf("account team after the pause: %+v, attempt %+v; want nothing held or charged and no unit run", l, r.Attempts[0])
-	}
-	w.checkInvariants()
-}
-
-// Eight runs admitted at once against an account that covers four: exactly four are queued,
-// four are paused (quota_exhausted) with the numbers, and the balance never goes below zero.
-func TestQuotaAdmission(t *testing.T) {
-	parallel(t)
-	w := newWorld(t)
-	const runs = 8
-	repo, pw := w.resticRepo("repo")
-	data := w.sampleData("data", 1, 64<<10)
-	w.mustRun("account", "add", "team", "--quota", "40MiB")
-	for i := range runs {
-		w.mustRun("job", "add", fmt.Sprintf("j%d", i), "--repo", repo, "--password-file", pw, "--path", data,
-			"--account", "team", "--max-added", "10MiB")
-	}
-	codes := make([]int, runs)
-	outs := make([]string, runs)
-	var wg sync.WaitGroup
-	for i := range runs {
-		wg.Go(func() {
-			cmd := exec.Command(w.bin, "run", "start", fmt.Sprintf("j%d", i), "--json")
-			cmd.Env = w.env()
-			// With no daemon, stderr warns that the run waits for one: the JSON is stdout's.
-			var out bytes.Buffer
-			cmd.Stdout = &out
-			err := cmd.Run()
-			var exitErr *exec.ExitError
-			if errors.As(err, &exitErr) {
-				codes[i] = exitErr.ExitCode()
-			} else if err != nil {
-				codes[i] = -1
-			}
-			outs[i] = out.String()
-		})
-	}
-	wg.Wait()
-	var queued, paused []string
-	for i, code := range codes {
-		var r runJSON
-		if err := json.Unmarshal([]byte(outs[i]), &r); err != nil {
-			t.Fatalf("run start j%d: exit %d, %s", i, code, outs[i])
-		}
-		switch {
-		case code == 0 && r.Status == "queued":
-			queued = append(queued, r.ID)
-		case code == 6 && r.Status == "paused" && r.PausedReason == "quota_exhausted" && strings.Contains(r.Reason, "10 MiB"):
-			paused = append(paused, r.ID)
-		default:
-			t.Fatalf("run start j%d: exit %d, %+v", i, code, r)
-		}
-	}
-	if len(queued) != runs/2 || len(paused) != runs/2 {
-		t.Fatalf("%d queued and %d paused, want %d each", len(queued), len(paused), runs/2)
-	}
-	l := w.ledger("team")
-	if *l.BalanceBytes != 0 || l.HeldBytes != 40<<20 || len(l.OpenHolds) != runs/2 {
-		t.Fatalf("account team: balance %d, held %d, %d open holds; want 0, 40 MiB, %d", *l.BalanceBytes, l.HeldBytes, len(l.OpenHolds), runs/2)
-	}
-	w.checkInvariants()
-
-	// The four run and settle at what they added (restic's figure, or the measured growth of the
-	// repository where that is higher); a grant lets a paused one resume.
-	w.startDaemon()
-	var charged int64
-	for _, id := range queued {
-		r := w.waitEnd(id)
-		if r.Status != "succeeded" || r.BytesAdded == nil || r.SettledBytes < *r.BytesAdded {
-			t.Fatalf("run %+v, want succeeded and charged at least restic's figure", r)
-		}
-		charged += r.SettledBytes
-	}
-	l = w.ledger("team")
-	if l.HeldBytes != 0 || *l.BalanceBytes != 40<<20-charged {
-		t.Fatalf("account team after the runs: held %d, balance %d; want 0 and %d", l.HeldBytes, *l.BalanceBytes, 40<<20-charged)
-	}
-	w.mustRun("account", "grant", "team", "10MiB", "--why", "test")
-	w.mustRun("run", "resume", paused[0])
-	if r := w.waitEnd(paused[0]); r.Status != "succeeded" {
-		t.Fatalf("resumed run = %+v", r)
 	}
 	w.checkInvariants()
 }
