@@ -14,7 +14,8 @@ import (
 // code keep it in a registry keyed by Kind: spawn's unit builders and reconcile's reasons.
 type Kind string
 
-// Run kinds. The migrations' CHECK runs_kind_check lists the same (migrations/00025_copy.sql).
+// Run kinds. The migrations' CHECK runs_kind_check lists the same (migrations/00025_copy.sql;
+// store's TestSchemaKindsAreModelKinds holds the two together).
 const (
 	KindBackup  Kind = "backup"
 	KindPrune   Kind = "prune"   // removes the data no snapshot refers to; needs its repository to itself

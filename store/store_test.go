@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -423,5 +425,29 @@ func TestAppliedMigrations(t *testing.T) {
 	}
 	if _, err := migrations.ApplyPending(ctx, unreachable, applied[1:]); err == nil {
 		t.Fatal("ApplyPending with a version missing did not migrate")
+	}
+}
+
+// The kinds the schema accepts (the CHECK runs_kind_check of the migrations) are model's kinds,
+// so that a kind added to model without its migration, or the other way round, is caught here
+// rather than by the first run of it a daemon admits.
+func TestSchemaKindsAreModelKinds(t *testing.T) {
+	b := storetest.Setup(t)
+	var def string
+	if err := b.DB.QueryRow(b.Ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'runs_kind_check'`).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	var schema []string
+	for _, m := range regexp.MustCompile(`'([a-z_]+)'`).FindAllStringSubmatch(def, -1) {
+		schema = append(schema, m[1])
+	}
+	var kinds []string
+	for _, k := range model.Kinds() {
+		kinds = append(kinds, string(k))
+	}
+	slices.Sort(schema)
+	slices.Sort(kinds)
+	if !slices.Equal(schema, kinds) {
+		t.Fatalf("runs_kind_check %s accepts %v; model.Kinds() are %v", def, schema, kinds)
 	}
 }
