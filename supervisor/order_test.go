@@ -284,6 +284,11 @@ func TestScheduleNoOverlap(t *testing.T) {
 func TestSupervisorsEachSlotOnce(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
+	// A loaded machine's systemd can go quiet for seconds: the supervisors wait for it as long as
+	// the test would, and a unit it creates late is not taken for gone (each run has one attempt).
+	e.cfg.Systemd.CallTimeout = testenv.Patience
+	e.cfg.Reconcile.RunBudget, e.cfg.Reconcile.PassTimeout = testenv.Patience, 2*testenv.Patience
+	e.cfg.Reconcile.SpawnGrace = time.Hour
 	hosts := []string{"h1", "h2", "h3"}
 	pinnedTo := map[string]string{} // job: its host, "" for any host
 	for i, host := range hosts {
