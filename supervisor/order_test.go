@@ -277,7 +277,7 @@ func TestScheduleNoOverlap(t *testing.T) {
 
 // Three supervisors, each another host's daemon over one database, run jobs due every second:
 // each slot runs once, on the job's pinned host when it has one and on any of them when not.
-// (cmd/holdfast's TestHostsPinnedAndAnyHostSlots shows a pinned run on its own host's manager.)
+// (cmd/holdfast's TestHostsPinning shows a pinned run on its own host's manager.)
 //
 // Not parallel: a slot a second per job needs much of the machine, or most slots are skipped
 // or missed and the supervisors are hardly ever tested against each other.
@@ -298,11 +298,7 @@ func TestSupervisorsEachSlotOnce(t *testing.T) {
 			if strings.HasPrefix(name, "pinned") {
 				j.Host = host
 			}
-			e.createJob(t, j)
-			first := nextSecond()
-			if _, err := e.st.JobUpdate(ctx, name, func(j *model.Job) error { j.NextRunAt = &first; return nil }); err != nil {
-				t.Fatal(err)
-			}
+			e.scheduledJob(t, j, nextSecond())
 			pinnedTo[name] = j.Host
 		}
 	}

@@ -98,8 +98,14 @@ func (e env) createJob(t *testing.T, j model.Job) {
 // scheduled creates a command job on schedule whose first slot is first.
 func (e env) scheduled(t *testing.T, name, schedule string, first time.Time, argv ...string) {
 	t.Helper()
-	e.createJob(t, model.Job{Name: name, Engine: "command", Command: argv, Schedule: schedule})
-	if _, err := e.st.JobUpdate(context.Background(), name, func(j *model.Job) error { j.NextRunAt = &first; return nil }); err != nil {
+	e.scheduledJob(t, model.Job{Name: name, Engine: "command", Command: argv, Schedule: schedule}, first)
+}
+
+// scheduledJob creates j, a job with a schedule, whose first slot is first.
+func (e env) scheduledJob(t *testing.T, j model.Job, first time.Time) {
+	t.Helper()
+	e.createJob(t, j)
+	if _, err := e.st.JobUpdate(context.Background(), j.Name, func(j *model.Job) error { j.NextRunAt = &first; return nil }); err != nil {
 		t.Fatal(err)
 	}
 }
