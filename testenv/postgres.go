@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sys/unix"
 )
 
 // PGBinDir is where the PostgreSQL 15 server binaries are expected.
@@ -28,6 +29,7 @@ const pgReadyTimeout = 30 * time.Second
 // pgServer is the private server shared by the tests of one test binary.
 var pgServer struct {
 	once        sync.Once
+	dir         string // the server's files, removed at shutdown
 	srv         *PostgresServer
 	unavailable string // why there is no server to start
 	err         error
@@ -252,12 +254,13 @@ func randomHex(n int) string {
 }
 
 func startPostgres() {
-	pdir, err := processDir()
+	dir, err := mkdirPostgres()
 	if err != nil {
 		pgServer.err = err
 		return
 	}
-	srv, err := StartPostgresServer(filepath.Join(pdir, "postgres"))
+	pgServer.dir = dir
+	srv, err := StartPostgresServer(filepath.Join(dir, "postgres"))
 	var u *unavailableError
 	switch {
 	case errors.As(err, &u):
@@ -449,12 +452,39 @@ func stopServer(proc *child) error {
 	return nil
 }
 
-// stopPostgres stops the test binary's private server.
+// stopPostgres stops the test binary's private server and removes its files.
 func stopPostgres() error {
-	if pgServer.srv == nil {
-		return nil
+	var err error
+	if pgServer.srv != nil {
+		err = pgServer.srv.Stop()
 	}
-	return pgServer.srv.Stop()
+	if pgServer.dir != "" {
+		err = errors.Join(err, os.RemoveAll(pgServer.dir))
+	}
+	return err
+}
+
+// postgresParent is where test servers keep their files: /dev/shm when it is a tmpfs with room
+// (minPostgresRoom), the temporary directory otherwise. Tests create and drop a database, a
+// thousand files, several times a second; on ext4 allocating their inodes cost more CPU than the
+// tests' queries. Units never reach these files, only the server and the test binary do.
+var postgresParent = sync.OnceValue(func() string {
+	const shm = "/dev/shm"
+	var fs unix.Statfs_t
+	if err := unix.Statfs(shm, &fs); err != nil || fs.Type != unix.TMPFS_MAGIC ||
+		fs.Bavail*uint64(fs.Bsize) < minPostgresRoom || unix.Access(shm, unix.W_OK) != nil {
+		return os.TempDir()
+	}
+	return shm
+})
+
+// minPostgresRoom is the free space postgresParent wants of a tmpfs: the initdb template and a
+// few test binaries' servers, each with its WAL (max_wal_size) and its tests' databases.
+const minPostgresRoom = 4 << 30
+
+// mkdirPostgres creates a directory every user can reach under postgresParent, for a server's files.
+func mkdirPostgres() (string, error) {
+	return mkdirShared(postgresParent(), "holdfast-postgres-*")
 }
 
 // initData lays out a new data directory at data: a copy of one that initdb made once for every
@@ -482,11 +512,11 @@ func initdbTemplate(env []string, cred *syscall.Credential) (string, error) {
 	if cred != nil {
 		uid = int(cred.Uid)
 	}
-	tmpl := filepath.Join(os.TempDir(), fmt.Sprintf("holdfast-initdb-%d-%d-%d", fi.Size(), fi.ModTime().UnixNano(), uid))
+	tmpl := filepath.Join(postgresParent(), fmt.Sprintf("holdfast-initdb-%d-%d-%d", fi.Size(), fi.ModTime().UnixNano(), uid))
 	if ok, err := ownedDir(tmpl, uid); ok || err != nil {
 		return tmpl, err
 	}
-	work, err := os.MkdirTemp("", "holdfast-initdb-*")
+	work, err := os.MkdirTemp(postgresParent(), "holdfast-initdb-*")
 	if err != nil {
 		return "", err
 	}
