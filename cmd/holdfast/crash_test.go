@@ -67,7 +67,9 @@ var crashCases = map[string]crashCase{
 // holdfast is SIGKILLed at every crash point, the daemon or the command that writes there; a
 // fresh daemon, or the command run again, finishes the step once, and `holdfast check` passes.
 func TestCrashPoints(t *testing.T) {
-	defer parallelParent(t, false)() // its cases share the pool with the other tests instead of running alone
+	// Its cases share the slots with the other tests instead of running alone, and take theirs
+	// first: 33 of them queued behind every other test were the package's last minute.
+	defer parallelParent(t, true)()
 	bin := crashBinary(t)
 	for _, point := range crashpoint.Points {
 		c, ok := crashCases[point]
@@ -76,7 +78,7 @@ func TestCrashPoints(t *testing.T) {
 			continue
 		}
 		t.Run(point, func(t *testing.T) {
-			parallel(t)
+			parallelLong(t)
 			w := newWorldWith(t, bin)
 			w.spawnGrace = "3s"
 			c(t, w, point)
