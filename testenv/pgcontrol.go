@@ -21,16 +21,7 @@ import (
 // it. The server is stopped at t.Cleanup. settings are StartPostgresServer's.
 func PrivatePostgres(t testing.TB, settings ...string) (*PostgresServer, string) {
 	t.Helper()
-	dir, err := mkdirPostgres()
-	if err != nil {
-		t.Fatalf("testenv: PostgreSQL's directory: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("testenv: remove PostgreSQL's directory: %v", err)
-		}
-	})
-	srv, err := StartPostgresServer(filepath.Join(dir, "postgres"), settings...)
+	srv, err := startTestServer(filepath.Join(SharedDir(t), "postgres"), settings...)
 	var u *unavailableError
 	switch {
 	case errors.As(err, &u):

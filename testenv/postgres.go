@@ -29,7 +29,6 @@ const pgReadyTimeout = 30 * time.Second
 // pgServer is the private server shared by the tests of one test binary.
 var pgServer struct {
 	once        sync.Once
-	dir         string // the server's files, removed at shutdown
 	srv         *PostgresServer
 	unavailable string // why there is no server to start
 	err         error
@@ -254,13 +253,12 @@ func randomHex(n int) string {
 }
 
 func startPostgres() {
-	dir, err := mkdirPostgres()
+	pdir, err := processDir()
 	if err != nil {
 		pgServer.err = err
 		return
 	}
-	pgServer.dir = dir
-	srv, err := StartPostgresServer(filepath.Join(dir, "postgres"))
+	srv, err := startTestServer(filepath.Join(pdir, "postgres"))
 	var u *unavailableError
 	switch {
 	case errors.As(err, &u):
@@ -274,9 +272,10 @@ func startPostgres() {
 // PostgresServer is a private PostgreSQL server started by
 // StartPostgresServer.
 type PostgresServer struct {
-	Dir string // holds the data directory, the server's log and its unix socket
+	Dir string // holds the data directory (a test server's: a link to it), the server's log and its unix socket
 
 	settings []string // NAME=VALUE, given to every start
+	scratch  string   // a test server's: what holds its data directory, removed by Stop
 
 	mu   sync.Mutex
 	proc *child // nil once stopped
@@ -312,6 +311,36 @@ func StartPostgresServer(dir string, settings ...string) (*PostgresServer, error
 		return nil, err
 	}
 	return &PostgresServer{Dir: dir, proc: proc, settings: settings}, nil
+}
+
+// startTestServer is StartPostgresServer for a test's own server, whose data only lives as long
+// as it: dir/data is a link to a copy of the initdb template under scratchParent, which Stop removes.
+func startTestServer(dir string, settings ...string) (*PostgresServer, error) {
+	cred, err := postgresCredential()
+	if _, serr := os.Stat(filepath.Join(PGBinDir, "initdb")); serr != nil || err != nil {
+		return StartPostgresServer(dir, settings...) // which says what is missing
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	scratch, err := mkdirShared(scratchParent(), "holdfast-postgres-*")
+	if err != nil {
+		return nil, err
+	}
+	data := filepath.Join(scratch, "data")
+	err = initData(data, []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=" + dir}, cred)
+	if err == nil {
+		err = os.Symlink(data, filepath.Join(dir, "data"))
+	}
+	var srv *PostgresServer
+	if err == nil {
+		srv, err = StartPostgresServer(dir, settings...)
+	}
+	if err != nil {
+		return nil, errors.Join(err, os.RemoveAll(scratch))
+	}
+	srv.scratch = scratch
+	return srv, nil
 }
 
 func runPostgres(dir string, cred *syscall.Credential, settings []string) (*child, error) {
@@ -426,16 +455,21 @@ func (s *PostgresServer) CreateDatabase(ctx context.Context, name string) error 
 }
 
 // Stop stops the server with a fast shutdown (open connections are ended)
-// and waits for it to exit. Stopping a stopped server does nothing.
+// and waits for it to exit; a test server's data directory is removed with it. Stopping a
+// stopped server does nothing.
 func (s *PostgresServer) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	proc := s.proc
-	if proc == nil {
-		return nil
+	var err error
+	if proc := s.proc; proc != nil {
+		s.proc = nil
+		err = stopServer(proc)
 	}
-	s.proc = nil
-	return stopServer(proc)
+	if s.scratch != "" {
+		err = errors.Join(err, os.RemoveAll(s.scratch))
+		s.scratch = ""
+	}
+	return err
 }
 
 // stopServer stops a postgres process with a fast shutdown.
@@ -452,40 +486,33 @@ func stopServer(proc *child) error {
 	return nil
 }
 
-// stopPostgres stops the test binary's private server and removes its files.
+// stopPostgres stops the test binary's private server.
 func stopPostgres() error {
-	var err error
-	if pgServer.srv != nil {
-		err = pgServer.srv.Stop()
+	if pgServer.srv == nil {
+		return nil
 	}
-	if pgServer.dir != "" {
-		err = errors.Join(err, os.RemoveAll(pgServer.dir))
-	}
-	return err
+	return pgServer.srv.Stop()
 }
 
-// postgresParent is where test servers keep their files: /dev/shm when it is a tmpfs with room
-// (minPostgresRoom), the temporary directory otherwise. Tests create and drop a database, a
-// thousand files, several times a second; on ext4 allocating their inodes cost more CPU than the
-// tests' queries. Units never reach these files, only the server and the test binary do.
-var postgresParent = sync.OnceValue(func() string {
+// scratchParent is where test servers keep their data directories: /dev/shm when it is a tmpfs
+// with room (minScratchRoom), the temporary directory otherwise. Tests create and drop a
+// database, a thousand files, several times a second; on ext4 allocating their inodes cost more
+// CPU than the tests' queries. Only the server reaches these files: its socket and log stay in
+// its own directory, which booted hosts bind and whose services have no /dev/shm of the machine's.
+var scratchParent = sync.OnceValue(func() string {
 	const shm = "/dev/shm"
 	var fs unix.Statfs_t
 	if err := unix.Statfs(shm, &fs); err != nil || fs.Type != unix.TMPFS_MAGIC ||
-		fs.Bavail*uint64(fs.Bsize) < minPostgresRoom || unix.Access(shm, unix.W_OK) != nil {
+		fs.Bavail*uint64(fs.Bsize) < minScratchRoom || unix.Access(shm, unix.W_OK) != nil {
 		return os.TempDir()
 	}
 	return shm
 })
 
-// minPostgresRoom is the free space postgresParent wants of a tmpfs: the initdb template and a
-// few test binaries' servers, each with its WAL (max_wal_size) and its tests' databases.
-const minPostgresRoom = 4 << 30
-
-// mkdirPostgres creates a directory every user can reach under postgresParent, for a server's files.
-func mkdirPostgres() (string, error) {
-	return mkdirShared(postgresParent(), "holdfast-postgres-*")
-}
+// minScratchRoom is the free space scratchParent wants of a tmpfs: the initdb template and a few
+// test binaries' servers with their WAL and their tests' databases (a whole make test peaked
+// under 800 MiB).
+const minScratchRoom = 4 << 30
 
 // initData lays out a new data directory at data: a copy of one that initdb made once for every
 // test binary on the machine, as initdb costs over a second of CPU and a copy milliseconds.
@@ -512,11 +539,11 @@ func initdbTemplate(env []string, cred *syscall.Credential) (string, error) {
 	if cred != nil {
 		uid = int(cred.Uid)
 	}
-	tmpl := filepath.Join(postgresParent(), fmt.Sprintf("holdfast-initdb-%d-%d-%d", fi.Size(), fi.ModTime().UnixNano(), uid))
+	tmpl := filepath.Join(scratchParent(), fmt.Sprintf("holdfast-initdb-%d-%d-%d", fi.Size(), fi.ModTime().UnixNano(), uid))
 	if ok, err := ownedDir(tmpl, uid); ok || err != nil {
 		return tmpl, err
 	}
-	work, err := os.MkdirTemp(postgresParent(), "holdfast-initdb-*")
+	work, err := os.MkdirTemp(scratchParent(), "holdfast-initdb-*")
 	if err != nil {
 		return "", err
 	}

@@ -119,7 +119,7 @@ func unavailable(t testing.TB, format string, args ...any) {
 }
 
 // procDir is a world-traversable directory that lives as long as the test
-// binary (under RunMain); it holds the shared systemd manager and what a package makes once.
+// binary (under RunMain); it holds the PostgreSQL server and the binary.
 var procDir struct {
 	once sync.Once
 	path string
