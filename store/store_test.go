@@ -309,12 +309,13 @@ func TestConcurrentAdmissionsShareAQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(other.Close)
+	pools := []*store.Store{st, other}
 	admitted := make([]model.Run, runs)
 	errs := make([]error, runs)
 	var wg sync.WaitGroup
 	for i := range runs {
 		wg.Go(func() {
-			admitted[i], errs[i] = []*store.Store{st, other}[i%2].RunAdmit(ctx,
+			admitted[i], errs[i] = pools[i%2].RunAdmit(ctx,
 				store.RunAdmitParams{Job: fmt.Sprintf("j%d", i), Trigger: model.TriggerManual, Kind: model.KindBackup})
 		})
 	}

@@ -181,7 +181,7 @@ func (s *PostgresServer) StartReplica(t testing.TB, dir string) *PostgresServer 
 	}
 	cmd := exec.Command(filepath.Join(PGBinDir, "pg_basebackup"), "-D", filepath.Join(dir, "data"), "-h", s.Dir, "-U", "postgres",
 		"-X", "stream", "-R", "-c", "fast")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=" + dir}
+	cmd.Env = serverEnv(dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("testenv: pg_basebackup: %v\n%s", err, out)

@@ -295,6 +295,46 @@ type PostgresServer struct {
 // Each of settings is a server setting as NAME=VALUE (postgres -c), kept across Restart, e.g.
 // "shared_preload_libraries=pg_stat_statements".
 func StartPostgresServer(dir string, settings ...string) (*PostgresServer, error) {
+	cred, err := serverCredential()
+	if err != nil {
+		return nil, err
+	}
+	return startServer(dir, cred, settings)
+}
+
+// startTestServer is StartPostgresServer for a test's own server, whose data only lives as long
+// as it: dir/data is a link to a copy of the initdb template under scratchParent, which Stop removes.
+func startTestServer(dir string, settings ...string) (*PostgresServer, error) {
+	cred, err := serverCredential()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	scratch, err := mkdirShared(scratchParent(), "holdfast-postgres-*")
+	if err != nil {
+		return nil, err
+	}
+	data := filepath.Join(scratch, "data")
+	err = initData(data, serverEnv(dir), cred)
+	if err == nil {
+		err = os.Symlink(data, filepath.Join(dir, "data"))
+	}
+	var srv *PostgresServer
+	if err == nil {
+		srv, err = startServer(dir, cred, settings)
+	}
+	if err != nil {
+		return nil, errors.Join(err, os.RemoveAll(scratch))
+	}
+	srv.scratch = scratch
+	return srv, nil
+}
+
+// serverCredential is the OS user a server runs as (nil: this process's), or an unavailableError
+// saying what this machine lacks to run one.
+func serverCredential() (*syscall.Credential, error) {
 	if _, err := os.Stat(filepath.Join(PGBinDir, "initdb")); err != nil {
 		return nil, &unavailableError{fmt.Sprintf("initdb not found at %s: apt-get install postgresql-15", PGBinDir)}
 	}
@@ -302,7 +342,12 @@ func StartPostgresServer(dir string, settings ...string) (*PostgresServer, error
 	if err != nil {
 		return nil, &unavailableError{"running as root, but there is " + err.Error()}
 	}
-	dir, err = filepath.Abs(dir)
+	return cred, nil
+}
+
+// startServer starts a server in dir as cred, laying out its data directory if it has none.
+func startServer(dir string, cred *syscall.Credential, settings []string) (*PostgresServer, error) {
+	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -313,34 +358,9 @@ func StartPostgresServer(dir string, settings ...string) (*PostgresServer, error
 	return &PostgresServer{Dir: dir, proc: proc, settings: settings}, nil
 }
 
-// startTestServer is StartPostgresServer for a test's own server, whose data only lives as long
-// as it: dir/data is a link to a copy of the initdb template under scratchParent, which Stop removes.
-func startTestServer(dir string, settings ...string) (*PostgresServer, error) {
-	cred, err := postgresCredential()
-	if _, serr := os.Stat(filepath.Join(PGBinDir, "initdb")); serr != nil || err != nil {
-		return StartPostgresServer(dir, settings...) // which says what is missing
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	scratch, err := mkdirShared(scratchParent(), "holdfast-postgres-*")
-	if err != nil {
-		return nil, err
-	}
-	data := filepath.Join(scratch, "data")
-	err = initData(data, []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=" + dir}, cred)
-	if err == nil {
-		err = os.Symlink(data, filepath.Join(dir, "data"))
-	}
-	var srv *PostgresServer
-	if err == nil {
-		srv, err = StartPostgresServer(dir, settings...)
-	}
-	if err != nil {
-		return nil, errors.Join(err, os.RemoveAll(scratch))
-	}
-	srv.scratch = scratch
-	return srv, nil
+// serverEnv is the environment of PostgreSQL's programs for a server in dir.
+func serverEnv(dir string) []string {
+	return []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=" + dir}
 }
 
 func runPostgres(dir string, cred *syscall.Credential, settings []string) (*child, error) {
@@ -359,7 +379,7 @@ func runPostgres(dir string, cred *syscall.Credential, settings []string) (*chil
 		}
 	}
 	data := filepath.Join(dir, "data")
-	env := []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=" + dir}
+	env := serverEnv(dir)
 
 	if !exists(filepath.Join(data, "PG_VERSION")) {
 		if err := initData(data, env, cred); err != nil {
