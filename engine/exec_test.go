@@ -496,20 +496,6 @@ func TestExecEmitError(t *testing.T) {
 
 // The integration tests below run the real restic.
 
-var template struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if template.dir != "" {
-		os.RemoveAll(template.dir)
-	}
-	os.Exit(code)
-}
-
 // resticTraits is what the restic the tests run does differently (testenv.Restic).
 func resticTraits(t *testing.T) ResticTraits {
 	t.Helper()
@@ -520,32 +506,16 @@ func resticTraits(t *testing.T) ResticTraits {
 	return v.Traits()
 }
 
-// newRepo puts a fresh repository and its password file into dir. They are
-// copies of one initialized once: `restic init` takes seconds.
+// newRepo puts a fresh repository and its password file into dir.
 func newRepo(t *testing.T, dir string) Job {
 	t.Helper()
 	testenv.Restic(t)
-	template.once.Do(func() {
-		template.dir, template.err = os.MkdirTemp("", "holdfast-engine-")
-		if template.err != nil {
-			return
-		}
-		pw := filepath.Join(template.dir, "password")
-		if template.err = os.WriteFile(pw, []byte("correct horse\n"), 0o644); template.err != nil {
-			return
-		}
-		out, err := exec.Command("restic", "init", "--repo", filepath.Join(template.dir, "repo"), "--password-file", pw).CombinedOutput()
-		if err != nil {
-			template.err = fmt.Errorf("restic init: %v: %s", err, out)
-		}
-	})
-	if template.err != nil {
-		t.Fatal(template.err)
-	}
-	if err := os.CopyFS(dir, os.DirFS(template.dir)); err != nil {
+	pw := filepath.Join(dir, "password")
+	if err := os.WriteFile(pw, []byte(testenv.ResticPassword+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return Job{Name: "docs", Repository: filepath.Join(dir, "repo"), PasswordFile: filepath.Join(dir, "password")}
+	testenv.ResticRepo(t, filepath.Join(dir, "repo"))
+	return Job{Name: "docs", Repository: filepath.Join(dir, "repo"), PasswordFile: pw}
 }
 
 func writeRandom(t *testing.T, path string, size int64) {

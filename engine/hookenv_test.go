@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 func TestHookEnv(t *testing.T) {
@@ -110,7 +112,7 @@ func TestProducerEnv(t *testing.T) {
 	secrets := pollute(t)
 	basics := setBasics(t)
 	// restic finds its password only in the environment.
-	t.Setenv("RESTIC_PASSWORD", "correct horse")
+	t.Setenv("RESTIC_PASSWORD", testenv.ResticPassword)
 	job.PasswordFile = ""
 	secrets = append(secrets, "RESTIC_PASSWORD")
 	vars := []string{"HOLDFAST_RUN=" + uuid.NewString(), "HOLDFAST_ATTEMPT=1", "HOLDFAST_HOOK=stdin"}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -36,7 +35,7 @@ func TestBackupSnapshotFromSummary(t *testing.T) {
 	resticBin := testenv.Restic(t)
 	dir := testenv.SharedDir(t)
 	pw, repo := filepath.Join(dir, "pw"), filepath.Join(dir, "repo")
-	if err := os.WriteFile(pw, []byte("pw\n"), 0o644); err != nil {
+	if err := os.WriteFile(pw, []byte(testenv.ResticPassword+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var paths []string
@@ -50,9 +49,7 @@ func TestBackupSnapshotFromSummary(t *testing.T) {
 		}
 		paths = append(paths, p+"/")
 	}
-	if out, err := exec.Command(resticBin, "--repo", repo, "--password-file", pw, "--no-cache", "init").CombinedOutput(); err != nil {
-		t.Fatalf("restic init: %v\n%s", err, out)
-	}
+	testenv.ResticRepo(t, repo)
 	wrapper := filepath.Join(dir, "restic")
 	script := `#!/bin/sh
 prev=

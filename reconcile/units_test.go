@@ -35,7 +35,7 @@ func TestJobResticRunsAsTheJobsUser(t *testing.T) {
 	t.Cleanup(func() { rn.Close() })
 
 	pw, data := filepath.Join(dir, "pw"), filepath.Join(dir, "data")
-	if err := os.WriteFile(pw, []byte("pw\n"), 0o644); err != nil {
+	if err := os.WriteFile(pw, []byte(testenv.ResticPassword+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(data, 0o755); err != nil {
@@ -51,11 +51,10 @@ func TestJobResticRunsAsTheJobsUser(t *testing.T) {
 	newJob := func(t *testing.T, name string) (engine.Restic, engine.Job, string) {
 		t.Helper()
 		repo := filepath.Join(dir, name)
-		for _, args := range [][]string{{"init"}, {"backup", "--tag", "holdfast-run=" + uuid.Nil.String(), data}} {
-			cmd := exec.Command(resticBin, append([]string{"--repo", repo, "--password-file", pw, "--no-cache"}, args...)...)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("restic %v: %v\n%s", args, err, out)
-			}
+		testenv.ResticRepo(t, repo)
+		backup := exec.Command(resticBin, "--repo", repo, "--password-file", pw, "--no-cache", "backup", "--tag", "holdfast-run="+uuid.Nil.String(), data)
+		if out, err := backup.CombinedOutput(); err != nil {
+			t.Fatalf("restic backup: %v\n%s", err, out)
 		}
 		if err := exec.Command("chown", "-R", "nobody", repo).Run(); err != nil {
 			t.Fatal(err)

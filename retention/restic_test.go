@@ -51,7 +51,7 @@ func TestResticForgetAgrees(t *testing.T) {
 	restic := testenv.Restic(t)
 	dir := t.TempDir()
 	pw, data := filepath.Join(dir, "password"), filepath.Join(dir, "data")
-	if err := os.WriteFile(pw, []byte("holdfast-test\n"), 0o600); err != nil {
+	if err := os.WriteFile(pw, []byte(testenv.ResticPassword+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(data, 0o755); err != nil {
@@ -80,22 +80,8 @@ func TestResticForgetAgrees(t *testing.T) {
 		return out
 	}
 
-	// The empty repository restic made, its key wrapped with cheap scrypt parameters: the 64
-	// restic commands below spend milliseconds, not a fifth of a second each, deriving it (see
-	// cmd/holdfast/testdata/rewrap-restic-key.py).
-	if err := os.CopyFS(repo, os.DirFS("testdata/restic-repo")); err != nil {
-		t.Fatal(err)
-	}
-	for _, sub := range []string{"index", "locks", "snapshots"} {
-		if err := os.Mkdir(filepath.Join(repo, sub), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 256 {
-		if err := os.MkdirAll(filepath.Join(repo, "data", fmt.Sprintf("%02x", i)), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// Its key is cheap to derive: the 64 restic commands below spend milliseconds each on it.
+	testenv.ResticRepo(t, repo)
 	// Four at a time: backups share the repository's lock, and each waits mostly on restic's
 	// key derivation.
 	errs := make([]error, len(comparisonTimes))

@@ -58,11 +58,10 @@ func TestRootRestoreSandboxLosses(t *testing.T) {
 	must(syscall.Chmod(filepath.Join(src, "shared"), 0o2777))
 	must(syscall.Mknod(filepath.Join(src, "null"), syscall.S_IFCHR|0o666, 1<<8|3))
 	repo, pw := filepath.Join(dir, "repo"), filepath.Join(dir, "pw")
-	must(os.WriteFile(pw, []byte("pw\n"), 0o600))
-	for _, args := range [][]string{{"init"}, {"backup", "--no-cache", "--", src}} {
-		if out, err := exec.Command(restic, append([]string{"--repo", repo, "--password-file", pw}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("restic %s: %v\n%s", args[0], err, out)
-		}
+	must(os.WriteFile(pw, []byte(testenv.ResticPassword+"\n"), 0o600))
+	testenv.ResticRepo(t, repo)
+	if out, err := exec.Command(restic, "--repo", repo, "--password-file", pw, "backup", "--no-cache", "--", src).CombinedOutput(); err != nil {
+		t.Fatalf("restic backup: %v\n%s", err, out)
 	}
 	out, err := exec.Command(restic, "--repo", repo, "--password-file", pw, "--no-cache", "snapshots", "--json").Output()
 	must(err)

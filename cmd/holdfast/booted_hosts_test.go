@@ -30,10 +30,8 @@ func TestBootedHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	repo, pw, data := filepath.Join(shared, "repo"), filepath.Join(shared, "repo.pw"), filepath.Join(shared, "data")
-	if err := copyResticRepo(repo); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pw, []byte("correct horse battery staple\n"), 0o600); err != nil {
+	testenv.ResticRepo(t, repo)
+	if err := os.WriteFile(pw, []byte(testenv.ResticPassword+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(data, 0o755); err != nil {

@@ -390,45 +390,11 @@ func (w *world) resticRepo(name string) (repo, passwordFile string) {
 	w.t.Helper()
 	repo = filepath.Join(w.dir, name)
 	passwordFile = filepath.Join(w.dir, name+".password")
-	if err := os.WriteFile(passwordFile, []byte("correct horse battery staple\n"), 0o644); err != nil {
+	if err := os.WriteFile(passwordFile, []byte(testenv.ResticPassword+"\n"), 0o644); err != nil {
 		w.t.Fatal(err)
 	}
-	if err := copyResticRepo(repo); err != nil {
-		w.t.Fatal(err)
-	}
+	testenv.ResticRepo(w.t, repo)
 	return repo, passwordFile
-}
-
-// copyResticRepo lays out at dir the empty repository of testdata/restic-repo, as `restic init`
-// lays one out (modes too). Its key costs restic milliseconds to derive where one of `restic
-// init` costs a fifth of a second of CPU, in every restic command of every test (see
-// testdata/rewrap-restic-key.py); the repositories of a test binary share its master key.
-func copyResticRepo(dir string) error {
-	const template = "testdata/restic-repo"
-	for _, sub := range []string{"", "data", "index", "keys", "locks", "snapshots"} {
-		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
-			return err
-		}
-	}
-	for i := range 256 {
-		if err := os.Mkdir(filepath.Join(dir, "data", fmt.Sprintf("%02x", i)), 0o700); err != nil {
-			return err
-		}
-	}
-	keys, err := os.ReadDir(filepath.Join(template, "keys"))
-	if err != nil {
-		return err
-	}
-	for _, f := range append([]string{"config"}, "keys/"+keys[0].Name()) {
-		b, err := os.ReadFile(filepath.Join(template, f))
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o400); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func (w *world) restic(repo, passwordFile string, args ...string) string {

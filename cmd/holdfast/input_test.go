@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // dbDigest is a digest of every row of every table holdfast owns: equal digests mean nothing
@@ -58,7 +60,7 @@ func TestBadInputRefused(t *testing.T) {
 	openToAll(t, repo)
 	data := w.sampleData("data", 1, 1024)
 	rootOnlyPW := filepath.Join(w.dir, "root-only.password")
-	if err := os.WriteFile(rootOnlyPW, []byte("correct horse battery staple\n"), 0o600); err != nil {
+	if err := os.WriteFile(rootOnlyPW, []byte(testenv.ResticPassword+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	rootOnlyDir := filepath.Join(w.dir, "root-only")

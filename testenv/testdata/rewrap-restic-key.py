@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-# Made testdata/restic-repo: `restic init` (restic 0.14) with the tests' password, then this
-# script over the repository, which wraps the same master key in a key file whose scrypt
-# parameters are cheap (N=128, r=1, p=1, as restic's own tests use), so that each restic
-# command in a test spends milliseconds, not a fifth of a second, deriving the key:
+# Made testdata/restic-repo, which testenv.ResticRepo lays out: `restic init` (restic 0.14) with
+# the tests' password (testenv.ResticPassword), then this script over the repository, which
+# wraps the same master key in a key file whose scrypt parameters are cheap (N=128, r=1, p=1, as
+# restic's own tests use), so that each restic command in a test spends milliseconds, not a fifth
+# of a second, deriving the key:
 #   python3 rewrap-restic-key.py REPO PASSWORD-FILE 128 1 1
 # Needs the cryptography package (AES, Poly1305).
 import json, base64, hashlib, os, sys, glob
