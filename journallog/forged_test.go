@@ -106,8 +106,9 @@ while [ ! -e %[1]s/release ]; do sleep 0.1; done; echo real last line`, dir)
 		testenv.JournalEntryAs(t, journald, dir, 65534, append(fields, "FORGE="+token)...)
 	}
 	// Root's, in the selection: a tail reads them, and must not hold them.
+	rootBig := "MESSAGE=root's big " + strings.Repeat("R", forgedEntryBytes)
 	for i := 0; i < 2; i++ {
-		testenv.JournalEntryAs(t, journald, dir, 0, "MESSAGE=root's big "+strings.Repeat("R", forgedEntryBytes), "HOLDFAST_RUN="+run.String(), "FORGE="+token)
+		testenv.JournalEntryAs(t, journald, dir, 0, rootBig, "HOLDFAST_RUN="+run.String(), "FORGE="+token)
 	}
 	if !testenv.Eventually(time.Minute, func() bool { return testenv.JournalCount(t, m.JournalDir, token) == len(forged)+2 }) {
 		t.Fatalf("journald holds %d of the %d entries written", testenv.JournalCount(t, m.JournalDir, token), len(forged)+2)
