@@ -8,10 +8,11 @@ import (
 
 // The polling of Eventually: often at first, then less often as the wait goes on, so that a
 // condition met at once is seen at once and one that takes its time costs a loaded machine
-// little.
+// little. A poll is a query or a command, and the scenarios wait six at a time: at most four
+// polls a second leave the loaded machine's CPU to the work waited for.
 const (
 	firstPoll = 10 * time.Millisecond
-	lastPoll  = 100 * time.Millisecond
+	lastPoll  = 250 * time.Millisecond
 )
 
 // Patience is how long a test waits for systemd, PostgreSQL or a run to end before it calls
