@@ -119,7 +119,9 @@ func unavailable(t testing.TB, format string, args ...any) {
 }
 
 // procDir is a world-traversable directory that lives as long as the test
-// binary (under RunMain); it holds the PostgreSQL server and the binary.
+// binary (under RunMain); it holds the shared systemd manager, the PostgreSQL
+// server's socket and log, the holdfast binary built for units, and what a
+// package's tests make once (ProcessDir).
 var procDir struct {
 	once sync.Once
 	path string
