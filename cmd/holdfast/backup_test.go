@@ -271,7 +271,7 @@ func TestCorruptJournalAndMarker(t *testing.T) {
 	// Its summary is held back until the line that cannot be read is in its journal.
 	release := w.holdBackups()
 	id := w.startRun("noisy")
-	w.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+	w.waitRun(id, "progress", w.underway)
 	journalPath := filepath.Join(w.state, "runs", id, "a1", "journal.jsonl")
 	f, err := os.OpenFile(journalPath, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {

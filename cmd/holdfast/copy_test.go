@@ -89,7 +89,7 @@ func TestCopyTo(t *testing.T) {
 	w.sampleData("data/more", 1, 2<<20)
 	release := w.holdBackups()
 	id := rw.startRun("home")
-	w.waitRun(id, "the backup's progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+	w.waitRun(id, "the backup's progress", w.underway)
 	w.backupRate(stuckKiBps)
 	release()
 	if r := w.waitEnd(id); r.Status != "succeeded" {

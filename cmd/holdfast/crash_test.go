@@ -212,7 +212,7 @@ func crashRunPath(t *testing.T, w *world, point string) {
 	id := w.startRun("crashy")
 	if restart {
 		// An interruption nobody asked for: restic gets SIGINT from outside holdfast.
-		r := w.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+		r := w.waitRun(id, "progress", w.underway)
 		w.backupRate(0) // the attempt after the interruption
 		w.mgr.Systemctl(t, "kill", "--signal=SIGINT", r.Attempts[0].Unit)
 	}

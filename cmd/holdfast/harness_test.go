@@ -330,7 +330,8 @@ func (w *world) backupRate(kibps int) {
 // it starts, read as the job's user inside the unit. A backup started while holdBackups holds
 // them has restic's summary line held back (restic has ended; its run is still in flight: its
 // journal has no summary, its unit is active) until the hold is released or the unit is
-// stopped; it then exits with restic's status. SIGINT or SIGTERM (holdfast exec passes the
+// stopped; it then exits with restic's status. While it holds one, a file named for the run
+// (heldMarker) is in the job's cache directory. SIGINT or SIGTERM (holdfast exec passes the
 // unit's stop on as SIGINT) goes on to restic.
 func (w *world) slowRestic() string {
 	w.t.Helper()
@@ -343,6 +344,12 @@ case " $* " in
 *" backup "*) [ -e HOLD ] || exec REAL ${rate:+--limit-upload "$rate"} "$@" ;;
 *) exec REAL ${rate:+--limit-upload "$rate"} "$@" ;;
 esac
+cache= held= prev=
+for a; do
+	case $prev in --cache-dir) cache=$a ;; --tag) case $a in holdfast-run=*) held=summary-held.${a#holdfast-run=} ;; esac ;; esac
+	prev=$a
+done
+[ -n "$cache" ] && [ -n "$held" ] && held=$cache/$held || held=
 out=$(mktemp -d) && mkfifo "$out/stdout" "$out/tick" && exec 4<> "$out/tick" || exit 1
 REAL ${rate:+--limit-upload "$rate"} "$@" > "$out/stdout" 4<&- &
 pid=$!
@@ -351,7 +358,9 @@ exec 3< "$out/stdout"
 while :; do
 	if IFS= read -r line <&3; then
 		case $line in *'"message_type":"summary"'*)
-			while [ -z "$stopped" ] && [ -e HOLD ]; do read -r -t 0.1 -u 4; done ;;
+			[ -e HOLD ] && [ -n "$held" ] && : > "$held"
+			while [ -z "$stopped" ] && [ -e HOLD ]; do read -r -t 0.1 -u 4; done
+			[ -n "$held" ] && rm -f "$held" ;;
 		esac
 		printf '%s\n' "$line"
 	elif [ -n "$stopped" ] && kill -0 $pid 2>/dev/null; then
@@ -366,6 +375,24 @@ while kill -0 $pid 2>/dev/null; do wait $pid; status=$?; done
 rm -rf "$out"
 exit $status
 `, "REAL", testenv.Restic(w.t), "RATE", filepath.Join(w.dir, "restic-rate"), "HOLD", filepath.Join(w.dir, "restic-hold"))
+}
+
+// heldMarker names the file slowRestic keeps in a job's cache directory while it holds the
+// summary of run id: its holdfast-run tag.
+func heldMarker(id string) string { return "summary-held." + id }
+
+// underway reports whether run r's restic is at work, or past it: it reported progress, slowRestic
+// holds its summary, or the run ended. A backup that fast may print no status line before its
+// summary (restic 0.19).
+func (w *world) underway(r runJSON) bool {
+	if r.Progress != nil || ended(r) {
+		return true
+	}
+	held, err := filepath.Glob(filepath.Join(w.dir, "state*", "cache", "*", "*", heldMarker(r.ID)))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return len(held) > 0
 }
 
 // holdBackups holds back the summary of every backup that slowRestic starts from now on, until

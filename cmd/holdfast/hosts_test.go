@@ -144,11 +144,11 @@ func (c *cluster) ranOn(id string, attempt int) []string {
 	return on
 }
 
-// waitBackup waits until the run's restic backup reports progress: its unit may run restic
+// waitBackup waits until the run's restic backup is underway: its unit may run restic
 // unlock first, and a rate changed before restic backup started would apply to it.
 func (w *world) waitBackup(id string) {
 	w.t.Helper()
-	if r := w.waitRun(id, "the backup's progress", func(r runJSON) bool { return r.Progress != nil || ended(r) }); ended(r) {
+	if r := w.waitRun(id, "the backup's progress", w.underway); ended(r) {
 		w.t.Fatalf("run %s ended before the test could act on it: %+v", id, r)
 	}
 }

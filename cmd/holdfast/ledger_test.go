@@ -241,7 +241,7 @@ func TestLedgerDeferral(t *testing.T) {
 	// run is in flight, by cause (its summary held back, or crawling), while small runs: once
 	// small is running, then is what the run needs to end.
 	alongside := func(run string, beforeSmall, smallRunning func()) {
-		w.waitRun(run, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+		w.waitRun(run, "progress", w.underway)
 		w.corruptJournal(run)
 		beforeSmall()
 		small := w.startRun("small")

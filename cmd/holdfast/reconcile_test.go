@@ -124,7 +124,7 @@ func TestStopVersusReboot(t *testing.T) {
 	late := w.startRun("late")
 	cut := w.startRun("cut")
 	for _, id := range []string{late, cut} {
-		w.waitRun(id, "progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+		w.waitRun(id, "progress", w.underway)
 	}
 	for _, id := range []string{late, cut} {
 		if r := w.show(id); ended(r) {

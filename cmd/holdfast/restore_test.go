@@ -231,7 +231,7 @@ func TestRestoreAfterCrash(t *testing.T) {
 	}
 	// restic writes a file only once it has a pack of it: at this rate, not for minutes. Its
 	// restore has begun when the unit measures its target.
-	w.waitRun(r.ID, "the restore's progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+	w.waitRun(r.ID, "the restore's progress", w.underway)
 	if got := w.show(r.ID); ended(got) {
 		t.Fatalf("the restore ended before the crash: %+v", got)
 	}
@@ -252,7 +252,7 @@ func TestRestoreAfterCrash(t *testing.T) {
 	}
 	// restic writes a file only once it has a pack of it: at this rate, not for minutes. Its
 	// restore has begun when the unit measures its target.
-	w.waitRun(r.ID, "the restore's progress", func(r runJSON) bool { return r.Progress != nil || ended(r) })
+	w.waitRun(r.ID, "the restore's progress", w.underway)
 	rw.mustRun("run", "stop", r.ID)
 	end = w.waitEnd(r.ID)
 	if end.Status != "stopped" || len(end.Attempts) != 1 {
