@@ -133,7 +133,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzSampleFiles$$' -fuzztime $(FUZZTIME) -timeout 0 ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateReadDataSubset$$' -fuzztime $(FUZZTIME) -timeout 0 ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -timeout 0 ./cmd/holdfast/
-	$(GO) test -run '^$$' -fuzz '^FuzzSplitHook$$' -fuzztime $(FUZZTIME) -timeout 0 ./jobdef/
+	$(GO) test -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME) -timeout 0 ./hook/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSize$$' -fuzztime $(FUZZTIME) -timeout 0 ./ledger/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEnv$$' -fuzztime $(FUZZTIME) -timeout 0 ./credentials/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -timeout 0 ./schedule/

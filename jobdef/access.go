@@ -7,6 +7,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/hook"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/setting"
 )
@@ -78,7 +79,7 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 	for _, p := range j.Paths {
 		want = append(want, Access{Path: p})
 	}
-	if argv, err := SplitHook(j.Backup.StdinFrom); j.Backup.StdinFrom != "" && err == nil {
+	if argv, err := hook.Split(j.Backup.StdinFrom); j.Backup.StdinFrom != "" && err == nil {
 		want = append(want, Access{Path: argv[0], Regular: true, Exec: true, What: "{Job.Backup.StdinFrom} program"})
 	}
 	if len(want) == 0 {

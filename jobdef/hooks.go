@@ -1,42 +1,17 @@
 package jobdef
 
 import (
-	"errors"
 	"fmt"
-	"path/filepath"
 	"regexp"
-	"strings"
-
-	"github.com/mattn/go-shellwords"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/hook"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/setting"
 )
 
 // MaxHooks bounds a job's hooks of one kind.
 const MaxHooks = 16
-
-// SplitHook splits a hook's command line into argv by shell word rules (quotes and backslashes),
-// with no expansion of variables, globs or commands: a hook is never run by a shell. One command
-// only: a shell operator (; | & < >) is refused, and the program must be an absolute path.
-func SplitHook(line string) ([]string, error) {
-	p := shellwords.NewParser()
-	argv, err := p.Parse(line)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("hook %q: %v: close its quotes", line, err)
-	case p.Position >= 0:
-		return nil, fmt.Errorf("hook %q: one command only, never run by a shell (no ;, |, &, < or >): put a pipeline in a script", line)
-	case len(argv) == 0:
-		return nil, errors.New("an empty hook: give a command, such as /usr/local/bin/flush-db")
-	case !filepath.IsAbs(argv[0]):
-		return nil, fmt.Errorf("hook %q: give its program as an absolute path, such as /usr/bin/%s", line, filepath.Base(argv[0]))
-	case strings.ContainsRune(line, 0):
-		return nil, fmt.Errorf("hook %q holds a NUL byte", line)
-	}
-	return argv, nil
-}
 
 // validateHooks checks a job's hooks of one kind (name names them: a placeholder of package
 // setting).
@@ -45,7 +20,7 @@ func validateHooks(name string, hooks []string) error {
 		return fmt.Errorf("%s: %d hooks, at most %d", setting.Render(name), len(hooks), MaxHooks)
 	}
 	for _, h := range hooks {
-		if _, err := SplitHook(h); err != nil {
+		if _, err := hook.Split(h); err != nil {
 			return fmt.Errorf("%s: %w", setting.Render(name), err)
 		}
 	}
@@ -70,7 +45,7 @@ func validateStdin(j *model.Job) error {
 	case len(j.Backup.StdinFilename) > maxStdinFilename || !stdinFilename.MatchString(j.Backup.StdinFilename):
 		return setting.Errorf("{Job.Backup.StdinFilename} %q: give a plain file name such as shop.dump (letters, digits and ._+@-, not starting with a dot): the name the output has in the snapshot", j.Backup.StdinFilename)
 	}
-	if _, err := SplitHook(j.Backup.StdinFrom); err != nil {
+	if _, err := hook.Split(j.Backup.StdinFrom); err != nil {
 		return setting.Errorf("{Job.Backup.StdinFrom}: %w", err)
 	}
 	return nil

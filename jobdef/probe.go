@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/holdfast-backup/holdfast/safepath"
 )
 
 // ProbeAs is a Probe that checks paths as a job's identity: it runs argv (holdfast's own
@@ -77,7 +79,7 @@ func Readable(want []Access) []string {
 func readable(w Access) string {
 	info, err := os.Lstat(w.Path)
 	if err != nil {
-		return Cause(err)
+		return safepath.Cause(err)
 	}
 	if !w.Regular && info.Mode()&os.ModeSymlink != 0 {
 		return "" // restic stores the link itself
@@ -85,7 +87,7 @@ func readable(w Access) string {
 	if w.Exec {
 		// A program is executed, not read: one mode 0711 is fine.
 		if info, err = os.Stat(w.Path); err != nil {
-			return Cause(err)
+			return safepath.Cause(err)
 		}
 		if !info.Mode().IsRegular() {
 			return "it is not a regular file"
@@ -97,39 +99,25 @@ func readable(w Access) string {
 	}
 	fd, err := syscall.Open(w.Path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return Cause(err)
+		return safepath.Cause(err)
 	}
 	f := os.NewFile(uintptr(fd), w.Path)
 	defer f.Close()
 	info, err = f.Stat()
 	if err != nil {
-		return Cause(err)
+		return safepath.Cause(err)
 	}
 	switch {
 	case w.Regular && !info.Mode().IsRegular():
 		return "it is not a regular file"
 	case info.IsDir():
 		if _, err := f.Readdirnames(1); err != nil && !errors.Is(err, io.EOF) {
-			return Cause(err)
+			return safepath.Cause(err)
 		}
 	case info.Mode().IsRegular():
 		if _, err := f.Read(make([]byte, 1)); err != nil && !errors.Is(err, io.EOF) {
-			return Cause(err)
+			return safepath.Cause(err)
 		}
 	}
 	return ""
-}
-
-// Cause is an error's cause without the path it names, the system's short word for it ("no such
-// file or directory"): the caller's message names the path.
-func Cause(err error) string {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return errno.Error()
-	}
-	return err.Error()
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/holdfast-backup/holdfast/safepath"
 	"github.com/holdfast-backup/holdfast/setting"
 	"golang.org/x/sys/unix"
 )
@@ -72,7 +73,7 @@ func ProbeTarget(p TargetProbe) TargetAnswer {
 	}
 	if p.Op == TargetRemove {
 		if err := unix.Rmdir(p.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return TargetAnswer{Why: "not removed: " + Cause(err)}
+			return TargetAnswer{Why: "not removed: " + safepath.Cause(err)}
 		}
 		return TargetAnswer{}
 	}
@@ -86,12 +87,12 @@ func ProbeTarget(p TargetProbe) TargetAnswer {
 			return TargetAnswer{}
 		}
 		if err := unix.Mkdir(p.Path, 0o700); err != nil {
-			return TargetAnswer{Why: fmt.Sprintf("target %s cannot be made: %s", p.Path, Cause(err))}
+			return TargetAnswer{Why: fmt.Sprintf("target %s cannot be made: %s", p.Path, safepath.Cause(err))}
 		}
 		return TargetAnswer{Created: true}
 	}
 	if err != nil {
-		return TargetAnswer{Why: fmt.Sprintf("target %s: %s", p.Path, Cause(err))}
+		return TargetAnswer{Why: fmt.Sprintf("target %s: %s", p.Path, safepath.Cause(err))}
 	}
 	if !info.IsDir() {
 		return TargetAnswer{Why: fmt.Sprintf("target %s is not a directory (%s)", p.Path, kindOf(info.Mode()))}
@@ -102,12 +103,12 @@ func ProbeTarget(p TargetProbe) TargetAnswer {
 	if !p.Overwrite {
 		f, err := os.Open(p.Path)
 		if err != nil {
-			return TargetAnswer{Why: fmt.Sprintf("target %s: %s", p.Path, Cause(err))}
+			return TargetAnswer{Why: fmt.Sprintf("target %s: %s", p.Path, safepath.Cause(err))}
 		}
 		defer f.Close()
 		if _, err := f.Readdirnames(1); !errors.Is(err, io.EOF) {
 			if err != nil {
-				return TargetAnswer{Why: fmt.Sprintf("target %s: %s", p.Path, Cause(err))}
+				return TargetAnswer{Why: fmt.Sprintf("target %s: %s", p.Path, safepath.Cause(err))}
 			}
 			return TargetAnswer{Why: setting.Sprintf("target %s is not empty: restore into an empty directory, or give {Restore.Overwrite} to restore over what is there", p.Path)}
 		}
@@ -119,13 +120,13 @@ func ProbeTarget(p TargetProbe) TargetAnswer {
 func writableDir(dir string) string {
 	info, err := os.Lstat(dir)
 	if err != nil {
-		return Cause(err)
+		return safepath.Cause(err)
 	}
 	if !info.IsDir() {
 		return "it is not a directory (" + kindOf(info.Mode()) + ")"
 	}
 	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
-		return Cause(err)
+		return safepath.Cause(err)
 	}
 	return ""
 }

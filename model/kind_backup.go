@@ -4,7 +4,7 @@ package model
 // engine and, for a backup of a command's output, that command.
 type BackupSettings struct {
 	// BeforeHooks are command lines run in the backup's unit, in order, before the engine (see
-	// jobdef.SplitHook); the first that fails fails the run.
+	// hook.Split); the first that fails fails the run.
 	BeforeHooks []string
 	HookSkips   int // backups a before hook skipped (exit 75)
 	// AfterHooks run in the unit after the engine, whatever the outcome, which they see in

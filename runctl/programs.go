@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"github.com/holdfast-backup/holdfast/jobdef"
+	"github.com/holdfast-backup/holdfast/safepath"
 	"github.com/holdfast-backup/holdfast/setting"
 )
 
@@ -20,7 +20,7 @@ func CheckExecutable(name, path string) error {
 	}
 	info, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("%s %s: %s: give the path of an installed executable", name, path, jobdef.Cause(err))
+		return fmt.Errorf("%s %s: %s: give the path of an installed executable", name, path, safepath.Cause(err))
 	}
 	if !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
 		return fmt.Errorf("%s %s is not an executable file: give the path of an installed executable", name, path)

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -357,4 +358,18 @@ func allDots(cs []string) bool {
 		}
 	}
 	return true
+}
+
+// Cause is an error's cause without the path it names, the system's short word for it ("no such
+// file or directory"): the caller's message names the path.
+func Cause(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	return err.Error()
 }

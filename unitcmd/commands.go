@@ -20,8 +20,9 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
-	"github.com/holdfast-backup/holdfast/jobdef"
+	"github.com/holdfast-backup/holdfast/hook"
 	"github.com/holdfast-backup/holdfast/journal"
+	"github.com/holdfast-backup/holdfast/safepath"
 	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/textsafe"
 )
@@ -156,7 +157,7 @@ func execCmd() *cobra.Command {
 			}
 			var producer *engine.Producer
 			if stdinFrom != "" {
-				pargv, err := jobdef.SplitHook(stdinFrom)
+				pargv, err := hook.Split(stdinFrom)
 				if err != nil {
 					return badInput("--stdin-from: %v", err)
 				}
@@ -250,7 +251,7 @@ func runBeforeHooks(ctx context.Context, hooks []string, runID string, attempt i
 		return status, why
 	}
 	for _, h := range hooks {
-		argv, err := jobdef.SplitHook(h)
+		argv, err := hook.Split(h)
 		if err != nil {
 			return end(1, engine.HookFailed+textsafe.String(h)+": "+err.Error())
 		}
@@ -260,7 +261,7 @@ func runBeforeHooks(ctx context.Context, hooks []string, runID string, attempt i
 		c := exec.Command(argv[0], argv[1:]...)
 		c.Env, c.Dir, c.Stdout, c.Stderr = env, "/", os.Stderr, os.Stderr
 		if err := c.Start(); err != nil {
-			return end(1, engine.HookFailed+textsafe.String(h)+" could not start: "+jobdef.Cause(err))
+			return end(1, engine.HookFailed+textsafe.String(h)+" could not start: "+safepath.Cause(err))
 		}
 		waited := make(chan error, 1)
 		go func() { waited <- c.Wait() }()
@@ -304,7 +305,7 @@ func runAfterHooks(hooks []string, runID string, attempt, status int, outcome st
 	failed := false
 	for _, h := range hooks {
 		why := ""
-		if argv, err := jobdef.SplitHook(h); err != nil {
+		if argv, err := hook.Split(h); err != nil {
 			why = err.Error()
 		} else {
 			c := exec.Command(argv[0], argv[1:]...)

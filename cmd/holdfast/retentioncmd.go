@@ -22,6 +22,7 @@ import (
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/runctl"
+	"github.com/holdfast-backup/holdfast/safepath"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/unitcmd"
 )
@@ -442,7 +443,7 @@ const maxListing = 64 << 20
 func readListing(path string, limit int64) ([]byte, error) {
 	info, err := os.Stat(path)
 	if err != nil {
-		return nil, badInput("--snapshots %s: %v: give the file restic snapshots --json wrote", path, jobdef.Cause(err))
+		return nil, badInput("--snapshots %s: %v: give the file restic snapshots --json wrote", path, safepath.Cause(err))
 	}
 	if !info.Mode().IsRegular() {
 		return nil, badInput("--snapshots %s is not a regular file: save restic snapshots --json to a file first", path)
@@ -453,7 +454,7 @@ func readListing(path string, limit int64) ([]byte, error) {
 	// O_NONBLOCK: if the path became a FIFO after the check, opening it must not wait for a writer.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
-		return nil, badInput("--snapshots %s: %v", path, jobdef.Cause(err))
+		return nil, badInput("--snapshots %s: %v", path, safepath.Cause(err))
 	}
 	defer f.Close()
 	if info, err = f.Stat(); err != nil || !info.Mode().IsRegular() {
@@ -461,7 +462,7 @@ func readListing(path string, limit int64) ([]byte, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
-		return nil, badInput("--snapshots %s: %v", path, jobdef.Cause(err))
+		return nil, badInput("--snapshots %s: %v", path, safepath.Cause(err))
 	}
 	if int64(len(data)) > limit {
 		return nil, badInput("--snapshots %s is more than the %d bytes a listing may have", path, limit)

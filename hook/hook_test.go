@@ -1,12 +1,14 @@
-package jobdef
+package hook_test
 
 import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/holdfast-backup/holdfast/hook"
 )
 
-func TestSplitHook(t *testing.T) {
+func TestSplit(t *testing.T) {
 	for _, tc := range []struct {
 		line string
 		argv []string
@@ -23,29 +25,29 @@ func TestSplitHook(t *testing.T) {
 		{`/bin/echo "open`, nil, "close its quotes"},
 		{"   ", nil, "empty hook"},
 	} {
-		argv, err := SplitHook(tc.line)
+		argv, err := hook.Split(tc.line)
 		switch {
 		case tc.err == "" && (err != nil || !slices.Equal(argv, tc.argv)):
-			t.Errorf("SplitHook(%q) = %q, %v; want %q", tc.line, argv, err, tc.argv)
+			t.Errorf("Split(%q) = %q, %v; want %q", tc.line, argv, err, tc.argv)
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
-			t.Errorf("SplitHook(%q) = %q, %v; want an error with %q", tc.line, argv, err, tc.err)
+			t.Errorf("Split(%q) = %q, %v; want an error with %q", tc.line, argv, err, tc.err)
 		}
 	}
 }
 
-// FuzzSplitHook: a hook line never panics, and what is accepted is one command of an absolute
+// FuzzSplit: a hook line never panics, and what is accepted is one command of an absolute
 // program.
-func FuzzSplitHook(f *testing.F) {
+func FuzzSplit(f *testing.F) {
 	for _, s := range []string{`/bin/echo "a b"`, "/bin/a | b", `/x 'y`, "/bin/true\x00", `\`, `/a "b\"c"`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
-		argv, err := SplitHook(line)
+		argv, err := hook.Split(line)
 		if err != nil {
 			return
 		}
 		if len(argv) == 0 || !strings.HasPrefix(argv[0], "/") {
-			t.Fatalf("SplitHook(%q) = %q", line, argv)
+			t.Fatalf("Split(%q) = %q", line, argv)
 		}
 	})
 }
