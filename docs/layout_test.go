@@ -137,3 +137,29 @@ func TestLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestUnitBinaryLinksNoDatabase holds Layout's word on cmd/holdfast-unit: what units run links
+// neither the store nor PostgreSQL's driver, migrations or metrics, which only cost each of a
+// run's units their start (a package that pulls one in, however indirectly, fails this).
+func TestUnitBinaryLinksNoDatabase(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command: %v", err)
+	}
+	cmd := exec.Command(goBin, "list", "-deps", "./cmd/holdfast-unit")
+	cmd.Dir = ".."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, module+"/unitcmd") {
+		t.Fatalf("go list -deps ./cmd/holdfast-unit lists no unitcmd: %q", deps)
+	}
+	for _, banned := range []string{module + "/store", module + "/migrations", "github.com/jackc/pgx/v5",
+		"github.com/pressly/goose/v3", "github.com/prometheus/client_golang/prometheus"} {
+		if slices.Contains(deps, banned) {
+			t.Errorf("cmd/holdfast-unit links %s", banned)
+		}
+	}
+}
