@@ -68,21 +68,28 @@ func readLayout(t *testing.T) map[string]layoutRow {
 	return rows
 }
 
-// goPackages lists the module's packages with the holdfast packages each imports (not its
-// tests'), as directories relative to the module root.
-func goPackages(t *testing.T) map[string][]string {
+// goList runs go list with args at the module root and returns its output.
+func goList(t *testing.T, args ...string) []byte {
 	t.Helper()
 	// go test puts its own toolchain's bin first on PATH.
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("the go command: %v", err)
 	}
-	cmd := exec.Command(goBin, "list", "-json", "./...")
+	cmd := exec.Command(goBin, append([]string{"list"}, args...)...)
 	cmd.Dir = ".."
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list: %v", err)
+		t.Fatalf("go list %s: %v", strings.Join(args, " "), err)
 	}
+	return out
+}
+
+// goPackages lists the module's packages with the holdfast packages each imports (not its
+// tests'), as directories relative to the module root.
+func goPackages(t *testing.T) map[string][]string {
+	t.Helper()
+	out := goList(t, "-json", "./...")
 	pkgs := map[string][]string{}
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	for dec.More() {
@@ -142,17 +149,7 @@ func TestLayout(t *testing.T) {
 // neither the store nor PostgreSQL's driver, migrations or metrics, which only cost each of a
 // run's units their start (a package that pulls one in, however indirectly, fails this).
 func TestUnitBinaryLinksNoDatabase(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command: %v", err)
-	}
-	cmd := exec.Command(goBin, "list", "-deps", "./cmd/holdfast-unit")
-	cmd.Dir = ".."
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	deps := strings.Fields(string(out))
+	deps := strings.Fields(string(goList(t, "-deps", "./cmd/holdfast-unit")))
 	if !slices.Contains(deps, module+"/unitcmd") {
 		t.Fatalf("go list -deps ./cmd/holdfast-unit lists no unitcmd: %q", deps)
 	}
