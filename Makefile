@@ -26,7 +26,8 @@ lint:
 	$(GO) run $(STATICCHECK) $(PKGS)
 
 # The suite against a real PostgreSQL, real systemd managers and real restic (testenv starts
-# private ones), as plain go test: `go test ./reconcile -run X -v` runs a part of it the same way.
+# private ones), as plain go test (make lint is a step of its own: CI runs it before the suite,
+# and a cold build cache spends some 240 CPU-s on vet and staticcheck that a test run needs not): `go test ./reconcile -run X -v` runs a part of it the same way.
 # CI=true turns a missing dependency into a failure instead of a skip. Every package runs with the
 # race detector but the scenarios (SCENARIOS), whose daemons and units are the holdfast binary,
 # built once without it where units running as nobody can reach it (testenv.BinaryEnv; go run
@@ -44,7 +45,7 @@ BOOTED_TESTS := ^(TestBooted.*|TestRPMPackage)$$
 # only costs or saves time (a package moved or renamed must be here too: go test refuses a path
 # that does not exist).
 SLOW_PACKAGES := cmd/holdfast-demo store supervisor journallog reconcile retention engine notify
-test: deps lint
+test: deps
 	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) run -exec cp ./cmd/holdfast $$bindir/holdfast \
 		&& $(GO) run -exec cp ./cmd/holdfast-unit $$bindir/holdfast-unit && chmod 755 $$bindir/* || exit 1; \
 	export HOLDFAST_TEST_BINARY=$$bindir/holdfast; \
