@@ -17,6 +17,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -52,7 +53,7 @@ func writeData(b *testing.B, dir string, files int, size int64, seed uint64) {
 // `holdfast run start --wait` against a real daemon with its default settings, from the
 // command's start to its exit. The two take turns going first, over the same bytes, so noise
 // hits both.
-func backupPair(b *testing.B, n, files int, size int64) (restic, holdfast []time.Duration) {
+func backupPair(b *testing.B, n, files int, size int64) (restic, holdfast []time.Duration, phases []runPhases) {
 	ctx := context.Background()
 	e := newBenchEnv(b)
 	resticBin := testenv.Restic(b)
@@ -102,14 +103,17 @@ func backupPair(b *testing.B, n, files int, size int64) (restic, holdfast []time
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
-			holdfast = append(holdfast, time.Since(start))
+			end := time.Now()
+			holdfast = append(holdfast, end.Sub(start))
 			var run struct {
-				Status     string `json:"status"`
-				BytesAdded *int64 `json:"bytes_added"`
+				ID         uuid.UUID `json:"id"`
+				Status     string    `json:"status"`
+				BytesAdded *int64    `json:"bytes_added"`
 			}
 			if err != nil || json.Unmarshal(stdout.Bytes(), &run) != nil || run.Status != "succeeded" || run.BytesAdded == nil || *run.BytesAdded < size*9/10 {
 				b.Fatalf("holdfast run start --wait: %v, run %+v\n%s\n%s", err, run, stdout.Bytes(), lastLines(stderr.Bytes()))
 			}
+			phases = append(phases, e.phasesOf(b, run.ID, start, end))
 		}
 		// Each goes first in every other round: the second reads what the first left in the
 		// page cache, and the machine's state drifts between the two.
@@ -122,7 +126,7 @@ func backupPair(b *testing.B, n, files int, size int64) (restic, holdfast []time
 		}
 	}
 	b.StopTimer()
-	return restic, holdfast
+	return restic, holdfast, phases
 }
 
 func lastLines(out []byte) []byte {
@@ -130,6 +134,45 @@ func lastLines(out []byte) []byte {
 		return out[len(out)-2000:]
 	}
 	return out
+}
+
+// runPhases is where the time of one `run start --wait` went, from the command's start to its
+// exit, by the timestamps the run left: the database's for the admission (the run's creation),
+// the daemon's claim of the spawn, the unit's start as the daemon recorded it and the run's end;
+// the exit marker's, written by the unit's ExecStopPost. One clock: all of them on this machine.
+type runPhases struct {
+	Admit  time.Duration // command start -> run created (the CLI's start, connection, admission)
+	Claim  time.Duration // run created -> spawn claimed (the daemon's wake and pass)
+	Start  time.Duration // spawn claimed -> unit started (StartTransientUnit and its record)
+	Unit   time.Duration // unit started -> exit marker (the unit's run, restic's included)
+	Finish time.Duration // exit marker -> run finished (the end noticed and recorded)
+	Wake   time.Duration // run finished -> command's exit (the CLI's wake and output)
+}
+
+func (e *benchEnv) phasesOf(b *testing.B, id uuid.UUID, start, end time.Time) runPhases {
+	b.Helper()
+	ctx := context.Background()
+	run, err := e.st.RunGet(ctx, id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	attempts, err := e.st.AttemptList(ctx, id)
+	if err != nil || len(attempts) != 1 {
+		b.Fatalf("run %s: attempts %+v, %v: want one", id, attempts, err)
+	}
+	a := attempts[0]
+	m, err := systemd.ReadMarker(e.state, id, a.No)
+	if err != nil || a.SpawnClaimedAt == nil || a.StartedAt == nil || run.FinishedAt == nil {
+		b.Fatalf("run %s: marker %v, attempt %+v, finished %v", id, err, a, run.FinishedAt)
+	}
+	return runPhases{
+		Admit:  run.CreatedAt.Sub(start),
+		Claim:  a.SpawnClaimedAt.Sub(run.CreatedAt),
+		Start:  a.StartedAt.Sub(*a.SpawnClaimedAt),
+		Unit:   m.At.Sub(*a.StartedAt),
+		Finish: run.FinishedAt.Sub(m.At),
+		Wake:   end.Sub(*run.FinishedAt),
+	}
 }
 
 func reportPair(b *testing.B, restic, holdfast []time.Duration) {
@@ -152,8 +195,9 @@ func reportPair(b *testing.B, restic, holdfast []time.Duration) {
 // BenchmarkBackupSmall: a 1 MB backup through `holdfast run start --wait` against restic alone,
 // medians of 6. Target: holdfast/restic <= 1.5 (goal 1.2).
 func BenchmarkBackupSmall(b *testing.B) {
-	restic, holdfast := backupPair(b, 6, 1, 1<<20)
+	restic, holdfast, phases := backupPair(b, 6, 1, 1<<20)
 	reportPair(b, restic, holdfast)
+	reportPhases(b, restic, phases)
 }
 
 // BenchmarkBackupLarge: a 1 GB backup (16 files), holdfast against restic alone, medians of 6
@@ -166,6 +210,37 @@ func BenchmarkBackupLarge(b *testing.B) {
 			b.Fatalf("HOLDFAST_BENCH_LARGE_RUNS=%q: want a positive number", v)
 		}
 	}
-	restic, holdfast := backupPair(b, n, 16, 1<<30)
+	restic, holdfast, phases := backupPair(b, n, 16, 1<<30)
 	reportPair(b, restic, holdfast)
+	reportPhases(b, restic, phases)
+}
+
+// reportPhases reports the median of each phase, and the unit's run less restic's own time in
+// the same round: what the unit adds around restic (its start, the journal, ExecStopPost).
+func reportPhases(b *testing.B, restic []time.Duration, phases []runPhases) {
+	pick := func(f func(runPhases) time.Duration) []time.Duration {
+		var d []time.Duration
+		for _, p := range phases {
+			d = append(d, f(p))
+		}
+		return d
+	}
+	unitExtra := pick(func(p runPhases) time.Duration { return p.Unit })
+	for i := range unitExtra {
+		unitExtra[i] -= restic[i]
+	}
+	for _, ph := range []struct {
+		name string
+		d    []time.Duration
+	}{
+		{"admit", pick(func(p runPhases) time.Duration { return p.Admit })},
+		{"claim", pick(func(p runPhases) time.Duration { return p.Claim })},
+		{"start", pick(func(p runPhases) time.Duration { return p.Start })},
+		{"unit-extra", unitExtra},
+		{"finish", pick(func(p runPhases) time.Duration { return p.Finish })},
+		{"wake", pick(func(p runPhases) time.Duration { return p.Wake })},
+	} {
+		b.Logf("%-10s %v", ph.name, ph.d)
+		b.ReportMetric(float64(median(ph.d).Microseconds())/1000, ph.name+"-ms")
+	}
 }
