@@ -750,14 +750,18 @@ func TestResticInterrupt(t *testing.T) {
 	dir := t.TempDir()
 	job := newRepo(t, dir)
 	job.Paths = []string{filepath.Join(dir, "big")}
-	// At 64 KiB/s its upload takes a minute at least: restic cannot have finished when its first
-	// progress came, and the signal with it.
-	writeRandom(t, job.Paths[0], 4<<20)
+	// At 64 KiB/s its upload takes minutes: restic cannot have finished when its first progress
+	// came, and the signal with it. The signal must come while restic reads, though: restic acts
+	// on none while its rate limiter holds a transfer back (StopGrace), and the data, less than
+	// one pack (16 MiB), is uploaded only once all of it was read. Status lines 60 times a second
+	// (restic 0.19 prints its first after 0.1 s, when a few MiB were read on a fast machine)
+	// put the first well inside the read of 15 MiB.
+	writeRandom(t, job.Paths[0], 15<<20)
 	job.LimitUpload = 64
 
 	argv, _ := json.Marshal(Restic{}.BackupArgv(job, uuid.New()))
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
-	cmd.Env = append(os.Environ(), "HOLDFAST_ENGINE_HELPER=1", "HOLDFAST_ENGINE_ARGV="+string(argv))
+	cmd.Env = append(os.Environ(), "HOLDFAST_ENGINE_HELPER=1", "HOLDFAST_ENGINE_ARGV="+string(argv), "RESTIC_PROGRESS_FPS=60")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
