@@ -30,6 +30,8 @@ func TestCompactHistory(t *testing.T) {
 		`ALTER TABLE ledger_entries DISABLE TRIGGER ledger_entries_append_only`,
 		`UPDATE ledger_entries SET account = 'acme' WHERE run_id IN (SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.host = 'h00001')`,
 		`ALTER TABLE ledger_entries ENABLE TRIGGER ledger_entries_append_only`,
+		// History moved between accounts, as no writer moves it: their kept sums say so too.
+		`SELECT account_sums_recount()`,
 	} {
 		if _, err := conn.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)

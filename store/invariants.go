@@ -57,6 +57,14 @@ var invariants = []struct{ name, query string }{
 			LATERAL (SELECT coalesce(sum(e.bytes), 0) AS b FROM ledger_entries e WHERE e.account = a.name AND e.kind = 'hold'
 				AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = e.id)) h
 		WHERE NOT a.unlimited AND g.b - st.b - h.b < 0`},
+	{"an account's kept sums are its entries': granted and settled with its checkpoint's, held its open holds", `
+		SELECT 'account ' || a.name || ' keeps ' || a.granted_bytes || ' granted, ' || a.settled_bytes || ' settled and ' ||
+			a.held_bytes || ' held, but its entries say ' || g.b || ', ' || st.b || ' and ' || h.b
+		FROM accounts a,
+			LATERAL (SELECT ` + accountGranted + ` AS b) g,
+			LATERAL (SELECT ` + accountSettled + ` AS b) st,
+			LATERAL (SELECT ` + accountHeld + ` AS b) h
+		WHERE (a.granted_bytes, a.settled_bytes, a.held_bytes) <> (g.b, st.b, h.b)`},
 	{"a hold is settled or released at most once, by an entry of its own account, run and attempt, for at most what it held", `
 		SELECT 'hold ' || h.id || ' is closed ' || count(*) || ' times'
 		FROM ledger_entries h JOIN ledger_entries c ON c.hold_id = h.id GROUP BY h.id HAVING count(*) > 1

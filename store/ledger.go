@@ -23,9 +23,17 @@ const (
 // DefaultAccount is the account of jobs that name none. It has no quota until given one.
 const DefaultAccount = "default"
 
+// accountColumns reads account a (accounts a) with its sums as its entries give them: inside a
+// transaction that writes entries, where the sums kept on its row (accountKeptColumns) wait for
+// the commit (migration 00036).
 const accountColumns = `a.name, a.created_at, a.unlimited, a.allowance_bytes, coalesce(a.allowance_period, ''),
-	` + accountGranted + `::bigint, ` + accountSettled + `::bigint,
-	coalesce((SELECT sum(bytes) FROM open_holds WHERE account = a.name), 0)::bigint`
+	` + accountGranted + `::bigint, ` + accountSettled + `::bigint, ` + accountHeld + `::bigint`
+
+// accountKeptColumns reads account a with the sums kept on its row as each entry commits: one
+// row whatever the account's history, for every read outside a writing transaction. The
+// invariant "an account's kept sums are its entries'" holds them to accountColumns.
+const accountKeptColumns = `a.name, a.created_at, a.unlimited, a.allowance_bytes, coalesce(a.allowance_period, ''),
+	a.granted_bytes, a.settled_bytes, a.held_bytes`
 
 // accountGranted and accountSettled are what account a (accounts a) was granted and charged:
 // its entries, and those a compaction folded into its checkpoint (HistoryCompact).
@@ -34,6 +42,8 @@ const (
 		+ coalesce((SELECT k.granted_bytes FROM ledger_checkpoints k WHERE k.account = a.name), 0))`
 	accountSettled = `(coalesce((SELECT sum(bytes) FROM ledger_entries WHERE account = a.name AND kind = 'settle'), 0)
 		+ coalesce((SELECT k.settled_bytes FROM ledger_checkpoints k WHERE k.account = a.name), 0))`
+	// accountHeld is what account a holds: its holds that no settlement or release closed.
+	accountHeld = `coalesce((SELECT sum(bytes) FROM open_holds WHERE account = a.name), 0)`
 )
 
 func scanAccount(row pgx.Row) (model.Account, error) {
@@ -139,7 +149,7 @@ func grant(ctx context.Context, tx pgx.Tx, name string, bytes int64, actor, note
 
 // AccountList lists the accounts with their sums; name "" lists all.
 func (s *Store) AccountList(ctx context.Context, name string) ([]model.Account, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+accountColumns+` FROM accounts a WHERE $1 = '' OR a.name = $1 ORDER BY a.name`, name)
+	rows, err := s.pool.Query(ctx, `SELECT `+accountKeptColumns+` FROM accounts a WHERE $1 = '' OR a.name = $1 ORDER BY a.name`, name)
 	if err != nil {
 		return nil, fmt.Errorf("list accounts: %w", err)
 	}

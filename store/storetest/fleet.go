@@ -40,6 +40,8 @@ func SeedFleet(ctx context.Context, conn Execer, from, to int) error {
 		// per event were three quarters of a seed's time. The deliveries are written below.
 		`ALTER TABLE runs DISABLE TRIGGER job_figures_inserted`,
 		`ALTER TABLE events DISABLE TRIGGER events_deliveries`,
+		// Likewise the accounts' kept sums, counted once when the ledger's history is written.
+		`ALTER TABLE ledger_entries DISABLE TRIGGER ledger_balance`,
 		// History: hourly runs that succeeded, each with its attempt, its hold and settlement,
 		// and its started and succeeded events.
 		`WITH j AS (SELECT id, name, host FROM jobs WHERE host >= 'h' || lpad($1::int::text, 5, '0') AND host < 'h' || lpad($2::int::text, 5, '0')),
@@ -89,6 +91,8 @@ func SeedFleet(ctx context.Context, conn Execer, from, to int) error {
 				now(), 0.5, now() FROM r JOIN j ON j.id = r.job_id)
 		 INSERT INTO ledger_entries (account, kind, bytes, run_id, attempt_no, created_at)
 			SELECT 'default', 'hold', 2000000, r.id, 1, r.created_at FROM r`,
+		`ALTER TABLE ledger_entries ENABLE TRIGGER ledger_balance`,
+		`SELECT account_sums_recount()`,
 	}
 	for _, stmt := range stmts {
 		args := []any{}
