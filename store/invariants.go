@@ -54,8 +54,7 @@ var invariants = []struct{ name, query string }{
 		FROM accounts a,
 			LATERAL (SELECT ` + accountGranted + ` AS b) g,
 			LATERAL (SELECT ` + accountSettled + ` AS b) st,
-			LATERAL (SELECT coalesce(sum(e.bytes), 0) AS b FROM ledger_entries e WHERE e.account = a.name AND e.kind = 'hold'
-				AND NOT EXISTS (SELECT 1 FROM ledger_entries c WHERE c.hold_id = e.id)) h
+			LATERAL (SELECT ` + accountHeld + ` AS b) h
 		WHERE NOT a.unlimited AND g.b - st.b - h.b < 0`},
 	{"an account's kept sums are its entries': granted and settled with its checkpoint's, held its open holds", `
 		SELECT 'account ' || a.name || ' keeps ' || a.granted_bytes || ' granted, ' || a.settled_bytes || ' settled and ' ||

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/holdfast-backup/holdfast/credentials"
+	"github.com/holdfast-backup/holdfast/safepath"
 )
 
 // declaration is one object a configuration file declares: jobs.NAME, notify.NAME or
@@ -83,7 +84,7 @@ func readConfig(args []string, stdin io.Reader) (configSet, error) {
 		}
 		info, err := os.Stat(arg)
 		if err != nil {
-			return set, badInput("%s: %v", arg, causeOf(err))
+			return set, badInput("%s: %v", arg, safepath.Cause(err))
 		}
 		if !info.IsDir() {
 			set.files = append(set.files, arg)
@@ -155,14 +156,6 @@ func readConfigFile(path string) ([]byte, error) {
 		return nil, inputError{err}
 	}
 	return data, nil
-}
-
-func causeOf(err error) string {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
 }
 
 // parseConfig reads one file's declarations, refusing anything that is not sections of named
