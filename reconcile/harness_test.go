@@ -115,6 +115,11 @@ func (s *fakeState) HostListDown(context.Context, string, time.Duration) ([]stri
 	return nil, false, nil
 }
 
+func (s *fakeState) HostNextDown(context.Context, string, time.Duration) (time.Duration, bool, error) {
+	s.record("HostNextDown")
+	return 0, false, nil
+}
+
 func (s *fakeState) RunListOrphaned(context.Context, string, time.Duration) ([]model.LiveRun, error) {
 	s.record("RunListOrphaned")
 	return nil, nil

@@ -124,11 +124,12 @@ func (o *orphanReads) read(down []string, n int, now time.Time) bool {
 // partition, the daemon records nothing for them (the fence refuses it) and ends their units,
 // with SIGINT for restic so that it removes its lock. Once such a unit is gone, restic unlock
 // runs once (as the job's user, in a query unit) on its repository: a unit that died with its
-// host (a power loss) left a lock that only this host can tell is stale.
-func (r *Reconciler) stopSuperseded(ctx context.Context) error {
+// host (a power loss) left a lock that only this host can tell is stale. It reports whether it
+// found such a unit alive (and asked systemd to stop it).
+func (r *Reconciler) stopSuperseded(ctx context.Context) (stopping bool, err error) {
 	list, err := r.cfg.Store.AttemptListSuperseded(ctx, r.cfg.Host, supersededWithin)
 	if err != nil || len(list) == 0 {
-		return err
+		return false, err
 	}
 	names := make([]string, 0, 2*len(list))
 	for i, a := range list {
@@ -139,7 +140,7 @@ func (r *Reconciler) stopSuperseded(ctx context.Context) error {
 	}
 	states, err := r.cfg.Runner.States(ctx, names)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, a := range list {
 		alive := false
@@ -147,17 +148,17 @@ func (r *Reconciler) stopSuperseded(ctx context.Context) error {
 			if !states[name].Alive() {
 				continue
 			}
-			alive = true
+			alive, stopping = true, true
 			r.cfg.Logger.Warn("stopping the unit of an attempt another host took over", "unit", name, "run", a.RunID, "attempt", a.No)
 			if err := r.cfg.Runner.Stop(ctx, name); err != nil {
-				return fmt.Errorf("stop superseded unit %s: %w", name, err)
+				return true, fmt.Errorf("stop superseded unit %s: %w", name, err)
 			}
 		}
 		if !alive {
 			r.unlockSuperseded(ctx, a)
 		}
 	}
-	return nil
+	return stopping, nil
 }
 
 // unlockSuperseded has the repair channel run restic unlock, once per daemon, for a superseded

@@ -397,6 +397,13 @@ type SweepStats struct {
 	// due time rests on (liveShape), or that the pass took runs over: a pass's own changes
 	// show in the next pass's read.
 	LiveChanged bool
+	// Idle says that the pass found nothing to follow: no live run of this host, none taken
+	// over, no unit of a superseded attempt alive, no error. Nothing but a notification, an
+	// exit marker, admission or a host going down gives the next pass work then.
+	Idle bool
+	// NextDown is, in an idle pass, how long until another host may be down at the earliest
+	// (store.HostNextDown), the moment a takeover may be due; 0 for no other host that may.
+	NextDown time.Duration
 }
 
 // Sweep reconciles every live run once, within PassTimeout. Without the host's lease it does
@@ -409,9 +416,9 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PassTimeout)
 	defer cancel()
 	// Runs of hosts that lost their lease are taken over first, so this pass may spawn them.
-	taken, err := r.takeOver(ctx)
-	if err != nil {
-		r.cfg.Logger.Error("runs of hosts that lost their lease not taken over; the next pass tries again", "err", err)
+	taken, takeErr := r.takeOver(ctx)
+	if takeErr != nil {
+		r.cfg.Logger.Error("runs of hosts that lost their lease not taken over; the next pass tries again", "err", takeErr)
 	}
 	// One question to systemd for the whole pass. It is asked before any marker is read: a unit
 	// reads as gone only after its ExecStopPost ended, so a marker it wrote is seen below. Where
@@ -507,13 +514,26 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 		return stats, ErrNoLease
 	}
 	r.runaway.Prune(live)
-	if err := r.stopSuperseded(ctx); err != nil {
+	stopping, err := r.stopSuperseded(ctx)
+	if err != nil {
 		stats.Errors++
 		r.cfg.Logger.Error("units of superseded attempts not stopped; the next pass tries again", "err", err)
 	}
+	// Deferred settlements do not keep a daemon awake: each is asked about every repairInterval.
 	if err := r.settleDeferred(ctx); err != nil {
 		stats.Errors++
 		r.cfg.Logger.Error("deferred settlements not retried", "err", err)
+	}
+	stats.Idle = len(live) == 0 && taken == 0 && takeErr == nil && !stopping && stats.Errors == 0
+	if stats.Idle {
+		in, ok, err := r.cfg.Store.HostNextDown(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
+		switch {
+		case err != nil:
+			stats.Idle = false
+			r.cfg.Logger.Warn("when another host may be down not read; the next pass comes at the sweep interval", "err", err)
+		case ok:
+			stats.NextDown = max(in, time.Nanosecond) // 0 says none
+		}
 	}
 	stats.Duration = time.Since(start)
 	return stats, nil

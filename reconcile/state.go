@@ -35,6 +35,7 @@ type StateReader interface {
 	RunListEndedBefore(ctx context.Context, ids []uuid.UUID, t time.Time) ([]uuid.UUID, error)
 	HostList(ctx context.Context) ([]model.Host, error)
 	HostListDown(ctx context.Context, me string, grace time.Duration) (down []string, unnoticed bool, err error)
+	HostNextDown(ctx context.Context, me string, grace time.Duration) (in time.Duration, ok bool, err error)
 	RunListOrphaned(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error)
 	AttemptListSuperseded(ctx context.Context, host string, within time.Duration) ([]model.SupersededAttempt, error)
 	AttemptListDeferred(ctx context.Context, host string) ([]model.DeferredSettlement, error)

@@ -146,6 +146,7 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 			return err
 		}},
 		{what: "down hosts", generic: true, do: func() error { _, _, err := st.HostListDown(ctx, host, time.Second); return err }},
+		{what: "next down host", do: func() error { _, _, err := st.HostNextDown(ctx, host, time.Second); return err }},
 		{what: "notice down hosts", do: func() error { _, err := st.HostNoticeDown(ctx, host, time.Second); return err }},
 		{what: "orphans", do: func() error { _, err := st.RunListOrphaned(ctx, host, time.Second); return err }},
 		{what: "superseded", generic: true, do: func() error { _, err := st.AttemptListSuperseded(ctx, host, 24*time.Hour); return err }},

@@ -299,6 +299,28 @@ func (s *Store) HostListDown(ctx context.Context, me string, grace time.Duration
 	return down, unnoticed, nil
 }
 
+// HostNextDown returns how long from now (the database's clock) another host that is not down
+// for me yet may be at the earliest (downFor), or ok false when there is none: until its lease
+// expires plus grace, or less. It is read through lease_mark, which trails lease_until by at
+// most 15 seconds (so the moment may come early, never late), in the mark's index order: the
+// first host not down ends the read, whatever the fleet's size. The sweep of an idle daemon
+// sleeps until then.
+func (s *Store) HostNextDown(ctx context.Context, me string, grace time.Duration) (in time.Duration, ok bool, err error) {
+	var seconds float64
+	err = s.pool.QueryRow(ctx, `
+		SELECT extract(epoch FROM h.lease_mark + $2::interval - now())::float8 FROM hosts h
+		WHERE h.lease_mark >= now() - $2::interval - interval '15 seconds' AND h.lease_until >= now() - $2::interval
+			AND h.name <> $1
+		ORDER BY h.lease_mark LIMIT 1`, me, grace).Scan(&seconds)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("next host down: %w", err)
+	}
+	return time.Duration(seconds * float64(time.Second)), true, nil
+}
+
 // HostNoticeDown records a host_down event, once per episode, for each other host whose lease
 // expired more than grace ago, and returns their names.
 func (s *Store) HostNoticeDown(ctx context.Context, by string, grace time.Duration) ([]string, error) {

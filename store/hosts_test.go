@@ -468,3 +468,42 @@ func TestLeaseMark(t *testing.T) {
 		t.Fatalf("down hosts once h1's lease was set an hour back: %v %v, want h1", down, err)
 	}
 }
+
+// HostNextDown says how long until another host may be down, at the earliest of them: never
+// later than it is (the moment comes early at most), nothing for a host already down, and
+// never me.
+func TestHostNextDown(t *testing.T) {
+	b := storetest.Setup(t) // h1 holds its lease for an hour
+	st, ctx := b.Store, b.Ctx
+	const grace = time.Second
+	if in, ok, err := st.HostNextDown(ctx, "h1", grace); err != nil || ok {
+		t.Fatalf("no other host: %s %v %v, want none", in, ok, err)
+	}
+	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"})
+	if in, ok, err := st.HostNextDown(ctx, "h2", grace); err != nil || !ok || in > time.Hour+grace || in < 59*time.Minute {
+		t.Fatalf("h1 holds a lease of an hour: %s %v %v, want about an hour", in, ok, err)
+	}
+	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h3", Holder: "p3", Duration: 2 * time.Second})
+	asked := time.Now()
+	in, ok, err := st.HostNextDown(ctx, "h2", grace)
+	if err != nil || !ok || in <= 0 || in > 2*time.Second+grace {
+		t.Fatalf("h3 holds a lease of 2s: %s %v %v, want within its lease and the grace", in, ok, err)
+	}
+	// h3 is not renewed: its lease runs out, and the grace after it.
+	for {
+		down, _, err := st.HostListDown(ctx, "h2", grace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(down, "h3") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if seen := time.Since(asked); seen < in {
+		t.Fatalf("h3 seen down %s after the read that said %s: the moment came late", seen, in)
+	}
+	if in, ok, err := st.HostNextDown(ctx, "h2", grace); err != nil || !ok || in < 59*time.Minute {
+		t.Fatalf("h3 down: %s %v %v, want h1's, about an hour", in, ok, err)
+	}
+}

@@ -15,3 +15,10 @@ func SetSpawnHook(c *Config, hook func(context.Context, uuid.UUID)) { c.Reconcil
 func SetLeaseHolder(c *Config, holder string, gone func(string) bool) {
 	c.leaseHolder, c.holderGone = holder, gone
 }
+
+// SweepPasses is how many passes the supervisor's sweep has ended.
+func SweepPasses(s *Supervisor) uint64 {
+	s.progress.mu.Lock()
+	defer s.progress.mu.Unlock()
+	return s.progress.sweeps
+}

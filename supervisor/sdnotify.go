@@ -11,6 +11,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/wake"
 )
 
 // progress is what the sweep and admission last did, for the service manager: whether a pass
@@ -20,15 +21,18 @@ type progress struct {
 	passFrom  time.Time // the start of the pass under way; zero between passes
 	passEnded time.Time // zero before the first pass ended
 	liveRuns  int
+	wait      time.Duration // how long the sweep waits after the last pass at most
 	sweepErr  error         // of the last pass
 	admitErr  error         // of the last admission pass
 	nextDue   *time.Time    // the earliest slot or queued run's time
 	dueRead   bool          // whether nextDue was read at all
 	admitPass uint64        // admission passes ended: each read the next due time anew
+	sweeps    uint64        // sweep passes ended
 	firstPass chan struct{} // closed once the first pass ended
+	changed   wake.Signal   // woken at the end of each pass of the sweep or admission
 }
 
-func newProgress() *progress { return &progress{firstPass: make(chan struct{})} }
+func newProgress() *progress { return &progress{firstPass: make(chan struct{}), changed: wake.New()} }
 
 func (p *progress) passBegins(now time.Time) {
 	p.mu.Lock()
@@ -36,16 +40,20 @@ func (p *progress) passBegins(now time.Time) {
 	p.passFrom = now
 }
 
-func (p *progress) passEnds(now time.Time, liveRuns int, err error) {
+// passEnds records a pass of the sweep that ended at now, after which the sweep waits wait at
+// most (sweepWait).
+func (p *progress) passEnds(now time.Time, liveRuns int, wait time.Duration, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.passEnded.IsZero() {
 		close(p.firstPass)
 	}
-	p.passFrom, p.passEnded, p.sweepErr = time.Time{}, now, err
+	p.passFrom, p.passEnded, p.wait, p.sweepErr = time.Time{}, now, wait, err
+	p.sweeps++
 	if err == nil {
 		p.liveRuns = liveRuns
 	}
+	p.changed.Wake()
 }
 
 func (p *progress) admitted(err error) {
@@ -53,6 +61,7 @@ func (p *progress) admitted(err error) {
 	defer p.mu.Unlock()
 	p.admitErr = err
 	p.admitPass++
+	p.changed.Wake()
 }
 
 // dueStale reports whether the status's next due time should be read again at now: never read,
@@ -71,8 +80,9 @@ func (p *progress) due(next *time.Time) {
 }
 
 // pulse reports whether the sweep keeps its rhythm at now: a pass under way for no longer than
-// passTimeout allows, or the last one ended no longer ago than the interval between passes
-// allows. Either with a slack of one interval and a few seconds for a loaded machine.
+// passTimeout allows, or the last one ended no longer ago than the sweep's wait after it (the
+// interval between passes, or an idle daemon's longer wait) allows. Either with a slack of one
+// interval and a few seconds for a loaded machine.
 func (p *progress) pulse(now time.Time, interval, passTimeout time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -81,7 +91,7 @@ func (p *progress) pulse(now time.Time, interval, passTimeout time.Duration) boo
 	case !p.passFrom.IsZero():
 		return now.Sub(p.passFrom) <= passTimeout+slack
 	case !p.passEnded.IsZero():
-		return now.Sub(p.passEnded) <= interval+slack
+		return now.Sub(p.passEnded) <= max(p.wait, interval)+slack
 	}
 	return false
 }
@@ -111,8 +121,9 @@ func (p *progress) status() string {
 
 // notifier tells the service manager that started the daemon how it is (sd_notify(3)), when
 // that manager asked for it (NOTIFY_SOCKET): READY=1 once the first pass ended, STATUS= kept
-// current, WATCHDOG=1 only while the sweep keeps its rhythm (so systemd restarts a wedged or
-// frozen daemon), STOPPING=1 when it stops.
+// current (looked at after each pass of the sweep and admission), WATCHDOG=1 only while the
+// sweep keeps its rhythm (so systemd restarts a wedged or frozen daemon), STOPPING=1 when it
+// stops.
 type notifier struct {
 	progress    *progress
 	store       *store.Store  // asked for the next due slot
@@ -146,37 +157,41 @@ func (n *notifier) run(ctx context.Context) {
 	status := n.progress.status()
 	n.send("READY=1\nSTATUS=" + status)
 	n.logger.Info("told the service manager the daemon is ready", "watchdog", n.watchdog)
-	ticker := time.NewTicker(pingEvery(n.interval, n.watchdog))
+	ticker := time.NewTicker(pingEvery(n.watchdog))
 	defer ticker.Stop()
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-ticker.C:
+		case now = <-ticker.C:
 			// The ping first: the status's database question must not delay it.
 			if n.watchdog > 0 && n.progress.pulse(now, n.interval, n.passTimeout) {
 				n.send("WATCHDOG=1")
 			}
-			var stale bool
-			if stale, seen = n.progress.dueStale(now, seen); stale {
-				n.readDue(ctx)
-			}
-			if s := n.progress.status(); s != status {
-				status = s
-				n.send("STATUS=" + s)
-			}
+		case <-n.progress.changed:
+			now = time.Now()
+		}
+		var stale bool
+		if stale, seen = n.progress.dueStale(now, seen); stale {
+			n.readDue(ctx)
+		}
+		if s := n.progress.status(); s != status {
+			status = s
+			n.send("STATUS=" + s)
 		}
 	}
 }
 
-// pingEvery is how often the notifier looks at the sweep's rhythm and the status: every sweep
-// interval, and under a watchdog (period watchdog, 0 without one) at a quarter of its period at
-// least. systemd's advice is half the period at least; a quarter leaves room for a late tick.
-func pingEvery(interval, watchdog time.Duration) time.Duration {
+// pingEvery is how often the notifier looks at the sweep's rhythm and the status besides after
+// each pass: under a watchdog (period watchdog, 0 without one) at a quarter of its period
+// (systemd's advice is half the period at least; a quarter leaves room for a late tick), else
+// every PollBackstop. An idle daemon is not woken more often than that.
+func pingEvery(watchdog time.Duration) time.Duration {
 	if watchdog > 0 {
-		return min(interval, watchdog/4)
+		return watchdog / 4
 	}
-	return interval
+	return PollBackstop
 }
 
 // readDue reads the next due time for the status: the slot itself, not the earlier moment

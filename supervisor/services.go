@@ -72,12 +72,16 @@ func (l *loop) Stop() {
 }
 
 // sweep runs the reconciler's pass at once (the boot pass is an ordinary one), then every
-// SweepInterval or as soon as something wakes it.
+// SweepInterval or as soon as something wakes it; after an idle pass (reconcile.SweepStats.Idle),
+// while notifications reach the daemon, it waits until another host may be down, up to
+// PollBackstop (sweepWait).
 func (s *Supervisor) sweep(ctx context.Context) {
 	for {
 		s.progress.passBegins(time.Now())
 		stats, err := s.rec.Sweep(ctx)
-		s.progress.passEnds(time.Now(), stats.Runs, err)
+		idle := err == nil && stats.Idle && s.listening.Load()
+		wait := s.sweepWait(idle, stats.NextDown)
+		s.progress.passEnds(time.Now(), stats.Runs, wait, err)
 		// A run that ends or waits moves its job's next due time, and no notification says so:
 		// admission reads that time again once a pass sees the live runs change.
 		if stats.LiveChanged {
@@ -94,10 +98,30 @@ func (s *Supervisor) sweep(ctx context.Context) {
 			s.cfg.Logger.Warn("sweep", "runs", stats.Runs, "errors", stats.Errors, "duration", stats.Duration,
 				"systemd", stats.SystemdDuration, "journal_lag_bytes", stats.JournalLag)
 		}
-		if !wake.Sleep(ctx, s.cfg.SweepInterval, s.sweepWake) {
+		if s.idle.Swap(idle) && !idle {
+			s.busyWake.Wake()
+		}
+		if !wake.Sleep(ctx, wait, s.sweepWake) {
 			return
 		}
 	}
+}
+
+// sweepWait is how long the sweep waits for a wake after a pass. While something is live, or
+// notifications may be lost unseen, it is SweepInterval. An idle daemon's next pass has work
+// only if something wakes it (a notification, an exit marker, admission, the lease taken again)
+// or another host goes down, whose takeover is due when its lease runs out plus the grace
+// (nextDown, 0 for no other host): it waits until then, and PollBackstop at most, the look
+// for what a notification lost on a silently dead connection announced.
+func (s *Supervisor) sweepWait(idle bool, nextDown time.Duration) time.Duration {
+	if !idle {
+		return s.cfg.SweepInterval
+	}
+	wait := PollBackstop
+	if nextDown > 0 {
+		wait = min(wait, nextDown)
+	}
+	return max(wait, s.cfg.SweepInterval)
 }
 
 // admit turns due slots into runs, then sleeps until the earliest due time, the next look
@@ -202,7 +226,9 @@ func (s *Supervisor) listen(ctx context.Context) {
 }
 
 // watch judges every job overdue or not, at once and then every WatchInterval (each pass
-// bounded by the pass timeout).
+// bounded by the pass timeout); while the daemon is idle (its last sweep pass was), until the
+// earliest deadline of a job not overdue, up to idleWatchAtMost (watchEvery). A sweep that finds
+// work again ends such a wait at once: the next pass comes WatchInterval after the last.
 func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 	for {
 		if !s.acting() { // stands by without the host's lease
@@ -219,10 +245,42 @@ func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 		} else if err == nil {
 			s.cfg.Logger.Debug("watch pass") // each judgement of every job, at the debug level
 		}
-		if !wake.Sleep(ctx, s.cfg.WatchInterval, nil) {
-			return
+		passed := time.Now()
+		for {
+			wait := time.Until(passed.Add(s.watchEvery(w, err == nil)))
+			if wait <= 0 {
+				break
+			}
+			alive, busy := wake.Wait(ctx, wait, s.busyWake)
+			if !alive {
+				return
+			}
+			if !busy {
+				break
+			}
 		}
 	}
+}
+
+// idleWatchAtMost is the longest an idle daemon's watch waits between passes. A pass reads every
+// job the daemon watches (about 5 ms of its CPU and 8 of the database's at 1,000 jobs); what
+// it would see sooner is a job whose facts others changed.
+const idleWatchAtMost = time.Minute
+
+// watchEvery is the time from one watch pass to the next: WatchInterval, or for an idle daemon
+// after a pass that judged every job (ok), the time until its earliest deadline (time alone
+// makes no job overdue before it), between WatchInterval and idleWatchAtMost. What an idle
+// daemon does not see at once is a job's facts changed by others: a run of an any-host job
+// ended elsewhere (judged by that host's daemon, busy then) or a job edited.
+func (s *Supervisor) watchEvery(w *watch.Watcher, ok bool) time.Duration {
+	if !ok || !s.idle.Load() {
+		return s.cfg.WatchInterval
+	}
+	every := idleWatchAtMost
+	if in, ok := w.NextDeadline(); ok {
+		every = min(every, in)
+	}
+	return max(every, s.cfg.WatchInterval)
 }
 
 // deliverInterval is how often due deliveries are looked for while the daemon does not listen

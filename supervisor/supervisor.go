@@ -8,10 +8,13 @@
 // service manager that asks for them, its notifications (ready, status, watchdog, stopping).
 //
 // Events only wake the sweep earlier: the sweep on its interval stays the safety net, so a lost
-// notification or a missed file event costs latency, never correctness. Work handed to a
-// service and not done when it stops is found again by the next sweep, from the records and
-// the marker. Stop ends the services, after waiting for the spawns and repairs begun; running
-// backups go on in their units.
+// notification or a missed file event costs latency, never correctness. An idle daemon (nothing
+// live, notifications heard) stretches that net to the moment another host may go down and
+// PollBackstop at most, and its watch to the next deadline of a job (a minute at most), so that
+// nothing wakes it more often than its nearest due work needs; the first pass that finds work
+// shrinks both. Work handed to a service and not done when it stops is found again by the next
+// sweep, from the records and the marker. Stop ends the services, after waiting for the spawns
+// and repairs begun; running backups go on in their units.
 package supervisor
 
 import (
@@ -302,7 +305,11 @@ type Supervisor struct {
 	dueWake     wake.Signal // the next due time may have moved: admission reads it again
 	deliverWake wake.Signal
 	listening   atomic.Bool // notifications reach the daemon (listen)
-	progress    *progress   // what the sweep and admission last did, for the service manager
+	// idle says that the sweep's last pass was idle (see sweep): the watch then waits longer,
+	// and busyWake tells it when that ends.
+	idle     atomic.Bool
+	busyWake wake.Signal
+	progress *progress // what the sweep and admission last did, for the service manager
 }
 
 // New validates cfg and builds the services; nothing runs before Start.
@@ -358,7 +365,7 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	watcher := &watch.Watcher{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger, Interval: cfg.WatchInterval}
 	s := &Supervisor{cfg: cfg, rec: rec, lease: lease, failed: failed, metrics: m, sweepWake: sweepWake, admitWake: wake.New(),
-		dueWake: wake.New(), deliverWake: wake.New(), progress: newProgress()}
+		dueWake: wake.New(), deliverWake: wake.New(), busyWake: wake.New(), progress: newProgress()}
 	s.services = []Service{
 		// The lease first: every write about the host's attempts is fenced by it, and the
 		// services that act stand by while it is not held.

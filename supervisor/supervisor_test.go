@@ -185,6 +185,37 @@ func TestUnitEndWakesSweep(t *testing.T) {
 	e.checkInvariants(t)
 }
 
+// An idle daemon's sweep does not pass every interval: with nothing live and no other host, it
+// waits for a wake (here the admission's notification) or PollBackstop. A run admitted is
+// spawned and recorded final all the same, and once it ended the sweep waits again.
+func TestIdleSweepWaits(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.SweepInterval = 100 * time.Millisecond
+	sup := e.start(t)
+	e.job(t, "quick", "/bin/true")
+	// The first passes may come before the daemon listens, at the interval.
+	quiet := func(what string) {
+		t.Helper()
+		time.Sleep(time.Second)
+		from := supervisor.SweepPasses(sup)
+		time.Sleep(3 * time.Second) // 30 intervals
+		if n := supervisor.SweepPasses(sup) - from; n > 2 {
+			t.Fatalf("%s: %d sweep passes in 3s at an interval of 100ms, want 2 at most", what, n)
+		}
+	}
+	quiet("idle")
+	from := supervisor.SweepPasses(sup)
+	run := e.admit(t, "quick")
+	if r := e.waitEnded(t, run.ID.String(), time.Minute); r.Status != model.StatusSucceeded {
+		t.Fatalf("run %s (%s), want succeeded", r.Status, r.Reason)
+	}
+	if n := supervisor.SweepPasses(sup) - from; n < 2 {
+		t.Fatalf("the run was spawned and ended in %d sweep passes, want 2 at least", n)
+	}
+	quiet("idle again after the run")
+	e.checkInvariants(t)
+}
+
 // Start and Stop may be called more than once; after Stop no service acts (an admitted run stays
 // queued with no unit), and a new Start picks the run up.
 func TestStartStop(t *testing.T) {

@@ -177,6 +177,32 @@ type Watcher struct {
 	Interval time.Duration
 
 	expected map[string]expected // by job name, from the last pass; only its passes use it
+	// nextDeadline is, from the last pass's read, how long until the earliest deadline of a job
+	// it judged not overdue; 0 for none (NextDeadline).
+	nextDeadline time.Duration
+}
+
+// NextDeadline is how long after the last Pass read its facts the earliest deadline of a job it
+// judged not overdue falls: until then, time alone makes no job overdue (new facts may: a run
+// that fails, a job changed). ok is false when no job has one, or no pass judged the jobs.
+// It is read between passes, by their caller.
+func (w *Watcher) NextDeadline() (in time.Duration, ok bool) {
+	return w.nextDeadline, w.nextDeadline > 0
+}
+
+// deadline is when a job with expectation e, to succeed again after from, is overdue by time
+// alone (judge); ok is false for a job whose verdict only new facts change.
+func (e expectation) deadline(from time.Time) (t time.Time, ok bool) {
+	switch {
+	case !e.slot.IsZero():
+		t, ok = e.slot.Add(e.grace), true
+	case e.every > 0:
+		t, ok = from.Add(e.every), true
+	}
+	if !e.verifyBy.IsZero() && (!ok || e.verifyBy.Before(t)) {
+		t, ok = e.verifyBy, true
+	}
+	return t, ok
 }
 
 // DefaultInterval is a Watcher's default Interval.
@@ -219,6 +245,7 @@ func (w *Watcher) stalls(ctx context.Context) error {
 
 // overdue judges every job and records each change of its overdue episode.
 func (w *Watcher) overdue(ctx context.Context) error {
+	w.nextDeadline = 0
 	facts, err := w.Store.JobWatchFacts(ctx, model.WatchScope{Host: w.Host})
 	if err != nil {
 		return err
@@ -235,6 +262,7 @@ func (w *Watcher) overdue(ctx context.Context) error {
 		facts = append(facts, unattended...)
 	}
 	var errs []error
+	var next time.Duration
 	kept := make(map[string]expected, len(facts))
 	for _, f := range facts {
 		j, from, verifyFrom := f.Job, since(f), verifiedSince(f)
@@ -252,6 +280,11 @@ func (w *Watcher) overdue(ctx context.Context) error {
 		}
 		kept[j.Name] = x
 		v := judge(f, f.ReadAt, from, x.e)
+		if at, ok := x.e.deadline(from); ok && !v.Overdue {
+			if in := at.Sub(f.ReadAt); in > 0 && (next == 0 || in < next) {
+				next = in
+			}
+		}
 		switch {
 		case v.Overdue && f.Job.OverdueSince == nil:
 			marked, err := w.Store.JobMarkOverdue(ctx, store.JobMarkOverdueParams{Job: f.Job.Name, Since: v.Since, Reason: v.Reason, Host: w.Host})
@@ -276,6 +309,6 @@ func (w *Watcher) overdue(ctx context.Context) error {
 			}
 		}
 	}
-	w.expected = kept
+	w.expected, w.nextDeadline = kept, next
 	return errors.Join(errs...)
 }

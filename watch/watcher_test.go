@@ -50,3 +50,51 @@ func TestWatcherJudgesAChangedScheduleAnew(t *testing.T) {
 	pass("@every 1000h", false)
 	pass("@every 1s", true)
 }
+
+// NextDeadline is when time alone makes a job overdue: a pass after it finds the job overdue,
+// and then the next deadline is another job's; a manual job without an expected interval has
+// none.
+func TestWatcherNextDeadline(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.Migrated(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	w := &Watcher{Store: st, Host: "h", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	pass := func() (time.Duration, bool) {
+		t.Helper()
+		if err := w.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return w.NextDeadline()
+	}
+	create := func(name, schedule string) {
+		t.Helper()
+		if _, err := st.JobCreate(ctx, model.Job{Name: name, Engine: "command", Command: []string{"/bin/true"}, Schedule: schedule}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("manual", "")
+	if in, ok := pass(); ok {
+		t.Fatalf("only a manual job: next deadline in %s, want none", in)
+	}
+	create("slow", "@every 1000h")
+	create("tick", "@every 1s") // its first slot a second after its creation, and a grace of one interval
+	in, ok := pass()
+	if !ok || in <= 0 || in > 2*time.Second {
+		t.Fatalf("next deadline in %s (%v), want tick's, within 2s", in, ok)
+	}
+	time.Sleep(in)
+	next, ok := pass()
+	j, err := st.JobGet(ctx, "tick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.OverdueSince == nil {
+		t.Fatalf("tick not overdue once its deadline (%s) passed", in)
+	}
+	if !ok || next < 1999*time.Hour {
+		t.Fatalf("next deadline in %s (%v) once tick is overdue, want slow's, 2000h away", next, ok)
+	}
+}

@@ -173,7 +173,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 func bindDaemonFlags(f *pflag.FlagSet, g *globals, cfg *supervisor.Config, allowUsers, logLevel *string) {
 	rc := &cfg.Reconcile
 	f.StringVar(logLevel, "log-level", g.envOr("HOLDFAST_LOG_LEVEL", "info"), "debug (each run's decision in each pass), info, warn or error (env HOLDFAST_LOG_LEVEL)")
-	f.DurationVar(&cfg.SweepInterval, "sweep-interval", supervisor.DefaultSweepInterval, "time between reconciler passes")
+	f.DurationVar(&cfg.SweepInterval, "sweep-interval", supervisor.DefaultSweepInterval, "time between reconciler passes while anything is live (an idle daemon waits for a wake, 30s at most)")
 	f.DurationVar(&rc.SpawnGrace, "spawn-grace", reconcile.DefaultSpawnGrace, "how long a spawned unit may take to appear")
 	f.IntVar(&rc.MaxAttempts, "max-attempts", reconcile.DefaultMaxAttempts, "attempts a run may take before it fails")
 	f.DurationVar(&rc.RunBudget, "run-budget", reconcile.DefaultRunBudget, "time one run may take in one pass")
