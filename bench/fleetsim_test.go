@@ -211,8 +211,8 @@ type simHost struct {
 	deliverer                         *notify.Deliverer
 	stats                             *simStats
 	sweepWake, admitWake, deliverWake wake.Signal
-	dueWake                           wake.Signal
-	listening                         atomic.Bool
+	dueWake, busyWake                 wake.Signal
+	listening, idle                   atomic.Bool
 
 	mu        sync.Mutex
 	lease     model.Lease // guarded by mu
@@ -222,7 +222,7 @@ type simHost struct {
 func newSimHost(name string, st *store.Store, stats *simStats, stateDir string) (*simHost, error) {
 	logger := slog.New(stats)
 	h := &simHost{name: name, st: st, cfg: supervisor.Defaults(), stats: stats, sweepWake: wake.New(), admitWake: wake.New(),
-		deliverWake: wake.New(), dueWake: wake.New()}
+		deliverWake: wake.New(), dueWake: wake.New(), busyWake: wake.New()}
 	rc := h.cfg.Reconcile
 	rc.Store, rc.Runner, rc.Host, rc.StateDir, rc.Binary, rc.BootID, rc.Logger = st, &memUnits{}, name, stateDir,
 		"/usr/bin/holdfast", simBootID, logger
@@ -358,6 +358,7 @@ func (h *simHost) listen(ctx context.Context) {
 		}
 		h.dueWake.Wake()
 		h.deliverWake.Wake()
+		h.sweepWake.Wake()
 		failures++
 		slog.New(h.stats).Warn("listen for notifications failed; polling meanwhile", "err", err)
 		if !wake.Sleep(ctx, wake.Backoff(2*time.Second, 30*time.Second, failures), nil) {
@@ -371,6 +372,7 @@ func (h *simHost) sweep(ctx context.Context) {
 	for {
 		start := time.Now()
 		stats, err := h.rec.Sweep(ctx)
+		wait, idle := supervisor.SweepWait(h.cfg.SweepInterval, stats, err, h.listening.Load())
 		if stats.LiveChanged {
 			h.dueWake.Wake()
 		}
@@ -382,7 +384,10 @@ func (h *simHost) sweep(ctx context.Context) {
 		case err == nil:
 			h.stats.took(&h.stats.sweeps, time.Since(start))
 		}
-		if !wake.Sleep(ctx, h.cfg.SweepInterval, h.sweepWake) {
+		if h.idle.Swap(idle) && !idle {
+			h.busyWake.Wake()
+		}
+		if !wake.Sleep(ctx, wait, h.sweepWake) {
 			return
 		}
 	}
@@ -445,23 +450,34 @@ func (h *simHost) pollEvery(interval time.Duration) time.Duration {
 // watch is Supervisor.watch.
 func (h *simHost) watch(ctx context.Context) {
 	for {
-		if h.acting() {
-			start := time.Now()
-			passCtx, cancel := context.WithTimeout(ctx, h.cfg.Reconcile.PassTimeout)
-			err := h.watcher.Pass(passCtx)
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				slog.New(h.stats).Warn("watch pass failed; the next one tries again", "err", err)
-			} else if err == nil {
-				h.stats.took(&h.stats.watches, time.Since(start))
-			}
-		}
-		wait := h.cfg.WatchInterval
 		if !h.acting() {
-			wait = h.cfg.SweepInterval
+			if !wake.Sleep(ctx, h.cfg.SweepInterval, nil) {
+				return
+			}
+			continue
 		}
-		if !wake.Sleep(ctx, wait, nil) {
-			return
+		start := time.Now()
+		passCtx, cancel := context.WithTimeout(ctx, h.cfg.Reconcile.PassTimeout)
+		err := h.watcher.Pass(passCtx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			slog.New(h.stats).Warn("watch pass failed; the next one tries again", "err", err)
+		} else if err == nil {
+			h.stats.took(&h.stats.watches, time.Since(start))
+		}
+		passed := time.Now()
+		for {
+			wait := time.Until(passed.Add(supervisor.WatchEvery(h.cfg.WatchInterval, h.watcher, err, h.idle.Load())))
+			if wait <= 0 {
+				break
+			}
+			alive, busy := wake.Wait(ctx, wait, h.busyWake)
+			if !alive {
+				return
+			}
+			if !busy {
+				break
+			}
 		}
 	}
 }
@@ -899,14 +915,19 @@ func BenchmarkFleetSimulated(b *testing.B) {
 			n, res.dbMS, 100*planning/total, float64(calls)/sec/float64(n), res.blocks, duties/sec, total/sec)
 		fmt.Printf("  p99: lease renewal %.1f ms, sweep %.1f ms, admission %.1f ms, watch %.1f ms; least lease left at renewal %s\n",
 			res.leaseP99, res.sweepP99, ms(p99(stats.admissions)), ms(p99(stats.watches)), stats.minSlack.Round(time.Millisecond))
+		// An idle daemon's sweeps and watches have no rate of their own (supervisor.SweepWait,
+		// WatchEvery): they come at the next takeover or deadline, within their backstops.
+		perHostAtMost := func(k int, every time.Duration) string {
+			return fmt.Sprintf("%.3f/s (idle, at least %.3f)", float64(k)/sec/float64(n), 1/every.Seconds())
+		}
 		fmt.Printf("  per host: renewals %s, sweeps %s, admissions %s, watches %s, deliveries %s; stood by %d times\n",
-			perHost(len(stats.renewals), defaults.Lease/3), perHost(len(stats.sweeps), defaults.SweepInterval),
-			perHost(len(stats.admissions), supervisor.PollBackstop), perHost(len(stats.watches), defaults.WatchInterval),
+			perHost(len(stats.renewals), defaults.Lease/3), perHostAtMost(len(stats.sweeps), supervisor.PollBackstop),
+			perHost(len(stats.admissions), supervisor.PollBackstop), perHostAtMost(len(stats.watches), supervisor.IdleWatchAtMost),
 			perHost(stats.deliveries, supervisor.PollBackstop), stats.standBy)
 		fmt.Printf("  lapsed leases: %d of %d hosts; machine CPU busy %.0f%% of %d cores: the fleet's PostgreSQL %.2f cores, the simulation %.2f, the rest (the real daemon, other work on the machine) %.2f\n",
 			len(lapsed), n, 100*busy, runtime.NumCPU(), server, self, busy*float64(runtime.NumCPU())-server-self)
-		if behind := float64(len(stats.sweeps)) / sec / float64(n) * defaults.SweepInterval.Seconds(); behind < 0.9 {
-			fmt.Printf("  FELL BEHIND: the sweeps ran at %.0f%% of their rate: the figures per daemon are of a slower daemon\n", 100*behind)
+		if behind := float64(len(stats.renewals)) / sec / float64(n) * (defaults.Lease / 3).Seconds(); behind < 0.9 {
+			fmt.Printf("  FELL BEHIND: the lease renewals ran at %.0f%% of their rate: the figures per daemon are of a slower daemon\n", 100*behind)
 		}
 		if busy > 0.9 {
 			fmt.Printf("  SATURATED: the machine was busy %.0f%% of the window: the p99s include waiting for a core, on the Go side as on PostgreSQL's\n", 100*busy)

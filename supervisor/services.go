@@ -74,13 +74,12 @@ func (l *loop) Stop() {
 // sweep runs the reconciler's pass at once (the boot pass is an ordinary one), then every
 // SweepInterval or as soon as something wakes it; after an idle pass (reconcile.SweepStats.Idle),
 // while notifications reach the daemon, it waits until another host may be down, up to
-// PollBackstop (sweepWait).
+// PollBackstop (SweepWait).
 func (s *Supervisor) sweep(ctx context.Context) {
 	for {
 		s.progress.passBegins(time.Now())
 		stats, err := s.rec.Sweep(ctx)
-		idle := err == nil && stats.Idle && s.listening.Load()
-		wait := s.sweepWait(idle, stats.NextDown)
+		wait, idle := SweepWait(s.cfg.SweepInterval, stats, err, s.listening.Load())
 		s.progress.passEnds(time.Now(), stats.Runs, wait, err)
 		// A run that ends or waits moves its job's next due time, and no notification says so:
 		// admission reads that time again once a pass sees the live runs change.
@@ -107,21 +106,22 @@ func (s *Supervisor) sweep(ctx context.Context) {
 	}
 }
 
-// sweepWait is how long the sweep waits for a wake after a pass. While something is live, or
-// notifications may be lost unseen, it is SweepInterval. An idle daemon's next pass has work
-// only if something wakes it (a notification, an exit marker, admission, the lease taken again)
-// or another host goes down, whose takeover is due when its lease runs out plus the grace
-// (nextDown, 0 for no other host): it waits until then, and PollBackstop at most, the look
-// for what a notification lost on a silently dead connection announced.
-func (s *Supervisor) sweepWait(idle bool, nextDown time.Duration) time.Duration {
-	if !idle {
-		return s.cfg.SweepInterval
+// SweepWait is how long the sweep waits for a wake after a pass that returned stats and err,
+// and whether the daemon is idle. While something is live, or notifications may be lost
+// unseen (listening false), it is interval. An idle daemon's next pass has work only if
+// something wakes it (a notification, an exit marker, admission, the lease taken again) or
+// another host goes down, whose takeover is due when its lease runs out plus the grace
+// (SweepStats.NextDown): it waits until then, and PollBackstop at most, the look for what a
+// notification lost on a silently dead connection announced.
+func SweepWait(interval time.Duration, stats reconcile.SweepStats, err error, listening bool) (wait time.Duration, idle bool) {
+	if err != nil || !stats.Idle || !listening {
+		return interval, false
 	}
-	wait := PollBackstop
-	if nextDown > 0 {
-		wait = min(wait, nextDown)
+	wait = PollBackstop
+	if stats.NextDown > 0 {
+		wait = min(wait, stats.NextDown)
 	}
-	return max(wait, s.cfg.SweepInterval)
+	return max(wait, interval), true
 }
 
 // admit turns due slots into runs, then sleeps until the earliest due time, the next look
@@ -213,9 +213,10 @@ func (s *Supervisor) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		// Admission's and delivery's next waits are the polling ones.
+		// Admission's, delivery's and an idle sweep's next waits are the polling ones.
 		s.dueWake.Wake()
 		s.deliverWake.Wake()
+		s.sweepWake.Wake()
 		failures++
 		wait := wake.Backoff(relistenAfter, relistenAtMost, failures)
 		s.cfg.Logger.Warn("listen for notifications failed; polling meanwhile", "err", err, "again_in", wait.Round(time.Millisecond))
@@ -227,7 +228,7 @@ func (s *Supervisor) listen(ctx context.Context) {
 
 // watch judges every job overdue or not, at once and then every WatchInterval (each pass
 // bounded by the pass timeout); while the daemon is idle (its last sweep pass was), until the
-// earliest deadline of a job not overdue, up to idleWatchAtMost (watchEvery). A sweep that finds
+// earliest deadline of a job not overdue, up to IdleWatchAtMost (WatchEvery). A sweep that finds
 // work again ends such a wait at once: the next pass comes WatchInterval after the last.
 func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 	for {
@@ -247,7 +248,7 @@ func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 		}
 		passed := time.Now()
 		for {
-			wait := time.Until(passed.Add(s.watchEvery(w, err == nil)))
+			wait := time.Until(passed.Add(WatchEvery(s.cfg.WatchInterval, w, err, s.idle.Load())))
 			if wait <= 0 {
 				break
 			}
@@ -262,25 +263,26 @@ func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 	}
 }
 
-// idleWatchAtMost is the longest an idle daemon's watch waits between passes. A pass reads every
+// IdleWatchAtMost is the longest an idle daemon's watch waits between passes. A pass reads every
 // job the daemon watches (about 5 ms of its CPU and 8 of the database's at 1,000 jobs); what
 // it would see sooner is a job whose facts others changed.
-const idleWatchAtMost = time.Minute
+const IdleWatchAtMost = time.Minute
 
-// watchEvery is the time from one watch pass to the next: WatchInterval, or for an idle daemon
-// after a pass that judged every job (ok), the time until its earliest deadline (time alone
-// makes no job overdue before it), between WatchInterval and idleWatchAtMost. What an idle
-// daemon does not see at once is a job's facts changed by others: a run of an any-host job
-// ended elsewhere (judged by that host's daemon, busy then) or a job edited.
-func (s *Supervisor) watchEvery(w *watch.Watcher, ok bool) time.Duration {
-	if !ok || !s.idle.Load() {
-		return s.cfg.WatchInterval
+// WatchEvery is the time from one watch pass to the next, after one that returned err:
+// interval, or for an idle daemon after a pass that judged every job, the time until its
+// earliest deadline (w.NextDeadline: time alone makes no job overdue before it), between
+// interval and IdleWatchAtMost. What an idle daemon does not see at once is a job's facts
+// changed by others: a run of an any-host job ended elsewhere (judged by that host's daemon,
+// busy then) or a job edited.
+func WatchEvery(interval time.Duration, w *watch.Watcher, err error, idle bool) time.Duration {
+	if err != nil || !idle {
+		return interval
 	}
-	every := idleWatchAtMost
+	every := IdleWatchAtMost
 	if in, ok := w.NextDeadline(); ok {
 		every = min(every, in)
 	}
-	return max(every, s.cfg.WatchInterval)
+	return max(every, interval)
 }
 
 // deliverInterval is how often due deliveries are looked for while the daemon does not listen

@@ -49,13 +49,15 @@ func triggeredBy(t *testing.T, m *testenv.Manager, unit string) []string {
 }
 
 // armAhead arms s for margin from now and, before that instant, reads what an armed unit must
-// show: the service loaded and not started, its timer waiting to elapse at the instant, to the
-// microsecond, with an accuracy of 1µs. It returns the instant, and false if any of that was
-// read only once the instant had come (a loaded machine): the unit is then stopped again.
+// show: the service loaded and not started, its timer waiting to elapse at the instant (no
+// sooner, and no later than the manager took to start the timer), with an accuracy of 1µs. It
+// returns the instant, and false if any of that was read only once the instant had come (a
+// loaded machine): the unit is then stopped again.
 func armAhead(t *testing.T, m *testenv.Manager, r *systemd.Client, s systemd.Spec, margin time.Duration) (time.Time, bool) {
 	t.Helper()
 	ctx := context.Background()
-	at := time.Now().Add(margin).Truncate(time.Microsecond)
+	asked := time.Now()
+	at := asked.Add(margin).Truncate(time.Microsecond)
 	timer := systemd.TimerName(s.Name)
 	if existed, err := r.Arm(ctx, s, at); err != nil || existed {
 		t.Fatalf("arm %s: existed=%v err=%v", s.Name, existed, err)
@@ -82,7 +84,8 @@ func armAhead(t *testing.T, m *testenv.Manager, r *systemd.Client, s systemd.Spe
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, accuracy := timerUSec(t, m, timer, "NextElapseUSecRealtime"), timerUSec(t, m, timer, "AccuracyUSec")
+	next, accuracy := m.TimerElapsesAt(t, timer), timerUSec(t, m, timer, "AccuracyUSec")
+	read := time.Now()
 	if !time.Now().Before(at) {
 		t.Logf("armed %s ahead, but read its state only after its instant: again, further ahead", margin)
 		for _, name := range []string{timer, s.Name} {
@@ -99,9 +102,11 @@ func armAhead(t *testing.T, m *testenv.Manager, r *systemd.Client, s systemd.Spe
 	if serviceAlive || mainStart(t, m, s.Name) != (time.Time{}) {
 		t.Fatalf("%s before its time: alive=%v %+v; want loaded, not started", s.Name, serviceAlive, serviceState)
 	}
-	if next != uint64(at.UnixMicro()) || accuracy != 1 {
-		t.Fatalf("timer of %s elapses at %s with an accuracy of %dµs; want %s, 1µs", s.Name,
-			time.UnixMicro(int64(next)).UTC(), accuracy, at.UTC())
+	// Two readings of the clocks a few microseconds apart.
+	const skew = time.Millisecond
+	if next.Before(at.Add(-skew)) || next.After(at.Add(read.Sub(asked)+skew)) || accuracy != 1 {
+		t.Fatalf("timer of %s elapses at %s with an accuracy of %dµs; want %s, or later by no more than the %s since it was asked for, 1µs",
+			s.Name, next.UTC(), accuracy, at.UTC(), read.Sub(asked))
 	}
 	return at, true
 }
@@ -177,4 +182,34 @@ func TestArm(t *testing.T) {
 		alive, _, err := r.Alive(ctx, timer)
 		return err == nil && !alive
 	})
+}
+
+// A manager far behind (frozen here) that starts the timer only after its instant still starts
+// the service: as long after that as the instant was ahead when asked, never not at all. A
+// calendar instant already past when the timer started would never elapse.
+func TestArmStartedLate(t *testing.T) {
+	m := testenv.PrivateSystemd(t)
+	r := connect(t, m)
+	ctx := context.Background()
+	s := systemd.Spec{Name: systemd.UnitName("late", uuid.New(), 1), ExecStart: []string{"/bin/sleep", "1000"}}
+	const lead = 300 * time.Millisecond
+	m.Freeze(t)
+	at := time.Now().Add(lead)
+	armed := make(chan error, 1)
+	go func() {
+		_, err := r.Arm(ctx, s, at)
+		armed <- err
+	}()
+	time.Sleep(lead + time.Second)
+	m.Thaw(t)
+	thawed := time.Now()
+	if err := <-armed; err != nil {
+		t.Fatal(err)
+	}
+	var got time.Time
+	testenv.WaitFor(t, "the service armed while the manager was frozen", func() bool { got = mainStart(t, m, s.Name); return !got.IsZero() })
+	if got.Before(thawed) {
+		t.Fatalf("started at %s, before the manager that was to start its timer went on at %s", got.UTC(), thawed.UTC())
+	}
+	t.Logf("started %s after its instant, %s after the manager went on", got.Sub(at), got.Sub(thawed))
 }

@@ -227,7 +227,14 @@ func TimerName(service string) string {
 // Arm asks systemd to start the transient service s at at, from a transient timer of its own
 // (TimerName(s.Name)): one call creates both, the service loaded and not started until the timer
 // elapses, so nothing is left to do at at but the start itself. The timer goes away once it has
-// elapsed. at must be ahead: a calendar time already past never elapses. existed is as in Start.
+// elapsed. at must be ahead. existed is as in Start.
+//
+// The timer elapses as long after systemd started it as at was ahead when asked (OnActiveSec),
+// never at a calendar time: the call returns once the timer's start job is queued, and a
+// manager with many jobs queued (a thousand runs due at once) may start the timer only after
+// at, when a calendar time already past would never elapse (its service never started, the run
+// restarted after the spawn grace). Started in time, the timer elapses at at, within the
+// milliseconds the manager took to start it; started late, as late as the manager was.
 func (r *Client) Arm(ctx context.Context, s Spec, at time.Time) (existed bool, err error) {
 	props, err := s.properties()
 	if err != nil {
@@ -236,7 +243,10 @@ func (r *Client) Arm(ctx context.Context, s Spec, at time.Time) (existed bool, e
 	timer := TimerName(s.Name)
 	timerProps := []sddbus.Property{
 		prop("Description", "start of "+s.Name),
-		prop("TimersCalendar", []struct{ Base, Spec string }{{"OnCalendar", CalendarAt(at)}}),
+		prop("TimersMonotonic", []struct {
+			Base string
+			USec uint64
+		}{{"OnActiveSec", uint64(max(time.Until(at), time.Microsecond) / time.Microsecond)}}),
 		prop("AccuracyUSec", uint64(1)), // systemd's default of a minute would coalesce starts late
 		prop("RemainAfterElapse", false),
 	}
@@ -252,11 +262,6 @@ func (r *Client) Arm(ctx context.Context, s Spec, at time.Time) (existed bool, e
 		return false, fmt.Errorf("arm unit %s at %s: %w", s.Name, at.UTC().Format(time.RFC3339Nano), err)
 	}
 	return false, nil
-}
-
-// CalendarAt is at as a systemd calendar event of one instant, to the microsecond, in UTC.
-func CalendarAt(at time.Time) string {
-	return at.UTC().Format("2006-01-02 15:04:05.000000") + " UTC"
 }
 
 // State is what systemd said about a unit.

@@ -225,7 +225,9 @@ func TestPostgresRestartWhileRunsLive(t *testing.T) {
 // systemctl daemon-reexec while backups run: the units survive it with their ExecStopPost (the
 // manager reloads every transient unit from its file, and must understand every key holdfast
 // wrote there), every run ends succeeded in its first attempt with its charges settled, and the
-// daemon reports no failure to ask systemd beyond the pass during the re-exec.
+// daemon reports no failure to ask systemd beyond the pass during the re-exec. Then backups
+// released as the manager re-executes end across it, while the daemon's connection to the
+// manager breaks and is made anew: each end is recorded once all the same.
 func TestDaemonReexecWhileRunsLive(t *testing.T) {
 	parallel(t)
 	w, _ := newPrivateWorld(t)
@@ -253,6 +255,13 @@ func TestDaemonReexecWhileRunsLive(t *testing.T) {
 	if troubled := d.troubledPasses(offset); len(troubled) > 1 {
 		t.Fatalf("%d passes in trouble after the manager answered again, want at most the one begun before:\n%v", len(troubled), troubled)
 	}
+
+	release = w.holdBackups()
+	racing := w.startAll([]string{"job0", "job1", "job2"})
+	release()
+	w.mgr.Systemctl(t, "daemon-reexec")
+	w.endedRight(racing)
+	d.running(t, "after runs ended across daemon-reexec")
 	w.checkInvariants()
 }
 
