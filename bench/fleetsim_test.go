@@ -922,7 +922,7 @@ func BenchmarkFleetSimulated(b *testing.B) {
 		}
 		fmt.Printf("  per host: renewals %s, sweeps %s, admissions %s, watches %s, deliveries %s; stood by %d times\n",
 			perHost(len(stats.renewals), defaults.Lease/3), perHostAtMost(len(stats.sweeps), supervisor.PollBackstop),
-			perHost(len(stats.admissions), supervisor.PollBackstop), perHostAtMost(len(stats.watches), supervisor.IdleWatchAtMost),
+			perHost(len(stats.admissions), supervisor.PollBackstop), perHostAtMost(len(stats.watches), supervisor.IdleWatchIntervals*defaults.WatchInterval),
 			perHost(stats.deliveries, supervisor.PollBackstop), stats.standBy)
 		fmt.Printf("  lapsed leases: %d of %d hosts; machine CPU busy %.0f%% of %d cores: the fleet's PostgreSQL %.2f cores, the simulation %.2f, the rest (the real daemon, other work on the machine) %.2f\n",
 			len(lapsed), n, 100*busy, runtime.NumCPU(), server, self, busy*float64(runtime.NumCPU())-server-self)

@@ -228,7 +228,7 @@ func (s *Supervisor) listen(ctx context.Context) {
 
 // watch judges every job overdue or not, at once and then every WatchInterval (each pass
 // bounded by the pass timeout); while the daemon is idle (its last sweep pass was), until the
-// earliest deadline of a job not overdue, up to IdleWatchAtMost (WatchEvery). A sweep that finds
+// earliest deadline of a job not overdue, up to IdleWatchIntervals of them (WatchEvery). A sweep that finds
 // work again ends such a wait at once: the next pass comes WatchInterval after the last.
 func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 	for {
@@ -244,7 +244,8 @@ func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("watch pass failed; the next one tries again", "err", err)
 		} else if err == nil {
-			s.cfg.Logger.Debug("watch pass") // each judgement of every job, at the debug level
+			// Each judgement of every job, at the debug level.
+			s.cfg.Logger.Debug("watch pass", "next_within", WatchEvery(s.cfg.WatchInterval, w, err, s.idle.Load()))
 		}
 		passed := time.Now()
 		for {
@@ -263,22 +264,23 @@ func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 	}
 }
 
-// IdleWatchAtMost is the longest an idle daemon's watch waits between passes. A pass reads every
-// job the daemon watches (about 5 ms of its CPU and 8 of the database's at 1,000 jobs); what
-// it would see sooner is a job whose facts others changed.
-const IdleWatchAtMost = time.Minute
+// IdleWatchIntervals is the longest an idle daemon's watch waits between passes, in watch
+// intervals (a minute by default). A pass reads every job the daemon watches (about 5 ms of its
+// CPU and 8 of the database's at 1,000 jobs); what it would see sooner is a job whose facts
+// others changed.
+const IdleWatchIntervals = 4
 
 // WatchEvery is the time from one watch pass to the next, after one that returned err:
 // interval, or for an idle daemon after a pass that judged every job, the time until its
 // earliest deadline (w.NextDeadline: time alone makes no job overdue before it), between
-// interval and IdleWatchAtMost. What an idle daemon does not see at once is a job's facts
+// interval and IdleWatchIntervals of it. What an idle daemon does not see at once is a job's facts
 // changed by others: a run of an any-host job ended elsewhere (judged by that host's daemon,
 // busy then) or a job edited.
 func WatchEvery(interval time.Duration, w *watch.Watcher, err error, idle bool) time.Duration {
 	if err != nil || !idle {
 		return interval
 	}
-	every := IdleWatchAtMost
+	every := IdleWatchIntervals * interval
 	if in, ok := w.NextDeadline(); ok {
 		every = min(every, in)
 	}

@@ -10,11 +10,11 @@
 // Events only wake the sweep earlier: the sweep on its interval stays the safety net, so a lost
 // notification or a missed file event costs latency, never correctness. An idle daemon (nothing
 // live, notifications heard) stretches that net to the moment another host may go down and
-// PollBackstop at most, and its watch to the next deadline of a job (a minute at most), so that
-// nothing wakes it more often than its nearest due work needs; the first pass that finds work
-// shrinks both. Work handed to a service and not done when it stops is found again by the next
-// sweep, from the records and the marker. Stop ends the services, after waiting for the spawns
-// and repairs begun; running backups go on in their units.
+// PollBackstop at most, and its watch to the next deadline of a job (four watch intervals at
+// most), so that nothing wakes it more often than its nearest due work needs; the first pass
+// that finds work shrinks both. Work handed to a service and not done when it stops is found
+// again by the next sweep, from the records and the marker. Stop ends the services, after
+// waiting for the spawns and repairs begun; running backups go on in their units.
 package supervisor
 
 import (
