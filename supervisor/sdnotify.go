@@ -41,7 +41,7 @@ func (p *progress) passBegins(now time.Time) {
 }
 
 // passEnds records a pass of the sweep that ended at now, after which the sweep waits wait at
-// most (sweepWait).
+// most (SweepWait).
 func (p *progress) passEnds(now time.Time, liveRuns int, wait time.Duration, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
