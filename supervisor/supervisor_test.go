@@ -204,13 +204,9 @@ func TestIdleSweepWaits(t *testing.T) {
 		}
 	}
 	quiet("idle")
-	from := supervisor.SweepPasses(sup)
 	run := e.admit(t, "quick")
 	if r := e.waitEnded(t, run.ID.String(), time.Minute); r.Status != model.StatusSucceeded {
 		t.Fatalf("run %s (%s), want succeeded", r.Status, r.Reason)
-	}
-	if n := supervisor.SweepPasses(sup) - from; n < 2 {
-		t.Fatalf("the run was spawned and ended in %d sweep passes, want 2 at least", n)
 	}
 	quiet("idle again after the run")
 	e.checkInvariants(t)
