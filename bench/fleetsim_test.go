@@ -465,19 +465,8 @@ func (h *simHost) watch(ctx context.Context) {
 		} else if err == nil {
 			h.stats.took(&h.stats.watches, time.Since(start))
 		}
-		passed := time.Now()
-		for {
-			wait := time.Until(passed.Add(supervisor.WatchEvery(h.cfg.WatchInterval, h.watcher, err, h.idle.Load())))
-			if wait <= 0 {
-				break
-			}
-			alive, busy := wake.Wait(ctx, wait, h.busyWake)
-			if !alive {
-				return
-			}
-			if !busy {
-				break
-			}
+		if !supervisor.AwaitWatch(ctx, h.cfg.WatchInterval, h.watcher, err, &h.idle, h.busyWake) {
+			return
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/holdfast-backup/holdfast/notify"
@@ -247,19 +248,25 @@ func (s *Supervisor) watch(ctx context.Context, w *watch.Watcher) {
 			// Each judgement of every job, at the debug level.
 			s.cfg.Logger.Debug("watch pass", "next_within", WatchEvery(s.cfg.WatchInterval, w, err, s.idle.Load()))
 		}
-		passed := time.Now()
-		for {
-			wait := time.Until(passed.Add(WatchEvery(s.cfg.WatchInterval, w, err, s.idle.Load())))
-			if wait <= 0 {
-				break
-			}
-			alive, busy := wake.Wait(ctx, wait, s.busyWake)
-			if !alive {
-				return
-			}
-			if !busy {
-				break
-			}
+		if !AwaitWatch(ctx, s.cfg.WatchInterval, w, err, &s.idle, s.busyWake) {
+			return
+		}
+	}
+}
+
+// AwaitWatch waits, from the end of a watch pass that returned err, until the next pass is due
+// (WatchEvery, with idle the sweep's word on whether the daemon is idle), and works that out
+// again each time busy says the sweep found work. It returns false once ctx ended.
+func AwaitWatch(ctx context.Context, interval time.Duration, w *watch.Watcher, err error, idle *atomic.Bool, busy wake.Signal) bool {
+	passed := time.Now()
+	for {
+		wait := time.Until(passed.Add(WatchEvery(interval, w, err, idle.Load())))
+		if wait <= 0 {
+			return true
+		}
+		alive, woken := wake.Wait(ctx, wait, busy)
+		if !alive || !woken {
+			return alive
 		}
 	}
 }
