@@ -209,7 +209,7 @@ func (s *Store) AttemptMarkStalled(ctx context.Context, p AttemptMarkStalledPara
 				jsonb_build_object('stall_action', $5::text, 'progress_since', $7::timestamptz)
 			FROM marked RETURNING run_id),
 		stop AS (
-			UPDATE runs SET stop_requested_at = coalesce(stop_requested_at, now()), stop_reason = coalesce(stop_reason, $4)
+			UPDATE runs SET stop_requested_at = coalesce(stop_requested_at, clock_timestamp()), stop_reason = coalesce(stop_reason, $4)
 			WHERE $5 = 'stop' AND id IN (SELECT run_id FROM event) AND status IN ('queued', 'running')
 			RETURNING id)
 		SELECT EXISTS (SELECT 1 FROM marked), EXISTS (SELECT 1 FROM stop)`,

@@ -744,21 +744,22 @@ var errStopRequested = errors.New("a stop was requested")
 func (s *Store) RunRequestStop(ctx context.Context, runID uuid.UUID) (model.Run, error) {
 	var run model.Run
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `
-			UPDATE runs r SET stop_requested_at = coalesce(stop_requested_at, now())
-			WHERE id = $1 AND status IN ('queued', 'running')
-			RETURNING `+runColumns, runID).Scan(runDest(&run)...)
-		if errors.Is(err, pgx.ErrNoRows) {
-			var status string
-			if err := tx.QueryRow(ctx, `SELECT status FROM runs WHERE id = $1`, runID).Scan(&status); err != nil {
-				if errors.Is(err, pgx.ErrNoRows) {
-					return fmt.Errorf("run %s: %w", runID, ErrNotFound)
-				}
-				return err
+		// The row first, then the time: the request's time is when it is recorded, after any
+		// wait for the row, not when its transaction began. A restart that held the row and
+		// committed meanwhile came before the stop.
+		var status string
+		if err := tx.QueryRow(ctx, `SELECT status FROM runs WHERE id = $1 FOR UPDATE`, runID).Scan(&status); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("run %s: %w", runID, ErrNotFound)
 			}
+			return err
+		}
+		if !model.Live(status) {
 			return &ConflictError{Msg: fmt.Sprintf("run %s is already %s; only a queued or running run can be stopped", runID, status)}
 		}
-		if err != nil {
+		if err := tx.QueryRow(ctx, `
+			UPDATE runs r SET stop_requested_at = coalesce(stop_requested_at, clock_timestamp())
+			WHERE id = $1 RETURNING `+runColumns, runID).Scan(runDest(&run)...); err != nil {
 			return err
 		}
 		return notifyRun(ctx, tx, runID)

@@ -1413,6 +1413,80 @@ func TestRequestStop(t *testing.T) {
 	})
 }
 
+// A stop is stamped when it is recorded, not when its transaction began: a restart that took
+// the run's row first and committed while the stop waited for it came before the stop, and the
+// invariant that no attempt follows a stop request must not see it after. Whether the holder
+// wrote the row (a restart queues the run again) or only locked it.
+func TestRequestStopStampedWhenRecorded(t *testing.T) {
+	for _, tt := range []struct{ name, hold string }{
+		{"the holder wrote the row", `UPDATE runs SET status = status WHERE id = $1`},
+		{"the holder locked the row", `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			requireStopStampedAfter(t, tt.hold)
+		})
+	}
+}
+
+// requireStopStampedAfter asks for a stop while a transaction holds the run's row with hold, and
+// requires the stop's time to be after the row was released.
+func requireStopStampedAfter(t *testing.T, hold string) {
+	t.Helper()
+	b := storetest.Setup(t)
+	r := startedRun(t, b)
+	// A transaction holds the run's row as a restart holds it between its lock and its commit.
+	holder, err := b.DB.Begin(b.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(b.Ctx)
+	if _, err := holder.Exec(b.Ctx, hold, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	var holderPID int
+	if err := holder.QueryRow(b.Ctx, `SELECT pg_backend_pid()`).Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		run model.Run
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		run, err := b.Store.RunRequestStop(b.Ctx, r.ID)
+		done <- result{run, err}
+	}()
+	// Wait until the stop waits for the row: its transaction has begun by then.
+	for {
+		var waiting bool
+		if err := b.DB.QueryRow(b.Ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))`, holderPID).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case res := <-done:
+			t.Fatalf("the stop did not wait for the row held: %v %v", res.run.StopRequestedAt, res.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	var released time.Time
+	if err := holder.QueryRow(b.Ctx, `SELECT clock_timestamp()`).Scan(&released); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Commit(b.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	requireOrdered(t, "the row released, then the stop recorded", &released, res.run.StopRequestedAt)
+	requireNoViolations(t, b)
+}
+
 // RunResume continues a stopped or paused run as a new attempt, numbered after its last, with its
 // intents cleared; any other run, or one whose job has another live run or whose hold cannot be
 // taken, is refused and left as it was.
