@@ -53,12 +53,12 @@ type Lease struct {
 	Until      time.Time
 }
 
-// RunnableHosts says which live hosts may run a job now: the job's pinned host, if it has one,
-// and the live hosts that are not draining.
-type RunnableHosts struct {
-	Pinned string   // "" for an any-host job
-	Hosts  []string // live, not draining, and allowed to run the job
-	// Why says why no host can run it, when Hosts is empty.
+// Runnable says whether a live host may run a job now.
+type Runnable struct {
+	Pinned string // the job's host; "" for an any-host job
+	// Host is a host that is live, not draining, and may run the job; "" none.
+	Host string
+	// Why says why no host may run it, and what to do, when Host is "".
 	Why string
 }
 

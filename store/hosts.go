@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -160,7 +161,12 @@ func hostDest(h *model.Host) []any {
 
 // HostList lists the hosts by name.
 func (s *Store) HostList(ctx context.Context) ([]model.Host, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+hostColumns+` FROM hosts h ORDER BY h.name`)
+	return s.hosts(ctx, "true")
+}
+
+// hosts lists the hosts that match filter, a condition on h with args as its parameters, by name.
+func (s *Store) hosts(ctx context.Context, filter string, args ...any) ([]model.Host, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+hostColumns+` FROM hosts h WHERE `+filter+` ORDER BY h.name`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list hosts: %w", err)
 	}
@@ -221,47 +227,86 @@ func (s *Store) HostForget(ctx context.Context, name string) error {
 	return wrap(err, "forget host %s", name)
 }
 
-// JobRunnableHosts returns which live hosts may run the job now.
-func (s *Store) JobRunnableHosts(ctx context.Context, job string) (model.RunnableHosts, error) {
-	var r model.RunnableHosts
-	var pinned *string
-	err := s.pool.QueryRow(ctx, `SELECT host FROM jobs WHERE name = $1`, job).Scan(&pinned)
+// JobRunnableParams names the job, and the host that must run it.
+type JobRunnableParams struct {
+	Job string
+	// On is the host that must run the job (a restore's, whose target is that host's); ""
+	// any host the job may run on.
+	On string
+}
+
+// JobRunnable reports which live host, not draining, may run the job now: p.On, the job's
+// pinned host, or any host for an any-host job. When none may, Why says why and what to do.
+// The answer is one read of the job's row and of one host's, or, for an any-host job, of the
+// hosts with the latest leases until one is live (lease_mark's order): the fleet's size does
+// not count. Only when no host may run it are the hosts read again, for the reason.
+func (s *Store) JobRunnable(ctx context.Context, p JobRunnableParams) (model.Runnable, error) {
+	var r model.Runnable
+	var pinned, able *string
+	err := s.pool.QueryRow(ctx, `
+		SELECT j.host, CASE WHEN coalesce(j.host, nullif($2, '')) IS NULL
+			THEN (SELECT h.name FROM hosts h WHERE h.lease_until > now() AND h.draining_since IS NULL
+				ORDER BY h.lease_mark DESC LIMIT 1)
+			ELSE (SELECT h.name FROM hosts h WHERE h.name = coalesce(j.host, $2) AND ($2 = '' OR h.name = $2)
+				AND h.lease_until > now() AND h.draining_since IS NULL) END
+		FROM jobs j WHERE j.name = $1`, p.Job, p.On).Scan(&pinned, &able)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return r, fmt.Errorf("job %q: %w", job, ErrNotFound)
+		return r, fmt.Errorf("job %q: %w", p.Job, ErrNotFound)
 	}
 	if err != nil {
-		return r, fmt.Errorf("hosts for job %s: %w", job, err)
+		return r, fmt.Errorf("hosts for job %s: %w", p.Job, err)
 	}
 	if pinned != nil {
 		r.Pinned = *pinned
 	}
-	hosts, err := s.HostList(ctx)
+	if able != nil {
+		r.Host = *able
+		return r, nil
+	}
+	return s.whyNotRunnable(ctx, p, r)
+}
+
+// whyNotRunnable fills r.Why for a job no live host may run (JobRunnable), from the host that
+// must run it, or from every host for an any-host job; or r.Host, if one became live meanwhile.
+func (s *Store) whyNotRunnable(ctx context.Context, p JobRunnableParams, r model.Runnable) (model.Runnable, error) {
+	job, want := p.Job, cmp.Or(r.Pinned, p.On)
+	if r.Pinned != "" && p.On != "" && p.On != r.Pinned {
+		r.Why = fmt.Sprintf("job %s is pinned to host %s, not %s", job, r.Pinned, p.On)
+		return r, nil
+	}
+	var hosts []model.Host
+	var err error
+	if want != "" {
+		hosts, err = s.hosts(ctx, "h.name = $1", want)
+	} else {
+		hosts, err = s.hosts(ctx, "true")
+	}
 	if err != nil {
 		return r, err
 	}
 	var down []string // "host h1 is down since …", per host that cannot take the run
-	var pinnedState string
+	var wantState string
 	for _, h := range hosts {
-		if r.Pinned != "" && h.Name != r.Pinned {
-			continue
+		if h.Alive && h.DrainingSince == nil {
+			r.Host = h.Name
+			return r, nil
 		}
 		state := h.State()
-		switch {
-		case h.Alive && h.DrainingSince != nil:
+		if h.Alive {
 			state += " (holdfast host undrain " + h.Name + ")"
-		case h.Alive:
-			r.Hosts = append(r.Hosts, h.Name)
-			continue
 		}
 		down = append(down, "host "+h.Name+" is "+state)
-		pinnedState = state
+		wantState = state
 	}
 	switch {
-	case len(r.Hosts) > 0:
-	case r.Pinned != "" && pinnedState == "":
+	case r.Pinned != "" && wantState == "":
 		r.Why = setting.Sprintf("job %s is pinned to host %s, where no holdfast daemon has ever run: start it there (systemctl start holdfast), or pin the job elsewhere (holdfast job edit %s {Job.Host} NAME, or {JobEdit.AnyHost})", job, r.Pinned, job)
 	case r.Pinned != "":
-		r.Why = setting.Sprintf("job %s is pinned to host %s, which is %s: start holdfast there (systemctl start holdfast), or pin the job elsewhere (holdfast job edit %s {Job.Host} NAME, or {JobEdit.AnyHost})", job, r.Pinned, pinnedState, job)
+		r.Why = setting.Sprintf("job %s is pinned to host %s, which is %s: start holdfast there (systemctl start holdfast), or pin the job elsewhere (holdfast job edit %s {Job.Host} NAME, or {JobEdit.AnyHost})", job, r.Pinned, wantState, job)
+	case want != "" && wantState == "":
+		r.Why = fmt.Sprintf("no holdfast daemon has ever run on host %s: start it there (systemctl start holdfast)", want)
+	case want != "":
+		r.Why = fmt.Sprintf("host %s is %s: start holdfast there (systemctl start holdfast)", want, wantState)
 	case len(down) == 0:
 		r.Why = "no holdfast daemon is running: start one (systemctl start holdfast, or holdfast daemon)"
 	default:

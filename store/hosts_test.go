@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -237,7 +238,7 @@ func TestPinnedJobsAndDrain(t *testing.T) {
 	if got, err := st.RunGet(ctx, run.ID); err != nil || got.WaitingReason != "waiting: host h1 is draining" {
 		t.Fatalf("waiting reason: %q %v", got.WaitingReason, err)
 	}
-	if able, err := st.JobRunnableHosts(ctx, "pinned"); err != nil || len(able.Hosts) != 0 || !strings.Contains(able.Why, "draining") {
+	if able, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: "pinned"}); err != nil || able.Host != "" || !strings.Contains(able.Why, "draining") {
 		t.Fatalf("runnable: %+v %v", able, err)
 	}
 	if _, err := st.HostDrain(ctx, "h1", false); err != nil {
@@ -505,5 +506,70 @@ func TestHostNextDown(t *testing.T) {
 	}
 	if in, ok, err := st.HostNextDown(ctx, "h2", grace); err != nil || !ok || in < 59*time.Minute {
 		t.Fatalf("h3 down: %s %v %v, want h1's, about an hour", in, ok, err)
+	}
+}
+
+// JobRunnable names a live host, not draining, that may run the job (the one asked for, the
+// job's own, or any), and otherwise says why none may: each host's state, in the words every
+// listing uses, with what to do. A host is down because its lease ran out, not by a write.
+func TestJobRunnable(t *testing.T) {
+	b := storetest.Setup(t) // h1 holds its lease for an hour
+	st, ctx := b.Store, b.Ctx
+	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h2", Holder: "p2"})
+	if _, err := st.HostDrain(ctx, "h2", true); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Lease(t, st, &storetest.LeaseOpts{Host: "h3", Holder: "p3", Duration: time.Second})
+	for _, h := range []string{"", "h1", "h2", "h3", "h9"} {
+		storetest.Job(t, st, &storetest.JobOpts{Name: "on-" + cmp.Or(h, "any"), Host: h})
+	}
+	// h3 is not renewed: its lease runs out.
+	for {
+		able, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: "on-h3"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if able.Host == "" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, tt := range []struct {
+		job, on    string
+		host, why  string // Host, or a part of Why
+		pinnedHost string
+	}{
+		{job: "on-any", host: "h1"},
+		{job: "on-any", on: "h1", host: "h1"},
+		{job: "on-any", on: "h2", why: "host h2 is draining (holdfast host undrain h2): start holdfast there"},
+		{job: "on-any", on: "h3", why: "host h3 is down since "},
+		{job: "on-any", on: "h9", why: "no holdfast daemon has ever run on host h9: start it there"},
+		{job: "on-h1", host: "h1", pinnedHost: "h1"},
+		{job: "on-h1", on: "h1", host: "h1", pinnedHost: "h1"},
+		{job: "on-h1", on: "h2", why: "job on-h1 is pinned to host h1, not h2", pinnedHost: "h1"},
+		{job: "on-h2", why: "job on-h2 is pinned to host h2, which is draining (holdfast host undrain h2)", pinnedHost: "h2"},
+		{job: "on-h3", why: "job on-h3 is pinned to host h3, which is down since ", pinnedHost: "h3"},
+		{job: "on-h9", why: "job on-h9 is pinned to host h9, where no holdfast daemon has ever run", pinnedHost: "h9"},
+	} {
+		able, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: tt.job, On: tt.on})
+		if err != nil || able.Host != tt.host || able.Pinned != tt.pinnedHost || !strings.Contains(able.Why, tt.why) || (tt.host == "") != (able.Why != "") {
+			t.Errorf("%s on %q: %+v %v, want host %q pinned %q, why with %q", tt.job, tt.on, able, err, tt.host, tt.pinnedHost, tt.why)
+		}
+	}
+	if _, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: "nope"}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("unknown job: %v, want ErrNotFound", err)
+	}
+	if _, err := st.HostDrain(ctx, "h1", true); err != nil {
+		t.Fatal(err)
+	}
+	able, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: "on-any"})
+	if err != nil || able.Host != "" {
+		t.Fatalf("every host drained or down: %+v %v", able, err)
+	}
+	for _, part := range []string{"no live holdfast daemon can run job on-any: ", "host h1 is draining (holdfast host undrain h1)",
+		"host h2 is draining", "host h3 is down since ", "start holdfast on one"} {
+		if !strings.Contains(able.Why, part) {
+			t.Errorf("every host drained or down: %q, want %q in it", able.Why, part)
+		}
 	}
 }

@@ -103,15 +103,11 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 	if j.Host != "" && j.Host != here {
 		return badInput("job %s runs on host %s: run holdfast restore there (a target is a directory of the host that restores)", j.Name, j.Host)
 	}
-	able, err := st.JobRunnableHosts(ctx, j.Name)
+	able, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: j.Name, On: here})
 	if err != nil {
 		return err
 	}
-	unable := !slices.Contains(able.Hosts, here)
-	why := able.Why
-	if unable && why == "" {
-		why = fmt.Sprintf("host %s has no live holdfast daemon", here)
-	}
+	unable, why := able.Host == "", able.Why
 	if unable && wait {
 		return unavailableError{errors.New(why + "; nothing was queued")}
 	}

@@ -223,18 +223,18 @@ func newRunStartCmd(g *globals) *cobra.Command {
 					}
 				}
 				// Waiting for a run that no daemon can take would wait for ever: say so now.
-				able, err := st.JobRunnableHosts(ctx, args[0])
+				able, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: args[0]})
 				if err != nil {
 					return err
 				}
-				if len(able.Hosts) == 0 && wait {
+				if able.Host == "" && wait {
 					return unavailableError{errors.New(able.Why + "; nothing was queued")}
 				}
 				run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: args[0], Trigger: model.TriggerManual, Kind: kind, Verify: verify})
 				if err != nil {
 					return err
 				}
-				return followRun(cmd, st, run, len(able.Hosts) == 0, able.Why, wait, asJSON)
+				return followRun(cmd, st, run, able.Host == "", able.Why, wait, asJSON)
 			})
 		},
 	}
