@@ -62,6 +62,11 @@ func (s *fakeState) RunListLive(context.Context, string) ([]model.LiveRun, error
 	return nil, nil
 }
 
+func (s *fakeState) RunListSpawnable(context.Context, string, []uuid.UUID) ([]model.LiveRun, error) {
+	s.record("RunListSpawnable")
+	return nil, nil
+}
+
 func (s *fakeState) JobListForHost(context.Context, string) ([]model.Job, error) {
 	s.record("JobList")
 	return []model.Job{s.job}, nil

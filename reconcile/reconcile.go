@@ -569,6 +569,59 @@ func liveShape(live []model.LiveRun) uint64 {
 // shapeSeed is liveShape's: one per process, so that its sums compare within it.
 var shapeSeed = maphash.MakeSeed()
 
+// SpawnNamed spawns at once those of the runs ids that this host may spawn and that have no
+// unit yet, where the pass would spawn them (or arm them) now: the same facts and the same
+// decision table, but not the rest of a pass, so that an admission's notification, which names
+// its run, starts the run without waiting for a pass over every live run of the host. Any other
+// decision is left to the pass, which the notification wakes as well; so are all runs while
+// places are limited, since the pass hands them over in priority order. Runs the pass hands
+// over at the same time are spawned once: the spawner drops an attempt already handed over,
+// and only one claim of an attempt is granted.
+func (r *Reconciler) SpawnNamed(ctx context.Context, ids []uuid.UUID) error {
+	if !r.acting() {
+		return ErrNoLease
+	}
+	if r.cfg.Limits.MaxRunning > 0 || r.cfg.Limits.MaxRunningHost > 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
+	defer cancel()
+	live, err := r.cfg.Store.RunListSpawnable(ctx, r.cfg.Host, ids)
+	if err != nil || len(live) == 0 {
+		return err
+	}
+	pass := &passReads{jobs: map[string]model.Job{}}
+	for _, l := range live {
+		if _, ok := pass.jobs[l.Run.JobName]; ok || l.Run.JobName == "" {
+			continue
+		}
+		j, err := r.cfg.Store.JobGet(ctx, l.Run.JobName)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // the pass judges the run of a removed job
+		}
+		if err != nil {
+			return err
+		}
+		pass.jobs[j.Name] = j
+	}
+	var errs []error
+	for _, l := range live {
+		if !r.acting() {
+			return ErrNoLease
+		}
+		f, job, err := r.gather(ctx, &l, pass)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if d := decide(f, r.rules()); d.act == actSpawn || d.act == actArm {
+			r.cfg.Logger.Debug("reconcile", "run", l.Run.ID, "attempt", l.Attempt.No, "action", d.act.String(), "row", d.row, "named", true)
+			errs = append(errs, r.carryOut(ctx, l, f, job, d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // jobsToSpawn reads the jobs this host may run once for the pass, if any run waits for its unit: one query
 // instead of one per spawn, which counts when many runs are due at once.
 func (r *Reconciler) jobsToSpawn(ctx context.Context, live []model.LiveRun) (map[string]model.Job, error) {

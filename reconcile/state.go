@@ -25,6 +25,7 @@ type State interface {
 // Nothing in it changes a run.
 type StateReader interface {
 	RunListLive(ctx context.Context, host string) ([]model.LiveRun, error)
+	RunListSpawnable(ctx context.Context, host string, ids []uuid.UUID) ([]model.LiveRun, error)
 	JobListForHost(ctx context.Context, host string) ([]model.Job, error)
 	JobGet(ctx context.Context, name string) (model.Job, error)
 	RunGet(ctx context.Context, id uuid.UUID) (model.Run, error)

@@ -253,3 +253,86 @@ func TestUnitsAskedAsRunsAreRead(t *testing.T) {
 		t.Fatalf("the long run's unit is no longer alive: %v", err)
 	}
 }
+
+// SpawnNamed spawns at once the runs named that the pass would spawn now, and nothing else: a
+// run of another host, a run asked to stop and a run not named wait for the pass, which then
+// ends or spawns them, and spawns no run twice. While places are limited it leaves every run to
+// the pass, which hands them over in priority order.
+func TestSpawnNamed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Hour, AllowCommandJobs: true})
+	st, rec := e.st, e.rec
+	command := func(name, host string) *storetest.RunOpts {
+		return &storetest.RunOpts{JobOpts: &storetest.JobOpts{Name: name, Engine: "command", Host: host}}
+	}
+	named := storetest.Run(t, st, command("named", ""))
+	elsewhere := storetest.Run(t, st, command("elsewhere", "h9"))
+	stopped := storetest.Run(t, st, command("stopped", ""))
+	if _, err := st.RunRequestStop(ctx, stopped.ID); err != nil {
+		t.Fatal(err)
+	}
+	unnamed := storetest.Run(t, st, command("unnamed", ""))
+	unit := func(id uuid.UUID) string {
+		t.Helper()
+		attempts, err := st.AttemptList(ctx, id)
+		if err != nil || len(attempts) != 1 {
+			t.Fatalf("run %s: attempts %+v %v, want one", id, attempts, err)
+		}
+		return attempts[0].Unit
+	}
+	if err := rec.SpawnNamed(ctx, []uuid.UUID{named.ID, named.ID, elsewhere.ID, stopped.ID, uuid.New()}); err != nil {
+		t.Fatal(err)
+	}
+	if got := unit(named.ID); got != systemd.UnitName("named", named.ID, 1) {
+		t.Fatalf("the named run's unit: %q, want it spawned", got)
+	}
+	for _, r := range []model.Run{elsewhere, stopped, unnamed} {
+		if got := unit(r.ID); got != "" {
+			t.Fatalf("run of %s spawned as %s; want it left to the pass", r.JobName, got)
+		}
+		if got, err := st.RunGet(ctx, r.ID); err != nil || got.Status != model.StatusQueued {
+			t.Fatalf("run of %s: %s %v, want still queued", r.JobName, got.Status, err)
+		}
+	}
+	// The pass ends the stopped run and spawns the one not named; the named one runs on and ends.
+	for deadline := time.Now().Add(testenv.Patience); ; {
+		if _, err := rec.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		done := true
+		for _, r := range []model.Run{named, stopped, unnamed} {
+			got, err := st.RunGet(ctx, r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = done && !model.Live(got.Status)
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the runs never ended")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for r, want := range map[uuid.UUID]string{named.ID: model.StatusSucceeded, stopped.ID: model.StatusStopped, unnamed.ID: model.StatusSucceeded} {
+		if got, err := st.RunGet(ctx, r); err != nil || got.Status != want {
+			t.Fatalf("run %s: %s %v, want %s", r, got.Status, err, want)
+		}
+		unit(r) // one attempt each
+	}
+	if violations, err := st.InvariantViolations(ctx); err != nil || len(violations) > 0 {
+		t.Fatalf("invariants: %v %v", violations, err)
+	}
+
+	limited := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Hour, AllowCommandJobs: true, Limits: model.RunningLimits{MaxRunning: 4}})
+	r := storetest.Run(t, limited.st, command("limited", ""))
+	if err := limited.rec.SpawnNamed(ctx, []uuid.UUID{r.ID}); err != nil {
+		t.Fatal(err)
+	}
+	attempts, err := limited.st.AttemptList(ctx, r.ID)
+	if err != nil || len(attempts) != 1 || attempts[0].Unit != "" {
+		t.Fatalf("with places limited: %+v %v, want the run left to the pass", attempts, err)
+	}
+}

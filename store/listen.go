@@ -43,6 +43,9 @@ type Wakes struct {
 	// Runs is called when a run this host may spawn or holds was admitted, queued again or
 	// asked to stop, or a job it may run changed (NotifyChannel).
 	Runs func()
+	// Run, if set, is called before Runs with the run such a notification names, if it names
+	// one: a run admitted, queued again or asked to stop.
+	Run func(run uuid.UUID)
 	// Deliveries is called when an event of this host's, or of none, has notifications to
 	// send (DeliveriesChannel).
 	Deliveries func()
@@ -55,7 +58,11 @@ type Wakes struct {
 func (s *Store) Listen(ctx context.Context, w Wakes) error {
 	return s.listen(ctx, map[string]func(string){
 		NotifyChannel: func(payload string) {
+			run, payload := namedRun(payload)
 			if concerns(payload, w.Host) {
+				if run != uuid.Nil && w.Run != nil {
+					w.Run(run)
+				}
 				w.Runs()
 			}
 		},
@@ -71,6 +78,23 @@ func (s *Store) Listen(ctx context.Context, w Wakes) error {
 // notification on NotifyChannel and DeliveriesChannel says whose it is, so that it wakes only
 // the daemon it concerns and those that may run any host's work.
 func hostPayload(host string) string { return "host:" + host }
+
+// namedRun splits the run a notification about a run names ("run:ID ", before its host's
+// part; notifyRun) from the rest of its payload. Before the host's part, not after it: a daemon
+// of an older version reads a payload that does not begin with the host's part as one that
+// concerns every host.
+func namedRun(payload string) (run uuid.UUID, rest string) {
+	named, after, ok := strings.Cut(payload, " ")
+	id, isRun := strings.CutPrefix(named, "run:")
+	if !ok || !isRun {
+		return uuid.Nil, payload
+	}
+	run, err := uuid.Parse(id)
+	if err != nil {
+		return uuid.Nil, payload
+	}
+	return run, after
+}
 
 // concerns reports whether a notification's payload concerns the daemon of host: it names that
 // host or any host (hostPayload), or it names none (the first call, once listening, and the

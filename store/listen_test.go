@@ -140,3 +140,68 @@ func TestRunEndsAnnounced(t *testing.T) {
 	}
 	expectEnd(t, ends, run.ID, "restart that paused")
 }
+
+// A notification about a run names it, for the daemon it concerns alone: the run admitted, or
+// asked to stop, comes to Run before Runs wakes. A payload of an older version, which names no
+// run, or one whose run cannot be read, still wakes every daemon and names nothing.
+func TestNotificationsNameTheirRun(t *testing.T) {
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	type wake struct {
+		run uuid.UUID // uuid.Nil: Runs without a run
+	}
+	wakes := make(chan wake, 16)
+	listenCtx, cancel := context.WithCancel(ctx)
+	listened := make(chan struct{})
+	go func() {
+		defer close(listened)
+		var named uuid.UUID
+		_ = st.Listen(listenCtx, store.Wakes{Host: "h1", Deliveries: func() {},
+			Run:  func(run uuid.UUID) { named = run },
+			Runs: func() { wakes <- wake{named}; named = uuid.Nil }})
+	}()
+	defer func() { cancel(); <-listened }()
+	// next waits for the next wake; a named run is waited for past the wakes that name none
+	// (a job created wakes the daemons too).
+	next := func(what string, want uuid.UUID) {
+		t.Helper()
+		for {
+			select {
+			case got := <-wakes:
+				if got.run == uuid.Nil && want != uuid.Nil {
+					continue
+				}
+				if got.run != want {
+					t.Fatalf("%s: woken naming run %s, want %s", what, got.run, want)
+				}
+				return
+			case <-time.After(time.Minute):
+				t.Fatalf("%s: not woken", what)
+			}
+		}
+	}
+	next("listening", uuid.Nil)
+
+	anyHost := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Engine: "command"}})
+	next("an any-host run admitted", anyHost.ID)
+	storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Engine: "command", Host: "h2"}})
+	pinned := storetest.Run(t, st, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Engine: "command", Host: "h1"}})
+	next("a run of h1 admitted after one of h2", pinned.ID)
+	if _, err := st.RunRequestStop(ctx, anyHost.ID); err != nil {
+		t.Fatal(err)
+	}
+	next("a stop asked for", anyHost.ID)
+	for _, payload := range []string{"host:h1", "host:", "run:not-an-id host:h1", "run:" + uuid.NewString()} {
+		if _, err := b.DB.Exec(ctx, `SELECT pg_notify($1, $2)`, store.NotifyChannel, payload); err != nil {
+			t.Fatal(err)
+		}
+		next("payload "+payload, uuid.Nil)
+	}
+	if _, err := b.DB.Exec(ctx, `SELECT pg_notify($1, $2)`, store.NotifyChannel, "run:"+anyHost.ID.String()+" host:h2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.DB.Exec(ctx, `SELECT pg_notify($1, $2)`, store.NotifyChannel, "run:"+pinned.ID.String()+" host:h1"); err != nil {
+		t.Fatal(err)
+	}
+	next("a run of h1 named after one of h2", pinned.ID)
+}

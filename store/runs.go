@@ -253,15 +253,26 @@ func (s *Store) RunListLive(ctx context.Context, host string) ([]model.LiveRun, 
 		SELECT r.id FROM jobs j JOIN runs r ON r.job_id = j.id
 		WHERE `+hostMayRun(1)+` AND r.status IN ('queued', 'running') AND r.host IS NULL
 		UNION ALL
-		SELECT r.id FROM runs r WHERE r.job_id IS NULL AND r.status IN ('queued', 'running') AND r.host IS NULL`, `
-		AND (a.host = $1 OR (a.host = '' AND a.unit IS NULL AND coalesce(r.host, j.host, $1) = $1
-			-- A draining host spawns nothing, but still ends the runs it was asked to stop.
-			AND (r.stop_requested_at IS NOT NULL
-				OR NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $1 AND h.draining_since IS NOT NULL))))`, host)
+		SELECT r.id FROM runs r WHERE r.job_id IS NULL AND r.status IN ('queued', 'running') AND r.host IS NULL`,
+		liveOfHost, host)
 	if err == nil {
 		s.liveRunsRead.Store(int64(len(live)))
 	}
 	return live, err
+}
+
+// liveOfHost is the filter of the live runs the daemon of the host $1 reconciles (RunListLive).
+const liveOfHost = `
+		AND (a.host = $1 OR (a.host = '' AND a.unit IS NULL AND coalesce(r.host, j.host, $1) = $1
+			-- A draining host spawns nothing, but still ends the runs it was asked to stop.
+			AND (r.stop_requested_at IS NOT NULL
+				OR NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = $1 AND h.draining_since IS NOT NULL))))`
+
+// RunListSpawnable lists, among the runs ids, those the daemon of host reconciles (as
+// RunListLive reads them) whose live attempt has no unit yet: the runs it may spawn.
+func (s *Store) RunListSpawnable(ctx context.Context, host string, ids []uuid.UUID) ([]model.LiveRun, error) {
+	return s.liveRuns(ctx, "runs to spawn", int64(len(ids)), `SELECT unnest($2::uuid[])`,
+		liveOfHost+` AND a.unit IS NULL`, host, ids)
 }
 
 // liveRuns lists the live runs that match filter, a constant condition on r, a and j with

@@ -342,7 +342,7 @@ func notifyRun(ctx context.Context, q execer, run uuid.UUID) error {
 // server a wake of each listening session, whatever it is about.
 func notifyRunExcept(ctx context.Context, q execer, run uuid.UUID, except string) error {
 	_, err := q.Exec(ctx, `
-		SELECT pg_notify($1, $3 || coalesce(nullif(a.host, ''), r.host, j.host, ''))
+		SELECT pg_notify($1, 'run:' || r.id || ' ' || $3 || coalesce(nullif(a.host, ''), r.host, j.host, ''))
 		FROM runs r LEFT JOIN jobs j ON j.id = r.job_id LEFT JOIN attempts a ON a.run_id = r.id AND a.ended_at IS NULL
 		WHERE r.id = $2 AND ($4 = '' OR coalesce(nullif(a.host, ''), r.host, j.host, '') NOT IN ('', $4))`,
 		NotifyChannel, run, hostPayload(""), except)

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/schedule"
@@ -196,6 +198,12 @@ func (s *Supervisor) listen(ctx context.Context) {
 	failures := 0 // in a row
 	for ctx.Err() == nil {
 		err := s.cfg.Store.Listen(ctx, store.Wakes{Host: s.rec.Host(),
+			Run: func(run uuid.UUID) {
+				select {
+				case s.named <- run:
+				default: // the pass, woken below, spawns it
+				}
+			},
 			Runs: func() {
 				s.listening.Store(true)
 				if failures > 0 {
@@ -223,6 +231,44 @@ func (s *Supervisor) listen(ctx context.Context) {
 		s.cfg.Logger.Warn("listen for notifications failed; polling meanwhile", "err", err, "again_in", wait.Round(time.Millisecond))
 		if !wake.Sleep(ctx, wait, nil) {
 			return
+		}
+	}
+}
+
+// namedQueue bounds the runs named by notifications that wait for spawnNamed; namedBatch is
+// how many it takes at once.
+const (
+	namedQueue = 1024
+	namedBatch = 256
+)
+
+// spawnNamed spawns the runs that notifications name (an admission names its run) at once,
+// without waiting for the sweep's pass over every live run (reconcile.SpawnNamed), those named
+// meanwhile together. A run it leaves, or one dropped from a full queue, is the pass's: each
+// notification wakes it as well.
+func (s *Supervisor) spawnNamed(ctx context.Context) {
+	for {
+		var ids []uuid.UUID
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-s.named:
+			ids = append(ids, id)
+		}
+	batch:
+		for len(ids) < namedBatch {
+			select {
+			case id := <-s.named:
+				ids = append(ids, id)
+			default:
+				break batch
+			}
+		}
+		if !s.acting() {
+			continue
+		}
+		if err := s.rec.SpawnNamed(ctx, ids); err != nil && !errors.Is(err, reconcile.ErrNoLease) && ctx.Err() == nil {
+			s.cfg.Logger.Warn("runs named by notifications not spawned at once; the next pass spawns them", "runs", len(ids), "err", err)
 		}
 	}
 }

@@ -3,7 +3,8 @@
 // decides), and the services that carry its decisions out or wake it: spawning (claim and
 // start a run's unit), the repair channel (ask the repository for a snapshot the journal did
 // not record, then close the run), the runaway watch (follow the repositories of running
-// backups), the notification listener (PostgreSQL wakes admission and the sweep), the unit-end
+// backups), the notification listener (PostgreSQL wakes admission and the sweep, and names the
+// run an admission admitted, which the named spawns start without waiting for a pass), the unit-end
 // watch (a unit's exit marker wakes the sweep at once), the removal of old run files and, under a
 // service manager that asks for them, its notifications (ready, status, watchdog, stopping).
 //
@@ -28,6 +29,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/metrics"
@@ -310,6 +313,8 @@ type Supervisor struct {
 	idle     atomic.Bool
 	busyWake wake.Signal
 	progress *progress // what the sweep and admission last did, for the service manager
+	// named are the runs notifications named, for spawnNamed.
+	named chan uuid.UUID
 }
 
 // New validates cfg and builds the services; nothing runs before Start.
@@ -365,7 +370,7 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	watcher := &watch.Watcher{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger, Interval: cfg.WatchInterval}
 	s := &Supervisor{cfg: cfg, rec: rec, lease: lease, failed: failed, metrics: m, sweepWake: sweepWake, admitWake: wake.New(),
-		dueWake: wake.New(), deliverWake: wake.New(), busyWake: wake.New(), progress: newProgress()}
+		dueWake: wake.New(), deliverWake: wake.New(), busyWake: wake.New(), progress: newProgress(), named: make(chan uuid.UUID, namedQueue)}
 	s.services = []Service{
 		// The lease first: every write about the host's attempts is fenced by it, and the
 		// services that act stand by while it is not held.
@@ -378,6 +383,7 @@ func New(cfg Config) (*Supervisor, error) {
 		rec.Spawner(),
 		rec.RepairChannel(),
 		&loop{name: "sweep", run: s.sweep},
+		&loop{name: "named spawns", run: s.spawnNamed},
 		&loop{name: "admission", run: func(ctx context.Context) { s.admit(ctx, admitter) }},
 		&loop{name: "run files", run: s.removeRunFiles},
 		&loop{name: "history", run: s.compactHistory},

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -155,12 +156,15 @@ func (e env) checkInvariants(t *testing.T) {
 	}
 }
 
-// With an hour between passes, a run is spawned because its admission notifies, and recorded
-// final within seconds because its unit's exit marker wakes the sweep: no interval is waited for.
+// With an hour between passes, a run is spawned because its admission notifies, which names the
+// run (the spawn is the named one's, not only the pass's it wakes), and recorded final within
+// seconds because its unit's exit marker wakes the sweep: no interval is waited for.
 func TestUnitEndWakesSweep(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	e.cfg.SweepInterval = time.Hour
+	log := &syncBuffer{}
+	e.cfg.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.start(t)
 	e.job(t, "quick", "/bin/sleep", "0.3")
 	for i := range 3 {
@@ -180,6 +184,12 @@ func TestUnitEndWakesSweep(t *testing.T) {
 			a := attempts[0]
 			t.Logf("  claimed +%s, marker +%s, ended +%s", a.SpawnClaimedAt.Sub(start).Round(time.Millisecond),
 				mk.At.Sub(start).Round(time.Millisecond), a.EndedAt.Sub(start).Round(time.Millisecond))
+		}
+		if len(attempts) != 1 {
+			t.Fatalf("run %d: %d attempts, want one", i, len(attempts))
+		}
+		if !regexp.MustCompile(`run=` + run.ID.String() + ` attempt=1 action=spawn row=(?:"[^"]*"|\S+) named=true`).MatchString(log.String()) {
+			t.Fatalf("run %d: no spawn by its notification's name in the log:\n%s", i, log.String())
 		}
 	}
 	e.checkInvariants(t)
@@ -235,7 +245,7 @@ func TestStartStop(t *testing.T) {
 	for _, svc := range sup.Services() {
 		names = append(names, svc.Name())
 	}
-	if got, want := strings.Join(names, ","), "host lease,notifications,unit ends,runaway watch,spawning,repairs,sweep,admission,run files,history,watch,delivery"; got != want {
+	if got, want := strings.Join(names, ","), "host lease,notifications,unit ends,runaway watch,spawning,repairs,sweep,named spawns,admission,run files,history,watch,delivery"; got != want {
 		t.Fatalf("services %s, want %s", got, want)
 	}
 	sup.Stop() // never started: nothing to do
