@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
@@ -200,8 +202,14 @@ func TestAdmissionNotifiesOtherHostsOnly(t *testing.T) {
 	if err != nil || len(admitted) != 3 {
 		t.Fatalf("admitted %+v, %v; want the three jobs' runs", admitted, err)
 	}
-	if got := drain(); !slices.Equal(got, []string{"host:h2"}) {
-		t.Fatalf("h1's admission announced %q, want only host:h2 (the run pinned to h2)", got)
+	var pinned uuid.UUID
+	for _, a := range admitted {
+		if a.Job == "theirs" && a.Run != nil {
+			pinned = *a.Run
+		}
+	}
+	if got, want := drain(), []string{"run:" + pinned.String() + " host:h2"}; !slices.Equal(got, want) {
+		t.Fatalf("h1's admission announced %q, want only %q (the run pinned to h2, named)", got, want)
 	}
 }
 

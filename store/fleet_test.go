@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast-backup/holdfast/model"
@@ -126,6 +127,17 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A run of one of the host's jobs with none live, admitted as run start does: the spawn's
+	// reads (the runs named, the claim) have one to find.
+	var idleJob string
+	if err := conn.QueryRow(ctx, `SELECT j.name FROM jobs j WHERE j.host = $1 AND NOT EXISTS
+		(SELECT 1 FROM runs r WHERE r.job_id = j.id AND r.status IN ('queued', 'running')) ORDER BY j.name LIMIT 1`, host).Scan(&idleJob); err != nil {
+		t.Fatal(err)
+	}
+	admitted, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: idleJob, Trigger: "manual", Kind: model.KindBackup})
+	if err != nil {
+		t.Fatal(err)
+	}
 	log.take()
 
 	passes := []struct {
@@ -140,6 +152,18 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 		{what: "renew the lease", do: func() error { _, err := st.LeaseRenew(ctx, lease, time.Hour); return err }},
 		{what: "live runs", do: func() error { _, err := st.RunListLive(ctx, host); return err }},
 		{what: "jobs to spawn", do: func() error { _, err := st.JobListForHost(ctx, host); return err }},
+		{what: "runs named", do: func() error { _, err := st.RunListSpawnable(ctx, host, []uuid.UUID{admitted.ID}); return err }},
+		// Claimed by the first measure; the second asks again, as a pass that lost the race does.
+		{what: "claim a spawn", do: func() error {
+			_, _, err := st.AttemptClaimSpawn(ctx, lease, model.SpawnClaim{Attempt: model.AttemptRef{Run: admitted.ID, No: 1},
+				Unit: "holdfast-" + idleJob + "-" + admitted.ID.String() + "-a1.service"})
+			return err
+		}},
+		{what: "run start's host", do: func() error { _, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: idleJob}); return err }},
+		{what: "restore's host", do: func() error {
+			_, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: idleJob, On: host})
+			return err
+		}},
 		{what: "next due", generic: true, do: func() error { _, err := st.JobNextDue(ctx, host, 10*time.Second); return err }},
 		{what: "admission", do: func() error {
 			_, err := st.JobAdmitDue(ctx, store.JobAdmitDueParams{Now: time.Now(), Horizon: time.Now().Add(10 * time.Second), Limit: 10, SetAside: time.Minute})

@@ -394,12 +394,21 @@ func (s *Store) AttemptClaimSpawn(ctx context.Context, w model.Lease, c model.Sp
 	var claimable bool
 	batch.Queue(`
 		WITH busy AS (
-			-- From the live attempts, which are few, never from the runs' history.
+			-- Through the jobs that name one of the run's repositories (jobs_repository,
+			-- jobs_copy_to), their live runs (runs_live_job) and those runs' live attempts:
+			-- never every live attempt of the fleet, nor the runs' history.
+			-- Lateral subqueries that cannot be flattened (OFFSET 0) keep that order: joined
+			-- plainly, the planner read every live run first.
 			SELECT o.id, o.kind FROM runs me JOIN jobs mj ON mj.id = me.job_id,
-				attempts oa JOIN runs o ON o.id = oa.run_id JOIN jobs oj ON oj.id = o.job_id
-			WHERE me.id = $1 AND mj.engine = ANY($12) AND oa.ended_at IS NULL AND oa.unit IS NOT NULL
+				unnest(`+runRepositories("me", "mj")+`) mine(repo),
+				LATERAL (SELECT j.id, j.repository, j.copy_to FROM jobs j WHERE j.repository = mine.repo
+					UNION ALL
+					SELECT j.id, j.repository, j.copy_to FROM jobs j WHERE j.copy_to = mine.repo AND j.copy_to <> '' OFFSET 0) oj,
+				LATERAL (SELECT r.id, r.kind, r.on_copy FROM runs r WHERE r.job_id = oj.id AND r.status IN ('queued', 'running') OFFSET 0) o
+			WHERE me.id = $1 AND mj.engine = ANY($12) AND mine.repo IS NOT NULL
 			  AND o.id <> me.id AND `+runRepositories("o", "oj")+` && `+runRepositories("me", "mj")+`
 			  AND (me.kind = ANY($13) OR o.kind = ANY($13))
+			  AND EXISTS (SELECT 1 FROM attempts oa WHERE oa.run_id = o.id AND oa.ended_at IS NULL AND oa.unit IS NOT NULL)
 			LIMIT 1),
 		holding AS (
 			SELECT count(*) AS all_hosts, count(*) FILTER (WHERE host = $4) AS on_host
