@@ -264,9 +264,7 @@ func (s *Supervisor) spawnNamed(ctx context.Context) {
 				break batch
 			}
 		}
-		if !s.acting() {
-			continue
-		}
+		// Without the lease SpawnNamed spawns nothing (ErrNoLease): the pass takes them then.
 		if err := s.rec.SpawnNamed(ctx, ids); err != nil && !errors.Is(err, reconcile.ErrNoLease) && ctx.Err() == nil {
 			s.cfg.Logger.Warn("runs named by notifications not spawned at once; the next pass spawns them", "runs", len(ids), "err", err)
 		}
