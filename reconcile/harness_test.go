@@ -67,6 +67,11 @@ func (s *fakeState) RunListSpawnable(context.Context, string, []uuid.UUID) ([]mo
 	return nil, nil
 }
 
+func (s *fakeState) RunListSpawned(context.Context, string, []uuid.UUID) ([]model.LiveRun, error) {
+	s.record("RunListSpawned")
+	return nil, nil
+}
+
 func (s *fakeState) JobListForHost(context.Context, string) ([]model.Job, error) {
 	s.record("JobList")
 	return []model.Job{s.job}, nil

@@ -604,17 +604,56 @@ func (r *Reconciler) SpawnNamed(ctx context.Context, ids []uuid.UUID) error {
 		}
 		pass.jobs[j.Name] = j
 	}
+	return r.actNamed(ctx, live, pass, actSpawn, actArm)
+}
+
+// EndNamed closes at once those of the runs ids whose units systemd said are gone (states, its
+// answer asked after their exit markers appeared) where the pass would close them from their
+// markers now: the same facts and decision table as the pass, and as SpawnNamed, carrying out
+// that decision only. Any other (a restart, a stop, a quarantine) is left to the pass, which the
+// caller wakes as well, as it is for a run whose unit states does not name. A run the pass
+// closes at the same time is closed once: each close is a store write guarded by "this attempt
+// is still live", and a journal's batch is applied by whichever read it first.
+func (r *Reconciler) EndNamed(ctx context.Context, ids []uuid.UUID, states map[string]systemd.State) error {
+	if !r.acting() {
+		return ErrNoLease
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
+	defer cancel()
+	live, err := r.cfg.Store.RunListSpawned(ctx, r.cfg.Host, ids)
+	if err != nil {
+		return err
+	}
+	live = slices.DeleteFunc(live, func(l model.LiveRun) bool { _, asked := states[l.Attempt.Unit]; return !asked })
+	if len(live) == 0 {
+		return nil
+	}
+	pass := &passReads{states: states}
+	if root, err := journal.OpenRoot(r.cfg.StateDir); err == nil {
+		pass.stateDir = root
+		defer root.Close()
+	}
+	if markers, err := systemd.OpenMarkers(r.cfg.StateDir); err == nil {
+		pass.markers = markers
+		defer markers.Close()
+	}
+	return r.actNamed(ctx, live, pass, actFinish)
+}
+
+// actNamed judges each of the runs live as the pass does, with what pass read for them, and
+// carries out the decisions whose action is among acts; it leaves the others to the pass.
+func (r *Reconciler) actNamed(ctx context.Context, live []model.LiveRun, pass *passReads, acts ...action) error {
 	var errs []error
 	for _, l := range live {
 		if !r.acting() {
 			return ErrNoLease
 		}
-		f, job, err := r.gather(ctx, &l, pass)
+		f, job, d, _, err := r.judge(ctx, &l, pass)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if d := decide(f, r.rules()); d.act == actSpawn || d.act == actArm {
+		if slices.Contains(acts, d.act) {
 			r.cfg.Logger.Debug("reconcile", "run", l.Run.ID, "attempt", l.Attempt.No, "action", d.act.String(), "row", d.row, "named", true)
 			errs = append(errs, r.carryOut(ctx, l, f, job, d))
 		}
@@ -692,7 +731,18 @@ func (r *Reconciler) engineFor(jobEngine string) classifier {
 // reconcile drains the run's journal, gathers the facts, decides once and carries the decision
 // out, with what pass read for every run; it returns the run's journal lag.
 func (r *Reconciler) reconcile(ctx context.Context, l model.LiveRun, pass *passReads) (int64, error) {
-	lag, problem, drainErr := r.drain(ctx, l, pass)
+	f, job, d, lag, err := r.judge(ctx, &l, pass)
+	if err != nil {
+		return lag, err
+	}
+	r.cfg.Logger.Debug("reconcile", "run", l.Run.ID, "attempt", l.Attempt.No, "action", d.act.String(), "row", d.row)
+	return lag, r.carryOut(ctx, l, f, job, d)
+}
+
+// judge drains the run's journal, gathers the facts (updating l as gather does) and decides
+// once, with what pass read for every run; it returns the run's journal lag too.
+func (r *Reconciler) judge(ctx context.Context, l *model.LiveRun, pass *passReads) (facts, model.Job, decision, int64, error) {
+	lag, problem, drainErr := r.drain(ctx, *l, pass)
 	if drainErr != nil {
 		// The journal decides how fresh the numbers are, never the lifecycle.
 		r.cfg.Logger.Warn("run journal not drained this pass", "run", l.Run.ID, "attempt", l.Attempt.No, "err", drainErr)
@@ -701,13 +751,11 @@ func (r *Reconciler) reconcile(ctx context.Context, l model.LiveRun, pass *passR
 	var job model.Job
 	if problem == "" { // the quarantine comes first; nothing else is read for it
 		var err error
-		if f, job, err = r.gather(ctx, &l, pass); err != nil {
-			return lag, err
+		if f, job, err = r.gather(ctx, l, pass); err != nil {
+			return f, job, decision{}, lag, err
 		}
 	}
-	d := decide(f, r.rules())
-	r.cfg.Logger.Debug("reconcile", "run", l.Run.ID, "attempt", l.Attempt.No, "action", d.act.String(), "row", d.row)
-	return lag, r.carryOut(ctx, l, f, job, d)
+	return f, job, decide(f, r.rules()), lag, nil
 }
 
 func (r *Reconciler) rules() rules {

@@ -26,6 +26,7 @@ type State interface {
 type StateReader interface {
 	RunListLive(ctx context.Context, host string) ([]model.LiveRun, error)
 	RunListSpawnable(ctx context.Context, host string, ids []uuid.UUID) ([]model.LiveRun, error)
+	RunListSpawned(ctx context.Context, host string, ids []uuid.UUID) ([]model.LiveRun, error)
 	JobListForHost(ctx context.Context, host string) ([]model.Job, error)
 	JobGet(ctx context.Context, name string) (model.Job, error)
 	RunGet(ctx context.Context, id uuid.UUID) (model.Run, error)

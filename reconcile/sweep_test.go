@@ -336,3 +336,80 @@ func TestSpawnNamed(t *testing.T) {
 		t.Fatalf("with places limited: %+v %v, want the run left to the pass", attempts, err)
 	}
 }
+
+// EndNamed closes at once the runs named whose units systemd said are gone, from their exit
+// markers, and nothing else: a run whose unit still runs, a run whose unit systemd was not
+// asked about and a run not named are left to the pass, which then closes the two that ended
+// and leaves the running one be; no run is closed twice.
+func TestEndNamed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Hour, AllowCommandJobs: true})
+	st, r, rec := e.st, e.r, e.rec
+	runs := map[string]model.Run{}
+	for name, command := range map[string][]string{"named": {"/bin/true"}, "unasked": {"/bin/true"}, "unnamed": {"/bin/true"},
+		"long": {"/bin/sleep", "600"}} {
+		if _, err := st.JobCreate(ctx, model.Job{Name: name, Engine: "command", Command: command}); err != nil {
+			t.Fatal(err)
+		}
+		run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: name, Trigger: "manual", Kind: model.KindBackup})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[name] = run
+	}
+	unit := func(name string) string { return systemd.UnitName(name, runs[name].ID, 1) }
+	status := func(name string) string {
+		t.Helper()
+		got, err := st.RunGet(ctx, runs[name].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Status
+	}
+	// One pass spawns them all; then the short ones' units end and go, the long one's runs on.
+	if stats, err := rec.Sweep(ctx); err != nil || stats.Errors > 0 {
+		t.Fatalf("sweep: %+v %v", stats, err)
+	}
+	var states map[string]systemd.State
+	for deadline := time.Now().Add(testenv.Patience); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		if states, err = r.States(ctx, []string{unit("named"), unit("unasked"), unit("unnamed"), unit("long")}); err != nil {
+			t.Fatal(err)
+		}
+		if !states[unit("named")].Alive() && !states[unit("unasked")].Alive() && !states[unit("unnamed")].Alive() && states[unit("long")].Alive() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("units: %+v, want the short ones gone and the long one running", states)
+		}
+	}
+	for _, name := range []string{"named", "unasked", "unnamed", "long"} {
+		if got := status(name); got != model.StatusRunning {
+			t.Fatalf("run of %s %s before EndNamed, want running: no pass has seen an end", name, got)
+		}
+	}
+	delete(states, unit("unasked"))
+	if err := rec.EndNamed(ctx, []uuid.UUID{runs["named"].ID, runs["named"].ID, runs["unasked"].ID, runs["long"].ID, uuid.New()}, states); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"named": model.StatusSucceeded, "unasked": model.StatusRunning, "unnamed": model.StatusRunning, "long": model.StatusRunning} {
+		if got := status(name); got != want {
+			t.Fatalf("after EndNamed, run of %s %s, want %s", name, got, want)
+		}
+	}
+	if stats, err := rec.Sweep(ctx); err != nil || stats.Errors > 0 {
+		t.Fatalf("sweep: %+v %v", stats, err)
+	}
+	for name, want := range map[string]string{"named": model.StatusSucceeded, "unasked": model.StatusSucceeded, "unnamed": model.StatusSucceeded, "long": model.StatusRunning} {
+		if got := status(name); got != want {
+			t.Fatalf("after the pass, run of %s %s, want %s", name, got, want)
+		}
+		if attempts, err := st.AttemptList(ctx, runs[name].ID); err != nil || len(attempts) != 1 {
+			t.Fatalf("run of %s: attempts %+v %v, want one", name, attempts, err)
+		}
+	}
+	if violations, err := st.InvariantViolations(ctx); err != nil || len(violations) > 0 {
+		t.Fatalf("invariants: %v %v", violations, err)
+	}
+}

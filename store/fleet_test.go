@@ -138,6 +138,12 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A live run of the host whose unit the seed started: the end's reads have one to find.
+	var spawned model.AttemptRef
+	if err := conn.QueryRow(ctx, `SELECT a.run_id, a.attempt_no FROM attempts a WHERE a.host = $1 AND a.ended_at IS NULL
+		AND a.unit IS NOT NULL ORDER BY a.run_id LIMIT 1`, host).Scan(&spawned.Run, &spawned.No); err != nil {
+		t.Fatal(err)
+	}
 	log.take()
 
 	passes := []struct {
@@ -152,7 +158,9 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 		{what: "renew the lease", do: func() error { _, err := st.LeaseRenew(ctx, lease, time.Hour); return err }},
 		{what: "live runs", do: func() error { _, err := st.RunListLive(ctx, host); return err }},
 		{what: "jobs to spawn", do: func() error { _, err := st.JobListForHost(ctx, host); return err }},
-		{what: "runs named", do: func() error { _, err := st.RunListSpawnable(ctx, host, []uuid.UUID{admitted.ID}); return err }},
+		{what: "runs named", generic: true, do: func() error { _, err := st.RunListSpawnable(ctx, host, []uuid.UUID{admitted.ID}); return err }},
+		{what: "runs ended", generic: true, do: func() error { _, err := st.RunListSpawned(ctx, host, []uuid.UUID{spawned.Run}); return err }},
+		{what: "other writer", generic: true, do: func() error { _, err := st.AttemptOtherWriter(ctx, spawned); return err }},
 		// Claimed by the first measure; the second asks again, as a pass that lost the race does.
 		{what: "claim a spawn", do: func() error {
 			_, _, err := st.AttemptClaimSpawn(ctx, lease, model.SpawnClaim{Attempt: model.AttemptRef{Run: admitted.ID, No: 1},
@@ -266,7 +274,17 @@ func rowsReadBy(t *testing.T, conn *pgx.Conn, c loggedStatement, tables []string
 		if len(params) > 0 {
 			execute += "(" + strings.Join(params, ", ") + ")"
 		}
-		args := append([]any{pgx.QueryExecModeSimpleProtocol}, c.args...)
+		args := []any{pgx.QueryExecModeSimpleProtocol}
+		for _, a := range c.args {
+			if ids, ok := a.([]uuid.UUID); ok { // as text: pgx encodes no uuid[] for an unknown type
+				texts := make([]string, len(ids))
+				for i, id := range ids {
+					texts[i] = id.String()
+				}
+				a = texts
+			}
+			args = append(args, a)
+		}
 		if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+execute, args...).Scan(&raw); err != nil {
 			return err
 		}

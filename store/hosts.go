@@ -397,11 +397,11 @@ func (s *Store) HostNoticeDown(ctx context.Context, by string, grace time.Durati
 // is recorded (HostNoticeDown) has orphans, so that its host_down event always comes before a
 // takeover of its runs, even when its grace ends between a pass's notice and its read of them.
 func (s *Store) RunListOrphaned(ctx context.Context, host string, grace time.Duration) ([]model.LiveRun, error) {
-	return s.liveRuns(ctx, "orphans", 0, `
+	return s.liveRuns(ctx, liveRead{what: "orphans", candidates: `
 		SELECT a.run_id FROM hosts h JOIN attempts a ON a.host = h.name AND a.ended_at IS NULL
-		WHERE h.down_noticed_at IS NOT NULL AND `+downFor(1, 2), `
+		WHERE h.down_noticed_at IS NOT NULL AND ` + downFor(1, 2), filter: `
 		AND a.host <> $1 AND a.host <> '' AND j.id IS NOT NULL AND j.host IS NULL AND r.host IS NULL
-		AND EXISTS (SELECT 1 FROM hosts h WHERE h.name = a.host AND h.lease_until + $2::interval < now())`,
+		AND EXISTS (SELECT 1 FROM hosts h WHERE h.name = a.host AND h.lease_until + $2::interval < now())`},
 		host, grace)
 }
 

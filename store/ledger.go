@@ -502,27 +502,36 @@ func (s *Store) AttemptHoldSize(ctx context.Context, w model.Lease, p AttemptHol
 
 // AttemptOtherWriter returns a run whose attempt wrote to the same repository while this attempt ran
 // (from its spawn claim to its end, or to now), if any: then the repository's growth is not
-// this attempt's alone.
+// this attempt's alone. Every end of a run on a local repository asks it, and its join took
+// longer to plan than to run: its generic plan is made once per connection.
 func (s *Store) AttemptOtherWriter(ctx context.Context, ref model.AttemptRef) (*uuid.UUID, error) {
-	var other uuid.UUID
-	err := s.pool.QueryRow(ctx, `
+	rows, err := s.queryGeneric(ctx, `
 		SELECT o.run_id FROM attempts me
 		JOIN runs mr ON mr.id = me.run_id JOIN jobs mj ON mj.id = mr.job_id
-		JOIN jobs oj ON oj.repository = mj.repository JOIN runs orr ON orr.job_id = oj.id
+		JOIN jobs oj ON oj.repository = mj.repository
+		-- The runs of those jobs still open or closed since this attempt's claim: two ranges of
+		-- runs_job, never the jobs' whole history.
+		CROSS JOIN LATERAL (
+			SELECT id FROM runs WHERE job_id = oj.id AND finished_at IS NULL
+			UNION ALL
+			SELECT id FROM runs WHERE job_id = oj.id AND finished_at > me.spawn_claimed_at) orr
 		JOIN attempts o ON o.run_id = orr.id
 		WHERE me.run_id = $1 AND me.attempt_no = $2 AND (o.run_id, o.attempt_no) <> (me.run_id, me.attempt_no)
-		  AND (orr.finished_at IS NULL OR orr.finished_at > me.spawn_claimed_at)
 		  AND o.spawn_claimed_at IS NOT NULL AND me.spawn_claimed_at IS NOT NULL
 		  AND o.spawn_claimed_at < coalesce(me.ended_at, now())
 		  AND coalesce(o.ended_at, 'infinity') > me.spawn_claimed_at
-		LIMIT 1`, ref.Run, ref.No).Scan(&other)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
+		LIMIT 1`, ref.Run, ref.No)
+	var others []uuid.UUID
+	if err == nil {
+		others, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	}
 	if err != nil {
 		return nil, fmt.Errorf("find other writers of run %s's repository: %w", ref.Run, err)
 	}
-	return &other, nil
+	if len(others) == 0 {
+		return nil, nil
+	}
+	return &others[0], nil
 }
 
 // AttemptListDeferred lists ended attempts whose holds are still open, for the sweep of host to try

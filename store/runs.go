@@ -241,20 +241,20 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 // host (or removed), and host is not draining. host "" lists every live run.
 func (s *Store) RunListLive(ctx context.Context, host string) ([]model.LiveRun, error) {
 	if host == "" {
-		return s.liveRuns(ctx, "live runs", 0, "", "")
+		return s.liveRuns(ctx, liveRead{what: "live runs"})
 	}
 	// The candidates come through indexes, each a disjoint way a live run can be this host's,
 	// so that the read costs what the host has, not what the fleet has; the filter decides.
-	live, err := s.liveRuns(ctx, "live runs", s.liveRunsRead.Load(), `
+	live, err := s.liveRuns(ctx, liveRead{what: "live runs", sizeHint: s.liveRunsRead.Load(), filter: liveOfHost, candidates: `
 		SELECT a.run_id FROM attempts a WHERE a.host = $1 AND a.ended_at IS NULL
 		UNION ALL
 		SELECT r.id FROM runs r WHERE r.host = $1 AND r.status IN ('queued', 'running')
 		UNION ALL
 		SELECT r.id FROM jobs j JOIN runs r ON r.job_id = j.id
-		WHERE `+hostMayRun(1)+` AND r.status IN ('queued', 'running') AND r.host IS NULL
+		WHERE ` + hostMayRun(1) + ` AND r.status IN ('queued', 'running') AND r.host IS NULL
 		UNION ALL
-		SELECT r.id FROM runs r WHERE r.job_id IS NULL AND r.status IN ('queued', 'running') AND r.host IS NULL`,
-		liveOfHost, host)
+		SELECT r.id FROM runs r WHERE r.job_id IS NULL AND r.status IN ('queued', 'running') AND r.host IS NULL`},
+		host)
 	if err == nil {
 		s.liveRunsRead.Store(int64(len(live)))
 	}
@@ -271,21 +271,47 @@ const liveOfHost = `
 // RunListSpawnable lists, among the runs ids, those the daemon of host reconciles (as
 // RunListLive reads them) whose live attempt has no unit yet: the runs it may spawn.
 func (s *Store) RunListSpawnable(ctx context.Context, host string, ids []uuid.UUID) ([]model.LiveRun, error) {
-	return s.liveRuns(ctx, "runs to spawn", int64(len(ids)), `SELECT unnest($2::uuid[])`,
-		liveOfHost+` AND a.unit IS NULL`, host, ids)
+	return s.liveRuns(ctx, named("runs to spawn", ids, liveOfHost+` AND a.unit IS NULL`), host, ids)
 }
 
-// liveRuns lists the live runs that match filter, a constant condition on r, a and j with
-// args as its parameters, in a slice with room for about sizeHint. candidates, if not "", is a
-// query of run ids (args its parameters too) that holds every run filter may match: the runs
-// are read from it instead of from every live run.
-func (s *Store) liveRuns(ctx context.Context, what string, sizeHint int64, candidates, filter string, args ...any) ([]model.LiveRun, error) {
+// RunListSpawned lists, among the runs ids, those the daemon of host reconciles (as RunListLive
+// reads them) whose live attempt has a unit: the runs whose unit may have ended.
+func (s *Store) RunListSpawned(ctx context.Context, host string, ids []uuid.UUID) ([]model.LiveRun, error) {
+	return s.liveRuns(ctx, named("runs spawned", ids, liveOfHost+` AND a.unit IS NOT NULL`), host, ids)
+}
+
+// liveRead is what liveRuns reads: the live runs that match filter, a constant condition on r,
+// a and j with liveRuns' args as its parameters, in a slice with room for about sizeHint.
+// candidates, if not "", is a query of run ids (the args its parameters too) that holds every
+// run filter may match: the runs are read from it instead of from every live run. generic reads
+// them with the read's generic plan (queryGeneric).
+type liveRead struct {
+	what               string
+	sizeHint           int64
+	candidates, filter string
+	generic            bool
+}
+
+// named is the read of the runs ids ($2) that match filter, with its generic plan: planned
+// anew, the read of one run took longer to plan than to run, and a notification naming it is
+// waited for by an operator's command.
+func named(what string, ids []uuid.UUID, filter string) liveRead {
+	return liveRead{what: what, sizeHint: int64(len(ids)), candidates: `SELECT unnest($2::uuid[])`, filter: filter, generic: true}
+}
+
+// liveRuns lists the live runs q says.
+func (s *Store) liveRuns(ctx context.Context, q liveRead, args ...any) ([]model.LiveRun, error) {
+	what, sizeHint, candidates, filter := q.what, q.sizeHint, q.candidates, q.filter
 	from := "runs r"
 	if candidates != "" {
 		from = "(SELECT DISTINCT id FROM (" + candidates + ") c(id)) c JOIN runs r ON r.id = c.id"
 	}
+	query := s.pool.Query
+	if q.generic {
+		query = s.queryGeneric
+	}
 	asked := time.Now()
-	rows, err := s.pool.Query(ctx, `
+	rows, err := query(ctx, `
 		SELECT `+liveRunColumns+`, `+liveAttemptColumns+`, coalesce(j.engine, ''), coalesce(j.repository, ''),
 			coalesce(j.run_as_user, ''), now(), coalesce(j.priority, 0)
 		FROM `+from+`

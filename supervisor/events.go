@@ -2,12 +2,14 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/wake"
 )
@@ -27,18 +29,27 @@ const (
 	maxPending = 4096
 )
 
-// markerWatch is the unit-end service: each exit marker written wakes the sweep, which closes
-// the run at once instead of at its next interval (see systemd.MarkerWatch for why markers).
+// markerWatch is the unit-end service: each exit marker written closes its run at once, instead
+// of at the sweep's next interval (see systemd.MarkerWatch for why markers): end closes the runs
+// whose units are gone that their markers close (reconcile.EndNamed), and the sweep is woken
+// for everything else an end may bring (a restart, a run waiting for a place).
 //
 // The marker is written inside the unit's ExecStopPost, a moment before systemd lets the unit
-// go. The sweep is woken once systemd says the unit is gone: a run closed earlier would free
-// its place under --max-running while its unit still counts as deactivating.
+// go. A run is closed, and the sweep woken, once systemd says the unit is gone: a run closed
+// earlier would free its place under --max-running while its unit still counts as deactivating.
 type markerWatch struct {
 	stateDir string
 	runner   *systemd.Client
+	end      func(ctx context.Context, runs []uuid.UUID, states map[string]systemd.State) error
 	wake     wake.Signal
 	logger   *slog.Logger
 	loop     loop
+}
+
+// unitEnd is a unit whose exit marker appeared, and its run.
+type unitEnd struct {
+	unit string
+	run  uuid.UUID
 }
 
 func (m *markerWatch) Name() string { return "unit ends" }
@@ -67,7 +78,7 @@ func (m *markerWatch) Start(ctx context.Context) error {
 func (m *markerWatch) Stop() { m.loop.Stop() }
 
 func (m *markerWatch) run(ctx context.Context, w *systemd.MarkerWatch) {
-	ended := make(chan string, maxPending)
+	ended := make(chan unitEnd, maxPending)
 	var wg sync.WaitGroup
 	wg.Go(func() { m.settle(ctx, ended) })
 	defer wg.Wait()
@@ -91,7 +102,7 @@ func (m *markerWatch) run(ctx context.Context, w *systemd.MarkerWatch) {
 				return
 			}
 			select {
-			case ended <- mk.Unit:
+			case ended <- unitEnd{mk.Unit, run}:
 			default:
 				m.wake.Wake()
 			}
@@ -104,10 +115,14 @@ func (m *markerWatch) run(ctx context.Context, w *systemd.MarkerWatch) {
 	}
 }
 
-// settle wakes the sweep as soon as systemd says a unit whose marker appeared is gone, or once
-// goneWithin passed for it.
-func (m *markerWatch) settle(ctx context.Context, ended <-chan string) {
-	pending := map[string]time.Time{} // unit: when to stop waiting for it
+// settle closes the runs of units whose markers appeared as soon as systemd says they are gone,
+// and wakes the sweep then, or once goneWithin passed for a unit.
+func (m *markerWatch) settle(ctx context.Context, ended <-chan unitEnd) {
+	type waiting struct {
+		run   uuid.UUID
+		until time.Time // when to stop waiting for the unit
+	}
+	pending := map[string]waiting{} // by unit
 	// The timer runs only while something is pending: an idle daemon is not woken for nothing.
 	timer := time.NewTimer(goneEvery)
 	timer.Stop()
@@ -118,9 +133,9 @@ func (m *markerWatch) settle(ctx context.Context, ended <-chan string) {
 		select {
 		case <-ctx.Done():
 			return
-		case unit := <-ended:
-			if _, ok := pending[unit]; !ok {
-				pending[unit] = time.Now().Add(goneWithin)
+		case e := <-ended:
+			if _, ok := pending[e.unit]; !ok {
+				pending[e.unit] = waiting{e.run, time.Now().Add(goneWithin)}
 			}
 			if due == nil {
 				delay = goneFirst
@@ -139,11 +154,21 @@ func (m *markerWatch) settle(ctx context.Context, ended <-chan string) {
 		states, err := m.runner.States(askCtx, names)
 		cancel()
 		settled := false
+		var gone []uuid.UUID
 		for _, name := range names {
 			// "Could not ask" waits, up to the deadline: it never reads as gone.
-			if err == nil && !states[name].Alive() || !time.Now().Before(pending[name]) {
+			w := pending[name]
+			if err == nil && !states[name].Alive() {
+				gone = append(gone, w.run)
+			}
+			if err == nil && !states[name].Alive() || !time.Now().Before(w.until) {
 				delete(pending, name)
 				settled = true
+			}
+		}
+		if len(gone) > 0 && m.end != nil {
+			if err := m.end(ctx, gone, states); err != nil && !errors.Is(err, reconcile.ErrNoLease) && ctx.Err() == nil {
+				m.logger.Warn("runs whose units ended not closed at once; the sweep closes them", "runs", len(gone), "err", err)
 			}
 		}
 		if settled {

@@ -377,7 +377,7 @@ func New(cfg Config) (*Supervisor, error) {
 		lease,
 		// Listening next: a run admitted while the other services start still wakes them.
 		&loop{name: "notifications", run: s.listen},
-		&markerWatch{stateDir: rc.StateDir, runner: cfg.Runner, wake: s.sweepWake, logger: cfg.Logger},
+		&markerWatch{stateDir: rc.StateDir, runner: cfg.Runner, end: rec.EndNamed, wake: s.sweepWake, logger: cfg.Logger},
 		// Those the sweep hands work to run before it and stop after it.
 		rec.RunawayWatch(),
 		rec.Spawner(),

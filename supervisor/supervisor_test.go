@@ -158,7 +158,8 @@ func (e env) checkInvariants(t *testing.T) {
 
 // With an hour between passes, a run is spawned because its admission notifies, which names the
 // run (the spawn is the named one's, not only the pass's it wakes), and recorded final within
-// seconds because its unit's exit marker wakes the sweep: no interval is waited for.
+// seconds because its unit's exit marker closes it by name (not only at the pass it wakes): no
+// interval is waited for.
 func TestUnitEndWakesSweep(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
@@ -190,6 +191,9 @@ func TestUnitEndWakesSweep(t *testing.T) {
 		}
 		if !regexp.MustCompile(`run=` + run.ID.String() + ` attempt=1 action=spawn row=(?:"[^"]*"|\S+) named=true`).MatchString(log.String()) {
 			t.Fatalf("run %d: no spawn by its notification's name in the log:\n%s", i, log.String())
+		}
+		if !regexp.MustCompile(`run=` + run.ID.String() + ` attempt=1 action=finish row=(?:"[^"]*"|\S+) named=true`).MatchString(log.String()) {
+			t.Fatalf("run %d: not closed by its exit marker's name in the log:\n%s", i, log.String())
 		}
 	}
 	e.checkInvariants(t)
