@@ -29,10 +29,10 @@ const (
 	maxPending = 4096
 )
 
-// markerWatch is the unit-end service: each exit marker written closes its run at once, instead
-// of at the sweep's next interval (see systemd.MarkerWatch for why markers): end closes the runs
-// whose units are gone that their markers close (reconcile.EndNamed), and the sweep is woken
-// for everything else an end may bring (a restart, a run waiting for a place).
+// markerWatch is the unit-end service: a run whose unit wrote its exit marker is closed at once,
+// not at the sweep's next interval (see systemd.MarkerWatch for why markers). Once systemd says
+// the unit is gone, end (reconcile.EndNamed) closes the run where its marker says how, and the
+// sweep is woken for whatever else an end brings (a restart, a run waiting for a place).
 //
 // The marker is written inside the unit's ExecStopPost, a moment before systemd lets the unit
 // go. A run is closed, and the sweep woken, once systemd says the unit is gone: a run closed
