@@ -402,6 +402,26 @@ type passReads struct {
 	markers  *systemd.Markers
 }
 
+// openDirs opens the journals' root and the marker directory under stateDir for the reads of
+// the runs, where it can (a read opens by path otherwise); closeDirs closes them.
+func (c *passReads) openDirs(stateDir string) {
+	if root, err := journal.OpenRoot(stateDir); err == nil {
+		c.stateDir = root
+	}
+	if markers, err := systemd.OpenMarkers(stateDir); err == nil {
+		c.markers = markers
+	}
+}
+
+func (c *passReads) closeDirs() {
+	if c.stateDir != nil {
+		c.stateDir.Close()
+	}
+	if c.markers != nil {
+		c.markers.Close()
+	}
+}
+
 type uidLookup struct {
 	uid int
 	err error

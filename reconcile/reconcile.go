@@ -34,7 +34,6 @@ import (
 	"github.com/holdfast-backup/holdfast/inventory"
 	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/jobunit"
-	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runaway"
 	"github.com/holdfast-backup/holdfast/schedule"
@@ -451,14 +450,8 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	var mu sync.Mutex
 	pass := &passReads{jobs: jobs, states: states, statesErr: statesErr}
 	if len(live) > 0 { // an idle daemon's pass opens nothing
-		if root, err := journal.OpenRoot(r.cfg.StateDir); err == nil {
-			pass.stateDir = root
-			defer root.Close()
-		}
-		if markers, err := systemd.OpenMarkers(r.cfg.StateDir); err == nil {
-			pass.markers = markers
-			defer markers.Close()
-		}
+		pass.openDirs(r.cfg.StateDir)
+		defer pass.closeDirs()
 	}
 	one := func(l model.LiveRun) {
 		runCtx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
@@ -629,14 +622,8 @@ func (r *Reconciler) EndNamed(ctx context.Context, ids []uuid.UUID, states map[s
 		return nil
 	}
 	pass := &passReads{states: states}
-	if root, err := journal.OpenRoot(r.cfg.StateDir); err == nil {
-		pass.stateDir = root
-		defer root.Close()
-	}
-	if markers, err := systemd.OpenMarkers(r.cfg.StateDir); err == nil {
-		pass.markers = markers
-		defer markers.Close()
-	}
+	pass.openDirs(r.cfg.StateDir)
+	defer pass.closeDirs()
 	return r.actNamed(ctx, live, pass, actFinish)
 }
 
