@@ -135,10 +135,21 @@ func (r *Client) ended(ctx context.Context, name string, res *Result) (bool, err
 }
 
 // abandon stops a command unit whose result is no longer wanted, and clears it if it failed.
+// Stop only queues the stop: the unit is cleared once it has ended, or a unit that was still
+// stopping when asked would stay loaded as failed.
 func (r *Client) abandon(name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = r.Stop(ctx, name)
+	for ctx.Err() == nil {
+		if alive, _, err := r.Alive(ctx, name); err != nil || !alive {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	_ = r.ResetFailed(ctx, name)
 }
 
