@@ -157,11 +157,11 @@ func (m *markerWatch) settle(ctx context.Context, ended <-chan unitEnd) {
 		var gone []uuid.UUID
 		for _, name := range names {
 			// "Could not ask" waits, up to the deadline: it never reads as gone.
-			w := pending[name]
-			if err == nil && !states[name].Alive() {
+			w, isGone := pending[name], err == nil && !states[name].Alive()
+			if isGone {
 				gone = append(gone, w.run)
 			}
-			if err == nil && !states[name].Alive() || !time.Now().Before(w.until) {
+			if isGone || !time.Now().Before(w.until) {
 				delete(pending, name)
 				settled = true
 			}

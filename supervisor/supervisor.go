@@ -4,11 +4,12 @@
 // start a run's unit), the repair channel (ask the repository for a snapshot the journal did
 // not record, then close the run), the runaway watch (follow the repositories of running
 // backups), the notification listener (PostgreSQL wakes admission and the sweep, and names the
-// run an admission admitted, which the named spawns start without waiting for a pass), the unit-end
-// watch (a unit's exit marker wakes the sweep at once), the removal of old run files and, under a
-// service manager that asks for them, its notifications (ready, status, watchdog, stopping).
+// run an admission admitted, which the named spawns start without waiting for a pass), the
+// unit-end watch (a unit's exit marker closes its run at once, and wakes the sweep), the removal
+// of old run files and, under a service manager that asks for them, its notifications (ready,
+// status, watchdog, stopping).
 //
-// Events only wake the sweep earlier: the sweep on its interval stays the safety net, so a lost
+// Events only bring work forward: the sweep on its interval stays the safety net, so a lost
 // notification or a missed file event costs latency, never correctness. An idle daemon (nothing
 // live, notifications heard) stretches that net to the moment another host may go down and
 // PollBackstop at most, and its watch to the next deadline of a job (four watch intervals at
