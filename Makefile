@@ -112,7 +112,7 @@ test-pgbouncer: test
 bench: deps
 	$(GO) test -run '^$$' -bench '^BenchmarkStartLatency$$' -benchtime 20x -count 1 ./bench/
 	$(GO) test -run '^$$' -bench '^BenchmarkStopLatency$$' -benchtime 6x -count 1 ./bench/
-	$(GO) test -run '^$$' -bench '^Benchmark(Sweep|BootPass|Lateness|StartBusy|RetentionPlan)$$' -benchtime 1x -count 1 ./bench/
+	$(GO) test -run '^$$' -bench '^Benchmark(Sweep|BootPass|Lateness|StartBusy|RetentionPlan|RepoSize)$$' -benchtime 1x -count 1 ./bench/
 	$(GO) test -run '^$$' -bench '^Benchmark(BackupSmall|BackupLarge|Idle)$$' -benchtime 1x -count 1 -timeout 30m ./bench/
 
 # One real idle daemon's database time beside fleets of 10, 100 and 1,000 hosts (pg_stat_statements

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -170,11 +169,13 @@ func RepoSize(repository string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("measure repository %s: %w", dir, err)
 	}
-	t := tally{depthLeft: maxDepth}
-	if err := walkDir(fd, ".", &t); err != nil {
+	w := newWalker(context.Background())
+	w.walk(fd, ".", maxDepth)
+	bytes, _, err := w.wait()
+	if err != nil {
 		return 0, fmt.Errorf("measure repository %s: %w", dir, err)
 	}
-	return t.bytes, nil
+	return bytes, nil
 }
 
 // maxDepth bounds how deep RepoSize descends. restic's files lie at most two directories down
@@ -199,61 +200,6 @@ func OpenDir(dirfd int, name string) (int, error) {
 		return -1, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
 	return fd, nil
-}
-
-// tally is what a walk counted so far, and what bounds it.
-type tally struct {
-	bytes, entries int64
-	ctx            context.Context // nil: no deadline
-	depthLeft      int             // how many more levels it descends
-}
-
-// walkDir adds what is under the open directory fd (rel names it, for errors) to t, and closes fd.
-func walkDir(fd int, rel string, t *tally) error {
-	d := os.NewFile(uintptr(fd), "")
-	defer d.Close()
-	if t.ctx != nil {
-		if err := t.ctx.Err(); err != nil {
-			return err
-		}
-	}
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return &fs.PathError{Op: "read", Path: rel, Err: err}
-	}
-	for _, name := range names {
-		var st unix.Stat_t
-		err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
-		if errors.Is(err, unix.ENOENT) {
-			continue
-		}
-		if err != nil {
-			return &fs.PathError{Op: "stat", Path: filepath.Join(rel, name), Err: err}
-		}
-		t.entries++
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFREG:
-			t.bytes += st.Size
-		case unix.S_IFDIR:
-			if t.depthLeft == 0 {
-				continue
-			}
-			child, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-				continue // gone, or replaced by a link or a file since it was seen
-			}
-			if err != nil {
-				return &fs.PathError{Op: "open", Path: filepath.Join(rel, name), Err: err}
-			}
-			t.depthLeft--
-			err = walkDir(child, filepath.Join(rel, name), t)
-			t.depthLeft++
-			if err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // FormatSize writes a size for people: "10 MiB".

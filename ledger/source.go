@@ -58,15 +58,18 @@ const maxSourceDepth = 256
 // space used on the paths' filesystems stands in for it (Source.Bound), and when that cannot be
 // read either, Source.Unmeasured says why.
 func MeasureSource(ctx context.Context, paths []string) Source {
-	var t tally
-	var walkErr error
+	w := newWalker(ctx)
 	for _, p := range paths {
-		if walkErr = measurePath(ctx, p, &t); walkErr != nil {
+		if err := measurePath(w, p); err != nil {
+			w.fail(err)
+		}
+		if w.failed() {
 			break
 		}
 	}
+	bytes, entries, walkErr := w.wait()
 	if walkErr == nil {
-		return Source{Bytes: t.bytes, Entries: t.entries}
+		return Source{Bytes: bytes, Entries: entries}
 	}
 	used, err := filesystemsUsed(paths)
 	if err != nil {
@@ -79,8 +82,9 @@ func MeasureSource(ctx context.Context, paths []string) Source {
 	return Source{Bytes: used, Bound: why}
 }
 
-// measurePath adds what path holds to t.
-func measurePath(ctx context.Context, path string, t *tally) error {
+// measurePath adds what path holds to w's totals; the directories under it may still be walked
+// when it returns (w.wait).
+func measurePath(w *walker, path string) error {
 	fd, err := openNoLinks(path)
 	if errors.Is(err, unix.ENOENT) {
 		return nil // restic reports a missing path itself
@@ -93,17 +97,16 @@ func measurePath(ctx context.Context, path string, t *tally) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return &os.PathError{Op: "stat", Path: path, Err: err}
 	}
-	t.entries++
+	w.entries.Add(1)
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
-		t.bytes += st.Size
+		w.bytes.Add(st.Size)
 	case unix.S_IFDIR:
 		dir, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return &os.PathError{Op: "open", Path: path, Err: err}
 		}
-		t.ctx, t.depthLeft = ctx, maxSourceDepth
-		return walkDir(dir, path, t)
+		w.walk(dir, path, maxSourceDepth)
 	}
 	return nil
 }
