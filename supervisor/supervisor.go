@@ -5,7 +5,8 @@
 // not record, then close the run), the runaway watch (follow the repositories of running
 // backups), the notification listener (PostgreSQL wakes admission and the sweep, and names the
 // run an admission admitted, which the named spawns start without waiting for a pass), the
-// unit-end watch (a unit's exit marker closes its run at once, and wakes the sweep), the removal
+// control socket (`run start` on this host has the daemon admit its run, which the named spawns
+// start at once), the unit-end watch (a unit's exit marker closes its run at once, and wakes the sweep), the removal
 // of old run files and, under a service manager that asks for them, its notifications (ready,
 // status, watchdog, stopping).
 //
@@ -33,6 +34,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/control"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/metrics"
 	"github.com/holdfast-backup/holdfast/notify"
@@ -390,6 +392,23 @@ func New(cfg Config) (*Supervisor, error) {
 		&loop{name: "history", run: s.compactHistory},
 		&loop{name: "watch", run: func(ctx context.Context) { s.watch(ctx, watcher) }},
 		&loop{name: "delivery", run: func(ctx context.Context) { s.deliver(ctx, deliverer) }},
+	}
+	// `run start` on this host asks the daemon to admit its run over the control socket, and the
+	// named spawns start it at once; a socket that cannot be served leaves commands to admit
+	// through the database.
+	admitted := func(id uuid.UUID) {
+		select {
+		case s.named <- id:
+		default:
+			s.sweepWake.Wake()
+		}
+	}
+	ctl, err := control.NewServer(control.Config{Path: control.SocketPath(rc.StateDir), DSN: cfg.Database.DSN, Store: cfg.Store,
+		Admitted: admitted, Logger: cfg.Logger})
+	if err != nil {
+		cfg.Logger.Warn("the control socket is not served; commands admit runs through the database", "err", err)
+	} else {
+		s.services = append(s.services, ctl)
 	}
 	if m != nil {
 		dashboard, err := web.Handler(web.Config{Store: cfg.Store, JournalDir: cfg.JournalDir, Host: rec.Host(), Restic: cfg.ResticVersion, Logger: cfg.Logger})

@@ -107,9 +107,12 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 	if err != nil {
 		return err
 	}
-	unable, why := able.Host == "", able.Why
-	if unable && wait {
-		return unavailableError{errors.New(why + "; nothing was queued")}
+	unable := "" // why no live daemon can run it
+	if able.Host == "" {
+		if wait {
+			return unavailableError{errors.New(able.Why + "; nothing was queued")}
+		}
+		unable = able.Why
 	}
 	id, err := jobdef.ResolveIdentity(j.User, j.Group)
 	if err != nil {
@@ -181,7 +184,7 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 		undo()
 		return err
 	}
-	return followRun(cmd, st, run, unable, why, wait, asJSON)
+	return followRun(cmd, st, run, unable, wait, asJSON)
 }
 
 // checkTarget holds a restore's target to the rule its unit's spawn holds it to (safepath, for

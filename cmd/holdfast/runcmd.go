@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast-backup/holdfast/control"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/journallog"
@@ -193,6 +194,8 @@ func newRunStartCmd(g *globals) *cobra.Command {
 		Use:   "start JOB",
 		Short: "Start a run of a job now",
 		Long: "Start a run of a job now. The daemon spawns it as a transient systemd unit.\n" +
+			"On the daemon's host the command asks the daemon to admit the run, over its control socket (STATE_DIR/daemon.sock);\n" +
+			"elsewhere, or with no daemon there, it admits the run through the database itself.\n" +
 			"With --wait, show progress and exit 0 only if the run succeeded (3 partial, 4 failed, 5 stopped, 6 paused, 7 skipped by a before hook);\n" +
 			"exit 69 at once, queueing nothing, if no live daemon can run the job (none runs, or its host is down or draining).",
 		Args: exactArgs(1, "one job name"),
@@ -200,41 +203,58 @@ func newRunStartCmd(g *globals) *cobra.Command {
 			if err := jobdef.ValidateName(args[0]); err != nil {
 				return inputError{err}
 			}
+			p := runctl.StartParams{Job: args[0], Kind: model.KindBackup, Verify: verify, Wait: wait}
+			switch {
+			case prune && verifyRun:
+				return badInput("--prune and --verify are two runs: start them one after the other")
+			case prune:
+				p.Kind = model.KindPrune
+			case verifyRun:
+				p.Kind = model.KindVerify
+			case verify.ReadDataSubset != "" || cmd.Flags().Changed("drill"):
+				return badInput("--read-data-subset and --drill are for verification runs: add --verify")
+			}
+			if cmd.Flags().Changed("drill") {
+				if err := jobdef.ValidateDrill(verify); err != nil {
+					return inputError{err}
+				}
+			}
+			if verify.ReadDataSubset != "" {
+				if err := engine.ValidateReadDataSubset(verify.ReadDataSubset); err != nil {
+					return inputError{err}
+				}
+			}
+			if err := g.requireDSN(); err != nil {
+				return err
+			}
+			// The daemon on this host admits the run on its warm connection and spawns it at
+			// once; where none takes the request, the run is admitted through the database.
+			started, err := control.StartRun(cmd.Context(), control.SocketPath(g.stateDir), g.dsn, p)
+			var refused *control.Refused
+			switch {
+			case errors.As(err, &refused) && refused.Input:
+				return inputError{refused}
+			case errors.As(err, &refused) && refused.Unavailable:
+				return unavailableError{refused}
+			case err == nil && !wait:
+				return followRun(cmd, nil, started.Run, started.Unable, wait, asJSON)
+			case err == nil:
+				return g.withStore(cmd, func(_ context.Context, st *store.Store) error {
+					return followRun(cmd, st, started.Run, started.Unable, wait, asJSON)
+				})
+			case !errors.Is(err, control.ErrNotServed):
+				return err
+			}
 			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				kind := model.KindBackup
-				switch {
-				case prune && verifyRun:
-					return badInput("--prune and --verify are two runs: start them one after the other")
-				case prune:
-					kind = model.KindPrune
-				case verifyRun:
-					kind = model.KindVerify
-				case verify.ReadDataSubset != "" || cmd.Flags().Changed("drill"):
-					return badInput("--read-data-subset and --drill are for verification runs: add --verify")
+				started, err := runctl.StartRun(ctx, st, p)
+				var unavailable *runctl.UnavailableError
+				if errors.As(err, &unavailable) {
+					return unavailableError{err}
 				}
-				if cmd.Flags().Changed("drill") {
-					if err := jobdef.ValidateDrill(verify); err != nil {
-						return inputError{err}
-					}
-				}
-				if verify.ReadDataSubset != "" {
-					if err := engine.ValidateReadDataSubset(verify.ReadDataSubset); err != nil {
-						return inputError{err}
-					}
-				}
-				// Waiting for a run that no daemon can take would wait for ever: say so now.
-				able, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: args[0]})
 				if err != nil {
 					return err
 				}
-				if able.Host == "" && wait {
-					return unavailableError{errors.New(able.Why + "; nothing was queued")}
-				}
-				run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: args[0], Trigger: model.TriggerManual, Kind: kind, Verify: verify})
-				if err != nil {
-					return err
-				}
-				return followRun(cmd, st, run, able.Host == "", able.Why, wait, asJSON)
+				return followRun(cmd, st, started.Run, started.Unable, wait, asJSON)
 			})
 		},
 	}
@@ -248,11 +268,12 @@ func newRunStartCmd(g *globals) *cobra.Command {
 }
 
 // followRun reports a run just admitted as `run start` does: queued (or paused at once), or with
-// wait its end, and exits with its status. unable says no live daemon can run it yet, and why.
-func followRun(cmd *cobra.Command, st *store.Store, run model.Run, unable bool, why string, wait, asJSON bool) error {
+// wait its end (st is read only then), and exits with its status. unable says why no live
+// daemon can run it yet ("" one can).
+func followRun(cmd *cobra.Command, st *store.Store, run model.Run, unable string, wait, asJSON bool) error {
 	ctx := cmd.Context()
-	if unable && run.Status != model.StatusPaused {
-		fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: warning: %s; the run waits until then\n", why)
+	if unable != "" && run.Status != model.StatusPaused {
+		fmt.Fprintf(cmd.ErrOrStderr(), "holdfast: warning: %s; the run waits until then\n", unable)
 	}
 	if !wait {
 		if asJSON {
