@@ -162,7 +162,7 @@ func TestDaemonReadsUseIndexes(t *testing.T) {
 		{what: "runs ended", generic: true, do: func() error { _, err := st.RunListSpawned(ctx, host, []uuid.UUID{spawned.Run}); return err }},
 		{what: "other writer", generic: true, do: func() error { _, err := st.AttemptOtherWriter(ctx, spawned); return err }},
 		// Claimed by the first measure; the second asks again, as a pass that lost the race does.
-		{what: "claim a spawn", do: func() error {
+		{what: "claim a spawn", generic: true, do: func() error {
 			_, _, err := st.AttemptClaimSpawn(ctx, lease, model.SpawnClaim{Attempt: model.AttemptRef{Run: admitted.ID, No: 1},
 				Unit: "holdfast-" + idleJob + "-" + admitted.ID.String() + "-a1.service"})
 			return err

@@ -411,9 +411,12 @@ func (s *Store) AttemptClaimSpawn(ctx context.Context, w model.Lease, c model.Sp
 	}
 	// Both statements go in one round trip, as one implicit transaction: the lock holds until
 	// it ends, and the claim, a statement of its own, sees every claim committed before the lock.
+	// The claim runs with its generic plan (see queryGeneric): planned anew, it took 1.5 to 5 ms
+	// to plan and 0.4 to 3.7 to run, at every spawn.
 	batch := &pgx.Batch{}
 	repositoryEngines := model.RepositoryEngines()
 	batch.Queue(lock, spawnLockClass, ref.Run, repositoryEngines)
+	batch.Queue(genericPlans)
 	var busyRun *uuid.UUID
 	var busyKind *string
 	var all, onHost int
@@ -473,8 +476,12 @@ func (s *Store) AttemptClaimSpawn(ctx context.Context, w model.Lease, c model.Sp
 			EXISTS (SELECT 1 FROM claimable)`,
 		ref.Run, ref.No, c.Unit, host, limited, limits.MaxRunning, limits.MaxRunningHost, c.ArmedFor, c.Boot, w.Holder, w.Generation,
 		repositoryEngines, model.ExclusiveKinds(), c.ResticVersion)
+	batch.Queue(defaultPlans)
 	results := s.pool.SendBatch(ctx, batch)
 	_, err = results.Exec()
+	if err == nil {
+		_, err = results.Exec()
+	}
 	if err == nil {
 		err = results.QueryRow().Scan(&busyRun, &busyKind, &all, &onHost, &claimed, &claimable)
 	}
