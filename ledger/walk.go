@@ -1,10 +1,11 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -62,8 +63,7 @@ func (w *walker) wait() (bytes, entries int64, err error) {
 // descending at most depthLeft more levels, and closes fd. Directories it hands off may still be
 // walked when it returns (wait).
 func (w *walker) walk(fd int, rel string, depthLeft int) {
-	d := os.NewFile(uintptr(fd), "")
-	defer d.Close()
+	defer unix.Close(fd)
 	if err := w.ctx.Err(); err != nil {
 		w.fail(err)
 		return
@@ -71,46 +71,99 @@ func (w *walker) walk(fd int, rel string, depthLeft int) {
 	if w.failed() {
 		return
 	}
-	names, err := d.Readdirnames(-1)
+	entries, err := readDir(fd)
 	if err != nil {
 		w.fail(&fs.PathError{Op: "read", Path: rel, Err: err})
 		return
 	}
-	var bytes, entries int64
+	var bytes, count int64
 	defer func() {
 		w.bytes.Add(bytes)
-		w.entries.Add(entries)
+		w.entries.Add(count)
 	}()
-	for _, name := range names {
-		var st unix.Stat_t
-		err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
-		if errors.Is(err, unix.ENOENT) {
+	for _, e := range entries {
+		// A file's size needs its inode; a directory or anything else is told by its entry,
+		// unless the filesystem does not say (DT_UNKNOWN).
+		typ := e.typ
+		if typ == unix.DT_REG || typ == unix.DT_UNKNOWN {
+			var st unix.Stat_t
+			err := unix.Fstatat(fd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW)
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			if err != nil {
+				w.fail(&fs.PathError{Op: "stat", Path: filepath.Join(rel, e.name), Err: err})
+				return
+			}
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFREG:
+				typ = unix.DT_REG
+				bytes += st.Size
+			case unix.S_IFDIR:
+				typ = unix.DT_DIR
+			default:
+				typ = unix.DT_UNKNOWN
+			}
+		}
+		count++
+		if typ != unix.DT_DIR || depthLeft == 0 {
+			continue
+		}
+		child, err := unix.Openat(fd, e.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			continue // gone, or replaced by a link or a file since it was seen
+		}
+		if err != nil {
+			w.fail(&fs.PathError{Op: "open", Path: filepath.Join(rel, e.name), Err: err})
+			return
+		}
+		w.descend(child, filepath.Join(rel, e.name), depthLeft-1)
+		if w.failed() {
+			return
+		}
+	}
+}
+
+// dirEntry is a name in a directory and its type as the directory says (unix.DT_*).
+type dirEntry struct {
+	name string
+	typ  uint8
+}
+
+// direntBuffers are getdents64's buffers, one per directory read at a time.
+var direntBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// readDir reads the entries of the open directory fd, "." and ".." left out.
+func readDir(fd int) ([]dirEntry, error) {
+	bp := direntBuffers.Get().(*[]byte)
+	defer direntBuffers.Put(bp)
+	buf := *bp
+	var entries []dirEntry
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			w.fail(&fs.PathError{Op: "stat", Path: filepath.Join(rel, name), Err: err})
-			return
+			return nil, err
 		}
-		entries++
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFREG:
-			bytes += st.Size
-		case unix.S_IFDIR:
-			if depthLeft == 0 {
-				continue
+		if n <= 0 {
+			return entries, nil
+		}
+		// struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
+		for off := 0; off < n; {
+			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
+			if reclen == 0 || off+reclen > n {
+				return nil, errors.New("malformed directory entry")
 			}
-			child, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-				continue // gone, or replaced by a link or a file since it was seen
+			rec := buf[off+19 : off+reclen]
+			if i := bytes.IndexByte(rec, 0); i >= 0 {
+				rec = rec[:i]
 			}
-			if err != nil {
-				w.fail(&fs.PathError{Op: "open", Path: filepath.Join(rel, name), Err: err})
-				return
+			if name := string(rec); name != "." && name != ".." {
+				entries = append(entries, dirEntry{name: name, typ: buf[off+18]})
 			}
-			w.descend(child, filepath.Join(rel, name), depthLeft-1)
-			if w.failed() {
-				return
-			}
+			off += reclen
 		}
 	}
 }

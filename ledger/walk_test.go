@@ -32,8 +32,13 @@ func wideTree(t *testing.T, dir string) (bytes, entries int64) {
 		}
 	}
 	write(filepath.Join(dir, "index", "a", "b", "c", "d", "e"), 4096)
-	// data, its 48 directories and their 240 packs; config; index and its four directories and file
-	entries = 1 + 48 + 240 + 1 + 1 + 4 + 1
+	// A directory longer than one read of it (getdents64's 32 KiB buffer).
+	for i := range 1500 {
+		write(filepath.Join(dir, "snapshots", fmt.Sprintf("%064d", i)), i%7)
+	}
+	// data, its 48 directories and their 240 packs; config; index and its four directories and
+	// file; snapshots and its files
+	entries = 1 + 48 + 240 + 1 + 1 + 4 + 1 + 1 + 1500
 	return bytes, entries
 }
 
