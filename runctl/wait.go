@@ -40,6 +40,7 @@ func waitRun(ctx context.Context, st Store, id uuid.UUID, report func(model.Run,
 					ended.Wake()
 				}
 			})
+			ended.Wake() // not listening: the first read does not wait for it
 			wake.Sleep(listenCtx, relistenAfter, nil)
 		}
 	}()
@@ -53,6 +54,11 @@ func waitRun(ctx context.Context, st Store, id uuid.UUID, report func(model.Run,
 			return fmt.Errorf("stopped waiting for run %s (it goes on; see holdfast run show %s): %w", id, id, ctx.Err())
 		}
 		return err
+	}
+	// The first read waits until the end is listened for (or that failed): read before, the run
+	// would be read twice as it starts, while its unit is being started beside this.
+	if !wake.Sleep(ctx, poll, ended) {
+		return model.Run{}, nil, cutShort(ctx.Err())
 	}
 	for {
 		run, err := st.RunGet(ctx, id)
