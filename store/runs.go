@@ -613,10 +613,12 @@ func (s *Store) AttemptFinish(ctx context.Context, w model.Lease, e model.Ending
 		return false, fmt.Errorf("finish run %s: %q is not a final status", e.RunID, e.Status)
 	}
 	var finished int
+	var stamped *time.Time
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		// The ending as recorded: the transaction's now(), unless the caller gave a time.
+		// The ending as recorded: the transaction's now(), unless the caller gave a time. A retry
+		// is due from it, so it is read first; else the ending's statement stamps it.
 		at := e.At
-		if at.IsZero() {
+		if at.IsZero() && e.Retry != nil {
 			if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&at); err != nil {
 				return err
 			}
@@ -631,29 +633,32 @@ func (s *Store) AttemptFinish(ctx context.Context, w model.Lease, e model.Ending
 		}
 		err := tx.QueryRow(ctx, `
 			WITH a AS (
-				UPDATE attempts SET ended_at = $3, service_result = nullif($8, ''), exit_code = nullif($9, ''),
+				UPDATE attempts SET ended_at = coalesce($3, now()), service_result = nullif($8, ''), exit_code = nullif($9, ''),
 					exit_status = nullif($10, '')
 				WHERE run_id = $1 AND attempt_no = $2 AND ended_at IS NULL AND `+fenced(16)+`
 				RETURNING run_id),
 			r AS (
 				UPDATE runs SET status = $4, reason = $5, failure_class = $6, paused_reason = nullif($7, ''),
-					finished_at = $3, snapshot_id = nullif($11, ''), bytes_added = $12, bytes_processed = $13,
+					finished_at = coalesce($3, now()), snapshot_id = nullif($11, ''), bytes_added = $12, bytes_processed = $13,
 					files_processed = $14, files_skipped = $15, waiting_reason = NULL
 				WHERE id IN (SELECT run_id FROM a)
-				RETURNING id, job_id),
+				RETURNING id, job_id, finished_at),
 			j AS (
 				-- A backup a hook skipped is counted beside the slots skipped, with why.
 				UPDATE jobs SET last_outcome = $4,
 					hook_skips = hook_skips + CASE WHEN $4 = 'skipped' THEN 1 ELSE 0 END,
-					last_skip_at = CASE WHEN $4 = 'skipped' THEN $3 ELSE last_skip_at END,
+					last_skip_at = CASE WHEN $4 = 'skipped' THEN r.finished_at ELSE last_skip_at END,
 					last_skip_why = CASE WHEN $4 = 'skipped' THEN $5 ELSE last_skip_why END
 				FROM r WHERE jobs.id = r.job_id AND jobs.last_run_id = r.id)
-			SELECT count(*) FROM r`,
-			e.RunID, e.Attempt, at, e.Status, reason, e.FailureClass, e.PausedReason,
+			SELECT count(*), max(finished_at) FROM r`,
+			e.RunID, e.Attempt, stamp(at), e.Status, reason, e.FailureClass, e.PausedReason,
 			e.ServiceResult, e.ExitCode, e.ExitStatus, e.SnapshotID, e.BytesAdded, e.BytesProcessed,
-			e.FilesProcessed, e.FilesSkipped, w.Host, w.Holder, w.Generation).Scan(&finished)
+			e.FilesProcessed, e.FilesSkipped, w.Host, w.Holder, w.Generation).Scan(&finished, &stamped)
 		if err != nil || finished != 1 {
 			return err
+		}
+		if stamped != nil {
+			at = *stamped
 		}
 		if err := notifyEnded(ctx, tx, e.RunID); err != nil {
 			return err
