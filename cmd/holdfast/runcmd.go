@@ -239,9 +239,12 @@ func newRunStartCmd(g *globals) *cobra.Command {
 			case err == nil && !wait:
 				return followRun(cmd, nil, started.Run, started.Unable, wait, asJSON)
 			case err == nil:
-				return g.withStore(cmd, func(_ context.Context, st *store.Store) error {
-					return followRun(cmd, st, started.Run, started.Unable, wait, asJSON)
-				})
+				st, release, err := g.openStore(cmd.Context())
+				if err != nil {
+					return fmt.Errorf("run %s of %s was admitted, but it cannot be followed (holdfast run show %s): %w", started.Run.ID, p.Job, started.Run.ID, err)
+				}
+				defer release()
+				return followRun(cmd, st, started.Run, started.Unable, wait, asJSON)
 			case !errors.Is(err, control.ErrNotServed):
 				return err
 			}
