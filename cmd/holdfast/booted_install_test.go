@@ -110,6 +110,14 @@ func TestBootedHostInstall(t *testing.T) {
 		r.BytesAdded == nil || *r.BytesAdded < 3<<30 || r.SettledBytes < *r.BytesAdded || r.Attempts[0].Settlement == "" {
 		t.Fatalf("the README's first backup of /home: %+v; want succeeded in one attempt, held from the 3 GiB its paths hold, charged what it added", r)
 	}
+	// The README's `run start` asked the packaged daemon over its control socket: root's, closed
+	// to others, and the daemon's journal names the run it admitted.
+	if st := h.Run(t, "stat", "-c", "%F %U %a", "/var/lib/holdfast/daemon.sock"); st != "socket root 600\n" {
+		t.Fatalf("the daemon's control socket: %q, want a socket of root's with mode 600", st)
+	}
+	if j := h.Run(t, "journalctl", "--no-pager", "-o", "cat", "-u", "holdfast"); !strings.Contains(j, "run admitted over the control socket run="+first[0].ID) {
+		t.Fatalf("the daemon's journal does not name run %s as admitted over its control socket:\n%s", first[0].ID, j)
+	}
 
 	// The README's restore of it, as homebackup into a target it made: every byte back.
 	restore := readmeBlock(t, "Restores and verification (restic jobs)")
