@@ -133,7 +133,11 @@ type dirEntry struct {
 // direntBuffers are getdents64's buffers, one per directory read at a time.
 var direntBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// readDir reads the entries of the open directory fd, "." and ".." left out.
+// readDir reads the entries of the open directory fd, "." and ".." left out. Not os.File's
+// ReadDir: wrapping fd in an *os.File registers it with the poller (two more system calls per
+// directory), and for an entry whose type the filesystem does not give, ReadDir stats it by a
+// path made from the file's name, which a descriptor opened relative to its parent does not
+// have; walk stats those by fd and name itself.
 func readDir(fd int) ([]dirEntry, error) {
 	bp := direntBuffers.Get().(*[]byte)
 	defer direntBuffers.Put(bp)

@@ -1,7 +1,8 @@
 // Package runctl is what a client does to runs from outside the daemon: admit a run asked for
 // now (StartRun, which the daemon also carries out for the CLI over its control socket), follow
-// a run until its record is final (WaitRun), record an operator's stop and ask systemd to stop the run's unit
-// (StopRun), and resolve the programs a run executes (CheckExecutable, ResticBinary).
+// a run until its record is final (WaitRun), record an operator's stop and ask systemd to stop
+// the run's unit (StopRun), and resolve the programs a run executes (CheckExecutable,
+// ResticBinary).
 //
 // Its contract: it acts only through the store and, for a stop, the systemd manager it is given
 // (Store and Units, the calls it makes), so any process with the database's address may use it,

@@ -53,9 +53,6 @@ func StartRun(ctx context.Context, st StartStore, p StartParams) (Started, error
 	s := Started{Run: run}
 	if able.Host == "" {
 		s.Unable = able.Why
-		if s.Unable == "" {
-			s.Unable = "no live daemon can run the job"
-		}
 	}
 	return s, nil
 }

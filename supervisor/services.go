@@ -198,12 +198,7 @@ func (s *Supervisor) listen(ctx context.Context) {
 	failures := 0 // in a row
 	for ctx.Err() == nil {
 		err := s.cfg.Store.Listen(ctx, store.Wakes{Host: s.rec.Host(),
-			Run: func(run uuid.UUID) {
-				select {
-				case s.named <- run:
-				default: // the pass, woken below, spawns it
-				}
-			},
+			Run: s.spawnSoon,
 			Runs: func() {
 				s.listening.Store(true)
 				if failures > 0 {
@@ -232,6 +227,16 @@ func (s *Supervisor) listen(ctx context.Context) {
 		if !wake.Sleep(ctx, wait, nil) {
 			return
 		}
+	}
+}
+
+// spawnSoon hands a run just admitted to the named spawns, or, when their queue is full, to the
+// sweep's next pass.
+func (s *Supervisor) spawnSoon(run uuid.UUID) {
+	select {
+	case s.named <- run:
+	default:
+		s.sweepWake.Wake()
 	}
 }
 

@@ -6,9 +6,9 @@
 // backups), the notification listener (PostgreSQL wakes admission and the sweep, and names the
 // run an admission admitted, which the named spawns start without waiting for a pass), the
 // control socket (`run start` on this host has the daemon admit its run, which the named spawns
-// start at once), the unit-end watch (a unit's exit marker closes its run at once, and wakes the sweep), the removal
-// of old run files and, under a service manager that asks for them, its notifications (ready,
-// status, watchdog, stopping).
+// start at once), the unit-end watch (a unit's exit marker closes its run at once, and wakes
+// the sweep), the removal of old run files and, under a service manager that asks for them, its
+// notifications (ready, status, watchdog, stopping).
 //
 // Events only bring work forward: the sweep on its interval stays the safety net, so a lost
 // notification or a missed file event costs latency, never correctness. An idle daemon (nothing
@@ -396,15 +396,8 @@ func New(cfg Config) (*Supervisor, error) {
 	// `run start` on this host asks the daemon to admit its run over the control socket, and the
 	// named spawns start it at once; a socket that cannot be served leaves commands to admit
 	// through the database.
-	admitted := func(id uuid.UUID) {
-		select {
-		case s.named <- id:
-		default:
-			s.sweepWake.Wake()
-		}
-	}
 	ctl, err := control.NewServer(control.Config{Path: control.SocketPath(rc.StateDir), DSN: cfg.Database.DSN, Store: cfg.Store,
-		Admitted: admitted, Logger: cfg.Logger})
+		Admitted: s.spawnSoon, Logger: cfg.Logger})
 	if err != nil {
 		cfg.Logger.Warn("the control socket is not served; commands admit runs through the database", "err", err)
 	} else {

@@ -15,6 +15,7 @@ import (
 	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/safepath"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/unitcmd"
@@ -110,7 +111,7 @@ func (g *globals) restore(cmd *cobra.Command, st *store.Store, req restoreReques
 	unable := "" // why no live daemon can run it
 	if able.Host == "" {
 		if wait {
-			return unavailableError{errors.New(able.Why + "; nothing was queued")}
+			return unavailableError{&runctl.UnavailableError{Why: able.Why}}
 		}
 		unable = able.Why
 	}
