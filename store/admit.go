@@ -268,7 +268,11 @@ func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule model.RepositoryS
 // run without a unit. Nil if there is none. It reads the host's jobs and their live runs only
 // (jobs_host, runs_live_job), never the fleet's or the history.
 func (s *Store) JobNextDue(ctx context.Context, host string, lead time.Duration) (*time.Time, error) {
-	// A job set aside is due again at its retry time, not at its slot.
+	// A job set aside is due again at its retry time, not at its slot. Each run is reached from
+	// its job, and its attempt from the run, by a lookup per row (LATERAL; the newest attempt by
+	// the primary key, which is the live one when there is one): statistics from before a burst
+	// of admissions (a new table's, or any before autovacuum's next analyze) otherwise had the
+	// planner loop over every live run once per live run, seconds at 1,000.
 	rows, err := s.queryGeneric(ctx, `
 		WITH j AS (
 			SELECT j.id, j.next_run_at, j.next_prune_at, j.next_verify_at, j.next_drill_at, j.admission_retry_at,
@@ -276,8 +280,10 @@ func (s *Store) JobNextDue(ctx context.Context, host string, lead time.Duration)
 				coalesce((SELECT true FROM runs r WHERE r.job_id = j.id AND r.status IN ('queued', 'running') LIMIT 1), false) AS live
 			FROM jobs j WHERE `+hostMayRun(2)+`),
 		q AS (
-			SELECT r.id, r.not_before FROM j JOIN runs r ON r.job_id = j.id
-			WHERE j.live AND r.status = 'queued' AND r.not_before > now() AND r.host IS NULL
+			SELECT r.id, r.not_before FROM j CROSS JOIN LATERAL (
+				SELECT r.id, r.not_before FROM runs r
+				WHERE r.job_id = j.id AND r.status = 'queued' AND r.not_before > now() AND r.host IS NULL) r
+			WHERE j.live
 			UNION ALL
 			SELECT r.id, r.not_before FROM runs r
 			WHERE (r.host = $2 OR r.job_id IS NULL AND r.host IS NULL) AND r.status IN ('queued', 'running')
@@ -288,9 +294,12 @@ func (s *Store) JobNextDue(ctx context.Context, host string, lead time.Duration)
 			(SELECT min(greatest(next_prune_at, admission_retry_at)) FROM j WHERE NOT live AND next_prune_at IS NOT NULL),
 			(SELECT min(greatest(next_verify_at, admission_retry_at)) FROM j WHERE NOT live AND next_verify_at IS NOT NULL),
 			(SELECT min(greatest(next_drill_at, admission_retry_at)) FROM j WHERE NOT live AND next_drill_at IS NOT NULL),
-			(SELECT min(CASE WHEN a.unit IS NULL AND q.not_before - $1 * interval '1 microsecond' > now()
+			(SELECT min(CASE WHEN a.unarmed AND q.not_before - $1 * interval '1 microsecond' > now()
 					THEN q.not_before - $1 * interval '1 microsecond' ELSE q.not_before END)
-				FROM q JOIN attempts a ON a.run_id = q.id AND a.ended_at IS NULL))`, lead.Microseconds(), host)
+				FROM q CROSS JOIN LATERAL (
+					SELECT a.unit IS NULL AS unarmed, a.ended_at FROM attempts a
+					WHERE a.run_id = q.id ORDER BY a.attempt_no DESC LIMIT 1) a
+				WHERE a.ended_at IS NULL))`, lead.Microseconds(), host)
 	var next *time.Time
 	if err == nil {
 		next, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[*time.Time])
