@@ -314,10 +314,10 @@ func dial(t *testing.T, dsn string) *pgx.Conn {
 	return conn
 }
 
-// The reads of every pass that go over a host's live runs read each run and its attempt a few
-// times, not once per other live run, even before the planner has statistics of the tables (a
-// burst of admissions into a new database, before autovacuum's first analyze): on 300 live runs
-// of one host, never analyzed, the rows each read scans stay a few per run.
+// The reads that go over many live runs (a pass over a host's, a list of runs) read each run and
+// its attempt a few times, not once per other live run, even before the planner has statistics of
+// the tables (a burst of admissions into a new database, before autovacuum's first analyze): on
+// 300 live runs of one host, never analyzed, the rows each read scans stay a few per run.
 func TestLiveRunsLinearWithoutStatistics(t *testing.T) {
 	ctx := context.Background()
 	// A store of its own, traced, opened on the database once it is seeded.
@@ -351,6 +351,13 @@ func TestLiveRunsLinearWithoutStatistics(t *testing.T) {
 			live, err := st.RunListLive(ctx, "h")
 			if err == nil && len(live) != runs {
 				err = fmt.Errorf("%d live runs, want %d", len(live), runs)
+			}
+			return err
+		}, []string{"attempts"}},
+		{"the runs listed", func() error {
+			listed, err := st.RunList(ctx, "", 2*runs)
+			if err == nil && len(listed) != runs {
+				err = fmt.Errorf("%d runs listed, want %d", len(listed), runs)
 			}
 			return err
 		}, []string{"attempts"}},
