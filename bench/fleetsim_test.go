@@ -337,7 +337,8 @@ func (h *simHost) renew(ctx context.Context) {
 	}
 }
 
-// listen is Supervisor.listen.
+// listen is Supervisor.listen, without the named spawns (the simulated hosts spawn in their
+// passes): a notification wakes admission and the sweep at once.
 func (h *simHost) listen(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil {

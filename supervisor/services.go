@@ -193,18 +193,29 @@ func (s *Supervisor) pollEvery(interval time.Duration) time.Duration {
 
 // listen wakes admission and the sweep on each notification about this host's work or any
 // host's, and delivery on each notification to send, on one connection, listening again after
-// a failure; the intervals are the backstop while it does not listen.
+// a failure; the intervals are the backstop while it does not listen. A notification that names
+// a run hands it to the named spawns at once and wakes admission and the sweep namedSettle later
+// (passesAfterNamed).
 func (s *Supervisor) listen(ctx context.Context) {
 	failures := 0 // in a row
 	for ctx.Err() == nil {
+		named := false // Store.Listen calls Run, then Runs, for a notification naming a run
 		err := s.cfg.Store.Listen(ctx, store.Wakes{Host: s.rec.Host(),
-			Run: s.spawnSoon,
+			Run: func(run uuid.UUID) {
+				named = true
+				s.spawnSoon(run)
+			},
 			Runs: func() {
 				s.listening.Store(true)
 				if failures > 0 {
 					// Listen wakes once when it listens again.
 					s.cfg.Logger.Info("listening for notifications again")
 					failures = 0
+				}
+				if named {
+					named = false
+					s.passesAfterNamed()
+					return
 				}
 				s.admitWake.Wake()
 				s.sweepWake.Wake()
@@ -227,6 +238,24 @@ func (s *Supervisor) listen(ctx context.Context) {
 		if !wake.Sleep(ctx, wait, nil) {
 			return
 		}
+	}
+}
+
+// namedSettle is how long after a notification naming a run admission and the sweep are woken
+// for it: its named spawn claims it first (a few milliseconds), rather than beside a pass over
+// every live run of the host (tens of them at a thousand runs), and the notifications of a burst
+// wake each pass once. A stop asked for is carried out that much later.
+const namedSettle = 50 * time.Millisecond
+
+// passesAfterNamed wakes admission and the sweep namedSettle from now, unless such a wake is
+// pending already.
+func (s *Supervisor) passesAfterNamed() {
+	if s.namedPending.CompareAndSwap(false, true) {
+		time.AfterFunc(namedSettle, func() {
+			s.namedPending.Store(false)
+			s.admitWake.Wake()
+			s.sweepWake.Wake()
+		})
 	}
 }
 

@@ -316,8 +316,10 @@ type Supervisor struct {
 	idle     atomic.Bool
 	busyWake wake.Signal
 	progress *progress // what the sweep and admission last did, for the service manager
-	// named are the runs notifications named, for spawnNamed.
-	named chan uuid.UUID
+	// named are the runs notifications named, for spawnNamed; namedPending is set while the
+	// passes' wake after such a notification is pending (passesAfterNamed).
+	named        chan uuid.UUID
+	namedPending atomic.Bool
 }
 
 // New validates cfg and builds the services; nothing runs before Start.
