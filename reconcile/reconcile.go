@@ -562,6 +562,12 @@ func liveShape(live []model.LiveRun) uint64 {
 // shapeSeed is liveShape's: one per process, so that its sums compare within it.
 var shapeSeed = maphash.MakeSeed()
 
+// SpawnsNamed reports whether SpawnNamed spawns runs at all: while places are limited it leaves
+// every run to the pass.
+func (r *Reconciler) SpawnsNamed() bool {
+	return r.cfg.Limits.MaxRunning == 0 && r.cfg.Limits.MaxRunningHost == 0
+}
+
 // SpawnNamed spawns at once those of the runs ids that this host may spawn and that have no
 // unit yet, where the pass would spawn them (or arm them) now: the same facts and the same
 // decision table, but not the rest of a pass, so that an admission's notification, which names
@@ -574,7 +580,7 @@ func (r *Reconciler) SpawnNamed(ctx context.Context, ids []uuid.UUID) error {
 	if !r.acting() {
 		return ErrNoLease
 	}
-	if r.cfg.Limits.MaxRunning > 0 || r.cfg.Limits.MaxRunningHost > 0 {
+	if !r.SpawnsNamed() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)

@@ -378,7 +378,9 @@ func TestLiveRunsLinearWithoutStatistics(t *testing.T) {
 				read += rowsReadBy(t, conn, c, tt.tables)
 			}
 		}
-		if read > 4*runs {
+		// A few rows per run (JobNextDue reads four: its job's live run, the run, the host's
+		// live runs, the attempt); the quadratic plans read hundreds.
+		if read > 10*runs {
 			t.Errorf("%s over %d live runs read %.0f rows of %v: more than a few per run", tt.what, runs, read, tt.tables)
 		}
 	}

@@ -43,8 +43,8 @@ type Wakes struct {
 	// Runs is called when a run this host may spawn or holds was admitted, queued again or
 	// asked to stop, or a job it may run changed (NotifyChannel).
 	Runs func()
-	// Run, if set, is called before Runs with the run such a notification names, if it names
-	// one: a run admitted, queued again or asked to stop.
+	// Run, if set, is called immediately before Runs, on the same goroutine, with the run such a
+	// notification names, if it names one: a run admitted, queued again or asked to stop.
 	Run func(run uuid.UUID)
 	// Deliveries is called when an event of this host's, or of none, has notifications to
 	// send (DeliveriesChannel).

@@ -23,6 +23,9 @@ func TestPassesAfterNamed(t *testing.T) {
 	for range 5 {
 		s.passesAfterNamed()
 	}
+	if time.Since(first) >= namedSettle {
+		t.Skip("the machine held the test longer than namedSettle: the burst may have had two wakes")
+	}
 	woken("the sweep", s.sweepWake)
 	woken("admission", s.admitWake)
 	if since := time.Since(first); since < namedSettle {

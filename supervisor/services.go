@@ -194,8 +194,8 @@ func (s *Supervisor) pollEvery(interval time.Duration) time.Duration {
 // listen wakes admission and the sweep on each notification about this host's work or any
 // host's, and delivery on each notification to send, on one connection, listening again after
 // a failure; the intervals are the backstop while it does not listen. A notification that names
-// a run hands it to the named spawns at once and wakes admission and the sweep namedSettle later
-// (passesAfterNamed).
+// a run hands it to the named spawns at once and, where they spawn runs, wakes admission and the
+// sweep namedSettle later (passesAfterNamed).
 func (s *Supervisor) listen(ctx context.Context) {
 	failures := 0 // in a row
 	for ctx.Err() == nil {
@@ -212,11 +212,12 @@ func (s *Supervisor) listen(ctx context.Context) {
 					s.cfg.Logger.Info("listening for notifications again")
 					failures = 0
 				}
-				if named {
+				if named && s.rec.SpawnsNamed() {
 					named = false
 					s.passesAfterNamed()
 					return
 				}
+				named = false
 				s.admitWake.Wake()
 				s.sweepWake.Wake()
 			},
@@ -242,9 +243,10 @@ func (s *Supervisor) listen(ctx context.Context) {
 }
 
 // namedSettle is how long after a notification naming a run admission and the sweep are woken
-// for it: its named spawn claims it first (a few milliseconds), rather than beside a pass over
-// every live run of the host (tens of them at a thousand runs), and the notifications of a burst
-// wake each pass once. A stop asked for is carried out that much later.
+// for it: its named spawn usually claims it first (a few milliseconds), rather than beside a
+// pass over every live run of the host (tens of them at a thousand runs), and the notifications
+// of a burst wake each pass once. A stop asked for is carried out that much later. While places
+// are limited the pass spawns every run (Reconciler.SpawnsNamed), and is woken at once.
 const namedSettle = 50 * time.Millisecond
 
 // passesAfterNamed wakes admission and the sweep namedSettle from now, unless such a wake is
