@@ -269,9 +269,9 @@ func admitMaintenance(ctx context.Context, tx pgx.Tx, schedule model.RepositoryS
 // (jobs_host, runs_live_job), never the fleet's or the history.
 func (s *Store) JobNextDue(ctx context.Context, host string, lead time.Duration) (*time.Time, error) {
 	// A job set aside is due again at its retry time, not at its slot. Each run is reached from
-	// its job, and its attempt from the run, by a lookup per row (LATERAL; the newest attempt by
-	// the primary key, which is the live one when there is one): statistics from before a burst
-	// of admissions (a new table's, or any before autovacuum's next analyze) otherwise had the
+	// its job, and its live attempt from the run, by a lookup per row (LATERAL; the attempt by
+	// the primary key, with the live test liveRuns uses): statistics from before a burst of
+	// admissions (a new table's, or any before autovacuum's next analyze) otherwise had the
 	// planner loop over every live run once per live run, seconds at 1,000.
 	rows, err := s.queryGeneric(ctx, `
 		WITH j AS (
@@ -297,9 +297,8 @@ func (s *Store) JobNextDue(ctx context.Context, host string, lead time.Duration)
 			(SELECT min(CASE WHEN a.unarmed AND q.not_before - $1 * interval '1 microsecond' > now()
 					THEN q.not_before - $1 * interval '1 microsecond' ELSE q.not_before END)
 				FROM q CROSS JOIN LATERAL (
-					SELECT a.unit IS NULL AS unarmed, a.ended_at FROM attempts a
-					WHERE a.run_id = q.id ORDER BY a.attempt_no DESC LIMIT 1) a
-				WHERE a.ended_at IS NULL))`, lead.Microseconds(), host)
+					SELECT a.unit IS NULL AS unarmed FROM attempts a
+					WHERE a.run_id = q.id AND coalesce(a.ended_at, 'infinity') = 'infinity' OFFSET 0) a))`, lead.Microseconds(), host)
 	var next *time.Time
 	if err == nil {
 		next, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[*time.Time])

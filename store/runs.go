@@ -40,17 +40,18 @@ const runTail = `, r.retry_of, r.retry_number, r.retried_by, r.kind,
 
 // hostNote says why a live run waits on its host, which outranks any other waiting reason: the
 // host that holds its attempt, or the host its job is pinned to, is down or draining. The live
-// attempt is the run's newest, reached by the primary key: by "ended_at IS NULL" alone, statistics
-// from before a burst of admissions had the planner scan every live attempt for each run.
+// attempt is reached by the primary key, with the live test liveRuns uses: by "ended_at IS NULL",
+// statistics from before a burst of admissions had the planner scan every live attempt per run.
 const hostNote = `(SELECT CASE
 		WHEN h.name IS NULL THEN 'waiting: host ' || coalesce(r.host, j.host) || ' has never run a holdfast daemon'
 		WHEN h.lease_until <= now() THEN 'waiting: host ' || h.name || ' is down since ' ||
 			to_char(h.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
 		ELSE 'waiting: host ' || h.name || ' is draining' END
-	FROM (SELECT la.host, la.unit, la.ended_at FROM attempts la WHERE la.run_id = r.id ORDER BY la.attempt_no DESC LIMIT 1) la
+	FROM (SELECT la.host, la.unit FROM attempts la
+		WHERE la.run_id = r.id AND coalesce(la.ended_at, 'infinity') = 'infinity' OFFSET 0) la
 	LEFT JOIN jobs j ON j.id = r.job_id
 	LEFT JOIN hosts h ON h.name = coalesce(nullif(la.host, ''), r.host, j.host)
-	WHERE la.ended_at IS NULL AND r.status IN ('queued', 'running')
+	WHERE r.status IN ('queued', 'running')
 	  AND coalesce(nullif(la.host, ''), r.host, j.host) IS NOT NULL
 	  AND ((h.name IS NULL AND la.host = '') OR h.lease_until <= now() OR (la.unit IS NULL AND h.draining_since IS NOT NULL)))`
 
