@@ -9,13 +9,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/jobunit"
+	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
@@ -147,6 +151,12 @@ type runPhases struct {
 	Unit   time.Duration // unit started -> exit marker (the unit's run, restic's included)
 	Finish time.Duration // exit marker -> run finished (the end noticed and recorded)
 	Wake   time.Duration // run finished -> command's exit (the CLI's wake and output)
+	// Unit in three, where the file system keeps birth times (split is false where not): unit
+	// started -> run journal created (systemd's start of the unit, its sandbox, holdfast exec's
+	// own start), -> the engine's exit event in the journal (restic's start and run), -> exit
+	// marker (holdfast exec's end, the unit's teardown, ExecStopPost's start).
+	UnitStart, Engine, UnitEnd time.Duration
+	split                      bool
 }
 
 func (e *benchEnv) phasesOf(b *testing.B, id uuid.UUID, start, end time.Time) runPhases {
@@ -165,7 +175,7 @@ func (e *benchEnv) phasesOf(b *testing.B, id uuid.UUID, start, end time.Time) ru
 	if err != nil || a.SpawnClaimedAt == nil || a.StartedAt == nil || run.FinishedAt == nil {
 		b.Fatalf("run %s: marker %v, attempt %+v, finished %v", id, err, a, run.FinishedAt)
 	}
-	return runPhases{
+	p := runPhases{
 		Admit:  run.CreatedAt.Sub(start),
 		Claim:  a.SpawnClaimedAt.Sub(run.CreatedAt),
 		Start:  a.StartedAt.Sub(*a.SpawnClaimedAt),
@@ -173,6 +183,38 @@ func (e *benchEnv) phasesOf(b *testing.B, id uuid.UUID, start, end time.Time) ru
 		Finish: run.FinishedAt.Sub(m.At),
 		Wake:   end.Sub(*run.FinishedAt),
 	}
+	if born, exited, ok := e.journalTimes(b, id, a.No); ok {
+		p.UnitStart, p.Engine, p.UnitEnd, p.split = born.Sub(*a.StartedAt), exited.Sub(born), m.At.Sub(exited), true
+	}
+	return p
+}
+
+// journalTimes returns when an attempt's run journal was created (its birth time: holdfast exec
+// creates it before it starts the engine) and the time of its exit event (the engine's exit);
+// ok is false where the file system keeps no birth times.
+func (e *benchEnv) journalTimes(b *testing.B, id uuid.UUID, attempt int) (born, exited time.Time, ok bool) {
+	b.Helper()
+	path := jobunit.JournalPath(e.state, id, attempt)
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BTIME, &st); err != nil {
+		b.Fatalf("run %s: stat its journal: %v", id, err)
+	}
+	if st.Mask&unix.STATX_BTIME == 0 {
+		return born, exited, false
+	}
+	born = time.Unix(st.Btime.Sec, int64(st.Btime.Nsec))
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		var ev journal.Event
+		if json.Unmarshal(line, &ev) == nil && ev.Type == engine.TypeExit {
+			return born, ev.Time, true
+		}
+	}
+	b.Fatalf("run %s: no exit event in its journal", id)
+	return born, exited, false
 }
 
 func reportPair(b *testing.B, restic, holdfast []time.Duration) {
@@ -228,20 +270,37 @@ func reportPhases(b *testing.B, restic []time.Duration, phases []runPhases) {
 		return d
 	}
 	unitExtra := pick(func(p runPhases) time.Duration { return p.Unit })
+	engineExtra := pick(func(p runPhases) time.Duration { return p.Engine })
 	for i := range unitExtra {
 		unitExtra[i] -= restic[i]
+		engineExtra[i] -= restic[i]
 	}
-	for _, ph := range []struct {
+	type phase struct {
 		name string
 		d    []time.Duration
-	}{
+	}
+	all := []phase{
 		{"admit", pick(func(p runPhases) time.Duration { return p.Admit })},
 		{"claim", pick(func(p runPhases) time.Duration { return p.Claim })},
 		{"start", pick(func(p runPhases) time.Duration { return p.Start })},
 		{"unit-extra", unitExtra},
 		{"finish", pick(func(p runPhases) time.Duration { return p.Finish })},
 		{"wake", pick(func(p runPhases) time.Duration { return p.Wake })},
-	} {
+	}
+	// The unit's part in three; restic's own time in the unit less restic alone in the same round
+	// (engine-extra) is mostly restic's noise: what the unit adds is unit-start and unit-end.
+	if !slices.ContainsFunc(phases, func(p runPhases) bool { return !p.split }) {
+		all = append(all, phase{"unit-start", pick(func(p runPhases) time.Duration { return p.UnitStart })},
+			phase{"engine-extra", engineExtra}, phase{"unit-end", pick(func(p runPhases) time.Duration { return p.UnitEnd })},
+			// Each round's time outside the engine, from the command's start to its exit: the fixed
+			// cost without restic's own noise, which the paired difference carries.
+			phase{"outside-engine", pick(func(p runPhases) time.Duration {
+				return p.Admit + p.Claim + p.Start + p.Unit - p.Engine + p.Finish + p.Wake
+			})})
+	} else {
+		b.Logf("the unit's phases are not split: this file system keeps no birth times")
+	}
+	for _, ph := range all {
 		b.Logf("%-10s %v", ph.name, ph.d)
 		b.ReportMetric(float64(median(ph.d).Microseconds())/1000, ph.name+"-ms")
 	}
