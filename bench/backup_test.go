@@ -17,12 +17,15 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/sys/unix"
 
+	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/spawn"
 	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
+	"github.com/holdfast-backup/holdfast/unitcmd"
 )
 
 // writeData fills dir with files of fresh pseudo-random bytes, size in all: incompressible, and
@@ -55,9 +58,12 @@ func writeData(b *testing.B, dir string, files int, size int64, seed uint64) {
 // backupPair measures n backups of fresh data of the given size each way: restic alone, with
 // the very command line a run's unit gets (into a repository and cache of its own), and
 // `holdfast run start --wait` against a real daemon with its default settings, from the
-// command's start to its exit. The two take turns going first, over the same bytes, so noise
-// hits both.
-func backupPair(b *testing.B, n, files int, size int64) (restic, holdfast []time.Duration, phases []runPhases) {
+// command's start to its exit. With unitAlone, also a third way: the unit the daemon would start
+// for the run (its sandbox, credentials, holdfast exec and ExecStopPost), started directly over
+// D-Bus and waited for until it is gone, without the daemon, the CLI or the database: what systemd
+// costs, apart from what holdfast adds. The ways take turns going first, over the same bytes, so
+// noise hits each.
+func backupPair(b *testing.B, n, files int, size int64, unitAlone bool) (restic, holdfast, unit []time.Duration, phases []runPhases) {
 	ctx := context.Background()
 	e := newBenchEnv(b)
 	resticBin := testenv.Restic(b)
@@ -72,8 +78,11 @@ func backupPair(b *testing.B, n, files int, size int64) (restic, holdfast []time
 	// A copy, not a second init: restic sizes its key derivation (scrypt's N and p) to the
 	// machine's load at init, and two inits here often differ by a factor of two to four, which
 	// every backup pays again on opening its repository (tenths of a second on two cores).
-	if out, err := exec.Command("cp", "-a", rawRepo, hfRepo).CombinedOutput(); err != nil {
-		b.Fatalf("copy the repository: %v\n%s", err, out)
+	unitRepo := filepath.Join(e.dir, "repo-unit")
+	for _, repo := range []string{hfRepo, unitRepo} {
+		if out, err := exec.Command("cp", "-a", rawRepo, repo).CombinedOutput(); err != nil {
+			b.Fatalf("copy the repository: %v\n%s", err, out)
+		}
 	}
 	// A ceiling above what the runs add, so that no hold ever stops one (the budget from history,
 	// twice the most a recent run added, is not what is measured here).
@@ -82,6 +91,17 @@ func backupPair(b *testing.B, n, files int, size int64) (restic, holdfast []time
 		MaxAdded: &budget}); err != nil {
 		b.Fatal(err)
 	}
+	// The unit alone backs up into a repository of its own, as a job of its own that the daemon
+	// never runs (nothing admits a run of it).
+	unitJob, err := e.st.JobCreate(ctx, model.Job{Name: "bench-unit", Engine: "restic", Repository: unitRepo, PasswordFile: pw,
+		Paths: []string{data}, MaxAdded: &budget})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := jobunit.PrepareCache(e.state, unitJob); err != nil {
+		b.Fatal(err)
+	}
+	unitCfg := jobunit.Config{StateDir: e.state, Binary: unitcmd.Binary(e.bin), ResticBinary: resticBin}
 	raw := engine.Restic{Binary: resticBin}.BackupArgv(engine.Job{Name: "bench", Repository: rawRepo, PasswordFile: pw,
 		Paths: []string{data}, CacheDir: filepath.Join(e.dir, "cache-restic")}, uuid.New())
 	e.daemon(b)
@@ -119,18 +139,67 @@ func backupPair(b *testing.B, n, files int, size int64) (restic, holdfast []time
 			}
 			phases = append(phases, e.phasesOf(b, run.ID, start, end))
 		}
-		// Each goes first in every other round: the second reads what the first left in the
-		// page cache, and the machine's state drifts between the two.
-		if i%2 == 0 {
-			rawBackup()
-			holdfastBackup()
-		} else {
-			holdfastBackup()
-			rawBackup()
+		unitBackup := func() {
+			id := uuid.New()
+			spec := spawn.UnitSpec(unitCfg, unitJob, model.Run{ID: id, Kind: model.KindBackup}, 1)
+			start := time.Now()
+			// What the daemon does between its claim and the start: the attempt's directories,
+			// the unit's paths checked and its credentials staged.
+			if err := os.MkdirAll(filepath.Dir(jobunit.JournalPath(e.state, id, 1)), 0o755); err != nil {
+				b.Fatal(err)
+			}
+			if err := jobunit.Guard(unitCfg, unitJob, &spec, credentials.AttemptKey(id, 1)); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := e.r.Start(ctx, spec); err != nil {
+				b.Fatal(err)
+			}
+			m := waitEnded(b, e.r, e.state, id, spec.Name)
+			unit = append(unit, time.Since(start))
+			if m.ServiceResult != "success" {
+				b.Fatalf("the unit alone ended %+v", m)
+			}
+		}
+		// Each goes first in turn: the later ones read what the first left in the page cache, and
+		// the machine's state drifts between them.
+		sides := []func(){rawBackup, holdfastBackup}
+		if unitAlone {
+			sides = append(sides, unitBackup)
+		}
+		for k := range sides {
+			sides[(i+k)%len(sides)]()
 		}
 	}
 	b.StopTimer()
-	return restic, holdfast, phases
+	return restic, holdfast, unit, phases
+}
+
+// waitEnded waits until the attempt's exit marker is there and its unit gone, as the daemon
+// does before it closes a run, and returns the marker.
+func waitEnded(b *testing.B, r *systemd.Client, state string, run uuid.UUID, unit string) systemd.Marker {
+	b.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	var m systemd.Marker
+	for {
+		var err error
+		if m, err = systemd.ReadMarker(state, run, 1); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("unit %s wrote no exit marker: %v", unit, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for {
+		alive, _, err := r.Alive(context.Background(), unit)
+		if err == nil && !alive {
+			return m
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("unit %s did not go away (%v)", unit, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func lastLines(out []byte) []byte {
@@ -217,9 +286,22 @@ func (e *benchEnv) journalTimes(b *testing.B, id uuid.UUID, attempt int) (born, 
 	return born, exited, false
 }
 
-func reportPair(b *testing.B, restic, holdfast []time.Duration) {
+func reportPair(b *testing.B, restic, holdfast, unit []time.Duration) {
 	b.Logf("restic alone: %v", restic)
 	b.Logf("holdfast:     %v", holdfast)
+	if len(unit) > 0 {
+		b.Logf("unit alone:   %v", unit)
+		// What systemd adds to restic (the unit's start, sandbox and end), and what holdfast adds
+		// to that unit (the CLI, the database, the daemon's claim, start and finish), each the
+		// median of the rounds' differences.
+		unitExtra, overUnit := make([]time.Duration, len(unit)), make([]time.Duration, len(unit))
+		for i := range unit {
+			unitExtra[i], overUnit[i] = unit[i]-restic[i], holdfast[i]-unit[i]
+		}
+		b.ReportMetric(float64(median(unit).Microseconds())/1000, "unit-alone-ms")
+		b.ReportMetric(float64(median(unitExtra).Microseconds())/1000, "unit-alone-extra-ms")
+		b.ReportMetric(float64(median(overUnit).Microseconds())/1000, "holdfast-over-unit-ms")
+	}
 	r, h := median(restic), median(holdfast)
 	b.ReportMetric(float64(r.Microseconds())/1000, "restic-ms")
 	b.ReportMetric(float64(h.Microseconds())/1000, "holdfast-ms")
@@ -238,8 +320,8 @@ func reportPair(b *testing.B, restic, holdfast []time.Duration) {
 // medians of 20. Target: holdfast/restic <= 1.10 (goal 1.05), a fixed cost (the paired
 // difference) of 100 ms at most (goal 50), and a unit's end recorded within 50 ms p99 (goal 10).
 func BenchmarkBackupSmall(b *testing.B) {
-	restic, holdfast, phases := backupPair(b, 20, 1, 1<<20)
-	reportPair(b, restic, holdfast)
+	restic, holdfast, unit, phases := backupPair(b, 20, 1, 1<<20, true)
+	reportPair(b, restic, holdfast, unit)
 	reportPhases(b, restic, phases)
 }
 
@@ -253,8 +335,8 @@ func BenchmarkBackupLarge(b *testing.B) {
 			b.Fatalf("HOLDFAST_BENCH_LARGE_RUNS=%q: want a positive number", v)
 		}
 	}
-	restic, holdfast, phases := backupPair(b, n, 16, 1<<30)
-	reportPair(b, restic, holdfast)
+	restic, holdfast, _, phases := backupPair(b, n, 16, 1<<30, false)
+	reportPair(b, restic, holdfast, nil)
 	reportPhases(b, restic, phases)
 }
 
