@@ -14,6 +14,7 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -128,7 +129,11 @@ type Config struct {
 	StartLead time.Duration
 	// Observer hears of each run this reconciler closes (metrics); nil hears nothing.
 	Observer Observer
-	Logger   *slog.Logger
+	// Left, if set, is told when a run handed over for its spawn was left queued without a unit
+	// (its claim blocked, a failure): a pass should come soon, since no end of another run may
+	// wake one for it (MayWait).
+	Left   func()
+	Logger *slog.Logger
 	// now is replaceable in tests.
 	now func() time.Time
 	// allowedUIDs is AllowUsers resolved; nil allows every user.
@@ -367,6 +372,27 @@ type Reconciler struct {
 	windows       windowsMemo // the jobs' maintenance windows, parsed
 	// shapeLastPass is liveShape of the live runs the last pass read (0 before one did).
 	shapeLastPass atomic.Uint64
+	// What MayWait answers from: whether the last pass read a run waiting for its unit (or was
+	// not one that could tell), and how many times a run was left waiting since (leftCount)
+	// against the count when that pass began (leftSeen).
+	passWaits           atomic.Bool
+	leftCount, leftSeen atomic.Uint64
+}
+
+// MayWait reports whether a live run of this host may be waiting for something an end of
+// another run frees (its repository, a place, a prerequisite): the last pass read a run not
+// spawned yet, or a run was left without its unit since that pass began. An end closed by
+// EndNamed then still wants a pass; otherwise it wants none.
+func (r *Reconciler) MayWait() bool {
+	return r.passWaits.Load() || r.leftCount.Load() != r.leftSeen.Load()
+}
+
+// left notes a run left waiting for its unit (see MayWait).
+func (r *Reconciler) left() {
+	r.leftCount.Add(1)
+	if r.cfg.Left != nil {
+		r.cfg.Left()
+	}
 }
 
 // New validates cfg and returns a Reconciler.
@@ -375,6 +401,7 @@ func New(cfg Config) (*Reconciler, error) {
 		return nil, err
 	}
 	r := &Reconciler{cfg: cfg, unlocked: map[model.AttemptRef]bool{}}
+	r.passWaits.Store(true) // until a pass has read the live runs
 	r.hostname, _ = os.Hostname()
 	if err := r.newServices(); err != nil {
 		return nil, err
@@ -412,6 +439,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 		return SweepStats{}, ErrNoLease
 	}
 	start := time.Now()
+	leftBefore := r.leftCount.Load()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PassTimeout)
 	defer cancel()
 	// Runs of hosts that lost their lease are taken over first, so this pass may spawn them.
@@ -518,6 +546,9 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 		r.cfg.Logger.Error("deferred settlements not retried", "err", err)
 	}
 	stats.Idle = len(live) == 0 && taken == 0 && takeErr == nil && !stopping && stats.Errors == 0
+	// Read before this pass's spawns: a run it spawned counts as waiting until the next pass.
+	r.passWaits.Store(limited || stats.Errors > 0 || slices.ContainsFunc(live, func(l model.LiveRun) bool { return l.Attempt.Unit == "" }))
+	r.leftSeen.Store(leftBefore)
 	if stats.Idle {
 		in, ok, err := r.cfg.Store.HostNextDown(ctx, r.cfg.Host, r.cfg.TakeoverGrace)
 		switch {
@@ -572,22 +603,29 @@ func (r *Reconciler) SpawnsNamed() bool {
 // unit yet, where the pass would spawn them (or arm them) now: the same facts and the same
 // decision table, but not the rest of a pass, so that an admission's notification, which names
 // its run, starts the run without waiting for a pass over every live run of the host. Any other
-// decision is left to the pass, which the notification wakes as well; so are all runs while
-// places are limited, since the pass hands them over in priority order. Runs the pass hands
-// over at the same time are spawned once: the spawner drops an attempt already handed over,
-// and only one claim of an attempt is granted.
-func (r *Reconciler) SpawnNamed(ctx context.Context, ids []uuid.UUID) error {
+// decision is left to the pass; so are all runs while places are limited, since the pass hands
+// them over in priority order. Runs the pass hands over at the same time are spawned once: the
+// spawner drops an attempt already handed over, and only one claim of an attempt is granted.
+// It returns how many of the runs named (each counted once) it did not hand over: those want a
+// pass (a stop asked for, a run another host spawns, one waiting for its repository, ...).
+func (r *Reconciler) SpawnNamed(ctx context.Context, ids []uuid.UUID) (left int, err error) {
+	distinct := len(slices.Compact(slices.SortedFunc(slices.Values(ids), func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })))
+	defer func() {
+		if left > 0 {
+			r.left()
+		}
+	}()
 	if !r.acting() {
-		return ErrNoLease
+		return distinct, ErrNoLease
 	}
 	if !r.SpawnsNamed() {
-		return nil
+		return distinct, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
 	defer cancel()
 	live, err := r.cfg.Store.RunListSpawnable(ctx, r.cfg.Host, ids)
 	if err != nil || len(live) == 0 {
-		return err
+		return distinct, err
 	}
 	pass := &passReads{jobs: map[string]model.Job{}}
 	for _, l := range live {
@@ -599,11 +637,12 @@ func (r *Reconciler) SpawnNamed(ctx context.Context, ids []uuid.UUID) error {
 			continue // the pass judges the run of a removed job
 		}
 		if err != nil {
-			return err
+			return distinct, err
 		}
 		pass.jobs[j.Name] = j
 	}
-	return r.actNamed(ctx, live, pass, actSpawn, actArm)
+	handed, err := r.actNamed(ctx, live, pass, actSpawn, actArm)
+	return distinct - handed, err
 }
 
 // EndNamed closes at once those of the runs ids whose units systemd said are gone (states, its
@@ -612,34 +651,37 @@ func (r *Reconciler) SpawnNamed(ctx context.Context, ids []uuid.UUID) error {
 // that decision only. Any other (a restart, a stop, a quarantine) is left to the pass, which the
 // caller wakes as well, as it is for a run whose unit states does not name. A run the pass
 // closes at the same time is closed once: each close is a store write guarded by "this attempt
-// is still live", and a journal's batch is applied by whichever read it first.
-func (r *Reconciler) EndNamed(ctx context.Context, ids []uuid.UUID, states map[string]systemd.State) error {
+// is still live", and a journal's batch is applied by whichever read it first. It returns how
+// many of the live runs of the units named it did not close: those want a pass.
+func (r *Reconciler) EndNamed(ctx context.Context, ids []uuid.UUID, states map[string]systemd.State) (left int, err error) {
 	if !r.acting() {
-		return ErrNoLease
+		return 0, ErrNoLease
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.RunBudget)
 	defer cancel()
 	live, err := r.cfg.Store.RunListSpawned(ctx, r.cfg.Host, ids)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	live = slices.DeleteFunc(live, func(l model.LiveRun) bool { _, asked := states[l.Attempt.Unit]; return !asked })
 	if len(live) == 0 {
-		return nil
+		return 0, nil
 	}
 	pass := &passReads{states: states}
 	pass.openDirs(r.cfg.StateDir)
 	defer pass.closeDirs()
-	return r.actNamed(ctx, live, pass, actFinish)
+	closed, err := r.actNamed(ctx, live, pass, actFinish)
+	return len(live) - closed, err
 }
 
 // actNamed judges each of the runs live as the pass does, with what pass read for them, and
-// carries out the decisions whose action is among acts; it leaves the others to the pass.
-func (r *Reconciler) actNamed(ctx context.Context, live []model.LiveRun, pass *passReads, acts ...action) error {
+// carries out the decisions whose action is among acts; it leaves the others to the pass. done
+// is how many it carried out.
+func (r *Reconciler) actNamed(ctx context.Context, live []model.LiveRun, pass *passReads, acts ...action) (done int, err error) {
 	var errs []error
 	for _, l := range live {
 		if !r.acting() {
-			return ErrNoLease
+			return done, ErrNoLease
 		}
 		f, job, d, _, err := r.judge(ctx, &l, pass)
 		if err != nil {
@@ -648,10 +690,14 @@ func (r *Reconciler) actNamed(ctx context.Context, live []model.LiveRun, pass *p
 		}
 		if slices.Contains(acts, d.act) {
 			r.cfg.Logger.Debug("reconcile", "run", l.Run.ID, "attempt", l.Attempt.No, "action", d.act.String(), "row", d.row, "named", true)
-			errs = append(errs, r.carryOut(ctx, l, f, job, d))
+			if err := r.carryOut(ctx, l, f, job, d); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			done++
 		}
 	}
-	return errors.Join(errs...)
+	return done, errors.Join(errs...)
 }
 
 // jobsToSpawn reads the jobs this host may run once for the pass, if any run waits for its unit: one query

@@ -35,7 +35,8 @@ func (r *Reconciler) newServices() error {
 			return r.finish(ctx, l, systemd.Marker{}, verdict{status: model.StatusFailed, class: "permanent",
 				reason: reason, neverRan: true})
 		},
-		Hook: r.cfg.SpawnHook,
+		Hook:      r.cfg.SpawnHook,
+		Unstarted: r.left,
 	})
 	if err != nil {
 		return err

@@ -281,8 +281,10 @@ func TestSpawnNamed(t *testing.T) {
 		}
 		return attempts[0].Unit
 	}
-	if err := rec.SpawnNamed(ctx, []uuid.UUID{named.ID, named.ID, elsewhere.ID, stopped.ID, uuid.New()}); err != nil {
-		t.Fatal(err)
+	// Four runs named (one twice, one unknown): one spawned, three left to the pass.
+	left, err := rec.SpawnNamed(ctx, []uuid.UUID{named.ID, named.ID, elsewhere.ID, stopped.ID, uuid.New()})
+	if err != nil || left != 3 {
+		t.Fatalf("SpawnNamed: %d left, %v; want 3 left", left, err)
 	}
 	if got := unit(named.ID); got != systemd.UnitName("named", named.ID, 1) {
 		t.Fatalf("the named run's unit: %q, want it spawned", got)
@@ -328,8 +330,8 @@ func TestSpawnNamed(t *testing.T) {
 
 	limited := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Hour, AllowCommandJobs: true, Limits: model.RunningLimits{MaxRunning: 4}})
 	r := storetest.Run(t, limited.st, command("limited", ""))
-	if err := limited.rec.SpawnNamed(ctx, []uuid.UUID{r.ID}); err != nil {
-		t.Fatal(err)
+	if left, err := limited.rec.SpawnNamed(ctx, []uuid.UUID{r.ID}); err != nil || left != 1 {
+		t.Fatalf("SpawnNamed with places limited: %d left, %v; want 1", left, err)
 	}
 	attempts, err := limited.st.AttemptList(ctx, r.ID)
 	if err != nil || len(attempts) != 1 || attempts[0].Unit != "" {
@@ -390,8 +392,9 @@ func TestEndNamed(t *testing.T) {
 		}
 	}
 	delete(states, unit("unasked"))
-	if err := rec.EndNamed(ctx, []uuid.UUID{runs["named"].ID, runs["named"].ID, runs["unasked"].ID, runs["long"].ID, uuid.New()}, states); err != nil {
-		t.Fatal(err)
+	// The long run's unit is alive: EndNamed leaves it to the pass, and says so.
+	if left, err := rec.EndNamed(ctx, []uuid.UUID{runs["named"].ID, runs["named"].ID, runs["unasked"].ID, runs["long"].ID, uuid.New()}, states); err != nil || left != 1 {
+		t.Fatalf("EndNamed: %d left, %v; want 1 (the long run)", left, err)
 	}
 	for name, want := range map[string]string{"named": model.StatusSucceeded, "unasked": model.StatusRunning, "unnamed": model.StatusRunning, "long": model.StatusRunning} {
 		if got := status(name); got != want {
@@ -411,5 +414,55 @@ func TestEndNamed(t *testing.T) {
 	}
 	if violations, err := st.InvariantViolations(ctx); err != nil || len(violations) > 0 {
 		t.Fatalf("invariants: %v %v", violations, err)
+	}
+}
+
+// MayWait says whether an end wants a pass for a run that may be waiting for what it frees: until
+// a pass has read the live runs, after a pass that read a run not spawned, and after a named
+// spawn left a run, until a pass that began after that; not after a pass that read only runs
+// with their units.
+func TestMayWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSweepEnv(t, reconcile.Config{SpawnGrace: time.Hour, AllowCommandJobs: true})
+	st, rec := e.st, e.rec
+	sweep := func() {
+		t.Helper()
+		if stats, err := rec.Sweep(ctx); err != nil || stats.Errors > 0 {
+			t.Fatalf("sweep: %+v %v", stats, err)
+		}
+	}
+	if !rec.MayWait() {
+		t.Fatal("MayWait false before any pass read the live runs")
+	}
+	sweep()
+	if rec.MayWait() {
+		t.Fatal("MayWait true after a pass that read no live run")
+	}
+	if _, err := st.JobCreate(ctx, model.Job{Name: "sleeper", Engine: "command", Command: []string{"/bin/sleep", "600"}}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: "sleeper", Trigger: "manual", Kind: model.KindBackup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweep() // reads the run queued, and spawns it
+	if !rec.MayWait() {
+		t.Fatal("MayWait false after a pass that read a run not spawned yet")
+	}
+	sweep()
+	if rec.MayWait() {
+		t.Fatal("MayWait true after a pass that read only a run with its unit")
+	}
+	// The run has its unit: a notification naming it (a stop asked for) is the pass's.
+	if left, err := rec.SpawnNamed(ctx, []uuid.UUID{run.ID}); err != nil || left != 1 {
+		t.Fatalf("SpawnNamed of a run with its unit: %d left, %v; want 1", left, err)
+	}
+	if !rec.MayWait() {
+		t.Fatal("MayWait false after a named spawn left a run")
+	}
+	sweep()
+	if rec.MayWait() {
+		t.Fatal("MayWait true after the pass that followed")
 	}
 }

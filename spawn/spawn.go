@@ -85,6 +85,10 @@ type Config struct {
 	// Refused closes an attempt that never ran, with why: systemd refused its unit as a bad
 	// request, or a path of its unit broke the rule (jobunit.Guard).
 	Refused func(ctx context.Context, l model.LiveRun, reason string) error
+	// Unstarted is told of each spawn handed over that left its run queued without a unit (its
+	// claim blocked or not granted, a failure, the lease lost): the next pass hands it over
+	// again. Optional.
+	Unstarted func()
 	// Hook, if set, is called by each spawn before its claim; for tests, which hold a spawn
 	// there to see what happens meanwhile.
 	Hook func(ctx context.Context, run uuid.UUID)
@@ -114,6 +118,9 @@ func New(cfg Config) (*Spawner, error) {
 	}
 	if cfg.Started == nil {
 		cfg.Started = func(model.LiveRun) {}
+	}
+	if cfg.Unstarted == nil {
+		cfg.Unstarted = func() {}
 	}
 	limited := cfg.Limits.MaxRunning > 0 || cfg.Limits.MaxRunningHost > 0
 	q, err := attemptqueue.New(attemptqueue.Config{Name: "spawning", Workers: cfg.Workers, Size: queueSize,
@@ -145,7 +152,12 @@ func (s *Spawner) Spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		if s.cfg.Hook != nil {
 			s.cfg.Hook(ctx, l.Run.ID)
 		}
-		return s.spawn(ctx, l, job, at, claimed)
+		settled := false
+		err := s.spawn(ctx, l, job, at, claimed, &settled)
+		if !settled {
+			s.cfg.Unstarted()
+		}
+		return err
 	})
 }
 
@@ -161,8 +173,9 @@ func (s *Spawner) fence() model.Lease {
 
 // spawn claims the attempt's spawn, prepares its directories and starts its unit, or, with at,
 // arms it so that systemd starts it at at. claimed is called once the claim was answered (the
-// queue's order: with limits, runs claim in the order they were handed over).
-func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at *time.Time, claimed func()) error {
+// queue's order: with limits, runs claim in the order they were handed over). settled is set
+// once the run no longer waits for a spawn: systemd has its unit, or it ended without one.
+func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at *time.Time, claimed func(), settled *bool) error {
 	spec, unlock, err := AttemptSpec(ctx, s.cfg.Store, s.cfg.Jobs, job, l.Run, l.Attempt.No)
 	if err != nil {
 		return err
@@ -219,6 +232,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		_ = credentials.RemoveStaged(s.cfg.Jobs.StateDir, key)
 		if safepath.Refused(err) {
 			s.cfg.Logger.Warn("run refused: a path of its unit breaks the rule", "run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
+			*settled = true
 			return s.cfg.Refused(ctx, l, "refused before the unit started: "+err.Error())
 		}
 		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err), false)
@@ -235,6 +249,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		}
 		if paused {
 			unstage()
+			*settled = true
 			return nil
 		}
 	}
@@ -261,7 +276,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		return release(fmt.Errorf("run %s attempt %d not started: %w", l.Run.ID, l.Attempt.No, store.ErrLeaseLost), false)
 	}
 	if at != nil {
-		return s.arm(ctx, l, spec, *at, release)
+		return s.arm(ctx, l, spec, *at, release, settled)
 	}
 	existed, err := s.cfg.Units.Start(ctx, spec)
 	if err != nil {
@@ -269,11 +284,13 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		// starts, and its exit marker or the next spawn of the attempt replaces them.
 		if systemd.BadRequest(err) {
 			unstage()
+			*settled = true
 			return s.cfg.Refused(ctx, l, "systemd refused to start the unit: "+err.Error())
 		}
 		return release(err, true) // systemd could not be asked, or refused for now (shutting down)
 	}
 	crashpoint.At("spawn-started")
+	*settled = true
 	l.Attempt.Unit = spec.Name
 	s.cfg.Started(l)
 	s.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
@@ -313,7 +330,7 @@ func (s *Spawner) sizeHold(ctx context.Context, fence model.Lease, l *model.Live
 // arm has systemd start the claimed attempt's unit at at. The run stays queued until the unit
 // is there: a later pass marks it running. A manager that refuses the timer gets no more timers
 // from this daemon, and the attempt is started at its time like any other.
-func (s *Spawner) arm(ctx context.Context, l model.LiveRun, spec systemd.Spec, at time.Time, release func(error, bool) error) error {
+func (s *Spawner) arm(ctx context.Context, l model.LiveRun, spec systemd.Spec, at time.Time, release func(error, bool) error, settled *bool) error {
 	existed, err := s.cfg.Units.Arm(ctx, spec, at)
 	if err != nil {
 		if systemd.BadRequest(err) && !s.armRefused.Swap(true) {
@@ -322,6 +339,7 @@ func (s *Spawner) arm(ctx context.Context, l model.LiveRun, spec systemd.Spec, a
 		return release(err, true)
 	}
 	crashpoint.At("spawn-armed")
+	*settled = true
 	l.Attempt.Unit = spec.Name
 	s.cfg.Started(l)
 	s.cfg.Logger.Info("run armed", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "at", at, "existed", existed)

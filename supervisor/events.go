@@ -31,8 +31,10 @@ const (
 
 // markerWatch is the unit-end service: a run whose unit wrote its exit marker is closed at once,
 // not at the sweep's next interval (see systemd.MarkerWatch for why markers). Once systemd says
-// the unit is gone, end (reconcile.EndNamed) closes the run where its marker says how, and the
-// sweep is woken for whatever else an end brings (a restart, a run waiting for a place).
+// the unit is gone, end (reconcile.EndNamed) closes the run where its marker says how. The sweep
+// is woken for whatever else an end brings (endWakesSweep): a run end left to it (a restart), or
+// a run that may be waiting for what the end frees (its repository, a place, a prerequisite);
+// else only admission, whose next due time an end may move.
 //
 // The marker is written inside the unit's ExecStopPost, a moment before systemd lets the unit
 // go. A run is closed, and the sweep woken, once systemd says the unit is gone: a run closed
@@ -40,8 +42,10 @@ const (
 type markerWatch struct {
 	stateDir string
 	runner   *systemd.Client
-	end      func(ctx context.Context, runs []uuid.UUID, states map[string]systemd.State) error
-	wake     wake.Signal
+	end      func(ctx context.Context, runs []uuid.UUID, states map[string]systemd.State) (left int, err error)
+	mayWait  func() bool // reconcile.MayWait
+	wake     wake.Signal // the sweep's
+	due      wake.Signal // admission's due time
 	logger   *slog.Logger
 	loop     loop
 }
@@ -153,25 +157,33 @@ func (m *markerWatch) settle(ctx context.Context, ended <-chan unitEnd) {
 		askCtx, cancel := context.WithTimeout(ctx, goneWithin)
 		states, err := m.runner.States(askCtx, names)
 		cancel()
-		settled := false
+		expired := false // a unit not gone within goneWithin: the sweep judges it
 		var gone []uuid.UUID
 		for _, name := range names {
 			// "Could not ask" waits, up to the deadline: it never reads as gone.
 			w, isGone := pending[name], err == nil && !states[name].Alive()
-			if isGone {
+			switch {
+			case isGone:
 				gone = append(gone, w.run)
-			}
-			if isGone || !time.Now().Before(w.until) {
 				delete(pending, name)
-				settled = true
+			case !time.Now().Before(w.until):
+				delete(pending, name)
+				expired = true
 			}
 		}
+		sweep := expired || len(gone) > 0 && m.end == nil
 		if len(gone) > 0 && m.end != nil {
-			if err := m.end(ctx, gone, states); err != nil && !errors.Is(err, reconcile.ErrNoLease) && ctx.Err() == nil {
+			left, err := m.end(ctx, gone, states)
+			if err != nil && !errors.Is(err, reconcile.ErrNoLease) && ctx.Err() == nil {
 				m.logger.Warn("runs whose units ended not closed at once; the sweep closes them", "runs", len(gone), "err", err)
 			}
+			if endWakesSweep(left, err, m.mayWait != nil && m.mayWait()) {
+				sweep = true
+			} else {
+				m.due.Wake() // the ends moved the next due time of their jobs
+			}
 		}
-		if settled {
+		if sweep {
 			m.wake.Wake()
 		}
 		if len(pending) > 0 {
@@ -180,4 +192,11 @@ func (m *markerWatch) settle(ctx context.Context, ended <-chan unitEnd) {
 			due = timer.C
 		}
 	}
+}
+
+// endWakesSweep says whether ends that EndNamed was given want a pass: one it did not close
+// (left: a restart, a marker it could not read), a failure, or a run of the host that may be
+// waiting for what an end frees (mayWait). Else the pass would find nothing to do.
+func endWakesSweep(left int, err error, mayWait bool) bool {
+	return left > 0 || err != nil || mayWait
 }

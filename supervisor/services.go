@@ -194,8 +194,10 @@ func (s *Supervisor) pollEvery(interval time.Duration) time.Duration {
 // listen wakes admission and the sweep on each notification about this host's work or any
 // host's, and delivery on each notification to send, on one connection, listening again after
 // a failure; the intervals are the backstop while it does not listen. A notification that names
-// a run hands it to the named spawns at once and, where they spawn runs, wakes admission and the
-// sweep namedSettle later (passesAfterNamed).
+// a run hands it to the named spawns at once, and wakes nothing else where they spawn runs:
+// spawnNamed wakes admission and the sweep for a run it leaves (passesAfterNamed). A pass over
+// every live run of the host (tens of milliseconds at a thousand) has nothing to do for a run
+// already spawned.
 func (s *Supervisor) listen(ctx context.Context) {
 	failures := 0 // in a row
 	for ctx.Err() == nil {
@@ -213,8 +215,7 @@ func (s *Supervisor) listen(ctx context.Context) {
 					failures = 0
 				}
 				if named && s.rec.SpawnsNamed() {
-					named = false
-					s.passesAfterNamed()
+					named = false // the named spawn wakes the passes for a run it leaves
 					return
 				}
 				named = false
@@ -242,20 +243,19 @@ func (s *Supervisor) listen(ctx context.Context) {
 	}
 }
 
-// namedSettle is how long after a notification naming a run admission and the sweep are woken
-// for it: its named spawn usually claims it first (a few milliseconds), rather than beside a
-// pass over every live run of the host (tens of them at a thousand runs), and the notifications
-// of a burst wake each pass once. A stop asked for is carried out that much later. While places
-// are limited the pass spawns every run (Reconciler.SpawnsNamed), and is woken at once.
+// namedSettle is how long after the named spawns leave a run the sweep and admission's due
+// time are woken for it: a stop asked for, which names its run, reaches systemd from the command
+// that asked for it in the meantime, without sharing two cores with a pass over every live run;
+// and the runs a burst of notifications leaves wake the passes once.
 const namedSettle = 50 * time.Millisecond
 
-// passesAfterNamed wakes admission and the sweep namedSettle from now, unless such a wake is
-// pending already.
+// passesAfterNamed wakes the sweep and admission's due time namedSettle from now, unless such
+// a wake is pending already.
 func (s *Supervisor) passesAfterNamed() {
 	if s.namedPending.CompareAndSwap(false, true) {
 		time.AfterFunc(namedSettle, func() {
 			s.namedPending.Store(false)
-			s.admitWake.Wake()
+			s.dueWake.Wake()
 			s.sweepWake.Wake()
 		})
 	}
@@ -280,8 +280,8 @@ const (
 
 // spawnNamed spawns the runs that notifications name (an admission names its run) at once,
 // without waiting for the sweep's pass over every live run (reconcile.SpawnNamed), those named
-// meanwhile together. A run it leaves, or one dropped from a full queue, is the pass's: each
-// notification wakes it as well.
+// meanwhile together. A run it leaves is the pass's, which it wakes; so is one dropped from a
+// full queue (spawnSoon).
 func (s *Supervisor) spawnNamed(ctx context.Context) {
 	for {
 		var ids []uuid.UUID
@@ -301,8 +301,16 @@ func (s *Supervisor) spawnNamed(ctx context.Context) {
 			}
 		}
 		// Without the lease SpawnNamed spawns nothing (ErrNoLease): the pass takes them then.
-		if err := s.rec.SpawnNamed(ctx, ids); err != nil && !errors.Is(err, reconcile.ErrNoLease) && ctx.Err() == nil {
+		left, err := s.rec.SpawnNamed(ctx, ids)
+		if err != nil && !errors.Is(err, reconcile.ErrNoLease) && ctx.Err() == nil {
 			s.cfg.Logger.Warn("runs named by notifications not spawned at once; the next pass spawns them", "runs", len(ids), "err", err)
+		}
+		// A run spawned wants no pass, nor a new look at the next due time (a live run only puts
+		// its job's off); one left (a stop asked for, a retry not due yet, a claim the repository
+		// blocks) is the pass's, and admission's if its time is ahead. An idle sweep waits up to
+		// PollBackstop: it is woken to see the run live, and then follows it every interval.
+		if left > 0 || err != nil || s.idle.Load() {
+			s.passesAfterNamed()
 		}
 	}
 }

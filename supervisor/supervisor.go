@@ -317,7 +317,7 @@ type Supervisor struct {
 	busyWake wake.Signal
 	progress *progress // what the sweep and admission last did, for the service manager
 	// named are the runs notifications named, for spawnNamed; namedPending is set while the
-	// passes' wake after such a notification is pending (passesAfterNamed).
+	// passes' wake for runs it left is pending (passesAfterNamed).
 	named        chan uuid.UUID
 	namedPending atomic.Bool
 }
@@ -358,6 +358,7 @@ func New(cfg Config) (*Supervisor, error) {
 		})
 	rc.Store, rc.Runner, rc.Inventory = cfg.Store, cfg.Runner, cfg.Store
 	rc.HeldLease, rc.Observer = lease.current, observer
+	rc.Left = sweepWake.Wake // a run whose spawn failed or waits is the next pass's
 	rec, err := reconcile.New(rc)
 	if err != nil {
 		return nil, err
@@ -382,7 +383,8 @@ func New(cfg Config) (*Supervisor, error) {
 		lease,
 		// Listening next: a run admitted while the other services start still wakes them.
 		&loop{name: "notifications", run: s.listen},
-		&markerWatch{stateDir: rc.StateDir, runner: cfg.Runner, end: rec.EndNamed, wake: s.sweepWake, logger: cfg.Logger},
+		&markerWatch{stateDir: rc.StateDir, runner: cfg.Runner, end: rec.EndNamed, mayWait: rec.MayWait, wake: s.sweepWake, due: s.dueWake,
+			logger: cfg.Logger},
 		// Those the sweep hands work to run before it and stop after it.
 		rec.RunawayWatch(),
 		rec.Spawner(),
