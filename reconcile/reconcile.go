@@ -129,11 +129,7 @@ type Config struct {
 	StartLead time.Duration
 	// Observer hears of each run this reconciler closes (metrics); nil hears nothing.
 	Observer Observer
-	// Left, if set, is told when a run handed over for its spawn was left queued without a unit
-	// (its claim blocked, a failure): a pass should come soon, since no end of another run may
-	// wake one for it (MayWait).
-	Left   func()
-	Logger *slog.Logger
+	Logger   *slog.Logger
 	// now is replaceable in tests.
 	now func() time.Time
 	// allowedUIDs is AllowUsers resolved; nil allows every user.
@@ -387,13 +383,10 @@ func (r *Reconciler) MayWait() bool {
 	return r.passWaits.Load() || r.leftCount.Load() != r.leftSeen.Load()
 }
 
-// left notes a run left waiting for its unit (see MayWait).
-func (r *Reconciler) left() {
-	r.leftCount.Add(1)
-	if r.cfg.Left != nil {
-		r.cfg.Left()
-	}
-}
+// left notes a run left waiting for its unit (see MayWait). It wakes no pass: one for a claim
+// the repository blocks would find it blocked again; the end that frees it, or the interval,
+// brings the next.
+func (r *Reconciler) left() { r.leftCount.Add(1) }
 
 // New validates cfg and returns a Reconciler.
 func New(cfg Config) (*Reconciler, error) {

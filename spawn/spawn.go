@@ -86,8 +86,8 @@ type Config struct {
 	// request, or a path of its unit broke the rule (jobunit.Guard).
 	Refused func(ctx context.Context, l model.LiveRun, reason string) error
 	// Unstarted is told of each spawn handed over that left its run queued without a unit (its
-	// claim blocked or not granted, a failure, the lease lost): the next pass hands it over
-	// again. Optional.
+	// claim blocked by the repository or the places, a failure, the lease lost): the next pass
+	// hands it over again. Optional.
 	Unstarted func()
 	// Hook, if set, is called by each spawn before its claim; for tests, which hold a spawn
 	// there to see what happens meanwhile.
@@ -206,7 +206,10 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		return s.cfg.Store.RunSetWaiting(ctx, store.RunSetWaitingParams{RunID: l.Run.ID, Reason: blocked})
 	}
 	if !got {
-		return nil // another daemon has it, or a stop arrived
+		// Another daemon or an earlier spawn has it, or a stop arrived (whose notification wakes
+		// the pass): nothing waits for this spawn.
+		*settled = true
+		return nil
 	}
 	crashpoint.At("spawn-claimed")
 	// Until systemd has the unit, a failure gives the claim back: the next pass claims the same

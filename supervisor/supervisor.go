@@ -358,7 +358,6 @@ func New(cfg Config) (*Supervisor, error) {
 		})
 	rc.Store, rc.Runner, rc.Inventory = cfg.Store, cfg.Runner, cfg.Store
 	rc.HeldLease, rc.Observer = lease.current, observer
-	rc.Left = sweepWake.Wake // a run whose spawn failed or waits is the next pass's
 	rec, err := reconcile.New(rc)
 	if err != nil {
 		return nil, err
