@@ -309,7 +309,8 @@ func (s *Supervisor) spawnNamed(ctx context.Context) {
 		// its job's off); one left (a stop asked for, a retry not due yet, a claim the repository
 		// blocks) is the pass's, and admission's if its time is ahead. An idle sweep waits up to
 		// PollBackstop: it is woken to see the run live, and then follows it every interval.
-		if left > 0 || err != nil || s.idle.Load() {
+		// While places are limited the notification woke the passes at once (listen).
+		if s.rec.SpawnsNamed() && (left > 0 || err != nil || s.idle.Load()) {
 			s.passesAfterNamed()
 		}
 	}
