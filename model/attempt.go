@@ -36,6 +36,9 @@ type RunningLimits struct {
 	MaxRunningHost int // on the claiming host
 }
 
+// Set reports whether a limit is set: claims then decide on the places left, one at a time.
+func (l RunningLimits) Set() bool { return l.MaxRunning > 0 || l.MaxRunningHost > 0 }
+
 // SpawnClaim is the claim on a live attempt taken before systemd is asked to start its unit.
 type SpawnClaim struct {
 	Attempt AttemptRef

@@ -490,7 +490,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (SweepStats, error) {
 	// Runs are independent; a few at once keep one slow call from delaying the rest. But when
 	// places are limited, runs waiting for one are handed to the spawner one by one in the
 	// snapshot's order, which is priority order, and claim in that order.
-	limited := r.cfg.Limits.MaxRunning > 0 || r.cfg.Limits.MaxRunningHost > 0
+	limited := r.cfg.Limits.Set()
 	// A few long-lived workers rather than a goroutine per run: each new goroutine grew its
 	// stack again down the journal's and the store's calls.
 	var inOrder []model.LiveRun
@@ -589,7 +589,7 @@ var shapeSeed = maphash.MakeSeed()
 // SpawnsNamed reports whether SpawnNamed spawns runs at all: while places are limited it leaves
 // every run to the pass.
 func (r *Reconciler) SpawnsNamed() bool {
-	return r.cfg.Limits.MaxRunning == 0 && r.cfg.Limits.MaxRunningHost == 0
+	return !r.cfg.Limits.Set()
 }
 
 // SpawnNamed spawns at once those of the runs ids that this host may spawn and that have no

@@ -122,7 +122,7 @@ func New(cfg Config) (*Spawner, error) {
 	if cfg.Unstarted == nil {
 		cfg.Unstarted = func() {}
 	}
-	limited := cfg.Limits.MaxRunning > 0 || cfg.Limits.MaxRunningHost > 0
+	limited := cfg.Limits.Set()
 	q, err := attemptqueue.New(attemptqueue.Config{Name: "spawning", Workers: cfg.Workers, Size: queueSize,
 		Budget: cfg.Budget, Logger: cfg.Logger, Ordered: limited})
 	if err != nil {

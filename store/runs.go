@@ -409,7 +409,7 @@ func (s *Store) AttemptClaimSpawn(ctx context.Context, w model.Lease, c model.Sp
 	lock := `SELECT pg_advisory_xact_lock($1::int, l.h) FROM (SELECT DISTINCT hashtext(x.repo) AS h
 		FROM runs r JOIN jobs j ON j.id = r.job_id, unnest(` + runRepositories("r", "j") + `) x(repo)
 		WHERE r.id = $2 AND j.engine = ANY($3) AND x.repo IS NOT NULL) l ORDER BY l.h`
-	limited := limits.MaxRunning > 0 || limits.MaxRunningHost > 0
+	limited := limits.Set()
 	if limited {
 		lock = `SELECT pg_advisory_xact_lock($1::int, 0) WHERE $2::uuid IS NOT NULL AND $3::text[] IS NOT NULL`
 	}
