@@ -16,5 +16,8 @@ func OpenTraced(ctx context.Context, dsn string, tracer pgx.QueryTracer) (*Store
 // GenericPlans is the setting queryGeneric sends before a read.
 const GenericPlans = genericPlans
 
+// GenericTx begins a transaction whose statements run with their generic plans (inTxGeneric).
+const GenericTx = genericTx
+
 // MaintenanceSlots is the slot column of each repository schedule, by its name.
 var MaintenanceSlots = maintenanceSlots

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // SQL that queryGeneric sends around a read, in the one round trip and transaction of a batch:
@@ -11,7 +12,18 @@ import (
 const (
 	genericPlans = `SET plan_cache_mode = force_generic_plan`
 	defaultPlans = `RESET plan_cache_mode`
+	// genericTx begins a transaction whose statements all run with their generic plans, in the
+	// BEGIN's own round trip (a simple query may hold two statements); SET LOCAL ends with it.
+	genericTx = `BEGIN; SET LOCAL plan_cache_mode = force_generic_plan`
 )
+
+// inTxGeneric is inTx for a transaction on a run's way from its admission to its end, whose
+// statements are each a lookup by key: planned anew at every execution, as the server chose
+// for most of them, their planning took longer than their execution (0.2 to 0.7 ms each in
+// the admission of `run start`), and it is paid again by every run.
+func inTxGeneric(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{BeginQuery: genericTx}, fn)
+}
 
 // queryGeneric is pool.Query for a read that every daemon makes at every pass and whose planning
 // costs far more than its execution: the server plans it once per connection (its generic plan)
@@ -37,6 +49,37 @@ func (s *Store) queryGeneric(ctx context.Context, sql string, args ...any) (pgx.
 		return nil, err
 	}
 	return &batchRows{Rows: rows, results: results}, nil
+}
+
+// queryRowGeneric is pool.QueryRow through queryGeneric.
+func (s *Store) queryRowGeneric(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, err := s.queryGeneric(ctx, sql, args...)
+	return genericRow{rows: rows, err: err}
+}
+
+// genericRow is the first row of a read through queryGeneric, as pgx.Row reads it: no row is
+// pgx.ErrNoRows.
+type genericRow struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (r genericRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
 }
 
 // batchRows are the rows of the read in a batch, whose last results Close reads. Both closes

@@ -144,7 +144,7 @@ func (s *Store) RunAdmit(ctx context.Context, r RunAdmitParams) (model.Run, erro
 	if kind == model.KindRestore && (r.Restore.Target == "" || r.Restore.Snapshot == "" || r.Host == "") {
 		return model.Run{}, fmt.Errorf("admit restore of %s: no target, snapshot or host", r.Job)
 	}
-	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := inTxGeneric(ctx, s.pool, func(tx pgx.Tx) error {
 		var jobID int64
 		var jobEngine string
 		err := tx.QueryRow(ctx, `SELECT id, engine FROM jobs WHERE name = $1 FOR UPDATE`, r.Job).Scan(&jobID, &jobEngine)
@@ -618,7 +618,7 @@ func (s *Store) AttemptFinish(ctx context.Context, w model.Lease, e model.Ending
 	}
 	var finished int
 	var stamped *time.Time
-	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := inTxGeneric(ctx, s.pool, func(tx pgx.Tx) error {
 		// The ending as recorded: the transaction's now(), unless the caller gave a time. A retry
 		// is due from it, so it is read first; else the ending's statement stamps it.
 		at := e.At
@@ -891,7 +891,7 @@ func (s *Store) RunResolve(ctx context.Context, idOrPrefix string) (uuid.UUID, e
 // RunGet returns a run or ErrNotFound.
 func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (model.Run, error) {
 	var run model.Run
-	err := s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.id = $1`, id).Scan(runDest(&run)...)
+	err := s.queryRowGeneric(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.id = $1`, id).Scan(runDest(&run)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return model.Run{}, fmt.Errorf("run %s: %w", id, ErrNotFound)
 	}
@@ -923,7 +923,7 @@ func (s *Store) RunList(ctx context.Context, jobName string, limit int) ([]model
 
 // AttemptList lists a run's attempts in order.
 func (s *Store) AttemptList(ctx context.Context, runID uuid.UUID) ([]model.Attempt, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+attemptColumns+` FROM attempts a WHERE a.run_id = $1 ORDER BY a.attempt_no`, runID)
+	rows, err := s.queryGeneric(ctx, `SELECT `+attemptColumns+` FROM attempts a WHERE a.run_id = $1 ORDER BY a.attempt_no`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of run %s: %w", runID, err)
 	}
@@ -945,7 +945,7 @@ func (s *Store) AttemptList(ctx context.Context, runID uuid.UUID) ([]model.Attem
 // AttemptGet returns one attempt of a run.
 func (s *Store) AttemptGet(ctx context.Context, ref model.AttemptRef) (model.Attempt, error) {
 	var as attemptScan
-	err := s.pool.QueryRow(ctx, `SELECT `+attemptColumns+` FROM attempts a WHERE a.run_id = $1 AND a.attempt_no = $2`,
+	err := s.queryRowGeneric(ctx, `SELECT `+attemptColumns+` FROM attempts a WHERE a.run_id = $1 AND a.attempt_no = $2`,
 		ref.Run, ref.No).Scan(as.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return model.Attempt{}, fmt.Errorf("run %s attempt %d: %w", ref.Run, ref.No, ErrNotFound)
