@@ -30,7 +30,9 @@ const dsn = "postgres:///holdfast?host=/run/postgresql"
 // fakeStore admits runs as the database would, from what a case set, and counts the asks.
 type fakeStore struct {
 	mu       sync.Mutex
-	able     model.Runnable
+	able     model.Runnable // the answer for any host
+	on       model.Runnable // the answer for the daemon's host (JobRunnableParams.On)
+	spawner  string         // the daemon's host, if it spawns the runs it admits
 	admitErr error
 	asked    int // JobRunnable and RunAdmit calls
 	admitted []store.RunAdmitParams
@@ -40,10 +42,19 @@ func (f *fakeStore) JobRunnable(_ context.Context, p store.JobRunnableParams) (m
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.asked++
-	if p.Job == "missing" {
+	switch {
+	case p.Job == "missing":
 		return model.Runnable{}, fmt.Errorf("job %q: %w", p.Job, store.ErrNotFound)
+	case p.On != "":
+		return f.on, nil
 	}
 	return f.able, nil
+}
+
+func (f *fakeStore) spawnerHost() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.spawner
 }
 
 func (f *fakeStore) RunAdmit(_ context.Context, p store.RunAdmitParams) (model.Run, error) {
@@ -72,7 +83,8 @@ func setup(t *testing.T) bundle {
 func setupIn(t *testing.T, stateDir string) bundle {
 	t.Helper()
 	b := bundle{path: control.SocketPath(stateDir), store: &fakeStore{able: model.Runnable{Host: "h"}}, admitted: make(chan uuid.UUID, 10)}
-	srv, err := control.NewServer(control.Config{Path: b.path, DSN: dsn, Store: b.store, Admitted: func(id uuid.UUID) { b.admitted <- id }})
+	srv, err := control.NewServer(control.Config{Path: b.path, DSN: dsn, Store: b.store, Admitted: func(id uuid.UUID) { b.admitted <- id },
+		Spawner: b.store.spawnerHost})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +106,17 @@ func TestStartRun(t *testing.T) {
 		want    string
 		message string
 		asked   int
+		by      string // the admission's AdmittedBy
 	}{
 		{name: "admitted, and handed to the spawns", params: backup, want: "admitted", asked: 2},
+		{name: "a daemon that spawns what it admits, on a host that may run the job: no other daemon is woken",
+			prepare: func(b *bundle) { b.store.spawner, b.store.on = "h", model.Runnable{Host: "h"} },
+			params:  backup, want: "admitted", asked: 2, by: "h"},
+		{name: "a daemon that spawns what it admits, on a host that may not run the job: the others are woken",
+			prepare: func(b *bundle) {
+				b.store.spawner, b.store.on, b.store.able = "h", model.Runnable{Why: "job j is pinned to host g"}, model.Runnable{Host: "g"}
+			},
+			params: backup, want: "admitted", asked: 3},
 		{name: "a verification's figures reach the admission",
 			params: runctl.StartParams{Job: "j", Kind: model.KindVerify, Verify: model.Verify{ReadDataSubset: "5%"}}, want: "admitted", asked: 2},
 		{name: "queued though no daemon can run it yet", prepare: func(b *bundle) { b.store.able = model.Runnable{Why: "host h is down"} },
@@ -158,8 +179,8 @@ func TestStartRun(t *testing.T) {
 				started.Unable != b.store.able.Why {
 				t.Errorf("started %+v, want a run of %+v (unable %q)", started, c.params, b.store.able.Why)
 			}
-			if p := b.store.admitted[0]; p.Trigger != model.TriggerManual || p.Verify != c.params.Verify {
-				t.Errorf("admitted %+v, want a manual run with %+v", p, c.params.Verify)
+			if p := b.store.admitted[0]; p.Trigger != model.TriggerManual || p.Verify != c.params.Verify || p.AdmittedBy != c.by {
+				t.Errorf("admitted %+v, want a manual run with %+v, admitted by %q", p, c.params.Verify, c.by)
 			}
 			select {
 			case id := <-b.admitted:

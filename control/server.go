@@ -38,7 +38,11 @@ type Config struct {
 	// Admitted is handed each run the server admitted, once it is committed, to spawn at once
 	// (it must not block).
 	Admitted func(run uuid.UUID)
-	Logger   *slog.Logger
+	// Spawner is asked at each request for the daemon's host if Admitted spawns the runs of
+	// that host at once, "" if not (its pass takes them in turn): a run that host may run is
+	// then admitted without waking any other daemon (runctl.StartParams.By). Nil is "".
+	Spawner func() string
+	Logger  *slog.Logger
 }
 
 // Validate checks the configuration.
@@ -55,6 +59,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Admitted == nil {
 		c.Admitted = func(uuid.UUID) {}
+	}
+	if c.Spawner == nil {
+		c.Spawner = func() string { return "" }
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -219,7 +226,8 @@ func (s *Server) admit(ctx context.Context, decodeErr error, req startRequest) s
 	default:
 		return startReply{Class: classInput, Error: fmt.Sprintf("run kind %q cannot be started over the control socket", req.Kind)}
 	}
-	started, err := runctl.StartRun(ctx, s.cfg.Store, runctl.StartParams{Job: req.Job, Kind: req.Kind, Verify: req.Verify, Wait: req.Wait})
+	started, err := runctl.StartRun(ctx, s.cfg.Store, runctl.StartParams{Job: req.Job, Kind: req.Kind, Verify: req.Verify, Wait: req.Wait,
+		By: s.cfg.Spawner()})
 	var unavailable *runctl.UnavailableError
 	switch {
 	case errors.As(err, &unavailable):

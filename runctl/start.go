@@ -15,6 +15,10 @@ type StartParams struct {
 	Kind   model.Kind
 	Verify model.Verify
 	Wait   bool
+	// By is the host of the daemon that admits the run and spawns it at once if that host may
+	// run the job: then no other daemon is woken for it. "" (the CLI admitting through the
+	// database, or a daemon that leaves its runs to its pass) wakes the daemons that may run it.
+	By string
 }
 
 // Started is a run admitted by StartRun. Unable says why no live daemon can take it yet ("" one
@@ -39,14 +43,30 @@ type StartStore interface {
 // StartRun admits a manual run of p.Job, as `run start` does whether the CLI or the daemon (for
 // the CLI, over its control socket) carries it out.
 func StartRun(ctx context.Context, st StartStore, p StartParams) (Started, error) {
-	able, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: p.Job})
-	if err != nil {
-		return Started{}, err
+	var able model.Runnable
+	var by string
+	if p.By != "" {
+		// One read when the admitting daemon's host may run the job, as it mostly may; else
+		// the host that may is looked for as for any admission.
+		var err error
+		if able, err = st.JobRunnable(ctx, store.JobRunnableParams{Job: p.Job, On: p.By}); err != nil {
+			return Started{}, err
+		}
+		if able.Host == p.By {
+			by = p.By
+		}
+	}
+	if by == "" {
+		var err error
+		if able, err = st.JobRunnable(ctx, store.JobRunnableParams{Job: p.Job}); err != nil {
+			return Started{}, err
+		}
 	}
 	if able.Host == "" && p.Wait {
 		return Started{}, &UnavailableError{Why: able.Why}
 	}
-	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: p.Job, Trigger: model.TriggerManual, Kind: p.Kind, Verify: p.Verify})
+	run, err := st.RunAdmit(ctx, store.RunAdmitParams{Job: p.Job, Trigger: model.TriggerManual, Kind: p.Kind, Verify: p.Verify,
+		AdmittedBy: by})
 	if err != nil {
 		return Started{}, err
 	}

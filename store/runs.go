@@ -129,6 +129,9 @@ type RunAdmitParams struct {
 	Host    string        // the host the run must run on, whatever its job says; a restore must name it
 	Restore model.Restore // a restore's target and snapshot
 	Verify  model.Verify
+	// AdmittedBy is the host whose daemon admits the run and spawns it itself: no daemon is
+	// notified of it, unless it is pinned to another host ("" notifies them).
+	AdmittedBy string
 }
 
 // RunAdmit creates a queued run of the job with its first attempt, in one transaction, and notifies
@@ -169,7 +172,7 @@ func (s *Store) RunAdmit(ctx context.Context, r RunAdmitParams) (model.Run, erro
 			return err
 		}
 		if _, err := insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: r.Job, trigger: r.Trigger, kind: kind,
-			host: r.Host, restore: r.Restore, verify: r.Verify}); err != nil {
+			host: r.Host, restore: r.Restore, verify: r.Verify, admittedBy: r.AdmittedBy}); err != nil {
 			return err
 		}
 		crashpoint.At("run-start-before-commit")

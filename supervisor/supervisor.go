@@ -400,7 +400,12 @@ func New(cfg Config) (*Supervisor, error) {
 	// named spawns start it at once; a socket that cannot be served leaves commands to admit
 	// through the database.
 	ctl, err := control.NewServer(control.Config{Path: control.SocketPath(rc.StateDir), DSN: cfg.Database.DSN, Store: cfg.Store,
-		Admitted: s.spawnSoon, Logger: cfg.Logger})
+		Admitted: s.spawnSoon, Spawner: func() string {
+			if rec.SpawnsNamed() {
+				return rec.Host()
+			}
+			return ""
+		}, Logger: cfg.Logger})
 	if err != nil {
 		cfg.Logger.Warn("the control socket is not served; commands admit runs through the database", "err", err)
 	} else {
