@@ -269,7 +269,7 @@ func buildHoldfast() (string, error) {
 		return "", err
 	}
 	// Beside it, as installed: the daemon's units run it (unitcmd.Binary).
-	if err := BuildCommand("./cmd/holdfast-unit", filepath.Join(binDir, "holdfast-unit")); err != nil {
+	if err := buildCommand("./cmd/holdfast-unit", filepath.Join(binDir, "holdfast-unit"), unitBuildEnv); err != nil {
 		return "", err
 	}
 	return bin, nil
@@ -280,6 +280,15 @@ func buildHoldfast() (string, error) {
 // run. It asks go run for the executable: go run keeps what it linked in the build cache, where
 // go build links again every time (about 2.4 s of CPU here).
 func BuildCommand(pkg, dst string, buildFlags ...string) error {
+	return buildCommand(pkg, dst, nil, buildFlags...)
+}
+
+// unitBuildEnv is how holdfast-unit is built, as the Makefile and the packages build it: without
+// cgo (the Makefile says why).
+var unitBuildEnv = []string{"CGO_ENABLED=0"}
+
+// buildCommand is BuildCommand with env added to the go command's environment.
+func buildCommand(pkg, dst string, env []string, buildFlags ...string) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
@@ -292,6 +301,9 @@ func BuildCommand(pkg, dst string, buildFlags ...string) error {
 	// go run hands -exec's program the executable's path before its own arguments: cp copies it.
 	cmd := exec.Command(goBin, append(args, "-exec", "cp", pkg, dst)...)
 	cmd.Dir = root
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build %s in %s: %v\n%s", pkg, root, err, out)
 	}
