@@ -16,7 +16,7 @@ import (
 // BenchmarkRepoSize: what measuring a local repository costs, of a terabyte (65,536 packs of
 // 16 MiB in restic's 256 data directories, sparse, so the disk holds none of it) and as restic
 // init leaves it (the 256 directories, empty). A run that adds to a local repository measures it
-// as its unit starts, as its watch begins and as it ends, root-side evidence of what it added.
+// as its unit starts and as it ends, root-side evidence of what it added.
 // Baseline: `du -s --apparent-size` over the same tree, in the same run, the tool an operator
 // would measure it with. Medians of 9, each way in turn.
 func BenchmarkRepoSize(b *testing.B) {

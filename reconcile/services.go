@@ -29,8 +29,8 @@ func (r *Reconciler) newServices() error {
 	r.spawner, err = spawn.New(spawn.Config{
 		Store: r.cfg.Store, Units: r.cfg.Runner, Jobs: r.cfg.units(),
 		BootID: r.cfg.BootID, Limits: r.cfg.Limits, Workers: r.cfg.SpawnWorkers, Budget: r.cfg.RunBudget, Logger: r.cfg.Logger,
-		Lease:   func() (model.Lease, bool) { return r.fence(), r.acting() },
-		Started: r.runaway.Watch,
+		Lease:    func() (model.Lease, bool) { return r.fence(), r.acting() },
+		Starting: r.runaway.WatchFromBaseline,
 		Refused: func(ctx context.Context, l model.LiveRun, reason string) error {
 			return r.finish(ctx, l, systemd.Marker{}, verdict{status: model.StatusFailed, class: "permanent",
 				reason: reason, neverRan: true})

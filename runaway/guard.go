@@ -134,7 +134,16 @@ func (g *Guard) Stop() {
 // Watch starts following the attempt's repository, unless it is followed already or is not a
 // local repository a backup with a hold writes to. It is safe to call on every pass. The
 // repository is measured (the watch's seed) outside the guard's lock: a large one takes a while.
-func (g *Guard) Watch(l model.LiveRun) {
+func (g *Guard) Watch(l model.LiveRun) { g.watch(l, true) }
+
+// WatchFromBaseline is Watch for an attempt whose unit systemd has not been asked for since its
+// repository's baseline (RepoBytesBefore) was measured: the attempt has added nothing yet, so
+// the watch counts from nothing without measuring the repository a second time, which costs a
+// walk of every file of it as the unit starts.
+func (g *Guard) WatchFromBaseline(l model.LiveRun) { g.watch(l, false) }
+
+// watch is Watch, which measures what the attempt added before the watch began if seed is set.
+func (g *Guard) watch(l model.LiveRun, seed bool) {
 	a := l.Attempt
 	dir, local := ledger.Local(l.JobRepository)
 	if !l.Run.Kind.Spec().Adds || a.HoldBytes == nil || !local {
@@ -154,14 +163,14 @@ func (g *Guard) Watch(l model.LiveRun) {
 	g.mu.Unlock()
 
 	fw, data, err := watchData(dir)
-	var seed int64
-	if err == nil && a.RepoBytesBefore != nil {
+	var added int64
+	if err == nil && seed && a.RepoBytesBefore != nil {
 		// What the attempt added before the watch began, measured after its inotify watches
 		// are in place: a pack renamed meanwhile is counted twice, never missed, and a count
 		// past the hold is measured again before it stops anything (follow).
 		var size int64
 		if size, err = ledger.RepoSize(l.JobRepository); err == nil {
-			seed = size - *a.RepoBytesBefore
+			added = size - *a.RepoBytesBefore
 		} else {
 			fw.file.Close()
 			unix.Close(data)
@@ -205,7 +214,7 @@ func (g *Guard) Watch(l model.LiveRun) {
 	watched, hold := l, *a.HoldBytes
 	g.wg.Go(func() {
 		defer unix.Close(data)
-		g.follow(ctx, fw, data, watched, hold, seed)
+		g.follow(ctx, fw, data, watched, hold, added)
 		g.unwatch(ref, w) // a watch that let go can be armed again by the next pass
 	})
 }

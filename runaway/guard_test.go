@@ -270,6 +270,41 @@ func TestWatchCountsFromItsStart(t *testing.T) {
 	}
 }
 
+// A watch begun from the baseline its spawn just measured (WatchFromBaseline) counts from
+// nothing, without measuring first: 80 bytes another writer left since the baseline are not in
+// its count, so a pack of 30 bytes keeps it within the hold of 100, and one of 200 passes it,
+// which it stops on what it saw written (230 bytes). Watch would have measured the 80 bytes
+// as its seed, and stopped the run on the 110 measured after the first pack.
+func TestWatchFromBaselineCountsFromNothing(t *testing.T) {
+	ctx := context.Background()
+	l, repo := backup(t)
+	c := &calls{paused: true, stopped: make(chan string, 1)}
+	var mu sync.Mutex
+	var log strings.Builder
+	g := New(Config{Store: c, Units: c, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &log}, nil))})
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	write(t, repo, "index-file", 80) // not a pack: no watch counts it
+	g.WatchFromBaseline(l)
+	if !g.Watching(l.Ref()) {
+		t.Fatal("not watching after WatchFromBaseline")
+	}
+	write(t, repo, strings.Repeat("b", 64), 30)
+	write(t, repo, strings.Repeat("c", 64), 200)
+	select {
+	case <-c.stopped:
+	case <-time.After(time.Minute):
+		t.Fatalf("the runaway was not stopped; calls: %v", c.got())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(log.String(), `added="230 B"`) {
+		t.Fatalf("the stop was not on the 230 bytes of packs the watch saw:\n%s", log.String())
+	}
+}
+
 // A count that holds a pack twice (renamed as the seed was measured) stops nothing: the measure
 // puts it right, and the watch counts on from it. Here the seed says 140 bytes where 50 were
 // added: the watch measures at once, then counts 30 and 40 bytes of packs on the 50, and the run

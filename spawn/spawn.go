@@ -79,9 +79,10 @@ type Config struct {
 	// Lease is the lease the host's writes are fenced by, and whether it is held now: without
 	// it nothing is claimed and systemd is not asked. It is asked again before each step.
 	Lease func() (model.Lease, bool)
-	// Started is told of each attempt systemd has the unit of (started or armed): the runaway
-	// guard follows it from then on. Optional.
-	Started func(model.LiveRun)
+	// Starting is told of each attempt just before systemd is asked for its unit (to start it
+	// or arm it), its repository's baseline just measured (RepoBytesBefore): the runaway guard
+	// follows it from then on, from before the unit can write. Optional.
+	Starting func(model.LiveRun)
 	// Refused closes an attempt that never ran, with why: systemd refused its unit as a bad
 	// request, or a path of its unit broke the rule (jobunit.Guard).
 	Refused func(ctx context.Context, l model.LiveRun, reason string) error
@@ -116,8 +117,8 @@ func New(cfg Config) (*Spawner, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if cfg.Started == nil {
-		cfg.Started = func(model.LiveRun) {}
+	if cfg.Starting == nil {
+		cfg.Starting = func(model.LiveRun) {}
 	}
 	if cfg.Unstarted == nil {
 		cfg.Unstarted = func() {}
@@ -259,7 +260,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 	// What a local repository holds before the backup starts: its growth is what the attempt
 	// added, for the runaway guard and for a settlement without restic's own figure.
 	if model.AddsToRepository(l.Run.Kind, job.Engine) {
-		// The attempt as the runaway watch gets it (Started) carries this baseline, not one a
+		// The attempt as the runaway watch gets it (Starting) carries this baseline, not one a
 		// start given back earlier left.
 		l.Attempt.RepoBytesBefore = nil
 		if size, err := ledger.RepoSize(job.Repository); err == nil {
@@ -278,6 +279,9 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		unstage()
 		return release(fmt.Errorf("run %s attempt %d not started: %w", l.Run.ID, l.Attempt.No, store.ErrLeaseLost), false)
 	}
+	watched := l
+	watched.Attempt.Unit = spec.Name
+	s.cfg.Starting(watched)
 	if at != nil {
 		return s.arm(ctx, l, spec, *at, release, settled)
 	}
@@ -294,8 +298,6 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 	}
 	crashpoint.At("spawn-started")
 	*settled = true
-	l.Attempt.Unit = spec.Name
-	s.cfg.Started(l)
 	s.cfg.Logger.Info("run spawned", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "existed", existed)
 	return s.cfg.Store.AttemptMarkStarted(ctx, s.fence(), store.AttemptMarkStartedParams{Ref: l.Ref(), At: time.Time{}}) // on the database's clock
 }
@@ -343,8 +345,6 @@ func (s *Spawner) arm(ctx context.Context, l model.LiveRun, spec systemd.Spec, a
 	}
 	crashpoint.At("spawn-armed")
 	*settled = true
-	l.Attempt.Unit = spec.Name
-	s.cfg.Started(l)
 	s.cfg.Logger.Info("run armed", "run", l.Run.ID, "attempt", l.Attempt.No, "unit", spec.Name, "at", at, "existed", existed)
 	return nil
 }

@@ -44,9 +44,9 @@ func (w *world) spawner(t *testing.T) *spawn.Spawner {
 	t.Helper()
 	s, err := spawn.New(spawn.Config{
 		Store: w, Units: w, Jobs: jobunit.Config{StateDir: t.TempDir(), Binary: "/usr/bin/holdfast"},
-		Budget:  time.Minute,
-		Lease:   func() (model.Lease, bool) { return lease, w.held },
-		Started: func(model.LiveRun) { w.record("Started") },
+		Budget:   time.Minute,
+		Lease:    func() (model.Lease, bool) { return lease, w.held },
+		Starting: func(model.LiveRun) { w.record("Starting") },
 		Refused: func(_ context.Context, _ model.LiveRun, reason string) error {
 			w.record("Refused %s", reason)
 			return nil
@@ -138,12 +138,12 @@ func TestSpawn(t *testing.T) {
 		err   string // what Spawn returns, "" for nil
 		armOK bool   // ArmRefused stays false
 	}{
-		{name: "started: claimed, started, the guard told, then marked running",
+		{name: "started: claimed, the guard told, started, then marked running",
 			world: world{held: true}, armOK: true,
-			want: []string{"AttemptClaimSpawn 1 armed=false", "Start", "Started", "AttemptMarkStarted 1"}},
-		{name: "armed: claimed for its time, armed, the guard told, the run stays queued",
+			want: []string{"AttemptClaimSpawn 1 armed=false", "Starting", "Start", "AttemptMarkStarted 1"}},
+		{name: "armed: claimed for its time, the guard told, armed, the run stays queued",
 			world: world{held: true}, at: &at, armOK: true,
-			want: []string{"AttemptClaimSpawn 1 armed=true", "Arm", "Started"}},
+			want: []string{"AttemptClaimSpawn 1 armed=true", "Starting", "Arm"}},
 		{name: "held back by a limit: the run waits with the reason, never started",
 			world: world{held: true, blocked: "waiting: 2 runs hold a unit, the global limit is 2"}, armOK: true,
 			want: []string{"AttemptClaimSpawn 1 armed=false", "RunSetWaiting waiting: 2 runs hold a unit, the global limit is 2"}},
@@ -159,14 +159,14 @@ func TestSpawn(t *testing.T) {
 			err:  "not started: host lease lost"},
 		{name: "systemd cannot be asked: the claim given back, the unit may exist",
 			world: world{held: true, startErr: errors.New("connection reset")}, armOK: true,
-			want: []string{"AttemptClaimSpawn 1 armed=false", "Start", "AttemptReleaseSpawnClaim 1 mayExist=true"},
+			want: []string{"AttemptClaimSpawn 1 armed=false", "Starting", "Start", "AttemptReleaseSpawnClaim 1 mayExist=true"},
 			err:  "connection reset"},
 		{name: "systemd refuses the unit: closed as never run, the claim kept",
 			world: world{held: true, startErr: refusal}, armOK: true,
-			want: []string{"AttemptClaimSpawn 1 armed=false", "Start", "Refused systemd refused to start the unit: bad property"}},
+			want: []string{"AttemptClaimSpawn 1 armed=false", "Starting", "Start", "Refused systemd refused to start the unit: bad property"}},
 		{name: "systemd refuses the timer: the claim given back, no timers from then on",
 			world: world{held: true, armErr: refusal}, at: &at, armOK: false,
-			want: []string{"AttemptClaimSpawn 1 armed=true", "Arm", "AttemptReleaseSpawnClaim 1 mayExist=true"},
+			want: []string{"AttemptClaimSpawn 1 armed=true", "Starting", "Arm", "AttemptReleaseSpawnClaim 1 mayExist=true"},
 			err:  "bad property"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -209,7 +209,7 @@ func TestNewRefuses(t *testing.T) {
 
 // The runaway guard is told of the attempt with the baseline this spawn measured, not one an
 // earlier start that gave its claim back left on the attempt.
-func TestStartedWithThisBaseline(t *testing.T) {
+func TestStartingWithThisBaseline(t *testing.T) {
 	repo := t.TempDir()
 	if err := os.WriteFile(filepath.Join(repo, "config"), make([]byte, 321), 0o600); err != nil {
 		t.Fatal(err)
@@ -222,10 +222,10 @@ func TestStartedWithThisBaseline(t *testing.T) {
 	var told *int64
 	s, err := spawn.New(spawn.Config{
 		Store: &w, Units: &w, Jobs: jobunit.Config{StateDir: t.TempDir(), Binary: "/usr/bin/holdfast", ResticBinary: "/usr/bin/restic"},
-		Budget:  time.Minute,
-		Lease:   func() (model.Lease, bool) { return lease, w.held },
-		Started: func(l model.LiveRun) { told = l.Attempt.RepoBytesBefore },
-		Refused: func(context.Context, model.LiveRun, string) error { return nil },
+		Budget:   time.Minute,
+		Lease:    func() (model.Lease, bool) { return lease, w.held },
+		Starting: func(l model.LiveRun) { told = l.Attempt.RepoBytesBefore },
+		Refused:  func(context.Context, model.LiveRun, string) error { return nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +258,7 @@ func TestSpawnRefusesReplacedTarget(t *testing.T) {
 		replace bool
 		want    []string
 	}{
-		{"the same directory: started", false, []string{"AttemptEndingsSinceLastStart", "AttemptClaimSpawn 1 armed=false", "Start", "Started", "AttemptMarkStarted 1"}},
+		{"the same directory: started", false, []string{"AttemptEndingsSinceLastStart", "AttemptClaimSpawn 1 armed=false", "Starting", "Start", "AttemptMarkStarted 1"}},
 		{"replaced: refused, never started", true, []string{"AttemptEndingsSinceLastStart", "AttemptClaimSpawn 1 armed=false",
 			"Refused refused before the unit started: " + target + " is no longer the directory checked when the run was admitted"}},
 	} {
