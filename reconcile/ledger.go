@@ -11,7 +11,6 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
-	"github.com/holdfast-backup/holdfast/runaway"
 	"github.com/holdfast-backup/holdfast/systemd"
 )
 
@@ -32,7 +31,7 @@ func (r *Reconciler) settlement(ctx context.Context, l model.LiveRun, a model.At
 	}
 	if spawned {
 		var shared *uuid.UUID
-		ev.Growth, shared, ev.NoGrowth = runaway.Growth(ctx, r.cfg.Store, l.JobRepository, a)
+		ev.Growth, shared, ev.NoGrowth = r.runaway.EndGrowth(ctx, l.JobRepository, a)
 		if shared != nil {
 			if restart {
 				ev.UpperBound = fmt.Sprintf("run %s wrote to it meanwhile", shared)

@@ -66,13 +66,29 @@ type Guard struct {
 	// shared are the attempts whose repository another run wrote to meanwhile: their growth is
 	// not theirs alone, so the guard neither watches nor measures them again.
 	shared map[model.AttemptRef]bool
+	// ending are the measures Ending began, by attempt, until EndGrowth takes them.
+	ending map[model.AttemptRef]*endMeasure
 	// stopping refuses new watches while Stop waits for the others.
 	stopping bool
 	wg       sync.WaitGroup
 }
 
-// watch is one attempt's watch; cancel is nil while it is being armed.
-type watch struct{ cancel context.CancelFunc }
+// watch is one attempt's watch; cancel is nil while it is being armed. l is the attempt as the
+// watch was given it: its repository and its baseline.
+type watch struct {
+	cancel context.CancelFunc
+	l      model.LiveRun
+}
+
+// endMeasure is Growth of an attempt whose unit ended, measured from before (its baseline);
+// done is closed once the other fields are set.
+type endMeasure struct {
+	done   chan struct{}
+	before int64
+	grown  *int64
+	shared *uuid.UUID
+	why    string
+}
 
 func (w *watch) stop() {
 	if w.cancel != nil {
@@ -121,6 +137,7 @@ func (g *Guard) Stop() {
 		w.stop()
 		delete(g.active, ref)
 	}
+	clear(g.ending)
 	g.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -158,7 +175,7 @@ func (g *Guard) watch(l model.LiveRun, seed bool) {
 	if g.active == nil {
 		g.active = map[model.AttemptRef]*watch{}
 	}
-	w := &watch{}
+	w := &watch{l: l}
 	g.active[ref] = w
 	g.mu.Unlock()
 
@@ -227,6 +244,7 @@ func (g *Guard) Unwatch(ref model.AttemptRef) {
 		w.stop()
 		delete(g.active, ref)
 	}
+	delete(g.ending, ref)
 }
 
 // unwatch forgets watch w of ref as it ends, unless a newer watch took its place.
@@ -291,6 +309,58 @@ func (g *Guard) Prune(live []model.LiveRun) {
 			delete(g.shared, ref)
 		}
 	}
+	for ref := range g.ending {
+		if !keep[ref] {
+			delete(g.ending, ref)
+		}
+	}
+}
+
+// Ending tells the guard that the unit of attempt ref wrote its exit marker: its processes are
+// gone, so nothing of the unit writes to the repository any more. For an attempt it watches,
+// the guard measures the attempt's growth now, beside the rest of the run's end (systemd letting
+// the unit go, the run's records read), and EndGrowth takes that measure for the settlement:
+// the walk of every file of the repository is then not one more step before the run is closed.
+func (g *Guard) Ending(ref model.AttemptRef) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	w, ok := g.active[ref]
+	if !ok || g.stopping || w.l.Attempt.RepoBytesBefore == nil || g.ending[ref] != nil {
+		return
+	}
+	if g.ending == nil {
+		g.ending = map[model.AttemptRef]*endMeasure{}
+	}
+	m := &endMeasure{done: make(chan struct{}), before: *w.l.Attempt.RepoBytesBefore}
+	g.ending[ref] = m
+	ctx := g.base
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	repository, a := w.l.JobRepository, w.l.Attempt
+	g.wg.Go(func() {
+		defer close(m.done)
+		m.grown, m.shared, m.why = Growth(ctx, g.cfg.Store, repository, a)
+	})
+}
+
+// EndGrowth is Growth of attempt a, which ended: the measure Ending began for it (waited for)
+// if that measure answered and started from a's baseline, else one taken now.
+func (g *Guard) EndGrowth(ctx context.Context, repository string, a model.Attempt) (grown *int64, sharedWith *uuid.UUID, why string) {
+	g.mu.Lock()
+	m := g.ending[a.Ref()]
+	delete(g.ending, a.Ref())
+	g.mu.Unlock()
+	if m != nil && a.RepoBytesBefore != nil && m.before == *a.RepoBytesBefore {
+		select {
+		case <-m.done:
+			if m.grown != nil || m.shared != nil {
+				return m.grown, m.shared, m.why
+			}
+		case <-ctx.Done():
+		}
+	}
+	return Growth(ctx, g.cfg.Store, repository, a)
 }
 
 // Measure measures a live backup's local repository against the attempt's hold: the growth past

@@ -305,6 +305,56 @@ func TestWatchFromBaselineCountsFromNothing(t *testing.T) {
 	}
 }
 
+// The growth of an attempt whose unit ended is measured once: Ending begins the measure as the
+// marker appears, and EndGrowth takes it for the settlement. Where Ending measured nothing (an
+// attempt no watch follows, one let go of since, a baseline that is not the attempt's), EndGrowth
+// measures itself.
+func TestEndGrowthTakesEndingsMeasure(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		watched  bool
+		unwatch  bool  // Unwatch between Ending and EndGrowth
+		baseline int64 // added to the attempt's baseline EndGrowth is given
+		measures int   // the repository's measures (each asks who else wrote to it first)
+	}{
+		{name: "watched: Ending's measure", watched: true, measures: 1},
+		{name: "not watched: measured at the end", measures: 1},
+		{name: "let go of since: measured at the end", watched: true, unwatch: true, measures: 2},
+		{name: "another baseline: measured at the end", watched: true, baseline: 1, measures: 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			l, repo := backup(t)
+			calls := &calls{}
+			g := New(Config{Store: calls, Units: calls})
+			if err := g.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer g.Stop()
+			if c.watched {
+				g.WatchFromBaseline(l)
+			}
+			write(t, repo, strings.Repeat("a", 64), 30)
+			g.Ending(l.Ref())
+			if c.unwatch {
+				g.Unwatch(l.Ref())
+			}
+			a := l.Attempt
+			a.RunID = l.Run.ID // as the store reads it
+			before := *a.RepoBytesBefore - c.baseline
+			a.RepoBytesBefore = &before
+			grown, shared, why := g.EndGrowth(ctx, repo, a)
+			if grown == nil || *grown != 30+c.baseline || shared != nil {
+				t.Fatalf("EndGrowth = %v, %v, %q; want %d bytes", grown, shared, why, 30+c.baseline)
+			}
+			g.Stop() // Ending's measure done, taken or not
+			if got := calls.got(); len(got) != c.measures {
+				t.Fatalf("calls %v: want %d measures", got, c.measures)
+			}
+		})
+	}
+}
+
 // A count that holds a pack twice (renamed as the seed was measured) stops nothing: the measure
 // puts it right, and the watch counts on from it. Here the seed says 140 bytes where 50 were
 // added: the watch measures at once, then counts 30 and 40 bytes of packs on the 50, and the run

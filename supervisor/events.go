@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/reconcile"
 	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/wake"
@@ -47,11 +48,13 @@ type markerWatch struct {
 	stateDir string
 	runner   *systemd.Client
 	end      func(ctx context.Context, runs []uuid.UUID, states map[string]systemd.State) (left int, err error)
-	mayWait  func() bool // reconcile.MayWait
-	wake     wake.Signal // the sweep's
-	due      wake.Signal // admission's due time
-	logger   *slog.Logger
-	loop     loop
+	// ending is told of each marker read, before systemd lets its unit go (runaway.Guard.Ending).
+	ending  func(model.AttemptRef)
+	mayWait func() bool // reconcile.MayWait
+	wake    wake.Signal // the sweep's
+	due     wake.Signal // admission's due time
+	logger  *slog.Logger
+	loop    loop
 }
 
 // unitEnd is a unit whose exit marker appeared, and its run.
@@ -108,6 +111,9 @@ func (m *markerWatch) run(ctx context.Context, w *systemd.MarkerWatch) {
 			if err != nil || mk.Unit == "" {
 				m.wake.Wake() // the sweep judges a marker it cannot read
 				return
+			}
+			if m.ending != nil {
+				m.ending(model.AttemptRef{Run: run, No: attempt})
 			}
 			select {
 			case ended <- unitEnd{mk.Unit, run}:

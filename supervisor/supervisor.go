@@ -382,8 +382,8 @@ func New(cfg Config) (*Supervisor, error) {
 		lease,
 		// Listening next: a run admitted while the other services start still wakes them.
 		&loop{name: "notifications", run: s.listen},
-		&markerWatch{stateDir: rc.StateDir, runner: cfg.Runner, end: rec.EndNamed, mayWait: rec.MayWait, wake: s.sweepWake, due: s.dueWake,
-			logger: cfg.Logger},
+		&markerWatch{stateDir: rc.StateDir, runner: cfg.Runner, end: rec.EndNamed, ending: rec.RunawayWatch().Ending, mayWait: rec.MayWait,
+			wake: s.sweepWake, due: s.dueWake, logger: cfg.Logger},
 		// Those the sweep hands work to run before it and stop after it.
 		rec.RunawayWatch(),
 		rec.Spawner(),
