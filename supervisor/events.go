@@ -22,9 +22,9 @@ const (
 	// goneFirst is how soon systemd is first asked whether a unit that wrote its marker is gone:
 	// its ExecStopPost exits and systemd lets the unit go 3 to 5 ms after the marker appeared
 	// (the marker's directory synced, the staged credentials removed; BenchmarkBackupSmall's
-	// unit alone). The next ask comes goneNext later, each after it twice as long after the one
-	// before, up to goneEvery: asked at 2, 6 and 14 ms, a unit gone at 4.5 ms was seen gone at 6,
-	// one gone at 6.5 at 14.
+	// unit alone). The next ask comes goneNext later, and each after that twice as long after
+	// the one before, up to goneEvery: the usual end is seen within a millisecond, and a slow
+	// one is not asked about every millisecond.
 	goneFirst = 3 * time.Millisecond
 	goneNext  = time.Millisecond
 	goneEvery = 20 * time.Millisecond

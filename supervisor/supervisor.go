@@ -401,7 +401,8 @@ func New(cfg Config) (*Supervisor, error) {
 	// through the database.
 	ctl, err := control.NewServer(control.Config{Path: control.SocketPath(rc.StateDir), DSN: cfg.Database.DSN, Store: cfg.Store,
 		Admitted: s.spawnSoon, Spawner: func() string {
-			if rec.SpawnsNamed() {
+			// Without the lease the named spawns start nothing: the daemons are woken.
+			if s.acting() && rec.SpawnsNamed() {
 				return rec.Host()
 			}
 			return ""
