@@ -316,8 +316,10 @@ func (g *Guard) Prune(live []model.LiveRun) {
 	}
 }
 
-// Ending tells the guard that the unit of attempt ref wrote its exit marker: its processes are
-// gone, so nothing of the unit writes to the repository any more. For an attempt it watches,
+// Ending tells the guard that the unit of attempt ref wrote its exit marker: its ExecStopPost
+// runs after its main process (holdfast exec, which waits for restic) exited, so the backup
+// writes no more to the repository. (A process the job's user left behind may, until systemd
+// ends it, as any process of theirs may at any time.) For an attempt it watches,
 // the guard measures the attempt's growth now, beside the rest of the run's end (systemd letting
 // the unit go, the run's records read), and EndGrowth takes that measure for the settlement:
 // the walk of every file of the repository is then not one more step before the run is closed.
