@@ -142,7 +142,8 @@ func (m *markerWatch) settle(ctx context.Context, ended <-chan unitEnd) {
 	timer.Stop()
 	defer timer.Stop()
 	var due <-chan time.Time
-	delay := goneFirst
+	// next is how long after the coming ask the one after it comes.
+	next := goneNext
 	for {
 		select {
 		case <-ctx.Done():
@@ -152,8 +153,8 @@ func (m *markerWatch) settle(ctx context.Context, ended <-chan unitEnd) {
 				pending[e.unit] = waiting{e.run, time.Now().Add(goneWithin)}
 			}
 			if due == nil {
-				delay = goneFirst
-				timer.Reset(delay)
+				timer.Reset(goneFirst)
+				next = goneNext
 				due = timer.C
 			}
 			continue
@@ -197,20 +198,11 @@ func (m *markerWatch) settle(ctx context.Context, ended <-chan unitEnd) {
 			m.wake.Wake()
 		}
 		if len(pending) > 0 {
-			delay = nextGoneAsk(delay)
-			timer.Reset(delay)
+			timer.Reset(next)
+			next = min(2*next, goneEvery)
 			due = timer.C
 		}
 	}
-}
-
-// nextGoneAsk is how long after an ask that waited delay systemd is asked again whether the
-// units still pending are gone: goneNext after the first, then twice the wait before.
-func nextGoneAsk(delay time.Duration) time.Duration {
-	if delay == goneFirst {
-		return goneNext
-	}
-	return min(2*delay, goneEvery)
 }
 
 // endWakesSweep says whether ends that EndNamed was given want a pass: one it did not close
