@@ -43,21 +43,15 @@ type StartStore interface {
 // StartRun admits a manual run of p.Job, as `run start` does whether the CLI or the daemon (for
 // the CLI, over its control socket) carries it out.
 func StartRun(ctx context.Context, st StartStore, p StartParams) (Started, error) {
-	var able model.Runnable
-	var by string
-	if p.By != "" {
-		// One read when the admitting daemon's host may run the job, as it mostly may; else
-		// the host that may is looked for as for any admission.
-		var err error
-		if able, err = st.JobRunnable(ctx, store.JobRunnableParams{Job: p.Job, On: p.By}); err != nil {
-			return Started{}, err
-		}
-		if able.Host == p.By {
-			by = p.By
-		}
+	// One read when the admitting daemon's host may run the job, as it mostly may (On "" is
+	// any host); else the host that may is looked for as for any admission.
+	able, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: p.Job, On: p.By})
+	if err != nil {
+		return Started{}, err
 	}
-	if by == "" {
-		var err error
+	by := p.By
+	if by != "" && able.Host != by {
+		by = ""
 		if able, err = st.JobRunnable(ctx, store.JobRunnableParams{Job: p.Job}); err != nil {
 			return Started{}, err
 		}
