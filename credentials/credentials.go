@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/holdfast-backup/holdfast/setting"
 )
@@ -103,7 +104,7 @@ func readBounded(path string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envKey = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // ParseEnv reads an environment file: KEY=VALUE lines, blank lines and lines starting with '#'.
 // A value may be wrapped in one pair of single or double quotes, taken literally otherwise. An
@@ -119,7 +120,7 @@ func ParseEnv(data []byte) ([]string, error) {
 		}
 		key, value, ok := strings.Cut(line, "=")
 		key = strings.TrimSpace(strings.TrimPrefix(key, "export "))
-		if !ok || !envKey.MatchString(key) {
+		if !ok || !envKey().MatchString(key) {
 			return nil, fmt.Errorf("line %d is not KEY=VALUE with a name of letters, digits and '_'", n)
 		}
 		if strings.ContainsRune(value, 0) {

@@ -186,7 +186,7 @@ func SampleFiles(r io.Reader, n int, rng *rand.Rand) (Sample, error) {
 		}
 		switch {
 		case node.StructType == "snapshot":
-			if s.SnapshotID != "" || !fullID.MatchString(node.ID) {
+			if s.SnapshotID != "" || !fullID().MatchString(node.ID) {
 				return Sample{}, fmt.Errorf("the listing names a snapshot %.80q where one full id was expected", node.ID)
 			}
 			s.SnapshotID = node.ID

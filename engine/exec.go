@@ -440,7 +440,7 @@ func (r *run) stderr(b []byte) {
 	}
 	ev, ok := r.cfg.Parser.ParseStderr(b)
 	if r.fatal != nil && !isJSON(b) && (!ok || ev.Type == TypeWarning) {
-		if text := strings.TrimSpace(escapes.ReplaceAllString(string(b), "")); text != "" && r.fatalLines < maxFatalLines {
+		if text := strings.TrimSpace(escapes().ReplaceAllString(string(b), "")); text != "" && r.fatalLines < maxFatalLines {
 			r.fatal.Message += "\n" + text
 			r.fatalLines++
 		}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -39,7 +40,7 @@ func ParseSnapshots(data []byte) ([]Snapshot, error) {
 		switch {
 		case r.ID == "" && r.Group != nil:
 			return nil, fmt.Errorf("entry %d is a group: list the snapshots without --group-by", i+1)
-		case !fullID.MatchString(r.ID):
+		case !fullID().MatchString(r.ID):
 			return nil, fmt.Errorf("entry %d: id %q is not a full restic id (64 hex digits)", i+1, r.ID)
 		case r.Time.IsZero():
 			return nil, fmt.Errorf("snapshot %.8s has no time", r.ID)
@@ -49,7 +50,7 @@ func ParseSnapshots(data []byte) ([]Snapshot, error) {
 	return snaps, nil
 }
 
-var fullID = regexp.MustCompile(`^[0-9a-f]{64}$`)
+var fullID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{64}$`) })
 
 // ListSnapshots asks the repository for all its snapshots. It takes no lock, so a prune holding
 // the repository does not make it wait or fail; a listing is a moment's view either way.
@@ -90,7 +91,7 @@ func (r Restic) output(ctx context.Context, argv []string) ([]byte, error) {
 // out and still exits 0, so its answer is not the repository's. nil if it skipped none.
 func QueryPartial(stderr []byte) error {
 	for _, l := range strings.Split(string(stderr), "\n") {
-		l = strings.TrimSpace(escapes.ReplaceAllString(l, ""))
+		l = strings.TrimSpace(escapes().ReplaceAllString(l, ""))
 		id, rest, ok := strings.Cut(strings.TrimPrefix(l, `Ignoring "`), `"`)
 		if !strings.HasPrefix(l, `Ignoring "`) || !ok {
 			continue

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -271,10 +272,14 @@ func (r Restic) ParseStdout(line []byte) (Event, bool) {
 	return Event{}, false
 }
 
+// The package's expressions are compiled at their first use, not at every start of a process
+// that links the package: holdfast-unit starts twice in each run, and most commands need none.
 var (
-	escapes = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
+	escapes = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`) })
 	// A Go stack frame as printed by %+v: a function, or a tab-indented file:line.
-	stackFrame = regexp.MustCompile(`^(\t.*\.(go|s):\d+|[A-Za-z_][\w./-]*\.[\w.()*]+(\[\.\.\.\])?)$`)
+	stackFrame = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^(\t.*\.(go|s):\d+|[A-Za-z_][\w./-]*\.[\w.()*]+(\[\.\.\.\])?)$`)
+	})
 )
 
 const (
@@ -311,8 +316,8 @@ func (r Restic) ParseStderr(line []byte) (Event, bool) {
 		}
 		return Event{TypeItemError, ItemError{Item: m.Item, During: m.During, Message: msg}}, true
 	}
-	raw := escapes.ReplaceAllString(string(line), "")
-	if isJSON(line) || stackFrame.MatchString(raw) {
+	raw := escapes().ReplaceAllString(string(line), "")
+	if isJSON(line) || stackFrame().MatchString(raw) {
 		return Event{}, false
 	}
 	s := clip(strings.TrimSpace(raw))

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -124,7 +125,7 @@ func (r *Restore) ParseStderr(line []byte) (Event, bool) {
 }
 
 // thereWere is restic restore's last word after errors it went past: "Fatal: There were N errors".
-var thereWere = regexp.MustCompile(`^Fatal: There were (\d+) errors\s*$`)
+var thereWere = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^Fatal: There were (\d+) errors\s*$`) })
 
 // Finish adds to a restore that ran to its end (exit 0, or 1 after restic's count of its errors)
 // an item error for each setuid/setgid bit the sandbox dropped without restic saying so
@@ -138,7 +139,7 @@ func (r *Restore) Finish(ctx context.Context, status int, fatal *Fatal, stderr i
 	}
 	counted := -1
 	if status == 1 && fatal != nil {
-		if m := thereWere.FindStringSubmatch(fatal.Message); m != nil {
+		if m := thereWere().FindStringSubmatch(fatal.Message); m != nil {
 			counted, _ = strconv.Atoi(m[1])
 		}
 	}
@@ -174,13 +175,13 @@ func resticVersion(ctx context.Context, restic string) (string, error) {
 // geteuid is os.Geteuid; a test stands in for another user.
 var geteuid = os.Geteuid
 
-var versionLine = regexp.MustCompile(`^restic (\d+)\.(\d+)\.(\d+)`)
+var versionLine = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^restic (\d+)\.(\d+)\.(\d+)`) })
 
 // reportsModes reports whether the restic that says version reports a chmod the sandbox refused
 // when run with euid: 0.17.1 and later do as root (restic's #4958); a version it cannot read
 // is taken not to.
 func reportsModes(version string, euid int) bool {
-	m := versionLine.FindStringSubmatch(version)
+	m := versionLine().FindStringSubmatch(version)
 	if m == nil || euid != 0 {
 		return false
 	}

@@ -45,13 +45,15 @@ var OldestRestic = ResticVersion{0, 14, 0}
 
 // resticVersionLine is the start of `restic version`'s output: "restic 0.14.0 compiled with go1.19.8
 // on linux/amd64"; a development build adds "-dev (compiled manually)" or similar after the number.
-var resticVersionLine = regexp.MustCompile(`^restic (0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\b`)
+var resticVersionLine = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^restic (0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\b`)
+})
 
 // ParseResticVersion reads the release from `restic version`'s output.
 func ParseResticVersion(out []byte) (ResticVersion, error) {
 	first, _, _ := strings.Cut(string(out), "\n")
 	first = strings.TrimSpace(first)
-	m := resticVersionLine.FindStringSubmatch(first)
+	m := resticVersionLine().FindStringSubmatch(first)
 	if m == nil {
 		shown := first
 		if len(shown) > 80 {

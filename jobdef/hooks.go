@@ -3,6 +3,7 @@ package jobdef
 import (
 	"fmt"
 	"regexp"
+	"sync"
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/hook"
@@ -29,7 +30,7 @@ func validateHooks(name string, hooks []string) error {
 
 // stdinFilename is a file name restic --stdin-filename takes and a restore gives back as is, of
 // at most maxStdinFilename bytes (checked apart, as the names' lengths in job.go).
-var stdinFilename = regexp.MustCompile(`^[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*$`)
+var stdinFilename = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*$`) })
 
 const maxStdinFilename = 255
 
@@ -42,7 +43,7 @@ func validateStdin(j *model.Job) error {
 		return setting.Errorf("{Job.Backup.StdinFilename} names the output of {Job.Backup.StdinFrom}: give {Job.Backup.StdinFrom} CMD too, or drop it")
 	case len(j.Paths) > 0 || len(j.Excludes) > 0:
 		return setting.Errorf("{Job.Backup.StdinFrom} backs up a command's output, not {Job.Paths}: give one of them ({Job.Backup.StdinFrom} \"\" goes back to the paths)")
-	case len(j.Backup.StdinFilename) > maxStdinFilename || !stdinFilename.MatchString(j.Backup.StdinFilename):
+	case len(j.Backup.StdinFilename) > maxStdinFilename || !stdinFilename().MatchString(j.Backup.StdinFilename):
 		return setting.Errorf("{Job.Backup.StdinFilename} %q: give a plain file name such as shop.dump (letters, digits and ._+@-, not starting with a dot): the name the output has in the snapshot", j.Backup.StdinFilename)
 	}
 	if _, err := hook.Split(j.Backup.StdinFrom); err != nil {

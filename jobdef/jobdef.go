@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/holdfast-backup/holdfast/credentials"
@@ -24,21 +25,21 @@ const MinRuntimeMax = time.Second
 
 // The names' lengths are checked apart from their patterns: a counted repetition ({0,62})
 // compiles to a program as long, at the start of every holdfast process, a unit's among them.
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`) })
 
 // ValidateName checks a job name: it becomes part of unit names, tags and paths.
 func ValidateName(name string) error {
-	if len(name) > 63 || !nameRE.MatchString(name) {
+	if len(name) > 63 || !nameRE().MatchString(name) {
 		return fmt.Errorf("invalid job name %q: use 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit", name)
 	}
 	return nil
 }
 
-var hostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+var hostRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`) })
 
 // ValidateHost checks a host name (a job's or a daemon's Host): it names the daemon's row and pins jobs.
 func ValidateHost(name string) error {
-	if len(name) > 63 || !hostRE.MatchString(name) {
+	if len(name) > 63 || !hostRE().MatchString(name) {
 		return fmt.Errorf("invalid host name %q: use 1-63 characters of A-Z, a-z, 0-9, '.', '_' or '-', starting with a letter or digit (the machine's host name, or HOLDFAST_HOST)", name)
 	}
 	return nil

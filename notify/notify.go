@@ -480,14 +480,14 @@ func Redact(raw string) string {
 
 // targetName is a target's name but for its length, at most 63: a counted repetition would
 // compile to a program as long, at the start of every holdfast process.
-var targetName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+var targetName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`) })
 
 // urlSetting names the URL of a target of each kind that is given one.
 var urlSetting = map[string]string{model.TargetWebhook: "{TargetWebhook.URL}", model.TargetHealthchecks: "{TargetHealthchecks.URL}"}
 
 // ValidateTarget checks a target before it is stored, and gives it the default events.
 func ValidateTarget(t *model.Target) error {
-	if len(t.Name) > 63 || !targetName.MatchString(t.Name) {
+	if len(t.Name) > 63 || !targetName().MatchString(t.Name) {
 		return fmt.Errorf("invalid target name %q: use 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit", t.Name)
 	}
 	switch t.Kind {

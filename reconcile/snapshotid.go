@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
@@ -14,7 +15,7 @@ import (
 // write: only what restic prints for a snapshot is taken for one, 8 (restic 0.14's short id) to
 // 64 hex digits. Anything else is no snapshot id, said in the run's reason with at most its
 // first snapshotIDShown bytes, quoted; the stored summary keeps at most storedIDBytes of it.
-var snapshotIDForm = regexp.MustCompile(`^[0-9a-f]{8,64}$`)
+var snapshotIDForm = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{8,64}$`) })
 
 const (
 	snapshotIDShown = 16
@@ -23,7 +24,7 @@ const (
 )
 
 // validSnapshotID reports whether id has the form of a restic snapshot id.
-func validSnapshotID(id string) bool { return snapshotIDForm.MatchString(id) }
+func validSnapshotID(id string) bool { return snapshotIDForm().MatchString(id) }
 
 // storedSummary is the summary event's payload as the attempt keeps it: as the engine wrote it
 // when it is small and its snapshot id valid; else what holdfast reads of it (engine.Summary),

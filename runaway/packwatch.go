@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -172,7 +173,7 @@ func (g *Guard) follow(ctx context.Context, w *packWatch, data int, l model.Live
 			return false
 		}
 		key := filepath.Join(sub, name)
-		if counted[key] || !packName.MatchString(name) {
+		if counted[key] || !packName().MatchString(name) {
 			return true
 		}
 		size, ok := packSize(data, sub, name)
@@ -220,4 +221,4 @@ func packSize(data int, sub, name string) (int64, bool) {
 }
 
 // packName is the name of a complete pack file in a restic repository.
-var packName = regexp.MustCompile(`^[0-9a-f]{64}$`)
+var packName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{64}$`) })

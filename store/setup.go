@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/holdfast-backup/holdfast/setting"
 	"github.com/jackc/pgx/v5"
@@ -22,7 +23,9 @@ type Provisioned struct {
 
 // scramVerifier is the form of a SCRAM-SHA-256 verifier as PostgreSQL stores one:
 // SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>, each part base64.
-var scramVerifier = regexp.MustCompile(`^SCRAM-SHA-256\$[1-9][0-9]{0,9}:[A-Za-z0-9+/]+={0,2}\$[A-Za-z0-9+/]{43}=:[A-Za-z0-9+/]{43}=$`)
+var scramVerifier = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^SCRAM-SHA-256\$[1-9][0-9]{0,9}:[A-Za-z0-9+/]+={0,2}\$[A-Za-z0-9+/]{43}=:[A-Za-z0-9+/]{43}=$`)
+})
 
 // reservedRoles are names PostgreSQL keeps for itself (besides the pg_ prefix).
 var reservedRoles = []string{"public", "none", "current_user", "current_role", "session_user"}
@@ -59,7 +62,7 @@ func ProvisionDatabase(ctx context.Context, adminDSN, role, database, verifier s
 	if err := CheckRoleName(role, ""); err != nil {
 		return p, err
 	}
-	if !scramVerifier.MatchString(verifier) {
+	if !scramVerifier().MatchString(verifier) {
 		return p, fmt.Errorf("role %s: the password given is not a SCRAM-SHA-256 verifier; a password itself is never sent to the server", role)
 	}
 	conn, err := pgx.Connect(ctx, adminDSN)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,8 +20,8 @@ import (
 // summaryID is the shape of a snapshot id a summary may give (8 to 64 lower-case hex digits);
 // listedID that of a listed one (restic's full id).
 var (
-	summaryID = regexp.MustCompile(`^[0-9a-f]{8,64}$`)
-	listedID  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	summaryID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{8,64}$`) })
+	listedID  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{64}$`) })
 )
 
 // inventoryLockClass is the first key of the advisory locks that serialize the writes of one
@@ -171,7 +172,7 @@ func recordSnapshot(ctx context.Context, tx pgx.Tx, snap *model.Snapshot, at tim
 	if snap.Source != model.SourceSummary {
 		valid = listedID
 	}
-	if !valid.MatchString(snap.ID) {
+	if !valid().MatchString(snap.ID) {
 		return nil
 	}
 	source := cmp.Or(snap.Source, model.SourceListing)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -434,7 +435,7 @@ func setFlags(d declaration, fs *pflag.FlagSet, joined map[string]bool) error {
 }
 
 // flagInMessage finds the flag an error message of the job checks names ("--retry-max 200 ...").
-var flagInMessage = regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
+var flagInMessage = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`--([a-z][a-z0-9-]*)`) })
 
 // declaredJob is the job a declaration describes: a new job with the settings it gives, set as
 // `job add` sets its flags, and checked as `job add` checks it. An error names the file and the
@@ -476,7 +477,7 @@ func (d declaration) errorAt(key string, err error) error {
 // declaration.
 func (d declaration) errorOf(err error) error {
 	msg := err.Error()
-	if m := flagInMessage.FindStringSubmatch(msg); m != nil && slices.ContainsFunc(d.keys, func(k declaredKey) bool { return k.name == m[1] }) {
+	if m := flagInMessage().FindStringSubmatch(msg); m != nil && slices.ContainsFunc(d.keys, func(k declaredKey) bool { return k.name == m[1] }) {
 		return d.errorAt(m[1], err)
 	}
 	for _, k := range d.keys {

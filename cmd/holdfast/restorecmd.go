@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 
@@ -77,11 +78,11 @@ type restoreRequest struct {
 	restic                string
 }
 
-var snapshotPrefix = regexp.MustCompile(`^[0-9a-f]{4,64}$`)
+var snapshotPrefix = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{4,64}$`) })
 
 // validateSnapshotArg checks --snapshot before anything is asked of the repository.
 func validateSnapshotArg(s string) error {
-	if s == "latest" || snapshotPrefix.MatchString(s) {
+	if s == "latest" || snapshotPrefix().MatchString(s) {
 		return nil
 	}
 	return fmt.Errorf("--snapshot %q: give a snapshot id (at least 4 hex digits, as snapshot list prints) or latest", s)
