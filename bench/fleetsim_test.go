@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -126,7 +127,7 @@ func (u *memUnits) ResetFailed(context.Context, string) error { return nil }
 func (u *memUnits) SystemManager() bool { return false }
 
 // Output runs no query: no simulated host asks restic.
-func (u *memUnits) Output(_ context.Context, s systemd.Spec, _ int64) (systemd.Result, error) {
+func (u *memUnits) Stream(_ context.Context, s systemd.Spec, _ func(io.Reader) error) (systemd.Result, error) {
 	return systemd.Result{}, errors.New("memUnits: no query unit " + s.Name)
 }
 

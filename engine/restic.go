@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -51,6 +52,9 @@ type Restic struct {
 	// Run runs one of restic's query commands (snapshots, stats) and returns its stdout; nil
 	// runs it here, as this process. The daemon runs them as the job's user instead.
 	Run func(ctx context.Context, argv []string) ([]byte, error)
+	// Stream runs a query whose answer may be too large to hold (ls, find), handing its stdout to
+	// consume as it comes; nil runs it here. An error of consume's stops the query.
+	Stream func(ctx context.Context, argv []string, consume func(io.Reader) error) error
 }
 
 var _ interface {

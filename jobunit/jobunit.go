@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -39,7 +40,8 @@ type Runner interface {
 	// SystemManager reports whether the manager is the system's, the only one that hands
 	// credentials to a unit with User=.
 	SystemManager() bool
-	Output(ctx context.Context, s systemd.Spec, maxOutput int64) (systemd.Result, error)
+	// Stream runs s once, handing its standard output to consume as it comes (systemd.Client.Stream).
+	Stream(ctx context.Context, s systemd.Spec, consume func(stdout io.Reader) error) (systemd.Result, error)
 }
 
 // Config is what a job's units are made from.
@@ -203,24 +205,25 @@ func anyUnderTmp(paths []string) bool {
 const maxQueryOutput = 64 << 20
 
 // Restic returns restic as it runs for questions about a job's repository (its snapshots, their
-// sizes): each command in a short unit of its own with the job's user, sandbox, cache and
-// credentials, never as root on files the job's user controls, its output bounded. The units may
-// write the repository only if writesRepository (restic unlock).
+// sizes, their trees): each command in a short unit of its own with the job's user, sandbox, cache
+// and credentials, never as root on files the job's user controls; an answer read whole (Run) is
+// bounded, one streamed (Stream) is read as it comes. The units may write the repository only if
+// writesRepository (restic unlock).
 func Restic(cfg Config, job model.Job, writesRepository bool) (engine.Restic, engine.Job) {
 	_, ej := Spec(cfg, job, "", writesRepository)
-	return engine.Restic{Binary: cfg.ResticBinary, Run: func(ctx context.Context, argv []string) ([]byte, error) {
+	stream := func(ctx context.Context, argv []string, consume func(io.Reader) error) ([]byte, error) {
 		if err := PrepareCache(cfg.StateDir, job); err != nil {
 			return nil, fmt.Errorf("cache of job %s: %w", job.Name, err)
 		}
 		spec, _ := Spec(cfg, job, systemd.QueryUnitName(job.Name, uuid.New()), writesRepository)
 		key := stageKey(spec.Name)
-		defer credentials.RemoveStaged(cfg.StateDir, key) // the unit has ended: Output read it to its end
+		defer credentials.RemoveStaged(cfg.StateDir, key) // the unit has ended: its output was read to its end
 		if err := Guard(cfg, job, &spec, key); err != nil {
 			return nil, fmt.Errorf("restic's unit for job %s refused: %w", job.Name, err)
 		}
-		spec.Description = fmt.Sprintf("holdfast %s: restic %s", job.Name, argv[len(argv)-1])
+		spec.Description = fmt.Sprintf("holdfast %s: restic %s", job.Name, queryVerb(argv))
 		spec.ExecStart = append(append(append([]string{cfg.Binary, "credexec"}, CredentialArgs(spec)...), "--"), argv...)
-		res, err := cfg.Runner.Output(ctx, spec, maxQueryOutput)
+		res, err := cfg.Runner.Stream(ctx, spec, consume)
 		if err != nil {
 			return nil, err
 		}
@@ -230,8 +233,38 @@ func Restic(cfg Config, job model.Job, writesRepository bool) (engine.Restic, en
 		if err := engine.QueryPartial(res.Stderr); err != nil {
 			return nil, errors.New(textsafe.String(err.Error()))
 		}
-		return res.Stdout, nil
-	}}, ej
+		return res.Stderr, nil
+	}
+	return engine.Restic{Binary: cfg.ResticBinary,
+		Run: func(ctx context.Context, argv []string) ([]byte, error) {
+			var out []byte
+			_, err := stream(ctx, argv, func(stdout io.Reader) error {
+				var err error
+				out, err = systemd.ReadAtMost(stdout, maxQueryOutput)
+				return err
+			})
+			return out, err
+		},
+		Stream: func(ctx context.Context, argv []string, consume func(io.Reader) error) error {
+			_, err := stream(ctx, argv, consume)
+			return err
+		},
+	}, ej
+}
+
+// queryVerb is the restic command of a query's argv, for the unit's description: the first
+// argument that is neither an option nor an option's value. What follows it (a path, a pattern)
+// is the job's user's text and stays out of the description.
+func queryVerb(argv []string) string {
+	for i := 1; i < len(argv); i++ {
+		switch a := argv[i]; {
+		case a == "--repo" || a == "--password-file" || a == "--limit-upload" || a == "--cache-dir":
+			i++
+		case !strings.HasPrefix(a, "-"):
+			return a
+		}
+	}
+	return "query"
 }
 
 // fatalLine is the line of restic's standard error that says why it failed: its "Fatal:" line,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -275,8 +276,8 @@ func (u *fakeUnits) ResetFailed(_ context.Context, name string) error {
 // SystemManager is false: units are built as for a user manager.
 func (u *fakeUnits) SystemManager() bool { return false }
 
-// Output runs no restic query: it is recorded and refused.
-func (u *fakeUnits) Output(_ context.Context, s systemd.Spec, _ int64) (systemd.Result, error) {
+// Stream runs no restic query: it is recorded and refused.
+func (u *fakeUnits) Stream(_ context.Context, s systemd.Spec, _ func(io.Reader) error) (systemd.Result, error) {
 	u.record("Output %s", s.Name)
 	return systemd.Result{}, errors.New("fakeUnits: no query unit")
 }

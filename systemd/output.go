@@ -34,6 +34,20 @@ var ErrOutputTooLarge = errors.New("output is larger than allowed")
 // is how root asks a tool about files a job's user controls without running the tool as root.
 // The unit is stopped when ctx ends or the output passes maxOutput.
 func (r *Client) Output(ctx context.Context, s Spec, maxOutput int64) (Result, error) {
+	var out []byte
+	res, err := r.Stream(ctx, s, func(stdout io.Reader) error {
+		var err error
+		out, err = ReadAtMost(stdout, maxOutput)
+		return err
+	})
+	res.Stdout = out
+	return res, err
+}
+
+// Stream runs s as Output does, but hands its standard output to consume as it comes, for an
+// answer too large to hold: consume reads it to its end, or returns an error, which stops the
+// unit. The Result's Stdout is empty. The unit is stopped when ctx ends.
+func (r *Client) Stream(ctx context.Context, s Spec, consume func(stdout io.Reader) error) (Result, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return Result{}, fmt.Errorf("unit %s: stdout pipe: %w", s.Name, err)
@@ -64,9 +78,13 @@ func (r *Client) Output(ctx context.Context, s Spec, maxOutput int64) (Result, e
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		res.Stderr, _ = readAtMost(errR, maxStderr)
+		res.Stderr, _ = ReadAtMost(errR, maxStderr)
 	}()
-	res.Stdout, err = readAtMost(outR, maxOutput)
+	err = consume(outR)
+	if err == nil {
+		// What consume left unread would keep the command writing into a full pipe.
+		_, err = io.Copy(io.Discard, outR)
+	}
 	if err != nil {
 		errR.SetReadDeadline(time.Now())
 		wg.Wait()
@@ -153,8 +171,9 @@ func (r *Client) abandon(name string) {
 	_ = r.ResetFailed(ctx, name)
 }
 
-// readAtMost reads f to its end, or fails with ErrOutputTooLarge past limit bytes.
-func readAtMost(f *os.File, limit int64) ([]byte, error) {
+// ReadAtMost reads f to its end, or fails with ErrOutputTooLarge past limit bytes (a limit of
+// maxStderr keeps the start and drains the rest instead).
+func ReadAtMost(f io.Reader, limit int64) ([]byte, error) {
 	var buf bytes.Buffer
 	n, err := buf.ReadFrom(io.LimitReader(f, limit+1))
 	if err != nil {

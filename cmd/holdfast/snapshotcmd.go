@@ -17,8 +17,8 @@ import (
 )
 
 func newSnapshotCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "snapshot", Short: "List snapshots and protect them from retention (legal hold, immutability)"}
-	cmd.AddCommand(newSnapshotListCmd(g), newSnapshotHoldCmd(g), newSnapshotReleaseCmd(g), newSnapshotLockCmd(g))
+	cmd := &cobra.Command{Use: "snapshot", Short: "List snapshots, look inside them, find files in them, and protect them from retention (legal hold, immutability)"}
+	cmd.AddCommand(newSnapshotListCmd(g), newSnapshotLsCmd(g), newSnapshotFindCmd(g), newSnapshotHoldCmd(g), newSnapshotReleaseCmd(g), newSnapshotLockCmd(g))
 	return cmd
 }
 
