@@ -119,6 +119,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench '^BenchmarkStopLatency$$' -benchtime 6x -count 1 ./bench/
 	$(GO) test -run '^$$' -bench '^Benchmark(Sweep|BootPass|Lateness|StartBusy|RetentionPlan|RepoSize)$$' -benchtime 1x -count 1 ./bench/
 	$(GO) test -run '^$$' -bench '^Benchmark(BackupSmall|BackupLarge|Idle)$$' -benchtime 1x -count 1 -timeout 30m ./bench/
+	$(GO) test -run '^$$' -bench '^BenchmarkSnapshotLs$$' -benchtime 1x -count 1 -timeout 30m ./bench/
 
 # One real idle daemon's database time beside fleets of 10, 100 and 1,000 hosts (pg_stat_statements
 # by its role), its connections and the growth; then 100, 300 and 1,000 simulated daemons (the
