@@ -294,3 +294,19 @@ func journalName(run uuid.UUID, attempt int) string {
 func JournalSource(stateDir string, run uuid.UUID, attempt, uid int) journal.Source {
 	return journal.Source{Dir: stateDir, Name: journalName(run, attempt), UID: uid}
 }
+
+// Browser looks inside a job's snapshots (restic ls and find) through Restic's query units: as
+// the job's user, the repository read-only, the answer read as it comes.
+type Browser struct{ Config Config }
+
+// Ls lists snapshot's entries under dir, or everything below it with recursive (engine.Restic.Ls).
+func (b Browser) Ls(ctx context.Context, job model.Job, snapshot, dir string, recursive bool, each func(engine.Node) error) error {
+	r, ej := Restic(b.Config, job, false)
+	return r.Ls(ctx, ej, snapshot, dir, recursive, each)
+}
+
+// Find searches snapshots (none: all of the job's) for pattern (engine.Restic.Find).
+func (b Browser) Find(ctx context.Context, job model.Job, pattern string, snapshots []string, each func(engine.Found) error) error {
+	r, ej := Restic(b.Config, job, false)
+	return r.Find(ctx, ej, pattern, snapshots, each)
+}

@@ -36,6 +36,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/control"
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/metrics"
 	"github.com/holdfast-backup/holdfast/notify"
 	"github.com/holdfast-backup/holdfast/reconcile"
@@ -413,7 +414,9 @@ func New(cfg Config) (*Supervisor, error) {
 		s.services = append(s.services, ctl)
 	}
 	if m != nil {
-		dashboard, err := web.Handler(web.Config{Store: cfg.Store, JournalDir: cfg.JournalDir, Host: rec.Host(), Restic: cfg.ResticVersion, Logger: cfg.Logger})
+		browser := jobunit.Browser{Config: jobunit.Config{Runner: cfg.Runner, StateDir: rc.StateDir, Binary: rc.Binary, ResticBinary: rc.ResticBinary}}
+		dashboard, err := web.Handler(web.Config{Store: cfg.Store, JournalDir: cfg.JournalDir, Host: rec.Host(), Restic: cfg.ResticVersion,
+			Browser: browser, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 // Package web is holdfast's read-only dashboard: the jobs and their state, runs with live
-// progress and their log tail, a job's retention plan with a reason per snapshot, the accounts
-// and their ledger. Pages are html/template with embedded assets and make no request elsewhere;
+// progress and their log tail, a job's retention plan with a reason per snapshot, a job's
+// snapshots, their trees a directory (and a page) at a time and searches across them, the
+// accounts and their ledger. Pages are html/template with embedded assets and make no request elsewhere;
 // the daemon serves them beside /metrics, behind a Guard: the Host check, credentials always,
 // and a bound on the requests served at once.
 package web
@@ -61,7 +62,9 @@ type Config struct {
 	// Restic is the release of the daemon's restic, whose forget rules a retention plan follows
 	// (forget.Request.Restic); zero keeps what any release would keep.
 	Restic engine.ResticVersion
-	Logger *slog.Logger
+	// Browser looks inside the jobs' snapshots; nil leaves their trees and searches out.
+	Browser Browser
+	Logger  *slog.Logger
 }
 
 const (
@@ -83,7 +86,7 @@ func Handler(cfg Config) (http.Handler, error) {
 		cfg.Host, _ = os.Hostname()
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"jobs", "job", "runs", "run", "plan", "accounts"} {
+	for _, name := range []string{"jobs", "job", "runs", "run", "plan", "accounts", "snapshots", "tree", "find"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/runs.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: template %s: %w", name, err)
@@ -100,6 +103,9 @@ func Handler(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("GET /{$}", s.show("jobs", s.jobs))
 	mux.HandleFunc("GET /jobs/{name}", s.show("job", s.job))
 	mux.HandleFunc("GET /jobs/{name}/plan", s.show("plan", s.plan))
+	mux.HandleFunc("GET /jobs/{name}/snapshots", s.show("snapshots", s.snapshots))
+	mux.HandleFunc("GET /jobs/{name}/snapshots/{id}", s.show("tree", s.tree))
+	mux.HandleFunc("GET /jobs/{name}/find", s.show("find", s.find))
 	mux.HandleFunc("GET /runs", s.show("runs", s.runs))
 	mux.HandleFunc("GET /runs/{id}", s.show("run", s.run))
 	mux.HandleFunc("GET /api/runs/{id}", s.apiRun)
@@ -135,6 +141,20 @@ var funcs = template.FuncMap{
 	},
 	"percent": func(p float64) string { return fmt.Sprintf("%.1f%%", p*100) },
 	"size":    ledger.FormatSize,
+	// safe escapes the repository's and the hosts' text: control characters and newlines.
+	"safe": textsafe.String,
+	"deref": func(n *int64) int64 {
+		if n == nil {
+			return 0
+		}
+		return *n
+	},
+	"filesize": func(n *uint64) int64 {
+		if n == nil {
+			return 0
+		}
+		return int64(min(*n, 1<<62))
+	},
 }
 
 type server struct {
@@ -164,6 +184,13 @@ func (s *server) fail(w http.ResponseWriter, err error) {
 	if errors.Is(err, journallog.ErrBusy) {
 		status = http.StatusServiceUnavailable
 		w.Header().Set("Retry-After", "5")
+	}
+	if errors.Is(err, errNoBrowser) {
+		status = http.StatusServiceUnavailable
+	}
+	var bad requestError
+	if errors.As(err, &bad) {
+		status = http.StatusBadRequest
 	}
 	http.Error(w, textsafe.String(err.Error()), status)
 }

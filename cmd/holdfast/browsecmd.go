@@ -64,9 +64,8 @@ func nodeLine(w io.Writer, n engine.Node) {
 type browseJob struct {
 	job       model.Job
 	snapshots []model.Snapshot
-	restic    engine.Restic
-	ej        engine.Job
-	release   func()
+	jobunit.Browser
+	release func()
 }
 
 // openBrowse reads the job and its snapshots and readies its query units.
@@ -101,7 +100,7 @@ func (g *globals) openBrowse(ctx context.Context, st *store.Store, name, resticF
 		rn.Close()
 		return nil, fmt.Errorf("find holdfast's own executable: %w", err)
 	}
-	b.restic, b.ej = jobunit.Restic(jobunit.Config{Runner: rn, StateDir: g.stateDir, Binary: unitcmd.Binary(self), ResticBinary: restic}, j, false)
+	b.Browser = jobunit.Browser{Config: jobunit.Config{Runner: rn, StateDir: g.stateDir, Binary: unitcmd.Binary(self), ResticBinary: restic}}
 	b.release = rn.Close
 	return b, nil
 }
@@ -191,7 +190,7 @@ func newSnapshotLsCmd(g *globals) *cobra.Command {
 				defer out.Flush()
 				var self *engine.Node
 				listed := 0
-				err = b.restic.Ls(ctx, b.ej, snap.ID, dir, recursive, func(n engine.Node) error {
+				err = b.Ls(ctx, b.job, snap.ID, dir, recursive, func(n engine.Node) error {
 					if n.Path == dir {
 						self = &n // restic lists the directory itself first
 						if n.Type == "dir" {
@@ -269,7 +268,7 @@ func newSnapshotFindCmd(g *globals) *cobra.Command {
 				defer out.Flush()
 				var current string
 				found, snapshots := 0, 0
-				err = b.restic.Find(ctx, b.ej, pattern, ids, func(f engine.Found) error {
+				err = b.Find(ctx, b.job, pattern, ids, func(f engine.Found) error {
 					found++
 					at, known := b.timeOf(f.Snapshot)
 					if asJSON {

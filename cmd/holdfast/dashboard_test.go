@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,6 +187,49 @@ func TestDashboard(t *testing.T) {
 	}
 	visit("/accounts", "accounts", "team")
 	visit("/accounts/default", "ledger", "Ledger")
+
+	// Inside the snapshots: a snapshot's tree three levels down, each by its page's own link,
+	// then the data's directory, a file's versions across the snapshots, and a search.
+	href := func(sel string) string {
+		t.Helper()
+		link, err := chromedp.Run(step(10*time.Second), chromedp.AttributeValue(chromedp.CSS(sel), "href"))
+		if err != nil {
+			t.Fatalf("no link %s: %v", sel, err)
+		}
+		return strings.TrimPrefix(link.Value, base)
+	}
+	visit("/jobs/docs", "job", "Snapshots: look inside them")
+	visit("/jobs/docs/snapshots", "snapshots", "Find a file")
+	tree := href(`table a[href^="/jobs/docs/snapshots/"]`)
+	visit(tree, "tree-top", "tmp/")
+	at := tree
+	for level := 1; level <= 3; level++ {
+		next := href(`table td a[href*="path="]`)
+		if !strings.HasPrefix(next, "/jobs/docs/snapshots/") {
+			next = strings.SplitN(at, "?", 2)[0] + next
+		}
+		at = next
+		crumbs := visit(at, fmt.Sprintf("tree-level-%d", level), "Modified")
+		if got := strings.Count(crumbs, " / "); got != level {
+			t.Fatalf("level %d shows %d steps on its way:\n%s", level, got, crumbs)
+		}
+	}
+	dataTree := visit(strings.SplitN(at, "?", 2)[0]+"?path="+url.QueryEscape(data), "tree-data", "file-a-")
+	if !strings.Contains(dataTree, "more/") || !strings.Contains(dataTree, "versions") {
+		t.Fatalf("the data's directory in the newest snapshot:\n%s", dataTree)
+	}
+	versions := visit(href(`table a[href*="/find?pattern="]`), "versions", "entries in 3 snapshots")
+	if strings.Count(versions, "Snapshot ") != 3 {
+		t.Fatalf("a file of every backup shows in %d snapshots:\n%s", strings.Count(versions, "Snapshot "), versions)
+	}
+	if err := chromedp.Do(step(30*time.Second), chromedp.SetValue(`input[name="pattern"]`, "file-h-*"),
+		chromedp.Submit(`input[name="pattern"]`), chromedp.WaitVisible(`#found`)); err != nil {
+		t.Fatalf("the search form: %v", err)
+	}
+	if found, err := chromedp.Run(step(10*time.Second), chromedp.Text(chromedp.CSS("#found"))); err != nil || !strings.Contains(found, "3 entries in 3 snapshots") {
+		t.Fatalf("the search for file-h-*: %q (%v)", found, err)
+	}
+	screenshot("search")
 	// A phone's screen.
 	if err := chromedp.Do(step(10*time.Second), chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile)); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,195 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/store/storetest"
+)
+
+// fakeBrowser serves listings and searches from memory, counting the entries it handed on.
+type fakeBrowser struct {
+	dirs   map[string][]engine.Node // a directory's listing, the directory itself first
+	found  []engine.Found
+	handed int
+}
+
+func (b *fakeBrowser) Ls(_ context.Context, _ model.Job, _, dir string, _ bool, each func(engine.Node) error) error {
+	for _, n := range b.dirs[dir] {
+		b.handed++
+		if err := each(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *fakeBrowser) Find(_ context.Context, _ model.Job, _ string, _ []string, each func(engine.Found) error) error {
+	for _, f := range b.found {
+		b.handed++
+		if err := each(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fileNode(path string, size uint64) engine.Node {
+	return engine.Node{Path: path, Type: "file", Size: &size, Mode: 0o644, ModTime: time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)}
+}
+
+func dirNode(path string) engine.Node {
+	return engine.Node{Path: path, Type: "dir", Mode: 0o755 | 1<<31, ModTime: time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)}
+}
+
+type browseBundle struct {
+	h       http.Handler
+	browser *fakeBrowser
+	first   string // the older snapshot's id
+	second  string
+}
+
+func setupBrowse(t *testing.T) *browseBundle {
+	t.Helper()
+	st, _ := storetest.Open(t)
+	j := storetest.Job(t, st, &storetest.JobOpts{Name: "docs"})
+	b := &browseBundle{browser: &fakeBrowser{dirs: map[string][]engine.Node{}},
+		first: strings.Repeat("a1", 32), second: strings.Repeat("b2", 32)}
+	at := time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
+	var listed []model.Snapshot
+	for i, id := range []string{b.first, b.second} {
+		listed = append(listed, model.Snapshot{ID: id, Time: at.Add(time.Duration(i) * time.Hour), Host: "h", Paths: []string{"/srv"},
+			Tags: []string{engine.JobTag("docs")}, JobName: "docs"})
+	}
+	if _, _, err := st.SnapshotSync(context.Background(), store.SnapshotSyncParams{Repository: j.Repository, ListedAt: at.Add(2 * time.Hour), Listed: listed}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := Handler(Config{Store: st, JournalDir: t.TempDir(), Browser: b.browser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.h = h
+	return b
+}
+
+func (b *browseBundle) get(t *testing.T, target string) (int, string) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	b.h.ServeHTTP(w, httptest.NewRequest("GET", target, nil))
+	return w.Code, w.Body.String()
+}
+
+func TestBrowseTree(t *testing.T) {
+	b := setupBrowse(t)
+	srv := []engine.Node{dirNode("/srv"), dirNode("/srv/a"), fileNode("/srv/<script>x\x1b[31m", 5), fileNode("/srv/a[1].txt", 7)}
+	b.browser.dirs["/srv"] = srv
+	big := []engine.Node{dirNode("/srv/big")}
+	for i := range 2*treePage + 50 {
+		big = append(big, fileNode(fmt.Sprintf("/srv/big/f%04d", i), 1))
+	}
+	b.browser.dirs["/srv/big"] = big
+
+	code, body := b.get(t, "/jobs/docs/snapshots")
+	if code != 200 || !strings.Contains(body, "/jobs/docs/snapshots/"+b.first) || !strings.Contains(body, "/jobs/docs/snapshots/"+b.second) {
+		t.Fatalf("snapshots page: %d\n%s", code, body)
+	}
+	code, body = b.get(t, "/jobs/docs/snapshots/"+b.first[:8]+"?path=/srv")
+	if code != 200 {
+		t.Fatalf("tree: %d\n%s", code, body)
+	}
+	// The hostile name is escaped twice over: its control characters shown, its markup inert.
+	if strings.Contains(body, "\x1b") || strings.Contains(body, "<script>") || !strings.Contains(body, `&lt;script&gt;x\x1b[31m`) {
+		t.Fatalf("tree shows the hostile name unescaped:\n%s", body)
+	}
+	// A directory opens further down; a file's versions are a search for exactly its path.
+	if !strings.Contains(body, `?path=%2Fsrv%2Fa"`) {
+		t.Fatalf("tree has no link into /srv/a:\n%s", body)
+	}
+	want := url.Values{"pattern": {`/srv/a\[1].txt`}}.Encode()
+	if !strings.Contains(body, want) {
+		t.Fatalf("tree has no versions link with pattern %s:\n%s", want, body)
+	}
+
+	// A page at a time: the listing is read only as far as the page needs.
+	b.browser.handed = 0
+	code, body = b.get(t, "/jobs/docs/snapshots/"+b.first+"?path=/srv/big")
+	if rows := strings.Count(body, "<tr>") - 1; code != 200 || rows != treePage || !strings.Contains(body, "next page") || strings.Contains(body, "previous page") {
+		t.Fatalf("page 1: %d, %d rows\n%s", code, rows, body)
+	}
+	if b.browser.handed > treePage+2 {
+		t.Fatalf("page 1 read %d entries of the listing, want at most %d", b.browser.handed, treePage+2)
+	}
+	code, body = b.get(t, "/jobs/docs/snapshots/"+b.first+"?path=/srv/big&page=3")
+	if rows := strings.Count(body, "<tr>") - 1; code != 200 || rows != 50 || strings.Contains(body, "next page") || !strings.Contains(body, "previous page") {
+		t.Fatalf("page 3: %d, %d rows\n%s", code, rows, body)
+	}
+	if !strings.Contains(body, "f0449") || strings.Contains(body, "f0399<") {
+		t.Fatalf("page 3 shows the wrong entries:\n%s", body)
+	}
+
+	// Nothing there, and requests that ask wrongly.
+	if code, body := b.get(t, "/jobs/docs/snapshots/"+b.first+"?path=/nowhere"); code != 200 || !strings.Contains(body, "holds nothing at /nowhere") {
+		t.Fatalf("a missing path: %d\n%s", code, body)
+	}
+	for _, c := range []struct {
+		target string
+		want   int
+	}{
+		{"/jobs/docs/snapshots/" + b.first + "?path=srv", 400},
+		{"/jobs/docs/snapshots/" + b.first + "?page=0", 400},
+		{"/jobs/docs/snapshots/" + b.first + "?page=x", 400},
+		{"/jobs/docs/snapshots/ffffffff", 404},
+		{"/jobs/docs/snapshots/a1a", 404},
+		{"/jobs/nosuch/snapshots", 404},
+		{"/jobs/docs/find?pattern=%5B", 400},
+		{"/jobs/docs/find?pattern=x&newest=0", 400},
+	} {
+		if code, body := b.get(t, c.target); code != c.want {
+			t.Errorf("GET %s: %d, want %d\n%s", c.target, code, c.want, body)
+		}
+	}
+}
+
+func TestBrowseFind(t *testing.T) {
+	b := setupBrowse(t)
+	b.browser.found = []engine.Found{
+		{Snapshot: b.first, Node: fileNode("/srv/report.txt", 18)},
+		{Snapshot: b.second, Node: fileNode("/srv/report.txt", 42)},
+		{Snapshot: b.second, Node: dirNode("/srv/reports")},
+	}
+	code, body := b.get(t, "/jobs/docs/find?pattern=report*")
+	if code != 200 || !strings.Contains(body, "3 entries in 2 snapshots") || strings.Count(body, "<h2>Snapshot ") != 2 ||
+		!strings.Contains(body, "18 B") || !strings.Contains(body, "42 B") {
+		t.Fatalf("find: %d\n%s", code, body)
+	}
+	// A directory found opens in its snapshot.
+	if !strings.Contains(body, "/jobs/docs/snapshots/"+b.second[:16]+"?path=%2Fsrv%2Freports") {
+		t.Fatalf("find has no link into the directory found:\n%s", body)
+	}
+	// The form alone, without a pattern: no search.
+	b.browser.handed = 0
+	if code, body := b.get(t, "/jobs/docs/find"); code != 200 || b.browser.handed != 0 || strings.Contains(body, `id="found"`) {
+		t.Fatalf("the search form: %d, %d handed\n%s", code, b.browser.handed, body)
+	}
+	// Without a browser the trees are unavailable, and say so.
+	st, _ := storetest.Open(t)
+	h, err := Handler(Config{Store: st, JournalDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.Job(t, st, &storetest.JobOpts{Name: "docs"})
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/jobs/docs/find?pattern=x", nil))
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("find without a browser: %d %s", w.Code, w.Body)
+	}
+}
