@@ -43,11 +43,13 @@ import (
 	"github.com/holdfast-backup/holdfast/textsafe"
 )
 
-// Events are the events a target can ask for; DefaultEvents those it gets when it names none.
+// Events are the events a target can ask for; DefaultEvents those it gets when it names none:
+// all but a run's start and a restore asked for from the dashboard (an audit record, which a
+// target asks for by name).
 var (
 	Events = []string{"started", "succeeded", "partial", "failed", "stopped", "paused", "overdue", "recovered", "stalled",
-		"host_down", "host_back", "verified", "verify_failed", "skipped"}
-	DefaultEvents = Events[1:]
+		"host_down", "host_back", "verified", "verify_failed", "skipped", "restore_requested"}
+	DefaultEvents = Events[1 : len(Events)-1]
 )
 
 // Headers a webhook request carries.
@@ -341,7 +343,7 @@ func (d *Deliverer) healthchecks(ctx context.Context, t model.Target, e model.Ev
 	switch e.Event {
 	case "started":
 		suffix = "/start"
-	case "succeeded", "recovered", "host_back", "verified", "skipped": // a skip is the job's own choice
+	case "succeeded", "recovered", "host_back", "verified", "skipped", "restore_requested": // a skip is the job's own choice
 		suffix = ""
 	}
 	u, err := url.Parse(strings.TrimSuffix(t.URL, "/") + suffix)

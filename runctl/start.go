@@ -75,5 +75,6 @@ func StartRun(ctx context.Context, st StartStore, p StartParams) (Started, error
 // take the run now): the asker's to change, not a failure of holdfast's.
 func Input(err error) bool {
 	var conflict *store.ConflictError
-	return errors.As(err, &conflict) || errors.Is(err, store.ErrNotFound)
+	var refused *RefusedError
+	return errors.As(err, &conflict) || errors.As(err, &refused) || errors.Is(err, store.ErrNotFound)
 }

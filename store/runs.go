@@ -132,6 +132,9 @@ type RunAdmitParams struct {
 	// AdmittedBy is the host whose daemon admits the run and spawns it itself: no daemon is
 	// notified of it, unless it is pinned to another host ("" notifies them).
 	AdmittedBy string
+	// RequestedBy names who asked for a restore through the dashboard (its credential's label):
+	// the admission then writes a restore_requested event naming them, in its transaction.
+	RequestedBy string
 }
 
 // RunAdmit creates a queued run of the job with its first attempt, in one transaction, and notifies
@@ -174,6 +177,14 @@ func (s *Store) RunAdmit(ctx context.Context, r RunAdmitParams) (model.Run, erro
 		if _, err := insertRun(ctx, tx, id, newRun{jobID: jobID, jobName: r.Job, trigger: r.Trigger, kind: kind,
 			host: r.Host, restore: r.Restore, verify: r.Verify, admittedBy: r.AdmittedBy}); err != nil {
 			return err
+		}
+		if r.RequestedBy != "" {
+			if _, err := tx.Exec(ctx, `INSERT INTO events (event, job_name, run_id, status, reason, host, details)
+				VALUES ('restore_requested', $1, $2, 'queued', $3, $4,
+					jsonb_build_object('requested_by', $5::text, 'restore_target', $6::text, 'snapshot_id', $7::text))`,
+				r.Job, id, "restore asked for from the dashboard by "+r.RequestedBy, r.Host, r.RequestedBy, r.Restore.Target, r.Restore.Snapshot); err != nil {
+				return err
+			}
 		}
 		crashpoint.At("run-start-before-commit")
 		return tx.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.id = $1`, id).Scan(runDest(&run)...)

@@ -414,9 +414,18 @@ func New(cfg Config) (*Supervisor, error) {
 		s.services = append(s.services, ctl)
 	}
 	if m != nil {
-		browser := jobunit.Browser{Config: jobunit.Config{Runner: cfg.Runner, StateDir: rc.StateDir, Binary: rc.Binary, ResticBinary: rc.ResticBinary}}
+		units := jobunit.Config{Runner: cfg.Runner, StateDir: rc.StateDir, Binary: rc.Binary, ResticBinary: rc.ResticBinary}
+		// The daemon is the holdfast binary, whose probe-target checks a restore's target as the
+		// job's user, as `holdfast restore` has it do.
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find holdfast's own executable: %w", err)
+		}
+		restore := func(ctx context.Context, p runctl.RestoreParams) (runctl.Restored, error) {
+			return runctl.Restore(ctx, runctl.RestoreConfig{Store: cfg.Store, Units: units, Probe: []string{self, "probe-target"}}, p)
+		}
 		dashboard, err := web.Handler(web.Config{Store: cfg.Store, JournalDir: cfg.JournalDir, Host: rec.Host(), Restic: cfg.ResticVersion,
-			Browser: browser, Logger: cfg.Logger})
+			Browser: jobunit.Browser{Config: units}, Restore: restore, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}

@@ -34,7 +34,7 @@ const (
 var errEnough = errors.New("the page is full")
 
 // errNoBrowser is a page that looks inside snapshots served without a Browser.
-var errNoBrowser = errors.New("this dashboard cannot look inside snapshots (it was started without systemd)")
+var errNoBrowser = errors.New("this dashboard cannot look inside snapshots or restore (it was started without systemd)")
 
 // jobSnapshots reads a job with a repository and its snapshots as the inventory knows them,
 // newest first.
@@ -81,10 +81,14 @@ type entry struct {
 	Name     string
 	Open     string // a directory's listing
 	Versions string // a file's versions across the job's snapshots
+	Restore  string // the form that restores it, for an operator
 }
 
-func (s *server) entryOf(job string, snapshot string, n engine.Node, name string) entry {
+func (s *server) entryOf(r *http.Request, job string, snapshot string, n engine.Node, name string) entry {
 	e := entry{Node: n, Name: textsafe.String(name)}
+	if principalOf(r).Operator && s.cfg.Restore != nil {
+		e.Restore = "/jobs/" + url.PathEscape(job) + "/restore?" + url.Values{"snapshot": {snapshot}, "path": {n.Path}}.Encode()
+	}
 	switch n.Type {
 	case "dir":
 		e.Open = "/jobs/" + url.PathEscape(job) + "/snapshots/" + snapshot + "?" + url.Values{"path": {n.Path}}.Encode()
@@ -173,7 +177,7 @@ func (s *server) tree(ctx context.Context, r *http.Request) (any, error) {
 			more = true
 			return errEnough
 		}
-		data.Entries = append(data.Entries, s.entryOf(j.Name, snap.ID[:min(len(snap.ID), 16)], n, path.Base(n.Path)))
+		data.Entries = append(data.Entries, s.entryOf(r, j.Name, snap.ID[:min(len(snap.ID), 16)], n, path.Base(n.Path)))
 		return nil
 	})
 	if err != nil && !errors.Is(err, errEnough) {
@@ -258,7 +262,7 @@ func (s *server) find(ctx context.Context, r *http.Request) (any, error) {
 			data.Groups = append(data.Groups, g)
 		}
 		g := &data.Groups[len(data.Groups)-1]
-		g.Entries = append(g.Entries, s.entryOf(j.Name, f.Snapshot[:16], f.Node, f.Node.Path))
+		g.Entries = append(g.Entries, s.entryOf(r, j.Name, f.Snapshot[:16], f.Node, f.Node.Path))
 		return nil
 	})
 	if err != nil && !errors.Is(err, errEnough) {

@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/store/storetest"
 )
@@ -53,6 +56,7 @@ func dirNode(path string) engine.Node {
 
 type browseBundle struct {
 	h       http.Handler
+	store   *store.Store
 	browser *fakeBrowser
 	first   string // the older snapshot's id
 	second  string
@@ -77,7 +81,7 @@ func setupBrowse(t *testing.T) *browseBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.h = h
+	b.h, b.store = h, st
 	return b
 }
 
@@ -191,5 +195,127 @@ func TestBrowseFind(t *testing.T) {
 	h.ServeHTTP(w, httptest.NewRequest("GET", "/jobs/docs/find?pattern=x", nil))
 	if w.Code != http.StatusServiceUnavailable {
 		t.Fatalf("find without a browser: %d %s", w.Code, w.Body)
+	}
+}
+
+// A restore from the dashboard: only an operator's credential is offered one and may ask, only
+// from the dashboard's own page and with the form's token of that credential; what it asks is
+// runctl.Restore's, naming the credential; a refusal is shown on the form.
+func TestBrowseRestore(t *testing.T) {
+	b := setupBrowse(t)
+	b.browser.dirs["/srv"] = []engine.Node{dirNode("/srv"), fileNode("/srv/report.txt", 18)}
+	var asked []runctl.RestoreParams
+	refuse := false
+	runID := uuid.New()
+	creds, err := parseAuth("auth", []byte("bearer reader-token-0123456789\n"+
+		"bearer operator-token-0123456789 operator ops-team\n"+
+		"basic alice alice-password-0123456789 operator\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := Handler(Config{Store: b.store, JournalDir: t.TempDir(), Browser: b.browser, Host: "here",
+		Restore: func(_ context.Context, p runctl.RestoreParams) (runctl.Restored, error) {
+			asked = append(asked, p)
+			if refuse {
+				return runctl.Restored{}, &runctl.RefusedError{Msg: "target /nope refused: not the job user's"}
+			}
+			return runctl.Restored{Started: runctl.Started{Run: model.Run{ID: runID}}}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guarded := Guard{Auth: creds, Hosts: AnyHost}.Handler(h)
+	do := func(method, target, token string, form url.Values, headers map[string]string) *httptest.ResponseRecorder {
+		t.Helper()
+		var body *strings.Reader
+		if form != nil {
+			body = strings.NewReader(form.Encode())
+		} else {
+			body = strings.NewReader("")
+		}
+		r := httptest.NewRequest(method, "http://dash.example"+target, body)
+		r.Header.Set("Authorization", "Bearer "+token)
+		if form != nil {
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		for k, v := range headers {
+			r.Header.Set(k, v)
+		}
+		w := httptest.NewRecorder()
+		guarded.ServeHTTP(w, r)
+		return w
+	}
+	tree := "/jobs/docs/snapshots/" + b.first + "?path=/srv"
+	formURL := "/jobs/docs/restore?" + url.Values{"snapshot": {b.first[:16]}, "path": {"/srv/report.txt"}}.Encode()
+	reader, operator := "reader-token-0123456789", "operator-token-0123456789"
+	csrfOf := func(token string) string {
+		t.Helper()
+		w := do("GET", formURL, token, nil, nil)
+		m := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindStringSubmatch(w.Body.String())
+		if w.Code != 200 || m == nil {
+			t.Fatalf("the restore form as %s: %d\n%s", token, w.Code, w.Body)
+		}
+		return m[1]
+	}
+	good := func(csrf string) url.Values {
+		return url.Values{"csrf": {csrf}, "snapshot": {b.first}, "path": {"/srv/report.txt"}, "target": {"/srv/restore/old"}}
+	}
+	sameSite := map[string]string{"Origin": "http://dash.example", "Sec-Fetch-Site": "same-origin"}
+
+	// The read-only credential: no restore offered, the form and a forged request refused.
+	if w := do("GET", tree, reader, nil, nil); w.Code != 200 || strings.Contains(w.Body.String(), "/restore?") {
+		t.Fatalf("the tree as a reader: %d, offers a restore:\n%s", w.Code, w.Body)
+	}
+	if w := do("GET", formURL, reader, nil, nil); w.Code != http.StatusForbidden {
+		t.Fatalf("the restore form as a reader: %d, want 403", w.Code)
+	}
+	opCSRF := csrfOf(operator)
+	if w := do("POST", "/jobs/docs/restore", reader, good(opCSRF), sameSite); w.Code != http.StatusForbidden {
+		t.Fatalf("a reader's POST: %d, want 403", w.Code)
+	}
+	// The operator: offered, and refused without the token, with another credential's, or from
+	// another site.
+	if w := do("GET", tree, operator, nil, nil); !strings.Contains(w.Body.String(), "/jobs/docs/restore?") {
+		t.Fatalf("the tree as an operator offers no restore:\n%s", w.Body)
+	}
+	aliceCSRF := func() string {
+		r := httptest.NewRequest("GET", "http://dash.example"+formURL, nil)
+		r.SetBasicAuth("alice", "alice-password-0123456789")
+		w := httptest.NewRecorder()
+		guarded.ServeHTTP(w, r)
+		return regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindStringSubmatch(w.Body.String())[1]
+	}()
+	for _, c := range []struct {
+		name    string
+		form    url.Values
+		headers map[string]string
+	}{
+		{"no token", url.Values{"snapshot": {b.first}, "path": {"/srv/report.txt"}, "target": {"/srv/restore/old"}}, sameSite},
+		{"another credential's token", good(aliceCSRF), sameSite},
+		{"another origin", good(opCSRF), map[string]string{"Origin": "http://evil.example"}},
+		{"another site", good(opCSRF), map[string]string{"Sec-Fetch-Site": "cross-site"}},
+	} {
+		if w := do("POST", "/jobs/docs/restore", operator, c.form, c.headers); w.Code != http.StatusForbidden {
+			t.Errorf("%s: %d, want 403\n%s", c.name, w.Code, w.Body)
+		}
+	}
+	if len(asked) != 0 {
+		t.Fatalf("refused requests asked for restores: %+v", asked)
+	}
+	// A refusal of the restore's own is shown on the form.
+	refuse = true
+	if w := do("POST", "/jobs/docs/restore", operator, good(opCSRF), sameSite); w.Code != http.StatusUnprocessableEntity ||
+		!strings.Contains(w.Body.String(), "target /nope refused") {
+		t.Fatalf("a refused restore: %d\n%s", w.Code, w.Body)
+	}
+	refuse = false
+	asked = nil
+	w := do("POST", "/jobs/docs/restore", operator, good(opCSRF), sameSite)
+	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/runs/"+runID.String() {
+		t.Fatalf("the restore: %d %v\n%s", w.Code, w.Header(), w.Body)
+	}
+	want := runctl.RestoreParams{Job: "docs", Snapshot: b.first, Target: "/srv/restore/old", Includes: []string{"/srv/report.txt"}, Host: "here", RequestedBy: "ops-team"}
+	if len(asked) != 1 || fmt.Sprint(asked[0]) != fmt.Sprint(want) {
+		t.Fatalf("asked %+v, want %+v", asked, want)
 	}
 }

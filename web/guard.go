@@ -3,7 +3,10 @@ package web
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -40,14 +43,35 @@ const (
 
 // Credentials are the tokens and users of an auth file.
 type Credentials struct {
-	tokens [][]byte
-	users  map[string][]byte
+	tokens []credential
+	users  map[string]credential
 }
 
-// LoadAuth reads an auth file: lines "bearer TOKEN" or "basic USER PASSWORD", # comments. It is
-// read as a secret (credentials.ReadSecret: not through a link, a regular file of root's that
-// its group and others cannot access, at most 4 KiB), and each token or password must have at
-// least MinSecret characters. An error names the line, never a secret.
+// credential is a token's or a user's secret and whom it makes the request's.
+type credential struct {
+	secret []byte
+	Principal
+}
+
+// Principal is whom a request's credential names: its Label (a user's name, or a token's
+// label) and whether it is an operator's, which may restore from the dashboard. Every other
+// credential reads only.
+type Principal struct {
+	Label    string
+	Operator bool
+	// binding is what the credential's forms are bound to (csrfToken): a digest of its secret.
+	binding [sha256.Size]byte
+}
+
+// RoleOperator is the role an auth file's line gives a credential that may restore.
+const RoleOperator = "operator"
+
+// LoadAuth reads an auth file: lines "bearer TOKEN", "basic USER PASSWORD" (read-only), or with
+// the role operator after them, "bearer TOKEN operator [LABEL]", "basic USER PASSWORD operator";
+// # comments. A token's label names it in the events of what it did (default: "token" and the
+// start of its SHA-256). It is read as a secret (credentials.ReadSecret: not through a link, a
+// regular file of root's that its group and others cannot access, at most 4 KiB), and each token
+// or password must have at least MinSecret characters. An error names the line, never a secret.
 func LoadAuth(path string) (*Credentials, error) {
 	data, err := credentials.ReadSecret(path)
 	if err != nil {
@@ -57,26 +81,40 @@ func LoadAuth(path string) (*Credentials, error) {
 }
 
 func parseAuth(path string, data []byte) (*Credentials, error) {
-	c := &Credentials{users: map[string][]byte{}}
+	c := &Credentials{users: map[string]credential{}}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		fields := strings.Fields(sc.Text())
-		var secret string
-		switch {
-		case len(fields) == 0 || strings.HasPrefix(fields[0], "#"):
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
 			continue
-		case fields[0] == "bearer" && len(fields) == 2:
-			secret = fields[1]
-			c.tokens = append(c.tokens, []byte(secret))
-		case fields[0] == "basic" && len(fields) == 3 && !strings.Contains(fields[1], ":"):
-			secret = fields[2]
-			c.users[fields[1]] = []byte(secret)
-		default:
-			return nil, fmt.Errorf("web auth file %s line %d: want \"bearer TOKEN\" or \"basic USER PASSWORD\"", path, n)
 		}
-		if len(secret) < MinSecret {
+		var cr credential
+		switch {
+		case fields[0] == "bearer" && (len(fields) == 2 || len(fields) <= 4 && fields[2] == RoleOperator):
+			cr.secret = []byte(fields[1])
+			sum := sha256.Sum256(cr.secret)
+			cr.Label = "token " + hex.EncodeToString(sum[:4])
+			if len(fields) == 4 {
+				if !validLabel(fields[3]) {
+					return nil, fmt.Errorf("web auth file %s line %d: a label is 1 to 64 letters, digits or ._@-", path, n)
+				}
+				cr.Label = fields[3]
+			}
+			cr.Operator = len(fields) > 2
+		case fields[0] == "basic" && (len(fields) == 3 || len(fields) == 4 && fields[3] == RoleOperator) && !strings.Contains(fields[1], ":"):
+			cr.secret, cr.Label, cr.Operator = []byte(fields[2]), fields[1], len(fields) == 4
+		default:
+			return nil, fmt.Errorf("web auth file %s line %d: want \"bearer TOKEN\" or \"basic USER PASSWORD\", each with \"operator\" after it for a credential that may restore", path, n)
+		}
+		if len(cr.secret) < MinSecret {
 			return nil, fmt.Errorf("web auth file %s line %d: a token or password needs at least %d characters, e.g. $(head -c 24 /dev/urandom | base64)",
 				path, n, MinSecret)
+		}
+		cr.binding = sha256.Sum256(append([]byte(cr.Label+"\x00"), cr.secret...))
+		if fields[0] == "bearer" {
+			c.tokens = append(c.tokens, cr)
+		} else {
+			c.users[cr.Label] = cr
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -88,31 +126,59 @@ func parseAuth(path string, data []byte) (*Credentials, error) {
 	return c, nil
 }
 
-// Allows reports whether r carries one of the credentials: "Authorization: Bearer TOKEN", or
-// basic auth with a user's password, or with a token as the password (any user name: so a
-// browser's login prompt takes the token `holdfast setup` made). Compared in constant time.
+func validLabel(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._@-", r)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Allows reports whether r carries one of the credentials (see Identify).
 func (c *Credentials) Allows(r *http.Request) bool {
+	_, ok := c.Identify(r)
+	return ok
+}
+
+// Identify returns whom r's credential names: "Authorization: Bearer TOKEN", or basic auth with
+// a user's password, or with a token as the password (any user name: so a browser's login
+// prompt takes the token `holdfast setup` made). Compared in constant time.
+func (c *Credentials) Identify(r *http.Request) (Principal, bool) {
 	if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		return c.token([]byte(token))
 	}
 	user, pass, ok := r.BasicAuth()
 	if !ok {
-		return false
+		return Principal{}, false
 	}
-	if want, known := c.users[user]; known && subtle.ConstantTimeCompare([]byte(pass), want) == 1 {
-		return true
+	if want, known := c.users[user]; known && subtle.ConstantTimeCompare([]byte(pass), want.secret) == 1 {
+		return want.Principal, true
 	}
 	return c.token([]byte(pass))
 }
 
-func (c *Credentials) token(got []byte) bool {
-	found := false
+func (c *Credentials) token(got []byte) (Principal, bool) {
+	var found Principal
+	ok := false
 	for _, t := range c.tokens {
-		if subtle.ConstantTimeCompare(got, t) == 1 {
-			found = true
+		if subtle.ConstantTimeCompare(got, t.secret) == 1 {
+			found, ok = t.Principal, true
 		}
 	}
-	return found
+	return found, ok
+}
+
+type principalKey struct{}
+
+// principalOf is whom the Guard found r's credential to name; a request that came by no Guard
+// (a test's) is nobody's, and reads only.
+func principalOf(r *http.Request) Principal {
+	p, _ := r.Context().Value(principalKey{}).(Principal)
+	return p
 }
 
 // Auth guards next with the credentials of the auth file at path (see LoadAuth).
@@ -229,11 +295,13 @@ func (g Guard) Handler(next http.Handler) http.Handler {
 			http.Error(w, setting.Render("misdirected request: this host name is not the dashboard's (see holdfast daemon {WebHosts})"), http.StatusMisdirectedRequest)
 			return
 		}
-		if !g.Auth.Allows(r) {
+		who, ok := g.Auth.Identify(r)
+		if !ok {
 			hdr.Set("WWW-Authenticate", `Basic realm="holdfast", charset="UTF-8"`)
 			http.Error(w, setting.Render("authentication required: a bearer token or a user of the daemon's {WebAuthFile}"), http.StatusUnauthorized)
 			return
 		}
+		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, who))
 		select {
 		case slots <- struct{}{}:
 		default:

@@ -8,6 +8,7 @@ package web
 
 import (
 	"context"
+	"crypto/rand"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -64,6 +65,8 @@ type Config struct {
 	Restic engine.ResticVersion
 	// Browser looks inside the jobs' snapshots; nil leaves their trees and searches out.
 	Browser Browser
+	// Restore admits a restore an operator's credential asks for (on Host); nil offers none.
+	Restore Restorer
 	Logger  *slog.Logger
 }
 
@@ -86,7 +89,7 @@ func Handler(cfg Config) (http.Handler, error) {
 		cfg.Host, _ = os.Hostname()
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"jobs", "job", "runs", "run", "plan", "accounts", "snapshots", "tree", "find"} {
+	for _, name := range []string{"jobs", "job", "runs", "run", "plan", "accounts", "snapshots", "tree", "find", "restore"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/runs.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: template %s: %w", name, err)
@@ -97,7 +100,10 @@ func Handler(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{cfg: cfg, pages: pages}
+	s := &server{cfg: cfg, pages: pages, csrfKey: make([]byte, 32)}
+	if _, err := rand.Read(s.csrfKey); err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /{$}", s.show("jobs", s.jobs))
@@ -106,6 +112,8 @@ func Handler(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("GET /jobs/{name}/snapshots", s.show("snapshots", s.snapshots))
 	mux.HandleFunc("GET /jobs/{name}/snapshots/{id}", s.show("tree", s.tree))
 	mux.HandleFunc("GET /jobs/{name}/find", s.show("find", s.find))
+	mux.HandleFunc("GET /jobs/{name}/restore", s.show("restore", s.restoreGet))
+	mux.HandleFunc("POST /jobs/{name}/restore", s.restorePost)
 	mux.HandleFunc("GET /runs", s.show("runs", s.runs))
 	mux.HandleFunc("GET /runs/{id}", s.show("run", s.run))
 	mux.HandleFunc("GET /api/runs/{id}", s.apiRun)
@@ -158,8 +166,9 @@ var funcs = template.FuncMap{
 }
 
 type server struct {
-	cfg   Config
-	pages map[string]*template.Template
+	cfg     Config
+	pages   map[string]*template.Template
+	csrfKey []byte // made at each start: the restore forms' tokens (csrfToken)
 }
 
 // page is what every template gets, plus its own fields.
@@ -169,8 +178,13 @@ type page struct {
 }
 
 func (s *server) render(w http.ResponseWriter, name string, data any) {
+	s.renderStatus(w, name, data, http.StatusOK)
+}
+
+func (s *server) renderStatus(w http.ResponseWriter, name string, data any, status int) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", contentSecurityPolicy)
+	w.WriteHeader(status)
 	if err := s.pages[name].ExecuteTemplate(w, name+".html", data); err != nil {
 		s.cfg.Logger.Warn("dashboard page failed", "page", name, "err", err)
 	}
@@ -187,6 +201,9 @@ func (s *server) fail(w http.ResponseWriter, err error) {
 	}
 	if errors.Is(err, errNoBrowser) {
 		status = http.StatusServiceUnavailable
+	}
+	if errors.Is(err, errNotOperator) {
+		status = http.StatusForbidden
 	}
 	var bad requestError
 	if errors.As(err, &bad) {

@@ -85,3 +85,37 @@ func TestAuth(t *testing.T) {
 		})
 	}
 }
+
+// An auth file's roles: a credential is read-only unless "operator" follows its secret; a
+// token's label is its own or the start of its digest, a user's is the user.
+func TestAuthRoles(t *testing.T) {
+	c, err := parseAuth("auth", []byte("bearer reader-token-0123456789\nbearer op-token-0123456789 operator ops\n"+
+		"bearer op2-token-0123456789 operator\nbasic bob bob-password-0123456789\nbasic alice alice-password-0123456789 operator\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		set      func(r *http.Request)
+		label    string
+		operator bool
+	}{
+		{func(r *http.Request) { r.Header.Set("Authorization", "Bearer reader-token-0123456789") }, "token ", false},
+		{func(r *http.Request) { r.Header.Set("Authorization", "Bearer op-token-0123456789") }, "ops", true},
+		{func(r *http.Request) { r.SetBasicAuth("anyone", "op2-token-0123456789") }, "token ", true},
+		{func(r *http.Request) { r.SetBasicAuth("bob", "bob-password-0123456789") }, "bob", false},
+		{func(r *http.Request) { r.SetBasicAuth("alice", "alice-password-0123456789") }, "alice", true},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		tc.set(r)
+		p, ok := c.Identify(r)
+		if !ok || !strings.HasPrefix(p.Label, tc.label) || p.Operator != tc.operator {
+			t.Errorf("Identify = %+v, %v; want label %q…, operator %v", p, ok, tc.label, tc.operator)
+		}
+	}
+	for _, bad := range []string{"bearer t-0123456789abcdef reader\n", "basic u p-0123456789abcdef admin\n",
+		"bearer t-0123456789abcdef operator two words\n", "bearer t-0123456789abcdef operator bad\x01label\n"} {
+		if _, err := parseAuth("auth", []byte(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
+			t.Errorf("parseAuth(%q) = %v, want a refusal of line 1", bad, err)
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package runctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strings"
+
+	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/jobdef"
+	"github.com/holdfast-backup/holdfast/jobunit"
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/safepath"
+	"github.com/holdfast-backup/holdfast/store"
+)
+
+// RestoreParams is a restore asked for: of Job's snapshot (an id, a unique prefix or "latest")
+// into Target on Host, only what Includes match (none: all), over what is there with Overwrite.
+// With Wait, a restore no live daemon could take is refused instead of queued. RequestedBy names
+// who asked through the dashboard (its credential's label); "" is the CLI.
+type RestoreParams struct {
+	Job, Target, Snapshot string
+	Includes              []string
+	Overwrite, Wait       bool
+	Host                  string
+	RequestedBy           string
+}
+
+// RestoreConfig is what Restore needs besides the store: the job's query units (the snapshot
+// asked of the repository as the job's user) and the command that probes a target as that user
+// (`holdfast probe-target`, as argv).
+type RestoreConfig struct {
+	Store RestoreStore
+	Units jobunit.Config
+	Probe []string
+}
+
+// RestoreStore is what Restore reads and writes.
+type RestoreStore interface {
+	JobGet(ctx context.Context, name string) (model.Job, error)
+	JobRunnable(ctx context.Context, p store.JobRunnableParams) (model.Runnable, error)
+	RunAdmit(ctx context.Context, p store.RunAdmitParams) (model.Run, error)
+}
+
+// RefusedError is a request refused as it was asked (a target the job's user may not write, a
+// snapshot that is not there): nothing was queued or made. Input reports it.
+type RefusedError struct{ Msg string }
+
+func (e *RefusedError) Error() string { return e.Msg }
+
+func refused(format string, args ...any) error {
+	return &RefusedError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Restored is a restore admitted: its run, why no live daemon can take it yet ("" one can), and
+// warnings that did not stop it (with an error, what was left behind).
+type Restored struct {
+	Started
+	Warnings []string
+}
+
+// Restore checks everything a restore needs before it admits one, changing nothing on a refusal:
+// the job has a repository and may run on p.Host, the target is one the job's user may restore
+// into (checked as that user, then by root along its way), and the snapshot exists (asked of the
+// repository as that user). The snapshot is recorded by its full id, so a restarted restore
+// gives back the same tree, and the target by its device and inode, which every start of the
+// restore checks again. `holdfast restore` and the dashboard make the same run through it.
+func Restore(ctx context.Context, cfg RestoreConfig, p RestoreParams) (Restored, error) {
+	if err := jobdef.ValidateTarget(p.Target); err != nil {
+		return Restored{}, &RefusedError{Msg: err.Error()}
+	}
+	j, err := cfg.Store.JobGet(ctx, p.Job)
+	if err != nil {
+		return Restored{}, err
+	}
+	if !j.HasRepository() {
+		return Restored{}, refused("job %s uses the %s engine: only a restic repository can be restored from", j.Name, j.Engine)
+	}
+	if j.Host != "" && j.Host != p.Host {
+		return Restored{}, refused("job %s runs on host %s: restore there (a target is a directory of the host that restores)", j.Name, j.Host)
+	}
+	able, err := cfg.Store.JobRunnable(ctx, store.JobRunnableParams{Job: j.Name, On: p.Host})
+	if err != nil {
+		return Restored{}, err
+	}
+	var out Restored
+	if able.Host == "" {
+		if p.Wait {
+			return Restored{}, &UnavailableError{Why: able.Why}
+		}
+		out.Unable = able.Why
+	}
+	id, err := jobdef.ResolveIdentity(j.User, j.Group)
+	if err != nil {
+		return Restored{}, &RefusedError{Msg: err.Error()}
+	}
+	probe := func(op jobdef.TargetOp) (jobdef.TargetAnswer, error) {
+		return jobdef.ProbeTargetAs(cfg.Probe, id, jobdef.TargetProbe{Op: op, Path: p.Target, Overwrite: p.Overwrite})
+	}
+	if a, err := probe(jobdef.TargetCheck); err != nil {
+		return Restored{}, err
+	} else if a.Why != "" {
+		return Restored{}, refused("%s; nothing was queued", a.Why)
+	}
+	if _, err := CheckTarget(p.Target, id, false); err != nil {
+		return Restored{}, err
+	}
+	restic, ej := jobunit.Restic(cfg.Units, j, false)
+	listed, err := restic.ListSnapshots(ctx, ej)
+	if err != nil {
+		return Restored{}, err
+	}
+	snap, err := PickSnapshot(listed, j.Name, p.Snapshot)
+	if err != nil {
+		return Restored{}, err
+	}
+	rs := model.Restore{Target: p.Target, Snapshot: snap, Includes: p.Includes}
+	if len(p.Includes) == 0 {
+		// The totals only make the progress a percentage: without them it still counts.
+		if b, n, err := restic.RestoreSize(ctx, ej, snap); err == nil {
+			rs.TotalBytes, rs.TotalFiles = &b, &n
+		} else {
+			out.Warnings = append(out.Warnings, fmt.Sprintf("the restore's size is unknown, its progress shows no percentage: %v", err))
+		}
+	}
+	made, err := probe(jobdef.TargetCreate)
+	if err != nil {
+		return Restored{}, err
+	}
+	if made.Why != "" {
+		return Restored{}, refused("%s; nothing was queued", made.Why)
+	}
+	undo := func() {
+		if made.Created {
+			if a, perr := probe(jobdef.TargetRemove); perr != nil || a.Why != "" {
+				out.Warnings = append(out.Warnings, fmt.Sprintf("the target %s made for the restore was left: %v%s", p.Target, perr, a.Why))
+			}
+		}
+	}
+	// The target as root finds it now is the one every spawn of the restore must find again.
+	target, err := CheckTarget(p.Target, id, true)
+	if err != nil {
+		undo()
+		return Restored{Warnings: out.Warnings}, err
+	}
+	rs.TargetID = &model.FileID{Dev: target.Dev, Ino: target.Ino}
+	run, err := cfg.Store.RunAdmit(ctx, store.RunAdmitParams{Job: j.Name, Trigger: model.TriggerManual, Kind: model.KindRestore, Host: p.Host,
+		Restore: rs, RequestedBy: p.RequestedBy})
+	if err != nil {
+		undo()
+		return Restored{Warnings: out.Warnings}, err
+	}
+	out.Run = run
+	return out, nil
+}
+
+// CheckTarget holds a restore's target to the rule its unit's spawn holds it to (safepath, for
+// the job's user): no link but root's or the user's on the way, no directory on the way that
+// anyone else may change, and the target itself root's or the user's and closed to others. A
+// target that does not exist yet (exists false) is checked by the directory it will be made in.
+// A root job's restore writes as root with every file's owner and mode, so a target any other
+// user controls would let that user redirect root's writes.
+func CheckTarget(target string, id jobdef.Identity, exists bool) (safepath.Node, error) {
+	n, err := safepath.Writable(target, int(id.UID))
+	if !exists && errors.Is(err, fs.ErrNotExist) {
+		n, err = safepath.Parent(target, int(id.UID))
+	}
+	if err == nil {
+		return n, nil
+	}
+	if !safepath.Refused(err) {
+		return safepath.Node{}, fmt.Errorf("target %s: %w", target, err)
+	}
+	who := "root"
+	if id.UID != 0 {
+		who = "root and user " + id.String()
+	}
+	return safepath.Node{}, refused("target %s refused: %v; restore into a directory that only %s control; nothing was queued", target, err, who)
+}
+
+// PickSnapshot resolves which snapshot to restore: "latest" is the job's newest (by its tag), an
+// id or a prefix must name exactly one snapshot of the repository.
+func PickSnapshot(listed []engine.Snapshot, jobName, want string) (string, error) {
+	if want == "latest" {
+		var newest *engine.Snapshot
+		for i, s := range listed {
+			if slices.Contains(s.Tags, engine.JobTag(jobName)) && (newest == nil || s.Time.After(newest.Time)) {
+				newest = &listed[i]
+			}
+		}
+		if newest == nil {
+			return "", refused("job %s has no snapshot in its repository yet: run a backup first, or name a snapshot with --snapshot", jobName)
+		}
+		return newest.ID, nil
+	}
+	var found []string
+	for _, s := range listed {
+		if strings.HasPrefix(s.ID, want) {
+			found = append(found, s.ID)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", refused("no snapshot %s in the repository of job %s: see holdfast snapshot list %s --refresh", want, jobName, jobName)
+	case 1:
+		return found[0], nil
+	}
+	return "", refused("snapshot %s is ambiguous in the repository of job %s (%d match): give more of its id", want, jobName, len(found))
+}
