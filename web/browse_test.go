@@ -319,3 +319,32 @@ func TestBrowseRestore(t *testing.T) {
 		t.Fatalf("asked %+v, want %+v", asked, want)
 	}
 }
+
+func TestSameOrigin(t *testing.T) {
+	for _, c := range []struct {
+		origin, site string
+		want         bool
+	}{
+		{"http://dash.example", "same-origin", true},
+		{"http://dash.example", "", true},
+		{"null", "same-origin", true}, // a form's POST under Referrer-Policy: no-referrer
+		{"null", "", false},
+		{"null", "cross-site", false},
+		{"http://evil.example", "same-origin", false},
+		{"https://dash.example", "same-origin", false},
+		{"http://dash.example", "cross-site", false},
+		{"", "same-site", false},
+		{"", "", true}, // not a browser: the form's token alone
+	} {
+		r := httptest.NewRequest("POST", "http://dash.example/jobs/x/restore", nil)
+		if c.origin != "" {
+			r.Header.Set("Origin", c.origin)
+		}
+		if c.site != "" {
+			r.Header.Set("Sec-Fetch-Site", c.site)
+		}
+		if got := sameOrigin(r); got != c.want {
+			t.Errorf("Origin %q, Sec-Fetch-Site %q: %v, want %v", c.origin, c.site, got, c.want)
+		}
+	}
+}

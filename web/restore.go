@@ -39,17 +39,21 @@ func (s *server) csrfToken(p Principal) string {
 }
 
 // sameOrigin reports whether a state-changing request comes from the dashboard's own pages, as
-// the browser says: its Origin, else its Sec-Fetch-Site. A client that sends neither (not a
-// browser) is held to the form's token alone.
+// the browser says: its Origin, and its Sec-Fetch-Site. The dashboard's Referrer-Policy
+// (no-referrer) has a browser send "Origin: null" with a form's POST, which only Sec-Fetch-Site
+// then vouches for. A client that sends neither (not a browser) is held to the form's token alone.
 func sameOrigin(r *http.Request) bool {
-	if origin := r.Header.Get("Origin"); origin != "" {
-		scheme := "http"
-		if r.TLS != nil {
-			scheme = "https"
-		}
-		return origin == scheme+"://"+r.Host
+	origin, site := r.Header.Get("Origin"), r.Header.Get("Sec-Fetch-Site")
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
 	}
-	site := r.Header.Get("Sec-Fetch-Site")
+	switch {
+	case origin == "null":
+		return site == "same-origin"
+	case origin != "" && origin != scheme+"://"+r.Host:
+		return false
+	}
 	return site == "" || site == "same-origin"
 }
 

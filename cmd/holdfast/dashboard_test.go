@@ -1,20 +1,14 @@
 package main_test
 
 import (
-	"context"
 	"encoding/base64"
-	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/log"
-	"github.com/chromedp/cdproto/network"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/holdfast-backup/holdfast/testenv"
@@ -28,7 +22,6 @@ import (
 // kept in $HOLDFAST_SCREENSHOT_DIR (default a directory under the system's temporary one).
 func TestDashboard(t *testing.T) {
 	parallel(t)
-	chromium := testenv.Chromium(t)
 	w := newWorld(t)
 	addr := testenv.FreeAddr(t)
 	repo, pw := w.resticRepo("repo")
@@ -57,85 +50,13 @@ func TestDashboard(t *testing.T) {
 	release := w.holdBackups()
 	live := w.startRun("docs")
 
-	shots := os.Getenv("HOLDFAST_SCREENSHOT_DIR")
-	if shots == "" {
-		shots = filepath.Join(os.TempDir(), "holdfast-dashboard")
-	}
-	if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 900))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	var mu sync.Mutex
-	var problems []string
-	if err := chromedp.Listen(ctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch e := ev.(type) {
-		case *runtime.EventConsoleAPICalled:
-			if e.Type == runtime.ConsoleAPICalledTypeError || e.Type == runtime.ConsoleAPICalledTypeWarning {
-				problems = append(problems, fmt.Sprintf("console %s: %d argument(s)", e.Type, len(e.Args)))
-			}
-		case *runtime.EventExceptionThrown:
-			problems = append(problems, "exception: "+e.ExceptionDetails.Text)
-		case *log.EventEntryAdded:
-			if e.Entry.Level == log.EntryLevelError || e.Entry.Level == log.EntryLevelWarning {
-				problems = append(problems, fmt.Sprintf("log %s: %s %s", e.Entry.Level, e.Entry.Text, e.Entry.URL))
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	step := func(timeout time.Duration) context.Context {
-		c, cancel := context.WithTimeout(ctx, timeout)
-		t.Cleanup(cancel)
-		return c
-	}
 	base := "http://" + addr
 	// Before logging in: refused, and no page may frame the dashboard.
 	if resp := webGet(t, base+"/", "", ""); resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Basic ") {
 		t.Fatalf("the dashboard without credentials: %s %v, want 401 with a login prompt", resp.Status, resp.Header)
 	}
-	login := "Basic " + base64.StdEncoding.EncodeToString([]byte("operator:"+webToken))
-	if _, err := chromedp.Call(step(10*time.Second), network.Enable, network.EnableParams{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Call(step(10*time.Second), network.SetExtraHTTPHeaders,
-		network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": login}}); err != nil {
-		t.Fatal(err)
-	}
-	screenshot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(step(30*time.Second), chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		if err := os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	visit := func(path, shot, wantText string) string {
-		t.Helper()
-		c := step(30 * time.Second)
-		if err := chromedp.Do(c, chromedp.Navigate(base+path), chromedp.WaitReady(chromedp.CSS("main"))); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		body, err := chromedp.Run(c, chromedp.Text(chromedp.CSS("main")))
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		screenshot(shot)
-		if !strings.Contains(body, wantText) {
-			t.Fatalf("%s lacks %q:\n%s", path, wantText, body)
-		}
-		return body
-	}
+	b := newBrowser(t, base, "Basic "+base64.StdEncoding.EncodeToString([]byte("operator:"+webToken)), "")
+	step, screenshot, visit, href := b.step, b.screenshot, b.visit, b.href
 
 	// Live progress: the page is loaded once, while the run is queued, and its figures move.
 	w.waitRun(live, "waiting", func(r runJSON) bool { return r.WaitingReason != "" || ended(r) })
@@ -190,30 +111,11 @@ func TestDashboard(t *testing.T) {
 
 	// Inside the snapshots: a snapshot's tree three levels down, each by its page's own link,
 	// then the data's directory, a file's versions across the snapshots, and a search.
-	href := func(sel string) string {
-		t.Helper()
-		link, err := chromedp.Run(step(10*time.Second), chromedp.AttributeValue(chromedp.CSS(sel), "href"))
-		if err != nil {
-			t.Fatalf("no link %s: %v", sel, err)
-		}
-		return strings.TrimPrefix(link.Value, base)
-	}
 	visit("/jobs/docs", "job", "Snapshots: look inside them")
 	visit("/jobs/docs/snapshots", "snapshots", "Find a file")
 	tree := href(`table a[href^="/jobs/docs/snapshots/"]`)
 	visit(tree, "tree-top", "tmp/")
-	at := tree
-	for level := 1; level <= 3; level++ {
-		next := href(`table td a[href*="path="]`)
-		if !strings.HasPrefix(next, "/jobs/docs/snapshots/") {
-			next = strings.SplitN(at, "?", 2)[0] + next
-		}
-		at = next
-		crumbs := visit(at, fmt.Sprintf("tree-level-%d", level), "Modified")
-		if got := strings.Count(crumbs, " / "); got != level {
-			t.Fatalf("level %d shows %d steps on its way:\n%s", level, got, crumbs)
-		}
-	}
+	at := b.descend(tree, 3)
 	dataTree := visit(strings.SplitN(at, "?", 2)[0]+"?path="+url.QueryEscape(data), "tree-data", "file-a-")
 	if !strings.Contains(dataTree, "more/") || !strings.Contains(dataTree, "versions") {
 		t.Fatalf("the data's directory in the newest snapshot:\n%s", dataTree)
@@ -236,10 +138,5 @@ func TestDashboard(t *testing.T) {
 	}
 	visit("/", "jobs-phone", "docs")
 	visit("/jobs/docs/plan", "plan-phone", "keep")
-	mu.Lock()
-	defer mu.Unlock()
-	if len(problems) > 0 {
-		t.Fatalf("the browser reported:\n%s", strings.Join(problems, "\n"))
-	}
-	t.Logf("screenshots in %s", shots)
+	b.check()
 }

@@ -19,12 +19,18 @@
         set("run-status", r.status);
         set("run-reason", r.reason || "");
         if (r.progress) {
-          var pct = (r.progress.percent_done * 100).toFixed(1) + "%";
-          set("run-percent", pct);
-          set("run-bytes", size(r.progress.bytes_done) + " / " + size(r.progress.total_bytes) + ", " +
-            r.progress.files_done + " / " + r.progress.total_files + " files");
-          var bar = document.getElementById("run-bar");
-          if (bar) bar.value = r.progress.percent_done;
+          var p = r.progress, bar = document.getElementById("run-bar");
+          if (p.total_bytes > 0 || p.total_files > 0) {
+            set("run-percent", (p.percent_done * 100).toFixed(1) + "%");
+            set("run-bytes", size(p.bytes_done) + " / " + size(p.total_bytes) + ", " +
+              p.files_done + " / " + p.total_files + " files");
+            if (bar) bar.value = p.percent_done;
+          } else {
+            // No total (a restore of a part of a snapshot): what is done so far, no share of it.
+            set("run-percent", "-");
+            set("run-bytes", size(p.bytes_done) + ", " + p.files_done + " files");
+            if (bar) bar.removeAttribute("value");
+          }
         }
         set("run-eta", r.eta_seconds == null ? "" : Math.round(r.eta_seconds) + "s left");
         if (r.live) setTimeout(poll, 1000);
