@@ -1,9 +1,11 @@
-// Package web is holdfast's read-only dashboard: the jobs and their state, runs with live
-// progress and their log tail, a job's retention plan with a reason per snapshot, a job's
-// snapshots, their trees a directory (and a page) at a time and searches across them, the
-// accounts and their ledger. Pages are html/template with embedded assets and make no request elsewhere;
-// the daemon serves them beside /metrics, behind a Guard: the Host check, credentials always,
-// and a bound on the requests served at once.
+// Package web is holdfast's dashboard: the jobs and their state, runs with live progress and
+// their log tail, a job's retention plan with a reason per snapshot, a job's snapshots, their
+// trees a directory (and a page) at a time and searches across them, the accounts and their
+// ledger. It writes nothing but a restore an operator's credential asks for (a POST with the
+// form's token, from the dashboard's own page), which its Restorer admits. Pages are
+// html/template with embedded assets and make no request elsewhere; the daemon serves them beside
+// /metrics, behind a Guard: the Host check, credentials always, and a bound on the requests
+// served at once.
 package web
 
 import (
