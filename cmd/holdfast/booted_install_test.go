@@ -134,6 +134,17 @@ func TestBootedHostInstall(t *testing.T) {
 	if d := h.Run(t, "sh", "-c", "diff -r /home/alice /srv/restore/home/home/alice && echo same"); d != "same\n" {
 		t.Fatalf("alice's home restored from its first backup differs from hers:\n%s", d)
 	}
+	// The README's look inside the snapshot, through the system manager's query units as
+	// homebackup: alice's files, each with its size.
+	if !strings.HasPrefix(restore[2], "holdfast snapshot ls home latest /home/alice") || !strings.HasPrefix(restore[3], "holdfast snapshot find home") {
+		t.Fatalf("the README's look inside a snapshot: %q", restore[2:4])
+	}
+	if ls := h.Run(t, "sh", "-c", restore[2]); !strings.Contains(ls, "/home/alice/notes.txt") || strings.Count(ls, "1.0 GiB") != 3 {
+		t.Fatalf("snapshot ls of /home/alice:\n%s", ls)
+	}
+	if found := h.Run(t, "sh", "-c", restore[3]+" 2>&1"); !strings.Contains(found, "/home/alice/notes.txt") || !strings.Contains(found, "1 entry in 1 snapshot\n") {
+		t.Fatalf("snapshot find of alice's notes:\n%s", found)
+	}
 }
 
 // readmeHomeBackup makes alice's home, fills it with what fill writes (a shell line run in

@@ -301,7 +301,7 @@ func newSnapshotFindCmd(g *globals) *cobra.Command {
 					if found == 0 {
 						fmt.Fprintf(cmd.ErrOrStderr(), "no entry of job %s's snapshots matches %s\n", b.job.Name, textsafe.String(pattern))
 					} else {
-						fmt.Fprintf(cmd.ErrOrStderr(), "%d entries in %d snapshots\n", found, snapshots)
+						fmt.Fprintf(cmd.ErrOrStderr(), "%s in %s\n", count(found, "entry", "entries"), count(snapshots, "snapshot", "snapshots"))
 					}
 				}
 				return nil
@@ -312,4 +312,12 @@ func newSnapshotFindCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object a line")
 	cmd.Flags().StringVar(&restic, "restic", "", "restic executable (default: restic in PATH)")
 	return cmd
+}
+
+// count is n and the noun for n of a thing.
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
