@@ -87,12 +87,12 @@ test-hosts: deps
 
 # The restic matrix: make test runs Debian 12's restic (0.14.0); this runs what depends on restic
 # (its output, exit codes, signals, forget rules: engine, retention and the scenarios that stop,
-# restart, fail, restore, verify, copy and prune) against Ubuntu 24.04's 0.16.4, Debian 13's 0.18.1
+# restart, fail, restore, verify, copy, prune and look inside snapshots) against Ubuntu 24.04's 0.16.4, Debian 13's 0.18.1
 # and upstream's 0.19.1, each built once by scripts/install-restic and named by
 # HOLDFAST_TEST_RESTIC. The whole suite four times would not fit CI's time.
 RESTIC_VERSIONS  ?= 0.16.4 0.18.1 0.19.1
 RESTIC_PACKAGES  := ./engine/ ./retention/ ./forget/ ./inventory/ ./reconcile/
-RESTIC_SCENARIOS := ^(TestBackupSucceeds|TestBackupPartialAsUser|TestBackupFailsPermanently|TestBadInputRefused|TestStopRunningBackup|TestGracefulReboot|TestStopVersusReboot|TestStopThenGracefulExit|TestRuntimeLimit|TestStreamedDumps|TestRestoreEqualsSource|TestRestoreAfterCrash|TestVerify|TestDrill|TestCopyTo|TestRetentionApply|TestApplyPlanAndPrune|TestLedgerDeferral|TestFirstBackupSizedFromItsPaths|TestRetries|TestHardCrash|TestMetrics)$$
+RESTIC_SCENARIOS := ^(TestBackupSucceeds|TestSnapshotBrowseAndFind|TestBackupPartialAsUser|TestBackupFailsPermanently|TestBadInputRefused|TestStopRunningBackup|TestGracefulReboot|TestStopVersusReboot|TestStopThenGracefulExit|TestRuntimeLimit|TestStreamedDumps|TestRestoreEqualsSource|TestRestoreAfterCrash|TestVerify|TestDrill|TestCopyTo|TestRetentionApply|TestApplyPlanAndPrune|TestLedgerDeferral|TestFirstBackupSizedFromItsPaths|TestRetries|TestHardCrash|TestMetrics)$$
 test-restic: deps
 	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) build -o $$bindir/holdfast ./cmd/holdfast \
 		&& $(UNIT_GO) build -o $$bindir/holdfast-unit ./cmd/holdfast-unit && chmod 755 $$bindir/* || exit 1; \

@@ -224,3 +224,53 @@ func TestRepositorySchedulesHaveSlots(t *testing.T) {
 		}
 	}
 }
+
+// A restore asked for from the dashboard is admitted with a restore_requested event naming who
+// asked, in the admission's transaction; one from the CLI writes none, and a refused admission
+// (a live run of the job) writes neither run nor event.
+func TestRunAdmitRequestedBy(t *testing.T) {
+	b := storetest.Setup(t)
+	job := storetest.Job(t, b.Store, &storetest.JobOpts{Name: "asked", Repository: "/r"})
+	restore := func(by string) (model.Run, error) {
+		return b.Store.RunAdmit(b.Ctx, store.RunAdmitParams{Job: job.Name, Trigger: model.TriggerManual, Kind: model.KindRestore, Host: b.Host,
+			Restore: model.Restore{Target: "/restored", Snapshot: strings.Repeat("9", 64)}, RequestedBy: by})
+	}
+	requested := func() []model.Event {
+		t.Helper()
+		events, err := b.Store.EventList(b.Ctx, store.EventListParams{Job: job.Name, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []model.Event
+		for _, e := range events {
+			if e.Event == "restore_requested" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	run, err := restore("ops-team")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := requested()
+	if len(events) != 1 || events[0].Run == nil || *events[0].Run != run.ID || !strings.Contains(string(events[0].Details), `"requested_by": "ops-team"`) ||
+		events[0].Reason != "restore asked for from the dashboard by ops-team" {
+		t.Fatalf("events after a dashboard restore: %+v", events)
+	}
+	if _, err := restore("ops-team"); err == nil {
+		t.Fatal("a second restore beside a live one was admitted")
+	}
+	if n := len(requested()); n != 1 {
+		t.Fatalf("a refused admission left %d restore_requested events, want the first alone", n)
+	}
+	if _, err := b.DB.Exec(b.Ctx, `UPDATE runs SET status = 'succeeded', finished_at = now() WHERE id = $1`, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restore(""); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(requested()); n != 1 {
+		t.Fatalf("a restore from the CLI wrote a restore_requested event (%d in all)", n)
+	}
+}
