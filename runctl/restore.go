@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -68,64 +70,21 @@ type Restored struct {
 // gives back the same tree, and the target by its device and inode, which every start of the
 // restore checks again. `holdfast restore` and the dashboard make the same run through it.
 func Restore(ctx context.Context, cfg RestoreConfig, p RestoreParams) (Restored, error) {
-	if err := jobdef.ValidateTarget(p.Target); err != nil {
-		return Restored{}, &RefusedError{Msg: err.Error()}
-	}
-	j, err := cfg.Store.JobGet(ctx, p.Job)
+	c, err := checkRestore(ctx, cfg, p)
 	if err != nil {
 		return Restored{}, err
 	}
-	if !j.HasRepository() {
-		return Restored{}, refused("job %s uses the %s engine: only a restic repository can be restored from", j.Name, j.Engine)
-	}
-	if j.Host != "" && j.Host != p.Host {
-		return Restored{}, refused("job %s runs on host %s: restore there (a target is a directory of the host that restores)", j.Name, j.Host)
-	}
-	able, err := cfg.Store.JobRunnable(ctx, store.JobRunnableParams{Job: j.Name, On: p.Host})
-	if err != nil {
-		return Restored{}, err
-	}
-	var out Restored
-	if able.Host == "" {
-		if p.Wait {
-			return Restored{}, &UnavailableError{Why: able.Why}
-		}
-		out.Unable = able.Why
-	}
-	id, err := jobdef.ResolveIdentity(j.User, j.Group)
-	if err != nil {
-		return Restored{}, &RefusedError{Msg: err.Error()}
-	}
-	probe := func(op jobdef.TargetOp) (jobdef.TargetAnswer, error) {
-		return jobdef.ProbeTargetAs(cfg.Probe, id, jobdef.TargetProbe{Op: op, Path: p.Target, Overwrite: p.Overwrite})
-	}
-	if a, err := probe(jobdef.TargetCheck); err != nil {
-		return Restored{}, err
-	} else if a.Why != "" {
-		return Restored{}, refused("%s; nothing was queued", a.Why)
-	}
-	if _, err := CheckTarget(p.Target, id, false); err != nil {
-		return Restored{}, err
-	}
-	restic, ej := jobunit.Restic(cfg.Units, j, false)
-	listed, err := restic.ListSnapshots(ctx, ej)
-	if err != nil {
-		return Restored{}, err
-	}
-	snap, err := PickSnapshot(listed, j.Name, p.Snapshot)
-	if err != nil {
-		return Restored{}, err
-	}
-	rs := model.Restore{Target: p.Target, Snapshot: snap, Includes: p.Includes}
+	out := Restored{Started: Started{Unable: c.unable}}
+	rs := model.Restore{Target: p.Target, Snapshot: c.snapshot, Includes: p.Includes}
 	if len(p.Includes) == 0 {
 		// The totals only make the progress a percentage: without them it still counts.
-		if b, n, err := restic.RestoreSize(ctx, ej, snap); err == nil {
+		if b, n, err := c.restic.RestoreSize(ctx, c.ej, c.snapshot); err == nil {
 			rs.TotalBytes, rs.TotalFiles = &b, &n
 		} else {
 			out.Warnings = append(out.Warnings, fmt.Sprintf("the restore's size is unknown, its progress shows no percentage: %v", err))
 		}
 	}
-	made, err := probe(jobdef.TargetCreate)
+	made, err := c.probe(jobdef.TargetCreate)
 	if err != nil {
 		return Restored{}, err
 	}
@@ -134,19 +93,19 @@ func Restore(ctx context.Context, cfg RestoreConfig, p RestoreParams) (Restored,
 	}
 	undo := func() {
 		if made.Created {
-			if a, perr := probe(jobdef.TargetRemove); perr != nil || a.Why != "" {
+			if a, perr := c.probe(jobdef.TargetRemove); perr != nil || a.Why != "" {
 				out.Warnings = append(out.Warnings, fmt.Sprintf("the target %s made for the restore was left: %v%s", p.Target, perr, a.Why))
 			}
 		}
 	}
 	// The target as root finds it now is the one every spawn of the restore must find again.
-	target, err := CheckTarget(p.Target, id, true)
+	target, err := CheckTarget(p.Target, c.id, true)
 	if err != nil {
 		undo()
 		return Restored{Warnings: out.Warnings}, err
 	}
 	rs.TargetID = &model.FileID{Dev: target.Dev, Ino: target.Ino}
-	run, err := cfg.Store.RunAdmit(ctx, store.RunAdmitParams{Job: j.Name, Trigger: model.TriggerManual, Kind: model.KindRestore, Host: p.Host,
+	run, err := cfg.Store.RunAdmit(ctx, store.RunAdmitParams{Job: c.job.Name, Trigger: model.TriggerManual, Kind: model.KindRestore, Host: p.Host,
 		Restore: rs, RequestedBy: p.RequestedBy})
 	if err != nil {
 		undo()
@@ -154,6 +113,126 @@ func Restore(ctx context.Context, cfg RestoreConfig, p RestoreParams) (Restored,
 	}
 	out.Run = run
 	return out, nil
+}
+
+// restoreCheck is what a restore's checks found: the job, its user, why no daemon can take it
+// yet, the snapshot's full id, and how to ask its repository and probe its target.
+type restoreCheck struct {
+	job      model.Job
+	id       jobdef.Identity
+	unable   string
+	snapshot string
+	restic   engine.Restic
+	ej       engine.Job
+	probe    func(jobdef.TargetOp) (jobdef.TargetAnswer, error)
+}
+
+// checkRestore makes the checks a restore and its dry run share, changing nothing: the job, the
+// host, the target as the job's user and as root, the snapshot in the repository.
+func checkRestore(ctx context.Context, cfg RestoreConfig, p RestoreParams) (restoreCheck, error) {
+	if err := jobdef.ValidateTarget(p.Target); err != nil {
+		return restoreCheck{}, &RefusedError{Msg: err.Error()}
+	}
+	j, err := cfg.Store.JobGet(ctx, p.Job)
+	if err != nil {
+		return restoreCheck{}, err
+	}
+	if !j.HasRepository() {
+		return restoreCheck{}, refused("job %s uses the %s engine: only a restic repository can be restored from", j.Name, j.Engine)
+	}
+	if j.Host != "" && j.Host != p.Host {
+		return restoreCheck{}, refused("job %s runs on host %s: restore there (a target is a directory of the host that restores)", j.Name, j.Host)
+	}
+	c := restoreCheck{job: j}
+	able, err := cfg.Store.JobRunnable(ctx, store.JobRunnableParams{Job: j.Name, On: p.Host})
+	if err != nil {
+		return restoreCheck{}, err
+	}
+	if able.Host == "" {
+		if p.Wait {
+			return restoreCheck{}, &UnavailableError{Why: able.Why}
+		}
+		c.unable = able.Why
+	}
+	if c.id, err = jobdef.ResolveIdentity(j.User, j.Group); err != nil {
+		return restoreCheck{}, &RefusedError{Msg: err.Error()}
+	}
+	c.probe = func(op jobdef.TargetOp) (jobdef.TargetAnswer, error) {
+		return jobdef.ProbeTargetAs(cfg.Probe, c.id, jobdef.TargetProbe{Op: op, Path: p.Target, Overwrite: p.Overwrite})
+	}
+	if a, err := c.probe(jobdef.TargetCheck); err != nil {
+		return restoreCheck{}, err
+	} else if a.Why != "" {
+		return restoreCheck{}, refused("%s; nothing was queued", a.Why)
+	}
+	if _, err := CheckTarget(p.Target, c.id, false); err != nil {
+		return restoreCheck{}, err
+	}
+	c.restic, c.ej = jobunit.Restic(cfg.Units, j, false)
+	listed, err := c.restic.ListSnapshots(ctx, c.ej)
+	if err != nil {
+		return restoreCheck{}, err
+	}
+	if c.snapshot, err = PickSnapshot(listed, j.Name, p.Snapshot); err != nil {
+		return restoreCheck{}, err
+	}
+	return c, nil
+}
+
+// Write is what a restore would write at one path of its target (RestorePlan): a new entry, or
+// one over what is there (Present, with what it is now).
+type Write struct {
+	Path string      // in the target
+	Node engine.Node // the snapshot's entry
+	// Present is set when something is there already: the restore writes over it.
+	Present       bool
+	PresentDir    bool
+	PresentSize   int64
+	PresentIsLink bool
+}
+
+// RestorePlan makes a restore's checks, as Restore does, and instead of admitting it hands each
+// entry it would write to each, in the snapshot's order: a dry run, which writes and queues
+// nothing. What is in the target now is read by root along a way only root and the job's user
+// control (safepath), as the restore's unit would find it. Includes must be absolute paths of
+// the snapshot: restic's patterns are its own to match.
+func RestorePlan(ctx context.Context, cfg RestoreConfig, p RestoreParams, each func(Write) error) (snapshot string, err error) {
+	dirs := []string{"/"}
+	if len(p.Includes) > 0 {
+		dirs = dirs[:0]
+		for _, inc := range p.Includes {
+			if !strings.HasPrefix(inc, "/") || strings.ContainsAny(inc, `*?[\`) {
+				return "", refused("--include %q: a dry run lists paths of the snapshot (such as /home/alice/notes.txt), not patterns", inc)
+			}
+			dirs = append(dirs, path.Clean(inc))
+		}
+	}
+	c, err := checkRestore(ctx, cfg, p)
+	if err != nil {
+		return "", err
+	}
+	browse := jobunit.Browser{Config: cfg.Units}
+	for _, dir := range dirs {
+		seen := dir == "/"
+		err := browse.Ls(ctx, c.job, c.snapshot, dir, true, func(n engine.Node) error {
+			seen = seen || n.Path == dir
+			w := Write{Path: filepath.Join(p.Target, n.Path), Node: n}
+			if there, err := safepath.Resolve(w.Path, int(c.id.UID)); err == nil {
+				w.Present, w.PresentDir, w.PresentSize = true, there.IsDir(), there.Size
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				// Refused on the way (a link of another user's): the restore's unit would be too.
+				return refused("%s: %v", w.Path, err)
+			}
+			return each(w)
+		})
+		if err != nil {
+			return c.snapshot, err
+		}
+		if !seen {
+			return c.snapshot, refused("--include %s: snapshot %.8s holds nothing there", dir, c.snapshot)
+		}
+	}
+	return c.snapshot, nil
 }
 
 // CheckTarget holds a restore's target to the rule its unit's spawn holds it to (safepath, for

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
@@ -316,4 +317,108 @@ func TestRestoreNeverBesidePrune(t *testing.T) {
 	rw.sameTree(filepath.Join(rw.restores, "two"))
 	w.noLocks(rw.repo)
 	w.checkInvariants()
+}
+
+// A dry run lists what a restore would write and what it would write over, after the restore's
+// own checks, and writes and queues nothing: into a new target every entry is a write; into a
+// target holding a changed copy of a file, with --overwrite, that file is an overwrite with the
+// size it has now; an --include path narrows it to that subtree; a pattern, a path the snapshot
+// does not hold and --wait are refused.
+func TestRestoreDryRun(t *testing.T) {
+	parallel(t)
+	rw := newRestoreWorld(t, newWorld(t), 2, 1<<10)
+	rw.startDaemon()
+	rw.backup()
+	fresh := filepath.Join(rw.restores, "fresh")
+	res := rw.run("restore", "home", "--target", fresh, "--dry-run", "--json")
+	if res.code != 0 {
+		t.Fatalf("restore --dry-run: exit %d\n%s", res.code, res.stderr)
+	}
+	type write struct {
+		Path        string  `json:"path"`
+		Action      string  `json:"action"`
+		Type        string  `json:"type"`
+		Size        *uint64 `json:"size"`
+		PresentSize *int64  `json:"present_size"`
+	}
+	lines := func(out string) []write {
+		t.Helper()
+		var ws []write
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			var w write
+			if err := json.Unmarshal([]byte(l), &w); err != nil {
+				t.Fatalf("line %q: %v", l, err)
+			}
+			ws = append(ws, w)
+		}
+		return ws
+	}
+	spaces := filepath.Join(rw.data, "sub dir", "name with spaces.txt")
+	all := lines(res.stdout)
+	found := false
+	for _, w := range all {
+		if w.Action != "write" {
+			t.Fatalf("into a new target: %+v, want every entry a write", w)
+		}
+		if w.Path == filepath.Join(fresh, spaces) {
+			found = w.Type == "file" && w.Size != nil && *w.Size == 7
+		}
+	}
+	if !found || len(all) < 5 {
+		t.Fatalf("the dry run's %d entries lack %s of 7 bytes: %+v", len(all), spaces, all)
+	}
+	if _, err := os.Lstat(fresh); !os.IsNotExist(err) {
+		t.Fatalf("a dry run made its target: %v", err)
+	}
+
+	// Over a target that holds a changed copy of one file.
+	over := filepath.Join(rw.restores, "over")
+	there := filepath.Join(over, spaces)
+	if err := os.MkdirAll(filepath.Dir(there), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(there, []byte("changed since, and longer\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", rw.uid, rw.gid), over).Run(); err != nil {
+		t.Fatal(err)
+	}
+	if res := rw.run("restore", "home", "--target", over, "--dry-run"); res.code != 2 || !strings.Contains(res.stderr, "is not empty") {
+		t.Fatalf("a dry run into a full target without --overwrite: exit %d\n%s", res.code, res.stderr)
+	}
+	res = rw.run("restore", "home", "--target", over, "--overwrite", "--include", filepath.Join(rw.data, "sub dir"), "--dry-run", "--json")
+	if res.code != 0 {
+		t.Fatalf("restore --overwrite --include --dry-run: exit %d\n%s", res.code, res.stderr)
+	}
+	sub := lines(res.stdout)
+	if len(sub) != 2 || sub[0].Path != filepath.Join(over, rw.data, "sub dir") || sub[0].Action != "write" ||
+		sub[1].Path != there || sub[1].Action != "overwrite" || sub[1].PresentSize == nil || *sub[1].PresentSize != 26 {
+		t.Fatalf("the dry run of sub dir over the changed copy: %+v", sub)
+	}
+	human := rw.run("restore", "home", "--target", over, "--overwrite", "--include", filepath.Join(rw.data, "sub dir"), "--dry-run")
+	if human.code != 0 || !strings.Contains(human.stdout, "overwrite") || !strings.Contains(human.stderr, "would write 2 entries") ||
+		!strings.Contains(human.stderr, "1 of them over what is there") {
+		t.Fatalf("the human dry run: exit %d\n%s\n%s", human.code, human.stdout, human.stderr)
+	}
+	if got, _ := os.ReadFile(there); string(got) != "changed since, and longer\n" {
+		t.Fatalf("a dry run wrote over %s: %q", there, got)
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a pattern", []string{"--include", "*.txt"}, "not patterns"},
+		{"a path the snapshot lacks", []string{"--include", filepath.Join(rw.data, "nowhere")}, "holds nothing there"},
+		{"with --wait", []string{"--wait"}, "--wait has no run"},
+	} {
+		res := rw.run(append([]string{"restore", "home", "--target", fresh, "--dry-run"}, tc.args...)...)
+		if res.code != 2 || !strings.Contains(res.stderr, tc.want) || strings.Count(strings.TrimSpace(res.stderr), "\n") != 0 {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 and one line saying %q", tc.name, res.code, res.stderr, tc.want)
+		}
+	}
+	if runs := rw.runs("home"); len(runs) != 1 {
+		t.Fatalf("runs after the dry runs: %+v, want only the backup", runs)
+	}
 }
