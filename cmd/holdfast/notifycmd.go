@@ -59,7 +59,7 @@ func (nf *notifyFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&nf.channelFile, "channel-url-file", "", "send each event as a message through the service whose URL this file holds, root's, mode 0600 "+
 		"(shoutrrr's URLs of "+strings.Join(notify.ChannelSchemes, ", ")+"; generic+https://HOST/PATH posts to any URL)")
 	f.StringVar(&nf.t.Job, "job", "", "only this job's events")
-	f.StringVar(&nf.events, "events", "", "comma-separated: "+strings.Join(notify.Events, ",")+" (default: all but started)")
+	f.StringVar(&nf.events, "events", "", "comma-separated: "+strings.Join(notify.Events, ",")+" (default: all but started and restore_requested)")
 }
 
 // target is the target named name the flags describe, checked.
