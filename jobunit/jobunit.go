@@ -211,44 +211,41 @@ const maxQueryOutput = 64 << 20
 // writesRepository (restic unlock).
 func Restic(cfg Config, job model.Job, writesRepository bool) (engine.Restic, engine.Job) {
 	_, ej := Spec(cfg, job, "", writesRepository)
-	stream := func(ctx context.Context, argv []string, consume func(io.Reader) error) ([]byte, error) {
+	stream := func(ctx context.Context, argv []string, consume func(io.Reader) error) error {
 		if err := PrepareCache(cfg.StateDir, job); err != nil {
-			return nil, fmt.Errorf("cache of job %s: %w", job.Name, err)
+			return fmt.Errorf("cache of job %s: %w", job.Name, err)
 		}
 		spec, _ := Spec(cfg, job, systemd.QueryUnitName(job.Name, uuid.New()), writesRepository)
 		key := stageKey(spec.Name)
 		defer credentials.RemoveStaged(cfg.StateDir, key) // the unit has ended: its output was read to its end
 		if err := Guard(cfg, job, &spec, key); err != nil {
-			return nil, fmt.Errorf("restic's unit for job %s refused: %w", job.Name, err)
+			return fmt.Errorf("restic's unit for job %s refused: %w", job.Name, err)
 		}
 		spec.Description = fmt.Sprintf("holdfast %s: restic %s", job.Name, queryVerb(argv))
 		spec.ExecStart = append(append(append([]string{cfg.Binary, "credexec"}, CredentialArgs(spec)...), "--"), argv...)
 		res, err := cfg.Runner.Stream(ctx, spec, consume)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if res.ExitStatus != 0 || res.Killed {
-			return nil, fmt.Errorf("restic exited with status %d: %s", res.ExitStatus, textsafe.String(fatalLine(string(res.Stderr))))
+			return fmt.Errorf("restic exited with status %d: %s", res.ExitStatus, textsafe.String(fatalLine(string(res.Stderr))))
 		}
 		if err := engine.QueryPartial(res.Stderr); err != nil {
-			return nil, errors.New(textsafe.String(err.Error()))
+			return errors.New(textsafe.String(err.Error()))
 		}
-		return res.Stderr, nil
+		return nil
 	}
 	return engine.Restic{Binary: cfg.ResticBinary,
 		Run: func(ctx context.Context, argv []string) ([]byte, error) {
 			var out []byte
-			_, err := stream(ctx, argv, func(stdout io.Reader) error {
+			err := stream(ctx, argv, func(stdout io.Reader) error {
 				var err error
 				out, err = systemd.ReadAtMost(stdout, maxQueryOutput)
 				return err
 			})
 			return out, err
 		},
-		Stream: func(ctx context.Context, argv []string, consume func(io.Reader) error) error {
-			_, err := stream(ctx, argv, consume)
-			return err
-		},
+		Stream: stream,
 	}, ej
 }
 
