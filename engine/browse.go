@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"strings"
 	"time"
 )
@@ -18,7 +19,7 @@ import (
 // untrusted text: they come from the repository, which the job's user can write.
 type Node struct {
 	Path string `json:"path"`
-	// Type is restic's: file, dir, symlink, dev, chardev, fifo or socket.
+	// Type is restic's: file, dir, symlink, dev, chardev, fifo, socket (or irregular, from 0.17).
 	Type string `json:"type"`
 	// Size is a file's size; nil for what is not a file.
 	Size    *uint64     `json:"size,omitempty"`
@@ -246,11 +247,19 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 	return nil
 }
 
+// nodeTypes are the types of restic's nodes.
+var nodeTypes = map[string]bool{"file": true, "dir": true, "symlink": true, "dev": true, "chardev": true, "fifo": true, "socket": true,
+	"irregular": true} // restic 0.17 and later: a file it could not read as any of the others
+
 // checkNode refuses a node that no snapshot's tree could hold: restic's paths are absolute and
-// hold no NUL.
+// clean (no "..", which a caller joining it to a directory would follow out of it) and hold no
+// NUL, and its types are few.
 func checkNode(n Node) error {
-	if !strings.HasPrefix(n.Path, "/") || strings.ContainsRune(n.Path, 0) {
-		return fmt.Errorf("read restic's listing: an entry whose path %q is not an absolute path", clip(n.Path))
+	if !strings.HasPrefix(n.Path, "/") || strings.ContainsRune(n.Path, 0) || path.Clean(n.Path) != n.Path {
+		return fmt.Errorf("read restic's listing: an entry whose path %q is not a clean absolute path", clip(n.Path))
+	}
+	if !nodeTypes[n.Type] {
+		return fmt.Errorf("read restic's listing: an entry of type %q, which restic has none of", clip(n.Type))
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"strings"
 	"testing"
 )
@@ -42,7 +43,9 @@ func TestParseLs(t *testing.T) {
 	}
 	for _, c := range []struct{ name, out, err string }{
 		{"not JSON", "Fatal: wrong password\n", "read restic's listing"},
-		{"a relative path", strings.Replace(lsNode014, `"/srv/report.txt"`, `"srv/report.txt"`, 1), "is not an absolute path"},
+		{"a relative path", strings.Replace(lsNode014, `"/srv/report.txt"`, `"srv/report.txt"`, 1), "is not a clean absolute path"},
+		{"a path that climbs out", strings.Replace(lsNode014, `"/srv/report.txt"`, `"/srv/../../etc/shadow"`, 1), "is not a clean absolute path"},
+		{"a type restic has none of", strings.Replace(lsNode014, `"type":"file"`, `"type":"`+strings.Repeat("x", 1000)+`"`, 1), "which restic has none of"},
 		{"a line no entry has", `{"struct_type":"node","path":"/` + strings.Repeat("x", maxNodeLine) + `"}`, "a line of over"},
 	} {
 		if _, err := collectLs(c.out); err == nil || !strings.Contains(err.Error(), c.err) {
@@ -82,7 +85,7 @@ func TestParseFind(t *testing.T) {
 	for _, c := range []struct{ name, out, err string }{
 		{"not an array", `{"matches":[]}`, "want a JSON array"},
 		{"no snapshot's id", `[{"matches":[` + findNode("/a", 1) + `],"hits":1,"snapshot":"nope"}]`, "not a snapshot's id"},
-		{"a relative path", `[{"matches":[` + findNode("a", 1) + `],"hits":1,"snapshot":"` + id64 + `"}]`, "is not an absolute path"},
+		{"a relative path", `[{"matches":[` + findNode("a", 1) + `],"hits":1,"snapshot":"` + id64 + `"}]`, "is not a clean absolute path"},
 		{"too many", `[{"matches":[` + strings.Join(many, ",") + `],"hits":1,"snapshot":"` + id64 + `"}]`, "narrow it"},
 		{"a value no entry has", `[{"matches":[` + findNode("/"+strings.Repeat("x", 2*maxNodeLine), 1) + `]}]`, "a value of over"},
 		{"cut short", `[{"matches":[` + findNode("/a", 1), "read restic's search"},
@@ -99,7 +102,7 @@ func FuzzParseLs(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, out []byte) {
 		_ = ParseLs(strings.NewReader(string(out)), func(n Node) error {
-			if !strings.HasPrefix(n.Path, "/") || strings.ContainsRune(n.Path, 0) {
+			if !strings.HasPrefix(n.Path, "/") || strings.ContainsRune(n.Path, 0) || path.Clean(n.Path) != n.Path || !nodeTypes[n.Type] {
 				t.Fatalf("ParseLs handed on %+v", n)
 			}
 			return nil

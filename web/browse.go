@@ -265,6 +265,9 @@ func (s *server) find(ctx context.Context, r *http.Request) (any, error) {
 		g.Entries = append(g.Entries, s.entryOf(r, j.Name, f.Snapshot[:16], f.Node, f.Node.Path))
 		return nil
 	})
+	if errors.Is(err, engine.ErrTooManyFound) {
+		return nil, badRequest(err.Error())
+	}
 	if err != nil && !errors.Is(err, errEnough) {
 		return nil, err
 	}

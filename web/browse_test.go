@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -318,6 +319,34 @@ func TestBrowseRestore(t *testing.T) {
 	if len(asked) != 1 || fmt.Sprint(asked[0]) != fmt.Sprint(want) {
 		t.Fatalf("asked %+v, want %+v", asked, want)
 	}
+	// A name with a glob's characters is restored alone: restic reads an include as a pattern.
+	globbed := good(opCSRF)
+	globbed.Set("path", "/srv/a[1]*.txt")
+	if w := do("POST", "/jobs/docs/restore", operator, globbed, sameSite); w.Code != http.StatusSeeOther ||
+		len(asked) != 2 || !slices.Equal(asked[1].Includes, []string{`/srv/a\[1]\*.txt`}) {
+		t.Fatalf("the restore of /srv/a[1]*.txt: %d, asked %+v", w.Code, asked)
+	}
+}
+
+// A search that matches more of one snapshot than a search holds asks for a narrower pattern.
+func TestBrowseFindTooMany(t *testing.T) {
+	b := setupBrowse(t)
+	tooMany := &tooManyBrowser{}
+	h, err := Handler(Config{Store: b.store, JournalDir: t.TempDir(), Browser: tooMany})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/jobs/docs/find?pattern=*", nil))
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "narrow it") {
+		t.Fatalf("a search that matches too much: %d %s", w.Code, w.Body)
+	}
+}
+
+type tooManyBrowser struct{ fakeBrowser }
+
+func (*tooManyBrowser) Find(context.Context, model.Job, string, []string, func(engine.Found) error) error {
+	return fmt.Errorf("restic find *: %w", engine.ErrTooManyFound)
 }
 
 func TestSameOrigin(t *testing.T) {

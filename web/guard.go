@@ -90,7 +90,7 @@ func parseAuth(path string, data []byte) (*Credentials, error) {
 		}
 		var cr credential
 		switch {
-		case fields[0] == "bearer" && (len(fields) == 2 || len(fields) <= 4 && fields[2] == RoleOperator):
+		case fields[0] == "bearer" && (len(fields) == 2 || (len(fields) == 3 || len(fields) == 4) && fields[2] == RoleOperator):
 			cr.secret = []byte(fields[1])
 			sum := sha256.Sum256(cr.secret)
 			cr.Label = "token " + hex.EncodeToString(sum[:4])

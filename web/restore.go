@@ -64,6 +64,7 @@ type restorePage struct {
 	Snapshot  model.Snapshot
 	Path      string // as asked, for the form
 	Shown     string // escaped, to be shown
+	Include   string // the include restic is given, escaped to be shown
 	Target    string
 	Overwrite bool
 	CSRF      string
@@ -96,7 +97,7 @@ func (s *server) restoreForm(ctx context.Context, r *http.Request, values url.Va
 	}
 	p = path.Clean(p)
 	return restorePage{page: page{"Restore from snapshot " + snap.ID[:8] + " of " + j.Name, now()}, Job: j, Snapshot: snap,
-		Path: p, Shown: textsafe.String(p), CSRF: s.csrfToken(principalOf(r))}, nil
+		Path: p, Shown: textsafe.String(p), Include: textsafe.String(exactPattern(p)), CSRF: s.csrfToken(principalOf(r))}, nil
 }
 
 func (s *server) restoreGet(ctx context.Context, r *http.Request) (any, error) {
@@ -144,15 +145,16 @@ func (s *server) restorePost(w http.ResponseWriter, r *http.Request) {
 	p := runctl.RestoreParams{Job: form.Job.Name, Snapshot: form.Snapshot.ID, Target: form.Target, Overwrite: form.Overwrite,
 		Host: s.cfg.Host, RequestedBy: who.Label}
 	if form.Path != "/" {
-		p.Includes = []string{form.Path}
+		// restic reads an include as a pattern: the path's glob characters are escaped.
+		p.Includes = []string{exactPattern(form.Path)}
 	}
 	restored, err := s.cfg.Restore(ctx, p)
+	for _, warning := range restored.Warnings {
+		s.cfg.Logger.Warn("dashboard restore", "job", p.Job, "target", p.Target, "warning", warning)
+	}
 	var unavailable *runctl.UnavailableError
 	switch {
 	case err == nil:
-		for _, warning := range restored.Warnings {
-			s.cfg.Logger.Warn("dashboard restore", "run", restored.Run.ID, "warning", warning)
-		}
 		s.cfg.Logger.Info("restore asked for from the dashboard", "run", restored.Run.ID, "job", p.Job, "by", who.Label, "target", p.Target)
 		http.Redirect(w, r, "/runs/"+restored.Run.ID.String(), http.StatusSeeOther)
 	case runctl.Input(err) || errors.As(err, &unavailable) || errors.Is(err, store.ErrNotFound):

@@ -112,7 +112,7 @@ func TestAuthRoles(t *testing.T) {
 			t.Errorf("Identify = %+v, %v; want label %q…, operator %v", p, ok, tc.label, tc.operator)
 		}
 	}
-	for _, bad := range []string{"bearer t-0123456789abcdef reader\n", "basic u p-0123456789abcdef admin\n",
+	for _, bad := range []string{"bearer\n", "basic\n", "basic u\n", "bearer t-0123456789abcdef reader\n", "basic u p-0123456789abcdef admin\n",
 		"bearer t-0123456789abcdef operator two words\n", "bearer t-0123456789abcdef operator bad\x01label\n"} {
 		if _, err := parseAuth("auth", []byte(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
 			t.Errorf("parseAuth(%q) = %v, want a refusal of line 1", bad, err)

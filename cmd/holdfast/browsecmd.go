@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -294,6 +295,9 @@ func newSnapshotFindCmd(g *globals) *cobra.Command {
 					nodeLine(out, f.Node)
 					return nil
 				})
+				if errors.Is(err, engine.ErrTooManyFound) {
+					return inputError{err}
+				}
 				if err != nil {
 					return err
 				}
