@@ -76,13 +76,23 @@ func Restore(ctx context.Context, cfg RestoreConfig, p RestoreParams) (Restored,
 	}
 	out := Restored{Started: Started{Unable: c.unable}}
 	rs := model.Restore{Target: p.Target, Snapshot: c.snapshot, Includes: p.Includes}
-	if len(p.Includes) == 0 {
-		// The totals only make the progress a percentage: without them it still counts.
-		if b, n, err := c.restic.RestoreSize(ctx, c.ej, c.snapshot); err == nil {
-			rs.TotalBytes, rs.TotalFiles = &b, &n
-		} else {
-			out.Warnings = append(out.Warnings, fmt.Sprintf("the restore's size is unknown, its progress shows no percentage: %v", err))
-		}
+	// The totals only make the progress a percentage: without them it still counts. restic's
+	// stats size a whole snapshot; a part of it named by paths is summed from its listing; one
+	// named by patterns stays unsized.
+	var sized bool
+	var b, n int64
+	switch {
+	case len(p.Includes) == 0:
+		b, n, err = c.restic.RestoreSize(ctx, c.ej, c.snapshot)
+		sized = true
+	case literalPaths(p.Includes):
+		b, n, err = includedSize(ctx, jobunit.Browser{Config: cfg.Units}, c, p.Includes)
+		sized = true
+	}
+	if sized && err == nil {
+		rs.TotalBytes, rs.TotalFiles = &b, &n
+	} else if sized {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("the restore's size is unknown, its progress shows no percentage: %v", err))
 	}
 	made, err := c.probe(jobdef.TargetCreate)
 	if err != nil {
@@ -113,6 +123,36 @@ func Restore(ctx context.Context, cfg RestoreConfig, p RestoreParams) (Restored,
 	}
 	out.Run = run
 	return out, nil
+}
+
+// literalPaths reports whether includes are all absolute paths with none of a glob's characters.
+func literalPaths(includes []string) bool {
+	for _, inc := range includes {
+		if !strings.HasPrefix(inc, "/") || strings.ContainsAny(inc, `*?[\`) {
+			return false
+		}
+	}
+	return true
+}
+
+// includedSize is what a restore of the snapshot's includes (literal paths) writes: its regular
+// files and their bytes, as a restore's progress counts them.
+func includedSize(ctx context.Context, browse jobunit.Browser, c restoreCheck, includes []string) (bytes, files int64, err error) {
+	for _, inc := range includes {
+		err := browse.Ls(ctx, c.job, c.snapshot, path.Clean(inc), true, func(n engine.Node) error {
+			if n.Type == "file" {
+				files++
+				if n.Size != nil {
+					bytes += int64(min(*n.Size, 1<<62))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	return bytes, files, nil
 }
 
 // restoreCheck is what a restore's checks found: the job, its user, why no daemon can take it
@@ -201,7 +241,7 @@ func RestorePlan(ctx context.Context, cfg RestoreConfig, p RestoreParams, each f
 	if len(p.Includes) > 0 {
 		dirs = dirs[:0]
 		for _, inc := range p.Includes {
-			if !strings.HasPrefix(inc, "/") || strings.ContainsAny(inc, `*?[\`) {
+			if !literalPaths([]string{inc}) {
 				return "", refused("--include %q: a dry run lists paths of the snapshot (such as /home/alice/notes.txt), not patterns", inc)
 			}
 			dirs = append(dirs, path.Clean(inc))

@@ -23,7 +23,8 @@ import (
 // A file found and given back from the dashboard, in headless Chromium: an operator's
 // credential browses a snapshot three levels down, searches for a file two of three snapshots
 // hold (both listed, with their sizes), restores the older version into a new directory and
-// follows the run to its end; the file comes back as that snapshot holds it, byte for byte, and
+// follows the run to its end, sized from the snapshot so that its progress reaches 100%; the file
+// comes back as that snapshot holds it, byte for byte, and
 // the restore is an event naming the credential. A read-only credential is offered no restore,
 // and its forged request, one without the form's token and one from another origin are refused
 // with 403 and queue nothing.
@@ -99,6 +100,11 @@ func TestDashboardRestore(t *testing.T) {
 	}) || status != "succeeded" {
 		b.screenshot("run")
 		t.Fatalf("the restore's page shows %q, not its success", status)
+	}
+	// A restore of one path is sized from the snapshot's listing: its progress is a share.
+	if pct, err := chromedp.Run(b.step(10*time.Second), chromedp.Text(chromedp.CSS("#run-percent"))); err != nil || pct != "100.0%" {
+		b.screenshot("run")
+		t.Fatalf("the restore's page shows %q done (%v), want 100.0%%", pct, err)
 	}
 	b.shown("run", "restore")
 	got, err := os.ReadFile(filepath.Join(target, notes))
