@@ -153,6 +153,8 @@ func (s *server) tree(ctx context.Context, r *http.Request) (any, error) {
 		Page       int
 		Prev, Next string
 		Missing    bool
+		// RestoreHere is the form that restores this directory, for an operator.
+		RestoreHere string
 	}{page: page{fmt.Sprintf("Snapshot %.8s of %s", snap.ID, j.Name), now()}, Job: j, Snapshot: snap, Dir: textsafe.String(dir), Page: pageNo}
 	data.Crumbs = append(data.Crumbs, crumb{"/", "/"})
 	if dir != "/" {
@@ -184,6 +186,9 @@ func (s *server) tree(ctx context.Context, r *http.Request) (any, error) {
 		return nil, err
 	}
 	data.Missing = !seen && dir != "/"
+	if !data.Missing {
+		data.RestoreHere = s.entryOf(r, j.Name, snap.ID[:min(len(snap.ID), 16)], engine.Node{Path: dir, Type: "dir"}, "").Restore
+	}
 	link := func(p int) string {
 		return "?" + url.Values{"path": {dir}, "page": {strconv.Itoa(p)}}.Encode()
 	}

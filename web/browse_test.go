@@ -276,8 +276,9 @@ func TestBrowseRestore(t *testing.T) {
 	}
 	// The operator: offered, and refused without the token, with another credential's, or from
 	// another site.
-	if w := do("GET", tree, operator, nil, nil); !strings.Contains(w.Body.String(), "/jobs/docs/restore?") {
-		t.Fatalf("the tree as an operator offers no restore:\n%s", w.Body)
+	if w := do("GET", tree, operator, nil, nil); !strings.Contains(w.Body.String(), "/jobs/docs/restore?") ||
+		!strings.Contains(w.Body.String(), `id="restore-here" href="/jobs/docs/restore?path=%2Fsrv&amp;snapshot=`) {
+		t.Fatalf("the tree as an operator offers no restore of an entry and of the directory:\n%s", w.Body)
 	}
 	aliceCSRF := func() string {
 		r := httptest.NewRequest("GET", "http://dash.example"+formURL, nil)
