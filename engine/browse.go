@@ -99,6 +99,13 @@ func (r Restic) stream(ctx context.Context, argv []string, consume func(io.Reade
 	if r.Stream != nil {
 		return r.Stream(ctx, argv, consume)
 	}
+	return runHere(ctx, argv, consume)
+}
+
+// runHere runs a restic query as this process, without a shell, handing its stdout to consume
+// (which, failing, kills it); a failure carries the first line restic wrote to stderr, and an
+// answer that skipped a snapshot is one (QueryPartial).
+func runHere(ctx context.Context, argv []string, consume func(io.Reader) error) error {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

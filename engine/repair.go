@@ -1,11 +1,10 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
+	"io"
 	"regexp"
 	"strings"
 	"sync"
@@ -73,16 +72,16 @@ func (r Restic) output(ctx context.Context, argv []string) ([]byte, error) {
 	if r.Run != nil {
 		return r.Run(ctx, argv)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%w: %s", err, firstLine(strings.TrimSpace(stderr.String())))
-	}
-	if err := QueryPartial(stderr.Bytes()); err != nil {
+	var out []byte
+	err := runHere(ctx, argv, func(stdout io.Reader) error {
+		var err error
+		out, err = io.ReadAll(stdout)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
-	return stdout.Bytes(), nil
+	return out, nil
 }
 
 // QueryPartial reads the standard error of a restic query (snapshots, stats) that exited 0, and
