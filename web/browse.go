@@ -59,6 +59,17 @@ func (s *server) jobSnapshots(ctx context.Context, name string) (model.Job, []mo
 	return j, mine, nil
 }
 
+// snapshotNamed is the snapshot of snaps that id names: a prefix of its id at least minPrefix
+// long, or its whole id where the inventory knows it by the short id a backup's summary gave.
+func snapshotNamed(snaps []model.Snapshot, id string, minPrefix int) (model.Snapshot, bool) {
+	for _, c := range snaps {
+		if len(id) >= minPrefix && strings.HasPrefix(c.ID, id) || len(c.ID) >= 8 && strings.HasPrefix(id, c.ID) {
+			return c, true
+		}
+	}
+	return model.Snapshot{}, false
+}
+
 func (s *server) snapshots(ctx context.Context, r *http.Request) (any, error) {
 	j, snaps, err := s.jobSnapshots(ctx, r.PathValue("name"))
 	if err != nil {
@@ -119,16 +130,9 @@ func (s *server) tree(ctx context.Context, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var snap model.Snapshot
 	want := r.PathValue("id")
-	for _, c := range snaps {
-		// The inventory may know a snapshot by the short id a backup's summary gave.
-		if len(want) >= 4 && strings.HasPrefix(c.ID, want) || len(c.ID) >= 8 && strings.HasPrefix(want, c.ID) {
-			snap = c
-			break
-		}
-	}
-	if snap.ID == "" {
+	snap, ok := snapshotNamed(snaps, want, 4)
+	if !ok {
 		return nil, fmt.Errorf("snapshot %s of job %s: %w", textsafe.String(want), j.Name, store.ErrNotFound)
 	}
 	dir := r.URL.Query().Get("path")
@@ -258,11 +262,8 @@ func (s *server) find(ctx context.Context, r *http.Request) (any, error) {
 		data.Found++
 		if n := len(data.Groups); n == 0 || !strings.HasPrefix(f.Snapshot, data.Groups[n-1].Snapshot.ID) {
 			g := foundGroup{Snapshot: model.Snapshot{ID: f.Snapshot}}
-			for _, snap := range snaps {
-				if strings.HasPrefix(f.Snapshot, snap.ID) {
-					g.Snapshot, g.Known = snap, true
-					break
-				}
+			if snap, ok := snapshotNamed(snaps, f.Snapshot, len(f.Snapshot)); ok {
+				g.Snapshot, g.Known = snap, true
 			}
 			data.Groups = append(data.Groups, g)
 		}

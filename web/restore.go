@@ -77,15 +77,8 @@ func (s *server) restoreForm(ctx context.Context, r *http.Request, values url.Va
 	if err != nil {
 		return restorePage{}, err
 	}
-	id := values.Get("snapshot")
-	var snap model.Snapshot
-	for _, c := range snaps {
-		if len(id) >= 8 && (strings.HasPrefix(c.ID, id) || strings.HasPrefix(id, c.ID)) {
-			snap = c
-			break
-		}
-	}
-	if snap.ID == "" {
+	snap, ok := snapshotNamed(snaps, values.Get("snapshot"), 8)
+	if !ok {
 		return restorePage{}, badRequest("snapshot: give one of the job's snapshots")
 	}
 	p := values.Get("path")

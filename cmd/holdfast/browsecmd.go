@@ -45,19 +45,23 @@ func nodeJSON(n engine.Node) nodeOut {
 // nodeLine is an entry as the human output shows it: its mode, size, modification time and
 // path, the path escaped (the repository's names are the job's user's text).
 func nodeLine(w io.Writer, n engine.Node) {
-	size := "-"
-	if n.Type == "file" {
-		var b uint64
-		if n.Size != nil {
-			b = *n.Size
-		}
-		size = engine.FormatBytes(int64(b))
-	}
 	p := textsafe.String(n.Path)
 	if n.Type == "dir" {
 		p += "/"
 	}
-	fmt.Fprintf(w, "%s %10s  %s  %s\n", n.Mode, size, n.ModTime.Local().Format("2006-01-02 15:04:05"), p)
+	fmt.Fprintf(w, "%s %10s  %s  %s\n", n.Mode, nodeSize(n), n.ModTime.Local().Format("2006-01-02 15:04:05"), p)
+}
+
+// nodeSize is a file's size as the human output shows it; "-" for what is not a file.
+func nodeSize(n engine.Node) string {
+	if n.Type != "file" {
+		return "-"
+	}
+	var b uint64
+	if n.Size != nil {
+		b = *n.Size
+	}
+	return engine.FormatBytes(int64(min(b, 1<<62)))
 }
 
 // browseJob is a job whose snapshots are browsed: its snapshots as holdfast's inventory knows

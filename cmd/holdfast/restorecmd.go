@@ -177,11 +177,7 @@ func (g *globals) restoreDryRun(cmd *cobra.Command, st *store.Store, req restore
 			}
 			return json.NewEncoder(out).Encode(o)
 		}
-		size := "-"
-		if w.Node.Type == "file" {
-			size = engine.FormatBytes(int64(min(valueOr(w.Node.Size), 1<<62)))
-		}
-		fmt.Fprintf(out, "%-9s %10s  %s\n", action, size, textsafe.String(w.Path))
+		fmt.Fprintf(out, "%-9s %10s  %s\n", action, nodeSize(w.Node), textsafe.String(w.Path))
 		return nil
 	})
 	if err != nil {
@@ -192,11 +188,4 @@ func (g *globals) restoreDryRun(cmd *cobra.Command, st *store.Store, req restore
 			snap, count(writes, "entry", "entries"), engine.FormatBytes(int64(min(bytes, 1<<62))), over)
 	}
 	return nil
-}
-
-func valueOr(n *uint64) uint64 {
-	if n == nil {
-		return 0
-	}
-	return *n
 }
