@@ -230,14 +230,15 @@ func TestRepositorySchedulesHaveSlots(t *testing.T) {
 // (a live run of the job) writes neither run nor event.
 func TestRunAdmitRequestedBy(t *testing.T) {
 	b := storetest.Setup(t)
-	job := storetest.Job(t, b.Store, &storetest.JobOpts{Name: "asked", Repository: "/r"})
-	restore := func(by string) (model.Run, error) {
-		return b.Store.RunAdmit(b.Ctx, store.RunAdmitParams{Job: job.Name, Trigger: model.TriggerManual, Kind: model.KindRestore, Host: b.Host,
+	asked := storetest.Job(t, b.Store, &storetest.JobOpts{Name: "asked", Repository: "/r"})
+	fromCLI := storetest.Job(t, b.Store, &storetest.JobOpts{Name: "from-cli", Repository: "/r2"})
+	restore := func(job, by string) (model.Run, error) {
+		return b.Store.RunAdmit(b.Ctx, store.RunAdmitParams{Job: job, Trigger: model.TriggerManual, Kind: model.KindRestore, Host: b.Host,
 			Restore: model.Restore{Target: "/restored", Snapshot: strings.Repeat("9", 64)}, RequestedBy: by})
 	}
 	requested := func() []model.Event {
 		t.Helper()
-		events, err := b.Store.EventList(b.Ctx, store.EventListParams{Job: job.Name, Limit: 100})
+		events, err := b.Store.EventList(b.Ctx, store.EventListParams{Limit: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,25 +250,22 @@ func TestRunAdmitRequestedBy(t *testing.T) {
 		}
 		return out
 	}
-	run, err := restore("ops-team")
+	run, err := restore(asked.Name, "ops-team")
 	if err != nil {
 		t.Fatal(err)
 	}
 	events := requested()
-	if len(events) != 1 || events[0].Run == nil || *events[0].Run != run.ID || !strings.Contains(string(events[0].Details), `"requested_by": "ops-team"`) ||
-		events[0].Reason != "restore asked for from the dashboard by ops-team" {
+	if len(events) != 1 || events[0].Job != asked.Name || events[0].Run == nil || *events[0].Run != run.ID ||
+		!strings.Contains(string(events[0].Details), `"requested_by": "ops-team"`) || events[0].Reason != "restore asked for from the dashboard by ops-team" {
 		t.Fatalf("events after a dashboard restore: %+v", events)
 	}
-	if _, err := restore("ops-team"); err == nil {
+	if _, err := restore(asked.Name, "ops-team"); err == nil {
 		t.Fatal("a second restore beside a live one was admitted")
 	}
 	if n := len(requested()); n != 1 {
 		t.Fatalf("a refused admission left %d restore_requested events, want the first alone", n)
 	}
-	if _, err := b.DB.Exec(b.Ctx, `UPDATE runs SET status = 'succeeded', finished_at = now() WHERE id = $1`, run.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := restore(""); err != nil {
+	if _, err := restore(fromCLI.Name, ""); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(requested()); n != 1 {
