@@ -94,7 +94,7 @@ func RunDrill(ctx context.Context, cfg DrillConfig) int {
 	defer os.RemoveAll(cfg.Scratch)
 	argv := append(cfg.Restic[:len(cfg.Restic):len(cfg.Restic)], "restore", "--target", cfg.Scratch, "--verify")
 	for _, f := range sample.Files {
-		argv = append(argv, "--include", globEscape(f.Path))
+		argv = append(argv, "--include", GlobEscape(f.Path))
 	}
 	restore := interruptible(exec.CommandContext(ctx, argv[0], append(argv[1:], sample.SnapshotID)...))
 	restore.Stderr, restore.Stdout = cfg.Stderr, io.Discard
@@ -215,8 +215,8 @@ func SampleFiles(r io.Reader, n int, rng *rand.Rand) (Sample, error) {
 	return s, nil
 }
 
-// globEscape makes a path a restic --include pattern that matches only itself.
-func globEscape(p string) string {
+// GlobEscape makes a path a restic pattern (--include, find) that matches only itself.
+func GlobEscape(p string) string {
 	var b strings.Builder
 	for _, r := range p {
 		if strings.ContainsRune(`*?[]\`, r) {

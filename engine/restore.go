@@ -92,6 +92,11 @@ type Restore struct {
 	// Since is when the restore started: a file under the target changed before it (one that
 	// was there before a restore with --overwrite) is not the restore's. Zero takes every file.
 	Since time.Time
+	// PutBack, if set, puts what restic restored back at its own paths (a restore to the
+	// original paths, whose Target is its stage) once restic restored it (exit 0) or lost only
+	// what the sandbox forbids (3). Its events are the attempt's; its status, if not 0, is
+	// the attempt's: 3 (partial) if it kept entries, 1 if it failed to put some back.
+	PutBack func(stderr io.Writer) (events []Event, status int)
 
 	losses   int             // the items restic reported the sandbox refused
 	reported map[string]bool // every item restic reported, up to maxReported
@@ -156,7 +161,16 @@ func (r *Restore) Finish(ctx context.Context, status int, fatal *Fatal, stderr i
 		msg := fmt.Sprintf("restic exited 1 after %s, each a loss the restore's sandbox forbids: the rest is restored (exit status 3, partial)",
 			plural(int64(counted), "error"))
 		fmt.Fprintf(stderr, "holdfast: %s\n", msg)
-		return append(evs, Event{TypeWarning, Warning{Message: msg}}), 3, nil
+		evs = append(evs, Event{TypeWarning, Warning{Message: msg}})
+		status, fatal = 3, nil
+	}
+	if r.PutBack != nil && (status == 0 || status == 3) {
+		// Whatever stops the unit now: what restic restored goes into place, a rename each.
+		put, putStatus := r.PutBack(stderr)
+		evs = append(evs, put...)
+		if putStatus == 1 || putStatus == 3 && status == 0 {
+			status = putStatus
+		}
 	}
 	return evs, status, fatal
 }

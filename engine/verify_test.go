@@ -100,8 +100,8 @@ func FuzzSampleFiles(f *testing.F) {
 
 func TestGlobEscape(t *testing.T) {
 	for in, want := range map[string]string{"/a/b c": "/a/b c", "/x*y?[z]": `/x\*y\?\[z\]`, `/back\slash`: `/back\\slash`} {
-		if got := globEscape(in); got != want {
-			t.Errorf("globEscape(%q) = %q, want %q", in, got, want)
+		if got := GlobEscape(in); got != want {
+			t.Errorf("GlobEscape(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -18,10 +18,13 @@ func init() {
 // progress measured.
 func restored(rs model.Restore, p *model.Progress) string {
 	what := "snapshot " + shortID(rs.Snapshot)
-	if len(rs.Includes) > 0 {
+	if len(rs.Includes) > 0 && !rs.ToOriginal {
 		what += fmt.Sprintf(" (%d include pattern(s))", len(rs.Includes))
 	}
 	reason := fmt.Sprintf("restore complete: %s restored into %s", what, rs.Target)
+	if rs.ToOriginal {
+		reason = fmt.Sprintf("restore complete: snapshot %s put back where it was (%d include path(s))", shortID(rs.Snapshot), len(rs.Includes))
+	}
 	if p != nil {
 		reason += fmt.Sprintf(", %d files, %s", p.FilesDone, engine.FormatBytes(p.BytesDone))
 	}

@@ -9,12 +9,17 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/putback"
 	"github.com/holdfast-backup/holdfast/safepath"
+	"github.com/holdfast-backup/holdfast/setting"
 	"github.com/holdfast-backup/holdfast/store"
 )
 
@@ -28,6 +33,10 @@ type RestoreParams struct {
 	Overwrite, Wait       bool
 	Host                  string
 	RequestedBy           string
+	// ToOriginal puts Includes (paths of the snapshot, not patterns) back where they were
+	// instead of restoring into Target, which is then "": see model.Restore.ToOriginal.
+	// Overwrite then replaces what has changed there since the snapshot.
+	ToOriginal bool
 }
 
 // RestoreConfig is what Restore needs besides the store: the job's query units (the snapshot
@@ -53,7 +62,7 @@ type RefusedError struct{ Msg string }
 func (e *RefusedError) Error() string { return e.Msg }
 
 func refused(format string, args ...any) error {
-	return &RefusedError{Msg: fmt.Sprintf(format, args...)}
+	return &RefusedError{Msg: setting.Sprintf(format, args...)}
 }
 
 // Restored is a restore admitted: its run, why no live daemon can take it yet ("" one can), and
@@ -75,13 +84,47 @@ func Restore(ctx context.Context, cfg RestoreConfig, p RestoreParams) (Restored,
 		return Restored{}, err
 	}
 	out := Restored{Started: Started{Unable: c.unable}}
-	rs := model.Restore{Target: p.Target, Snapshot: c.snapshot, Includes: p.Includes}
+	rs := model.Restore{Target: c.target, Snapshot: c.snapshot, Includes: p.Includes, ToOriginal: p.ToOriginal, Overwrite: p.ToOriginal && p.Overwrite}
 	// The totals only make the progress a percentage: without them it still counts. restic's
 	// stats size a whole snapshot; a part of it named by paths is summed from its listing; one
 	// named by patterns stays unsized.
 	var sized bool
 	var b, n int64
 	switch {
+	case p.ToOriginal:
+		// What it would do is what decides whether it is worth a run; its files are its size.
+		var put, kept, same int
+		err = planWrites(ctx, cfg, p, c, func(w Write) error {
+			switch w.Action {
+			case WriteNew, WriteOver:
+				put++
+			case WriteKeep:
+				kept++
+			case WriteSame:
+				same++
+			}
+			if w.Node.Type == "file" {
+				n++
+				if w.Node.Size != nil {
+					b += int64(min(*w.Node.Size, 1<<62))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return Restored{}, err
+		}
+		if put == 0 {
+			why := count(same, "entry is", "entries are") + " as the snapshot has it"
+			if kept > 0 {
+				why = count(kept, "entry has", "entries have") + setting.Sprintf(" changed since the snapshot (give {Restore.Overwrite} to replace what has changed)")
+				if same > 0 {
+					why += " and " + count(same, "is", "are") + " as the snapshot has it"
+				}
+			}
+			return Restored{}, refused("nothing to put back: %s; nothing was queued", why)
+		}
+		sized = true
 	case len(p.Includes) == 0:
 		b, n, err = c.restic.RestoreSize(ctx, c.ej, c.snapshot)
 		sized = true
@@ -104,12 +147,12 @@ func Restore(ctx context.Context, cfg RestoreConfig, p RestoreParams) (Restored,
 	undo := func() {
 		if made.Created {
 			if a, perr := c.probe(jobdef.TargetRemove); perr != nil || a.Why != "" {
-				out.Warnings = append(out.Warnings, fmt.Sprintf("the target %s made for the restore was left: %v%s", p.Target, perr, a.Why))
+				out.Warnings = append(out.Warnings, fmt.Sprintf("the target %s made for the restore was left: %v%s", c.target, perr, a.Why))
 			}
 		}
 	}
 	// The target as root finds it now is the one every spawn of the restore must find again.
-	target, err := CheckTarget(p.Target, c.id, true)
+	target, err := CheckTarget(c.target, c.id, true)
 	if err != nil {
 		undo()
 		return Restored{Warnings: out.Warnings}, err
@@ -156,11 +199,13 @@ func includedSize(ctx context.Context, browse jobunit.Browser, c restoreCheck, i
 }
 
 // restoreCheck is what a restore's checks found: the job, its user, why no daemon can take it
-// yet, the snapshot's full id, and how to ask its repository and probe its target.
+// yet, its target (for a restore to the original paths, where its stage goes), the snapshot's
+// full id, and how to ask its repository and probe its target.
 type restoreCheck struct {
 	job      model.Job
 	id       jobdef.Identity
 	unable   string
+	target   string
 	snapshot string
 	restic   engine.Restic
 	ej       engine.Job
@@ -170,7 +215,14 @@ type restoreCheck struct {
 // checkRestore makes the checks a restore and its dry run share, changing nothing: the job, the
 // host, the target as the job's user and as root, the snapshot in the repository.
 func checkRestore(ctx context.Context, cfg RestoreConfig, p RestoreParams) (restoreCheck, error) {
-	if err := jobdef.ValidateTarget(p.Target); err != nil {
+	if p.ToOriginal {
+		if p.Target != "" {
+			return restoreCheck{}, refused("give {Restore.Target} or {Restore.ToOriginal}, not both")
+		}
+		if err := checkOriginals(p.Includes); err != nil {
+			return restoreCheck{}, err
+		}
+	} else if err := jobdef.ValidateTarget(p.Target); err != nil {
 		return restoreCheck{}, &RefusedError{Msg: err.Error()}
 	}
 	j, err := cfg.Store.JobGet(ctx, p.Job)
@@ -197,15 +249,22 @@ func checkRestore(ctx context.Context, cfg RestoreConfig, p RestoreParams) (rest
 	if c.id, err = jobdef.ResolveIdentity(j.User, j.Group); err != nil {
 		return restoreCheck{}, &RefusedError{Msg: err.Error()}
 	}
+	c.target = p.Target
+	if p.ToOriginal {
+		if c.target, err = originalBase(p.Includes, c.id); err != nil {
+			return restoreCheck{}, err
+		}
+	}
 	c.probe = func(op jobdef.TargetOp) (jobdef.TargetAnswer, error) {
-		return jobdef.ProbeTargetAs(cfg.Probe, c.id, jobdef.TargetProbe{Op: op, Path: p.Target, Overwrite: p.Overwrite})
+		// The stage's directory is not for the restore alone: that it holds more is no matter.
+		return jobdef.ProbeTargetAs(cfg.Probe, c.id, jobdef.TargetProbe{Op: op, Path: c.target, Overwrite: p.Overwrite || p.ToOriginal})
 	}
 	if a, err := c.probe(jobdef.TargetCheck); err != nil {
 		return restoreCheck{}, err
 	} else if a.Why != "" {
 		return restoreCheck{}, refused("%s; nothing was queued", a.Why)
 	}
-	if _, err := CheckTarget(p.Target, c.id, false); err != nil {
+	if _, err := CheckTarget(c.target, c.id, false); err != nil {
 		return restoreCheck{}, err
 	}
 	c.restic, c.ej = jobunit.Restic(cfg.Units, j, false)
@@ -219,12 +278,23 @@ func checkRestore(ctx context.Context, cfg RestoreConfig, p RestoreParams) (rest
 	return c, nil
 }
 
-// Write is what a restore would write at one path of its target (RestorePlan): a new entry, or
-// one over what is there (Present, with what it is now).
+// What a restore would do at one path (Write.Action).
+const (
+	WriteNew  = "write"     // nothing is there: it is written
+	WriteOver = "overwrite" // it is written over what is there
+	// A restore to the original paths only:
+	WriteSame  = "same"  // it is there as the snapshot has it: left
+	WriteKeep  = "keep"  // it has changed since the snapshot: kept, without Overwrite
+	WriteMerge = "merge" // a directory is there: what is in it is judged entry by entry
+)
+
+// Write is what a restore would do at one path (RestorePlan): the snapshot's entry, and what is
+// there now (Present, with what it is).
 type Write struct {
-	Path string      // in the target
-	Node engine.Node // the snapshot's entry
-	// Present is set when something is there already: the restore writes over it.
+	Path   string      // where it goes: in the target, or its own path
+	Node   engine.Node // the snapshot's entry
+	Action string      // WriteNew, WriteOver, ...
+	// Present is set when something is there already.
 	Present       bool
 	PresentDir    bool
 	PresentSize   int64
@@ -234,45 +304,187 @@ type Write struct {
 // RestorePlan makes a restore's checks, as Restore does, and instead of admitting it hands each
 // entry it would write to each, in the snapshot's order: a dry run, which writes and queues
 // nothing. What is in the target now is read by root along a way only root and the job's user
-// control (safepath), as the restore's unit would find it. Includes must be absolute paths of
-// the snapshot: restic's patterns are its own to match.
+// control (safepath), as the restore's unit would find it; what is at the original paths, as
+// the unit would put the entries back (putback.Look). Includes must be absolute paths of the
+// snapshot: restic's patterns are its own to match.
 func RestorePlan(ctx context.Context, cfg RestoreConfig, p RestoreParams, each func(Write) error) (snapshot string, err error) {
-	dirs := []string{"/"}
-	if len(p.Includes) > 0 {
-		dirs = dirs[:0]
+	if !p.ToOriginal {
 		for _, inc := range p.Includes {
 			if !literalPaths([]string{inc}) {
 				return "", refused("--include %q: a dry run lists paths of the snapshot (such as /home/alice/notes.txt), not patterns", inc)
 			}
-			dirs = append(dirs, path.Clean(inc))
 		}
 	}
 	c, err := checkRestore(ctx, cfg, p)
 	if err != nil {
 		return "", err
 	}
+	return c.snapshot, planWrites(ctx, cfg, p, c, each)
+}
+
+// planWrites lists what the restore c checked would do, entry by entry (RestorePlan).
+func planWrites(ctx context.Context, cfg RestoreConfig, p RestoreParams, c restoreCheck, each func(Write) error) error {
+	dirs := []string{"/"}
+	if len(p.Includes) > 0 {
+		dirs = dirs[:0]
+		for _, inc := range p.Includes {
+			dirs = append(dirs, path.Clean(inc))
+		}
+	}
 	browse := jobunit.Browser{Config: cfg.Units}
 	for _, dir := range dirs {
 		seen := dir == "/"
 		err := browse.Ls(ctx, c.job, c.snapshot, dir, true, func(n engine.Node) error {
 			seen = seen || n.Path == dir
-			w := Write{Path: filepath.Join(p.Target, n.Path), Node: n}
-			if there, err := safepath.Resolve(w.Path, int(c.id.UID)); err == nil {
-				w.Present, w.PresentDir, w.PresentSize = true, there.IsDir(), there.Size
-			} else if !errors.Is(err, fs.ErrNotExist) {
-				// Refused on the way (a link of another user's): the restore's unit would be too.
-				return refused("%s: %v", w.Path, err)
+			var w Write
+			var err error
+			if p.ToOriginal {
+				w, err = originalWrite(c.target, n, p.Overwrite)
+			} else {
+				w, err = targetWrite(c.target, n, int(c.id.UID))
+			}
+			if err != nil {
+				return err
 			}
 			return each(w)
 		})
 		if err != nil {
-			return c.snapshot, err
+			return err
 		}
 		if !seen {
-			return c.snapshot, refused("--include %s: snapshot %.8s holds nothing there", dir, c.snapshot)
+			return refused("--include %s: snapshot %.8s holds nothing there", dir, c.snapshot)
 		}
 	}
-	return c.snapshot, nil
+	return nil
+}
+
+// targetWrite is what a restore into target would do with n.
+func targetWrite(target string, n engine.Node, uid int) (Write, error) {
+	w := Write{Path: filepath.Join(target, n.Path), Node: n, Action: WriteNew}
+	there, err := safepath.Resolve(w.Path, uid)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// Refused on the way (a link of another user's): the restore's unit would be too.
+		return Write{}, refused("%s: %v", w.Path, err)
+	}
+	if err == nil {
+		w.Present, w.PresentDir, w.PresentSize = true, there.IsDir(), there.Size
+		if !(w.PresentDir && n.Type == "dir") {
+			w.Action = WriteOver
+		}
+	}
+	return w, nil
+}
+
+// originalWrite is what a restore to the original paths, staged in base, would do with n.
+func originalWrite(base string, n engine.Node, overwrite bool) (Write, error) {
+	w := Write{Path: n.Path, Node: n, Action: WriteNew}
+	st, err := putback.Look(base, n.Path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return w, nil
+	case errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP):
+		// Below something that is not a directory now, which is replaced with Overwrite only.
+		if !overwrite {
+			w.Action = WriteKeep
+		}
+		return w, nil
+	case err != nil:
+		return Write{}, fmt.Errorf("look at %s: %w", n.Path, err)
+	}
+	w.Present, w.PresentSize = true, st.Size
+	w.PresentDir = st.Mode&unix.S_IFMT == unix.S_IFDIR
+	w.PresentIsLink = st.Mode&unix.S_IFMT == unix.S_IFLNK
+	switch {
+	case w.PresentDir && n.Type == "dir":
+		w.Action = WriteMerge
+	case unchanged(&st, n):
+		w.Action = WriteSame
+	case !overwrite || w.PresentDir:
+		// A directory there is never replaced by what is not one.
+		w.Action = WriteKeep
+	default:
+		w.Action = WriteOver
+	}
+	return w, nil
+}
+
+// unchanged reports whether st is the snapshot's n as far as its listing tells: one kind, owner
+// and permissions, and a file of one size and modification time.
+func unchanged(st *unix.Stat_t, n engine.Node) bool {
+	kinds := map[string]uint32{"file": unix.S_IFREG, "dir": unix.S_IFDIR, "symlink": unix.S_IFLNK, "dev": unix.S_IFBLK,
+		"chardev": unix.S_IFCHR, "fifo": unix.S_IFIFO, "socket": unix.S_IFSOCK}
+	if kinds[n.Type] != st.Mode&unix.S_IFMT || uint32(n.Mode.Perm()) != st.Mode&0o777 || n.UID != st.Uid || n.GID != st.Gid {
+		return false
+	}
+	if n.Type != "file" {
+		return true
+	}
+	return n.Size != nil && *n.Size == uint64(st.Size) && n.ModTime.Equal(time.Unix(st.Mtim.Unix()))
+}
+
+// checkOriginals checks a restore to the original paths' includes as they are asked for: at
+// least one, each an absolute clean path with no pattern's character, none inside another.
+func checkOriginals(includes []string) error {
+	if len(includes) == 0 {
+		return refused("{Restore.ToOriginal} puts back paths of the snapshot: give them with {Restore.Includes}, such as /home/alice/notes.txt")
+	}
+	for _, inc := range includes {
+		if !literalPaths([]string{inc}) || path.Clean(inc) != inc || inc == "/" {
+			return refused("--include %q: {Restore.ToOriginal} puts back paths of the snapshot (such as /home/alice/notes.txt), clean and absolute, not / or patterns", inc)
+		}
+		for _, other := range includes {
+			if strings.HasPrefix(inc, other+"/") {
+				return refused("--include %s is inside --include %s: give the one", inc, other)
+			}
+		}
+	}
+	return nil
+}
+
+// originalBase is the directory a restore to the original paths stages its tree in: the
+// nearest to the includes' directories that the rule of a restore's target admits (safepath;
+// for a root job root's alone, since restic writes there as root) and that is on their file
+// system, so that each entry goes into place by a rename. Each include's directory must be
+// there, reached without a link: the entries are put back into it, never through a link.
+func originalBase(includes []string, id jobdef.Identity) (string, error) {
+	var dev uint64
+	var common string
+	for i, inc := range includes {
+		dir := filepath.Dir(inc)
+		st, err := putback.Look("/", dir)
+		if err != nil {
+			return "", refused("--include %s: its directory %s: %s; {Restore.ToOriginal} puts entries back into directories that are there, reached without a link (put back the directory, or restore with {Restore.Target})",
+				inc, dir, safepath.Cause(err))
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return "", refused("--include %s: %s is %s, not a directory", inc, dir, putback.Describe(&st))
+		}
+		switch {
+		case i == 0:
+			dev, common = st.Dev, dir
+		case st.Dev != dev:
+			return "", refused("--include %s is on another file system than %s: put them back one restore at a time", inc, includes[0])
+		default:
+			for common != "/" && dir != common && !strings.HasPrefix(dir, common+"/") {
+				common = filepath.Dir(common)
+			}
+		}
+	}
+	for d := common; ; d = filepath.Dir(d) {
+		n, err := safepath.Writable(d, int(id.UID))
+		if err == nil && n.IsDir() && n.Dev == dev && (id.UID == 0 || n.UID == id.UID) {
+			return n.Path, nil
+		}
+		if d == "/" {
+			break
+		}
+	}
+	who := "root alone"
+	if id.UID != 0 {
+		who = "user " + id.String() + " owns and no one else may change"
+	}
+	return "", refused("no directory that %s is on the way to %s, on its file system: the restore has nowhere to stage it; restore with {Restore.Target}",
+		who, common)
 }
 
 // CheckTarget holds a restore's target to the rule its unit's spawn holds it to (safepath, for
@@ -327,4 +539,12 @@ func PickSnapshot(listed []engine.Snapshot, jobName, want string) (string, error
 		return found[0], nil
 	}
 	return "", refused("snapshot %s is ambiguous in the repository of job %s (%d match): give more of its id", want, jobName, len(found))
+}
+
+// count is n things, in a message: "1 entry has", "2 entries have".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

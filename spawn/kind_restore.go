@@ -3,6 +3,7 @@ package spawn
 import (
 	"strconv"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/model"
 )
@@ -26,9 +27,23 @@ func init() {
 
 func restoreCommand(b *unitBuild) []string {
 	rs := b.run.Restore
-	argv := b.restic.RestoreArgv(b.ej, rs.Snapshot, rs.Target, rs.Includes, false)
+	target, includes := rs.Target, rs.Includes
+	if rs.ToOriginal {
+		// restic restores into a stage in the target, on the paths' file system, and holdfast
+		// exec puts each path back from there (putback). The paths are paths, not patterns.
+		target, includes = rs.StagePath(b.run.ID), make([]string, len(rs.Includes))
+		for i, inc := range rs.Includes {
+			includes[i] = engine.GlobEscape(inc)
+			b.exec = append(b.exec, "--put-back", inc)
+		}
+		b.exec = append(b.exec, "--put-back-base", rs.Target)
+		if rs.Overwrite {
+			b.exec = append(b.exec, "--put-back-overwrite")
+		}
+	}
+	argv := b.restic.RestoreArgv(b.ej, rs.Snapshot, target, includes, false)
 	// restic 0.14 reports no progress of a restore: what is under the target is measured.
-	b.exec = append(b.exec, "--progress-dir", rs.Target, "--restore-target", rs.Target)
+	b.exec = append(b.exec, "--progress-dir", target, "--restore-target", target)
 	// The sandbox refuses setuid/setgid bits, which restic does not always say it lost:
 	// exec compares restic's listing of the snapshot with the target.
 	for _, arg := range b.restic.ListArgv(b.ej, rs.Snapshot) {

@@ -35,8 +35,8 @@ const runHead = `r.id, r.job_name, r.trigger, r.status, coalesce(r.paused_reason
 
 const runTail = `, r.retry_of, r.retry_number, r.retried_by, r.kind,
 	r.forget_ids, r.plan_id, r.budget_bytes, coalesce(r.host, ''), coalesce(r.restore_target, ''), coalesce(r.restore_snapshot, ''),
-	r.restore_includes, r.restore_total_bytes, r.restore_total_files, r.restore_target_id, r.verify_subset, r.drill_files,
-	coalesce(r.copy_snapshot, ''), r.on_copy`
+	r.restore_includes, r.restore_total_bytes, r.restore_total_files, r.restore_target_id, r.restore_to_original, r.restore_overwrite,
+	r.verify_subset, r.drill_files, coalesce(r.copy_snapshot, ''), r.on_copy`
 
 // hostNote says why a live run waits on its host, which outranks any other waiting reason: the
 // host that holds its attempt, or the host its job is pinned to, is down or draining. The live
@@ -61,7 +61,8 @@ func runDest(r *model.Run) []any {
 		&r.BytesAdded, &r.BytesProcessed, &r.FilesProcessed, &r.FilesSkipped,
 		&r.PlannedAt, &r.NotBefore, &r.WaitingReason, &r.RetryOf, &r.RetryNumber, &r.RetriedBy, &r.Kind,
 		&r.ForgetIDs, &r.PlanID, &r.BudgetBytes, &r.Host, &r.Restore.Target, &r.Restore.Snapshot,
-		&r.Restore.Includes, &r.Restore.TotalBytes, &r.Restore.TotalFiles, &r.Restore.TargetID, &r.Verify.ReadDataSubset, &r.Verify.DrillFiles,
+		&r.Restore.Includes, &r.Restore.TotalBytes, &r.Restore.TotalFiles, &r.Restore.TargetID, &r.Restore.ToOriginal, &r.Restore.Overwrite,
+		&r.Verify.ReadDataSubset, &r.Verify.DrillFiles,
 		&r.CopySnapshot, &r.OnCopy,
 		&r.HeldBytes, &r.SettledBytes}
 }
@@ -227,12 +228,13 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 	rs := n.restore
 	if _, err := tx.Exec(ctx, `INSERT INTO runs (id, job_id, job_name, trigger, kind, planned_at, retry_of, retry_number,
 			not_before, waiting_reason, forget_ids, plan_id, host, restore_target, restore_snapshot, restore_includes,
-			restore_total_bytes, restore_total_files, verify_subset, drill_files, copy_snapshot, on_copy, restore_target_id)
+			restore_total_bytes, restore_total_files, verify_subset, drill_files, copy_snapshot, on_copy, restore_target_id,
+			restore_to_original, restore_overwrite)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''), $11, $12, nullif($13, ''), nullif($14, ''), nullif($15, ''),
-			$16, $17, $18, $19, $20, nullif($21, ''), $22, $23)`, id, n.jobID, n.jobName, n.trigger, kind,
+			$16, $17, $18, $19, $20, nullif($21, ''), $22, $23, $24, $25)`, id, n.jobID, n.jobName, n.trigger, kind,
 		n.plannedAt, n.retryOf, n.retryNumber, n.notBefore, n.waitingReason, nonNil(n.forgetIDs), n.planID,
 		n.host, rs.Target, rs.Snapshot, nonNil(rs.Includes), rs.TotalBytes, rs.TotalFiles,
-		n.verify.ReadDataSubset, n.verify.DrillFiles, n.copySnapshot, n.onCopy, rs.TargetID); err != nil {
+		n.verify.ReadDataSubset, n.verify.DrillFiles, n.copySnapshot, n.onCopy, rs.TargetID, rs.ToOriginal, rs.Overwrite); err != nil {
 		return false, err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO attempts (run_id, attempt_no) VALUES ($1, 1)`, id); err != nil {

@@ -77,11 +77,12 @@ const afterInterruptTimeout = time.Minute
 const restoreProgressEvery = 3 * time.Second
 
 func execCmd() *cobra.Command {
-	var runID, journalPath, engineName, kind, progressDir, stdinFrom, restoreTarget string
+	var runID, journalPath, engineName, kind, progressDir, stdinFrom, restoreTarget, putBackBase string
+	var putBackOverwrite bool
 	var attempt int
 	var totalBytes, totalFiles int64
 	var creds credentialFlags
-	var before, afterInterrupt, beforeSource, afterInterruptSource, hooksBefore, hooksAfter, restoreList []string
+	var before, afterInterrupt, beforeSource, afterInterruptSource, hooksBefore, hooksAfter, restoreList, putBackPaths []string
 	cmd := &cobra.Command{
 		Use:    "exec --run R --attempt N --journal FILE --engine restic -- COMMAND...",
 		Short:  "Run an engine inside a backup unit, writing its run journal (used by the daemon's units)",
@@ -97,12 +98,21 @@ func execCmd() *cobra.Command {
 				return InputError{err}
 			}
 			var execParser engine.Parser = parser
+			var staged *stagedRestore
 			if restoreTarget != "" {
 				restic, ok := parser.(engine.Restic)
 				if !ok || kind != engine.OpRestore {
 					return badInput("--restore-target is for a restic restore, not engine %s kind %q", engineName, kind)
 				}
 				execParser = &engine.Restore{Restic: restic, Target: restoreTarget, List: restoreList}
+			}
+			if putBackBase != "" {
+				r, ok := execParser.(*engine.Restore)
+				if !ok || len(putBackPaths) == 0 {
+					return badInput("--put-back-base is for a restic restore with --restore-target (its stage) and --put-back paths")
+				}
+				staged = &stagedRestore{base: putBackBase, stage: restoreTarget, paths: putBackPaths, overwrite: putBackOverwrite}
+				r.PutBack = staged.putBack
 			}
 			var progress func() (engine.Progress, bool)
 			if progressDir != "" {
@@ -146,6 +156,16 @@ func execCmd() *cobra.Command {
 						fmt.Fprintf(os.Stderr, "holdfast exec: close run journal: %v\n", err)
 					}
 				}
+			}
+			if staged != nil {
+				if err := staged.prepare(); err != nil {
+					msg := fmt.Sprintf("the restore to the original paths cannot begin: %v", err)
+					fmt.Fprintf(os.Stderr, "holdfast exec: %s\n", msg)
+					_ = emit(engine.TypeFatal, engine.Fatal{Message: msg})
+					closeJournal()
+					return ExitStatus(1)
+				}
+				defer staged.remove(os.Stderr)
 			}
 			if len(hooksBefore) > 0 {
 				if status, fatal := runBeforeHooks(cmd.Context(), hooksBefore, runID, attempt, emit); status != 0 {
@@ -203,6 +223,9 @@ func execCmd() *cobra.Command {
 	f.Int64Var(&totalBytes, "progress-total-bytes", 0, "the bytes --progress-dir will hold at the end (0: unknown)")
 	f.Int64Var(&totalFiles, "progress-total-files", 0, "the files --progress-dir will hold at the end (0: unknown)")
 	f.StringVar(&restoreTarget, "restore-target", "", "a restore's target: what the sandbox kept restic from restoring there (setuid/setgid bits, device nodes) is an item error each, and a restore that lost only that exits 3")
+	f.StringVar(&putBackBase, "put-back-base", "", "a restore to the original paths: the directory its stage (--restore-target) is in, from which the --put-back paths are reached")
+	f.StringArrayVar(&putBackPaths, "put-back", nil, "a path the restore puts back where it was, from its stage (repeatable)")
+	f.BoolVar(&putBackOverwrite, "put-back-overwrite", false, "replace what has changed at a --put-back path since the snapshot (else it is kept)")
 	f.StringArrayVar(&restoreList, "restore-list", nil, "the command that lists the restored snapshot (restic ls --json ID), one argument per flag: compared with --restore-target for the setuid/setgid bits restic does not report lost")
 	f.StringArrayVar(&before, "before", nil, "a command to run first, one argument per flag; its failure is ignored")
 	f.StringArrayVar(&hooksAfter, "hook-after", nil, "a job's after hook, as --hook-before, run whatever the outcome (repeatable, in order)")

@@ -104,22 +104,9 @@ func (s *server) entryOf(r *http.Request, job string, snapshot string, n engine.
 	case "dir":
 		e.Open = "/jobs/" + url.PathEscape(job) + "/snapshots/" + snapshot + "?" + url.Values{"path": {n.Path}}.Encode()
 	case "file":
-		e.Versions = "/jobs/" + url.PathEscape(job) + "/find?" + url.Values{"pattern": {exactPattern(n.Path)}}.Encode()
+		e.Versions = "/jobs/" + url.PathEscape(job) + "/find?" + url.Values{"pattern": {engine.GlobEscape(n.Path)}}.Encode()
 	}
 	return e
-}
-
-// exactPattern is a search pattern matching path alone: restic's patterns are globs, whose
-// characters in a name are escaped.
-func exactPattern(p string) string {
-	var b strings.Builder
-	for _, r := range p {
-		if strings.ContainsRune(`\*?[`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 func (s *server) tree(ctx context.Context, r *http.Request) (any, error) {

@@ -119,7 +119,7 @@ func TestBrowseTree(t *testing.T) {
 	if !strings.Contains(body, `?path=%2Fsrv%2Fa"`) {
 		t.Fatalf("tree has no link into /srv/a:\n%s", body)
 	}
-	want := url.Values{"pattern": {`/srv/a\[1].txt`}}.Encode()
+	want := url.Values{"pattern": {`/srv/a\[1\].txt`}}.Encode()
 	if !strings.Contains(body, want) {
 		t.Fatalf("tree has no versions link with pattern %s:\n%s", want, body)
 	}
@@ -324,7 +324,7 @@ func TestBrowseRestore(t *testing.T) {
 	globbed := good(opCSRF)
 	globbed.Set("path", "/srv/a[1]*.txt")
 	if w := do("POST", "/jobs/docs/restore", operator, globbed, sameSite); w.Code != http.StatusSeeOther ||
-		len(asked) != 2 || !slices.Equal(asked[1].Includes, []string{`/srv/a\[1]\*.txt`}) {
+		len(asked) != 2 || !slices.Equal(asked[1].Includes, []string{`/srv/a\[1\]\*.txt`}) {
 		t.Fatalf("the restore of /srv/a[1]*.txt: %d, asked %+v", w.Code, asked)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/store"
@@ -90,7 +91,7 @@ func (s *server) restoreForm(ctx context.Context, r *http.Request, values url.Va
 	}
 	p = path.Clean(p)
 	return restorePage{page: page{"Restore from snapshot " + snap.ID[:8] + " of " + j.Name, now()}, Job: j, Snapshot: snap,
-		Path: p, Shown: textsafe.String(p), Include: textsafe.String(exactPattern(p)), CSRF: s.csrfToken(principalOf(r))}, nil
+		Path: p, Shown: textsafe.String(p), Include: textsafe.String(engine.GlobEscape(p)), CSRF: s.csrfToken(principalOf(r))}, nil
 }
 
 func (s *server) restoreGet(ctx context.Context, r *http.Request) (any, error) {
@@ -139,7 +140,7 @@ func (s *server) restorePost(w http.ResponseWriter, r *http.Request) {
 		Host: s.cfg.Host, RequestedBy: who.Label}
 	if form.Path != "/" {
 		// restic reads an include as a pattern: the path's glob characters are escaped.
-		p.Includes = []string{exactPattern(form.Path)}
+		p.Includes = []string{engine.GlobEscape(form.Path)}
 	}
 	restored, err := s.cfg.Restore(ctx, p)
 	for _, warning := range restored.Warnings {

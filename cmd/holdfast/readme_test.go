@@ -182,6 +182,12 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 		strings.Fields(d)[1] != strings.Fields(d)[3] {
 		t.Fatalf("a root job's restore of alice's home: %q, want her files hers, with their mode", d)
 	}
+	// Her notes, deleted, back where they were from the README's lines: hers, as they were.
+	h.Run(t, "sh", "-c", "stat -c '%U %a %Y' /home/alice/notes.txt > /root/notes.stat && cp /home/alice/notes.txt /root/notes.copy && rm /home/alice/notes.txt")
+	b.readmeBlock(readmeToOriginal, env)
+	if d := h.Run(t, "sh", "-c", "stat -c '%U %a %Y' /home/alice/notes.txt | diff - /root/notes.stat && cmp /home/alice/notes.txt /root/notes.copy && ls -A /home | grep -c holdfast-restore || true"); d != "0\n" {
+		t.Fatalf("alice's notes put back by the README's restore --to-original: %q, want them hers with their mode and time, and no stage left", d)
+	}
 
 	// Configuration as code: the file's job and target are made, the second apply plans
 	// nothing, and the export names the job's settings.
@@ -266,6 +272,7 @@ const (
 	readmeQuotas     = "Storage quotas (the ledger)"
 	readmeHosts      = "## Several hosts, one database"
 	readmeRestores   = "Restores and verification (restic jobs)"
+	readmeToOriginal = "Putting files back where they were (restic jobs)."
 	readmeConfig     = "Configuration as code."
 	readmeDumps      = "Streamed database dumps (restic jobs)."
 	readmeCopy       = "A second copy (restic jobs)."

@@ -69,7 +69,10 @@ func progressJSON(p *model.Progress) *progressOut {
 }
 
 type restoreOut struct {
+	// Target is where it restores into; for one to the original paths, where it stages them.
 	Target     string   `json:"target"`
+	ToOriginal bool     `json:"to_original,omitempty"`
+	Overwrite  bool     `json:"overwrite,omitempty"`
 	Snapshot   string   `json:"snapshot"`
 	Includes   []string `json:"includes,omitempty"`
 	TotalBytes *int64   `json:"total_bytes"`
@@ -149,7 +152,8 @@ func runJSON(r model.Run, attempts []model.Attempt) runOut {
 		}
 	}
 	if rs := r.Restore; rs.Target != "" {
-		o.Restore = &restoreOut{Target: rs.Target, Snapshot: rs.Snapshot, Includes: rs.Includes, TotalBytes: rs.TotalBytes, TotalFiles: rs.TotalFiles}
+		o.Restore = &restoreOut{Target: rs.Target, ToOriginal: rs.ToOriginal, Overwrite: rs.Overwrite, Snapshot: rs.Snapshot, Includes: rs.Includes,
+			TotalBytes: rs.TotalBytes, TotalFiles: rs.TotalFiles}
 	}
 	o.BudgetBytes, o.HoldBytes, o.SettledBytes = r.BudgetBytes, r.HeldBytes, r.SettledBytes
 	if r.PlanID != nil {

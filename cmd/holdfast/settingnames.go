@@ -55,6 +55,7 @@ var optionFlags = []namedSetting{
 	{"RetentionApply.Force", "retention apply", "force"},
 	// A run's request.
 	{"Restore.Target", "restore", "target"}, {"Restore.Overwrite", "restore", "overwrite"},
+	{"Restore.ToOriginal", "restore", "to-original"}, {"Restore.Includes", "restore", "include"},
 	{"Verify.DrillFiles", "run start", "drill"}, {"Verify.ReadDataSubset", "run start", "read-data-subset"},
 	// The restic a command runs (the daemon's is Reconcile.ResticBinary).
 	{"Restic", "restore", "restic"},
