@@ -92,7 +92,7 @@ test-hosts: deps
 # HOLDFAST_TEST_RESTIC. The whole suite four times would not fit CI's time.
 RESTIC_VERSIONS  ?= 0.16.4 0.18.1 0.19.1
 RESTIC_PACKAGES  := ./engine/ ./retention/ ./forget/ ./inventory/ ./reconcile/
-RESTIC_SCENARIOS := ^(TestBackupSucceeds|TestSnapshotBrowseAndFind|TestBackupPartialAsUser|TestBackupFailsPermanently|TestBadInputRefused|TestStopRunningBackup|TestGracefulReboot|TestStopVersusReboot|TestStopThenGracefulExit|TestRuntimeLimit|TestStreamedDumps|TestRestoreEqualsSource|TestRestoreToOriginal|TestRestoreAfterCrash|TestVerify|TestDrill|TestCopyTo|TestRetentionApply|TestApplyPlanAndPrune|TestLedgerDeferral|TestFirstBackupSizedFromItsPaths|TestRetries|TestHardCrash|TestMetrics)$$
+RESTIC_SCENARIOS := ^(TestBackupSucceeds|TestSnapshotBrowseAndFind|TestBackupPartialAsUser|TestBackupFailsPermanently|TestBadInputRefused|TestStopRunningBackup|TestGracefulReboot|TestStopVersusReboot|TestStopThenGracefulExit|TestRuntimeLimit|TestStreamedDumps|TestRestoreEqualsSource|TestRestoreToOriginal|TestRestoreToOriginalAfterCrash|TestRestoreAfterCrash|TestVerify|TestDrill|TestCopyTo|TestRetentionApply|TestApplyPlanAndPrune|TestLedgerDeferral|TestFirstBackupSizedFromItsPaths|TestRetries|TestHardCrash|TestMetrics)$$
 test-restic: deps
 	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) build -o $$bindir/holdfast ./cmd/holdfast \
 		&& $(UNIT_GO) build -o $$bindir/holdfast-unit ./cmd/holdfast-unit && chmod 755 $$bindir/* || exit 1; \

@@ -243,3 +243,23 @@ func TestLook(t *testing.T) {
 		t.Errorf("Look(none) = %v, want not there", err)
 	}
 }
+
+// An attempt after one that put entries back (a restart: restic restored them again) finds them
+// as the snapshot has them: nothing is put back twice or reported kept.
+func TestRunAgain(t *testing.T) {
+	b := setup(t)
+	d := filepath.Join(b.live, "docs")
+	stage := func() {
+		b.file(b.staged(filepath.Join(d, "a.txt")), "a\n")
+		b.file(b.staged(filepath.Join(d, "b.txt")), "b\n")
+	}
+	stage()
+	b.must(os.Mkdir(d, 0o755))
+	if got := b.run(false, d); !slices.Equal(got, []string{"placed docs/a.txt", "placed docs/b.txt"}) {
+		t.Fatalf("first: %q", got)
+	}
+	stage()
+	if got := b.run(false, d); !slices.Equal(got, []string{"same docs/a.txt", "same docs/b.txt"}) {
+		t.Fatalf("again: %q, want both as the snapshot has them", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -195,5 +196,73 @@ func TestRestoreToOriginal(t *testing.T) {
 		t.Fatalf("root's secret = %q, %v", got, err)
 	}
 	noStage()
+	w.checkInvariants()
+}
+
+// A restore to the original paths that a hard crash of its manager interrupts mid-way is
+// restarted from the top: the next attempt clears the stage the first left, restores again and
+// puts every file back, once, as the snapshot has it; no stage is left.
+func TestRestoreToOriginalAfterCrash(t *testing.T) {
+	parallel(t)
+	w := newWorldOwnManager(t) // it kills its manager
+	w.spawnGrace = "3s"
+	if os.Geteuid() != 0 {
+		t.Fatal("the job runs as root and the files are nobody's: the test must run as root")
+	}
+	homes := filepath.Join(w.dir, "homes")
+	home := w.sampleData(filepath.Join("homes", "nobody"), 4, slowData)
+	if out, err := exec.Command("chown", "-R", "nobody:", home).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v\n%s", err, out)
+	}
+	kept := filepath.Join(w.dir, "as-backed-up")
+	if out, err := exec.Command("cp", "-a", home, kept).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	repo, pw := w.resticRepo("repo")
+	if err := os.Chmod(pw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.slowBackups()
+	w.backupRate(0) // the backup at full speed
+	w.mustRun("job", "add", "homes", "--repo", repo, "--password-file", pw, "--path", homes)
+	w.startDaemon()
+	var backup runJSON
+	if err := json.Unmarshal([]byte(w.mustRun("run", "start", "homes", "--wait", "--json")), &backup); err != nil || backup.Status != "succeeded" {
+		t.Fatalf("backup: %+v (%v)", backup, err)
+	}
+	entries, err := os.ReadDir(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.Remove(filepath.Join(home, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	w.backupRate(stuckKiBps) // the restore crawls
+	var r restoreOut
+	if err := json.Unmarshal([]byte(w.mustRun("restore", "homes", "--to-original", "--include", home, "--json")), &r); err != nil {
+		t.Fatal(err)
+	}
+	w.waitRun(r.ID, "the restore's progress", w.underway)
+	if got := w.show(r.ID); ended(got) {
+		t.Fatalf("the restore ended before the crash: %+v", got)
+	}
+	w.backupRate(0) // the attempt after the crash
+	w.mgr.Kill(t)
+	w.mgr.Start(t)
+	end := w.waitEnd(r.ID)
+	if end.Status != "succeeded" || len(end.Attempts) != 2 || end.Attempts[0].ServiceResult != "" {
+		t.Fatalf("restore to the original paths after a hard crash = %+v, want succeeded in attempt 2, attempt 1 without a marker", end)
+	}
+	if out, err := exec.Command("diff", "-r", "--no-dereference", kept, home).CombinedOutput(); err != nil {
+		t.Fatalf("the files put back differ from the backed-up ones: %v\n%s", err, out)
+	}
+	left, err := filepath.Glob(filepath.Join(homes, ".holdfast-restore-*"))
+	if err != nil || len(left) != 0 {
+		t.Fatalf("stages left: %v %v", left, err)
+	}
+	w.noLocks(repo)
 	w.checkInvariants()
 }
