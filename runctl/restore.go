@@ -423,14 +423,16 @@ func unchanged(st *unix.Stat_t, n engine.Node) bool {
 }
 
 // checkOriginals checks a restore to the original paths' includes as they are asked for: at
-// least one, each an absolute clean path with no pattern's character, none inside another.
+// least one, each an absolute clean path (taken as a path: a glob's characters are its name's),
+// none inside another.
 func checkOriginals(includes []string) error {
 	if len(includes) == 0 {
 		return refused("{Restore.ToOriginal} puts back paths of the snapshot: give them with {Restore.Includes}, such as /home/alice/notes.txt")
 	}
 	for _, inc := range includes {
-		if !literalPaths([]string{inc}) || path.Clean(inc) != inc || inc == "/" {
-			return refused("--include %q: {Restore.ToOriginal} puts back paths of the snapshot (such as /home/alice/notes.txt), clean and absolute, not / or patterns", inc)
+		// A path, not a pattern: its glob characters are escaped for restic (spawn).
+		if !strings.HasPrefix(inc, "/") || path.Clean(inc) != inc || inc == "/" || strings.ContainsAny(inc, "\x00\n") {
+			return refused("--include %q: {Restore.ToOriginal} puts back paths of the snapshot (such as /home/alice/notes.txt), clean and absolute, not /", inc)
 		}
 		for _, other := range includes {
 			if strings.HasPrefix(inc, other+"/") {

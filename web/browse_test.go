@@ -327,6 +327,14 @@ func TestBrowseRestore(t *testing.T) {
 		len(asked) != 2 || !slices.Equal(asked[1].Includes, []string{`/srv/a\[1\]\*.txt`}) {
 		t.Fatalf("the restore of /srv/a[1]*.txt: %d, asked %+v", w.Code, asked)
 	}
+	// Back where it was: the path itself, no target, whatever the target field holds.
+	back := good(opCSRF)
+	back.Set("path", "/srv/a[1]*.txt")
+	back.Set("where", "original")
+	if w := do("POST", "/jobs/docs/restore", operator, back, sameSite); w.Code != http.StatusSeeOther || len(asked) != 3 ||
+		!asked[2].ToOriginal || asked[2].Target != "" || !slices.Equal(asked[2].Includes, []string{"/srv/a[1]*.txt"}) {
+		t.Fatalf("the restore of /srv/a[1]*.txt back where it was: %d, asked %+v", w.Code, asked)
+	}
 }
 
 // A search that matches more of one snapshot than a search holds asks for a narrower pattern.

@@ -68,8 +68,11 @@ type restorePage struct {
 	Include   string // the include restic is given, escaped to be shown
 	Target    string
 	Overwrite bool
-	CSRF      string
-	Refusal   string
+	// ToOriginal puts the path back where it was instead of into Target (not for the whole
+	// snapshot, whose top is no path of its own).
+	ToOriginal bool
+	CSRF       string
+	Refusal    string
 }
 
 // restoreForm reads the job, the snapshot and the path a restore form is about.
@@ -136,9 +139,14 @@ func (s *server) restorePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	form.Target, form.Overwrite = strings.TrimSpace(r.PostForm.Get("target")), r.PostForm.Get("overwrite") == "on"
+	form.ToOriginal = r.PostForm.Get("where") == "original" && form.Path != "/"
 	p := runctl.RestoreParams{Job: form.Job.Name, Snapshot: form.Snapshot.ID, Target: form.Target, Overwrite: form.Overwrite,
 		Host: s.cfg.Host, RequestedBy: who.Label}
-	if form.Path != "/" {
+	switch {
+	case form.ToOriginal:
+		// Back where it was: the path itself, which the restore escapes for restic.
+		p.Target, p.ToOriginal, p.Includes = "", true, []string{form.Path}
+	case form.Path != "/":
 		// restic reads an include as a pattern: the path's glob characters are escaped.
 		p.Includes = []string{engine.GlobEscape(form.Path)}
 	}
@@ -149,7 +157,8 @@ func (s *server) restorePost(w http.ResponseWriter, r *http.Request) {
 	var unavailable *runctl.UnavailableError
 	switch {
 	case err == nil:
-		s.cfg.Logger.Info("restore asked for from the dashboard", "run", restored.Run.ID, "job", p.Job, "by", who.Label, "target", p.Target)
+		s.cfg.Logger.Info("restore asked for from the dashboard", "run", restored.Run.ID, "job", p.Job, "by", who.Label, "target", p.Target,
+			"to_original", p.ToOriginal)
 		http.Redirect(w, r, "/runs/"+restored.Run.ID.String(), http.StatusSeeOther)
 	case runctl.Input(err) || errors.As(err, &unavailable) || errors.Is(err, store.ErrNotFound):
 		form.Refusal = textsafe.String(err.Error())

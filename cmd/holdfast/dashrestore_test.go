@@ -24,8 +24,8 @@ import (
 // credential browses a snapshot three levels down, searches for a file two of three snapshots
 // hold (both listed, with their sizes), restores the older version into a new directory and
 // follows the run to its end, sized from the snapshot so that its progress reaches 100%; the file
-// comes back as that snapshot holds it, byte for byte, and
-// the restore is an event naming the credential. A read-only credential is offered no restore,
+// comes back as that snapshot holds it, byte for byte; from the same form it goes back where it
+// was (it was deleted there), and each restore is an event naming the credential. A read-only credential is offered no restore,
 // and its forged request, one without the form's token and one from another origin are refused
 // with 403 and queue nothing.
 func TestDashboardRestore(t *testing.T) {
@@ -114,6 +114,25 @@ func TestDashboardRestore(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(target, data, "a")); err == nil {
 		t.Fatal("the restore of one file gave back more than that file")
 	}
+	// The older version back where it was, from the same form: the notes are deleted there.
+	b.visit(form, "form-original", "back where it was")
+	if err := chromedp.Do(b.step(30*time.Second), chromedp.Click(`input[name="where"][value="original"]`),
+		chromedp.Submit(`input[name="target"]`), chromedp.WaitVisible(`#run-status`)); err != nil {
+		text, _ := chromedp.Run(b.step(10*time.Second), chromedp.Text(chromedp.CSS("body")))
+		t.Fatalf("the restore form, back where it was: %v; the page shows:\n%s", err, text)
+	}
+	if !testenv.Eventually(2*time.Minute, func() bool {
+		status, _ = chromedp.Run(b.step(10*time.Second), chromedp.Text(chromedp.CSS("#run-status")))
+		return status == "succeeded" || status == "failed" || status == "partial"
+	}) || status != "succeeded" {
+		b.screenshot("run-original")
+		t.Fatalf("the restore back where it was shows %q, not its success", status)
+	}
+	b.shown("run-original", "put back where it was")
+	if got, err := os.ReadFile(notes); err != nil || !bytes.Equal(got, older) {
+		t.Fatalf("the notes put back: %q (%v), want the older version %q", got, err, older)
+	}
+
 	events, err := w.store().EventList(context.Background(), store.EventListParams{Job: "docs", Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
@@ -128,8 +147,8 @@ func TestDashboardRestore(t *testing.T) {
 			requested = append(requested, d.RequestedBy)
 		}
 	}
-	if len(requested) != 1 || requested[0] != "ops-team" {
-		t.Fatalf("restore_requested events naming %q, want one naming ops-team", requested)
+	if len(requested) != 2 || requested[0] != "ops-team" || requested[1] != "ops-team" {
+		t.Fatalf("restore_requested events naming %q, want two naming ops-team", requested)
 	}
 
 	// The read-only credential: no restore offered, and every way around the form refused.

@@ -142,7 +142,8 @@ func TestRestoreToOriginal(t *testing.T) {
 	}{
 		{"with a target too", []string{"--target", filepath.Join(w.dir, "t"), "--include", docs}, "not both"},
 		{"without paths", nil, "--include"},
-		{"a pattern", []string{"--include", filepath.Join(docs, "*.txt")}, "not / or patterns"},
+		{"a pattern, which is taken as a name", []string{"--include", filepath.Join(docs, "*.txt")}, "holds nothing there"},
+		{"a relative path", []string{"--include", "docs"}, "clean and absolute"},
 		{"one inside another", []string{"--include", docs, "--include", filepath.Join(docs, "a.txt")}, "inside"},
 		{"through nobody's link", []string{"--include", filepath.Join(docs, "c.txt", "x")}, "link"},
 	} {
