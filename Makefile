@@ -86,12 +86,12 @@ test-hosts: deps
 	[ -z "$$failed" ] || { echo "test-hosts: failed:$$failed"; exit 1; }
 
 # The restic matrix: make test runs Debian 12's restic (0.14.0); this runs what depends on restic
-# (its output, exit codes, signals, forget rules: engine, retention and the scenarios that stop,
+# (its output, exit codes, signals, forget rules: engine, retention, a root restore's sandbox losses (spawn) and the scenarios that stop,
 # restart, fail, restore, verify, copy, prune and look inside snapshots) against Ubuntu 24.04's 0.16.4, Debian 13's 0.18.1
 # and upstream's 0.19.1, each built once by scripts/install-restic and named by
 # HOLDFAST_TEST_RESTIC. The whole suite four times would not fit CI's time.
 RESTIC_VERSIONS  ?= 0.16.4 0.18.1 0.19.1
-RESTIC_PACKAGES  := ./engine/ ./retention/ ./forget/ ./inventory/ ./reconcile/
+RESTIC_PACKAGES  := ./engine/ ./retention/ ./forget/ ./inventory/ ./reconcile/ ./spawn/
 RESTIC_SCENARIOS := ^(TestBackupSucceeds|TestSnapshotBrowseAndFind|TestBackupPartialAsUser|TestBackupFailsPermanently|TestBadInputRefused|TestStopRunningBackup|TestGracefulReboot|TestStopVersusReboot|TestStopThenGracefulExit|TestRuntimeLimit|TestStreamedDumps|TestRestoreEqualsSource|TestRestoreToOriginal|TestRestoreToOriginalAfterCrash|TestRestoreAfterCrash|TestVerify|TestDrill|TestCopyTo|TestRetentionApply|TestApplyPlanAndPrune|TestLedgerDeferral|TestFirstBackupSizedFromItsPaths|TestRetries|TestHardCrash|TestMetrics)$$
 test-restic: deps
 	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) build -o $$bindir/holdfast ./cmd/holdfast \

@@ -140,15 +140,16 @@ func (r Restic) ForgetArgv(j Job, ids []string) []string {
 func (r Restic) GlobalArgv(j Job) []string { return r.global(j) }
 
 // RestoreArgv returns the command line that restores snapshot (a full id) into target, only the
-// paths matching includes if there are any, and then, with verify, reads every restored file
-// back against the repository (restic restore --verify).
-func (r Restic) RestoreArgv(j Job, snapshot, target string, includes []string, verify bool) []string {
-	argv := append(r.global(j), "restore", "--target", target)
+// paths matching includes if there are any; with json (restic 0.17 and later: RestoreJSON), its
+// progress and summary as JSON lines, which Restic reads as a restore's progress.
+func (r Restic) RestoreArgv(j Job, snapshot, target string, includes []string, json bool) []string {
+	argv := r.global(j)
+	if json {
+		argv = append(argv, "--json")
+	}
+	argv = append(argv, "restore", "--target", target)
 	for _, p := range includes {
 		argv = append(argv, "--include", p)
-	}
-	if verify {
-		argv = append(argv, "--verify")
 	}
 	return append(argv, snapshot)
 }
@@ -230,6 +231,12 @@ type resticMessage struct {
 	// exit_error (0.18 and later, on standard error, with --json): the final error
 	Message string `json:"message"`
 
+	// a restore's status and summary (0.17 and later, with --json)
+	FilesRestored int64 `json:"files_restored"`
+	FilesSkipped  int64 `json:"files_skipped"`
+	BytesRestored int64 `json:"bytes_restored"`
+	BytesSkipped  int64 `json:"bytes_skipped"`
+
 	Summary
 }
 
@@ -259,6 +266,9 @@ func (r Restic) ParseStdout(line []byte) (Event, bool) {
 		}
 		return Event{TypeSummary, d.Drill}, true
 	}
+	if r.Operation == OpRestore {
+		return restoreProgress(m)
+	}
 	switch m.MessageType {
 	case "status":
 		return Event{TypeProgress, Progress{
@@ -274,6 +284,24 @@ func (r Restic) ParseStdout(line []byte) (Event, bool) {
 		return Event{TypeSummary, m.Summary}, true
 	}
 	return Event{}, false
+}
+
+// restoreProgress reads a line of `restic restore --json` (0.17 and later): its status, and its
+// summary, which is the restore's last progress (a restore makes no snapshot, so no summary of
+// holdfast's). A file or byte restic skipped (there already) is done too.
+func restoreProgress(m resticMessage) (Event, bool) {
+	if m.MessageType != "status" && m.MessageType != "summary" {
+		return Event{}, false
+	}
+	p := Progress{FilesDone: m.FilesRestored + m.FilesSkipped, TotalFiles: m.TotalFiles,
+		BytesDone: m.BytesRestored + m.BytesSkipped, TotalBytes: m.TotalBytes, SecondsElapsed: m.SecondsElapsed}
+	switch {
+	case m.MessageType == "summary":
+		p.PercentDone = 1
+	case p.TotalBytes > 0:
+		p.PercentDone = min(1, float64(p.BytesDone)/float64(p.TotalBytes))
+	}
+	return Event{TypeProgress, p}, true
 }
 
 // The package's expressions are compiled at their first use, not at every start of a process
@@ -318,7 +346,14 @@ func (r Restic) ParseStderr(line []byte) (Event, bool) {
 		if msg == "" {
 			msg = "restic gave no details"
 		}
-		return Event{TypeItemError, ItemError{Item: m.Item, During: m.During, Message: msg}}, true
+		item := m.Item
+		// restore --json (0.17.1 and later) says what "ignoring error for" says in text.
+		if r.Operation == OpRestore {
+			if i, loss, ok := sandboxLoss(item + ": " + msg); ok {
+				item, msg = i, loss
+			}
+		}
+		return Event{TypeItemError, ItemError{Item: item, During: m.During, Message: msg}}, true
 	}
 	raw := escapes().ReplaceAllString(string(line), "")
 	if isJSON(line) || stackFrame().MatchString(raw) {

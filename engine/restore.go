@@ -100,6 +100,7 @@ type Restore struct {
 
 	losses   int             // the items restic reported the sandbox refused
 	reported map[string]bool // every item restic reported, up to maxReported
+	summary  *Progress       // restic's summary (restore --json), said in the unit's log at the end
 }
 
 var _ Finisher = (*Restore)(nil)
@@ -111,6 +112,17 @@ const maxReported = 10000
 // maxSetIDLosses bounds the setuid/setgid bits the comparison reports: the job's user can make
 // as many such files of its own as it likes, and each would be an event.
 const maxSetIDLosses = 1000
+
+// ParseStdout reads a line as Restic does and remembers restic's summary (restore --json, 0.17
+// and later), which prints nothing else a reader of the unit's log would see.
+func (r *Restore) ParseStdout(line []byte) (Event, bool) {
+	ev, ok := r.Restic.ParseStdout(line)
+	if m, isJSON := decodeMessage(line); ok && isJSON && m.MessageType == "summary" {
+		p := ev.Payload.(Progress)
+		r.summary = &p
+	}
+	return ev, ok
+}
 
 // ParseStderr reads a line as Restic does and remembers the items restic could not restore.
 func (r *Restore) ParseStderr(line []byte) (Event, bool) {
@@ -130,7 +142,8 @@ func (r *Restore) ParseStderr(line []byte) (Event, bool) {
 }
 
 // thereWere is restic restore's last word after errors it went past: "Fatal: There were N errors".
-var thereWere = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^Fatal: There were (\d+) errors\s*$`) })
+// With --json, restic 0.18 and later say it as an exit_error, without "Fatal: ".
+var thereWere = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(?:Fatal: )?There were (\d+) errors\s*$`) })
 
 // Finish adds to a restore that ran to its end (exit 0, or 1 after restic's count of its errors)
 // an item error for each setuid/setgid bit the sandbox dropped without restic saying so
@@ -141,6 +154,10 @@ var thereWere = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile
 func (r *Restore) Finish(ctx context.Context, status int, fatal *Fatal, stderr io.Writer) ([]Event, int, *Fatal) {
 	if stderr == nil {
 		stderr = io.Discard
+	}
+	if p := r.summary; p != nil {
+		fmt.Fprintf(stderr, "holdfast: restic restored %s of %d (%s of %s) into %s\n",
+			plural(p.FilesDone, "file"), p.TotalFiles, FormatBytes(p.BytesDone), FormatBytes(p.TotalBytes), r.Target)
 	}
 	counted := -1
 	if status == 1 && fatal != nil {

@@ -37,6 +37,20 @@ func TestSandboxLoss(t *testing.T) {
 		{"ignoring error for /src/a: Lchown: lchown /t/src/a: operation not permitted", "/src/a", "Lchown: lchown /t/src/a: operation not permitted"},
 		{"ignoring error for /src/a: mknod /t/src/a: file exists", "/src/a", "mknod /t/src/a: file exists"},
 	}
+	// restore --json (0.17.1 and later) says the same as JSON lines: item and message apart.
+	for _, tt := range tests[1:5] {
+		item, msg, _ := strings.Cut(strings.TrimPrefix(tt.line, "ignoring error for "), ": ")
+		if tt.item != item {
+			// An item with ": " in it: restic names it whole.
+			item, msg = tt.item, strings.TrimPrefix(tt.line, "ignoring error for "+tt.item+": ")
+		}
+		line, _ := json.Marshal(map[string]any{"message_type": "error", "error": map[string]string{"message": msg}, "during": "restore", "item": item})
+		tests = append(tests, struct {
+			line string
+			item string
+			msg  string
+		}{string(line), tt.item, tt.msg})
+	}
 	for _, tt := range tests {
 		ev, ok := restore.ParseStderr([]byte(tt.line))
 		want := Event{TypeItemError, ItemError{Item: tt.item, During: "restore", Message: tt.msg}}
@@ -247,6 +261,12 @@ func TestRestoreFinish(t *testing.T) {
 			wantStatus: 1, wantItems: silent, wantListed: true, wantFatal: "Fatal: There were 1 errors", wantOutcome: Failed},
 		{name: "files the restore did not change (--overwrite)", status: 0, version: v014, since: time.Hour,
 			wantStatus: 0, wantListed: true, wantOutcome: Succeeded},
+		// restore --json: 0.18 and later end with an exit_error, without "Fatal: ".
+		{name: "only losses, said as JSON", lines: []string{
+			`{"message_type":"error","error":{"message":"mknod /t/tmp/hfr/src/blk: operation not permitted"},"during":"restore","item":"/tmp/hfr/src/blk"}`,
+			`{"message_type":"error","error":{"message":"chmod /t/tmp/hfr/src/suid: operation not permitted"},"during":"restore","item":"/tmp/hfr/src/suid"}`,
+			`{"message_type":"exit_error","code":1,"message":"There were 2 errors"}`}, status: 1, version: v018,
+			wantStatus: 3, wantItems: 2, wantOutcome: Partial},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -325,5 +345,39 @@ func TestSetIDLossesBounded(t *testing.T) {
 	}
 	if ie := evs[0].Payload.(ItemError); ie.Item != "/d/f0" || ie.Message != LostSetID+" (mode 6755 in the snapshot, 0600 restored)" {
 		t.Fatalf("first item error %+v", ie)
+	}
+}
+
+// restic restore --json (0.17 and later): its status lines are the restore's progress, what it
+// skipped counted as done, and its summary the last, remembered and said in the unit's log.
+func TestRestoreJSONProgress(t *testing.T) {
+	r := &Restore{Restic: Restic{Operation: OpRestore}, Target: "/srv/restore"}
+	for _, tt := range []struct {
+		line string
+		want Progress
+	}{
+		{`{"message_type":"status","seconds_elapsed":2,"percent_done":0.25,"total_files":8,"files_restored":2,"total_bytes":4000,"bytes_restored":1000}`,
+			Progress{PercentDone: 0.25, FilesDone: 2, TotalFiles: 8, BytesDone: 1000, TotalBytes: 4000, SecondsElapsed: 2}},
+		{`{"message_type":"status","seconds_elapsed":3,"percent_done":0.25,"total_files":8,"files_restored":2,"files_skipped":2,"total_bytes":4000,"bytes_restored":1000,"bytes_skipped":1000}`,
+			Progress{PercentDone: 0.5, FilesDone: 4, TotalFiles: 8, BytesDone: 2000, TotalBytes: 4000, SecondsElapsed: 3}},
+		{`{"message_type":"status","percent_done":0}`, Progress{}},
+		{`{"message_type":"summary","seconds_elapsed":4,"total_files":8,"files_restored":8,"total_bytes":4000,"bytes_restored":4000}`,
+			Progress{PercentDone: 1, FilesDone: 8, TotalFiles: 8, BytesDone: 4000, TotalBytes: 4000, SecondsElapsed: 4}},
+	} {
+		ev, ok := r.ParseStdout([]byte(tt.line))
+		if !ok || ev.Type != TypeProgress || ev.Payload.(Progress) != tt.want {
+			t.Errorf("%s: %+v, %v; want progress %+v", tt.line, ev, ok, tt.want)
+		}
+	}
+	for _, line := range []string{`{"message_type":"verbose_status","action":"restored","item":"/a","size":3}`,
+		"restoring snapshot 25a5aaf6 of [/srv] at ... to /srv/restore"} {
+		if ev, ok := r.ParseStdout([]byte(line)); ok {
+			t.Errorf("%s: %+v, want nothing", line, ev)
+		}
+	}
+	var stderr bytes.Buffer
+	if _, status, _ := r.Finish(context.Background(), 0, nil, &stderr); status != 0 ||
+		stderr.String() != "holdfast: restic restored 8 files of 8 (3.9 KiB of 3.9 KiB) into /srv/restore\n" {
+		t.Errorf("Finish: %d, said %q", status, stderr.String())
 	}
 }

@@ -40,6 +40,10 @@ func (v ResticVersion) Less(w ResticVersion) bool {
 	return v.Patch < w.Patch
 }
 
+// RestoreJSON reports whether restic v prints a restore's progress as JSON (restore --json came
+// in 0.17.0): holdfast then reads restic's own figures, and measures the target otherwise.
+func (v ResticVersion) RestoreJSON() bool { return !v.Less(ResticVersion{0, 17, 0}) }
+
 // OldestRestic is the oldest restic holdfast runs: Debian 12's.
 var OldestRestic = ResticVersion{0, 14, 0}
 

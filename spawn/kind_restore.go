@@ -1,6 +1,7 @@
 package spawn
 
 import (
+	"context"
 	"strconv"
 
 	"github.com/holdfast-backup/holdfast/engine"
@@ -41,17 +42,22 @@ func restoreCommand(b *unitBuild) []string {
 			b.exec = append(b.exec, "--put-back-overwrite")
 		}
 	}
-	argv := b.restic.RestoreArgv(b.ej, rs.Snapshot, target, includes, false)
-	// restic 0.14 reports no progress of a restore: what is under the target is measured.
-	b.exec = append(b.exec, "--progress-dir", target, "--restore-target", target)
+	// restic 0.17 and later report a restore's progress as JSON; before, what is under the
+	// target is measured. A restic that does not say its version is taken to be the oldest.
+	v, _ := engine.ResticVersionOf(context.Background(), b.cfg.ResticBinary)
+	argv := b.restic.RestoreArgv(b.ej, rs.Snapshot, target, includes, v.RestoreJSON())
+	b.exec = append(b.exec, "--restore-target", target)
+	if !v.RestoreJSON() {
+		b.exec = append(b.exec, "--progress-dir", target)
+		if rs.TotalBytes != nil && rs.TotalFiles != nil {
+			b.exec = append(b.exec, "--progress-total-bytes", strconv.FormatInt(*rs.TotalBytes, 10),
+				"--progress-total-files", strconv.FormatInt(*rs.TotalFiles, 10))
+		}
+	}
 	// The sandbox refuses setuid/setgid bits, which restic does not always say it lost:
 	// exec compares restic's listing of the snapshot with the target.
 	for _, arg := range b.restic.ListArgv(b.ej, rs.Snapshot) {
 		b.exec = append(b.exec, "--restore-list", arg)
-	}
-	if rs.TotalBytes != nil && rs.TotalFiles != nil {
-		b.exec = append(b.exec, "--progress-total-bytes", strconv.FormatInt(*rs.TotalBytes, 10),
-			"--progress-total-files", strconv.FormatInt(*rs.TotalFiles, 10))
 	}
 	if uid, _, err := jobunit.Identity(b.job); err == nil && uid == 0 && b.spec.Sandbox != nil {
 		// A root job's restore gives files back to their owners with their modes.

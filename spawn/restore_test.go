@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -79,6 +80,13 @@ func TestRootRestoreSandboxLosses(t *testing.T) {
 		must(os.MkdirAll(d, 0o700))
 	}
 	spec := spawn.UnitSpec(jobs, job, run, 1)
+	// restic 0.17 and later restore with --json: their losses are JSON lines, read the same way.
+	v, err := engine.ResticVersionOf(ctx, restic)
+	must(err)
+	resticArgv := spec.ExecStart[slices.Index(spec.ExecStart, "--")+1:]
+	if got := slices.Contains(resticArgv, "--json"); got != v.RestoreJSON() {
+		t.Fatalf("restic %s: --json in the restore's command is %v, want %v: %q", v, got, v.RestoreJSON(), resticArgv)
+	}
 	res, err := r.Output(ctx, spec, 1<<20)
 	if err != nil {
 		t.Fatal(err)

@@ -7,12 +7,14 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
 
@@ -129,15 +131,29 @@ func TestRestoreEqualsSource(t *testing.T) {
 		t.Fatalf("restore's total = %v, want the snapshot's size", r.Restore.TotalBytes)
 	}
 	rw.sameTree(target)
+	// Its last progress, restic's own from 0.17 (restore --json), measured under the target
+	// before: all of it.
+	if !regexp.MustCompile(`, \d+ files, 1\.0 MiB$`).MatchString(r.Reason) {
+		t.Fatalf("the restore's reason %q does not end with its last progress: all of its 1 MiB", r.Reason)
+	}
 	// Its unit's own lines, as for a backup: restic says what it restores where (journald may
 	// take a moment to have them), "restoring <Snapshot 25a5aaf6 of …" up to 0.15, "restoring
-	// snapshot 25a5aaf6 of …" later.
+	// snapshot 25a5aaf6 of …" to 0.16; from 0.17, whose restore prints JSON, holdfast's own
+	// line with restic's summary.
+	v, err := engine.ParseResticVersion([]byte("restic " + r.Attempts[0].ResticVersion))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var logs string
 	if !testenv.Eventually(time.Minute, func() bool {
 		logs = rw.mustRun("run", "logs", r.ID)
+		if v.RestoreJSON() {
+			m := regexp.MustCompile(`holdfast: restic restored (\d+) files of (\d+) \(1\.0 MiB of 1\.0 MiB\) into (.*)`).FindStringSubmatch(logs)
+			return m != nil && m[1] == m[2] && m[3] == target
+		}
 		return strings.Contains(logs, "restoring <Snapshot "+rw.snapshot[:8]) || strings.Contains(logs, "restoring snapshot "+rw.snapshot[:8])
 	}) {
-		t.Fatalf("run logs of the restore lack restic's line:\n%s", logs)
+		t.Fatalf("run logs of the restore (restic %s) lack what it restored:\n%s", v, logs)
 	}
 	info, err := os.Stat(target)
 	if err != nil || int(info.Sys().(*syscall.Stat_t).Uid) != rw.uid {
