@@ -91,7 +91,7 @@ test-hosts: deps
 # and upstream's 0.19.1, each built once by scripts/install-restic and named by
 # HOLDFAST_TEST_RESTIC. The whole suite four times would not fit CI's time.
 RESTIC_VERSIONS  ?= 0.16.4 0.18.1 0.19.1
-RESTIC_PACKAGES  := ./engine/ ./retention/ ./forget/ ./inventory/ ./reconcile/ ./spawn/
+RESTIC_PACKAGES  := ./engine/ ./retention/ ./forget/ ./inventory/ ./reconcile/ ./spawn/ ./catalog/
 RESTIC_SCENARIOS := ^(TestBackupSucceeds|TestSnapshotBrowseAndFind|TestBackupPartialAsUser|TestBackupFailsPermanently|TestBadInputRefused|TestStopRunningBackup|TestGracefulReboot|TestStopVersusReboot|TestStopThenGracefulExit|TestRuntimeLimit|TestStreamedDumps|TestRestoreEqualsSource|TestRestoreToOriginal|TestRestoreToOriginalAfterCrash|TestRestoreAfterCrash|TestVerify|TestDrill|TestCopyTo|TestRetentionApply|TestApplyPlanAndPrune|TestLedgerDeferral|TestFirstBackupSizedFromItsPaths|TestRetries|TestHardCrash|TestMetrics)$$
 test-restic: deps
 	@bindir=$$(mktemp -d) && chmod 755 $$bindir && $(GO) build -o $$bindir/holdfast ./cmd/holdfast \

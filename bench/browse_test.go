@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/catalog"
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -21,6 +23,8 @@ import (
 // the same run as root without a unit, in turns. Reported: the medians of 5 of each, their ratio,
 // and the CLI's peak resident memory for each listing (getrusage of the command): the whole
 // listing streams, so its peak stays near the top level's instead of growing with the entries.
+// Then both listings from the snapshot's catalog (--catalog), with a restic that cannot run,
+// and what making the catalog took.
 func BenchmarkSnapshotLs(b *testing.B) {
 	const dirs, perDir = 200, 1000
 	ctx := context.Background()
@@ -119,8 +123,41 @@ func BenchmarkSnapshotLs(b *testing.B) {
 			sides[(i+k)%len(sides)]()
 		}
 	}
+	// The same listings from the snapshot's catalog (job add --catalog), made here as the
+	// daemon makes it after a backup: restic's listing of the whole snapshot, once.
+	b.StopTimer()
+	snaps, err := e.st.SnapshotList(ctx, repo)
+	if err != nil || len(snaps) != 1 {
+		b.Fatalf("snapshots: %v %v", snaps, err)
+	}
+	began := time.Now()
+	err = catalog.Write(catalog.DirIn(e.state), "browse", snaps[0].ID, func(each func(engine.Node) error) error {
+		return engine.Restic{Binary: resticBin}.Ls(ctx, engine.Job{Repository: repo, PasswordFile: pw}, snaps[0].ID, "/", true, each)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	made := time.Since(began)
+	b.StartTimer()
+	var catTop, catWhole []time.Duration
+	for range 5 {
+		d, n, _ := run(holdfast("snapshot", "ls", "browse", "latest", data, "--restic", "/bin/false"))
+		if n != dirs {
+			b.Fatalf("snapshot ls from the catalog printed %d lines, want %d", n, dirs)
+		}
+		catTop = append(catTop, d)
+		d, n, _ = run(holdfast("snapshot", "ls", "browse", "latest", data, "--recursive", "--json", "--restic", "/bin/false"))
+		if n != dirs*perDir+dirs {
+			b.Fatalf("snapshot ls --recursive from the catalog printed %d lines, want %d", n, dirs*perDir+dirs)
+		}
+		catWhole = append(catWhole, d)
+	}
 	b.StopTimer()
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(made), "catalog-made-ms")
+	b.ReportMetric(ms(median(catTop)), "catalog-top-ms")
+	b.ReportMetric(ms(median(catWhole)), "catalog-whole-ms")
+	b.ReportMetric(float64(median(catTop))/float64(median(topRaw)), "catalog-top/restic")
 	b.ReportMetric(ms(median(top)), "top-ms")
 	b.ReportMetric(ms(median(topRaw)), "restic-top-ms")
 	b.ReportMetric(float64(median(top))/float64(median(topRaw)), "top/restic")

@@ -14,4 +14,7 @@ type BackupSettings struct {
 	// is, as one file called StdinFilename (restic --stdin); the job then has no Paths.
 	StdinFrom     string
 	StdinFilename string
+	// Catalog keeps a listing of each new snapshot on the host (package catalog), so that a
+	// snapshot's directories are listed without restic.
+	Catalog bool
 }

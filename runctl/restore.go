@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/holdfast-backup/holdfast/catalog"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/jobunit"
@@ -46,6 +47,11 @@ type RestoreConfig struct {
 	Store RestoreStore
 	Units jobunit.Config
 	Probe []string
+}
+
+// browser lists the job's snapshots from this host's catalogs, or with restic in query units.
+func (cfg RestoreConfig) browser() catalog.Browser {
+	return catalog.Browser{Dir: catalog.DirIn(cfg.Units.StateDir), Restic: jobunit.Browser{Config: cfg.Units}}
 }
 
 // RestoreStore is what Restore reads and writes.
@@ -129,7 +135,7 @@ func Restore(ctx context.Context, cfg RestoreConfig, p RestoreParams) (Restored,
 		b, n, err = c.restic.RestoreSize(ctx, c.ej, c.snapshot)
 		sized = true
 	case literalPaths(p.Includes):
-		b, n, err = includedSize(ctx, jobunit.Browser{Config: cfg.Units}, c, p.Includes)
+		b, n, err = includedSize(ctx, cfg.browser(), c, p.Includes)
 		sized = true
 	}
 	if sized && err == nil {
@@ -180,7 +186,7 @@ func literalPaths(includes []string) bool {
 
 // includedSize is what a restore of the snapshot's includes (literal paths) writes: its regular
 // files and their bytes, as a restore's progress counts them.
-func includedSize(ctx context.Context, browse jobunit.Browser, c restoreCheck, includes []string) (bytes, files int64, err error) {
+func includedSize(ctx context.Context, browse catalog.Browser, c restoreCheck, includes []string) (bytes, files int64, err error) {
 	for _, inc := range includes {
 		err := browse.Ls(ctx, c.job, c.snapshot, path.Clean(inc), true, func(n engine.Node) error {
 			if n.Type == "file" {
@@ -331,7 +337,7 @@ func planWrites(ctx context.Context, cfg RestoreConfig, p RestoreParams, c resto
 			dirs = append(dirs, path.Clean(inc))
 		}
 	}
-	browse := jobunit.Browser{Config: cfg.Units}
+	browse := cfg.browser()
 	for _, dir := range dirs {
 		seen := dir == "/"
 		err := browse.Ls(ctx, c.job, c.snapshot, dir, true, func(n engine.Node) error {

@@ -342,3 +342,35 @@ func (s *Store) SnapshotProtectedAmong(ctx context.Context, p SnapshotProtectedA
 	}
 	return out, nil
 }
+
+// SnapshotCatalogListParams names the snapshots a host keeps catalogs of (package catalog).
+type SnapshotCatalogListParams struct {
+	Host         string // the daemon's host: jobs pinned to it, or to no host
+	SnapshotHost string // restic's host of the snapshots: those this machine made
+	Keep         int    // the newest this many of each job
+}
+
+// SnapshotCatalogList lists, for each job with a catalog (Job.Backup.Catalog) that may run on
+// p.Host, its newest p.Keep snapshots still in the repository that p.SnapshotHost made, each as
+// its job's name and id, by job and newest first. It reads each job's newest rows by the
+// snapshots_job index: the cost is the host's catalogued jobs', not the inventory's.
+func (s *Store) SnapshotCatalogList(ctx context.Context, p SnapshotCatalogListParams) ([]model.Snapshot, error) {
+	rows, err := s.pool.Query(ctx, `SELECT j.name, s.id, s.time FROM jobs j
+		CROSS JOIN LATERAL (SELECT s.id, s.time FROM snapshots s
+			WHERE s.job_name = j.name AND s.forgotten_at IS NULL AND s.host = $2
+			ORDER BY s.time DESC, s.id LIMIT $3) s
+		WHERE j.catalog AND coalesce(j.host, '') IN ('', $1)
+		ORDER BY j.name, s.time DESC, s.id`, p.Host, p.SnapshotHost, p.Keep)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots to catalog: %w", err)
+	}
+	snaps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Snapshot, error) {
+		var s model.Snapshot
+		err := r.Scan(&s.JobName, &s.ID, &s.Time)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots to catalog: %w", err)
+	}
+	return snaps, nil
+}

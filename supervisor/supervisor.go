@@ -34,6 +34,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast-backup/holdfast/catalog"
 	"github.com/holdfast-backup/holdfast/control"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobunit"
@@ -375,6 +376,12 @@ func New(cfg Config) (*Supervisor, error) {
 		return nil, err
 	}
 	watcher := &watch.Watcher{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger, Interval: cfg.WatchInterval}
+	units := jobunit.Config{Runner: cfg.Runner, StateDir: rc.StateDir, Binary: rc.Binary, ResticBinary: rc.ResticBinary}
+	catalogs, err := catalog.NewBuilder(catalog.BuilderConfig{Dir: catalog.DirIn(rc.StateDir), Store: cfg.Store,
+		Restic: jobunit.Browser{Config: units}, Host: rec.Host(), Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
 	s := &Supervisor{cfg: cfg, rec: rec, lease: lease, failed: failed, metrics: m, sweepWake: sweepWake, admitWake: wake.New(),
 		dueWake: wake.New(), deliverWake: wake.New(), busyWake: wake.New(), progress: newProgress(), named: make(chan uuid.UUID, namedQueue)}
 	s.services = []Service{
@@ -396,6 +403,7 @@ func New(cfg Config) (*Supervisor, error) {
 		&loop{name: "history", run: s.compactHistory},
 		&loop{name: "watch", run: func(ctx context.Context) { s.watch(ctx, watcher) }},
 		&loop{name: "delivery", run: func(ctx context.Context) { s.deliver(ctx, deliverer) }},
+		&loop{name: "snapshot catalogs", run: catalogs.Run},
 	}
 	// `run start` on this host asks the daemon to admit its run over the control socket, and the
 	// named spawns start it at once; a socket that cannot be served leaves commands to admit
@@ -414,7 +422,6 @@ func New(cfg Config) (*Supervisor, error) {
 		s.services = append(s.services, ctl)
 	}
 	if m != nil {
-		units := jobunit.Config{Runner: cfg.Runner, StateDir: rc.StateDir, Binary: rc.Binary, ResticBinary: rc.ResticBinary}
 		// The daemon is the holdfast binary, whose probe-target checks a restore's target as the
 		// job's user, as `holdfast restore` has it do.
 		self, err := os.Executable()
@@ -425,7 +432,7 @@ func New(cfg Config) (*Supervisor, error) {
 			return runctl.Restore(ctx, runctl.RestoreConfig{Store: cfg.Store, Units: units, Probe: []string{self, "probe-target"}}, p)
 		}
 		dashboard, err := web.Handler(web.Config{Store: cfg.Store, JournalDir: cfg.JournalDir, Host: rec.Host(), Restic: cfg.ResticVersion,
-			Browser: jobunit.Browser{Config: units}, Restore: restore, Logger: cfg.Logger})
+			Browser: catalog.Browser{Dir: catalog.DirIn(rc.StateDir), Restic: jobunit.Browser{Config: units}}, Restore: restore, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}

@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/holdfast-backup/holdfast/testenv"
 )
 
 // browsedNode is a line of `snapshot ls|find --json`.
@@ -173,5 +176,91 @@ func TestSnapshotBrowseAndFind(t *testing.T) {
 		if res.code != 2 || strings.Count(strings.TrimSpace(res.stderr), "\n") != 0 {
 			t.Errorf("%q: exit %d, stderr %q: want exit 2 and one line", args, res.code, res.stderr)
 		}
+	}
+}
+
+// A job with --catalog has each new snapshot listed once, after its backup, into a catalog on
+// the host: snapshot ls then answers from it without restic (a restic that cannot run changes
+// nothing) exactly what restic answers once the catalog is gone; a job whose catalog is turned
+// off has its catalogs removed.
+func TestSnapshotCatalog(t *testing.T) {
+	parallel(t)
+	w := newWorld(t)
+	w.binaryCLI = true
+	repo, pw := w.resticRepo("repo")
+	data := filepath.Join(w.dir, "data")
+	for _, rel := range []string{"a/b/c/deep.txt", "a/one.txt", "a-b/two.txt", "top.txt", "odd\nname/x", "esc\x1b[31mred"} {
+		p := filepath.Join(data, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(rel+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.mustRun("job", "add", "docs", "--repo", repo, "--password-file", pw, "--path", data, "--catalog")
+	var job struct {
+		Catalog bool `json:"catalog"`
+	}
+	if err := json.Unmarshal([]byte(w.mustRun("job", "show", "docs", "--json")), &job); err != nil || !job.Catalog {
+		t.Fatalf("job show: catalog %v (%v)", job.Catalog, err)
+	}
+	w.startDaemon()
+	if r := w.waitEnd(w.startRun("docs")); r.Status != "succeeded" {
+		t.Fatalf("backup: %s (%s)", r.Status, r.Reason)
+	}
+	catalogs := filepath.Join(w.state, "catalogs", "docs")
+	var made []string
+	if !testenv.Eventually(2*time.Minute, func() bool {
+		made, _ = filepath.Glob(filepath.Join(catalogs, "*.gz"))
+		return len(made) == 1
+	}) {
+		t.Fatalf("no catalog of the backup's snapshot in %s: %v", catalogs, made)
+	}
+	if info, err := os.Stat(made[0]); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("the catalog %s: %v, want root's, mode 0600", made[0], err)
+	}
+	listings := [][]string{{data}, {data, "--recursive"}, {filepath.Join(data, "a")}, {"/", "--recursive"}, {filepath.Join(data, "odd\nname")}}
+	ls := func(restic string) []string {
+		t.Helper()
+		var outs []string
+		for _, args := range listings {
+			res := w.run(append([]string{"snapshot", "ls", "docs", "latest", "--json", "--restic", restic}, args...)...)
+			if res.code != 0 {
+				t.Fatalf("snapshot ls %q with restic %s: exit %d\n%s", args, restic, res.code, res.stderr)
+			}
+			outs = append(outs, res.stdout)
+		}
+		return outs
+	}
+	fromCatalog := ls("/bin/false") // no restic could answer
+	if strings.Count(fromCatalog[1], "\n") < 9 || !strings.Contains(fromCatalog[1], `deep.txt"`) {
+		t.Fatalf("the catalog's recursive listing:\n%s", fromCatalog[1])
+	}
+	if err := os.Remove(made[0]); err != nil {
+		t.Fatal(err)
+	}
+	if res := w.run("snapshot", "ls", "docs", "latest", data, "--restic", "/bin/false"); res.code == 0 {
+		t.Fatalf("without its catalog, snapshot ls answered with a restic that cannot run:\n%s", res.stdout)
+	}
+	fromRestic := ls(testenv.Restic(t))
+	for i := range listings {
+		if fromCatalog[i] != fromRestic[i] {
+			t.Errorf("snapshot ls %q:\nfrom the catalog %q\nfrom restic      %q", listings[i], fromCatalog[i], fromRestic[i])
+		}
+	}
+	// The next pass makes it again; without --catalog the job has none.
+	if !testenv.Eventually(2*time.Minute, func() bool {
+		made, _ = filepath.Glob(filepath.Join(catalogs, "*.gz"))
+		return len(made) == 1
+	}) {
+		t.Fatal("the catalog removed was not made again")
+	}
+	w.mustRun("job", "edit", "docs", "--catalog=false")
+	if !testenv.Eventually(2*time.Minute, func() bool {
+		_, err := os.Stat(catalogs)
+		return os.IsNotExist(err)
+	}) {
+		t.Fatal("the catalogs of a job no longer catalogued are still there")
 	}
 }

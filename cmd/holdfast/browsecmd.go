@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast-backup/holdfast/catalog"
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/jobunit"
@@ -65,11 +66,11 @@ func nodeSize(n engine.Node) string {
 }
 
 // browseJob is a job whose snapshots are browsed: its snapshots as holdfast's inventory knows
-// them, newest first, and restic as the job's query units run it.
+// them, newest first, and its catalogs on this host or restic as the job's query units run it.
 type browseJob struct {
 	job       model.Job
 	snapshots []model.Snapshot
-	jobunit.Browser
+	catalog.Browser
 	release func()
 }
 
@@ -105,7 +106,9 @@ func (g *globals) openBrowse(ctx context.Context, st *store.Store, name, resticF
 		rn.Close()
 		return nil, fmt.Errorf("find holdfast's own executable: %w", err)
 	}
-	b.Browser = jobunit.Browser{Config: jobunit.Config{Runner: rn, StateDir: g.stateDir, Binary: unitcmd.Binary(self), ResticBinary: restic}}
+	// A snapshot this host keeps a catalog of is listed from it, any other by restic.
+	b.Browser = catalog.Browser{Dir: catalog.DirIn(g.stateDir),
+		Restic: jobunit.Browser{Config: jobunit.Config{Runner: rn, StateDir: g.stateDir, Binary: unitcmd.Binary(self), ResticBinary: restic}}}
 	b.release = rn.Close
 	return b, nil
 }
