@@ -265,3 +265,49 @@ func TestSummarySnapshotAmbiguousAndLate(t *testing.T) {
 		t.Fatalf("inventory %+v, want the three listed rows only", snaps)
 	}
 }
+
+// The snapshots a host catalogues: of each catalogued job that may run there (pinned to it or to
+// none), the newest Keep still in the repository that this machine made.
+func TestSnapshotCatalogList(t *testing.T) {
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	storetest.Job(t, st, &storetest.JobOpts{Name: "cat", Repository: "/r", Catalog: true})
+	storetest.Job(t, st, &storetest.JobOpts{Name: "pinned", Repository: "/r", Catalog: true, Host: "other"})
+	storetest.Job(t, st, &storetest.JobOpts{Name: "plain", Repository: "/r"})
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	id := func(c byte) string { return strings.Repeat(string(c), 64) }
+	snap := func(c byte, job string, minutes int, host string) model.Snapshot {
+		s := listed(id(c), job, uuid.New(), base.Add(time.Duration(minutes)*time.Minute))
+		s.Host = host
+		return s
+	}
+	all := []model.Snapshot{snap('1', "cat", 1, "h"), snap('2', "cat", 2, "h"), snap('3', "cat", 3, "h"), snap('4', "cat", 4, "elsewhere"),
+		snap('5', "pinned", 5, "h"), snap('6', "plain", 6, "h")}
+	if _, _, err := st.SnapshotSync(ctx, store.SnapshotSyncParams{Repository: "/r", ListedAt: time.Now(), Listed: all}); err != nil {
+		t.Fatal(err)
+	}
+	// The second is forgotten: a later listing lacks it.
+	if _, _, err := st.SnapshotSync(ctx, store.SnapshotSyncParams{Repository: "/r", ListedAt: time.Now(), Listed: slices.Delete(slices.Clone(all), 1, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		keep int
+		want []string
+	}{{2, []string{"cat " + id('3'), "cat " + id('1')}}, {1, []string{"cat " + id('3')}}} {
+		got, err := st.SnapshotCatalogList(ctx, store.SnapshotCatalogListParams{Host: "here", SnapshotHost: "h", Keep: tc.keep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, s := range got {
+			names = append(names, s.JobName+" "+s.ID)
+		}
+		if !slices.Equal(names, tc.want) {
+			t.Errorf("keep %d: %q, want %q", tc.keep, names, tc.want)
+		}
+	}
+	got, err := st.SnapshotCatalogList(ctx, store.SnapshotCatalogListParams{Host: "other", SnapshotHost: "h", Keep: 10})
+	if err != nil || len(got) != 3 || got[2].JobName != "pinned" {
+		t.Fatalf("on the host job pinned is pinned to: %+v, %v", got, err)
+	}
+}

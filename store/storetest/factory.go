@@ -45,6 +45,7 @@ type JobOpts struct {
 	Host       string // the host the job is pinned to; "" is any host
 	Account    string // "" is the default account
 	MaxAdded   *int64
+	Catalog    bool // its snapshots are catalogued (Job.Backup.Catalog)
 }
 
 // Job creates a job.
@@ -53,6 +54,7 @@ func Job(t testing.TB, st *store.Store, opts *JobOpts) model.Job {
 	o := cmp.Or(opts, &JobOpts{})
 	name := cmp.Or(o.Name, fmt.Sprintf("job-%d", jobSeq.Add(1)))
 	j := model.Job{Name: name, Engine: cmp.Or(o.Engine, "restic"), Host: o.Host, Account: o.Account, MaxAdded: o.MaxAdded}
+	j.Backup.Catalog = o.Catalog
 	if j.Engine == "command" {
 		j.Command = []string{"/bin/true"}
 	} else {
