@@ -2,6 +2,8 @@ package catalog
 
 import (
 	"context"
+	"errors"
+	"os"
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/model"
@@ -20,10 +22,21 @@ type Browser struct {
 	Restic Lister
 }
 
-// Ls lists as Lister.Ls does.
+// Ls lists as Lister.Ls does. A catalog that cannot be read before its first entry is removed
+// (the builder makes it again) and restic asked instead.
 func (b Browser) Ls(ctx context.Context, job model.Job, snapshot, dir string, recursive bool, each func(engine.Node) error) error {
-	if ok, err := Ls(b.Dir, job.Name, snapshot, dir, recursive, each); ok {
+	handed := false
+	ok, err := Ls(b.Dir, job.Name, snapshot, dir, recursive, func(n engine.Node) error {
+		handed = true
+		return each(n)
+	})
+	switch {
+	case ok && (err == nil || handed):
 		return err
+	case ok:
+		if rmErr := os.Remove(Path(b.Dir, job.Name, snapshot)); rmErr != nil {
+			return errors.Join(err, rmErr)
+		}
 	}
 	return b.Restic.Ls(ctx, job, snapshot, dir, recursive, each)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/holdfast-backup/holdfast/engine"
@@ -67,15 +69,22 @@ func (c *BuilderConfig) validate() error {
 // Builder makes the catalogs of a host's newest snapshots of the jobs that ask for them, and
 // removes the others: one pass every Every, each a query of the host's catalogued jobs' newest
 // snapshots and, for one without a catalog, a listing of it (restic ls --recursive as the job's
-// user). A pass that fails is logged and the next tries again: a catalog only saves time.
-type Builder struct{ cfg BuilderConfig }
+// user). A listing that fails is tried again after RetryAfter (a snapshot too large for a
+// catalog, never again by this daemon): a catalog only saves time, and restic answers meanwhile.
+type Builder struct {
+	cfg   BuilderConfig
+	after map[string]time.Time // job/snapshot → not listed again before
+}
+
+// RetryAfter is how long a snapshot whose listing failed waits for the next.
+const RetryAfter = 10 * time.Minute
 
 // NewBuilder validates cfg.
 func NewBuilder(cfg BuilderConfig) (*Builder, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Builder{cfg: cfg}, nil
+	return &Builder{cfg: cfg, after: map[string]time.Time{}}, nil
 }
 
 // Run makes passes until ctx ends.
@@ -132,13 +141,16 @@ func (b *Builder) Pass(ctx context.Context) (made int, err error) {
 // job makes the catalogs of a job's snapshots ids that lack one, and removes its others.
 func (b *Builder) job(ctx context.Context, name string, ids []string) (made int, err error) {
 	var job model.Job
+	var errs []error
 	for _, id := range ids {
-		if Has(b.cfg.Dir, name, id) || Path(b.cfg.Dir, name, id) == "" {
+		key := name + "/" + id
+		if Has(b.cfg.Dir, name, id) || Path(b.cfg.Dir, name, id) == "" || time.Now().Before(b.after[key]) {
 			continue
 		}
 		if job.Name == "" {
 			if job, err = b.cfg.Store.JobGet(ctx, name); err != nil {
-				return made, err
+				errs = append(errs, err)
+				break
 			}
 		}
 		began, entries := time.Now(), 0
@@ -148,15 +160,23 @@ func (b *Builder) job(ctx context.Context, name string, ids []string) (made int,
 				return each(n)
 			})
 		})
-		if errors.Is(err, ErrTooLarge) {
+		switch {
+		case errors.Is(err, ErrTooLarge):
+			b.after[key] = time.Now().Add(100 * 365 * 24 * time.Hour)
 			b.cfg.Logger.Info("snapshot not catalogued", "job", name, "snapshot", id[:8], "why", err)
-			continue
+		case err != nil:
+			b.after[key] = time.Now().Add(RetryAfter)
+			errs = append(errs, err)
+		default:
+			delete(b.after, key)
+			made++
+			b.cfg.Logger.Info("snapshot catalogued", "job", name, "snapshot", id[:8], "entries", entries, "took", time.Since(began).Round(time.Millisecond))
 		}
-		if err != nil {
-			return made, err
-		}
-		made++
-		b.cfg.Logger.Info("snapshot catalogued", "job", name, "snapshot", id[:8], "entries", entries, "took", time.Since(began).Round(time.Millisecond))
 	}
-	return made, Prune(b.cfg.Dir, name, ids)
+	for key := range b.after {
+		if job, _, _ := strings.Cut(key, "/"); job == name && !slices.ContainsFunc(ids, func(id string) bool { return key == name+"/"+id }) {
+			delete(b.after, key) // a snapshot no longer wanted
+		}
+	}
+	return made, errors.Join(append(errs, Prune(b.cfg.Dir, name, ids))...)
 }

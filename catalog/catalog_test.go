@@ -195,13 +195,31 @@ func TestBuilderPass(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(b.dir, "site", ".new-*")); len(left) != 0 {
 		t.Fatalf("a failed listing left %v", left)
 	}
-	st.snaps = st.snaps[:1]
+	// The failed one waits for RetryAfter; the made one is not listed again.
 	lists := lister.lists
 	if made, err := builder.Pass(context.Background()); made != 0 || err != nil || lister.lists != lists {
 		t.Fatalf("second pass: made %d, %v, listed %d more", made, err, lister.lists-lists)
 	}
+	st.snaps = st.snaps[:1]
 	st.snaps = nil
 	if _, err := builder.Pass(context.Background()); err != nil || catalog.Has(b.dir, "site", b.snapshot) {
 		t.Fatalf("a job no longer catalogued keeps its catalog: %v", err)
+	}
+}
+
+// A catalog that cannot be read is removed, and restic asked instead.
+func TestBrowserCorruptCatalog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	file := catalog.Path(b.dir, "docs", b.snapshot)
+	if err := os.WriteFile(file, []byte("not gzip"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lister := &countingLister{b: b}
+	var n int
+	err := catalog.Browser{Dir: b.dir, Restic: lister}.Ls(context.Background(), model.Job{Name: "docs"}, b.snapshot, b.src, false,
+		func(engine.Node) error { n++; return nil })
+	if err != nil || lister.lists != 1 || n < 5 || catalog.Has(b.dir, "docs", b.snapshot) {
+		t.Fatalf("a corrupt catalog: %v, restic listed %d times, %d entries, catalog kept %v", err, lister.lists, n, catalog.Has(b.dir, "docs", b.snapshot))
 	}
 }

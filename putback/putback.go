@@ -30,6 +30,9 @@ type Config struct {
 	Paths []string
 	// Overwrite replaces what has changed since the snapshot; without it, that is kept.
 	Overwrite bool
+	// StageDev and StageIno are the stage as its maker found it: a stage that is another
+	// directory now (swapped by whoever could rename it) is refused whole.
+	StageDev, StageIno uint64
 }
 
 func (c Config) validate() error {
@@ -84,6 +87,13 @@ func Run(cfg Config, each func(Entry)) error {
 		return &os.PathError{Op: "open", Path: cfg.Stage, Err: err}
 	}
 	defer unix.Close(stage)
+	var st unix.Stat_t
+	if err := unix.Fstat(stage, &st); err != nil {
+		return &os.PathError{Op: "stat", Path: cfg.Stage, Err: err}
+	}
+	if st.Dev != cfg.StageDev || st.Ino != cfg.StageIno || st.Uid != uint32(os.Geteuid()) || st.Mode&0o077 != 0 {
+		return fmt.Errorf("put back: the stage %s is not the directory made for the restore (replaced, or open to others): nothing is put back from it", cfg.Stage)
+	}
 	p := placer{overwrite: cfg.Overwrite, each: each}
 	for _, path := range cfg.Paths {
 		p.put(base, stage, cfg.Base, path)
@@ -144,9 +154,19 @@ func (p placer) put(base, stage int, baseDir, path string) {
 
 // place puts the staged entry name of directory src into directory dst.
 func (p placer) place(src, dst int, name, path string) {
-	var s, d unix.Stat_t
+	var s, d, dir unix.Stat_t
 	if err := unix.Fstatat(src, name, &s, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		p.each(Entry{path, Failed, "the restore did not give it back (" + cause(err) + ")"})
+		return
+	}
+	if err := unix.Fstat(dst, &dir); err != nil {
+		p.each(Entry{path, Failed, cause(err)})
+		return
+	}
+	if dir.Uid != 0 && dir.Uid != s.Uid {
+		// A directory another user owns now (made again since the snapshot, say) would give
+		// them what the snapshot kept from them: the entry stays out of it.
+		p.each(Entry{path, Kept, fmt.Sprintf("the directory it goes in is user %d's now, the entry user %d's: it is not put into it", dir.Uid, s.Uid)})
 		return
 	}
 	err := unix.Fstatat(dst, name, &d, unix.AT_SYMLINK_NOFOLLOW)
@@ -169,6 +189,9 @@ func (p placer) place(src, dst int, name, path string) {
 	}
 	sDir, dDir := isDir(s.Mode), isDir(d.Mode)
 	switch {
+	case sDir && dDir && (s.Uid != d.Uid || s.Gid != d.Gid || s.Mode&0o7777 != d.Mode&0o7777):
+		// Its entries would be open to whoever the directory is open to now.
+		p.each(Entry{path, Kept, fmt.Sprintf("the directory there has another owner or mode than the snapshot's (%s): what is in it is not put back", describeOwner(&d))})
 	case sDir && dDir:
 		p.merge(src, dst, name, path)
 	case same(src, dst, name, &s, &d):
@@ -307,6 +330,11 @@ func Describe(st *unix.Stat_t) string {
 }
 
 func isDir(mode uint32) bool { return mode&unix.S_IFMT == unix.S_IFDIR }
+
+// describeOwner says a directory's owner and mode: "user 1000, group 1000, mode 0755".
+func describeOwner(st *unix.Stat_t) string {
+	return fmt.Sprintf("user %d, group %d, mode %04o now", st.Uid, st.Gid, st.Mode&0o7777)
+}
 
 func kind(mode uint32) string {
 	switch mode & unix.S_IFMT {

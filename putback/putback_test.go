@@ -33,6 +33,7 @@ func setup(t *testing.T) *bundle {
 	for _, d := range []string{b.stage, b.live, b.outside} {
 		b.must(os.MkdirAll(d, 0o755))
 	}
+	b.must(os.Chmod(b.stage, 0o700))
 	b.must(os.WriteFile(b.outsideFile, []byte("root's own\n"), 0o600))
 	return b
 }
@@ -68,12 +69,31 @@ func (b *bundle) read(p string) string {
 func (b *bundle) run(overwrite bool, paths ...string) []string {
 	b.t.Helper()
 	var got []string
-	err := putback.Run(putback.Config{Base: b.base, Stage: b.stage, Paths: paths, Overwrite: overwrite}, func(e putback.Entry) {
+	err := putback.Run(b.config(overwrite, paths...), func(e putback.Entry) {
 		got = append(got, string(e.Action)+" "+strings.TrimPrefix(e.Path, b.live+"/"))
 	})
 	b.must(err)
 	slices.Sort(got)
 	return got
+}
+
+// config is the putting back of paths from the bundle's stage, as it was made.
+func (b *bundle) config(overwrite bool, paths ...string) putback.Config {
+	b.t.Helper()
+	var st unix.Stat_t
+	b.must(unix.Stat(b.stage, &st))
+	return putback.Config{Base: b.base, Stage: b.stage, Paths: paths, Overwrite: overwrite, StageDev: st.Dev, StageIno: st.Ino}
+}
+
+// asRoot skips a case that gives files to other users, unless under CI.
+func asRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the case gives files to another user: run the tests as root")
+		}
+		t.Skip("the case gives files to another user: run as root")
+	}
 }
 
 func TestRun(t *testing.T) {
@@ -191,6 +211,30 @@ func TestRun(t *testing.T) {
 				t.Errorf("docs/a/b.txt = %q", got)
 			}
 		}},
+		{"a directory another user owns now gets nothing", true, func(b *bundle) []string {
+			asRoot(t)
+			d := filepath.Join(b.live, "build")
+			b.file(b.staged(filepath.Join(d, "secret.txt")), "root's build output\n")
+			b.must(os.Mkdir(d, 0o755))
+			b.must(os.Chown(d, 65534, 65534))
+			return []string{filepath.Join(d, "secret.txt")}
+		}, []string{"kept build/secret.txt"}, func(b *bundle) {
+			if _, err := os.Lstat(filepath.Join(b.live, "build", "secret.txt")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("root's file went into nobody's directory: %v", err)
+			}
+		}},
+		{"a directory whose mode changed is not merged into", true, func(b *bundle) []string {
+			d := filepath.Join(b.live, "private")
+			b.file(b.staged(filepath.Join(d, "key")), "k\n")
+			b.must(os.Chmod(b.staged(d), 0o700))
+			b.must(os.Mkdir(d, 0o777))
+			b.must(os.Chmod(d, 0o777))
+			return []string{d}
+		}, []string{"kept private"}, func(b *bundle) {
+			if _, err := os.Lstat(filepath.Join(b.live, "private", "key")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the private directory's file went into the open one: %v", err)
+			}
+		}},
 		{"the directory it goes in is gone", false, func(b *bundle) []string {
 			p := filepath.Join(b.live, "gone", "notes.txt")
 			b.file(b.staged(p), "v1\n")
@@ -215,11 +259,17 @@ func TestRun(t *testing.T) {
 
 func TestRunRefusesPathsOutsideBase(t *testing.T) {
 	b := setup(t)
+	swapped := b.config(false, filepath.Join(b.live, "x"))
+	swapped.StageIno++
+	open := b.config(false, filepath.Join(b.live, "x"))
+	open.Stage = b.live // 0755: not the stage restic was given
 	for _, cfg := range []putback.Config{
 		{Base: b.base, Stage: b.stage, Paths: []string{b.outsideFile}},
 		{Base: b.base, Stage: b.stage, Paths: []string{b.live + "/../../outside/secret"}},
 		{Base: b.base, Stage: b.outside, Paths: []string{filepath.Join(b.live, "x")}},
+		swapped, open,
 	} {
+		b.file(b.staged(filepath.Join(b.live, "x")), "x\n")
 		if err := putback.Run(cfg, func(putback.Entry) { t.Error("an entry was put back") }); err == nil {
 			t.Errorf("%+v: no error", cfg)
 		}

@@ -422,10 +422,12 @@ func unchanged(st *unix.Stat_t, n engine.Node) bool {
 	if kinds[n.Type] != st.Mode&unix.S_IFMT || uint32(n.Mode.Perm()) != st.Mode&0o777 || n.UID != st.Uid || n.GID != st.Gid {
 		return false
 	}
+	// restic gives back a link's time too; a link's target the listing does not say.
+	sameTime := n.ModTime.Equal(time.Unix(st.Mtim.Unix()))
 	if n.Type != "file" {
-		return true
+		return n.Type == "dir" || sameTime
 	}
-	return n.Size != nil && *n.Size == uint64(st.Size) && n.ModTime.Equal(time.Unix(st.Mtim.Unix()))
+	return n.Size != nil && *n.Size == uint64(st.Size) && sameTime
 }
 
 // checkOriginals checks a restore to the original paths' includes as they are asked for: at
@@ -444,6 +446,9 @@ func checkOriginals(includes []string) error {
 			if strings.HasPrefix(inc, other+"/") {
 				return refused("--include %s is inside --include %s: give the one", inc, other)
 			}
+		}
+		if n := len(slices.DeleteFunc(slices.Clone(includes), func(o string) bool { return o != inc })); n > 1 {
+			return refused("--include %s is given %d times: give it once", inc, n)
 		}
 	}
 	return nil
@@ -478,20 +483,19 @@ func originalBase(includes []string, id jobdef.Identity) (string, error) {
 			}
 		}
 	}
-	for d := common; ; d = filepath.Dir(d) {
+	// Not / itself: the restore's unit would have the whole file system writable.
+	for d := common; d != "/"; d = filepath.Dir(d) {
 		n, err := safepath.Writable(d, int(id.UID))
-		if err == nil && n.IsDir() && n.Dev == dev && (id.UID == 0 || n.UID == id.UID) {
+		// Closed to others, for a user too: whoever else may write it could swap the stage.
+		if err == nil && n.IsDir() && n.Dev == dev && (id.UID == 0 || n.UID == id.UID) && n.Mode&0o022 == 0 {
 			return n.Path, nil
-		}
-		if d == "/" {
-			break
 		}
 	}
 	who := "root alone"
 	if id.UID != 0 {
 		who = "user " + id.String() + " owns and no one else may change"
 	}
-	return "", refused("no directory that %s is on the way to %s, on its file system: the restore has nowhere to stage it; restore with {Restore.Target}",
+	return "", refused("no directory below / that %s is on the way to %s, on its file system: the restore has nowhere to stage it; put back fewer paths at a time (of one directory), or restore with {Restore.Target}",
 		who, common)
 }
 

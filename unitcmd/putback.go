@@ -9,6 +9,7 @@ import (
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/putback"
 	"github.com/holdfast-backup/holdfast/safepath"
+	"golang.org/x/sys/unix"
 )
 
 // maxPutBackErrors bounds the item errors a putting back reports: the rest are counted.
@@ -20,25 +21,34 @@ type stagedRestore struct {
 	base, stage string
 	paths       []string
 	overwrite   bool
+	made        unix.Stat_t // the stage prepare made
 }
 
 // prepare checks the stage's directory again, as the unit finds it (the spawn checked it was
 // the one admitted), and gives restic an empty stage: what an earlier attempt left is cleared.
-func (s stagedRestore) prepare() error {
+func (s *stagedRestore) prepare() error {
 	if filepath.Dir(s.stage) != s.base {
 		return fmt.Errorf("the stage %s is not in %s", s.stage, s.base)
 	}
-	if _, err := safepath.Writable(s.base, os.Getuid()); err != nil {
+	n, err := safepath.Writable(s.base, os.Getuid())
+	if err != nil {
 		return fmt.Errorf("the stage's directory: %w", err)
+	}
+	if n.Mode&0o022 != 0 {
+		// Whoever else may write it could swap the stage while restic writes into it.
+		return fmt.Errorf("the stage's directory %s has mode %04o: others may write it", s.base, n.Mode&0o7777)
 	}
 	if err := os.RemoveAll(s.stage); err != nil {
 		return fmt.Errorf("clear the stage an earlier attempt left: %w", err)
 	}
-	return os.Mkdir(s.stage, 0o700)
+	if err := os.Mkdir(s.stage, 0o700); err != nil {
+		return err
+	}
+	return unix.Lstat(s.stage, &s.made)
 }
 
 // remove removes the stage, with what was not put back in it.
-func (s stagedRestore) remove(stderr io.Writer) {
+func (s *stagedRestore) remove(stderr io.Writer) {
 	if err := os.RemoveAll(s.stage); err != nil {
 		fmt.Fprintf(stderr, "holdfast exec: the restore's stage %s was left: %v\n", s.stage, err)
 	}
@@ -46,10 +56,11 @@ func (s stagedRestore) remove(stderr io.Writer) {
 
 // putBack puts the paths back (engine.Restore.PutBack): an item error for each entry kept or not
 // put back, a warning with the counts, and status 1 if one failed, 3 if one was kept.
-func (s stagedRestore) putBack(stderr io.Writer) ([]engine.Event, int) {
+func (s *stagedRestore) putBack(stderr io.Writer) ([]engine.Event, int) {
 	var evs []engine.Event
 	counts := map[putback.Action]int{}
-	err := putback.Run(putback.Config{Base: s.base, Stage: s.stage, Paths: s.paths, Overwrite: s.overwrite}, func(e putback.Entry) {
+	cfg := putback.Config{Base: s.base, Stage: s.stage, Paths: s.paths, Overwrite: s.overwrite, StageDev: s.made.Dev, StageIno: s.made.Ino}
+	err := putback.Run(cfg, func(e putback.Entry) {
 		counts[e.Action]++
 		if e.Action != putback.Kept && e.Action != putback.Failed {
 			return

@@ -205,7 +205,7 @@ func TestSnapshotCatalog(t *testing.T) {
 	if err := json.Unmarshal([]byte(w.mustRun("job", "show", "docs", "--json")), &job); err != nil || !job.Catalog {
 		t.Fatalf("job show: catalog %v (%v)", job.Catalog, err)
 	}
-	w.startDaemon()
+	d := w.startDaemon()
 	if r := w.waitEnd(w.startRun("docs")); r.Status != "succeeded" {
 		t.Fatalf("backup: %s (%s)", r.Status, r.Reason)
 	}
@@ -237,6 +237,8 @@ func TestSnapshotCatalog(t *testing.T) {
 	if strings.Count(fromCatalog[1], "\n") < 9 || !strings.Contains(fromCatalog[1], `deep.txt"`) {
 		t.Fatalf("the catalog's recursive listing:\n%s", fromCatalog[1])
 	}
+	// Without the daemon, whose builder would make it again, and without the catalog: restic.
+	d.kill()
 	if err := os.Remove(made[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +251,8 @@ func TestSnapshotCatalog(t *testing.T) {
 			t.Errorf("snapshot ls %q:\nfrom the catalog %q\nfrom restic      %q", listings[i], fromCatalog[i], fromRestic[i])
 		}
 	}
-	// The next pass makes it again; without --catalog the job has none.
+	// The next daemon makes it again; without --catalog the job has none.
+	w.startDaemon()
 	if !testenv.Eventually(2*time.Minute, func() bool {
 		made, _ = filepath.Glob(filepath.Join(catalogs, "*.gz"))
 		return len(made) == 1
