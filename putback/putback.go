@@ -17,6 +17,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-backup/holdfast/safepath"
 )
 
 // Config is a putting back: the restored copy of each of Paths is Stage joined with it.
@@ -199,7 +201,7 @@ func (p placer) place(src, dst int, name, path string) {
 	case !p.overwrite:
 		p.each(Entry{path, Kept, "it has changed since the snapshot (" + Describe(&d) + " now)"})
 	case dDir:
-		p.each(Entry{path, Kept, "it is a directory now, which is not replaced by the snapshot's " + kind(s.Mode)})
+		p.each(Entry{path, Kept, "it is a directory now, which is not replaced by what the snapshot has there, " + safepath.Kind(s.Mode)})
 	default:
 		if sDir {
 			// A directory's rename replaces only a directory: what is there goes first.
@@ -326,7 +328,7 @@ func Describe(st *unix.Stat_t) string {
 	if st.Mode&unix.S_IFMT == unix.S_IFREG {
 		return fmt.Sprintf("a regular file of %d bytes", st.Size)
 	}
-	return "a " + kind(st.Mode)
+	return safepath.Kind(st.Mode)
 }
 
 func isDir(mode uint32) bool { return mode&unix.S_IFMT == unix.S_IFDIR }
@@ -334,26 +336,6 @@ func isDir(mode uint32) bool { return mode&unix.S_IFMT == unix.S_IFDIR }
 // describeOwner says a directory's owner and mode: "user 1000, group 1000, mode 0755".
 func describeOwner(st *unix.Stat_t) string {
 	return fmt.Sprintf("user %d, group %d, mode %04o now", st.Uid, st.Gid, st.Mode&0o7777)
-}
-
-func kind(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return "directory"
-	case unix.S_IFREG:
-		return "regular file"
-	case unix.S_IFLNK:
-		return "symbolic link"
-	case unix.S_IFIFO:
-		return "FIFO"
-	case unix.S_IFSOCK:
-		return "socket"
-	case unix.S_IFCHR:
-		return "character device"
-	case unix.S_IFBLK:
-		return "block device"
-	}
-	return "file of unknown kind"
 }
 
 // cause is an error's short word ("no such file or directory").

@@ -110,7 +110,7 @@ func Writable(path string, uid int) (Node, error) {
 		return Node{}, err
 	}
 	if !n.IsDir() && !n.IsRegular() {
-		return Node{}, &Error{path, "is " + kind(n.Mode) + ": only a directory or a regular file is made writable"}
+		return Node{}, &Error{path, "is " + Kind(n.Mode) + ": only a directory or a regular file is made writable"}
 	}
 	if why := owner(n.UID, uid); why != "" {
 		return Node{}, &Error{path, why}
@@ -131,7 +131,7 @@ func Parent(path string, uid int) (Node, error) {
 		return Node{}, err
 	}
 	if !n.IsDir() {
-		return Node{}, &Error{parent, "is " + kind(n.Mode) + ", not a directory"}
+		return Node{}, &Error{parent, "is " + Kind(n.Mode) + ", not a directory"}
 	}
 	st := unix.Stat_t{Uid: n.UID, Mode: n.Mode}
 	if _, err := onTheWay(parent, &st, uid); err != nil {
@@ -245,7 +245,7 @@ func open(path string, uid int) (int, Node, error) {
 		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
 			unix.Close(fd)
 			closeAll()
-			return -1, Node{}, &Error{here, "is " + kind(st.Mode) + ", not a directory"}
+			return -1, Node{}, &Error{here, "is " + Kind(st.Mode) + ", not a directory"}
 		default:
 			d, err := onTheWay(here, &st, uid)
 			if err != nil {
@@ -308,7 +308,8 @@ func userName(uid uint32) string {
 	return s
 }
 
-func kind(mode uint32) string {
+// Kind says what a file of mode is, for a message: "a directory", "a symbolic link".
+func Kind(mode uint32) string {
 	switch mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		return "a directory"
