@@ -1,6 +1,9 @@
 package systemd
 
 import (
+	"slices"
+	"strings"
+
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 )
 
@@ -84,7 +87,13 @@ func (s Sandbox) properties(hasUser bool) ([]sddbus.Property, error) {
 		props = append(props, prop("RemoveIPC", true))
 	}
 	if s.ReadOnlySystem {
-		props = append(props, prop("ProtectSystem", "strict"), prop("ProtectHome", "read-only"))
+		props = append(props, prop("ProtectSystem", "strict"))
+		// ProtectHome=read-only says again what strict says of /home, /root and /run/user, but
+		// wins over a ReadWritePaths= of the very directory (a restore's stage in /home, seen
+		// on a booted host): it is left out then.
+		if !slices.ContainsFunc(s.ReadWritePaths, coversHome) {
+			props = append(props, prop("ProtectHome", "read-only"))
+		}
 		if len(s.ReadWritePaths) > 0 {
 			paths := make([]string, len(s.ReadWritePaths))
 			for i, p := range s.ReadWritePaths {
@@ -105,3 +114,13 @@ type allowList struct {
 type errUnknownCapability string
 
 func (e errUnknownCapability) Error() string { return "unknown capability " + string(e) }
+
+// coversHome reports whether making p writable makes /home, /root or /run/user writable whole.
+func coversHome(p string) bool {
+	for _, h := range []string{"/home", "/root", "/run/user"} {
+		if p == h || p == "/" || strings.HasPrefix(h, strings.TrimSuffix(p, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
