@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,8 +21,8 @@ import (
 )
 
 // bundle is a real restic repository with one snapshot of a tree whose names are hostile (a
-// newline, an escape sequence, a tab, a quote, a name that is another's prefix), the snapshot's
-// catalog, and restic run as this process to compare with.
+// newline, an escape sequence, a tab, a quote, a name that is another's prefix), shared by the
+// tests, the snapshot's catalog, the test's own, and restic run as this process to compare with.
 type bundle struct {
 	t        *testing.T
 	dir      string // the catalogs
@@ -31,45 +32,75 @@ type bundle struct {
 	snapshot string
 }
 
+// shared is the repository every test lists, made once: its backup is most of a setup's cost.
+var shared struct {
+	once      sync.Once
+	root, src string
+	repo      engine.Job
+	snapshot  string
+	err       error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.root != "" {
+		os.RemoveAll(shared.root)
+	}
+	os.Exit(code)
+}
+
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	root := t.TempDir()
-	b := &bundle{t: t, dir: filepath.Join(root, "catalogs"), src: filepath.Join(root, "src"), restic: engine.Restic{Binary: testenv.Restic(t)}}
-	for _, f := range []string{"a/one.txt", "a/b/two.txt", "a/b/c/three.txt", "a-b/four.txt", "ab/five.txt",
-		"odd\nname/x", "esc\x1b[31m/y", "tab\there/z", `quote"s/q`, "top.txt", "a/b/c/d/e/f/deep.txt"} {
-		p := filepath.Join(b.src, f)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(f+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	b := &bundle{t: t, dir: filepath.Join(t.TempDir(), "catalogs"), restic: engine.Restic{Binary: testenv.Restic(t)}}
+	shared.once.Do(func() { shared.err = makeShared(t, b.restic) })
+	if shared.err != nil {
+		t.Fatal(shared.err)
 	}
-	if err := os.Symlink("a/one.txt", filepath.Join(b.src, "link")); err != nil {
-		t.Fatal(err)
-	}
-	repo := filepath.Join(root, "repo")
-	pw := filepath.Join(root, "pw")
-	if err := os.WriteFile(pw, []byte(testenv.ResticPassword+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	testenv.ResticRepo(t, repo)
-	if out, err := exec.Command(b.restic.Binary, "--repo", repo, "--password-file", pw, "--no-cache", "backup", b.src).CombinedOutput(); err != nil {
-		t.Fatalf("restic backup: %v\n%s", err, out)
-	}
-	b.repo = engine.Job{Repository: repo, PasswordFile: pw}
-	snaps, err := b.restic.ListSnapshots(context.Background(), b.repo)
-	if err != nil || len(snaps) != 1 {
-		t.Fatalf("snapshots: %v %v", snaps, err)
-	}
-	b.snapshot = snaps[0].ID
-	err = catalog.Write(b.dir, "docs", b.snapshot, func(each func(engine.Node) error) error {
+	b.src, b.repo, b.snapshot = shared.src, shared.repo, shared.snapshot
+	err := catalog.Write(b.dir, "docs", b.snapshot, func(each func(engine.Node) error) error {
 		return b.restic.Ls(context.Background(), b.repo, b.snapshot, "/", true, each)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// makeShared backs up the shared tree into the shared repository.
+func makeShared(t *testing.T, restic engine.Restic) error {
+	root, err := os.MkdirTemp("", "catalog-test-*")
+	if err != nil {
+		return err
+	}
+	shared.root, shared.src = root, filepath.Join(root, "src")
+	for _, f := range []string{"a/one.txt", "a/b/two.txt", "a/b/c/three.txt", "a-b/four.txt", "ab/five.txt",
+		"odd\nname/x", "esc\x1b[31m/y", "tab\there/z", `quote"s/q`, "top.txt", "a/b/c/d/e/f/deep.txt"} {
+		p := filepath.Join(shared.src, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(f+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.Symlink("a/one.txt", filepath.Join(shared.src, "link")); err != nil {
+		return err
+	}
+	repo, pw := filepath.Join(root, "repo"), filepath.Join(root, "pw")
+	if err := os.WriteFile(pw, []byte(testenv.ResticPassword+"\n"), 0o600); err != nil {
+		return err
+	}
+	testenv.ResticRepo(t, repo)
+	if out, err := exec.Command(restic.Binary, "--repo", repo, "--password-file", pw, "--no-cache", "backup", shared.src).CombinedOutput(); err != nil {
+		return fmt.Errorf("restic backup: %v\n%s", err, out)
+	}
+	shared.repo = engine.Job{Repository: repo, PasswordFile: pw}
+	snaps, err := restic.ListSnapshots(context.Background(), shared.repo)
+	if err != nil || len(snaps) != 1 {
+		return fmt.Errorf("snapshots: %v %v", snaps, err)
+	}
+	shared.snapshot = snaps[0].ID
+	return nil
 }
 
 // both lists at with restic and from the catalog.
