@@ -1,0 +1,108 @@
+// Package importer reads the configurations of other restic front ends into holdfast's jobs,
+// for `holdfast import`, whose YAML `holdfast apply` takes. What maps becomes a job's setting;
+// every other key is a Note saying why it did not map, never dropped silently. Secrets stay
+// files: an inline password or environment variable is a Note naming it, never its value.
+package importer
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/holdfast-backup/holdfast/model"
+)
+
+// Result is a configuration read: its jobs, and what of it did not map.
+type Result struct {
+	Jobs  []model.Job
+	Notes []Note
+}
+
+// Note is a key that did not map: where it is (the profile and its key) and why.
+type Note struct {
+	Where string
+	Why   string
+}
+
+func (n Note) String() string { return n.Where + ": " + n.Why }
+
+// notes collects a configuration's notes.
+type notes struct{ list []Note }
+
+func (n *notes) add(where, format string, args ...any) {
+	n.list = append(n.list, Note{Where: where, Why: fmt.Sprintf(format, args...)})
+}
+
+// jobNameChars are the characters a job's name may not have (jobdef.ValidateName's rule).
+var jobNameChars = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^a-z0-9._-]+`) })
+
+// jobName is a profile's name as a job's: lower case, other characters as "-".
+func jobName(profile string) string {
+	name := strings.Trim(jobNameChars().ReplaceAllString(strings.ToLower(profile), "-"), "-._")
+	if name == "" {
+		name = "imported"
+	}
+	return name
+}
+
+// stringsOf reads a value that is a string or a list of strings (TOML, YAML and JSON give
+// []any or []string); ok is false for anything else.
+func stringsOf(v any) (list []string, ok bool) {
+	switch v := v.(type) {
+	case string:
+		return []string{v}, true
+	case []string:
+		return v, true
+	case []any:
+		for _, e := range v {
+			s, isString := e.(string)
+			if !isString {
+				return nil, false
+			}
+			list = append(list, s)
+		}
+		return list, true
+	}
+	return nil, false
+}
+
+// intOf reads a whole number.
+func intOf(v any) (int, bool) {
+	switch v := v.(type) {
+	case int:
+		return v, true
+	case int64:
+		return int(v), true
+	case uint64:
+		return int(v), true
+	case float64:
+		if v == float64(int(v)) {
+			return int(v), true
+		}
+	}
+	return 0, false
+}
+
+// boolOf reads a boolean.
+func boolOf(v any) (value, ok bool) {
+	b, ok := v.(bool)
+	return b, ok
+}
+
+// mapOf reads a section.
+func mapOf(v any) (map[string]any, bool) {
+	m, ok := v.(map[string]any)
+	return m, ok
+}
+
+// sortedKeys are a section's keys in order, for notes that read the same every time.
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
