@@ -35,7 +35,7 @@ func Resticprofile(file string, data []byte) (Result, error) {
 		return Result{}, fmt.Errorf("%s: not a resticprofile configuration: %w", file, err)
 	}
 	var n notes
-	profiles := doc
+	var profiles map[string]any
 	if v, ok := doc["version"]; ok && fmt.Sprint(v) == "2" {
 		profiles, ok = mapOf(doc["profiles"])
 		if !ok {
