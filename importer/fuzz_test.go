@@ -30,19 +30,42 @@ func FuzzResticprofile(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, j := range res.Jobs {
-			for _, line := range append(append([]string{}, j.Backup.BeforeHooks...), j.Backup.AfterHooks...) {
-				if _, err := hook.Split(line); err != nil {
-					t.Fatalf("job %s: hook %q: %v", j.Name, line, err)
-				}
-			}
-			for _, s := range []string{j.Schedule, j.Verify.Schedule, j.Prune.Schedule} {
-				if _, err := schedule.Parse(s, ""); err != nil {
-					t.Fatalf("job %s: schedule %q: %v", j.Name, s, err)
-				}
+		checkJobs(t, res)
+	})
+}
+
+// Whatever an autorestic configuration holds, the import returns jobs or an error.
+func FuzzAutorestic(f *testing.F) {
+	data, err := os.ReadFile(filepath.Join("testdata", "autorestic.yml"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(data)
+	f.Add([]byte("locations:\n  a: {from: /a, to: [x, x]}\nbackends:\n  x: {type: local, path: /r}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		res, err := Autorestic("x.yml", data, "")
+		if err != nil {
+			return
+		}
+		checkJobs(t, res)
+	})
+}
+
+// checkJobs holds an import's jobs to what holdfast takes: hooks it runs, schedules it reads.
+func checkJobs(t *testing.T, res Result) {
+	t.Helper()
+	for _, j := range res.Jobs {
+		for _, line := range append(append([]string{}, j.Backup.BeforeHooks...), j.Backup.AfterHooks...) {
+			if _, err := hook.Split(line); err != nil {
+				t.Fatalf("job %s: hook %q: %v", j.Name, line, err)
 			}
 		}
-	})
+		for _, s := range []string{j.Schedule, j.Verify.Schedule, j.Prune.Schedule} {
+			if _, err := schedule.Parse(s, ""); err != nil {
+				t.Fatalf("job %s: schedule %q: %v", j.Name, s, err)
+			}
+		}
+	}
 }
 
 // A calendar expression converts to a cron holdfast reads, or to none.

@@ -3,6 +3,8 @@ package main_test
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -10,8 +12,10 @@ import (
 // A resticprofile configuration, imported: the YAML on standard output names what did not
 // map (and so does standard error), --plan shows the jobs apply would create, apply creates
 // them, and the round trip holds: import, apply, export, apply again changes nothing. A secret
-// given inline is never printed; a configuration that is not one exits 2 in one line.
-func TestImportResticprofile(t *testing.T) {
+// given inline is never printed; a configuration that is not one exits 2 in one line. Then an
+// autorestic one, whose inline key the job reads from a file of --secret-dir that the operator
+// writes: the same round trip, and a backup that succeeds with it.
+func TestImportConfigurations(t *testing.T) {
 	parallel(t)
 	w := newWorld(t)
 	repo, pw := w.resticRepo("repo")
@@ -92,12 +96,57 @@ source = %q
 		t.Fatalf("the import applied again planned %+v", p)
 	}
 
+	// autorestic: a location to a local backend whose key is inline.
+	secrets := filepath.Join(w.dir, "secrets")
+	if err := os.Mkdir(secrets, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	auto := w.writeConfig("autorestic.yml", fmt.Sprintf(`version: 2
+locations:
+  docs:
+    from: %q
+    to: local
+    cron: '0 4 * * *'
+    options:
+      forget:
+        keep-last: 3
+backends:
+  local:
+    type: local
+    path: %q
+    key: %q
+`, data, repo, "correct horse battery staple"))
+	res = w.run("import", "autorestic", auto, "--secret-dir", secrets)
+	if res.code != 0 || !strings.Contains(res.stdout, "password-file: "+filepath.Join(secrets, "local.key")) ||
+		!strings.Contains(res.stderr, "backend local: key") || strings.Contains(res.stdout+res.stderr, "battery") {
+		t.Fatalf("import autorestic: exit %d\n%s\n%s", res.code, res.stdout, res.stderr)
+	}
+	// What the note asks for: the key in its file.
+	key, err := os.ReadFile(pw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(secrets, "local.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	autoYAML := w.writeConfig("auto.yaml", res.stdout)
+	if p := w.applyPlan(autoYAML); len(p.Changes) != 1 {
+		t.Fatalf("apply of the autorestic import: %+v", p)
+	}
+	if p := w.applyPlan("--dry-run", w.writeConfig("exported2.yaml", w.mustRun("export"))); len(p.Changes) != 0 {
+		t.Fatalf("the autorestic import exported and applied planned %+v", p)
+	}
+	w.startDaemon()
+	if r := w.waitEnd(w.startRun("docs")); r.Status != "succeeded" {
+		t.Fatalf("a backup of the imported job: %s (%s)", r.Status, r.Reason)
+	}
+
 	bad := w.writeConfig("bad.toml", "[a\n")
 	if res := w.run("import", "resticprofile", bad); res.code != 2 || !strings.Contains(res.stderr, "not a resticprofile configuration") ||
 		strings.Count(strings.TrimSpace(res.stderr), "\n") != 0 {
 		t.Fatalf("a broken file: exit %d, %q", res.code, res.stderr)
 	}
-	if res := w.run("import", "borgmatic", bad); res.code != 2 || !strings.Contains(res.stderr, "imports resticprofile") {
+	if res := w.run("import", "borgmatic", bad); res.code != 2 || !strings.Contains(res.stderr, "imports resticprofile's and autorestic's") {
 		t.Fatalf("an unknown tool: exit %d, %q", res.code, res.stderr)
 	}
 }

@@ -17,14 +17,18 @@ import (
 )
 
 // importers are the tools whose configurations `holdfast import` reads.
-var importers = map[string]func(file string, data []byte) (importer.Result, error){
-	"resticprofile": importer.Resticprofile,
+var importers = map[string]func(file string, data []byte, secretDir string) (importer.Result, error){
+	"resticprofile": func(file string, data []byte, _ string) (importer.Result, error) {
+		return importer.Resticprofile(file, data)
+	},
+	"autorestic": importer.Autorestic,
 }
 
 func newImportCmd(g *globals) *cobra.Command {
 	var plan bool
+	var secretDir string
 	cmd := &cobra.Command{
-		Use:   "import resticprofile FILE",
+		Use:   "import resticprofile|autorestic FILE",
 		Short: "Print another tool's configuration as holdfast's YAML for apply, with every key it has no equivalent for and why",
 		Long: "Read a resticprofile configuration (version 1 or 2; TOML for .toml and .conf, JSON for .json,\n" +
 			"YAML otherwise) and print its profiles as jobs in the YAML that `holdfast apply` takes: each\n" +
@@ -34,18 +38,23 @@ func newImportCmd(g *globals) *cobra.Command {
 			"standard error and as a comment at the top of the YAML, with why; an inline password or\n" +
 			"environment is named, never copied: secrets stay files. Nothing is written to the database;\n" +
 			"--plan prints what apply would do with the YAML. The jobs have no host: apply pins them to the\n" +
-			"host that applies them, where the profiles' paths are.",
-		Args: exactArgs(2, "the tool (resticprofile) and its configuration file"),
+			"host that applies them, where the profiles' paths are.\n\n" +
+			"Or read an autorestic configuration (.autorestic.yml, version 2): each location is a job for each\n" +
+			"backend it backs up to (location, or location-backend), the backend its repository; its paths,\n" +
+			"cron, excludes, before and after hooks and forget options mapped. autorestic keeps a backend's key\n" +
+			"and environment inline: the job's password-file and env-file are files in --secret-dir, named for\n" +
+			"the backend, which you write (a note says which); their values are never copied.",
+		Args: exactArgs(2, "the tool (resticprofile or autorestic) and its configuration file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			read, ok := importers[args[0]]
 			if !ok {
-				return badInput("import %q: holdfast imports resticprofile's configuration", args[0])
+				return badInput("import %q: holdfast imports resticprofile's and autorestic's configurations", args[0])
 			}
 			data, err := readConfigFile(args[1])
 			if err != nil {
 				return err
 			}
-			res, err := read(args[1], data)
+			res, err := read(args[1], data, secretDir)
 			if err != nil {
 				return inputError{err}
 			}
@@ -100,6 +109,7 @@ func newImportCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().StringVar(&secretDir, "secret-dir", importer.DefaultSecretDir, "where the jobs' password and environment files are, for a tool that keeps them inline (autorestic)")
 	cmd.Flags().BoolVar(&plan, "plan", false, "print what holdfast apply would do with the YAML, instead of the YAML")
 	return cmd
 }
