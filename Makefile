@@ -151,6 +151,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzResticprofile$$' -fuzztime $(FUZZTIME) -timeout 0 ./importer/
 	$(GO) test -run '^$$' -fuzz '^FuzzCronOf$$' -fuzztime $(FUZZTIME) -timeout 0 ./importer/
 	$(GO) test -run '^$$' -fuzz '^FuzzAutorestic$$' -fuzztime $(FUZZTIME) -timeout 0 ./importer/
+	$(GO) test -run '^$$' -fuzz '^FuzzBackrest$$' -fuzztime $(FUZZTIME) -timeout 0 ./importer/
 
 # Man pages come from the CLI's own help; a clean environment keeps local settings out of them.
 man: build

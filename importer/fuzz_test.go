@@ -81,3 +81,20 @@ func FuzzCronOf(f *testing.F) {
 		}
 	})
 }
+
+// Whatever a Backrest configuration holds, the import returns jobs or an error.
+func FuzzBackrest(f *testing.F) {
+	data, err := os.ReadFile(filepath.Join("testdata", "backrest.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(data)
+	f.Add([]byte(`{"repos": [{"id": "x", "uri": "/r"}], "plans": [{"id": "a", "repo": "x", "schedule": {"maxFrequencyDays": 1}}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		res, err := Backrest("x.json", data, "")
+		if err != nil {
+			return
+		}
+		checkJobs(t, res)
+	})
+}

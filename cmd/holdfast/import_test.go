@@ -14,7 +14,7 @@ import (
 // them, and the round trip holds: import, apply, export, apply again changes nothing. A secret
 // given inline is never printed; a configuration that is not one exits 2 in one line. Then an
 // autorestic one, whose inline key the job reads from a file of --secret-dir that the operator
-// writes: the same round trip, and a backup that succeeds with it.
+// writes: the same round trip, and a backup that succeeds with it; and a Backrest one, the same.
 func TestImportConfigurations(t *testing.T) {
 	parallel(t)
 	w := newWorld(t)
@@ -141,12 +141,33 @@ backends:
 		t.Fatalf("a backup of the imported job: %s (%s)", r.Status, r.Reason)
 	}
 
+	// Backrest: a plan on a repo whose password is inline, its check policy the verify schedule.
+	brest := w.writeConfig("config.json", fmt.Sprintf(`{"repos": [{"id": "nas", "uri": %q, "password": "correct horse battery staple",
+	  "checkPolicy": {"schedule": {"cron": "0 5 * * 0", "clock": "CLOCK_UTC"}, "readDataSubsetPercent": 5}}],
+	  "plans": [{"id": "photos", "repo": "nas", "paths": [%q], "schedule": {"maxFrequencyHours": 12},
+	    "retention": {"policyTimeBucketed": {"daily": 7}}}]}`, repo, data))
+	res = w.run("import", "backrest", brest, "--secret-dir", secrets)
+	if res.code != 0 || !strings.Contains(res.stdout, "password-file: "+filepath.Join(secrets, "nas.key")) ||
+		!strings.Contains(res.stdout, "schedule: '@every 12h'") || !strings.Contains(res.stdout, "verify-read-data: 5%") ||
+		strings.Contains(res.stdout+res.stderr, "battery") {
+		t.Fatalf("import backrest: exit %d\n%s\n%s", res.code, res.stdout, res.stderr)
+	}
+	if err := os.WriteFile(filepath.Join(secrets, "nas.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if p := w.applyPlan(w.writeConfig("brest.yaml", res.stdout)); len(p.Changes) != 1 {
+		t.Fatalf("apply of the Backrest import: %+v", p)
+	}
+	if p := w.applyPlan("--dry-run", w.writeConfig("exported3.yaml", w.mustRun("export"))); len(p.Changes) != 0 {
+		t.Fatalf("the Backrest import exported and applied planned %+v", p)
+	}
+
 	bad := w.writeConfig("bad.toml", "[a\n")
 	if res := w.run("import", "resticprofile", bad); res.code != 2 || !strings.Contains(res.stderr, "not a resticprofile configuration") ||
 		strings.Count(strings.TrimSpace(res.stderr), "\n") != 0 {
 		t.Fatalf("a broken file: exit %d, %q", res.code, res.stderr)
 	}
-	if res := w.run("import", "borgmatic", bad); res.code != 2 || !strings.Contains(res.stderr, "imports resticprofile's and autorestic's") {
+	if res := w.run("import", "borgmatic", bad); res.code != 2 || !strings.Contains(res.stderr, "imports resticprofile's, autorestic's and Backrest's") {
 		t.Fatalf("an unknown tool: exit %d, %q", res.code, res.stderr)
 	}
 }

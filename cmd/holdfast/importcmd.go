@@ -22,13 +22,14 @@ var importers = map[string]func(file string, data []byte, secretDir string) (imp
 		return importer.Resticprofile(file, data)
 	},
 	"autorestic": importer.Autorestic,
+	"backrest":   importer.Backrest,
 }
 
 func newImportCmd(g *globals) *cobra.Command {
 	var plan bool
 	var secretDir string
 	cmd := &cobra.Command{
-		Use:   "import resticprofile|autorestic FILE",
+		Use:   "import resticprofile|autorestic|backrest FILE",
 		Short: "Print another tool's configuration as holdfast's YAML for apply, with every key it has no equivalent for and why",
 		Long: "Read a resticprofile configuration (version 1 or 2; TOML for .toml and .conf, JSON for .json,\n" +
 			"YAML otherwise) and print its profiles as jobs in the YAML that `holdfast apply` takes: each\n" +
@@ -43,12 +44,16 @@ func newImportCmd(g *globals) *cobra.Command {
 			"backend it backs up to (location, or location-backend), the backend its repository; its paths,\n" +
 			"cron, excludes, before and after hooks and forget options mapped. autorestic keeps a backend's key\n" +
 			"and environment inline: the job's password-file and env-file are files in --secret-dir, named for\n" +
-			"the backend, which you write (a note says which); their values are never copied.",
-		Args: exactArgs(2, "the tool (resticprofile or autorestic) and its configuration file"),
+			"the backend, which you write (a note says which); their values are never copied.\n\n" +
+			"Or read a Backrest config.json: each plan is a job, its repo's URI the repository, its paths,\n" +
+			"excludes, schedule (cron, or a most-frequent interval as @every), retention and command hooks\n" +
+			"mapped, its repo's prune and check policies the job's prune and verify schedules; the repo's\n" +
+			"password and environment are files in --secret-dir named for the repo, as for autorestic.",
+		Args: exactArgs(2, "the tool (resticprofile, autorestic or backrest) and its configuration file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			read, ok := importers[args[0]]
 			if !ok {
-				return badInput("import %q: holdfast imports resticprofile's and autorestic's configurations", args[0])
+				return badInput("import %q: holdfast imports resticprofile's, autorestic's and Backrest's configurations", args[0])
 			}
 			data, err := readConfigFile(args[1])
 			if err != nil {
@@ -109,7 +114,7 @@ func newImportCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&secretDir, "secret-dir", importer.DefaultSecretDir, "where the jobs' password and environment files are, for a tool that keeps them inline (autorestic)")
+	cmd.Flags().StringVar(&secretDir, "secret-dir", importer.DefaultSecretDir, "where the jobs' password and environment files are, for a tool that keeps them inline (autorestic, Backrest)")
 	cmd.Flags().BoolVar(&plan, "plan", false, "print what holdfast apply would do with the YAML, instead of the YAML")
 	return cmd
 }
