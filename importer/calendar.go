@@ -21,7 +21,7 @@ func cronOf(calendar string) (cron string, ok bool) {
 	case "daily":
 		return "@daily", true
 	case "weekly":
-		return "@weekly", true
+		return "0 0 * * 1", true // systemd's week starts on Monday, cron's @weekly on Sunday
 	case "monthly":
 		return "@monthly", true
 	case "yearly", "annually":

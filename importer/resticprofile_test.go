@@ -85,7 +85,7 @@ func TestResticprofileTOML(t *testing.T) {
 		{"limit-upload", home.LimitUploadKiB, 2048},
 		{"before", home.Backup.BeforeHooks, []string{"/usr/local/bin/pre-backup", "/bin/sh -c 'mount /mnt/backup | logger'"}},
 		{"after", home.Backup.AfterHooks, []string{"/bin/sh -c 'echo done'"}},
-		{"verify-schedule", home.Verify.Schedule, "@weekly"},
+		{"verify-schedule", home.Verify.Schedule, "0 0 * * 1"},
 		{"verify-read-data", home.Verify.ReadData, "10%"},
 		{"prune-schedule", home.Prune.Schedule, "0 4 * * 0"},
 		{"policy", policyOf(t, home), retention.Policy{KeepDaily: 7, KeepWeekly: 4, KeepWithin: retention.Duration{Months: 3}}},
@@ -161,7 +161,7 @@ func TestResticprofileRefused(t *testing.T) {
 
 func TestCronOf(t *testing.T) {
 	for in, want := range map[string]string{
-		"daily": "@daily", "Hourly": "@hourly", "weekly": "@weekly", "monthly": "@monthly", "yearly": "@yearly",
+		"daily": "@daily", "Hourly": "@hourly", "weekly": "0 0 * * 1", "monthly": "@monthly", "yearly": "@yearly",
 		"02:30": "30 2 * * *", "*-*-* 03:15:00": "15 3 * * *", "*:0/15": "*/15 * * * *", "*:5/20": "5-59/20 * * * *",
 		"Mon..Fri 02:00": "0 2 * * 1,2,3,4,5", "Sat,Sun *-*-* 04:00": "0 4 * * 6,0", "Fri..Mon 1:00": "0 1 * * 5,6,0,1",
 		"monday 06:00": "0 6 * * 1", "*:00": "0 * * * *", "1,13:30": "30 1,13 * * *",
