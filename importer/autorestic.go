@@ -30,7 +30,7 @@ func Autorestic(file string, data []byte, secretDir string) (Result, error) {
 	}
 	doc := map[string]any{}
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return Result{}, fmt.Errorf("%s: not an autorestic configuration: %w", file, err)
+		return Result{}, parseError(file, "an autorestic configuration", "YAML", err)
 	}
 	locations, ok := mapOf(doc["locations"])
 	if !ok {
@@ -101,7 +101,7 @@ func Autorestic(file string, data []byte, secretDir string) (Result, error) {
 			if len(to) > 1 {
 				jname = name + "-" + backend
 			}
-			j, err := locationJob(jname, backend, loc, b, global, where, secretDir, &n)
+			j, err := locationJob(jname, backend, loc, b, global, where, secretDir, filepath.Dir(file), &n)
 			if err != nil {
 				return Result{}, fmt.Errorf("%s: location %s: %w", file, name, err)
 			}
@@ -121,32 +121,48 @@ func secretFile(dir, backend, what string) string {
 	return filepath.Join(dir, jobName(backend)+"."+what)
 }
 
-// repositoryOf is a backend's restic repository: its path, after its type unless local.
-func repositoryOf(b map[string]any) (string, error) {
+// repositoryOf is a backend's restic repository: its path, after its type unless local (a
+// relative one is the configuration file's directory's, as autorestic reads it).
+func repositoryOf(b map[string]any, dir string) (string, error) {
 	typ, _ := b["type"].(string)
 	path, _ := b["path"].(string)
 	if path == "" {
 		return "", fmt.Errorf("a backend without a path")
 	}
 	if typ == "" || typ == "local" {
-		return path, nil
+		return localPath(path, dir), nil
 	}
 	return typ + ":" + path, nil
 }
 
+// localPath is a path of the configuration, absolute: a relative one is dir's.
+func localPath(p, dir string) string {
+	if filepath.IsAbs(p) || strings.HasPrefix(p, "~") {
+		return p
+	}
+	abs, err := filepath.Abs(filepath.Join(dir, p))
+	if err != nil {
+		return p
+	}
+	return abs
+}
+
 // locationJob maps a location backed up to one backend to a job.
-func locationJob(name, backend string, loc, b map[string]any, global retention.Policy, where, secretDir string, n *notes) (model.Job, error) {
+func locationJob(name, backend string, loc, b map[string]any, global retention.Policy, where, secretDir, dir string, n *notes) (model.Job, error) {
 	j := jobdef.New(jobName(name))
 	j.Engine = "restic"
 	if j.Name != name {
 		n.add(where, "the job is called %s: a job's name is lower case letters, digits, '.', '_' and '-'", j.Name)
 	}
-	repo, err := repositoryOf(b)
+	repo, err := repositoryOf(b, dir)
 	if err != nil {
 		return j, fmt.Errorf("backend %s: %w", backend, err)
 	}
-	j.Repository = repo
+	j.Repository = repository(repo, "backend "+backend+": path", n)
 	j.PasswordFile = secretFile(secretDir, backend, "key")
+	if _, hasKey := b["key"]; !hasKey {
+		n.add(where, "backend %s has no key here (autorestic writes one when it first runs): put the repository's password in %s", backend, j.PasswordFile)
+	}
 	if _, hasEnv := b["env"]; hasEnv {
 		j.EnvFile = secretFile(secretDir, backend, "env")
 	}
@@ -157,7 +173,12 @@ func locationJob(name, backend string, loc, b map[string]any, global retention.P
 		switch key {
 		case "from":
 			if s, ok := stringsOf(v); ok {
-				j.Paths = s
+				for _, p := range s {
+					if strings.HasPrefix(p, "~") {
+						n.add(at, "%q is a home directory's: give its absolute path", p)
+					}
+					j.Paths = append(j.Paths, localPath(p, dir))
+				}
 			} else {
 				return j, fmt.Errorf("from: want a path or a list of paths")
 			}
@@ -178,6 +199,8 @@ func locationJob(name, backend string, loc, b map[string]any, global retention.P
 					j.Backup.BeforeHooks = hooks(h[k], at+".before", n)
 				case "after":
 					j.Backup.AfterHooks = append(j.Backup.AfterHooks, hooks(h[k], at+".after", n)...)
+				case "dir":
+					n.add(at+"."+k, "holdfast's hooks run in /: give the commands absolute paths, or cd in them")
 				default:
 					n.add(at+"."+k, "holdfast's after hooks run whatever the outcome and read it in HOLDFAST_OUTCOME: fold these into one")
 				}

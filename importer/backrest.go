@@ -3,6 +3,7 @@ package importer
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/holdfast-backup/holdfast/jobdef"
@@ -21,7 +22,7 @@ func Backrest(file string, data []byte, secretDir string) (Result, error) {
 	}
 	doc := map[string]any{}
 	if err := json.Unmarshal(data, &doc); err != nil {
-		return Result{}, fmt.Errorf("%s: not a Backrest configuration: %w", file, err)
+		return Result{}, parseError(file, "a Backrest configuration", "JSON", err)
 	}
 	var n notes
 	repos := map[string]map[string]any{}
@@ -68,6 +69,18 @@ func Backrest(file string, data []byte, secretDir string) (Result, error) {
 	}
 	var res Result
 	plans, _ := doc["plans"].([]any)
+	perRepo := map[string]int{}
+	for _, p := range plans {
+		plan, _ := mapOf(p)
+		if id, ok := plan["repo"].(string); ok {
+			perRepo[id]++
+		}
+	}
+	for _, id := range sortedKeysOf(perRepo) {
+		if perRepo[id] > 1 && (repos[id]["prunePolicy"] != nil || repos[id]["checkPolicy"] != nil) {
+			n.add("repo "+id, "its prune and check schedules are each of its %d jobs' now: keep them on one job", perRepo[id])
+		}
+	}
 	seen := map[string]bool{}
 	for i, p := range plans {
 		plan, ok := mapOf(p)
@@ -106,7 +119,7 @@ func planJob(id string, plan map[string]any, repos map[string]map[string]any, se
 	if uri == "" {
 		return j, fmt.Errorf("repo %s has no uri", repoID)
 	}
-	j.Repository = uri
+	j.Repository = repository(uri, "repo "+repoID+": uri", n)
 	j.PasswordFile = secretFile(secretDir, repoID, "key")
 	if _, hasEnv := repo["env"]; hasEnv {
 		j.EnvFile = secretFile(secretDir, repoID, "env")
@@ -125,8 +138,10 @@ func planJob(id string, plan map[string]any, repos map[string]map[string]any, se
 			switch k {
 			case "schedule":
 			case "readDataSubsetPercent":
-				if pct, ok := intOf(cp[k]); ok && pct > 0 {
-					j.Verify.ReadData = fmt.Sprintf("%d%%", pct)
+				if pct, ok := cp[k].(float64); ok && pct > 0 && pct <= 100 {
+					j.Verify.ReadData = fmt.Sprintf("%g%%", pct)
+				} else {
+					n.add("repo "+repoID+": checkPolicy."+k, "not a percentage above 0 and at most 100")
 				}
 			default:
 				n.add("repo "+repoID+": checkPolicy."+k, "no holdfast equivalent: a verification is restic check, with verify-read-data")
@@ -154,6 +169,7 @@ func planJob(id string, plan map[string]any, repos map[string]map[string]any, se
 		case "retention":
 			r, _ := mapOf(v)
 			backrestRetention(r, &policy, at, n)
+			n.add(at, "Backrest forgets after each backup; holdfast applies the job's policy with a reason for each snapshot: holdfast retention plan, then apply")
 		case "hooks":
 			hs, _ := v.([]any)
 			for i, h := range hs {
@@ -209,6 +225,9 @@ func backrestSchedule(v any, at string, n *notes) string {
 			n.add(at+"."+k, "no holdfast equivalent")
 		}
 	}
+	if _, hasClock := s["clock"]; !hasClock && out != "" && s["cron"] != nil {
+		n.add(at, "Backrest's cron runs on the machine's local time (its default clock); holdfast's are in the job's tz, UTC unless given: set tz")
+	}
 	if d, _ := boolOf(s["disabled"]); d {
 		return ""
 	}
@@ -255,6 +274,12 @@ func backrestHook(h any, j *model.Job, at string, n *notes) {
 	if command == "" {
 		n.add(at, "only a command hook maps (notifications are holdfast notify add)")
 		return
+	}
+	if len(conds) == 0 {
+		n.add(at, "a hook without conditions never runs in Backrest: not mapped")
+	}
+	if _, hasOnError := hook["onError"]; !hasOnError && slices.Contains(conds, "CONDITION_SNAPSHOT_START") {
+		n.add(at, "Backrest ignores this hook's failure (its default onError); in holdfast a failing before hook fails the run")
 	}
 	for _, c := range conds {
 		switch c {

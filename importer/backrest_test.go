@@ -38,7 +38,7 @@ func TestBackrest(t *testing.T) {
 		{"prune", home.Prune.Schedule, "@every 720h"},
 		{"verify", home.Verify.Schedule, "0 0 1 * *"},
 		{"read data", home.Verify.ReadData, "5%"},
-		{"before", home.Backup.BeforeHooks, []string{"/usr/local/bin/pre"}},
+		{"before", home.Backup.BeforeHooks, []string{"/bin/sh -c '/usr/local/bin/pre'"}},
 		{"after", home.Backup.AfterHooks, []string{"/bin/sh -c 'echo done | logger'"}},
 		{"policy", policyOf(t, home), retention.Policy{KeepLast: 5, KeepHourly: 24, KeepDaily: 7, KeepWeekly: 4, KeepMonthly: 12}},
 		{"db schedule", db.Schedule, "@every 6h"},
@@ -65,6 +65,8 @@ func TestBackrest(t *testing.T) {
 		{"plan Home: hooks[0].onError", "before hook fails the run"},
 		{"plan Home: hooks[2]", "HOLDFAST_OUTCOME"},
 		{"plan Home: hooks[3]", "notify add"},
+		{"plan Home: retention", "forgets after each backup"},
+		{"repo local", "each of its 2 jobs'"},
 	} {
 		hasNote(t, res, c.where, c.want)
 	}

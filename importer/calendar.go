@@ -91,14 +91,19 @@ func cronField(f string, limit int) (string, bool) {
 }
 
 // days are the week's days as systemd names them, in cron's numbering (Sunday 0).
-var days = map[string]int{"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
+var days = map[string]int{"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6,
+	"sunday": 0, "monday": 1, "tuesday": 2, "wednesday": 3, "thursday": 4, "friday": 5, "saturday": 6}
 
-// weekdays converts systemd's days ("Mon", "Mon..Fri", "Sat,Sun", "Fri..Mon") to cron's.
+// weekdays converts systemd's days ("Mon", "Mon..Fri", "Mon-Fri", "Sat,Sun") to cron's. A range
+// runs forward within the week, from Monday: systemd refuses one that wraps ("Fri..Mon").
 func weekdays(f string) (string, bool) {
 	var out []string
 	for _, part := range strings.Split(f, ",") {
 		from, to, isRange := strings.Cut(part, "..")
-		a, okA := dayOf(from)
+		if !isRange {
+			from, to, isRange = strings.Cut(part, "-")
+		}
+		a, okA := days[strings.ToLower(from)]
 		if !okA {
 			return "", false
 		}
@@ -106,8 +111,9 @@ func weekdays(f string) (string, bool) {
 			out = append(out, strconv.Itoa(a))
 			continue
 		}
-		b, okB := dayOf(to)
-		if !okB {
+		b, okB := days[strings.ToLower(to)]
+		// systemd's week is Monday to Sunday: Sunday is its last day, cron's 0.
+		if !okB || (a+6)%7 > (b+6)%7 {
 			return "", false
 		}
 		for d := a; ; d = (d + 1) % 7 {
@@ -118,13 +124,4 @@ func weekdays(f string) (string, bool) {
 		}
 	}
 	return strings.Join(out, ","), true
-}
-
-// dayOf reads a day's name, short or long ("Mon", "monday").
-func dayOf(s string) (int, bool) {
-	if len(s) < 3 {
-		return 0, false
-	}
-	d, ok := days[strings.ToLower(s[:3])]
-	return d, ok
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/model"
 )
 
@@ -34,6 +35,33 @@ type notes struct{ list []Note }
 func (n *notes) add(where, format string, args ...any) {
 	n.list = append(n.list, Note{Where: where, Why: fmt.Sprintf(format, args...)})
 }
+
+// repository is a repository location as a job may hold it: one with a password in it
+// (rest:https://user:password@host/) loses the password, and a note says where it goes instead;
+// the password is never copied.
+func repository(loc, at string, n *notes) string {
+	if credentials.CheckRepository(loc) == nil {
+		return loc
+	}
+	scheme, rest, _ := strings.Cut(loc, "://")
+	authority, path, _ := strings.Cut(rest, "/")
+	at2 := strings.LastIndex(authority, "@")
+	user, _, _ := strings.Cut(authority[:at2], ":")
+	n.add(at, "the repository's location holds a password, which is not copied: put it in the job's env-file (RESTIC_REST_PASSWORD, or the backend's own variables)")
+	return scheme + "://" + user + authority[at2:] + "/" + path
+}
+
+// parseError is why a file does not parse, without what it holds: a parser quotes the value it
+// stopped at, which may be a secret. It keeps the line, where the parser gives one.
+func parseError(file, what, format string, err error) error {
+	line := ""
+	if m := lineOf().FindStringSubmatch(err.Error()); m != nil {
+		line = " at line " + m[1]
+	}
+	return fmt.Errorf("%s: not %s: its %s does not parse%s", file, what, format, line)
+}
+
+var lineOf = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`line (\d+)`) })
 
 // jobNameChars are the characters a job's name may not have (jobdef.ValidateName's rule).
 var jobNameChars = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^a-z0-9._-]+`) })
@@ -99,6 +127,16 @@ func mapOf(v any) (map[string]any, bool) {
 
 // sortedKeys are a section's keys in order, for notes that read the same every time.
 func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// sortedKeysOf is a count's keys in order.
+func sortedKeysOf(m map[string]int) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

@@ -10,7 +10,6 @@ import (
 	"github.com/BurntSushi/toml"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/holdfast-backup/holdfast/hook"
 	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
@@ -23,19 +22,23 @@ import (
 func Resticprofile(file string, data []byte) (Result, error) {
 	doc := map[string]any{}
 	var err error
+	format := "YAML"
 	switch strings.ToLower(filepath.Ext(file)) {
 	case ".toml", ".conf":
+		format = "TOML"
 		_, err = toml.Decode(string(data), &doc)
 	case ".json":
+		format = "JSON"
 		err = json.Unmarshal(data, &doc)
 	default:
 		err = yaml.Unmarshal(data, &doc)
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("%s: not a resticprofile configuration: %w", file, err)
+		return Result{}, parseError(file, "a resticprofile configuration", format, err)
 	}
 	var n notes
 	var profiles map[string]any
+	global, _ := mapOf(doc["global"])
 	if v, ok := doc["version"]; ok && fmt.Sprint(v) == "2" {
 		profiles, ok = mapOf(doc["profiles"])
 		if !ok {
@@ -45,11 +48,13 @@ func Resticprofile(file string, data []byte) (Result, error) {
 			switch key {
 			case "version", "profiles":
 			case "global":
-				n.add(key, "resticprofile's own settings (its restic binary, priority, memory checks): the daemon's flags are holdfast's")
+				globalKeys(global, &n)
 			case "groups":
 				n.add(key, "holdfast runs each job on its own schedule; to run one after another, give the later one depends-on")
 			case "includes":
 				n.add(key, "the files it includes are not read: import each of them")
+			case "mixins":
+				n.add(key, "mixins are not applied: import a configuration without them, or check what each profile lacks")
 			default:
 				n.add(key, "not a section of resticprofile's version 2 configuration")
 			}
@@ -60,7 +65,7 @@ func Resticprofile(file string, data []byte) (Result, error) {
 			switch key {
 			case "version":
 			case "global":
-				n.add(key, "resticprofile's own settings (its restic binary, priority, memory checks): the daemon's flags are holdfast's")
+				globalKeys(global, &n)
 			case "groups":
 				n.add(key, "holdfast runs each job on its own schedule; to run one after another, give the later one depends-on")
 			case "includes":
@@ -83,7 +88,7 @@ func Resticprofile(file string, data []byte) (Result, error) {
 			n.add(where, "no backup source: not a job of its own (what it sets reaches the profiles that inherit it)")
 			continue
 		}
-		j, err := profileJob(name, p, &n)
+		j, err := profileJob(name, p, global, &n)
 		if err != nil {
 			return Result{}, fmt.Errorf("%s: profile %s: %w", file, name, err)
 		}
@@ -140,7 +145,7 @@ func merge(base, over map[string]any) map[string]any {
 var ioClasses = map[int]string{1: "realtime", 2: "best-effort", 3: "idle"}
 
 // profileJob maps one (inherited) profile to a job.
-func profileJob(name string, p map[string]any, n *notes) (model.Job, error) {
+func profileJob(name string, p, global map[string]any, n *notes) (model.Job, error) {
 	j := jobdef.New(jobName(name))
 	j.Engine = "restic"
 	where := "profile " + name
@@ -148,6 +153,13 @@ func profileJob(name string, p map[string]any, n *notes) (model.Job, error) {
 		n.add(where, "the job is called %s: a job's name is lower case letters, digits, '.', '_' and '-'", j.Name)
 	}
 	var policy retention.Policy
+	// nice and ionice are resticprofile's global settings: every job of the file gets them.
+	if i, ok := intOf(global["nice"]); ok {
+		j.Nice = &i
+	}
+	if c, ok := intOf(global["ionice-class"]); ok && global["ionice"] == true && ioClasses[c] != "" {
+		j.IOSchedulingClass = ioClasses[c]
+	}
 	for _, key := range sortedKeys(p) {
 		v := p[key]
 		at := where + ": " + key
@@ -157,7 +169,7 @@ func profileJob(name string, p map[string]any, n *notes) (model.Job, error) {
 			if !ok {
 				return j, fmt.Errorf("repository: want a string")
 			}
-			j.Repository = s
+			j.Repository = repository(s, at, n)
 		case "password-file":
 			s, ok := v.(string)
 			if !ok {
@@ -178,11 +190,18 @@ func profileJob(name string, p map[string]any, n *notes) (model.Job, error) {
 			}
 		case "ionice":
 		case "ionice-class":
-			if i, ok := intOf(v); ok && ioClasses[i] != "" && p["ionice"] != false {
+			if i, ok := intOf(v); ok && ioClasses[i] != "" && p["ionice"] == true {
 				j.IOSchedulingClass = ioClasses[i]
 			} else {
-				n.add(at, "not ionice's class 1, 2 or 3 (or ionice is off)")
+				n.add(at, "not ionice's class 1, 2 or 3, or ionice is not on")
 			}
+		case "run-before":
+			// A profile's hooks run around its every command, a backup's too.
+			j.Backup.BeforeHooks = append(hooks(v, at, n), j.Backup.BeforeHooks...)
+			n.add(at, "holdfast runs it before backups only")
+		case "run-after", "run-finally":
+			j.Backup.AfterHooks = append(j.Backup.AfterHooks, hooks(v, at, n)...)
+			n.add(at, "holdfast runs it after backups only, whatever the outcome (HOLDFAST_OUTCOME)")
 		case "limit-upload":
 			if i, ok := intOf(v); ok {
 				j.LimitUploadKiB = i
@@ -194,6 +213,10 @@ func profileJob(name string, p map[string]any, n *notes) (model.Job, error) {
 			backupKeys(section, &j, at, n)
 		case "retention", "forget":
 			section, _ := mapOf(v)
+			if key == "forget" && p["retention"] != nil {
+				n.add(at, "the retention section is the job's policy: this one is not read")
+				continue
+			}
 			retentionKeys(section, &policy, at, n)
 		case "check":
 			section, _ := mapOf(v)
@@ -204,8 +227,10 @@ func profileJob(name string, p map[string]any, n *notes) (model.Job, error) {
 				case "read-data-subset":
 					j.Verify.ReadData = fmt.Sprint(section[k])
 				case "read-data":
-					if b, _ := boolOf(section[k]); b {
+					if b, ok := boolOf(section[k]); ok && b {
 						j.Verify.ReadData = "100%"
+					} else if !ok {
+						n.add(at+".read-data", "not true or false")
 					}
 				default:
 					n.add(at+"."+k, "no holdfast equivalent: a verification is restic check, with verify-read-data")
@@ -272,6 +297,9 @@ func backupKeys(section map[string]any, j *model.Job, at string, n *notes) {
 				n.add(key, "an after hook in holdfast runs whatever the outcome, which it reads in HOLDFAST_OUTCOME; resticprofile's only after a success")
 			}
 		case "stdin":
+			if section["stdin-command"] == nil {
+				n.add(key, "restic's own standard input: holdfast backs up a command's output (stdin-command, stdin-from)")
+			}
 		case "stdin-command":
 			if s, ok := stringsOf(v); ok && len(s) == 1 {
 				j.Backup.StdinFrom = hooks(s, key, n)[0]
@@ -282,6 +310,8 @@ func backupKeys(section map[string]any, j *model.Job, at string, n *notes) {
 		case "stdin-filename":
 			if s, ok := v.(string); ok {
 				j.Backup.StdinFilename = s
+			} else {
+				n.add(key, "not a name")
 			}
 		case "check-before", "check-after":
 			n.add(key, "holdfast verifies on its own schedule: give verify-schedule")
@@ -305,9 +335,12 @@ func retentionKeys(section map[string]any, policy *retention.Policy, at string, 
 		key := at + "." + k
 		switch {
 		case counts[k] != nil:
-			if i, ok := intOf(v); ok {
+			switch i, ok := intOf(v); {
+			case ok && i >= 0:
 				*counts[k] = i
-			} else {
+			case ok:
+				n.add(key, "%d keeps every one in restic: a job without this rule keeps them by its other rules, or without a policy all", i)
+			default:
 				n.add(key, "not a number")
 			}
 		case k == "keep-within":
@@ -317,7 +350,7 @@ func retentionKeys(section map[string]any, policy *retention.Policy, at string, 
 				continue
 			}
 			policy.KeepWithin = d
-		case k == "after-backup" || k == "before-backup" || k == "prune":
+		case k == "after-backup" || k == "before-backup" || k == "prune" || k == "schedule":
 			n.add(key, "holdfast applies the job's policy with a reason for each snapshot: holdfast retention plan, then apply; prune on prune-schedule")
 		default:
 			n.add(key, "no holdfast equivalent: a policy keeps the job's own snapshots by count and age")
@@ -344,8 +377,8 @@ func cronSchedule(v any, at string, n *notes) string {
 	return cron
 }
 
-// hooks reads a hook's command lines; one holdfast would not take as it is (a pipe, a
-// redirection, a program without its path) runs in sh -c, as resticprofile runs it.
+// hooks reads a hook's command lines, each run by sh -c as the tool runs it: its variables,
+// globs, pipes and lines mean what they meant there.
 func hooks(v any, at string, n *notes) []string {
 	list, ok := stringsOf(v)
 	if !ok {
@@ -354,12 +387,21 @@ func hooks(v any, at string, n *notes) []string {
 	}
 	out := make([]string, 0, len(list))
 	for _, line := range list {
-		if _, err := hook.Split(line); err != nil {
-			line = "/bin/sh -c " + shellQuote(line)
-		}
-		out = append(out, line)
+		out = append(out, "/bin/sh -c "+shellQuote(line))
 	}
 	return out
+}
+
+// globalKeys notes resticprofile's global section: nice and ionice reach every job, the rest is
+// resticprofile's own.
+func globalKeys(global map[string]any, n *notes) {
+	for _, k := range sortedKeys(global) {
+		switch k {
+		case "nice", "ionice", "ionice-class":
+		default:
+			n.add("global."+k, "resticprofile's own setting: the daemon's flags are holdfast's")
+		}
+	}
 }
 
 // shellQuote quotes s as one shell word.

@@ -83,7 +83,7 @@ func TestResticprofileTOML(t *testing.T) {
 		{"nice", *home.Nice, 10},
 		{"io-class", home.IOSchedulingClass, "idle"},
 		{"limit-upload", home.LimitUploadKiB, 2048},
-		{"before", home.Backup.BeforeHooks, []string{"/usr/local/bin/pre-backup", "/bin/sh -c 'mount /mnt/backup | logger'"}},
+		{"before", home.Backup.BeforeHooks, []string{"/bin/sh -c '/usr/local/bin/pre-backup'", "/bin/sh -c 'mount /mnt/backup | logger'"}},
 		{"after", home.Backup.AfterHooks, []string{"/bin/sh -c 'echo done'"}},
 		{"verify-schedule", home.Verify.Schedule, "0 0 * * 1"},
 		{"verify-read-data", home.Verify.ReadData, "10%"},
@@ -95,11 +95,13 @@ func TestResticprofileTOML(t *testing.T) {
 		}
 	}
 	etc := job(t, res, "etc")
-	if !slices.Equal(etc.Paths, []string{"/etc"}) || etc.Schedule != "@daily" || policyOf(t, etc).KeepLast != 3 || policyOf(t, etc).KeepDaily != 7 {
+	if !slices.Equal(etc.Paths, []string{"/etc"}) || etc.Schedule != "@daily" || policyOf(t, etc).KeepLast != 3 || policyOf(t, etc).KeepDaily != 7 ||
+		etc.Nice == nil || *etc.Nice != 10 {
 		t.Errorf("etc = %+v (policy %s)", etc, etc.Retention.Policy)
 	}
 	for _, c := range []struct{ where, want string }{
-		{"global", "daemon's flags"},
+		{"global.priority", "daemon's flags"},
+		{"global.restic-binary", "daemon's flags"},
 		{"groups", "depends-on"},
 		{"profile base", "no backup source"},
 		{"profile home: env", "AWS_ACCESS_KEY_ID"},
@@ -141,7 +143,7 @@ func TestResticprofileYAMLv2(t *testing.T) {
 	hasNote(t, res, "profile Documents: backup.one-file-system", "no holdfast equivalent")
 	hasNote(t, res, "profile db: backup.schedule", "no cron form")
 	hasNote(t, res, "profile default", "no backup source")
-	hasNote(t, res, "global", "daemon's flags")
+	hasNote(t, res, "global.scheduler", "daemon's flags")
 }
 
 // Bad input is refused with the file's name, and nothing else.
@@ -163,14 +165,15 @@ func TestCronOf(t *testing.T) {
 	for in, want := range map[string]string{
 		"daily": "@daily", "Hourly": "@hourly", "weekly": "0 0 * * 1", "monthly": "@monthly", "yearly": "@yearly",
 		"02:30": "30 2 * * *", "*-*-* 03:15:00": "15 3 * * *", "*:0/15": "*/15 * * * *", "*:5/20": "5-59/20 * * * *",
-		"Mon..Fri 02:00": "0 2 * * 1,2,3,4,5", "Sat,Sun *-*-* 04:00": "0 4 * * 6,0", "Fri..Mon 1:00": "0 1 * * 5,6,0,1",
-		"monday 06:00": "0 6 * * 1", "*:00": "0 * * * *", "1,13:30": "30 1,13 * * *",
+		"Mon..Fri 02:00": "0 2 * * 1,2,3,4,5", "Sat,Sun *-*-* 04:00": "0 4 * * 6,0", "Mon-Fri 02:00": "0 2 * * 1,2,3,4,5",
+		"Sat..Sun 1:00": "0 1 * * 6,0",
+		"monday 06:00":  "0 6 * * 1", "*:00": "0 * * * *", "1,13:30": "30 1,13 * * *",
 	} {
 		if got, ok := cronOf(in); !ok || got != want {
 			t.Errorf("cronOf(%q) = %q, %v; want %q", in, got, ok, want)
 		}
 	}
-	for _, in := range []string{"2026-12-24 03:00", "*-*-* 03:00:30", "Mon", "02:30:15", "8..17:00", "xyz 02:00", ""} {
+	for _, in := range []string{"2026-12-24 03:00", "*-*-* 03:00:30", "Mon", "02:30:15", "8..17:00", "xyz 02:00", "", "Fri..Mon 1:00", "Monxyz 02:00"} {
 		if got, ok := cronOf(in); ok {
 			t.Errorf("cronOf(%q) = %q, want no cron form", in, got)
 		}
@@ -181,4 +184,36 @@ func jsonEqual(a, b any) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return string(x) == string(y)
+}
+
+// A password in a repository's location, or in a file that does not parse, is never printed:
+// the location keeps its user and loses the password (a note says where it goes), and a parse
+// error says where, not what.
+func TestSecretsNeverPrinted(t *testing.T) {
+	res, err := Resticprofile("p.yaml", []byte("a:\n  repository: rest:https://alice:s3cr3t-pw@backup.example.com/alice\n  backup: {source: /a}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Jobs[0].Repository; r != "rest:https://alice@backup.example.com/alice" {
+		t.Errorf("repository %q, want the location without its password", r)
+	}
+	hasNote(t, res, "profile a: repository", "password")
+	auto, err := Autorestic("a.yml", []byte("locations:\n  a: {from: data, to: r}\nbackends:\n  r: {type: rest, path: 'https://bob:pw-of-bob@host/bob'}\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, p := auto.Jobs[0].Repository, auto.Jobs[0].Paths; strings.Contains(r, "pw-of-bob") || !filepath.IsAbs(p[0]) || filepath.Base(p[0]) != "data" {
+		t.Errorf("autorestic: repository %q, paths %q", r, p)
+	}
+	hasNote(t, auto, "location a", "has no key here")
+	for _, c := range []struct{ name, data string }{
+		{"p.yaml", "hunter2-secret"},
+		{"p.toml", "password = trustno1-secret\n"},
+		{"p.json", `{"password": hunter2-secret}`},
+	} {
+		_, err := Resticprofile(c.name, []byte(c.data))
+		if err == nil || strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "hunter") || strings.Contains(err.Error(), "trustno") {
+			t.Errorf("%s: %v, want an error that quotes nothing of the file", c.name, err)
+		}
+	}
 }
