@@ -1,14 +1,12 @@
 package importer
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/schedule"
@@ -149,11 +147,7 @@ func localPath(p, dir string) string {
 
 // locationJob maps a location backed up to one backend to a job.
 func locationJob(name, backend string, loc, b map[string]any, global retention.Policy, where, secretDir, dir string, n *notes) (model.Job, error) {
-	j := jobdef.New(jobName(name))
-	j.Engine = "restic"
-	if j.Name != name {
-		n.add(where, "the job is called %s: a job's name is lower case letters, digits, '.', '_' and '-'", j.Name)
-	}
+	j := newJob(name, where, n)
 	repo, err := repositoryOf(b, dir)
 	if err != nil {
 		return j, fmt.Errorf("backend %s: %w", backend, err)
@@ -234,15 +228,8 @@ func locationJob(name, backend string, loc, b map[string]any, global retention.P
 			n.add(at, "no holdfast equivalent")
 		}
 	}
-	if !policy.IsZero() {
-		if err := policy.Validate(); err != nil {
-			return j, fmt.Errorf("forget options: %w", err)
-		}
-		b, err := json.Marshal(policy)
-		if err != nil {
-			return j, err
-		}
-		j.Retention.Policy = b
+	if err := setPolicy(&j, policy); err != nil {
+		return j, err
 	}
 	return j, nil
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 	"github.com/holdfast-backup/holdfast/schedule"
@@ -104,12 +103,8 @@ func Backrest(file string, data []byte, secretDir string) (Result, error) {
 
 // planJob maps a plan, and its repo's policies, to a job.
 func planJob(id string, plan map[string]any, repos map[string]map[string]any, secretDir string, n *notes) (model.Job, error) {
-	j := jobdef.New(jobName(id))
-	j.Engine = "restic"
 	where := "plan " + id
-	if j.Name != id {
-		n.add(where, "the job is called %s: a job's name is lower case letters, digits, '.', '_' and '-'", j.Name)
-	}
+	j := newJob(id, where, n)
 	repoID, _ := plan["repo"].(string)
 	repo, ok := repos[repoID]
 	if !ok {
@@ -179,15 +174,8 @@ func planJob(id string, plan map[string]any, repos map[string]map[string]any, se
 			n.add(at, "no holdfast equivalent (restic backup runs with the job's paths and excludes)")
 		}
 	}
-	if !policy.IsZero() {
-		if err := policy.Validate(); err != nil {
-			return j, fmt.Errorf("retention: %w", err)
-		}
-		b, err := json.Marshal(policy)
-		if err != nil {
-			return j, err
-		}
-		j.Retention.Policy = b
+	if err := setPolicy(&j, policy); err != nil {
+		return j, err
 	}
 	return j, nil
 }

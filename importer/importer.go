@@ -5,6 +5,7 @@
 package importer
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -12,7 +13,9 @@ import (
 	"sync"
 
 	"github.com/holdfast-backup/holdfast/credentials"
+	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/retention"
 )
 
 // Result is a configuration read: its jobs, and what of it did not map.
@@ -65,6 +68,34 @@ var lineOf = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`l
 
 // jobNameChars are the characters a job's name may not have (jobdef.ValidateName's rule).
 var jobNameChars = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^a-z0-9._-]+`) })
+
+// newJob is a restic job named for name (a profile, plan or location), a note at where saying
+// so when the name had to change.
+func newJob(name, where string, n *notes) model.Job {
+	j := jobdef.New(jobName(name))
+	j.Engine = "restic"
+	if j.Name != name {
+		n.add(where, "the job is called %s: a job's name is lower case letters, digits, '.', '_' and '-'", j.Name)
+	}
+	return j
+}
+
+// setPolicy sets a retention policy read from the configuration as the job's; none leaves it
+// without one.
+func setPolicy(j *model.Job, p retention.Policy) error {
+	if p.IsZero() {
+		return nil
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("retention: %w", err)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	j.Retention.Policy = b
+	return nil
+}
 
 // jobName is a profile's name as a job's: lower case, other characters as "-".
 func jobName(profile string) string {

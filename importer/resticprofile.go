@@ -10,7 +10,6 @@ import (
 	"github.com/BurntSushi/toml"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/holdfast-backup/holdfast/jobdef"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/retention"
 )
@@ -146,12 +145,8 @@ var ioClasses = map[int]string{1: "realtime", 2: "best-effort", 3: "idle"}
 
 // profileJob maps one (inherited) profile to a job.
 func profileJob(name string, p, global map[string]any, n *notes) (model.Job, error) {
-	j := jobdef.New(jobName(name))
-	j.Engine = "restic"
 	where := "profile " + name
-	if j.Name != name {
-		n.add(where, "the job is called %s: a job's name is lower case letters, digits, '.', '_' and '-'", j.Name)
-	}
+	j := newJob(name, where, n)
 	var policy retention.Policy
 	// nice and ionice are resticprofile's global settings: every job of the file gets them.
 	if i, ok := intOf(global["nice"]); ok {
@@ -253,15 +248,8 @@ func profileJob(name string, p, global map[string]any, n *notes) (model.Job, err
 			n.add(at, "no holdfast equivalent")
 		}
 	}
-	if !policy.IsZero() {
-		if err := policy.Validate(); err != nil {
-			return j, fmt.Errorf("retention: %w", err)
-		}
-		b, err := json.Marshal(policy)
-		if err != nil {
-			return j, err
-		}
-		j.Retention.Policy = b
+	if err := setPolicy(&j, policy); err != nil {
+		return j, err
 	}
 	if j.Schedule != "" {
 		n.add(where+": backup.schedule", "resticprofile schedules on the machine's local time; holdfast's are in the job's tz, UTC unless given: set tz")
