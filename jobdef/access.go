@@ -7,6 +7,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/fssnap"
 	"github.com/holdfast-backup/holdfast/hook"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/setting"
@@ -32,7 +33,7 @@ type Access struct {
 func AccessChanged(before, after model.Job) bool {
 	return before.User != after.User || before.Group != after.Group || before.Engine != after.Engine ||
 		before.PasswordFile != after.PasswordFile || !slices.Equal(before.Paths, after.Paths) || before.Backup.StdinFrom != after.Backup.StdinFrom ||
-		before.Copy.PasswordFile != after.Copy.PasswordFile || before.EnvFile != after.EnvFile || before.Copy.EnvFile != after.Copy.EnvFile
+		before.Copy.PasswordFile != after.Copy.PasswordFile || before.Backup.FSSnapshot != after.Backup.FSSnapshot || before.EnvFile != after.EnvFile || before.Copy.EnvFile != after.Copy.EnvFile
 }
 
 // CheckAccess checks that the job's user can read what its backup reads: the password file and
@@ -78,6 +79,12 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 	}
 	for _, p := range j.Paths {
 		want = append(want, Access{Path: p})
+	}
+	if j.Backup.FSSnapshot != "" {
+		// As each spawn will take it (fssnap.Take): a path refused there is refused here first.
+		if err := fssnap.Check(j.Paths, uid); err != nil {
+			return setting.Errorf("{Job.Backup.FSSnapshot} %s: %w", j.Backup.FSSnapshot, err)
+		}
 	}
 	if argv, err := hook.Split(j.Backup.StdinFrom); j.Backup.StdinFrom != "" && err == nil {
 		want = append(want, Access{Path: argv[0], Regular: true, Exec: true, What: "{Job.Backup.StdinFrom} program"})

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/fssnap"
 	"github.com/holdfast-backup/holdfast/hook"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/setting"
@@ -33,6 +34,24 @@ func validateHooks(name string, hooks []string) error {
 var stdinFilename = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*$`) })
 
 const maxStdinFilename = 255
+
+// validateFSSnapshot checks a job's file system snapshot against what it backs up; whether its
+// paths are on Btrfs is CheckAccess's (fssnap.Check), where they are.
+func validateFSSnapshot(j *model.Job) error {
+	switch {
+	case j.Backup.FSSnapshot == "":
+		return nil
+	case j.Backup.FSSnapshot != fssnap.Btrfs:
+		return setting.Errorf("{Job.Backup.FSSnapshot} %q: give btrfs, or \"\" to read the live paths (LVM and ZFS snapshots are not supported)", j.Backup.FSSnapshot)
+	case j.Engine != engine.NameRestic:
+		return setting.Errorf("{Job.Backup.FSSnapshot} is for restic jobs: a command job's command reads what it backs up itself")
+	case j.Backup.StdinFrom != "":
+		return setting.Errorf("{Job.Backup.FSSnapshot} snapshots {Job.Paths}, and a job with {Job.Backup.StdinFrom} backs up a command's output instead: give one of them")
+	case len(j.Backup.BeforeHooks) > 0:
+		return setting.Errorf("{Job.Backup.FSSnapshot} is taken before the backup's unit starts, so what a before hook ({Job.Backup.BeforeHooks}) writes would not be in the backup: drop the before hooks or the snapshot")
+	}
+	return nil
+}
 
 // validateStdin checks a job that backs up a command's output (Backup.StdinFrom) instead of paths.
 func validateStdin(j *model.Job) error {

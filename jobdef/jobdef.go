@@ -118,6 +118,9 @@ func Validate(j *model.Job) error {
 			return fmt.Errorf("path %q is relative: give an absolute path", p)
 		}
 	}
+	if err := validateFSSnapshot(j); err != nil {
+		return err
+	}
 	for _, x := range j.Excludes {
 		if strings.TrimSpace(x) == "" {
 			return setting.Errorf("empty {Job.Excludes} pattern")

@@ -88,6 +88,19 @@ func TestValidateRefuses(t *testing.T) {
 		}, "is a relative path"},
 		{"user name systemd refuses", func(j *model.Job) { j.User = "a:b" }, "Job.User \"a:b\" is not a user or group name"},
 		{"unknown numeric group", func(j *model.Job) { j.Group = "4000000000" }, `group "4000000000" does not exist on this host`},
+		{"fs snapshot of a command job", func(j *model.Job) { j.Backup.FSSnapshot = "btrfs" }, "Job.Backup.FSSnapshot is for restic jobs"},
+		{"fs snapshot not btrfs", func(j *model.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "/r", "/pw", []string{"/data"}
+			j.Backup.FSSnapshot = "lvm"
+		}, `Job.Backup.FSSnapshot "lvm": give btrfs`},
+		{"fs snapshot and a before hook", func(j *model.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "/r", "/pw", []string{"/data"}
+			j.Backup.FSSnapshot, j.Backup.BeforeHooks = "btrfs", []string{"/bin/true"}
+		}, "what a before hook (Job.Backup.BeforeHooks) writes would not be in the backup"},
+		{"fs snapshot of a command's output", func(j *model.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile = "restic", nil, "/r", "/pw"
+			j.Backup.FSSnapshot, j.Backup.StdinFrom, j.Backup.StdinFilename = "btrfs", "/bin/true", "out"
+		}, "give one of them"},
 	}
 	for _, tc := range cases {
 		j := base()
@@ -105,6 +118,10 @@ func TestValidateRefuses(t *testing.T) {
 		func(j *model.Job) { j.Schedule = "0 0 29 2 *" },
 		func(j *model.Job) {
 			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "local:/srv/repo", "/pw", []string{"/data"}
+		},
+		func(j *model.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "/r", "/pw", []string{"/data"}
+			j.Backup.FSSnapshot, j.Backup.AfterHooks = "btrfs", []string{"/bin/true"}
 		},
 	} {
 		j := base()

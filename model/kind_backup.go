@@ -17,4 +17,7 @@ type BackupSettings struct {
 	// Catalog keeps a listing of each new snapshot on the host (package catalog), so that a
 	// snapshot's directories are listed without restic.
 	Catalog bool
+	// FSSnapshot, if set ("btrfs", package fssnap), has each backup read a read-only snapshot of
+	// the file systems of Paths, taken as its attempt starts, mounted over them in its unit.
+	FSSnapshot string
 }

@@ -1,6 +1,9 @@
 package spawn
 
 import (
+	"slices"
+
+	"github.com/holdfast-backup/holdfast/fssnap"
 	"github.com/holdfast-backup/holdfast/model"
 )
 
@@ -8,8 +11,11 @@ import (
 // hooks around it, for a command job as for restic.
 func init() {
 	registerUnit(model.KindBackup, kindUnit{
+		readsPaths: true,
 		writable: func(job model.Job, _ model.Run) []string {
-			if !hasHooks(job) {
+			if !hasHooks(job) || job.Backup.FSSnapshot != "" {
+				// Under a file system snapshot the paths are the snapshot's, read-only: an
+				// after hook sees them as the backup did.
 				return nil
 			}
 			// Hooks prepare what the backup reads (a dump, a flushed file): its paths, and nothing else.
@@ -30,7 +36,13 @@ func init() {
 			}
 			return args
 		},
-		restic: func(b *unitBuild) []string { return b.restic.BackupArgv(b.ej, b.run.ID) },
+		restic: func(b *unitBuild) []string {
+			ej := b.ej
+			if b.job.Backup.FSSnapshot != "" {
+				ej.Excludes = append(slices.Clone(ej.Excludes), fssnap.Excludes(ej.Paths)...)
+			}
+			return b.restic.BackupArgv(ej, b.run.ID)
+		},
 	})
 }
 

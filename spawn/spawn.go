@@ -25,6 +25,7 @@ import (
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/fssnap"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/model"
@@ -241,7 +242,32 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		}
 		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err), false)
 	}
-	unstage := func() { _ = credentials.RemoveStaged(s.cfg.Jobs.StateDir, key) }
+	// A backup of a job with a file system snapshot reads one taken now, as its unit starts: on
+	// whatever ends the attempt before systemd has the unit, it is removed with the credentials.
+	var snaps fssnap.Taken
+	unstage := func() {
+		_ = credentials.RemoveStaged(s.cfg.Jobs.StateDir, key)
+		for _, d := range snaps.Dirs {
+			if err := fssnap.Remove(d, fssnap.Key(l.Run.ID, l.Attempt.No)); err != nil {
+				s.cfg.Logger.Warn("Btrfs snapshot left for the sweep", "run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
+			}
+		}
+	}
+	if ku, err := unitOf(l.Run); err == nil && ku.readsPaths && job.Backup.FSSnapshot != "" && spec.Sandbox != nil {
+		uid, _, err := jobunit.Identity(job)
+		if err == nil {
+			snaps, err = fssnap.Take(fssnap.Key(l.Run.ID, l.Attempt.No), job.Paths, uid)
+		}
+		if err != nil {
+			unstage()
+			s.cfg.Logger.Warn("run refused: its file system snapshot could not be taken", "run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
+			*settled = true
+			return s.cfg.Refused(ctx, l, "refused before the unit started: "+job.Backup.FSSnapshot+" snapshot: "+err.Error())
+		}
+		// The daemon's sweep removes them once the attempt has ended (fssnap.Sweeper): the exit
+		// marker cannot, as systemd mounts them over the paths for it too.
+		spec.Sandbox.BindReadOnly = snaps.Binds
+	}
 	// A backup with no ceiling and no history holds nothing yet: what its paths hold is measured
 	// now, and its hold is taken from that, or the run pauses where its account cannot hold it.
 	if l.Run.BudgetBytes == nil && l.Attempt.HoldBytes == nil && model.AddsToRepository(l.Run.Kind, job.Engine) &&

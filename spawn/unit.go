@@ -102,6 +102,9 @@ type unlockRepo struct {
 // in spawn/kind_<kind>.go, registered in kindUnits (TestEveryKindHasAUnit). Each function may be
 // nil: the kind adds nothing there.
 type kindUnit struct {
+	// readsPaths says the unit reads the job's paths: from a file system snapshot of them, taken
+	// by the spawn, where the job asks for one (package fssnap).
+	readsPaths bool
 	// writable is what the unit writes besides its journal directory, its cache and its
 	// repository: it is made writable in the sandbox.
 	writable func(job model.Job, run model.Run) []string

@@ -37,6 +37,7 @@ import (
 	"github.com/holdfast-backup/holdfast/catalog"
 	"github.com/holdfast-backup/holdfast/control"
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/fssnap"
 	"github.com/holdfast-backup/holdfast/jobunit"
 	"github.com/holdfast-backup/holdfast/metrics"
 	"github.com/holdfast-backup/holdfast/notify"
@@ -382,6 +383,10 @@ func New(cfg Config) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
+	sweeper, err := fssnap.NewSweeper(fssnap.SweeperConfig{Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
 	s := &Supervisor{cfg: cfg, rec: rec, lease: lease, failed: failed, metrics: m, sweepWake: sweepWake, admitWake: wake.New(),
 		dueWake: wake.New(), deliverWake: wake.New(), busyWake: wake.New(), progress: newProgress(), named: make(chan uuid.UUID, namedQueue)}
 	s.services = []Service{
@@ -404,6 +409,7 @@ func New(cfg Config) (*Supervisor, error) {
 		&loop{name: "watch", run: func(ctx context.Context) { s.watch(ctx, watcher) }},
 		&loop{name: "delivery", run: func(ctx context.Context) { s.deliver(ctx, deliverer) }},
 		&loop{name: "snapshot catalogs", run: catalogs.Run},
+		&loop{name: "Btrfs snapshots", run: sweeper.Run},
 	}
 	// `run start` on this host asks the daemon to admit its run over the control socket, and the
 	// named spawns start it at once; a socket that cannot be served leaves commands to admit

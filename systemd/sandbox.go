@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"golang.org/x/sys/unix"
 )
 
 // Sandbox confines a unit's processes: what a backup needs is to read the files it backs up and
@@ -25,6 +26,15 @@ type Sandbox struct {
 	// Chown lets the unit call chown and its kin (a root restore gives files back to their
 	// owners), which the filter of privileged system calls takes away otherwise.
 	Chown bool
+	// BindReadOnly mounts each Source read-only over its Dest in the unit's own mount namespace
+	// (BindReadOnlyPaths=): a backup reads a file system snapshot at the paths it was taken of.
+	// systemd follows links in both paths: they must name none that anyone but root controls.
+	BindReadOnly []Bind
+}
+
+// Bind is one BindReadOnlyPaths= entry.
+type Bind struct {
+	Source, Dest string
 }
 
 // capabilityBits are the capabilities a unit may keep (linux/capability.h): a root backup reads
@@ -85,6 +95,19 @@ func (s Sandbox) properties(hasUser bool) ([]sddbus.Property, error) {
 	)
 	if hasUser {
 		props = append(props, prop("RemoveIPC", true))
+	}
+	if len(s.BindReadOnly) > 0 {
+		// systemd's (source, destination, ignore a missing source, mount flags); MS_REC as a
+		// unit file's default rbind.
+		binds := make([]struct {
+			Source, Dest  string
+			IgnoreMissing bool
+			Flags         uint64
+		}, len(s.BindReadOnly))
+		for i, b := range s.BindReadOnly {
+			binds[i].Source, binds[i].Dest, binds[i].Flags = b.Source, b.Dest, unix.MS_REC
+		}
+		props = append(props, prop("BindReadOnlyPaths", binds))
 	}
 	if s.ReadOnlySystem {
 		props = append(props, prop("ProtectSystem", "strict"))

@@ -87,6 +87,7 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.BoolVar(&jf.noAfter, "no-after", false, "remove the job's after hooks")
 	f.StringVar(&j.Backup.StdinFrom, "stdin-from", "", `back up this command's standard output as one file instead of --path, e.g. "/usr/bin/pg_dump -Fc shop" (split as --before; run as the job's user in the unit); a failing command fails the run and leaves no snapshot; "" back up --path again`)
 	f.StringVar(&j.Backup.StdinFilename, "stdin-filename", "", "the name the output of --stdin-from has in the snapshot, e.g. shop.dump")
+	f.StringVar(&j.Backup.FSSnapshot, "fs-snapshot", "", `read each backup from a read-only snapshot of its paths' file systems, taken as it starts and mounted over the paths in its unit, so that it is of one instant: "btrfs" (each path on a Btrfs subvolume that only root controls); "" the live paths`)
 	f.BoolVar(&j.Backup.Catalog, "catalog", false, "list each new snapshot once, after its backup, into a catalog on this host's disk, so that snapshot ls reads it instead of restic (restic jobs)")
 	f.StringVar(&j.Copy.To, "copy-to", "", `copy each snapshot a backup makes into this second restic repository (a run of kind copy); "" no copy`)
 	f.StringVar(&j.Copy.PasswordFile, "copy-password-file", "", "the copy repository's password file (absolute path; may be root's alone)")
@@ -113,8 +114,9 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 		"nice": func() { n := jf.nice; j.Nice = &n }, "io-class": func() { j.IOSchedulingClass = src.IOSchedulingClass },
 		"engine": func() { j.Engine = src.Engine }, "schedule": func() { j.Schedule = src.Schedule },
 		"tz": func() { j.TimeZone = src.TimeZone }, "catch-up": func() { j.CatchUp = src.CatchUp },
-		"catalog":   func() { j.Backup.Catalog = src.Backup.Catalog },
-		"retry-max": func() { j.RetryMax = src.RetryMax }, "retry-backoff": func() { j.RetryBackoff = src.RetryBackoff },
+		"catalog":     func() { j.Backup.Catalog = src.Backup.Catalog },
+		"fs-snapshot": func() { j.Backup.FSSnapshot = src.Backup.FSSnapshot },
+		"retry-max":   func() { j.RetryMax = src.RetryMax }, "retry-backoff": func() { j.RetryBackoff = src.RetryBackoff },
 		"window": func() { j.Windows = src.Windows }, "priority": func() { j.Priority = src.Priority },
 		"depends-on": func() { j.DependsOn = src.DependsOn }, "prune-schedule": func() { j.Prune.Schedule = src.Prune.Schedule },
 		"verify-schedule": func() { j.Verify.Schedule = src.Verify.Schedule }, "verify-read-data": func() { j.Verify.ReadData = src.Verify.ReadData },
@@ -343,6 +345,7 @@ type jobOut struct {
 	AfterHooks         []string          `json:"after,omitempty"`
 	StdinFrom          string            `json:"stdin_from,omitempty"`
 	Catalog            bool              `json:"catalog,omitempty"`
+	FSSnapshot         string            `json:"fs_snapshot,omitempty"`
 	StdinFilename      string            `json:"stdin_filename,omitempty"`
 	CopyTo             string            `json:"copy_to,omitempty"`
 	CopyPasswordFile   string            `json:"copy_password_file,omitempty"`
@@ -395,7 +398,7 @@ func jobJSON(j model.Job) jobOut {
 	o.RetentionMaxDelete, o.RetentionMinKeep = j.Retention.MaxDelete, j.Retention.MinKeep
 	o.PruneSchedule, o.NextPruneAt = j.Prune.Schedule, timeStr(j.Prune.NextAt)
 	o.BeforeHooks, o.AfterHooks, o.HookSkips = j.Backup.BeforeHooks, j.Backup.AfterHooks, j.Backup.HookSkips
-	o.StdinFrom, o.StdinFilename, o.Catalog = j.Backup.StdinFrom, j.Backup.StdinFilename, j.Backup.Catalog
+	o.StdinFrom, o.StdinFilename, o.Catalog, o.FSSnapshot = j.Backup.StdinFrom, j.Backup.StdinFilename, j.Backup.Catalog, j.Backup.FSSnapshot
 	o.CopyTo, o.CopyPasswordFile, o.CopyEnvFile = j.Copy.To, j.Copy.PasswordFile, j.Copy.EnvFile
 	o.VerifySchedule, o.NextVerifyAt, o.VerifyReadData = j.Verify.Schedule, timeStr(j.Verify.NextAt), j.Verify.ReadData
 	o.VerifyAlertAfter = j.Verify.AlertAfter.Seconds()
@@ -576,6 +579,9 @@ func newJobShowCmd(g *globals) *cobra.Command {
 				}
 				if j.Backup.StdinFrom != "" {
 					fmt.Fprintf(w, "stdin from:    %s, as %s in the snapshot\n", textsafe.String(j.Backup.StdinFrom), textsafe.String(j.Backup.StdinFilename))
+				}
+				if j.Backup.FSSnapshot != "" {
+					fmt.Fprintf(w, "fs snapshot:   %s: each backup reads a read-only snapshot of its paths, taken as it starts\n", j.Backup.FSSnapshot)
 				}
 				for _, h := range j.Backup.BeforeHooks {
 					fmt.Fprintf(w, "before hook:   %s\n", textsafe.String(h))

@@ -77,6 +77,7 @@ var jobSettings = []jobSetting{
 	{"catch-up", "Job.CatchUp", "bool", func(j model.Job) []string { return str(strconv.FormatBool(j.CatchUp)) }, func(d *model.Job, s model.Job) { d.CatchUp = s.CatchUp }},
 	{"before", "Job.Backup.BeforeHooks", "list", func(j model.Job) []string { return j.Backup.BeforeHooks }, func(d *model.Job, s model.Job) { d.Backup.BeforeHooks = slices.Clone(s.Backup.BeforeHooks) }},
 	{"stdin-from", "Job.Backup.StdinFrom", "str", func(j model.Job) []string { return str(j.Backup.StdinFrom) }, func(d *model.Job, s model.Job) { d.Backup.StdinFrom = s.Backup.StdinFrom }},
+	{"fs-snapshot", "Job.Backup.FSSnapshot", "str", func(j model.Job) []string { return str(j.Backup.FSSnapshot) }, func(d *model.Job, s model.Job) { d.Backup.FSSnapshot = s.Backup.FSSnapshot }},
 	{"catalog", "Job.Backup.Catalog", "bool", func(j model.Job) []string { return str(strconv.FormatBool(j.Backup.Catalog)) }, func(d *model.Job, s model.Job) { d.Backup.Catalog = s.Backup.Catalog }},
 	{"stdin-filename", "Job.Backup.StdinFilename", "str", func(j model.Job) []string { return str(j.Backup.StdinFilename) }, func(d *model.Job, s model.Job) { d.Backup.StdinFilename = s.Backup.StdinFilename }},
 	{"copy-to", "Job.Copy.To", "str", func(j model.Job) []string { return str(j.Copy.To) }, func(d *model.Job, s model.Job) { d.Copy.To = s.Copy.To }},

@@ -1,0 +1,267 @@
+package fssnap
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/safepath"
+	"github.com/holdfast-backup/holdfast/systemd"
+	"github.com/holdfast-backup/holdfast/testenv"
+)
+
+// bundle is a Btrfs file system with a directory in its top-level subvolume and a subvolume of
+// its own, each holding a file.
+type bundle struct {
+	fs, data, vol string
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	fs := testenv.Btrfs(t)
+	b := bundle{fs: fs, data: filepath.Join(fs, "data"), vol: filepath.Join(fs, "vol")}
+	if err := os.Mkdir(b.data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testenv.BtrfsSubvolume(t, b.vol)
+	write(t, filepath.Join(b.data, "f"), "data 1")
+	write(t, filepath.Join(b.vol, "g"), "vol 1")
+	return b
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// A snapshot holds each path as it was when it was taken, read-only, at the source of a bind
+// mount over the very path; Remove takes it away.
+func TestTakeAndRemove(t *testing.T) {
+	b := setup(t)
+	key := Key(uuid.New(), 1)
+	taken, err := Take(key, []string{b.data, b.vol}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDirs := []string{filepath.Join(b.fs, DirName), filepath.Join(b.vol, DirName)}
+	if !slices.Equal(taken.Dirs, wantDirs) {
+		t.Fatalf("dirs %q, want %q", taken.Dirs, wantDirs)
+	}
+	wantBinds := []systemd.Bind{
+		{Source: filepath.Join(b.fs, DirName, key, "data"), Dest: b.data},
+		{Source: filepath.Join(b.vol, DirName, key), Dest: b.vol},
+	}
+	if !slices.Equal(taken.Binds, wantBinds) {
+		t.Fatalf("binds %+v, want %+v", taken.Binds, wantBinds)
+	}
+	for _, d := range taken.Dirs {
+		st, err := os.Lstat(d)
+		if err != nil || !st.IsDir() || st.Mode().Perm() != 0o700 {
+			t.Fatalf("%s: %v, %v: want a directory of mode 0700", d, st.Mode(), err)
+		}
+	}
+	// Changed after the snapshot: the snapshot keeps what was.
+	write(t, filepath.Join(b.data, "f"), "data 2")
+	write(t, filepath.Join(b.vol, "g"), "vol 2")
+	if got := read(t, filepath.Join(wantBinds[0].Source, "f")); got != "data 1" {
+		t.Fatalf("snapshot of data holds %q, want the content before the change", got)
+	}
+	if got := read(t, filepath.Join(wantBinds[1].Source, "g")); got != "vol 1" {
+		t.Fatalf("snapshot of vol holds %q, want the content before the change", got)
+	}
+	if err := os.WriteFile(filepath.Join(wantBinds[0].Source, "f"), []byte("x"), 0o644); !errors.Is(err, unix.EROFS) {
+		t.Fatalf("write into the snapshot: %v, want EROFS", err)
+	}
+	// The snapshot of vol, a subvolume's root, shows the snapshots' directory: restic is told to
+	// leave it out.
+	if got := Excludes([]string{b.vol}); !slices.Equal(got, []string{filepath.Join(b.vol, DirName)}) {
+		t.Fatalf("excludes %q", got)
+	}
+	// The same attempt again (a spawn given back before its unit started) takes it again.
+	if _, err := Take(key, []string{b.data}, 0); err != nil {
+		t.Fatalf("take again: %v", err)
+	}
+	for _, d := range taken.Dirs {
+		if err := Remove(d, key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(d, key)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s left after Remove: %v", filepath.Join(d, key), err)
+		}
+		if err := Remove(d, key); err != nil {
+			t.Fatalf("remove again: %v", err)
+		}
+	}
+	if err := Remove(taken.Dirs[0], "not-a-key"); err == nil {
+		t.Fatal("Remove of a name Key does not make: no error")
+	}
+}
+
+// What Take refuses, each as a refusal naming the path, leaving no snapshot behind.
+func TestTakeRefuses(t *testing.T) {
+	b := setup(t)
+	nobody := 65534
+	other := filepath.Join(b.fs, "other")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(other, 1234, 1234); err != nil {
+		t.Fatal(err)
+	}
+	otherData := filepath.Join(other, "data")
+	if err := os.Mkdir(otherData, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	openVol := filepath.Join(b.fs, "open")
+	testenv.BtrfsSubvolume(t, openVol)
+	if err := os.Chmod(openVol, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	linkedVol := filepath.Join(b.fs, "linked")
+	testenv.BtrfsSubvolume(t, linkedVol)
+	if err := os.Symlink("/etc", filepath.Join(linkedVol, DirName)); err != nil {
+		t.Fatal(err)
+	}
+	ownedVol := filepath.Join(b.fs, "owned")
+	testenv.BtrfsSubvolume(t, ownedVol)
+	if err := os.Mkdir(filepath.Join(ownedVol, DirName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(ownedVol, DirName), nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		paths []string
+		uid   int
+		want  string
+	}{
+		{"not on Btrfs", []string{t.TempDir()}, 0, "not Btrfs"},
+		{"the subvolume writable by others", []string{openVol}, 0, "must be root's alone"},
+		{"the snapshots' directory a link", []string{linkedVol}, 0, "is not a directory"},
+		{"the snapshots' directory not root's", []string{ownedVol}, 0, "must be root's with mode 0700"},
+		{"a path another user controls, for root", []string{otherData}, 0, "other"},
+		{"a path another user controls, for a user", []string{otherData}, nobody, "other"},
+		{"the second of two refused", []string{b.data, t.TempDir()}, 0, "not Btrfs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := Key(uuid.New(), 1)
+			_, err := Take(key, tc.paths, tc.uid)
+			if !safepath.Refused(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Take: %v, want a refusal saying %q", err, tc.want)
+			}
+			if err := Check(tc.paths, tc.uid); !safepath.Refused(err) {
+				t.Fatalf("Check: %v, want a refusal", err)
+			}
+			if _, err := os.Lstat(filepath.Join(b.fs, DirName, key)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("a refused Take left its snapshot: %v", err)
+			}
+		})
+	}
+	if err := Check([]string{b.data, b.vol}, nobody); err != nil {
+		t.Fatalf("Check of root's paths for nobody: %v", err)
+	}
+}
+
+type sweeperStore struct {
+	jobs []model.Job
+	live []model.LiveRun
+}
+
+func (s sweeperStore) JobListForHost(context.Context, string) ([]model.Job, error) {
+	return s.jobs, nil
+}
+func (s sweeperStore) RunListLive(context.Context, string) ([]model.LiveRun, error) {
+	return s.live, nil
+}
+
+// The sweep removes the snapshots of attempts no longer live, and only holdfast's.
+func TestSweeperPass(t *testing.T) {
+	b := setup(t)
+	live, ended, earlier := uuid.New(), uuid.New(), uuid.New()
+	keys := []string{Key(live, 2), Key(ended, 1), Key(earlier, 1)}
+	for _, k := range keys {
+		if _, err := Take(k, []string{b.data, b.vol}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	foreign := filepath.Join(b.fs, DirName, "someone-elses")
+	if err := os.Mkdir(foreign, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var l model.LiveRun
+	l.Run.ID, l.Attempt.No = live, 2
+	var earlierLive model.LiveRun // its attempt 1 was interrupted; attempt 2 is live
+	earlierLive.Run.ID, earlierLive.Attempt.No = earlier, 2
+	st := sweeperStore{
+		jobs: []model.Job{{Name: "snap", Paths: []string{b.data, b.vol}, Backup: model.BackupSettings{FSSnapshot: Btrfs}},
+			{Name: "plain", Paths: []string{"/nonexistent"}}},
+		live: []model.LiveRun{l, earlierLive},
+	}
+	s, err := NewSweeper(SweeperConfig{Store: st, Host: "h1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed, err := s.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, d := range []string{filepath.Join(b.fs, DirName), filepath.Join(b.vol, DirName)} {
+		want = append(want, filepath.Join(d, keys[1]), filepath.Join(d, keys[2]))
+	}
+	slices.Sort(removed)
+	slices.Sort(want)
+	if !slices.Equal(removed, want) {
+		t.Fatalf("removed %q, want %q", removed, want)
+	}
+	for _, d := range []string{filepath.Join(b.fs, DirName), filepath.Join(b.vol, DirName)} {
+		if _, err := os.Lstat(filepath.Join(d, keys[0])); err != nil {
+			t.Fatalf("the live attempt's snapshot was removed: %v", err)
+		}
+	}
+	if _, err := os.Lstat(foreign); err != nil {
+		t.Fatalf("a directory holdfast did not make was removed: %v", err)
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	id := uuid.New()
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{Key(id, 1), true},
+		{Key(id, 12), true},
+		{id.String() + ".a0", false},
+		{id.String() + ".a01", false},
+		{id.String() + ".a", false},
+		{id.String(), false},
+		{strings.ToUpper(id.String()) + ".a1", false},
+		{"x.a1", false},
+	} {
+		run, n, ok := parseKey(tc.name)
+		if ok != tc.ok || (ok && (run != id || Key(run, n) != tc.name)) {
+			t.Errorf("parseKey(%q) = %v, %d, %v", tc.name, run, n, ok)
+		}
+	}
+}
