@@ -2,6 +2,7 @@ package fssnap
 
 import (
 	"fmt"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -13,10 +14,11 @@ const (
 	// firstFreeObjectID is the inode number of a subvolume's root directory.
 	firstFreeObjectID = 256
 	subvolReadOnly    = 1 << 1 // BTRFS_SUBVOL_RDONLY
-	// _IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2) and _IOW(0x94, 15, struct btrfs_ioctl_vol_args),
-	// both structs 4096 bytes.
-	iocSnapCreateV2 = 0x50009417
-	iocSnapDestroy  = 0x5000940f
+	// _IOWR(0x94, 18, struct btrfs_ioctl_ino_lookup_args) and _IOWR(0x94, 61, struct
+	// btrfs_ioctl_get_subvol_rootref_args), 4096 bytes each: read and write encode alike
+	// everywhere (the write-only ones are in ioctl*.go).
+	iocInoLookup        = 0xd0009412
+	iocGetSubvolRootref = 0xd000943d
 )
 
 // volArgsV2 is struct btrfs_ioctl_vol_args_v2: the source subvolume's descriptor, flags, and
@@ -64,9 +66,70 @@ func destroy(dir int, name string) error {
 	return nil
 }
 
+// inoLookupArgs is struct btrfs_ioctl_ino_lookup_args.
+type inoLookupArgs struct {
+	treeid   uint64
+	objectid uint64
+	name     [4080]byte
+}
+
+// rootrefArgs is struct btrfs_ioctl_get_subvol_rootref_args.
+type rootrefArgs struct {
+	minTreeid uint64
+	rootref   [255]struct{ treeid, dirid uint64 }
+	numItems  uint8
+	_         [7]uint8
+}
+
+// subvolID is the id of the subvolume whose root directory fd is open on (root only).
+func subvolID(fd int) (uint64, error) {
+	args := inoLookupArgs{objectid: firstFreeObjectID}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), iocInoLookup, uintptr(unsafe.Pointer(&args))); errno != 0 {
+		return 0, errno
+	}
+	return args.treeid, nil
+}
+
+// dirPath is the path, below the root of the subvolume fd is open in, of its directory whose
+// inode is dirid: "" for the root, else "a/b" (root only).
+func dirPath(fd int, dirid uint64) (string, error) {
+	args := inoLookupArgs{objectid: dirid}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), iocInoLookup, uintptr(unsafe.Pointer(&args))); errno != 0 {
+		return "", errno
+	}
+	n := 0
+	for n < len(args.name) && args.name[n] != 0 {
+		n++
+	}
+	return strings.TrimSuffix(string(args.name[:n]), "/"), nil
+}
+
+// nested is one subvolume directly inside another: its id, and the inode of the directory
+// that holds it.
+type nested struct{ id, dirid uint64 }
+
+// children lists the subvolumes directly inside the one whose root directory fd is open on.
+func children(fd int) ([]nested, error) {
+	var out []nested
+	var args rootrefArgs
+	for {
+		_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), iocGetSubvolRootref, uintptr(unsafe.Pointer(&args)))
+		if errno != 0 && errno != unix.EOVERFLOW {
+			return nil, errno
+		}
+		for _, r := range args.rootref[:args.numItems] {
+			out = append(out, nested{r.treeid, r.dirid})
+		}
+		if errno != unix.EOVERFLOW { // EOVERFLOW: more than fit; min_treeid says where to go on
+			return out, nil
+		}
+	}
+}
+
 func init() {
 	// The kernel reads exactly 4096 bytes of each.
-	if unsafe.Sizeof(volArgsV2{}) != 4096 || unsafe.Sizeof(volArgs{}) != 4096 {
+	if unsafe.Sizeof(volArgsV2{}) != 4096 || unsafe.Sizeof(volArgs{}) != 4096 ||
+		unsafe.Sizeof(inoLookupArgs{}) != 4096 || unsafe.Sizeof(rootrefArgs{}) != 4096 {
 		panic("fssnap: btrfs ioctl argument sizes")
 	}
 }

@@ -5,18 +5,27 @@
 // job's paths into <subvolume>/.holdfast-snapshots/<run>.a<attempt> (root's, mode 0700) and
 // returns the bind mounts that put each path's copy in the snapshot read-only over the path in
 // the unit's own mount namespace: restic records the original paths, and a restore needs nothing
-// special. The daemon's Sweeper removes the snapshots of attempts that are no longer live on the
-// host, however they ended; the exit marker cannot, as systemd applies a unit's bind mounts to
-// its privileged commands too, where they hide a subvolume's snapshots below its own root. The
-// snapshots of several subvolumes are taken one after the other: each is of one instant.
+// special. Take first records where it snapshots (<state>/fs-snapshots/<key>, root's), and the
+// daemon's Sweeper releases the snapshots of every record whose attempt is no longer live on the
+// host (Release), however it ended; the exit marker cannot, as systemd applies a unit's bind
+// mounts to its privileged commands too, where they hide a subvolume's snapshots below its own
+// root. The snapshots of several subvolumes are taken one after the other: each is of one
+// instant.
 //
-// systemd follows links when it sets up the bind mounts, so neither side may be one that a user
-// other than root could redirect: the subvolume, where the snapshots are made, must be root's
-// alone (safepath.Writable for root), each path is resolved for the job's user (safepath), and
-// its copy in the snapshot, which nothing can change, is walked without following a link.
+// systemd follows links when it sets up the bind mounts, and the unit's commands run below
+// them, root's exit marker among them: neither side may be one that a user other than root could
+// redirect. The subvolume, where the snapshots are made, must be root's alone (safepath.Writable
+// for root); each path must be reached through directories that only root controls (safepath
+// for root), so that no user can turn it into a link between the check and the mount; and its
+// copy in the snapshot, which nothing can change, is walked without following a link. A
+// snapshot holds one subvolume: a path that holds a mount point or another subvolume (which
+// would be an empty directory in it) is refused unless that is a path of the job too, with its
+// own snapshot; so is a path over one that the unit writes (its state, cache or repository).
 package fssnap
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -29,7 +38,6 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/sys/unix"
 
-	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/safepath"
 	"github.com/holdfast-backup/holdfast/systemd"
 )
@@ -37,10 +45,11 @@ import (
 // Btrfs is the one file system snapshot a job can ask for (model.BackupSettings.FSSnapshot).
 const Btrfs = "btrfs"
 
-// DirName is the directory, in a subvolume's root, that holds holdfast's snapshots of it.
+// DirName is the directory, in a subvolume's root, that holds holdfast's snapshots of it. Every
+// backup leaves directories of this name out (a restic --exclude pattern as it is).
 const DirName = ".holdfast-snapshots"
 
-// Key names the snapshots of one attempt, in each subvolume it snapshots.
+// Key names the snapshots of one attempt, in each subvolume it snapshots, and its record.
 func Key(run uuid.UUID, attempt int) string { return run.String() + ".a" + strconv.Itoa(attempt) }
 
 // parseKey is Key's inverse; ok is false for a name Key does not make.
@@ -57,16 +66,8 @@ func parseKey(name string) (run uuid.UUID, attempt int, ok bool) {
 	return run, attempt, true
 }
 
-// Excludes are restic --exclude patterns for the snapshots' directory where a path is a
-// subvolume's root: in the snapshot it is an empty directory of root's, which a user's backup
-// could not read.
-func Excludes(paths []string) []string {
-	out := make([]string, len(paths))
-	for i, p := range paths {
-		out[i] = engine.GlobEscape(filepath.Join(p, DirName))
-	}
-	return out
-}
+// RecordDir is where Take records the snapshots of each attempt, in the daemon's state directory.
+func RecordDir(stateDir string) string { return filepath.Join(stateDir, "fs-snapshots") }
 
 // place is where one path of a job is: resolved, in which subvolume, and where below its root.
 type place struct {
@@ -76,11 +77,55 @@ type place struct {
 	rel    string // the path below subvol, "." for its root
 }
 
-// locate finds the subvolume of path, for a unit of user uid, and holds both to the package's
-// rule; a refusal is a *safepath.Error.
-func locate(path string, uid int) (place, error) {
-	n, err := safepath.Resolve(path, uid)
+// locateAll finds the subvolume of each of paths and holds them to the package's rule (see
+// the package comment); writes are the paths the unit writes, which none may hold. A refusal is
+// a *safepath.Error.
+func locateAll(paths, writes []string) ([]place, error) {
+	if len(paths) == 0 {
+		return nil, errors.New("a file system snapshot is of a job's paths: the job has none")
+	}
+	places := make([]place, 0, len(paths))
+	for _, p := range paths {
+		pl, err := locate(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range writes {
+			if within(w, pl.node.Path) {
+				return nil, &safepath.Error{Path: p, Why: "holds " + w + ", which the backup's unit writes: a read-only snapshot over it would stop that (back up the directories beside it instead)"}
+			}
+		}
+		places = append(places, pl)
+	}
+	mounts, err := mountPoints()
 	if err != nil {
+		return nil, err
+	}
+	for _, pl := range places {
+		for _, m := range mounts {
+			if m != pl.node.Path && within(m, pl.node.Path) && !slices.ContainsFunc(places, func(o place) bool { return o.node.Path == m }) {
+				return nil, &safepath.Error{Path: pl.path, Why: "holds the mount point " + m + ", which a snapshot of it would hold as an empty directory: give " + m + " as a path of the job too (on Btrfs), or back up without --fs-snapshot"}
+			}
+		}
+	}
+	return places, checkNested(places)
+}
+
+// within reports whether path is dir or lies below it (both resolved).
+func within(path, dir string) bool {
+	return path == dir || dir == "/" || strings.HasPrefix(path, dir+"/")
+}
+
+// locate finds the subvolume of path and holds both to the package's rule.
+func locate(path string) (place, error) {
+	// For root, whoever the job's user is: only root may be able to turn the path into a link
+	// between this check and systemd's mount, which follows it.
+	n, err := safepath.Resolve(path, 0)
+	if err != nil {
+		var se *safepath.Error
+		if errors.As(err, &se) {
+			return place{}, &safepath.Error{Path: path, Why: "must be reached through directories only root controls, as a snapshot is mounted over it: " + se.Path + " " + se.Why}
+		}
 		return place{}, err
 	}
 	if !n.IsDir() && !n.IsRegular() {
@@ -125,7 +170,8 @@ func locate(path string, uid int) (place, error) {
 }
 
 // subvolumeRoot is the root directory of the Btrfs subvolume that holds path (resolved, on
-// Btrfs): the nearest directory up from it whose inode is a subvolume root's.
+// Btrfs): the nearest directory up from it whose inode is a subvolume root's. A walk that a
+// change meanwhile misleads ends in a subvolume that safepath.Writable or the snapshot refuses.
 func subvolumeRoot(path string) (string, error) {
 	for p := path; ; p = filepath.Dir(p) {
 		var st unix.Stat_t
@@ -148,6 +194,126 @@ func subvolumeRoot(path string) (string, error) {
 	}
 }
 
+// checkNested refuses a path that holds a subvolume other than its own (which its snapshot
+// holds as an empty directory), unless that subvolume is a path of the job too.
+func checkNested(places []place) error {
+	opened := map[string]int{}
+	defer func() {
+		for _, fd := range opened {
+			unix.Close(fd)
+		}
+	}()
+	open := func(dir string) (int, error) {
+		if fd, ok := opened[dir]; ok {
+			return fd, nil
+		}
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, &os.PathError{Op: "open", Path: dir, Err: err}
+		}
+		opened[dir] = fd
+		return fd, nil
+	}
+	own := map[uint64]bool{} // the subvolumes that are paths of the job
+	for _, pl := range places {
+		if pl.rel != "." {
+			continue
+		}
+		fd, err := open(pl.subvol)
+		if err != nil {
+			return err
+		}
+		id, err := subvolID(fd)
+		if err != nil {
+			return fmt.Errorf("Btrfs subvolume of %s: %w", pl.subvol, err)
+		}
+		own[id] = true
+	}
+	for _, pl := range places {
+		fd, err := open(pl.subvol)
+		if err != nil {
+			return err
+		}
+		kids, err := children(fd)
+		if err != nil {
+			return fmt.Errorf("Btrfs subvolumes in %s: %w", pl.subvol, err)
+		}
+		for _, k := range kids {
+			if own[k.id] {
+				continue
+			}
+			dir, err := dirPath(fd, k.dirid)
+			if err != nil {
+				return fmt.Errorf("Btrfs subvolumes in %s: %w", pl.subvol, err)
+			}
+			if dir == DirName { // holdfast's own snapshots, which no backup reads
+				continue
+			}
+			if pl.rel == "." || dir == pl.rel || strings.HasPrefix(dir, pl.rel+"/") {
+				return &safepath.Error{Path: pl.path, Why: "holds a Btrfs subvolume of its own, " + subvolumeIn(filepath.Join(pl.subvol, dir)) + ", which a snapshot of it would hold as an empty directory: give that subvolume as a path of the job too, or back up without --fs-snapshot"}
+			}
+		}
+	}
+	return nil
+}
+
+// subvolumeIn names the subvolume in dir, for a message: the entry whose inode is a subvolume
+// root's (never followed), or "one in dir" if that is not one entry.
+func subvolumeIn(dir string) string {
+	entries, _ := os.ReadDir(dir)
+	var found []string
+	for _, e := range entries {
+		var st unix.Stat_t
+		p := filepath.Join(dir, e.Name())
+		if e.IsDir() && unix.Lstat(p, &st) == nil && st.Ino == firstFreeObjectID {
+			found = append(found, p)
+		}
+	}
+	if len(found) == 1 {
+		return found[0]
+	}
+	return "one in " + dir
+}
+
+// mountPoints are the mount points of this process's mount namespace.
+func mountPoints() ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		out = append(out, unescapeMount(fields[4]))
+	}
+	return out, sc.Err()
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
 // fsName names a file system by its statfs magic, for a message.
 func fsName(magic int64) string {
 	switch magic {
@@ -167,77 +333,68 @@ func fsName(magic int64) string {
 	return fmt.Sprintf("a file system of type %#x", magic)
 }
 
-// Check holds paths to what Take will need when a unit of user uid starts (job add and edit):
-// each on Btrfs, in a subvolume only root controls, and reached only through directories root
-// and the user control.
-func Check(paths []string, uid int) error {
-	if len(paths) == 0 {
-		return errors.New("a file system snapshot is of a job's paths: the job has none")
-	}
-	for _, p := range paths {
-		if _, err := locate(p, uid); err != nil {
-			return err
-		}
-	}
-	return nil
+// Check holds paths to what Take will need (job add and edit); writes are what the unit will
+// write that is known then (a local repository).
+func Check(paths, writes []string) error {
+	_, err := locateAll(paths, writes)
+	return err
 }
 
-// Taken is what Take made for one attempt: the snapshots' directories (one per subvolume, for
-// Remove) and the bind mounts of the unit.
+// Taken is what Take made for one attempt: the bind mounts of its unit.
 type Taken struct {
-	Dirs  []string
 	Binds []systemd.Bind
 }
 
-// Take snapshots the subvolumes of paths for a unit of user uid under key, and returns the
-// unit's bind mounts. On an error nothing it took is left. A refusal is a *safepath.Error.
-func Take(key string, paths []string, uid int) (Taken, error) {
-	if len(paths) == 0 {
-		return Taken{}, errors.New("a file system snapshot is of a job's paths: the job has none")
+// Take snapshots the subvolumes of paths under key, recorded in recordDir first, and returns
+// the unit's bind mounts; writes are the paths the unit writes (resolved), which no path may
+// hold. On an error nothing it took is left. A refusal is a *safepath.Error; other errors (no
+// space) may pass.
+func Take(recordDir, key string, paths, writes []string) (Taken, error) {
+	if _, _, ok := parseKey(key); !ok {
+		return Taken{}, fmt.Errorf("Btrfs snapshot key %q: not one Key makes", key)
 	}
-	places := make([]place, 0, len(paths))
+	places, err := locateAll(paths, writes)
+	if err != nil {
+		return Taken{}, err
+	}
 	var subvols []string
-	for _, p := range paths {
-		pl, err := locate(p, uid)
-		if err != nil {
-			return Taken{}, err
-		}
-		places = append(places, pl)
+	for _, pl := range places {
 		if !slices.Contains(subvols, pl.subvol) {
 			subvols = append(subvols, pl.subvol)
 		}
 	}
-	var t Taken
-	fail := func(err error) (Taken, error) {
-		for _, d := range t.Dirs {
-			err = errors.Join(err, Remove(d, key))
-		}
+	dirs := make([]string, len(subvols))
+	for i, sv := range subvols {
+		dirs[i] = filepath.Join(sv, DirName)
+	}
+	if err := writeRecord(recordDir, key, dirs); err != nil {
 		return Taken{}, err
 	}
+	var t Taken
 	for _, sv := range subvols {
 		dir, err := takeOne(sv, key)
-		if dir != "" {
-			t.Dirs = append(t.Dirs, dir)
+		if err == nil {
+			for _, pl := range places {
+				if pl.subvol != sv {
+					continue
+				}
+				src := filepath.Join(dir, key, pl.rel)
+				if err = sameKind(src, pl); err != nil {
+					break
+				}
+				t.Binds = append(t.Binds, systemd.Bind{Source: src, Dest: pl.node.Path})
+			}
 		}
 		if err != nil {
-			return fail(err)
-		}
-		for _, pl := range places {
-			if pl.subvol != sv {
-				continue
-			}
-			src := filepath.Join(dir, key, pl.rel)
-			if err := sameKind(src, pl); err != nil {
-				return fail(err)
-			}
-			t.Binds = append(t.Binds, systemd.Bind{Source: src, Dest: pl.node.Path})
+			return Taken{}, errors.Join(err, Release(recordDir, key))
 		}
 	}
 	return t, nil
 }
 
 // takeOne snapshots subvolume sv as key in its snapshots' directory, made if missing, and
-// returns that directory.
+// returns that directory. One there already is kept: an earlier spawn of the same attempt took
+// it, and a unit that spawn may have started could be reading it.
 func takeOne(sv, key string) (string, error) {
 	fd, _, err := safepath.Open(sv, 0)
 	if err != nil {
@@ -258,14 +415,7 @@ func takeOne(sv, key string) (string, error) {
 		return "", err
 	}
 	defer unix.Close(dfd)
-	err = snapshot(int(root.Fd()), dfd, key)
-	if errors.Is(err, unix.EEXIST) {
-		// An earlier spawn of the same attempt, given back before its unit started.
-		if err = destroy(dfd, key); err == nil {
-			err = snapshot(int(root.Fd()), dfd, key)
-		}
-	}
-	if err != nil {
+	if err := snapshot(int(root.Fd()), dfd, key); err != nil && !errors.Is(err, unix.EEXIST) {
 		return "", fmt.Errorf("snapshot Btrfs subvolume %s into %s: %w", sv, dir, err)
 	}
 	return dir, nil
@@ -298,7 +448,7 @@ func openSnapshotDir(parent int, path string) (int, error) {
 func sameKind(src string, pl place) error {
 	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return &os.PathError{Op: "open", Path: "/", Err: err}
 	}
 	for _, name := range strings.Split(strings.TrimPrefix(src, "/"), "/") {
 		next, err := unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -319,10 +469,83 @@ func sameKind(src string, pl place) error {
 	return nil
 }
 
-// Remove removes the snapshot key from the snapshots' directory dir (Taken.Dirs) as root in the
-// host's mount namespace; one already gone is no error.
-func Remove(dir, key string) error {
-	if _, _, ok := parseKey(key); !ok || filepath.Base(dir) != DirName {
+// record is what Take records of an attempt's snapshots before it takes them.
+type record struct {
+	Dirs []string `json:"dirs"` // the snapshots' directories, <subvolume>/.holdfast-snapshots
+}
+
+// writeRecord records dirs as where key's snapshots are, in recordDir (made root's, 0700).
+func writeRecord(recordDir, key string, dirs []string) error {
+	if err := os.Mkdir(recordDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("record Btrfs snapshots: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(recordDir, &st); err != nil {
+		return fmt.Errorf("record Btrfs snapshots: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != uint32(os.Geteuid()) || st.Mode&0o077 != 0 {
+		return fmt.Errorf("record Btrfs snapshots: %s must be a directory of this process's user with mode 0700 (mode %04o, uid %d)", recordDir, st.Mode&0o7777, st.Uid)
+	}
+	b, err := json.Marshal(record{Dirs: dirs})
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(recordDir, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("record Btrfs snapshots: %w", err)
+	}
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(recordDir, key))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("record Btrfs snapshots: %w", err)
+	}
+	return nil
+}
+
+// Release removes the snapshots recorded under key in recordDir, then the record; none is no
+// error. A snapshot that cannot be removed keeps the record, for the next try.
+func Release(recordDir, key string) error {
+	if _, _, ok := parseKey(key); !ok {
+		return fmt.Errorf("release Btrfs snapshots %q: not a key", key)
+	}
+	path := filepath.Join(recordDir, key)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("release Btrfs snapshots: %w", err)
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("release Btrfs snapshots: record %s: %w", path, err)
+	}
+	var errs []error
+	for _, d := range r.Dirs {
+		errs = append(errs, remove(d, key))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("release Btrfs snapshots: %w", err)
+	}
+	return nil
+}
+
+// remove removes the snapshot key from the snapshots' directory dir as root, in the host's
+// mount namespace; one already gone is no error.
+func remove(dir, key string) error {
+	if filepath.Base(dir) != DirName {
 		return fmt.Errorf("remove Btrfs snapshot %q in %s: not holdfast's", key, dir)
 	}
 	fd, _, err := safepath.Open(filepath.Dir(dir), 0)

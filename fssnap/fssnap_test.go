@@ -58,13 +58,15 @@ func read(t *testing.T, path string) string {
 func TestTakeAndRemove(t *testing.T) {
 	b := setup(t)
 	key := Key(uuid.New(), 1)
-	taken, err := Take(key, []string{b.data, b.vol}, 0)
+	records := filepath.Join(t.TempDir(), "fs-snapshots")
+	taken, err := Take(records, key, []string{b.data, b.vol}, []string{t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantDirs := []string{filepath.Join(b.fs, DirName), filepath.Join(b.vol, DirName)}
-	if !slices.Equal(taken.Dirs, wantDirs) {
-		t.Fatalf("dirs %q, want %q", taken.Dirs, wantDirs)
+	rec, err := os.ReadFile(filepath.Join(records, key))
+	if err != nil || !strings.Contains(string(rec), wantDirs[0]) || !strings.Contains(string(rec), wantDirs[1]) {
+		t.Fatalf("record %s: %v, want both snapshot directories", rec, err)
 	}
 	wantBinds := []systemd.Bind{
 		{Source: filepath.Join(b.fs, DirName, key, "data"), Dest: b.data},
@@ -73,7 +75,7 @@ func TestTakeAndRemove(t *testing.T) {
 	if !slices.Equal(taken.Binds, wantBinds) {
 		t.Fatalf("binds %+v, want %+v", taken.Binds, wantBinds)
 	}
-	for _, d := range taken.Dirs {
+	for _, d := range wantDirs {
 		st, err := os.Lstat(d)
 		if err != nil || !st.IsDir() || st.Mode().Perm() != 0o700 {
 			t.Fatalf("%s: %v, %v: want a directory of mode 0700", d, st.Mode(), err)
@@ -91,28 +93,29 @@ func TestTakeAndRemove(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(wantBinds[0].Source, "f"), []byte("x"), 0o644); !errors.Is(err, unix.EROFS) {
 		t.Fatalf("write into the snapshot: %v, want EROFS", err)
 	}
-	// The snapshot of vol, a subvolume's root, shows the snapshots' directory: restic is told to
-	// leave it out.
-	if got := Excludes([]string{b.vol}); !slices.Equal(got, []string{filepath.Join(b.vol, DirName)}) {
-		t.Fatalf("excludes %q", got)
-	}
-	// The same attempt again (a spawn given back before its unit started) takes it again.
-	if _, err := Take(key, []string{b.data}, 0); err != nil {
+	// The same attempt again (a spawn whose unit may have started) keeps what it took.
+	if _, err := Take(records, key, []string{b.data, b.vol}, nil); err != nil {
 		t.Fatalf("take again: %v", err)
 	}
-	for _, d := range taken.Dirs {
-		if err := Remove(d, key); err != nil {
-			t.Fatal(err)
-		}
+	if got := read(t, filepath.Join(wantBinds[0].Source, "f")); got != "data 1" {
+		t.Fatalf("taken again, the snapshot holds %q, want the first one's", got)
+	}
+	if err := Release(records, key); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range wantDirs {
 		if _, err := os.Lstat(filepath.Join(d, key)); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("%s left after Remove: %v", filepath.Join(d, key), err)
-		}
-		if err := Remove(d, key); err != nil {
-			t.Fatalf("remove again: %v", err)
+			t.Fatalf("%s left after Release: %v", filepath.Join(d, key), err)
 		}
 	}
-	if err := Remove(taken.Dirs[0], "not-a-key"); err == nil {
-		t.Fatal("Remove of a name Key does not make: no error")
+	if _, err := os.Lstat(filepath.Join(records, key)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("record left after Release: %v", err)
+	}
+	if err := Release(records, key); err != nil {
+		t.Fatalf("release again: %v", err)
+	}
+	if err := Release(records, "not-a-key"); err == nil {
+		t.Fatal("Release of a name Key does not make: no error")
 	}
 }
 
@@ -149,58 +152,91 @@ func TestTakeRefuses(t *testing.T) {
 	if err := os.Chown(filepath.Join(ownedVol, DirName), nobody, nobody); err != nil {
 		t.Fatal(err)
 	}
+	// A subvolume inside data, and a mount point inside vol.
+	inner := filepath.Join(b.data, "inner")
+	testenv.BtrfsSubvolume(t, inner)
+	mnt := filepath.Join(b.fs, "holder")
+	testenv.BtrfsSubvolume(t, mnt)
+	mounted := filepath.Join(mnt, "mnt")
+	if err := os.Mkdir(mounted, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", mounted, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(mounted, unix.MNT_DETACH) })
+	repo := filepath.Join(b.vol, "repo")
+	if err := os.Mkdir(repo, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
-		name  string
-		paths []string
-		uid   int
-		want  string
+		name          string
+		paths, writes []string
+		want          string
 	}{
-		{"not on Btrfs", []string{t.TempDir()}, 0, "not Btrfs"},
-		{"the subvolume writable by others", []string{openVol}, 0, "must be root's alone"},
-		{"the snapshots' directory a link", []string{linkedVol}, 0, "is not a directory"},
-		{"the snapshots' directory not root's", []string{ownedVol}, 0, "must be root's with mode 0700"},
-		{"a path another user controls, for root", []string{otherData}, 0, "other"},
-		{"a path another user controls, for a user", []string{otherData}, nobody, "other"},
-		{"the second of two refused", []string{b.data, t.TempDir()}, 0, "not Btrfs"},
+		{"not on Btrfs", []string{t.TempDir()}, nil, "not Btrfs"},
+		{"the subvolume writable by others", []string{openVol}, nil, "must be root's alone"},
+		{"the snapshots' directory a link", []string{linkedVol}, nil, "is not a directory"},
+		{"the snapshots' directory not root's", []string{ownedVol}, nil, "must be root's with mode 0700"},
+		{"reached through a directory another user controls", []string{otherData}, nil, "through directories only root controls"},
+		{"the second of two refused", []string{b.data, t.TempDir()}, nil, "not Btrfs"},
+		{"holding a subvolume of its own", []string{b.data}, nil, "holds a Btrfs subvolume of its own, " + inner},
+		{"holding a mount point", []string{mnt}, nil, "holds the mount point " + mounted},
+		{"holding what the unit writes", []string{b.vol}, []string{repo}, "holds " + repo + ", which the backup's unit writes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := Key(uuid.New(), 1)
-			_, err := Take(key, tc.paths, tc.uid)
+			records := t.TempDir()
+			_, err := Take(records, key, tc.paths, tc.writes)
 			if !safepath.Refused(err) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Take: %v, want a refusal saying %q", err, tc.want)
 			}
-			if err := Check(tc.paths, tc.uid); !safepath.Refused(err) {
-				t.Fatalf("Check: %v, want a refusal", err)
+			if err := Check(tc.paths, tc.writes); !safepath.Refused(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Check: %v, want a refusal saying %q", err, tc.want)
 			}
 			if _, err := os.Lstat(filepath.Join(b.fs, DirName, key)); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("a refused Take left its snapshot: %v", err)
 			}
+			if entries, _ := os.ReadDir(records); len(entries) != 0 {
+				t.Fatalf("a refused Take left its record: %v", entries)
+			}
 		})
 	}
-	if err := Check([]string{b.data, b.vol}, nobody); err != nil {
-		t.Fatalf("Check of root's paths for nobody: %v", err)
+	// A subvolume held is fine when it is a path of the job too (its own snapshot is mounted
+	// over it); so is a path beside what the unit writes.
+	if err := Check([]string{b.data, inner}, []string{repo}); err != nil {
+		t.Fatalf("Check of data with its inner subvolume: %v", err)
 	}
+	_ = nobody
 }
 
 type sweeperStore struct {
-	jobs []model.Job
-	live []model.LiveRun
+	live  []model.LiveRun
+	reads int
 }
 
-func (s sweeperStore) JobListForHost(context.Context, string) ([]model.Job, error) {
-	return s.jobs, nil
-}
-func (s sweeperStore) RunListLive(context.Context, string) ([]model.LiveRun, error) {
+func (s *sweeperStore) RunListLive(context.Context, string) ([]model.LiveRun, error) {
+	s.reads++
 	return s.live, nil
 }
 
 // The sweep removes the snapshots of attempts no longer live, and only holdfast's.
 func TestSweeperPass(t *testing.T) {
 	b := setup(t)
+	records := filepath.Join(t.TempDir(), "fs-snapshots")
+	st := &sweeperStore{}
+	s, err := NewSweeper(SweeperConfig{Dir: records, Store: st, Host: "h1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No record: nothing read.
+	if released, err := s.Pass(context.Background()); err != nil || len(released) != 0 || st.reads != 0 {
+		t.Fatalf("a pass with no records: %q, %v, %d reads of the live runs", released, err, st.reads)
+	}
 	live, ended, earlier := uuid.New(), uuid.New(), uuid.New()
 	keys := []string{Key(live, 2), Key(ended, 1), Key(earlier, 1)}
 	for _, k := range keys {
-		if _, err := Take(k, []string{b.data, b.vol}, 0); err != nil {
+		if _, err := Take(records, k, []string{b.data, b.vol}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -212,27 +248,23 @@ func TestSweeperPass(t *testing.T) {
 	l.Run.ID, l.Attempt.No = live, 2
 	var earlierLive model.LiveRun // its attempt 1 was interrupted; attempt 2 is live
 	earlierLive.Run.ID, earlierLive.Attempt.No = earlier, 2
-	st := sweeperStore{
-		jobs: []model.Job{{Name: "snap", Paths: []string{b.data, b.vol}, Backup: model.BackupSettings{FSSnapshot: Btrfs}},
-			{Name: "plain", Paths: []string{"/nonexistent"}}},
-		live: []model.LiveRun{l, earlierLive},
-	}
-	s, err := NewSweeper(SweeperConfig{Store: st, Host: "h1"})
+	st.live = []model.LiveRun{l, earlierLive}
+	released, err := s.Pass(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	removed, err := s.Pass(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []string
-	for _, d := range []string{filepath.Join(b.fs, DirName), filepath.Join(b.vol, DirName)} {
-		want = append(want, filepath.Join(d, keys[1]), filepath.Join(d, keys[2]))
-	}
-	slices.Sort(removed)
+	slices.Sort(released)
+	want := []string{keys[1], keys[2]}
 	slices.Sort(want)
-	if !slices.Equal(removed, want) {
-		t.Fatalf("removed %q, want %q", removed, want)
+	if !slices.Equal(released, want) {
+		t.Fatalf("released %q, want %q", released, want)
+	}
+	for _, d := range []string{filepath.Join(b.fs, DirName), filepath.Join(b.vol, DirName)} {
+		for _, k := range want {
+			if _, err := os.Lstat(filepath.Join(d, k)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("%s left: %v", filepath.Join(d, k), err)
+			}
+		}
 	}
 	for _, d := range []string{filepath.Join(b.fs, DirName), filepath.Join(b.vol, DirName)} {
 		if _, err := os.Lstat(filepath.Join(d, keys[0])); err != nil {

@@ -3,6 +3,7 @@ package jobdef
 import (
 	"cmp"
 	"fmt"
+	"path/filepath"
 	"slices"
 
 	"github.com/holdfast-backup/holdfast/credentials"
@@ -82,7 +83,11 @@ func CheckAccess(j model.Job, probe Probe, viaCredentials bool) error {
 	}
 	if j.Backup.FSSnapshot != "" {
 		// As each spawn will take it (fssnap.Take): a path refused there is refused here first.
-		if err := fssnap.Check(j.Paths, uid); err != nil {
+		var writes []string
+		if repo, err := filepath.EvalSymlinks(j.Repository); err == nil && filepath.IsAbs(j.Repository) {
+			writes = append(writes, repo) // a local repository (Validate made it a path)
+		}
+		if err := fssnap.Check(j.Paths, writes); err != nil {
 			return setting.Errorf("{Job.Backup.FSSnapshot} %s: %w", j.Backup.FSSnapshot, err)
 		}
 	}

@@ -37,9 +37,11 @@ func init() {
 			return args
 		},
 		restic: func(b *unitBuild) []string {
+			// The file system snapshots another job keeps in a subvolume, and those of this one
+			// (a path that is a subvolume's root shows its own, root's): never backed up.
 			ej := b.ej
-			if b.job.Backup.FSSnapshot != "" {
-				ej.Excludes = append(slices.Clone(ej.Excludes), fssnap.Excludes(ej.Paths)...)
+			if len(ej.Paths) > 0 {
+				ej.Excludes = append(slices.Clone(ej.Excludes), fssnap.DirName)
 			}
 			return b.restic.BackupArgv(ej, b.run.ID)
 		},

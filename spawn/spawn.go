@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -243,30 +244,44 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err), false)
 	}
 	// A backup of a job with a file system snapshot reads one taken now, as its unit starts: on
-	// whatever ends the attempt before systemd has the unit, it is removed with the credentials.
-	var snaps fssnap.Taken
+	// whatever ends the attempt before systemd has the unit, it is released with the credentials.
+	// Otherwise the daemon's sweep releases it once the attempt has ended (fssnap.Sweeper).
+	snapKey, snapRecords, snapped := fssnap.Key(l.Run.ID, l.Attempt.No), fssnap.RecordDir(s.cfg.Jobs.StateDir), false
 	unstage := func() {
 		_ = credentials.RemoveStaged(s.cfg.Jobs.StateDir, key)
-		for _, d := range snaps.Dirs {
-			if err := fssnap.Remove(d, fssnap.Key(l.Run.ID, l.Attempt.No)); err != nil {
-				s.cfg.Logger.Warn("Btrfs snapshot left for the sweep", "run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
+		if snapped {
+			if err := fssnap.Release(snapRecords, snapKey); err != nil {
+				s.cfg.Logger.Warn("Btrfs snapshots left for the sweep", "run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
 			}
 		}
 	}
-	if ku, err := unitOf(l.Run); err == nil && ku.readsPaths && job.Backup.FSSnapshot != "" && spec.Sandbox != nil {
-		uid, _, err := jobunit.Identity(job)
-		if err == nil {
-			snaps, err = fssnap.Take(fssnap.Key(l.Run.ID, l.Attempt.No), job.Paths, uid)
+	if job.Backup.FSSnapshot != "" {
+		ku, err := unitOf(l.Run)
+		if err == nil && ku.readsPaths && spec.Sandbox == nil {
+			err = errors.New("a file system snapshot is mounted in the unit's sandbox, and it has none")
+		}
+		if err == nil && ku.readsPaths {
+			// The unit's writable paths (resolved by Guard) and the state directory, where its
+			// exit marker writes below the same mounts: no path may hold one of them.
+			writes := slices.Clone(spec.Sandbox.ReadWritePaths)
+			if state, err := filepath.EvalSymlinks(s.cfg.Jobs.StateDir); err == nil {
+				writes = append(writes, state)
+			}
+			var snaps fssnap.Taken
+			if snaps, err = fssnap.Take(snapRecords, snapKey, job.Paths, writes); err == nil {
+				snapped = true
+				spec.Sandbox.BindReadOnly = snaps.Binds
+			}
 		}
 		if err != nil {
 			unstage()
-			s.cfg.Logger.Warn("run refused: its file system snapshot could not be taken", "run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
-			*settled = true
-			return s.cfg.Refused(ctx, l, "refused before the unit started: "+job.Backup.FSSnapshot+" snapshot: "+err.Error())
+			if safepath.Refused(err) {
+				s.cfg.Logger.Warn("run refused: its file system snapshot cannot be taken", "run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
+				*settled = true
+				return s.cfg.Refused(ctx, l, "refused before the unit started: "+job.Backup.FSSnapshot+" snapshot: "+err.Error())
+			}
+			return release(fmt.Errorf("prepare run %s attempt %d: %s snapshot: %w", l.Run.ID, l.Attempt.No, job.Backup.FSSnapshot, err), false)
 		}
-		// The daemon's sweep removes them once the attempt has ended (fssnap.Sweeper): the exit
-		// marker cannot, as systemd mounts them over the paths for it too.
-		spec.Sandbox.BindReadOnly = snaps.Binds
 	}
 	// A backup with no ceiling and no history holds nothing yet: what its paths hold is measured
 	// now, and its hold is taken from that, or the run pauses where its account cannot hold it.

@@ -254,7 +254,7 @@ func TestStartStop(t *testing.T) {
 	for _, svc := range sup.Services() {
 		names = append(names, svc.Name())
 	}
-	if got, want := strings.Join(names, ","), "host lease,notifications,unit ends,runaway watch,spawning,repairs,sweep,named spawns,admission,run files,history,watch,delivery,snapshot catalogs,control socket"; got != want {
+	if got, want := strings.Join(names, ","), "host lease,notifications,unit ends,runaway watch,spawning,repairs,sweep,named spawns,admission,run files,history,watch,delivery,snapshot catalogs,Btrfs snapshots,control socket"; got != want {
 		t.Fatalf("services %s, want %s", got, want)
 	}
 	sup.Stop() // never started: nothing to do
