@@ -167,6 +167,9 @@ func TestBtrfsSnapshots(t *testing.T) {
 	id = w.startRun("snap")
 	w.waitRun(id, "progress", w.underway)
 	left := w.btrfsSnapshots(fs, vol)
+	if records, err := os.ReadDir(fssnap.RecordDir(w.state)); err != nil || len(records) != 1 {
+		t.Fatalf("records of the attempt in flight: %v, %v; want one", records, err)
+	}
 	w.mgr.Kill(t)
 	if got := w.btrfsSnapshots(fs, vol); !slices.Equal(got, left) || len(got) != 2 {
 		t.Fatalf("after the kill: snapshots %q, want attempt 1's %q still there", got, left)
@@ -197,13 +200,20 @@ func (w *world) btrfsSnapshots(dirs ...string) []string {
 	return out
 }
 
-// noBtrfsSnapshots waits until no snapshot is left in the subvolumes at dirs: the exit marker,
-// which the run's end follows, removes them right after it wrote the marker.
+// noBtrfsSnapshots waits until no snapshot is left in the subvolumes at dirs, nor a record of
+// one in the daemon's state: its sweep releases them once their attempt has ended.
 func (w *world) noBtrfsSnapshots(dirs ...string) {
 	w.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		left := w.btrfsSnapshots(dirs...)
+		records, err := os.ReadDir(fssnap.RecordDir(w.state))
+		if err != nil && !os.IsNotExist(err) {
+			w.t.Fatal(err)
+		}
+		for _, r := range records {
+			left = append(left, filepath.Join(fssnap.RecordDir(w.state), r.Name()))
+		}
 		if len(left) == 0 {
 			return
 		}
