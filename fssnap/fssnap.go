@@ -225,7 +225,7 @@ func checkNested(places []place) error {
 		}
 		id, err := subvolID(fd)
 		if err != nil {
-			return fmt.Errorf("Btrfs subvolume of %s: %w", pl.subvol, err)
+			return fmt.Errorf("the Btrfs subvolume of %s: %w", pl.subvol, err)
 		}
 		own[id] = true
 	}
@@ -236,7 +236,7 @@ func checkNested(places []place) error {
 		}
 		kids, err := children(fd)
 		if err != nil {
-			return fmt.Errorf("Btrfs subvolumes in %s: %w", pl.subvol, err)
+			return fmt.Errorf("the Btrfs subvolumes in %s: %w", pl.subvol, err)
 		}
 		for _, k := range kids {
 			if own[k.id] {
@@ -244,7 +244,7 @@ func checkNested(places []place) error {
 			}
 			dir, err := dirPath(fd, k.dirid)
 			if err != nil {
-				return fmt.Errorf("Btrfs subvolumes in %s: %w", pl.subvol, err)
+				return fmt.Errorf("the Btrfs subvolumes in %s: %w", pl.subvol, err)
 			}
 			if dir == DirName { // holdfast's own snapshots, which no backup reads
 				continue
@@ -351,7 +351,7 @@ type Taken struct {
 // space) may pass.
 func Take(recordDir, key string, paths, writes []string) (Taken, error) {
 	if _, _, ok := parseKey(key); !ok {
-		return Taken{}, fmt.Errorf("Btrfs snapshot key %q: not one Key makes", key)
+		return Taken{}, fmt.Errorf("snapshot key %q: not one Key makes", key)
 	}
 	places, err := locateAll(paths, writes)
 	if err != nil {

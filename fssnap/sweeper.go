@@ -82,7 +82,7 @@ func (s *Sweeper) Pass(ctx context.Context) ([]string, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("Btrfs snapshot records: %w", err)
+		return nil, fmt.Errorf("records of Btrfs snapshots: %w", err)
 	}
 	var keys []string
 	for _, e := range entries {
