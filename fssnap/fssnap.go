@@ -7,10 +7,11 @@
 // the unit's own mount namespace: restic records the original paths, and a restore needs nothing
 // special. Take first records where it snapshots (<state>/fs-snapshots/<key>, root's), and the
 // daemon's Sweeper releases the snapshots of every record whose attempt is no longer live on the
-// host (Release), however it ended; the exit marker cannot, as systemd applies a unit's bind
-// mounts to its privileged commands too, where they hide a subvolume's snapshots below its own
-// root. The snapshots of several subvolumes are taken one after the other: each is of one
-// instant.
+// host (Release), however it ended. The daemon runs both in short units of their own (Helper): its
+// service is read-only outside its state directory and lacks CAP_SYS_ADMIN. The exit marker
+// cannot release them, as systemd applies a unit's bind mounts to its privileged commands too,
+// where they hide a subvolume's snapshots below its own root. The snapshots of several subvolumes
+// are taken one after the other: each is of one instant.
 //
 // systemd follows links when it sets up the bind mounts, and the unit's commands run below
 // them, root's exit marker among them: neither side may be one that a user other than root could
@@ -45,8 +46,8 @@ import (
 // Btrfs is the one file system snapshot a job can ask for (model.BackupSettings.FSSnapshot).
 const Btrfs = "btrfs"
 
-// DirName is the directory, in a subvolume's root, that holds holdfast's snapshots of it. Every
-// backup leaves directories of this name out (a restic --exclude pattern as it is).
+// DirName is the directory, in a subvolume's root, that holds holdfast's snapshots of it. A
+// backup of a path that is a subvolume's root leaves it out.
 const DirName = ".holdfast-snapshots"
 
 // Key names the snapshots of one attempt, in each subvolume it snapshots, and its record.
@@ -103,6 +104,12 @@ func locateAll(paths, writes []string) ([]place, error) {
 	}
 	for _, pl := range places {
 		for _, m := range mounts {
+			// A mount point on the way from the subvolume's root to the path (a bind mount of
+			// some directory): the walk up to the root crossed it, and the snapshot of that
+			// subvolume would hold an empty directory there.
+			if m != pl.subvol && within(pl.node.Path, m) && within(m, pl.subvol) {
+				return nil, &safepath.Error{Path: pl.path, Why: "is below the mount point " + m + ", inside the Btrfs subvolume " + pl.subvol + ": a snapshot of that subvolume would not hold what is mounted there (give a path on the mounted file system's own subvolume)"}
+			}
 			if m != pl.node.Path && within(m, pl.node.Path) && !slices.ContainsFunc(places, func(o place) bool { return o.node.Path == m }) {
 				return nil, &safepath.Error{Path: pl.path, Why: "holds the mount point " + m + ", which a snapshot of it would hold as an empty directory: give " + m + " as a path of the job too (on Btrfs), or back up without --fs-snapshot"}
 			}
@@ -340,9 +347,11 @@ func Check(paths, writes []string) error {
 	return err
 }
 
-// Taken is what Take made for one attempt: the bind mounts of its unit.
+// Taken is what Take made for one attempt: the bind mounts of its unit, and whether every
+// snapshot was taken now (not kept from an earlier spawn of the attempt, whose unit may read it).
 type Taken struct {
 	Binds []systemd.Bind
+	Fresh bool
 }
 
 // Take snapshots the subvolumes of paths under key, recorded in recordDir first, and returns
@@ -370,9 +379,10 @@ func Take(recordDir, key string, paths, writes []string) (Taken, error) {
 	if err := writeRecord(recordDir, key, dirs); err != nil {
 		return Taken{}, err
 	}
-	var t Taken
+	t := Taken{Fresh: true}
 	for _, sv := range subvols {
-		dir, err := takeOne(sv, key)
+		dir, fresh, err := takeOne(sv, key)
+		t.Fresh = t.Fresh && fresh
 		if err == nil {
 			for _, pl := range places {
 				if pl.subvol != sv {
@@ -386,6 +396,9 @@ func Take(recordDir, key string, paths, writes []string) (Taken, error) {
 			}
 		}
 		if err != nil {
+			if !t.Fresh { // the earlier spawn's unit may read them: the sweep releases them
+				return Taken{}, err
+			}
 			return Taken{}, errors.Join(err, Release(recordDir, key))
 		}
 	}
@@ -393,32 +406,35 @@ func Take(recordDir, key string, paths, writes []string) (Taken, error) {
 }
 
 // takeOne snapshots subvolume sv as key in its snapshots' directory, made if missing, and
-// returns that directory. One there already is kept: an earlier spawn of the same attempt took
-// it, and a unit that spawn may have started could be reading it.
-func takeOne(sv, key string) (string, error) {
+// returns that directory; fresh is false when one was there already, which is kept: an earlier
+// spawn of the same attempt took it, and a unit that spawn may have started could be reading it.
+func takeOne(sv, key string) (dir string, fresh bool, err error) {
 	fd, _, err := safepath.Open(sv, 0)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer unix.Close(fd)
 	root, err := safepath.Reopen(fd, sv)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer root.Close()
-	dir := filepath.Join(sv, DirName)
+	dir = filepath.Join(sv, DirName)
 	if err := unix.Mkdirat(int(root.Fd()), DirName, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
-		return "", &os.PathError{Op: "mkdir", Path: dir, Err: err}
+		return "", false, &os.PathError{Op: "mkdir", Path: dir, Err: err}
 	}
 	dfd, err := openSnapshotDir(int(root.Fd()), dir)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer unix.Close(dfd)
-	if err := snapshot(int(root.Fd()), dfd, key); err != nil && !errors.Is(err, unix.EEXIST) {
-		return "", fmt.Errorf("snapshot Btrfs subvolume %s into %s: %w", sv, dir, err)
+	switch err := snapshot(int(root.Fd()), dfd, key); {
+	case errors.Is(err, unix.EEXIST):
+		return dir, false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("snapshot Btrfs subvolume %s into %s: %w", sv, dir, err)
 	}
-	return dir, nil
+	return dir, true, nil
 }
 
 // openSnapshotDir opens the snapshots' directory DirName in the directory parent is open on,
@@ -464,7 +480,8 @@ func sameKind(src string, pl place) error {
 		return &os.PathError{Op: "stat", Path: src, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != pl.node.Mode&unix.S_IFMT {
-		return &safepath.Error{Path: pl.path, Why: "is " + safepath.Kind(st.Mode) + " in the snapshot, but " + safepath.Kind(pl.node.Mode) + " now: it changed while the snapshot was taken; ask for the run again"}
+		// Changed while the snapshot was taken: not a refusal, the next spawn takes another.
+		return fmt.Errorf("%s is %s in the snapshot, but %s now: it changed while the snapshot was taken", pl.path, safepath.Kind(st.Mode), safepath.Kind(pl.node.Mode))
 	}
 	return nil
 }
@@ -485,6 +502,18 @@ func writeRecord(recordDir, key string, dirs []string) error {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != uint32(os.Geteuid()) || st.Mode&0o077 != 0 {
 		return fmt.Errorf("record Btrfs snapshots: %s must be a directory of this process's user with mode 0700 (mode %04o, uid %d)", recordDir, st.Mode&0o7777, st.Uid)
+	}
+	// An earlier spawn of the attempt may have recorded other subvolumes (the job changed
+	// since): they stay in the record until released.
+	if old, err := os.ReadFile(filepath.Join(recordDir, key)); err == nil {
+		var r record
+		if json.Unmarshal(old, &r) == nil {
+			for _, d := range r.Dirs {
+				if !slices.Contains(dirs, d) {
+					dirs = append(dirs, d)
+				}
+			}
+		}
 	}
 	b, err := json.Marshal(record{Dirs: dirs})
 	if err != nil {

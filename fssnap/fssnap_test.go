@@ -1,8 +1,11 @@
 package fssnap
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -93,9 +96,12 @@ func TestTakeAndRemove(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(wantBinds[0].Source, "f"), []byte("x"), 0o644); !errors.Is(err, unix.EROFS) {
 		t.Fatalf("write into the snapshot: %v, want EROFS", err)
 	}
+	if !taken.Fresh {
+		t.Fatal("the first Take says it kept an earlier snapshot")
+	}
 	// The same attempt again (a spawn whose unit may have started) keeps what it took.
-	if _, err := Take(records, key, []string{b.data, b.vol}, nil); err != nil {
-		t.Fatalf("take again: %v", err)
+	if again, err := Take(records, key, []string{b.data, b.vol}, nil); err != nil || again.Fresh {
+		t.Fatalf("take again: %+v, %v; want the snapshots kept", again, err)
 	}
 	if got := read(t, filepath.Join(wantBinds[0].Source, "f")); got != "data 1" {
 		t.Fatalf("taken again, the snapshot holds %q, want the first one's", got)
@@ -165,6 +171,15 @@ func TestTakeRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Unmount(mounted, unix.MNT_DETACH) })
+	// A directory bind-mounted into the top subvolume: its files are not the subvolume's.
+	bound := filepath.Join(b.fs, "bound")
+	if err := os.Mkdir(bound, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(b.data, bound, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(bound, unix.MNT_DETACH) })
 	repo := filepath.Join(b.vol, "repo")
 	if err := os.Mkdir(repo, 0o700); err != nil {
 		t.Fatal(err)
@@ -182,6 +197,7 @@ func TestTakeRefuses(t *testing.T) {
 		{"the second of two refused", []string{b.data, t.TempDir()}, nil, "not Btrfs"},
 		{"holding a subvolume of its own", []string{b.data}, nil, "holds a Btrfs subvolume of its own, " + inner},
 		{"holding a mount point", []string{mnt}, nil, "holds the mount point " + mounted},
+		{"below a bind mount", []string{filepath.Join(bound, "f")}, nil, "is below the mount point " + bound},
 		{"holding what the unit writes", []string{b.vol}, []string{repo}, "holds " + repo + ", which the backup's unit writes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -210,6 +226,65 @@ func TestTakeRefuses(t *testing.T) {
 	_ = nobody
 }
 
+// inProcess runs the helper's units in this process: it reads the command line the unit would
+// run and answers as the unit's command does (unitcmd's fs-snapshot-take and -release), so that
+// the protocol between them is what is tested here; the scenarios run the real unit.
+type inProcess struct{ units []systemd.Spec }
+
+func (r *inProcess) Stream(_ context.Context, s systemd.Spec, consume func(io.Reader) error) (systemd.Result, error) {
+	r.units = append(r.units, s)
+	flags := map[string][]string{}
+	argv := s.ExecStart[2:]
+	for i := 0; i+1 < len(argv); i += 2 {
+		flags[argv[i]] = append(flags[argv[i]], argv[i+1])
+	}
+	var a Answer
+	switch s.ExecStart[1] {
+	case "fs-snapshot-take":
+		a = AnswerOf(Take(flags["--records"][0], flags["--key"][0], flags["--path"], flags["--write"]))
+	case "fs-snapshot-release":
+		a = AnswerOf(Taken{}, Release(flags["--records"][0], flags["--key"][0]))
+	default:
+		return systemd.Result{ExitStatus: 1, Stderr: []byte("unknown command")}, nil
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return systemd.Result{}, err
+	}
+	return systemd.Result{}, consume(bytes.NewReader(b))
+}
+
+// The helper's answers carry the bind mounts, a refusal as a refusal and another error as an
+// error; its units run as root, outside any sandbox.
+func TestHelper(t *testing.T) {
+	b := setup(t)
+	r := &inProcess{}
+	h := Helper{Runner: r, Binary: "/usr/lib/holdfast/holdfast-unit"}
+	records := filepath.Join(t.TempDir(), "fs-snapshots")
+	key := Key(uuid.New(), 1)
+	taken, err := h.Take(context.Background(), records, key, []string{b.data}, nil)
+	if err != nil || len(taken.Binds) != 1 || taken.Binds[0].Dest != b.data {
+		t.Fatalf("Take in a unit: %+v, %v", taken, err)
+	}
+	if _, err := h.Take(context.Background(), records, Key(uuid.New(), 1), []string{t.TempDir()}, nil); !safepath.Refused(err) || !strings.Contains(err.Error(), "not Btrfs") {
+		t.Fatalf("a refused Take in a unit: %v, want the refusal", err)
+	}
+	if _, err := h.Take(context.Background(), records, "no key", []string{b.data}, nil); err == nil || safepath.Refused(err) {
+		t.Fatalf("a failed Take in a unit: %v, want an error that is not a refusal", err)
+	}
+	if err := h.Release(context.Background(), records, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(b.fs, DirName, key)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("released in a unit, the snapshot is left: %v", err)
+	}
+	for _, u := range r.units {
+		if u.User != "" || u.Sandbox != nil || u.ExecStart[0] != h.Binary {
+			t.Fatalf("helper unit %+v: want root's, unconfined, running %s", u, h.Binary)
+		}
+	}
+}
+
 type sweeperStore struct {
 	live  []model.LiveRun
 	reads int
@@ -225,7 +300,7 @@ func TestSweeperPass(t *testing.T) {
 	b := setup(t)
 	records := filepath.Join(t.TempDir(), "fs-snapshots")
 	st := &sweeperStore{}
-	s, err := NewSweeper(SweeperConfig{Dir: records, Store: st, Host: "h1"})
+	s, err := NewSweeper(SweeperConfig{Dir: records, Store: st, Host: "h1", Helper: Helper{Runner: &inProcess{}, Binary: "holdfast-unit"}})
 	if err != nil {
 		t.Fatal(err)
 	}

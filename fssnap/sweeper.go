@@ -23,6 +23,7 @@ type SweeperStore interface {
 // SweeperConfig is a host's sweep of the snapshots of attempts that have ended.
 type SweeperConfig struct {
 	Dir    string // the records, RecordDir(<state>)
+	Helper Helper // releases them
 	Store  SweeperStore
 	Host   string        // the daemon's host
 	Every  time.Duration // between passes; DefaultEvery if 0
@@ -37,8 +38,8 @@ type Sweeper struct{ cfg SweeperConfig }
 
 // NewSweeper checks cfg and returns its Sweeper.
 func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
-	if cfg.Dir == "" || cfg.Store == nil || cfg.Host == "" {
-		return nil, errors.New("snapshot sweeper: Dir, Store and Host are required")
+	if cfg.Dir == "" || cfg.Store == nil || cfg.Host == "" || cfg.Helper.Runner == nil || cfg.Helper.Binary == "" {
+		return nil, errors.New("snapshot sweeper: Dir, Helper, Store and Host are required")
 	}
 	if cfg.Every < 0 {
 		return nil, errors.New("snapshot sweeper: Every must not be negative")
@@ -109,7 +110,7 @@ func (s *Sweeper) Pass(ctx context.Context) ([]string, error) {
 		if current[key] {
 			continue
 		}
-		if err := Release(s.cfg.Dir, key); err != nil {
+		if err := s.cfg.Helper.Release(ctx, s.cfg.Dir, key); err != nil {
 			errs = append(errs, err)
 			continue
 		}

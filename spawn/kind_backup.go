@@ -1,8 +1,10 @@
 package spawn
 
 import (
+	"path/filepath"
 	"slices"
 
+	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/fssnap"
 	"github.com/holdfast-backup/holdfast/model"
 )
@@ -37,11 +39,15 @@ func init() {
 			return args
 		},
 		restic: func(b *unitBuild) []string {
-			// The file system snapshots another job keeps in a subvolume, and those of this one
-			// (a path that is a subvolume's root shows its own, root's): never backed up.
+			// A path that is a subvolume's root shows the snapshots' directory (root's) in its
+			// snapshot: left out, there alone (a pattern matching the name anywhere would let a
+			// user hide a directory from every backup by naming it so).
 			ej := b.ej
-			if len(ej.Paths) > 0 {
-				ej.Excludes = append(slices.Clone(ej.Excludes), fssnap.DirName)
+			if b.job.Backup.FSSnapshot != "" {
+				ej.Excludes = slices.Clone(ej.Excludes)
+				for _, p := range ej.Paths {
+					ej.Excludes = append(ej.Excludes, engine.GlobEscape(filepath.Join(p, fssnap.DirName)))
+				}
 			}
 			return b.restic.BackupArgv(ej, b.run.ID)
 		},

@@ -383,7 +383,8 @@ func New(cfg Config) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
-	sweeper, err := fssnap.NewSweeper(fssnap.SweeperConfig{Dir: fssnap.RecordDir(rc.StateDir), Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger})
+	sweeper, err := fssnap.NewSweeper(fssnap.SweeperConfig{Dir: fssnap.RecordDir(rc.StateDir), Helper: fssnap.Helper{Runner: cfg.Runner, Binary: rc.Binary},
+		Store: cfg.Store, Host: rec.Host(), Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/engine"
+	"github.com/holdfast-backup/holdfast/fssnap"
 	"github.com/holdfast-backup/holdfast/hook"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/safepath"
@@ -383,6 +384,45 @@ func marker(stateDir *string) *cobra.Command {
 	cmd.Flags().StringVar(&runID, "run", "", "run id")
 	cmd.Flags().IntVar(&attempt, "attempt", 0, "attempt number")
 	cmd.Flags().StringVar(&unit, "unit", "", "unit name")
+	return cmd
+}
+
+// fsSnapshotTake takes a backup's Btrfs snapshots (fssnap.Take) in a unit of its own, as root
+// outside the daemon's sandbox, and prints its fssnap.Answer.
+func fsSnapshotTake() *cobra.Command {
+	var records, key string
+	var paths, writes []string
+	cmd := &cobra.Command{
+		Use:    "fs-snapshot-take --records DIR --key KEY --path PATH... [--write PATH]...",
+		Short:  "Take an attempt's Btrfs snapshots and print their bind mounts as JSON (run by the daemon)",
+		Hidden: true,
+		Args:   noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(fssnap.AnswerOf(fssnap.Take(records, key, paths, writes)))
+		},
+	}
+	cmd.Flags().StringVar(&records, "records", "", "the directory of the snapshots' records")
+	cmd.Flags().StringVar(&key, "key", "", "the attempt's key, RUN.aN")
+	cmd.Flags().StringArrayVar(&paths, "path", nil, "a path of the job (repeatable)")
+	cmd.Flags().StringArrayVar(&writes, "write", nil, "a path the unit writes, which no path may hold (repeatable)")
+	return cmd
+}
+
+// fsSnapshotRelease releases an attempt's Btrfs snapshots (fssnap.Release) in a unit of its own
+// and prints its fssnap.Answer.
+func fsSnapshotRelease() *cobra.Command {
+	var records, key string
+	cmd := &cobra.Command{
+		Use:    "fs-snapshot-release --records DIR --key KEY",
+		Short:  "Remove an attempt's Btrfs snapshots and their record (run by the daemon)",
+		Hidden: true,
+		Args:   noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(fssnap.AnswerOf(fssnap.Taken{}, fssnap.Release(records, key)))
+		},
+	}
+	cmd.Flags().StringVar(&records, "records", "", "the directory of the snapshots' records")
+	cmd.Flags().StringVar(&key, "key", "", "the attempt's key, RUN.aN")
 	return cmd
 }
 

@@ -29,7 +29,7 @@ const StopAckVariable = "HOLDFAST_TEST_STOP_ACK"
 
 // Commands are the units' commands; marker writes under *stateDir, read when it runs.
 func Commands(stateDir *string) []*cobra.Command {
-	return []*cobra.Command{execCmd(), credexec(), marker(stateDir), drill()}
+	return []*cobra.Command{execCmd(), credexec(), marker(stateDir), drill(), fsSnapshotTake(), fsSnapshotRelease()}
 }
 
 // Binary is what units run for holdfast installed as self: holdfast-unit beside self, or in
