@@ -340,6 +340,30 @@ func fsName(magic int64) string {
 	return fmt.Sprintf("a file system of type %#x", magic)
 }
 
+// RecordedDirs are the snapshot directories of every record in recordDir: where the snapshots
+// of attempts not yet released are, which no backup should read. Best effort: what cannot be read
+// is left out.
+func RecordedDirs(recordDir string) []string {
+	entries, _ := os.ReadDir(recordDir)
+	var dirs []string
+	for _, e := range entries {
+		if _, _, ok := parseKey(e.Name()); !ok {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(recordDir, e.Name()))
+		var r record
+		if err != nil || json.Unmarshal(b, &r) != nil {
+			continue
+		}
+		for _, d := range r.Dirs {
+			if !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	return dirs
+}
+
 // Check holds paths to what Take will need (job add and edit); writes are what the unit will
 // write that is known then (a local repository).
 func Check(paths, writes []string) error {
@@ -390,6 +414,9 @@ func Take(recordDir, key string, paths, writes []string) (Taken, error) {
 				}
 				src := filepath.Join(dir, key, pl.rel)
 				if err = sameKind(src, pl); err != nil {
+					if !fresh { // the snapshot an earlier start kept: taking it again would not help
+						err = &safepath.Error{Path: pl.path, Why: "changed since an earlier start of this attempt snapshotted it: " + err.Error()}
+					}
 					break
 				}
 				t.Binds = append(t.Binds, systemd.Bind{Source: src, Dest: pl.node.Path})

@@ -99,6 +99,9 @@ func TestTakeAndRemove(t *testing.T) {
 	if !taken.Fresh {
 		t.Fatal("the first Take says it kept an earlier snapshot")
 	}
+	if got := RecordedDirs(records); !slices.Equal(got, wantDirs) {
+		t.Fatalf("recorded dirs %q, want %q (what every backup leaves out)", got, wantDirs)
+	}
 	// The same attempt again (a spawn whose unit may have started) keeps what it took.
 	if again, err := Take(records, key, []string{b.data, b.vol}, nil); err != nil || again.Fresh {
 		t.Fatalf("take again: %+v, %v; want the snapshots kept", again, err)
@@ -272,6 +275,13 @@ func TestHelper(t *testing.T) {
 	if _, err := h.Take(context.Background(), records, "no key", []string{b.data}, nil); err == nil || safepath.Refused(err) {
 		t.Fatalf("a failed Take in a unit: %v, want an error that is not a refusal", err)
 	}
+	// An answer without the mounts (another binary's), or from a helper that failed, is no
+	// snapshot: the backup must not read the live paths.
+	for _, fake := range []answering{{out: "{}"}, {out: `{"binds":[{"Source":"/s","Dest":"/d"}]}`, status: 1}} {
+		if _, err := (Helper{Runner: fake, Binary: "x"}).Take(context.Background(), records, Key(uuid.New(), 1), []string{b.data}, nil); err == nil {
+			t.Fatalf("helper answering %q with status %d: no error", fake.out, fake.status)
+		}
+	}
 	if err := h.Release(context.Background(), records, key); err != nil {
 		t.Fatal(err)
 	}
@@ -283,6 +293,16 @@ func TestHelper(t *testing.T) {
 			t.Fatalf("helper unit %+v: want root's, unconfined, running %s", u, h.Binary)
 		}
 	}
+}
+
+// answering is a helper unit that prints out and exits with status.
+type answering struct {
+	out    string
+	status int
+}
+
+func (a answering) Stream(_ context.Context, _ systemd.Spec, consume func(io.Reader) error) (systemd.Result, error) {
+	return systemd.Result{ExitStatus: a.status}, consume(strings.NewReader(a.out))
 }
 
 type sweeperStore struct {

@@ -63,6 +63,11 @@ func (h Helper) Take(ctx context.Context, records, key string, paths, writes []s
 	if err != nil {
 		return Taken{}, err
 	}
+	// Take mounts each path: an answer without them (another binary's) would have the backup
+	// read the live paths.
+	if len(a.Binds) != len(paths) {
+		return Taken{}, fmt.Errorf("take Btrfs snapshots: the helper answered %d bind mounts for %d paths", len(a.Binds), len(paths))
+	}
 	return Taken{Binds: a.Binds, Fresh: a.Fresh}, nil
 }
 
@@ -91,7 +96,7 @@ func (h Helper) run(ctx context.Context, what string, argv []string) (Answer, er
 		return Answer{}, fmt.Errorf("%s Btrfs snapshots: %w", what, err)
 	}
 	var a Answer
-	if err := json.Unmarshal(out, &a); err != nil {
+	if err := json.Unmarshal(out, &a); err != nil || res.ExitStatus != 0 || res.Killed {
 		return Answer{}, fmt.Errorf("%s Btrfs snapshots: the helper exited %d without an answer: %s", what, res.ExitStatus, strings.TrimSpace(string(res.Stderr)))
 	}
 	switch {

@@ -3,6 +3,7 @@ package spawn
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/fssnap"
@@ -39,12 +40,18 @@ func init() {
 			return args
 		},
 		restic: func(b *unitBuild) []string {
-			// A path that is a subvolume's root shows the snapshots' directory (root's) in its
-			// snapshot: left out, there alone (a pattern matching the name anywhere would let a
-			// user hide a directory from every backup by naming it so).
+			// The snapshots' directories are left out where they are, never by their name anywhere
+			// (a user could hide a directory from every backup by naming it so): those of the
+			// snapshots other attempts keep under the paths now (their records), and, under a
+			// snapshot, a path's own when it is a subvolume's root.
 			ej := b.ej
+			ej.Excludes = slices.Clone(ej.Excludes)
+			for _, d := range fssnap.RecordedDirs(fssnap.RecordDir(b.cfg.StateDir)) {
+				if slices.ContainsFunc(ej.Paths, func(p string) bool { return d == p || strings.HasPrefix(d, strings.TrimSuffix(p, "/")+"/") }) {
+					ej.Excludes = append(ej.Excludes, engine.GlobEscape(d))
+				}
+			}
 			if b.job.Backup.FSSnapshot != "" {
-				ej.Excludes = slices.Clone(ej.Excludes)
 				for _, p := range ej.Paths {
 					ej.Excludes = append(ej.Excludes, engine.GlobEscape(filepath.Join(p, fssnap.DirName)))
 				}
