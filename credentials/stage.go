@@ -43,16 +43,8 @@ func Stage(stateDir, key string, sources map[string]string, uid int) (map[string
 		}
 		data[name] = b
 	}
-	root := stagedRoot(stateDir)
-	if err := os.Mkdir(root, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := PrivateDir(stagedRoot(stateDir)); err != nil {
 		return nil, fmt.Errorf("stage credentials: %w", err)
-	}
-	var st unix.Stat_t
-	if err := unix.Lstat(root, &st); err != nil {
-		return nil, fmt.Errorf("stage credentials: %w", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != uint32(os.Geteuid()) || st.Mode&0o077 != 0 {
-		return nil, fmt.Errorf("stage credentials: %s must be a directory of this process's user with mode 0700 (mode %04o, uid %d)", root, st.Mode&0o7777, st.Uid)
 	}
 	dir := StagedDir(stateDir, key)
 	if err := os.RemoveAll(dir); err != nil {
@@ -71,6 +63,22 @@ func Stage(stateDir, key string, sources map[string]string, uid int) (map[string
 		staged[name] = path
 	}
 	return staged, nil
+}
+
+// PrivateDir makes dir, if missing, a directory of this process's user with mode 0700, and holds
+// it to being one: what root keeps there (staged credentials, records of snapshots) is its alone.
+func PrivateDir(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != uint32(os.Geteuid()) || st.Mode&0o077 != 0 {
+		return fmt.Errorf("%s must be a directory of this process's user with mode 0700 (mode %04o, uid %d)", dir, st.Mode&0o7777, st.Uid)
+	}
+	return nil
 }
 
 // RemoveStaged removes a unit's staged credentials; none is no error.

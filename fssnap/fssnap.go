@@ -39,6 +39,7 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/sys/unix"
 
+	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/safepath"
 	"github.com/holdfast-backup/holdfast/systemd"
 )
@@ -50,10 +51,10 @@ const Btrfs = "btrfs"
 // backup of a path that is a subvolume's root leaves it out.
 const DirName = ".holdfast-snapshots"
 
-// Key names the snapshots of one attempt, in each subvolume it snapshots, and its record.
-func Key(run uuid.UUID, attempt int) string { return run.String() + ".a" + strconv.Itoa(attempt) }
+// An attempt's snapshots, in each subvolume it snapshots, and its record are named by its key,
+// credentials.AttemptKey, as its staged credentials and exit marker are.
 
-// parseKey is Key's inverse; ok is false for a name Key does not make.
+// parseKey is credentials.AttemptKey's inverse; ok is false for a name it does not make.
 func parseKey(name string) (run uuid.UUID, attempt int, ok bool) {
 	id, n, found := strings.Cut(name, ".a")
 	run, err := uuid.Parse(id)
@@ -164,10 +165,10 @@ func locate(path string) (place, error) {
 	case errors.Is(err, unix.ENOENT):
 	case err != nil:
 		return place{}, &os.PathError{Op: "lstat", Path: dir, Err: err}
-	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return place{}, &safepath.Error{Path: dir, Why: "is not a directory: holdfast keeps its Btrfs snapshots there (remove it)"}
-	case st.Uid != 0 || st.Mode&0o077 != 0:
-		return place{}, &safepath.Error{Path: dir, Why: fmt.Sprintf("must be root's with mode 0700 (it is uid %d's, mode %04o): holdfast keeps its Btrfs snapshots there", st.Uid, st.Mode&0o7777)}
+	default:
+		if err := snapshotDirRule(dir, &st); err != nil {
+			return place{}, err
+		}
 	}
 	rel, err := filepath.Rel(subvol, n.Path)
 	if err != nil {
@@ -340,23 +341,22 @@ func fsName(magic int64) string {
 	return fmt.Sprintf("a file system of type %#x", magic)
 }
 
-// RecordedDirs are the snapshot directories of every record in recordDir: where the snapshots
-// of attempts not yet released are, which no backup should read. Best effort: what cannot be read
-// is left out.
-func RecordedDirs(recordDir string) []string {
+// RecordedDirs are the snapshot directories, of every record in recordDir, that lie within one
+// of paths: where the snapshots of attempts not yet released are, which no backup of those paths
+// should read. Best effort: a record that cannot be read is left out.
+func RecordedDirs(recordDir string, paths []string) []string {
 	entries, _ := os.ReadDir(recordDir)
 	var dirs []string
 	for _, e := range entries {
 		if _, _, ok := parseKey(e.Name()); !ok {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(recordDir, e.Name()))
-		var r record
-		if err != nil || json.Unmarshal(b, &r) != nil {
+		r, err := readRecord(filepath.Join(recordDir, e.Name()))
+		if err != nil {
 			continue
 		}
 		for _, d := range r.Dirs {
-			if !slices.Contains(dirs, d) {
+			if !slices.Contains(dirs, d) && slices.ContainsFunc(paths, func(p string) bool { return within(d, p) }) {
 				dirs = append(dirs, d)
 			}
 		}
@@ -384,7 +384,7 @@ type Taken struct {
 // space) may pass.
 func Take(recordDir, key string, paths, writes []string) (Taken, error) {
 	if _, _, ok := parseKey(key); !ok {
-		return Taken{}, fmt.Errorf("snapshot key %q: not one Key makes", key)
+		return Taken{}, fmt.Errorf("snapshot key %q: not an attempt's key", key)
 	}
 	places, err := locateAll(paths, writes)
 	if err != nil {
@@ -479,11 +479,23 @@ func openSnapshotDir(parent int, path string) (int, error) {
 		unix.Close(fd)
 		return -1, &os.PathError{Op: "stat", Path: path, Err: err}
 	}
-	if st.Uid != 0 || st.Mode&0o077 != 0 {
+	if err := snapshotDirRule(path, &st); err != nil {
 		unix.Close(fd)
-		return -1, &safepath.Error{Path: path, Why: fmt.Sprintf("must be root's with mode 0700 (it is uid %d's, mode %04o): holdfast keeps its Btrfs snapshots there", st.Uid, st.Mode&0o7777)}
+		return -1, err
 	}
 	return fd, nil
+}
+
+// snapshotDirRule holds the snapshots' directory at path, as stat describes it, to being a
+// directory of root's with mode 0700.
+func snapshotDirRule(path string, st *unix.Stat_t) error {
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return &safepath.Error{Path: path, Why: "is not a directory: holdfast keeps its Btrfs snapshots there (remove it)"}
+	}
+	if st.Uid != 0 || st.Mode&0o077 != 0 {
+		return &safepath.Error{Path: path, Why: fmt.Sprintf("must be root's with mode 0700 (it is uid %d's, mode %04o): holdfast keeps its Btrfs snapshots there", st.Uid, st.Mode&0o7777)}
+	}
+	return nil
 }
 
 // sameKind walks src, a path's copy in a snapshot, without following a link (nothing can
@@ -518,27 +530,29 @@ type record struct {
 	Dirs []string `json:"dirs"` // the snapshots' directories, <subvolume>/.holdfast-snapshots
 }
 
+// readRecord reads the record at path.
+func readRecord(path string) (record, error) {
+	var r record
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if err = json.Unmarshal(b, &r); err != nil {
+			err = fmt.Errorf("record %s: %w", path, err)
+		}
+	}
+	return r, err
+}
+
 // writeRecord records dirs as where key's snapshots are, in recordDir (made root's, 0700).
 func writeRecord(recordDir, key string, dirs []string) error {
-	if err := os.Mkdir(recordDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := credentials.PrivateDir(recordDir); err != nil {
 		return fmt.Errorf("record Btrfs snapshots: %w", err)
-	}
-	var st unix.Stat_t
-	if err := unix.Lstat(recordDir, &st); err != nil {
-		return fmt.Errorf("record Btrfs snapshots: %w", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != uint32(os.Geteuid()) || st.Mode&0o077 != 0 {
-		return fmt.Errorf("record Btrfs snapshots: %s must be a directory of this process's user with mode 0700 (mode %04o, uid %d)", recordDir, st.Mode&0o7777, st.Uid)
 	}
 	// An earlier spawn of the attempt may have recorded other subvolumes (the job changed
 	// since): they stay in the record until released.
-	if old, err := os.ReadFile(filepath.Join(recordDir, key)); err == nil {
-		var r record
-		if json.Unmarshal(old, &r) == nil {
-			for _, d := range r.Dirs {
-				if !slices.Contains(dirs, d) {
-					dirs = append(dirs, d)
-				}
+	if r, err := readRecord(filepath.Join(recordDir, key)); err == nil {
+		for _, d := range r.Dirs {
+			if !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
 			}
 		}
 	}
@@ -574,16 +588,12 @@ func Release(recordDir, key string) error {
 		return fmt.Errorf("release Btrfs snapshots %q: not a key", key)
 	}
 	path := filepath.Join(recordDir, key)
-	b, err := os.ReadFile(path)
+	r, err := readRecord(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("release Btrfs snapshots: %w", err)
-	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return fmt.Errorf("release Btrfs snapshots: record %s: %w", path, err)
 	}
 	var errs []error
 	for _, d := range r.Dirs {

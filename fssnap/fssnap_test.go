@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/sys/unix"
 
+	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/safepath"
 	"github.com/holdfast-backup/holdfast/systemd"
@@ -60,7 +61,7 @@ func read(t *testing.T, path string) string {
 // mount over the very path; Remove takes it away.
 func TestTakeAndRemove(t *testing.T) {
 	b := setup(t)
-	key := Key(uuid.New(), 1)
+	key := credentials.AttemptKey(uuid.New(), 1)
 	records := filepath.Join(t.TempDir(), "fs-snapshots")
 	taken, err := Take(records, key, []string{b.data, b.vol}, []string{t.TempDir()})
 	if err != nil {
@@ -99,8 +100,11 @@ func TestTakeAndRemove(t *testing.T) {
 	if !taken.Fresh {
 		t.Fatal("the first Take says it kept an earlier snapshot")
 	}
-	if got := RecordedDirs(records); !slices.Equal(got, wantDirs) {
-		t.Fatalf("recorded dirs %q, want %q (what every backup leaves out)", got, wantDirs)
+	if got := RecordedDirs(records, []string{b.fs}); !slices.Equal(got, wantDirs) {
+		t.Fatalf("recorded dirs under %s: %q, want %q (what every backup of it leaves out)", b.fs, got, wantDirs)
+	}
+	if got := RecordedDirs(records, []string{b.data}); len(got) != 0 {
+		t.Fatalf("recorded dirs under %s: %q, want none", b.data, got)
 	}
 	// The same attempt again (a spawn whose unit may have started) keeps what it took.
 	if again, err := Take(records, key, []string{b.data, b.vol}, nil); err != nil || again.Fresh {
@@ -204,7 +208,7 @@ func TestTakeRefuses(t *testing.T) {
 		{"holding what the unit writes", []string{b.vol}, []string{repo}, "holds " + repo + ", which the backup's unit writes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			key := Key(uuid.New(), 1)
+			key := credentials.AttemptKey(uuid.New(), 1)
 			records := t.TempDir()
 			_, err := Take(records, key, tc.paths, tc.writes)
 			if !safepath.Refused(err) || !strings.Contains(err.Error(), tc.want) {
@@ -264,12 +268,12 @@ func TestHelper(t *testing.T) {
 	r := &inProcess{}
 	h := Helper{Runner: r, Binary: "/usr/lib/holdfast/holdfast-unit"}
 	records := filepath.Join(t.TempDir(), "fs-snapshots")
-	key := Key(uuid.New(), 1)
+	key := credentials.AttemptKey(uuid.New(), 1)
 	taken, err := h.Take(context.Background(), records, key, []string{b.data}, nil)
 	if err != nil || len(taken.Binds) != 1 || taken.Binds[0].Dest != b.data {
 		t.Fatalf("Take in a unit: %+v, %v", taken, err)
 	}
-	if _, err := h.Take(context.Background(), records, Key(uuid.New(), 1), []string{t.TempDir()}, nil); !safepath.Refused(err) || !strings.Contains(err.Error(), "not Btrfs") {
+	if _, err := h.Take(context.Background(), records, credentials.AttemptKey(uuid.New(), 1), []string{t.TempDir()}, nil); !safepath.Refused(err) || !strings.Contains(err.Error(), "not Btrfs") {
 		t.Fatalf("a refused Take in a unit: %v, want the refusal", err)
 	}
 	if _, err := h.Take(context.Background(), records, "no key", []string{b.data}, nil); err == nil || safepath.Refused(err) {
@@ -278,7 +282,7 @@ func TestHelper(t *testing.T) {
 	// An answer without the mounts (another binary's), or from a helper that failed, is no
 	// snapshot: the backup must not read the live paths.
 	for _, fake := range []answering{{out: "{}"}, {out: `{"binds":[{"Source":"/s","Dest":"/d"}]}`, status: 1}} {
-		if _, err := (Helper{Runner: fake, Binary: "x"}).Take(context.Background(), records, Key(uuid.New(), 1), []string{b.data}, nil); err == nil {
+		if _, err := (Helper{Runner: fake, Binary: "x"}).Take(context.Background(), records, credentials.AttemptKey(uuid.New(), 1), []string{b.data}, nil); err == nil {
 			t.Fatalf("helper answering %q with status %d: no error", fake.out, fake.status)
 		}
 	}
@@ -329,7 +333,7 @@ func TestSweeperPass(t *testing.T) {
 		t.Fatalf("a pass with no records: %q, %v, %d reads of the live runs", released, err, st.reads)
 	}
 	live, ended, earlier := uuid.New(), uuid.New(), uuid.New()
-	keys := []string{Key(live, 2), Key(ended, 1), Key(earlier, 1)}
+	keys := []string{credentials.AttemptKey(live, 2), credentials.AttemptKey(ended, 1), credentials.AttemptKey(earlier, 1)}
 	for _, k := range keys {
 		if _, err := Take(records, k, []string{b.data, b.vol}, nil); err != nil {
 			t.Fatal(err)
@@ -377,8 +381,8 @@ func TestParseKey(t *testing.T) {
 		name string
 		ok   bool
 	}{
-		{Key(id, 1), true},
-		{Key(id, 12), true},
+		{credentials.AttemptKey(id, 1), true},
+		{credentials.AttemptKey(id, 12), true},
 		{id.String() + ".a0", false},
 		{id.String() + ".a01", false},
 		{id.String() + ".a", false},
@@ -387,7 +391,7 @@ func TestParseKey(t *testing.T) {
 		{"x.a1", false},
 	} {
 		run, n, ok := parseKey(tc.name)
-		if ok != tc.ok || (ok && (run != id || Key(run, n) != tc.name)) {
+		if ok != tc.ok || (ok && (run != id || credentials.AttemptKey(run, n) != tc.name)) {
 			t.Errorf("parseKey(%q) = %v, %d, %v", tc.name, run, n, ok)
 		}
 	}

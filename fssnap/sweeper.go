@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/model"
 )
 
@@ -102,7 +103,7 @@ func (s *Sweeper) Pass(ctx context.Context) ([]string, error) {
 	}
 	current := map[string]bool{}
 	for _, l := range live {
-		current[Key(l.Run.ID, l.Attempt.No)] = true
+		current[credentials.AttemptKey(l.Run.ID, l.Attempt.No)] = true
 	}
 	var released []string
 	var errs []error

@@ -3,7 +3,6 @@ package spawn
 import (
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/holdfast-backup/holdfast/engine"
 	"github.com/holdfast-backup/holdfast/fssnap"
@@ -46,10 +45,8 @@ func init() {
 			// snapshot, a path's own when it is a subvolume's root.
 			ej := b.ej
 			ej.Excludes = slices.Clone(ej.Excludes)
-			for _, d := range fssnap.RecordedDirs(fssnap.RecordDir(b.cfg.StateDir)) {
-				if slices.ContainsFunc(ej.Paths, func(p string) bool { return d == p || strings.HasPrefix(d, strings.TrimSuffix(p, "/")+"/") }) {
-					ej.Excludes = append(ej.Excludes, engine.GlobEscape(d))
-				}
+			for _, d := range fssnap.RecordedDirs(fssnap.RecordDir(b.cfg.StateDir), ej.Paths) {
+				ej.Excludes = append(ej.Excludes, engine.GlobEscape(d))
 			}
 			if b.job.Backup.FSSnapshot != "" {
 				for _, p := range ej.Paths {

@@ -246,14 +246,14 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 	// A backup of a job with a file system snapshot reads one taken now, as its unit starts: on
 	// whatever ends the attempt before systemd has the unit, it is released with the credentials.
 	// Otherwise the daemon's sweep releases it once the attempt has ended (fssnap.Sweeper).
-	snapKey, snapRecords, snapped := fssnap.Key(l.Run.ID, l.Attempt.No), fssnap.RecordDir(s.cfg.Jobs.StateDir), false
+	snapRecords, snapped := fssnap.RecordDir(s.cfg.Jobs.StateDir), false
 	snapper := fssnap.Helper{Runner: s.cfg.Jobs.Runner, Binary: s.cfg.Jobs.Binary}
 	unstage := func() {
 		_ = credentials.RemoveStaged(s.cfg.Jobs.StateDir, key)
 		if snapped {
 			relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Budget)
 			defer cancel()
-			if err := snapper.Release(relCtx, snapRecords, snapKey); err != nil {
+			if err := snapper.Release(relCtx, snapRecords, key); err != nil {
 				s.cfg.Logger.Warn("Btrfs snapshots left for the sweep", "run", l.Run.ID, "attempt", l.Attempt.No, "err", err)
 			}
 		}
@@ -271,7 +271,7 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 				writes = append(writes, state)
 			}
 			var snaps fssnap.Taken
-			if snaps, err = snapper.Take(ctx, snapRecords, snapKey, job.Paths, writes); err == nil {
+			if snaps, err = snapper.Take(ctx, snapRecords, key, job.Paths, writes); err == nil {
 				// Kept from an earlier spawn whose unit may read them: the sweep releases those.
 				snapped = snaps.Fresh
 				spec.Sandbox.BindReadOnly = snaps.Binds

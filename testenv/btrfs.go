@@ -25,12 +25,8 @@ func Btrfs(t testing.TB) string {
 		unavailable(t, "a Btrfs file system on a loop device needs root")
 	}
 	tools := map[string]string{}
-	for _, tool := range []string{"mkfs.btrfs", "btrfs", "losetup", "mount", "umount"} {
-		path, err := sbin(tool)
-		if err != nil {
-			unavailable(t, "%s not found: apt-get install btrfs-progs util-linux mount (scripts/install-deps)", tool)
-		}
-		tools[tool] = path
+	for tool, pkg := range map[string]string{"mkfs.btrfs": "btrfs-progs", "btrfs": "btrfs-progs", "losetup": "mount", "mount": "mount", "umount": "mount"} {
+		tools[tool] = installedFrom(t, tool, pkg)
 	}
 	dir, err := mkdirShared("", "holdfast-btrfs-*")
 	if err != nil {
@@ -90,24 +86,7 @@ func Btrfs(t testing.TB) string {
 // BtrfsSubvolume creates a subvolume at path, on a Btrfs file system (root's, mode 0755).
 func BtrfsSubvolume(t testing.TB, path string) {
 	t.Helper()
-	btrfs, err := sbin("btrfs")
-	if err != nil {
-		unavailable(t, "btrfs not found: apt-get install btrfs-progs (scripts/install-deps)")
-	}
-	if out, err := exec.Command(btrfs, "subvolume", "create", path).CombinedOutput(); err != nil {
+	if out, err := exec.Command(installedFrom(t, "btrfs", "btrfs-progs"), "subvolume", "create", path).CombinedOutput(); err != nil {
 		t.Fatalf("testenv: btrfs subvolume create %s: %v\n%s", path, err, out)
 	}
-}
-
-// sbin finds a system program on PATH or in the sbin directories, which a user's PATH may lack.
-func sbin(name string) (string, error) {
-	if path, err := exec.LookPath(name); err == nil {
-		return path, nil
-	}
-	for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"} {
-		if path := filepath.Join(dir, name); exists(path) {
-			return path, nil
-		}
-	}
-	return "", exec.ErrNotFound
 }

@@ -404,9 +404,21 @@ func Rpmlint(t testing.TB) string {
 // provides.
 func installed(t testing.TB, name string) string {
 	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		unavailable(t, "%s is not installed (apt-get install %s, or scripts/install-deps)", name, name)
+	return installedFrom(t, name, name)
+}
+
+// installedFrom returns the path of the program name, which the Debian package pkg provides: in
+// PATH, or in the sbin directories a user's PATH may lack (mkfs.btrfs, losetup).
+func installedFrom(t testing.TB, name, pkg string) string {
+	t.Helper()
+	if path, err := exec.LookPath(name); err == nil {
+		return path
 	}
-	return path
+	for _, dir := range []string{"/usr/sbin", "/sbin"} {
+		if path := filepath.Join(dir, name); exists(path) {
+			return path
+		}
+	}
+	unavailable(t, "%s is not installed (apt-get install %s, or scripts/install-deps)", name, pkg)
+	return ""
 }
