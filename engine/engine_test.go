@@ -148,7 +148,7 @@ func TestParseStderr(t *testing.T) {
 			want: fatal("Fatal: all source directories/files do not exist"), ok: true},
 		// restic 0.16.4's forget of a snapshot gone from the repository but still in its cache.
 		{literal: "unable to remove <snapshot/510bb8c780> from the repository",
-			want: itemError("510bb8c780", "forget", "could not be removed: no longer in the repository"), ok: true},
+			want: itemError("510bb8c780", "forget", "could not be removed: gone already, or the repository refused (an append-only server)"), ok: true},
 		{literal: "github.com/cenkalti/backoff/v4.doRetryNotify[...]"},
 		{literal: `{"message_type":"verbose_status","action":"new","item":"/d/z"}`},
 		{literal: `{"message_type":"error","error":{},"during":`}, // cut at 1 MiB
@@ -205,8 +205,8 @@ func TestClassify(t *testing.T) {
 		{"forget of a vanished id", Evidence{ExitStatus: 0, Operation: "forget", ItemErrors: 1, FirstItemError: "4c791751: no such snapshot"},
 			Outcome{Partial, "", "partial: forget: 1 item not done, first: 4c791751: no such snapshot"}},
 		{"forget of a vanished id, 0.16", Evidence{ExitStatus: 1, Operation: "forget", ItemErrors: 1,
-			FirstItemError: "510bb8c780: could not be removed: no longer in the repository", Fatal: "chmod /r/snapshots/510bb8c780: no such file or directory"},
-			Outcome{Partial, "", "partial: forget: 1 item not done, first: 510bb8c780: could not be removed: no longer in the repository"}},
+			FirstItemError: "510bb8c780: could not be removed: gone already, or the repository refused (an append-only server)", Fatal: "chmod /r/snapshots/510bb8c780: no such file or directory"},
+			Outcome{Partial, "", "partial: forget: 1 item not done, first: 510bb8c780: could not be removed: gone already, or the repository refused (an append-only server)"}},
 		{"exit 0 with a skipped path", Evidence{ExitStatus: 0, Summary: sum, ItemErrors: 1, FirstItemError: "/data/gone: does not exist"},
 			Outcome{Partial, "", "partial: 1 item skipped, first: /data/gone: does not exist (snapshot 4b925b96)"}},
 		{"partial", Evidence{ExitStatus: 3, Summary: sum, ItemErrors: 1, FirstItemError: "/data/c: permission denied"},

@@ -400,10 +400,11 @@ func (r Restic) ParseStderr(line []byte) (Event, bool) {
 		}
 		return Event{TypeItemError, ItemError{Item: item, During: "forget", Message: msg}}, true
 	// restic 0.16 fails (exit 1) removing a snapshot whose file is gone but still in its cache,
-	// after removing the others.
+	// after removing the others; any restic so fails where the backend refuses the deletion (an
+	// append-only server's 403, the next line says so).
 	case strings.HasPrefix(s, "unable to remove <snapshot/") && strings.HasSuffix(s, "> from the repository"):
 		item := strings.TrimSuffix(strings.TrimPrefix(s, "unable to remove <snapshot/"), "> from the repository")
-		return Event{TypeItemError, ItemError{Item: item, During: "forget", Message: "could not be removed: no longer in the repository"}}, true
+		return Event{TypeItemError, ItemError{Item: item, During: "forget", Message: "could not be removed: gone already, or the repository refused (an append-only server)"}}, true
 	case strings.HasSuffix(s, doesNotExist):
 		item := strings.TrimSuffix(s, doesNotExist)
 		return Event{TypeItemError, ItemError{Item: item, During: "target", Message: "does not exist"}}, true

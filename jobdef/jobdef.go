@@ -103,6 +103,9 @@ func Validate(j *model.Job) error {
 	if err := validateCopy(j); err != nil {
 		return err
 	}
+	if err := validatePruning(j); err != nil {
+		return err
+	}
 	if j.Engine != engine.NameRestic && j.EnvFile != "" {
 		return setting.Errorf("{Job.EnvFile} is for restic jobs")
 	}
@@ -306,6 +309,41 @@ func validateCopy(j *model.Job) error {
 		if err := credentials.CheckEnvFile("{Job.Copy.EnvFile}", j.Copy.EnvFile); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// validatePruning checks where a job's runs that delete run (model.PruneSettings). The pruning
+// host's files are on that host: only their paths are checked here, the files where it uses them.
+func validatePruning(j *model.Job) error {
+	p := &j.Prune
+	switch {
+	case p.Host == "" && (p.Repository != "" || p.EnvFile != ""):
+		return setting.Errorf("{Job.Prune.Repository} and {Job.Prune.EnvFile} are how a pruning host reaches the repository: give {Job.Prune.Host} HOST too, or drop them")
+	case !p.AppendOnly && p.Host == "":
+		return nil
+	case j.Engine != engine.NameRestic:
+		return setting.Errorf("{Job.Prune.AppendOnly} and {Job.Prune.Host} are for restic jobs: a command job keeps no repository to prune")
+	case p.Host == "" && p.Schedule != "":
+		return setting.Errorf("{Job.Prune.Schedule} would prune through a repository written append-only ({Job.Prune.AppendOnly}), which deletes nothing: give a pruning host that may delete ({Job.Prune.Host} HOST {Job.Prune.Repository} REPO), or drop the schedule")
+	case p.Host == "":
+		return nil
+	}
+	if err := ValidateHost(p.Host); err != nil {
+		return setting.Errorf("{Job.Prune.Host}: %w", err)
+	}
+	if p.Repository != "" {
+		repo, err := checkRepository("{Job.Prune.Repository}", p.Repository)
+		if err != nil {
+			return err
+		}
+		p.Repository = repo
+	}
+	if p.EnvFile != "" && !filepath.IsAbs(p.EnvFile) {
+		return setting.Errorf("{Job.Prune.EnvFile} %q is a relative path: give an absolute path (a file on the pruning host)", p.EnvFile)
+	}
+	if p.AppendOnly && p.Host == j.Host && p.Repository == "" && p.EnvFile == "" {
+		return setting.Errorf("{Job.Prune.Host} %s is the job's own host, which writes the repository append-only: give another host, or how this one may delete ({Job.Prune.Repository} REPO, {Job.Prune.EnvFile} FILE)", p.Host)
 	}
 	return nil
 }

@@ -101,6 +101,31 @@ func TestValidateRefuses(t *testing.T) {
 			j.Engine, j.Command, j.Repository, j.PasswordFile = "restic", nil, "/r", "/pw"
 			j.Backup.FSSnapshot, j.Backup.StdinFrom, j.Backup.StdinFilename = "btrfs", "/bin/true", "out"
 		}, "give one of them"},
+		{"append-only command job", func(j *model.Job) { j.Prune.AppendOnly = true }, "Job.Prune.AppendOnly and Job.Prune.Host are for restic jobs"},
+		{"pruning repository without a host", func(j *model.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "/r", "/pw", []string{"/data"}
+			j.Prune.Repository = "/srv/r"
+		}, "give Job.Prune.Host HOST too"},
+		{"prune schedule through an append-only repository", func(j *model.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "rest:http://h/", "/pw", []string{"/data"}
+			j.Prune.AppendOnly, j.Prune.Schedule = true, "@daily"
+		}, "Job.Prune.Schedule would prune through a repository written append-only"},
+		{"pruning host by a bad name", func(j *model.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "/r", "/pw", []string{"/data"}
+			j.Prune.Host = "a b"
+		}, `Job.Prune.Host: invalid host name "a b"`},
+		{"pruning host is the append-only host, reaching it the same way", func(j *model.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "rest:http://h/", "/pw", []string{"/data"}
+			j.Host, j.Prune.AppendOnly, j.Prune.Host = "web1", true, "web1"
+		}, "is the job's own host"},
+		{"relative pruning repository", func(j *model.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "rest:http://h/", "/pw", []string{"/data"}
+			j.Prune.Host, j.Prune.Repository = "vault", "local:r"
+		}, "is a relative path"},
+		{"relative pruning environment file", func(j *model.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "rest:http://h/", "/pw", []string{"/data"}
+			j.Prune.Host, j.Prune.EnvFile = "vault", "vault.env"
+		}, `Job.Prune.EnvFile "vault.env" is a relative path`},
 	}
 	for _, tc := range cases {
 		j := base()
@@ -122,6 +147,19 @@ func TestValidateRefuses(t *testing.T) {
 		func(j *model.Job) {
 			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "/r", "/pw", []string{"/data"}
 			j.Backup.FSSnapshot, j.Backup.AfterHooks = "btrfs", []string{"/bin/true"}
+		},
+		func(j *model.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "rest:http://h/", "/pw", []string{"/data"}
+			j.Host, j.Prune.AppendOnly, j.Prune.Host, j.Prune.Repository = "web1", true, "vault", "local:/srv/r/"
+			j.Prune.Schedule = "@daily"
+		},
+		func(j *model.Job) { // another way from the same host: its own credentials
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "rest:http://h/", "/pw", []string{"/data"}
+			j.Host, j.Prune.AppendOnly, j.Prune.Host, j.Prune.EnvFile = "web1", true, "web1", "/etc/holdfast/delete.env"
+		},
+		func(j *model.Job) { // append-only with no pruning host: forgets and prunes are refused when asked for
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "rest:http://h/", "/pw", []string{"/data"}
+			j.Prune.AppendOnly = true
 		},
 	} {
 		j := base()

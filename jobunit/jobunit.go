@@ -123,7 +123,7 @@ func Spec(cfg Config, job model.Job, name string, writesRepository bool, writabl
 	if err != nil {
 		uid = -1 // the spawn fails on the missing user before this unit is started
 	}
-	ej := engine.Job{Name: job.Name, Repository: job.Repository, Paths: job.Paths, Excludes: job.Excludes, LimitUpload: job.LimitUploadKiB,
+	ej := engine.Job{Name: job.Name, Repository: job.ResticRepository(), Paths: job.Paths, Excludes: job.Excludes, LimitUpload: job.LimitUploadKiB,
 		CacheDir: CacheDir(cfg.StateDir, uid, job.Name), StdinFilename: job.Backup.StdinFilename}
 	spec := systemd.Spec{
 		Name:             name,
@@ -154,7 +154,7 @@ func Spec(cfg Config, job model.Job, name string, writesRepository bool, writabl
 	}
 
 	rw := append([]string{ej.CacheDir}, writable...)
-	if dir, local := ledger.Local(job.Repository); local && writesRepository {
+	if dir, local := ledger.Local(job.ResticRepository()); local && writesRepository {
 		rw = append(rw, dir)
 	}
 	// A stream's producer may talk to its server through a socket in the host's /tmp (MySQL's).

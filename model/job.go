@@ -17,10 +17,14 @@ const (
 
 // Job is a backup job: what to back up, how, when, and what it last did.
 type Job struct {
-	ID           int64
-	Name         string
-	Engine       string
-	Repository   string
+	ID         int64
+	Name       string
+	Engine     string
+	Repository string
+	// Via, if set, is where a run reaches Repository when not at that location: the pruning
+	// host's (AsPruner). Repository still names the repository (its snapshots and their
+	// protections, the runs that share it); restic is given ResticRepository.
+	Via          string
 	PasswordFile string
 	// EnvFile is a file of KEY=VALUE lines for the engine's environment (remote backends'
 	// credentials), handed to the units as a credential; "" none.

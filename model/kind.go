@@ -48,6 +48,11 @@ type KindSpec struct {
 	// Forgets: a run of the kind deletes snapshots (its ForgetIDs), whose protections are read
 	// again before it spawns.
 	Forgets bool
+	// Deletes: a run of the kind deletes from its repository (snapshots, or data no snapshot
+	// refers to). Such runs of a job with a pruning host run there, over its pruning repository
+	// (Job.AsPruner), and never through a repository the job's host writes append-only
+	// (PruneSettings).
+	Deletes bool
 	// ReadsJobRepository: a run of the kind reads its job's own repository besides the one it
 	// works on (a copy's source), and claims and unlocks both (Job.Repositories).
 	ReadsJobRepository bool
@@ -63,8 +68,8 @@ var kinds = []struct {
 	spec KindSpec
 }{
 	{KindBackup, KindSpec{Operation: engine.OpBackup, Adds: true, LastRun: true, Prerequisite: true, Retried: true}},
-	{KindPrune, KindSpec{Operation: engine.OpPrune, Exclusive: true, NeedsRepository: true, Verb: "pruned"}},
-	{KindForget, KindSpec{Operation: engine.OpForget, Exclusive: true, Forgets: true, NeedsRepository: true, Verb: "forgotten from"}},
+	{KindPrune, KindSpec{Operation: engine.OpPrune, Exclusive: true, Deletes: true, NeedsRepository: true, Verb: "pruned"}},
+	{KindForget, KindSpec{Operation: engine.OpForget, Exclusive: true, Forgets: true, Deletes: true, NeedsRepository: true, Verb: "forgotten from"}},
 	{KindRestore, KindSpec{Operation: engine.OpRestore, NeedsRepository: true, Verb: "restored from"}},
 	{KindVerify, KindSpec{Operation: engine.OpVerify, Exclusive: true, Verification: true, NeedsRepository: true, Verb: "verified"}},
 	{KindCopy, KindSpec{Operation: engine.OpCopy, Retried: true, ReadsJobRepository: true, NeedsRepository: true, Verb: "copied"}},

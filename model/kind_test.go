@@ -65,6 +65,7 @@ func TestKindSpecs(t *testing.T) {
 		{"retried", func(s KindSpec) bool { return s.Retried }, []Kind{KindBackup, KindCopy}},
 		{"verification", func(s KindSpec) bool { return s.Verification }, []Kind{KindVerify}},
 		{"forgets", func(s KindSpec) bool { return s.Forgets }, []Kind{KindForget}},
+		{"deletes", func(s KindSpec) bool { return s.Deletes }, []Kind{KindPrune, KindForget}},
 		{"reads the job's repository", func(s KindSpec) bool { return s.ReadsJobRepository }, []Kind{KindCopy}},
 		{"needs a repository", func(s KindSpec) bool { return s.NeedsRepository && s.Verb != "" }, []Kind{KindPrune, KindForget, KindRestore, KindVerify, KindCopy}},
 		{"has a verb", func(s KindSpec) bool { return s.Verb != "" }, []Kind{KindPrune, KindForget, KindRestore, KindVerify, KindCopy}},
@@ -127,5 +128,42 @@ func TestRepositorySchedules(t *testing.T) {
 	}
 	if !slices.Equal(names, []string{"prune", "verify", "drill"}) {
 		t.Errorf("RepositorySchedules = %v", names)
+	}
+}
+
+// A run that deletes, pinned to the job's pruning host, works there through the pruning
+// host's location and environment; the repository it names stays the job's, and every other run
+// (and a deleting one on the copy, or not pinned there) sees the job as it is.
+func TestJobForPruningHost(t *testing.T) {
+	j := Job{Name: "app", Repository: "rest:http://ao/", EnvFile: "/etc/ao.env", Host: "web1",
+		Prune: PruneSettings{AppendOnly: true, Host: "vault", Repository: "/srv/r", EnvFile: "/etc/vault.env"},
+		Copy:  CopySettings{To: "/srv/copy", PasswordFile: "/pw2"}}
+	for _, c := range []struct {
+		name            string
+		run             Run
+		restic, envFile string
+	}{
+		{"prune on the pruning host", Run{Kind: KindPrune, Host: "vault"}, "/srv/r", "/etc/vault.env"},
+		{"forget on the pruning host", Run{Kind: KindForget, Host: "vault"}, "/srv/r", "/etc/vault.env"},
+		{"forget pinned elsewhere", Run{Kind: KindForget, Host: "web1"}, "rest:http://ao/", "/etc/ao.env"},
+		{"forget of the copy", Run{Kind: KindForget, Host: "vault", OnCopy: true}, "/srv/copy", "/etc/ao.env"},
+		{"backup", Run{Kind: KindBackup}, "rest:http://ao/", "/etc/ao.env"},
+		{"verify", Run{Kind: KindVerify, Host: "vault"}, "rest:http://ao/", "/etc/ao.env"},
+	} {
+		got := j.For(c.run)
+		want := "rest:http://ao/"
+		if c.run.OnCopy {
+			want = "/srv/copy"
+		}
+		if got.ResticRepository() != c.restic || got.EnvFile != c.envFile || got.Repository != want ||
+			!slices.Equal(j.Repositories(c.run)[:1], []string{want}) {
+			t.Errorf("%s: restic given %q with %q, repository %q (%v); want %q with %q, repository %q",
+				c.name, got.ResticRepository(), got.EnvFile, got.Repository, j.Repositories(c.run), c.restic, c.envFile, want)
+		}
+	}
+	same := j
+	same.Prune.Repository, same.Prune.EnvFile = "", ""
+	if p := same.For(Run{Kind: KindPrune, Host: "vault"}); p.Via != "" || p.ResticRepository() != "rest:http://ao/" || p.EnvFile != "/etc/ao.env" {
+		t.Errorf("a pruning host reaching the job's own location: %+v", p)
 	}
 }

@@ -35,10 +35,14 @@ func NeedsRepositoryAlone(kind Kind) bool { return kind.Spec().Exclusive }
 // ExclusiveKinds lists the kinds that need their repository alone, for a query.
 func ExclusiveKinds() []string { return kindsWhere(func(s KindSpec) bool { return s.Exclusive }) }
 
-// For is the job as run r sees it: its copy (AsCopy) for a run on the copy repository, else the job.
+// For is the job as run r sees it: its copy (AsCopy) for a run on the copy repository, its
+// pruner (AsPruner) for a run its pruning host runs, else the job.
 func (j Job) For(r Run) Job {
 	if c, ok := j.AsCopy(); ok && r.OnCopy {
 		return c
+	}
+	if j.onPruningHost(r) {
+		return j.AsPruner()
 	}
 	return j
 }

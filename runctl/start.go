@@ -45,14 +45,14 @@ type StartStore interface {
 func StartRun(ctx context.Context, st StartStore, p StartParams) (Started, error) {
 	// One read when the admitting daemon's host may run the job, as it mostly may (On "" is
 	// any host); else the host that may is looked for as for any admission.
-	able, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: p.Job, On: p.By})
+	able, err := st.JobRunnable(ctx, store.JobRunnableParams{Job: p.Job, On: p.By, Deletes: p.Kind.Spec().Deletes})
 	if err != nil {
 		return Started{}, err
 	}
 	by := p.By
 	if by != "" && able.Host != by {
 		by = ""
-		if able, err = st.JobRunnable(ctx, store.JobRunnableParams{Job: p.Job}); err != nil {
+		if able, err = st.JobRunnable(ctx, store.JobRunnableParams{Job: p.Job, Deletes: p.Kind.Spec().Deletes}); err != nil {
 			return Started{}, err
 		}
 	}

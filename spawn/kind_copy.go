@@ -29,7 +29,7 @@ func copySource(cfg jobunit.Config, job model.Job, spec *systemd.Spec) engine.Jo
 	if cfg.Runner != nil && cfg.Runner.SystemManager() {
 		spec.LoadCredentials = append(spec.LoadCredentials, systemd.Credential{Name: credentials.FromPassword, Path: job.PasswordFile})
 	}
-	if dir, local := ledger.Local(job.Repository); local && spec.Sandbox != nil {
+	if dir, local := ledger.Local(job.ResticRepository()); local && spec.Sandbox != nil {
 		spec.Sandbox.ReadWritePaths = append(spec.Sandbox.ReadWritePaths, dir)
 	}
 	return src

@@ -233,10 +233,13 @@ type JobRunnableParams struct {
 	// On is the host that must run the job (a restore's, whose target is that host's); ""
 	// any host the job may run on.
 	On string
+	// Deletes says the run deletes from the job's repository (model.KindSpec.Deletes): a job
+	// with a pruning host has it run there, and pinned there.
+	Deletes bool
 }
 
 // JobRunnable reports which live host, not draining, may run the job now: p.On, the job's
-// pinned host, or any host for an any-host job. When none may, Why says why and what to do.
+// pinned host (its pruning host for a run that deletes, if it has one), or any host for an any-host job. When none may, Why says why and what to do.
 // The answer is one read of the job's row and of one host's, or, for an any-host job, of the
 // hosts with the latest leases until one is live (lease_mark's order): the fleet's size does
 // not count. Only when no host may run it are the hosts read again, for the reason.
@@ -249,7 +252,8 @@ func (s *Store) JobRunnable(ctx context.Context, p JobRunnableParams) (model.Run
 				ORDER BY h.lease_mark DESC LIMIT 1)
 			ELSE (SELECT h.name FROM hosts h WHERE h.name = coalesce(j.host, $2) AND ($2 = '' OR h.name = $2)
 				AND h.lease_until > now() AND h.draining_since IS NULL) END
-		FROM jobs j WHERE j.name = $1`, p.Job, p.On).Scan(&pinned, &able)
+		FROM (SELECT coalesce(CASE WHEN $3 THEN nullif(prune_host, '') END, host) AS host FROM jobs WHERE name = $1) j`,
+		p.Job, p.On, p.Deletes).Scan(&pinned, &able)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("job %q: %w", p.Job, ErrNotFound)
 	}

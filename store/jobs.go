@@ -28,7 +28,8 @@ const jobColumns = `j.id, j.name, j.engine, j.repository, j.password_file, j.pat
 	coalesce(j.admission_error, ''), j.admission_retry_at, j.env_file, j.limit_upload_kib,
 	j.alert_after, j.alert_failures, j.expect_every, j.overdue_since, coalesce(j.overdue_reason, ''), j.stall_after, j.stall_action,
 	coalesce(j.host, ''), j.verify_schedule, j.next_verify_at, j.verify_read_data, j.verify_alert_after, j.verify_since,
-	j.drill_schedule, j.next_drill_at, j.drill_files, j.before_hooks, j.hook_skips, j.after_hooks, j.stdin_from, j.stdin_filename, j.copy_to, j.copy_password_file, j.copy_env_file, j.catalog, j.fs_snapshot`
+	j.drill_schedule, j.next_drill_at, j.drill_files, j.before_hooks, j.hook_skips, j.after_hooks, j.stdin_from, j.stdin_filename, j.copy_to, j.copy_password_file, j.copy_env_file, j.catalog, j.fs_snapshot,
+	j.append_only, j.prune_host, j.prune_repository, j.prune_env_file`
 
 func scanJob(row pgx.Row) (model.Job, error) {
 	var j model.Job
@@ -41,7 +42,8 @@ func scanJob(row pgx.Row) (model.Job, error) {
 		&j.AdmissionError, &j.AdmissionRetryAt, &j.EnvFile, &j.LimitUploadKiB,
 		&alertAfter, &j.AlertFailures, &expectEvery, &j.OverdueSince, &j.OverdueReason, &j.StallAfter, &j.StallAction,
 		&j.Host, &j.Verify.Schedule, &j.Verify.NextAt, &j.Verify.ReadData, &verifyAlertAfter, &j.Verify.Since,
-		&j.Drill.Schedule, &j.Drill.NextAt, &j.Drill.Files, &j.Backup.BeforeHooks, &j.Backup.HookSkips, &j.Backup.AfterHooks, &j.Backup.StdinFrom, &j.Backup.StdinFilename, &j.Copy.To, &j.Copy.PasswordFile, &j.Copy.EnvFile, &j.Backup.Catalog, &j.Backup.FSSnapshot)
+		&j.Drill.Schedule, &j.Drill.NextAt, &j.Drill.Files, &j.Backup.BeforeHooks, &j.Backup.HookSkips, &j.Backup.AfterHooks, &j.Backup.StdinFrom, &j.Backup.StdinFilename, &j.Copy.To, &j.Copy.PasswordFile, &j.Copy.EnvFile, &j.Backup.Catalog, &j.Backup.FSSnapshot,
+		&j.Prune.AppendOnly, &j.Prune.Host, &j.Prune.Repository, &j.Prune.EnvFile)
 	for _, d := range []struct {
 		to   *time.Duration
 		from *time.Duration
@@ -60,7 +62,8 @@ const jobSettings = `engine, repository, password_file, paths, excludes, run_as_
 	prune_schedule, next_prune_at, account, max_added, env_file, limit_upload_kib,
 	alert_after, alert_failures, expect_every, stall_after, stall_action, host,
 	verify_schedule, next_verify_at, verify_read_data, verify_alert_after, verify_since,
-	drill_schedule, next_drill_at, drill_files, before_hooks, after_hooks, stdin_from, stdin_filename, copy_to, copy_password_file, copy_env_file, catalog, fs_snapshot`
+	drill_schedule, next_drill_at, drill_files, before_hooks, after_hooks, stdin_from, stdin_filename, copy_to, copy_password_file, copy_env_file, catalog, fs_snapshot,
+	append_only, prune_host, prune_repository, prune_env_file`
 
 func settingValues(j model.Job) []any {
 	return []any{j.Engine, j.Repository, j.PasswordFile, nonNil(j.Paths), nonNil(j.Excludes), j.User, j.Group,
@@ -71,7 +74,8 @@ func settingValues(j model.Job) []any {
 		durationToInterval(j.AlertAfter), j.AlertFailures, durationToInterval(j.ExpectEvery),
 		cmp.Or(j.StallAfter, model.DefaultStallAfter), cmp.Or(j.StallAction, model.StallAlert), nullIfEmpty(j.Host),
 		j.Verify.Schedule, j.Verify.NextAt, j.Verify.ReadData, durationToInterval(j.Verify.AlertAfter), j.Verify.Since,
-		j.Drill.Schedule, j.Drill.NextAt, j.Drill.Files, nonNil(j.Backup.BeforeHooks), nonNil(j.Backup.AfterHooks), j.Backup.StdinFrom, j.Backup.StdinFilename, j.Copy.To, j.Copy.PasswordFile, j.Copy.EnvFile, j.Backup.Catalog, j.Backup.FSSnapshot}
+		j.Drill.Schedule, j.Drill.NextAt, j.Drill.Files, nonNil(j.Backup.BeforeHooks), nonNil(j.Backup.AfterHooks), j.Backup.StdinFrom, j.Backup.StdinFilename, j.Copy.To, j.Copy.PasswordFile, j.Copy.EnvFile, j.Backup.Catalog, j.Backup.FSSnapshot,
+		j.Prune.AppendOnly, j.Prune.Host, j.Prune.Repository, j.Prune.EnvFile}
 }
 
 // settingParams returns n placeholders "$from, ..." for the settings.

@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-backup/holdfast/crashpoint"
 	"github.com/holdfast-backup/holdfast/journal"
 	"github.com/holdfast-backup/holdfast/model"
+	"github.com/holdfast-backup/holdfast/setting"
 )
 
 const runColumns = runHead + `coalesce(` + hostNote + `, r.waiting_reason, '')` + runTail + `,
@@ -226,6 +227,10 @@ type newRun struct {
 func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused bool, err error) {
 	kind := cmp.Or(n.kind, model.KindBackup)
 	rs := n.restore
+	host, err := runHost(ctx, tx, kind, n)
+	if err != nil {
+		return false, err
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO runs (id, job_id, job_name, trigger, kind, planned_at, retry_of, retry_number,
 			not_before, waiting_reason, forget_ids, plan_id, host, restore_target, restore_snapshot, restore_includes,
 			restore_total_bytes, restore_total_files, verify_subset, drill_files, copy_snapshot, on_copy, restore_target_id,
@@ -233,7 +238,7 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''), $11, $12, nullif($13, ''), nullif($14, ''), nullif($15, ''),
 			$16, $17, $18, $19, $20, nullif($21, ''), $22, $23, $24, $25)`, id, n.jobID, n.jobName, n.trigger, kind,
 		n.plannedAt, n.retryOf, n.retryNumber, n.notBefore, n.waitingReason, nonNil(n.forgetIDs), n.planID,
-		n.host, rs.Target, rs.Snapshot, nonNil(rs.Includes), rs.TotalBytes, rs.TotalFiles,
+		host, rs.Target, rs.Snapshot, nonNil(rs.Includes), rs.TotalBytes, rs.TotalFiles,
 		n.verify.ReadDataSubset, n.verify.DrillFiles, n.copySnapshot, n.onCopy, rs.TargetID, rs.ToOriginal, rs.Overwrite); err != nil {
 		return false, err
 	}
@@ -253,6 +258,29 @@ func insertRun(ctx context.Context, tx pgx.Tx, id uuid.UUID, n newRun) (paused b
 		}
 	}
 	return paused, notifyRunExcept(ctx, tx, id, n.admittedBy)
+}
+
+// runHost is the host a run to admit is pinned to: the one asked for, or for a run that deletes
+// from the job's own repository the job's pruning host. A run that would delete through a
+// repository the job's host writes append-only, with no pruning host, is refused here, before it
+// exists: the server would refuse each deletion, after restic's retries.
+func runHost(ctx context.Context, tx pgx.Tx, kind model.Kind, n newRun) (string, error) {
+	if !kind.Spec().Deletes || n.onCopy {
+		return n.host, nil
+	}
+	var appendOnly bool
+	var pruneHost string
+	if err := tx.QueryRow(ctx, `SELECT append_only, prune_host FROM jobs WHERE id = $1`, n.jobID).Scan(&appendOnly, &pruneHost); err != nil {
+		return "", fmt.Errorf("read where job %s deletes: %w", n.jobName, err)
+	}
+	switch {
+	case pruneHost != "":
+		return pruneHost, nil
+	case appendOnly:
+		return "", &ConflictError{Msg: setting.Sprintf("job %s writes its repository append-only ({Job.Prune.AppendOnly}), which deletes nothing: run its forgets and prunes from a pruning host that reaches the repository with the right to delete (holdfast job edit %s {Job.Prune.Host} HOST {Job.Prune.Repository} REPO)",
+			n.jobName, n.jobName)}
+	}
+	return n.host, nil
 }
 
 // RunListLive lists the runs in a live status with their live attempt that the daemon of host

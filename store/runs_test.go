@@ -7,6 +7,8 @@ package store_test
 // Times are checked by order on the database's clock, never against a wall-clock bound.
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -280,6 +282,16 @@ func TestClaimSpawn(t *testing.T) {
 			arrange: func(t *testing.T, b *storetest.Bundle) claim {
 				storetest.Run(t, b.Store, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "/srv/shared"}, Claim: &b.Lease})
 				storetest.Job(t, b.Store, &storetest.JobOpts{Name: "pruned", Repository: "/srv/shared"})
+				return claim{w: b.Lease, run: storetest.Run(t, b.Store, &storetest.RunOpts{Job: "pruned", Kind: model.KindPrune})}
+			},
+			wantBlocked: "waiting: repository busy: backup run ",
+		},
+		{
+			name: "a prune on the job's pruning host while a backup of its repository runs",
+			arrange: func(t *testing.T, b *storetest.Bundle) claim {
+				storetest.Run(t, b.Store, &storetest.RunOpts{JobOpts: &storetest.JobOpts{Repository: "rest:http://ao/"}, Claim: &b.Lease})
+				storetest.Job(t, b.Store, &storetest.JobOpts{Name: "pruned", Repository: "rest:http://ao/",
+					Prune: model.PruneSettings{AppendOnly: true, Host: b.Lease.Host, Repository: "/srv/full"}})
 				return claim{w: b.Lease, run: storetest.Run(t, b.Store, &storetest.RunOpts{Job: "pruned", Kind: model.KindPrune})}
 			},
 			wantBlocked: "waiting: repository busy: backup run ",
@@ -1662,5 +1674,44 @@ func TestAttemptHoldSize(t *testing.T) {
 			}
 			requireNoViolations(t, b)
 		})
+	}
+}
+
+// A run that deletes from a job's repository is pinned to its pruning host whatever it was
+// asked on; with none, one through a repository written append-only is refused before it
+// exists. Other runs are left where they were.
+func TestRunAdmitWhereItDeletes(t *testing.T) {
+	t.Parallel()
+	b := storetest.Setup(t)
+	ctx := context.Background()
+	withPruner := model.PruneSettings{AppendOnly: true, Host: "vault", Repository: "/srv/full"}
+	appendOnly := model.PruneSettings{AppendOnly: true}
+	for _, c := range []struct {
+		prune    model.PruneSettings
+		kind     model.Kind
+		wantHost string
+		refused  string
+	}{
+		{withPruner, model.KindPrune, "vault", ""},
+		{withPruner, model.KindVerify, "web1", ""},
+		{withPruner, model.KindBackup, "web1", ""},
+		{appendOnly, model.KindPrune, "", "writes its repository append-only"},
+		{appendOnly, model.KindVerify, "web1", ""},
+	} {
+		j := storetest.Job(t, b.Store, &storetest.JobOpts{Host: "web1", Repository: "rest:http://ao/", Prune: c.prune})
+		run, err := b.Store.RunAdmit(ctx, store.RunAdmitParams{Job: j.Name, Trigger: model.TriggerManual, Kind: c.kind})
+		var conflict *store.ConflictError
+		switch {
+		case c.refused != "" && (!errors.As(err, &conflict) || !strings.Contains(err.Error(), c.refused)):
+			t.Fatalf("%s of %+v: %v; want refused saying %q", c.kind, c.prune, err, c.refused)
+		case c.refused != "":
+			if runs, err := b.Store.RunList(ctx, j.Name, 10); err != nil || len(runs) != 0 {
+				t.Fatalf("a refused %s of %s left runs: %v %v", c.kind, j.Name, runs, err)
+			}
+		case err != nil:
+			t.Fatalf("%s of %+v: %v", c.kind, c.prune, err)
+		case cmp.Or(run.Host, j.Host) != c.wantHost:
+			t.Fatalf("%s of %+v pinned to %q (the job to %q), want it run on %q", c.kind, c.prune, run.Host, j.Host, c.wantHost)
+		}
 	}
 }

@@ -382,7 +382,8 @@ func TestExportRoundTrips(t *testing.T) {
 		"--drill-schedule", "@weekly", "--drill-files", "4", "--before", "/bin/echo 'a b' c", "--before", "/bin/true")
 	w.mustRun("job", "add", "cmd", "--engine", "command", "--command", "/bin/echo", "--command", "a b", "--expect-every", "168h",
 		"--depends-on", "every")
-	w.mustRun("job", "add", "plain", "--repo", repo, "--password-file", pw, "--path", data, "--preset", "gfs")
+	w.mustRun("job", "add", "plain", "--repo", repo, "--password-file", pw, "--path", data, "--preset", "gfs",
+		"--append-only", "--prune-host", "vault", "--prune-repository", "local:"+repo+"/", "--prune-env-file", "/etc/holdfast/vault.env")
 	w.mustRun("job", "add", "dump", "--repo", repo, "--password-file", pw, "--stdin-from", "/bin/echo 'a dump'", "--stdin-filename", "a.dump",
 		"--after", "/bin/true", "--copy-to", filepath.Join(w.dir, "offsite"), "--copy-password-file", pw)
 	w.mustRun("notify", "add", "hook", "--webhook", "https://hooks.example.com/x", "--job", "every", "--events", "failed,verify_failed")
@@ -398,6 +399,9 @@ func TestExportRoundTrips(t *testing.T) {
 	}
 	if v := w.rowVersions(); v != versions {
 		t.Fatalf("applying the export wrote to the database")
+	}
+	if !strings.Contains(exported, "append-only: true") || !strings.Contains(exported, "prune-repository: "+repo+"\n") {
+		t.Fatalf("the export lacks plain's pruning host, or its repository spelled as stored:\n%s", exported)
 	}
 	// The export is the settings, not secrets: the password file is a path.
 	if !strings.Contains(exported, "password-file: "+pw) || strings.Contains(exported, "correct horse") {

@@ -93,6 +93,10 @@ func (jf *jobFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&j.Copy.PasswordFile, "copy-password-file", "", "the copy repository's password file (absolute path; may be root's alone)")
 	f.StringVar(&j.Copy.EnvFile, "copy-env-file", "", `KEY=VALUE lines for restic's environment in a copy, in place of --env-file (root's alone; "" the job's)`)
 	f.StringVar(&j.Prune.Schedule, "prune-schedule", "", `when to prune the repository (restic prune), a schedule like --schedule; "" never`)
+	f.BoolVar(&j.Prune.AppendOnly, "append-only", false, "the job's host writes its repository append-only (e.g. rclone serve restic --append-only): its forgets and prunes never run through it, and are refused without --prune-host")
+	f.StringVar(&j.Prune.Host, "prune-host", "", `run the job's forgets and prunes on this host's daemon, over --prune-repository with --prune-env-file; "" where the job runs`)
+	f.StringVar(&j.Prune.Repository, "prune-repository", "", `the job's repository as the pruning host reaches it with the right to delete; "" the job's --repo`)
+	f.StringVar(&j.Prune.EnvFile, "prune-env-file", "", `KEY=VALUE lines for restic's environment on the pruning host, a file there (root's alone); "" the job's --env-file`)
 	f.StringVar(&j.Verify.Schedule, "verify-schedule", "", `when to verify the repository (restic check), a schedule like --schedule; "" never`)
 	f.StringVar(&j.Verify.ReadData, "verify-read-data", "", `the part of the data each scheduled verification reads: a percentage (5%) or n/t (1/7); "" the structure only`)
 	f.StringVar(&j.Drill.Schedule, "drill-schedule", "", `when to drill a restore of the latest snapshot (a verification), a schedule like --schedule; "" never`)
@@ -119,7 +123,16 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 		"retry-max":   func() { j.RetryMax = src.RetryMax }, "retry-backoff": func() { j.RetryBackoff = src.RetryBackoff },
 		"window": func() { j.Windows = src.Windows }, "priority": func() { j.Priority = src.Priority },
 		"depends-on": func() { j.DependsOn = src.DependsOn }, "prune-schedule": func() { j.Prune.Schedule = src.Prune.Schedule },
-		"verify-schedule": func() { j.Verify.Schedule = src.Verify.Schedule }, "verify-read-data": func() { j.Verify.ReadData = src.Verify.ReadData },
+		"append-only": func() { j.Prune.AppendOnly = src.Prune.AppendOnly },
+		"prune-host": func() {
+			j.Prune.Host = src.Prune.Host
+			if src.Prune.Host == "" {
+				j.Prune.Repository, j.Prune.EnvFile = "", ""
+			}
+		},
+		"prune-repository": func() { j.Prune.Repository = src.Prune.Repository },
+		"prune-env-file":   func() { j.Prune.EnvFile = src.Prune.EnvFile },
+		"verify-schedule":  func() { j.Verify.Schedule = src.Verify.Schedule }, "verify-read-data": func() { j.Verify.ReadData = src.Verify.ReadData },
 		"verify-alert-after": func() { j.Verify.AlertAfter = src.Verify.AlertAfter },
 		"drill-schedule":     func() { j.Drill.Schedule = src.Drill.Schedule }, "drill-files": func() { j.Drill.Files = src.Drill.Files },
 		"before": func() { j.Backup.BeforeHooks = src.Backup.BeforeHooks }, "no-before": func() {
@@ -168,6 +181,9 @@ func (jf *jobFlags) apply(f *pflag.FlagSet, j *model.Job) error {
 	}
 	if f.Changed("copy-to") && src.Copy.To == "" && (src.Copy.PasswordFile != "" || src.Copy.EnvFile != "") {
 		return badInput(`--copy-to "" removes the copy repository, its password and environment files with it: drop --copy-password-file and --copy-env-file`)
+	}
+	if f.Changed("prune-host") && src.Prune.Host == "" && (src.Prune.Repository != "" || src.Prune.EnvFile != "") {
+		return badInput(`--prune-host "" runs forgets and prunes where the job runs, without the pruning host's repository and environment file: drop --prune-repository and --prune-env-file`)
 	}
 	if f.Changed("host") && f.Changed("any-host") {
 		return badInput("--host and --any-host contradict each other: give one")
@@ -341,6 +357,10 @@ type jobOut struct {
 	RetentionMinKeep   int               `json:"retention_min_keep"`
 	PruneSchedule      string            `json:"prune_schedule"`
 	NextPruneAt        *string           `json:"next_prune_at"`
+	AppendOnly         bool              `json:"append_only,omitempty"`
+	PruneHost          string            `json:"prune_host,omitempty"`
+	PruneRepository    string            `json:"prune_repository,omitempty"`
+	PruneEnvFile       string            `json:"prune_env_file,omitempty"`
 	BeforeHooks        []string          `json:"before,omitempty"`
 	AfterHooks         []string          `json:"after,omitempty"`
 	StdinFrom          string            `json:"stdin_from,omitempty"`
@@ -397,6 +417,7 @@ func jobJSON(j model.Job) jobOut {
 	}
 	o.RetentionMaxDelete, o.RetentionMinKeep = j.Retention.MaxDelete, j.Retention.MinKeep
 	o.PruneSchedule, o.NextPruneAt = j.Prune.Schedule, timeStr(j.Prune.NextAt)
+	o.AppendOnly, o.PruneHost, o.PruneRepository, o.PruneEnvFile = j.Prune.AppendOnly, j.Prune.Host, j.Prune.Repository, j.Prune.EnvFile
 	o.BeforeHooks, o.AfterHooks, o.HookSkips = j.Backup.BeforeHooks, j.Backup.AfterHooks, j.Backup.HookSkips
 	o.StdinFrom, o.StdinFilename, o.Catalog, o.FSSnapshot = j.Backup.StdinFrom, j.Backup.StdinFilename, j.Backup.Catalog, j.Backup.FSSnapshot
 	o.CopyTo, o.CopyPasswordFile, o.CopyEnvFile = j.Copy.To, j.Copy.PasswordFile, j.Copy.EnvFile
@@ -597,6 +618,15 @@ func newJobShowCmd(g *globals) *cobra.Command {
 					verify = ", reading " + j.Verify.ReadData + " of the data"
 				}
 				printMaintenance(w, "prune:         ", j.Prune.Schedule, "", j.Prune.NextAt)
+				switch {
+				case j.Prune.Host != "":
+					fmt.Fprintf(w, "deletes from:  host %s, through %s: its daemon runs the job's forgets and prunes\n", j.Prune.Host, textsafe.String(j.AsPruner().ResticRepository()))
+				case j.Prune.AppendOnly:
+					fmt.Fprintf(w, "deletes from:  nowhere: the repository is written append-only, and forgets and prunes are refused (holdfast job edit %s --prune-host HOST)\n", j.Name)
+				}
+				if j.Prune.AppendOnly {
+					fmt.Fprintf(w, "append-only:   this job's host writes the repository append-only\n")
+				}
 				printMaintenance(w, "verify:        ", j.Verify.Schedule, verify, j.Verify.NextAt)
 				printMaintenance(w, "drill:         ", j.Drill.Schedule, fmt.Sprintf(", %d files", j.Drill.Files), j.Drill.NextAt)
 				budget := "estimated from the job's recent runs"

@@ -306,8 +306,12 @@ func newRetentionPlanCmd(g *globals, apply bool) *cobra.Command {
 					return nil
 				}
 				if !asJSON {
-					fmt.Fprintf(cmd.OutOrStdout(), "plan %s applied: forget run %s deletes %d snapshot(s) (holdfast run show %s)\n",
-						saved.ID, saved.RunID, len(saved.DeleteIDs), saved.RunID)
+					where := ""
+					if pl.Job.Prune.Host != "" && repository == "job" {
+						where = " on host " + pl.Job.Prune.Host + ", the job's pruning host,"
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "plan %s applied: forget run %s%s deletes %d snapshot(s) (holdfast run show %s)\n",
+						saved.ID, saved.RunID, where, len(saved.DeleteIDs), saved.RunID)
 				}
 				if !wait {
 					return nil

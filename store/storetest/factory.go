@@ -46,6 +46,8 @@ type JobOpts struct {
 	Account    string // "" is the default account
 	MaxAdded   *int64
 	Catalog    bool // its snapshots are catalogued (Job.Backup.Catalog)
+	// Prune is where its runs that delete run (append-only, a pruning host).
+	Prune model.PruneSettings
 }
 
 // Job creates a job.
@@ -54,7 +56,7 @@ func Job(t testing.TB, st *store.Store, opts *JobOpts) model.Job {
 	o := cmp.Or(opts, &JobOpts{})
 	name := cmp.Or(o.Name, fmt.Sprintf("job-%d", jobSeq.Add(1)))
 	j := model.Job{Name: name, Engine: cmp.Or(o.Engine, "restic"), Host: o.Host, Account: o.Account, MaxAdded: o.MaxAdded}
-	j.Backup.Catalog = o.Catalog
+	j.Backup.Catalog, j.Prune = o.Catalog, o.Prune
 	if j.Engine == "command" {
 		j.Command = []string{"/bin/true"}
 	} else {
