@@ -342,8 +342,14 @@ func validatePruning(j *model.Job) error {
 	if p.EnvFile != "" && !filepath.IsAbs(p.EnvFile) {
 		return setting.Errorf("{Job.Prune.EnvFile} %q is a relative path: give an absolute path (a file on the pruning host)", p.EnvFile)
 	}
-	if p.AppendOnly && p.Host == j.Host && p.Repository == "" && p.EnvFile == "" {
+	// A host that backs the job up (its own, or any host for an any-host job) would reach the
+	// repository as its backups do, append-only, unless told another way.
+	sameWay := (p.Repository == "" || p.Repository == j.Repository) && (p.EnvFile == "" || p.EnvFile == j.EnvFile)
+	switch {
+	case p.AppendOnly && sameWay && p.Host == j.Host:
 		return setting.Errorf("{Job.Prune.Host} %s is the job's own host, which writes the repository append-only: give another host, or how this one may delete ({Job.Prune.Repository} REPO, {Job.Prune.EnvFile} FILE)", p.Host)
+	case p.AppendOnly && sameWay && j.Host == "":
+		return setting.Errorf("{Job.Prune.Host} %s backs up this any-host job too, through the repository written append-only: give how it may delete ({Job.Prune.Repository} REPO, {Job.Prune.EnvFile} FILE), or pin the job ({Job.Host} NAME)", p.Host)
 	}
 	return nil
 }

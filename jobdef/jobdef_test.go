@@ -118,6 +118,10 @@ func TestValidateRefuses(t *testing.T) {
 			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "rest:http://h/", "/pw", []string{"/data"}
 			j.Host, j.Prune.AppendOnly, j.Prune.Host = "web1", true, "web1"
 		}, "is the job's own host"},
+		{"pruning host of an any-host job, reaching it the same way", func(j *model.Job) {
+			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "rest:http://h/", "/pw", []string{"/data"}
+			j.Prune.AppendOnly, j.Prune.Host, j.Prune.Repository = true, "vault", "rest:http://h/"
+		}, "backs up this any-host job too"},
 		{"relative pruning repository", func(j *model.Job) {
 			j.Engine, j.Command, j.Repository, j.PasswordFile, j.Paths = "restic", nil, "rest:http://h/", "/pw", []string{"/data"}
 			j.Prune.Host, j.Prune.Repository = "vault", "local:r"

@@ -51,3 +51,11 @@ func (j Job) onPruningHost(r Run) bool {
 var PruneSchedule = RepositorySchedule{Name: "prune", Kind: KindPrune,
 	Expr:   func(j Job) string { return j.Prune.Schedule },
 	NextAt: func(j Job) *time.Time { return j.Prune.NextAt }}
+
+// DeletesAppendOnly reports whether run r of the job would delete through the repository the
+// job's host writes append-only: a deleting run of an append-only job that its pruning host does
+// not run, as when the pruning host was changed or removed after the run was pinned to the old
+// one. Such a run must not start: its deletions would only be refused, after restic's retries.
+func (j Job) DeletesAppendOnly(r Run) bool {
+	return r.Kind.Spec().Deletes && !r.OnCopy && j.Prune.AppendOnly && !j.onPruningHost(r)
+}

@@ -161,6 +161,19 @@ func TestJobForPruningHost(t *testing.T) {
 				c.name, got.ResticRepository(), got.EnvFile, got.Repository, j.Repositories(c.run), c.restic, c.envFile, want)
 		}
 	}
+	for _, c := range []struct {
+		run  Run
+		want bool
+	}{
+		{Run{Kind: KindForget, Host: "vault"}, false},
+		{Run{Kind: KindPrune, Host: "vault2"}, true}, // pinned before the pruning host changed
+		{Run{Kind: KindPrune, Host: "vault", OnCopy: true}, false},
+		{Run{Kind: KindVerify, Host: "web1"}, false},
+	} {
+		if got := j.DeletesAppendOnly(c.run); got != c.want {
+			t.Errorf("DeletesAppendOnly(%+v) = %v, want %v", c.run, got, c.want)
+		}
+	}
 	same := j
 	same.Prune.Repository, same.Prune.EnvFile = "", ""
 	if p := same.For(Run{Kind: KindPrune, Host: "vault"}); p.Via != "" || p.ResticRepository() != "rest:http://ao/" || p.EnvFile != "/etc/ao.env" {

@@ -70,8 +70,9 @@ func (r *Reconciler) spawnFacts(ctx context.Context, l model.LiveRun, jobs map[s
 		return job, err
 	}
 	// Asked only when this host refuses: whether another live host (draining ones too: a drain
-	// ends) may run an any-host job. An attempt this host kept after a failed start is its own.
-	if (f.refusal != "" || f.identityMissing != "") && job.Host == "" && l.Attempt.Host == "" {
+	// ends) may run an any-host job. An attempt this host kept after a failed start is its own, and
+	// a run pinned to this host (a restore, a pruning host's) no other host may take.
+	if (f.refusal != "" || f.identityMissing != "") && job.Host == "" && l.Run.Host == "" && l.Attempt.Host == "" {
 		hosts, err := r.cfg.Store.HostList(ctx)
 		if err != nil {
 			return job, err

@@ -228,6 +228,11 @@ func (s *Spawner) spawn(ctx context.Context, l model.LiveRun, job model.Job, at 
 		}
 		return err
 	}
+	if job.DeletesAppendOnly(l.Run) {
+		*settled = true
+		return s.cfg.Refused(ctx, l, fmt.Sprintf("refused before the unit started: job %s writes its repository append-only, and host %s, where this %s was pinned, is no longer its pruning host (%q): ask for it again",
+			job.Name, l.Run.Host, l.Run.Kind, job.Prune.Host))
+	}
 	if err := prepareDirs(s.cfg.Jobs.StateDir, job, l.Ref()); err != nil {
 		return release(fmt.Errorf("prepare run %s attempt %d: %w", l.Run.ID, l.Attempt.No, err), false)
 	}

@@ -197,7 +197,7 @@ func (s *Store) HostDrain(ctx context.Context, name string, drain bool) (model.H
 }
 
 // HostForget removes a host's row. It refuses while a daemon holds its lease, while it holds
-// live runs, and while jobs are pinned to it.
+// live runs or live runs are pinned to it, and while jobs are pinned to it or prune there.
 func (s *Store) HostForget(ctx context.Context, name string) error {
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var h model.Host
@@ -208,8 +208,13 @@ func (s *Store) HostForget(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		var live int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM attempts WHERE host = $1 AND ended_at IS NULL`, name).Scan(&live); err != nil {
+		var live, pruned int
+		// Its live attempts, and the live runs pinned to it that it has not spawned yet (a
+		// restore, a pruning host's forget or prune).
+		if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM attempts WHERE host = $1 AND ended_at IS NULL)
+				+ (SELECT count(*) FROM runs r WHERE r.host = $1 AND r.status IN ('queued', 'running')
+					AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = r.id AND a.ended_at IS NULL AND a.host = $1)),
+			(SELECT count(*) FROM jobs WHERE prune_host = $1)`, name).Scan(&live, &pruned); err != nil {
 			return err
 		}
 		switch {
@@ -220,6 +225,8 @@ func (s *Store) HostForget(ctx context.Context, name string) error {
 			return &ConflictError{Msg: fmt.Sprintf("host %s still has %d live runs: wait for them, or stop them (holdfast run stop ID) and let its daemon end them", name, live)}
 		case h.PinnedJobs > 0:
 			return &ConflictError{Msg: setting.Sprintf("%d jobs are pinned to host %s: pin them elsewhere first (holdfast job edit NAME {Job.Host} OTHER, or {JobEdit.AnyHost})", h.PinnedJobs, name)}
+		case pruned > 0:
+			return &ConflictError{Msg: setting.Sprintf("%d jobs run their forgets and prunes on host %s: give them another pruning host first (holdfast job edit NAME {Job.Prune.Host} OTHER)", pruned, name)}
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM hosts WHERE name = $1`, name)
 		return err
@@ -246,14 +253,16 @@ type JobRunnableParams struct {
 func (s *Store) JobRunnable(ctx context.Context, p JobRunnableParams) (model.Runnable, error) {
 	var r model.Runnable
 	var pinned, able *string
+	var pruning bool
 	err := s.pool.QueryRow(ctx, `
 		SELECT j.host, CASE WHEN coalesce(j.host, nullif($2, '')) IS NULL
 			THEN (SELECT h.name FROM hosts h WHERE h.lease_until > now() AND h.draining_since IS NULL
 				ORDER BY h.lease_mark DESC LIMIT 1)
 			ELSE (SELECT h.name FROM hosts h WHERE h.name = coalesce(j.host, $2) AND ($2 = '' OR h.name = $2)
-				AND h.lease_until > now() AND h.draining_since IS NULL) END
-		FROM (SELECT coalesce(CASE WHEN $3 THEN nullif(prune_host, '') END, host) AS host FROM jobs WHERE name = $1) j`,
-		p.Job, p.On, p.Deletes).Scan(&pinned, &able)
+				AND h.lease_until > now() AND h.draining_since IS NULL) END, j.pruning
+		FROM (SELECT coalesce(CASE WHEN $3 THEN nullif(prune_host, '') END, host) AS host, $3 AND prune_host <> '' AS pruning
+			FROM jobs WHERE name = $1) j`,
+		p.Job, p.On, p.Deletes).Scan(&pinned, &able, &pruning)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("job %q: %w", p.Job, ErrNotFound)
 	}
@@ -267,12 +276,12 @@ func (s *Store) JobRunnable(ctx context.Context, p JobRunnableParams) (model.Run
 		r.Host = *able
 		return r, nil
 	}
-	return s.whyNotRunnable(ctx, p, r)
+	return s.whyNotRunnable(ctx, p, r, pruning)
 }
 
 // whyNotRunnable fills r.Why for a job no live host may run (JobRunnable), from the host that
 // must run it, or from every host for an any-host job; or r.Host, if one became live meanwhile.
-func (s *Store) whyNotRunnable(ctx context.Context, p JobRunnableParams, r model.Runnable) (model.Runnable, error) {
+func (s *Store) whyNotRunnable(ctx context.Context, p JobRunnableParams, r model.Runnable, pruning bool) (model.Runnable, error) {
 	job, want := p.Job, cmp.Or(r.Pinned, p.On)
 	if r.Pinned != "" && p.On != "" && p.On != r.Pinned {
 		r.Why = fmt.Sprintf("job %s is pinned to host %s, not %s", job, r.Pinned, p.On)
@@ -303,6 +312,10 @@ func (s *Store) whyNotRunnable(ctx context.Context, p JobRunnableParams, r model
 		wantState = state
 	}
 	switch {
+	case pruning && wantState == "":
+		r.Why = setting.Sprintf("job %s deletes on host %s, its pruning host, where no holdfast daemon has ever run: start it there (systemctl start holdfast), or give the job another pruning host (holdfast job edit %s {Job.Prune.Host} NAME)", job, r.Pinned, job)
+	case pruning:
+		r.Why = setting.Sprintf("job %s deletes on host %s, its pruning host, which is %s: start holdfast there (systemctl start holdfast), or give the job another pruning host (holdfast job edit %s {Job.Prune.Host} NAME)", job, r.Pinned, wantState, job)
 	case r.Pinned != "" && wantState == "":
 		r.Why = setting.Sprintf("job %s is pinned to host %s, where no holdfast daemon has ever run: start it there (systemctl start holdfast), or pin the job elsewhere (holdfast job edit %s {Job.Host} NAME, or {JobEdit.AnyHost})", job, r.Pinned, job)
 	case r.Pinned != "":

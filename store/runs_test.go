@@ -1677,8 +1677,8 @@ func TestAttemptHoldSize(t *testing.T) {
 	}
 }
 
-// A run that deletes from a job's repository is pinned to its pruning host whatever it was
-// asked on; with none, one through a repository written append-only is refused before it
+// A run that deletes from a job's repository is pinned to its pruning host whatever host it was
+// asked for, and no other host claims it; with none, one through a repository written append-only is refused before it
 // exists. Other runs are left where they were.
 func TestRunAdmitWhereItDeletes(t *testing.T) {
 	t.Parallel()
@@ -1689,17 +1689,20 @@ func TestRunAdmitWhereItDeletes(t *testing.T) {
 	for _, c := range []struct {
 		prune    model.PruneSettings
 		kind     model.Kind
+		askedOn  string
 		wantHost string
 		refused  string
 	}{
-		{withPruner, model.KindPrune, "vault", ""},
-		{withPruner, model.KindVerify, "web1", ""},
-		{withPruner, model.KindBackup, "web1", ""},
-		{appendOnly, model.KindPrune, "", "writes its repository append-only"},
-		{appendOnly, model.KindVerify, "web1", ""},
+		{withPruner, model.KindPrune, "", "vault", ""},
+		{withPruner, model.KindPrune, "web1", "vault", ""},
+		{withPruner, model.KindVerify, "", "", ""},
+		{withPruner, model.KindBackup, "", "", ""},
+		{appendOnly, model.KindPrune, "", "", "writes its repository append-only"},
+		{appendOnly, model.KindVerify, "", "", ""},
 	} {
-		j := storetest.Job(t, b.Store, &storetest.JobOpts{Host: "web1", Repository: "rest:http://ao/", Prune: c.prune})
-		run, err := b.Store.RunAdmit(ctx, store.RunAdmitParams{Job: j.Name, Trigger: model.TriggerManual, Kind: c.kind})
+		// Any-host jobs: the bundle's host may claim their runs, unless a run is pinned elsewhere.
+		j := storetest.Job(t, b.Store, &storetest.JobOpts{Repository: "rest:http://ao/", Prune: c.prune})
+		run, err := b.Store.RunAdmit(ctx, store.RunAdmitParams{Job: j.Name, Trigger: model.TriggerManual, Kind: c.kind, Host: c.askedOn})
 		var conflict *store.ConflictError
 		switch {
 		case c.refused != "" && (!errors.As(err, &conflict) || !strings.Contains(err.Error(), c.refused)):
@@ -1712,6 +1715,12 @@ func TestRunAdmitWhereItDeletes(t *testing.T) {
 			t.Fatalf("%s of %+v: %v", c.kind, c.prune, err)
 		case cmp.Or(run.Host, j.Host) != c.wantHost:
 			t.Fatalf("%s of %+v pinned to %q (the job to %q), want it run on %q", c.kind, c.prune, run.Host, j.Host, c.wantHost)
+		case run.Host == "vault":
+			// No other host's daemon may claim it, though it may claim the job's other runs.
+			claimed, _, err := b.Store.AttemptClaimSpawn(ctx, b.Lease, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: storetest.Unit(run, 1)})
+			if err != nil || claimed {
+				t.Fatalf("host %s claimed the prune pinned to vault: %v %v", b.Lease.Host, claimed, err)
+			}
 		}
 	}
 }
