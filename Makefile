@@ -153,6 +153,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME) -timeout 0 ./hook/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSize$$' -fuzztime $(FUZZTIME) -timeout 0 ./ledger/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEnv$$' -fuzztime $(FUZZTIME) -timeout 0 ./credentials/
+	$(GO) test -run '^$$' -fuzz '^FuzzEncrypted$$' -fuzztime $(FUZZTIME) -timeout 0 ./credentials/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -timeout 0 ./schedule/
 	$(GO) test -run '^$$' -fuzz '^FuzzResticprofile$$' -fuzztime $(FUZZTIME) -timeout 0 ./importer/
 	$(GO) test -run '^$$' -fuzz '^FuzzCronOf$$' -fuzztime $(FUZZTIME) -timeout 0 ./importer/

@@ -1,6 +1,7 @@
 package credentials
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -174,9 +175,9 @@ func TestStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := staged[Password]
-	if got != filepath.Join(state, "credentials", "k", Password) {
-		t.Fatalf("staged at %s", got)
+	got := staged[Password].Path
+	if got != filepath.Join(state, "credentials", "k", Password) || staged[Password].Encrypted {
+		t.Fatalf("staged %+v", staged[Password])
 	}
 	for _, p := range []string{filepath.Join(state, "credentials"), filepath.Dir(got), got} {
 		fi, err := os.Lstat(p)
@@ -189,6 +190,20 @@ func TestStage(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(got); string(b) != "secret" {
 		t.Fatalf("staged %q", b)
+	}
+
+	// A credential systemd encrypted is staged as it is, for LoadCredentialEncrypted=.
+	sealed, err := os.ReadFile(filepath.Join("testdata", "host-key.cred"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := s.file(filepath.Join(s.root, "pw.cred"), 0, 0o600, string(sealed))
+	staged, err = Stage(state, "k3", map[string]string{Password: enc}, jobUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(staged[Password].Path); !staged[Password].Encrypted || !bytes.Equal(b, sealed) {
+		t.Fatalf("an encrypted credential staged as %+v: %q", staged[Password], b)
 	}
 
 	// A try with a refused source stages nothing of it and says which source it was.

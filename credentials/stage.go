@@ -30,10 +30,19 @@ func AttemptKey(run uuid.UUID, attempt int) string {
 	return run.String() + ".a" + strconv.Itoa(attempt)
 }
 
+// Staged is a credential's staged copy.
+type Staged struct {
+	Path string
+	// Encrypted says the copy is a credential systemd encrypted (Encrypted), for
+	// LoadCredentialEncrypted=: it is staged as it is, and decrypted by the system manager alone,
+	// as the unit starts.
+	Encrypted bool
+}
+
 // Stage reads each source (ReadSource, for a unit of user uid) and writes it below
 // StagedDir(stateDir, key) under its name, replacing what an earlier try of the same key left.
-// It returns the staged paths by name. On an error nothing of the key stays staged.
-func Stage(stateDir, key string, sources map[string]string, uid int) (map[string]string, error) {
+// It returns the staged copies by name. On an error nothing of the key stays staged.
+func Stage(stateDir, key string, sources map[string]string, uid int) (map[string]Staged, error) {
 	data := make(map[string][]byte, len(sources))
 	for name, path := range sources {
 		b, err := ReadSource(path, uid)
@@ -53,14 +62,14 @@ func Stage(stateDir, key string, sources map[string]string, uid int) (map[string
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("stage credentials: %w", err)
 	}
-	staged := make(map[string]string, len(data))
+	staged := make(map[string]Staged, len(data))
 	for name, b := range data {
 		path := filepath.Join(dir, name)
 		if err := writeNew(path, b); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("stage credential %s: %w", name, err)
 		}
-		staged[name] = path
+		staged[name] = Staged{Path: path, Encrypted: Encrypted(b)}
 	}
 	return staged, nil
 }

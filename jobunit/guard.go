@@ -26,8 +26,9 @@ type Pin struct {
 // resolved for the job's user, checked (safepath.Writable) and replaced by its resolved form, so
 // systemd has no link to follow; each credential source is read by root under
 // credentials.ReadSource and staged (credentials.Stage, under key), and LoadCredential= names
-// the staged copy. Under a user manager, which reads the environment file itself and hands no
-// credentials, the sources are checked all the same. A refusal is a *safepath.Error naming the
+// the staged copy, or LoadCredentialEncrypted= for a credential systemd encrypted. Under a user
+// manager, which reads the environment file itself and hands no credentials, the sources are
+// checked all the same, and an encrypted one is refused. A refusal is a *safepath.Error naming the
 // path; the caller removes the staged credentials (credentials.RemoveStaged) if the unit is
 // never started.
 func Guard(cfg Config, job model.Job, spec *systemd.Spec, key string, pins ...Pin) error {
@@ -65,6 +66,15 @@ func Guard(cfg Config, job model.Job, spec *systemd.Spec, key string, pins ...Pi
 			return refusal(err)
 		}
 	}
+	if cfg.Runner != nil && !cfg.Runner.SystemManager() && job.HasRepository() {
+		// A user manager would hand the unit the encrypted bytes themselves, as its password
+		// or environment.
+		for _, f := range append([]string{job.PasswordFile}, spec.EnvironmentFiles...) {
+			if b, err := credentials.ReadSource(f, uid); err == nil && credentials.Encrypted(b) {
+				return &safepath.Error{Path: f, Why: "is a credential encrypted by systemd-creds, which only the system manager decrypts for a unit: run holdfast's units under the system manager, or give the file in plain (root's, 0600)"}
+			}
+		}
+	}
 	if len(spec.LoadCredentials) == 0 {
 		return nil
 	}
@@ -77,7 +87,7 @@ func Guard(cfg Config, job model.Job, spec *systemd.Spec, key string, pins ...Pi
 		return refusal(err)
 	}
 	for i, c := range spec.LoadCredentials {
-		spec.LoadCredentials[i].Path = staged[c.Name]
+		spec.LoadCredentials[i].Path, spec.LoadCredentials[i].Encrypted = staged[c.Name].Path, staged[c.Name].Encrypted
 	}
 	return nil
 }

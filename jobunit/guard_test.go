@@ -170,3 +170,56 @@ func TestGuard(t *testing.T) {
 		})
 	}
 }
+
+// userManager is a Runner of a user manager: Guard asks it which manager it is, nothing more.
+type userManager struct{ jobunit.Runner }
+
+func (userManager) SystemManager() bool { return false }
+
+// A credential systemd encrypted is staged as it is and named by LoadCredentialEncrypted=, for
+// the system manager to decrypt as the unit starts; a user manager, which would hand the unit the
+// encrypted bytes, refuses it with what to do. A plain one stays LoadCredential='s.
+func TestGuardEncryptedCredentials(t *testing.T) {
+	w := setupGuard(t)
+	sealed, err := os.ReadFile(filepath.Join("..", "credentials", "testdata", "host-key.cred"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := write(t, filepath.Join(w.root, "pw.cred"), 0, 0o600, string(sealed))
+	env := write(t, filepath.Join(w.root, "job.env"), 0, 0o600, "AWS_SECRET_ACCESS_KEY=x\n")
+	spec := systemd.Spec{Name: "u", LoadCredentials: []systemd.Credential{{Name: credentials.Password, Path: enc}, {Name: credentials.Env, Path: env}}}
+	job := model.Job{Name: "j", Engine: "restic", PasswordFile: enc, EnvFile: env}
+	if err := jobunit.Guard(jobunit.Config{StateDir: w.state}, job, &spec, "k"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range spec.LoadCredentials {
+		b, err := os.ReadFile(c.Path)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case c.Name == credentials.Password && (!c.Encrypted || string(b) != string(sealed)):
+			t.Errorf("the encrypted password staged as %+v: %q", c, b)
+		case c.Name == credentials.Env && c.Encrypted:
+			t.Errorf("the plain environment file staged as encrypted: %+v", c)
+		}
+	}
+
+	plain := write(t, filepath.Join(w.root, "pw"), 0, 0o600, "secret")
+	for _, c := range []struct {
+		name     string
+		password string
+		envFiles []string
+		want     string
+	}{
+		{"an encrypted password file", enc, nil, "pw.cred is a credential encrypted by systemd-creds, which only the system manager decrypts"},
+		{"an encrypted environment file", plain, []string{enc}, "pw.cred is a credential encrypted by systemd-creds"},
+		{"plain files", plain, []string{env}, ""},
+	} {
+		spec := systemd.Spec{Name: "u", EnvironmentFiles: c.envFiles}
+		job := model.Job{Name: "j", Engine: "restic", PasswordFile: c.password}
+		err := jobunit.Guard(jobunit.Config{StateDir: w.state, Runner: userManager{}}, job, &spec, "k2")
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !safepath.Refused(err)) {
+			t.Errorf("%s under a user manager: Guard = %v, want %q", c.name, err, c.want)
+		}
+	}
+}

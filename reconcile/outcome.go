@@ -33,6 +33,7 @@ var systemdExitStatuses = map[int]string{
 	216: "GROUP: the group could not be found or set",
 	217: "USER: the user could not be found or set",
 	226: "NAMESPACE: the file system namespace could not be set up",
+	243: "CREDENTIALS: the unit's credentials could not be loaded (an encrypted one this host's key or TPM cannot decrypt, or one encrypted under another name: systemd-creds encrypt --name= FILE FILE.cred)",
 }
 
 // interrupted reports whether a readable marker says the engine was ended by a signal: an

@@ -75,6 +75,9 @@ type Spec struct {
 type Credential struct {
 	Name string
 	Path string
+	// Encrypted has systemd decrypt the file (systemd-creds encrypt's) as the unit starts:
+	// LoadCredentialEncrypted= instead of LoadCredential=.
+	Encrypted bool
 }
 
 var ioClasses = map[string]int32{"realtime": 1, "best-effort": 2, "idle": 3}
@@ -169,12 +172,19 @@ func (s Spec) properties() ([]sddbus.Property, error) {
 	if s.WorkingDirectory != "" {
 		props = append(props, prop("WorkingDirectory", s.WorkingDirectory))
 	}
-	if len(s.LoadCredentials) > 0 {
-		creds := make([]struct{ Name, Path string }, len(s.LoadCredentials))
-		for i, c := range s.LoadCredentials {
-			creds[i] = struct{ Name, Path string }{c.Name, c.Path}
+	var plain, encrypted []struct{ Name, Path string }
+	for _, c := range s.LoadCredentials {
+		if c.Encrypted {
+			encrypted = append(encrypted, struct{ Name, Path string }{c.Name, c.Path})
+		} else {
+			plain = append(plain, struct{ Name, Path string }{c.Name, c.Path})
 		}
-		props = append(props, prop("LoadCredential", creds))
+	}
+	if len(plain) > 0 {
+		props = append(props, prop("LoadCredential", plain))
+	}
+	if len(encrypted) > 0 {
+		props = append(props, prop("LoadCredentialEncrypted", encrypted))
 	}
 	if len(s.EnvironmentFiles) > 0 {
 		files := make([]struct {

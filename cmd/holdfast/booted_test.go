@@ -197,26 +197,7 @@ func TestBootedHostSecrets(t *testing.T) {
 
 	leaks := newLeakLog(secrets)
 	// Every process on the machine (the host's are among them), sampled while the run lives.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var samples int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			samples++
-			names, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-			for _, name := range names {
-				argv, _ := os.ReadFile(name)
-				leaks.check("argv of "+filepath.Dir(name), string(argv))
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
+	stop := sampleProcesses(leaks, false, nil)
 
 	id := b.startRun("secret")
 	var propsWhileActive int
@@ -234,8 +215,7 @@ func TestBootedHostSecrets(t *testing.T) {
 	// The unit's properties, read as soon as it runs, then whenever the run changes.
 	testenv.Eventually(3*time.Minute, func() bool { r := b.show(id); sample(r); return propsWhileActive > 0 || ended(r) })
 	r := b.waitRun(id, "the end", func(r runJSON) bool { sample(r); return ended(r) })
-	close(stop)
-	wg.Wait()
+	samples := stop()
 	t.Logf("sampled every process's argv %d times; the unit's properties %d times while it ran", samples, propsWhileActive)
 	if r.Status != "succeeded" {
 		t.Fatalf("run %s: %s (%s), want succeeded", id, r.Status, r.Reason)
@@ -262,6 +242,139 @@ func TestBootedHostSecrets(t *testing.T) {
 		t.Fatalf("holdfast check: exit %d\n%s%s", c.code, c.stdout, c.stderr)
 	}
 	leaks.report(t)
+}
+
+// A --user nobody job whose password file and environment file are credentials encrypted with
+// the host's key (systemd-creds encrypt) succeeds: the files on disk hold neither secret; the
+// daemon stages them as they are and the unit names them by LoadCredentialEncrypted=, so that
+// the system manager decrypts them for the unit alone; no process outside the job's units has
+// either secret in its argv or environment, and neither is in the staged copies, the state
+// directory, the journal or the database. A credential encrypted under another name fails the
+// run with systemd's reason, before restic runs.
+func TestBootedHostEncryptedSecrets(t *testing.T) {
+	parallel(t)
+	b := newBootedWorld(t)
+	h := b.h
+	password := "pw-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-sealed-secret"
+	awsSecret := "aws-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-sealed-secret"
+	leaks := newLeakLog([]string{password, awsSecret})
+	h.WriteFile(t, "/root/pw.plain", []byte(password+"\n"), 0o600)
+	b.resticRepo("/srv/repo", "/root/pw.plain")
+	h.WriteFile(t, "/root/job.env.plain", []byte("RESTIC_COMPRESSION=auto\nAWS_SECRET_ACCESS_KEY="+awsSecret+"\n"), 0o600)
+	// As the README says: the host's key, and no name, so that the unit's name for it serves.
+	for _, f := range []string{"pw", "job.env"} {
+		h.Run(t, "systemd-creds", "encrypt", "--with-key=host", "--name=", "/root/"+f+".plain", "/root/"+f+".cred")
+	}
+	h.Run(t, "systemd-creds", "encrypt", "--with-key=host", "--name=other", "/root/pw.plain", "/root/misnamed.cred")
+	h.Run(t, "rm", "/root/pw.plain", "/root/job.env.plain")
+	h.Run(t, "chmod", "0600", "/root/pw.cred", "/root/job.env.cred", "/root/misnamed.cred") // systemd-creds writes 0644
+	for _, f := range []string{"/root/pw.cred", "/root/job.env.cred", "/root/misnamed.cred"} {
+		sealed := h.Run(t, "cat", f)
+		if len(sealed) < 100 {
+			t.Fatalf("%s: %q, not an encrypted credential", f, sealed)
+		}
+		leaks.check("the file "+f, sealed)
+	}
+	h.Run(t, "dd", "if=/dev/urandom", "of=/srv/data/big", "bs=1M", "count=8", "status=none")
+	b.mustHoldfast("job", "add", "sealed", "--repo", "/srv/repo", "--password-file", "/root/pw.cred",
+		"--env-file", "/root/job.env.cred", "--path", "/srv/data", "--user", "nobody", "--limit-upload", "512")
+
+	// Processes of the job's units (holdfast-sealed-…) are inside; every other is sampled.
+	stop := sampleProcesses(leaks, true, func(pid string) bool {
+		cg, _ := os.ReadFile("/proc/" + pid + "/cgroup")
+		return strings.Contains(string(cg), "/holdfast-sealed-")
+	})
+	id := b.startRun("sealed")
+	var propsWhileActive, stagedSeen int
+	sample := func(r runJSON) {
+		if len(r.Attempts) == 0 || r.Attempts[0].Unit == "" || ended(r) {
+			return
+		}
+		// systemctl show prints these properties as [unprintable]; the transient unit's file
+		// holds them as systemd was given them.
+		out, err := h.Output(context.Background(), "sh", "-c", `systemctl is-active "$1" && cat "/run/systemd/transient/$1"`, "sh", r.Attempts[0].Unit)
+		if err != nil {
+			return
+		}
+		propsWhileActive++
+		leaks.check("the transient unit", string(out))
+		if !regexp.MustCompile(`(?m)^LoadCredentialEncrypted=restic-password:/var/lib/holdfast/credentials/`).Match(out) ||
+			!regexp.MustCompile(`(?m)^LoadCredentialEncrypted=job-env:/var/lib/holdfast/credentials/`).Match(out) ||
+			regexp.MustCompile(`(?m)^LoadCredential=`).Match(out) {
+			t.Errorf("the unit's credentials while it ran:\n%s\nwant both by LoadCredentialEncrypted=, from the staged copies", out)
+		}
+		if staged, err := h.Output(context.Background(), "sh", "-c", "cat /var/lib/holdfast/credentials/*/*"); err == nil && len(staged) > 0 {
+			stagedSeen++
+			leaks.check("the staged credentials", string(staged))
+		}
+	}
+	testenv.Eventually(3*time.Minute, func() bool { r := b.show(id); sample(r); return propsWhileActive > 0 || ended(r) })
+	r := b.waitRun(id, "the end", func(r runJSON) bool { sample(r); return ended(r) })
+	samples := stop()
+	t.Logf("sampled every process's argv and environment %d times; the unit's properties %d times while it ran, its staged credentials %d", samples, propsWhileActive, stagedSeen)
+	if r.Status != "succeeded" {
+		t.Fatalf("run %s: %s (%s), want succeeded", id, r.Status, r.Reason)
+	}
+	if propsWhileActive == 0 || stagedSeen == 0 {
+		t.Fatal("never read the unit's properties or its staged credentials while it ran; nothing was checked there")
+	}
+	leaks.check("the state directory", h.Run(t, "sh", "-c", "find /var/lib/holdfast -type f -size -1M -exec cat {} +"))
+	dump, err := exec.Command("pg_dump", "--no-owner", "--dbname", b.dsn).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pg_dump: %v\n%s", err, dump)
+	}
+	leaks.check("pg_dump", string(dump))
+	leaks.check("journalctl -o export -b", h.Run(t, "journalctl", "--no-pager", "-b", "-o", "export"))
+	leaks.check("run logs", b.mustHoldfast("run", "logs", id))
+	leaks.report(t)
+
+	// Encrypted under another name, the credential is not this unit's: systemd refuses it and
+	// the run fails with its reason, permanently, before restic ran.
+	b.mustHoldfast("job", "edit", "sealed", "--password-file", "/root/misnamed.cred")
+	id = b.startRun("sealed")
+	r = b.waitRun(id, "the end", ended)
+	if r.Status != "failed" || r.FailureClass != "permanent" || !strings.Contains(r.Reason, "243/CREDENTIALS") {
+		t.Fatalf("run with a credential encrypted under another name: %s %s (%s); want failed, permanent, naming 243/CREDENTIALS", r.Status, r.FailureClass, r.Reason)
+	}
+}
+
+// sampleProcesses checks the argv of every process on the machine (the booted hosts' are among
+// them) for the secrets every 20ms, and with environ its environment too, until the returned stop
+// is called, which says how many times it looked. A process inside reports true of (its pid) is
+// left out.
+func sampleProcesses(leaks *leakLog, environ bool, inside func(pid string) bool) (stop func() int) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var samples int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			samples++
+			dirs, _ := filepath.Glob("/proc/[0-9]*")
+			for _, dir := range dirs {
+				if inside != nil && inside(filepath.Base(dir)) {
+					continue
+				}
+				argv, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+				leaks.check("argv of "+dir, string(argv))
+				if environ {
+					env, _ := os.ReadFile(filepath.Join(dir, "environ"))
+					leaks.check("environment of "+dir, string(env))
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return func() int {
+		close(done)
+		wg.Wait()
+		return samples
+	}
 }
 
 // leakLog collects where secrets were seen.
