@@ -33,8 +33,9 @@ func CheckSource(name, path string, uid int) error {
 // or the user's followed, no directory anyone else may change), and the file must be a regular
 // file of at most MaxSource bytes that is either the user's own (a secret of the user's, served to
 // the user's unit) or root's, closed to its group and others, and reached by a way only root
-// controls (else it may be a hard link the user made to a secret of root's). The bytes are read
-// from the very inode checked. An error names the path and the problem, never the content.
+// controls (else it may be a hard link the user made to a secret of root's). A credential systemd
+// encrypted (Encrypted) must be root's. The bytes are read from the very inode checked. An error
+// names the path and the problem, never the content.
 func ReadSource(path string, uid int) ([]byte, error) {
 	fd, n, err := safepath.Open(path, uid)
 	if err != nil {
@@ -52,6 +53,11 @@ func ReadSource(path string, uid int) ([]byte, error) {
 	b, err := readAtMost(f, path, MaxSource)
 	if errors.Is(err, ErrTooLarge) { // it grew since it was checked
 		return nil, &safepath.Error{Path: path, Why: fmt.Sprintf("is larger than %d KiB: a credential source holds a key or variables, not data", MaxSource>>10)}
+	}
+	if err == nil && n.UID != 0 && Encrypted(b) {
+		// The system manager would decrypt it for the user's unit whoever's secret it is: a
+		// copy of one of root's, which systemd-creds leaves readable to all, would be read out.
+		return nil, &safepath.Error{Path: path, Why: "is the job's user's own, yet a credential systemd encrypted: only root's may be one (chown root, chmod 0600, in a directory only root writes), since systemd decrypts it for the unit whoever's secret it is"}
 	}
 	return b, err
 }

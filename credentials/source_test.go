@@ -56,6 +56,9 @@ func (s *sourceTree) file(path string, owner int, mode os.FileMode, data string)
 	return path
 }
 
+// contentRefusal is ReadSource's refusal of what CheckSource, which reads nothing, accepts.
+const contentRefusal = "is the job's user's own, yet a credential systemd encrypted: only root's may be one"
+
 // ReadSource serves a unit root's own secrets and its user's own files, and nothing the user
 // could have pointed at a secret of root's: not a link of the user's, not a hard link in the
 // user's directory, not a file others may read, not a FIFO (without blocking), not a large file.
@@ -78,6 +81,13 @@ func TestReadSource(t *testing.T) {
 		{"the user's own file, for the user", func(s *sourceTree) string {
 			return s.file(filepath.Join(s.home, "pw"), jobUser, 0o644, "secret")
 		}, jobUser, ""},
+		{"the user's own copy of an encrypted credential, for the user", func(s *sourceTree) string {
+			sealed, err := os.ReadFile(filepath.Join("testdata", "host-key.cred"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s.file(filepath.Join(s.home, "pw"), jobUser, 0o600, string(sealed))
+		}, jobUser, contentRefusal},
 		{"the user's own file, for root", func(s *sourceTree) string {
 			return s.file(filepath.Join(s.root, "pw"), jobUser, 0o600, "secret")
 		}, 0, "is owned by uid 65534: a credential source must be root's or the job's user's"},
@@ -152,6 +162,12 @@ func TestReadSource(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), p) {
 				t.Fatalf("ReadSource(%s): %v, want a refusal naming the path with %q", p, err, c.want)
+			}
+			if c.want == contentRefusal {
+				if checkErr != nil {
+					t.Fatalf("CheckSource(%s): %v, want it to accept what only its content refuses", p, checkErr)
+				}
+				return
 			}
 			if checkErr == nil || !strings.Contains(checkErr.Error(), c.want) || !strings.HasPrefix(checkErr.Error(), "--env-file ") {
 				t.Fatalf("CheckSource(%s): %v, want the same refusal after the flag", p, checkErr)
