@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/hex"
+
+	"golang.org/x/sys/unix"
 )
 
 // encryptedKeys are the ids of the keys systemd encrypts a credential with (systemd-creds
@@ -49,4 +51,11 @@ func Encrypted(b []byte) bool {
 		}
 	}
 	return false
+}
+
+// EncryptedFile reports whether the file at path (its last component not followed, read at
+// most MaxSource bytes) is a credential systemd encrypted; a file it cannot read is not.
+func EncryptedFile(path string) bool {
+	b, err := ReadBounded(path, true, MaxSource, func(string, *unix.Stat_t) error { return nil })
+	return err == nil && Encrypted(b)
 }

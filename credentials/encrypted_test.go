@@ -1,9 +1,11 @@
 package credentials
 
 import (
+	"bytes"
 	"encoding/base64"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -32,7 +34,7 @@ func TestEncrypted(t *testing.T) {
 		{"by a TPM2, in Base64", []byte(base64.StdEncoding.EncodeToString(tpm)), true},
 		{"a password", []byte("correct horse battery staple\n"), false},
 		{"Base64 of other bytes", []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789"))), false},
-		{"a key id alone, shorter", raw[:15], false},
+		{"15 bytes of a key id", raw[:15], false},
 		{"an environment file", []byte("AWS_SECRET_ACCESS_KEY=x\n"), false},
 		{"empty", nil, false},
 	} {
@@ -43,7 +45,7 @@ func TestEncrypted(t *testing.T) {
 }
 
 // Encrypted reads any bytes without failing, and says true only of what begins, raw or decoded,
-// with a key id.
+// with one of systemd's key ids.
 func FuzzEncrypted(f *testing.F) {
 	if sealed, err := os.ReadFile(filepath.Join("testdata", "host-key.cred")); err == nil {
 		f.Add(sealed)
@@ -58,8 +60,8 @@ func FuzzEncrypted(f *testing.F) {
 		if err != nil {
 			raw = b
 		}
-		if len(raw) < 16 {
-			t.Fatalf("Encrypted(%q) with %d bytes", b, len(raw))
+		if len(raw) < 16 || !slices.ContainsFunc(encryptedKeys, func(id []byte) bool { return bytes.Equal(raw[:16], id) }) {
+			t.Fatalf("Encrypted(%q): its first 16 bytes are no key id of systemd's", b)
 		}
 	})
 }

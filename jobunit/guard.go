@@ -68,9 +68,13 @@ func Guard(cfg Config, job model.Job, spec *systemd.Spec, key string, pins ...Pi
 	}
 	if cfg.Runner != nil && !cfg.Runner.SystemManager() && job.HasRepository() {
 		// A user manager would hand the unit the encrypted bytes themselves, as its password
-		// or environment.
-		for _, f := range append([]string{job.PasswordFile}, spec.EnvironmentFiles...) {
-			if b, err := credentials.ReadSource(f, uid); err == nil && credentials.Encrypted(b) {
+		// or environment. Only whether the file is one is read here (no link followed): restic
+		// reads it as the job's user.
+		for _, f := range append([]string{job.PasswordFile, job.Copy.PasswordFile}, spec.EnvironmentFiles...) {
+			if f == "" {
+				continue
+			}
+			if credentials.EncryptedFile(f) {
 				return &safepath.Error{Path: f, Why: "is a credential encrypted by systemd-creds, which only the system manager decrypts for a unit: run holdfast's units under the system manager, or give the file in plain (root's, 0600)"}
 			}
 		}

@@ -197,6 +197,8 @@ func TestGuardEncryptedCredentials(t *testing.T) {
 		switch {
 		case err != nil:
 			t.Fatal(err)
+		case filepath.Dir(c.Path) != credentials.StagedDir(w.state, "k"):
+			t.Errorf("credential %s from %s, want the staged copy", c.Name, c.Path)
 		case c.Name == credentials.Password && (!c.Encrypted || string(b) != string(sealed)):
 			t.Errorf("the encrypted password staged as %+v: %q", c, b)
 		case c.Name == credentials.Env && c.Encrypted:
@@ -213,6 +215,7 @@ func TestGuardEncryptedCredentials(t *testing.T) {
 	}{
 		{"an encrypted password file", enc, nil, "pw.cred is a credential encrypted by systemd-creds, which only the system manager decrypts"},
 		{"an encrypted environment file", plain, []string{enc}, "pw.cred is a credential encrypted by systemd-creds"},
+		{"an encrypted password file of the user's", write(t, filepath.Join(w.home, "pw.cred"), nobody, 0o600, string(sealed)), nil, "pw.cred is a credential encrypted by systemd-creds"},
 		{"plain files", plain, []string{env}, ""},
 	} {
 		spec := systemd.Spec{Name: "u", EnvironmentFiles: c.envFiles}
