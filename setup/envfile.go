@@ -63,6 +63,33 @@ func SetEnv(path, key, value string) error {
 	default:
 		lines = append(lines, assignment)
 	}
+	return replace(path, []byte(strings.Join(lines, "\n")+"\n"))
+}
+
+// unsetEnv removes key's assignments from the environment file at path, keeping every other
+// line, as SetEnv replaces it; a file without one is left alone.
+func unsetEnv(path, key string) (removed bool, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false, err
+	}
+	var kept []string
+	for _, l := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		if k, _, ok := strings.Cut(strings.TrimSpace(l), "="); ok && strings.TrimSpace(k) == key {
+			removed = true
+			continue
+		}
+		kept = append(kept, l)
+	}
+	if !removed {
+		return false, nil
+	}
+	return true, replace(path, []byte(strings.Join(kept, "\n")+"\n"))
+}
+
+// replace writes data into path whole: written and synced aside with mode 0600, then renamed
+// into place, and the directory synced, so that the file is the old one or the new one.
+func replace(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".holdfast-env-*")
 	if err != nil {
 		return err
@@ -72,7 +99,7 @@ func SetEnv(path, key, value string) error {
 		tmp.Close()
 		return err
 	}
-	if _, err := tmp.WriteString(strings.Join(lines, "\n") + "\n"); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return err
 	}

@@ -39,6 +39,7 @@ const (
 	DefaultService     = "holdfast.service"
 	DefaultSocketDir   = "/var/run/postgresql"
 	DefaultSuperuser   = "postgres"
+	DefaultUnitDir     = "/etc/systemd/system"
 	ProvisionCommand   = "setup-database" // the hidden command the superuser's process runs
 	passwordBytes      = 24
 	webTokenBytes      = 32 // 43 URL-safe characters
@@ -71,7 +72,14 @@ type Config struct {
 	// Service is the daemon's unit. Default DefaultService. NoService leaves it alone.
 	Service   string
 	NoService bool
-	Out       io.Writer
+	// Encrypt keeps the database's address encrypted (systemd-creds: the host's key, and a TPM2
+	// where there is one) in DSNCredentialFile instead of in the environment file, and has the
+	// service load it with LoadCredentialEncrypted= (a drop-in under UnitDir). An address kept
+	// so already stays so without it. Defaults DefaultDSNCredentialFile, DefaultUnitDir.
+	Encrypt           bool
+	DSNCredentialFile string
+	UnitDir           string
+	Out               io.Writer
 }
 
 // Validate fills in defaults and checks the configuration; Run calls it too.
@@ -81,7 +89,7 @@ func (c *Config) Validate() error {
 		def   string
 	}{{&c.EnvFile, DefaultEnvFile}, {&c.Role, DefaultRole}, {&c.Database, DefaultDatabase},
 		{&c.SocketDir, DefaultSocketDir}, {&c.Superuser, DefaultSuperuser}, {&c.Service, DefaultService},
-		{&c.WebAuthFile, DefaultWebAuthFile}} {
+		{&c.WebAuthFile, DefaultWebAuthFile}, {&c.DSNCredentialFile, DefaultDSNCredentialFile}, {&c.UnitDir, DefaultUnitDir}} {
 		if *d.field == "" {
 			*d.field = d.def
 		}
@@ -94,6 +102,9 @@ func (c *Config) Validate() error {
 	}
 	if !filepath.IsAbs(c.WebAuthFile) {
 		return fmt.Errorf("web auth file %q is a relative path: give an absolute path", c.WebAuthFile)
+	}
+	if !filepath.IsAbs(c.DSNCredentialFile) {
+		return fmt.Errorf("credential file %q is a relative path: give an absolute path", c.DSNCredentialFile)
 	}
 	if err := store.CheckRoleName(c.Role, c.Superuser); err != nil {
 		return err
@@ -113,9 +124,31 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("%w (fix it, or reinstall the package)", err)
 	}
-	dsn, changed, err := database(ctx, cfg, env[dsnKey])
+	configured := env[dsnKey]
+	if kept := env[DSNCredentialKey]; kept != "" {
+		// Kept encrypted already: it stays so, where it is.
+		cfg.Encrypt, cfg.DSNCredentialFile = true, kept
+		if configured == "" {
+			if configured, err = decryptDSN(ctx, kept); err != nil {
+				return fmt.Errorf("%s %s in %s: %w", DSNCredentialKey, kept, cfg.EnvFile, err)
+			}
+		}
+	}
+	// Where the address is found: the environment file, unless it is kept encrypted.
+	found := dsnKey + " in " + cfg.EnvFile
+	if env[dsnKey] == "" && env[DSNCredentialKey] != "" {
+		found = "the address in " + cfg.dsnPlace()
+	}
+	dsn, changed, err := database(ctx, cfg, configured, found)
 	if err != nil {
 		return err
+	}
+	if cfg.Encrypt && env[dsnKey] != "" && !changed {
+		// In the environment file still: it moves into the credential.
+		if err := keepDSN(ctx, cfg, dsn); err != nil {
+			return err
+		}
+		changed = true
 	}
 	res, err := migrations.Apply(ctx, dsn)
 	if err != nil {
@@ -130,6 +163,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if cfg.NoService {
+		if cfg.Encrypt {
+			fmt.Fprintf(cfg.Out, "service: left alone; for the encrypted address its unit needs LoadCredentialEncrypted=%s:%s (a drop-in)\n",
+				DSNCredential, cfg.DSNCredentialFile)
+		}
 		return nil
 	}
 	return service(ctx, cfg, changed)
@@ -137,15 +174,15 @@ func Run(ctx context.Context, cfg Config) error {
 
 // database makes sure the environment file names a database that answers, and returns its
 // address and whether the file changed.
-func database(ctx context.Context, cfg Config, configured string) (string, bool, error) {
+func database(ctx context.Context, cfg Config, configured, found string) (string, bool, error) {
 	if cfg.DSN != "" && cfg.DSN != configured {
 		if err := ping(ctx, cfg.DSN); err != nil {
 			return "", false, fmt.Errorf("the database given: %w", err)
 		}
-		if err := SetEnv(cfg.EnvFile, dsnKey, cfg.DSN); err != nil {
-			return "", false, fmt.Errorf("write %s: %w", cfg.EnvFile, err)
+		if err := keepDSN(ctx, cfg, cfg.DSN); err != nil {
+			return "", false, err
 		}
-		fmt.Fprintf(cfg.Out, "database: the address given, written to %s\n", cfg.EnvFile)
+		fmt.Fprintf(cfg.Out, "database: the address given, written to %s\n", cfg.dsnPlace())
 		return cfg.DSN, true, nil
 	}
 	if configured != "" && cfg.RotatePassword && !cfg.localRole(configured) {
@@ -153,9 +190,9 @@ func database(ctx context.Context, cfg Config, configured string) (string, bool,
 	}
 	if configured != "" && !cfg.RotatePassword {
 		if err := ping(ctx, configured); err != nil {
-			return "", false, fmt.Errorf("%s in %s: %w (fix it, or remove the line to set up the local server)", dsnKey, cfg.EnvFile, err)
+			return "", false, fmt.Errorf("%s: %w (fix it, or remove the line to set up the local server)", found, err)
 		}
-		fmt.Fprintf(cfg.Out, "database: %s in %s answers\n", dsnKey, cfg.EnvFile)
+		fmt.Fprintf(cfg.Out, "database: %s answers\n", found)
 		return configured, false, nil
 	}
 	port, err := localPort(cfg.SocketDir)
@@ -187,8 +224,8 @@ func database(ctx context.Context, cfg Config, configured string) (string, bool,
 	if err := ping(ctx, dsn); err != nil {
 		return "", false, fmt.Errorf("the new role cannot connect over TCP to localhost:%d: %w (pg_hba.conf must allow it a password login)", port, err)
 	}
-	if err := SetEnv(cfg.EnvFile, dsnKey, dsn); err != nil {
-		return "", false, fmt.Errorf("write %s: %w", cfg.EnvFile, err)
+	if err := keepDSN(ctx, cfg, dsn); err != nil {
+		return "", false, err
 	}
 	made := map[bool]string{true: "created", false: "found"}
 	role := made[p.CreatedRole]
@@ -196,8 +233,41 @@ func database(ctx context.Context, cfg Config, configured string) (string, bool,
 		role = setting.Render("found and given a new password ({Setup.RotatePassword}; whoever else logs in as it needs the new address)")
 	}
 	fmt.Fprintf(cfg.Out, "database: role %s %s, database %s %s on the local PostgreSQL (port %d); the address is in %s\n",
-		cfg.Role, role, cfg.Database, made[p.CreatedDatabase], port, cfg.EnvFile)
+		cfg.Role, role, cfg.Database, made[p.CreatedDatabase], port, cfg.dsnPlace())
 	return dsn, true, nil
+}
+
+// keepDSN writes the database's address where the configuration keeps it: the environment
+// file, or encrypted in the credential file, which the environment file then names instead.
+func keepDSN(ctx context.Context, cfg Config, dsn string) error {
+	if !cfg.Encrypt {
+		if err := SetEnv(cfg.EnvFile, dsnKey, dsn); err != nil {
+			return fmt.Errorf("write %s: %w", cfg.EnvFile, err)
+		}
+		return nil
+	}
+	if err := encryptDSN(ctx, dsn, cfg.DSNCredentialFile); err != nil {
+		return fmt.Errorf("encrypt the database's address into %s: %w", cfg.DSNCredentialFile, err)
+	}
+	if err := SetEnv(cfg.EnvFile, DSNCredentialKey, cfg.DSNCredentialFile); err != nil {
+		return fmt.Errorf("write %s: %w", cfg.EnvFile, err)
+	}
+	removed, err := unsetEnv(cfg.EnvFile, dsnKey)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", cfg.EnvFile, err)
+	}
+	if removed {
+		fmt.Fprintf(cfg.Out, "database: the address moved out of %s, encrypted into %s\n", cfg.EnvFile, cfg.DSNCredentialFile)
+	}
+	return nil
+}
+
+// dsnPlace says where the database's address is kept.
+func (c Config) dsnPlace() string {
+	if c.Encrypt {
+		return c.DSNCredentialFile + " (encrypted by systemd-creds)"
+	}
+	return c.EnvFile
 }
 
 func ping(ctx context.Context, dsn string) error {
@@ -337,6 +407,19 @@ func service(ctx context.Context, cfg Config, restart bool) error {
 		return fmt.Errorf("unit %s is %v: reinstall the package", cfg.Service, props["LoadState"])
 	}
 	var did []string
+	if cfg.Encrypt {
+		wrote, err := writeCredentialDropIn(cfg)
+		if err != nil {
+			return err
+		}
+		if wrote {
+			if err := conn.ReloadContext(ctx); err != nil {
+				return fmt.Errorf("reload systemd: %w", err)
+			}
+			did = append(did, "given the encrypted address ("+credentialDropInPath(cfg)+")")
+			restart = true
+		}
+	}
 	if props["UnitFileState"] != "enabled" {
 		if _, _, err := conn.EnableUnitFilesContext(ctx, []string{cfg.Service}, false, false); err != nil {
 			return fmt.Errorf("enable %s: %w", cfg.Service, err)

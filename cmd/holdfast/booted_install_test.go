@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +145,73 @@ func TestBootedHostInstall(t *testing.T) {
 	}
 	if found := h.Run(t, "sh", "-c", restore[3]+" 2>&1"); !strings.Contains(found, "/home/alice/notes.txt") || !strings.Contains(found, "1 entry in 1 snapshot\n") {
 		t.Fatalf("snapshot find of alice's notes:\n%s", found)
+	}
+}
+
+// setup --encrypt on a host set up with the README's setup: the database's address (with the
+// role's password) moves out of the environment file into a credential systemd-creds encrypted
+// with the host's key; the service is given a drop-in that loads it (LoadCredentialEncrypted=)
+// and restarted, and its daemon no longer has the password in its environment; the CLI as root
+// still reaches the database with nothing exported, and a backup runs; setup run again, without
+// --encrypt, changes nothing and keeps it encrypted.
+func TestBootedHostEncryptedDatabaseAddress(t *testing.T) {
+	parallel(t)
+	b, _ := installedHost(t)
+	h := b.h
+	env := h.Run(t, "cat", "/etc/holdfast/holdfast.env")
+	m := regexp.MustCompile(`(?m)^HOLDFAST_DSN=postgres://holdfast:([^@]+)@`).FindStringSubmatch(env)
+	if m == nil {
+		t.Fatalf("no address with a password in the environment file after setup:\n%s", env)
+	}
+	password := m[1]
+	daemonEnv := func() string {
+		pid := b.serviceProps("MainPID")["MainPID"]
+		return h.Run(t, "sh", "-c", `tr '\0' '\n' </proc/"$1"/environ`, "sh", pid)
+	}
+	if !strings.Contains(daemonEnv(), password) {
+		t.Fatal("the daemon's environment lacks the role's password before setup --encrypt: the test checks nothing")
+	}
+
+	out := b.mustHoldfast("setup", "--encrypt")
+	t.Logf("holdfast setup --encrypt:\n%s", out)
+	for _, want := range []string{"moved out of /etc/holdfast/holdfast.env, encrypted into /etc/holdfast/database.cred",
+		"given the encrypted address (/etc/systemd/system/holdfast.service.d/database-credential.conf)", "restarted"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("holdfast setup --encrypt says:\n%s\nwant %q", out, want)
+		}
+	}
+	env = h.Run(t, "cat", "/etc/holdfast/holdfast.env")
+	sealed := h.Run(t, "cat", "/etc/holdfast/database.cred")
+	if strings.Contains(env, password) || !strings.Contains(env, "HOLDFAST_DSN_CREDENTIAL=/etc/holdfast/database.cred\n") ||
+		strings.Contains(sealed, password) || len(sealed) < 100 {
+		t.Fatalf("after setup --encrypt, the environment file:\n%s\nthe credential:\n%s", env, sealed)
+	}
+	if st := h.Run(t, "stat", "-c", "%U %a", "/etc/holdfast/database.cred"); st != "root 600\n" {
+		t.Fatalf("/etc/holdfast/database.cred: %s, want root's, 600", st)
+	}
+	if s := b.isActive("holdfast.service"); s != "active" {
+		t.Fatalf("holdfast.service after setup --encrypt: %s", s)
+	}
+	if strings.Contains(daemonEnv(), password) {
+		t.Fatal("the restarted daemon still has the role's password in its environment")
+	}
+	pid := b.serviceProps("MainPID")["MainPID"]
+
+	// The CLI as root reads the address through systemd-creds; the daemon runs a backup.
+	h.Run(t, "mkdir", "-p", "/srv/data", "/srv/backup")
+	h.WriteFile(t, "/etc/holdfast/srv.pw", []byte("srv password\n"), 0o600)
+	h.WriteFile(t, "/srv/data/b.txt", []byte("hello\n"), 0o644)
+	b.resticRepoAs("/srv/backup/srv", "/etc/holdfast/srv.pw", "backup")
+	b.mustHoldfast("job", "add", "srv", "--repo", "/srv/backup/srv", "--password-file", "/etc/holdfast/srv.pw", "--path", "/srv/data", "--user", "backup")
+	if r := b.waitRun(b.startRun("srv"), "the end", ended); r.Status != "succeeded" {
+		t.Fatalf("a backup after setup --encrypt: %s (%s)", r.Status, r.Reason)
+	}
+
+	again := b.mustHoldfast("setup")
+	if !strings.Contains(again, "database: the address in /etc/holdfast/database.cred (encrypted by systemd-creds) answers") ||
+		h.Run(t, "cat", "/etc/holdfast/holdfast.env") != env || h.Run(t, "cat", "/etc/holdfast/database.cred") != sealed ||
+		b.serviceProps("MainPID")["MainPID"] != pid {
+		t.Fatalf("holdfast setup, again, changed the address's files or restarted the daemon:\n%s", again)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast-backup/holdfast/credentials"
 	"github.com/holdfast-backup/holdfast/runctl"
 	"github.com/holdfast-backup/holdfast/setup"
 	"github.com/holdfast-backup/holdfast/store"
@@ -142,8 +143,17 @@ func (g *globals) validate() error {
 	return nil
 }
 
-// requireDSN refuses to go on without a database address.
+// requireDSN refuses to go on without a database address. None given, it is the one setup
+// --encrypt keeps encrypted: the daemon's credential, or the file the environment file names,
+// which systemd-creds decrypts (as root).
 func (g *globals) requireDSN() error {
+	if g.dsn == "" {
+		dsn, err := setup.EncryptedDSN(context.Background(), g.env.getenv(credentials.DirVariable), g.env.getenv(setup.DSNCredentialKey))
+		if err != nil {
+			return err
+		}
+		g.dsn = dsn
+	}
 	if g.dsn == "" {
 		return badInput("no database: set --dsn or HOLDFAST_DSN (e.g. postgres:///holdfast?host=/run/postgresql), or as root run holdfast setup, which writes it into %s", setup.DefaultEnvFile)
 	}

@@ -32,8 +32,14 @@ PostgreSQL's reserved roles (pg_*) are refused as --role.
 For a database elsewhere give its address: --dsn-file FILE (the address alone, one line; a
 regular file, not a link, that no one but root could have written, as apply's files) or
 --dsn - (read from standard input) keep it out of the command line, which every user of the
-host sees in ps; --dsn ADDRESS works too.`,
-		Example: "  apt install ./holdfast_*.deb postgresql\n  holdfast setup\n  holdfast setup --dsn-file /root/holdfast.dsn\n  holdfast setup --dsn - <<<\"$DSN\"",
+host sees in ps; --dsn ADDRESS works too.
+
+With --encrypt the address (which holds the role's password) is never written in plain: it is
+kept encrypted by systemd-creds in --credential-file, the environment file names that file
+(HOLDFAST_DSN_CREDENTIAL), and a drop-in has the service load it decrypted, for the daemon alone
+(LoadCredentialEncrypted=); a command run as root decrypts it with systemd-creds. Run on a host
+set up before, it moves the address out of the environment file.`,
+		Example: "  apt install ./holdfast_*.deb postgresql\n  holdfast setup\n  holdfast setup --dsn-file /root/holdfast.dsn\n  holdfast setup --dsn - <<<\"$DSN\"\n  holdfast setup --encrypt",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dsn, err := setup.DSNFrom(g.dsn, cmd.Flag("dsn").Changed, dsnFile, cmd.InOrStdin())
@@ -67,6 +73,8 @@ host sees in ps; --dsn ADDRESS works too.`,
 	f.StringVar(&cfg.Database, "database", setup.DefaultDatabase, "the database to create on the local PostgreSQL")
 	f.StringVar(&cfg.Service, "service", setup.DefaultService, "the daemon's systemd unit")
 	f.BoolVar(&cfg.NoService, "no-service", false, "leave the service alone (neither enable nor start it)")
+	f.BoolVar(&cfg.Encrypt, "encrypt", false, "keep the database's address encrypted by systemd-creds (the host's key, and a TPM2 where there is one) in --credential-file instead of the environment file, which then names that file; the service loads it with LoadCredentialEncrypted= (a drop-in); an address kept so stays so")
+	f.StringVar(&cfg.DSNCredentialFile, "credential-file", setup.DefaultDSNCredentialFile, "where --encrypt keeps the database's address")
 	return cmd
 }
 
