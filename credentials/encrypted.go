@@ -35,7 +35,7 @@ var encryptedKeys = func() [][]byte {
 
 // Encrypted reports whether b is a credential encrypted by systemd (systemd-creds encrypt, in
 // Base64 as it writes one, or binary): only the system manager decrypts it, for a unit's
-// LoadCredentialEncrypted=, and holdfast never does. A plain secret that happened to start so
+// LoadCredentialEncrypted=; holdfast never decrypts a job's. A plain secret that happened to start so
 // would be 16 bytes of one of systemd's key ids.
 func Encrypted(b []byte) bool {
 	raw := b

@@ -43,9 +43,28 @@ func EncryptedDSN(ctx context.Context, credsDir, file string) (string, error) {
 	}
 	dsn, err := decryptDSN(ctx, file)
 	if err != nil {
-		return "", fmt.Errorf("the database's address, %s (%s): %w", file, DSNCredentialKey, err)
+		return "", fmt.Errorf("the database's address, %s (%s): %w (the service loads it through its drop-in, which holdfast setup writes)", file, DSNCredentialKey, err)
 	}
 	return dsn, nil
+}
+
+// checkCredentialFile refuses a credential file's path that the environment file or the
+// drop-in could not hold as it is: relative, or with a space, a quote, a '%' (a specifier to
+// systemd) or another character either would read otherwise.
+func checkCredentialFile(path string) error {
+	if !filepath.IsAbs(path) || strings.ContainsAny(path, "\n\r\"'\\ \t#;%$") {
+		return fmt.Errorf("credential file %q: give an absolute path without spaces, quotes or any of #;%%$\\", path)
+	}
+	return nil
+}
+
+// checkEncrypt makes sure systemd-creds encrypts here before anything else is done: a role made
+// or given a new password whose address could not then be kept would be lost.
+func checkEncrypt(ctx context.Context) error {
+	if _, err := creds(ctx, []byte("holdfast setup"), "encrypt", "--name="+DSNCredential, "-", "-"); err != nil {
+		return fmt.Errorf("--encrypt: %w", err)
+	}
+	return nil
 }
 
 // decryptDSN has systemd-creds decrypt the address in file, as its credential DSNCredential.
@@ -112,5 +131,15 @@ func writeCredentialDropIn(cfg Config) (bool, error) {
 	if err := replace(path, text); err != nil {
 		return false, fmt.Errorf("service: write %s: %w", path, err)
 	}
-	return true, os.Chmod(path, 0o644)
+	if err := os.Chmod(path, 0o644); err != nil {
+		return false, fmt.Errorf("service: %w", err)
+	}
+	return true, nil
+}
+
+// droppedInAfter reports whether the drop-in was written after startedUsec (a unit's
+// ActiveEnterTimestamp, in microseconds since the epoch; 0 if it has not been active).
+func droppedInAfter(cfg Config, startedUsec uint64) bool {
+	fi, err := os.Stat(credentialDropInPath(cfg))
+	return err == nil && startedUsec > 0 && fi.ModTime().UnixMicro() > int64(startedUsec)
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -20,7 +21,7 @@ import (
 // address kept encrypted stays so.
 func TestRunEncrypt(t *testing.T) {
 	if os.Geteuid() != 0 || exec.Command("systemd-creds", "--version").Run() != nil {
-		if os.Getenv("CI") == "true" {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
 			t.Fatal("setup --encrypt needs root and systemd-creds (systemd 250 or later)")
 		}
 		t.Skip("setup --encrypt needs root and systemd-creds")
@@ -29,7 +30,7 @@ func TestRunEncrypt(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	dir := t.TempDir()
 	envFile, credFile := filepath.Join(dir, "holdfast.env"), filepath.Join(dir, "database.cred")
-	if err := os.WriteFile(envFile, []byte("HOLDFAST_HOST=h1\nHOLDFAST_DSN="+dsn+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(envFile, []byte("HOLDFAST_HOST=h1\nexport HOLDFAST_DSN="+dsn+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
@@ -52,9 +53,11 @@ func TestRunEncrypt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Contains(sealed, []byte(dsn)) || !credentials.Encrypted(sealed) || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("%s: mode %v, encrypted %v, holds the address %v; want systemd's encrypted credential, 0600",
-			credFile, fi.Mode(), credentials.Encrypted(sealed), bytes.Contains(sealed, []byte(dsn)))
+	if !credentials.Encrypted(sealed) || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: mode %v, encrypted %v; want systemd's encrypted credential, 0600", credFile, fi.Mode(), credentials.Encrypted(sealed))
+	}
+	if plain, _ := os.ReadFile(envFile); bytes.Contains(plain, []byte(dsn)) {
+		t.Fatalf("the environment file still holds the address:\n%s", plain)
 	}
 	if !strings.Contains(out.String(), "moved out of "+envFile) {
 		t.Fatalf("setup's report:\n%s", out.String())
@@ -73,7 +76,8 @@ func TestRunEncrypt(t *testing.T) {
 	envBefore, _ := os.ReadFile(envFile)
 	for _, encrypt := range []bool{true, false} {
 		again := cfg
-		again.Encrypt, again.Out = encrypt, &out
+		// The environment file's credential file, not the default, is where the address is.
+		again.Encrypt, again.Out, again.DSNCredentialFile = encrypt, &out, filepath.Join(dir, "elsewhere.cred")
 		if err := Run(ctx, again); err != nil {
 			t.Fatal(err)
 		}
@@ -82,6 +86,9 @@ func TestRunEncrypt(t *testing.T) {
 		if !bytes.Equal(envAfter, envBefore) || !bytes.Equal(sealedAfter, sealed) {
 			t.Fatalf("setup run again (--encrypt %v) changed the environment file or the credential:\n%s", encrypt, envAfter)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "elsewhere.cred")); err == nil {
+		t.Fatal("setup run again wrote the address where its flag said, not where the environment file names")
 	}
 	// A credential that does not decrypt is said so, naming the file.
 	if err := os.WriteFile(credFile, []byte("not a credential\n"), 0o600); err != nil {

@@ -48,7 +48,7 @@ func SetEnv(path, key, value string) error {
 	at, example := -1, -1
 	for i, l := range lines {
 		t := strings.TrimSpace(l)
-		if k, _, ok := strings.Cut(t, "="); ok && strings.TrimSpace(k) == key {
+		if assigns(t, key) {
 			at = i
 		}
 		if example < 0 && strings.HasPrefix(t, "#") && strings.HasPrefix(strings.TrimSpace(strings.TrimPrefix(t, "#")), key+"=") {
@@ -66,6 +66,13 @@ func SetEnv(path, key, value string) error {
 	return replace(path, []byte(strings.Join(lines, "\n")+"\n"))
 }
 
+// assigns reports whether the trimmed line assigns key, as credentials.ParseEnv reads it
+// ("export KEY=..." too).
+func assigns(line, key string) bool {
+	k, _, ok := strings.Cut(line, "=")
+	return ok && strings.TrimSpace(strings.TrimPrefix(k, "export ")) == key
+}
+
 // unsetEnv removes key's assignments from the environment file at path, keeping every other
 // line, as SetEnv replaces it; a file without one is left alone.
 func unsetEnv(path, key string) (removed bool, err error) {
@@ -75,7 +82,7 @@ func unsetEnv(path, key string) (removed bool, err error) {
 	}
 	var kept []string
 	for _, l := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
-		if k, _, ok := strings.Cut(strings.TrimSpace(l), "="); ok && strings.TrimSpace(k) == key {
+		if assigns(strings.TrimSpace(l), key) {
 			removed = true
 			continue
 		}

@@ -103,8 +103,8 @@ func (c *Config) Validate() error {
 	if !filepath.IsAbs(c.WebAuthFile) {
 		return fmt.Errorf("web auth file %q is a relative path: give an absolute path", c.WebAuthFile)
 	}
-	if !filepath.IsAbs(c.DSNCredentialFile) {
-		return fmt.Errorf("credential file %q is a relative path: give an absolute path", c.DSNCredentialFile)
+	if err := checkCredentialFile(c.DSNCredentialFile); err != nil {
+		return err
 	}
 	if err := store.CheckRoleName(c.Role, c.Superuser); err != nil {
 		return err
@@ -127,11 +127,19 @@ func Run(ctx context.Context, cfg Config) error {
 	configured := env[dsnKey]
 	if kept := env[DSNCredentialKey]; kept != "" {
 		// Kept encrypted already: it stays so, where it is.
+		if err := checkCredentialFile(kept); err != nil {
+			return fmt.Errorf("%s in %s: %w", DSNCredentialKey, cfg.EnvFile, err)
+		}
 		cfg.Encrypt, cfg.DSNCredentialFile = true, kept
 		if configured == "" {
 			if configured, err = decryptDSN(ctx, kept); err != nil {
 				return fmt.Errorf("%s %s in %s: %w", DSNCredentialKey, kept, cfg.EnvFile, err)
 			}
+		}
+	}
+	if cfg.Encrypt {
+		if err := checkEncrypt(ctx); err != nil {
+			return err
 		}
 	}
 	// Where the address is found: the environment file, unless it is kept encrypted.
@@ -144,9 +152,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if cfg.Encrypt && env[dsnKey] != "" && !changed {
-		// In the environment file still: it moves into the credential.
+		// In the environment file still: it moves into the credential. The password in it still
+		// opens the database, wherever a copy of the old file is left.
 		if err := keepDSN(ctx, cfg, dsn); err != nil {
 			return err
+		}
+		if cfg.localRole(dsn) {
+			fmt.Fprintf(cfg.Out, "database: the role's password was in %s, and copies of that file may be left (backups of /etc): give it a new one with --rotate-password --encrypt\n", cfg.EnvFile)
 		}
 		changed = true
 	}
@@ -407,17 +419,24 @@ func service(ctx context.Context, cfg Config, restart bool) error {
 		return fmt.Errorf("unit %s is %v: reinstall the package", cfg.Service, props["LoadState"])
 	}
 	var did []string
+	restartWhy := "restarted for the new database"
 	if cfg.Encrypt {
 		wrote, err := writeCredentialDropIn(cfg)
 		if err != nil {
 			return err
 		}
-		if wrote {
+		if wrote || props["NeedDaemonReload"] == true {
 			if err := conn.ReloadContext(ctx); err != nil {
 				return fmt.Errorf("reload systemd: %w", err)
 			}
+		}
+		if wrote {
 			did = append(did, "given the encrypted address ("+credentialDropInPath(cfg)+")")
-			restart = true
+		}
+		// A daemon started before the drop-in was written (this run's, or one that failed
+		// after writing it) reads the address from where it was: it starts again.
+		if started, ok := props["ActiveEnterTimestamp"].(uint64); ok && droppedInAfter(cfg, started) {
+			restart, restartWhy = true, "restarted to load the encrypted address"
 		}
 	}
 	if props["UnitFileState"] != "enabled" {
@@ -434,7 +453,7 @@ func service(ctx context.Context, cfg Config, restart bool) error {
 	switch {
 	case props["ActiveState"] != serviceStartState:
 	case restart:
-		start, verb = conn.RestartUnitContext, "restarted for the new database"
+		start, verb = conn.RestartUnitContext, restartWhy
 	default:
 		start = nil
 	}

@@ -175,7 +175,7 @@ func TestBootedHostEncryptedDatabaseAddress(t *testing.T) {
 	out := b.mustHoldfast("setup", "--encrypt")
 	t.Logf("holdfast setup --encrypt:\n%s", out)
 	for _, want := range []string{"moved out of /etc/holdfast/holdfast.env, encrypted into /etc/holdfast/database.cred",
-		"given the encrypted address (/etc/systemd/system/holdfast.service.d/database-credential.conf)", "restarted"} {
+		"given the encrypted address (/etc/systemd/system/holdfast.service.d/database-credential.conf)", "restarted to load the encrypted address"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("holdfast setup --encrypt says:\n%s\nwant %q", out, want)
 		}
@@ -194,6 +194,13 @@ func TestBootedHostEncryptedDatabaseAddress(t *testing.T) {
 	}
 	if strings.Contains(daemonEnv(), password) {
 		t.Fatal("the restarted daemon still has the role's password in its environment")
+	}
+	// The service manager decrypted it for the daemon, which read it there.
+	if st := h.Run(t, "stat", "-c", "%U %a", "/run/credentials/holdfast.service/holdfast-dsn"); st != "root 400\n" {
+		t.Fatalf("the daemon's credential holdfast-dsn: %q, want one of root's, 400", st)
+	}
+	if !strings.Contains(out, "give it a new one with --rotate-password --encrypt") {
+		t.Fatalf("setup --encrypt moved the address without saying its password still opens the database:\n%s", out)
 	}
 	pid := b.serviceProps("MainPID")["MainPID"]
 

@@ -94,6 +94,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 				handler = journallog.NewHandler(level)
 			}
 			logger := slog.New(handler)
+			g.daemon = true
 			if err := g.requireDSN(); err != nil {
 				return configError{err}
 			}

@@ -77,12 +77,17 @@ type globals struct {
 	stateDir       string
 	journalDir     string
 	env            environment
+	// daemon says the command is the daemon, which reads its unit's credentials.
+	daemon bool
 }
 
 // environment is what one invocation reads and writes besides its arguments: the process's own
 // in main; the scenario tests run commands in their process with their own (export_test.go).
 type environment struct {
-	getenv         func(string) string
+	getenv func(string) string
+	// fromFile is a setting of the daemon's environment file alone, which root alone writes (nil:
+	// none): where a setting must not come from whoever runs the command.
+	fromFile       func(string) string
 	stdin          io.Reader // nil: the process's
 	stdout, stderr io.Writer
 	// openStore opens the database a command uses and returns how to release it.
@@ -102,7 +107,7 @@ func processEnvironment() environment {
 		}
 		return file[key]
 	}
-	return environment{getenv: getenv, stdout: os.Stdout, stderr: os.Stderr, executable: os.Executable,
+	return environment{getenv: getenv, fromFile: func(key string) string { return file[key] }, stdout: os.Stdout, stderr: os.Stderr, executable: os.Executable,
 		openStore: openOwnStore}
 }
 
@@ -144,11 +149,16 @@ func (g *globals) validate() error {
 }
 
 // requireDSN refuses to go on without a database address. None given, it is the one setup
-// --encrypt keeps encrypted: the daemon's credential, or the file the environment file names,
-// which systemd-creds decrypts (as root).
+// --encrypt keeps encrypted: for the daemon its unit's credential, else the file the
+// environment file (root's, never the process's environment) names, which systemd-creds
+// decrypts (as root).
 func (g *globals) requireDSN() error {
-	if g.dsn == "" {
-		dsn, err := setup.EncryptedDSN(context.Background(), g.env.getenv(credentials.DirVariable), g.env.getenv(setup.DSNCredentialKey))
+	if g.dsn == "" && g.env.fromFile != nil {
+		credsDir := ""
+		if g.daemon {
+			credsDir = g.env.getenv(credentials.DirVariable)
+		}
+		dsn, err := setup.EncryptedDSN(context.Background(), credsDir, g.env.fromFile(setup.DSNCredentialKey))
 		if err != nil {
 			return err
 		}
