@@ -1701,7 +1701,7 @@ func TestRunAdmitWhereItDeletes(t *testing.T) {
 		{appendOnly, model.KindVerify, "", "", ""},
 	} {
 		// Any-host jobs: the bundle's host may claim their runs, unless a run is pinned elsewhere.
-		j := storetest.Job(t, b.Store, &storetest.JobOpts{Repository: "rest:http://ao/", Prune: c.prune})
+		j := storetest.Job(t, b.Store, &storetest.JobOpts{Prune: c.prune}) // a repository of its own
 		run, err := b.Store.RunAdmit(ctx, store.RunAdmitParams{Job: j.Name, Trigger: model.TriggerManual, Kind: c.kind, Host: c.askedOn})
 		var conflict *store.ConflictError
 		switch {
@@ -1720,6 +1720,12 @@ func TestRunAdmitWhereItDeletes(t *testing.T) {
 			claimed, _, err := b.Store.AttemptClaimSpawn(ctx, b.Lease, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: storetest.Unit(run, 1)})
 			if err != nil || claimed {
 				t.Fatalf("host %s claimed the prune pinned to vault: %v %v", b.Lease.Host, claimed, err)
+			}
+		case run.Host == "" && c.kind == model.KindVerify:
+			// The control: the same host claims a run of such a job that is not pinned.
+			claimed, blocked, err := b.Store.AttemptClaimSpawn(ctx, b.Lease, model.SpawnClaim{Attempt: model.AttemptRef{Run: run.ID, No: 1}, Unit: storetest.Unit(run, 1)})
+			if err != nil || !claimed {
+				t.Fatalf("host %s could not claim the verify of an any-host job: %v %q %v", b.Lease.Host, claimed, blocked, err)
 			}
 		}
 	}
