@@ -94,34 +94,10 @@ func unsetEnv(path, key string) (removed bool, err error) {
 	return true, replace(path, []byte(strings.Join(kept, "\n")+"\n"))
 }
 
-// replace writes data into path whole: written and synced aside with mode 0600, then renamed
-// into place, and the directory synced, so that the file is the old one or the new one.
+// replace writes data into path whole, mode 0600: written and synced aside, then renamed into
+// place, and the directory synced, so that the file is the old one or the new one.
 func replace(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".holdfast-env-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	// The rename is durable once the directory's entry is.
-	return syncDir(filepath.Dir(path))
+	return writeAside(path, data, false, os.Rename)
 }
 
 // writeNew creates path with data, root's (when run as root), mode 0600, unless it exists
@@ -129,6 +105,13 @@ func replace(path string, data []byte) error {
 // complete or not at all and never replaces a file that came meanwhile; then the directory is
 // synced.
 func writeNew(path string, data []byte) error {
+	return writeAside(path, data, true, os.Link)
+}
+
+// writeAside writes data into a new file beside path, mode 0600 (and root's, with rootOwned,
+// when run as root), synced, then has place put it at path (a rename, or a link that never
+// replaces) and syncs the directory, whose entry makes that durable.
+func writeAside(path string, data []byte, rootOwned bool, place func(tmp, path string) error) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, ".holdfast-new-*")
 	if err != nil {
@@ -136,7 +119,7 @@ func writeNew(path string, data []byte) error {
 	}
 	defer os.Remove(tmp.Name())
 	err = tmp.Chmod(0o600)
-	if err == nil && os.Geteuid() == 0 {
+	if err == nil && rootOwned && os.Geteuid() == 0 {
 		err = tmp.Chown(0, 0)
 	}
 	if err == nil {
@@ -151,7 +134,7 @@ func writeNew(path string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Link(tmp.Name(), path); err != nil {
+	if err := place(tmp.Name(), path); err != nil {
 		return err
 	}
 	return syncDir(dir)

@@ -184,8 +184,7 @@ func TestBootedHostSecrets(t *testing.T) {
 	parallel(t)
 	b := newBootedWorld(t)
 	h := b.h
-	password := "pw-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-booted-secret"
-	awsSecret := "aws-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-booted-secret"
+	password, awsSecret := "pw-"+randomToken(t), "aws-"+randomToken(t)
 	secrets := []string{password, awsSecret}
 	h.WriteFile(t, "/root/pw", []byte(password+"\n"), 0o600)
 	h.WriteFile(t, "/root/job.env", []byte("RESTIC_COMPRESSION=auto\nAWS_SECRET_ACCESS_KEY="+awsSecret+"\n"), 0o600)
@@ -255,8 +254,7 @@ func TestBootedHostEncryptedSecrets(t *testing.T) {
 	parallel(t)
 	b := newBootedWorld(t)
 	h := b.h
-	password := "pw-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-sealed-secret"
-	awsSecret := "aws-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-sealed-secret"
+	password, awsSecret := "pw-"+randomToken(t), "aws-"+randomToken(t)
 	leaks := newLeakLog([]string{password, awsSecret})
 	h.WriteFile(t, "/root/pw.plain", []byte(password+"\n"), 0o600)
 	b.resticRepo("/srv/repo", "/root/pw.plain")
