@@ -51,7 +51,7 @@ BOOTED_TESTS := ^(TestBooted.*|TestRPMPackage)$$
 # forget rules: those that stop, restart, fail, restore, verify, copy, prune and look inside
 # snapshots) run in make test-restic, against each release operators run, Debian 12's 0.14.0
 # among them; make test runs the rest, so that it stays within its minutes on two cores.
-RESTIC_SCENARIO_NAMES := TestBackupSucceeds|TestSnapshotBrowseAndFind|TestBackupPartialAsUser|TestBackupFailsPermanently|TestBadInputRefused|TestStopRunningBackup|TestGracefulReboot|TestStopVersusReboot|TestStopThenGracefulExit|TestRuntimeLimit|TestStreamedDumps|TestRestoreEqualsSource|TestRestoreToOriginal|TestRestoreToOriginalAfterCrash|TestRestoreAfterCrash|TestVerify|TestDrill|TestCopyTo|TestRetentionApply|TestApplyPlanAndPrune|TestLedgerDeferral|TestFirstBackupSizedFromItsPaths|TestRetries|TestHardCrash|TestMetrics|TestAppendOnly
+RESTIC_SCENARIO_NAMES := TestBackupSucceeds|TestSnapshotBrowseAndFind|TestBackupPartialAsUser|TestBackupFailsPermanently|TestBadInputRefused|TestStopRunningBackup|TestGracefulReboot|TestStopVersusReboot|TestStopThenGracefulExit|TestRuntimeLimit|TestStreamedDumps|TestRestoreEqualsSource|TestRestoreToOriginal|TestRestoreToOriginalAfterCrash|TestRestoreAfterCrash|TestVerify|TestDrill|TestCopyTo|TestRetentionApply|TestApplyPlanAndPrune|TestLedgerDeferral|TestFirstBackupSizedFromItsPaths|TestRetries|TestHardCrash|TestMetrics|TestAppendOnly|TestRecoverDatabase
 RESTIC_SCENARIOS := ^($(RESTIC_SCENARIO_NAMES))$$
 # The packages whose tests take longest (each a minute or more on a loaded machine) are started
 # first, so that none of them is the last to start; the rest follow in go list's order. The order

@@ -22,6 +22,17 @@ import (
 // and others cannot write, of at most max bytes (else ErrTooLarge). An error names the path, what
 // is wrong and the fix (chmod, chown), never the content.
 func ReadTrusted(path string, max int64) ([]byte, error) {
+	f, err := OpenTrusted(path, max)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readAtMost(f, path, max)
+}
+
+// OpenTrusted opens the file ReadTrusted reads, checked as it checks it, for a caller that
+// hands it on (holdfast recover gives a database dump to pg_restore as its standard input).
+func OpenTrusted(path string, max int64) (*os.File, error) {
 	// Not filepath.Abs: it cleans "link/.." away, which the kernel resolves in link's target.
 	abs := path
 	if !filepath.IsAbs(abs) {
@@ -54,12 +65,7 @@ func ReadTrusted(path string, max int64) ([]byte, error) {
 	case n.Size > max:
 		return nil, fmt.Errorf("%s: %w", path, ErrTooLarge)
 	}
-	f, err := safepath.Reopen(fd, path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return readAtMost(f, path, max)
+	return safepath.Reopen(fd, path)
 }
 
 // trustedOwner: root, or this process's user.

@@ -21,6 +21,19 @@ type Snapshot struct {
 	Hostname string    `json:"hostname"`
 	Paths    []string  `json:"paths"`
 	Tags     []string  `json:"tags"`
+	// Summary is what restic 0.17 and later record of the backup that made the snapshot; nil
+	// for a snapshot of an older restic.
+	Summary *SnapshotSummary `json:"summary,omitempty"`
+}
+
+// SnapshotSummary is the part of a snapshot's summary (restic 0.17 and later) that a run's
+// figures are made of.
+type SnapshotSummary struct {
+	BackupStart         time.Time `json:"backup_start"`
+	BackupEnd           time.Time `json:"backup_end"`
+	DataAdded           int64     `json:"data_added"`
+	TotalFilesProcessed int64     `json:"total_files_processed"`
+	TotalBytesProcessed int64     `json:"total_bytes_processed"`
 }
 
 // ParseSnapshots reads the output of `restic snapshots --json` (without --group-by). Every

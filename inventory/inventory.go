@@ -67,24 +67,32 @@ func (c *Config) Validate() error {
 // and returns the repository's snapshots as recorded (with their protections). restic runs as
 // the job's user (jobunit.Restic).
 func Refresh(ctx context.Context, cfg Config, job model.Job) ([]model.Snapshot, error) {
-	if err := cfg.Validate(); err != nil {
+	if _, _, err := List(ctx, cfg, job); err != nil {
 		return nil, err
+	}
+	return cfg.Store.SnapshotList(ctx, job.Repository)
+}
+
+// List is Refresh returning restic's listing itself, with what restic recorded of each backup
+// (engine.Snapshot.Summary), and how many snapshots the listing added to the inventory.
+func List(ctx context.Context, cfg Config, job model.Job) (listed []engine.Snapshot, added int, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, 0, err
 	}
 	listedAt := time.Now()
 	restic, ej := jobunit.Restic(jobunit.Config{Runner: cfg.Runner, StateDir: cfg.StateDir, Binary: cfg.Binary,
 		ResticBinary: cfg.ResticBinary}, job, false)
-	listed, err := restic.ListSnapshots(ctx, ej)
-	if err != nil {
-		return nil, err
+	if listed, err = restic.ListSnapshots(ctx, ej); err != nil {
+		return nil, 0, err
 	}
 	snaps := make([]model.Snapshot, len(listed))
 	for i, l := range listed {
 		snaps[i] = Listed(job.Repository, l)
 	}
-	if _, _, err := cfg.Store.SnapshotSync(ctx, store.SnapshotSyncParams{Repository: job.Repository, ListedAt: listedAt, Listed: snaps}); err != nil {
-		return nil, err
+	if added, _, err = cfg.Store.SnapshotSync(ctx, store.SnapshotSyncParams{Repository: job.Repository, ListedAt: listedAt, Listed: snaps}); err != nil {
+		return nil, 0, err
 	}
-	return cfg.Store.SnapshotList(ctx, job.Repository)
+	return listed, added, nil
 }
 
 // Listed is a snapshot of repository as restic listed it, with the job and run of its holdfast

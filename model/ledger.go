@@ -12,6 +12,9 @@ const (
 	EntryHold    = "hold"
 	EntrySettle  = "settle"
 	EntryRelease = "release"
+	// EntryRecovered charges an account, as a settlement does but of no run, with what its
+	// repositories held that a database rebuilt by holdfast recover had not charged.
+	EntryRecovered = "recovered"
 )
 
 // Account is a ledger account with its sums.

@@ -32,6 +32,9 @@ const (
 	TriggerCatchUp  = "catch-up"     // its job's schedule, once for the slots missed while down
 	TriggerRetry    = "retry"        // a retry of a run that failed for a transient reason
 	TriggerBackup   = "after-backup" // a backup that made a snapshot: its copy
+	// TriggerRecovered is a backup holdfast recover recorded from its snapshot, in a database
+	// rebuilt after a loss: the run is known from its repository, not from its unit.
+	TriggerRecovered = "recovered"
 )
 
 // Live reports whether a run in this status still has (or will get) a process.

@@ -152,7 +152,7 @@ func foldEntries(ctx context.Context, tx pgx.Tx, where string, arg any, before t
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO ledger_checkpoints (account, as_of, granted_bytes, settled_bytes, entries)
 		SELECT account, $2, coalesce(sum(bytes) FILTER (WHERE kind = 'grant'), 0),
-			coalesce(sum(bytes) FILTER (WHERE kind = 'settle'), 0), count(*)
+			coalesce(sum(bytes) FILTER (WHERE kind IN ('settle', 'recovered')), 0), count(*)
 		FROM ledger_entries WHERE `+where+` GROUP BY account
 		ON CONFLICT (account) DO UPDATE SET as_of = greatest(ledger_checkpoints.as_of, excluded.as_of),
 			granted_bytes = ledger_checkpoints.granted_bytes + excluded.granted_bytes,

@@ -40,7 +40,7 @@ const accountKeptColumns = `a.name, a.created_at, a.unlimited, a.allowance_bytes
 const (
 	accountGranted = `(coalesce((SELECT sum(bytes) FROM ledger_entries WHERE account = a.name AND kind = 'grant'), 0)
 		+ coalesce((SELECT k.granted_bytes FROM ledger_checkpoints k WHERE k.account = a.name), 0))`
-	accountSettled = `(coalesce((SELECT sum(bytes) FROM ledger_entries WHERE account = a.name AND kind = 'settle'), 0)
+	accountSettled = `(coalesce((SELECT sum(bytes) FROM ledger_entries WHERE account = a.name AND kind IN ('settle', 'recovered')), 0)
 		+ coalesce((SELECT k.settled_bytes FROM ledger_checkpoints k WHERE k.account = a.name), 0))`
 	// accountHeld is what account a holds: its holds that no settlement or release closed.
 	accountHeld = `coalesce((SELECT sum(bytes) FROM open_holds WHERE account = a.name), 0)`

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sys/unix"
 )
@@ -610,4 +611,26 @@ func ownedDir(path string, uid int) (bool, error) {
 		return false, fmt.Errorf("%s is not a data directory initdb made for uid %d: remove it", path, uid)
 	}
 	return exists(filepath.Join(path, "PG_VERSION")), nil
+}
+
+// RecreateDatabase drops the database dsn names, whoever is connected to it, and creates it
+// again empty: the loss of holdfast's database, for a test of its recovery.
+func RecreateDatabase(t testing.TB, dsn string) {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	admin, err := withDatabase(dsn, "postgres")
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := dropDatabase(ctx, admin, cfg.Database); err != nil {
+		t.Fatalf("testenv: drop database %s: %v", cfg.Database, err)
+	}
+	if err := createDatabase(ctx, adminExec, admin, cfg.Database, ""); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
 }

@@ -268,7 +268,7 @@ func newRoot(env environment) *cobra.Command {
 	}
 	root.SetOut(env.stdout)
 	root.SetErr(env.stderr)
-	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd(), newProbeReadCmd(), newProbeTargetCmd(), newRestoreCmd(g), newApplyCmd(g), newExportCmd(g), newImportCmd(g),
+	root.AddCommand(newMigrateCmd(g), newDaemonCmd(g), newJobCmd(g), newRunCmd(g), newScheduleCmd(g), newRetentionCmd(g), newSnapshotCmd(g), newAccountCmd(g), newLedgerCmd(g), newCheckCmd(g), newManCmd(), newProbeReadCmd(), newProbeTargetCmd(), newRestoreCmd(g), newApplyCmd(g), newRecoverCmd(g), newExportCmd(g), newImportCmd(g),
 		newSetupCmd(g), newSetupDatabaseCmd(), newStatusCmd(g), newNotifyCmd(g), newHostCmd(g))
 	// Units started by a daemon of this version run holdfast-unit when it is installed; these
 	// serve units started without it, and by earlier versions.

@@ -142,6 +142,23 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 		t.Fatalf("the database restored from the README's dump lists job db %q times, want once", n)
 	}
 
+	// The database lost (dropped under the running daemon) and rebuilt from that dump, taken
+	// while its own backup ran: every job is back, the backup live in the dump ends as it did, in
+	// its one attempt, and the examples after this one run on the recovered database.
+	dumpRun := b.lastRun("db")
+	jobsBefore := b.mustHoldfast("job", "list")
+	h.Run(t, "runuser", "-u", "postgres", "--", "dropdb", "--force", "holdfast")
+	b.readmeBlock(readmeRecover, env)
+	if jobs := b.mustHoldfast("job", "list"); jobs != jobsBefore {
+		t.Fatalf("jobs after the recovery:\n%s\nwant\n%s", jobs, jobsBefore)
+	}
+	if r := b.waitRun(dumpRun.ID, "the end of the backup live in the dump", ended); r.Status != "succeeded" || len(r.Attempts) != 1 || r.SnapshotID == "" {
+		t.Fatalf("the backup live in the dump, after the recovery: %s (%s), snapshot %q, %d attempts; want succeeded in one", r.Status, r.Reason, r.SnapshotID, len(r.Attempts))
+	}
+	if j := b.jobJSON("db"); j["alert_after_seconds"] != float64(26*3600) {
+		t.Fatalf("job db after the recovery: %v; want alert-after 26h", j)
+	}
+
 	b.readmeBlock(readmeRestores, env)
 	// restic gives back the mode and ACL (an ACL's mask shows as the group's bits); the owner
 	// is the job's user, which cannot give files away.
@@ -275,6 +292,7 @@ const (
 	readmeToOriginal = "Putting files back where they were (restic jobs)."
 	readmeConfig     = "Configuration as code."
 	readmeDumps      = "Streamed database dumps (restic jobs)."
+	readmeRecover    = "Everything else survives a reboot; holdfast's own database may not."
 	readmeCopy       = "A second copy (restic jobs)."
 )
 

@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/spf13/cobra"
+
+	"github.com/holdfast-backup/holdfast/credentials"
+	"github.com/holdfast-backup/holdfast/inventory"
+	"github.com/holdfast-backup/holdfast/ledger"
+	"github.com/holdfast-backup/holdfast/migrations"
+	"github.com/holdfast-backup/holdfast/recovery"
+	"github.com/holdfast-backup/holdfast/store"
+	"github.com/holdfast-backup/holdfast/unitcmd"
+)
+
+// maxDump bounds the dump recover restores: holdfast's database, not a data set.
+const maxDump = 64 << 30
+
+type recoverOut struct {
+	Restored string          `json:"restored_dump,omitempty"`
+	Schema   int64           `json:"schema_version"`
+	Applied  []configChange  `json:"applied"`
+	Report   recovery.Report `json:"recovery"`
+	Complete bool            `json:"complete"`
+}
+
+func newRecoverCmd(g *globals) *cobra.Command {
+	var dump, restic string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "recover [FILE|DIR|-...] [--dump DUMP]",
+		Short: "Rebuild holdfast's database after its loss, from the configuration and the repositories, or from a dump of it",
+		Long: `Rebuild holdfast's database after its loss, with every daemon stopped (systemctl stop holdfast).
+
+With --dump DUMP, the database, which must be empty (created, never migrated), is first given the
+dump of holdfast's database (pg_dump -Fc, restored with pg_restore; or plain SQL, with psql), read
+only if no one but root and you could have written it; the schema is then brought up to date.
+The configuration's files (as holdfast apply reads them) are then applied; without a dump they
+are what the jobs are made from. Then, for the jobs this host may run:
+
+  - each job's repository is listed into the snapshot inventory, as the job's user, so snapshots
+    newer than a dump are known;
+  - each run the database holds live is ended by evidence, never run again: one whose unit is
+    running, or whose exit marker is there, is left to the daemon; one whose snapshot is in its
+    repository succeeded; any other failed, and says why;
+  - each job's newest snapshot becomes its last success (a run with the trigger 'recovered'),
+    with the figures restic 0.17 and later keep in it, unless the database knows a later one;
+  - each account is re-based on what its local repositories measure: one 'recovered' ledger
+    entry, which says what was measured and what was charged before.
+
+Schedules go on from now: nothing missed while the database was lost is run as a catch-up.
+Jobs pinned to other hosts are left to holdfast recover there. Run it again at will: what it
+recorded it does not record twice. Exit status: 0 done, 1 a repository could not be read (run it
+again once it can), 2 bad input or a database that is not what it needs (nothing changed).`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dump == "" && len(args) == 0 {
+				return badInput("nothing to recover from: give the configuration's files (holdfast recover FILE...), a dump of the database (--dump DUMP), or both")
+			}
+			// Everything given is read before the database is touched.
+			var set configSet
+			if len(args) > 0 {
+				var err error
+				if set, err = readConfig(args, cmd.InOrStdin()); err != nil {
+					return err
+				}
+			}
+			var dumpFile *os.File
+			if dump != "" {
+				f, err := credentials.OpenTrusted(dump, maxDump)
+				if err != nil {
+					return inputError{err}
+				}
+				defer f.Close()
+				dumpFile = f
+				if _, err := dumpTool(f); err != nil {
+					return inputError{fmt.Errorf("%s: %w", dump, err)}
+				}
+			}
+			path, err := resticBinary(restic)
+			if err != nil {
+				return err
+			}
+			if err := g.requireDSN(); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			out := recoverOut{Applied: []configChange{}}
+			// The hosts' leases a dump brings were held when it was taken: only a lease renewed
+			// since the restore began is a daemon's.
+			var restoredAt time.Time
+			if dumpFile != nil {
+				var err error
+				if restoredAt, err = g.restoreDump(ctx, dumpFile); err != nil {
+					return err
+				}
+				out.Restored = dump
+			}
+			res, err := migrations.Apply(ctx, g.address().Session())
+			if err != nil {
+				return err
+			}
+			out.Schema = res.Current
+			return g.withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				hosts, err := st.HostList(ctx)
+				if err != nil {
+					return err
+				}
+				for _, h := range hosts {
+					if h.Alive && h.HeartbeatAt.After(restoredAt) {
+						return inputError{fmt.Errorf("host %s's daemon holds its lease until %s: stop holdfast on every host (systemctl stop holdfast), "+
+							"wait until then, and run holdfast recover again (without --dump: the database is restored)", h.Name, h.LeaseUntil.UTC().Format(time.RFC3339))}
+					}
+				}
+				if len(set.files) > 0 {
+					plan, err := g.planConfig(ctx, st, set, false)
+					if err != nil {
+						return err
+					}
+					if len(plan.Changes) > 0 {
+						plan.applied.Source, plan.applied.Hash, plan.applied.Actor = strings.Join(set.files, ", "), set.hash, g.actor()
+						if err := st.ConfigApply(ctx, plan.applied); err != nil {
+							return err
+						}
+						out.Applied = plan.Changes
+					}
+				}
+				rn, err := g.openSystemd(ctx)
+				if err != nil {
+					return err
+				}
+				defer rn.Close()
+				self, err := g.env.executable()
+				if err != nil {
+					return fmt.Errorf("find holdfast's own executable: %w", err)
+				}
+				rep, err := recovery.Run(ctx, recovery.Config{Store: st, Units: rn, Host: g.host(), StateDir: g.stateDir, Actor: g.actor(),
+					Inventory: inventory.Config{Runner: rn, StateDir: g.stateDir, Binary: unitcmd.Binary(self), ResticBinary: path}})
+				out.Report, out.Complete = rep, err == nil && rep.Complete()
+				if asJSON {
+					if werr := writeJSON(cmd.OutOrStdout(), out); werr != nil {
+						return werr
+					}
+				} else {
+					printRecover(cmd.OutOrStdout(), out)
+				}
+				if err != nil {
+					return err
+				}
+				if !out.Complete {
+					return exitCodeError{1}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&dump, "dump", "", "a dump of holdfast's database to restore first (pg_dump -Fc, or plain SQL)")
+	cmd.Flags().StringVar(&restic, "restic", "", "restic executable (default: restic in PATH)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print what was done as JSON")
+	return cmd
+}
+
+func printRecover(w io.Writer, o recoverOut) {
+	if o.Restored != "" {
+		fmt.Fprintf(w, "restored %s\n", o.Restored)
+	}
+	fmt.Fprintf(w, "schema at version %d\n", o.Schema)
+	for _, c := range o.Applied {
+		fmt.Fprintf(w, "applied: %s %s %s\n", c.Action, c.Kind, c.Name)
+	}
+	r := o.Report
+	for _, rr := range r.Runs {
+		if rr.Status == "" {
+			fmt.Fprintf(w, "run %.8s (%s, %s): %s\n", rr.Run, rr.Job, rr.Kind, rr.Reason)
+			continue
+		}
+		fmt.Fprintf(w, "run %.8s (%s, %s): ended %s: %s\n", rr.Run, rr.Job, rr.Kind, rr.Status, rr.Reason)
+	}
+	for _, j := range r.Jobs {
+		switch {
+		case j.Error != "":
+			fmt.Fprintf(w, "job %s: its repository could not be read: %s\n", j.Job, j.Error)
+		case j.Recorded != nil:
+			fmt.Fprintf(w, "job %s: %d snapshots (%d new to the inventory); last success %s, snapshot %.12s (run %.8s)\n",
+				j.Job, j.Snapshots, j.Added, j.LastSuccess.UTC().Format(time.RFC3339), j.Snapshot, *j.Recorded)
+		case j.Snapshot != "":
+			fmt.Fprintf(w, "job %s: %d snapshots (%d new to the inventory); its newest, %.12s, is known already\n", j.Job, j.Snapshots, j.Added, j.Snapshot)
+		default:
+			fmt.Fprintf(w, "job %s: no snapshot in its repository (%d new to the inventory)\n", j.Job, j.Added)
+		}
+	}
+	for _, a := range r.Accounts {
+		fmt.Fprintf(w, "account %s: charged %s: %s\n", a.Account, ledger.FormatSize(a.Charged), a.Note)
+	}
+	if len(r.Elsewhere) > 0 {
+		fmt.Fprintf(w, "left to holdfast recover on their hosts: %s\n", strings.Join(r.Elsewhere, ", "))
+	}
+	if !o.Complete {
+		fmt.Fprintln(w, "holdfast recover: not complete: run it again once every repository can be read")
+	}
+}
+
+// dumpTool says which tool restores the dump in f, from its first bytes: pg_restore for
+// pg_dump's archive formats, psql for plain SQL.
+func dumpTool(f *os.File) (string, error) {
+	head := make([]byte, 5)
+	n, err := f.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	switch {
+	case bytes.Equal(head[:n], []byte("PGDMP")):
+		return "pg_restore", nil
+	case n >= 2 && (string(head[:2]) == "--" || bytes.HasPrefix(bytes.ToUpper(head[:n]), []byte("SET "))):
+		return "psql", nil
+	}
+	return "", errors.New("not a PostgreSQL dump: give the file pg_dump -Fc wrote (or pg_dump's plain SQL)")
+}
+
+// restoreDump restores the dump in f into the database, which must be empty: holdfast's schema
+// never applied to it. The tool connects with the address's parts in its environment (libpq's
+// PG* variables), never in its arguments, which every user of the host can read. It returns
+// the database's clock as the restore began.
+func (g *globals) restoreDump(ctx context.Context, f *os.File) (time.Time, error) {
+	st, release, err := g.openStore(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	applied, err := st.MigrationListApplied(ctx)
+	var began time.Time
+	if err == nil {
+		began, err = st.Now(ctx)
+	}
+	release()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(applied) > 0 {
+		return time.Time{}, badInput("the database has holdfast's schema already (%d migrations applied): a dump is restored into an empty one: "+
+			"drop the database and create it again (createdb -O holdfast holdfast), or recover without --dump", len(applied))
+	}
+	tool, err := dumpTool(f)
+	if err != nil {
+		return time.Time{}, inputError{err}
+	}
+	cfg, err := pgconn.ParseConfig(g.address().Session())
+	if err != nil {
+		return time.Time{}, fmt.Errorf("parse database address: %w", err)
+	}
+	argv := []string{"--no-owner", "--no-privileges", "--single-transaction", "--exit-on-error", "--dbname", cfg.Database}
+	if tool == "psql" {
+		argv = []string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction", "--dbname", cfg.Database}
+	}
+	bin, err := exec.LookPath(tool)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s is needed to restore the dump: install PostgreSQL's client (apt install postgresql-client): %w", tool, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return time.Time{}, err
+	}
+	c := exec.CommandContext(ctx, bin, argv...)
+	c.Stdin, c.Env = f, libpqEnv(os.Environ(), cfg)
+	var stderr bytes.Buffer
+	c.Stdout, c.Stderr = io.Discard, &stderr
+	if err := c.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 2000 {
+			msg = "..." + msg[len(msg)-2000:]
+		}
+		return time.Time{}, fmt.Errorf("%s could not restore the dump (%v), and restored nothing: %s", tool, err, msg)
+	}
+	return began, nil
+}
+
+// libpqEnv is env without its PG* variables, with the connection's own: host, port, user,
+// password, TLS mode and connect timeout.
+func libpqEnv(env []string, cfg *pgconn.Config) []string {
+	out := make([]string, 0, len(env)+6)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "PG") {
+			out = append(out, kv)
+		}
+	}
+	out = append(out, "PGHOST="+cfg.Host, "PGPORT="+strconv.Itoa(int(cfg.Port)), "PGUSER="+cfg.User, "PGSSLMODE="+sslMode(cfg.TLSConfig, cfg.Fallbacks))
+	if cfg.Password != "" {
+		out = append(out, "PGPASSWORD="+cfg.Password)
+	}
+	if cfg.ConnectTimeout > 0 {
+		out = append(out, "PGCONNECT_TIMEOUT="+strconv.Itoa(max(2, int(cfg.ConnectTimeout.Seconds()))))
+	}
+	return out
+}
+
+// sslMode is the libpq sslmode that gives the TLS pgx parsed from the address.
+func sslMode(t *tls.Config, fallbacks []*pgconn.FallbackConfig) string {
+	switch {
+	case t == nil:
+		return "disable"
+	case !t.InsecureSkipVerify:
+		return "verify-full"
+	}
+	for _, f := range fallbacks {
+		if f.TLSConfig == nil {
+			return "prefer"
+		}
+	}
+	return "require"
+}
