@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -321,6 +322,14 @@ func TestParseSnapshots(t *testing.T) {
 	if err != nil || len(snaps) != 1 || snaps[0].ID != id || snaps[0].Hostname != "h1" || snaps[0].ShortID != "4c4c4c4c" {
 		t.Fatalf("ParseSnapshots = %+v, %v", snaps, err)
 	}
+	// restic 0.17 and later keep what the backup did in the snapshot.
+	withSummary := `[{"time":"2026-12-01T03:00:00.25Z","hostname":"h1","id":"` + id + `","summary":{"backup_start":"2026-12-01T03:00:00.25Z",` +
+		`"backup_end":"2026-12-01T03:02:00Z","files_new":3,"data_added":4096,"total_files_processed":10,"total_bytes_processed":8192}}]`
+	snaps, err = ParseSnapshots([]byte(withSummary))
+	if err != nil || len(snaps) != 1 || snaps[0].Summary == nil || snaps[0].Summary.DataAdded != 4096 || snaps[0].Summary.TotalFilesProcessed != 10 ||
+		snaps[0].Summary.TotalBytesProcessed != 8192 || !snaps[0].Summary.BackupEnd.Equal(time.Date(2026, 12, 1, 3, 2, 0, 0, time.UTC)) {
+		t.Fatalf("ParseSnapshots with a summary = %+v, %v", snaps, err)
+	}
 	for in, want := range map[string]string{
 		`{}`:                                "not the JSON array",
 		`[{"id":"abc"}]`:                    `entry 1: id "abc" is not a full restic id`,
@@ -331,6 +340,30 @@ func TestParseSnapshots(t *testing.T) {
 			t.Errorf("ParseSnapshots(%s) = %v, want an error with %q", in, err, want)
 		}
 	}
+}
+
+// FuzzParseSnapshots: a listing is taken whole or refused, never in part; every snapshot taken
+// has a full id and a time.
+func FuzzParseSnapshots(f *testing.F) {
+	id := strings.Repeat("4c", 32)
+	f.Add([]byte(`[{"time":"2021-01-04T10:00:00Z","hostname":"h1","tags":["holdfast-job=a","holdfast-run=x"],"paths":["/d"],"id":"` + id + `"}]`))
+	f.Add([]byte(`[{"time":"2026-12-01T03:00:00Z","id":"` + id + `","summary":{"backup_start":"2026-12-01T03:00:00Z","backup_end":"2026-12-01T03:01:00Z","data_added":1}}]`))
+	f.Add([]byte(`[{"group_key":{},"snapshots":[]}]`))
+	f.Add([]byte(`[null]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		snaps, err := ParseSnapshots(data)
+		if err != nil {
+			if snaps != nil {
+				t.Fatalf("an error (%v) with %d snapshots", err, len(snaps))
+			}
+			return
+		}
+		for _, s := range snaps {
+			if !fullID().MatchString(s.ID) || s.Time.IsZero() {
+				t.Fatalf("took a snapshot without a full id or a time: %+v", s)
+			}
+		}
+	})
 }
 
 // A query that skipped a snapshot it could not load is no answer: restic 0.16.4's words, captured

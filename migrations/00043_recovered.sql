@@ -12,6 +12,9 @@ ALTER TABLE ledger_entries ADD CONSTRAINT ledger_entries_kind_check
     CHECK (kind IN ('grant', 'hold', 'settle', 'release', 'recovered'));
 ALTER TABLE ledger_entries DROP CONSTRAINT ledger_entries_check;
 ALTER TABLE ledger_entries ADD CONSTRAINT ledger_entries_check CHECK ((kind IN ('grant', 'recovered')) = (run_id IS NULL));
+-- A recovered entry keeps what it measured, repository by repository: a recovery on another
+-- host, which measures only its own local repositories, adds those to these.
+ALTER TABLE ledger_entries ADD COLUMN measured jsonb CHECK (measured IS NULL OR kind = 'recovered');
 
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION ledger_balance_add() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -67,6 +70,7 @@ END $$;
 -- +goose StatementEnd
 -- A recovered entry has no place in the older schema, and the ledger keeps its entries: the
 -- constraints below refuse to go back over one.
+ALTER TABLE ledger_entries DROP COLUMN measured;
 ALTER TABLE ledger_entries DROP CONSTRAINT ledger_entries_check;
 ALTER TABLE ledger_entries ADD CONSTRAINT ledger_entries_check CHECK ((kind = 'grant') = (run_id IS NULL));
 ALTER TABLE ledger_entries DROP CONSTRAINT ledger_entries_kind_check;

@@ -4,19 +4,20 @@
 // may run:
 //
 //   - lists each job's repository into the snapshot inventory (inventory.List), as the job's
-//     user, so that snapshots newer than a dump are known;
-//   - ends each run the database holds live, by evidence and never by a restart: a unit that is
-//     still running, an exit marker that is still there or a run whose time has not come is left
-//     to the daemon, which follows them; a run whose snapshot is in its repository succeeded;
-//     any other ends failed, with why;
+//     user, so that snapshots newer than a dump are known; a snapshot counts for its own job
+//     only, the repository being its user's to write;
+//   - ends each run this host's daemon would reconcile by evidence, never for want of it
+//     (closeLive, its table read top to bottom): a unit of the run still there, its exit
+//     marker left, a time to come or no start at all leave it to the daemon; a backup whose
+//     snapshot is in its job's repository succeeded; anything else failed, not run again;
 //   - records each job's newest snapshot as its last success (store.RunRecord), with the
 //     figures restic kept in it, unless the database knows a later success, and its oldest
 //     as when the job existed by (the watch expects its runs from its creation on);
 //   - re-bases each account of those jobs on what its local repositories measure
 //     (store.AccountRebase): one recovered entry per account, which says what was measured.
 //
-// It runs while no daemon does (the caller checks that no host holds its lease), and may be run
-// again: what it recorded once it does not record twice.
+// It runs while no daemon does (the caller holds store.LockRecovery), and may be run again:
+// what it recorded once it does not record twice.
 package recovery
 
 import (
@@ -24,7 +25,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,14 +47,14 @@ type Store interface {
 	JobList(ctx context.Context) ([]model.Job, error)
 	JobListForHost(ctx context.Context, host string) ([]model.Job, error)
 	RunListLive(ctx context.Context, host string) ([]model.LiveRun, error)
-	RunRecord(ctx context.Context, p store.RunRecordParams) (bool, error)
+	RunRecord(ctx context.Context, p store.RunRecordParams) (*uuid.UUID, error)
 	RunClose(ctx context.Context, p store.RunCloseParams) (bool, error)
 	AccountRebase(ctx context.Context, p store.AccountRebaseParams) (model.LedgerEntry, error)
 }
 
-// Units is what a recovery asks this host's systemd: whether a run's unit is still running.
+// Units is what a recovery asks this host's systemd: the units of a run, by a pattern.
 type Units interface {
-	Alive(ctx context.Context, name string) (bool, systemd.State, error)
+	StatesMatching(ctx context.Context, pattern string) (map[string]systemd.State, error)
 }
 
 // Config is what a recovery needs.
@@ -100,11 +103,17 @@ type Report struct {
 	Elsewhere []string `json:"elsewhere"`
 }
 
-// Complete reports whether every job's repository was read: a recovery that is not complete
-// leaves jobs without their snapshots, and may be run again.
+// Complete reports whether every job's repository was read and no run waits for evidence: a
+// recovery that is not complete leaves jobs without their snapshots or runs live, and may be
+// run again.
 func (r Report) Complete() bool {
 	for _, j := range r.Jobs {
 		if j.Error != "" {
+			return false
+		}
+	}
+	for _, rr := range r.Runs {
+		if rr.Pending {
 			return false
 		}
 	}
@@ -131,13 +140,15 @@ type RunReport struct {
 	Kind   string    `json:"kind"`
 	Status string    `json:"status"` // the status it was ended with; "" if it was left live
 	Reason string    `json:"reason"`
+	// Pending: it was left live for want of evidence that a later recovery may find.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // AccountReport is one account's re-basing.
 type AccountReport struct {
 	Account    string   `json:"account"`
-	Measured   int64    `json:"measured_bytes"`
-	Charged    int64    `json:"charged_bytes"` // the recovered entry's bytes
+	Measured   int64    `json:"measured_bytes"` // what its repositories measured here
+	Charged    int64    `json:"charged_bytes"`  // the recovered entry's bytes
 	Note       string   `json:"note"`
 	Unmeasured []string `json:"unmeasured,omitempty"` // repositories that are not local directories
 }
@@ -166,10 +177,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 
-	// Each job's repository as restic lists it now; a run's snapshot is found by its tag.
-	listed := map[string][]model.Snapshot{}
-	summaries := map[string]*engine.SnapshotSummary{}
-	byRun := map[uuid.UUID]model.Snapshot{}
+	// Each job's repository as restic lists it now. The repository is the job's user's to
+	// write: a snapshot counts for its own job only (its job tag, in that job's repository),
+	// never for another job's run its tags name, and its figures are its own.
+	ev := evidence{snaps: map[string][]listed{}, unread: map[string]string{}}
 	for _, j := range jobs {
 		if !j.HasRepository() {
 			continue
@@ -178,62 +189,68 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		l, added, err := inventory.List(ctx, cfg.Inventory, j)
 		if err != nil {
 			jr.Error = err.Error()
+			ev.unread[j.Name] = jr.Error
 			rep.Jobs = append(rep.Jobs, jr)
 			continue
 		}
 		jr.Added = added
 		for _, s := range l {
-			snap := inventory.Listed(j.Repository, s)
-			summaries[s.ID] = s.Summary
-			if snap.RunID != nil {
-				byRun[*snap.RunID] = snap
-			}
-			if snap.JobName == j.Name {
-				listed[j.Name] = append(listed[j.Name], snap)
+			if snap := inventory.Listed(j.Repository, s); snap.JobName == j.Name {
+				ev.snaps[j.Name] = append(ev.snaps[j.Name], listed{snap, s.Summary})
 			}
 		}
-		jr.Snapshots = len(listed[j.Name])
+		jr.Snapshots = len(ev.snaps[j.Name])
 		rep.Jobs = append(rep.Jobs, jr)
 	}
 
 	// The live runs first: a run closed by its snapshot is the job's last success, and none is
 	// recorded twice.
-	live, err := cfg.Store.RunListLive(ctx, "")
+	live, err := cfg.Store.RunListLive(ctx, cfg.Host)
 	if err != nil {
 		return rep, err
 	}
 	for _, l := range live {
-		rr, err := closeLive(ctx, cfg, l, byRun, summaries)
+		rr, err := closeLive(ctx, cfg, l, ev)
 		if err != nil {
 			return rep, err
 		}
 		rep.Runs = append(rep.Runs, rr)
 	}
 
+	// A snapshot dated later than now was not made by a backup that has run: its time is its
+	// writer's word, and it would hold off the job's overdue alert for as long.
+	now := time.Now().Add(clockSkew)
 	for i := range rep.Jobs {
 		jr := &rep.Jobs[i]
-		snaps := listed[jr.Job]
+		var snaps []listed
+		for _, l := range ev.snaps[jr.Job] {
+			if !l.Time.After(now) {
+				snaps = append(snaps, l)
+			}
+		}
 		if jr.Error != "" || len(snaps) == 0 {
 			continue
 		}
-		newest := slices.MaxFunc(snaps, func(a, b model.Snapshot) int { return a.Time.Compare(b.Time) })
-		oldest := slices.MinFunc(snaps, func(a, b model.Snapshot) int { return a.Time.Compare(b.Time) })
+		newest := slices.MaxFunc(snaps, func(a, b listed) int { return a.Time.Compare(b.Time) })
+		oldest := slices.MinFunc(snaps, func(a, b listed) int { return a.Time.Compare(b.Time) })
 		p := store.RunRecordParams{Job: jr.Job, SnapshotID: newest.ID, StartedAt: newest.Time, FinishedAt: newest.Time, Oldest: oldest.Time,
 			Reason: fmt.Sprintf("recovered by holdfast recover from snapshot %.12s, the job's newest in its repository", newest.ID)}
-		figures(summaries[newest.ID], &p.StartedAt, &p.FinishedAt, &p.BytesAdded, &p.BytesProcessed, &p.FilesProcessed)
-		// A snapshot without a run tag was not made by a holdfast run: its id is made from the
-		// snapshot's, so that a second recovery finds it recorded.
-		p.ID = uuid.NewSHA1(uuid.NameSpaceOID, []byte("holdfast-snapshot:"+newest.ID))
+		figures(newest.summary, now, &p.StartedAt, &p.FinishedAt, &p.BytesAdded, &p.BytesProcessed, &p.FilesProcessed)
+		// A snapshot without a run tag was not made by a holdfast run, and a tag may name a
+		// run of another job: the run's id is then made from the snapshot's, so that a second
+		// recovery finds it recorded.
+		p.OwnID = uuid.NewSHA1(uuid.NameSpaceOID, []byte("holdfast-snapshot:"+newest.Repository+":"+newest.ID))
+		p.ID = p.OwnID
 		if newest.RunID != nil {
 			p.ID = *newest.RunID
 		}
-		recorded, err := cfg.Store.RunRecord(ctx, p)
+		id, err := cfg.Store.RunRecord(ctx, p)
 		if err != nil {
 			return rep, err
 		}
 		jr.Snapshot = newest.ID
-		if recorded {
-			jr.Recorded, jr.LastSuccess = &p.ID, &p.FinishedAt
+		if id != nil {
+			jr.Recorded, jr.LastSuccess = id, &p.FinishedAt
 		}
 	}
 
@@ -242,69 +259,156 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, err
 }
 
+// clockSkew is how far a snapshot's time may be ahead of this host's clock (the host that made
+// it may be another) and still be taken for a backup that has run.
+const clockSkew = 5 * time.Minute
+
+// listed is a snapshot of a job as its repository listed it, with what restic kept of its
+// backup (restic 0.17 and later).
+type listed struct {
+	model.Snapshot
+	summary *engine.SnapshotSummary
+}
+
+// evidence is what the repositories showed: each job's snapshots, and the jobs whose repository
+// could not be read, with why.
+type evidence struct {
+	snaps  map[string][]listed
+	unread map[string]string
+}
+
+// snapshotOf is the snapshot of job that carries run's tag, if its repository has one.
+func (e evidence) snapshotOf(job string, run uuid.UUID) (listed, bool) {
+	for _, l := range e.snaps[job] {
+		if l.RunID != nil && *l.RunID == run {
+			return l, true
+		}
+	}
+	return listed{}, false
+}
+
 // figures sets a run's start, end and figures from what restic recorded of its backup, if it
 // did (restic 0.17 and later). The start and end are taken only when the backup started at the
-// snapshot's time, as a backup holdfast runs does: one given another time (restic backup --time)
-// ran at another moment than the one it stands for.
-func figures(s *engine.SnapshotSummary, start, end *time.Time, added, processed, files **int64) {
+// snapshot's time, as a backup holdfast runs does (one given another time, restic backup
+// --time, ran at another moment than the one it stands for), and ended before now; a figure
+// below zero is none.
+func figures(s *engine.SnapshotSummary, now time.Time, start, end *time.Time, added, processed, files **int64) {
 	if s == nil {
 		return
 	}
-	if d := s.BackupStart.Sub(*start); d > -time.Second && d < time.Second && !s.BackupEnd.Before(s.BackupStart) {
+	if d := s.BackupStart.Sub(*start); d > -time.Second && d < time.Second && !s.BackupEnd.Before(s.BackupStart) && !s.BackupEnd.After(now) {
 		*start, *end = s.BackupStart, s.BackupEnd
 	}
-	*added, *processed, *files = &s.DataAdded, &s.TotalBytesProcessed, &s.TotalFilesProcessed
+	for _, f := range []struct {
+		v   int64
+		out **int64
+	}{{s.DataAdded, added}, {s.TotalBytesProcessed, processed}, {s.TotalFilesProcessed, files}} {
+		if f.v >= 0 {
+			v := f.v
+			*f.out = &v
+		}
+	}
 }
 
-// closeLive ends a run the database holds live, by the evidence there is, or leaves it to the
-// daemon when its unit or its exit marker is still there.
-func closeLive(ctx context.Context, cfg Config, l model.LiveRun, byRun map[uuid.UUID]model.Snapshot,
-	summaries map[string]*engine.SnapshotSummary) (RunReport, error) {
+// closeLive ends a run the database holds live by the evidence there is (see the package
+// comment), or leaves it to a daemon. Read top to bottom; the first row that applies decides.
+func closeLive(ctx context.Context, cfg Config, l model.LiveRun, ev evidence) (RunReport, error) {
 	r, a := l.Run, l.Attempt
 	rr := RunReport{Run: r.ID, Job: r.JobName, Kind: string(r.Kind)}
-	if a.Host != "" && a.Host != cfg.Host {
-		rr.Reason = fmt.Sprintf("left live: its attempt %d is on host %s, whose systemd only holdfast recover there can ask", a.No, a.Host)
+	leave := func(why string) (RunReport, error) {
+		rr.Reason = "left live: " + why
 		return rr, nil
+	}
+	if a.Host != "" && a.Host != cfg.Host {
+		return leave(fmt.Sprintf("its attempt %d is on host %s, whose systemd only holdfast recover there can ask", a.No, a.Host))
+	}
+	if why, ok := ev.unread[r.JobName]; ok {
+		rr.Pending = true
+		return leave("its job's repository could not be read (" + why + "); run holdfast recover again once it can")
 	}
 	// Admitted ahead of its time, or armed for it: it has not run yet, and starting it then is
 	// no second start.
 	if r.NotBefore != nil && r.NotBefore.After(l.Now()) {
-		rr.Reason = "left live: its time, " + r.NotBefore.UTC().Format(time.RFC3339) + ", has not come, and the daemon starts it then"
-		return rr, nil
+		return leave("its time, " + r.NotBefore.UTC().Format(time.RFC3339) + ", has not come, and the daemon starts it then")
 	}
-	unit := cmp.Or(a.Unit, systemd.UnitName(r.JobName, r.ID, a.No))
-	alive, _, err := cfg.Units.Alive(ctx, unit)
+	// Every unit and marker of the run, of this attempt and of any later one: the run may have
+	// gone on after the database the recovery started from was taken.
+	states, err := cfg.Units.StatesMatching(ctx, "holdfast-*"+r.ID.String()+"-a*")
 	if err != nil {
 		return rr, fmt.Errorf("ask systemd about run %s: %w", r.ID, err)
 	}
-	if alive {
-		rr.Reason = fmt.Sprintf("left live: its unit %s is running, and the daemon follows it", unit)
-		return rr, nil
+	for name, st := range states {
+		n, ok := attemptOf(name, r.ID)
+		switch {
+		case !ok || !st.Alive():
+		case n == a.No:
+			return leave(fmt.Sprintf("its unit %s is there (%s), and the daemon follows it", name, st.ActiveState))
+		case n > a.No:
+			rr.Pending = true
+			return leave(fmt.Sprintf("its attempt %d's unit %s runs, which the database does not know: run holdfast recover again once it ended", n, name))
+		}
 	}
-	if _, err := systemd.ReadMarker(cfg.StateDir, r.ID, a.No); !errors.Is(err, systemd.ErrNoMarker) {
-		rr.Reason = "left live: its exit marker is there, and the daemon ends the run from it"
-		return rr, nil
+	markers, err := markerAttempts(cfg.StateDir, r.ID)
+	if err != nil {
+		return rr, err
 	}
-	p := store.RunCloseParams{ID: r.ID, Status: model.StatusFailed,
-		Reason: "closed by holdfast recover: the database was restored while the run was live, and its unit is gone with no exit marker " +
-			"and no snapshot of it in its repository; it is not run again (holdfast run start " + r.JobName + " does)"}
-	if snap, ok := byRun[r.ID]; ok && r.Kind == model.KindBackup {
+	p := store.RunCloseParams{ID: r.ID, Status: model.StatusFailed}
+	snap, found := ev.snapshotOf(r.JobName, r.ID)
+	switch {
+	case found && r.Kind == model.KindBackup:
 		p.Status, p.SnapshotID = model.StatusSucceeded, snap.ID
 		p.Reason = fmt.Sprintf("closed by holdfast recover: its snapshot %.12s is in the repository", snap.ID)
 		start, end := snap.Time, snap.Time
-		figures(summaries[snap.ID], &start, &end, &p.BytesAdded, &p.BytesProcessed, &p.FilesProcessed)
+		figures(snap.summary, time.Now().Add(clockSkew), &start, &end, &p.BytesAdded, &p.BytesProcessed, &p.FilesProcessed)
 		p.FinishedAt = &end
+	case slices.Max(append(markers, 0)) > a.No:
+		p.Reason = fmt.Sprintf("closed by holdfast recover: the run went on in attempt %d, which the database does not know, and no snapshot of it is in its repository; it is not run again (holdfast run start %s does)",
+			slices.Max(markers), r.JobName)
+	case slices.Contains(markers, a.No):
+		return leave("its exit marker is there, and the daemon ends the run from it")
+	case a.Unit == "" && a.SpawnClaimedAt == nil:
+		// Never started as far as anything shows: starting it is its first start.
+		return leave("it was never started (no unit, no exit marker, no snapshot of it), and the daemon starts it")
+	default:
+		p.Reason = fmt.Sprintf("closed by holdfast recover: its unit is gone, with no exit marker and no snapshot of it in its repository; it is not run again (holdfast run start %s does)", r.JobName)
+	}
+	if p.Status == model.StatusFailed && r.StopRequestedAt != nil {
+		p.Status, p.Reason = model.StatusStopped, "stopped; "+p.Reason
 	}
 	closed, err := cfg.Store.RunClose(ctx, p)
 	if err != nil {
 		return rr, err
 	}
 	if !closed {
-		rr.Reason = "left as it is: it ended meanwhile"
-		return rr, nil
+		return leave("it ended meanwhile")
 	}
 	rr.Status, rr.Reason = p.Status, p.Reason
 	return rr, nil
+}
+
+// attemptOf is the attempt a unit of run is named for (systemd.UnitName, or its timer).
+func attemptOf(unit string, run uuid.UUID) (int, bool) {
+	_, rest, ok := strings.Cut(unit, run.String()+"-a")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSuffix(rest, ".service"), ".timer"))
+	return n, err == nil && n > 0
+}
+
+// markerAttempts are the attempts of run whose exit marker is in stateDir, whatever it says.
+func markerAttempts(stateDir string, run uuid.UUID) ([]int, error) {
+	names, err := filepath.Glob(filepath.Join(filepath.Dir(systemd.MarkerPath(stateDir, run, 1)), run.String()+".a*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, name := range names {
+		if r, n, ok := systemd.ParseMarkerName(filepath.Base(name)); ok && r == run {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 // rebase re-bases each account of jobs on its local repositories, each repository counted
@@ -335,8 +439,8 @@ func rebase(ctx context.Context, cfg Config, jobs []model.Job) ([]AccountReport,
 	var out []AccountReport
 	for _, name := range names {
 		ar := AccountReport{Account: name}
+		measured := map[string]int64{}
 		slices.Sort(repos[name])
-		var parts []string
 		for _, repo := range repos[name] {
 			size, err := cfg.Measure(repo)
 			if errors.Is(err, ledger.ErrNotLocal) {
@@ -346,17 +450,10 @@ func rebase(ctx context.Context, cfg Config, jobs []model.Job) ([]AccountReport,
 			if err != nil {
 				return out, fmt.Errorf("account %s: %w", name, err)
 			}
+			measured[repo] = size
 			ar.Measured += size
-			parts = append(parts, fmt.Sprintf("%s %s", repo, ledger.FormatSize(size)))
 		}
-		note := "repositories " + strings.Join(parts, ", ")
-		if len(parts) == 0 {
-			note = "no local repository"
-		}
-		if len(ar.Unmeasured) > 0 {
-			note += "; not measured, not local: " + strings.Join(ar.Unmeasured, ", ")
-		}
-		e, err := cfg.Store.AccountRebase(ctx, store.AccountRebaseParams{Account: name, Measured: ar.Measured, Note: note, Actor: cfg.Actor})
+		e, err := cfg.Store.AccountRebase(ctx, store.AccountRebaseParams{Account: name, Measured: measured, Unmeasured: ar.Unmeasured, Actor: cfg.Actor})
 		if err != nil {
 			return out, err
 		}

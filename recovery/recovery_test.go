@@ -1,7 +1,9 @@
 package recovery
 
 import (
+	"cmp"
 	"context"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -25,49 +27,74 @@ func (c *closings) RunClose(_ context.Context, p store.RunCloseParams) (bool, er
 	return true, nil
 }
 
-type aliveUnits map[string]bool
+// units are the states of a run's units by attempt, as systemd would list them.
+type units map[string]systemd.State
 
-func (u aliveUnits) Alive(_ context.Context, name string) (bool, systemd.State, error) {
-	return u[name], systemd.State{}, nil
+func (u units) StatesMatching(_ context.Context, pattern string) (map[string]systemd.State, error) {
+	out := map[string]systemd.State{}
+	for name, st := range u {
+		if ok, _ := path.Match(pattern, name); ok {
+			out[name] = st
+		}
+	}
+	return out, nil
 }
 
-// A run live in a restored database is ended by evidence, in this order: an attempt of
-// another host is that host's to judge; a unit still running, or an exit marker still there,
-// is the daemon's to follow; a backup whose snapshot is in the repository succeeded, with the
-// figures restic kept; anything else failed, not run again.
+var (
+	running = systemd.State{LoadState: "loaded", ActiveState: "active", SubState: "running"}
+	gone    = systemd.State{LoadState: "loaded", ActiveState: "failed", SubState: "failed"}
+)
+
+// A run live in a restored database is ended by evidence, top to bottom: an attempt of another
+// host is that host's to judge; a job whose repository could not be read waits for it; a run
+// whose time is to come, a unit of its attempt still there or its exit marker left are the
+// daemon's to follow; a later attempt's unit still running waits for its end; a backup whose
+// snapshot is in its own job's repository succeeded, with the figures restic kept; a later
+// attempt's marker, or a unit gone with nothing left, ends it failed (stopped, if a stop was
+// asked), never run again; and a run that never started is the daemon's to start.
 func TestCloseLive(t *testing.T) {
 	snapID := strings.Repeat("ef", 32)
 	start := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
-	for _, c := range []struct {
-		name       string
-		kind       model.Kind
-		host       string // the attempt's host; "" not spawned
-		later      bool   // its not-before time is to come
-		alive      bool
-		marker     bool
-		snapshot   bool
-		wantStatus string // "" left live
-		wantReason string
-	}{
-		{"another host's", model.KindBackup, "h2", true, true, true, true, "", "on host h2"},
-		{"its time to come", model.KindBackup, "h1", true, false, false, false, "", "has not come"},
-		{"unit running", model.KindBackup, "h1", false, true, true, true, "", "is running"},
-		{"marker there", model.KindBackup, "h1", false, false, true, true, "", "exit marker is there"},
-		{"snapshot in the repository", model.KindBackup, "h1", false, false, false, true, model.StatusSucceeded, "its snapshot efefefefefef is in the repository"},
-		{"never spawned, snapshot", model.KindBackup, "", false, false, false, true, model.StatusSucceeded, "its snapshot"},
-		{"no evidence", model.KindBackup, "h1", false, false, false, false, model.StatusFailed, "it is not run again"},
-		{"its time passed, no evidence", model.KindBackup, "", false, false, false, false, model.StatusFailed, "it is not run again"},
-		{"a forget, tagged snapshot", model.KindForget, "h1", false, false, false, true, model.StatusFailed, "it is not run again"},
+	type row struct {
+		name                string
+		kind                model.Kind
+		host                string // the attempt's host; "" not spawned
+		later               bool   // its not-before time is to come
+		unread              bool   // its job's repository could not be read
+		units               map[int]systemd.State
+		markers             []int
+		snapJob             string // the job whose repository has a snapshot with the run's tag
+		stop                bool
+		wantStatus, wantWhy string // wantStatus "" left live
+		wantPending         bool
+	}
+	for _, c := range []row{
+		{name: "another host's", host: "h2", units: map[int]systemd.State{1: running}, wantWhy: "on host h2"},
+		{name: "repository unread", host: "h1", unread: true, snapJob: "web", wantWhy: "could not be read", wantPending: true},
+		{name: "its time to come", host: "h1", later: true, wantWhy: "has not come"},
+		{name: "its unit running", host: "h1", units: map[int]systemd.State{1: running}, markers: []int{1}, snapJob: "web", wantWhy: "is there (active)"},
+		{name: "a later attempt running", host: "h1", units: map[int]systemd.State{1: gone, 2: running}, snapJob: "web", wantWhy: "attempt 2's unit", wantPending: true},
+		{name: "snapshot in the repository", host: "h1", units: map[int]systemd.State{1: gone}, markers: []int{1}, snapJob: "web", wantStatus: model.StatusSucceeded, wantWhy: "its snapshot efefefefefef is in the repository"},
+		{name: "never spawned, snapshot", snapJob: "web", wantStatus: model.StatusSucceeded, wantWhy: "its snapshot"},
+		{name: "marker left", host: "h1", markers: []int{1}, wantWhy: "exit marker is there"},
+		{name: "a later attempt's marker", host: "h1", markers: []int{1, 2}, wantStatus: model.StatusFailed, wantWhy: "went on in attempt 2"},
+		{name: "no evidence", host: "h1", wantStatus: model.StatusFailed, wantWhy: "it is not run again"},
+		{name: "no evidence, stop asked", host: "h1", stop: true, wantStatus: model.StatusStopped, wantWhy: "stopped; closed by holdfast recover"},
+		{name: "never started", wantWhy: "never started"},
+		{name: "a forget, tagged snapshot", kind: model.KindForget, host: "h1", snapJob: "web", wantStatus: model.StatusFailed, wantWhy: "it is not run again"},
+		{name: "another job's snapshot with its tag", host: "h1", snapJob: "mallory", wantStatus: model.StatusFailed, wantWhy: "it is not run again"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			run := uuid.New()
 			st := &closings{}
-			cfg := Config{Store: st, Host: "h1", StateDir: t.TempDir()}
-			unit := systemd.UnitName("web", run, 1)
-			cfg.Units = aliveUnits{unit: c.alive}
-			if c.marker {
-				if err := systemd.WriteMarker(cfg.StateDir, systemd.Marker{Run: run, Attempt: 1, Unit: unit, ServiceResult: "success",
-					ExitCode: "exited", ExitStatus: "0", At: start}); err != nil {
+			u := units{}
+			for n, state := range c.units {
+				u[systemd.UnitName("web", run, n)] = state
+			}
+			cfg := Config{Store: st, Units: u, Host: "h1", StateDir: t.TempDir()}
+			for _, n := range c.markers {
+				if err := systemd.WriteMarker(cfg.StateDir, systemd.Marker{Run: run, Attempt: n, Unit: systemd.UnitName("web", run, n),
+					ServiceResult: "success", ExitCode: "exited", ExitStatus: "0", At: start}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -76,22 +103,28 @@ func TestCloseLive(t *testing.T) {
 			if c.later {
 				notBefore = now.Add(time.Hour)
 			}
-			l := model.LiveRun{Run: model.Run{ID: run, JobName: "web", Kind: c.kind, Status: model.StatusRunning, NotBefore: &notBefore},
-				Attempt: model.Attempt{No: 1, Host: c.host}, ReadAt: now}
+			l := model.LiveRun{Run: model.Run{ID: run, JobName: "web", Kind: cmp.Or(c.kind, model.KindBackup), Status: model.StatusRunning,
+				NotBefore: &notBefore}, Attempt: model.Attempt{No: 1, Host: c.host}, ReadAt: now}
 			if c.host != "" {
-				l.Attempt.Unit = unit
+				l.Attempt.Unit = systemd.UnitName("web", run, 1)
 			}
-			byRun := map[uuid.UUID]model.Snapshot{}
-			if c.snapshot {
-				byRun[run] = model.Snapshot{ID: snapID, Time: start, RunID: &run}
+			if c.stop {
+				l.Run.StopRequestedAt = &now
 			}
-			sum := &engine.SnapshotSummary{BackupStart: start, BackupEnd: start.Add(time.Minute), DataAdded: 7}
-			rr, err := closeLive(context.Background(), cfg, l, byRun, map[string]*engine.SnapshotSummary{snapID: sum})
+			ev := evidence{snaps: map[string][]listed{}, unread: map[string]string{}}
+			if c.snapJob != "" {
+				ev.snaps[c.snapJob] = []listed{{model.Snapshot{ID: snapID, Time: start, RunID: &run, JobName: c.snapJob},
+					&engine.SnapshotSummary{BackupStart: start, BackupEnd: start.Add(time.Minute), DataAdded: 7}}}
+			}
+			if c.unread {
+				ev.unread["web"] = "restic: repository locked"
+			}
+			rr, err := closeLive(context.Background(), cfg, l, ev)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rr.Status != c.wantStatus || !strings.Contains(rr.Reason, c.wantReason) {
-				t.Fatalf("%s: %q; want %q, a reason with %q", rr.Status, rr.Reason, c.wantStatus, c.wantReason)
+			if rr.Status != c.wantStatus || !strings.Contains(rr.Reason, c.wantWhy) || rr.Pending != c.wantPending {
+				t.Fatalf("%q: %q (pending %v); want %q, a reason with %q (pending %v)", rr.Status, rr.Reason, rr.Pending, c.wantStatus, c.wantWhy, c.wantPending)
 			}
 			if c.wantStatus == "" {
 				if len(st.closed) != 0 {
@@ -124,10 +157,12 @@ func TestFigures(t *testing.T) {
 		{"a backup of its time", &engine.SnapshotSummary{BackupStart: at.Add(300 * time.Millisecond), BackupEnd: at.Add(time.Hour), DataAdded: 1}, at.Add(time.Hour), true},
 		{"a time given", &engine.SnapshotSummary{BackupStart: at.Add(48 * time.Hour), BackupEnd: at.Add(49 * time.Hour), DataAdded: 1}, at, true},
 		{"an end before its start", &engine.SnapshotSummary{BackupStart: at, BackupEnd: at.Add(-time.Hour), DataAdded: 1}, at, true},
+		{"an end to come", &engine.SnapshotSummary{BackupStart: at, BackupEnd: at.Add(48 * time.Hour), DataAdded: 1}, at, true},
+		{"a figure below zero", &engine.SnapshotSummary{BackupStart: at, BackupEnd: at.Add(time.Hour), DataAdded: -1}, at.Add(time.Hour), false},
 	} {
 		start, end := at, at
 		var added, processed, files *int64
-		figures(c.sum, &start, &end, &added, &processed, &files)
+		figures(c.sum, at.Add(24*time.Hour), &start, &end, &added, &processed, &files)
 		if !end.Equal(c.wantEnd) || (added != nil) != c.wantSize {
 			t.Errorf("%s: end %s, added %v; want %s, figures %v", c.name, end, added, c.wantEnd, c.wantSize)
 		}

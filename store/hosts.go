@@ -71,6 +71,15 @@ func (s *Store) LeaseAcquire(ctx context.Context, req LeaseAcquireParams) (model
 	}
 	l := model.Lease{Host: req.Host, Holder: req.Holder}
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		// No lease while holdfast recover rebuilds the database (LockRecovery): a daemon would
+		// act on runs the recovery has not judged yet.
+		var free bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock_shared($1::int, 0)`, recoveryLockClass).Scan(&free); err != nil {
+			return err
+		}
+		if !free {
+			return ErrRecovering
+		}
 		// A new host's row starts with an expired lease, so that daemons starting at once for
 		// one name queue on its row lock instead of racing to insert it.
 		_, err := tx.Exec(ctx, `INSERT INTO hosts (name, lease_until, generation) VALUES ($1, now(), 0) ON CONFLICT (name) DO NOTHING`,
@@ -113,7 +122,7 @@ func (s *Store) LeaseAcquire(ctx context.Context, req LeaseAcquireParams) (model
 	})
 	if err != nil {
 		var held *LeaseHeldError
-		if errors.As(err, &held) {
+		if errors.As(err, &held) || errors.Is(err, ErrRecovering) {
 			return model.Lease{}, err
 		}
 		return model.Lease{}, fmt.Errorf("take the lease of host %s: %w", req.Host, err)

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -21,18 +22,19 @@ func TestRunRecord(t *testing.T) {
 	job := storetest.Job(t, st, &storetest.JobOpts{Name: "web"})
 	now := b.Now(t).Truncate(time.Microsecond)
 	added := int64(4096)
-	rec := func(id uuid.UUID, end time.Time) bool {
+	own := uuid.New()
+	rec := func(job string, id uuid.UUID, end time.Time) *uuid.UUID {
 		t.Helper()
-		ok, err := st.RunRecord(ctx, store.RunRecordParams{Job: "web", ID: id, SnapshotID: strings.Repeat("ab", 32),
+		got, err := st.RunRecord(ctx, store.RunRecordParams{Job: job, ID: id, OwnID: own, SnapshotID: strings.Repeat("ab", 32),
 			StartedAt: end.Add(-time.Minute), FinishedAt: end, BytesAdded: &added, Reason: "recovered", Oldest: now.Add(-7 * 24 * time.Hour)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return ok
+		return got
 	}
 	first := uuid.New()
-	if !rec(first, now.Add(-2*time.Hour)) {
-		t.Fatal("the first record wrote nothing")
+	if got := rec("web", first, now.Add(-2*time.Hour)); got == nil || *got != first {
+		t.Fatalf("the first record recorded %v, want run %s", got, first)
 	}
 	r, err := st.RunGet(ctx, first)
 	if err != nil {
@@ -59,9 +61,17 @@ func TestRunRecord(t *testing.T) {
 		{"an older success", uuid.New(), now.Add(-3 * time.Hour)},
 		{"a success as old", uuid.New(), now.Add(-2 * time.Hour)},
 	} {
-		if rec(c.id, c.end) {
-			t.Errorf("%s: recorded", c.name)
+		if got := rec("web", c.id, c.end); got != nil {
+			t.Errorf("%s: recorded %s", c.name, got)
 		}
+	}
+	// A snapshot of another job whose tag names web's run is recorded under its own id.
+	storetest.Job(t, st, &storetest.JobOpts{Name: "mallory"})
+	if got := rec("mallory", first, now.Add(-time.Hour)); got == nil || *got != own {
+		t.Fatalf("another job's snapshot with web's run tag recorded %v, want its own id %s", got, own)
+	}
+	if r, err := st.RunGet(ctx, first); err != nil || r.JobName != "web" {
+		t.Fatalf("web's run after: %+v %v", r, err)
 	}
 	requireNoViolations(t, b)
 }
@@ -140,7 +150,7 @@ func TestAccountRebase(t *testing.T) {
 			if _, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: "acct", Quota: c.quota, Actor: "tester"}); err != nil {
 				t.Fatal(err)
 			}
-			e, err := st.AccountRebase(ctx, store.AccountRebaseParams{Account: "acct", Measured: c.measured, Note: "repositories /srv/r", Actor: "tester"})
+			e, err := st.AccountRebase(ctx, store.AccountRebaseParams{Account: "acct", Measured: map[string]int64{"/srv/r": c.measured}, Actor: "tester"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -155,7 +165,7 @@ func TestAccountRebase(t *testing.T) {
 				t.Fatalf("the account has %d settled, want %d", accounts[0].SettledBytes, c.want)
 			}
 			// Again: nothing more is missing.
-			if e, err := st.AccountRebase(ctx, store.AccountRebaseParams{Account: "acct", Measured: c.measured, Actor: "tester"}); err != nil ||
+			if e, err := st.AccountRebase(ctx, store.AccountRebaseParams{Account: "acct", Measured: map[string]int64{"/srv/r": c.measured}, Actor: "tester"}); err != nil ||
 				e.Bytes != 0 && c.quota == nil {
 				t.Fatalf("a second re-basing: %+v %v", e, err)
 			}
@@ -163,7 +173,51 @@ func TestAccountRebase(t *testing.T) {
 		})
 	}
 	b := storetest.Setup(t)
-	if _, err := b.Store.AccountRebase(b.Ctx, store.AccountRebaseParams{Account: "none", Measured: 1}); err == nil {
+	st, ctx := b.Store, b.Ctx
+	if _, err := st.AccountRebase(ctx, store.AccountRebaseParams{Account: "none", Measured: map[string]int64{"/srv/r": 1}}); err == nil {
 		t.Fatal("a re-basing of no account was taken")
+	}
+	// Two hosts, each with a local repository of the default account: the second adds its own
+	// to what the first measured, and neither is charged twice.
+	for _, c := range []struct {
+		host     string
+		measured map[string]int64
+		want     int64
+		note     string
+	}{
+		{"a", map[string]int64{"/srv/a": 10 << 20}, 10 << 20, "/srv/a 10 MiB)"},
+		{"b", map[string]int64{"/srv/b": 3 << 20}, 3 << 20, "/srv/a 10 MiB (measured before), /srv/b 3.0 MiB"},
+		{"a again", map[string]int64{"/srv/a": 10 << 20}, 0, "13 MiB measured, 13 MiB charged before"},
+	} {
+		e, err := st.AccountRebase(ctx, store.AccountRebaseParams{Account: store.DefaultAccount, Measured: c.measured, Unmeasured: []string{"s3:x"}, Actor: "tester"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Bytes != c.want || !strings.Contains(e.Note, c.note) || !strings.Contains(e.Note, "not measured, not local: s3:x") {
+			t.Fatalf("host %s: %d bytes, %q; want %d, a note with %q", c.host, e.Bytes, e.Note, c.want, c.note)
+		}
+	}
+	requireNoViolations(t, b)
+}
+
+// While holdfast recover holds its lock no daemon takes its lease, and a second recovery is
+// refused; once it is released the lease is taken.
+func TestLockRecovery(t *testing.T) {
+	b := storetest.Setup(t)
+	st, ctx := b.Store, b.Ctx
+	release, err := store.LockRecovery(ctx, store.Address{DSN: b.DSN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.LockRecovery(ctx, store.Address{DSN: b.DSN}); err == nil || !strings.Contains(err.Error(), "another holdfast recover") {
+		t.Fatalf("a second recovery's lock: %v", err)
+	}
+	req := store.LeaseAcquireParams{Host: "h2", Holder: "holder-2", Duration: time.Minute, Grace: time.Second}
+	if _, err := st.LeaseAcquire(ctx, req); !errors.Is(err, store.ErrRecovering) {
+		t.Fatalf("a lease taken during a recovery: %v", err)
+	}
+	release()
+	if _, err := st.LeaseAcquire(ctx, req); err != nil {
+		t.Fatalf("the lease after the recovery: %v", err)
 	}
 }

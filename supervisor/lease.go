@@ -74,8 +74,9 @@ func (h *hostLease) drop() {
 	h.heldUntil = time.Time{}
 }
 
-// Start takes the lease. Another daemon's current lease is waited out for up to two lease
-// lengths, since a daemon of the same name elsewhere may be stopping; then Start fails.
+// Start takes the lease. Another daemon's current lease, or a recovery of the database
+// (store.ErrRecovering), is waited out for up to two lease lengths, since a daemon of the same
+// name elsewhere may be stopping; then Start fails.
 func (h *hostLease) Start(ctx context.Context) error {
 	if h.loop.running() {
 		return nil
@@ -84,8 +85,9 @@ func (h *hostLease) Start(ctx context.Context) error {
 	for {
 		asked := time.Now()
 		lease, err := h.store.LeaseAcquire(ctx, h.req)
+		// A recovery of the database is waited out as another daemon's lease is.
 		var held *store.LeaseHeldError
-		if errors.As(err, &held) && time.Now().Before(deadline) {
+		if (errors.As(err, &held) || errors.Is(err, store.ErrRecovering)) && time.Now().Before(deadline) {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()

@@ -145,14 +145,19 @@ func readmeExamples(t *testing.T, b *bootedWorld) {
 	// The database lost (dropped under the running daemon) and rebuilt from that dump, taken
 	// while its own backup ran: every job is back, the backup live in the dump ends as it did, in
 	// its one attempt, and the examples after this one run on the recovered database.
-	dumpRun := b.lastRun("db")
+	var dumpRun string
+	for _, r := range b.runsOf("db") {
+		if r.Kind == "backup" {
+			dumpRun = r.ID
+		}
+	}
 	jobsBefore := b.mustHoldfast("job", "list")
 	h.Run(t, "runuser", "-u", "postgres", "--", "dropdb", "--force", "holdfast")
 	b.readmeBlock(readmeRecover, env)
 	if jobs := b.mustHoldfast("job", "list"); jobs != jobsBefore {
 		t.Fatalf("jobs after the recovery:\n%s\nwant\n%s", jobs, jobsBefore)
 	}
-	if r := b.waitRun(dumpRun.ID, "the end of the backup live in the dump", ended); r.Status != "succeeded" || len(r.Attempts) != 1 || r.SnapshotID == "" {
+	if r := b.waitRun(dumpRun, "the end of the backup live in the dump", ended); r.Status != "succeeded" || len(r.Attempts) != 1 || r.SnapshotID == "" {
 		t.Fatalf("the backup live in the dump, after the recovery: %s (%s), snapshot %q, %d attempts; want succeeded in one", r.Status, r.Reason, r.SnapshotID, len(r.Attempts))
 	}
 	if j := b.jobJSON("db"); j["alert_after_seconds"] != float64(26*3600) {

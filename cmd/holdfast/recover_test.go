@@ -310,6 +310,7 @@ func TestRecoverRefused(t *testing.T) {
 		return path
 	}
 	config := write("holdfast.yaml", "jobs:\n  web:\n    repo: /srv/backup/web\n    password-file: /etc/holdfast/web.pw\n    path: [/srv/web]\n", 0o600)
+	before := w.dbDigest()
 	for _, c := range []struct {
 		name string
 		args []string
@@ -325,6 +326,9 @@ func TestRecoverRefused(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 			t.Errorf("%s: exit %d\n%s%s\nwant exit 2 and one line with %q", c.name, r.code, r.stdout, r.stderr, c.want)
 		}
+	}
+	if after := w.dbDigest(); after != before {
+		t.Errorf("refused recoveries changed the database:\n%s\nwas\n%s", after, before)
 	}
 	d := w.startDaemon()
 	host, _ := os.Hostname()

@@ -3,17 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-backup/holdfast/credentials"
@@ -21,6 +19,7 @@ import (
 	"github.com/holdfast-backup/holdfast/ledger"
 	"github.com/holdfast-backup/holdfast/migrations"
 	"github.com/holdfast-backup/holdfast/recovery"
+	"github.com/holdfast-backup/holdfast/setup"
 	"github.com/holdfast-backup/holdfast/store"
 	"github.com/holdfast-backup/holdfast/unitcmd"
 )
@@ -53,17 +52,21 @@ are what the jobs are made from. Then, for the jobs this host may run:
   - each job's repository is listed into the snapshot inventory, as the job's user, so snapshots
     newer than a dump are known;
   - each run the database holds live is ended by evidence, never run again: one whose unit is
-    running, or whose exit marker is there, is left to the daemon; one whose snapshot is in its
-    repository succeeded; any other failed, and says why;
+    there, whose exit marker is left, whose time is to come or that never started is left to
+    the daemon; one whose snapshot is in its job's repository succeeded; any other failed (or
+    stopped, if a stop was asked), and says why;
   - each job's newest snapshot becomes its last success (a run with the trigger 'recovered'),
     with the figures restic 0.17 and later keep in it, unless the database knows a later one;
-  - each account is re-based on what its local repositories measure: one 'recovered' ledger
-    entry, which says what was measured and what was charged before.
+  - each account is re-based on what its local repositories measure (and what a recovery on
+    another host measured of its own): one 'recovered' ledger entry, which says so.
 
-Schedules go on from now: nothing missed while the database was lost is run as a catch-up.
-Jobs pinned to other hosts are left to holdfast recover there. Run it again at will: what it
-recorded it does not record twice. Exit status: 0 done, 1 a repository could not be read (run it
-again once it can), 2 bad input or a database that is not what it needs (nothing changed).`,
+Jobs made from the configuration are scheduled from now; a restored dump's schedules go on as
+after any downtime (a job with --catch-up runs once for the slots missed). No daemon takes its
+lease while it runs. Jobs pinned to other hosts are left to holdfast recover there. Run it again
+at will: what it recorded it does not record twice. Exit status: 0 done; 1 an error, or not
+complete (a repository could not be read, or a run's later attempt still runs: run it again
+then); 2 bad input, a database that is not what it needs or a daemon running (nothing changed,
+unless a dump was restored: the message says so).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dump == "" && len(args) == 0 {
 				return badInput("nothing to recover from: give the configuration's files (holdfast recover FILE...), a dump of the database (--dump DUMP), or both")
@@ -96,6 +99,22 @@ again once it can), 2 bad input or a database that is not what it needs (nothing
 				return err
 			}
 			ctx := cmd.Context()
+			rn, err := g.openSystemd(ctx)
+			if err != nil {
+				return err
+			}
+			defer rn.Close()
+			if alive, st, err := rn.Alive(ctx, setup.DefaultService); err != nil {
+				return err
+			} else if alive {
+				return inputError{fmt.Errorf("%s is %s on this host: stop it first (systemctl stop holdfast), on every host", setup.DefaultService, st.ActiveState)}
+			}
+			// Held to the end: no daemon takes its lease meanwhile (store.ErrRecovering).
+			unlock, err := store.LockRecovery(ctx, g.address())
+			if err != nil {
+				return err
+			}
+			defer unlock()
 			out := recoverOut{Applied: []configChange{}}
 			// The hosts' leases a dump brings were held when it was taken: only a lease renewed
 			// since the restore began is a daemon's.
@@ -119,8 +138,12 @@ again once it can), 2 bad input or a database that is not what it needs (nothing
 				}
 				for _, h := range hosts {
 					if h.Alive && h.HeartbeatAt.After(restoredAt) {
-						return inputError{fmt.Errorf("host %s's daemon holds its lease until %s: stop holdfast on every host (systemctl stop holdfast), "+
-							"wait until then, and run holdfast recover again (without --dump: the database is restored)", h.Name, h.LeaseUntil.UTC().Format(time.RFC3339))}
+						again := "run holdfast recover again"
+						if dumpFile != nil {
+							again = "run holdfast recover again without --dump: the dump is restored, nothing else was done"
+						}
+						return inputError{fmt.Errorf("host %s's daemon holds its lease until %s: stop holdfast on every host (systemctl stop holdfast), then %s",
+							h.Name, h.LeaseUntil.UTC().Format(time.RFC3339), again)}
 					}
 				}
 				if len(set.files) > 0 {
@@ -136,11 +159,6 @@ again once it can), 2 bad input or a database that is not what it needs (nothing
 						out.Applied = plan.Changes
 					}
 				}
-				rn, err := g.openSystemd(ctx)
-				if err != nil {
-					return err
-				}
-				defer rn.Close()
 				self, err := g.env.executable()
 				if err != nil {
 					return fmt.Errorf("find holdfast's own executable: %w", err)
@@ -207,7 +225,7 @@ func printRecover(w io.Writer, o recoverOut) {
 		fmt.Fprintf(w, "left to holdfast recover on their hosts: %s\n", strings.Join(r.Elsewhere, ", "))
 	}
 	if !o.Complete {
-		fmt.Fprintln(w, "holdfast recover: not complete: run it again once every repository can be read")
+		fmt.Fprintln(w, "holdfast recover: not complete: run it again once what is named above can be read, or has ended")
 	}
 }
 
@@ -229,8 +247,8 @@ func dumpTool(f *os.File) (string, error) {
 }
 
 // restoreDump restores the dump in f into the database, which must be empty: holdfast's schema
-// never applied to it. The tool connects with the address's parts in its environment (libpq's
-// PG* variables), never in its arguments, which every user of the host can read. It returns
+// never applied to it. The tool is given the address without its password, which goes in its
+// environment (store.Address.Libpq): every user of the host can read its arguments. It returns
 // the database's clock as the restore began.
 func (g *globals) restoreDump(ctx context.Context, f *os.File) (time.Time, error) {
 	st, release, err := g.openStore(ctx)
@@ -254,13 +272,13 @@ func (g *globals) restoreDump(ctx context.Context, f *os.File) (time.Time, error
 	if err != nil {
 		return time.Time{}, inputError{err}
 	}
-	cfg, err := pgconn.ParseConfig(g.address().Session())
+	conninfo, password, err := g.address().Libpq()
 	if err != nil {
-		return time.Time{}, fmt.Errorf("parse database address: %w", err)
+		return time.Time{}, inputError{err}
 	}
-	argv := []string{"--no-owner", "--no-privileges", "--single-transaction", "--exit-on-error", "--dbname", cfg.Database}
+	argv := []string{"--no-owner", "--no-privileges", "--single-transaction", "--exit-on-error", "--dbname", conninfo}
 	if tool == "psql" {
-		argv = []string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction", "--dbname", cfg.Database}
+		argv = []string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction", "--dbname", conninfo}
 	}
 	bin, err := exec.LookPath(tool)
 	if err != nil {
@@ -270,7 +288,10 @@ func (g *globals) restoreDump(ctx context.Context, f *os.File) (time.Time, error
 		return time.Time{}, err
 	}
 	c := exec.CommandContext(ctx, bin, argv...)
-	c.Stdin, c.Env = f, libpqEnv(os.Environ(), cfg)
+	c.Stdin, c.Env = f, os.Environ()
+	if password != "" {
+		c.Env = append(slices.DeleteFunc(c.Env, func(kv string) bool { return strings.HasPrefix(kv, "PGPASSWORD=") }), "PGPASSWORD="+password)
+	}
 	var stderr bytes.Buffer
 	c.Stdout, c.Stderr = io.Discard, &stderr
 	if err := c.Run(); err != nil {
@@ -281,39 +302,4 @@ func (g *globals) restoreDump(ctx context.Context, f *os.File) (time.Time, error
 		return time.Time{}, fmt.Errorf("%s could not restore the dump (%v), and restored nothing: %s", tool, err, msg)
 	}
 	return began, nil
-}
-
-// libpqEnv is env without its PG* variables, with the connection's own: host, port, user,
-// password, TLS mode and connect timeout.
-func libpqEnv(env []string, cfg *pgconn.Config) []string {
-	out := make([]string, 0, len(env)+6)
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "PG") {
-			out = append(out, kv)
-		}
-	}
-	out = append(out, "PGHOST="+cfg.Host, "PGPORT="+strconv.Itoa(int(cfg.Port)), "PGUSER="+cfg.User, "PGSSLMODE="+sslMode(cfg.TLSConfig, cfg.Fallbacks))
-	if cfg.Password != "" {
-		out = append(out, "PGPASSWORD="+cfg.Password)
-	}
-	if cfg.ConnectTimeout > 0 {
-		out = append(out, "PGCONNECT_TIMEOUT="+strconv.Itoa(max(2, int(cfg.ConnectTimeout.Seconds()))))
-	}
-	return out
-}
-
-// sslMode is the libpq sslmode that gives the TLS pgx parsed from the address.
-func sslMode(t *tls.Config, fallbacks []*pgconn.FallbackConfig) string {
-	switch {
-	case t == nil:
-		return "disable"
-	case !t.InsecureSkipVerify:
-		return "verify-full"
-	}
-	for _, f := range fallbacks {
-		if f.TLSConfig == nil {
-			return "prefer"
-		}
-	}
-	return "require"
 }
