@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/holdfast-backup/holdfast/model"
 	"github.com/holdfast-backup/holdfast/systemd"
 	"github.com/holdfast-backup/holdfast/testenv"
 )
@@ -103,7 +104,8 @@ func TestRecoverDatabase(t *testing.T) {
 	config := filepath.Join(t.TempDir(), "holdfast.yaml")
 	yaml := fmt.Sprintf("jobs:\n"+
 		"  web:\n    repo: %s\n    password-file: %s\n    path: [%s]\n    schedule: \"0 3 * * *\"\n    tz: UTC\n    alert-after: 30h\n    keep-last: 2\n    keep-daily: 5\n"+
-		"  db:\n    repo: %s\n    password-file: %s\n    path: [%s]\n    schedule: \"0 3 * * *\"\n    tz: UTC\n    alert-after: 1h\n    keep-daily: 5\n",
+		"  db:\n    repo: %s\n    password-file: %s\n    path: [%s]\n    schedule: \"0 3 * * *\"\n    tz: UTC\n    alert-after: 1h\n    keep-daily: 5\n"+
+		"  tick:\n    engine: command\n    command: [/bin/true]\n    schedule: \"@every 6s\"\n",
 		webRepo, pw, webData, dbRepo, pw, dbData)
 	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -157,6 +159,29 @@ func TestRecoverDatabase(t *testing.T) {
 		t.Helper()
 		await(t, "db overdue", func() string { return "" }, func() jobJSON { return w.job("db") },
 			func(j jobJSON) bool { return j.OverdueSince != nil })
+	}
+	// tick's schedule after a recovery: one run per slot, none caught up, none run twice.
+	ticksOnce := func(way string, since time.Time) {
+		t.Helper()
+		var runs []model.Run
+		await(t, way+": two of tick's slots run", func() string { return fmt.Sprint(len(runs)) }, func() []model.Run {
+			all, err := w.storeRuns("tick")
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs = slices.DeleteFunc(all, func(r model.Run) bool { return r.CreatedAt.Before(since) })
+			return runs
+		}, func(runs []model.Run) bool {
+			return len(slices.DeleteFunc(slices.Clone(runs), func(r model.Run) bool { return r.Status != model.StatusSucceeded })) >= 2
+		})
+		slots := map[time.Time]bool{}
+		for _, r := range runs {
+			if r.Trigger != model.TriggerSchedule || r.PlannedAt == nil || slots[*r.PlannedAt] {
+				t.Errorf("%s: tick's run %s (%s, slot %v): want one scheduled run per slot", way, r.ID, r.Trigger, r.PlannedAt)
+				continue
+			}
+			slots[*r.PlannedAt] = true
+		}
 	}
 	// web backs up twice for real; the database is dumped while the second runs.
 	w.daemonFlags = append(w.daemonFlags, "--restic", w.slowRestic())
@@ -236,10 +261,12 @@ func TestRecoverDatabase(t *testing.T) {
 	if r := w.run("status"); r.code != 3 {
 		t.Fatalf("status of a lost database: exit %d, want 3 (unknown)\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	recovered := time.Now()
 	out := w.mustRun("recover", config)
 	t.Logf("recover from the configuration:\n%s", out)
 	d = w.startDaemon("--watch-interval", "500ms")
 	overdue()
+	ticksOnce("from the configuration", recovered)
 	d.kill()
 	same("from the configuration", w.recoverView())
 
@@ -248,6 +275,7 @@ func TestRecoverDatabase(t *testing.T) {
 	if r := w.run("recover", "--dump", filepath.Join(w.dir, "missing.dump")); r.code != 2 || !strings.Contains(r.stderr, "missing.dump") {
 		t.Fatalf("recover from a missing dump: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	recovered = time.Now()
 	out = w.mustRun("recover", "--dump", dump, config)
 	t.Logf("recover from the dump:\n%s", out)
 	if r := w.run("recover", "--dump", dump); r.code != 2 || !strings.Contains(r.stderr, "schema already") {
@@ -269,17 +297,16 @@ func TestRecoverDatabase(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, r := range runs {
-			if r.Trigger == "catch-up" || r.Trigger == "retry" || model_Live(r.Status) {
+			if r.Trigger == model.TriggerCatchUp || r.Trigger == model.TriggerRetry || model.Live(r.Status) {
 				t.Errorf("after the recovery job %s has run %s (%s, %s)", job, r.ID, r.Trigger, r.Status)
 			}
 		}
 	}
 	overdue()
+	ticksOnce("from the dump", recovered)
 	d.kill()
 	same("from the dump", w.recoverView())
 }
-
-func model_Live(status string) bool { return status == "queued" || status == "running" }
 
 func mustTime(t *testing.T, s string) time.Time {
 	t.Helper()
