@@ -150,7 +150,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLs$$' -fuzztime $(FUZZTIME) -timeout 0 ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseFind$$' -fuzztime $(FUZZTIME) -timeout 0 ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSnapshots$$' -fuzztime $(FUZZTIME) -timeout 0 ./engine/
-	$(GO) test -run '^$$' -fuzz '^FuzzAddressLibpq$$' -fuzztime $(FUZZTIME) -timeout 0 ./store/
+	$(GO) test -run '^$$' -fuzz '^FuzzAddressLibpqParams$$' -fuzztime $(FUZZTIME) -timeout 0 ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -timeout 0 ./cmd/holdfast/
 	$(GO) test -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME) -timeout 0 ./hook/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSize$$' -fuzztime $(FUZZTIME) -timeout 0 ./ledger/

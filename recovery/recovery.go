@@ -25,6 +25,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -180,8 +182,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	// Each job's repository as restic lists it now. The repository is the job's user's to
 	// write: a snapshot counts for its own job only (its job tag, in that job's repository),
 	// never for another job's run its tags name, and its figures are its own.
-	ev := evidence{snaps: map[string][]listed{}, unread: map[string]string{}}
+	ev := evidence{snaps: map[string][]listed{}, unread: map[string]string{}, pinnedHere: map[string]bool{}}
 	for _, j := range jobs {
+		ev.pinnedHere[j.Name] = j.Host == cfg.Host
 		if !j.HasRepository() {
 			continue
 		}
@@ -275,6 +278,8 @@ type listed struct {
 type evidence struct {
 	snaps  map[string][]listed
 	unread map[string]string
+	// pinnedHere are the jobs only this host runs.
+	pinnedHere map[string]bool
 }
 
 // snapshotOf is the snapshot of job that carries run's tag, if its repository has one.
@@ -343,37 +348,46 @@ func closeLive(ctx context.Context, cfg Config, l model.LiveRun, ev evidence) (R
 		case !ok || !st.Alive():
 		case n == a.No:
 			return leave(fmt.Sprintf("its unit %s is there (%s), and the daemon follows it", name, st.ActiveState))
-		case n > a.No:
+		default:
 			rr.Pending = true
-			return leave(fmt.Sprintf("its attempt %d's unit %s runs, which the database does not know: run holdfast recover again once it ended", n, name))
+			return leave(fmt.Sprintf("its attempt %d's unit %s runs, which the database does not hold live: run holdfast recover again once it ended", n, name))
 		}
 	}
-	markers, err := markerAttempts(cfg.StateDir, r.ID)
+	markers, err := markerAttempts(cfg.StateDir, r.ID, a.Unit != "" || a.SpawnClaimedAt != nil)
 	if err != nil {
 		return rr, err
 	}
+	later := slices.Max(append(markers, 0)) > a.No
 	p := store.RunCloseParams{ID: r.ID, Status: model.StatusFailed}
 	snap, found := ev.snapshotOf(r.JobName, r.ID)
 	switch {
+	// Its own marker says how it ended, partial included, and the daemon settles it.
+	case slices.Contains(markers, a.No) && !later:
+		return leave("its exit marker is there, and the daemon ends the run from it")
 	case found && r.Kind == model.KindBackup:
 		p.Status, p.SnapshotID = model.StatusSucceeded, snap.ID
 		p.Reason = fmt.Sprintf("closed by holdfast recover: its snapshot %.12s is in the repository", snap.ID)
 		start, end := snap.Time, snap.Time
 		figures(snap.summary, time.Now().Add(clockSkew), &start, &end, &p.BytesAdded, &p.BytesProcessed, &p.FilesProcessed)
 		p.FinishedAt = &end
-	case slices.Max(append(markers, 0)) > a.No:
-		p.Reason = fmt.Sprintf("closed by holdfast recover: the run went on in attempt %d, which the database does not know, and no snapshot of it is in its repository; it is not run again (holdfast run start %s does)",
+	case later:
+		p.Reason = fmt.Sprintf("closed by holdfast recover: the run went on in attempt %d, which the database does not hold, and no snapshot of it is in its repository; it is not run again (holdfast run start %s does)",
 			slices.Max(markers), r.JobName)
-	case slices.Contains(markers, a.No):
-		return leave("its exit marker is there, and the daemon ends the run from it")
-	case a.Unit == "" && a.SpawnClaimedAt == nil:
-		// Never started as far as anything shows: starting it is its first start.
+	// Never started as far as anything here shows, by a job only this host runs: starting it
+	// is its first start. One that another host may have taken is not run again.
+	case a.Unit == "" && a.SpawnClaimedAt == nil && ev.pinnedHere[r.JobName]:
 		return leave("it was never started (no unit, no exit marker, no snapshot of it), and the daemon starts it")
+	case a.Unit == "" && a.SpawnClaimedAt == nil:
+		p.Reason = fmt.Sprintf("closed by holdfast recover: it was not started here, and its job is any host's, so another host may have run it after the database was taken; it is not run again (holdfast run start %s does)", r.JobName)
 	default:
 		p.Reason = fmt.Sprintf("closed by holdfast recover: its unit is gone, with no exit marker and no snapshot of it in its repository; it is not run again (holdfast run start %s does)", r.JobName)
 	}
-	if p.Status == model.StatusFailed && r.StopRequestedAt != nil {
+	switch {
+	case p.Status != model.StatusFailed:
+	case r.StopRequestedAt != nil:
 		p.Status, p.Reason = model.StatusStopped, "stopped; "+p.Reason
+	case r.PausedReason != "":
+		p.Status, p.Reason = model.StatusPaused, "paused: "+r.PausedReason+"; "+p.Reason
 	}
 	closed, err := cfg.Store.RunClose(ctx, p)
 	if err != nil {
@@ -397,14 +411,20 @@ func attemptOf(unit string, run uuid.UUID) (int, bool) {
 }
 
 // markerAttempts are the attempts of run whose exit marker is in stateDir, whatever it says.
-func markerAttempts(stateDir string, run uuid.UUID) ([]int, error) {
-	names, err := filepath.Glob(filepath.Join(filepath.Dir(systemd.MarkerPath(stateDir, run, 1)), run.String()+".a*.json"))
+// A state directory without a markers directory holds none, unless the run was spawned: then
+// it is not the daemon's state directory (--state-dir, HOLDFAST_STATE_DIR).
+func markerAttempts(stateDir string, run uuid.UUID, spawned bool) ([]int, error) {
+	dir := filepath.Dir(systemd.MarkerPath(stateDir, run, 1))
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) && !spawned {
+		return nil, nil
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read the exit markers of run %s: %w (is %s the daemon's state directory? --state-dir)", run, err, stateDir)
 	}
 	var out []int
-	for _, name := range names {
-		if r, n, ok := systemd.ParseMarkerName(filepath.Base(name)); ok && r == run {
+	for _, e := range entries {
+		if r, n, ok := systemd.ParseMarkerName(e.Name()); ok && r == run {
 			out = append(out, n)
 		}
 	}

@@ -3,7 +3,9 @@ package recovery
 import (
 	"cmp"
 	"context"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,11 +49,13 @@ var (
 
 // A run live in a restored database is ended by evidence, top to bottom: an attempt of another
 // host is that host's to judge; a job whose repository could not be read waits for it; a run
-// whose time is to come, a unit of its attempt still there or its exit marker left are the
-// daemon's to follow; a later attempt's unit still running waits for its end; a backup whose
-// snapshot is in its own job's repository succeeded, with the figures restic kept; a later
-// attempt's marker, or a unit gone with nothing left, ends it failed (stopped, if a stop was
-// asked), never run again; and a run that never started is the daemon's to start.
+// whose time is to come or a unit of its attempt still there are the daemon's to follow; a unit
+// of another attempt still running waits for its end; its own exit marker is the daemon's to
+// read; a backup whose snapshot is in its own job's repository succeeded, with the figures
+// restic kept; a later attempt's marker, or a unit gone with nothing left, ends it failed
+// (stopped or paused, as asked), never run again; a run that never started is the daemon's to
+// start if only this host runs its job, else failed; and a state directory without markers
+// is no answer.
 func TestCloseLive(t *testing.T) {
 	snapID := strings.Repeat("ef", 32)
 	start := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
@@ -59,14 +63,19 @@ func TestCloseLive(t *testing.T) {
 		name                string
 		kind                model.Kind
 		host                string // the attempt's host; "" not spawned
+		attempt             int    // the live attempt; 0 is 1
+		anyHost             bool   // its job may run on any host
 		later               bool   // its not-before time is to come
 		unread              bool   // its job's repository could not be read
 		units               map[int]systemd.State
 		markers             []int
 		snapJob             string // the job whose repository has a snapshot with the run's tag
 		stop                bool
+		paused              string
+		noMarkersDir        bool
 		wantStatus, wantWhy string // wantStatus "" left live
 		wantPending         bool
+		wantErr             string
 	}
 	for _, c := range []row{
 		{name: "another host's", host: "h2", units: map[int]systemd.State{1: running}, wantWhy: "on host h2"},
@@ -74,15 +83,21 @@ func TestCloseLive(t *testing.T) {
 		{name: "its time to come", host: "h1", later: true, wantWhy: "has not come"},
 		{name: "its unit running", host: "h1", units: map[int]systemd.State{1: running}, markers: []int{1}, snapJob: "web", wantWhy: "is there (active)"},
 		{name: "a later attempt running", host: "h1", units: map[int]systemd.State{1: gone, 2: running}, snapJob: "web", wantWhy: "attempt 2's unit", wantPending: true},
-		{name: "snapshot in the repository", host: "h1", units: map[int]systemd.State{1: gone}, markers: []int{1}, snapJob: "web", wantStatus: model.StatusSucceeded, wantWhy: "its snapshot efefefefefef is in the repository"},
+		{name: "an earlier attempt running", host: "h1", attempt: 2, units: map[int]systemd.State{1: running}, wantWhy: "attempt 1's unit", wantPending: true},
+		{name: "its marker, and its snapshot", host: "h1", units: map[int]systemd.State{1: gone}, markers: []int{1}, snapJob: "web", wantWhy: "exit marker is there"},
+		{name: "snapshot in the repository", host: "h1", units: map[int]systemd.State{1: gone}, snapJob: "web", wantStatus: model.StatusSucceeded, wantWhy: "its snapshot efefefefefef is in the repository"},
+		{name: "a later marker, and its snapshot", host: "h1", markers: []int{1, 2}, snapJob: "web", wantStatus: model.StatusSucceeded, wantWhy: "its snapshot"},
 		{name: "never spawned, snapshot", snapJob: "web", wantStatus: model.StatusSucceeded, wantWhy: "its snapshot"},
 		{name: "marker left", host: "h1", markers: []int{1}, wantWhy: "exit marker is there"},
 		{name: "a later attempt's marker", host: "h1", markers: []int{1, 2}, wantStatus: model.StatusFailed, wantWhy: "went on in attempt 2"},
 		{name: "no evidence", host: "h1", wantStatus: model.StatusFailed, wantWhy: "it is not run again"},
 		{name: "no evidence, stop asked", host: "h1", stop: true, wantStatus: model.StatusStopped, wantWhy: "stopped; closed by holdfast recover"},
+		{name: "no evidence, paused", host: "h1", paused: "quota", wantStatus: model.StatusPaused, wantWhy: "paused: quota; closed by holdfast recover"},
 		{name: "never started", wantWhy: "never started"},
+		{name: "never started, any host's job", anyHost: true, wantStatus: model.StatusFailed, wantWhy: "another host may have run it"},
 		{name: "a forget, tagged snapshot", kind: model.KindForget, host: "h1", snapJob: "web", wantStatus: model.StatusFailed, wantWhy: "it is not run again"},
 		{name: "another job's snapshot with its tag", host: "h1", snapJob: "mallory", wantStatus: model.StatusFailed, wantWhy: "it is not run again"},
+		{name: "no markers directory", host: "h1", noMarkersDir: true, wantErr: "the daemon's state directory"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			run := uuid.New()
@@ -92,6 +107,11 @@ func TestCloseLive(t *testing.T) {
 				u[systemd.UnitName("web", run, n)] = state
 			}
 			cfg := Config{Store: st, Units: u, Host: "h1", StateDir: t.TempDir()}
+			if !c.noMarkersDir {
+				if err := os.MkdirAll(filepath.Dir(systemd.MarkerPath(cfg.StateDir, run, 1)), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for _, n := range c.markers {
 				if err := systemd.WriteMarker(cfg.StateDir, systemd.Marker{Run: run, Attempt: n, Unit: systemd.UnitName("web", run, n),
 					ServiceResult: "success", ExitCode: "exited", ExitStatus: "0", At: start}); err != nil {
@@ -104,14 +124,14 @@ func TestCloseLive(t *testing.T) {
 				notBefore = now.Add(time.Hour)
 			}
 			l := model.LiveRun{Run: model.Run{ID: run, JobName: "web", Kind: cmp.Or(c.kind, model.KindBackup), Status: model.StatusRunning,
-				NotBefore: &notBefore}, Attempt: model.Attempt{No: 1, Host: c.host}, ReadAt: now}
+				NotBefore: &notBefore, PausedReason: c.paused}, Attempt: model.Attempt{No: cmp.Or(c.attempt, 1), Host: c.host}, ReadAt: now}
 			if c.host != "" {
-				l.Attempt.Unit = systemd.UnitName("web", run, 1)
+				l.Attempt.Unit = systemd.UnitName("web", run, l.Attempt.No)
 			}
 			if c.stop {
 				l.Run.StopRequestedAt = &now
 			}
-			ev := evidence{snaps: map[string][]listed{}, unread: map[string]string{}}
+			ev := evidence{snaps: map[string][]listed{}, unread: map[string]string{}, pinnedHere: map[string]bool{"web": !c.anyHost}}
 			if c.snapJob != "" {
 				ev.snaps[c.snapJob] = []listed{{model.Snapshot{ID: snapID, Time: start, RunID: &run, JobName: c.snapJob},
 					&engine.SnapshotSummary{BackupStart: start, BackupEnd: start.Add(time.Minute), DataAdded: 7}}}
@@ -120,6 +140,12 @@ func TestCloseLive(t *testing.T) {
 				ev.unread["web"] = "restic: repository locked"
 			}
 			rr, err := closeLive(context.Background(), cfg, l, ev)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) || len(st.closed) != 0 {
+					t.Fatalf("error %v, closed %+v; want an error with %q and nothing closed", err, st.closed, c.wantErr)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

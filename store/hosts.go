@@ -130,13 +130,15 @@ func (s *Store) LeaseAcquire(ctx context.Context, req LeaseAcquireParams) (model
 	return l, nil
 }
 
-// LeaseRenew extends a lease that has not expired for d; ErrLeaseLost if it expired or another
-// daemon holds it now.
+// LeaseRenew extends a lease that has not expired for d; ErrLeaseLost if it expired, another
+// daemon holds it now, or holdfast recover rebuilds the database (a lease a restored dump
+// brings back is not renewed under it).
 func (s *Store) LeaseRenew(ctx context.Context, l model.Lease, d time.Duration) (model.Lease, error) {
 	err := s.pool.QueryRow(ctx, `
 		UPDATE hosts SET lease_until = now() + $4::interval, heartbeat_at = now()
 		WHERE name = $1 AND holder = $2 AND generation = $3 AND lease_until > now()
-		RETURNING lease_until`, l.Host, l.Holder, l.Generation, d).Scan(&l.Until)
+			AND pg_try_advisory_xact_lock_shared($5::int, 0)
+		RETURNING lease_until`, l.Host, l.Holder, l.Generation, d, recoveryLockClass).Scan(&l.Until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return l, fmt.Errorf("renew the lease of host %s: %w", l.Host, ErrLeaseLost)
 	}

@@ -41,7 +41,14 @@ func LockRecovery(ctx context.Context, addr Address) (release func(), err error)
 		}
 		return nil, fmt.Errorf("take the recovery's lock: %w", err)
 	}
-	return func() { conn.Close(context.Background()) }, nil
+	// Unlocked before the session closes: a closing session's locks go when its server process
+	// has ended, a moment after the client has left.
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock($1::int, 0)`, recoveryLockClass)
+		conn.Close(ctx)
+	}, nil
 }
 
 // RunRecordParams is a backup holdfast recover found in a repository: the newest snapshot of
@@ -195,8 +202,9 @@ type AccountRebaseParams struct {
 // AccountRebase charges p.Account with what its repositories hold beyond what its entries
 // charge (settled) and hold: one model.EntryRecovered entry, of 0 bytes when nothing is
 // missing, so that the ledger says it was re-based. What the account's repositories hold is
-// their latest measure: the ones measured now, and those an earlier re-basing measured (on
-// another host, whose local repositories this one cannot measure), which the entry keeps. An
+// their latest measure: the ones measured now, and those an earlier re-basing measured of
+// repositories a job of the account still writes (on another host, whose local repositories
+// this one cannot measure), which the entry keeps. An
 // account with a quota is charged at most its balance, and the entry's note says by how much
 // the repositories exceed it.
 func (s *Store) AccountRebase(ctx context.Context, p AccountRebaseParams) (model.LedgerEntry, error) {
@@ -217,10 +225,20 @@ func (s *Store) AccountRebase(ctx context.Context, p AccountRebaseParams) (model
 		if err != nil {
 			return err
 		}
+		// An earlier measure counts while a job of the account still writes its repository.
+		rows, err = tx.Query(ctx, `SELECT DISTINCT repository FROM jobs WHERE account = $1`, p.Account)
+		if err != nil {
+			return err
+		}
+		current, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
 		measured := map[string]int64{}
 		for _, m := range earlier {
 			maps.Copy(measured, m)
 		}
+		maps.DeleteFunc(measured, func(repo string, _ int64) bool { return !slices.Contains(current, repo) })
 		maps.Copy(measured, p.Measured)
 		var total int64
 		var parts []string

@@ -179,6 +179,8 @@ func TestAccountRebase(t *testing.T) {
 	}
 	// Two hosts, each with a local repository of the default account: the second adds its own
 	// to what the first measured, and neither is charged twice.
+	storetest.Job(t, st, &storetest.JobOpts{Repository: "/srv/a"})
+	storetest.Job(t, st, &storetest.JobOpts{Repository: "/srv/b"})
 	for _, c := range []struct {
 		host     string
 		measured map[string]int64

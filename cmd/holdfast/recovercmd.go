@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -52,9 +53,9 @@ are what the jobs are made from. Then, for the jobs this host may run:
   - each job's repository is listed into the snapshot inventory, as the job's user, so snapshots
     newer than a dump are known;
   - each run the database holds live is ended by evidence, never run again: one whose unit is
-    there, whose exit marker is left, whose time is to come or that never started is left to
-    the daemon; one whose snapshot is in its job's repository succeeded; any other failed (or
-    stopped, if a stop was asked), and says why;
+    there, whose exit marker is left, whose time is to come, or that never started and only this
+    host runs, is left to the daemon; one whose snapshot is in its job's repository succeeded;
+    any other failed (stopped or paused, as asked), and says why;
   - each job's newest snapshot becomes its last success (a run with the trigger 'recovered'),
     with the figures restic 0.17 and later keep in it, unless the database knows a later one;
   - each account is re-based on what its local repositories measure (and what a recovery on
@@ -67,7 +68,7 @@ at will: what it recorded it does not record twice. Exit status: 0 done; 1 an er
 complete (a repository could not be read, or a run's later attempt still runs: run it again
 then); 2 bad input, a database that is not what it needs or a daemon running (nothing changed,
 unless a dump was restored: the message says so).`,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (rerr error) {
 			if dump == "" && len(args) == 0 {
 				return badInput("nothing to recover from: give the configuration's files (holdfast recover FILE...), a dump of the database (--dump DUMP), or both")
 			}
@@ -79,24 +80,19 @@ unless a dump was restored: the message says so).`,
 					return err
 				}
 			}
-			var dumpFile *os.File
-			if dump != "" {
-				f, err := credentials.OpenTrusted(dump, maxDump)
-				if err != nil {
-					return inputError{err}
-				}
-				defer f.Close()
-				dumpFile = f
-				if _, err := dumpTool(f); err != nil {
-					return inputError{fmt.Errorf("%s: %w", dump, err)}
-				}
-			}
 			path, err := resticBinary(restic)
 			if err != nil {
 				return err
 			}
 			if err := g.requireDSN(); err != nil {
 				return err
+			}
+			var dumpFile *dumpRestore
+			if dump != "" {
+				if dumpFile, err = g.prepareDump(dump); err != nil {
+					return err
+				}
+				defer dumpFile.file.Close()
 			}
 			ctx := cmd.Context()
 			rn, err := g.openSystemd(ctx)
@@ -120,11 +116,16 @@ unless a dump was restored: the message says so).`,
 			// since the restore began is a daemon's.
 			var restoredAt time.Time
 			if dumpFile != nil {
-				var err error
-				if restoredAt, err = g.restoreDump(ctx, dumpFile); err != nil {
+				if restoredAt, err = dumpFile.restore(ctx, g); err != nil {
 					return err
 				}
 				out.Restored = dump
+				// From here on the dump is in: a recovery that fails is run again without it.
+				defer func() {
+					if rerr != nil {
+						rerr = afterRestore(rerr)
+					}
+				}()
 			}
 			res, err := migrations.Apply(ctx, g.address().Session())
 			if err != nil {
@@ -138,12 +139,8 @@ unless a dump was restored: the message says so).`,
 				}
 				for _, h := range hosts {
 					if h.Alive && h.HeartbeatAt.After(restoredAt) {
-						again := "run holdfast recover again"
-						if dumpFile != nil {
-							again = "run holdfast recover again without --dump: the dump is restored, nothing else was done"
-						}
-						return inputError{fmt.Errorf("host %s's daemon holds its lease until %s: stop holdfast on every host (systemctl stop holdfast), then %s",
-							h.Name, h.LeaseUntil.UTC().Format(time.RFC3339), again)}
+						return inputError{fmt.Errorf("host %s's daemon holds its lease until %s: stop holdfast on every host (systemctl stop holdfast), then run holdfast recover again",
+							h.Name, h.LeaseUntil.UTC().Format(time.RFC3339))}
 					}
 				}
 				if len(set.files) > 0 {
@@ -246,11 +243,53 @@ func dumpTool(f *os.File) (string, error) {
 	return "", errors.New("not a PostgreSQL dump: give the file pg_dump -Fc wrote (or pg_dump's plain SQL)")
 }
 
-// restoreDump restores the dump in f into the database, which must be empty: holdfast's schema
-// never applied to it. The tool is given the address without its password, which goes in its
-// environment (store.Address.Libpq): every user of the host can read its arguments. It returns
-// the database's clock as the restore began.
-func (g *globals) restoreDump(ctx context.Context, f *os.File) (time.Time, error) {
+// dumpRestore is how a dump is given back, all of it made ready before the database is
+// touched: the file as checked, the tool that reads it and the address as libpq takes it.
+type dumpRestore struct {
+	path   string
+	file   *os.File
+	tool   string // pg_restore or psql
+	bin    string
+	params [][2]string
+}
+
+// serviceName names the address in the service file the tool is given.
+const serviceName = "holdfast-recover"
+
+func (g *globals) prepareDump(path string) (*dumpRestore, error) {
+	f, err := credentials.OpenTrusted(path, maxDump)
+	if err != nil {
+		return nil, inputError{err}
+	}
+	d := &dumpRestore{path: path, file: f}
+	if d.tool, err = dumpTool(f); err != nil {
+		f.Close()
+		return nil, inputError{fmt.Errorf("%s: %w", path, err)}
+	}
+	if d.bin, err = exec.LookPath(d.tool); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s is needed to restore the dump: install PostgreSQL's client (apt install postgresql-client): %w", d.tool, err)
+	}
+	if d.params, err = g.address().LibpqParams(); err != nil {
+		f.Close()
+		return nil, inputError{err}
+	}
+	for _, p := range d.params {
+		// libpq reads a service file a line at a time and drops a line's trailing white space.
+		if p[0] != "password" && (strings.ContainsAny(p[1], "\r\n") || strings.TrimRight(p[1], " \t\f\v") != p[1]) {
+			f.Close()
+			return nil, badInput("the database address's %s has a line break or ends in white space, which pg_restore cannot be given: restore the dump by hand (pg_restore)", p[0])
+		}
+	}
+	return d, nil
+}
+
+// restore restores the dump into the database, which must be empty: holdfast's schema never
+// applied to it. The tool reads the file checked (its standard input) and finds the database
+// by a service file of root's (PGSERVICEFILE, mode 0600 in a directory of its own) and the
+// password in its environment: every user of the host can read its arguments. It returns the
+// database's clock as the restore began.
+func (d *dumpRestore) restore(ctx context.Context, g *globals) (time.Time, error) {
 	st, release, err := g.openStore(ctx)
 	if err != nil {
 		return time.Time{}, err
@@ -268,29 +307,39 @@ func (g *globals) restoreDump(ctx context.Context, f *os.File) (time.Time, error
 		return time.Time{}, badInput("the database has holdfast's schema already (%d migrations applied): a dump is restored into an empty one: "+
 			"drop the database and create it again (createdb -O holdfast holdfast), or recover without --dump", len(applied))
 	}
-	tool, err := dumpTool(f)
+	dir, err := os.MkdirTemp("", "holdfast-recover-")
 	if err != nil {
-		return time.Time{}, inputError{err}
-	}
-	conninfo, password, err := g.address().Libpq()
-	if err != nil {
-		return time.Time{}, inputError{err}
-	}
-	argv := []string{"--no-owner", "--no-privileges", "--single-transaction", "--exit-on-error", "--dbname", conninfo}
-	if tool == "psql" {
-		argv = []string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction", "--dbname", conninfo}
-	}
-	bin, err := exec.LookPath(tool)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%s is needed to restore the dump: install PostgreSQL's client (apt install postgresql-client): %w", tool, err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return time.Time{}, err
 	}
-	c := exec.CommandContext(ctx, bin, argv...)
-	c.Stdin, c.Env = f, os.Environ()
+	defer os.RemoveAll(dir)
+	service := "[" + serviceName + "]\n"
+	password := ""
+	for _, p := range d.params {
+		if p[0] == "password" {
+			password = p[1]
+			continue
+		}
+		service += p[0] + "=" + p[1] + "\n"
+	}
+	serviceFile := filepath.Join(dir, "pg_service.conf")
+	if err := os.WriteFile(serviceFile, []byte(service), 0o600); err != nil {
+		return time.Time{}, err
+	}
+	argv := []string{"--no-owner", "--no-privileges", "--single-transaction", "--exit-on-error", "--dbname", "service=" + serviceName}
+	if d.tool == "psql" {
+		// -f -: psql makes one transaction of a file only, not of its bare standard input.
+		argv = []string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction", "--dbname", "service=" + serviceName, "-f", "-"}
+	}
+	if _, err := d.file.Seek(0, io.SeekStart); err != nil {
+		return time.Time{}, err
+	}
+	c := exec.CommandContext(ctx, d.bin, argv...)
+	c.Stdin = d.file
+	c.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "PGSERVICEFILE=") || password != "" && strings.HasPrefix(kv, "PGPASSWORD=")
+	}), "PGSERVICEFILE="+serviceFile)
 	if password != "" {
-		c.Env = append(slices.DeleteFunc(c.Env, func(kv string) bool { return strings.HasPrefix(kv, "PGPASSWORD=") }), "PGPASSWORD="+password)
+		c.Env = append(c.Env, "PGPASSWORD="+password)
 	}
 	var stderr bytes.Buffer
 	c.Stdout, c.Stderr = io.Discard, &stderr
@@ -299,7 +348,34 @@ func (g *globals) restoreDump(ctx context.Context, f *os.File) (time.Time, error
 		if len(msg) > 2000 {
 			msg = "..." + msg[len(msg)-2000:]
 		}
-		return time.Time{}, fmt.Errorf("%s could not restore the dump (%v), and restored nothing: %s", tool, err, msg)
+		return time.Time{}, fmt.Errorf("%s could not restore the dump (%v), and restored nothing: %s", d.tool, err, msg)
+	}
+	// The tool may have been given another database than the daemons' (an address it reads
+	// otherwise): the dump must be in this one now.
+	if st, release, err = g.openStore(ctx); err != nil {
+		return time.Time{}, err
+	}
+	applied, err = st.MigrationListApplied(ctx)
+	release()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(applied) == 0 {
+		return time.Time{}, fmt.Errorf("%s ended well, but the database holds no holdfast schema: %s is no dump of holdfast's database, or went elsewhere", d.tool, d.path)
 	}
 	return began, nil
+}
+
+// afterRestore says, in an error of a recovery that restored its dump, that the dump is in.
+func afterRestore(err error) error {
+	const again = "; the dump is restored: run holdfast recover again without --dump"
+	var in inputError
+	var code exitCodeError
+	switch {
+	case errors.As(err, &code):
+		return err // the output said what to do
+	case errors.As(err, &in):
+		return inputError{fmt.Errorf("%w%s", in.err, again)}
+	}
+	return fmt.Errorf("%w%s", err, again)
 }
