@@ -17,8 +17,8 @@ import (
 )
 
 // recoveryLockClass is the first key of the advisory lock holdfast recover holds while it
-// rebuilds the database ("hfrc"); LeaseAcquire takes it shared, so that no daemon takes its
-// lease meanwhile.
+// rebuilds the database ("hfrc"); LeaseAcquire and LeaseRenew take it shared, so that no
+// daemon takes or renews its lease meanwhile.
 const recoveryLockClass int32 = 0x68667263
 
 // ErrRecovering means holdfast recover is rebuilding the database: no daemon takes its lease
@@ -26,8 +26,8 @@ const recoveryLockClass int32 = 0x68667263
 var ErrRecovering = errors.New("holdfast recover is rebuilding the database: no daemon takes its lease until it ends")
 
 // LockRecovery takes the recovery's lock on a session of its own at addr (its Session), held
-// until release: while it is held no daemon takes its lease (LeaseAcquire). It fails if another
-// recovery holds it.
+// until release: while it is held no daemon takes or renews its lease (LeaseAcquire,
+// LeaseRenew). It fails if another recovery holds it.
 func LockRecovery(ctx context.Context, addr Address) (release func(), err error) {
 	conn, err := pgx.Connect(ctx, addr.Session())
 	if err != nil {
