@@ -25,6 +25,18 @@ type configPlanJSON struct {
 }
 
 // writeConfig writes a configuration file under the world's directory.
+// writeMode writes text to path with mode, past the umask, and returns path.
+func writeMode(t testing.TB, path, text string, mode os.FileMode) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func (w *world) writeConfig(name, text string) string {
 	w.t.Helper()
 	path := filepath.Join(w.dir, name)
@@ -262,14 +274,7 @@ func TestApplyRefusesUnsafeFiles(t *testing.T) {
 	}
 	write := func(t *testing.T, dir, name string, mode os.FileMode) string {
 		t.Helper()
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(text), mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(path, mode); err != nil {
-			t.Fatal(err)
-		}
-		return path
+		return writeMode(t, filepath.Join(dir, name), text, mode)
 	}
 	before := w.dbDigest()
 	for _, tc := range []struct {

@@ -327,14 +327,7 @@ func TestRecoverRefused(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, text string, mode os.FileMode) string {
 		t.Helper()
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(text), mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(path, mode); err != nil {
-			t.Fatal(err)
-		}
-		return path
+		return writeMode(t, filepath.Join(dir, name), text, mode)
 	}
 	config := write("holdfast.yaml", "jobs:\n  web:\n    repo: /srv/backup/web\n    password-file: /etc/holdfast/web.pw\n    path: [/srv/web]\n", 0o600)
 	before := w.dbDigest()
