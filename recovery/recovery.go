@@ -7,7 +7,8 @@
 //     user, so that snapshots newer than a dump are known; a snapshot counts for its own job
 //     only, the repository being its user's to write;
 //   - ends each run this host's daemon would reconcile by evidence, never for want of it
-//     (closeLive, its table read top to bottom): a unit of the run still there, its exit
+//     (closeLive, its table read top to bottom, over holdfast's units and the exit markers,
+//     each read once: evidence.readHost): a unit of the run still there, its exit
 //     marker left, a time to come or no start at all leave it to the daemon; a backup whose
 //     snapshot is in its job's repository succeeded; anything else failed, not run again;
 //   - records each job's newest snapshot as its last success (store.RunRecord), with the
@@ -54,7 +55,7 @@ type Store interface {
 	AccountRebase(ctx context.Context, p store.AccountRebaseParams) (model.LedgerEntry, error)
 }
 
-// Units is what a recovery asks this host's systemd: the units of a run, by a pattern.
+// Units is what a recovery asks this host's systemd: holdfast's units, by a pattern.
 type Units interface {
 	StatesMatching(ctx context.Context, pattern string) (map[string]systemd.State, error)
 }
@@ -212,6 +213,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	if len(live) > 0 {
+		if err := ev.readHost(ctx, cfg); err != nil {
+			return rep, err
+		}
+	}
 	for _, l := range live {
 		rr, err := closeLive(ctx, cfg, l, ev)
 		if err != nil {
@@ -274,12 +280,41 @@ type listed struct {
 }
 
 // evidence is what the repositories showed: each job's snapshots, and the jobs whose repository
-// could not be read, with why.
+// could not be read, with why; and what this host shows of the live runs: holdfast's units, and
+// the attempts whose exit marker is there, by run.
 type evidence struct {
 	snaps  map[string][]listed
 	unread map[string]string
 	// pinnedHere are the jobs only this host runs.
 	pinnedHere map[string]bool
+	units      map[string]systemd.State
+	markers    map[uuid.UUID][]int
+	// noMarkers: the state directory has no markers directory.
+	noMarkers bool
+}
+
+// readHost reads, once for every live run, holdfast's units at this host's systemd and the exit
+// markers in the state directory, whatever they say.
+func (e *evidence) readHost(ctx context.Context, cfg Config) error {
+	units, err := cfg.Units.StatesMatching(ctx, systemd.UnitPattern)
+	if err != nil {
+		return fmt.Errorf("ask systemd about holdfast's units: %w", err)
+	}
+	e.units, e.markers = units, map[uuid.UUID][]int{}
+	entries, err := os.ReadDir(filepath.Dir(systemd.MarkerPath(cfg.StateDir, uuid.Nil, 1)))
+	if errors.Is(err, fs.ErrNotExist) {
+		e.noMarkers = true
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the exit markers: %w (is %s the daemon's state directory? --state-dir)", err, cfg.StateDir)
+	}
+	for _, d := range entries {
+		if run, n, ok := systemd.ParseMarkerName(d.Name()); ok {
+			e.markers[run] = append(e.markers[run], n)
+		}
+	}
+	return nil
 }
 
 // snapshotOf is the snapshot of job that carries run's tag, if its repository has one.
@@ -336,13 +371,9 @@ func closeLive(ctx context.Context, cfg Config, l model.LiveRun, ev evidence) (R
 	if r.NotBefore != nil && r.NotBefore.After(l.Now()) {
 		return leave("its time, " + r.NotBefore.UTC().Format(time.RFC3339) + ", has not come, and the daemon starts it then")
 	}
-	// Every unit and marker of the run, of this attempt and of any later one: the run may have
+	// Every unit and marker of the run, of this attempt and of any other: the run may have
 	// gone on after the database the recovery started from was taken.
-	states, err := cfg.Units.StatesMatching(ctx, "holdfast-*"+r.ID.String()+"-a*")
-	if err != nil {
-		return rr, fmt.Errorf("ask systemd about run %s: %w", r.ID, err)
-	}
-	for name, st := range states {
+	for name, st := range ev.units {
 		n, ok := attemptOf(name, r.ID)
 		switch {
 		case !ok || !st.Alive():
@@ -353,10 +384,12 @@ func closeLive(ctx context.Context, cfg Config, l model.LiveRun, ev evidence) (R
 			return leave(fmt.Sprintf("its attempt %d's unit %s runs, which the database does not hold live: run holdfast recover again once it ended", n, name))
 		}
 	}
-	markers, err := markerAttempts(cfg.StateDir, r.ID, a.Unit != "" || a.SpawnClaimedAt != nil)
-	if err != nil {
-		return rr, err
+	// A state directory without markers holds none, unless the run was spawned: then it is not
+	// the daemon's state directory.
+	if ev.noMarkers && (a.Unit != "" || a.SpawnClaimedAt != nil) {
+		return rr, fmt.Errorf("run %s was started, but %s has no exit markers: is it the daemon's state directory? (--state-dir)", r.ID, cfg.StateDir)
 	}
+	markers := ev.markers[r.ID]
 	later := slices.Max(append(markers, 0)) > a.No
 	p := store.RunCloseParams{ID: r.ID, Status: model.StatusFailed}
 	snap, found := ev.snapshotOf(r.JobName, r.ID)
@@ -408,27 +441,6 @@ func attemptOf(unit string, run uuid.UUID) (int, bool) {
 	}
 	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSuffix(rest, ".service"), ".timer"))
 	return n, err == nil && n > 0
-}
-
-// markerAttempts are the attempts of run whose exit marker is in stateDir, whatever it says.
-// A state directory without a markers directory holds none, unless the run was spawned: then
-// it is not the daemon's state directory (--state-dir, HOLDFAST_STATE_DIR).
-func markerAttempts(stateDir string, run uuid.UUID, spawned bool) ([]int, error) {
-	dir := filepath.Dir(systemd.MarkerPath(stateDir, run, 1))
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) && !spawned {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read the exit markers of run %s: %w (is %s the daemon's state directory? --state-dir)", run, err, stateDir)
-	}
-	var out []int
-	for _, e := range entries {
-		if r, n, ok := systemd.ParseMarkerName(e.Name()); ok && r == run {
-			out = append(out, n)
-		}
-	}
-	return out, nil
 }
 
 // rebase re-bases each account of jobs on its local repositories, each repository counted

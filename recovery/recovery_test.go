@@ -139,6 +139,9 @@ func TestCloseLive(t *testing.T) {
 			if c.unread {
 				ev.unread["web"] = "restic: repository locked"
 			}
+			if err := ev.readHost(context.Background(), cfg); err != nil {
+				t.Fatal(err)
+			}
 			rr, err := closeLive(context.Background(), cfg, l, ev)
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) || len(st.closed) != 0 {
